@@ -1,0 +1,81 @@
+/* sfb — common definitions: export macro, error codes, logging.
+ *
+ * Every function returns 0 or a negative errno-style code. Codes in the errno
+ * range are the system's; libfabric's -FI_E* codes pass through unchanged;
+ * sfb's own codes start at SFB_ERR_BASE. sfb_strerror() names any of them.
+ */
+#ifndef SFB_COMMON_H
+#define SFB_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SFB_BUILDING)
+#define SFB_API __attribute__((visibility("default")))
+#else
+#define SFB_API
+#endif
+
+/* sfb's own error codes (negated when returned). One table generates the
+ * enum and the strings of sfb_strerror(). */
+#define SFB_ERR_BASE 4096
+#define SFB_ERRORS(X)                                                           \
+    X(SFB_EFORMAT, 0, "malformed input")                                        \
+    X(SFB_ECHECKSUM, 1, "checksum mismatch")                                    \
+    X(SFB_ESHAPE, 2, "shape mismatch")                                          \
+    X(SFB_EVERSION, 3, "unsupported version")                                   \
+    X(SFB_EJOBKEY, 4, "wrong job key")                                          \
+    X(SFB_EPEER, 5, "peer failed or went silent")                               \
+    X(SFB_EUSAGE, 6, "invalid usage")                                           \
+    X(SFB_ENOTIMPL, 7, "not implemented in this version")                       \
+    X(SFB_ETRUNC, 8, "truncated input")                                         \
+    X(SFB_ECONFIG, 9, "configuration mismatch")                                 \
+    X(SFB_EABORT, 10, "job aborted")
+
+enum sfb_error_code {
+#define SFB_ERR_ENUM(name, off, str) name = SFB_ERR_BASE + (off),
+    SFB_ERRORS(SFB_ERR_ENUM)
+#undef SFB_ERR_ENUM
+};
+
+/* A short description of any code returned by sfb (sign ignored). Thread-safe;
+ * the string is static. */
+SFB_API const char *sfb_strerror(int code);
+
+/* The detailed message of the last failure in the calling thread (for example
+ * "train.libsvm:12:7: index 3 not greater than previous index 5"), or "" if
+ * none was recorded. Valid until the next sfb call in this thread. */
+SFB_API const char *sfb_last_error(void);
+
+/* Log levels, most severe first. */
+enum sfb_log_level {
+    SFB_LOG_ERROR = 0,
+    SFB_LOG_WARN = 1,
+    SFB_LOG_INFO = 2,
+    SFB_LOG_DEBUG = 3,
+};
+
+/* Log sink. `rank` is the calling process's rank or -1 before it is known.
+ * May be called from any sfb thread, concurrently. */
+typedef void (*sfb_log_fn)(void *user, enum sfb_log_level level, int rank, const char *msg);
+
+/* Installs the log sink and the most verbose level passed to it. The library
+ * never prints by itself: with no sink (the default) messages are dropped.
+ * Call before starting any sfb thread. */
+SFB_API void sfb_log_set(sfb_log_fn fn, void *user, enum sfb_log_level max_level);
+
+/* Sets the rank shown with every message of this process. */
+SFB_API void sfb_log_set_rank(int rank);
+
+/* The library's version string, e.g. "0.1.0". */
+SFB_API const char *sfb_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

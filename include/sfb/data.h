@@ -1,0 +1,123 @@
+/* sfb — datasets: libsvm/svmlight text, IDX (MNIST family, plain or gzip),
+ * synthetic MLR data, and deterministic sharding.
+ *
+ * A dataset is a plain struct the caller reads directly. Features are float32,
+ * either dense (n × d, row-major) or CSR. Labels are class indices in [0, k).
+ */
+#ifndef SFB_DATA_H
+#define SFB_DATA_H
+
+#include "sfb/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sfb_dataset {
+    uint64_t n;        /* samples */
+    uint32_t d;        /* feature dimension */
+    uint32_t k;        /* number of classes (max label + 1 unless given) */
+    int32_t *labels;   /* n labels in [0, k) */
+    int sparse;        /* 1: CSR below; 0: dense `x` */
+    float *x;          /* dense: n × d row-major */
+    uint64_t *row_ptr; /* CSR: n + 1 offsets into col/val */
+    uint32_t *col;     /* CSR: column indices, strictly increasing per row */
+    float *val;        /* CSR: values */
+};
+
+/* Frees every array and zeroes the struct. Safe on a zeroed struct. */
+SFB_API void sfb_dataset_free(struct sfb_dataset *ds);
+
+/* Number of stored values: nnz for CSR, n·d for dense. */
+SFB_API uint64_t sfb_dataset_nnz(const struct sfb_dataset *ds);
+
+/* Index base of libsvm feature indices. */
+enum sfb_index_base {
+    SFB_INDEX_AUTO = -1, /* 0-based if any index 0 occurs, else 1-based */
+    SFB_INDEX_0 = 0,
+    SFB_INDEX_1 = 1,
+};
+
+struct sfb_libsvm_settings {
+    enum sfb_index_base index_base; /* default SFB_INDEX_AUTO */
+    uint32_t dim;     /* feature dimension; 0 = infer (max index + 1) */
+    uint32_t classes; /* class count; 0 = infer (max label + 1) */
+    int use_meta;     /* read "<path>.meta" when present (default 1) */
+};
+
+SFB_API void sfb_libsvm_default_settings(struct sfb_libsvm_settings *s);
+
+/* Reads a libsvm/svmlight text file into CSR. Labels must be integers
+ * (class indices, 0-based; "+1"/"-1" binary labels map to 1/0). Lines starting
+ * with '#' and blank lines are skipped; a '#' after the features ends the
+ * line. A Bösen-style meta file ("<path>.meta" with lines "num_train_total: N",
+ * "feature_dim: D", "num_labels: K", "feature_one_based: 0|1") fills settings
+ * left at their defaults.
+ * Returns 0, -ENOENT/-EIO, -SFB_EFORMAT (detail "file:line:column: reason" in
+ * sfb_last_error()), -ENOMEM. On failure *out is left zeroed: nothing is
+ * half-loaded. The caller owns *out on success. Any thread. */
+SFB_API int sfb_libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
+                            struct sfb_dataset *out);
+
+/* Reads an IDX image file (ubyte, 2-D or 3-D) and its IDX label file (ubyte,
+ * 1-D), gzip-compressed or not, into a dense dataset with pixels scaled to
+ * [0, 1]; d = product of the image dimensions, k = max label + 1 (or
+ * `classes` if non-zero). Errors as sfb_libsvm_read (file:offset). */
+SFB_API int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t classes,
+                         struct sfb_dataset *out);
+
+/* Synthetic MLR data: a hidden true model W (k × d, Gaussian) and features
+ * with the given density (1.0 = dense storage, else CSR with ~density·d
+ * non-zeros per row); labels are argmax(W·x + noise). The same seed gives
+ * the same data everywhere. */
+struct sfb_synth_settings {
+    uint32_t k, d;
+    uint64_t n;
+    double density; /* (0, 1] */
+    double noise;   /* std of label noise added to the logits; default 0.1 */
+    uint64_t seed;
+};
+
+SFB_API void sfb_synth_default_settings(struct sfb_synth_settings *s);
+/* Parses "synth:k=10,d=100,n=1000,density=0.1,seed=1,noise=0.1" (keys
+ * optional, any order) into *s starting from the defaults. -SFB_EFORMAT
+ * names the bad key. */
+SFB_API int sfb_synth_parse(const char *spec, struct sfb_synth_settings *s);
+SFB_API int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_dataset *out);
+
+/* Resolves a data name to a train and (optionally) a test set:
+ *   "fashion-mnist"       the Debian package dataset-fashion-mnist
+ *   "synth:..."           sfb_synth_parse; the test set uses seed+1 with the
+ *                         same hidden model (n/5 samples, at least 1)
+ *   "path.idx" or a directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+ *   anything else         a libsvm file
+ * `test` may be NULL. `test_path` (may be NULL) overrides where the test set
+ * comes from (a libsvm file, or an IDX images file whose labels file is found
+ * by replacing "images-idx3" with "labels-idx1"). The test set gets the
+ * train set's d and k. */
+SFB_API int sfb_data_load(const char *name, const char *test_path,
+                          const struct sfb_libsvm_settings *ls, struct sfb_dataset *train,
+                          struct sfb_dataset *test);
+
+/* Deterministic sampling shared by every rank: in epoch e the n samples are
+ * permuted by a PRNG seeded with (seed, e); the permutation is cut into
+ * minibatches of `batch` samples and minibatch m of the epoch belongs to rank
+ * m mod world. So clock t of epoch e on rank r reads positions
+ * [(t·world + r)·batch, +batch) of that permutation, and one worker with a
+ * batch of world·batch reads exactly the union, in the same order.
+ * clocks_per_epoch = n / (world·batch) (the remainder is skipped that epoch). */
+struct sfb_sampler;
+
+SFB_API int sfb_sampler_open(struct sfb_sampler **s, uint64_t n, uint32_t rank, uint32_t world,
+                             uint32_t batch, uint64_t seed);
+SFB_API void sfb_sampler_close(struct sfb_sampler **s);
+SFB_API uint64_t sfb_sampler_clocks_per_epoch(const struct sfb_sampler *s);
+/* The sample indices rank reads at global clock `clock` (epoch =
+ * clock / clocks_per_epoch); `out` has room for `batch` indices. Returns 0
+ * or -ENOMEM. Not thread-safe per sampler. */
+SFB_API int sfb_sampler_batch(struct sfb_sampler *s, uint64_t clock, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,94 @@
+/* sfb — matrix-parameterized models as ops tables.
+ *
+ * A model owns its parameter matrices (the local replica). Each minibatch it
+ * produces sufficient factors (one sfb_sf per matrix); the runtime applies
+ * those of every worker through sfb_reconstruct_apply, and calls
+ * apply_local once per clock for what every replica does by itself
+ * (regularizer decay, projections). */
+#ifndef SFB_MODEL_H
+#define SFB_MODEL_H
+
+#include "sfb/common.h"
+#include "sfb/data.h"
+#include "sfb/sf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sfb_model_settings {
+    const char *kind;   /* "mlr" */
+    uint32_t d;         /* feature dimension of the data */
+    uint32_t k;         /* classes (mlr) */
+    double lambda;      /* L2 strength (mlr), default 0 */
+    uint64_t seed;      /* initialisation */
+};
+
+SFB_API void sfb_model_default_settings(struct sfb_model_settings *s);
+
+/* Evaluation result on a dataset. */
+struct sfb_eval {
+    double loss;     /* mean objective per sample (incl. regularizer) */
+    double accuracy; /* fraction correct, or NaN where not meaningful */
+    uint64_t n;
+};
+
+/* The ops table every model implements. `priv` points to priv_size bytes
+ * zeroed by the runtime. All ops are called from the compute thread only. */
+struct sfb_model_ops {
+    const char *name;
+    size_t priv_size;
+    /* Number of parameter matrices and their shapes, known after init. */
+    int (*init)(void *priv, const struct sfb_model_settings *s, uint32_t *n_matrices,
+                struct sfb_matrix *mats /* room for SFB_MODEL_MAX_MATRICES */);
+    void (*fini)(void *priv);
+    /* SFs of the minibatch `idx[0..s)` of `data` at step size `eta`: fills
+     * out[m] for each matrix (reusing its buffers) with scale −eta/s·…, and
+     * adds the minibatch's summed loss to *loss. Returns 0 or -errno. */
+    int (*factors)(void *priv, const struct sfb_matrix *mats, const struct sfb_dataset *data,
+                   const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out, double *loss);
+    /* Local per-clock step every replica applies itself (may be NULL). */
+    void (*apply_local)(void *priv, struct sfb_matrix *mats, float eta);
+    /* Mean loss and accuracy over a dataset. */
+    int (*evaluate)(void *priv, const struct sfb_matrix *mats, const struct sfb_dataset *data,
+                    struct sfb_eval *out);
+};
+
+#define SFB_MODEL_MAX_MATRICES 4
+
+/* Looks a model up by name ("mlr"); NULL if unknown. */
+SFB_API const struct sfb_model_ops *sfb_model_find(const char *name);
+/* Comma-separated list of model names, for help texts. */
+SFB_API const char *sfb_model_names(void);
+
+struct sfb_model;
+
+/* Creates a model with freshly initialised parameters. Returns 0, -EINVAL
+ * (unknown kind; see sfb_last_error), -ENOMEM. Caller owns *m. */
+SFB_API int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s);
+SFB_API void sfb_model_close(struct sfb_model **m);
+SFB_API const struct sfb_model_ops *sfb_model_get_ops(const struct sfb_model *m);
+SFB_API const struct sfb_model_settings *sfb_model_get_settings(const struct sfb_model *m);
+SFB_API uint32_t sfb_model_n_matrices(const struct sfb_model *m);
+SFB_API struct sfb_matrix *sfb_model_matrix(struct sfb_model *m, uint32_t i);
+/* SFs of a minibatch; out has sfb_model_n_matrices entries. */
+SFB_API int sfb_model_factors(struct sfb_model *m, const struct sfb_dataset *data,
+                              const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out,
+                              double *loss);
+SFB_API void sfb_model_apply_local(struct sfb_model *m, float eta);
+SFB_API int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data,
+                               struct sfb_eval *out);
+
+/* Model files: header (magic "SFBMODL1", version, kind, settings, clock,
+ * shapes) + matrices (little-endian float32) + XXH3-64 of everything before
+ * it. Written atomically (temp file + fsync + rename). */
+SFB_API int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock);
+/* Loads a model file into a new model. -SFB_EFORMAT / -SFB_ECHECKSUM /
+ * -SFB_ETRUNC / -SFB_EVERSION with the detail in sfb_last_error(); on
+ * failure *m stays NULL. `clock` may be NULL. */
+SFB_API int sfb_model_load(struct sfb_model **m, const char *path, int64_t *clock);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

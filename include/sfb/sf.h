@@ -1,0 +1,68 @@
+/* sfb — sufficient factors: the low-rank form of one minibatch's update.
+ *
+ * For a parameter matrix A (rows × cols) and a minibatch of s samples, the
+ * update is ΔA = scale · Σ_i b_i c_iᵀ = scale · Bᵀ C, with b_i ∈ R^rows and
+ * c_i ∈ R^cols. Storage is sample-major so batches stack by concatenation:
+ *   b: s × rows, row-major (b + i·rows is b_i)
+ *   c: dense s × cols row-major, or CSR with s rows (c_row_ptr[s+1],
+ *      c_col/c_val[nnz]), columns strictly increasing per row.
+ */
+#ifndef SFB_SF_H
+#define SFB_SF_H
+
+#include "sfb/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sfb_sf {
+    uint32_t rows, cols, s; /* shapes: A is rows × cols, s samples */
+    uint32_t matrix;        /* which parameter matrix of the model */
+    uint32_t origin;        /* rank that computed it */
+    int64_t clock;          /* origin's clock when computed */
+    float scale;            /* ΔA = scale · Bᵀ C (e.g. −η/S) */
+    int sparse_c;           /* 1: c is CSR */
+    float *b;
+    float *c;               /* dense c */
+    uint32_t *c_row_ptr;    /* CSR c: s + 1 offsets (uint32: nnz < 2^32) */
+    uint32_t *c_col;
+    float *c_val;
+    /* capacities (elements) of the buffers above; sfb_sf_reserve grows them */
+    size_t b_cap, c_cap, rp_cap, nz_cap;
+};
+
+/* Ensures room for s samples of rows × cols with dense c (nnz == 0 and
+ * sparse == 0) or CSR c with `nnz` non-zeros; sets the shapes and `sparse_c`.
+ * Buffers only grow, so a reused sfb_sf allocates nothing in steady state.
+ * Returns 0, -ENOMEM or -EOVERFLOW. */
+SFB_API int sfb_sf_reserve(struct sfb_sf *sf, uint32_t rows, uint32_t cols, uint32_t s,
+                           int sparse, uint64_t nnz);
+/* Number of stored c values (nnz for CSR, s·cols for dense). */
+SFB_API uint64_t sfb_sf_c_count(const struct sfb_sf *sf);
+SFB_API void sfb_sf_free(struct sfb_sf *sf);
+
+/* A dense parameter matrix, row-major. */
+struct sfb_matrix {
+    uint32_t rows, cols;
+    float *data;
+};
+
+/* Reconstruction: applies a set of SF batches to a matrix with one sgemm for
+ * all dense-c batches (their b rows are stacked, pre-multiplied by each
+ * batch's scale) and one sparse pass for the CSR ones. Never one rank-1
+ * update per sample. */
+struct sfb_reconstruct;
+
+SFB_API int sfb_reconstruct_open(struct sfb_reconstruct **r);
+SFB_API void sfb_reconstruct_close(struct sfb_reconstruct **r);
+/* A += Σ_j sfs[j].scale · B_jᵀ C_j. Every batch must match a's shape
+ * (-SFB_ESHAPE otherwise, nothing applied). Returns 0, -SFB_ESHAPE, -ENOMEM.
+ * The stacking buffers are kept in *r between calls. One thread per *r. */
+SFB_API int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
+                                  const struct sfb_sf *const *sfs, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,10 @@
+/* sfb — umbrella header. */
+#ifndef SFB_SFB_H
+#define SFB_SFB_H
+
+#include "sfb/common.h"
+#include "sfb/data.h"
+#include "sfb/sf.h"
+#include "sfb/model.h"
+
+#endif

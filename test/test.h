@@ -1,0 +1,91 @@
+/* Tiny test harness: one executable per module, a {name, fn} table, and
+ * assertion macros that print both operands. A failing assertion returns 1
+ * from the test function. `./test_x [name]` runs all tests or one. */
+#ifndef SFB_TEST_H
+#define SFB_TEST_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+struct test_case {
+    const char *name;
+    int (*fn)(void);
+};
+
+#define TEST_FAIL_AT(...)                                                       \
+    do {                                                                       \
+        fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                      \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fputc('\n', stderr);                                                   \
+        return 1;                                                              \
+    } while (0)
+
+#define ASSERT(c)                                                               \
+    do {                                                                       \
+        if (!(c)) TEST_FAIL_AT("assertion failed: %s", #c);                    \
+    } while (0)
+
+#define ASSERT_INT_OP(a, op, b)                                                 \
+    do {                                                                       \
+        long long a_ = (long long)(a), b_ = (long long)(b);                    \
+        if (!(a_ op b_))                                                       \
+            TEST_FAIL_AT("%s %s %s: %lld vs %lld", #a, #op, #b, a_, b_);       \
+    } while (0)
+#define ASSERT_EQ(a, b) ASSERT_INT_OP(a, ==, b)
+#define ASSERT_NE(a, b) ASSERT_INT_OP(a, !=, b)
+#define ASSERT_LT(a, b) ASSERT_INT_OP(a, <, b)
+#define ASSERT_LE(a, b) ASSERT_INT_OP(a, <=, b)
+#define ASSERT_GT(a, b) ASSERT_INT_OP(a, >, b)
+#define ASSERT_GE(a, b) ASSERT_INT_OP(a, >=, b)
+
+#define ASSERT_OK(expr)                                                         \
+    do {                                                                       \
+        int r_ = (expr);                                                       \
+        if (r_ != 0)                                                           \
+            TEST_FAIL_AT("%s returned %d (%s) %s", #expr, r_, sfb_strerror(r_), \
+                         sfb_last_error());                                    \
+    } while (0)
+
+#define ASSERT_NEAR(a, b, tol)                                                  \
+    do {                                                                       \
+        double a_ = (double)(a), b_ = (double)(b);                             \
+        if (!(fabs(a_ - b_) <= (tol)))                                         \
+            TEST_FAIL_AT("%s ≈ %s: %.9g vs %.9g (tol %g)", #a, #b, a_, b_,     \
+                         (double)(tol));                                       \
+    } while (0)
+
+#define ASSERT_STR_CONTAINS(hay, needle)                                        \
+    do {                                                                       \
+        const char *h_ = (hay), *n_ = (needle);                                \
+        if (!h_ || !strstr(h_, n_))                                            \
+            TEST_FAIL_AT("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", \
+                         n_);                                                  \
+    } while (0)
+
+static inline int test_main(int argc, char **argv, const struct test_case *t, size_t n)
+{
+    int failed = 0, ran = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (argc > 1 && strcmp(argv[1], t[i].name) != 0) continue;
+        ran++;
+        int r = t[i].fn();
+        fprintf(stderr, "%s %s\n", r ? "FAIL" : "ok  ", t[i].name);
+        failed += r != 0;
+    }
+    if (ran == 0) {
+        fprintf(stderr, "no test named %s\n", argc > 1 ? argv[1] : "(any)");
+        return 1;
+    }
+    fprintf(stderr, "%d passed, %d failed\n", ran - failed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_MAIN(table)                                                        \
+    int main(int argc, char **argv)                                            \
+    {                                                                          \
+        return test_main(argc, argv, table, sizeof(table) / sizeof(table[0])); \
+    }
+
+#endif
