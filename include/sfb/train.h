@@ -1,0 +1,83 @@
+/* sfb — the training job: one worker's loop, configured by settings.
+ *
+ * sfb_train_run() is what `sfb worker` (and `sfb run`, in each child) calls:
+ * it loads the data, shards it, builds the model replica, runs the clocks and
+ * writes metrics and the model. Progress is reported through a callback; the
+ * library itself never prints. */
+#ifndef SFB_TRAIN_H
+#define SFB_TRAIN_H
+
+#include "sfb/common.h"
+#include "sfb/data.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum sfb_lr_schedule {
+    SFB_LR_CONSTANT = 0, /* η_t = η₀ */
+    SFB_LR_INVSQRT = 1,  /* η_t = η₀ / sqrt(1 + t / T), T = lr_period clocks */
+    SFB_LR_STEP = 2,     /* η_t = η₀ · lr_decay^⌊t / T⌋ */
+};
+
+struct sfb_train_settings {
+    const char *model;     /* "mlr" */
+    const char *data;      /* data name, see sfb_data_load */
+    const char *test_data; /* optional test set override */
+    struct sfb_libsvm_settings libsvm;
+    uint32_t batch;        /* samples per worker per clock (S) */
+    uint32_t epochs;       /* passes over the data (ignored if clocks > 0) */
+    uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */
+    double lr;             /* η₀, per global minibatch (world · batch samples) */
+    enum sfb_lr_schedule lr_schedule;
+    uint64_t lr_period;    /* T in clocks; 0 = one epoch */
+    double lr_decay;       /* factor of SFB_LR_STEP */
+    double lambda;         /* L2 strength */
+    uint64_t seed;
+    int threads;           /* OpenBLAS threads */
+    uint32_t eval_every;   /* evaluate on the test set every N epochs (0: only at end) */
+    const char *model_out;   /* model file path (written by rank 0); NULL: none */
+    const char *metrics_out; /* JSON-lines path; "%r" is replaced by the rank; NULL: none */
+    /* identity of this worker */
+    uint32_t rank, world;
+};
+
+SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
+
+/* The learning rate at a clock under the settings' schedule. */
+SFB_API double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock,
+                            uint64_t clocks_per_epoch);
+
+/* What the progress callback sees. */
+struct sfb_progress {
+    uint32_t rank;
+    uint64_t clock, clocks;       /* done so far / total */
+    uint32_t epoch;               /* 1-based epoch the clock belongs to */
+    double wall;                  /* seconds since training started */
+    double train_loss;            /* mean minibatch loss since the last report */
+    double samples_per_s;         /* this worker's throughput so far */
+    int has_eval;                 /* the fields below are valid */
+    double test_loss, test_accuracy;
+    int done;                     /* last report of the run */
+};
+
+typedef void (*sfb_progress_fn)(void *user, const struct sfb_progress *p);
+
+struct sfb_train_result {
+    uint64_t clocks;
+    uint64_t samples;     /* processed by this worker */
+    double wall;          /* seconds of training */
+    double test_loss, test_accuracy; /* final evaluation (NaN if no test set) */
+    double train_loss;    /* mean minibatch loss over the last epoch */
+};
+
+/* Runs the job. `progress` (may be NULL) is called from the calling thread
+ * about every `progress_interval` seconds and at each evaluation.
+ * Returns 0 or a negative code with the detail in sfb_last_error(). */
+SFB_API int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress,
+                          void *user, double progress_interval, struct sfb_train_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,247 @@
+/* `sfb worker`, `sfb run` and `sfb eval`. */
+#include "src/cli/cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *level_name[] = {"error", "warning", "info", "debug"};
+
+static void log_stderr(void *user, enum sfb_log_level level, int rank, const char *msg)
+{
+    (void)user;
+    if (rank >= 0)
+        fprintf(stderr, "sfb[%d]: %s: %s\n", rank, level_name[level], msg);
+    else
+        fprintf(stderr, "sfb: %s: %s\n", level_name[level], msg);
+}
+
+void cli_log_init(enum sfb_log_level level)
+{
+    sfb_log_set(log_stderr, NULL, level);
+}
+
+void cli_error(int code, const char *what)
+{
+    const char *detail = sfb_last_error();
+    if (detail && *detail)
+        fprintf(stderr, "sfb: error: %s: %s\n", what, detail);
+    else
+        fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_strerror(code));
+}
+
+struct progress_state {
+    int tty;
+    int quiet;
+    int open_line; /* a \r line is on screen */
+};
+
+static void progress_print(void *user, const struct sfb_progress *p)
+{
+    struct progress_state *ps = user;
+    if (ps->quiet || p->rank != 0) return;
+    if (ps->tty) {
+        fprintf(stderr, "\r\033[Kepoch %u  clock %llu/%llu  train loss %.4f  %.0f samples/s",
+                p->epoch, (unsigned long long)p->clock, (unsigned long long)p->clocks,
+                p->train_loss, p->samples_per_s);
+        ps->open_line = 1;
+        if (p->has_eval) {
+            fprintf(stderr, "  test acc %.2f%% loss %.4f\n", 100 * p->test_accuracy,
+                    p->test_loss);
+            ps->open_line = 0;
+        } else if (p->done) {
+            fputc('\n', stderr);
+            ps->open_line = 0;
+        }
+    } else {
+        fprintf(stderr, "epoch %u clock %llu/%llu train_loss %.4f samples/s %.0f", p->epoch,
+                (unsigned long long)p->clock, (unsigned long long)p->clocks, p->train_loss,
+                p->samples_per_s);
+        if (p->has_eval)
+            fprintf(stderr, " test_accuracy %.2f%% test_loss %.4f", 100 * p->test_accuracy,
+                    p->test_loss);
+        fputc('\n', stderr);
+    }
+    fflush(stderr);
+}
+
+static int check_available(const struct cli_job *job, const char *cmd, int world)
+{
+    if (strcmp(job->sync, "sfb") != 0) {
+        fprintf(stderr, "sfb %s: --sync %s is not available in this version (the FMS "
+                        "baseline is planned; see README \"Status\")\n", cmd, job->sync);
+        return 2;
+    }
+    if (strcmp(job->topology, "full") != 0) {
+        fprintf(stderr, "sfb %s: --topology %s is not available in this version (overlay "
+                        "relays are planned; see README \"Status\")\n", cmd, job->topology);
+        return 2;
+    }
+    if (world > 1) {
+        fprintf(stderr, "sfb %s: %d workers requested, but this version trains on one worker "
+                        "only (the distributed transport is planned; see README \"Status\")\n",
+                cmd, world);
+        return 2;
+    }
+    return 0;
+}
+
+/* Runs one worker in this process and prints where the results went. */
+static int run_worker(struct cli_job *job)
+{
+    cli_log_init(job->log_level);
+    if (cli_prepare_outputs(job)) return 1;
+    struct progress_state ps = {.tty = isatty(STDERR_FILENO), .quiet = job->quiet};
+    struct sfb_train_result res;
+    int ret = sfb_train_run(&job->train, progress_print, &ps, ps.tty ? 0.25 : 10.0, &res);
+    if (ps.open_line) fputc('\n', stderr);
+    if (ret) {
+        cli_error(ret, "training failed");
+        return 1;
+    }
+    if (job->train.rank == 0) {
+        printf("trained %s on %s: %llu clocks, %llu samples/worker in %.1f s\n",
+               job->train.model, job->train.data, (unsigned long long)res.clocks,
+               (unsigned long long)res.samples, res.wall);
+        if (isfinite(res.test_accuracy))
+            printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
+                   res.test_loss);
+        printf("model:   %s\n", job->train.model_out);
+        char *m = strdup(job->train.metrics_out);
+        char *pct = m ? strstr(m, "%r") : NULL;
+        if (pct) {
+            pct[0] = '0';
+            memmove(pct + 1, pct + 2, strlen(pct + 2) + 1);
+        }
+        printf("metrics: %s\n", m ? m : job->train.metrics_out);
+        free(m);
+    }
+    return 0;
+}
+
+int cli_worker(int argc, char **argv)
+{
+    struct cli_job job;
+    int r = cli_parse_job(argc, argv, "worker", 0, &job);
+    if (r) return r == 1 ? 0 : r;
+    if ((r = check_available(&job, "worker", 1))) return r;
+    return run_worker(&job);
+}
+
+int cli_run(int argc, char **argv)
+{
+    struct cli_job job;
+    int r = cli_parse_job(argc, argv, "run", 1, &job);
+    if (r) return r == 1 ? 0 : r;
+    if ((r = check_available(&job, "run", job.nprocs))) return r;
+    return run_worker(&job);
+}
+
+static void eval_help(FILE *f)
+{
+    fprintf(f, "usage: sfb eval --model-file FILE --data NAME [options]\n\n"
+               "Evaluates a saved model: prints mean loss and accuracy.\n\n"
+               "  --model-file FILE      model written by sfb run/worker (required)\n"
+               "  --data NAME            fashion-mnist | synth:... | FILE.libsvm | IDX dir\n"
+               "  --test-data FILE       evaluate on this file instead\n"
+               "  --split test|train     which part of NAME (default test where NAME has\n"
+               "                         one, else the data itself)\n"
+               "  --index-base auto|0|1  libsvm feature index base (default auto)\n"
+               "  -h, --help             this help\n");
+}
+
+int cli_eval(int argc, char **argv)
+{
+    const char *model_file = NULL, *data = NULL, *test_data = NULL, *split = NULL;
+    struct sfb_libsvm_settings ls;
+    sfb_libsvm_default_settings(&ls);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            eval_help(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model-file")) dst = &model_file;
+        else if (!strcmp(a, "--data")) dst = &data;
+        else if (!strcmp(a, "--test-data")) dst = &test_data;
+        else if (!strcmp(a, "--split")) dst = &split;
+        else if (!strcmp(a, "--index-base")) {
+            if (i + 1 >= argc) goto missing;
+            const char *v = argv[++i];
+            if (!strcmp(v, "auto")) ls.index_base = SFB_INDEX_AUTO;
+            else if (!strcmp(v, "0")) ls.index_base = SFB_INDEX_0;
+            else if (!strcmp(v, "1")) ls.index_base = SFB_INDEX_1;
+            else {
+                fprintf(stderr, "sfb eval: --index-base: \"%s\" is not auto, 0 or 1\n", v);
+                return 2;
+            }
+            continue;
+        } else {
+            fprintf(stderr, "sfb eval: unknown option \"%s\" (see sfb eval --help)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) goto missing;
+        *dst = argv[++i];
+    }
+    if (!model_file || !data) {
+        fprintf(stderr, "sfb eval: --model-file and --data are required (see sfb eval --help)\n");
+        return 2;
+    }
+    if (split && strcmp(split, "test") && strcmp(split, "train")) {
+        fprintf(stderr, "sfb eval: --split: \"%s\" is not test or train\n", split);
+        return 2;
+    }
+    cli_log_init(SFB_LOG_WARN);
+    struct sfb_model *m = NULL;
+    int64_t clock = 0;
+    int ret = sfb_model_load(&m, model_file, &clock);
+    if (ret) {
+        cli_error(ret, "cannot load model");
+        return 1;
+    }
+    const struct sfb_model_settings *ms = sfb_model_get_settings(m);
+    ls.dim = ms->d;
+    ls.classes = ms->k;
+    struct sfb_dataset train = {0}, test = {0};
+    ret = sfb_data_load(data, test_data, &ls, &train, &test);
+    if (ret) {
+        cli_error(ret, "cannot load data");
+        sfb_model_close(&m);
+        return 1;
+    }
+    int use_test = test.n > 0 && !(split && !strcmp(split, "train"));
+    if (split && !strcmp(split, "test") && test.n == 0) {
+        fprintf(stderr, "sfb eval: %s has no test split; use --test-data or --split train\n",
+                data);
+        ret = 2;
+        goto out;
+    }
+    const struct sfb_dataset *ds = use_test ? &test : &train;
+    if (ds->d != ms->d) {
+        fprintf(stderr, "sfb eval: %s has %u features, the model was trained on %u\n", data,
+                ds->d, ms->d);
+        ret = 1;
+        goto out;
+    }
+    struct sfb_eval ev;
+    ret = sfb_model_evaluate(m, ds, &ev);
+    if (ret) {
+        cli_error(ret, "evaluation failed");
+        ret = 1;
+        goto out;
+    }
+    printf("model %s (%s, %u features, %u classes, clock %lld)\n", model_file, ms->kind, ms->d,
+           ms->k, (long long)clock);
+    printf("%s split: %llu samples  loss %.6f  accuracy %.2f%%\n", use_test ? "test" : "train",
+           (unsigned long long)ev.n, ev.loss, 100 * ev.accuracy);
+    ret = 0;
+out:
+    sfb_dataset_free(&train);
+    sfb_dataset_free(&test);
+    sfb_model_close(&m);
+    return ret;
+missing:
+    fprintf(stderr, "sfb eval: %s needs a value\n", argv[argc - 1]);
+    return 2;
+}

@@ -1,0 +1,370 @@
+/* Option parsing shared by `sfb run` and `sfb worker`. */
+#include "src/cli/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum {
+    OPT_MODEL = 256, OPT_DATA, OPT_TEST_DATA, OPT_INDEX_BASE, OPT_DIM, OPT_CLASSES, OPT_BATCH,
+    OPT_EPOCHS, OPT_CLOCKS, OPT_LR, OPT_LR_SCHEDULE, OPT_LR_PERIOD, OPT_LR_DECAY, OPT_LAMBDA,
+    OPT_SEED, OPT_THREADS, OPT_EVAL_EVERY, OPT_OUT_DIR, OPT_MODEL_OUT, OPT_METRICS_OUT,
+    OPT_SYNC, OPT_STALENESS, OPT_TOPOLOGY, OPT_DEGREE, OPT_PROVIDER, OPT_CHECKPOINT_EVERY,
+    OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH,
+};
+
+static const struct option long_opts[] = {
+    {"nprocs", required_argument, 0, 'n'},
+    {"model", required_argument, 0, OPT_MODEL},
+    {"data", required_argument, 0, OPT_DATA},
+    {"test-data", required_argument, 0, OPT_TEST_DATA},
+    {"index-base", required_argument, 0, OPT_INDEX_BASE},
+    {"dim", required_argument, 0, OPT_DIM},
+    {"classes", required_argument, 0, OPT_CLASSES},
+    {"batch", required_argument, 0, OPT_BATCH},
+    {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"clocks", required_argument, 0, OPT_CLOCKS},
+    {"lr", required_argument, 0, OPT_LR},
+    {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
+    {"lr-period", required_argument, 0, OPT_LR_PERIOD},
+    {"lr-decay", required_argument, 0, OPT_LR_DECAY},
+    {"lambda", required_argument, 0, OPT_LAMBDA},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
+    {"out-dir", required_argument, 0, OPT_OUT_DIR},
+    {"model-out", required_argument, 0, OPT_MODEL_OUT},
+    {"metrics-out", required_argument, 0, OPT_METRICS_OUT},
+    {"sync", required_argument, 0, OPT_SYNC},
+    {"staleness", required_argument, 0, OPT_STALENESS},
+    {"topology", required_argument, 0, OPT_TOPOLOGY},
+    {"degree", required_argument, 0, OPT_DEGREE},
+    {"flush", required_argument, 0, OPT_FLUSH},
+    {"provider", required_argument, 0, OPT_PROVIDER},
+    {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
+    {"resume", required_argument, 0, OPT_RESUME},
+    {"log-level", required_argument, 0, OPT_LOG_LEVEL},
+    {"quiet", no_argument, 0, 'q'},
+    {"verbose", no_argument, 0, 'v'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+static void job_help(FILE *f, const char *cmd, int with_n)
+{
+    if (with_n)
+        fprintf(f, "usage: sfb run -n P [options]\n\n"
+                   "Starts P workers on this machine (shared-memory transport) and trains.\n"
+                   "Each line of worker output is prefixed with its rank.\n\n"
+                   "  -n, --nprocs P         number of local workers (default 1)\n");
+    else
+        fprintf(f, "usage: sfb worker [options]\n\n"
+                   "One worker of a job. Started by a launcher: `mpirun -n P sfb worker ...`,\n"
+                   "`srun --mpi=pmix sfb worker ...`, or with SFB_RANK, SFB_WORLD_SIZE,\n"
+                   "SFB_RENDEZVOUS=host:port and SFB_JOB_KEY set (see README). Without any\n"
+                   "of these it runs as a job of one worker.\n\n");
+    fprintf(f,
+            "model and data:\n"
+            "  --model NAME           model: %s (default mlr)\n"
+            "  --data NAME            fashion-mnist | synth:k=..,d=..,n=..,density=..,seed=..\n"
+            "                         | FILE.libsvm | IDX directory (default fashion-mnist)\n"
+            "  --test-data FILE       held-out set (libsvm, or IDX images file)\n"
+            "  --index-base auto|0|1  libsvm feature index base (default auto)\n"
+            "  --dim D                libsvm feature dimension (default: inferred)\n"
+            "  --classes K            number of classes (default: inferred)\n"
+            "  --lambda L             L2 regularization strength (default 0)\n"
+            "training:\n"
+            "  --batch S              samples per worker per clock (default 32)\n"
+            "  --epochs E             passes over the data (default 10)\n"
+            "  --clocks T             run exactly T clocks instead of --epochs\n"
+            "  --lr ETA               step size per global minibatch (default 0.5)\n"
+            "  --lr-schedule NAME     constant | invsqrt | step (default invsqrt:\n"
+            "                         eta/sqrt(1+t/T))\n"
+            "  --lr-period T          schedule period in clocks (default: one epoch)\n"
+            "  --lr-decay F           factor per period for step (default 0.5)\n"
+            "  --seed N               data order and initialisation (default 1)\n"
+            "  --threads N            OpenBLAS threads per worker (default 1)\n"
+            "  --eval-every E         test-set evaluation every E epochs (default 1; 0 = end)\n"
+            "synchronization:\n"
+            "  --sync sfb|fms         sufficient factors (default) or full matrices\n"
+            "  --staleness S          SSP bound; 0 = BSP, -1 = asynchronous (default 0)\n"
+            "  --topology NAME        full | halton | halton-classic (default full)\n"
+            "  --degree Q             overlay out-degree (default ceil(log2 P))\n"
+            "  --flush eager|clock    overlay forwarding (default eager)\n"
+            "  --provider NAME        libfabric provider: shm, tcp, verbs, ... (default:\n"
+            "                         FI_PROVIDER, else shm on one host)\n"
+            "outputs:\n"
+            "  --out-dir DIR          model and metrics directory (default sfb-out)\n"
+            "  --model-out FILE       model file (default DIR/model.sfb)\n"
+            "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank\n"
+            "                         (default DIR/metrics.%%r.jsonl)\n"
+            "  --checkpoint-every N   checkpoint every N clocks\n"
+            "  --resume DIR           continue from a checkpoint\n"
+            "  -q, --quiet            no progress output\n"
+            "  -v, --verbose          debug logging (same as --log-level debug)\n"
+            "  --log-level LEVEL      error | warn | info | debug (default info)\n"
+            "  -h, --help             this help\n",
+            sfb_model_names());
+    (void)cmd;
+}
+
+static int bad(const char *cmd, const char *opt, const char *val, const char *want)
+{
+    fprintf(stderr, "sfb %s: %s: \"%s\" is not %s\n", cmd, opt, val, want);
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_long(const char *s, long min, long max, long *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli_job *job)
+{
+    memset(job, 0, sizeof *job);
+    sfb_train_default_settings(&job->train);
+    job->nprocs = 1;
+    job->out_dir = "sfb-out";
+    job->sync = "sfb";
+    job->staleness = 0;
+    job->topology = "full";
+    job->log_level = SFB_LOG_INFO;
+    struct sfb_train_settings *t = &job->train;
+    int have_epochs = 0, have_clocks = 0, have_degree = 0, have_flush = 0;
+    uint64_t u;
+    long l;
+    double d;
+
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":n:qvh", long_opts, NULL)) != -1) {
+        const char *name = NULL;
+        for (const struct option *o = long_opts; o->name; o++)
+            if (o->val == c) name = o->name;
+        char optname[64];
+        snprintf(optname, sizeof optname, "--%s", name ? name : "?");
+        switch (c) {
+        case 'n':
+            if (!with_n) {
+                fprintf(stderr, "sfb %s: -n is an option of `sfb run`; the launcher sets the "
+                                "world size of `sfb worker`\n", cmd);
+                return 2;
+            }
+            if (parse_u64(optarg, 1, 4096, &u)) return bad(cmd, "-n", optarg, "an integer in 1..4096");
+            job->nprocs = (int)u;
+            break;
+        case OPT_MODEL:
+            if (!sfb_model_find(optarg)) {
+                fprintf(stderr, "sfb %s: --model: unknown model \"%s\" (known: %s)\n", cmd,
+                        optarg, sfb_model_names());
+                return 2;
+            }
+            t->model = optarg;
+            break;
+        case OPT_DATA: t->data = optarg; break;
+        case OPT_TEST_DATA: t->test_data = optarg; break;
+        case OPT_INDEX_BASE:
+            if (!strcmp(optarg, "auto")) t->libsvm.index_base = SFB_INDEX_AUTO;
+            else if (!strcmp(optarg, "0")) t->libsvm.index_base = SFB_INDEX_0;
+            else if (!strcmp(optarg, "1")) t->libsvm.index_base = SFB_INDEX_1;
+            else return bad(cmd, optname, optarg, "auto, 0 or 1");
+            break;
+        case OPT_DIM:
+            if (parse_u64(optarg, 1, UINT32_MAX - 1, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            t->libsvm.dim = (uint32_t)u;
+            break;
+        case OPT_CLASSES:
+            if (parse_u64(optarg, 2, 1u << 24, &u)) return bad(cmd, optname, optarg, "an integer >= 2");
+            t->libsvm.classes = (uint32_t)u;
+            break;
+        case OPT_BATCH:
+            if (parse_u64(optarg, 1, 1u << 20, &u)) return bad(cmd, optname, optarg, "an integer in 1..1048576");
+            t->batch = (uint32_t)u;
+            break;
+        case OPT_EPOCHS:
+            if (parse_u64(optarg, 1, 1u << 20, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            t->epochs = (uint32_t)u;
+            have_epochs = 1;
+            break;
+        case OPT_CLOCKS:
+            if (parse_u64(optarg, 1, UINT64_MAX >> 2, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            t->clocks = u;
+            have_clocks = 1;
+            break;
+        case OPT_LR:
+            if (parse_double(optarg, &d) || !(d > 0)) return bad(cmd, optname, optarg, "a positive number");
+            t->lr = d;
+            break;
+        case OPT_LR_SCHEDULE:
+            if (!strcmp(optarg, "constant")) t->lr_schedule = SFB_LR_CONSTANT;
+            else if (!strcmp(optarg, "invsqrt")) t->lr_schedule = SFB_LR_INVSQRT;
+            else if (!strcmp(optarg, "step")) t->lr_schedule = SFB_LR_STEP;
+            else return bad(cmd, optname, optarg, "constant, invsqrt or step");
+            break;
+        case OPT_LR_PERIOD:
+            if (parse_u64(optarg, 1, UINT64_MAX >> 2, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            t->lr_period = u;
+            break;
+        case OPT_LR_DECAY:
+            if (parse_double(optarg, &d) || !(d > 0 && d <= 1)) return bad(cmd, optname, optarg, "a number in (0, 1]");
+            t->lr_decay = d;
+            break;
+        case OPT_LAMBDA:
+            if (parse_double(optarg, &d) || d < 0) return bad(cmd, optname, optarg, "a number >= 0");
+            t->lambda = d;
+            break;
+        case OPT_SEED:
+            if (parse_u64(optarg, 0, UINT64_MAX, &u)) return bad(cmd, optname, optarg, "a non-negative integer");
+            t->seed = u;
+            break;
+        case OPT_THREADS:
+            if (parse_u64(optarg, 1, 1024, &u)) return bad(cmd, optname, optarg, "an integer in 1..1024");
+            t->threads = (int)u;
+            break;
+        case OPT_EVAL_EVERY:
+            if (parse_u64(optarg, 0, 1u << 20, &u)) return bad(cmd, optname, optarg, "a non-negative integer");
+            t->eval_every = (uint32_t)u;
+            break;
+        case OPT_OUT_DIR: job->out_dir = optarg; break;
+        case OPT_MODEL_OUT: t->model_out = optarg; break;
+        case OPT_METRICS_OUT: t->metrics_out = optarg; break;
+        case OPT_SYNC:
+            if (strcmp(optarg, "sfb") && strcmp(optarg, "fms")) return bad(cmd, optname, optarg, "sfb or fms");
+            job->sync = optarg;
+            break;
+        case OPT_STALENESS:
+            if (parse_long(optarg, -1, 1000000, &l)) return bad(cmd, optname, optarg, "an integer >= -1");
+            job->staleness = l;
+            break;
+        case OPT_TOPOLOGY:
+            if (strcmp(optarg, "full") && strcmp(optarg, "halton") && strcmp(optarg, "halton-classic"))
+                return bad(cmd, optname, optarg, "full, halton or halton-classic");
+            job->topology = optarg;
+            break;
+        case OPT_DEGREE:
+            if (parse_u64(optarg, 1, 64, &u)) return bad(cmd, optname, optarg, "an integer in 1..64");
+            job->degree = (int)u;
+            have_degree = 1;
+            break;
+        case OPT_FLUSH:
+            if (strcmp(optarg, "eager") && strcmp(optarg, "clock")) return bad(cmd, optname, optarg, "eager or clock");
+            have_flush = 1;
+            break;
+        case OPT_PROVIDER: job->provider = optarg; break;
+        case OPT_CHECKPOINT_EVERY:
+        case OPT_RESUME:
+            fprintf(stderr, "sfb %s: %s is not available in this version (checkpoints are "
+                            "planned; see README \"Status\")\n", cmd, optname);
+            return 2;
+        case OPT_LOG_LEVEL:
+            if (!strcmp(optarg, "error")) job->log_level = SFB_LOG_ERROR;
+            else if (!strcmp(optarg, "warn")) job->log_level = SFB_LOG_WARN;
+            else if (!strcmp(optarg, "info")) job->log_level = SFB_LOG_INFO;
+            else if (!strcmp(optarg, "debug")) job->log_level = SFB_LOG_DEBUG;
+            else return bad(cmd, optname, optarg, "error, warn, info or debug");
+            break;
+        case 'q': job->quiet = 1; break;
+        case 'v': job->log_level = SFB_LOG_DEBUG; break;
+        case 'h':
+            job_help(stdout, cmd, with_n);
+            return 1;
+        case ':':
+            fprintf(stderr, "sfb %s: %s needs a value (see sfb %s --help)\n", cmd,
+                    argv[optind - 1], cmd);
+            return 2;
+        default:
+            fprintf(stderr, "sfb %s: unknown option \"%s\" (see sfb %s --help)\n", cmd,
+                    argv[optind - 1], cmd);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sfb %s: unexpected argument \"%s\" (see sfb %s --help)\n", cmd,
+                argv[optind], cmd);
+        return 2;
+    }
+    if (have_epochs && have_clocks) {
+        fprintf(stderr, "sfb %s: --epochs and --clocks contradict each other: give one\n", cmd);
+        return 2;
+    }
+    if (have_degree && !strcmp(job->topology, "full")) {
+        fprintf(stderr, "sfb %s: --degree applies to an overlay; add --topology halton\n", cmd);
+        return 2;
+    }
+    if (have_flush && !strcmp(job->topology, "full")) {
+        fprintf(stderr, "sfb %s: --flush applies to an overlay; add --topology halton\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
+    return 0;
+}
+
+int cli_prepare_outputs(struct cli_job *job)
+{
+    struct sfb_train_settings *t = &job->train;
+    if (!t->model_out || !t->metrics_out) {
+        int r = mkdir_p(job->out_dir);
+        if (r) {
+            fprintf(stderr, "sfb: cannot create output directory %s: %s\n", job->out_dir,
+                    strerror(-r));
+            return 1;
+        }
+    }
+    if (!t->model_out) {
+        snprintf(job->model_out_buf, sizeof job->model_out_buf, "%s/model.sfb", job->out_dir);
+        t->model_out = job->model_out_buf;
+    }
+    if (!t->metrics_out) {
+        snprintf(job->metrics_out_buf, sizeof job->metrics_out_buf, "%s/metrics.%%r.jsonl",
+                 job->out_dir);
+        t->metrics_out = job->metrics_out_buf;
+    }
+    return 0;
+}

@@ -1,0 +1,101 @@
+#include "config.h"
+#include "src/metrics.h"
+#include "src/common.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+char *sfb__path_for_rank(const char *pattern, uint32_t rank)
+{
+    size_t n = strlen(pattern);
+    char *out = malloc(n + 16 * 10 + 1);
+    if (!out) return NULL;
+    char *o = out;
+    int reps = 0;
+    for (const char *p = pattern; *p; p++) {
+        if (p[0] == '%' && p[1] == 'r' && reps < 16) {
+            o += sprintf(o, "%u", rank);
+            p++;
+            reps++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+int sfb__metrics_open(struct sfb__metrics *m, const char *pattern, uint32_t rank)
+{
+    memset(m, 0, sizeof *m);
+    m->rank = rank;
+    if (!pattern) return 0;
+    m->path = sfb__path_for_rank(pattern, rank);
+    if (!m->path) return sfb__error(-ENOMEM, "out of memory");
+    m->f = fopen(m->path, "w");
+    if (!m->f) {
+        int e = errno;
+        sfb__error(-e, "%s: cannot open metrics file: %s", m->path, strerror(e));
+        free(m->path);
+        m->path = NULL;
+        return -e;
+    }
+    setvbuf(m->f, NULL, _IOFBF, 1 << 16);
+    return 0;
+}
+
+/* JSON has no NaN/Inf: write null. */
+static void put_num(FILE *f, const char *key, double v)
+{
+    if (isfinite(v))
+        fprintf(f, ",\"%s\":%.6g", key, v);
+    else
+        fprintf(f, ",\"%s\":null", key);
+}
+
+void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics *c)
+{
+    if (!m->f) return;
+    FILE *f = m->f;
+    fprintf(f, "{\"rank\":%u,\"clock\":%lld,\"epoch\":%u", m->rank, (long long)c->clock,
+            c->epoch);
+    put_num(f, "wall", c->wall);
+    put_num(f, "compute_s", c->compute_s);
+    put_num(f, "wait_s", c->wait_s);
+    put_num(f, "apply_s", c->apply_s);
+    fprintf(f,
+            ",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"msgs_sent\":%llu,\"msgs_recv\":%llu,"
+            "\"staleness\":%lld",
+            (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_recv,
+            (unsigned long long)c->msgs_sent, (unsigned long long)c->msgs_recv,
+            (long long)c->staleness);
+    put_num(f, "objective", c->objective);
+    put_num(f, "samples_per_s", c->samples_per_s);
+    put_num(f, "lr", c->lr);
+    fputs("}\n", f);
+}
+
+void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fields, ...)
+{
+    if (!m->f) return;
+    fprintf(m->f, "{\"event\":\"%s\",\"rank\":%u,", name, m->rank);
+    va_list ap;
+    va_start(ap, fields);
+    vfprintf(m->f, fields, ap);
+    va_end(ap);
+    fputs("}\n", m->f);
+    fflush(m->f);
+}
+
+int sfb__metrics_close(struct sfb__metrics *m)
+{
+    int ret = 0;
+    if (m->f && fclose(m->f) != 0) {
+        ret = -errno;
+        sfb__error(ret, "%s: write failed: %s", m->path, strerror(-ret));
+    }
+    free(m->path);
+    memset(m, 0, sizeof *m);
+    return ret;
+}

@@ -1,0 +1,41 @@
+/* Per-worker metrics as JSON lines, one object per clock plus event lines
+ * (evaluations, the end-of-run summary). Format in docs/metrics.md. */
+#ifndef SFB_SRC_METRICS_H
+#define SFB_SRC_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct sfb__clock_metrics {
+    int64_t clock;
+    uint32_t epoch;
+    double wall;        /* seconds since training started */
+    double compute_s;   /* computing SFs this clock */
+    double wait_s;      /* blocked on the SSP condition */
+    double apply_s;     /* reconstructing updates into the replica */
+    uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv;
+    int64_t staleness;  /* max observed (own clock − applied clock of an origin) */
+    double objective;   /* mean loss of this clock's minibatch */
+    double samples_per_s;
+    double lr;
+};
+
+struct sfb__metrics {
+    FILE *f;
+    uint32_t rank;
+    char *path;
+};
+
+/* Opens `pattern` with "%r" replaced by the rank (the file is truncated).
+ * A NULL pattern gives a metrics object that records nothing. */
+int sfb__metrics_open(struct sfb__metrics *m, const char *pattern, uint32_t rank);
+void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics *c);
+/* Writes {"event":"<name>","rank":r, <fields>} where `fields` is a
+ * printf-formatted fragment of JSON members ("\"a\":1,\"b\":2"). */
+void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fields, ...)
+    __attribute__((format(printf, 3, 4)));
+int sfb__metrics_close(struct sfb__metrics *m);
+/* Expands "%r" in a path pattern; caller frees. */
+char *sfb__path_for_rank(const char *pattern, uint32_t rank);
+
+#endif

@@ -1,0 +1,188 @@
+/* Model files (format in docs/formats.md):
+ *
+ *   0   8  magic "SFBMODL1"
+ *   8   4  format version (1)
+ *   12  4  number of matrices n (1 … SFB_MODEL_MAX_MATRICES)
+ *   16 16  model kind, NUL-padded
+ *   32  4  d        36  4  k
+ *   40  8  lambda (IEEE double)     48  8  seed
+ *   56  8  clock (int64)
+ *   64  8n rows, cols of each matrix (u32 each)
+ *   …      matrices, float32, row-major
+ *   end 8  XXH3-64 of every byte before it
+ *
+ * All little-endian. The loader checks size, magic, version and checksum
+ * before it trusts any field, then checks every shape against the model the
+ * header describes. */
+#include "config.h"
+#include "sfb/model.h"
+#include "src/bytes.h"
+#include "src/common.h"
+#include "src/fileio.h"
+
+#include <string.h>
+#include <xxhash.h>
+
+#define MODEL_MAGIC "SFBMODL1"
+#define MODEL_VERSION 1u
+#define HDR_FIXED 64u
+#define MAX_MODEL_FILE ((size_t)1 << 40)
+
+int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
+{
+    const struct sfb_model_settings *s = sfb_model_get_settings(m);
+    uint32_t n = sfb_model_n_matrices(m);
+    uint8_t hdr[HDR_FIXED + 8 * SFB_MODEL_MAX_MATRICES];
+    memset(hdr, 0, sizeof hdr);
+    memcpy(hdr, MODEL_MAGIC, 8);
+    sfb__put_u32(hdr + 8, MODEL_VERSION);
+    sfb__put_u32(hdr + 12, n);
+    strncpy((char *)hdr + 16, sfb_model_get_ops(m)->name, 15);
+    sfb__put_u32(hdr + 32, s->d);
+    sfb__put_u32(hdr + 36, s->k);
+    sfb__put_f64(hdr + 40, s->lambda);
+    sfb__put_u64(hdr + 48, s->seed);
+    sfb__put_u64(hdr + 56, (uint64_t)clock);
+    size_t hlen = HDR_FIXED + 8 * (size_t)n;
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct sfb_matrix *a = sfb_model_matrix(m, i);
+        sfb__put_u32(hdr + HDR_FIXED + 8 * i, a->rows);
+        sfb__put_u32(hdr + HDR_FIXED + 8 * i + 4, a->cols);
+        total += (size_t)a->rows * a->cols * sizeof(float);
+    }
+
+    XXH3_state_t *st = XXH3_createState();
+    uint8_t *body = malloc(total ? total : 1);
+    if (!st || !body) {
+        XXH3_freeState(st);
+        free(body);
+        return sfb__error(-ENOMEM, "%s: out of memory", path);
+    }
+    size_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct sfb_matrix *a = sfb_model_matrix(m, i);
+        size_t cnt = (size_t)a->rows * a->cols;
+        sfb__put_f32s(body + off, a->data, cnt);
+        off += cnt * sizeof(float);
+    }
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, hdr, hlen);
+    XXH3_64bits_update(st, body, total);
+    uint8_t sum[8];
+    sfb__put_u64(sum, XXH3_64bits_digest(st));
+    XXH3_freeState(st);
+
+    struct sfb__piece pieces[] = {{hdr, hlen}, {body, total}, {sum, 8}};
+    int ret = sfb__write_file_atomic(path, pieces, 3);
+    free(body);
+    return ret;
+}
+
+int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
+{
+    *out = NULL;
+    uint8_t *buf;
+    size_t len;
+    int ret = sfb__read_file(path, MAX_MODEL_FILE, &buf, &len);
+    if (ret) return ret;
+
+    struct sfb_model *m = NULL;
+    if (len < HDR_FIXED + 8) {
+        ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
+                         path, len);
+        goto fail;
+    }
+    if (memcmp(buf, MODEL_MAGIC, 8) != 0) {
+        ret = sfb__error(-SFB_EFORMAT, "%s: not an sfb model file (bad magic)", path);
+        goto fail;
+    }
+    uint32_t version = sfb__get_u32(buf + 8);
+    if (version != MODEL_VERSION) {
+        ret = sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads %u", path,
+                         version, MODEL_VERSION);
+        goto fail;
+    }
+    uint32_t n = sfb__get_u32(buf + 12);
+    if (n == 0 || n > SFB_MODEL_MAX_MATRICES) {
+        ret = sfb__error(-SFB_EFORMAT, "%s: field n_matrices = %u is out of range", path, n);
+        goto fail;
+    }
+    size_t hlen = HDR_FIXED + 8 * (size_t)n;
+    if (len < hlen + 8) {
+        ret = sfb__error(-SFB_ETRUNC, "%s: truncated inside the header", path);
+        goto fail;
+    }
+    /* Checksum before any further field is trusted. A truncated file fails
+     * here too unless the size check below catches it first. */
+    uint64_t want = sfb__get_u64(buf + len - 8);
+    uint64_t got = XXH3_64bits(buf, len - 8);
+
+    size_t body = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t r = sfb__get_u32(buf + HDR_FIXED + 8 * i);
+        uint64_t c = sfb__get_u32(buf + HDR_FIXED + 8 * i + 4);
+        body += (size_t)(r * c * sizeof(float));
+        if (r * c > (uint64_t)MAX_MODEL_FILE) {
+            ret = sfb__error(-SFB_EFORMAT, "%s: matrix %u shape %llux%llu is impossible", path, i,
+                             (unsigned long long)r, (unsigned long long)c);
+            goto fail;
+        }
+    }
+    if (len != hlen + body + 8) {
+        ret = sfb__error(len < hlen + body + 8 ? -SFB_ETRUNC : -SFB_EFORMAT,
+                         "%s: file is %zu bytes but its header describes %zu (%s)", path, len,
+                         hlen + body + 8, len < hlen + body + 8 ? "truncated" : "trailing bytes");
+        goto fail;
+    }
+    if (want != got) {
+        ret = sfb__error(-SFB_ECHECKSUM,
+                         "%s: checksum mismatch (stored %016llx, computed %016llx): file is "
+                         "corrupted",
+                         path, (unsigned long long)want, (unsigned long long)got);
+        goto fail;
+    }
+
+    char kind[17];
+    memcpy(kind, buf + 16, 16);
+    kind[16] = '\0';
+    struct sfb_model_settings s;
+    sfb_model_default_settings(&s);
+    s.kind = kind;
+    s.d = sfb__get_u32(buf + 32);
+    s.k = sfb__get_u32(buf + 36);
+    s.lambda = sfb__get_f64(buf + 40);
+    s.seed = sfb__get_u64(buf + 48);
+    if (!sfb_model_find(kind)) {
+        ret = sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
+        goto fail;
+    }
+    ret = sfb_model_open(&m, &s);
+    if (ret) goto fail;
+    if (sfb_model_n_matrices(m) != n) {
+        ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices stored, model %s has %u", path, n, kind,
+                         sfb_model_n_matrices(m));
+        goto fail;
+    }
+    size_t off = hlen;
+    for (uint32_t i = 0; i < n; i++) {
+        struct sfb_matrix *a = sfb_model_matrix(m, i);
+        uint32_t r = sfb__get_u32(buf + HDR_FIXED + 8 * i);
+        uint32_t c = sfb__get_u32(buf + HDR_FIXED + 8 * i + 4);
+        if (r != a->rows || c != a->cols) {
+            ret = sfb__error(-SFB_ESHAPE, "%s: matrix %u is %ux%u, model expects %ux%u", path, i,
+                             r, c, a->rows, a->cols);
+            goto fail;
+        }
+        sfb__get_f32s(a->data, buf + off, (size_t)r * c);
+        off += (size_t)r * c * sizeof(float);
+    }
+    if (clock) *clock = (int64_t)sfb__get_u64(buf + 56);
+    free(buf);
+    *out = m;
+    return 0;
+fail:
+    sfb_model_close(&m);
+    free(buf);
+    return ret;
+}
