@@ -1,0 +1,165 @@
+/* Model files: round trip, and corruption of every kind is detected. */
+#include "sfb/sfb.h"
+#include "test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/sfb_modelfile_XXXXXX";
+static char path[256];
+
+static int make_model(struct sfb_model **m)
+{
+    struct sfb_model_settings s;
+    sfb_model_default_settings(&s);
+    s.kind = "mlr";
+    s.d = 7;
+    s.k = 3;
+    s.lambda = 0.25;
+    s.seed = 42;
+    int r = sfb_model_open(m, &s);
+    if (r) return r;
+    struct sfb_matrix *a = sfb_model_matrix(*m, 0);
+    for (size_t i = 0; i < (size_t)a->rows * a->cols; i++) a->data[i] = (float)i * 0.5f - 3.0f;
+    return 0;
+}
+
+static long file_size(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static int patch_byte(const char *p, long off, unsigned char x)
+{
+    FILE *f = fopen(p, "r+b");
+    if (!f) return -1;
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ x, f);
+    fclose(f);
+    return 0;
+}
+
+static int setup(void)
+{
+    if (!mkdtemp(dir)) return -1;
+    snprintf(path, sizeof path, "%s/m.sfb", dir);
+    return 0;
+}
+
+static int test_round_trip(void)
+{
+    struct sfb_model *m, *l;
+    ASSERT_OK(make_model(&m));
+    ASSERT_OK(sfb_model_save(m, path, 1234));
+    int64_t clock = 0;
+    ASSERT_OK(sfb_model_load(&l, path, &clock));
+    ASSERT_EQ(clock, 1234);
+    ASSERT_EQ(sfb_model_n_matrices(l), 1);
+    struct sfb_matrix *a = sfb_model_matrix(m, 0), *b = sfb_model_matrix(l, 0);
+    ASSERT_EQ(a->rows, b->rows);
+    ASSERT_EQ(a->cols, b->cols);
+    ASSERT_EQ(a->rows, 3);
+    ASSERT_EQ(a->cols, 8); /* 7 features + bias */
+    ASSERT(memcmp(a->data, b->data, sizeof(float) * a->rows * a->cols) == 0);
+    const struct sfb_model_settings *s = sfb_model_get_settings(l);
+    ASSERT_NEAR(s->lambda, 0.25, 0);
+    ASSERT_EQ(s->seed, 42);
+    ASSERT_EQ(s->d, 7);
+    ASSERT_EQ(s->k, 3);
+    sfb_model_close(&m);
+    sfb_model_close(&l);
+    ASSERT(l == NULL);
+    return 0;
+}
+
+static int test_flipped_bytes(void)
+{
+    struct sfb_model *m, *l = NULL;
+    ASSERT_OK(make_model(&m));
+    ASSERT_OK(sfb_model_save(m, path, 7));
+    long n = file_size(path);
+    ASSERT_GT(n, 72);
+    /* A flip anywhere in the checksummed body or the checksum itself. */
+    long offs[] = {20, 40, 60, 80, n / 2, n - 9, n - 1};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        ASSERT_OK(sfb_model_save(m, path, 7));
+        ASSERT_EQ(patch_byte(path, offs[i], 0x10), 0);
+        int r = sfb_model_load(&l, path, NULL);
+        ASSERT_EQ(r, -SFB_ECHECKSUM);
+        ASSERT(l == NULL);
+        ASSERT_STR_CONTAINS(sfb_last_error(), "checksum");
+    }
+    /* The magic is checked before the checksum. */
+    ASSERT_OK(sfb_model_save(m, path, 7));
+    ASSERT_EQ(patch_byte(path, 0, 0x01), 0);
+    ASSERT_EQ(sfb_model_load(&l, path, NULL), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "magic");
+    sfb_model_close(&m);
+    return 0;
+}
+
+static int test_truncated(void)
+{
+    struct sfb_model *m, *l = NULL;
+    ASSERT_OK(make_model(&m));
+    ASSERT_OK(sfb_model_save(m, path, 7));
+    long n = file_size(path);
+    long cuts[] = {0, 5, 71, n / 2, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        ASSERT_OK(sfb_model_save(m, path, 7));
+        ASSERT_EQ(truncate(path, cuts[i]), 0);
+        int r = sfb_model_load(&l, path, NULL);
+        ASSERT_EQ(r, -SFB_ETRUNC);
+        ASSERT(l == NULL);
+        ASSERT_STR_CONTAINS(sfb_last_error(), path);
+    }
+    ASSERT_EQ(sfb_model_load(&l, "/nonexistent/model.sfb", NULL), -ENOENT);
+    sfb_model_close(&m);
+    return 0;
+}
+
+static int test_save_is_atomic(void)
+{
+    /* Saving into a missing directory fails and leaves nothing behind. */
+    struct sfb_model *m;
+    ASSERT_OK(make_model(&m));
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/missing/m.sfb", dir);
+    ASSERT(sfb_model_save(m, bad, 1) < 0);
+    /* Overwriting keeps a loadable file at every moment: the old one stays
+     * until the new one is renamed over it. */
+    ASSERT_OK(sfb_model_save(m, path, 1));
+    ASSERT_OK(sfb_model_save(m, path, 2));
+    struct sfb_model *l;
+    int64_t clock;
+    ASSERT_OK(sfb_model_load(&l, path, &clock));
+    ASSERT_EQ(clock, 2);
+    sfb_model_close(&l);
+    sfb_model_close(&m);
+    return 0;
+}
+
+static const struct test_case tests[] = {
+    {"round_trip", test_round_trip},
+    {"flipped_bytes", test_flipped_bytes},
+    {"truncated", test_truncated},
+    {"save_is_atomic", test_save_is_atomic},
+};
+
+int main(int argc, char **argv)
+{
+    if (setup()) return 1;
+    int r = test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) return 1;
+    return r;
+}
