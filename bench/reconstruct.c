@@ -6,7 +6,8 @@
  *                     [--threads N] [--min-time SEC]
  *
  * Defaults: K = D = 4096, S = 256 and 32, 4 batches, 1 OpenBLAS thread.
- * --quick uses tiny shapes (the bench-smoke test). One line per measurement:
+ * --quick uses tiny shapes (the bench-smoke test). A fourth line measures the
+ * sparse path (CSR c with 1% of the columns; GFLOP/s counts 2·K·nnz). One line per measurement:
  *   name  size  iters  us/op  GFLOP/s
  * (us/op is the median of individually timed iterations after one warm-up
  * call; reconstruct and sgemm iterations are interleaved so both see the same
@@ -55,9 +56,10 @@ static double median(double *t, int n)
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-static void report(const char *name, const struct cfg *c, uint32_t s, int iters, double sec)
+/* flops_per_sample: 2·K·D for dense c, 2·K·nnz/S for sparse c. */
+static void report(const char *name, const struct cfg *c, uint32_t s, int iters, double sec,
+                   double flops)
 {
-    double flops = 2.0 * c->k * c->d * s;
     printf("%-22s %ux%ux%u  %4d  %12.1f  %8.2f\n", name, c->k, c->d, s, iters, sec * 1e6,
            flops / sec * 1e-9);
 }
@@ -132,7 +134,12 @@ struct run {
     float *bp, *cp; /* the same SFs as one plain batch, b pre-scaled */
     float *a;
     struct sfb_reconstruct *r;
+    struct sfb_sf sp[64]; /* the same b with CSR c of density SPARSE_DENSITY */
+    const struct sfb_sf *sptr[64];
+    uint64_t nnz;
 };
+
+#define SPARSE_DENSITY 0.01
 
 static int setup(struct run *u, const struct cfg *c, uint32_t s)
 {
@@ -161,13 +168,28 @@ static int setup(struct run *u, const struct cfg *c, uint32_t s)
             u->cp[(size_t)off * c->d + q] = sf->c[q] = frand();
         u->ptr[j] = sf;
         off += sj;
+        /* Sparse twin: ~1% of the columns, chosen by striding. */
+        uint32_t per = (uint32_t)fmax(1.0, SPARSE_DENSITY * c->d), step = c->d / per;
+        struct sfb_sf *sp = &u->sp[j];
+        if ((ret = sfb_sf_reserve(sp, c->k, c->d, sj, 1, (uint64_t)sj * per))) return ret;
+        memcpy(sp->b, sf->b, (size_t)sj * c->k * sizeof(float));
+        sp->scale = sf->scale;
+        for (uint32_t i = 0; i < sj; i++) {
+            for (uint32_t q = 0; q < per; q++) {
+                sp->c_col[i * per + q] = (q * step + i) % step + q * step;
+                sp->c_val[i * per + q] = frand();
+            }
+            sp->c_row_ptr[i + 1] = (i + 1) * per;
+        }
+        u->nnz += (uint64_t)sj * per;
+        u->sptr[j] = sp;
     }
     return 0;
 }
 
 static void teardown(struct run *u)
 {
-    for (int j = 0; j < u->nb; j++) sfb_sf_free(&u->sf[j]);
+    for (int j = 0; j < u->nb; j++) sfb_sf_free(&u->sf[j]), sfb_sf_free(&u->sp[j]);
     sfb_reconstruct_close(&u->r);
     free(u->bp);
     free(u->cp);
@@ -178,6 +200,12 @@ static int do_reconstruct(struct run *u)
 {
     struct sfb_matrix m = {u->k, u->d, u->a};
     return sfb_reconstruct_apply(u->r, &m, u->ptr, (size_t)u->nb);
+}
+
+static int do_sparse(struct run *u)
+{
+    struct sfb_matrix m = {u->k, u->d, u->a};
+    return sfb_reconstruct_apply(u->r, &m, u->sptr, (size_t)u->nb);
 }
 
 static void do_sgemm(struct run *u)
@@ -255,8 +283,8 @@ static int bench_one(const struct cfg *c, uint32_t s, double *ratio)
     double mr = median(tr, n), mg = median(tg, n);
     char name[64];
     snprintf(name, sizeof(name), "reconstruct_%dbatches", u.nb);
-    report(name, c, s, n, mr);
-    report("sgemm", c, s, n, mg);
+    report(name, c, s, n, mr, 2.0 * c->k * c->d * s);
+    report("sgemm", c, s, n, mg, 2.0 * c->k * c->d * s);
 
     t0 = sfb__now();
     do_sger(&u);
@@ -267,7 +295,19 @@ static int bench_one(const struct cfg *c, uint32_t s, double *ratio)
         do_sger(&u);
         tl[i] = sfb__now() - t0;
     }
-    report("sger_loop", c, s, nl, median(tl, nl));
+    report("sger_loop", c, s, nl, median(tl, nl), 2.0 * c->k * c->d * s);
+
+    /* Sparse c (K × nnz multiply-adds); GFLOP/s counts 2·K·nnz. */
+    t0 = sfb__now();
+    if ((ret = do_sparse(&u))) goto out;
+    t1 = sfb__now();
+    nl = iters_for(t1 - t0, c->min_time, 5, MAX_ITERS);
+    for (int i = 0; i < nl; i++) {
+        t0 = sfb__now();
+        if ((ret = do_sparse(&u))) goto out;
+        tl[i] = sfb__now() - t0;
+    }
+    report("reconstruct_sparse1%", c, s, nl, median(tl, nl), 2.0 * c->k * (double)u.nnz);
     *ratio = mg / mr;
     printf("reconstruct/sgemm = %.2f  (S=%u)\n", *ratio, s);
     fflush(stdout);

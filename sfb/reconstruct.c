@@ -131,7 +131,33 @@ static void apply_sparse(struct sfb_reconstruct *r, struct sfb_matrix *a,
         }
         off += sf->s;
     }
-    for (size_t k = 0; k < rows; k++) {
+    /* Four rows of A at a time: each non-zero's column and value are loaded
+     * once for four multiply-adds, and the four rows stay in L2. */
+    size_t k = 0;
+    for (; k + 4 <= rows; k += 4) {
+        float *a0 = a->data + k * cols, *a1 = a0 + cols, *a2 = a1 + cols, *a3 = a2 + cols;
+        const float *c0 = r->bt + k * total_s, *c1 = c0 + total_s, *c2 = c1 + total_s,
+                    *c3 = c2 + total_s;
+        off = 0;
+        for (size_t j = 0; j < n; j++) {
+            const struct sfb_sf *sf = sfs[j];
+            if (!sf->sparse_c) continue;
+            for (uint32_t i = 0; i < sf->s; i++) {
+                const float w0 = c0[off + i], w1 = c1[off + i], w2 = c2[off + i],
+                            w3 = c3[off + i];
+                for (uint32_t p = sf->c_row_ptr[i]; p < sf->c_row_ptr[i + 1]; p++) {
+                    const uint32_t col = sf->c_col[p];
+                    const float v = sf->c_val[p];
+                    a0[col] += w0 * v;
+                    a1[col] += w1 * v;
+                    a2[col] += w2 * v;
+                    a3[col] += w3 * v;
+                }
+            }
+            off += sf->s;
+        }
+    }
+    for (; k < rows; k++) {
         float *ak = a->data + k * cols;
         const float *coef = r->bt + k * total_s;
         off = 0;
@@ -139,8 +165,7 @@ static void apply_sparse(struct sfb_reconstruct *r, struct sfb_matrix *a,
             const struct sfb_sf *sf = sfs[j];
             if (!sf->sparse_c) continue;
             for (uint32_t i = 0; i < sf->s; i++) {
-                float w = coef[off + i];
-                if (w == 0.0f) continue;
+                const float w = coef[off + i];
                 for (uint32_t p = sf->c_row_ptr[i]; p < sf->c_row_ptr[i + 1]; p++)
                     ak[sf->c_col[p]] += w * sf->c_val[p];
             }
