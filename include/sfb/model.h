@@ -16,12 +16,16 @@
 extern "C" {
 #endif
 
+/* mlr: one matrix A of k × (d+1), the last column being the intercept
+ * (bias); SFs carry c = [x; 1] (CSR: the non-zeros plus (d, 1)). The L2
+ * decay and penalty exclude the bias column. Parameters start at zero, so
+ * mlr does not use `seed`. */
 struct sfb_model_settings {
-    const char *kind;   /* "mlr" */
+    const char *kind;   /* "mlr"; copied by sfb_model_open */
     uint32_t d;         /* feature dimension of the data */
     uint32_t k;         /* classes (mlr) */
     double lambda;      /* L2 strength (mlr), default 0 */
-    uint64_t seed;      /* initialisation */
+    uint64_t seed;      /* initialisation (default 1) */
 };
 
 SFB_API void sfb_model_default_settings(struct sfb_model_settings *s);
@@ -64,18 +68,27 @@ SFB_API const char *sfb_model_names(void);
 struct sfb_model;
 
 /* Creates a model with freshly initialised parameters. Returns 0, -EINVAL
- * (unknown kind; see sfb_last_error), -ENOMEM. Caller owns *m. */
+ * (unknown kind or invalid settings such as k = 0, d = 0, lambda < 0; see
+ * sfb_last_error), -ENOMEM, -EOVERFLOW. Caller owns *m; on failure *m is
+ * NULL. */
 SFB_API int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s);
 SFB_API void sfb_model_close(struct sfb_model **m);
 SFB_API const struct sfb_model_ops *sfb_model_get_ops(const struct sfb_model *m);
 SFB_API const struct sfb_model_settings *sfb_model_get_settings(const struct sfb_model *m);
 SFB_API uint32_t sfb_model_n_matrices(const struct sfb_model *m);
 SFB_API struct sfb_matrix *sfb_model_matrix(struct sfb_model *m, uint32_t i);
-/* SFs of a minibatch; out has sfb_model_n_matrices entries. */
+/* SFs of a minibatch; out has sfb_model_n_matrices entries, whose buffers
+ * are reused (grown only when needed). Sets shapes, sparse_c, scale and
+ * matrix; origin and clock are left for the caller. Adds the summed loss to
+ * *loss. Returns 0, -EINVAL (s = 0, an index ≥ n, a label outside [0, k)),
+ * -SFB_ESHAPE (data->d differs from the model's d, or a CSR column ≥ d),
+ * -ENOMEM. */
 SFB_API int sfb_model_factors(struct sfb_model *m, const struct sfb_dataset *data,
                               const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out,
                               double *loss);
 SFB_API void sfb_model_apply_local(struct sfb_model *m, float eta);
+/* Mean loss (incl. regularizer) and accuracy over all of `data`; loss and
+ * accuracy are NaN when data->n = 0. Errors as sfb_model_factors. */
 SFB_API int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data,
                                struct sfb_eval *out);
 

@@ -54,10 +54,17 @@ struct sfb_matrix {
  * update per sample. */
 struct sfb_reconstruct;
 
+/* Returns 0 or -ENOMEM; the caller owns *r. close sets *r to NULL. */
 SFB_API int sfb_reconstruct_open(struct sfb_reconstruct **r);
 SFB_API void sfb_reconstruct_close(struct sfb_reconstruct **r);
-/* A += Σ_j sfs[j].scale · B_jᵀ C_j. Every batch must match a's shape
- * (-SFB_ESHAPE otherwise, nothing applied). Returns 0, -SFB_ESHAPE, -ENOMEM.
+/* A += Σ_j sfs[j].scale · B_jᵀ C_j. Every batch must match a's shape and
+ * CSR columns must lie inside A (-SFB_ESHAPE otherwise). Everything is
+ * validated and every buffer reserved before A is touched, so on any error
+ * nothing is applied. Batches with s = 0 are skipped; n = 0 is a no-op.
+ * Dense batches are stacked into one sgemm (split only if the stack would
+ * exceed 128 MiB); the sparse pass costs rows × nnz multiply-adds.
+ * Returns 0, -SFB_ESHAPE, -EINVAL (NULL pointers), -ENOMEM, -EOVERFLOW; the
+ * detail is in sfb_last_error(). The caller keeps ownership of a and sfs.
  * The stacking buffers are kept in *r between calls. One thread per *r. */
 SFB_API int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
                                   const struct sfb_sf *const *sfs, size_t n);

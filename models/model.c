@@ -1,0 +1,142 @@
+/* Model registry and the sfb_model handle: one static table of ops, so a new
+ * model is one source file plus one line in `models` below. */
+#include "models/model.h"
+
+#include "models/mlr.h"
+#include "src/common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct sfb_model_ops *const models[] = {
+    &sfb__mlr_ops,
+};
+
+struct sfb_model {
+    const struct sfb_model_ops *ops;
+    struct sfb_model_settings settings; /* settings.kind points at `kind` */
+    char kind[SFB_MODEL_KIND_MAX + 1];
+    uint32_t n_matrices;
+    struct sfb_matrix mats[SFB_MODEL_MAX_MATRICES];
+    void *priv;
+    int inited;
+};
+
+void sfb_model_default_settings(struct sfb_model_settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->kind = "mlr";
+    s->lambda = 0.0;
+    s->seed = 1;
+}
+
+const struct sfb_model_ops *sfb_model_find(const char *name)
+{
+    if (!name) return NULL;
+    for (size_t i = 0; i < SFB_ARRAY_LEN(models); i++)
+        if (strcmp(models[i]->name, name) == 0) return models[i];
+    return NULL;
+}
+
+const char *sfb_model_names(void)
+{
+    /* Built once from the table; the table is constant, so a race between
+     * two first callers writes the same bytes. */
+    static char names[256];
+    if (names[0]) return names;
+    char buf[sizeof(names)];
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < SFB_ARRAY_LEN(models); i++) {
+        size_t l = strlen(models[i]->name);
+        if (len + l + 2 >= sizeof(buf)) break;
+        if (i) buf[len++] = ',';
+        memcpy(buf + len, models[i]->name, l + 1);
+        len += l;
+    }
+    memcpy(names, buf, len + 1);
+    return names;
+}
+
+int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s)
+{
+    *m = NULL;
+    if (!s || !s->kind) return sfb__error(-EINVAL, "model: no kind given");
+    const struct sfb_model_ops *ops = sfb_model_find(s->kind);
+    if (!ops)
+        return sfb__error(-EINVAL, "model: unknown kind '%s' (known: %s)", s->kind,
+                          sfb_model_names());
+    struct sfb_model *mm = calloc(1, sizeof(*mm));
+    if (!mm) return -ENOMEM;
+    mm->ops = ops;
+    mm->settings = *s;
+    snprintf(mm->kind, sizeof(mm->kind), "%s", ops->name);
+    mm->settings.kind = mm->kind;
+    int ret = -ENOMEM;
+    if (ops->priv_size && !(mm->priv = calloc(1, ops->priv_size))) goto fail;
+    ret = ops->init(mm->priv, &mm->settings, &mm->n_matrices, mm->mats);
+    if (ret) goto fail;
+    mm->inited = 1;
+    *m = mm;
+    return 0;
+fail:
+    free(mm->priv);
+    free(mm);
+    return ret;
+}
+
+void sfb_model_close(struct sfb_model **m)
+{
+    if (!m || !*m) return;
+    struct sfb_model *mm = *m;
+    if (mm->inited && mm->ops->fini) mm->ops->fini(mm->priv);
+    free(mm->priv);
+    free(mm);
+    *m = NULL;
+}
+
+const struct sfb_model_ops *sfb_model_get_ops(const struct sfb_model *m)
+{
+    return m->ops;
+}
+
+const struct sfb_model_settings *sfb_model_get_settings(const struct sfb_model *m)
+{
+    return &m->settings;
+}
+
+uint32_t sfb_model_n_matrices(const struct sfb_model *m)
+{
+    return m->n_matrices;
+}
+
+struct sfb_matrix *sfb_model_matrix(struct sfb_model *m, uint32_t i)
+{
+    return i < m->n_matrices ? &m->mats[i] : NULL;
+}
+
+void *sfb__model_priv(struct sfb_model *m)
+{
+    return m->priv;
+}
+
+int sfb_model_factors(struct sfb_model *m, const struct sfb_dataset *data, const uint64_t *idx,
+                      uint32_t s, float eta, struct sfb_sf *out, double *loss)
+{
+    if (!m || !data || !out || !loss || (s && !idx))
+        return sfb__error(-EINVAL, "model: NULL argument to factors");
+    if (s == 0) return sfb__error(-EINVAL, "model: empty minibatch");
+    return m->ops->factors(m->priv, m->mats, data, idx, s, eta, out, loss);
+}
+
+void sfb_model_apply_local(struct sfb_model *m, float eta)
+{
+    if (m->ops->apply_local) m->ops->apply_local(m->priv, m->mats, eta);
+}
+
+int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, struct sfb_eval *out)
+{
+    if (!m || !data || !out) return sfb__error(-EINVAL, "model: NULL argument to evaluate");
+    return m->ops->evaluate(m->priv, m->mats, data, out);
+}

@@ -1,0 +1,21 @@
+/* Internal side of the model registry (models/model.c): accessors the runtime
+ * needs beyond the public API, e.g. the model-file reader in src/modelfile.c.
+ *
+ * What a model file must store to recreate a model: settings kind, d, k,
+ * lambda, seed (sfb_model_get_settings) and every parameter matrix
+ * (sfb_model_n_matrices / sfb_model_matrix). The private state (`priv`) is
+ * scratch only and is never saved: sfb_model_open with the saved settings
+ * followed by copying the matrices back restores an identical model. */
+#ifndef SFB_MODELS_MODEL_H
+#define SFB_MODELS_MODEL_H
+
+#include "sfb/model.h"
+
+/* The model's private state (ops->priv_size bytes). */
+void *sfb__model_priv(struct sfb_model *m);
+
+/* Longest kind name a model may have (settings.kind is copied into the
+ * model, so the caller's string need not outlive sfb_model_open). */
+#define SFB_MODEL_KIND_MAX 31
+
+#endif
