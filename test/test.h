@@ -27,11 +27,13 @@ struct test_case {
         if (!(c)) TEST_FAIL_AT("assertion failed: %s", #c);                    \
     } while (0)
 
+/* Operands compare as long double, which holds every 64-bit integer
+ * exactly and every float, so the same macros serve ints and doubles. */
 #define ASSERT_INT_OP(a, op, b)                                                 \
     do {                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                    \
+        long double a_ = (long double)(a), b_ = (long double)(b);              \
         if (!(a_ op b_))                                                       \
-            TEST_FAIL_AT("%s %s %s: %lld vs %lld", #a, #op, #b, a_, b_);       \
+            TEST_FAIL_AT("%s %s %s: %.17Lg vs %.17Lg", #a, #op, #b, a_, b_);   \
     } while (0)
 #define ASSERT_EQ(a, b) ASSERT_INT_OP(a, ==, b)
 #define ASSERT_NE(a, b) ASSERT_INT_OP(a, !=, b)
