@@ -138,6 +138,7 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
     res->test_loss = res->test_accuracy = res->train_loss = NAN;
     int ret = validate(s);
     if (ret) return ret;
+    sfb_set_blas_threads(s->threads);
     struct worker w;
     ret = worker_open(&w, s);
     if (ret) goto out;

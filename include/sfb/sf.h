@@ -69,6 +69,10 @@ SFB_API void sfb_reconstruct_close(struct sfb_reconstruct **r);
 SFB_API int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
                                   const struct sfb_sf *const *sfs, size_t n);
 
+/* Caps the dense-math (OpenBLAS) threads of this process, so P workers can
+ * share a machine. Call before training starts. */
+SFB_API void sfb_set_blas_threads(int n);
+
 #ifdef __cplusplus
 }
 #endif
