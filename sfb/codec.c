@@ -1,0 +1,143 @@
+#include "config.h"
+#include "sfb/codec.h"
+#include "src/bytes.h"
+#include "src/common.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz)
+{
+    size_t n = SFB_SF_PREFIX + (size_t)sf->s * sf->rows * 4;
+    if (sparse) return n + ((size_t)sf->s + 1) * 4 + (size_t)nnz * 8;
+    return n + (size_t)sf->s * sf->cols * 4;
+}
+
+static uint64_t count_nonzero(const float *c, size_t n)
+{
+    uint64_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += c[i] != 0.0f;
+    return nz;
+}
+
+size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz)
+{
+    if (sf->sparse_c) {
+        *sparse = 1;
+        *nnz = sfb_sf_c_count(sf);
+        return sfb__sf_payload_size(sf, 1, *nnz);
+    }
+    uint64_t nz = count_nonzero(sf->c, (size_t)sf->s * sf->cols);
+    size_t dense = sfb__sf_payload_size(sf, 0, 0), csr = sfb__sf_payload_size(sf, 1, nz);
+    *sparse = csr < dense;
+    *nnz = *sparse ? nz : 0;
+    return *sparse ? csr : dense;
+}
+
+int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *out, size_t size)
+{
+    if (size != sfb__sf_payload_size(sf, sparse, nnz) || (sf->sparse_c && !sparse) ||
+        nnz > UINT32_MAX)
+        return sfb__error(-EINVAL, "sf encode: buffer or encoding does not match the batch");
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &sf->scale, 4);
+    sfb__put_u32(out, scale_bits);
+    sfb__put_u32(out + 4, (uint32_t)nnz);
+    uint8_t *p = out + SFB_SF_PREFIX;
+    size_t nb = (size_t)sf->s * sf->rows;
+    sfb__put_f32s(p, sf->b, nb);
+    p += nb * 4;
+    if (!sparse) {
+        sfb__put_f32s(p, sf->c, (size_t)sf->s * sf->cols);
+        return 0;
+    }
+    uint8_t *rp = p, *col = p + ((size_t)sf->s + 1) * 4, *val = col + nnz * 4;
+    if (sf->sparse_c) {
+        for (uint32_t i = 0; i <= sf->s; i++) sfb__put_u32(rp + 4 * i, sf->c_row_ptr[i]);
+        for (uint64_t j = 0; j < nnz; j++) sfb__put_u32(col + 4 * j, sf->c_col[j]);
+        sfb__put_f32s(val, sf->c_val, nnz);
+        return 0;
+    }
+    /* dense c sent as CSR: drop the zeros */
+    uint32_t q = 0;
+    sfb__put_u32(rp, 0);
+    for (uint32_t i = 0; i < sf->s; i++) {
+        const float *row = sf->c + (size_t)i * sf->cols;
+        for (uint32_t j = 0; j < sf->cols; j++) {
+            if (row[j] == 0.0f) continue;
+            if (q >= nnz) return sfb__error(-EINVAL, "sf encode: more non-zeros than counted");
+            sfb__put_u32(col + 4 * (size_t)q, j);
+            sfb__put_f32s(val + 4 * (size_t)q, &row[j], 1);
+            q++;
+        }
+        sfb__put_u32(rp + 4 * ((size_t)i + 1), q);
+    }
+    if (q != nnz) return sfb__error(-EINVAL, "sf encode: fewer non-zeros than counted");
+    return 0;
+}
+
+static int all_finite(const float *v, size_t n)
+{
+    /* NaN/Inf from the network would poison every replica. */
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return 0;
+    return 1;
+}
+
+int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uint32_t s,
+                 int sparse, struct sfb_sf *view)
+{
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    return sfb__error(-ENOTSUP, "sf view: zero-copy views need a little-endian host");
+#endif
+    memset(view, 0, sizeof *view);
+    if ((uintptr_t)p % 4)
+        return sfb__error(-EINVAL, "sf view: payload is not 4-byte aligned");
+    if (len < SFB_SF_PREFIX) return sfb__error(-SFB_EFORMAT, "sf payload: %zu bytes, too short", len);
+    uint32_t nnz = sfb__get_u32(p + 4);
+    struct sfb_sf shape = {.rows = rows, .cols = cols, .s = s};
+    if (!sparse && nnz != 0)
+        return sfb__error(-SFB_EFORMAT, "sf payload: dense c with nnz = %u", nnz);
+    if (sparse && (uint64_t)nnz > (uint64_t)s * cols)
+        return sfb__error(-SFB_EFORMAT, "sf payload: nnz %u exceeds %u × %u", nnz, s, cols);
+    size_t want = sfb__sf_payload_size(&shape, sparse, nnz);
+    if (len != want)
+        return sfb__error(-SFB_EFORMAT, "sf payload: %zu bytes, shapes say %zu", len, want);
+    memcpy(&view->scale, p, 4);
+    if (!isfinite(view->scale))
+        return sfb__error(-SFB_EFORMAT, "sf payload: scale is not finite");
+    view->rows = rows;
+    view->cols = cols;
+    view->s = s;
+    view->sparse_c = sparse;
+    const uint8_t *q = p + SFB_SF_PREFIX;
+    view->b = (float *)(uintptr_t)q;
+    q += (size_t)s * rows * 4;
+    if (!all_finite(view->b, (size_t)s * rows))
+        return sfb__error(-SFB_EFORMAT, "sf payload: b holds a non-finite number");
+    if (!sparse) {
+        view->c = (float *)(uintptr_t)q;
+        if (!all_finite(view->c, (size_t)s * cols))
+            return sfb__error(-SFB_EFORMAT, "sf payload: c holds a non-finite number");
+        return 0;
+    }
+    view->c_row_ptr = (uint32_t *)(uintptr_t)q;
+    view->c_col = view->c_row_ptr + s + 1;
+    view->c_val = (float *)(view->c_col + nnz);
+    if (view->c_row_ptr[0] != 0 || view->c_row_ptr[s] != nnz)
+        return sfb__error(-SFB_EFORMAT, "sf payload: CSR row pointers do not span 0..%u", nnz);
+    for (uint32_t i = 0; i < s; i++) {
+        uint32_t a = view->c_row_ptr[i], b = view->c_row_ptr[i + 1];
+        if (b < a || b > nnz)
+            return sfb__error(-SFB_EFORMAT, "sf payload: CSR row %u pointers decrease", i);
+        for (uint32_t j = a; j < b; j++) {
+            if (view->c_col[j] >= cols || (j > a && view->c_col[j] <= view->c_col[j - 1]))
+                return sfb__error(-SFB_EFORMAT,
+                                  "sf payload: CSR row %u column %u out of order or >= %u", i,
+                                  view->c_col[j], cols);
+        }
+    }
+    if (!all_finite(view->c_val, nnz))
+        return sfb__error(-SFB_EFORMAT, "sf payload: c holds a non-finite number");
+    return 0;
+}

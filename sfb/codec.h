@@ -1,0 +1,43 @@
+/* SF payload codec: how one sfb_sf travels inside an SF frame's payload.
+ *
+ *   0   4  scale (float32)
+ *   4   4  nnz of c (u32; 0 when c is dense)
+ *   8      b: s × rows float32
+ *          c dense: s × cols float32
+ *          c CSR:   row_ptr (s+1) u32, col (nnz) u32, val (nnz) float32
+ *
+ * Shapes (rows, cols, s) and the dense/sparse flag live in the frame header;
+ * the codec is given them by the wire decoder, which has already checked
+ * them against the job. All little-endian (docs/wire.md). */
+#ifndef SFB_CODEC_H
+#define SFB_CODEC_H
+
+#include "sfb/sf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SFB_SF_PREFIX 8u
+
+/* Payload bytes of `sf` encoded with dense (sparse = 0) or CSR c. */
+size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz);
+
+/* Chooses the smaller encoding for `sf` (counting c's non-zeros when c is
+ * dense) and returns its payload size; *sparse and *nnz say which. */
+size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz);
+
+/* Encodes `sf` into out[0 .. size) as chosen by sfb__sf_choose (or forced:
+ * sparse = 0 / 1 with the matching nnz). A dense c can be sent as CSR (zeros
+ * dropped); a CSR c is only sent as CSR. Returns 0 or -EINVAL. */
+int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *out, size_t size);
+
+/* Makes `view` describe the payload p[0 .. len) without copying: b, c,
+ * c_row_ptr, c_col, c_val point into p, which must be 4-byte aligned and
+ * outlive the view (little-endian hosts; elsewhere -ENOTSUP). Validates the
+ * length exactly, the CSR structure (row_ptr from 0, non-decreasing, ending
+ * at nnz; columns strictly increasing per row and < cols) and that every
+ * number is finite. -SFB_EFORMAT with the detail recorded on failure. */
+int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uint32_t s,
+                 int sparse, struct sfb_sf *view);
+
+#endif
