@@ -6,5 +6,6 @@
 #include "sfb/data.h"
 #include "sfb/sf.h"
 #include "sfb/model.h"
+#include "sfb/topo.h"
 
 #endif
