@@ -92,6 +92,7 @@ static int simulate_eager(const struct sfb_topo *t, const struct sfb_topo_sim_se
     for (uint32_t k = 0; k < m.Q; k++) m.head[k] = NONE;
 
     const double sec_per_byte = 8.0 / (s->link_gbps * 1e9), lat = s->latency_us * 1e-6;
+    const double ovh = s->msg_overhead_us * 1e-6;
     double now = 0, nic_free = 0, last = 0;
     uint64_t msgs = 0, bytes = 0, delivered = 0;
     hold(&m, 0);
@@ -106,7 +107,7 @@ static int simulate_eager(const struct sfb_topo *t, const struct sfb_topo_sim_se
                 m.ready_len--;
                 uint64_t b = message_bytes(s, m.count[k]);
                 if (m.count[k] >= 2) m.multi[k]++;
-                nic_free = start + (double)b * sec_per_byte;
+                nic_free = start + (double)b * sec_per_byte + ovh;
                 m.msg_time[m.msg_tail] = nic_free + lat;
                 m.msg_chain[m.msg_tail++] = m.head[k];
                 m.head[k] = NONE;
@@ -163,7 +164,7 @@ int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_setting
         s = &def;
     }
     if (!(s->link_gbps > 0) || !(s->latency_us >= 0) || s->sf_bytes == 0 ||
-        s->link_gbps > 1e9 || s->latency_us > 1e12)
+        s->link_gbps > 1e9 || s->latency_us > 1e12 || !(s->msg_overhead_us >= 0) || s->msg_overhead_us > 1e12)
         return sfb__error(-SFB_EUSAGE, "topo sim: need link_gbps > 0, latency_us >= 0, sf_bytes > 0");
     if (s->flush != SFB_TOPO_FLUSH_EAGER && s->flush != SFB_TOPO_FLUSH_CLOCK)
         return sfb__error(-SFB_EUSAGE, "topo sim: unknown flush mode %d", (int)s->flush);
@@ -191,7 +192,8 @@ int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_setting
         /* Steady state: every used link carries one bundle per clock. */
         r->messages_per_node = r->links_used;
         r->bytes_per_node = clock_bytes;
-        r->time_s = (double)clock_bytes * 8.0 / (s->link_gbps * 1e9) + s->latency_us * 1e-6;
+        r->time_s = (double)clock_bytes * 8.0 / (s->link_gbps * 1e9) +
+                    r->links_used * s->msg_overhead_us * 1e-6 + s->latency_us * 1e-6;
         r->clocks = r->diameter;
     } else {
         int ret = simulate_eager(t, s, r);

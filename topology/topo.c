@@ -75,6 +75,13 @@ static uint32_t wrap(const struct sfb_topo *t, uint64_t x)
     return (uint32_t)(x % t->nodes);
 }
 
+/* (a + b) mod P for a, b < P, without a division (hot BFS loops). */
+static uint32_t add_mod(uint32_t a, uint32_t b, uint32_t P)
+{
+    uint32_t s = a + b; /* < 2P ≤ 2^25: no overflow */
+    return s >= P ? s - P : s;
+}
+
 /* Level-by-level BFS from 0. Within a level, nodes are assigned in discovery
  * order; each picks, among the links k whose source v − o_k lies on the
  * previous level, the one that carries the fewest frames so far (ties: lowest
@@ -119,7 +126,7 @@ static int build_tree(struct sfb_topo *t)
         for (; head < level_end; head++) {
             uint32_t u = order[head];
             for (uint32_t k = 0; k < Q; k++) {
-                uint32_t w = wrap(t, (uint64_t)u + t->offsets[k]);
+                uint32_t w = add_mod(u, t->offsets[k], P);
                 if (t->dist[w] == UINT32_MAX) {
                     t->dist[w] = d + 1;
                     order[tail++] = w;
@@ -130,13 +137,13 @@ static int build_tree(struct sfb_topo *t)
         for (uint32_t i = next_begin; i < tail; i++) {
             uint32_t w = order[i], best = NO_LINK;
             for (uint32_t k = 0; k < Q; k++) {
-                uint32_t u = wrap(t, (uint64_t)w + P - t->offsets[k]);
+                uint32_t u = add_mod(w, P - t->offsets[k], P);
                 if (t->dist[u] != d) continue;
                 if (best == NO_LINK || t->link_frames[k] < t->link_frames[best]) best = k;
             }
             t->via[w] = best;
             t->link_frames[best]++;
-            t->nchild[wrap(t, (uint64_t)w + P - t->offsets[best])]++;
+            t->nchild[add_mod(w, P - t->offsets[best], P)]++;
             t->sum_hops += d + 1;
             t->diameter = d + 1;
         }
@@ -254,7 +261,7 @@ uint32_t sfb_topo_forward_links(const struct sfb_topo *t, uint32_t origin, uint3
     uint32_t v = position(t, origin, node), n = 0;
     if (v == UINT32_MAX || t->nchild[v] == 0) return 0;
     for (uint32_t k = 0; k < t->degree && n < t->nchild[v]; k++) {
-        uint32_t c = wrap(t, (uint64_t)v + t->offsets[k]);
+        uint32_t c = add_mod(v, t->offsets[k], t->nodes);
         if (t->via[c] == k) out[n++] = k;
     }
     return n;

@@ -114,11 +114,13 @@ struct sfb_topo_sim_settings {
     uint32_t bundle_header; /* outer header of a message with ≥ 2 frames (64) */
     double link_gbps;       /* G: each node's egress bandwidth, Gbit/s (1) */
     double latency_us;      /* L: per-message latency, µs (10) */
+    double msg_overhead_us; /* per-message NIC/CPU time on the sender, µs (0) */
     enum sfb_topo_flush flush;
 };
 
 /* Defaults: B = 262208 (K = D = 1024, S = 32, fp32 dense c: 4·S·(K+D) bytes
- * plus a 64-byte frame header), bundle header 64 B, 1 Gbit/s, 10 µs, eager. */
+ * plus a 64-byte frame header), bundle header 64 B, 1 Gbit/s, 10 µs, no
+ * per-message overhead, eager. */
 SFB_API void sfb_topo_sim_default_settings(struct sfb_topo_sim_settings *s);
 
 struct sfb_topo_report {
@@ -143,11 +145,11 @@ struct sfb_topo_report {
 /* Computes the report for topology t under settings s (NULL = defaults).
  * Network model: each node has one egress NIC of G Gbit/s shared by all its
  * out-links and serializing whole messages (oldest pending link first);
- * a message of n bytes occupies the NIC 8n/G and arrives L later; ingress is
+ * a message of n bytes occupies the NIC 8n/G + overhead and arrives L later; ingress is
  * not a bottleneck (non-blocking switch). O(P·Q) time, O(P + Q) memory: the
  * graph and trees are shift-invariant, so one node is simulated and every
  * other node does the same at the same times. Returns 0, -SFB_EUSAGE for
- * settings out of range (G ≤ 0, L < 0, B = 0), -ENOMEM. Any thread. */
+ * settings out of range (G ≤ 0, L < 0, overhead < 0, B = 0), -ENOMEM. Any thread. */
 SFB_API int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
                              struct sfb_topo_report *r);
 
