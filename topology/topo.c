@@ -155,11 +155,16 @@ static int build_tree(struct sfb_topo *t)
     return 0;
 }
 
-int sfb_topo_open(struct sfb_topo **out, const char *name, uint32_t nodes, uint32_t degree)
+/* Resolves the name, validates P and computes the offsets into a fresh
+ * array (*offs, *n). The one code path for sfb_topo_open and
+ * sfb_topo_offsets, so both always agree. */
+static int make_offsets(const char *name, uint32_t nodes, uint32_t degree,
+                        const struct sfb__topo_ops **ops_out, uint32_t *requested, uint32_t **offs,
+                        uint32_t *n)
 {
-    int ret;
-    *out = NULL;
     const struct sfb__topo_ops *ops = NULL;
+    *offs = NULL;
+    *n = 0;
     for (size_t i = 0; name && i < SFB_ARRAY_LEN(registry); i++)
         if (strcmp(registry[i]->name, name) == 0) ops = registry[i];
     if (!ops)
@@ -168,28 +173,52 @@ int sfb_topo_open(struct sfb_topo **out, const char *name, uint32_t nodes, uint3
     if (nodes == 0 || nodes > SFB_TOPO_MAX_NODES)
         return sfb__error(-SFB_EUSAGE, "topology %s: nodes %u out of range 1..%u", name, nodes,
                           SFB_TOPO_MAX_NODES);
+    *ops_out = ops;
+    *requested = degree ? degree : sfb_topo_default_degree(nodes);
+    if (ops == &sfb__topo_full) *requested = nodes - 1;
+    uint32_t q = SFB_MIN(*requested, nodes - 1);
+    *offs = calloc((size_t)q + 1, sizeof **offs);
+    if (!*offs) return -ENOMEM;
+    if (nodes >= 2) {
+        int ret = ops->offsets(nodes, q, *offs, n);
+        if (ret) {
+            free(*offs);
+            *offs = NULL;
+            return ret;
+        }
+    }
+    return 0;
+}
 
+int sfb_topo_offsets(const char *name, uint32_t nodes, uint32_t degree, uint32_t *out, uint32_t cap,
+                     uint32_t *n)
+{
+    const struct sfb__topo_ops *ops;
+    uint32_t req, *offs;
+    int ret = make_offsets(name, nodes, degree, &ops, &req, &offs, n);
+    if (ret) return ret;
+    memcpy(out, offs, sizeof *out * SFB_MIN(cap, *n));
+    free(offs);
+    return 0;
+}
+
+int sfb_topo_open(struct sfb_topo **out, const char *name, uint32_t nodes, uint32_t degree)
+{
+    *out = NULL;
     struct sfb_topo *t = calloc(1, sizeof *t);
     if (!t) return -ENOMEM;
-    t->ops = ops;
+    int ret = make_offsets(name, nodes, degree, &t->ops, &t->requested, &t->offsets, &t->degree);
+    if (ret) {
+        free(t);
+        return ret;
+    }
     t->nodes = nodes;
-    t->requested = degree ? degree : sfb_topo_default_degree(nodes);
-    if (ops == &sfb__topo_full) t->requested = nodes - 1;
-    uint32_t q = SFB_MIN(t->requested, nodes - 1);
     ret = -ENOMEM;
-    t->offsets = calloc((size_t)q + 1, sizeof *t->offsets);
     t->via = malloc(sizeof *t->via * nodes);
     t->dist = malloc(sizeof *t->dist * nodes);
     t->nchild = malloc(sizeof *t->nchild * nodes);
-    if (!t->offsets || !t->via || !t->dist || !t->nchild) goto fail;
-    if (nodes >= 2) {
-        if (q == 0) q = 1;
-        ret = ops->offsets(nodes, q, t->offsets, &t->degree);
-        if (ret) goto fail;
-    }
-    ret = -ENOMEM;
     t->link_frames = calloc((size_t)t->degree + 1, sizeof *t->link_frames);
-    if (!t->link_frames) goto fail;
+    if (!t->via || !t->dist || !t->nchild || !t->link_frames) goto fail;
     ret = build_tree(t);
     if (ret) goto fail;
     *out = t;

@@ -39,6 +39,14 @@ SFB_API const char *sfb_topo_registry_summary(size_t i);
 /* The default out-degree for P nodes: ⌈log₂P⌉ (0 for P = 1). */
 SFB_API uint32_t sfb_topo_default_degree(uint32_t nodes);
 
+/* Only the offsets of topology `name` (what sfb_topo_open would use), without
+ * building the routing tree: O(Q) for the overlays, O(P) for full. Writes
+ * up to `cap` offsets to out and the actual degree to *n (if *n > cap, only
+ * cap were written; min(degree, P−1) + 1 always suffices). Returns 0 or
+ * -SFB_EUSAGE as sfb_topo_open. */
+SFB_API int sfb_topo_offsets(const char *name, uint32_t nodes, uint32_t degree, uint32_t *out,
+                             uint32_t cap, uint32_t *n);
+
 /* Builds topology `name` on `nodes` nodes with requested out-degree `degree`
  * (0 = sfb_topo_default_degree; ignored by "full"). The actual out-degree
  * (sfb_topo_out_degree) can differ from the request: it is capped at P−1, a
