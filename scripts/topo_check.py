@@ -103,13 +103,11 @@ TOPOLOGIES = {
 
 
 def analyse(p, offs):
-    """BFS from every... no: circulant graphs are vertex-transitive, but we do
-    not rely on that for connectivity: we BFS over the explicit edge list from
-    node 0 and, separately, over the reversed edge list (strong connectivity
-    = everything reachable from 0 and 0 reachable from everything). Hop
-    statistics use BFS from node 0 times P (every node sees the same
-    distances in a circulant graph; verified on small P by the full sweep
-    in --all-sources mode)."""
+    """Strong connectivity: BFS from node 0 over the explicit edge list and
+    over the reversed edge list (everything reachable from 0 and 0 reachable
+    from everything). Hop statistics: BFS from node 0, times P for the sum
+    over all ordered pairs (circulant graphs are vertex-transitive; the
+    --all-sources mode checks that by brute force)."""
     adj = [[(i + o) % p for o in offs] for i in range(p)]
     radj = [[] for _ in range(p)]
     for i in range(p):
