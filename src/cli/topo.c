@@ -117,12 +117,20 @@ static int parse(int argc, char **argv, struct opts *o)
             else o->offsets = 1;
             continue;
         }
+        static const char *const valued[] = {"--nodes", "--topology", "--degree", "--sf-bytes",
+                                             "--sf", "--bundle-header", "--link-gbps",
+                                             "--latency-us", "--msg-overhead-us", "--flush"};
+        int is_valued = 0;
+        for (size_t v = 0; v < sizeof valued / sizeof valued[0]; v++)
+            is_valued |= strcmp(name, valued[v]) == 0;
+        if (!is_valued) return bad("unknown option '%s'%s", name, "");
         val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!val) return bad("option %s needs a value%s", name, "");
         uint64_t u;
         double d;
         if (strcmp(name, "--nodes") == 0) {
             char buf[1024];
+            if (strlen(val) >= sizeof buf) return bad("--nodes: list too long%s%s", "", "");
             snprintf(buf, sizeof buf, "%s", val);
             o->n_nodes = 0;
             for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -133,6 +141,7 @@ static int parse(int argc, char **argv, struct opts *o)
             }
             if (o->n_nodes == 0) return bad("--nodes: empty list%s%s", "", "");
         } else if (strcmp(name, "--topology") == 0) {
+            if (strlen(val) >= sizeof o->topo_buf) return bad("--topology: list too long%s%s", "", "");
             snprintf(o->topo_buf, sizeof o->topo_buf, "%s", val);
             o->n_topo = 0;
             for (char *save, *tok = strtok_r(o->topo_buf, ",", &save); tok;
