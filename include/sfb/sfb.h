@@ -7,5 +7,6 @@
 #include "sfb/sf.h"
 #include "sfb/model.h"
 #include "sfb/train.h"
+#include "sfb/topo.h"
 
 #endif

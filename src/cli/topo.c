@@ -1,13 +1,279 @@
-/* Placeholder until the topology module lands. */
+/* `sfb topo`: degree, diameter, hops, traffic per clock and the simulated
+ * dissemination time of full / halton / halton-classic, side by side. Uses
+ * only the public API, i.e. the same routing code the runtime uses. */
 #include "src/cli/topo.h"
 
+#include "sfb/sfb.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LIST 64
+
+static const char usage[] =
+    "usage: sfb topo --nodes P[,P...] [options]\n"
+    "\n"
+    "Analyse overlay topologies and simulate one clock of SF dissemination.\n"
+    "Every node broadcasts one SF frame per clock; overlays relay it along the\n"
+    "shifted BFS tree (the runtime's routing code).\n"
+    "\n"
+    "  --nodes LIST         node counts P, comma separated (1..16777216), required\n"
+    "  --topology LIST      full, halton, halton-classic, comma separated\n"
+    "                       (default: all three, side by side)\n"
+    "  --degree Q           out-links per node for overlays (default ceil(log2 P));\n"
+    "                       the actual degree is printed (gcd fix may add offset 1)\n"
+    "  --sf-bytes B         bytes of one SF frame, header included\n"
+    "                       (default 262208 = K=D=1024, S=32, fp32, + 64 B header)\n"
+    "  --sf K,D,S           set B = 4*S*(K+D) + 64 (fp32 dense factors)\n"
+    "  --bundle-header H    outer header of a message carrying >= 2 frames (64)\n"
+    "  --link-gbps G        egress bandwidth of each node, Gbit/s (1)\n"
+    "  --latency-us L       per-message latency, microseconds (10)\n"
+    "  --msg-overhead-us O  per-message sender time (software, doorbell), us (0)\n"
+    "  --flush eager|clock  eager (default): a link sends everything pending as\n"
+    "                       one bundle as soon as the node's NIC is free, relays\n"
+    "                       forward within the clock; time = until every node has\n"
+    "                       every origin's frame.\n"
+    "                       clock: every node forwards what is pending on each\n"
+    "                       link at the clock boundary, one bundle per used link\n"
+    "                       per clock; time = one clock's exchange, and frames\n"
+    "                       need up to `diameter` clocks\n"
+    "  --offsets            also print each topology's offsets\n"
+    "  --json               one JSON object per line instead of the table\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "Model: each node has one egress NIC of G Gbit/s shared by all its out-links;\n"
+    "it sends whole messages one at a time (oldest pending link first); a message\n"
+    "of n bytes takes 8n/G + O on the NIC and arrives L later; ingress is not a\n"
+    "bottleneck. A lone frame is sent bare, >= 2 frames as one BUNDLE.\n"
+    "Columns: msgs and bytes per clock are over all nodes; max link = frames and\n"
+    "bytes per clock on the busiest directed link.\n";
+
+struct opts {
+    uint32_t nodes[MAX_LIST];
+    size_t n_nodes;
+    const char *topo[MAX_LIST];
+    size_t n_topo;
+    uint32_t degree;
+    int json, offsets;
+    struct sfb_topo_sim_settings sim;
+    char topo_buf[512];
+};
+
+static int bad(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "sfb topo: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n(see sfb topo --help)\n");
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (!s || !*s || *s == '-') return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    if (!s || !*s) return -1;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    memset(o, 0, sizeof *o);
+    sfb_topo_sim_default_settings(&o->sim);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        char name[32];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name) return bad("unknown option '%s'%s", a, "");
+        memcpy(name, a, len);
+        name[len] = '\0';
+        int flag = strcmp(name, "--json") == 0 || strcmp(name, "--offsets") == 0;
+        if (flag) {
+            if (eq) return bad("option %s takes no value%s", name, "");
+            if (name[2] == 'j') o->json = 1;
+            else o->offsets = 1;
+            continue;
+        }
+        static const char *const valued[] = {"--nodes", "--topology", "--degree", "--sf-bytes",
+                                             "--sf", "--bundle-header", "--link-gbps",
+                                             "--latency-us", "--msg-overhead-us", "--flush"};
+        int is_valued = 0;
+        for (size_t v = 0; v < sizeof valued / sizeof valued[0]; v++)
+            is_valued |= strcmp(name, valued[v]) == 0;
+        if (!is_valued) return bad("unknown option '%s'%s", name, "");
+        val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) return bad("option %s needs a value%s", name, "");
+        uint64_t u;
+        double d;
+        if (strcmp(name, "--nodes") == 0) {
+            char buf[1024];
+            if (strlen(val) >= sizeof buf) return bad("--nodes: list too long%s%s", "", "");
+            snprintf(buf, sizeof buf, "%s", val);
+            o->n_nodes = 0;
+            for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (parse_u64(tok, SFB_TOPO_MAX_NODES, &u) || u == 0)
+                    return bad("--nodes: '%s' is not a node count in 1..16777216%s", tok, "");
+                if (o->n_nodes == MAX_LIST) return bad("--nodes: more than 64 values%s%s", "", "");
+                o->nodes[o->n_nodes++] = (uint32_t)u;
+            }
+            if (o->n_nodes == 0) return bad("--nodes: empty list%s%s", "", "");
+        } else if (strcmp(name, "--topology") == 0) {
+            if (strlen(val) >= sizeof o->topo_buf) return bad("--topology: list too long%s%s", "", "");
+            snprintf(o->topo_buf, sizeof o->topo_buf, "%s", val);
+            o->n_topo = 0;
+            for (char *save, *tok = strtok_r(o->topo_buf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save)) {
+                int known = 0;
+                for (size_t r = 0; sfb_topo_registry_name(r); r++)
+                    known |= strcmp(sfb_topo_registry_name(r), tok) == 0;
+                if (!known)
+                    return bad("--topology: unknown '%s' (full, halton, halton-classic)%s", tok, "");
+                if (o->n_topo == MAX_LIST) return bad("--topology: too many%s%s", "", "");
+                o->topo[o->n_topo++] = tok;
+            }
+            if (o->n_topo == 0) return bad("--topology: empty list%s%s", "", "");
+        } else if (strcmp(name, "--degree") == 0) {
+            if (parse_u64(val, SFB_TOPO_MAX_NODES, &u) || u == 0)
+                return bad("--degree: '%s' is not an integer in 1..16777216%s", val, "");
+            o->degree = (uint32_t)u;
+        } else if (strcmp(name, "--sf-bytes") == 0) {
+            if (parse_u64(val, UINT64_C(1) << 40, &u) || u == 0)
+                return bad("--sf-bytes: '%s' is not a byte count in 1..2^40%s", val, "");
+            o->sim.sf_bytes = u;
+        } else if (strcmp(name, "--sf") == 0) {
+            unsigned long long k, dd, s;
+            char tail;
+            if (sscanf(val, "%llu,%llu,%llu%c", &k, &dd, &s, &tail) != 3 || !k || !dd || !s ||
+                k > 1ull << 24 || dd > 1ull << 24 || s > 1ull << 16)
+                return bad("--sf: '%s' is not K,D,S (positive; K, D <= 2^24, S <= 65536)%s", val, "");
+            o->sim.sf_bytes = 4 * s * (k + dd) + 64;
+        } else if (strcmp(name, "--bundle-header") == 0) {
+            if (parse_u64(val, 1 << 20, &u)) return bad("--bundle-header: bad byte count '%s'%s", val, "");
+            o->sim.bundle_header = (uint32_t)u;
+        } else if (strcmp(name, "--link-gbps") == 0) {
+            if (parse_double(val, &d) || !(d > 0) || d > 1e6)
+                return bad("--link-gbps: '%s' is not a bandwidth in (0, 1e6] Gbit/s%s", val, "");
+            o->sim.link_gbps = d;
+        } else if (strcmp(name, "--latency-us") == 0) {
+            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
+                return bad("--latency-us: '%s' is not a latency in [0, 1e9] us%s", val, "");
+            o->sim.latency_us = d;
+        } else if (strcmp(name, "--msg-overhead-us") == 0) {
+            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
+                return bad("--msg-overhead-us: '%s' is not a time in [0, 1e9] us%s", val, "");
+            o->sim.msg_overhead_us = d;
+        } else if (strcmp(name, "--flush") == 0) {
+            if (strcmp(val, "eager") == 0) o->sim.flush = SFB_TOPO_FLUSH_EAGER;
+            else if (strcmp(val, "clock") == 0) o->sim.flush = SFB_TOPO_FLUSH_CLOCK;
+            else return bad("--flush: '%s' is not eager or clock%s", val, "");
+        } else {
+            return bad("unknown option '%s'%s", name, "");
+        }
+    }
+    if (o->n_nodes == 0) return bad("missing --nodes%s%s", "", "");
+    if (o->n_topo == 0)
+        for (size_t r = 0; sfb_topo_registry_name(r) && o->n_topo < MAX_LIST; r++)
+            o->topo[o->n_topo++] = sfb_topo_registry_name(r);
+    return 0;
+}
+
+static void print_offsets(const struct sfb_topo *t, int json)
+{
+    uint32_t q = sfb_topo_out_degree(t);
+    for (uint32_t k = 0; k < q; k++)
+        printf("%s%" PRIu32, k ? (json ? "," : " ") : "", sfb_topo_offset(t, k));
+}
+
+static void print_row(const struct opts *o, const struct sfb_topo *t, const struct sfb_topo_report *r)
+{
+    if (o->json) {
+        printf("{\"topology\":\"%s\",\"nodes\":%" PRIu32 ",\"requested_degree\":%" PRIu32
+               ",\"degree\":%" PRIu32 ",\"diameter\":%" PRIu32 ",\"mean_hops\":%.6f"
+               ",\"links_used\":%" PRIu32 ",\"frames_per_clock\":%" PRIu64
+               ",\"messages_per_clock\":%" PRIu64 ",\"bytes_per_clock\":%" PRIu64
+               ",\"messages_per_node\":%" PRIu64 ",\"bytes_per_node\":%" PRIu64
+               ",\"max_link_frames\":%" PRIu32 ",\"max_link_bytes\":%" PRIu64
+               ",\"time_s\":%.9g,\"clocks\":%" PRIu32 ",\"flush\":\"%s\",\"sf_bytes\":%" PRIu64
+               ",\"bundle_header\":%" PRIu32 ",\"link_gbps\":%g,\"latency_us\":%g,\"msg_overhead_us\":%g",
+               sfb_topo_name(t), r->nodes, sfb_topo_requested_degree(t), r->degree, r->diameter,
+               r->mean_hops, r->links_used, r->frames_per_clock, r->messages_per_clock,
+               r->bytes_per_clock, r->messages_per_node, r->bytes_per_node, r->max_link_frames,
+               r->max_link_bytes, r->time_s, r->clocks,
+               o->sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager", o->sim.sf_bytes,
+               o->sim.bundle_header, o->sim.link_gbps, o->sim.latency_us, o->sim.msg_overhead_us);
+        if (o->offsets) {
+            printf(",\"offsets\":[");
+            print_offsets(t, 1);
+            printf("]");
+        }
+        printf("}\n");
+        return;
+    }
+    printf("%-15s %8" PRIu32 " %6" PRIu32 " %5" PRIu32 " %9.3f %14" PRIu64 " %12.1f %10" PRIu64
+           " %9" PRIu32 " %10.2f %11.3f %6" PRIu32 "\n",
+           sfb_topo_name(t), r->nodes, r->degree, r->diameter, r->mean_hops, r->messages_per_clock,
+           (double)r->bytes_per_clock / 1e6, r->messages_per_node, r->max_link_frames,
+           (double)r->max_link_bytes / 1e6, r->time_s * 1e3, r->clocks);
+    if (o->offsets) {
+        printf("  offsets:");
+        print_offsets(t, 0);
+        printf("\n");
+    }
+}
 
 int sfb_cli_topo(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "sfb topo: not available in this version (the topology simulator is "
-                    "planned; see README \"Status\")\n");
-    return 2;
+    struct opts o;
+    int ret = parse(argc, argv, &o);
+    if (ret) return ret == 1 ? 0 : ret;
+    if (!o.json) {
+        printf("# SF frame %" PRIu64 " B, bundle header %" PRIu32 " B, egress %g Gbit/s per node, "
+               "latency %g us, msg overhead %g us, flush %s\n",
+               o.sim.sf_bytes, o.sim.bundle_header, o.sim.link_gbps, o.sim.latency_us, o.sim.msg_overhead_us,
+               o.sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager");
+        printf("%-15s %8s %6s %5s %9s %14s %12s %10s %9s %10s %11s %6s\n", "topology", "P", "degree",
+               "diam", "mean_hops", "msgs/clock", "MB/clock", "msgs/node", "maxlink_f",
+               "maxlink_MB", "time_ms", "clocks");
+    }
+    for (size_t i = 0; i < o.n_nodes; i++) {
+        for (size_t j = 0; j < o.n_topo; j++) {
+            struct sfb_topo *t;
+            struct sfb_topo_report r;
+            ret = sfb_topo_open(&t, o.topo[j], o.nodes[i], o.degree);
+            if (ret == 0) {
+                ret = sfb_topo_analyse(t, &o.sim, &r);
+                if (ret == 0) print_row(&o, t, &r);
+                sfb_topo_close(&t);
+            }
+            if (ret) {
+                fprintf(stderr, "sfb topo: %s P=%" PRIu32 ": %s: %s\n", o.topo[j], o.nodes[i],
+                        sfb_strerror(ret), sfb_last_error());
+                return 1;
+            }
+        }
+    }
+    return 0;
 }

@@ -1,0 +1,205 @@
+/* `sfb topo` analysis: per-clock traffic and a discrete-event simulation of
+ * one clock's dissemination.
+ *
+ * Why one node suffices: the graph is circulant and origin r's tree is the
+ * tree from 0 shifted by r; if every node injects its frame at t = 0, the
+ * whole system is invariant under n ↦ n + 1. Whatever node 0 does at time t,
+ * node n does at time t shifted by n. So when node 0 sends a bundle of tree
+ * positions {c} on link k, it simultaneously *receives* the same positions
+ * from node −o_k (it is at position c of origin −c's tree). Simulating node 0
+ * against itself is exact and costs O(P·Q) instead of O(P²·Q) — P = 10⁴
+ * full P2P (10⁸ frames) takes milliseconds.
+ */
+#include "config.h"
+#include "src/common.h"
+#include "topology/topo_ops.h"
+
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+void sfb_topo_sim_default_settings(struct sfb_topo_sim_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->sf_bytes = 4ull * 32 * (1024 + 1024) + 64;
+    s->bundle_header = 64;
+    s->link_gbps = 1.0;
+    s->latency_us = 10.0;
+    s->flush = SFB_TOPO_FLUSH_EAGER;
+}
+
+static uint64_t message_bytes(const struct sfb_topo_sim_settings *s, uint64_t frames)
+{
+    /* A lone frame goes bare; two or more ride in one BUNDLE frame whose
+     * payload is the inner frames byte-for-byte. */
+    return frames * s->sf_bytes + (frames >= 2 ? s->bundle_header : 0);
+}
+
+struct sim {
+    const struct sfb_topo *t;
+    const struct sfb_topo_sim_settings *s;
+    uint32_t P, Q;
+    uint32_t *next;      /* P: chain of positions pending on a link / in flight */
+    uint32_t *head, *tail, *count; /* Q: each link's pending chain */
+    uint64_t *multi;     /* Q: bundles of ≥ 2 frames sent on the link */
+    uint32_t *ready;     /* Q: ring of links with pending frames, FIFO */
+    uint32_t ready_head, ready_len;
+    uint32_t *links;     /* Q: scratch for sfb_topo_forward_links */
+    double *msg_time;    /* P: in-flight messages (arrive in send order) */
+    uint32_t *msg_chain;
+    uint32_t msg_head, msg_tail;
+};
+
+/* Node 0 now holds the frame at tree position v: queue it on the links to
+ * v's children. */
+static void hold(struct sim *m, uint32_t v)
+{
+    uint32_t origin = (m->P - v) % m->P;
+    uint32_t n = sfb_topo_forward_links(m->t, origin, 0, m->links);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t k = m->links[i];
+        uint32_t c = (uint32_t)(((uint64_t)v + sfb_topo_offset(m->t, k)) % m->P);
+        m->next[c] = NONE;
+        if (m->head[k] == NONE) {
+            m->head[k] = c;
+            m->ready[(m->ready_head + m->ready_len++) % m->Q] = k;
+        } else {
+            m->next[m->tail[k]] = c;
+        }
+        m->tail[k] = c;
+        m->count[k]++;
+    }
+}
+
+static int simulate_eager(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
+                          struct sfb_topo_report *r)
+{
+    struct sim m = {.t = t, .s = s, .P = t ? sfb_topo_nodes(t) : 0};
+    m.Q = sfb_topo_out_degree(t);
+    int ret = -ENOMEM;
+    m.next = malloc(sizeof *m.next * m.P);
+    m.msg_time = malloc(sizeof *m.msg_time * m.P);
+    m.msg_chain = malloc(sizeof *m.msg_chain * m.P);
+    m.head = malloc(sizeof *m.head * m.Q);
+    m.tail = malloc(sizeof *m.tail * m.Q);
+    m.count = calloc(m.Q, sizeof *m.count);
+    m.multi = calloc(m.Q, sizeof *m.multi);
+    m.ready = malloc(sizeof *m.ready * m.Q);
+    m.links = malloc(sizeof *m.links * m.Q);
+    if (!m.next || !m.msg_time || !m.msg_chain || !m.head || !m.tail || !m.count || !m.multi ||
+        !m.ready || !m.links)
+        goto out;
+    for (uint32_t k = 0; k < m.Q; k++) m.head[k] = NONE;
+
+    const double sec_per_byte = 8.0 / (s->link_gbps * 1e9), lat = s->latency_us * 1e-6;
+    const double ovh = s->msg_overhead_us * 1e-6;
+    double now = 0, nic_free = 0, last = 0;
+    uint64_t msgs = 0, bytes = 0, delivered = 0;
+    hold(&m, 0);
+    for (;;) {
+        int have_msg = m.msg_head != m.msg_tail;
+        if (m.ready_len > 0) {
+            double start = nic_free > now ? nic_free : now;
+            /* Frames arriving no later than the send joins the bundle. */
+            if (!have_msg || start < m.msg_time[m.msg_head]) {
+                uint32_t k = m.ready[m.ready_head];
+                m.ready_head = (m.ready_head + 1) % m.Q;
+                m.ready_len--;
+                uint64_t b = message_bytes(s, m.count[k]);
+                if (m.count[k] >= 2) m.multi[k]++;
+                nic_free = start + (double)b * sec_per_byte + ovh;
+                m.msg_time[m.msg_tail] = nic_free + lat;
+                m.msg_chain[m.msg_tail++] = m.head[k];
+                m.head[k] = NONE;
+                m.count[k] = 0;
+                msgs++;
+                bytes += b;
+                continue;
+            }
+        }
+        if (!have_msg) break;
+        now = m.msg_time[m.msg_head];
+        last = now;
+        for (uint32_t c = m.msg_chain[m.msg_head++]; c != NONE;) {
+            uint32_t nx = m.next[c];
+            delivered++;
+            hold(&m, c);
+            c = nx;
+        }
+    }
+    if (delivered != m.P - 1) { /* a broken tree; never expected */
+        ret = sfb__error(-SFB_EUSAGE, "topo sim: %llu of %u positions delivered",
+                         (unsigned long long)delivered, m.P - 1);
+        goto out;
+    }
+    r->messages_per_node = msgs;
+    r->bytes_per_node = bytes;
+    r->max_link_bytes = 0;
+    for (uint32_t k = 0; k < m.Q; k++) {
+        uint64_t lb = (uint64_t)sfb_topo_link_frames(t, k) * s->sf_bytes + m.multi[k] * s->bundle_header;
+        if (lb > r->max_link_bytes) r->max_link_bytes = lb;
+    }
+    r->time_s = last;
+    r->clocks = 1;
+    ret = 0;
+out:
+    free(m.next);
+    free(m.msg_time);
+    free(m.msg_chain);
+    free(m.head);
+    free(m.tail);
+    free(m.count);
+    free(m.multi);
+    free(m.ready);
+    free(m.links);
+    return ret;
+}
+
+int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
+                     struct sfb_topo_report *r)
+{
+    struct sfb_topo_sim_settings def;
+    if (!s) {
+        sfb_topo_sim_default_settings(&def);
+        s = &def;
+    }
+    if (!(s->link_gbps > 0) || !(s->latency_us >= 0) || s->sf_bytes == 0 ||
+        s->link_gbps > 1e9 || s->latency_us > 1e12 || !(s->msg_overhead_us >= 0) || s->msg_overhead_us > 1e12)
+        return sfb__error(-SFB_EUSAGE, "topo sim: need link_gbps > 0, latency_us >= 0, sf_bytes > 0");
+    if (s->flush != SFB_TOPO_FLUSH_EAGER && s->flush != SFB_TOPO_FLUSH_CLOCK)
+        return sfb__error(-SFB_EUSAGE, "topo sim: unknown flush mode %d", (int)s->flush);
+
+    memset(r, 0, sizeof *r);
+    uint32_t P = sfb_topo_nodes(t), Q = sfb_topo_out_degree(t);
+    r->nodes = P;
+    r->degree = Q;
+    r->diameter = sfb_topo_diameter(t);
+    r->mean_hops = sfb_topo_mean_hops(t);
+    r->frames_per_clock = (uint64_t)P * (P - 1);
+    if (P == 1) return 0;
+
+    uint64_t clock_bytes = 0;
+    for (uint32_t k = 0; k < Q; k++) {
+        uint32_t f = sfb_topo_link_frames(t, k);
+        if (f == 0) continue;
+        r->links_used++;
+        if (f > r->max_link_frames) r->max_link_frames = f;
+        uint64_t b = message_bytes(s, f);
+        clock_bytes += b;
+        if (b > r->max_link_bytes) r->max_link_bytes = b;
+    }
+    if (s->flush == SFB_TOPO_FLUSH_CLOCK) {
+        /* Steady state: every used link carries one bundle per clock. */
+        r->messages_per_node = r->links_used;
+        r->bytes_per_node = clock_bytes;
+        r->time_s = (double)clock_bytes * 8.0 / (s->link_gbps * 1e9) +
+                    r->links_used * s->msg_overhead_us * 1e-6 + s->latency_us * 1e-6;
+        r->clocks = r->diameter;
+    } else {
+        int ret = simulate_eager(t, s, r);
+        if (ret) return ret;
+    }
+    r->messages_per_clock = r->messages_per_node * P;
+    r->bytes_per_clock = r->bytes_per_node * P;
+    return 0;
+}
