@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -556,8 +557,33 @@ static int open_env(struct sfb__bootstrap *bs, const struct sfb__bootstrap_setti
 }
 
 #if HAVE_PMIX
+/* Debian's libev.so also exports libevent's API (event_add, ...). When libev
+ * comes before libevent_core in the process's symbol lookup order, PMIx's
+ * progress thread calls libev's event_add and PMIx_Init crashes. Detect that
+ * instead of crashing; the cure is linking libevent_core before libev. */
+static int libevent_shadowed(char *lib, size_t n)
+{
+    void *f = dlsym(RTLD_DEFAULT, "event_add");
+    Dl_info di;
+    if (!f || !dladdr(f, &di) || !di.dli_fname) return 0;
+    const char *base = strrchr(di.dli_fname, '/');
+    base = base ? base + 1 : di.dli_fname;
+    snprintf(lib, n, "%s", di.dli_fname);
+    return strncmp(base, "libev.so", 8) == 0;
+}
+
 static int open_pmix(struct sfb__bootstrap *bs, int *fallback)
 {
+    char lib[256];
+    if (libevent_shadowed(lib, sizeof lib)) {
+        if (!getenv("PMIX_RANK")) {
+            SFB_LOG_D("bootstrap: PMIx skipped: event_add resolves to %s", lib);
+            *fallback = 1;
+            return 0;
+        }
+        return sfb__error(-SFB_ECONFIG, "bootstrap: started by a PMIx launcher, but libevent's event_add "
+                          "resolves to %s: PMIx would crash; link libevent_core before libev", lib);
+    }
     pmix_status_t rc = PMIx_Init(&bs->me, NULL, 0);
     if (rc == PMIX_ERR_UNREACH || (rc != PMIX_SUCCESS && !getenv("PMIX_RANK"))) {
         /* A singleton: PMIx initialised itself without a server. */
