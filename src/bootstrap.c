@@ -540,9 +540,10 @@ static int open_env(struct sfb__bootstrap *bs, const struct sfb__bootstrap_setti
     if ((r = send_msg(bs->fds[0], &h, NULL, deadline))) return io_error(r, "sending hello to", 0);
     if ((r = recv_hdr(bs->fds[0], &h, deadline))) {
         if (r == -ECONNRESET)
-            return sfb__error(-SFB_EPEER, "bootstrap: rank 0 at %s closed the connection: it rejected "
-                              "rank %d's hello (wrong SFB_JOB_KEY or SFB_WORLD_SIZE, or a duplicate rank?)",
-                              spec, bs->rank);
+            return sfb__error(-SFB_EPEER, "bootstrap: rank 0 at %s closed the connection before "
+                              "welcoming rank %d: it rejected the hello (wrong SFB_JOB_KEY or "
+                              "SFB_WORLD_SIZE, or a duplicate rank; see rank 0's log) or gave up waiting "
+                              "for other ranks", spec, bs->rank);
         return io_error(r, "waiting for the welcome of", 0);
     }
     char why[200];
@@ -691,6 +692,19 @@ const char *sfb__bootstrap_kind_name(enum sfb__bootstrap_kind kind)
 }
 
 /* ---- collectives ----------------------------------------------------------- */
+
+/* After a failed collective the byte streams are out of step; close them at
+ * once so every peer blocked on us sees EOF now rather than at its timeout. */
+static void mark_broken(struct sfb__bootstrap *bs)
+{
+    bs->broken = 1;
+    if (bs->fds)
+        for (int i = 0; i < bs->size; i++)
+            if (bs->fds[i] >= 0) {
+                close(bs->fds[i]);
+                bs->fds[i] = -1;
+            }
+}
 
 /* Rank 0: gathers every CONTRIB into a table (world lengths, then blobs),
  * sends it back to all, and leaves the table in *table. */
@@ -887,7 +901,7 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
     int r = bs->rank == 0 ? env_rank0(bs, mine, (uint32_t)len, &t, &tlen, deadline)
                           : env_joiner(bs, mine, (uint32_t)len, &t, &tlen, deadline);
     if (!r) r = unpack_table(bs, t, tlen, all, lens);
-    if (r) bs->broken = 1;
+    if (r) mark_broken(bs);
     return r;
 }
 
@@ -897,10 +911,11 @@ int sfb__bootstrap_allgather(struct sfb__bootstrap *bs, const void *mine, size_t
     if (!lens) return -ENOMEM;
     void *v = NULL;
     int r = sfb__bootstrap_allgatherv(bs, mine, len, &v, lens);
-    for (int i = 0; i < bs->size && !r; i++)
-        if (lens[i] != len)
-            r = sfb__error(-SFB_ESHAPE, "bootstrap: allgather: rank %d contributed %zu bytes, rank %d %zu",
-                           i, lens[i], bs->rank, len);
+    /* Name the same culprit on every rank: the first that differs from rank 0. */
+    for (int i = 1; i < bs->size && !r; i++)
+        if (lens[i] != lens[0])
+            r = sfb__error(-SFB_ESHAPE, "bootstrap: allgather: rank %d contributed %zu bytes, rank 0 %zu",
+                           i, lens[i], lens[0]);
     if (!r && len) memcpy(all, v, len * (size_t)bs->size);
     free(v);
     free(lens);
