@@ -422,7 +422,19 @@ static int rank0_listen(const char *spec, int *lfd_out)
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+    /* Joiners connect to the name in SFB_RENDEZVOUS, but rank 0's own view
+     * of that name can differ (Debian maps the host name to 127.0.1.1), so
+     * rank 0 listens on every interface unless the name is loopback. */
+    struct sockaddr_storage ss;
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *a = (void *)&ss;
+        if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) a->sin_addr.s_addr = htonl(INADDR_ANY);
+    } else if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (void *)&ss;
+        if (!IN6_IS_ADDR_LOOPBACK(&a->sin6_addr)) a->sin6_addr = in6addr_any;
+    }
+    if (bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) < 0) {
         r = sfb__error(-errno, "bootstrap: rank 0 cannot listen on SFB_RENDEZVOUS=%s: %s", spec,
                        strerror(errno));
         goto out;

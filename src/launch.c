@@ -71,6 +71,16 @@ int sfb__launch_free_port(const char *host)
     return r ? r : ntohs(a.sin_port);
 }
 
+int sfb__launch_self_path(char *buf, size_t len)
+{
+    if (len < 2) return -ENAMETOOLONG;
+    ssize_t n = readlink("/proc/self/exe", buf, len);
+    if (n < 0) return sfb__error(-errno, "launch: readlink /proc/self/exe: %s", strerror(errno));
+    if ((size_t)n >= len) return sfb__error(-ENAMETOOLONG, "launch: executable path longer than %zu", len - 1);
+    buf[n] = 0;
+    return 0;
+}
+
 static void write_all(int fd, const char *p, size_t len)
 {
     while (len > 0) {

@@ -4,6 +4,8 @@
 #ifndef SFB_SRC_LAUNCH_H
 #define SFB_SRC_LAUNCH_H
 
+#include <stddef.h>
+
 #define SFB__LAUNCH_MAX_PROCS 1024
 
 struct sfb__launch_settings {
@@ -46,5 +48,10 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
 /* Finds a free TCP port on `host` by binding port 0. Returns the port (> 0)
  * or a negative errno. Another process may take it before it is used. */
 int sfb__launch_free_port(const char *host);
+
+/* Writes the absolute path of the running executable (from /proc/self/exe)
+ * into buf, for re-executing ourselves as the worker ("sfb worker ...").
+ * Returns 0, -ENAMETOOLONG, or a negative errno. */
+int sfb__launch_self_path(char *buf, size_t len);
 
 #endif
