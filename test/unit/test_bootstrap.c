@@ -320,8 +320,15 @@ static int test_rank0_rejects_bad_hellos(void)
         all_closed &= bad[i] >= 0 && closed_within(bad[i], 5);
         if (bad[i] >= 0) close(bad[i]);
     }
-    /* Rejects do not count: the real rank 2 still completes the job. */
-    fd2 = raw_send(port, &h, SFB__BOOT_HDR_SIZE);
+    /* Rejects do not count: the real rank 2 still completes the job. Its
+     * hello arrives in two pieces (a partial read on rank 0's side). */
+    fd2 = raw_send(port, &h, 10);
+    if (fd2 >= 0) {
+        uint8_t hb[SFB__BOOT_HDR_SIZE];
+        sfb__boot_hdr_encode(&h, hb);
+        usleep(50000);
+        ASSERT_EQ(send(fd2, hb + 10, sizeof hb - 10, MSG_NOSIGNAL), (ssize_t)sizeof hb - 10);
+    }
     ASSERT(fd1 >= 0 && fd2 >= 0);
     uint8_t b[SFB__BOOT_HDR_SIZE];
     struct sfb__boot_hdr w1 = {0}, w2 = {0};
@@ -360,6 +367,76 @@ static int test_rank0_rejects_bad_hellos(void)
     ASSERT_STR_CONTAINS(log_text, "bad magic 0x11111111");
     ASSERT_STR_CONTAINS(log_text, "closed before sending a whole hello");
     ASSERT_STR_CONTAINS(log_text, "rejected connection from 127.0.0.1:");
+    return 0;
+}
+
+/* ---- a joiner facing a lying rank 0 ---------------------------------------- */
+
+struct joiner_run {
+    int r;
+    char msg[512];
+};
+
+static void *joiner_thread(void *arg)
+{
+    struct joiner_run *run = arg;
+    struct sfb__bootstrap_settings s = quick(5);
+    struct sfb__bootstrap *bs = NULL;
+    run->r = sfb__bootstrap_open(&bs, &s);
+    if (!run->r) {
+        char all[8];
+        run->r = sfb__bootstrap_allgather(bs, "mine", 4, all);
+    }
+    snprintf(run->msg, sizeof run->msg, "%s", sfb_last_error());
+    sfb__bootstrap_close(&bs);
+    return NULL;
+}
+
+static int test_joiner_rejects_bad_table(void)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    ASSERT_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ASSERT_EQ(listen(lfd, 4), 0);
+    ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    set_env(1, 2, ntohs(a.sin_port), "0x77");
+    struct joiner_run run = {0};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, joiner_thread, &run), 0);
+    int fd = accept(lfd, NULL, NULL);
+    uint8_t b[SFB__BOOT_HDR_SIZE];
+    struct sfb__boot_hdr h;
+    int ok = fd >= 0 && recv(fd, b, sizeof b, MSG_WAITALL) == (ssize_t)sizeof b;
+    sfb__boot_hdr_decode(b, &h);
+    int hello_ok = ok && h.type == SFB__BOOT_HELLO && h.rank == 1 && h.key == 0x77 && h.world == 2;
+    struct sfb__boot_hdr w = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_WELCOME, 0x77, 0, 2, 0, 0};
+    sfb__boot_hdr_encode(&w, b);
+    if (ok) ok = send(fd, b, sizeof b, MSG_NOSIGNAL) == (ssize_t)sizeof b;
+    uint8_t c[SFB__BOOT_HDR_SIZE + 4];
+    if (ok) ok = recv(fd, c, sizeof c, MSG_WAITALL) == (ssize_t)sizeof c; /* CONTRIB + "mine" */
+    sfb__boot_hdr_decode(c, &h);
+    int contrib_ok = ok && h.type == SFB__BOOT_CONTRIB && h.seq == 1 && h.len == 4 && !memcmp(c + 32, "mine", 4);
+    /* A table whose entry for rank 1 claims 1000 bytes in an 8-byte body. */
+    uint8_t t[SFB__BOOT_HDR_SIZE + 16] = {0};
+    struct sfb__boot_hdr th_ = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_TABLE, 0x77, 0, 2, 1, 16};
+    sfb__boot_hdr_encode(&th_, t);
+    t[32] = 4;
+    t[36] = 0xe8;
+    t[37] = 0x03;
+    memcpy(t + 40, "zerorank", 8);
+    if (ok) ok = send(fd, t, sizeof t, MSG_NOSIGNAL) == (ssize_t)sizeof t;
+    pthread_join(th, NULL);
+    if (fd >= 0) close(fd);
+    close(lfd);
+    clear_env();
+    ASSERT(hello_ok);
+    ASSERT(contrib_ok);
+    ASSERT(ok);
+    ASSERT_EQ(run.r, -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(run.msg, "table entry for rank 1 has len 1000");
     return 0;
 }
 
@@ -545,6 +622,7 @@ static const struct test_case tests[] = {
     {"single", test_single},
     {"env_errors", test_env_errors},
     {"rank0_rejects_bad_hellos", test_rank0_rejects_bad_hellos},
+    {"joiner_rejects_bad_table", test_joiner_rejects_bad_table},
     {"four_processes", test_four_processes},
     {"wrong_key_processes", test_wrong_key_processes},
     {"dead_peer", test_dead_peer},
