@@ -1,0 +1,251 @@
+/* Local launcher tests: rank prefixes, failure propagation, signal
+ * forwarding, and the env rendezvous through the launcher. The worker is
+ * boot_helper (path in $BOOT_HELPER). */
+#include "src/common.h"
+#include "src/launch.h"
+#include "test.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *helper(void)
+{
+    const char *h = getenv("BOOT_HELPER");
+    return h ? h : "./boot_helper";
+}
+
+/* Reads the whole of a memfd into a static NUL-terminated buffer. */
+static char *slurp(int fd)
+{
+    static char buf[1 << 20];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    return buf;
+}
+
+static int count_lines(const char *s, const char *needle)
+{
+    int k = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++) k++;
+    return k;
+}
+
+static void settings(struct sfb__launch_settings *s, int out, int err)
+{
+    sfb__launch_default_settings(s);
+    s->out_fd = out;
+    s->err_fd = err;
+    s->timeout_s = 30;
+}
+
+static int test_prefix(void)
+{
+    int out = memfd_create("out", 0), err = memfd_create("err", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, err);
+    char *argv[] = {(char *)helper(), "lines", "20", "0", NULL};
+    ASSERT_OK(sfb__launch_local(3, argv, &s));
+    char *o = slurp(out);
+    int lines = 0;
+    for (char *line = strtok(o, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        int pr = -1, i = -1, r = -2;
+        if (sscanf(line, "[%d] out %d of rank %d", &pr, &i, &r) == 3) {
+            ASSERT_EQ(pr, r);
+            ASSERT(i >= 0 && i < 20);
+        } else {
+            ASSERT_EQ(sscanf(line, "[%d] partial of rank %d", &pr, &r), 2);
+            ASSERT_EQ(pr, r);
+        }
+    }
+    ASSERT_EQ(lines, 3 * 21);
+    char *e = slurp(err);
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "[%d] err 19 of rank %d\n", r, r);
+        ASSERT_STR_CONTAINS(e, want);
+    }
+    ASSERT_EQ(count_lines(e, "\n"), 60);
+    ASSERT_EQ(count_lines(e, "out "), 0);
+    close(out);
+    close(err);
+    return 0;
+}
+
+static int test_failure_stops_others(void)
+{
+    int out = memfd_create("out", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    char *argv[] = {(char *)helper(), "fail", "2", "5", NULL};
+    double t0 = sfb__now();
+    int r = sfb__launch_local(4, argv, &s);
+    double dt = sfb__now() - t0;
+    ASSERT_EQ(r, -SFB_EPEER);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 2 exited with status 5");
+    ASSERT_LT(dt, 5.0); /* the others sleep 60 s: they were stopped */
+    ASSERT_STR_CONTAINS(slurp(out), "[2] rank 2 failing\n");
+    close(out);
+    return 0;
+}
+
+static int test_killed_by_signal(void)
+{
+    int out = memfd_create("out", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    char *argv[] = {"/bin/sh", "-c", "if [ $SFB_RANK = 1 ]; then sleep 0.2; kill -9 $$; fi; exec sleep 60", NULL};
+    double t0 = sfb__now();
+    int r = sfb__launch_local(3, argv, &s);
+    ASSERT_EQ(r, -SFB_EPEER);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 1 killed by signal 9");
+    ASSERT_LT(sfb__now() - t0, 5.0);
+    close(out);
+    return 0;
+}
+
+static int test_sigkill_after_grace(void)
+{
+    int out = memfd_create("out", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    s.grace_s = 0.5;
+    /* Rank 1 ignores SIGTERM, so only the SIGKILL after the grace period
+     * ends it. */
+    char *argv[] = {"/bin/sh", "-c", "trap '' TERM; if [ $SFB_RANK = 0 ]; then sleep 0.2; exit 1; fi; exec sleep 60",
+                    NULL};
+    double t0 = sfb__now();
+    int r = sfb__launch_local(2, argv, &s);
+    double dt = sfb__now() - t0;
+    ASSERT_EQ(r, -SFB_EPEER);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 0 exited with status 1");
+    ASSERT(dt > 0.6);
+    ASSERT_LT(dt, 5.0);
+    close(out);
+    return 0;
+}
+
+static int test_exec_failure(void)
+{
+    int out = memfd_create("out", 0), err = memfd_create("err", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, err);
+    char *argv[] = {"/nonexistent/worker", NULL};
+    ASSERT_EQ(sfb__launch_local(2, argv, &s), -SFB_EPEER);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "exited with status 127");
+    ASSERT_STR_CONTAINS(slurp(err), "cannot execute /nonexistent/worker");
+    close(out);
+    close(err);
+    return 0;
+}
+
+static int test_bad_args(void)
+{
+    char *argv[] = {"/bin/true", NULL};
+    ASSERT_EQ(sfb__launch_local(0, argv, NULL), -SFB_EUSAGE);
+    char *none[] = {NULL};
+    ASSERT_EQ(sfb__launch_local(2, none, NULL), -SFB_EUSAGE);
+    ASSERT_GT(sfb__launch_free_port("127.0.0.1"), 0);
+    ASSERT_EQ(sfb__launch_free_port("not-an-ip"), -SFB_EUSAGE);
+    char self[4096], tiny[4];
+    ASSERT_OK(sfb__launch_self_path(self, sizeof self));
+    ASSERT_STR_CONTAINS(self, "/test_launch");
+    ASSERT_EQ(self[0], '/');
+    ASSERT_EQ(sfb__launch_self_path(tiny, sizeof tiny), -ENAMETOOLONG);
+    return 0;
+}
+
+static int test_all_ok(void)
+{
+    int out = memfd_create("out", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    char *argv[] = {"/bin/sh", "-c", "echo \"rank=$SFB_RANK world=$SFB_WORLD_SIZE rdv=$SFB_RENDEZVOUS\"", NULL};
+    ASSERT_OK(sfb__launch_local(2, argv, &s));
+    char *o = slurp(out);
+    ASSERT_STR_CONTAINS(o, "[0] rank=0 world=2 rdv=127.0.0.1:");
+    ASSERT_STR_CONTAINS(o, "[1] rank=1 world=2 rdv=127.0.0.1:");
+    close(out);
+    return 0;
+}
+
+/* The launcher runs in a child of the test so the test can signal it. */
+static int test_signal_forwarding(void)
+{
+    int out = memfd_create("out", 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sfb__launch_settings s;
+        settings(&s, out, out);
+        char *argv[] = {(char *)helper(), "trap", NULL};
+        int r = sfb__launch_local(3, argv, &s);
+        dprintf(out, "launcher: %d %s\n", r, sfb_last_error());
+        _exit(r == -SFB_EABORT ? 0 : 1);
+    }
+    ASSERT_GT(pid, 0);
+    double t0 = sfb__now();
+    while (count_lines(slurp(out), "ready") < 3 && sfb__now() - t0 < 10) usleep(20000);
+    int ready = count_lines(slurp(out), "ready");
+    kill(pid, SIGINT);
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0 && sfb__now() - t0 < 20) usleep(20000);
+    if (waitpid(pid, &st, WNOHANG) == 0) {
+        kill(pid, SIGKILL); /* its workers follow through PDEATHSIG */
+        waitpid(pid, &st, 0);
+        TEST_FAIL_AT("launcher did not stop after SIGINT");
+    }
+    char *o = slurp(out);
+    ASSERT_EQ(ready, 3);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "[%d] rank %d got signal %d\n", r, r, SIGINT);
+        ASSERT_STR_CONTAINS(o, want);
+    }
+    ASSERT_STR_CONTAINS(o, "interrupted by signal 2");
+    close(out);
+    return 0;
+}
+
+static int test_rendezvous_through_launcher(void)
+{
+    int out = memfd_create("out", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    char *argv[] = {(char *)helper(), "gather", NULL};
+    int r = sfb__launch_local(4, argv, &s);
+    char *o = slurp(out);
+    if (r) fprintf(stderr, "%s\n", o);
+    ASSERT_OK(r);
+    char key[4][32];
+    for (int i = 0; i < 4; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "[%d] ok rank %d size 4 kind env rendezvous key ", i, i);
+        const char *p = strstr(o, want);
+        ASSERT(p);
+        ASSERT_EQ(sscanf(p + strlen(want), "%31s", key[i]), 1);
+        ASSERT_EQ(strcmp(key[i], key[0]), 0);
+    }
+    close(out);
+    return 0;
+}
+
+static const struct test_case tests[] = {
+    {"prefix", test_prefix},
+    {"all_ok", test_all_ok},
+    {"failure_stops_others", test_failure_stops_others},
+    {"killed_by_signal", test_killed_by_signal},
+    {"sigkill_after_grace", test_sigkill_after_grace},
+    {"exec_failure", test_exec_failure},
+    {"bad_args", test_bad_args},
+    {"signal_forwarding", test_signal_forwarding},
+    {"rendezvous_through_launcher", test_rendezvous_through_launcher},
+};
+
+int main(int argc, char **argv)
+{
+    alarm(100); /* a hang becomes a failure; workers die with us (PDEATHSIG) */
+    return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+}

@@ -1,0 +1,635 @@
+/* Bootstrap tests: wire header, hello validation, rank 0 rejecting bad
+ * connections, single-process mode, and real multi-process env rendezvous. */
+#include "src/bootstrap.h"
+#include "src/common.h"
+#include "src/launch.h"
+#include "test.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void clear_env(void)
+{
+    unsetenv("SFB_RANK");
+    unsetenv("SFB_WORLD_SIZE");
+    unsetenv("SFB_RENDEZVOUS");
+    unsetenv("SFB_JOB_KEY");
+}
+
+static void set_env(int rank, int world, int port, const char *key)
+{
+    char v[64];
+    clear_env();
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("SFB_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", world);
+    setenv("SFB_WORLD_SIZE", v, 1);
+    if (port) {
+        snprintf(v, sizeof v, "127.0.0.1:%d", port);
+        setenv("SFB_RENDEZVOUS", v, 1);
+    }
+    if (key) setenv("SFB_JOB_KEY", key, 1);
+}
+
+static struct sfb__bootstrap_settings quick(double t)
+{
+    struct sfb__bootstrap_settings s;
+    sfb__bootstrap_default_settings(&s);
+    s.connect_timeout_s = t;
+    s.timeout_s = t;
+    s.use_pmix = 0;
+    return s;
+}
+
+/* Captured log lines (rank 0 runs in another thread in one test). */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+static void log_sink(void *u, enum sfb_log_level l, int rank, const char *msg)
+{
+    pthread_mutex_lock(&log_mu);
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof log_text - n, "%s\n", msg);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static int test_header_roundtrip(void)
+{
+    struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_CONTRIB, 0x0102030405060708ull,
+                              7, 9, 3, 0xA0B0C0D0u};
+    uint8_t b[SFB__BOOT_HDR_SIZE];
+    sfb__boot_hdr_encode(&h, b);
+    ASSERT_EQ(memcmp(b, "SFBR", 4), 0);
+    ASSERT_EQ(b[4], 1);
+    ASSERT_EQ(b[6], SFB__BOOT_CONTRIB);
+    ASSERT_EQ(b[8], 0x08);
+    ASSERT_EQ(b[15], 0x01);
+    ASSERT_EQ(b[16], 7);
+    ASSERT_EQ(b[28], 0xD0);
+    ASSERT_EQ(b[31], 0xA0);
+    struct sfb__boot_hdr d;
+    sfb__boot_hdr_decode(b, &d);
+    ASSERT_EQ(d.magic, h.magic);
+    ASSERT_EQ(d.type, h.type);
+    ASSERT(d.key == h.key);
+    ASSERT_EQ(d.rank, 7);
+    ASSERT_EQ(d.world, 9);
+    ASSERT_EQ(d.seq, 3);
+    ASSERT_EQ(d.len, 0xA0B0C0D0u);
+    return 0;
+}
+
+static int test_check_hello(void)
+{
+    unsigned char seen[4] = {1, 1, 0, 0};
+    char why[200];
+    struct sfb__boot_hdr ok = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 42, 2, 4, 0, 0};
+    ASSERT_EQ(sfb__boot_check_hello(&ok, 42, 1, 4, seen, why, sizeof why), 0);
+    struct sfb__boot_hdr h = ok;
+    h.key = 43;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EJOBKEY);
+    ASSERT_STR_CONTAINS(why, "job key 0x000000000000002b, expected 0x000000000000002a");
+    ASSERT_EQ(sfb__boot_check_hello(&ok, 42, 0, 4, seen, why, sizeof why), -SFB_EJOBKEY);
+    ASSERT_STR_CONTAINS(why, "no SFB_JOB_KEY");
+    h = ok;
+    h.rank = 1;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(why, "duplicate rank 1");
+    h.rank = 4;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(why, "rank 4 out of range 1..3");
+    h.rank = 0;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(why, "rank 0 out of range");
+    h = ok;
+    h.len = 100; /* a hello announcing a payload it must not have */
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(why, "len 100");
+    h = ok;
+    h.magic ^= 1;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(why, "bad magic");
+    h = ok;
+    h.version = 2;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EVERSION);
+    h = ok;
+    h.world = 5;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_ECONFIG);
+    ASSERT_STR_CONTAINS(why, "world size 5, expected 4");
+    h = ok;
+    h.type = SFB__BOOT_TABLE;
+    ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
+    return 0;
+}
+
+static int test_parse_key(void)
+{
+    uint64_t k = 0;
+    ASSERT_OK(sfb__bootstrap_parse_key("0x1f", &k));
+    ASSERT_EQ(k, 31);
+    ASSERT_OK(sfb__bootstrap_parse_key("31", &k));
+    ASSERT_EQ(k, 31);
+    ASSERT_OK(sfb__bootstrap_parse_key("deadbeef", &k));
+    ASSERT_EQ(k, 0xdeadbeefu);
+    ASSERT_OK(sfb__bootstrap_parse_key("0xffffffffffffffff", &k));
+    ASSERT(k == UINT64_MAX);
+    ASSERT_EQ(sfb__bootstrap_parse_key("0", &k), -SFB_EUSAGE);
+    ASSERT_EQ(sfb__bootstrap_parse_key("0x", &k), -SFB_EUSAGE);
+    ASSERT_EQ(sfb__bootstrap_parse_key("12g", &k), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_JOB_KEY '12g'");
+    ASSERT_EQ(sfb__bootstrap_parse_key("0x10000000000000000", &k), -SFB_EUSAGE);
+    ASSERT_EQ(sfb__bootstrap_parse_key("99999999999999999999", &k), -SFB_EUSAGE);
+    return 0;
+}
+
+static int test_single(void)
+{
+    clear_env();
+    struct sfb__bootstrap_settings s = quick(5);
+    struct sfb__bootstrap *bs;
+    ASSERT_OK(sfb__bootstrap_open(&bs, &s));
+    ASSERT_EQ(sfb__bootstrap_kind(bs), SFB__BOOTSTRAP_SINGLE);
+    ASSERT_EQ(sfb__bootstrap_rank(bs), 0);
+    ASSERT_EQ(sfb__bootstrap_size(bs), 1);
+    ASSERT(sfb__bootstrap_job_key(bs) != 0);
+    char all[5] = {0};
+    ASSERT_OK(sfb__bootstrap_allgather(bs, "abcd", 4, all));
+    ASSERT_EQ(strcmp(all, "abcd"), 0);
+    void *v;
+    size_t lens[1];
+    ASSERT_OK(sfb__bootstrap_allgatherv(bs, "xyz", 3, &v, lens));
+    ASSERT_EQ(lens[0], 3);
+    ASSERT_EQ(memcmp(v, "xyz", 3), 0);
+    free(v);
+    ASSERT_OK(sfb__bootstrap_barrier(bs));
+    sfb__bootstrap_close(&bs);
+    ASSERT(bs == NULL);
+    /* The default settings (PMIx probing included) also end up single. */
+    setenv("SFB_JOB_KEY", "0x2a", 1);
+    ASSERT_OK(sfb__bootstrap_open(&bs, NULL));
+    ASSERT_EQ(sfb__bootstrap_kind(bs), SFB__BOOTSTRAP_SINGLE);
+    ASSERT_EQ(sfb__bootstrap_job_key(bs), 42);
+    sfb__bootstrap_close(&bs);
+    clear_env();
+    return 0;
+}
+
+static int test_env_errors(void)
+{
+    struct sfb__bootstrap_settings s = quick(0.5);
+    struct sfb__bootstrap *bs = NULL;
+    set_env(0, 1, 0, NULL);
+    ASSERT_OK(sfb__bootstrap_open(&bs, &s));
+    ASSERT_EQ(sfb__bootstrap_kind(bs), SFB__BOOTSTRAP_ENV);
+    ASSERT_EQ(sfb__bootstrap_size(bs), 1);
+    ASSERT_OK(sfb__bootstrap_barrier(bs));
+    sfb__bootstrap_close(&bs);
+
+    set_env(2, 2, 0, NULL);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_RANK='2': expected an integer in 0..1");
+    ASSERT(bs == NULL);
+    set_env(0, 0, 0, NULL);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_WORLD_SIZE='0'");
+    set_env(1, 2, 0, NULL);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_RENDEZVOUS is not set");
+    set_env(1, 2, 0, "zz!");
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_JOB_KEY");
+    set_env(1, 2, 0, NULL);
+    setenv("SFB_RENDEZVOUS", "127.0.0.1", 1);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "expected host:port");
+
+    /* A joiner whose rank 0 never shows up gives up after connect_timeout. */
+    int port = sfb__launch_free_port("127.0.0.1");
+    ASSERT_GT(port, 0);
+    set_env(1, 2, port, NULL);
+    double t0 = sfb__now();
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -ETIMEDOUT);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 1 could not reach rank 0");
+    ASSERT_LT(sfb__now() - t0, 3.0);
+    clear_env();
+    return 0;
+}
+
+/* ---- rank 0 facing hostile connections ------------------------------------ */
+
+struct rank0_run {
+    int open_r, gather_r;
+    char open_msg[512], gather_msg[512];
+};
+
+static void *rank0_thread(void *arg)
+{
+    struct rank0_run *run = arg;
+    struct sfb__bootstrap_settings s = quick(10);
+    struct sfb__bootstrap *bs = NULL;
+    run->open_r = sfb__bootstrap_open(&bs, &s);
+    snprintf(run->open_msg, sizeof run->open_msg, "%s", sfb_last_error());
+    if (run->open_r) return NULL;
+    char all[3 * 4];
+    run->gather_r = sfb__bootstrap_allgather(bs, "zero", 4, all);
+    snprintf(run->gather_msg, sizeof run->gather_msg, "%s", sfb_last_error());
+    sfb__bootstrap_close(&bs);
+    return NULL;
+}
+
+static int raw_connect(int port)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 200; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+        close(fd);
+        usleep(10000);
+    }
+    return -1;
+}
+
+static int raw_send(int port, const struct sfb__boot_hdr *h, size_t bytes)
+{
+    int fd = raw_connect(port);
+    uint8_t b[SFB__BOOT_HDR_SIZE];
+    sfb__boot_hdr_encode(h, b);
+    if (fd >= 0 && send(fd, b, bytes, MSG_NOSIGNAL) != (ssize_t)bytes) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 if the peer closes fd within `t` seconds (what rank 0 does to a
+ * rejected connection), 0 if it stays open. */
+static int closed_within(int fd, double t)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, (int)(t * 1000)) <= 0) return 0;
+    char c;
+    return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+static int test_rank0_rejects_bad_hellos(void)
+{
+    int port = sfb__launch_free_port("127.0.0.1");
+    ASSERT_GT(port, 0);
+    set_env(0, 3, port, "0x1234");
+    log_text[0] = 0;
+    sfb_log_set(log_sink, NULL, SFB_LOG_WARN);
+    struct rank0_run run = {0};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, rank0_thread, &run), 0);
+
+    struct sfb__boot_hdr good = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 0x1234, 1, 3, 0, 0};
+    struct sfb__boot_hdr h = good;
+    int bad[8], nbad = 0, fd1, fd2;
+    h.key = 0x9999;
+    bad[nbad++] = raw_send(port, &h, SFB__BOOT_HDR_SIZE);
+    fd1 = raw_send(port, &good, SFB__BOOT_HDR_SIZE);
+    bad[nbad++] = raw_send(port, &good, SFB__BOOT_HDR_SIZE); /* duplicate rank 1 */
+    h = good;
+    h.rank = 3;
+    bad[nbad++] = raw_send(port, &h, SFB__BOOT_HDR_SIZE);
+    h.rank = 0;
+    bad[nbad++] = raw_send(port, &h, SFB__BOOT_HDR_SIZE);
+    h = good;
+    h.rank = 2;
+    h.len = 100;
+    bad[nbad++] = raw_send(port, &h, SFB__BOOT_HDR_SIZE);
+    h.len = 0;
+    h.magic = 0x11111111;
+    bad[nbad++] = raw_send(port, &h, SFB__BOOT_HDR_SIZE);
+    h = good;
+    h.rank = 2;
+    int trunc = raw_send(port, &h, 10);
+    if (trunc >= 0) close(trunc);
+    int all_closed = 1;
+    for (int i = 0; i < nbad; i++) {
+        all_closed &= bad[i] >= 0 && closed_within(bad[i], 5);
+        if (bad[i] >= 0) close(bad[i]);
+    }
+    /* Rejects do not count: the real rank 2 still completes the job. Its
+     * hello arrives in two pieces (a partial read on rank 0's side). */
+    fd2 = raw_send(port, &h, 10);
+    if (fd2 >= 0) {
+        uint8_t hb[SFB__BOOT_HDR_SIZE];
+        sfb__boot_hdr_encode(&h, hb);
+        usleep(50000);
+        ASSERT_EQ(send(fd2, hb + 10, sizeof hb - 10, MSG_NOSIGNAL), (ssize_t)sizeof hb - 10);
+    }
+    ASSERT(fd1 >= 0 && fd2 >= 0);
+    uint8_t b[SFB__BOOT_HDR_SIZE];
+    struct sfb__boot_hdr w1 = {0}, w2 = {0};
+    ASSERT_EQ(recv(fd1, b, sizeof b, MSG_WAITALL), (ssize_t)sizeof b);
+    sfb__boot_hdr_decode(b, &w1);
+    ASSERT_EQ(recv(fd2, b, sizeof b, MSG_WAITALL), (ssize_t)sizeof b);
+    sfb__boot_hdr_decode(b, &w2);
+
+    /* Rank 1 lies about its contribution's length: rank 0 must refuse it
+     * before allocating or reading, and name rank 1 and the field. */
+    h = good;
+    h.type = SFB__BOOT_CONTRIB;
+    h.seq = 1;
+    h.len = SFB__BOOTSTRAP_MAX_BLOB + 1;
+    sfb__boot_hdr_encode(&h, b);
+    ASSERT_EQ(send(fd1, b, sizeof b, MSG_NOSIGNAL), (ssize_t)sizeof b);
+    pthread_join(th, NULL);
+    close(fd1);
+    close(fd2);
+    sfb_log_set(NULL, NULL, SFB_LOG_ERROR);
+    clear_env();
+
+    ASSERT(all_closed);
+    ASSERT_EQ(w1.type, SFB__BOOT_WELCOME);
+    ASSERT(w1.key == 0x1234);
+    ASSERT_EQ(w1.world, 3);
+    ASSERT_EQ(w2.type, SFB__BOOT_WELCOME);
+    if (run.open_r) TEST_FAIL_AT("rank 0 open: %d %s", run.open_r, run.open_msg);
+    ASSERT_EQ(run.gather_r, -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(run.gather_msg, "rank 1: len 1048577 exceeds the limit");
+    ASSERT_STR_CONTAINS(log_text, "job key 0x0000000000009999, expected 0x0000000000001234");
+    ASSERT_STR_CONTAINS(log_text, "duplicate rank 1");
+    ASSERT_STR_CONTAINS(log_text, "rank 3 out of range 1..2");
+    ASSERT_STR_CONTAINS(log_text, "rank 0 out of range 1..2");
+    ASSERT_STR_CONTAINS(log_text, "hello with seq 0 len 100");
+    ASSERT_STR_CONTAINS(log_text, "bad magic 0x11111111");
+    ASSERT_STR_CONTAINS(log_text, "closed before sending a whole hello");
+    ASSERT_STR_CONTAINS(log_text, "rejected connection from 127.0.0.1:");
+    return 0;
+}
+
+/* ---- a joiner facing a lying rank 0 ---------------------------------------- */
+
+struct joiner_run {
+    int r;
+    char msg[512];
+};
+
+static void *joiner_thread(void *arg)
+{
+    struct joiner_run *run = arg;
+    struct sfb__bootstrap_settings s = quick(5);
+    struct sfb__bootstrap *bs = NULL;
+    run->r = sfb__bootstrap_open(&bs, &s);
+    if (!run->r) {
+        char all[8];
+        run->r = sfb__bootstrap_allgather(bs, "mine", 4, all);
+    }
+    snprintf(run->msg, sizeof run->msg, "%s", sfb_last_error());
+    sfb__bootstrap_close(&bs);
+    return NULL;
+}
+
+static int test_joiner_rejects_bad_table(void)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    ASSERT_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ASSERT_EQ(listen(lfd, 4), 0);
+    ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    set_env(1, 2, ntohs(a.sin_port), "0x77");
+    struct joiner_run run = {0};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, joiner_thread, &run), 0);
+    int fd = accept(lfd, NULL, NULL);
+    uint8_t b[SFB__BOOT_HDR_SIZE];
+    struct sfb__boot_hdr h;
+    int ok = fd >= 0 && recv(fd, b, sizeof b, MSG_WAITALL) == (ssize_t)sizeof b;
+    sfb__boot_hdr_decode(b, &h);
+    int hello_ok = ok && h.type == SFB__BOOT_HELLO && h.rank == 1 && h.key == 0x77 && h.world == 2;
+    struct sfb__boot_hdr w = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_WELCOME, 0x77, 0, 2, 0, 0};
+    sfb__boot_hdr_encode(&w, b);
+    if (ok) ok = send(fd, b, sizeof b, MSG_NOSIGNAL) == (ssize_t)sizeof b;
+    uint8_t c[SFB__BOOT_HDR_SIZE + 4];
+    if (ok) ok = recv(fd, c, sizeof c, MSG_WAITALL) == (ssize_t)sizeof c; /* CONTRIB + "mine" */
+    sfb__boot_hdr_decode(c, &h);
+    int contrib_ok = ok && h.type == SFB__BOOT_CONTRIB && h.seq == 1 && h.len == 4 && !memcmp(c + 32, "mine", 4);
+    /* A table whose entry for rank 1 claims 1000 bytes in an 8-byte body. */
+    uint8_t t[SFB__BOOT_HDR_SIZE + 16] = {0};
+    struct sfb__boot_hdr th_ = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_TABLE, 0x77, 0, 2, 1, 16};
+    sfb__boot_hdr_encode(&th_, t);
+    t[32] = 4;
+    t[36] = 0xe8;
+    t[37] = 0x03;
+    memcpy(t + 40, "zerorank", 8);
+    if (ok) ok = send(fd, t, sizeof t, MSG_NOSIGNAL) == (ssize_t)sizeof t;
+    pthread_join(th, NULL);
+    if (fd >= 0) close(fd);
+    close(lfd);
+    clear_env();
+    ASSERT(hello_ok);
+    ASSERT(contrib_ok);
+    ASSERT(ok);
+    ASSERT_EQ(run.r, -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(run.msg, "table entry for rank 1 has len 1000");
+    return 0;
+}
+
+/* ---- real processes --------------------------------------------------------- */
+
+/* Forks n children running fn(rank); waits at most `limit` seconds, then
+ * kills and reaps whatever is left. Returns the number of ranks that did not
+ * exit 0 (a child's exit code is the failing line of fn). */
+static int run_ranks(int n, int (*fn)(int rank, void *), void *arg, double limit)
+{
+    pid_t pids[16];
+    pid_t parent = getpid();
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(99);
+            alarm((unsigned)limit + 5);
+            _exit(fn(r, arg));
+        }
+    }
+    int failed = 0, left = n;
+    double end = sfb__now() + limit;
+    while (left > 0) {
+        for (int r = 0; r < n; r++) {
+            int st;
+            if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                fprintf(stderr, "  rank %d: %s %d\n", r, WIFEXITED(st) ? "exit (line)" : "signal",
+                        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                failed++;
+            }
+            pids[r] = 0;
+            left--;
+        }
+        if (left && sfb__now() > end) {
+            for (int r = 0; r < n; r++)
+                if (pids[r] > 0) {
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], NULL, 0);
+                    fprintf(stderr, "  rank %d: killed after %.0f s\n", r, limit);
+                    failed++;
+                }
+            break;
+        }
+        usleep(5000);
+    }
+    return failed;
+}
+
+#define CHILD_CHECK(c)                                                          \
+    do {                                                                       \
+        if (!(c)) {                                                            \
+            fprintf(stderr, "  rank %d line %d: %s: %s\n", rank, __LINE__, #c, \
+                    sfb_last_error());                                         \
+            return __LINE__ % 200 + 1;                                         \
+        }                                                                      \
+    } while (0)
+
+struct world_arg {
+    int port, n;
+    int key_pipe[2];
+};
+
+static int gather_rank(int rank, void *p)
+{
+    struct world_arg *w = p;
+    set_env(rank, w->n, w->port, NULL); /* no key: rank 0 makes one */
+    if (rank == 0) usleep(300000);      /* joiners must retry */
+    struct sfb__bootstrap_settings s = quick(15);
+    struct sfb__bootstrap *bs;
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    CHILD_CHECK(sfb__bootstrap_rank(bs) == rank && sfb__bootstrap_size(bs) == w->n);
+    for (int round = 0; round < 2; round++) {
+        uint32_t mine[4] = {(uint32_t)rank, (uint32_t)round, 0xabc0u + (uint32_t)rank, 7};
+        uint32_t all[4 * 16];
+        CHILD_CHECK(sfb__bootstrap_allgather(bs, mine, sizeof mine, all) == 0);
+        for (int r = 0; r < w->n; r++)
+            CHILD_CHECK(all[4 * r] == (uint32_t)r && all[4 * r + 1] == (uint32_t)round &&
+                        all[4 * r + 2] == 0xabc0u + (uint32_t)r && all[4 * r + 3] == 7);
+    }
+    char blob[16];
+    memset(blob, 'a' + rank, sizeof blob);
+    void *v;
+    size_t lens[16];
+    CHILD_CHECK(sfb__bootstrap_allgatherv(bs, blob, (size_t)rank * 3, &v, lens) == 0);
+    const char *q = v;
+    for (int r = 0; r < w->n; r++) {
+        CHILD_CHECK(lens[r] == (size_t)r * 3);
+        for (size_t i = 0; i < lens[r]; i++) CHILD_CHECK(*q++ == 'a' + r);
+    }
+    free(v);
+    /* Unequal lengths through the equal-length call fail on every rank. */
+    char big[16 * 16];
+    int r = sfb__bootstrap_allgather(bs, blob, rank == 2 ? 5 : 4, big);
+    CHILD_CHECK(r == -SFB_ESHAPE);
+    CHILD_CHECK(strstr(sfb_last_error(), "rank 2 contributed 5 bytes, rank 0 4"));
+    sfb__bootstrap_close(&bs);
+
+    /* A fresh job on the same port: open, barrier twice, close. */
+    set_env(rank, w->n, w->port, "777");
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    CHILD_CHECK(sfb__bootstrap_job_key(bs) == 777);
+    CHILD_CHECK(sfb__bootstrap_barrier(bs) == 0);
+    CHILD_CHECK(sfb__bootstrap_barrier(bs) == 0);
+    uint64_t key = sfb__bootstrap_job_key(bs);
+    CHILD_CHECK(write(w->key_pipe[1], &key, sizeof key) == (ssize_t)sizeof key);
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int test_four_processes(void)
+{
+    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 4, {-1, -1}};
+    ASSERT_GT(w.port, 0);
+    ASSERT_EQ(pipe(w.key_pipe), 0);
+    ASSERT_EQ(run_ranks(4, gather_rank, &w, 25), 0);
+    close(w.key_pipe[1]);
+    uint64_t keys[4];
+    ASSERT_EQ(read(w.key_pipe[0], keys, sizeof keys), (ssize_t)sizeof keys);
+    for (int i = 0; i < 4; i++) ASSERT(keys[i] == 777);
+    close(w.key_pipe[0]);
+    return 0;
+}
+
+static int wrong_key_rank(int rank, void *p)
+{
+    struct world_arg *w = p;
+    set_env(rank, 2, w->port, rank == 0 ? "0xaaaa" : "0xbbbb");
+    struct sfb__bootstrap_settings s = quick(1.5);
+    struct sfb__bootstrap *bs = NULL;
+    int r = sfb__bootstrap_open(&bs, &s);
+    if (rank == 0) {
+        CHILD_CHECK(r == -ETIMEDOUT);
+        CHILD_CHECK(strstr(sfb_last_error(), "1 of 2 ranks joined; missing 1"));
+    } else {
+        CHILD_CHECK(r == -SFB_EPEER);
+        CHILD_CHECK(strstr(sfb_last_error(), "before welcoming rank 1: it rejected the hello"));
+    }
+    CHILD_CHECK(bs == NULL);
+    return 0;
+}
+
+static int test_wrong_key_processes(void)
+{
+    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 2, {-1, -1}};
+    ASSERT_GT(w.port, 0);
+    double t0 = sfb__now();
+    ASSERT_EQ(run_ranks(2, wrong_key_rank, &w, 10), 0);
+    ASSERT_LT(sfb__now() - t0, 6.0);
+    return 0;
+}
+
+/* A joiner that dies mid-job makes rank 0's next collective fail naming it. */
+static int dead_peer_rank(int rank, void *p)
+{
+    struct world_arg *w = p;
+    set_env(rank, 3, w->port, "5");
+    struct sfb__bootstrap_settings s = quick(5);
+    struct sfb__bootstrap *bs = NULL;
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    if (rank == 2) _exit(0); /* vanish without a word */
+    int r = sfb__bootstrap_barrier(bs);
+    CHILD_CHECK(r != 0);
+    if (rank == 0) CHILD_CHECK(strstr(sfb_last_error(), "rank 2 closed the connection"));
+    CHILD_CHECK(sfb__bootstrap_barrier(bs) == -SFB_EPEER); /* stays failed */
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int test_dead_peer(void)
+{
+    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 3, {-1, -1}};
+    ASSERT_GT(w.port, 0);
+    ASSERT_EQ(run_ranks(3, dead_peer_rank, &w, 15), 0);
+    return 0;
+}
+
+static const struct test_case tests[] = {
+    {"header_roundtrip", test_header_roundtrip},
+    {"check_hello", test_check_hello},
+    {"parse_key", test_parse_key},
+    {"single", test_single},
+    {"env_errors", test_env_errors},
+    {"rank0_rejects_bad_hellos", test_rank0_rejects_bad_hellos},
+    {"joiner_rejects_bad_table", test_joiner_rejects_bad_table},
+    {"four_processes", test_four_processes},
+    {"wrong_key_processes", test_wrong_key_processes},
+    {"dead_peer", test_dead_peer},
+};
+
+int main(int argc, char **argv)
+{
+    alarm(100); /* children die with us (PDEATHSIG) */
+    return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+}
