@@ -2,6 +2,7 @@
  * prefix, forward signals, stop everyone when one fails. */
 #include "config.h"
 #include "src/launch.h"
+#include "sfb/launch.h"
 #include "src/common.h"
 
 #include <arpa/inet.h>
@@ -398,4 +399,14 @@ restore:
     free(L.c);
     free(L.scratch);
     return r;
+}
+
+int sfb_launch_local(int nprocs, char *const argv[])
+{
+    return sfb__launch_local(nprocs, argv, NULL);
+}
+
+int sfb_launch_self_path(char *buf, size_t len)
+{
+    return sfb__launch_self_path(buf, len);
 }

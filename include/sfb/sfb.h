@@ -8,5 +8,6 @@
 #include "sfb/model.h"
 #include "sfb/train.h"
 #include "sfb/topo.h"
+#include "sfb/launch.h"
 
 #endif

@@ -94,7 +94,7 @@ static int run_worker(struct cli_job *job)
     if (cli_prepare_outputs(job)) return 1;
     struct progress_state ps = {.tty = isatty(STDERR_FILENO), .quiet = job->quiet};
     struct sfb_train_result res;
-    int ret = sfb_train_run(&job->train, progress_print, &ps, ps.tty ? 0.25 : 10.0, &res);
+    int ret = sfb_train_run(&job->train, progress_print, &ps, ps.tty ? 0.25 : 5.0, &res);
     if (ps.open_line) fputc('\n', stderr);
     if (ret) {
         cli_error(ret, "training failed");
@@ -129,13 +129,55 @@ int cli_worker(int argc, char **argv)
     return run_worker(&job);
 }
 
+/* The worker command line: our own executable, "worker", and every option
+ * of `sfb run` except -n. */
+static char **worker_argv(int argc, char **argv, char *self)
+{
+    char **out = calloc((size_t)argc + 2, sizeof *out);
+    if (!out) return NULL;
+    int n = 0;
+    out[n++] = self;
+    out[n++] = "worker";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(a, "--nprocs=", 9) || (!strncmp(a, "-n", 2) && a[2] != '\0')) continue;
+        if (!strcmp(a, "--")) break;
+        out[n++] = argv[i];
+    }
+    out[n] = NULL;
+    return out;
+}
+
 int cli_run(int argc, char **argv)
 {
+    /* getopt permutes argv: parse a copy, keep the original for the workers */
+    char **copy = calloc((size_t)argc + 1, sizeof *copy);
+    if (!copy) return 1;
+    memcpy(copy, argv, sizeof *copy * (size_t)argc);
     struct cli_job job;
-    int r = cli_parse_job(argc, argv, "run", 1, &job);
+    int r = cli_parse_job(argc, copy, "run", 1, &job);
+    free(copy);
     if (r) return r == 1 ? 0 : r;
     if ((r = check_available(&job, "run", job.nprocs))) return r;
-    return run_worker(&job);
+    cli_log_init(job.log_level);
+    char self[4096];
+    if ((r = sfb_launch_self_path(self, sizeof self))) {
+        cli_error(r, "cannot find the sfb executable");
+        return 1;
+    }
+    char **wargv = worker_argv(argc, argv, self);
+    if (!wargv) return 1;
+    r = sfb_launch_local(job.nprocs, wargv);
+    free(wargv);
+    if (r) {
+        cli_error(r, "job failed");
+        return 1;
+    }
+    return 0;
 }
 
 static void eval_help(FILE *f)

@@ -1,0 +1,28 @@
+/* sfb — starting a job of local workers (what `sfb run -n P` does). */
+#ifndef SFB_LAUNCH_H
+#define SFB_LAUNCH_H
+
+#include "sfb/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs argv (NULL-terminated; argv[0] a path or a name in PATH) as ranks
+ * 0..nprocs-1 on this machine, wired together by the environment rendezvous
+ * on loopback (SFB_RANK, SFB_WORLD_SIZE, SFB_RENDEZVOUS, SFB_JOB_KEY). Each
+ * line a worker prints is written as "[rank] line". SIGINT/SIGTERM/SIGHUP
+ * are forwarded; when one worker fails the others are stopped.
+ * Blocks until all are reaped. Returns 0 if every worker exited 0;
+ * -SFB_EPEER naming the failed rank and its status in sfb_last_error();
+ * -SFB_EABORT when a signal stopped the job; -SFB_EUSAGE; or -errno.
+ * Main thread of a single-threaded process only. */
+SFB_API int sfb_launch_local(int nprocs, char *const argv[]);
+
+/* Absolute path of the running executable, to start "self worker ...". */
+SFB_API int sfb_launch_self_path(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
