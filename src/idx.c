@@ -47,8 +47,11 @@ static void close_idx(struct idx_file *f)
     f->gz = NULL;
 }
 
-/* Reads exactly `len` bytes of `what`, or fails naming where the data ended. */
-static int read_exact(struct idx_file *f, void *buf, size_t len, const char *what)
+/* Reads exactly `len` bytes of `what`, or fails naming where the data ended.
+ * `what` ends at byte offset `what_end` (0: at the end of this read), so a
+ * truncation reports how much of it is missing in all. */
+static int read_part(struct idx_file *f, void *buf, size_t len, const char *what,
+                     uint64_t what_end)
 {
     unsigned char *b = buf;
     size_t done = 0;
@@ -67,14 +70,21 @@ static int read_exact(struct idx_file *f, void *buf, size_t len, const char *wha
                               f->off + done, what, msg ? msg : "");
         }
         if (got == 0) {
+            uint64_t at = f->off + done;
+            uint64_t end = what_end ? what_end : f->off + len;
             return sfb__error(-SFB_EFORMAT, "%s: truncated at byte offset %" PRIu64
-                              ": expected %zu more bytes of %s", f->path, f->off + done,
-                              len - done, what);
+                              ": expected %" PRIu64 " more bytes of %s", f->path, at, end - at,
+                              what);
         }
         done += (size_t)got;
     }
     f->off += len;
     return 0;
+}
+
+static int read_exact(struct idx_file *f, void *buf, size_t len, const char *what)
+{
+    return read_part(f, buf, len, what, 0);
 }
 
 static uint32_t be32(const unsigned char *p)
@@ -180,6 +190,7 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
         goto fail;
     }
 
+    const uint64_t pixel_end = im.off + total;
     float scale[256];
     for (int i = 0; i < 256; i++) scale[i] = (float)i / 255.0f;
     if (!(chunk = malloc(CHUNK))) {
@@ -188,7 +199,7 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
     }
     for (size_t done = 0; done < total;) {
         size_t len = SFB_MIN(total - done, (size_t)CHUNK);
-        if ((r = read_exact(&im, chunk, len, "pixel data"))) goto fail;
+        if ((r = read_part(&im, chunk, len, "pixel data", pixel_end))) goto fail;
         /* Grow with the data actually read (see the top comment). */
         if ((r = sfb__reserve((void **)&x, &xcap, (done + len) * sizeof(float)))) goto fail;
         for (size_t i = 0; i < len; i++) x[done + i] = scale[chunk[i]];
@@ -208,7 +219,7 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
     uint64_t label_off = lb.off;
     for (size_t done = 0; done < n;) {
         size_t len = SFB_MIN((size_t)n - done, (size_t)CHUNK);
-        if ((r = read_exact(&lb, chunk, len, "labels"))) goto fail;
+        if ((r = read_part(&lb, chunk, len, "labels", label_off + n))) goto fail;
         for (size_t i = 0; i < len; i++) {
             uint32_t v = chunk[i];
             if (classes && v >= classes) {
