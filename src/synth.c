@@ -1,9 +1,11 @@
 /* Synthetic MLR data with a hidden true model.
  *
- * W (k × d) has N(0, 1/m) entries where m = density·d is the expected number
- * of non-zeros per sample, and the features are N(0, 1) on the chosen
- * support, so every logit (W·x)_c has unit variance whatever d and density
- * are; `noise` is therefore relative to the logit scale. Sample i is drawn
+ * W (k × d) has N(0, LOGIT_STD²/m) entries where m = density·d is the
+ * expected number of non-zeros per sample, and the features are N(0, 1) on
+ * the chosen support, so every logit (W·x)_c has standard deviation LOGIT_STD
+ * whatever d and density are, and `noise` has a fixed meaning: with the
+ * default 0.1 about 2-3% of the labels (k = 10) differ from argmax W·x, so a
+ * good linear model reaches ~97%. Sample i is drawn
  * from its own PRNG stream (seed, i), so the data do not depend on generation
  * order, and every step uses src/rng.c's portable arithmetic: the same
  * settings give bitwise the same dataset on every machine. */
@@ -18,6 +20,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define LOGIT_STD 4.0
 
 /* Stream tags keep the model and the samples apart for any seed. */
 #define TAG_MODEL 0x6d6f64656cull   /* "model" */
@@ -131,7 +135,7 @@ void sfb__synth_model(const struct sfb_synth_settings *s, float *w)
 {
     struct sfb__rng rng;
     sfb__rng_seed2(&rng, s->seed, TAG_MODEL);
-    double scale = 1.0 / sqrt(support_size(s));
+    double scale = LOGIT_STD / sqrt(support_size(s));
     size_t kd = (size_t)s->k * s->d;
     for (size_t i = 0; i < kd; i++) w[i] = (float)(sfb__rng_gauss(&rng) * scale);
 }
