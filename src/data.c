@@ -86,6 +86,8 @@ static int check_test_shape(const struct sfb_dataset *train, const struct sfb_da
 int sfb__data_load_fashion(const char *dir, struct sfb_dataset *train, struct sfb_dataset *test)
 {
     char missing[4096] = "";
+    memset(train, 0, sizeof *train);
+    if (test) memset(test, 0, sizeof *test);
     int r = load_idx_pair(dir, "train", 0, train, missing, sizeof missing);
     if (r == -ENOENT) {
         return sfb__error(-ENOENT, "fashion-mnist: %s not found; install the Debian package "
@@ -99,6 +101,10 @@ int sfb__data_load_fashion(const char *dir, struct sfb_dataset *train, struct sf
                        "dataset-fashion-mnist (apt-get install dataset-fashion-mnist)", missing);
     }
     if (!r) r = check_test_shape(train, test, dir);
+    if (r) {
+        sfb_dataset_free(train);
+        sfb_dataset_free(test);
+    }
     return r;
 }
 
