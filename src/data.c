@@ -136,6 +136,11 @@ static int load_file(const char *path, const struct sfb_libsvm_settings *ls,
                      int *base_used)
 {
     int r = sfb__idx_sniff(path);
+    if (r == -ENOENT && !ref) {
+        return sfb__error(-ENOENT, "%s: no such data set or file (expected fashion-mnist, "
+                          "synth:k=..,d=..,n=.., an IDX directory or images file, or a libsvm "
+                          "file)", path);
+    }
     if (r < 0) return r;
     if (r == 1) {
         char lb[4096];
