@@ -62,7 +62,9 @@ SFB_API int sfb_libsvm_read(const char *path, const struct sfb_libsvm_settings *
 /* Reads an IDX image file (ubyte, 2-D or 3-D) and its IDX label file (ubyte,
  * 1-D), gzip-compressed or not, into a dense dataset with pixels scaled to
  * [0, 1]; d = product of the image dimensions, k = max label + 1 (or
- * `classes` if non-zero). Errors as sfb_libsvm_read (file:offset). */
+ * `classes` if non-zero; a label >= classes is an error). Errors as
+ * sfb_libsvm_read, the detail naming the file and the byte offset (in the
+ * uncompressed stream) or header field. */
 SFB_API int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t classes,
                          struct sfb_dataset *out);
 
@@ -74,7 +76,9 @@ struct sfb_synth_settings {
     uint32_t k, d;
     uint64_t n;
     double density; /* (0, 1] */
-    double noise;   /* std of label noise added to the logits; default 0.1 */
+    double noise;   /* std of label noise added to the logits (which have std
+                       4 by construction); default 0.1 (~2-3% of labels
+                       differ from argmax W·x) */
     uint64_t seed;
 };
 
@@ -94,7 +98,13 @@ SFB_API int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_da
  * `test` may be NULL. `test_path` (may be NULL) overrides where the test set
  * comes from (a libsvm file, or an IDX images file whose labels file is found
  * by replacing "images-idx3" with "labels-idx1"). The test set gets the
- * train set's d and k. */
+ * train set's d and k (and a libsvm test file the train file's index base);
+ * a test index or label beyond them is an error naming the test file. With
+ * no test source (a libsvm train file and no test_path, an IDX directory
+ * without t10k files) *test is left zeroed (n = 0).
+ * Returns 0, -ENOENT (for "fashion-mnist" the message says to install the
+ * package), -SFB_EFORMAT, -SFB_ESHAPE, -SFB_EUSAGE, -ENOMEM; on failure both
+ * sets are zeroed. The caller owns both on success. Any thread. */
 SFB_API int sfb_data_load(const char *name, const char *test_path,
                           const struct sfb_libsvm_settings *ls, struct sfb_dataset *train,
                           struct sfb_dataset *test);
@@ -108,6 +118,8 @@ SFB_API int sfb_data_load(const char *name, const char *test_path,
  * clocks_per_epoch = n / (world·batch) (the remainder is skipped that epoch). */
 struct sfb_sampler;
 
+/* Returns 0, -SFB_EUSAGE (rank >= world, batch 0, or n < world·batch) or
+ * -ENOMEM (it holds one n-entry permutation); *s is NULL on failure. */
 SFB_API int sfb_sampler_open(struct sfb_sampler **s, uint64_t n, uint32_t rank, uint32_t world,
                              uint32_t batch, uint64_t seed);
 SFB_API void sfb_sampler_close(struct sfb_sampler **s);
