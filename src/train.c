@@ -18,7 +18,7 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     sfb_libsvm_default_settings(&s->libsvm);
     s->batch = 32;
     s->epochs = 10;
-    s->lr = 0.5;
+    s->lr = 1.0;
     s->lr_schedule = SFB_LR_INVSQRT;
     s->lr_decay = 0.5;
     s->seed = 1;
@@ -29,7 +29,9 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
 
 double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
 {
-    double period = (double)(s->lr_period ? s->lr_period : (cpe ? cpe : 1));
+    /* Default period: 1 % of an epoch, so the step decays like 1/sqrt(t)
+     * early on whatever the batch size. */
+    double period = (double)(s->lr_period ? s->lr_period : SFB_MAX(cpe / 100, (uint64_t)1));
     switch (s->lr_schedule) {
     case SFB_LR_INVSQRT:
         return s->lr / sqrt(1.0 + (double)clock / period);

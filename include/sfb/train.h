@@ -17,6 +17,7 @@ extern "C" {
 enum sfb_lr_schedule {
     SFB_LR_CONSTANT = 0, /* η_t = η₀ */
     SFB_LR_INVSQRT = 1,  /* η_t = η₀ / sqrt(1 + t / T), T = lr_period clocks */
+                         /* (default T: 1 % of an epoch) */
     SFB_LR_STEP = 2,     /* η_t = η₀ · lr_decay^⌊t / T⌋ */
 };
 
@@ -30,7 +31,7 @@ struct sfb_train_settings {
     uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */
     double lr;             /* η₀, per global minibatch (world · batch samples) */
     enum sfb_lr_schedule lr_schedule;
-    uint64_t lr_period;    /* T in clocks; 0 = one epoch */
+    uint64_t lr_period;    /* T in clocks; 0 = 1 % of an epoch (at least 1) */
     double lr_decay;       /* factor of SFB_LR_STEP */
     double lambda;         /* L2 strength */
     uint64_t seed;

@@ -54,7 +54,7 @@ check train '[ $rc = 0 ]'
 check model-printed '[[ "$out" == *"model:   $tmp/out/model.sfb"* ]]'
 check metrics-printed '[[ "$out" == *"metrics: $tmp/out/metrics.0.jsonl"* ]]'
 check model-file '[ -s "$tmp/out/model.sfb" ]'
-acc=$(sed -n 's/^test accuracy \([0-9.]*\)%.*/\1/p' <<<"$out")
+acc=$(sed -n 's/^\(\[0\] \)\{0,1\}test accuracy \([0-9.]*\)%.*/\2/p' <<<"$out")
 check accuracy '[ -n "$acc" ] && awk "BEGIN{exit !($acc >= 80)}"'
 # one metrics line per clock: 3 epochs of 4000/16 clocks, plus eval and summary events
 clocks=$(grep -c '"clock":' "$tmp/out/metrics.0.jsonl" | tr -d ' ')
