@@ -9,7 +9,7 @@ extra="--oversubscribe"
 # Keep the env rendezvous out of the way: PMIx must be the detected mode.
 unset SFB_RANK SFB_WORLD_SIZE SFB_RENDEZVOUS SFB_JOB_KEY
 # libpmix leaks a few bytes at init under ASan builds; not ours.
-export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$(dirname "$0")/../lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 fail=0
 for n in 2 4; do
     out=$(timeout -k 5 40 mpirun $extra -n $n "$helper" gather 2>&1)
