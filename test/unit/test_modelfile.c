@@ -2,6 +2,7 @@
 #include "sfb/sfb.h"
 #include "test.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
