@@ -42,14 +42,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PARTNER_TRIES 64
-#define EVAL_QUERIES 2000u
-#define EVAL_REFS 8000u
+#define PARTNER_TRIES   64
+#define EVAL_QUERIES    2000u
+#define EVAL_REFS       8000u
 #define EVAL_MAX_FLOATS ((uint64_t)1 << 24) /* gathered rows: 64 MiB at most */
-#define EVAL_CHUNK 256u
-#define KNN_MAX 100u
-#define EVAL_STEP UINT64_MAX /* pair stream of evaluate, apart from any clock */
-#define MAX_PAIR_FILE ((size_t)1 << 34)
+#define EVAL_CHUNK      256u
+#define KNN_MAX         100u
+#define EVAL_STEP       UINT64_MAX /* pair stream of evaluate, apart from any clock */
+#define MAX_PAIR_FILE   ((size_t)1 << 34)
 
 struct pairs {
     uint64_t *ij; /* 2·n sample indices */
@@ -93,17 +93,20 @@ int sfb__dml_read_pairs(const char *path, uint64_t **pairs, uint32_t **lines, ui
     size_t pos = 0;
     while (pos < len) {
         size_t end = pos;
-        while (end < len && buf[end] != '\n') end++;
+        while (end < len && buf[end] != '\n')
+            end++;
         line++;
         const char *s = (const char *)buf + pos, *e = (const char *)buf + end;
         pos = end + 1;
-        while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+        while (s < e && (*s == ' ' || *s == '\t' || *s == '\r'))
+            s++;
         if (s == e || *s == '#') continue;
         uint64_t v[2];
         for (int f = 0; f < 2; f++) {
             if (s == e || *s < '0' || *s > '9') {
-                ret = pair_error(path, line, f ? "expected a second sample index"
-                                               : "expected a sample index (unsigned integer)");
+                ret = pair_error(path, line,
+                                 f ? "expected a second sample index"
+                                   : "expected a sample index (unsigned integer)");
                 goto fail;
             }
             uint64_t x = 0;
@@ -119,7 +122,8 @@ int sfb__dml_read_pairs(const char *path, uint64_t **pairs, uint32_t **lines, ui
                 ret = pair_error(path, line, "unexpected character after a sample index");
                 goto fail;
             }
-            while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+            while (s < e && (*s == ' ' || *s == '\t' || *s == '\r'))
+                s++;
         }
         if (s != e) {
             ret = pair_error(path, line, "more than two fields (expected \"i j\")");
@@ -157,7 +161,7 @@ fail:
     return ret;
 }
 
-#define RESERVE(m, f, count)                                                    \
+#define RESERVE(m, f, count)                                                                       \
     sfb__reserve((void **)&(m)->f, &(m)->f##_cap, (size_t)(count) * sizeof(*(m)->f))
 
 static void pairs_free(struct pairs *p)
@@ -225,7 +229,8 @@ static int dml_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_
     m->seed = s->seed;
     const double sd = 1.0 / sqrt((double)s->rank * (double)s->d);
     uint64_t st = s->seed ^ 0x6A09E667F3BCC909ull;
-    for (size_t q = 0; q < (size_t)m->k * m->d; q++) m->l[q] = (float)(sd * sfb__rand_normal(&st));
+    for (size_t q = 0; q < (size_t)m->k * m->d; q++)
+        m->l[q] = (float)(sd * sfb__rand_normal(&st));
     int ret = pairs_load(&m->sim, s->simi_pairs);
     if (!ret) ret = pairs_load(&m->dis, s->diff_pairs);
     if (ret) {
@@ -289,7 +294,8 @@ static int sub_row(const struct sfb_dataset *data, uint64_t j, float *out)
     const uint32_t d = data->d;
     if (!data->sparse) {
         const float *x = data->x + j * d;
-        for (uint32_t q = 0; q < d; q++) out[q] -= x[q];
+        for (uint32_t q = 0; q < d; q++)
+            out[q] -= x[q];
         return 0;
     }
     for (uint64_t p = data->row_ptr[j]; p < data->row_ptr[j + 1]; p++) {
@@ -302,8 +308,8 @@ static int sub_row(const struct sfb_dataset *data, uint64_t j, float *out)
 }
 
 /* The pair of minibatch entry `i` from the pair files. */
-static int file_pair(const struct dml *m, const struct sfb_dataset *data, uint64_t i,
-                     uint64_t *a, uint64_t *b, int *sim)
+static int file_pair(const struct dml *m, const struct sfb_dataset *data, uint64_t i, uint64_t *a,
+                     uint64_t *b, int *sim)
 {
     uint64_t st = pair_state(m->seed, m->step, i);
     uint64_t r = sfb__splitmix64(&st);
@@ -314,8 +320,7 @@ static int file_pair(const struct dml *m, const struct sfb_dataset *data, uint64
     *b = p->ij[2 * q + 1];
     if (*a >= data->n || *b >= data->n)
         return sfb__error(-EINVAL, "%s:%u: sample index %llu is outside the training set (n=%llu)",
-                          p->path, p->line[q],
-                          (unsigned long long)(*a >= data->n ? *a : *b),
+                          p->path, p->line[q], (unsigned long long)(*a >= data->n ? *a : *b),
                           (unsigned long long)data->n);
     return 0;
 }
@@ -324,7 +329,8 @@ static int file_pair(const struct dml *m, const struct sfb_dataset *data, uint64
 static double pair_grad(float *z, uint32_t k, int sim, float lambda)
 {
     double q = 0.0;
-    for (uint32_t r = 0; r < k; r++) q += (double)z[r] * z[r];
+    for (uint32_t r = 0; r < k; r++)
+        q += (double)z[r] * z[r];
     float f;
     double loss;
     if (sim) {
@@ -337,13 +343,13 @@ static double pair_grad(float *z, uint32_t k, int sim, float lambda)
         loss = 0.0;
         f = 0.0f;
     }
-    for (uint32_t r = 0; r < k; r++) z[r] *= f;
+    for (uint32_t r = 0; r < k; r++)
+        z[r] *= f;
     return loss;
 }
 
 static int dml_factors(void *priv, const struct sfb_matrix *mats, const struct sfb_dataset *data,
-                       const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out,
-                       double *loss)
+                       const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out, double *loss)
 {
     struct dml *m = priv;
     const int use_files = m->sim.n + m->dis.n > 0;
@@ -392,7 +398,8 @@ static double knn_accuracy(struct dml *m, const float *f, uint32_t w, uint32_t n
     const float *fr = f + (size_t)nq * w;
     for (uint32_t j = 0; j < nr; j++) {
         double acc = 0.0;
-        for (uint32_t q = 0; q < w; q++) acc += (double)fr[(size_t)j * w + q] * fr[(size_t)j * w + q];
+        for (uint32_t q = 0; q < w; q++)
+            acc += (double)fr[(size_t)j * w + q] * fr[(size_t)j * w + q];
         m->norms[j] = (float)acc;
     }
     uint64_t correct = 0;
@@ -422,7 +429,8 @@ static double knn_accuracy(struct dml *m, const float *f, uint32_t w, uint32_t n
             uint32_t best_n = 0;
             for (uint32_t a = 0; a < have; a++) {
                 uint32_t c = 0;
-                for (uint32_t b = 0; b < have; b++) c += bl[b] == bl[a];
+                for (uint32_t b = 0; b < have; b++)
+                    c += bl[b] == bl[a];
                 if (c > best_n) best_n = c, best = bl[a];
             }
             correct += best == m->lab[q0 + i];
@@ -452,7 +460,8 @@ static int dml_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
         return sfb__error(-ENOMEM, "dml: cannot allocate evaluation scratch");
     /* The subset: a partial Fisher–Yates shuffle, the same for every call. */
     uint64_t st = m->seed ^ 0x3C6EF372FE94F82Bull;
-    for (uint64_t i = 0; i < data->n; i++) m->perm[i] = i;
+    for (uint64_t i = 0; i < data->n; i++)
+        m->perm[i] = i;
     for (uint32_t i = 0; i < mt; i++) {
         uint64_t j = i + sfb__splitmix64(&st) % (data->n - i);
         uint64_t t = m->perm[i];

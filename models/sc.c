@@ -36,21 +36,21 @@
 #include <string.h>
 
 #define POWER_ITERS 50
-#define EVAL_CHUNK 256u
+#define EVAL_CHUNK  256u
 
 struct sc {
     uint32_t d, k, steps;
     float lambda;
-    float *bm;      /* D × K dictionary */
-    float *gram;    /* K × K */
-    double *colsq;  /* K: column norms for the projection */
-    float *v, *w;   /* K: power iteration */
+    float *bm;               /* D × K dictionary */
+    float *gram;             /* K × K */
+    double *colsq;           /* K: column norms for the projection */
+    float *v, *w;            /* K: power iteration */
     float *h, *y, *aold, *t; /* rows × K FISTA scratch */
-    float *x, *a;   /* evaluate chunk: EVAL_CHUNK × D rows, EVAL_CHUNK × K codes */
+    float *x, *a;            /* evaluate chunk: EVAL_CHUNK × D rows, EVAL_CHUNK × K codes */
     size_t h_cap, y_cap, aold_cap, t_cap, x_cap, a_cap;
 };
 
-#define RESERVE(m, f, count)                                                    \
+#define RESERVE(m, f, count)                                                                       \
     sfb__reserve((void **)&(m)->f, &(m)->f##_cap, (size_t)(count) * sizeof(*(m)->f))
 
 static void sc_fini(void *priv)
@@ -73,12 +73,16 @@ static void sc_fini(void *priv)
 static void project_columns(struct sc *m, float *bm)
 {
     const uint32_t d = m->d, k = m->k;
-    for (uint32_t j = 0; j < k; j++) m->colsq[j] = 0.0;
+    for (uint32_t j = 0; j < k; j++)
+        m->colsq[j] = 0.0;
     for (uint32_t r = 0; r < d; r++)
-        for (uint32_t j = 0; j < k; j++) m->colsq[j] += (double)bm[(size_t)r * k + j] * bm[(size_t)r * k + j];
-    for (uint32_t j = 0; j < k; j++) m->v[j] = m->colsq[j] > 1.0 ? (float)(1.0 / sqrt(m->colsq[j])) : 1.0f;
+        for (uint32_t j = 0; j < k; j++)
+            m->colsq[j] += (double)bm[(size_t)r * k + j] * bm[(size_t)r * k + j];
+    for (uint32_t j = 0; j < k; j++)
+        m->v[j] = m->colsq[j] > 1.0 ? (float)(1.0 / sqrt(m->colsq[j])) : 1.0f;
     for (uint32_t r = 0; r < d; r++)
-        for (uint32_t j = 0; j < k; j++) bm[(size_t)r * k + j] *= m->v[j];
+        for (uint32_t j = 0; j < k; j++)
+            bm[(size_t)r * k + j] *= m->v[j];
 }
 
 static int sc_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_matrices,
@@ -86,7 +90,8 @@ static int sc_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_m
 {
     struct sc *m = priv;
     if (s->d == 0 || s->dict_size == 0)
-        return sfb__error(-EINVAL, "sc: needs d > 0 features and dict_size > 0 (got d=%u dict_size=%u)",
+        return sfb__error(-EINVAL,
+                          "sc: needs d > 0 features and dict_size > 0 (got d=%u dict_size=%u)",
                           s->d, s->dict_size);
     if (s->d >= INT_MAX || s->dict_size >= INT_MAX / 2)
         return sfb__error(-EINVAL, "sc: d=%u or dict_size=%u too large", s->d, s->dict_size);
@@ -113,9 +118,11 @@ static int sc_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_m
         return sfb__error(-ENOMEM, "sc: cannot allocate a %u × %u dictionary", s->d, s->dict_size);
     }
     uint64_t st = s->seed ^ 0x510E527FADE682D1ull;
-    for (size_t q = 0; q < (size_t)m->d * m->k; q++) m->bm[q] = (float)sfb__rand_normal(&st);
+    for (size_t q = 0; q < (size_t)m->d * m->k; q++)
+        m->bm[q] = (float)sfb__rand_normal(&st);
     /* Unit columns: the projection with every norm forced to 1. */
-    for (uint32_t j = 0; j < m->k; j++) m->colsq[j] = 0.0;
+    for (uint32_t j = 0; j < m->k; j++)
+        m->colsq[j] = 0.0;
     for (uint32_t r = 0; r < m->d; r++)
         for (uint32_t j = 0; j < m->k; j++)
             m->colsq[j] += (double)m->bm[(size_t)r * m->k + j] * m->bm[(size_t)r * m->k + j];
@@ -131,8 +138,8 @@ static int check_data(const struct sc *m, const struct sfb_matrix *mats,
                       const struct sfb_dataset *data)
 {
     if (mats[0].rows != m->d || mats[0].cols != m->k || mats[0].data == NULL)
-        return sfb__error(-SFB_ESHAPE, "sc: dictionary is %u × %u, expected %u × %u",
-                          mats[0].rows, mats[0].cols, m->d, m->k);
+        return sfb__error(-SFB_ESHAPE, "sc: dictionary is %u × %u, expected %u × %u", mats[0].rows,
+                          mats[0].cols, m->d, m->k);
     if (data->d != m->d)
         return sfb__error(-SFB_ESHAPE, "sc: data has d=%u features, model expects %u", data->d,
                           m->d);
@@ -145,24 +152,28 @@ static int check_data(const struct sc *m, const struct sfb_matrix *mats,
 static double gram_lmax(struct sc *m, const float *bm)
 {
     const int k = (int)m->k, d = (int)m->d;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, k, d, 1.0f, bm, k, bm, k, 0.0f,
-                m->gram, k);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, k, d, 1.0f, bm, k, bm, k, 0.0f, m->gram,
+                k);
     double gersh = 0.0;
     for (int i = 0; i < k; i++) {
         double r = 0.0;
-        for (int j = 0; j < k; j++) r += fabs(m->gram[(size_t)i * k + j]);
+        for (int j = 0; j < k; j++)
+            r += fabs(m->gram[(size_t)i * k + j]);
         gersh = r > gersh ? r : gersh;
     }
-    for (int j = 0; j < k; j++) m->v[j] = (float)(1.0 / sqrt((double)k));
+    for (int j = 0; j < k; j++)
+        m->v[j] = (float)(1.0 / sqrt((double)k));
     double est = 0.0;
     for (int it = 0; it < POWER_ITERS; it++) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, k, k, 1.0f, m->gram, k, m->v, 1, 0.0f, m->w, 1);
         double nrm = 0.0;
-        for (int j = 0; j < k; j++) nrm += (double)m->w[j] * m->w[j];
+        for (int j = 0; j < k; j++)
+            nrm += (double)m->w[j] * m->w[j];
         nrm = sqrt(nrm);
         if (!(nrm > 0.0)) return 0.0;
         est = nrm;
-        for (int j = 0; j < k; j++) m->v[j] = (float)(m->w[j] / nrm);
+        for (int j = 0; j < k; j++)
+            m->v[j] = (float)(m->w[j] / nrm);
     }
     return SFB_MIN(gersh, 1.1 * est);
 }
@@ -206,8 +217,8 @@ static int codes(struct sc *m, const float *bm, const float *x, uint32_t rows, f
 }
 
 /* Gathers the samples into x (rows × D). */
-static int gather(const struct sfb_dataset *data, const uint64_t *idx, uint64_t first, uint32_t rows,
-                  float *x)
+static int gather(const struct sfb_dataset *data, const uint64_t *idx, uint64_t first,
+                  uint32_t rows, float *x)
 {
     for (uint32_t i = 0; i < rows; i++) {
         uint64_t r = idx ? idx[i] : first + i;
@@ -227,20 +238,21 @@ static void residual(const struct sc *m, const float *bm, const float *a, uint32
 static double sumsq(const float *x, size_t n)
 {
     double acc = 0.0;
-    for (size_t q = 0; q < n; q++) acc += (double)x[q] * x[q];
+    for (size_t q = 0; q < n; q++)
+        acc += (double)x[q] * x[q];
     return acc;
 }
 
 static double sumabs(const float *x, size_t n)
 {
     double acc = 0.0;
-    for (size_t q = 0; q < n; q++) acc += fabs((double)x[q]);
+    for (size_t q = 0; q < n; q++)
+        acc += fabs((double)x[q]);
     return acc;
 }
 
 static int sc_factors(void *priv, const struct sfb_matrix *mats, const struct sfb_dataset *data,
-                      const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out,
-                      double *loss)
+                      const uint64_t *idx, uint32_t s, float eta, struct sfb_sf *out, double *loss)
 {
     struct sc *m = priv;
     int ret = check_data(m, mats, data);
@@ -287,7 +299,8 @@ static int sc_evaluate(void *priv, const struct sfb_matrix *mats, const struct s
         residual(m, bm, m->a, ch, m->x);
         rr += sumsq(m->x, (size_t)ch * m->d);
         l1 += sumabs(m->a, (size_t)ch * m->k);
-        for (size_t q = 0; q < (size_t)ch * m->k; q++) zeros += m->a[q] == 0.0f;
+        for (size_t q = 0; q < (size_t)ch * m->k; q++)
+            zeros += m->a[q] == 0.0f;
     }
     const double n = (double)data->n;
     out->loss = (rr + m->lambda * l1) / n;

@@ -50,8 +50,8 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
     if (!images || !s) return sfb__error(-EINVAL, "patches: NULL argument");
     uint32_t h = s->h, w = s->w, p = s->p;
     if ((h == 0) != (w == 0))
-        return sfb__error(-EINVAL, "patches: give both image height and width (got h=%u w=%u)",
-                          h, w);
+        return sfb__error(-EINVAL, "patches: give both image height and width (got h=%u w=%u)", h,
+                          w);
     if (h == 0) {
         uint32_t side = (uint32_t)llround(sqrt((double)images->d));
         if ((uint64_t)side * side != images->d)
@@ -61,16 +61,14 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
         h = w = side;
     }
     if ((uint64_t)h * w != images->d)
-        return sfb__error(-SFB_ESHAPE, "patches: %u × %u images need d=%llu, data has d=%u", h,
-                          w, (unsigned long long)h * w, images->d);
+        return sfb__error(-SFB_ESHAPE, "patches: %u × %u images need d=%llu, data has d=%u", h, w,
+                          (unsigned long long)h * w, images->d);
     if (p == 0 || p > h || p > w)
-        return sfb__error(-EINVAL, "patches: patch side %u must be in [1, %u]", p,
-                          h < w ? h : w);
+        return sfb__error(-EINVAL, "patches: patch side %u must be in [1, %u]", p, h < w ? h : w);
     if (images->n && (images->sparse ? !images->row_ptr : !images->x))
         return sfb__error(-EINVAL, "patches: images have no pixels");
     const uint64_t ph = h - p + 1, pw = w - p + 1, per = ph * pw;
-    if (images->n > UINT64_MAX / per)
-        return sfb__error(-EOVERFLOW, "patches: too many patches");
+    if (images->n > UINT64_MAX / per) return sfb__error(-EOVERFLOW, "patches: too many patches");
     const uint64_t total = images->n * per;
     const uint64_t want = s->max_patches && s->max_patches < total ? s->max_patches : total;
     const uint32_t pd = p * p;
@@ -120,7 +118,8 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
             }
         if (s->remove_mean) {
             float mu = (float)(mean / pd);
-            for (uint32_t q = 0; q < pd; q++) dst[q] -= mu;
+            for (uint32_t q = 0; q < pd; q++)
+                dst[q] -= mu;
         }
         out->labels[got++] = images->labels ? images->labels[i] : 0;
     }

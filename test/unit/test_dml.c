@@ -25,8 +25,10 @@ static void make_data(struct sfb_dataset *ds, uint64_t n, uint32_t d, uint32_t k
     ds->k = k;
     ds->x = malloc(n * d * sizeof(float));
     ds->labels = malloc(n * sizeof(int32_t));
-    for (uint64_t q = 0; q < n * d; q++) ds->x[q] = (float)(2 * urand() - 1);
-    for (uint64_t i = 0; i < n; i++) ds->labels[i] = (int32_t)(urand() * k);
+    for (uint64_t q = 0; q < n * d; q++)
+        ds->x[q] = (float)(2 * urand() - 1);
+    for (uint64_t i = 0; i < n; i++)
+        ds->labels[i] = (int32_t)(urand() * k);
 }
 
 /* Quadrant classes from dims 0 and 1 (uniform in [−1, 1]); the other d − 2
@@ -43,7 +45,8 @@ static void make_informative(struct sfb_dataset *ds, uint64_t n, uint32_t d, dou
         float *x = ds->x + i * d;
         x[0] = (float)(2 * urand() - 1);
         x[1] = (float)(2 * urand() - 1);
-        for (uint32_t q = 2; q < d; q++) x[q] = (float)(noise * sfb__rand_normal(&rs));
+        for (uint32_t q = 2; q < d; q++)
+            x[q] = (float)(noise * sfb__rand_normal(&rs));
         ds->labels[i] = (x[0] > 0) + 2 * (x[1] > 0);
     }
 }
@@ -89,10 +92,12 @@ static double naive_obj(const double *l, uint32_t k, const struct sfb_dataset *d
     if (grad) memset(grad, 0, sizeof(double) * k * d);
     for (uint32_t i = 0; i < s; i++) {
         double delta[64], z[16], q = 0;
-        for (uint32_t c = 0; c < d; c++) delta[c] = (double)ds->x[a[i] * d + c] - ds->x[j[i] * d + c];
+        for (uint32_t c = 0; c < d; c++)
+            delta[c] = (double)ds->x[a[i] * d + c] - ds->x[j[i] * d + c];
         for (uint32_t r = 0; r < k; r++) {
             z[r] = 0;
-            for (uint32_t c = 0; c < d; c++) z[r] += l[r * d + c] * delta[c];
+            for (uint32_t c = 0; c < d; c++)
+                z[r] += l[r * d + c] * delta[c];
             q += z[r] * z[r];
         }
         int sim = ds->labels[a[i]] == ds->labels[j[i]];
@@ -106,7 +111,8 @@ static double naive_obj(const double *l, uint32_t k, const struct sfb_dataset *d
         }
         if (grad)
             for (uint32_t r = 0; r < k; r++)
-                for (uint32_t c = 0; c < d; c++) grad[r * d + c] += f * z[r] * delta[c];
+                for (uint32_t c = 0; c < d; c++)
+                    grad[r * d + c] += f * z[r] * delta[c];
     }
     return tot;
 }
@@ -126,9 +132,11 @@ static int test_factors_vs_naive_and_fd(void)
     ASSERT_EQ(L->rows, k);
     ASSERT_EQ(L->cols, d);
     /* Mid-sized L so both active and inactive dissimilar pairs occur. */
-    for (uint32_t q = 0; q < k * d; q++) L->data[q] = (float)(0.35 * (2 * urand() - 1));
+    for (uint32_t q = 0; q < k * d; q++)
+        L->data[q] = (float)(0.35 * (2 * urand() - 1));
     uint64_t idx[12], a[12], j[12];
-    for (uint32_t i = 0; i < s; i++) idx[i] = a[i] = (uint64_t)(urand() * ds.n);
+    for (uint32_t i = 0; i < s; i++)
+        idx[i] = a[i] = (uint64_t)(urand() * ds.n);
     struct sfb_sf sf = {0};
     double loss = 0.25;
     ASSERT_OK(sfb_model_factors(m, &ds, idx, s, eta, &sf, &loss));
@@ -147,7 +155,8 @@ static int test_factors_vs_naive_and_fd(void)
     ASSERT_GT(nsim, 0);
     ASSERT_LT(nsim, s);
     double l[3 * 7], grad[3 * 7];
-    for (uint32_t q = 0; q < k * d; q++) l[q] = L->data[q];
+    for (uint32_t q = 0; q < k * d; q++)
+        l[q] = L->data[q];
     double obj = naive_obj(l, k, &ds, a, j, s, lambda, grad);
     ASSERT_NEAR(loss - 0.25, obj, 1e-4);
     for (uint32_t r = 0; r < k; r++)
@@ -184,7 +193,8 @@ static int test_pair_sampling(void)
     ASSERT(memcmp(sfb_model_matrix(m1, 0)->data, sfb_model_matrix(m2, 0)->data,
                   sizeof(float) * 10) == 0);
     uint64_t idx[50];
-    for (int i = 0; i < 50; i++) idx[i] = (uint64_t)i * 3;
+    for (int i = 0; i < 50; i++)
+        idx[i] = (uint64_t)i * 3;
     struct sfb_sf a = {0}, b = {0}, c = {0};
     double loss = 0;
     ASSERT_OK(sfb_model_factors(m1, &ds, idx, 50, 0.1f, &a, &loss));
@@ -244,7 +254,8 @@ static int test_pair_files(void)
     ASSERT_EQ(lines[1], 4);
     free(pairs);
     free(lines);
-    const char *bads[] = {"0 1\n2 x\n", "0 1\n3\n", "1 2 3\n", "-1 2\n", "99999999999999999999 1\n"};
+    const char *bads[] = {"0 1\n2 x\n", "0 1\n3\n", "1 2 3\n", "-1 2\n",
+                          "99999999999999999999 1\n"};
     const char *where[] = {":2:", ":2:", ":1:", ":1:", ":1:"};
     for (int i = 0; i < 5; i++) {
         ASSERT_EQ(write_file(bad, bads[i]), 0);
@@ -271,9 +282,11 @@ static int test_pair_files(void)
     ASSERT_OK(sfb_model_open(&m, &s));
     ASSERT(sfb_model_get_settings(m)->simi_pairs == NULL);
     struct sfb_matrix *L = sfb_model_matrix(m, 0);
-    for (int q = 0; q < 6; q++) L->data[q] = 0.1f * (float)(q + 1); /* all ‖Lδ‖² < 1 */
+    for (int q = 0; q < 6; q++)
+        L->data[q] = 0.1f * (float)(q + 1); /* all ‖Lδ‖² < 1 */
     uint64_t idx[64];
-    for (int i = 0; i < 64; i++) idx[i] = (uint64_t)i % 4;
+    for (int i = 0; i < 64; i++)
+        idx[i] = (uint64_t)i % 4;
     struct sfb_sf sf = {0};
     double loss = 0;
     const uint64_t pa[4][2] = {{0, 1}, {2, 3}, {0, 2}, {1, 3}};
@@ -293,10 +306,12 @@ static int test_pair_files(void)
         seen[hit]++;
         /* Similar: b = 2Lδ; dissimilar (active): b = −2λLδ: opposite signs. */
         double z0 = 0;
-        for (int c = 0; c < 3; c++) z0 += L->data[c] * sf.c[i * 3 + c];
+        for (int c = 0; c < 3; c++)
+            z0 += L->data[c] * sf.c[i * 3 + c];
         ASSERT_NEAR(sf.b[i * 2], (hit < 2 ? 2.0 : -2.0) * z0, 1e-5);
     }
-    for (int p = 0; p < 4; p++) ASSERT_GT(seen[p], 4);
+    for (int p = 0; p < 4; p++)
+        ASSERT_GT(seen[p], 4);
     sfb_model_close(&m);
     /* An index beyond the training set is reported with file and line. */
     ASSERT_EQ(write_file(bad, "0 1\n# x\n1 7\n"), 0);
@@ -304,7 +319,8 @@ static int test_pair_files(void)
     s.diff_pairs = NULL;
     ASSERT_OK(sfb_model_open(&m, &s));
     int r = 0;
-    for (int t = 0; t < 8 && r == 0; t++) r = sfb_model_factors(m, &ds, idx, 16, 0.1f, &sf, &loss);
+    for (int t = 0; t < 8 && r == 0; t++)
+        r = sfb_model_factors(m, &ds, idx, 16, 0.1f, &sf, &loss);
     ASSERT_EQ(r, -EINVAL);
     ASSERT_STR_CONTAINS(sfb_last_error(), ":3:");
     sfb_model_close(&m);
@@ -330,7 +346,8 @@ static int test_evaluate_identity(void)
     struct sfb_model *m;
     ASSERT_OK(open_dml(&m, d, d, 1.0));
     struct sfb_matrix *L = sfb_model_matrix(m, 0);
-    for (uint32_t q = 0; q < d * d; q++) L->data[q] = q % (d + 1) == 0 ? 1.0f : 0.0f;
+    for (uint32_t q = 0; q < d * d; q++)
+        L->data[q] = q % (d + 1) == 0 ? 1.0f : 0.0f;
     struct sfb_eval e;
     ASSERT_OK(sfb_model_evaluate(m, &ds, &e));
     ASSERT_EQ(e.n, 300);
@@ -371,7 +388,8 @@ static int test_sgd_learns_metric(void)
     struct sfb_sf sf = {0};
     uint64_t idx[32];
     for (int t = 0; t < 400; t++) {
-        for (uint32_t i = 0; i < batch; i++) idx[i] = sfb__splitmix64(&rs) % tr.n;
+        for (uint32_t i = 0; i < batch; i++)
+            idx[i] = sfb__splitmix64(&rs) % tr.n;
         double loss = 0;
         ASSERT_OK(sfb_model_factors(m, &tr, idx, batch, 0.02f, &sf, &loss));
         const struct sfb_sf *set[] = {&sf};
@@ -379,8 +397,8 @@ static int test_sgd_learns_metric(void)
         sfb_model_apply_local(m, 0.02f);
     }
     ASSERT_OK(sfb_model_evaluate(m, &te, &e1));
-    fprintf(stderr, "  dml: loss %.3f -> %.3f, knn %.3f -> %.3f (euclid %.3f)\n", e0.loss,
-            e1.loss, e0.knn_accuracy, e1.knn_accuracy, e1.knn_accuracy_euclid);
+    fprintf(stderr, "  dml: loss %.3f -> %.3f, knn %.3f -> %.3f (euclid %.3f)\n", e0.loss, e1.loss,
+            e0.knn_accuracy, e1.knn_accuracy, e1.knn_accuracy_euclid);
     ASSERT_LT(e1.loss, e0.loss * 0.7);
     ASSERT_EQ(e0.knn_accuracy_euclid, e1.knn_accuracy_euclid);
     ASSERT_GT(e1.knn_accuracy, e1.knn_accuracy_euclid + 0.2);

@@ -32,7 +32,8 @@ static int test_hand_case(void)
     const float want[4][4] = {{1, 2, 4, 5}, {2, 3, 5, 6}, {4, 5, 7, 8}, {5, 6, 8, 9}};
     for (int i = 0; i < 4; i++) {
         ASSERT_EQ(out.labels[i], 4);
-        for (int q = 0; q < 4; q++) ASSERT_EQ(out.x[i * 4 + q], want[i][q]);
+        for (int q = 0; q < 4; q++)
+            ASSERT_EQ(out.x[i * 4 + q], want[i][q]);
     }
     free_ds(&out);
     /* Mean removal: {1,2,4,5} has mean 3. */
@@ -53,7 +54,8 @@ static int test_rect_and_subset(void)
     int32_t y[] = {0, 1};
     for (int i = 0; i < 2; i++)
         for (int r = 0; r < 4; r++)
-            for (int c = 0; c < 5; c++) x[i * 20 + r * 5 + c] = (float)(100 * i + 10 * r + c);
+            for (int c = 0; c < 5; c++)
+                x[i * 20 + r * 5 + c] = (float)(100 * i + 10 * r + c);
     uint64_t rp[3];
     uint32_t col[40];
     float val[40];
@@ -65,8 +67,8 @@ static int test_rect_and_subset(void)
         rp[i + 1] = (uint64_t)nz;
     }
     struct sfb_dataset im = {.n = 2, .d = 20, .k = 2, .labels = y, .x = x};
-    struct sfb_dataset sp = {.n = 2, .d = 20, .k = 2, .labels = y, .sparse = 1,
-                             .row_ptr = rp, .col = col, .val = val};
+    struct sfb_dataset sp = {
+        .n = 2, .d = 20, .k = 2, .labels = y, .sparse = 1, .row_ptr = rp, .col = col, .val = val};
     struct sfb_patch_settings s;
     sfb_patch_default_settings(&s);
     s.h = 4;
@@ -80,7 +82,7 @@ static int test_rect_and_subset(void)
     ASSERT_EQ(all.x[7 * 9 + 0], 101);
     ASSERT_EQ(all.x[7 * 9 + 8], 123);
     ASSERT_EQ(all.labels[7], 1);
-    ASSERT_EQ(all.x[5 * 9 + 4], 23); /* image 0, row 1, col 2; centre at (2, 3) */
+    ASSERT_EQ(all.x[5 * 9 + 4], 23);             /* image 0, row 1, col 2; centre at (2, 3) */
     ASSERT_OK(sfb_data_patches(&sp, &s, &all2)); /* CSR images: same patches */
     ASSERT(memcmp(all.x, all2.x, sizeof(float) * 12 * 9) == 0);
     s.max_patches = 5;

@@ -29,7 +29,8 @@ static void make_gauss(struct sfb_dataset *ds, uint64_t n, uint32_t d)
     ds->d = d;
     ds->k = 1;
     ds->x = malloc(n * d * sizeof(float));
-    for (uint64_t q = 0; q < n * d; q++) ds->x[q] = (float)sfb__rand_normal(&rs);
+    for (uint64_t q = 0; q < n * d; q++)
+        ds->x[q] = (float)sfb__rand_normal(&rs);
 }
 
 /* x = B_true α + noise with `nz` non-zeros per α; B_true has unit columns. */
@@ -43,7 +44,8 @@ static void make_sparse_dict(struct sfb_dataset *ds, uint64_t n, uint32_t d, uin
             bt[r * k + j] = (float)sfb__rand_normal(&rs);
             s += (double)bt[r * k + j] * bt[r * k + j];
         }
-        for (uint32_t r = 0; r < d; r++) bt[r * k + j] /= (float)sqrt(s);
+        for (uint32_t r = 0; r < d; r++)
+            bt[r * k + j] /= (float)sqrt(s);
     }
     memset(ds, 0, sizeof *ds);
     ds->n = n;
@@ -52,11 +54,13 @@ static void make_sparse_dict(struct sfb_dataset *ds, uint64_t n, uint32_t d, uin
     ds->x = malloc(n * d * sizeof(float));
     for (uint64_t i = 0; i < n; i++) {
         float *x = ds->x + i * d;
-        for (uint32_t r = 0; r < d; r++) x[r] = (float)(noise * sfb__rand_normal(&rs));
+        for (uint32_t r = 0; r < d; r++)
+            x[r] = (float)(noise * sfb__rand_normal(&rs));
         for (uint32_t t = 0; t < nz; t++) {
             uint32_t j = (uint32_t)(urand() * k);
             double a = sfb__rand_normal(&rs);
-            for (uint32_t r = 0; r < d; r++) x[r] += (float)(a * bt[r * k + j]);
+            for (uint32_t r = 0; r < d; r++)
+                x[r] += (float)(a * bt[r * k + j]);
         }
     }
     free(bt);
@@ -84,10 +88,12 @@ static double naive_obj(const double *b, uint32_t d, uint32_t k, const struct sf
         const float *a = alpha + (size_t)i * k;
         for (uint32_t r = 0; r < d; r++) {
             double v = ds->x[idx[i] * d + r];
-            for (uint32_t j = 0; j < k; j++) v -= b[r * k + j] * a[j];
+            for (uint32_t j = 0; j < k; j++)
+                v -= b[r * k + j] * a[j];
             tot += v * v;
         }
-        for (uint32_t j = 0; j < k; j++) tot += lambda * fabs((double)a[j]);
+        for (uint32_t j = 0; j < k; j++)
+            tot += lambda * fabs((double)a[j]);
     }
     return tot;
 }
@@ -114,17 +120,21 @@ static int test_factors_vs_naive_and_fd(void)
     ASSERT_EQ(sf.sparse_c, 0);
     ASSERT_NEAR(sf.scale, 2 * eta / s, 1e-9);
     double b[6 * 4], grad[6 * 4] = {0};
-    for (uint32_t q = 0; q < d * k; q++) b[q] = B->data[q];
+    for (uint32_t q = 0; q < d * k; q++)
+        b[q] = B->data[q];
     ASSERT_NEAR(loss - 2.0, naive_obj(b, d, k, &ds, idx, sf.c, s, lambda), 1e-4);
     int nonzero = 0;
     for (uint32_t i = 0; i < s; i++) {
         const float *a = sf.c + (size_t)i * k;
-        for (uint32_t j = 0; j < k; j++) nonzero += a[j] != 0;
+        for (uint32_t j = 0; j < k; j++)
+            nonzero += a[j] != 0;
         for (uint32_t r = 0; r < d; r++) {
             double res = ds.x[idx[i] * d + r];
-            for (uint32_t j = 0; j < k; j++) res -= b[r * k + j] * a[j];
+            for (uint32_t j = 0; j < k; j++)
+                res -= b[r * k + j] * a[j];
             ASSERT_NEAR(sf.b[(size_t)i * d + r], res, 1e-5); /* b = x − Bα */
-            for (uint32_t j = 0; j < k; j++) grad[r * k + j] += -2 * res * a[j];
+            for (uint32_t j = 0; j < k; j++)
+                grad[r * k + j] += -2 * res * a[j];
         }
     }
     ASSERT_GT(nonzero, 0);
@@ -169,7 +179,8 @@ static int test_codes_optimal(void)
         const float *a = sf.c + (size_t)i * k, *res = sf.b + (size_t)i * d;
         for (uint32_t j = 0; j < k; j++) {
             double g = 0;
-            for (uint32_t r = 0; r < d; r++) g += -2.0 * b[r * k + j] * res[r];
+            for (uint32_t r = 0; r < d; r++)
+                g += -2.0 * b[r * k + j] * res[r];
             if (a[j] != 0) {
                 ASSERT_NEAR(g, a[j] > 0 ? -lambda : lambda, 2e-3);
                 nonzeros++;
@@ -197,20 +208,24 @@ static int test_init_and_projection(void)
     ASSERT(memcmp(B->data, sfb_model_matrix(m2, 0)->data, sizeof(float) * d * k) == 0);
     for (uint32_t j = 0; j < k; j++) {
         double s = 0;
-        for (uint32_t r = 0; r < d; r++) s += (double)B->data[r * k + j] * B->data[r * k + j];
+        for (uint32_t r = 0; r < d; r++)
+            s += (double)B->data[r * k + j] * B->data[r * k + j];
         ASSERT_NEAR(s, 1.0, 1e-5);
     }
     /* Column j scaled by j·0.3: columns 0–3 lie inside the ball and stay. */
     for (uint32_t r = 0; r < d; r++)
-        for (uint32_t j = 0; j < k; j++) B->data[r * k + j] *= 0.3f * (float)j;
+        for (uint32_t j = 0; j < k; j++)
+            B->data[r * k + j] *= 0.3f * (float)j;
     float keep[10 * 7];
     memcpy(keep, B->data, sizeof keep);
     sfb_model_apply_local(m, 0.5f);
     for (uint32_t j = 0; j < k; j++) {
         double s = 0;
-        for (uint32_t r = 0; r < d; r++) s += (double)B->data[r * k + j] * B->data[r * k + j];
+        for (uint32_t r = 0; r < d; r++)
+            s += (double)B->data[r * k + j] * B->data[r * k + j];
         if (j <= 3) {
-            for (uint32_t r = 0; r < d; r++) ASSERT_EQ(B->data[r * k + j], keep[r * k + j]);
+            for (uint32_t r = 0; r < d; r++)
+                ASSERT_EQ(B->data[r * k + j], keep[r * k + j]);
         } else {
             ASSERT_NEAR(s, 1.0, 1e-5);
             ASSERT_NEAR(B->data[j] / keep[j], 1.0 / (0.3 * j), 1e-5); /* direction kept */
@@ -245,7 +260,8 @@ static int test_sgd_learns_dictionary(void)
     double first = 0, last = 0;
     const int clocks = 600;
     for (int t = 0; t < clocks; t++) {
-        for (uint32_t i = 0; i < batch; i++) idx[i] = sfb__splitmix64(&rs) % tr.n;
+        for (uint32_t i = 0; i < batch; i++)
+            idx[i] = sfb__splitmix64(&rs) % tr.n;
         double loss = 0;
         ASSERT_OK(sfb_model_factors(m, &tr, idx, batch, 0.1f, &sf, &loss));
         if (t < 50) first += loss;
@@ -255,9 +271,11 @@ static int test_sgd_learns_dictionary(void)
         sfb_model_apply_local(m, 0.1f);
     }
     ASSERT_OK(sfb_model_evaluate(m, &te, &e1));
-    fprintf(stderr, "  sc: loss %.4f -> %.4f (minibatch %.4f -> %.4f), recon %.4f -> %.4f, "
-            "sparsity %.3f -> %.3f\n", e0.loss, e1.loss, first / 50 / batch, last / 50 / batch,
-            e0.recon_error, e1.recon_error, e0.sparsity, e1.sparsity);
+    fprintf(stderr,
+            "  sc: loss %.4f -> %.4f (minibatch %.4f -> %.4f), recon %.4f -> %.4f, "
+            "sparsity %.3f -> %.3f\n",
+            e0.loss, e1.loss, first / 50 / batch, last / 50 / batch, e0.recon_error, e1.recon_error,
+            e0.sparsity, e1.sparsity);
     ASSERT_LT(last, first * 0.7);
     ASSERT_LT(e1.loss, e0.loss * 0.7);
     ASSERT_LT(e1.recon_error, e0.recon_error * 0.6);
@@ -265,7 +283,8 @@ static int test_sgd_learns_dictionary(void)
     const struct sfb_matrix *B = sfb_model_matrix(m, 0);
     for (uint32_t j = 0; j < k; j++) {
         double s = 0;
-        for (uint32_t q = 0; q < d; q++) s += (double)B->data[q * k + j] * B->data[q * k + j];
+        for (uint32_t q = 0; q < d; q++)
+            s += (double)B->data[q * k + j] * B->data[q * k + j];
         ASSERT_LE(s, 1.0 + 1e-5);
     }
     sfb_sf_free(&sf);
@@ -284,7 +303,8 @@ static int test_sparse_input(void)
     uint32_t col[] = {1, 4, 0, 3};
     float val[] = {1.5f, -2, 3, 0.5f};
     struct sfb_dataset dn = {.n = 2, .d = d, .k = 1, .x = x};
-    struct sfb_dataset sp = {.n = 2, .d = d, .k = 1, .sparse = 1, .row_ptr = rp, .col = col, .val = val};
+    struct sfb_dataset sp = {
+        .n = 2, .d = d, .k = 1, .sparse = 1, .row_ptr = rp, .col = col, .val = val};
     struct sfb_model *m;
     ASSERT_OK(open_sc(&m, d, k, 0.1, 10));
     struct sfb_sf a = {0}, b = {0};
