@@ -2,15 +2,20 @@
  * model is one source file plus one line in `models` below. */
 #include "models/model.h"
 
+#include "models/dml.h"
 #include "models/mlr.h"
+#include "models/sc.h"
 #include "src/common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const struct sfb_model_ops *const models[] = {
     &sfb__mlr_ops,
+    &sfb__dml_ops,
+    &sfb__sc_ops,
 };
 
 struct sfb_model {
@@ -29,6 +34,10 @@ void sfb_model_default_settings(struct sfb_model_settings *s)
     s->kind = "mlr";
     s->lambda = 0.0;
     s->seed = 1;
+    s->rank = 64;
+    s->knn_k = 5;
+    s->dict_size = 128;
+    s->code_steps = 20;
 }
 
 const struct sfb_model_ops *sfb_model_find(const char *name)
@@ -77,6 +86,9 @@ int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s)
     if (ops->priv_size && !(mm->priv = calloc(1, ops->priv_size))) goto fail;
     ret = ops->init(mm->priv, &mm->settings, &mm->n_matrices, mm->mats);
     if (ret) goto fail;
+    /* The pair files were read by init; the caller's strings need not
+     * outlive this call, so no pointer to them is kept. */
+    mm->settings.simi_pairs = mm->settings.diff_pairs = NULL;
     mm->inited = 1;
     *m = mm;
     return 0;
@@ -138,5 +150,31 @@ void sfb_model_apply_local(struct sfb_model *m, float eta)
 int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, struct sfb_eval *out)
 {
     if (!m || !data || !out) return sfb__error(-EINVAL, "model: NULL argument to evaluate");
+    out->loss = out->accuracy = NAN;
+    out->knn_accuracy = out->knn_accuracy_euclid = out->recon_error = out->sparsity = NAN;
+    out->n = 0;
     return m->ops->evaluate(m->priv, m->mats, data, out);
+}
+
+double sfb__rand_normal(uint64_t *state)
+{
+    double u1 = sfb__rand_open01(state), u2 = sfb__rand_open01(state);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who)
+{
+    const uint32_t d = data->d;
+    if (!data->sparse) {
+        memcpy(out, data->x + i * d, (size_t)d * sizeof(float));
+        return 0;
+    }
+    memset(out, 0, (size_t)d * sizeof(float));
+    for (uint64_t p = data->row_ptr[i]; p < data->row_ptr[i + 1]; p++) {
+        if (data->col[p] >= d)
+            return sfb__error(-SFB_ESHAPE, "%s: sample %llu has feature %u >= d=%u", who,
+                              (unsigned long long)i, data->col[p], d);
+        out[data->col[p]] = data->val[p];
+    }
+    return 0;
 }

@@ -1,17 +1,19 @@
 /* Model files (format in docs/formats.md):
  *
  *   0   8  magic "SFBMODL1"
- *   8   4  format version (1)
+ *   8   4  format version (2; 1 is still read)
  *   12  4  number of matrices n (1 … SFB_MODEL_MAX_MATRICES)
  *   16 16  model kind, NUL-padded
  *   32  4  d        36  4  k
  *   40  8  lambda (IEEE double)     48  8  seed
  *   56  8  clock (int64)
- *   64  8n rows, cols of each matrix (u32 each)
+ *   64 16  version 2 only: rank, knn_k, dict_size, code_steps (u32 each)
+ *   h  8n  rows, cols of each matrix (u32 each); h = 80 (v2) or 64 (v1)
  *   …      matrices, float32, row-major
  *   end 8  XXH3-64 of every byte before it
  *
- * All little-endian. The loader checks size, magic, version and checksum
+ * All little-endian. A version-1 file gets the default rank, knn_k,
+ * dict_size and code_steps (it can only hold an mlr model anyway). The loader checks size, magic, version and checksum
  * before it trusts any field, then checks every shape against the model the
  * header describes. */
 #include "config.h"
@@ -24,8 +26,9 @@
 #include <xxhash.h>
 
 #define MODEL_MAGIC "SFBMODL1"
-#define MODEL_VERSION 1u
-#define HDR_FIXED 64u
+#define MODEL_VERSION 2u
+#define HDR_FIXED 80u /* version 2; version 1 has 64 */
+#define HDR_FIXED_V1 64u
 #define MAX_MODEL_FILE ((size_t)1 << 40)
 
 int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
@@ -43,6 +46,10 @@ int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
     sfb__put_f64(hdr + 40, s->lambda);
     sfb__put_u64(hdr + 48, s->seed);
     sfb__put_u64(hdr + 56, (uint64_t)clock);
+    sfb__put_u32(hdr + 64, s->rank);
+    sfb__put_u32(hdr + 68, s->knn_k);
+    sfb__put_u32(hdr + 72, s->dict_size);
+    sfb__put_u32(hdr + 76, s->code_steps);
     size_t hlen = HDR_FIXED + 8 * (size_t)n;
     size_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -88,7 +95,7 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
     if (ret) return ret;
 
     struct sfb_model *m = NULL;
-    if (len < HDR_FIXED + 8) {
+    if (len < HDR_FIXED_V1 + 8) {
         ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
                          path, len);
         goto fail;
@@ -98,9 +105,15 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
         goto fail;
     }
     uint32_t version = sfb__get_u32(buf + 8);
-    if (version != MODEL_VERSION) {
-        ret = sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads %u", path,
-                         version, MODEL_VERSION);
+    if (version != MODEL_VERSION && version != 1) {
+        ret = sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads 1 to %u",
+                         path, version, MODEL_VERSION);
+        goto fail;
+    }
+    const size_t hfix = version == 1 ? HDR_FIXED_V1 : HDR_FIXED;
+    if (len < hfix + 8) {
+        ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
+                         path, len);
         goto fail;
     }
     uint32_t n = sfb__get_u32(buf + 12);
@@ -108,7 +121,7 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
         ret = sfb__error(-SFB_EFORMAT, "%s: field n_matrices = %u is out of range", path, n);
         goto fail;
     }
-    size_t hlen = HDR_FIXED + 8 * (size_t)n;
+    size_t hlen = hfix + 8 * (size_t)n;
     if (len < hlen + 8) {
         ret = sfb__error(-SFB_ETRUNC, "%s: truncated inside the header", path);
         goto fail;
@@ -120,8 +133,8 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
 
     size_t body = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t r = sfb__get_u32(buf + HDR_FIXED + 8 * i);
-        uint64_t c = sfb__get_u32(buf + HDR_FIXED + 8 * i + 4);
+        uint64_t r = sfb__get_u32(buf + hfix + 8 * i);
+        uint64_t c = sfb__get_u32(buf + hfix + 8 * i + 4);
         body += (size_t)(r * c * sizeof(float));
         if (r * c > (uint64_t)MAX_MODEL_FILE) {
             ret = sfb__error(-SFB_EFORMAT, "%s: matrix %u shape %llux%llu is impossible", path, i,
@@ -153,6 +166,12 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
     s.k = sfb__get_u32(buf + 36);
     s.lambda = sfb__get_f64(buf + 40);
     s.seed = sfb__get_u64(buf + 48);
+    if (version >= 2) {
+        s.rank = sfb__get_u32(buf + 64);
+        s.knn_k = sfb__get_u32(buf + 68);
+        s.dict_size = sfb__get_u32(buf + 72);
+        s.code_steps = sfb__get_u32(buf + 76);
+    }
     if (!sfb_model_find(kind)) {
         ret = sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
         goto fail;
@@ -167,8 +186,8 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
     size_t off = hlen;
     for (uint32_t i = 0; i < n; i++) {
         struct sfb_matrix *a = sfb_model_matrix(m, i);
-        uint32_t r = sfb__get_u32(buf + HDR_FIXED + 8 * i);
-        uint32_t c = sfb__get_u32(buf + HDR_FIXED + 8 * i + 4);
+        uint32_t r = sfb__get_u32(buf + hfix + 8 * i);
+        uint32_t c = sfb__get_u32(buf + hfix + 8 * i + 4);
         if (r != a->rows || c != a->cols) {
             ret = sfb__error(-SFB_ESHAPE, "%s: matrix %u is %ux%u, model expects %ux%u", path, i,
                              r, c, a->rows, a->cols);

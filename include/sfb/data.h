@@ -129,6 +129,29 @@ SFB_API uint64_t sfb_sampler_clocks_per_epoch(const struct sfb_sampler *s);
  * or -ENOMEM. Not thread-safe per sampler. */
 SFB_API int sfb_sampler_batch(struct sfb_sampler *s, uint64_t clock, uint64_t *out);
 
+/* Image patches (for sparse coding): every p × p window (stride 1) of each
+ * image of a dense or CSR image dataset whose rows are h × w images stored
+ * row by row (IDX order), as a new dense dataset of d = p·p; each patch keeps
+ * its image's label. Patches are numbered image by image, then by top-left
+ * corner in row-major order; with max_patches a seed-determined subset of
+ * that many patches (selection sampling, so the order is kept) is taken. */
+struct sfb_patch_settings {
+    uint32_t h, w;        /* image height and width; both 0: square, √d (default) */
+    uint32_t p;           /* patch side (default 8) */
+    uint64_t max_patches; /* 0 (default): every patch */
+    uint64_t seed;        /* subset choice (default 1) */
+    int remove_mean;      /* 1: subtract each patch's mean (default 0) */
+};
+
+SFB_API void sfb_patch_default_settings(struct sfb_patch_settings *s);
+/* Returns 0, -EINVAL (p = 0, p larger than the image, only one of h and w
+ * given), -SFB_ESHAPE (h·w ≠ d, or d not a square when h = w = 0; a CSR
+ * column ≥ d), -ENOMEM, -EOVERFLOW; the detail is in sfb_last_error(). On
+ * failure *out is zeroed; on success the caller owns it (sfb_dataset_free).
+ * Any thread. */
+SFB_API int sfb_data_patches(const struct sfb_dataset *images,
+                             const struct sfb_patch_settings *s, struct sfb_dataset *out);
+
 #ifdef __cplusplus
 }
 #endif

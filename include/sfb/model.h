@@ -19,22 +19,41 @@ extern "C" {
 /* mlr: one matrix A of k × (d+1), the last column being the intercept
  * (bias); SFs carry c = [x; 1] (CSR: the non-zeros plus (d, 1)). The L2
  * decay and penalty exclude the bias column. Parameters start at zero, so
- * mlr does not use `seed`. */
+ * mlr does not use `seed`.
+ * dml: one matrix L of rank × d (metric M = LᵀL); lambda weighs the
+ * dissimilar-pair hinge and must be > 0.
+ * sc: one dictionary B of d × dict_size; lambda is the L1 weight on codes.
+ * Formulas, SFs and initialisation of each model: docs/models.md. */
 struct sfb_model_settings {
-    const char *kind;   /* "mlr"; copied by sfb_model_open */
+    const char *kind;   /* "mlr", "dml", "sc"; copied by sfb_model_open */
     uint32_t d;         /* feature dimension of the data */
-    uint32_t k;         /* classes (mlr) */
-    double lambda;      /* L2 strength (mlr), default 0 */
-    uint64_t seed;      /* initialisation (default 1) */
+    uint32_t k;         /* classes (mlr; dml and sc ignore it) */
+    double lambda;      /* mlr: L2, dml: hinge weight, sc: L1 weight; default 0 */
+    uint64_t seed;      /* initialisation and pair sampling (default 1) */
+    uint32_t rank;      /* dml: projection dimension K (default 64) */
+    uint32_t knn_k;     /* dml: neighbours of the k-NN evaluation (default 5) */
+    uint32_t dict_size; /* sc: dictionary atoms K (default 128) */
+    uint32_t code_steps; /* sc: FISTA steps per code (default 20) */
+    /* dml: optional Bösen-style pair files (lines "i j", 0-based sample
+     * indices of the training set); read during sfb_model_open only, not
+     * kept (NULL in sfb_model_get_settings) and not stored in model files. */
+    const char *simi_pairs;
+    const char *diff_pairs;
 };
 
 SFB_API void sfb_model_default_settings(struct sfb_model_settings *s);
 
-/* Evaluation result on a dataset. */
+/* Evaluation result on a dataset. Fields a model does not compute are NaN
+ * (sfb_model_evaluate fills them before calling the model). */
 struct sfb_eval {
     double loss;     /* mean objective per sample (incl. regularizer) */
-    double accuracy; /* fraction correct, or NaN where not meaningful */
+    double accuracy; /* fraction correct, or NaN where not meaningful;
+                        dml: equals knn_accuracy */
     uint64_t n;
+    double knn_accuracy;        /* dml: k-NN accuracy under the learned metric */
+    double knn_accuracy_euclid; /* dml: k-NN accuracy under the Euclidean metric */
+    double recon_error;         /* sc: Σ‖x − Bα‖² / Σ‖x‖² */
+    double sparsity;            /* sc: mean fraction of zero code entries */
 };
 
 /* The ops table every model implements. `priv` points to priv_size bytes
@@ -60,7 +79,7 @@ struct sfb_model_ops {
 
 #define SFB_MODEL_MAX_MATRICES 4
 
-/* Looks a model up by name ("mlr"); NULL if unknown. */
+/* Looks a model up by name ("mlr", "dml", "sc"); NULL if unknown. */
 SFB_API const struct sfb_model_ops *sfb_model_find(const char *name);
 /* Comma-separated list of model names, for help texts. */
 SFB_API const char *sfb_model_names(void);
@@ -69,8 +88,9 @@ struct sfb_model;
 
 /* Creates a model with freshly initialised parameters. Returns 0, -EINVAL
  * (unknown kind or invalid settings such as k = 0, d = 0, lambda < 0; see
- * sfb_last_error), -ENOMEM, -EOVERFLOW. Caller owns *m; on failure *m is
- * NULL. */
+ * sfb_last_error), -ENOMEM, -EOVERFLOW; dml with pair files also -ENOENT /
+ * -EIO and -SFB_EFORMAT ("file:line: reason"). Caller owns *m; on failure *m
+ * is NULL. */
 SFB_API int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s);
 SFB_API void sfb_model_close(struct sfb_model **m);
 SFB_API const struct sfb_model_ops *sfb_model_get_ops(const struct sfb_model *m);

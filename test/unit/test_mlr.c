@@ -458,7 +458,65 @@ static int test_registry_and_errors(void)
     return 0;
 }
 
+/* L2-MLR: one clock of the runtime (SFs through reconstruct, then the local
+ * decay) is A1 = (1 − ηλ)(A + ΔA) on the weights and A + ΔA on the bias, and
+ * (A − A1)/η is the gradient of the regularized objective
+ * F(A) = (1/S) Σ CE + λ/2 ‖W‖² (central differences; the O(η) gap between
+ * decay-after-step and a plain gradient step stays inside the tolerance). */
+static int test_l2_step_is_gradient_step(void)
+{
+    const uint32_t d = 5, k = 3, s = 6;
+    const float eta = 1e-3f;
+    const double lambda = 0.3;
+    struct sfb_dataset ds;
+    make_dense(&ds, 30, d, k, 0.0);
+    struct sfb_model *m;
+    ASSERT_OK(open_mlr(&m, d, k, lambda));
+    randomize(m, 0.7f);
+    struct sfb_matrix *a = sfb_model_matrix(m, 0);
+    float a0[3 * 6], work[3 * 6];
+    memcpy(a0, a->data, sizeof a0);
+    uint64_t idx[] = {1, 5, 8, 13, 21, 29};
+    struct sfb_sf sf = {0};
+    double loss = 0;
+    ASSERT_OK(sfb_model_factors(m, &ds, idx, s, eta, &sf, &loss));
+    double g[3 * 6];
+    delta_from_sf(&sf, g);
+    struct sfb_reconstruct *r;
+    ASSERT_OK(sfb_reconstruct_open(&r));
+    const struct sfb_sf *set[] = {&sf};
+    ASSERT_OK(sfb_reconstruct_apply(r, a, set, 1));
+    sfb_model_apply_local(m, eta);
+    for (uint32_t j = 0; j < k; j++)
+        for (uint32_t q = 0; q <= d; q++) {
+            size_t o = (size_t)j * (d + 1) + q;
+            double want = (a0[o] + g[o]) * (q < d ? 1.0 - eta * lambda : 1.0);
+            ASSERT_NEAR(a->data[o], want, 1e-6);
+        }
+    for (uint32_t j = 0; j < k; j++)
+        for (uint32_t q = 0; q <= d; q++) {
+            size_t o = (size_t)j * (d + 1) + q;
+            memcpy(work, a0, sizeof work);
+            work[o] = a0[o] + 1e-3f;
+            double hp = work[o];
+            double fp = naive_loss(work, k, d, &ds, idx, s) / s;
+            work[o] = a0[o] - 1e-3f;
+            double hm = work[o];
+            double fm = naive_loss(work, k, d, &ds, idx, s) / s;
+            double reg_grad = q < d ? lambda * a0[o] : 0.0; /* λ/2‖W‖², bias free */
+            double fd = (fp - fm) / (hp - hm) + reg_grad;
+            double step = ((double)a0[o] - a->data[o]) / eta;
+            ASSERT_NEAR(step, fd, 2e-3);
+        }
+    sfb_reconstruct_close(&r);
+    sfb_sf_free(&sf);
+    sfb_model_close(&m);
+    free_ds(&ds);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"l2_step_is_gradient_step", test_l2_step_is_gradient_step},
     {"factors_vs_naive", test_factors_vs_naive},
     {"finite_differences", test_finite_differences},
     {"sparse_equals_dense", test_sparse_equals_dense},

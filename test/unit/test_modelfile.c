@@ -1,11 +1,13 @@
 /* Model files: round trip, and corruption of every kind is detected. */
 #include "sfb/sfb.h"
+#include "src/bytes.h"
 #include "test.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static char dir[] = "/tmp/sfb_modelfile_XXXXXX";
 static char path[256];
@@ -88,8 +90,9 @@ static int test_flipped_bytes(void)
     ASSERT_OK(sfb_model_save(m, path, 7));
     long n = file_size(path);
     ASSERT_GT(n, 72);
-    /* A flip anywhere in the checksummed body or the checksum itself. */
-    long offs[] = {20, 40, 60, 80, n / 2, n - 9, n - 1};
+    /* A flip anywhere in the checksummed body or the checksum itself
+     * (72: the version-2 settings; 90: the matrix after the shapes). */
+    long offs[] = {20, 40, 60, 72, 90, n / 2, n - 9, n - 1};
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
         ASSERT_OK(sfb_model_save(m, path, 7));
         ASSERT_EQ(patch_byte(path, offs[i], 0x10), 0);
@@ -148,7 +151,94 @@ static int test_save_is_atomic(void)
     return 0;
 }
 
+/* dml and sc keep the settings that shape and evaluate them. */
+static int test_round_trip_v2_settings(void)
+{
+    const char *kinds[] = {"dml", "sc"};
+    for (int t = 0; t < 2; t++) {
+        struct sfb_model_settings s;
+        sfb_model_default_settings(&s);
+        s.kind = kinds[t];
+        s.d = 9;
+        s.lambda = 0.5;
+        s.seed = 77;
+        s.rank = 3;
+        s.knn_k = 7;
+        s.dict_size = 5;
+        s.code_steps = 11;
+        struct sfb_model *m, *l;
+        ASSERT_OK(sfb_model_open(&m, &s));
+        struct sfb_matrix *a = sfb_model_matrix(m, 0);
+        ASSERT_EQ(a->rows, t == 0 ? 3 : 9);
+        ASSERT_EQ(a->cols, t == 0 ? 9 : 5);
+        ASSERT_OK(sfb_model_save(m, path, 5));
+        ASSERT_OK(sfb_model_load(&l, path, NULL));
+        const struct sfb_model_settings *g = sfb_model_get_settings(l);
+        ASSERT(strcmp(g->kind, kinds[t]) == 0);
+        ASSERT_EQ(g->rank, 3);
+        ASSERT_EQ(g->knn_k, 7);
+        ASSERT_EQ(g->dict_size, 5);
+        ASSERT_EQ(g->code_steps, 11);
+        ASSERT_EQ(g->seed, 77);
+        struct sfb_matrix *b = sfb_model_matrix(l, 0);
+        ASSERT(memcmp(a->data, b->data, sizeof(float) * a->rows * a->cols) == 0);
+        sfb_model_close(&m);
+        sfb_model_close(&l);
+    }
+    return 0;
+}
+
+/* A version-1 file (64-byte fixed header, no model settings beyond lambda
+ * and seed) still loads, with the defaults for the newer settings. */
+static int test_reads_version_1(void)
+{
+    uint8_t buf[64 + 8 + 2 * 3 * 4 + 8];
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, "SFBMODL1", 8);
+    sfb__put_u32(buf + 8, 1);
+    sfb__put_u32(buf + 12, 1);
+    memcpy(buf + 16, "mlr", 3);
+    sfb__put_u32(buf + 32, 2); /* d */
+    sfb__put_u32(buf + 36, 2); /* k */
+    sfb__put_f64(buf + 40, 0.125);
+    sfb__put_u64(buf + 48, 9);
+    sfb__put_u64(buf + 56, 33);
+    sfb__put_u32(buf + 64, 2);
+    sfb__put_u32(buf + 68, 3);
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    sfb__put_f32s(buf + 72, v, 6);
+    sfb__put_u64(buf + 96, XXH3_64bits(buf, 96));
+    FILE *f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(buf, 1, sizeof buf, f), sizeof buf);
+    fclose(f);
+    struct sfb_model *l;
+    int64_t clock;
+    ASSERT_OK(sfb_model_load(&l, path, &clock));
+    ASSERT_EQ(clock, 33);
+    const struct sfb_model_settings *g = sfb_model_get_settings(l);
+    ASSERT_NEAR(g->lambda, 0.125, 0);
+    ASSERT_EQ(g->seed, 9);
+    ASSERT_EQ(g->rank, 64);
+    ASSERT_EQ(g->code_steps, 20);
+    struct sfb_matrix *a = sfb_model_matrix(l, 0);
+    ASSERT_EQ(a->rows, 2);
+    ASSERT_EQ(a->cols, 3);
+    ASSERT_EQ(a->data[5], 6);
+    sfb_model_close(&l);
+    /* Version 3 is refused by name. */
+    sfb__put_u32(buf + 8, 3);
+    f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(buf, 1, sizeof buf, f), sizeof buf);
+    fclose(f);
+    ASSERT_EQ(sfb_model_load(&l, path, NULL), -SFB_EVERSION);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"round_trip_v2_settings", test_round_trip_v2_settings},
+    {"reads_version_1", test_reads_version_1},
     {"round_trip", test_round_trip},
     {"flipped_bytes", test_flipped_bytes},
     {"truncated", test_truncated},
