@@ -66,10 +66,11 @@ void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics 
     put_num(f, "apply_s", c->apply_s);
     fprintf(f,
             ",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"msgs_sent\":%llu,\"msgs_recv\":%llu,"
-            "\"staleness\":%lld",
+            "\"staleness\":%lld,\"min_applied\":%lld,\"applied_early\":%llu",
             (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_recv,
             (unsigned long long)c->msgs_sent, (unsigned long long)c->msgs_recv,
-            (long long)c->staleness);
+            (long long)c->staleness, (long long)c->min_applied,
+            (unsigned long long)c->applied_early);
     put_num(f, "objective", c->objective);
     put_num(f, "samples_per_s", c->samples_per_s);
     put_num(f, "lr", c->lr);

@@ -14,7 +14,9 @@ struct sfb__clock_metrics {
     double wait_s;      /* blocked on the SSP condition */
     double apply_s;     /* reconstructing updates into the replica */
     uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv;
-    int64_t staleness;  /* max observed (own clock − applied clock of an origin) */
+    int64_t staleness;  /* max observed (own clock − update clock − 1) */
+    int64_t min_applied; /* min over origins of the applied clock when computing began */
+    uint64_t applied_early; /* updates applied before SSP required them */
     double objective;   /* mean loss of this clock's minibatch */
     double samples_per_s;
     double lr;

@@ -1,14 +1,28 @@
-/* One worker's training loop. With world == 1 every update is the worker's
- * own and is applied immediately (read-my-writes); the distributed sync
- * engines plug in at `apply_updates`. */
+/* One worker's training loop:
+ *
+ *     join the job (src/comm) → load data, build the replica
+ *     for t in clocks:
+ *         engine.wait(t)        SSP: every origin's updates ≤ t−s−1 applied
+ *         SFs of this worker's minibatch of clock t
+ *         engine.publish(t)     to the peers; own update applied at once
+ *         model.apply_local     regularizer / projection, every replica itself
+ *     engine.drain(last)        all replicas end identical
+ *
+ * The step is per global minibatch: each worker's SFs carry 1/world of it,
+ * so P workers with batch S follow one worker with batch P·S exactly. */
 #include "config.h"
 #include "sfb/model.h"
+#include "sfb/sync.h"
 #include "sfb/train.h"
+#include "src/comm.h"
 #include "src/common.h"
 #include "src/metrics.h"
+#include "src/rng.h"
+#include "src/ssp.h"
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 void sfb_train_default_settings(struct sfb_train_settings *s)
 {
@@ -24,7 +38,12 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->seed = 1;
     s->threads = 1;
     s->eval_every = 1;
-    s->world = 1;
+    s->sync = "sfb";
+    s->staleness = 0;
+    s->apply_early = -1;
+    s->peer_timeout = 5.0;
+    s->debug_slow_rank = -1;
+    s->debug_slow_factor = 1.0;
 }
 
 double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
@@ -45,13 +64,18 @@ double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t
 
 struct worker {
     const struct sfb_train_settings *s;
+    struct sfb__comm *comm;
+    uint32_t rank, world;
     struct sfb_dataset train, test;
     struct sfb_model *model;
     struct sfb_sampler *sampler;
-    struct sfb_reconstruct *recon;
     struct sfb_sf sf[SFB_MODEL_MAX_MATRICES];
     uint64_t *idx;
+    struct sfb__ssp ssp;
+    const struct sfb__sync_ops *engine;
+    void *engine_priv;
     struct sfb__metrics metrics;
+    struct sfb__rng debug_rng;
 };
 
 static int validate(const struct sfb_train_settings *s)
@@ -61,15 +85,139 @@ static int validate(const struct sfb_train_settings *s)
                           sfb_model_names());
     if (!s->data) return sfb__error(-EINVAL, "no data given");
     if (s->batch == 0) return sfb__error(-EINVAL, "batch size must be at least 1");
-    if (s->world == 0 || s->rank >= s->world)
-        return sfb__error(-EINVAL, "rank %u is outside a world of %u", s->rank, s->world);
     if (!(s->lr > 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
     if (!(s->lambda >= 0) || !isfinite(s->lambda))
         return sfb__error(-EINVAL, "lambda must be >= 0, not %g", s->lambda);
     if (s->epochs == 0 && s->clocks == 0)
         return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
+    if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
+    if (!sfb__sync_find(s->sync ? s->sync : ""))
+        return sfb__error(-EINVAL, "unknown synchronization \"%s\"", s->sync ? s->sync : "");
     return 0;
+}
+
+static void worker_close(struct worker *w)
+{
+    if (w->engine_priv) w->engine->close(w->engine_priv);
+    free(w->engine_priv);
+    sfb__ssp_fini(&w->ssp);
+    for (int i = 0; i < SFB_MODEL_MAX_MATRICES; i++) sfb_sf_free(&w->sf[i]);
+    free(w->idx);
+    sfb_sampler_close(&w->sampler);
+    sfb_model_close(&w->model);
+    sfb_dataset_free(&w->train);
+    sfb_dataset_free(&w->test);
+    sfb__comm_close(&w->comm);
+}
+
+static int setup_model(struct worker *w)
+{
+    const struct sfb_train_settings *s = w->s;
+    int ret = sfb_data_load(s->data, s->test_data, &s->libsvm, &w->train, &w->test);
+    if (ret) return ret;
+    if (w->rank == 0)
+        SFB_LOG_I("data %s: %llu samples, %u features, %u classes%s; test set %llu samples",
+                  s->data, (unsigned long long)w->train.n, w->train.d, w->train.k,
+                  w->train.sparse ? " (sparse)" : "", (unsigned long long)w->test.n);
+    struct sfb_model_settings ms;
+    sfb_model_default_settings(&ms);
+    ms.kind = s->model;
+    ms.d = w->train.d;
+    ms.k = w->train.k;
+    ms.lambda = s->lambda;
+    ms.seed = s->seed;
+    if ((ret = sfb_model_open(&w->model, &ms))) return ret;
+    if (w->world > 1 && sfb_model_n_matrices(w->model) != 1)
+        return sfb__error(-SFB_ENOTIMPL, "model %s has %u matrices; distributed runs support one",
+                          s->model, sfb_model_n_matrices(w->model));
+    if ((ret = sfb_sampler_open(&w->sampler, w->train.n, w->rank, w->world, s->batch, s->seed)))
+        return ret;
+    w->idx = malloc(sizeof *w->idx * s->batch);
+    if (!w->idx) return sfb__error(-ENOMEM, "out of memory");
+    return 0;
+}
+
+static int worker_open(struct worker *w, const struct sfb_train_settings *s)
+{
+    memset(w, 0, sizeof *w);
+    w->s = s;
+    /* Join the job first, so a rank that fails to load its data can tell
+     * the others instead of leaving them waiting. Frame validation needs the
+     * model's shapes, which are set once the data is loaded, before any
+     * data frame can be sent (a barrier separates the two). */
+    struct sfb__comm_settings cs;
+    sfb__comm_default_settings(&cs);
+    cs.provider = s->provider;
+    cs.peer_timeout_s = s->peer_timeout;
+    int ret = sfb__comm_open(&w->comm, &cs);
+    if (ret) return ret;
+    w->rank = w->comm->rank;
+    w->world = w->comm->world;
+
+    ret = setup_model(w);
+    if (ret) {
+        char why[600];
+        snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_last_error());
+        sfb__comm_abort(w->comm, why);
+        return sfb__error(ret, "%s", why + 0);
+    }
+    uint32_t nm = sfb_model_n_matrices(w->model);
+    struct sfb_wire_shape shapes[SFB_MODEL_MAX_MATRICES];
+    for (uint32_t m = 0; m < nm; m++) {
+        shapes[m].k = sfb_model_matrix(w->model, m)->rows;
+        shapes[m].d = sfb_model_matrix(w->model, m)->cols;
+    }
+    if ((ret = sfb__comm_set_shapes(w->comm, shapes, nm, s->batch))) return ret;
+
+    if ((ret = sfb__ssp_init(&w->ssp, w->world, s->staleness, 0))) return ret;
+    w->engine = sfb__sync_find(s->sync);
+    w->engine_priv = calloc(1, w->engine->priv_size);
+    if (!w->engine_priv) return -ENOMEM;
+    struct sfb__sync_env env = {
+        .comm = w->comm,
+        .model = w->model,
+        .ssp = &w->ssp,
+        .apply_early = s->apply_early < 0 ? s->staleness != 0 : s->apply_early,
+    };
+    if ((ret = w->engine->open(w->engine_priv, &env))) {
+        free(w->engine_priv);
+        w->engine_priv = NULL;
+        return ret;
+    }
+    sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
+    return sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
+}
+
+static void sleep_s(double sec)
+{
+    if (sec <= 0) return;
+    struct timespec ts = {(time_t)sec, (long)((sec - floor(sec)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Debug knobs: a random delay and one slowed rank, applied after the real
+ * compute so the SSP machinery sees genuine stragglers. */
+static void debug_delay(struct worker *w, double compute_s)
+{
+    const struct sfb_train_settings *s = w->s;
+    double extra = 0;
+    if (s->debug_delay_ms > 0) extra += sfb__rng_uniform(&w->debug_rng) * s->debug_delay_ms * 1e-3;
+    if (s->debug_slow_rank == (int)w->rank && s->debug_slow_factor > 1)
+        extra += (s->debug_slow_factor - 1) * compute_s;
+    sleep_s(extra);
+}
+
+static void traffic(const struct worker *w, uint64_t v[4])
+{
+    memset(v, 0, 4 * sizeof *v);
+    if (!w->comm->t) return;
+    const struct sfb__transport_stats *st = sfb__transport_stats(w->comm->t);
+    v[0] = atomic_load(&st->bytes_sent);
+    v[1] = atomic_load(&st->bytes_recv);
+    v[2] = atomic_load(&st->frames_sent);
+    v[3] = atomic_load(&st->frames_recv);
 }
 
 static int evaluate(struct worker *w, struct sfb_eval *ev)
@@ -80,57 +228,177 @@ static int evaluate(struct worker *w, struct sfb_eval *ev)
     return sfb_model_evaluate(w->model, &w->test, ev);
 }
 
-static void worker_close(struct worker *w)
+static int write_model(struct worker *w, int64_t clock)
 {
-    for (int i = 0; i < SFB_MODEL_MAX_MATRICES; i++) sfb_sf_free(&w->sf[i]);
-    free(w->idx);
-    sfb_reconstruct_close(&w->recon);
-    sfb_sampler_close(&w->sampler);
-    sfb_model_close(&w->model);
-    sfb_dataset_free(&w->train);
-    sfb_dataset_free(&w->test);
+    const char *out = w->s->model_out;
+    if (!out) return 0;
+    int per_rank = strstr(out, "%r") != NULL;
+    if (!per_rank && w->rank != 0) return 0;
+    char *path = sfb__path_for_rank(out, w->rank);
+    if (!path) return -ENOMEM;
+    int ret = sfb_model_save(w->model, path, clock);
+    free(path);
+    return ret;
 }
 
-static int worker_open(struct worker *w, const struct sfb_train_settings *s)
+static int run(struct worker *w, sfb_progress_fn progress, void *user, double interval,
+               struct sfb_train_result *res)
 {
-    memset(w, 0, sizeof *w);
-    w->s = s;
-    int ret = sfb_data_load(s->data, s->test_data, &s->libsvm, &w->train, &w->test);
-    if (ret) return ret;
-    SFB_LOG_I("data %s: %llu samples, %u features, %u classes%s; test set %llu samples",
-              s->data, (unsigned long long)w->train.n, w->train.d, w->train.k,
-              w->train.sparse ? " (sparse)" : "", (unsigned long long)w->test.n);
+    const struct sfb_train_settings *s = w->s;
+    uint64_t cpe = sfb_sampler_clocks_per_epoch(w->sampler);
+    uint64_t total = s->clocks ? s->clocks : (uint64_t)s->epochs * cpe;
+    uint32_t nm = sfb_model_n_matrices(w->model);
+    double t_start = sfb__now(), last_report = t_start;
+    double loss_sum = 0, epoch_loss = 0;
+    uint64_t loss_n = 0, epoch_n = 0, prev[4], now_tr[4];
+    traffic(w, prev);
+    uint64_t bytes_sent0 = prev[0];
+    struct sfb_progress pr;
+    memset(&pr, 0, sizeof pr);
+    pr.rank = w->rank;
+    pr.clocks = total;
+    int ret = 0;
 
-    struct sfb_model_settings ms;
-    sfb_model_default_settings(&ms);
-    ms.kind = s->model;
-    ms.d = w->train.d;
-    ms.k = w->train.k;
-    ms.lambda = s->lambda;
-    ms.seed = s->seed;
-    if ((ret = sfb_model_open(&w->model, &ms))) return ret;
-    if ((ret = sfb_sampler_open(&w->sampler, w->train.n, s->rank, s->world, s->batch, s->seed)))
-        return ret;
-    if (sfb_sampler_clocks_per_epoch(w->sampler) == 0)
-        return sfb__error(-EINVAL,
-                          "%s has %llu samples, fewer than one clock needs (%u workers x batch %u)",
-                          s->data, (unsigned long long)w->train.n, s->world, s->batch);
-    if ((ret = sfb_reconstruct_open(&w->recon))) return ret;
-    w->idx = malloc(sizeof *w->idx * s->batch);
-    if (!w->idx) return sfb__error(-ENOMEM, "out of memory");
-    return sfb__metrics_open(&w->metrics, s->metrics_out, s->rank);
-}
+    for (uint64_t t = 0; t < total; t++) {
+        uint32_t epoch = (uint32_t)(t / cpe) + 1;
+        double eta = sfb_train_lr(s, t, cpe);
+        struct sfb__clock_metrics cm;
+        memset(&cm, 0, sizeof cm);
+        cm.clock = (int64_t)t;
+        cm.epoch = epoch;
+        cm.lr = eta;
 
-/* Applies this clock's updates. Single worker: its own SFs, at once. */
-static int apply_updates(struct worker *w)
-{
-    uint32_t n = sfb_model_n_matrices(w->model);
-    for (uint32_t m = 0; m < n; m++) {
-        const struct sfb_sf *one = &w->sf[m];
-        int ret = sfb_reconstruct_apply(w->recon, sfb_model_matrix(w->model, m), &one, 1);
+        struct sfb__sync_clock acct = {0};
+        if ((ret = w->engine->wait(w->engine_priv, (int64_t)t, &acct))) return ret;
+        if ((ret = sfb__ssp_record(&w->ssp, (int64_t)t))) return ret;
+        cm.min_applied = w->ssp.record[t];
+
+        double t0 = sfb__now();
+        if ((ret = sfb_sampler_batch(w->sampler, t, w->idx))) return ret;
+        double loss = 0;
+        ret = sfb_model_factors(w->model, &w->train, w->idx, s->batch, (float)(eta / w->world),
+                                w->sf, &loss);
         if (ret) return ret;
+        for (uint32_t m = 0; m < nm; m++) {
+            w->sf[m].origin = w->rank;
+            w->sf[m].clock = (int64_t)t;
+        }
+        debug_delay(w, sfb__now() - t0);
+        double t1 = sfb__now();
+        if ((ret = w->engine->publish(w->engine_priv, (int64_t)t, w->sf, nm))) return ret;
+        sfb_model_apply_local(w->model, (float)eta);
+        double t2 = sfb__now();
+
+        if (!isfinite(loss))
+            return sfb__error(-ERANGE,
+                              "rank %u: training diverged at clock %llu (loss is %g): lower "
+                              "--lr (now %g)",
+                              w->rank, (unsigned long long)t, loss, s->lr);
+        traffic(w, now_tr);
+        cm.bytes_sent = now_tr[0] - prev[0];
+        cm.bytes_recv = now_tr[1] - prev[1];
+        cm.msgs_sent = now_tr[2] - prev[2];
+        cm.msgs_recv = now_tr[3] - prev[3];
+        memcpy(prev, now_tr, sizeof prev);
+        cm.compute_s = t1 - t0;
+        cm.wait_s = acct.wait_s;
+        cm.apply_s = acct.apply_s + (t2 - t1);
+        cm.staleness = acct.staleness;
+        cm.applied_early = acct.applied_early;
+        cm.wall = t2 - t_start;
+        cm.objective = loss / s->batch;
+        cm.samples_per_s = (double)(t + 1) * s->batch / (t2 - t_start);
+        sfb__metrics_clock(&w->metrics, &cm);
+        loss_sum += loss;
+        loss_n += s->batch;
+        epoch_loss += loss;
+        epoch_n += s->batch;
+
+        int epoch_end = (t + 1) % cpe == 0 || t + 1 == total;
+        int do_eval = w->rank == 0 && epoch_end && t + 1 < total && s->eval_every &&
+                      epoch % s->eval_every == 0;
+        pr.has_eval = 0;
+        if (do_eval) {
+            struct sfb_eval ev;
+            if ((ret = evaluate(w, &ev))) return ret;
+            pr.has_eval = ev.n > 0;
+            pr.test_loss = ev.loss;
+            pr.test_accuracy = ev.accuracy;
+            if (ev.n)
+                sfb__metrics_event(&w->metrics, "eval",
+                                   "\"clock\":%llu,\"epoch\":%u,\"wall\":%.6g,\"test_loss\":%.6g,"
+                                   "\"test_accuracy\":%.6g,\"train_loss\":%.6g",
+                                   (unsigned long long)(t + 1), epoch, sfb__now() - t_start,
+                                   ev.loss, ev.accuracy, epoch_n ? epoch_loss / epoch_n : NAN);
+        }
+        if (epoch_end) {
+            res->train_loss = epoch_n ? epoch_loss / epoch_n : NAN;
+            epoch_loss = 0;
+            epoch_n = 0;
+        }
+        double now = sfb__now();
+        if (progress && t + 1 < total && (pr.has_eval || now - last_report >= interval)) {
+            pr.clock = t + 1;
+            pr.epoch = epoch;
+            pr.wall = now - t_start;
+            pr.train_loss = loss_n ? loss_sum / loss_n : NAN;
+            pr.samples_per_s = cm.samples_per_s;
+            progress(user, &pr);
+            last_report = now;
+            loss_sum = 0;
+            loss_n = 0;
+        }
     }
-    return 0;
+
+    /* Every replica applies every update before anyone evaluates or writes. */
+    struct sfb__sync_clock acct = {0};
+    if (total && (ret = w->engine->drain(w->engine_priv, (int64_t)total - 1, &acct))) return ret;
+    if ((ret = sfb__comm_finish(w->comm))) return ret;
+    res->clocks = total;
+    res->samples = total * s->batch;
+    res->wall = sfb__now() - t_start;
+
+    struct sfb_eval ev;
+    if ((ret = evaluate(w, &ev))) return ret;
+    res->test_loss = ev.loss;
+    res->test_accuracy = ev.accuracy;
+    if (ev.n)
+        sfb__metrics_event(&w->metrics, "eval",
+                           "\"clock\":%llu,\"epoch\":%llu,\"wall\":%.6g,\"test_loss\":%.6g,"
+                           "\"test_accuracy\":%.6g,\"train_loss\":%.6g",
+                           (unsigned long long)total, (unsigned long long)(total / cpe),
+                           res->wall, ev.loss, ev.accuracy, res->train_loss);
+    traffic(w, now_tr);
+    const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
+    double formula = (double)(w->world - 1) * s->batch * ((double)a->rows + a->cols) * 4.0;
+    const uint64_t *hist = w->engine->staleness_hist(w->engine_priv);
+    char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
+    for (int i = 0; i < SFB_STALENESS_BINS; i++)
+        hp += sprintf(hp, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
+    sfb__metrics_event(
+        &w->metrics, "summary",
+        "\"world\":%u,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,\"samples_per_s\":%.6g,"
+        "\"test_accuracy\":%.6g,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
+        "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu",
+        w->world, (unsigned long long)res->clocks, (unsigned long long)res->samples, res->wall,
+        res->wall > 0 ? (double)res->samples / res->wall : 0.0,
+        isfinite(res->test_accuracy) ? res->test_accuracy : -1.0,
+        (unsigned long long)(now_tr[0] - bytes_sent0),
+        total ? (double)(now_tr[0] - bytes_sent0) / (double)total : 0.0, formula, hs,
+        (unsigned long long)sfb__comm_rejected(w->comm));
+    if (progress) {
+        pr.clock = total;
+        pr.epoch = (uint32_t)((total + cpe - 1) / cpe);
+        pr.wall = res->wall;
+        pr.train_loss = loss_n ? loss_sum / loss_n : NAN;
+        pr.samples_per_s = res->wall > 0 ? (double)res->samples / res->wall : 0;
+        pr.has_eval = ev.n > 0;
+        pr.test_loss = ev.loss;
+        pr.test_accuracy = ev.accuracy;
+        pr.done = 1;
+        progress(user, &pr);
+    }
+    return write_model(w, (int64_t)total);
 }
 
 int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
@@ -143,113 +411,18 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
     sfb_set_blas_threads(s->threads);
     struct worker w;
     ret = worker_open(&w, s);
-    if (ret) goto out;
-
-    uint64_t cpe = sfb_sampler_clocks_per_epoch(w.sampler);
-    uint64_t total = s->clocks ? s->clocks : (uint64_t)s->epochs * cpe;
-    /* The step is per global minibatch: each worker's SFs carry 1/world of it,
-     * so P workers with batch S follow one worker with batch P·S exactly. */
-    double t_start = sfb__now(), last_report = t_start;
-    double loss_sum = 0, epoch_loss = 0;
-    uint64_t loss_n = 0, epoch_n = 0;
-    struct sfb_progress pr;
-    memset(&pr, 0, sizeof pr);
-    pr.rank = s->rank;
-    pr.clocks = total;
-
-    for (uint64_t t = 0; t < total; t++) {
-        uint32_t epoch = (uint32_t)(t / cpe) + 1;
-        double eta = sfb_train_lr(s, t, cpe);
-        struct sfb__clock_metrics cm;
-        memset(&cm, 0, sizeof cm);
-        cm.clock = (int64_t)t;
-        cm.epoch = epoch;
-        cm.lr = eta;
-
-        double t0 = sfb__now();
-        if ((ret = sfb_sampler_batch(w.sampler, t, w.idx))) goto out;
-        double loss = 0;
-        ret = sfb_model_factors(w.model, &w.train, w.idx, s->batch, (float)(eta / s->world),
-                                w.sf, &loss);
-        if (ret) goto out;
-        for (uint32_t m = 0; m < sfb_model_n_matrices(w.model); m++) {
-            w.sf[m].origin = s->rank;
-            w.sf[m].clock = (int64_t)t;
-        }
-        double t1 = sfb__now();
-        if ((ret = apply_updates(&w))) goto out;
-        sfb_model_apply_local(w.model, (float)eta);
-        double t2 = sfb__now();
-
-        if (!isfinite(loss)) {
-            ret = sfb__error(-ERANGE,
-                             "training diverged at clock %llu (loss is %g): lower --lr "
-                             "(now %g)",
-                             (unsigned long long)t, loss, s->lr);
-            goto out;
-        }
-        cm.compute_s = t1 - t0;
-        cm.apply_s = t2 - t1;
-        cm.wall = t2 - t_start;
-        cm.objective = loss / s->batch;
-        cm.samples_per_s = (double)(t + 1) * s->batch / (t2 - t_start);
-        sfb__metrics_clock(&w.metrics, &cm);
-        loss_sum += loss;
-        loss_n += s->batch;
-        epoch_loss += loss;
-        epoch_n += s->batch;
-
-        int epoch_end = (t + 1) % cpe == 0 || t + 1 == total;
-        int do_eval = epoch_end && (t + 1 == total || (s->eval_every &&
-                                                       epoch % s->eval_every == 0));
-        pr.has_eval = 0;
-        if (do_eval) {
-            struct sfb_eval ev;
-            if ((ret = evaluate(&w, &ev))) goto out;
-            pr.has_eval = ev.n > 0;
-            pr.test_loss = ev.loss;
-            pr.test_accuracy = ev.accuracy;
-            res->test_loss = ev.loss;
-            res->test_accuracy = ev.accuracy;
-            if (ev.n)
-                sfb__metrics_event(&w.metrics, "eval",
-                                   "\"clock\":%llu,\"epoch\":%u,\"wall\":%.6g,\"test_loss\":%.6g,"
-                                   "\"test_accuracy\":%.6g,\"train_loss\":%.6g",
-                                   (unsigned long long)(t + 1), epoch, sfb__now() - t_start,
-                                   ev.loss, ev.accuracy, epoch_n ? epoch_loss / epoch_n : NAN);
-        }
-        if (epoch_end) {
-            res->train_loss = epoch_n ? epoch_loss / epoch_n : NAN;
-            epoch_loss = 0;
-            epoch_n = 0;
-        }
-        double now = sfb__now();
-        if (progress && (pr.has_eval || now - last_report >= progress_interval || t + 1 == total)) {
-            pr.clock = t + 1;
-            pr.epoch = epoch;
-            pr.wall = now - t_start;
-            pr.train_loss = loss_n ? loss_sum / loss_n : NAN;
-            pr.samples_per_s = cm.samples_per_s;
-            pr.done = t + 1 == total;
-            progress(user, &pr);
-            last_report = now;
-            loss_sum = 0;
-            loss_n = 0;
+    if (ret == 0) {
+        res->rank = w.rank;
+        res->world = w.world;
+        ret = run(&w, progress, user, progress_interval, res);
+        if (ret && w.comm) {
+            /* tell the others why, so they stop at once naming this rank */
+            char why[600];
+            snprintf(why, sizeof why, "rank %u: %s", w.rank, sfb_last_error());
+            if (sfb__comm_check(w.comm) == 0) sfb__comm_abort(w.comm, why);
+            sfb__error(ret, "%s", why);
         }
     }
-    res->clocks = total;
-    res->samples = total * s->batch;
-    res->wall = sfb__now() - t_start;
-    sfb__metrics_event(&w.metrics, "summary",
-                       "\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,\"samples_per_s\":%.6g,"
-                       "\"test_accuracy\":%.6g",
-                       (unsigned long long)res->clocks, (unsigned long long)res->samples,
-                       res->wall, res->wall > 0 ? (double)res->samples / res->wall : 0.0,
-                       isfinite(res->test_accuracy) ? res->test_accuracy : -1.0);
-    if (s->model_out && s->rank == 0) {
-        if ((ret = sfb_model_save(w.model, s->model_out, (int64_t)total))) goto out;
-    }
-out:
     if (ret == 0)
         ret = sfb__metrics_close(&w.metrics);
     else

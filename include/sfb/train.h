@@ -37,10 +37,20 @@ struct sfb_train_settings {
     uint64_t seed;
     int threads;           /* OpenBLAS threads */
     uint32_t eval_every;   /* evaluate on the test set every N epochs (0: only at end) */
-    const char *model_out;   /* model file path (written by rank 0); NULL: none */
+    const char *model_out;   /* model file; "%r" = rank makes every rank write its
+                                replica, else rank 0 writes it; NULL: none */
     const char *metrics_out; /* JSON-lines path; "%r" is replaced by the rank; NULL: none */
-    /* identity of this worker */
-    uint32_t rank, world;
+    /* synchronization */
+    const char *sync;        /* "sfb" (default) */
+    int64_t staleness;       /* SSP bound s: 0 = BSP (default), -1 = asynchronous */
+    int apply_early;         /* apply updates before SSP needs them: -1 auto (on when
+                                s != 0), 0 off, 1 on */
+    const char *provider;    /* libfabric provider; NULL: FI_PROVIDER, else shm on one host */
+    double peer_timeout;     /* a silent peer has failed after this many seconds (5) */
+    /* debug knobs (tests and benchmarks) */
+    double debug_delay_ms;   /* random extra compute time in [0, d] ms each clock */
+    int debug_slow_rank;     /* this rank computes debug_slow_factor times slower (-1: none) */
+    double debug_slow_factor;
 };
 
 SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
@@ -65,6 +75,7 @@ struct sfb_progress {
 typedef void (*sfb_progress_fn)(void *user, const struct sfb_progress *p);
 
 struct sfb_train_result {
+    uint32_t rank, world;  /* this worker's identity in the job */
     uint64_t clocks;
     uint64_t samples;     /* processed by this worker */
     double wall;          /* seconds of training */
@@ -72,7 +83,9 @@ struct sfb_train_result {
     double train_loss;    /* mean minibatch loss over the last epoch */
 };
 
-/* Runs the job. `progress` (may be NULL) is called from the calling thread
+/* Runs one worker of a job: joins the job (PMIx, the SFB_* environment
+ * rendezvous, or alone), trains, drains every outstanding update so all
+ * replicas end identical, and writes the outputs. `progress` (may be NULL) is called from the calling thread
  * about every `progress_interval` seconds and at each evaluation.
  * Returns 0 or a negative code with the detail in sfb_last_error(). */
 SFB_API int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress,

@@ -66,7 +66,7 @@ static void progress_print(void *user, const struct sfb_progress *p)
     fflush(stderr);
 }
 
-static int check_available(const struct cli_job *job, const char *cmd, int world)
+static int check_available(const struct cli_job *job, const char *cmd)
 {
     if (strcmp(job->sync, "sfb") != 0) {
         fprintf(stderr, "sfb %s: --sync %s is not available in this version (the FMS "
@@ -76,12 +76,6 @@ static int check_available(const struct cli_job *job, const char *cmd, int world
     if (strcmp(job->topology, "full") != 0) {
         fprintf(stderr, "sfb %s: --topology %s is not available in this version (overlay "
                         "relays are planned; see README \"Status\")\n", cmd, job->topology);
-        return 2;
-    }
-    if (world > 1) {
-        fprintf(stderr, "sfb %s: %d workers requested, but this version trains on one worker "
-                        "only (the distributed transport is planned; see README \"Status\")\n",
-                cmd, world);
         return 2;
     }
     return 0;
@@ -100,14 +94,21 @@ static int run_worker(struct cli_job *job)
         cli_error(ret, "training failed");
         return 1;
     }
-    if (job->train.rank == 0) {
-        printf("trained %s on %s: %llu clocks, %llu samples/worker in %.1f s\n",
-               job->train.model, job->train.data, (unsigned long long)res.clocks,
-               (unsigned long long)res.samples, res.wall);
+    if (res.rank == 0) {
+        printf("trained %s on %s with %u worker%s: %llu clocks, %llu samples/worker in %.1f s\n",
+               job->train.model, job->train.data, res.world, res.world == 1 ? "" : "s",
+               (unsigned long long)res.clocks, (unsigned long long)res.samples, res.wall);
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);
-        printf("model:   %s\n", job->train.model_out);
+        char *mo = strdup(job->train.model_out);
+        char *mp = mo ? strstr(mo, "%r") : NULL;
+        if (mp) {
+            mp[0] = '0';
+            memmove(mp + 1, mp + 2, strlen(mp + 2) + 1);
+        }
+        printf("model:   %s\n", mo ? mo : job->train.model_out);
+        free(mo);
         char *m = strdup(job->train.metrics_out);
         char *pct = m ? strstr(m, "%r") : NULL;
         if (pct) {
@@ -125,7 +126,7 @@ int cli_worker(int argc, char **argv)
     struct cli_job job;
     int r = cli_parse_job(argc, argv, "worker", 0, &job);
     if (r) return r == 1 ? 0 : r;
-    if ((r = check_available(&job, "worker", 1))) return r;
+    if ((r = check_available(&job, "worker"))) return r;
     return run_worker(&job);
 }
 
@@ -162,7 +163,7 @@ int cli_run(int argc, char **argv)
     int r = cli_parse_job(argc, copy, "run", 1, &job);
     free(copy);
     if (r) return r == 1 ? 0 : r;
-    if ((r = check_available(&job, "run", job.nprocs))) return r;
+    if ((r = check_available(&job, "run"))) return r;
     cli_log_init(job.log_level);
     char self[4096];
     if ((r = sfb_launch_self_path(self, sizeof self))) {

@@ -15,7 +15,8 @@ enum {
     OPT_EPOCHS, OPT_CLOCKS, OPT_LR, OPT_LR_SCHEDULE, OPT_LR_PERIOD, OPT_LR_DECAY, OPT_LAMBDA,
     OPT_SEED, OPT_THREADS, OPT_EVAL_EVERY, OPT_OUT_DIR, OPT_MODEL_OUT, OPT_METRICS_OUT,
     OPT_SYNC, OPT_STALENESS, OPT_TOPOLOGY, OPT_DEGREE, OPT_PROVIDER, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH,
+    OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_DEBUG_DELAY,
+    OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR,
 };
 
 static const struct option long_opts[] = {
@@ -46,6 +47,11 @@ static const struct option long_opts[] = {
     {"degree", required_argument, 0, OPT_DEGREE},
     {"flush", required_argument, 0, OPT_FLUSH},
     {"provider", required_argument, 0, OPT_PROVIDER},
+    {"apply-early", required_argument, 0, OPT_APPLY_EARLY},
+    {"peer-timeout", required_argument, 0, OPT_PEER_TIMEOUT},
+    {"debug-delay-ms", required_argument, 0, OPT_DEBUG_DELAY},
+    {"debug-slow-rank", required_argument, 0, OPT_DEBUG_SLOW_RANK},
+    {"debug-slow-factor", required_argument, 0, OPT_DEBUG_SLOW_FACTOR},
     {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
     {"resume", required_argument, 0, OPT_RESUME},
     {"log-level", required_argument, 0, OPT_LOG_LEVEL},
@@ -96,8 +102,15 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  --topology NAME        full | halton | halton-classic (default full)\n"
             "  --degree Q             overlay out-degree (default ceil(log2 P))\n"
             "  --flush eager|clock    overlay forwarding (default eager)\n"
+            "  --apply-early auto|on|off  apply peers' updates as soon as they arrive,\n"
+            "                         before SSP requires them (auto: on unless BSP)\n"
             "  --provider NAME        libfabric provider: shm, tcp, verbs, ... (default:\n"
-            "                         FI_PROVIDER, else shm on one host)\n"
+            "                         FI_PROVIDER, else shm on one host, tcp across hosts)\n"
+            "  --peer-timeout SEC     a silent peer has failed after SEC seconds (default 5)\n"
+            "debugging:\n"
+            "  --debug-delay-ms MS    add a random delay in [0, MS] ms to every clock\n"
+            "  --debug-slow-rank R    make rank R compute --debug-slow-factor times slower\n"
+            "  --debug-slow-factor F  (default 1)\n"
             "outputs:\n"
             "  --out-dir DIR          model and metrics directory (default sfb-out)\n"
             "  --model-out FILE       model file (default DIR/model.sfb)\n"
@@ -265,10 +278,12 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         case OPT_SYNC:
             if (strcmp(optarg, "sfb") && strcmp(optarg, "fms")) return bad(cmd, optname, optarg, "sfb or fms");
             job->sync = optarg;
+            t->sync = optarg;
             break;
         case OPT_STALENESS:
             if (parse_long(optarg, -1, 1000000, &l)) return bad(cmd, optname, optarg, "an integer >= -1");
             job->staleness = l;
+            t->staleness = l;
             break;
         case OPT_TOPOLOGY:
             if (strcmp(optarg, "full") && strcmp(optarg, "halton") && strcmp(optarg, "halton-classic"))
@@ -284,7 +299,29 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             if (strcmp(optarg, "eager") && strcmp(optarg, "clock")) return bad(cmd, optname, optarg, "eager or clock");
             have_flush = 1;
             break;
-        case OPT_PROVIDER: job->provider = optarg; break;
+        case OPT_PROVIDER: job->provider = optarg; t->provider = optarg; break;
+        case OPT_APPLY_EARLY:
+            if (!strcmp(optarg, "auto")) t->apply_early = -1;
+            else if (!strcmp(optarg, "on")) t->apply_early = 1;
+            else if (!strcmp(optarg, "off")) t->apply_early = 0;
+            else return bad(cmd, optname, optarg, "auto, on or off");
+            break;
+        case OPT_PEER_TIMEOUT:
+            if (parse_double(optarg, &d) || !(d > 0)) return bad(cmd, optname, optarg, "a positive number of seconds");
+            t->peer_timeout = d;
+            break;
+        case OPT_DEBUG_DELAY:
+            if (parse_double(optarg, &d) || d < 0) return bad(cmd, optname, optarg, "a number >= 0");
+            t->debug_delay_ms = d;
+            break;
+        case OPT_DEBUG_SLOW_RANK:
+            if (parse_long(optarg, 0, 1 << 24, &l)) return bad(cmd, optname, optarg, "a rank");
+            t->debug_slow_rank = (int)l;
+            break;
+        case OPT_DEBUG_SLOW_FACTOR:
+            if (parse_double(optarg, &d) || d < 1) return bad(cmd, optname, optarg, "a number >= 1");
+            t->debug_slow_factor = d;
+            break;
         case OPT_CHECKPOINT_EVERY:
         case OPT_RESUME:
             fprintf(stderr, "sfb %s: %s is not available in this version (checkpoints are "

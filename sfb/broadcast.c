@@ -1,0 +1,274 @@
+/* The SFB engine: every clock's sufficient factors go to every peer (full
+ * P2P); received factors wait in a pending set until SSP requires them (or
+ * at once with apply_early) and are then applied, all of them, with one
+ * reconstruction call per matrix.
+ *
+ * Received frames are never copied: the SF views point into the transport's
+ * receive buffers, whose references are held while pending. */
+#include "config.h"
+#include "sfb/codec.h"
+#include "sfb/sync.h"
+#include "src/comm.h"
+#include "src/common.h"
+#include "src/ssp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct pend {
+    struct sfb__buf *buf; /* reference held while pending */
+    struct sfb_sf view;   /* points into buf */
+    uint32_t origin, matrix;
+    int64_t clock;
+};
+
+struct bcast {
+    struct sfb__sync_env env;
+    struct sfb__comm *c;
+    struct sfb_reconstruct *recon;
+    uint32_t nmat;
+    struct pend *pend;
+    size_t npend, pend_cap;
+    const struct sfb_sf **list;
+    size_t list_cap;
+    uint64_t hist[SFB_STALENESS_BINS];
+    uint64_t rejected; /* frames refused after the wire checks */
+};
+
+static int bc_open(void *priv, const struct sfb__sync_env *env)
+{
+    struct bcast *b = priv;
+    b->env = *env;
+    b->c = env->comm;
+    b->nmat = sfb_model_n_matrices(env->model);
+    return sfb_reconstruct_open(&b->recon);
+}
+
+static void bc_close(void *priv)
+{
+    struct bcast *b = priv;
+    for (size_t i = 0; i < b->npend; i++) sfb__buf_put(b->pend[i].buf);
+    free(b->pend);
+    free(b->list);
+    sfb_reconstruct_close(&b->recon);
+}
+
+static int is_pending(const struct bcast *b, uint32_t origin, int64_t clock, uint32_t matrix)
+{
+    for (size_t i = 0; i < b->npend; i++)
+        if (b->pend[i].origin == origin && b->pend[i].clock == clock &&
+            b->pend[i].matrix == matrix)
+            return 1;
+    return 0;
+}
+
+/* One validated SF frame: becomes pending, holding a reference to `buf`. */
+static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb_wire_hdr *h,
+                   const uint8_t *payload)
+{
+    const char *why = NULL;
+    if (h->type != SFB_WIRE_SF)
+        why = "not an SF frame";
+    else if (h->origin == b->c->rank)
+        why = "claims to carry this rank's own update";
+    else if (sfb__ssp_is_applied(b->env.ssp, h->origin, h->clock) ||
+             is_pending(b, h->origin, h->clock, h->matrix))
+        why = "replays an update already received";
+    if (!why) {
+        struct pend p = {.origin = h->origin, .matrix = h->matrix, .clock = h->clock};
+        int ret = sfb__sf_view(payload, h->payload_len, h->k, h->d, h->s,
+                               (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
+        if (ret) {
+            why = sfb_last_error();
+        } else if (sfb__reserve((void **)&b->pend, &b->pend_cap,
+                                (b->npend + 1) * sizeof *b->pend)) {
+            why = "out of memory";
+        } else {
+            p.buf = buf;
+            sfb__buf_ref(buf);
+            b->pend[b->npend++] = p;
+            return;
+        }
+    }
+    b->rejected++;
+    SFB_LOG_W("rejected a frame from rank %d (origin %u, clock %lld): %s", from, h->origin,
+              (long long)h->clock, why);
+}
+
+/* Decodes one received frame (an SF frame or a BUNDLE of them). */
+static void take_frame(struct bcast *b, struct sfb__frame *f)
+{
+    struct sfb_wire_hdr h;
+    const uint8_t *payload;
+    if (sfb__wire_decode(&b->c->job, f->data, f->len, (int)f->src, &h, &payload) == 0) {
+        if (h.type == SFB_WIRE_BUNDLE) {
+            struct sfb_wire_iter it;
+            const uint8_t *inner;
+            size_t inner_len;
+            struct sfb_wire_hdr ih;
+            const uint8_t *ip;
+            sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
+            int r;
+            while ((r = sfb__wire_bundle_next(&b->c->job, &it, &inner, &inner_len, &ih, &ip)) ==
+                   1)
+                add_sf(b, f->buf, (int)f->src, &ih, ip);
+        } else {
+            add_sf(b, f->buf, (int)f->src, &h, payload);
+        }
+    }
+    sfb__buf_put(f->buf);
+}
+
+static int cmp_pend(const void *x, const void *y)
+{
+    const struct pend *a = x, *b = y;
+    if (a->clock != b->clock) return a->clock < b->clock ? -1 : 1;
+    if (a->origin != b->origin) return a->origin < b->origin ? -1 : 1;
+    return a->matrix < b->matrix ? -1 : a->matrix > b->matrix;
+}
+
+/* Applies every pending update with clock ≤ limit, stacked, in (clock,
+ * origin) order so that every replica sums the same set the same way. */
+static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_t required,
+                       struct sfb__sync_clock *acct)
+{
+    if (b->npend == 0) return 0;
+    qsort(b->pend, b->npend, sizeof *b->pend, cmp_pend);
+    size_t n = 0;
+    while (n < b->npend && b->pend[n].clock <= limit) n++;
+    if (n == 0) return 0;
+    double t0 = sfb__now();
+    if (sfb__reserve((void **)&b->list, &b->list_cap, n * sizeof *b->list)) return -ENOMEM;
+    for (uint32_t m = 0; m < b->nmat; m++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (b->pend[i].matrix == m) b->list[k++] = &b->pend[i].view;
+        if (!k) continue;
+        int ret = sfb_reconstruct_apply(b->recon, sfb_model_matrix(b->env.model, m), b->list, k);
+        if (ret) return ret;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct pend *p = &b->pend[i];
+        /* one matrix per model here (checked at open by the runtime) */
+        sfb__ssp_mark(b->env.ssp, p->origin, p->clock);
+        int64_t st = now_clock - p->clock - 1;
+        if (st < 0) st = 0;
+        b->hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
+        if (st > acct->staleness) acct->staleness = st;
+        acct->applied++;
+        if (p->clock > required) acct->applied_early++;
+        sfb__buf_put(p->buf);
+    }
+    memmove(b->pend, b->pend + n, (b->npend - n) * sizeof *b->pend);
+    b->npend -= n;
+    acct->apply_s += sfb__now() - t0;
+    return 0;
+}
+
+/* Receives and applies until every origin has applied `required`. */
+static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t now_clock,
+                      struct sfb__sync_clock *acct)
+{
+    double t0 = sfb__now(), apply0 = acct->apply_s;
+    int ret = 0;
+    for (;;) {
+        struct sfb__frame f;
+        if (b->c->t)
+            while (sfb__transport_recv(b->c->t, &f, 0) == 0) take_frame(b, &f);
+        if ((ret = apply_ready(b, limit, now_clock, required, acct))) break;
+        if (sfb__ssp_min_applied(b->env.ssp) >= required) break;
+        if ((ret = sfb__comm_check(b->c))) break;
+        if (!b->c->t) {
+            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
+            break;
+        }
+        if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
+    }
+    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
+    return ret;
+}
+
+static int bc_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
+{
+    struct bcast *b = priv;
+    int64_t required = sfb__ssp_required(b->env.ssp, clock);
+    int64_t limit = (b->env.apply_early || required == INT64_MIN) ? INT64_MAX : required;
+    return wait_until(b, required, limit, clock, acct);
+}
+
+static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
+{
+    struct bcast *b = priv;
+    return wait_until(b, last, INT64_MAX, last + 1, acct);
+}
+
+/* Sends hdr + payload slice to one peer, waiting for queue space while the
+ * job is healthy. */
+static int send_to(struct bcast *b, uint32_t dst, const uint8_t *hdr, struct sfb__buf *buf,
+                   size_t len)
+{
+    for (;;) {
+        int ret = sfb__transport_send(b->c->t, dst, hdr, SFB_WIRE_HDR_SIZE, buf, 0, len, 0.1);
+        if (ret != -ETIMEDOUT) return ret;
+        if ((ret = sfb__comm_check(b->c))) return ret;
+    }
+}
+
+static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
+{
+    struct bcast *b = priv;
+    struct sfb__comm *c = b->c;
+    for (uint32_t m = 0; m < n; m++) {
+        if (c->world > 1) {
+            int sparse;
+            uint64_t nnz;
+            size_t size = sfb__sf_choose(&sf[m], &sparse, &nnz);
+            struct sfb__buf *buf;
+            int ret = sfb__transport_buf_get(c->t, size, &buf);
+            if (ret) return ret;
+            if ((ret = sfb__sf_encode(&sf[m], sparse, nnz, buf->data, size))) {
+                sfb__buf_put(buf);
+                return ret;
+            }
+            struct sfb_wire_hdr h = {
+                .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
+                .origin = c->rank, .sender = c->rank, .clock = clock, .matrix = m,
+                .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
+            struct sfb_wire_piece piece = {buf->data, size};
+            uint8_t hdr[SFB_WIRE_HDR_SIZE];
+            ret = sfb__comm_header(c, &h, &piece, 1, hdr);
+            for (uint32_t p = 0; p < c->world && !ret; p++)
+                if (p != c->rank) ret = send_to(b, p, hdr, buf, size);
+            sfb__buf_put(buf);
+            if (ret) return ret;
+        }
+        const struct sfb_sf *one = &sf[m];
+        int ret = sfb_reconstruct_apply(b->recon, sfb_model_matrix(b->env.model, m), &one, 1);
+        if (ret) return ret;
+    }
+    return sfb__ssp_mark(b->env.ssp, c->rank, clock);
+}
+
+static const uint64_t *bc_hist(void *priv)
+{
+    return ((struct bcast *)priv)->hist;
+}
+
+const struct sfb__sync_ops sfb__broadcast_ops = {
+    .name = "sfb",
+    .priv_size = sizeof(struct bcast),
+    .open = bc_open,
+    .close = bc_close,
+    .wait = bc_wait,
+    .publish = bc_publish,
+    .drain = bc_drain,
+    .staleness_hist = bc_hist,
+};
+
+const struct sfb__sync_ops *sfb__sync_find(const char *name)
+{
+    static const struct sfb__sync_ops *const engines[] = {&sfb__broadcast_ops};
+    for (size_t i = 0; i < SFB_ARRAY_LEN(engines); i++)
+        if (!strcmp(engines[i]->name, name)) return engines[i];
+    return NULL;
+}

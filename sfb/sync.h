@@ -1,0 +1,59 @@
+/* Synchronization strategies (sync engines): how a worker's updates reach
+ * every replica. `sfb` broadcasts sufficient factors (sfb/broadcast.c);
+ * `fms` synchronizes full matrices through sharded servers (sfb/fms.c).
+ * Each is an ops table; the training loop (src/train.c) drives it:
+ *
+ *     for t in clocks:  wait(t) → compute SFs → publish(t, sfs)
+ *     drain(last clock)
+ *
+ * All ops run in the compute thread. */
+#ifndef SFB_SYNC_H
+#define SFB_SYNC_H
+
+#include "sfb/model.h"
+#include "sfb/sf.h"
+
+#include <stdint.h>
+
+struct sfb__comm;
+struct sfb__ssp;
+
+/* What the runtime hands an engine. */
+struct sfb__sync_env {
+    struct sfb__comm *comm;
+    struct sfb_model *model;
+    struct sfb__ssp *ssp;
+    int apply_early; /* apply updates before SSP requires them */
+};
+
+/* Per-clock accounting an engine fills (added to, never reset by it). */
+struct sfb__sync_clock {
+    double wait_s;        /* blocked waiting for peers */
+    double apply_s;       /* reconstructing received updates */
+    int64_t staleness;    /* max over updates applied: own clock − update clock − 1 */
+    uint64_t applied;     /* peer updates applied */
+    uint64_t applied_early; /* of which before SSP required them */
+};
+
+#define SFB_STALENESS_BINS 17 /* 0..15, and 16+ */
+
+struct sfb__sync_ops {
+    const char *name;
+    size_t priv_size;
+    int (*open)(void *priv, const struct sfb__sync_env *env);
+    void (*close)(void *priv);
+    /* Blocks until SSP allows computing `clock`, applying what arrived. */
+    int (*wait)(void *priv, int64_t clock, struct sfb__sync_clock *acct);
+    /* The own SFs of `clock`, one per matrix: sends them and applies them to
+     * the own replica at once (read-my-writes). */
+    int (*publish)(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n);
+    /* After the last clock: waits for and applies every update ≤ last. */
+    int (*drain)(void *priv, int64_t last, struct sfb__sync_clock *acct);
+    /* Histogram of observed staleness over the run (SFB_STALENESS_BINS). */
+    const uint64_t *(*staleness_hist)(void *priv);
+};
+
+const struct sfb__sync_ops *sfb__sync_find(const char *name);
+extern const struct sfb__sync_ops sfb__broadcast_ops;
+
+#endif

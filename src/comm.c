@@ -1,0 +1,333 @@
+#include "config.h"
+#include "src/comm.h"
+#include "src/bootstrap.h"
+#include "src/common.h"
+#include "src/loop.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void sfb__comm_default_settings(struct sfb__comm_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->heartbeat_s = 0.5;
+    s->peer_timeout_s = 5.0;
+    s->bootstrap_timeout_s = 60.0;
+}
+
+/* Records the first failure; later ones are logged only. Loop thread or
+ * compute thread. */
+static void fail(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRINTF(3, 4);
+static void fail(struct sfb__comm *c, int rank, const char *fmt, ...)
+{
+    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->reason, sizeof c->reason, fmt, ap);
+    va_end(ap);
+    c->failed_rank = rank;
+    atomic_store_explicit(&c->failed, 1, memory_order_release);
+    SFB_LOG_E("%s", c->reason);
+}
+
+int sfb__comm_check(struct sfb__comm *c)
+{
+    if (!atomic_load_explicit(&c->failed, memory_order_acquire)) return 0;
+    return sfb__error(-SFB_EPEER, "%s", c->reason);
+}
+
+int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
+                     const struct sfb_wire_piece *pieces, size_t npieces,
+                     uint8_t hdr[SFB_WIRE_HDR_SIZE])
+{
+    h->job_key = c->job_key;
+    return sfb__wire_encode(h, pieces, npieces, hdr);
+}
+
+int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type type,
+                           const void *payload, size_t len, double timeout_s)
+{
+    if (!c->t) return 0;
+    struct sfb_wire_hdr h = {.type = (uint8_t)type, .origin = c->rank, .sender = c->rank,
+                             .payload_len = len};
+    struct sfb_wire_piece piece = {payload, len};
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+    int ret = sfb__comm_header(c, &h, &piece, len ? 1 : 0, hdr);
+    if (ret) return ret;
+    if (!len) return sfb__transport_send(c->t, dst, hdr, sizeof hdr, NULL, 0, 0, timeout_s);
+    struct sfb__buf *b;
+    if ((ret = sfb__transport_buf_get(c->t, len, &b))) return ret;
+    memcpy(b->data, payload, len);
+    ret = sfb__transport_send(c->t, dst, hdr, sizeof hdr, b, 0, len, timeout_s);
+    sfb__buf_put(b);
+    return ret;
+}
+
+/* Loop thread: every received frame passes here first. Control frames end
+ * here; data frames go to the engine's hook or to the inbox. */
+static int on_frame(void *user, struct sfb__frame *f)
+{
+    struct sfb__comm *c = user;
+    struct sfb_wire_hdr h;
+    enum sfb_wire_reason why;
+    int ret = sfb__wire_check_header(&c->job, f->data, f->len, &h, &why);
+    if (ret) {
+        /* counted and logged by the full decode, which names the reason */
+        const uint8_t *payload;
+        sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
+        sfb__buf_put(f->buf);
+        return 1;
+    }
+    if (f->src < c->world) c->last_heard[f->src] = sfb__now();
+    switch (h.type) {
+    case SFB_WIRE_HEARTBEAT:
+    case SFB_WIRE_HELLO:
+        sfb__buf_put(f->buf);
+        return 1;
+    case SFB_WIRE_BYE:
+        if (f->src < c->world) c->said_bye[f->src] = 1;
+        sfb__buf_put(f->buf);
+        return 1;
+    case SFB_WIRE_ABORT: {
+        const uint8_t *payload;
+        if (sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload) == 0) {
+            int n = (int)SFB_MIN(h.payload_len, 300);
+            fail(c, (int)h.origin, "rank %u aborted the job: %.*s", h.origin, n,
+                 (const char *)payload);
+        }
+        sfb__buf_put(f->buf);
+        return 1;
+    }
+    default:
+        break;
+    }
+    if (c->s.on_data) return c->s.on_data(c->s.user, f, &h);
+    return 0;
+}
+
+static void on_error(void *user, int peer, int code, const char *msg)
+{
+    struct sfb__comm *c = user;
+    if (peer >= 0)
+        fail(c, peer, "rank %d failed: fabric error %s", peer, msg ? msg : sfb_strerror(code));
+    else
+        fail(c, -1, "fabric error: %s", msg ? msg : sfb_strerror(code));
+}
+
+/* Loop thread: heartbeats out, silence detection in. */
+static void heartbeat(void *arg)
+{
+    struct sfb__comm *c = arg;
+    double now = sfb__now();
+    for (uint32_t p = 0; p < c->world; p++) {
+        if (p == c->rank || c->said_bye[p]) continue;
+        sfb__comm_send_control(c, p, SFB_WIRE_HEARTBEAT, NULL, 0, 0.0);
+        double silent = now - c->last_heard[p];
+        if (silent > c->s.peer_timeout_s)
+            fail(c, (int)p, "rank %u is dead or silent: nothing heard for %.1f s (timeout %.1f s)",
+                 p, silent, c->s.peer_timeout_s);
+    }
+}
+
+static int provider_all_local(struct sfb__bootstrap *bs, int *all_local)
+{
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    void *all = NULL;
+    int world = sfb__bootstrap_size(bs);
+    size_t *lens = calloc((size_t)world, sizeof *lens);
+    if (!lens) return -ENOMEM;
+    int ret = sfb__bootstrap_allgatherv(bs, host, strlen(host) + 1, &all, lens);
+    if (ret == 0) {
+        *all_local = 1;
+        const char *p = all;
+        for (int r = 0; r < world; p += lens[r], r++)
+            if (lens[r] != strlen(host) + 1 || memcmp(p, host, lens[r]) != 0) *all_local = 0;
+    }
+    free(all);
+    free(lens);
+    return ret;
+}
+
+static int exchange_names(struct sfb__comm *c)
+{
+    const void *name;
+    size_t len;
+    sfb__transport_name(c->t, &name, &len);
+    void *all = NULL;
+    size_t *lens = calloc(c->world, sizeof *lens);
+    const void **names = calloc(c->world, sizeof *names);
+    int ret = -ENOMEM;
+    if (!lens || !names) goto out;
+    if ((ret = sfb__bootstrap_allgatherv(c->bs, name, len, &all, lens))) goto out;
+    const uint8_t *p = all;
+    for (uint32_t r = 0; r < c->world; r++) {
+        names[r] = p;
+        p += lens[r];
+    }
+    ret = sfb__transport_set_peers(c->t, names, lens, c->world);
+out:
+    free(all);
+    free(lens);
+    free(names);
+    return ret;
+}
+
+int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
+{
+    *out = NULL;
+    struct sfb__comm *c = calloc(1, sizeof *c);
+    if (!c) return -ENOMEM;
+    c->s = *s;
+    struct sfb__bootstrap_settings bss;
+    sfb__bootstrap_default_settings(&bss);
+    bss.timeout_s = s->bootstrap_timeout_s;
+    bss.connect_timeout_s = s->bootstrap_timeout_s;
+    int ret = sfb__bootstrap_open(&c->bs, &bss);
+    if (ret) goto fail;
+    c->rank = (uint32_t)sfb__bootstrap_rank(c->bs);
+    c->world = (uint32_t)sfb__bootstrap_size(c->bs);
+    c->job_key = sfb__bootstrap_job_key(c->bs);
+    sfb_log_set_rank((int)c->rank);
+    if (s->nshapes > SFB_ARRAY_LEN(c->shapes)) {
+        ret = sfb__error(-EINVAL, "comm: %u matrices, at most %zu", s->nshapes,
+                         SFB_ARRAY_LEN(c->shapes));
+        goto fail;
+    }
+    memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
+    c->job = (struct sfb_wire_job){
+        .job_key = c->job_key,
+        .world_size = c->world,
+        .shapes = c->shapes,
+        .nshapes = s->nshapes,
+        .max_s = s->max_s,
+        .max_payload = (uint64_t)1 << 32,
+        .stats = &c->wstats,
+    };
+    if (c->world == 1) {
+        *out = c;
+        return 0;
+    }
+
+    c->last_heard = calloc(c->world, sizeof *c->last_heard);
+    c->said_bye = calloc(c->world, 1);
+    if (!c->last_heard || !c->said_bye) {
+        ret = -ENOMEM;
+        goto fail;
+    }
+    int all_local = 0;
+    if ((ret = provider_all_local(c->bs, &all_local))) goto fail;
+    if ((ret = sfb__loop_open(&c->loop))) goto fail;
+    struct sfb__transport_settings ts;
+    sfb__transport_default_settings(&ts);
+    ts.provider = s->provider;
+    ts.all_local = all_local;
+    ts.rank = c->rank;
+    ts.on_frame = on_frame;
+    ts.on_error = on_error;
+    ts.user = c;
+    if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
+        sfb__error(ret, "cannot open the libfabric transport (provider %s): %s",
+                   s->provider ? s->provider : (getenv("FI_PROVIDER") ? getenv("FI_PROVIDER")
+                                                : all_local ? "shm" : "tcp"),
+                   sfb_strerror(ret));
+        goto fail;
+    }
+    if ((ret = exchange_names(c))) goto fail;
+    reset_heard(c);
+    if ((ret = sfb__loop_start(c->loop))) goto fail;
+    /* Everyone's endpoint is up and addressed before the first data frame. */
+    if ((ret = sfb__bootstrap_barrier(c->bs))) goto fail;
+    sfb__loop_call(c->loop, reset_heard, c);
+    if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s, heartbeat,
+                                    c)))
+        goto fail;
+    SFB_LOG_I("rank %u of %u up (bootstrap %s, provider %s)", c->rank, c->world,
+              sfb__bootstrap_kind_name(sfb__bootstrap_kind(c->bs)),
+              sfb__transport_provider(c->t));
+    *out = c;
+    return 0;
+fail:
+    sfb__comm_close(&c);
+    return ret;
+}
+
+struct set_shapes {
+    struct sfb__comm *c;
+    const struct sfb_wire_shape *shapes;
+    uint32_t n, max_s;
+};
+
+static void set_shapes_in_loop(void *arg)
+{
+    struct set_shapes *a = arg;
+    memcpy(a->c->shapes, a->shapes, a->n * sizeof *a->shapes);
+    a->c->job.nshapes = a->n;
+    a->c->job.max_s = a->max_s;
+}
+
+int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shapes, uint32_t n,
+                         uint32_t max_s)
+{
+    if (n > SFB_ARRAY_LEN(c->shapes))
+        return sfb__error(-EINVAL, "comm: %u matrices, at most %zu", n, SFB_ARRAY_LEN(c->shapes));
+    struct set_shapes a = {c, shapes, n, max_s};
+    if (!c->loop) {
+        set_shapes_in_loop(&a);
+        return 0;
+    }
+    int ret = sfb__loop_call(c->loop, set_shapes_in_loop, &a);
+    if (!ret) ret = sfb__bootstrap_barrier(c->bs);
+    if (!ret) ret = sfb__comm_check(c);
+    return ret;
+}
+
+uint64_t sfb__comm_rejected(const struct sfb__comm *c)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < SFB_WIRE_NREASONS; i++) n += atomic_load(&c->wstats.rejected[i]);
+    return n;
+}
+
+static void reset_heard(void *arg)
+{
+    struct sfb__comm *c = arg;
+    double now = sfb__now();
+    for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
+}
+
+void sfb__comm_abort(struct sfb__comm *c, const char *reason)
+{
+    if (!c || !c->t) return;
+    size_t len = strlen(reason);
+    for (uint32_t p = 0; p < c->world; p++)
+        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_ABORT, reason, len, 0.2);
+    sfb__transport_flush(c->t, 1.0);
+}
+
+int sfb__comm_finish(struct sfb__comm *c)
+{
+    if (!c->t) return 0;
+    int ret = sfb__transport_flush(c->t, c->s.bootstrap_timeout_s);
+    if (ret) return sfb__error(ret, "could not deliver the last frames: %s", sfb_strerror(ret));
+    for (uint32_t p = 0; p < c->world; p++)
+        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, NULL, 0, 1.0);
+    sfb__transport_flush(c->t, 2.0);
+    if ((ret = sfb__bootstrap_barrier(c->bs))) return ret;
+    return sfb__comm_check(c);
+}
+
+void sfb__comm_close(struct sfb__comm **pc)
+{
+    struct sfb__comm *c = *pc;
+    if (!c) return;
+    sfb__loop_timer_close(&c->hb);
+    sfb__transport_close(&c->t);
+    sfb__loop_close(&c->loop);
+    sfb__bootstrap_close(&c->bs);
+    free(c->last_heard);
+    free(c->said_bye);
+    free(c);
+    *pc = NULL;
+}
