@@ -10,6 +10,8 @@ struct sfb__clock_metrics {
     int64_t clock;
     uint32_t epoch;
     double wall;        /* seconds since training started */
+    double t_begin;     /* CLOCK_MONOTONIC seconds when computing this clock began
+                           (comparable across the processes of one host) */
     double compute_s;   /* computing SFs this clock */
     double wait_s;      /* blocked on the SSP condition */
     double apply_s;     /* reconstructing updates into the replica */

@@ -116,6 +116,8 @@ static int setup_model(struct worker *w)
     const struct sfb_train_settings *s = w->s;
     int ret = sfb_data_load(s->data, s->test_data, &s->libsvm, &w->train, &w->test);
     if (ret) return ret;
+    if ((ret = sfb_dataset_set_layout(&w->train, s->layout))) return ret;
+    if ((ret = sfb_dataset_set_layout(&w->test, s->layout))) return ret;
     if (w->rank == 0)
         SFB_LOG_I("data %s: %llu samples, %u features, %u classes%s; test set %llu samples",
                   s->data, (unsigned long long)w->train.n, w->train.d, w->train.k,
@@ -274,6 +276,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.min_applied = w->ssp.record[t];
 
         double t0 = sfb__now();
+        cm.t_begin = t0;
         if ((ret = sfb_sampler_batch(w->sampler, t, w->idx))) return ret;
         double loss = 0;
         ret = sfb_model_factors(w->model, &w->train, w->idx, s->batch, (float)(eta / w->world),

@@ -109,6 +109,17 @@ SFB_API int sfb_data_load(const char *name, const char *test_path,
                           const struct sfb_libsvm_settings *ls, struct sfb_dataset *train,
                           struct sfb_dataset *test);
 
+/* Storage layout of a dataset's features. */
+enum sfb_layout {
+    SFB_LAYOUT_AUTO = 0, /* as loaded: libsvm → CSR, IDX → dense, synth by density */
+    SFB_LAYOUT_DENSE = 1,
+    SFB_LAYOUT_SPARSE = 2,
+};
+
+/* Converts ds in place to `layout` (values and order unchanged). Returns 0,
+ * -ENOMEM or -EOVERFLOW; on failure ds is unchanged. */
+SFB_API int sfb_dataset_set_layout(struct sfb_dataset *ds, enum sfb_layout layout);
+
 /* Deterministic sampling shared by every rank: in epoch e the n samples are
  * permuted by a PRNG seeded with (seed, e); the permutation is cut into
  * minibatches of `batch` samples and minibatch m of the epoch belongs to rank

@@ -26,6 +26,7 @@ struct sfb_train_settings {
     const char *data;      /* data name, see sfb_data_load */
     const char *test_data; /* optional test set override */
     struct sfb_libsvm_settings libsvm;
+    enum sfb_layout layout; /* feature storage (default as loaded) */
     uint32_t batch;        /* samples per worker per clock (S) */
     uint32_t epochs;       /* passes over the data (ignored if clocks > 0) */
     uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */

@@ -16,7 +16,7 @@ enum {
     OPT_SEED, OPT_THREADS, OPT_EVAL_EVERY, OPT_OUT_DIR, OPT_MODEL_OUT, OPT_METRICS_OUT,
     OPT_SYNC, OPT_STALENESS, OPT_TOPOLOGY, OPT_DEGREE, OPT_PROVIDER, OPT_CHECKPOINT_EVERY,
     OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_DEBUG_DELAY,
-    OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR,
+    OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR, OPT_DATA_LAYOUT,
 };
 
 static const struct option long_opts[] = {
@@ -25,6 +25,7 @@ static const struct option long_opts[] = {
     {"data", required_argument, 0, OPT_DATA},
     {"test-data", required_argument, 0, OPT_TEST_DATA},
     {"index-base", required_argument, 0, OPT_INDEX_BASE},
+    {"data-layout", required_argument, 0, OPT_DATA_LAYOUT},
     {"dim", required_argument, 0, OPT_DIM},
     {"classes", required_argument, 0, OPT_CLASSES},
     {"batch", required_argument, 0, OPT_BATCH},
@@ -81,6 +82,7 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "                         | FILE.libsvm | IDX directory (default fashion-mnist)\n"
             "  --test-data FILE       held-out set (libsvm, or IDX images file)\n"
             "  --index-base auto|0|1  libsvm feature index base (default auto)\n"
+            "  --data-layout auto|dense|sparse  feature storage (default: as loaded)\n"
             "  --dim D                libsvm feature dimension (default: inferred)\n"
             "  --classes K            number of classes (default: inferred)\n"
             "  --lambda L             L2 regularization strength (default 0)\n"
@@ -215,6 +217,12 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             else if (!strcmp(optarg, "0")) t->libsvm.index_base = SFB_INDEX_0;
             else if (!strcmp(optarg, "1")) t->libsvm.index_base = SFB_INDEX_1;
             else return bad(cmd, optname, optarg, "auto, 0 or 1");
+            break;
+        case OPT_DATA_LAYOUT:
+            if (!strcmp(optarg, "auto")) t->layout = SFB_LAYOUT_AUTO;
+            else if (!strcmp(optarg, "dense")) t->layout = SFB_LAYOUT_DENSE;
+            else if (!strcmp(optarg, "sparse")) t->layout = SFB_LAYOUT_SPARSE;
+            else return bad(cmd, optname, optarg, "auto, dense or sparse");
             break;
         case OPT_DIM:
             if (parse_u64(optarg, 1, UINT32_MAX - 1, &u)) return bad(cmd, optname, optarg, "a positive integer");
