@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Proves the SSP guarantee from the metrics of a run.
+
+usage: ssp_check.py STALENESS METRICS_FILE...
+
+For every worker and every clock t it checks
+  1. min_applied >= t - s - 1 (model-state guarantee: every origin's updates
+     with clock <= t-s-1 were applied before clock t was computed), and
+  2. bounded clock difference: when a worker began computing clock t (t_begin,
+     CLOCK_MONOTONIC, shared by the processes of one host), every other worker
+     had already begun clock t - s (so it was never more than s clocks ahead
+     of the slowest).
+Prints "N passed, N failed" and exits non-zero on any violation.
+"""
+import bisect
+import json
+import sys
+
+s = int(sys.argv[1])
+starts = {}  # rank -> list of t_begin by clock
+minapp = {}
+for path in sys.argv[2:]:
+    for line in open(path):
+        r = json.loads(line)
+        if "event" in r:
+            continue
+        starts.setdefault(r["rank"], {})[r["clock"]] = r["t_begin"]
+        minapp.setdefault(r["rank"], {})[r["clock"]] = r["min_applied"]
+
+fail = checks = 0
+ranks = sorted(starts)
+clocks = {rk: sorted(starts[rk]) for rk in ranks}
+for rk in ranks:
+    for t in clocks[rk]:
+        checks += 1
+        if s >= 0 and minapp[rk][t] < t - s - 1:
+            fail += 1
+            print(f"FAIL rank {rk} clock {t}: min applied {minapp[rk][t]} < {t - s - 1}")
+if s >= 0:
+    for rk in ranks:
+        for t in clocks[rk]:
+            tb = starts[rk][t]
+            for other in ranks:
+                if other == rk or t - s < 0:
+                    continue
+                checks += 1
+                # latest clock `other` had begun by time tb
+                times = [starts[other][c] for c in clocks[other]]
+                i = bisect.bisect_right(times, tb)
+                begun = clocks[other][i - 1] if i else -1
+                if begun < t - s:
+                    fail += 1
+                    print(f"FAIL rank {rk} began clock {t} while rank {other} was at {begun}")
+ahead = 0
+print(f"ssp s={s}: {len(ranks)} workers, {sum(len(c) for c in clocks.values())} clocks checked")
+print(f"{checks - fail} passed, {fail} failed")
+sys.exit(1 if fail or not ranks else 0)
