@@ -61,7 +61,7 @@ void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics 
     fprintf(f, "{\"rank\":%u,\"clock\":%lld,\"epoch\":%u", m->rank, (long long)c->clock,
             c->epoch);
     put_num(f, "wall", c->wall);
-    fprintf(f, ",\"t_begin\":%.6f", c->t_begin);
+    fprintf(f, ",\"t_begin\":%.6f,\"t_publish\":%.6f", c->t_begin, c->t_publish);
     put_num(f, "compute_s", c->compute_s);
     put_num(f, "wait_s", c->wait_s);
     put_num(f, "apply_s", c->apply_s);

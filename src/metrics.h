@@ -12,6 +12,8 @@ struct sfb__clock_metrics {
     double wall;        /* seconds since training started */
     double t_begin;     /* CLOCK_MONOTONIC seconds when computing this clock began
                            (comparable across the processes of one host) */
+    double t_publish;   /* CLOCK_MONOTONIC seconds just before this clock's
+                           update was sent */
     double compute_s;   /* computing SFs this clock */
     double wait_s;      /* blocked on the SSP condition */
     double apply_s;     /* reconstructing updates into the replica */

@@ -288,6 +288,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         }
         debug_delay(w, sfb__now() - t0);
         double t1 = sfb__now();
+        cm.t_publish = t1;
         if ((ret = w->engine->publish(w->engine_priv, (int64_t)t, w->sf, nm))) return ret;
         sfb_model_apply_local(w->model, (float)eta);
         double t2 = sfb__now();
