@@ -1,0 +1,168 @@
+/* Wire format of sfb frames (documented in docs/wire.md).
+ *
+ * A frame is a fixed 64-byte little-endian header followed by `payload_len`
+ * payload bytes. The header carries an XXH3-64 checksum over the header (with
+ * the checksum field zeroed) and the payload, computed with a streaming state
+ * so the two pieces never need to be contiguous.
+ *
+ * The decoder treats its input as untrusted: every header field is checked
+ * against the job (`struct sfb_wire_job`) before the payload is touched, and a
+ * rejected frame is counted per reason and logged with the sender's rank.
+ *
+ * All functions are thread-safe (no hidden state; the statistics counters are
+ * atomics) and never allocate.
+ */
+#ifndef SFB_SRC_WIRE_H
+#define SFB_SRC_WIRE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SFB_WIRE_MAGIC 0x57424653u /* "SFBW" as little-endian bytes */
+#define SFB_WIRE_VERSION 1
+#define SFB_WIRE_HDR_SIZE 64
+/* Control frames (HELLO, BYE, HEARTBEAT, ABORT) carry at most this much. */
+#define SFB_WIRE_CONTROL_MAX 4096
+
+enum sfb_wire_type {
+    SFB_WIRE_SF = 1,         /* sufficient factors of one matrix, one clock */
+    SFB_WIRE_BUNDLE = 2,     /* payload = sequence of complete inner frames */
+    SFB_WIRE_DENSE_ROWS = 3, /* FMS: K rows starting at row S of matrix */
+    SFB_WIRE_HELLO = 4,
+    SFB_WIRE_BYE = 5,
+    SFB_WIRE_HEARTBEAT = 6,
+    SFB_WIRE_ABORT = 7, /* payload: UTF-8 reason, not NUL-terminated */
+    SFB_WIRE_DATA = 8,  /* raw bytes (tests, benchmarks) */
+};
+#define SFB_WIRE_TYPE_MAX 8
+
+/* flags: bit 0 = c is sparse; bits 4..5 = element precision. */
+#define SFB_WIRE_F_SPARSE 0x01u
+#define SFB_WIRE_F_PREC_SHIFT 4
+#define SFB_WIRE_F_PREC_MASK 0x30u
+enum sfb_wire_prec {
+    SFB_WIRE_F32 = 0,
+    SFB_WIRE_F64 = 1,
+    SFB_WIRE_BF16 = 2,
+    SFB_WIRE_F16 = 3,
+};
+#define SFB_WIRE_F_KNOWN (SFB_WIRE_F_SPARSE | SFB_WIRE_F_PREC_MASK)
+
+/* Decoded (host-order) header. */
+struct sfb_wire_hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t type;
+    uint8_t flags;
+    uint64_t job_key;
+    uint32_t origin; /* rank whose update this is */
+    uint32_t sender; /* rank that put this frame on the link (relays) */
+    int64_t clock;
+    uint32_t matrix;
+    uint32_t k, d, s;
+    uint64_t payload_len;
+    uint64_t checksum;
+};
+
+/* Reasons a frame is rejected; each has its own error code and counter. */
+enum sfb_wire_reason {
+    SFB_WIRE_R_TRUNC = 0, /* buffer shorter than header + payload_len */
+    SFB_WIRE_R_MAGIC,     /* wrong magic                -SFB_EFORMAT */
+    SFB_WIRE_R_VERSION,   /* unsupported version        -SFB_EVERSION */
+    SFB_WIRE_R_TYPE,      /* unknown type               -EPROTO */
+    SFB_WIRE_R_JOBKEY,    /* other job                  -SFB_EJOBKEY */
+    SFB_WIRE_R_RANK,      /* origin/sender >= world     -ERANGE */
+    SFB_WIRE_R_FLAGS,     /* unknown flag bits          -EBADMSG */
+    SFB_WIRE_R_SHAPE,     /* matrix/K/D/S not allowed   -SFB_ESHAPE */
+    SFB_WIRE_R_LENGTH,    /* payload_len too big or inconsistent with shape,
+                             or bytes after the frame   -EMSGSIZE */
+    SFB_WIRE_R_CHECKSUM,  /* XXH3 mismatch              -SFB_ECHECKSUM */
+    SFB_WIRE_R_NESTED,    /* BUNDLE inside BUNDLE       -ELOOP */
+    SFB_WIRE_NREASONS
+};
+/* SFB_WIRE_R_TRUNC → -SFB_ETRUNC. */
+
+/* Per-job counters, shared by every thread that decodes. */
+struct sfb_wire_stats {
+    _Atomic uint64_t accepted;
+    _Atomic uint64_t rejected[SFB_WIRE_NREASONS];
+};
+
+/* Allowed shape of one matrix id (the index in `shapes`). */
+struct sfb_wire_shape {
+    uint32_t k, d;
+};
+
+/* What a frame must match to be accepted. */
+struct sfb_wire_job {
+    uint64_t job_key;
+    uint32_t world_size;
+    const struct sfb_wire_shape *shapes; /* indexed by matrix id */
+    uint32_t nshapes;
+    uint32_t max_s;        /* largest minibatch S in an SF frame */
+    uint64_t max_payload;  /* largest payload of any frame (BUNDLE, DATA) */
+    struct sfb_wire_stats *stats; /* may be NULL: nothing counted */
+};
+
+/* A contiguous piece of payload (for encoding payloads kept in parts). */
+struct sfb_wire_piece {
+    const void *p;
+    size_t n;
+};
+
+/* Size of one element of the precision in `flags` (4, 8, 2 or 2). */
+size_t sfb__wire_elem_size(uint8_t flags);
+
+/* Encodes `h` into out[0..63] and computes the checksum over the header and
+ * the payload given as `npieces` pieces whose lengths must add up to
+ * h->payload_len. magic, version and checksum are filled in (the values in
+ * `h` are ignored). Returns 0, or -EINVAL if the lengths disagree or the
+ * type is unknown. Performs no job validation (the sender trusts itself). */
+int sfb__wire_encode(const struct sfb_wire_hdr *h, const struct sfb_wire_piece *pieces,
+                     size_t npieces, uint8_t out[SFB_WIRE_HDR_SIZE]);
+
+/* Parses the 64 header bytes without any validation (for tools and tests). */
+void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb_wire_hdr *h);
+
+/* Validates the header in buf[0..len) against `job` without reading the
+ * payload: magic, version, type, job key, ranks, flags, shape, and that
+ * exactly header + payload_len bytes are present. Returns 0 or the reason's
+ * code (see enum sfb_wire_reason); *h is filled as far as parsed. */
+int sfb__wire_check_header(const struct sfb_wire_job *job, const void *buf, size_t len,
+                           struct sfb_wire_hdr *h, enum sfb_wire_reason *reason);
+
+/* Full decode of one frame occupying exactly buf[0..len): header checks, then
+ * the checksum. On success fills *h and *payload (points into buf; borrowed)
+ * and counts the frame as accepted. On failure returns the reason's code,
+ * counts it, records a detailed sfb__error and logs a warning naming `from`
+ * (the rank the transport received it from, or -1) and the header's sender.
+ * BUNDLE frames are checked as a whole here; use the bundle iterator to
+ * validate and reach the inner frames. */
+int sfb__wire_decode(const struct sfb_wire_job *job, const void *buf, size_t len, int from,
+                     struct sfb_wire_hdr *h, const uint8_t **payload);
+
+/* Iterator over the inner frames of a decoded BUNDLE payload. */
+struct sfb_wire_iter {
+    const uint8_t *p, *end;
+    int from;
+};
+void sfb__wire_bundle_begin(struct sfb_wire_iter *it, const uint8_t *payload,
+                            uint64_t payload_len, int from);
+
+/* Next inner frame: returns 1 and sets (*frame, *frame_len) to the inner
+ * frame's exact bytes (header + payload, a slice of the bundle, suitable for
+ * byte-for-byte forwarding), *h and *payload decoded; 0 at the end; or a
+ * negative code for a malformed inner frame (truncated, nested BUNDLE, any
+ * decode failure) after which iteration must stop. Inner frames are fully
+ * validated (including their own checksum) and counted. */
+int sfb__wire_bundle_next(const struct sfb_wire_job *job, struct sfb_wire_iter *it,
+                          const uint8_t **frame, size_t *frame_len, struct sfb_wire_hdr *h,
+                          const uint8_t **payload);
+
+/* Name of a reason ("checksum", ...) and its error code. */
+const char *sfb__wire_reason_name(enum sfb_wire_reason r);
+int sfb__wire_reason_code(enum sfb_wire_reason r);
+const char *sfb__wire_type_name(unsigned type);
+
+#endif

@@ -1,0 +1,298 @@
+/* Transport: 2 and 4 endpoints in one process (each with its own loop
+ * thread) over shm and tcp, frames of 0 B … 16 MiB with random content;
+ * every frame is checked and counted exactly once. */
+#include "src/common.h"
+#include "src/loop.h"
+#include "src/transport.h"
+#include "src/wire.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MAXN 4
+#define JOB_KEY 0xfeedfacecafebeefull
+
+static const size_t sizes[] = {0, 1, 4096, 65536, 1 << 20, 16 << 20};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+static struct sfb_wire_stats wstats;
+
+static void log_sink(void *user, enum sfb_log_level lvl, int rank, const char *msg)
+{
+    fprintf(stderr, "[log %d] %s\n", lvl, msg);
+}
+
+struct world {
+    int n;
+    struct sfb__loop *loop[MAXN];
+    struct sfb__transport *t[MAXN];
+};
+
+static void world_close(struct world *w)
+{
+    for (int i = 0; i < w->n; i++) sfb__transport_close(&w->t[i]);
+    for (int i = 0; i < w->n; i++) sfb__loop_close(&w->loop[i]);
+}
+
+/* open transport → get local name → "gather" names → insert peers. */
+static int world_open(struct world *w, int n, const char *prov,
+                      const struct sfb__transport_settings *tmpl)
+{
+    memset(w, 0, sizeof *w);
+    w->n = n;
+    const void *names[MAXN];
+    size_t lens[MAXN];
+    for (int i = 0; i < n; i++) {
+        ASSERT_OK(sfb__loop_open(&w->loop[i]));
+        ASSERT_OK(sfb__loop_start(w->loop[i]));
+        struct sfb__transport_settings s;
+        if (tmpl) s = *tmpl;
+        else sfb__transport_default_settings(&s);
+        s.provider = prov;
+        s.rank = (uint32_t)i;
+        int rc = sfb__transport_open(&w->t[i], &s, w->loop[i]);
+        if (rc) {
+            fprintf(stderr, "  open %s: %s\n", prov, sfb_last_error());
+            return rc;
+        }
+        sfb__transport_name(w->t[i], &names[i], &lens[i]);
+        ASSERT_GT(lens[i], 0);
+    }
+    for (int i = 0; i < n; i++) ASSERT_OK(sfb__transport_set_peers(w->t[i], names, lens, (uint32_t)n));
+    ASSERT_STR_CONTAINS(sfb__transport_provider(w->t[0]), prov);
+    return 0;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* Content of the payload from `src` of size index k. */
+static void fill(uint8_t *p, size_t n, int src, int k)
+{
+    uint64_t s = mix(((uint64_t)src << 8) | (uint64_t)k | 0x100000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s = mix(s + i);
+        memcpy(p + i, &s, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)mix(s + i);
+}
+
+/* Every rank sends every size to every other rank; the test thread receives
+ * for all of them and checks each frame. */
+static int exchange(const char *prov, int n)
+{
+    struct world w;
+    int rc = world_open(&w, n, prov, NULL);
+    if (rc) {
+        world_close(&w);
+        return 1;
+    }
+    struct sfb_wire_job job = {.job_key = JOB_KEY, .world_size = (uint32_t)n,
+                               .max_payload = (uint64_t)64 << 20, .stats = &wstats};
+    /* One payload buffer per (src, size), shared by all destinations. */
+    struct sfb__buf *bufs[MAXN][NSIZES];
+    double t0 = sfb__now();
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < NSIZES; k++) {
+            ASSERT_OK(sfb__transport_buf_get(w.t[i], sizes[k] ? sizes[k] : 1, &bufs[i][k]));
+            fill(bufs[i][k]->data, sizes[k], i, (int)k);
+            struct sfb_wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY,
+                                     .origin = (uint32_t)i, .sender = (uint32_t)i,
+                                     .clock = (int64_t)k, .payload_len = sizes[k]};
+            struct sfb_wire_piece p = {bufs[i][k]->data, sizes[k]};
+            uint8_t hdr[SFB_WIRE_HDR_SIZE];
+            ASSERT_OK(sfb__wire_encode(&h, &p, 1, hdr));
+            for (int j = 0; j < n; j++)
+                if (j != i)
+                    ASSERT_OK(sfb__transport_send(w.t[i], (uint32_t)j, hdr, sizeof hdr,
+                                                  bufs[i][k], 0, sizes[k], 5.0));
+            sfb__buf_put(bufs[i][k]); /* the transport keeps its own references */
+        }
+    int seen[MAXN][MAXN][NSIZES];
+    memset(seen, 0, sizeof seen);
+    int expected = n * (n - 1) * (int)NSIZES, got = 0;
+    uint8_t *ref = malloc(16 << 20);
+    ASSERT(ref != NULL);
+    while (got < expected && sfb__now() - t0 < 60) {
+        int any = 0;
+        for (int j = 0; j < n; j++) {
+            struct sfb__frame f;
+            if (sfb__transport_recv(w.t[j], &f, 0) != 0) continue;
+            any = 1;
+            struct sfb_wire_hdr h;
+            const uint8_t *pl;
+            ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &h, &pl));
+            ASSERT_EQ(h.origin, f.src);
+            ASSERT_LT(h.clock, (int64_t)NSIZES);
+            ASSERT_EQ(h.payload_len, sizes[h.clock]);
+            fill(ref, sizes[h.clock], (int)f.src, (int)h.clock);
+            ASSERT(memcmp(pl, ref, sizes[h.clock]) == 0);
+            seen[f.src][j][h.clock]++;
+            got++;
+            sfb__buf_put(f.buf);
+        }
+        if (!any) usleep(200);
+    }
+    free(ref);
+    double dt = sfb__now() - t0;
+    fprintf(stderr, "  %s n=%d: %d/%d frames in %.3f s\n", prov, n, got, expected, dt);
+    ASSERT_EQ(got, expected);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            for (size_t k = 0; k < NSIZES; k++) ASSERT_EQ(seen[i][j][k], i != j);
+    for (int i = 0; i < n; i++) {
+        ASSERT_OK(sfb__transport_flush(w.t[i], 10));
+        const struct sfb__transport_stats *st = sfb__transport_stats(w.t[i]);
+        ASSERT_EQ(atomic_load(&st->frames_sent), (n - 1) * (int)NSIZES);
+        ASSERT_EQ(atomic_load(&st->frames_recv), (n - 1) * (int)NSIZES);
+        ASSERT_EQ(atomic_load(&st->errors), 0);
+    }
+    /* Nothing duplicated or left over. */
+    usleep(20000);
+    for (int j = 0; j < n; j++) {
+        struct sfb__frame f;
+        ASSERT_EQ(sfb__transport_recv(w.t[j], &f, 0), -EAGAIN);
+    }
+    world_close(&w);
+    return 0;
+}
+
+static int test_shm_2(void) { return exchange("shm", 2); }
+static int test_shm_4(void) { return exchange("shm", 4); }
+static int test_tcp_2(void) { return exchange("tcp", 2); }
+static int test_tcp_4(void) { return exchange("tcp", 4); }
+
+/* Many small frames through tiny queues: -EAGAIN / timeouts on the send side,
+ * inbox overflow and receive backpressure on the other. */
+#define BIG (getenv("BP_BIG") ? (size_t)atol(getenv("BP_BIG")) : 5000)
+static int backpressure(const char *prov)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.max_sends = 8;
+    s.inbox_cap = 4;
+    s.rx_depth = getenv("BP_RX") ? (unsigned)atoi(getenv("BP_RX")) : 4;
+    s.chunk_size = getenv("BP_CHUNK") ? (size_t)atol(getenv("BP_CHUNK")) : 4096; /* 5000-byte frames: first chunk + piece */
+    if (getenv("BP_INBOX")) s.inbox_cap = (unsigned)atoi(getenv("BP_INBOX"));
+    struct world w;
+    if (world_open(&w, 2, prov, &s)) {
+        world_close(&w);
+        return 1;
+    }
+    enum { N = 3000 };
+    static uint8_t seen[N];
+    memset(seen, 0, sizeof seen);
+    struct sfb__buf *b;
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], 1 << 20, &b));
+    fill(b->data, 1 << 20, 0, 9);
+    int sent = 0, got = 0, eagain = 0;
+    double t0 = sfb__now();
+    for (long it = 0; (sent < N || got < N) && sfb__now() - t0 < 30; it++) {
+        int blocked = 0;
+        if (sent < N) {
+            uint32_t seq = (uint32_t)sent;
+            size_t len = (sent % 3 == 0) ? BIG : (getenv("BP_SMALL") ? (size_t)atol(getenv("BP_SMALL")) : 100);
+            int rc = sfb__transport_send(w.t[0], 1, &seq, sizeof seq, b, 0, len, 0);
+            if (rc == 0) sent++;
+            else if (rc == -EAGAIN) eagain++, blocked = 1;
+            else ASSERT_OK(rc);
+        }
+        /* Receive slowly so the inbox overflows. */
+        struct sfb__frame f;
+        if ((sent == N || blocked || it % (getenv("BP_EVERY") ? 1 : 7) == 0) && sfb__transport_recv(w.t[1], &f, 0.001) == 0) {
+            uint32_t seq;
+            ASSERT_GE(f.len, 4);
+            memcpy(&seq, f.data, 4);
+            ASSERT_LT(seq, N);
+            ASSERT_EQ(f.len, 4 + ((seq % 3 == 0) ? BIG : (getenv("BP_SMALL") ? (size_t)atol(getenv("BP_SMALL")) : 100)));
+            ASSERT(memcmp(f.data + 4, b->data, f.len - 4) == 0);
+            ASSERT_EQ(seen[seq], 0);
+            seen[seq] = 1;
+            ASSERT_EQ(f.src, 0);
+            got++;
+            sfb__buf_put(f.buf);
+        }
+    }
+    fprintf(stderr, "  %s: %d sent (%d EAGAIN), %d received\n", prov, sent, eagain, got);
+    for (int i = 0; i < 2; i++) {
+        const struct sfb__transport_stats *st = sfb__transport_stats(w.t[i]);
+        fprintf(stderr, "  rank %d: sent %llu recv %llu eagain %llu errors %llu dropped %llu\n", i,
+                (unsigned long long)st->frames_sent, (unsigned long long)st->frames_recv,
+                (unsigned long long)st->eagain, (unsigned long long)st->errors,
+                (unsigned long long)st->dropped);
+    }
+    ASSERT_EQ(sent, N);
+    ASSERT_EQ(got, N);
+    ASSERT_GT(eagain, 0);
+    sfb__buf_put(b);
+    ASSERT_OK(sfb__transport_flush(w.t[0], 5));
+    /* A timed send on a full queue reports -ETIMEDOUT, not a hang. */
+    world_close(&w);
+    return 0;
+}
+
+static int test_backpressure_shm(void) { return backpressure("shm"); }
+static int test_backpressure_tcp(void) { return backpressure("tcp"); }
+
+static int test_bad_usage(void)
+{
+    struct world w;
+    if (world_open(&w, 2, "shm", NULL)) {
+        world_close(&w);
+        return 1;
+    }
+    uint8_t big[SFB__TRANSPORT_HDR_MAX + 1] = {0};
+    ASSERT_EQ(sfb__transport_send(w.t[0], 2, NULL, 0, NULL, 0, 0, 0), -EINVAL);
+    ASSERT_EQ(sfb__transport_send(w.t[0], 1, big, sizeof big, NULL, 0, 0, 0), -EINVAL);
+    struct sfb__buf *b;
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], 100, &b));
+    ASSERT_EQ(sfb__transport_send(w.t[0], 1, NULL, 0, b, 10, b->cap, 0), -EINVAL);
+    sfb__buf_put(b);
+    struct sfb__frame f;
+    ASSERT_EQ(sfb__transport_recv(w.t[1], &f, 0.01), -ETIMEDOUT);
+    const void *names[2] = {"x", "y"};
+    size_t lens[2] = {1, 1};
+    ASSERT_EQ(sfb__transport_set_peers(w.t[0], names, lens, 2), -EINVAL); /* already set */
+    world_close(&w);
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.provider = "no-such-provider";
+    struct sfb__loop *l;
+    struct sfb__transport *t;
+    ASSERT_OK(sfb__loop_open(&l));
+    ASSERT_EQ(sfb__transport_open(&t, &s, l), -ENODATA);
+    ASSERT(t == NULL);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "no-such-provider");
+    sfb__loop_close(&l);
+    return 0;
+}
+
+static const struct test_case tests[] = {
+    {"shm_2", test_shm_2},
+    {"shm_4", test_shm_4},
+    {"tcp_2", test_tcp_2},
+    {"tcp_4", test_tcp_4},
+    {"backpressure_shm", test_backpressure_shm},
+    {"backpressure_tcp", test_backpressure_tcp},
+    {"bad_usage", test_bad_usage},
+};
+
+static int run(int argc, char **argv)
+{
+    if (getenv("SFB_TEST_LOG")) sfb_log_set(log_sink, NULL, SFB_LOG_DEBUG);
+    else sfb_log_set(log_sink, NULL, SFB_LOG_WARN);
+    return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+}
+
+int main(int argc, char **argv)
+{
+    return run(argc, argv);
+}

@@ -1,0 +1,328 @@
+/* Wire format: round trips, every rejection reason, bundles. */
+#include "src/common.h"
+#include "src/wire.h"
+#include "test.h"
+
+#include <stdlib.h>
+
+static const struct sfb_wire_shape shapes[] = {{10, 784}, {3, 5}};
+static struct sfb_wire_stats stats;
+static const struct sfb_wire_job job = {
+    .job_key = 0x1122334455667788ull,
+    .world_size = 4,
+    .shapes = shapes,
+    .nshapes = 2,
+    .max_s = 64,
+    .max_payload = 1 << 20,
+    .stats = &stats,
+};
+
+static uint8_t frame[SFB_WIRE_HDR_SIZE + 4096];
+
+/* An SF frame for matrix 1 (3×5), S = 2, dense f32: 2·(3+5)·4 = 64 bytes. */
+static size_t make_sf(uint8_t *out, struct sfb_wire_hdr *h)
+{
+    memset(h, 0, sizeof *h);
+    h->type = SFB_WIRE_SF;
+    h->job_key = job.job_key;
+    h->origin = 2;
+    h->sender = 3;
+    h->clock = -7;
+    h->matrix = 1;
+    h->k = 3;
+    h->d = 5;
+    h->s = 2;
+    h->payload_len = 64;
+    for (int i = 0; i < 64; i++) out[SFB_WIRE_HDR_SIZE + i] = (uint8_t)(i * 7 + 1);
+    /* Payload in two pieces: the checksum is streamed. */
+    struct sfb_wire_piece p[2] = {{out + SFB_WIRE_HDR_SIZE, 10}, {out + SFB_WIRE_HDR_SIZE + 10, 54}};
+    if (sfb__wire_encode(h, p, 2, out)) return 0;
+    return SFB_WIRE_HDR_SIZE + 64;
+}
+
+static uint64_t rej(enum sfb_wire_reason r)
+{
+    return atomic_load(&stats.rejected[r]);
+}
+
+static int test_roundtrip(void)
+{
+    struct sfb_wire_hdr h, d;
+    size_t n = make_sf(frame, &h);
+    ASSERT_EQ(n, 128);
+    /* Explicit little-endian layout. */
+    ASSERT_EQ(frame[0], 'S');
+    ASSERT_EQ(frame[3], 'W');
+    ASSERT_EQ(frame[6], SFB_WIRE_SF);
+    ASSERT_EQ(frame[8], 0x88);
+    ASSERT_EQ(frame[24], 0xf9); /* clock -7 */
+    ASSERT_EQ(frame[31], 0xff);
+    uint64_t acc = atomic_load(&stats.accepted);
+    const uint8_t *pl = NULL;
+    ASSERT_OK(sfb__wire_decode(&job, frame, n, 3, &d, &pl));
+    ASSERT_EQ(atomic_load(&stats.accepted), acc + 1);
+    ASSERT_EQ(d.type, SFB_WIRE_SF);
+    ASSERT_EQ(d.origin, 2);
+    ASSERT_EQ(d.sender, 3);
+    ASSERT_EQ(d.clock, -7);
+    ASSERT_EQ(d.matrix, 1);
+    ASSERT_EQ(d.k, 3);
+    ASSERT_EQ(d.d, 5);
+    ASSERT_EQ(d.s, 2);
+    ASSERT_EQ(d.payload_len, 64);
+    ASSERT(pl == frame + SFB_WIRE_HDR_SIZE);
+    /* The same checksum from one piece. */
+    uint8_t again[SFB_WIRE_HDR_SIZE];
+    struct sfb_wire_piece one = {frame + SFB_WIRE_HDR_SIZE, 64};
+    ASSERT_OK(sfb__wire_encode(&h, &one, 1, again));
+    ASSERT(memcmp(again, frame, SFB_WIRE_HDR_SIZE) == 0);
+    /* Pieces that disagree with payload_len are refused. */
+    one.n = 63;
+    ASSERT_EQ(sfb__wire_encode(&h, &one, 1, again), -EINVAL);
+    return 0;
+}
+
+static int test_control_and_data(void)
+{
+    struct sfb_wire_hdr h = {.type = SFB_WIRE_ABORT, .job_key = job.job_key, .origin = 1,
+                             .sender = 1, .payload_len = 5};
+    struct sfb_wire_piece p = {"boom!", 5};
+    ASSERT_OK(sfb__wire_encode(&h, &p, 1, frame));
+    memcpy(frame + SFB_WIRE_HDR_SIZE, "boom!", 5);
+    struct sfb_wire_hdr d;
+    const uint8_t *pl;
+    ASSERT_OK(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE + 5, 1, &d, &pl));
+    ASSERT(memcmp(pl, "boom!", 5) == 0);
+    /* Empty DATA frame. */
+    h = (struct sfb_wire_hdr){.type = SFB_WIRE_DATA, .job_key = job.job_key};
+    ASSERT_OK(sfb__wire_encode(&h, NULL, 0, frame));
+    ASSERT_OK(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE, 0, &d, &pl));
+    ASSERT_EQ(d.payload_len, 0);
+    /* A control frame with a shape is rejected. */
+    h = (struct sfb_wire_hdr){.type = SFB_WIRE_HEARTBEAT, .job_key = job.job_key, .k = 1};
+    ASSERT_OK(sfb__wire_encode(&h, NULL, 0, frame));
+    ASSERT_EQ(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE, 0, &d, &pl), -SFB_ESHAPE);
+    /* DENSE_ROWS: rows 8..9 of matrix 0. */
+    h = (struct sfb_wire_hdr){.type = SFB_WIRE_DENSE_ROWS, .job_key = job.job_key, .k = 2,
+                              .d = 784, .s = 8, .payload_len = 2 * 784 * 4};
+    static uint8_t big[SFB_WIRE_HDR_SIZE + 2 * 784 * 4];
+    struct sfb_wire_piece bp = {big + SFB_WIRE_HDR_SIZE, 2 * 784 * 4};
+    ASSERT_OK(sfb__wire_encode(&h, &bp, 1, big));
+    ASSERT_OK(sfb__wire_decode(&job, big, sizeof big, 0, &d, &pl));
+    h.s = 9; /* rows 9..10 exceed K = 10 */
+    ASSERT_OK(sfb__wire_encode(&h, &bp, 1, big));
+    ASSERT_EQ(sfb__wire_decode(&job, big, sizeof big, 0, &d, &pl), -SFB_ESHAPE);
+    return 0;
+}
+
+/* Mutates one header field of a valid frame (re-encoding so only that field
+ * is wrong) and expects `code` and one more count for `r`. */
+static int expect_reject(const struct sfb_wire_hdr *h, size_t len_delta, int code,
+                         enum sfb_wire_reason r)
+{
+    uint8_t *buf = malloc(SFB_WIRE_HDR_SIZE + 64 + 16);
+    if (!buf) return 1;
+    memcpy(buf, frame, SFB_WIRE_HDR_SIZE + 64);
+    struct sfb_wire_piece p = {buf + SFB_WIRE_HDR_SIZE, 64};
+    struct sfb_wire_hdr hh = *h;
+    uint64_t pl_len = hh.payload_len;
+    hh.payload_len = 64;
+    sfb__wire_encode(&hh, &p, 1, buf);
+    /* Lying payload_len: patch the field after encoding. */
+    for (int i = 0; i < 8; i++) buf[48 + i] = (uint8_t)(pl_len >> (8 * i));
+    uint64_t before = rej(r);
+    struct sfb_wire_hdr d;
+    const uint8_t *pl;
+    int rc = sfb__wire_decode(&job, buf, SFB_WIRE_HDR_SIZE + 64 + len_delta, 3, &d, &pl);
+    free(buf);
+    ASSERT_EQ(rc, code);
+    ASSERT_EQ(rej(r), before + 1);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "from rank 3");
+    ASSERT_STR_CONTAINS(sfb_last_error(), sfb__wire_reason_name(r));
+    return 0;
+}
+
+static int test_rejects(void)
+{
+    struct sfb_wire_hdr h, bad;
+    size_t n = make_sf(frame, &h);
+    ASSERT_EQ(n, 128);
+
+    bad = h;
+    bad.job_key ^= 1;
+    ASSERT_OK(expect_reject(&bad, 0, -SFB_EJOBKEY, SFB_WIRE_R_JOBKEY));
+    bad = h;
+    bad.origin = 4;
+    ASSERT_OK(expect_reject(&bad, 0, -ERANGE, SFB_WIRE_R_RANK));
+    bad = h;
+    bad.sender = 1000;
+    ASSERT_OK(expect_reject(&bad, 0, -ERANGE, SFB_WIRE_R_RANK));
+    bad = h;
+    bad.k = 4; /* matrix 1 is 3×5 */
+    ASSERT_OK(expect_reject(&bad, 0, -SFB_ESHAPE, SFB_WIRE_R_SHAPE));
+    bad = h;
+    bad.matrix = 2;
+    ASSERT_OK(expect_reject(&bad, 0, -SFB_ESHAPE, SFB_WIRE_R_SHAPE));
+    bad = h;
+    bad.s = 65;
+    ASSERT_OK(expect_reject(&bad, 0, -SFB_ESHAPE, SFB_WIRE_R_SHAPE));
+    bad = h;
+    bad.flags = 0x80;
+    ASSERT_OK(expect_reject(&bad, 0, -EBADMSG, SFB_WIRE_R_FLAGS));
+    /* Fields that sfb__wire_encode would fix up are patched in the bytes. */
+    {
+        uint8_t buf[SFB_WIRE_HDR_SIZE + 64];
+        memcpy(buf, frame, sizeof buf);
+        buf[6] = 99;
+        struct sfb_wire_hdr d;
+        const uint8_t *pl;
+        uint64_t before = rej(SFB_WIRE_R_TYPE);
+        ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -EPROTO);
+        ASSERT_EQ(rej(SFB_WIRE_R_TYPE), before + 1);
+        memcpy(buf, frame, sizeof buf);
+        buf[0] ^= 0xff; /* magic */
+        before = rej(SFB_WIRE_R_MAGIC);
+        ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -SFB_EFORMAT);
+        ASSERT_EQ(rej(SFB_WIRE_R_MAGIC), before + 1);
+        memcpy(buf, frame, sizeof buf);
+        buf[4] = 2; /* version */
+        before = rej(SFB_WIRE_R_VERSION);
+        ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -SFB_EVERSION);
+        ASSERT_EQ(rej(SFB_WIRE_R_VERSION), before + 1);
+        memcpy(buf, frame, sizeof buf);
+        buf[SFB_WIRE_HDR_SIZE + 17] ^= 0x10; /* payload byte */
+        before = rej(SFB_WIRE_R_CHECKSUM);
+        ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -SFB_ECHECKSUM);
+        ASSERT_EQ(rej(SFB_WIRE_R_CHECKSUM), before + 1);
+        memcpy(buf, frame, sizeof buf);
+        buf[24] ^= 0x01; /* clock: the header is covered by the checksum too */
+        ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -SFB_ECHECKSUM);
+        /* Too short for a header. */
+        before = rej(SFB_WIRE_R_TRUNC);
+        ASSERT_EQ(sfb__wire_decode(&job, buf, 63, 1, &d, &pl), -SFB_ETRUNC);
+        ASSERT_EQ(rej(SFB_WIRE_R_TRUNC), before + 1);
+    }
+    /* payload_len says 64 but only 60 bytes are there / 8 bytes trail. */
+    ASSERT_OK(expect_reject(&h, (size_t)-4, -SFB_ETRUNC, SFB_WIRE_R_TRUNC));
+    ASSERT_OK(expect_reject(&h, 8, -EMSGSIZE, SFB_WIRE_R_LENGTH));
+    /* payload_len lies: inconsistent with the shape, or absurdly large. */
+    bad = h;
+    bad.payload_len = 60;
+    ASSERT_OK(expect_reject(&bad, 0, -EMSGSIZE, SFB_WIRE_R_LENGTH));
+    bad.payload_len = UINT64_MAX;
+    ASSERT_OK(expect_reject(&bad, 0, -EMSGSIZE, SFB_WIRE_R_LENGTH));
+    return 0;
+}
+
+/* A bundle of n inner frames built from `inner` (each inner_len bytes). */
+static size_t make_bundle(uint8_t *out, const uint8_t *inner, size_t inner_len, int n,
+                          size_t extra_tail)
+{
+    size_t pl = (size_t)n * inner_len + extra_tail;
+    for (int i = 0; i < n; i++) memcpy(out + SFB_WIRE_HDR_SIZE + i * inner_len, inner, inner_len);
+    memset(out + SFB_WIRE_HDR_SIZE + n * inner_len, 0xab, extra_tail);
+    struct sfb_wire_hdr b = {.type = SFB_WIRE_BUNDLE, .job_key = job.job_key, .origin = 0,
+                             .sender = 1, .payload_len = pl};
+    struct sfb_wire_piece p = {out + SFB_WIRE_HDR_SIZE, pl};
+    sfb__wire_encode(&b, &p, 1, out);
+    return SFB_WIRE_HDR_SIZE + pl;
+}
+
+static int test_bundle(void)
+{
+    struct sfb_wire_hdr h, d, ih;
+    uint8_t inner[128];
+    ASSERT_EQ(make_sf(inner, &h), 128);
+    static uint8_t b[4096];
+    size_t n = make_bundle(b, inner, 128, 3, 0);
+    const uint8_t *pl, *f, *ipl;
+    size_t flen;
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    ASSERT_EQ(d.type, SFB_WIRE_BUNDLE);
+    struct sfb_wire_iter it;
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    int count = 0, rc;
+    while ((rc = sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl)) == 1) {
+        ASSERT_EQ(flen, 128);
+        ASSERT(memcmp(f, inner, 128) == 0); /* byte-for-byte slice */
+        ASSERT(f == pl + count * 128);
+        ASSERT_EQ(ih.clock, -7);
+        count++;
+    }
+    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(count, 3);
+
+    /* Trailing garbage shorter than a header. */
+    n = make_bundle(b, inner, 128, 2, 10);
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -SFB_ETRUNC);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), 0);
+
+    /* Inner frame claims more payload than the bundle holds. */
+    uint8_t liar[128];
+    memcpy(liar, inner, 128);
+    liar[48] = 200;
+    n = make_bundle(b, liar, 128, 1, 0);
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -SFB_ETRUNC);
+
+    /* Corrupted inner frame: its own checksum catches it. */
+    memcpy(liar, inner, 128);
+    liar[100] ^= 1;
+    n = make_bundle(b, liar, 128, 1, 0);
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -SFB_ECHECKSUM);
+
+    /* Nested bundle. */
+    static uint8_t inner_bundle[512];
+    size_t ibl = make_bundle(inner_bundle, inner, 128, 1, 0);
+    n = make_bundle(b, inner_bundle, ibl, 1, 0);
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    uint64_t before = rej(SFB_WIRE_R_NESTED);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -ELOOP);
+    ASSERT_EQ(rej(SFB_WIRE_R_NESTED), before + 1);
+
+    /* Empty bundle. */
+    n = make_bundle(b, inner, 128, 0, 0);
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), 0);
+    return 0;
+}
+
+/* Random byte flips and truncations never crash and are always rejected. */
+static int test_random_corruption(void)
+{
+    struct sfb_wire_hdr h, d;
+    size_t n = make_sf(frame, &h);
+    uint8_t buf[128];
+    unsigned seed = 12345;
+    for (int i = 0; i < 20000; i++) {
+        memcpy(buf, frame, n);
+        seed = seed * 1103515245u + 12345u;
+        size_t pos = (seed >> 8) % n;
+        uint8_t x = (uint8_t)(1u << ((seed >> 4) & 7));
+        buf[pos] ^= x;
+        size_t len = (seed & 0x10000) ? n : (seed >> 3) % n;
+        const uint8_t *pl;
+        int rc = sfb__wire_decode(&job, buf, len, 0, &d, &pl);
+        ASSERT_LT(rc, 0);
+    }
+    return 0;
+}
+
+static const struct test_case tests[] = {
+    {"roundtrip", test_roundtrip},
+    {"control_and_data", test_control_and_data},
+    {"rejects", test_rejects},
+    {"bundle", test_bundle},
+    {"random_corruption", test_random_corruption},
+};
+
+TEST_MAIN(tests)
