@@ -130,6 +130,13 @@ static void heartbeat(void *arg)
     }
 }
 
+static void reset_heard(void *arg)
+{
+    struct sfb__comm *c = arg;
+    double now = sfb__now();
+    for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
+}
+
 static int provider_all_local(struct sfb__bootstrap *bs, int *all_local)
 {
     char host[256] = {0};
@@ -288,13 +295,6 @@ uint64_t sfb__comm_rejected(const struct sfb__comm *c)
     uint64_t n = 0;
     for (int i = 0; i < SFB_WIRE_NREASONS; i++) n += atomic_load(&c->wstats.rejected[i]);
     return n;
-}
-
-static void reset_heard(void *arg)
-{
-    struct sfb__comm *c = arg;
-    double now = sfb__now();
-    for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
 }
 
 void sfb__comm_abort(struct sfb__comm *c, const char *reason)
