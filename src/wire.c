@@ -169,8 +169,9 @@ int sfb__wire_encode(const struct sfb_wire_hdr *h, const struct sfb_wire_piece *
 }
 
 /* Checks payload_len against what the shape implies. SF payload (the codec's
- * contract, docs/wire.md): dense c → exactly S·(K+D)·e; sparse c → B (S·K·e)
- * plus per sample a u32 count and at most D (u32 index, value) pairs. */
+ * contract, sfb/codec.h and docs/wire.md): an 8-byte prefix (scale, nnz),
+ * then B (S·K·e), then dense c (S·D·e) or CSR c: S+1 u32 row pointers and at
+ * most S·D (u32 column, value) pairs. */
 static int shape_ok(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h,
                     enum sfb_wire_reason *why)
 {
@@ -184,9 +185,10 @@ static int shape_ok(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h
         *why = SFB_WIRE_R_LENGTH;
         /* u32 operands in u64 arithmetic: cannot overflow for K, D, S < 2^32. */
         uint64_t s = h->s, k = h->k, d = h->d;
-        if (!(h->flags & SFB_WIRE_F_SPARSE)) return h->payload_len == s * (k + d) * e;
-        uint64_t lo = s * k * e + s * 4;
-        return h->payload_len >= lo && h->payload_len <= lo + s * d * (4 + e);
+        if (!(h->flags & SFB_WIRE_F_SPARSE)) return h->payload_len == 8 + s * (k + d) * e;
+        uint64_t lo = 8 + s * k * e + (s + 1) * 4;
+        return h->payload_len >= lo && h->payload_len <= lo + s * d * (4 + e) &&
+               (h->payload_len - lo) % (4 + e) == 0;
     }
     case SFB_WIRE_DENSE_ROWS: {
         if (h->matrix >= job->nshapes) return 0;

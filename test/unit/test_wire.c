@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-static const struct sfb_wire_shape shapes[] = {{10, 784}, {3, 5}};
+static const struct sfb_wire_shape shapes[] = {{10, 784}, {3, 4}};
 static struct sfb_wire_stats stats;
 static const struct sfb_wire_job job = {
     .job_key = 0x1122334455667788ull,
@@ -30,7 +30,7 @@ static size_t make_sf(uint8_t *out, struct sfb_wire_hdr *h)
     h->clock = -7;
     h->matrix = 1;
     h->k = 3;
-    h->d = 5;
+    h->d = 4; /* 8 + S·(K+D)·4 = 64 payload bytes (sfb/codec.h) */
     h->s = 2;
     h->payload_len = 64;
     for (int i = 0; i < 64; i++) out[SFB_WIRE_HDR_SIZE + i] = (uint8_t)(i * 7 + 1);
