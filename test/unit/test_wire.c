@@ -67,7 +67,7 @@ static int test_roundtrip(void)
     ASSERT_EQ(d.clock, -7);
     ASSERT_EQ(d.matrix, 1);
     ASSERT_EQ(d.k, 3);
-    ASSERT_EQ(d.d, 5);
+    ASSERT_EQ(d.d, 4);
     ASSERT_EQ(d.s, 2);
     ASSERT_EQ(d.payload_len, 64);
     ASSERT(pl == frame + SFB_WIRE_HDR_SIZE);
