@@ -30,7 +30,7 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->model = "mlr";
     s->data = "fashion-mnist";
     sfb_libsvm_default_settings(&s->libsvm);
-    s->batch = 32;
+    s->batch = 0;
     s->epochs = 10;
     s->lr = 1.0;
     s->lr_schedule = SFB_LR_INVSQRT;
@@ -66,6 +66,7 @@ struct worker {
     const struct sfb_train_settings *s;
     struct sfb__comm *comm;
     uint32_t rank, world;
+    uint32_t batch; /* samples per clock on this worker */
     struct sfb_dataset train, test;
     struct sfb_model *model;
     struct sfb_sampler *sampler;
@@ -84,7 +85,6 @@ static int validate(const struct sfb_train_settings *s)
         return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
                           sfb_model_names());
     if (!s->data) return sfb__error(-EINVAL, "no data given");
-    if (s->batch == 0) return sfb__error(-EINVAL, "batch size must be at least 1");
     if (!(s->lr > 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
     if (!(s->lambda >= 0) || !isfinite(s->lambda))
@@ -133,9 +133,9 @@ static int setup_model(struct worker *w)
     if (w->world > 1 && sfb_model_n_matrices(w->model) != 1)
         return sfb__error(-SFB_ENOTIMPL, "model %s has %u matrices; distributed runs support one",
                           s->model, sfb_model_n_matrices(w->model));
-    if ((ret = sfb_sampler_open(&w->sampler, w->train.n, w->rank, w->world, s->batch, s->seed)))
+    if ((ret = sfb_sampler_open(&w->sampler, w->train.n, w->rank, w->world, w->batch, s->seed)))
         return ret;
-    w->idx = malloc(sizeof *w->idx * s->batch);
+    w->idx = malloc(sizeof *w->idx * w->batch);
     if (!w->idx) return sfb__error(-ENOMEM, "out of memory");
     return 0;
 }
@@ -156,6 +156,8 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     if (ret) return ret;
     w->rank = w->comm->rank;
     w->world = w->comm->world;
+    /* default: a global minibatch of 32 samples, split over the workers */
+    w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
 
     ret = setup_model(w);
     if (ret) {
@@ -170,7 +172,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         shapes[m].k = sfb_model_matrix(w->model, m)->rows;
         shapes[m].d = sfb_model_matrix(w->model, m)->cols;
     }
-    if ((ret = sfb__comm_set_shapes(w->comm, shapes, nm, s->batch))) return ret;
+    if ((ret = sfb__comm_set_shapes(w->comm, shapes, nm, w->batch))) return ret;
 
     if ((ret = sfb__ssp_init(&w->ssp, w->world, s->staleness, 0))) return ret;
     w->engine = sfb__sync_find(s->sync);
@@ -279,7 +281,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.t_begin = t0;
         if ((ret = sfb_sampler_batch(w->sampler, t, w->idx))) return ret;
         double loss = 0;
-        ret = sfb_model_factors(w->model, &w->train, w->idx, s->batch, (float)(eta / w->world),
+        ret = sfb_model_factors(w->model, &w->train, w->idx, w->batch, (float)(eta / w->world),
                                 w->sf, &loss);
         if (ret) return ret;
         for (uint32_t m = 0; m < nm; m++) {
@@ -310,13 +312,13 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.staleness = acct.staleness;
         cm.applied_early = acct.applied_early;
         cm.wall = t2 - t_start;
-        cm.objective = loss / s->batch;
-        cm.samples_per_s = (double)(t + 1) * s->batch / (t2 - t_start);
+        cm.objective = loss / w->batch;
+        cm.samples_per_s = (double)(t + 1) * w->batch / (t2 - t_start);
         sfb__metrics_clock(&w->metrics, &cm);
         loss_sum += loss;
-        loss_n += s->batch;
+        loss_n += w->batch;
         epoch_loss += loss;
-        epoch_n += s->batch;
+        epoch_n += w->batch;
 
         int epoch_end = (t + 1) % cpe == 0 || t + 1 == total;
         int do_eval = w->rank == 0 && epoch_end && t + 1 < total && s->eval_every &&
@@ -359,7 +361,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     if (total && (ret = w->engine->drain(w->engine_priv, (int64_t)total - 1, &acct))) return ret;
     if ((ret = sfb__comm_finish(w->comm))) return ret;
     res->clocks = total;
-    res->samples = total * s->batch;
+    res->samples = total * w->batch;
     res->wall = sfb__now() - t_start;
 
     struct sfb_eval ev;
@@ -374,7 +376,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
                            res->wall, ev.loss, ev.accuracy, res->train_loss);
     traffic(w, now_tr);
     const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
-    double formula = (double)(w->world - 1) * s->batch * ((double)a->rows + a->cols) * 4.0;
+    double formula = (double)(w->world - 1) * w->batch * ((double)a->rows + a->cols) * 4.0;
     const uint64_t *hist = w->engine->staleness_hist(w->engine_priv);
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)

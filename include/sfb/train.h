@@ -27,7 +27,8 @@ struct sfb_train_settings {
     const char *test_data; /* optional test set override */
     struct sfb_libsvm_settings libsvm;
     enum sfb_layout layout; /* feature storage (default as loaded) */
-    uint32_t batch;        /* samples per worker per clock (S) */
+    uint32_t batch;        /* samples per worker per clock (S); 0 (default):
+                              max(1, 32 / world), a global minibatch of 32 */
     uint32_t epochs;       /* passes over the data (ignored if clocks > 0) */
     uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */
     double lr;             /* η₀, per global minibatch (world · batch samples) */
