@@ -5,22 +5,17 @@
  * mutex-protected send queue, inbox and buffer pool. Buffer registration
  * (FI_MR_LOCAL providers) is shipped to the loop thread with sfb__loop_call.
  *
- * Message protocol on top of FI_TAGGED (64-bit tag, bit 63 unused):
- *   bits 0..23   sender rank
- *   bit 61       FIRST: first chunk of a big frame; the message starts with a
- *                16-byte prefix (u64 LE total frame length, u64 LE piece size
- *                = the sender's chunk_size)
- *   bit 62       PIECE: a later piece of a big frame
- *   bits 24..43  per (sender, receiver) frame sequence (FIRST and PIECE)
- *   bits 44..60  piece index (PIECE)
- * A frame of at most chunk_size bytes is one message with only the rank set.
- * Every message is at most chunk_size bytes and lands in a pooled receive
- * buffer posted with a match-everything tag mask; big frames are reassembled
- * here by (sender, sequence, index), which tolerates completions that arrive
- * out of order. Directed receives and partial tag masks are avoided on
- * purpose: with libfabric 1.17's shm, frames sent as a first chunk plus a
- * piece matched by a directed receive were lost under receive pressure
- * (measured here; see docs/wire.md "Transport framing").
+ * Message protocol (docs/wire.md, "Transport framing"): every fabric message
+ * is at most chunk_size bytes, starts with a 16-byte transport header (sender
+ * rank and kind WHOLE/FIRST/PIECE, per-destination frame sequence, total
+ * length or piece index), is sent with tag 0, and lands in a pooled receive
+ * buffer posted with a match-everything mask. Big frames are reassembled here
+ * by (sender, sequence, index), which tolerates out-of-order completions.
+ * Varying tags and directed receives are avoided on purpose: libfabric
+ * 1.17's shm lost tagged messages whose tags varied (measured here).
+ *
+ * Every posted operation holds one CQ slot (max_ops outstanding, CQ sized to
+ * match) so the CQ can never overrun and drop completions.
  */
 #include "config.h"
 #include "src/transport.h"
@@ -115,7 +110,7 @@ struct sfb__transport {
     char prov_name[64];
     uint8_t *name;
     size_t name_len;
-    uint32_t world;
+    _Atomic uint32_t world; /* written once by set_peers, read by the loop */
     uint32_t *seq; /* next frame sequence per destination */
     size_t chunk;
     double last_work;
