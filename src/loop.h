@@ -12,9 +12,8 @@
  * Thread rules: every *_open / *_close below may be called from any thread;
  * when the loop thread is running and the caller is another thread, the
  * operation is shipped to the loop thread with sfb__loop_call (so it blocks
- * briefly). Callbacks always run in the loop thread (or, before start, in the
- * thread that runs the loop — only the loop thread runs callbacks). Close
- * every watcher before closing the loop.
+ * briefly). Callbacks only ever run in the loop thread, never before
+ * sfb__loop_start(). Close every watcher before closing the loop.
  */
 #ifndef SFB_SRC_LOOP_H
 #define SFB_SRC_LOOP_H

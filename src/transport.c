@@ -5,17 +5,17 @@
  * mutex-protected send queue, inbox and buffer pool. Buffer registration
  * (FI_MR_LOCAL providers) is shipped to the loop thread with sfb__loop_call.
  *
- * Message protocol on top of FI_TAGGED (64-bit tag, bit 63 unused):
- *   bits 0..23   sender rank
- *   bit 61       FIRST: first chunk of a big frame; the message starts with a
- *                16-byte prefix (u64 LE total frame length, u64 LE piece size)
- *   bit 62       PIECE: continuation piece, received by a directed receive
- *   bits 24..43  per (sender, receiver) frame sequence (FIRST and PIECE)
- *   bits 44..60  piece index (PIECE)
- * A frame of at most chunk_size bytes is one message with only the rank set.
- * Wildcard receives ignore every bit except PIECE, so they never swallow a
- * piece; pieces that arrive before their receive is posted wait in the
- * provider's unexpected queue (rendezvous for large ones).
+ * Message protocol (docs/wire.md, "Transport framing"): every fabric message
+ * is at most chunk_size bytes, starts with a 16-byte transport header (sender
+ * rank and kind WHOLE/FIRST/PIECE, per-destination frame sequence, total
+ * length or piece index), is sent with tag 0, and lands in a pooled receive
+ * buffer posted with a match-everything mask. Big frames are reassembled here
+ * by (sender, sequence, index), which tolerates out-of-order completions.
+ * Varying tags and directed receives are avoided on purpose: libfabric
+ * 1.17's shm lost tagged messages whose tags varied (measured here).
+ *
+ * Every posted operation holds one CQ slot (max_ops outstanding, CQ sized to
+ * match) so the CQ can never overrun and drop completions.
  */
 #include "config.h"
 #include "src/transport.h"
@@ -41,32 +41,30 @@ const char *sfb__fi_strerror(int code)
     return fi_strerror(code);
 }
 
-#define TAG_RANK_MASK 0xffffffull
-#define TAG_SEQ_SHIFT 24
-#define TAG_SEQ_MASK 0xfffffull
-#define TAG_IDX_SHIFT 44
-#define TAG_IDX_MAX (1u << 17)
-#define TAG_FIRST (1ull << 61)
-#define TAG_PIECE (1ull << 62)
-#define PREFIX_LEN 16
+#define THDR_LEN 16
+enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2 };
 #define NCLASS 48
 #define MIN_CLASS 12 /* 4 KiB */
 
-enum op_kind { OP_SEND = 1, OP_RECV_NEW, OP_RECV_PIECE };
+enum op_kind { OP_SEND = 1, OP_RECV };
+/* Pieces held while their first chunk is still missing (all frames). */
+#define STASH_MAX 4096
 
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
 struct op {
     struct fi_context2 ctx;
+    uint8_t thdr[THDR_LEN]; /* transport header of a piece */
+    void *desc;             /* of thdr (registered slab), or NULL */
     int kind;
     int in_use;
     struct sreq *req;
     struct sfb__buf *rbuf;
-    struct asm_rec *as;
     struct op *next;
 };
 
 struct sreq {
-    uint8_t prefix[PREFIX_LEN];
+    /* Adjacent on purpose: a first chunk sends prefix ++ hdr as one iovec. */
+    uint8_t prefix[THDR_LEN];
     uint8_t hdr[SFB__TRANSPORT_HDR_MAX];
     size_t hdr_len;
     struct sfb__buf *buf;
@@ -80,15 +78,17 @@ struct sreq {
 
 /* A big frame being reassembled. */
 struct asm_rec {
-    struct sfb__buf *buf;
+    struct sfb__buf *buf;   /* the frame, once the first chunk is in */
+    struct sfb__buf *stash; /* pieces that completed before the first chunk */
     size_t total, first_len, piece;
-    uint32_t src, seq, npieces, next_post, done;
-    int failed, in_use;
-    struct asm_rec *next;      /* free list / post queue */
+    uint32_t src, seq, npieces, done;
+    int have_first, in_use;
+    struct asm_rec *next; /* free list / active list */
 };
 
 struct slab {
     struct slab *next;
+    struct fid_mr *mr;
 };
 
 struct sfb__transport {
@@ -110,16 +110,18 @@ struct sfb__transport {
     char prov_name[64];
     uint8_t *name;
     size_t name_len;
-    uint32_t world;
+    _Atomic uint32_t world; /* written once by set_peers, read by the loop */
     uint32_t *seq; /* next frame sequence per destination */
-    size_t chunk, piece;
+    size_t chunk;
     double last_work;
 
     /* loop-thread state */
     struct op *free_ops;
     struct slab *op_slabs, *asm_slabs;
+    unsigned ops_out, max_ops; /* posted operations; the CQ holds max_ops */
     struct asm_rec *free_asm;
-    struct asm_rec *post_head, *post_tail; /* big frames with pieces to post */
+    struct asm_rec *active; /* frames being reassembled */
+    unsigned stashed;
     struct sreq *pend_head, *pend_tail;    /* sends not fully posted */
     unsigned rx_deficit;                   /* wildcard receives to repost */
 
@@ -153,7 +155,6 @@ void sfb__transport_default_settings(struct sfb__transport_settings *s)
 {
     memset(s, 0, sizeof *s);
     s->chunk_size = 64 << 10;
-    s->piece_max = 16 << 20;
     s->max_frame = (size_t)1 << 30;
     s->rx_depth = 32;
     s->inbox_cap = 1024;
@@ -239,6 +240,7 @@ int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__bu
     atomic_store(&b->refs, 1);
     b->next = NULL;
     b->len = 0;
+    b->off = 0;
     *out = b;
     return 0;
 }
@@ -260,25 +262,44 @@ void sfb__buf_put(struct sfb__buf *b)
 
 /* ---------------- ops and reassembly records (loop thread) ---------------- */
 
+/* NULL when max_ops operations are outstanding: every posted operation owns
+ * one CQ slot, and providers may drop completions that find the CQ full
+ * (libfabric 1.17 shm does, measured), so posting stops there. */
 static struct op *op_get(struct sfb__transport *t)
 {
+    if (t->ops_out >= t->max_ops) return NULL;
     if (!t->free_ops) {
-        /* Grows in slabs until the steady state is reached; never shrinks. */
+        /* Grows in slabs until the steady state is reached; never shrinks.
+         * Registered when the provider needs it: pieces send op->thdr. */
         enum { N = 256 };
         struct slab *sl = calloc(1, sizeof *sl + N * sizeof(struct op));
         if (!sl) return NULL;
+        struct op *ops = (struct op *)(sl + 1);
+        void *desc = NULL;
+        if (t->mr_local) {
+            int rc = fi_mr_reg(t->domain, ops, N * sizeof(struct op), FI_SEND, 0, t->mr_key++, 0,
+                               &sl->mr, NULL);
+            if (rc) {
+                free(sl);
+                return NULL;
+            }
+            desc = fi_mr_desc(sl->mr);
+        }
         sl->next = t->op_slabs;
         t->op_slabs = sl;
-        struct op *ops = (struct op *)(sl + 1);
         for (int i = 0; i < N; i++) {
+            ops[i].desc = desc;
             ops[i].next = t->free_ops;
             t->free_ops = &ops[i];
         }
     }
     struct op *o = t->free_ops;
     t->free_ops = o->next;
-    memset(o, 0, sizeof *o);
+    o->kind = 0;
+    o->req = NULL;
+    o->rbuf = NULL;
     o->in_use = 1;
+    t->ops_out++;
     return o;
 }
 
@@ -287,6 +308,7 @@ static void op_put(struct sfb__transport *t, struct op *o)
     o->in_use = 0;
     o->next = t->free_ops;
     t->free_ops = o;
+    t->ops_out--;
 }
 
 static struct asm_rec *asm_get(struct sfb__transport *t)
@@ -326,13 +348,13 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
     stat_add(&t->stats.frames_recv, 1);
     stat_add(&t->stats.bytes_recv, len);
     if (t->s.on_frame) {
-        struct sfb__frame f = {b, b->data, len, src};
+        struct sfb__frame f = {b, b->data + b->off, len, src};
         if (t->s.on_frame(t->s.user, &f)) return;
     }
     pthread_mutex_lock(&t->mu);
     if (!t->ovf_head && t->in_count < t->s.inbox_cap) {
         struct sfb__frame *f = &t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap];
-        *f = (struct sfb__frame){b, b->data, len, src};
+        *f = (struct sfb__frame){b, b->data + b->off, len, src};
         t->in_count++;
         pthread_cond_signal(&t->cv_inbox);
     } else {
@@ -349,23 +371,14 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
 
 /* ---------------- posting ---------------- */
 
-/* Fills up to 2 iovecs with frame bytes [from, from+n) of a send request. */
-static size_t frame_iov(struct sfb__transport *t, struct sreq *r, size_t from, size_t n,
-                        struct iovec *iov, void **desc)
+static void put32le(uint8_t *p, uint32_t v)
 {
-    size_t k = 0;
-    if (from < r->hdr_len && n) {
-        size_t m = SFB_MIN(n, r->hdr_len - from);
-        iov[k] = (struct iovec){r->hdr + from, m};
-        desc[k++] = t->slab_desc;
-        from += m;
-        n -= m;
-    }
-    if (n) {
-        iov[k] = (struct iovec){r->buf->data + r->off + (from - r->hdr_len), n};
-        desc[k++] = r->buf->desc;
-    }
-    return k;
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static void put64le(uint8_t *p, uint64_t v)
@@ -378,6 +391,15 @@ static uint64_t get64le(const uint8_t *p)
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
     return v;
+}
+
+/* Transport header: u32 sender rank | kind << 24, u32 sequence, u64 total
+ * length (FIRST) or piece index (PIECE) or 0 (WHOLE); little-endian. */
+static void thdr_put(uint8_t *p, uint32_t rank, uint32_t kind, uint32_t seq, uint64_t x)
+{
+    put32le(p, rank | kind << 24);
+    put32le(p + 4, seq);
+    put64le(p + 8, x);
 }
 
 static void sreq_finish(struct sfb__transport *t, struct sreq *r)
@@ -402,44 +424,46 @@ static void sreq_finish(struct sfb__transport *t, struct sreq *r)
  * -FI_EAGAIN to retry later. Hard errors fail the request. */
 static int advance_send(struct sfb__transport *t, struct sreq *r)
 {
+    size_t room = t->chunk - THDR_LEN;
     while (!r->all_posted) {
-        struct iovec iov[3];
-        void *desc[3];
-        size_t cnt;
-        uint64_t tag = t->s.rank;
-        size_t nbytes;
+        struct iovec iov[2];
+        void *desc[2];
+        size_t cnt, nbytes;
         if (!r->started) {
-            r->seq = t->seq[r->dst]++ & TAG_SEQ_MASK;
+            r->seq = t->seq[r->dst]++;
             r->started = 1;
-        }
-        if (r->posted == 0 && r->total <= t->chunk) {
-            nbytes = r->total;
-            cnt = frame_iov(t, r, 0, nbytes, iov, desc);
-            if (cnt == 0) { /* empty frame: a zero-length message */
-                iov[0] = (struct iovec){r->hdr, 0};
-                desc[0] = t->slab_desc;
-                cnt = 1;
-            }
-        } else if (r->posted == 0) {
-            nbytes = t->chunk - PREFIX_LEN;
-            put64le(r->prefix, r->total);
-            put64le(r->prefix + 8, t->piece);
-            iov[0] = (struct iovec){r->prefix, PREFIX_LEN};
-            desc[0] = t->slab_desc;
-            cnt = 1 + frame_iov(t, r, 0, nbytes, iov + 1, desc + 1);
-            tag |= TAG_FIRST | ((uint64_t)r->seq << TAG_SEQ_SHIFT);
-        } else {
-            nbytes = SFB_MIN(t->piece, r->total - r->posted);
-            cnt = frame_iov(t, r, r->posted, nbytes, iov, desc);
-            tag |= TAG_PIECE | ((uint64_t)r->seq << TAG_SEQ_SHIFT) |
-                   ((uint64_t)r->idx << TAG_IDX_SHIFT);
         }
         struct op *o = op_get(t);
         if (!o) return -FI_EAGAIN;
+        if (r->posted == 0) {
+            /* Transport header, frame header and the start of the payload:
+             * prefix and hdr are adjacent in the sreq, so 2 iovecs. */
+            nbytes = SFB_MIN(r->total, room);
+            thdr_put(r->prefix, t->s.rank, nbytes == r->total ? K_WHOLE : K_FIRST, r->seq,
+                     nbytes == r->total ? 0 : r->total);
+            size_t h = SFB_MIN(r->hdr_len, nbytes);
+            iov[0] = (struct iovec){r->prefix, THDR_LEN + h};
+            desc[0] = t->slab_desc;
+            cnt = 1;
+            if (nbytes > h) {
+                iov[1] = (struct iovec){r->buf->data + r->off, nbytes - h};
+                desc[1] = r->buf->desc;
+                cnt = 2;
+            }
+        } else {
+            /* The frame header always fits in the first chunk (room ≥ 4080),
+             * so a piece is one slice of the payload. */
+            nbytes = SFB_MIN(room, r->total - r->posted);
+            thdr_put(o->thdr, t->s.rank, K_PIECE, r->seq, r->idx);
+            iov[0] = (struct iovec){o->thdr, THDR_LEN};
+            desc[0] = o->desc;
+            iov[1] = (struct iovec){r->buf->data + r->off + (r->posted - r->hdr_len), nbytes};
+            desc[1] = r->buf->desc;
+            cnt = 2;
+        }
         o->kind = OP_SEND;
         o->req = r;
-        SFB_LOG_D("DBG send dst %u tag %llx cnt %zu", r->dst, (unsigned long long)tag, cnt);
-        ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, tag, &o->ctx);
+        ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx);
         if (rc == -FI_EAGAIN) {
             op_put(t, o);
             stat_add(&t->stats.eagain, 1);
@@ -485,9 +509,9 @@ static int post_wildcard(struct sfb__transport *t)
         sfb__buf_put(b);
         return -ENOMEM;
     }
-    o->kind = OP_RECV_NEW;
+    o->kind = OP_RECV;
     o->rbuf = b;
-    ssize_t rc = fi_trecv(t->ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~TAG_PIECE, &o->ctx);
+    ssize_t rc = fi_trecv(t->ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~0ull, &o->ctx);
     if (rc) {
         op_put(t, o);
         sfb__buf_put(b);
@@ -497,57 +521,174 @@ static int post_wildcard(struct sfb__transport *t)
     return 0;
 }
 
-/* Posts directed receives for the pieces of a big frame. Returns 0 when all
- * are posted, -FI_EAGAIN to retry later. */
-static int post_pieces(struct sfb__transport *t, struct asm_rec *a)
+static void asm_drop(struct sfb__transport *t, struct asm_rec *a, const char *why)
 {
-    while (a->next_post < a->npieces) {
-        size_t off = a->first_len + (size_t)a->next_post * a->piece;
-        size_t n = SFB_MIN(a->piece, a->total - off);
-        uint64_t tag = a->src | TAG_PIECE | ((uint64_t)a->seq << TAG_SEQ_SHIFT) |
-                       ((uint64_t)a->next_post << TAG_IDX_SHIFT);
-        struct op *o = op_get(t);
-        if (!o) return -FI_EAGAIN;
-        o->kind = OP_RECV_PIECE;
-        o->as = a;
-        ssize_t rc = fi_trecv(t->ep, a->buf->data + off, n, a->buf->desc, FI_ADDR_UNSPEC, tag, 0,
-                              &o->ctx);
-        if (rc) {
-            op_put(t, o);
-            if (rc == -FI_EAGAIN) return -FI_EAGAIN;
-            report(t, (int)a->src, (int)rc, "fi_trecv (piece) failed", NULL);
-            a->failed = 1;
-            a->npieces = a->next_post; /* never wait for the rest */
+    SFB_LOG_W("transport: frame %u from rank %u dropped: %s", a->seq, a->src, why);
+    stat_add(&t->stats.dropped, 1);
+    if (a->buf) sfb__buf_put(a->buf);
+    while (a->stash) {
+        struct sfb__buf *b = a->stash;
+        a->stash = b->next;
+        t->stashed--;
+        sfb__buf_put(b);
+    }
+    /* Unlink from the active list. */
+    for (struct asm_rec **pp = &t->active; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
             break;
         }
-        a->next_post++;
-    }
+    asm_put(t, a);
+}
+
+static void asm_finish_if_done(struct sfb__transport *t, struct asm_rec *a)
+{
+    if (!a->have_first || a->done < a->npieces) return;
+    struct sfb__buf *b = a->buf;
+    a->buf = NULL;
+    for (struct asm_rec **pp = &t->active; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    asm_put(t, a);
+    deliver(t, b, b->len, b->src);
+}
+
+/* Copies piece `idx` (len bytes at p) into the frame. Returns 0 or -1 when
+ * the piece does not fit the frame (the frame is then dropped). */
+static int asm_place(struct sfb__transport *t, struct asm_rec *a, uint32_t idx, const uint8_t *p,
+                     size_t len)
+{
+    if (idx >= a->npieces) return -1;
+    size_t off = a->first_len + (size_t)idx * a->piece;
+    size_t want = SFB_MIN(a->piece, a->total - off);
+    if (len != want) return -1;
+    memcpy(a->buf->data + off, p, len);
+    a->done++;
     return 0;
 }
 
-static void asm_complete(struct sfb__transport *t, struct asm_rec *a)
+static struct asm_rec *asm_find(struct sfb__transport *t, uint32_t src, uint32_t seq)
 {
-    if (a->done < a->npieces || a->next_post < a->npieces) return;
-    if (a->failed) {
-        stat_add(&t->stats.dropped, 1);
-        sfb__buf_put(a->buf);
-    } else {
-        deliver(t, a->buf, a->total, a->src);
+    for (struct asm_rec *a = t->active; a; a = a->next)
+        if (a->src == src && a->seq == seq) return a;
+    struct asm_rec *a = asm_get(t);
+    if (!a) return NULL;
+    a->src = src;
+    a->seq = seq;
+    a->next = t->active;
+    t->active = a;
+    return a;
+}
+
+static void first_chunk(struct sfb__transport *t, struct asm_rec *a, struct sfb__buf *b, size_t len,
+                        uint64_t total)
+{
+    const char *why = NULL;
+    size_t first = len - THDR_LEN;
+    uint64_t npieces = 0;
+    if (a->have_first) why = "duplicate first chunk";
+    else if (first == 0 || total <= first || total > t->s.max_frame) why = "frame length out of range";
+    else if ((npieces = (total - first + first - 1) / first) > UINT32_MAX) why = "too many pieces";
+    if (!why && sfb__transport_buf_get(t, total, &a->buf)) why = "out of memory for the frame";
+    if (why) {
+        sfb__buf_put(b);
+        asm_drop(t, a, why);
+        return;
     }
-    asm_put(t, a);
+    a->have_first = 1;
+    a->total = total;
+    a->first_len = first;
+    a->piece = first; /* every piece carries as much as the first chunk */
+    a->npieces = (uint32_t)npieces;
+    a->buf->len = total;
+    a->buf->off = 0;
+    a->buf->src = a->src;
+    memcpy(a->buf->data, b->data + THDR_LEN, first);
+    sfb__buf_put(b);
+    /* Pieces that completed before the first chunk. */
+    while (a->stash) {
+        struct sfb__buf *s = a->stash;
+        a->stash = s->next;
+        t->stashed--;
+        int bad = asm_place(t, a, s->idx, s->data + THDR_LEN, s->len - THDR_LEN);
+        sfb__buf_put(s);
+        if (bad) {
+            asm_drop(t, a, "piece does not fit the frame");
+            return;
+        }
+    }
+    asm_finish_if_done(t, a);
+}
+
+/* A message landed in a receive buffer: a whole frame, a first chunk or a
+ * piece, told apart by the transport header. Completions may come out of
+ * order (eager vs. rendezvous), so chunks are matched by (sender, sequence,
+ * index), not by arrival. */
+static void on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len)
+{
+    if (len < THDR_LEN) {
+        SFB_LOG_W("transport: %zu-byte message without transport header dropped", len);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    uint32_t w0 = get32le(b->data), seq = get32le(b->data + 4);
+    uint64_t x = get64le(b->data + 8);
+    uint32_t src = w0 & 0xffffffu, kind = w0 >> 24;
+    if ((t->world && src >= t->world) || kind > K_PIECE) {
+        SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
+                  t->world);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    if (kind == K_WHOLE) {
+        b->off = THDR_LEN;
+        deliver(t, b, len - THDR_LEN, src);
+        return;
+    }
+    struct asm_rec *a = asm_find(t, src, seq);
+    if (!a) {
+        SFB_LOG_W("transport: out of memory for reassembly, message from rank %u dropped", src);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    if (kind == K_FIRST) {
+        first_chunk(t, a, b, len, x);
+        return;
+    }
+    if (x >= UINT32_MAX) {
+        sfb__buf_put(b);
+        asm_drop(t, a, "piece index out of range");
+        return;
+    }
+    if (a->have_first) {
+        int bad = asm_place(t, a, (uint32_t)x, b->data + THDR_LEN, len - THDR_LEN);
+        sfb__buf_put(b);
+        if (bad) asm_drop(t, a, "piece does not fit the frame");
+        else asm_finish_if_done(t, a);
+        return;
+    }
+    /* Early piece: keep its buffer until the first chunk arrives. Bounded,
+     * so a misbehaving peer cannot make us hold every buffer. */
+    if (t->stashed >= STASH_MAX) {
+        sfb__buf_put(b);
+        asm_drop(t, a, "too many pieces waiting for their first chunk");
+        return;
+    }
+    b->idx = (uint32_t)x;
+    b->len = len;
+    b->next = a->stash;
+    a->stash = b;
+    t->stashed++;
 }
 
 static int post_recvs(struct sfb__transport *t)
 {
     int work = 0;
-    while (t->post_head) {
-        struct asm_rec *a = t->post_head;
-        if (post_pieces(t, a)) break;
-        work = 1;
-        t->post_head = a->next;
-        if (!t->post_head) t->post_tail = NULL;
-        asm_complete(t, a);
-    }
     /* Backpressure: while frames overflow the inbox, do not repost. */
     while (t->rx_deficit && !atomic_load(&t->ovf_nonempty)) {
         if (post_wildcard(t)) break;
@@ -555,56 +696,6 @@ static int post_recvs(struct sfb__transport *t)
         work = 1;
     }
     return work;
-}
-
-/* ---------------- completions ---------------- */
-
-static void first_chunk(struct sfb__transport *t, struct sfb__buf *b, size_t len, uint64_t tag)
-{
-    uint32_t src = (uint32_t)(tag & TAG_RANK_MASK);
-    const char *why = NULL;
-    uint64_t total = 0, piece = 0, npieces = 0;
-    if (len < PREFIX_LEN) {
-        why = "first chunk shorter than its prefix";
-    } else {
-        total = get64le(b->data);
-        piece = get64le(b->data + 8);
-        size_t first = len - PREFIX_LEN;
-        if (total <= first || total > t->s.max_frame) why = "frame length out of range";
-        else if (piece < 4096 || piece > t->s.max_frame) why = "piece size out of range";
-        else if ((npieces = (total - first + piece - 1) / piece) > TAG_IDX_MAX)
-            why = "too many pieces";
-    }
-    struct asm_rec *a = NULL;
-    if (!why && !(a = asm_get(t))) why = "out of memory";
-    if (!why && sfb__transport_buf_get(t, total, &a->buf)) {
-        asm_put(t, a);
-        why = "out of memory for the frame";
-    }
-    if (why) {
-        SFB_LOG_W("transport: frame from rank %u dropped: %s (length %llu, piece %llu)", src,
-                  why, (unsigned long long)total, (unsigned long long)piece);
-        stat_add(&t->stats.dropped, 1);
-        sfb__buf_put(b);
-        return;
-    }
-    a->total = total;
-    a->first_len = len - PREFIX_LEN;
-    a->piece = piece;
-    a->src = src;
-    a->seq = (uint32_t)((tag >> TAG_SEQ_SHIFT) & TAG_SEQ_MASK);
-    a->npieces = (uint32_t)npieces;
-    memcpy(a->buf->data, b->data + PREFIX_LEN, a->first_len);
-    SFB_LOG_D("DBG first src %u seq %u total %zu npieces %u", a->src, a->seq, a->total, a->npieces);
-    sfb__buf_put(b);
-    if (post_pieces(t, a) == -FI_EAGAIN) {
-        a->next = NULL;
-        if (t->post_tail) t->post_tail->next = a;
-        else t->post_head = a;
-        t->post_tail = a;
-    } else {
-        asm_complete(t, a);
-    }
 }
 
 static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_t tag, int err)
@@ -616,32 +707,14 @@ static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_
         if (--r->outstanding == 0 && r->all_posted) sreq_finish(t, r);
         break;
     }
-    case OP_RECV_NEW:
-        SFB_LOG_D("DBG new len %zu tag %llx err %d", len, (unsigned long long)tag, err);
+    case OP_RECV:
         t->rx_deficit++;
-        if (err) {
-            sfb__buf_put(o->rbuf);
-        } else if (t->world && (tag & TAG_RANK_MASK) >= t->world) {
-            SFB_LOG_W("transport: message tagged with rank %llu outside world of %u dropped",
-                      (unsigned long long)(tag & TAG_RANK_MASK), t->world);
-            stat_add(&t->stats.dropped, 1);
-            sfb__buf_put(o->rbuf);
-        } else if (tag & TAG_FIRST) {
-            first_chunk(t, o->rbuf, len, tag);
-        } else {
-            deliver(t, o->rbuf, len, (uint32_t)(tag & TAG_RANK_MASK));
-        }
-        break;
-    case OP_RECV_PIECE:
-        SFB_LOG_D("DBG piece src %u seq %u len %zu tag %llx", o->as->src, o->as->seq, len, (unsigned long long)tag);
-        if (err) o->as->failed = 1;
-        o->as->done++;
-        asm_complete(t, o->as);
+        if (err) sfb__buf_put(o->rbuf);
+        else on_message(t, o->rbuf, len);
         break;
     }
     op_put(t, o);
 }
-
 static int read_cq(struct sfb__transport *t)
 {
     struct fi_cq_tagged_entry ent[16];
@@ -659,8 +732,7 @@ static int read_cq(struct sfb__transport *t)
                 const char *s = fi_cq_strerror(t->cq, e.prov_errno, e.err_data, buf, sizeof buf);
                 int peer = !o ? -1
                          : o->kind == OP_SEND ? (int)o->req->dst
-                         : o->kind == OP_RECV_PIECE ? (int)o->as->src
-                                                    : -1;
+                                              : -1;
                 report(t, peer, -e.err, "completion error", s);
             }
             if (o) complete(t, o, 0, 0, e.err ? e.err : FI_EOTHER);
@@ -688,7 +760,7 @@ static int progress(void *arg)
     double now = sfb__now();
     if (work) t->last_work = now;
     int spinning = now - t->last_work < t->s.spin_s;
-    int pending = t->pend_head || t->post_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
+    int pending = t->pend_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
     if (t->wait_fd < 0 || pending) return spinning ? SFB__POLL_BUSY : SFB__POLL_NAP;
     struct fid *f = &t->cq->fid;
     return fi_trywait(t->fabric, &f, 1) == FI_SUCCESS ? SFB__POLL_SLEEP : SFB__POLL_BUSY;
@@ -713,7 +785,9 @@ static void on_async(void *arg)
 
 static int open_cq(struct sfb__transport *t)
 {
-    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
+    t->max_ops = t->s.rx_depth + 2048;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD,
+                            .size = t->max_ops + 64};
     t->wait_fd = -1;
     if (fi_cq_open(t->domain, &ca, &t->cq, NULL) == 0) {
         int fd = -1;
@@ -752,14 +826,13 @@ static int open_fabric(struct sfb__transport *t)
                               fi_strerror(-rc));
     struct fi_info *fi = t->info;
     snprintf(t->prov_name, sizeof t->prov_name, "%s", fi->fabric_attr->prov_name);
-    if (fi->tx_attr->iov_limit < 3)
-        return sfb__error(-FI_ENOSYS, "transport: provider %s has iov_limit %zu (need 3)",
+    if (fi->tx_attr->iov_limit < 2)
+        return sfb__error(-FI_ENOSYS, "transport: provider %s has iov_limit %zu (need 2)",
                           t->prov_name, fi->tx_attr->iov_limit);
     t->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) || (fi->mode & FI_LOCAL_MR);
     size_t maxmsg = fi->ep_attr->max_msg_size;
     t->chunk = SFB_MIN(t->s.chunk_size, maxmsg);
-    t->piece = SFB_MIN(t->s.piece_max, maxmsg);
-    if (t->chunk < 4096 || t->piece < 4096)
+    if (t->chunk < 4096)
         return sfb__error(-FI_ENOSYS, "transport: provider %s: max_msg_size %zu too small",
                           t->prov_name, maxmsg);
     if ((rc = fi_fabric(fi->fabric_attr, &t->fabric, NULL)))
@@ -802,7 +875,6 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     t->loop = loop;
     t->wait_fd = -1;
     if (!t->s.chunk_size) t->s.chunk_size = 64 << 10;
-    if (!t->s.piece_max) t->s.piece_max = 16 << 20;
     if (!t->s.max_frame) t->s.max_frame = (size_t)1 << 30;
     if (!t->s.rx_depth) t->s.rx_depth = 32;
     if (!t->s.inbox_cap) t->s.inbox_cap = 1024;
@@ -840,8 +912,8 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     if ((rc = sfb__loop_async_open(loop, &t->async, on_async, t))) goto fail;
     if ((rc = sfb__loop_poller_open(loop, &t->poller, t->wait_fd, t->s.poll_interval_s, progress, t)))
         goto fail;
-    SFB_LOG_D("transport: rank %u on %s (%s CQ, chunk %zu, piece %zu, mr_local %d)", s->rank,
-              t->prov_name, t->wait_fd >= 0 ? "fd" : "polled", t->chunk, t->piece, t->mr_local);
+    SFB_LOG_D("transport: rank %u on %s (%s CQ, chunk %zu, mr_local %d)", s->rank,
+              t->prov_name, t->wait_fd >= 0 ? "fd" : "polled", t->chunk, t->mr_local);
     *out = t;
     return 0;
 fail:
@@ -1008,7 +1080,7 @@ int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double
             wake = 1; /* the loop may repost receives again */
         }
         t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap] =
-            (struct sfb__frame){b, b->data, b->len, b->src};
+            (struct sfb__frame){b, b->data + b->off, b->len, b->src};
         t->in_count++;
     }
     pthread_mutex_unlock(&t->mu);
@@ -1060,12 +1132,15 @@ void sfb__transport_close(struct sfb__transport **tp)
     for (struct slab *sl = t->op_slabs; sl; sl = sl->next) {
         struct op *ops = (struct op *)(sl + 1);
         for (int i = 0; i < 256; i++)
-            if (ops[i].in_use && ops[i].kind == OP_RECV_NEW) sfb__buf_put(ops[i].rbuf);
+            if (ops[i].in_use && ops[i].kind == OP_RECV) sfb__buf_put(ops[i].rbuf);
     }
-    for (struct slab *sl = t->asm_slabs; sl; sl = sl->next) {
-        struct asm_rec *a = (struct asm_rec *)(sl + 1);
-        for (int i = 0; i < 64; i++)
-            if (a[i].in_use) sfb__buf_put(a[i].buf);
+    for (struct asm_rec *a = t->active; a; a = a->next) {
+        if (a->buf) sfb__buf_put(a->buf);
+        while (a->stash) {
+            struct sfb__buf *b = a->stash;
+            a->stash = b->next;
+            sfb__buf_put(b);
+        }
     }
     if (t->sreqs)
         for (unsigned i = 0; i < t->s.max_sends; i++)
@@ -1086,6 +1161,8 @@ void sfb__transport_close(struct sfb__transport **tp)
     long live = atomic_load(&t->bufs_live);
     if (live) SFB_LOG_W("transport: %ld buffers still held by the caller at close", live);
     if (t->slab_mr) close_fid(&t->slab_mr->fid, "memory region");
+    for (struct slab *sl = t->op_slabs; sl; sl = sl->next)
+        if (sl->mr) close_fid(&sl->mr->fid, "memory region");
     if (t->domain) close_fid(&t->domain->fid, "domain");
     if (t->fabric) close_fid(&t->fabric->fid, "fabric");
     if (t->info) fi_freeinfo(t->info);

@@ -15,11 +15,10 @@
  *     sfb__transport_flush(t, timeout); sfb__transport_close(&t);
  *
  * Frames of any size are carried: a frame up to `chunk_size` bytes is one
- * message; a larger one is a first chunk (with a 16-byte prefix giving total
- * length and piece size) followed by pieces sent with tags that the receiver
- * matches by directed receives straight into the reassembly buffer (so large
- * frames use the provider's rendezvous and are copied once). Frames from one
- * sender may be delivered out of order (large frames complete later); the
+ * message (header and payload as one gather send); a larger one goes as a
+ * first chunk (with a 16-byte prefix giving the total length) and pieces of
+ * chunk_size, reassembled by the receiver. Frames from one sender may be
+ * delivered out of order (a big frame completes after later small ones); the
  * layers above order by the clocks in the wire header.
  *
  * Errors: functions return 0 or a negative code (-FI_E* pass through).
@@ -53,6 +52,8 @@ struct sfb__buf {
     struct sfb__buf *next;
     size_t len; /* bytes of a received frame */
     uint32_t src;
+    uint32_t idx;
+    uint32_t off; /* where a received frame starts in data */
 };
 
 /* A received frame handed to the compute thread (or to on_frame). The frame
@@ -71,8 +72,9 @@ struct sfb__transport_settings {
     const char *provider;
     int all_local;         /* every rank runs on this host */
     uint32_t rank;         /* this endpoint's rank */
-    size_t chunk_size;     /* single-message limit / receive buffer size (64 KiB) */
-    size_t piece_max;      /* largest piece of a big frame (16 MiB; ≤ max_msg_size) */
+    /* Largest fabric message and size of each receive buffer (64 KiB,
+     * capped by the provider's max_msg_size). Must be equal on all ranks. */
+    size_t chunk_size;
     size_t max_frame;      /* largest frame accepted from a peer (1 GiB) */
     unsigned rx_depth;     /* receive buffers posted for new frames (32) */
     unsigned inbox_cap;    /* frames waiting for sfb__transport_recv (1024) */

@@ -8,6 +8,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define MAXN 4
@@ -172,16 +173,16 @@ static int test_tcp_4(void) { return exchange("tcp", 4); }
 
 /* Many small frames through tiny queues: -EAGAIN / timeouts on the send side,
  * inbox overflow and receive backpressure on the other. */
-#define BIG (getenv("BP_BIG") ? (size_t)atol(getenv("BP_BIG")) : 5000)
+#define BIG 5000
+#define SMALL 100
 static int backpressure(const char *prov)
 {
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
     s.max_sends = 8;
     s.inbox_cap = 4;
-    s.rx_depth = getenv("BP_RX") ? (unsigned)atoi(getenv("BP_RX")) : 4;
-    s.chunk_size = getenv("BP_CHUNK") ? (size_t)atol(getenv("BP_CHUNK")) : 4096; /* 5000-byte frames: first chunk + piece */
-    if (getenv("BP_INBOX")) s.inbox_cap = (unsigned)atoi(getenv("BP_INBOX"));
+    s.rx_depth = 4;
+    s.chunk_size = 4096; /* 5000-byte frames go as first chunk + piece */
     struct world w;
     if (world_open(&w, 2, prov, &s)) {
         world_close(&w);
@@ -191,15 +192,15 @@ static int backpressure(const char *prov)
     static uint8_t seen[N];
     memset(seen, 0, sizeof seen);
     struct sfb__buf *b;
-    ASSERT_OK(sfb__transport_buf_get(w.t[0], 1 << 20, &b));
-    fill(b->data, 1 << 20, 0, 9);
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], BIG, &b));
+    fill(b->data, BIG, 0, 9);
     int sent = 0, got = 0, eagain = 0;
     double t0 = sfb__now();
     for (long it = 0; (sent < N || got < N) && sfb__now() - t0 < 30; it++) {
         int blocked = 0;
         if (sent < N) {
             uint32_t seq = (uint32_t)sent;
-            size_t len = (sent % 3 == 0) ? BIG : (getenv("BP_SMALL") ? (size_t)atol(getenv("BP_SMALL")) : 100);
+            size_t len = (sent % 3 == 0) ? BIG : SMALL;
             int rc = sfb__transport_send(w.t[0], 1, &seq, sizeof seq, b, 0, len, 0);
             if (rc == 0) sent++;
             else if (rc == -EAGAIN) eagain++, blocked = 1;
@@ -207,12 +208,12 @@ static int backpressure(const char *prov)
         }
         /* Receive slowly so the inbox overflows. */
         struct sfb__frame f;
-        if ((sent == N || blocked || it % (getenv("BP_EVERY") ? 1 : 7) == 0) && sfb__transport_recv(w.t[1], &f, 0.001) == 0) {
+        if ((sent == N || blocked || it % 7 == 0) && sfb__transport_recv(w.t[1], &f, 0.001) == 0) {
             uint32_t seq;
             ASSERT_GE(f.len, 4);
             memcpy(&seq, f.data, 4);
             ASSERT_LT(seq, N);
-            ASSERT_EQ(f.len, 4 + ((seq % 3 == 0) ? BIG : (getenv("BP_SMALL") ? (size_t)atol(getenv("BP_SMALL")) : 100)));
+            ASSERT_EQ(f.len, 4 + ((seq % 3 == 0) ? BIG : SMALL));
             ASSERT(memcmp(f.data + 4, b->data, f.len - 4) == 0);
             ASSERT_EQ(seen[seq], 0);
             seen[seq] = 1;
@@ -234,13 +235,123 @@ static int backpressure(const char *prov)
     ASSERT_GT(eagain, 0);
     sfb__buf_put(b);
     ASSERT_OK(sfb__transport_flush(w.t[0], 5));
-    /* A timed send on a full queue reports -ETIMEDOUT, not a hang. */
     world_close(&w);
     return 0;
 }
 
 static int test_backpressure_shm(void) { return backpressure("shm"); }
 static int test_backpressure_tcp(void) { return backpressure("tcp"); }
+
+/* Relay: rank 1 forwards, from its loop thread, every frame it gets from
+ * rank 0 to rank 2 byte-for-byte (a slice of the received buffer, no copy,
+ * no re-encoding); rank 2 must see the original frames. */
+static struct sfb__transport *relay_t;
+static _Atomic int relayed;
+
+static int relay_on_frame(void *user, struct sfb__frame *f)
+{
+    if (f->src != 0) return 0;
+    size_t off = (size_t)(f->data - f->buf->data);
+    int rc = sfb__transport_send(relay_t, 2, NULL, 0, f->buf, off, f->len, 0);
+    if (rc) return 0; /* let the test see it in the inbox and fail */
+    sfb__buf_put(f->buf);
+    atomic_fetch_add(&relayed, 1);
+    return 1;
+}
+
+static int relay(const char *prov)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    struct world w;
+    memset(&w, 0, sizeof w);
+    w.n = 3;
+    const void *names[3];
+    size_t lens[3];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sfb__loop_open(&w.loop[i]));
+        ASSERT_OK(sfb__loop_start(w.loop[i]));
+        s.provider = prov;
+        s.rank = (uint32_t)i;
+        s.on_frame = i == 1 ? relay_on_frame : NULL;
+        ASSERT_OK(sfb__transport_open(&w.t[i], &s, w.loop[i]));
+        sfb__transport_name(w.t[i], &names[i], &lens[i]);
+    }
+    relay_t = w.t[1];
+    atomic_store(&relayed, 0);
+    for (int i = 0; i < 3; i++) ASSERT_OK(sfb__transport_set_peers(w.t[i], names, lens, 3));
+    struct sfb_wire_job job = {.job_key = JOB_KEY, .world_size = 3,
+                               .max_payload = (uint64_t)64 << 20, .stats = &wstats};
+    for (size_t k = 0; k < NSIZES; k++) {
+        struct sfb__buf *b;
+        ASSERT_OK(sfb__transport_buf_get(w.t[0], sizes[k] ? sizes[k] : 1, &b));
+        fill(b->data, sizes[k], 0, (int)k);
+        struct sfb_wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY, .clock = (int64_t)k,
+                                 .payload_len = sizes[k]};
+        struct sfb_wire_piece p = {b->data, sizes[k]};
+        uint8_t hdr[SFB_WIRE_HDR_SIZE];
+        ASSERT_OK(sfb__wire_encode(&h, &p, 1, hdr));
+        ASSERT_OK(sfb__transport_send(w.t[0], 1, hdr, sizeof hdr, b, 0, sizes[k], 5.0));
+        sfb__buf_put(b);
+    }
+    int got = 0;
+    uint8_t *ref = malloc(16 << 20);
+    ASSERT(ref != NULL);
+    double t0 = sfb__now();
+    while (got < (int)NSIZES && sfb__now() - t0 < 30) {
+        struct sfb__frame f;
+        if (sfb__transport_recv(w.t[2], &f, 0.01)) continue;
+        struct sfb_wire_hdr h;
+        const uint8_t *pl;
+        ASSERT_EQ(f.src, 1);
+        ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &h, &pl));
+        ASSERT_EQ(h.sender, 0); /* untouched: forwarded byte-for-byte */
+        fill(ref, sizes[h.clock], 0, (int)h.clock);
+        ASSERT(memcmp(pl, ref, sizes[h.clock]) == 0);
+        got++;
+        sfb__buf_put(f.buf);
+    }
+    free(ref);
+    ASSERT_EQ(got, (int)NSIZES);
+    ASSERT_EQ(atomic_load(&relayed), (int)NSIZES);
+    struct sfb__frame f;
+    ASSERT_EQ(sfb__transport_recv(w.t[1], &f, 0), -EAGAIN);
+    for (int i = 0; i < 3; i++) ASSERT_OK(sfb__transport_flush(w.t[i], 10));
+    world_close(&w);
+    return 0;
+}
+
+static int test_relay_shm(void) { return relay("shm"); }
+static int test_relay_tcp(void) { return relay("tcp"); }
+
+/* With a wait fd (tcp) an idle transport sleeps in the kernel; without one
+ * (shm) it naps between polls. Either way it must not spin a core. */
+static int idle_cpu(const char *prov, double max_fraction)
+{
+    struct world w;
+    if (world_open(&w, 2, prov, NULL)) {
+        world_close(&w);
+        return 1;
+    }
+    usleep(50000); /* let the spin window after setup pass */
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    double t0 = sfb__now();
+    usleep(500000);
+    getrusage(RUSAGE_SELF, &r1);
+    double wall = sfb__now() - t0;
+    double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) +
+                 1e-6 * (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) +
+                 (double)(r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                 1e-6 * (double)(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
+    fprintf(stderr, "  %s idle: %.3f s CPU in %.3f s\n", prov, cpu, wall);
+    ASSERT(cpu < max_fraction * wall);
+    world_close(&w);
+    return 0;
+}
+
+static int test_idle_tcp(void) { return idle_cpu("tcp", 0.2); }
+static int test_idle_shm(void) { return idle_cpu("shm", 0.5); }
 
 static int test_bad_usage(void)
 {
@@ -282,6 +393,10 @@ static const struct test_case tests[] = {
     {"tcp_4", test_tcp_4},
     {"backpressure_shm", test_backpressure_shm},
     {"backpressure_tcp", test_backpressure_tcp},
+    {"relay_shm", test_relay_shm},
+    {"relay_tcp", test_relay_tcp},
+    {"idle_tcp", test_idle_tcp},
+    {"idle_shm", test_idle_shm},
     {"bad_usage", test_bad_usage},
 };
 
