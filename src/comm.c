@@ -202,7 +202,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
                          SFB_ARRAY_LEN(c->shapes));
         goto fail;
     }
-    memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
+    if (s->nshapes) memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
     c->job = (struct sfb_wire_job){
         .job_key = c->job_key,
         .world_size = c->world,
