@@ -69,15 +69,27 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type
 static int on_frame(void *user, struct sfb__frame *f)
 {
     struct sfb__comm *c = user;
+    /* Full validation here, checksum included, so nothing invalid ever
+     * reaches the inbox or a relay: counted, logged, dropped. */
     struct sfb_wire_hdr h;
-    enum sfb_wire_reason why;
-    int ret = sfb__wire_check_header(&c->job, f->data, f->len, &h, &why);
-    if (ret) {
-        /* counted and logged by the full decode, which names the reason */
-        const uint8_t *payload;
-        sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
+    const uint8_t *payload;
+    if (sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload) != 0) {
         sfb__buf_put(f->buf);
         return 1;
+    }
+    if (h.type == SFB_WIRE_BUNDLE) {
+        struct sfb_wire_iter it;
+        const uint8_t *inner, *ip;
+        size_t inner_len;
+        struct sfb_wire_hdr ih;
+        int r;
+        sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
+        while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
+        }
+        if (r < 0) {
+            sfb__buf_put(f->buf);
+            return 1;
+        }
     }
     if (f->src < c->world) c->last_heard[f->src] = sfb__now();
     switch (h.type) {
@@ -90,12 +102,13 @@ static int on_frame(void *user, struct sfb__frame *f)
         sfb__buf_put(f->buf);
         return 1;
     case SFB_WIRE_ABORT: {
-        const uint8_t *payload;
-        if (sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload) == 0) {
-            int n = (int)SFB_MIN(h.payload_len, 300);
-            fail(c, (int)h.origin, "rank %u aborted the job: %.*s", h.origin, n,
-                 (const char *)payload);
-        }
+        /* the reason is untrusted text: keep it printable */
+        char why[301];
+        size_t n = (size_t)SFB_MIN(h.payload_len, 300);
+        for (size_t i = 0; i < n; i++)
+            why[i] = payload[i] >= 0x20 && payload[i] < 0x7f ? (char)payload[i] : '?';
+        why[n] = '\0';
+        fail(c, (int)h.origin, "rank %u aborted the job: %s", h.origin, why);
         sfb__buf_put(f->buf);
         return 1;
     }

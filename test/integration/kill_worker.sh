@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A worker killed mid-run (SIGKILL): every other rank stops within 10 s with
+# a non-zero status naming it — detected by the workers themselves (started
+# with the env rendezvous, no launcher to clean up after them) — and
+# `sfb run` exits non-zero naming the killed rank.
+# Usage: kill_worker.sh SFB
+set -uo pipefail
+SFB=$1
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+fails=0; passes=0
+check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+job=(--data synth:k=4,d=20,n=4000,seed=1 --clocks 1000000 --debug-delay-ms 2 --eval-every 0 -q)
+
+wait_started() { # until every metrics file has a line (training has begun)
+  for _ in $(seq 200); do
+    local ok=1
+    for r in "$@"; do [ -s "$tmp/o/metrics.$r.jsonl" ] || ok=0; done
+    [ $ok = 1 ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# 1. workers detect the death themselves
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+key=$(printf '%08x%08x' $RANDOM$RANDOM $RANDOM$RANDOM)
+for r in 0 1 2 3; do
+  SFB_RANK=$r SFB_WORLD_SIZE=4 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=$key \
+    "$SFB" worker "${job[@]}" --metrics-out "$tmp/o/metrics.%r.jsonl" \
+    --model-out "$tmp/o/m.sfb" >"$tmp/log.$r" 2>&1 &
+  pids+=($!)
+done
+mkdir -p "$tmp/o"
+check "workers started" "wait_started 0 1 2 3"
+kill -9 "${pids[2]}"
+t0=$(date +%s.%N)
+for r in 0 1 3; do
+  # bounded wait: a survivor still running after 15 s has failed the test
+  for _ in $(seq 150); do kill -0 "${pids[$r]}" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "${pids[$r]}" 2>/dev/null
+  wait "${pids[$r]}"; rc=$?
+  dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  check "rank $r exits non-zero by itself (rc=$rc)" "[ $rc != 0 ] && [ $rc != 137 ]"
+  check "rank $r stops within 10 s (took $dt s)" "awk 'BEGIN{exit !($dt <= 10)}'"
+  check "rank $r names rank 2" "grep -q 'rank 2' '$tmp/log.$r'"
+done
+grep -h "rank 2" "$tmp"/log.[013] | head -n 3
+
+# 2. sfb run: the launcher names the killed rank
+rm -rf "$tmp/o"; mkdir -p "$tmp/o"
+"$SFB" run -n 4 "${job[@]}" --out-dir "$tmp/o" >"$tmp/run.log" 2>&1 &
+run=$!; pids+=($run)
+check "sfb run started" "wait_started 0 1 2 3"
+victim=$(pgrep -P $run | sort -n | sed -n 2p)   # the second worker forked: rank 1
+kill -9 "$victim"
+wait $run; rc=$?
+check "sfb run exits non-zero (rc=$rc)" "[ $rc != 0 ]"
+check "sfb run names the killed rank" "grep -q 'rank 1 killed by signal 9' '$tmp/run.log'"
+tail -n 2 "$tmp/run.log"
+check "no worker left behind" "! pgrep -f 'metrics.%r|$tmp/o' >/dev/null"
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]
