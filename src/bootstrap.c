@@ -2,6 +2,7 @@
  * module that includes pmix.h. */
 #include "config.h"
 #include "src/bootstrap.h"
+#include "src/bytes.h"
 #include "src/common.h"
 
 #include <arpa/inet.h>
@@ -45,51 +46,28 @@ struct sfb__bootstrap {
 
 /* ---- little-endian header ------------------------------------------------ */
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
 void sfb__boot_hdr_encode(const struct sfb__boot_hdr *h, uint8_t out[SFB__BOOT_HDR_SIZE])
 {
-    put32(out, h->magic);
-    put16(out + 4, h->version);
-    put16(out + 6, h->type);
-    put64(out + 8, h->key);
-    put32(out + 16, h->rank);
-    put32(out + 20, h->world);
-    put32(out + 24, h->seq);
-    put32(out + 28, h->len);
+    sfb__put_u32(out, h->magic);
+    sfb__put_u16(out + 4, h->version);
+    sfb__put_u16(out + 6, h->type);
+    sfb__put_u64(out + 8, h->key);
+    sfb__put_u32(out + 16, h->rank);
+    sfb__put_u32(out + 20, h->world);
+    sfb__put_u32(out + 24, h->seq);
+    sfb__put_u32(out + 28, h->len);
 }
 
 void sfb__boot_hdr_decode(const uint8_t in[SFB__BOOT_HDR_SIZE], struct sfb__boot_hdr *h)
 {
-    h->magic = get32(in);
-    h->version = get16(in + 4);
-    h->type = get16(in + 6);
-    h->key = get64(in + 8);
-    h->rank = get32(in + 16);
-    h->world = get32(in + 20);
-    h->seq = get32(in + 24);
-    h->len = get32(in + 28);
+    h->magic = sfb__get_u32(in);
+    h->version = sfb__get_u16(in + 4);
+    h->type = sfb__get_u16(in + 6);
+    h->key = sfb__get_u64(in + 8);
+    h->rank = sfb__get_u32(in + 16);
+    h->world = sfb__get_u32(in + 20);
+    h->seq = sfb__get_u32(in + 24);
+    h->len = sfb__get_u32(in + 28);
 }
 
 static struct sfb__boot_hdr make_hdr(const struct sfb__bootstrap *bs, uint16_t type, uint32_t len)
@@ -727,7 +705,7 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
     uint8_t *t = NULL;
     int r = sfb__reserve((void **)&t, &cap, used);
     if (r) return r;
-    put32(t, len);
+    sfb__put_u32(t, len);
     if (len) memcpy(t + 4 * (size_t)bs->size, mine, len);
     for (int i = 1; i < bs->size; i++) {
         struct sfb__boot_hdr h;
@@ -752,7 +730,7 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
             goto fail;
         }
         if ((r = sfb__reserve((void **)&t, &cap, used + h.len))) goto fail;
-        put32(t + 4 * (size_t)i, h.len);
+        sfb__put_u32(t + 4 * (size_t)i, h.len);
         if (h.len && (r = fd_io(bs->fds[i], t + used, h.len, deadline, 0))) {
             r = io_error(r, "reading the contribution of", i);
             goto fail;
@@ -806,7 +784,7 @@ static int unpack_table(struct sfb__bootstrap *bs, uint8_t *t, size_t tlen, void
 {
     size_t head = 4 * (size_t)bs->size, sum = 0;
     for (int i = 0; i < bs->size; i++) {
-        lens[i] = get32(t + 4 * (size_t)i);
+        lens[i] = sfb__get_u32(t + 4 * (size_t)i);
         if (lens[i] > SFB__BOOTSTRAP_MAX_BLOB || (sum += lens[i]) > tlen - head) {
             free(t);
             return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table entry for rank %d has len %zu "
@@ -832,7 +810,7 @@ static int pmix_exchange(struct sfb__bootstrap *bs, const void *mine, uint32_t l
      * still a non-empty byte object. */
     uint8_t *buf = malloc(4 + (size_t)len);
     if (!buf) return -ENOMEM;
-    put32(buf, len);
+    sfb__put_u32(buf, len);
     if (len) memcpy(buf + 4, mine, len);
     pmix_value_t val;
     memset(&val, 0, sizeof val);
@@ -862,7 +840,7 @@ static int pmix_exchange(struct sfb__bootstrap *bs, const void *mine, uint32_t l
         PMIX_LOAD_PROCID(&p, bs->me.nspace, (pmix_rank_t)i);
         rc = PMIx_Get(&p, key, NULL, 0, &v);
         if (rc != PMIX_SUCCESS || !v || v->type != PMIX_BYTE_OBJECT || v->data.bo.size < 4 ||
-            v->data.bo.size - 4 != get32((const uint8_t *)v->data.bo.bytes) ||
+            v->data.bo.size - 4 != sfb__get_u32((const uint8_t *)v->data.bo.bytes) ||
             v->data.bo.size - 4 > SFB__BOOTSTRAP_MAX_BLOB) {
             r = sfb__error(-SFB_EPEER, "bootstrap: PMIx_Get(%s) of rank %d: %s", key, i,
                            rc != PMIX_SUCCESS ? PMIx_Error_string(rc) : "malformed value");

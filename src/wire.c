@@ -3,42 +3,13 @@
 #include "config.h"
 #include "src/wire.h"
 
+#include "src/bytes.h"
 #include "src/common.h"
 
 #include <string.h>
 
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no malloc */
 #include <xxhash.h>
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
 
 /* Field offsets (docs/wire.md). */
 enum {
@@ -105,38 +76,38 @@ size_t sfb__wire_elem_size(uint8_t flags)
 
 static void pack(const struct sfb_wire_hdr *h, uint8_t *o)
 {
-    put32(o + OFF_MAGIC, SFB_WIRE_MAGIC);
-    put16(o + OFF_VERSION, SFB_WIRE_VERSION);
+    sfb__put_u32(o + OFF_MAGIC, SFB_WIRE_MAGIC);
+    sfb__put_u16(o + OFF_VERSION, SFB_WIRE_VERSION);
     o[OFF_TYPE] = h->type;
     o[OFF_FLAGS] = h->flags;
-    put64(o + OFF_JOBKEY, h->job_key);
-    put32(o + OFF_ORIGIN, h->origin);
-    put32(o + OFF_SENDER, h->sender);
-    put64(o + OFF_CLOCK, (uint64_t)h->clock);
-    put32(o + OFF_MATRIX, h->matrix);
-    put32(o + OFF_K, h->k);
-    put32(o + OFF_D, h->d);
-    put32(o + OFF_S, h->s);
-    put64(o + OFF_PAYLOAD_LEN, h->payload_len);
-    put64(o + OFF_CHECKSUM, 0);
+    sfb__put_u64(o + OFF_JOBKEY, h->job_key);
+    sfb__put_u32(o + OFF_ORIGIN, h->origin);
+    sfb__put_u32(o + OFF_SENDER, h->sender);
+    sfb__put_u64(o + OFF_CLOCK, (uint64_t)h->clock);
+    sfb__put_u32(o + OFF_MATRIX, h->matrix);
+    sfb__put_u32(o + OFF_K, h->k);
+    sfb__put_u32(o + OFF_D, h->d);
+    sfb__put_u32(o + OFF_S, h->s);
+    sfb__put_u64(o + OFF_PAYLOAD_LEN, h->payload_len);
+    sfb__put_u64(o + OFF_CHECKSUM, 0);
 }
 
 void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb_wire_hdr *h)
 {
-    h->magic = get32(in + OFF_MAGIC);
-    h->version = get16(in + OFF_VERSION);
+    h->magic = sfb__get_u32(in + OFF_MAGIC);
+    h->version = sfb__get_u16(in + OFF_VERSION);
     h->type = in[OFF_TYPE];
     h->flags = in[OFF_FLAGS];
-    h->job_key = get64(in + OFF_JOBKEY);
-    h->origin = get32(in + OFF_ORIGIN);
-    h->sender = get32(in + OFF_SENDER);
-    h->clock = (int64_t)get64(in + OFF_CLOCK);
-    h->matrix = get32(in + OFF_MATRIX);
-    h->k = get32(in + OFF_K);
-    h->d = get32(in + OFF_D);
-    h->s = get32(in + OFF_S);
-    h->payload_len = get64(in + OFF_PAYLOAD_LEN);
-    h->checksum = get64(in + OFF_CHECKSUM);
+    h->job_key = sfb__get_u64(in + OFF_JOBKEY);
+    h->origin = sfb__get_u32(in + OFF_ORIGIN);
+    h->sender = sfb__get_u32(in + OFF_SENDER);
+    h->clock = (int64_t)sfb__get_u64(in + OFF_CLOCK);
+    h->matrix = sfb__get_u32(in + OFF_MATRIX);
+    h->k = sfb__get_u32(in + OFF_K);
+    h->d = sfb__get_u32(in + OFF_D);
+    h->s = sfb__get_u32(in + OFF_S);
+    h->payload_len = sfb__get_u64(in + OFF_PAYLOAD_LEN);
+    h->checksum = sfb__get_u64(in + OFF_CHECKSUM);
 }
 
 /* Checksum of the header (checksum field read as zero) and the payload. */
@@ -144,7 +115,7 @@ static uint64_t checksum(const uint8_t *hdr, const struct sfb_wire_piece *pieces
 {
     uint8_t h0[SFB_WIRE_HDR_SIZE];
     memcpy(h0, hdr, sizeof h0);
-    put64(h0 + OFF_CHECKSUM, 0);
+    sfb__put_u64(h0 + OFF_CHECKSUM, 0);
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, h0, sizeof h0);
@@ -164,7 +135,7 @@ int sfb__wire_encode(const struct sfb_wire_hdr *h, const struct sfb_wire_piece *
     if (h->type == 0 || h->type > SFB_WIRE_TYPE_MAX)
         return sfb__error(-EINVAL, "wire encode: unknown type %u", h->type);
     pack(h, out);
-    put64(out + OFF_CHECKSUM, checksum(out, pieces, npieces));
+    sfb__put_u64(out + OFF_CHECKSUM, checksum(out, pieces, npieces));
     return 0;
 }
 
@@ -288,7 +259,7 @@ int sfb__wire_bundle_next(const struct sfb_wire_job *job, struct sfb_wire_iter *
     if (left == 0) return 0;
     memset(h, 0, sizeof *h);
     if (left < SFB_WIRE_HDR_SIZE) goto trunc;
-    uint64_t plen = get64(it->p + OFF_PAYLOAD_LEN);
+    uint64_t plen = sfb__get_u64(it->p + OFF_PAYLOAD_LEN);
     if (plen > left - SFB_WIRE_HDR_SIZE) {
         sfb__wire_parse_header(it->p, h);
         goto trunc;

@@ -81,6 +81,16 @@ static int check_available(const struct cli_job *job, const char *cmd)
     return 0;
 }
 
+/* Prints a path pattern as rank 0's path ("%r" → "0"). */
+static void print_path(const char *label, const char *pattern)
+{
+    const char *r = strstr(pattern, "%r");
+    if (r)
+        printf("%s %.*s0%s\n", label, (int)(r - pattern), pattern, r + 2);
+    else
+        printf("%s %s\n", label, pattern);
+}
+
 /* Runs one worker in this process and prints where the results went. */
 static int run_worker(struct cli_job *job)
 {
@@ -101,22 +111,8 @@ static int run_worker(struct cli_job *job)
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);
-        char *mo = strdup(job->train.model_out);
-        char *mp = mo ? strstr(mo, "%r") : NULL;
-        if (mp) {
-            mp[0] = '0';
-            memmove(mp + 1, mp + 2, strlen(mp + 2) + 1);
-        }
-        printf("model:   %s\n", mo ? mo : job->train.model_out);
-        free(mo);
-        char *m = strdup(job->train.metrics_out);
-        char *pct = m ? strstr(m, "%r") : NULL;
-        if (pct) {
-            pct[0] = '0';
-            memmove(pct + 1, pct + 2, strlen(pct + 2) + 1);
-        }
-        printf("metrics: %s\n", m ? m : job->train.metrics_out);
-        free(m);
+        print_path("model:  ", job->train.model_out);
+        print_path("metrics:", job->train.metrics_out);
     }
     return 0;
 }
