@@ -15,7 +15,7 @@ check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$
 job=(--data synth:k=4,d=20,n=4000,seed=1 --clocks 1000000 --debug-delay-ms 2 --eval-every 0 -q)
 
 wait_started() { # until every metrics file has a line (training has begun)
-  for _ in $(seq 200); do
+  for _ in $(seq 600); do
     local ok=1
     for r in "$@"; do [ -s "$tmp/o/metrics.$r.jsonl" ] || ok=0; done
     [ $ok = 1 ] && return 0
