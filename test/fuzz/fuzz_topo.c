@@ -3,8 +3,8 @@
  *
  * Input: byte 0 = topology (index into the registry, past the end: an
  * unknown name), bytes 1-4 = nodes, 5-8 = degree (little-endian u32), then
- * pairs of u32 (origin, node) to query. Nodes above 4096 are folded into
- * 1..4096 unless byte 0 bit 7 is set: opening is O(P·Q) and 2^24 nodes of
+ * pairs of u32 (origin, node) to query. Nodes above 1024 are folded into
+ * 1..1024 unless byte 0 bit 7 is set: opening is O(P·Q) and 2^24 nodes of
  * `full` would take minutes per input, while the argument checks need the
  * raw values. On success: offsets distinct, in [1, P−1], out-degree ≤ P−1;
  * neighbor/link_index inverse; the tree from every queried origin is
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!name) name = "no-such-topology";
     uint32_t nodes = sfb__get_u32(data + 1), degree = sfb__get_u32(data + 5);
     int raw = data[0] & 0x80;
-    if (!raw && nodes > 4096) nodes = 1 + nodes % 4096;
+    if (!raw && nodes > 1024) nodes = 1 + nodes % 1024;
     if (raw && nodes > 4096 && nodes <= SFB_TOPO_MAX_NODES) return 0; /* too slow */
     data += 9;
     size -= 9;
