@@ -22,6 +22,7 @@
 #include "src/common.h"
 #include "src/fileio.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -194,6 +195,11 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
         goto fail;
     }
     ret = sfb_model_open(&m, &s);
+    if (ret == -EINVAL) { /* the header's settings (d = 0, lambda < 0, …): a bad file */
+        char why[256];
+        snprintf(why, sizeof why, "%s", sfb_last_error());
+        ret = sfb__error(-SFB_EFORMAT, "%s: header settings rejected: %s", path, why);
+    }
     if (ret) goto fail;
     if (sfb_model_n_matrices(m) != n) {
         ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices stored, model %s has %u", path, n, kind,

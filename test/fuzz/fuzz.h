@@ -31,6 +31,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
  * the memfd cannot be made (an environment problem, not a finding). */
 const char *fuzz_file_set(int slot, const void *data, size_t size);
 
+/* Set by replay.c when SFB_FUZZ_VERBOSE is set: fuzz_note then prints each
+ * rejection (code and sfb_last_error()) to fd 2, which is how the table of
+ * bad inputs in docs/robustness.md is made. */
+extern int fuzz_verbose;
+void fuzz_note(int code);
+
 /* Sends the parsers' stdio chatter to /dev/null (sanitizer reports use fd 2
  * directly and still show). */
 void fuzz_quiet_stdio(void);

@@ -9,6 +9,7 @@
  * non-empty string. decode ∘ encode must be the identity on the header. */
 #include "fuzz.h"
 
+#include "sfb/common.h"
 #include "src/bootstrap.h"
 #include "src/bytes.h"
 
@@ -52,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(r < 0);
         FUZZ_CHECK(memchr(why, '\0', sizeof why) != NULL && why[0] != '\0');
+        if (fuzz_verbose) dprintf(2, "  -> %d (%s): %s\n", r, sfb_strerror(r), why);
     }
     free(seen);
     return 0;

@@ -33,6 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r = sfb__sf_view(buf, len, rows, cols, s, sparse, &v);
     if (r) {
         FUZZ_CHECK(r < 0);
+        fuzz_note(r);
         free(buf);
         return 0;
     }

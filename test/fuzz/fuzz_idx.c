@@ -25,6 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r = sfb_idx_read(im, lb, classes, &ds);
     if (r) {
         FUZZ_CHECK(r < 0);
+        fuzz_note(r);
         FUZZ_CHECK(ds.x == NULL && ds.labels == NULL && ds.n == 0);
         FUZZ_CHECK(sfb_last_error() != NULL && sfb_last_error()[0] != '\0');
         return 0;

@@ -43,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r) {
         /* Nothing half-loaded on failure. */
         FUZZ_CHECK(r < 0);
+        fuzz_note(r);
         FUZZ_CHECK(ds.labels == NULL && ds.row_ptr == NULL && ds.col == NULL && ds.n == 0);
         FUZZ_CHECK(sfb_last_error() != NULL && sfb_last_error()[0] != '\0');
         return 0;

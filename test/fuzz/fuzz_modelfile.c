@@ -32,6 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r = sfb_model_load(&m, path, &clock);
     if (r) {
         FUZZ_CHECK(r < 0 && m == NULL && clock == -12345);
+        fuzz_note(r);
         FUZZ_CHECK(sfb_last_error() != NULL && sfb_last_error()[0] != '\0');
         free(file);
         return 0;

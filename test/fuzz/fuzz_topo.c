@@ -38,6 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK((r == 0) == (ro == 0));
     if (r) {
         FUZZ_CHECK(t == NULL && r < 0);
+        fuzz_note(r);
         return 0;
     }
     FUZZ_CHECK(nodes >= 1 && nodes <= SFB_TOPO_MAX_NODES);

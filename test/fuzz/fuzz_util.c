@@ -1,6 +1,8 @@
 /* memfd-backed files for path-taking parsers; see fuzz.h. */
 #include "fuzz.h"
 
+#include "sfb/common.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,4 +48,13 @@ void fuzz_quiet_stdio(void)
     fflush(stderr);
     stdout = null;
     stderr = null;
+}
+
+int fuzz_verbose;
+
+void fuzz_note(int code)
+{
+    if (!fuzz_verbose) return;
+    const char *e = sfb_last_error();
+    dprintf(2, "  -> %d (%s): %s\n", code, sfb_strerror(code), e ? e : "");
 }

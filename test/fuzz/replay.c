@@ -47,6 +47,7 @@ static int run_file(const char *path)
         free(buf);
         return -1;
     }
+    if (fuzz_verbose) dprintf(2, "%s\n", path);
     /* An exact-size copy, so ASan sees reads past the input's end. */
     uint8_t *exact = malloc(len ? len : 1);
     if (!exact) abort();
@@ -103,6 +104,7 @@ static int run_dir(const char *dir, unsigned long *count)
 
 int main(int argc, char **argv)
 {
+    fuzz_verbose = getenv("SFB_FUZZ_VERBOSE") != NULL;
     LLVMFuzzerInitialize(&argc, &argv);
     unsigned long count = 0;
     int r = 0;
