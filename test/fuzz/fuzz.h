@@ -35,6 +35,11 @@ const char *fuzz_file_set(int slot, const void *data, size_t size);
  * rejection (code and sfb_last_error()) to fd 2, which is how the table of
  * bad inputs in docs/robustness.md is made. */
 extern int fuzz_verbose;
+/* Records that the parser rejected this input (and prints it when verbose).
+ * replay.c clears fuzz_rejected before each input and checks it against the
+ * file name: "ok-*" seeds must be accepted, "bad-*" seeds rejected, others
+ * (regress-*, fuzzer finds) only must not crash. */
+extern int fuzz_rejected;
 void fuzz_note(int code);
 
 /* Sends the parsers' stdio chatter to /dev/null (sanitizer reports use fd 2

@@ -53,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(r < 0);
         FUZZ_CHECK(memchr(why, '\0', sizeof why) != NULL && why[0] != '\0');
+        fuzz_rejected = 1;
         if (fuzz_verbose) dprintf(2, "  -> %d (%s): %s\n", r, sfb_strerror(r), why);
     }
     free(seen);

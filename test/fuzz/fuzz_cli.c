@@ -93,6 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int k = 0; k < argc; k++) free(argv[k]);
     }
     FUZZ_CHECK(res[0] == res[1]);
+    fuzz_rejected = res[0] == 2;
     if (res[0] == 0) {
         /* Scalar settings agree (strings point into the freed argv). */
         FUZZ_CHECK(jobs[0].nprocs == jobs[1].nprocs && jobs[0].staleness == jobs[1].staleness);

@@ -51,9 +51,11 @@ void fuzz_quiet_stdio(void)
 }
 
 int fuzz_verbose;
+int fuzz_rejected;
 
 void fuzz_note(int code)
 {
+    fuzz_rejected = 1;
     if (!fuzz_verbose) return;
     const char *e = sfb_last_error();
     dprintf(2, "  -> %d (%s): %s\n", code, sfb_strerror(code), e ? e : "");

@@ -1,8 +1,10 @@
 /* Replay driver: main() for a fuzz target built without libFuzzer (the normal
  * gcc build). Runs LLVMFuzzerTestOneInput on every file named on the command
  * line and every regular file in every directory named (sorted, so runs are
- * reproducible). A crash or abort() is the failure; finding no input at all
- * fails too, so a moved corpus cannot turn the test into a no-op. */
+ * reproducible). A crash or abort() is the failure, and so is a verdict
+ * that contradicts the file name (ok-* accepted, bad-* rejected; see
+ * fuzz.h); finding no input at all fails too, so a moved corpus cannot turn
+ * the test into a no-op. */
 #include "fuzz.h"
 
 #include <dirent.h>
@@ -53,8 +55,21 @@ static int run_file(const char *path)
     if (!exact) abort();
     memcpy(exact, buf, len);
     free(buf);
+    fuzz_rejected = 0;
     LLVMFuzzerTestOneInput(exact, len);
     free(exact);
+    /* Seeds named ok-* / bad-* also pin the verdict, so a parser that starts
+     * accepting a bad input (or rejecting a good one) fails the test. */
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (!strncmp(base, "ok-", 3) && fuzz_rejected) {
+        dprintf(2, "replay: %s: rejected, but ok-* seeds must be accepted\n", path);
+        return -1;
+    }
+    if (!strncmp(base, "bad-", 4) && !fuzz_rejected) {
+        dprintf(2, "replay: %s: accepted, but bad-* seeds must be rejected\n", path);
+        return -1;
+    }
     return 0;
 }
 
