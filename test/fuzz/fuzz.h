@@ -17,12 +17,12 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-#define FUZZ_CHECK(cond)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            dprintf(2, "%s:%d: invariant violated: %s\n", __FILE__, __LINE__, #cond);       \
-            abort();                                                                          \
-        }                                                                                     \
+#define FUZZ_CHECK(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            dprintf(2, "%s:%d: invariant violated: %s\n", __FILE__, __LINE__, #cond);              \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* An in-memory file (memfd) reused across iterations: fuzz_file_set replaces

@@ -39,7 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     unsigned char *seen = calloc(world, 1);
     if (!seen) abort();
-    for (size_t i = 0; i < rest && i < world; i++) seen[i] = p[i] & 1;
+    for (size_t i = 0; i < rest && i < world; i++)
+        seen[i] = p[i] & 1;
 
     char why[256];
     memset(why, 'X', sizeof why);

@@ -90,7 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         res[round] = cli_parse_job(argc, argv, argv[0], with_n, &jobs[round]);
         FUZZ_CHECK(res[round] == 0 || res[round] == 1 || res[round] == 2);
         if (res[round] == 0) check_job(&jobs[round], with_n);
-        for (int k = 0; k < argc; k++) free(argv[k]);
+        for (int k = 0; k < argc; k++)
+            free(argv[k]);
     }
     FUZZ_CHECK(res[0] == res[1]);
     fuzz_rejected = res[0] == 2;

@@ -15,9 +15,9 @@
 #include <math.h>
 #include <string.h>
 
-#define INSIDE(ptr, count, elem)                                                              \
-    ((const uint8_t *)(ptr) >= buf &&                                                         \
-     (uint64_t)((const uint8_t *)(ptr) - buf) + (uint64_t)(count) * (elem) <= (uint64_t)len)
+#define INSIDE(ptr, count, elem)                                                                   \
+    ((const uint8_t *)(ptr) >= buf &&                                                              \
+     (uint64_t)((const uint8_t *)(ptr)-buf) + (uint64_t)(count) * (elem) <= (uint64_t)len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -41,11 +41,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(isfinite(v.scale));
     FUZZ_CHECK(len == sfb__sf_payload_size(&v, sparse, sparse ? sfb__get_u32(buf + 4) : 0));
     FUZZ_CHECK(INSIDE(v.b, (uint64_t)s * rows, 4));
-    for (uint64_t i = 0; i < (uint64_t)s * rows; i++) FUZZ_CHECK(isfinite(v.b[i]));
+    for (uint64_t i = 0; i < (uint64_t)s * rows; i++)
+        FUZZ_CHECK(isfinite(v.b[i]));
     uint64_t nnz = 0;
     if (!sparse) {
         FUZZ_CHECK(INSIDE(v.c, (uint64_t)s * cols, 4));
-        for (uint64_t i = 0; i < (uint64_t)s * cols; i++) FUZZ_CHECK(isfinite(v.c[i]));
+        for (uint64_t i = 0; i < (uint64_t)s * cols; i++)
+            FUZZ_CHECK(isfinite(v.c[i]));
     } else {
         nnz = sfb__get_u32(buf + 4);
         FUZZ_CHECK(INSIDE(v.c_row_ptr, (uint64_t)s + 1, 4));

@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (classes) FUZZ_CHECK(ds.k == classes);
     /* gzip can expand ~1000x, so only a loose bound relates n·d to the input. */
     FUZZ_CHECK(ds.n * ds.d <= (uint64_t)1100 * (ilen + 64));
-    for (uint64_t i = 0; i < ds.n * ds.d; i++) FUZZ_CHECK(ds.x[i] >= 0.0f && ds.x[i] <= 1.0f);
+    for (uint64_t i = 0; i < ds.n * ds.d; i++)
+        FUZZ_CHECK(ds.x[i] >= 0.0f && ds.x[i] <= 1.0f);
     for (uint64_t i = 0; i < ds.n; i++)
         FUZZ_CHECK(ds.labels[i] >= 0 && (uint32_t)ds.labels[i] < ds.k);
     sfb_dataset_free(&ds);

@@ -52,7 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t o = sfb_topo_offset(t, k);
         FUZZ_CHECK(o >= 1 && o <= P - 1);
         if (k < 80) FUZZ_CHECK(offs[k] == o);
-        for (uint32_t j = 0; j < k && k < 256; j++) FUZZ_CHECK(sfb_topo_offset(t, j) != o);
+        for (uint32_t j = 0; j < k && k < 256; j++)
+            FUZZ_CHECK(sfb_topo_offset(t, j) != o);
         FUZZ_CHECK(sfb_topo_neighbor(t, 0, k) == o);
         FUZZ_CHECK(sfb_topo_link_index(t, 0, o) == k);
         frames += sfb_topo_link_frames(t, k);

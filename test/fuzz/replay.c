@@ -108,8 +108,10 @@ static int run_dir(const char *dir, unsigned long *count)
     for (size_t i = 0; i < n; i++) {
         struct stat st;
         if (stat(names[i], &st) == 0 && S_ISREG(st.st_mode)) {
-            if (run_file(names[i])) r = -1;
-            else (*count)++;
+            if (run_file(names[i]))
+                r = -1;
+            else
+                (*count)++;
         }
         free(names[i]);
     }
