@@ -6,11 +6,23 @@
 #include <math.h>
 #include <string.h>
 
+/* Shapes come from frame headers (untrusted): s · rows · 4 alone can pass
+ * 2^64, and a wrapped size could match a short payload (fuzz_codec found
+ * it), so every step is checked and an impossible size saturates. */
 size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz)
 {
-    size_t n = SFB_SF_PREFIX + (size_t)sf->s * sf->rows * 4;
-    if (sparse) return n + ((size_t)sf->s + 1) * 4 + (size_t)nnz * 8;
-    return n + (size_t)sf->s * sf->cols * 4;
+    size_t b, c, n;
+    if (__builtin_mul_overflow((size_t)sf->s * sf->rows, (size_t)4, &b)) return SIZE_MAX;
+    if (sparse) {
+        if (__builtin_mul_overflow(nnz, (uint64_t)8, &c) ||
+            __builtin_add_overflow(c, ((size_t)sf->s + 1) * 4, &c))
+            return SIZE_MAX;
+    } else if (__builtin_mul_overflow((size_t)sf->s * sf->cols, (size_t)4, &c)) {
+        return SIZE_MAX;
+    }
+    if (__builtin_add_overflow(b, c, &n) || __builtin_add_overflow(n, (size_t)SFB_SF_PREFIX, &n))
+        return SIZE_MAX;
+    return n;
 }
 
 static uint64_t count_nonzero(const float *c, size_t n)

@@ -19,7 +19,8 @@
 
 #define SFB_SF_PREFIX 8u
 
-/* Payload bytes of `sf` encoded with dense (sparse = 0) or CSR c. */
+/* Payload bytes of `sf` encoded with dense (sparse = 0) or CSR c; SIZE_MAX
+ * when the shapes make it overflow (no payload can have that size). */
 size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz);
 
 /* Chooses the smaller encoding for `sf` (counting c's non-zeros when c is

@@ -778,23 +778,26 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
     return 0;
 }
 
-/* Turns a table (lengths, then blobs) into blobs at the front + lens[],
- * checking that the lengths add up. */
-static int unpack_table(struct sfb__bootstrap *bs, uint8_t *t, size_t tlen, void **all, size_t *lens)
+int sfb__boot_unpack_table(int world, int rank, uint8_t *t, size_t tlen, void **all, size_t *lens)
 {
-    size_t head = 4 * (size_t)bs->size, sum = 0;
-    for (int i = 0; i < bs->size; i++) {
+    size_t head = 4 * (size_t)world, sum = 0;
+    if (tlen < head) { /* callers check this; kept so the function stands alone */
+        free(t);
+        return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table of %zu bytes is shorter than "
+                          "its %zu-byte length list", rank, tlen, head);
+    }
+    for (int i = 0; i < world; i++) {
         lens[i] = sfb__get_u32(t + 4 * (size_t)i);
         if (lens[i] > SFB__BOOTSTRAP_MAX_BLOB || (sum += lens[i]) > tlen - head) {
             free(t);
             return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table entry for rank %d has len %zu "
-                              "beyond the table's %zu bytes", bs->rank, i, lens[i], tlen);
+                              "beyond the table's %zu bytes", rank, i, lens[i], tlen);
         }
     }
     if (sum != tlen - head) {
         free(t);
         return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table lengths add up to %zu, payload has %zu",
-                          bs->rank, sum, tlen - head);
+                          rank, sum, tlen - head);
     }
     memmove(t, t + head, sum);
     *all = t;
@@ -890,7 +893,7 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
     size_t tlen = 0;
     int r = bs->rank == 0 ? env_rank0(bs, mine, (uint32_t)len, &t, &tlen, deadline)
                           : env_joiner(bs, mine, (uint32_t)len, &t, &tlen, deadline);
-    if (!r) r = unpack_table(bs, t, tlen, all, lens);
+    if (!r) r = sfb__boot_unpack_table(bs->size, bs->rank, t, tlen, all, lens);
     if (r) mark_broken(bs);
     return r;
 }

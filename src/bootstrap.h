@@ -137,4 +137,12 @@ void sfb__boot_hdr_decode(const uint8_t in[SFB__BOOT_HDR_SIZE], struct sfb__boot
 int sfb__boot_check_hello(const struct sfb__boot_hdr *h, uint64_t key, int key_given,
                           uint32_t world, const unsigned char *seen, char *why, size_t why_len);
 
+/* Turns a TABLE payload t[0 .. tlen) of `world` ranks (world u32 lengths,
+ * then the blobs) into the blobs at the front of t and lens[0 .. world),
+ * checking each length (<= SFB__BOOTSTRAP_MAX_BLOB) and that they add up to
+ * exactly the payload. Takes ownership of the malloc'd t: on success *all
+ * = t, on failure t is freed and -SFB_EFORMAT names `rank` (the caller's)
+ * and the bad entry. */
+int sfb__boot_unpack_table(int world, int rank, uint8_t *t, size_t tlen, void **all, size_t *lens);
+
 #endif

@@ -132,11 +132,18 @@ static int expect_end(struct idx_file *f)
         return sfb__error(-SFB_EFORMAT, "%s: unexpected trailing data at byte offset %" PRIu64,
                           f->path, f->off);
     }
+    int zerr = 0;
+    const char *msg = gzerror(f->gz, &zerr);
     if (got < 0) {
-        int zerr = 0;
-        const char *msg = gzerror(f->gz, &zerr);
         return sfb__error(-SFB_EFORMAT, "%s: bad gzip data at byte offset %" PRIu64 ": %s",
                           f->path, f->off, msg ? msg : "");
+    }
+    /* zlib reports a gzip stream cut short only as a soft Z_BUF_ERROR after
+     * EOF: without this check a file missing its trailer (CRC and length)
+     * loads as if intact (fuzz seed idx/bad-gzip-truncated). */
+    if (zerr == Z_BUF_ERROR) {
+        return sfb__error(-SFB_EFORMAT, "%s: truncated gzip stream after byte offset %" PRIu64
+                          " (the gzip trailer with its CRC is missing)", f->path, f->off);
     }
     return 0;
 }

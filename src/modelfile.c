@@ -22,6 +22,7 @@
 #include "src/common.h"
 #include "src/fileio.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -176,7 +177,29 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
         ret = sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
         goto fail;
     }
+    /* Shapes before sfb_model_open: it allocates (and for dml/sc fills) what
+     * the header's settings describe, so a file whose checksum is right but
+     * whose d and k say 2^31 would make the loader allocate exabytes
+     * (fuzz_modelfile found it). The stored shapes are already bounded by
+     * the file size. */
+    uint64_t want_r = 0, want_c = 0;
+    if (!strcmp(kind, "mlr")) want_r = s.k, want_c = (uint64_t)s.d + 1;
+    else if (!strcmp(kind, "dml")) want_r = s.rank, want_c = s.d;
+    else if (!strcmp(kind, "sc")) want_r = s.d, want_c = s.dict_size;
+    if (want_r && (n != 1 || sfb__get_u32(buf + hfix) != want_r ||
+                   sfb__get_u32(buf + hfix + 4) != want_c)) {
+        ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices, the first %ux%u, but its header "
+                         "describes one %s matrix of %llux%llu", path, n,
+                         sfb__get_u32(buf + hfix), sfb__get_u32(buf + hfix + 4), kind,
+                         (unsigned long long)want_r, (unsigned long long)want_c);
+        goto fail;
+    }
     ret = sfb_model_open(&m, &s);
+    if (ret == -EINVAL) { /* the header's settings (d = 0, lambda < 0, …): a bad file */
+        char why[256];
+        snprintf(why, sizeof why, "%s", sfb_last_error());
+        ret = sfb__error(-SFB_EFORMAT, "%s: header settings rejected: %s", path, why);
+    }
     if (ret) goto fail;
     if (sfb_model_n_matrices(m) != n) {
         ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices stored, model %s has %u", path, n, kind,

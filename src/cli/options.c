@@ -184,7 +184,10 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     long l;
     double d;
 
-    optind = 1;
+    /* 0, not 1: glibc then resets all of getopt's state. With 1 it would
+     * resume a short-option cluster that an earlier call left half-read
+     * ("-hq" returns at 'h'), reading the previous argv (fuzz_cli found it). */
+    optind = 0;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":n:qvh", long_opts, NULL)) != -1) {

@@ -1,0 +1,74 @@
+/* SF payload decoder (sfb__sf_view): untrusted network input.
+ *
+ * Input: bytes 0-3 rows, 4-7 cols, 8-11 s (little-endian u32 each), byte 12
+ * bit 0 = sparse, the rest is the payload (copied to an aligned buffer).
+ * Shapes come straight from the input, as a buggy or hostile peer's frame
+ * header could send them. On success every view pointer must lie inside
+ * the payload, the length must be exactly what the shapes say, the CSR
+ * structure must be valid, every number finite, and re-encoding the view
+ * must give back the payload byte for byte. */
+#include "fuzz.h"
+
+#include "sfb/codec.h"
+#include "src/bytes.h"
+
+#include <math.h>
+#include <string.h>
+
+#define INSIDE(ptr, count, elem)                                                                   \
+    ((const uint8_t *)(ptr) >= buf &&                                                              \
+     (uint64_t)((const uint8_t *)(ptr)-buf) + (uint64_t)(count) * (elem) <= (uint64_t)len)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 13) return 0;
+    uint32_t rows = sfb__get_u32(data), cols = sfb__get_u32(data + 4), s = sfb__get_u32(data + 8);
+    int sparse = data[12] & 1;
+    const size_t len = size - 13;
+    /* malloc'd exactly: ASan catches a read one byte past the payload. */
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) abort();
+    memcpy(buf, data + 13, len);
+    struct sfb_sf v;
+    int r = sfb__sf_view(buf, len, rows, cols, s, sparse, &v);
+    if (r) {
+        FUZZ_CHECK(r < 0);
+        fuzz_note(r);
+        free(buf);
+        return 0;
+    }
+    FUZZ_CHECK(v.rows == rows && v.cols == cols && v.s == s && v.sparse_c == sparse);
+    FUZZ_CHECK(isfinite(v.scale));
+    FUZZ_CHECK(len == sfb__sf_payload_size(&v, sparse, sparse ? sfb__get_u32(buf + 4) : 0));
+    FUZZ_CHECK(INSIDE(v.b, (uint64_t)s * rows, 4));
+    for (uint64_t i = 0; i < (uint64_t)s * rows; i++)
+        FUZZ_CHECK(isfinite(v.b[i]));
+    uint64_t nnz = 0;
+    if (!sparse) {
+        FUZZ_CHECK(INSIDE(v.c, (uint64_t)s * cols, 4));
+        for (uint64_t i = 0; i < (uint64_t)s * cols; i++)
+            FUZZ_CHECK(isfinite(v.c[i]));
+    } else {
+        nnz = sfb__get_u32(buf + 4);
+        FUZZ_CHECK(INSIDE(v.c_row_ptr, (uint64_t)s + 1, 4));
+        FUZZ_CHECK(INSIDE(v.c_col, nnz, 4));
+        FUZZ_CHECK(INSIDE(v.c_val, nnz, 4));
+        FUZZ_CHECK(v.c_row_ptr[0] == 0 && v.c_row_ptr[s] == nnz);
+        for (uint32_t i = 0; i < s; i++) {
+            FUZZ_CHECK(v.c_row_ptr[i] <= v.c_row_ptr[i + 1]);
+            for (uint32_t j = v.c_row_ptr[i]; j < v.c_row_ptr[i + 1]; j++) {
+                FUZZ_CHECK(v.c_col[j] < cols);
+                FUZZ_CHECK(j == v.c_row_ptr[i] || v.c_col[j] > v.c_col[j - 1]);
+                FUZZ_CHECK(isfinite(v.c_val[j]));
+            }
+        }
+    }
+    /* Round trip: the view encodes back to the same bytes. */
+    uint8_t *again = malloc(len ? len : 1);
+    if (!again) abort();
+    FUZZ_CHECK(sfb__sf_encode(&v, sparse, nnz, again, len) == 0);
+    FUZZ_CHECK(memcmp(again, buf, len) == 0);
+    free(again);
+    free(buf);
+    return 0;
+}
