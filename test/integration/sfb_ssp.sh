@@ -2,6 +2,8 @@
 # SSP proof: 4 workers with random injected compute delays, s in {0, 1, 3}
 # (and the topology given as $3, default full). The metrics of every worker
 # must show the SSP guarantee at every clock (ssp_check.py).
+# With MODEL_DIFF set (test/integration/model_diff), the replicas of every
+# run must also end identical (<= 1e-6).
 # Usage: sfb_ssp.sh SFB SSP_CHECK [TOPOLOGY]
 set -uo pipefail
 SFB=$1; CHECK=$2; topo=${3:-full}
@@ -10,10 +12,16 @@ fails=0
 for s in 0 1 3; do
   out=$(timeout 100 "$SFB" run -n 4 --data synth:k=6,d=40,n=4000,seed=2 --batch 8 --clocks 40 \
         --staleness $s --debug-delay-ms 15 --topology "$topo" --eval-every 0 -q \
-        --out-dir "$tmp/s$s" 2>&1)
+        --out-dir "$tmp/s$s" --model-out "$tmp/s$s/m.%r.sfb" 2>&1)
   rc=$?
   if [ $rc != 0 ]; then echo "FAIL: run with s=$s exited $rc"; printf '%s\n' "$out" | tail; fails=$((fails+1)); continue; fi
   python3 "$CHECK" $s "$tmp"/s$s/metrics.*.jsonl | tail -n 3 || fails=$((fails+1))
+  if [ -n "${MODEL_DIFF:-}" ]; then
+    for r in 1 2 3; do
+      "$MODEL_DIFF" "$tmp/s$s/m.0.sfb" "$tmp/s$s/m.$r.sfb" 1e-6 >/dev/null \
+        || { echo "FAIL: s=$s replica $r differs from replica 0"; fails=$((fails+1)); }
+    done
+  fi
   # the delays make workers drift apart: with s > 0 some updates arrive stale
 done
 echo "$((3 - fails)) passed, $fails failed"
