@@ -49,6 +49,9 @@ enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2 };
 enum op_kind { OP_SEND = 1, OP_RECV };
 /* Pieces held while their first chunk is still missing (all frames). */
 #define STASH_MAX 4096
+/* How long the poller keeps spinning without progress while operations are
+ * in flight (see progress()). */
+#define INFLIGHT_SPIN_S 0.05
 
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
 struct op {
@@ -759,7 +762,14 @@ static int progress(void *arg)
     work |= read_cq(t);
     double now = sfb__now();
     if (work) t->last_work = now;
-    int spinning = now - t->last_work < t->s.spin_s;
+    /* Operations in flight (sends not yet completed, a frame half
+     * reassembled) mean a completion is due within microseconds: keep
+     * polling longer than spin_s, or a big frame whose chunks complete
+     * more than spin_s apart under load would pay a nap (≥ 1 ms: epoll's
+     * resolution) per gap. Bounded, so a dead peer does not burn a core. */
+    unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
+    int in_flight = t->ops_out > rx_posted || t->active;
+    int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
     if (t->wait_fd < 0 || pending) return spinning ? SFB__POLL_BUSY : SFB__POLL_NAP;
     struct fid *f = &t->cq->fid;
