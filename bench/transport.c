@@ -13,7 +13,9 @@
  *     size / half round trip (the convention of fi_pingpong's MB/sec).
  *   transport/stream/<prov>: rank 0 sends `iters` frames back-to-back, rank 1
  *     acks the last one; us/op per frame, GB/s = size * iters / time.
- * GB are 1e9 bytes. --smoke runs a few iterations of small sizes (a test). */
+ * GB are 1e9 bytes. --smoke runs a few iterations of small sizes (a test).
+ * Environment: SFB_BENCH_CHUNK=n overrides the transport's chunk_size;
+ * SFB_BENCH_STATS=1 prints the transport counters after each size. */
 #include "src/common.h"
 #include "src/loop.h"
 #include "src/transport.h"

@@ -25,6 +25,7 @@
 
 #include <pthread.h>
 #include <rdma/fabric.h>
+#include <sched.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -775,7 +776,13 @@ static int progress(void *arg)
     int in_flight = t->ops_out > rx_posted || t->active;
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
-    if (t->wait_fd < 0 || pending) return spinning ? SFB__POLL_BUSY : SFB__POLL_NAP;
+    if (t->wait_fd < 0 || pending) {
+        /* An idle spin pass gives the core away: on a machine with fewer
+         * cores than busy threads, the thread that would produce the next
+         * completion (this process's compute thread, the peer) needs it. */
+        if (spinning && !work) sched_yield();
+        return spinning ? SFB__POLL_BUSY : SFB__POLL_NAP;
+    }
     struct fid *f = &t->cq->fid;
     return fi_trywait(t->fabric, &f, 1) == FI_SUCCESS ? SFB__POLL_SLEEP : SFB__POLL_BUSY;
 }
