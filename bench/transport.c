@@ -144,6 +144,7 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
     s.all_local = 1;
     s.rank = (uint32_t)rank;
     if (getenv("SFB_BENCH_CHUNK")) s.chunk_size = strtoull(getenv("SFB_BENCH_CHUNK"), NULL, 0);
+    if (getenv("SFB_BENCH_RXDEPTH")) s.rx_depth = (unsigned)atoi(getenv("SFB_BENCH_RXDEPTH"));
     int rc;
     if ((rc = sfb__loop_open(&loop)) || (rc = sfb__loop_start(loop)) ||
         (rc = sfb__transport_open(&t, &s, loop)) || (rc = sfb__transport_buf_get(t, maxsz, &buf)))
