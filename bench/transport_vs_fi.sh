@@ -109,7 +109,7 @@ for prov in $PROVS; do
                 (s == "" ? "-" : s), (f == "" ? "-" : f); exit 0 }
             r = (f > 0) ? s / f : 0
             low = !smoke && b >= 1048576 && r < g
-            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.2f%s\n", p, b, s, f, r,
+            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.3f%s\n", p, b, s, f, r,
                 low ? "  BELOW " g * 100 "%" : ""
             exit low }' || fail=1
     done
