@@ -25,13 +25,13 @@
 
 #include <pthread.h>
 #include <rdma/fabric.h>
-#include <sched.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
