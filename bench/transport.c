@@ -14,7 +14,8 @@
  *   transport/stream/<prov>: rank 0 sends `iters` frames back-to-back, rank 1
  *     acks the last one; us/op per frame, GB/s = size * iters / time.
  * GB are 1e9 bytes. --smoke runs a few iterations of small sizes (a test).
- * Environment: SFB_BENCH_CHUNK=n overrides the transport's chunk_size;
+ * Environment: SFB_BENCH_CHUNK=n / SFB_BENCH_RXDEPTH=n override the
+ * transport's chunk_size / rx_depth;
  * SFB_BENCH_STATS=1 prints the transport counters after each size. */
 #include "src/common.h"
 #include "src/loop.h"
