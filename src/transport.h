@@ -72,7 +72,7 @@ struct sfb__transport_settings {
     const char *provider;
     int all_local;         /* every rank runs on this host */
     uint32_t rank;         /* this endpoint's rank */
-    /* Largest fabric message and size of each receive buffer (64 KiB,
+    /* Largest fabric message and size of each receive buffer (256 KiB,
      * capped by the provider's max_msg_size). Must be equal on all ranks. */
     size_t chunk_size;
     size_t max_frame;      /* largest frame accepted from a peer (1 GiB) */

@@ -1,0 +1,123 @@
+#!/bin/sh
+# sfb's transport against libfabric's own fi_pingpong (package libfabric-bin),
+# same provider, same sizes, 2 processes each, ping-pong bandwidth =
+# size / half round trip (fi_pingpong's MB/sec column, 1e6 B/s).
+#
+#   transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b] [provider ...]
+#
+# Default providers shm tcp; sizes 4k,64k,1m,16m; R = 3 runs of each side,
+# alternated, best of each kept (the machine may be shared: best-of is the
+# least noisy estimate of what each stack can do). One line per (provider,
+# size), then a verdict. Exit 1 when sfb reaches < 80 % of fi_pingpong's
+# bandwidth at a size >= 1 MiB on any provider (not with --smoke, which runs
+# tiny sizes once and only checks that both sides run). Exit 77 (skipped)
+# when fi_pingpong is not installed.
+set -u
+BENCH=${1:?usage: transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b] [provider ...]}
+shift
+SMOKE=0
+REPEAT=3
+SIZES=4k,64k,1m,16m
+PROVS=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --smoke) SMOKE=1; REPEAT=1; SIZES=4k,64k ;;
+    --repeat) REPEAT=$2; shift ;;
+    --sizes) SIZES=$2; shift ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) PROVS="$PROVS $1" ;;
+    esac
+    shift
+done
+[ -n "$PROVS" ] || PROVS="shm tcp"
+GATE=0.80
+FI=$(command -v fi_pingpong) || { echo "fi_pingpong not installed (libfabric-bin): skipped"; exit 77; }
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+
+bytes() { # 4k -> 4096
+    echo "$1" | awk '{ n = $0 + 0; u = tolower(substr($0, length($0)));
+        if (u == "k") n *= 1024; else if (u == "m") n *= 1048576; print n }'
+}
+iters() { # the same count bench_transport picks: 64 MiB each way, 20..1000
+    if [ "$SMOKE" = 1 ]; then echo 5; return; fi
+    awk -v s="$1" 'BEGIN { n = int(67108864 / s); if (n > 1000) n = 1000; if (n < 20) n = 20; print n }'
+}
+
+# fi_pingpong server + client on a private control port; prints GB/s or nothing.
+PORT=$((20000 + $$ % 20000))
+fi_run() { # provider size
+    n=$(iters "$1")
+    for attempt in 1 2 3; do
+        PORT=$((PORT + 1))
+        timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -B "$PORT" >"$TMP/srv" 2>&1 &
+        spid=$!
+        sleep 0.3
+        timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -P "$PORT" 127.0.0.1 >"$TMP/cli" 2>&1
+        crc=$?
+        wait $spid
+        src=$?
+        if [ $crc = 0 ] && [ $src = 0 ]; then
+            # Table: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+            awk 'NF == 8 && $1 != "bytes" { printf "%.3f\n", $6 / 1000 }' "$TMP/cli" | tail -1
+            return 0
+        fi
+    done
+    echo "fi_pingpong -p $1 -S $2 failed:" >&2
+    cat "$TMP/cli" "$TMP/srv" >&2
+    return 1
+}
+
+best() { # keeps the larger of two numbers (empty = none)
+    if [ -z "$1" ]; then echo "$2"; elif [ -z "$2" ]; then echo "$1"; else
+        awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; fi
+}
+
+fail=0
+echo "# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio  (ping-pong, best of $REPEAT)"
+for prov in $PROVS; do
+    list=$(echo "$SIZES" | tr ',' ' ')
+    for s in $list; do
+        eval "SFB_$(bytes "$s")="
+        eval "FI_$(bytes "$s")="
+    done
+    r=0
+    while [ $r -lt "$REPEAT" ]; do
+        r=$((r + 1))
+        for s in $list; do
+            b=$(bytes "$s")
+            extra=
+            [ "$SMOKE" = 1 ] && extra="--iters 5"
+            # shellcheck disable=SC2086
+            v=$("$BENCH" --mode pingpong --sizes "$b" $extra "$prov" 2>"$TMP/err" |
+                awk '$1 ~ /^transport\/pingpong\// { print $5 }')
+            if [ -z "$v" ]; then
+                echo "bench_transport $prov $b failed:" >&2
+                cat "$TMP/err" >&2
+                fail=1
+            fi
+            eval "SFB_$b=\$(best \"\$SFB_$b\" \"$v\")"
+            f=$(fi_run "$prov" "$b") || { [ "$SMOKE" = 1 ] || fail=1; }
+            eval "FI_$b=\$(best \"\$FI_$b\" \"$f\")"
+        done
+    done
+    for s in $list; do
+        b=$(bytes "$s")
+        eval "sv=\$SFB_$b; fv=\$FI_$b"
+        awk -v p="$prov" -v b="$b" -v s="$sv" -v f="$fv" -v g=$GATE -v smoke=$SMOKE 'BEGIN {
+            if (s == "" || f == "") { printf "transport_vs_fi/%s  %d  %s  %s  n/a\n", p, b,
+                (s == "" ? "-" : s), (f == "" ? "-" : f); exit 0 }
+            r = (f > 0) ? s / f : 0
+            low = !smoke && b >= 1048576 && r < g
+            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.3f%s\n", p, b, s, f, r,
+                low ? "  BELOW " g * 100 "%" : ""
+            exit low }' || fail=1
+    done
+done
+if [ "$SMOKE" = 1 ]; then
+    [ $fail = 0 ] && echo "verdict: smoke ok (no ratio gate)" || echo "verdict: smoke FAILED"
+else
+    [ $fail = 0 ] && echo "verdict: PASS (sfb >= 80% of fi_pingpong at >= 1 MiB on$PROVS)" ||
+        echo "verdict: FAIL (sfb < 80% of fi_pingpong at >= 1 MiB, or a run failed)"
+fi
+exit $fail
