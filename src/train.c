@@ -376,7 +376,11 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
                            res->wall, ev.loss, ev.accuracy, res->train_loss);
     traffic(w, now_tr);
     const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
-    double formula = (double)(w->world - 1) * w->batch * ((double)a->rows + a->cols) * 4.0;
+    /* SFB: S·(K+D) values to each of P−1 peers; FMS: each row block pushed
+     * to its owner and the sums of the own block sent back, 2·K·D·(P−1)/P */
+    double formula = strcmp(w->engine->name, "fms") == 0
+                         ? 2.0 * a->rows * a->cols * (w->world - 1) / w->world * 4.0
+                         : (double)(w->world - 1) * w->batch * ((double)a->rows + a->cols) * 4.0;
     const uint64_t *hist = w->engine->staleness_hist(w->engine_priv);
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)
