@@ -62,9 +62,9 @@ def analyse(out, workers, window):
         "apply_s": sum(sum(r["apply_s"] for r in c) for c, _ in per) / workers,
         "wall": max(s["wall"] for _, s in per),
         "final_objective": smooth[-1],
+        "first_objective": obj[0],
         "smooth": smooth,
         "clock_wall": wall,
-        "samples_per_clock": sum(c[0]["samples_per_s"] * c[0]["wall"] for c, _ in per),
     }
 
 
@@ -74,58 +74,78 @@ def time_to(res, target):
             return res["clock_wall"][t], t + 1
     return None, None
 
+def synth_spec(a):
+    return f"synth:k={a.k},d={a.d - 1},n={a.n},seed=11"  # MLR adds a bias column
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+
+def run_mode(a, mode):
+    """One job of `mode` on a fresh emulated cluster; (results, 0) or (None, rc)."""
+    out = os.path.join(a.out, mode)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    cmd = [a.cluster, "-n", str(a.workers), "--rate", a.rate, "--sfb", a.sfb,
+           "--out-dir", out, "--timeout", "900"]
+    if a.delay:
+        cmd += ["--delay", a.delay]
+    cmd += ["--", "--model", "mlr", "--data", synth_spec(a), "--batch", str(a.batch),
+            "--clocks", str(a.clocks), "--lr", str(a.lr), "--lr-schedule", "constant",
+            "--staleness", "0", "--apply-early", "off", "--eval-every", "0", "-q",
+            "--sync", mode]
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode == 77:
+        print(f"{os.path.basename(sys.argv[0])}: SKIP: " + p.stdout.strip())
+        return None, 77
+    if p.returncode != 0:
+        print(p.stdout)
+        print(f"{os.path.basename(sys.argv[0])}: the {mode} run failed ({p.returncode})")
+        return None, 1
+    r = analyse(out, a.workers, window=max(1, min(5, a.clocks // 4)))
+    r["run_s"] = time.time() - t0
+    return r, 0
+
+
+def add_common_args(ap, clocks):
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--d", type=int, default=4096)
     ap.add_argument("--n", type=int, default=512, help="training samples (synth)")
     ap.add_argument("--batch", type=int, default=32, help="S per worker")
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--clocks", type=int, default=30)
+    ap.add_argument("--clocks", type=int, default=clocks)
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--delay", default="")
-    ap.add_argument("--out", default="bench-out/sfb_vs_fms")
     ap.add_argument("--sfb", default=os.path.join(ROOT, "build", "src", "cli", "sfb"))
     ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
     ap.add_argument("--json", help="also write the results here")
+
+
+def smoke_shapes(a):
+    a.k, a.d, a.n, a.batch, a.workers, a.clocks, a.rate = 64, 256, 600, 4, 3, 20, "100mbit"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(ap, 30)
+    ap.add_argument("--out", default="bench-out/sfb_vs_fms")
+    ap.add_argument("--target", type=float,
+                    help="objective to reach (default: half the first clock's)")
     a = ap.parse_args()
     if a.smoke:
-        a.k, a.d, a.n, a.batch, a.workers, a.clocks, a.rate = 64, 256, 600, 4, 3, 20, "100mbit"
+        smoke_shapes(a)
     if os.geteuid() != 0:
         print("sfb_vs_fms: SKIP: needs root for network namespaces")
         return 77
-    data = f"synth:k={a.k},d={a.d - 1},n={a.n},seed=11"  # MLR adds a bias column
     res = {}
     for mode in ("sfb", "fms"):
-        out = os.path.join(a.out, mode)
-        os.makedirs(out, exist_ok=True)
-        for f in os.listdir(out):
-            os.remove(os.path.join(out, f))
-        cmd = [a.cluster, "-n", str(a.workers), "--rate", a.rate, "--sfb", a.sfb,
-               "--out-dir", out, "--timeout", "900"]
-        if a.delay:
-            cmd += ["--delay", a.delay]
-        cmd += ["--", "--model", "mlr", "--data", data, "--batch", str(a.batch),
-                "--clocks", str(a.clocks), "--lr", str(a.lr), "--lr-schedule", "constant",
-                "--staleness", "0", "--apply-early", "off", "--eval-every", "0", "-q",
-                "--sync", mode]
-        t0 = time.time()
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode == 77:
-            print("sfb_vs_fms: SKIP: " + p.stdout.strip())
-            return 77
-        if p.returncode != 0:
-            print(p.stdout)
-            print(f"sfb_vs_fms: the {mode} run failed ({p.returncode})")
-            return 1
-        res[mode] = analyse(out, a.workers, window=max(1, min(5, a.clocks // 4)))
-        res[mode]["run_s"] = time.time() - t0
-    # the fixed objective: the worse of the two final (smoothed) objectives, so
-    # both reach it
-    target = max(res["sfb"]["final_objective"], res["fms"]["final_objective"])
+        res[mode], rc = run_mode(a, mode)
+        if rc:
+            return rc
+    # the fixed objective: by default half the objective of the first clock
+    # (the same for both modes: same initial parameters and samples)
+    target = a.target if a.target is not None else 0.5 * res["sfb"]["smooth"][0]
     for m in res:
         res[m]["time_to_target"], res[m]["clocks_to_target"] = time_to(res[m], target)
     cores = os.cpu_count()
