@@ -114,7 +114,7 @@ def add_common_args(ap, clocks):
     ap.add_argument("--batch", type=int, default=32, help="S per worker")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--clocks", type=int, default=clocks)
-    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--delay", default="")
     ap.add_argument("--sfb", default=os.path.join(ROOT, "build", "src", "cli", "sfb"))
