@@ -8,6 +8,8 @@
 #  * SSP holds per row block: with injected delays and s in {1, 3} every
 #    worker's metrics satisfy the SSP guarantee (ssp_check.py) and the
 #    observed staleness never exceeds s.
+#  * a job whose ranks disagree on --sync stops at once on both, naming the
+#    mismatch (instead of each waiting for frames the other never sends).
 # Usage: fms_parity.sh SFB MODEL_DIFF SSP_CHECK
 set -uo pipefail
 SFB=$1; DIFF=$2; CHECK=$3
@@ -48,5 +50,18 @@ for s in 1 3; do
     fails=$((fails+1)); continue; fi
   check python3 "$CHECK" $s "$tmp"/s$s/metrics.*.jsonl
 done
+mixed() {
+  local port=$((30000 + RANDOM % 20000)) args=(--data synth:k=8,d=60,n=1000,seed=4 --clocks 20
+        --eval-every 0 -q --out-dir "$tmp/mixed")
+  SFB_RANK=0 SFB_WORLD_SIZE=2 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=77 \
+    timeout 30 "$SFB" worker --sync sfb "${args[@]}" >"$tmp/mixed0" 2>&1 &
+  local pid=$!
+  SFB_RANK=1 SFB_WORLD_SIZE=2 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=77 \
+    timeout 30 "$SFB" worker --sync fms "${args[@]}" >"$tmp/mixed1" 2>&1
+  local rc1=$? rc0
+  wait $pid; rc0=$?
+  [ $rc0 = 1 ] && [ $rc1 = 1 ] && grep -q 'same --sync' "$tmp/mixed0" && grep -q 'same --sync' "$tmp/mixed1"
+}
+check mixed
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
