@@ -2,7 +2,8 @@
 # FMS baseline (sfb/fms.c) against SFB.
 #  * parity: P = 4, s = 0, fixed seed, same data order: after 50 clocks the
 #    FMS and SFB parameters agree to relative max difference <= 1e-4, and the
-#    FMS replicas agree with each other (<= 1e-5).
+#    FMS replicas agree with each other (<= 1e-5); also with K < P (empty
+#    row blocks).
 #  * traffic: FMS sends 2·K·D·(P−1)/P floats per worker and clock (plus
 #    frame headers): the summary's bytes per clock is within 25 % of it.
 #  * SSP holds per row block: with injected delays and s in {1, 3} every
@@ -27,6 +28,16 @@ for sync in fms sfb; do
 done
 check "$DIFF" "$tmp/fms.0.sfb" "$tmp/sfb.0.sfb" 1e-4
 for r in 1 2 3; do check "$DIFF" "$tmp/fms.0.sfb" "$tmp/fms.$r.sfb" 1e-5; done
+
+# K = 2 rows over P = 4 owners: two blocks are empty
+for sync in fms sfb; do
+  timeout 100 "$SFB" run --sync $sync -n 4 --batch 8 --data synth:k=2,d=30,n=2000,seed=4 \
+    --clocks 40 --eval-every 0 -q --apply-early off --model-out "$tmp/k2$sync.%r.sfb" \
+    --out-dir "$tmp/ok2$sync" >/dev/null 2>"$tmp/errk2" \
+    || { echo "FAIL: K=2 --sync $sync run"; cat "$tmp/errk2"; exit 1; }
+done
+check "$DIFF" "$tmp/k2fms.0.sfb" "$tmp/k2sfb.0.sfb" 1e-4
+check "$DIFF" "$tmp/k2fms.0.sfb" "$tmp/k2fms.3.sfb" 1e-5
 
 bytes_ok() {
   python3 - "$1" <<'PY'
