@@ -86,7 +86,8 @@ int main(int argc, char **argv)
         double c0 = MPI_Wtime();
         MPI_Allreduce(MPI_IN_PLACE, delta, (int)n_el, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         comm += MPI_Wtime() - c0;
-        for (size_t i = 0; i < n_el; i++) a->data[i] += delta[i];
+        for (size_t i = 0; i < n_el; i++)
+            a->data[i] += delta[i];
         sfb_model_apply_local(m, (float)eta);
         if (t + 5 >= clocks) { /* objective of the last clocks, as the bench smooths */
             loss_last += loss / s;
@@ -109,7 +110,8 @@ int main(int argc, char **argv)
                last_n ? tot[0] / world / (double)last_n : NAN);
     }
     sfb_reconstruct_close(&recon);
-    for (int i = 0; i < SFB_MODEL_MAX_MATRICES; i++) sfb_sf_free(&sf[i]);
+    for (int i = 0; i < SFB_MODEL_MAX_MATRICES; i++)
+        sfb_sf_free(&sf[i]);
     free(delta);
     free(idx);
     sfb_sampler_close(&sampler);

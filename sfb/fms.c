@@ -42,7 +42,7 @@ struct held {
 struct own {
     struct sfb__buf *buf; /* K × D float32; also referenced by pending sends */
     int64_t clock;
-    uint32_t left;        /* summed blocks of this clock not applied yet */
+    uint32_t left; /* summed blocks of this clock not applied yet */
 };
 
 struct fms {
@@ -51,16 +51,16 @@ struct fms {
     struct sfb_reconstruct *recon;
     struct sfb_matrix *a;
     uint32_t nmat, rank, world, K, D;
-    uint32_t r0, r1;          /* own block */
-    struct held *push;        /* pushes received for the own block */
+    uint32_t r0, r1;   /* own block */
+    struct held *push; /* pushes received for the own block */
     size_t npush, push_cap;
-    struct held *sum;         /* summed blocks waiting to be applied */
+    struct held *sum; /* summed blocks waiting to be applied */
     size_t nsum, sum_cap;
     struct own *own;
     size_t nown, own_cap;
-    struct sfb__ssp formed;   /* clocks whose own-block sum was formed */
-    const uint8_t **parts;    /* per rank: its push of the clock being summed */
-    float *scratch;           /* one row, sum − own */
+    struct sfb__ssp formed; /* clocks whose own-block sum was formed */
+    const uint8_t **parts;  /* per rank: its push of the clock being summed */
+    float *scratch;         /* one row, sum − own */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
 };
@@ -87,8 +87,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     f->world = f->c->world;
     f->nmat = sfb_model_n_matrices(env->model);
     if (f->world > 1 && f->nmat != 1)
-        return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices; distributed FMS supports one",
-                          f->nmat);
+        return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices; distributed FMS supports one", f->nmat);
     f->a = sfb_model_matrix(env->model, 0);
     f->K = f->a->rows;
     f->D = f->a->cols;
@@ -105,9 +104,12 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
 static void fms_close(void *priv)
 {
     struct fms *f = priv;
-    for (size_t i = 0; i < f->npush; i++) sfb__buf_put(f->push[i].buf);
-    for (size_t i = 0; i < f->nsum; i++) sfb__buf_put(f->sum[i].buf);
-    for (size_t i = 0; i < f->nown; i++) sfb__buf_put(f->own[i].buf);
+    for (size_t i = 0; i < f->npush; i++)
+        sfb__buf_put(f->push[i].buf);
+    for (size_t i = 0; i < f->nsum; i++)
+        sfb__buf_put(f->sum[i].buf);
+    for (size_t i = 0; i < f->nown; i++)
+        sfb__buf_put(f->own[i].buf);
     free(f->push);
     free(f->sum);
     free(f->own);
@@ -211,8 +213,14 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
     size_t len = (size_t)(r1 - r0) * f->D * sizeof(float);
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS, .origin = f->rank, .sender = f->rank,
-                             .clock = clock, .matrix = 0, .k = r1 - r0, .d = f->D, .s = r0,
+    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+                             .origin = f->rank,
+                             .sender = f->rank,
+                             .clock = clock,
+                             .matrix = 0,
+                             .k = r1 - r0,
+                             .d = f->D,
+                             .s = r0,
                              .payload_len = len};
     struct sfb_wire_piece piece = {rows, len};
     return sfb__comm_header(f->c, &h, &piece, 1, hdr);
@@ -243,7 +251,8 @@ static int form_sums(struct fms *f)
         memset(acc, 0, n_el * sizeof(float));
         for (uint32_t r = 0; r < f->world; r++) {
             const uint8_t *p = f->parts[r];
-            for (size_t i = 0; i < n_el; i++) acc[i] += get_f32(p + 4 * i);
+            for (size_t i = 0; i < n_el; i++)
+                acc[i] += get_f32(p + 4 * i);
         }
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         ret = dense_hdr(f, t, f->r0, f->r1, acc, hdr);
@@ -281,7 +290,8 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     if (f->nsum == 0) return 0;
     qsort(f->sum, f->nsum, sizeof *f->sum, cmp_held);
     size_t n = 0;
-    while (n < f->nsum && f->sum[n].clock <= limit) n++;
+    while (n < f->nsum && f->sum[n].clock <= limit)
+        n++;
     if (n == 0) return 0;
     double t0 = sfb__now();
     size_t row_bytes = (size_t)f->D * sizeof(float);
@@ -289,15 +299,19 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
         struct held *s = &f->sum[i];
         struct own *o = find_own(f, s->clock);
         if (!o) /* a sum needs all P pushes, the own one among them */
-            return sfb__error(-EPROTO, "fms: rank %u sent the sum of clock %lld before this "
-                              "rank pushed it", s->origin, (long long)s->clock);
+            return sfb__error(-EPROTO,
+                              "fms: rank %u sent the sum of clock %lld before this "
+                              "rank pushed it",
+                              s->origin, (long long)s->clock);
         uint32_t r0 = block_start(f, s->origin), r1 = block_start(f, s->origin + 1);
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *src = s->rows + (size_t)(r - r0) * row_bytes;
             const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
             float *dst = f->a->data + (size_t)r * f->D;
-            for (uint32_t j = 0; j < f->D; j++) f->scratch[j] = get_f32(src + 4 * j) - mine[j];
-            for (uint32_t j = 0; j < f->D; j++) dst[j] += f->scratch[j];
+            for (uint32_t j = 0; j < f->D; j++)
+                f->scratch[j] = get_f32(src + 4 * j) - mine[j];
+            for (uint32_t j = 0; j < f->D; j++)
+                dst[j] += f->scratch[j];
         }
         sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
         if (--o->left == 0) {
@@ -330,7 +344,8 @@ static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t no
     for (;;) {
         struct sfb__frame fr;
         if (f->c->t)
-            while (sfb__transport_recv(f->c->t, &fr, 0) == 0) take_frame(f, &fr);
+            while (sfb__transport_recv(f->c->t, &fr, 0) == 0)
+                take_frame(f, &fr);
         if (f->c->t && (ret = form_sums(f))) break;
         if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
@@ -387,7 +402,8 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
     const struct sfb_sf *one = &sf[0];
     if ((ret = sfb_reconstruct_apply(f->recon, &delta, &one, 1))) goto out;
     /* read-my-writes */
-    for (size_t i = 0; i < n_el; i++) f->a->data[i] += delta.data[i];
+    for (size_t i = 0; i < n_el; i++)
+        f->a->data[i] += delta.data[i];
     uint32_t nonempty = 0;
     for (uint32_t b = 0; b < f->world; b++) {
         uint32_t r0 = block_start(f, b), r1 = block_start(f, b + 1);
