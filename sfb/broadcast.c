@@ -264,11 +264,3 @@ const struct sfb__sync_ops sfb__broadcast_ops = {
     .drain = bc_drain,
     .staleness_hist = bc_hist,
 };
-
-const struct sfb__sync_ops *sfb__sync_find(const char *name)
-{
-    static const struct sfb__sync_ops *const engines[] = {&sfb__broadcast_ops};
-    for (size_t i = 0; i < SFB_ARRAY_LEN(engines); i++)
-        if (!strcmp(engines[i]->name, name)) return engines[i];
-    return NULL;
-}

@@ -55,5 +55,6 @@ struct sfb__sync_ops {
 
 const struct sfb__sync_ops *sfb__sync_find(const char *name);
 extern const struct sfb__sync_ops sfb__broadcast_ops;
+extern const struct sfb__sync_ops sfb__fms_ops;
 
 #endif

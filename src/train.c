@@ -14,6 +14,7 @@
 #include "sfb/model.h"
 #include "sfb/sync.h"
 #include "sfb/train.h"
+#include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/common.h"
 #include "src/metrics.h"
@@ -140,6 +141,30 @@ static int setup_model(struct worker *w)
     return 0;
 }
 
+/* Every rank must run the same engine with the same staleness: an SFB rank
+ * and an FMS rank would each wait forever for frames the other never sends. */
+static int check_same_sync(struct worker *w, const struct sfb_train_settings *s)
+{
+    if (w->world == 1) return 0;
+    char mine[96];
+    int n = snprintf(mine, sizeof mine, "--sync %s --staleness %lld", s->sync,
+                     (long long)s->staleness);
+    if (n < 0 || (size_t)n >= sizeof mine) return sfb__error(-EINVAL, "--sync name too long");
+    void *all = NULL;
+    size_t *lens = calloc(w->world, sizeof *lens);
+    if (!lens) return -ENOMEM;
+    int ret = sfb__bootstrap_allgatherv(w->comm->bs, mine, (size_t)n, &all, lens);
+    const char *p = all;
+    for (uint32_t r = 0; r < w->world && !ret; p += lens[r], r++)
+        if (lens[r] != (size_t)n || memcmp(p, mine, (size_t)n) != 0)
+            ret = sfb__error(-SFB_ECONFIG, "rank %u runs with \"%.*s\", rank %u with \"%s\": "
+                             "every worker needs the same --sync and --staleness",
+                             r, (int)SFB_MIN(lens[r], 80), p, w->rank, mine);
+    free(all);
+    free(lens);
+    return ret;
+}
+
 static int worker_open(struct worker *w, const struct sfb_train_settings *s)
 {
     memset(w, 0, sizeof *w);
@@ -156,6 +181,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     if (ret) return ret;
     w->rank = w->comm->rank;
     w->world = w->comm->world;
+    if ((ret = check_same_sync(w, s))) return ret;
     /* default: a global minibatch of 32 samples, split over the workers */
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
 
@@ -376,7 +402,11 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
                            res->wall, ev.loss, ev.accuracy, res->train_loss);
     traffic(w, now_tr);
     const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
-    double formula = (double)(w->world - 1) * w->batch * ((double)a->rows + a->cols) * 4.0;
+    /* SFB: S·(K+D) values to each of P−1 peers; FMS: each row block pushed
+     * to its owner and the sums of the own block sent back, 2·K·D·(P−1)/P */
+    double formula = strcmp(w->engine->name, "fms") == 0
+                         ? 2.0 * a->rows * a->cols * (w->world - 1) / w->world * 4.0
+                         : (double)(w->world - 1) * w->batch * ((double)a->rows + a->cols) * 4.0;
     const uint64_t *hist = w->engine->staleness_hist(w->engine_priv);
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)

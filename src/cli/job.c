@@ -68,11 +68,6 @@ static void progress_print(void *user, const struct sfb_progress *p)
 
 static int check_available(const struct cli_job *job, const char *cmd)
 {
-    if (strcmp(job->sync, "sfb") != 0) {
-        fprintf(stderr, "sfb %s: --sync %s is not available in this version (the FMS "
-                        "baseline is planned; see README \"Status\")\n", cmd, job->sync);
-        return 2;
-    }
     if (strcmp(job->topology, "full") != 0) {
         fprintf(stderr, "sfb %s: --topology %s is not available in this version (overlay "
                         "relays are planned; see README \"Status\")\n", cmd, job->topology);

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""SFB against the FMS baseline on the emulated cluster (scripts/netns-cluster).
+
+MLR on synth: data, K = D = 4096, S = 32 per worker, P = 4 workers on shaped
+1 Gbit/s links, BSP (s = 0), the same seed and data order for both modes. For
+each mode: samples/s (all workers), bytes sent per worker and clock,
+network-wait fraction (wait / wall), time to a fixed objective; then the
+SFB/FMS ratios. The objective per sample must be the same for both modes
+(same parameters up to rounding at s = 0).
+
+Usage: bench/sfb_vs_fms.py [--smoke] [--k K] [--d D] [--n N] [--batch S]
+         [--workers P] [--clocks C] [--rate R] [--delay D] [--out DIR]
+         [--sfb PATH] [--cluster PATH] [--json FILE]
+--smoke: tiny shapes, a few seconds (suite bench-smoke). Needs root (network
+namespaces); exits 77 otherwise. The metrics of both runs stay in --out
+(default bench-out/sfb_vs_fms) for scripts/plot.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def load(path):
+    clocks, summary = [], None
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("event") == "summary":
+                summary = r
+            elif "event" not in r and "clock" in r:
+                clocks.append(r)
+    return clocks, summary
+
+
+def analyse(out, workers, window):
+    per = [load(os.path.join(out, f"metrics.{r}.jsonl")) for r in range(workers)]
+    if any(s is None for _, s in per):
+        raise SystemExit(f"sfb_vs_fms: a worker wrote no summary in {out}")
+    n = min(len(c) for c, _ in per)
+    # objective per clock: mean over the workers; wall: the slowest worker
+    obj = [sum(c[t]["objective"] for c, _ in per) / workers for t in range(n)]
+    wall = [max(c[t]["wall"] for c, _ in per) for t in range(n)]
+    smooth = []
+    for t in range(n):
+        lo = max(0, t - window + 1)
+        smooth.append(sum(obj[lo:t + 1]) / (t + 1 - lo))
+    wait = sum(sum(r["wait_s"] for r in c) for c, _ in per)
+    walls = sum(s["wall"] for _, s in per)
+    return {
+        "samples_per_s": sum(s["samples_per_s"] for _, s in per),
+        "bytes_per_clock": sum(s["bytes_sent_per_clock"] for _, s in per) / workers,
+        "formula_bytes_per_clock": per[0][1]["formula_bytes_per_clock"],
+        "wait_fraction": wait / walls if walls > 0 else 0.0,
+        "compute_s": sum(sum(r["compute_s"] for r in c) for c, _ in per) / workers,
+        "wait_s": wait / workers,
+        "apply_s": sum(sum(r["apply_s"] for r in c) for c, _ in per) / workers,
+        "wall": max(s["wall"] for _, s in per),
+        "final_objective": smooth[-1],
+        "first_objective": obj[0],
+        "smooth": smooth,
+        "clock_wall": wall,
+    }
+
+
+def time_to(res, target):
+    for t, v in enumerate(res["smooth"]):
+        if v <= target:
+            return res["clock_wall"][t], t + 1
+    return None, None
+
+def synth_spec(a):
+    return f"synth:k={a.k},d={a.d - 1},n={a.n},seed=11"  # MLR adds a bias column
+
+
+def run_mode(a, mode):
+    """One job of `mode` on a fresh emulated cluster; (results, 0) or (None, rc)."""
+    out = os.path.join(a.out, mode)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    cmd = [a.cluster, "-n", str(a.workers), "--rate", a.rate, "--sfb", a.sfb,
+           "--out-dir", out, "--timeout", "900"]
+    if a.delay:
+        cmd += ["--delay", a.delay]
+    cmd += ["--", "--model", "mlr", "--data", synth_spec(a), "--batch", str(a.batch),
+            "--clocks", str(a.clocks), "--lr", str(a.lr), "--lr-schedule", "constant",
+            "--staleness", "0", "--apply-early", "off", "--eval-every", "0", "-q",
+            "--sync", mode]
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode == 77:
+        print(f"{os.path.basename(sys.argv[0])}: SKIP: " + p.stdout.strip())
+        return None, 77
+    if p.returncode != 0:
+        print(p.stdout)
+        print(f"{os.path.basename(sys.argv[0])}: the {mode} run failed ({p.returncode})")
+        return None, 1
+    r = analyse(out, a.workers, window=max(1, min(5, a.clocks // 4)))
+    r["run_s"] = time.time() - t0
+    return r, 0
+
+
+def add_common_args(ap, clocks):
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--d", type=int, default=4096)
+    ap.add_argument("--n", type=int, default=512, help="training samples (synth)")
+    ap.add_argument("--batch", type=int, default=32, help="S per worker")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--clocks", type=int, default=clocks)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--delay", default="")
+    ap.add_argument("--sfb", default=os.path.join(ROOT, "build", "src", "cli", "sfb"))
+    ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
+    ap.add_argument("--json", help="also write the results here")
+
+
+def smoke_shapes(a):
+    a.k, a.d, a.n, a.batch, a.workers, a.clocks, a.rate = 64, 256, 600, 4, 3, 20, "100mbit"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(ap, 30)
+    ap.add_argument("--out", default="bench-out/sfb_vs_fms")
+    ap.add_argument("--target", type=float,
+                    help="objective to reach (default: half the first clock's)")
+    a = ap.parse_args()
+    if a.smoke:
+        smoke_shapes(a)
+    if os.geteuid() != 0:
+        print("sfb_vs_fms: SKIP: needs root for network namespaces")
+        return 77
+    res = {}
+    for mode in ("sfb", "fms"):
+        res[mode], rc = run_mode(a, mode)
+        if rc:
+            return rc
+    # the fixed objective: by default half the objective of the first clock
+    # (the same for both modes: same initial parameters and samples)
+    target = a.target if a.target is not None else 0.5 * res["sfb"]["smooth"][0]
+    for m in res:
+        res[m]["time_to_target"], res[m]["clocks_to_target"] = time_to(res[m], target)
+    cores = os.cpu_count()
+    print(f"sfb vs fms: MLR K={a.k} D={a.d} S={a.batch} P={a.workers}, {a.clocks} clocks, "
+          f"links {a.rate}{' delay ' + a.delay if a.delay else ''}, s=0, {cores} cores")
+    print(f"{'':24}{'sfb':>14}{'fms':>14}{'sfb/fms':>10}")
+
+    def row(name, key, fmt, ratio=True, inv=False):
+        x, y = res["sfb"][key], res["fms"][key]
+        r = ""
+        if ratio and x and y:
+            r = f"{(y / x if inv else x / y):.2f}"
+        print(f"{name:24}{format(x, fmt):>14}{format(y, fmt):>14}{r:>10}")
+
+    row("samples/s", "samples_per_s", ".1f")
+    row("bytes/clock/worker", "bytes_per_clock", ".4g")
+    row("formula bytes/clock", "formula_bytes_per_clock", ".4g")
+    row("network-wait fraction", "wait_fraction", ".3f", ratio=False)
+    row("compute s/worker", "compute_s", ".2f", ratio=False)
+    row("wait s/worker", "wait_s", ".2f", ratio=False)
+    row("apply s/worker", "apply_s", ".2f", ratio=False)
+    row("final objective", "final_objective", ".5f")
+    tt = [res[m]["time_to_target"] for m in ("sfb", "fms")]
+    print(f"{'time to obj ' + format(target, '.4f'):24}"
+          + "".join(f"{(format(v, '.2f') + ' s') if v is not None else '-':>14}" for v in tt)
+          + (f"{tt[1] / tt[0]:>10.2f}" if None not in tt and tt[0] > 0 else ""))
+    speed = res["sfb"]["samples_per_s"] / res["fms"]["samples_per_s"]
+    print(f"SFB/FMS samples/s ratio: {speed:.2f} (goal >= 8 at K=D=4096, S=32, P=4, 1 Gbit/s)")
+    same = abs(res["sfb"]["final_objective"] - res["fms"]["final_objective"]) <= \
+        1e-3 * max(1.0, abs(res["fms"]["final_objective"]))
+    print(f"same objective per sample: {'yes' if same else 'NO'}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"settings": vars(a), "target": target,
+                       "results": {m: {k: v for k, v in r.items() if k not in ("smooth", "clock_wall")}
+                                   for m, r in res.items()}}, f, indent=1)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+/* The FMS engine: full matrices through sharded servers, the centralized
+ * baseline the paper compares SFB with (DESIGN.md §FMS baseline).
+ *
+ * The K rows of the matrix are split into P contiguous blocks; worker b owns
+ * block b (rows [b·K/P, (b+1)·K/P)) and acts as its server. Per clock:
+ *   publish(t): ΔA_own = reconstruction of the own SFs into a zeroed dense
+ *     buffer (one sgemm); ΔA_own is added to the own replica at once
+ *     (read-my-writes) and each row block is pushed to its owner as a
+ *     DENSE_ROWS frame (origin = pusher).
+ *   owner of block b: once it holds all P pushes of clock t (its own
+ *     included) it sums them in rank order, so every replica receives the
+ *     same bytes, and sends the sum to every worker (DENSE_ROWS with
+ *     origin = owner).
+ *   every worker applies a summed block as sum − own push, since the own
+ *     part is already in its replica.
+ * SSP holds per block: the SSP table's "origin" b is the owner of block b,
+ * marked when the summed block b of a clock is applied. Computing clock t
+ * needs every block summed and applied through t − s − 1.
+ *
+ * Everything runs in the compute thread; received frames are never copied
+ * (pending pushes and sums hold references to the receive buffers). */
+#include "config.h"
+#include "sfb/sync.h"
+#include "src/comm.h"
+#include "src/common.h"
+#include "src/ssp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A received frame kept for later: a push for the own block, or a summed
+ * block of some owner. */
+struct held {
+    struct sfb__buf *buf; /* reference held */
+    const uint8_t *rows;  /* k × D float32, little-endian, maybe unaligned */
+    uint32_t origin;      /* pusher (push) or owner (sum) */
+    int64_t clock;
+};
+
+/* The own ΔA of one clock, kept until every block of that clock is summed
+ * and applied (sum − own needs it). */
+struct own {
+    struct sfb__buf *buf; /* K × D float32; also referenced by pending sends */
+    int64_t clock;
+    uint32_t left; /* summed blocks of this clock not applied yet */
+};
+
+struct fms {
+    struct sfb__sync_env env;
+    struct sfb__comm *c;
+    struct sfb_reconstruct *recon;
+    struct sfb_matrix *a;
+    uint32_t nmat, rank, world, K, D;
+    uint32_t r0, r1;   /* own block */
+    struct held *push; /* pushes received for the own block */
+    size_t npush, push_cap;
+    struct held *sum; /* summed blocks waiting to be applied */
+    size_t nsum, sum_cap;
+    struct own *own;
+    size_t nown, own_cap;
+    struct sfb__ssp formed; /* clocks whose own-block sum was formed */
+    const uint8_t **parts;  /* per rank: its push of the clock being summed */
+    float *scratch;         /* one row, sum − own */
+    uint64_t hist[SFB_STALENESS_BINS];
+    uint64_t rejected;
+};
+
+static uint32_t block_start(const struct fms *f, uint32_t b)
+{
+    return (uint32_t)((uint64_t)f->K * b / f->world);
+}
+
+/* The block holding rows [s, s + k), or world if that is no block. */
+static uint32_t block_of(const struct fms *f, uint32_t s, uint32_t k)
+{
+    for (uint32_t b = 0; b < f->world; b++)
+        if (block_start(f, b) == s && block_start(f, b + 1) == s + k && k > 0) return b;
+    return f->world;
+}
+
+static int fms_open(void *priv, const struct sfb__sync_env *env)
+{
+    struct fms *f = priv;
+    f->env = *env;
+    f->c = env->comm;
+    f->rank = f->c->rank;
+    f->world = f->c->world;
+    f->nmat = sfb_model_n_matrices(env->model);
+    if (f->world > 1 && f->nmat != 1)
+        return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices; distributed FMS supports one", f->nmat);
+    f->a = sfb_model_matrix(env->model, 0);
+    f->K = f->a->rows;
+    f->D = f->a->cols;
+    f->r0 = block_start(f, f->rank);
+    f->r1 = block_start(f, f->rank + 1);
+    int ret = sfb__ssp_init(&f->formed, 1, 0, 0);
+    if (ret) return ret;
+    f->parts = calloc(f->world, sizeof *f->parts);
+    f->scratch = malloc(sizeof *f->scratch * (f->D ? f->D : 1));
+    if (!f->parts || !f->scratch) return sfb__error(-ENOMEM, "fms: out of memory");
+    return sfb_reconstruct_open(&f->recon);
+}
+
+static void fms_close(void *priv)
+{
+    struct fms *f = priv;
+    for (size_t i = 0; i < f->npush; i++)
+        sfb__buf_put(f->push[i].buf);
+    for (size_t i = 0; i < f->nsum; i++)
+        sfb__buf_put(f->sum[i].buf);
+    for (size_t i = 0; i < f->nown; i++)
+        sfb__buf_put(f->own[i].buf);
+    free(f->push);
+    free(f->sum);
+    free(f->own);
+    free(f->parts);
+    free(f->scratch);
+    sfb__ssp_fini(&f->formed);
+    sfb_reconstruct_close(&f->recon);
+}
+
+static struct own *find_own(struct fms *f, int64_t clock)
+{
+    for (size_t i = 0; i < f->nown; i++)
+        if (f->own[i].clock == clock) return &f->own[i];
+    return NULL;
+}
+
+static int holds(const struct held *h, size_t n, uint32_t origin, int64_t clock)
+{
+    for (size_t i = 0; i < n; i++)
+        if (h[i].origin == origin && h[i].clock == clock) return 1;
+    return 0;
+}
+
+static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
+                const struct sfb_wire_hdr *h, const uint8_t *payload)
+{
+    if (sfb__reserve((void **)v, cap, (*n + 1) * sizeof **v)) return -ENOMEM;
+    sfb__buf_ref(buf);
+    (*v)[(*n)++] = (struct held){buf, payload, h->origin, h->clock};
+    return 0;
+}
+
+/* One decoded frame: a push for the own block or a summed block. */
+static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb_wire_hdr *h,
+                 const uint8_t *payload)
+{
+    const char *why = NULL;
+    uint32_t b = h->type == SFB_WIRE_DENSE_ROWS ? block_of(f, h->s, h->k) : f->world;
+    if (h->type != SFB_WIRE_DENSE_ROWS)
+        why = "not a DENSE_ROWS frame (is every worker running --sync fms?)";
+    else if (b == f->world)
+        why = "rows are not one owner's block";
+    else if (h->clock < 0)
+        why = "negative clock";
+    else if (h->origin == f->rank)
+        why = "claims to carry this rank's own update";
+    else if (b == f->rank) {
+        /* a push of origin's ΔA rows of the own block */
+        if (sfb__ssp_is_applied(&f->formed, 0, h->clock) ||
+            holds(f->push, f->npush, h->origin, h->clock))
+            why = "replays a push already received";
+        else if (hold(&f->push, &f->npush, &f->push_cap, buf, h, payload))
+            why = "out of memory";
+    } else if (b == h->origin) {
+        /* the owner's summed block; it includes the own push, so the own
+         * ΔA of that clock is still held unless this is a replay */
+        if (sfb__ssp_is_applied(f->env.ssp, b, h->clock) || holds(f->sum, f->nsum, b, h->clock))
+            why = "replays a summed block already received";
+        else if (!find_own(f, h->clock))
+            why = "a sum of a clock this rank has not pushed yet";
+        else if (hold(&f->sum, &f->nsum, &f->sum_cap, buf, h, payload))
+            why = "out of memory";
+    } else {
+        why = "a push for a block this rank does not own";
+    }
+    if (!why) return;
+    f->rejected++;
+    SFB_LOG_W("fms: rejected a frame from rank %d (origin %u, clock %lld, rows %u+%u): %s", from,
+              h->origin, (long long)h->clock, h->s, h->k, why);
+}
+
+static void take_frame(struct fms *f, struct sfb__frame *fr)
+{
+    struct sfb_wire_hdr h;
+    const uint8_t *payload;
+    if (sfb__wire_decode(&f->c->job, fr->data, fr->len, (int)fr->src, &h, &payload) == 0)
+        take(f, fr->buf, (int)fr->src, &h, payload);
+    sfb__buf_put(fr->buf);
+}
+
+static float get_f32(const uint8_t *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Sends hdr + buf[off, off + len) to dst, waiting for queue space while the
+ * job is healthy. */
+static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__buf *buf,
+                   size_t off, size_t len)
+{
+    for (;;) {
+        int ret = sfb__transport_send(f->c->t, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
+        if (ret != -ETIMEDOUT) return ret;
+        if ((ret = sfb__comm_check(f->c))) return ret;
+    }
+}
+
+static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, const void *rows,
+                     uint8_t hdr[SFB_WIRE_HDR_SIZE])
+{
+    size_t len = (size_t)(r1 - r0) * f->D * sizeof(float);
+    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+                             .origin = f->rank,
+                             .sender = f->rank,
+                             .clock = clock,
+                             .matrix = 0,
+                             .k = r1 - r0,
+                             .d = f->D,
+                             .s = r0,
+                             .payload_len = len};
+    struct sfb_wire_piece piece = {rows, len};
+    return sfb__comm_header(f->c, &h, &piece, 1, hdr);
+}
+
+/* The owner's part: for every clock whose P pushes of the own block are all
+ * here (the own one is in f->own), sums them in rank order, sends the sum to
+ * every peer and queues it for the own replica. */
+static int form_sums(struct fms *f)
+{
+    size_t row_bytes = (size_t)f->D * sizeof(float);
+    size_t n_el = (size_t)(f->r1 - f->r0) * f->D;
+    for (size_t oi = 0; oi < f->nown; oi++) {
+        int64_t t = f->own[oi].clock;
+        if (n_el == 0 || sfb__ssp_is_applied(&f->formed, 0, t)) continue;
+        uint32_t have = 0;
+        for (size_t i = 0; i < f->npush; i++)
+            if (f->push[i].clock == t) {
+                f->parts[f->push[i].origin] = f->push[i].rows;
+                have++;
+            }
+        if (have != f->world - 1) continue;
+        f->parts[f->rank] = f->own[oi].buf->data + (size_t)f->r0 * row_bytes;
+        struct sfb__buf *out;
+        int ret = sfb__transport_buf_get(f->c->t, n_el * sizeof(float), &out);
+        if (ret) return ret;
+        float *acc = (float *)(void *)out->data;
+        memset(acc, 0, n_el * sizeof(float));
+        for (uint32_t r = 0; r < f->world; r++) {
+            const uint8_t *p = f->parts[r];
+            for (size_t i = 0; i < n_el; i++)
+                acc[i] += get_f32(p + 4 * i);
+        }
+        uint8_t hdr[SFB_WIRE_HDR_SIZE];
+        ret = dense_hdr(f, t, f->r0, f->r1, acc, hdr);
+        for (uint32_t p = 0; p < f->world && !ret; p++)
+            if (p != f->rank) ret = send_to(f, p, hdr, out, 0, n_el * sizeof(float));
+        struct sfb_wire_hdr me = {.origin = f->rank, .clock = t};
+        if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
+        sfb__buf_put(out);
+        if (ret) return ret;
+        sfb__ssp_mark(&f->formed, 0, t);
+        /* the pushes of t are summed: release them */
+        size_t k = 0;
+        for (size_t i = 0; i < f->npush; i++) {
+            if (f->push[i].clock == t)
+                sfb__buf_put(f->push[i].buf);
+            else
+                f->push[k++] = f->push[i];
+        }
+        f->npush = k;
+    }
+    return 0;
+}
+
+static int cmp_held(const void *x, const void *y)
+{
+    const struct held *a = x, *b = y;
+    if (a->clock != b->clock) return a->clock < b->clock ? -1 : 1;
+    return a->origin < b->origin ? -1 : a->origin > b->origin;
+}
+
+/* Applies every summed block with clock ≤ limit as sum − own push. */
+static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t required,
+                       struct sfb__sync_clock *acct)
+{
+    if (f->nsum == 0) return 0;
+    qsort(f->sum, f->nsum, sizeof *f->sum, cmp_held);
+    size_t n = 0;
+    while (n < f->nsum && f->sum[n].clock <= limit)
+        n++;
+    if (n == 0) return 0;
+    double t0 = sfb__now();
+    size_t row_bytes = (size_t)f->D * sizeof(float);
+    for (size_t i = 0; i < n; i++) {
+        struct held *s = &f->sum[i];
+        struct own *o = find_own(f, s->clock);
+        if (!o) /* a sum needs all P pushes, the own one among them */
+            return sfb__error(-EPROTO,
+                              "fms: rank %u sent the sum of clock %lld before this "
+                              "rank pushed it",
+                              s->origin, (long long)s->clock);
+        uint32_t r0 = block_start(f, s->origin), r1 = block_start(f, s->origin + 1);
+        for (uint32_t r = r0; r < r1; r++) {
+            const uint8_t *src = s->rows + (size_t)(r - r0) * row_bytes;
+            const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
+            float *dst = f->a->data + (size_t)r * f->D;
+            for (uint32_t j = 0; j < f->D; j++)
+                f->scratch[j] = get_f32(src + 4 * j) - mine[j];
+            for (uint32_t j = 0; j < f->D; j++)
+                dst[j] += f->scratch[j];
+        }
+        sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
+        if (--o->left == 0) {
+            sfb__buf_put(o->buf);
+            *o = f->own[--f->nown];
+        }
+        if (s->origin != f->rank) {
+            int64_t st = now_clock - s->clock - 1;
+            if (st < 0) st = 0;
+            f->hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
+            if (st > acct->staleness) acct->staleness = st;
+            acct->applied++;
+            if (s->clock > required) acct->applied_early++;
+        }
+        sfb__buf_put(s->buf);
+    }
+    memmove(f->sum, f->sum + n, (f->nsum - n) * sizeof *f->sum);
+    f->nsum -= n;
+    acct->apply_s += sfb__now() - t0;
+    return 0;
+}
+
+/* Receives, sums (as owner) and applies until every block has applied
+ * `required`. */
+static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t now_clock,
+                      struct sfb__sync_clock *acct)
+{
+    double t0 = sfb__now(), apply0 = acct->apply_s;
+    int ret = 0;
+    for (;;) {
+        struct sfb__frame fr;
+        if (f->c->t)
+            while (sfb__transport_recv(f->c->t, &fr, 0) == 0)
+                take_frame(f, &fr);
+        if (f->c->t && (ret = form_sums(f))) break;
+        if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
+        if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
+        if ((ret = sfb__comm_check(f->c))) break;
+        if (!f->c->t) {
+            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
+            break;
+        }
+        if (sfb__transport_recv(f->c->t, &fr, 0.05) == 0) take_frame(f, &fr);
+    }
+    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
+    return ret;
+}
+
+static int fms_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
+{
+    struct fms *f = priv;
+    int64_t required = sfb__ssp_required(f->env.ssp, clock);
+    int64_t limit = (f->env.apply_early || required == INT64_MIN) ? INT64_MAX : required;
+    return wait_until(f, required, limit, clock, acct);
+}
+
+static int fms_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
+{
+    struct fms *f = priv;
+    return wait_until(f, last, INT64_MAX, last + 1, acct);
+}
+
+static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
+{
+    struct fms *f = priv;
+    struct sfb__comm *c = f->c;
+    if (c->world == 1) {
+        /* nothing to share: the own update is the whole update */
+        for (uint32_t m = 0; m < n; m++) {
+            const struct sfb_sf *one = &sf[m];
+            int ret = sfb_reconstruct_apply(f->recon, sfb_model_matrix(f->env.model, m), &one, 1);
+            if (ret) return ret;
+        }
+        return sfb__ssp_mark(f->env.ssp, c->rank, clock);
+    }
+    if (n != 1 || sf[0].rows != f->K || sf[0].cols != f->D)
+        return sfb__error(-SFB_ESHAPE, "fms: publish needs one %u x %u update, got %u of %u x %u",
+                          f->K, f->D, n, n ? sf[0].rows : 0, n ? sf[0].cols : 0);
+    if (find_own(f, clock) || sfb__ssp_is_applied(f->env.ssp, f->rank, clock))
+        return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
+    size_t n_el = (size_t)f->K * f->D, row_bytes = (size_t)f->D * sizeof(float);
+    struct sfb__buf *buf;
+    int ret = sfb__transport_buf_get(c->t, n_el * sizeof(float), &buf);
+    if (ret) return ret;
+    /* ΔA_own: the own SFs reconstructed into zeros, one sgemm */
+    memset(buf->data, 0, n_el * sizeof(float));
+    struct sfb_matrix delta = {f->K, f->D, (float *)(void *)buf->data};
+    const struct sfb_sf *one = &sf[0];
+    if ((ret = sfb_reconstruct_apply(f->recon, &delta, &one, 1))) goto out;
+    /* read-my-writes */
+    for (size_t i = 0; i < n_el; i++)
+        f->a->data[i] += delta.data[i];
+    uint32_t nonempty = 0;
+    for (uint32_t b = 0; b < f->world; b++) {
+        uint32_t r0 = block_start(f, b), r1 = block_start(f, b + 1);
+        if (r1 == r0) {
+            /* an empty block is trivially summed */
+            if ((ret = sfb__ssp_mark(f->env.ssp, b, clock))) goto out;
+            continue;
+        }
+        nonempty++;
+        if (b == f->rank) continue;
+        uint8_t hdr[SFB_WIRE_HDR_SIZE];
+        const uint8_t *rows = buf->data + (size_t)r0 * row_bytes;
+        size_t len = (size_t)(r1 - r0) * row_bytes;
+        if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) goto out;
+        if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) goto out;
+    }
+    if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    f->own[f->nown++] = (struct own){buf, clock, nonempty};
+    /* the own block may be complete already */
+    return form_sums(f);
+out:
+    sfb__buf_put(buf);
+    return ret;
+}
+
+static const uint64_t *fms_hist(void *priv)
+{
+    return ((struct fms *)priv)->hist;
+}
+
+const struct sfb__sync_ops sfb__fms_ops = {
+    .name = "fms",
+    .priv_size = sizeof(struct fms),
+    .open = fms_open,
+    .close = fms_close,
+    .wait = fms_wait,
+    .publish = fms_publish,
+    .drain = fms_drain,
+    .staleness_hist = fms_hist,
+};
