@@ -841,7 +841,17 @@ static int open_fabric(struct sfb__transport *t)
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->domain_attr->av_type = FI_AV_TABLE;
     hints->fabric_attr->prov_name = strdup(prov);
-    int rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &t->info);
+    /* A socket-based provider picks an interface by itself; when every rank
+     * is on this host, bind loopback: other interfaces may come and go (test
+     * namespaces, VPNs) and are of no use here. FI_TCP_IFACE still wins. */
+    const char *node = NULL;
+    uint64_t flags = 0;
+    if (t->s.all_local && !getenv("FI_TCP_IFACE") &&
+        (!strncmp(prov, "tcp", 3) || !strncmp(prov, "udp", 3) || !strcmp(prov, "sockets"))) {
+        node = "127.0.0.1";
+        flags = FI_SOURCE;
+    }
+    int rc = fi_getinfo(FI_VERSION(1, 9), node, NULL, flags, hints, &t->info);
     fi_freeinfo(hints);
     if (rc) return sfb__error(rc, "transport: no FI_EP_RDM tagged provider \"%s\": %s", prov,
                               fi_strerror(-rc));

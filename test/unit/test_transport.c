@@ -50,6 +50,7 @@ static int world_open(struct world *w, int n, const char *prov,
         struct sfb__transport_settings s;
         if (tmpl) s = *tmpl;
         else sfb__transport_default_settings(&s);
+        s.all_local = 1; /* every endpoint is in this process: bind loopback */
         s.provider = prov;
         s.rank = (uint32_t)i;
         int rc = sfb__transport_open(&w->t[i], &s, w->loop[i]);
@@ -179,6 +180,7 @@ static int backpressure(const char *prov)
 {
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
+    s.all_local = 1;
     s.max_sends = 8;
     s.inbox_cap = 4;
     s.rx_depth = 4;
@@ -263,6 +265,7 @@ static int relay(const char *prov)
 {
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
+    s.all_local = 1;
     struct world w;
     memset(&w, 0, sizeof w);
     w.n = 3;
@@ -375,6 +378,7 @@ static int test_bad_usage(void)
     world_close(&w);
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
+    s.all_local = 1;
     s.provider = "no-such-provider";
     struct sfb__loop *l;
     struct sfb__transport *t;
