@@ -33,9 +33,10 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     sfb_libsvm_default_settings(&s->libsvm);
     s->batch = 0;
     s->epochs = 10;
-    s->lr = 1.0;
+    s->lr = 0; /* the model's default */
     s->lr_schedule = SFB_LR_INVSQRT;
     s->lr_decay = 0.5;
+    s->lambda = -1;
     s->seed = 1;
     s->threads = 1;
     s->eval_every = 1;
@@ -47,19 +48,26 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->debug_slow_factor = 1.0;
 }
 
+double sfb_train_lr0(const struct sfb_train_settings *s)
+{
+    if (s->lr > 0) return s->lr;
+    return s->model && !strcmp(s->model, "dml") ? 0.01 : 1.0;
+}
+
 double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
 {
+    double lr = sfb_train_lr0(s);
     /* Default period: 1 % of an epoch, so the step decays like 1/sqrt(t)
      * early on whatever the batch size. */
     double period = (double)(s->lr_period ? s->lr_period : SFB_MAX(cpe / 100, (uint64_t)1));
     switch (s->lr_schedule) {
     case SFB_LR_INVSQRT:
-        return s->lr / sqrt(1.0 + (double)clock / period);
+        return lr / sqrt(1.0 + (double)clock / period);
     case SFB_LR_STEP:
-        return s->lr * pow(s->lr_decay, floor((double)clock / period));
+        return lr * pow(s->lr_decay, floor((double)clock / period));
     case SFB_LR_CONSTANT:
     default:
-        return s->lr;
+        return lr;
     }
 }
 
@@ -86,10 +94,9 @@ static int validate(const struct sfb_train_settings *s)
         return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
                           sfb_model_names());
     if (!s->data) return sfb__error(-EINVAL, "no data given");
-    if (!(s->lr > 0) || !isfinite(s->lr))
+    if (!(s->lr >= 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
-    if (!(s->lambda >= 0) || !isfinite(s->lambda))
-        return sfb__error(-EINVAL, "lambda must be >= 0, not %g", s->lambda);
+    if (!isfinite(s->lambda)) return sfb__error(-EINVAL, "lambda must be a number >= 0");
     if (s->epochs == 0 && s->clocks == 0)
         return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
@@ -112,11 +119,34 @@ static void worker_close(struct worker *w)
     sfb__comm_close(&w->comm);
 }
 
+/* Replaces train and test images by their p×p patches (sparse coding on
+ * image data), a deterministic subsample of at most 200 000 training and
+ * 20 000 test patches (all 8×8 patches of Fashion-MNIST would be 26 M). */
+static int to_patches(struct worker *w, uint32_t p)
+{
+    struct sfb_dataset *sets[2] = {&w->train, &w->test};
+    for (int i = 0; i < 2; i++) {
+        if (sets[i]->n == 0) continue;
+        struct sfb_patch_settings ps;
+        sfb_patch_default_settings(&ps);
+        ps.p = p;
+        ps.seed = w->s->seed + (uint64_t)i;
+        ps.max_patches = i ? 20000 : 200000;
+        struct sfb_dataset out = {0};
+        int ret = sfb_data_patches(sets[i], &ps, &out);
+        if (ret) return ret;
+        sfb_dataset_free(sets[i]);
+        *sets[i] = out;
+    }
+    return 0;
+}
+
 static int setup_model(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
     int ret = sfb_data_load(s->data, s->test_data, &s->libsvm, &w->train, &w->test);
     if (ret) return ret;
+    if (s->patch && (ret = to_patches(w, s->patch))) return ret;
     if ((ret = sfb_dataset_set_layout(&w->train, s->layout))) return ret;
     if ((ret = sfb_dataset_set_layout(&w->test, s->layout))) return ret;
     if (w->rank == 0)
@@ -128,8 +158,17 @@ static int setup_model(struct worker *w)
     ms.kind = s->model;
     ms.d = w->train.d;
     ms.k = w->train.k;
-    ms.lambda = s->lambda;
+    ms.lambda = s->lambda >= 0 ? s->lambda
+                : !strcmp(s->model, "dml") ? 1.0
+                : !strcmp(s->model, "sc")  ? 0.1
+                                           : 0.0;
     ms.seed = s->seed;
+    if (s->rank) ms.rank = s->rank;
+    if (s->knn_k) ms.knn_k = s->knn_k;
+    if (s->dict_size) ms.dict_size = s->dict_size;
+    if (s->code_steps) ms.code_steps = s->code_steps;
+    ms.simi_pairs = s->simi_pairs;
+    ms.diff_pairs = s->diff_pairs;
     if ((ret = sfb_model_open(&w->model, &ms))) return ret;
     if (w->world > 1 && sfb_model_n_matrices(w->model) != 1)
         return sfb__error(-SFB_ENOTIMPL, "model %s has %u matrices; distributed runs support one",
@@ -323,9 +362,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
 
         if (!isfinite(loss))
             return sfb__error(-ERANGE,
-                              "rank %u: training diverged at clock %llu (loss is %g): lower "
-                              "--lr (now %g)",
-                              w->rank, (unsigned long long)t, loss, s->lr);
+                              "training diverged at clock %llu (loss is %g): lower --lr "
+                              "(now %g)",
+                              (unsigned long long)t, loss, sfb_train_lr0(s));
         traffic(w, now_tr);
         cm.bytes_sent = now_tr[0] - prev[0];
         cm.bytes_recv = now_tr[1] - prev[1];
@@ -454,7 +493,11 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
         if (ret && w.comm) {
             /* tell the others why, so they stop at once naming this rank */
             char why[600];
-            snprintf(why, sizeof why, "rank %u: %s", w.rank, sfb_last_error());
+            const char *e = sfb_last_error();
+            if (!strncmp(e, "rank ", 5))
+                snprintf(why, sizeof why, "%s", e);
+            else
+                snprintf(why, sizeof why, "rank %u: %s", w.rank, e);
             if (sfb__comm_check(w.comm) == 0) sfb__comm_abort(w.comm, why);
             sfb__error(ret, "%s", why);
         }

@@ -31,11 +31,20 @@ struct sfb_train_settings {
                               max(1, 32 / world), a global minibatch of 32 */
     uint32_t epochs;       /* passes over the data (ignored if clocks > 0) */
     uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */
-    double lr;             /* η₀, per global minibatch (world · batch samples) */
+    double lr;             /* η₀, per global minibatch (world · batch samples); 0 (default):
+                              the model's default (dml 0.01, others 1.0) */
     enum sfb_lr_schedule lr_schedule;
     uint64_t lr_period;    /* T in clocks; 0 = 1 % of an epoch (at least 1) */
     double lr_decay;       /* factor of SFB_LR_STEP */
-    double lambda;         /* L2 strength */
+    double lambda;         /* regularizer: mlr L2, dml hinge weight, sc L1; < 0 (default):
+                              the model's default (mlr 0, dml 1, sc 0.1) */
+    /* model-specific settings (sfb/model.h); 0 / NULL: the model's default */
+    uint32_t rank;         /* dml: projection dimension */
+    uint32_t knn_k;        /* dml: neighbours of the k-NN evaluation */
+    uint32_t dict_size;    /* sc: dictionary atoms */
+    uint32_t code_steps;   /* sc: FISTA steps per code */
+    const char *simi_pairs, *diff_pairs; /* dml: pair files ("i j" per line) */
+    uint32_t patch;        /* train on p×p patches of square images (0: whole samples) */
     uint64_t seed;
     int threads;           /* OpenBLAS threads */
     uint32_t eval_every;   /* evaluate on the test set every N epochs (0: only at end) */
@@ -56,6 +65,9 @@ struct sfb_train_settings {
 };
 
 SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
+
+/* η₀: the settings' lr, or the model's default when it is 0. */
+SFB_API double sfb_train_lr0(const struct sfb_train_settings *s);
 
 /* The learning rate at a clock under the settings' schedule. */
 SFB_API double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock,

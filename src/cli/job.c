@@ -47,8 +47,11 @@ static void progress_print(void *user, const struct sfb_progress *p)
                 p->train_loss, p->samples_per_s);
         ps->open_line = 1;
         if (p->has_eval) {
-            fprintf(stderr, "  test acc %.2f%% loss %.4f\n", 100 * p->test_accuracy,
-                    p->test_loss);
+            if (isfinite(p->test_accuracy))
+                fprintf(stderr, "  test acc %.2f%% loss %.4f\n", 100 * p->test_accuracy,
+                        p->test_loss);
+            else
+                fprintf(stderr, "  test loss %.4f\n", p->test_loss);
             ps->open_line = 0;
         } else if (p->done) {
             fputc('\n', stderr);
@@ -58,9 +61,11 @@ static void progress_print(void *user, const struct sfb_progress *p)
         fprintf(stderr, "epoch %u clock %llu/%llu train_loss %.4f samples/s %.0f", p->epoch,
                 (unsigned long long)p->clock, (unsigned long long)p->clocks, p->train_loss,
                 p->samples_per_s);
-        if (p->has_eval)
+        if (p->has_eval && isfinite(p->test_accuracy))
             fprintf(stderr, " test_accuracy %.2f%% test_loss %.4f", 100 * p->test_accuracy,
                     p->test_loss);
+        else if (p->has_eval)
+            fprintf(stderr, " test_loss %.4f", p->test_loss);
         fputc('\n', stderr);
     }
     fflush(stderr);
@@ -106,6 +111,8 @@ static int run_worker(struct cli_job *job)
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);
+        else if (isfinite(res.test_loss))
+            printf("test loss %.4f\n", res.test_loss);
         print_path("model:  ", job->train.model_out);
         print_path("metrics:", job->train.metrics_out);
     }
@@ -182,12 +189,15 @@ static void eval_help(FILE *f)
                "  --split test|train     which part of NAME (default test where NAME has\n"
                "                         one, else the data itself)\n"
                "  --index-base auto|0|1  libsvm feature index base (default auto)\n"
+               "  --patches P            evaluate on PxP patches (models trained with\n"
+               "                         --patches)\n"
                "  -h, --help             this help\n");
 }
 
 int cli_eval(int argc, char **argv)
 {
     const char *model_file = NULL, *data = NULL, *test_data = NULL, *split = NULL;
+    const char *patches = NULL;
     struct sfb_libsvm_settings ls;
     sfb_libsvm_default_settings(&ls);
     for (int i = 1; i < argc; i++) {
@@ -200,6 +210,7 @@ int cli_eval(int argc, char **argv)
         else if (!strcmp(a, "--data")) dst = &data;
         else if (!strcmp(a, "--test-data")) dst = &test_data;
         else if (!strcmp(a, "--split")) dst = &split;
+        else if (!strcmp(a, "--patches")) dst = &patches;
         else if (!strcmp(a, "--index-base")) {
             if (i + 1 >= argc) goto missing;
             const char *v = argv[++i];
@@ -235,8 +246,10 @@ int cli_eval(int argc, char **argv)
         return 1;
     }
     const struct sfb_model_settings *ms = sfb_model_get_settings(m);
-    ls.dim = ms->d;
-    ls.classes = ms->k;
+    if (!patches) {
+        ls.dim = ms->d;
+        ls.classes = ms->k;
+    }
     struct sfb_dataset train = {0}, test = {0};
     ret = sfb_data_load(data, test_data, &ls, &train, &test);
     if (ret) {
@@ -251,7 +264,28 @@ int cli_eval(int argc, char **argv)
         ret = 2;
         goto out;
     }
-    const struct sfb_dataset *ds = use_test ? &test : &train;
+    struct sfb_dataset *ds = use_test ? &test : &train;
+    if (patches) {
+        char *end;
+        unsigned long p = strtoul(patches, &end, 10);
+        if (*end || p == 0 || p > 4096) {
+            fprintf(stderr, "sfb eval: --patches: \"%s\" is not a positive integer\n", patches);
+            ret = 2;
+            goto out;
+        }
+        struct sfb_patch_settings pset;
+        sfb_patch_default_settings(&pset);
+        pset.p = (uint32_t)p;
+        pset.max_patches = 20000;
+        struct sfb_dataset pd = {0};
+        if ((ret = sfb_data_patches(ds, &pset, &pd))) {
+            cli_error(ret, "cannot cut patches");
+            ret = 1;
+            goto out;
+        }
+        sfb_dataset_free(ds);
+        *ds = pd;
+    }
     if (ds->d != ms->d) {
         fprintf(stderr, "sfb eval: %s has %u features, the model was trained on %u\n", data,
                 ds->d, ms->d);
@@ -267,8 +301,16 @@ int cli_eval(int argc, char **argv)
     }
     printf("model %s (%s, %u features, %u classes, clock %lld)\n", model_file, ms->kind, ms->d,
            ms->k, (long long)clock);
-    printf("%s split: %llu samples  loss %.6f  accuracy %.2f%%\n", use_test ? "test" : "train",
-           (unsigned long long)ev.n, ev.loss, 100 * ev.accuracy);
+    printf("%s split: %llu samples  loss %.6f", use_test ? "test" : "train",
+           (unsigned long long)ev.n, ev.loss);
+    if (isfinite(ev.accuracy)) printf("  accuracy %.2f%%", 100 * ev.accuracy);
+    printf("\n");
+    if (isfinite(ev.knn_accuracy))
+        printf("k-NN accuracy: learned metric %.2f%%, Euclidean %.2f%%\n",
+               100 * ev.knn_accuracy, 100 * ev.knn_accuracy_euclid);
+    if (isfinite(ev.recon_error))
+        printf("reconstruction error %.4f, code sparsity %.2f%%\n", ev.recon_error,
+               100 * ev.sparsity);
     ret = 0;
 out:
     sfb_dataset_free(&train);

@@ -16,7 +16,8 @@ enum {
     OPT_SEED, OPT_THREADS, OPT_EVAL_EVERY, OPT_OUT_DIR, OPT_MODEL_OUT, OPT_METRICS_OUT,
     OPT_SYNC, OPT_STALENESS, OPT_TOPOLOGY, OPT_DEGREE, OPT_PROVIDER, OPT_CHECKPOINT_EVERY,
     OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_DEBUG_DELAY,
-    OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR, OPT_DATA_LAYOUT,
+    OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR, OPT_DATA_LAYOUT, OPT_RANK, OPT_KNN_K,
+    OPT_DICT_SIZE, OPT_CODE_STEPS, OPT_SIMI_PAIRS, OPT_DIFF_PAIRS, OPT_PATCHES,
 };
 
 static const struct option long_opts[] = {
@@ -36,6 +37,13 @@ static const struct option long_opts[] = {
     {"lr-period", required_argument, 0, OPT_LR_PERIOD},
     {"lr-decay", required_argument, 0, OPT_LR_DECAY},
     {"lambda", required_argument, 0, OPT_LAMBDA},
+    {"rank", required_argument, 0, OPT_RANK},
+    {"knn-k", required_argument, 0, OPT_KNN_K},
+    {"dict-size", required_argument, 0, OPT_DICT_SIZE},
+    {"code-steps", required_argument, 0, OPT_CODE_STEPS},
+    {"simi-pairs", required_argument, 0, OPT_SIMI_PAIRS},
+    {"diff-pairs", required_argument, 0, OPT_DIFF_PAIRS},
+    {"patches", required_argument, 0, OPT_PATCHES},
     {"seed", required_argument, 0, OPT_SEED},
     {"threads", required_argument, 0, OPT_THREADS},
     {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
@@ -85,13 +93,21 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  --data-layout auto|dense|sparse  feature storage (default: as loaded)\n"
             "  --dim D                libsvm feature dimension (default: inferred)\n"
             "  --classes K            number of classes (default: inferred)\n"
-            "  --lambda L             L2 regularization strength (default 0)\n"
+            "  --lambda L             regularizer: mlr L2 (default 0), dml hinge weight\n"
+            "                         (default 1), sc L1 weight (default 0.1)\n"
+            "  --rank K               dml: projection dimension (default 64)\n"
+            "  --knn-k K              dml: neighbours of the k-NN evaluation (default 5)\n"
+            "  --simi-pairs FILE      dml: similar pairs, lines \"i j\" (default: sampled\n"
+            "  --diff-pairs FILE      from the labels by seed)\n"
+            "  --dict-size K          sc: dictionary atoms (default 128)\n"
+            "  --code-steps N         sc: FISTA steps per code (default 20)\n"
+            "  --patches P            train on PxP patches of square images (e.g. 8)\n"
             "training:\n"
             "  --batch S              samples per worker per clock (default 32/P: a\n"
             "                         global minibatch of 32 samples)\n"
             "  --epochs E             passes over the data (default 10)\n"
             "  --clocks T             run exactly T clocks instead of --epochs\n"
-            "  --lr ETA               step size per global minibatch (default 1.0)\n"
+            "  --lr ETA               step size per global minibatch (default 1.0; dml 0.01)\n"
             "  --lr-schedule NAME     constant | invsqrt | step (default invsqrt:\n"
             "                         eta/sqrt(1+t/T))\n"
             "  --lr-period T          schedule period in clocks (default: 1%% of an epoch)\n"
@@ -272,6 +288,20 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             if (parse_double(optarg, &d) || d < 0) return bad(cmd, optname, optarg, "a number >= 0");
             t->lambda = d;
             break;
+        case OPT_RANK:
+        case OPT_KNN_K:
+        case OPT_DICT_SIZE:
+        case OPT_CODE_STEPS:
+        case OPT_PATCHES:
+            if (parse_u64(optarg, 1, 1u << 20, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            if (c == OPT_RANK) t->rank = (uint32_t)u;
+            else if (c == OPT_KNN_K) t->knn_k = (uint32_t)u;
+            else if (c == OPT_DICT_SIZE) t->dict_size = (uint32_t)u;
+            else if (c == OPT_CODE_STEPS) t->code_steps = (uint32_t)u;
+            else t->patch = (uint32_t)u;
+            break;
+        case OPT_SIMI_PAIRS: t->simi_pairs = optarg; break;
+        case OPT_DIFF_PAIRS: t->diff_pairs = optarg; break;
         case OPT_SEED:
             if (parse_u64(optarg, 0, UINT64_MAX, &u)) return bad(cmd, optname, optarg, "a non-negative integer");
             t->seed = u;

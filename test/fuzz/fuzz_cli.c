@@ -65,8 +65,8 @@ static void check_job(const struct cli_job *job, int with_n)
     FUZZ_CHECK(job->out_dir != NULL);
     const struct sfb_train_settings *t = &job->train;
     FUZZ_CHECK(t->batch <= (1u << 20)); /* 0 = auto: a global minibatch of 32 */
-    FUZZ_CHECK(t->lr > 0);
-    FUZZ_CHECK(t->lambda >= 0);
+    FUZZ_CHECK(t->lr >= 0); /* 0 = the model's default */
+    FUZZ_CHECK((t->lambda >= 0 || t->lambda == -1));
     FUZZ_CHECK(t->threads >= 1 && t->threads <= 1024);
     FUZZ_CHECK(t->libsvm.classes == 0 || t->libsvm.classes >= 2);
     FUZZ_CHECK(!t->model || sfb_model_find(t->model));

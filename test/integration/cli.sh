@@ -75,5 +75,19 @@ check eval-truncated '[ $rc = 1 ] && [[ "$out" == *truncated* ]]'
 run "$SFB" eval --model-file "$tmp/out/model.sfb"
 check eval-needs-data '[ $rc = 2 ]'
 
+# The other models train from the command line and evaluate their own way.
+run "$SFB" run -n 1 --model sc --data synth:k=3,d=16,n=800,seed=2 --dict-size 8 --clocks 50 \
+  --out-dir "$tmp/sc" -q
+check sc-train '[ $rc = 0 ] && [[ "$out" == *"test loss"* ]]'
+run "$SFB" eval --model-file "$tmp/sc/model.sfb" --data synth:k=3,d=16,n=800,seed=2
+check sc-eval '[ $rc = 0 ] && [[ "$out" == *"reconstruction error"* ]]'
+run "$SFB" run -n 1 --model dml --data synth:k=3,d=16,n=800,seed=2 --rank 4 --clocks 50 \
+  --out-dir "$tmp/dml" -q
+check dml-train '[ $rc = 0 ] && [[ "$out" == *"test accuracy"* ]]'
+run "$SFB" eval --model-file "$tmp/dml/model.sfb" --data synth:k=3,d=16,n=800,seed=2
+check dml-eval '[ $rc = 0 ] && [[ "$out" == *"k-NN accuracy: learned metric"* ]]'
+run "$SFB" run --rank 0
+check rank-zero '[ $rc = 2 ] && [[ "$out" == *"--rank"* ]]'
+
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
