@@ -73,11 +73,6 @@ static int check_available(const struct cli_job *job, const char *cmd)
                         "baseline is planned; see README \"Status\")\n", cmd, job->sync);
         return 2;
     }
-    if (strcmp(job->topology, "full") != 0) {
-        fprintf(stderr, "sfb %s: --topology %s is not available in this version (overlay "
-                        "relays are planned; see README \"Status\")\n", cmd, job->topology);
-        return 2;
-    }
     return 0;
 }
 
