@@ -218,11 +218,11 @@ static int bc_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
 
 /* Clock mode: waits until the frames this rank forwards at boundary t have
  * arrived (receiving meanwhile), then lets them go, one message per link. */
-static int boundary(struct bcast *b, int64_t t)
+static int boundary(struct bcast *b, int64_t t, int64_t last)
 {
     if (!b->relay || !sfb__relay_flush_clock(b->relay)) return 0;
     int ret = 0;
-    while (!sfb__relay_ready(b->relay, t)) {
+    while (!sfb__relay_ready(b->relay, t, last)) {
         struct sfb__frame f;
         if ((ret = sfb__comm_check(b->c))) return ret;
         if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
@@ -238,7 +238,7 @@ static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
          * boundaries; then forward eagerly. */
         uint32_t h = sfb__relay_max_hops(b->relay);
         for (int64_t t = last + 1; t <= last + h; t++) {
-            int ret = boundary(b, t);
+            int ret = boundary(b, t, last);
             if (ret) return ret;
         }
         int ret = sfb__relay_boundary(b->relay, INT64_MAX);
@@ -282,7 +282,7 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
         if (ret) return ret;
     }
     if (c->world > 1) {
-        int ret = boundary(b, clock);
+        int ret = boundary(b, clock, clock);
         if (ret) return ret;
     }
     return sfb__ssp_mark(b->env.ssp, c->rank, clock);

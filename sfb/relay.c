@@ -2,6 +2,7 @@
 #include "config.h"
 #include "sfb/relay.h"
 #include "sfb/topo.h"
+#include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/common.h"
 #include "src/loop.h"
@@ -258,6 +259,11 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
             r->relay_for[r->nrelay++] = o;
     r->any_relay = r->nrelay > 0;
     if (c->t && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
+    /* A frame that arrives before this rank's hook is installed would not be
+     * forwarded: no rank publishes until every relay is in place. (The
+     * shapes barrier in comm ran before the engine opened.) */
+    if (c->t && sfb_topo_diameter(r->topo) > 1 && (ret = sfb__bootstrap_barrier(c->bs)))
+        goto fail;
     *out = r;
     return 0;
 fail:
@@ -316,13 +322,13 @@ int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, i
     return sfb__loop_call(r->c->loop, publish_in_loop, &p);
 }
 
-int sfb__relay_ready(struct sfb__relay *r, int64_t t)
+int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last)
 {
     if (!r->flush_clock || t == INT64_MAX) return 1;
     for (uint32_t i = 0; i < r->nrelay; i++) {
         uint32_t o = r->relay_for[i];
         int64_t c = t - (int64_t)sfb_topo_hops(r->topo, o, r->me);
-        if (c < 0) continue;
+        if (c < 0 || c > last) continue;
         uint64_t need = ((uint64_t)c + 1) * r->nmat;
         if (atomic_load_explicit(&r->seen[o].next, memory_order_acquire) < need) return 0;
     }
@@ -383,3 +389,4 @@ void sfb__relay_stats(const struct sfb__relay *r, struct sfb__relay_stats *st)
     st->forwarded = atomic_load(&r->forwarded);
     st->refused = atomic_load(&r->refused);
 }
+

@@ -54,8 +54,9 @@ void sfb__relay_close(struct sfb__relay **r);
 int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock);
 
 /* Clock mode: 1 when every frame this rank forwards at boundary t (those of
- * clock t − hops) has arrived. Always 1 when eager. */
-int sfb__relay_ready(struct sfb__relay *r, int64_t t);
+ * clock t − hops, if ≤ last: the last clock published) has arrived. Always 1
+ * when eager. */
+int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last);
 /* Clock mode: boundary t — everything due ≤ t leaves (one message per
  * link). INT64_MAX: eager from now on (end of the run). */
 int sfb__relay_boundary(struct sfb__relay *r, int64_t t);
