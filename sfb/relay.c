@@ -57,11 +57,14 @@ static int sendable(const struct sfb__relay *r, const struct slice *s)
 }
 
 /* Loop thread: if link k is free, sends everything sendable on it as one
- * message. */
+ * message. In clock mode the boundary itself is the coalescing unit: what a
+ * boundary releases leaves at once as one message per link, even while an
+ * earlier message is still in flight (so a slow completion cannot merge two
+ * boundaries' messages). */
 static void kick(struct sfb__relay *r, uint32_t k)
 {
     struct link *l = &r->links[k];
-    if (l->busy || l->n == 0) return;
+    if ((l->busy && !r->flush_clock) || l->n == 0) return;
     size_t n = 0, total = 0, first = SIZE_MAX;
     for (size_t i = 0; i < l->n; i++)
         if (sendable(r, &l->q[i])) {
@@ -109,7 +112,7 @@ static void kick(struct sfb__relay *r, uint32_t k)
          * the failure to the compute thread; the frames are dropped. */
         SFB_LOG_W("relay: send to rank %u failed: %s", l->dst, sfb_strerror(ret));
     } else {
-        l->busy = 1;
+        l->busy = !r->flush_clock;
         l->inflight = sent;
         add(&r->msgs, 1);
         add(&r->bytes, wire);

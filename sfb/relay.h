@@ -19,7 +19,8 @@
  * Flush modes: eager (a queued frame is sendable at once) or clock (a frame
  * of clock c that is h hops from its origin is sendable at this node's
  * clock boundary c + h: the origin sends at c, every hop adds one clock; see
- * sfb__relay_ready / sfb__relay_boundary). The `full` topology is the
+ * sfb__relay_ready / sfb__relay_boundary; what a boundary releases leaves
+ * at once, one message per link). The `full` topology is the
  * one-hop star: every origin sends to every peer, nobody relays.
  *
  * Threads: open/close/publish/boundary/ready/stats from the compute thread;
