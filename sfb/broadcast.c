@@ -61,6 +61,11 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     if (!ret)
         ret = sfb__relay_open(&b->relay, b->c, env->topology, env->degree, env->flush_clock,
                               b->nmat);
+    /* The relay tracks arrivals in a 64-frame window per origin, and clock
+     * flushing waits on it: keep the run-ahead SSP allows well inside. */
+    if (!ret && env->flush_clock && (env->staleness < 0 || env->staleness > 48))
+        ret = sfb__error(-SFB_EUSAGE, "--flush clock needs a bounded staleness (0..48), not %lld",
+                         (long long)env->staleness);
     if (!ret && env->flush_clock && env->staleness >= 0 &&
         sfb__relay_diameter(b->relay) > (uint64_t)env->staleness + 1)
         ret = sfb__error(-SFB_EUSAGE,
