@@ -170,7 +170,7 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
                       const struct sfb_wire_hdr *h, uint32_t from)
 {
     if (h->type != SFB_WIRE_SF || h->origin >= r->world || h->origin == r->me ||
-        h->matrix >= r->nmat || h->clock < 0) {
+        h->matrix >= r->nmat || h->clock < 0 || h->clock > INT64_MAX / 4) {
         add(&r->refused, 1);
         return;
     }
