@@ -1,5 +1,6 @@
-/* The SFB engine: every clock's sufficient factors go to every peer (full
- * P2P); received factors wait in a pending set until SSP requires them (or
+/* The SFB engine: every clock's sufficient factors go to every peer — over
+ * full P2P or down the origin's tree of an overlay, relayed by the
+ * communication threads (sfb/relay.c); received factors wait in a pending set until SSP requires them (or
  * at once with apply_early) and are then applied, all of them, with one
  * reconstruction call per matrix.
  *
@@ -7,6 +8,7 @@
  * receive buffers, whose references are held while pending. */
 #include "config.h"
 #include "sfb/codec.h"
+#include "sfb/relay.h"
 #include "sfb/sync.h"
 #include "src/comm.h"
 #include "src/common.h"
@@ -33,7 +35,20 @@ struct bcast {
     size_t list_cap;
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected; /* frames refused after the wire checks */
+    struct sfb__relay *relay;
+    uint64_t *from;    /* updates applied per origin */
 };
+
+static void bc_close(void *priv)
+{
+    struct bcast *b = priv;
+    sfb__relay_close(&b->relay);
+    for (size_t i = 0; i < b->npend; i++) sfb__buf_put(b->pend[i].buf);
+    free(b->pend);
+    free(b->from);
+    free(b->list);
+    sfb_reconstruct_close(&b->recon);
+}
 
 static int bc_open(void *priv, const struct sfb__sync_env *env)
 {
@@ -41,16 +56,25 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     b->env = *env;
     b->c = env->comm;
     b->nmat = sfb_model_n_matrices(env->model);
-    return sfb_reconstruct_open(&b->recon);
-}
-
-static void bc_close(void *priv)
-{
-    struct bcast *b = priv;
-    for (size_t i = 0; i < b->npend; i++) sfb__buf_put(b->pend[i].buf);
-    free(b->pend);
-    free(b->list);
-    sfb_reconstruct_close(&b->recon);
+    b->from = calloc(b->c->world, sizeof *b->from);
+    int ret = b->from ? 0 : -ENOMEM;
+    if (!ret)
+        ret = sfb__relay_open(&b->relay, b->c, env->topology, env->degree, env->flush_clock,
+                              b->nmat);
+    /* The relay tracks arrivals in a 64-frame window per origin, and clock
+     * flushing waits on it: keep the run-ahead SSP allows well inside. */
+    if (!ret && env->flush_clock && (env->staleness < 0 || env->staleness > 48))
+        ret = sfb__error(-SFB_EUSAGE, "--flush clock needs a bounded staleness (0..48), not %lld",
+                         (long long)env->staleness);
+    if (!ret && env->flush_clock && env->staleness >= 0 &&
+        sfb__relay_diameter(b->relay) > (uint64_t)env->staleness + 1)
+        ret = sfb__error(-SFB_EUSAGE,
+                         "--flush clock moves a frame one hop per clock, so SSP needs "
+                         "--staleness >= diameter - 1 = %u for this topology (now %lld)",
+                         sfb__relay_diameter(b->relay) - 1, (long long)env->staleness);
+    if (!ret) ret = sfb_reconstruct_open(&b->recon);
+    if (ret) bc_close(b);
+    return ret;
 }
 
 static int is_pending(const struct bcast *b, uint32_t origin, int64_t clock, uint32_t matrix)
@@ -151,6 +175,7 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
         struct pend *p = &b->pend[i];
         /* one matrix per model here (checked at open by the runtime) */
         sfb__ssp_mark(b->env.ssp, p->origin, p->clock);
+        b->from[p->origin]++;
         int64_t st = now_clock - p->clock - 1;
         if (st < 0) st = 0;
         b->hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
@@ -196,24 +221,40 @@ static int bc_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
     return wait_until(b, required, limit, clock, acct);
 }
 
+/* Clock mode: waits until the frames this rank forwards at boundary t have
+ * arrived (receiving meanwhile), then lets them go, one message per link. */
+static int boundary(struct bcast *b, int64_t t, int64_t last)
+{
+    if (!b->relay || !sfb__relay_flush_clock(b->relay)) return 0;
+    int ret = 0;
+    while (!sfb__relay_ready(b->relay, t, last)) {
+        struct sfb__frame f;
+        if ((ret = sfb__comm_check(b->c))) return ret;
+        if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
+    }
+    return sfb__relay_boundary(b->relay, t);
+}
+
 static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 {
     struct bcast *b = priv;
+    if (b->relay && sfb__relay_flush_clock(b->relay) && b->c->t) {
+        /* The frames still in the pipeline need up to max-hops more
+         * boundaries; then forward eagerly. */
+        uint32_t h = sfb__relay_max_hops(b->relay);
+        for (int64_t t = last + 1; t <= last + h; t++) {
+            int ret = boundary(b, t, last);
+            if (ret) return ret;
+        }
+        int ret = sfb__relay_boundary(b->relay, INT64_MAX);
+        if (ret) return ret;
+    }
     return wait_until(b, last, INT64_MAX, last + 1, acct);
 }
 
-/* Sends hdr + payload slice to one peer, waiting for queue space while the
- * job is healthy. */
-static int send_to(struct bcast *b, uint32_t dst, const uint8_t *hdr, struct sfb__buf *buf,
-                   size_t len)
-{
-    for (;;) {
-        int ret = sfb__transport_send(b->c->t, dst, hdr, SFB_WIRE_HDR_SIZE, buf, 0, len, 0.1);
-        if (ret != -ETIMEDOUT) return ret;
-        if ((ret = sfb__comm_check(b->c))) return ret;
-    }
-}
-
+/* Encodes each matrix's SF frame (header and payload contiguous, so relays
+ * can forward it as one slice) and hands it to the relay, which sends it to
+ * this rank's children in its own tree (every peer under `full`). */
 static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
 {
     struct bcast *b = priv;
@@ -224,9 +265,10 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
             uint64_t nnz;
             size_t size = sfb__sf_choose(&sf[m], &sparse, &nnz);
             struct sfb__buf *buf;
-            int ret = sfb__transport_buf_get(c->t, size, &buf);
+            int ret = sfb__transport_buf_get(c->t, SFB_WIRE_HDR_SIZE + size, &buf);
             if (ret) return ret;
-            if ((ret = sfb__sf_encode(&sf[m], sparse, nnz, buf->data, size))) {
+            uint8_t *payload = buf->data + SFB_WIRE_HDR_SIZE;
+            if ((ret = sfb__sf_encode(&sf[m], sparse, nnz, payload, size))) {
                 sfb__buf_put(buf);
                 return ret;
             }
@@ -234,11 +276,9 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
                 .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
                 .origin = c->rank, .sender = c->rank, .clock = clock, .matrix = m,
                 .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
-            struct sfb_wire_piece piece = {buf->data, size};
-            uint8_t hdr[SFB_WIRE_HDR_SIZE];
-            ret = sfb__comm_header(c, &h, &piece, 1, hdr);
-            for (uint32_t p = 0; p < c->world && !ret; p++)
-                if (p != c->rank) ret = send_to(b, p, hdr, buf, size);
+            struct sfb_wire_piece piece = {payload, size};
+            ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
+            if (!ret) ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + size, clock);
             sfb__buf_put(buf);
             if (ret) return ret;
         }
@@ -246,7 +286,27 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
         int ret = sfb_reconstruct_apply(b->recon, sfb_model_matrix(b->env.model, m), &one, 1);
         if (ret) return ret;
     }
+    if (c->world > 1) {
+        int ret = boundary(b, clock, clock);
+        if (ret) return ret;
+    }
     return sfb__ssp_mark(b->env.ssp, c->rank, clock);
+}
+
+static void bc_report(void *priv, struct sfb__sync_report *rep)
+{
+    struct bcast *b = priv;
+    memset(rep, 0, sizeof *rep);
+    rep->per_origin = b->from;
+    if (!b->relay) return;
+    struct sfb__relay_stats st;
+    sfb__relay_stats(b->relay, &st);
+    rep->data_msgs = st.data_msgs;
+    rep->data_bytes = st.data_bytes;
+    rep->bundles = st.bundles;
+    rep->forwarded = st.forwarded;
+    rep->mean_hops = sfb__relay_mean_hops(b->relay);
+    rep->max_hops = sfb__relay_max_hops(b->relay);
 }
 
 static const uint64_t *bc_hist(void *priv)
@@ -263,4 +323,5 @@ const struct sfb__sync_ops sfb__broadcast_ops = {
     .publish = bc_publish,
     .drain = bc_drain,
     .staleness_hist = bc_hist,
+    .report = bc_report,
 };

@@ -24,6 +24,21 @@ struct sfb__sync_env {
     struct sfb_model *model;
     struct sfb__ssp *ssp;
     int apply_early; /* apply updates before SSP requires them */
+    int64_t staleness;    /* SSP s (-1: asynchronous) */
+    const char *topology; /* overlay ("full" when NULL) */
+    uint32_t degree;      /* overlay out-degree, 0 = default */
+    int flush_clock;      /* relays forward at clock boundaries only */
+};
+
+/* Live counters of an engine (any time; monotonic). */
+struct sfb__sync_report {
+    uint64_t data_msgs;   /* data messages sent (bare frames and bundles, no control) */
+    uint64_t data_bytes;  /* their bytes on the wire */
+    uint64_t bundles;     /* of which bundles of two or more frames */
+    uint64_t forwarded;   /* others' frames this rank relayed */
+    double mean_hops;     /* hops from the other origins to this rank */
+    uint32_t max_hops;
+    const uint64_t *per_origin; /* updates applied per origin (world entries) or NULL */
 };
 
 /* Per-clock accounting an engine fills (added to, never reset by it). */
@@ -51,6 +66,8 @@ struct sfb__sync_ops {
     int (*drain)(void *priv, int64_t last, struct sfb__sync_clock *acct);
     /* Histogram of observed staleness over the run (SFB_STALENESS_BINS). */
     const uint64_t *(*staleness_hist)(void *priv);
+    /* Counters for metrics (may be NULL). */
+    void (*report)(void *priv, struct sfb__sync_report *rep);
 };
 
 const struct sfb__sync_ops *sfb__sync_find(const char *name);

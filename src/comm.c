@@ -119,6 +119,12 @@ static int on_frame(void *user, struct sfb__frame *f)
     return 0;
 }
 
+static void sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed)
+{
+    struct sfb__comm *c = user;
+    if (c->s.on_sent) c->s.on_sent(c->s.user, dst, buf, failed);
+}
+
 static void on_error(void *user, int peer, int code, const char *msg)
 {
     struct sfb__comm *c = user;
@@ -246,6 +252,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     ts.rank = c->rank;
     ts.on_frame = on_frame;
     ts.on_error = on_error;
+    ts.on_sent = sent_hook;
     ts.user = c;
     if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
         sfb__error(ret, "cannot open the libfabric transport (provider %s): %s",
@@ -301,6 +308,36 @@ int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shape
     if (!ret) ret = sfb__bootstrap_barrier(c->bs);
     if (!ret) ret = sfb__comm_check(c);
     return ret;
+}
+
+struct set_hooks {
+    struct sfb__comm *c;
+    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *h);
+    void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+    void *user;
+};
+
+static void set_hooks_in_loop(void *arg)
+{
+    struct set_hooks *a = arg;
+    a->c->s.on_data = a->on_data;
+    a->c->s.on_sent = a->on_sent;
+    a->c->s.user = a->user;
+}
+
+int sfb__comm_set_hooks(struct sfb__comm *c,
+                        int (*on_data)(void *user, struct sfb__frame *f,
+                                       const struct sfb_wire_hdr *h),
+                        void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
+                                        int failed),
+                        void *user)
+{
+    struct set_hooks a = {c, on_data, on_sent, user};
+    if (!c->loop) {
+        set_hooks_in_loop(&a);
+        return 0;
+    }
+    return sfb__loop_call(c->loop, set_hooks_in_loop, &a);
 }
 
 uint64_t sfb__comm_rejected(const struct sfb__comm *c)

@@ -33,6 +33,8 @@ struct sfb__comm_settings {
      * before it goes to the inbox; return 1 to take it (and its buffer
      * reference). NULL: every data frame goes to the inbox. */
     int (*on_data)(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *h);
+    /* Loop thread: a send to dst completed (see sfb__transport_settings). */
+    void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
     void *user;
 };
 
@@ -69,6 +71,17 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s);
  * rank can check it. Compute thread, once, before the first data frame. */
 int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shapes, uint32_t n,
                          uint32_t max_s);
+
+/* Installs (or, with NULLs, removes) the data hooks of the settings after
+ * open: the engine opens after comm. Runs in the loop thread via
+ * sfb__loop_call, so once it returns no old hook is running or will run.
+ * Compute thread. */
+int sfb__comm_set_hooks(struct sfb__comm *c,
+                        int (*on_data)(void *user, struct sfb__frame *f,
+                                       const struct sfb_wire_hdr *h),
+                        void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
+                                        int failed),
+                        void *user);
 
 /* Frames rejected by the wire checks so far. */
 uint64_t sfb__comm_rejected(const struct sfb__comm *c);

@@ -72,6 +72,8 @@ void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics 
             (unsigned long long)c->msgs_sent, (unsigned long long)c->msgs_recv,
             (long long)c->staleness, (long long)c->min_applied,
             (unsigned long long)c->applied_early);
+    fprintf(f, ",\"data_msgs\":%llu,\"data_bytes\":%llu", (unsigned long long)c->data_msgs,
+            (unsigned long long)c->data_bytes);
     put_num(f, "objective", c->objective);
     put_num(f, "samples_per_s", c->samples_per_s);
     put_num(f, "lr", c->lr);

@@ -18,6 +18,8 @@ struct sfb__clock_metrics {
     double wait_s;      /* blocked on the SSP condition */
     double apply_s;     /* reconstructing updates into the replica */
     uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv;
+    uint64_t data_msgs, data_bytes; /* data messages (bare SF frames and bundles,
+                                       no heartbeats) sent, and their bytes */
     int64_t staleness;  /* max observed (own clock − update clock − 1) */
     int64_t min_applied; /* min over origins of the applied clock when computing began */
     uint64_t applied_early; /* updates applied before SSP required them */

@@ -44,6 +44,7 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->staleness = 0;
     s->apply_early = -1;
     s->peer_timeout = 5.0;
+    s->topology = "full";
     s->debug_slow_rank = -1;
     s->debug_slow_factor = 1.0;
 }
@@ -248,6 +249,10 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         .model = w->model,
         .ssp = &w->ssp,
         .apply_early = s->apply_early < 0 ? s->staleness != 0 : s->apply_early,
+        .staleness = s->staleness,
+        .topology = s->topology,
+        .degree = s->degree,
+        .flush_clock = s->flush_clock,
     };
     if ((ret = w->engine->open(w->engine_priv, &env))) {
         free(w->engine_priv);
@@ -278,9 +283,15 @@ static void debug_delay(struct worker *w, double compute_s)
     sleep_s(extra);
 }
 
-static void traffic(const struct worker *w, uint64_t v[4])
+static void traffic(const struct worker *w, uint64_t v[6])
 {
-    memset(v, 0, 4 * sizeof *v);
+    memset(v, 0, 6 * sizeof *v);
+    if (w->engine->report) {
+        struct sfb__sync_report rep;
+        w->engine->report(w->engine_priv, &rep);
+        v[4] = rep.data_msgs;
+        v[5] = rep.data_bytes;
+    }
     if (!w->comm->t) return;
     const struct sfb__transport_stats *st = sfb__transport_stats(w->comm->t);
     v[0] = atomic_load(&st->bytes_sent);
@@ -319,7 +330,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     uint32_t nm = sfb_model_n_matrices(w->model);
     double t_start = sfb__now(), last_report = t_start;
     double loss_sum = 0, epoch_loss = 0;
-    uint64_t loss_n = 0, epoch_n = 0, prev[4], now_tr[4];
+    uint64_t loss_n = 0, epoch_n = 0, prev[6], now_tr[6];
     traffic(w, prev);
     uint64_t bytes_sent0 = prev[0];
     struct sfb_progress pr;
@@ -370,6 +381,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.bytes_recv = now_tr[1] - prev[1];
         cm.msgs_sent = now_tr[2] - prev[2];
         cm.msgs_recv = now_tr[3] - prev[3];
+        cm.data_msgs = now_tr[4] - prev[4];
+        cm.data_bytes = now_tr[5] - prev[5];
         memcpy(prev, now_tr, sizeof prev);
         cm.compute_s = t1 - t0;
         cm.wait_s = acct.wait_s;
@@ -461,6 +474,25 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         (unsigned long long)(now_tr[0] - bytes_sent0),
         total ? (double)(now_tr[0] - bytes_sent0) / (double)total : 0.0, formula, hs,
         (unsigned long long)sfb__comm_rejected(w->comm));
+    if (w->engine->report) {
+        struct sfb__sync_report rep;
+        w->engine->report(w->engine_priv, &rep);
+        char *po = malloc((size_t)w->world * 24 + 8), *pp = po;
+        if (po) {
+            *pp = 0;
+            for (uint32_t i = 0; i < w->world && rep.per_origin; i++)
+                pp += sprintf(pp, "%s%llu", i ? "," : "", (unsigned long long)rep.per_origin[i]);
+        }
+        sfb__metrics_event(&w->metrics, "relay",
+                           "\"topology\":\"%s\",\"flush\":\"%s\",\"data_msgs\":%llu,"
+                           "\"data_bytes\":%llu,\"bundles\":%llu,\"forwarded\":%llu,"
+                           "\"mean_hops\":%.6g,\"max_hops\":%u,\"applied_per_origin\":[%s]",
+                           s->topology ? s->topology : "full", s->flush_clock ? "clock" : "eager",
+                           (unsigned long long)rep.data_msgs, (unsigned long long)rep.data_bytes,
+                           (unsigned long long)rep.bundles, (unsigned long long)rep.forwarded,
+                           rep.mean_hops, rep.max_hops, po ? po : "");
+        free(po);
+    }
     if (progress) {
         pr.clock = total;
         pr.epoch = (uint32_t)((total + cpe - 1) / cpe);

@@ -416,7 +416,9 @@ static void sreq_finish(struct sfb__transport *t, struct sreq *r)
         stat_add(&t->stats.frames_sent, 1);
         stat_add(&t->stats.bytes_sent, r->total);
     }
-    if (r->buf) sfb__buf_put(r->buf);
+    struct sfb__buf *buf = r->buf;
+    uint32_t dst = r->dst;
+    int failed = r->failed;
     r->buf = NULL;
     pthread_mutex_lock(&t->mu);
     r->in_use = 0;
@@ -426,6 +428,10 @@ static void sreq_finish(struct sfb__transport *t, struct sreq *r)
     pthread_cond_signal(&t->cv_space);
     if (t->in_use == 0) pthread_cond_broadcast(&t->cv_flush);
     pthread_mutex_unlock(&t->mu);
+    /* After the sreq is free (the callback may send again), before the
+     * buffer goes back to its pool (so `buf` identifies this send). */
+    if (t->s.on_sent) t->s.on_sent(t->s.user, dst, buf, failed);
+    if (buf) sfb__buf_put(buf);
 }
 
 /* Posts what it can of one send. Returns 0 when everything is posted,

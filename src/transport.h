@@ -88,6 +88,11 @@ struct sfb__transport_settings {
     /* Loop thread: a fabric error (peer = rank or -1), with the provider's
      * error string. The transport keeps running; the caller decides. */
     void (*on_error)(void *user, int peer, int code, const char *msg);
+    /* Loop thread: a queued send to `dst` has completed (or failed) and its
+     * slice of `buf` (NULL for a header-only frame) is about to be released.
+     * Lets a relay know when an out-link is free again. May call
+     * sfb__transport_send(…, 0.0). NULL: not called. */
+    void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
     void *user;
 };
 

@@ -58,6 +58,11 @@ struct sfb_train_settings {
                                 s != 0), 0 off, 1 on */
     const char *provider;    /* libfabric provider; NULL: FI_PROVIDER, else shm on one host */
     double peer_timeout;     /* a silent peer has failed after this many seconds (5) */
+    const char *topology;    /* "full" (default), "halton", "halton-classic": the
+                                overlay SFs travel over (relays forward them) */
+    uint32_t degree;         /* overlay out-degree; 0 = ceil(log2 P) */
+    int flush_clock;         /* overlay forwarding: 0 eager (default), 1 at clock
+                                boundaries (a frame h hops away is h clocks late) */
     /* debug knobs (tests and benchmarks) */
     double debug_delay_ms;   /* random extra compute time in [0, d] ms each clock */
     int debug_slow_rank;     /* this rank computes debug_slow_factor times slower (-1: none) */

@@ -73,9 +73,9 @@ static void progress_print(void *user, const struct sfb_progress *p)
 
 static int check_available(const struct cli_job *job, const char *cmd)
 {
-    if (strcmp(job->topology, "full") != 0) {
-        fprintf(stderr, "sfb %s: --topology %s is not available in this version (overlay "
-                        "relays are planned; see README \"Status\")\n", cmd, job->topology);
+    if (strcmp(job->sync, "fms") == 0 && strcmp(job->topology, "full") != 0) {
+        fprintf(stderr, "sfb %s: --topology %s applies to --sync sfb; FMS sends row blocks "
+                        "to their owners directly\n", cmd, job->topology);
         return 2;
     }
     return 0;

@@ -331,14 +331,17 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             if (strcmp(optarg, "full") && strcmp(optarg, "halton") && strcmp(optarg, "halton-classic"))
                 return bad(cmd, optname, optarg, "full, halton or halton-classic");
             job->topology = optarg;
+            t->topology = optarg;
             break;
         case OPT_DEGREE:
             if (parse_u64(optarg, 1, 64, &u)) return bad(cmd, optname, optarg, "an integer in 1..64");
             job->degree = (int)u;
+            t->degree = (uint32_t)u;
             have_degree = 1;
             break;
         case OPT_FLUSH:
             if (strcmp(optarg, "eager") && strcmp(optarg, "clock")) return bad(cmd, optname, optarg, "eager or clock");
+            t->flush_clock = strcmp(optarg, "clock") == 0;
             have_flush = 1;
             break;
         case OPT_PROVIDER: job->provider = optarg; t->provider = optarg; break;

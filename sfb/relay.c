@@ -1,0 +1,395 @@
+/* Overlay relaying: see sfb/relay.h. */
+#include "config.h"
+#include "sfb/relay.h"
+#include "sfb/topo.h"
+#include "src/bootstrap.h"
+#include "src/comm.h"
+#include "src/common.h"
+#include "src/loop.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct slice {
+    struct sfb__buf *buf; /* one reference held while queued */
+    size_t off, len;
+    int64_t due; /* clock boundary from which it may leave (INT64_MIN: now) */
+};
+
+struct link {
+    uint32_t dst;
+    struct slice *q;
+    size_t n, cap;
+    int busy;                     /* a send of ours to dst is in flight */
+    const struct sfb__buf *inflight; /* its buffer, to recognise the completion */
+};
+
+/* Per origin: which sequence numbers (clock · nmat + matrix) arrived. next
+ * is the first missing one (read by the compute thread), win bit i = next+i
+ * arrived. */
+struct seen {
+    _Atomic uint64_t next;
+    uint64_t win;
+};
+
+struct sfb__relay {
+    struct sfb__comm *c;
+    struct sfb_topo *topo;
+    uint32_t me, world, nmat, Q;
+    int flush_clock, any_relay;
+    struct link *links;           /* Q out-links */
+    uint32_t *scratch;            /* Q */
+    struct seen *seen;            /* world */
+    uint32_t *relay_for, nrelay;  /* origins this rank forwards (clock readiness) */
+    int64_t released;             /* clock mode: boundaries done (loop thread) */
+    int stalled;                  /* a send got -EAGAIN: retry on any completion */
+    _Atomic uint64_t msgs, bytes, bundles, forwarded, refused;
+};
+
+static void add(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+static int sendable(const struct sfb__relay *r, const struct slice *s)
+{
+    return s->due <= r->released;
+}
+
+/* Loop thread: if link k is free, sends everything sendable on it as one
+ * message. In clock mode the boundary itself is the coalescing unit: what a
+ * boundary releases leaves at once as one message per link, even while an
+ * earlier message is still in flight (so a slow completion cannot merge two
+ * boundaries' messages). */
+static void kick(struct sfb__relay *r, uint32_t k)
+{
+    struct link *l = &r->links[k];
+    if ((l->busy && !r->flush_clock) || l->n == 0) return;
+    size_t n = 0, total = 0, first = SIZE_MAX;
+    for (size_t i = 0; i < l->n; i++)
+        if (sendable(r, &l->q[i])) {
+            if (first == SIZE_MAX) first = i;
+            n++;
+            total += l->q[i].len;
+        }
+    if (n == 0) return;
+    struct sfb__buf *sent;
+    int ret;
+    uint64_t wire;
+    if (n == 1) {
+        struct slice *s = &l->q[first];
+        sent = s->buf;
+        ret = sfb__transport_send(r->c->t, l->dst, NULL, 0, s->buf, s->off, s->len, 0);
+        wire = s->len;
+    } else {
+        ret = sfb__transport_buf_get(r->c->t, total, &sent);
+        if (ret) {
+            SFB_LOG_W("relay: no buffer of %zu bytes for a bundle: %s", total, sfb_strerror(ret));
+            r->stalled = 1;
+            return;
+        }
+        size_t at = 0;
+        for (size_t i = 0; i < l->n; i++)
+            if (sendable(r, &l->q[i])) {
+                memcpy(sent->data + at, l->q[i].buf->data + l->q[i].off, l->q[i].len);
+                at += l->q[i].len;
+            }
+        struct sfb_wire_hdr h = {.type = SFB_WIRE_BUNDLE, .origin = r->me, .sender = r->me,
+                                 .payload_len = total};
+        struct sfb_wire_piece piece = {sent->data, total};
+        uint8_t hdr[SFB_WIRE_HDR_SIZE];
+        ret = sfb__comm_header(r->c, &h, &piece, 1, hdr);
+        if (!ret) ret = sfb__transport_send(r->c->t, l->dst, hdr, sizeof hdr, sent, 0, total, 0);
+        sfb__buf_put(sent); /* the transport holds its own reference */
+        wire = total + SFB_WIRE_HDR_SIZE;
+    }
+    if (ret == -EAGAIN) {
+        r->stalled = 1;
+        return;
+    }
+    if (ret) {
+        /* The transport is shutting down or the peer is gone: comm reports
+         * the failure to the compute thread; the frames are dropped. */
+        SFB_LOG_W("relay: send to rank %u failed: %s", l->dst, sfb_strerror(ret));
+    } else {
+        l->busy = !r->flush_clock;
+        l->inflight = sent;
+        add(&r->msgs, 1);
+        add(&r->bytes, wire);
+        if (n >= 2) add(&r->bundles, 1);
+    }
+    size_t keep = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (sendable(r, &l->q[i])) sfb__buf_put(l->q[i].buf);
+        else l->q[keep++] = l->q[i];
+    }
+    l->n = keep;
+}
+
+static void kick_all(struct sfb__relay *r)
+{
+    r->stalled = 0;
+    for (uint32_t k = 0; k < r->Q; k++) kick(r, k);
+}
+
+/* Loop thread: queues a slice on out-link k. */
+static void enqueue(struct sfb__relay *r, uint32_t k, struct sfb__buf *buf, size_t off,
+                    size_t len, int64_t due)
+{
+    struct link *l = &r->links[k];
+    if (sfb__reserve((void **)&l->q, &l->cap, (l->n + 1) * sizeof *l->q)) {
+        add(&r->refused, 1);
+        SFB_LOG_E("relay: out of memory queueing a frame for rank %u", l->dst);
+        return;
+    }
+    sfb__buf_ref(buf);
+    l->q[l->n++] = (struct slice){buf, off, len, due};
+}
+
+/* Loop thread: records (origin, seq); 0 if it was new, 1 if a duplicate. A
+ * sequence number far ahead of the window is accepted unrecorded. */
+static int seen_mark(struct seen *s, uint64_t seq)
+{
+    uint64_t next = atomic_load_explicit(&s->next, memory_order_relaxed);
+    if (seq < next) return 1;
+    uint64_t d = seq - next;
+    if (d >= 64) return 0;
+    if (s->win & (1ull << d)) return 1;
+    s->win |= 1ull << d;
+    while (s->win & 1) {
+        s->win >>= 1;
+        next++;
+    }
+    atomic_store_explicit(&s->next, next, memory_order_release);
+    return 0;
+}
+
+/* Loop thread: one validated SF frame (exact bytes data[0..len) inside buf),
+ * received from rank `from`. */
+static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t *data, size_t len,
+                      const struct sfb_wire_hdr *h, uint32_t from)
+{
+    if (h->type != SFB_WIRE_SF || h->origin >= r->world || h->origin == r->me ||
+        h->matrix >= r->nmat || h->clock < 0 || h->clock > INT64_MAX / 4) {
+        add(&r->refused, 1);
+        return;
+    }
+    if (sfb_topo_parent(r->topo, h->origin, r->me) != from) {
+        add(&r->refused, 1);
+        SFB_LOG_W("relay: frame of origin %u came from rank %u, not from its tree parent %u",
+                  h->origin, from, sfb_topo_parent(r->topo, h->origin, r->me));
+        return;
+    }
+    if (seen_mark(&r->seen[h->origin], (uint64_t)h->clock * r->nmat + h->matrix)) {
+        add(&r->refused, 1);
+        return;
+    }
+    uint32_t n = sfb_topo_forward_links(r->topo, h->origin, r->me, r->scratch);
+    int64_t due = r->flush_clock ? h->clock + sfb_topo_hops(r->topo, h->origin, r->me) : INT64_MIN;
+    for (uint32_t i = 0; i < n; i++) {
+        enqueue(r, r->scratch[i], buf, (size_t)(data - buf->data), len, due);
+        add(&r->forwarded, 1);
+    }
+    for (uint32_t i = 0; i < n; i++) kick(r, r->scratch[i]);
+}
+
+/* comm's on_data hook (loop thread): forwards, then lets the frame go on to
+ * the inbox for local application. A frame that fails its checks is dropped
+ * here (the decoder counted and logged it). */
+static int on_data(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *hh)
+{
+    struct sfb__relay *r = user;
+    (void)hh;
+    if (!r->any_relay) return 0;
+    struct sfb_wire_hdr h;
+    const uint8_t *payload;
+    if (sfb__wire_decode(&r->c->job, f->data, f->len, (int)f->src, &h, &payload)) {
+        sfb__buf_put(f->buf);
+        return 1;
+    }
+    if (h.type == SFB_WIRE_BUNDLE) {
+        struct sfb_wire_iter it;
+        const uint8_t *inner, *ip;
+        size_t inner_len;
+        struct sfb_wire_hdr ih;
+        sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
+        while (sfb__wire_bundle_next(&r->c->job, &it, &inner, &inner_len, &ih, &ip) == 1)
+            relay_one(r, f->buf, inner, inner_len, &ih, f->src);
+    } else {
+        relay_one(r, f->buf, f->data, f->len, &h, f->src);
+    }
+    return 0;
+}
+
+/* comm's on_sent hook (loop thread). */
+static void on_sent(void *user, uint32_t dst, const struct sfb__buf *buf, int failed)
+{
+    struct sfb__relay *r = user;
+    (void)failed;
+    uint32_t k = sfb_topo_link_index(r->topo, r->me, dst);
+    if (k < r->Q && r->links[k].busy && r->links[k].inflight == buf) {
+        r->links[k].busy = 0;
+        r->links[k].inflight = NULL;
+        kick(r, k);
+    }
+    if (r->stalled) kick_all(r);
+}
+
+int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
+                    uint32_t degree, int flush_clock, uint32_t nmat)
+{
+    *out = NULL;
+    struct sfb__relay *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    r->c = c;
+    r->me = c->rank;
+    r->world = c->world;
+    r->nmat = nmat ? nmat : 1;
+    r->flush_clock = flush_clock;
+    r->released = flush_clock ? -1 : INT64_MAX;
+    int ret = sfb_topo_open(&r->topo, topology ? topology : "full", c->world, degree);
+    if (ret) goto fail;
+    r->Q = sfb_topo_out_degree(r->topo);
+    r->links = calloc(r->Q ? r->Q : 1, sizeof *r->links);
+    r->scratch = calloc(r->Q ? r->Q : 1, sizeof *r->scratch);
+    r->seen = calloc(r->world, sizeof *r->seen);
+    r->relay_for = calloc(r->world, sizeof *r->relay_for);
+    ret = -ENOMEM;
+    if (!r->links || !r->scratch || !r->seen || !r->relay_for) goto fail;
+    for (uint32_t k = 0; k < r->Q; k++) r->links[k].dst = sfb_topo_neighbor(r->topo, r->me, k);
+    for (uint32_t o = 0; o < r->world; o++)
+        if (o != r->me && sfb_topo_forward_links(r->topo, o, r->me, r->scratch))
+            r->relay_for[r->nrelay++] = o;
+    r->any_relay = r->nrelay > 0;
+    if (c->t && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
+    /* A frame that arrives before this rank's hook is installed would not be
+     * forwarded: no rank publishes until every relay is in place. (The
+     * shapes barrier in comm ran before the engine opened.) */
+    if (c->t && sfb_topo_diameter(r->topo) > 1 && (ret = sfb__bootstrap_barrier(c->bs)))
+        goto fail;
+    *out = r;
+    return 0;
+fail:
+    sfb__relay_close(&r);
+    return ret;
+}
+
+static void drop_all(void *arg)
+{
+    struct sfb__relay *r = arg;
+    for (uint32_t k = 0; k < r->Q; k++) {
+        for (size_t i = 0; i < r->links[k].n; i++) sfb__buf_put(r->links[k].q[i].buf);
+        r->links[k].n = 0;
+    }
+}
+
+void sfb__relay_close(struct sfb__relay **pr)
+{
+    struct sfb__relay *r = *pr;
+    if (!r) return;
+    if (r->c->t) sfb__comm_set_hooks(r->c, NULL, NULL, NULL);
+    if (r->links) {
+        drop_all(r);
+        for (uint32_t k = 0; k < r->Q; k++) free(r->links[k].q);
+    }
+    free(r->links);
+    free(r->scratch);
+    free(r->seen);
+    free(r->relay_for);
+    sfb_topo_close(&r->topo);
+    free(r);
+    *pr = NULL;
+}
+
+struct pub {
+    struct sfb__relay *r;
+    struct sfb__buf *buf;
+    size_t len;
+    int64_t clock;
+};
+
+static void publish_in_loop(void *arg)
+{
+    struct pub *p = arg;
+    struct sfb__relay *r = p->r;
+    uint32_t n = sfb_topo_forward_links(r->topo, r->me, r->me, r->scratch);
+    for (uint32_t i = 0; i < n; i++)
+        enqueue(r, r->scratch[i], p->buf, 0, p->len, r->flush_clock ? p->clock : INT64_MIN);
+    for (uint32_t i = 0; i < n; i++) kick(r, r->scratch[i]);
+}
+
+int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock)
+{
+    if (!r->c->t) return 0;
+    struct pub p = {r, buf, len, clock};
+    return sfb__loop_call(r->c->loop, publish_in_loop, &p);
+}
+
+int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last)
+{
+    if (!r->flush_clock || t == INT64_MAX) return 1;
+    for (uint32_t i = 0; i < r->nrelay; i++) {
+        uint32_t o = r->relay_for[i];
+        int64_t c = t - (int64_t)sfb_topo_hops(r->topo, o, r->me);
+        if (c < 0 || c > last) continue;
+        uint64_t need = ((uint64_t)c + 1) * r->nmat;
+        if (atomic_load_explicit(&r->seen[o].next, memory_order_acquire) < need) return 0;
+    }
+    return 1;
+}
+
+struct bound {
+    struct sfb__relay *r;
+    int64_t t;
+};
+
+static void boundary_in_loop(void *arg)
+{
+    struct bound *b = arg;
+    if (b->t > b->r->released) b->r->released = b->t;
+    kick_all(b->r);
+}
+
+int sfb__relay_boundary(struct sfb__relay *r, int64_t t)
+{
+    if (!r->c->t || !r->flush_clock) return 0;
+    struct bound b = {r, t};
+    return sfb__loop_call(r->c->loop, boundary_in_loop, &b);
+}
+
+uint32_t sfb__relay_max_hops(const struct sfb__relay *r)
+{
+    uint32_t m = 0;
+    for (uint32_t o = 0; o < r->world; o++)
+        if (o != r->me) m = SFB_MAX(m, sfb_topo_hops(r->topo, o, r->me));
+    return m;
+}
+
+double sfb__relay_mean_hops(const struct sfb__relay *r)
+{
+    if (r->world < 2) return 0;
+    double s = 0;
+    for (uint32_t o = 0; o < r->world; o++)
+        if (o != r->me) s += sfb_topo_hops(r->topo, o, r->me);
+    return s / (r->world - 1);
+}
+
+uint32_t sfb__relay_diameter(const struct sfb__relay *r)
+{
+    return sfb_topo_diameter(r->topo);
+}
+
+int sfb__relay_flush_clock(const struct sfb__relay *r)
+{
+    return r->flush_clock;
+}
+
+void sfb__relay_stats(const struct sfb__relay *r, struct sfb__relay_stats *st)
+{
+    st->data_msgs = atomic_load(&r->msgs);
+    st->data_bytes = atomic_load(&r->bytes);
+    st->bundles = atomic_load(&r->bundles);
+    st->forwarded = atomic_load(&r->forwarded);
+    st->refused = atomic_load(&r->refused);
+}
+
