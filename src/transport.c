@@ -36,6 +36,9 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 const char *sfb__fi_strerror(int code)
 {
@@ -833,6 +836,42 @@ static int open_cq(struct sfb__transport *t)
     return rc ? sfb__error(rc, "transport: fi_cq_open: %s", fi_strerror(-rc)) : 0;
 }
 
+/* The shm provider names its region after the pid by default
+ * ("<pid>:<dom>:<ep>" in /dev/shm). A process killed with SIGKILL leaves its
+ * region behind, and a later process that gets the same pid then fails with
+ * EBUSY. So: a name of our own with a random part, and removal of the
+ * regions of our own dead processes (the pid is the name's last field). */
+static void shm_reap_dead(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "sfb_", 4) != 0) continue;
+        const char *us = strrchr(e->d_name, '_');
+        char *end;
+        long pid = us ? strtol(us + 1, &end, 10) : 0;
+        if (pid <= 0 || *end) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char path[300];
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        if (unlink(path) == 0) SFB_LOG_D("transport: removed %s of dead process %ld", path, pid);
+    }
+    closedir(d);
+}
+
+static int shm_name(struct sfb__transport *t)
+{
+    shm_reap_dead();
+    char name[128];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(name, sizeof name, "sfb_%08lx%08lx_%u_%ld", (unsigned long)ts.tv_nsec,
+             (unsigned long)ts.tv_sec & 0xffffffffu, t->s.rank, (long)getpid());
+    int rc = fi_setname(&t->ep->fid, name, strlen(name) + 1);
+    return rc ? sfb__error(rc, "transport: fi_setname(%s): %s", name, fi_strerror(-rc)) : 0;
+}
+
 static int open_fabric(struct sfb__transport *t)
 {
     const char *prov = t->s.provider;
@@ -882,6 +921,7 @@ static int open_fabric(struct sfb__transport *t)
     if ((rc = open_cq(t))) return rc;
     if ((rc = fi_endpoint(t->domain, fi, &t->ep, NULL)))
         return sfb__error(rc, "transport: fi_endpoint: %s", fi_strerror(-rc));
+    if (!strcmp(t->prov_name, "shm") && (rc = shm_name(t))) return rc;
     if ((rc = fi_ep_bind(t->ep, &t->av->fid, 0)) ||
         (rc = fi_ep_bind(t->ep, &t->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(t->ep)))
         return sfb__error(rc, "transport: endpoint setup: %s", fi_strerror(-rc));
