@@ -224,6 +224,11 @@ static void print_row(const struct opts *o, const struct sfb_topo *t, const stru
                r->max_link_bytes, r->time_s, r->clocks,
                o->sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager", o->sim.sf_bytes,
                o->sim.bundle_header, o->sim.link_gbps, o->sim.latency_us, o->sim.msg_overhead_us);
+        if (o->sim.flush == SFB_TOPO_FLUSH_EAGER)
+            /* what a real run must stay within (per node, per clock, on average) */
+            printf(",\"eager_bounds\":{\"frames_per_node\":%" PRIu32
+                   ",\"messages_per_node_min\":%" PRIu32 ",\"messages_per_node_max\":%" PRIu32 "}",
+                   r->nodes - 1, r->links_used, r->nodes - 1);
         if (o->offsets) {
             printf(",\"offsets\":[");
             print_offsets(t, 1);
@@ -237,6 +242,12 @@ static void print_row(const struct opts *o, const struct sfb_topo *t, const stru
            sfb_topo_name(t), r->nodes, r->degree, r->diameter, r->mean_hops, r->messages_per_clock,
            (double)r->bytes_per_clock / 1e6, r->messages_per_node, r->max_link_frames,
            (double)r->max_link_bytes / 1e6, r->time_s * 1e3, r->clocks);
+    if (o->sim.flush == SFB_TOPO_FLUSH_EAGER && r->nodes > 1)
+        printf("#   eager bounds per node per clock: frames = %" PRIu32 ", messages in [%" PRIu32
+               ", %" PRIu32 "] (the simulation's %.2f is one point inside), bytes = frames·B + "
+               "%" PRIu32 "·bundles\n",
+               r->nodes - 1, r->links_used, r->nodes - 1,
+               (double)r->messages_per_node, o->sim.bundle_header);
     if (o->offsets) {
         printf("  offsets:");
         print_offsets(t, 0);

@@ -5,7 +5,8 @@
 #    bytes_per_node bytes (heartbeats excluded: data_msgs / data_bytes);
 #  * --flush eager: over the run every rank sends exactly P−1 frames per
 #    clock (bytes = frames·B + 64·bundles), in between links_used and P−1
-#    messages per clock on average (sfb topo's bounds).
+#    messages per clock on average: the bounds `sfb topo --json` states
+#    (eager_bounds).
 # B, the SF frame size, is read from clock 0 (own frames only, sent bare).
 # Usage: sfb_relay_counts.sh SFB
 set -uo pipefail
@@ -43,12 +44,14 @@ for r in range(P):
             if got != want:
                 print(f"rank {r} clock {x['clock']}: (msgs, bytes) {got}, sfb topo {want}"); bad += 1
     else:
-        frames, rem = divmod(relay["data_bytes"] - 64 * relay["bundles"], B)
+        eb = topo["eager_bounds"]  # what `sfb topo` states a run must stay within
+        frames, rem = divmod(relay["data_bytes"] - topo["bundle_header"] * relay["bundles"], B)
         per_clock = relay["data_msgs"] / clocks
-        if rem or frames != (P - 1) * clocks:
-            print(f"rank {r}: {frames} frames (+{rem} B), want {(P - 1) * clocks}"); bad += 1
-        if not topo["links_used"] <= per_clock <= P - 1:
-            print(f"rank {r}: {per_clock} msgs/clock outside [{topo['links_used']}, {P - 1}]"); bad += 1
+        if rem or frames != eb["frames_per_node"] * clocks:
+            print(f"rank {r}: {frames} frames (+{rem} B), want {eb['frames_per_node'] * clocks}"); bad += 1
+        lo, hi = eb["messages_per_node_min"], eb["messages_per_node_max"]
+        if not lo <= per_clock <= hi:
+            print(f"rank {r}: {per_clock} msgs/clock outside [{lo}, {hi}]"); bad += 1
     if r == 0:
         total = sum(x["data_msgs"] for x in cl)
         print(f"P={P} {flush}: B={B}, rank 0 sent {total / clocks:.2f} msgs/clock "
