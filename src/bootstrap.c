@@ -1,197 +1,19 @@
-/* Bootstrap: PMIx, env rendezvous over TCP, or a single process. The only
- * module that includes pmix.h. */
+/* Bootstrap front end: picks the back end (env rendezvous in
+ * src/boot_env.c, PMIx in src/boot_pmix.c, or a single process), and
+ * dispatches the collectives to it. See src/bootstrap.h. */
 #include "config.h"
 #include "src/bootstrap.h"
-#include "src/bytes.h"
+#include "src/bootstrap_impl.h"
 #include "src/common.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
-#include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-#if HAVE_PMIX
-#include <pmix.h>
-#endif
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-#define MAX_PENDING 64
-
-struct sfb__bootstrap {
-    enum sfb__bootstrap_kind kind;
-    int rank, size;
-    uint64_t key;
-    uint32_t seq;
-    double timeout_s;
-    int broken; /* a collective failed half-way: the sockets are out of step */
-    int *fds;   /* env: rank 0 holds fds[1..size-1]; a joiner holds fds[0] */
-#if HAVE_PMIX
-    pmix_proc_t me;
-#endif
-};
-
-/* ---- little-endian header ------------------------------------------------ */
-
-void sfb__boot_hdr_encode(const struct sfb__boot_hdr *h, uint8_t out[SFB__BOOT_HDR_SIZE])
-{
-    sfb__put_u32(out, h->magic);
-    sfb__put_u16(out + 4, h->version);
-    sfb__put_u16(out + 6, h->type);
-    sfb__put_u64(out + 8, h->key);
-    sfb__put_u32(out + 16, h->rank);
-    sfb__put_u32(out + 20, h->world);
-    sfb__put_u32(out + 24, h->seq);
-    sfb__put_u32(out + 28, h->len);
-}
-
-void sfb__boot_hdr_decode(const uint8_t in[SFB__BOOT_HDR_SIZE], struct sfb__boot_hdr *h)
-{
-    h->magic = sfb__get_u32(in);
-    h->version = sfb__get_u16(in + 4);
-    h->type = sfb__get_u16(in + 6);
-    h->key = sfb__get_u64(in + 8);
-    h->rank = sfb__get_u32(in + 16);
-    h->world = sfb__get_u32(in + 20);
-    h->seq = sfb__get_u32(in + 24);
-    h->len = sfb__get_u32(in + 28);
-}
-
-static struct sfb__boot_hdr make_hdr(const struct sfb__bootstrap *bs, uint16_t type, uint32_t len)
-{
-    struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, type, bs->key,
-                              (uint32_t)bs->rank, (uint32_t)bs->size, bs->seq, len};
-    return h;
-}
-
-/* Checks the fields every message shares. Returns 0 or -code with `why`. */
-static int check_common(const struct sfb__boot_hdr *h, uint16_t type, uint32_t world, char *why,
-                        size_t why_len)
-{
-    if (h->magic != SFB__BOOT_MAGIC) {
-        snprintf(why, why_len, "bad magic 0x%08" PRIx32, h->magic);
-        return -SFB_EFORMAT;
-    }
-    if (h->version != SFB__BOOT_VERSION) {
-        snprintf(why, why_len, "version %u, expected %u", h->version, SFB__BOOT_VERSION);
-        return -SFB_EVERSION;
-    }
-    if (h->type != type) {
-        snprintf(why, why_len, "message type %u, expected %u", h->type, type);
-        return -SFB_EFORMAT;
-    }
-    if (h->world != world) {
-        snprintf(why, why_len, "world size %" PRIu32 ", expected %" PRIu32, h->world, world);
-        return -SFB_ECONFIG;
-    }
-    return 0;
-}
-
-int sfb__boot_check_hello(const struct sfb__boot_hdr *h, uint64_t key, int key_given,
-                          uint32_t world, const unsigned char *seen, char *why, size_t why_len)
-{
-    int r = check_common(h, SFB__BOOT_HELLO, world, why, why_len);
-    if (r) return r;
-    if (h->key != (key_given ? key : 0)) {
-        if (key_given)
-            snprintf(why, why_len, "rank %" PRIu32 ": job key 0x%016" PRIx64 ", expected 0x%016" PRIx64,
-                     h->rank, h->key, key);
-        else
-            snprintf(why, why_len, "rank %" PRIu32 ": carries job key 0x%016" PRIx64
-                     " but rank 0 has no SFB_JOB_KEY", h->rank, h->key);
-        return -SFB_EJOBKEY;
-    }
-    if (h->rank == 0 || h->rank >= world) {
-        snprintf(why, why_len, "rank %" PRIu32 " out of range 1..%" PRIu32, h->rank, world - 1);
-        return -SFB_EFORMAT;
-    }
-    if (seen[h->rank]) {
-        snprintf(why, why_len, "duplicate rank %" PRIu32, h->rank);
-        return -SFB_EFORMAT;
-    }
-    if (h->seq != 0 || h->len != 0) {
-        snprintf(why, why_len, "rank %" PRIu32 ": hello with seq %" PRIu32 " len %" PRIu32
-                 ", expected 0 and 0", h->rank, h->seq, h->len);
-        return -SFB_EFORMAT;
-    }
-    return 0;
-}
-
-/* ---- socket I/O with deadlines ------------------------------------------- */
-
-static int wait_fd(int fd, short events, double deadline)
-{
-    for (;;) {
-        double left = deadline - sfb__now();
-        if (left <= 0) return -ETIMEDOUT;
-        struct pollfd p = {fd, events, 0};
-        int n = poll(&p, 1, (int)(left * 1000) + 1);
-        if (n > 0) return 0;
-        if (n < 0 && errno != EINTR) return -errno;
-    }
-}
-
-/* Reads or writes exactly len bytes on a non-blocking socket before
- * `deadline`: partial transfers, EINTR and EAGAIN are retried. A peer that
- * closes gives -ECONNRESET. */
-static int fd_io(int fd, void *buf, size_t len, double deadline, int writing)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n == 0) return -ECONNRESET;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-        int r = wait_fd(fd, writing ? POLLOUT : POLLIN, deadline);
-        if (r) return r;
-    }
-    return 0;
-}
-
-static int send_msg(int fd, const struct sfb__boot_hdr *h, const void *payload, double deadline)
-{
-    uint8_t b[SFB__BOOT_HDR_SIZE];
-    sfb__boot_hdr_encode(h, b);
-    int r = fd_io(fd, b, sizeof b, deadline, 1);
-    if (!r && h->len) r = fd_io(fd, (void *)payload, h->len, deadline, 1);
-    return r;
-}
-
-static int recv_hdr(int fd, struct sfb__boot_hdr *h, double deadline)
-{
-    uint8_t b[SFB__BOOT_HDR_SIZE];
-    int r = fd_io(fd, b, sizeof b, deadline, 0);
-    if (!r) sfb__boot_hdr_decode(b, h);
-    return r;
-}
-
-static int io_error(int r, const char *what, int peer)
-{
-    if (r == -ETIMEDOUT) return sfb__error(r, "bootstrap: timed out %s rank %d", what, peer);
-    if (r == -ECONNRESET)
-        return sfb__error(-SFB_EPEER, "bootstrap: rank %d closed the connection (%s it)", peer, what);
-    return sfb__error(r, "bootstrap: %s rank %d: %s", what, peer, strerror(-r));
-}
-
-/* ---- environment parsing ------------------------------------------------- */
 
 int sfb__bootstrap_parse_key(const char *s, uint64_t *key)
 {
@@ -218,19 +40,7 @@ int sfb__bootstrap_parse_key(const char *s, uint64_t *key)
     return 0;
 }
 
-static int parse_int_env(const char *name, const char *s, long lo, long hi, int *out)
-{
-    if (!s || !*s) return sfb__error(-SFB_EUSAGE, "%s is not set", name);
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %ld..%ld", name, s, lo, hi);
-    *out = (int)v;
-    return 0;
-}
-
-static uint64_t random_key(void)
+uint64_t sfb__boot_random_key(void)
 {
     uint64_t k = 0;
     while (k == 0) {
@@ -240,374 +50,12 @@ static uint64_t random_key(void)
     return k;
 }
 
-/* Splits "host:port" / "[v6]:port" and resolves it. */
-static int resolve(const char *spec, int passive, struct addrinfo **res)
-{
-    char host[256];
-    const char *colon = strrchr(spec, ':');
-    if (!colon || colon == spec || !colon[1])
-        return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS='%s': expected host:port", spec);
-    const char *h = spec;
-    size_t hl = (size_t)(colon - spec);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (hl >= sizeof host) return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS: host name too long");
-    memcpy(host, h, hl);
-    host[hl] = 0;
-    int port;
-    int r = parse_int_env("SFB_RENDEZVOUS port", colon + 1, 1, 65535, &port);
-    if (r) return r;
-    struct addrinfo hints = {0};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    int g = getaddrinfo(host, colon + 1, &hints, res);
-    if (g)
-        return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS='%s': cannot resolve '%s': %s", spec, host,
-                          gai_strerror(g));
-    return 0;
-}
-
-static void addr_name(const struct sockaddr_storage *ss, char *out, size_t n)
-{
-    char h[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const void *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, h, sizeof h);
-        port = ntohs(a->sin_port);
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const void *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, h, sizeof h);
-        port = ntohs(a->sin6_port);
-    }
-    snprintf(out, n, "%s:%d", h, port);
-}
-
-/* ---- env rendezvous: rank 0 ---------------------------------------------- */
-
-struct pending {
-    int fd;
-    size_t got;
-    double deadline;
-    uint8_t buf[SFB__BOOT_HDR_SIZE];
-    char addr[64];
-};
-
-static void reject(struct pending *p, const char *why)
-{
-    SFB_LOG_W("bootstrap: rejected connection from %s: %s", p->addr, why);
-    close(p->fd);
-    p->fd = -1;
-}
-
-/* Accepts world-1 valid HELLOs; bad connections are logged, closed and not
- * counted. Stragglers that never finish a hello expire on their own. */
-static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, double deadline)
-{
-    struct pending pend[MAX_PENDING];
-    struct pollfd pfd[MAX_PENDING + 1];
-    size_t npend = 0;
-    int joined = 0, r = 0;
-    unsigned char *seen = calloc((size_t)bs->size, 1);
-    if (!seen) return -ENOMEM;
-    while (joined < bs->size - 1) {
-        double now = sfb__now();
-        if (now >= deadline) {
-            char miss[256] = "";
-            size_t o = 0;
-            int nmiss = 0;
-            for (int i = 1; i < bs->size && o + 16 < sizeof miss; i++)
-                if (!seen[i]) o += (size_t)snprintf(miss + o, sizeof miss - o, "%s%d", nmiss++ ? ", " : "", i);
-            r = sfb__error(-ETIMEDOUT, "bootstrap: rank 0 waited %.0f s: %d of %d ranks joined; missing %s",
-                           bs->timeout_s, joined + 1, bs->size, miss);
-            goto out;
-        }
-        nfds_t n = 0;
-        int listening = npend < MAX_PENDING;
-        if (listening) pfd[n++] = (struct pollfd){lfd, POLLIN, 0};
-        for (size_t i = 0; i < npend; i++) pfd[n++] = (struct pollfd){pend[i].fd, POLLIN, 0};
-        double next = deadline;
-        for (size_t i = 0; i < npend; i++) next = SFB_MIN(next, pend[i].deadline);
-        int pr = poll(pfd, n, (int)((next - now) * 1000) + 1);
-        if (pr < 0 && errno != EINTR) {
-            r = sfb__error(-errno, "bootstrap: poll: %s", strerror(errno));
-            goto out;
-        }
-        now = sfb__now();
-        /* Serve pending connections first (indexes shift as they leave). */
-        for (size_t i = 0; i < npend; i++) {
-            struct pending *p = &pend[i];
-            ssize_t got = recv(p->fd, p->buf + p->got, sizeof p->buf - p->got, 0);
-            if (got > 0) p->got += (size_t)got;
-            if (got == 0) {
-                reject(p, "closed before sending a whole hello");
-            } else if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                reject(p, strerror(errno));
-            } else if (p->got == sizeof p->buf) {
-                struct sfb__boot_hdr h;
-                char why[200];
-                sfb__boot_hdr_decode(p->buf, &h);
-                if (sfb__boot_check_hello(&h, bs->key, key_given, (uint32_t)bs->size, seen, why,
-                                          sizeof why)) {
-                    reject(p, why);
-                } else {
-                    SFB_LOG_D("bootstrap: rank %" PRIu32 " joined from %s", h.rank, p->addr);
-                    seen[h.rank] = 1;
-                    bs->fds[h.rank] = p->fd;
-                    p->fd = -1;
-                    joined++;
-                }
-            } else if (now >= p->deadline) {
-                reject(p, "no complete hello in time");
-            }
-            if (p->fd < 0) {
-                pend[i--] = pend[--npend];
-            }
-        }
-        if (listening && npend < MAX_PENDING && pr > 0 && (pfd[0].revents & POLLIN)) {
-            struct sockaddr_storage ss;
-            socklen_t sl = sizeof ss;
-            int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0) {
-                struct pending *p = &pend[npend++];
-                p->fd = fd;
-                p->got = 0;
-                p->deadline = now + SFB_MIN(bs->timeout_s, 10.0);
-                addr_name(&ss, p->addr, sizeof p->addr);
-                int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            }
-        }
-    }
-out:
-    for (size_t i = 0; i < npend; i++) close(pend[i].fd);
-    free(seen);
-    return r;
-}
-
-static int rank0_listen(const char *spec, int *lfd_out)
-{
-    struct addrinfo *ai;
-    int r = resolve(spec, 1, &ai);
-    if (r) return r;
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        r = sfb__error(-errno, "bootstrap: socket: %s", strerror(errno));
-        goto out;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    /* Joiners connect to the name in SFB_RENDEZVOUS, but rank 0's own view
-     * of that name can differ (Debian maps the host name to 127.0.1.1), so
-     * rank 0 listens on every interface unless the name is loopback. */
-    struct sockaddr_storage ss;
-    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-    if (ss.ss_family == AF_INET) {
-        struct sockaddr_in *a = (void *)&ss;
-        if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) a->sin_addr.s_addr = htonl(INADDR_ANY);
-    } else if (ss.ss_family == AF_INET6) {
-        struct sockaddr_in6 *a = (void *)&ss;
-        if (!IN6_IS_ADDR_LOOPBACK(&a->sin6_addr)) a->sin6_addr = in6addr_any;
-    }
-    if (bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) < 0) {
-        r = sfb__error(-errno, "bootstrap: rank 0 cannot listen on SFB_RENDEZVOUS=%s: %s", spec,
-                       strerror(errno));
-        goto out;
-    }
-    if (listen(fd, 1024) < 0) {
-        r = sfb__error(-errno, "bootstrap: listen on %s: %s", spec, strerror(errno));
-        goto out;
-    }
-    *lfd_out = fd;
-    fd = -1;
-out:
-    if (fd >= 0) close(fd);
-    freeaddrinfo(ai);
-    return r;
-}
-
-/* ---- env rendezvous: joiner ---------------------------------------------- */
-
-static int try_connect(const struct addrinfo *ai, double deadline)
-{
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -errno;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        int r = -errno;
-        if (r == -EINPROGRESS) r = wait_fd(fd, POLLOUT, deadline);
-        if (r == 0) {
-            int err = 0;
-            socklen_t l = sizeof err;
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
-            r = -err;
-        }
-        if (r) {
-            close(fd);
-            return r;
-        }
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double connect_timeout)
-{
-    struct addrinfo *ai;
-    int r = resolve(spec, 0, &ai);
-    if (r) return r;
-    double deadline = sfb__now() + connect_timeout, backoff = 0.01;
-    int fd = -1;
-    for (;;) {
-        for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) fd = try_connect(a, deadline);
-        if (fd >= 0) break;
-        double now = sfb__now();
-        if (now + backoff >= deadline) {
-            freeaddrinfo(ai);
-            return sfb__error(-ETIMEDOUT, "bootstrap: rank %d could not reach rank 0 at %s within %.0f s: %s",
-                              bs->rank, spec, connect_timeout, strerror(-fd));
-        }
-        struct timespec ts = {(time_t)backoff, (long)((backoff - (long)backoff) * 1e9)};
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-        backoff = SFB_MIN(backoff * 2, 0.5);
-    }
-    freeaddrinfo(ai);
-    bs->fds[0] = fd;
-    return 0;
-}
-
-/* ---- open ------------------------------------------------------------------ */
-
 void sfb__bootstrap_default_settings(struct sfb__bootstrap_settings *s)
 {
     s->connect_timeout_s = 60;
     s->timeout_s = 60;
     s->use_pmix = 1;
 }
-
-static int open_env(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
-{
-    int r = parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
-    if (!r) r = parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
-    if (r) return r;
-    const char *ks = getenv("SFB_JOB_KEY");
-    int key_given = ks && *ks;
-    if (key_given && (r = sfb__bootstrap_parse_key(ks, &bs->key))) return r;
-    bs->kind = SFB__BOOTSTRAP_ENV;
-    if (bs->size == 1) {
-        if (!key_given) bs->key = random_key();
-        return 0;
-    }
-    const char *spec = getenv("SFB_RENDEZVOUS");
-    if (!spec || !*spec) return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS is not set (need host:port)");
-    bs->fds = malloc(sizeof(int) * (size_t)bs->size);
-    if (!bs->fds) return -ENOMEM;
-    for (int i = 0; i < bs->size; i++) bs->fds[i] = -1;
-
-    if (bs->rank == 0) {
-        int lfd = -1;
-        if ((r = rank0_listen(spec, &lfd))) return r;
-        if (!key_given) bs->key = random_key();
-        double deadline = sfb__now() + SFB_MAX(s->connect_timeout_s, s->timeout_s);
-        r = rank0_accept(bs, lfd, key_given, deadline);
-        close(lfd);
-        if (r) return r;
-        deadline = sfb__now() + s->timeout_s;
-        struct sfb__boot_hdr w = make_hdr(bs, SFB__BOOT_WELCOME, 0);
-        for (int i = 1; i < bs->size; i++)
-            if ((r = send_msg(bs->fds[i], &w, NULL, deadline))) return io_error(r, "welcoming", i);
-        return 0;
-    }
-
-    if ((r = joiner_connect(bs, spec, s->connect_timeout_s))) return r;
-    /* Rank 0 answers once the last rank has joined, which may take as long as
-     * the slowest joiner's connect retries. */
-    double deadline = sfb__now() + s->connect_timeout_s + s->timeout_s;
-    struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_HELLO, 0);
-    if ((r = send_msg(bs->fds[0], &h, NULL, deadline))) return io_error(r, "sending hello to", 0);
-    if ((r = recv_hdr(bs->fds[0], &h, deadline))) {
-        if (r == -ECONNRESET)
-            return sfb__error(-SFB_EPEER, "bootstrap: rank 0 at %s closed the connection before "
-                              "welcoming rank %d: it rejected the hello (wrong SFB_JOB_KEY or "
-                              "SFB_WORLD_SIZE, or a duplicate rank; see rank 0's log) or gave up waiting "
-                              "for other ranks", spec, bs->rank);
-        return io_error(r, "waiting for the welcome of", 0);
-    }
-    char why[200];
-    if ((r = check_common(&h, SFB__BOOT_WELCOME, (uint32_t)bs->size, why, sizeof why)))
-        return sfb__error(r, "bootstrap: rank %d: bad welcome from rank 0: %s", bs->rank, why);
-    if (h.len != 0 || h.key == 0 || (key_given && h.key != bs->key))
-        return sfb__error(-SFB_EJOBKEY, "bootstrap: rank %d: welcome from rank 0 has job key 0x%016" PRIx64
-                          " len %" PRIu32 ", expected key 0x%016" PRIx64 " len 0",
-                          bs->rank, h.key, h.len, bs->key);
-    bs->key = h.key;
-    return 0;
-}
-
-#if HAVE_PMIX
-/* Debian's libev.so also exports libevent's API (event_add, ...). When libev
- * comes before libevent_core in the process's symbol lookup order, PMIx's
- * progress thread calls libev's event_add and PMIx_Init crashes. Detect that
- * instead of crashing; the cure is linking libevent_core before libev. */
-static int libevent_shadowed(char *lib, size_t n)
-{
-    void *f = dlsym(RTLD_DEFAULT, "event_add");
-    Dl_info di;
-    if (!f || !dladdr(f, &di) || !di.dli_fname) return 0;
-    const char *base = strrchr(di.dli_fname, '/');
-    base = base ? base + 1 : di.dli_fname;
-    snprintf(lib, n, "%s", di.dli_fname);
-    return strncmp(base, "libev.so", 8) == 0;
-}
-
-static int open_pmix(struct sfb__bootstrap *bs, int *fallback)
-{
-    char lib[256];
-    if (libevent_shadowed(lib, sizeof lib)) {
-        if (!getenv("PMIX_RANK")) {
-            SFB_LOG_D("bootstrap: PMIx skipped: event_add resolves to %s", lib);
-            *fallback = 1;
-            return 0;
-        }
-        return sfb__error(-SFB_ECONFIG, "bootstrap: started by a PMIx launcher, but libevent's event_add "
-                          "resolves to %s: PMIx would crash; link libevent_core before libev", lib);
-    }
-    pmix_status_t rc = PMIx_Init(&bs->me, NULL, 0);
-    if (rc == PMIX_ERR_UNREACH || (rc != PMIX_SUCCESS && !getenv("PMIX_RANK"))) {
-        /* A singleton: PMIx initialised itself without a server. */
-        SFB_LOG_D("bootstrap: PMIx_Init: %s; not started by a PMIx launcher", PMIx_Error_string(rc));
-        if (rc == PMIX_ERR_UNREACH) PMIx_Finalize(NULL, 0);
-        *fallback = 1;
-        return 0;
-    }
-    if (rc != PMIX_SUCCESS)
-        return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Init failed: %s", PMIx_Error_string(rc));
-    bs->kind = SFB__BOOTSTRAP_PMIX;
-    pmix_proc_t wild;
-    PMIX_LOAD_PROCID(&wild, bs->me.nspace, PMIX_RANK_WILDCARD);
-    pmix_value_t *v = NULL;
-    rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &v);
-    if (rc != PMIX_SUCCESS || !v || v->type != PMIX_UINT32) {
-        if (v) PMIX_VALUE_RELEASE(v);
-        return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Get(PMIX_JOB_SIZE): %s", PMIx_Error_string(rc));
-    }
-    uint32_t size = v->data.uint32;
-    PMIX_VALUE_RELEASE(v);
-    if (size < 1 || size > SFB__BOOTSTRAP_MAX_WORLD || bs->me.rank >= size)
-        return sfb__error(-SFB_ECONFIG, "bootstrap: PMIx rank %u of job size %u out of range",
-                          bs->me.rank, size);
-    bs->size = (int)size;
-    bs->rank = (int)bs->me.rank;
-    const char *ks = getenv("SFB_JOB_KEY");
-    if (ks && *ks) return sfb__bootstrap_parse_key(ks, &bs->key);
-    bs->key = XXH3_64bits(bs->me.nspace, strnlen(bs->me.nspace, sizeof bs->me.nspace));
-    if (bs->key == 0) bs->key = 1;
-    return 0;
-}
-#endif
 
 int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap_settings *s)
 {
@@ -623,12 +71,12 @@ int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap
     int r = 0, fallback = 1;
     if (getenv("SFB_RANK")) {
         fallback = 0;
-        r = open_env(bs, s);
+        r = sfb__boot_env_open(bs, s);
     }
 #if HAVE_PMIX
     else if (s->use_pmix) {
         fallback = 0;
-        r = open_pmix(bs, &fallback);
+        r = sfb__boot_pmix_open(bs, &fallback);
     }
 #endif
     if (!r && fallback) {
@@ -639,7 +87,7 @@ int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap
         if (ks && *ks)
             r = sfb__bootstrap_parse_key(ks, &bs->key);
         else
-            bs->key = random_key();
+            bs->key = sfb__boot_random_key();
     }
     if (r) {
         sfb__bootstrap_close(&bs);
@@ -655,12 +103,9 @@ void sfb__bootstrap_close(struct sfb__bootstrap **pbs)
 {
     struct sfb__bootstrap *bs = *pbs;
     if (!bs) return;
-    if (bs->fds)
-        for (int i = 0; i < bs->size; i++)
-            if (bs->fds[i] >= 0) close(bs->fds[i]);
-    free(bs->fds);
+    sfb__boot_env_close(bs);
 #if HAVE_PMIX
-    if (bs->kind == SFB__BOOTSTRAP_PMIX) PMIx_Finalize(NULL, 0);
+    if (bs->kind == SFB__BOOTSTRAP_PMIX) sfb__boot_pmix_close(bs);
 #endif
     free(bs);
     *pbs = NULL;
@@ -681,188 +126,6 @@ const char *sfb__bootstrap_kind_name(enum sfb__bootstrap_kind kind)
     return "?";
 }
 
-/* ---- collectives ----------------------------------------------------------- */
-
-/* After a failed collective the byte streams are out of step; close them at
- * once so every peer blocked on us sees EOF now rather than at its timeout. */
-static void mark_broken(struct sfb__bootstrap *bs)
-{
-    bs->broken = 1;
-    if (bs->fds)
-        for (int i = 0; i < bs->size; i++)
-            if (bs->fds[i] >= 0) {
-                close(bs->fds[i]);
-                bs->fds[i] = -1;
-            }
-}
-
-/* Rank 0: gathers every CONTRIB into a table (world lengths, then blobs),
- * sends it back to all, and leaves the table in *table. */
-static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, uint8_t **table,
-                     size_t *tlen, double deadline)
-{
-    size_t cap = 0, used = 4 * (size_t)bs->size + len;
-    uint8_t *t = NULL;
-    int r = sfb__reserve((void **)&t, &cap, used);
-    if (r) return r;
-    sfb__put_u32(t, len);
-    if (len) memcpy(t + 4 * (size_t)bs->size, mine, len);
-    for (int i = 1; i < bs->size; i++) {
-        struct sfb__boot_hdr h;
-        char why[200];
-        if ((r = recv_hdr(bs->fds[i], &h, deadline))) {
-            r = io_error(r, "waiting for the contribution of", i);
-            goto fail;
-        }
-        if ((r = check_common(&h, SFB__BOOT_CONTRIB, (uint32_t)bs->size, why, sizeof why))) {
-            r = sfb__error(r, "bootstrap: collective %" PRIu32 ": rank %d sent %s", bs->seq, i, why);
-            goto fail;
-        }
-        if (h.key != bs->key || h.rank != (uint32_t)i || h.seq != bs->seq) {
-            r = sfb__error(-SFB_EFORMAT, "bootstrap: collective %" PRIu32 ": rank %d sent key 0x%016" PRIx64
-                           " rank %" PRIu32 " seq %" PRIu32 ", expected key 0x%016" PRIx64 " rank %d seq %" PRIu32,
-                           bs->seq, i, h.key, h.rank, h.seq, bs->key, i, bs->seq);
-            goto fail;
-        }
-        if (h.len > SFB__BOOTSTRAP_MAX_BLOB || used + h.len > SFB__BOOTSTRAP_MAX_TABLE) {
-            r = sfb__error(-SFB_EFORMAT, "bootstrap: collective %" PRIu32 ": rank %d: len %" PRIu32
-                           " exceeds the limit of %u bytes per rank", bs->seq, i, h.len, SFB__BOOTSTRAP_MAX_BLOB);
-            goto fail;
-        }
-        if ((r = sfb__reserve((void **)&t, &cap, used + h.len))) goto fail;
-        sfb__put_u32(t + 4 * (size_t)i, h.len);
-        if (h.len && (r = fd_io(bs->fds[i], t + used, h.len, deadline, 0))) {
-            r = io_error(r, "reading the contribution of", i);
-            goto fail;
-        }
-        used += h.len;
-    }
-    struct sfb__boot_hdr th = make_hdr(bs, SFB__BOOT_TABLE, (uint32_t)used);
-    for (int i = 1; i < bs->size; i++)
-        if ((r = send_msg(bs->fds[i], &th, t, deadline))) {
-            r = io_error(r, "sending the table to", i);
-            goto fail;
-        }
-    *table = t;
-    *tlen = used;
-    return 0;
-fail:
-    free(t);
-    return r;
-}
-
-static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len, uint8_t **table,
-                      size_t *tlen, double deadline)
-{
-    int fd = bs->fds[0];
-    struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_CONTRIB, len);
-    int r = send_msg(fd, &h, mine, deadline);
-    if (r) return io_error(r, "sending the contribution to", 0);
-    if ((r = recv_hdr(fd, &h, deadline))) return io_error(r, "waiting for the table from", 0);
-    char why[200];
-    if ((r = check_common(&h, SFB__BOOT_TABLE, (uint32_t)bs->size, why, sizeof why)))
-        return sfb__error(r, "bootstrap: rank %d: bad table from rank 0: %s", bs->rank, why);
-    if (h.key != bs->key || h.seq != bs->seq || h.len < 4 * (uint64_t)bs->size ||
-        h.len > SFB__BOOTSTRAP_MAX_TABLE)
-        return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table from rank 0 has key 0x%016" PRIx64
-                          " seq %" PRIu32 " len %" PRIu32 ", expected key 0x%016" PRIx64 " seq %" PRIu32
-                          " len >= %d", bs->rank, h.key, h.seq, h.len, bs->key, bs->seq, 4 * bs->size);
-    uint8_t *t = malloc(h.len);
-    if (!t) return -ENOMEM;
-    if ((r = fd_io(fd, t, h.len, deadline, 0))) {
-        free(t);
-        return io_error(r, "reading the table from", 0);
-    }
-    *table = t;
-    *tlen = h.len;
-    return 0;
-}
-
-int sfb__boot_unpack_table(int world, int rank, uint8_t *t, size_t tlen, void **all, size_t *lens)
-{
-    size_t head = 4 * (size_t)world, sum = 0;
-    if (tlen < head) { /* callers check this; kept so the function stands alone */
-        free(t);
-        return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table of %zu bytes is shorter than "
-                          "its %zu-byte length list", rank, tlen, head);
-    }
-    for (int i = 0; i < world; i++) {
-        lens[i] = sfb__get_u32(t + 4 * (size_t)i);
-        if (lens[i] > SFB__BOOTSTRAP_MAX_BLOB || (sum += lens[i]) > tlen - head) {
-            free(t);
-            return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table entry for rank %d has len %zu "
-                              "beyond the table's %zu bytes", rank, i, lens[i], tlen);
-        }
-    }
-    if (sum != tlen - head) {
-        free(t);
-        return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table lengths add up to %zu, payload has %zu",
-                          rank, sum, tlen - head);
-    }
-    memmove(t, t + head, sum);
-    *all = t;
-    return 0;
-}
-
-#if HAVE_PMIX
-static int pmix_exchange(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all, size_t *lens)
-{
-    char key[32];
-    snprintf(key, sizeof key, "sfb.blob.%" PRIu32, bs->seq);
-    /* The stored value is a 4-byte length then the blob, so an empty blob is
-     * still a non-empty byte object. */
-    uint8_t *buf = malloc(4 + (size_t)len);
-    if (!buf) return -ENOMEM;
-    sfb__put_u32(buf, len);
-    if (len) memcpy(buf + 4, mine, len);
-    pmix_value_t val;
-    memset(&val, 0, sizeof val);
-    val.type = PMIX_BYTE_OBJECT;
-    val.data.bo.bytes = (char *)buf;
-    val.data.bo.size = 4 + (size_t)len;
-    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key, &val);
-    free(buf);
-    if (rc != PMIX_SUCCESS) return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Put: %s", PMIx_Error_string(rc));
-    if ((rc = PMIx_Commit()) != PMIX_SUCCESS)
-        return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Commit: %s", PMIx_Error_string(rc));
-    pmix_info_t info[2];
-    bool collect = true;
-    int tmo = (int)bs->timeout_s;
-    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &tmo, PMIX_INT);
-    rc = PMIx_Fence(NULL, 0, info, 2);
-    PMIX_INFO_DESTRUCT(&info[0]);
-    PMIX_INFO_DESTRUCT(&info[1]);
-    if (rc != PMIX_SUCCESS) return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Fence: %s", PMIx_Error_string(rc));
-    uint8_t *t = NULL;
-    size_t cap = 0, used = 0;
-    int r = 0;
-    for (int i = 0; i < bs->size && !r; i++) {
-        pmix_proc_t p;
-        pmix_value_t *v = NULL;
-        PMIX_LOAD_PROCID(&p, bs->me.nspace, (pmix_rank_t)i);
-        rc = PMIx_Get(&p, key, NULL, 0, &v);
-        if (rc != PMIX_SUCCESS || !v || v->type != PMIX_BYTE_OBJECT || v->data.bo.size < 4 ||
-            v->data.bo.size - 4 != sfb__get_u32((const uint8_t *)v->data.bo.bytes) ||
-            v->data.bo.size - 4 > SFB__BOOTSTRAP_MAX_BLOB) {
-            r = sfb__error(-SFB_EPEER, "bootstrap: PMIx_Get(%s) of rank %d: %s", key, i,
-                           rc != PMIX_SUCCESS ? PMIx_Error_string(rc) : "malformed value");
-        } else {
-            lens[i] = v->data.bo.size - 4;
-            r = sfb__reserve((void **)&t, &cap, used + lens[i] + 1);
-            if (!r) memcpy(t + used, v->data.bo.bytes + 4, lens[i]);
-            used += lens[i];
-        }
-        if (v) PMIX_VALUE_RELEASE(v);
-    }
-    if (r) {
-        free(t);
-        return r;
-    }
-    *all = t;
-    return 0;
-}
-#endif
 
 int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_t len, void **all,
                               size_t *lens)
@@ -876,7 +139,7 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
     bs->seq++;
     if (bs->kind == SFB__BOOTSTRAP_PMIX) {
 #if HAVE_PMIX
-        int r = pmix_exchange(bs, mine, (uint32_t)len, all, lens);
+        int r = sfb__boot_pmix_allgatherv(bs, mine, (uint32_t)len, all, lens);
         if (r) bs->broken = 1;
         return r;
 #endif
@@ -888,14 +151,7 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
         lens[0] = len;
         return 0;
     }
-    double deadline = sfb__now() + bs->timeout_s;
-    uint8_t *t = NULL;
-    size_t tlen = 0;
-    int r = bs->rank == 0 ? env_rank0(bs, mine, (uint32_t)len, &t, &tlen, deadline)
-                          : env_joiner(bs, mine, (uint32_t)len, &t, &tlen, deadline);
-    if (!r) r = sfb__boot_unpack_table(bs->size, bs->rank, t, tlen, all, lens);
-    if (r) mark_broken(bs);
-    return r;
+    return sfb__boot_env_allgatherv(bs, mine, (uint32_t)len, all, lens);
 }
 
 int sfb__bootstrap_allgather(struct sfb__bootstrap *bs, const void *mine, size_t len, void *all)
@@ -920,12 +176,9 @@ int sfb__bootstrap_barrier(struct sfb__bootstrap *bs)
     if (bs->kind == SFB__BOOTSTRAP_PMIX) {
 #if HAVE_PMIX
         if (bs->broken) return sfb__error(-SFB_EPEER, "bootstrap: an earlier collective failed");
-        pmix_status_t rc = PMIx_Fence(NULL, 0, NULL, 0);
-        if (rc != PMIX_SUCCESS) {
-            bs->broken = 1;
-            return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Fence: %s", PMIx_Error_string(rc));
-        }
-        return 0;
+        int r = sfb__boot_pmix_barrier(bs);
+        if (r) bs->broken = 1;
+        return r;
 #endif
     }
     return sfb__bootstrap_allgather(bs, NULL, 0, NULL);
