@@ -54,10 +54,20 @@ static int add_line(char *out, size_t cap, size_t *off, const char *fmt, ...)
     return 0;
 }
 
+/* The shortest of %.15g / %.17g that reads back as v ("0.3", not
+ * "0.29999999999999999"). */
+static const char *num(char buf[32], double v)
+{
+    snprintf(buf, 32, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, 32, "%.17g", v);
+    return buf;
+}
+
 int sfb__ckpt_config(const struct sfb_train_settings *s, uint32_t world, uint32_t batch,
                      uint64_t n, uint32_t d, uint32_t k, char *out, size_t cap)
 {
     static const char *const sched[] = {"constant", "invsqrt", "step"};
+    char n1[32], n2[32], n3[32];
     size_t off = 0;
     int apply_early = s->apply_early < 0 ? s->staleness != 0 : s->apply_early;
     if (!cap) return -ENAMETOOLONG;
@@ -79,12 +89,12 @@ int sfb__ckpt_config(const struct sfb_train_settings *s, uint32_t world, uint32_
                        s->flush_clock ? "clock" : "eager", s->seed);
     if (!ret)
         ret = add_line(out, cap, &off,
-                       "lr=%.17g\nlr_schedule=%s\nlr_period=%" PRIu64 "\nlr_decay=%.17g\n"
-                       "lambda=%.17g\nrank=%u\nknn_k=%u\ndict_size=%u\ncode_steps=%u\n"
+                       "lr=%s\nlr_schedule=%s\nlr_period=%" PRIu64 "\nlr_decay=%s\n"
+                       "lambda=%s\nrank=%u\nknn_k=%u\ndict_size=%u\ncode_steps=%u\n"
                        "simi_pairs=%s\ndiff_pairs=%s\n",
-                       sfb_train_lr0(s),
+                       num(n1, sfb_train_lr0(s)),
                        (unsigned)s->lr_schedule < 3 ? sched[s->lr_schedule] : "?", s->lr_period,
-                       s->lr_decay, s->lambda, s->rank, s->knn_k, s->dict_size, s->code_steps,
+                       num(n2, s->lr_decay), num(n3, s->lambda), s->rank, s->knn_k, s->dict_size, s->code_steps,
                        s->simi_pairs ? s->simi_pairs : "", s->diff_pairs ? s->diff_pairs : "");
     return ret;
 }
