@@ -11,6 +11,8 @@
 #   corrupt  a flipped byte / a truncated newest file of one rank: resume
 #            falls back to the previous checkpoint (log line, clock); every
 #            file of a rank corrupted: a clear error, non-zero exit.
+#   exact    BSP, 2 workers: resumed runs end bit-identical to uninterrupted
+#            ones (mlr over SFB and FMS, dml). Needs MODEL_DIFF as 3rd arg.
 #   config   resuming with other settings (lr, -n) is refused naming the
 #            field; a fresh run refuses a directory holding checkpoints.
 # Every process is bounded by timeout and reaped on exit.
@@ -44,7 +46,11 @@ kill)
     sleep 0.05
   done
   check "every rank wrote the checkpoint of clock 500" "[ $ok = 1 ]"
-  victim=$(pgrep -P $run | sort -n | sed -n 2p)   # the second worker forked: rank 1
+  victim=
+  for p in $(pgrep -P $run); do   # the worker with SFB_RANK=1 (pids may wrap)
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'SFB_RANK=1' && victim=$p
+  done
+  check "found rank 1's process" "[ -n '$victim' ]"
   kill -9 "$victim"; t0=$(date +%s.%N)
   for _ in $(seq 150); do kill -0 $run 2>/dev/null || break; sleep 0.1; done
   dt=$(echo "$(date +%s.%N) - $t0" | bc)
@@ -66,6 +72,24 @@ kill)
   echo "uninterrupted: ${ref:-?}%  resumed from clock ${c:-?}: ${got:-?}%"
   check "accuracy within 0.5 points of the uninterrupted run" \
     "[ -n '$ref' ] && [ -n '$got' ] && awk 'BEGIN{d=$ref-$got; if(d<0)d=-d; exit !(d <= 0.5)}'"
+  ;;
+exact)
+  # BSP with 2 workers applies one peer update per clock, always the same
+  # way: a resumed run must end bit-identical to an uninterrupted one, for
+  # SFB and FMS, and for dml, whose pair stream lives in its private state.
+  MODEL_DIFF=$3
+  for cfg in "--model mlr --sync sfb" "--model mlr --sync fms" "--model dml --lr 0.01"; do
+    n=$(echo $cfg | tr -d ' -')
+    j=(run -n 2 $cfg --data synth:k=4,d=20,n=4000,seed=1 --staleness 0 --eval-every 0 -q --metrics-out "$tmp/m.%r")
+    timeout 60 "$SFB" "${j[@]}" --clocks 300 --model-out "$tmp/$n.ref" >"$tmp/$n.log" 2>&1
+    timeout 60 "$SFB" "${j[@]}" --clocks 200 --model-out "$tmp/$n.a" --checkpoint-every 100 \
+      --checkpoint-dir "$tmp/$n.ck" >>"$tmp/$n.log" 2>&1
+    timeout 60 "$SFB" "${j[@]}" --clocks 300 --model-out "$tmp/$n.b" --resume "$tmp/$n.ck" >>"$tmp/$n.log" 2>&1
+    check "$cfg: resumed from clock 200" "[ \"\$(resumed_clock '$tmp/$n.log')\" = 200 ]"
+    out=$("$MODEL_DIFF" "$tmp/$n.ref" "$tmp/$n.b" 0); rc=$?
+    echo "$cfg: $out"
+    check "$cfg: resumed model bit-identical to the uninterrupted one" "[ $rc = 0 ]"
+  done
   ;;
 corrupt)
   job=(run -n 2 --data synth:k=4,d=20,n=4000,seed=1 --clocks 300 --eval-every 0 -q)
