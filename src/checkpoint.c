@@ -544,3 +544,35 @@ int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, in
     if (!ret) *chosen = best;
     return ret;
 }
+
+int sfb__ckpt_resume(struct sfb__bootstrap *bs, const char *dir, uint32_t rank, uint32_t world,
+                     uint32_t batch, const char *config, struct sfb_model *m, int64_t *start,
+                     struct sfb__rng *rng)
+{
+    int64_t clocks[SFB__CKPT_KEEP_SCAN], chosen = 0;
+    int n = sfb__ckpt_scan(dir, rank, world, config, clocks, SFB_ARRAY_LEN(clocks));
+    int ret = sfb__ckpt_agree(bs, rank, world, n < 0 ? n : 0, clocks, n < 0 ? 0 : n, dir, &chosen);
+    if (ret) return ret;
+    if (clocks[0] != chosen)
+        SFB_LOG_W("rank %u: resuming from clock %lld, not from this rank's newest valid "
+                  "checkpoint %lld (not valid on every rank)",
+                  rank, (long long)chosen, (long long)clocks[0]);
+    struct sfb__ckpt *c = malloc(sizeof *c);
+    if (!c) return sfb__error(-ENOMEM, "out of memory");
+    ret = sfb__ckpt_read(dir, rank, world, chosen, config, c);
+    if (!ret && c->st.cursor != (uint64_t)chosen * batch)
+        ret = sfb__error(-SFB_EFORMAT, "%s: rank %u: data cursor %llu does not match clock %lld",
+                         dir, rank, (unsigned long long)c->st.cursor, (long long)chosen);
+    if (!ret) ret = sfb__ckpt_restore_model(c, m);
+    if (!ret) {
+        *start = chosen;
+        *rng = c->st.rng;
+        /* checkpoints beyond the resumed clock belong to the abandoned run */
+        sfb__ckpt_remove_after(dir, rank, chosen);
+        SFB_LOG_I("rank %u: resumed from checkpoint of clock %lld in %s", rank,
+                  (long long)chosen, dir);
+    }
+    sfb__ckpt_free(c);
+    free(c);
+    return ret;
+}

@@ -106,4 +106,11 @@ struct sfb__bootstrap;
 int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, int local_ret,
                     const int64_t *clocks, int n, const char *dir, int64_t *chosen);
 
+/* --resume: scan, agree (collective), read the chosen file, restore the
+ * replica and the model's private state into m, remove this rank's files
+ * beyond the chosen clock. Sets *start and the worker's *rng. */
+int sfb__ckpt_resume(struct sfb__bootstrap *bs, const char *dir, uint32_t rank, uint32_t world,
+                     uint32_t batch, const char *config, struct sfb_model *m, int64_t *start,
+                     struct sfb__rng *rng);
+
 #endif

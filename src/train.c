@@ -244,34 +244,8 @@ static int checkpoint_setup(struct worker *w)
 /* --resume: the newest checkpoint every rank holds valid, restored. */
 static int resume(struct worker *w)
 {
-    const char *dir = w->s->resume_dir;
-    int64_t clocks[SFB__CKPT_KEEP_SCAN], chosen = 0;
-    int n = sfb__ckpt_scan(dir, w->rank, w->world, w->ckpt_config, clocks, SFB_ARRAY_LEN(clocks));
-    int ret = sfb__ckpt_agree(w->comm->bs, w->rank, w->world, n < 0 ? n : 0, clocks,
-                              n < 0 ? 0 : n, dir, &chosen);
-    if (ret) return ret;
-    if (n > 0 && clocks[0] != chosen)
-        SFB_LOG_W("rank %u: resuming from clock %lld, not from this rank's newest valid "
-                  "checkpoint %lld (not valid on every rank)",
-                  w->rank, (long long)chosen, (long long)clocks[0]);
-    struct sfb__ckpt *c = malloc(sizeof *c);
-    if (!c) return sfb__error(-ENOMEM, "out of memory");
-    ret = sfb__ckpt_read(dir, w->rank, w->world, chosen, w->ckpt_config, c);
-    if (!ret && c->st.cursor != (uint64_t)chosen * w->batch)
-        ret = sfb__error(-SFB_EFORMAT, "%s: data cursor %llu does not match clock %lld", dir,
-                         (unsigned long long)c->st.cursor, (long long)chosen);
-    if (!ret) ret = sfb__ckpt_restore_model(c, w->model);
-    if (!ret) {
-        w->start = chosen;
-        w->resume_rng = c->st.rng;
-        /* checkpoints beyond the resumed clock belong to the abandoned run */
-        sfb__ckpt_remove_after(dir, w->rank, chosen);
-        SFB_LOG_I("rank %u: resumed from checkpoint of clock %lld in %s", w->rank,
-                  (long long)chosen, dir);
-    }
-    sfb__ckpt_free(c);
-    free(c);
-    return ret;
+    return sfb__ckpt_resume(w->comm->bs, w->s->resume_dir, w->rank, w->world, w->batch,
+                            w->ckpt_config, w->model, &w->start, &w->resume_rng);
 }
 
 static int worker_open(struct worker *w, const struct sfb_train_settings *s)
