@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((flags & 2) && size >= SFB__CKPT_HDR + 8) {
         uint64_t off = SFB__CKPT_HDR + (uint64_t)sfb__get_u32(file + 92) + sfb__get_u32(file + 96);
         uint64_t mlen = sfb__get_u64(file + 104);
-        if (mlen >= 8 && off + mlen <= size) {
+        if (mlen >= 8 && mlen <= size && off <= size - mlen) {
             uint8_t *m = file + off;
             sfb__put_u64(m + mlen - 8, XXH3_64bits(m, (size_t)mlen - 8));
         }
