@@ -500,6 +500,24 @@ static int dml_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
     return 0;
 }
 
+/* Checkpoints: the pair stream's step (8 bytes, little-endian). */
+static size_t dml_state_save(void *priv, uint8_t *out, size_t cap)
+{
+    const struct dml *m = priv;
+    if (cap < 8) return 0;
+    for (int i = 0; i < 8; i++) out[i] = (uint8_t)(m->step >> (8 * i));
+    return 8;
+}
+
+static int dml_state_load(void *priv, const uint8_t *in, size_t len)
+{
+    struct dml *m = priv;
+    if (len != 8) return -EINVAL;
+    m->step = 0;
+    for (int i = 0; i < 8; i++) m->step |= (uint64_t)in[i] << (8 * i);
+    return 0;
+}
+
 const struct sfb_model_ops sfb__dml_ops = {
     .name = "dml",
     .priv_size = sizeof(struct dml),
@@ -508,4 +526,6 @@ const struct sfb_model_ops sfb__dml_ops = {
     .factors = dml_factors,
     .apply_local = NULL,
     .evaluate = dml_evaluate,
+    .state_save = dml_state_save,
+    .state_load = dml_state_load,
 };

@@ -60,7 +60,7 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     int ret = b->from ? 0 : -ENOMEM;
     if (!ret)
         ret = sfb__relay_open(&b->relay, b->c, env->topology, env->degree, env->flush_clock,
-                              b->nmat);
+                              b->nmat, env->start_clock);
     /* The relay tracks arrivals in a 64-frame window per origin, and clock
      * flushing waits on it: keep the run-ahead SSP allows well inside. */
     if (!ret && env->flush_clock && (env->staleness < 0 || env->staleness > 48))

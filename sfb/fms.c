@@ -93,7 +93,11 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     f->D = f->a->cols;
     f->r0 = block_start(f, f->rank);
     f->r1 = block_start(f, f->rank + 1);
-    int ret = sfb__ssp_init(&f->formed, 1, 0, 0);
+    /* A resumed run starts with every earlier sum formed and applied: after
+     * the checkpoint's drain no push, sum or own ΔA is outstanding (each is
+     * released once applied), so the owner's shard state is only this table
+     * and the replica rows, which the checkpoint holds. */
+    int ret = sfb__ssp_init(&f->formed, 1, 0, env->start_clock);
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
     f->scratch = malloc(sizeof *f->scratch * (f->D ? f->D : 1));

@@ -232,7 +232,8 @@ static void on_sent(void *user, uint32_t dst, const struct sfb__buf *buf, int fa
 }
 
 int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
-                    uint32_t degree, int flush_clock, uint32_t nmat)
+                    uint32_t degree, int flush_clock, uint32_t nmat,
+                    int64_t start_clock)
 {
     *out = NULL;
     struct sfb__relay *r = calloc(1, sizeof *r);
@@ -242,7 +243,7 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
     r->world = c->world;
     r->nmat = nmat ? nmat : 1;
     r->flush_clock = flush_clock;
-    r->released = flush_clock ? -1 : INT64_MAX;
+    r->released = flush_clock ? start_clock - 1 : INT64_MAX;
     int ret = sfb_topo_open(&r->topo, topology ? topology : "full", c->world, degree);
     if (ret) goto fail;
     r->Q = sfb_topo_out_degree(r->topo);
@@ -257,6 +258,9 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
         if (o != r->me && sfb_topo_forward_links(r->topo, o, r->me, r->scratch))
             r->relay_for[r->nrelay++] = o;
     r->any_relay = r->nrelay > 0;
+    /* resumed at start_clock: every origin's earlier frames count as seen */
+    for (uint32_t o = 0; o < r->world; o++)
+        atomic_store(&r->seen[o].next, (uint64_t)(start_clock > 0 ? start_clock : 0) * r->nmat);
     if (c->t && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
     /* A frame that arrives before this rank's hook is installed would not be
      * forwarded: no rank publishes until every relay is in place. (The

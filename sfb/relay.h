@@ -44,9 +44,12 @@ struct sfb__relay_stats {
 };
 
 /* Builds the topology on the comm's world and installs the comm hooks.
- * nmat: frames per origin and clock. Returns 0 or a negative code. */
+ * nmat: frames per origin and clock. start_clock: the first clock of the
+ * run (> 0 when resumed): every origin's frames of earlier clocks count as
+ * seen. Returns 0 or a negative code. */
 int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
-                    uint32_t degree, int flush_clock, uint32_t nmat);
+                    uint32_t degree, int flush_clock, uint32_t nmat,
+                    int64_t start_clock);
 /* Removes the hooks, drops every queued frame. NULL is a no-op. */
 void sfb__relay_close(struct sfb__relay **r);
 

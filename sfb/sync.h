@@ -28,6 +28,7 @@ struct sfb__sync_env {
     const char *topology; /* overlay ("full" when NULL) */
     uint32_t degree;      /* overlay out-degree, 0 = default */
     int flush_clock;      /* relays forward at clock boundaries only */
+    int64_t start_clock;  /* first clock computed (> 0 when resumed from a checkpoint) */
 };
 
 /* Live counters of an engine (any time; monotonic). */
@@ -62,7 +63,9 @@ struct sfb__sync_ops {
     /* The own SFs of `clock`, one per matrix: sends them and applies them to
      * the own replica at once (read-my-writes). */
     int (*publish)(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n);
-    /* After the last clock: waits for and applies every update ≤ last. */
+    /* After the last clock: waits for and applies every update ≤ last. Also
+     * called mid-run before a checkpoint (with a barrier after it, so no
+     * update of a later clock exists yet); the engine then continues. */
     int (*drain)(void *priv, int64_t last, struct sfb__sync_clock *acct);
     /* Histogram of observed staleness over the run (SFB_STALENESS_BINS). */
     const uint64_t *(*staleness_hist)(void *priv);

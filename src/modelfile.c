@@ -21,6 +21,7 @@
 #include "src/bytes.h"
 #include "src/common.h"
 #include "src/fileio.h"
+#include "src/modelfile.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -32,8 +33,10 @@
 #define HDR_FIXED_V1 64u
 #define MAX_MODEL_FILE ((size_t)1 << 40)
 
-int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
+int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t *out_len)
 {
+    *out = NULL;
+    *out_len = 0;
     const struct sfb_model_settings *s = sfb_model_get_settings(m);
     uint32_t n = sfb_model_n_matrices(m);
     uint8_t hdr[HDR_FIXED + 8 * SFB_MODEL_MAX_MATRICES];
@@ -59,42 +62,39 @@ int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
         sfb__put_u32(hdr + HDR_FIXED + 8 * i + 4, a->cols);
         total += (size_t)a->rows * a->cols * sizeof(float);
     }
-
-    XXH3_state_t *st = XXH3_createState();
-    uint8_t *body = malloc(total ? total : 1);
-    if (!st || !body) {
-        XXH3_freeState(st);
-        free(body);
-        return sfb__error(-ENOMEM, "%s: out of memory", path);
-    }
-    size_t off = 0;
+    uint8_t *buf = malloc(hlen + total + 8);
+    if (!buf) return sfb__error(-ENOMEM, "model file: out of memory");
+    memcpy(buf, hdr, hlen);
+    size_t off = hlen;
     for (uint32_t i = 0; i < n; i++) {
         const struct sfb_matrix *a = sfb_model_matrix(m, i);
         size_t cnt = (size_t)a->rows * a->cols;
-        sfb__put_f32s(body + off, a->data, cnt);
+        sfb__put_f32s(buf + off, a->data, cnt);
         off += cnt * sizeof(float);
     }
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, hdr, hlen);
-    XXH3_64bits_update(st, body, total);
-    uint8_t sum[8];
-    sfb__put_u64(sum, XXH3_64bits_digest(st));
-    XXH3_freeState(st);
+    sfb__put_u64(buf + off, XXH3_64bits(buf, off));
+    *out = buf;
+    *out_len = off + 8;
+    return 0;
+}
 
-    struct sfb__piece pieces[] = {{hdr, hlen}, {body, total}, {sum, 8}};
-    int ret = sfb__write_file_atomic(path, pieces, 3);
-    free(body);
+int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
+{
+    uint8_t *buf;
+    size_t len;
+    int ret = sfb__model_encode(m, clock, &buf, &len);
+    if (ret) return sfb__error(ret, "%s: out of memory", path);
+    struct sfb__piece piece = {buf, len};
+    ret = sfb__write_file_atomic(path, &piece, 1);
+    free(buf);
     return ret;
 }
 
-int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
+int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct sfb_model **out,
+                      int64_t *clock)
 {
     *out = NULL;
-    uint8_t *buf;
-    size_t len;
-    int ret = sfb__read_file(path, MAX_MODEL_FILE, &buf, &len);
-    if (ret) return ret;
-
+    int ret;
     struct sfb_model *m = NULL;
     if (len < HDR_FIXED_V1 + 8) {
         ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
@@ -220,11 +220,21 @@ int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
         off += (size_t)r * c * sizeof(float);
     }
     if (clock) *clock = (int64_t)sfb__get_u64(buf + 56);
-    free(buf);
     *out = m;
     return 0;
 fail:
     sfb_model_close(&m);
+    return ret;
+}
+
+int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
+{
+    *out = NULL;
+    uint8_t *buf;
+    size_t len;
+    int ret = sfb__read_file(path, MAX_MODEL_FILE, &buf, &len);
+    if (ret) return ret;
+    ret = sfb__model_decode(buf, len, path, out, clock);
     free(buf);
     return ret;
 }

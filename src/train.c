@@ -15,6 +15,7 @@
 #include "sfb/sync.h"
 #include "sfb/train.h"
 #include "src/bootstrap.h"
+#include "src/checkpoint.h"
 #include "src/comm.h"
 #include "src/common.h"
 #include "src/metrics.h"
@@ -87,6 +88,11 @@ struct worker {
     void *engine_priv;
     struct sfb__metrics metrics;
     struct sfb__rng debug_rng;
+    /* checkpoints */
+    int64_t start;            /* first clock (> 0 when resumed) */
+    const char *ckpt_dir;     /* where checkpoints go (NULL: none) */
+    char ckpt_config[SFB__CKPT_CONFIG_MAX + 1];
+    struct sfb__rng resume_rng;
 };
 
 static int validate(const struct sfb_train_settings *s)
@@ -103,6 +109,11 @@ static int validate(const struct sfb_train_settings *s)
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
     if (!sfb__sync_find(s->sync ? s->sync : ""))
         return sfb__error(-EINVAL, "unknown synchronization \"%s\"", s->sync ? s->sync : "");
+    /* A checkpoint drains mid-run; a clock-flushing relay would leave clock
+     * mode for good after its drain (sfb/broadcast.c). */
+    if ((s->checkpoint_every || s->resume_dir) && s->flush_clock)
+        return sfb__error(-SFB_EUSAGE, "--checkpoint-every and --resume need --flush eager "
+                          "(a checkpoint drains the relays mid-run)");
     return 0;
 }
 
@@ -205,6 +216,38 @@ static int check_same_sync(struct worker *w, const struct sfb_train_settings *s)
     return ret;
 }
 
+/* The configuration text checkpoints carry, and for a fresh run with
+ * checkpoints the check that no older run's files are in the way (mixing
+ * them would let --resume pick a clock of another run). */
+static int checkpoint_setup(struct worker *w)
+{
+    const struct sfb_train_settings *s = w->s;
+    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train.n, w->train.d, w->train.k,
+                               w->ckpt_config, sizeof w->ckpt_config);
+    if (ret) return sfb__error(ret, "checkpoint: the configuration text is too long");
+    if (!s->checkpoint_every) return 0;
+    w->ckpt_dir = s->checkpoint_dir ? s->checkpoint_dir : s->resume_dir ? s->resume_dir
+                                                                         : "sfb-ckpt";
+    int64_t c;
+    int n = s->resume_dir && !strcmp(s->resume_dir, w->ckpt_dir)
+                ? 0
+                : sfb__ckpt_list(w->ckpt_dir, w->rank, &c, 1);
+    if (n < 0) return n;
+    if (n > 0)
+        return sfb__error(-SFB_EUSAGE,
+                          "%s already holds checkpoints of rank %u (clock %lld): continue them "
+                          "with --resume %s, or remove them or pick another --checkpoint-dir",
+                          w->ckpt_dir, w->rank, (long long)c, w->ckpt_dir);
+    return 0;
+}
+
+/* --resume: the newest checkpoint every rank holds valid, restored. */
+static int resume(struct worker *w)
+{
+    return sfb__ckpt_resume(w->comm->bs, w->s->resume_dir, w->rank, w->world, w->batch,
+                            w->ckpt_config, w->model, &w->start, &w->resume_rng);
+}
+
 static int worker_open(struct worker *w, const struct sfb_train_settings *s)
 {
     memset(w, 0, sizeof *w);
@@ -226,6 +269,11 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
 
     ret = setup_model(w);
+    if (!ret && (s->checkpoint_every || s->resume_dir)) ret = checkpoint_setup(w);
+    if (!ret && s->resume_dir) {
+        /* collective: every rank learns the same outcome, no abort needed */
+        if ((ret = resume(w))) return ret;
+    }
     if (ret) {
         char why[600];
         snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_last_error());
@@ -240,7 +288,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     }
     if ((ret = sfb__comm_set_shapes(w->comm, shapes, nm, w->batch))) return ret;
 
-    if ((ret = sfb__ssp_init(&w->ssp, w->world, s->staleness, 0))) return ret;
+    if ((ret = sfb__ssp_init(&w->ssp, w->world, s->staleness, w->start))) return ret;
     w->engine = sfb__sync_find(s->sync);
     w->engine_priv = calloc(1, w->engine->priv_size);
     if (!w->engine_priv) return -ENOMEM;
@@ -253,6 +301,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         .topology = s->topology,
         .degree = s->degree,
         .flush_clock = s->flush_clock,
+        .start_clock = w->start,
     };
     if ((ret = w->engine->open(w->engine_priv, &env))) {
         free(w->engine_priv);
@@ -260,6 +309,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         return ret;
     }
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
+    if (w->start) w->debug_rng = w->resume_rng;
     return sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
 }
 
@@ -321,6 +371,37 @@ static int write_model(struct worker *w, int64_t clock)
     return ret;
 }
 
+/* A consistent checkpoint of `clock`: every rank drains to clock − 1 and
+ * passes a barrier, so no rank starts `clock` before every replica holds
+ * exactly the updates of clocks < clock; then each rank writes its file. */
+static int checkpoint(struct worker *w, int64_t clock, int drained)
+{
+    double t0 = sfb__now();
+    struct sfb__sync_clock acct = {0};
+    int ret = 0;
+    if (!drained && clock > 0) ret = w->engine->drain(w->engine_priv, clock - 1, &acct);
+    if (!ret && !drained && w->world > 1) ret = sfb__bootstrap_barrier(w->comm->bs);
+    /* after comm_finish (drained) peers may already be gone: no check */
+    if (!ret && !drained) ret = sfb__comm_check(w->comm);
+    if (ret) return ret;
+    struct sfb__ckpt_state st;
+    memset(&st, 0, sizeof st);
+    st.rank = w->rank;
+    st.world = w->world;
+    st.clock = clock;
+    st.cursor = (uint64_t)clock * w->batch;
+    st.rng = w->debug_rng;
+    sfb__ckpt_save_model_state(w->model, &st);
+    if ((ret = sfb__ckpt_write(w->ckpt_dir, &st, w->ckpt_config, w->model))) return ret;
+    double dt = sfb__now() - t0;
+    sfb__metrics_event(&w->metrics, "checkpoint", "\"clock\":%lld,\"seconds\":%.6g",
+                       (long long)clock, dt);
+    if (w->rank == 0)
+        SFB_LOG_I("checkpoint of clock %lld written to %s (%.2f s)", (long long)clock,
+                  w->ckpt_dir, dt);
+    return 0;
+}
+
 static int run(struct worker *w, sfb_progress_fn progress, void *user, double interval,
                struct sfb_train_result *res)
 {
@@ -339,7 +420,13 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     pr.clocks = total;
     int ret = 0;
 
-    for (uint64_t t = 0; t < total; t++) {
+    uint64_t every = s->checkpoint_every, start = (uint64_t)w->start;
+    if (start > total)
+        return sfb__error(-SFB_EUSAGE, "resumed at clock %llu, beyond the %llu clocks of this run",
+                          (unsigned long long)start, (unsigned long long)total);
+    for (uint64_t t = start; t < total; t++) {
+        if (every && t > start && t % every == 0 && (ret = checkpoint(w, (int64_t)t, 0)))
+            return ret;
         uint32_t epoch = (uint32_t)(t / cpe) + 1;
         double eta = sfb_train_lr(s, t, cpe);
         struct sfb__clock_metrics cm;
@@ -391,7 +478,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.applied_early = acct.applied_early;
         cm.wall = t2 - t_start;
         cm.objective = loss / w->batch;
-        cm.samples_per_s = (double)(t + 1) * w->batch / (t2 - t_start);
+        cm.samples_per_s = (double)(t + 1 - start) * w->batch / (t2 - t_start);
         sfb__metrics_clock(&w->metrics, &cm);
         loss_sum += loss;
         loss_n += w->batch;
@@ -438,8 +525,11 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     struct sfb__sync_clock acct = {0};
     if (total && (ret = w->engine->drain(w->engine_priv, (int64_t)total - 1, &acct))) return ret;
     if ((ret = sfb__comm_finish(w->comm))) return ret;
+    /* drained, and comm_finish's barrier stands for the checkpoint's */
+    if (every && total > start && total % every == 0 && (ret = checkpoint(w, (int64_t)total, 1)))
+        return ret;
     res->clocks = total;
-    res->samples = total * w->batch;
+    res->samples = (total - start) * w->batch;
     res->wall = sfb__now() - t_start;
 
     struct sfb_eval ev;

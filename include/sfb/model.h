@@ -75,7 +75,15 @@ struct sfb_model_ops {
     /* Mean loss and accuracy over a dataset. */
     int (*evaluate)(void *priv, const struct sfb_matrix *mats, const struct sfb_dataset *data,
                     struct sfb_eval *out);
+    /* Optional (NULL: none): private state that changes future updates (dml:
+     * the pair-stream step), saved in checkpoints. state_save writes at most
+     * `cap` (SFB_MODEL_STATE_MAX) bytes and returns how many; state_load
+     * returns 0 or -EINVAL for a blob it did not write. */
+    size_t (*state_save)(void *priv, uint8_t *out, size_t cap);
+    int (*state_load)(void *priv, const uint8_t *in, size_t len);
 };
+
+#define SFB_MODEL_STATE_MAX 256
 
 #define SFB_MODEL_MAX_MATRICES 4
 

@@ -18,6 +18,7 @@ enum {
     OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_DEBUG_DELAY,
     OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR, OPT_DATA_LAYOUT, OPT_RANK, OPT_KNN_K,
     OPT_DICT_SIZE, OPT_CODE_STEPS, OPT_SIMI_PAIRS, OPT_DIFF_PAIRS, OPT_PATCHES,
+    OPT_CHECKPOINT_DIR,
 };
 
 static const struct option long_opts[] = {
@@ -63,6 +64,7 @@ static const struct option long_opts[] = {
     {"debug-slow-factor", required_argument, 0, OPT_DEBUG_SLOW_FACTOR},
     {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
     {"resume", required_argument, 0, OPT_RESUME},
+    {"checkpoint-dir", required_argument, 0, OPT_CHECKPOINT_DIR},
     {"log-level", required_argument, 0, OPT_LOG_LEVEL},
     {"quiet", no_argument, 0, 'q'},
     {"verbose", no_argument, 0, 'v'},
@@ -135,8 +137,13 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  --model-out FILE       model file (default DIR/model.sfb)\n"
             "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank\n"
             "                         (default DIR/metrics.%%r.jsonl)\n"
-            "  --checkpoint-every N   checkpoint every N clocks\n"
-            "  --resume DIR           continue from a checkpoint\n"
+            "checkpoints:\n"
+            "  --checkpoint-every N   every N clocks each worker writes a checkpoint\n"
+            "                         (all drained to the same clock, files checksummed)\n"
+            "  --checkpoint-dir DIR   where (default: the --resume DIR, else sfb-ckpt);\n"
+            "                         a fresh run refuses a DIR holding checkpoints\n"
+            "  --resume DIR           continue from the newest checkpoint valid on every\n"
+            "                         rank (same settings and -n; --clocks/--epochs may grow)\n"
             "  -q, --quiet            no progress output\n"
             "  -v, --verbose          debug logging (same as --log-level debug)\n"
             "  --log-level LEVEL      error | warn | info | debug (default info)\n"
@@ -368,10 +375,17 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             t->debug_slow_factor = d;
             break;
         case OPT_CHECKPOINT_EVERY:
+            if (parse_u64(optarg, 1, UINT64_MAX >> 2, &u)) return bad(cmd, optname, optarg, "a positive number of clocks");
+            t->checkpoint_every = u;
+            break;
+        case OPT_CHECKPOINT_DIR:
+            if (!*optarg) return bad(cmd, optname, optarg, "a directory");
+            t->checkpoint_dir = optarg;
+            break;
         case OPT_RESUME:
-            fprintf(stderr, "sfb %s: %s is not available in this version (checkpoints are "
-                            "planned; see README \"Status\")\n", cmd, optname);
-            return 2;
+            if (!*optarg) return bad(cmd, optname, optarg, "a directory");
+            t->resume_dir = optarg;
+            break;
         case OPT_LOG_LEVEL:
             if (!strcmp(optarg, "error")) job->log_level = SFB_LOG_ERROR;
             else if (!strcmp(optarg, "warn")) job->log_level = SFB_LOG_WARN;
@@ -405,6 +419,10 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     }
     if (have_degree && !strcmp(job->topology, "full")) {
         fprintf(stderr, "sfb %s: --degree applies to an overlay; add --topology halton\n", cmd);
+        return 2;
+    }
+    if (t->checkpoint_dir && !t->checkpoint_every) {
+        fprintf(stderr, "sfb %s: --checkpoint-dir needs --checkpoint-every N\n", cmd);
         return 2;
     }
     if (have_flush && !strcmp(job->topology, "full")) {

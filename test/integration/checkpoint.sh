@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Checkpoints and --resume end to end. Usage: checkpoint.sh SFB MODE
+#   kill     4 workers on Fashion-MNIST write checkpoints; one is SIGKILLed
+#            after the first checkpoint exists; every rank stops within
+#            10 s, `sfb run` exits non-zero naming it; --resume finishes the
+#            job; its test accuracy is within 0.5 points of an uninterrupted
+#            run with the same seed. BSP (--staleness 0): every clock applies
+#            exactly the previous clock's updates on every replica, so the
+#            resumed run follows the same trajectory as the uninterrupted one
+#            (up to float summation order) and a tight bound is fair.
+#   corrupt  a flipped byte / a truncated newest file of one rank: resume
+#            falls back to the previous checkpoint (log line, clock); every
+#            file of a rank corrupted: a clear error, non-zero exit.
+#   exact    BSP, 2 workers: resumed runs end bit-identical to uninterrupted
+#            ones (mlr over SFB and FMS, dml). Needs MODEL_DIFF as 3rd arg.
+#   config   resuming with other settings (lr, -n) is refused naming the
+#            field; a fresh run refuses a directory holding checkpoints.
+# Every process is bounded by timeout and reaped on exit.
+set -uo pipefail
+SFB=$1; mode=$2
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+fails=0; passes=0
+check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+acc_of() { sed -n 's/^\(\[0\] \)\{0,1\}test accuracy \([0-9.]*\)%.*/\2/p' "$1" | tail -n 1; }
+resumed_clock() { sed -n 's/.*rank 0: resumed from checkpoint of clock \([0-9]*\).*/\1/p' "$1" | head -n 1; }
+
+case $mode in
+kill)
+  job=(run -n 4 --model mlr --data fashion-mnist --staleness 0 --clocks 3000 --seed 3 --eval-every 0 -q)
+  timeout 200 "$SFB" "${job[@]}" --out-dir "$tmp/ref" >"$tmp/ref.log" 2>&1
+  check "uninterrupted run succeeds" "[ $? = 0 ]"
+  ref=$(acc_of "$tmp/ref.log")
+  # the debug delay (0.5 ms a clock on average) only stretches the window
+  # to kill in; it changes no number
+  "$SFB" "${job[@]}" --out-dir "$tmp/o" --checkpoint-every 500 --checkpoint-dir "$tmp/ck" \
+    --debug-delay-ms 1 >"$tmp/run.log" 2>&1 &
+  run=$!; pids+=($run)
+  ok=0
+  for _ in $(seq 1200); do
+    n=$(ls "$tmp/ck" 2>/dev/null | grep -c '^rank-[0-3]\.clock-000000000500\.ckpt$')
+    [ "$n" = 4 ] && { ok=1; break; }
+    kill -0 $run 2>/dev/null || break
+    sleep 0.05
+  done
+  check "every rank wrote the checkpoint of clock 500" "[ $ok = 1 ]"
+  victim=
+  for p in $(pgrep -P $run); do   # the worker with SFB_RANK=1 (pids may wrap)
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'SFB_RANK=1' && victim=$p
+  done
+  check "found rank 1's process" "[ -n '$victim' ]"
+  kill -9 "$victim"; t0=$(date +%s.%N)
+  for _ in $(seq 150); do kill -0 $run 2>/dev/null || break; sleep 0.1; done
+  dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  kill -9 $run 2>/dev/null; wait $run; rc=$?
+  check "sfb run exits non-zero by itself (rc=$rc)" "[ $rc != 0 ] && [ $rc != 137 ]"
+  check "every rank stopped within 10 s (took $dt s)" "awk 'BEGIN{exit !($dt <= 10)}'"
+  # the launcher stops the other workers and names the killed one
+  check "sfb run names the killed rank" "grep -q 'rank 1 killed by signal 9' '$tmp/run.log'"
+  tail -n 3 "$tmp/run.log"
+  check "the run did not finish" "! grep -q 'test accuracy' '$tmp/run.log'"
+  ls "$tmp/ck"
+  timeout 200 "$SFB" "${job[@]}" --out-dir "$tmp/o2" --resume "$tmp/ck" --checkpoint-every 500 \
+    >"$tmp/resume.log" 2>&1
+  rc=$?
+  check "resumed run succeeds (rc=$rc)" "[ $rc = 0 ]"
+  c=$(resumed_clock "$tmp/resume.log")
+  check "resumed from a checkpoint at clock >= 500 (clock ${c:-none})" "[ -n '$c' ] && [ '$c' -ge 500 ]"
+  got=$(acc_of "$tmp/resume.log")
+  echo "uninterrupted: ${ref:-?}%  resumed from clock ${c:-?}: ${got:-?}%"
+  check "accuracy within 0.5 points of the uninterrupted run" \
+    "[ -n '$ref' ] && [ -n '$got' ] && awk 'BEGIN{d=$ref-$got; if(d<0)d=-d; exit !(d <= 0.5)}'"
+  ;;
+exact)
+  # BSP with 2 workers applies one peer update per clock, always the same
+  # way: a resumed run must end bit-identical to an uninterrupted one, for
+  # SFB and FMS, and for dml, whose pair stream lives in its private state.
+  MODEL_DIFF=$3
+  for cfg in "--model mlr --sync sfb" "--model mlr --sync fms" "--model dml --lr 0.01"; do
+    n=$(echo $cfg | tr -d ' -')
+    j=(run -n 2 $cfg --data synth:k=4,d=20,n=4000,seed=1 --staleness 0 --eval-every 0 -q --metrics-out "$tmp/m.%r")
+    timeout 60 "$SFB" "${j[@]}" --clocks 300 --model-out "$tmp/$n.ref" >"$tmp/$n.log" 2>&1
+    timeout 60 "$SFB" "${j[@]}" --clocks 200 --model-out "$tmp/$n.a" --checkpoint-every 100 \
+      --checkpoint-dir "$tmp/$n.ck" >>"$tmp/$n.log" 2>&1
+    timeout 60 "$SFB" "${j[@]}" --clocks 300 --model-out "$tmp/$n.b" --resume "$tmp/$n.ck" >>"$tmp/$n.log" 2>&1
+    check "$cfg: resumed from clock 200" "[ \"\$(resumed_clock '$tmp/$n.log')\" = 200 ]"
+    out=$("$MODEL_DIFF" "$tmp/$n.ref" "$tmp/$n.b" 0); rc=$?
+    echo "$cfg: $out"
+    check "$cfg: resumed model bit-identical to the uninterrupted one" "[ $rc = 0 ]"
+  done
+  ;;
+corrupt)
+  job=(run -n 2 --data synth:k=4,d=20,n=4000,seed=1 --clocks 300 --eval-every 0 -q)
+  timeout 60 "$SFB" "${job[@]}" --out-dir "$tmp/o" --checkpoint-every 100 --checkpoint-dir "$tmp/pristine" \
+    >"$tmp/w.log" 2>&1
+  check "run with checkpoints succeeds" "[ $? = 0 ]"
+  check "two checkpoints kept per rank (200, 300)" \
+    "[ \"\$(ls '$tmp/pristine' | tr '\n' ' ')\" = 'rank-0.clock-000000000200.ckpt rank-0.clock-000000000300.ckpt rank-1.clock-000000000200.ckpt rank-1.clock-000000000300.ckpt ' ]"
+  newest=rank-1.clock-000000000300.ckpt
+  for how in flip truncate; do
+    rm -rf "$tmp/ck"; cp -r "$tmp/pristine" "$tmp/ck"
+    if [ $how = flip ]; then
+      python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0x10; open(p,'wb').write(b)" "$tmp/ck/$newest"
+      why='checksum mismatch'
+    else
+      truncate -s -100 "$tmp/ck/$newest"; why='truncated'
+    fi
+    timeout 60 "$SFB" "${job[@]}" --clocks 400 --out-dir "$tmp/o" --resume "$tmp/ck" >"$tmp/$how.log" 2>&1
+    rc=$?
+    check "$how: resume succeeds (rc=$rc)" "[ $rc = 0 ]"
+    check "$how: warning names the file and the reason" "grep -q 'skipping checkpoint: .*$newest.*$why' '$tmp/$how.log'"
+    check "$how: resumed from the previous checkpoint (clock 200)" "[ \"\$(resumed_clock '$tmp/$how.log')\" = 200 ]"
+    grep -h "skipping" "$tmp/$how.log" | head -n 1
+  done
+  rm -rf "$tmp/ck"; cp -r "$tmp/pristine" "$tmp/ck"
+  for f in "$tmp"/ck/rank-0.*; do printf 'garbage' | dd of="$f" bs=1 seek=40 conv=notrunc 2>/dev/null; done
+  timeout 60 "$SFB" "${job[@]}" --out-dir "$tmp/o" --resume "$tmp/ck" >"$tmp/all.log" 2>&1
+  rc=$?
+  check "all of rank 0 corrupted: non-zero exit (rc=$rc)" "[ $rc != 0 ] && [ $rc != 124 ]"
+  check "all corrupted: error names the dir and the rank" "grep -q 'no valid checkpoint of rank 0 in $tmp/ck' '$tmp/all.log'"
+  check "all corrupted: no training happened" "! grep -q 'test accuracy' '$tmp/all.log'"
+  grep -h "no valid" "$tmp/all.log" | head -n 2
+  timeout 60 "$SFB" "${job[@]}" --out-dir "$tmp/o" --resume "$tmp/nothing-here" >"$tmp/none.log" 2>&1
+  rc=$?
+  check "missing dir: non-zero exit (rc=$rc)" "[ $rc != 0 ] && [ $rc != 124 ] && grep -q 'no valid checkpoint of rank 0 in $tmp/nothing-here' '$tmp/none.log'"
+  ;;
+config)
+  job=(run -n 2 --data synth:k=4,d=20,n=4000,seed=1 --clocks 200 --eval-every 0 -q)
+  timeout 60 "$SFB" "${job[@]}" --out-dir "$tmp/o" --checkpoint-every 100 --checkpoint-dir "$tmp/ck" >"$tmp/w.log" 2>&1
+  check "run with checkpoints succeeds" "[ $? = 0 ]"
+  timeout 60 "$SFB" "${job[@]}" --clocks 300 --out-dir "$tmp/o" --resume "$tmp/ck" --lr 0.5 >"$tmp/lr.log" 2>&1
+  rc=$?
+  check "other --lr: refused (rc=$rc)" "[ $rc != 0 ] && [ $rc != 124 ]"
+  check "other --lr: message names the field" "grep -q 'configuration differs: lr is \"1\" in the checkpoint, \"0.5\" now' '$tmp/lr.log'"
+  grep -h "configuration differs" "$tmp/lr.log" | head -n 1
+  args=("${job[@]}"); args[2]=3
+  timeout 60 "$SFB" "${args[@]}" --out-dir "$tmp/o" --resume "$tmp/ck" >"$tmp/n.log" 2>&1
+  rc=$?
+  check "other -n: refused (rc=$rc)" "[ $rc != 0 ] && [ $rc != 124 ]"
+  check "other -n: message names the world size" "grep -q 'world is 2 in the checkpoint, 3 now' '$tmp/n.log'"
+  timeout 60 "$SFB" "${job[@]}" --model-out "$tmp/m.sfb" --metrics-out "$tmp/m.%r" --resume "$tmp/ck" --model dml --lr 0.01 >"$tmp/model.log" 2>&1
+  check "other --model: refused naming the field" "[ $? != 0 ] && grep -q 'model is \"mlr\" in the checkpoint, \"dml\" now' '$tmp/model.log'"
+  timeout 60 "$SFB" "${job[@]}" --out-dir "$tmp/o" --checkpoint-every 100 --checkpoint-dir "$tmp/ck" >"$tmp/fresh.log" 2>&1
+  check "fresh run into a directory with checkpoints: refused" "[ $? != 0 ] && grep -q 'already holds checkpoints of rank' '$tmp/fresh.log'"
+  timeout 60 "$SFB" "${job[@]}" --clocks 300 --out-dir "$tmp/o" --resume "$tmp/ck" >"$tmp/ok.log" 2>&1
+  check "same settings, more clocks: resumes at 200" "[ $? = 0 ] && [ \"\$(resumed_clock '$tmp/ok.log')\" = 200 ]"
+  ;;
+*) echo "unknown mode $mode"; exit 2 ;;
+esac
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]
