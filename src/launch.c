@@ -44,6 +44,7 @@ struct launcher {
     size_t scratch_cap;
     int failed_rank, failed_status; /* first failure */
     int stopping, sigs_forwarded, abort_sig, timed_out;
+    int sent_sigkill;
     double kill_at;
 };
 
@@ -157,6 +158,7 @@ static void stream_read(struct launcher *L, int rank, struct stream *s)
 
 static void signal_all(struct launcher *L, int sig)
 {
+    if (sig == SIGKILL) L->sent_sigkill = 1;
     for (int i = 0; i < L->n; i++)
         if (L->c[i].alive) kill(L->c[i].pid, sig);
 }
@@ -180,7 +182,16 @@ static void reap(struct launcher *L, double grace)
         c->alive = 0;
         if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-        /* Ranks that die after the job started stopping are not the cause. */
+        /* Ranks that die after the job started stopping are not the cause,
+         * except one killed by a signal nobody here sent: a peer that saw
+         * the fabric fail may exit before the killed rank is reaped, and
+         * the killed rank is what the user must hear about. */
+        int foreign = WIFSIGNALED(st) && !L->sigs_forwarded && WTERMSIG(st) != SIGTERM &&
+                      !(WTERMSIG(st) == SIGKILL && L->sent_sigkill);
+        if (foreign && L->failed_rank >= 0 && !WIFSIGNALED(L->failed_status)) {
+            L->failed_rank = i;
+            L->failed_status = st;
+        }
         if (L->failed_rank < 0 && !L->stopping) {
             L->failed_rank = i;
             L->failed_status = st;

@@ -127,6 +127,25 @@ static int test_sigkill_after_grace(void)
     return 0;
 }
 
+/* A peer that noticed the fabric fail can exit before the killed rank is
+ * reaped: the killed rank is still the one named. */
+static int test_killed_rank_named_over_earlier_exit(void)
+{
+    int out = memfd_create("out", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    s.grace_s = 3.0;
+    char *argv[] = {"/bin/sh", "-c",
+                    "trap '' TERM; if [ $SFB_RANK = 0 ]; then sleep 0.1; exit 1; fi; "
+                    "if [ $SFB_RANK = 1 ]; then sleep 0.4; kill -9 $$; fi; exec sleep 60",
+                    NULL};
+    int r = sfb__launch_local(3, argv, &s);
+    ASSERT_EQ(r, -SFB_EPEER);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 1 killed by signal 9");
+    close(out);
+    return 0;
+}
+
 static int test_exec_failure(void)
 {
     int out = memfd_create("out", 0), err = memfd_create("err", 0);
@@ -238,6 +257,7 @@ static const struct test_case tests[] = {
     {"failure_stops_others", test_failure_stops_others},
     {"killed_by_signal", test_killed_by_signal},
     {"sigkill_after_grace", test_sigkill_after_grace},
+    {"killed_rank_named_over_earlier_exit", test_killed_rank_named_over_earlier_exit},
     {"exec_failure", test_exec_failure},
     {"bad_args", test_bad_args},
     {"signal_forwarding", test_signal_forwarding},
