@@ -473,7 +473,8 @@ static int dml_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
         m->lab[i] = data->labels[m->perm[i]];
     }
     /* Pair objective, chunked: Δ rows, then one sgemm for their projections. */
-    double obj = 0.0;
+    double obj = 0.0, sim_q = 0.0, dis_loss = 0.0;
+    uint64_t n_sim = 0, n_act = 0;
     for (uint32_t i0 = 0; i0 < mt; i0 += EVAL_CHUNK) {
         uint32_t ch = SFB_MIN(EVAL_CHUNK, mt - i0);
         int sim[EVAL_CHUNK];
@@ -485,9 +486,21 @@ static int dml_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)ch, (int)k, (int)d, 1.0f,
                     m->delta, (int)d, l, (int)d, 0.0f, m->dproj, (int)k);
-        for (uint32_t i = 0; i < ch; i++)
-            obj += pair_grad(m->dproj + (size_t)i * k, k, sim[i], m->lambda);
+        for (uint32_t i = 0; i < ch; i++) {
+            double li = pair_grad(m->dproj + (size_t)i * k, k, sim[i], m->lambda);
+            obj += li;
+            if (sim[i]) n_sim++, sim_q += li;
+            else n_act += li > 0.0, dis_loss += li;
+        }
     }
+    /* Where the objective stands: the pull of the similar pairs against the
+     * share of dissimilar pairs still inside the margin. */
+    SFB_LOG_D("dml evaluate: %llu similar pairs, mean ||L d||^2 %.4g; %llu dissimilar, "
+              "%.1f%% inside the margin, mean hinge %.4g",
+              (unsigned long long)n_sim, n_sim ? sim_q / (double)n_sim : 0.0,
+              (unsigned long long)(mt - n_sim),
+              mt > n_sim ? 100.0 * (double)n_act / (double)(mt - n_sim) : 0.0,
+              mt > n_sim ? dis_loss / (double)(mt - n_sim) : 0.0);
     out->loss = obj / (double)mt;
     if (nr > 0) {
         /* Projected rows P = G·Lᵀ, then k-NN in both spaces. */
