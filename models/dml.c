@@ -23,6 +23,15 @@
  * squared per-feature difference — about 0.1–0.2 on [0,1] pixel data: O(1)
  * and inside the margin, so dissimilar pairs start active.
  *
+ * λ: the margin only sets the scale of L (L → √m·L maps margin 1 to m), so
+ * λ alone balances the pull of every similar pair against the hinge. With
+ * λ = 1 the pull wins: L shrinks until ~43 % of dissimilar pairs sit inside
+ * the margin, so the hinge pushes on typical (far) dissimilar pairs like a
+ * global between-class term against the global within-class pull, and
+ * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default,
+ * src/train.c) ~5 % stay inside: the hinge works on the close dissimilar
+ * pairs that decide k-NN (docs/models.md has the numbers).
+ *
  * evaluate: a seed-determined subset of the dataset (a partial Fisher–Yates
  * shuffle) of at most EVAL_QUERIES + EVAL_REFS samples: the first
  * nq = min(EVAL_QUERIES, max(1, m/5)) are queries, the rest references.
@@ -213,7 +222,7 @@ static int dml_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_
     if (!(s->lambda > 0.0) || !isfinite(s->lambda))
         return sfb__error(-EINVAL,
                           "dml: lambda (weight of the dissimilar-pair hinge) must be finite and "
-                          "> 0 (got %g); 1 is a good start",
+                          "> 0 (got %g); sfb's default is 30",
                           s->lambda);
     if (s->knn_k == 0 || s->knn_k > KNN_MAX)
         return sfb__error(-EINVAL, "dml: knn_k must be in [1, %u] (got %u)", KNN_MAX, s->knn_k);
