@@ -23,6 +23,15 @@
  * squared per-feature difference — about 0.1–0.2 on [0,1] pixel data: O(1)
  * and inside the margin, so dissimilar pairs start active.
  *
+ * λ: the margin only sets the scale of L (L → √m·L maps margin 1 to m), so
+ * λ alone balances the pull of every similar pair against the hinge. With
+ * λ = 1 the pull wins: L shrinks until ~43 % of dissimilar pairs sit inside
+ * the margin, so the hinge pushes on typical (far) dissimilar pairs like a
+ * global between-class term against the global within-class pull, and
+ * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default,
+ * src/train.c) ~5 % stay inside: the hinge works on the close dissimilar
+ * pairs that decide k-NN (docs/models.md has the numbers).
+ *
  * evaluate: a seed-determined subset of the dataset (a partial Fisher–Yates
  * shuffle) of at most EVAL_QUERIES + EVAL_REFS samples: the first
  * nq = min(EVAL_QUERIES, max(1, m/5)) are queries, the rest references.
@@ -213,7 +222,7 @@ static int dml_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_
     if (!(s->lambda > 0.0) || !isfinite(s->lambda))
         return sfb__error(-EINVAL,
                           "dml: lambda (weight of the dissimilar-pair hinge) must be finite and "
-                          "> 0 (got %g); 1 is a good start",
+                          "> 0 (got %g); sfb's default is 30",
                           s->lambda);
     if (s->knn_k == 0 || s->knn_k > KNN_MAX)
         return sfb__error(-EINVAL, "dml: knn_k must be in [1, %u] (got %u)", KNN_MAX, s->knn_k);
@@ -473,7 +482,8 @@ static int dml_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
         m->lab[i] = data->labels[m->perm[i]];
     }
     /* Pair objective, chunked: Δ rows, then one sgemm for their projections. */
-    double obj = 0.0;
+    double obj = 0.0, sim_q = 0.0, dis_loss = 0.0;
+    uint64_t n_sim = 0, n_act = 0;
     for (uint32_t i0 = 0; i0 < mt; i0 += EVAL_CHUNK) {
         uint32_t ch = SFB_MIN(EVAL_CHUNK, mt - i0);
         int sim[EVAL_CHUNK];
@@ -485,9 +495,21 @@ static int dml_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)ch, (int)k, (int)d, 1.0f,
                     m->delta, (int)d, l, (int)d, 0.0f, m->dproj, (int)k);
-        for (uint32_t i = 0; i < ch; i++)
-            obj += pair_grad(m->dproj + (size_t)i * k, k, sim[i], m->lambda);
+        for (uint32_t i = 0; i < ch; i++) {
+            double li = pair_grad(m->dproj + (size_t)i * k, k, sim[i], m->lambda);
+            obj += li;
+            if (sim[i]) n_sim++, sim_q += li;
+            else n_act += li > 0.0, dis_loss += li;
+        }
     }
+    /* Where the objective stands: the pull of the similar pairs against the
+     * share of dissimilar pairs still inside the margin. */
+    SFB_LOG_D("dml evaluate: %llu similar pairs, mean ||L d||^2 %.4g; %llu dissimilar, "
+              "%.1f%% inside the margin, mean hinge %.4g",
+              (unsigned long long)n_sim, n_sim ? sim_q / (double)n_sim : 0.0,
+              (unsigned long long)(mt - n_sim),
+              mt > n_sim ? 100.0 * (double)n_act / (double)(mt - n_sim) : 0.0,
+              mt > n_sim ? dis_loss / (double)(mt - n_sim) : 0.0);
     out->loss = obj / (double)mt;
     if (nr > 0) {
         /* Projected rows P = G·Lᵀ, then k-NN in both spaces. */

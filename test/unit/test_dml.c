@@ -371,6 +371,48 @@ static int test_evaluate_identity(void)
     return 0;
 }
 
+/* k-NN votes, k = 2, on five points of a line where every point's two
+ * nearest others carry different labels for a, b, c (a tie the nearest must
+ * win) and agree for d, e:
+ *
+ *   a=0 A   b=1 A   c=2.9 B   d=3.8 B   e=5.5 B
+ *
+ * With 5 samples the evaluation has one query and four references; every
+ * seed picks some query, and each is classified right only if ties go to
+ * the nearest (ties to the lowest label get c wrong; to the farther, a, b
+ * and c). */
+static int test_knn_ties_to_nearest(void)
+{
+    const float pos[5] = {0.0f, 1.0f, 2.9f, 3.8f, 5.5f};
+    const int32_t lab[5] = {0, 0, 1, 1, 1};
+    struct sfb_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    ds.n = 5;
+    ds.d = 1;
+    ds.k = 2;
+    ds.x = (float *)pos;
+    ds.labels = (int32_t *)lab;
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        struct sfb_model_settings st;
+        sfb_model_default_settings(&st);
+        st.kind = "dml";
+        st.d = 1;
+        st.rank = 1;
+        st.lambda = 1.0;
+        st.knn_k = 2;
+        st.seed = seed;
+        struct sfb_model *m;
+        ASSERT_OK(sfb_model_open(&m, &st));
+        sfb_model_matrix(m, 0)->data[0] = -3.0f; /* any L ≠ 0 keeps the order */
+        struct sfb_eval e;
+        ASSERT_OK(sfb_model_evaluate(m, &ds, &e));
+        ASSERT_EQ(e.knn_accuracy, 1.0);
+        ASSERT_EQ(e.knn_accuracy_euclid, 1.0);
+        sfb_model_close(&m);
+    }
+    return 0;
+}
+
 /* Plain single-worker SGD (factors + reconstruct + apply_local) learns a
  * metric under which k-NN beats Euclidean k-NN by a clear margin. */
 static int test_sgd_learns_metric(void)
@@ -447,6 +489,7 @@ static const struct test_case tests[] = {
     {"pair_sampling", test_pair_sampling},
     {"pair_files", test_pair_files},
     {"evaluate_identity", test_evaluate_identity},
+    {"knn_ties_to_nearest", test_knn_ties_to_nearest},
     {"sgd_learns_metric", test_sgd_learns_metric},
     {"settings_errors", test_settings_errors},
 };
