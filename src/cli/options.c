@@ -96,7 +96,7 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  --dim D                libsvm feature dimension (default: inferred)\n"
             "  --classes K            number of classes (default: inferred)\n"
             "  --lambda L             regularizer: mlr L2 (default 0), dml hinge weight\n"
-            "                         (default 1), sc L1 weight (default 0.1)\n"
+            "                         (default 30), sc L1 weight (default 0.1)\n"
             "  --rank K               dml: projection dimension (default 64)\n"
             "  --knn-k K              dml: neighbours of the k-NN evaluation (default 5)\n"
             "  --simi-pairs FILE      dml: similar pairs, lines \"i j\" (default: sampled\n"
