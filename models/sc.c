@@ -339,7 +339,7 @@ static void omp_codes(struct sc *m, uint32_t rows, uint32_t tmax, float *a)
                 ww += w[q] * w[q];
             }
             double dg = m->gram[(size_t)best * k + best] - ww;
-            if (!(dg > 1e-9 * m->gram[(size_t)best * k + best])) break;
+            if (!(dg > 1e-6 * m->gram[(size_t)best * k + best])) break; /* G is float */
             for (uint32_t q = 0; q < ns; q++)
                 l[(size_t)ns * tmax + q] = w[q];
             l[(size_t)ns * tmax + ns] = sqrt(dg);
