@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """SFB against the FMS baseline on the emulated cluster (scripts/netns-cluster).
 
-MLR on synth: data, K = D = 4096, S = 32 per worker, P = 4 workers on shaped
-1 Gbit/s links, BSP (s = 0), the same seed and data order for both modes. For
-each mode: samples/s (all workers), bytes sent per worker and clock,
-network-wait fraction (wait / wall), time to a fixed objective; then the
-SFB/FMS ratios. The objective per sample must be the same for both modes
-(same parameters up to rounding at s = 0).
+One model or all three (--model mlr|dml|sc|all) on synth: data with dense
+features, S = 32 per worker, P = 4 workers on shaped 1 Gbit/s links, BSP
+(s = 0), constant step, the same seed and data order for both modes:
+  mlr  A: K × D = 4096 × 4096 (K classes, D − 1 features + bias), step 0.1
+  dml  L: rank × D = 4096 × 4096 (--rank K), step 0.001
+  sc   B: D × K = 4096 × 512 (--dict-size; its codes cost K²·D per clock,
+       so K stays small: --sc-k), step 0.1
+For each model and mode: samples/s (all workers), bytes sent per worker and
+clock, network-wait fraction (wait / wall), time to a fixed objective; then
+the SFB/FMS ratios, and with several models a closing table of the ratios.
+The objective per sample must be the same for both modes (same parameters
+up to rounding at s = 0).
 
-Usage: bench/sfb_vs_fms.py [--smoke] [--k K] [--d D] [--n N] [--batch S]
-         [--workers P] [--clocks C] [--rate R] [--delay D] [--out DIR]
-         [--sfb PATH] [--cluster PATH] [--json FILE]
---smoke: tiny shapes, a few seconds (suite bench-smoke). Needs root (network
-namespaces); exits 77 otherwise. The metrics of both runs stay in --out
-(default bench-out/sfb_vs_fms) for scripts/plot.
+Usage: bench/sfb_vs_fms.py [--model mlr|dml|sc|all] [--smoke] [--k K] [--d D]
+         [--sc-k K] [--n N] [--batch S] [--workers P] [--clocks C] [--rate R]
+         [--delay D] [--out DIR] [--sfb PATH] [--cluster PATH] [--json FILE]
+--smoke: tiny shapes, a few seconds per model (suite bench-smoke). Needs root
+(network namespaces); exits 77 otherwise. The metrics of every run stay in
+--out (default bench-out/sfb_vs_fms) for scripts/plot: OUT/sfb and OUT/fms
+for mlr, OUT/dml/MODE and OUT/sc/MODE for the others.
 """
 import argparse
 import json
@@ -30,6 +37,10 @@ def load(path):
     clocks, summary = [], None
     with open(path) as f:
         for line in f:
+            # only the summary of the events is needed (an sc run's eval
+            # event carries a bare nan that json rejects)
+            if line.startswith('{"event"') and '"summary"' not in line:
+                continue
             r = json.loads(line)
             if r.get("event") == "summary":
                 summary = r
@@ -78,9 +89,34 @@ def synth_spec(a):
     return f"synth:k={a.k},d={a.d - 1},n={a.n},seed=11"  # MLR adds a bias column
 
 
-def run_mode(a, mode):
+# Steps per global minibatch on synth: data (dense features): mlr's --lr
+# (0.1) as before; dml and sc get small fixed steps (not tuned, only checked
+# to make the objective fall at the bench's shapes): with D = 4096 dense
+# features the models' defaults (dml 0.01, sc 1.0) are meant for [0, 1]
+# pixel data. The ratios do not depend on the step.
+MODEL_LR = {"mlr": None, "dml": 0.001, "sc": 0.1}
+
+
+def model_args(a, model):
+    """--model and data options of one model at the bench's shapes."""
+    if model == "mlr":
+        return ["--model", "mlr", "--data", synth_spec(a), "--lr", str(a.lr)]
+    if model == "dml":
+        return ["--model", "dml", "--rank", str(a.k),
+                "--data", f"synth:k=10,d={a.d},n={a.n},seed=11", "--lr", str(MODEL_LR["dml"])]
+    if model == "sc":
+        return ["--model", "sc", "--dict-size", str(a.sc_k),
+                "--data", f"synth:k=2,d={a.d},n={a.n},seed=11", "--lr", str(MODEL_LR["sc"])]
+    raise SystemExit(f"sfb_vs_fms: unknown model {model}")
+
+
+def model_shape(a, model):
+    return {"mlr": f"A {a.k}×{a.d}", "dml": f"L {a.k}×{a.d}", "sc": f"B {a.d}×{a.sc_k}"}[model]
+
+
+def run_mode(a, mode, model="mlr", out=None):
     """One job of `mode` on a fresh emulated cluster; (results, 0) or (None, rc)."""
-    out = os.path.join(a.out, mode)
+    out = out or os.path.join(a.out, mode)
     os.makedirs(out, exist_ok=True)
     for f in os.listdir(out):
         os.remove(os.path.join(out, f))
@@ -88,8 +124,8 @@ def run_mode(a, mode):
            "--out-dir", out, "--timeout", "900"]
     if a.delay:
         cmd += ["--delay", a.delay]
-    cmd += ["--", "--model", "mlr", "--data", synth_spec(a), "--batch", str(a.batch),
-            "--clocks", str(a.clocks), "--lr", str(a.lr), "--lr-schedule", "constant",
+    cmd += ["--"] + model_args(a, model) + ["--batch", str(a.batch),
+            "--clocks", str(a.clocks), "--lr-schedule", "constant",
             "--staleness", "0", "--apply-early", "off", "--eval-every", "0", "-q",
             "--sync", mode]
     t0 = time.time()
@@ -124,40 +160,32 @@ def add_common_args(ap, clocks):
 
 def smoke_shapes(a):
     a.k, a.d, a.n, a.batch, a.workers, a.clocks, a.rate = 64, 256, 600, 4, 3, 20, "100mbit"
+    if hasattr(a, "sc_k"):
+        a.sc_k = 32
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_common_args(ap, 30)
-    ap.add_argument("--out", default="bench-out/sfb_vs_fms")
-    ap.add_argument("--target", type=float,
-                    help="objective to reach (default: half the first clock's)")
-    a = ap.parse_args()
-    if a.smoke:
-        smoke_shapes(a)
-    if os.geteuid() != 0:
-        print("sfb_vs_fms: SKIP: needs root for network namespaces")
-        return 77
+def bench_model(a, model):
+    """Both modes of one model; (results, rc)."""
     res = {}
     for mode in ("sfb", "fms"):
-        res[mode], rc = run_mode(a, mode)
+        # mlr keeps the OUT/MODE layout scripts/plot and the README expect
+        out = os.path.join(a.out, mode) if model == "mlr" else os.path.join(a.out, model, mode)
+        res[mode], rc = run_mode(a, mode, model, out)
         if rc:
-            return rc
+            return None, rc
     # the fixed objective: by default half the objective of the first clock
     # (the same for both modes: same initial parameters and samples)
     target = a.target if a.target is not None else 0.5 * res["sfb"]["smooth"][0]
-    for m in res:
+    for m in ("sfb", "fms"):
         res[m]["time_to_target"], res[m]["clocks_to_target"] = time_to(res[m], target)
-    cores = os.cpu_count()
-    print(f"sfb vs fms: MLR K={a.k} D={a.d} S={a.batch} P={a.workers}, {a.clocks} clocks, "
-          f"links {a.rate}{' delay ' + a.delay if a.delay else ''}, s=0, {cores} cores")
+    print(f"sfb vs fms: {model.upper()} {model_shape(a, model)}, S={a.batch} P={a.workers}, "
+          f"{a.clocks} clocks, links {a.rate}{' delay ' + a.delay if a.delay else ''}, s=0, "
+          f"{os.cpu_count()} cores")
     print(f"{'':24}{'sfb':>14}{'fms':>14}{'sfb/fms':>10}")
 
-    def row(name, key, fmt, ratio=True, inv=False):
+    def row(name, key, fmt, ratio=True):
         x, y = res["sfb"][key], res["fms"][key]
-        r = ""
-        if ratio and x and y:
-            r = f"{(y / x if inv else x / y):.2f}"
+        r = f"{x / y:.2f}" if ratio and x and y else ""
         print(f"{name:24}{format(x, fmt):>14}{format(y, fmt):>14}{r:>10}")
 
     row("samples/s", "samples_per_s", ".1f")
@@ -173,16 +201,55 @@ def main():
           + "".join(f"{(format(v, '.2f') + ' s') if v is not None else '-':>14}" for v in tt)
           + (f"{tt[1] / tt[0]:>10.2f}" if None not in tt and tt[0] > 0 else ""))
     speed = res["sfb"]["samples_per_s"] / res["fms"]["samples_per_s"]
-    print(f"SFB/FMS samples/s ratio: {speed:.2f} (goal >= 8 at K=D=4096, S=32, P=4, 1 Gbit/s)")
+    goal = " (goal >= 8 at K=D=4096, S=32, P=4, 1 Gbit/s)" if model == "mlr" else ""
+    print(f"SFB/FMS samples/s ratio: {speed:.2f}{goal}")
     same = abs(res["sfb"]["final_objective"] - res["fms"]["final_objective"]) <= \
         1e-3 * max(1.0, abs(res["fms"]["final_objective"]))
-    print(f"same objective per sample: {'yes' if same else 'NO'}")
+    print(f"same objective per sample: {'yes' if same else 'NO'}\n")
+    res["target"], res["same"], res["ratio"] = target, same, speed
+    return res, 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(ap, 30)
+    ap.add_argument("--model", default="mlr", choices=["mlr", "dml", "sc", "all"])
+    ap.add_argument("--sc-k", type=int, default=512, help="sc dictionary atoms")
+    ap.add_argument("--out", default="bench-out/sfb_vs_fms")
+    ap.add_argument("--target", type=float,
+                    help="objective to reach (default: half the first clock's)")
+    a = ap.parse_args()
+    if a.smoke:
+        smoke_shapes(a)
+    if os.geteuid() != 0:
+        print("sfb_vs_fms: SKIP: needs root for network namespaces")
+        return 77
+    models = ["mlr", "dml", "sc"] if a.model == "all" else [a.model]
+    all_res = {}
+    for model in models:
+        all_res[model], rc = bench_model(a, model)
+        if rc:
+            return rc
+    if len(models) > 1:
+        print(f"{'model':8}{'shape':>14}{'samples/s':>11}{'bytes/clock':>13}"
+              f"{'time to obj':>13}  same objective")
+        for model, r in all_res.items():
+            tt = [r[m]["time_to_target"] for m in ("sfb", "fms")]
+            t = f"{tt[1] / tt[0]:.2f}" if None not in tt and tt[0] > 0 else "-"
+            b = r["sfb"]["bytes_per_clock"] / r["fms"]["bytes_per_clock"]
+            print(f"{model:8}{model_shape(a, model):>14}{r['ratio']:>11.2f}{b:>13.3f}{t:>13}"
+                  f"  {'yes' if r['same'] else 'NO'}")
+        print("(SFB/FMS ratios; time to obj is FMS time / SFB time)")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"settings": vars(a), "target": target,
-                       "results": {m: {k: v for k, v in r.items() if k not in ("smooth", "clock_wall")}
-                                   for m, r in res.items()}}, f, indent=1)
-    return 0 if same else 1
+            json.dump({"settings": vars(a),
+                       "models": {model: {
+                           "target": r["target"], "same_objective": r["same"],
+                           "results": {m: {k: v for k, v in r[m].items()
+                                           if k not in ("smooth", "clock_wall")}
+                                       for m in ("sfb", "fms")}}
+                           for model, r in all_res.items()}}, f, indent=1)
+    return 0 if all(r["same"] for r in all_res.values()) else 1
 
 
 if __name__ == "__main__":

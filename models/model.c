@@ -152,6 +152,8 @@ int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, stru
     if (!m || !data || !out) return sfb__error(-EINVAL, "model: NULL argument to evaluate");
     out->loss = out->accuracy = NAN;
     out->knn_accuracy = out->knn_accuracy_euclid = out->recon_error = out->sparsity = NAN;
+    out->recon_error_sparse = NAN;
+    out->sparse_nonzeros = 0;
     out->n = 0;
     return m->ops->evaluate(m->priv, m->mats, data, out);
 }

@@ -23,7 +23,10 @@
  * evaluate: over every sample, chunked: loss = mean of ‖x − Bα‖² + λ‖α‖₁,
  * recon_error = Σ‖x − Bα‖² / Σ‖x‖² (ratio of sums: a zero sample, e.g. a
  * flat patch after mean removal, does not divide by zero), sparsity = mean
- * fraction of exactly-zero code entries. accuracy is NaN. */
+ * fraction of exactly-zero code entries. accuracy is NaN. recon_error_sparse
+ * is the same ratio with codes of exactly T = max(1, min(D, K)/8) nonzeros
+ * from orthogonal matching pursuit, so two dictionaries can be compared at
+ * the same sparsity (FISTA's sparsity depends on the dictionary). */
 #include "models/sc.h"
 
 #include "models/model.h"
@@ -47,7 +50,9 @@ struct sc {
     float *v, *w;            /* K: power iteration */
     float *h, *y, *aold, *t; /* rows × K FISTA scratch */
     float *x, *a;            /* evaluate chunk: EVAL_CHUNK × D rows, EVAL_CHUNK × K codes */
-    size_t h_cap, y_cap, aold_cap, t_cap, x_cap, a_cap;
+    double *chol, *omp;      /* OMP: T × T Cholesky factor; 3T + K work */
+    uint32_t *sel;           /* OMP: T selected atoms */
+    size_t h_cap, y_cap, aold_cap, t_cap, x_cap, a_cap, chol_cap, omp_cap, sel_cap;
 };
 
 #define RESERVE(m, f, count)                                                                       \
@@ -67,6 +72,9 @@ static void sc_fini(void *priv)
     free(m->t);
     free(m->x);
     free(m->a);
+    free(m->chol);
+    free(m->omp);
+    free(m->sel);
     memset(m, 0, sizeof *m);
 }
 
@@ -187,10 +195,10 @@ static int codes(struct sc *m, const float *bm, const float *x, uint32_t rows, f
         return sfb__error(-ENOMEM, "sc: cannot allocate code scratch");
     memset(a, 0, cnt * sizeof(float));
     double lmax = gram_lmax(m, bm);
-    if (!(lmax > 0.0)) return 0; /* B = 0: every code stays 0 */
-    /* H = X·B (rows × K): Bᵀx_i per row. */
+    /* H = X·B (rows × K): Bᵀx_i per row (evaluate's OMP reuses it). */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)k, (int)d, 1.0f, x,
                 (int)d, bm, (int)k, 0.0f, m->h, (int)k);
+    if (!(lmax > 0.0)) return 0; /* B = 0: every code stays 0 */
     const float g2 = (float)(1.0 / lmax); /* 2·step, step = 1/(2λ_max) */
     const float thr = (float)(m->lambda / (2.0 * lmax));
     memset(m->y, 0, cnt * sizeof(float));
@@ -278,6 +286,91 @@ static void sc_apply_local(void *priv, struct sfb_matrix *mats, float eta)
     project_columns(priv, mats[0].data);
 }
 
+/* Nonzeros per code of the fixed-sparsity evaluation: D/8 for K ≥ D (8 of
+ * 128 atoms for 8×8 patches, sparsity 93.75 %). */
+static uint32_t omp_nonzeros(const struct sc *m)
+{
+    uint32_t t = SFB_MIN(m->d, m->k) / 8;
+    return t ? t : 1;
+}
+
+/* T-sparse codes of `rows` samples by Batch-OMP (Rubinstein, Zibulevsky and
+ * Elad 2008): with G = BᵀB (m->gram, set by the caller) and h = Bᵀx (m->h)
+ * the correlations of the residual are Bᵀr = h − G_{:,S} α_S, so no residual
+ * is formed. Each step adds the atom of largest |B_jᵀr| / ‖B_j‖ and solves
+ * G_SS α_S = h_S by an incrementally grown Cholesky factor (double). An atom
+ * (numerically) in the span of those chosen ends the code early, so a code
+ * has at most T nonzeros; zero columns are never chosen. */
+static void omp_codes(struct sc *m, uint32_t rows, uint32_t tmax, float *a)
+{
+    const uint32_t k = m->k;
+    double *c = m->omp, *hs = c + k, *alpha = hs + tmax, *w = alpha + tmax;
+    double *l = m->chol;
+    memset(a, 0, (size_t)rows * k * sizeof(float));
+    for (uint32_t i = 0; i < rows; i++) {
+        const float *h = m->h + (size_t)i * k;
+        float *ai = a + (size_t)i * k;
+        uint32_t ns = 0;
+        for (uint32_t j = 0; j < k; j++)
+            c[j] = h[j];
+        while (ns < tmax) {
+            uint32_t best = UINT32_MAX;
+            double bv = 0.0;
+            for (uint32_t j = 0; j < k; j++) {
+                double g = m->gram[(size_t)j * k + j];
+                if (!(g > 1e-12)) continue;
+                double v = fabs(c[j]) / sqrt(g);
+                int taken = 0;
+                for (uint32_t q = 0; q < ns; q++)
+                    taken |= m->sel[q] == j;
+                if (!taken && v > bv) {
+                    bv = v;
+                    best = j;
+                }
+            }
+            if (best == UINT32_MAX) break; /* residual orthogonal to every atom */
+            /* New Cholesky row: L w = G_{S,best}, diagonal sqrt(G_bb − wᵀw). */
+            double ww = 0.0;
+            for (uint32_t q = 0; q < ns; q++) {
+                double v = m->gram[(size_t)m->sel[q] * k + best];
+                for (uint32_t r = 0; r < q; r++)
+                    v -= l[(size_t)q * tmax + r] * w[r];
+                w[q] = v / l[(size_t)q * tmax + q];
+                ww += w[q] * w[q];
+            }
+            double dg = m->gram[(size_t)best * k + best] - ww;
+            if (!(dg > 1e-6 * m->gram[(size_t)best * k + best])) break; /* G is float */
+            for (uint32_t q = 0; q < ns; q++)
+                l[(size_t)ns * tmax + q] = w[q];
+            l[(size_t)ns * tmax + ns] = sqrt(dg);
+            m->sel[ns] = best;
+            hs[ns] = h[best];
+            ns++;
+            /* α_S = L⁻ᵀ L⁻¹ h_S */
+            for (uint32_t q = 0; q < ns; q++) {
+                double v = hs[q];
+                for (uint32_t r = 0; r < q; r++)
+                    v -= l[(size_t)q * tmax + r] * w[r];
+                w[q] = v / l[(size_t)q * tmax + q];
+            }
+            for (uint32_t q = ns; q-- > 0;) {
+                double v = w[q];
+                for (uint32_t r = q + 1; r < ns; r++)
+                    v -= l[(size_t)r * tmax + q] * alpha[r];
+                alpha[q] = v / l[(size_t)q * tmax + q];
+            }
+            for (uint32_t j = 0; j < k; j++) {
+                double v = h[j];
+                for (uint32_t q = 0; q < ns; q++)
+                    v -= m->gram[(size_t)j * k + m->sel[q]] * alpha[q];
+                c[j] = v;
+            }
+        }
+        for (uint32_t q = 0; q < ns; q++)
+            ai[m->sel[q]] = (float)alpha[q];
+    }
+}
+
 static int sc_evaluate(void *priv, const struct sfb_matrix *mats, const struct sfb_dataset *data,
                        struct sfb_eval *out)
 {
@@ -288,8 +381,12 @@ static int sc_evaluate(void *priv, const struct sfb_matrix *mats, const struct s
     if (data->n == 0) return 0;
     if (RESERVE(m, x, (size_t)EVAL_CHUNK * m->d) || RESERVE(m, a, (size_t)EVAL_CHUNK * m->k))
         return sfb__error(-ENOMEM, "sc: cannot allocate evaluation scratch");
+    const uint32_t tmax = omp_nonzeros(m);
+    if (RESERVE(m, chol, (size_t)tmax * tmax) || RESERVE(m, omp, 3 * (size_t)tmax + m->k) ||
+        RESERVE(m, sel, tmax))
+        return sfb__error(-ENOMEM, "sc: cannot allocate evaluation scratch");
     const float *bm = mats[0].data;
-    double xx = 0.0, rr = 0.0, l1 = 0.0;
+    double xx = 0.0, rr = 0.0, l1 = 0.0, rs = 0.0;
     uint64_t zeros = 0;
     for (uint64_t r0 = 0; r0 < data->n; r0 += EVAL_CHUNK) {
         uint32_t ch = (uint32_t)SFB_MIN((uint64_t)EVAL_CHUNK, data->n - r0);
@@ -301,11 +398,20 @@ static int sc_evaluate(void *priv, const struct sfb_matrix *mats, const struct s
         l1 += sumabs(m->a, (size_t)ch * m->k);
         for (size_t q = 0; q < (size_t)ch * m->k; q++)
             zeros += m->a[q] == 0.0f;
+        /* Fixed sparsity: m->gram and m->h (= X·B) still hold this chunk's
+         * G and H from codes(); the samples are gathered again because the
+         * residual overwrote them. */
+        if ((ret = gather(data, NULL, r0, ch, m->x))) return ret;
+        omp_codes(m, ch, tmax, m->a);
+        residual(m, bm, m->a, ch, m->x);
+        rs += sumsq(m->x, (size_t)ch * m->d);
     }
     const double n = (double)data->n;
     out->loss = (rr + m->lambda * l1) / n;
     out->recon_error = xx > 0.0 ? rr / xx : NAN;
     out->sparsity = (double)zeros / (n * m->k);
+    out->recon_error_sparse = xx > 0.0 ? rs / xx : NAN;
+    out->sparse_nonzeros = tmax;
     return 0;
 }
 

@@ -54,6 +54,13 @@ struct sfb_eval {
     double knn_accuracy_euclid; /* dml: k-NN accuracy under the Euclidean metric */
     double recon_error;         /* sc: Σ‖x − Bα‖² / Σ‖x‖² */
     double sparsity;            /* sc: mean fraction of zero code entries */
+    /* sc: the reconstruction error Σ‖x − Bα‖² / Σ‖x‖² at a fixed sparsity:
+     * every code has exactly `sparse_nonzeros` = max(1, min(d, dict_size)/8)
+     * nonzeros, chosen greedily by orthogonal matching pursuit (OMP) with
+     * least-squares coefficients; 0 and NaN for the other models. Compares
+     * dictionaries at the same code sparsity (docs/models.md). */
+    double recon_error_sparse;
+    uint32_t sparse_nonzeros;
 };
 
 /* The ops table every model implements. `priv` points to priv_size bytes

@@ -311,6 +311,9 @@ int cli_eval(int argc, char **argv)
     if (isfinite(ev.recon_error))
         printf("reconstruction error %.4f, code sparsity %.2f%%\n", ev.recon_error,
                100 * ev.sparsity);
+    if (isfinite(ev.recon_error_sparse))
+        printf("reconstruction error at %u nonzeros per code (OMP) %.4f\n", ev.sparse_nonzeros,
+               ev.recon_error_sparse);
     ret = 0;
 out:
     sfb_dataset_free(&train);

@@ -323,6 +323,68 @@ static int test_sparse_input(void)
     return 0;
 }
 
+/* Fixed-sparsity evaluation (OMP with T = min(d, k)/8 nonzeros): with an
+ * orthonormal dictionary (the identity) the T-term optimum keeps the T
+ * largest |x_r|; with the model's random dictionary, samples built from 3 of
+ * its atoms are recovered exactly. */
+static int test_omp_fixed_sparsity(void)
+{
+    const uint32_t d = 16, k = 16, n = 40, t = 2;
+    struct sfb_model *m;
+    ASSERT_OK(open_sc(&m, d, k, 0.1, 10));
+    struct sfb_matrix *B = sfb_model_matrix(m, 0);
+    for (uint32_t r = 0; r < d; r++)
+        for (uint32_t j = 0; j < k; j++)
+            B->data[r * k + j] = r == j ? 1.0f : 0.0f;
+    struct sfb_dataset ds;
+    make_gauss(&ds, n, d);
+    double xx = 0, kept = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const float *x = ds.x + (size_t)i * d;
+        double top[2] = {0, 0};
+        for (uint32_t r = 0; r < d; r++) {
+            double v = (double)x[r] * x[r];
+            xx += v;
+            if (v > top[0]) {
+                top[1] = top[0];
+                top[0] = v;
+            } else if (v > top[1]) {
+                top[1] = v;
+            }
+        }
+        kept += top[0] + top[1];
+    }
+    struct sfb_eval ev;
+    ASSERT_OK(sfb_model_evaluate(m, &ds, &ev));
+    ASSERT_EQ(ev.sparse_nonzeros, t);
+    ASSERT_NEAR(ev.recon_error_sparse, (xx - kept) / xx, 1e-5);
+    free_ds(&ds);
+    sfb_model_close(&m);
+
+    const uint32_t d2 = 64, k2 = 128;
+    ASSERT_OK(open_sc(&m, d2, k2, 0.1, 10));
+    const float *b = sfb_model_matrix(m, 0)->data;
+    memset(&ds, 0, sizeof ds);
+    ds.n = n;
+    ds.d = d2;
+    ds.k = 1;
+    ds.x = calloc((size_t)n * d2, sizeof(float));
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t q = 0; q < 3; q++) {
+            uint32_t j = (uint32_t)(urand() * k2);
+            double a = 1.0 + urand();
+            for (uint32_t r = 0; r < d2; r++)
+                ds.x[(size_t)i * d2 + r] += (float)(a * b[r * k2 + j]);
+        }
+    ASSERT_OK(sfb_model_evaluate(m, &ds, &ev));
+    ASSERT_EQ(ev.sparse_nonzeros, 8);
+    ASSERT(ev.recon_error_sparse < 1e-6);
+    ASSERT(ev.recon_error > ev.recon_error_sparse); /* FISTA with λ > 0 is biased */
+    free_ds(&ds);
+    sfb_model_close(&m);
+    return 0;
+}
+
 static int test_settings_errors(void)
 {
     struct sfb_model *m;
@@ -341,6 +403,7 @@ static const struct test_case tests[] = {
     {"init_and_projection", test_init_and_projection},
     {"sgd_learns_dictionary", test_sgd_learns_dictionary},
     {"sparse_input", test_sparse_input},
+    {"omp_fixed_sparsity", test_omp_fixed_sparsity},
     {"settings_errors", test_settings_errors},
 };
 
