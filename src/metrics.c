@@ -45,13 +45,19 @@ int sfb__metrics_open(struct sfb__metrics *m, const char *pattern, uint32_t rank
     return 0;
 }
 
-/* JSON has no NaN/Inf: write null. */
-static void put_num(FILE *f, const char *key, double v)
+const char *sfb__json_num(char buf[32], double v)
 {
     if (isfinite(v))
-        fprintf(f, ",\"%s\":%.6g", key, v);
+        snprintf(buf, 32, "%.6g", v);
     else
-        fprintf(f, ",\"%s\":null", key);
+        snprintf(buf, 32, "null");
+    return buf;
+}
+
+static void put_num(FILE *f, const char *key, double v)
+{
+    char b[32];
+    fprintf(f, ",\"%s\":%s", key, sfb__json_num(b, v));
 }
 
 void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics *c)

@@ -40,6 +40,10 @@ int sfb__metrics_open(struct sfb__metrics *m, const char *pattern, uint32_t rank
 void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics *c);
 /* Writes {"event":"<name>","rank":r, <fields>} where `fields` is a
  * printf-formatted fragment of JSON members ("\"a\":1,\"b\":2"). */
+/* v as a JSON number ("%.6g"), or "null" when it is NaN or infinite (JSON
+ * has neither); writes into buf and returns it. */
+const char *sfb__json_num(char buf[32], double v);
+
 void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fields, ...)
     __attribute__((format(printf, 3, 4)));
 int sfb__metrics_close(struct sfb__metrics *m);

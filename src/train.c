@@ -3,9 +3,10 @@
  *     join the job (src/comm) → load data, build the replica
  *     for t in clocks:
  *         engine.wait(t)        SSP: every origin's updates ≤ t−s−1 applied
+ *         model.apply_local     of clock t−1: regularizer / projection, every
+ *                               replica itself, once SSP's updates are in
  *         SFs of this worker's minibatch of clock t
  *         engine.publish(t)     to the peers; own update applied at once
- *         model.apply_local     regularizer / projection, every replica itself
  *     engine.drain(last)        all replicas end identical
  *
  * The step is per global minibatch: each worker's SFs carry 1/world of it,
@@ -402,6 +403,19 @@ static int checkpoint(struct worker *w, int64_t clock, int drained)
     return 0;
 }
 
+/* The "eval" metrics event; NaN (e.g. sc has no accuracy) is written null. */
+static void eval_event(struct worker *w, uint64_t clock, uint64_t epoch, double wall,
+                       const struct sfb_eval *ev, double train_loss)
+{
+    char a[32], b[32], c[32];
+    sfb__metrics_event(&w->metrics, "eval",
+                       "\"clock\":%llu,\"epoch\":%llu,\"wall\":%.6g,\"test_loss\":%s,"
+                       "\"test_accuracy\":%s,\"train_loss\":%s",
+                       (unsigned long long)clock, (unsigned long long)epoch, wall,
+                       sfb__json_num(a, ev->loss), sfb__json_num(b, ev->accuracy),
+                       sfb__json_num(c, train_loss));
+}
+
 static int run(struct worker *w, sfb_progress_fn progress, void *user, double interval,
                struct sfb_train_result *res)
 {
@@ -439,6 +453,11 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         if ((ret = w->engine->wait(w->engine_priv, (int64_t)t, &acct))) return ret;
         if ((ret = sfb__ssp_record(&w->ssp, (int64_t)t))) return ret;
         cm.min_applied = w->ssp.record[t];
+        /* The previous clock's regularizer / projection, now that the wait
+         * applied every update the SSP bound requires: under BSP every
+         * replica decays / projects the same matrix. (A checkpoint of clock
+         * t holds the replica before this step; a resumed run redoes it.) */
+        if (t > 0) sfb_model_apply_local(w->model, (float)sfb_train_lr(s, t - 1, cpe));
 
         double t0 = sfb__now();
         cm.t_begin = t0;
@@ -455,7 +474,6 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         double t1 = sfb__now();
         cm.t_publish = t1;
         if ((ret = w->engine->publish(w->engine_priv, (int64_t)t, w->sf, nm))) return ret;
-        sfb_model_apply_local(w->model, (float)eta);
         double t2 = sfb__now();
 
         if (!isfinite(loss))
@@ -496,11 +514,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
             pr.test_loss = ev.loss;
             pr.test_accuracy = ev.accuracy;
             if (ev.n)
-                sfb__metrics_event(&w->metrics, "eval",
-                                   "\"clock\":%llu,\"epoch\":%u,\"wall\":%.6g,\"test_loss\":%.6g,"
-                                   "\"test_accuracy\":%.6g,\"train_loss\":%.6g",
-                                   (unsigned long long)(t + 1), epoch, sfb__now() - t_start,
-                                   ev.loss, ev.accuracy, epoch_n ? epoch_loss / epoch_n : NAN);
+                eval_event(w, t + 1, epoch, sfb__now() - t_start, &ev,
+                           epoch_n ? epoch_loss / epoch_n : NAN);
         }
         if (epoch_end) {
             res->train_loss = epoch_n ? epoch_loss / epoch_n : NAN;
@@ -528,6 +543,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     /* drained, and comm_finish's barrier stands for the checkpoint's */
     if (every && total > start && total % every == 0 && (ret = checkpoint(w, (int64_t)total, 1)))
         return ret;
+    /* the last clock's local step, after the checkpoint as for every clock */
+    if (total > 0) sfb_model_apply_local(w->model, (float)sfb_train_lr(s, total - 1, cpe));
     res->clocks = total;
     res->samples = (total - start) * w->batch;
     res->wall = sfb__now() - t_start;
@@ -536,12 +553,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     if ((ret = evaluate(w, &ev))) return ret;
     res->test_loss = ev.loss;
     res->test_accuracy = ev.accuracy;
-    if (ev.n)
-        sfb__metrics_event(&w->metrics, "eval",
-                           "\"clock\":%llu,\"epoch\":%llu,\"wall\":%.6g,\"test_loss\":%.6g,"
-                           "\"test_accuracy\":%.6g,\"train_loss\":%.6g",
-                           (unsigned long long)total, (unsigned long long)(total / cpe),
-                           res->wall, ev.loss, ev.accuracy, res->train_loss);
+    if (ev.n) eval_event(w, total, total / cpe, res->wall, &ev, res->train_loss);
     traffic(w, now_tr);
     const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
     /* SFB: S·(K+D) values to each of P−1 peers; FMS: each row block pushed
@@ -553,14 +565,15 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)
         hp += sprintf(hp, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
+    char acc[32];
     sfb__metrics_event(
         &w->metrics, "summary",
         "\"world\":%u,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,\"samples_per_s\":%.6g,"
-        "\"test_accuracy\":%.6g,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
+        "\"test_accuracy\":%s,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
         "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu",
         w->world, (unsigned long long)res->clocks, (unsigned long long)res->samples, res->wall,
         res->wall > 0 ? (double)res->samples / res->wall : 0.0,
-        isfinite(res->test_accuracy) ? res->test_accuracy : -1.0,
+        sfb__json_num(acc, res->test_accuracy),
         (unsigned long long)(now_tr[0] - bytes_sent0),
         total ? (double)(now_tr[0] - bytes_sent0) / (double)total : 0.0, formula, hs,
         (unsigned long long)sfb__comm_rejected(w->comm));
