@@ -4,6 +4,8 @@
 #include "src/common.h"
 #include "src/loop.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -125,13 +127,63 @@ static void sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int 
     if (c->s.on_sent) c->s.on_sent(c->s.user, dst, buf, failed);
 }
 
+/* Whether a process of this host is gone: no such pid, or a zombie that its
+ * parent has not reaped yet. */
+static int pid_gone(int pid)
+{
+    if (kill(pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* A peer on this host whose process has been gone for a second without
+ * saying BYE (a BYE sent just before a normal exit may still be in flight),
+ * or -1. Called every heartbeat: a local death is named within ~1.5 s. */
+static int dead_local_peer(struct sfb__comm *c, double now)
+{
+    if (!c->peer_pid) return -1;
+    for (uint32_t p = 0; p < c->world; p++) {
+        if (p == c->rank || c->said_bye[p] || !pid_gone(c->peer_pid[p])) continue;
+        if (!c->gone_since[p]) c->gone_since[p] = now;
+        if (now - c->gone_since[p] >= 1.0) return (int)p;
+    }
+    return -1;
+}
+
+/* A fabric error that names no peer (shm reports a dead peer's receive as
+ * EIO without an address) is not fatal at once: the peer whose process is
+ * gone (all ranks on this host) or the silent one (heartbeats) is named
+ * instead; only if none is within the peer timeout does the job fail on
+ * the bare error. */
+static void check_liveness(struct sfb__comm *c, double now)
+{
+    int d = dead_local_peer(c, now);
+    if (d >= 0)
+        fail(c, d, "rank %d died (its process %d is gone)%s%s", d, c->peer_pid[d],
+             c->anon_error_at ? "; fabric error " : "", c->anon_error_at ? c->anon_error : "");
+    else if (c->anon_error_at && now - c->anon_error_at > c->s.peer_timeout_s)
+        fail(c, -1, "fabric error: %s", c->anon_error);
+}
+
 static void on_error(void *user, int peer, int code, const char *msg)
 {
     struct sfb__comm *c = user;
-    if (peer >= 0)
+    if (peer >= 0) {
         fail(c, peer, "rank %d failed: fabric error %s", peer, msg ? msg : sfb_strerror(code));
-    else
-        fail(c, -1, "fabric error: %s", msg ? msg : sfb_strerror(code));
+        return;
+    }
+    if (!c->anon_error_at) {
+        c->anon_error_at = sfb__now();
+        snprintf(c->anon_error, sizeof c->anon_error, "%s", msg ? msg : sfb_strerror(code));
+        SFB_LOG_D("fabric error naming no peer, looking for the culprit: %s", c->anon_error);
+    }
 }
 
 /* Loop thread: heartbeats out, silence detection in. */
@@ -147,6 +199,7 @@ static void heartbeat(void *arg)
             fail(c, (int)p, "rank %u is dead or silent: nothing heard for %.1f s (timeout %.1f s)",
                  p, silent, c->s.peer_timeout_s);
     }
+    check_liveness(c, now);
 }
 
 static void reset_heard(void *arg)
@@ -156,20 +209,31 @@ static void reset_heard(void *arg)
     for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
 }
 
-static int provider_all_local(struct sfb__bootstrap *bs, int *all_local)
+/* Every rank's host name and pid: whether all share this host (the shm
+ * provider's case), and then the pids, to tell which peer died. */
+static int exchange_hosts(struct sfb__comm *c, int *all_local)
 {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
+    char mine[300] = {0};
+    gethostname(mine, 256);
+    size_t hlen = strlen(mine) + 1;
+    int pid = (int)getpid();
+    memcpy(mine + hlen, &pid, sizeof pid);
     void *all = NULL;
-    int world = sfb__bootstrap_size(bs);
-    size_t *lens = calloc((size_t)world, sizeof *lens);
+    size_t *lens = calloc(c->world, sizeof *lens);
     if (!lens) return -ENOMEM;
-    int ret = sfb__bootstrap_allgatherv(bs, host, strlen(host) + 1, &all, lens);
+    int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid, &all, lens);
+    *all_local = 0;
     if (ret == 0) {
         *all_local = 1;
         const char *p = all;
-        for (int r = 0; r < world; p += lens[r], r++)
-            if (lens[r] != strlen(host) + 1 || memcmp(p, host, lens[r]) != 0) *all_local = 0;
+        for (uint32_t r = 0; r < c->world; p += lens[r], r++)
+            if (lens[r] != hlen + sizeof pid || memcmp(p, mine, hlen) != 0) *all_local = 0;
+        c->gone_since = *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
+        if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
+            p = all;
+            for (uint32_t r = 0; r < c->world; p += lens[r], r++)
+                memcpy(&c->peer_pid[r], p + hlen, sizeof pid);
+        }
     }
     free(all);
     free(lens);
@@ -243,7 +307,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         goto fail;
     }
     int all_local = 0;
-    if ((ret = provider_all_local(c->bs, &all_local))) goto fail;
+    if ((ret = exchange_hosts(c, &all_local))) goto fail;
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
     struct sfb__transport_settings ts;
     sfb__transport_default_settings(&ts);
@@ -378,6 +442,8 @@ void sfb__comm_close(struct sfb__comm **pc)
     sfb__bootstrap_close(&c->bs);
     free(c->last_heard);
     free(c->said_bye);
+    free(c->peer_pid);
+    free(c->gone_since);
     free(c);
     *pc = NULL;
 }

@@ -52,6 +52,10 @@ struct sfb__comm {
     struct sfb__loop_timer *hb;
     double *last_heard;
     uint8_t *said_bye;
+    int *peer_pid;         /* every rank on this host: their pids, else NULL */
+    double *gone_since;    /* when a peer's process was first seen gone */
+    double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
+    char anon_error[256];
     /* failure, published to the compute thread */
     _Atomic int failed;
     int failed_rank;
