@@ -15,15 +15,11 @@
  *     sfb__transport_flush(t, timeout); sfb__transport_close(&t);
  *
  * Frames of any size are carried: a frame up to `chunk_size` bytes is one
- * message (header and payload as one gather send) into a pooled receive
- * buffer; a larger one is a small announce message (16-byte prefix giving
- * the total length, plus the frame header) followed by the payload as ONE
- * message with a frame-specific tag, which the receiver, once announced,
- * receives straight into a pooled buffer of the frame's size (the provider's
- * own large-message protocol does the one copy: shm CMA, rxm rendezvous).
- * Frames from one sender may be delivered out of order (a big frame
- * completes after later small ones); the layers above order by the clocks in
- * the wire header.
+ * message (header and payload as one gather send); a larger one goes as a
+ * first chunk (with a 16-byte prefix giving the total length) and pieces of
+ * chunk_size, reassembled by the receiver. Frames from one sender may be
+ * delivered out of order (a big frame completes after later small ones); the
+ * layers above order by the clocks in the wire header.
  *
  * Errors: functions return 0 or a negative code (-FI_E* pass through).
  */
@@ -35,7 +31,6 @@
 #include <stdint.h>
 
 struct sfb__loop;
-struct sfb__pool;
 struct sfb__transport;
 
 /* Largest header that sfb__transport_send() copies inline. */
@@ -53,10 +48,11 @@ struct sfb__buf {
     unsigned cls;
     void *mr;   /* struct fid_mr * or NULL */
     void *desc; /* fi_mr_desc or NULL */
-    struct sfb__pool *pool;
+    struct sfb__transport *t;
     struct sfb__buf *next;
     size_t len; /* bytes of a received frame */
     uint32_t src;
+    uint32_t idx;
     uint32_t off; /* where a received frame starts in data */
 };
 
@@ -76,10 +72,8 @@ struct sfb__transport_settings {
     const char *provider;
     int all_local;         /* every rank runs on this host */
     uint32_t rank;         /* this endpoint's rank */
-    /* Size of each posted receive buffer: frames up to this size (minus the
-     * 16-byte transport header) travel as one eager message, larger ones as
-     * announce + body (256 KiB, capped by the provider's max_msg_size). Must
-     * be equal on all ranks. */
+    /* Largest fabric message and size of each receive buffer (256 KiB,
+     * capped by the provider's max_msg_size). Must be equal on all ranks. */
     size_t chunk_size;
     size_t max_frame;      /* largest frame accepted from a peer (1 GiB) */
     unsigned rx_depth;     /* receive buffers posted for new frames (32) */
