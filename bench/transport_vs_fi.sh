@@ -3,7 +3,8 @@
 # same provider, same sizes, 2 processes each, ping-pong bandwidth =
 # size / half round trip (fi_pingpong's MB/sec column, 1e6 B/s).
 #
-#   transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b] [provider ...]
+#   transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b]
+#                      [--before OLD_BENCH_TRANSPORT] [provider ...]
 #
 # Default providers shm tcp; sizes 4k,64k,1m,16m; R = 3 runs of each side,
 # alternated, best of each kept (the machine may be shared: best-of is the
@@ -11,7 +12,10 @@
 # size), then a verdict. Exit 1 when sfb reaches < 80 % of fi_pingpong's
 # bandwidth at a size >= 1 MiB on any provider (not with --smoke, which runs
 # tiny sizes once and only checks that both sides run). Exit 77 (skipped)
-# when fi_pingpong is not installed.
+# when fi_pingpong is not installed. --before runs a second bench_transport
+# (e.g. built from an older commit) in the same alternation and adds its
+# GB/s and ratio as two more columns, for before/after tables measured under
+# the same load; the gate looks at BENCH_TRANSPORT only.
 set -u
 BENCH=${1:?usage: transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b] [provider ...]}
 shift
@@ -19,11 +23,13 @@ SMOKE=0
 REPEAT=3
 SIZES=4k,64k,1m,16m
 PROVS=
+BEFORE=
 while [ $# -gt 0 ]; do
     case $1 in
     --smoke) SMOKE=1; REPEAT=1; SIZES=4k,64k ;;
     --repeat) REPEAT=$2; shift ;;
     --sizes) SIZES=$2; shift ;;
+    --before) BEFORE=$2; shift ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) PROVS="$PROVS $1" ;;
     esac
@@ -73,43 +79,57 @@ best() { # keeps the larger of two numbers (empty = none)
         awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; fi
 }
 
+sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
+    extra=
+    [ "$SMOKE" = 1 ] && extra="--iters 5"
+    # shellcheck disable=SC2086
+    "$1" --mode pingpong --sizes "$3" $extra "$2" 2>"$TMP/err" |
+        awk '$1 ~ /^transport\/pingpong\// { print $5 }'
+}
+
 fail=0
-echo "# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio  (ping-pong, best of $REPEAT)"
+hdr="# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio"
+[ -n "$BEFORE" ] && hdr="$hdr  before_GB/s  before_ratio"
+echo "$hdr  (ping-pong, best of $REPEAT)"
 for prov in $PROVS; do
     list=$(echo "$SIZES" | tr ',' ' ')
     for s in $list; do
         eval "SFB_$(bytes "$s")="
         eval "FI_$(bytes "$s")="
+        eval "OLD_$(bytes "$s")="
     done
     r=0
     while [ $r -lt "$REPEAT" ]; do
         r=$((r + 1))
         for s in $list; do
             b=$(bytes "$s")
-            extra=
-            [ "$SMOKE" = 1 ] && extra="--iters 5"
-            # shellcheck disable=SC2086
-            v=$("$BENCH" --mode pingpong --sizes "$b" $extra "$prov" 2>"$TMP/err" |
-                awk '$1 ~ /^transport\/pingpong\// { print $5 }')
+            v=$(sfb_run "$BENCH" "$prov" "$b")
             if [ -z "$v" ]; then
                 echo "bench_transport $prov $b failed:" >&2
                 cat "$TMP/err" >&2
                 fail=1
             fi
             eval "SFB_$b=\$(best \"\$SFB_$b\" \"$v\")"
+            if [ -n "$BEFORE" ]; then
+                v=$(sfb_run "$BEFORE" "$prov" "$b")
+                eval "OLD_$b=\$(best \"\$OLD_$b\" \"$v\")"
+            fi
             f=$(fi_run "$prov" "$b") || { [ "$SMOKE" = 1 ] || fail=1; }
             eval "FI_$b=\$(best \"\$FI_$b\" \"$f\")"
         done
     done
     for s in $list; do
         b=$(bytes "$s")
-        eval "sv=\$SFB_$b; fv=\$FI_$b"
-        awk -v p="$prov" -v b="$b" -v s="$sv" -v f="$fv" -v g=$GATE -v smoke=$SMOKE 'BEGIN {
+        eval "sv=\$SFB_$b; fv=\$FI_$b; ov=\$OLD_$b"
+        awk -v p="$prov" -v b="$b" -v s="$sv" -v f="$fv" -v o="$ov" -v before="$BEFORE" \
+            -v g=$GATE -v smoke=$SMOKE 'BEGIN {
             if (s == "" || f == "") { printf "transport_vs_fi/%s  %d  %s  %s  n/a\n", p, b,
                 (s == "" ? "-" : s), (f == "" ? "-" : f); exit 0 }
             r = (f > 0) ? s / f : 0
             low = !smoke && b >= 1048576 && r < g
-            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.3f%s\n", p, b, s, f, r,
+            extra = ""
+            if (before != "") extra = (o == "" || f <= 0) ? "  -  -" : sprintf("  %.3f  %.3f", o, o / f)
+            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.3f%s%s\n", p, b, s, f, r, extra,
                 low ? "  BELOW " g * 100 "%" : ""
             exit low }' || fail=1
     done

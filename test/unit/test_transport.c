@@ -241,6 +241,81 @@ static int backpressure(const char *prov)
     return 0;
 }
 
+
+/* Big frames from several senders at once under receive pressure: every
+ * frame above chunk_size is an announce plus a body with its own tag, most
+ * bodies arrive before their receive is posted (unexpected), and announces
+ * outnumber the 4 wildcard receives. Sizes straddle the whole/announce
+ * boundary. Every frame must arrive exactly once, intact, with no error. */
+static int many_big(const char *prov)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.all_local = 1;
+    s.chunk_size = 4096;
+    s.rx_depth = 4;
+    s.max_sends = 64;
+    enum { N = 4, PER = 150, NS = 6 };
+    static const size_t sz[NS] = {100, 4076, 4077, 5000, 70000, 300000};
+    struct world w;
+    if (world_open(&w, N, prov, &s)) {
+        world_close(&w);
+        return 1;
+    }
+    struct sfb__buf *b[N];
+    for (int i = 0; i < N; i++) {
+        ASSERT_OK(sfb__transport_buf_get(w.t[i], sz[NS - 1], &b[i]));
+        fill(b[i]->data, sz[NS - 1], i, 7);
+    }
+    static uint8_t seen[N][N][PER];
+    memset(seen, 0, sizeof seen);
+    int got = 0, expected = N * (N - 1) * PER, sent[N] = {0};
+    double t0 = sfb__now();
+    while (got < expected && sfb__now() - t0 < 30) {
+        for (int i = 0; i < N; i++) /* round robin over destinations */
+            while (sent[i] < (N - 1) * PER) {
+                int k = sent[i] / (N - 1), j = (i + 1 + sent[i] % (N - 1)) % N;
+                uint32_t hdr[2] = {(uint32_t)k, (uint32_t)i};
+                int rc = sfb__transport_send(w.t[i], (uint32_t)j, hdr, sizeof hdr, b[i], 0,
+                                             sz[k % NS] - sizeof hdr, 0);
+                if (rc == -EAGAIN) break;
+                ASSERT_OK(rc);
+                sent[i]++;
+            }
+        for (int j = 0; j < N; j++) {
+            struct sfb__frame f;
+            while (sfb__transport_recv(w.t[j], &f, 0) == 0) {
+                uint32_t hdr[2];
+                ASSERT_GE(f.len, sizeof hdr);
+                memcpy(hdr, f.data, sizeof hdr);
+                ASSERT_LT(hdr[0], PER);
+                ASSERT_EQ(hdr[1], f.src);
+                ASSERT_EQ(f.len, sz[hdr[0] % NS]);
+                ASSERT(memcmp(f.data + sizeof hdr, b[f.src]->data, f.len - sizeof hdr) == 0);
+                ASSERT_EQ(seen[f.src][j][hdr[0]], 0);
+                seen[f.src][j][hdr[0]] = 1;
+                got++;
+                sfb__buf_put(f.buf);
+            }
+        }
+        usleep(100);
+    }
+    fprintf(stderr, "  %s: %d/%d frames in %.3f s\n", prov, got, expected, sfb__now() - t0);
+    ASSERT_EQ(got, expected);
+    for (int i = 0; i < N; i++) {
+        ASSERT_OK(sfb__transport_flush(w.t[i], 10));
+        const struct sfb__transport_stats *st = sfb__transport_stats(w.t[i]);
+        ASSERT_EQ(atomic_load(&st->errors), 0);
+        ASSERT_EQ(atomic_load(&st->dropped), 0);
+        ASSERT_EQ(atomic_load(&st->frames_recv), (N - 1) * PER);
+        sfb__buf_put(b[i]);
+    }
+    world_close(&w);
+    return 0;
+}
+
+static int test_many_big_shm(void) { return many_big("shm"); }
+static int test_many_big_tcp(void) { return many_big("tcp"); }
 static int test_backpressure_shm(void) { return backpressure("shm"); }
 static int test_backpressure_tcp(void) { return backpressure("tcp"); }
 
@@ -397,6 +472,8 @@ static const struct test_case tests[] = {
     {"tcp_4", test_tcp_4},
     {"backpressure_shm", test_backpressure_shm},
     {"backpressure_tcp", test_backpressure_tcp},
+    {"many_big_shm", test_many_big_shm},
+    {"many_big_tcp", test_many_big_tcp},
     {"relay_shm", test_relay_shm},
     {"relay_tcp", test_relay_tcp},
     {"idle_tcp", test_idle_tcp},
