@@ -20,6 +20,7 @@ Usage: bench/straggler.py [--sfb PATH] [--smoke] [--clocks C] [--factor F]
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -72,6 +73,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sfb", default=os.path.join(ROOT, "build", "src", "cli", "sfb"))
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--clocks", type=int, default=200)
     ap.add_argument("--factor", type=float, default=3.0)
     ap.add_argument("--k", type=int, default=128)
@@ -82,28 +84,36 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.smoke:
-        a.clocks, a.k, a.d, a.batch, a.jitter_ms = 24, 10, 64, 8, 4.0
+        a.clocks, a.k, a.d, a.batch, a.jitter_ms, a.repeat = 24, 10, 64, 8, 4.0, 1
     if not os.access(a.sfb, os.X_OK):
         raise SystemExit(f"straggler: {a.sfb} is not an executable (build first)")
 
-    res = {}
+    runs = {}
     for case, slow in (("slow", True), ("jitter", False)):
-        for s in (0, 3):
-            res[(case, s)] = run(a, os.path.join(a.out, f"{case}-s{s}"), s, slow)
+        for i in range(a.repeat):
+            for st in (0, 3):
+                runs.setdefault((case, st), []).append(
+                    run(a, os.path.join(a.out, f"{case}-s{st}-{i}"), st, slow))
+
+    def med(case, st, key):
+        return statistics.median(r[key] for r in runs[(case, st)])
 
     what = {"slow": f"rank {WORKERS - 1} {a.factor:g}x slower",
             "jitter": f"random 0..{a.jitter_ms:g} ms per clock on every rank"}
-    print(f"P = {WORKERS}, MLR synth K = {a.k}, D = {a.d}, S = {a.batch}, {a.clocks} clocks")
+    print(f"P = {WORKERS}, MLR synth K = {a.k}, D = {a.d}, S = {a.batch}, {a.clocks} clocks, "
+          f"medians of {a.repeat}")
     print(f"{'case':<42} {'s':>2} {'run samples/s':>14} {'steady':>10} {'wait s':>8}")
     report = {}
     for case in ("slow", "jitter"):
-        for s in (0, 3):
-            r = res[(case, s)]
-            print(f"{what[case]:<42} {s:>2} {r['run']:>14.0f} {r['steady']:>10.0f} {r['wait_s']:>8.2f}")
-        r0, r3 = res[(case, 0)], res[(case, 3)]
-        ratio = {"run": r3["run"] / r0["run"], "steady": r3["steady"] / r0["steady"]}
+        for st in (0, 3):
+            print(f"{what[case]:<42} {st:>2} {med(case, st, 'run'):>14.0f} "
+                  f"{med(case, st, 'steady'):>10.0f} {med(case, st, 'wait_s'):>8.2f}")
+        # ratio per repetition (s = 0 and s = 3 ran back to back), then the median
+        ratio = {k: statistics.median(r3[k] / r0[k] for r0, r3 in
+                                      zip(runs[(case, 0)], runs[(case, 3)]))
+                 for k in ("run", "steady")}
         print(f"{'  ratio s=3 / s=0 (other ranks)':<42}    {ratio['run']:>14.2f} {ratio['steady']:>10.2f}")
-        report[case] = {"s0": r0, "s3": r3, "ratio": ratio}
+        report[case] = {"s0": runs[(case, 0)], "s3": runs[(case, 3)], "ratio": ratio}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
