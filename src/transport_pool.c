@@ -1,0 +1,183 @@
+/* libfabric transport: buffer pool and the op / reassembly-record free
+ * lists (src/transport_impl.h). */
+#include "config.h"
+#include "src/transport_impl.h"
+
+#include "src/common.h"
+#include "src/loop.h"
+
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <string.h>
+
+/* ---------------- buffer pool ---------------- */
+
+static unsigned size_class(size_t size)
+{
+    unsigned c = MIN_CLASS;
+    while (c < NCLASS - 1 && ((size_t)1 << c) < size) c++;
+    return c;
+}
+
+struct reg_op {
+    struct sfb__transport *t;
+    struct sfb__buf *b;
+    int rc;
+};
+
+static void reg_in_loop(void *arg)
+{
+    struct reg_op *r = arg;
+    struct sfb__transport *t = r->t;
+    struct fid_mr *mr;
+    r->rc = fi_mr_reg(t->domain, r->b->data, r->b->cap, FI_SEND | FI_RECV, 0, t->mr_key++, 0, &mr,
+                      NULL);
+    if (r->rc == 0) {
+        r->b->mr = mr;
+        r->b->desc = fi_mr_desc(mr);
+    }
+}
+
+void sfb__tp_buf_free(struct sfb__buf *b)
+{
+    if (b->mr) fi_close(&((struct fid_mr *)b->mr)->fid);
+    atomic_fetch_sub(&b->t->bufs_live, 1);
+    free(b);
+}
+
+int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__buf **out)
+{
+    unsigned c = size_class(size);
+    if (((size_t)1 << c) < size) return sfb__error(-ENOMEM, "transport: buffer of %zu bytes", size);
+    pthread_mutex_lock(&t->pool_mu);
+    struct sfb__buf *b = t->pool[c];
+    if (b) t->pool[c] = b->next;
+    pthread_mutex_unlock(&t->pool_mu);
+    if (!b) {
+        size_t cap = (size_t)1 << c;
+        b = malloc(sizeof *b + 64 + cap);
+        if (!b) return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer", cap);
+        memset(b, 0, sizeof *b);
+        b->data = (uint8_t *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
+        b->cap = cap;
+        b->cls = c;
+        b->t = t;
+        atomic_fetch_add(&t->bufs_live, 1);
+        if (t->mr_local) {
+            struct reg_op r = {t, b, 0};
+            int rc = sfb__loop_call(t->loop, reg_in_loop, &r);
+            if (rc || r.rc) {
+                free(b);
+                atomic_fetch_sub(&t->bufs_live, 1);
+                return sfb__error(rc ? rc : r.rc, "transport: fi_mr_reg of %zu bytes: %s", cap,
+                                  fi_strerror(-(rc ? rc : r.rc)));
+            }
+        }
+    }
+    atomic_store(&b->refs, 1);
+    b->next = NULL;
+    b->len = 0;
+    b->off = 0;
+    *out = b;
+    return 0;
+}
+
+void sfb__buf_ref(struct sfb__buf *b)
+{
+    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+void sfb__buf_put(struct sfb__buf *b)
+{
+    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+    struct sfb__transport *t = b->t;
+    pthread_mutex_lock(&t->pool_mu);
+    b->next = t->pool[b->cls];
+    t->pool[b->cls] = b;
+    pthread_mutex_unlock(&t->pool_mu);
+}
+
+/* ---------------- ops and reassembly records (loop thread) ---------------- */
+
+/* NULL when max_ops operations are outstanding: every posted operation owns
+ * one CQ slot, and providers may drop completions that find the CQ full
+ * (libfabric 1.17 shm does, measured), so posting stops there. */
+struct op *sfb__tp_op_get(struct sfb__transport *t)
+{
+    if (t->ops_out >= t->max_ops) return NULL;
+    if (!t->free_ops) {
+        /* Grows in slabs until the steady state is reached; never shrinks.
+         * Registered when the provider needs it: pieces send op->thdr. */
+        enum { N = 256 };
+        struct slab *sl = calloc(1, sizeof *sl + N * sizeof(struct op));
+        if (!sl) return NULL;
+        struct op *ops = (struct op *)(sl + 1);
+        void *desc = NULL;
+        if (t->mr_local) {
+            int rc = fi_mr_reg(t->domain, ops, N * sizeof(struct op), FI_SEND, 0, t->mr_key++, 0,
+                               &sl->mr, NULL);
+            if (rc) {
+                free(sl);
+                return NULL;
+            }
+            desc = fi_mr_desc(sl->mr);
+        }
+        sl->next = t->op_slabs;
+        t->op_slabs = sl;
+        for (int i = 0; i < N; i++) {
+            ops[i].desc = desc;
+            ops[i].next = t->free_ops;
+            t->free_ops = &ops[i];
+        }
+    }
+    struct op *o = t->free_ops;
+    t->free_ops = o->next;
+    o->kind = 0;
+    o->req = NULL;
+    o->rbuf = NULL;
+    o->in_use = 1;
+    t->ops_out++;
+    return o;
+}
+
+void sfb__tp_op_put(struct sfb__transport *t, struct op *o)
+{
+    o->in_use = 0;
+    o->next = t->free_ops;
+    t->free_ops = o;
+    t->ops_out--;
+}
+
+struct asm_rec *sfb__tp_asm_get(struct sfb__transport *t)
+{
+    if (!t->free_asm) {
+        enum { N = 64 };
+        struct slab *sl = calloc(1, sizeof *sl + N * sizeof(struct asm_rec));
+        if (!sl) return NULL;
+        sl->next = t->asm_slabs;
+        t->asm_slabs = sl;
+        struct asm_rec *a = (struct asm_rec *)(sl + 1);
+        for (int i = 0; i < N; i++) {
+            a[i].next = t->free_asm;
+            t->free_asm = &a[i];
+        }
+    }
+    struct asm_rec *a = t->free_asm;
+    t->free_asm = a->next;
+    memset(a, 0, sizeof *a);
+    a->in_use = 1;
+    return a;
+}
+
+void sfb__tp_asm_put(struct sfb__transport *t, struct asm_rec *a)
+{
+    a->in_use = 0;
+    a->next = t->free_asm;
+    t->free_asm = a;
+}

@@ -1,0 +1,285 @@
+/* libfabric transport: wildcard receives, reassembly of big frames,
+ * delivery to the inbox (src/transport_impl.h). */
+#include "config.h"
+#include "src/transport_impl.h"
+
+#include "src/bytes.h"
+#include "src/common.h"
+#include "src/loop.h"
+
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <string.h>
+
+/* ---------------- delivery ---------------- */
+
+static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, uint32_t src)
+{
+    b->len = len;
+    b->src = src;
+    stat_add(&t->stats.frames_recv, 1);
+    stat_add(&t->stats.bytes_recv, len);
+    if (t->s.on_frame) {
+        struct sfb__frame f = {b, b->data + b->off, len, src};
+        if (t->s.on_frame(t->s.user, &f)) return;
+    }
+    pthread_mutex_lock(&t->mu);
+    if (!t->ovf_head && t->in_count < t->s.inbox_cap) {
+        struct sfb__frame *f = &t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap];
+        *f = (struct sfb__frame){b, b->data + b->off, len, src};
+        t->in_count++;
+        pthread_cond_signal(&t->cv_inbox);
+    } else {
+        /* Inbox full: park the frame and stop reposting receives, so the
+         * provider pushes back on the senders. */
+        b->next = NULL;
+        if (t->ovf_tail) t->ovf_tail->next = b;
+        else t->ovf_head = b;
+        t->ovf_tail = b;
+        atomic_store(&t->ovf_nonempty, 1);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---------------- posting (receives) ---------------- */
+
+int sfb__tp_post_wildcard(struct sfb__transport *t)
+{
+    struct sfb__buf *b;
+    if (sfb__transport_buf_get(t, t->chunk, &b)) return -ENOMEM;
+    struct op *o = sfb__tp_op_get(t);
+    if (!o) {
+        sfb__buf_put(b);
+        return -ENOMEM;
+    }
+    o->kind = OP_RECV;
+    o->rbuf = b;
+    ssize_t rc = fi_trecv(t->ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~0ull, &o->ctx);
+    if (rc) {
+        sfb__tp_op_put(t, o);
+        sfb__buf_put(b);
+        if (rc != -FI_EAGAIN) sfb__tp_report(t, -1, (int)rc, "fi_trecv failed", NULL);
+        return (int)rc;
+    }
+    return 0;
+}
+
+static void asm_drop(struct sfb__transport *t, struct asm_rec *a, const char *why)
+{
+    SFB_LOG_W("transport: frame %u from rank %u dropped: %s", a->seq, a->src, why);
+    stat_add(&t->stats.dropped, 1);
+    if (a->buf) sfb__buf_put(a->buf);
+    while (a->stash) {
+        struct sfb__buf *b = a->stash;
+        a->stash = b->next;
+        t->stashed--;
+        sfb__buf_put(b);
+    }
+    /* Unlink from the active list. */
+    for (struct asm_rec **pp = &t->active; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    sfb__tp_asm_put(t, a);
+}
+
+static void asm_finish_if_done(struct sfb__transport *t, struct asm_rec *a)
+{
+    if (!a->have_first || a->done < a->npieces) return;
+    struct sfb__buf *b = a->buf;
+    a->buf = NULL;
+    for (struct asm_rec **pp = &t->active; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    sfb__tp_asm_put(t, a);
+    deliver(t, b, b->len, b->src);
+}
+
+/* Copies piece `idx` (len bytes at p) into the frame. Returns 0 or -1 when
+ * the piece does not fit the frame (the frame is then dropped). */
+static int asm_place(struct sfb__transport *t, struct asm_rec *a, uint32_t idx, const uint8_t *p,
+                     size_t len)
+{
+    if (idx >= a->npieces) return -1;
+    size_t off = a->first_len + (size_t)idx * a->piece;
+    size_t want = SFB_MIN(a->piece, a->total - off);
+    if (len != want) return -1;
+    memcpy(a->buf->data + off, p, len);
+    a->done++;
+    return 0;
+}
+
+static struct asm_rec *asm_find(struct sfb__transport *t, uint32_t src, uint32_t seq)
+{
+    for (struct asm_rec *a = t->active; a; a = a->next)
+        if (a->src == src && a->seq == seq) return a;
+    struct asm_rec *a = sfb__tp_asm_get(t);
+    if (!a) return NULL;
+    a->src = src;
+    a->seq = seq;
+    a->next = t->active;
+    t->active = a;
+    return a;
+}
+
+static void first_chunk(struct sfb__transport *t, struct asm_rec *a, struct sfb__buf *b, size_t len,
+                        uint64_t total)
+{
+    const char *why = NULL;
+    size_t first = len - THDR_LEN;
+    uint64_t npieces = 0;
+    if (a->have_first) why = "duplicate first chunk";
+    else if (first == 0 || total <= first || total > t->s.max_frame) why = "frame length out of range";
+    else if ((npieces = (total - first + first - 1) / first) > UINT32_MAX) why = "too many pieces";
+    if (!why && sfb__transport_buf_get(t, total, &a->buf)) why = "out of memory for the frame";
+    if (why) {
+        sfb__buf_put(b);
+        asm_drop(t, a, why);
+        return;
+    }
+    a->have_first = 1;
+    a->total = total;
+    a->first_len = first;
+    a->piece = first; /* every piece carries as much as the first chunk */
+    a->npieces = (uint32_t)npieces;
+    a->buf->len = total;
+    a->buf->off = 0;
+    a->buf->src = a->src;
+    memcpy(a->buf->data, b->data + THDR_LEN, first);
+    sfb__buf_put(b);
+    /* Pieces that completed before the first chunk. */
+    while (a->stash) {
+        struct sfb__buf *s = a->stash;
+        a->stash = s->next;
+        t->stashed--;
+        int bad = asm_place(t, a, s->idx, s->data + THDR_LEN, s->len - THDR_LEN);
+        sfb__buf_put(s);
+        if (bad) {
+            asm_drop(t, a, "piece does not fit the frame");
+            return;
+        }
+    }
+    asm_finish_if_done(t, a);
+}
+
+/* A message landed in a receive buffer: a whole frame, a first chunk or a
+ * piece, told apart by the transport header. Completions may come out of
+ * order (eager vs. rendezvous), so chunks are matched by (sender, sequence,
+ * index), not by arrival. */
+void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len)
+{
+    if (len < THDR_LEN) {
+        SFB_LOG_W("transport: %zu-byte message without transport header dropped", len);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    uint32_t w0 = sfb__get_u32(b->data), seq = sfb__get_u32(b->data + 4);
+    uint64_t x = sfb__get_u64(b->data + 8);
+    uint32_t src = w0 & 0xffffffu, kind = w0 >> 24;
+    if ((t->world && src >= t->world) || kind > K_PIECE) {
+        SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
+                  t->world);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    if (kind == K_WHOLE) {
+        b->off = THDR_LEN;
+        deliver(t, b, len - THDR_LEN, src);
+        return;
+    }
+    struct asm_rec *a = asm_find(t, src, seq);
+    if (!a) {
+        SFB_LOG_W("transport: out of memory for reassembly, message from rank %u dropped", src);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    if (kind == K_FIRST) {
+        first_chunk(t, a, b, len, x);
+        return;
+    }
+    if (x >= UINT32_MAX) {
+        sfb__buf_put(b);
+        asm_drop(t, a, "piece index out of range");
+        return;
+    }
+    if (a->have_first) {
+        int bad = asm_place(t, a, (uint32_t)x, b->data + THDR_LEN, len - THDR_LEN);
+        sfb__buf_put(b);
+        if (bad) asm_drop(t, a, "piece does not fit the frame");
+        else asm_finish_if_done(t, a);
+        return;
+    }
+    /* Early piece: keep its buffer until the first chunk arrives. Bounded,
+     * so a misbehaving peer cannot make us hold every buffer. */
+    if (t->stashed >= STASH_MAX) {
+        sfb__buf_put(b);
+        asm_drop(t, a, "too many pieces waiting for their first chunk");
+        return;
+    }
+    b->idx = (uint32_t)x;
+    b->len = len;
+    b->next = a->stash;
+    a->stash = b;
+    t->stashed++;
+}
+
+int sfb__tp_post_recvs(struct sfb__transport *t)
+{
+    int work = 0;
+    /* Backpressure: while frames overflow the inbox, do not repost. */
+    while (t->rx_deficit && !atomic_load(&t->ovf_nonempty)) {
+        if (sfb__tp_post_wildcard(t)) break;
+        t->rx_deficit--;
+        work = 1;
+    }
+    return work;
+}
+
+int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
+{
+    struct timespec ts;
+    if (timeout_s > 0) sfb__tp_deadline(&ts, timeout_s);
+    pthread_mutex_lock(&t->mu);
+    while (t->in_count == 0) {
+        if (timeout_s <= 0) {
+            pthread_mutex_unlock(&t->mu);
+            return -EAGAIN;
+        }
+        if (pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts) == ETIMEDOUT && t->in_count == 0) {
+            pthread_mutex_unlock(&t->mu);
+            return -ETIMEDOUT;
+        }
+    }
+    *out = t->inbox[t->in_head];
+    t->in_head = (t->in_head + 1) % t->s.inbox_cap;
+    t->in_count--;
+    int wake = 0;
+    if (t->ovf_head) {
+        struct sfb__buf *b = t->ovf_head;
+        t->ovf_head = b->next;
+        if (!t->ovf_head) {
+            t->ovf_tail = NULL;
+            atomic_store(&t->ovf_nonempty, 0);
+            wake = 1; /* the loop may repost receives again */
+        }
+        t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap] =
+            (struct sfb__frame){b, b->data + b->off, b->len, b->src};
+        t->in_count++;
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (wake) sfb__loop_async_send(t->async);
+    return 0;
+}
+
