@@ -1,6 +1,7 @@
 /* What the bootstrap's front end (src/bootstrap.c) and its two back ends
  * share: the handle, and each back end's open and allgather.
  *   src/boot_env.c   environment rendezvous over TCP (rank 0 serves)
+ *   src/boot_wire.c  its message header codec and checks
  *   src/boot_pmix.c  PMIx (mpirun, srun --mpi=pmix)
  * Only these three files include it. */
 #ifndef SFB_SRC_BOOTSTRAP_IMPL_H
@@ -28,6 +29,11 @@ struct sfb__bootstrap {
     pmix_proc_t me;
 #endif
 };
+
+/* Checks the fields every env-rendezvous message shares (magic, version,
+ * type, world). Returns 0 or -code with the reason in why[why_len]. */
+int sfb__boot_check_common(const struct sfb__boot_hdr *h, uint16_t type, uint32_t world, char *why,
+                           size_t why_len);
 
 /* A random non-zero job key (rank 0 of an env job without SFB_JOB_KEY, a
  * single process). */
