@@ -8,7 +8,8 @@ For each run it reports the throughput of the *other* ranks:
 
   run      their samples / the time they took to compute all their clocks
            (first t_begin to last t_publish; the final drain excluded),
-  steady   their samples/s over the middle half of the clocks.
+  steady   their samples/s over the middle half of the clocks,
+  pace     one of them against the slow rank (1.00: held to its speed),
 
 and the ratios s=3 / s=0 measured in the same invocation. Then the same with
 transient stragglers instead (every rank sleeps a random 0..--jitter-ms ms
@@ -66,7 +67,10 @@ def run(a, out, staleness, slow):
     wait = sum(x["wait_s"] for r in fast for x in per[r]) / len(fast)
     slow_rank = per[WORKERS - 1]
     slow_rate = a.batch * a.clocks / (slow_rank[-1]["t_publish"] - slow_rank[0]["t_begin"])
-    return {"run": run_rate, "steady": steady, "wait_s": wait, "slow_rank": slow_rate}
+    # a fast rank's pace against the slow rank's in the same run: 1.0 means
+    # the fast ranks were held to the slow rank's speed
+    pace = run_rate / len(fast) / slow_rate
+    return {"run": run_rate, "steady": steady, "wait_s": wait, "slow_rank": slow_rate, "pace": pace}
 
 
 def main():
@@ -102,12 +106,14 @@ def main():
             "jitter": f"random 0..{a.jitter_ms:g} ms per clock on every rank"}
     print(f"P = {WORKERS}, MLR synth K = {a.k}, D = {a.d}, S = {a.batch}, {a.clocks} clocks, "
           f"medians of {a.repeat}")
-    print(f"{'case':<42} {'s':>2} {'run samples/s':>14} {'steady':>10} {'wait s':>8}")
+    print(f"{'case':<42} {'s':>2} {'run samples/s':>14} {'steady':>10} {'wait s':>8} "
+          f"{'pace vs rank ' + str(WORKERS - 1):>17}")
     report = {}
     for case in ("slow", "jitter"):
         for st in (0, 3):
             print(f"{what[case]:<42} {st:>2} {med(case, st, 'run'):>14.0f} "
-                  f"{med(case, st, 'steady'):>10.0f} {med(case, st, 'wait_s'):>8.2f}")
+                  f"{med(case, st, 'steady'):>10.0f} {med(case, st, 'wait_s'):>8.2f} "
+                  f"{med(case, st, 'pace'):>17.2f}")
         # ratio per repetition (s = 0 and s = 3 ran back to back), then the median
         ratio = {k: statistics.median(r3[k] / r0[k] for r0, r3 in
                                       zip(runs[(case, 0)], runs[(case, 3)]))
