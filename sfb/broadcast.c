@@ -119,26 +119,25 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
               (long long)h->clock, why);
 }
 
-/* Decodes one received frame (an SF frame or a BUNDLE of them). */
+/* Takes one received frame (an SF frame or a BUNDLE of them); comm's
+ * on_frame has validated it in full (checksums included), so it is only
+ * parsed here. */
 static void take_frame(struct bcast *b, struct sfb__frame *f)
 {
     struct sfb_wire_hdr h;
     const uint8_t *payload;
-    if (sfb__wire_decode(&b->c->job, f->data, f->len, (int)f->src, &h, &payload) == 0) {
-        if (h.type == SFB_WIRE_BUNDLE) {
-            struct sfb_wire_iter it;
-            const uint8_t *inner;
-            size_t inner_len;
-            struct sfb_wire_hdr ih;
-            const uint8_t *ip;
-            sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-            int r;
-            while ((r = sfb__wire_bundle_next(&b->c->job, &it, &inner, &inner_len, &ih, &ip)) ==
-                   1)
-                add_sf(b, f->buf, (int)f->src, &ih, ip);
-        } else {
-            add_sf(b, f->buf, (int)f->src, &h, payload);
-        }
+    sfb__wire_trusted(f->data, &h, &payload);
+    if (h.type == SFB_WIRE_BUNDLE) {
+        struct sfb_wire_iter it;
+        const uint8_t *inner;
+        size_t inner_len;
+        struct sfb_wire_hdr ih;
+        const uint8_t *ip;
+        sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
+        while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
+            add_sf(b, f->buf, (int)f->src, &ih, ip);
+    } else {
+        add_sf(b, f->buf, (int)f->src, &h, payload);
     }
     sfb__buf_put(f->buf);
 }

@@ -6,6 +6,7 @@
 #include "src/bytes.h"
 #include "src/common.h"
 
+#include <errno.h>
 #include <string.h>
 
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no malloc */
@@ -277,4 +278,28 @@ int sfb__wire_bundle_next(const struct sfb_wire_job *job, struct sfb_wire_iter *
 trunc:
     it->p = it->end;
     return reject(job, h, left, it->from, SFB_WIRE_R_TRUNC);
+}
+
+void sfb__wire_trusted(const void *buf, struct sfb_wire_hdr *h, const uint8_t **payload)
+{
+    sfb__wire_parse_header(buf, h);
+    *payload = (const uint8_t *)buf + SFB_WIRE_HDR_SIZE;
+}
+
+int sfb__wire_bundle_next_trusted(struct sfb_wire_iter *it, const uint8_t **frame,
+                                  size_t *frame_len, struct sfb_wire_hdr *h,
+                                  const uint8_t **payload)
+{
+    size_t left = (size_t)(it->end - it->p);
+    if (left == 0) return 0;
+    if (left < SFB_WIRE_HDR_SIZE ||
+        sfb__get_u64(it->p + OFF_PAYLOAD_LEN) > left - SFB_WIRE_HDR_SIZE) {
+        it->p = it->end;
+        return -EINVAL;
+    }
+    sfb__wire_trusted(it->p, h, payload);
+    *frame = it->p;
+    *frame_len = SFB_WIRE_HDR_SIZE + (size_t)h->payload_len;
+    it->p += *frame_len;
+    return 1;
 }

@@ -160,6 +160,18 @@ int sfb__wire_bundle_next(const struct sfb_wire_job *job, struct sfb_wire_iter *
                           const uint8_t **frame, size_t *frame_len, struct sfb_wire_hdr *h,
                           const uint8_t **payload);
 
+/* For frames comm's on_frame already validated in full (checksum and, for a
+ * BUNDLE, every inner frame): header and payload without checking or
+ * counting them again. The engines read their inbox this way. */
+void sfb__wire_trusted(const void *buf, struct sfb_wire_hdr *h, const uint8_t **payload);
+
+/* sfb__wire_bundle_next over an already validated BUNDLE: 1 and the next
+ * inner frame, 0 at the end, -EINVAL if the bytes do not hold a whole frame
+ * (cannot happen after validation; checked because it costs nothing). */
+int sfb__wire_bundle_next_trusted(struct sfb_wire_iter *it, const uint8_t **frame,
+                                  size_t *frame_len, struct sfb_wire_hdr *h,
+                                  const uint8_t **payload);
+
 /* Name of a reason ("checksum", ...) and its error code. */
 const char *sfb__wire_reason_name(enum sfb_wire_reason r);
 int sfb__wire_reason_code(enum sfb_wire_reason r);
