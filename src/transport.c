@@ -96,7 +96,11 @@ static int read_cq(struct sfb__transport *t)
                                               : (int)o->peer;
                 sfb__tp_report(t, peer, -e.err, "completion error", s);
             }
+            /* shm 1.17 reports a failed fi_read (a peer's bad address or
+             * key) with no context: that read's op and buffer stay held
+             * until close; its sender times the frame out. */
             if (o) complete(t, o, 0, 0, e.err ? e.err : FI_EOTHER);
+            else stat_add(&t->stats.dropped, 1);
             work = 1;
             continue;
         }
