@@ -20,12 +20,23 @@
  *
  * Message protocol (docs/wire.md, "Transport framing"): every fabric message
  * is at most chunk_size bytes, starts with a 16-byte transport header (sender
- * rank and kind WHOLE/FIRST/PIECE, per-destination frame sequence, total
- * length or piece index), is sent with tag 0, and lands in a pooled receive
- * buffer posted with a match-everything mask. Big frames are reassembled here
- * by (sender, sequence, index), which tolerates out-of-order completions.
- * Varying tags and directed receives are avoided on purpose: libfabric
- * 1.17's shm lost tagged messages whose tags varied (measured here).
+ * rank and kind, per-destination frame sequence, a 64-bit field), is sent
+ * with tag 0, and lands in a pooled receive buffer posted with a
+ * match-everything mask. Varying tags and directed receives are avoided on
+ * purpose: libfabric 1.17's shm lost tagged messages whose tags varied
+ * (measured here).
+ *
+ * A frame that does not fit one message goes one of two ways:
+ *  - RMA (the provider offers FI_RMA reads): the sender registers its pooled
+ *    buffer for remote reads (once, cached on the buffer) and sends a K_RMA
+ *    announce (total length, address, key, frame header length, cookie =
+ *    its request index, then the frame header). The receiver takes a pooled
+ *    buffer of the frame's size, fi_read()s the body into it (one copy: CMA
+ *    on shm) and answers K_ACK (cookie, status). The sender holds its buffer
+ *    reference until the ACK, or fails the send after ACK_TIMEOUT_S.
+ *  - chunked (no FI_RMA, or SFB_TRANSPORT_NO_RMA set): K_FIRST with the
+ *    total length, then K_PIECEs, reassembled here by (sender, sequence,
+ *    index), which tolerates out-of-order completions.
  *
  * Every posted operation holds one CQ slot (max_ops outstanding, CQ sized to
  * match) so the CQ can never overrun and drop completions.
