@@ -229,8 +229,13 @@ static int open_fabric(struct sfb__transport *t)
     if (!prov || !*prov) prov = t->s.all_local ? "shm" : "tcp";
     struct fi_info *hints = fi_allocinfo();
     if (!hints) return -ENOMEM;
-    /* RMA reads carry big frames (transport_tx.c) where offered. */
-    int want_rma = !getenv("SFB_TRANSPORT_NO_RMA");
+    /* RMA reads carry big frames (transport_tx.c) where offered, except on
+     * socket providers: on tcp;ofi_rxm one read per frame measured 10-25 %
+     * slower at 1-8 MiB than overlapping 256 KiB chunks (docs/performance.md).
+     * SFB_TRANSPORT_RMA=0 / 1 forces it off / on (tests, benchmarks). */
+    const char *rma_env = getenv("SFB_TRANSPORT_RMA");
+    int want_rma = rma_env && *rma_env ? strcmp(rma_env, "0") != 0
+                 : strncmp(prov, "tcp", 3) && strncmp(prov, "udp", 3) && strcmp(prov, "sockets");
     hints->caps = FI_TAGGED | (want_rma ? FI_RMA | FI_READ | FI_REMOTE_READ : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;

@@ -319,16 +319,16 @@ static int many_big(const char *prov)
 
 static int test_many_big_shm(void) { return many_big("shm"); }
 static int test_many_big_tcp(void) { return many_big("tcp"); }
-/* The chunked path (providers without FI_RMA). */
-static int many_big_chunked(const char *prov)
+/* The other path on each provider: chunked on shm, RMA on tcp. */
+static int many_big_rma(const char *prov, const char *on)
 {
-    setenv("SFB_TRANSPORT_NO_RMA", "1", 1);
+    setenv("SFB_TRANSPORT_RMA", on, 1);
     int rc = many_big(prov);
-    unsetenv("SFB_TRANSPORT_NO_RMA");
+    unsetenv("SFB_TRANSPORT_RMA");
     return rc;
 }
-static int test_many_big_chunked_shm(void) { return many_big_chunked("shm"); }
-static int test_many_big_chunked_tcp(void) { return many_big_chunked("tcp"); }
+static int test_many_big_chunked_shm(void) { return many_big_rma("shm", "0"); }
+static int test_many_big_rma_tcp(void) { return many_big_rma("tcp", "1"); }
 
 /* Forged RMA announces and ACKs, sent raw from rank 0's loop thread: each
  * must be dropped and counted (a bad address / key as a failed read,
@@ -362,15 +362,14 @@ static void forge_in_loop(void *arg)
 static int bad_rma(const char *prov)
 {
     struct world w;
-    if (world_open(&w, 2, prov, NULL)) {
+    setenv("SFB_TRANSPORT_RMA", "1", 1);
+    int rc = world_open(&w, 2, prov, NULL);
+    unsetenv("SFB_TRANSPORT_RMA");
+    if (rc) {
         world_close(&w);
         return 1;
     }
-    if (!w.t[0]->rma) {
-        fprintf(stderr, "  %s: no FI_RMA, skipped\n", prov);
-        world_close(&w);
-        return 0;
-    }
+    ASSERT(w.t[0]->rma); /* shm and tcp;ofi_rxm offer FI_RMA */
     const size_t full = THDR_LEN + ANN_LEN;
     struct forge fs[] = {
         {.kind = K_RMA, .total = (2ull << 30), .addr = 0x1000, .len = full}, /* > max_frame */
@@ -576,7 +575,7 @@ static const struct test_case tests[] = {
     {"many_big_shm", test_many_big_shm},
     {"many_big_tcp", test_many_big_tcp},
     {"many_big_chunked_shm", test_many_big_chunked_shm},
-    {"many_big_chunked_tcp", test_many_big_chunked_tcp},
+    {"many_big_rma_tcp", test_many_big_rma_tcp},
     {"bad_rma_shm", test_bad_rma_shm},
     {"bad_rma_tcp", test_bad_rma_tcp},
     {"relay_shm", test_relay_shm},
