@@ -157,8 +157,9 @@ int sfb__tp_post_reads(struct sfb__transport *t)
     return work;
 }
 
-/* Completion of an fi_read: ACK first (the sender's buffer is free), then
- * the frame goes the way of every other. The op carries the ACK. */
+/* Completion of an fi_read: the frame goes the way of every other, then the
+ * op carries the ACK (delivery first: it is on the ping-pong's critical
+ * path, the ACK only frees the sender's buffer). */
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err)
 {
     struct sfb__buf *d = o->rbuf;
@@ -168,8 +169,8 @@ void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err)
         send_ack(t, o, 1);
         return;
     }
-    send_ack(t, o, 0);
     deliver(t, d, d->len, d->src);
+    send_ack(t, o, 0);
 }
 
 /* An announce: checked here, read when an op is free (post_reads). */
