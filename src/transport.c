@@ -62,6 +62,11 @@ static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_
         if (--r->outstanding == 0 && r->all_posted) sfb__tp_sreq_finish(t, r);
         break;
     }
+    case OP_READ:
+        sfb__tp_read_done(t, o, err); /* keeps o for the ACK */
+        return;
+    case OP_ACK:
+        break;
     case OP_RECV:
         t->rx_deficit++;
         if (err) sfb__buf_put(o->rbuf);
@@ -87,10 +92,15 @@ static int read_cq(struct sfb__transport *t)
                 const char *s = fi_cq_strerror(t->cq, e.prov_errno, e.err_data, buf, sizeof buf);
                 int peer = !o ? -1
                          : o->kind == OP_SEND ? (int)o->req->dst
-                                              : -1;
+                         : o->kind == OP_RECV ? -1
+                                              : (int)o->peer;
                 sfb__tp_report(t, peer, -e.err, "completion error", s);
             }
+            /* shm 1.17 reports a failed fi_read (a peer's bad address or
+             * key) with no context: that read's op and buffer stay held
+             * until close; its sender times the frame out. */
             if (o) complete(t, o, 0, 0, e.err ? e.err : FI_EOTHER);
+            else stat_add(&t->stats.dropped, 1);
             work = 1;
             continue;
         }
@@ -111,8 +121,10 @@ static int progress(void *arg)
     int work = read_cq(t);
     work |= sfb__tp_post_sends(t);
     work |= sfb__tp_post_recvs(t);
+    work |= sfb__tp_post_reads(t);
     work |= read_cq(t);
     double now = sfb__now();
+    sfb__tp_check_acks(t, now);
     if (work) t->last_work = now;
     /* Operations in flight (sends not yet completed, a frame half
      * reassembled) mean a completion is due within microseconds: keep
@@ -120,9 +132,9 @@ static int progress(void *arg)
      * more than spin_s apart under load would pay a nap (≥ 1 ms: epoll's
      * resolution) per gap. Bounded, so a dead peer does not burn a core. */
     unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
-    int in_flight = t->ops_out > rx_posted || t->active;
+    int in_flight = t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head;
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
-    int pending = t->pend_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
+    int pending = t->pend_head || t->rd_head || t->ack_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
     if (t->wait_fd < 0 || pending) {
         /* An idle spin pass gives the core away: on a machine with fewer
          * cores than busy threads, the thread that would produce the next
@@ -217,7 +229,14 @@ static int open_fabric(struct sfb__transport *t)
     if (!prov || !*prov) prov = t->s.all_local ? "shm" : "tcp";
     struct fi_info *hints = fi_allocinfo();
     if (!hints) return -ENOMEM;
-    hints->caps = FI_TAGGED;
+    /* RMA reads carry big frames (transport_tx.c) where offered, except on
+     * socket providers: on tcp;ofi_rxm one read per frame measured 10-25 %
+     * slower at 1-8 MiB than overlapping 256 KiB chunks (docs/performance.md).
+     * SFB_TRANSPORT_RMA=0 / 1 forces it off / on (tests, benchmarks). */
+    const char *rma_env = getenv("SFB_TRANSPORT_RMA");
+    int want_rma = rma_env && *rma_env ? strcmp(rma_env, "0") != 0
+                 : strncmp(prov, "tcp", 3) && strncmp(prov, "udp", 3) && strcmp(prov, "sockets");
+    hints->caps = FI_TAGGED | (want_rma ? FI_RMA | FI_READ | FI_REMOTE_READ : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
@@ -235,6 +254,10 @@ static int open_fabric(struct sfb__transport *t)
         flags = FI_SOURCE;
     }
     int rc = fi_getinfo(FI_VERSION(1, 9), node, NULL, flags, hints, &t->info);
+    if (rc && want_rma) {
+        hints->caps = FI_TAGGED;
+        rc = fi_getinfo(FI_VERSION(1, 9), node, NULL, flags, hints, &t->info);
+    }
     fi_freeinfo(hints);
     if (rc) return sfb__error(rc, "transport: no FI_EP_RDM tagged provider \"%s\": %s", prov,
                               fi_strerror(-rc));
@@ -244,6 +267,9 @@ static int open_fabric(struct sfb__transport *t)
         return sfb__error(-FI_ENOSYS, "transport: provider %s has iov_limit %zu (need 2)",
                           t->prov_name, fi->tx_attr->iov_limit);
     t->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) || (fi->mode & FI_LOCAL_MR);
+    t->rma = (fi->caps & FI_RMA) && (fi->caps & FI_READ) && (fi->caps & FI_REMOTE_READ) &&
+             !(fi->domain_attr->mr_mode & (FI_MR_ENDPOINT | FI_MR_RAW));
+    t->mr_virt_addr = !!(fi->domain_attr->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_BASIC));
     size_t maxmsg = fi->ep_attr->max_msg_size;
     t->chunk = SFB_MIN(t->s.chunk_size, maxmsg);
     if (t->chunk < 4096)
@@ -327,8 +353,8 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     if ((rc = sfb__loop_async_open(loop, &t->async, on_async, t))) goto fail;
     if ((rc = sfb__loop_poller_open(loop, &t->poller, t->wait_fd, t->s.poll_interval_s, progress, t)))
         goto fail;
-    SFB_LOG_D("transport: rank %u on %s (%s CQ, chunk %zu, mr_local %d)", s->rank,
-              t->prov_name, t->wait_fd >= 0 ? "fd" : "polled", t->chunk, t->mr_local);
+    SFB_LOG_D("transport: rank %u on %s (%s CQ, chunk %zu, mr_local %d, rma %d)", s->rank,
+              t->prov_name, t->wait_fd >= 0 ? "fd" : "polled", t->chunk, t->mr_local, t->rma);
     *out = t;
     return 0;
 fail:
@@ -439,7 +465,13 @@ void sfb__transport_close(struct sfb__transport **tp)
     for (struct slab *sl = t->op_slabs; sl; sl = sl->next) {
         struct op *ops = (struct op *)(sl + 1);
         for (int i = 0; i < 256; i++)
-            if (ops[i].in_use && ops[i].kind == OP_RECV) sfb__buf_put(ops[i].rbuf);
+            if (ops[i].in_use && (ops[i].kind == OP_RECV || ops[i].kind == OP_READ))
+                sfb__buf_put(ops[i].rbuf);
+    while (t->rd_head) {
+        struct sfb__buf *b = t->rd_head;
+        t->rd_head = b->next;
+        sfb__buf_put(b);
+    }
     }
     for (struct asm_rec *a = t->active; a; a = a->next) {
         if (a->buf) sfb__buf_put(a->buf);

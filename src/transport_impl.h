@@ -20,12 +20,23 @@
  *
  * Message protocol (docs/wire.md, "Transport framing"): every fabric message
  * is at most chunk_size bytes, starts with a 16-byte transport header (sender
- * rank and kind WHOLE/FIRST/PIECE, per-destination frame sequence, total
- * length or piece index), is sent with tag 0, and lands in a pooled receive
- * buffer posted with a match-everything mask. Big frames are reassembled here
- * by (sender, sequence, index), which tolerates out-of-order completions.
- * Varying tags and directed receives are avoided on purpose: libfabric
- * 1.17's shm lost tagged messages whose tags varied (measured here).
+ * rank and kind, per-destination frame sequence, a 64-bit field), is sent
+ * with tag 0, and lands in a pooled receive buffer posted with a
+ * match-everything mask. Varying tags and directed receives are avoided on
+ * purpose: libfabric 1.17's shm lost tagged messages whose tags varied
+ * (measured here).
+ *
+ * A frame that does not fit one message goes one of two ways:
+ *  - RMA (the provider offers FI_RMA reads; not tcp): the sender registers its pooled
+ *    buffer for remote reads (once, cached on the buffer) and sends a K_RMA
+ *    announce (total length, address, key, frame header length, cookie =
+ *    its request index, then the frame header). The receiver takes a pooled
+ *    buffer of the frame's size, fi_read()s the body into it (one copy: CMA
+ *    on shm) and answers K_ACK (cookie, status). The sender holds its buffer
+ *    reference until the ACK, or fails the send after ACK_TIMEOUT_S.
+ *  - chunked (no RMA, tcp, or SFB_TRANSPORT_RMA=0): K_FIRST with the
+ *    total length, then K_PIECEs, reassembled here by (sender, sequence,
+ *    index), which tolerates out-of-order completions.
  *
  * Every posted operation holds one CQ slot (max_ops outstanding, CQ sized to
  * match) so the CQ can never overrun and drop completions.
@@ -43,11 +54,16 @@
 #include <time.h>
 
 #define THDR_LEN 16
-enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2 };
+enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
+/* RMA announce after the transport header: u64 address, u64 key, u32 frame
+ * header length, u32 cookie (sender's request index); then the header. */
+#define ANN_LEN 24
+/* A sender gives up on an RMA frame whose ACK has not come in this long. */
+#define ACK_TIMEOUT_S 10.0
 #define NCLASS 48
 #define MIN_CLASS 12 /* 4 KiB */
 
-enum op_kind { OP_SEND = 1, OP_RECV };
+enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
 /* Pieces held while their first chunk is still missing (all frames). */
 #define STASH_MAX 4096
 /* How long the poller keeps spinning without progress while operations are
@@ -57,8 +73,10 @@ enum op_kind { OP_SEND = 1, OP_RECV };
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
 struct op {
     struct fi_context2 ctx;
-    uint8_t thdr[THDR_LEN]; /* transport header of a piece */
+    uint8_t thdr[THDR_LEN + ANN_LEN]; /* transport header (+ RMA announce) */
     void *desc;             /* of thdr (registered slab), or NULL */
+    uint32_t peer, seq, cookie; /* OP_READ / OP_ACK */
+    struct op *qnext;       /* ACKs waiting for -FI_EAGAIN to clear */
     int kind;
     int in_use;
     struct sreq *req;
@@ -77,6 +95,8 @@ struct sreq {
     uint32_t dst, seq, idx;
     unsigned outstanding;
     int started, all_posted, failed, in_use;
+    int rma, awaiting_ack; /* sent by RMA read; ACK still due */
+    double ack_deadline;
     struct sreq *next;
 };
 
@@ -109,6 +129,10 @@ struct sfb__transport {
     struct fid_mr *slab_mr;
     void *slab_desc;
     int mr_local;
+    int rma;           /* provider offers FI_RMA reads: big frames go by RMA */
+    int mr_virt_addr;  /* FI_MR_VIRT_ADDR: remote addresses are pointers */
+    double next_ack_check;
+    unsigned acks_due; /* RMA sends waiting for their ACK (loop thread) */
     int wait_fd;
     uint64_t mr_key;
     char prov_name[64];
@@ -128,6 +152,8 @@ struct sfb__transport {
     unsigned stashed;
     struct sreq *pend_head, *pend_tail;    /* sends not fully posted */
     unsigned rx_deficit;                   /* wildcard receives to repost */
+    struct sfb__buf *rd_head, *rd_tail;    /* RMA announces not yet read */
+    struct op *ack_head, *ack_tail;        /* ACKs to (re)post */
 
     /* shared state, under mu */
     pthread_mutex_t mu;
@@ -166,13 +192,20 @@ void sfb__tp_op_put(struct sfb__transport *t, struct op *o);
 struct asm_rec *sfb__tp_asm_get(struct sfb__transport *t);
 void sfb__tp_asm_put(struct sfb__transport *t, struct asm_rec *a);
 
+/* transport_pool.c: registers b for remote reads (loop thread), caches it */
+int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b);
+
 /* transport_rx.c (loop thread) */
 int sfb__tp_post_wildcard(struct sfb__transport *t);
+int sfb__tp_post_reads(struct sfb__transport *t);
+void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);
 void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len);
 int sfb__tp_post_recvs(struct sfb__transport *t);
 
 /* transport_tx.c (loop thread) */
 void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r);
 int sfb__tp_post_sends(struct sfb__transport *t);
+void sfb__tp_on_ack(struct sfb__transport *t, uint32_t src, uint32_t seq, uint64_t x);
+void sfb__tp_check_acks(struct sfb__transport *t, double now);
 
 #endif

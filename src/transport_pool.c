@@ -36,12 +36,23 @@ static void reg_in_loop(void *arg)
     struct reg_op *r = arg;
     struct sfb__transport *t = r->t;
     struct fid_mr *mr;
-    r->rc = fi_mr_reg(t->domain, r->b->data, r->b->cap, FI_SEND | FI_RECV, 0, t->mr_key++, 0, &mr,
-                      NULL);
+    uint64_t acc = FI_SEND | FI_RECV | (t->rma ? FI_READ | FI_REMOTE_READ : 0);
+    r->rc = fi_mr_reg(t->domain, r->b->data, r->b->cap, acc, 0, t->mr_key++, 0, &mr, NULL);
     if (r->rc == 0) {
         r->b->mr = mr;
         r->b->desc = fi_mr_desc(mr);
     }
+}
+
+/* Loop thread. A buffer is registered once (at creation for FI_MR_LOCAL
+ * providers, with remote-read access; else here, on its first RMA send) and
+ * keeps its region until it is freed at close. */
+int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
+{
+    if (b->mr) return 0;
+    struct reg_op r = {t, b, 0};
+    reg_in_loop(&r);
+    return r.rc;
 }
 
 void sfb__tp_buf_free(struct sfb__buf *b)

@@ -14,6 +14,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <string.h>
 
@@ -68,6 +69,134 @@ int sfb__tp_post_wildcard(struct sfb__transport *t)
         return (int)rc;
     }
     return 0;
+}
+
+/* ---------------- RMA frames (receiver side) ---------------- */
+
+static void post_acks(struct sfb__transport *t)
+{
+    while (t->ack_head) {
+        struct op *o = t->ack_head;
+        ssize_t rc = fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL, o->peer, 0,
+                              &o->ctx);
+        if (rc == -FI_EAGAIN) {
+            stat_add(&t->stats.eagain, 1);
+            return;
+        }
+        t->ack_head = o->qnext;
+        if (!t->ack_head) t->ack_tail = NULL;
+        if (rc) {
+            /* The sender times the frame out and reports it. */
+            sfb__tp_report(t, (int)o->peer, (int)rc, "fi_tsend (RMA ACK) failed", NULL);
+            sfb__tp_op_put(t, o);
+        }
+    }
+}
+
+/* Queues the ACK (status 0) or refusal (1) of an RMA frame on op o. */
+static void send_ack(struct sfb__transport *t, struct op *o, uint32_t status)
+{
+    o->kind = OP_ACK;
+    o->rbuf = NULL;
+    sfb__put_u32(o->thdr, t->s.rank | (uint32_t)K_ACK << 24);
+    sfb__put_u32(o->thdr + 4, o->seq);
+    sfb__put_u64(o->thdr + 8, o->cookie | (uint64_t)status << 32);
+    o->qnext = NULL;
+    if (t->ack_tail) t->ack_tail->qnext = o;
+    else t->ack_head = o;
+    t->ack_tail = o;
+    post_acks(t);
+}
+
+/* Posts ACKs, then one fi_read per announce (validated in on_message) into
+ * a pooled buffer of the frame's size: the body straight from the sender's
+ * buffer, the frame header from the announce. */
+int sfb__tp_post_reads(struct sfb__transport *t)
+{
+    int work = 0;
+    post_acks(t);
+    while (t->rd_head) {
+        struct sfb__buf *a = t->rd_head;
+        struct op *o = sfb__tp_op_get(t);
+        if (!o) break;
+        const uint8_t *p = a->data + THDR_LEN;
+        uint64_t total = sfb__get_u64(a->data + 8);
+        uint32_t hlen = sfb__get_u32(p + 16);
+        o->peer = a->src;
+        o->seq = sfb__get_u32(a->data + 4);
+        o->cookie = sfb__get_u32(p + 20);
+        struct sfb__buf *d = NULL;
+        ssize_t rc = -FI_ENOMEM;
+        if (sfb__transport_buf_get(t, total, &d) == 0) {
+            memcpy(d->data, p + ANN_LEN, hlen);
+            d->len = total;
+            d->off = 0;
+            d->src = a->src;
+            o->kind = OP_READ;
+            o->rbuf = d;
+            rc = fi_read(t->ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL, a->src,
+                         sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx);
+            if (rc == -FI_EAGAIN) {
+                sfb__tp_op_put(t, o);
+                sfb__buf_put(d);
+                stat_add(&t->stats.eagain, 1);
+                break;
+            }
+        }
+        t->rd_head = a->next;
+        if (!t->rd_head) t->rd_tail = NULL;
+        if (rc) {
+            sfb__tp_report(t, (int)a->src, (int)rc, "fi_read of an RMA frame failed", NULL);
+            stat_add(&t->stats.dropped, 1);
+            sfb__buf_put(d);
+            send_ack(t, o, 1);
+        }
+        sfb__buf_put(a);
+        work = 1;
+    }
+    return work;
+}
+
+/* Completion of an fi_read: the frame goes the way of every other, then the
+ * op carries the ACK (delivery first: it is on the ping-pong's critical
+ * path, the ACK only frees the sender's buffer). */
+void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err)
+{
+    struct sfb__buf *d = o->rbuf;
+    if (err) {
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(d);
+        send_ack(t, o, 1);
+        return;
+    }
+    deliver(t, d, d->len, d->src);
+    send_ack(t, o, 0);
+}
+
+/* An announce: checked here, read when an op is free (post_reads). */
+static void on_announce(struct sfb__transport *t, struct sfb__buf *b, size_t len, uint32_t src,
+                        uint64_t total)
+{
+    uint32_t hlen = len >= THDR_LEN + ANN_LEN ? sfb__get_u32(b->data + THDR_LEN + 16) : 0;
+    const char *why = NULL;
+    if (!t->rma) why = "RMA not enabled here";
+    else if (len < THDR_LEN + ANN_LEN || hlen > SFB__TRANSPORT_HDR_MAX ||
+             len != THDR_LEN + ANN_LEN + hlen)
+        why = "malformed announce";
+    else if (total <= hlen || total > t->s.max_frame) why = "frame length out of range";
+    if (why) {
+        SFB_LOG_W("transport: RMA announce (%zu bytes, length %llu) from rank %u dropped: %s", len,
+                  (unsigned long long)total, src, why);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    b->src = src;
+    b->next = NULL;
+    if (t->rd_tail) t->rd_tail->next = b;
+    else t->rd_head = b;
+    t->rd_tail = b;
+    sfb__tp_post_reads(t);
 }
 
 static void asm_drop(struct sfb__transport *t, struct asm_rec *a, const char *why)
@@ -186,10 +315,20 @@ void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len
     uint32_t w0 = sfb__get_u32(b->data), seq = sfb__get_u32(b->data + 4);
     uint64_t x = sfb__get_u64(b->data + 8);
     uint32_t src = w0 & 0xffffffu, kind = w0 >> 24;
-    if ((t->world && src >= t->world) || kind > K_PIECE) {
+    if ((t->world && src >= t->world) || kind > K_ACK) {
         SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
                   t->world);
         stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return;
+    }
+    if (kind == K_RMA) {
+        on_announce(t, b, len, src, x);
+        return;
+    }
+    if (kind == K_ACK) {
+        if (len == THDR_LEN) sfb__tp_on_ack(t, src, seq, x);
+        else stat_add(&t->stats.dropped, 1);
         sfb__buf_put(b);
         return;
     }

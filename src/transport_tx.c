@@ -15,6 +15,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -53,11 +54,108 @@ void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r)
     if (buf) sfb__buf_put(buf);
 }
 
+/* A frame too big for one message, from a buffer registered for remote
+ * reads: one announce (transport header K_RMA with the total length, then
+ * address, key, header length, cookie, then the frame header); the receiver
+ * reads the body and answers K_ACK. The ACK counts as one outstanding
+ * completion of the request, so the buffer is held until it comes.
+ * Returns 1 when the frame is not eligible (chunked path), 0 / -FI_EAGAIN. */
+static int advance_rma(struct sfb__transport *t, struct sreq *r)
+{
+    if (!r->rma) {
+        if (!t->rma || !r->len || r->total <= t->chunk - THDR_LEN ||
+            r->len > t->info->ep_attr->max_msg_size || sfb__tp_buf_rma(t, r->buf))
+            return 1;
+        r->rma = 1;
+    }
+    struct op *o = sfb__tp_op_get(t);
+    if (!o) return -FI_EAGAIN;
+    if (!r->started) {
+        r->seq = t->seq[r->dst]++;
+        r->started = 1;
+    }
+    uint8_t *p = r->buf->data + r->off;
+    uint64_t addr = t->mr_virt_addr ? (uint64_t)(uintptr_t)p : (uint64_t)(p - r->buf->data);
+    thdr_put(o->thdr, t->s.rank, K_RMA, r->seq, r->total);
+    sfb__put_u64(o->thdr + THDR_LEN, addr);
+    sfb__put_u64(o->thdr + THDR_LEN + 8, fi_mr_key(r->buf->mr));
+    sfb__put_u32(o->thdr + THDR_LEN + 16, (uint32_t)r->hdr_len);
+    sfb__put_u32(o->thdr + THDR_LEN + 20, (uint32_t)(r - t->sreqs));
+    struct iovec iov[2] = {{o->thdr, THDR_LEN + ANN_LEN}, {r->hdr, r->hdr_len}};
+    void *desc[2] = {o->desc, t->slab_desc};
+    o->kind = OP_SEND;
+    o->req = r;
+    ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, r->hdr_len ? 2 : 1, r->dst, 0,
+                           &o->ctx);
+    if (rc == -FI_EAGAIN) {
+        sfb__tp_op_put(t, o);
+        stat_add(&t->stats.eagain, 1);
+        return -FI_EAGAIN;
+    }
+    if (rc) {
+        sfb__tp_op_put(t, o);
+        sfb__tp_report(t, (int)r->dst, (int)rc, "fi_tsendv (RMA announce) failed", NULL);
+        r->failed = 1;
+    } else {
+        r->outstanding += 2; /* the announce and the ACK */
+        r->awaiting_ack = 1;
+        t->acks_due++;
+        r->ack_deadline = sfb__now() + ACK_TIMEOUT_S;
+    }
+    r->all_posted = 1;
+    return 0;
+}
+
+/* An ACK: x = cookie | status << 32. Checked against the request it names,
+ * since the peer is not trusted. */
+void sfb__tp_on_ack(struct sfb__transport *t, uint32_t src, uint32_t seq, uint64_t x)
+{
+    uint32_t cookie = (uint32_t)x;
+    struct sreq *r = cookie < t->s.max_sends ? &t->sreqs[cookie] : NULL;
+    /* awaiting_ack is the loop's own: 0 in every free request, so the
+     * other fields are only read on a request in flight. */
+    if (!r || !r->awaiting_ack || r->dst != src || r->seq != seq) {
+        SFB_LOG_W("transport: stray ACK (rank %u, frame %u, cookie %u) dropped", src, seq, cookie);
+        stat_add(&t->stats.dropped, 1);
+        return;
+    }
+    if (x >> 32) {
+        r->failed = 1;
+        sfb__tp_report(t, (int)src, -FI_EIO, "RMA frame refused by the receiver", NULL);
+    }
+    r->awaiting_ack = 0;
+    t->acks_due--;
+    if (--r->outstanding == 0) sfb__tp_sreq_finish(t, r);
+}
+
+/* A peer that never ACKs (dead, or lost the announce) fails the send instead
+ * of holding it forever. Scans at most every 100 ms. */
+void sfb__tp_check_acks(struct sfb__transport *t, double now)
+{
+    if (!t->rma || now < t->next_ack_check) return;
+    t->next_ack_check = now + 0.1;
+    for (unsigned i = 0; i < t->s.max_sends; i++) {
+        struct sreq *r = &t->sreqs[i];
+        if (!r->awaiting_ack || now < r->ack_deadline) continue;
+        char d[96];
+        snprintf(d, sizeof d, "no ACK for RMA frame %u after %.0f s", r->seq, ACK_TIMEOUT_S);
+        sfb__tp_report(t, (int)r->dst, -FI_ETIMEDOUT, "RMA frame not acknowledged", d);
+        r->failed = 1;
+        r->awaiting_ack = 0;
+        t->acks_due--;
+        if (--r->outstanding == 0) sfb__tp_sreq_finish(t, r);
+    }
+}
+
 /* Posts what it can of one send. Returns 0 when everything is posted,
  * -FI_EAGAIN to retry later. Hard errors fail the request. */
 static int advance_send(struct sfb__transport *t, struct sreq *r)
 {
     size_t room = t->chunk - THDR_LEN;
+    if (!r->posted) {
+        int rc = advance_rma(t, r);
+        if (rc <= 0) return rc;
+    }
     while (!r->all_posted) {
         struct iovec iov[2];
         void *desc[2];
@@ -179,6 +277,7 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
     r->idx = 0;
     r->outstanding = 0;
     r->started = r->all_posted = r->failed = 0;
+    r->rma = 0; /* awaiting_ack is 0 in a free request (loop-owned) */
     r->in_use = 1;
     r->next = NULL;
     pthread_mutex_lock(&t->mu);

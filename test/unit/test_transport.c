@@ -4,9 +4,12 @@
 #include "src/common.h"
 #include "src/loop.h"
 #include "src/transport.h"
+#include "src/transport_impl.h" /* bad_rma forges raw messages */
+#include "src/bytes.h"
 #include "src/wire.h"
 #include "test.h"
 
+#include <rdma/fi_tagged.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -316,6 +319,103 @@ static int many_big(const char *prov)
 
 static int test_many_big_shm(void) { return many_big("shm"); }
 static int test_many_big_tcp(void) { return many_big("tcp"); }
+/* The other path on each provider: chunked on shm, RMA on tcp. */
+static int many_big_rma(const char *prov, const char *on)
+{
+    setenv("SFB_TRANSPORT_RMA", on, 1);
+    int rc = many_big(prov);
+    unsetenv("SFB_TRANSPORT_RMA");
+    return rc;
+}
+static int test_many_big_chunked_shm(void) { return many_big_rma("shm", "0"); }
+static int test_many_big_rma_tcp(void) { return many_big_rma("tcp", "1"); }
+
+/* Forged RMA announces and ACKs, sent raw from rank 0's loop thread: each
+ * must be dropped and counted (a bad address / key as a failed read,
+ * reported with the peer's rank, and refused back to the sender), never
+ * crash or hang; a real big frame still goes through afterwards. */
+struct forge {
+    struct sfb__transport *t;
+    uint32_t kind, hlen, cookie;
+    uint64_t total, addr, key, len;
+    int rc;
+};
+
+static void forge_in_loop(void *arg)
+{
+    struct forge *f = arg;
+    struct op *o = sfb__tp_op_get(f->t);
+    if ((f->rc = o ? 0 : -ENOMEM)) return;
+    o->kind = OP_ACK; /* completion only frees the op */
+    memset(o->thdr, 0, sizeof o->thdr);
+    sfb__put_u32(o->thdr, 0 | f->kind << 24);
+    sfb__put_u32(o->thdr + 4, 7);
+    sfb__put_u64(o->thdr + 8, f->kind == K_ACK ? f->cookie : f->total);
+    sfb__put_u64(o->thdr + THDR_LEN, f->addr);
+    sfb__put_u64(o->thdr + THDR_LEN + 8, f->key);
+    sfb__put_u32(o->thdr + THDR_LEN + 16, f->hlen);
+    sfb__put_u32(o->thdr + THDR_LEN + 20, f->cookie);
+    f->rc = (int)fi_tsend(f->t->ep, o->thdr, f->len, o->desc, 1, 0, &o->ctx);
+    if (f->rc) sfb__tp_op_put(f->t, o);
+}
+
+static int bad_rma(const char *prov)
+{
+    struct world w;
+    setenv("SFB_TRANSPORT_RMA", "1", 1);
+    int rc = world_open(&w, 2, prov, NULL);
+    unsetenv("SFB_TRANSPORT_RMA");
+    if (rc) {
+        world_close(&w);
+        return 1;
+    }
+    ASSERT(w.t[0]->rma); /* shm and tcp;ofi_rxm offer FI_RMA */
+    const size_t full = THDR_LEN + ANN_LEN;
+    struct forge fs[] = {
+        {.kind = K_RMA, .total = (2ull << 30), .addr = 0x1000, .len = full}, /* > max_frame */
+        {.kind = K_RMA, .total = 100000, .hlen = 129, .len = full},           /* header too long */
+        {.kind = K_RMA, .total = 100000, .hlen = 8, .len = full},             /* length mismatch */
+        {.kind = K_RMA, .total = 100000, .len = THDR_LEN + 3},               /* truncated */
+        {.kind = K_ACK, .cookie = 99999, .len = THDR_LEN},                    /* stray ACK */
+        {.kind = K_RMA, .total = 100000, .addr = 0x1000, .key = 0xdeadbeef, .len = full}, /* bad read */
+    };
+    for (size_t i = 0; i < SFB_ARRAY_LEN(fs); i++) {
+        fs[i].t = w.t[0];
+        double t1 = sfb__now();
+        do { /* -FI_EAGAIN until the loop has progressed */
+            ASSERT_OK(sfb__loop_call(w.loop[0], forge_in_loop, &fs[i]));
+        } while (fs[i].rc == -FI_EAGAIN && sfb__now() - t1 < 5 && !usleep(1000));
+        ASSERT_OK(fs[i].rc);
+    }
+    const struct sfb__transport_stats *s0 = sfb__transport_stats(w.t[0]);
+    const struct sfb__transport_stats *s1 = sfb__transport_stats(w.t[1]);
+    double t0 = sfb__now();
+    /* 6 dropped on rank 1 (4 announces, 1 stray ACK, the failed read). The
+     * refusal of the failed read is a stray ACK on rank 0 when it arrives
+     * (tcp;ofi_rxm drops the connection after a bad key, so it may not). */
+    while (atomic_load(&s1->dropped) < 6 && sfb__now() - t0 < 10) usleep(1000);
+    usleep(100000);
+    ASSERT_EQ(atomic_load(&s1->dropped), 6);
+    ASSERT_EQ(atomic_load(&s1->errors), 1);
+    ASSERT(atomic_load(&s0->dropped) <= 1);
+    ASSERT_EQ(atomic_load(&s1->frames_recv), 0);
+    struct sfb__buf *b; /* still working */
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], 1 << 20, &b));
+    fill(b->data, 1 << 20, 0, 3);
+    ASSERT_OK(sfb__transport_send(w.t[0], 1, "hd", 2, b, 0, 1 << 20, 1.0));
+    struct sfb__frame f;
+    ASSERT_OK(sfb__transport_recv(w.t[1], &f, 10));
+    ASSERT_EQ(f.len, 2 + (1 << 20));
+    ASSERT(memcmp(f.data, "hd", 2) == 0 && memcmp(f.data + 2, b->data, 1 << 20) == 0);
+    sfb__buf_put(f.buf);
+    sfb__buf_put(b);
+    ASSERT_OK(sfb__transport_flush(w.t[0], 5));
+    ASSERT_EQ(atomic_load(&s0->errors), 0);
+    world_close(&w);
+    return 0;
+}
+static int test_bad_rma_shm(void) { return bad_rma("shm"); }
+static int test_bad_rma_tcp(void) { return bad_rma("tcp"); }
 static int test_backpressure_shm(void) { return backpressure("shm"); }
 static int test_backpressure_tcp(void) { return backpressure("tcp"); }
 
@@ -474,6 +574,10 @@ static const struct test_case tests[] = {
     {"backpressure_tcp", test_backpressure_tcp},
     {"many_big_shm", test_many_big_shm},
     {"many_big_tcp", test_many_big_tcp},
+    {"many_big_chunked_shm", test_many_big_chunked_shm},
+    {"many_big_rma_tcp", test_many_big_rma_tcp},
+    {"bad_rma_shm", test_bad_rma_shm},
+    {"bad_rma_tcp", test_bad_rma_tcp},
     {"relay_shm", test_relay_shm},
     {"relay_tcp", test_relay_tcp},
     {"idle_tcp", test_idle_tcp},
