@@ -54,6 +54,26 @@ void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r)
     if (buf) sfb__buf_put(buf);
 }
 
+/* Posts one send operation `o` of request `r`. -FI_EAGAIN: `o` went back to
+ * the pool, retry later; another error: reported as `what`, `o` back,
+ * the request marked failed. */
+static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o,
+                          const struct iovec *iov, void **desc, size_t cnt, const char *what)
+{
+    o->kind = OP_SEND;
+    o->req = r;
+    ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx);
+    if (rc == -FI_EAGAIN) {
+        sfb__tp_op_put(t, o);
+        stat_add(&t->stats.eagain, 1);
+    } else if (rc) {
+        sfb__tp_op_put(t, o);
+        sfb__tp_report(t, (int)r->dst, (int)rc, what, NULL);
+        r->failed = 1;
+    }
+    return rc;
+}
+
 /* A frame too big for one message, from a buffer registered for remote
  * reads: one announce (transport header K_RMA with the total length, then
  * address, key, header length, cookie, then the frame header); the receiver
@@ -83,20 +103,9 @@ static int advance_rma(struct sfb__transport *t, struct sreq *r)
     sfb__put_u32(o->thdr + THDR_LEN + 20, (uint32_t)(r - t->sreqs));
     struct iovec iov[2] = {{o->thdr, THDR_LEN + ANN_LEN}, {r->hdr, r->hdr_len}};
     void *desc[2] = {o->desc, t->slab_desc};
-    o->kind = OP_SEND;
-    o->req = r;
-    ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, r->hdr_len ? 2 : 1, r->dst, 0,
-                           &o->ctx);
-    if (rc == -FI_EAGAIN) {
-        sfb__tp_op_put(t, o);
-        stat_add(&t->stats.eagain, 1);
-        return -FI_EAGAIN;
-    }
-    if (rc) {
-        sfb__tp_op_put(t, o);
-        sfb__tp_report(t, (int)r->dst, (int)rc, "fi_tsendv (RMA announce) failed", NULL);
-        r->failed = 1;
-    } else {
+    ssize_t rc = post_sendv(t, r, o, iov, desc, r->hdr_len ? 2 : 1, "fi_tsendv (RMA announce) failed");
+    if (rc == -FI_EAGAIN) return -FI_EAGAIN;
+    if (!rc) {
         r->outstanding += 2; /* the announce and the ACK */
         r->awaiting_ack = 1;
         t->acks_due++;
@@ -192,18 +201,9 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
             desc[1] = r->buf->desc;
             cnt = 2;
         }
-        o->kind = OP_SEND;
-        o->req = r;
-        ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx);
-        if (rc == -FI_EAGAIN) {
-            sfb__tp_op_put(t, o);
-            stat_add(&t->stats.eagain, 1);
-            return -FI_EAGAIN;
-        }
+        ssize_t rc = post_sendv(t, r, o, iov, desc, cnt, "fi_tsendv failed");
+        if (rc == -FI_EAGAIN) return -FI_EAGAIN;
         if (rc) {
-            sfb__tp_op_put(t, o);
-            sfb__tp_report(t, (int)r->dst, (int)rc, "fi_tsendv failed", NULL);
-            r->failed = 1;
             r->all_posted = 1;
             break;
         }
