@@ -175,12 +175,7 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
         /* one matrix per model here (checked at open by the runtime) */
         sfb__ssp_mark(b->env.ssp, p->origin, p->clock);
         b->from[p->origin]++;
-        int64_t st = now_clock - p->clock - 1;
-        if (st < 0) st = 0;
-        b->hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
-        if (st > acct->staleness) acct->staleness = st;
-        acct->applied++;
-        if (p->clock > required) acct->applied_early++;
+        sfb__sync_count_applied(b->hist, acct, now_clock, p->clock, required);
         sfb__buf_put(p->buf);
     }
     memmove(b->pend, b->pend + n, (b->npend - n) * sizeof *b->pend);

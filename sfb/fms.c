@@ -323,14 +323,8 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
             sfb__buf_put(o->buf);
             *o = f->own[--f->nown];
         }
-        if (s->origin != f->rank) {
-            int64_t st = now_clock - s->clock - 1;
-            if (st < 0) st = 0;
-            f->hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
-            if (st > acct->staleness) acct->staleness = st;
-            acct->applied++;
-            if (s->clock > required) acct->applied_early++;
-        }
+        if (s->origin != f->rank)
+            sfb__sync_count_applied(f->hist, acct, now_clock, s->clock, required);
         sfb__buf_put(s->buf);
     }
     memmove(f->sum, f->sum + n, (f->nsum - n) * sizeof *f->sum);

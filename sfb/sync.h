@@ -74,6 +74,12 @@ struct sfb__sync_ops {
 };
 
 const struct sfb__sync_ops *sfb__sync_find(const char *name);
+
+/* Accounts one peer update of `clock` applied while computing `now_clock`
+ * (SSP required every update <= `required`): its staleness into `hist`
+ * (SFB_STALENESS_BINS) and `acct`. */
+void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
+                             int64_t clock, int64_t required);
 extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
 
