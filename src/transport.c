@@ -135,7 +135,10 @@ static int progress(void *arg)
     int in_flight = t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head;
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || t->rd_head || t->ack_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
-    if (t->wait_fd < 0 || pending) {
+    /* Busy: poll (also with a wait fd: sleeping in epoll and waking on the
+     * CQ fd costs a context switch per message, the better part of a small
+     * frame's latency on tcp). Idle: sleep on the wait fd, or nap. */
+    if (t->wait_fd < 0 || pending || spinning) {
         /* An idle spin pass gives the core away: on a machine with fewer
          * cores than busy threads, the thread that would produce the next
          * completion (this process's compute thread, the peer) needs it. */
@@ -229,13 +232,12 @@ static int open_fabric(struct sfb__transport *t)
     if (!prov || !*prov) prov = t->s.all_local ? "shm" : "tcp";
     struct fi_info *hints = fi_allocinfo();
     if (!hints) return -ENOMEM;
-    /* RMA reads carry big frames (transport_tx.c) where offered, except on
-     * socket providers: on tcp;ofi_rxm one read per frame measured 10-25 %
-     * slower at 1-8 MiB than overlapping 256 KiB chunks (docs/performance.md).
-     * SFB_TRANSPORT_RMA=0 / 1 forces it off / on (tests, benchmarks). */
+    /* RMA reads carry big frames (transport_tx.c) wherever the provider
+     * offers them: one read per frame beat overlapping 256 KiB chunks on shm
+     * (CMA) and, with the loop polling while busy, on tcp;ofi_rxm at >= 4 MiB
+     * (docs/performance.md). SFB_TRANSPORT_RMA=0 / 1 forces it off / on. */
     const char *rma_env = getenv("SFB_TRANSPORT_RMA");
-    int want_rma = rma_env && *rma_env ? strcmp(rma_env, "0") != 0
-                 : strncmp(prov, "tcp", 3) && strncmp(prov, "udp", 3) && strcmp(prov, "sockets");
+    int want_rma = !(rma_env && !strcmp(rma_env, "0"));
     hints->caps = FI_TAGGED | (want_rma ? FI_RMA | FI_READ | FI_REMOTE_READ : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;

@@ -49,6 +49,7 @@ struct sfb__buf {
     void *mr;   /* struct fid_mr * or NULL */
     void *desc; /* fi_mr_desc or NULL */
     struct sfb__transport *t;
+    struct sfb__region *region; /* big buffers: the huge-page region holding data */
     struct sfb__buf *next;
     size_t len; /* bytes of a received frame */
     uint32_t src;

@@ -27,14 +27,15 @@
  * (measured here).
  *
  * A frame that does not fit one message goes one of two ways:
- *  - RMA (the provider offers FI_RMA reads; not tcp): the sender registers its pooled
- *    buffer for remote reads (once, cached on the buffer) and sends a K_RMA
- *    announce (total length, address, key, frame header length, cookie =
- *    its request index, then the frame header). The receiver takes a pooled
- *    buffer of the frame's size, fi_read()s the body into it (one copy: CMA
- *    on shm) and answers K_ACK (cookie, status). The sender holds its buffer
- *    reference until the ACK, or fails the send after ACK_TIMEOUT_S.
- *  - chunked (no RMA, tcp, or SFB_TRANSPORT_RMA=0): K_FIRST with the
+ *  - RMA (the provider offers FI_RMA reads: shm, tcp;ofi_rxm, verbs, ...):
+ *    the sender registers its pooled buffer for remote reads (once, cached
+ *    on the buffer) and sends a K_RMA announce (total length, address, key,
+ *    frame header length, cookie = its request index, then the frame
+ *    header). The receiver takes a pooled buffer of the frame's size,
+ *    fi_read()s the body into it (one copy: CMA on shm) and answers K_ACK
+ *    (cookie, status). The sender holds its buffer reference until the ACK,
+ *    or fails the send after ACK_TIMEOUT_S.
+ *  - chunked (no RMA reads, or SFB_TRANSPORT_RMA=0): K_FIRST with the
  *    total length, then K_PIECEs, reassembled here by (sender, sequence,
  *    index), which tolerates out-of-order completions.
  *

@@ -14,7 +14,9 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---------------- buffer pool ---------------- */
 
@@ -55,11 +57,104 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
     return r.rc;
 }
 
+/* Buffers of HUGE_MIN_CLASS and up live in 2 MiB-aligned regions advised
+ * for transparent huge pages: the provider's copies of big frames (CMA on
+ * shm pins the pages of both sides) cost per page, and a huge page is 512
+ * small ones (docs/performance.md, "Transport": 3x at 4 MiB on shm). A
+ * region of REGION_BYTES is carved into equal buffers of smaller classes
+ * (the rest go to the pool); bigger classes get a region each. A region is
+ * freed with the last of its buffers. */
+#define HUGE_MIN_CLASS 16 /* 64 KiB */
+#define REGION_BYTES ((size_t)2 << 20)
+
+struct sfb__region {
+    _Atomic int bufs;
+    void *mem;
+};
+
 void sfb__tp_buf_free(struct sfb__buf *b)
 {
     if (b->mr) fi_close(&((struct fid_mr *)b->mr)->fid);
     atomic_fetch_sub(&b->t->bufs_live, 1);
+    struct sfb__region *r = b->region;
+    if (r && atomic_fetch_sub(&r->bufs, 1) == 1) {
+        free(r->mem);
+        free(r);
+    }
     free(b);
+}
+
+/* Registers b for local use when the provider requires it (FI_MR_LOCAL). */
+static int buf_register(struct sfb__transport *t, struct sfb__buf *b)
+{
+    if (!t->mr_local) return 0;
+    struct reg_op r = {t, b, 0};
+    int rc = sfb__loop_call(t->loop, reg_in_loop, &r);
+    if (rc || r.rc)
+        return sfb__error(rc ? rc : r.rc, "transport: fi_mr_reg of %zu bytes: %s", b->cap,
+                          fi_strerror(-(rc ? rc : r.rc)));
+    return 0;
+}
+
+static int buf_new(struct sfb__transport *t, unsigned c, uint8_t *data, struct sfb__region *region,
+                   struct sfb__buf **out)
+{
+    size_t cap = (size_t)1 << c;
+    struct sfb__buf *b = malloc(sizeof *b + (data ? 0 : 64 + cap));
+    if (!b) return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer", cap);
+    memset(b, 0, sizeof *b);
+    b->data = data ? data : (uint8_t *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
+    b->cap = cap;
+    b->cls = c;
+    b->t = t;
+    b->region = region;
+    atomic_fetch_add(&t->bufs_live, 1);
+    int rc = buf_register(t, b);
+    if (rc) {
+        sfb__tp_buf_free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+/* A new region for class c: its first buffer in *out, the others pooled. */
+static int region_new(struct sfb__transport *t, unsigned c, struct sfb__buf **out)
+{
+    size_t cap = (size_t)1 << c, len = SFB_MAX(cap, REGION_BYTES);
+    unsigned n = (unsigned)(len / cap);
+    struct sfb__region *r = malloc(sizeof *r);
+    void *mem = NULL;
+    if (!r || posix_memalign(&mem, REGION_BYTES, len)) {
+        free(r);
+        return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer region", len);
+    }
+    /* Advice only: without THP (or with it off) these are ordinary pages. */
+    (void)madvise(mem, len, MADV_HUGEPAGE);
+    r->mem = mem;
+    atomic_init(&r->bufs, (int)n);
+    *out = NULL;
+    for (unsigned i = 0; i < n; i++) {
+        struct sfb__buf *b;
+        int rc = buf_new(t, c, (uint8_t *)mem + (size_t)i * cap, r, &b);
+        if (rc) {
+            /* The region goes with its last buffer: count off those never made. */
+            if (atomic_fetch_sub(&r->bufs, (int)(n - i)) == (int)(n - i)) {
+                free(mem);
+                free(r);
+            }
+            return *out ? 0 : rc;
+        }
+        if (!*out) {
+            *out = b;
+            continue;
+        }
+        pthread_mutex_lock(&t->pool_mu);
+        b->next = t->pool[c];
+        t->pool[c] = b;
+        pthread_mutex_unlock(&t->pool_mu);
+    }
+    return 0;
 }
 
 int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__buf **out)
@@ -71,25 +166,8 @@ int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__bu
     if (b) t->pool[c] = b->next;
     pthread_mutex_unlock(&t->pool_mu);
     if (!b) {
-        size_t cap = (size_t)1 << c;
-        b = malloc(sizeof *b + 64 + cap);
-        if (!b) return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer", cap);
-        memset(b, 0, sizeof *b);
-        b->data = (uint8_t *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
-        b->cap = cap;
-        b->cls = c;
-        b->t = t;
-        atomic_fetch_add(&t->bufs_live, 1);
-        if (t->mr_local) {
-            struct reg_op r = {t, b, 0};
-            int rc = sfb__loop_call(t->loop, reg_in_loop, &r);
-            if (rc || r.rc) {
-                free(b);
-                atomic_fetch_sub(&t->bufs_live, 1);
-                return sfb__error(rc ? rc : r.rc, "transport: fi_mr_reg of %zu bytes: %s", cap,
-                                  fi_strerror(-(rc ? rc : r.rc)));
-            }
-        }
+        int rc = c >= HUGE_MIN_CLASS ? region_new(t, c, &b) : buf_new(t, c, NULL, NULL, &b);
+        if (rc) return rc;
     }
     atomic_store(&b->refs, 1);
     b->next = NULL;

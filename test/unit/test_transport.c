@@ -319,7 +319,7 @@ static int many_big(const char *prov)
 
 static int test_many_big_shm(void) { return many_big("shm"); }
 static int test_many_big_tcp(void) { return many_big("tcp"); }
-/* The other path on each provider: chunked on shm, RMA on tcp. */
+/* The chunked path (providers without RMA reads take it by default). */
 static int many_big_rma(const char *prov, const char *on)
 {
     setenv("SFB_TRANSPORT_RMA", on, 1);
@@ -328,7 +328,7 @@ static int many_big_rma(const char *prov, const char *on)
     return rc;
 }
 static int test_many_big_chunked_shm(void) { return many_big_rma("shm", "0"); }
-static int test_many_big_rma_tcp(void) { return many_big_rma("tcp", "1"); }
+static int test_many_big_chunked_tcp(void) { return many_big_rma("tcp", "0"); }
 
 /* Forged RMA announces and ACKs, sent raw from rank 0's loop thread: each
  * must be dropped and counted (a bad address / key as a failed read,
@@ -575,7 +575,7 @@ static const struct test_case tests[] = {
     {"many_big_shm", test_many_big_shm},
     {"many_big_tcp", test_many_big_tcp},
     {"many_big_chunked_shm", test_many_big_chunked_shm},
-    {"many_big_rma_tcp", test_many_big_rma_tcp},
+    {"many_big_chunked_tcp", test_many_big_chunked_tcp},
     {"bad_rma_shm", test_bad_rma_shm},
     {"bad_rma_tcp", test_bad_rma_tcp},
     {"relay_shm", test_relay_shm},
