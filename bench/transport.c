@@ -44,8 +44,10 @@ static int iters_for(const struct opts *o, size_t size)
 {
     if (o->iters > 0) return o->iters;
     if (o->smoke) return 5;
-    /* ~64 MiB each way per measurement, 20..1000 round trips. */
-    return (int)SFB_MAX(20, SFB_MIN(1000, ((size_t)64 << 20) / size));
+    /* ~256 MiB each way per measurement, 200..2000 round trips: long
+     * enough that one-time costs (first touch of pooled buffers, rxm's
+     * connection setup in fi_pingpong) and scheduler placement are noise. */
+    return (int)SFB_MAX(200, SFB_MIN(2000, ((size_t)256 << 20) / size));
 }
 
 static int warm_for(const struct opts *o, int iters)

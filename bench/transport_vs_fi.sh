@@ -45,9 +45,9 @@ bytes() { # 4k -> 4096
     echo "$1" | awk '{ n = $0 + 0; u = tolower(substr($0, length($0)));
         if (u == "k") n *= 1024; else if (u == "m") n *= 1048576; print n }'
 }
-iters() { # the same count bench_transport picks: 64 MiB each way, 20..1000
+iters() { # the same count bench_transport picks: 256 MiB each way, 200..2000
     if [ "$SMOKE" = 1 ]; then echo 5; return; fi
-    awk -v s="$1" 'BEGIN { n = int(67108864 / s); if (n > 1000) n = 1000; if (n < 20) n = 20; print n }'
+    awk -v s="$1" 'BEGIN { n = int(268435456 / s); if (n > 2000) n = 2000; if (n < 200) n = 200; print n }'
 }
 
 # fi_pingpong server + client on a private control port; prints GB/s or nothing.

@@ -111,6 +111,7 @@ static int buf_new(struct sfb__transport *t, unsigned c, uint8_t *data, struct s
     atomic_fetch_add(&t->bufs_live, 1);
     int rc = buf_register(t, b);
     if (rc) {
+        b->region = NULL; /* the caller accounts for the region */
         sfb__tp_buf_free(b);
         return rc;
     }
