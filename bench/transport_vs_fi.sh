@@ -137,7 +137,7 @@ done
 if [ "$SMOKE" = 1 ]; then
     [ $fail = 0 ] && echo "verdict: smoke ok (no ratio gate)" || echo "verdict: smoke FAILED"
 else
-    [ $fail = 0 ] && echo "verdict: PASS (sfb >= 80% of fi_pingpong at >= 1 MiB on$PROVS)" ||
+    [ $fail = 0 ] && echo "verdict: PASS (sfb >= 80% of fi_pingpong at >= 1 MiB on $(echo $PROVS))" ||
         echo "verdict: FAIL (sfb < 80% of fi_pingpong at >= 1 MiB, or a run failed)"
 fi
 exit $fail

@@ -65,6 +65,9 @@ static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_
     case OP_READ:
         sfb__tp_read_done(t, o, err); /* keeps o for the ACK */
         return;
+    case OP_LOST: /* a read given up on (sfb__tp_check_reads) */
+        sfb__buf_put(o->rbuf);
+        break;
     case OP_ACK:
         break;
     case OP_RECV:
@@ -125,6 +128,7 @@ static int progress(void *arg)
     work |= read_cq(t);
     double now = sfb__now();
     sfb__tp_check_acks(t, now);
+    sfb__tp_check_reads(t, now);
     if (work) t->last_work = now;
     /* Operations in flight (sends not yet completed, a frame half
      * reassembled) mean a completion is due within microseconds: keep
@@ -467,13 +471,14 @@ void sfb__transport_close(struct sfb__transport **tp)
     for (struct slab *sl = t->op_slabs; sl; sl = sl->next) {
         struct op *ops = (struct op *)(sl + 1);
         for (int i = 0; i < 256; i++)
-            if (ops[i].in_use && (ops[i].kind == OP_RECV || ops[i].kind == OP_READ))
+            if (ops[i].in_use && (ops[i].kind == OP_RECV || ops[i].kind == OP_READ ||
+                                  ops[i].kind == OP_LOST))
                 sfb__buf_put(ops[i].rbuf);
+    }
     while (t->rd_head) {
         struct sfb__buf *b = t->rd_head;
         t->rd_head = b->next;
         sfb__buf_put(b);
-    }
     }
     for (struct asm_rec *a = t->active; a; a = a->next) {
         if (a->buf) sfb__buf_put(a->buf);

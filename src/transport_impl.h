@@ -64,7 +64,15 @@ enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
 #define NCLASS 48
 #define MIN_CLASS 12 /* 4 KiB */
 
-enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
+enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK, OP_LOST };
+/* RMA reads in flight at once on the receiving side, and their bytes (one
+ * read may exceed it): bounds the memory a burst of announces takes and the
+ * transfers the provider juggles (tcp;ofi_rxm slowed 8x with 200 x 16 MiB
+ * reads posted at once). A read that neither completes nor fails within
+ * ACK_TIMEOUT_S gives its slot back (shm 1.17 reports some failed reads
+ * without their context); its sender has timed the frame out by then. */
+#define MAX_READS 8
+#define MAX_READ_BYTES ((size_t)64 << 20)
 /* Pieces held while their first chunk is still missing (all frames). */
 #define STASH_MAX 4096
 /* How long the poller keeps spinning without progress while operations are
@@ -77,6 +85,7 @@ struct op {
     uint8_t thdr[THDR_LEN + ANN_LEN]; /* transport header (+ RMA announce) */
     void *desc;             /* of thdr (registered slab), or NULL */
     uint32_t peer, seq, cookie; /* OP_READ / OP_ACK */
+    double started;             /* OP_READ: when posted */
     struct op *qnext;       /* ACKs waiting for -FI_EAGAIN to clear */
     int kind;
     int in_use;
@@ -154,6 +163,9 @@ struct sfb__transport {
     struct sreq *pend_head, *pend_tail;    /* sends not fully posted */
     unsigned rx_deficit;                   /* wildcard receives to repost */
     struct sfb__buf *rd_head, *rd_tail;    /* RMA announces not yet read */
+    struct op *reads[MAX_READS];           /* RMA reads in flight */
+    unsigned reads_out;
+    size_t read_bytes;
     struct op *ack_head, *ack_tail;        /* ACKs to (re)post */
 
     /* shared state, under mu */
@@ -167,6 +179,7 @@ struct sfb__transport {
     unsigned in_head, in_count;
     struct sfb__buf *ovf_head, *ovf_tail; /* frames beyond inbox_cap */
     _Atomic int ovf_nonempty;
+    _Atomic size_t inbox_bytes; /* frames delivered, not yet taken by recv */
     int closing;
 
     /* buffer pool */
@@ -200,6 +213,7 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b);
 int sfb__tp_post_wildcard(struct sfb__transport *t);
 int sfb__tp_post_reads(struct sfb__transport *t);
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);
+void sfb__tp_check_reads(struct sfb__transport *t, double now);
 void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len);
 int sfb__tp_post_recvs(struct sfb__transport *t);
 

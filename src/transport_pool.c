@@ -57,14 +57,17 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
     return r.rc;
 }
 
-/* Buffers of HUGE_MIN_CLASS and up live in 2 MiB-aligned regions advised
- * for transparent huge pages: the provider's copies of big frames (CMA on
- * shm pins the pages of both sides) cost per page, and a huge page is 512
- * small ones (docs/performance.md, "Transport": 3x at 4 MiB on shm). A
- * region of REGION_BYTES is carved into equal buffers of smaller classes
- * (the rest go to the pool); bigger classes get a region each. A region is
- * freed with the last of its buffers. */
-#define HUGE_MIN_CLASS 16 /* 64 KiB */
+/* Buffers of HUGE_MIN_CLASS and up (those of frames above the default
+ * 256 KiB chunk, which go by RMA read) live in 2 MiB-aligned regions
+ * advised for transparent huge pages: the provider's copy of a big frame
+ * (CMA on shm pins the pages of both sides) costs per page, and a huge page
+ * is 512 small ones (docs/performance.md, "Transport"). Smaller buffers,
+ * the chunk-sized receive buffers among them, stay on small pages: huge
+ * ones there made streaming 4 KiB frames on shm 2.5x slower. A region of
+ * REGION_BYTES is carved into equal buffers of smaller classes (the rest
+ * go to the pool); bigger classes get a region each. A region is freed
+ * with the last of its buffers. */
+#define HUGE_MIN_CLASS 19 /* 512 KiB */
 #define REGION_BYTES ((size_t)2 << 20)
 
 struct sfb__region {

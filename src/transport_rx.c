@@ -31,6 +31,7 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
         if (t->s.on_frame(t->s.user, &f)) return;
     }
     pthread_mutex_lock(&t->mu);
+    atomic_fetch_add_explicit(&t->inbox_bytes, len, memory_order_relaxed);
     if (!t->ovf_head && t->in_count < t->s.inbox_cap) {
         struct sfb__frame *f = &t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap];
         *f = (struct sfb__frame){b, b->data + b->off, len, src};
@@ -108,19 +109,37 @@ static void send_ack(struct sfb__transport *t, struct op *o, uint32_t status)
     post_acks(t);
 }
 
+/* A read in flight takes a slot; read_done / check_reads give it back. */
+static void read_track(struct sfb__transport *t, struct op *o, int on)
+{
+    size_t len = o->rbuf->len;
+    for (unsigned i = 0; i < MAX_READS; i++)
+        if (t->reads[i] == (on ? NULL : o)) {
+            t->reads[i] = on ? o : NULL;
+            t->reads_out += on ? 1 : -1u;
+            t->read_bytes += on ? len : -len;
+            return;
+        }
+}
+
 /* Posts ACKs, then one fi_read per announce (validated in on_message) into
  * a pooled buffer of the frame's size: the body straight from the sender's
- * buffer, the frame header from the announce. */
+ * buffer, the frame header from the announce. At most MAX_READS /
+ * MAX_READ_BYTES at once; the rest wait in announce order. */
 int sfb__tp_post_reads(struct sfb__transport *t)
 {
     int work = 0;
     post_acks(t);
-    while (t->rd_head) {
+    while (t->rd_head && t->reads_out < MAX_READS) {
         struct sfb__buf *a = t->rd_head;
-        struct op *o = sfb__tp_op_get(t);
-        if (!o) break;
         const uint8_t *p = a->data + THDR_LEN;
         uint64_t total = sfb__get_u64(a->data + 8);
+        /* Backpressure on big frames: bytes being read plus bytes waiting in
+         * the inbox stay under MAX_READ_BYTES (one frame always may go). */
+        size_t queued = atomic_load_explicit(&t->inbox_bytes, memory_order_relaxed);
+        if ((t->reads_out || queued) && t->read_bytes + queued + total > MAX_READ_BYTES) break;
+        struct op *o = sfb__tp_op_get(t);
+        if (!o) break;
         uint32_t hlen = sfb__get_u32(p + 16);
         o->peer = a->src;
         o->seq = sfb__get_u32(a->data + 4);
@@ -145,7 +164,10 @@ int sfb__tp_post_reads(struct sfb__transport *t)
         }
         t->rd_head = a->next;
         if (!t->rd_head) t->rd_tail = NULL;
-        if (rc) {
+        if (!rc) {
+            o->started = sfb__now();
+            read_track(t, o, 1);
+        } else {
             sfb__tp_report(t, (int)a->src, (int)rc, "fi_read of an RMA frame failed", NULL);
             stat_add(&t->stats.dropped, 1);
             sfb__buf_put(d);
@@ -163,6 +185,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err)
 {
     struct sfb__buf *d = o->rbuf;
+    read_track(t, o, 0);
     if (err) {
         stat_add(&t->stats.dropped, 1);
         sfb__buf_put(d);
@@ -171,6 +194,23 @@ void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err)
     }
     deliver(t, d, d->len, d->src);
     send_ack(t, o, 0);
+}
+
+/* Reads outstanding for longer than the sender waits for its ACK are given
+ * up: the slot is freed, the op and its buffer stay held (kind OP_LOST)
+ * until the provider completes the read, if ever, or the transport closes. */
+void sfb__tp_check_reads(struct sfb__transport *t, double now)
+{
+    if (!t->reads_out) return;
+    for (unsigned i = 0; i < MAX_READS; i++) {
+        struct op *o = t->reads[i];
+        if (!o || now - o->started < ACK_TIMEOUT_S) continue;
+        SFB_LOG_W("transport: RMA read of frame %u from rank %u not done after %.0f s, given up",
+                  o->seq, o->peer, ACK_TIMEOUT_S);
+        stat_add(&t->stats.dropped, 1);
+        read_track(t, o, 0);
+        o->kind = OP_LOST;
+    }
 }
 
 /* An announce: checked here, read when an op is free (post_reads). */
@@ -190,6 +230,14 @@ static void on_announce(struct sfb__transport *t, struct sfb__buf *b, size_t len
         stat_add(&t->stats.dropped, 1);
         sfb__buf_put(b);
         return;
+    }
+    /* One that must wait behind others gives its chunk-sized receive buffer
+     * back: a burst of announces would otherwise hold chunk_size each. */
+    struct sfb__buf *c;
+    if (t->rd_head && b->cap > len && sfb__transport_buf_get(t, len, &c) == 0) {
+        memcpy(c->data, b->data, len);
+        sfb__buf_put(b);
+        b = c;
     }
     b->src = src;
     b->next = NULL;
@@ -404,7 +452,9 @@ int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double
     *out = t->inbox[t->in_head];
     t->in_head = (t->in_head + 1) % t->s.inbox_cap;
     t->in_count--;
-    int wake = 0;
+    size_t was = atomic_fetch_sub_explicit(&t->inbox_bytes, out->len, memory_order_relaxed);
+    /* The loop holds RMA reads back while the inbox is full of bytes. */
+    int wake = was > MAX_READ_BYTES / 2 && was - out->len <= MAX_READ_BYTES / 2;
     if (t->ovf_head) {
         struct sfb__buf *b = t->ovf_head;
         t->ovf_head = b->next;
