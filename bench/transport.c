@@ -139,8 +139,6 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
     struct sfb__loop *loop = NULL;
     struct sfb__transport *t = NULL;
     struct sfb__buf *buf = NULL;
-    size_t maxsz = 1;
-    for (int i = 0; i < o->nsizes; i++) maxsz = SFB_MAX(maxsz, o->sizes[i]);
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
     s.provider = prov;
@@ -150,9 +148,8 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
     if (getenv("SFB_BENCH_RXDEPTH")) s.rx_depth = (unsigned)atoi(getenv("SFB_BENCH_RXDEPTH"));
     int rc;
     if ((rc = sfb__loop_open(&loop)) || (rc = sfb__loop_start(loop)) ||
-        (rc = sfb__transport_open(&t, &s, loop)) || (rc = sfb__transport_buf_get(t, maxsz, &buf)))
+        (rc = sfb__transport_open(&t, &s, loop)))
         goto out;
-    memset(buf->data, 0x5a, maxsz);
     const void *names[2];
     size_t lens[2];
     uint8_t peer[1024];
@@ -178,6 +175,11 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
             size_t size = o->sizes[k];
             int iters = iters_for(o, size), warm = warm_for(o, iters);
             double secs = 0;
+            /* A frame lives in a pooled buffer of its size, as in sfb. */
+            if (buf) sfb__buf_put(buf);
+            buf = NULL;
+            if ((rc = sfb__transport_buf_get(t, SFB_MAX(size, 1), &buf))) goto out;
+            memset(buf->data, 0x5a, size);
             rc = mode == 0 ? pingpong(t, rank, buf, size, warm, iters, &secs)
                            : stream(t, rank, buf, size, warm, iters, &secs);
             if (rc) goto out;
