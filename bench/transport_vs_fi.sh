@@ -6,9 +6,11 @@
 #   transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b]
 #                      [--before OLD_BENCH_TRANSPORT] [provider ...]
 #
-# Default providers shm tcp; sizes 4k,64k,1m,16m; R = 3 runs of each side,
-# alternated, best of each kept (the machine may be shared: best-of is the
-# least noisy estimate of what each stack can do). One line per (provider,
+# Default providers shm tcp; sizes 4k,64k,1m,16m; R = 5 runs of each side,
+# alternated, the median of each kept (on a shared machine single runs of
+# either stack spread by 30 % or more, fi_pingpong's over tcp the most; the
+# median of alternated runs compares what is typical, where best-of would
+# reward whichever side is noisier). One line per (provider,
 # size), then a verdict. Exit 1 when sfb reaches < 80 % of fi_pingpong's
 # bandwidth at a size >= 1 MiB on any provider (not with --smoke, which runs
 # tiny sizes once and only checks that both sides run). Exit 77 (skipped)
@@ -20,7 +22,7 @@ set -u
 BENCH=${1:?usage: transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b] [provider ...]}
 shift
 SMOKE=0
-REPEAT=3
+REPEAT=5
 SIZES=4k,64k,1m,16m
 PROVS=
 BEFORE=
@@ -74,9 +76,9 @@ fi_run() { # provider size
     return 1
 }
 
-best() { # keeps the larger of two numbers (empty = none)
-    if [ -z "$1" ]; then echo "$2"; elif [ -z "$2" ]; then echo "$1"; else
-        awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; fi
+median() { # of the numbers given (none: nothing; an even count: the lower middle)
+    [ $# -gt 0 ] || return 0
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
 sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
@@ -90,7 +92,7 @@ sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
 fail=0
 hdr="# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio"
 [ -n "$BEFORE" ] && hdr="$hdr  before_GB/s  before_ratio"
-echo "$hdr  (ping-pong, best of $REPEAT)"
+echo "$hdr  (ping-pong, median of $REPEAT)"
 for prov in $PROVS; do
     list=$(echo "$SIZES" | tr ',' ' ')
     for s in $list; do
@@ -109,18 +111,19 @@ for prov in $PROVS; do
                 cat "$TMP/err" >&2
                 fail=1
             fi
-            eval "SFB_$b=\$(best \"\$SFB_$b\" \"$v\")"
+            eval "SFB_$b=\"\$SFB_$b $v\""
             if [ -n "$BEFORE" ]; then
                 v=$(sfb_run "$BEFORE" "$prov" "$b")
-                eval "OLD_$b=\$(best \"\$OLD_$b\" \"$v\")"
+                eval "OLD_$b=\"\$OLD_$b $v\""
             fi
             f=$(fi_run "$prov" "$b") || { [ "$SMOKE" = 1 ] || fail=1; }
-            eval "FI_$b=\$(best \"\$FI_$b\" \"$f\")"
+            eval "FI_$b=\"\$FI_$b $f\""
         done
     done
     for s in $list; do
         b=$(bytes "$s")
-        eval "sv=\$SFB_$b; fv=\$FI_$b; ov=\$OLD_$b"
+        # shellcheck disable=SC2086 # the lists split into numbers on purpose
+        eval "sv=\$(median \$SFB_$b); fv=\$(median \$FI_$b); ov=\$(median \$OLD_$b)"
         awk -v p="$prov" -v b="$b" -v s="$sv" -v f="$fv" -v o="$ov" -v before="$BEFORE" \
             -v g=$GATE -v smoke=$SMOKE 'BEGIN {
             if (s == "" || f == "") { printf "transport_vs_fi/%s  %d  %s  %s  n/a\n", p, b,
