@@ -41,6 +41,7 @@ void sfb__transport_default_settings(struct sfb__transport_settings *s)
     s->max_sends = 1024;
     s->poll_interval_s = 0.0005;
     s->spin_s = 0.002;
+    s->ack_timeout_s = 10.0;
 }
 
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail)
@@ -65,9 +66,6 @@ static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_
     case OP_READ:
         sfb__tp_read_done(t, o, err); /* keeps o for the ACK */
         return;
-    case OP_LOST: /* a read given up on (sfb__tp_check_reads) */
-        sfb__buf_put(o->rbuf);
-        break;
     case OP_ACK:
         break;
     case OP_RECV:
@@ -90,6 +88,7 @@ static int read_cq(struct sfb__transport *t)
             memset(&e, 0, sizeof e);
             if (fi_cq_readerr(t->cq, &e, 0) < 1) break;
             struct op *o = e.op_context;
+            if (!o) o = sfb__tp_read_oldest(t); /* shm 1.17: see there */
             if (e.err != FI_ECANCELED) {
                 char buf[256];
                 const char *s = fi_cq_strerror(t->cq, e.prov_errno, e.err_data, buf, sizeof buf);
@@ -99,9 +98,7 @@ static int read_cq(struct sfb__transport *t)
                                               : (int)o->peer;
                 sfb__tp_report(t, peer, -e.err, "completion error", s);
             }
-            /* shm 1.17 reports a failed fi_read (a peer's bad address or
-             * key) with no context: that read's op and buffer stay held
-             * until close; its sender times the frame out. */
+            /* A failed read completes as such: refused back to its sender. */
             if (o) complete(t, o, 0, 0, e.err ? e.err : FI_EOTHER);
             else stat_add(&t->stats.dropped, 1);
             work = 1;
@@ -128,7 +125,6 @@ static int progress(void *arg)
     work |= read_cq(t);
     double now = sfb__now();
     sfb__tp_check_acks(t, now);
-    sfb__tp_check_reads(t, now);
     if (work) t->last_work = now;
     /* Operations in flight (sends not yet completed, a frame half
      * reassembled) mean a completion is due within microseconds: keep
@@ -150,7 +146,10 @@ static int progress(void *arg)
         return spinning ? SFB__POLL_BUSY : SFB__POLL_NAP;
     }
     struct fid *f = &t->cq->fid;
-    return fi_trywait(t->fabric, &f, 1) == FI_SUCCESS ? SFB__POLL_SLEEP : SFB__POLL_BUSY;
+    if (fi_trywait(t->fabric, &f, 1) != FI_SUCCESS) return SFB__POLL_BUSY;
+    /* Sends waiting for their ACK are timed (check_acks): wake on the fd or
+     * the nap timer, whichever comes first. */
+    return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
 }
 
 /* Async: move submitted sends into the loop's pending list. */
@@ -424,7 +423,8 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
     if (world == 0 || world > SFB__TRANSPORT_MAX_RANKS || t->s.rank >= world)
         return sfb__error(-EINVAL, "transport: world size %u with rank %u", world, t->s.rank);
     t->seq = calloc(world, sizeof *t->seq);
-    if (!t->seq) return -ENOMEM;
+    t->heard = calloc(world, sizeof *t->heard);
+    if (!t->seq || !t->heard) return -ENOMEM;
     struct peers_op p = {t, names, lens, world, 0};
     int rc = sfb__loop_call(t->loop, peers_in_loop, &p);
     if (rc || p.rc) return rc ? rc : p.rc;
@@ -471,8 +471,7 @@ void sfb__transport_close(struct sfb__transport **tp)
     for (struct slab *sl = t->op_slabs; sl; sl = sl->next) {
         struct op *ops = (struct op *)(sl + 1);
         for (int i = 0; i < 256; i++)
-            if (ops[i].in_use && (ops[i].kind == OP_RECV || ops[i].kind == OP_READ ||
-                                  ops[i].kind == OP_LOST))
+            if (ops[i].in_use && (ops[i].kind == OP_RECV || ops[i].kind == OP_READ))
                 sfb__buf_put(ops[i].rbuf);
     }
     while (t->rd_head) {
@@ -525,6 +524,7 @@ void sfb__transport_close(struct sfb__transport **tp)
     free(t->sreqs);
     free(t->inbox);
     free(t->seq);
+    free(t->heard);
     free(t->name);
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->pool_mu);

@@ -82,6 +82,9 @@ struct sfb__transport_settings {
     unsigned max_sends;    /* frames queued or in flight (1024) */
     double poll_interval_s; /* sleep bound when polling without a wait fd (0.5 ms) */
     double spin_s;         /* keep polling this long after activity (2 ms) */
+    /* An RMA-read frame fails when its receiver has sent nothing at all for
+     * this long since the announce (10 s); a slow but live one keeps it. */
+    double ack_timeout_s;
     /* Loop thread: called for every received frame before the inbox. Return
      * 1 to take it (the callee then owns frame->buf's reference), 0 to let
      * it go to the inbox. May call sfb__transport_send(…, 0.0). NULL: inbox. */

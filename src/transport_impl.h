@@ -34,7 +34,8 @@
  *    header). The receiver takes a pooled buffer of the frame's size,
  *    fi_read()s the body into it (one copy: CMA on shm) and answers K_ACK
  *    (cookie, status). The sender holds its buffer reference until the ACK,
- *    or fails the send after ACK_TIMEOUT_S.
+ *    or fails the send when the receiver has been silent for ack_timeout_s
+ *    (a slow link or a busy receiver delays the ACK as long as it must).
  *  - chunked (no RMA reads, or SFB_TRANSPORT_RMA=0): K_FIRST with the
  *    total length, then K_PIECEs, reassembled here by (sender, sequence,
  *    index), which tolerates out-of-order completions.
@@ -59,18 +60,14 @@ enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
 /* RMA announce after the transport header: u64 address, u64 key, u32 frame
  * header length, u32 cookie (sender's request index); then the header. */
 #define ANN_LEN 24
-/* A sender gives up on an RMA frame whose ACK has not come in this long. */
-#define ACK_TIMEOUT_S 10.0
 #define NCLASS 48
 #define MIN_CLASS 12 /* 4 KiB */
 
-enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK, OP_LOST };
+enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
 /* RMA reads in flight at once on the receiving side, and their bytes (one
  * read may exceed it): bounds the memory a burst of announces takes and the
  * transfers the provider juggles (tcp;ofi_rxm slowed 8x with 200 x 16 MiB
- * reads posted at once). A read that neither completes nor fails within
- * ACK_TIMEOUT_S gives its slot back (shm 1.17 reports some failed reads
- * without their context); its sender has timed the frame out by then. */
+ * reads posted at once). */
 #define MAX_READS 8
 #define MAX_READ_BYTES ((size_t)64 << 20)
 /* Pieces held while their first chunk is still missing (all frames). */
@@ -106,7 +103,7 @@ struct sreq {
     unsigned outstanding;
     int started, all_posted, failed, in_use;
     int rma, awaiting_ack; /* sent by RMA read; ACK still due */
-    double ack_deadline;
+    double announced; /* when the RMA announce was posted */
     struct sreq *next;
 };
 
@@ -150,6 +147,7 @@ struct sfb__transport {
     size_t name_len;
     _Atomic uint32_t world; /* written once by set_peers, read by the loop */
     uint32_t *seq; /* next frame sequence per destination */
+    double *heard; /* loop thread: when anything last came from each rank */
     size_t chunk;
     double last_work;
 
@@ -213,7 +211,7 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b);
 int sfb__tp_post_wildcard(struct sfb__transport *t);
 int sfb__tp_post_reads(struct sfb__transport *t);
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);
-void sfb__tp_check_reads(struct sfb__transport *t, double now);
+struct op *sfb__tp_read_oldest(struct sfb__transport *t);
 void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len);
 int sfb__tp_post_recvs(struct sfb__transport *t);
 

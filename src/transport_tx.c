@@ -109,7 +109,7 @@ static int advance_rma(struct sfb__transport *t, struct sreq *r)
         r->outstanding += 2; /* the announce and the ACK */
         r->awaiting_ack = 1;
         t->acks_due++;
-        r->ack_deadline = sfb__now() + ACK_TIMEOUT_S;
+        r->announced = sfb__now();
     }
     r->all_posted = 1;
     return 0;
@@ -137,17 +137,21 @@ void sfb__tp_on_ack(struct sfb__transport *t, uint32_t src, uint32_t seq, uint64
     if (--r->outstanding == 0) sfb__tp_sreq_finish(t, r);
 }
 
-/* A peer that never ACKs (dead, or lost the announce) fails the send instead
- * of holding it forever. Scans at most every 100 ms. */
+/* A receiver that has said nothing at all for ack_timeout_s since the
+ * announce (dead, or wedged) fails the send instead of holding it forever;
+ * one that is merely slow to read keeps it. Scans at most every 100 ms. */
 void sfb__tp_check_acks(struct sfb__transport *t, double now)
 {
     if (!t->rma || now < t->next_ack_check) return;
     t->next_ack_check = now + 0.1;
     for (unsigned i = 0; i < t->s.max_sends; i++) {
         struct sreq *r = &t->sreqs[i];
-        if (!r->awaiting_ack || now < r->ack_deadline) continue;
+        if (!r->awaiting_ack) continue; /* (then peers are set: heard exists) */
+        double quiet = now - SFB_MAX(r->announced, t->heard[r->dst]);
+        if (quiet < t->s.ack_timeout_s) continue;
         char d[96];
-        snprintf(d, sizeof d, "no ACK for RMA frame %u after %.0f s", r->seq, ACK_TIMEOUT_S);
+        snprintf(d, sizeof d, "no ACK for RMA frame %u, nothing from the peer for %.1f s", r->seq,
+                 quiet);
         sfb__tp_report(t, (int)r->dst, -FI_ETIMEDOUT, "RMA frame not acknowledged", d);
         r->failed = 1;
         r->awaiting_ack = 0;

@@ -414,6 +414,65 @@ static int bad_rma(const char *prov)
     world_close(&w);
     return 0;
 }
+/* A receiver whose inbox holds 64 MiB gets no more big frames read (flow
+ * control), yet the frames waiting for it do not time out while it still
+ * sends something (here a header-only frame every 50 ms, as comm's
+ * heartbeats do); all arrive intact once it takes them. A receiver that
+ * falls silent fails them after ack_timeout_s. */
+static int slow_receiver(const char *prov)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.ack_timeout_s = 0.5;
+    struct world w;
+    if (world_open(&w, 2, prov, &s)) {
+        world_close(&w);
+        return 1;
+    }
+    enum { N = 6 };
+    const size_t sz = (size_t)16 << 20;
+    const struct sfb__transport_stats *s0 = sfb__transport_stats(w.t[0]);
+    const struct sfb__transport_stats *s1 = sfb__transport_stats(w.t[1]);
+    struct sfb__buf *b;
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], sz, &b));
+    fill(b->data, sz, 0, 5);
+    for (uint32_t i = 0; i < N; i++) ASSERT_OK(sfb__transport_send(w.t[0], 1, &i, 4, b, 0, sz, 1.0));
+    struct sfb__frame f;
+    double t0 = sfb__now();
+    while (sfb__now() - t0 < 2.0) { /* 4 x ack_timeout_s: alive, taking nothing */
+        ASSERT_OK(sfb__transport_send(w.t[1], 0, "hb", 2, NULL, 0, 0, 1.0));
+        while (sfb__transport_recv(w.t[0], &f, 0) == 0) sfb__buf_put(f.buf);
+        usleep(50000);
+    }
+    ASSERT_EQ(atomic_load(&s0->errors), 0);
+    ASSERT_LT(atomic_load(&s1->frames_recv), N); /* some are held back */
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t seq;
+        ASSERT_OK(sfb__transport_recv(w.t[1], &f, 10));
+        ASSERT_EQ(f.len, 4 + sz);
+        memcpy(&seq, f.data, 4);
+        ASSERT_EQ(seq, i);
+        ASSERT(memcmp(f.data + 4, b->data, sz) == 0);
+        sfb__buf_put(f.buf);
+    }
+    ASSERT_OK(sfb__transport_flush(w.t[0], 10));
+    ASSERT_EQ(atomic_load(&s0->errors), 0);
+    /* Silent now: the frames held back fail on the sender. */
+    while (sfb__transport_recv(w.t[0], &f, 0.2) == 0) sfb__buf_put(f.buf);
+    for (uint32_t i = 0; i < N; i++) ASSERT_OK(sfb__transport_send(w.t[0], 1, &i, 4, b, 0, sz, 1.0));
+    t0 = sfb__now();
+    while (atomic_load(&s0->errors) == 0 && sfb__now() - t0 < 10) usleep(10000);
+    fprintf(stderr, "  %s: rank 1 got %llu frames, rank 0 %llu errors\n", prov,
+            (unsigned long long)atomic_load(&s1->frames_recv), (unsigned long long)atomic_load(&s0->errors));
+    ASSERT_GE(atomic_load(&s0->errors), 1);
+    ASSERT_LT(sfb__now() - t0, 5.0);
+    ASSERT_OK(sfb__transport_flush(w.t[0], 10)); /* failed sends are finished too */
+    sfb__buf_put(b);
+    world_close(&w);
+    return 0;
+}
+static int test_slow_receiver_shm(void) { return slow_receiver("shm"); }
+static int test_slow_receiver_tcp(void) { return slow_receiver("tcp"); }
 static int test_bad_rma_shm(void) { return bad_rma("shm"); }
 static int test_bad_rma_tcp(void) { return bad_rma("tcp"); }
 static int test_backpressure_shm(void) { return backpressure("shm"); }
@@ -621,6 +680,8 @@ static const struct test_case tests[] = {
     {"many_big_chunked_tcp", test_many_big_chunked_tcp},
     {"bad_rma_shm", test_bad_rma_shm},
     {"bad_rma_tcp", test_bad_rma_tcp},
+    {"slow_receiver_shm", test_slow_receiver_shm},
+    {"slow_receiver_tcp", test_slow_receiver_tcp},
     {"relay_shm", test_relay_shm},
     {"relay_tcp", test_relay_tcp},
     {"idle_tcp", test_idle_tcp},
