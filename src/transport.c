@@ -42,6 +42,7 @@ void sfb__transport_default_settings(struct sfb__transport_settings *s)
     s->poll_interval_s = 0.0005;
     s->spin_s = 0.002;
     s->ack_timeout_s = 10.0;
+    s->read_window = (size_t)64 << 20;
 }
 
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail)
@@ -338,6 +339,11 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     int rc;
     if (s->rank >= SFB__TRANSPORT_MAX_RANKS) {
         rc = sfb__error(-EINVAL, "transport: rank %u too large", s->rank);
+        goto fail;
+    }
+    if (!(s->ack_timeout_s > 0) || !s->read_window) {
+        rc = sfb__error(-EINVAL, "transport: ack_timeout_s %g and read_window %zu must be > 0",
+                        s->ack_timeout_s, s->read_window);
         goto fail;
     }
     t->sreqs = calloc(t->s.max_sends, sizeof *t->sreqs);

@@ -85,6 +85,9 @@ struct sfb__transport_settings {
     /* An RMA-read frame fails when its receiver has sent nothing at all for
      * this long since the announce (10 s); a slow but live one keeps it. */
     double ack_timeout_s;
+    /* Receiving side: bytes of RMA reads in flight plus frames delivered but
+     * not yet taken, beyond which further big frames wait unread (64 MiB). */
+    size_t read_window;
     /* Loop thread: called for every received frame before the inbox. Return
      * 1 to take it (the callee then owns frame->buf's reference), 0 to let
      * it go to the inbox. May call sfb__transport_send(…, 0.0). NULL: inbox. */

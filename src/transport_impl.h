@@ -64,12 +64,11 @@ enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
 #define MIN_CLASS 12 /* 4 KiB */
 
 enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
-/* RMA reads in flight at once on the receiving side, and their bytes (one
- * read may exceed it): bounds the memory a burst of announces takes and the
- * transfers the provider juggles (tcp;ofi_rxm slowed 8x with 200 x 16 MiB
- * reads posted at once). */
+/* RMA reads in flight at once on the receiving side (their bytes are
+ * bounded by settings.read_window): bounds the memory a burst of announces
+ * takes and the transfers the provider juggles (tcp;ofi_rxm slowed 8x with
+ * 200 x 16 MiB reads posted at once). */
 #define MAX_READS 8
-#define MAX_READ_BYTES ((size_t)64 << 20)
 /* Pieces held while their first chunk is still missing (all frames). */
 #define STASH_MAX 4096
 /* How long the poller keeps spinning without progress while operations are

@@ -124,8 +124,8 @@ static void read_track(struct sfb__transport *t, struct op *o, int on)
 
 /* Posts ACKs, then one fi_read per announce (validated in on_message) into
  * a pooled buffer of the frame's size: the body straight from the sender's
- * buffer, the frame header from the announce. At most MAX_READS /
- * MAX_READ_BYTES at once; the rest wait in announce order. */
+ * buffer, the frame header from the announce. At most MAX_READS at once,
+ * within read_window; the rest wait in announce order. */
 int sfb__tp_post_reads(struct sfb__transport *t)
 {
     int work = 0;
@@ -135,9 +135,9 @@ int sfb__tp_post_reads(struct sfb__transport *t)
         const uint8_t *p = a->data + THDR_LEN;
         uint64_t total = sfb__get_u64(a->data + 8);
         /* Backpressure on big frames: bytes being read plus bytes waiting in
-         * the inbox stay under MAX_READ_BYTES (one frame always may go). */
+         * the inbox stay within read_window (one frame always may go). */
         size_t queued = atomic_load_explicit(&t->inbox_bytes, memory_order_relaxed);
-        if ((t->reads_out || queued) && t->read_bytes + queued + total > MAX_READ_BYTES) break;
+        if ((t->reads_out || queued) && t->read_bytes + queued + total > t->s.read_window) break;
         struct op *o = sfb__tp_op_get(t);
         if (!o) break;
         uint32_t hlen = sfb__get_u32(p + 16);
@@ -451,7 +451,8 @@ int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double
     t->in_count--;
     size_t was = atomic_fetch_sub_explicit(&t->inbox_bytes, out->len, memory_order_relaxed);
     /* The loop holds RMA reads back while the inbox is full of bytes. */
-    int wake = was > MAX_READ_BYTES / 2 && was - out->len <= MAX_READ_BYTES / 2;
+    size_t half = t->s.read_window / 2;
+    int wake = was > half && was - out->len <= half;
     if (t->ovf_head) {
         struct sfb__buf *b = t->ovf_head;
         t->ovf_head = b->next;

@@ -414,23 +414,25 @@ static int bad_rma(const char *prov)
     world_close(&w);
     return 0;
 }
-/* A receiver whose inbox holds 64 MiB gets no more big frames read (flow
- * control), yet the frames waiting for it do not time out while it still
- * sends something (here a header-only frame every 50 ms, as comm's
+/* A receiver whose inbox fills its read_window gets no more big frames read
+ * (flow control), yet the frames waiting for it do not time out while it
+ * still sends something (here a header-only frame every 20 ms, as comm's
  * heartbeats do); all arrive intact once it takes them. A receiver that
  * falls silent fails them after ack_timeout_s. */
 static int slow_receiver(const char *prov)
 {
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
-    s.ack_timeout_s = 0.5;
+    s.ack_timeout_s = 1.0;
+    s.read_window = (size_t)3 << 20;
+    s.all_local = 1;
     struct world w;
     if (world_open(&w, 2, prov, &s)) {
         world_close(&w);
         return 1;
     }
     enum { N = 6 };
-    const size_t sz = (size_t)16 << 20;
+    const size_t sz = (size_t)1 << 20;
     const struct sfb__transport_stats *s0 = sfb__transport_stats(w.t[0]);
     const struct sfb__transport_stats *s1 = sfb__transport_stats(w.t[1]);
     struct sfb__buf *b;
@@ -439,10 +441,10 @@ static int slow_receiver(const char *prov)
     for (uint32_t i = 0; i < N; i++) ASSERT_OK(sfb__transport_send(w.t[0], 1, &i, 4, b, 0, sz, 1.0));
     struct sfb__frame f;
     double t0 = sfb__now();
-    while (sfb__now() - t0 < 2.0) { /* 4 x ack_timeout_s: alive, taking nothing */
+    while (sfb__now() - t0 < 3.0) { /* 3 x ack_timeout_s: alive, taking nothing */
         ASSERT_OK(sfb__transport_send(w.t[1], 0, "hb", 2, NULL, 0, 0, 1.0));
         while (sfb__transport_recv(w.t[0], &f, 0) == 0) sfb__buf_put(f.buf);
-        usleep(50000);
+        usleep(20000);
     }
     ASSERT_EQ(atomic_load(&s0->errors), 0);
     ASSERT_LT(atomic_load(&s1->frames_recv), N); /* some are held back */
@@ -465,7 +467,7 @@ static int slow_receiver(const char *prov)
     fprintf(stderr, "  %s: rank 1 got %llu frames, rank 0 %llu errors\n", prov,
             (unsigned long long)atomic_load(&s1->frames_recv), (unsigned long long)atomic_load(&s0->errors));
     ASSERT_GE(atomic_load(&s0->errors), 1);
-    ASSERT_LT(sfb__now() - t0, 5.0);
+    ASSERT_LT(sfb__now() - t0, 8.0);
     ASSERT_OK(sfb__transport_flush(w.t[0], 10)); /* failed sends are finished too */
     sfb__buf_put(b);
     world_close(&w);
@@ -620,6 +622,11 @@ static int test_bad_usage(void)
     ASSERT_EQ(sfb__transport_open(&t, &s, l), -ENODATA);
     ASSERT(t == NULL);
     ASSERT_STR_CONTAINS(sfb_last_error(), "no-such-provider");
+    s.provider = "shm";
+    s.ack_timeout_s = 0;
+    ASSERT_EQ(sfb__transport_open(&t, &s, l), -EINVAL);
+    ASSERT(t == NULL);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "ack_timeout_s");
     sfb__loop_close(&l);
     return 0;
 }
