@@ -89,7 +89,7 @@ static int read_cq(struct sfb__transport *t)
             memset(&e, 0, sizeof e);
             if (fi_cq_readerr(t->cq, &e, 0) < 1) break;
             struct op *o = e.op_context;
-            if (!o) o = sfb__tp_read_oldest(t); /* shm 1.17: see there */
+            if (!o && e.err != FI_ECANCELED) o = sfb__tp_read_oldest(t); /* shm 1.17: see there */
             if (e.err != FI_ECANCELED) {
                 char buf[256];
                 const char *s = fi_cq_strerror(t->cq, e.prov_errno, e.err_data, buf, sizeof buf);

@@ -160,9 +160,7 @@ struct sfb__transport {
     struct sreq *pend_head, *pend_tail;    /* sends not fully posted */
     unsigned rx_deficit;                   /* wildcard receives to repost */
     struct sfb__buf *rd_head, *rd_tail;    /* RMA announces not yet read */
-    struct op *reads[MAX_READS];           /* RMA reads in flight */
-    unsigned reads_out;
-    size_t read_bytes;
+    struct op *reads[MAX_READS];           /* RMA reads in flight (slots) */
     struct op *ack_head, *ack_tail;        /* ACKs to (re)post */
 
     /* shared state, under mu */

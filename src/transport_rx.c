@@ -109,17 +109,28 @@ static void send_ack(struct sfb__transport *t, struct op *o, uint32_t status)
     post_acks(t);
 }
 
-/* A read in flight takes a slot; read_done gives it back. */
-static void read_track(struct sfb__transport *t, struct op *o, int on)
+/* A read in flight holds a slot (from `from`, to `to`): NULL → op when
+ * posted, op → NULL when done. */
+static void read_slot(struct sfb__transport *t, struct op *from, struct op *to)
 {
-    size_t len = o->rbuf->len;
     for (unsigned i = 0; i < MAX_READS; i++)
-        if (t->reads[i] == (on ? NULL : o)) {
-            t->reads[i] = on ? o : NULL;
-            t->reads_out += on ? 1 : -1u;
-            t->read_bytes += on ? len : -len;
+        if (t->reads[i] == from) {
+            t->reads[i] = to;
             return;
         }
+}
+
+/* Reads in flight; their bytes in *bytes. */
+static unsigned reads_in_flight(const struct sfb__transport *t, size_t *bytes)
+{
+    unsigned n = 0;
+    *bytes = 0;
+    for (unsigned i = 0; i < MAX_READS; i++)
+        if (t->reads[i]) {
+            n++;
+            *bytes += t->reads[i]->rbuf->len;
+        }
+    return n;
 }
 
 /* Posts ACKs, then one fi_read per announce (validated in on_message) into
@@ -130,14 +141,16 @@ int sfb__tp_post_reads(struct sfb__transport *t)
 {
     int work = 0;
     post_acks(t);
-    while (t->rd_head && t->reads_out < MAX_READS) {
+    size_t reading;
+    unsigned n;
+    while (t->rd_head && (n = reads_in_flight(t, &reading)) < MAX_READS) {
         struct sfb__buf *a = t->rd_head;
         const uint8_t *p = a->data + THDR_LEN;
         uint64_t total = sfb__get_u64(a->data + 8);
         /* Backpressure on big frames: bytes being read plus bytes waiting in
          * the inbox stay within read_window (one frame always may go). */
         size_t queued = atomic_load_explicit(&t->inbox_bytes, memory_order_relaxed);
-        if ((t->reads_out || queued) && t->read_bytes + queued + total > t->s.read_window) break;
+        if ((n || queued) && reading + queued + total > t->s.read_window) break;
         struct op *o = sfb__tp_op_get(t);
         if (!o) break;
         uint32_t hlen = sfb__get_u32(p + 16);
@@ -166,7 +179,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
         if (!t->rd_head) t->rd_tail = NULL;
         if (!rc) {
             o->started = sfb__now();
-            read_track(t, o, 1);
+            read_slot(t, NULL, o);
         } else {
             sfb__tp_report(t, (int)a->src, (int)rc, "fi_read of an RMA frame failed", NULL);
             stat_add(&t->stats.dropped, 1);
@@ -185,7 +198,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err)
 {
     struct sfb__buf *d = o->rbuf;
-    read_track(t, o, 0);
+    read_slot(t, o, NULL);
     if (err) {
         stat_add(&t->stats.dropped, 1);
         sfb__buf_put(d);
