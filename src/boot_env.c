@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,8 +22,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAX_PENDING 64
-
 static struct sfb__boot_hdr make_hdr(const struct sfb__bootstrap *bs, uint16_t type, uint32_t len)
 {
     struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, type, bs->key,
@@ -32,13 +31,24 @@ static struct sfb__boot_hdr make_hdr(const struct sfb__bootstrap *bs, uint16_t t
 
 /* ---- socket I/O with deadlines ------------------------------------------- */
 
+/* Milliseconds from now until `deadline` for poll(): never negative (a
+ * deadline already past gives 0, not "forever"), rounded up by one so that
+ * poll does not wake just before it. Callers re-check the deadline after. */
+static int poll_ms(double deadline, double now)
+{
+    double ms = (deadline - now) * 1000.0;
+    if (ms <= 0) return 0;
+    if (ms >= (double)INT_MAX - 1) return INT_MAX;
+    return (int)ms + 1;
+}
+
 static int wait_fd(int fd, short events, double deadline)
 {
     for (;;) {
-        double left = deadline - sfb__now();
-        if (left <= 0) return -ETIMEDOUT;
+        double now = sfb__now();
+        if (now >= deadline) return -ETIMEDOUT;
         struct pollfd p = {fd, events, 0};
-        int n = poll(&p, 1, (int)(left * 1000) + 1);
+        int n = poll(&p, 1, poll_ms(deadline, now));
         if (n > 0) return 0;
         if (n < 0 && errno != EINTR) return -errno;
     }
@@ -83,9 +93,11 @@ static int recv_hdr(int fd, struct sfb__boot_hdr *h, double deadline)
     return r;
 }
 
-static int io_error(int r, const char *what, int peer)
+/* `bound`: the seconds the step was allowed, named in a timeout. */
+static int io_error(int r, const char *what, int peer, double bound)
 {
-    if (r == -ETIMEDOUT) return sfb__error(r, "bootstrap: timed out %s rank %d", what, peer);
+    if (r == -ETIMEDOUT)
+        return sfb__error(r, "bootstrap: timed out after %.3g s %s rank %d", bound, what, peer);
     if (r == -ECONNRESET)
         return sfb__error(-SFB_EPEER, "bootstrap: rank %d closed the connection (%s it)", peer, what);
     return sfb__error(r, "bootstrap: %s rank %d: %s", what, peer, strerror(-r));
@@ -103,6 +115,21 @@ static int parse_int_env(const char *name, const char *s, long lo, long hi, int 
     if (errno || *end || v < lo || v > hi)
         return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %ld..%ld", name, s, lo, hi);
     *out = (int)v;
+    return 0;
+}
+
+/* A number of seconds in (0, 86400] from `name`, or `def` when it is unset. */
+static int parse_seconds_env(const char *name, double def, double *out)
+{
+    const char *s = getenv(name);
+    *out = def;
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > 0 && v <= 86400))
+        return sfb__error(-SFB_EUSAGE, "%s='%s': expected seconds, a number in (0, 86400]", name, s);
+    *out = v;
     return 0;
 }
 
@@ -154,103 +181,225 @@ static void addr_name(const struct sockaddr_storage *ss, char *out, size_t n)
 
 /* ---- env rendezvous: rank 0 ---------------------------------------------- */
 
+/* A connection in rank 0's table may be dropped to make room for a newer one
+ * once it has been accepted this long. A real joiner sends its hello right
+ * after its connect completes, usually before rank 0 even accepts it, so it
+ * is never the oldest silent connection for this long; a flood of idle ones
+ * turns over table_size / EVICT_AGE_S connections a second. */
+#define EVICT_AGE_S 0.25
+/* Rejected and dropped connections are logged one by one up to this many,
+ * then only counted (a flood must not turn into a flood of log lines, nor
+ * stall rank 0 on a slow log). */
+#define LOG_EACH_MAX 16
+
 struct pending {
     int fd;
     size_t got;
-    double deadline;
+    double born; /* when accepted */
     uint8_t buf[SFB__BOOT_HDR_SIZE];
     char addr[64];
 };
 
-static void reject(struct pending *p, const char *why)
+/* Rank 0's state while it waits for the hellos. */
+struct rdv {
+    struct sfb__bootstrap *bs;
+    int lfd, key_given, joined;
+    double hello_s;
+    struct pending *pend; /* connections without a whole hello yet */
+    size_t npend, cap;
+    unsigned char *seen; /* ranks joined */
+    unsigned long nlogged, nquiet;
+    double pause_until; /* out of file descriptors: accept nothing until then */
+};
+
+static void drop(struct rdv *z, struct pending *p, const char *verb, const char *why)
 {
-    SFB_LOG_W("bootstrap: rejected connection from %s: %s", p->addr, why);
+    if (z->nlogged < LOG_EACH_MAX) {
+        SFB_LOG_W("bootstrap: %s connection from %s: %s", verb, p->addr, why);
+        if (++z->nlogged == LOG_EACH_MAX)
+            SFB_LOG_W("bootstrap: rank 0 counts further rejected or dropped connections without "
+                      "logging each");
+    } else {
+        z->nquiet++;
+    }
     close(p->fd);
     p->fd = -1;
 }
 
-/* Accepts world-1 valid HELLOs; bad connections are logged, closed and not
- * counted. Stragglers that never finish a hello expire on their own. */
-static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, double deadline)
+/* Reads what `p` has sent; a whole hello either joins its rank (the socket
+ * moves to bs->fds) or is rejected. Either way p->fd is then -1. */
+static void serve(struct rdv *z, struct pending *p)
 {
-    struct pending pend[MAX_PENDING];
-    struct pollfd pfd[MAX_PENDING + 1];
-    size_t npend = 0;
-    int joined = 0, r = 0;
-    unsigned char *seen = calloc((size_t)bs->size, 1);
-    if (!seen) return -ENOMEM;
-    while (joined < bs->size - 1) {
+    ssize_t got;
+    while ((got = recv(p->fd, p->buf + p->got, sizeof p->buf - p->got, 0)) < 0 && errno == EINTR) {}
+    if (got == 0) {
+        drop(z, p, "rejected", "closed before sending a whole hello");
+        return;
+    }
+    if (got < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) drop(z, p, "rejected", strerror(errno));
+        return;
+    }
+    p->got += (size_t)got;
+    if (p->got < sizeof p->buf) return;
+    struct sfb__boot_hdr h;
+    char why[200];
+    sfb__boot_hdr_decode(p->buf, &h);
+    if (sfb__boot_check_hello(&h, z->bs->key, z->key_given, (uint32_t)z->bs->size, z->seen, why,
+                              sizeof why)) {
+        drop(z, p, "rejected", why);
+        return;
+    }
+    SFB_LOG_D("bootstrap: rank %" PRIu32 " joined from %s", h.rank, p->addr);
+    z->seen[h.rank] = 1;
+    z->bs->fds[h.rank] = p->fd;
+    p->fd = -1;
+    z->joined++;
+}
+
+static void compact(struct rdv *z)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < z->npend; i++)
+        if (z->pend[i].fd >= 0) z->pend[k++] = z->pend[i];
+    z->npend = k;
+}
+
+static struct pending *oldest(struct rdv *z)
+{
+    struct pending *o = NULL;
+    for (size_t i = 0; i < z->npend; i++)
+        if (!o || z->pend[i].born < o->born) o = &z->pend[i];
+    return o;
+}
+
+/* Frees a slot when the table is full, by dropping the oldest connection
+ * if it is at least EVICT_AGE_S old (or at once when `force`). Returns 1 if
+ * there is room. */
+static int make_room(struct rdv *z, double now, int force)
+{
+    if (z->npend < z->cap && !force) return 1;
+    struct pending *o = oldest(z);
+    if (!o || (!force && now - o->born < EVICT_AGE_S)) return 0;
+    serve(z, o); /* its hello may just have come */
+    if (o->fd >= 0) {
+        char why[160];
+        snprintf(why, sizeof why, "no hello after %.2f s, dropped to make room (%zu connections "
+                 "waiting for a hello)", now - o->born, z->npend);
+        drop(z, o, "dropped", why);
+    }
+    compact(z);
+    return 1;
+}
+
+/* Accepts what the listen queue holds, as long as there is room. */
+static void accept_some(struct rdv *z, double now)
+{
+    for (size_t n = 0; n <= z->cap && z->joined < z->bs->size - 1; n++) {
+        if (!make_room(z, now, 0)) return;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(z->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors: give up a silent connection, or wait. */
+                if (!z->npend) z->pause_until = now + 0.05;
+                make_room(z, now, 1);
+                return;
+            }
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+            return; /* EAGAIN: the queue is empty */
+        }
+        struct pending *p = &z->pend[z->npend++];
+        p->fd = fd;
+        p->got = 0;
+        p->born = now;
+        addr_name(&ss, p->addr, sizeof p->addr);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        serve(z, p); /* a joiner's hello is usually here already */
+        compact(z);
+    }
+}
+
+static int rendezvous_timeout(struct rdv *z, double waited)
+{
+    struct sfb__bootstrap *bs = z->bs;
+    char miss[256] = "";
+    size_t o = 0;
+    int nmiss = 0;
+    for (int i = 1; i < bs->size && o + 16 < sizeof miss; i++)
+        if (!z->seen[i]) o += (size_t)snprintf(miss + o, sizeof miss - o, "%s%d", nmiss++ ? ", " : "", i);
+    unsigned long nrej = z->nlogged + z->nquiet;
+    char rej[96] = "";
+    if (nrej)
+        snprintf(rej, sizeof rej, " (%lu other connections rejected or dropped; see rank 0's log)", nrej);
+    return sfb__error(-ETIMEDOUT, "bootstrap: rank 0 waited %.3g s: %d of %d ranks joined; missing %s%s",
+                      waited, z->joined + 1, bs->size, miss, rej);
+}
+
+/* Accepts world-1 valid HELLOs before the absolute `deadline` (waited s
+ * after the start). Bad connections are logged and closed and do not count;
+ * a connection without a whole hello is dropped after hello_s, or earlier
+ * when the table is full and it is the oldest. Every poll() waits at most
+ * until the next of those instants, and the deadline is checked on every
+ * pass, so nothing a peer does or fails to do (nor a stall of rank 0 itself)
+ * keeps rank 0 past it. */
+static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, double hello_s,
+                        size_t max_pending, double deadline, double waited)
+{
+    struct rdv z = {.bs = bs, .lfd = lfd, .key_given = key_given, .hello_s = hello_s, .cap = max_pending};
+    struct pollfd *pfd = calloc(max_pending + 1, sizeof *pfd);
+    z.pend = calloc(max_pending, sizeof *z.pend);
+    z.seen = calloc((size_t)bs->size, 1);
+    int r = 0;
+    if (!pfd || !z.pend || !z.seen) {
+        r = -ENOMEM;
+        goto out;
+    }
+    while (z.joined < bs->size - 1) {
         double now = sfb__now();
         if (now >= deadline) {
-            char miss[256] = "";
-            size_t o = 0;
-            int nmiss = 0;
-            for (int i = 1; i < bs->size && o + 16 < sizeof miss; i++)
-                if (!seen[i]) o += (size_t)snprintf(miss + o, sizeof miss - o, "%s%d", nmiss++ ? ", " : "", i);
-            r = sfb__error(-ETIMEDOUT, "bootstrap: rank 0 waited %.0f s: %d of %d ranks joined; missing %s",
-                           bs->timeout_s, joined + 1, bs->size, miss);
+            r = rendezvous_timeout(&z, waited);
             goto out;
         }
+        for (size_t i = 0; i < z.npend; i++)
+            if (now - z.pend[i].born >= hello_s) {
+                char why[80];
+                snprintf(why, sizeof why, "no complete hello within %.3g s", hello_s);
+                drop(&z, &z.pend[i], "dropped", why);
+            }
+        compact(&z);
+        double wake = deadline;
+        struct pending *o = oldest(&z);
+        int listening = now >= z.pause_until && (z.npend < z.cap || now - o->born >= EVICT_AGE_S);
+        if (!listening) wake = SFB_MIN(wake, z.npend < z.cap ? z.pause_until : o->born + EVICT_AGE_S);
         nfds_t n = 0;
-        int listening = npend < MAX_PENDING;
         if (listening) pfd[n++] = (struct pollfd){lfd, POLLIN, 0};
-        for (size_t i = 0; i < npend; i++) pfd[n++] = (struct pollfd){pend[i].fd, POLLIN, 0};
-        double next = deadline;
-        for (size_t i = 0; i < npend; i++) next = SFB_MIN(next, pend[i].deadline);
-        int pr = poll(pfd, n, (int)((next - now) * 1000) + 1);
+        for (size_t i = 0; i < z.npend; i++) {
+            pfd[n++] = (struct pollfd){z.pend[i].fd, POLLIN, 0};
+            wake = SFB_MIN(wake, z.pend[i].born + hello_s);
+        }
+        int pr = poll(pfd, n, poll_ms(wake, now));
         if (pr < 0 && errno != EINTR) {
-            r = sfb__error(-errno, "bootstrap: poll: %s", strerror(errno));
+            r = sfb__error(-errno, "bootstrap: rank 0: poll: %s", strerror(errno));
             goto out;
         }
-        now = sfb__now();
-        /* Serve pending connections first (indexes shift as they leave). */
-        for (size_t i = 0; i < npend; i++) {
-            struct pending *p = &pend[i];
-            ssize_t got = recv(p->fd, p->buf + p->got, sizeof p->buf - p->got, 0);
-            if (got > 0) p->got += (size_t)got;
-            if (got == 0) {
-                reject(p, "closed before sending a whole hello");
-            } else if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                reject(p, strerror(errno));
-            } else if (p->got == sizeof p->buf) {
-                struct sfb__boot_hdr h;
-                char why[200];
-                sfb__boot_hdr_decode(p->buf, &h);
-                if (sfb__boot_check_hello(&h, bs->key, key_given, (uint32_t)bs->size, seen, why,
-                                          sizeof why)) {
-                    reject(p, why);
-                } else {
-                    SFB_LOG_D("bootstrap: rank %" PRIu32 " joined from %s", h.rank, p->addr);
-                    seen[h.rank] = 1;
-                    bs->fds[h.rank] = p->fd;
-                    p->fd = -1;
-                    joined++;
-                }
-            } else if (now >= p->deadline) {
-                reject(p, "no complete hello in time");
-            }
-            if (p->fd < 0) {
-                pend[i--] = pend[--npend];
-            }
-        }
-        if (listening && npend < MAX_PENDING && pr > 0 && (pfd[0].revents & POLLIN)) {
-            struct sockaddr_storage ss;
-            socklen_t sl = sizeof ss;
-            int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0) {
-                struct pending *p = &pend[npend++];
-                p->fd = fd;
-                p->got = 0;
-                p->deadline = now + SFB_MIN(bs->timeout_s, 10.0);
-                addr_name(&ss, p->addr, sizeof p->addr);
-                int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            }
-        }
+        if (pr <= 0) continue;
+        size_t off = listening ? 1 : 0;
+        for (size_t i = 0; i < z.npend; i++)
+            if (pfd[off + i].revents) serve(&z, &z.pend[i]);
+        compact(&z);
+        if (listening && (pfd[0].revents & POLLIN)) accept_some(&z, sfb__now());
     }
 out:
-    for (size_t i = 0; i < npend; i++) close(pend[i].fd);
-    free(seen);
+    for (size_t i = 0; z.pend && i < z.npend; i++) close(z.pend[i].fd);
+    if (z.nquiet)
+        SFB_LOG_W("bootstrap: rank 0 rejected or dropped %lu more connections during the rendezvous",
+                  z.nquiet);
+    free(z.pend);
+    free(z.seen);
+    free(pfd);
     return r;
 }
 
@@ -362,6 +511,14 @@ int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
     }
     const char *spec = getenv("SFB_RENDEZVOUS");
     if (!spec || !*spec) return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS is not set (need host:port)");
+    double hello_s;
+    int max_pending = s->max_pending;
+    if ((r = parse_seconds_env("SFB_RENDEZVOUS_HELLO_TIMEOUT", s->hello_timeout_s, &hello_s))) return r;
+    const char *mp = getenv("SFB_RENDEZVOUS_MAX_PENDING");
+    if (mp && *mp && (r = parse_int_env("SFB_RENDEZVOUS_MAX_PENDING", mp, 1, 65536, &max_pending))) return r;
+    if (!(hello_s > 0) || max_pending < 1)
+        return sfb__error(-SFB_EUSAGE, "bootstrap: hello timeout %g s and table of %d connections: "
+                          "both must be positive", hello_s, max_pending);
     bs->fds = malloc(sizeof(int) * (size_t)bs->size);
     if (!bs->fds) return -ENOMEM;
     for (int i = 0; i < bs->size; i++) bs->fds[i] = -1;
@@ -370,30 +527,34 @@ int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
         int lfd = -1;
         if ((r = rank0_listen(spec, &lfd))) return r;
         if (!key_given) bs->key = sfb__boot_random_key();
-        double deadline = sfb__now() + SFB_MAX(s->connect_timeout_s, s->timeout_s);
-        r = rank0_accept(bs, lfd, key_given, deadline);
+        /* Absolute: nothing a peer sends, nor a stall of rank 0, moves it. */
+        double waited = SFB_MAX(s->connect_timeout_s, s->timeout_s);
+        double deadline = sfb__now() + waited;
+        r = rank0_accept(bs, lfd, key_given, hello_s, (size_t)max_pending, deadline, waited);
         close(lfd);
         if (r) return r;
         deadline = sfb__now() + s->timeout_s;
         struct sfb__boot_hdr w = make_hdr(bs, SFB__BOOT_WELCOME, 0);
         for (int i = 1; i < bs->size; i++)
-            if ((r = send_msg(bs->fds[i], &w, NULL, deadline))) return io_error(r, "welcoming", i);
+            if ((r = send_msg(bs->fds[i], &w, NULL, deadline))) return io_error(r, "welcoming", i, s->timeout_s);
         return 0;
     }
 
     if ((r = joiner_connect(bs, spec, s->connect_timeout_s))) return r;
     /* Rank 0 answers once the last rank has joined, which may take as long as
      * the slowest joiner's connect retries. */
-    double deadline = sfb__now() + s->connect_timeout_s + s->timeout_s;
+    double welcome_s = s->connect_timeout_s + s->timeout_s;
+    double deadline = sfb__now() + welcome_s;
     struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_HELLO, 0);
-    if ((r = send_msg(bs->fds[0], &h, NULL, deadline))) return io_error(r, "sending hello to", 0);
+    if ((r = send_msg(bs->fds[0], &h, NULL, deadline))) return io_error(r, "sending the hello to", 0, welcome_s);
     if ((r = recv_hdr(bs->fds[0], &h, deadline))) {
         if (r == -ECONNRESET)
             return sfb__error(-SFB_EPEER, "bootstrap: rank 0 at %s closed the connection before "
                               "welcoming rank %d: it rejected the hello (wrong SFB_JOB_KEY or "
-                              "SFB_WORLD_SIZE, or a duplicate rank; see rank 0's log) or gave up waiting "
-                              "for other ranks", spec, bs->rank);
-        return io_error(r, "waiting for the welcome of", 0);
+                              "SFB_WORLD_SIZE, or a duplicate rank; see rank 0's log), dropped it (no hello "
+                              "within SFB_RENDEZVOUS_HELLO_TIMEOUT) or gave up waiting for other ranks",
+                              spec, bs->rank);
+        return io_error(r, "waiting for the welcome from", 0, welcome_s);
     }
     char why[200];
     if ((r = sfb__boot_check_common(&h, SFB__BOOT_WELCOME, (uint32_t)bs->size, why, sizeof why)))
@@ -436,7 +597,7 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
         struct sfb__boot_hdr h;
         char why[200];
         if ((r = recv_hdr(bs->fds[i], &h, deadline))) {
-            r = io_error(r, "waiting for the contribution of", i);
+            r = io_error(r, "waiting for the contribution of", i, bs->timeout_s);
             goto fail;
         }
         if ((r = sfb__boot_check_common(&h, SFB__BOOT_CONTRIB, (uint32_t)bs->size, why, sizeof why))) {
@@ -457,7 +618,7 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
         if ((r = sfb__reserve((void **)&t, &cap, used + h.len))) goto fail;
         sfb__put_u32(t + 4 * (size_t)i, h.len);
         if (h.len && (r = fd_io(bs->fds[i], t + used, h.len, deadline, 0))) {
-            r = io_error(r, "reading the contribution of", i);
+            r = io_error(r, "reading the contribution of", i, bs->timeout_s);
             goto fail;
         }
         used += h.len;
@@ -465,7 +626,7 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
     struct sfb__boot_hdr th = make_hdr(bs, SFB__BOOT_TABLE, (uint32_t)used);
     for (int i = 1; i < bs->size; i++)
         if ((r = send_msg(bs->fds[i], &th, t, deadline))) {
-            r = io_error(r, "sending the table to", i);
+            r = io_error(r, "sending the table to", i, bs->timeout_s);
             goto fail;
         }
     *table = t;
@@ -482,8 +643,8 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
     int fd = bs->fds[0];
     struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_CONTRIB, len);
     int r = send_msg(fd, &h, mine, deadline);
-    if (r) return io_error(r, "sending the contribution to", 0);
-    if ((r = recv_hdr(fd, &h, deadline))) return io_error(r, "waiting for the table from", 0);
+    if (r) return io_error(r, "sending the contribution to", 0, bs->timeout_s);
+    if ((r = recv_hdr(fd, &h, deadline))) return io_error(r, "waiting for the table from", 0, bs->timeout_s);
     char why[200];
     if ((r = sfb__boot_check_common(&h, SFB__BOOT_TABLE, (uint32_t)bs->size, why, sizeof why)))
         return sfb__error(r, "bootstrap: rank %d: bad table from rank 0: %s", bs->rank, why);
@@ -496,7 +657,7 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
     if (!t) return -ENOMEM;
     if ((r = fd_io(fd, t, h.len, deadline, 0))) {
         free(t);
-        return io_error(r, "reading the table from", 0);
+        return io_error(r, "reading the table from", 0, bs->timeout_s);
     }
     *table = t;
     *tlen = h.len;

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,25 @@ int sfb__boot_pmix_open(struct sfb__bootstrap *bs, int *fallback)
     return 0;
 }
 
+/* PMIx_Fence over the whole job, bounded by bs->timeout_s (PMIx counts
+ * whole seconds and takes 0 as "forever", hence at least 1). */
+static int fence(struct sfb__bootstrap *bs, bool collect, const char *what)
+{
+    pmix_info_t info[2];
+    int tmo = bs->timeout_s >= 1 ? (bs->timeout_s < INT_MAX ? (int)bs->timeout_s : INT_MAX) : 1;
+    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &tmo, PMIX_INT);
+    pmix_status_t rc = PMIx_Fence(NULL, 0, info, 2);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+    if (rc == PMIX_ERR_TIMEOUT)
+        return sfb__error(-ETIMEDOUT, "bootstrap: %s: rank %d waited %d s in PMIx_Fence for every "
+                          "rank of the job", what, bs->rank, tmo);
+    if (rc != PMIX_SUCCESS)
+        return sfb__error(-SFB_EPEER, "bootstrap: %s: PMIx_Fence: %s", what, PMIx_Error_string(rc));
+    return 0;
+}
+
 int sfb__boot_pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
                               size_t *lens)
 {
@@ -95,23 +115,15 @@ int sfb__boot_pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint3
     val.type = PMIX_BYTE_OBJECT;
     val.data.bo.bytes = (char *)buf;
     val.data.bo.size = 4 + (size_t)len;
+    int r;
     pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key, &val);
     free(buf);
     if (rc != PMIX_SUCCESS) return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Put: %s", PMIx_Error_string(rc));
     if ((rc = PMIx_Commit()) != PMIX_SUCCESS)
         return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Commit: %s", PMIx_Error_string(rc));
-    pmix_info_t info[2];
-    bool collect = true;
-    int tmo = (int)bs->timeout_s;
-    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &tmo, PMIX_INT);
-    rc = PMIx_Fence(NULL, 0, info, 2);
-    PMIX_INFO_DESTRUCT(&info[0]);
-    PMIX_INFO_DESTRUCT(&info[1]);
-    if (rc != PMIX_SUCCESS) return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Fence: %s", PMIx_Error_string(rc));
+    if ((r = fence(bs, 1, "allgather"))) return r;
     uint8_t *t = NULL;
     size_t cap = 0, used = 0;
-    int r = 0;
     for (int i = 0; i < bs->size && !r; i++) {
         pmix_proc_t p;
         pmix_value_t *v = NULL;
@@ -140,9 +152,7 @@ int sfb__boot_pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint3
 
 int sfb__boot_pmix_barrier(struct sfb__bootstrap *bs)
 {
-    pmix_status_t rc = PMIx_Fence(NULL, 0, NULL, 0);
-    if (rc != PMIX_SUCCESS) return sfb__error(-SFB_EPEER, "bootstrap: PMIx_Fence: %s", PMIx_Error_string(rc));
-    return 0;
+    return fence(bs, 0, "barrier");
 }
 
 void sfb__boot_pmix_close(struct sfb__bootstrap *bs)

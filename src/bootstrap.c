@@ -54,6 +54,8 @@ void sfb__bootstrap_default_settings(struct sfb__bootstrap_settings *s)
 {
     s->connect_timeout_s = 60;
     s->timeout_s = 60;
+    s->hello_timeout_s = 3;
+    s->max_pending = 64;
     s->use_pmix = 1;
 }
 

@@ -12,9 +12,16 @@
  *                      0 is not a valid key. Without it rank 0 draws a random
  *                      key and hands it to the others; then no joiner may
  *                      carry one.
+ *      SFB_RENDEZVOUS_HELLO_TIMEOUT, SFB_RENDEZVOUS_MAX_PENDING  optional,
+ *                      override hello_timeout_s and max_pending (below)
  *    Rank 0 serves the collectives over TCP; every joiner keeps one socket to
  *    rank 0 until close. Joiners retry connecting (rank 0 may start later)
- *    until connect_timeout_s.
+ *    until connect_timeout_s. Every wait has an absolute deadline:
+ *      joiner connecting        connect_timeout_s from its start
+ *      rank 0 awaiting hellos   max(connect_timeout_s, timeout_s) from its start
+ *      one connection's hello   hello_timeout_s from its accept
+ *      joiner awaiting WELCOME  connect_timeout_s + timeout_s after connecting
+ *      each collective/barrier  timeout_s from its call, on every rank
  * 2. PMIx (mpirun of Open MPI / PRRTE, srun --mpi=pmix): PMIx_Init succeeds.
  *    The job key is XXH3-64 of the PMIx namespace. PMIx_Init returning
  *    PMIX_ERR_UNREACH means "no launcher" (a PMIx singleton): finalised again
@@ -51,6 +58,15 @@ struct sfb__bootstrap_settings {
     /* Bound on each later step: rank 0 waiting for all hellos, and each
      * collective (seconds; default 60). */
     double timeout_s;
+    /* Env rendezvous, rank 0: a connection that has not sent a whole valid
+     * HELLO this long after it was accepted is dropped (seconds; default 3;
+     * SFB_RENDEZVOUS_HELLO_TIMEOUT overrides). */
+    double hello_timeout_s;
+    /* Env rendezvous, rank 0: at most this many connections waiting for
+     * their HELLO; when full, the oldest is dropped once it has waited
+     * 0.25 s, so a flood of idle connections cannot lock real joiners out
+     * (default 64; SFB_RENDEZVOUS_MAX_PENDING overrides). */
+    int max_pending;
     /* 0 skips PMIx detection (tests); default 1. */
     int use_pmix;
 };
