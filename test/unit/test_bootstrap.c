@@ -6,6 +6,8 @@
 #include "test.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -22,6 +24,8 @@ static void clear_env(void)
     unsetenv("SFB_WORLD_SIZE");
     unsetenv("SFB_RENDEZVOUS");
     unsetenv("SFB_JOB_KEY");
+    unsetenv("SFB_RENDEZVOUS_HELLO_TIMEOUT");
+    unsetenv("SFB_RENDEZVOUS_MAX_PENDING");
 }
 
 static void set_env(int rank, int world, int port, const char *key)
@@ -210,6 +214,19 @@ static int test_env_errors(void)
     ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
     ASSERT_STR_CONTAINS(sfb_last_error(), "expected host:port");
 
+    set_env(0, 2, 1, NULL);
+    setenv("SFB_RENDEZVOUS_HELLO_TIMEOUT", "soon", 1);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_RENDEZVOUS_HELLO_TIMEOUT='soon': expected seconds");
+    setenv("SFB_RENDEZVOUS_HELLO_TIMEOUT", "0", 1);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_RENDEZVOUS_HELLO_TIMEOUT='0'");
+    unsetenv("SFB_RENDEZVOUS_HELLO_TIMEOUT");
+    setenv("SFB_RENDEZVOUS_MAX_PENDING", "0", 1);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "SFB_RENDEZVOUS_MAX_PENDING='0': expected an integer in 1..65536");
+    ASSERT(bs == NULL);
+
     /* A joiner whose rank 0 never shows up gives up after connect_timeout. */
     int port = sfb__launch_free_port("127.0.0.1");
     ASSERT_GT(port, 0);
@@ -367,6 +384,52 @@ static int test_rank0_rejects_bad_hellos(void)
     ASSERT_STR_CONTAINS(log_text, "bad magic 0x11111111");
     ASSERT_STR_CONTAINS(log_text, "closed before sending a whole hello");
     ASSERT_STR_CONTAINS(log_text, "rejected connection from 127.0.0.1:");
+    return 0;
+}
+
+/* A connection without a hello is dropped after SFB_RENDEZVOUS_HELLO_TIMEOUT,
+ * or earlier, oldest first, when SFB_RENDEZVOUS_MAX_PENDING connections
+ * wait; the real rank still joins. */
+static int test_rank0_hello_bound_and_table(void)
+{
+    int port = sfb__launch_free_port("127.0.0.1");
+    ASSERT_GT(port, 0);
+    set_env(0, 2, port, "0x4321");
+    setenv("SFB_RENDEZVOUS_HELLO_TIMEOUT", "1", 1);
+    setenv("SFB_RENDEZVOUS_MAX_PENDING", "2", 1);
+    log_text[0] = 0;
+    sfb_log_set(log_sink, NULL, SFB_LOG_WARN);
+    struct rank0_run run = {0};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, rank0_thread, &run), 0);
+    int a = raw_connect(port);
+    usleep(400000);
+    int b = raw_connect(port);
+    int c = raw_connect(port); /* table full: a (0.4 s old) makes room */
+    int a_dropped = a >= 0 && closed_within(a, 0.5);
+    double t_b = sfb__now();
+    int b_dropped = b >= 0 && closed_within(b, 3.0);
+    double b_after = sfb__now() - t_b;
+    struct sfb__boot_hdr good = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 0x4321, 1, 2, 0, 0};
+    int fd1 = raw_send(port, &good, SFB__BOOT_HDR_SIZE);
+    uint8_t w[SFB__BOOT_HDR_SIZE];
+    struct sfb__boot_hdr wh = {0};
+    if (fd1 >= 0 && recv(fd1, w, sizeof w, MSG_WAITALL) == (ssize_t)sizeof w) sfb__boot_hdr_decode(w, &wh);
+    if (fd1 >= 0) close(fd1); /* rank 0's allgather then fails: not checked */
+    pthread_join(th, NULL);
+    if (a >= 0) close(a);
+    if (b >= 0) close(b);
+    if (c >= 0) close(c);
+    sfb_log_set(NULL, NULL, SFB_LOG_ERROR);
+    clear_env();
+    ASSERT(a_dropped);
+    ASSERT(b_dropped);
+    ASSERT_LT(b_after, 2.5); /* its 1 s bound, not rank 0's 10 s deadline */
+    if (run.open_r) TEST_FAIL_AT("rank 0 open: %d %s", run.open_r, run.open_msg);
+    ASSERT_EQ(wh.type, SFB__BOOT_WELCOME);
+    ASSERT(wh.key == 0x4321);
+    ASSERT_STR_CONTAINS(log_text, "dropped to make room (2 connections waiting for a hello)");
+    ASSERT_STR_CONTAINS(log_text, "no complete hello within 1 s");
     return 0;
 }
 
@@ -615,6 +678,296 @@ static int test_dead_peer(void)
     return 0;
 }
 
+/* ---- a stalled rank 0 keeps its deadline ----------------------------------- */
+
+/* Forks a child that runs fn(arg) and _exits with its result; it dies with
+ * the test (PDEATHSIG) and by alarm after `limit` seconds. */
+static pid_t spawn(int (*fn)(void *), void *arg, unsigned limit)
+{
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(99);
+        alarm(limit);
+        _exit(fn(arg));
+    }
+    return pid;
+}
+
+/* Waits for pid until `end` (monotonic), calling idle() between looks;
+ * kills it at `end`. Returns its wait status, -1 if it had to be killed.
+ * *when gets the time it was seen to exit. */
+static int reap_by(pid_t pid, double end, void (*idle)(void *), void *u, double *when)
+{
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) {
+            *when = sfb__now();
+            return st;
+        }
+        if (sfb__now() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            *when = sfb__now();
+            return -1;
+        }
+        if (idle) idle(u);
+        usleep(2000);
+    }
+}
+
+struct stall_arg {
+    int port, errfd;      /* errfd: rank 0's stderr (a pipe the test fills) */
+    double rdv_s, call_s; /* rank 0's rendezvous deadline and step timeout */
+    const char *want;     /* in the deadline error */
+};
+
+static void fd2_sink(void *u, enum sfb_log_level l, int rank, const char *msg)
+{
+    char line[2100];
+    int n = snprintf(line, sizeof line, "[%d] %s\n", rank, msg);
+    if (n > 0 && write(2, line, (size_t)SFB_MIN(n, (int)sizeof line - 1)) < 0) {}
+}
+
+/* Rank 0 of a world of 2 whose rank 1 never comes: 0 if it failed with the
+ * deadline error naming `want`. Nothing else goes to its stderr. */
+static int stalled_rank0(void *p)
+{
+    struct stall_arg *a = p;
+    if (a->errfd >= 0) {
+        dup2(a->errfd, 2);
+        fcntl(2, F_SETFL, fcntl(2, F_GETFL) & ~O_NONBLOCK);
+    }
+    set_env(0, 2, a->port, "0x51");
+    setenv("SFB_RENDEZVOUS_HELLO_TIMEOUT", "0.3", 1);
+    sfb_log_set(fd2_sink, NULL, SFB_LOG_WARN);
+    struct sfb__bootstrap_settings s = quick(a->call_s);
+    s.connect_timeout_s = a->rdv_s;
+    struct sfb__bootstrap *bs = NULL;
+    int r = sfb__bootstrap_open(&bs, &s);
+    if (r != -ETIMEDOUT) return 2;
+    if (!strstr(sfb_last_error(), a->want)) return 3;
+    return bs == NULL ? 0 : 4;
+}
+
+struct drain {
+    int fd;
+    char *buf;
+    size_t len, cap;
+};
+
+static void drain_fd(void *u)
+{
+    struct drain *d = u;
+    ssize_t n;
+    while (d->len + 1 < d->cap && (n = read(d->fd, d->buf + d->len, d->cap - 1 - d->len)) > 0)
+        d->len += (size_t)n;
+    d->buf[d->len] = 0;
+}
+
+/* Rank 0 stalls writing a log line (its stderr is a pipe nobody reads, as
+ * when a launcher's output pipe backs up) while a silent connection's hello
+ * bound runs out; the stall ends 1.2 s in, before its 2 s deadline. It must
+ * still give up at that deadline. (Before: the next poll() got a negative
+ * timeout, meaning forever, and rank 0 waited as long as nothing arrived.) */
+static int test_rank0_stalled_by_log(void)
+{
+    int ep[2];
+    ASSERT_EQ(pipe2(ep, O_NONBLOCK | O_CLOEXEC), 0);
+    char fill[4096];
+    memset(fill, 'x', sizeof fill);
+    size_t filled = 0;
+    ssize_t n;
+    while ((n = write(ep[1], fill, sizeof fill)) > 0) filled += (size_t)n;
+    ASSERT(n < 0 && errno == EAGAIN);
+    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), ep[1], 2.0, 0.3,
+                          "rank 0 waited 2 s: 1 of 2 ranks joined; missing 1"};
+    ASSERT_GT(a.port, 0);
+    double t0 = sfb__now();
+    pid_t pid = spawn(stalled_rank0, &a, 20);
+    ASSERT_GT(pid, 0);
+    close(ep[1]);
+    int silent = raw_connect(a.port);
+    struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 0x99, 1, 2, 0, 0};
+    int wrong = raw_send(a.port, &h, SFB__BOOT_HDR_SIZE); /* rejected: rank 0 logs */
+    while (sfb__now() < t0 + 1.2) usleep(10000);
+    struct drain d = {ep[0], malloc(filled + 65536), 0, filled + 65536};
+    ASSERT(d.buf);
+    double t_exit;
+    int st = reap_by(pid, t0 + 8.0, drain_fd, &d, &t_exit);
+    drain_fd(&d);
+    if (silent >= 0) close(silent);
+    if (wrong >= 0) close(wrong);
+    close(ep[0]);
+    int rejected = strstr(d.buf + SFB_MIN(filled, d.len), "rejected connection from 127.0.0.1") != NULL;
+    int dropped = strstr(d.buf + SFB_MIN(filled, d.len), "no complete hello within 0.3 s") != NULL;
+    free(d.buf);
+    ASSERT(silent >= 0 && wrong >= 0);
+    if (st == -1) TEST_FAIL_AT("rank 0 still waiting %.1f s after its 2 s deadline", t_exit - t0 - 2.0);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    ASSERT_LT(t_exit - t0, 3.0); /* the 2 s deadline, plus start-up and slack */
+    ASSERT(rejected);
+    ASSERT(dropped);
+    return 0;
+}
+
+/* Rank 0 SIGSTOPped past its 1 s deadline (with a silent connection whose
+ * hello bound runs out meanwhile) and SIGCONTed: it gives up at once. */
+static int test_rank0_stopped_past_deadline(void)
+{
+    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), -1, 1.0, 1.0,
+                          "rank 0 waited 1 s: 1 of 2 ranks joined; missing 1"};
+    ASSERT_GT(a.port, 0);
+    double t0 = sfb__now();
+    pid_t pid = spawn(stalled_rank0, &a, 20);
+    ASSERT_GT(pid, 0);
+    int silent = raw_connect(a.port);
+    usleep(100000);
+    kill(pid, SIGSTOP);
+    while (sfb__now() < t0 + 2.5) usleep(10000);
+    double t_cont = sfb__now();
+    kill(pid, SIGCONT);
+    double t_exit;
+    int st = reap_by(pid, t_cont + 5.0, NULL, NULL, &t_exit);
+    if (silent >= 0) close(silent);
+    ASSERT(silent >= 0);
+    if (st == -1) TEST_FAIL_AT("rank 0 still waiting 5 s after SIGCONT");
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    ASSERT_LT(t_exit - t_cont, 0.5);
+    return 0;
+}
+
+/* ---- a flood of idle and junk connections ----------------------------------- */
+
+#define FLOOD_HOLD 400 /* connections the flooder keeps open at once */
+
+struct flood_arg {
+    int port;
+    int go[2];    /* flooder -> joiners: one byte each when the flood is on */
+    int times[2]; /* joiners -> test: rank, start and end of their join */
+};
+
+struct join_time {
+    int rank;
+    double start, end;
+};
+
+/* Opens connection number i of the flood, of one of four kinds: idle; HTTP
+ * junk; the first 20 bytes of a hello, then silence; a whole hello with the
+ * wrong key. -1 once rank 0 no longer listens. */
+static int flood_open(int port, unsigned long i)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 0xbad, 1, 4, 0, 0};
+    uint8_t b[SFB__BOOT_HDR_SIZE];
+    sfb__boot_hdr_encode(&h, b);
+    static const char http[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: scan\r\n\r\n";
+    if (i % 4 == 1) (void)!send(fd, http, sizeof http - 1, MSG_NOSIGNAL);
+    if (i % 4 == 2) (void)!send(fd, b, 20, MSG_NOSIGNAL);
+    if (i % 4 == 3) (void)!send(fd, b, sizeof b, MSG_NOSIGNAL);
+    return fd;
+}
+
+/* The flooder: holds FLOOD_HOLD connections, replacing each one rank 0
+ * closes, until rank 0 stops listening. Returns 0 if it made hundreds. */
+static int flooder(struct flood_arg *f)
+{
+    static struct pollfd p[FLOOD_HOLD];
+    unsigned long made = 0;
+    int first = raw_connect(f->port); /* waits for rank 0 to listen */
+    if (first < 0) return 2;
+    close(first);
+    for (int i = 0; i < FLOOD_HOLD; i++) {
+        p[i] = (struct pollfd){flood_open(f->port, made++), POLLIN, 0};
+        if (p[i].fd < 0) return 3;
+    }
+    if (write(f->go[1], "ggg", 3) != 3) return 4;
+    int listening = 1;
+    double end = sfb__now() + 20;
+    while (listening && sfb__now() < end) {
+        if (poll(p, FLOOD_HOLD, 100) < 0 && errno != EINTR) return 5;
+        for (int i = 0; i < FLOOD_HOLD && listening; i++) {
+            if (!p[i].revents) continue;
+            char junk[256];
+            if (recv(p[i].fd, junk, sizeof junk, MSG_DONTWAIT) > 0) continue;
+            close(p[i].fd);
+            p[i].fd = flood_open(f->port, made++);
+            listening = p[i].fd >= 0;
+        }
+    }
+    for (int i = 0; i < FLOOD_HOLD; i++)
+        if (p[i].fd >= 0) close(p[i].fd);
+    fprintf(stderr, "  flooder: %lu connections\n", made);
+    return listening ? 6 : made >= FLOOD_HOLD + 100 ? 0 : 7;
+}
+
+/* Role 0 is rank 0, role 1 the flooder, roles 2..4 ranks 1..3 (started
+ * once the flood is on). */
+static int flood_role(int role, void *p)
+{
+    struct flood_arg *f = p;
+    if (role == 1) return flooder(f);
+    int rank = role == 0 ? 0 : role - 1;
+    if (rank > 0) {
+        char g;
+        CHILD_CHECK(read(f->go[0], &g, 1) == 1);
+    }
+    struct join_time t = {rank, sfb__now(), 0};
+    set_env(rank, 4, f->port, "0xf100d");
+    struct sfb__bootstrap_settings s = quick(20);
+    struct sfb__bootstrap *bs = NULL;
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    int mine = 100 + rank, all[4];
+    CHILD_CHECK(sfb__bootstrap_allgather(bs, &mine, sizeof mine, all) == 0);
+    for (int r = 0; r < 4; r++) CHILD_CHECK(all[r] == 100 + r);
+    t.end = sfb__now();
+    CHILD_CHECK(sfb__bootstrap_barrier(bs) == 0);
+    sfb__bootstrap_close(&bs);
+    CHILD_CHECK(write(f->times[1], &t, sizeof t) == (ssize_t)sizeof t);
+    return 0;
+}
+
+/* Hundreds of idle and junk connections to rank 0 before and while the real
+ * ranks join: the 4 ranks form the job (open + an allgather) within 5 s of
+ * the last one starting. (Before: 64 idle connections held rank 0's table
+ * for 10 s each while it stopped accepting, so the real ranks, queued
+ * behind the rest, waited for minutes.) */
+static int test_flood(void)
+{
+    struct flood_arg f = {sfb__launch_free_port("127.0.0.1"), {-1, -1}, {-1, -1}};
+    ASSERT_GT(f.port, 0);
+    ASSERT_EQ(pipe(f.go), 0);
+    ASSERT_EQ(pipe(f.times), 0);
+    int failed = run_ranks(5, flood_role, &f, 30);
+    close(f.go[0]);
+    close(f.go[1]);
+    close(f.times[1]);
+    struct join_time t[4];
+    ssize_t got = read(f.times[0], t, sizeof t);
+    close(f.times[0]);
+    ASSERT_EQ(failed, 0);
+    ASSERT_EQ(got, (ssize_t)sizeof t);
+    double last_start = 0, last_end = 0;
+    for (int i = 0; i < 4; i++) {
+        last_start = SFB_MAX(last_start, t[i].start);
+        last_end = SFB_MAX(last_end, t[i].end);
+    }
+    fprintf(stderr, "  job formed %.2f s after the last rank started\n", last_end - last_start);
+    ASSERT_LT(last_end - last_start, 5.0);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"header_roundtrip", test_header_roundtrip},
     {"check_hello", test_check_hello},
@@ -622,10 +975,14 @@ static const struct test_case tests[] = {
     {"single", test_single},
     {"env_errors", test_env_errors},
     {"rank0_rejects_bad_hellos", test_rank0_rejects_bad_hellos},
+    {"rank0_hello_bound_and_table", test_rank0_hello_bound_and_table},
     {"joiner_rejects_bad_table", test_joiner_rejects_bad_table},
     {"four_processes", test_four_processes},
     {"wrong_key_processes", test_wrong_key_processes},
     {"dead_peer", test_dead_peer},
+    {"rank0_stalled_by_log", test_rank0_stalled_by_log},
+    {"rank0_stopped_past_deadline", test_rank0_stopped_past_deadline},
+    {"flood", test_flood},
 };
 
 int main(int argc, char **argv)
