@@ -371,9 +371,12 @@ static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, doubl
             }
         compact(&z);
         double wake = deadline;
-        struct pending *o = oldest(&z);
-        int listening = now >= z.pause_until && (z.npend < z.cap || now - o->born >= EVICT_AGE_S);
-        if (!listening) wake = SFB_MIN(wake, z.npend < z.cap ? z.pause_until : o->born + EVICT_AGE_S);
+        /* Accept again once there is room (or the oldest may be dropped for
+         * it) and no pause for lack of descriptors is running. */
+        double resume = z.pause_until;
+        if (z.npend == z.cap) resume = SFB_MAX(resume, oldest(&z)->born + EVICT_AGE_S);
+        int listening = now >= resume;
+        if (!listening) wake = SFB_MIN(wake, resume);
         nfds_t n = 0;
         if (listening) pfd[n++] = (struct pollfd){lfd, POLLIN, 0};
         for (size_t i = 0; i < z.npend; i++) {
