@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -855,6 +856,71 @@ static int test_rank0_stopped_past_deadline(void)
     return 0;
 }
 
+/* Rank 0 short of file descriptors (RLIMIT_NOFILE leaves room for 4
+ * connections) while 12 silent connections queue before the real rank 1:
+ * each failed accept gives up the oldest silent connection, and rank 1 joins
+ * at once rather than after their 5 s hello bound. */
+static int fd_starved_rank0(void *p)
+{
+    struct stall_arg *a = p;
+    set_env(0, 2, a->port, "0x5e");
+    setenv("SFB_RENDEZVOUS_HELLO_TIMEOUT", "5", 1);
+    for (int fd = 3; fd < 1024; fd++) close(fd); /* nothing inherited is needed */
+    struct rlimit rl = {3 + 5, 3 + 5};            /* stdio, listener and 4 more */
+    if (setrlimit(RLIMIT_NOFILE, &rl)) return 2;
+    struct sfb__bootstrap_settings s = quick(10);
+    struct sfb__bootstrap *bs = NULL;
+    if (sfb__bootstrap_open(&bs, &s)) return 3;
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int try_rlimit(void *p)
+{
+    struct rlimit rl = {3 + 5, 3 + 5};
+    return setrlimit(RLIMIT_NOFILE, &rl) ? 1 : 0;
+}
+
+static int test_rank0_out_of_fds(void)
+{
+    /* valgrind refuses to change RLIMIT_NOFILE: nothing to test there. */
+    double t_probe;
+    int pst = reap_by(spawn(try_rlimit, NULL, 10), sfb__now() + 10, NULL, NULL, &t_probe);
+    if (pst == -1 || !WIFEXITED(pst) || WEXITSTATUS(pst) != 0) {
+        fprintf(stderr, "  setrlimit(RLIMIT_NOFILE) refused (valgrind?): not run\n");
+        return 0;
+    }
+    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), -1, {-1, -1}, 10, 10, ""};
+    ASSERT_GT(a.port, 0);
+    pid_t pid = spawn(fd_starved_rank0, &a, 20);
+    ASSERT_GT(pid, 0);
+    int silent[12];
+    for (int i = 0; i < 12; i++) silent[i] = raw_connect(a.port);
+    struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 0x5e, 1, 2, 0, 0};
+    double t0 = sfb__now();
+    int fd = raw_send(a.port, &h, SFB__BOOT_HDR_SIZE);
+    uint8_t w[SFB__BOOT_HDR_SIZE];
+    struct sfb__boot_hdr wh = {0};
+    struct pollfd pw = {fd, POLLIN, 0};
+    if (fd >= 0 && poll(&pw, 1, 4000) == 1 && recv(fd, w, sizeof w, MSG_WAITALL) == (ssize_t)sizeof w)
+        sfb__boot_hdr_decode(w, &wh);
+    double dt = sfb__now() - t0;
+    if (fd >= 0) close(fd);
+    double t_exit;
+    int st = reap_by(pid, sfb__now() + 10, NULL, NULL, &t_exit);
+    int all_ok = 1;
+    for (int i = 0; i < 12; i++) {
+        all_ok &= silent[i] >= 0;
+        if (silent[i] >= 0) close(silent[i]);
+    }
+    ASSERT(all_ok);
+    ASSERT_EQ(wh.type, SFB__BOOT_WELCOME);
+    ASSERT_LT(dt, 2.0); /* not the silent connections' 5 s hello bound */
+    ASSERT(st != -1 && WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    return 0;
+}
+
 /* ---- a flood of idle and junk connections ----------------------------------- */
 
 #define FLOOD_HOLD 400 /* connections the flooder keeps open at once */
@@ -1000,6 +1066,7 @@ static const struct test_case tests[] = {
     {"dead_peer", test_dead_peer},
     {"rank0_stalled_by_log", test_rank0_stalled_by_log},
     {"rank0_stopped_past_deadline", test_rank0_stopped_past_deadline},
+    {"rank0_out_of_fds", test_rank0_out_of_fds},
     {"flood", test_flood},
 };
 
