@@ -183,9 +183,10 @@ static void addr_name(const struct sockaddr_storage *ss, char *out, size_t n)
 
 /* A connection in rank 0's table may be dropped to make room for a newer one
  * once it has been accepted this long. A real joiner sends its hello right
- * after its connect completes, usually before rank 0 even accepts it, so it
- * is never the oldest silent connection for this long; a flood of idle ones
- * turns over table_size / EVICT_AGE_S connections a second. */
+ * after its connect completes, usually before rank 0 even accepts it (and
+ * rank 0 reads a new connection at once, and the oldest again before
+ * dropping it), so it is not still silent this long after; a flood of idle
+ * ones turns over table_size / EVICT_AGE_S connections a second. */
 #define EVICT_AGE_S 0.25
 /* Rejected and dropped connections are logged one by one up to this many,
  * then only counted (a flood must not turn into a flood of log lines, nor
