@@ -84,7 +84,7 @@ static void job_help(FILE *f, const char *cmd, int with_n)
                    "One worker of a job. Started by a launcher: `mpirun -n P sfb worker ...`,\n"
                    "`srun --mpi=pmix sfb worker ...`, or with SFB_RANK, SFB_WORLD_SIZE,\n"
                    "SFB_RENDEZVOUS=host:port and SFB_JOB_KEY set (see README). Without any\n"
-                   "of these it runs as a job of one worker.\n\n");
+                   "of these it runs as a job of one worker, with a warning that says so.\n\n");
     fprintf(f,
             "model and data:\n"
             "  --model NAME           model: %s (default mlr)\n"
