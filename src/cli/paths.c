@@ -151,11 +151,12 @@ static int check_dir(const char *cmd, const char *opt, const char *dir, int may_
     struct stat st;
     while (stat(buf, &st) != 0) {
         int e = errno;
-        if (e != ENOENT) {
+        if (e != ENOENT && e != ENOTDIR) {
             fprintf(stderr, "sfb %s: %s: cannot use %s: %s\n", cmd, opt, buf, strerror(e));
             return 2;
         }
-        if (!may_create) {
+        /* ENOTDIR: a file on the way; walk up to name it */
+        if (e == ENOENT && !may_create) {
             fprintf(stderr, "sfb %s: %s: the directory %s does not exist\n", cmd, opt, buf);
             return 2;
         }
