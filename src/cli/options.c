@@ -135,8 +135,8 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "outputs:\n"
             "  --out-dir DIR          model and metrics directory (default sfb-out)\n"
             "  --model-out FILE       model file (default DIR/model.sfb)\n"
-            "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank\n"
-            "                         (default DIR/metrics.%%r.jsonl)\n"
+            "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank (required with\n"
+            "                         more than one worker; default DIR/metrics.%%r.jsonl)\n"
             "checkpoints:\n"
             "  --checkpoint-every N   every N clocks each worker writes a checkpoint\n"
             "                         (all drained to the same clock, files checksummed)\n"
@@ -147,7 +147,9 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  -q, --quiet            no progress output\n"
             "  -v, --verbose          debug logging (same as --log-level debug)\n"
             "  --log-level LEVEL      error | warn | info | debug (default info)\n"
-            "  -h, --help             this help\n",
+            "  -h, --help             this help\n"
+            "Options are matched by their full names only. Output directories are\n"
+            "checked writable before training starts.\n",
             sfb_model_names());
     (void)cmd;
 }
