@@ -179,12 +179,22 @@ static int check_dir(const char *cmd, const char *opt, const char *dir, int may_
 /* An output file: its directory must exist and be writable, and the file
  * itself, if there, must be one we can replace without blocking (a FIFO
  * would block the open) or failing (a directory). */
-static int check_file(const char *cmd, const char *opt, const char *pattern, unsigned rank)
+static int same_dir(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    while (la > 1 && a[la - 1] == '/') la--;
+    while (lb > 1 && b[lb - 1] == '/') lb--;
+    return la == lb && !strncmp(a, b, la);
+}
+
+/* `will_create`: a directory that sfb creates (--out-dir) before writing. */
+static int check_file(const char *cmd, const char *opt, const char *pattern, unsigned rank,
+                      const char *will_create)
 {
     char path[PATH_MAX], dir[PATH_MAX];
     if (cli_path_for_rank(path, sizeof path, pattern, rank)) return too_long(cmd, opt, "output", strlen(pattern));
     dir_of(dir, sizeof dir, path);
-    int r = check_dir(cmd, opt, dir, 0);
+    int r = check_dir(cmd, opt, dir, will_create && same_dir(dir, will_create));
     if (r) return r;
     struct stat st;
     if (stat(path, &st) == 0 && (S_ISDIR(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
@@ -214,6 +224,7 @@ int cli_prepare_outputs(struct cli_job *job, const char *cmd, unsigned rank_lo, 
     int model_default = t->model_out == job->model_out_buf;
     int metrics_default = t->metrics_out == job->metrics_out_buf;
     int per_rank_model = strstr(t->model_out, "%r") != NULL;
+    const char *out_dir = job->out_dir_used ? job->out_dir : NULL;
     /* explicit paths first (their directories must exist), then, once
      * --out-dir is created, the default ones */
     for (int pass = 0; pass < 2 && !r; pass++) {
@@ -224,10 +235,11 @@ int cli_prepare_outputs(struct cli_job *job, const char *cmd, unsigned rank_lo, 
         }
         for (unsigned rank = rank_lo; rank <= rank_hi && !r; rank++) {
             if (model_default == pass && (per_rank_model || rank == 0))
-                r = check_file(cmd, model_default ? "--out-dir" : "--model-out", t->model_out, rank);
+                r = check_file(cmd, model_default ? "--out-dir" : "--model-out", t->model_out, rank,
+                               out_dir);
             if (!r && metrics_default == pass)
                 r = check_file(cmd, metrics_default ? "--out-dir" : "--metrics-out",
-                               t->metrics_out, rank);
+                               t->metrics_out, rank, out_dir);
         }
     }
     return r;
