@@ -162,6 +162,9 @@ run timeout 60 "$SFB" run -n 2 --data "$sd" --clocks 2 --model-out "$tmp/nodir/m
 check model-out-no-dir '[ $rc = 2 ] && [[ "$out" == *"--model-out: the directory $tmp/nodir does not exist"* ]] && [[ "$out" != *trained* ]] && [ ! -e "$tmp/o-nodir" ]'
 run "$SFB" run -n 1 --data "$sd" --clocks 2 --metrics-out "$tmp/nodir/m.%r.jsonl" --out-dir "$tmp/o-nodir"
 check metrics-out-no-dir '[ $rc = 2 ] && [[ "$out" == *"--metrics-out: the directory $tmp/nodir does not exist"* ]]'
+# ...but a --model-out inside the --out-dir that sfb creates is fine.
+run timeout 60 "$SFB" run -n 1 --data "$sd" --clocks 2 --out-dir "$tmp/fresh" --model-out "$tmp/fresh/m.sfb" -q
+check model-out-in-out-dir '[ $rc = 0 ] && [ -s "$tmp/fresh/m.sfb" ] && [ -s "$tmp/fresh/metrics.0.jsonl" ]'
 touch "$tmp/afile"
 run "$SFB" run -n 1 --data "$sd" --clocks 4 --checkpoint-every 2 --checkpoint-dir "$tmp/afile/ck" --out-dir "$tmp/o-nodir"
 check checkpoint-dir-under-file '[ $rc = 2 ] && [[ "$out" == *"--checkpoint-dir: $tmp/afile is not a directory"* ]]'
