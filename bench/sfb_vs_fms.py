@@ -37,8 +37,8 @@ def load(path):
     clocks, summary = [], None
     with open(path) as f:
         for line in f:
-            # only the summary of the events is needed (an sc run's eval
-            # event carries a bare nan that json rejects)
+            # only the summary of the events is needed (the others, eval
+            # included, are valid JSON: a value that is not a number is null)
             if line.startswith('{"event"') and '"summary"' not in line:
                 continue
             r = json.loads(line)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent checker for sfb's overlay topologies (DESIGN.md §Topology).
+"""Independent checker for sfb's overlay topologies (docs/design.md §Topology).
 
 Pure python3, no numpy. It recomputes, from the definitions alone and with
 exact rational arithmetic (fractions.Fraction), the offsets of `halton`,

@@ -1,5 +1,5 @@
 /* The FMS engine: full matrices through sharded servers, the centralized
- * baseline the paper compares SFB with (DESIGN.md §FMS baseline).
+ * baseline the paper compares SFB with (docs/design.md §FMS baseline).
  *
  * The K rows of the matrix are split into P contiguous blocks; worker b owns
  * block b (rows [b·K/P, (b+1)·K/P)) and acts as its server. Per clock:

@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -82,6 +83,16 @@ int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap
     }
 #endif
     if (!r && fallback) {
+        /* Said once per process, at warning level: a worker that a launcher
+         * failed to wire up (srun without --mpi=pmix, a build without PMIx
+         * under mpirun) must not pass for a job of one in silence. */
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            SFB_LOG_W("bootstrap: neither PMIx%s nor the environment rendezvous (SFB_RANK is not "
+                      "set) was found: running as a single worker, rank 0 of 1. For a job of P "
+                      "workers start them with mpirun, srun --mpi=pmix, sfb run -n P or the SFB_* "
+                      "variables (README: Running on a cluster)",
+                      !HAVE_PMIX ? " (not built in)" : !s->use_pmix ? " (switched off)" : "");
         bs->kind = SFB__BOOTSTRAP_SINGLE;
         bs->rank = 0;
         bs->size = 1;

@@ -318,11 +318,14 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     ts.on_error = on_error;
     ts.on_sent = sent_hook;
     ts.user = c;
+    sfb__clear_error(); /* so `why` below cannot be an older message */
     if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
+        char why[600]; /* the transport's own message (a provider that is missing, say) */
+        snprintf(why, sizeof why, "%s", sfb_last_error());
         sfb__error(ret, "cannot open the libfabric transport (provider %s): %s",
                    s->provider ? s->provider : (getenv("FI_PROVIDER") ? getenv("FI_PROVIDER")
                                                 : all_local ? "shm" : "tcp"),
-                   sfb_strerror(ret));
+                   *why ? why : sfb_strerror(ret));
         goto fail;
     }
     if ((ret = exchange_names(c))) goto fail;

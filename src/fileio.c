@@ -10,20 +10,58 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "a special file";
+}
+
+int sfb__open_regular(const char *path, const char *what, int *fd_out, struct stat *st_out)
+{
+    *fd_out = -1;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer, forever; the file type is only known once it is open. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return sfb__error(e == ENOENT ? -ENOENT : -EIO, "%s: cannot open %s: %s", path, what,
+                          strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sfb__error(-EIO, "%s: cannot stat %s: %s", path, what, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sfb__error(S_ISDIR(st.st_mode) ? -EISDIR : -EIO,
+                          "%s: not a regular file but %s (%s must be a regular file)", path,
+                          file_kind(st.st_mode), what);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        return sfb__error(-EIO, "%s: fcntl: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    if (st_out) *st_out = st;
+    return 0;
+}
+
 int sfb__read_file(const char *path, size_t max_size, uint8_t **buf, size_t *len)
 {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return sfb__error(-e, "%s: %s", path, strerror(e));
-    }
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return sfb__error(-EIO, "%s: not a regular file", path);
-    }
+    int ret = sfb__open_regular(path, "the input", &fd, &st);
+    if (ret) return ret;
     if ((uint64_t)st.st_size > max_size) {
         close(fd);
         return sfb__error(-EFBIG, "%s: %lld bytes is larger than the %zu allowed", path,

@@ -10,9 +10,11 @@
 
 #include "sfb/data.h"
 #include "src/common.h"
+#include "src/fileio.h"
 
 #include <inttypes.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define IDX_UBYTE 0x08
@@ -30,12 +32,13 @@ static int open_idx(struct idx_file *f, const char *path)
 {
     memset(f, 0, sizeof *f);
     f->path = path;
-    errno = 0;
-    f->gz = gzopen(path, "rb");
+    int fd;
+    int r = sfb__open_regular(path, "a data file", &fd, NULL);
+    if (r) return r;
+    f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
-        int e = errno ? errno : ENOMEM;
-        return sfb__error(e == ENOENT ? -ENOENT : e == ENOMEM ? -ENOMEM : -EIO,
-                          "%s: cannot open: %s", path, sfb_strerror(e));
+        close(fd);
+        return sfb__error(-ENOMEM, "%s: cannot open: out of memory", path);
     }
     gzbuffer(f->gz, 1u << 18);
     return 0;

@@ -13,6 +13,7 @@
 #include "src/libsvm.h"
 
 #include "src/common.h"
+#include "src/fileio.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -374,9 +375,18 @@ static int parse_line(struct parser *p, const char *s, const char *end)
 static int read_meta(const char *path, struct sfb_libsvm_settings *s, uint64_t *num_train)
 {
     char mpath[4096];
-    if (snprintf(mpath, sizeof mpath, "%s.meta", path) >= (int)sizeof mpath) return 0;
-    FILE *f = fopen(mpath, "r");
-    if (!f) return 0;
+    if (snprintf(mpath, sizeof mpath, "%s.meta", path) >= (int)sizeof mpath)
+        return sfb__error(-ENAMETOOLONG, "%s: path too long to look for its .meta file", path);
+    struct stat st;
+    if (stat(mpath, &st) != 0) return 0; /* no meta file */
+    int fd;
+    int r0 = sfb__open_regular(mpath, "a libsvm .meta file", &fd, NULL);
+    if (r0) return r0;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return sfb__error(-ENOMEM, "%s: out of memory", mpath);
+    }
     char line[1024];
     uint64_t ln = 0;
     int r = 0;
@@ -501,17 +511,8 @@ int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *setting
     int r = 0;
     if (s.use_meta && (r = read_meta(path, &s, &num_train))) return r;
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return sfb__error(e == ENOENT ? -ENOENT : -EIO, "%s: cannot open: %s", path,
-                          sfb_strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        close(fd);
-        return sfb__error(-EISDIR, "%s: is a directory, not a libsvm file", path);
-    }
+    int fd;
+    if ((r = sfb__open_regular(path, "a libsvm data file", &fd, NULL))) return r;
 
     struct parser p = {
         .path = path,

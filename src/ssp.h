@@ -1,4 +1,4 @@
-/* The SSP clock table (DESIGN.md §SSP clocks).
+/* The SSP clock table (docs/design.md §SSP clocks).
  *
  * Per origin rank it tracks the highest clock c such that every update of
  * that origin with clock ≤ c has been applied to the local replica. Updates

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "sfb/model.h"
 #include "sfb/sync.h"
+#include "sfb/topo.h"
 #include "sfb/train.h"
 #include "src/common.h"
 #include "src/train_settings.h"
@@ -58,8 +59,9 @@ double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t
     }
 }
 
-int sfb__train_validate(const struct sfb_train_settings *s)
+int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
 {
+    if (!s) return sfb__error(-EINVAL, "no settings");
     if (!s->model || !sfb_model_find(s->model))
         return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
                           sfb_model_names());
@@ -72,11 +74,47 @@ int sfb__train_validate(const struct sfb_train_settings *s)
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
     if (!sfb__sync_find(s->sync ? s->sync : ""))
         return sfb__error(-EINVAL, "unknown synchronization \"%s\"", s->sync ? s->sync : "");
+    const char *topo = s->topology ? s->topology : "full";
+    int overlay = strcmp(topo, "full") != 0;
+    if (overlay && s->sync && !strcmp(s->sync, "fms"))
+        return sfb__error(-SFB_EUSAGE, "--topology %s applies to --sync sfb; FMS sends row "
+                          "blocks to their owners directly", topo);
+    if (!overlay && s->degree)
+        return sfb__error(-SFB_EUSAGE, "--degree applies to an overlay; add --topology halton");
+    if (!overlay && s->flush_clock)
+        return sfb__error(-SFB_EUSAGE, "--flush applies to an overlay; add --topology halton");
+    if (s->checkpoint_dir && !s->checkpoint_every)
+        return sfb__error(-SFB_EUSAGE, "--checkpoint-dir needs --checkpoint-every N");
     /* A checkpoint drains mid-run; a clock-flushing relay would leave clock
      * mode for good after its drain (sfb/broadcast.c). */
     if ((s->checkpoint_every || s->resume_dir) && s->flush_clock)
         return sfb__error(-SFB_EUSAGE, "--checkpoint-every and --resume need --flush eager "
                           "(a checkpoint drains the relays mid-run)");
+    /* The same bounds sfb/broadcast.c enforces when the relay opens, checked
+     * here so a launcher refuses them once, before any worker starts. */
+    if (s->flush_clock && (s->staleness < 0 || s->staleness > 48))
+        return sfb__error(-SFB_EUSAGE, "--flush clock needs a bounded staleness (0..48), not %lld",
+                          (long long)s->staleness);
+    if (world > 1 && overlay) {
+        struct sfb_topo *t = NULL;
+        int ret = sfb_topo_open(&t, topo, world, s->degree);
+        if (ret) return ret;
+        uint32_t diam = sfb_topo_diameter(t);
+        sfb_topo_close(&t);
+        if (s->flush_clock && diam > (uint64_t)s->staleness + 1)
+            return sfb__error(-SFB_EUSAGE,
+                              "--flush clock moves a frame one hop per clock, so SSP needs "
+                              "--staleness >= diameter - 1 = %u for --topology %s with %u "
+                              "workers (now %lld)",
+                              diam - 1, topo, world, (long long)s->staleness);
+    }
+    if (world && s->debug_slow_rank >= 0 && (uint32_t)s->debug_slow_rank >= world)
+        return sfb__error(-SFB_EUSAGE, "--debug-slow-rank %d: the job has ranks 0..%u",
+                          s->debug_slow_rank, world - 1);
     return 0;
 }
 
+int sfb__train_validate(const struct sfb_train_settings *s)
+{
+    return sfb_train_check_settings(s, 0);
+}

@@ -229,6 +229,36 @@ static int shm_name(struct sfb__transport *t)
     return rc ? sfb__error(rc, "transport: fi_setname(%s): %s", name, fi_strerror(-rc)) : 0;
 }
 
+/* fi_getinfo found nothing for provider `prov`: say so in words, with the
+ * providers that do offer what we need on this host (fi_strerror alone says
+ * "No data available"). Takes the hints of the failed query. */
+static int provider_missing(struct fi_info *hints, const char *prov)
+{
+    free(hints->fabric_attr->prov_name);
+    hints->fabric_attr->prov_name = NULL;
+    hints->caps = FI_TAGGED;
+    struct fi_info *all = NULL;
+    char list[512] = "";
+    size_t n = 0;
+    if (fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &all) == 0) {
+        for (struct fi_info *i = all; i; i = i->next) {
+            const char *name = i->fabric_attr->prov_name;
+            if (!name) continue;
+            int seen = 0;
+            for (struct fi_info *j = all; j != i && !seen; j = j->next)
+                seen = j->fabric_attr->prov_name && !strcmp(j->fabric_attr->prov_name, name);
+            if (seen) continue;
+            int w = snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", name);
+            if (w < 0 || (size_t)w >= sizeof list - n) break;
+            n += (size_t)w;
+        }
+        fi_freeinfo(all);
+    }
+    return sfb__error(-FI_ENODATA, "transport: libfabric provider \"%s\" is not available on "
+                      "this host (providers with tagged RDM endpoints here: %s); choose one "
+                      "with --provider or FI_PROVIDER", prov, n ? list : "none");
+}
+
 static int open_fabric(struct sfb__transport *t)
 {
     const char *prov = t->s.provider;
@@ -263,6 +293,11 @@ static int open_fabric(struct sfb__transport *t)
     if (rc && want_rma) {
         hints->caps = FI_TAGGED;
         rc = fi_getinfo(FI_VERSION(1, 9), node, NULL, flags, hints, &t->info);
+    }
+    if (rc == -FI_ENODATA) {
+        rc = provider_missing(hints, prov);
+        fi_freeinfo(hints);
+        return rc;
     }
     fi_freeinfo(hints);
     if (rc) return sfb__error(rc, "transport: no FI_EP_RDM tagged provider \"%s\": %s", prov,

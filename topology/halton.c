@@ -1,4 +1,4 @@
-/* `halton` and `halton-classic` offsets (DESIGN.md §Topology).
+/* `halton` and `halton-classic` offsets (docs/design.md §Topology).
  *
  * All arithmetic is exact integer arithmetic: φ_b(n) = a / b^m with the digits
  * of n mirrored, so ⌊x·φ_b(n)⌋ = ⌊x·a / b^m⌋ and no floating-point rounding

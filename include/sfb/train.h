@@ -37,7 +37,7 @@ struct sfb_train_settings {
     uint64_t lr_period;    /* T in clocks; 0 = 1 % of an epoch (at least 1) */
     double lr_decay;       /* factor of SFB_LR_STEP */
     double lambda;         /* regularizer: mlr L2, dml hinge weight, sc L1; < 0 (default):
-                              the model's default (mlr 0, dml 1, sc 0.1) */
+                              the model's default (mlr 0, dml 30, sc 0.1) */
     /* model-specific settings (sfb/model.h); 0 / NULL: the model's default */
     uint32_t rank;         /* dml: projection dimension */
     uint32_t knn_k;        /* dml: neighbours of the k-NN evaluation */
@@ -74,6 +74,15 @@ struct sfb_train_settings {
 };
 
 SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
+
+/* Checks every combination of settings that can be judged from the settings
+ * alone, before anything starts: unknown names, options that contradict
+ * each other, and, when `world` (the number of workers) is known (> 0), the
+ * bounds that depend on it (--flush clock needs --staleness >= the overlay's
+ * diameter − 1, the overlay must exist for that many workers). `world` 0:
+ * those are left to sfb_train_run. Returns 0, -EINVAL or -SFB_EUSAGE with
+ * the setting at fault named in sfb_last_error(). Any thread. */
+SFB_API int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world);
 
 /* η₀: the settings' lr, or the model's default when it is 0. */
 SFB_API double sfb_train_lr0(const struct sfb_train_settings *s);

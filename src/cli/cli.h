@@ -19,15 +19,31 @@ struct cli_job {
     const char *provider; /* libfabric provider, NULL = auto */
     int quiet;
     enum sfb_log_level log_level;
+    int out_dir_used;     /* a default path lies in out_dir */
     char model_out_buf[4096], metrics_out_buf[4096];
 };
 
-/* Parses argv (after the subcommand name) into *job. `with_n` allows -n.
- * Prints the error and returns 2 on bad usage, returns 1 after printing
- * help, 0 on success. */
+/* Parses argv (after the subcommand name) into *job, and checks every
+ * setting, combination of settings and output path that can be judged
+ * before the job starts (sfb_train_check_settings, cli_paths_build).
+ * `with_n` allows -n. Prints the error and returns 2 on bad usage, returns
+ * 1 after printing help, 0 on success. Touches no file. */
 int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli_job *job);
-/* Creates the output directory and fills default model/metrics paths. */
-int cli_prepare_outputs(struct cli_job *job);
+/* The number of workers known before the job starts: -n for `sfb run`,
+ * SFB_WORLD_SIZE for a worker of the environment rendezvous, else 0. */
+uint32_t cli_known_world(const struct cli_job *job, int with_n);
+
+/* src/cli/paths.c. Fills the default model/metrics paths from --out-dir
+ * and refuses (2, message printed) paths that would not fit PATH_MAX once
+ * expanded for `world` workers (0: unknown), and a metrics path without %r
+ * when world > 1. */
+int cli_paths_build(struct cli_job *job, const char *cmd, uint32_t world);
+/* Creates the output directory and checks, for ranks rank_lo..rank_hi, that
+ * every output location (model, metrics, checkpoint directory) can be
+ * written. 0, or 2 with the option at fault printed. */
+int cli_prepare_outputs(struct cli_job *job, const char *cmd, unsigned rank_lo, unsigned rank_hi);
+/* Expands every "%r" of pattern to rank. 0 or -ENAMETOOLONG. */
+int cli_path_for_rank(char *buf, size_t cap, const char *pattern, unsigned rank);
 
 int cli_run(int argc, char **argv);
 int cli_worker(int argc, char **argv);

@@ -1,5 +1,6 @@
 /* `sfb worker`, `sfb run` and `sfb eval`. */
 #include "src/cli/cli.h"
+#include "src/cli/opt.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -71,16 +72,6 @@ static void progress_print(void *user, const struct sfb_progress *p)
     fflush(stderr);
 }
 
-static int check_available(const struct cli_job *job, const char *cmd)
-{
-    if (strcmp(job->sync, "fms") == 0 && strcmp(job->topology, "full") != 0) {
-        fprintf(stderr, "sfb %s: --topology %s applies to --sync sfb; FMS sends row blocks "
-                        "to their owners directly\n", cmd, job->topology);
-        return 2;
-    }
-    return 0;
-}
-
 /* Prints a path pattern as rank 0's path ("%r" → "0"). */
 static void print_path(const char *label, const char *pattern)
 {
@@ -95,14 +86,18 @@ static void print_path(const char *label, const char *pattern)
 static int run_worker(struct cli_job *job)
 {
     cli_log_init(job->log_level);
-    if (cli_prepare_outputs(job)) return 1;
+    /* the rank this worker will have, where the launcher says so already */
+    const char *rs = getenv("SFB_RANK");
+    unsigned rank = rs && cli_known_world(job, 0) ? (unsigned)strtoul(rs, NULL, 10) : 0;
+    int r = cli_prepare_outputs(job, "worker", rank, rank);
+    if (r) return r;
     struct progress_state ps = {.tty = isatty(STDERR_FILENO), .quiet = job->quiet};
     struct sfb_train_result res;
     int ret = sfb_train_run(&job->train, progress_print, &ps, ps.tty ? 0.25 : 5.0, &res);
     if (ps.open_line) fputc('\n', stderr);
     if (ret) {
         cli_error(ret, "training failed");
-        return 1;
+        return ret == -SFB_EUSAGE ? 2 : 1;
     }
     if (res.rank == 0) {
         printf("trained %s on %s with %u worker%s: %llu clocks, %llu samples/worker in %.1f s\n",
@@ -124,7 +119,6 @@ int cli_worker(int argc, char **argv)
     struct cli_job job;
     int r = cli_parse_job(argc, argv, "worker", 0, &job);
     if (r) return r == 1 ? 0 : r;
-    if ((r = check_available(&job, "worker"))) return r;
     return run_worker(&job);
 }
 
@@ -161,7 +155,8 @@ int cli_run(int argc, char **argv)
     int r = cli_parse_job(argc, copy, "run", 1, &job);
     free(copy);
     if (r) return r == 1 ? 0 : r;
-    if ((r = check_available(&job, "run"))) return r;
+    /* once, here, rather than after P workers have started */
+    if ((r = cli_prepare_outputs(&job, "run", 0, (unsigned)job.nprocs - 1))) return r;
     cli_log_init(job.log_level);
     char self[4096];
     if ((r = sfb_launch_self_path(self, sizeof self))) {
@@ -194,26 +189,38 @@ static void eval_help(FILE *f)
                "  -h, --help             this help\n");
 }
 
+enum { EV_MODEL_FILE = 1, EV_DATA, EV_TEST_DATA, EV_SPLIT, EV_PATCHES, EV_INDEX_BASE, EV_HELP };
+
+static const struct cli_opt eval_opts[] = {
+    {"model-file", 0, 1, EV_MODEL_FILE},
+    {"data", 0, 1, EV_DATA},
+    {"test-data", 0, 1, EV_TEST_DATA},
+    {"split", 0, 1, EV_SPLIT},
+    {"patches", 0, 1, EV_PATCHES},
+    {"index-base", 0, 1, EV_INDEX_BASE},
+    {"help", 'h', 0, EV_HELP},
+    {0, 0, 0, 0},
+};
+
 int cli_eval(int argc, char **argv)
 {
     const char *model_file = NULL, *data = NULL, *test_data = NULL, *split = NULL;
     const char *patches = NULL;
     struct sfb_libsvm_settings ls;
     sfb_libsvm_default_settings(&ls);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **dst = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            eval_help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--model-file")) dst = &model_file;
-        else if (!strcmp(a, "--data")) dst = &data;
-        else if (!strcmp(a, "--test-data")) dst = &test_data;
-        else if (!strcmp(a, "--split")) dst = &split;
-        else if (!strcmp(a, "--patches")) dst = &patches;
-        else if (!strcmp(a, "--index-base")) {
-            if (i + 1 >= argc) goto missing;
-            const char *v = argv[++i];
+    struct cli_optparse op;
+    cli_opt_init(&op, argc, argv, "eval");
+    int c;
+    while ((c = cli_opt_next(&op, eval_opts)) > 0) {
+        const char *v = op.arg;
+        switch (c) {
+        case EV_HELP: eval_help(stdout); return 0;
+        case EV_MODEL_FILE: model_file = v; break;
+        case EV_DATA: data = v; break;
+        case EV_TEST_DATA: test_data = v; break;
+        case EV_SPLIT: split = v; break;
+        case EV_PATCHES: patches = v; break;
+        case EV_INDEX_BASE:
             if (!strcmp(v, "auto")) ls.index_base = SFB_INDEX_AUTO;
             else if (!strcmp(v, "0")) ls.index_base = SFB_INDEX_0;
             else if (!strcmp(v, "1")) ls.index_base = SFB_INDEX_1;
@@ -221,14 +228,10 @@ int cli_eval(int argc, char **argv)
                 fprintf(stderr, "sfb eval: --index-base: \"%s\" is not auto, 0 or 1\n", v);
                 return 2;
             }
-            continue;
-        } else {
-            fprintf(stderr, "sfb eval: unknown option \"%s\" (see sfb eval --help)\n", a);
-            return 2;
+            break;
         }
-        if (i + 1 >= argc) goto missing;
-        *dst = argv[++i];
     }
+    if (c == CLI_OPT_ERR) return 2;
     if (!model_file || !data) {
         fprintf(stderr, "sfb eval: --model-file and --data are required (see sfb eval --help)\n");
         return 2;
@@ -301,8 +304,14 @@ int cli_eval(int argc, char **argv)
     }
     printf("model %s (%s, %u features, %u classes, clock %lld)\n", model_file, ms->kind, ms->d,
            ms->k, (long long)clock);
-    printf("%s split: %llu samples  loss %.6f", use_test ? "test" : "train",
-           (unsigned long long)ev.n, ev.loss);
+    /* Name what was evaluated: a data set given as one file has no split. */
+    if (use_test && test_data)
+        printf("%s: %llu samples  loss %.6f", test_data, (unsigned long long)ev.n, ev.loss);
+    else if (use_test || test.n > 0)
+        printf("%s split of %s: %llu samples  loss %.6f", use_test ? "test" : "train", data,
+               (unsigned long long)ev.n, ev.loss);
+    else
+        printf("%s: %llu samples  loss %.6f", data, (unsigned long long)ev.n, ev.loss);
     if (isfinite(ev.accuracy)) printf("  accuracy %.2f%%", 100 * ev.accuracy);
     printf("\n");
     if (isfinite(ev.knn_accuracy))
@@ -320,7 +329,4 @@ out:
     sfb_dataset_free(&test);
     sfb_model_close(&m);
     return ret;
-missing:
-    fprintf(stderr, "sfb eval: %s needs a value\n", argv[argc - 1]);
-    return 2;
 }

@@ -1,8 +1,8 @@
 /* Option parsing shared by `sfb run` and `sfb worker`. */
 #include "src/cli/cli.h"
+#include "src/cli/opt.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -21,54 +21,54 @@ enum {
     OPT_CHECKPOINT_DIR,
 };
 
-static const struct option long_opts[] = {
-    {"nprocs", required_argument, 0, 'n'},
-    {"model", required_argument, 0, OPT_MODEL},
-    {"data", required_argument, 0, OPT_DATA},
-    {"test-data", required_argument, 0, OPT_TEST_DATA},
-    {"index-base", required_argument, 0, OPT_INDEX_BASE},
-    {"data-layout", required_argument, 0, OPT_DATA_LAYOUT},
-    {"dim", required_argument, 0, OPT_DIM},
-    {"classes", required_argument, 0, OPT_CLASSES},
-    {"batch", required_argument, 0, OPT_BATCH},
-    {"epochs", required_argument, 0, OPT_EPOCHS},
-    {"clocks", required_argument, 0, OPT_CLOCKS},
-    {"lr", required_argument, 0, OPT_LR},
-    {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
-    {"lr-period", required_argument, 0, OPT_LR_PERIOD},
-    {"lr-decay", required_argument, 0, OPT_LR_DECAY},
-    {"lambda", required_argument, 0, OPT_LAMBDA},
-    {"rank", required_argument, 0, OPT_RANK},
-    {"knn-k", required_argument, 0, OPT_KNN_K},
-    {"dict-size", required_argument, 0, OPT_DICT_SIZE},
-    {"code-steps", required_argument, 0, OPT_CODE_STEPS},
-    {"simi-pairs", required_argument, 0, OPT_SIMI_PAIRS},
-    {"diff-pairs", required_argument, 0, OPT_DIFF_PAIRS},
-    {"patches", required_argument, 0, OPT_PATCHES},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"threads", required_argument, 0, OPT_THREADS},
-    {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
-    {"out-dir", required_argument, 0, OPT_OUT_DIR},
-    {"model-out", required_argument, 0, OPT_MODEL_OUT},
-    {"metrics-out", required_argument, 0, OPT_METRICS_OUT},
-    {"sync", required_argument, 0, OPT_SYNC},
-    {"staleness", required_argument, 0, OPT_STALENESS},
-    {"topology", required_argument, 0, OPT_TOPOLOGY},
-    {"degree", required_argument, 0, OPT_DEGREE},
-    {"flush", required_argument, 0, OPT_FLUSH},
-    {"provider", required_argument, 0, OPT_PROVIDER},
-    {"apply-early", required_argument, 0, OPT_APPLY_EARLY},
-    {"peer-timeout", required_argument, 0, OPT_PEER_TIMEOUT},
-    {"debug-delay-ms", required_argument, 0, OPT_DEBUG_DELAY},
-    {"debug-slow-rank", required_argument, 0, OPT_DEBUG_SLOW_RANK},
-    {"debug-slow-factor", required_argument, 0, OPT_DEBUG_SLOW_FACTOR},
-    {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
-    {"resume", required_argument, 0, OPT_RESUME},
-    {"checkpoint-dir", required_argument, 0, OPT_CHECKPOINT_DIR},
-    {"log-level", required_argument, 0, OPT_LOG_LEVEL},
-    {"quiet", no_argument, 0, 'q'},
-    {"verbose", no_argument, 0, 'v'},
-    {"help", no_argument, 0, 'h'},
+static const struct cli_opt job_opts[] = {
+    {"nprocs", 'n', 1, 'n'},
+    {"model", 0, 1, OPT_MODEL},
+    {"data", 0, 1, OPT_DATA},
+    {"test-data", 0, 1, OPT_TEST_DATA},
+    {"index-base", 0, 1, OPT_INDEX_BASE},
+    {"data-layout", 0, 1, OPT_DATA_LAYOUT},
+    {"dim", 0, 1, OPT_DIM},
+    {"classes", 0, 1, OPT_CLASSES},
+    {"batch", 0, 1, OPT_BATCH},
+    {"epochs", 0, 1, OPT_EPOCHS},
+    {"clocks", 0, 1, OPT_CLOCKS},
+    {"lr", 0, 1, OPT_LR},
+    {"lr-schedule", 0, 1, OPT_LR_SCHEDULE},
+    {"lr-period", 0, 1, OPT_LR_PERIOD},
+    {"lr-decay", 0, 1, OPT_LR_DECAY},
+    {"lambda", 0, 1, OPT_LAMBDA},
+    {"rank", 0, 1, OPT_RANK},
+    {"knn-k", 0, 1, OPT_KNN_K},
+    {"dict-size", 0, 1, OPT_DICT_SIZE},
+    {"code-steps", 0, 1, OPT_CODE_STEPS},
+    {"simi-pairs", 0, 1, OPT_SIMI_PAIRS},
+    {"diff-pairs", 0, 1, OPT_DIFF_PAIRS},
+    {"patches", 0, 1, OPT_PATCHES},
+    {"seed", 0, 1, OPT_SEED},
+    {"threads", 0, 1, OPT_THREADS},
+    {"eval-every", 0, 1, OPT_EVAL_EVERY},
+    {"out-dir", 0, 1, OPT_OUT_DIR},
+    {"model-out", 0, 1, OPT_MODEL_OUT},
+    {"metrics-out", 0, 1, OPT_METRICS_OUT},
+    {"sync", 0, 1, OPT_SYNC},
+    {"staleness", 0, 1, OPT_STALENESS},
+    {"topology", 0, 1, OPT_TOPOLOGY},
+    {"degree", 0, 1, OPT_DEGREE},
+    {"flush", 0, 1, OPT_FLUSH},
+    {"provider", 0, 1, OPT_PROVIDER},
+    {"apply-early", 0, 1, OPT_APPLY_EARLY},
+    {"peer-timeout", 0, 1, OPT_PEER_TIMEOUT},
+    {"debug-delay-ms", 0, 1, OPT_DEBUG_DELAY},
+    {"debug-slow-rank", 0, 1, OPT_DEBUG_SLOW_RANK},
+    {"debug-slow-factor", 0, 1, OPT_DEBUG_SLOW_FACTOR},
+    {"checkpoint-every", 0, 1, OPT_CHECKPOINT_EVERY},
+    {"resume", 0, 1, OPT_RESUME},
+    {"checkpoint-dir", 0, 1, OPT_CHECKPOINT_DIR},
+    {"log-level", 0, 1, OPT_LOG_LEVEL},
+    {"quiet", 'q', 0, 'q'},
+    {"verbose", 'v', 0, 'v'},
+    {"help", 'h', 0, 'h'},
     {0, 0, 0, 0},
 };
 
@@ -84,7 +84,7 @@ static void job_help(FILE *f, const char *cmd, int with_n)
                    "One worker of a job. Started by a launcher: `mpirun -n P sfb worker ...`,\n"
                    "`srun --mpi=pmix sfb worker ...`, or with SFB_RANK, SFB_WORLD_SIZE,\n"
                    "SFB_RENDEZVOUS=host:port and SFB_JOB_KEY set (see README). Without any\n"
-                   "of these it runs as a job of one worker.\n\n");
+                   "of these it runs as a job of one worker, with a warning that says so.\n\n");
     fprintf(f,
             "model and data:\n"
             "  --model NAME           model: %s (default mlr)\n"
@@ -135,8 +135,8 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "outputs:\n"
             "  --out-dir DIR          model and metrics directory (default sfb-out)\n"
             "  --model-out FILE       model file (default DIR/model.sfb)\n"
-            "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank\n"
-            "                         (default DIR/metrics.%%r.jsonl)\n"
+            "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank (required with\n"
+            "                         more than one worker; default DIR/metrics.%%r.jsonl)\n"
             "checkpoints:\n"
             "  --checkpoint-every N   every N clocks each worker writes a checkpoint\n"
             "                         (all drained to the same clock, files checksummed)\n"
@@ -147,7 +147,9 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  -q, --quiet            no progress output\n"
             "  -v, --verbose          debug logging (same as --log-level debug)\n"
             "  --log-level LEVEL      error | warn | info | debug (default info)\n"
-            "  -h, --help             this help\n",
+            "  -h, --help             this help\n"
+            "Options are matched by their full names only. Output directories are\n"
+            "checked writable before training starts.\n",
             sfb_model_names());
     (void)cmd;
 }
@@ -202,23 +204,16 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     job->topology = "full";
     job->log_level = SFB_LOG_INFO;
     struct sfb_train_settings *t = &job->train;
-    int have_epochs = 0, have_clocks = 0, have_degree = 0, have_flush = 0;
+    int have_epochs = 0, have_clocks = 0, have_flush = 0;
     uint64_t u;
     long l;
     double d;
 
-    /* 0, not 1: glibc then resets all of getopt's state. With 1 it would
-     * resume a short-option cluster that an earlier call left half-read
-     * ("-hq" returns at 'h'), reading the previous argv (fuzz_cli found it). */
-    optind = 0;
-    opterr = 0;
+    struct cli_optparse p;
+    cli_opt_init(&p, argc, argv, cmd);
     int c;
-    while ((c = getopt_long(argc, argv, ":n:qvh", long_opts, NULL)) != -1) {
-        const char *name = NULL;
-        for (const struct option *o = long_opts; o->name; o++)
-            if (o->val == c) name = o->name;
-        char optname[64];
-        snprintf(optname, sizeof optname, "--%s", name ? name : "?");
+    while ((c = cli_opt_next(&p, job_opts)) > 0) {
+        const char *v = p.arg;
         switch (c) {
         case 'n':
             if (!with_n) {
@@ -226,73 +221,73 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
                                 "world size of `sfb worker`\n", cmd);
                 return 2;
             }
-            if (parse_u64(optarg, 1, 4096, &u)) return bad(cmd, "-n", optarg, "an integer in 1..4096");
+            if (parse_u64(v, 1, 4096, &u)) return bad(cmd, "-n", v, "an integer in 1..4096");
             job->nprocs = (int)u;
             break;
         case OPT_MODEL:
-            if (!sfb_model_find(optarg)) {
+            if (!sfb_model_find(v)) {
                 fprintf(stderr, "sfb %s: --model: unknown model \"%s\" (known: %s)\n", cmd,
-                        optarg, sfb_model_names());
+                        v, sfb_model_names());
                 return 2;
             }
-            t->model = optarg;
+            t->model = v;
             break;
-        case OPT_DATA: t->data = optarg; break;
-        case OPT_TEST_DATA: t->test_data = optarg; break;
+        case OPT_DATA: t->data = v; break;
+        case OPT_TEST_DATA: t->test_data = v; break;
         case OPT_INDEX_BASE:
-            if (!strcmp(optarg, "auto")) t->libsvm.index_base = SFB_INDEX_AUTO;
-            else if (!strcmp(optarg, "0")) t->libsvm.index_base = SFB_INDEX_0;
-            else if (!strcmp(optarg, "1")) t->libsvm.index_base = SFB_INDEX_1;
-            else return bad(cmd, optname, optarg, "auto, 0 or 1");
+            if (!strcmp(v, "auto")) t->libsvm.index_base = SFB_INDEX_AUTO;
+            else if (!strcmp(v, "0")) t->libsvm.index_base = SFB_INDEX_0;
+            else if (!strcmp(v, "1")) t->libsvm.index_base = SFB_INDEX_1;
+            else return bad(cmd, p.spelled, v, "auto, 0 or 1");
             break;
         case OPT_DATA_LAYOUT:
-            if (!strcmp(optarg, "auto")) t->layout = SFB_LAYOUT_AUTO;
-            else if (!strcmp(optarg, "dense")) t->layout = SFB_LAYOUT_DENSE;
-            else if (!strcmp(optarg, "sparse")) t->layout = SFB_LAYOUT_SPARSE;
-            else return bad(cmd, optname, optarg, "auto, dense or sparse");
+            if (!strcmp(v, "auto")) t->layout = SFB_LAYOUT_AUTO;
+            else if (!strcmp(v, "dense")) t->layout = SFB_LAYOUT_DENSE;
+            else if (!strcmp(v, "sparse")) t->layout = SFB_LAYOUT_SPARSE;
+            else return bad(cmd, p.spelled, v, "auto, dense or sparse");
             break;
         case OPT_DIM:
-            if (parse_u64(optarg, 1, UINT32_MAX - 1, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            if (parse_u64(v, 1, UINT32_MAX - 1, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->libsvm.dim = (uint32_t)u;
             break;
         case OPT_CLASSES:
-            if (parse_u64(optarg, 2, 1u << 24, &u)) return bad(cmd, optname, optarg, "an integer >= 2");
+            if (parse_u64(v, 2, 1u << 24, &u)) return bad(cmd, p.spelled, v, "an integer >= 2");
             t->libsvm.classes = (uint32_t)u;
             break;
         case OPT_BATCH:
-            if (parse_u64(optarg, 1, 1u << 20, &u)) return bad(cmd, optname, optarg, "an integer in 1..1048576");
+            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1048576");
             t->batch = (uint32_t)u;
             break;
         case OPT_EPOCHS:
-            if (parse_u64(optarg, 1, 1u << 20, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->epochs = (uint32_t)u;
             have_epochs = 1;
             break;
         case OPT_CLOCKS:
-            if (parse_u64(optarg, 1, UINT64_MAX >> 2, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->clocks = u;
             have_clocks = 1;
             break;
         case OPT_LR:
-            if (parse_double(optarg, &d) || !(d > 0)) return bad(cmd, optname, optarg, "a positive number");
+            if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number");
             t->lr = d;
             break;
         case OPT_LR_SCHEDULE:
-            if (!strcmp(optarg, "constant")) t->lr_schedule = SFB_LR_CONSTANT;
-            else if (!strcmp(optarg, "invsqrt")) t->lr_schedule = SFB_LR_INVSQRT;
-            else if (!strcmp(optarg, "step")) t->lr_schedule = SFB_LR_STEP;
-            else return bad(cmd, optname, optarg, "constant, invsqrt or step");
+            if (!strcmp(v, "constant")) t->lr_schedule = SFB_LR_CONSTANT;
+            else if (!strcmp(v, "invsqrt")) t->lr_schedule = SFB_LR_INVSQRT;
+            else if (!strcmp(v, "step")) t->lr_schedule = SFB_LR_STEP;
+            else return bad(cmd, p.spelled, v, "constant, invsqrt or step");
             break;
         case OPT_LR_PERIOD:
-            if (parse_u64(optarg, 1, UINT64_MAX >> 2, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->lr_period = u;
             break;
         case OPT_LR_DECAY:
-            if (parse_double(optarg, &d) || !(d > 0 && d <= 1)) return bad(cmd, optname, optarg, "a number in (0, 1]");
+            if (parse_double(v, &d) || !(d > 0 && d <= 1)) return bad(cmd, p.spelled, v, "a number in (0, 1]");
             t->lr_decay = d;
             break;
         case OPT_LAMBDA:
-            if (parse_double(optarg, &d) || d < 0) return bad(cmd, optname, optarg, "a number >= 0");
+            if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
             t->lambda = d;
             break;
         case OPT_RANK:
@@ -300,171 +295,128 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         case OPT_DICT_SIZE:
         case OPT_CODE_STEPS:
         case OPT_PATCHES:
-            if (parse_u64(optarg, 1, 1u << 20, &u)) return bad(cmd, optname, optarg, "a positive integer");
+            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             if (c == OPT_RANK) t->rank = (uint32_t)u;
             else if (c == OPT_KNN_K) t->knn_k = (uint32_t)u;
             else if (c == OPT_DICT_SIZE) t->dict_size = (uint32_t)u;
             else if (c == OPT_CODE_STEPS) t->code_steps = (uint32_t)u;
             else t->patch = (uint32_t)u;
             break;
-        case OPT_SIMI_PAIRS: t->simi_pairs = optarg; break;
-        case OPT_DIFF_PAIRS: t->diff_pairs = optarg; break;
+        case OPT_SIMI_PAIRS: t->simi_pairs = v; break;
+        case OPT_DIFF_PAIRS: t->diff_pairs = v; break;
         case OPT_SEED:
-            if (parse_u64(optarg, 0, UINT64_MAX, &u)) return bad(cmd, optname, optarg, "a non-negative integer");
+            if (parse_u64(v, 0, UINT64_MAX, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
             t->seed = u;
             break;
         case OPT_THREADS:
-            if (parse_u64(optarg, 1, 1024, &u)) return bad(cmd, optname, optarg, "an integer in 1..1024");
+            if (parse_u64(v, 1, 1024, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1024");
             t->threads = (int)u;
             break;
         case OPT_EVAL_EVERY:
-            if (parse_u64(optarg, 0, 1u << 20, &u)) return bad(cmd, optname, optarg, "a non-negative integer");
+            if (parse_u64(v, 0, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
             t->eval_every = (uint32_t)u;
             break;
-        case OPT_OUT_DIR: job->out_dir = optarg; break;
-        case OPT_MODEL_OUT: t->model_out = optarg; break;
-        case OPT_METRICS_OUT: t->metrics_out = optarg; break;
+        case OPT_OUT_DIR: job->out_dir = v; break;
+        case OPT_MODEL_OUT: t->model_out = v; break;
+        case OPT_METRICS_OUT: t->metrics_out = v; break;
         case OPT_SYNC:
-            if (strcmp(optarg, "sfb") && strcmp(optarg, "fms")) return bad(cmd, optname, optarg, "sfb or fms");
-            job->sync = optarg;
-            t->sync = optarg;
+            if (strcmp(v, "sfb") && strcmp(v, "fms")) return bad(cmd, p.spelled, v, "sfb or fms");
+            job->sync = v;
+            t->sync = v;
             break;
         case OPT_STALENESS:
-            if (parse_long(optarg, -1, 1000000, &l)) return bad(cmd, optname, optarg, "an integer >= -1");
+            if (parse_long(v, -1, 1000000, &l)) return bad(cmd, p.spelled, v, "an integer >= -1");
             job->staleness = l;
             t->staleness = l;
             break;
         case OPT_TOPOLOGY:
-            if (strcmp(optarg, "full") && strcmp(optarg, "halton") && strcmp(optarg, "halton-classic"))
-                return bad(cmd, optname, optarg, "full, halton or halton-classic");
-            job->topology = optarg;
-            t->topology = optarg;
+            if (strcmp(v, "full") && strcmp(v, "halton") && strcmp(v, "halton-classic"))
+                return bad(cmd, p.spelled, v, "full, halton or halton-classic");
+            job->topology = v;
+            t->topology = v;
             break;
         case OPT_DEGREE:
-            if (parse_u64(optarg, 1, 64, &u)) return bad(cmd, optname, optarg, "an integer in 1..64");
+            if (parse_u64(v, 1, 64, &u)) return bad(cmd, p.spelled, v, "an integer in 1..64");
             job->degree = (int)u;
             t->degree = (uint32_t)u;
-            have_degree = 1;
             break;
         case OPT_FLUSH:
-            if (strcmp(optarg, "eager") && strcmp(optarg, "clock")) return bad(cmd, optname, optarg, "eager or clock");
-            t->flush_clock = strcmp(optarg, "clock") == 0;
+            if (strcmp(v, "eager") && strcmp(v, "clock")) return bad(cmd, p.spelled, v, "eager or clock");
+            t->flush_clock = strcmp(v, "clock") == 0;
             have_flush = 1;
             break;
-        case OPT_PROVIDER: job->provider = optarg; t->provider = optarg; break;
+        case OPT_PROVIDER: job->provider = v; t->provider = v; break;
         case OPT_APPLY_EARLY:
-            if (!strcmp(optarg, "auto")) t->apply_early = -1;
-            else if (!strcmp(optarg, "on")) t->apply_early = 1;
-            else if (!strcmp(optarg, "off")) t->apply_early = 0;
-            else return bad(cmd, optname, optarg, "auto, on or off");
+            if (!strcmp(v, "auto")) t->apply_early = -1;
+            else if (!strcmp(v, "on")) t->apply_early = 1;
+            else if (!strcmp(v, "off")) t->apply_early = 0;
+            else return bad(cmd, p.spelled, v, "auto, on or off");
             break;
         case OPT_PEER_TIMEOUT:
-            if (parse_double(optarg, &d) || !(d > 0)) return bad(cmd, optname, optarg, "a positive number of seconds");
+            if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number of seconds");
             t->peer_timeout = d;
             break;
         case OPT_DEBUG_DELAY:
-            if (parse_double(optarg, &d) || d < 0) return bad(cmd, optname, optarg, "a number >= 0");
+            if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
             t->debug_delay_ms = d;
             break;
         case OPT_DEBUG_SLOW_RANK:
-            if (parse_long(optarg, 0, 1 << 24, &l)) return bad(cmd, optname, optarg, "a rank");
+            if (parse_long(v, 0, 1 << 24, &l)) return bad(cmd, p.spelled, v, "a rank");
             t->debug_slow_rank = (int)l;
             break;
         case OPT_DEBUG_SLOW_FACTOR:
-            if (parse_double(optarg, &d) || d < 1) return bad(cmd, optname, optarg, "a number >= 1");
+            if (parse_double(v, &d) || d < 1) return bad(cmd, p.spelled, v, "a number >= 1");
             t->debug_slow_factor = d;
             break;
         case OPT_CHECKPOINT_EVERY:
-            if (parse_u64(optarg, 1, UINT64_MAX >> 2, &u)) return bad(cmd, optname, optarg, "a positive number of clocks");
+            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive number of clocks");
             t->checkpoint_every = u;
             break;
         case OPT_CHECKPOINT_DIR:
-            if (!*optarg) return bad(cmd, optname, optarg, "a directory");
-            t->checkpoint_dir = optarg;
+            if (!*v) return bad(cmd, p.spelled, v, "a directory");
+            t->checkpoint_dir = v;
             break;
         case OPT_RESUME:
-            if (!*optarg) return bad(cmd, optname, optarg, "a directory");
-            t->resume_dir = optarg;
+            if (!*v) return bad(cmd, p.spelled, v, "a directory");
+            t->resume_dir = v;
             break;
         case OPT_LOG_LEVEL:
-            if (!strcmp(optarg, "error")) job->log_level = SFB_LOG_ERROR;
-            else if (!strcmp(optarg, "warn")) job->log_level = SFB_LOG_WARN;
-            else if (!strcmp(optarg, "info")) job->log_level = SFB_LOG_INFO;
-            else if (!strcmp(optarg, "debug")) job->log_level = SFB_LOG_DEBUG;
-            else return bad(cmd, optname, optarg, "error, warn, info or debug");
+            if (!strcmp(v, "error")) job->log_level = SFB_LOG_ERROR;
+            else if (!strcmp(v, "warn")) job->log_level = SFB_LOG_WARN;
+            else if (!strcmp(v, "info")) job->log_level = SFB_LOG_INFO;
+            else if (!strcmp(v, "debug")) job->log_level = SFB_LOG_DEBUG;
+            else return bad(cmd, p.spelled, v, "error, warn, info or debug");
             break;
         case 'q': job->quiet = 1; break;
         case 'v': job->log_level = SFB_LOG_DEBUG; break;
         case 'h':
             job_help(stdout, cmd, with_n);
             return 1;
-        case ':':
-            fprintf(stderr, "sfb %s: %s needs a value (see sfb %s --help)\n", cmd,
-                    argv[optind - 1], cmd);
-            return 2;
-        default:
-            fprintf(stderr, "sfb %s: unknown option \"%s\" (see sfb %s --help)\n", cmd,
-                    argv[optind - 1], cmd);
-            return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "sfb %s: unexpected argument \"%s\" (see sfb %s --help)\n", cmd,
-                argv[optind], cmd);
-        return 2;
-    }
+    if (c == CLI_OPT_ERR) return 2;
     if (have_epochs && have_clocks) {
         fprintf(stderr, "sfb %s: --epochs and --clocks contradict each other: give one\n", cmd);
         return 2;
     }
-    if (have_degree && !strcmp(job->topology, "full")) {
-        fprintf(stderr, "sfb %s: --degree applies to an overlay; add --topology halton\n", cmd);
-        return 2;
-    }
-    if (t->checkpoint_dir && !t->checkpoint_every) {
-        fprintf(stderr, "sfb %s: --checkpoint-dir needs --checkpoint-every N\n", cmd);
-        return 2;
-    }
+    /* --flush eager given explicitly: the settings cannot tell it from the default */
     if (have_flush && !strcmp(job->topology, "full")) {
         fprintf(stderr, "sfb %s: --flush applies to an overlay; add --topology halton\n", cmd);
         return 2;
     }
-    return 0;
+    uint32_t world = cli_known_world(job, with_n);
+    if (sfb_train_check_settings(t, world)) {
+        fprintf(stderr, "sfb %s: %s\n", cmd, sfb_last_error());
+        return 2;
+    }
+    return cli_paths_build(job, cmd, world);
 }
 
-static int mkdir_p(const char *dir)
+uint32_t cli_known_world(const struct cli_job *job, int with_n)
 {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
-    return 0;
-}
-
-int cli_prepare_outputs(struct cli_job *job)
-{
-    struct sfb_train_settings *t = &job->train;
-    if (!t->model_out || !t->metrics_out) {
-        int r = mkdir_p(job->out_dir);
-        if (r) {
-            fprintf(stderr, "sfb: cannot create output directory %s: %s\n", job->out_dir,
-                    strerror(-r));
-            return 1;
-        }
-    }
-    if (!t->model_out) {
-        snprintf(job->model_out_buf, sizeof job->model_out_buf, "%s/model.sfb", job->out_dir);
-        t->model_out = job->model_out_buf;
-    }
-    if (!t->metrics_out) {
-        snprintf(job->metrics_out_buf, sizeof job->metrics_out_buf, "%s/metrics.%%r.jsonl",
-                 job->out_dir);
-        t->metrics_out = job->metrics_out_buf;
-    }
+    if (with_n) return (uint32_t)job->nprocs;
+    const char *rank = getenv("SFB_RANK"), *size = getenv("SFB_WORLD_SIZE");
+    uint64_t u;
+    if (rank && size && !parse_u64(size, 1, UINT32_MAX, &u)) return (uint32_t)u;
     return 0;
 }

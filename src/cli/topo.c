@@ -2,6 +2,7 @@
  * dissemination time of full / halton / halton-classic, side by side. Uses
  * only the public API, i.e. the same routing code the runtime uses. */
 #include "src/cli/topo.h"
+#include "src/cli/opt.h"
 
 #include "sfb/sfb.h"
 
@@ -93,42 +94,47 @@ static int parse_double(const char *s, double *out)
     return 0;
 }
 
+enum { T_NODES = 1, T_TOPOLOGY, T_DEGREE, T_SF_BYTES, T_SF, T_BUNDLE_HEADER, T_LINK_GBPS,
+       T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP };
+
+static const struct cli_opt topo_opts[] = {
+    {"nodes", 0, 1, T_NODES},
+    {"topology", 0, 1, T_TOPOLOGY},
+    {"degree", 0, 1, T_DEGREE},
+    {"sf-bytes", 0, 1, T_SF_BYTES},
+    {"sf", 0, 1, T_SF},
+    {"bundle-header", 0, 1, T_BUNDLE_HEADER},
+    {"link-gbps", 0, 1, T_LINK_GBPS},
+    {"latency-us", 0, 1, T_LATENCY},
+    {"msg-overhead-us", 0, 1, T_OVERHEAD},
+    {"flush", 0, 1, T_FLUSH},
+    {"offsets", 0, 0, T_OFFSETS},
+    {"json", 0, 0, T_JSON},
+    {"help", 'h', 0, T_HELP},
+    {0, 0, 0, 0},
+};
+
 static int parse(int argc, char **argv, struct opts *o)
 {
     memset(o, 0, sizeof *o);
     sfb_topo_sim_default_settings(&o->sim);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = NULL;
-        char name[32];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    struct cli_optparse p;
+    cli_opt_init(&p, argc, argv, "topo");
+    int c;
+    while ((c = cli_opt_next(&p, topo_opts)) > 0) {
+        const char *val = p.arg;
+        if (c == T_HELP) {
             fputs(usage, stdout);
             return 1;
         }
-        if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name) return bad("unknown option '%s'%s", a, "");
-        memcpy(name, a, len);
-        name[len] = '\0';
-        int flag = strcmp(name, "--json") == 0 || strcmp(name, "--offsets") == 0;
-        if (flag) {
-            if (eq) return bad("option %s takes no value%s", name, "");
-            if (name[2] == 'j') o->json = 1;
+        if (c == T_JSON || c == T_OFFSETS) {
+            if (c == T_JSON) o->json = 1;
             else o->offsets = 1;
             continue;
         }
-        static const char *const valued[] = {"--nodes", "--topology", "--degree", "--sf-bytes",
-                                             "--sf", "--bundle-header", "--link-gbps",
-                                             "--latency-us", "--msg-overhead-us", "--flush"};
-        int is_valued = 0;
-        for (size_t v = 0; v < sizeof valued / sizeof valued[0]; v++)
-            is_valued |= strcmp(name, valued[v]) == 0;
-        if (!is_valued) return bad("unknown option '%s'%s", name, "");
-        val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!val) return bad("option %s needs a value%s", name, "");
         uint64_t u;
         double d;
-        if (strcmp(name, "--nodes") == 0) {
+        if (c == T_NODES) {
             char buf[1024];
             if (strlen(val) >= sizeof buf) return bad("--nodes: list too long%s%s", "", "");
             snprintf(buf, sizeof buf, "%s", val);
@@ -140,7 +146,7 @@ static int parse(int argc, char **argv, struct opts *o)
                 o->nodes[o->n_nodes++] = (uint32_t)u;
             }
             if (o->n_nodes == 0) return bad("--nodes: empty list%s%s", "", "");
-        } else if (strcmp(name, "--topology") == 0) {
+        } else if (c == T_TOPOLOGY) {
             if (strlen(val) >= sizeof o->topo_buf) return bad("--topology: list too long%s%s", "", "");
             snprintf(o->topo_buf, sizeof o->topo_buf, "%s", val);
             o->n_topo = 0;
@@ -155,44 +161,43 @@ static int parse(int argc, char **argv, struct opts *o)
                 o->topo[o->n_topo++] = tok;
             }
             if (o->n_topo == 0) return bad("--topology: empty list%s%s", "", "");
-        } else if (strcmp(name, "--degree") == 0) {
+        } else if (c == T_DEGREE) {
             if (parse_u64(val, SFB_TOPO_MAX_NODES, &u) || u == 0)
                 return bad("--degree: '%s' is not an integer in 1..16777216%s", val, "");
             o->degree = (uint32_t)u;
-        } else if (strcmp(name, "--sf-bytes") == 0) {
+        } else if (c == T_SF_BYTES) {
             if (parse_u64(val, UINT64_C(1) << 40, &u) || u == 0)
                 return bad("--sf-bytes: '%s' is not a byte count in 1..2^40%s", val, "");
             o->sim.sf_bytes = u;
-        } else if (strcmp(name, "--sf") == 0) {
+        } else if (c == T_SF) {
             unsigned long long k, dd, s;
             char tail;
             if (sscanf(val, "%llu,%llu,%llu%c", &k, &dd, &s, &tail) != 3 || !k || !dd || !s ||
                 k > 1ull << 24 || dd > 1ull << 24 || s > 1ull << 16)
                 return bad("--sf: '%s' is not K,D,S (positive; K, D <= 2^24, S <= 65536)%s", val, "");
             o->sim.sf_bytes = 4 * s * (k + dd) + 64;
-        } else if (strcmp(name, "--bundle-header") == 0) {
+        } else if (c == T_BUNDLE_HEADER) {
             if (parse_u64(val, 1 << 20, &u)) return bad("--bundle-header: bad byte count '%s'%s", val, "");
             o->sim.bundle_header = (uint32_t)u;
-        } else if (strcmp(name, "--link-gbps") == 0) {
+        } else if (c == T_LINK_GBPS) {
             if (parse_double(val, &d) || !(d > 0) || d > 1e6)
                 return bad("--link-gbps: '%s' is not a bandwidth in (0, 1e6] Gbit/s%s", val, "");
             o->sim.link_gbps = d;
-        } else if (strcmp(name, "--latency-us") == 0) {
+        } else if (c == T_LATENCY) {
             if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("--latency-us: '%s' is not a latency in [0, 1e9] us%s", val, "");
             o->sim.latency_us = d;
-        } else if (strcmp(name, "--msg-overhead-us") == 0) {
+        } else if (c == T_OVERHEAD) {
             if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("--msg-overhead-us: '%s' is not a time in [0, 1e9] us%s", val, "");
             o->sim.msg_overhead_us = d;
-        } else if (strcmp(name, "--flush") == 0) {
+        } else if (c == T_FLUSH) {
             if (strcmp(val, "eager") == 0) o->sim.flush = SFB_TOPO_FLUSH_EAGER;
             else if (strcmp(val, "clock") == 0) o->sim.flush = SFB_TOPO_FLUSH_CLOCK;
             else return bad("--flush: '%s' is not eager or clock%s", val, "");
-        } else {
-            return bad("unknown option '%s'%s", name, "");
         }
     }
+    if (c == CLI_OPT_ERR) return 2;
     if (o->n_nodes == 0) return bad("missing --nodes%s%s", "", "");
     if (o->n_topo == 0)
         for (size_t r = 0; sfb_topo_registry_name(r) && o->n_topo < MAX_LIST; r++)

@@ -1,16 +1,21 @@
-/* CLI option parser (cli_parse_job, compiled in from src/cli/options.c).
+/* CLI option parser (cli_parse_job, compiled in from src/cli/options.c,
+ * opt.c and paths.c).
  *
  * Input: byte 0 bit 0 = with_n (`sfb run` vs `sfb worker`), then argv
  * elements separated by NUL bytes (at most 64). Every argument string is its
  * own exact-size allocation, freed after the call; each input is parsed
  * twice, so a pointer the parser keeps into a previous call's argv is caught
  * by ASan within one input. On success (0) every
- * field must be inside its documented range; the result is 0, 1 (help) or 2
- * (usage error) and nothing else. */
+ * field must be inside its documented range, the settings must pass
+ * sfb_train_check_settings for the world size the parser knew (so nothing
+ * checkable from the settings alone is left to the workers), the output
+ * paths must be set, fit PATH_MAX and, with P > 1, the metrics path must
+ * hold %r; the result is 0, 1 (help) or 2 (usage error) and nothing else. */
 #include "fuzz.h"
 
 #include "src/cli/cli.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define MAX_ARGS 64
@@ -70,6 +75,12 @@ static void check_job(const struct cli_job *job, int with_n)
     FUZZ_CHECK(t->threads >= 1 && t->threads <= 1024);
     FUZZ_CHECK(t->libsvm.classes == 0 || t->libsvm.classes >= 2);
     FUZZ_CHECK(!t->model || sfb_model_find(t->model));
+    uint32_t world = cli_known_world(job, with_n);
+    FUZZ_CHECK(sfb_train_check_settings(t, world) == 0);
+    FUZZ_CHECK(!t->flush_clock || (t->staleness >= 0 && t->staleness <= 48));
+    FUZZ_CHECK(t->model_out && t->metrics_out);
+    FUZZ_CHECK(strlen(t->model_out) < PATH_MAX && strlen(t->metrics_out) < PATH_MAX);
+    FUZZ_CHECK(world <= 1 || strstr(t->metrics_out, "%r"));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -89,5 +89,103 @@ check dml-eval '[ $rc = 0 ] && [[ "$out" == *"k-NN accuracy: learned metric"* ]]
 run "$SFB" run --rank 0
 check rank-zero '[ $rc = 2 ] && [[ "$out" == *"--rank"* ]]'
 
+# Long options match their exact names only: a misspelling or an
+# abbreviation is a usage error that names the closest option (issue 13).
+run "$SFB" run --stalenes 2 --clocks 1
+check abbrev-run '[ $rc = 2 ] && [[ "$out" == *"unknown option \"--stalenes\"; did you mean --staleness?"* ]]'
+run "$SFB" worker --stal 2
+check abbrev-worker '[ $rc = 2 ] && [[ "$out" == *"did you mean --staleness?"* ]]'
+run "$SFB" run --out-d "$tmp/never"
+check abbrev-out-dir '[ $rc = 2 ] && [[ "$out" == *"did you mean --out-dir?"* ]] && [ ! -e "$tmp/never" ]'
+run "$SFB" eval --model "$tmp/x.sfb" --data synth
+check abbrev-eval '[ $rc = 2 ] && [[ "$out" == *"did you mean --model-file?"* ]]'
+run "$SFB" topo --node 4
+check abbrev-topo '[ $rc = 2 ] && [[ "$out" == *"did you mean --nodes?"* ]]'
+run "$SFB" topo --nodes 4 --jsn
+check typo-topo '[ $rc = 2 ] && [[ "$out" == *"did you mean --json?"* ]]'
+run "$SFB" run --quiet=1
+check flag-with-value '[ $rc = 2 ] && [[ "$out" == *"--quiet takes no value"* ]]'
+run "$SFB" run -- --clocks 1
+check after-dashdash '[ $rc = 2 ] && [[ "$out" == *"unexpected argument \"--clocks\""* ]]'
+
+# Settings that contradict each other are refused when parsed, once, with
+# exit 2, before any worker starts (no "[r]" lines).
+sd="synth:k=3,d=8,n=400,seed=1"
+run timeout 60 "$SFB" run -n 8 --topology halton --flush clock --staleness 0 --data "$sd" --clocks 5 --out-dir "$tmp/never"
+check flush-clock-diameter '[ $rc = 2 ] && [[ "$out" == *"--staleness >= diameter - 1 = 1"* ]] && [ "$(grep -c diameter <<<"$out")" = 1 ] && [[ "$out" != *"[0]"* ]] && [ ! -e "$tmp/never" ]'
+run timeout 60 "$SFB" run -n 8 --topology halton --flush clock --staleness 1 --data "$sd" --clocks 4 --out-dir "$tmp/fc" -q
+check flush-clock-enough '[ $rc = 0 ]'
+run "$SFB" run -n 2 --topology halton --flush clock --staleness -1 --clocks 1
+check flush-clock-async '[ $rc = 2 ] && [[ "$out" == *"bounded staleness"* ]]'
+run "$SFB" worker --topology halton --flush clock --staleness 49 --clocks 1
+check flush-clock-worker '[ $rc = 2 ] && [[ "$out" == *"bounded staleness"* ]]'
+run "$SFB" run -n 2 --sync fms --topology halton --clocks 1
+check fms-overlay '[ $rc = 2 ] && [[ "$out" == *"applies to --sync sfb"* ]]'
+run "$SFB" run --checkpoint-every 5 --topology halton --flush clock --staleness 2 --clocks 10
+check checkpoint-flush-clock '[ $rc = 2 ] && [[ "$out" == *"need --flush eager"* ]]'
+run "$SFB" run -n 2 --debug-slow-rank 2 --clocks 1
+check slow-rank-range '[ $rc = 2 ] && [[ "$out" == *"--debug-slow-rank 2"* ]]'
+
+# A worker outside any launcher says once that it runs alone.
+run env -u SFB_RANK -u SFB_WORLD_SIZE timeout 60 "$SFB" worker --data "$sd" --clocks 2 --out-dir "$tmp/alone" -q
+check worker-alone '[ $rc = 0 ] && [ "$(grep -c "running as a single worker" <<<"$out")" = 1 ]'
+run timeout 60 "$SFB" run -n 1 --data "$sd" --clocks 2 --out-dir "$tmp/alone1" -q
+check run-not-alone '[ $rc = 0 ] && [[ "$out" != *"single worker"* ]]'
+
+# A provider libfabric does not have: said in words, with those it has.
+run timeout 60 "$SFB" run -n 2 --provider nosuchprov --data "$sd" --clocks 2 --out-dir "$tmp/prov" -q
+check provider-missing '[ $rc = 1 ] && [[ "$out" == *"provider \"nosuchprov\" is not available on this host"* ]] && [[ "$out" == *"shm"* ]] && [[ "$out" != *"No data available"* ]]'
+
+# sfb eval names the file it evaluated (a libsvm file has no splits).
+awk 'BEGIN{srand(3); for(i=0;i<300;i++){c=i%3; printf "%d %d:1 %d:%.3f\n", c, c+1, 4, rand()}}' > "$tmp/ev.svm"
+run timeout 60 "$SFB" run -n 1 --data "$tmp/ev.svm" --clocks 20 --out-dir "$tmp/ev" -q
+check eval-file-train '[ $rc = 0 ]'
+run "$SFB" eval --model-file "$tmp/ev/model.sfb" --data "$tmp/ev.svm"
+check eval-file-label '[ $rc = 0 ] && [[ "$out" == *"$tmp/ev.svm: 300 samples"* ]] && [[ "$out" != *"train split"* ]]'
+run "$SFB" eval --model-file "$tmp/ev/model.sfb" --data "$tmp/ev.svm" --test-data "$tmp/ev.svm"
+check eval-test-file-label '[ $rc = 0 ] && [[ "$out" == *"$tmp/ev.svm: 300 samples"* ]]'
+run "$SFB" eval --model-file "$tmp/out/model.sfb" --data "$data"
+check eval-split-label '[ $rc = 0 ] && [[ "$out" == *"test split of $data: "* ]]'
+
+# Output paths (issue 18): checked before the first clock, exit 2 naming
+# the option, nothing written.
+run "$SFB" run -n 2 --data "$sd" --clocks 2 --metrics-out "$tmp/m.jsonl" --out-dir "$tmp/never"
+check metrics-no-r '[ $rc = 2 ] && [[ "$out" == *"--metrics-out"* ]] && [[ "$out" == *"%r"* ]] && [ ! -e "$tmp/m.jsonl" ]'
+run env SFB_RANK=0 SFB_WORLD_SIZE=2 SFB_RENDEZVOUS=127.0.0.1:1 timeout 20 "$SFB" worker --data "$sd" --clocks 2 --metrics-out "$tmp/m.jsonl"
+check metrics-no-r-worker '[ $rc = 2 ] && [[ "$out" == *"all 2 workers"* ]]'
+long="$tmp/$(printf 'd/%.0s' $(seq 2045))"
+run "$SFB" run -n 2 --data "$sd" --clocks 2 --out-dir "$long"
+check long-out-dir '[ $rc = 2 ] && [[ "$out" == *"--out-dir: the "*" path would be "*" bytes long"* ]] && [ ! -e "$tmp/d" ]'
+run "$SFB" run -n 1 --data "$sd" --clocks 2 --metrics-out "$long/m.%r"
+check long-metrics-out '[ $rc = 2 ] && [[ "$out" == *"--metrics-out: the metrics path"* ]]'
+run timeout 60 "$SFB" run -n 2 --data "$sd" --clocks 2 --model-out "$tmp/nodir/model.sfb" --out-dir "$tmp/o-nodir"
+check model-out-no-dir '[ $rc = 2 ] && [[ "$out" == *"--model-out: the directory $tmp/nodir does not exist"* ]] && [[ "$out" != *trained* ]] && [ ! -e "$tmp/o-nodir" ]'
+run "$SFB" run -n 1 --data "$sd" --clocks 2 --metrics-out "$tmp/nodir/m.%r.jsonl" --out-dir "$tmp/o-nodir"
+check metrics-out-no-dir '[ $rc = 2 ] && [[ "$out" == *"--metrics-out: the directory $tmp/nodir does not exist"* ]]'
+# ...but a --model-out inside the --out-dir that sfb creates is fine.
+run timeout 60 "$SFB" run -n 1 --data "$sd" --clocks 2 --out-dir "$tmp/fresh" --model-out "$tmp/fresh/m.sfb" -q
+check model-out-in-out-dir '[ $rc = 0 ] && [ -s "$tmp/fresh/m.sfb" ] && [ -s "$tmp/fresh/metrics.0.jsonl" ]'
+touch "$tmp/afile"
+run "$SFB" run -n 1 --data "$sd" --clocks 4 --checkpoint-every 2 --checkpoint-dir "$tmp/afile/ck" --out-dir "$tmp/o-nodir"
+check checkpoint-dir-under-file '[ $rc = 2 ] && [[ "$out" == *"--checkpoint-dir: $tmp/afile is not a directory"* ]]'
+run "$SFB" run -n 1 --data "$sd" --clocks 2 --out-dir "$tmp/afile"
+check out-dir-is-file '[ $rc = 2 ] && [[ "$out" == *"--out-dir: $tmp/afile is not a directory"* ]]'
+mkdir -p "$tmp/ro"; chmod 500 "$tmp/ro"
+if [ ! -w "$tmp/ro" ]; then  # root may write anywhere
+  run "$SFB" run -n 1 --data "$sd" --clocks 2 --model-out "$tmp/ro/m.sfb" --out-dir "$tmp/o-nodir"
+  check model-out-read-only '[ $rc = 2 ] && [[ "$out" == *"--model-out: cannot write in $tmp/ro"* ]]'
+fi
+chmod 700 "$tmp/ro"
+
+# A FIFO as model file, data or metrics file is refused at once, not
+# waited on forever (timeout's 124 would mean it blocked).
+mkfifo "$tmp/fifo.sfb" "$tmp/fifo.svm" "$tmp/fifo.jsonl"
+run timeout 20 "$SFB" eval --model-file "$tmp/fifo.sfb" --data "$sd"
+check fifo-model '[ $rc = 1 ] && [[ "$out" == *"$tmp/fifo.sfb: not a regular file but a FIFO"* ]]'
+run timeout 30 "$SFB" run -n 1 --data "$tmp/fifo.svm" --clocks 2 --out-dir "$tmp/o-fifo" -q
+check fifo-data '[ $rc = 1 ] && [[ "$out" == *"$tmp/fifo.svm: not a regular file but a FIFO"* ]]'
+run timeout 30 "$SFB" run -n 1 --data "$sd" --clocks 2 --metrics-out "$tmp/fifo.jsonl" -q
+check fifo-metrics '[ $rc = 2 ] && [[ "$out" == *"--metrics-out: $tmp/fifo.jsonl is a FIFO"* ]]'
+
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

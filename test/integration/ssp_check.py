@@ -22,8 +22,8 @@ pubs = {}  # rank -> t_publish by clock
 minapp = {}
 for path in sys.argv[2:]:
     for line in open(path):
-        # events are not needed here (and an sc run's final eval event
-        # carries a bare nan that json rejects: reported to src/train.c)
+        # only the per-clock lines are needed here (events, such as eval,
+        # are valid JSON too: a value that is not a number is written null)
         if line.startswith('{"event"'):
             continue
         r = json.loads(line)

@@ -244,8 +244,38 @@ static int fashion_mnist(void)
     return 0;
 }
 
+/* A FIFO given as data (train file, test file, IDX images file) is refused
+ * at once, naming the path; it used to block in open() for a writer that
+ * never comes. alarm() turns a hang into a failure. */
+static int fifo_refused(void)
+{
+    const char *svm = tu_path("fifo.svm"), *idx = tu_path("fifo-images-idx3-ubyte");
+    const char *good = tu_write("good.svm", "0 1:1\n1 2:1\n0 1:0.5\n1 2:0.5\n", 28, 0);
+    ASSERT(good);
+    ASSERT_EQ(mkfifo(svm, 0600), 0);
+    ASSERT_EQ(mkfifo(idx, 0600), 0);
+    alarm(20);
+    struct sfb_dataset tr, te;
+    const char *names[] = {svm, idx};
+    for (int i = 0; i < 2; i++) {
+        int r = sfb_data_load(names[i], NULL, NULL, &tr, &te);
+        ASSERT(r < 0);
+        ASSERT_STR_CONTAINS(sfb_last_error(), names[i]);
+        ASSERT_STR_CONTAINS(sfb_last_error(), "not a regular file but a FIFO");
+        ASSERT(zeroed(&tr) && zeroed(&te));
+    }
+    ASSERT(sfb_data_load(good, svm, NULL, &tr, &te) < 0);
+    ASSERT_STR_CONTAINS(sfb_last_error(), svm);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "FIFO");
+    /* a directory given as a libsvm file: named too */
+    ASSERT_EQ(sfb_data_load(good, "/", NULL, &tr, &te), -EISDIR);
+    alarm(0);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"bad_names", bad_names},
+    {"fifo_refused", fifo_refused},
     {"synth", synth},
     {"libsvm_with_test", libsvm_with_test},
     {"test_inherits_base", test_inherits_base},

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -236,6 +237,25 @@ static int test_reads_version_1(void)
     return 0;
 }
 
+/* A FIFO as the model file is refused at once, naming it (it used to block
+ * in open() waiting for a writer); a directory too. */
+static int test_not_regular(void)
+{
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.sfb", dir);
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    struct sfb_model *l = NULL;
+    ASSERT(sfb_model_load(&l, fifo, NULL) < 0);
+    alarm(0);
+    ASSERT(l == NULL);
+    ASSERT_STR_CONTAINS(sfb_last_error(), fifo);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "not a regular file but a FIFO");
+    ASSERT_EQ(sfb_model_load(&l, dir, NULL), -EISDIR);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "a directory");
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"round_trip_v2_settings", test_round_trip_v2_settings},
     {"reads_version_1", test_reads_version_1},
@@ -243,6 +263,7 @@ static const struct test_case tests[] = {
     {"flipped_bytes", test_flipped_bytes},
     {"truncated", test_truncated},
     {"save_is_atomic", test_save_is_atomic},
+    {"not_regular", test_not_regular},
 };
 
 int main(int argc, char **argv)

@@ -80,7 +80,7 @@ static int open_diam(const char *name, uint32_t P, uint32_t Q, uint32_t *d)
     return 0;
 }
 
-/* The numbers DESIGN.md states. */
+/* The numbers docs/design.md states. */
 static int test_design_numbers(void)
 {
     uint32_t d;
