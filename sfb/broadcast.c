@@ -291,6 +291,7 @@ static void bc_report(void *priv, struct sfb__sync_report *rep)
 {
     struct bcast *b = priv;
     memset(rep, 0, sizeof *rep);
+    rep->relays = 1;
     rep->per_origin = b->from;
     if (!b->relay) return;
     struct sfb__relay_stats st;

@@ -105,9 +105,13 @@ static int run_worker(struct cli_job *job)
         return 1;
     }
     if (res.rank == 0) {
-        printf("trained %s on %s with %u worker%s: %llu clocks, %llu samples/worker in %.1f s\n",
-               job->train.model, job->train.data, res.world, res.world == 1 ? "" : "s",
-               (unsigned long long)res.clocks, (unsigned long long)res.samples, res.wall);
+        printf("trained %s on %s with %u worker%s: %llu clocks", job->train.model,
+               job->train.data, res.world, res.world == 1 ? "" : "s",
+               (unsigned long long)res.clocks);
+        if (res.start_clock)
+            printf(" (resumed at clock %llu, now at %llu)", (unsigned long long)res.start_clock,
+                   (unsigned long long)(res.start_clock + res.clocks));
+        printf(", %llu samples/worker in %.1f s\n", (unsigned long long)res.samples, res.wall);
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);

@@ -13,6 +13,9 @@
 #            file of a rank corrupted: a clear error, non-zero exit.
 #   exact    BSP, 2 workers: resumed runs end bit-identical to uninterrupted
 #            ones (mlr over SFB and FMS, dml). Needs MODEL_DIFF as 3rd arg.
+#   metrics  a resumed run's final line, summary (clocks, bytes per clock)
+#            and epochs describe the clocks it computed; both engines count
+#            their data messages (FMS: pushes and sums).
 #   config   resuming with other settings (lr, -n) is refused naming the
 #            field, the same message on every rank (-n: 20 tries); a fresh
 #            run refuses a directory holding checkpoints.
@@ -159,6 +162,77 @@ config)
   check "fresh run into a directory with checkpoints: refused" "[ $? != 0 ] && grep -q 'already holds checkpoints of rank' '$tmp/fresh.log'"
   timeout 60 "$SFB" "${job[@]}" --clocks 300 --out-dir "$tmp/o" --resume "$tmp/ck" >"$tmp/ok.log" 2>&1
   check "same settings, more clocks: resumes at 200" "[ $? = 0 ] && [ \"\$(resumed_clock '$tmp/ok.log')\" = 200 ]"
+  ;;
+metrics)
+  # What a resumed run reports is about the clocks it computed: 2 workers,
+  # 125 clocks an epoch; 300 uninterrupted against 200 + resume to 300.
+  for sync in sfb fms; do
+    j=(run -n 2 --sync $sync --data synth:k=4,d=20,n=4000,seed=1 --staleness 0 --eval-every 0)
+    timeout 60 "$SFB" "${j[@]}" --clocks 300 --metrics-out "$tmp/$sync.ref.%r" >"$tmp/$sync.ref.log" 2>&1
+    timeout 60 "$SFB" "${j[@]}" --clocks 200 -q --checkpoint-every 100 --checkpoint-dir "$tmp/$sync.ck" \
+      >"$tmp/$sync.a.log" 2>&1
+    timeout 60 "$SFB" "${j[@]}" --clocks 300 --resume "$tmp/$sync.ck" --metrics-out "$tmp/$sync.b.%r" \
+      >"$tmp/$sync.b.log" 2>&1
+    rc=$?
+    check "$sync: resumed run succeeds (rc=$rc)" "[ $rc = 0 ]"
+    check "$sync: the final line says what this run did" \
+      "grep -q ': 100 clocks (resumed at clock 200, now at 300), 1600 samples/worker in' '$tmp/$sync.b.log'"
+    check "$sync: an uninterrupted run's final line is unchanged" \
+      "grep -q ': 300 clocks, 4800 samples/worker in' '$tmp/$sync.ref.log'"
+    # the resumed summary covers its own 100 clocks: same bytes per clock as
+    # the uninterrupted run (within 2 %), start_clock 200, clocks 100
+    out=$(python3 - "$tmp/$sync.ref.0" "$tmp/$sync.b.0" <<'PY'
+import json, sys
+def summary(p):
+    return [json.loads(l) for l in open(p) if '"summary"' in l][0]
+a, b = summary(sys.argv[1]), summary(sys.argv[2])
+d = abs(b["bytes_sent_per_clock"] / a["bytes_sent_per_clock"] - 1)
+print(f"bytes/clock {a['bytes_sent_per_clock']:.0f} uninterrupted, {b['bytes_sent_per_clock']:.0f} resumed; "
+      f"start_clock {b['start_clock']} clocks {b['clocks']} samples {b['samples']}")
+sys.exit(not (d <= 0.02 and b["start_clock"] == 200 and b["clocks"] == 100 and b["samples"] == 1600
+              and a["start_clock"] == 0 and a["clocks"] == 300))
+PY
+    ); rc=$?
+    echo "$sync: $out"
+    check "$sync: resumed summary: bytes per clock within 2 % of the uninterrupted run's, clocks of this run" "[ $rc = 0 ]"
+    # one epoch everywhere: 1-based, ceil(clocks done / 125): clock 300/300
+    # is epoch 3 on the progress line and in the final eval event
+    pe=$(sed -n 's/^\(\[0\] \)\{0,1\}epoch \([0-9]*\) clock 300\/300 .*/\2/p' "$tmp/$sync.ref.log" | tail -n 1)
+    ee=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "\"eval\"" in l][-1]["epoch"])' "$tmp/$sync.ref.0")
+    check "$sync: final epoch: progress line ${pe:-none}, eval event ${ee:-none}, both 3" "[ '$pe' = 3 ] && [ '$ee' = 3 ]"
+    # data counts: both engines count their data messages; over the run what
+    # the transport sent minus the data messages is control frames only
+    # (heartbeats, bye: a 64-byte header each). FMS sends pushes every clock,
+    # so every one of its clock lines counts some; SFB may bundle a clock's
+    # frames into the next clock's message, so only its total must be > 0.
+    out=$(python3 - $sync "$tmp/$sync.ref.0" "$tmp/$sync.b.1" <<'PY'
+import json, sys
+bad = 0
+every_clock = sys.argv[1] == "fms"
+for p in sys.argv[2:]:
+    lines = [json.loads(l) for l in open(p)]
+    clocks = [x for x in lines if "event" not in x]
+    s = [x for x in lines if x.get("event") == "summary"][0]
+    zero = sum(1 for x in clocks if x["data_msgs"] == 0 or x["data_bytes"] == 0)
+    total = sum(x["data_msgs"] for x in clocks)
+    ctl_msgs = s["msgs_sent"] - s["data_msgs"]
+    ctl_bytes = s["bytes_sent"] - s["data_bytes"]
+    print(f"{p.rsplit('/', 1)[1]}: {s['data_msgs']} data msgs {s['data_bytes']} B of "
+          f"{s['msgs_sent']} msgs {s['bytes_sent']} B; clock lines without data: {zero}")
+    if (every_clock and zero) or total == 0 or s["data_msgs"] < total or ctl_msgs < 0 \
+            or ctl_bytes != 64 * ctl_msgs:
+        bad += 1
+sys.exit(bad)
+PY
+    ); rc=$?
+    echo "$out"
+    check "$sync: data_msgs/data_bytes counted, transport total = data + control headers" "[ $rc = 0 ]"
+  done
+  # a run shorter than an epoch ends in epoch 1 (not 0)
+  timeout 60 "$SFB" run -n 1 --data synth:k=4,d=20,n=4000,seed=1 --clocks 10 --eval-every 0 \
+    --metrics-out "$tmp/short.%r" >"$tmp/short.log" 2>&1
+  ee=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "\"eval\"" in l][-1]["epoch"])' "$tmp/short.0")
+  check "short run: final eval event in epoch 1 (got ${ee:-none})" "[ '$ee' = 1 ]"
   ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
