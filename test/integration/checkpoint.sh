@@ -16,6 +16,9 @@
 #   metrics  a resumed run's final line, summary (clocks, bytes per clock)
 #            and epochs describe the clocks it computed; both engines count
 #            their data messages (FMS: pushes and sums).
+#   full     outputs (metrics, model, checkpoints) written to a full disk
+#            (/dev/full; a filled 1 MiB tmpfs in a private mount namespace):
+#            exit 1 naming the file, no final line claiming the file.
 #   config   resuming with other settings (lr, -n) is refused naming the
 #            field, the same message on every rank (-n: 20 tries); a fresh
 #            run refuses a directory holding checkpoints.
@@ -233,6 +236,55 @@ PY
     --metrics-out "$tmp/short.%r" >"$tmp/short.log" 2>&1
   ee=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "\"eval\"" in l][-1]["epoch"])' "$tmp/short.0")
   check "short run: final eval event in epoch 1 (got ${ee:-none})" "[ '$ee' = 1 ]"
+  ;;
+full)
+  # Output written to a full disk is an error naming the file (exit 1),
+  # never exit 0 with an empty file and a final line naming it.
+  job=(run -n 1 --data synth:k=4,d=20,n=4000,seed=1 --clocks 20 --eval-every 0 -q)
+  timeout 60 "$SFB" "${job[@]}" --out-dir "$tmp/o" --metrics-out /dev/full >"$tmp/devfull.log" 2>&1
+  rc=$?
+  check "metrics to /dev/full: exit 1 (rc=$rc)" "[ $rc = 1 ]"
+  check "metrics to /dev/full: the error names the file and the cause" \
+    "grep -q '/dev/full: cannot write the metrics: No space left on device' '$tmp/devfull.log'"
+  check "metrics to /dev/full: no final line naming it" "! grep -q '^\(\[0\] \)\{0,1\}metrics:' '$tmp/devfull.log'"
+  # results on stdout are output too (sfb worker: its own stdout)
+  w=("${job[@]}"); w[0]=worker; unset 'w[1]' 'w[2]'
+  timeout 60 "$SFB" "${w[@]}" --out-dir "$tmp/o" >/dev/full 2>"$tmp/stdout.log"
+  rc=$?
+  check "final line to a full stdout: exit 1 naming it (rc=$rc)" \
+    "[ $rc = 1 ] && grep -q 'cannot write the standard output: No space left on device' '$tmp/stdout.log'"
+  # a 1 MiB tmpfs in a private mount namespace (nothing outside this test
+  # sees it; it goes away with the namespace), filled up: the model file,
+  # the checkpoints and the metrics each fail naming their file
+  if ! unshare -m true 2>/dev/null; then
+    echo "SKIP: no mount namespace (needs root) for the tmpfs part"
+  else
+    cat >"$tmp/full.sh" <<'SH'
+set -u
+SFB=$1; tmp=$2; shift 2
+mkdir -p "$tmp/disk" && mount -t tmpfs -o size=1m tmpfs "$tmp/disk" || exit 99
+dd if=/dev/zero of="$tmp/disk/filler" bs=4k 2>/dev/null
+rc=0
+timeout 60 "$SFB" "$@" --out-dir "$tmp/o" --model-out "$tmp/disk/model.sfb" >"$tmp/model.log" 2>&1; echo "model $?"
+timeout 60 "$SFB" "$@" --out-dir "$tmp/o" --checkpoint-every 10 --checkpoint-dir "$tmp/disk/ck" >"$tmp/ckpt.log" 2>&1; echo "ckpt $?"
+timeout 60 "$SFB" "$@" --out-dir "$tmp/o" --metrics-out "$tmp/disk/m.%r.jsonl" >"$tmp/metrics.log" 2>&1; echo "metrics $?"
+ls -la "$tmp/disk" >"$tmp/disk.ls"
+umount "$tmp/disk"
+SH
+    timeout 200 unshare -m bash "$tmp/full.sh" "$SFB" "$tmp" "${job[@]}" >"$tmp/full.rc" 2>&1
+    cat "$tmp/full.rc"
+    for what in model ckpt metrics; do
+      rc=$(sed -n "s/^$what //p" "$tmp/full.rc")
+      check "$what on a full disk: exit 1 (rc=${rc:-none})" "[ '$rc' = 1 ]"
+      grep -h "error" "$tmp/$what.log" | head -n 2
+    done
+    check "model on a full disk: the error names the file" "grep -q 'error: .*$tmp/disk/model.sfb: write failed: No space left on device' '$tmp/model.log'"
+    check "checkpoint on a full disk: the error names the file" \
+      "grep -q 'error: .*$tmp/disk/ck/rank-0.clock-000000000010.ckpt: write failed: No space left on device' '$tmp/ckpt.log'"
+    check "metrics on a full disk: the error names the file" \
+      "grep -q 'error: .*$tmp/disk/m.0.jsonl: cannot write the metrics: No space left on device' '$tmp/metrics.log'"
+    check "metrics on a full disk: no final line naming it" "! grep -q '^\(\[0\] \)\{0,1\}metrics:' '$tmp/metrics.log'"
+  fi
   ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
