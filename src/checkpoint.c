@@ -432,7 +432,7 @@ int sfb__ckpt_scan(const char *dir, uint32_t rank, uint32_t world, const char *c
         free(c);
         if (ret == -SFB_ECONFIG || ret == -ENOMEM) return ret;
         if (ret) {
-            SFB_LOG_W("rank %u: skipping checkpoint: %s", rank, sfb_last_error());
+            SFB_LOG_W("rank %u: skipping checkpoint: %s", rank, sfb_error_message(ret));
             continue;
         }
         clocks[got++] = all[i];
@@ -494,7 +494,7 @@ void sfb__ckpt_report_pack(uint8_t out[SFB__CKPT_REPORT], uint32_t rank, int loc
 {
     memset(out, 0, SFB__CKPT_REPORT);
     if (local_ret)
-        snprintf((char *)out + AGREE_TEXT, AGREE_MSG, "%s", sfb_last_error());
+        snprintf((char *)out + AGREE_TEXT, AGREE_MSG, "%s", sfb_error_message(local_ret));
     else if (n == 0)
         snprintf((char *)out + AGREE_TEXT, AGREE_MSG, "no valid checkpoint of rank %u in %s",
                  rank, dir);

@@ -209,7 +209,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     }
     if (ret) {
         char why[600];
-        snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_last_error());
+        snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_error_message(ret));
         sfb__comm_abort(w->comm, why);
         return sfb__error(ret, "%s", why + 0);
     }
@@ -562,6 +562,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
 int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
                   double progress_interval, struct sfb_train_result *res)
 {
+    SFB_ENTER();
+    SFB_ARG(res);
+    SFB_ARG(s);
     memset(res, 0, sizeof *res);
     res->test_loss = res->test_accuracy = res->train_loss = NAN;
     int ret = sfb__train_validate(s);
@@ -576,7 +579,7 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
         if (ret && w.comm) {
             /* tell the others why, so they stop at once naming this rank */
             char why[600];
-            const char *e = sfb_last_error();
+            const char *e = sfb_error_message(ret);
             if (!strncmp(e, "rank ", 5))
                 snprintf(why, sizeof why, "%s", e);
             else

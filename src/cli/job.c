@@ -24,11 +24,7 @@ void cli_log_init(enum sfb_log_level level)
 
 void cli_error(int code, const char *what)
 {
-    const char *detail = sfb_last_error();
-    if (detail && *detail)
-        fprintf(stderr, "sfb: error: %s: %s\n", what, detail);
-    else
-        fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_strerror(code));
+    fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_error_message(code));
 }
 
 struct progress_state {
