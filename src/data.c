@@ -176,6 +176,7 @@ int sfb_data_load(const char *name, const char *test_path, const struct sfb_libs
                   struct sfb_dataset *train, struct sfb_dataset *test)
 {
     SFB_ENTER();
+    SFB_ARG(name);
     SFB_ARG(train);
     memset(train, 0, sizeof *train);
     if (test) memset(test, 0, sizeof *test);

@@ -71,9 +71,9 @@ static int parse_double(const char *v, size_t len, double *out)
 int sfb_synth_parse(const char *spec, struct sfb_synth_settings *s)
 {
     SFB_ENTER();
+    SFB_ARG(spec);
     SFB_ARG(s);
     sfb_synth_default_settings(s);
-    if (!spec) return sfb__error(-SFB_EFORMAT, "synth: no spec");
     const char *p = spec;
     if (strncmp(p, "synth", 5) == 0) {
         p += 5;

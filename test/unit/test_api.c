@@ -111,11 +111,15 @@ static int test_null_arguments(void)
     ASSERT_NULL_ARG(sfb_libsvm_read(NULL, &ls, &ds2), "sfb_libsvm_read", "path");
     ASSERT_NULL_ARG(sfb_libsvm_read("x.svm", &ls, NULL), "sfb_libsvm_read", "out");
     ASSERT_NULL_ARG(sfb_idx_read("a", "b", 10, NULL), "sfb_idx_read", "out");
+    ASSERT_NULL_ARG(sfb_idx_read(NULL, "b", 10, &ds2), "sfb_idx_read", "images_path");
+    ASSERT_NULL_ARG(sfb_idx_read("a", NULL, 10, &ds2), "sfb_idx_read", "labels_path");
     sfb_synth_default_settings(NULL);
     ASSERT_NULL_ARG(sfb_synth_parse("synth:k=2", NULL), "sfb_synth_parse", "s");
+    ASSERT_NULL_ARG(sfb_synth_parse(NULL, &ss), "sfb_synth_parse", "spec");
     ASSERT_NULL_ARG(sfb_synth_generate(NULL, &ds2), "sfb_synth_generate", "s");
     ASSERT_NULL_ARG(sfb_synth_generate(&ss, NULL), "sfb_synth_generate", "out");
     ASSERT_NULL_ARG(sfb_data_load("synth", NULL, &ls, NULL, NULL), "sfb_data_load", "train");
+    ASSERT_NULL_ARG(sfb_data_load(NULL, NULL, &ls, &ds2, NULL), "sfb_data_load", "name");
     ASSERT_NULL_ARG(sfb_dataset_set_layout(NULL, SFB_LAYOUT_DENSE), "sfb_dataset_set_layout",
                     "ds");
     ASSERT_NULL_ARG(sfb_sampler_open(NULL, 100, 0, 1, 4, 1), "sfb_sampler_open", "out");
