@@ -1,5 +1,5 @@
 /* Per-worker metrics as JSON lines, one object per clock plus event lines
- * (evaluations, the end-of-run summary). Format in docs/metrics.md. */
+ * (evaluations, the end-of-run summary). Format in docs/formats.md (Metrics). */
 #ifndef SFB_SRC_METRICS_H
 #define SFB_SRC_METRICS_H
 
