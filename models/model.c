@@ -30,6 +30,7 @@ struct sfb_model {
 
 void sfb_model_default_settings(struct sfb_model_settings *s)
 {
+    if (!s) return;
     memset(s, 0, sizeof(*s));
     s->kind = "mlr";
     s->lambda = 0.0;
@@ -42,7 +43,7 @@ void sfb_model_default_settings(struct sfb_model_settings *s)
 
 const struct sfb_model_ops *sfb_model_find(const char *name)
 {
-    if (!name) return NULL;
+    SFB_ARG_OR(name, NULL);
     for (size_t i = 0; i < SFB_ARRAY_LEN(models); i++)
         if (strcmp(models[i]->name, name) == 0) return models[i];
     return NULL;
@@ -70,6 +71,9 @@ const char *sfb_model_names(void)
 
 int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s)
 {
+    SFB_ENTER();
+    SFB_ARG(m);
+    SFB_ARG(s);
     *m = NULL;
     if (!s || !s->kind) return sfb__error(-EINVAL, "model: no kind given");
     const struct sfb_model_ops *ops = sfb_model_find(s->kind);
@@ -110,21 +114,25 @@ void sfb_model_close(struct sfb_model **m)
 
 const struct sfb_model_ops *sfb_model_get_ops(const struct sfb_model *m)
 {
+    SFB_ARG_OR(m, NULL);
     return m->ops;
 }
 
 const struct sfb_model_settings *sfb_model_get_settings(const struct sfb_model *m)
 {
+    SFB_ARG_OR(m, NULL);
     return &m->settings;
 }
 
 uint32_t sfb_model_n_matrices(const struct sfb_model *m)
 {
+    SFB_ARG_OR(m, 0);
     return m->n_matrices;
 }
 
 struct sfb_matrix *sfb_model_matrix(struct sfb_model *m, uint32_t i)
 {
+    SFB_ARG_OR(m, NULL);
     return i < m->n_matrices ? &m->mats[i] : NULL;
 }
 
@@ -136,6 +144,11 @@ void *sfb__model_priv(struct sfb_model *m)
 int sfb_model_factors(struct sfb_model *m, const struct sfb_dataset *data, const uint64_t *idx,
                       uint32_t s, float eta, struct sfb_sf *out, double *loss)
 {
+    SFB_ENTER();
+    SFB_ARG(m);
+    SFB_ARG(data);
+    SFB_ARG(out);
+    SFB_ARG(loss);
     if (!m || !data || !out || !loss || (s && !idx))
         return sfb__error(-EINVAL, "model: NULL argument to factors");
     if (s == 0) return sfb__error(-EINVAL, "model: empty minibatch");
@@ -144,11 +157,16 @@ int sfb_model_factors(struct sfb_model *m, const struct sfb_dataset *data, const
 
 void sfb_model_apply_local(struct sfb_model *m, float eta)
 {
+    SFB_ARG_OR(m, );
     if (m->ops->apply_local) m->ops->apply_local(m->priv, m->mats, eta);
 }
 
 int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, struct sfb_eval *out)
 {
+    SFB_ENTER();
+    SFB_ARG(m);
+    SFB_ARG(data);
+    SFB_ARG(out);
     if (!m || !data || !out) return sfb__error(-EINVAL, "model: NULL argument to evaluate");
     out->loss = out->accuracy = NAN;
     out->knn_accuracy = out->knn_accuracy_euclid = out->recon_error = out->sparsity = NAN;

@@ -103,7 +103,7 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
         int ret = sfb__sf_view(payload, h->payload_len, h->k, h->d, h->s,
                                (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
         if (ret) {
-            why = sfb_last_error();
+            why = sfb_error_message(ret);
         } else if (sfb__reserve((void **)&b->pend, &b->pend_cap,
                                 (b->npend + 1) * sizeof *b->pend)) {
             why = "out of memory";
@@ -291,6 +291,7 @@ static void bc_report(void *priv, struct sfb__sync_report *rep)
 {
     struct bcast *b = priv;
     memset(rep, 0, sizeof *rep);
+    rep->relays = 1;
     rep->per_origin = b->from;
     if (!b->relay) return;
     struct sfb__relay_stats st;

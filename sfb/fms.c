@@ -63,6 +63,7 @@ struct fms {
     float *scratch;         /* one row, sum − own */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
+    uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
 };
 
 static uint32_t block_start(const struct fms *f, uint32_t b)
@@ -209,6 +210,12 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
 {
     for (;;) {
         int ret = sfb__transport_send(f->c->t, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
+        if (ret == 0) {
+            /* counted as the relay counts SFB's: one data message, its
+             * bytes on the wire (frame header and payload) */
+            f->data_msgs++;
+            f->data_bytes += SFB_WIRE_HDR_SIZE + len;
+        }
         if (ret != -ETIMEDOUT) return ret;
         if ((ret = sfb__comm_check(f->c))) return ret;
     }
@@ -436,6 +443,16 @@ static const uint64_t *fms_hist(void *priv)
     return ((struct fms *)priv)->hist;
 }
 
+/* Every message FMS sends is data (pushes and sums); control frames are
+ * the comm layer's, as for SFB. Compute thread, like every send. */
+static void fms_report(void *priv, struct sfb__sync_report *rep)
+{
+    const struct fms *f = priv;
+    memset(rep, 0, sizeof *rep);
+    rep->data_msgs = f->data_msgs;
+    rep->data_bytes = f->data_bytes;
+}
+
 const struct sfb__sync_ops sfb__fms_ops = {
     .name = "fms",
     .priv_size = sizeof(struct fms),
@@ -445,4 +462,5 @@ const struct sfb__sync_ops sfb__fms_ops = {
     .publish = fms_publish,
     .drain = fms_drain,
     .staleness_hist = fms_hist,
+    .report = fms_report,
 };

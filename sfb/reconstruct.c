@@ -37,6 +37,8 @@ struct sfb_reconstruct {
 
 int sfb_reconstruct_open(struct sfb_reconstruct **r)
 {
+    SFB_ENTER();
+    SFB_ARG(r);
     *r = calloc(1, sizeof(**r));
     return *r ? 0 : -ENOMEM;
 }
@@ -177,6 +179,9 @@ static void apply_sparse(struct sfb_reconstruct *r, struct sfb_matrix *a,
 int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
                           const struct sfb_sf *const *sfs, size_t n)
 {
+    SFB_ENTER();
+    SFB_ARG(r);
+    SFB_ARG(a);
     if (!r || !a || (n && !sfs)) return sfb__error(-EINVAL, "reconstruct: NULL argument");
     if (a->rows > INT_MAX || a->cols > INT_MAX || (!a->data && a->rows && a->cols))
         return sfb__error(-SFB_ESHAPE, "reconstruct: matrix %u × %u unusable", a->rows,

@@ -26,6 +26,8 @@ static int grow(void **buf, size_t *cap_elems, size_t need, size_t elem)
 int sfb_sf_reserve(struct sfb_sf *sf, uint32_t rows, uint32_t cols, uint32_t s, int sparse,
                    uint64_t nnz)
 {
+    SFB_ENTER();
+    SFB_ARG(sf);
     size_t nb, nc;
     if (sfb__mul_size(s, rows, &nb) || sfb__mul_size(s, cols, &nc))
         return sfb__error(-EOVERFLOW, "sf: %u samples of %u × %u overflow size_t", s, rows,
@@ -57,6 +59,7 @@ int sfb_sf_reserve(struct sfb_sf *sf, uint32_t rows, uint32_t cols, uint32_t s, 
 
 uint64_t sfb_sf_c_count(const struct sfb_sf *sf)
 {
+    SFB_ARG_OR(sf, 0);
     if (sf->sparse_c) return sf->c_row_ptr ? sf->c_row_ptr[sf->s] : 0;
     return (uint64_t)sf->s * sf->cols;
 }

@@ -33,8 +33,15 @@ struct sfb__sync_env {
 
 /* Live counters of an engine (any time; monotonic). */
 struct sfb__sync_report {
-    uint64_t data_msgs;   /* data messages sent (bare frames and bundles, no control) */
-    uint64_t data_bytes;  /* their bytes on the wire */
+    /* Every engine: data messages it sent (SFB: bare SF frames and bundles;
+     * FMS: row-block pushes and sums), never the comm layer's control frames
+     * (heartbeats, bye, abort), and their bytes as handed to the transport
+     * (sfb wire header + payload), counted when the transport accepts them. */
+    uint64_t data_msgs;
+    uint64_t data_bytes;
+    /* Overlay engines only (relays = 1): the fields below and the "relay"
+     * metrics event. */
+    int relays;
     uint64_t bundles;     /* of which bundles of two or more frames */
     uint64_t forwarded;   /* others' frames this rank relayed */
     double mean_hops;     /* hops from the other origins to this rank */

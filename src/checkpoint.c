@@ -414,21 +414,25 @@ int sfb__ckpt_read(const char *dir, uint32_t rank, uint32_t world, int64_t clock
 }
 
 int sfb__ckpt_scan(const char *dir, uint32_t rank, uint32_t world, const char *config,
-                   int64_t *clocks, size_t max)
+                   int64_t *clocks, size_t max, uint32_t *ckpt_world)
 {
     int64_t all[64];
+    *ckpt_world = 0;
     int n = sfb__ckpt_list(dir, rank, all, SFB_ARRAY_LEN(all));
     if (n < 0) return n;
     size_t got = 0;
     for (int i = 0; i < n && got < max; i++) {
         struct sfb__ckpt *c = malloc(sizeof *c);
-        if (!c) return -ENOMEM;
+        if (!c) return sfb__error(-ENOMEM, "checkpoint: out of memory");
         int ret = sfb__ckpt_read(dir, rank, world, all[i], config, c);
+        /* a valid file of another world size: the whole set is of another
+         * job shape, which every rank must report alike (sfb__ckpt_agree) */
+        if (ret == -SFB_ECONFIG && c->st.world != world) *ckpt_world = c->st.world;
         sfb__ckpt_free(c);
         free(c);
         if (ret == -SFB_ECONFIG || ret == -ENOMEM) return ret;
         if (ret) {
-            SFB_LOG_W("rank %u: skipping checkpoint: %s", rank, sfb_last_error());
+            SFB_LOG_W("rank %u: skipping checkpoint: %s", rank, sfb_error_message(ret));
             continue;
         }
         clocks[got++] = all[i];
@@ -477,71 +481,106 @@ void sfb__ckpt_save_model_state(struct sfb_model *m, struct sfb__ckpt_state *st)
             (size_t)SFB_MODEL_STATE_MAX);
 }
 
-/* What one rank tells the others when resuming. */
+/* What one rank tells the others when resuming: u32 scan result, u32
+ * world of its checkpoints when they are of another world size (else 0),
+ * u32 count, u32 reserved, the clocks, the message of its failure. */
 #define AGREE_MSG 184
-#define AGREE_BLOB (8 + 8 * SFB__CKPT_KEEP_SCAN + AGREE_MSG)
+#define AGREE_CLOCKS 16
+#define AGREE_TEXT (AGREE_CLOCKS + 8 * SFB__CKPT_KEEP_SCAN)
+_Static_assert(SFB__CKPT_REPORT == AGREE_TEXT + AGREE_MSG, "report layout");
 
-int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, int local_ret,
-                    const int64_t *clocks, int n, const char *dir, int64_t *chosen)
+void sfb__ckpt_report_pack(uint8_t out[SFB__CKPT_REPORT], uint32_t rank, int local_ret,
+                           uint32_t ckpt_world, const int64_t *clocks, int n, const char *dir)
 {
-    uint8_t mine[AGREE_BLOB];
-    memset(mine, 0, sizeof mine);
-    char own_err[AGREE_MSG] = "";
+    memset(out, 0, SFB__CKPT_REPORT);
     if (local_ret)
-        snprintf(own_err, sizeof own_err, "%s", sfb_last_error());
+        snprintf((char *)out + AGREE_TEXT, AGREE_MSG, "%s", sfb_error_message(local_ret));
     else if (n == 0)
-        snprintf(own_err, sizeof own_err, "no valid checkpoint of rank %u in %s", rank, dir);
+        snprintf((char *)out + AGREE_TEXT, AGREE_MSG, "no valid checkpoint of rank %u in %s",
+                 rank, dir);
     n = local_ret ? 0 : SFB_MIN(n, SFB__CKPT_KEEP_SCAN);
-    sfb__put_u32(mine, (uint32_t)local_ret);
-    sfb__put_u32(mine + 4, (uint32_t)n);
-    for (int i = 0; i < n; i++) sfb__put_u64(mine + 8 + 8 * i, (uint64_t)clocks[i]);
-    memcpy(mine + 8 + 8 * SFB__CKPT_KEEP_SCAN, own_err, AGREE_MSG - 1);
-    uint8_t *all = malloc((size_t)world * AGREE_BLOB);
-    if (!all) return sfb__error(-ENOMEM, "out of memory");
-    int ret = 0;
-    if (world > 1)
-        ret = sfb__bootstrap_allgather(bs, mine, AGREE_BLOB, all);
-    else
-        memcpy(all, mine, AGREE_BLOB);
-    /* Own failure first, with its own message; then the first other one. */
-    if (!ret && own_err[0])
-        ret = sfb__error(local_ret ? local_ret : -ENOENT, "%s", own_err);
-    for (uint32_t r = 0; r < world && !ret; r++) {
-        const uint8_t *b = all + (size_t)r * AGREE_BLOB;
-        int rr = (int)sfb__get_u32(b);
-        if (rr || sfb__get_u32(b + 4) == 0)
-            ret = sfb__error(rr ? rr : -ENOENT, "rank %u cannot resume: %.*s", r, AGREE_MSG - 1,
-                             (const char *)b + 8 + 8 * SFB__CKPT_KEEP_SCAN);
+    sfb__put_u32(out, (uint32_t)local_ret);
+    sfb__put_u32(out + 4, ckpt_world);
+    sfb__put_u32(out + 8, (uint32_t)n);
+    for (int i = 0; i < n; i++) sfb__put_u64(out + AGREE_CLOCKS + 8 * i, (uint64_t)clocks[i]);
+}
+
+static uint32_t report_n(const uint8_t *b)
+{
+    return SFB_MIN(sfb__get_u32(b + 8), (uint32_t)SFB__CKPT_KEEP_SCAN);
+}
+
+/* The decision is a function of the gathered reports only, never of the
+ * deciding rank, so every rank fails (or resumes) with the same message
+ * whichever rank's output a user or a test happens to see first. In order:
+ * checkpoints of another world size (a rank beyond the old world has no
+ * file at all, so "no checkpoint of rank R" would hide the real cause); the
+ * lowest rank whose scan failed; the lowest rank without a valid file; no
+ * clock common to every rank. */
+int sfb__ckpt_decide(const uint8_t *all, uint32_t world, const char *dir, int64_t *chosen)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        uint32_t was = sfb__get_u32(all + (size_t)r * SFB__CKPT_REPORT + 4);
+        if (was)
+            return sfb__error(-SFB_ECONFIG,
+                              "%s: configuration differs: world is %u in the checkpoint, %u now "
+                              "(resume with -n %u)",
+                              dir, was, world, was);
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t r = 0; r < world; r++) {
+            const uint8_t *b = all + (size_t)r * SFB__CKPT_REPORT;
+            int rr = (int)sfb__get_u32(b);
+            if (pass == 0 ? rr != 0 : report_n(b) == 0)
+                return sfb__error(rr ? rr : -ENOENT, "rank %u cannot resume: %.*s", r,
+                                  AGREE_MSG - 1, (const char *)b + AGREE_TEXT);
+        }
     /* The newest clock every rank holds a valid checkpoint of. */
     int64_t best = -1;
-    for (uint32_t i = 0; !ret && i < sfb__get_u32(all + 4) && i < SFB__CKPT_KEEP_SCAN; i++) {
-        int64_t c = (int64_t)sfb__get_u64(all + 8 + 8 * i);
+    for (uint32_t i = 0; i < report_n(all); i++) {
+        int64_t c = (int64_t)sfb__get_u64(all + AGREE_CLOCKS + 8 * i);
         int everywhere = 1;
         for (uint32_t r = 1; r < world && everywhere; r++) {
-            const uint8_t *b = all + (size_t)r * AGREE_BLOB;
+            const uint8_t *b = all + (size_t)r * SFB__CKPT_REPORT;
             int found = 0;
-            for (uint32_t j = 0; j < sfb__get_u32(b + 4) && j < SFB__CKPT_KEEP_SCAN; j++)
-                found |= (int64_t)sfb__get_u64(b + 8 + 8 * j) == c;
+            for (uint32_t j = 0; j < report_n(b); j++)
+                found |= (int64_t)sfb__get_u64(b + AGREE_CLOCKS + 8 * j) == c;
             everywhere = found;
         }
         if (everywhere && c > best) best = c;
     }
-    if (!ret && best < 0) {
+    if (best < 0) {
         char list[400] = "";
         size_t off = 0;
         for (uint32_t r = 0; r < world && off < sizeof list - 40; r++) {
-            const uint8_t *b = all + (size_t)r * AGREE_BLOB;
+            const uint8_t *b = all + (size_t)r * SFB__CKPT_REPORT;
             off += (size_t)snprintf(list + off, sizeof list - off, "%srank %u:", r ? "; " : "", r);
-            for (uint32_t j = 0; j < sfb__get_u32(b + 4) && j < 3 && off < sizeof list - 24; j++)
+            for (uint32_t j = 0; j < report_n(b) && j < 3 && off < sizeof list - 24; j++)
                 off += (size_t)snprintf(list + off, sizeof list - off, " %lld",
-                                        (long long)sfb__get_u64(b + 8 + 8 * j));
+                                        (long long)sfb__get_u64(b + AGREE_CLOCKS + 8 * j));
         }
-        ret = sfb__error(-ENOENT, "%s: no checkpoint clock is valid on every rank (%s)", dir,
-                         list);
+        return sfb__error(-ENOENT, "%s: no checkpoint clock is valid on every rank (%s)", dir,
+                          list);
     }
+    *chosen = best;
+    return 0;
+}
+
+int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, int local_ret,
+                    uint32_t ckpt_world, const int64_t *clocks, int n, const char *dir,
+                    int64_t *chosen)
+{
+    uint8_t mine[SFB__CKPT_REPORT];
+    sfb__ckpt_report_pack(mine, rank, local_ret, ckpt_world, clocks, n, dir);
+    uint8_t *all = malloc((size_t)world * SFB__CKPT_REPORT);
+    if (!all) return sfb__error(-ENOMEM, "checkpoint: out of memory");
+    int ret = 0;
+    if (world > 1)
+        ret = sfb__bootstrap_allgather(bs, mine, SFB__CKPT_REPORT, all);
+    else
+        memcpy(all, mine, SFB__CKPT_REPORT);
+    if (!ret) ret = sfb__ckpt_decide(all, world, dir, chosen);
     free(all);
-    if (!ret) *chosen = best;
     return ret;
 }
 
@@ -550,8 +589,10 @@ int sfb__ckpt_resume(struct sfb__bootstrap *bs, const char *dir, uint32_t rank, 
                      struct sfb__rng *rng)
 {
     int64_t clocks[SFB__CKPT_KEEP_SCAN], chosen = 0;
-    int n = sfb__ckpt_scan(dir, rank, world, config, clocks, SFB_ARRAY_LEN(clocks));
-    int ret = sfb__ckpt_agree(bs, rank, world, n < 0 ? n : 0, clocks, n < 0 ? 0 : n, dir, &chosen);
+    uint32_t ckpt_world = 0;
+    int n = sfb__ckpt_scan(dir, rank, world, config, clocks, SFB_ARRAY_LEN(clocks), &ckpt_world);
+    int ret = sfb__ckpt_agree(bs, rank, world, n < 0 ? n : 0, ckpt_world, clocks, n < 0 ? 0 : n,
+                              dir, &chosen);
     if (ret) return ret;
     if (clocks[0] != chosen)
         SFB_LOG_W("rank %u: resuming from clock %lld, not from this rank's newest valid "

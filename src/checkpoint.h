@@ -81,9 +81,10 @@ int sfb__ckpt_read(const char *dir, uint32_t rank, uint32_t world, int64_t clock
 
 /* The newest valid checkpoints of this rank, newest first: an invalid file
  * is logged (warning: file and reason) and skipped; a valid file of another
- * configuration stops the scan with -SFB_ECONFIG. Returns how many. */
+ * configuration stops the scan with -SFB_ECONFIG, and when that file is of
+ * another world size *ckpt_world is set to it (else 0). Returns how many. */
 int sfb__ckpt_scan(const char *dir, uint32_t rank, uint32_t world, const char *config,
-                   int64_t *clocks, size_t max);
+                   int64_t *clocks, size_t max, uint32_t *ckpt_world);
 
 /* Removes this rank's checkpoint files with a clock above `clock` (an
  * abandoned future after a resume). */
@@ -97,14 +98,23 @@ int sfb__ckpt_restore_model(const struct sfb__ckpt *c, struct sfb_model *m);
 void sfb__ckpt_save_model_state(struct sfb_model *m, struct sfb__ckpt_state *st);
 
 /* Resuming: every rank passes its scan result (local_ret < 0: its error,
- * recorded; else clocks[0..n), newest first) and all agree, through the
- * bootstrap allgather, on the newest clock valid on every rank. Collective:
- * every rank calls it, whatever its own result. Returns 0 and *chosen, or
- * an error naming the rank and the reason (the same decision on every
- * rank). */
+ * recorded, and ckpt_world as sfb__ckpt_scan set it; else clocks[0..n),
+ * newest first) and all agree, through the bootstrap allgather, on the
+ * newest clock valid on every rank. Collective: every rank calls it,
+ * whatever its own result. Returns 0 and *chosen, or an error; the outcome
+ * and its message are the same on every rank (sfb__ckpt_decide). */
 struct sfb__bootstrap;
 int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, int local_ret,
-                    const int64_t *clocks, int n, const char *dir, int64_t *chosen);
+                    uint32_t ckpt_world, const int64_t *clocks, int n, const char *dir,
+                    int64_t *chosen);
+
+/* One rank's report for the agreement, and the decision from the reports of
+ * ranks 0..world−1 (world × SFB__CKPT_REPORT bytes): a function of the
+ * reports alone, whichever rank decides. */
+#define SFB__CKPT_REPORT (16 + 8 * SFB__CKPT_KEEP_SCAN + 184)
+void sfb__ckpt_report_pack(uint8_t out[SFB__CKPT_REPORT], uint32_t rank, int local_ret,
+                           uint32_t ckpt_world, const int64_t *clocks, int n, const char *dir);
+int sfb__ckpt_decide(const uint8_t *all, uint32_t world, const char *dir, int64_t *chosen);
 
 /* --resume: scan, agree (collective), read the chosen file, restore the
  * replica and the model's private state into m, remove this rank's files

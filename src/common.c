@@ -7,7 +7,11 @@
 #include <string.h>
 #include <time.h>
 
+/* The last detailed message of this thread and the code it was recorded
+ * for: a lookup by code (sfb_error_message) never returns a message that
+ * belongs to another failure, whatever path returned the code. */
 static _Thread_local char last_error[1024];
+static _Thread_local int last_code;
 
 static sfb_log_fn log_fn;
 static void *log_user;
@@ -42,18 +46,27 @@ const char *sfb_last_error(void)
     return last_error;
 }
 
+const char *sfb_error_message(int code)
+{
+    if (code > 0) code = -code;
+    if (code != 0 && code == last_code && last_error[0]) return last_error;
+    return sfb_strerror(code);
+}
+
 int sfb__error(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    last_code = code > 0 ? -code : code;
     return code;
 }
 
 void sfb__clear_error(void)
 {
     last_error[0] = '\0';
+    last_code = 0;
 }
 
 void sfb_log_set(sfb_log_fn fn, void *user, enum sfb_log_level max_level)

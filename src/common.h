@@ -16,6 +16,24 @@
 int sfb__error(int code, const char *fmt, ...) SFB_PRINTF(2, 3);
 void sfb__clear_error(void);
 
+/* First lines of a public function (rule 13: validate before anything):
+ * SFB_ENTER() clears this thread's message, so none of an earlier call can
+ * be reported for this one; SFB_ARG(p) fails with -EINVAL naming the
+ * argument; SFB_ARG_OR(p, v) records that message and returns v (getters;
+ * `v` empty in void functions). */
+#define SFB_ENTER() sfb__clear_error()
+#define SFB_ARG(p)                                                              \
+    do {                                                                       \
+        if (!(p)) return sfb__error(-EINVAL, "%s: argument '%s' is NULL", __func__, #p); \
+    } while (0)
+#define SFB_ARG_OR(p, v)                                                        \
+    do {                                                                       \
+        if (!(p)) {                                                            \
+            sfb__error(-EINVAL, "%s: argument '%s' is NULL", __func__, #p);    \
+            return v;                                                          \
+        }                                                                      \
+    } while (0)
+
 void sfb__log(enum sfb_log_level level, const char *fmt, ...) SFB_PRINTF(2, 3);
 int sfb__log_enabled(enum sfb_log_level level);
 int sfb__log_rank(void);

@@ -26,6 +26,7 @@ void sfb_dataset_free(struct sfb_dataset *ds)
 
 uint64_t sfb_dataset_nnz(const struct sfb_dataset *ds)
 {
+    SFB_ARG_OR(ds, 0);
     if (ds->sparse) return ds->row_ptr ? ds->row_ptr[ds->n] : 0;
     return ds->n * ds->d;
 }
@@ -174,6 +175,9 @@ static int load_synth(const char *name, struct sfb_dataset *train, struct sfb_da
 int sfb_data_load(const char *name, const char *test_path, const struct sfb_libsvm_settings *ls,
                   struct sfb_dataset *train, struct sfb_dataset *test)
 {
+    SFB_ENTER();
+    SFB_ARG(name);
+    SFB_ARG(train);
     memset(train, 0, sizeof *train);
     if (test) memset(test, 0, sizeof *test);
     if (!name || !*name) return sfb__error(-SFB_EUSAGE, "data: no data name given");

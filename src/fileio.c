@@ -127,7 +127,8 @@ int sfb__write_file_atomic(const char *path, const struct sfb__piece *pieces, si
     if (!ret && fsync(fd) != 0) ret = -errno;
     if (close(fd) != 0 && !ret) ret = -errno;
     if (ret) {
-        sfb__error(ret, "%s: write failed: %s", tmp, strerror(-ret));
+        sfb__error(ret, "%s: write failed: %s (nothing written: the partial %s is removed)",
+                   path, strerror(-ret), tmp);
         unlink(tmp);
         goto out;
     }

@@ -167,8 +167,11 @@ int sfb__idx_sniff(const char *path)
 int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t classes,
                  struct sfb_dataset *out)
 {
+    SFB_ENTER();
+    SFB_ARG(out);
     memset(out, 0, sizeof *out);
-    if (!images_path || !labels_path) return sfb__error(-EINVAL, "idx: no path");
+    SFB_ARG(images_path);
+    SFB_ARG(labels_path);
     struct idx_file im = {0}, lb = {0};
     unsigned char *chunk = NULL;
     float *x = NULL;

@@ -414,10 +414,15 @@ restore:
 
 int sfb_launch_local(int nprocs, char *const argv[])
 {
+    SFB_ENTER();
+    SFB_ARG(argv);
+    SFB_ARG(argv[0]);
     return sfb__launch_local(nprocs, argv, NULL);
 }
 
 int sfb_launch_self_path(char *buf, size_t len)
 {
+    SFB_ENTER();
+    SFB_ARG(buf);
     return sfb__launch_self_path(buf, len);
 }

@@ -64,6 +64,8 @@ static int to_sparse(struct sfb_dataset *ds)
 
 int sfb_dataset_set_layout(struct sfb_dataset *ds, enum sfb_layout layout)
 {
+    SFB_ENTER();
+    SFB_ARG(ds);
     if (layout == SFB_LAYOUT_AUTO || ds->n == 0) return 0;
     if (layout == SFB_LAYOUT_DENSE) return ds->sparse ? to_dense(ds) : 0;
     return ds->sparse ? 0 : to_sparse(ds);

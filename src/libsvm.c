@@ -490,6 +490,7 @@ out:
 
 void sfb_libsvm_default_settings(struct sfb_libsvm_settings *s)
 {
+    if (!s) return;
     memset(s, 0, sizeof *s);
     s->index_base = SFB_INDEX_AUTO;
     s->use_meta = 1;
@@ -593,5 +594,8 @@ int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *setting
 int sfb_libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
                     struct sfb_dataset *out)
 {
+    SFB_ENTER();
+    SFB_ARG(path);
+    SFB_ARG(out);
     return sfb__libsvm_read(path, s, out, NULL);
 }

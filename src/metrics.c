@@ -95,15 +95,22 @@ void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fi
     vfprintf(m->f, fields, ap);
     va_end(ap);
     fputs("}\n", m->f);
-    fflush(m->f);
+    /* events are rare and worth having on disk at once; a failure here is
+     * remembered with its errno (ferror() keeps no errno) for close */
+    if (fflush(m->f) != 0 && !m->err) m->err = errno ? errno : EIO;
 }
 
 int sfb__metrics_close(struct sfb__metrics *m)
 {
     int ret = 0;
-    if (m->f && fclose(m->f) != 0) {
-        ret = -errno;
-        sfb__error(ret, "%s: write failed: %s", m->path, strerror(-ret));
+    if (m->f) {
+        /* Every way a buffered write can fail: an earlier flush, this one,
+         * a sticky stream error, the close. The first errno wins. */
+        int e = m->err;
+        if (fflush(m->f) != 0 && !e) e = errno ? errno : EIO;
+        if (ferror(m->f) && !e) e = EIO;
+        if (fclose(m->f) != 0 && !e) e = errno ? errno : EIO;
+        if (e) ret = sfb__error(-e, "%s: cannot write the metrics: %s", m->path, strerror(e));
     }
     free(m->path);
     memset(m, 0, sizeof *m);

@@ -1,5 +1,5 @@
 /* Per-worker metrics as JSON lines, one object per clock plus event lines
- * (evaluations, the end-of-run summary). Format in docs/metrics.md. */
+ * (evaluations, the end-of-run summary). Format in docs/formats.md (Metrics). */
 #ifndef SFB_SRC_METRICS_H
 #define SFB_SRC_METRICS_H
 
@@ -32,6 +32,7 @@ struct sfb__metrics {
     FILE *f;
     uint32_t rank;
     char *path;
+    int err; /* errno of the first failed write, 0 if none */
 };
 
 /* Opens `pattern` with "%r" replaced by the rank (the file is truncated).
@@ -46,6 +47,8 @@ const char *sfb__json_num(char buf[32], double v);
 
 void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fields, ...)
     __attribute__((format(printf, 3, 4)));
+/* Flushes and closes: 0, or the errno of the first write that failed
+ * (e.g. -ENOSPC), with sfb_last_error() naming the file. */
 int sfb__metrics_close(struct sfb__metrics *m);
 /* Expands "%r" in a path pattern; caller frees. */
 char *sfb__path_for_rank(const char *pattern, uint32_t rank);

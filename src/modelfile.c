@@ -80,6 +80,9 @@ int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t 
 
 int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
 {
+    SFB_ENTER();
+    SFB_ARG(m);
+    SFB_ARG(path);
     uint8_t *buf;
     size_t len;
     int ret = sfb__model_encode(m, clock, &buf, &len);
@@ -197,7 +200,7 @@ int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct s
     ret = sfb_model_open(&m, &s);
     if (ret == -EINVAL) { /* the header's settings (d = 0, lambda < 0, …): a bad file */
         char why[256];
-        snprintf(why, sizeof why, "%s", sfb_last_error());
+        snprintf(why, sizeof why, "%s", sfb_error_message(ret));
         ret = sfb__error(-SFB_EFORMAT, "%s: header settings rejected: %s", path, why);
     }
     if (ret) goto fail;
@@ -229,6 +232,9 @@ fail:
 
 int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
 {
+    SFB_ENTER();
+    SFB_ARG(out);
+    SFB_ARG(path);
     *out = NULL;
     uint8_t *buf;
     size_t len;

@@ -21,6 +21,7 @@ static uint64_t splitmix64(uint64_t *state)
 
 void sfb_patch_default_settings(struct sfb_patch_settings *s)
 {
+    if (!s) return;
     memset(s, 0, sizeof *s);
     s->p = 8;
     s->seed = 1;
@@ -46,6 +47,10 @@ static int image_row(const struct sfb_dataset *im, uint64_t i, float *out)
 int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_settings *s,
                      struct sfb_dataset *out)
 {
+    SFB_ENTER();
+    SFB_ARG(out);
+    SFB_ARG(images);
+    SFB_ARG(s);
     memset(out, 0, sizeof *out);
     if (!images || !s) return sfb__error(-EINVAL, "patches: NULL argument");
     uint32_t h = s->h, w = s->w, p = s->p;

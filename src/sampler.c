@@ -25,6 +25,8 @@ struct sfb_sampler {
 int sfb_sampler_open(struct sfb_sampler **out, uint64_t n, uint32_t rank, uint32_t world,
                      uint32_t batch, uint64_t seed)
 {
+    SFB_ENTER();
+    SFB_ARG(out);
     *out = NULL;
     if (world == 0 || rank >= world || batch == 0) {
         return sfb__error(-SFB_EUSAGE, "sampler: invalid rank %" PRIu32 " / world %" PRIu32
@@ -65,6 +67,7 @@ void sfb_sampler_close(struct sfb_sampler **s)
 
 uint64_t sfb_sampler_clocks_per_epoch(const struct sfb_sampler *s)
 {
+    SFB_ARG_OR(s, 0);
     return s->clocks_per_epoch;
 }
 
@@ -86,6 +89,9 @@ static void build_perm(struct sfb_sampler *s, uint64_t epoch)
 
 int sfb_sampler_batch(struct sfb_sampler *s, uint64_t clock, uint64_t *out)
 {
+    SFB_ENTER();
+    SFB_ARG(s);
+    SFB_ARG(out);
     uint64_t epoch = clock / s->clocks_per_epoch;
     uint64_t t = clock % s->clocks_per_epoch;
     if (!s->have_perm || s->epoch != epoch) build_perm(s, epoch);

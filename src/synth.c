@@ -29,6 +29,7 @@
 
 void sfb_synth_default_settings(struct sfb_synth_settings *s)
 {
+    if (!s) return;
     memset(s, 0, sizeof *s);
     s->k = 10;
     s->d = 100;
@@ -69,8 +70,10 @@ static int parse_double(const char *v, size_t len, double *out)
 
 int sfb_synth_parse(const char *spec, struct sfb_synth_settings *s)
 {
+    SFB_ENTER();
+    SFB_ARG(spec);
+    SFB_ARG(s);
     sfb_synth_default_settings(s);
-    if (!spec) return sfb__error(-SFB_EFORMAT, "synth: no spec");
     const char *p = spec;
     if (strncmp(p, "synth", 5) == 0) {
         p += 5;
@@ -278,9 +281,8 @@ nomem:
 
 int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_dataset *out)
 {
-    if (!s) {
-        memset(out, 0, sizeof *out);
-        return sfb__error(-EINVAL, "synth: no settings");
-    }
+    SFB_ENTER();
+    SFB_ARG(out);
+    SFB_ARG(s);
     return sfb__synth_generate(s, s->seed, out);
 }

@@ -209,7 +209,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     }
     if (ret) {
         char why[600];
-        snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_last_error());
+        snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_error_message(ret));
         sfb__comm_abort(w->comm, why);
         return sfb__error(ret, "%s", why + 0);
     }
@@ -335,6 +335,14 @@ static int checkpoint(struct worker *w, int64_t clock, int drained)
     return 0;
 }
 
+/* The epoch of the progress line and of every metrics line (docs/formats.md):
+ * 1-based, the epoch the last of `done` clocks belongs to, ⌈done / cpe⌉ —
+ * clock t (0-based) is in epoch ⌊t / cpe⌋ + 1; 0 only before any clock. */
+static uint32_t epoch_after(uint64_t done, uint64_t cpe)
+{
+    return (uint32_t)((done + cpe - 1) / cpe);
+}
+
 /* The "eval" metrics event; NaN (e.g. sc has no accuracy) is written null. */
 static void eval_event(struct worker *w, uint64_t clock, uint64_t epoch, double wall,
                        const struct sfb_eval *ev, double train_loss)
@@ -359,7 +367,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     double loss_sum = 0, epoch_loss = 0;
     uint64_t loss_n = 0, epoch_n = 0, prev[6], now_tr[6];
     traffic(w, prev);
-    uint64_t bytes_sent0 = prev[0];
+    /* this run's traffic: a resumed run's counters start after the resume */
+    uint64_t bytes_sent0 = prev[0], msgs_sent0 = prev[2], data_msgs0 = prev[4],
+             data_bytes0 = prev[5];
     struct sfb_progress pr;
     memset(&pr, 0, sizeof pr);
     pr.rank = w->rank;
@@ -373,7 +383,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     for (uint64_t t = start; t < total; t++) {
         if (every && t > start && t % every == 0 && (ret = checkpoint(w, (int64_t)t, 0)))
             return ret;
-        uint32_t epoch = (uint32_t)(t / cpe) + 1;
+        uint32_t epoch = epoch_after(t + 1, cpe);
         double eta = sfb_train_lr(s, t, cpe);
         struct sfb__clock_metrics cm;
         memset(&cm, 0, sizeof cm);
@@ -477,15 +487,17 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         return ret;
     /* the last clock's local step, after the checkpoint as for every clock */
     if (total > 0) sfb_model_apply_local(w->model, (float)sfb_train_lr(s, total - 1, cpe));
-    res->clocks = total;
-    res->samples = (total - start) * w->batch;
+    /* what this run did: a resumed run computed clocks [start, total) */
+    res->start_clock = start;
+    res->clocks = total - start;
+    res->samples = res->clocks * w->batch;
     res->wall = sfb__now() - t_start;
 
     struct sfb_eval ev;
     if ((ret = evaluate(w, &ev))) return ret;
     res->test_loss = ev.loss;
     res->test_accuracy = ev.accuracy;
-    if (ev.n) eval_event(w, total, total / cpe, res->wall, &ev, res->train_loss);
+    if (ev.n) eval_event(w, total, epoch_after(total, cpe), res->wall, &ev, res->train_loss);
     traffic(w, now_tr);
     const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
     /* SFB: S·(K+D) values to each of P−1 peers; FMS: each row block pushed
@@ -500,18 +512,22 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     char acc[32];
     sfb__metrics_event(
         &w->metrics, "summary",
-        "\"world\":%u,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,\"samples_per_s\":%.6g,"
-        "\"test_accuracy\":%s,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
-        "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu",
-        w->world, (unsigned long long)res->clocks, (unsigned long long)res->samples, res->wall,
+        "\"world\":%u,\"start_clock\":%llu,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,"
+        "\"samples_per_s\":%.6g,\"test_accuracy\":%s,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
+        "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu,"
+        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu",
+        w->world, (unsigned long long)start, (unsigned long long)res->clocks,
+        (unsigned long long)res->samples, res->wall,
         res->wall > 0 ? (double)res->samples / res->wall : 0.0,
         sfb__json_num(acc, res->test_accuracy),
         (unsigned long long)(now_tr[0] - bytes_sent0),
-        total ? (double)(now_tr[0] - bytes_sent0) / (double)total : 0.0, formula, hs,
-        (unsigned long long)sfb__comm_rejected(w->comm));
-    if (w->engine->report) {
-        struct sfb__sync_report rep;
-        w->engine->report(w->engine_priv, &rep);
+        res->clocks ? (double)(now_tr[0] - bytes_sent0) / (double)res->clocks : 0.0, formula, hs,
+        (unsigned long long)sfb__comm_rejected(w->comm),
+        (unsigned long long)(now_tr[2] - msgs_sent0), (unsigned long long)(now_tr[4] - data_msgs0),
+        (unsigned long long)(now_tr[5] - data_bytes0));
+    struct sfb__sync_report rep = {0};
+    if (w->engine->report) w->engine->report(w->engine_priv, &rep);
+    if (rep.relays) {
         char *po = malloc((size_t)w->world * 24 + 8), *pp = po;
         if (po) {
             *pp = 0;
@@ -530,7 +546,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     }
     if (progress) {
         pr.clock = total;
-        pr.epoch = (uint32_t)((total + cpe - 1) / cpe);
+        pr.epoch = epoch_after(total, cpe);
         pr.wall = res->wall;
         pr.train_loss = loss_n ? loss_sum / loss_n : NAN;
         pr.samples_per_s = res->wall > 0 ? (double)res->samples / res->wall : 0;
@@ -546,6 +562,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
 int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
                   double progress_interval, struct sfb_train_result *res)
 {
+    SFB_ENTER();
+    SFB_ARG(res);
+    SFB_ARG(s);
     memset(res, 0, sizeof *res);
     res->test_loss = res->test_accuracy = res->train_loss = NAN;
     int ret = sfb__train_validate(s);
@@ -560,7 +579,7 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
         if (ret && w.comm) {
             /* tell the others why, so they stop at once naming this rank */
             char why[600];
-            const char *e = sfb_last_error();
+            const char *e = sfb_error_message(ret);
             if (!strncmp(e, "rank ", 5))
                 snprintf(why, sizeof why, "%s", e);
             else

@@ -14,6 +14,7 @@
 
 void sfb_train_default_settings(struct sfb_train_settings *s)
 {
+    if (!s) return;
     memset(s, 0, sizeof *s);
     s->model = "mlr";
     s->data = "fashion-mnist";
@@ -38,12 +39,14 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
 
 double sfb_train_lr0(const struct sfb_train_settings *s)
 {
+    SFB_ARG_OR(s, NAN);
     if (s->lr > 0) return s->lr;
     return s->model && !strcmp(s->model, "dml") ? 0.01 : 1.0;
 }
 
 double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
 {
+    SFB_ARG_OR(s, NAN);
     double lr = sfb_train_lr0(s);
     /* Default period: 1 % of an epoch, so the step decays like 1/sqrt(t)
      * early on whatever the batch size. */

@@ -20,6 +20,7 @@
 
 void sfb_topo_sim_default_settings(struct sfb_topo_sim_settings *s)
 {
+    if (!s) return;
     memset(s, 0, sizeof *s);
     s->sf_bytes = 4ull * 32 * (1024 + 1024) + 64;
     s->bundle_header = 64;
@@ -158,6 +159,9 @@ out:
 int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
                      struct sfb_topo_report *r)
 {
+    SFB_ENTER();
+    SFB_ARG(t);
+    SFB_ARG(r);
     struct sfb_topo_sim_settings def;
     if (!s) {
         sfb_topo_sim_default_settings(&def);

@@ -9,6 +9,7 @@
 #include "src/common.h"
 #include "topology/topo_ops.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct sfb__topo_ops *const registry[] = {
@@ -193,6 +194,11 @@ static int make_offsets(const char *name, uint32_t nodes, uint32_t degree,
 int sfb_topo_offsets(const char *name, uint32_t nodes, uint32_t degree, uint32_t *out, uint32_t cap,
                      uint32_t *n)
 {
+    SFB_ENTER();
+    SFB_ARG(name);
+    SFB_ARG(n);
+    if (cap && !out)
+        return sfb__error(-EINVAL, "%s: argument 'out' is NULL (cap %u)", __func__, cap);
     const struct sfb__topo_ops *ops;
     uint32_t req, *offs;
     int ret = make_offsets(name, nodes, degree, &ops, &req, &offs, n);
@@ -204,6 +210,9 @@ int sfb_topo_offsets(const char *name, uint32_t nodes, uint32_t degree, uint32_t
 
 int sfb_topo_open(struct sfb_topo **out, const char *name, uint32_t nodes, uint32_t degree)
 {
+    SFB_ENTER();
+    SFB_ARG(out);
+    SFB_ARG(name);
     *out = NULL;
     struct sfb_topo *t = calloc(1, sizeof *t);
     if (!t) return -ENOMEM;
@@ -241,25 +250,52 @@ void sfb_topo_close(struct sfb_topo **tp)
     *tp = NULL;
 }
 
-const char *sfb_topo_name(const struct sfb_topo *t) { return t->ops->name; }
-uint32_t sfb_topo_nodes(const struct sfb_topo *t) { return t->nodes; }
-uint32_t sfb_topo_requested_degree(const struct sfb_topo *t) { return t->requested; }
-uint32_t sfb_topo_out_degree(const struct sfb_topo *t) { return t->degree; }
-uint32_t sfb_topo_diameter(const struct sfb_topo *t) { return t->diameter; }
+const char *sfb_topo_name(const struct sfb_topo *t)
+{
+    SFB_ARG_OR(t, NULL);
+    return t->ops->name;
+}
+
+uint32_t sfb_topo_nodes(const struct sfb_topo *t)
+{
+    SFB_ARG_OR(t, 0);
+    return t->nodes;
+}
+
+uint32_t sfb_topo_requested_degree(const struct sfb_topo *t)
+{
+    SFB_ARG_OR(t, 0);
+    return t->requested;
+}
+
+uint32_t sfb_topo_out_degree(const struct sfb_topo *t)
+{
+    SFB_ARG_OR(t, 0);
+    return t->degree;
+}
+
+uint32_t sfb_topo_diameter(const struct sfb_topo *t)
+{
+    SFB_ARG_OR(t, 0);
+    return t->diameter;
+}
 
 uint32_t sfb_topo_offset(const struct sfb_topo *t, uint32_t k)
 {
+    SFB_ARG_OR(t, 0);
     return k < t->degree ? t->offsets[k] : 0;
 }
 
 uint32_t sfb_topo_neighbor(const struct sfb_topo *t, uint32_t node, uint32_t k)
 {
+    SFB_ARG_OR(t, UINT32_MAX);
     if (node >= t->nodes || k >= t->degree) return UINT32_MAX;
     return wrap(t, (uint64_t)node + t->offsets[k]);
 }
 
 uint32_t sfb_topo_link_index(const struct sfb_topo *t, uint32_t from, uint32_t to)
 {
+    SFB_ARG_OR(t, UINT32_MAX);
     if (from >= t->nodes || to >= t->nodes) return UINT32_MAX;
     uint32_t o = wrap(t, (uint64_t)to + t->nodes - from);
     for (uint32_t k = 0; k < t->degree; k++)
@@ -269,11 +305,13 @@ uint32_t sfb_topo_link_index(const struct sfb_topo *t, uint32_t from, uint32_t t
 
 double sfb_topo_mean_hops(const struct sfb_topo *t)
 {
+    SFB_ARG_OR(t, NAN);
     return t->nodes > 1 ? (double)t->sum_hops / (double)(t->nodes - 1) : 0.0;
 }
 
 uint32_t sfb_topo_link_frames(const struct sfb_topo *t, uint32_t k)
 {
+    SFB_ARG_OR(t, 0);
     return k < t->degree ? t->link_frames[k] : 0;
 }
 
@@ -287,6 +325,8 @@ static uint32_t position(const struct sfb_topo *t, uint32_t origin, uint32_t nod
 uint32_t sfb_topo_forward_links(const struct sfb_topo *t, uint32_t origin, uint32_t node,
                                 uint32_t *out)
 {
+    SFB_ARG_OR(t, 0);
+    SFB_ARG_OR(out, 0);
     uint32_t v = position(t, origin, node), n = 0;
     if (v == UINT32_MAX || t->nchild[v] == 0) return 0;
     for (uint32_t k = 0; k < t->degree && n < t->nchild[v]; k++) {
@@ -298,6 +338,8 @@ uint32_t sfb_topo_forward_links(const struct sfb_topo *t, uint32_t origin, uint3
 
 uint32_t sfb_topo_children(const struct sfb_topo *t, uint32_t origin, uint32_t node, uint32_t *out)
 {
+    SFB_ARG_OR(t, 0);
+    SFB_ARG_OR(out, 0);
     uint32_t n = sfb_topo_forward_links(t, origin, node, out);
     for (uint32_t i = 0; i < n; i++) out[i] = wrap(t, (uint64_t)node + t->offsets[out[i]]);
     return n;
@@ -305,12 +347,14 @@ uint32_t sfb_topo_children(const struct sfb_topo *t, uint32_t origin, uint32_t n
 
 uint32_t sfb_topo_parent_link(const struct sfb_topo *t, uint32_t origin, uint32_t node)
 {
+    SFB_ARG_OR(t, UINT32_MAX);
     uint32_t v = position(t, origin, node);
     return v == UINT32_MAX ? UINT32_MAX : t->via[v];
 }
 
 uint32_t sfb_topo_parent(const struct sfb_topo *t, uint32_t origin, uint32_t node)
 {
+    SFB_ARG_OR(t, UINT32_MAX);
     uint32_t k = sfb_topo_parent_link(t, origin, node);
     if (k == NO_LINK) return UINT32_MAX;
     return wrap(t, (uint64_t)node + t->nodes - t->offsets[k]);
@@ -318,6 +362,7 @@ uint32_t sfb_topo_parent(const struct sfb_topo *t, uint32_t origin, uint32_t nod
 
 uint32_t sfb_topo_hops(const struct sfb_topo *t, uint32_t origin, uint32_t node)
 {
+    SFB_ARG_OR(t, UINT32_MAX);
     uint32_t v = position(t, origin, node);
     return v == UINT32_MAX ? UINT32_MAX : t->dist[v];
 }

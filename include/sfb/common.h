@@ -3,6 +3,13 @@
  * Every function returns 0 or a negative errno-style code. Codes in the errno
  * range are the system's; libfabric's -FI_E* codes pass through unchanged;
  * sfb's own codes start at SFB_ERR_BASE. sfb_strerror() names any of them.
+ *
+ * Pointer arguments are checked on entry (unless documented as optional): a
+ * NULL one makes a function returning int fail with -EINVAL and the message
+ * "FUNCTION: argument 'NAME' is NULL"; a getter returns what it returns for
+ * an out-of-range argument (0, NULL, UINT32_MAX or NaN) and records that
+ * message for -EINVAL; close and free functions, like free(), and
+ * *_default_settings(NULL) do nothing.
  */
 #ifndef SFB_COMMON_H
 #define SFB_COMMON_H
@@ -49,8 +56,16 @@ SFB_API const char *sfb_strerror(int code);
 
 /* The detailed message of the last failure in the calling thread (for example
  * "train.libsvm:12:7: index 3 not greater than previous index 5"), or "" if
- * none was recorded. Valid until the next sfb call in this thread. */
+ * none was recorded. Every public function that can fail clears it on entry;
+ * valid until the next sfb call in this thread. */
 SFB_API const char *sfb_last_error(void);
+
+/* The detailed message of `code` (sign ignored), a code an sfb call just
+ * returned: the calling thread's last message if it was recorded for this
+ * code, else sfb_strerror(code). Never the message of another failure, so
+ * this, not sfb_last_error(), is what to report (or send to peers). The
+ * string is valid until the next sfb call in this thread. */
+SFB_API const char *sfb_error_message(int code);
 
 /* Log levels, most severe first. */
 enum sfb_log_level {

@@ -53,7 +53,8 @@ SFB_API int sfb_topo_offsets(const char *name, uint32_t nodes, uint32_t degree, 
  * `halton` sequence that cannot produce enough distinct offsets stops short,
  * and the gcd fix can add offset 1 (so Q+1). On success *t owns all memory.
  * Returns 0; -SFB_EUSAGE for an unknown name, nodes = 0 or
- * nodes > SFB_TOPO_MAX_NODES (message via sfb_last_error); -ENOMEM. On
+ * nodes > SFB_TOPO_MAX_NODES (message via sfb_last_error); -EINVAL for a NULL
+ * pointer; -ENOMEM. On
  * failure *t is NULL. Any thread. */
 SFB_API int sfb_topo_open(struct sfb_topo **t, const char *name, uint32_t nodes, uint32_t degree);
 /* Frees *t and sets it to NULL; NULL or *t == NULL is a no-op. */

@@ -95,7 +95,8 @@ SFB_API double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock,
 struct sfb_progress {
     uint32_t rank;
     uint64_t clock, clocks;       /* done so far / total */
-    uint32_t epoch;               /* 1-based epoch the clock belongs to */
+    uint32_t epoch;               /* 1-based epoch the last clock done belongs to:
+                                     ceil(clock / clocks per epoch) */
     double wall;                  /* seconds since training started */
     double train_loss;            /* mean minibatch loss since the last report */
     double samples_per_s;         /* this worker's throughput so far */
@@ -108,8 +109,9 @@ typedef void (*sfb_progress_fn)(void *user, const struct sfb_progress *p);
 
 struct sfb_train_result {
     uint32_t rank, world;  /* this worker's identity in the job */
-    uint64_t clocks;
-    uint64_t samples;     /* processed by this worker */
+    uint64_t start_clock; /* first clock this run computed (> 0 when resumed) */
+    uint64_t clocks;      /* clocks this run computed: [start_clock, start_clock + clocks) */
+    uint64_t samples;     /* processed by this worker in this run */
     double wall;          /* seconds of training */
     double test_loss, test_accuracy; /* final evaluation (NaN if no test set) */
     double train_loss;    /* mean minibatch loss over the last epoch */

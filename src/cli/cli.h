@@ -51,7 +51,7 @@ int cli_eval(int argc, char **argv);
 
 /* Installs the stderr log sink. */
 void cli_log_init(enum sfb_log_level level);
-/* Prints "sfb: error: ..." with sfb_last_error() when it has detail. */
+/* Prints "sfb: error: WHAT: ..." with the detail of `code` (sfb_error_message). */
 void cli_error(int code, const char *what);
 
 extern const char *cli_prog;

@@ -25,11 +25,7 @@ void cli_log_init(enum sfb_log_level level)
 
 void cli_error(int code, const char *what)
 {
-    const char *detail = sfb_last_error();
-    if (detail && *detail)
-        fprintf(stderr, "sfb: error: %s: %s\n", what, detail);
-    else
-        fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_strerror(code));
+    fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_error_message(code));
 }
 
 struct progress_state {
@@ -100,9 +96,13 @@ static int run_worker(struct cli_job *job)
         return ret == -SFB_EUSAGE ? 2 : 1;
     }
     if (res.rank == 0) {
-        printf("trained %s on %s with %u worker%s: %llu clocks, %llu samples/worker in %.1f s\n",
-               job->train.model, job->train.data, res.world, res.world == 1 ? "" : "s",
-               (unsigned long long)res.clocks, (unsigned long long)res.samples, res.wall);
+        printf("trained %s on %s with %u worker%s: %llu clocks", job->train.model,
+               job->train.data, res.world, res.world == 1 ? "" : "s",
+               (unsigned long long)res.clocks);
+        if (res.start_clock)
+            printf(" (resumed at clock %llu, now at %llu)", (unsigned long long)res.start_clock,
+                   (unsigned long long)(res.start_clock + res.clocks));
+        printf(", %llu samples/worker in %.1f s\n", (unsigned long long)res.samples, res.wall);
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);

@@ -3,6 +3,7 @@
 #include "src/cli/topo.h"
 
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
 
 const char *cli_prog = "sfb";
@@ -29,7 +30,19 @@ static void usage(FILE *f)
             "  sfb run -n 1 --model mlr --data fashion-mnist\n");
 }
 
-int main(int argc, char **argv)
+/* What a command printed on stdout (results, the final line) is output
+ * like any file: a failed write is an error, not exit 0. */
+static int finish(int rc)
+{
+    if ((fflush(stdout) != 0 || ferror(stdout)) && rc != 2) {
+        int e = errno ? errno : EIO;
+        fprintf(stderr, "sfb: error: cannot write the standard output: %s\n", strerror(e));
+        return 1;
+    }
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -51,4 +64,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "sfb: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    return finish(dispatch(argc, argv));
 }

@@ -206,8 +206,14 @@ static int test_config_mismatch(void)
     ASSERT_STR_CONTAINS(sfb_last_error(), "world is 3 in the checkpoint, 4 now");
     /* the scan stops at a configuration mismatch instead of falling back */
     int64_t clocks[4];
-    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 3, config_text(0.25, 10), clocks, 4), -SFB_ECONFIG);
-    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 3, config_text(0.5, 99), clocks, 4), 1);
+    uint32_t cw = 99;
+    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 3, config_text(0.25, 10), clocks, 4, &cw), -SFB_ECONFIG);
+    ASSERT_EQ(cw, 0u);
+    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 3, config_text(0.5, 99), clocks, 4, &cw), 1);
+    ASSERT_EQ(cw, 0u);
+    /* the set is of 3 workers: scanned by a job of 4, the scan names it */
+    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 4, config_text(0.5, 10), clocks, 4, &cw), -SFB_ECONFIG);
+    ASSERT_EQ(cw, 3u);
     free(c);
     sfb_model_close(&m);
     return 0;
@@ -247,7 +253,8 @@ static int test_prune_and_scan(void)
     fseek(f, 200, SEEK_SET);
     fputc('X', f);
     fclose(f);
-    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 3, cfg, clocks, 8), 1);
+    uint32_t cw;
+    ASSERT_EQ(sfb__ckpt_scan(sub, 1, 3, cfg, clocks, 8, &cw), 1);
     ASSERT_EQ(clocks[0], 300);
     free(newest);
     /* resume at 300 removes what lies beyond */
@@ -256,16 +263,52 @@ static int test_prune_and_scan(void)
     ASSERT_EQ(clocks[0], 300);
     /* agreement of a job of one */
     int64_t chosen = -1;
-    ASSERT_OK(sfb__ckpt_agree(NULL, 0, 1, 0, clocks, 1, sub, &chosen));
+    ASSERT_OK(sfb__ckpt_agree(NULL, 0, 1, 0, 0, clocks, 1, sub, &chosen));
     ASSERT_EQ(chosen, 300);
-    ASSERT_EQ(sfb__ckpt_agree(NULL, 0, 1, 0, clocks, 0, sub, &chosen), -ENOENT);
+    ASSERT_EQ(sfb__ckpt_agree(NULL, 0, 1, 0, 0, clocks, 0, sub, &chosen), -ENOENT);
     ASSERT_STR_CONTAINS(sfb_last_error(), "no valid checkpoint of rank 0 in");
-    ASSERT_EQ(sfb__ckpt_scan("/nonexistent/sfb", 1, 3, cfg, clocks, 8), 0);
+    ASSERT_EQ(sfb__ckpt_scan("/nonexistent/sfb", 1, 3, cfg, clocks, 8, &cw), 0);
     sfb_model_close(&m);
     return 0;
 }
 
+/* The resume decision depends on the reports only: a 2-worker set resumed
+ * with 3 (ranks 0 and 1 see files of world 2, rank 2 sees none) is the
+ * world-size error on every rank, never "no valid checkpoint of rank 2";
+ * otherwise the lowest failing rank is named, whoever decides. */
+static int test_agree_same_everywhere(void)
+{
+    uint8_t all[3 * SFB__CKPT_REPORT];
+    int64_t c[2] = {200, 100}, chosen = -1;
+    sfb__error(-SFB_ECONFIG, "d/rank-0.clock-000000000200.ckpt: world is 2 in the checkpoint");
+    sfb__ckpt_report_pack(all, 0, -SFB_ECONFIG, 2, NULL, 0, "d");
+    sfb__error(-SFB_ECONFIG, "d/rank-1.clock-000000000200.ckpt: world is 2 in the checkpoint");
+    sfb__ckpt_report_pack(all + SFB__CKPT_REPORT, 1, -SFB_ECONFIG, 2, NULL, 0, "d");
+    sfb__ckpt_report_pack(all + 2 * SFB__CKPT_REPORT, 2, 0, 0, NULL, 0, "d");
+    ASSERT_EQ(sfb__ckpt_decide(all, 3, "d", &chosen), -SFB_ECONFIG);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "d: configuration differs: world is 2 in the "
+                                          "checkpoint, 3 now (resume with -n 2)");
+    /* every rank missing its files: rank 0 is named, not the decider */
+    for (uint32_t r = 0; r < 3; r++)
+        sfb__ckpt_report_pack(all + r * SFB__CKPT_REPORT, r, 0, 0, NULL, 0, "d");
+    ASSERT_EQ(sfb__ckpt_decide(all, 3, "d", &chosen), -ENOENT);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 0 cannot resume: no valid checkpoint of rank 0 in d");
+    /* a failed scan outranks a missing file, even of a lower rank */
+    sfb__error(-SFB_ECONFIG, "lr is \"1\" in the checkpoint, \"0.5\" now");
+    sfb__ckpt_report_pack(all + 2 * SFB__CKPT_REPORT, 2, -SFB_ECONFIG, 0, NULL, 0, "d");
+    ASSERT_EQ(sfb__ckpt_decide(all, 3, "d", &chosen), -SFB_ECONFIG);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 2 cannot resume: lr is");
+    /* all valid: the newest clock common to every rank */
+    for (uint32_t r = 0; r < 3; r++)
+        sfb__ckpt_report_pack(all + r * SFB__CKPT_REPORT, r, 0, 0, c + (r == 1), 2 - (r == 1),
+                              "d");
+    ASSERT_OK(sfb__ckpt_decide(all, 3, "d", &chosen));
+    ASSERT_EQ(chosen, 100);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"agree_same_everywhere", test_agree_same_everywhere},
     {"config_text", test_config_text},
     {"round_trip", test_round_trip},
     {"every_corruption", test_every_corruption},
