@@ -1,5 +1,6 @@
 #include "config.h"
 #include "src/comm.h"
+#include "src/agree.h"
 #include "src/bootstrap.h"
 #include "src/common.h"
 #include "src/loop.h"
@@ -7,6 +8,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -209,32 +211,86 @@ static void reset_heard(void *arg)
     for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
 }
 
-/* Every rank's host name and pid: whether all share this host (the shm
- * provider's case), and then the pids, to tell which peer died. */
+/* The provider a rank asks for: --provider, else FI_PROVIDER, else "" (the
+ * transport then takes shm when every rank is on this host, else tcp). */
+static const char *provider_request(const struct sfb__comm *c)
+{
+    const char *p = c->s.provider;
+    if (!p || !*p) p = getenv("FI_PROVIDER");
+    return p ? p : "";
+}
+
+/* Every rank's host name, pid and requested provider: whether all share
+ * this host (the shm provider's case), and then the pids, to tell which
+ * peer died. The providers must agree, and are compared here, before the
+ * transport would fail on a mismatch with an address error naming nothing
+ * (src/agree.h gives every rank the same verdict). */
 static int exchange_hosts(struct sfb__comm *c, int *all_local)
 {
-    char mine[300] = {0};
+    char mine[600] = {0};
     gethostname(mine, 256);
     size_t hlen = strlen(mine) + 1;
     int pid = (int)getpid();
     memcpy(mine + hlen, &pid, sizeof pid);
+    size_t plen = strlen(provider_request(c));
+    if (plen > 255) return sfb__error(-SFB_EUSAGE, "provider name of %zu bytes", plen);
+    memcpy(mine + hlen + sizeof pid, provider_request(c), plen);
+    size_t len = hlen + sizeof pid + plen;
     void *all = NULL;
     size_t *lens = calloc(c->world, sizeof *lens);
-    if (!lens) return -ENOMEM;
-    int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid, &all, lens);
+    char **texts = calloc(c->world, sizeof *texts);
+    const char **ctexts = calloc(c->world, sizeof *ctexts);
+    size_t *tlens = calloc(c->world, sizeof *tlens);
+    if (!lens || !texts || !ctexts || !tlens) {
+        free(lens);
+        free(texts);
+        free(ctexts);
+        free(tlens);
+        return -ENOMEM;
+    }
+    int ret = sfb__bootstrap_allgatherv(c->bs, mine, len, &all, lens);
     *all_local = 0;
     if (ret == 0) {
         *all_local = 1;
         const char *p = all;
-        for (uint32_t r = 0; r < c->world; p += lens[r], r++)
-            if (lens[r] != hlen + sizeof pid || memcmp(p, mine, hlen) != 0) *all_local = 0;
-        c->gone_since = *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
+        for (uint32_t r = 0; r < c->world; p += lens[r], r++) {
+            size_t h = strnlen(p, lens[r]) + 1;
+            if (h + sizeof pid > lens[r]) {
+                ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
+                break;
+            }
+            if (h != hlen || memcmp(p, mine, hlen) != 0) *all_local = 0;
+        }
+        /* the provider each rank will use, as the transport resolves it */
+        p = all;
+        for (uint32_t r = 0; r < c->world && !ret; p += lens[r], r++) {
+            size_t h = strnlen(p, lens[r]) + 1 + sizeof pid, n = lens[r] - h;
+            const char *req = n ? p + h : *all_local ? "shm" : "tcp";
+            if (!n) n = 3;
+            if (!(texts[r] = malloc(n + 16))) {
+                ret = -ENOMEM;
+                break;
+            }
+            tlens[r] = (size_t)snprintf(texts[r], n + 16, "provider=%.*s\n", (int)n, req);
+            ctexts[r] = texts[r];
+        }
+        char why[600];
+        if (!ret && sfb__agree_verdict(ctexts, tlens, c->world, why, sizeof why))
+            ret = sfb__error(-SFB_ECONFIG,
+                             "settings differ between ranks: %s (every worker of a job needs the "
+                             "same --provider or FI_PROVIDER)",
+                             why);
+        c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
         if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
             p = all;
             for (uint32_t r = 0; r < c->world; p += lens[r], r++)
                 memcpy(&c->peer_pid[r], p + hlen, sizeof pid);
         }
     }
+    for (uint32_t r = 0; r < c->world; r++) free(texts[r]);
+    free(texts);
+    free(ctexts);
+    free(tlens);
     free(all);
     free(lens);
     return ret;
