@@ -196,7 +196,7 @@ static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t 
             while (sfb__transport_recv(b->c->t, &f, 0) == 0) take_frame(b, &f);
         if ((ret = apply_ready(b, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(b->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check(b->c))) break;
+        if ((ret = sfb__comm_check_wait(b->c, required))) break;
         if (!b->c->t) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;

@@ -2,6 +2,7 @@
 #include "src/comm.h"
 #include "src/agree.h"
 #include "src/bootstrap.h"
+#include "src/bytes.h"
 #include "src/common.h"
 #include "src/loop.h"
 
@@ -41,6 +42,28 @@ int sfb__comm_check(struct sfb__comm *c)
     return sfb__error(-SFB_EPEER, "%s", c->reason);
 }
 
+int sfb__comm_peers_know(struct sfb__comm *c)
+{
+    return atomic_load_explicit(&c->failed, memory_order_acquire) &&
+           !atomic_load_explicit(&c->found_here, memory_order_relaxed);
+}
+
+int sfb__comm_check_wait(struct sfb__comm *c, int64_t required)
+{
+    int ret = sfb__comm_check(c);
+    if (ret || !c->final_clock) return ret;
+    for (uint32_t p = 0; p < c->world; p++) {
+        int64_t f = atomic_load_explicit(&c->final_clock[p], memory_order_acquire);
+        if (p != c->rank && f < required)
+            return sfb__error(-SFB_EPEER,
+                              "rank %u finished at clock %lld; rank %u waits for its clock %lld, "
+                              "which it will never send (do the ranks run the same number of "
+                              "clocks?)",
+                              p, (long long)f, c->rank, (long long)f + 1);
+    }
+    return 0;
+}
+
 int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
                      const struct sfb_wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
@@ -68,6 +91,21 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type
     return ret;
 }
 
+/* A frame rejected by the wire checks is counted and dropped (noise, a
+ * corrupted or foreign frame). One of this job from a peer with another
+ * shape (model, data shape, batch) is not noise: that peer's update of its
+ * clock will never arrive in a form this rank can apply, so waiting for it
+ * would hang. The job fails, naming the peer and the frame. Loop thread. */
+static void rejected(struct sfb__comm *c, uint32_t src, int code)
+{
+    if (code != -SFB_ESHAPE || src >= c->world) return;
+    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    fail(c, (int)src,
+         "rank %u cannot apply the updates of rank %u (do the ranks run the same model, data "
+         "and batch?): %s",
+         c->rank, src, sfb_last_error());
+}
+
 /* Loop thread: every received frame passes here first. Control frames end
  * here; data frames go to the engine's hook or to the inbox. */
 static int on_frame(void *user, struct sfb__frame *f)
@@ -77,7 +115,9 @@ static int on_frame(void *user, struct sfb__frame *f)
      * reaches the inbox or a relay: counted, logged, dropped. */
     struct sfb_wire_hdr h;
     const uint8_t *payload;
-    if (sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload) != 0) {
+    int bad = sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
+    if (bad) {
+        rejected(c, f->src, bad);
         sfb__buf_put(f->buf);
         return 1;
     }
@@ -91,6 +131,7 @@ static int on_frame(void *user, struct sfb__frame *f)
         while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
         }
         if (r < 0) {
+            rejected(c, f->src, r);
             sfb__buf_put(f->buf);
             return 1;
         }
@@ -102,7 +143,13 @@ static int on_frame(void *user, struct sfb__frame *f)
         sfb__buf_put(f->buf);
         return 1;
     case SFB_WIRE_BYE:
-        if (f->src < c->world) c->said_bye[f->src] = 1;
+        /* a BYE carries the sender's last clock: nothing beyond it will come */
+        if (f->src < c->world && h.origin == f->src) {
+            c->said_bye[f->src] = 1;
+            if (h.payload_len == 8)
+                atomic_store_explicit(&c->final_clock[f->src], (int64_t)sfb__get_u64(payload),
+                                      memory_order_release);
+        }
         sfb__buf_put(f->buf);
         return 1;
     case SFB_WIRE_ABORT: {
@@ -358,10 +405,12 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
 
     c->last_heard = calloc(c->world, sizeof *c->last_heard);
     c->said_bye = calloc(c->world, 1);
-    if (!c->last_heard || !c->said_bye) {
+    c->final_clock = calloc(c->world, sizeof *c->final_clock);
+    if (!c->last_heard || !c->said_bye || !c->final_clock) {
         ret = -ENOMEM;
         goto fail;
     }
+    for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
     int all_local = 0;
     if ((ret = exchange_hosts(c, &all_local))) goto fail;
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
@@ -476,16 +525,21 @@ void sfb__comm_abort(struct sfb__comm *c, const char *reason)
     sfb__transport_flush(c->t, 1.0);
 }
 
-int sfb__comm_finish(struct sfb__comm *c)
+int sfb__comm_finish(struct sfb__comm *c, int64_t last)
 {
     if (!c->t) return 0;
     int ret = sfb__transport_flush(c->t, c->s.bootstrap_timeout_s);
     if (ret) return sfb__error(ret, "could not deliver the last frames: %s", sfb_strerror(ret));
+    uint8_t final[8];
+    sfb__put_u64(final, (uint64_t)last);
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, NULL, 0, 1.0);
+        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
     sfb__transport_flush(c->t, 2.0);
-    if ((ret = sfb__bootstrap_barrier(c->bs))) return ret;
-    return sfb__comm_check(c);
+    ret = sfb__bootstrap_barrier(c->bs);
+    /* a peer that stopped (and said why) is the better reason than the
+     * broken barrier it left behind */
+    int failed = sfb__comm_check(c);
+    return failed ? failed : ret;
 }
 
 void sfb__comm_close(struct sfb__comm **pc)
@@ -498,6 +552,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     sfb__bootstrap_close(&c->bs);
     free(c->last_heard);
     free(c->said_bye);
+    free(c->final_clock);
     free(c->peer_pid);
     free(c->gone_since);
     free(c);

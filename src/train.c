@@ -481,7 +481,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     /* Every replica applies every update before anyone evaluates or writes. */
     struct sfb__sync_clock acct = {0};
     if (total && (ret = w->engine->drain(w->engine_priv, (int64_t)total - 1, &acct))) return ret;
-    if ((ret = sfb__comm_finish(w->comm))) return ret;
+    if ((ret = sfb__comm_finish(w->comm, (int64_t)total - 1))) return ret;
     /* drained, and comm_finish's barrier stands for the checkpoint's */
     if (every && total > start && total % every == 0 && (ret = checkpoint(w, (int64_t)total, 1)))
         return ret;
@@ -575,7 +575,7 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
                 snprintf(why, sizeof why, "%s", e);
             else
                 snprintf(why, sizeof why, "rank %u: %s", w.rank, e);
-            if (sfb__comm_check(w.comm) == 0) sfb__comm_abort(w.comm, why);
+            if (!sfb__comm_peers_know(w.comm)) sfb__comm_abort(w.comm, why);
             sfb__error(ret, "%s", why);
         }
     }
