@@ -12,7 +12,7 @@
 #  3. Signals: a worker killed by SIGTERM / SIGSEGV is reported by `sfb run`
 #     as "killed by signal N (SIGxxx)", not "exited with status 1" after a
 #     library's backtrace; `sfb run` itself interrupted exits 128 + N.
-# Usage: agree.sh SFB
+# Usage: ranks_disagree.sh SFB
 set -uo pipefail
 SFB=$1
 tmp=$(mktemp -d)
