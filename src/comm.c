@@ -267,11 +267,46 @@ static const char *provider_request(const struct sfb__comm *c)
     return p ? p : "";
 }
 
+/* The providers the ranks will use, as the transport resolves what each
+ * asked for (nothing: shm when every rank is on this host, else tcp), must
+ * agree. all/lens: the host exchange's records (host\0, pid, request). */
+static int check_providers(const struct sfb__comm *c, const char *all, const size_t *lens,
+                           int all_local)
+{
+    enum { STRIDE = 256 + 16 };
+    char *buf = malloc((size_t)c->world * STRIDE);
+    const char **texts = calloc(c->world, sizeof *texts);
+    size_t *tlens = calloc(c->world, sizeof *tlens);
+    int ret = 0;
+    if (!buf || !texts || !tlens) {
+        ret = sfb__error(-ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *p = all;
+    for (uint32_t r = 0; r < c->world; p += lens[r], r++) {
+        size_t h = strnlen(p, lens[r]) + 1 + sizeof(int), n = SFB_MIN(lens[r] - h, 255);
+        char *t = buf + (size_t)r * STRIDE;
+        tlens[r] = (size_t)snprintf(t, STRIDE, "provider=%.*s\n", n ? (int)n : 3,
+                                    n ? p + h : all_local ? "shm" : "tcp");
+        texts[r] = t;
+    }
+    char why[600];
+    if (sfb__agree_verdict(texts, tlens, c->world, why, sizeof why))
+        ret = sfb__error(-SFB_ECONFIG,
+                         "settings differ between ranks: %s (every worker of a job needs the "
+                         "same --provider or FI_PROVIDER)",
+                         why);
+out:
+    free(buf);
+    free(texts);
+    free(tlens);
+    return ret;
+}
+
 /* Every rank's host name, pid and requested provider: whether all share
  * this host (the shm provider's case), and then the pids, to tell which
- * peer died. The providers must agree, and are compared here, before the
- * transport would fail on a mismatch with an address error naming nothing
- * (src/agree.h gives every rank the same verdict). */
+ * peer died. The providers are compared here, before the transport would
+ * fail on a mismatch with an address error naming nothing. */
 static int exchange_hosts(struct sfb__comm *c, int *all_local)
 {
     char mine[600] = {0};
@@ -282,51 +317,22 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local)
     size_t plen = strlen(provider_request(c));
     if (plen > 255) return sfb__error(-SFB_EUSAGE, "provider name of %zu bytes", plen);
     memcpy(mine + hlen + sizeof pid, provider_request(c), plen);
-    size_t len = hlen + sizeof pid + plen;
     void *all = NULL;
     size_t *lens = calloc(c->world, sizeof *lens);
-    char **texts = calloc(c->world, sizeof *texts);
-    const char **ctexts = calloc(c->world, sizeof *ctexts);
-    size_t *tlens = calloc(c->world, sizeof *tlens);
-    if (!lens || !texts || !ctexts || !tlens) {
-        free(lens);
-        free(texts);
-        free(ctexts);
-        free(tlens);
-        return -ENOMEM;
-    }
-    int ret = sfb__bootstrap_allgatherv(c->bs, mine, len, &all, lens);
+    if (!lens) return -ENOMEM;
+    int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
     *all_local = 0;
     if (ret == 0) {
         *all_local = 1;
         const char *p = all;
-        for (uint32_t r = 0; r < c->world; p += lens[r], r++) {
-            size_t h = strnlen(p, lens[r]) + 1;
-            if (h + sizeof pid > lens[r]) {
-                ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
-                break;
-            }
-            if (h != hlen || memcmp(p, mine, hlen) != 0) *all_local = 0;
-        }
-        /* the provider each rank will use, as the transport resolves it */
-        p = all;
         for (uint32_t r = 0; r < c->world && !ret; p += lens[r], r++) {
-            size_t h = strnlen(p, lens[r]) + 1 + sizeof pid, n = lens[r] - h;
-            const char *req = n ? p + h : *all_local ? "shm" : "tcp";
-            if (!n) n = 3;
-            if (!(texts[r] = malloc(n + 16))) {
-                ret = -ENOMEM;
-                break;
-            }
-            tlens[r] = (size_t)snprintf(texts[r], n + 16, "provider=%.*s\n", (int)n, req);
-            ctexts[r] = texts[r];
+            size_t h = strnlen(p, lens[r]) + 1;
+            if (h + sizeof pid > lens[r])
+                ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
+            else if (h != hlen || memcmp(p, mine, hlen) != 0)
+                *all_local = 0;
         }
-        char why[600];
-        if (!ret && sfb__agree_verdict(ctexts, tlens, c->world, why, sizeof why))
-            ret = sfb__error(-SFB_ECONFIG,
-                             "settings differ between ranks: %s (every worker of a job needs the "
-                             "same --provider or FI_PROVIDER)",
-                             why);
+        if (!ret) ret = check_providers(c, all, lens, *all_local);
         c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
         if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
             p = all;
@@ -334,10 +340,6 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local)
                 memcpy(&c->peer_pid[r], p + hlen, sizeof pid);
         }
     }
-    for (uint32_t r = 0; r < c->world; r++) free(texts[r]);
-    free(texts);
-    free(ctexts);
-    free(tlens);
     free(all);
     free(lens);
     return ret;

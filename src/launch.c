@@ -260,6 +260,7 @@ static int describe_failure(const struct launcher *L)
 int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
 {
     struct sfb__launch_settings def;
+    stop_signal = 0;
     if (!s) {
         sfb__launch_default_settings(&def);
         s = &def;
@@ -274,7 +275,6 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         if (getrandom(&key, sizeof key, 0) != (ssize_t)sizeof key) key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
 
     struct launcher L = {0};
-    stop_signal = 0;
     L.n = nprocs;
     L.failed_rank = -1;
     L.c = calloc((size_t)nprocs, sizeof *L.c);
@@ -405,7 +405,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
     if (!r && L.failed_rank >= 0) r = describe_failure(&L);
     char name[32];
-    stop_signal = L.abort_sig;
+    stop_signal = L.abort_sig; /* also when a worker's failure came first */
     if (!r && L.abort_sig)
         r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L.abort_sig,
                        sig_name(name, L.abort_sig));
@@ -431,19 +431,14 @@ restore:
     return r;
 }
 
-/* The public wrapper's record of what stopped the last job (main thread). */
-static int last_stop_signal;
-
 int sfb_launch_local(int nprocs, char *const argv[])
 {
-    int r = sfb__launch_local(nprocs, argv, NULL);
-    last_stop_signal = stop_signal;
-    return r;
+    return sfb__launch_local(nprocs, argv, NULL);
 }
 
 int sfb_launch_stop_signal(void)
 {
-    return last_stop_signal;
+    return stop_signal;
 }
 
 int sfb_launch_self_path(char *buf, size_t len)
