@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void sfb__comm_default_settings(struct sfb__comm_settings *s)
@@ -40,6 +41,21 @@ int sfb__comm_check(struct sfb__comm *c)
 {
     if (!atomic_load_explicit(&c->failed, memory_order_acquire)) return 0;
     return sfb__error(-SFB_EPEER, "%s", c->reason);
+}
+
+int sfb__comm_explain(struct sfb__comm *c, int ret)
+{
+    if (!ret || !c->t) return ret;
+    /* the peer's ABORT is sent before it exits, the EOF comes after: give
+     * the frame a moment to overtake */
+    double end = sfb__now() + 1.0;
+    for (;;) {
+        int failed = sfb__comm_check(c);
+        if (failed) return failed;
+        if (sfb__now() >= end) return ret;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int sfb__comm_peers_know(struct sfb__comm *c)
@@ -476,7 +492,7 @@ int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shape
         return 0;
     }
     int ret = sfb__loop_call(c->loop, set_shapes_in_loop, &a);
-    if (!ret) ret = sfb__bootstrap_barrier(c->bs);
+    if (!ret) ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
     if (!ret) ret = sfb__comm_check(c);
     return ret;
 }
@@ -537,11 +553,8 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last)
     for (uint32_t p = 0; p < c->world; p++)
         if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
     sfb__transport_flush(c->t, 2.0);
-    ret = sfb__bootstrap_barrier(c->bs);
-    /* a peer that stopped (and said why) is the better reason than the
-     * broken barrier it left behind */
-    int failed = sfb__comm_check(c);
-    return failed ? failed : ret;
+    ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
+    return ret ? ret : sfb__comm_check(c);
 }
 
 void sfb__comm_close(struct sfb__comm **pc)

@@ -96,6 +96,12 @@ uint64_t sfb__comm_rejected(const struct sfb__comm *c);
  * ABORT reason a peer sent) once one is not. Any thread. */
 int sfb__comm_check(struct sfb__comm *c);
 
+/* For a collective (bootstrap barrier or allgather) that returned ret:
+ * when it failed because a peer left, that peer's reason (its ABORT, or its
+ * death), waiting up to 1 s for it to arrive; else ret with its message.
+ * Compute thread. */
+int sfb__comm_explain(struct sfb__comm *c, int ret);
+
 /* 1 when the job failed because of a peer and the peers know it (its ABORT,
  * its death or silence); 0 while healthy or when the failure was found here
  * (a peer's frames this rank cannot apply: the peer must be told with

@@ -155,7 +155,10 @@ static int agree_settings(struct worker *w)
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
              "\nresume=%s\n", total, s->checkpoint_every, s->resume_dir ? "yes" : "no");
-    return sfb__agree(w->comm->bs, w->world, text);
+    ret = sfb__agree(w->comm->bs, w->world, text);
+    /* a verdict is every rank's; a broken collective may be a rank that
+     * failed to load its data and aborted instead of coming */
+    return ret == -SFB_ECONFIG ? ret : sfb__comm_explain(w->comm, ret);
 }
 
 /* The configuration text checkpoints carry, and for a fresh run with

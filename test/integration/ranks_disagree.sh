@@ -4,7 +4,8 @@
 #
 #  1. Start-up agreement: two workers (env rendezvous, no launcher) that
 #     differ in one must-agree setting both exit 1 within 20 s, and both
-#     name the field with both values (the same verdict on every rank).
+#     name the field with both values (the same verdict on every rank); a
+#     rank that cannot load its data is named by the other.
 #  2. The runtime's own bounds, with the agreement skipped
 #     (SFB_DEBUG_SKIP_AGREE=1): a peer that finished earlier ends the wait
 #     for a clock it will never send, naming it; a peer's frames of another
@@ -20,7 +21,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 fails=0; passes=0
-check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+last_logs=()   # shown when a check fails
+check() {
+  if eval "$2"; then passes=$((passes+1)); return; fi
+  echo "FAIL: $1"; fails=$((fails+1))
+  for f in "${last_logs[@]}"; do echo "--- $f"; grep -v ': info: ' "$f" | cut -c1-300 | head -n 5; done
+}
 base="--data synth:k=4,d=20,n=400,seed=1 --clocks 20"
 
 # pair NAME "ARGS OF RANK 0" "ARGS OF RANK 1": runs both (30 s hard limit),
@@ -42,6 +48,7 @@ pair() {
   wait "${p[0]}"; rc0=$?
   wait "${p[1]}"; rc1=$?
   dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  last_logs=("$tmp/$name.0" "$tmp/$name.1")
 }
 
 # both ranks exit 1 within 20 s, each log holding the text
@@ -75,6 +82,13 @@ check "many: both fields named" "both_say many 'lr: rank 0 has \"1\", rank 1 has
 # --epochs 1 and the same number of clocks agree (the length is compared in clocks)
 pair epochs "--data synth:k=4,d=20,n=400,seed=1 --epochs 2" "--data synth:k=4,d=20,n=400,seed=1 --clocks 24"
 check "epochs 2 = clocks 24 agree and train (rc $rc0/$rc1)" "[ $rc0 = 0 ] && [ $rc1 = 0 ]"
+
+# a rank that cannot load its data: the other leaves the comparison naming why
+pair noload "$base" "--data $tmp/missing.libsvm --clocks 20"
+check "missing data on rank 1: both exit 1 within 20 s (rc $rc0/$rc1, $dt s)" \
+  "[ $rc0 = 1 ] && [ $rc1 = 1 ] && awk 'BEGIN{exit !($dt <= 20)}'"
+check "missing data on rank 1: rank 0 names rank 1's reason" \
+  "grep -q 'training failed: rank 1 aborted the job: rank 1: .*missing.libsvm' $tmp/noload.0"
 
 # 2. the runtime's bounds without the start-up comparison
 export SFB_DEBUG_SKIP_AGREE=1
@@ -112,7 +126,7 @@ job=(--data synth:k=4,d=20,n=4000,seed=1 --clocks 1000000 --debug-delay-ms 2 --e
 for sig in TERM SEGV; do
   rm -rf "$tmp/r"
   "$SFB" run -n 2 "${job[@]}" --out-dir "$tmp/r" >"$tmp/run.$sig" 2>&1 &
-  run=$!; pids+=($run)
+  run=$!; pids+=($run); last_logs=("$tmp/run.$sig")
   check "kill -$sig: sfb run started" wait_started
   victim=$(pgrep -P $run | sort -n | sed -n 2p)   # the second worker forked: rank 1
   kill -$sig "$victim"
@@ -126,7 +140,7 @@ done
 for sig in TERM INT; do
   rm -rf "$tmp/r"
   "$SFB" run -n 2 "${job[@]}" --out-dir "$tmp/r" >"$tmp/stop.$sig" 2>&1 &
-  run=$!; pids+=($run)
+  run=$!; pids+=($run); last_logs=("$tmp/stop.$sig")
   check "sfb run -$sig: started" wait_started
   kill -$sig $run
   bounded_wait $run
@@ -134,6 +148,7 @@ for sig in TERM INT; do
   check "sfb run stopped by SIG$sig exits 128 + $n (rc=$rc)" "[ $rc = $((128 + n)) ]"
   check "sfb run stopped by SIG$sig says so" "grep -qF 'interrupted by signal $n (SIG$sig)' $tmp/stop.$sig"
 done
+last_logs=()
 check "no worker left behind" "! pgrep -f '$tmp/' >/dev/null"
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
