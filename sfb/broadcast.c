@@ -196,7 +196,7 @@ static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t 
             while (sfb__transport_recv(b->c->t, &f, 0) == 0) take_frame(b, &f);
         if ((ret = apply_ready(b, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(b->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check(b->c))) break;
+        if ((ret = sfb__comm_check_wait(b->c, required))) break;
         if (!b->c->t) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;
@@ -221,9 +221,12 @@ static int boundary(struct bcast *b, int64_t t, int64_t last)
 {
     if (!b->relay || !sfb__relay_flush_clock(b->relay)) return 0;
     int ret = 0;
+    /* the frames due at t are of clocks ≥ t − max hops: none comes from a
+     * peer that finished before */
+    int64_t oldest = t - (int64_t)sfb__relay_max_hops(b->relay);
     while (!sfb__relay_ready(b->relay, t, last)) {
         struct sfb__frame f;
-        if ((ret = sfb__comm_check(b->c))) return ret;
+        if ((ret = sfb__comm_check_wait(b->c, oldest))) return ret;
         if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
     }
     return sfb__relay_boundary(b->relay, t);

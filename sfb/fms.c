@@ -355,7 +355,7 @@ static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t no
         if (f->c->t && (ret = form_sums(f))) break;
         if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check(f->c))) break;
+        if ((ret = sfb__comm_check_wait(f->c, required))) break;
         if (!f->c->t) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;

@@ -1,13 +1,17 @@
 #include "config.h"
 #include "src/comm.h"
+#include "src/agree.h"
 #include "src/bootstrap.h"
+#include "src/bytes.h"
 #include "src/common.h"
 #include "src/loop.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void sfb__comm_default_settings(struct sfb__comm_settings *s)
@@ -39,6 +43,43 @@ int sfb__comm_check(struct sfb__comm *c)
     return sfb__error(-SFB_EPEER, "%s", c->reason);
 }
 
+int sfb__comm_explain(struct sfb__comm *c, int ret)
+{
+    if (!ret || !c->t) return ret;
+    /* the peer's ABORT is sent before it exits, the EOF comes after: give
+     * the frame a moment to overtake */
+    double end = sfb__now() + 1.0;
+    for (;;) {
+        int failed = sfb__comm_check(c);
+        if (failed) return failed;
+        if (sfb__now() >= end) return ret;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int sfb__comm_peers_know(struct sfb__comm *c)
+{
+    return atomic_load_explicit(&c->failed, memory_order_acquire) &&
+           !atomic_load_explicit(&c->found_here, memory_order_relaxed);
+}
+
+int sfb__comm_check_wait(struct sfb__comm *c, int64_t required)
+{
+    int ret = sfb__comm_check(c);
+    if (ret || !c->final_clock) return ret;
+    for (uint32_t p = 0; p < c->world; p++) {
+        int64_t f = atomic_load_explicit(&c->final_clock[p], memory_order_acquire);
+        if (p != c->rank && f < required)
+            return sfb__error(-SFB_EPEER,
+                              "rank %u finished at clock %lld; rank %u waits for its clock %lld, "
+                              "which it will never send (do the ranks run the same number of "
+                              "clocks?)",
+                              p, (long long)f, c->rank, (long long)f + 1);
+    }
+    return 0;
+}
+
 int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
                      const struct sfb_wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
@@ -66,6 +107,21 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type
     return ret;
 }
 
+/* A frame rejected by the wire checks is counted and dropped (noise, a
+ * corrupted or foreign frame). One of this job from a peer with another
+ * shape (model, data shape, batch) is not noise: that peer's update of its
+ * clock will never arrive in a form this rank can apply, so waiting for it
+ * would hang. The job fails, naming the peer and the frame. Loop thread. */
+static void rejected(struct sfb__comm *c, uint32_t src, int code)
+{
+    if (code != -SFB_ESHAPE || src >= c->world) return;
+    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    fail(c, (int)src,
+         "rank %u cannot apply the updates of rank %u (do the ranks run the same model, data "
+         "and batch?): %s",
+         c->rank, src, sfb_last_error());
+}
+
 /* Loop thread: every received frame passes here first. Control frames end
  * here; data frames go to the engine's hook or to the inbox. */
 static int on_frame(void *user, struct sfb__frame *f)
@@ -75,7 +131,9 @@ static int on_frame(void *user, struct sfb__frame *f)
      * reaches the inbox or a relay: counted, logged, dropped. */
     struct sfb_wire_hdr h;
     const uint8_t *payload;
-    if (sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload) != 0) {
+    int bad = sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
+    if (bad) {
+        rejected(c, f->src, bad);
         sfb__buf_put(f->buf);
         return 1;
     }
@@ -89,6 +147,7 @@ static int on_frame(void *user, struct sfb__frame *f)
         while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
         }
         if (r < 0) {
+            rejected(c, f->src, r);
             sfb__buf_put(f->buf);
             return 1;
         }
@@ -100,7 +159,13 @@ static int on_frame(void *user, struct sfb__frame *f)
         sfb__buf_put(f->buf);
         return 1;
     case SFB_WIRE_BYE:
-        if (f->src < c->world) c->said_bye[f->src] = 1;
+        /* a BYE carries the sender's last clock: nothing beyond it will come */
+        if (f->src < c->world && h.origin == f->src) {
+            c->said_bye[f->src] = 1;
+            if (h.payload_len == 8)
+                atomic_store_explicit(&c->final_clock[f->src], (int64_t)sfb__get_u64(payload),
+                                      memory_order_release);
+        }
         sfb__buf_put(f->buf);
         return 1;
     case SFB_WIRE_ABORT: {
@@ -209,26 +274,82 @@ static void reset_heard(void *arg)
     for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
 }
 
-/* Every rank's host name and pid: whether all share this host (the shm
- * provider's case), and then the pids, to tell which peer died. */
+/* The provider a rank asks for: --provider, else FI_PROVIDER, else "" (the
+ * transport then takes shm when every rank is on this host, else tcp). */
+static const char *provider_request(const struct sfb__comm *c)
+{
+    const char *p = c->s.provider;
+    if (!p || !*p) p = getenv("FI_PROVIDER");
+    return p ? p : "";
+}
+
+/* The providers the ranks will use, as the transport resolves what each
+ * asked for (nothing: shm when every rank is on this host, else tcp), must
+ * agree. all/lens: the host exchange's records (host\0, pid, request). */
+static int check_providers(const struct sfb__comm *c, const char *all, const size_t *lens,
+                           int all_local)
+{
+    enum { STRIDE = 256 + 16 };
+    char *buf = malloc((size_t)c->world * STRIDE);
+    const char **texts = calloc(c->world, sizeof *texts);
+    size_t *tlens = calloc(c->world, sizeof *tlens);
+    int ret = 0;
+    if (!buf || !texts || !tlens) {
+        ret = sfb__error(-ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *p = all;
+    for (uint32_t r = 0; r < c->world; p += lens[r], r++) {
+        size_t h = strnlen(p, lens[r]) + 1 + sizeof(int), n = SFB_MIN(lens[r] - h, 255);
+        char *t = buf + (size_t)r * STRIDE;
+        tlens[r] = (size_t)snprintf(t, STRIDE, "provider=%.*s\n", n ? (int)n : 3,
+                                    n ? p + h : all_local ? "shm" : "tcp");
+        texts[r] = t;
+    }
+    char why[600];
+    if (sfb__agree_verdict(texts, tlens, c->world, why, sizeof why))
+        ret = sfb__error(-SFB_ECONFIG,
+                         "settings differ between ranks: %s (every worker of a job needs the "
+                         "same --provider or FI_PROVIDER)",
+                         why);
+out:
+    free(buf);
+    free(texts);
+    free(tlens);
+    return ret;
+}
+
+/* Every rank's host name, pid and requested provider: whether all share
+ * this host (the shm provider's case), and then the pids, to tell which
+ * peer died. The providers are compared here, before the transport would
+ * fail on a mismatch with an address error naming nothing. */
 static int exchange_hosts(struct sfb__comm *c, int *all_local)
 {
-    char mine[300] = {0};
+    char mine[600] = {0};
     gethostname(mine, 256);
     size_t hlen = strlen(mine) + 1;
     int pid = (int)getpid();
     memcpy(mine + hlen, &pid, sizeof pid);
+    size_t plen = strlen(provider_request(c));
+    if (plen > 255) return sfb__error(-SFB_EUSAGE, "provider name of %zu bytes", plen);
+    memcpy(mine + hlen + sizeof pid, provider_request(c), plen);
     void *all = NULL;
     size_t *lens = calloc(c->world, sizeof *lens);
     if (!lens) return -ENOMEM;
-    int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid, &all, lens);
+    int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
     *all_local = 0;
     if (ret == 0) {
         *all_local = 1;
         const char *p = all;
-        for (uint32_t r = 0; r < c->world; p += lens[r], r++)
-            if (lens[r] != hlen + sizeof pid || memcmp(p, mine, hlen) != 0) *all_local = 0;
-        c->gone_since = *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
+        for (uint32_t r = 0; r < c->world && !ret; p += lens[r], r++) {
+            size_t h = strnlen(p, lens[r]) + 1;
+            if (h + sizeof pid > lens[r])
+                ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
+            else if (h != hlen || memcmp(p, mine, hlen) != 0)
+                *all_local = 0;
+        }
+        if (!ret) ret = check_providers(c, all, lens, *all_local);
+        c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
         if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
             p = all;
             for (uint32_t r = 0; r < c->world; p += lens[r], r++)
@@ -302,10 +423,12 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
 
     c->last_heard = calloc(c->world, sizeof *c->last_heard);
     c->said_bye = calloc(c->world, 1);
-    if (!c->last_heard || !c->said_bye) {
+    c->final_clock = calloc(c->world, sizeof *c->final_clock);
+    if (!c->last_heard || !c->said_bye || !c->final_clock) {
         ret = -ENOMEM;
         goto fail;
     }
+    for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
     int all_local = 0;
     if ((ret = exchange_hosts(c, &all_local))) goto fail;
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
@@ -372,7 +495,7 @@ int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shape
         return 0;
     }
     int ret = sfb__loop_call(c->loop, set_shapes_in_loop, &a);
-    if (!ret) ret = sfb__bootstrap_barrier(c->bs);
+    if (!ret) ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
     if (!ret) ret = sfb__comm_check(c);
     return ret;
 }
@@ -423,16 +546,18 @@ void sfb__comm_abort(struct sfb__comm *c, const char *reason)
     sfb__transport_flush(c->t, 1.0);
 }
 
-int sfb__comm_finish(struct sfb__comm *c)
+int sfb__comm_finish(struct sfb__comm *c, int64_t last)
 {
     if (!c->t) return 0;
     int ret = sfb__transport_flush(c->t, c->s.bootstrap_timeout_s);
     if (ret) return sfb__error(ret, "could not deliver the last frames: %s", sfb_strerror(ret));
+    uint8_t final[8];
+    sfb__put_u64(final, (uint64_t)last);
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, NULL, 0, 1.0);
+        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
     sfb__transport_flush(c->t, 2.0);
-    if ((ret = sfb__bootstrap_barrier(c->bs))) return ret;
-    return sfb__comm_check(c);
+    ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
+    return ret ? ret : sfb__comm_check(c);
 }
 
 void sfb__comm_close(struct sfb__comm **pc)
@@ -445,6 +570,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     sfb__bootstrap_close(&c->bs);
     free(c->last_heard);
     free(c->said_bye);
+    free(c->final_clock);
     free(c->peer_pid);
     free(c->gone_since);
     free(c);

@@ -52,12 +52,14 @@ struct sfb__comm {
     struct sfb__loop_timer *hb;
     double *last_heard;
     uint8_t *said_bye;
+    _Atomic int64_t *final_clock; /* a peer's last clock from its BYE (INT64_MAX: running) */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     double *gone_since;    /* when a peer's process was first seen gone */
     double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
     char anon_error[256];
     /* failure, published to the compute thread */
     _Atomic int failed;
+    _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
     int failed_rank;
     char reason[512];
 };
@@ -94,6 +96,24 @@ uint64_t sfb__comm_rejected(const struct sfb__comm *c);
  * ABORT reason a peer sent) once one is not. Any thread. */
 int sfb__comm_check(struct sfb__comm *c);
 
+/* For a collective (bootstrap barrier or allgather) that returned ret:
+ * when it failed because a peer left, that peer's reason (its ABORT, or its
+ * death), waiting up to 1 s for it to arrive; else ret with its message.
+ * Compute thread. */
+int sfb__comm_explain(struct sfb__comm *c, int ret);
+
+/* 1 when the job failed because of a peer and the peers know it (its ABORT,
+ * its death or silence); 0 while healthy or when the failure was found here
+ * (a peer's frames this rank cannot apply: the peer must be told with
+ * sfb__comm_abort). Any thread. */
+int sfb__comm_peers_know(struct sfb__comm *c);
+
+/* sfb__comm_check for a wait that needs every peer's updates through clock
+ * `required`: also -SFB_EPEER at once when a peer has finished (said BYE)
+ * at a clock below it, naming the peer, its last clock and the clock this
+ * rank waits for. Engines call it in every blocking wait. Compute thread. */
+int sfb__comm_check_wait(struct sfb__comm *c, int64_t required);
+
 /* Sends a header-only or small control frame (HEARTBEAT, BYE, ABORT) to dst.
  * Returns as sfb__transport_send. */
 int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type type,
@@ -109,10 +129,12 @@ int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
  * reason) and waits briefly for the sends. Compute thread. */
 void sfb__comm_abort(struct sfb__comm *c, const char *reason);
 
-/* Orderly end: flushes sends, says BYE and waits in a barrier until every
- * rank got here (so no rank closes while another still needs its frames).
- * Returns 0 or a negative code. Compute thread. */
-int sfb__comm_finish(struct sfb__comm *c);
+/* Orderly end: flushes sends, says BYE carrying `last` (this rank's last
+ * clock, −1 for none: peers waiting for a later one fail at once) and waits
+ * in a barrier until every rank got here (so no rank closes while another
+ * still needs its frames). Returns 0 or a negative code (a peer's failure
+ * reason before a broken barrier's). Compute thread. */
+int sfb__comm_finish(struct sfb__comm *c, int64_t last);
 
 /* Stops heartbeats, closes transport, loop and bootstrap. NULL is a no-op. */
 void sfb__comm_close(struct sfb__comm **c);

@@ -231,12 +231,28 @@ static void child_exec(int rank, int n, const char *host, int port, uint64_t key
     _exit(127);
 }
 
+/* "SIGTERM" (what users type with kill -s), or strsignal's text for a
+ * signal without an abbreviation. */
+static const char *sig_name(char buf[32], int sig)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, 32, "SIG%s", abbrev);
+    else
+        snprintf(buf, 32, "%s", strsignal(sig));
+    return buf;
+}
+
+/* What stopped the job of the latest sfb__launch_local (main thread). */
+static int stop_signal;
+
 static int describe_failure(const struct launcher *L)
 {
     int st = L->failed_status;
+    char name[32];
     if (WIFSIGNALED(st))
         return sfb__error(-SFB_EPEER, "rank %d killed by signal %d (%s)", L->failed_rank, WTERMSIG(st),
-                          strsignal(WTERMSIG(st)));
+                          sig_name(name, WTERMSIG(st)));
     return sfb__error(-SFB_EPEER, "rank %d exited with status %d", L->failed_rank,
                       WIFEXITED(st) ? WEXITSTATUS(st) : st);
 }
@@ -244,6 +260,7 @@ static int describe_failure(const struct launcher *L)
 int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
 {
     struct sfb__launch_settings def;
+    stop_signal = 0;
     if (!s) {
         sfb__launch_default_settings(&def);
         s = &def;
@@ -387,9 +404,11 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     for (int i = 0; i < nprocs; i++)
         for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
     if (!r && L.failed_rank >= 0) r = describe_failure(&L);
+    char name[32];
+    stop_signal = L.abort_sig; /* also when a worker's failure came first */
     if (!r && L.abort_sig)
         r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L.abort_sig,
-                       strsignal(L.abort_sig));
+                       sig_name(name, L.abort_sig));
     if (!r && L.timed_out)
         r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped", s->timeout_s);
     close(sfd);
@@ -418,6 +437,11 @@ int sfb_launch_local(int nprocs, char *const argv[])
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
     return sfb__launch_local(nprocs, argv, NULL);
+}
+
+int sfb_launch_stop_signal(void)
+{
+    return stop_signal;
 }
 
 int sfb_launch_self_path(char *buf, size_t len)

@@ -15,6 +15,7 @@
 #include "sfb/model.h"
 #include "sfb/sync.h"
 #include "sfb/train.h"
+#include "src/agree.h"
 #include "src/bootstrap.h"
 #include "src/checkpoint.h"
 #include "src/comm.h"
@@ -24,6 +25,7 @@
 #include "src/ssp.h"
 #include "src/train_settings.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -125,28 +127,38 @@ static int setup_model(struct worker *w)
     return 0;
 }
 
-/* Every rank must run the same engine with the same staleness: an SFB rank
- * and an FMS rank would each wait forever for frames the other never sends. */
-static int check_same_sync(struct worker *w, const struct sfb_train_settings *s)
+/* Every setting that must agree across ranks (src/agree.h): the
+ * checkpoint's configuration text (whatever changes the math: model and its
+ * options, data name and shape, batch, lr and schedule, seed, sync,
+ * staleness, topology, degree, flush), plus what a resume may change but
+ * the ranks of one job may not: the run's length in clocks and the
+ * collective checkpoint schedule. Ranks that disagree would hang (frames of
+ * another shape, a peer that stops early) or train a model nobody asked
+ * for. The provider is compared earlier, in sfb__comm_open. Called once the
+ * data is loaded, so the shapes and the clock count are known.
+ * SFB_DEBUG_SKIP_AGREE=1 skips it (tests of the runtime's own bounds). */
+static int agree_settings(struct worker *w)
 {
+    const struct sfb_train_settings *s = w->s;
     if (w->world == 1) return 0;
-    char mine[96];
-    int n = snprintf(mine, sizeof mine, "--sync %s --staleness %lld", s->sync,
-                     (long long)s->staleness);
-    if (n < 0 || (size_t)n >= sizeof mine) return sfb__error(-EINVAL, "--sync name too long");
-    void *all = NULL;
-    size_t *lens = calloc(w->world, sizeof *lens);
-    if (!lens) return -ENOMEM;
-    int ret = sfb__bootstrap_allgatherv(w->comm->bs, mine, (size_t)n, &all, lens);
-    const char *p = all;
-    for (uint32_t r = 0; r < w->world && !ret; p += lens[r], r++)
-        if (lens[r] != (size_t)n || memcmp(p, mine, (size_t)n) != 0)
-            ret = sfb__error(-SFB_ECONFIG, "rank %u runs with \"%.*s\", rank %u with \"%s\": "
-                             "every worker needs the same --sync and --staleness",
-                             r, (int)SFB_MIN(lens[r], 80), p, w->rank, mine);
-    free(all);
-    free(lens);
-    return ret;
+    const char *skip = getenv("SFB_DEBUG_SKIP_AGREE");
+    if (skip && !strcmp(skip, "1")) {
+        SFB_LOG_W("SFB_DEBUG_SKIP_AGREE=1: settings are not compared across ranks");
+        return 0;
+    }
+    char text[SFB__CKPT_CONFIG_MAX + 128];
+    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train.n, w->train.d, w->train.k, text,
+                               SFB__CKPT_CONFIG_MAX + 1);
+    if (ret) return sfb__error(ret, "the settings text is too long");
+    size_t off = strlen(text);
+    uint64_t total = s->clocks ? s->clocks
+                               : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
+    snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
+             "\nresume=%s\n", total, s->checkpoint_every, s->resume_dir ? "yes" : "no");
+    ret = sfb__agree(w->comm->bs, w->world, text);
+    /* a verdict is every rank's; a broken collective may be a rank that
+     * failed to load its data and aborted instead of coming */
+    return ret == -SFB_ECONFIG ? ret : sfb__comm_explain(w->comm, ret);
 }
 
 /* The configuration text checkpoints carry, and for a fresh run with
@@ -197,11 +209,12 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     if (ret) return ret;
     w->rank = w->comm->rank;
     w->world = w->comm->world;
-    if ((ret = check_same_sync(w, s))) return ret;
     /* default: a global minibatch of 32 samples, split over the workers */
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
 
     ret = setup_model(w);
+    /* every rank reaches the comparison, or hears the failed rank's abort */
+    if (!ret && (ret = agree_settings(w))) return ret;
     if (!ret && (s->checkpoint_every || s->resume_dir)) ret = checkpoint_setup(w);
     if (!ret && s->resume_dir) {
         /* collective: every rank learns the same outcome, no abort needed */
@@ -481,7 +494,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     /* Every replica applies every update before anyone evaluates or writes. */
     struct sfb__sync_clock acct = {0};
     if (total && (ret = w->engine->drain(w->engine_priv, (int64_t)total - 1, &acct))) return ret;
-    if ((ret = sfb__comm_finish(w->comm))) return ret;
+    if ((ret = sfb__comm_finish(w->comm, (int64_t)total - 1))) return ret;
     /* drained, and comm_finish's barrier stands for the checkpoint's */
     if (every && total > start && total % every == 0 && (ret = checkpoint(w, (int64_t)total, 1)))
         return ret;
@@ -584,7 +597,7 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
                 snprintf(why, sizeof why, "%s", e);
             else
                 snprintf(why, sizeof why, "rank %u: %s", w.rank, e);
-            if (sfb__comm_check(w.comm) == 0) sfb__comm_abort(w.comm, why);
+            if (!sfb__comm_peers_know(w.comm)) sfb__comm_abort(w.comm, why);
             sfb__error(ret, "%s", why);
         }
     }

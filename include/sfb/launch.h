@@ -19,6 +19,11 @@ extern "C" {
  * Main thread of a single-threaded process only. */
 SFB_API int sfb_launch_local(int nprocs, char *const argv[]);
 
+/* The signal (SIGINT, SIGTERM or SIGHUP) that stopped the job of the last
+ * sfb_launch_local call in this process, or 0 if none did (a CLI exits
+ * 128 + it). Same thread as sfb_launch_local. */
+SFB_API int sfb_launch_stop_signal(void);
+
 /* Absolute path of the running executable, to start "self worker ...". */
 SFB_API int sfb_launch_self_path(char *buf, size_t len);
 

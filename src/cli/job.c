@@ -3,6 +3,7 @@
 #include "src/cli/opt.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,9 +79,34 @@ static void print_path(const char *label, const char *pattern)
         printf("%s %s\n", label, pattern);
 }
 
+/* A worker stopped by a signal must die by it, so that its launcher (sfb
+ * run, mpirun, a batch system) reports the signal. Libraries loaded with
+ * libfabric (libpsm2, libinfinipath) install handlers in their
+ * constructors, before main, that print a backtrace and exit(1) instead;
+ * back to the default here, before the fabric opens: libfabric's shm
+ * provider then installs its own, which removes its shared-memory regions
+ * and re-raises with the disposition it found (this one). An ignored
+ * signal (nohup) stays ignored. */
+static void default_signal_dispositions(void)
+{
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV,
+                               SIGBUS,  SIGILL, SIGFPE, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0) continue;
+        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sigs[i], &dfl, NULL);
+    }
+}
+
 /* Runs one worker in this process and prints where the results went. */
 static int run_worker(struct cli_job *job)
 {
+    default_signal_dispositions();
     cli_log_init(job->log_level);
     /* the rank this worker will have, where the launcher says so already */
     const char *rs = getenv("SFB_RANK");
@@ -169,7 +195,9 @@ int cli_run(int argc, char **argv)
     free(wargv);
     if (r) {
         cli_error(r, "job failed");
-        return 1;
+        /* interrupted: the shell's convention for a death by that signal */
+        int sig = sfb_launch_stop_signal();
+        return sig ? 128 + sig : 1;
     }
     return 0;
 }

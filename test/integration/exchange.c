@@ -181,7 +181,7 @@ static int run(const char *provider, int bad)
         }
     }
     free(seen);
-    if ((ret = sfb__comm_finish(c))) {
+    if ((ret = sfb__comm_finish(c, -1))) {
         fprintf(stderr, "FAIL rank %u: finish: %s\n", me, sfb_last_error());
         fails++;
     }

@@ -89,7 +89,8 @@ mixed() {
     timeout 30 "$SFB" worker --sync fms "${args[@]}" >"$tmp/mixed1" 2>&1
   local rc1=$? rc0
   wait $pid; rc0=$?
-  [ $rc0 = 1 ] && [ $rc1 = 1 ] && grep -q 'same --sync' "$tmp/mixed0" && grep -q 'same --sync' "$tmp/mixed1"
+  [ $rc0 = 1 ] && [ $rc1 = 1 ] && grep -q 'sync: rank 0 has "sfb", rank 1 has "fms"' "$tmp/mixed0" &&
+    grep -q 'sync: rank 0 has "sfb", rank 1 has "fms"' "$tmp/mixed1"
 }
 check mixed
 echo "$passes passed, $fails failed"
