@@ -119,7 +119,7 @@ static void rejected(struct sfb__comm *c, uint32_t src, int code)
     fail(c, (int)src,
          "rank %u cannot apply the updates of rank %u (do the ranks run the same model, data "
          "and batch?): %s",
-         c->rank, src, sfb_last_error());
+         c->rank, src, sfb_error_message(code));
 }
 
 /* Loop thread: every received frame passes here first. Control frames end
@@ -444,11 +444,11 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     sfb__clear_error(); /* so `why` below cannot be an older message */
     if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
         char why[600]; /* the transport's own message (a provider that is missing, say) */
-        snprintf(why, sizeof why, "%s", sfb_last_error());
+        snprintf(why, sizeof why, "%s", sfb_error_message(ret));
         sfb__error(ret, "cannot open the libfabric transport (provider %s): %s",
                    s->provider ? s->provider : (getenv("FI_PROVIDER") ? getenv("FI_PROVIDER")
                                                 : all_local ? "shm" : "tcp"),
-                   *why ? why : sfb_strerror(ret));
+                   why);
         goto fail;
     }
     if ((ret = exchange_names(c))) goto fail;
