@@ -212,7 +212,17 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     /* default: a global minibatch of 32 samples, split over the workers */
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
 
-    ret = setup_model(w);
+    /* Every rank opens its metrics file for writing: one name for all would
+     * interleave and truncate it. The CLI refuses this at parse time where
+     * it knows the world (sfb run, the env rendezvous); under PMIx the
+     * world is known only here. */
+    if (w->world > 1 && s->metrics_out && !strstr(s->metrics_out, "%r"))
+        ret = sfb__error(-SFB_EUSAGE,
+                         "metrics_out \"%s\" has no %%r, so all %u workers would write this one "
+                         "file; add %%r (it becomes the rank)",
+                         s->metrics_out, w->world);
+    else
+        ret = setup_model(w);
     /* every rank reaches the comparison, or hears the failed rank's abort */
     if (!ret && (ret = agree_settings(w))) return ret;
     if (!ret && (s->checkpoint_every || s->resume_dir)) ret = checkpoint_setup(w);

@@ -205,7 +205,8 @@ PY
     check "$sync: final epoch: progress line ${pe:-none}, eval event ${ee:-none}, both 3" "[ '$pe' = 3 ] && [ '$ee' = 3 ]"
     # data counts: both engines count their data messages; over the run what
     # the transport sent minus the data messages is control frames only
-    # (heartbeats, bye: a 64-byte header each). FMS sends pushes every clock,
+    # (heartbeats: a 64-byte header each; a BYE to each peer: the header and
+    # its 8-byte last clock). FMS sends pushes every clock,
     # so every one of its clock lines counts some; SFB may bundle a clock's
     # frames into the next clock's message, so only its total must be > 0.
     out=$(python3 - $sync "$tmp/$sync.ref.0" "$tmp/$sync.b.1" <<'PY'
@@ -223,7 +224,7 @@ for p in sys.argv[2:]:
     print(f"{p.rsplit('/', 1)[1]}: {s['data_msgs']} data msgs {s['data_bytes']} B of "
           f"{s['msgs_sent']} msgs {s['bytes_sent']} B; clock lines without data: {zero}")
     if (every_clock and zero) or total == 0 or s["data_msgs"] < total or ctl_msgs < 0 \
-            or ctl_bytes != 64 * ctl_msgs:
+            or ctl_bytes != 64 * ctl_msgs + 8 * (s["world"] - 1):
         bad += 1
 sys.exit(bad)
 PY

@@ -177,6 +177,15 @@ if [ ! -w "$tmp/ro" ]; then  # root may write anywhere
 fi
 chmod 700 "$tmp/ro"
 
+# Under PMIx the world is known only once the worker has joined: the
+# library refuses a shared metrics file there (every rank, before training).
+if command -v mpirun >/dev/null; then
+  mx=(); [ "$(id -u)" = 0 ] && mx+=(--allow-run-as-root)
+  run timeout 90 mpirun -n 2 --oversubscribe "${mx[@]}" "$SFB" worker --data "$sd" --clocks 2 \
+    --metrics-out "$tmp/shared.jsonl" --model-out "$tmp/pmix-m.sfb" -q
+  check pmix-metrics-no-r '[ $rc != 0 ] && [ $rc != 124 ] && [[ "$out" == *"\"$tmp/shared.jsonl\" has no %r, so all 2 workers"* ]] && [ ! -e "$tmp/pmix-m.sfb" ]'
+fi
+
 # A FIFO as model file, data or metrics file is refused at once, not
 # waited on forever (timeout's 124 would mean it blocked).
 mkfifo "$tmp/fifo.sfb" "$tmp/fifo.svm" "$tmp/fifo.jsonl"
