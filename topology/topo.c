@@ -203,7 +203,7 @@ int sfb_topo_offsets(const char *name, uint32_t nodes, uint32_t degree, uint32_t
     uint32_t req, *offs;
     int ret = make_offsets(name, nodes, degree, &ops, &req, &offs, n);
     if (ret) return ret;
-    memcpy(out, offs, sizeof *out * SFB_MIN(cap, *n));
+    if (cap && *n) memcpy(out, offs, sizeof *out * SFB_MIN(cap, *n));
     free(offs);
     return 0;
 }
