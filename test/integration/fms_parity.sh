@@ -80,7 +80,10 @@ for s in 1 3; do
   check python3 "$CHECK" $s "$tmp"/s$s/metrics.*.jsonl
 done
 mixed() {
-  local port=$((30000 + RANDOM % 20000)) args=(--data synth:k=8,d=60,n=1000,seed=4 --clocks 20
+  # a port the kernel just found free (a random one could be taken)
+  local port args
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  args=(--data synth:k=8,d=60,n=1000,seed=4 --clocks 20
         --eval-every 0 -q --out-dir "$tmp/mixed")
   SFB_RANK=0 SFB_WORLD_SIZE=2 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=77 \
     timeout 30 "$SFB" worker --sync sfb "${args[@]}" >"$tmp/mixed0" 2>&1 &
@@ -90,7 +93,8 @@ mixed() {
   local rc1=$? rc0
   wait $pid; rc0=$?
   [ $rc0 = 1 ] && [ $rc1 = 1 ] && grep -q 'sync: rank 0 has "sfb", rank 1 has "fms"' "$tmp/mixed0" &&
-    grep -q 'sync: rank 0 has "sfb", rank 1 has "fms"' "$tmp/mixed1"
+    grep -q 'sync: rank 0 has "sfb", rank 1 has "fms"' "$tmp/mixed1" ||
+    { echo "mixed: exit $rc0 / $rc1"; tail -n 5 "$tmp/mixed0" "$tmp/mixed1"; return 1; }
 }
 check mixed
 echo "$passes passed, $fails failed"
