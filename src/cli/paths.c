@@ -45,6 +45,17 @@ static int too_long(const char *cmd, const char *opt, const char *what, size_t l
     return 2;
 }
 
+/* DIR/NAME into buf (one of the job's PATH_MAX buffers), *out = buf; 2
+ * (usage error, printed) when it does not fit. */
+static int in_out_dir(const char *cmd, const char *dir, const char *name, const char *what,
+                      char buf[4096], const char **out)
+{
+    int n = snprintf(buf, 4096, "%s/%s", dir, name);
+    if (n < 0 || n >= 4096) return too_long(cmd, "--out-dir", what, (size_t)n);
+    *out = buf;
+    return 0;
+}
+
 /* Length of `pattern` with every %r expanded to a rank below `world`
  * (any rank when world is 0). */
 static size_t expanded_len(const char *pattern, uint32_t world)
@@ -79,20 +90,15 @@ int cli_paths_build(struct cli_job *job, const char *cmd, uint32_t world)
         return 2;
     }
     job->out_dir_used = !t->model_out || !t->metrics_out;
-    if (!t->model_out) {
-        int n = snprintf(job->model_out_buf, sizeof job->model_out_buf, "%s/model.sfb",
-                         job->out_dir);
-        if (n < 0 || (size_t)n >= sizeof job->model_out_buf)
-            return too_long(cmd, "--out-dir", "model", (size_t)n);
-        t->model_out = job->model_out_buf;
-    }
-    if (!t->metrics_out) {
-        int n = snprintf(job->metrics_out_buf, sizeof job->metrics_out_buf, "%s/metrics.%%r.jsonl",
-                         job->out_dir);
-        if (n < 0 || (size_t)n >= sizeof job->metrics_out_buf)
-            return too_long(cmd, "--out-dir", "metrics", (size_t)n);
-        t->metrics_out = job->metrics_out_buf;
-    }
+    int ret;
+    if (!t->model_out &&
+        (ret = in_out_dir(cmd, job->out_dir, "model.sfb", "model", job->model_out_buf,
+                          &t->model_out)))
+        return ret;
+    if (!t->metrics_out &&
+        (ret = in_out_dir(cmd, job->out_dir, "metrics.%r.jsonl", "metrics",
+                          job->metrics_out_buf, &t->metrics_out)))
+        return ret;
     const char *model_opt = t->model_out == job->model_out_buf ? "--out-dir" : "--model-out";
     const char *metrics_opt = t->metrics_out == job->metrics_out_buf ? "--out-dir" : "--metrics-out";
     size_t len = expanded_len(t->model_out, world);
