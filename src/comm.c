@@ -7,6 +7,7 @@
 #include "src/loop.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +153,10 @@ static int on_frame(void *user, struct sfb__frame *f)
             return 1;
         }
     }
-    if (f->src < c->world) c->last_heard[f->src] = sfb__now();
+    if (f->src < c->world) {
+        c->last_heard[f->src] = sfb__now();
+        if (h.type != SFB_WIRE_HEARTBEAT) c->talks[f->src] = 1;
+    }
     switch (h.type) {
     case SFB_WIRE_HEARTBEAT:
     case SFB_WIRE_HELLO:
@@ -189,6 +193,7 @@ static int on_frame(void *user, struct sfb__frame *f)
 static void sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed)
 {
     struct sfb__comm *c = user;
+    if (dst < c->world) c->last_sent[dst] = sfb__now();
     if (c->s.on_sent) c->s.on_sent(c->s.user, dst, buf, failed);
 }
 
@@ -208,14 +213,30 @@ static int pid_gone(int pid)
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
-/* A peer on this host whose process has been gone for a second without
- * saying BYE (a BYE sent just before a normal exit may still be in flight),
- * or -1. Called every heartbeat: a local death is named within ~1.5 s. */
+/* The peers this rank watches: its neighbours on the ring of ranks. Every
+ * rank is watched by two others, whose ABORT tells the rest; watching all
+ * P − 1 cost O(P²) heartbeats and /proc reads for the job. */
+static unsigned watched(const struct sfb__comm *c, uint32_t out[2])
+{
+    unsigned n = 0;
+    uint32_t next = (c->rank + 1) % c->world, prev = (c->rank + c->world - 1) % c->world;
+    if (next != c->rank) out[n++] = next;
+    if (prev != c->rank && prev != next) out[n++] = prev;
+    return n;
+}
+
+/* A watched peer on this host whose process has been gone for a second
+ * without saying BYE (a BYE sent just before a normal exit may still be in
+ * flight), or -1. Called every heartbeat: a local death is named within
+ * ~1.5 s by its neighbours, and by their ABORT to every other rank. */
 static int dead_local_peer(struct sfb__comm *c, double now)
 {
     if (!c->peer_pid) return -1;
-    for (uint32_t p = 0; p < c->world; p++) {
-        if (p == c->rank || c->said_bye[p] || !pid_gone(c->peer_pid[p])) continue;
+    uint32_t w[2];
+    unsigned n = watched(c, w);
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t p = w[i];
+        if (c->said_bye[p] || !pid_gone(c->peer_pid[p])) continue;
         if (!c->gone_since[p]) c->gone_since[p] = now;
         if (now - c->gone_since[p] >= 1.0) return (int)p;
     }
@@ -230,6 +251,8 @@ static int dead_local_peer(struct sfb__comm *c, double now)
 static void check_liveness(struct sfb__comm *c, double now)
 {
     int d = dead_local_peer(c, now);
+    if (d >= 0 && !atomic_load_explicit(&c->failed, memory_order_acquire))
+        atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
     if (d >= 0)
         fail(c, d, "rank %d died (its process %d is gone)%s%s", d, c->peer_pid[d],
              c->anon_error_at ? "; fabric error " : "", c->anon_error_at ? c->anon_error : "");
@@ -251,20 +274,53 @@ static void on_error(void *user, int peer, int code, const char *msg)
     }
 }
 
-/* Loop thread: heartbeats out, silence detection in. */
+/* Loop thread: heartbeats out, silence detection in. Each rank watches only
+ * its two neighbours on the ring of ranks (rank ± 1): heartbeat traffic is
+ * O(P) for the job instead of O(P²) (at P = 128 on 2 cores, every rank
+ * beating to every other was 32k frames a second, and slowed the ranks it
+ * was meant to watch), and every rank is still watched by two others. A
+ * neighbour that falls silent fails the job here, and this rank's ABORT
+ * (found_here) tells every other rank. Any frame counts as heard. */
 static void heartbeat(void *arg)
 {
     struct sfb__comm *c = arg;
     double now = sfb__now();
-    for (uint32_t p = 0; p < c->world; p++) {
-        if (p == c->rank || c->said_bye[p]) continue;
-        sfb__comm_send_control(c, p, SFB_WIRE_HEARTBEAT, NULL, 0, 0.0);
+    uint32_t w[2];
+    unsigned n = watched(c, w);
+    /* Peers that talk to this rank hear from it too (a sender waiting for
+     * an RMA frame's ACK counts anything heard from its receiver), unless
+     * something went to them within the period already. */
+    for (uint32_t p = 0; p < c->world; p++)
+        if (p != c->rank && !c->said_bye[p] && (c->talks[p] || p == w[0] || (n > 1 && p == w[1])) &&
+            now - c->last_sent[p] >= c->s.heartbeat_s)
+            sfb__comm_send_control(c, p, SFB_WIRE_HEARTBEAT, NULL, 0, 0.0);
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t p = w[i];
+        if (c->said_bye[p]) continue;
         double silent = now - c->last_heard[p];
-        if (silent > c->s.peer_timeout_s)
+        if (silent > c->silence_s && !atomic_load_explicit(&c->failed, memory_order_acquire)) {
+            atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
             fail(c, (int)p, "rank %u is dead or silent: nothing heard for %.1f s (timeout %.1f s)",
-                 p, silent, c->s.peer_timeout_s);
+                 p, silent, c->silence_s);
+        }
     }
     check_liveness(c, now);
+}
+
+/* How long a watched peer may be silent. Across hosts: --peer-timeout. With
+ * every rank on this host, a rank's death is named by its pid within ~1.5 s
+ * (dead_local_peer), so silence alone only means starved: with more ranks
+ * than CPUs a rank can wait its turn for seconds, so the timeout grows with
+ * the ranks per CPU (128 ranks on 2 CPUs: 64 × 5 s). */
+static double silence_timeout(const struct sfb__comm *c, uint32_t here)
+{
+    double t = c->s.peer_timeout_s;
+    if (!c->peer_pid) return t;
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (cpus < 1) cpus = 1;
+    double per_cpu = (double)here / cpus;
+    return per_cpu > 1 ? t * per_cpu : t;
 }
 
 static void reset_heard(void *arg)
@@ -323,7 +379,7 @@ out:
  * this host (the shm provider's case), and then the pids, to tell which
  * peer died. The providers are compared here, before the transport would
  * fail on a mismatch with an address error naming nothing. */
-static int exchange_hosts(struct sfb__comm *c, int *all_local)
+static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here)
 {
     char mine[600] = {0};
     gethostname(mine, 256);
@@ -338,8 +394,10 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local)
     if (!lens) return -ENOMEM;
     int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
     *all_local = 0;
+    *here = 1;
     if (ret == 0) {
         *all_local = 1;
+        *here = 0;
         const char *p = all;
         for (uint32_t r = 0; r < c->world && !ret; p += lens[r], r++) {
             size_t h = strnlen(p, lens[r]) + 1;
@@ -347,6 +405,8 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local)
                 ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
             else if (h != hlen || memcmp(p, mine, hlen) != 0)
                 *all_local = 0;
+            else
+                ++*here;
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
         c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
@@ -423,20 +483,27 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
 
     c->last_heard = calloc(c->world, sizeof *c->last_heard);
     c->said_bye = calloc(c->world, 1);
+    c->last_sent = calloc(c->world, sizeof *c->last_sent);
+    c->talks = calloc(c->world, 1);
     c->final_clock = calloc(c->world, sizeof *c->final_clock);
-    if (!c->last_heard || !c->said_bye || !c->final_clock) {
+    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks) {
         ret = -ENOMEM;
         goto fail;
     }
     for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
     int all_local = 0;
-    if ((ret = exchange_hosts(c, &all_local))) goto fail;
+    uint32_t here = 1;
+    if ((ret = exchange_hosts(c, &all_local, &here))) goto fail;
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
     struct sfb__transport_settings ts;
     sfb__transport_default_settings(&ts);
     ts.provider = s->provider;
     ts.all_local = all_local;
     ts.rank = c->rank;
+    ts.world = c->world;
+    ts.job_key = c->job_key;
+    ts.local_ranks = here;
+    ts.progress = s->progress;
     ts.on_frame = on_frame;
     ts.on_error = on_error;
     ts.on_sent = sent_hook;
@@ -452,6 +519,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         goto fail;
     }
     if ((ret = exchange_names(c))) goto fail;
+    c->silence_s = silence_timeout(c, here);
     reset_heard(c);
     if ((ret = sfb__loop_start(c->loop))) goto fail;
     /* Everyone's endpoint is up and addressed before the first data frame. */
@@ -570,6 +638,8 @@ void sfb__comm_close(struct sfb__comm **pc)
     sfb__bootstrap_close(&c->bs);
     free(c->last_heard);
     free(c->said_bye);
+    free(c->last_sent);
+    free(c->talks);
     free(c->final_clock);
     free(c->peer_pid);
     free(c->gone_since);

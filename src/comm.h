@@ -25,6 +25,7 @@ struct sfb__comm_settings {
     double heartbeat_s;        /* heartbeat period (default 0.5 s) */
     double peer_timeout_s;     /* a peer silent this long has failed (default 5 s) */
     double bootstrap_timeout_s; /* rendezvous and barriers (default 60 s) */
+    enum sfb__progress progress; /* how the loop thread waits (default auto) */
     /* Frame validation: allowed (K, D) per matrix id and the largest S. */
     const struct sfb_wire_shape *shapes;
     uint32_t nshapes;
@@ -51,10 +52,13 @@ struct sfb__comm {
     /* liveness (loop thread) */
     struct sfb__loop_timer *hb;
     double *last_heard;
+    double *last_sent;     /* when a send to each peer last completed */
+    uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
     uint8_t *said_bye;
     _Atomic int64_t *final_clock; /* a peer's last clock from its BYE (INT64_MAX: running) */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     double *gone_since;    /* when a peer's process was first seen gone */
+    double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
     double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
     char anon_error[256];
     /* failure, published to the compute thread */

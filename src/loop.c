@@ -36,6 +36,8 @@ struct sfb__loop_poller {
     ev_io io;
     int has_io;
     double interval;
+    double sleep_max; /* > 0: bounds a SLEEP too (a missed wake-up costs time, not a hang) */
+    double armed;     /* the bound the nap timer was started with */
     int (*fn)(void *);
     void *arg;
 };
@@ -187,10 +189,13 @@ static void prepare_cb(struct ev_loop *ev, ev_prepare *w, int revents)
     } else if (ev_is_active(&p->idle)) {
         ev_idle_stop(ev, &p->idle);
     }
-    if (st == SFB__POLL_NAP && p->interval > 0) {
+    double bound = st == SFB__POLL_NAP ? p->interval : st == SFB__POLL_SLEEP ? p->sleep_max : 0;
+    if (bound > 0) {
+        if (ev_is_active(&p->nap) && p->armed != bound) ev_timer_stop(ev, &p->nap);
         if (!ev_is_active(&p->nap)) {
-            ev_timer_set(&p->nap, p->interval, 0.);
+            ev_timer_set(&p->nap, bound, 0.);
             ev_timer_start(ev, &p->nap);
+            p->armed = bound;
         }
     } else if (ev_is_active(&p->nap)) {
         ev_timer_stop(ev, &p->nap);
@@ -244,6 +249,23 @@ int sfb__loop_poller_open(struct sfb__loop *l, struct sfb__loop_poller **out, in
     }
     *out = p;
     return 0;
+}
+
+struct sleep_max_op {
+    struct sfb__loop_poller *p;
+    double s;
+};
+
+static void sleep_max_in_loop(void *arg)
+{
+    struct sleep_max_op *op = arg;
+    op->p->sleep_max = op->s;
+}
+
+void sfb__loop_poller_sleep_max(struct sfb__loop_poller *p, double sleep_max_s)
+{
+    struct sleep_max_op op = {p, sleep_max_s};
+    if (sfb__loop_call(p->l, sleep_max_in_loop, &op)) sleep_max_in_loop(&op);
 }
 
 void sfb__loop_poller_close(struct sfb__loop_poller **pp)

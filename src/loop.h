@@ -58,6 +58,10 @@ enum sfb__poll_state {
  * Returns 0 or -ENOMEM. */
 int sfb__loop_poller_open(struct sfb__loop *l, struct sfb__loop_poller **out, int fd,
                           double poll_interval_s, int (*fn)(void *arg), void *arg);
+/* Bounds a SLEEP as well (0, the default: a SLEEP waits for the fd or
+ * another event however long). For a wake-up that may be missed (a doorbell
+ * another process rings): it then costs at most sleep_max_s. */
+void sfb__loop_poller_sleep_max(struct sfb__loop_poller *p, double sleep_max_s);
 void sfb__loop_poller_close(struct sfb__loop_poller **p);
 
 /* A timer: cb(arg) runs in the loop thread after `after_s` seconds, then every

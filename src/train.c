@@ -205,6 +205,9 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     sfb__comm_default_settings(&cs);
     cs.provider = s->provider;
     cs.peer_timeout_s = s->peer_timeout;
+    cs.progress = !s->progress || !strcmp(s->progress, "auto") ? SFB__PROGRESS_AUTO
+                  : !strcmp(s->progress, "spin")                ? SFB__PROGRESS_SPIN
+                                                                : SFB__PROGRESS_BLOCK;
     int ret = sfb__comm_open(&w->comm, &cs);
     if (ret) return ret;
     w->rank = w->comm->rank;

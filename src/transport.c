@@ -3,6 +3,7 @@
 #include "config.h"
 #include "src/transport_impl.h"
 
+#include "src/bell.h"
 #include "src/common.h"
 #include "src/loop.h"
 
@@ -115,10 +116,40 @@ static int read_cq(struct sfb__transport *t)
     return work;
 }
 
+static int reads_posted(const struct sfb__transport *t)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_READS; i++) n += t->reads[i] != NULL;
+    return n;
+}
+
+void sfb__tp_ring(struct sfb__transport *t, uint32_t p)
+{
+    if (t->bell) sfb__bell_mark(t->bell, p);
+}
+
+/* Block mode: never spin. Work done: one more pass at once. Operations the
+ * provider must finish by itself (a send waiting for the peer's copy, a
+ * queue that was full): nap poll_interval_s. Otherwise sleep on the CQ's
+ * wait fd, or on the doorbell a peer rings when it sends here (bounded by
+ * BELL_SLEEP_MAX_S, so a ring that never comes only costs time). */
+static int progress_block(struct sfb__transport *t, int work, int provider_busy, int pending)
+{
+    if (t->bell) sfb__bell_flush(t->bell);
+    if (work) return SFB__POLL_BUSY;
+    if (pending || provider_busy || (t->wait_fd < 0 && !t->bell)) return SFB__POLL_NAP;
+    if (t->wait_fd < 0) return SFB__POLL_SLEEP;
+    struct fid *f = &t->cq->fid;
+    if (fi_trywait(t->fabric, &f, 1) != FI_SUCCESS) return SFB__POLL_BUSY;
+    return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
+}
+
 /* The poller: progress everything, then decide how long the loop may sleep. */
 static int progress(void *arg)
 {
     struct sfb__transport *t = arg;
+    /* Before the CQ is read: a ring after this leaves the fd readable. */
+    if (t->bell) sfb__bell_drain(t->bell);
     int work = read_cq(t);
     work |= sfb__tp_post_sends(t);
     work |= sfb__tp_post_recvs(t);
@@ -136,6 +167,8 @@ static int progress(void *arg)
     int in_flight = t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head;
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || t->rd_head || t->ack_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
+    if (t->block)
+        return progress_block(t, work, t->ops_out > rx_posted + (unsigned)reads_posted(t), pending);
     /* Busy: poll (also with a wait fd: sleeping in epoll and waking on the
      * CQ fd costs a context switch per message, the better part of a small
      * frame's latency on tcp). Idle: sleep on the wait fd, or nap. */
@@ -347,6 +380,39 @@ static int open_fabric(struct sfb__transport *t)
     return 0;
 }
 
+/* CPUs this process may run on. */
+static unsigned cpus_allowed(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (unsigned)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
+/* The progress policy (settings.progress; auto: block when this host runs
+ * more ranks than this process has CPUs, for then a spinning loop thread
+ * takes the core the rank it waits for needs), and in block mode without a
+ * CQ wait fd, the doorbell. A doorbell that cannot be bound leaves the
+ * rank napping poll_interval_s instead: slower, never stuck. */
+static void choose_progress(struct sfb__transport *t)
+{
+    unsigned cpus = cpus_allowed();
+    t->block = t->s.progress == SFB__PROGRESS_BLOCK ||
+               (t->s.progress == SFB__PROGRESS_AUTO && t->s.local_ranks > cpus);
+    if (t->block && t->wait_fd < 0 && t->s.world > 1 && t->s.job_key) {
+        int rc = sfb__bell_open(&t->bell, t->s.job_key, t->s.rank, t->s.world);
+        if (rc)
+            SFB_LOG_W("transport: no doorbell (%s): rank %u naps %.1f ms when idle",
+                      sfb_error_message(rc), t->s.rank, 1e3 * t->s.poll_interval_s);
+    }
+    /* A receiver waits its turn for a CPU too: the ACK of an RMA frame may
+     * take as much longer as there are more ranks than CPUs. */
+    if (t->s.local_ranks > cpus) t->s.ack_timeout_s *= (double)t->s.local_ranks / cpus;
+    SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs)",
+              t->block ? "block" : "spin", t->s.local_ranks, cpus);
+}
+
 int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport_settings *s,
                         struct sfb__loop *loop)
 {
@@ -397,10 +463,14 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
         if (sfb__tp_post_wildcard(t)) t->rx_deficit++;
     t->last_work = sfb__now();
     if ((rc = sfb__loop_async_open(loop, &t->async, on_async, t))) goto fail;
-    if ((rc = sfb__loop_poller_open(loop, &t->poller, t->wait_fd, t->s.poll_interval_s, progress, t)))
+    choose_progress(t);
+    int fd = t->bell ? sfb__bell_fd(t->bell) : t->wait_fd;
+    if ((rc = sfb__loop_poller_open(loop, &t->poller, fd, t->s.poll_interval_s, progress, t)))
         goto fail;
-    SFB_LOG_D("transport: rank %u on %s (%s CQ, chunk %zu, mr_local %d, rma %d)", s->rank,
-              t->prov_name, t->wait_fd >= 0 ? "fd" : "polled", t->chunk, t->mr_local, t->rma);
+    if (t->bell) sfb__loop_poller_sleep_max(t->poller, BELL_SLEEP_MAX_S);
+    SFB_LOG_D("transport: rank %u on %s (%s CQ, %s progress, chunk %zu, mr_local %d, rma %d)",
+              s->rank, t->prov_name, t->wait_fd >= 0 ? "fd" : t->bell ? "doorbell" : "polled",
+              t->block ? "blocking" : "polling", t->chunk, t->mr_local, t->rma);
     *out = t;
     return 0;
 fail:
@@ -505,6 +575,7 @@ void sfb__transport_close(struct sfb__transport **tp)
     /* After these the loop never runs transport code again. */
     sfb__loop_poller_close(&t->poller);
     sfb__loop_async_close(&t->async);
+    sfb__bell_close(&t->bell);
     if (t->ep) close_fid(&t->ep->fid, "endpoint");
     if (t->av) close_fid(&t->av->fid, "address vector");
     if (t->cq) close_fid(&t->cq->fid, "completion queue");

@@ -67,12 +67,23 @@ struct sfb__frame {
     uint32_t src; /* rank of the sending peer (from the fabric tag) */
 };
 
+/* How the loop thread waits for completions (sfb run --progress). */
+enum sfb__progress {
+    SFB__PROGRESS_AUTO = 0, /* block when this host has more ranks than cores, else spin */
+    SFB__PROGRESS_SPIN,     /* poll on after activity (spin_s; longer while in flight) */
+    SFB__PROGRESS_BLOCK,    /* never spin: sleep on the CQ's fd or the doorbell */
+};
+
 struct sfb__transport_settings {
     /* libfabric provider name ("shm", "tcp", "verbs", "efa", ...). NULL →
      * env FI_PROVIDER → "shm" if all_local else "tcp". */
     const char *provider;
     int all_local;         /* every rank runs on this host */
     uint32_t rank;         /* this endpoint's rank */
+    uint32_t world;        /* ranks in the job (for the doorbells; 0: none) */
+    uint64_t job_key;      /* names the doorbells (src/bell.h) */
+    enum sfb__progress progress;
+    uint32_t local_ranks;  /* ranks on this host, this one included (auto policy) */
     /* Largest fabric message and size of each receive buffer (256 KiB,
      * capped by the provider's max_msg_size). Must be equal on all ranks. */
     size_t chunk_size;

@@ -74,6 +74,12 @@ enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
 /* How long the poller keeps spinning without progress while operations are
  * in flight (see progress()). */
 #define INFLIGHT_SPIN_S 0.05
+/* Block mode with a doorbell: the longest sleep (a ring that never comes,
+ * from another network namespace, say, costs at most this). */
+#define BELL_SLEEP_MAX_S 0.05
+
+/* Block mode: peer `p` is to be rung at the end of this progress pass. */
+void sfb__tp_ring(struct sfb__transport *t, uint32_t p);
 
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
 struct op {
@@ -140,6 +146,8 @@ struct sfb__transport {
     double next_ack_check;
     unsigned acks_due; /* RMA sends waiting for their ACK (loop thread) */
     int wait_fd;
+    int block;               /* never spin (progress policy, see progress()) */
+    struct sfb__bell *bell;  /* block mode without a CQ wait fd (shm) */
     uint64_t mr_key;
     char prov_name[64];
     uint8_t *name;

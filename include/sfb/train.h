@@ -58,6 +58,9 @@ struct sfb_train_settings {
                                 s != 0), 0 off, 1 on */
     const char *provider;    /* libfabric provider; NULL: FI_PROVIDER, else shm on one host */
     double peer_timeout;     /* a silent peer has failed after this many seconds (5) */
+    const char *progress;    /* how a rank waits for messages: "auto" (NULL, default:
+                                "block" when its host runs more ranks than it has
+                                CPUs, else "spin"), "spin" or "block" */
     const char *topology;    /* "full" (default), "halton", "halton-classic": the
                                 overlay SFs travel over (relays forward them) */
     uint32_t degree;         /* overlay out-degree; 0 = ceil(log2 P) */

@@ -15,7 +15,7 @@ enum {
     OPT_EPOCHS, OPT_CLOCKS, OPT_LR, OPT_LR_SCHEDULE, OPT_LR_PERIOD, OPT_LR_DECAY, OPT_LAMBDA,
     OPT_SEED, OPT_THREADS, OPT_EVAL_EVERY, OPT_OUT_DIR, OPT_MODEL_OUT, OPT_METRICS_OUT,
     OPT_SYNC, OPT_STALENESS, OPT_TOPOLOGY, OPT_DEGREE, OPT_PROVIDER, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_DEBUG_DELAY,
+    OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_PROGRESS, OPT_DEBUG_DELAY,
     OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR, OPT_DATA_LAYOUT, OPT_RANK, OPT_KNN_K,
     OPT_DICT_SIZE, OPT_CODE_STEPS, OPT_SIMI_PAIRS, OPT_DIFF_PAIRS, OPT_PATCHES,
     OPT_CHECKPOINT_DIR,
@@ -59,6 +59,7 @@ static const struct cli_opt job_opts[] = {
     {"provider", 0, 1, OPT_PROVIDER},
     {"apply-early", 0, 1, OPT_APPLY_EARLY},
     {"peer-timeout", 0, 1, OPT_PEER_TIMEOUT},
+    {"progress", 0, 1, OPT_PROGRESS},
     {"debug-delay-ms", 0, 1, OPT_DEBUG_DELAY},
     {"debug-slow-rank", 0, 1, OPT_DEBUG_SLOW_RANK},
     {"debug-slow-factor", 0, 1, OPT_DEBUG_SLOW_FACTOR},
@@ -128,6 +129,12 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  --provider NAME        libfabric provider: shm, tcp, verbs, ... (default:\n"
             "                         FI_PROVIDER, else shm on one host, tcp across hosts)\n"
             "  --peer-timeout SEC     a silent peer has failed after SEC seconds (default 5)\n"
+            "  --progress auto|spin|block  how a rank waits for messages: spin (poll,\n"
+            "                         lowest latency) or block (sleep until woken; for\n"
+            "                         more ranks than cores); auto: block when the host\n"
+            "                         runs more ranks than it has CPUs (default auto)\n",
+            sfb_model_names());
+    fprintf(f,
             "debugging:\n"
             "  --debug-delay-ms MS    add a random delay in [0, MS] ms to every clock\n"
             "  --debug-slow-rank R    make rank R compute --debug-slow-factor times slower\n"
@@ -149,8 +156,7 @@ static void job_help(FILE *f, const char *cmd, int with_n)
             "  --log-level LEVEL      error | warn | info | debug (default info)\n"
             "  -h, --help             this help\n"
             "Options are matched by their full names only. Output directories are\n"
-            "checked writable before training starts.\n",
-            sfb_model_names());
+            "checked writable before training starts.\n");
     (void)cmd;
 }
 
@@ -355,6 +361,11 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         case OPT_PEER_TIMEOUT:
             if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number of seconds");
             t->peer_timeout = d;
+            break;
+        case OPT_PROGRESS:
+            if (strcmp(v, "auto") && strcmp(v, "spin") && strcmp(v, "block"))
+                return bad(cmd, p.spelled, v, "auto, spin or block");
+            t->progress = v;
             break;
         case OPT_DEBUG_DELAY:
             if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
