@@ -10,10 +10,13 @@
  * socket *before* it polls its completion queue, so a ring that comes after
  * the drain leaves the fd readable and the loop does not block.
  *
- * A ring costs one sendto() (≈ 2 µs); a sleeping peer's flag in shared
- * memory would save it while the peer is awake, but rings are coalesced to
- * one per peer per progress pass, and block mode is for hosts with more
- * ranks than cores, where peers mostly sleep. A ring that cannot be
+ * A ring costs one sendto(), so it is made only to a peer that sleeps:
+ * each rank has a flag in a small shared-memory segment of the job
+ * ("/sfb_bell_<key>", unlinked once every rank has it mapped). Lost wake-up
+ * race: the receiver sets its flag (seq_cst), polls its CQ once more, and
+ * only then sleeps; the sender posts, fences (seq_cst), then reads the flag:
+ * either the receiver's poll sees the message or the sender sees the flag.
+ * Rings are coalesced to one per peer per progress pass. A ring that cannot be
  * delivered (peer gone, socket full: it is awake anyway, another network
  * namespace) is dropped: the receiver's bounded sleep makes a missed ring
  * cost time, never a hang. Loop thread only. */
@@ -31,8 +34,17 @@ int sfb__bell_open(struct sfb__bell **out, uint64_t job_key, uint32_t rank, uint
 int sfb__bell_fd(const struct sfb__bell *b);
 /* Empties the socket; returns how many rings were in it. */
 unsigned sfb__bell_drain(struct sfb__bell *b);
-/* Marks `peer` to be rung by the next sfb__bell_flush (once per pass). */
-void sfb__bell_mark(struct sfb__bell *b, uint32_t peer);
+/* Marks `peer` to be rung by the next sfb__bell_flush (once per pass), if it
+ * sleeps then; `always`: whether or not (its queue was full). */
+void sfb__bell_mark(struct sfb__bell *b, uint32_t peer, int always);
+/* This rank's sleeping flag: set before the last poll ahead of a sleep,
+ * cleared when work is found. */
+void sfb__bell_sleeping(struct sfb__bell *b, int on);
+/* 1 when the flag is set, or when there are no flags (peers ring always). */
+int sfb__bell_is_sleeping(const struct sfb__bell *b);
+/* Removes the flags' name (every rank has mapped it: after the start-up
+ * barrier), so a killed job leaves nothing in /dev/shm. */
+void sfb__bell_unlink(struct sfb__bell *b);
 /* Rings every marked peer. Returns how many rings were sent. */
 unsigned sfb__bell_flush(struct sfb__bell *b);
 void sfb__bell_close(struct sfb__bell **b);

@@ -524,6 +524,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     if ((ret = sfb__loop_start(c->loop))) goto fail;
     /* Everyone's endpoint is up and addressed before the first data frame. */
     if ((ret = sfb__bootstrap_barrier(c->bs))) goto fail;
+    sfb__transport_started(c->t);
     sfb__loop_call(c->loop, reset_heard, c);
     if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s, heartbeat,
                                     c)))

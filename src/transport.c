@@ -123,9 +123,9 @@ static int reads_posted(const struct sfb__transport *t)
     return n;
 }
 
-void sfb__tp_ring(struct sfb__transport *t, uint32_t p)
+void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always)
 {
-    if (t->bell) sfb__bell_mark(t->bell, p);
+    if (t->bell) sfb__bell_mark(t->bell, p, always);
 }
 
 /* Block mode: never spin. Work done: one more pass at once. Operations the
@@ -136,9 +136,20 @@ void sfb__tp_ring(struct sfb__transport *t, uint32_t p)
 static int progress_block(struct sfb__transport *t, int work, int provider_busy, int pending)
 {
     if (t->bell) sfb__bell_flush(t->bell);
-    if (work) return SFB__POLL_BUSY;
-    if (pending || provider_busy || (t->wait_fd < 0 && !t->bell)) return SFB__POLL_NAP;
-    if (t->wait_fd < 0) return SFB__POLL_SLEEP;
+    if (work || pending || provider_busy || !t->bell) {
+        if (t->bell) sfb__bell_sleeping(t->bell, 0);
+        if (work) return SFB__POLL_BUSY;
+        if (pending || provider_busy || t->wait_fd < 0) return SFB__POLL_NAP;
+    } else if (t->wait_fd < 0) {
+        /* Doorbell: raise the flag, then poll once more before sleeping
+         * (bell.h): a sender that posted before the flag was up is seen by
+         * that poll, one after it rings. */
+        if (!sfb__bell_is_sleeping(t->bell)) {
+            sfb__bell_sleeping(t->bell, 1);
+            return SFB__POLL_BUSY;
+        }
+        return SFB__POLL_SLEEP;
+    }
     struct fid *f = &t->cq->fid;
     if (fi_trywait(t->fabric, &f, 1) != FI_SUCCESS) return SFB__POLL_BUSY;
     return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
@@ -551,6 +562,11 @@ void sfb__tp_deadline(struct timespec *ts, double timeout_s)
     double s = (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec + timeout_s;
     ts->tv_sec = (time_t)s;
     ts->tv_nsec = (long)((s - (double)ts->tv_sec) * 1e9);
+}
+
+void sfb__transport_started(struct sfb__transport *t)
+{
+    sfb__bell_unlink(t->bell);
 }
 
 const struct sfb__transport_stats *sfb__transport_stats(const struct sfb__transport *t)

@@ -143,6 +143,10 @@ const char *sfb__transport_provider(const struct sfb__transport *t);
 int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
                              const size_t *lens, uint32_t world);
 
+/* Every rank has opened its transport (after the start-up barrier): names
+ * that only served to find each other are removed. Any thread. */
+void sfb__transport_started(struct sfb__transport *t);
+
 /* A buffer of at least `size` bytes from the pool, with one reference.
  * Returns 0 or -ENOMEM (or the registration error). Any thread. */
 int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__buf **out);

@@ -78,8 +78,9 @@ enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
  * from another network namespace, say, costs at most this). */
 #define BELL_SLEEP_MAX_S 0.05
 
-/* Block mode: peer `p` is to be rung at the end of this progress pass. */
-void sfb__tp_ring(struct sfb__transport *t, uint32_t p);
+/* Block mode: peer `p` is to be rung at the end of this progress pass if it
+ * sleeps (always: whether or not; its queue was full). */
+void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always);
 
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
 struct op {

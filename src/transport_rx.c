@@ -80,7 +80,7 @@ static void post_acks(struct sfb__transport *t)
         struct op *o = t->ack_head;
         ssize_t rc = fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL, o->peer, 0,
                               &o->ctx);
-        if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, o->peer);
+        if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, o->peer, rc == -FI_EAGAIN);
         if (rc == -FI_EAGAIN) {
             stat_add(&t->stats.eagain, 1);
             return;
@@ -169,7 +169,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             o->rbuf = d;
             rc = fi_read(t->ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL, a->src,
                          sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx);
-            if (rc == 0) sfb__tp_ring(t, a->src);
+            if (rc == 0) sfb__tp_ring(t, a->src, 0);
             if (rc == -FI_EAGAIN) {
                 sfb__tp_op_put(t, o);
                 sfb__buf_put(d);

@@ -64,7 +64,7 @@ static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o
     o->req = r;
     ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx);
     /* posted, or the peer's queue is full: either way it has work */
-    if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, r->dst);
+    if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, r->dst, rc == -FI_EAGAIN);
     if (rc == -FI_EAGAIN) {
         sfb__tp_op_put(t, o);
         stat_add(&t->stats.eagain, 1);
