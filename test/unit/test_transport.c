@@ -92,10 +92,10 @@ static void fill(uint8_t *p, size_t n, int src, int k)
 
 /* Every rank sends every size to every other rank; the test thread receives
  * for all of them and checks each frame. */
-static int exchange(const char *prov, int n)
+static int exchange_with(const char *prov, int n, const struct sfb__transport_settings *tmpl)
 {
     struct world w;
-    int rc = world_open(&w, n, prov, NULL);
+    int rc = world_open(&w, n, prov, tmpl);
     if (rc) {
         world_close(&w);
         return 1;
@@ -168,6 +168,32 @@ static int exchange(const char *prov, int n)
     }
     world_close(&w);
     return 0;
+}
+
+static int exchange(const char *prov, int n) { return exchange_with(prov, n, NULL); }
+
+/* Block mode (--progress block): sleeping on the doorbell (shm) or the CQ
+ * fd (tcp), never spinning; every frame must still arrive. */
+static void block_settings(struct sfb__transport_settings *s, int n)
+{
+    sfb__transport_default_settings(s);
+    s->progress = SFB__PROGRESS_BLOCK;
+    s->world = (uint32_t)n;
+    s->job_key = JOB_KEY ^ (uint64_t)getpid() ^ ((uint64_t)n << 40); /* doorbell names */
+}
+
+static int test_shm_4_block(void)
+{
+    struct sfb__transport_settings s;
+    block_settings(&s, 4);
+    return exchange_with("shm", 4, &s);
+}
+
+static int test_tcp_2_block(void)
+{
+    struct sfb__transport_settings s;
+    block_settings(&s, 2);
+    return exchange_with("tcp", 2, &s);
 }
 
 static int test_shm_2(void) { return exchange("shm", 2); }
@@ -565,10 +591,11 @@ static int test_relay_tcp(void) { return relay("tcp"); }
 
 /* With a wait fd (tcp) an idle transport sleeps in the kernel; without one
  * (shm) it naps between polls. Either way it must not spin a core. */
-static int idle_cpu(const char *prov, double max_fraction)
+static int idle_cpu_with(const char *prov, double max_fraction,
+                         const struct sfb__transport_settings *tmpl)
 {
     struct world w;
-    if (world_open(&w, 2, prov, NULL)) {
+    if (world_open(&w, 2, prov, tmpl)) {
         world_close(&w);
         return 1;
     }
@@ -587,6 +614,20 @@ static int idle_cpu(const char *prov, double max_fraction)
     ASSERT(cpu < max_fraction * wall);
     world_close(&w);
     return 0;
+}
+
+static int idle_cpu(const char *prov, double max_fraction)
+{
+    return idle_cpu_with(prov, max_fraction, NULL);
+}
+
+/* Block mode on shm sleeps on its doorbell: at most a wake-up per 50 ms
+ * (the bound of a sleep), so well under the napping 0.5 allowed above. */
+static int test_idle_shm_block(void)
+{
+    struct sfb__transport_settings s;
+    block_settings(&s, 2);
+    return idle_cpu_with("shm", 0.05, &s);
 }
 
 static int test_idle_tcp(void) { return idle_cpu("tcp", 0.2); }
@@ -693,6 +734,9 @@ static const struct test_case tests[] = {
     {"relay_tcp", test_relay_tcp},
     {"idle_tcp", test_idle_tcp},
     {"idle_shm", test_idle_shm},
+    {"shm_4_block", test_shm_4_block},
+    {"tcp_2_block", test_tcp_2_block},
+    {"idle_shm_block", test_idle_shm_block},
     {"bad_usage", test_bad_usage},
     {"pool", test_pool},
 };
