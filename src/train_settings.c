@@ -69,6 +69,9 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
         return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
                           sfb_model_names());
     if (!s->data) return sfb__error(-EINVAL, "no data given");
+    if (s->progress && strcmp(s->progress, "auto") && strcmp(s->progress, "spin") &&
+        strcmp(s->progress, "block"))
+        return sfb__error(-EINVAL, "progress \"%s\" is not auto, spin or block", s->progress);
     if (!(s->lr >= 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
     if (!isfinite(s->lambda)) return sfb__error(-EINVAL, "lambda must be a number >= 0");
