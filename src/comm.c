@@ -1,6 +1,7 @@
 #include "config.h"
 #include "src/comm.h"
 #include "src/agree.h"
+#include "src/timeline.h"
 #include "src/bootstrap.h"
 #include "src/bytes.h"
 #include "src/common.h"
@@ -397,6 +398,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     bss.connect_timeout_s = s->bootstrap_timeout_s;
     int ret = sfb__bootstrap_open(&c->bs, &bss);
     if (ret) goto fail;
+    sfb__phase_mark(SFB__PH_BOOT);
     c->rank = (uint32_t)sfb__bootstrap_rank(c->bs);
     c->world = (uint32_t)sfb__bootstrap_size(c->bs);
     c->job_key = sfb__bootstrap_job_key(c->bs);
@@ -431,6 +433,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
     int all_local = 0;
     if ((ret = exchange_hosts(c, &all_local))) goto fail;
+    sfb__phase_mark(SFB__PH_HOSTS);
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
     struct sfb__transport_settings ts;
     sfb__transport_default_settings(&ts);
@@ -451,11 +454,14 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
                    why);
         goto fail;
     }
+    sfb__phase_mark(SFB__PH_FABRIC);
     if ((ret = exchange_names(c))) goto fail;
+    sfb__phase_mark(SFB__PH_NAMES);
     reset_heard(c);
     if ((ret = sfb__loop_start(c->loop))) goto fail;
     /* Everyone's endpoint is up and addressed before the first data frame. */
     if ((ret = sfb__bootstrap_barrier(c->bs))) goto fail;
+    sfb__phase_mark(SFB__PH_READY);
     sfb__loop_call(c->loop, reset_heard, c);
     if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s, heartbeat,
                                     c)))
@@ -551,12 +557,15 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last)
     if (!c->t) return 0;
     int ret = sfb__transport_flush(c->t, c->s.bootstrap_timeout_s);
     if (ret) return sfb__error(ret, "could not deliver the last frames: %s", sfb_strerror(ret));
+    sfb__phase_mark(SFB__PH_FLUSHED);
     uint8_t final[8];
     sfb__put_u64(final, (uint64_t)last);
     for (uint32_t p = 0; p < c->world; p++)
         if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
     sfb__transport_flush(c->t, 2.0);
+    sfb__phase_mark(SFB__PH_BYE);
     ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
+    sfb__phase_mark(SFB__PH_FINAL);
     return ret ? ret : sfb__comm_check(c);
 }
 
