@@ -70,6 +70,8 @@ static void take_origins(void)
         at[SFB__PH_LAUNCH] = t0;
     else
         at[SFB__PH_LAUNCH] = at[SFB__PH_EXEC];
+    /* the start is whole clock ticks: never before the fork that made it */
+    if (at[SFB__PH_EXEC] < at[SFB__PH_LAUNCH]) at[SFB__PH_EXEC] = at[SFB__PH_LAUNCH];
 }
 
 void sfb__phase_reset(void)

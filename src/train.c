@@ -569,13 +569,13 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)
         hp += sprintf(hp, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
-    char acc[32];
+    char acc[32], launch[32];
     sfb__metrics_event(
         &w->metrics, "summary",
         "\"world\":%u,\"start_clock\":%llu,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,"
         "\"samples_per_s\":%.6g,\"test_accuracy\":%s,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
         "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu,"
-        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu,\"launch_s\":%.6f",
+        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu,\"launch_s\":%s",
         w->world, (unsigned long long)start, (unsigned long long)res->clocks,
         (unsigned long long)res->samples, res->wall,
         res->wall > 0 ? (double)res->samples / res->wall : 0.0,
@@ -585,7 +585,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         (unsigned long long)sfb__comm_rejected(w->comm),
         (unsigned long long)(now_tr[2] - msgs_sent0), (unsigned long long)(now_tr[4] - data_msgs0),
         (unsigned long long)(now_tr[5] - data_bytes0),
-        sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK));
+        sfb__json_num(launch, sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK) >= 0
+                                  ? sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK)
+                                  : NAN));
     struct sfb__sync_report rep = {0};
     if (w->engine->report) w->engine->report(w->engine_priv, &rep);
     if (rep.relays) {
