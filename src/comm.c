@@ -324,7 +324,7 @@ out:
  * this host (the shm provider's case), and then the pids, to tell which
  * peer died. The providers are compared here, before the transport would
  * fail on a mismatch with an address error naming nothing. */
-static int exchange_hosts(struct sfb__comm *c, int *all_local)
+static int exchange_hosts(struct sfb__comm *c, int *all_local, int *first_on_host)
 {
     char mine[600] = {0};
     gethostname(mine, 256);
@@ -339,6 +339,7 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local)
     if (!lens) return -ENOMEM;
     int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
     *all_local = 0;
+    *first_on_host = 1;
     if (ret == 0) {
         *all_local = 1;
         const char *p = all;
@@ -348,6 +349,8 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local)
                 ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
             else if (h != hlen || memcmp(p, mine, hlen) != 0)
                 *all_local = 0;
+            else if (r < c->rank)
+                *first_on_host = 0;
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
         c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
@@ -431,14 +434,15 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         goto fail;
     }
     for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
-    int all_local = 0;
-    if ((ret = exchange_hosts(c, &all_local))) goto fail;
+    int all_local = 0, first_on_host = 1;
+    if ((ret = exchange_hosts(c, &all_local, &first_on_host))) goto fail;
     sfb__phase_mark(SFB__PH_HOSTS);
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
     struct sfb__transport_settings ts;
     sfb__transport_default_settings(&ts);
     ts.provider = s->provider;
     ts.all_local = all_local;
+    ts.skip_shm_sweep = !first_on_host;
     ts.rank = c->rank;
     ts.on_frame = on_frame;
     ts.on_error = on_error;

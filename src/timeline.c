@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 static double at[SFB__PH_COUNT];
-static int origins_taken;
+static int origins_taken, from_launcher;
 
 static const char *const names[SFB__PH_COUNT] = {
     [SFB__PH_LAUNCH] = "launch",   [SFB__PH_EXEC] = "exec",
@@ -66,10 +66,8 @@ static void take_origins(void)
     char *end = NULL;
     double t0 = s && *s ? strtod(s, &end) : 0;
     /* a launcher's stamp from before this process started, or none */
-    if (end && *end == 0 && t0 > 0 && t0 <= sfb__now())
-        at[SFB__PH_LAUNCH] = t0;
-    else
-        at[SFB__PH_LAUNCH] = at[SFB__PH_EXEC];
+    from_launcher = end && *end == 0 && t0 > 0 && t0 <= sfb__now();
+    at[SFB__PH_LAUNCH] = from_launcher ? t0 : at[SFB__PH_EXEC];
     /* the start is whole clock ticks: never before the fork that made it */
     if (at[SFB__PH_EXEC] < at[SFB__PH_LAUNCH]) at[SFB__PH_EXEC] = at[SFB__PH_LAUNCH];
 }
@@ -96,6 +94,12 @@ void sfb__phase_mark(enum sfb__phase ph)
     int p = prev_marked(ph);
     if (p >= 0) SFB_LOG_D("timeline: %s %.3f s (%.3f s since launch)", names[ph], at[ph] - at[p],
                           at[SFB__PH_LAUNCH] ? at[ph] - at[SFB__PH_LAUNCH] : 0.0);
+}
+
+int sfb__phase_from_launcher(void)
+{
+    take_origins();
+    return from_launcher;
 }
 
 double sfb__phase_at(enum sfb__phase ph)

@@ -47,6 +47,9 @@ void sfb__phase_mark(enum sfb__phase ph);
 /* The stamp of `ph`, 0 if it was never marked. */
 double sfb__phase_at(enum sfb__phase ph);
 const char *sfb__phase_name(enum sfb__phase ph);
+/* 1 when the launch origin is the launcher's SFB_LAUNCH_T0, 0 when it is
+ * this process's start. */
+int sfb__phase_from_launcher(void);
 /* Forgets every mark and takes the launch origin and the process start
  * again (a process that runs several workers one after another). */
 void sfb__phase_reset(void);

@@ -283,8 +283,7 @@ static void setup_event(struct worker *w)
     sfb__metrics_event(&w->metrics, "setup",
                        "\"launch_s\":%.6f,\"origin\":\"%s\",\"t_launch\":%.6f,\"phases\":{%s}",
                        sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK),
-                       sfb__phase_at(SFB__PH_LAUNCH) == sfb__phase_at(SFB__PH_EXEC) ? "process"
-                                                                                   : "launcher",
+                       sfb__phase_from_launcher() ? "launcher" : "process",
                        sfb__phase_at(SFB__PH_LAUNCH), ph);
 }
 

@@ -72,6 +72,9 @@ struct sfb__transport_settings {
      * env FI_PROVIDER → "shm" if all_local else "tcp". */
     const char *provider;
     int all_local;         /* every rank runs on this host */
+    int skip_shm_sweep;    /* shm: another rank of this host removes dead
+                              processes' regions (one sweep of /dev/shm per
+                              host, not one per rank: O(P), not O(P²)) */
     uint32_t rank;         /* this endpoint's rank */
     /* Largest fabric message and size of each receive buffer (256 KiB,
      * capped by the provider's max_msg_size). Must be equal on all ranks. */

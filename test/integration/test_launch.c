@@ -302,8 +302,8 @@ static int fork_worker(int argc, char **argv)
     }
     printf("forked rank %d comm '%s' argc %d arg '%s' pipes %d signalfds %d sum %u origin %s r %d\n",
            rank, comm, argc, argc > 1 ? argv[1] : "", pipes, signalfds, sum,
-           t0 > 0 && t0 <= start + 0.02 && t0 < sfb__now() && t0 > sfb__now() - 30 ? "launcher"
-                                                                                : "wrong",
+           sfb__phase_from_launcher() && t0 <= start && t0 > sfb__now() - 30 ? "launcher"
+                                                                             : "wrong",
            r);
     /* every line is written before rank 2 fails and the others are stopped */
     fflush(stdout);
