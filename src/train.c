@@ -568,7 +568,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)
         hp += sprintf(hp, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
-    char acc[32], launch[32];
+    char acc[32], launch[32] = "null"; /* as the setup event writes it */
+    double launch_s = sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK);
+    if (launch_s >= 0) snprintf(launch, sizeof launch, "%.6f", launch_s);
     sfb__metrics_event(
         &w->metrics, "summary",
         "\"world\":%u,\"start_clock\":%llu,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,"
@@ -584,9 +586,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         (unsigned long long)sfb__comm_rejected(w->comm),
         (unsigned long long)(now_tr[2] - msgs_sent0), (unsigned long long)(now_tr[4] - data_msgs0),
         (unsigned long long)(now_tr[5] - data_bytes0),
-        sfb__json_num(launch, sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK) >= 0
-                                  ? sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK)
-                                  : NAN));
+        launch);
     struct sfb__sync_report rep = {0};
     if (w->engine->report) w->engine->report(w->engine_priv, &rep);
     if (rep.relays) {
