@@ -491,7 +491,10 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
         }
         struct timespec ts = {(time_t)backoff, (long)((backoff - (long)backoff) * 1e9)};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-        backoff = SFB_MIN(backoff * 2, 0.5);
+        /* at most 50 ms: rank 0 under load may start seconds after the
+         * others, and each is late by up to one sleep (refused connects are
+         * cheap; 128 joiners retrying 20 times a second are nothing) */
+        backoff = SFB_MIN(backoff * 2, 0.05);
     }
     freeaddrinfo(ai);
     bs->fds[0] = fd;

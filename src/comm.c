@@ -1,6 +1,7 @@
 #include "config.h"
 #include "src/comm.h"
 #include "src/agree.h"
+#include "src/timeline.h"
 #include "src/bootstrap.h"
 #include "src/bytes.h"
 #include "src/common.h"
@@ -379,7 +380,8 @@ out:
  * this host (the shm provider's case), and then the pids, to tell which
  * peer died. The providers are compared here, before the transport would
  * fail on a mismatch with an address error naming nothing. */
-static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here)
+static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
+                          int *first_on_host)
 {
     char mine[600] = {0};
     gethostname(mine, 256);
@@ -395,6 +397,7 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here)
     int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
     *all_local = 0;
     *here = 1;
+    *first_on_host = 1;
     if (ret == 0) {
         *all_local = 1;
         *here = 0;
@@ -405,8 +408,10 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here)
                 ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
             else if (h != hlen || memcmp(p, mine, hlen) != 0)
                 *all_local = 0;
-            else
+            else {
                 ++*here;
+                if (r < c->rank) *first_on_host = 0;
+            }
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
         c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
@@ -457,6 +462,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     bss.connect_timeout_s = s->bootstrap_timeout_s;
     int ret = sfb__bootstrap_open(&c->bs, &bss);
     if (ret) goto fail;
+    sfb__phase_mark(SFB__PH_BOOT);
     c->rank = (uint32_t)sfb__bootstrap_rank(c->bs);
     c->world = (uint32_t)sfb__bootstrap_size(c->bs);
     c->job_key = sfb__bootstrap_job_key(c->bs);
@@ -491,14 +497,16 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         goto fail;
     }
     for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
-    int all_local = 0;
+    int all_local = 0, first_on_host = 1;
     uint32_t here = 1;
-    if ((ret = exchange_hosts(c, &all_local, &here))) goto fail;
+    if ((ret = exchange_hosts(c, &all_local, &here, &first_on_host))) goto fail;
+    sfb__phase_mark(SFB__PH_HOSTS);
     if ((ret = sfb__loop_open(&c->loop))) goto fail;
     struct sfb__transport_settings ts;
     sfb__transport_default_settings(&ts);
     ts.provider = s->provider;
     ts.all_local = all_local;
+    ts.skip_shm_sweep = !first_on_host;
     ts.rank = c->rank;
     ts.world = c->world;
     ts.job_key = c->job_key;
@@ -518,13 +526,16 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
                    why);
         goto fail;
     }
+    sfb__phase_mark(SFB__PH_FABRIC);
     if ((ret = exchange_names(c))) goto fail;
+    sfb__phase_mark(SFB__PH_NAMES);
     c->silence_s = silence_timeout(c, here);
     reset_heard(c);
     if ((ret = sfb__loop_start(c->loop))) goto fail;
     /* Everyone's endpoint is up and addressed before the first data frame. */
     if ((ret = sfb__bootstrap_barrier(c->bs))) goto fail;
     sfb__transport_started(c->t);
+    sfb__phase_mark(SFB__PH_READY);
     sfb__loop_call(c->loop, reset_heard, c);
     if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s, heartbeat,
                                     c)))
@@ -620,12 +631,15 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last)
     if (!c->t) return 0;
     int ret = sfb__transport_flush(c->t, c->s.bootstrap_timeout_s);
     if (ret) return sfb__error(ret, "could not deliver the last frames: %s", sfb_strerror(ret));
+    sfb__phase_mark(SFB__PH_FLUSHED);
     uint8_t final[8];
     sfb__put_u64(final, (uint64_t)last);
     for (uint32_t p = 0; p < c->world; p++)
         if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
     sfb__transport_flush(c->t, 2.0);
+    sfb__phase_mark(SFB__PH_BYE);
     ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
+    sfb__phase_mark(SFB__PH_FINAL);
     return ret ? ret : sfb__comm_check(c);
 }
 

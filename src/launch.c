@@ -4,6 +4,7 @@
 #include "src/launch.h"
 #include "sfb/launch.h"
 #include "src/common.h"
+#include "src/timeline.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <rdma/fabric.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,7 @@ struct launcher {
     int stopping, sigs_forwarded, abort_sig, timed_out;
     int sent_sigkill;
     double kill_at;
+    double first_exit, last_exit; /* sfb__now() of the first and last reap */
 };
 
 void sfb__launch_default_settings(struct sfb__launch_settings *s)
@@ -55,6 +58,7 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s)
     s->out_fd = 1;
     s->err_fd = 2;
     s->host = "127.0.0.1";
+    s->worker = NULL;
 }
 
 int sfb__launch_free_port(const char *host)
@@ -180,6 +184,8 @@ static void reap(struct launcher *L, double grace)
         pid_t p = waitpid(c->pid, &st, WNOHANG);
         if (p == 0 || (p < 0 && errno == EINTR)) continue;
         c->alive = 0;
+        L->last_exit = sfb__now();
+        if (!L->first_exit) L->first_exit = L->last_exit;
         if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
         /* Ranks that die after the job started stopping are not the cause,
@@ -208,10 +214,13 @@ static int n_alive(const struct launcher *L)
 }
 
 /* In the child between fork and exec: wire stdio, set the rendezvous
- * environment, arrange to die with the launcher. Never returns. */
-static void child_exec(int rank, int n, const char *host, int port, uint64_t key, pid_t parent,
-                       const int out[2], const int err[2], const sigset_t *oldmask, char *const argv[])
+ * environment, arrange to die with the launcher, then exec argv or, with
+ * s->worker, call it in this copy of the launcher. Never returns. */
+static void child_exec(int rank, int n, const struct sfb__launch_settings *s, int port, uint64_t key,
+                       pid_t parent, const char *t0, const int out[2], const int err[2],
+                       const sigset_t *oldmask, const struct launcher *L, int sfd, char *const argv[])
 {
+    const char *host = s->host;
     char v[64];
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent) _exit(126);
     int devnull = open("/dev/null", O_RDONLY);
@@ -225,6 +234,27 @@ static void child_exec(int rank, int n, const char *host, int port, uint64_t key
     setenv("SFB_RENDEZVOUS", v, 1);
     snprintf(v, sizeof v, "0x%016" PRIx64, key);
     setenv("SFB_JOB_KEY", v, 1);
+    setenv(SFB__LAUNCH_T0_ENV, t0, 1);
+    if (s->worker) {
+        /* No exec closes what the launcher holds: the signalfd and the read
+         * ends of the earlier ranks' pipes. */
+        close(sfd);
+        for (int i = 0; i < rank; i++)
+            for (int k = 0; k < 2; k++)
+                if (L->c[i].s[k].fd >= 0) close(L->c[i].s[k].fd);
+        close(out[0]);
+        close(err[0]);
+        if (out[1] > 2) close(out[1]);
+        if (err[1] > 2) close(err[1]);
+        /* ps / pgrep tell the ranks apart (an exec'd worker has its
+         * SFB_RANK in /proc/PID/environ; a fork's setenv is not seen there) */
+        snprintf(v, sizeof v, "sfb rank %d", rank);
+        prctl(PR_SET_NAME, v);
+        sigprocmask(SIG_SETMASK, oldmask, NULL);
+        int argc = 0;
+        while (argv[argc]) argc++;
+        exit(s->worker(argc, (char **)argv));
+    }
     sigprocmask(SIG_SETMASK, oldmask, NULL);
     execvp(argv[0], argv);
     dprintf(2, "sfb run: cannot execute %s: %s\n", argv[0], strerror(errno));
@@ -296,6 +326,12 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         goto restore;
     }
     pid_t self = getpid();
+    /* nothing buffered here may be written again by a forked worker */
+    fflush(NULL);
+    /* the workers' origin of "launch to first clock" (src/timeline.h) */
+    double t0 = sfb__now();
+    char t0s[32];
+    snprintf(t0s, sizeof t0s, "%.6f", t0);
     for (int i = 0; i < nprocs; i++) {
         int out[2], err[2];
         if (pipe2(out, O_CLOEXEC) < 0) {
@@ -309,7 +345,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
             break;
         }
         pid_t pid = fork();
-        if (pid == 0) child_exec(i, nprocs, s->host, port, key, self, out, err, &oldmask, argv);
+        if (pid == 0) child_exec(i, nprocs, s, port, key, self, t0s, out, err, &oldmask, &L, sfd, argv);
         close(out[1]);
         close(err[1]);
         if (pid < 0) {
@@ -329,9 +365,14 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         fcntl(err[0], F_SETFL, O_NONBLOCK);
     }
     if (r) start_stopping(&L, s->grace_s);
+    double forked = sfb__now();
 
+    /* pf[j] (j >= 1) is stream src[j] of its rank: no search per event */
     struct pollfd *pf = calloc(2 * (size_t)nprocs + 1, sizeof *pf);
-    if (!pf) {
+    int *src = calloc(2 * (size_t)nprocs + 1, sizeof *src);
+    if (!pf || !src) {
+        free(pf);
+        pf = NULL;
         r = -ENOMEM;
         signal_all(&L, SIGKILL);
         for (int i = 0; i < nprocs; i++)
@@ -355,7 +396,10 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         pf[nf++] = (struct pollfd){sfd, POLLIN, 0};
         for (int i = 0; i < nprocs; i++)
             for (int k = 0; k < 2; k++)
-                if (L.c[i].s[k].fd >= 0) pf[nf++] = (struct pollfd){L.c[i].s[k].fd, POLLIN, 0};
+                if (L.c[i].s[k].fd >= 0) {
+                    src[nf] = 2 * i + k;
+                    pf[nf++] = (struct pollfd){L.c[i].s[k].fd, POLLIN, 0};
+                }
         int alive = n_alive(&L);
         if (!alive) {
             /* Everyone is reaped; a grandchild may still hold a pipe open, so
@@ -375,11 +419,18 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
             while (n_alive(&L)) reap(&L, 0);
             break;
         }
-        if (pr <= 0) continue;
+        if (pr <= 0) {
+            if (L.stopping) reap(&L, s->grace_s); /* after a SIGKILL, without SIGCHLD */
+            continue;
+        }
+        int chld = 0;
         if (pf[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD) continue; /* reaped below */
+                if (si.ssi_signo == SIGCHLD) {
+                    chld = 1; /* reaped below */
+                    continue;
+                }
                 /* First signal: pass it on and give the grace period; a
                  * second one means "now". */
                 if (L.sigs_forwarded++) {
@@ -392,15 +443,17 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
                 if (!L.abort_sig) L.abort_sig = (int)si.ssi_signo;
             }
         }
-        for (int j = 1; j < nf; j++) {
-            if (!pf[j].revents) continue;
-            for (int i = 0; i < nprocs; i++)
-                for (int k = 0; k < 2; k++)
-                    if (L.c[i].s[k].fd == pf[j].fd) stream_read(&L, i, &L.c[i].s[k]);
-        }
-        reap(&L, s->grace_s);
+        for (int j = 1; j < nf; j++)
+            if (pf[j].revents) stream_read(&L, src[j] / 2, &L.c[src[j] / 2].s[src[j] % 2]);
+        /* waitpid for each child only when one exited, not on every line */
+        if (chld) reap(&L, s->grace_s);
     }
     free(pf);
+    free(src);
+    if (L.last_exit)
+        SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
+                  "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
+                  nprocs, forked - t0, L.first_exit - t0, L.last_exit - t0, L.last_exit);
     for (int i = 0; i < nprocs; i++)
         for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
     if (!r && L.failed_rank >= 0) r = describe_failure(&L);
@@ -437,6 +490,38 @@ int sfb_launch_local(int nprocs, char *const argv[])
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
     return sfb__launch_local(nprocs, argv, NULL);
+}
+
+/* libfabric's one-time initialisation (fi_ini, on the first fi_getinfo):
+ * it loads and probes every provider built in (the verbs provider reads
+ * /proc/kallsyms twice, ~70 ms of kernel CPU). Done here, a forked worker
+ * inherits it. Starts no thread and opens no fabric. */
+static void preinit_fabric(void)
+{
+    struct fi_info *hints = fi_allocinfo(), *info = NULL;
+    if (!hints) return;
+    hints->fabric_attr->prov_name = strdup("shm");
+    hints->ep_attr->type = FI_EP_RDM;
+    double t = sfb__now();
+    if (fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info) == 0) fi_freeinfo(info);
+    fi_freeinfo(hints);
+    SFB_LOG_D("launch: libfabric initialised in %.3f s", sfb__now() - t);
+}
+
+int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
+{
+    SFB_ENTER();
+    SFB_ARG(worker);
+    SFB_ARG(argv);
+    SFB_ARG(argv[0]);
+    struct sfb__launch_settings s;
+    sfb__launch_default_settings(&s);
+    const char *e = getenv("SFB_LAUNCH_EXEC");
+    if (!(e && !strcmp(e, "1"))) {
+        s.worker = worker;
+        preinit_fabric(); /* once here instead of once per worker */
+    }
+    return sfb__launch_local(nprocs, argv, &s);
 }
 
 int sfb_launch_stop_signal(void)

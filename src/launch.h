@@ -20,6 +20,12 @@ struct sfb__launch_settings {
     int out_fd, err_fd;
     /* Loopback address the workers rendezvous on (default "127.0.0.1"). */
     const char *host;
+    /* NULL (default): each worker execs argv. Else each worker is a fork of
+     * the caller that calls worker(argc, argv) and exits with what it
+     * returns (through exit(), so stdio is flushed): no exec, no dynamic
+     * loading, and what the caller initialised (libfabric) is inherited.
+     * Its comm name (ps, pgrep) is "sfb rank R". */
+    int (*worker)(int argc, char **argv);
 };
 
 void sfb__launch_default_settings(struct sfb__launch_settings *s);

@@ -23,6 +23,7 @@
 #include "src/metrics.h"
 #include "src/rng.h"
 #include "src/ssp.h"
+#include "src/timeline.h"
 #include "src/train_settings.h"
 
 #include <inttypes.h>
@@ -226,8 +227,10 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
                          s->metrics_out, w->world);
     else
         ret = setup_model(w);
+    sfb__phase_mark(SFB__PH_DATA);
     /* every rank reaches the comparison, or hears the failed rank's abort */
     if (!ret && (ret = agree_settings(w))) return ret;
+    sfb__phase_mark(SFB__PH_AGREE);
     if (!ret && (s->checkpoint_every || s->resume_dir)) ret = checkpoint_setup(w);
     if (!ret && s->resume_dir) {
         /* collective: every rank learns the same outcome, no abort needed */
@@ -246,6 +249,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         shapes[m].d = sfb_model_matrix(w->model, m)->cols;
     }
     if ((ret = sfb__comm_set_shapes(w->comm, shapes, nm, w->batch))) return ret;
+    sfb__phase_mark(SFB__PH_SHAPES);
 
     if ((ret = sfb__ssp_init(&w->ssp, w->world, s->staleness, w->start))) return ret;
     w->engine = sfb__sync_find(s->sync);
@@ -269,7 +273,33 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
     }
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
     if (w->start) w->debug_rng = w->resume_rng;
-    return sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
+    ret = sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
+    sfb__phase_mark(SFB__PH_ENGINE);
+    return ret;
+}
+
+/* The "setup" metrics event (docs/formats.md), once the first clock began. */
+static void setup_event(struct worker *w)
+{
+    char ph[1024];
+    sfb__phase_json(SFB__PH_EXEC, SFB__PH_FIRST_CLOCK, ph, sizeof ph);
+    sfb__metrics_event(&w->metrics, "setup",
+                       "\"launch_s\":%.6f,\"origin\":\"%s\",\"t_launch\":%.6f,\"phases\":{%s}",
+                       sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK),
+                       sfb__phase_from_launcher() ? "launcher" : "process",
+                       sfb__phase_at(SFB__PH_LAUNCH), ph);
+}
+
+/* The "teardown" metrics event, the last line, once everything but the
+ * metrics file is closed. */
+static void teardown_event(struct sfb__metrics *m)
+{
+    if (sfb__phase_at(SFB__PH_LAST_CLOCK) == 0) return;
+    char ph[1024];
+    sfb__phase_json(SFB__PH_DRAINED, SFB__PH_CLOSED, ph, sizeof ph);
+    sfb__metrics_event(m, "teardown", "\"teardown_s\":%.6f,\"t_last_clock\":%.6f,\"phases\":{%s}",
+                       sfb__phase_span(SFB__PH_LAST_CLOCK, SFB__PH_CLOSED),
+                       sfb__phase_at(SFB__PH_LAST_CLOCK), ph);
 }
 
 static void sleep_s(double sec)
@@ -417,6 +447,10 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.epoch = epoch;
         cm.lr = eta;
 
+        if (t == start) {
+            sfb__phase_mark(SFB__PH_FIRST_CLOCK);
+            setup_event(w);
+        }
         struct sfb__sync_clock acct = {0};
         if ((ret = w->engine->wait(w->engine_priv, (int64_t)t, &acct))) return ret;
         if ((ret = sfb__ssp_record(&w->ssp, (int64_t)t))) return ret;
@@ -443,6 +477,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         cm.t_publish = t1;
         if ((ret = w->engine->publish(w->engine_priv, (int64_t)t, w->sf, nm))) return ret;
         double t2 = sfb__now();
+        if (t + 1 == total) sfb__phase_mark(SFB__PH_LAST_CLOCK);
 
         if (!isfinite(loss))
             return sfb__error(-ERANGE,
@@ -507,6 +542,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     /* Every replica applies every update before anyone evaluates or writes. */
     struct sfb__sync_clock acct = {0};
     if (total && (ret = w->engine->drain(w->engine_priv, (int64_t)total - 1, &acct))) return ret;
+    sfb__phase_mark(SFB__PH_DRAINED);
     if ((ret = sfb__comm_finish(w->comm, (int64_t)total - 1))) return ret;
     /* drained, and comm_finish's barrier stands for the checkpoint's */
     if (every && total > start && total % every == 0 && (ret = checkpoint(w, (int64_t)total, 1)))
@@ -535,13 +571,15 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)
         hp += sprintf(hp, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
-    char acc[32];
+    char acc[32], launch[32] = "null"; /* as the setup event writes it */
+    double launch_s = sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK);
+    if (launch_s >= 0) snprintf(launch, sizeof launch, "%.6f", launch_s);
     sfb__metrics_event(
         &w->metrics, "summary",
         "\"world\":%u,\"start_clock\":%llu,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,"
         "\"samples_per_s\":%.6g,\"test_accuracy\":%s,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
         "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu,"
-        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu",
+        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu,\"launch_s\":%s",
         w->world, (unsigned long long)start, (unsigned long long)res->clocks,
         (unsigned long long)res->samples, res->wall,
         res->wall > 0 ? (double)res->samples / res->wall : 0.0,
@@ -550,7 +588,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         res->clocks ? (double)(now_tr[0] - bytes_sent0) / (double)res->clocks : 0.0, formula, hs,
         (unsigned long long)sfb__comm_rejected(w->comm),
         (unsigned long long)(now_tr[2] - msgs_sent0), (unsigned long long)(now_tr[4] - data_msgs0),
-        (unsigned long long)(now_tr[5] - data_bytes0));
+        (unsigned long long)(now_tr[5] - data_bytes0),
+        launch);
     struct sfb__sync_report rep = {0};
     if (w->engine->report) w->engine->report(w->engine_priv, &rep);
     if (rep.relays) {
@@ -582,7 +621,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         pr.done = 1;
         progress(user, &pr);
     }
-    return write_model(w, (int64_t)total);
+    ret = write_model(w, (int64_t)total);
+    sfb__phase_mark(SFB__PH_REPORTED);
+    return ret;
 }
 
 int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
@@ -596,6 +637,8 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
     int ret = sfb__train_validate(s);
     if (ret) return ret;
     sfb_set_blas_threads(s->threads);
+    sfb__phase_reset();
+    sfb__phase_mark(SFB__PH_MAIN);
     struct worker w;
     ret = worker_open(&w, s);
     if (ret == 0) {
@@ -614,10 +657,13 @@ int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, 
             sfb__error(ret, "%s", why);
         }
     }
+    /* metrics last, so that the teardown event sees the transport closed */
+    worker_close(&w);
+    sfb__phase_mark(SFB__PH_CLOSED);
+    if (ret == 0) teardown_event(&w.metrics);
     if (ret == 0)
         ret = sfb__metrics_close(&w.metrics);
     else
         sfb__metrics_close(&w.metrics);
-    worker_close(&w);
     return ret;
 }

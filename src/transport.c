@@ -247,8 +247,10 @@ static void shm_reap_dead(void)
     DIR *d = opendir("/dev/shm");
     if (!d) return;
     struct dirent *e;
+    int seen = 0, removed = 0;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "sfb_", 4) != 0) continue;
+        seen++;
         const char *us = strrchr(e->d_name, '_');
         char *end;
         long pid = us ? strtol(us + 1, &end, 10) : 0;
@@ -256,14 +258,19 @@ static void shm_reap_dead(void)
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         char path[300];
         snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-        if (unlink(path) == 0) SFB_LOG_D("transport: removed %s of dead process %ld", path, pid);
+        if (unlink(path) == 0) {
+            removed++;
+            SFB_LOG_D("transport: removed %s of dead process %ld", path, pid);
+        }
     }
     closedir(d);
+    SFB_LOG_D("transport: swept /dev/shm: %d regions of sfb, %d of dead processes removed", seen,
+              removed);
 }
 
 static int shm_name(struct sfb__transport *t)
 {
-    shm_reap_dead();
+    if (!t->s.skip_shm_sweep) shm_reap_dead();
     char name[128];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -79,6 +79,9 @@ struct sfb__transport_settings {
      * env FI_PROVIDER → "shm" if all_local else "tcp". */
     const char *provider;
     int all_local;         /* every rank runs on this host */
+    int skip_shm_sweep;    /* shm: another rank of this host removes dead
+                              processes' regions (one sweep of /dev/shm per
+                              host, not one per rank: O(P), not O(P²)) */
     uint32_t rank;         /* this endpoint's rank */
     uint32_t world;        /* ranks in the job (for the doorbells; 0: none) */
     uint64_t job_key;      /* names the doorbells (src/bell.h) */

@@ -47,6 +47,8 @@ int cli_path_for_rank(char *buf, size_t cap, const char *pattern, unsigned rank)
 
 int cli_run(int argc, char **argv);
 int cli_worker(int argc, char **argv);
+/* main() for a worker that `sfb run` forked instead of executing (main.c) */
+int cli_forked_worker(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 
 /* Installs the stderr log sink. */

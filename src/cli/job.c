@@ -191,7 +191,7 @@ int cli_run(int argc, char **argv)
     }
     char **wargv = worker_argv(argc, argv, self);
     if (!wargv) return 1;
-    r = sfb_launch_local(job.nprocs, wargv);
+    r = sfb_launch_local_fork(job.nprocs, cli_forked_worker, wargv);
     free(wargv);
     if (r) {
         cli_error(r, "job failed");

@@ -66,6 +66,13 @@ static int dispatch(int argc, char **argv)
     return 2;
 }
 
+/* A worker forked by `sfb run` (sfb_launch_local_fork): what main() would
+ * do with the worker command line. */
+int cli_forked_worker(int argc, char **argv)
+{
+    return finish(dispatch(argc, argv));
+}
+
 int main(int argc, char **argv)
 {
     return finish(dispatch(argc, argv));

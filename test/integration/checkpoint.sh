@@ -54,8 +54,10 @@ kill)
   done
   check "every rank wrote the checkpoint of clock 500" "[ $ok = 1 ]"
   victim=
-  for p in $(pgrep -P $run); do   # the worker with SFB_RANK=1 (pids may wrap)
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'SFB_RANK=1' && victim=$p
+  for p in $(pgrep -P $run); do   # rank 1's worker (pids may wrap): sfb run names
+    # the workers it forks "sfb rank R"; an exec'd one has SFB_RANK in its environ
+    { [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "sfb rank 1" ] ||
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'SFB_RANK=1'; } && victim=$p
   done
   check "found rank 1's process" "[ -n '$victim' ]"
   kill -9 "$victim"; t0=$(date +%s.%N)

@@ -2,9 +2,12 @@
  * forwarding, and the env rendezvous through the launcher. The worker is
  * boot_helper (path in $BOOT_HELPER). */
 #include "src/common.h"
+#include "src/bootstrap.h"
 #include "src/launch.h"
+#include "src/timeline.h"
 #include "test.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -251,7 +254,94 @@ static int test_rendezvous_through_launcher(void)
     return 0;
 }
 
+/* How many of this process's fds above stdio link to a name starting with
+ * `prefix`. */
+static int count_fds(const char *prefix)
+{
+    char path[300], link[256];
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t l = readlink(path, link, sizeof link - 1);
+        if (l <= 0 || atoi(e->d_name) <= 2) continue;
+        link[l] = 0;
+        n += !strncmp(link, prefix, strlen(prefix));
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static int base_pipes; /* pipes the test process holds (a fork inherits them) */
+
+/* A forked worker (settings.worker): what it inherited, then the env
+ * rendezvous and the launcher's clock origin. Prints one line or fails. */
+static int fork_worker(int argc, char **argv)
+{
+    char comm[32] = "";
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (f && fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+    if (f) fclose(f);
+    /* the launcher's signalfd and the other ranks' pipes must be closed:
+     * beyond stdio no pipe is new since the test started the launcher */
+    int pipes = count_fds("pipe:") - base_pipes, signalfds = count_fds("anon_inode:[signalfd]");
+    sfb__phase_reset();
+    double t0 = sfb__phase_at(SFB__PH_LAUNCH), start = sfb__phase_at(SFB__PH_EXEC);
+    struct sfb__bootstrap_settings bss;
+    sfb__bootstrap_default_settings(&bss);
+    bss.use_pmix = 0;
+    bss.timeout_s = bss.connect_timeout_s = 20;
+    struct sfb__bootstrap *bs = NULL;
+    int r = sfb__bootstrap_open(&bs, &bss);
+    int rank = r ? -1 : sfb__bootstrap_rank(bs);
+    uint32_t sum = 0;
+    if (!r) {
+        uint32_t mine = (uint32_t)rank + 1, all[8] = {0};
+        r = sfb__bootstrap_allgather(bs, &mine, sizeof mine, all);
+        for (int i = 0; i < sfb__bootstrap_size(bs); i++) sum += all[i];
+    }
+    printf("forked rank %d comm '%s' argc %d arg '%s' pipes %d signalfds %d sum %u origin %s r %d\n",
+           rank, comm, argc, argc > 1 ? argv[1] : "", pipes, signalfds, sum,
+           sfb__phase_from_launcher() && t0 <= start && t0 > sfb__now() - 30 ? "launcher"
+                                                                             : "wrong",
+           r);
+    /* every line is written before rank 2 fails and the others are stopped */
+    fflush(stdout);
+    if (!r) r = sfb__bootstrap_barrier(bs);
+    sfb__bootstrap_close(&bs);
+    return r ? 1 : rank == 2 ? 7 : 0;
+}
+
+/* Workers forked instead of executed: the same environment, stdio, exit
+ * statuses and rendezvous; nothing of the launcher's held open. */
+static int test_fork_workers(void)
+{
+    int out = memfd_create("out", MFD_CLOEXEC);
+    struct sfb__launch_settings s;
+    settings(&s, out, out);
+    s.worker = fork_worker;
+    base_pipes = count_fds("pipe:");
+    char *argv[] = {"not-executed", "hello", NULL};
+    double t0 = sfb__now();
+    int r = sfb__launch_local(4, argv, &s);
+    char *o = slurp(out);
+    ASSERT_LT(sfb__now() - t0, 10.0);
+    ASSERT_EQ(r, -SFB_EPEER);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "rank 2 exited with status 7");
+    for (int i = 0; i < 4; i++) {
+        char want[200];
+        snprintf(want, sizeof want,
+                 "[%d] forked rank %d comm 'sfb rank %d' argc 2 arg 'hello' pipes 0 signalfds 0 "
+                 "sum 10 origin launcher r 0\n",
+                 i, i, i);
+        ASSERT_STR_CONTAINS(o, want);
+    }
+    close(out);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"fork_workers", test_fork_workers},
     {"prefix", test_prefix},
     {"all_ok", test_all_ok},
     {"failure_stops_others", test_failure_stops_others},

@@ -626,6 +626,38 @@ static int test_four_processes(void)
     return 0;
 }
 
+/* Rank 0 starts late (1.15 s, between two of the joiners' retries as they
+ * were spaced before: 10 ms doubling to 0.5 s, tries at 0.63, 1.13, 1.63 s):
+ * the joiners are in within a retry interval (50 ms) of its listening, not
+ * half a second later. Rank 0's clock when it began to listen travels in the
+ * first allgather (CLOCK_MONOTONIC is one clock for the processes of a host). */
+static int late_rank0_rank(int rank, void *p)
+{
+    struct world_arg *w = p;
+    set_env(rank, w->n, w->port, "0x5157");
+    if (rank == 0) usleep(1150000);
+    double t_open = sfb__now();
+    struct sfb__bootstrap_settings s = quick(15);
+    struct sfb__bootstrap *bs;
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    double joined = sfb__now(), all[16];
+    CHILD_CHECK(sfb__bootstrap_allgather(bs, &t_open, sizeof t_open, all) == 0);
+    double late = joined - all[0];
+    if (rank != 0 && !(late < 0.3))
+        fprintf(stderr, "  rank %d joined %.3f s after rank 0 began to listen\n", rank, late);
+    CHILD_CHECK(rank == 0 || late < 0.3);
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int test_late_rank0(void)
+{
+    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 3, {-1, -1}};
+    ASSERT_GT(w.port, 0);
+    ASSERT_EQ(run_ranks(3, late_rank0_rank, &w, 20), 0);
+    return 0;
+}
+
 static int wrong_key_rank(int rank, void *p)
 {
     struct world_arg *w = p;
@@ -1062,6 +1094,7 @@ static const struct test_case tests[] = {
     {"rank0_hello_bound_and_table", test_rank0_hello_bound_and_table},
     {"joiner_rejects_bad_table", test_joiner_rejects_bad_table},
     {"four_processes", test_four_processes},
+    {"late_rank0", test_late_rank0},
     {"wrong_key_processes", test_wrong_key_processes},
     {"dead_peer", test_dead_peer},
     {"rank0_stalled_by_log", test_rank0_stalled_by_log},
