@@ -20,4 +20,12 @@ struct sfb_sampler;
 int sfb__sampler_open_rows(struct sfb_sampler **out, uint64_t n_local, uint64_t n_common,
                            uint32_t rank, uint32_t world, uint32_t batch, uint64_t seed);
 
+/* A sampler for one worker holding the whole set of n rows that reads, at
+ * each clock, exactly what `world` workers of batch batch/world read from
+ * their shards, rank 0's rows first (as rows of the whole set). For tests
+ * of BSP equivalence (SFB_DEBUG_SAMPLE_AS, src/train.c). Returns as
+ * sfb_sampler_open; -SFB_EUSAGE if world does not divide batch. */
+int sfb__sampler_open_union(struct sfb_sampler **out, uint64_t n, uint32_t world, uint32_t batch,
+                            uint64_t seed);
+
 #endif

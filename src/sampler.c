@@ -24,6 +24,10 @@ struct sfb_sampler {
     uint64_t epoch; /* epoch held in perm; valid if have_perm */
     int have_perm;
     uint64_t *perm;
+    /* sfb__sampler_open_union: one sampler per emulated rank (else NULL) */
+    struct sfb_sampler **part;
+    uint32_t nparts;
+    uint64_t shard_seed;
 };
 
 int sfb__sampler_open_rows(struct sfb_sampler **out, uint64_t n_local, uint64_t n_common,
@@ -76,9 +80,39 @@ int sfb_sampler_open(struct sfb_sampler **out, uint64_t n, uint32_t rank, uint32
                                   seed);
 }
 
+int sfb__sampler_open_union(struct sfb_sampler **out, uint64_t n, uint32_t world, uint32_t batch,
+                            uint64_t seed)
+{
+    *out = NULL;
+    if (world == 0 || batch % world)
+        return sfb__error(-SFB_EUSAGE, "sampler: a batch of %" PRIu32 " cannot be split over %"
+                          PRIu32 " emulated workers", batch, world);
+    struct sfb_sampler *s = calloc(1, sizeof *s);
+    if (!s || !(s->part = calloc(world, sizeof *s->part))) {
+        free(s);
+        return sfb__error(-ENOMEM, "sampler: out of memory");
+    }
+    s->nparts = world;
+    s->batch = batch;
+    s->world = 1;
+    s->shard_seed = seed;
+    for (uint32_t r = 0; r < world; r++) {
+        int ret = sfb_sampler_open(&s->part[r], n, r, world, batch / world, seed);
+        if (ret) {
+            sfb_sampler_close(&s);
+            return ret;
+        }
+    }
+    s->clocks_per_epoch = s->part[0]->clocks_per_epoch;
+    *out = s;
+    return 0;
+}
+
 void sfb_sampler_close(struct sfb_sampler **s)
 {
     if (!s || !*s) return;
+    for (uint32_t r = 0; r < (*s)->nparts; r++) sfb_sampler_close(&(*s)->part[r]);
+    free((*s)->part);
     free((*s)->perm);
     free(*s);
     *s = NULL;
@@ -111,6 +145,17 @@ int sfb_sampler_batch(struct sfb_sampler *s, uint64_t clock, uint64_t *out)
     SFB_ENTER();
     SFB_ARG(s);
     SFB_ARG(out);
+    if (s->part) { /* rank r's batch, as rows of the whole set, r = 0, 1, … */
+        uint32_t pb = s->batch / s->nparts;
+        for (uint32_t r = 0; r < s->nparts; r++) {
+            struct sfb_shard sh = {r, s->nparts, s->shard_seed};
+            int ret = sfb_sampler_batch(s->part[r], clock, out + (size_t)r * pb);
+            if (ret) return ret;
+            for (uint32_t i = 0; i < pb; i++)
+                out[(size_t)r * pb + i] = sfb_shard_global(&sh, out[(size_t)r * pb + i]);
+        }
+        return 0;
+    }
     uint64_t epoch = clock / s->clocks_per_epoch;
     uint64_t t = clock % s->clocks_per_epoch;
     if (!s->have_perm || s->epoch != epoch) build_perm(s, epoch);

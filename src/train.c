@@ -105,8 +105,10 @@ static int setup_model(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
     /* this rank's shard of the training set; the test set on rank 0 only,
-     * which evaluates (docs/design.md, "Data") */
-    struct sfb_shard shard = {w->rank, w->world, s->seed};
+     * which evaluates (docs/design.md, "Data"). DML pair files name rows of
+     * the whole set: with them every rank keeps the whole set. */
+    int whole = s->simi_pairs || s->diff_pairs;
+    struct sfb_shard shard = {whole ? 0 : w->rank, whole ? 1 : w->world, s->seed};
     int ret = sfb_data_load_shard(s->data, s->test_data, &s->libsvm, &shard, &w->train,
                                   w->rank == 0 ? &w->test : NULL, &w->train_rows);
     if (ret) return ret;
@@ -145,9 +147,23 @@ static int setup_model(struct worker *w)
                           "worker, fewer than one clock's batch of %u", s->data,
                           (unsigned long long)w->train_rows, w->world,
                           (unsigned long long)n_common, w->batch);
-    if ((ret = sfb__sampler_open_rows(&w->sampler, w->train.n, n_common, w->rank, w->world,
-                                      w->batch, s->seed)))
-        return ret;
+    /* Test knob: one worker reads exactly what Q sharded workers of batch
+     * S/Q read (BSP-equivalence tests compare the two). */
+    const char *as = getenv("SFB_DEBUG_SAMPLE_AS");
+    if (as && *as && w->world == 1) {
+        char *end;
+        unsigned long q = strtoul(as, &end, 10);
+        if (*end || q == 0 || q > UINT32_MAX || s->patch)
+            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_SAMPLE_AS=%s: expected a worker count "
+                              "(and no --patches)", as);
+        SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%lu: this worker reads what %lu workers read from their "
+                  "shards", q, q);
+        ret = sfb__sampler_open_union(&w->sampler, w->train_rows, (uint32_t)q, w->batch, s->seed);
+    } else {
+        ret = sfb__sampler_open_rows(&w->sampler, w->train.n, n_common, w->rank, w->world,
+                                     w->batch, s->seed);
+    }
+    if (ret) return ret;
     w->idx = malloc(sizeof *w->idx * w->batch);
     if (!w->idx) return sfb__error(-ENOMEM, "out of memory");
     return 0;
