@@ -10,7 +10,9 @@
  *     engine.drain(last)        all replicas end identical
  *
  * The step is per global minibatch: each worker's SFs carry 1/world of it,
- * so P workers with batch S follow one worker with batch P·S exactly. */
+ * so under BSP P workers with batch S follow exactly one worker with batch
+ * P·S that reads the same samples (each worker reads its own data shard:
+ * SFB_DEBUG_SAMPLE_AS makes one worker read the P shards' union). */
 #include "config.h"
 #include "sfb/model.h"
 #include "sfb/sync.h"
