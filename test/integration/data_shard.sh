@@ -6,7 +6,8 @@
 #    (which alone loads the test set) reports a test accuracy;
 #  * a malformed line is reported with its file:line whichever rank owns
 #    it: each of 3 bad files, with the bad line in another rank's shard,
-#    fails with exit 1 naming the line.
+#    fails with exit 1 naming the line;
+#  * DML pair files (whole-set row numbers) keep the whole set on each rank.
 # Usage: data_shard.sh SFB
 set -uo pipefail
 SFB=$1
@@ -40,6 +41,15 @@ for data in "$tmp/train.svm" "synth:k=3,d=7,n=1003,seed=2"; do
     check "acc $data: $acc" "[[ '$acc' =~ ^0\.[0-9]+\ null\ null\ null\ \$ ]]"
   fi
 done
+
+# DML pair files name rows of the whole set: such a run keeps the whole set
+# on every rank (row 1002 is beyond any shard of 2 workers)
+printf '0 1002\n5 1001\n' > "$tmp/sim.pairs"
+timeout 120 "$SFB" run -n 2 --model dml --rank 3 --data "$tmp/train.svm" --simi-pairs "$tmp/sim.pairs" \
+  --clocks 5 --batch 2 --eval-every 0 -q --out-dir "$tmp/dml" >"$tmp/out" 2>&1
+rc=$?
+check "dml pair files: rc $rc" "[ $rc = 0 ] && [ \"\$(field '$tmp/dml' train_rows | tr '\n' ' ')\" = '1003 1003 ' ]"
+[ $rc = 0 ] || cat "$tmp/out"
 
 # bad lines 2, 500 and 1003: with -n 3 each is in one rank's shard only
 for bad in 2 500 1003; do
