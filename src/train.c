@@ -162,6 +162,8 @@ static int setup_model(struct worker *w)
                   "shards", q, q);
         ret = sfb__sampler_open_union(&w->sampler, w->train_rows, (uint32_t)q, w->batch, s->seed);
     } else {
+        if (as && *as && w->rank == 0)
+            SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%s ignored: it applies to a single worker", as);
         ret = sfb__sampler_open_rows(&w->sampler, w->train.n, n_common, w->rank, w->world,
                                      w->batch, s->seed);
     }
