@@ -57,7 +57,8 @@ static int find_idx(const char *dir, const char *stem, char *buf, size_t cap)
  * from dir. Returns -ENOENT without a message when the images are absent
  * (callers decide whether that is an error). */
 static int load_idx_pair(const char *dir, const char *prefix, uint32_t classes,
-                         struct sfb_dataset *out, char *missing, size_t mcap)
+                         const struct sfb_shard *shard, struct sfb_dataset *out,
+                         uint64_t *rows, char *missing, size_t mcap)
 {
     char im[4096], lb[4096], stem[64];
     snprintf(stem, sizeof stem, "%s-images-idx3-ubyte", prefix);
@@ -71,7 +72,7 @@ static int load_idx_pair(const char *dir, const char *prefix, uint32_t classes,
         snprintf(missing, mcap, "%s", lb);
         return sfb__error(r, "%s: labels file %s not found", im, lb);
     }
-    return sfb_idx_read(im, lb, classes, out);
+    return sfb__idx_read_shard(im, lb, classes, shard, out, rows);
 }
 
 static int check_test_shape(const struct sfb_dataset *train, const struct sfb_dataset *test,
@@ -84,19 +85,20 @@ static int check_test_shape(const struct sfb_dataset *train, const struct sfb_da
     return 0;
 }
 
-int sfb__data_load_fashion(const char *dir, struct sfb_dataset *train, struct sfb_dataset *test)
+int sfb__data_load_fashion(const char *dir, const struct sfb_shard *shard,
+                           struct sfb_dataset *train, struct sfb_dataset *test, uint64_t *rows)
 {
     char missing[4096] = "";
     memset(train, 0, sizeof *train);
     if (test) memset(test, 0, sizeof *test);
-    int r = load_idx_pair(dir, "train", 0, train, missing, sizeof missing);
+    int r = load_idx_pair(dir, "train", 0, shard, train, rows, missing, sizeof missing);
     if (r == -ENOENT) {
         return sfb__error(-ENOENT, "fashion-mnist: %s not found; install the Debian package "
                           "dataset-fashion-mnist (apt-get install dataset-fashion-mnist)",
                           missing);
     }
     if (r || !test) return r;
-    r = load_idx_pair(dir, "t10k", train->k, test, missing, sizeof missing);
+    r = load_idx_pair(dir, "t10k", train->k, NULL, test, NULL, missing, sizeof missing);
     if (r == -ENOENT) {
         r = sfb__error(-ENOENT, "fashion-mnist: %s not found; install the Debian package "
                        "dataset-fashion-mnist (apt-get install dataset-fashion-mnist)", missing);
@@ -133,8 +135,8 @@ static int labels_path_for(const char *images, char *buf, size_t cap)
  * libsvm. For a test file, `ref` is the train set whose d and k it must use,
  * and `ref_base` the train file's libsvm index base (-1: not libsvm). */
 static int load_file(const char *path, const struct sfb_libsvm_settings *ls,
-                     const struct sfb_dataset *ref, int ref_base, struct sfb_dataset *out,
-                     int *base_used)
+                     const struct sfb_dataset *ref, int ref_base, const struct sfb_shard *shard,
+                     struct sfb_dataset *out, int *base_used, uint64_t *rows)
 {
     int r = sfb__idx_sniff(path);
     if (r == -ENOENT && !ref) {
@@ -147,7 +149,7 @@ static int load_file(const char *path, const struct sfb_libsvm_settings *ls,
         char lb[4096];
         if ((r = labels_path_for(path, lb, sizeof lb))) return r;
         uint32_t classes = ref ? ref->k : ls ? ls->classes : 0;
-        if ((r = sfb_idx_read(path, lb, classes, out))) return r;
+        if ((r = sfb__idx_read_shard(path, lb, classes, shard, out, rows))) return r;
         if (ref && (r = check_test_shape(ref, out, path))) sfb_dataset_free(out);
         return r;
     }
@@ -159,17 +161,85 @@ static int load_file(const char *path, const struct sfb_libsvm_settings *ls,
         s.classes = ref->k;
         if (ref_base >= 0) s.index_base = ref_base ? SFB_INDEX_1 : SFB_INDEX_0;
     }
-    return sfb__libsvm_read(path, &s, out, base_used);
+    return sfb__libsvm_read(path, &s, shard, out, base_used, rows);
 }
 
-static int load_synth(const char *name, struct sfb_dataset *train, struct sfb_dataset *test)
+static int load_synth(const char *name, const struct sfb_shard *shard, struct sfb_dataset *train,
+                      struct sfb_dataset *test, uint64_t *rows)
 {
     struct sfb_synth_settings s;
     int r = sfb_synth_parse(name, &s);
     if (r) return r;
-    if ((r = sfb_synth_generate(&s, train)) || !test) return r;
+    if ((r = sfb__synth_generate(&s, s.seed, shard, train))) return r;
+    *rows = s.n;
+    if (!test) return 0;
     s.n = s.n / 5 ? s.n / 5 : 1;
-    return sfb__synth_generate(&s, s.seed + 1, test);
+    return sfb__synth_generate(&s, s.seed + 1, NULL, test);
+}
+
+static int load(const char *name, const char *test_path, const struct sfb_libsvm_settings *ls,
+                const struct sfb_shard *shard, struct sfb_dataset *train,
+                struct sfb_dataset *test, uint64_t *train_rows)
+{
+    memset(train, 0, sizeof *train);
+    if (test) memset(test, 0, sizeof *test);
+    if (train_rows) *train_rows = 0;
+    if (!name || !*name) return sfb__error(-SFB_EUSAGE, "data: no data name given");
+    if (shard && (shard->world == 0 || shard->rank >= shard->world))
+        return sfb__error(-EINVAL, "data: invalid shard: rank %" PRIu32 " of %" PRIu32,
+                          shard->rank, shard->world);
+    if (shard && shard->world == 1) shard = NULL;
+
+    int r, base = -1; /* the train file's libsvm index base, if it is one */
+    uint64_t rows = 0;
+    /* Whether the test set comes from the train name (it does unless
+     * test_path overrides it). */
+    struct sfb_dataset *implicit_test = test_path ? NULL : test;
+    if (strcmp(name, "fashion-mnist") == 0) {
+        r = sfb__data_load_fashion(SFB_FASHION_MNIST_DIR, shard, train, implicit_test, &rows);
+    } else if (strncmp(name, "synth", 5) == 0 && (name[5] == ':' || name[5] == '\0')) {
+        r = load_synth(name, shard, train, implicit_test, &rows);
+    } else if (is_dir(name)) {
+        char missing[4096];
+        uint32_t classes = ls ? ls->classes : 0;
+        r = load_idx_pair(name, "train", classes, shard, train, &rows, missing, sizeof missing);
+        if (r == -ENOENT) {
+            r = sfb__error(-ENOENT, "%s: directory without IDX files (%s not found)", name,
+                           missing);
+        }
+        if (!r && implicit_test) {
+            r = load_idx_pair(name, "t10k", train->k, NULL, implicit_test, NULL, missing,
+                              sizeof missing);
+            if (r == -ENOENT) r = 0; /* no test split in this directory */
+            else if (!r) r = check_test_shape(train, implicit_test, name);
+        }
+    } else {
+        r = load_file(name, ls, NULL, 0, shard, train, &base, &rows);
+    }
+    if (!r && shard && train->n == 0) {
+        r = sfb__error(-SFB_EUSAGE, "%s: %" PRIu64 " samples cannot be shared by %" PRIu32
+                       " workers: rank %" PRIu32 "'s shard is empty", name, rows, shard->world,
+                       shard->rank);
+    }
+    if (!r && test && test_path)
+        r = load_file(test_path, ls, train, base, NULL, test, NULL, NULL);
+    if (r) {
+        sfb_dataset_free(train);
+        if (test) sfb_dataset_free(test);
+        return r;
+    }
+    if (train_rows) *train_rows = rows;
+    return 0;
+}
+
+int sfb_data_load_shard(const char *name, const char *test_path,
+                        const struct sfb_libsvm_settings *ls, const struct sfb_shard *shard,
+                        struct sfb_dataset *train, struct sfb_dataset *test, uint64_t *train_rows)
+{
+    SFB_ENTER();
+    SFB_ARG(name);
+    SFB_ARG(train);
+    return load(name, test_path, ls, shard, train, test, train_rows);
 }
 
 int sfb_data_load(const char *name, const char *test_path, const struct sfb_libsvm_settings *ls,
@@ -178,38 +248,5 @@ int sfb_data_load(const char *name, const char *test_path, const struct sfb_libs
     SFB_ENTER();
     SFB_ARG(name);
     SFB_ARG(train);
-    memset(train, 0, sizeof *train);
-    if (test) memset(test, 0, sizeof *test);
-    if (!name || !*name) return sfb__error(-SFB_EUSAGE, "data: no data name given");
-
-    int r, base = -1; /* the train file's libsvm index base, if it is one */
-    /* Whether the test set comes from the train name (it does unless
-     * test_path overrides it). */
-    struct sfb_dataset *implicit_test = test_path ? NULL : test;
-    if (strcmp(name, "fashion-mnist") == 0) {
-        r = sfb__data_load_fashion(SFB_FASHION_MNIST_DIR, train, implicit_test);
-    } else if (strncmp(name, "synth", 5) == 0 && (name[5] == ':' || name[5] == '\0')) {
-        r = load_synth(name, train, implicit_test);
-    } else if (is_dir(name)) {
-        char missing[4096];
-        uint32_t classes = ls ? ls->classes : 0;
-        r = load_idx_pair(name, "train", classes, train, missing, sizeof missing);
-        if (r == -ENOENT) {
-            r = sfb__error(-ENOENT, "%s: directory without IDX files (%s not found)", name,
-                           missing);
-        }
-        if (!r && implicit_test) {
-            r = load_idx_pair(name, "t10k", train->k, implicit_test, missing, sizeof missing);
-            if (r == -ENOENT) r = 0; /* no test split in this directory */
-            else if (!r) r = check_test_shape(train, implicit_test, name);
-        }
-    } else {
-        r = load_file(name, ls, NULL, 0, train, &base);
-    }
-    if (!r && test && test_path) r = load_file(test_path, ls, train, base, test, NULL);
-    if (r) {
-        sfb_dataset_free(train);
-        if (test) sfb_dataset_free(test);
-    }
-    return r;
+    return load(name, test_path, ls, NULL, train, test, NULL);
 }

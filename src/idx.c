@@ -164,14 +164,10 @@ int sfb__idx_sniff(const char *path)
     return h[0] == 0 && h[1] == 0 && type_ok && h[3] >= 1 && h[3] <= 4;
 }
 
-int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t classes,
-                 struct sfb_dataset *out)
+int sfb__idx_read_shard(const char *images_path, const char *labels_path, uint32_t classes,
+                        const struct sfb_shard *shard, struct sfb_dataset *out, uint64_t *rows)
 {
-    SFB_ENTER();
-    SFB_ARG(out);
     memset(out, 0, sizeof *out);
-    SFB_ARG(images_path);
-    SFB_ARG(labels_path);
     struct idx_file im = {0}, lb = {0};
     unsigned char *chunk = NULL;
     float *x = NULL;
@@ -202,7 +198,11 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
                        " pixels overflow this machine's address space", images_path, n, d64);
         goto fail;
     }
+    const size_t d = (size_t)d64;
+    const uint64_t kept = shard ? sfb_shard_rows(shard, n) : n;
+    const size_t kept_px = (size_t)kept * d; /* ≤ total: no overflow */
 
+    /* Every image is decoded (gzip cannot skip), only the shard's kept. */
     const uint64_t pixel_end = im.off + total;
     float scale[256];
     for (int i = 0; i < 256; i++) scale[i] = (float)i / 255.0f;
@@ -210,26 +210,32 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
         r = -ENOMEM;
         goto fail;
     }
-    for (size_t done = 0; done < total;) {
-        size_t len = SFB_MIN(total - done, (size_t)CHUNK);
-        if ((r = read_part(&im, chunk, len, "pixel data", pixel_end))) goto fail;
-        /* Grow with the data actually read (see the top comment). */
-        if ((r = sfb__reserve((void **)&x, &xcap, (done + len) * sizeof(float)))) goto fail;
-        for (size_t i = 0; i < len; i++) x[done + i] = scale[chunk[i]];
-        done += len;
+    size_t at = 0; /* floats kept so far */
+    for (uint64_t i = 0; i < n; i++) {
+        int keep = !shard || sfb_shard_owner(shard, i) == shard->rank;
+        for (size_t done = 0; done < d;) {
+            size_t len = SFB_MIN(d - done, (size_t)CHUNK);
+            if ((r = read_part(&im, chunk, len, "pixel data", pixel_end))) goto fail;
+            done += len;
+            if (!keep) continue;
+            /* Grow with the data actually read (see the top comment). */
+            if ((r = sfb__reserve((void **)&x, &xcap, (at + len) * sizeof(float)))) goto fail;
+            for (size_t j = 0; j < len; j++) x[at + j] = scale[chunk[j]];
+            at += len;
+        }
     }
     if ((r = expect_end(&im))) goto fail;
-    if (xcap > total * sizeof(float)) { /* give back the doubling slack */
-        float *nx = realloc(x, total * sizeof(float));
+    if (xcap > kept_px * sizeof(float)) { /* give back the doubling slack */
+        float *nx = realloc(x, kept_px ? kept_px * sizeof(float) : 1);
         if (nx) x = nx;
     }
 
-    if (!(labels = malloc((size_t)n * sizeof *labels))) {
+    if (!(labels = malloc(kept ? (size_t)kept * sizeof *labels : 1))) {
         r = -ENOMEM;
         goto fail;
     }
     uint32_t max_label = 0;
-    uint64_t label_off = lb.off;
+    uint64_t label_off = lb.off, nl = 0;
     for (size_t done = 0; done < n;) {
         size_t len = SFB_MIN((size_t)n - done, (size_t)CHUNK);
         if ((r = read_part(&lb, chunk, len, "labels", label_off + n))) goto fail;
@@ -242,7 +248,8 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
                 goto fail;
             }
             if (v > max_label) max_label = v;
-            labels[done + i] = (int32_t)v;
+            if (!shard || sfb_shard_owner(shard, done + i) == shard->rank)
+                labels[nl++] = (int32_t)v;
         }
         done += len;
     }
@@ -251,12 +258,17 @@ int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t clas
     close_idx(&lb);
     free(chunk);
 
-    out->n = n;
+    out->n = kept;
     out->d = (uint32_t)d64;
     out->k = classes ? classes : max_label + 1;
     out->labels = labels;
     out->sparse = 0;
-    out->x = x;
+    out->x = x ? x : malloc(1);
+    if (!out->x) {
+        sfb_dataset_free(out);
+        return sfb__error(-ENOMEM, "%s: out of memory", images_path);
+    }
+    if (rows) *rows = n;
     return 0;
 
 fail:
@@ -267,4 +279,15 @@ fail:
     free(x);
     free(labels);
     return r;
+}
+
+int sfb_idx_read(const char *images_path, const char *labels_path, uint32_t classes,
+                 struct sfb_dataset *out)
+{
+    SFB_ENTER();
+    SFB_ARG(out);
+    memset(out, 0, sizeof *out);
+    SFB_ARG(images_path);
+    SFB_ARG(labels_path);
+    return sfb__idx_read_shard(images_path, labels_path, classes, NULL, out, NULL);
 }

@@ -51,6 +51,8 @@ struct parser {
     float *val;
     size_t labels_cap, row_cap, col_cap, val_cap; /* bytes */
     uint64_t n, nnz;
+    const struct sfb_shard *shard; /* keep only its rows (NULL: all) */
+    uint64_t rows;                 /* samples parsed, kept or not */
 
     uint32_t max_raw;
     int any_index, saw_zero;
@@ -270,6 +272,7 @@ static int parse_line(struct parser *p, const char *s, const char *end)
 
     int r = parse_label(p, s, end, &s);
     if (r) return r;
+    const uint64_t row_start = p->nnz; /* rolled back if the row is not kept */
 
     uint64_t prev = 0;
     int first = 1;
@@ -364,6 +367,13 @@ static int parse_line(struct parser *p, const char *s, const char *end)
         prev = idx;
         first = 0;
     }
+    /* Another shard's row: parsed and checked like ours (so every rank
+     * reports a bad line, and infers d and k from the whole file), not kept. */
+    if (p->shard && sfb_shard_owner(p->shard, p->rows++) != p->shard->rank) {
+        p->nnz = row_start;
+        return 0;
+    }
+    if (!p->shard) p->rows++;
     p->n++;
     if (grow((void **)&p->row_ptr, &p->row_cap, p->n, sizeof *p->row_ptr)) return -ENOMEM;
     p->row_ptr[p->n] = p->nnz;
@@ -497,7 +507,8 @@ void sfb_libsvm_default_settings(struct sfb_libsvm_settings *s)
 }
 
 int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *settings,
-                     struct sfb_dataset *out, int *base_used)
+                     const struct sfb_shard *shard, struct sfb_dataset *out, int *base_used,
+                     uint64_t *rows)
 {
     memset(out, 0, sizeof *out);
     if (!path) return sfb__error(-EINVAL, "libsvm: no path");
@@ -521,12 +532,14 @@ int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *setting
         .dim = s.dim,
         .classes = s.classes,
         .max_label = -1,
+        .shard = shard && shard->world > 1 ? shard : NULL,
     };
     p.c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     if (!p.c_locale) r = -ENOMEM;
     /* Reserve from the meta file's count (bounded: it is a hint). */
-    if (!r && num_train && num_train < (1u << 28)) r = grow((void **)&p.labels, &p.labels_cap,
-                                                            num_train, sizeof *p.labels);
+    if (!r && num_train && num_train < (1u << 28))
+        r = grow((void **)&p.labels, &p.labels_cap,
+                 p.shard ? sfb_shard_rows(p.shard, num_train) : num_train, sizeof *p.labels);
     if (!r) r = grow((void **)&p.row_ptr, &p.row_cap, 0, sizeof *p.row_ptr);
     if (!r) {
         p.row_ptr[0] = 0;
@@ -537,7 +550,7 @@ int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *setting
     int base = p.base;
     if (!r) {
         if (base < 0) base = p.saw_zero ? 0 : 1;
-        if (p.n == 0) {
+        if (p.rows == 0) {
             r = sfb__error(-SFB_EFORMAT, "%s: no samples", path);
         } else if (base == 0 && p.eqdim_at.line) {
             r = fail_at(&p, p.eqdim_at.line, p.eqdim_at.col,
@@ -567,9 +580,9 @@ int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *setting
     if (base == 1) {
         for (uint64_t i = 0; i < p.nnz; i++) p.col[i] -= 1;
     }
-    if (num_train && num_train != p.n) {
+    if (num_train && num_train != p.rows) {
         SFB_LOG_W("%s: meta file says num_train_total %" PRIu64 ", file has %" PRIu64 " samples",
-                  path, num_train, p.n);
+                  path, num_train, p.rows);
     }
     out->n = p.n;
     out->d = p.dim ? p.dim : p.any_index ? p.max_raw - (uint32_t)base + 1 : 0;
@@ -588,6 +601,7 @@ int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *setting
         }
     }
     if (base_used) *base_used = base;
+    if (rows) *rows = p.rows;
     return 0;
 }
 
@@ -597,5 +611,5 @@ int sfb_libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
     SFB_ENTER();
     SFB_ARG(path);
     SFB_ARG(out);
-    return sfb__libsvm_read(path, s, out, NULL);
+    return sfb__libsvm_read(path, s, NULL, out, NULL, NULL);
 }

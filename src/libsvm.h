@@ -4,10 +4,14 @@
 
 #include "sfb/data.h"
 
-/* sfb_libsvm_read that also reports the index base it used (0 or 1, after
- * auto-detection and the meta file), so a test file can be read with the
- * train file's base. `base_used` may be NULL. */
+/* sfb_libsvm_read that keeps only the rows of `shard` (NULL: all; every
+ * line is still parsed and checked, and d, k, the index base and the
+ * {-1,+1} mapping come from the whole file), and also reports the index
+ * base it used (0 or 1, after auto-detection and the meta file), so a test
+ * file can be read with the train file's base, and the number of samples in
+ * the whole file. `base_used` and `rows` may be NULL. */
 int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
-                     struct sfb_dataset *out, int *base_used);
+                     const struct sfb_shard *shard, struct sfb_dataset *out, int *base_used,
+                     uint64_t *rows);
 
 #endif

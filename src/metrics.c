@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/resource.h>
 
 char *sfb__path_for_rank(const char *pattern, uint32_t rank)
 {
@@ -115,4 +116,11 @@ int sfb__metrics_close(struct sfb__metrics *m)
     free(m->path);
     memset(m, 0, sizeof *m);
     return ret;
+}
+
+uint64_t sfb__peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0 || ru.ru_maxrss < 0) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024u; /* KiB on Linux */
 }

@@ -50,6 +50,9 @@ void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fi
 /* Flushes and closes: 0, or the errno of the first write that failed
  * (e.g. -ENOSPC), with sfb_last_error() naming the file. */
 int sfb__metrics_close(struct sfb__metrics *m);
+/* This process's peak resident set size so far in bytes (Linux: VmHWM,
+ * through getrusage's ru_maxrss), 0 if unknown. */
+uint64_t sfb__peak_rss_bytes(void);
 /* Expands "%r" in a path pattern; caller frees. */
 char *sfb__path_for_rank(const char *pattern, uint32_t rank);
 

@@ -179,21 +179,24 @@ static int32_t label_of(const struct sfb_synth_settings *s, const float *w, cons
 }
 
 int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed,
-                        struct sfb_dataset *out)
+                        const struct sfb_shard *shard, struct sfb_dataset *out)
 {
     memset(out, 0, sizeof *out);
     int r = check_settings(s);
     if (r) return r;
     const int dense = s->density >= 1.0;
+    /* sample i comes from the stream (seed, i) alone: a shard generates only
+     * its rows, each identical to the row of the whole set */
+    const uint64_t n = shard ? sfb_shard_rows(shard, s->n) : s->n;
     size_t kd, nd = 0;
     if (s->n > SIZE_MAX / sizeof(uint64_t) || sfb__mul_size(s->k, s->d, &kd) ||
         kd > SIZE_MAX / sizeof(float) ||
-        (dense && (sfb__mul_size((size_t)s->n, s->d, &nd) || nd > SIZE_MAX / sizeof(float)))) {
+        (dense && (sfb__mul_size((size_t)n, s->d, &nd) || nd > SIZE_MAX / sizeof(float)))) {
         return sfb__error(-ENOMEM, "synth: k=%" PRIu32 " d=%" PRIu32 " n=%" PRIu64
                           " is too large for this machine", s->k, s->d, s->n);
     }
     float *w = malloc(kd * sizeof *w);
-    int32_t *labels = malloc((size_t)s->n * sizeof *labels);
+    int32_t *labels = malloc(n ? (size_t)n * sizeof *labels : 1);
     float *x = NULL, *val = NULL;
     uint64_t *row_ptr = NULL;
     uint32_t *col = NULL;
@@ -203,18 +206,19 @@ int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed
     uint64_t stream_seed = sfb__rng_mix(sample_seed ^ TAG_SAMPLE);
 
     if (dense) {
-        if (!(x = malloc(nd * sizeof *x))) goto nomem;
-        for (uint64_t i = 0; i < s->n; i++) {
+        if (!(x = malloc(nd ? nd * sizeof *x : 1))) goto nomem;
+        for (uint64_t i = 0; i < n; i++) {
+            const uint64_t g = shard ? sfb_shard_global(shard, i) : i;
             struct sfb__rng rng;
-            sfb__rng_seed2(&rng, stream_seed, i);
+            sfb__rng_seed2(&rng, stream_seed, g);
             float *xi = x + (size_t)i * s->d;
             for (uint32_t j = 0; j < s->d; j++) xi[j] = (float)sfb__rng_gauss(&rng);
             labels[i] = label_of(s, w, NULL, xi, s->d, &rng);
         }
     } else {
-        if (!(row_ptr = malloc(((size_t)s->n + 1) * sizeof *row_ptr))) goto nomem;
+        if (!(row_ptr = malloc(((size_t)n + 1) * sizeof *row_ptr))) goto nomem;
         /* Reserve the expected size (+12%) to avoid most regrowth. */
-        double expect = support_size(s) * (double)s->n * 1.125 + 16.0;
+        double expect = support_size(s) * (double)n * 1.125 + 16.0;
         size_t guess = expect < (double)(SIZE_MAX / 8) ? (size_t)expect : 16;
         if (sfb__reserve((void **)&col, &col_cap, guess * sizeof *col) ||
             sfb__reserve((void **)&val, &val_cap, guess * sizeof *val)) {
@@ -224,9 +228,9 @@ int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed
         const double log_q = sfb__rng_log(1.0 - s->density);
         uint64_t nnz = 0;
         row_ptr[0] = 0;
-        for (uint64_t i = 0; i < s->n; i++) {
+        for (uint64_t i = 0; i < n; i++) {
             struct sfb__rng rng;
-            sfb__rng_seed2(&rng, stream_seed, i);
+            sfb__rng_seed2(&rng, stream_seed, shard ? sfb_shard_global(shard, i) : i);
             uint64_t start = nnz;
             uint64_t j = 0;
             for (;;) {
@@ -257,7 +261,7 @@ int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed
         }
     }
     free(w);
-    out->n = s->n;
+    out->n = n;
     out->d = s->d;
     out->k = s->k;
     out->labels = labels;
@@ -284,5 +288,5 @@ int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_dataset *o
     SFB_ENTER();
     SFB_ARG(out);
     SFB_ARG(s);
-    return sfb__synth_generate(s, s->seed, out);
+    return sfb__synth_generate(s, s->seed, NULL, out);
 }

@@ -10,7 +10,9 @@
  *     engine.drain(last)        all replicas end identical
  *
  * The step is per global minibatch: each worker's SFs carry 1/world of it,
- * so P workers with batch S follow one worker with batch P·S exactly. */
+ * so under BSP P workers with batch S follow exactly one worker with batch
+ * P·S that reads the same samples (each worker reads its own data shard:
+ * SFB_DEBUG_SAMPLE_AS makes one worker read the P shards' union). */
 #include "config.h"
 #include "sfb/model.h"
 #include "sfb/sync.h"
@@ -20,6 +22,7 @@
 #include "src/checkpoint.h"
 #include "src/comm.h"
 #include "src/common.h"
+#include "src/data.h"
 #include "src/metrics.h"
 #include "src/rng.h"
 #include "src/ssp.h"
@@ -36,7 +39,8 @@ struct worker {
     struct sfb__comm *comm;
     uint32_t rank, world;
     uint32_t batch; /* samples per clock on this worker */
-    struct sfb_dataset train, test;
+    struct sfb_dataset train, test; /* train: this rank's shard; test: rank 0 only */
+    uint64_t train_rows;            /* rows of the whole training set */
     struct sfb_model *model;
     struct sfb_sampler *sampler;
     struct sfb_sf sf[SFB_MODEL_MAX_MATRICES];
@@ -69,17 +73,28 @@ static void worker_close(struct worker *w)
 
 /* Replaces train and test images by their p×p patches (sparse coding on
  * image data), a deterministic subsample of at most 200 000 training and
- * 20 000 test patches (all 8×8 patches of Fashion-MNIST would be 26 M). */
-static int to_patches(struct worker *w, uint32_t p)
+ * 20 000 test patches (all 8×8 patches of Fashion-MNIST would be 26 M). With
+ * P workers each cuts its share of the 200 000 from its own shard, and all
+ * cut the same count (what its smallest shard allows), so the sampler's
+ * clocks per epoch agree; *n_common receives that count. */
+static int to_patches(struct worker *w, uint32_t p, uint64_t *n_common)
 {
     struct sfb_dataset *sets[2] = {&w->train, &w->test};
+    uint32_t d = w->train.d, side = 0;
+    while ((uint64_t)(side + 1) * (side + 1) <= d) side++;
+    /* patches per image; sfb_data_patches refuses what does not fit */
+    uint64_t per = side >= p && (uint64_t)side * side == d && p
+                       ? (uint64_t)(side - p + 1) * (side - p + 1)
+                       : 1;
+    uint64_t share = SFB_MAX(200000 / w->world, 1), least = w->train_rows / w->world * per;
+    *n_common = SFB_MIN(share, least);
     for (int i = 0; i < 2; i++) {
         if (sets[i]->n == 0) continue;
         struct sfb_patch_settings ps;
         sfb_patch_default_settings(&ps);
         ps.p = p;
-        ps.seed = w->s->seed + (uint64_t)i;
-        ps.max_patches = i ? 20000 : 200000;
+        ps.seed = w->s->seed + (uint64_t)i + (i ? 0 : (uint64_t)w->rank * 2);
+        ps.max_patches = i ? 20000 : *n_common;
         struct sfb_dataset out = {0};
         int ret = sfb_data_patches(sets[i], &ps, &out);
         if (ret) return ret;
@@ -92,15 +107,24 @@ static int to_patches(struct worker *w, uint32_t p)
 static int setup_model(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
-    int ret = sfb_data_load(s->data, s->test_data, &s->libsvm, &w->train, &w->test);
+    /* this rank's shard of the training set; the test set on rank 0 only,
+     * which evaluates (docs/design.md, "Data"). DML pair files name rows of
+     * the whole set: with them every rank keeps the whole set. */
+    int whole = s->simi_pairs || s->diff_pairs;
+    struct sfb_shard shard = {whole ? 0 : w->rank, whole ? 1 : w->world, s->seed};
+    int ret = sfb_data_load_shard(s->data, s->test_data, &s->libsvm, &shard, &w->train,
+                                  w->rank == 0 ? &w->test : NULL, &w->train_rows);
     if (ret) return ret;
-    if (s->patch && (ret = to_patches(w, s->patch))) return ret;
+    uint64_t n_common = w->train_rows / w->world; /* the smallest shard's rows */
+    if (s->patch && (ret = to_patches(w, s->patch, &n_common))) return ret;
     if ((ret = sfb_dataset_set_layout(&w->train, s->layout))) return ret;
     if ((ret = sfb_dataset_set_layout(&w->test, s->layout))) return ret;
     if (w->rank == 0)
-        SFB_LOG_I("data %s: %llu samples, %u features, %u classes%s; test set %llu samples",
-                  s->data, (unsigned long long)w->train.n, w->train.d, w->train.k,
-                  w->train.sparse ? " (sparse)" : "", (unsigned long long)w->test.n);
+        SFB_LOG_I("data %s: %llu samples (%llu in rank 0's shard), %u features, %u classes%s; "
+                  "test set %llu samples",
+                  s->data, (unsigned long long)w->train_rows, (unsigned long long)w->train.n,
+                  w->train.d, w->train.k, w->train.sparse ? " (sparse)" : "",
+                  (unsigned long long)w->test.n);
     struct sfb_model_settings ms;
     sfb_model_default_settings(&ms);
     ms.kind = s->model;
@@ -121,8 +145,30 @@ static int setup_model(struct worker *w)
     if (w->world > 1 && sfb_model_n_matrices(w->model) != 1)
         return sfb__error(-SFB_ENOTIMPL, "model %s has %u matrices; distributed runs support one",
                           s->model, sfb_model_n_matrices(w->model));
-    if ((ret = sfb_sampler_open(&w->sampler, w->train.n, w->rank, w->world, w->batch, s->seed)))
-        return ret;
+    if (n_common < w->batch)
+        return sfb__error(-SFB_EUSAGE, "data %s: %llu samples over %u workers leave %llu per "
+                          "worker, fewer than one clock's batch of %u", s->data,
+                          (unsigned long long)w->train_rows, w->world,
+                          (unsigned long long)n_common, w->batch);
+    /* Test knob: one worker reads exactly what Q sharded workers of batch
+     * S/Q read (BSP-equivalence tests compare the two). */
+    const char *as = getenv("SFB_DEBUG_SAMPLE_AS");
+    if (as && *as && w->world == 1) {
+        char *end;
+        unsigned long q = strtoul(as, &end, 10);
+        if (*end || q == 0 || q > UINT32_MAX || s->patch)
+            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_SAMPLE_AS=%s: expected a worker count "
+                              "(and no --patches)", as);
+        SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%lu: this worker reads what %lu workers read from their "
+                  "shards", q, q);
+        ret = sfb__sampler_open_union(&w->sampler, w->train_rows, (uint32_t)q, w->batch, s->seed);
+    } else {
+        if (as && *as && w->rank == 0)
+            SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%s ignored: it applies to a single worker", as);
+        ret = sfb__sampler_open_rows(&w->sampler, w->train.n, n_common, w->rank, w->world,
+                                     w->batch, s->seed);
+    }
+    if (ret) return ret;
     w->idx = malloc(sizeof *w->idx * w->batch);
     if (!w->idx) return sfb__error(-ENOMEM, "out of memory");
     return 0;
@@ -148,7 +194,7 @@ static int agree_settings(struct worker *w)
         return 0;
     }
     char text[SFB__CKPT_CONFIG_MAX + 128];
-    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train.n, w->train.d, w->train.k, text,
+    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train_rows, w->train.d, w->train.k, text,
                                SFB__CKPT_CONFIG_MAX + 1);
     if (ret) return sfb__error(ret, "the settings text is too long");
     size_t off = strlen(text);
@@ -168,7 +214,7 @@ static int agree_settings(struct worker *w)
 static int checkpoint_setup(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
-    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train.n, w->train.d, w->train.k,
+    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
                                w->ckpt_config, sizeof w->ckpt_config);
     if (ret) return sfb__error(ret, "checkpoint: the configuration text is too long");
     if (!s->checkpoint_every) return 0;
@@ -557,6 +603,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
 
     struct sfb_eval ev;
     if ((ret = evaluate(w, &ev))) return ret;
+    res->peak_rss_bytes = sfb__peak_rss_bytes();
     res->test_loss = ev.loss;
     res->test_accuracy = ev.accuracy;
     if (ev.n) eval_event(w, total, epoch_after(total, cpe), res->wall, &ev, res->train_loss);
@@ -579,7 +626,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         "\"world\":%u,\"start_clock\":%llu,\"clocks\":%llu,\"samples\":%llu,\"wall\":%.6g,"
         "\"samples_per_s\":%.6g,\"test_accuracy\":%s,\"bytes_sent\":%llu,\"bytes_sent_per_clock\":%.6g,"
         "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu,"
-        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu,\"launch_s\":%s",
+        "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu,\"train_rows\":%llu,"
+        "\"peak_rss_bytes\":%llu,\"launch_s\":%s",
         w->world, (unsigned long long)start, (unsigned long long)res->clocks,
         (unsigned long long)res->samples, res->wall,
         res->wall > 0 ? (double)res->samples / res->wall : 0.0,
@@ -588,8 +636,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         res->clocks ? (double)(now_tr[0] - bytes_sent0) / (double)res->clocks : 0.0, formula, hs,
         (unsigned long long)sfb__comm_rejected(w->comm),
         (unsigned long long)(now_tr[2] - msgs_sent0), (unsigned long long)(now_tr[4] - data_msgs0),
-        (unsigned long long)(now_tr[5] - data_bytes0),
-        launch);
+        (unsigned long long)(now_tr[5] - data_bytes0), (unsigned long long)w->train.n,
+        (unsigned long long)res->peak_rss_bytes, launch);
     struct sfb__sync_report rep = {0};
     if (w->engine->report) w->engine->report(w->engine_priv, &rep);
     if (rep.relays) {

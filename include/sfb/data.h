@@ -109,6 +109,41 @@ SFB_API int sfb_data_load(const char *name, const char *test_path,
                           const struct sfb_libsvm_settings *ls, struct sfb_dataset *train,
                           struct sfb_dataset *test);
 
+/* Sharding (docs/design.md, "Data"): in a run of `world` workers each keeps
+ * only its shard of the training rows. The rows, in file order, are cut
+ * into blocks of `world` consecutive rows; block b is rotated by an offset
+ * drawn from (seed, b), and the row at position q of the block belongs to
+ * rank (q + offset) mod world. So the shards partition the rows, every
+ * shard holds one row of every full block (sizes differ by at most 1), and
+ * everything below is a pure O(1) function of (seed, world, rank, row):
+ * independent of how or in which order a loader reads. world 1 (or 0) is
+ * the whole set. */
+struct sfb_shard {
+    uint32_t rank, world;
+    uint64_t seed;
+};
+
+/* The rank that holds row i (0-based, file order). 0 if s is NULL. */
+SFB_API uint32_t sfb_shard_owner(const struct sfb_shard *s, uint64_t i);
+/* How many of n rows shard s holds: n / world or one more. */
+SFB_API uint64_t sfb_shard_rows(const struct sfb_shard *s, uint64_t n);
+/* The row (file order) that is shard s's j-th row; shard rows keep file
+ * order, so this is increasing in j. */
+SFB_API uint64_t sfb_shard_global(const struct sfb_shard *s, uint64_t j);
+
+/* sfb_data_load that keeps only shard `shard`'s rows of the training set
+ * (NULL: all of them). Every loader still reads and checks every row: a bad
+ * row is reported, with its file and line or byte offset, by every rank
+ * whoever owns it, and shapes inferred from the data (libsvm d and k, IDX
+ * k) are those of the whole file, the same on every rank. Memory holds only
+ * the kept rows. *train_rows (may be NULL) receives the number of rows of
+ * the whole training set. The test set (if `test` is not NULL) is loaded
+ * whole. Errors as sfb_data_load. */
+SFB_API int sfb_data_load_shard(const char *name, const char *test_path,
+                                const struct sfb_libsvm_settings *ls,
+                                const struct sfb_shard *shard, struct sfb_dataset *train,
+                                struct sfb_dataset *test, uint64_t *train_rows);
+
 /* Storage layout of a dataset's features. */
 enum sfb_layout {
     SFB_LAYOUT_AUTO = 0, /* as loaded: libsvm → CSR, IDX → dense, synth by density */
@@ -120,22 +155,26 @@ enum sfb_layout {
  * -ENOMEM or -EOVERFLOW; on failure ds is unchanged. */
 SFB_API int sfb_dataset_set_layout(struct sfb_dataset *ds, enum sfb_layout layout);
 
-/* Deterministic sampling shared by every rank: in epoch e the n samples are
- * permuted by a PRNG seeded with (seed, e); the permutation is cut into
- * minibatches of `batch` samples and minibatch m of the epoch belongs to rank
- * m mod world. So clock t of epoch e on rank r reads positions
- * [(t·world + r)·batch, +batch) of that permutation, and one worker with a
- * batch of world·batch reads exactly the union, in the same order.
- * clocks_per_epoch = n / (world·batch) (the remainder is skipped that epoch). */
+/* Deterministic sampling over sharded data: rank r of `world` holds shard
+ * {r, world, seed} of the n training rows (sfb_shard_*), and in epoch e it
+ * reads its own rows in an order permuted by a PRNG seeded with (seed, e)
+ * (and r, when world > 1): clock t of epoch e reads positions
+ * [t·batch, +batch) of that permutation. The indices returned are positions
+ * in the shard (rows of the dataset sfb_data_load_shard kept), which with
+ * world 1 are the rows of the whole set. Every rank runs the same
+ * clocks_per_epoch = ⌊n / world⌋ / batch (the smallest shard's; the rows
+ * left over are skipped that epoch, different ones each epoch); within an
+ * epoch no row is read twice. */
 struct sfb_sampler;
 
-/* Returns 0, -SFB_EUSAGE (rank >= world, batch 0, or n < world·batch) or
- * -ENOMEM (it holds one n-entry permutation); *s is NULL on failure. */
+/* n: rows of the whole set. Returns 0, -SFB_EUSAGE (rank >= world, batch 0,
+ * or ⌊n / world⌋ < batch) or -ENOMEM (it holds one permutation of its
+ * shard's rows); *s is NULL on failure. */
 SFB_API int sfb_sampler_open(struct sfb_sampler **s, uint64_t n, uint32_t rank, uint32_t world,
                              uint32_t batch, uint64_t seed);
 SFB_API void sfb_sampler_close(struct sfb_sampler **s);
 SFB_API uint64_t sfb_sampler_clocks_per_epoch(const struct sfb_sampler *s);
-/* The sample indices rank reads at global clock `clock` (epoch =
+/* The shard positions rank reads at global clock `clock` (epoch =
  * clock / clocks_per_epoch); `out` has room for `batch` indices. Returns 0
  * or -ENOMEM. Not thread-safe per sampler. */
 SFB_API int sfb_sampler_batch(struct sfb_sampler *s, uint64_t clock, uint64_t *out);

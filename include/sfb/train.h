@@ -116,8 +116,10 @@ struct sfb_train_result {
     uint64_t clocks;      /* clocks this run computed: [start_clock, start_clock + clocks) */
     uint64_t samples;     /* processed by this worker in this run */
     double wall;          /* seconds of training */
-    double test_loss, test_accuracy; /* final evaluation (NaN if no test set) */
-    double train_loss;    /* mean minibatch loss over the last epoch */
+    double test_loss, test_accuracy; /* final evaluation on rank 0, which alone holds
+                                        the test set (NaN elsewhere, or without one) */
+    double train_loss;    /* mean minibatch loss over the last epoch (this rank's) */
+    uint64_t peak_rss_bytes; /* this process's peak resident memory (VmHWM), 0 if unknown */
 };
 
 /* Runs one worker of a job: joins the job (PMIx, the SFB_* environment

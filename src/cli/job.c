@@ -128,7 +128,10 @@ static int run_worker(struct cli_job *job)
         if (res.start_clock)
             printf(" (resumed at clock %llu, now at %llu)", (unsigned long long)res.start_clock,
                    (unsigned long long)(res.start_clock + res.clocks));
-        printf(", %llu samples/worker in %.1f s\n", (unsigned long long)res.samples, res.wall);
+        printf(", %llu samples/worker in %.1f s", (unsigned long long)res.samples, res.wall);
+        if (res.peak_rss_bytes)
+            printf(", peak RSS %.1f MiB (rank 0)", (double)res.peak_rss_bytes / (1 << 20));
+        putchar('\n');
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);

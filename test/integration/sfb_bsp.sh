@@ -2,7 +2,8 @@
 # BSP equivalence and replica agreement.
 #  * s = 0, P = 4 workers of batch S produce, up to float rounding (relative
 #    max difference <= 1e-4), the parameters of one worker of batch 4S that
-#    reads the same samples in the same order with the same step rule.
+#    reads the same samples in the same order with the same step rule (the
+#    union of the 4 workers' shard batches: SFB_DEBUG_SAMPLE_AS=4).
 #  * every replica ends identical (<= 1e-6).
 #  * CSR and dense feature storage (so CSR and dense c on the wire) give the
 #    same parameters.
@@ -18,7 +19,7 @@ check() { if "$@"; then passes=$((passes+1)); else echo "FAIL: $*"; fails=$((fai
 timeout 100 "$SFB" run -n 4 --batch 8 --staleness 0 --topology "$topo" "${common[@]}" \
   --model-out "$tmp/p4.%r.sfb" --out-dir "$tmp/o4" --data-layout sparse >/dev/null 2>"$tmp/err4" \
   || { echo "FAIL: P=4 run"; cat "$tmp/err4"; exit 1; }
-timeout 100 "$SFB" run -n 1 --batch 32 "${common[@]}" --model-out "$tmp/p1.sfb" \
+SFB_DEBUG_SAMPLE_AS=4 timeout 100 "$SFB" run -n 1 --batch 32 "${common[@]}" --model-out "$tmp/p1.sfb" \
   --out-dir "$tmp/o1" --data-layout sparse >/dev/null 2>"$tmp/err1" \
   || { echo "FAIL: P=1 run"; cat "$tmp/err1"; exit 1; }
 check "$DIFF" "$tmp/p4.0.sfb" "$tmp/p1.sfb" 1e-4

@@ -120,6 +120,13 @@ static int test_null_arguments(void)
     ASSERT_NULL_ARG(sfb_synth_generate(&ss, NULL), "sfb_synth_generate", "out");
     ASSERT_NULL_ARG(sfb_data_load("synth", NULL, &ls, NULL, NULL), "sfb_data_load", "train");
     ASSERT_NULL_ARG(sfb_data_load(NULL, NULL, &ls, &ds2, NULL), "sfb_data_load", "name");
+    ASSERT_NULL_ARG(sfb_data_load_shard("synth", NULL, &ls, NULL, NULL, NULL, NULL),
+                    "sfb_data_load_shard", "train");
+    ASSERT_NULL_ARG(sfb_data_load_shard(NULL, NULL, &ls, NULL, &ds2, NULL, NULL),
+                    "sfb_data_load_shard", "name");
+    ASSERT_GETTER_NULL(sfb_shard_owner(NULL, 3), 0u, "sfb_shard_owner");
+    ASSERT_GETTER_NULL(sfb_shard_rows(NULL, 3), 0u, "sfb_shard_rows");
+    ASSERT_GETTER_NULL(sfb_shard_global(NULL, 3), 0u, "sfb_shard_global");
     ASSERT_NULL_ARG(sfb_dataset_set_layout(NULL, SFB_LAYOUT_DENSE), "sfb_dataset_set_layout",
                     "ds");
     ASSERT_NULL_ARG(sfb_sampler_open(NULL, 100, 0, 1, 4, 1), "sfb_sampler_open", "out");

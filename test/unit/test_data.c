@@ -194,7 +194,7 @@ static int idx_directory(void)
 static int fashion_missing(void)
 {
     struct sfb_dataset tr, te;
-    ASSERT_EQ(sfb__data_load_fashion("/nonexistent/fashion-mnist", &tr, &te), -ENOENT);
+    ASSERT_EQ(sfb__data_load_fashion("/nonexistent/fashion-mnist", NULL, &tr, &te, NULL), -ENOENT);
     ASSERT_STR_CONTAINS(sfb_last_error(), "/nonexistent/fashion-mnist/train-images-idx3-ubyte");
     ASSERT_STR_CONTAINS(sfb_last_error(), "apt-get install dataset-fashion-mnist");
     ASSERT(zeroed(&tr) && zeroed(&te));

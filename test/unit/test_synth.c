@@ -227,7 +227,7 @@ static int sample_seed(void)
     ASSERT_OK(sfb_synth_parse("synth:k=4,d=10,n=200,seed=9", &s));
     struct sfb_dataset a, b;
     ASSERT_OK(sfb_synth_generate(&s, &a));
-    ASSERT_OK(sfb__synth_generate(&s, s.seed + 1, &b));
+    ASSERT_OK(sfb__synth_generate(&s, s.seed + 1, NULL, &b));
     ASSERT(memcmp(a.x, b.x, 10 * sizeof(float)) != 0);
     ASSERT(hidden_accuracy(&s, &b) >= 0.9); /* same hidden model */
     sfb_dataset_free(&a);
