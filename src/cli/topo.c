@@ -34,6 +34,10 @@ static const char usage[] =
     "  --link-gbps G        egress bandwidth of each node, Gbit/s (1)\n"
     "  --latency-us L       per-message latency, microseconds (10)\n"
     "  --msg-overhead-us O  per-message sender time (software, doorbell), us (0)\n"
+    "  --calibrate FILE     take G, L and O from a link calibration (written by\n"
+    "                       scripts/calibrate-links or scripts/netns-cluster\n"
+    "                       --calibrate): G = 8/beta, O = gap, L = alpha - gap\n"
+    "                       (>= 0); options after it override single values\n"
     "  --flush eager|clock  eager (default): a link sends everything pending as\n"
     "                       one bundle as soon as the node's NIC is free, relays\n"
     "                       forward within the clock; time = until every node has\n"
@@ -95,7 +99,7 @@ static int parse_double(const char *s, double *out)
 }
 
 enum { T_NODES = 1, T_TOPOLOGY, T_DEGREE, T_SF_BYTES, T_SF, T_BUNDLE_HEADER, T_LINK_GBPS,
-       T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP };
+       T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP, T_CALIBRATE };
 
 static const struct cli_opt topo_opts[] = {
     {"nodes", 0, 1, T_NODES},
@@ -108,11 +112,77 @@ static const struct cli_opt topo_opts[] = {
     {"latency-us", 0, 1, T_LATENCY},
     {"msg-overhead-us", 0, 1, T_OVERHEAD},
     {"flush", 0, 1, T_FLUSH},
+    {"calibrate", 0, 1, T_CALIBRATE},
     {"offsets", 0, 0, T_OFFSETS},
     {"json", 0, 0, T_JSON},
     {"help", 'h', 0, T_HELP},
     {0, 0, 0, 0},
 };
+
+/* Reads a calibration file: `key value` lines, '#' comments. alpha_s and
+ * beta_s_per_byte are required, gap_s optional (0). Returns 0 or 2 (usage
+ * error, printed with file:line). */
+static int read_calibration(const char *path, struct sfb_topo_sim_settings *sim)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "sfb topo: --calibrate: cannot open %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    static const char *const keys[] = {"alpha_s", "beta_s_per_byte", "gap_s",
+                                       "beta_pingpong_s_per_byte"};
+    double val[4] = {0};
+    int have[4] = {0}, line = 0, rc = 0;
+    char buf[512];
+    while (!rc && fgets(buf, sizeof buf, f)) {
+        line++;
+        size_t len = strlen(buf);
+        if (len == sizeof buf - 1 && buf[len - 1] != '\n') {
+            fprintf(stderr, "sfb topo: %s:%d: line longer than %zu bytes\n", path, line, sizeof buf - 2);
+            rc = 2;
+            break;
+        }
+        char key[64], num[128], extra[2];
+        int n = sscanf(buf, " %63s %127s %1s", key, num, extra);
+        if (n <= 0 || key[0] == '#') continue;
+        size_t k = 0;
+        while (k < 4 && strcmp(key, keys[k])) k++;
+        double d;
+        if (k == 4) {
+            fprintf(stderr, "sfb topo: %s:%d: unknown key '%s' (alpha_s, beta_s_per_byte, gap_s, "
+                            "beta_pingpong_s_per_byte)\n", path, line, key);
+            rc = 2;
+        } else if (n != 2 || parse_double(num, &d) || !(d >= 0) || d > 1e3) {
+            fprintf(stderr, "sfb topo: %s:%d: %s needs one number of seconds in [0, 1000]\n",
+                    path, line, key);
+            rc = 2;
+        } else if (have[k]) {
+            fprintf(stderr, "sfb topo: %s:%d: %s given twice\n", path, line, key);
+            rc = 2;
+        } else {
+            val[k] = d;
+            have[k] = 1;
+        }
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "sfb topo: --calibrate: error reading %s\n", path);
+        rc = 2;
+    }
+    fclose(f);
+    if (rc) return rc;
+    if (!have[0] || !have[1] || !(val[1] > 0)) {
+        fprintf(stderr, "sfb topo: %s: needs alpha_s and beta_s_per_byte > 0\n", path);
+        return 2;
+    }
+    sim->link_gbps = 8.0 / (val[1] * 1e9);
+    sim->msg_overhead_us = val[2] * 1e6;
+    sim->latency_us = val[0] > val[2] ? (val[0] - val[2]) * 1e6 : 0;
+    if (!(sim->link_gbps <= 1e6)) {
+        fprintf(stderr, "sfb topo: %s: beta_s_per_byte %g is below 8e-15 (over 1e6 Gbit/s)\n", path, val[1]);
+        return 2;
+    }
+    return 0;
+}
 
 static int parse(int argc, char **argv, struct opts *o)
 {
@@ -191,6 +261,9 @@ static int parse(int argc, char **argv, struct opts *o)
             if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("--msg-overhead-us: '%s' is not a time in [0, 1e9] us%s", val, "");
             o->sim.msg_overhead_us = d;
+        } else if (c == T_CALIBRATE) {
+            int rc = read_calibration(val, &o->sim);
+            if (rc) return rc;
         } else if (c == T_FLUSH) {
             if (strcmp(val, "eager") == 0) o->sim.flush = SFB_TOPO_FLUSH_EAGER;
             else if (strcmp(val, "clock") == 0) o->sim.flush = SFB_TOPO_FLUSH_CLOCK;
