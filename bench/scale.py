@@ -13,7 +13,9 @@ For every (where, P, topology) it runs MLR on synth: and reports
   pred_ms      `sfb topo` time for the same P, topology, flush mode and
                frame size, with the links calibrated by
                scripts/calibrate-links on the same transport (shm on this
-               host; tcp between two namespaces at --rate)
+               host; tcp between two namespaces at --rate) and every
+               worker sharing this host's cores (--host-cores): the larger
+               of the network and the host-CPU time
   launch_s     start of `sfb run` / netns-cluster (namespaces included) to
                the first clock (min t_begin), or the summary's launch_s
   teardown_s   last clock (max t_publish) to the exit of everything, or the
@@ -150,7 +152,7 @@ def topo_predict(a, P, topo, frame, flush, calib):
     cmd = [a.sfb, "topo", "--json", "--nodes", str(P), "--topology", topo, "--sf-bytes", str(frame),
            "--flush", flush]
     if calib:
-        cmd += ["--calibrate", calib]
+        cmd += ["--calibrate", calib, "--host-cores", str(a.host_cores)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     if p.returncode != 0:
         die(f"{' '.join(cmd)}: {p.stderr.strip()}")
@@ -176,7 +178,9 @@ def calibrate(a, provider, netns_rate=None):
 def worker_args(a, P, topo, d, n, flush, staleness, out):
     return ["--model", "mlr", "--data", f"synth:k={K},d={d},n={n},seed=1", "--batch", str(a.batch),
             "--clocks", str(a.clocks), "--topology", topo] + (["--flush", flush] if topo != "full" else []) + [
-            "--staleness", str(staleness), "--eval-every", "0", "-q", "--out-dir", out,
+            "--staleness", str(staleness), "--eval-every", "0", "-q",
+            # a benchmark on a shared 2-core host must not die of a slow peer
+            "--peer-timeout", "60", "--out-dir", out,
             "--model-out", os.path.join(out, "model.sfb")]
 
 
@@ -345,6 +349,8 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--d", type=int, default=100)
     ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--host-cores", type=int, default=os.cpu_count(),
+                    help="cores all workers share, for sfb topo's CPU term (default: this host's)")
     ap.add_argument("--no-local", action="store_true")
     ap.add_argument("--no-cluster", action="store_true")
     ap.add_argument("--sim-check", action="store_true")
