@@ -120,6 +120,10 @@ def measure(d, P, t0, t_exit, rss_kb):
     return m
 
 
+class JobFailed(Exception):
+    pass
+
+
 def run_job(cmd, timeout):
     """Runs cmd; returns (t_start, t_exit, ru_maxrss KiB of the job's tree, output)."""
     t0 = time.monotonic()
@@ -129,11 +133,12 @@ def run_job(cmd, timeout):
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
-        die(f"ran past {timeout} s: {' '.join(cmd)}")
+        raise JobFailed(f"ran past {timeout} s")
     t1 = time.monotonic()
     if p.returncode != 0:
-        sys.stderr.write(out[-3000:])
-        die(f"exited {p.returncode}: {' '.join(cmd)}")
+        sys.stderr.write(out[-1500:])
+        err = [l for l in out.splitlines() if "error" in l]
+        raise JobFailed(f"exit {p.returncode}" + (f": {err[-1].strip()}" if err else ""))
     rss = 0
     for line in out.splitlines():
         if line.startswith("scale-rss-kb "):
@@ -201,14 +206,23 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
     else:
         cmd = [a.cluster, "-n", str(P), "--rate", a.rate, "--sfb", a.sfb, "--timeout", "500",
                "--out-dir", out, "--"] + wargs
-    t0, t1, rss, _ = run_job(cmd, 600)
+    nan = float("nan")
+    try:
+        t0, t1, rss, _ = run_job(cmd, 600)
+    except JobFailed as e:
+        # one failed size must not hide the rest of the curve
+        print(f"  {where:7} P={P:<4} {topo:14} {flush:5} d={d:<6} FAILED ({e}): {' '.join(cmd)}", flush=True)
+        return {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
+                "frame_bytes": 0, "clock_ms": nan, "exch_ms": nan, "pred_ms": nan, "launch_s": nan,
+                "teardown_s": nan, "msgs": nan, "pred_msgs": 0, "bytes": nan, "pred_bytes": 0,
+                "rss_mb": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
     m = measure(out, P, t0, t1, rss)
     pred = topo_predict(a, P, topo, m.get("frame_bytes", 1000), flush, calib) if P > 1 else {}
     load = os.getloadavg()[0]
     row = {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
            "frame_bytes": m.get("frame_bytes", 0), **m,
            "pred_ms": 1e3 * pred.get("time_s", 0), "pred_msgs": pred.get("messages_per_clock", 0),
-           "pred_bytes": pred.get("bytes_per_clock", 0), "load": load}
+           "pred_bytes": pred.get("bytes_per_clock", 0), "load": load, "status": "ok"}
     print(f"  {where:7} P={P:<4} {topo:14} {flush:5} d={d:<6} clock {row['clock_ms']:8.2f} ms  "
           f"exch {row['exch_ms']:8.2f} ms  pred {row['pred_ms']:8.2f} ms  launch {row['launch_s']:6.2f} s  "
           f"rss {row['rss_mb']:6.1f} MB  load {load:.1f}", flush=True)
@@ -252,13 +266,17 @@ def scale(a):
                 for topo in a.topology:
                     rows.append(one_run(a, "cluster", P, topo, a.d, a.n, "eager", calib))
     cols = ["where", "P", "topology", "clock_ms", "exch_ms", "pred_ms", "launch_s", "teardown_s",
-            "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "frame_bytes", "load"]
+            "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "frame_bytes", "load", "status"]
     write_csv(os.path.join(a.out, "scale.csv"), rows, cols)
     with open(os.path.join(a.out, "scale.md"), "w") as f:
         f.write(f"{header}\n\n| where | P | topology | clock ms | exchange ms | predicted ms | launch s | "
                 "teardown s | msgs/clock | predicted | MB/clock | predicted | peak RSS MB | load |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
+            if r["status"] != "ok":
+                f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['status']} "
+                        f"|||||||||| {r['load']:.1f} |\n")
+                continue
             f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['clock_ms']:.2f} | {r['exch_ms']:.2f} | "
                     f"{r['pred_ms']:.2f} | {r['launch_s']:.2f} | {r['teardown_s']:.2f} | {r['msgs']:.0f} | "
                     f"{r['pred_msgs']} | {r['bytes'] / 1e6:.3f} | {r['pred_bytes'] / 1e6:.3f} | "
@@ -286,7 +304,10 @@ def scale(a):
     png = os.path.join(a.out, "scale.png")
     pngplot.figure(png, panels, legend, title=f"SFB SCALE-OUT, MLR D={a.d}, LOAD {os.getloadavg()[0]:.1f}")
     print(f"wrote {a.out}/scale.csv, scale.md, {png}")
-    return 0
+    failed = [r for r in rows if r["status"] != "ok"]
+    if failed:
+        print(f"scale: {len(failed)} of {len(rows)} runs failed (see the table)")
+    return 1 if failed else 0
 
 
 def sim_check(a):
@@ -303,10 +324,10 @@ def sim_check(a):
         for topo in a.topology:
             for flush in ("eager", "clock"):
                 r = one_run(a, "cluster", P, topo, d, n, flush, calib, tag="-simcheck")
-                r["error"] = (r["pred_ms"] - r["exch_ms"]) / r["exch_ms"]
+                r["error"] = (r["pred_ms"] - r["exch_ms"]) / r["exch_ms"] if r["status"] == "ok" else float("nan")
                 rows.append(r)
     cols = ["P", "topology", "flush", "d", "frame_bytes", "staleness", "exch_ms", "pred_ms", "error",
-            "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "load"]
+            "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "load", "status"]
     write_csv(os.path.join(a.out, "simcheck.csv"), rows, cols)
     with open(os.path.join(a.out, "simcheck.md"), "w") as f:
         f.write(f"P = {P}, links {a.rate} (tcp), MLR synth:k={K}, batch {a.batch}, {a.clocks} clocks; "
@@ -315,12 +336,16 @@ def sim_check(a):
                 "msgs/clock (pred) | MB/clock (pred) | clock ms | load |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
+            if r["status"] != "ok":
+                f.write(f"| {r['topology']} | {r['flush']} | {r['d']} | | {r['staleness']} | {r['status']} "
+                        f"||||||| {r['load']:.1f} |\n")
+                continue
             f.write(f"| {r['topology']} | {r['flush']} | {r['d']} | {r['frame_bytes']} | {r['staleness']} | "
                     f"{r['exch_ms']:.2f} | {r['pred_ms']:.2f} | {100 * r['error']:+.0f} % | "
                     f"{r['msgs']:.0f} ({r['pred_msgs']}) | {r['bytes'] / 1e6:.3f} ({r['pred_bytes'] / 1e6:.3f}) | "
                     f"{r['clock_ms']:.2f} | {r['load']:.1f} |\n")
     sys.stdout.write(open(os.path.join(a.out, "simcheck.md")).read())
-    return 0
+    return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
 def int_list(s):
