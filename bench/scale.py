@@ -168,7 +168,7 @@ def calibrate(a, provider, netns_rate=None):
     path = os.path.join(a.out, f"calib-{provider}{'-' + netns_rate if netns_rate else ''}.txt")
     if netns_rate:
         cmd = [a.cluster, "-n", "2", "--rate", netns_rate, "--out-dir", os.path.join(a.out, "calib"),
-               "--bench", a.bench, "--calibrate", path]
+               "--bench", a.bench, "--calibrate", path] + (["--quick"] if a.smoke else [])
     else:
         cmd = [os.path.join(ROOT, "scripts", "calibrate-links"), "--bench", a.bench, "--out", path, provider]
         if a.smoke:
@@ -382,10 +382,12 @@ def main():
     ap.add_argument("--sim-d", type=int_list, default=[1000, 10000],
                     help="--sim-check feature counts D (two frame sizes)")
     a = ap.parse_args()
-    a.topology = a.topology.split(",")
     if a.smoke:
         a.local_nodes, a.cluster_nodes, a.clocks, a.n = [2, 4], [4], 20, 2000
-    if a.sim_check and a.topology == ["full", "halton"]:
+        if a.topology == "full,halton":
+            a.topology = "halton"
+    a.topology = a.topology.split(",")
+    if a.sim_check and a.topology in (["full", "halton"], ["halton"]):
         a.topology = ["full", "halton", "halton-classic"]
     for exe in (a.sfb, a.bench, a.cluster):
         if not os.access(exe, os.X_OK):
