@@ -5,7 +5,7 @@
  * calling sfb__transport_send / sfb__transport_recv.
  *
  *   bench_transport [--smoke] [--sizes a,b,...] [--iters n] [--mode pingpong|stream|both]
- *                   [provider ...]                         (default: shm tcp)
+ *                   [--netns NS0,NS1] [provider ...]       (default: shm tcp)
  *
  * One line per result (warm-up excluded):  name  size  iters  us/op  GB/s
  *   transport/pingpong/<prov>: rank 0 sends a frame of `size` bytes, rank 1
@@ -14,6 +14,10 @@
  *   transport/stream/<prov>: rank 0 sends `iters` frames back-to-back, rank 1
  *     acks the last one; us/op per frame, GB/s = size * iters / time.
  * GB are 1e9 bytes. --smoke runs a few iterations of small sizes (a test).
+ * --netns NS0,NS1 puts rank 0 into network namespace NS0 and rank 1 into NS1
+ * (names as `ip netns` knows them; needs root) before either opens its
+ * transport: a ping-pong across the links of scripts/netns-cluster, whose
+ * --calibrate option runs this with FI_TCP_IFACE=eth0.
  * Environment: SFB_BENCH_CHUNK=n / SFB_BENCH_RXDEPTH=n override the
  * transport's chunk_size / rx_depth;
  * SFB_BENCH_STATS=1 prints the transport counters after each size. */
@@ -22,6 +26,8 @@
 #include "src/transport.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +44,22 @@ struct opts {
     int smoke, iters, modes; /* modes: bit 0 ping-pong, bit 1 stream */
     size_t sizes[MAX_SIZES];
     int nsizes;
+    const char *netns[2]; /* per rank, or NULL */
 };
+
+/* Moves the calling process into the named network namespace. */
+static int enter_netns(const char *name)
+{
+    char path[256];
+    if (snprintf(path, sizeof path, "/var/run/netns/%s", name) >= (int)sizeof path)
+        return sfb__error(-ENAMETOOLONG, "bench: netns name too long");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sfb__error(-errno, "bench: cannot open %s: %s", path, strerror(errno));
+    int rc = setns(fd, CLONE_NEWNET) ? -errno : 0;
+    close(fd);
+    if (rc) return sfb__error(rc, "bench: setns(%s): %s", name, strerror(-rc));
+    return 0;
+}
 
 static int iters_for(const struct opts *o, size_t size)
 {
@@ -146,7 +167,8 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
     s.rank = (uint32_t)rank;
     if (getenv("SFB_BENCH_CHUNK")) s.chunk_size = strtoull(getenv("SFB_BENCH_CHUNK"), NULL, 0);
     if (getenv("SFB_BENCH_RXDEPTH")) s.rx_depth = (unsigned)atoi(getenv("SFB_BENCH_RXDEPTH"));
-    int rc;
+    int rc = 0;
+    if (o->netns[rank] && (rc = enter_netns(o->netns[rank]))) goto out;
     if ((rc = sfb__loop_open(&loop)) || (rc = sfb__loop_start(loop)) ||
         (rc = sfb__transport_open(&t, &s, loop)))
         goto out;
@@ -267,6 +289,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             have_sizes = 1;
+        } else if (!strcmp(argv[i], "--netns") && i + 1 < argc) {
+            static char ns[512];
+            snprintf(ns, sizeof ns, "%s", argv[++i]);
+            char *comma = strchr(ns, ',');
+            if (!comma || comma == ns || !comma[1] || strchr(comma + 1, ',')) {
+                fprintf(stderr, "bad --netns %s (want NS0,NS1)\n", argv[i]);
+                return 2;
+            }
+            *comma = 0;
+            o.netns[0] = ns;
+            o.netns[1] = comma + 1;
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             o.iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
@@ -274,7 +307,7 @@ int main(int argc, char **argv)
             o.modes = !strcmp(argv[i], "pingpong") ? 1 : !strcmp(argv[i], "stream") ? 2 : 3;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--smoke] [--sizes a,b] [--iters n] "
-                            "[--mode pingpong|stream|both] [provider ...]\n", argv[0]);
+                            "[--mode pingpong|stream|both] [--netns NS0,NS1] [provider ...]\n", argv[0]);
             return 2;
         } else if (nprov < 16) {
             provs[nprov++] = argv[i];

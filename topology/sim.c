@@ -168,8 +168,10 @@ int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_setting
         s = &def;
     }
     if (!(s->link_gbps > 0) || !(s->latency_us >= 0) || s->sf_bytes == 0 ||
-        s->link_gbps > 1e9 || s->latency_us > 1e12 || !(s->msg_overhead_us >= 0) || s->msg_overhead_us > 1e12)
-        return sfb__error(-SFB_EUSAGE, "topo sim: need link_gbps > 0, latency_us >= 0, sf_bytes > 0");
+        s->link_gbps > 1e9 || s->latency_us > 1e12 || !(s->msg_overhead_us >= 0) || s->msg_overhead_us > 1e12 ||
+        !(s->cpu_msg_us >= 0) || s->cpu_msg_us > 1e12 || !(s->cpu_byte_ns >= 0) || s->cpu_byte_ns > 1e12)
+        return sfb__error(-SFB_EUSAGE, "topo sim: need link_gbps > 0, latency_us >= 0, sf_bytes > 0, "
+                          "msg_overhead_us, cpu_msg_us, cpu_byte_ns >= 0");
     if (s->flush != SFB_TOPO_FLUSH_EAGER && s->flush != SFB_TOPO_FLUSH_CLOCK)
         return sfb__error(-SFB_EUSAGE, "topo sim: unknown flush mode %d", (int)s->flush);
 
@@ -205,5 +207,12 @@ int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_setting
     }
     r->messages_per_clock = r->messages_per_node * P;
     r->bytes_per_clock = r->bytes_per_node * P;
+    r->network_time_s = r->time_s;
+    if (s->host_cores > 0) {
+        /* Every node's messages run on the same host_cores cores. */
+        r->cpu_time_s = ((double)r->messages_per_clock * s->cpu_msg_us * 1e-6 +
+                         (double)r->bytes_per_clock * s->cpu_byte_ns * 1e-9) / s->host_cores;
+        if (r->cpu_time_s > r->time_s) r->time_s = r->cpu_time_s;
+    }
     return 0;
 }

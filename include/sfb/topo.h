@@ -125,6 +125,13 @@ struct sfb_topo_sim_settings {
     double latency_us;      /* L: per-message latency, µs (10) */
     double msg_overhead_us; /* per-message NIC/CPU time on the sender, µs (0) */
     enum sfb_topo_flush flush;
+    /* Shared host CPU (emulated clusters, many ranks per host): all P nodes
+     * share host_cores cores, and every message costs cpu_msg_us plus
+     * cpu_byte_ns per byte of CPU, both ends together. 0 cores: every node
+     * has its own CPU, the term is off (default). */
+    uint32_t host_cores;
+    double cpu_msg_us;
+    double cpu_byte_ns;
 };
 
 /* Defaults: B = 262208 (K = D = 1024, S = 32, fp32 dense c: 4·S·(K+D) bytes
@@ -149,6 +156,11 @@ struct sfb_topo_report {
      * `diameter` clocks. Seconds. */
     double time_s;
     uint32_t clocks;              /* clocks until the last delivery (1 eager) */
+    /* time_s = max(network_time_s, cpu_time_s): the network model above, and
+     * the shared host CPU's work per clock, (messages_per_clock·cpu_msg +
+     * bytes_per_clock·cpu_byte) / host_cores (0 when host_cores is 0). */
+    double network_time_s;
+    double cpu_time_s;
 };
 
 /* Computes the report for topology t under settings s (NULL = defaults).

@@ -34,6 +34,16 @@ static const char usage[] =
     "  --link-gbps G        egress bandwidth of each node, Gbit/s (1)\n"
     "  --latency-us L       per-message latency, microseconds (10)\n"
     "  --msg-overhead-us O  per-message sender time (software, doorbell), us (0)\n"
+    "  --calibrate FILE     take G, L and O from a link calibration (written by\n"
+    "                       scripts/calibrate-links or scripts/netns-cluster\n"
+    "                       --calibrate): G = 8/beta, O = gap, L = alpha - gap\n"
+    "                       (>= 0), M = alpha; options after it override\n"
+    "                       single values\n"
+    "  --host-cores C       all P nodes share C CPU cores (an emulated cluster,\n"
+    "                       many ranks per host): time = max(network, CPU), CPU =\n"
+    "                       (msgs/clock * M + bytes/clock * N) / C (default 0: off)\n"
+    "  --cpu-msg-us M       CPU per message, both ends, us (--calibrate: alpha)\n"
+    "  --cpu-byte-ns N      CPU per byte, ns (0)\n"
     "  --flush eager|clock  eager (default): a link sends everything pending as\n"
     "                       one bundle as soon as the node's NIC is free, relays\n"
     "                       forward within the clock; time = until every node has\n"
@@ -95,7 +105,8 @@ static int parse_double(const char *s, double *out)
 }
 
 enum { T_NODES = 1, T_TOPOLOGY, T_DEGREE, T_SF_BYTES, T_SF, T_BUNDLE_HEADER, T_LINK_GBPS,
-       T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP };
+       T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP, T_CALIBRATE,
+       T_HOST_CORES, T_CPU_MSG, T_CPU_BYTE };
 
 static const struct cli_opt topo_opts[] = {
     {"nodes", 0, 1, T_NODES},
@@ -108,11 +119,81 @@ static const struct cli_opt topo_opts[] = {
     {"latency-us", 0, 1, T_LATENCY},
     {"msg-overhead-us", 0, 1, T_OVERHEAD},
     {"flush", 0, 1, T_FLUSH},
+    {"calibrate", 0, 1, T_CALIBRATE},
+    {"host-cores", 0, 1, T_HOST_CORES},
+    {"cpu-msg-us", 0, 1, T_CPU_MSG},
+    {"cpu-byte-ns", 0, 1, T_CPU_BYTE},
     {"offsets", 0, 0, T_OFFSETS},
     {"json", 0, 0, T_JSON},
     {"help", 'h', 0, T_HELP},
     {0, 0, 0, 0},
 };
+
+/* Reads a calibration file: `key value` lines, '#' comments. alpha_s and
+ * beta_s_per_byte are required, gap_s optional (0). Returns 0 or 2 (usage
+ * error, printed with file:line). */
+static int read_calibration(const char *path, struct sfb_topo_sim_settings *sim)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "sfb topo: --calibrate: cannot open %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    static const char *const keys[] = {"alpha_s", "beta_s_per_byte", "gap_s",
+                                       "beta_pingpong_s_per_byte"};
+    double val[4] = {0};
+    int have[4] = {0}, line = 0, rc = 0;
+    char buf[512];
+    while (!rc && fgets(buf, sizeof buf, f)) {
+        line++;
+        size_t len = strlen(buf);
+        if (len == sizeof buf - 1 && buf[len - 1] != '\n') {
+            fprintf(stderr, "sfb topo: %s:%d: line longer than %zu bytes\n", path, line, sizeof buf - 2);
+            rc = 2;
+            break;
+        }
+        char key[64], num[128], extra[2];
+        int n = sscanf(buf, " %63s %127s %1s", key, num, extra);
+        if (n <= 0 || key[0] == '#') continue;
+        size_t k = 0;
+        while (k < 4 && strcmp(key, keys[k])) k++;
+        double d;
+        if (k == 4) {
+            fprintf(stderr, "sfb topo: %s:%d: unknown key '%s' (alpha_s, beta_s_per_byte, gap_s, "
+                            "beta_pingpong_s_per_byte)\n", path, line, key);
+            rc = 2;
+        } else if (n != 2 || parse_double(num, &d) || !(d >= 0) || d > 1e3) {
+            fprintf(stderr, "sfb topo: %s:%d: %s needs one number of seconds in [0, 1000]\n",
+                    path, line, key);
+            rc = 2;
+        } else if (have[k]) {
+            fprintf(stderr, "sfb topo: %s:%d: %s given twice\n", path, line, key);
+            rc = 2;
+        } else {
+            val[k] = d;
+            have[k] = 1;
+        }
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "sfb topo: --calibrate: error reading %s\n", path);
+        rc = 2;
+    }
+    fclose(f);
+    if (rc) return rc;
+    if (!have[0] || !have[1] || !(val[1] > 0)) {
+        fprintf(stderr, "sfb topo: %s: needs alpha_s and beta_s_per_byte > 0\n", path);
+        return 2;
+    }
+    sim->link_gbps = 8.0 / (val[1] * 1e9);
+    sim->msg_overhead_us = val[2] * 1e6;
+    sim->latency_us = val[0] > val[2] ? (val[0] - val[2]) * 1e6 : 0;
+    sim->cpu_msg_us = val[0] * 1e6;
+    if (!(sim->link_gbps <= 1e6)) {
+        fprintf(stderr, "sfb topo: %s: beta_s_per_byte %g is below 8e-15 (over 1e6 Gbit/s)\n", path, val[1]);
+        return 2;
+    }
+    return 0;
+}
 
 static int parse(int argc, char **argv, struct opts *o)
 {
@@ -191,6 +272,18 @@ static int parse(int argc, char **argv, struct opts *o)
             if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("--msg-overhead-us: '%s' is not a time in [0, 1e9] us%s", val, "");
             o->sim.msg_overhead_us = d;
+        } else if (c == T_HOST_CORES) {
+            if (parse_u64(val, 1 << 20, &u))
+                return bad("--host-cores: '%s' is not a core count in 0..1048576%s", val, "");
+            o->sim.host_cores = (uint32_t)u;
+        } else if (c == T_CPU_MSG || c == T_CPU_BYTE) {
+            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
+                return bad("%s: '%s' is not a time in [0, 1e9]", c == T_CPU_MSG ? "--cpu-msg-us" : "--cpu-byte-ns", val);
+            if (c == T_CPU_MSG) o->sim.cpu_msg_us = d;
+            else o->sim.cpu_byte_ns = d;
+        } else if (c == T_CALIBRATE) {
+            int rc = read_calibration(val, &o->sim);
+            if (rc) return rc;
         } else if (c == T_FLUSH) {
             if (strcmp(val, "eager") == 0) o->sim.flush = SFB_TOPO_FLUSH_EAGER;
             else if (strcmp(val, "clock") == 0) o->sim.flush = SFB_TOPO_FLUSH_CLOCK;
@@ -222,13 +315,16 @@ static void print_row(const struct opts *o, const struct sfb_topo *t, const stru
                ",\"messages_per_node\":%" PRIu64 ",\"bytes_per_node\":%" PRIu64
                ",\"max_link_frames\":%" PRIu32 ",\"max_link_bytes\":%" PRIu64
                ",\"time_s\":%.9g,\"clocks\":%" PRIu32 ",\"flush\":\"%s\",\"sf_bytes\":%" PRIu64
-               ",\"bundle_header\":%" PRIu32 ",\"link_gbps\":%g,\"latency_us\":%g,\"msg_overhead_us\":%g",
+               ",\"bundle_header\":%" PRIu32 ",\"link_gbps\":%g,\"latency_us\":%g,\"msg_overhead_us\":%g"
+               ",\"host_cores\":%" PRIu32 ",\"cpu_msg_us\":%g,\"cpu_byte_ns\":%g"
+               ",\"network_time_s\":%.9g,\"cpu_time_s\":%.9g",
                sfb_topo_name(t), r->nodes, sfb_topo_requested_degree(t), r->degree, r->diameter,
                r->mean_hops, r->links_used, r->frames_per_clock, r->messages_per_clock,
                r->bytes_per_clock, r->messages_per_node, r->bytes_per_node, r->max_link_frames,
                r->max_link_bytes, r->time_s, r->clocks,
                o->sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager", o->sim.sf_bytes,
-               o->sim.bundle_header, o->sim.link_gbps, o->sim.latency_us, o->sim.msg_overhead_us);
+               o->sim.bundle_header, o->sim.link_gbps, o->sim.latency_us, o->sim.msg_overhead_us,
+               o->sim.host_cores, o->sim.cpu_msg_us, o->sim.cpu_byte_ns, r->network_time_s, r->cpu_time_s);
         if (o->sim.flush == SFB_TOPO_FLUSH_EAGER)
             /* what a real run must stay within (per node, per clock, on average) */
             printf(",\"eager_bounds\":{\"frames_per_node\":%" PRIu32
@@ -247,6 +343,10 @@ static void print_row(const struct opts *o, const struct sfb_topo *t, const stru
            sfb_topo_name(t), r->nodes, r->degree, r->diameter, r->mean_hops, r->messages_per_clock,
            (double)r->bytes_per_clock / 1e6, r->messages_per_node, r->max_link_frames,
            (double)r->max_link_bytes / 1e6, r->time_s * 1e3, r->clocks);
+    if (o->sim.host_cores > 0)
+        printf("#   network %.3f ms, host CPU %.3f ms (%" PRIu32 " cores): %s-bound\n",
+               r->network_time_s * 1e3, r->cpu_time_s * 1e3, o->sim.host_cores,
+               r->cpu_time_s > r->network_time_s ? "CPU" : "network");
     if (o->sim.flush == SFB_TOPO_FLUSH_EAGER && r->nodes > 1)
         printf("#   eager bounds per node per clock: frames = %" PRIu32 ", messages in [%" PRIu32
                ", %" PRIu32 "] (the simulation's %.2f is one point inside), bytes = frames·B + "
@@ -270,6 +370,9 @@ int sfb_cli_topo(int argc, char **argv)
                "latency %g us, msg overhead %g us, flush %s\n",
                o.sim.sf_bytes, o.sim.bundle_header, o.sim.link_gbps, o.sim.latency_us, o.sim.msg_overhead_us,
                o.sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager");
+        if (o.sim.host_cores > 0)
+            printf("# shared host CPU: %" PRIu32 " cores, %g us per message, %g ns per byte\n",
+                   o.sim.host_cores, o.sim.cpu_msg_us, o.sim.cpu_byte_ns);
         printf("%-15s %8s %6s %5s %9s %14s %12s %10s %9s %10s %11s %6s\n", "topology", "P", "degree",
                "diam", "mean_hops", "msgs/clock", "MB/clock", "msgs/node", "maxlink_f",
                "maxlink_MB", "time_ms", "clocks");

@@ -481,6 +481,29 @@ static int test_simulation(void)
     ASSERT_EQ(r.max_link_bytes, 2 * 1250 + 64);
     ASSERT_EQ(r.clocks, 2);
     ASSERT_NEAR(r.time_s, (3 * 1250 + 64) * 8e-9 + 1e-6, 1e-12);
+    ASSERT_NEAR(r.network_time_s, r.time_s, 1e-15);
+    ASSERT_NEAR(r.cpu_time_s, 0, 1e-15); /* host_cores 0: no CPU term */
+    /* Shared host CPU: 4 nodes on 2 cores, 100 µs a message, 1 ns a byte:
+     * (8 msgs · 100 µs + 4·(3·1250 + 64) B · 1 ns) / 2 dominates; the
+     * counts do not move. */
+    s.host_cores = 2;
+    s.cpu_msg_us = 100;
+    s.cpu_byte_ns = 1;
+    ASSERT_OK(sfb_topo_analyse(t, &s, &r));
+    ASSERT_EQ(r.messages_per_clock, 8);
+    ASSERT_EQ(r.bytes_per_node, 3 * 1250 + 64);
+    ASSERT_NEAR(r.cpu_time_s, (8 * 100e-6 + 4 * (3 * 1250 + 64) * 1e-9) / 2, 1e-12);
+    ASSERT_NEAR(r.network_time_s, (3 * 1250 + 64) * 8e-9 + 1e-6, 1e-12);
+    ASSERT_NEAR(r.time_s, r.cpu_time_s, 1e-15);
+    /* a cheap CPU leaves the network time */
+    s.cpu_msg_us = 0.001;
+    s.cpu_byte_ns = 0;
+    ASSERT_OK(sfb_topo_analyse(t, &s, &r));
+    ASSERT_NEAR(r.time_s, r.network_time_s, 1e-15);
+    s.cpu_msg_us = -1;
+    ASSERT_EQ(sfb_topo_analyse(t, &s, &r), -SFB_EUSAGE);
+    s.host_cores = 0;
+    s.cpu_msg_us = 0;
     sfb_topo_close(&t);
 
     /* Large overlays: every frame is delivered (the simulator checks), the
