@@ -128,9 +128,9 @@ void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always)
     if (t->bell) sfb__bell_mark(t->bell, p, always);
 }
 
-/* Block mode: never spin. Work done: one more pass at once. Operations the
- * provider must finish by itself (a send waiting for the peer's copy, a
- * queue that was full): nap poll_interval_s. Otherwise sleep on the CQ's
+/* Block mode, once idle (progress() polls spin_s after work first). Work
+ * done: one more pass at once. Operations the provider must finish by
+ * itself (a send waiting for the peer's copy, a queue that was full): nap poll_interval_s. Otherwise sleep on the CQ's
  * wait fd, or on the doorbell a peer rings when it sends here (bounded by
  * BELL_SLEEP_MAX_S, so a ring that never comes only costs time). */
 static int progress_block(struct sfb__transport *t, int work, int provider_busy, int pending)
@@ -178,8 +178,18 @@ static int progress(void *arg)
     int in_flight = t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head;
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || t->rd_head || t->ack_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
-    if (t->block)
+    /* Block mode polls too while work is fresh (spin_s after the last
+     * completion): the next one is usually microseconds away, and a yield
+     * hands the core to whoever produces it at less cost than a sleep and a
+     * doorbell wake-up (P = 64 halton on 2 cores: 31 ms per clock against
+     * 79 ms sleeping at once and 34 ms never sleeping). Only an idle rank
+     * sleeps. */
+    if (t->block && !spinning)
         return progress_block(t, work, t->ops_out > rx_posted + (unsigned)reads_posted(t), pending);
+    if (t->bell) {
+        sfb__bell_flush(t->bell);
+        sfb__bell_sleeping(t->bell, 0);
+    }
     /* Busy: poll (also with a wait fd: sleeping in epoll and waking on the
      * CQ fd costs a context switch per message, the better part of a small
      * frame's latency on tcp). Idle: sleep on the wait fd, or nap. */
