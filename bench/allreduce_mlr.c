@@ -44,7 +44,12 @@ int main(int argc, char **argv)
     struct sfb_libsvm_settings ls;
     sfb_libsvm_default_settings(&ls);
     struct sfb_dataset train, test;
-    if (sfb_data_load(data, NULL, &ls, &train, &test)) return fail("data");
+    /* this rank's shard, as `sfb run` loads it (docs/design.md, "Data") */
+    struct sfb_shard shard = {(uint32_t)rank, (uint32_t)world, seed};
+    uint64_t train_rows = 0;
+    if (sfb_data_load_shard(data, NULL, &ls, &shard, &train, NULL, &train_rows))
+        return fail("data");
+    memset(&test, 0, sizeof test);
     struct sfb_model_settings ms;
     sfb_model_default_settings(&ms);
     ms.kind = "mlr";
@@ -55,7 +60,7 @@ int main(int argc, char **argv)
     struct sfb_model *m = NULL;
     if (sfb_model_open(&m, &ms)) return fail("model");
     struct sfb_sampler *sampler = NULL;
-    if (sfb_sampler_open(&sampler, train.n, (uint32_t)rank, (uint32_t)world, s, seed))
+    if (sfb_sampler_open(&sampler, train_rows, (uint32_t)rank, (uint32_t)world, s, seed))
         return fail("sampler");
     struct sfb_matrix *a = sfb_model_matrix(m, 0);
     size_t n_el = (size_t)a->rows * a->cols;
