@@ -1,6 +1,6 @@
 /* Data-parallel MLR SGD with the dense gradient summed by MPI_Allreduce:
  * the baseline of bench/vs_allreduce.py. The step rule is the runtime's
- * (src/train.c): each rank's minibatch of S samples gives its SFs with scale
+ * (src/train/train.c): each rank's minibatch of S samples gives its SFs with scale
  * −η/P (sfb_model_factors), reconstructed into a zeroed dense ΔA (one sgemm);
  * the P ΔAs are summed with MPI_Allreduce and added to the replica, then the
  * local regularizer step. Same data, sharding and order as `sfb run`.

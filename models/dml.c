@@ -29,7 +29,7 @@
  * the margin, so the hinge pushes on typical (far) dissimilar pairs like a
  * global between-class term against the global within-class pull, and
  * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default,
- * src/train.c) ~5 % stay inside: the hinge works on the close dissimilar
+ * src/train/train.c) ~5 % stay inside: the hinge works on the close dissimilar
  * pairs that decide k-NN (docs/models.md has the numbers).
  *
  * evaluate: a seed-determined subset of the dataset (a partial Fisher–Yates
@@ -42,8 +42,8 @@
 #include "models/dml.h"
 
 #include "models/model.h"
-#include "src/common.h"
-#include "src/fileio.h"
+#include "src/base/common.h"
+#include "src/base/fileio.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -20,7 +20,7 @@
  * fully deterministic start); settings->seed is therefore unused here. */
 #include "models/mlr.h"
 
-#include "src/common.h"
+#include "src/base/common.h"
 
 #include <cblas.h>
 #include <limits.h>

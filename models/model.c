@@ -5,7 +5,7 @@
 #include "models/dml.h"
 #include "models/mlr.h"
 #include "models/sc.h"
-#include "src/common.h"
+#include "src/base/common.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Internal side of the model registry (models/model.c): accessors the runtime
- * needs beyond the public API, e.g. the model-file reader in src/modelfile.c.
+ * needs beyond the public API, e.g. the model-file reader in src/train/modelfile.c.
  *
  * What a model file must store to recreate a model: settings kind, d, k,
  * lambda, seed (sfb_model_get_settings) and every parameter matrix

@@ -30,7 +30,7 @@
 #include "models/sc.h"
 
 #include "models/model.h"
-#include "src/common.h"
+#include "src/base/common.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -10,9 +10,9 @@
 #include "sfb/codec.h"
 #include "sfb/relay.h"
 #include "sfb/sync.h"
-#include "src/comm.h"
-#include "src/common.h"
-#include "src/ssp.h"
+#include "src/net/comm.h"
+#include "src/base/common.h"
+#include "src/net/ssp.h"
 
 #include <stdlib.h>
 #include <string.h>

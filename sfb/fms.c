@@ -21,9 +21,9 @@
  * (pending pushes and sums hold references to the receive buffers). */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/comm.h"
-#include "src/common.h"
-#include "src/ssp.h"
+#include "src/net/comm.h"
+#include "src/base/common.h"
+#include "src/net/ssp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -16,7 +16,7 @@
  * untouched. The scratch buffers live in the handle and only grow. */
 #include "sfb/sf.h"
 
-#include "src/common.h"
+#include "src/base/common.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -2,10 +2,10 @@
 #include "config.h"
 #include "sfb/relay.h"
 #include "sfb/topo.h"
-#include "src/bootstrap.h"
-#include "src/comm.h"
-#include "src/common.h"
-#include "src/loop.h"
+#include "src/net/bootstrap.h"
+#include "src/net/comm.h"
+#include "src/base/common.h"
+#include "src/net/loop.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * and the accounting they share. */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/common.h"
+#include "src/base/common.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* Synchronization strategies (sync engines): how a worker's updates reach
  * every replica. `sfb` broadcasts sufficient factors (sfb/broadcast.c);
  * `fms` synchronizes full matrices through sharded servers (sfb/fms.c).
- * Each is an ops table; the training loop (src/train.c) drives it:
+ * Each is an ops table; the training loop (src/train/train.c) drives it:
  *
  *     for t in clocks:  wait(t) → compute SFs → publish(t, sfs)
  *     drain(last clock)

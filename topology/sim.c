@@ -11,7 +11,7 @@
  * full P2P (10⁸ frames) takes milliseconds.
  */
 #include "config.h"
-#include "src/common.h"
+#include "src/base/common.h"
 #include "topology/topo_ops.h"
 
 #include <string.h>

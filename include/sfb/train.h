@@ -70,7 +70,7 @@ struct sfb_train_settings {
     double debug_delay_ms;   /* random extra compute time in [0, d] ms each clock */
     int debug_slow_rank;     /* this rank computes debug_slow_factor times slower (-1: none) */
     double debug_slow_factor;
-    /* checkpoints (src/checkpoint.h, docs/robustness.md) */
+    /* checkpoints (src/train/checkpoint.h, docs/robustness.md) */
     uint64_t checkpoint_every;  /* write one every N clocks (0: never) */
     const char *checkpoint_dir; /* where (NULL: "sfb-ckpt") */
     const char *resume_dir;     /* continue from the newest checkpoint every rank has there */

@@ -10,8 +10,8 @@
 #include "fuzz.h"
 
 #include "sfb/common.h"
-#include "src/bootstrap.h"
-#include "src/bytes.h"
+#include "src/net/bootstrap.h"
+#include "src/base/bytes.h"
 
 #include <string.h>
 

@@ -8,8 +8,8 @@
  * followed the length list. */
 #include "fuzz.h"
 
-#include "src/bootstrap.h"
-#include "src/bytes.h"
+#include "src/net/bootstrap.h"
+#include "src/base/bytes.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Checkpoint loader (sfb__ckpt_decode, src/checkpoint.c).
+/* Checkpoint loader (sfb__ckpt_decode, src/train/checkpoint.c).
  *
  * Input: byte 0 = flags, the rest is the file. Flag bit 0 replaces the last
  * 8 bytes with the correct XXH3-64 of everything before them, bit 1 does the
@@ -9,8 +9,8 @@
  * embedded model's clock. */
 #include "fuzz.h"
 
-#include "src/bytes.h"
-#include "src/checkpoint.h"
+#include "src/base/bytes.h"
+#include "src/train/checkpoint.h"
 
 #include <string.h>
 #include <xxhash.h>

@@ -10,7 +10,7 @@
 #include "fuzz.h"
 
 #include "sfb/codec.h"
-#include "src/bytes.h"
+#include "src/base/bytes.h"
 
 #include <math.h>
 #include <string.h>

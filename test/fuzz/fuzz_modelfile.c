@@ -10,7 +10,7 @@
 #include "fuzz.h"
 
 #include "sfb/model.h"
-#include "src/bytes.h"
+#include "src/base/bytes.h"
 
 #include <string.h>
 #include <xxhash.h>

@@ -14,7 +14,7 @@
 #include "fuzz.h"
 
 #include "sfb/topo.h"
-#include "src/bytes.h"
+#include "src/base/bytes.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
 #    ~6e-7), and λ changed the model (> 1e-2 relative to the λ = 0 run;
 #    measured 2.8e-2). The replicas of one run agree to <= 1e-5
 #    (measured 2-5e-7): the runtime decays clock t's replica after the wait
-#    of clock t+1 (src/train.c), when under BSP every replica holds the same
+#    of clock t+1 (src/train/train.c), when under BSP every replica holds the same
 #    updates; decaying right after publishing gave 8e-4 .. 1e-3.
 #  * traffic: FMS sends 2·K·D·(P−1)/P floats per worker and clock (plus
 #    frame headers): the summary's bytes per clock is within 25 % of it.

@@ -1,10 +1,10 @@
 /* Local launcher tests: rank prefixes, failure propagation, signal
  * forwarding, and the env rendezvous through the launcher. The worker is
  * boot_helper (path in $BOOT_HELPER). */
-#include "src/common.h"
-#include "src/bootstrap.h"
-#include "src/launch.h"
-#include "src/timeline.h"
+#include "src/base/common.h"
+#include "src/net/bootstrap.h"
+#include "src/net/launch.h"
+#include "src/base/timeline.h"
 #include "test.h"
 
 #include <dirent.h>

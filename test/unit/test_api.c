@@ -1,10 +1,10 @@
-/* The public API's error mechanism (src/common.c, include/sfb/common.h):
+/* The public API's error mechanism (src/base/common.c, include/sfb/common.h):
  * no stale message is ever reported for a code, public calls clear the
  * message on entry, and every public function of include/sfb/ (every header) checks
  * its pointers: NULL is -EINVAL naming the argument (getters: a neutral
  * value and the message; close/free/default_settings: a no-op). */
 #include "sfb/sfb.h"
-#include "src/common.h"
+#include "src/base/common.h"
 #include "test.h"
 
 #include <errno.h>

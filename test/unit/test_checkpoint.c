@@ -1,11 +1,11 @@
-/* Checkpoint files (src/checkpoint.c): bit-identical round trip, every
+/* Checkpoint files (src/train/checkpoint.c): bit-identical round trip, every
  * corruption and truncation detected, the configuration check naming the
  * field, pruning to two files, the scan skipping bad files.
  * With CKPT_SEED_DIR set it also writes valid files there (fuzz seeds). */
 #include "sfb/sfb.h"
 #include "models/model.h"
-#include "src/checkpoint.h"
-#include "src/common.h"
+#include "src/train/checkpoint.h"
+#include "src/base/common.h"
 #include "test.h"
 
 #include <errno.h>

@@ -2,8 +2,8 @@
  * smaller encoding is chosen, and malformed payloads are rejected. */
 #include "sfb/codec.h"
 #include "sfb/sf.h"
-#include "src/bytes.h"
-#include "src/common.h"
+#include "src/base/bytes.h"
+#include "src/base/common.h"
 #include "test.h"
 
 #include <stdlib.h>

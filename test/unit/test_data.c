@@ -3,9 +3,9 @@
  * inheriting the train set's d, k and index base. */
 #include "config.h"
 #include "sfb/data.h"
-#include "src/common.h"
-#include "src/data.h"
-#include "src/synth.h"
+#include "src/base/common.h"
+#include "src/data/data.h"
+#include "src/data/synth.h"
 #include "test.h"
 #include "data_util.h"
 

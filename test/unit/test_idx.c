@@ -2,8 +2,8 @@
  * each malformed case (bad magic, wrong type, count mismatch, truncation,
  * label range, trailing data) naming the file and byte offset. */
 #include "sfb/data.h"
-#include "src/common.h"
-#include "src/idx.h"
+#include "src/base/common.h"
+#include "src/data/idx.h"
 #include "test.h"
 #include "data_util.h"
 

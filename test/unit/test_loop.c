@@ -1,6 +1,6 @@
 /* Event loop: calls, async, timers, pollers, from another thread. */
-#include "src/common.h"
-#include "src/loop.h"
+#include "src/base/common.h"
+#include "src/net/loop.h"
 #include "test.h"
 
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /* Model files: round trip, and corruption of every kind is detected. */
 #include "sfb/sfb.h"
-#include "src/bytes.h"
+#include "src/base/bytes.h"
 #include "test.h"
 
 #include <errno.h>

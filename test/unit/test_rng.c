@@ -1,6 +1,6 @@
 /* PRNG: reference vectors of splitmix64 and xoshiro256**, sampler
  * statistics, the portable logarithm, and seed/stream independence. */
-#include "src/rng.h"
+#include "src/base/rng.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* SSP clock table: in-order and out-of-order marking, duplicates, the
  * readiness condition for BSP, bounded staleness and asynchronous mode. */
-#include "src/common.h"
-#include "src/ssp.h"
+#include "src/base/common.h"
+#include "src/net/ssp.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* synth: spec parsing, determinism (also a golden checksum for other
  * machines), sparse storage, and that the hidden model explains the labels. */
 #include "sfb/data.h"
-#include "src/common.h"
-#include "src/synth.h"
+#include "src/base/common.h"
+#include "src/data/synth.h"
 #include "test.h"
 
 #include <stdint.h>

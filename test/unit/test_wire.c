@@ -1,6 +1,6 @@
 /* Wire format: round trips, every rejection reason, bundles. */
-#include "src/common.h"
-#include "src/wire.h"
+#include "src/base/common.h"
+#include "src/net/wire.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -1,0 +1,139 @@
+#include "config.h"
+#include "src/base/common.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* The last detailed message of this thread and the code it was recorded
+ * for: a lookup by code (sfb_error_message) never returns a message that
+ * belongs to another failure, whatever path returned the code. */
+static _Thread_local char last_error[1024];
+static _Thread_local int last_code;
+
+static sfb_log_fn log_fn;
+static void *log_user;
+static enum sfb_log_level log_max = SFB_LOG_INFO;
+static int log_rank = -1;
+
+const char *sfb_strerror(int code)
+{
+    if (code < 0) code = -code;
+    if (code == 0) return "success";
+    switch (code) {
+#define SFB_ERR_CASE(name, off, str)                                            \
+    case name:                                                                 \
+        return str;
+        SFB_ERRORS(SFB_ERR_CASE)
+#undef SFB_ERR_CASE
+    default:
+        break;
+    }
+    /* libfabric's own codes (FI_ERRNO_OFFSET = 256 ...) are named by the
+     * transport, the only module that may include libfabric headers. */
+    if (code >= 256 && code < SFB_ERR_BASE) {
+        return sfb__fi_strerror(code);
+    }
+    /* strerror() is not thread-safe everywhere; strerrordesc_np is. */
+    const char *s = strerrordesc_np(code);
+    return s ? s : "unknown error";
+}
+
+const char *sfb_last_error(void)
+{
+    return last_error;
+}
+
+const char *sfb_error_message(int code)
+{
+    if (code > 0) code = -code;
+    if (code != 0 && code == last_code && last_error[0]) return last_error;
+    return sfb_strerror(code);
+}
+
+int sfb__error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    last_code = code > 0 ? -code : code;
+    return code;
+}
+
+void sfb__clear_error(void)
+{
+    last_error[0] = '\0';
+    last_code = 0;
+}
+
+void sfb_log_set(sfb_log_fn fn, void *user, enum sfb_log_level max_level)
+{
+    log_fn = fn;
+    log_user = user;
+    log_max = max_level;
+}
+
+void sfb_log_set_rank(int rank)
+{
+    log_rank = rank;
+}
+
+int sfb__log_rank(void)
+{
+    return log_rank;
+}
+
+int sfb__log_enabled(enum sfb_log_level level)
+{
+    return log_fn && level <= log_max;
+}
+
+void sfb__log(enum sfb_log_level level, const char *fmt, ...)
+{
+    if (!sfb__log_enabled(level)) return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_fn(log_user, level, log_rank, msg);
+}
+
+const char *sfb_version(void)
+{
+    return SFB_VERSION;
+}
+
+double sfb__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int sfb__mul_size(size_t a, size_t b, size_t *out)
+{
+    if (__builtin_mul_overflow(a, b, out)) return -EOVERFLOW;
+    return 0;
+}
+
+int sfb__reserve(void **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap && *buf) return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) {
+        if (n > SIZE_MAX / 2) {
+            n = need;
+            break;
+        }
+        n *= 2;
+    }
+    void *p = realloc(*buf, n);
+    if (!p) return -ENOMEM;
+    *buf = p;
+    *cap = n;
+    return 0;
+}

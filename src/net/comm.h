@@ -1,0 +1,146 @@
+/* A worker's communication context: bootstrap → event loop → transport →
+ * address exchange, plus peer liveness (heartbeats, BYE, ABORT) and the
+ * job's frame validation. The sync engines (sfb/) send and receive SF and
+ * DENSE_ROWS frames through it.
+ *
+ * Threads: open/close/finish/abort and the send helpers are called by the
+ * compute thread; frame dispatch, heartbeats and failure detection run in the
+ * loop thread. A peer failure is reported to the compute thread through
+ * sfb__comm_check(), which every blocking wait of an engine calls. */
+#ifndef SFB_SRC_COMM_H
+#define SFB_SRC_COMM_H
+
+#include "src/net/transport.h"
+#include "src/net/wire.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct sfb__bootstrap;
+struct sfb__loop;
+struct sfb__loop_timer;
+
+struct sfb__comm_settings {
+    const char *provider;      /* NULL: FI_PROVIDER, else shm when all ranks share a host */
+    double heartbeat_s;        /* heartbeat period (default 0.5 s) */
+    double peer_timeout_s;     /* a peer silent this long has failed (default 5 s) */
+    double bootstrap_timeout_s; /* rendezvous and barriers (default 60 s) */
+    enum sfb__progress progress; /* how the loop thread waits (default auto) */
+    /* Frame validation: allowed (K, D) per matrix id and the largest S. */
+    const struct sfb_wire_shape *shapes;
+    uint32_t nshapes;
+    uint32_t max_s;
+    /* Loop thread: offered every valid data frame (SF, BUNDLE, DENSE_ROWS)
+     * before it goes to the inbox; return 1 to take it (and its buffer
+     * reference). NULL: every data frame goes to the inbox. */
+    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *h);
+    /* Loop thread: a send to dst completed (see sfb__transport_settings). */
+    void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+    void *user;
+};
+
+struct sfb__comm {
+    uint32_t rank, world;
+    uint64_t job_key;
+    struct sfb__bootstrap *bs;
+    struct sfb__loop *loop;
+    struct sfb__transport *t; /* NULL when world == 1 */
+    struct sfb_wire_job job;
+    struct sfb_wire_stats wstats;
+    struct sfb_wire_shape shapes[8];
+    struct sfb__comm_settings s;
+    /* liveness (loop thread) */
+    struct sfb__loop_timer *hb;
+    double *last_heard;
+    double *last_sent;     /* when a send to each peer last completed */
+    uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
+    uint8_t *said_bye;
+    _Atomic int64_t *final_clock; /* a peer's last clock from its BYE (INT64_MAX: running) */
+    int *peer_pid;         /* every rank on this host: their pids, else NULL */
+    double *gone_since;    /* when a peer's process was first seen gone */
+    double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
+    double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
+    char anon_error[256];
+    /* failure, published to the compute thread */
+    _Atomic int failed;
+    _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
+    int failed_rank;
+    char reason[512];
+};
+
+void sfb__comm_default_settings(struct sfb__comm_settings *s);
+
+/* Bootstraps (PMIx, env rendezvous or single process), and for world > 1
+ * opens the loop and transport, exchanges endpoint names and starts the
+ * heartbeats. Returns 0 or a negative code with the detail recorded; on
+ * failure *out is NULL and everything is released. Compute thread. */
+int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s);
+
+/* Sets the shapes data frames are validated against (in the loop thread),
+ * then waits in a barrier so that no rank sends a data frame before every
+ * rank can check it. Compute thread, once, before the first data frame. */
+int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shapes, uint32_t n,
+                         uint32_t max_s);
+
+/* Installs (or, with NULLs, removes) the data hooks of the settings after
+ * open: the engine opens after comm. Runs in the loop thread via
+ * sfb__loop_call, so once it returns no old hook is running or will run.
+ * Compute thread. */
+int sfb__comm_set_hooks(struct sfb__comm *c,
+                        int (*on_data)(void *user, struct sfb__frame *f,
+                                       const struct sfb_wire_hdr *h),
+                        void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
+                                        int failed),
+                        void *user);
+
+/* Frames rejected by the wire checks so far. */
+uint64_t sfb__comm_rejected(const struct sfb__comm *c);
+
+/* 0 while every peer is alive; -SFB_EPEER naming the failed rank (or the
+ * ABORT reason a peer sent) once one is not. Any thread. */
+int sfb__comm_check(struct sfb__comm *c);
+
+/* For a collective (bootstrap barrier or allgather) that returned ret:
+ * when it failed because a peer left, that peer's reason (its ABORT, or its
+ * death), waiting up to 1 s for it to arrive; else ret with its message.
+ * Compute thread. */
+int sfb__comm_explain(struct sfb__comm *c, int ret);
+
+/* 1 when the job failed because of a peer and the peers know it (its ABORT,
+ * its death or silence); 0 while healthy or when the failure was found here
+ * (a peer's frames this rank cannot apply: the peer must be told with
+ * sfb__comm_abort). Any thread. */
+int sfb__comm_peers_know(struct sfb__comm *c);
+
+/* sfb__comm_check for a wait that needs every peer's updates through clock
+ * `required`: also -SFB_EPEER at once when a peer has finished (said BYE)
+ * at a clock below it, naming the peer, its last clock and the clock this
+ * rank waits for. Engines call it in every blocking wait. Compute thread. */
+int sfb__comm_check_wait(struct sfb__comm *c, int64_t required);
+
+/* Sends a header-only or small control frame (HEARTBEAT, BYE, ABORT) to dst.
+ * Returns as sfb__transport_send. */
+int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type type,
+                           const void *payload, size_t len, double timeout_s);
+
+/* Encodes the header of a frame of this job (origin, sender = this rank
+ * unless given) into hdr[SFB_WIRE_HDR_SIZE]. */
+int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
+                     const struct sfb_wire_piece *pieces, size_t npieces,
+                     uint8_t hdr[SFB_WIRE_HDR_SIZE]);
+
+/* Best effort: tells every peer the job is aborted (ABORT frame with the
+ * reason) and waits briefly for the sends. Compute thread. */
+void sfb__comm_abort(struct sfb__comm *c, const char *reason);
+
+/* Orderly end: flushes sends, says BYE carrying `last` (this rank's last
+ * clock, −1 for none: peers waiting for a later one fail at once) and waits
+ * in a barrier until every rank got here (so no rank closes while another
+ * still needs its frames). Returns 0 or a negative code (a peer's failure
+ * reason before a broken barrier's). Compute thread. */
+int sfb__comm_finish(struct sfb__comm *c, int64_t last);
+
+/* Stops heartbeats, closes transport, loop and bootstrap. NULL is a no-op. */
+void sfb__comm_close(struct sfb__comm **c);
+
+#endif

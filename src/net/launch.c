@@ -1,0 +1,537 @@
+/* Local launcher: fork P workers, relay their output line by line with a rank
+ * prefix, forward signals, stop everyone when one fails. */
+#include "config.h"
+#include "src/net/launch.h"
+#include "sfb/launch.h"
+#include "src/base/common.h"
+#include "src/base/timeline.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <rdma/fabric.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LINE_CAP (64 * 1024)
+
+struct stream {
+    int fd;  /* read end, -1 once closed */
+    int out; /* destination fd */
+    size_t used, cap;
+    char *buf;
+};
+
+struct child {
+    pid_t pid;
+    int alive;
+    struct stream s[2];
+};
+
+struct launcher {
+    int n;
+    struct child *c;
+    char *scratch; /* one prefixed line */
+    size_t scratch_cap;
+    int failed_rank, failed_status; /* first failure */
+    int stopping, sigs_forwarded, abort_sig, timed_out;
+    int sent_sigkill;
+    double kill_at;
+    double first_exit, last_exit; /* sfb__now() of the first and last reap */
+};
+
+void sfb__launch_default_settings(struct sfb__launch_settings *s)
+{
+    s->grace_s = 3;
+    s->timeout_s = 0;
+    s->out_fd = 1;
+    s->err_fd = 2;
+    s->host = "127.0.0.1";
+    s->worker = NULL;
+}
+
+int sfb__launch_free_port(const char *host)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return sfb__error(-SFB_EUSAGE, "launch: host '%s' is not an IPv4 address", host);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return sfb__error(-errno, "launch: socket: %s", strerror(errno));
+    socklen_t l = sizeof a;
+    int r = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+        r = sfb__error(-errno, "launch: cannot find a free port on %s: %s", host, strerror(errno));
+    close(fd);
+    return r ? r : ntohs(a.sin_port);
+}
+
+int sfb__launch_self_path(char *buf, size_t len)
+{
+    if (len < 2) return -ENAMETOOLONG;
+    ssize_t n = readlink("/proc/self/exe", buf, len);
+    if (n < 0) return sfb__error(-errno, "launch: readlink /proc/self/exe: %s", strerror(errno));
+    if ((size_t)n >= len) return sfb__error(-ENAMETOOLONG, "launch: executable path longer than %zu", len - 1);
+    buf[n] = 0;
+    return 0;
+}
+
+static void write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && errno == EAGAIN) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            poll(&pf, 1, 100);
+        } else {
+            return; /* a closed terminal or pipe: drop the output, keep supervising */
+        }
+    }
+}
+
+/* One line, prefixed, in one write() so lines of different ranks never mix. */
+static void emit(struct launcher *L, int rank, int out, const char *line, size_t len)
+{
+    char pre[24];
+    int pl = snprintf(pre, sizeof pre, "[%d] ", rank);
+    if (sfb__reserve((void **)&L->scratch, &L->scratch_cap, (size_t)pl + len + 1)) {
+        write_all(out, pre, (size_t)pl); /* out of memory: still deliver the text */
+        write_all(out, line, len);
+        write_all(out, "\n", 1);
+        return;
+    }
+    memcpy(L->scratch, pre, (size_t)pl);
+    memcpy(L->scratch + pl, line, len);
+    L->scratch[(size_t)pl + len] = '\n';
+    write_all(out, L->scratch, (size_t)pl + len + 1);
+}
+
+static void stream_close(struct launcher *L, int rank, struct stream *s)
+{
+    if (s->fd < 0) return;
+    if (s->used) emit(L, rank, s->out, s->buf, s->used);
+    s->used = 0;
+    close(s->fd);
+    s->fd = -1;
+}
+
+static void stream_read(struct launcher *L, int rank, struct stream *s)
+{
+    if (s->cap - s->used < 1024 && s->cap < LINE_CAP) {
+        size_t want = SFB_MIN(LINE_CAP, s->cap ? s->cap * 2 : 4096);
+        if (sfb__reserve((void **)&s->buf, &s->cap, want) && s->cap == 0) {
+            stream_close(L, rank, s);
+            return;
+        }
+    }
+    ssize_t n = read(s->fd, s->buf + s->used, s->cap - s->used);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+        stream_close(L, rank, s);
+        return;
+    }
+    size_t start = 0, end = s->used + (size_t)n;
+    for (size_t i = s->used; i < end; i++)
+        if (s->buf[i] == '\n') {
+            emit(L, rank, s->out, s->buf + start, i - start);
+            start = i + 1;
+        }
+    if (start == 0 && end == s->cap) { /* a line longer than the buffer: split it */
+        emit(L, rank, s->out, s->buf, end);
+        start = end;
+    }
+    memmove(s->buf, s->buf + start, end - start);
+    s->used = end - start;
+}
+
+static void signal_all(struct launcher *L, int sig)
+{
+    if (sig == SIGKILL) L->sent_sigkill = 1;
+    for (int i = 0; i < L->n; i++)
+        if (L->c[i].alive) kill(L->c[i].pid, sig);
+}
+
+static void start_stopping(struct launcher *L, double grace)
+{
+    if (L->stopping) return;
+    L->stopping = 1;
+    L->kill_at = sfb__now() + grace;
+    signal_all(L, SIGTERM);
+}
+
+static void reap(struct launcher *L, double grace)
+{
+    for (int i = 0; i < L->n; i++) {
+        struct child *c = &L->c[i];
+        int st;
+        if (!c->alive) continue;
+        pid_t p = waitpid(c->pid, &st, WNOHANG);
+        if (p == 0 || (p < 0 && errno == EINTR)) continue;
+        c->alive = 0;
+        L->last_exit = sfb__now();
+        if (!L->first_exit) L->first_exit = L->last_exit;
+        if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        /* Ranks that die after the job started stopping are not the cause,
+         * except one killed by a signal nobody here sent: a peer that saw
+         * the fabric fail may exit before the killed rank is reaped, and
+         * the killed rank is what the user must hear about. */
+        int foreign = WIFSIGNALED(st) && !L->sigs_forwarded && WTERMSIG(st) != SIGTERM &&
+                      !(WTERMSIG(st) == SIGKILL && L->sent_sigkill);
+        if (foreign && L->failed_rank >= 0 && !WIFSIGNALED(L->failed_status)) {
+            L->failed_rank = i;
+            L->failed_status = st;
+        }
+        if (L->failed_rank < 0 && !L->stopping) {
+            L->failed_rank = i;
+            L->failed_status = st;
+            start_stopping(L, grace);
+        }
+    }
+}
+
+static int n_alive(const struct launcher *L)
+{
+    int k = 0;
+    for (int i = 0; i < L->n; i++) k += L->c[i].alive;
+    return k;
+}
+
+/* In the child between fork and exec: wire stdio, set the rendezvous
+ * environment, arrange to die with the launcher, then exec argv or, with
+ * s->worker, call it in this copy of the launcher. Never returns. */
+static void child_exec(int rank, int n, const struct sfb__launch_settings *s, int port, uint64_t key,
+                       pid_t parent, const char *t0, const int out[2], const int err[2],
+                       const sigset_t *oldmask, const struct launcher *L, int sfd, char *const argv[])
+{
+    const char *host = s->host;
+    char v[64];
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent) _exit(126);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("SFB_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", n);
+    setenv("SFB_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%s:%d", host, port);
+    setenv("SFB_RENDEZVOUS", v, 1);
+    snprintf(v, sizeof v, "0x%016" PRIx64, key);
+    setenv("SFB_JOB_KEY", v, 1);
+    setenv(SFB__LAUNCH_T0_ENV, t0, 1);
+    if (s->worker) {
+        /* No exec closes what the launcher holds: the signalfd and the read
+         * ends of the earlier ranks' pipes. */
+        close(sfd);
+        for (int i = 0; i < rank; i++)
+            for (int k = 0; k < 2; k++)
+                if (L->c[i].s[k].fd >= 0) close(L->c[i].s[k].fd);
+        close(out[0]);
+        close(err[0]);
+        if (out[1] > 2) close(out[1]);
+        if (err[1] > 2) close(err[1]);
+        /* ps / pgrep tell the ranks apart (an exec'd worker has its
+         * SFB_RANK in /proc/PID/environ; a fork's setenv is not seen there) */
+        snprintf(v, sizeof v, "sfb rank %d", rank);
+        prctl(PR_SET_NAME, v);
+        sigprocmask(SIG_SETMASK, oldmask, NULL);
+        int argc = 0;
+        while (argv[argc]) argc++;
+        exit(s->worker(argc, (char **)argv));
+    }
+    sigprocmask(SIG_SETMASK, oldmask, NULL);
+    execvp(argv[0], argv);
+    dprintf(2, "sfb run: cannot execute %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* "SIGTERM" (what users type with kill -s), or strsignal's text for a
+ * signal without an abbreviation. */
+static const char *sig_name(char buf[32], int sig)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, 32, "SIG%s", abbrev);
+    else
+        snprintf(buf, 32, "%s", strsignal(sig));
+    return buf;
+}
+
+/* What stopped the job of the latest sfb__launch_local (main thread). */
+static int stop_signal;
+
+static int describe_failure(const struct launcher *L)
+{
+    int st = L->failed_status;
+    char name[32];
+    if (WIFSIGNALED(st))
+        return sfb__error(-SFB_EPEER, "rank %d killed by signal %d (%s)", L->failed_rank, WTERMSIG(st),
+                          sig_name(name, WTERMSIG(st)));
+    return sfb__error(-SFB_EPEER, "rank %d exited with status %d", L->failed_rank,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : st);
+}
+
+int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
+{
+    struct sfb__launch_settings def;
+    stop_signal = 0;
+    if (!s) {
+        sfb__launch_default_settings(&def);
+        s = &def;
+    }
+    if (nprocs < 1 || nprocs > SFB__LAUNCH_MAX_PROCS)
+        return sfb__error(-SFB_EUSAGE, "launch: -n %d: expected 1..%d processes", nprocs, SFB__LAUNCH_MAX_PROCS);
+    if (!argv || !argv[0]) return sfb__error(-SFB_EUSAGE, "launch: no worker command");
+    int port = sfb__launch_free_port(s->host);
+    if (port < 0) return port;
+    uint64_t key = 0;
+    while (key == 0)
+        if (getrandom(&key, sizeof key, 0) != (ssize_t)sizeof key) key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+
+    struct launcher L = {0};
+    L.n = nprocs;
+    L.failed_rank = -1;
+    L.c = calloc((size_t)nprocs, sizeof *L.c);
+    if (!L.c) return -ENOMEM;
+    for (int i = 0; i < nprocs; i++) L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
+
+    /* SIGCHLD and the forwarded signals are taken through a signalfd, so the
+     * loop below sees them in order with pipe data and no handler races. */
+    sigset_t mask, oldmask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &oldmask);
+    int r = 0, sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        r = sfb__error(-errno, "launch: signalfd: %s", strerror(errno));
+        goto restore;
+    }
+    pid_t self = getpid();
+    /* nothing buffered here may be written again by a forked worker */
+    fflush(NULL);
+    /* the workers' origin of "launch to first clock" (src/base/timeline.h) */
+    double t0 = sfb__now();
+    char t0s[32];
+    snprintf(t0s, sizeof t0s, "%.6f", t0);
+    for (int i = 0; i < nprocs; i++) {
+        int out[2], err[2];
+        if (pipe2(out, O_CLOEXEC) < 0) {
+            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+            break;
+        }
+        if (pipe2(err, O_CLOEXEC) < 0) {
+            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+            close(out[0]);
+            close(out[1]);
+            break;
+        }
+        pid_t pid = fork();
+        if (pid == 0) child_exec(i, nprocs, s, port, key, self, t0s, out, err, &oldmask, &L, sfd, argv);
+        close(out[1]);
+        close(err[1]);
+        if (pid < 0) {
+            r = sfb__error(-errno, "launch: fork of rank %d: %s", i, strerror(errno));
+            close(out[0]);
+            close(err[0]);
+            break;
+        }
+        struct child *c = &L.c[i];
+        c->pid = pid;
+        c->alive = 1;
+        c->s[0].fd = out[0];
+        c->s[0].out = s->out_fd;
+        c->s[1].fd = err[0];
+        c->s[1].out = s->err_fd;
+        fcntl(out[0], F_SETFL, O_NONBLOCK);
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
+    }
+    if (r) start_stopping(&L, s->grace_s);
+    double forked = sfb__now();
+
+    /* pf[j] (j >= 1) is stream src[j] of its rank: no search per event */
+    struct pollfd *pf = calloc(2 * (size_t)nprocs + 1, sizeof *pf);
+    int *src = calloc(2 * (size_t)nprocs + 1, sizeof *src);
+    if (!pf || !src) {
+        free(pf);
+        pf = NULL;
+        r = -ENOMEM;
+        signal_all(&L, SIGKILL);
+        for (int i = 0; i < nprocs; i++)
+            if (L.c[i].alive) {
+                while (waitpid(L.c[i].pid, NULL, 0) < 0 && errno == EINTR) {}
+                L.c[i].alive = 0;
+            }
+    }
+    double end_at = s->timeout_s > 0 ? sfb__now() + s->timeout_s : 0, drain_until = 0;
+    while (pf) {
+        double now = sfb__now();
+        if (end_at && now >= end_at && !L.stopping) {
+            L.timed_out = 1;
+            start_stopping(&L, s->grace_s);
+        }
+        if (L.stopping && now >= L.kill_at) {
+            signal_all(&L, SIGKILL);
+            L.kill_at = now + 1.0; /* repeat, without spinning, until reaped */
+        }
+        int nf = 0;
+        pf[nf++] = (struct pollfd){sfd, POLLIN, 0};
+        for (int i = 0; i < nprocs; i++)
+            for (int k = 0; k < 2; k++)
+                if (L.c[i].s[k].fd >= 0) {
+                    src[nf] = 2 * i + k;
+                    pf[nf++] = (struct pollfd){L.c[i].s[k].fd, POLLIN, 0};
+                }
+        int alive = n_alive(&L);
+        if (!alive) {
+            /* Everyone is reaped; a grandchild may still hold a pipe open, so
+             * drain for a moment, then stop listening. */
+            if (nf == 1) break;
+            if (!drain_until) drain_until = now + 1.0;
+            if (now >= drain_until) break;
+        }
+        double wake = 1.0;
+        if (L.stopping) wake = SFB_MIN(wake, L.kill_at - now);
+        if (end_at) wake = SFB_MIN(wake, end_at - now);
+        if (drain_until) wake = SFB_MIN(wake, drain_until - now);
+        int pr = poll(pf, (nfds_t)nf, wake > 0 ? (int)(wake * 1000) + 1 : 0);
+        if (pr < 0 && errno != EINTR) {
+            r = sfb__error(-errno, "launch: poll: %s", strerror(errno));
+            signal_all(&L, SIGKILL);
+            while (n_alive(&L)) reap(&L, 0);
+            break;
+        }
+        if (pr <= 0) {
+            if (L.stopping) reap(&L, s->grace_s); /* after a SIGKILL, without SIGCHLD */
+            continue;
+        }
+        int chld = 0;
+        if (pf[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD) {
+                    chld = 1; /* reaped below */
+                    continue;
+                }
+                /* First signal: pass it on and give the grace period; a
+                 * second one means "now". */
+                if (L.sigs_forwarded++) {
+                    signal_all(&L, SIGKILL);
+                } else {
+                    signal_all(&L, (int)si.ssi_signo);
+                    L.stopping = 1;
+                    L.kill_at = sfb__now() + s->grace_s;
+                }
+                if (!L.abort_sig) L.abort_sig = (int)si.ssi_signo;
+            }
+        }
+        for (int j = 1; j < nf; j++)
+            if (pf[j].revents) stream_read(&L, src[j] / 2, &L.c[src[j] / 2].s[src[j] % 2]);
+        /* waitpid for each child only when one exited, not on every line */
+        if (chld) reap(&L, s->grace_s);
+    }
+    free(pf);
+    free(src);
+    if (L.last_exit)
+        SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
+                  "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
+                  nprocs, forked - t0, L.first_exit - t0, L.last_exit - t0, L.last_exit);
+    for (int i = 0; i < nprocs; i++)
+        for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
+    if (!r && L.failed_rank >= 0) r = describe_failure(&L);
+    char name[32];
+    stop_signal = L.abort_sig; /* also when a worker's failure came first */
+    if (!r && L.abort_sig)
+        r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L.abort_sig,
+                       sig_name(name, L.abort_sig));
+    if (!r && L.timed_out)
+        r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped", s->timeout_s);
+    close(sfd);
+restore:
+    /* Drop a SIGCHLD that arrived after the last read so unblocking cannot
+     * deliver it to a caller that installed a handler. */
+    {
+        sigset_t pend;
+        struct timespec zero = {0, 0};
+        sigset_t chld;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        while (sigpending(&pend) == 0 && sigismember(&pend, SIGCHLD) && sigtimedwait(&chld, NULL, &zero) > 0) {}
+    }
+    sigprocmask(SIG_SETMASK, &oldmask, NULL);
+    for (int i = 0; i < nprocs; i++)
+        for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);
+    free(L.c);
+    free(L.scratch);
+    return r;
+}
+
+int sfb_launch_local(int nprocs, char *const argv[])
+{
+    SFB_ENTER();
+    SFB_ARG(argv);
+    SFB_ARG(argv[0]);
+    return sfb__launch_local(nprocs, argv, NULL);
+}
+
+/* libfabric's one-time initialisation (fi_ini, on the first fi_getinfo):
+ * it loads and probes every provider built in (the verbs provider reads
+ * /proc/kallsyms twice, ~70 ms of kernel CPU). Done here, a forked worker
+ * inherits it. Starts no thread and opens no fabric. */
+static void preinit_fabric(void)
+{
+    struct fi_info *hints = fi_allocinfo(), *info = NULL;
+    if (!hints) return;
+    hints->fabric_attr->prov_name = strdup("shm");
+    hints->ep_attr->type = FI_EP_RDM;
+    double t = sfb__now();
+    if (fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info) == 0) fi_freeinfo(info);
+    fi_freeinfo(hints);
+    SFB_LOG_D("launch: libfabric initialised in %.3f s", sfb__now() - t);
+}
+
+int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
+{
+    SFB_ENTER();
+    SFB_ARG(worker);
+    SFB_ARG(argv);
+    SFB_ARG(argv[0]);
+    struct sfb__launch_settings s;
+    sfb__launch_default_settings(&s);
+    const char *e = getenv("SFB_LAUNCH_EXEC");
+    if (!(e && !strcmp(e, "1"))) {
+        s.worker = worker;
+        preinit_fabric(); /* once here instead of once per worker */
+    }
+    return sfb__launch_local(nprocs, argv, &s);
+}
+
+int sfb_launch_stop_signal(void)
+{
+    return stop_signal;
+}
+
+int sfb_launch_self_path(char *buf, size_t len)
+{
+    SFB_ENTER();
+    SFB_ARG(buf);
+    return sfb__launch_self_path(buf, len);
+}

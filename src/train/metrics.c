@@ -1,0 +1,126 @@
+#include "config.h"
+#include "src/train/metrics.h"
+#include "src/base/common.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/resource.h>
+
+char *sfb__path_for_rank(const char *pattern, uint32_t rank)
+{
+    size_t n = strlen(pattern);
+    char *out = malloc(n + 16 * 10 + 1);
+    if (!out) return NULL;
+    char *o = out;
+    int reps = 0;
+    for (const char *p = pattern; *p; p++) {
+        if (p[0] == '%' && p[1] == 'r' && reps < 16) {
+            o += sprintf(o, "%u", rank);
+            p++;
+            reps++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+int sfb__metrics_open(struct sfb__metrics *m, const char *pattern, uint32_t rank)
+{
+    memset(m, 0, sizeof *m);
+    m->rank = rank;
+    if (!pattern) return 0;
+    m->path = sfb__path_for_rank(pattern, rank);
+    if (!m->path) return sfb__error(-ENOMEM, "out of memory");
+    m->f = fopen(m->path, "w");
+    if (!m->f) {
+        int e = errno;
+        sfb__error(-e, "%s: cannot open metrics file: %s", m->path, strerror(e));
+        free(m->path);
+        m->path = NULL;
+        return -e;
+    }
+    setvbuf(m->f, NULL, _IOFBF, 1 << 16);
+    return 0;
+}
+
+const char *sfb__json_num(char buf[32], double v)
+{
+    if (isfinite(v))
+        snprintf(buf, 32, "%.6g", v);
+    else
+        snprintf(buf, 32, "null");
+    return buf;
+}
+
+static void put_num(FILE *f, const char *key, double v)
+{
+    char b[32];
+    fprintf(f, ",\"%s\":%s", key, sfb__json_num(b, v));
+}
+
+void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics *c)
+{
+    if (!m->f) return;
+    FILE *f = m->f;
+    fprintf(f, "{\"rank\":%u,\"clock\":%lld,\"epoch\":%u", m->rank, (long long)c->clock,
+            c->epoch);
+    put_num(f, "wall", c->wall);
+    fprintf(f, ",\"t_begin\":%.6f,\"t_publish\":%.6f", c->t_begin, c->t_publish);
+    put_num(f, "compute_s", c->compute_s);
+    put_num(f, "wait_s", c->wait_s);
+    put_num(f, "apply_s", c->apply_s);
+    fprintf(f,
+            ",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"msgs_sent\":%llu,\"msgs_recv\":%llu,"
+            "\"staleness\":%lld,\"min_applied\":%lld,\"applied_early\":%llu",
+            (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_recv,
+            (unsigned long long)c->msgs_sent, (unsigned long long)c->msgs_recv,
+            (long long)c->staleness, (long long)c->min_applied,
+            (unsigned long long)c->applied_early);
+    fprintf(f, ",\"data_msgs\":%llu,\"data_bytes\":%llu", (unsigned long long)c->data_msgs,
+            (unsigned long long)c->data_bytes);
+    put_num(f, "objective", c->objective);
+    put_num(f, "samples_per_s", c->samples_per_s);
+    put_num(f, "lr", c->lr);
+    fputs("}\n", f);
+}
+
+void sfb__metrics_event(struct sfb__metrics *m, const char *name, const char *fields, ...)
+{
+    if (!m->f) return;
+    fprintf(m->f, "{\"event\":\"%s\",\"rank\":%u,", name, m->rank);
+    va_list ap;
+    va_start(ap, fields);
+    vfprintf(m->f, fields, ap);
+    va_end(ap);
+    fputs("}\n", m->f);
+    /* events are rare and worth having on disk at once; a failure here is
+     * remembered with its errno (ferror() keeps no errno) for close */
+    if (fflush(m->f) != 0 && !m->err) m->err = errno ? errno : EIO;
+}
+
+int sfb__metrics_close(struct sfb__metrics *m)
+{
+    int ret = 0;
+    if (m->f) {
+        /* Every way a buffered write can fail: an earlier flush, this one,
+         * a sticky stream error, the close. The first errno wins. */
+        int e = m->err;
+        if (fflush(m->f) != 0 && !e) e = errno ? errno : EIO;
+        if (ferror(m->f) && !e) e = EIO;
+        if (fclose(m->f) != 0 && !e) e = errno ? errno : EIO;
+        if (e) ret = sfb__error(-e, "%s: cannot write the metrics: %s", m->path, strerror(e));
+    }
+    free(m->path);
+    memset(m, 0, sizeof *m);
+    return ret;
+}
+
+uint64_t sfb__peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0 || ru.ru_maxrss < 0) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024u; /* KiB on Linux */
+}

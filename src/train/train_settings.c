@@ -1,0 +1,126 @@
+/* Training settings: defaults, the step-size schedules, and the checks a
+ * run's settings pass before anything starts (src/train/train.c runs the loop). */
+#include "config.h"
+#include "sfb/model.h"
+#include "sfb/sync.h"
+#include "sfb/topo.h"
+#include "sfb/train.h"
+#include "src/base/common.h"
+#include "src/train/train_settings.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+void sfb_train_default_settings(struct sfb_train_settings *s)
+{
+    if (!s) return;
+    memset(s, 0, sizeof *s);
+    s->model = "mlr";
+    s->data = "fashion-mnist";
+    sfb_libsvm_default_settings(&s->libsvm);
+    s->batch = 0;
+    s->epochs = 10;
+    s->lr = 0; /* the model's default */
+    s->lr_schedule = SFB_LR_INVSQRT;
+    s->lr_decay = 0.5;
+    s->lambda = -1;
+    s->seed = 1;
+    s->threads = 1;
+    s->eval_every = 1;
+    s->sync = "sfb";
+    s->staleness = 0;
+    s->apply_early = -1;
+    s->peer_timeout = 5.0;
+    s->topology = "full";
+    s->debug_slow_rank = -1;
+    s->debug_slow_factor = 1.0;
+}
+
+double sfb_train_lr0(const struct sfb_train_settings *s)
+{
+    SFB_ARG_OR(s, NAN);
+    if (s->lr > 0) return s->lr;
+    return s->model && !strcmp(s->model, "dml") ? 0.01 : 1.0;
+}
+
+double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
+{
+    SFB_ARG_OR(s, NAN);
+    double lr = sfb_train_lr0(s);
+    /* Default period: 1 % of an epoch, so the step decays like 1/sqrt(t)
+     * early on whatever the batch size. */
+    double period = (double)(s->lr_period ? s->lr_period : SFB_MAX(cpe / 100, (uint64_t)1));
+    switch (s->lr_schedule) {
+    case SFB_LR_INVSQRT:
+        return lr / sqrt(1.0 + (double)clock / period);
+    case SFB_LR_STEP:
+        return lr * pow(s->lr_decay, floor((double)clock / period));
+    case SFB_LR_CONSTANT:
+    default:
+        return lr;
+    }
+}
+
+int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
+{
+    if (!s) return sfb__error(-EINVAL, "no settings");
+    if (!s->model || !sfb_model_find(s->model))
+        return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
+                          sfb_model_names());
+    if (!s->data) return sfb__error(-EINVAL, "no data given");
+    if (s->progress && strcmp(s->progress, "auto") && strcmp(s->progress, "spin") &&
+        strcmp(s->progress, "block"))
+        return sfb__error(-EINVAL, "progress \"%s\" is not auto, spin or block", s->progress);
+    if (!(s->lr >= 0) || !isfinite(s->lr))
+        return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
+    if (!isfinite(s->lambda)) return sfb__error(-EINVAL, "lambda must be a number >= 0");
+    if (s->epochs == 0 && s->clocks == 0)
+        return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
+    if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
+    if (!sfb__sync_find(s->sync ? s->sync : ""))
+        return sfb__error(-EINVAL, "unknown synchronization \"%s\"", s->sync ? s->sync : "");
+    const char *topo = s->topology ? s->topology : "full";
+    int overlay = strcmp(topo, "full") != 0;
+    if (overlay && s->sync && !strcmp(s->sync, "fms"))
+        return sfb__error(-SFB_EUSAGE, "--topology %s applies to --sync sfb; FMS sends row "
+                          "blocks to their owners directly", topo);
+    if (!overlay && s->degree)
+        return sfb__error(-SFB_EUSAGE, "--degree applies to an overlay; add --topology halton");
+    if (!overlay && s->flush_clock)
+        return sfb__error(-SFB_EUSAGE, "--flush applies to an overlay; add --topology halton");
+    if (s->checkpoint_dir && !s->checkpoint_every)
+        return sfb__error(-SFB_EUSAGE, "--checkpoint-dir needs --checkpoint-every N");
+    /* A checkpoint drains mid-run; a clock-flushing relay would leave clock
+     * mode for good after its drain (sfb/broadcast.c). */
+    if ((s->checkpoint_every || s->resume_dir) && s->flush_clock)
+        return sfb__error(-SFB_EUSAGE, "--checkpoint-every and --resume need --flush eager "
+                          "(a checkpoint drains the relays mid-run)");
+    /* The same bounds sfb/broadcast.c enforces when the relay opens, checked
+     * here so a launcher refuses them once, before any worker starts. */
+    if (s->flush_clock && (s->staleness < 0 || s->staleness > 48))
+        return sfb__error(-SFB_EUSAGE, "--flush clock needs a bounded staleness (0..48), not %lld",
+                          (long long)s->staleness);
+    if (world > 1 && overlay) {
+        struct sfb_topo *t = NULL;
+        int ret = sfb_topo_open(&t, topo, world, s->degree);
+        if (ret) return ret;
+        uint32_t diam = sfb_topo_diameter(t);
+        sfb_topo_close(&t);
+        if (s->flush_clock && diam > (uint64_t)s->staleness + 1)
+            return sfb__error(-SFB_EUSAGE,
+                              "--flush clock moves a frame one hop per clock, so SSP needs "
+                              "--staleness >= diameter - 1 = %u for --topology %s with %u "
+                              "workers (now %lld)",
+                              diam - 1, topo, world, (long long)s->staleness);
+    }
+    if (world && s->debug_slow_rank >= 0 && (uint32_t)s->debug_slow_rank >= world)
+        return sfb__error(-SFB_EUSAGE, "--debug-slow-rank %d: the job has ranks 0..%u",
+                          s->debug_slow_rank, world - 1);
+    return 0;
+}
+
+int sfb__train_validate(const struct sfb_train_settings *s)
+{
+    return sfb_train_check_settings(s, 0);
+}
