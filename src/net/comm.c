@@ -87,6 +87,9 @@ int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
     h->job_key = c->job_key;
+    if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) && h->origin == c->rank &&
+        h->clock == c->last_clock)
+        h->flags |= SFB_WIRE_F_LAST;
     return sfb__wire_encode(h, pieces, npieces, hdr);
 }
 
@@ -124,6 +127,15 @@ static void rejected(struct sfb__comm *c, uint32_t src, int code)
          c->rank, src, sfb_error_message(code));
 }
 
+/* A data frame of its origin's last clock: nothing later will come from
+ * that origin (the waits fail at once instead of hanging). */
+static void note_last(struct sfb__comm *c, const struct sfb_wire_hdr *h)
+{
+    if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) &&
+        (h->flags & SFB_WIRE_F_LAST) && h->origin < c->world && h->origin != c->rank)
+        atomic_store_explicit(&c->final_clock[h->origin], h->clock, memory_order_release);
+}
+
 /* Loop thread: every received frame passes here first. Control frames end
  * here; data frames go to the engine's hook or to the inbox. */
 static int on_frame(void *user, struct sfb__frame *f)
@@ -153,6 +165,11 @@ static int on_frame(void *user, struct sfb__frame *f)
             sfb__buf_put(f->buf);
             return 1;
         }
+        sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
+        while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
+            note_last(c, &ih);
+    } else {
+        note_last(c, &h);
     }
     if (f->src < c->world) {
         c->last_heard[f->src] = sfb__now();
@@ -456,6 +473,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     struct sfb__comm *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
     c->s = *s;
+    c->last_clock = -2;
     struct sfb__bootstrap_settings bss;
     sfb__bootstrap_default_settings(&bss);
     bss.timeout_s = s->bootstrap_timeout_s;
@@ -626,6 +644,23 @@ void sfb__comm_abort(struct sfb__comm *c, const char *reason)
     sfb__transport_flush(c->t, 1.0);
 }
 
+/* Loop thread (it owns talks and last_sent): the peers a BYE goes to. */
+struct bye_to {
+    struct sfb__comm *c;
+    uint8_t *to;
+    int flagged;
+};
+static void bye_to_in_loop(void *arg)
+{
+    struct bye_to *a = arg;
+    struct sfb__comm *c = a->c;
+    uint32_t w[2];
+    unsigned nw = watched(c, w);
+    for (uint32_t p = 0; p < c->world; p++)
+        a->to[p] = !a->flagged || c->talks[p] || c->last_sent[p] > 0 || p == w[0] ||
+                   (nw > 1 && p == w[1]);
+}
+
 int sfb__comm_finish(struct sfb__comm *c, int64_t last)
 {
     if (!c->t) return 0;
@@ -634,13 +669,26 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last)
     sfb__phase_mark(SFB__PH_FLUSHED);
     uint8_t final[8];
     sfb__put_u64(final, (uint64_t)last);
+    /* The flagged frames of the last clock told every peer already (relays
+     * forward them): the BYE only releases the peers that watch this rank
+     * (ring neighbours) or heartbeat it (those it talked with). */
+    uint8_t *to = calloc(c->world, 1);
+    struct bye_to a = {c, to, last >= 0 && last == c->last_clock};
+    int all = !to || sfb__loop_call(c->loop, bye_to_in_loop, &a) != 0;
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
+        if (p != c->rank && (all || to[p]))
+            sfb__comm_send_control(c, p, SFB_WIRE_BYE, final, sizeof final, 1.0);
+    free(to);
     sfb__transport_flush(c->t, 2.0);
     sfb__phase_mark(SFB__PH_BYE);
     ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
     sfb__phase_mark(SFB__PH_FINAL);
     return ret ? ret : sfb__comm_check(c);
+}
+
+void sfb__comm_set_last_clock(struct sfb__comm *c, int64_t last)
+{
+    c->last_clock = last;
 }
 
 void sfb__comm_close(struct sfb__comm **pc)

@@ -55,7 +55,8 @@ struct sfb__comm {
     double *last_sent;     /* when a send to each peer last completed */
     uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
     uint8_t *said_bye;
-    _Atomic int64_t *final_clock; /* a peer's last clock from its BYE (INT64_MAX: running) */
+    _Atomic int64_t *final_clock; /* a peer's last clock (BYE or last-clock flag; INT64_MAX: running) */
+    int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     double *gone_since;    /* when a peer's process was first seen gone */
     double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
@@ -124,7 +125,10 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type
                            const void *payload, size_t len, double timeout_s);
 
 /* Encodes the header of a frame of this job (origin, sender = this rank
- * unless given) into hdr[SFB_WIRE_HDR_SIZE]. */
+ * unless given) into hdr[SFB_WIRE_HDR_SIZE]. This rank's own SF and
+ * DENSE_ROWS frames of its last clock (sfb__comm_set_last_clock) get the
+ * last-clock flag, so every rank that gets them, relayed or not, learns
+ * this rank's final clock without a BYE of its own. */
 int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
                      const struct sfb_wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE]);
@@ -139,6 +143,14 @@ void sfb__comm_abort(struct sfb__comm *c, const char *reason);
  * still needs its frames). Returns 0 or a negative code (a peer's failure
  * reason before a broken barrier's). Compute thread. */
 int sfb__comm_finish(struct sfb__comm *c, int64_t last);
+
+/* Tells comm this rank's last clock before its frames are sent (compute
+ * thread, before the first frame of that clock). comm_finish with the same
+ * `last` then says BYE only to the peers this rank talked with and its ring
+ * neighbours: the others learned the final clock from the flagged frames,
+ * and a BYE to every peer would open O(P²) connections (shm maps a region
+ * per peer) at the end of an overlay run. */
+void sfb__comm_set_last_clock(struct sfb__comm *c, int64_t last);
 
 /* Stops heartbeats, closes transport, loop and bootstrap. NULL is a no-op. */
 void sfb__comm_close(struct sfb__comm **c);

@@ -37,8 +37,11 @@ enum sfb_wire_type {
 };
 #define SFB_WIRE_TYPE_MAX 8
 
-/* flags: bit 0 = c is sparse; bits 4..5 = element precision. */
+/* flags: bit 0 = c is sparse; bit 1 = the origin's last clock (SF and
+ * DENSE_ROWS: nothing of a later clock will come from it); bits 4..5 =
+ * element precision. */
 #define SFB_WIRE_F_SPARSE 0x01u
+#define SFB_WIRE_F_LAST 0x02u
 #define SFB_WIRE_F_PREC_SHIFT 4
 #define SFB_WIRE_F_PREC_MASK 0x30u
 enum sfb_wire_prec {
@@ -47,7 +50,7 @@ enum sfb_wire_prec {
     SFB_WIRE_BF16 = 2,
     SFB_WIRE_F16 = 3,
 };
-#define SFB_WIRE_F_KNOWN (SFB_WIRE_F_SPARSE | SFB_WIRE_F_PREC_MASK)
+#define SFB_WIRE_F_KNOWN (SFB_WIRE_F_SPARSE | SFB_WIRE_F_LAST | SFB_WIRE_F_PREC_MASK)
 
 /* Decoded (host-order) header. */
 struct sfb_wire_hdr {

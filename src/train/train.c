@@ -482,6 +482,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     if (start > total)
         return sfb__error(-SFB_EUSAGE, "resumed at clock %llu, beyond the %llu clocks of this run",
                           (unsigned long long)start, (unsigned long long)total);
+    if (total) sfb__comm_set_last_clock(w->comm, (int64_t)total - 1);
     for (uint64_t t = start; t < total; t++) {
         if (every && t > start && t % every == 0 && (ret = checkpoint(w, (int64_t)t, 0)))
             return ret;

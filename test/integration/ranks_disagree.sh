@@ -98,6 +98,32 @@ check "finished peer: rank 0 exits 1 within 20 s (rc $rc0, $dt s)" \
 check "finished peer: rank 0 names rank 1's last clock and the one it waits for" \
   "grep -qF 'rank 1 finished at clock 9; rank 0 waits for its clock 10' $tmp/finished.0"
 check "finished peer: rank 1 exits non-zero by itself (rc $rc1)" "[ $rc1 != 0 ] && [ $rc1 != 137 ]"
+# on an overlay the early rank says BYE only to the peers it talked with;
+# the others learn its last clock from the last-clock flag of its frames,
+# relayed like the factors (8 ranks, halton: most pairs never talk)
+group_early() {
+  local port key t0 r a p=()
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  key=$(printf '%08x%08x' $RANDOM$RANDOM $RANDOM$RANDOM)
+  t0=$(date +%s.%N)
+  for r in 0 1 2 3 4 5 6 7; do
+    a="$base --topology halton"; [ $r = 5 ] && a="$a --clocks 10"
+    # shellcheck disable=SC2086
+    SFB_RANK=$r SFB_WORLD_SIZE=8 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=$key \
+      timeout -s KILL 40 "$SFB" worker $a --eval-every 0 -q --out-dir "$tmp/o.early.$r" \
+      >"$tmp/early.$r" 2>&1 &
+    p+=($!); pids+=($!)
+  done
+  early_rc=()
+  for r in 0 1 2 3 4 5 6 7; do wait "${p[$r]}"; early_rc+=($?); done
+  dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  last_logs=("$tmp/early.0" "$tmp/early.1" "$tmp/early.3")
+}
+group_early
+check "finished peer on halton: all 8 ranks exit 1 within 30 s (rc ${early_rc[*]}, $dt s)" \
+  "[ \"${early_rc[*]}\" = '1 1 1 1 1 1 1 1' ] && awk 'BEGIN{exit !($dt <= 30)}'"
+check "finished peer on halton: every other rank names rank 5's last clock" \
+  "! for r in 0 1 2 3 4 6 7; do grep -q 'rank 5 finished at clock 9' $tmp/early.\$r || echo \$r; done | grep -q ."
 for a in "--data synth:k=4,d=30,n=400,seed=1" "--model dml" "--batch 32"; do
   pair rejected "$base" "$base $a"
   check "frames of another shape ($a): both exit 1 within 20 s (rc $rc0/$rc1, $dt s)" \
