@@ -22,7 +22,7 @@ struct lb_msg {
     uint32_t src, dst;
     struct sfb__buf *frame; /* the copy, data[0..len) */
     size_t len;
-    struct sfb__buf *orig;  /* the sender's buffer, referenced until completion */
+    struct sfb__buf *orig; /* the sender's buffer, referenced until completion */
 };
 
 struct lb_queue {
@@ -44,11 +44,11 @@ struct lb_rank {
 
 struct sfb__loopback {
     uint32_t world;
-    pthread_mutex_t mu;   /* held by the rank whose turn it is */
+    pthread_mutex_t mu; /* held by the rank whose turn it is */
     pthread_cond_t main_cv;
-    int64_t turn;         /* rank holding the turn, -1: none */
+    int64_t turn; /* rank holding the turn, -1: none */
     struct lb_rank *r;
-    struct lb_queue net;  /* in flight, in send order */
+    struct lb_queue net; /* in flight, in send order */
     uint32_t barrier_in, done;
     uint64_t barrier_gen;
     uint64_t sent, sent_at_idle, idle;
@@ -61,8 +61,10 @@ struct sfb__loopback {
 static void push(struct lb_queue *q, struct lb_msg *m)
 {
     m->next = NULL;
-    if (q->tail) q->tail->next = m;
-    else q->head = m;
+    if (q->tail)
+        q->tail->next = m;
+    else
+        q->head = m;
     q->tail = m;
 }
 
@@ -133,8 +135,10 @@ static void pump(struct sfb__loopback *lb)
         d->st.recv_msgs++;
         d->st.recv_bytes += m->len;
         struct sfb__frame f = {m->frame, m->frame->data, m->len, src};
-        if (sfb__comm_deliver(d->c, &f)) free(m); /* taken with its reference */
-        else push(&d->inbox, m);
+        if (sfb__comm_deliver(d->c, &f))
+            free(m); /* taken with its reference */
+        else
+            push(&d->inbox, m);
         if (from->s.on_sent) from->s.on_sent(from->s.user, dst, orig, 0);
         sfb__buf_put(orig);
     }
@@ -166,17 +170,22 @@ static void hand_on(struct sfb__loopback *lb, uint32_t from)
         }
         /* Quiescent: nothing in flight, nobody can go on. */
         int recv = 0;
-        for (uint32_t k = 0; k < lb->world; k++) recv |= lb->r[k].state == LB_RECV;
+        for (uint32_t k = 0; k < lb->world; k++)
+            recv |= lb->r[k].state == LB_RECV;
         if (lb->sent != lb->sent_at_idle) {
             lb->sent_at_idle = lb->sent;
             lb->idle = 0;
         }
         if (!recv)
-            fail_all(lb, "loopback: ranks wait in a barrier that %u finished rank(s) will never "
-                         "enter", lb->done);
+            fail_all(lb,
+                     "loopback: ranks wait in a barrier that %u finished rank(s) will never "
+                     "enter",
+                     lb->done);
         else if (++lb->idle > LB_IDLE_MAX)
-            fail_all(lb, "loopback: every rank waits for frames and none is in flight "
-                         "(deadlock after %d idle rounds)", LB_IDLE_MAX);
+            fail_all(lb,
+                     "loopback: every rank waits for frames and none is in flight "
+                     "(deadlock after %d idle rounds)",
+                     LB_IDLE_MAX);
         /* the waits time out (or, failed, end) */
         for (uint32_t k = 0; k < lb->world; k++)
             if (lb->r[k].state == LB_RECV || (!recv && lb->r[k].state == LB_BARRIER))
@@ -186,7 +195,8 @@ static void hand_on(struct sfb__loopback *lb, uint32_t from)
 
 static void wait_turn(struct sfb__loopback *lb, struct lb_rank *r)
 {
-    while (lb->turn != (int64_t)r->rank) pthread_cond_wait(&r->cv, &lb->mu);
+    while (lb->turn != (int64_t)r->rank)
+        pthread_cond_wait(&r->cv, &lb->mu);
 }
 
 /* The running rank gives up the turn in `state` until it is its turn again. */
@@ -285,9 +295,12 @@ static int open_comm(struct lb_rank *r, uint32_t world, const struct sfb__comm_s
     c->world = world;
     c->job_key = 0x5fb100bac4ull;
     memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
-    c->job = (struct sfb_wire_job){.job_key = c->job_key, .world_size = world,
-                                   .shapes = c->shapes, .nshapes = s->nshapes,
-                                   .max_s = s->max_s, .max_payload = (uint64_t)1 << 32,
+    c->job = (struct sfb_wire_job){.job_key = c->job_key,
+                                   .world_size = world,
+                                   .shapes = c->shapes,
+                                   .nshapes = s->nshapes,
+                                   .max_s = s->max_s,
+                                   .max_payload = (uint64_t)1 << 32,
                                    .stats = &c->wstats};
     c->ops = &loop_ops;
     c->impl = r;
@@ -298,7 +311,8 @@ static int open_comm(struct lb_rank *r, uint32_t world, const struct sfb__comm_s
     c->final_clock = calloc(world, sizeof *c->final_clock);
     if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks)
         return -ENOMEM;
-    for (uint32_t p = 0; p < world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
+    for (uint32_t p = 0; p < world; p++)
+        atomic_init(&c->final_clock[p], INT64_MAX);
     return 0;
 }
 
@@ -357,8 +371,7 @@ static void *rank_main(void *arg)
 }
 
 int sfb__loopback_run(struct sfb__loopback *lb,
-                      int (*fn)(struct sfb__comm *c, uint32_t r, void *arg), void *arg,
-                      int *rets)
+                      int (*fn)(struct sfb__comm *c, uint32_t r, void *arg), void *arg, int *rets)
 {
     pthread_mutex_lock(&lb->mu);
     lb->fn = fn;
@@ -380,17 +393,20 @@ int sfb__loopback_run(struct sfb__loopback *lb,
     if (started < lb->world) {
         /* the started ranks run alone: the others count as finished */
         fail_all(lb, "loopback: rank %u could not start", started);
-        for (uint32_t k = started; k < lb->world; k++) lb->r[k].state = LB_DONE;
+        for (uint32_t k = started; k < lb->world; k++)
+            lb->r[k].state = LB_DONE;
         lb->done = lb->world - started;
     }
     if (started) {
         lb->turn = 0;
         pthread_cond_signal(&lb->r[0].cv);
     }
-    while (lb->done < lb->world) pthread_cond_wait(&lb->main_cv, &lb->mu);
+    while (lb->done < lb->world)
+        pthread_cond_wait(&lb->main_cv, &lb->mu);
     pump(lb); /* what the last rank sent reaches the inboxes */
     pthread_mutex_unlock(&lb->mu);
-    for (uint32_t k = 0; k < started; k++) pthread_join(lb->r[k].th, NULL);
+    for (uint32_t k = 0; k < started; k++)
+        pthread_join(lb->r[k].th, NULL);
     for (uint32_t k = 0; k < lb->world; k++) {
         if (rets) rets[k] = lb->r[k].ret;
         if (!ret && k < started) ret = lb->r[k].ret;
@@ -404,16 +420,15 @@ void sfb__loopback_yield(struct sfb__comm *c)
 }
 
 void sfb__loopback_set_tap(struct sfb__loopback *lb,
-                           void (*tap)(void *user, uint32_t src, uint32_t dst,
-                                       const uint8_t *frame, size_t len),
+                           void (*tap)(void *user, uint32_t src, uint32_t dst, const uint8_t *frame,
+                                       size_t len),
                            void *user)
 {
     lb->tap = tap;
     lb->tap_user = user;
 }
 
-void sfb__loopback_stats(const struct sfb__loopback *lb, uint32_t r,
-                         struct sfb__loopback_stats *st)
+void sfb__loopback_stats(const struct sfb__loopback *lb, uint32_t r, struct sfb__loopback_stats *st)
 {
     *st = r < lb->world ? lb->r[r].st : (struct sfb__loopback_stats){0};
 }

@@ -50,8 +50,7 @@ struct sfb__comm *sfb__loopback_comm(struct sfb__loopback *lb, uint32_t r);
  * every rank's result. Call from outside the ranks, one run at a time; the
  * ranks' comms keep their state between runs. */
 int sfb__loopback_run(struct sfb__loopback *lb,
-                      int (*fn)(struct sfb__comm *c, uint32_t r, void *arg), void *arg,
-                      int *rets);
+                      int (*fn)(struct sfb__comm *c, uint32_t r, void *arg), void *arg, int *rets);
 
 /* From inside fn: lets the other ranks run (and the network deliver) before
  * this rank goes on; models a slow rank. */
@@ -60,8 +59,8 @@ void sfb__loopback_yield(struct sfb__comm *c);
 /* Calls tap(user, src, dst, frame, len) for every frame as it is delivered,
  * before the receiver sees it (NULL: none). Outside a run. */
 void sfb__loopback_set_tap(struct sfb__loopback *lb,
-                           void (*tap)(void *user, uint32_t src, uint32_t dst,
-                                       const uint8_t *frame, size_t len),
+                           void (*tap)(void *user, uint32_t src, uint32_t dst, const uint8_t *frame,
+                                       size_t len),
                            void *user);
 
 void sfb__loopback_stats(const struct sfb__loopback *lb, uint32_t r,

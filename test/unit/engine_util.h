@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ENG_MAX_RANKS 16
+#define ENG_MAX_RANKS  16
 #define ENG_MAX_CLOCKS 24
 
 struct eng_cfg {
@@ -30,7 +30,7 @@ struct eng_cfg {
     int apply_early, flush_clock;
     const char *topology;
     uint32_t degree;
-    int slow_rank;   /* -1: none; else this rank yields slow_yields times per clock */
+    int slow_rank; /* -1: none; else this rank yields slow_yields times per clock */
     int slow_yields;
     int check_each_wait; /* s = 0: after every wait the replica equals the reference */
 };
@@ -49,7 +49,7 @@ struct eng_rank {
 struct eng_run {
     struct eng_cfg cfg;
     uint32_t rows, cols;
-    double *ref;      /* (clocks + 1) matrices: ref[t] = Σ over every origin's clocks < t */
+    double *ref; /* (clocks + 1) matrices: ref[t] = Σ over every origin's clocks < t */
     int64_t pub[ENG_MAX_RANKS]; /* last clock each rank published */
     struct eng_rank r[ENG_MAX_RANKS];
 };
@@ -109,9 +109,13 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     struct eng_run *run = arg;
     const struct eng_cfg *cfg = &run->cfg;
     struct eng_rank *er = &run->r[r];
-    struct sfb__sync_env env = {.comm = c, .model = er->model, .ssp = &er->ssp,
-                                .apply_early = cfg->apply_early, .staleness = cfg->staleness,
-                                .topology = cfg->topology, .degree = cfg->degree,
+    struct sfb__sync_env env = {.comm = c,
+                                .model = er->model,
+                                .ssp = &er->ssp,
+                                .apply_early = cfg->apply_early,
+                                .staleness = cfg->staleness,
+                                .topology = cfg->topology,
+                                .degree = cfg->degree,
                                 .flush_clock = cfg->flush_clock};
     void *priv = calloc(1, cfg->ops->priv_size);
     if (!priv) return -ENOMEM;
@@ -122,7 +126,8 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     }
     for (int64_t t = 0; t < cfg->clocks && !ret; t++) {
         if ((int)r == cfg->slow_rank)
-            for (int y = 0; y < cfg->slow_yields; y++) sfb__loopback_yield(c);
+            for (int y = 0; y < cfg->slow_yields; y++)
+                sfb__loopback_yield(c);
         struct sfb__sync_clock acct = {0};
         int64_t slow = cfg->slow_rank;
         er->slow_pub_at_entry[t] = slow >= 0 ? run->pub[slow] : 0;
@@ -192,7 +197,8 @@ static inline int eng_init(struct eng_run *run, const struct eng_cfg *cfg,
     for (int64_t t = 1; t <= cfg->clocks; t++) {
         double *m = run->ref + (size_t)t * mat;
         memcpy(m, m - mat, mat * sizeof *m);
-        for (uint32_t o = 0; o < cfg->world; o++) eng_add_delta(run, m, o, t - 1);
+        for (uint32_t o = 0; o < cfg->world; o++)
+            eng_add_delta(run, m, o, t - 1);
     }
     struct sfb__comm_settings cs;
     sfb__comm_default_settings(&cs);

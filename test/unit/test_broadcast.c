@@ -6,15 +6,23 @@
 
 static int run_replicas(uint32_t world, const char *topology)
 {
-    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops, .world = world, .k = 3, .d = 4, .s = 2,
-                          .clocks = 6, .staleness = 0, .topology = topology, .slow_rank = -1,
+    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                          .world = world,
+                          .k = 3,
+                          .d = 4,
+                          .s = 2,
+                          .clocks = 6,
+                          .staleness = 0,
+                          .topology = topology,
+                          .slow_rank = -1,
                           .check_each_wait = 1};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
     int rets[ENG_MAX_RANKS];
     int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
-    for (uint32_t r = 0; r < world; r++) ASSERT_EQ(rets[r], 0);
+    for (uint32_t r = 0; r < world; r++)
+        ASSERT_EQ(rets[r], 0);
     ASSERT_OK(ret);
     for (uint32_t r = 0; r < world; r++) {
         /* after the drain: every update of every clock, once */
@@ -46,8 +54,15 @@ static int test_replicas_halton(void)
 static int test_ssp_wait(void)
 {
     const int64_t s = 1;
-    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops, .world = 3, .k = 2, .d = 3, .s = 1,
-                          .clocks = 8, .staleness = s, .topology = "full", .slow_rank = 2,
+    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                          .world = 3,
+                          .k = 2,
+                          .d = 3,
+                          .s = 1,
+                          .clocks = 8,
+                          .staleness = s,
+                          .topology = "full",
+                          .slow_rank = 2,
                           .slow_yields = 3};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;

@@ -30,8 +30,14 @@ static int send_frame(struct sfb__comm *c, uint32_t dst, int64_t clock)
     if (ret) return ret;
     float v = (float)clock;
     memcpy(b->data, &v, 4);
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS, .origin = c->rank, .sender = c->rank,
-                             .clock = clock, .k = 1, .d = 1, .s = 0, .payload_len = 4};
+    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+                             .origin = c->rank,
+                             .sender = c->rank,
+                             .clock = clock,
+                             .k = 1,
+                             .d = 1,
+                             .s = 0,
+                             .payload_len = 4};
     struct sfb_wire_piece piece = {b->data, 4};
     uint8_t hdr[SFB_WIRE_HDR_SIZE];
     ret = sfb__comm_header(c, &h, &piece, 1, hdr);
@@ -84,7 +90,8 @@ static int test_order(void)
                                  "0 got 0",  "0 got 11", "0 got 22"};
     ASSERT_EQ(l.n, 6);
     for (int i = 0; i < 6; i++)
-        if (strcmp(l.ev[i], want[i])) TEST_FAIL_AT("event %d: \"%s\", not \"%s\"", i, l.ev[i], want[i]);
+        if (strcmp(l.ev[i], want[i]))
+            TEST_FAIL_AT("event %d: \"%s\", not \"%s\"", i, l.ev[i], want[i]);
     struct sfb__loopback_stats st;
     sfb__loopback_stats(lb, 0, &st);
     ASSERT_EQ(st.sent_msgs, 3);
@@ -154,7 +161,8 @@ static int test_deadlock_fails(void)
     ASSERT_OK(sfb__loopback_open(&lb, 3, NULL));
     int rets[3];
     ASSERT_EQ(sfb__loopback_run(lb, starve_rank, NULL, rets), -SFB_EPEER);
-    for (int r = 0; r < 3; r++) ASSERT_EQ(rets[r], -SFB_EPEER);
+    for (int r = 0; r < 3; r++)
+        ASSERT_EQ(rets[r], -SFB_EPEER);
     for (uint32_t r = 0; r < 3; r++)
         ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, r)->reason, "deadlock");
     sfb__loopback_close(&lb);
@@ -177,7 +185,8 @@ static int test_barrier(void)
     ASSERT_OK(sfb__loopback_open(&lb, 3, NULL));
     int rets[3], passed[3] = {0};
     ASSERT_EQ(sfb__loopback_run(lb, barrier_rank, passed, rets), -SFB_EPEER);
-    for (int r = 0; r < 3; r++) ASSERT_EQ(passed[r], 1);
+    for (int r = 0; r < 3; r++)
+        ASSERT_EQ(passed[r], 1);
     ASSERT_EQ(rets[0], -SFB_EPEER);
     ASSERT_EQ(rets[1], -SFB_EPEER);
     ASSERT_EQ(rets[2], 0);

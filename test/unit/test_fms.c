@@ -8,7 +8,7 @@
 
 struct fms_tap {
     struct eng_run *run;
-    uint32_t sums[ENG_MAX_RANKS][ENG_MAX_RANKS][ENG_MAX_CLOCKS]; /* [dst][owner][clock] */
+    uint32_t sums[ENG_MAX_RANKS][ENG_MAX_RANKS][ENG_MAX_CLOCKS];   /* [dst][owner][clock] */
     uint32_t pushes[ENG_MAX_RANKS][ENG_MAX_RANKS][ENG_MAX_CLOCKS]; /* [owner][pusher][clock] */
     uint64_t wrong, odd;
 };
@@ -26,7 +26,8 @@ static int rows_match(const struct eng_run *run, const uint8_t *payload, uint32_
     size_t n = (size_t)run->rows * run->cols;
     double *m = calloc(n, sizeof *m);
     if (!m) return 0;
-    for (uint32_t o = o0; o < o1; o++) eng_add_delta(run, m, o, clock);
+    for (uint32_t o = o0; o < o1; o++)
+        eng_add_delta(run, m, o, clock);
     int ok = 1;
     for (size_t i = 0; i < (size_t)k * run->cols; i++) {
         float v;
@@ -71,8 +72,15 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
 
 static int run_fms(uint32_t world, uint32_t k)
 {
-    struct eng_cfg cfg = {.ops = &sfb__fms_ops, .world = world, .k = k, .d = 3, .s = 2,
-                          .clocks = 5, .staleness = 0, .slow_rank = -1, .check_each_wait = 1};
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops,
+                          .world = world,
+                          .k = k,
+                          .d = 3,
+                          .s = 2,
+                          .clocks = 5,
+                          .staleness = 0,
+                          .slow_rank = -1,
+                          .check_each_wait = 1};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
@@ -82,7 +90,8 @@ static int run_fms(uint32_t world, uint32_t k)
     sfb__loopback_set_tap(lb, tap, t);
     int rets[ENG_MAX_RANKS];
     int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
-    for (uint32_t r = 0; r < world; r++) ASSERT_EQ(rets[r], 0);
+    for (uint32_t r = 0; r < world; r++)
+        ASSERT_EQ(rets[r], 0);
     ASSERT_OK(ret);
     ASSERT_EQ(t->odd, 0);
     ASSERT_EQ(t->wrong, 0);

@@ -30,7 +30,8 @@ struct object {
 
 static const char *skip_ws(const char *p)
 {
-    while (*p == ' ' || *p == '\t') p++;
+    while (*p == ' ' || *p == '\t')
+        p++;
     return p;
 }
 
@@ -98,11 +99,11 @@ static const struct member *get(const struct object *o, const char *key)
     return NULL;
 }
 
-#define ASSERT_NUM(o, key, want)                                                              \
-    do {                                                                                      \
-        const struct member *m_ = get(o, key);                                                \
-        if (!m_ || m_->type != 'n') TEST_FAIL_AT("no number \"%s\"", key);                    \
-        ASSERT_NEAR(m_->num, want, fabs((double)(want)) * 1e-5);                              \
+#define ASSERT_NUM(o, key, want)                                                                   \
+    do {                                                                                           \
+        const struct member *m_ = get(o, key);                                                     \
+        if (!m_ || m_->type != 'n') TEST_FAIL_AT("no number \"%s\"", key);                         \
+        ASSERT_NEAR(m_->num, want, fabs((double)(want)) * 1e-5);                                   \
     } while (0)
 
 static int test_clock_and_event_lines(void)
@@ -112,12 +113,26 @@ static int test_clock_and_event_lines(void)
     snprintf(path, sizeof path, "%s/m_3.jsonl", dir);
     struct sfb__metrics m;
     ASSERT_OK(sfb__metrics_open(&m, pattern, 3));
-    struct sfb__clock_metrics c = {
-        .clock = 7, .epoch = 2, .wall = 1.5, .t_begin = 100.25, .t_publish = 100.75,
-        .compute_s = 0.125, .wait_s = 0.25, .apply_s = 0.0625, .bytes_sent = 123456789012ull,
-        .bytes_recv = 42, .msgs_sent = 5, .msgs_recv = 6, .data_msgs = 4, .data_bytes = 4096,
-        .staleness = 1, .min_applied = 5, .applied_early = 3, .objective = NAN,
-        .samples_per_s = INFINITY, .lr = 0.01};
+    struct sfb__clock_metrics c = {.clock = 7,
+                                   .epoch = 2,
+                                   .wall = 1.5,
+                                   .t_begin = 100.25,
+                                   .t_publish = 100.75,
+                                   .compute_s = 0.125,
+                                   .wait_s = 0.25,
+                                   .apply_s = 0.0625,
+                                   .bytes_sent = 123456789012ull,
+                                   .bytes_recv = 42,
+                                   .msgs_sent = 5,
+                                   .msgs_recv = 6,
+                                   .data_msgs = 4,
+                                   .data_bytes = 4096,
+                                   .staleness = 1,
+                                   .min_applied = 5,
+                                   .applied_early = 3,
+                                   .objective = NAN,
+                                   .samples_per_s = INFINITY,
+                                   .lr = 0.01};
     sfb__metrics_clock(&m, &c);
     sfb__metrics_event(&m, "eval", "\"clock\":%d,\"accuracy\":%s", 8, "0.875");
     ASSERT_OK(sfb__metrics_close(&m));

@@ -64,9 +64,16 @@ static int run_relay(uint32_t world, int flush_clock)
     struct sfb_topo *topo;
     ASSERT_OK(sfb_topo_open(&topo, "halton", world, 0));
     uint32_t diameter = sfb_topo_diameter(topo);
-    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops, .world = world, .k = 3, .d = 5, .s = 2,
-                          .clocks = diameter + 5, .staleness = flush_clock ? diameter : 0,
-                          .topology = "halton", .flush_clock = flush_clock, .slow_rank = -1};
+    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                          .world = world,
+                          .k = 3,
+                          .d = 5,
+                          .s = 2,
+                          .clocks = diameter + 5,
+                          .staleness = flush_clock ? diameter : 0,
+                          .topology = "halton",
+                          .flush_clock = flush_clock,
+                          .slow_rank = -1};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
@@ -75,7 +82,8 @@ static int run_relay(uint32_t world, int flush_clock)
     sfb__loopback_set_tap(lb, tap, tl);
     int rets[ENG_MAX_RANKS];
     int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
-    for (uint32_t r = 0; r < world; r++) ASSERT_EQ(rets[r], 0);
+    for (uint32_t r = 0; r < world; r++)
+        ASSERT_EQ(rets[r], 0);
     ASSERT_OK(ret);
     if (exactly_once(tl, world, cfg.clocks)) return 1;
 
@@ -159,9 +167,17 @@ static int test_deterministic(void)
 {
     uint64_t first[2][ENG_MAX_RANKS] = {{0}};
     for (int round = 0; round < 2; round++) {
-        struct eng_cfg cfg = {.ops = &sfb__broadcast_ops, .world = 8, .k = 3, .d = 5, .s = 2,
-                              .clocks = 6, .staleness = 2, .apply_early = 1,
-                              .topology = "halton", .slow_rank = 3, .slow_yields = 2};
+        struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                              .world = 8,
+                              .k = 3,
+                              .d = 5,
+                              .s = 2,
+                              .clocks = 6,
+                              .staleness = 2,
+                              .apply_early = 1,
+                              .topology = "halton",
+                              .slow_rank = 3,
+                              .slow_yields = 2};
         struct eng_run run;
         struct sfb__loopback *lb = NULL;
         ASSERT_OK(eng_init(&run, &cfg, &lb));
