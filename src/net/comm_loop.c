@@ -39,6 +39,7 @@ struct lb_rank {
     pthread_t th;
     pthread_cond_t cv;
     int ret;
+    char why[512]; /* its thread's sfb_last_error() when ret != 0 */
     struct sfb__loopback_stats st;
 };
 
@@ -363,6 +364,7 @@ static void *rank_main(void *arg)
     pthread_mutex_lock(&lb->mu);
     wait_turn(lb, r);
     r->ret = lb->fn(r->c, r->rank, lb->arg);
+    if (r->ret) snprintf(r->why, sizeof r->why, "%s", sfb_last_error());
     r->state = LB_DONE;
     lb->done++;
     hand_on(lb, r->rank);
@@ -409,7 +411,8 @@ int sfb__loopback_run(struct sfb__loopback *lb,
         pthread_join(lb->r[k].th, NULL);
     for (uint32_t k = 0; k < lb->world; k++) {
         if (rets) rets[k] = lb->r[k].ret;
-        if (!ret && k < started) ret = lb->r[k].ret;
+        if (!ret && k < started && lb->r[k].ret)
+            ret = sfb__error(lb->r[k].ret, "rank %u: %s", k, lb->r[k].why);
     }
     return ret;
 }

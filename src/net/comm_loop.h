@@ -46,7 +46,8 @@ struct sfb__comm *sfb__loopback_comm(struct sfb__loopback *lb, uint32_t r);
 
 /* Runs fn(comm of rank r, r, arg) for every rank, scheduled as above, and
  * returns when all have returned: 0 when every fn returned 0, else the
- * first non-zero result in rank order. rets (NULL or world entries) gets
+ * first non-zero result in rank order, with that rank's sfb_last_error()
+ * (prefixed "rank R: ") as the caller's. rets (NULL or world entries) gets
  * every rank's result. Call from outside the ranks, one run at a time; the
  * ranks' comms keep their state between runs. */
 int sfb__loopback_run(struct sfb__loopback *lb,

@@ -136,7 +136,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
         er->slow_applied[t] = slow >= 0 ? sfb__ssp_applied(&er->ssp, (uint32_t)slow) : 0;
         if ((ret = sfb__ssp_record(&er->ssp, t))) break;
         if (cfg->check_each_wait && !eng_replica_is(run, r, t, "after waiting for")) {
-            ret = -EPROTO;
+            ret = sfb__error(-EPROTO, "the replica differs from the reference (above)");
             break;
         }
         if ((ret = eng_make_sf(&er->sf, run->rows, run->cols, cfg->s, r, t))) break;

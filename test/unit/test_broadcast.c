@@ -21,9 +21,9 @@ static int run_replicas(uint32_t world, const char *topology)
     ASSERT_OK(eng_init(&run, &cfg, &lb));
     int rets[ENG_MAX_RANKS];
     int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
+    ASSERT_OK(ret);
     for (uint32_t r = 0; r < world; r++)
         ASSERT_EQ(rets[r], 0);
-    ASSERT_OK(ret);
     for (uint32_t r = 0; r < world; r++) {
         /* after the drain: every update of every clock, once */
         ASSERT(eng_replica_is(&run, r, cfg.clocks, "after draining"));

@@ -90,9 +90,9 @@ static int run_fms(uint32_t world, uint32_t k)
     sfb__loopback_set_tap(lb, tap, t);
     int rets[ENG_MAX_RANKS];
     int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
+    ASSERT_OK(ret);
     for (uint32_t r = 0; r < world; r++)
         ASSERT_EQ(rets[r], 0);
-    ASSERT_OK(ret);
     ASSERT_EQ(t->odd, 0);
     ASSERT_EQ(t->wrong, 0);
     uint32_t nonempty = 0;

@@ -82,9 +82,9 @@ static int run_relay(uint32_t world, int flush_clock)
     sfb__loopback_set_tap(lb, tap, tl);
     int rets[ENG_MAX_RANKS];
     int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
+    ASSERT_OK(ret);
     for (uint32_t r = 0; r < world; r++)
         ASSERT_EQ(rets[r], 0);
-    ASSERT_OK(ret);
     if (exactly_once(tl, world, cfg.clocks)) return 1;
 
     /* What `sfb topo` predicts for one clock: one SF frame of this shape
