@@ -192,16 +192,16 @@ static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t 
     int ret = 0;
     for (;;) {
         struct sfb__frame f;
-        if (b->c->t)
-            while (sfb__transport_recv(b->c->t, &f, 0) == 0) take_frame(b, &f);
+        if (b->c->world > 1)
+            while (sfb__comm_recv(b->c, &f, 0) == 0) take_frame(b, &f);
         if ((ret = apply_ready(b, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(b->env.ssp) >= required) break;
         if ((ret = sfb__comm_check_wait(b->c, required))) break;
-        if (!b->c->t) {
+        if (b->c->world == 1) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;
         }
-        if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
+        if (sfb__comm_recv(b->c, &f, 0.05) == 0) take_frame(b, &f);
     }
     acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
     return ret;
@@ -227,7 +227,7 @@ static int boundary(struct bcast *b, int64_t t, int64_t last)
     while (!sfb__relay_ready(b->relay, t, last)) {
         struct sfb__frame f;
         if ((ret = sfb__comm_check_wait(b->c, oldest))) return ret;
-        if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
+        if (sfb__comm_recv(b->c, &f, 0.05) == 0) take_frame(b, &f);
     }
     return sfb__relay_boundary(b->relay, t);
 }
@@ -235,7 +235,7 @@ static int boundary(struct bcast *b, int64_t t, int64_t last)
 static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 {
     struct bcast *b = priv;
-    if (b->relay && sfb__relay_flush_clock(b->relay) && b->c->t) {
+    if (b->relay && sfb__relay_flush_clock(b->relay) && b->c->world > 1) {
         /* The frames still in the pipeline need up to max-hops more
          * boundaries; then forward eagerly. */
         uint32_t h = sfb__relay_max_hops(b->relay);
@@ -262,7 +262,7 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
             uint64_t nnz;
             size_t size = sfb__sf_choose(&sf[m], &sparse, &nnz);
             struct sfb__buf *buf;
-            int ret = sfb__transport_buf_get(c->t, SFB_WIRE_HDR_SIZE + size, &buf);
+            int ret = sfb__comm_buf_get(c, SFB_WIRE_HDR_SIZE + size, &buf);
             if (ret) return ret;
             uint8_t *payload = buf->data + SFB_WIRE_HDR_SIZE;
             if ((ret = sfb__sf_encode(&sf[m], sparse, nnz, payload, size))) {

@@ -209,7 +209,7 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
                    size_t off, size_t len)
 {
     for (;;) {
-        int ret = sfb__transport_send(f->c->t, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
+        int ret = sfb__comm_send(f->c, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
         if (ret == 0) {
             /* counted as the relay counts SFB's: one data message, its
              * bytes on the wire (frame header and payload) */
@@ -257,7 +257,7 @@ static int form_sums(struct fms *f)
         if (have != f->world - 1) continue;
         f->parts[f->rank] = f->own[oi].buf->data + (size_t)f->r0 * row_bytes;
         struct sfb__buf *out;
-        int ret = sfb__transport_buf_get(f->c->t, n_el * sizeof(float), &out);
+        int ret = sfb__comm_buf_get(f->c, n_el * sizeof(float), &out);
         if (ret) return ret;
         float *acc = (float *)(void *)out->data;
         memset(acc, 0, n_el * sizeof(float));
@@ -349,18 +349,18 @@ static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t no
     int ret = 0;
     for (;;) {
         struct sfb__frame fr;
-        if (f->c->t)
-            while (sfb__transport_recv(f->c->t, &fr, 0) == 0)
+        if (f->c->world > 1)
+            while (sfb__comm_recv(f->c, &fr, 0) == 0)
                 take_frame(f, &fr);
-        if (f->c->t && (ret = form_sums(f))) break;
+        if (f->c->world > 1 && (ret = form_sums(f))) break;
         if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
         if ((ret = sfb__comm_check_wait(f->c, required))) break;
-        if (!f->c->t) {
+        if (f->c->world == 1) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;
         }
-        if (sfb__transport_recv(f->c->t, &fr, 0.05) == 0) take_frame(f, &fr);
+        if (sfb__comm_recv(f->c, &fr, 0.05) == 0) take_frame(f, &fr);
     }
     acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
     return ret;
@@ -400,7 +400,7 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
     size_t n_el = (size_t)f->K * f->D, row_bytes = (size_t)f->D * sizeof(float);
     struct sfb__buf *buf;
-    int ret = sfb__transport_buf_get(c->t, n_el * sizeof(float), &buf);
+    int ret = sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) return ret;
     /* ΔA_own: the own SFs reconstructed into zeros, one sgemm */
     memset(buf->data, 0, n_el * sizeof(float));

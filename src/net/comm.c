@@ -208,6 +208,11 @@ static int on_frame(void *user, struct sfb__frame *f)
     return 0;
 }
 
+int sfb__comm_deliver(struct sfb__comm *c, struct sfb__frame *f)
+{
+    return on_frame(c, f);
+}
+
 static void sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed)
 {
     struct sfb__comm *c = user;
@@ -545,6 +550,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         goto fail;
     }
     sfb__phase_mark(SFB__PH_FABRIC);
+    c->ops = &sfb__comm_fabric_ops;
     if ((ret = exchange_names(c))) goto fail;
     sfb__phase_mark(SFB__PH_NAMES);
     c->silence_s = silence_timeout(c, here);

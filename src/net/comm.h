@@ -39,12 +39,16 @@ struct sfb__comm_settings {
     void *user;
 };
 
+struct sfb__comm_ops;
+
 struct sfb__comm {
     uint32_t rank, world;
     uint64_t job_key;
     struct sfb__bootstrap *bs;
     struct sfb__loop *loop;
     struct sfb__transport *t; /* NULL when world == 1 */
+    const struct sfb__comm_ops *ops; /* how frames move (below); NULL when world == 1 */
+    void *impl;                      /* the ops' own state (the loopback's rank) */
     struct sfb_wire_job job;
     struct sfb_wire_stats wstats;
     struct sfb_wire_shape shapes[8];
@@ -154,5 +158,39 @@ void sfb__comm_set_last_clock(struct sfb__comm *c, int64_t last);
 
 /* Stops heartbeats, closes transport, loop and bootstrap. NULL is a no-op. */
 void sfb__comm_close(struct sfb__comm **c);
+
+/* ---- the data path the engines use (dispatch: src/net/comm_ops.c) ----
+ * One ops table per way of moving frames: the libfabric transport (opened by
+ * sfb__comm_open) and the in-process loopback of several ranks in one
+ * process (src/net/comm_loop.h, for unit tests). Each entry behaves as the
+ * transport function of the same name (src/net/transport.h); `call` runs fn
+ * where the comm's hooks run (the loop thread) and returns once it has run;
+ * `barrier` returns once every rank of the job has entered it. */
+struct sfb__comm_ops {
+    int (*buf_get)(struct sfb__comm *c, size_t size, struct sfb__buf **out);
+    int (*send)(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
+                struct sfb__buf *buf, size_t off, size_t len, double timeout_s);
+    int (*recv)(struct sfb__comm *c, struct sfb__frame *out, double timeout_s);
+    int (*call)(struct sfb__comm *c, void (*fn)(void *), void *arg);
+    int (*barrier)(struct sfb__comm *c);
+};
+
+extern const struct sfb__comm_ops sfb__comm_fabric_ops;
+
+/* The engines' calls, through c->ops. Returns as the ops entry; with no
+ * peers (world == 1) call runs fn at once, barrier returns 0 and the others
+ * fail with -ENOTCONN. Compute thread (send and buf_get: also the hooks). */
+int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out);
+int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
+                   struct sfb__buf *buf, size_t off, size_t len, double timeout_s);
+int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s);
+int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg);
+int sfb__comm_barrier(struct sfb__comm *c);
+
+/* Hands one received frame to the comm as the transport's on_frame does:
+ * validation, control frames, then the data hook; returns 1 when taken, 0
+ * when the frame goes to the inbox. For another ops' delivery (the
+ * loopback's); the caller runs it where the hooks may run. */
+int sfb__comm_deliver(struct sfb__comm *c, struct sfb__frame *f);
 
 #endif

@@ -190,6 +190,10 @@ void sfb__buf_put(struct sfb__buf *b)
 {
     if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
     struct sfb__transport *t = b->t;
+    if (!t) { /* not pooled: one allocation (the in-process loopback's, comm_loop.c) */
+        free(b);
+        return;
+    }
     pthread_mutex_lock(&t->pool_mu);
     b->next = t->pool[b->cls];
     t->pool[b->cls] = b;

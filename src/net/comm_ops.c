@@ -1,0 +1,77 @@
+/* The comm's data path as an ops table: the libfabric implementation and
+ * the dispatch the engines call (src/net/comm.h). The loopback's table is
+ * in src/net/comm_loop.c. */
+#include "config.h"
+#include "src/base/common.h"
+#include "src/net/bootstrap.h"
+#include "src/net/comm.h"
+#include "src/net/loop.h"
+
+#include <errno.h>
+
+static int fab_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
+{
+    return sfb__transport_buf_get(c->t, size, out);
+}
+
+static int fab_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
+                    struct sfb__buf *buf, size_t off, size_t len, double timeout_s)
+{
+    return sfb__transport_send(c->t, dst, hdr, hdr_len, buf, off, len, timeout_s);
+}
+
+static int fab_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
+{
+    return sfb__transport_recv(c->t, out, timeout_s);
+}
+
+static int fab_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
+{
+    return sfb__loop_call(c->loop, fn, arg);
+}
+
+static int fab_barrier(struct sfb__comm *c)
+{
+    return sfb__bootstrap_barrier(c->bs);
+}
+
+const struct sfb__comm_ops sfb__comm_fabric_ops = {
+    .buf_get = fab_buf_get,
+    .send = fab_send,
+    .recv = fab_recv,
+    .call = fab_call,
+    .barrier = fab_barrier,
+};
+
+static int no_peers(void)
+{
+    return sfb__error(-ENOTCONN, "comm: a job of one worker has no peers to exchange frames with");
+}
+
+int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
+{
+    return c->ops ? c->ops->buf_get(c, size, out) : no_peers();
+}
+
+int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
+                   struct sfb__buf *buf, size_t off, size_t len, double timeout_s)
+{
+    return c->ops ? c->ops->send(c, dst, hdr, hdr_len, buf, off, len, timeout_s) : no_peers();
+}
+
+int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
+{
+    return c->ops ? c->ops->recv(c, out, timeout_s) : no_peers();
+}
+
+int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
+{
+    if (c->ops) return c->ops->call(c, fn, arg);
+    fn(arg);
+    return 0;
+}
+
+int sfb__comm_barrier(struct sfb__comm *c)
+{
+    return c->ops ? c->ops->barrier(c) : 0;
+}

@@ -1,0 +1,212 @@
+/* Runs a sync engine (sfb/sync.h) on every rank of an in-process loopback
+ * (src/net/comm_loop.h): the training loop's shape (wait → publish, then
+ * drain) with sufficient factors made of small integers, so that every sum
+ * is exact in float whatever its order and replicas can be compared with a
+ * reference bit for bit. Shared by test_relay, test_broadcast and test_fms. */
+#ifndef SFB_TEST_ENGINE_UTIL_H
+#define SFB_TEST_ENGINE_UTIL_H
+
+#include "sfb/model.h"
+#include "sfb/sf.h"
+#include "sfb/sync.h"
+#include "src/base/common.h"
+#include "src/net/comm_loop.h"
+#include "src/net/ssp.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ENG_MAX_RANKS  16
+#define ENG_MAX_CLOCKS 24
+
+struct eng_cfg {
+    const struct sfb__sync_ops *ops;
+    uint32_t world;
+    uint32_t k, d; /* mlr classes and features: the matrix is k × (d + 1) */
+    uint32_t s;    /* samples per SF */
+    int64_t clocks, staleness;
+    int apply_early, flush_clock;
+    const char *topology;
+    uint32_t degree;
+    int slow_rank; /* -1: none; else this rank yields slow_yields times per clock */
+    int slow_yields;
+    int check_each_wait; /* s = 0: after every wait the replica equals the reference */
+};
+
+struct eng_rank {
+    struct sfb_model *model;
+    struct sfb__ssp ssp;
+    struct sfb_sf sf;
+    struct sfb__sync_report rep;
+    uint64_t per_origin[ENG_MAX_RANKS];
+    uint64_t data_msgs[ENG_MAX_CLOCKS], data_bytes[ENG_MAX_CLOCKS]; /* after publish(t) */
+    int64_t slow_pub_at_entry[ENG_MAX_CLOCKS], slow_pub_at_return[ENG_MAX_CLOCKS];
+    int64_t slow_applied[ENG_MAX_CLOCKS]; /* the slow rank's applied clock, after wait(t) */
+};
+
+struct eng_run {
+    struct eng_cfg cfg;
+    uint32_t rows, cols;
+    double *ref; /* (clocks + 1) matrices: ref[t] = Σ over every origin's clocks < t */
+    int64_t pub[ENG_MAX_RANKS]; /* last clock each rank published */
+    struct eng_rank r[ENG_MAX_RANKS];
+};
+
+/* Rank o's factors of clock t: b ∈ {−2..2}, c ∈ ±{1, 2, 3} (never zero, so
+ * every frame is dense and of one size), scale 1. */
+static inline int eng_make_sf(struct sfb_sf *sf, uint32_t rows, uint32_t cols, uint32_t s,
+                              uint32_t o, int64_t t)
+{
+    int ret = sfb_sf_reserve(sf, rows, cols, s, 0, 0);
+    if (ret) return ret;
+    sf->matrix = 0;
+    sf->origin = o;
+    sf->clock = t;
+    sf->scale = 1.0f;
+    uint32_t tt = (uint32_t)t;
+    for (uint32_t i = 0; i < s; i++) {
+        for (uint32_t j = 0; j < rows; j++)
+            sf->b[(size_t)i * rows + j] = (float)((int)((o * 5 + tt * 3 + i * 7 + j * 11) % 5) - 2);
+        for (uint32_t j = 0; j < cols; j++) {
+            int v = (int)((o * 3 + tt * 7 + i * 5 + j * 13) % 3) + 1;
+            sf->c[(size_t)i * cols + j] = (float)(((o + tt + i + j) & 1) ? -v : v);
+        }
+    }
+    return 0;
+}
+
+/* ΔA of (o, t) added to m (rows × cols), straight from the definition. */
+static inline void eng_add_delta(const struct eng_run *run, double *m, uint32_t o, int64_t t)
+{
+    struct sfb_sf sf = {0};
+    if (eng_make_sf(&sf, run->rows, run->cols, run->cfg.s, o, t)) abort();
+    for (uint32_t i = 0; i < sf.s; i++)
+        for (uint32_t j = 0; j < run->rows; j++)
+            for (uint32_t l = 0; l < run->cols; l++)
+                m[(size_t)j * run->cols + l] +=
+                    (double)sf.b[(size_t)i * run->rows + j] * sf.c[(size_t)i * run->cols + l];
+    sfb_sf_free(&sf);
+}
+
+/* Whether rank r's replica equals ref[t] exactly; prints the first difference. */
+static inline int eng_replica_is(struct eng_run *run, uint32_t r, int64_t t, const char *when)
+{
+    const struct sfb_matrix *a = sfb_model_matrix(run->r[r].model, 0);
+    const double *ref = run->ref + (size_t)t * run->rows * run->cols;
+    for (size_t i = 0; i < (size_t)run->rows * run->cols; i++)
+        if ((double)a->data[i] != ref[i]) {
+            fprintf(stderr, "  rank %u %s clock %lld: element %zu is %g, the reference %g\n", r,
+                    when, (long long)t, i, (double)a->data[i], ref[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    struct eng_run *run = arg;
+    const struct eng_cfg *cfg = &run->cfg;
+    struct eng_rank *er = &run->r[r];
+    struct sfb__sync_env env = {.comm = c,
+                                .model = er->model,
+                                .ssp = &er->ssp,
+                                .apply_early = cfg->apply_early,
+                                .staleness = cfg->staleness,
+                                .topology = cfg->topology,
+                                .degree = cfg->degree,
+                                .flush_clock = cfg->flush_clock};
+    void *priv = calloc(1, cfg->ops->priv_size);
+    if (!priv) return -ENOMEM;
+    int ret = cfg->ops->open(priv, &env);
+    if (ret) {
+        free(priv);
+        return ret;
+    }
+    for (int64_t t = 0; t < cfg->clocks && !ret; t++) {
+        if ((int)r == cfg->slow_rank)
+            for (int y = 0; y < cfg->slow_yields; y++)
+                sfb__loopback_yield(c);
+        struct sfb__sync_clock acct = {0};
+        int64_t slow = cfg->slow_rank;
+        er->slow_pub_at_entry[t] = slow >= 0 ? run->pub[slow] : 0;
+        if ((ret = cfg->ops->wait(priv, t, &acct))) break;
+        er->slow_pub_at_return[t] = slow >= 0 ? run->pub[slow] : 0;
+        er->slow_applied[t] = slow >= 0 ? sfb__ssp_applied(&er->ssp, (uint32_t)slow) : 0;
+        if ((ret = sfb__ssp_record(&er->ssp, t))) break;
+        if (cfg->check_each_wait && !eng_replica_is(run, r, t, "after waiting for")) {
+            ret = sfb__error(-EPROTO, "the replica differs from the reference (above)");
+            break;
+        }
+        if ((ret = eng_make_sf(&er->sf, run->rows, run->cols, cfg->s, r, t))) break;
+        if ((ret = cfg->ops->publish(priv, t, &er->sf, 1))) break;
+        run->pub[r] = t;
+        struct sfb__sync_report rep;
+        cfg->ops->report(priv, &rep);
+        er->data_msgs[t] = rep.data_msgs;
+        er->data_bytes[t] = rep.data_bytes;
+    }
+    struct sfb__sync_clock acct = {0};
+    if (!ret) ret = cfg->ops->drain(priv, cfg->clocks - 1, &acct);
+    /* as sfb__comm_finish: nobody closes (stops relaying) before all drained */
+    if (!ret) ret = sfb__comm_barrier(c);
+    cfg->ops->report(priv, &er->rep);
+    for (uint32_t o = 0; o < cfg->world && er->rep.per_origin; o++)
+        er->per_origin[o] = er->rep.per_origin[o];
+    cfg->ops->close(priv);
+    free(priv);
+    return ret;
+}
+
+static inline void eng_fini(struct eng_run *run)
+{
+    for (uint32_t r = 0; r < run->cfg.world; r++) {
+        sfb_model_close(&run->r[r].model);
+        sfb__ssp_fini(&run->r[r].ssp);
+        sfb_sf_free(&run->r[r].sf);
+    }
+    free(run->ref);
+    run->ref = NULL;
+}
+
+/* Models, clock tables and the reference; *lb with the frame shapes set. */
+static inline int eng_init(struct eng_run *run, const struct eng_cfg *cfg,
+                           struct sfb__loopback **lb)
+{
+    memset(run, 0, sizeof *run);
+    run->cfg = *cfg;
+    if (cfg->world > ENG_MAX_RANKS || cfg->clocks > ENG_MAX_CLOCKS) return -EINVAL;
+    for (uint32_t r = 0; r < cfg->world; r++) {
+        struct sfb_model_settings ms;
+        sfb_model_default_settings(&ms);
+        ms.kind = "mlr";
+        ms.k = cfg->k;
+        ms.d = cfg->d;
+        int ret = sfb_model_open(&run->r[r].model, &ms);
+        if (!ret) ret = sfb__ssp_init(&run->r[r].ssp, cfg->world, cfg->staleness, 0);
+        if (ret) return ret;
+        run->pub[r] = -1;
+    }
+    const struct sfb_matrix *a = sfb_model_matrix(run->r[0].model, 0);
+    run->rows = a->rows;
+    run->cols = a->cols;
+    size_t mat = (size_t)run->rows * run->cols;
+    run->ref = calloc((size_t)(cfg->clocks + 1) * mat, sizeof *run->ref);
+    if (!run->ref) return -ENOMEM;
+    for (int64_t t = 1; t <= cfg->clocks; t++) {
+        double *m = run->ref + (size_t)t * mat;
+        memcpy(m, m - mat, mat * sizeof *m);
+        for (uint32_t o = 0; o < cfg->world; o++)
+            eng_add_delta(run, m, o, t - 1);
+    }
+    struct sfb__comm_settings cs;
+    sfb__comm_default_settings(&cs);
+    struct sfb_wire_shape shape = {run->rows, run->cols};
+    cs.shapes = &shape;
+    cs.nshapes = 1;
+    cs.max_s = cfg->s;
+    return sfb__loopback_open(lb, cfg->world, &cs);
+}
+
+#endif

@@ -1,0 +1,207 @@
+/* The in-process loopback comm (src/net/comm_loop.c) itself: frames arrive
+ * whole, in send order, validated by the receiving comm; the turn passes in
+ * a fixed order; a job where every rank waits for frames that will never
+ * come, or for a barrier a finished rank will not enter, fails with
+ * -SFB_EPEER and a reason instead of hanging. */
+#include "src/base/common.h"
+#include "src/net/comm_loop.h"
+#include "test.h"
+
+#include <errno.h>
+
+#define LOG_MAX 64
+
+struct log {
+    char ev[LOG_MAX][24];
+    int n;
+};
+
+static void note(struct log *l, const char *fmt, uint32_t r, int v)
+{
+    if (l->n < LOG_MAX) snprintf(l->ev[l->n++], sizeof l->ev[0], fmt, r, v);
+}
+
+/* A data frame (control frames stop in comm): DENSE_ROWS, one row of one
+ * float holding `clock`. */
+static int send_frame(struct sfb__comm *c, uint32_t dst, int64_t clock)
+{
+    struct sfb__buf *b;
+    int ret = sfb__comm_buf_get(c, 4, &b);
+    if (ret) return ret;
+    float v = (float)clock;
+    memcpy(b->data, &v, 4);
+    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+                             .origin = c->rank,
+                             .sender = c->rank,
+                             .clock = clock,
+                             .k = 1,
+                             .d = 1,
+                             .s = 0,
+                             .payload_len = 4};
+    struct sfb_wire_piece piece = {b->data, 4};
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+    ret = sfb__comm_header(c, &h, &piece, 1, hdr);
+    if (!ret) ret = sfb__comm_send(c, dst, hdr, sizeof hdr, b, 0, 4, 0);
+    sfb__buf_put(b);
+    return ret;
+}
+
+static int order_rank(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    struct log *l = arg;
+    if (r == 0) {
+        for (int i = 0; i < 3; i++) {
+            int ret = send_frame(c, 1, i);
+            if (ret) return ret;
+            note(l, "%u sent %d", r, i);
+        }
+        return 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        struct sfb__frame f;
+        int ret = sfb__comm_recv(c, &f, 1.0);
+        if (ret) return ret;
+        struct sfb_wire_hdr h;
+        const uint8_t *payload;
+        sfb__wire_trusted(f.data, &h, &payload);
+        float v;
+        memcpy(&v, payload, 4);
+        note(l, "%u got %d", f.src, (int)h.clock * 10 + (int)v);
+        sfb__buf_put(f.buf);
+    }
+    return 0;
+}
+
+static int test_order(void)
+{
+    struct sfb__comm_settings s;
+    sfb__comm_default_settings(&s);
+    struct sfb_wire_shape shape = {1, 1};
+    s.shapes = &shape;
+    s.nshapes = 1;
+    s.max_s = 1;
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 2, &s));
+    struct log l = {0};
+    ASSERT_OK(sfb__loopback_run(lb, order_rank, &l, NULL));
+    /* rank 0 runs first and keeps the turn until it finishes; then the
+     * three frames arrive, in send order */
+    static const char *want[] = {"0 sent 0", "0 sent 1", "0 sent 2",
+                                 "0 got 0",  "0 got 11", "0 got 22"};
+    ASSERT_EQ(l.n, 6);
+    for (int i = 0; i < 6; i++)
+        if (strcmp(l.ev[i], want[i]))
+            TEST_FAIL_AT("event %d: \"%s\", not \"%s\"", i, l.ev[i], want[i]);
+    struct sfb__loopback_stats st;
+    sfb__loopback_stats(lb, 0, &st);
+    ASSERT_EQ(st.sent_msgs, 3);
+    ASSERT_EQ(st.sent_bytes, 3 * (SFB_WIRE_HDR_SIZE + 4));
+    sfb__loopback_stats(lb, 1, &st);
+    ASSERT_EQ(st.recv_msgs, 3);
+    ASSERT_EQ(sfb__comm_rejected(sfb__loopback_comm(lb, 1)), 0);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+/* A frame of another shape is rejected by the receiving comm, as over the
+ * fabric, and fails the job naming the sender. */
+static int bad_shape_rank(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    (void)arg;
+    if (r == 0) return send_frame(c, 1, 0);
+    struct sfb__frame f;
+    for (;;) {
+        int ret = sfb__comm_check(c);
+        if (ret) return ret;
+        if (sfb__comm_recv(c, &f, 1.0) == 0) {
+            sfb__buf_put(f.buf);
+            return -EPROTO; /* must not arrive */
+        }
+    }
+}
+
+static int test_rejects_bad_shape(void)
+{
+    struct sfb__comm_settings s;
+    sfb__comm_default_settings(&s);
+    struct sfb_wire_shape shape = {1, 2}; /* the frames are 1 × 1 */
+    s.shapes = &shape;
+    s.nshapes = 1;
+    s.max_s = 1;
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 2, &s));
+    int rets[2];
+    ASSERT_EQ(sfb__loopback_run(lb, bad_shape_rank, NULL, rets), -SFB_EPEER);
+    ASSERT_EQ(rets[0], 0);
+    ASSERT_EQ(rets[1], -SFB_EPEER);
+    ASSERT_EQ(sfb__comm_rejected(sfb__loopback_comm(lb, 1)), 1);
+    ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, 1)->reason, "cannot apply the updates of rank 0");
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+/* Both ranks wait for a frame nobody sends, as an engine does: receive with
+ * a timeout, check the comm, again. */
+static int starve_rank(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    (void)r;
+    (void)arg;
+    for (;;) {
+        int ret = sfb__comm_check(c);
+        if (ret) return ret;
+        struct sfb__frame f;
+        ret = sfb__comm_recv(c, &f, 0.05);
+        if (ret != -ETIMEDOUT) return ret ? ret : -EPROTO;
+    }
+}
+
+static int test_deadlock_fails(void)
+{
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 3, NULL));
+    int rets[3];
+    ASSERT_EQ(sfb__loopback_run(lb, starve_rank, NULL, rets), -SFB_EPEER);
+    for (int r = 0; r < 3; r++)
+        ASSERT_EQ(rets[r], -SFB_EPEER);
+    for (uint32_t r = 0; r < 3; r++)
+        ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, r)->reason, "deadlock");
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+static int barrier_rank(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    int *passed = arg;
+    int ret = sfb__comm_barrier(c); /* everyone */
+    if (ret) return ret;
+    passed[r]++;
+    if (r == 2) return 0; /* rank 2 leaves: the second barrier cannot end */
+    return sfb__comm_barrier(c);
+}
+
+static int test_barrier(void)
+{
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 3, NULL));
+    int rets[3], passed[3] = {0};
+    ASSERT_EQ(sfb__loopback_run(lb, barrier_rank, passed, rets), -SFB_EPEER);
+    for (int r = 0; r < 3; r++)
+        ASSERT_EQ(passed[r], 1);
+    ASSERT_EQ(rets[0], -SFB_EPEER);
+    ASSERT_EQ(rets[1], -SFB_EPEER);
+    ASSERT_EQ(rets[2], 0);
+    ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, 0)->reason, "barrier");
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct test_case tests[] = {
+        {"order", test_order},
+        {"rejects_bad_shape", test_rejects_bad_shape},
+        {"deadlock_fails", test_deadlock_fails},
+        {"barrier", test_barrier},
+    };
+    return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+}
