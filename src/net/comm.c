@@ -472,13 +472,26 @@ out:
     return ret;
 }
 
+int sfb__comm_peers_alloc(struct sfb__comm *c)
+{
+    c->last_clock = -2;
+    c->last_heard = calloc(c->world, sizeof *c->last_heard);
+    c->said_bye = calloc(c->world, 1);
+    c->last_sent = calloc(c->world, sizeof *c->last_sent);
+    c->talks = calloc(c->world, 1);
+    c->final_clock = calloc(c->world, sizeof *c->final_clock);
+    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks)
+        return -ENOMEM;
+    for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
+    return 0;
+}
+
 int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
 {
     *out = NULL;
     struct sfb__comm *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
     c->s = *s;
-    c->last_clock = -2;
     struct sfb__bootstrap_settings bss;
     sfb__bootstrap_default_settings(&bss);
     bss.timeout_s = s->bootstrap_timeout_s;
@@ -510,16 +523,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         return 0;
     }
 
-    c->last_heard = calloc(c->world, sizeof *c->last_heard);
-    c->said_bye = calloc(c->world, 1);
-    c->last_sent = calloc(c->world, sizeof *c->last_sent);
-    c->talks = calloc(c->world, 1);
-    c->final_clock = calloc(c->world, sizeof *c->final_clock);
-    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks) {
-        ret = -ENOMEM;
-        goto fail;
-    }
-    for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
+    if ((ret = sfb__comm_peers_alloc(c))) goto fail;
     int all_local = 0, first_on_host = 1;
     uint32_t here = 1;
     if ((ret = exchange_hosts(c, &all_local, &here, &first_on_host))) goto fail;

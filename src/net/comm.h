@@ -75,6 +75,11 @@ struct sfb__comm {
 
 void sfb__comm_default_settings(struct sfb__comm_settings *s);
 
+/* Allocates the per-peer state (liveness, final clocks) of a comm whose
+ * rank and world are set; comm_close frees it. sfb__comm_open and the
+ * loopback (comm_loop.c) both use it. */
+int sfb__comm_peers_alloc(struct sfb__comm *c);
+
 /* Bootstraps (PMIx, env rendezvous or single process), and for world > 1
  * opens the loop and transport, exchanges endpoint names and starts the
  * heartbeats. Returns 0 or a negative code with the detail recorded; on

@@ -305,16 +305,7 @@ static int open_comm(struct lb_rank *r, uint32_t world, const struct sfb__comm_s
                                    .stats = &c->wstats};
     c->ops = &loop_ops;
     c->impl = r;
-    c->last_heard = calloc(world, sizeof *c->last_heard);
-    c->said_bye = calloc(world, 1);
-    c->last_sent = calloc(world, sizeof *c->last_sent);
-    c->talks = calloc(world, 1);
-    c->final_clock = calloc(world, sizeof *c->final_clock);
-    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks)
-        return -ENOMEM;
-    for (uint32_t p = 0; p < world; p++)
-        atomic_init(&c->final_clock[p], INT64_MAX);
-    return 0;
+    return sfb__comm_peers_alloc(c);
 }
 
 int sfb__loopback_open(struct sfb__loopback **out, uint32_t world,
