@@ -28,8 +28,8 @@
  * λ = 1 the pull wins: L shrinks until ~43 % of dissimilar pairs sit inside
  * the margin, so the hinge pushes on typical (far) dissimilar pairs like a
  * global between-class term against the global within-class pull, and
- * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default,
- * src/train/train.c) ~5 % stay inside: the hinge works on the close dissimilar
+ * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default:
+ * default_lambda in the ops below) ~5 % stay inside: the hinge works on the close dissimilar
  * pairs that decide k-NN (docs/models.md has the numbers).
  *
  * evaluate: a seed-determined subset of the dataset (a partial Fisher–Yates
@@ -48,6 +48,8 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -540,6 +542,38 @@ static int dml_state_load(void *priv, const uint8_t *in, size_t len)
     return 0;
 }
 
+static void dml_defaults(struct sfb_model_settings *s)
+{
+    s->rank = 64;
+    s->knn_k = 5;
+}
+
+static uint32_t dml_shapes(const struct sfb_model_settings *s, uint64_t *rows, uint64_t *cols)
+{
+    rows[0] = s->rank;
+    cols[0] = s->d;
+    return 1;
+}
+
+static int dml_eval_text(const struct sfb_eval *ev, char *buf, size_t cap)
+{
+    if (!isfinite(ev->knn_accuracy)) return snprintf(buf, cap, "%s", "");
+    return snprintf(buf, cap, "k-NN accuracy: learned metric %.2f%%, Euclidean %.2f%%\n",
+                    100 * ev->knn_accuracy, 100 * ev->knn_accuracy_euclid);
+}
+
+static const struct sfb_model_option dml_options[] = {
+    {"rank", "K", "projection dimension (default 64)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, rank), 1, 1u << 20},
+    {"knn-k", "K", "neighbours of the k-NN evaluation (default 5)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, knn_k), 1, KNN_MAX},
+    {"simi-pairs", "FILE", "similar pairs, lines \"i j\" (default: sampled\nfrom the labels by seed)",
+     SFB_MODEL_OPT_PATH, offsetof(struct sfb_model_settings, simi_pairs), 0, 0},
+    {"diff-pairs", "FILE", "dissimilar pairs, as --simi-pairs", SFB_MODEL_OPT_PATH,
+     offsetof(struct sfb_model_settings, diff_pairs), 0, 0},
+    {0},
+};
+
 const struct sfb_model_ops sfb__dml_ops = {
     .name = "dml",
     .priv_size = sizeof(struct dml),
@@ -550,4 +584,12 @@ const struct sfb_model_ops sfb__dml_ops = {
     .evaluate = dml_evaluate,
     .state_save = dml_state_save,
     .state_load = dml_state_load,
+    .summary = "distance metric learning, one rank x d projection",
+    /* λ = 1 loses to the Euclidean metric (top of this file, docs/models.md) */
+    .default_lambda = 30.0,
+    .default_lr = 0.01,
+    .defaults = dml_defaults,
+    .shapes = dml_shapes,
+    .eval_text = dml_eval_text,
+    .options = dml_options,
 };
