@@ -87,6 +87,23 @@ SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
  * the setting at fault named in sfb_last_error(). Any thread. */
 SFB_API int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world);
 
+struct sfb_model_settings;
+/* Copies the model-specific fields `ms` sets (non-zero: rank, knn_k,
+ * dict_size, code_steps, the pair files) into `t`, which hands them to the
+ * model when it opens: how a model's own command-line options
+ * (sfb_model_ops.options, stored by offset in a struct sfb_model_settings)
+ * reach it. Pointers are copied, not the strings. Any thread. */
+SFB_API void sfb_train_set_model_options(struct sfb_train_settings *t,
+                                         const struct sfb_model_settings *ms);
+
+/* The registered synchronization engines (--sync) in registry order, the
+ * first being the default, and a one-line description of each; NULL past
+ * the end. */
+SFB_API const char *sfb_sync_registry_name(size_t i);
+SFB_API const char *sfb_sync_registry_summary(size_t i);
+/* The registry index of the engine named `name`, or -1. */
+SFB_API int sfb_sync_registry_find(const char *name);
+
 /* η₀: the settings' lr, or the model's default when it is 0. */
 SFB_API double sfb_train_lr0(const struct sfb_train_settings *s);
 

@@ -2,6 +2,7 @@
 #ifndef SFB_CLI_H
 #define SFB_CLI_H
 
+#include "sfb/model.h"
 #include "sfb/sfb.h"
 #include "sfb/train.h"
 
@@ -10,13 +11,12 @@
 /* Options of `sfb run` and `sfb worker` beyond the training settings. */
 struct cli_job {
     struct sfb_train_settings train;
+    /* the models' own options (sfb_model_ops.options), zero where not
+     * given; copied into `train` after parsing */
+    struct sfb_model_settings model;
     int nprocs;           /* run: -n */
+    int with_n;           /* `sfb run`: -n allowed */
     const char *out_dir;  /* where the model and metrics go by default */
-    const char *sync;     /* "sfb" | "fms" */
-    long staleness;       /* SSP s; -1 = asynchronous */
-    const char *topology; /* "full" | "halton" | "halton-classic" */
-    int degree;           /* overlay out-degree, 0 = default */
-    const char *provider; /* libfabric provider, NULL = auto */
     int quiet;
     enum sfb_log_level log_level;
     int out_dir_used;     /* a default path lies in out_dir */

@@ -131,6 +131,38 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     return 0;
 }
 
+void sfb_train_set_model_options(struct sfb_train_settings *t,
+                                 const struct sfb_model_settings *ms)
+{
+    if (!t || !ms) return;
+    if (ms->rank) t->rank = ms->rank;
+    if (ms->knn_k) t->knn_k = ms->knn_k;
+    if (ms->dict_size) t->dict_size = ms->dict_size;
+    if (ms->code_steps) t->code_steps = ms->code_steps;
+    if (ms->simi_pairs) t->simi_pairs = ms->simi_pairs;
+    if (ms->diff_pairs) t->diff_pairs = ms->diff_pairs;
+}
+
+const char *sfb_sync_registry_name(size_t i)
+{
+    const struct sfb__sync_ops *e = sfb__sync_registry(i);
+    return e ? e->name : NULL;
+}
+
+const char *sfb_sync_registry_summary(size_t i)
+{
+    const struct sfb__sync_ops *e = sfb__sync_registry(i);
+    return e ? e->summary : NULL;
+}
+
+int sfb_sync_registry_find(const char *name)
+{
+    const struct sfb__sync_ops *e = sfb__sync_find(name);
+    for (int i = 0; e && sfb__sync_registry((size_t)i); i++)
+        if (sfb__sync_registry((size_t)i) == e) return i;
+    return -1;
+}
+
 int sfb__train_validate(const struct sfb_train_settings *s)
 {
     return sfb_train_check_settings(s, 0);
