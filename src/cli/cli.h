@@ -32,6 +32,12 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
 /* The number of workers known before the job starts: -n for `sfb run`,
  * SFB_WORLD_SIZE for a worker of the environment rendezvous, else 0. */
 uint32_t cli_known_world(const struct cli_job *job, int with_n);
+/* The command line of the workers `sfb run` forks: `self worker` and every
+ * option of the run's argv (accepted by cli_parse_job) but -n, each in
+ * its canonical form (cli_opt_canonical). NULL-terminated; free with
+ * cli_free_argv. NULL when out of memory. */
+char **cli_worker_argv(int argc, char **argv, char *self);
+void cli_free_argv(char **argv);
 
 /* src/cli/paths.c. Fills the default model/metrics paths from --out-dir
  * and refuses (2, message printed) paths that would not fit PATH_MAX once

@@ -151,38 +151,10 @@ int cli_worker(int argc, char **argv)
     return run_worker(&job);
 }
 
-/* The worker command line: our own executable, "worker", and every option
- * of `sfb run` except -n. */
-static char **worker_argv(int argc, char **argv, char *self)
-{
-    char **out = calloc((size_t)argc + 2, sizeof *out);
-    if (!out) return NULL;
-    int n = 0;
-    out[n++] = self;
-    out[n++] = "worker";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) {
-            i++;
-            continue;
-        }
-        if (!strncmp(a, "--nprocs=", 9) || (!strncmp(a, "-n", 2) && a[2] != '\0')) continue;
-        if (!strcmp(a, "--")) break;
-        out[n++] = argv[i];
-    }
-    out[n] = NULL;
-    return out;
-}
-
 int cli_run(int argc, char **argv)
 {
-    /* getopt permutes argv: parse a copy, keep the original for the workers */
-    char **copy = calloc((size_t)argc + 1, sizeof *copy);
-    if (!copy) return 1;
-    memcpy(copy, argv, sizeof *copy * (size_t)argc);
     struct cli_job job;
-    int r = cli_parse_job(argc, copy, "run", 1, &job);
-    free(copy);
+    int r = cli_parse_job(argc, argv, "run", 1, &job);
     if (r) return r == 1 ? 0 : r;
     /* once, here, rather than after P workers have started */
     if ((r = cli_prepare_outputs(&job, "run", 0, (unsigned)job.nprocs - 1))) return r;
@@ -192,10 +164,10 @@ int cli_run(int argc, char **argv)
         cli_error(r, "cannot find the sfb executable");
         return 1;
     }
-    char **wargv = worker_argv(argc, argv, self);
+    char **wargv = cli_worker_argv(argc, argv, self);
     if (!wargv) return 1;
     r = sfb_launch_local_fork(job.nprocs, cli_forked_worker, wargv);
-    free(wargv);
+    cli_free_argv(wargv);
     if (r) {
         cli_error(r, "job failed");
         /* interrupted: the shell's convention for a death by that signal */

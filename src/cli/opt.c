@@ -348,3 +348,23 @@ void cli_opt_help(FILE *f, const struct cli_opt *table)
         }
     }
 }
+
+int cli_opt_canonical(struct cli_optparse *p, const struct cli_opt *table, const char *drop,
+                      char **out, size_t cap)
+{
+    size_t n = 0;
+    int c;
+    while ((c = cli_opt_next(p, table)) > 0) {
+        const struct cli_opt *o = &table[c - 1];
+        if (drop && !strcmp(o->name, drop)) continue;
+        size_t len = strlen(o->name) + 4 + (p->arg ? strlen(p->arg) : 0);
+        char *a = n < cap ? malloc(len) : NULL;
+        if (!a) break;
+        if (p->arg) snprintf(a, len, "--%s=%s", o->name, p->arg);
+        else snprintf(a, len, "--%s", o->name);
+        out[n++] = a;
+    }
+    if (c == CLI_OPT_END) return (int)n;
+    while (n) free(out[--n]);
+    return -1;
+}

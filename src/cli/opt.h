@@ -97,6 +97,18 @@ int cli_opt_parse(struct cli_optparse *p, const struct cli_opt *table, void *bas
 /* 1 if the option named `name` was given to cli_opt_parse. */
 int cli_opt_given(const struct cli_optparse *p, const struct cli_opt *table, const char *name);
 
+/* Rewrites the options of p's argv (already accepted by cli_opt_parse
+ * with the same table) one per element in the canonical form "--name" or
+ * "--name=VALUE" into out, leaving out the row named `drop`: what was given
+ * as `-qn2` becomes "--quiet", as read by this parser. out needs room for
+ * argc - 1 elements (one option per argument at most, and a cluster of k
+ * letters is one argument of k + 1 characters: counted per letter here,
+ * so room for the total length of the arguments always suffices). Each
+ * element is allocated (the caller frees them). Returns the count, or -1
+ * (out of memory, or argv not accepted; nothing left allocated). */
+int cli_opt_canonical(struct cli_optparse *p, const struct cli_opt *table, const char *drop,
+                      char **out, size_t cap);
+
 /* Prints the table's rows as --help lines ("  -n, --nprocs P   help..."). */
 void cli_opt_help(FILE *f, const struct cli_opt *table);
 

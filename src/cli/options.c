@@ -199,10 +199,12 @@ static void fill_help_texts(void)
     JOIN(sync_meta, i, sfb_sync_registry_name(i), "%s%s", i ? "|" : "", sfb_sync_registry_name(i));
     JOIN(sync_help, i, sfb_sync_registry_name(i), "%s%s: %s", i ? "\n" : "",
          sfb_sync_registry_name(i), sfb_sync_registry_summary(i));
-    JOIN(sync_want, i, sfb_sync_registry_name(i), "%s%s", i ? ", " : "", sfb_sync_registry_name(i));
+    JOIN(sync_want, i, sfb_sync_registry_name(i), "%s%s",
+         !i ? "" : sfb_sync_registry_name(i + 1) ? ", " : " or ", sfb_sync_registry_name(i));
     snprintf(topo_meta, sizeof topo_meta, "%s (default %s)", sfb_topo_names(),
              sfb_topo_registry_name(0));
-    JOIN(topo_want, i, sfb_topo_registry_name(i), "%s%s", i ? ", " : "", sfb_topo_registry_name(i));
+    JOIN(topo_want, i, sfb_topo_registry_name(i), "%s%s",
+         !i ? "" : sfb_topo_registry_name(i + 1) ? ", " : " or ", sfb_topo_registry_name(i));
 }
 
 /* Appends the models' own options (first model to name one wins). */
@@ -287,6 +289,33 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         return 2;
     }
     return cli_paths_build(job, cmd, world);
+}
+
+char **cli_worker_argv(int argc, char **argv, char *self)
+{
+    struct cli_opt table[CLI_OPT_MAX];
+    char help[CLI_OPT_MAX][160];
+    job_table(table, CLI_OPT_MAX, help, 1);
+    size_t cap = (size_t)argc + 3;
+    for (int i = 1; i < argc; i++) cap += strlen(argv[i]);
+    char **out = calloc(cap, sizeof *out);
+    if (!out) return NULL;
+    out[0] = strdup(self);
+    out[1] = strdup("worker");
+    struct cli_optparse p;
+    cli_opt_init(&p, argc, argv, "run");
+    int n = out[0] && out[1] ? cli_opt_canonical(&p, table, "nprocs", out + 2, cap - 3) : -1;
+    if (n < 0) {
+        cli_free_argv(out);
+        return NULL;
+    }
+    return out;
+}
+
+void cli_free_argv(char **argv)
+{
+    for (size_t i = 0; argv && argv[i]; i++) free(argv[i]);
+    free(argv);
 }
 
 uint32_t cli_known_world(const struct cli_job *job, int with_n)
