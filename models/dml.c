@@ -88,6 +88,25 @@ static int pair_error(const char *path, uint32_t line, const char *what)
     return sfb__error(-SFB_EFORMAT, "%s:%u: %s", path, line, what);
 }
 
+/* "i j" between s and e (leading blanks skipped): NULL, or what is wrong. */
+static const char *parse_pair(const char *s, const char *e, uint64_t v[2])
+{
+    for (int f = 0; f < 2; f++) {
+        if (s == e || *s < '0' || *s > '9')
+            return f ? "expected a second sample index" : "expected a sample index (unsigned integer)";
+        uint64_t x = 0;
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (x > (UINT64_MAX - 9) / 10) return "sample index too large";
+            x = x * 10 + (uint64_t)(*s++ - '0');
+        }
+        v[f] = x;
+        if (s < e && *s != ' ' && *s != '\t' && *s != '\r')
+            return "unexpected character after a sample index";
+        while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    }
+    return s != e ? "more than two fields (expected \"i j\")" : NULL;
+}
+
 int sfb__dml_read_pairs(const char *path, uint64_t **pairs, uint32_t **lines, uint64_t *n)
 {
     *pairs = NULL;
@@ -113,31 +132,9 @@ int sfb__dml_read_pairs(const char *path, uint64_t **pairs, uint32_t **lines, ui
             s++;
         if (s == e || *s == '#') continue;
         uint64_t v[2];
-        for (int f = 0; f < 2; f++) {
-            if (s == e || *s < '0' || *s > '9') {
-                ret = pair_error(path, line,
-                                 f ? "expected a second sample index"
-                                   : "expected a sample index (unsigned integer)");
-                goto fail;
-            }
-            uint64_t x = 0;
-            while (s < e && *s >= '0' && *s <= '9') {
-                if (x > (UINT64_MAX - 9) / 10) {
-                    ret = pair_error(path, line, "sample index too large");
-                    goto fail;
-                }
-                x = x * 10 + (uint64_t)(*s++ - '0');
-            }
-            v[f] = x;
-            if (s < e && *s != ' ' && *s != '\t' && *s != '\r') {
-                ret = pair_error(path, line, "unexpected character after a sample index");
-                goto fail;
-            }
-            while (s < e && (*s == ' ' || *s == '\t' || *s == '\r'))
-                s++;
-        }
-        if (s != e) {
-            ret = pair_error(path, line, "more than two fields (expected \"i j\")");
+        const char *why = parse_pair(s, e, v);
+        if (why) {
+            ret = pair_error(path, line, why);
             goto fail;
         }
         if (cnt == cap) {
