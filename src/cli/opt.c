@@ -266,6 +266,8 @@ static int store(const struct cli_optparse *p, const struct cli_opt *o, void *ba
     int64_t l;
     double d;
     int i, ok = 1;
+    /* a flag or enum row must name an int (or enum) field: a table bug */
+    if ((o->kind == CLI_FLAG || o->kind == CLI_ENUM) && o->size != sizeof(int)) abort();
     switch (o->kind) {
     case CLI_FLAG: memcpy(dst, &o->ival, sizeof(int)); break;
     case CLI_STR:

@@ -228,12 +228,14 @@ static size_t add_model_rows(struct cli_opt *t, size_t n, char (*help)[160], siz
     return n;
 }
 
-/* The whole table of `sfb run` (with -n) or `sfb worker` into t (cap rows). */
-static void job_table(struct cli_opt *t, size_t cap, char (*help)[160], int with_n)
+/* The whole table of `sfb run` and `sfb worker` into t (cap rows). -n is
+ * row 0 for both: a worker refuses it with a message that says why
+ * (set_nprocs), and its --help leaves it out. */
+static void job_table(struct cli_opt *t, size_t cap, char (*help)[160])
 {
     size_t n = 0;
     fill_help_texts();
-    if (with_n) t[n++] = nprocs_row;
+    t[n++] = nprocs_row;
     for (size_t i = 0; i < sizeof job_rows / sizeof *job_rows; i++) t[n++] = job_rows[i];
     n = add_model_rows(t, n, help, cap - sizeof job_rows2 / sizeof *job_rows2 - 1);
     for (size_t i = 0; i < sizeof job_rows2 / sizeof *job_rows2; i++) t[n++] = job_rows2[i];
@@ -252,7 +254,7 @@ static void job_help(FILE *f, const struct cli_opt *table, int with_n)
                    "`srun --mpi=pmix sfb worker ...`, or with SFB_RANK, SFB_WORLD_SIZE,\n"
                    "SFB_RENDEZVOUS=host:port and SFB_JOB_KEY set (see README). Without any\n"
                    "of these it runs as a job of one worker, with a warning that says so.\n\n");
-    cli_opt_help(f, table);
+    cli_opt_help(f, with_n ? table : table + 1);
     fprintf(f, "Options are matched by their full names only. Output directories are\n"
                "checked writable before training starts.\n");
 }
@@ -267,7 +269,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     job->log_level = SFB_LOG_INFO;
     struct cli_opt table[CLI_OPT_MAX];
     char help[CLI_OPT_MAX][160];
-    job_table(table, CLI_OPT_MAX, help, with_n);
+    job_table(table, CLI_OPT_MAX, help);
     struct cli_optparse p;
     cli_opt_init(&p, argc, argv, cmd);
     int r = cli_opt_parse(&p, table, job, (void *)cmd);
@@ -295,7 +297,7 @@ char **cli_worker_argv(int argc, char **argv, char *self)
 {
     struct cli_opt table[CLI_OPT_MAX];
     char help[CLI_OPT_MAX][160];
-    job_table(table, CLI_OPT_MAX, help, 1);
+    job_table(table, CLI_OPT_MAX, help);
     size_t cap = (size_t)argc + 3;
     for (int i = 1; i < argc; i++) cap += strlen(argv[i]);
     char **out = calloc(cap, sizeof *out);

@@ -38,7 +38,9 @@ check bad-model '[ $rc = 2 ] && [[ "$out" == *"unknown model"* ]]'
 run "$SFB" run --degree 3
 check degree-needs-overlay '[ $rc = 2 ] && [[ "$out" == *"--topology"* ]]'
 run "$SFB" worker -n 2
-check worker-no-n '[ $rc = 2 ]'
+check worker-no-n '[ $rc = 2 ] && [[ "$out" == *"-n is an option of \`sfb run\`"* ]]'
+run "$SFB" worker --help
+check worker-help-no-n '[ $rc = 0 ] && [[ "$out" != *"--nprocs"* ]] && [[ "$out" == *"--staleness"* ]]'
 run "$SFB" run --batch
 check missing-value '[ $rc = 2 ] && [[ "$out" == *"needs a value"* ]]'
 
