@@ -24,7 +24,8 @@ static size_t distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     size_t row[MAX_NAME + 1];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
     for (size_t i = 1; i <= la; i++) {
         size_t diag = row[0];
         row[0] = i;
@@ -90,7 +91,8 @@ static int next_short(struct cli_optparse *p, const struct cli_opt *table)
 {
     char c = *p->cluster++;
     const struct cli_opt *o = table;
-    while (o->kind != CLI_END && !(o->name && o->short_name == c)) o++;
+    while (o->kind != CLI_END && !(o->name && o->short_name == c))
+        o++;
     if (o->kind == CLI_END) {
         char shown[3] = {'-', c, '\0'};
         p->cluster = NULL;
@@ -99,8 +101,10 @@ static int next_short(struct cli_optparse *p, const struct cli_opt *table)
     snprintf(p->spelled, sizeof p->spelled, "-%c", c);
     p->arg = NULL;
     if (takes_value(o)) {
-        if (*p->cluster) p->arg = p->cluster;
-        else if (p->i < p->argc) p->arg = p->argv[p->i++];
+        if (*p->cluster)
+            p->arg = p->cluster;
+        else if (p->i < p->argc)
+            p->arg = p->argv[p->i++];
         p->cluster = NULL;
         if (!p->arg) return needs_value(p);
     } else if (!*p->cluster) {
@@ -145,8 +149,10 @@ int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
             }
             return (int)(o - table) + 1;
         }
-        if (eq) p->arg = eq + 1;
-        else if (p->i < p->argc) p->arg = p->argv[p->i++];
+        if (eq)
+            p->arg = eq + 1;
+        else if (p->i < p->argc)
+            p->arg = p->argv[p->i++];
         if (!p->arg) return needs_value(p);
         return (int)(o - table) + 1;
     }
@@ -202,7 +208,8 @@ int cli_opt_bad(const char *cmd, const char *spelled, const char *v, const char 
 static void choices_words(const char *choices, char *buf, size_t cap)
 {
     size_t n = 0, bars = 0, len = 0;
-    for (const char *c = choices; *c; c++) bars += *c == '|';
+    for (const char *c = choices; *c; c++)
+        bars += *c == '|';
     buf[0] = '\0';
     for (const char *c = choices; *c && len + 4 < cap; c++) {
         if (*c != '|') {
@@ -269,7 +276,9 @@ static int store(const struct cli_optparse *p, const struct cli_opt *o, void *ba
     /* a flag or enum row must name an int (or enum) field: a table bug */
     if ((o->kind == CLI_FLAG || o->kind == CLI_ENUM) && o->size != sizeof(int)) abort();
     switch (o->kind) {
-    case CLI_FLAG: memcpy(dst, &o->ival, sizeof(int)); break;
+    case CLI_FLAG:
+        memcpy(dst, &o->ival, sizeof(int));
+        break;
     case CLI_STR:
         if ((ok = !(o->umin && !*v))) memcpy(dst, &v, sizeof v);
         break;
@@ -282,22 +291,28 @@ static int store(const struct cli_optparse *p, const struct cli_opt *o, void *ba
     case CLI_UINT:
         if ((ok = !cli_parse_u64(v, o->umin, o->umax, &u))) {
             uint32_t u32 = (uint32_t)u;
-            if (o->size == sizeof u32) memcpy(dst, &u32, sizeof u32);
-            else memcpy(dst, &u, sizeof u);
+            if (o->size == sizeof u32)
+                memcpy(dst, &u32, sizeof u32);
+            else
+                memcpy(dst, &u, sizeof u);
         }
         break;
     case CLI_INT:
         if ((ok = !parse_i64(v, o->imin, o->imax, &l))) {
             int li = (int)l;
-            if (o->size == sizeof li) memcpy(dst, &li, sizeof li);
-            else memcpy(dst, &l, sizeof l);
+            if (o->size == sizeof li)
+                memcpy(dst, &li, sizeof li);
+            else
+                memcpy(dst, &l, sizeof l);
         }
         break;
     case CLI_REAL:
         if ((ok = !cli_parse_double(v, &d) && in_range(o, d))) memcpy(dst, &d, sizeof d);
         break;
-    case CLI_CALL: return o->call(base, ctx, o, p->spelled, v);
-    default: break;
+    case CLI_CALL:
+        return o->call(base, ctx, o, p->spelled, v);
+    default:
+        break;
     }
     return ok ? CLI_OPT_OK : cli_opt_bad(p->cmd, p->spelled, v, want_text(o, buf, sizeof buf));
 }
@@ -332,9 +347,8 @@ void cli_opt_help(FILE *f, const struct cli_opt *table)
             continue;
         }
         char left[128];
-        int n = o->short_name
-                    ? snprintf(left, sizeof left, "  -%c, --%s", o->short_name, o->name)
-                    : snprintf(left, sizeof left, "  --%s", o->name);
+        int n = o->short_name ? snprintf(left, sizeof left, "  -%c, --%s", o->short_name, o->name)
+                              : snprintf(left, sizeof left, "  --%s", o->name);
         if (o->metavar && n > 0 && (size_t)n < sizeof left)
             n += snprintf(left + n, sizeof left - (size_t)n, " %s", o->metavar);
         fputs(left, f);
@@ -362,11 +376,14 @@ int cli_opt_canonical(struct cli_optparse *p, const struct cli_opt *table, const
         size_t len = strlen(o->name) + 4 + (p->arg ? strlen(p->arg) : 0);
         char *a = n < cap ? malloc(len) : NULL;
         if (!a) break;
-        if (p->arg) snprintf(a, len, "--%s=%s", o->name, p->arg);
-        else snprintf(a, len, "--%s", o->name);
+        if (p->arg)
+            snprintf(a, len, "--%s=%s", o->name, p->arg);
+        else
+            snprintf(a, len, "--%s", o->name);
         out[n++] = a;
     }
     if (c == CLI_OPT_END) return (int)n;
-    while (n) free(out[--n]);
+    while (n)
+        free(out[--n]);
     return -1;
 }

@@ -21,17 +21,17 @@
 #include <stdio.h>
 
 enum cli_kind {
-    CLI_END = 0,  /* ends the table (name NULL) */
-    CLI_SECTION,  /* a heading in --help (help only) */
-    CLI_HELP,     /* -h/--help: cli_opt_parse returns CLI_OPT_HELP */
-    CLI_FLAG,     /* no value: stores `ival` into an int */
-    CLI_STR,      /* a string (pointer into argv); umin = 1: must not be empty */
-    CLI_UINT,     /* decimal integer in [umin, umax] into a uint32_t or uint64_t (size) */
-    CLI_INT,      /* decimal integer in [imin, imax] into an int or int64_t (size) */
-    CLI_REAL,     /* finite number in the range lo..hi (open ends per `open`) into a double */
-    CLI_ENUM,     /* one of `choices` ("a|b|c"): stores values[i] into an int */
-    CLI_CHOICE,   /* one of `choices`: stores the string itself */
-    CLI_CALL,     /* call(): checks and stores the value itself */
+    CLI_END = 0, /* ends the table (name NULL) */
+    CLI_SECTION, /* a heading in --help (help only) */
+    CLI_HELP,    /* -h/--help: cli_opt_parse returns CLI_OPT_HELP */
+    CLI_FLAG,    /* no value: stores `ival` into an int */
+    CLI_STR,     /* a string (pointer into argv); umin = 1: must not be empty */
+    CLI_UINT,    /* decimal integer in [umin, umax] into a uint32_t or uint64_t (size) */
+    CLI_INT,     /* decimal integer in [imin, imax] into an int or int64_t (size) */
+    CLI_REAL,    /* finite number in the range lo..hi (open ends per `open`) into a double */
+    CLI_ENUM,    /* one of `choices` ("a|b|c"): stores values[i] into an int */
+    CLI_CHOICE,  /* one of `choices`: stores the string itself */
+    CLI_CALL,    /* call(): checks and stores the value itself */
 };
 
 enum { CLI_OPEN_LO = 1, CLI_OPEN_HI = 2 };
@@ -68,11 +68,11 @@ struct cli_opt {
 struct cli_optparse {
     int argc;
     char **argv;
-    const char *cmd;     /* "run", "topo", ... for messages */
-    int i;               /* next argv element */
-    const char *cluster; /* rest of a short-option cluster, or NULL */
-    const char *arg;     /* the value of the option just returned */
-    char spelled[64];    /* how to name it in messages: "--lr" or "-n" */
+    const char *cmd;                  /* "run", "topo", ... for messages */
+    int i;                            /* next argv element */
+    const char *cluster;              /* rest of a short-option cluster, or NULL */
+    const char *arg;                  /* the value of the option just returned */
+    char spelled[64];                 /* how to name it in messages: "--lr" or "-n" */
     unsigned char given[CLI_OPT_MAX]; /* rows seen by cli_opt_parse */
 };
 
@@ -99,13 +99,12 @@ int cli_opt_given(const struct cli_optparse *p, const struct cli_opt *table, con
 
 /* Rewrites the options of p's argv (already accepted by cli_opt_parse
  * with the same table) one per element in the canonical form "--name" or
- * "--name=VALUE" into out, leaving out the row named `drop`: what was given
- * as `-qn2` becomes "--quiet", as read by this parser. out needs room for
- * argc - 1 elements (one option per argument at most, and a cluster of k
- * letters is one argument of k + 1 characters: counted per letter here,
- * so room for the total length of the arguments always suffices). Each
- * element is allocated (the caller frees them). Returns the count, or -1
- * (out of memory, or argv not accepted; nothing left allocated). */
+ * "--name=VALUE" into out (room for `cap` elements), leaving out the row
+ * named `drop`: `-qn2` becomes "--quiet" when -n is dropped, exactly as
+ * this parser read it. A cluster of k short options becomes k elements,
+ * so a cap of the arguments' total length always suffices. Each element
+ * is allocated (the caller frees them). Returns the count, or -1 (out of
+ * room or memory, or argv not accepted; nothing left allocated). */
 int cli_opt_canonical(struct cli_optparse *p, const struct cli_opt *table, const char *drop,
                       char **out, size_t cap);
 

@@ -77,7 +77,8 @@ static int test_model_options(void)
     const struct sfb_model_ops *ops;
     for (size_t i = 0; (ops = sfb_model_registry(i)); i++) {
         for (const struct sfb_model_option *o = ops->options; o && o->name; o++) {
-            for (size_t k = 0; k < n_seen; k++) ASSERT(strcmp(seen[k], o->name) != 0);
+            for (size_t k = 0; k < n_seen; k++)
+                ASSERT(strcmp(seen[k], o->name) != 0);
             ASSERT(n_seen < 64);
             seen[n_seen++] = o->name;
             ASSERT(o->metavar && o->help && *o->help);
@@ -106,9 +107,14 @@ static int test_model_options(void)
 /* What `sfb eval` prints for each model beyond loss and accuracy. */
 static int test_eval_text(void)
 {
-    struct sfb_eval ev = {.loss = 1, .accuracy = NAN, .knn_accuracy = 0.5,
-                          .knn_accuracy_euclid = 0.25, .recon_error = 0.125, .sparsity = 0.75,
-                          .recon_error_sparse = 0.5, .sparse_nonzeros = 3};
+    struct sfb_eval ev = {.loss = 1,
+                          .accuracy = NAN,
+                          .knn_accuracy = 0.5,
+                          .knn_accuracy_euclid = 0.25,
+                          .recon_error = 0.125,
+                          .sparsity = 0.75,
+                          .recon_error_sparse = 0.5,
+                          .sparse_nonzeros = 3};
     char buf[512];
     ASSERT(sfb_model_find("mlr")->eval_text == NULL);
     ASSERT_GT(sfb_model_find("dml")->eval_text(&ev, buf, sizeof buf), 0);
@@ -156,7 +162,8 @@ static int test_engines(void)
     ASSERT_STR_CONTAINS(sfb_last_error(), "--sync fms");
     t.topology = "ring";
     ASSERT_EQ(sfb_train_check_settings(&t, 0), -SFB_EUSAGE);
-    ASSERT_STR_CONTAINS(sfb_last_error(), "unknown topology \"ring\" (full, halton, halton-classic)");
+    ASSERT_STR_CONTAINS(sfb_last_error(),
+                        "unknown topology \"ring\" (full, halton, halton-classic)");
     return 0;
 }
 
@@ -175,10 +182,8 @@ static int test_topologies(void)
 }
 
 static const struct test_case tests[] = {
-    {"model_ops", test_model_ops},
-    {"model_options", test_model_options},
-    {"eval_text", test_eval_text},
-    {"engines", test_engines},
+    {"model_ops", test_model_ops},   {"model_options", test_model_options},
+    {"eval_text", test_eval_text},   {"engines", test_engines},
     {"topologies", test_topologies},
 };
 
