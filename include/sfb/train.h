@@ -32,13 +32,17 @@ struct sfb_train_settings {
     uint32_t epochs;       /* passes over the data (ignored if clocks > 0) */
     uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */
     double lr;             /* η₀, per global minibatch (world · batch samples); 0 (default):
-                              the model's default (dml 0.01, others 1.0) */
+                              the model's default (sfb_model_ops.default_lr: dml 0.01,
+                              mlr and sc 1.0) */
     enum sfb_lr_schedule lr_schedule;
     uint64_t lr_period;    /* T in clocks; 0 = 1 % of an epoch (at least 1) */
     double lr_decay;       /* factor of SFB_LR_STEP */
     double lambda;         /* regularizer: mlr L2, dml hinge weight, sc L1; < 0 (default):
-                              the model's default (mlr 0, dml 30, sc 0.1) */
-    /* model-specific settings (sfb/model.h); 0 / NULL: the model's default */
+                              the model's default (sfb_model_ops.default_lambda: mlr 0,
+                              dml 30, sc 0.1) */
+    /* model-specific settings (sfb/model.h; sfb_train_set_model_options
+     * copies them from a struct sfb_model_settings); 0 / NULL: the model's
+     * default */
     uint32_t rank;         /* dml: projection dimension */
     uint32_t knn_k;        /* dml: neighbours of the k-NN evaluation */
     uint32_t dict_size;    /* sc: dictionary atoms */
