@@ -28,8 +28,8 @@
  * λ = 1 the pull wins: L shrinks until ~43 % of dissimilar pairs sit inside
  * the margin, so the hinge pushes on typical (far) dissimilar pairs like a
  * global between-class term against the global within-class pull, and
- * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default,
- * src/train/train.c) ~5 % stay inside: the hinge works on the close dissimilar
+ * Fashion-MNIST k-NN gets worse than Euclidean. With λ = 30 (sfb's default:
+ * default_lambda in the ops below) ~5 % stay inside: the hinge works on the close dissimilar
  * pairs that decide k-NN (docs/models.md has the numbers).
  *
  * evaluate: a seed-determined subset of the dataset (a partial Fisher–Yates
@@ -48,6 +48,8 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +88,25 @@ static int pair_error(const char *path, uint32_t line, const char *what)
     return sfb__error(-SFB_EFORMAT, "%s:%u: %s", path, line, what);
 }
 
+/* "i j" between s and e (leading blanks skipped): NULL, or what is wrong. */
+static const char *parse_pair(const char *s, const char *e, uint64_t v[2])
+{
+    for (int f = 0; f < 2; f++) {
+        if (s == e || *s < '0' || *s > '9')
+            return f ? "expected a second sample index" : "expected a sample index (unsigned integer)";
+        uint64_t x = 0;
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (x > (UINT64_MAX - 9) / 10) return "sample index too large";
+            x = x * 10 + (uint64_t)(*s++ - '0');
+        }
+        v[f] = x;
+        if (s < e && *s != ' ' && *s != '\t' && *s != '\r')
+            return "unexpected character after a sample index";
+        while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    }
+    return s != e ? "more than two fields (expected \"i j\")" : NULL;
+}
+
 int sfb__dml_read_pairs(const char *path, uint64_t **pairs, uint32_t **lines, uint64_t *n)
 {
     *pairs = NULL;
@@ -111,31 +132,9 @@ int sfb__dml_read_pairs(const char *path, uint64_t **pairs, uint32_t **lines, ui
             s++;
         if (s == e || *s == '#') continue;
         uint64_t v[2];
-        for (int f = 0; f < 2; f++) {
-            if (s == e || *s < '0' || *s > '9') {
-                ret = pair_error(path, line,
-                                 f ? "expected a second sample index"
-                                   : "expected a sample index (unsigned integer)");
-                goto fail;
-            }
-            uint64_t x = 0;
-            while (s < e && *s >= '0' && *s <= '9') {
-                if (x > (UINT64_MAX - 9) / 10) {
-                    ret = pair_error(path, line, "sample index too large");
-                    goto fail;
-                }
-                x = x * 10 + (uint64_t)(*s++ - '0');
-            }
-            v[f] = x;
-            if (s < e && *s != ' ' && *s != '\t' && *s != '\r') {
-                ret = pair_error(path, line, "unexpected character after a sample index");
-                goto fail;
-            }
-            while (s < e && (*s == ' ' || *s == '\t' || *s == '\r'))
-                s++;
-        }
-        if (s != e) {
-            ret = pair_error(path, line, "more than two fields (expected \"i j\")");
+        const char *why = parse_pair(s, e, v);
+        if (why) {
+            ret = pair_error(path, line, why);
             goto fail;
         }
         if (cnt == cap) {
@@ -540,6 +539,38 @@ static int dml_state_load(void *priv, const uint8_t *in, size_t len)
     return 0;
 }
 
+static void dml_defaults(struct sfb_model_settings *s)
+{
+    s->rank = 64;
+    s->knn_k = 5;
+}
+
+static uint32_t dml_shapes(const struct sfb_model_settings *s, uint64_t *rows, uint64_t *cols)
+{
+    rows[0] = s->rank;
+    cols[0] = s->d;
+    return 1;
+}
+
+static int dml_eval_text(const struct sfb_eval *ev, char *buf, size_t cap)
+{
+    if (!isfinite(ev->knn_accuracy)) return snprintf(buf, cap, "%s", "");
+    return snprintf(buf, cap, "k-NN accuracy: learned metric %.2f%%, Euclidean %.2f%%\n",
+                    100 * ev->knn_accuracy, 100 * ev->knn_accuracy_euclid);
+}
+
+static const struct sfb_model_option dml_options[] = {
+    {"rank", "K", "projection dimension (default 64)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, rank), 1, 1u << 20},
+    {"knn-k", "K", "neighbours of the k-NN evaluation (default 5)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, knn_k), 1, KNN_MAX},
+    {"simi-pairs", "FILE", "similar pairs, lines \"i j\" (default: sampled\nfrom the labels by seed)",
+     SFB_MODEL_OPT_PATH, offsetof(struct sfb_model_settings, simi_pairs), 0, 0},
+    {"diff-pairs", "FILE", "dissimilar pairs, as --simi-pairs", SFB_MODEL_OPT_PATH,
+     offsetof(struct sfb_model_settings, diff_pairs), 0, 0},
+    {0},
+};
+
 const struct sfb_model_ops sfb__dml_ops = {
     .name = "dml",
     .priv_size = sizeof(struct dml),
@@ -550,4 +581,12 @@ const struct sfb_model_ops sfb__dml_ops = {
     .evaluate = dml_evaluate,
     .state_save = dml_state_save,
     .state_load = dml_state_load,
+    .summary = "distance metric learning, one rank x d projection",
+    /* λ = 1 loses to the Euclidean metric (top of this file, docs/models.md) */
+    .default_lambda = 30.0,
+    .default_lr = 0.01,
+    .defaults = dml_defaults,
+    .shapes = dml_shapes,
+    .eval_text = dml_eval_text,
+    .options = dml_options,
 };

@@ -261,6 +261,13 @@ static int mlr_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
     return 0;
 }
 
+static uint32_t mlr_shapes(const struct sfb_model_settings *s, uint64_t *rows, uint64_t *cols)
+{
+    rows[0] = s->k;
+    cols[0] = (uint64_t)s->d + 1;
+    return 1;
+}
+
 const struct sfb_model_ops sfb__mlr_ops = {
     .name = "mlr",
     .priv_size = sizeof(struct mlr),
@@ -269,4 +276,8 @@ const struct sfb_model_ops sfb__mlr_ops = {
     .factors = mlr_factors,
     .apply_local = mlr_apply_local,
     .evaluate = mlr_evaluate,
+    .summary = "multinomial logistic regression (softmax), one k x (d+1) matrix",
+    .default_lambda = 0.0,
+    .default_lr = 1.0,
+    .shapes = mlr_shapes,
 };

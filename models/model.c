@@ -1,10 +1,8 @@
-/* Model registry and the sfb_model handle: one static table of ops, so a new
- * model is one source file plus one line in `models` below. */
+/* Model registry and the sfb_model handle: one static table of ops, built
+ * from models/registry.def, so a new model is one source file plus one line
+ * there. */
 #include "models/model.h"
 
-#include "models/dml.h"
-#include "models/mlr.h"
-#include "models/sc.h"
 #include "src/base/common.h"
 
 #include <math.h>
@@ -12,10 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SFB_MODEL(name) extern const struct sfb_model_ops sfb__##name##_ops;
+#include "models/registry.def"
+#undef SFB_MODEL
+
 static const struct sfb_model_ops *const models[] = {
-    &sfb__mlr_ops,
-    &sfb__dml_ops,
-    &sfb__sc_ops,
+#define SFB_MODEL(name) &sfb__##name##_ops,
+#include "models/registry.def"
+#undef SFB_MODEL
 };
 
 struct sfb_model {
@@ -32,13 +34,16 @@ void sfb_model_default_settings(struct sfb_model_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof(*s));
-    s->kind = "mlr";
+    s->kind = models[0]->name;
     s->lambda = 0.0;
     s->seed = 1;
-    s->rank = 64;
-    s->knn_k = 5;
-    s->dict_size = 128;
-    s->code_steps = 20;
+    for (size_t i = 0; i < SFB_ARRAY_LEN(models); i++)
+        if (models[i]->defaults) models[i]->defaults(s);
+}
+
+const struct sfb_model_ops *sfb_model_registry(size_t i)
+{
+    return i < SFB_ARRAY_LEN(models) ? models[i] : NULL;
 }
 
 const struct sfb_model_ops *sfb_model_find(const char *name)

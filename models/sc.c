@@ -35,6 +35,8 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -415,6 +417,45 @@ static int sc_evaluate(void *priv, const struct sfb_matrix *mats, const struct s
     return 0;
 }
 
+static void sc_defaults(struct sfb_model_settings *s)
+{
+    s->dict_size = 128;
+    s->code_steps = 20;
+}
+
+static uint32_t sc_shapes(const struct sfb_model_settings *s, uint64_t *rows, uint64_t *cols)
+{
+    rows[0] = s->d;
+    cols[0] = s->dict_size;
+    return 1;
+}
+
+static int sc_eval_text(const struct sfb_eval *ev, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "%s", "");
+    if (isfinite(ev->recon_error))
+        n = snprintf(buf, cap, "reconstruction error %.4f, code sparsity %.2f%%\n",
+                     ev->recon_error, 100 * ev->sparsity);
+    if (n < 0) return n;
+    size_t used = (size_t)n < cap ? (size_t)n : cap;
+    if (isfinite(ev->recon_error_sparse)) {
+        int m = snprintf(buf + used, cap - used,
+                         "reconstruction error at %u nonzeros per code (OMP) %.4f\n",
+                         ev->sparse_nonzeros, ev->recon_error_sparse);
+        if (m < 0) return m;
+        n += m;
+    }
+    return n;
+}
+
+static const struct sfb_model_option sc_options[] = {
+    {"dict-size", "K", "dictionary atoms (default 128)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, dict_size), 1, 1u << 20},
+    {"code-steps", "N", "FISTA steps per code (default 20)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, code_steps), 1, 1u << 20},
+    {0},
+};
+
 const struct sfb_model_ops sfb__sc_ops = {
     .name = "sc",
     .priv_size = sizeof(struct sc),
@@ -423,4 +464,11 @@ const struct sfb_model_ops sfb__sc_ops = {
     .factors = sc_factors,
     .apply_local = sc_apply_local,
     .evaluate = sc_evaluate,
+    .summary = "sparse coding, one d x dict-size dictionary",
+    .default_lambda = 0.1,
+    .default_lr = 1.0,
+    .defaults = sc_defaults,
+    .shapes = sc_shapes,
+    .eval_text = sc_eval_text,
+    .options = sc_options,
 };

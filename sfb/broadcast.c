@@ -312,6 +312,12 @@ static const uint64_t *bc_hist(void *priv)
     return ((struct bcast *)priv)->hist;
 }
 
+/* S·(K+D) values to each of the P−1 peers. */
+static double bc_formula(uint64_t rows, uint64_t cols, uint32_t world, uint32_t batch)
+{
+    return (double)(world - 1) * batch * ((double)rows + cols) * 4.0;
+}
+
 const struct sfb__sync_ops sfb__broadcast_ops = {
     .name = "sfb",
     .priv_size = sizeof(struct bcast),
@@ -322,4 +328,7 @@ const struct sfb__sync_ops sfb__broadcast_ops = {
     .drain = bc_drain,
     .staleness_hist = bc_hist,
     .report = bc_report,
+    .summary = "sufficient factors, broadcast to every peer (default)",
+    .overlays = 1,
+    .formula_bytes = bc_formula,
 };

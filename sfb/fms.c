@@ -453,6 +453,14 @@ static void fms_report(void *priv, struct sfb__sync_report *rep)
     rep->data_bytes = f->data_bytes;
 }
 
+/* Each row block pushed to its owner and the sums of the own block sent
+ * back: 2·K·D·(P−1)/P values. */
+static double fms_formula(uint64_t rows, uint64_t cols, uint32_t world, uint32_t batch)
+{
+    (void)batch;
+    return 2.0 * (double)rows * (double)cols * (world - 1) / world * 4.0;
+}
+
 const struct sfb__sync_ops sfb__fms_ops = {
     .name = "fms",
     .priv_size = sizeof(struct fms),
@@ -463,4 +471,7 @@ const struct sfb__sync_ops sfb__fms_ops = {
     .drain = fms_drain,
     .staleness_hist = fms_hist,
     .report = fms_report,
+    .summary = "full matrices through sharded parameter servers",
+    .overlays = 0,
+    .formula_bytes = fms_formula,
 };

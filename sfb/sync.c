@@ -6,12 +6,18 @@
 
 #include <string.h>
 
+static const struct sfb__sync_ops *const engines[] = {&sfb__broadcast_ops, &sfb__fms_ops};
+
 const struct sfb__sync_ops *sfb__sync_find(const char *name)
 {
-    static const struct sfb__sync_ops *const engines[] = {&sfb__broadcast_ops, &sfb__fms_ops};
-    for (size_t i = 0; i < SFB_ARRAY_LEN(engines); i++)
+    for (size_t i = 0; name && i < SFB_ARRAY_LEN(engines); i++)
         if (!strcmp(engines[i]->name, name)) return engines[i];
     return NULL;
+}
+
+const struct sfb__sync_ops *sfb__sync_registry(size_t i)
+{
+    return i < SFB_ARRAY_LEN(engines) ? engines[i] : NULL;
 }
 
 void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,

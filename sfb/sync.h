@@ -78,9 +78,19 @@ struct sfb__sync_ops {
     const uint64_t *(*staleness_hist)(void *priv);
     /* Counters for metrics (may be NULL). */
     void (*report)(void *priv, struct sfb__sync_report *rep);
+    const char *summary; /* one line for --help */
+    int overlays;        /* 1: its updates may travel over an overlay topology */
+    /* Bytes a rank sends per clock by the engine's textbook formula, for a
+     * model of one rows x cols matrix, `world` ranks and `batch` samples
+     * per rank per clock (the summary event's formula_bytes_per_clock). */
+    double (*formula_bytes)(uint64_t rows, uint64_t cols, uint32_t world, uint32_t batch);
 };
 
+/* The engine registered under `name` (--sync), or NULL. */
 const struct sfb__sync_ops *sfb__sync_find(const char *name);
+/* The registered engines in registry order (the first is the default);
+ * NULL past the end. */
+const struct sfb__sync_ops *sfb__sync_registry(size_t i);
 
 /* Accounts one peer update of `clock` applied while computing `now_clock`
  * (SSP required every update <= `required`): its staleness into `hist`

@@ -13,5 +13,6 @@ static int full_offsets(uint32_t nodes, uint32_t degree, uint32_t *out, uint32_t
 const struct sfb__topo_ops sfb__topo_full = {
     .name = "full",
     .summary = "full P2P: every node sends to all P-1 others",
+    .overlay = 0,
     .offsets = full_offsets,
 };

@@ -91,11 +91,13 @@ static int classic_offsets(uint32_t nodes, uint32_t degree, uint32_t *out, uint3
 const struct sfb__topo_ops sfb__topo_halton = {
     .name = "halton",
     .summary = "circulant overlay, log2(P) dyadic scales placed by base-3 Halton points",
+    .overlay = 1,
     .offsets = halton_offsets,
 };
 
 const struct sfb__topo_ops sfb__topo_halton_classic = {
     .name = "halton-classic",
     .summary = "MALT-style overlay: offsets 1 + floor((P-1)*phi2(l)); diameter grows ~linearly",
+    .overlay = 1,
     .offsets = classic_offsets,
 };

@@ -10,6 +10,7 @@
 #include "topology/topo_ops.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const struct sfb__topo_ops *const registry[] = {
@@ -40,6 +41,33 @@ const char *sfb_topo_registry_name(size_t i)
 const char *sfb_topo_registry_summary(size_t i)
 {
     return i < SFB_ARRAY_LEN(registry) ? registry[i]->summary : NULL;
+}
+
+static const struct sfb__topo_ops *find(const char *name)
+{
+    for (size_t i = 0; name && i < SFB_ARRAY_LEN(registry); i++)
+        if (strcmp(registry[i]->name, name) == 0) return registry[i];
+    return NULL;
+}
+
+int sfb_topo_is_overlay(const char *name)
+{
+    const struct sfb__topo_ops *ops = find(name);
+    return ops ? ops->overlay : -1;
+}
+
+const char *sfb_topo_names(void)
+{
+    /* Built once from the constant table: two first callers write the same bytes. */
+    static char names[256];
+    if (names[0]) return names;
+    char buf[sizeof names];
+    size_t len = 0;
+    for (size_t i = 0; i < SFB_ARRAY_LEN(registry); i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", i ? ", " : "",
+                                registry[i]->name);
+    memcpy(names, buf, len + 1);
+    return names;
 }
 
 uint32_t sfb__topo_ceil_log2(uint32_t n)
@@ -163,20 +191,18 @@ static int make_offsets(const char *name, uint32_t nodes, uint32_t degree,
                         const struct sfb__topo_ops **ops_out, uint32_t *requested, uint32_t **offs,
                         uint32_t *n)
 {
-    const struct sfb__topo_ops *ops = NULL;
+    const struct sfb__topo_ops *ops = find(name);
     *offs = NULL;
     *n = 0;
-    for (size_t i = 0; name && i < SFB_ARRAY_LEN(registry); i++)
-        if (strcmp(registry[i]->name, name) == 0) ops = registry[i];
     if (!ops)
-        return sfb__error(-SFB_EUSAGE, "unknown topology '%s' (full, halton, halton-classic)",
-                          name ? name : "(null)");
+        return sfb__error(-SFB_EUSAGE, "unknown topology '%s' (%s)", name ? name : "(null)",
+                          sfb_topo_names());
     if (nodes == 0 || nodes > SFB_TOPO_MAX_NODES)
         return sfb__error(-SFB_EUSAGE, "topology %s: nodes %u out of range 1..%u", name, nodes,
                           SFB_TOPO_MAX_NODES);
     *ops_out = ops;
     *requested = degree ? degree : sfb_topo_default_degree(nodes);
-    if (ops == &sfb__topo_full) *requested = nodes - 1;
+    if (!ops->overlay) *requested = nodes - 1;
     uint32_t q = SFB_MIN(*requested, nodes - 1);
     *offs = calloc((size_t)q + 1, sizeof **offs);
     if (!*offs) return -ENOMEM;

@@ -9,6 +9,9 @@
 struct sfb__topo_ops {
     const char *name;
     const char *summary;
+    /* 1: an overlay, whose frames relays forward; 0: every node sends to
+     * every other itself (the requested degree is ignored). */
+    int overlay;
     /* Writes the offsets for `nodes` ≥ 2 nodes and requested degree
      * 1 ≤ degree ≤ nodes − 1 into out (capacity degree + 1), distinct and in
      * [1, nodes − 1], in generation order; sets *n ≥ 1. Must leave

@@ -63,6 +63,23 @@ struct sfb_eval {
     uint32_t sparse_nonzeros;
 };
 
+/* One command-line option of a model (`sfb run --rank K`), stored at
+ * `offset` in struct sfb_model_settings: an unsigned integer in [min, max]
+ * or a file path. Tables end with an entry whose name is NULL. */
+enum sfb_model_option_kind {
+    SFB_MODEL_OPT_U32 = 0,
+    SFB_MODEL_OPT_PATH = 1,
+};
+
+struct sfb_model_option {
+    const char *name;    /* long option without "--" */
+    const char *metavar; /* the value in --help: "K", "FILE" */
+    const char *help;    /* what it sets, with its default; '\n' continues */
+    enum sfb_model_option_kind kind;
+    size_t offset;       /* offsetof(struct sfb_model_settings, field) */
+    uint32_t min, max;   /* SFB_MODEL_OPT_U32 only */
+};
+
 /* The ops table every model implements. `priv` points to priv_size bytes
  * zeroed by the runtime. All ops are called from the compute thread only. */
 struct sfb_model_ops {
@@ -88,6 +105,24 @@ struct sfb_model_ops {
      * returns 0 or -EINVAL for a blob it did not write. */
     size_t (*state_save)(void *priv, uint8_t *out, size_t cap);
     int (*state_load)(void *priv, const uint8_t *in, size_t len);
+    /* What the runtime and the command line know of the model comes from
+     * here (docs/models.md, "Adding a model"). */
+    const char *summary;   /* one line for --help */
+    double default_lambda; /* λ when the training settings leave it (< 0) */
+    double default_lr;     /* η₀ when the training settings leave it (0) */
+    /* Sets the model's own fields of `s` to their defaults (may be NULL);
+     * called by sfb_model_default_settings for every registered model. */
+    void (*defaults)(struct sfb_model_settings *s);
+    /* The shapes of the matrices sfb_model_open would create for `s`,
+     * computed without allocating (the model-file reader checks a file's
+     * shapes with it before opening): writes rows[i], cols[i] for each of
+     * the returned number (<= SFB_MODEL_MAX_MATRICES) of matrices. */
+    uint32_t (*shapes)(const struct sfb_model_settings *s, uint64_t *rows, uint64_t *cols);
+    /* The model's own evaluation lines after loss and accuracy (`sfb eval`),
+     * each ending in '\n', formatted into buf as snprintf does (may be
+     * NULL: none). */
+    int (*eval_text)(const struct sfb_eval *ev, char *buf, size_t cap);
+    const struct sfb_model_option *options; /* its command-line options, or NULL */
 };
 
 #define SFB_MODEL_STATE_MAX 256
@@ -98,6 +133,9 @@ struct sfb_model_ops {
 SFB_API const struct sfb_model_ops *sfb_model_find(const char *name);
 /* Comma-separated list of model names, for help texts. */
 SFB_API const char *sfb_model_names(void);
+/* The registered models in registry order (the first is the default);
+ * NULL past the end. */
+SFB_API const struct sfb_model_ops *sfb_model_registry(size_t i);
 
 struct sfb_model;
 

@@ -35,6 +35,12 @@ struct sfb_topo;
  * "halton-classic"), and a one-line description; NULL past the end. */
 SFB_API const char *sfb_topo_registry_name(size_t i);
 SFB_API const char *sfb_topo_registry_summary(size_t i);
+/* 1 if `name` is a registered overlay (its frames are relayed), 0 for a
+ * topology where every node sends to every other ("full"), -1 if no
+ * topology has that name. Any thread. */
+SFB_API int sfb_topo_is_overlay(const char *name);
+/* The registered names, ", "-separated, for messages and help texts. */
+SFB_API const char *sfb_topo_names(void);
 
 /* The default out-degree for P nodes: ⌈log₂P⌉ (0 for P = 1). */
 SFB_API uint32_t sfb_topo_default_degree(uint32_t nodes);

@@ -32,13 +32,17 @@ struct sfb_train_settings {
     uint32_t epochs;       /* passes over the data (ignored if clocks > 0) */
     uint64_t clocks;       /* total clocks; 0 = epochs · clocks_per_epoch */
     double lr;             /* η₀, per global minibatch (world · batch samples); 0 (default):
-                              the model's default (dml 0.01, others 1.0) */
+                              the model's default (sfb_model_ops.default_lr: dml 0.01,
+                              mlr and sc 1.0) */
     enum sfb_lr_schedule lr_schedule;
     uint64_t lr_period;    /* T in clocks; 0 = 1 % of an epoch (at least 1) */
     double lr_decay;       /* factor of SFB_LR_STEP */
     double lambda;         /* regularizer: mlr L2, dml hinge weight, sc L1; < 0 (default):
-                              the model's default (mlr 0, dml 30, sc 0.1) */
-    /* model-specific settings (sfb/model.h); 0 / NULL: the model's default */
+                              the model's default (sfb_model_ops.default_lambda: mlr 0,
+                              dml 30, sc 0.1) */
+    /* model-specific settings (sfb/model.h; sfb_train_set_model_options
+     * copies them from a struct sfb_model_settings); 0 / NULL: the model's
+     * default */
     uint32_t rank;         /* dml: projection dimension */
     uint32_t knn_k;        /* dml: neighbours of the k-NN evaluation */
     uint32_t dict_size;    /* sc: dictionary atoms */
@@ -86,6 +90,23 @@ SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
  * those are left to sfb_train_run. Returns 0, -EINVAL or -SFB_EUSAGE with
  * the setting at fault named in sfb_last_error(). Any thread. */
 SFB_API int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world);
+
+struct sfb_model_settings;
+/* Copies the model-specific fields `ms` sets (non-zero: rank, knn_k,
+ * dict_size, code_steps, the pair files) into `t`, which hands them to the
+ * model when it opens: how a model's own command-line options
+ * (sfb_model_ops.options, stored by offset in a struct sfb_model_settings)
+ * reach it. Pointers are copied, not the strings. Any thread. */
+SFB_API void sfb_train_set_model_options(struct sfb_train_settings *t,
+                                         const struct sfb_model_settings *ms);
+
+/* The registered synchronization engines (--sync) in registry order, the
+ * first being the default, and a one-line description of each; NULL past
+ * the end. */
+SFB_API const char *sfb_sync_registry_name(size_t i);
+SFB_API const char *sfb_sync_registry_summary(size_t i);
+/* The registry index of the engine named `name`, or -1. */
+SFB_API int sfb_sync_registry_find(const char *name);
 
 /* η₀: the settings' lr, or the model's default when it is 0. */
 SFB_API double sfb_train_lr0(const struct sfb_train_settings *s);

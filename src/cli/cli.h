@@ -2,6 +2,7 @@
 #ifndef SFB_CLI_H
 #define SFB_CLI_H
 
+#include "sfb/model.h"
 #include "sfb/sfb.h"
 #include "sfb/train.h"
 
@@ -10,13 +11,12 @@
 /* Options of `sfb run` and `sfb worker` beyond the training settings. */
 struct cli_job {
     struct sfb_train_settings train;
+    /* the models' own options (sfb_model_ops.options), zero where not
+     * given; copied into `train` after parsing */
+    struct sfb_model_settings model;
     int nprocs;           /* run: -n */
+    int with_n;           /* `sfb run`: -n allowed */
     const char *out_dir;  /* where the model and metrics go by default */
-    const char *sync;     /* "sfb" | "fms" */
-    long staleness;       /* SSP s; -1 = asynchronous */
-    const char *topology; /* "full" | "halton" | "halton-classic" */
-    int degree;           /* overlay out-degree, 0 = default */
-    const char *provider; /* libfabric provider, NULL = auto */
     int quiet;
     enum sfb_log_level log_level;
     int out_dir_used;     /* a default path lies in out_dir */
@@ -32,6 +32,12 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
 /* The number of workers known before the job starts: -n for `sfb run`,
  * SFB_WORLD_SIZE for a worker of the environment rendezvous, else 0. */
 uint32_t cli_known_world(const struct cli_job *job, int with_n);
+/* The command line of the workers `sfb run` forks: `self worker` and every
+ * option of the run's argv (accepted by cli_parse_job) but -n, each in
+ * its canonical form (cli_opt_canonical). NULL-terminated; free with
+ * cli_free_argv. NULL when out of memory. */
+char **cli_worker_argv(int argc, char **argv, char *self);
+void cli_free_argv(char **argv);
 
 /* src/cli/paths.c. Fills the default model/metrics paths from --out-dir
  * and refuses (2, message printed) paths that would not fit PATH_MAX once

@@ -151,38 +151,10 @@ int cli_worker(int argc, char **argv)
     return run_worker(&job);
 }
 
-/* The worker command line: our own executable, "worker", and every option
- * of `sfb run` except -n. */
-static char **worker_argv(int argc, char **argv, char *self)
-{
-    char **out = calloc((size_t)argc + 2, sizeof *out);
-    if (!out) return NULL;
-    int n = 0;
-    out[n++] = self;
-    out[n++] = "worker";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) {
-            i++;
-            continue;
-        }
-        if (!strncmp(a, "--nprocs=", 9) || (!strncmp(a, "-n", 2) && a[2] != '\0')) continue;
-        if (!strcmp(a, "--")) break;
-        out[n++] = argv[i];
-    }
-    out[n] = NULL;
-    return out;
-}
-
 int cli_run(int argc, char **argv)
 {
-    /* getopt permutes argv: parse a copy, keep the original for the workers */
-    char **copy = calloc((size_t)argc + 1, sizeof *copy);
-    if (!copy) return 1;
-    memcpy(copy, argv, sizeof *copy * (size_t)argc);
     struct cli_job job;
-    int r = cli_parse_job(argc, copy, "run", 1, &job);
-    free(copy);
+    int r = cli_parse_job(argc, argv, "run", 1, &job);
     if (r) return r == 1 ? 0 : r;
     /* once, here, rather than after P workers have started */
     if ((r = cli_prepare_outputs(&job, "run", 0, (unsigned)job.nprocs - 1))) return r;
@@ -192,10 +164,10 @@ int cli_run(int argc, char **argv)
         cli_error(r, "cannot find the sfb executable");
         return 1;
     }
-    char **wargv = worker_argv(argc, argv, self);
+    char **wargv = cli_worker_argv(argc, argv, self);
     if (!wargv) return 1;
     r = sfb_launch_local_fork(job.nprocs, cli_forked_worker, wargv);
-    free(wargv);
+    cli_free_argv(wargv);
     if (r) {
         cli_error(r, "job failed");
         /* interrupted: the shell's convention for a death by that signal */
@@ -205,157 +177,144 @@ int cli_run(int argc, char **argv)
     return 0;
 }
 
-static void eval_help(FILE *f)
-{
-    fprintf(f, "usage: sfb eval --model-file FILE --data NAME [options]\n\n"
-               "Evaluates a saved model: prints mean loss and accuracy.\n\n"
-               "  --model-file FILE      model written by sfb run/worker (required)\n"
-               "  --data NAME            fashion-mnist | synth:... | FILE.libsvm | IDX dir\n"
-               "  --test-data FILE       evaluate on this file instead\n"
-               "  --split test|train     which part of NAME (default test where NAME has\n"
-               "                         one, else the data itself)\n"
-               "  --index-base auto|0|1  libsvm feature index base (default auto)\n"
-               "  --patches P            evaluate on PxP patches (models trained with\n"
-               "                         --patches)\n"
-               "  -h, --help             this help\n");
-}
-
-enum { EV_MODEL_FILE = 1, EV_DATA, EV_TEST_DATA, EV_SPLIT, EV_PATCHES, EV_INDEX_BASE, EV_HELP };
-
-static const struct cli_opt eval_opts[] = {
-    {"model-file", 0, 1, EV_MODEL_FILE},
-    {"data", 0, 1, EV_DATA},
-    {"test-data", 0, 1, EV_TEST_DATA},
-    {"split", 0, 1, EV_SPLIT},
-    {"patches", 0, 1, EV_PATCHES},
-    {"index-base", 0, 1, EV_INDEX_BASE},
-    {"help", 'h', 0, EV_HELP},
-    {0, 0, 0, 0},
+/* `sfb eval`'s options. */
+struct eval_opts {
+    const char *model_file, *data, *test_data, *split;
+    uint32_t patches;
+    struct sfb_libsvm_settings ls;
 };
 
-int cli_eval(int argc, char **argv)
+#define EV(field) .off = offsetof(struct eval_opts, field), .size = sizeof(((struct eval_opts *)0)->field)
+
+static const int eval_index_bases[] = {SFB_INDEX_AUTO, SFB_INDEX_0, SFB_INDEX_1};
+
+static const struct cli_opt eval_table[] = {
+    {.kind = CLI_STR, .name = "model-file", EV(model_file), "FILE",
+     "model written by sfb run/worker (required)"},
+    {.kind = CLI_STR, .name = "data", EV(data), "NAME",
+     "fashion-mnist | synth:... | FILE.libsvm | IDX dir"},
+    {.kind = CLI_STR, .name = "test-data", EV(test_data), "FILE", "evaluate on this file instead"},
+    {.kind = CLI_CHOICE, .name = "split", EV(split), "test|train",
+     "which part of NAME (default test where NAME has\none, else the data itself)",
+     .choices = "test|train"},
+    {.kind = CLI_ENUM, .name = "index-base", EV(ls.index_base), "auto|0|1",
+     "libsvm feature index base (default auto)", .choices = "auto|0|1",
+     .values = eval_index_bases},
+    {.kind = CLI_UINT, .name = "patches", EV(patches), "P",
+     "evaluate on PxP patches (models trained with\n--patches)", .umin = 1, .umax = 4096,
+     .want = "a positive integer"},
+    {.kind = CLI_HELP, .name = "help", .short_name = 'h', .size = 0, NULL, "this help"},
+    {.kind = CLI_END},
+};
+
+/* Options into *o: 0, 1 (help printed) or 2 (usage error printed). */
+static int eval_parse(int argc, char **argv, struct eval_opts *o)
 {
-    const char *model_file = NULL, *data = NULL, *test_data = NULL, *split = NULL;
-    const char *patches = NULL;
-    struct sfb_libsvm_settings ls;
-    sfb_libsvm_default_settings(&ls);
-    struct cli_optparse op;
-    cli_opt_init(&op, argc, argv, "eval");
-    int c;
-    while ((c = cli_opt_next(&op, eval_opts)) > 0) {
-        const char *v = op.arg;
-        switch (c) {
-        case EV_HELP: eval_help(stdout); return 0;
-        case EV_MODEL_FILE: model_file = v; break;
-        case EV_DATA: data = v; break;
-        case EV_TEST_DATA: test_data = v; break;
-        case EV_SPLIT: split = v; break;
-        case EV_PATCHES: patches = v; break;
-        case EV_INDEX_BASE:
-            if (!strcmp(v, "auto")) ls.index_base = SFB_INDEX_AUTO;
-            else if (!strcmp(v, "0")) ls.index_base = SFB_INDEX_0;
-            else if (!strcmp(v, "1")) ls.index_base = SFB_INDEX_1;
-            else {
-                fprintf(stderr, "sfb eval: --index-base: \"%s\" is not auto, 0 or 1\n", v);
-                return 2;
-            }
-            break;
-        }
+    memset(o, 0, sizeof *o);
+    sfb_libsvm_default_settings(&o->ls);
+    struct cli_optparse p;
+    cli_opt_init(&p, argc, argv, "eval");
+    int r = cli_opt_parse(&p, eval_table, o, NULL);
+    if (r == CLI_OPT_HELP) {
+        printf("usage: sfb eval --model-file FILE --data NAME [options]\n\n"
+               "Evaluates a saved model: prints mean loss and accuracy, and the\n"
+               "model's own measures (k-NN accuracy, reconstruction error, ...).\n\n");
+        cli_opt_help(stdout, eval_table);
+        return 1;
     }
-    if (c == CLI_OPT_ERR) return 2;
-    if (!model_file || !data) {
+    if (r) return r;
+    if (!o->model_file || !o->data) {
         fprintf(stderr, "sfb eval: --model-file and --data are required (see sfb eval --help)\n");
         return 2;
     }
-    if (split && strcmp(split, "test") && strcmp(split, "train")) {
-        fprintf(stderr, "sfb eval: --split: \"%s\" is not test or train\n", split);
-        return 2;
-    }
-    cli_log_init(SFB_LOG_WARN);
-    struct sfb_model *m = NULL;
-    int64_t clock = 0;
-    int ret = sfb_model_load(&m, model_file, &clock);
-    if (ret) {
-        cli_error(ret, "cannot load model");
-        return 1;
-    }
-    const struct sfb_model_settings *ms = sfb_model_get_settings(m);
-    if (!patches) {
+    return 0;
+}
+
+/* The data set to evaluate on, loaded into *train / *test; *ds points at
+ * the one chosen. 0, 1 (error printed) or 2 (usage). */
+static int eval_data(const struct eval_opts *o, const struct sfb_model_settings *ms,
+                     struct sfb_dataset *train, struct sfb_dataset *test,
+                     struct sfb_dataset **ds)
+{
+    struct sfb_libsvm_settings ls = o->ls;
+    if (!o->patches) {
         ls.dim = ms->d;
         ls.classes = ms->k;
     }
-    struct sfb_dataset train = {0}, test = {0};
-    ret = sfb_data_load(data, test_data, &ls, &train, &test);
+    int ret = sfb_data_load(o->data, o->test_data, &ls, train, test);
     if (ret) {
         cli_error(ret, "cannot load data");
-        sfb_model_close(&m);
         return 1;
     }
-    int use_test = test.n > 0 && !(split && !strcmp(split, "train"));
-    if (split && !strcmp(split, "test") && test.n == 0) {
+    int use_test = test->n > 0 && !(o->split && !strcmp(o->split, "train"));
+    if (o->split && !strcmp(o->split, "test") && test->n == 0) {
         fprintf(stderr, "sfb eval: %s has no test split; use --test-data or --split train\n",
-                data);
-        ret = 2;
-        goto out;
+                o->data);
+        return 2;
     }
-    struct sfb_dataset *ds = use_test ? &test : &train;
-    if (patches) {
-        char *end;
-        unsigned long p = strtoul(patches, &end, 10);
-        if (*end || p == 0 || p > 4096) {
-            fprintf(stderr, "sfb eval: --patches: \"%s\" is not a positive integer\n", patches);
-            ret = 2;
-            goto out;
-        }
+    *ds = use_test ? test : train;
+    if (o->patches) {
         struct sfb_patch_settings pset;
         sfb_patch_default_settings(&pset);
-        pset.p = (uint32_t)p;
+        pset.p = o->patches;
         pset.max_patches = 20000;
         struct sfb_dataset pd = {0};
-        if ((ret = sfb_data_patches(ds, &pset, &pd))) {
+        if ((ret = sfb_data_patches(*ds, &pset, &pd))) {
             cli_error(ret, "cannot cut patches");
-            ret = 1;
-            goto out;
+            return 1;
         }
-        sfb_dataset_free(ds);
-        *ds = pd;
+        sfb_dataset_free(*ds);
+        **ds = pd;
     }
-    if (ds->d != ms->d) {
-        fprintf(stderr, "sfb eval: %s has %u features, the model was trained on %u\n", data,
-                ds->d, ms->d);
-        ret = 1;
-        goto out;
+    if ((*ds)->d != ms->d) {
+        fprintf(stderr, "sfb eval: %s has %u features, the model was trained on %u\n", o->data,
+                (*ds)->d, ms->d);
+        return 1;
     }
-    struct sfb_eval ev;
-    ret = sfb_model_evaluate(m, ds, &ev);
-    if (ret) {
-        cli_error(ret, "evaluation failed");
-        ret = 1;
-        goto out;
-    }
-    printf("model %s (%s, %u features, %u classes, clock %lld)\n", model_file, ms->kind, ms->d,
+    return 0;
+}
+
+static void eval_print(const struct eval_opts *o, struct sfb_model *m, int64_t clock,
+                       int use_test, int has_test, const struct sfb_eval *ev)
+{
+    const struct sfb_model_settings *ms = sfb_model_get_settings(m);
+    printf("model %s (%s, %u features, %u classes, clock %lld)\n", o->model_file, ms->kind, ms->d,
            ms->k, (long long)clock);
     /* Name what was evaluated: a data set given as one file has no split. */
-    if (use_test && test_data)
-        printf("%s: %llu samples  loss %.6f", test_data, (unsigned long long)ev.n, ev.loss);
-    else if (use_test || test.n > 0)
-        printf("%s split of %s: %llu samples  loss %.6f", use_test ? "test" : "train", data,
-               (unsigned long long)ev.n, ev.loss);
+    if (use_test && o->test_data)
+        printf("%s: %llu samples  loss %.6f", o->test_data, (unsigned long long)ev->n, ev->loss);
+    else if (use_test || has_test)
+        printf("%s split of %s: %llu samples  loss %.6f", use_test ? "test" : "train", o->data,
+               (unsigned long long)ev->n, ev->loss);
     else
-        printf("%s: %llu samples  loss %.6f", data, (unsigned long long)ev.n, ev.loss);
-    if (isfinite(ev.accuracy)) printf("  accuracy %.2f%%", 100 * ev.accuracy);
+        printf("%s: %llu samples  loss %.6f", o->data, (unsigned long long)ev->n, ev->loss);
+    if (isfinite(ev->accuracy)) printf("  accuracy %.2f%%", 100 * ev->accuracy);
     printf("\n");
-    if (isfinite(ev.knn_accuracy))
-        printf("k-NN accuracy: learned metric %.2f%%, Euclidean %.2f%%\n",
-               100 * ev.knn_accuracy, 100 * ev.knn_accuracy_euclid);
-    if (isfinite(ev.recon_error))
-        printf("reconstruction error %.4f, code sparsity %.2f%%\n", ev.recon_error,
-               100 * ev.sparsity);
-    if (isfinite(ev.recon_error_sparse))
-        printf("reconstruction error at %u nonzeros per code (OMP) %.4f\n", ev.sparse_nonzeros,
-               ev.recon_error_sparse);
-    ret = 0;
-out:
+    const struct sfb_model_ops *ops = sfb_model_get_ops(m);
+    char text[1024];
+    if (ops->eval_text && ops->eval_text(ev, text, sizeof text) > 0) fputs(text, stdout);
+}
+
+int cli_eval(int argc, char **argv)
+{
+    struct eval_opts o;
+    int ret = eval_parse(argc, argv, &o);
+    if (ret) return ret == 1 ? 0 : ret;
+    cli_log_init(SFB_LOG_WARN);
+    struct sfb_model *m = NULL;
+    int64_t clock = 0;
+    if ((ret = sfb_model_load(&m, o.model_file, &clock))) {
+        cli_error(ret, "cannot load model");
+        return 1;
+    }
+    struct sfb_dataset train = {0}, test = {0}, *ds = NULL;
+    ret = eval_data(&o, sfb_model_get_settings(m), &train, &test, &ds);
+    struct sfb_eval ev;
+    if (!ret && (ret = sfb_model_evaluate(m, ds, &ev))) {
+        cli_error(ret, "evaluation failed");
+        ret = 1;
+    }
+    if (!ret) eval_print(&o, m, clock, ds == &test, test.n > 0, &ev);
     sfb_dataset_free(&train);
     sfb_dataset_free(&test);
     sfb_model_close(&m);

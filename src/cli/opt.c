@@ -3,7 +3,9 @@
  * select a different setting, and its state is global. */
 #include "src/cli/opt.h"
 
-#include <stdio.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cli_opt_init(struct cli_optparse *p, int argc, char **argv, const char *cmd)
@@ -22,7 +24,8 @@ static size_t distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     size_t row[MAX_NAME + 1];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
     for (size_t i = 1; i <= la; i++) {
         size_t diag = row[0];
         row[0] = i;
@@ -44,8 +47,8 @@ const struct cli_opt *cli_opt_closest(const struct cli_opt *table, const char *n
     if (len == 0 || len > MAX_NAME) return NULL;
     const struct cli_opt *best = NULL;
     size_t best_d = (size_t)-1;
-    for (const struct cli_opt *o = table; o->name; o++) {
-        if (strlen(o->name) > MAX_NAME) continue;
+    for (const struct cli_opt *o = table; o->kind != CLI_END; o++) {
+        if (!o->name || strlen(o->name) > MAX_NAME) continue;
         size_t d = distance(name, o->name);
         /* an abbreviation is the likeliest meaning, however short */
         if (len >= 2 && !strncmp(o->name, name, len)) d = d < 1 ? d : 1;
@@ -78,28 +81,36 @@ static int needs_value(struct cli_optparse *p)
     return CLI_OPT_ERR;
 }
 
+static int takes_value(const struct cli_opt *o)
+{
+    return o->kind != CLI_FLAG && o->kind != CLI_HELP;
+}
+
 /* The next character of a short-option cluster. */
 static int next_short(struct cli_optparse *p, const struct cli_opt *table)
 {
     char c = *p->cluster++;
     const struct cli_opt *o = table;
-    while (o->name && o->short_name != c) o++;
-    if (!o->name) {
+    while (o->kind != CLI_END && !(o->name && o->short_name == c))
+        o++;
+    if (o->kind == CLI_END) {
         char shown[3] = {'-', c, '\0'};
         p->cluster = NULL;
         return unknown(p, table, shown, NULL);
     }
     snprintf(p->spelled, sizeof p->spelled, "-%c", c);
     p->arg = NULL;
-    if (o->has_arg) {
-        if (*p->cluster) p->arg = p->cluster;
-        else if (p->i < p->argc) p->arg = p->argv[p->i++];
+    if (takes_value(o)) {
+        if (*p->cluster)
+            p->arg = p->cluster;
+        else if (p->i < p->argc)
+            p->arg = p->argv[p->i++];
         p->cluster = NULL;
         if (!p->arg) return needs_value(p);
     } else if (!*p->cluster) {
         p->cluster = NULL;
     }
-    return o->id;
+    return (int)(o - table) + 1;
 }
 
 int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
@@ -116,8 +127,10 @@ int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const struct cli_opt *o = table;
-        while (o->name && !(strlen(o->name) == len && !strncmp(o->name, name, len))) o++;
-        if (!o->name) {
+        while (o->kind != CLI_END &&
+               !(o->name && strlen(o->name) == len && !strncmp(o->name, name, len)))
+            o++;
+        if (o->kind == CLI_END) {
             char buf[MAX_NAME + 1];
             if (len > MAX_NAME) return unknown(p, table, a, NULL);
             memcpy(buf, name, len);
@@ -128,18 +141,20 @@ int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
         }
         snprintf(p->spelled, sizeof p->spelled, "--%s", o->name);
         p->arg = NULL;
-        if (!o->has_arg) {
+        if (!takes_value(o)) {
             if (eq) {
                 fprintf(stderr, "sfb %s: %s takes no value (see sfb %s --help)\n", p->cmd,
                         p->spelled, p->cmd);
                 return CLI_OPT_ERR;
             }
-            return o->id;
+            return (int)(o - table) + 1;
         }
-        if (eq) p->arg = eq + 1;
-        else if (p->i < p->argc) p->arg = p->argv[p->i++];
+        if (eq)
+            p->arg = eq + 1;
+        else if (p->i < p->argc)
+            p->arg = p->argv[p->i++];
         if (!p->arg) return needs_value(p);
-        return o->id;
+        return (int)(o - table) + 1;
     }
     if (a[0] == '-' && a[1] != '\0') {
         p->cluster = a + 1;
@@ -148,4 +163,227 @@ int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
 positional:
     fprintf(stderr, "sfb %s: unexpected argument \"%s\" (see sfb %s --help)\n", p->cmd, a, p->cmd);
     return CLI_OPT_ERR;
+}
+
+int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_opt_bad(const char *cmd, const char *spelled, const char *v, const char *want)
+{
+    fprintf(stderr, "sfb %s: %s: \"%s\" is not %s\n", cmd, spelled, v, want);
+    return CLI_OPT_USAGE;
+}
+
+/* "a|b|c" as "a, b or c". */
+static void choices_words(const char *choices, char *buf, size_t cap)
+{
+    size_t n = 0, bars = 0, len = 0;
+    for (const char *c = choices; *c; c++)
+        bars += *c == '|';
+    buf[0] = '\0';
+    for (const char *c = choices; *c && len + 4 < cap; c++) {
+        if (*c != '|') {
+            buf[len++] = *c;
+        } else {
+            const char *sep = ++n == bars ? " or " : ", ";
+            len += (size_t)snprintf(buf + len, cap - len, "%s", sep);
+        }
+        buf[len] = '\0';
+    }
+}
+
+/* How a bad value of row `o` is described when the row does not say. */
+static const char *want_text(const struct cli_opt *o, char *buf, size_t cap)
+{
+    if (o->want) return o->want;
+    if (o->kind == CLI_UINT)
+        snprintf(buf, cap, "an integer in %llu..%llu", (unsigned long long)o->umin,
+                 (unsigned long long)o->umax);
+    else if (o->kind == CLI_INT)
+        snprintf(buf, cap, "an integer in %lld..%lld", (long long)o->imin, (long long)o->imax);
+    else if (o->kind == CLI_REAL && isinf(o->hi))
+        snprintf(buf, cap, "a number %s %g", o->open & CLI_OPEN_LO ? ">" : ">=", o->lo);
+    else if (o->kind == CLI_REAL)
+        snprintf(buf, cap, "a number in %c%g, %g%c", o->open & CLI_OPEN_LO ? '(' : '[', o->lo,
+                 o->hi, o->open & CLI_OPEN_HI ? ')' : ']');
+    else if (o->choices)
+        choices_words(o->choices, buf, cap);
+    else
+        snprintf(buf, cap, "a value");
+    return buf;
+}
+
+/* Index of `v` among the '|'-separated choices, or -1. */
+static int choice_index(const char *choices, const char *v)
+{
+    size_t vl = strlen(v);
+    int i = 0;
+    for (const char *c = choices;; i++) {
+        const char *bar = strchr(c, '|');
+        size_t l = bar ? (size_t)(bar - c) : strlen(c);
+        if (l == vl && !memcmp(c, v, l)) return i;
+        if (!bar) return -1;
+        c = bar + 1;
+    }
+}
+
+static int in_range(const struct cli_opt *o, double d)
+{
+    if (o->open & CLI_OPEN_LO ? !(d > o->lo) : !(d >= o->lo)) return 0;
+    if (o->open & CLI_OPEN_HI ? !(d < o->hi) : !(d <= o->hi)) return 0;
+    return 1;
+}
+
+/* Checks `v` against row `o` and stores it at base + o->off. */
+static int store(const struct cli_optparse *p, const struct cli_opt *o, void *base, void *ctx,
+                 const char *v)
+{
+    char *dst = (char *)base + o->off, buf[160];
+    uint64_t u;
+    int64_t l;
+    double d;
+    int i, ok = 1;
+    /* a flag or enum row must name an int (or enum) field: a table bug */
+    if ((o->kind == CLI_FLAG || o->kind == CLI_ENUM) && o->size != sizeof(int)) abort();
+    switch (o->kind) {
+    case CLI_FLAG:
+        memcpy(dst, &o->ival, sizeof(int));
+        break;
+    case CLI_STR:
+        if ((ok = !(o->umin && !*v))) memcpy(dst, &v, sizeof v);
+        break;
+    case CLI_CHOICE:
+        if ((ok = choice_index(o->choices, v) >= 0)) memcpy(dst, &v, sizeof v);
+        break;
+    case CLI_ENUM:
+        if ((ok = (i = choice_index(o->choices, v)) >= 0)) memcpy(dst, &o->values[i], sizeof(int));
+        break;
+    case CLI_UINT:
+        if ((ok = !cli_parse_u64(v, o->umin, o->umax, &u))) {
+            uint32_t u32 = (uint32_t)u;
+            if (o->size == sizeof u32)
+                memcpy(dst, &u32, sizeof u32);
+            else
+                memcpy(dst, &u, sizeof u);
+        }
+        break;
+    case CLI_INT:
+        if ((ok = !parse_i64(v, o->imin, o->imax, &l))) {
+            int li = (int)l;
+            if (o->size == sizeof li)
+                memcpy(dst, &li, sizeof li);
+            else
+                memcpy(dst, &l, sizeof l);
+        }
+        break;
+    case CLI_REAL:
+        if ((ok = !cli_parse_double(v, &d) && in_range(o, d))) memcpy(dst, &d, sizeof d);
+        break;
+    case CLI_CALL:
+        return o->call(base, ctx, o, p->spelled, v);
+    default:
+        break;
+    }
+    return ok ? CLI_OPT_OK : cli_opt_bad(p->cmd, p->spelled, v, want_text(o, buf, sizeof buf));
+}
+
+int cli_opt_parse(struct cli_optparse *p, const struct cli_opt *table, void *base, void *ctx)
+{
+    int c;
+    while ((c = cli_opt_next(p, table)) > 0) {
+        const struct cli_opt *o = &table[c - 1];
+        if (c - 1 < CLI_OPT_MAX) p->given[c - 1] = 1;
+        if (o->kind == CLI_HELP) return CLI_OPT_HELP;
+        int r = store(p, o, base, ctx, p->arg);
+        if (r) return r;
+    }
+    return c == CLI_OPT_ERR ? CLI_OPT_USAGE : CLI_OPT_OK;
+}
+
+int cli_opt_given(const struct cli_optparse *p, const struct cli_opt *table, const char *name)
+{
+    for (size_t i = 0; table[i].kind != CLI_END && i < CLI_OPT_MAX; i++)
+        if (table[i].name && !strcmp(table[i].name, name)) return p->given[i];
+    return 0;
+}
+
+#define HELP_COLUMN 25
+
+void cli_opt_help(FILE *f, const struct cli_opt *table)
+{
+    for (const struct cli_opt *o = table; o->kind != CLI_END; o++) {
+        if (o->kind == CLI_SECTION) {
+            fprintf(f, "%s\n", o->help);
+            continue;
+        }
+        char left[128];
+        int n = o->short_name ? snprintf(left, sizeof left, "  -%c, --%s", o->short_name, o->name)
+                              : snprintf(left, sizeof left, "  --%s", o->name);
+        if (o->metavar && n > 0 && (size_t)n < sizeof left)
+            n += snprintf(left + n, sizeof left - (size_t)n, " %s", o->metavar);
+        fputs(left, f);
+        const char *h = o->help ? o->help : "";
+        int col = n < 0 ? 0 : n;
+        for (int line = 0; *h || line == 0; line++) {
+            const char *nl = strchr(h, '\n');
+            int len = nl ? (int)(nl - h) : (int)strlen(h);
+            if (line > 0) col = 0;
+            int pad = col + 2 <= HELP_COLUMN ? HELP_COLUMN - col : 2;
+            fprintf(f, "%*s%.*s\n", pad, "", len, h);
+            h += len + (nl ? 1 : 0);
+        }
+    }
+}
+
+int cli_opt_canonical(struct cli_optparse *p, const struct cli_opt *table, const char *drop,
+                      char **out, size_t cap)
+{
+    size_t n = 0;
+    int c;
+    while ((c = cli_opt_next(p, table)) > 0) {
+        const struct cli_opt *o = &table[c - 1];
+        if (drop && !strcmp(o->name, drop)) continue;
+        size_t len = strlen(o->name) + 4 + (p->arg ? strlen(p->arg) : 0);
+        char *a = n < cap ? malloc(len) : NULL;
+        if (!a) break;
+        if (p->arg)
+            snprintf(a, len, "--%s=%s", o->name, p->arg);
+        else
+            snprintf(a, len, "--%s", o->name);
+        out[n++] = a;
+    }
+    if (c == CLI_OPT_END) return (int)n;
+    while (n)
+        free(out[--n]);
+    return -1;
 }

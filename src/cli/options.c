@@ -1,202 +1,262 @@
-/* Option parsing shared by `sfb run` and `sfb worker`. */
+/* Option parsing shared by `sfb run` and `sfb worker`: one table (below,
+ * plus each registered model's own options) checks, stores and documents
+ * every option. Names of models, engines and topologies come from their
+ * registries. */
 #include "src/cli/cli.h"
 #include "src/cli/opt.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-enum {
-    OPT_MODEL = 256, OPT_DATA, OPT_TEST_DATA, OPT_INDEX_BASE, OPT_DIM, OPT_CLASSES, OPT_BATCH,
-    OPT_EPOCHS, OPT_CLOCKS, OPT_LR, OPT_LR_SCHEDULE, OPT_LR_PERIOD, OPT_LR_DECAY, OPT_LAMBDA,
-    OPT_SEED, OPT_THREADS, OPT_EVAL_EVERY, OPT_OUT_DIR, OPT_MODEL_OUT, OPT_METRICS_OUT,
-    OPT_SYNC, OPT_STALENESS, OPT_TOPOLOGY, OPT_DEGREE, OPT_PROVIDER, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_LOG_LEVEL, OPT_FLUSH, OPT_APPLY_EARLY, OPT_PEER_TIMEOUT, OPT_PROGRESS, OPT_DEBUG_DELAY,
-    OPT_DEBUG_SLOW_RANK, OPT_DEBUG_SLOW_FACTOR, OPT_DATA_LAYOUT, OPT_RANK, OPT_KNN_K,
-    OPT_DICT_SIZE, OPT_CODE_STEPS, OPT_SIMI_PAIRS, OPT_DIFF_PAIRS, OPT_PATCHES,
-    OPT_CHECKPOINT_DIR,
+#define T(field) \
+    .off = offsetof(struct cli_job, train.field), .size = sizeof(((struct cli_job *)0)->train.field)
+#define J(field) .off = offsetof(struct cli_job, field), .size = sizeof(((struct cli_job *)0)->field)
+/* kind, long name, short name, destination (T or J); the metavar and the
+ * help follow positionally (the members after .size) */
+#define ROW(k, n, c, dest) .kind = k, .name = n, .short_name = c, dest
+
+static int set_nprocs(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                      const char *v)
+{
+    struct cli_job *job = base;
+    const char *cmd = ctx;
+    uint64_t u;
+    (void)o;
+    if (!job->with_n) {
+        fprintf(stderr, "sfb %s: -n is an option of `sfb run`; the launcher sets the "
+                        "world size of `sfb worker`\n", cmd);
+        return CLI_OPT_USAGE;
+    }
+    if (cli_parse_u64(v, 1, 4096, &u)) return cli_opt_bad(cmd, spelled, v, "an integer in 1..4096");
+    job->nprocs = (int)u;
+    return CLI_OPT_OK;
+}
+
+static int set_model(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                     const char *v)
+{
+    struct cli_job *job = base;
+    (void)o;
+    if (!sfb_model_find(v)) {
+        fprintf(stderr, "sfb %s: %s: unknown model \"%s\" (known: %s)\n", (const char *)ctx,
+                spelled, v, sfb_model_names());
+        return CLI_OPT_USAGE;
+    }
+    job->train.model = v;
+    return CLI_OPT_OK;
+}
+
+static int set_sync(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                    const char *v)
+{
+    struct cli_job *job = base;
+    if (sfb_sync_registry_find(v) < 0) return cli_opt_bad(ctx, spelled, v, o->want);
+    job->train.sync = v;
+    return CLI_OPT_OK;
+}
+
+static int set_topology(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                        const char *v)
+{
+    struct cli_job *job = base;
+    if (sfb_topo_is_overlay(v) < 0) return cli_opt_bad(ctx, spelled, v, o->want);
+    job->train.topology = v;
+    return CLI_OPT_OK;
+}
+
+static const int index_bases[] = {SFB_INDEX_AUTO, SFB_INDEX_0, SFB_INDEX_1};
+static const int layouts[] = {SFB_LAYOUT_AUTO, SFB_LAYOUT_DENSE, SFB_LAYOUT_SPARSE};
+static const int schedules[] = {SFB_LR_CONSTANT, SFB_LR_INVSQRT, SFB_LR_STEP};
+static const int flushes[] = {0, 1};
+static const int on_off[] = {-1, 1, 0};
+static const int levels[] = {SFB_LOG_ERROR, SFB_LOG_WARN, SFB_LOG_INFO, SFB_LOG_DEBUG};
+
+#define U(n, f, lo, hi, meta, w, h) \
+    {ROW(CLI_UINT, n, 0, T(f)), meta, h, .umin = lo, .umax = hi, .want = w}
+#define R(n, f, l, hi_, op, meta, w, h) \
+    {ROW(CLI_REAL, n, 0, T(f)), meta, h, .lo = l, .hi = hi_, .open = op, .want = w}
+#define E(n, f, ch, vals, h) {ROW(CLI_ENUM, n, 0, T(f)), ch, h, .choices = ch, .values = vals}
+#define S(n, f, meta, h) {ROW(CLI_STR, n, 0, T(f)), meta, h}
+#define SECTION(h) {.kind = CLI_SECTION, .help = h}
+
+/* Help texts the registries fill in (job_table). */
+static char model_help[256], lambda_help[256], lr_help[256], sync_meta[64], sync_help[512],
+    sync_want[128], topo_meta[128], topo_want[160];
+
+/* Rows before the models' own options. */
+static const struct cli_opt job_rows[] = {
+    SECTION("model and data:"),
+    {ROW(CLI_CALL, "model", 0, T(model)), "NAME", model_help, .call = set_model},
+    S("data", data, "NAME", "fashion-mnist | synth:k=..,d=..,n=..,density=..,seed=..\n"
+                           "| FILE.libsvm | IDX directory (default fashion-mnist)"),
+    S("test-data", test_data, "FILE", "held-out set (libsvm, or IDX images file)"),
+    E("index-base", libsvm.index_base, "auto|0|1", index_bases,
+      "libsvm feature index base (default auto)"),
+    E("data-layout", layout, "auto|dense|sparse", layouts, "feature storage (default: as loaded)"),
+    U("dim", libsvm.dim, 1, UINT32_MAX - 1, "D", "a positive integer",
+      "libsvm feature dimension (default: inferred)"),
+    U("classes", libsvm.classes, 2, 1u << 24, "K", "an integer >= 2",
+      "number of classes (default: inferred)"),
+    R("lambda", lambda, 0, INFINITY, 0, "L", NULL, lambda_help),
+    U("patches", patch, 1, 1u << 20, "P", "a positive integer",
+      "train on PxP patches of square images (e.g. 8)"),
 };
 
-static const struct cli_opt job_opts[] = {
-    {"nprocs", 'n', 1, 'n'},
-    {"model", 0, 1, OPT_MODEL},
-    {"data", 0, 1, OPT_DATA},
-    {"test-data", 0, 1, OPT_TEST_DATA},
-    {"index-base", 0, 1, OPT_INDEX_BASE},
-    {"data-layout", 0, 1, OPT_DATA_LAYOUT},
-    {"dim", 0, 1, OPT_DIM},
-    {"classes", 0, 1, OPT_CLASSES},
-    {"batch", 0, 1, OPT_BATCH},
-    {"epochs", 0, 1, OPT_EPOCHS},
-    {"clocks", 0, 1, OPT_CLOCKS},
-    {"lr", 0, 1, OPT_LR},
-    {"lr-schedule", 0, 1, OPT_LR_SCHEDULE},
-    {"lr-period", 0, 1, OPT_LR_PERIOD},
-    {"lr-decay", 0, 1, OPT_LR_DECAY},
-    {"lambda", 0, 1, OPT_LAMBDA},
-    {"rank", 0, 1, OPT_RANK},
-    {"knn-k", 0, 1, OPT_KNN_K},
-    {"dict-size", 0, 1, OPT_DICT_SIZE},
-    {"code-steps", 0, 1, OPT_CODE_STEPS},
-    {"simi-pairs", 0, 1, OPT_SIMI_PAIRS},
-    {"diff-pairs", 0, 1, OPT_DIFF_PAIRS},
-    {"patches", 0, 1, OPT_PATCHES},
-    {"seed", 0, 1, OPT_SEED},
-    {"threads", 0, 1, OPT_THREADS},
-    {"eval-every", 0, 1, OPT_EVAL_EVERY},
-    {"out-dir", 0, 1, OPT_OUT_DIR},
-    {"model-out", 0, 1, OPT_MODEL_OUT},
-    {"metrics-out", 0, 1, OPT_METRICS_OUT},
-    {"sync", 0, 1, OPT_SYNC},
-    {"staleness", 0, 1, OPT_STALENESS},
-    {"topology", 0, 1, OPT_TOPOLOGY},
-    {"degree", 0, 1, OPT_DEGREE},
-    {"flush", 0, 1, OPT_FLUSH},
-    {"provider", 0, 1, OPT_PROVIDER},
-    {"apply-early", 0, 1, OPT_APPLY_EARLY},
-    {"peer-timeout", 0, 1, OPT_PEER_TIMEOUT},
-    {"progress", 0, 1, OPT_PROGRESS},
-    {"debug-delay-ms", 0, 1, OPT_DEBUG_DELAY},
-    {"debug-slow-rank", 0, 1, OPT_DEBUG_SLOW_RANK},
-    {"debug-slow-factor", 0, 1, OPT_DEBUG_SLOW_FACTOR},
-    {"checkpoint-every", 0, 1, OPT_CHECKPOINT_EVERY},
-    {"resume", 0, 1, OPT_RESUME},
-    {"checkpoint-dir", 0, 1, OPT_CHECKPOINT_DIR},
-    {"log-level", 0, 1, OPT_LOG_LEVEL},
-    {"quiet", 'q', 0, 'q'},
-    {"verbose", 'v', 0, 'v'},
-    {"help", 'h', 0, 'h'},
-    {0, 0, 0, 0},
+static const struct cli_opt job_rows2[] = {
+    SECTION("training:"),
+    U("batch", batch, 1, 1u << 20, "S", NULL, "samples per worker per clock (default 32/P: a\n"
+                                              "global minibatch of 32 samples)"),
+    U("epochs", epochs, 1, 1u << 20, "E", "a positive integer", "passes over the data (default 10)"),
+    U("clocks", clocks, 1, UINT64_MAX >> 2, "T", "a positive integer",
+      "run exactly T clocks instead of --epochs"),
+    R("lr", lr, 0, INFINITY, CLI_OPEN_LO, "ETA", "a positive number", lr_help),
+    E("lr-schedule", lr_schedule, "constant|invsqrt|step", schedules,
+      "(default invsqrt: eta/sqrt(1+t/T))"),
+    U("lr-period", lr_period, 1, UINT64_MAX >> 2, "T", "a positive integer",
+      "schedule period in clocks (default: 1% of an epoch)"),
+    R("lr-decay", lr_decay, 0, 1, CLI_OPEN_LO, "F", NULL, "factor per period for step (default 0.5)"),
+    U("seed", seed, 0, UINT64_MAX, "N", "a non-negative integer",
+      "data order and initialisation (default 1)"),
+    U("threads", threads, 1, 1024, "N", NULL, "OpenBLAS threads per worker (default 1)"),
+    U("eval-every", eval_every, 0, 1u << 20, "E", "a non-negative integer",
+      "test-set evaluation every E epochs (default 1; 0 = end)"),
+    SECTION("synchronization:"),
+    {ROW(CLI_CALL, "sync", 0, T(sync)), sync_meta, sync_help, .want = sync_want, .call = set_sync},
+    {ROW(CLI_INT, "staleness", 0, T(staleness)), "S", "SSP bound; 0 = BSP, -1 = asynchronous (default 0)",
+     .imin = -1, .imax = 1000000, .want = "an integer >= -1"},
+    {ROW(CLI_CALL, "topology", 0, T(topology)), "NAME", topo_meta, .want = topo_want,
+     .call = set_topology},
+    U("degree", degree, 1, 64, "Q", NULL, "overlay out-degree (default ceil(log2 P))"),
+    E("flush", flush_clock, "eager|clock", flushes, "overlay forwarding (default eager)"),
+    E("apply-early", apply_early, "auto|on|off", on_off,
+      "apply peers' updates as soon as they arrive,\n"
+      "before SSP requires them (auto: on unless BSP)"),
+    S("provider", provider, "NAME", "libfabric provider: shm, tcp, verbs, ... (default:\n"
+                                   "FI_PROVIDER, else shm on one host, tcp across hosts)"),
+    R("peer-timeout", peer_timeout, 0, INFINITY, CLI_OPEN_LO, "SEC", "a positive number of seconds",
+      "a silent peer has failed after SEC seconds (default 5)"),
+    {ROW(CLI_CHOICE, "progress", 0, T(progress)), "auto|spin|block",
+     "how a rank waits for messages: spin (poll,\n"
+     "lowest latency) or block (sleep until woken; for\n"
+     "more ranks than cores); auto: block when the host\n"
+     "runs more ranks than it has CPUs (default auto)", .choices = "auto|spin|block"},
+    SECTION("debugging:"),
+    R("debug-delay-ms", debug_delay_ms, 0, INFINITY, 0, "MS", NULL,
+      "add a random delay in [0, MS] ms to every clock"),
+    {ROW(CLI_INT, "debug-slow-rank", 0, T(debug_slow_rank)), "R",
+     "make rank R compute --debug-slow-factor times slower", .imin = 0, .imax = 1 << 24,
+     .want = "a rank"},
+    R("debug-slow-factor", debug_slow_factor, 1, INFINITY, 0, "F", NULL, "(default 1)"),
+    SECTION("outputs:"),
+    {ROW(CLI_STR, "out-dir", 0, J(out_dir)), "DIR", "model and metrics directory (default sfb-out)"},
+    S("model-out", model_out, "FILE", "model file (default DIR/model.sfb)"),
+    S("metrics-out", metrics_out, "PATTERN", "JSON-lines metrics, %r = rank (required with\n"
+                                           "more than one worker; default DIR/metrics.%r.jsonl)"),
+    SECTION("checkpoints:"),
+    U("checkpoint-every", checkpoint_every, 1, UINT64_MAX >> 2, "N", "a positive number of clocks",
+      "every N clocks each worker writes a checkpoint\n"
+      "(all drained to the same clock, files checksummed)"),
+    {ROW(CLI_STR, "checkpoint-dir", 0, T(checkpoint_dir)), "DIR",
+     "where (default: the --resume DIR, else sfb-ckpt);\n"
+     "a fresh run refuses a DIR holding checkpoints", .umin = 1, .want = "a directory"},
+    {ROW(CLI_STR, "resume", 0, T(resume_dir)), "DIR",
+     "continue from the newest checkpoint valid on every\n"
+     "rank (same settings and -n; --clocks/--epochs may grow)", .umin = 1, .want = "a directory"},
+    {ROW(CLI_FLAG, "quiet", 'q', J(quiet)), NULL, "no progress output", .ival = 1},
+    {ROW(CLI_FLAG, "verbose", 'v', J(log_level)), NULL, "debug logging (same as --log-level debug)",
+     .ival = SFB_LOG_DEBUG},
+    {ROW(CLI_ENUM, "log-level", 0, J(log_level)), "LEVEL", "error | warn | info | debug (default info)",
+     .choices = "error|warn|info|debug", .values = levels},
+    {ROW(CLI_HELP, "help", 'h', .size = 0), NULL, "this help"},
 };
 
-static void job_help(FILE *f, const char *cmd, int with_n)
+static const struct cli_opt nprocs_row = {ROW(CLI_CALL, "nprocs", 'n', J(nprocs)), "P",
+                                          "number of local workers (default 1)",
+                                          .call = set_nprocs};
+
+/* "a: x, b: y" over a registry, into buf. */
+#define JOIN(buf, i, get, fmt, ...)                                                       \
+    do {                                                                                  \
+        size_t len_ = 0;                                                                  \
+        (buf)[0] = '\0';                                                                  \
+        for (size_t i = 0; (get) && len_ < sizeof(buf); i++)                              \
+            len_ += (size_t)snprintf((buf) + len_, sizeof(buf) - len_, fmt, __VA_ARGS__); \
+    } while (0)
+
+static void fill_help_texts(void)
+{
+    const struct sfb_model_ops *m;
+    char l[160], r[160];
+    snprintf(model_help, sizeof model_help, "model: %s (default %s)", sfb_model_names(),
+             sfb_model_registry(0)->name);
+    JOIN(l, i, (m = sfb_model_registry(i)), "%s%s %g", i ? ", " : "", m->name, m->default_lambda);
+    snprintf(lambda_help, sizeof lambda_help, "regularizer: the model's L2, L1 or hinge\n"
+                                              "weight (default %s)", l);
+    JOIN(r, i, (m = sfb_model_registry(i)), "%s%s %g", i ? ", " : "", m->name, m->default_lr);
+    snprintf(lr_help, sizeof lr_help, "step size per global minibatch (default\n%s)", r);
+    JOIN(sync_meta, i, sfb_sync_registry_name(i), "%s%s", i ? "|" : "", sfb_sync_registry_name(i));
+    JOIN(sync_help, i, sfb_sync_registry_name(i), "%s%s: %s", i ? "\n" : "",
+         sfb_sync_registry_name(i), sfb_sync_registry_summary(i));
+    JOIN(sync_want, i, sfb_sync_registry_name(i), "%s%s",
+         !i ? "" : sfb_sync_registry_name(i + 1) ? ", " : " or ", sfb_sync_registry_name(i));
+    snprintf(topo_meta, sizeof topo_meta, "%s (default %s)", sfb_topo_names(),
+             sfb_topo_registry_name(0));
+    JOIN(topo_want, i, sfb_topo_registry_name(i), "%s%s",
+         !i ? "" : sfb_topo_registry_name(i + 1) ? ", " : " or ", sfb_topo_registry_name(i));
+}
+
+/* Appends the models' own options (first model to name one wins). */
+static size_t add_model_rows(struct cli_opt *t, size_t n, char (*help)[160], size_t cap)
+{
+    const struct sfb_model_ops *m;
+    for (size_t i = 0; (m = sfb_model_registry(i)); i++) {
+        for (const struct sfb_model_option *mo = m->options; mo && mo->name && n + 1 < cap; mo++) {
+            size_t k = 0;
+            while (k < n && !(t[k].name && !strcmp(t[k].name, mo->name))) k++;
+            if (k < n) continue;
+            snprintf(help[n], sizeof help[n], "%s: %s", m->name, mo->help);
+            t[n] = (struct cli_opt){mo->kind == SFB_MODEL_OPT_U32 ? CLI_UINT : CLI_STR, mo->name,
+                                    0, offsetof(struct cli_job, model) + mo->offset,
+                                    mo->kind == SFB_MODEL_OPT_U32 ? sizeof(uint32_t)
+                                                                  : sizeof(const char *),
+                                    mo->metavar, help[n], .umin = mo->min, .umax = mo->max};
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The whole table of `sfb run` and `sfb worker` into t (cap rows). -n is
+ * row 0 for both: a worker refuses it with a message that says why
+ * (set_nprocs), and its --help leaves it out. */
+static void job_table(struct cli_opt *t, size_t cap, char (*help)[160])
+{
+    size_t n = 0;
+    fill_help_texts();
+    t[n++] = nprocs_row;
+    for (size_t i = 0; i < sizeof job_rows / sizeof *job_rows; i++) t[n++] = job_rows[i];
+    n = add_model_rows(t, n, help, cap - sizeof job_rows2 / sizeof *job_rows2 - 1);
+    for (size_t i = 0; i < sizeof job_rows2 / sizeof *job_rows2; i++) t[n++] = job_rows2[i];
+    t[n] = (struct cli_opt){CLI_END};
+}
+
+static void job_help(FILE *f, const struct cli_opt *table, int with_n)
 {
     if (with_n)
         fprintf(f, "usage: sfb run -n P [options]\n\n"
                    "Starts P workers on this machine (shared-memory transport) and trains.\n"
-                   "Each line of worker output is prefixed with its rank.\n\n"
-                   "  -n, --nprocs P         number of local workers (default 1)\n");
+                   "Each line of worker output is prefixed with its rank.\n\n");
     else
         fprintf(f, "usage: sfb worker [options]\n\n"
                    "One worker of a job. Started by a launcher: `mpirun -n P sfb worker ...`,\n"
                    "`srun --mpi=pmix sfb worker ...`, or with SFB_RANK, SFB_WORLD_SIZE,\n"
                    "SFB_RENDEZVOUS=host:port and SFB_JOB_KEY set (see README). Without any\n"
                    "of these it runs as a job of one worker, with a warning that says so.\n\n");
-    fprintf(f,
-            "model and data:\n"
-            "  --model NAME           model: %s (default mlr)\n"
-            "  --data NAME            fashion-mnist | synth:k=..,d=..,n=..,density=..,seed=..\n"
-            "                         | FILE.libsvm | IDX directory (default fashion-mnist)\n"
-            "  --test-data FILE       held-out set (libsvm, or IDX images file)\n"
-            "  --index-base auto|0|1  libsvm feature index base (default auto)\n"
-            "  --data-layout auto|dense|sparse  feature storage (default: as loaded)\n"
-            "  --dim D                libsvm feature dimension (default: inferred)\n"
-            "  --classes K            number of classes (default: inferred)\n"
-            "  --lambda L             regularizer: mlr L2 (default 0), dml hinge weight\n"
-            "                         (default 30), sc L1 weight (default 0.1)\n"
-            "  --rank K               dml: projection dimension (default 64)\n"
-            "  --knn-k K              dml: neighbours of the k-NN evaluation (default 5)\n"
-            "  --simi-pairs FILE      dml: similar pairs, lines \"i j\" (default: sampled\n"
-            "  --diff-pairs FILE      from the labels by seed)\n"
-            "  --dict-size K          sc: dictionary atoms (default 128)\n"
-            "  --code-steps N         sc: FISTA steps per code (default 20)\n"
-            "  --patches P            train on PxP patches of square images (e.g. 8)\n"
-            "training:\n"
-            "  --batch S              samples per worker per clock (default 32/P: a\n"
-            "                         global minibatch of 32 samples)\n"
-            "  --epochs E             passes over the data (default 10)\n"
-            "  --clocks T             run exactly T clocks instead of --epochs\n"
-            "  --lr ETA               step size per global minibatch (default 1.0; dml 0.01)\n"
-            "  --lr-schedule NAME     constant | invsqrt | step (default invsqrt:\n"
-            "                         eta/sqrt(1+t/T))\n"
-            "  --lr-period T          schedule period in clocks (default: 1%% of an epoch)\n"
-            "  --lr-decay F           factor per period for step (default 0.5)\n"
-            "  --seed N               data order and initialisation (default 1)\n"
-            "  --threads N            OpenBLAS threads per worker (default 1)\n"
-            "  --eval-every E         test-set evaluation every E epochs (default 1; 0 = end)\n"
-            "synchronization:\n"
-            "  --sync sfb|fms         sufficient factors (default) or full matrices\n"
-            "  --staleness S          SSP bound; 0 = BSP, -1 = asynchronous (default 0)\n"
-            "  --topology NAME        full | halton | halton-classic (default full)\n"
-            "  --degree Q             overlay out-degree (default ceil(log2 P))\n"
-            "  --flush eager|clock    overlay forwarding (default eager)\n"
-            "  --apply-early auto|on|off  apply peers' updates as soon as they arrive,\n"
-            "                         before SSP requires them (auto: on unless BSP)\n"
-            "  --provider NAME        libfabric provider: shm, tcp, verbs, ... (default:\n"
-            "                         FI_PROVIDER, else shm on one host, tcp across hosts)\n"
-            "  --peer-timeout SEC     a silent peer has failed after SEC seconds (default 5)\n"
-            "  --progress auto|spin|block  how a rank waits for messages: spin (poll,\n"
-            "                         lowest latency) or block (sleep until woken; for\n"
-            "                         more ranks than cores); auto: block when the host\n"
-            "                         runs more ranks than it has CPUs (default auto)\n",
-            sfb_model_names());
-    fprintf(f,
-            "debugging:\n"
-            "  --debug-delay-ms MS    add a random delay in [0, MS] ms to every clock\n"
-            "  --debug-slow-rank R    make rank R compute --debug-slow-factor times slower\n"
-            "  --debug-slow-factor F  (default 1)\n"
-            "outputs:\n"
-            "  --out-dir DIR          model and metrics directory (default sfb-out)\n"
-            "  --model-out FILE       model file (default DIR/model.sfb)\n"
-            "  --metrics-out PATTERN  JSON-lines metrics, %%r = rank (required with\n"
-            "                         more than one worker; default DIR/metrics.%%r.jsonl)\n"
-            "checkpoints:\n"
-            "  --checkpoint-every N   every N clocks each worker writes a checkpoint\n"
-            "                         (all drained to the same clock, files checksummed)\n"
-            "  --checkpoint-dir DIR   where (default: the --resume DIR, else sfb-ckpt);\n"
-            "                         a fresh run refuses a DIR holding checkpoints\n"
-            "  --resume DIR           continue from the newest checkpoint valid on every\n"
-            "                         rank (same settings and -n; --clocks/--epochs may grow)\n"
-            "  -q, --quiet            no progress output\n"
-            "  -v, --verbose          debug logging (same as --log-level debug)\n"
-            "  --log-level LEVEL      error | warn | info | debug (default info)\n"
-            "  -h, --help             this help\n"
-            "Options are matched by their full names only. Output directories are\n"
-            "checked writable before training starts.\n");
-    (void)cmd;
-}
-
-static int bad(const char *cmd, const char *opt, const char *val, const char *want)
-{
-    fprintf(stderr, "sfb %s: %s: \"%s\" is not %s\n", cmd, opt, val, want);
-    return 2;
-}
-
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_long(const char *s, long min, long max, long *out)
-{
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out)
-{
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
+    cli_opt_help(f, with_n ? table : table + 1);
+    fprintf(f, "Options are matched by their full names only. Output directories are\n"
+               "checked writable before training starts.\n");
 }
 
 int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli_job *job)
@@ -204,223 +264,60 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     memset(job, 0, sizeof *job);
     sfb_train_default_settings(&job->train);
     job->nprocs = 1;
+    job->with_n = with_n;
     job->out_dir = "sfb-out";
-    job->sync = "sfb";
-    job->staleness = 0;
-    job->topology = "full";
     job->log_level = SFB_LOG_INFO;
-    struct sfb_train_settings *t = &job->train;
-    int have_epochs = 0, have_clocks = 0, have_flush = 0;
-    uint64_t u;
-    long l;
-    double d;
-
+    struct cli_opt table[CLI_OPT_MAX];
+    char help[CLI_OPT_MAX][160];
+    job_table(table, CLI_OPT_MAX, help);
     struct cli_optparse p;
     cli_opt_init(&p, argc, argv, cmd);
-    int c;
-    while ((c = cli_opt_next(&p, job_opts)) > 0) {
-        const char *v = p.arg;
-        switch (c) {
-        case 'n':
-            if (!with_n) {
-                fprintf(stderr, "sfb %s: -n is an option of `sfb run`; the launcher sets the "
-                                "world size of `sfb worker`\n", cmd);
-                return 2;
-            }
-            if (parse_u64(v, 1, 4096, &u)) return bad(cmd, "-n", v, "an integer in 1..4096");
-            job->nprocs = (int)u;
-            break;
-        case OPT_MODEL:
-            if (!sfb_model_find(v)) {
-                fprintf(stderr, "sfb %s: --model: unknown model \"%s\" (known: %s)\n", cmd,
-                        v, sfb_model_names());
-                return 2;
-            }
-            t->model = v;
-            break;
-        case OPT_DATA: t->data = v; break;
-        case OPT_TEST_DATA: t->test_data = v; break;
-        case OPT_INDEX_BASE:
-            if (!strcmp(v, "auto")) t->libsvm.index_base = SFB_INDEX_AUTO;
-            else if (!strcmp(v, "0")) t->libsvm.index_base = SFB_INDEX_0;
-            else if (!strcmp(v, "1")) t->libsvm.index_base = SFB_INDEX_1;
-            else return bad(cmd, p.spelled, v, "auto, 0 or 1");
-            break;
-        case OPT_DATA_LAYOUT:
-            if (!strcmp(v, "auto")) t->layout = SFB_LAYOUT_AUTO;
-            else if (!strcmp(v, "dense")) t->layout = SFB_LAYOUT_DENSE;
-            else if (!strcmp(v, "sparse")) t->layout = SFB_LAYOUT_SPARSE;
-            else return bad(cmd, p.spelled, v, "auto, dense or sparse");
-            break;
-        case OPT_DIM:
-            if (parse_u64(v, 1, UINT32_MAX - 1, &u)) return bad(cmd, p.spelled, v, "a positive integer");
-            t->libsvm.dim = (uint32_t)u;
-            break;
-        case OPT_CLASSES:
-            if (parse_u64(v, 2, 1u << 24, &u)) return bad(cmd, p.spelled, v, "an integer >= 2");
-            t->libsvm.classes = (uint32_t)u;
-            break;
-        case OPT_BATCH:
-            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1048576");
-            t->batch = (uint32_t)u;
-            break;
-        case OPT_EPOCHS:
-            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
-            t->epochs = (uint32_t)u;
-            have_epochs = 1;
-            break;
-        case OPT_CLOCKS:
-            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
-            t->clocks = u;
-            have_clocks = 1;
-            break;
-        case OPT_LR:
-            if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number");
-            t->lr = d;
-            break;
-        case OPT_LR_SCHEDULE:
-            if (!strcmp(v, "constant")) t->lr_schedule = SFB_LR_CONSTANT;
-            else if (!strcmp(v, "invsqrt")) t->lr_schedule = SFB_LR_INVSQRT;
-            else if (!strcmp(v, "step")) t->lr_schedule = SFB_LR_STEP;
-            else return bad(cmd, p.spelled, v, "constant, invsqrt or step");
-            break;
-        case OPT_LR_PERIOD:
-            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
-            t->lr_period = u;
-            break;
-        case OPT_LR_DECAY:
-            if (parse_double(v, &d) || !(d > 0 && d <= 1)) return bad(cmd, p.spelled, v, "a number in (0, 1]");
-            t->lr_decay = d;
-            break;
-        case OPT_LAMBDA:
-            if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
-            t->lambda = d;
-            break;
-        case OPT_RANK:
-        case OPT_KNN_K:
-        case OPT_DICT_SIZE:
-        case OPT_CODE_STEPS:
-        case OPT_PATCHES:
-            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
-            if (c == OPT_RANK) t->rank = (uint32_t)u;
-            else if (c == OPT_KNN_K) t->knn_k = (uint32_t)u;
-            else if (c == OPT_DICT_SIZE) t->dict_size = (uint32_t)u;
-            else if (c == OPT_CODE_STEPS) t->code_steps = (uint32_t)u;
-            else t->patch = (uint32_t)u;
-            break;
-        case OPT_SIMI_PAIRS: t->simi_pairs = v; break;
-        case OPT_DIFF_PAIRS: t->diff_pairs = v; break;
-        case OPT_SEED:
-            if (parse_u64(v, 0, UINT64_MAX, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
-            t->seed = u;
-            break;
-        case OPT_THREADS:
-            if (parse_u64(v, 1, 1024, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1024");
-            t->threads = (int)u;
-            break;
-        case OPT_EVAL_EVERY:
-            if (parse_u64(v, 0, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
-            t->eval_every = (uint32_t)u;
-            break;
-        case OPT_OUT_DIR: job->out_dir = v; break;
-        case OPT_MODEL_OUT: t->model_out = v; break;
-        case OPT_METRICS_OUT: t->metrics_out = v; break;
-        case OPT_SYNC:
-            if (strcmp(v, "sfb") && strcmp(v, "fms")) return bad(cmd, p.spelled, v, "sfb or fms");
-            job->sync = v;
-            t->sync = v;
-            break;
-        case OPT_STALENESS:
-            if (parse_long(v, -1, 1000000, &l)) return bad(cmd, p.spelled, v, "an integer >= -1");
-            job->staleness = l;
-            t->staleness = l;
-            break;
-        case OPT_TOPOLOGY:
-            if (strcmp(v, "full") && strcmp(v, "halton") && strcmp(v, "halton-classic"))
-                return bad(cmd, p.spelled, v, "full, halton or halton-classic");
-            job->topology = v;
-            t->topology = v;
-            break;
-        case OPT_DEGREE:
-            if (parse_u64(v, 1, 64, &u)) return bad(cmd, p.spelled, v, "an integer in 1..64");
-            job->degree = (int)u;
-            t->degree = (uint32_t)u;
-            break;
-        case OPT_FLUSH:
-            if (strcmp(v, "eager") && strcmp(v, "clock")) return bad(cmd, p.spelled, v, "eager or clock");
-            t->flush_clock = strcmp(v, "clock") == 0;
-            have_flush = 1;
-            break;
-        case OPT_PROVIDER: job->provider = v; t->provider = v; break;
-        case OPT_APPLY_EARLY:
-            if (!strcmp(v, "auto")) t->apply_early = -1;
-            else if (!strcmp(v, "on")) t->apply_early = 1;
-            else if (!strcmp(v, "off")) t->apply_early = 0;
-            else return bad(cmd, p.spelled, v, "auto, on or off");
-            break;
-        case OPT_PEER_TIMEOUT:
-            if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number of seconds");
-            t->peer_timeout = d;
-            break;
-        case OPT_PROGRESS:
-            if (strcmp(v, "auto") && strcmp(v, "spin") && strcmp(v, "block"))
-                return bad(cmd, p.spelled, v, "auto, spin or block");
-            t->progress = v;
-            break;
-        case OPT_DEBUG_DELAY:
-            if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
-            t->debug_delay_ms = d;
-            break;
-        case OPT_DEBUG_SLOW_RANK:
-            if (parse_long(v, 0, 1 << 24, &l)) return bad(cmd, p.spelled, v, "a rank");
-            t->debug_slow_rank = (int)l;
-            break;
-        case OPT_DEBUG_SLOW_FACTOR:
-            if (parse_double(v, &d) || d < 1) return bad(cmd, p.spelled, v, "a number >= 1");
-            t->debug_slow_factor = d;
-            break;
-        case OPT_CHECKPOINT_EVERY:
-            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive number of clocks");
-            t->checkpoint_every = u;
-            break;
-        case OPT_CHECKPOINT_DIR:
-            if (!*v) return bad(cmd, p.spelled, v, "a directory");
-            t->checkpoint_dir = v;
-            break;
-        case OPT_RESUME:
-            if (!*v) return bad(cmd, p.spelled, v, "a directory");
-            t->resume_dir = v;
-            break;
-        case OPT_LOG_LEVEL:
-            if (!strcmp(v, "error")) job->log_level = SFB_LOG_ERROR;
-            else if (!strcmp(v, "warn")) job->log_level = SFB_LOG_WARN;
-            else if (!strcmp(v, "info")) job->log_level = SFB_LOG_INFO;
-            else if (!strcmp(v, "debug")) job->log_level = SFB_LOG_DEBUG;
-            else return bad(cmd, p.spelled, v, "error, warn, info or debug");
-            break;
-        case 'q': job->quiet = 1; break;
-        case 'v': job->log_level = SFB_LOG_DEBUG; break;
-        case 'h':
-            job_help(stdout, cmd, with_n);
-            return 1;
-        }
-    }
-    if (c == CLI_OPT_ERR) return 2;
-    if (have_epochs && have_clocks) {
+    int r = cli_opt_parse(&p, table, job, (void *)cmd);
+    if (r == CLI_OPT_HELP) job_help(stdout, table, with_n);
+    if (r) return r;
+    sfb_train_set_model_options(&job->train, &job->model);
+    if (cli_opt_given(&p, table, "epochs") && cli_opt_given(&p, table, "clocks")) {
         fprintf(stderr, "sfb %s: --epochs and --clocks contradict each other: give one\n", cmd);
         return 2;
     }
     /* --flush eager given explicitly: the settings cannot tell it from the default */
-    if (have_flush && !strcmp(job->topology, "full")) {
+    if (cli_opt_given(&p, table, "flush") && sfb_topo_is_overlay(job->train.topology) == 0) {
         fprintf(stderr, "sfb %s: --flush applies to an overlay; add --topology halton\n", cmd);
         return 2;
     }
     uint32_t world = cli_known_world(job, with_n);
-    if (sfb_train_check_settings(t, world)) {
+    if (sfb_train_check_settings(&job->train, world)) {
         fprintf(stderr, "sfb %s: %s\n", cmd, sfb_last_error());
         return 2;
     }
     return cli_paths_build(job, cmd, world);
+}
+
+char **cli_worker_argv(int argc, char **argv, char *self)
+{
+    struct cli_opt table[CLI_OPT_MAX];
+    char help[CLI_OPT_MAX][160];
+    job_table(table, CLI_OPT_MAX, help);
+    size_t cap = (size_t)argc + 3;
+    for (int i = 1; i < argc; i++) cap += strlen(argv[i]);
+    char **out = calloc(cap, sizeof *out);
+    if (!out) return NULL;
+    out[0] = strdup(self);
+    out[1] = strdup("worker");
+    struct cli_optparse p;
+    cli_opt_init(&p, argc, argv, "run");
+    int n = out[0] && out[1] ? cli_opt_canonical(&p, table, "nprocs", out + 2, cap - 3) : -1;
+    if (n < 0) {
+        cli_free_argv(out);
+        return NULL;
+    }
+    return out;
+}
+
+void cli_free_argv(char **argv)
+{
+    for (size_t i = 0; argv && argv[i]; i++) free(argv[i]);
+    free(argv);
 }
 
 uint32_t cli_known_world(const struct cli_job *job, int with_n)
@@ -428,6 +325,6 @@ uint32_t cli_known_world(const struct cli_job *job, int with_n)
     if (with_n) return (uint32_t)job->nprocs;
     const char *rank = getenv("SFB_RANK"), *size = getenv("SFB_WORLD_SIZE");
     uint64_t u;
-    if (rank && size && !parse_u64(size, 1, UINT32_MAX, &u)) return (uint32_t)u;
+    if (rank && size && !cli_parse_u64(size, 1, UINT32_MAX, &u)) return (uint32_t)u;
     return 0;
 }

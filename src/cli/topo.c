@@ -15,46 +15,15 @@
 
 #define MAX_LIST 64
 
-static const char usage[] =
+static const char usage_head[] =
     "usage: sfb topo --nodes P[,P...] [options]\n"
     "\n"
     "Analyse overlay topologies and simulate one clock of SF dissemination.\n"
     "Every node broadcasts one SF frame per clock; overlays relay it along the\n"
     "shifted BFS tree (the runtime's routing code).\n"
-    "\n"
-    "  --nodes LIST         node counts P, comma separated (1..16777216), required\n"
-    "  --topology LIST      full, halton, halton-classic, comma separated\n"
-    "                       (default: all three, side by side)\n"
-    "  --degree Q           out-links per node for overlays (default ceil(log2 P));\n"
-    "                       the actual degree is printed (gcd fix may add offset 1)\n"
-    "  --sf-bytes B         bytes of one SF frame, header included\n"
-    "                       (default 262208 = K=D=1024, S=32, fp32, + 64 B header)\n"
-    "  --sf K,D,S           set B = 4*S*(K+D) + 64 (fp32 dense factors)\n"
-    "  --bundle-header H    outer header of a message carrying >= 2 frames (64)\n"
-    "  --link-gbps G        egress bandwidth of each node, Gbit/s (1)\n"
-    "  --latency-us L       per-message latency, microseconds (10)\n"
-    "  --msg-overhead-us O  per-message sender time (software, doorbell), us (0)\n"
-    "  --calibrate FILE     take G, L and O from a link calibration (written by\n"
-    "                       scripts/calibrate-links or scripts/netns-cluster\n"
-    "                       --calibrate): G = 8/beta, O = gap, L = alpha - gap\n"
-    "                       (>= 0), M = alpha; options after it override\n"
-    "                       single values\n"
-    "  --host-cores C       all P nodes share C CPU cores (an emulated cluster,\n"
-    "                       many ranks per host): time = max(network, CPU), CPU =\n"
-    "                       (msgs/clock * M + bytes/clock * N) / C (default 0: off)\n"
-    "  --cpu-msg-us M       CPU per message, both ends, us (--calibrate: alpha)\n"
-    "  --cpu-byte-ns N      CPU per byte, ns (0)\n"
-    "  --flush eager|clock  eager (default): a link sends everything pending as\n"
-    "                       one bundle as soon as the node's NIC is free, relays\n"
-    "                       forward within the clock; time = until every node has\n"
-    "                       every origin's frame.\n"
-    "                       clock: every node forwards what is pending on each\n"
-    "                       link at the clock boundary, one bundle per used link\n"
-    "                       per clock; time = one clock's exchange, and frames\n"
-    "                       need up to `diameter` clocks\n"
-    "  --offsets            also print each topology's offsets\n"
-    "  --json               one JSON object per line instead of the table\n"
-    "  -h, --help           this text\n"
+    "\n";
+
+static const char usage_tail[] =
     "\n"
     "Model: each node has one egress NIC of G Gbit/s shared by all its out-links;\n"
     "it sends whole messages one at a time (oldest pending link first); a message\n"
@@ -81,53 +50,6 @@ static int bad(const char *fmt, const char *a, const char *b)
     fprintf(stderr, "\n(see sfb topo --help)\n");
     return 2;
 }
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    if (!s || !*s || *s == '-') return -1;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out)
-{
-    char *end;
-    if (!s || !*s) return -1;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
-
-enum { T_NODES = 1, T_TOPOLOGY, T_DEGREE, T_SF_BYTES, T_SF, T_BUNDLE_HEADER, T_LINK_GBPS,
-       T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP, T_CALIBRATE,
-       T_HOST_CORES, T_CPU_MSG, T_CPU_BYTE };
-
-static const struct cli_opt topo_opts[] = {
-    {"nodes", 0, 1, T_NODES},
-    {"topology", 0, 1, T_TOPOLOGY},
-    {"degree", 0, 1, T_DEGREE},
-    {"sf-bytes", 0, 1, T_SF_BYTES},
-    {"sf", 0, 1, T_SF},
-    {"bundle-header", 0, 1, T_BUNDLE_HEADER},
-    {"link-gbps", 0, 1, T_LINK_GBPS},
-    {"latency-us", 0, 1, T_LATENCY},
-    {"msg-overhead-us", 0, 1, T_OVERHEAD},
-    {"flush", 0, 1, T_FLUSH},
-    {"calibrate", 0, 1, T_CALIBRATE},
-    {"host-cores", 0, 1, T_HOST_CORES},
-    {"cpu-msg-us", 0, 1, T_CPU_MSG},
-    {"cpu-byte-ns", 0, 1, T_CPU_BYTE},
-    {"offsets", 0, 0, T_OFFSETS},
-    {"json", 0, 0, T_JSON},
-    {"help", 'h', 0, T_HELP},
-    {0, 0, 0, 0},
-};
 
 /* Reads a calibration file: `key value` lines, '#' comments. alpha_s and
  * beta_s_per_byte are required, gap_s optional (0). Returns 0 or 2 (usage
@@ -162,7 +84,7 @@ static int read_calibration(const char *path, struct sfb_topo_sim_settings *sim)
             fprintf(stderr, "sfb topo: %s:%d: unknown key '%s' (alpha_s, beta_s_per_byte, gap_s, "
                             "beta_pingpong_s_per_byte)\n", path, line, key);
             rc = 2;
-        } else if (n != 2 || parse_double(num, &d) || !(d >= 0) || d > 1e3) {
+        } else if (n != 2 || cli_parse_double(num, &d) || !(d >= 0) || d > 1e3) {
             fprintf(stderr, "sfb topo: %s:%d: %s needs one number of seconds in [0, 1000]\n",
                     path, line, key);
             rc = 2;
@@ -195,106 +117,145 @@ static int read_calibration(const char *path, struct sfb_topo_sim_settings *sim)
     return 0;
 }
 
+static int set_nodes(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                     const char *val)
+{
+    struct opts *op = base;
+    char buf[1024];
+    uint64_t u;
+    (void)ctx, (void)o, (void)spelled;
+    if (strlen(val) >= sizeof buf) return bad("--nodes: list too long%s%s", "", "");
+    snprintf(buf, sizeof buf, "%s", val);
+    op->n_nodes = 0;
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (cli_parse_u64(tok, 1, SFB_TOPO_MAX_NODES, &u))
+            return bad("--nodes: '%s' is not a node count in 1..16777216%s", tok, "");
+        if (op->n_nodes == MAX_LIST) return bad("--nodes: more than 64 values%s%s", "", "");
+        op->nodes[op->n_nodes++] = (uint32_t)u;
+    }
+    if (op->n_nodes == 0) return bad("--nodes: empty list%s%s", "", "");
+    return 0;
+}
+
+static int set_topology(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                        const char *val)
+{
+    struct opts *op = base;
+    (void)ctx, (void)o, (void)spelled;
+    if (strlen(val) >= sizeof op->topo_buf) return bad("--topology: list too long%s%s", "", "");
+    snprintf(op->topo_buf, sizeof op->topo_buf, "%s", val);
+    op->n_topo = 0;
+    for (char *save, *tok = strtok_r(op->topo_buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (sfb_topo_is_overlay(tok) < 0)
+            return bad("--topology: unknown '%s' (%s)", tok, sfb_topo_names());
+        if (op->n_topo == MAX_LIST) return bad("--topology: too many%s%s", "", "");
+        op->topo[op->n_topo++] = tok;
+    }
+    if (op->n_topo == 0) return bad("--topology: empty list%s%s", "", "");
+    return 0;
+}
+
+static int set_sf(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                  const char *val)
+{
+    struct opts *op = base;
+    unsigned long long k, dd, s;
+    char tail;
+    (void)ctx, (void)o, (void)spelled;
+    if (sscanf(val, "%llu,%llu,%llu%c", &k, &dd, &s, &tail) != 3 || !k || !dd || !s ||
+        k > 1ull << 24 || dd > 1ull << 24 || s > 1ull << 16)
+        return bad("--sf: '%s' is not K,D,S (positive; K, D <= 2^24, S <= 65536)%s", val, "");
+    op->sim.sf_bytes = 4 * s * (k + dd) + 64;
+    return 0;
+}
+
+static int set_calibration(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                           const char *val)
+{
+    (void)ctx, (void)o, (void)spelled;
+    return read_calibration(val, &((struct opts *)base)->sim);
+}
+
+#define O(field) .off = offsetof(struct opts, field), .size = sizeof(((struct opts *)0)->field)
+#define TIME(n, f, meta, h) \
+    {.kind = CLI_REAL, .name = n, O(f), meta, h, .lo = 0, .hi = 1e9, .want = "a time in [0, 1e9]"}
+
+static const int flushes[] = {SFB_TOPO_FLUSH_EAGER, SFB_TOPO_FLUSH_CLOCK};
+static char topo_help[256];
+
+static const struct cli_opt topo_table[] = {
+    {.kind = CLI_CALL, .name = "nodes", O(n_nodes), "LIST",
+     "node counts P, comma separated (1..16777216), required", .call = set_nodes},
+    {.kind = CLI_CALL, .name = "topology", O(n_topo), "LIST", topo_help, .call = set_topology},
+    {.kind = CLI_UINT, .name = "degree", O(degree), "Q",
+     "out-links per node for overlays (default ceil(log2 P));\n"
+     "the actual degree is printed (gcd fix may add offset 1)",
+     .umin = 1, .umax = SFB_TOPO_MAX_NODES},
+    {.kind = CLI_UINT, .name = "sf-bytes", O(sim.sf_bytes), "B",
+     "bytes of one SF frame, header included\n"
+     "(default 262208 = K=D=1024, S=32, fp32, + 64 B header)",
+     .umin = 1, .umax = UINT64_C(1) << 40},
+    {.kind = CLI_CALL, .name = "sf", O(sim.sf_bytes), "K,D,S",
+     "set B = 4*S*(K+D) + 64 (fp32 dense factors)", .call = set_sf},
+    {.kind = CLI_UINT, .name = "bundle-header", O(sim.bundle_header), "H",
+     "outer header of a message carrying >= 2 frames (64)", .umin = 0, .umax = 1 << 20},
+    {.kind = CLI_REAL, .name = "link-gbps", O(sim.link_gbps), "G",
+     "egress bandwidth of each node, Gbit/s (1)", .lo = 0, .hi = 1e6, .open = CLI_OPEN_LO},
+    TIME("latency-us", sim.latency_us, "L", "per-message latency, microseconds (10)"),
+    TIME("msg-overhead-us", sim.msg_overhead_us, "O",
+         "per-message sender time (software, doorbell), us (0)"),
+    {.kind = CLI_CALL, .name = "calibrate", .size = 0, "FILE",
+     "take G, L and O from a link calibration (written by\n"
+     "scripts/calibrate-links or scripts/netns-cluster\n"
+     "--calibrate): G = 8/beta, O = gap, L = alpha - gap\n"
+     "(>= 0), M = alpha; options after it override\n"
+     "single values", .call = set_calibration},
+    {.kind = CLI_UINT, .name = "host-cores", O(sim.host_cores), "C",
+     "all P nodes share C CPU cores (an emulated cluster,\n"
+     "many ranks per host): time = max(network, CPU), CPU =\n"
+     "(msgs/clock * M + bytes/clock * N) / C (default 0: off)",
+     .umin = 0, .umax = 1 << 20},
+    TIME("cpu-msg-us", sim.cpu_msg_us, "M", "CPU per message, both ends, us (--calibrate: alpha)"),
+    TIME("cpu-byte-ns", sim.cpu_byte_ns, "N", "CPU per byte, ns (0)"),
+    {.kind = CLI_ENUM, .name = "flush", O(sim.flush), "eager|clock",
+     "eager (default): a link sends everything pending as\n"
+     "one bundle as soon as the node's NIC is free, relays\n"
+     "forward within the clock; time = until every node has\n"
+     "every origin's frame.\n"
+     "clock: every node forwards what is pending on each\n"
+     "link at the clock boundary, one bundle per used link\n"
+     "per clock; time = one clock's exchange, and frames\n"
+     "need up to `diameter` clocks",
+     .choices = "eager|clock", .values = flushes},
+    {.kind = CLI_FLAG, .name = "offsets", O(offsets), NULL, "also print each topology's offsets",
+     .ival = 1},
+    {.kind = CLI_FLAG, .name = "json", O(json), NULL,
+     "one JSON object per line instead of the table", .ival = 1},
+    {.kind = CLI_HELP, .name = "help", .short_name = 'h', .size = 0, NULL, "this text"},
+    {.kind = CLI_END},
+};
+
 static int parse(int argc, char **argv, struct opts *o)
 {
     memset(o, 0, sizeof *o);
     sfb_topo_sim_default_settings(&o->sim);
+    snprintf(topo_help, sizeof topo_help, "%s, comma separated\n(default: all, side by side)",
+             sfb_topo_names());
     struct cli_optparse p;
     cli_opt_init(&p, argc, argv, "topo");
-    int c;
-    while ((c = cli_opt_next(&p, topo_opts)) > 0) {
-        const char *val = p.arg;
-        if (c == T_HELP) {
-            fputs(usage, stdout);
-            return 1;
-        }
-        if (c == T_JSON || c == T_OFFSETS) {
-            if (c == T_JSON) o->json = 1;
-            else o->offsets = 1;
-            continue;
-        }
-        uint64_t u;
-        double d;
-        if (c == T_NODES) {
-            char buf[1024];
-            if (strlen(val) >= sizeof buf) return bad("--nodes: list too long%s%s", "", "");
-            snprintf(buf, sizeof buf, "%s", val);
-            o->n_nodes = 0;
-            for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (parse_u64(tok, SFB_TOPO_MAX_NODES, &u) || u == 0)
-                    return bad("--nodes: '%s' is not a node count in 1..16777216%s", tok, "");
-                if (o->n_nodes == MAX_LIST) return bad("--nodes: more than 64 values%s%s", "", "");
-                o->nodes[o->n_nodes++] = (uint32_t)u;
-            }
-            if (o->n_nodes == 0) return bad("--nodes: empty list%s%s", "", "");
-        } else if (c == T_TOPOLOGY) {
-            if (strlen(val) >= sizeof o->topo_buf) return bad("--topology: list too long%s%s", "", "");
-            snprintf(o->topo_buf, sizeof o->topo_buf, "%s", val);
-            o->n_topo = 0;
-            for (char *save, *tok = strtok_r(o->topo_buf, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save)) {
-                int known = 0;
-                for (size_t r = 0; sfb_topo_registry_name(r); r++)
-                    known |= strcmp(sfb_topo_registry_name(r), tok) == 0;
-                if (!known)
-                    return bad("--topology: unknown '%s' (full, halton, halton-classic)%s", tok, "");
-                if (o->n_topo == MAX_LIST) return bad("--topology: too many%s%s", "", "");
-                o->topo[o->n_topo++] = tok;
-            }
-            if (o->n_topo == 0) return bad("--topology: empty list%s%s", "", "");
-        } else if (c == T_DEGREE) {
-            if (parse_u64(val, SFB_TOPO_MAX_NODES, &u) || u == 0)
-                return bad("--degree: '%s' is not an integer in 1..16777216%s", val, "");
-            o->degree = (uint32_t)u;
-        } else if (c == T_SF_BYTES) {
-            if (parse_u64(val, UINT64_C(1) << 40, &u) || u == 0)
-                return bad("--sf-bytes: '%s' is not a byte count in 1..2^40%s", val, "");
-            o->sim.sf_bytes = u;
-        } else if (c == T_SF) {
-            unsigned long long k, dd, s;
-            char tail;
-            if (sscanf(val, "%llu,%llu,%llu%c", &k, &dd, &s, &tail) != 3 || !k || !dd || !s ||
-                k > 1ull << 24 || dd > 1ull << 24 || s > 1ull << 16)
-                return bad("--sf: '%s' is not K,D,S (positive; K, D <= 2^24, S <= 65536)%s", val, "");
-            o->sim.sf_bytes = 4 * s * (k + dd) + 64;
-        } else if (c == T_BUNDLE_HEADER) {
-            if (parse_u64(val, 1 << 20, &u)) return bad("--bundle-header: bad byte count '%s'%s", val, "");
-            o->sim.bundle_header = (uint32_t)u;
-        } else if (c == T_LINK_GBPS) {
-            if (parse_double(val, &d) || !(d > 0) || d > 1e6)
-                return bad("--link-gbps: '%s' is not a bandwidth in (0, 1e6] Gbit/s%s", val, "");
-            o->sim.link_gbps = d;
-        } else if (c == T_LATENCY) {
-            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
-                return bad("--latency-us: '%s' is not a latency in [0, 1e9] us%s", val, "");
-            o->sim.latency_us = d;
-        } else if (c == T_OVERHEAD) {
-            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
-                return bad("--msg-overhead-us: '%s' is not a time in [0, 1e9] us%s", val, "");
-            o->sim.msg_overhead_us = d;
-        } else if (c == T_HOST_CORES) {
-            if (parse_u64(val, 1 << 20, &u))
-                return bad("--host-cores: '%s' is not a core count in 0..1048576%s", val, "");
-            o->sim.host_cores = (uint32_t)u;
-        } else if (c == T_CPU_MSG || c == T_CPU_BYTE) {
-            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
-                return bad("%s: '%s' is not a time in [0, 1e9]", c == T_CPU_MSG ? "--cpu-msg-us" : "--cpu-byte-ns", val);
-            if (c == T_CPU_MSG) o->sim.cpu_msg_us = d;
-            else o->sim.cpu_byte_ns = d;
-        } else if (c == T_CALIBRATE) {
-            int rc = read_calibration(val, &o->sim);
-            if (rc) return rc;
-        } else if (c == T_FLUSH) {
-            if (strcmp(val, "eager") == 0) o->sim.flush = SFB_TOPO_FLUSH_EAGER;
-            else if (strcmp(val, "clock") == 0) o->sim.flush = SFB_TOPO_FLUSH_CLOCK;
-            else return bad("--flush: '%s' is not eager or clock%s", val, "");
-        }
+    int r = cli_opt_parse(&p, topo_table, o, NULL);
+    if (r == CLI_OPT_HELP) {
+        fputs(usage_head, stdout);
+        cli_opt_help(stdout, topo_table);
+        fputs(usage_tail, stdout);
+        return 1;
     }
-    if (c == CLI_OPT_ERR) return 2;
+    if (r) return r;
     if (o->n_nodes == 0) return bad("missing --nodes%s%s", "", "");
     if (o->n_topo == 0)
-        for (size_t r = 0; sfb_topo_registry_name(r) && o->n_topo < MAX_LIST; r++)
-            o->topo[o->n_topo++] = sfb_topo_registry_name(r);
+        for (size_t i = 0; sfb_topo_registry_name(i) && o->n_topo < MAX_LIST; i++)
+            o->topo[o->n_topo++] = sfb_topo_registry_name(i);
     return 0;
 }
 

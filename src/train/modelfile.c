@@ -93,42 +93,38 @@ int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
     return ret;
 }
 
-int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct sfb_model **out,
-                      int64_t *clock)
+/* Size, magic, version, matrix count, the sizes the shapes imply and the
+ * checksum: everything before any field is trusted. Sets *hfix_out (the
+ * fixed header's length) and *n_out (matrices). */
+static int check_frame(const uint8_t *buf, size_t len, const char *path, size_t *hfix_out,
+                       uint32_t *n_out)
 {
-    *out = NULL;
-    int ret;
-    struct sfb_model *m = NULL;
     if (len < HDR_FIXED_V1 + 8) {
-        ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
+        return sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
                          path, len);
-        goto fail;
     }
     if (memcmp(buf, MODEL_MAGIC, 8) != 0) {
-        ret = sfb__error(-SFB_EFORMAT, "%s: not an sfb model file (bad magic)", path);
-        goto fail;
+        return sfb__error(-SFB_EFORMAT, "%s: not an sfb model file (bad magic)", path);
     }
     uint32_t version = sfb__get_u32(buf + 8);
     if (version != MODEL_VERSION && version != 1) {
-        ret = sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads 1 to %u",
+        return sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads 1 to %u",
                          path, version, MODEL_VERSION);
-        goto fail;
     }
     const size_t hfix = version == 1 ? HDR_FIXED_V1 : HDR_FIXED;
+    *hfix_out = hfix;
     if (len < hfix + 8) {
-        ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
+        return sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
                          path, len);
-        goto fail;
     }
     uint32_t n = sfb__get_u32(buf + 12);
+    *n_out = n;
     if (n == 0 || n > SFB_MODEL_MAX_MATRICES) {
-        ret = sfb__error(-SFB_EFORMAT, "%s: field n_matrices = %u is out of range", path, n);
-        goto fail;
+        return sfb__error(-SFB_EFORMAT, "%s: field n_matrices = %u is out of range", path, n);
     }
     size_t hlen = hfix + 8 * (size_t)n;
     if (len < hlen + 8) {
-        ret = sfb__error(-SFB_ETRUNC, "%s: truncated inside the header", path);
-        goto fail;
+        return sfb__error(-SFB_ETRUNC, "%s: truncated inside the header", path);
     }
     /* Checksum before any further field is trusted. A truncated file fails
      * here too unless the size check below catches it first. */
@@ -141,62 +137,85 @@ int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct s
         uint64_t c = sfb__get_u32(buf + hfix + 8 * i + 4);
         body += (size_t)(r * c * sizeof(float));
         if (r * c > (uint64_t)MAX_MODEL_FILE) {
-            ret = sfb__error(-SFB_EFORMAT, "%s: matrix %u shape %llux%llu is impossible", path, i,
+            return sfb__error(-SFB_EFORMAT, "%s: matrix %u shape %llux%llu is impossible", path, i,
                              (unsigned long long)r, (unsigned long long)c);
-            goto fail;
         }
     }
     if (len != hlen + body + 8) {
-        ret = sfb__error(len < hlen + body + 8 ? -SFB_ETRUNC : -SFB_EFORMAT,
+        return sfb__error(len < hlen + body + 8 ? -SFB_ETRUNC : -SFB_EFORMAT,
                          "%s: file is %zu bytes but its header describes %zu (%s)", path, len,
                          hlen + body + 8, len < hlen + body + 8 ? "truncated" : "trailing bytes");
-        goto fail;
     }
     if (want != got) {
-        ret = sfb__error(-SFB_ECHECKSUM,
+        return sfb__error(-SFB_ECHECKSUM,
                          "%s: checksum mismatch (stored %016llx, computed %016llx): file is "
                          "corrupted",
                          path, (unsigned long long)want, (unsigned long long)got);
-        goto fail;
     }
+    return 0;
+}
 
-    char kind[17];
+/* The stored shapes against those the header's settings describe
+ * (ops->shapes), before sfb_model_open: it allocates (and for dml/sc fills)
+ * what the settings say, so a file whose checksum is right but whose d and
+ * k say 2^31 would make the loader allocate exabytes (fuzz_modelfile found
+ * it). The stored shapes are already bounded by the file size. A model whose
+ * first shape is 0 is left to sfb_model_open to refuse. */
+static int check_shapes(const uint8_t *shapes, uint32_t n, const struct sfb_model_settings *s,
+                        const struct sfb_model_ops *ops, const char *path)
+{
+    uint64_t want_r[SFB_MODEL_MAX_MATRICES] = {0}, want_c[SFB_MODEL_MAX_MATRICES] = {0};
+    uint32_t want_n = ops->shapes ? ops->shapes(s, want_r, want_c) : 0;
+    if (want_n == 0 || want_r[0] == 0) return 0;
+    uint32_t bad = want_n == n ? 0 : UINT32_MAX;
+    for (uint32_t i = 0; bad == 0 && i < n; i++)
+        if (sfb__get_u32(shapes + 8 * i) != want_r[i] || sfb__get_u32(shapes + 8 * i + 4) != want_c[i])
+            bad = i + 1;
+    if (bad == 0) return 0;
+    uint32_t i = bad == UINT32_MAX ? 0 : bad - 1;
+    return sfb__error(-SFB_ESHAPE, "%s: %u matrices, matrix %u %ux%u, but its header "
+                      "describes %u %s matri%s, matrix %u %llux%llu", path, n, i,
+                      sfb__get_u32(shapes + 8 * i), sfb__get_u32(shapes + 8 * i + 4), want_n,
+                      ops->name, want_n == 1 ? "x" : "ces", i, (unsigned long long)want_r[i],
+                      (unsigned long long)want_c[i]);
+}
+
+/* The settings a header stores (kind points into `kind`, 17 bytes). */
+static void header_settings(const uint8_t *buf, uint32_t version, char *kind,
+                            struct sfb_model_settings *s)
+{
     memcpy(kind, buf + 16, 16);
     kind[16] = '\0';
-    struct sfb_model_settings s;
-    sfb_model_default_settings(&s);
-    s.kind = kind;
-    s.d = sfb__get_u32(buf + 32);
-    s.k = sfb__get_u32(buf + 36);
-    s.lambda = sfb__get_f64(buf + 40);
-    s.seed = sfb__get_u64(buf + 48);
+    sfb_model_default_settings(s);
+    s->kind = kind;
+    s->d = sfb__get_u32(buf + 32);
+    s->k = sfb__get_u32(buf + 36);
+    s->lambda = sfb__get_f64(buf + 40);
+    s->seed = sfb__get_u64(buf + 48);
     if (version >= 2) {
-        s.rank = sfb__get_u32(buf + 64);
-        s.knn_k = sfb__get_u32(buf + 68);
-        s.dict_size = sfb__get_u32(buf + 72);
-        s.code_steps = sfb__get_u32(buf + 76);
+        s->rank = sfb__get_u32(buf + 64);
+        s->knn_k = sfb__get_u32(buf + 68);
+        s->dict_size = sfb__get_u32(buf + 72);
+        s->code_steps = sfb__get_u32(buf + 76);
     }
-    if (!sfb_model_find(kind)) {
-        ret = sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
-        goto fail;
-    }
-    /* Shapes before sfb_model_open: it allocates (and for dml/sc fills) what
-     * the header's settings describe, so a file whose checksum is right but
-     * whose d and k say 2^31 would make the loader allocate exabytes
-     * (fuzz_modelfile found it). The stored shapes are already bounded by
-     * the file size. */
-    uint64_t want_r = 0, want_c = 0;
-    if (!strcmp(kind, "mlr")) want_r = s.k, want_c = (uint64_t)s.d + 1;
-    else if (!strcmp(kind, "dml")) want_r = s.rank, want_c = s.d;
-    else if (!strcmp(kind, "sc")) want_r = s.d, want_c = s.dict_size;
-    if (want_r && (n != 1 || sfb__get_u32(buf + hfix) != want_r ||
-                   sfb__get_u32(buf + hfix + 4) != want_c)) {
-        ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices, the first %ux%u, but its header "
-                         "describes one %s matrix of %llux%llu", path, n,
-                         sfb__get_u32(buf + hfix), sfb__get_u32(buf + hfix + 4), kind,
-                         (unsigned long long)want_r, (unsigned long long)want_c);
-        goto fail;
-    }
+}
+
+int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct sfb_model **out,
+                      int64_t *clock)
+{
+    *out = NULL;
+    struct sfb_model *m = NULL;
+    size_t hfix = 0;
+    uint32_t n = 0;
+    int ret = check_frame(buf, len, path, &hfix, &n);
+    if (ret) return ret;
+    size_t hlen = hfix + 8 * (size_t)n;
+    char kind[17];
+    struct sfb_model_settings s;
+    header_settings(buf, sfb__get_u32(buf + 8), kind, &s);
+    const struct sfb_model_ops *ops = sfb_model_find(kind);
+    if (!ops) return sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
+    if ((ret = check_shapes(buf + hfix, n, &s, ops, path))) return ret;
     ret = sfb_model_open(&m, &s);
     if (ret == -EINVAL) { /* the header's settings (d = 0, lambda < 0, …): a bad file */
         char why[256];

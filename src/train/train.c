@@ -130,10 +130,7 @@ static int setup_model(struct worker *w)
     ms.kind = s->model;
     ms.d = w->train.d;
     ms.k = w->train.k;
-    ms.lambda = s->lambda >= 0 ? s->lambda
-                : !strcmp(s->model, "dml") ? 30.0 /* λ = 1 loses to Euclid: docs/models.md */
-                : !strcmp(s->model, "sc")  ? 0.1
-                                           : 0.0;
+    ms.lambda = s->lambda >= 0 ? s->lambda : sfb_model_find(s->model)->default_lambda;
     ms.seed = s->seed;
     if (s->rank) ms.rank = s->rank;
     if (s->knn_k) ms.knn_k = s->knn_k;
@@ -610,11 +607,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     if (ev.n) eval_event(w, total, epoch_after(total, cpe), res->wall, &ev, res->train_loss);
     traffic(w, now_tr);
     const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
-    /* SFB: S·(K+D) values to each of P−1 peers; FMS: each row block pushed
-     * to its owner and the sums of the own block sent back, 2·K·D·(P−1)/P */
-    double formula = strcmp(w->engine->name, "fms") == 0
-                         ? 2.0 * a->rows * a->cols * (w->world - 1) / w->world * 4.0
-                         : (double)(w->world - 1) * w->batch * ((double)a->rows + a->cols) * 4.0;
+    double formula = w->engine->formula_bytes(a->rows, a->cols, w->world, w->batch);
     const uint64_t *hist = w->engine->staleness_hist(w->engine_priv);
     char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
     for (int i = 0; i < SFB_STALENESS_BINS; i++)

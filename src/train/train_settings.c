@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 void sfb_train_default_settings(struct sfb_train_settings *s)
@@ -41,7 +42,8 @@ double sfb_train_lr0(const struct sfb_train_settings *s)
 {
     SFB_ARG_OR(s, NAN);
     if (s->lr > 0) return s->lr;
-    return s->model && !strcmp(s->model, "dml") ? 0.01 : 1.0;
+    const struct sfb_model_ops *ops = s->model ? sfb_model_find(s->model) : NULL;
+    return ops ? ops->default_lr : 1.0;
 }
 
 double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
@@ -78,13 +80,22 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (s->epochs == 0 && s->clocks == 0)
         return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
-    if (!sfb__sync_find(s->sync ? s->sync : ""))
+    const struct sfb__sync_ops *engine = sfb__sync_find(s->sync);
+    if (!engine)
         return sfb__error(-EINVAL, "unknown synchronization \"%s\"", s->sync ? s->sync : "");
     const char *topo = s->topology ? s->topology : "full";
-    int overlay = strcmp(topo, "full") != 0;
-    if (overlay && s->sync && !strcmp(s->sync, "fms"))
-        return sfb__error(-SFB_EUSAGE, "--topology %s applies to --sync sfb; FMS sends row "
-                          "blocks to their owners directly", topo);
+    int overlay = sfb_topo_is_overlay(topo);
+    if (overlay < 0)
+        return sfb__error(-SFB_EUSAGE, "unknown topology \"%s\" (%s)", topo, sfb_topo_names());
+    if (overlay && !engine->overlays) {
+        char relaying[128] = "";
+        for (size_t i = 0, len = 0; sfb__sync_registry(i) && len < sizeof relaying; i++)
+            if (sfb__sync_registry(i)->overlays)
+                len += (size_t)snprintf(relaying + len, sizeof relaying - len, "%s--sync %s",
+                                        len ? " or " : "", sfb__sync_registry(i)->name);
+        return sfb__error(-SFB_EUSAGE, "--topology %s applies to %s; --sync %s sends to its "
+                          "peers directly", topo, relaying, engine->name);
+    }
     if (!overlay && s->degree)
         return sfb__error(-SFB_EUSAGE, "--degree applies to an overlay; add --topology halton");
     if (!overlay && s->flush_clock)
@@ -118,6 +129,38 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
         return sfb__error(-SFB_EUSAGE, "--debug-slow-rank %d: the job has ranks 0..%u",
                           s->debug_slow_rank, world - 1);
     return 0;
+}
+
+void sfb_train_set_model_options(struct sfb_train_settings *t,
+                                 const struct sfb_model_settings *ms)
+{
+    if (!t || !ms) return;
+    if (ms->rank) t->rank = ms->rank;
+    if (ms->knn_k) t->knn_k = ms->knn_k;
+    if (ms->dict_size) t->dict_size = ms->dict_size;
+    if (ms->code_steps) t->code_steps = ms->code_steps;
+    if (ms->simi_pairs) t->simi_pairs = ms->simi_pairs;
+    if (ms->diff_pairs) t->diff_pairs = ms->diff_pairs;
+}
+
+const char *sfb_sync_registry_name(size_t i)
+{
+    const struct sfb__sync_ops *e = sfb__sync_registry(i);
+    return e ? e->name : NULL;
+}
+
+const char *sfb_sync_registry_summary(size_t i)
+{
+    const struct sfb__sync_ops *e = sfb__sync_registry(i);
+    return e ? e->summary : NULL;
+}
+
+int sfb_sync_registry_find(const char *name)
+{
+    const struct sfb__sync_ops *e = sfb__sync_find(name);
+    for (int i = 0; e && sfb__sync_registry((size_t)i); i++)
+        if (sfb__sync_registry((size_t)i) == e) return i;
+    return -1;
 }
 
 int sfb__train_validate(const struct sfb_train_settings *s)

@@ -28,13 +28,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static int is_one_of(const char *s, const char *const *set)
-{
-    for (; *set; set++)
-        if (!strcmp(s, *set)) return 1;
-    return 0;
-}
-
 /* Splits the input into a fresh argv (each string its own allocation). */
 static int make_argv(const uint8_t *data, size_t size, int with_n, char **argv)
 {
@@ -58,17 +51,15 @@ static int make_argv(const uint8_t *data, size_t size, int with_n, char **argv)
 
 static void check_job(const struct cli_job *job, int with_n)
 {
-    static const char *const syncs[] = {"sfb", "fms", NULL};
-    static const char *const topos[] = {"full", "halton", "halton-classic", NULL};
+    const struct sfb_train_settings *t = &job->train;
     FUZZ_CHECK(job->nprocs >= 1 && job->nprocs <= 4096);
     FUZZ_CHECK(with_n || job->nprocs == 1);
-    FUZZ_CHECK(job->sync && is_one_of(job->sync, syncs));
-    FUZZ_CHECK(job->topology && is_one_of(job->topology, topos));
-    FUZZ_CHECK(job->staleness >= -1 && job->staleness <= 1000000);
-    FUZZ_CHECK(job->degree >= 0 && job->degree <= 64);
-    FUZZ_CHECK(job->degree == 0 || strcmp(job->topology, "full") != 0);
+    FUZZ_CHECK(t->sync && sfb_sync_registry_find(t->sync) >= 0);
+    FUZZ_CHECK(t->topology && sfb_topo_is_overlay(t->topology) >= 0);
+    FUZZ_CHECK(t->staleness >= -1 && t->staleness <= 1000000);
+    FUZZ_CHECK(t->degree <= 64);
+    FUZZ_CHECK(t->degree == 0 || sfb_topo_is_overlay(t->topology) == 1);
     FUZZ_CHECK(job->out_dir != NULL);
-    const struct sfb_train_settings *t = &job->train;
     FUZZ_CHECK(t->batch <= (1u << 20)); /* 0 = auto: a global minibatch of 32 */
     FUZZ_CHECK(t->lr >= 0); /* 0 = the model's default */
     FUZZ_CHECK((t->lambda >= 0 || t->lambda == -1));
@@ -108,8 +99,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_rejected = res[0] == 2;
     if (res[0] == 0) {
         /* Scalar settings agree (strings point into the freed argv). */
-        FUZZ_CHECK(jobs[0].nprocs == jobs[1].nprocs && jobs[0].staleness == jobs[1].staleness);
-        FUZZ_CHECK(jobs[0].degree == jobs[1].degree && jobs[0].quiet == jobs[1].quiet);
+        FUZZ_CHECK(jobs[0].nprocs == jobs[1].nprocs &&
+                   jobs[0].train.staleness == jobs[1].train.staleness);
+        FUZZ_CHECK(jobs[0].train.degree == jobs[1].train.degree && jobs[0].quiet == jobs[1].quiet);
         FUZZ_CHECK(jobs[0].log_level == jobs[1].log_level);
         FUZZ_CHECK(jobs[0].train.batch == jobs[1].train.batch);
         FUZZ_CHECK(jobs[0].train.seed == jobs[1].train.seed);

@@ -255,13 +255,17 @@ static int test_pair_files(void)
     free(pairs);
     free(lines);
     const char *bads[] = {"0 1\n2 x\n", "0 1\n3\n", "1 2 3\n", "-1 2\n",
-                          "99999999999999999999 1\n"};
-    const char *where[] = {":2:", ":2:", ":1:", ":1:", ":1:"};
-    for (int i = 0; i < 5; i++) {
+                          "99999999999999999999 1\n", "1x 2\n"};
+    const char *where[] = {":2:", ":2:", ":1:", ":1:", ":1:", ":1:"};
+    const char *why[] = {"expected a second sample index", "expected a second sample index",
+                         "more than two fields", "expected a sample index (unsigned integer)",
+                         "sample index too large", "unexpected character after a sample index"};
+    for (int i = 0; i < 6; i++) {
         ASSERT_EQ(write_file(bad, bads[i]), 0);
         ASSERT_EQ(sfb__dml_read_pairs(bad, &pairs, &lines, &n), -SFB_EFORMAT);
         ASSERT_STR_CONTAINS(sfb_last_error(), bad);
         ASSERT_STR_CONTAINS(sfb_last_error(), where[i]);
+        ASSERT_STR_CONTAINS(sfb_last_error(), why[i]);
         ASSERT(pairs == NULL);
     }
     ASSERT_EQ(write_file(bad, "# nothing\n"), 0);
