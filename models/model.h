@@ -9,7 +9,7 @@
 #ifndef SFB_MODELS_MODEL_H
 #define SFB_MODELS_MODEL_H
 
-#include "sfb/model.h"
+#include <sfb/model.h>
 
 #include <stdint.h>
 

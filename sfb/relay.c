@@ -1,7 +1,7 @@
 /* Overlay relaying: see sfb/relay.h. */
 #include "config.h"
 #include "sfb/relay.h"
-#include "sfb/topo.h"
+#include <sfb/topo.h>
 #include "src/net/bootstrap.h"
 #include "src/net/comm.h"
 #include "src/base/common.h"

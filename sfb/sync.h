@@ -10,8 +10,8 @@
 #ifndef SFB_SYNC_H
 #define SFB_SYNC_H
 
-#include "sfb/model.h"
-#include "sfb/sf.h"
+#include <sfb/model.h>
+#include <sfb/sf.h>
 
 #include <stdint.h>
 

@@ -3,7 +3,7 @@
 #ifndef SFB_SRC_COMMON_H
 #define SFB_SRC_COMMON_H
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #include <errno.h>
 #include <stdint.h>

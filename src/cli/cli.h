@@ -2,8 +2,8 @@
 #ifndef SFB_CLI_H
 #define SFB_CLI_H
 
-#include "sfb/sfb.h"
-#include "sfb/train.h"
+#include <sfb/sfb.h>
+#include <sfb/train.h>
 
 #include <stdio.h>
 

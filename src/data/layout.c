@@ -2,7 +2,7 @@
  * dense-in-practice libsvm file can use the dense GEMM path and a mostly-zero
  * dense file the sparse one. */
 #include "config.h"
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 
 #include <string.h>

@@ -2,7 +2,7 @@
 #ifndef SFB_SRC_LIBSVM_H
 #define SFB_SRC_LIBSVM_H
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 /* sfb_libsvm_read that keeps only the rows of `shard` (NULL: all; every
  * line is still parsed and checked, and d, k, the index base and the

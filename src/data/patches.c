@@ -5,7 +5,7 @@
  * which gives exactly max_patches distinct patches in their natural order
  * from one splitmix64 stream — deterministic from the seed, no index array
  * over all n·(h−p+1)·(w−p+1) candidates. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 
 #include <math.h>

@@ -2,7 +2,7 @@
  * prefix, forward signals, stop everyone when one fails. */
 #include "config.h"
 #include "src/net/launch.h"
-#include "sfb/launch.h"
+#include <sfb/launch.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
 

@@ -3,7 +3,7 @@
  * message on entry, and every public function of include/sfb/ (every header) checks
  * its pointers: NULL is -EINVAL naming the argument (getters: a neutral
  * value and the message; close/free/default_settings: a no-op). */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 #include "src/base/common.h"
 #include "test.h"
 

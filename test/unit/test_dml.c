@@ -3,7 +3,7 @@
  * Euclidean one on data where 2 of many dimensions carry the class. */
 #include "models/dml.h"
 #include "models/model.h"
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "test.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * codes satisfy the lasso optimality conditions, the unit-ball projection,
  * and SGD on data generated from a sparse dictionary. */
 #include "models/model.h"
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "test.h"
 
 #include <errno.h>
