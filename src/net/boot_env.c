@@ -503,7 +503,7 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
 
 /* ---- open ------------------------------------------------------------------ */
 
-int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
 {
     int r = parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
     if (!r) r = parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
@@ -673,9 +673,10 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
 
 
 
-int sfb__boot_env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
-                             size_t *lens)
+static int env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
+                          size_t *lens)
 {
+    if (bs->size == 1) return sfb__boot_gather_self(bs, mine, len, all, lens);
     double deadline = sfb__now() + bs->timeout_s;
     uint8_t *t = NULL;
     size_t tlen = 0;
@@ -686,7 +687,7 @@ int sfb__boot_env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32
     return r;
 }
 
-void sfb__boot_env_close(struct sfb__bootstrap *bs)
+static void env_close(struct sfb__bootstrap *bs)
 {
     if (bs->fds)
         for (int i = 0; i < bs->size; i++)
@@ -694,3 +695,19 @@ void sfb__boot_env_close(struct sfb__bootstrap *bs)
     free(bs->fds);
     bs->fds = NULL;
 }
+
+static int env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s, int *taken)
+{
+    *taken = getenv("SFB_RANK") != NULL;
+    if (!*taken) return 0;
+    int r = env_open_world(bs, s);
+    if (r) env_close(bs);
+    return r;
+}
+
+const struct sfb__boot_ops sfb__boot_env_ops = {
+    .kind = SFB__BOOTSTRAP_ENV,
+    .open = env_open,
+    .allgatherv = env_allgatherv,
+    .close = env_close,
+};
