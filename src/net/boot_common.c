@@ -56,3 +56,15 @@ int sfb__boot_gather_self(struct sfb__bootstrap *bs, const void *mine, uint32_t 
     lens[0] = len;
     return 0;
 }
+
+int sfb__boot_parse_int_env(const char *name, const char *s, long lo, long hi, int *out)
+{
+    if (!s || !*s) return sfb__error(-SFB_EUSAGE, "%s is not set", name);
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %ld..%ld", name, s, lo, hi);
+    *out = (int)v;
+    return 0;
+}

@@ -43,6 +43,35 @@ int sfb__boot_check_common(const struct sfb__boot_hdr *h, uint16_t type, uint32_
  * single process). */
 uint64_t sfb__boot_random_key(void);
 
+/* An integer in [lo, hi] from the environment variable `name` (value s);
+ * -SFB_EUSAGE naming the variable when unset or out of range. */
+int sfb__boot_parse_int_env(const char *name, const char *s, long lo, long hi, int *out);
+
+/* ---- the env rendezvous's sockets (boot_sock.c) ----
+ * All on non-blocking sockets, bounded by `deadline` (sfb__now() seconds). */
+struct addrinfo;
+struct sockaddr_storage;
+/* Milliseconds from now until `deadline` for poll(): never negative, rounded
+ * up by one so poll does not wake just before it. */
+int sfb__boot_poll_ms(double deadline, double now);
+/* Waits until fd is ready for `events` (poll); -ETIMEDOUT past deadline. */
+int sfb__boot_wait_fd(int fd, short events, double deadline);
+/* Reads or writes exactly len bytes: partial transfers, EINTR and EAGAIN
+ * are retried; a peer that closes gives -ECONNRESET. */
+int sfb__boot_fd_io(int fd, void *buf, size_t len, double deadline, int writing);
+/* A header and its payload (h->len bytes). */
+int sfb__boot_send_msg(int fd, const struct sfb__boot_hdr *h, const void *payload, double deadline);
+int sfb__boot_recv_hdr(int fd, struct sfb__boot_hdr *h, double deadline);
+/* Names a failed step with rank `peer` (`bound`: the seconds it was
+ * allowed, named in a timeout); returns the code to pass on. */
+int sfb__boot_io_error(int r, const char *what, int peer, double bound);
+/* Splits "host:port" / "[v6]:port" (SFB_RENDEZVOUS) and resolves it. */
+int sfb__boot_resolve(const char *spec, int passive, struct addrinfo **res);
+/* "host:port" of a peer address. */
+void sfb__boot_addr_name(const struct sockaddr_storage *ss, char *out, size_t n);
+/* A connected TCP_NODELAY socket to ai, or a negative errno. */
+int sfb__boot_try_connect(const struct addrinfo *ai, double deadline);
+
 /* The allgather of a world of one: a copy of `mine` (boot_common.c). */
 int sfb__boot_gather_self(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
                           size_t *lens);
