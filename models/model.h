@@ -21,15 +21,6 @@ void *sfb__model_priv(struct sfb_model *m);
  * model, so the caller's string need not outlive sfb_model_open). */
 #define SFB_MODEL_KIND_MAX 31
 
-/* Uniform in (0, 1): never 0, so log() below is finite. */
-static inline double sfb__rand_open01(uint64_t *state)
-{
-    return ((double)(sfb__splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-/* Standard normal (Box–Muller, one value per two uniforms). */
-double sfb__rand_normal(uint64_t *state);
-
 /* Row i of `data` as a dense vector of data->d floats (CSR rows scattered
  * into zeros). Returns 0 or -SFB_ESHAPE (a CSR column >= d), naming `who`. */
 int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who);
