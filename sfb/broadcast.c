@@ -184,27 +184,23 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     return 0;
 }
 
+static void waiter_take(void *priv, struct sfb__frame *f)
+{
+    take_frame(priv, f);
+}
+
+static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                           struct sfb__sync_clock *acct)
+{
+    return apply_ready(priv, limit, now_clock, required, acct);
+}
+
 /* Receives and applies until every origin has applied `required`. */
 static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    double t0 = sfb__now(), apply0 = acct->apply_s;
-    int ret = 0;
-    for (;;) {
-        struct sfb__frame f;
-        if (b->c->t)
-            while (sfb__transport_recv(b->c->t, &f, 0) == 0) take_frame(b, &f);
-        if ((ret = apply_ready(b, limit, now_clock, required, acct))) break;
-        if (sfb__ssp_min_applied(b->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check_wait(b->c, required))) break;
-        if (!b->c->t) {
-            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
-            break;
-        }
-        if (sfb__transport_recv(b->c->t, &f, 0.05) == 0) take_frame(b, &f);
-    }
-    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
-    return ret;
+    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress};
+    return sfb__sync_wait(b->c, b->env.ssp, &w, required, limit, now_clock, acct);
 }
 
 static int bc_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)

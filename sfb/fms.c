@@ -340,30 +340,27 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     return 0;
 }
 
+static void waiter_take(void *priv, struct sfb__frame *fr)
+{
+    take_frame(priv, fr);
+}
+
+/* Sums as owner, then applies what is ready. */
+static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                           struct sfb__sync_clock *acct)
+{
+    struct fms *f = priv;
+    int ret = f->c->t ? form_sums(f) : 0;
+    return ret ? ret : apply_ready(f, limit, now_clock, required, acct);
+}
+
 /* Receives, sums (as owner) and applies until every block has applied
  * `required`. */
 static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    double t0 = sfb__now(), apply0 = acct->apply_s;
-    int ret = 0;
-    for (;;) {
-        struct sfb__frame fr;
-        if (f->c->t)
-            while (sfb__transport_recv(f->c->t, &fr, 0) == 0)
-                take_frame(f, &fr);
-        if (f->c->t && (ret = form_sums(f))) break;
-        if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
-        if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check_wait(f->c, required))) break;
-        if (!f->c->t) {
-            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
-            break;
-        }
-        if (sfb__transport_recv(f->c->t, &fr, 0.05) == 0) take_frame(f, &fr);
-    }
-    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
-    return ret;
+    const struct sfb__sync_waiter w = {f, waiter_take, waiter_progress};
+    return sfb__sync_wait(f->c, f->env.ssp, &w, required, limit, now_clock, acct);
 }
 
 static int fms_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
