@@ -3,7 +3,10 @@
  * select a different setting, and its state is global. */
 #include "src/cli/opt.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cli_opt_init(struct cli_optparse *p, int argc, char **argv, const char *cmd)
@@ -148,4 +151,26 @@ int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
 positional:
     fprintf(stderr, "sfb %s: unexpected argument \"%s\" (see sfb %s --help)\n", p->cmd, a, p->cmd);
     return CLI_OPT_ERR;
+}
+
+int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
 }

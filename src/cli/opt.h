@@ -10,6 +10,8 @@
 #ifndef SFB_CLI_OPT_H
 #define SFB_CLI_OPT_H
 
+#include <stdint.h>
+
 struct cli_opt {
     const char *name; /* long name without "--"; NULL ends the table */
     char short_name;  /* 0: none */
@@ -40,5 +42,11 @@ int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table);
 /* The table entry whose name is closest to `name` (edit distance), or NULL
  * when none is close enough to be a likely misspelling. */
 const struct cli_opt *cli_opt_closest(const struct cli_opt *table, const char *name);
+
+/* Option values: a decimal integer in [min, max] (no sign, no spaces), a
+ * finite number. 0, or -1 when `s` is no such value (the caller names the
+ * option and what it wants). */
+int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int cli_parse_double(const char *s, double *out);
 
 #endif

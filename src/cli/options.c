@@ -166,17 +166,6 @@ static int bad(const char *cmd, const char *opt, const char *val, const char *wa
     return 2;
 }
 
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_long(const char *s, long min, long max, long *out)
 {
     if (!s || !*s) return -1;
@@ -184,17 +173,6 @@ static int parse_long(const char *s, long min, long max, long *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out)
-{
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
 }
@@ -227,7 +205,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
                                 "world size of `sfb worker`\n", cmd);
                 return 2;
             }
-            if (parse_u64(v, 1, 4096, &u)) return bad(cmd, "-n", v, "an integer in 1..4096");
+            if (cli_parse_u64(v, 1, 4096, &u)) return bad(cmd, "-n", v, "an integer in 1..4096");
             job->nprocs = (int)u;
             break;
         case OPT_MODEL:
@@ -253,29 +231,29 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             else return bad(cmd, p.spelled, v, "auto, dense or sparse");
             break;
         case OPT_DIM:
-            if (parse_u64(v, 1, UINT32_MAX - 1, &u)) return bad(cmd, p.spelled, v, "a positive integer");
+            if (cli_parse_u64(v, 1, UINT32_MAX - 1, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->libsvm.dim = (uint32_t)u;
             break;
         case OPT_CLASSES:
-            if (parse_u64(v, 2, 1u << 24, &u)) return bad(cmd, p.spelled, v, "an integer >= 2");
+            if (cli_parse_u64(v, 2, 1u << 24, &u)) return bad(cmd, p.spelled, v, "an integer >= 2");
             t->libsvm.classes = (uint32_t)u;
             break;
         case OPT_BATCH:
-            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1048576");
+            if (cli_parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1048576");
             t->batch = (uint32_t)u;
             break;
         case OPT_EPOCHS:
-            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
+            if (cli_parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->epochs = (uint32_t)u;
             have_epochs = 1;
             break;
         case OPT_CLOCKS:
-            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
+            if (cli_parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->clocks = u;
             have_clocks = 1;
             break;
         case OPT_LR:
-            if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number");
+            if (cli_parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number");
             t->lr = d;
             break;
         case OPT_LR_SCHEDULE:
@@ -285,15 +263,15 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             else return bad(cmd, p.spelled, v, "constant, invsqrt or step");
             break;
         case OPT_LR_PERIOD:
-            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
+            if (cli_parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             t->lr_period = u;
             break;
         case OPT_LR_DECAY:
-            if (parse_double(v, &d) || !(d > 0 && d <= 1)) return bad(cmd, p.spelled, v, "a number in (0, 1]");
+            if (cli_parse_double(v, &d) || !(d > 0 && d <= 1)) return bad(cmd, p.spelled, v, "a number in (0, 1]");
             t->lr_decay = d;
             break;
         case OPT_LAMBDA:
-            if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
+            if (cli_parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
             t->lambda = d;
             break;
         case OPT_RANK:
@@ -301,7 +279,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         case OPT_DICT_SIZE:
         case OPT_CODE_STEPS:
         case OPT_PATCHES:
-            if (parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
+            if (cli_parse_u64(v, 1, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a positive integer");
             if (c == OPT_RANK) t->rank = (uint32_t)u;
             else if (c == OPT_KNN_K) t->knn_k = (uint32_t)u;
             else if (c == OPT_DICT_SIZE) t->dict_size = (uint32_t)u;
@@ -311,15 +289,15 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         case OPT_SIMI_PAIRS: t->simi_pairs = v; break;
         case OPT_DIFF_PAIRS: t->diff_pairs = v; break;
         case OPT_SEED:
-            if (parse_u64(v, 0, UINT64_MAX, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
+            if (cli_parse_u64(v, 0, UINT64_MAX, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
             t->seed = u;
             break;
         case OPT_THREADS:
-            if (parse_u64(v, 1, 1024, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1024");
+            if (cli_parse_u64(v, 1, 1024, &u)) return bad(cmd, p.spelled, v, "an integer in 1..1024");
             t->threads = (int)u;
             break;
         case OPT_EVAL_EVERY:
-            if (parse_u64(v, 0, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
+            if (cli_parse_u64(v, 0, 1u << 20, &u)) return bad(cmd, p.spelled, v, "a non-negative integer");
             t->eval_every = (uint32_t)u;
             break;
         case OPT_OUT_DIR: job->out_dir = v; break;
@@ -342,7 +320,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             t->topology = v;
             break;
         case OPT_DEGREE:
-            if (parse_u64(v, 1, 64, &u)) return bad(cmd, p.spelled, v, "an integer in 1..64");
+            if (cli_parse_u64(v, 1, 64, &u)) return bad(cmd, p.spelled, v, "an integer in 1..64");
             job->degree = (int)u;
             t->degree = (uint32_t)u;
             break;
@@ -359,7 +337,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             else return bad(cmd, p.spelled, v, "auto, on or off");
             break;
         case OPT_PEER_TIMEOUT:
-            if (parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number of seconds");
+            if (cli_parse_double(v, &d) || !(d > 0)) return bad(cmd, p.spelled, v, "a positive number of seconds");
             t->peer_timeout = d;
             break;
         case OPT_PROGRESS:
@@ -368,7 +346,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             t->progress = v;
             break;
         case OPT_DEBUG_DELAY:
-            if (parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
+            if (cli_parse_double(v, &d) || d < 0) return bad(cmd, p.spelled, v, "a number >= 0");
             t->debug_delay_ms = d;
             break;
         case OPT_DEBUG_SLOW_RANK:
@@ -376,11 +354,11 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
             t->debug_slow_rank = (int)l;
             break;
         case OPT_DEBUG_SLOW_FACTOR:
-            if (parse_double(v, &d) || d < 1) return bad(cmd, p.spelled, v, "a number >= 1");
+            if (cli_parse_double(v, &d) || d < 1) return bad(cmd, p.spelled, v, "a number >= 1");
             t->debug_slow_factor = d;
             break;
         case OPT_CHECKPOINT_EVERY:
-            if (parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive number of clocks");
+            if (cli_parse_u64(v, 1, UINT64_MAX >> 2, &u)) return bad(cmd, p.spelled, v, "a positive number of clocks");
             t->checkpoint_every = u;
             break;
         case OPT_CHECKPOINT_DIR:
@@ -428,6 +406,6 @@ uint32_t cli_known_world(const struct cli_job *job, int with_n)
     if (with_n) return (uint32_t)job->nprocs;
     const char *rank = getenv("SFB_RANK"), *size = getenv("SFB_WORLD_SIZE");
     uint64_t u;
-    if (rank && size && !parse_u64(size, 1, UINT32_MAX, &u)) return (uint32_t)u;
+    if (rank && size && !cli_parse_u64(size, 1, UINT32_MAX, &u)) return (uint32_t)u;
     return 0;
 }

@@ -82,28 +82,6 @@ static int bad(const char *fmt, const char *a, const char *b)
     return 2;
 }
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    if (!s || !*s || *s == '-') return -1;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out)
-{
-    char *end;
-    if (!s || !*s) return -1;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
-
 enum { T_NODES = 1, T_TOPOLOGY, T_DEGREE, T_SF_BYTES, T_SF, T_BUNDLE_HEADER, T_LINK_GBPS,
        T_LATENCY, T_OVERHEAD, T_FLUSH, T_OFFSETS, T_JSON, T_HELP, T_CALIBRATE,
        T_HOST_CORES, T_CPU_MSG, T_CPU_BYTE };
@@ -162,7 +140,7 @@ static int read_calibration(const char *path, struct sfb_topo_sim_settings *sim)
             fprintf(stderr, "sfb topo: %s:%d: unknown key '%s' (alpha_s, beta_s_per_byte, gap_s, "
                             "beta_pingpong_s_per_byte)\n", path, line, key);
             rc = 2;
-        } else if (n != 2 || parse_double(num, &d) || !(d >= 0) || d > 1e3) {
+        } else if (n != 2 || cli_parse_double(num, &d) || !(d >= 0) || d > 1e3) {
             fprintf(stderr, "sfb topo: %s:%d: %s needs one number of seconds in [0, 1000]\n",
                     path, line, key);
             rc = 2;
@@ -221,7 +199,7 @@ static int parse(int argc, char **argv, struct opts *o)
             snprintf(buf, sizeof buf, "%s", val);
             o->n_nodes = 0;
             for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (parse_u64(tok, SFB_TOPO_MAX_NODES, &u) || u == 0)
+                if (cli_parse_u64(tok, 0, SFB_TOPO_MAX_NODES, &u) || u == 0)
                     return bad("--nodes: '%s' is not a node count in 1..16777216%s", tok, "");
                 if (o->n_nodes == MAX_LIST) return bad("--nodes: more than 64 values%s%s", "", "");
                 o->nodes[o->n_nodes++] = (uint32_t)u;
@@ -243,11 +221,11 @@ static int parse(int argc, char **argv, struct opts *o)
             }
             if (o->n_topo == 0) return bad("--topology: empty list%s%s", "", "");
         } else if (c == T_DEGREE) {
-            if (parse_u64(val, SFB_TOPO_MAX_NODES, &u) || u == 0)
+            if (cli_parse_u64(val, 0, SFB_TOPO_MAX_NODES, &u) || u == 0)
                 return bad("--degree: '%s' is not an integer in 1..16777216%s", val, "");
             o->degree = (uint32_t)u;
         } else if (c == T_SF_BYTES) {
-            if (parse_u64(val, UINT64_C(1) << 40, &u) || u == 0)
+            if (cli_parse_u64(val, 0, UINT64_C(1) << 40, &u) || u == 0)
                 return bad("--sf-bytes: '%s' is not a byte count in 1..2^40%s", val, "");
             o->sim.sf_bytes = u;
         } else if (c == T_SF) {
@@ -258,26 +236,26 @@ static int parse(int argc, char **argv, struct opts *o)
                 return bad("--sf: '%s' is not K,D,S (positive; K, D <= 2^24, S <= 65536)%s", val, "");
             o->sim.sf_bytes = 4 * s * (k + dd) + 64;
         } else if (c == T_BUNDLE_HEADER) {
-            if (parse_u64(val, 1 << 20, &u)) return bad("--bundle-header: bad byte count '%s'%s", val, "");
+            if (cli_parse_u64(val, 0, 1 << 20, &u)) return bad("--bundle-header: bad byte count '%s'%s", val, "");
             o->sim.bundle_header = (uint32_t)u;
         } else if (c == T_LINK_GBPS) {
-            if (parse_double(val, &d) || !(d > 0) || d > 1e6)
+            if (cli_parse_double(val, &d) || !(d > 0) || d > 1e6)
                 return bad("--link-gbps: '%s' is not a bandwidth in (0, 1e6] Gbit/s%s", val, "");
             o->sim.link_gbps = d;
         } else if (c == T_LATENCY) {
-            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
+            if (cli_parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("--latency-us: '%s' is not a latency in [0, 1e9] us%s", val, "");
             o->sim.latency_us = d;
         } else if (c == T_OVERHEAD) {
-            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
+            if (cli_parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("--msg-overhead-us: '%s' is not a time in [0, 1e9] us%s", val, "");
             o->sim.msg_overhead_us = d;
         } else if (c == T_HOST_CORES) {
-            if (parse_u64(val, 1 << 20, &u))
+            if (cli_parse_u64(val, 0, 1 << 20, &u))
                 return bad("--host-cores: '%s' is not a core count in 0..1048576%s", val, "");
             o->sim.host_cores = (uint32_t)u;
         } else if (c == T_CPU_MSG || c == T_CPU_BYTE) {
-            if (parse_double(val, &d) || !(d >= 0) || d > 1e9)
+            if (cli_parse_double(val, &d) || !(d >= 0) || d > 1e9)
                 return bad("%s: '%s' is not a time in [0, 1e9]", c == T_CPU_MSG ? "--cpu-msg-us" : "--cpu-byte-ns", val);
             if (c == T_CPU_MSG) o->sim.cpu_msg_us = d;
             else o->sim.cpu_byte_ns = d;
