@@ -87,7 +87,7 @@ static int is_pending(const struct bcast *b, uint32_t origin, int64_t clock, uin
 }
 
 /* One validated SF frame: becomes pending, holding a reference to `buf`. */
-static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb_wire_hdr *h,
+static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                    const uint8_t *payload)
 {
     const char *why = NULL;
@@ -124,14 +124,14 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
  * parsed here. */
 static void take_frame(struct bcast *b, struct sfb__frame *f)
 {
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     sfb__wire_trusted(f->data, &h, &payload);
     if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb_wire_iter it;
+        struct sfb__wire_iter it;
         const uint8_t *inner;
         size_t inner_len;
-        struct sfb_wire_hdr ih;
+        struct sfb__wire_hdr ih;
         const uint8_t *ip;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
         while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
@@ -265,11 +265,11 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
                 sfb__buf_put(buf);
                 return ret;
             }
-            struct sfb_wire_hdr h = {
+            struct sfb__wire_hdr h = {
                 .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
                 .origin = c->rank, .sender = c->rank, .clock = clock, .matrix = m,
                 .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
-            struct sfb_wire_piece piece = {payload, size};
+            struct sfb__wire_piece piece = {payload, size};
             ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
             if (!ret) ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + size, clock);
             sfb__buf_put(buf);

@@ -139,7 +139,7 @@ static int holds(const struct held *h, size_t n, uint32_t origin, int64_t clock)
 }
 
 static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
-                const struct sfb_wire_hdr *h, const uint8_t *payload)
+                const struct sfb__wire_hdr *h, const uint8_t *payload)
 {
     if (sfb__reserve((void **)v, cap, (*n + 1) * sizeof **v)) return -ENOMEM;
     sfb__buf_ref(buf);
@@ -148,7 +148,7 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
 }
 
 /* One decoded frame: a push for the own block or a summed block. */
-static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb_wire_hdr *h,
+static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                  const uint8_t *payload)
 {
     const char *why = NULL;
@@ -188,7 +188,7 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
 
 static void take_frame(struct fms *f, struct sfb__frame *fr)
 {
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     /* validated in full by comm's on_frame */
     sfb__wire_trusted(fr->data, &h, &payload);
@@ -225,7 +225,7 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
     size_t len = (size_t)(r1 - r0) * f->D * sizeof(float);
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
                              .origin = f->rank,
                              .sender = f->rank,
                              .clock = clock,
@@ -234,7 +234,7 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
                              .d = f->D,
                              .s = r0,
                              .payload_len = len};
-    struct sfb_wire_piece piece = {rows, len};
+    struct sfb__wire_piece piece = {rows, len};
     return sfb__comm_header(f->c, &h, &piece, 1, hdr);
 }
 
@@ -270,7 +270,7 @@ static int form_sums(struct fms *f)
         ret = dense_hdr(f, t, f->r0, f->r1, acc, hdr);
         for (uint32_t p = 0; p < f->world && !ret; p++)
             if (p != f->rank) ret = send_to(f, p, hdr, out, 0, n_el * sizeof(float));
-        struct sfb_wire_hdr me = {.origin = f->rank, .clock = t};
+        struct sfb__wire_hdr me = {.origin = f->rank, .clock = t};
         if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
         sfb__buf_put(out);
         if (ret) return ret;

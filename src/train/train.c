@@ -289,7 +289,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         return sfb__error(ret, "%s", why + 0);
     }
     uint32_t nm = sfb_model_n_matrices(w->model);
-    struct sfb_wire_shape shapes[SFB_MODEL_MAX_MATRICES];
+    struct sfb__wire_shape shapes[SFB_MODEL_MAX_MATRICES];
     for (uint32_t m = 0; m < nm; m++) {
         shapes[m].k = sfb_model_matrix(w->model, m)->rows;
         shapes[m].d = sfb_model_matrix(w->model, m)->cols;
