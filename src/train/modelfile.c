@@ -93,43 +93,30 @@ int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
     return ret;
 }
 
-int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct sfb_model **out,
-                      int64_t *clock)
+/* The file's frame: size, magic, version, matrix count, the sizes the
+ * header describes, and the checksum, before any other field is trusted.
+ * Fills the version, the fixed header length, n and the header length. */
+static int check_frame(const uint8_t *buf, size_t len, const char *path, uint32_t *version_out,
+                       size_t *hfix_out, uint32_t *n_out, size_t *hlen_out)
 {
-    *out = NULL;
-    int ret;
-    struct sfb_model *m = NULL;
-    if (len < HDR_FIXED_V1 + 8) {
-        ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
-                         path, len);
-        goto fail;
-    }
-    if (memcmp(buf, MODEL_MAGIC, 8) != 0) {
-        ret = sfb__error(-SFB_EFORMAT, "%s: not an sfb model file (bad magic)", path);
-        goto fail;
-    }
+    if (len < HDR_FIXED_V1 + 8)
+        return sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
+                          path, len);
+    if (memcmp(buf, MODEL_MAGIC, 8) != 0)
+        return sfb__error(-SFB_EFORMAT, "%s: not an sfb model file (bad magic)", path);
     uint32_t version = sfb__get_u32(buf + 8);
-    if (version != MODEL_VERSION && version != 1) {
-        ret = sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads 1 to %u",
-                         path, version, MODEL_VERSION);
-        goto fail;
-    }
+    if (version != MODEL_VERSION && version != 1)
+        return sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads 1 to %u",
+                          path, version, MODEL_VERSION);
     const size_t hfix = version == 1 ? HDR_FIXED_V1 : HDR_FIXED;
-    if (len < hfix + 8) {
-        ret = sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
-                         path, len);
-        goto fail;
-    }
+    if (len < hfix + 8)
+        return sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
+                          path, len);
     uint32_t n = sfb__get_u32(buf + 12);
-    if (n == 0 || n > SFB_MODEL_MAX_MATRICES) {
-        ret = sfb__error(-SFB_EFORMAT, "%s: field n_matrices = %u is out of range", path, n);
-        goto fail;
-    }
+    if (n == 0 || n > SFB_MODEL_MAX_MATRICES)
+        return sfb__error(-SFB_EFORMAT, "%s: field n_matrices = %u is out of range", path, n);
     size_t hlen = hfix + 8 * (size_t)n;
-    if (len < hlen + 8) {
-        ret = sfb__error(-SFB_ETRUNC, "%s: truncated inside the header", path);
-        goto fail;
-    }
+    if (len < hlen + 8) return sfb__error(-SFB_ETRUNC, "%s: truncated inside the header", path);
     /* Checksum before any further field is trusted. A truncated file fails
      * here too unless the size check below catches it first. */
     uint64_t want = sfb__get_u64(buf + len - 8);
@@ -140,94 +127,117 @@ int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct s
         uint64_t r = sfb__get_u32(buf + hfix + 8 * i);
         uint64_t c = sfb__get_u32(buf + hfix + 8 * i + 4);
         body += (size_t)(r * c * sizeof(float));
-        if (r * c > (uint64_t)MAX_MODEL_FILE) {
-            ret = sfb__error(-SFB_EFORMAT, "%s: matrix %u shape %llux%llu is impossible", path, i,
-                             (unsigned long long)r, (unsigned long long)c);
-            goto fail;
-        }
+        if (r * c > (uint64_t)MAX_MODEL_FILE)
+            return sfb__error(-SFB_EFORMAT, "%s: matrix %u shape %llux%llu is impossible", path, i,
+                              (unsigned long long)r, (unsigned long long)c);
     }
-    if (len != hlen + body + 8) {
-        ret = sfb__error(len < hlen + body + 8 ? -SFB_ETRUNC : -SFB_EFORMAT,
-                         "%s: file is %zu bytes but its header describes %zu (%s)", path, len,
-                         hlen + body + 8, len < hlen + body + 8 ? "truncated" : "trailing bytes");
-        goto fail;
-    }
-    if (want != got) {
-        ret = sfb__error(-SFB_ECHECKSUM,
-                         "%s: checksum mismatch (stored %016llx, computed %016llx): file is "
-                         "corrupted",
-                         path, (unsigned long long)want, (unsigned long long)got);
-        goto fail;
-    }
+    if (len != hlen + body + 8)
+        return sfb__error(len < hlen + body + 8 ? -SFB_ETRUNC : -SFB_EFORMAT,
+                          "%s: file is %zu bytes but its header describes %zu (%s)", path, len,
+                          hlen + body + 8, len < hlen + body + 8 ? "truncated" : "trailing bytes");
+    if (want != got)
+        return sfb__error(-SFB_ECHECKSUM,
+                          "%s: checksum mismatch (stored %016llx, computed %016llx): file is "
+                          "corrupted",
+                          path, (unsigned long long)want, (unsigned long long)got);
+    *version_out = version;
+    *hfix_out = hfix;
+    *n_out = n;
+    *hlen_out = hlen;
+    return 0;
+}
 
-    char kind[17];
+/* The model settings the header stores (kind[17] receives the kind). */
+static void read_settings(const uint8_t *buf, uint32_t version, char kind[17],
+                          struct sfb_model_settings *s)
+{
     memcpy(kind, buf + 16, 16);
     kind[16] = '\0';
-    struct sfb_model_settings s;
-    sfb_model_default_settings(&s);
-    s.kind = kind;
-    s.d = sfb__get_u32(buf + 32);
-    s.k = sfb__get_u32(buf + 36);
-    s.lambda = sfb__get_f64(buf + 40);
-    s.seed = sfb__get_u64(buf + 48);
+    sfb_model_default_settings(s);
+    s->kind = kind;
+    s->d = sfb__get_u32(buf + 32);
+    s->k = sfb__get_u32(buf + 36);
+    s->lambda = sfb__get_f64(buf + 40);
+    s->seed = sfb__get_u64(buf + 48);
     if (version >= 2) {
-        s.rank = sfb__get_u32(buf + 64);
-        s.knn_k = sfb__get_u32(buf + 68);
-        s.dict_size = sfb__get_u32(buf + 72);
-        s.code_steps = sfb__get_u32(buf + 76);
+        s->rank = sfb__get_u32(buf + 64);
+        s->knn_k = sfb__get_u32(buf + 68);
+        s->dict_size = sfb__get_u32(buf + 72);
+        s->code_steps = sfb__get_u32(buf + 76);
     }
-    if (!sfb_model_find(kind)) {
-        ret = sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
-        goto fail;
-    }
-    /* Shapes before sfb_model_open: it allocates (and for dml/sc fills) what
-     * the header's settings describe, so a file whose checksum is right but
-     * whose d and k say 2^31 would make the loader allocate exabytes
-     * (fuzz_modelfile found it). The stored shapes are already bounded by
-     * the file size. */
+}
+
+/* Shapes before sfb_model_open: it allocates (and for dml/sc fills) what
+ * the header's settings describe, so a file whose checksum is right but
+ * whose d and k say 2^31 would make the loader allocate exabytes
+ * (fuzz_modelfile found it). The stored shapes are already bounded by the
+ * file size. */
+static int check_shapes(const uint8_t *buf, size_t hfix, uint32_t n, const char *kind,
+                        const struct sfb_model_settings *s, const char *path)
+{
     uint64_t want_r = 0, want_c = 0;
-    if (!strcmp(kind, "mlr")) want_r = s.k, want_c = (uint64_t)s.d + 1;
-    else if (!strcmp(kind, "dml")) want_r = s.rank, want_c = s.d;
-    else if (!strcmp(kind, "sc")) want_r = s.d, want_c = s.dict_size;
+    if (!strcmp(kind, "mlr")) want_r = s->k, want_c = (uint64_t)s->d + 1;
+    else if (!strcmp(kind, "dml")) want_r = s->rank, want_c = s->d;
+    else if (!strcmp(kind, "sc")) want_r = s->d, want_c = s->dict_size;
     if (want_r && (n != 1 || sfb__get_u32(buf + hfix) != want_r ||
-                   sfb__get_u32(buf + hfix + 4) != want_c)) {
-        ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices, the first %ux%u, but its header "
-                         "describes one %s matrix of %llux%llu", path, n,
-                         sfb__get_u32(buf + hfix), sfb__get_u32(buf + hfix + 4), kind,
-                         (unsigned long long)want_r, (unsigned long long)want_c);
-        goto fail;
+                   sfb__get_u32(buf + hfix + 4) != want_c))
+        return sfb__error(-SFB_ESHAPE, "%s: %u matrices, the first %ux%u, but its header "
+                          "describes one %s matrix of %llux%llu", path, n,
+                          sfb__get_u32(buf + hfix), sfb__get_u32(buf + hfix + 4), kind,
+                          (unsigned long long)want_r, (unsigned long long)want_c);
+    return 0;
+}
+
+/* Copies the stored matrices into the opened model, shape by shape. */
+static int read_matrices(struct sfb_model *m, const uint8_t *buf, size_t hfix, size_t hlen,
+                         uint32_t n, const char *kind, const char *path)
+{
+    if (sfb_model_n_matrices(m) != n)
+        return sfb__error(-SFB_ESHAPE, "%s: %u matrices stored, model %s has %u", path, n, kind,
+                          sfb_model_n_matrices(m));
+    size_t off = hlen;
+    for (uint32_t i = 0; i < n; i++) {
+        struct sfb_matrix *a = sfb_model_matrix(m, i);
+        uint32_t r = sfb__get_u32(buf + hfix + 8 * i);
+        uint32_t c = sfb__get_u32(buf + hfix + 8 * i + 4);
+        if (r != a->rows || c != a->cols)
+            return sfb__error(-SFB_ESHAPE, "%s: matrix %u is %ux%u, model expects %ux%u", path, i,
+                              r, c, a->rows, a->cols);
+        sfb__get_f32s(a->data, buf + off, (size_t)r * c);
+        off += (size_t)r * c * sizeof(float);
     }
+    return 0;
+}
+
+int sfb__model_decode(const uint8_t *buf, size_t len, const char *path, struct sfb_model **out,
+                      int64_t *clock)
+{
+    *out = NULL;
+    struct sfb_model *m = NULL;
+    uint32_t version = 0, n = 0;
+    size_t hfix = 0, hlen = 0;
+    int ret = check_frame(buf, len, path, &version, &hfix, &n, &hlen);
+    if (ret) return ret;
+    char kind[17];
+    struct sfb_model_settings s;
+    read_settings(buf, version, kind, &s);
+    if (!sfb_model_find(kind))
+        return sfb__error(-SFB_EFORMAT, "%s: unknown model kind \"%s\"", path, kind);
+    if ((ret = check_shapes(buf, hfix, n, kind, &s, path))) return ret;
     ret = sfb_model_open(&m, &s);
     if (ret == -EINVAL) { /* the header's settings (d = 0, lambda < 0, …): a bad file */
         char why[256];
         snprintf(why, sizeof why, "%s", sfb_error_message(ret));
         ret = sfb__error(-SFB_EFORMAT, "%s: header settings rejected: %s", path, why);
     }
-    if (ret) goto fail;
-    if (sfb_model_n_matrices(m) != n) {
-        ret = sfb__error(-SFB_ESHAPE, "%s: %u matrices stored, model %s has %u", path, n, kind,
-                         sfb_model_n_matrices(m));
-        goto fail;
-    }
-    size_t off = hlen;
-    for (uint32_t i = 0; i < n; i++) {
-        struct sfb_matrix *a = sfb_model_matrix(m, i);
-        uint32_t r = sfb__get_u32(buf + hfix + 8 * i);
-        uint32_t c = sfb__get_u32(buf + hfix + 8 * i + 4);
-        if (r != a->rows || c != a->cols) {
-            ret = sfb__error(-SFB_ESHAPE, "%s: matrix %u is %ux%u, model expects %ux%u", path, i,
-                             r, c, a->rows, a->cols);
-            goto fail;
-        }
-        sfb__get_f32s(a->data, buf + off, (size_t)r * c);
-        off += (size_t)r * c * sizeof(float);
+    if (!ret) ret = read_matrices(m, buf, hfix, hlen, n, kind, path);
+    if (ret) {
+        sfb_model_close(&m);
+        return ret;
     }
     if (clock) *clock = (int64_t)sfb__get_u64(buf + 56);
     *out = m;
     return 0;
-fail:
-    sfb_model_close(&m);
-    return ret;
 }
 
 int sfb_model_load(struct sfb_model **out, const char *path, int64_t *clock)
