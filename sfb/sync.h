@@ -99,9 +99,9 @@ struct sfb__sync_waiter {
                     struct sfb__sync_clock *acct);
 };
 
-/* The engines' wait: receives (taking every frame), lets the engine progress,
- * until SSP's minimum applied clock reaches `required`; each round ends in a
- * receive of at most 50 ms, and the comm layer's check ends the wait when a
+/* The engines' wait (engine.c): receives (taking every frame), lets the
+ * engine progress, until SSP's minimum applied clock reaches `required`;
+ * each round ends in a receive of at most 50 ms, and the comm layer's check ends the wait when a
  * peer failed or finished (sfb__comm_check_wait). A job of one worker cannot
  * wait: -EDEADLK. Adds the time not spent applying to acct->wait_s. */
 int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__sync_waiter *w,
