@@ -8,7 +8,7 @@
  * Usage (under mpirun): allreduce_mlr DATA S CLOCKS LR [SEED]
  * Prints one JSON line on rank 0: samples/s, bytes per clock, the time spent
  * in MPI_Allreduce, and the final objective. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 
 #include <math.h>
 #include <mpi.h>

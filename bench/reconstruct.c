@@ -13,7 +13,7 @@
  * call; reconstruct and sgemm iterations are interleaved so both see the same
  * machine load), then `reconstruct/sgemm = R` per S. Exits 1 if a result is
  * wrong, or, at full size, if R < 0.85. */
-#include "sfb/sf.h"
+#include <sfb/sf.h>
 #include "src/base/common.h"
 
 #include <cblas.h>

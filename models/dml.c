@@ -236,9 +236,10 @@ static int dml_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_
     m->lambda = (float)s->lambda;
     m->seed = s->seed;
     const double sd = 1.0 / sqrt((double)s->rank * (double)s->d);
-    uint64_t st = s->seed ^ 0x6A09E667F3BCC909ull;
+    struct sfb__rng g;
+    sfb__rng_seed(&g, s->seed ^ 0x6A09E667F3BCC909ull);
     for (size_t q = 0; q < (size_t)m->k * m->d; q++)
-        m->l[q] = (float)(sd * sfb__rand_normal(&st));
+        m->l[q] = (float)(sd * sfb__rng_gauss(&g));
     int ret = pairs_load(&m->sim, s->simi_pairs);
     if (!ret) ret = pairs_load(&m->dis, s->diff_pairs);
     if (ret) {

@@ -5,7 +5,7 @@
 #ifndef SFB_MODELS_MLR_H
 #define SFB_MODELS_MLR_H
 
-#include "sfb/model.h"
+#include <sfb/model.h>
 
 extern const struct sfb_model_ops sfb__mlr_ops;
 

@@ -181,12 +181,6 @@ int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, stru
     return m->ops->evaluate(m->priv, m->mats, data, out);
 }
 
-double sfb__rand_normal(uint64_t *state)
-{
-    double u1 = sfb__rand_open01(state), u2 = sfb__rand_open01(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who)
 {
     const uint32_t d = data->d;

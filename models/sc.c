@@ -127,9 +127,10 @@ static int sc_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_m
         sc_fini(m);
         return sfb__error(-ENOMEM, "sc: cannot allocate a %u × %u dictionary", s->d, s->dict_size);
     }
-    uint64_t st = s->seed ^ 0x510E527FADE682D1ull;
+    struct sfb__rng init;
+    sfb__rng_seed(&init, s->seed ^ 0x510E527FADE682D1ull);
     for (size_t q = 0; q < (size_t)m->d * m->k; q++)
-        m->bm[q] = (float)sfb__rand_normal(&st);
+        m->bm[q] = (float)sfb__rng_gauss(&init);
     /* Unit columns: the projection with every norm forced to 1. */
     for (uint32_t j = 0; j < m->k; j++)
         m->colsq[j] = 0.0;

@@ -4,7 +4,7 @@
 #ifndef SFB_MODELS_SC_H
 #define SFB_MODELS_SC_H
 
-#include "sfb/model.h"
+#include <sfb/model.h>
 
 extern const struct sfb_model_ops sfb__sc_ops;
 

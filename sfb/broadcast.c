@@ -87,7 +87,7 @@ static int is_pending(const struct bcast *b, uint32_t origin, int64_t clock, uin
 }
 
 /* One validated SF frame: becomes pending, holding a reference to `buf`. */
-static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb_wire_hdr *h,
+static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                    const uint8_t *payload)
 {
     const char *why = NULL;
@@ -124,14 +124,14 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
  * parsed here. */
 static void take_frame(struct bcast *b, struct sfb__frame *f)
 {
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     sfb__wire_trusted(f->data, &h, &payload);
     if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb_wire_iter it;
+        struct sfb__wire_iter it;
         const uint8_t *inner;
         size_t inner_len;
-        struct sfb_wire_hdr ih;
+        struct sfb__wire_hdr ih;
         const uint8_t *ip;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
         while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
@@ -184,27 +184,23 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     return 0;
 }
 
+static void waiter_take(void *priv, struct sfb__frame *f)
+{
+    take_frame(priv, f);
+}
+
+static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                           struct sfb__sync_clock *acct)
+{
+    return apply_ready(priv, limit, now_clock, required, acct);
+}
+
 /* Receives and applies until every origin has applied `required`. */
 static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    double t0 = sfb__now(), apply0 = acct->apply_s;
-    int ret = 0;
-    for (;;) {
-        struct sfb__frame f;
-        if (b->c->world > 1)
-            while (sfb__comm_recv(b->c, &f, 0) == 0) take_frame(b, &f);
-        if ((ret = apply_ready(b, limit, now_clock, required, acct))) break;
-        if (sfb__ssp_min_applied(b->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check_wait(b->c, required))) break;
-        if (b->c->world == 1) {
-            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
-            break;
-        }
-        if (sfb__comm_recv(b->c, &f, 0.05) == 0) take_frame(b, &f);
-    }
-    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
-    return ret;
+    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress};
+    return sfb__sync_wait(b->c, b->env.ssp, &w, required, limit, now_clock, acct);
 }
 
 static int bc_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
@@ -269,11 +265,11 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
                 sfb__buf_put(buf);
                 return ret;
             }
-            struct sfb_wire_hdr h = {
+            struct sfb__wire_hdr h = {
                 .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
                 .origin = c->rank, .sender = c->rank, .clock = clock, .matrix = m,
                 .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
-            struct sfb_wire_piece piece = {payload, size};
+            struct sfb__wire_piece piece = {payload, size};
             ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
             if (!ret) ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + size, clock);
             sfb__buf_put(buf);

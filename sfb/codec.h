@@ -12,7 +12,7 @@
 #ifndef SFB_CODEC_H
 #define SFB_CODEC_H
 
-#include "sfb/sf.h"
+#include <sfb/sf.h>
 
 #include <stddef.h>
 #include <stdint.h>

@@ -139,7 +139,7 @@ static int holds(const struct held *h, size_t n, uint32_t origin, int64_t clock)
 }
 
 static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
-                const struct sfb_wire_hdr *h, const uint8_t *payload)
+                const struct sfb__wire_hdr *h, const uint8_t *payload)
 {
     if (sfb__reserve((void **)v, cap, (*n + 1) * sizeof **v)) return -ENOMEM;
     sfb__buf_ref(buf);
@@ -148,7 +148,7 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
 }
 
 /* One decoded frame: a push for the own block or a summed block. */
-static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb_wire_hdr *h,
+static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                  const uint8_t *payload)
 {
     const char *why = NULL;
@@ -188,7 +188,7 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
 
 static void take_frame(struct fms *f, struct sfb__frame *fr)
 {
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     /* validated in full by comm's on_frame */
     sfb__wire_trusted(fr->data, &h, &payload);
@@ -225,7 +225,7 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
     size_t len = (size_t)(r1 - r0) * f->D * sizeof(float);
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
                              .origin = f->rank,
                              .sender = f->rank,
                              .clock = clock,
@@ -234,7 +234,7 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
                              .d = f->D,
                              .s = r0,
                              .payload_len = len};
-    struct sfb_wire_piece piece = {rows, len};
+    struct sfb__wire_piece piece = {rows, len};
     return sfb__comm_header(f->c, &h, &piece, 1, hdr);
 }
 
@@ -270,7 +270,7 @@ static int form_sums(struct fms *f)
         ret = dense_hdr(f, t, f->r0, f->r1, acc, hdr);
         for (uint32_t p = 0; p < f->world && !ret; p++)
             if (p != f->rank) ret = send_to(f, p, hdr, out, 0, n_el * sizeof(float));
-        struct sfb_wire_hdr me = {.origin = f->rank, .clock = t};
+        struct sfb__wire_hdr me = {.origin = f->rank, .clock = t};
         if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
         sfb__buf_put(out);
         if (ret) return ret;
@@ -340,30 +340,27 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     return 0;
 }
 
+static void waiter_take(void *priv, struct sfb__frame *fr)
+{
+    take_frame(priv, fr);
+}
+
+/* Sums as owner, then applies what is ready. */
+static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                           struct sfb__sync_clock *acct)
+{
+    struct fms *f = priv;
+    int ret = f->c->world > 1 ? form_sums(f) : 0;
+    return ret ? ret : apply_ready(f, limit, now_clock, required, acct);
+}
+
 /* Receives, sums (as owner) and applies until every block has applied
  * `required`. */
 static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    double t0 = sfb__now(), apply0 = acct->apply_s;
-    int ret = 0;
-    for (;;) {
-        struct sfb__frame fr;
-        if (f->c->world > 1)
-            while (sfb__comm_recv(f->c, &fr, 0) == 0)
-                take_frame(f, &fr);
-        if (f->c->world > 1 && (ret = form_sums(f))) break;
-        if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
-        if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
-        if ((ret = sfb__comm_check_wait(f->c, required))) break;
-        if (f->c->world == 1) {
-            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
-            break;
-        }
-        if (sfb__comm_recv(f->c, &fr, 0.05) == 0) take_frame(f, &fr);
-    }
-    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
-    return ret;
+    const struct sfb__sync_waiter w = {f, waiter_take, waiter_progress};
+    return sfb__sync_wait(f->c, f->env.ssp, &w, required, limit, now_clock, acct);
 }
 
 static int fms_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)

@@ -1,7 +1,7 @@
 /* Overlay relaying: see sfb/relay.h. */
 #include "config.h"
 #include "sfb/relay.h"
-#include "sfb/topo.h"
+#include <sfb/topo.h>
 #include "src/net/comm.h"
 #include "src/base/common.h"
 
@@ -92,9 +92,9 @@ static void kick(struct sfb__relay *r, uint32_t k)
                 memcpy(sent->data + at, l->q[i].buf->data + l->q[i].off, l->q[i].len);
                 at += l->q[i].len;
             }
-        struct sfb_wire_hdr h = {.type = SFB_WIRE_BUNDLE, .origin = r->me, .sender = r->me,
+        struct sfb__wire_hdr h = {.type = SFB_WIRE_BUNDLE, .origin = r->me, .sender = r->me,
                                  .payload_len = total};
-        struct sfb_wire_piece piece = {sent->data, total};
+        struct sfb__wire_piece piece = {sent->data, total};
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         ret = sfb__comm_header(r->c, &h, &piece, 1, hdr);
         if (!ret) ret = sfb__comm_send(r->c, l->dst, hdr, sizeof hdr, sent, 0, total, 0);
@@ -165,7 +165,7 @@ static int seen_mark(struct seen *s, uint64_t seq)
 /* Loop thread: one validated SF frame (exact bytes data[0..len) inside buf),
  * received from rank `from`. */
 static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t *data, size_t len,
-                      const struct sfb_wire_hdr *h, uint32_t from)
+                      const struct sfb__wire_hdr *h, uint32_t from)
 {
     if (h->type != SFB_WIRE_SF || h->origin >= r->world || h->origin == r->me ||
         h->matrix >= r->nmat || h->clock < 0 || h->clock > INT64_MAX / 4) {
@@ -195,17 +195,17 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
  * the inbox for local application. comm has already decoded and verified the
  * frame (checksum, and every inner frame of a bundle), so `hh` is trusted and
  * the payload follows the header. */
-static int on_data(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *hh)
+static int on_data(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *hh)
 {
     struct sfb__relay *r = user;
     if (!r->any_relay) return 0;
-    const struct sfb_wire_hdr h = *hh;
+    const struct sfb__wire_hdr h = *hh;
     const uint8_t *payload = f->data + SFB_WIRE_HDR_SIZE;
     if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb_wire_iter it;
+        struct sfb__wire_iter it;
         const uint8_t *inner, *ip;
         size_t inner_len;
-        struct sfb_wire_hdr ih;
+        struct sfb__wire_hdr ih;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
         while (sfb__wire_bundle_next(&r->c->job, &it, &inner, &inner_len, &ih, &ip) == 1)
             relay_one(r, f->buf, inner, inner_len, &ih, f->src);

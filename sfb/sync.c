@@ -1,5 +1,6 @@
-/* The registry of sync engines (sfb/sync.h), found by their --sync name,
- * and the accounting they share. */
+/* The registry of sync engines (sfb/sync.h), found by their --sync name.
+ * What the engines share (accounting, the wait loop) is in engine.c, so
+ * they never call into the file that lists them. */
 #include "config.h"
 #include "sfb/sync.h"
 #include "src/base/common.h"
@@ -20,13 +21,3 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i)
     return i < SFB_ARRAY_LEN(engines) ? engines[i] : NULL;
 }
 
-void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
-                             int64_t clock, int64_t required)
-{
-    int64_t st = now_clock - clock - 1;
-    if (st < 0) st = 0;
-    hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
-    if (st > acct->staleness) acct->staleness = st;
-    acct->applied++;
-    if (clock > required) acct->applied_early++;
-}

@@ -10,8 +10,8 @@
 #ifndef SFB_SYNC_H
 #define SFB_SYNC_H
 
-#include "sfb/model.h"
-#include "sfb/sf.h"
+#include <sfb/model.h>
+#include <sfb/sf.h>
 
 #include <stdint.h>
 
@@ -97,6 +97,27 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i);
  * (SFB_STALENESS_BINS) and `acct`. */
 void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
                              int64_t clock, int64_t required);
+/* What an engine's wait loop does with its own state (sfb__sync_wait). */
+struct sfb__frame;
+struct sfb__sync_waiter {
+    void *priv;
+    /* Takes one received frame (owns its buffer reference). */
+    void (*take)(void *priv, struct sfb__frame *f);
+    /* After every receive: forms and applies what is ready (updates up to
+     * `limit`, counted against `required` in `acct`); 0 or a negative code. */
+    int (*progress)(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                    struct sfb__sync_clock *acct);
+};
+
+/* The engines' wait (engine.c): receives (taking every frame), lets the
+ * engine progress, until SSP's minimum applied clock reaches `required`;
+ * each round ends in a receive of at most 50 ms, and the comm layer's check ends the wait when a
+ * peer failed or finished (sfb__comm_check_wait). A job of one worker cannot
+ * wait: -EDEADLK. Adds the time not spent applying to acct->wait_s. */
+int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__sync_waiter *w,
+                   int64_t required, int64_t limit, int64_t now_clock,
+                   struct sfb__sync_clock *acct);
+
 extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
 

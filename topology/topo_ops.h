@@ -4,7 +4,7 @@
 #ifndef SFB_TOPOLOGY_TOPO_OPS_H
 #define SFB_TOPOLOGY_TOPO_OPS_H
 
-#include "sfb/topo.h"
+#include <sfb/topo.h>
 
 struct sfb__topo_ops {
     const char *name;

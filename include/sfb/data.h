@@ -7,7 +7,7 @@
 #ifndef SFB_DATA_H
 #define SFB_DATA_H
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #ifdef __cplusplus
 extern "C" {

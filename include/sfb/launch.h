@@ -2,7 +2,7 @@
 #ifndef SFB_LAUNCH_H
 #define SFB_LAUNCH_H
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #ifdef __cplusplus
 extern "C" {

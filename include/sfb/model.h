@@ -8,9 +8,9 @@
 #ifndef SFB_MODEL_H
 #define SFB_MODEL_H
 
-#include "sfb/common.h"
-#include "sfb/data.h"
-#include "sfb/sf.h"
+#include <sfb/common.h>
+#include <sfb/data.h>
+#include <sfb/sf.h>
 
 #ifdef __cplusplus
 extern "C" {

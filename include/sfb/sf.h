@@ -10,7 +10,7 @@
 #ifndef SFB_SF_H
 #define SFB_SF_H
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,7 +20,7 @@
 #ifndef SFB_TOPO_H
 #define SFB_TOPO_H
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,8 +7,8 @@
 #ifndef SFB_TRAIN_H
 #define SFB_TRAIN_H
 
-#include "sfb/common.h"
-#include "sfb/data.h"
+#include <sfb/common.h>
+#include <sfb/data.h>
 
 #ifdef __cplusplus
 extern "C" {

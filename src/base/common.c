@@ -18,6 +18,16 @@ static void *log_user;
 static enum sfb_log_level log_max = SFB_LOG_INFO;
 static int log_rank = -1;
 
+static const char *(*names_fn)(int code);
+static int names_lo, names_hi;
+
+void sfb__error_names_register(int lo, int hi, const char *(*fn)(int code))
+{
+    names_lo = lo;
+    names_hi = hi;
+    names_fn = fn;
+}
+
 const char *sfb_strerror(int code)
 {
     if (code < 0) code = -code;
@@ -31,10 +41,10 @@ const char *sfb_strerror(int code)
     default:
         break;
     }
-    /* libfabric's own codes (FI_ERRNO_OFFSET = 256 ...) are named by the
-     * transport, the only module that may include libfabric headers. */
-    if (code >= 256 && code < SFB_ERR_BASE) {
-        return sfb__fi_strerror(code);
+    /* Codes of a higher layer (libfabric's, registered by src/net). */
+    if (names_fn && code >= names_lo && code < names_hi) {
+        const char *s = names_fn(code);
+        if (s) return s;
     }
     /* strerror() is not thread-safe everywhere; strerrordesc_np is. */
     const char *s = strerrordesc_np(code);

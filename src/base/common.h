@@ -3,7 +3,7 @@
 #ifndef SFB_SRC_COMMON_H
 #define SFB_SRC_COMMON_H
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #include <errno.h>
 #include <stdint.h>
@@ -58,9 +58,13 @@ int sfb__mul_size(size_t a, size_t b, size_t *out);
  * the steady state free of allocations. Returns 0 or -ENOMEM. */
 int sfb__reserve(void **buf, size_t *cap, size_t need);
 
-/* Names a libfabric error code (positive); lives in src/net/transport.c, the only
- * module that includes libfabric. */
-const char *sfb__fi_strerror(int code);
+/* Lets a higher layer name the error codes of a range it owns, for
+ * sfb_strerror: codes in [lo, hi) (positive) go to fn, which returns NULL for
+ * one it does not know. The network layer registers libfabric's codes this
+ * way (src/net/fi_errors.c) when the library is loaded, so the base layer
+ * knows nothing of libfabric. One namer; a later call replaces it. Call
+ * before threads start (a load-time constructor does). */
+void sfb__error_names_register(int lo, int hi, const char *(*fn)(int code));
 
 #define SFB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SFB_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -8,22 +8,12 @@
 /* 64×64→128-bit products (GCC and Clang on 64-bit targets). */
 __extension__ typedef unsigned __int128 u128;
 
-uint64_t sfb__rng_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 void sfb__rng_seed(struct sfb__rng *r, uint64_t seed)
 {
     /* splitmix64 stream: consecutive outputs fill the state; they are never
      * all zero, which xoshiro requires. */
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) {
-        x += 0x9e3779b97f4a7c15ULL;
-        r->s[i] = sfb__rng_mix(x);
-    }
+    for (int i = 0; i < 4; i++) r->s[i] = sfb__splitmix64(&x);
     r->has_spare = 0;
     r->spare = 0.0;
 }

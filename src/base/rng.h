@@ -22,7 +22,22 @@ struct sfb__rng {
 
 /* One step of splitmix64's finalizer: a strong 64-bit mixing function, handy
  * to derive independent seeds (e.g. mix(seed ^ mix(stream))). */
-uint64_t sfb__rng_mix(uint64_t x);
+static inline uint64_t sfb__rng_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* splitmix64 as a generator: advances *state by the golden-ratio step and
+ * returns its mix. The small stateless streams (model initialisation, DML's
+ * pair sampling, the patch subset) draw from it; sfb__rng_seed fills the
+ * xoshiro state with its first four outputs. */
+static inline uint64_t sfb__splitmix64(uint64_t *state)
+{
+    *state += 0x9e3779b97f4a7c15ULL;
+    return sfb__rng_mix(*state);
+}
 
 /* Seeds from one 64-bit value (any value, 0 included). */
 void sfb__rng_seed(struct sfb__rng *r, uint64_t seed);

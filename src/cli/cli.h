@@ -2,9 +2,9 @@
 #ifndef SFB_CLI_H
 #define SFB_CLI_H
 
-#include "sfb/model.h"
-#include "sfb/sfb.h"
-#include "sfb/train.h"
+#include <sfb/model.h>
+#include <sfb/sfb.h>
+#include <sfb/train.h>
 
 #include <stdio.h>
 

@@ -4,7 +4,7 @@
 #include "src/cli/topo.h"
 #include "src/cli/opt.h"
 
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,5 +1,6 @@
-/* Dataset lifetime and name resolution ("fashion-mnist", "synth:...", IDX
- * files and directories, libsvm files). */
+/* Dataset name resolution ("fashion-mnist", "synth:...", IDX files and
+ * directories, libsvm files): the front end over the readers (idx.c,
+ * libsvm.c, synth.c), which free through dataset.c, never through here. */
 #include "config.h"
 #include "src/data/data.h"
 
@@ -12,24 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-
-void sfb_dataset_free(struct sfb_dataset *ds)
-{
-    if (!ds) return;
-    free(ds->labels);
-    free(ds->x);
-    free(ds->row_ptr);
-    free(ds->col);
-    free(ds->val);
-    memset(ds, 0, sizeof *ds);
-}
-
-uint64_t sfb_dataset_nnz(const struct sfb_dataset *ds)
-{
-    SFB_ARG_OR(ds, 0);
-    if (ds->sparse) return ds->row_ptr ? ds->row_ptr[ds->n] : 0;
-    return ds->n * ds->d;
-}
 
 static int is_dir(const char *path)
 {

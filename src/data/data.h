@@ -2,7 +2,7 @@
 #ifndef SFB_SRC_DATA_H
 #define SFB_SRC_DATA_H
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 /* Loads Fashion-MNIST from `dir` (the package directory in production;
  * tests pass another one). A missing directory or file fails with -ENOENT

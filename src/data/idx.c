@@ -8,7 +8,7 @@
 #include "config.h"
 #include "src/data/idx.h"
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 

@@ -2,7 +2,7 @@
 #ifndef SFB_SRC_LIBSVM_H
 #define SFB_SRC_LIBSVM_H
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 /* sfb_libsvm_read that keeps only the rows of `shard` (NULL: all; every
  * line is still parsed and checked, and d, k, the index base and the
@@ -13,5 +13,12 @@
 int sfb__libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
                      const struct sfb_shard *shard, struct sfb_dataset *out, int *base_used,
                      uint64_t *rows);
+
+/* Reads "<path>.meta" (Bösen): "key: value" lines (num_train_total,
+ * feature_dim, num_labels, feature_one_based; others are ignored). Fills
+ * what `s` leaves open (dim, classes, index base) and *num_train. No file:
+ * 0 and nothing changed; a bad line: -SFB_EFORMAT naming file:line:column
+ * (libsvm_meta.c). */
+int sfb__libsvm_read_meta(const char *path, struct sfb_libsvm_settings *s, uint64_t *num_train);
 
 #endif

@@ -5,19 +5,12 @@
  * which gives exactly max_patches distinct patches in their natural order
  * from one splitmix64 stream — deterministic from the seed, no index array
  * over all n·(h−p+1)·(w−p+1) candidates. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
+#include "src/base/rng.h"
 
 #include <math.h>
 #include <string.h>
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 void sfb_patch_default_settings(struct sfb_patch_settings *s)
 {
@@ -98,7 +91,7 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
     for (uint64_t t = 0; t < total && got < want; t++) {
         if (want < total) {
             /* Take t with probability (want − got)/(total − t). */
-            double u = (double)(splitmix64(&st) >> 11) * (1.0 / 9007199254740992.0);
+            double u = (double)(sfb__splitmix64(&st) >> 11) * (1.0 / 9007199254740992.0);
             if ((double)(total - t) * u >= (double)(want - got)) continue;
         }
         uint64_t i = t / per, pos = t % per, r0 = pos / pw, c0 = pos % pw;

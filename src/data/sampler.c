@@ -7,7 +7,7 @@
  * permutation of the current epoch is cached: consecutive clocks cost
  * O(batch). With one worker this is exactly the whole-set sampler. */
 #include "config.h"
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/data/data.h"
 
 #include "src/base/common.h"

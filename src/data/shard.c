@@ -10,7 +10,7 @@
  * j-th row of a shard are O(1) pure functions of (seed, world, rank, row)
  * — no table, no dependence on the order in which a loader reads. */
 #include "config.h"
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 #include "src/base/common.h"
 #include "src/base/rng.h"

@@ -2,7 +2,7 @@
 #ifndef SFB_SRC_SYNTH_H
 #define SFB_SRC_SYNTH_H
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 /* Like sfb_synth_generate, but the samples are drawn from `sample_seed`
  * while the hidden model still comes from s->seed: the test set of

@@ -29,94 +29,7 @@ static struct sfb__boot_hdr make_hdr(const struct sfb__bootstrap *bs, uint16_t t
     return h;
 }
 
-/* ---- socket I/O with deadlines ------------------------------------------- */
-
-/* Milliseconds from now until `deadline` for poll(): never negative (a
- * deadline already past gives 0, not "forever"), rounded up by one so that
- * poll does not wake just before it. Callers re-check the deadline after. */
-static int poll_ms(double deadline, double now)
-{
-    double ms = (deadline - now) * 1000.0;
-    if (ms <= 0) return 0;
-    if (ms >= (double)INT_MAX - 1) return INT_MAX;
-    return (int)ms + 1;
-}
-
-static int wait_fd(int fd, short events, double deadline)
-{
-    for (;;) {
-        double now = sfb__now();
-        if (now >= deadline) return -ETIMEDOUT;
-        struct pollfd p = {fd, events, 0};
-        int n = poll(&p, 1, poll_ms(deadline, now));
-        if (n > 0) return 0;
-        if (n < 0 && errno != EINTR) return -errno;
-    }
-}
-
-/* Reads or writes exactly len bytes on a non-blocking socket before
- * `deadline`: partial transfers, EINTR and EAGAIN are retried. A peer that
- * closes gives -ECONNRESET. */
-static int fd_io(int fd, void *buf, size_t len, double deadline, int writing)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n == 0) return -ECONNRESET;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-        int r = wait_fd(fd, writing ? POLLOUT : POLLIN, deadline);
-        if (r) return r;
-    }
-    return 0;
-}
-
-static int send_msg(int fd, const struct sfb__boot_hdr *h, const void *payload, double deadline)
-{
-    uint8_t b[SFB__BOOT_HDR_SIZE];
-    sfb__boot_hdr_encode(h, b);
-    int r = fd_io(fd, b, sizeof b, deadline, 1);
-    if (!r && h->len) r = fd_io(fd, (void *)payload, h->len, deadline, 1);
-    return r;
-}
-
-static int recv_hdr(int fd, struct sfb__boot_hdr *h, double deadline)
-{
-    uint8_t b[SFB__BOOT_HDR_SIZE];
-    int r = fd_io(fd, b, sizeof b, deadline, 0);
-    if (!r) sfb__boot_hdr_decode(b, h);
-    return r;
-}
-
-/* `bound`: the seconds the step was allowed, named in a timeout. */
-static int io_error(int r, const char *what, int peer, double bound)
-{
-    if (r == -ETIMEDOUT)
-        return sfb__error(r, "bootstrap: timed out after %.3g s %s rank %d", bound, what, peer);
-    if (r == -ECONNRESET)
-        return sfb__error(-SFB_EPEER, "bootstrap: rank %d closed the connection (%s it)", peer, what);
-    return sfb__error(r, "bootstrap: %s rank %d: %s", what, peer, strerror(-r));
-}
-
-
 /* ---- environment ---------------------------------------------------------- */
-
-static int parse_int_env(const char *name, const char *s, long lo, long hi, int *out)
-{
-    if (!s || !*s) return sfb__error(-SFB_EUSAGE, "%s is not set", name);
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %ld..%ld", name, s, lo, hi);
-    *out = (int)v;
-    return 0;
-}
 
 /* A number of seconds in (0, 86400] from `name`, or `def` when it is unset. */
 static int parse_seconds_env(const char *name, double def, double *out)
@@ -131,52 +44,6 @@ static int parse_seconds_env(const char *name, double def, double *out)
         return sfb__error(-SFB_EUSAGE, "%s='%s': expected seconds, a number in (0, 86400]", name, s);
     *out = v;
     return 0;
-}
-
-/* Splits "host:port" / "[v6]:port" and resolves it. */
-static int resolve(const char *spec, int passive, struct addrinfo **res)
-{
-    char host[256];
-    const char *colon = strrchr(spec, ':');
-    if (!colon || colon == spec || !colon[1])
-        return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS='%s': expected host:port", spec);
-    const char *h = spec;
-    size_t hl = (size_t)(colon - spec);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (hl >= sizeof host) return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS: host name too long");
-    memcpy(host, h, hl);
-    host[hl] = 0;
-    int port;
-    int r = parse_int_env("SFB_RENDEZVOUS port", colon + 1, 1, 65535, &port);
-    if (r) return r;
-    struct addrinfo hints = {0};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    int g = getaddrinfo(host, colon + 1, &hints, res);
-    if (g)
-        return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS='%s': cannot resolve '%s': %s", spec, host,
-                          gai_strerror(g));
-    return 0;
-}
-
-static void addr_name(const struct sockaddr_storage *ss, char *out, size_t n)
-{
-    char h[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const void *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, h, sizeof h);
-        port = ntohs(a->sin_port);
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const void *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, h, sizeof h);
-        port = ntohs(a->sin6_port);
-    }
-    snprintf(out, n, "%s:%d", h, port);
 }
 
 /* ---- env rendezvous: rank 0 ---------------------------------------------- */
@@ -315,7 +182,7 @@ static void accept_some(struct rdv *z, double now)
         p->fd = fd;
         p->got = 0;
         p->born = now;
-        addr_name(&ss, p->addr, sizeof p->addr);
+        sfb__boot_addr_name(&ss, p->addr, sizeof p->addr);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         serve(z, p); /* a joiner's hello is usually here already */
@@ -384,7 +251,7 @@ static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, doubl
             pfd[n++] = (struct pollfd){z.pend[i].fd, POLLIN, 0};
             wake = SFB_MIN(wake, z.pend[i].born + hello_s);
         }
-        int pr = poll(pfd, n, poll_ms(wake, now));
+        int pr = poll(pfd, n, sfb__boot_poll_ms(wake, now));
         if (pr < 0 && errno != EINTR) {
             r = sfb__error(-errno, "bootstrap: rank 0: poll: %s", strerror(errno));
             goto out;
@@ -410,7 +277,7 @@ out:
 static int rank0_listen(const char *spec, int *lfd_out)
 {
     struct addrinfo *ai;
-    int r = resolve(spec, 1, &ai);
+    int r = sfb__boot_resolve(spec, 1, &ai);
     if (r) return r;
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
@@ -450,38 +317,15 @@ out:
 
 /* ---- env rendezvous: joiner ---------------------------------------------- */
 
-static int try_connect(const struct addrinfo *ai, double deadline)
-{
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -errno;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        int r = -errno;
-        if (r == -EINPROGRESS) r = wait_fd(fd, POLLOUT, deadline);
-        if (r == 0) {
-            int err = 0;
-            socklen_t l = sizeof err;
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
-            r = -err;
-        }
-        if (r) {
-            close(fd);
-            return r;
-        }
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
 static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double connect_timeout)
 {
     struct addrinfo *ai;
-    int r = resolve(spec, 0, &ai);
+    int r = sfb__boot_resolve(spec, 0, &ai);
     if (r) return r;
     double deadline = sfb__now() + connect_timeout, backoff = 0.01;
     int fd = -1;
     for (;;) {
-        for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) fd = try_connect(a, deadline);
+        for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) fd = sfb__boot_try_connect(a, deadline);
         if (fd >= 0) break;
         double now = sfb__now();
         if (now + backoff >= deadline) {
@@ -503,10 +347,10 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
 
 /* ---- open ------------------------------------------------------------------ */
 
-int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
 {
-    int r = parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
-    if (!r) r = parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
+    int r = sfb__boot_parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
+    if (!r) r = sfb__boot_parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
     if (r) return r;
     const char *ks = getenv("SFB_JOB_KEY");
     int key_given = ks && *ks;
@@ -522,7 +366,7 @@ int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
     int max_pending = s->max_pending;
     if ((r = parse_seconds_env("SFB_RENDEZVOUS_HELLO_TIMEOUT", s->hello_timeout_s, &hello_s))) return r;
     const char *mp = getenv("SFB_RENDEZVOUS_MAX_PENDING");
-    if (mp && *mp && (r = parse_int_env("SFB_RENDEZVOUS_MAX_PENDING", mp, 1, 65536, &max_pending))) return r;
+    if (mp && *mp && (r = sfb__boot_parse_int_env("SFB_RENDEZVOUS_MAX_PENDING", mp, 1, 65536, &max_pending))) return r;
     if (!(hello_s > 0) || max_pending < 1)
         return sfb__error(-SFB_EUSAGE, "bootstrap: hello timeout %g s and table of %d connections: "
                           "both must be positive", hello_s, max_pending);
@@ -543,7 +387,7 @@ int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
         deadline = sfb__now() + s->timeout_s;
         struct sfb__boot_hdr w = make_hdr(bs, SFB__BOOT_WELCOME, 0);
         for (int i = 1; i < bs->size; i++)
-            if ((r = send_msg(bs->fds[i], &w, NULL, deadline))) return io_error(r, "welcoming", i, s->timeout_s);
+            if ((r = sfb__boot_send_msg(bs->fds[i], &w, NULL, deadline))) return sfb__boot_io_error(r, "welcoming", i, s->timeout_s);
         return 0;
     }
 
@@ -553,15 +397,15 @@ int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
     double welcome_s = s->connect_timeout_s + s->timeout_s;
     double deadline = sfb__now() + welcome_s;
     struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_HELLO, 0);
-    if ((r = send_msg(bs->fds[0], &h, NULL, deadline))) return io_error(r, "sending the hello to", 0, welcome_s);
-    if ((r = recv_hdr(bs->fds[0], &h, deadline))) {
+    if ((r = sfb__boot_send_msg(bs->fds[0], &h, NULL, deadline))) return sfb__boot_io_error(r, "sending the hello to", 0, welcome_s);
+    if ((r = sfb__boot_recv_hdr(bs->fds[0], &h, deadline))) {
         if (r == -ECONNRESET)
             return sfb__error(-SFB_EPEER, "bootstrap: rank 0 at %s closed the connection before "
                               "welcoming rank %d: it rejected the hello (wrong SFB_JOB_KEY or "
                               "SFB_WORLD_SIZE, or a duplicate rank; see rank 0's log), dropped it (no hello "
                               "within SFB_RENDEZVOUS_HELLO_TIMEOUT) or gave up waiting for other ranks",
                               spec, bs->rank);
-        return io_error(r, "waiting for the welcome from", 0, welcome_s);
+        return sfb__boot_io_error(r, "waiting for the welcome from", 0, welcome_s);
     }
     char why[200];
     if ((r = sfb__boot_check_common(&h, SFB__BOOT_WELCOME, (uint32_t)bs->size, why, sizeof why)))
@@ -603,8 +447,8 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
     for (int i = 1; i < bs->size; i++) {
         struct sfb__boot_hdr h;
         char why[200];
-        if ((r = recv_hdr(bs->fds[i], &h, deadline))) {
-            r = io_error(r, "waiting for the contribution of", i, bs->timeout_s);
+        if ((r = sfb__boot_recv_hdr(bs->fds[i], &h, deadline))) {
+            r = sfb__boot_io_error(r, "waiting for the contribution of", i, bs->timeout_s);
             goto fail;
         }
         if ((r = sfb__boot_check_common(&h, SFB__BOOT_CONTRIB, (uint32_t)bs->size, why, sizeof why))) {
@@ -624,16 +468,16 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
         }
         if ((r = sfb__reserve((void **)&t, &cap, used + h.len))) goto fail;
         sfb__put_u32(t + 4 * (size_t)i, h.len);
-        if (h.len && (r = fd_io(bs->fds[i], t + used, h.len, deadline, 0))) {
-            r = io_error(r, "reading the contribution of", i, bs->timeout_s);
+        if (h.len && (r = sfb__boot_fd_io(bs->fds[i], t + used, h.len, deadline, 0))) {
+            r = sfb__boot_io_error(r, "reading the contribution of", i, bs->timeout_s);
             goto fail;
         }
         used += h.len;
     }
     struct sfb__boot_hdr th = make_hdr(bs, SFB__BOOT_TABLE, (uint32_t)used);
     for (int i = 1; i < bs->size; i++)
-        if ((r = send_msg(bs->fds[i], &th, t, deadline))) {
-            r = io_error(r, "sending the table to", i, bs->timeout_s);
+        if ((r = sfb__boot_send_msg(bs->fds[i], &th, t, deadline))) {
+            r = sfb__boot_io_error(r, "sending the table to", i, bs->timeout_s);
             goto fail;
         }
     *table = t;
@@ -649,9 +493,9 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
 {
     int fd = bs->fds[0];
     struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_CONTRIB, len);
-    int r = send_msg(fd, &h, mine, deadline);
-    if (r) return io_error(r, "sending the contribution to", 0, bs->timeout_s);
-    if ((r = recv_hdr(fd, &h, deadline))) return io_error(r, "waiting for the table from", 0, bs->timeout_s);
+    int r = sfb__boot_send_msg(fd, &h, mine, deadline);
+    if (r) return sfb__boot_io_error(r, "sending the contribution to", 0, bs->timeout_s);
+    if ((r = sfb__boot_recv_hdr(fd, &h, deadline))) return sfb__boot_io_error(r, "waiting for the table from", 0, bs->timeout_s);
     char why[200];
     if ((r = sfb__boot_check_common(&h, SFB__BOOT_TABLE, (uint32_t)bs->size, why, sizeof why)))
         return sfb__error(r, "bootstrap: rank %d: bad table from rank 0: %s", bs->rank, why);
@@ -662,9 +506,9 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
                           " len >= %d", bs->rank, h.key, h.seq, h.len, bs->key, bs->seq, 4 * bs->size);
     uint8_t *t = malloc(h.len);
     if (!t) return -ENOMEM;
-    if ((r = fd_io(fd, t, h.len, deadline, 0))) {
+    if ((r = sfb__boot_fd_io(fd, t, h.len, deadline, 0))) {
         free(t);
-        return io_error(r, "reading the table from", 0, bs->timeout_s);
+        return sfb__boot_io_error(r, "reading the table from", 0, bs->timeout_s);
     }
     *table = t;
     *tlen = h.len;
@@ -673,9 +517,10 @@ static int env_joiner(struct sfb__bootstrap *bs, const void *mine, uint32_t len,
 
 
 
-int sfb__boot_env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
-                             size_t *lens)
+static int env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
+                          size_t *lens)
 {
+    if (bs->size == 1) return sfb__boot_gather_self(bs, mine, len, all, lens);
     double deadline = sfb__now() + bs->timeout_s;
     uint8_t *t = NULL;
     size_t tlen = 0;
@@ -686,7 +531,7 @@ int sfb__boot_env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32
     return r;
 }
 
-void sfb__boot_env_close(struct sfb__bootstrap *bs)
+static void env_close(struct sfb__bootstrap *bs)
 {
     if (bs->fds)
         for (int i = 0; i < bs->size; i++)
@@ -694,3 +539,19 @@ void sfb__boot_env_close(struct sfb__bootstrap *bs)
     free(bs->fds);
     bs->fds = NULL;
 }
+
+static int env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s, int *taken)
+{
+    *taken = getenv("SFB_RANK") != NULL;
+    if (!*taken) return 0;
+    int r = env_open_world(bs, s);
+    if (r) env_close(bs);
+    return r;
+}
+
+const struct sfb__boot_ops sfb__boot_env_ops = {
+    .kind = SFB__BOOTSTRAP_ENV,
+    .open = env_open,
+    .allgatherv = env_allgatherv,
+    .close = env_close,
+};

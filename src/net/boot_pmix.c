@@ -35,7 +35,7 @@ static int libevent_shadowed(char *lib, size_t n)
     return strncmp(base, "libev.so", 8) == 0;
 }
 
-int sfb__boot_pmix_open(struct sfb__bootstrap *bs, int *fallback)
+static int pmix_open_world(struct sfb__bootstrap *bs, int *fallback)
 {
     char lib[256];
     if (libevent_shadowed(lib, sizeof lib)) {
@@ -99,8 +99,8 @@ static int fence(struct sfb__bootstrap *bs, bool collect, const char *what)
     return 0;
 }
 
-int sfb__boot_pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
-                              size_t *lens)
+static int pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
+                           size_t *lens)
 {
     char key[32];
     snprintf(key, sizeof key, "sfb.blob.%" PRIu32, bs->seq);
@@ -150,14 +150,32 @@ int sfb__boot_pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint3
     return 0;
 }
 
-int sfb__boot_pmix_barrier(struct sfb__bootstrap *bs)
+static int pmix_barrier(struct sfb__bootstrap *bs)
 {
     return fence(bs, 0, "barrier");
 }
 
-void sfb__boot_pmix_close(struct sfb__bootstrap *bs)
+static void pmix_close(struct sfb__bootstrap *bs)
 {
     (void)bs;
     PMIx_Finalize(NULL, 0);
 }
+
+static int pmix_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s, int *taken)
+{
+    *taken = 0;
+    if (!s->use_pmix) return 0;
+    int fallback = 0;
+    int r = pmix_open_world(bs, &fallback);
+    *taken = r || !fallback;
+    return r;
+}
+
+const struct sfb__boot_ops sfb__boot_pmix_ops = {
+    .kind = SFB__BOOTSTRAP_PMIX,
+    .open = pmix_open,
+    .allgatherv = pmix_allgatherv,
+    .barrier = pmix_barrier,
+    .close = pmix_close,
+};
 #endif

@@ -1,55 +1,17 @@
-/* Bootstrap front end: picks the back end (env rendezvous in
- * src/net/boot_env.c, PMIx in src/net/boot_pmix.c, or a single process), and
- * dispatches the collectives to it. See src/net/bootstrap.h. */
+/* Bootstrap front end: asks each back end in turn whether it takes this
+ * process (env rendezvous in src/net/boot_env.c, PMIx in src/net/boot_pmix.c;
+ * neither: a single process), and runs the collectives through the taken
+ * one's ops table. The back ends never call back into this file; what they
+ * share lives in src/net/boot_common.c. See src/net/bootstrap.h. */
 #include "config.h"
 #include "src/net/bootstrap.h"
 #include "src/net/bootstrap_impl.h"
 #include "src/base/common.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
-
-int sfb__bootstrap_parse_key(const char *s, uint64_t *key)
-{
-    if (!s || !*s) return sfb__error(-SFB_EUSAGE, "SFB_JOB_KEY: empty");
-    int base = 10;
-    const char *p = s;
-    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
-        base = 16;
-        p += 2;
-    } else {
-        for (const char *q = p; *q; q++)
-            if (!isdigit((unsigned char)*q)) base = 16;
-    }
-    if (!*p || strlen(p) > (base == 16 ? 16u : 20u))
-        return sfb__error(-SFB_EUSAGE, "SFB_JOB_KEY '%s': not a 64-bit number", s);
-    for (const char *q = p; *q; q++)
-        if (!isxdigit((unsigned char)*q) || (base == 10 && !isdigit((unsigned char)*q)))
-            return sfb__error(-SFB_EUSAGE, "SFB_JOB_KEY '%s': bad character '%c'", s, *q);
-    errno = 0;
-    unsigned long long v = strtoull(p, NULL, base);
-    if (errno) return sfb__error(-SFB_EUSAGE, "SFB_JOB_KEY '%s': out of range", s);
-    if (v == 0) return sfb__error(-SFB_EUSAGE, "SFB_JOB_KEY '%s': 0 is not a valid key", s);
-    *key = v;
-    return 0;
-}
-
-uint64_t sfb__boot_random_key(void)
-{
-    uint64_t k = 0;
-    while (k == 0) {
-        if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k)
-            k = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(sfb__now() * 1e9);
-    }
-    return k;
-}
 
 void sfb__bootstrap_default_settings(struct sfb__bootstrap_settings *s)
 {
@@ -58,6 +20,54 @@ void sfb__bootstrap_default_settings(struct sfb__bootstrap_settings *s)
     s->hello_timeout_s = 3;
     s->max_pending = 64;
     s->use_pmix = 1;
+}
+
+/* The back ends, tried in this order; the first that takes the process
+ * serves it. Neither applies: a single process (below). */
+static const struct sfb__boot_ops *const backends[] = {
+    &sfb__boot_env_ops,
+#if HAVE_PMIX
+    &sfb__boot_pmix_ops,
+#endif
+};
+
+static int single_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t len, void **all,
+                             size_t *lens)
+{
+    return sfb__boot_gather_self(bs, mine, len, all, lens);
+}
+
+static void single_close(struct sfb__bootstrap *bs)
+{
+    (void)bs;
+}
+
+static const struct sfb__boot_ops single_ops = {
+    .kind = SFB__BOOTSTRAP_SINGLE,
+    .allgatherv = single_allgatherv,
+    .close = single_close,
+};
+
+static int open_single(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+{
+    /* Said once per process, at warning level: a worker that a launcher
+     * failed to wire up (srun without --mpi=pmix, a build without PMIx
+     * under mpirun) must not pass for a job of one in silence. */
+    static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+        SFB_LOG_W("bootstrap: neither PMIx%s nor the environment rendezvous (SFB_RANK is not "
+                  "set) was found: running as a single worker, rank 0 of 1. For a job of P "
+                  "workers start them with mpirun, srun --mpi=pmix, sfb run -n P or the SFB_* "
+                  "variables (README: Running on a cluster)",
+                  !HAVE_PMIX ? " (not built in)" : !s->use_pmix ? " (switched off)" : "");
+    bs->ops = &single_ops;
+    bs->kind = SFB__BOOTSTRAP_SINGLE;
+    bs->rank = 0;
+    bs->size = 1;
+    const char *ks = getenv("SFB_JOB_KEY");
+    if (ks && *ks) return sfb__bootstrap_parse_key(ks, &bs->key);
+    bs->key = sfb__boot_random_key();
+    return 0;
 }
 
 int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap_settings *s)
@@ -71,37 +81,15 @@ int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap
     struct sfb__bootstrap *bs = calloc(1, sizeof *bs);
     if (!bs) return -ENOMEM;
     bs->timeout_s = s->timeout_s;
-    int r = 0, fallback = 1;
-    if (getenv("SFB_RANK")) {
-        fallback = 0;
-        r = sfb__boot_env_open(bs, s);
+    int r = 0, taken = 0;
+    for (size_t i = 0; i < SFB_ARRAY_LEN(backends) && !r && !taken; i++) {
+        r = backends[i]->open(bs, s, &taken);
+        if (!r && taken) {
+            bs->ops = backends[i];
+            bs->kind = backends[i]->kind;
+        }
     }
-#if HAVE_PMIX
-    else if (s->use_pmix) {
-        fallback = 0;
-        r = sfb__boot_pmix_open(bs, &fallback);
-    }
-#endif
-    if (!r && fallback) {
-        /* Said once per process, at warning level: a worker that a launcher
-         * failed to wire up (srun without --mpi=pmix, a build without PMIx
-         * under mpirun) must not pass for a job of one in silence. */
-        static atomic_int said;
-        if (!atomic_exchange(&said, 1))
-            SFB_LOG_W("bootstrap: neither PMIx%s nor the environment rendezvous (SFB_RANK is not "
-                      "set) was found: running as a single worker, rank 0 of 1. For a job of P "
-                      "workers start them with mpirun, srun --mpi=pmix, sfb run -n P or the SFB_* "
-                      "variables (README: Running on a cluster)",
-                      !HAVE_PMIX ? " (not built in)" : !s->use_pmix ? " (switched off)" : "");
-        bs->kind = SFB__BOOTSTRAP_SINGLE;
-        bs->rank = 0;
-        bs->size = 1;
-        const char *ks = getenv("SFB_JOB_KEY");
-        if (ks && *ks)
-            r = sfb__bootstrap_parse_key(ks, &bs->key);
-        else
-            bs->key = sfb__boot_random_key();
-    }
+    if (!r && !taken) r = open_single(bs, s);
     if (r) {
         sfb__bootstrap_close(&bs);
         return r;
@@ -116,10 +104,7 @@ void sfb__bootstrap_close(struct sfb__bootstrap **pbs)
 {
     struct sfb__bootstrap *bs = *pbs;
     if (!bs) return;
-    sfb__boot_env_close(bs);
-#if HAVE_PMIX
-    if (bs->kind == SFB__BOOTSTRAP_PMIX) sfb__boot_pmix_close(bs);
-#endif
+    if (bs->ops) bs->ops->close(bs);
     free(bs);
     *pbs = NULL;
 }
@@ -150,21 +135,9 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
     if (bs->broken)
         return sfb__error(-SFB_EPEER, "bootstrap: an earlier collective failed; the job cannot continue");
     bs->seq++;
-    if (bs->kind == SFB__BOOTSTRAP_PMIX) {
-#if HAVE_PMIX
-        int r = sfb__boot_pmix_allgatherv(bs, mine, (uint32_t)len, all, lens);
-        if (r) bs->broken = 1;
-        return r;
-#endif
-    }
-    if (bs->size == 1) {
-        *all = malloc(len + 1);
-        if (!*all) return -ENOMEM;
-        if (len) memcpy(*all, mine, len);
-        lens[0] = len;
-        return 0;
-    }
-    return sfb__boot_env_allgatherv(bs, mine, (uint32_t)len, all, lens);
+    int r = bs->ops->allgatherv(bs, mine, (uint32_t)len, all, lens);
+    if (r) bs->broken = 1;
+    return r;
 }
 
 int sfb__bootstrap_allgather(struct sfb__bootstrap *bs, const void *mine, size_t len, void *all)
@@ -186,13 +159,9 @@ int sfb__bootstrap_allgather(struct sfb__bootstrap *bs, const void *mine, size_t
 
 int sfb__bootstrap_barrier(struct sfb__bootstrap *bs)
 {
-    if (bs->kind == SFB__BOOTSTRAP_PMIX) {
-#if HAVE_PMIX
-        if (bs->broken) return sfb__error(-SFB_EPEER, "bootstrap: an earlier collective failed");
-        int r = sfb__boot_pmix_barrier(bs);
-        if (r) bs->broken = 1;
-        return r;
-#endif
-    }
-    return sfb__bootstrap_allgather(bs, NULL, 0, NULL);
+    if (!bs->ops->barrier) return sfb__bootstrap_allgather(bs, NULL, 0, NULL);
+    if (bs->broken) return sfb__error(-SFB_EPEER, "bootstrap: an earlier collective failed");
+    int r = bs->ops->barrier(bs);
+    if (r) bs->broken = 1;
+    return r;
 }

@@ -82,8 +82,8 @@ int sfb__comm_check_wait(struct sfb__comm *c, int64_t required)
     return 0;
 }
 
-int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
-                     const struct sfb_wire_piece *pieces, size_t npieces,
+int sfb__comm_header(const struct sfb__comm *c, struct sfb__wire_hdr *h,
+                     const struct sfb__wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
     h->job_key = c->job_key;
@@ -93,13 +93,13 @@ int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
     return sfb__wire_encode(h, pieces, npieces, hdr);
 }
 
-int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type type,
+int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb__wire_type type,
                            const void *payload, size_t len, double timeout_s)
 {
     if (!c->t) return 0;
-    struct sfb_wire_hdr h = {.type = (uint8_t)type, .origin = c->rank, .sender = c->rank,
+    struct sfb__wire_hdr h = {.type = (uint8_t)type, .origin = c->rank, .sender = c->rank,
                              .payload_len = len};
-    struct sfb_wire_piece piece = {payload, len};
+    struct sfb__wire_piece piece = {payload, len};
     uint8_t hdr[SFB_WIRE_HDR_SIZE];
     int ret = sfb__comm_header(c, &h, &piece, len ? 1 : 0, hdr);
     if (ret) return ret;
@@ -129,7 +129,7 @@ static void rejected(struct sfb__comm *c, uint32_t src, int code)
 
 /* A data frame of its origin's last clock: nothing later will come from
  * that origin (the waits fail at once instead of hanging). */
-static void note_last(struct sfb__comm *c, const struct sfb_wire_hdr *h)
+static void note_last(struct sfb__comm *c, const struct sfb__wire_hdr *h)
 {
     if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) &&
         (h->flags & SFB_WIRE_F_LAST) && h->origin < c->world && h->origin != c->rank)
@@ -143,7 +143,7 @@ static int on_frame(void *user, struct sfb__frame *f)
     struct sfb__comm *c = user;
     /* Full validation here, checksum included, so nothing invalid ever
      * reaches the inbox or a relay: counted, logged, dropped. */
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     int bad = sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
     if (bad) {
@@ -152,10 +152,10 @@ static int on_frame(void *user, struct sfb__frame *f)
         return 1;
     }
     if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb_wire_iter it;
+        struct sfb__wire_iter it;
         const uint8_t *inner, *ip;
         size_t inner_len;
-        struct sfb_wire_hdr ih;
+        struct sfb__wire_hdr ih;
         int r;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
         while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
@@ -509,7 +509,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
         goto fail;
     }
     if (s->nshapes) memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
-    c->job = (struct sfb_wire_job){
+    c->job = (struct sfb__wire_job){
         .job_key = c->job_key,
         .world_size = c->world,
         .shapes = c->shapes,
@@ -580,7 +580,7 @@ fail:
 
 struct set_shapes {
     struct sfb__comm *c;
-    const struct sfb_wire_shape *shapes;
+    const struct sfb__wire_shape *shapes;
     uint32_t n, max_s;
 };
 
@@ -592,7 +592,7 @@ static void set_shapes_in_loop(void *arg)
     a->c->job.max_s = a->max_s;
 }
 
-int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shapes, uint32_t n,
+int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shapes, uint32_t n,
                          uint32_t max_s)
 {
     if (n > SFB_ARRAY_LEN(c->shapes))
@@ -610,7 +610,7 @@ int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shape
 
 struct set_hooks {
     struct sfb__comm *c;
-    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *h);
+    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *h);
     void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
     void *user;
 };
@@ -625,7 +625,7 @@ static void set_hooks_in_loop(void *arg)
 
 int sfb__comm_set_hooks(struct sfb__comm *c,
                         int (*on_data)(void *user, struct sfb__frame *f,
-                                       const struct sfb_wire_hdr *h),
+                                       const struct sfb__wire_hdr *h),
                         void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
                                         int failed),
                         void *user)

@@ -27,13 +27,13 @@ struct sfb__comm_settings {
     double bootstrap_timeout_s; /* rendezvous and barriers (default 60 s) */
     enum sfb__progress progress; /* how the loop thread waits (default auto) */
     /* Frame validation: allowed (K, D) per matrix id and the largest S. */
-    const struct sfb_wire_shape *shapes;
+    const struct sfb__wire_shape *shapes;
     uint32_t nshapes;
     uint32_t max_s;
     /* Loop thread: offered every valid data frame (SF, BUNDLE, DENSE_ROWS)
      * before it goes to the inbox; return 1 to take it (and its buffer
      * reference). NULL: every data frame goes to the inbox. */
-    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *h);
+    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *h);
     /* Loop thread: a send to dst completed (see sfb__transport_settings). */
     void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
     void *user;
@@ -49,9 +49,9 @@ struct sfb__comm {
     struct sfb__transport *t; /* NULL when world == 1 */
     const struct sfb__comm_ops *ops; /* how frames move (below); NULL when world == 1 */
     void *impl;                      /* the ops' own state (the loopback's rank) */
-    struct sfb_wire_job job;
-    struct sfb_wire_stats wstats;
-    struct sfb_wire_shape shapes[8];
+    struct sfb__wire_job job;
+    struct sfb__wire_stats wstats;
+    struct sfb__wire_shape shapes[8];
     struct sfb__comm_settings s;
     /* liveness (loop thread) */
     struct sfb__loop_timer *hb;
@@ -89,7 +89,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s);
 /* Sets the shapes data frames are validated against (in the loop thread),
  * then waits in a barrier so that no rank sends a data frame before every
  * rank can check it. Compute thread, once, before the first data frame. */
-int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shapes, uint32_t n,
+int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shapes, uint32_t n,
                          uint32_t max_s);
 
 /* Installs (or, with NULLs, removes) the data hooks of the settings after
@@ -98,7 +98,7 @@ int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb_wire_shape *shape
  * Compute thread. */
 int sfb__comm_set_hooks(struct sfb__comm *c,
                         int (*on_data)(void *user, struct sfb__frame *f,
-                                       const struct sfb_wire_hdr *h),
+                                       const struct sfb__wire_hdr *h),
                         void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
                                         int failed),
                         void *user);
@@ -130,7 +130,7 @@ int sfb__comm_check_wait(struct sfb__comm *c, int64_t required);
 
 /* Sends a header-only or small control frame (HEARTBEAT, BYE, ABORT) to dst.
  * Returns as sfb__transport_send. */
-int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type type,
+int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb__wire_type type,
                            const void *payload, size_t len, double timeout_s);
 
 /* Encodes the header of a frame of this job (origin, sender = this rank
@@ -138,8 +138,8 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb_wire_type
  * DENSE_ROWS frames of its last clock (sfb__comm_set_last_clock) get the
  * last-clock flag, so every rank that gets them, relayed or not, learns
  * this rank's final clock without a BYE of its own. */
-int sfb__comm_header(const struct sfb__comm *c, struct sfb_wire_hdr *h,
-                     const struct sfb_wire_piece *pieces, size_t npieces,
+int sfb__comm_header(const struct sfb__comm *c, struct sfb__wire_hdr *h,
+                     const struct sfb__wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE]);
 
 /* Best effort: tells every peer the job is aborted (ABORT frame with the

@@ -2,7 +2,7 @@
  * prefix, forward signals, stop everyone when one fails. */
 #include "config.h"
 #include "src/net/launch.h"
-#include "sfb/launch.h"
+#include <sfb/launch.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
 
@@ -287,6 +287,175 @@ static int describe_failure(const struct launcher *L)
                       WIFEXITED(st) ? WEXITSTATUS(st) : st);
 }
 
+/* Forks the workers with their output pipes (the rendezvous in their
+ * environment); on a failure the ones already started are being stopped.
+ * Returns 0 or the error. */
+static int fork_workers(struct launcher *L, char *const argv[], const struct sfb__launch_settings *s,
+                        int port, uint64_t key, const char *t0s, const sigset_t *oldmask, int sfd)
+{
+    pid_t self = getpid();
+    int r = 0, nprocs = L->n;
+    for (int i = 0; i < nprocs; i++) {
+        int out[2], err[2];
+        if (pipe2(out, O_CLOEXEC) < 0) {
+            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+            break;
+        }
+        if (pipe2(err, O_CLOEXEC) < 0) {
+            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+            close(out[0]);
+            close(out[1]);
+            break;
+        }
+        pid_t pid = fork();
+        if (pid == 0) child_exec(i, nprocs, s, port, key, self, t0s, out, err, oldmask, L, sfd, argv);
+        close(out[1]);
+        close(err[1]);
+        if (pid < 0) {
+            r = sfb__error(-errno, "launch: fork of rank %d: %s", i, strerror(errno));
+            close(out[0]);
+            close(err[0]);
+            break;
+        }
+        struct child *c = &L->c[i];
+        c->pid = pid;
+        c->alive = 1;
+        c->s[0].fd = out[0];
+        c->s[0].out = s->out_fd;
+        c->s[1].fd = err[0];
+        c->s[1].out = s->err_fd;
+        fcntl(out[0], F_SETFL, O_NONBLOCK);
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
+    }
+    if (r) start_stopping(L, s->grace_s);
+    return r;
+}
+
+/* Reads the signalfd: SIGCHLD is reported (1: reap), a first INT/TERM/HUP
+ * is forwarded to the workers with the grace period, a second kills them. */
+static int take_signals(struct launcher *L, int sfd, double grace_s)
+{
+    int chld = 0;
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) {
+            chld = 1; /* reaped by the caller */
+            continue;
+        }
+        /* First signal: pass it on and give the grace period; a second one
+         * means "now". */
+        if (L->sigs_forwarded++) {
+            signal_all(L, SIGKILL);
+        } else {
+            signal_all(L, (int)si.ssi_signo);
+            L->stopping = 1;
+            L->kill_at = sfb__now() + grace_s;
+        }
+        if (!L->abort_sig) L->abort_sig = (int)si.ssi_signo;
+    }
+    return chld;
+}
+
+/* Until every worker is reaped (and its pipes drained): copies their output
+ * line by line with the rank prefix, handles signals, the time limit and
+ * the kill after the grace period. Returns 0 or the error of the loop
+ * itself (a worker's failure is in L). */
+static int supervise(struct launcher *L, const struct sfb__launch_settings *s, int sfd)
+{
+    int r = 0, nprocs = L->n;
+    /* pf[j] (j >= 1) is stream src[j] of its rank: no search per event */
+    struct pollfd *pf = calloc(2 * (size_t)nprocs + 1, sizeof *pf);
+    int *src = calloc(2 * (size_t)nprocs + 1, sizeof *src);
+    if (!pf || !src) {
+        free(pf);
+        pf = NULL;
+        r = -ENOMEM;
+        signal_all(L, SIGKILL);
+        for (int i = 0; i < nprocs; i++)
+            if (L->c[i].alive) {
+                while (waitpid(L->c[i].pid, NULL, 0) < 0 && errno == EINTR) {}
+                L->c[i].alive = 0;
+            }
+    }
+    double end_at = s->timeout_s > 0 ? sfb__now() + s->timeout_s : 0, drain_until = 0;
+    while (pf) {
+        double now = sfb__now();
+        if (end_at && now >= end_at && !L->stopping) {
+            L->timed_out = 1;
+            start_stopping(L, s->grace_s);
+        }
+        if (L->stopping && now >= L->kill_at) {
+            signal_all(L, SIGKILL);
+            L->kill_at = now + 1.0; /* repeat, without spinning, until reaped */
+        }
+        int nf = 0;
+        pf[nf++] = (struct pollfd){sfd, POLLIN, 0};
+        for (int i = 0; i < nprocs; i++)
+            for (int k = 0; k < 2; k++)
+                if (L->c[i].s[k].fd >= 0) {
+                    src[nf] = 2 * i + k;
+                    pf[nf++] = (struct pollfd){L->c[i].s[k].fd, POLLIN, 0};
+                }
+        if (!n_alive(L)) {
+            /* Everyone is reaped; a grandchild may still hold a pipe open, so
+             * drain for a moment, then stop listening. */
+            if (nf == 1) break;
+            if (!drain_until) drain_until = now + 1.0;
+            if (now >= drain_until) break;
+        }
+        double wake = 1.0;
+        if (L->stopping) wake = SFB_MIN(wake, L->kill_at - now);
+        if (end_at) wake = SFB_MIN(wake, end_at - now);
+        if (drain_until) wake = SFB_MIN(wake, drain_until - now);
+        int pr = poll(pf, (nfds_t)nf, wake > 0 ? (int)(wake * 1000) + 1 : 0);
+        if (pr < 0 && errno != EINTR) {
+            r = sfb__error(-errno, "launch: poll: %s", strerror(errno));
+            signal_all(L, SIGKILL);
+            while (n_alive(L)) reap(L, 0);
+            break;
+        }
+        if (pr <= 0) {
+            if (L->stopping) reap(L, s->grace_s); /* after a SIGKILL, without SIGCHLD */
+            continue;
+        }
+        int chld = (pf[0].revents & POLLIN) ? take_signals(L, sfd, s->grace_s) : 0;
+        for (int j = 1; j < nf; j++)
+            if (pf[j].revents) stream_read(L, src[j] / 2, &L->c[src[j] / 2].s[src[j] % 2]);
+        /* waitpid for each child only when one exited, not on every line */
+        if (chld) reap(L, s->grace_s);
+    }
+    free(pf);
+    free(src);
+    return r;
+}
+
+/* The job's outcome once every worker is gone: the loop's error, else a
+ * worker's failure, else the signal that stopped it, else the time limit. */
+static int job_result(struct launcher *L, const struct sfb__launch_settings *s, int r)
+{
+    if (!r && L->failed_rank >= 0) r = describe_failure(L);
+    char name[32];
+    stop_signal = L->abort_sig; /* also when a worker's failure came first */
+    if (!r && L->abort_sig)
+        r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L->abort_sig,
+                       sig_name(name, L->abort_sig));
+    if (!r && L->timed_out)
+        r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped", s->timeout_s);
+    return r;
+}
+
+/* Drops a SIGCHLD that arrived after the last read, so unblocking cannot
+ * deliver it to a caller that installed a handler. */
+static void drop_pending_sigchld(void)
+{
+    sigset_t pend;
+    struct timespec zero = {0, 0};
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    while (sigpending(&pend) == 0 && sigismember(&pend, SIGCHLD) && sigtimedwait(&chld, NULL, &zero) > 0) {}
+}
+
 int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
 {
     struct sfb__launch_settings def;
@@ -312,7 +481,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     for (int i = 0; i < nprocs; i++) L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
 
     /* SIGCHLD and the forwarded signals are taken through a signalfd, so the
-     * loop below sees them in order with pipe data and no handler races. */
+     * loop sees them in order with pipe data and no handler races. */
     sigset_t mask, oldmask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -323,159 +492,27 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     int r = 0, sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) {
         r = sfb__error(-errno, "launch: signalfd: %s", strerror(errno));
-        goto restore;
-    }
-    pid_t self = getpid();
-    /* nothing buffered here may be written again by a forked worker */
-    fflush(NULL);
-    /* the workers' origin of "launch to first clock" (src/base/timeline.h) */
-    double t0 = sfb__now();
-    char t0s[32];
-    snprintf(t0s, sizeof t0s, "%.6f", t0);
-    for (int i = 0; i < nprocs; i++) {
-        int out[2], err[2];
-        if (pipe2(out, O_CLOEXEC) < 0) {
-            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
-            break;
-        }
-        if (pipe2(err, O_CLOEXEC) < 0) {
-            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
-            close(out[0]);
-            close(out[1]);
-            break;
-        }
-        pid_t pid = fork();
-        if (pid == 0) child_exec(i, nprocs, s, port, key, self, t0s, out, err, &oldmask, &L, sfd, argv);
-        close(out[1]);
-        close(err[1]);
-        if (pid < 0) {
-            r = sfb__error(-errno, "launch: fork of rank %d: %s", i, strerror(errno));
-            close(out[0]);
-            close(err[0]);
-            break;
-        }
-        struct child *c = &L.c[i];
-        c->pid = pid;
-        c->alive = 1;
-        c->s[0].fd = out[0];
-        c->s[0].out = s->out_fd;
-        c->s[1].fd = err[0];
-        c->s[1].out = s->err_fd;
-        fcntl(out[0], F_SETFL, O_NONBLOCK);
-        fcntl(err[0], F_SETFL, O_NONBLOCK);
-    }
-    if (r) start_stopping(&L, s->grace_s);
-    double forked = sfb__now();
-
-    /* pf[j] (j >= 1) is stream src[j] of its rank: no search per event */
-    struct pollfd *pf = calloc(2 * (size_t)nprocs + 1, sizeof *pf);
-    int *src = calloc(2 * (size_t)nprocs + 1, sizeof *src);
-    if (!pf || !src) {
-        free(pf);
-        pf = NULL;
-        r = -ENOMEM;
-        signal_all(&L, SIGKILL);
+    } else {
+        /* nothing buffered here may be written again by a forked worker */
+        fflush(NULL);
+        /* the workers' origin of "launch to first clock" (src/base/timeline.h) */
+        double t0 = sfb__now();
+        char t0s[32];
+        snprintf(t0s, sizeof t0s, "%.6f", t0);
+        r = fork_workers(&L, argv, s, port, key, t0s, &oldmask, sfd);
+        double forked = sfb__now();
+        int rs = supervise(&L, s, sfd);
+        if (rs) r = rs;
+        if (L.last_exit)
+            SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
+                      "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
+                      nprocs, forked - t0, L.first_exit - t0, L.last_exit - t0, L.last_exit);
         for (int i = 0; i < nprocs; i++)
-            if (L.c[i].alive) {
-                while (waitpid(L.c[i].pid, NULL, 0) < 0 && errno == EINTR) {}
-                L.c[i].alive = 0;
-            }
+            for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
+        r = job_result(&L, s, r);
+        close(sfd);
     }
-    double end_at = s->timeout_s > 0 ? sfb__now() + s->timeout_s : 0, drain_until = 0;
-    while (pf) {
-        double now = sfb__now();
-        if (end_at && now >= end_at && !L.stopping) {
-            L.timed_out = 1;
-            start_stopping(&L, s->grace_s);
-        }
-        if (L.stopping && now >= L.kill_at) {
-            signal_all(&L, SIGKILL);
-            L.kill_at = now + 1.0; /* repeat, without spinning, until reaped */
-        }
-        int nf = 0;
-        pf[nf++] = (struct pollfd){sfd, POLLIN, 0};
-        for (int i = 0; i < nprocs; i++)
-            for (int k = 0; k < 2; k++)
-                if (L.c[i].s[k].fd >= 0) {
-                    src[nf] = 2 * i + k;
-                    pf[nf++] = (struct pollfd){L.c[i].s[k].fd, POLLIN, 0};
-                }
-        int alive = n_alive(&L);
-        if (!alive) {
-            /* Everyone is reaped; a grandchild may still hold a pipe open, so
-             * drain for a moment, then stop listening. */
-            if (nf == 1) break;
-            if (!drain_until) drain_until = now + 1.0;
-            if (now >= drain_until) break;
-        }
-        double wake = 1.0;
-        if (L.stopping) wake = SFB_MIN(wake, L.kill_at - now);
-        if (end_at) wake = SFB_MIN(wake, end_at - now);
-        if (drain_until) wake = SFB_MIN(wake, drain_until - now);
-        int pr = poll(pf, (nfds_t)nf, wake > 0 ? (int)(wake * 1000) + 1 : 0);
-        if (pr < 0 && errno != EINTR) {
-            r = sfb__error(-errno, "launch: poll: %s", strerror(errno));
-            signal_all(&L, SIGKILL);
-            while (n_alive(&L)) reap(&L, 0);
-            break;
-        }
-        if (pr <= 0) {
-            if (L.stopping) reap(&L, s->grace_s); /* after a SIGKILL, without SIGCHLD */
-            continue;
-        }
-        int chld = 0;
-        if (pf[0].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD) {
-                    chld = 1; /* reaped below */
-                    continue;
-                }
-                /* First signal: pass it on and give the grace period; a
-                 * second one means "now". */
-                if (L.sigs_forwarded++) {
-                    signal_all(&L, SIGKILL);
-                } else {
-                    signal_all(&L, (int)si.ssi_signo);
-                    L.stopping = 1;
-                    L.kill_at = sfb__now() + s->grace_s;
-                }
-                if (!L.abort_sig) L.abort_sig = (int)si.ssi_signo;
-            }
-        }
-        for (int j = 1; j < nf; j++)
-            if (pf[j].revents) stream_read(&L, src[j] / 2, &L.c[src[j] / 2].s[src[j] % 2]);
-        /* waitpid for each child only when one exited, not on every line */
-        if (chld) reap(&L, s->grace_s);
-    }
-    free(pf);
-    free(src);
-    if (L.last_exit)
-        SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
-                  "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
-                  nprocs, forked - t0, L.first_exit - t0, L.last_exit - t0, L.last_exit);
-    for (int i = 0; i < nprocs; i++)
-        for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
-    if (!r && L.failed_rank >= 0) r = describe_failure(&L);
-    char name[32];
-    stop_signal = L.abort_sig; /* also when a worker's failure came first */
-    if (!r && L.abort_sig)
-        r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L.abort_sig,
-                       sig_name(name, L.abort_sig));
-    if (!r && L.timed_out)
-        r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped", s->timeout_s);
-    close(sfd);
-restore:
-    /* Drop a SIGCHLD that arrived after the last read so unblocking cannot
-     * deliver it to a caller that installed a handler. */
-    {
-        sigset_t pend;
-        struct timespec zero = {0, 0};
-        sigset_t chld;
-        sigemptyset(&chld);
-        sigaddset(&chld, SIGCHLD);
-        while (sigpending(&pend) == 0 && sigismember(&pend, SIGCHLD) && sigtimedwait(&chld, NULL, &zero) > 0) {}
-    }
+    drop_pending_sigchld();
     sigprocmask(SIG_SETMASK, &oldmask, NULL);
     for (int i = 0; i < nprocs; i++)
         for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);

@@ -23,11 +23,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-const char *sfb__fi_strerror(int code)
-{
-    return fi_strerror(code);
-}
-
 void sfb__transport_default_settings(struct sfb__transport_settings *s)
 {
     memset(s, 0, sizeof *s);

@@ -39,12 +39,12 @@ static const char *const reason_names[SFB_WIRE_NREASONS] = {
     [SFB_WIRE_R_NESTED] = "nested bundle",
 };
 
-const char *sfb__wire_reason_name(enum sfb_wire_reason r)
+const char *sfb__wire_reason_name(enum sfb__wire_reason r)
 {
     return (unsigned)r < SFB_WIRE_NREASONS ? reason_names[r] : "?";
 }
 
-int sfb__wire_reason_code(enum sfb_wire_reason r)
+int sfb__wire_reason_code(enum sfb__wire_reason r)
 {
     switch (r) {
     case SFB_WIRE_R_TRUNC: return -SFB_ETRUNC;
@@ -75,7 +75,7 @@ size_t sfb__wire_elem_size(uint8_t flags)
     return sz[(flags & SFB_WIRE_F_PREC_MASK) >> SFB_WIRE_F_PREC_SHIFT];
 }
 
-static void pack(const struct sfb_wire_hdr *h, uint8_t *o)
+static void pack(const struct sfb__wire_hdr *h, uint8_t *o)
 {
     sfb__put_u32(o + OFF_MAGIC, SFB_WIRE_MAGIC);
     sfb__put_u16(o + OFF_VERSION, SFB_WIRE_VERSION);
@@ -93,7 +93,7 @@ static void pack(const struct sfb_wire_hdr *h, uint8_t *o)
     sfb__put_u64(o + OFF_CHECKSUM, 0);
 }
 
-void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb_wire_hdr *h)
+void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb__wire_hdr *h)
 {
     h->magic = sfb__get_u32(in + OFF_MAGIC);
     h->version = sfb__get_u16(in + OFF_VERSION);
@@ -112,7 +112,7 @@ void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb_wire
 }
 
 /* Checksum of the header (checksum field read as zero) and the payload. */
-static uint64_t checksum(const uint8_t *hdr, const struct sfb_wire_piece *pieces, size_t n)
+static uint64_t checksum(const uint8_t *hdr, const struct sfb__wire_piece *pieces, size_t n)
 {
     uint8_t h0[SFB_WIRE_HDR_SIZE];
     memcpy(h0, hdr, sizeof h0);
@@ -125,7 +125,7 @@ static uint64_t checksum(const uint8_t *hdr, const struct sfb_wire_piece *pieces
     return XXH3_64bits_digest(&st);
 }
 
-int sfb__wire_encode(const struct sfb_wire_hdr *h, const struct sfb_wire_piece *pieces,
+int sfb__wire_encode(const struct sfb__wire_hdr *h, const struct sfb__wire_piece *pieces,
                      size_t npieces, uint8_t out[SFB_WIRE_HDR_SIZE])
 {
     uint64_t total = 0;
@@ -144,15 +144,15 @@ int sfb__wire_encode(const struct sfb_wire_hdr *h, const struct sfb_wire_piece *
  * contract, sfb/codec.h and docs/wire.md): an 8-byte prefix (scale, nnz),
  * then B (S·K·e), then dense c (S·D·e) or CSR c: S+1 u32 row pointers and at
  * most S·D (u32 column, value) pairs. */
-static int shape_ok(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h,
-                    enum sfb_wire_reason *why)
+static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr *h,
+                    enum sfb__wire_reason *why)
 {
     size_t e = sfb__wire_elem_size(h->flags);
     *why = SFB_WIRE_R_SHAPE;
     switch (h->type) {
     case SFB_WIRE_SF: {
         if (h->matrix >= job->nshapes) return 0;
-        const struct sfb_wire_shape *m = &job->shapes[h->matrix];
+        const struct sfb__wire_shape *m = &job->shapes[h->matrix];
         if (h->k != m->k || h->d != m->d || h->s == 0 || h->s > job->max_s) return 0;
         *why = SFB_WIRE_R_LENGTH;
         /* u32 operands in u64 arithmetic: cannot overflow for K, D, S < 2^32. */
@@ -164,7 +164,7 @@ static int shape_ok(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h
     }
     case SFB_WIRE_DENSE_ROWS: {
         if (h->matrix >= job->nshapes) return 0;
-        const struct sfb_wire_shape *m = &job->shapes[h->matrix];
+        const struct sfb__wire_shape *m = &job->shapes[h->matrix];
         if (h->k == 0 || h->d != m->d || h->s >= m->k || h->k > m->k - h->s) return 0;
         if (h->flags & SFB_WIRE_F_SPARSE) return 0;
         *why = SFB_WIRE_R_LENGTH;
@@ -180,11 +180,11 @@ static int shape_ok(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h
     }
 }
 
-int sfb__wire_check_header(const struct sfb_wire_job *job, const void *buf, size_t len,
-                           struct sfb_wire_hdr *h, enum sfb_wire_reason *reason)
+int sfb__wire_check_header(const struct sfb__wire_job *job, const void *buf, size_t len,
+                           struct sfb__wire_hdr *h, enum sfb__wire_reason *reason)
 {
     const uint8_t *b = buf;
-    enum sfb_wire_reason r;
+    enum sfb__wire_reason r;
     memset(h, 0, sizeof *h);
     if (len < SFB_WIRE_HDR_SIZE) {
         r = SFB_WIRE_R_TRUNC;
@@ -207,8 +207,8 @@ bad:
     return sfb__wire_reason_code(r);
 }
 
-static int reject(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h, size_t len,
-                  int from, enum sfb_wire_reason r)
+static int reject(const struct sfb__wire_job *job, const struct sfb__wire_hdr *h, size_t len,
+                  int from, enum sfb__wire_reason r)
 {
     if (job->stats) atomic_fetch_add_explicit(&job->stats->rejected[r], 1, memory_order_relaxed);
     int code = sfb__wire_reason_code(r);
@@ -224,27 +224,27 @@ static int reject(const struct sfb_wire_job *job, const struct sfb_wire_hdr *h, 
     return code;
 }
 
-static int decode(const struct sfb_wire_job *job, const void *buf, size_t len, int from,
-                  struct sfb_wire_hdr *h, const uint8_t **payload, int inner)
+static int decode(const struct sfb__wire_job *job, const void *buf, size_t len, int from,
+                  struct sfb__wire_hdr *h, const uint8_t **payload, int inner)
 {
-    enum sfb_wire_reason r;
+    enum sfb__wire_reason r;
     if (sfb__wire_check_header(job, buf, len, h, &r)) return reject(job, h, len, from, r);
     if (inner && h->type == SFB_WIRE_BUNDLE) return reject(job, h, len, from, SFB_WIRE_R_NESTED);
     const uint8_t *b = buf;
-    struct sfb_wire_piece pl = {b + SFB_WIRE_HDR_SIZE, (size_t)h->payload_len};
+    struct sfb__wire_piece pl = {b + SFB_WIRE_HDR_SIZE, (size_t)h->payload_len};
     if (checksum(b, &pl, 1) != h->checksum) return reject(job, h, len, from, SFB_WIRE_R_CHECKSUM);
     if (job->stats) atomic_fetch_add_explicit(&job->stats->accepted, 1, memory_order_relaxed);
     *payload = b + SFB_WIRE_HDR_SIZE;
     return 0;
 }
 
-int sfb__wire_decode(const struct sfb_wire_job *job, const void *buf, size_t len, int from,
-                     struct sfb_wire_hdr *h, const uint8_t **payload)
+int sfb__wire_decode(const struct sfb__wire_job *job, const void *buf, size_t len, int from,
+                     struct sfb__wire_hdr *h, const uint8_t **payload)
 {
     return decode(job, buf, len, from, h, payload, 0);
 }
 
-void sfb__wire_bundle_begin(struct sfb_wire_iter *it, const uint8_t *payload,
+void sfb__wire_bundle_begin(struct sfb__wire_iter *it, const uint8_t *payload,
                             uint64_t payload_len, int from)
 {
     it->p = payload;
@@ -252,8 +252,8 @@ void sfb__wire_bundle_begin(struct sfb_wire_iter *it, const uint8_t *payload,
     it->from = from;
 }
 
-int sfb__wire_bundle_next(const struct sfb_wire_job *job, struct sfb_wire_iter *it,
-                          const uint8_t **frame, size_t *frame_len, struct sfb_wire_hdr *h,
+int sfb__wire_bundle_next(const struct sfb__wire_job *job, struct sfb__wire_iter *it,
+                          const uint8_t **frame, size_t *frame_len, struct sfb__wire_hdr *h,
                           const uint8_t **payload)
 {
     size_t left = (size_t)(it->end - it->p);
@@ -280,14 +280,14 @@ trunc:
     return reject(job, h, left, it->from, SFB_WIRE_R_TRUNC);
 }
 
-void sfb__wire_trusted(const void *buf, struct sfb_wire_hdr *h, const uint8_t **payload)
+void sfb__wire_trusted(const void *buf, struct sfb__wire_hdr *h, const uint8_t **payload)
 {
     sfb__wire_parse_header(buf, h);
     *payload = (const uint8_t *)buf + SFB_WIRE_HDR_SIZE;
 }
 
-int sfb__wire_bundle_next_trusted(struct sfb_wire_iter *it, const uint8_t **frame,
-                                  size_t *frame_len, struct sfb_wire_hdr *h,
+int sfb__wire_bundle_next_trusted(struct sfb__wire_iter *it, const uint8_t **frame,
+                                  size_t *frame_len, struct sfb__wire_hdr *h,
                                   const uint8_t **payload)
 {
     size_t left = (size_t)(it->end - it->p);

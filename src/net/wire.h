@@ -6,7 +6,7 @@
  * so the two pieces never need to be contiguous.
  *
  * The decoder treats its input as untrusted: every header field is checked
- * against the job (`struct sfb_wire_job`) before the payload is touched, and a
+ * against the job (`struct sfb__wire_job`) before the payload is touched, and a
  * rejected frame is counted per reason and logged with the sender's rank.
  *
  * All functions are thread-safe (no hidden state; the statistics counters are
@@ -25,7 +25,7 @@
 /* Control frames (HELLO, BYE, HEARTBEAT, ABORT) carry at most this much. */
 #define SFB_WIRE_CONTROL_MAX 4096
 
-enum sfb_wire_type {
+enum sfb__wire_type {
     SFB_WIRE_SF = 1,         /* sufficient factors of one matrix, one clock */
     SFB_WIRE_BUNDLE = 2,     /* payload = sequence of complete inner frames */
     SFB_WIRE_DENSE_ROWS = 3, /* FMS: K rows starting at row S of matrix */
@@ -44,7 +44,7 @@ enum sfb_wire_type {
 #define SFB_WIRE_F_LAST 0x02u
 #define SFB_WIRE_F_PREC_SHIFT 4
 #define SFB_WIRE_F_PREC_MASK 0x30u
-enum sfb_wire_prec {
+enum sfb__wire_prec {
     SFB_WIRE_F32 = 0,
     SFB_WIRE_F64 = 1,
     SFB_WIRE_BF16 = 2,
@@ -53,7 +53,7 @@ enum sfb_wire_prec {
 #define SFB_WIRE_F_KNOWN (SFB_WIRE_F_SPARSE | SFB_WIRE_F_LAST | SFB_WIRE_F_PREC_MASK)
 
 /* Decoded (host-order) header. */
-struct sfb_wire_hdr {
+struct sfb__wire_hdr {
     uint32_t magic;
     uint16_t version;
     uint8_t type;
@@ -69,7 +69,7 @@ struct sfb_wire_hdr {
 };
 
 /* Reasons a frame is rejected; each has its own error code and counter. */
-enum sfb_wire_reason {
+enum sfb__wire_reason {
     SFB_WIRE_R_TRUNC = 0, /* buffer shorter than header + payload_len */
     SFB_WIRE_R_MAGIC,     /* wrong magic                -SFB_EFORMAT */
     SFB_WIRE_R_VERSION,   /* unsupported version        -SFB_EVERSION */
@@ -87,29 +87,29 @@ enum sfb_wire_reason {
 /* SFB_WIRE_R_TRUNC → -SFB_ETRUNC. */
 
 /* Per-job counters, shared by every thread that decodes. */
-struct sfb_wire_stats {
+struct sfb__wire_stats {
     _Atomic uint64_t accepted;
     _Atomic uint64_t rejected[SFB_WIRE_NREASONS];
 };
 
 /* Allowed shape of one matrix id (the index in `shapes`). */
-struct sfb_wire_shape {
+struct sfb__wire_shape {
     uint32_t k, d;
 };
 
 /* What a frame must match to be accepted. */
-struct sfb_wire_job {
+struct sfb__wire_job {
     uint64_t job_key;
     uint32_t world_size;
-    const struct sfb_wire_shape *shapes; /* indexed by matrix id */
+    const struct sfb__wire_shape *shapes; /* indexed by matrix id */
     uint32_t nshapes;
     uint32_t max_s;        /* largest minibatch S in an SF frame */
     uint64_t max_payload;  /* largest payload of any frame (BUNDLE, DATA) */
-    struct sfb_wire_stats *stats; /* may be NULL: nothing counted */
+    struct sfb__wire_stats *stats; /* may be NULL: nothing counted */
 };
 
 /* A contiguous piece of payload (for encoding payloads kept in parts). */
-struct sfb_wire_piece {
+struct sfb__wire_piece {
     const void *p;
     size_t n;
 };
@@ -122,18 +122,18 @@ size_t sfb__wire_elem_size(uint8_t flags);
  * h->payload_len. magic, version and checksum are filled in (the values in
  * `h` are ignored). Returns 0, or -EINVAL if the lengths disagree or the
  * type is unknown. Performs no job validation (the sender trusts itself). */
-int sfb__wire_encode(const struct sfb_wire_hdr *h, const struct sfb_wire_piece *pieces,
+int sfb__wire_encode(const struct sfb__wire_hdr *h, const struct sfb__wire_piece *pieces,
                      size_t npieces, uint8_t out[SFB_WIRE_HDR_SIZE]);
 
 /* Parses the 64 header bytes without any validation (for tools and tests). */
-void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb_wire_hdr *h);
+void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb__wire_hdr *h);
 
 /* Validates the header in buf[0..len) against `job` without reading the
  * payload: magic, version, type, job key, ranks, flags, shape, and that
  * exactly header + payload_len bytes are present. Returns 0 or the reason's
- * code (see enum sfb_wire_reason); *h is filled as far as parsed. */
-int sfb__wire_check_header(const struct sfb_wire_job *job, const void *buf, size_t len,
-                           struct sfb_wire_hdr *h, enum sfb_wire_reason *reason);
+ * code (see enum sfb__wire_reason); *h is filled as far as parsed. */
+int sfb__wire_check_header(const struct sfb__wire_job *job, const void *buf, size_t len,
+                           struct sfb__wire_hdr *h, enum sfb__wire_reason *reason);
 
 /* Full decode of one frame occupying exactly buf[0..len): header checks, then
  * the checksum. On success fills *h and *payload (points into buf; borrowed)
@@ -142,15 +142,15 @@ int sfb__wire_check_header(const struct sfb_wire_job *job, const void *buf, size
  * (the rank the transport received it from, or -1) and the header's sender.
  * BUNDLE frames are checked as a whole here; use the bundle iterator to
  * validate and reach the inner frames. */
-int sfb__wire_decode(const struct sfb_wire_job *job, const void *buf, size_t len, int from,
-                     struct sfb_wire_hdr *h, const uint8_t **payload);
+int sfb__wire_decode(const struct sfb__wire_job *job, const void *buf, size_t len, int from,
+                     struct sfb__wire_hdr *h, const uint8_t **payload);
 
 /* Iterator over the inner frames of a decoded BUNDLE payload. */
-struct sfb_wire_iter {
+struct sfb__wire_iter {
     const uint8_t *p, *end;
     int from;
 };
-void sfb__wire_bundle_begin(struct sfb_wire_iter *it, const uint8_t *payload,
+void sfb__wire_bundle_begin(struct sfb__wire_iter *it, const uint8_t *payload,
                             uint64_t payload_len, int from);
 
 /* Next inner frame: returns 1 and sets (*frame, *frame_len) to the inner
@@ -159,25 +159,25 @@ void sfb__wire_bundle_begin(struct sfb_wire_iter *it, const uint8_t *payload,
  * negative code for a malformed inner frame (truncated, nested BUNDLE, any
  * decode failure) after which iteration must stop. Inner frames are fully
  * validated (including their own checksum) and counted. */
-int sfb__wire_bundle_next(const struct sfb_wire_job *job, struct sfb_wire_iter *it,
-                          const uint8_t **frame, size_t *frame_len, struct sfb_wire_hdr *h,
+int sfb__wire_bundle_next(const struct sfb__wire_job *job, struct sfb__wire_iter *it,
+                          const uint8_t **frame, size_t *frame_len, struct sfb__wire_hdr *h,
                           const uint8_t **payload);
 
 /* For frames comm's on_frame already validated in full (checksum and, for a
  * BUNDLE, every inner frame): header and payload without checking or
  * counting them again. The engines read their inbox this way. */
-void sfb__wire_trusted(const void *buf, struct sfb_wire_hdr *h, const uint8_t **payload);
+void sfb__wire_trusted(const void *buf, struct sfb__wire_hdr *h, const uint8_t **payload);
 
 /* sfb__wire_bundle_next over an already validated BUNDLE: 1 and the next
  * inner frame, 0 at the end, -EINVAL if the bytes do not hold a whole frame
  * (cannot happen after validation; checked because it costs nothing). */
-int sfb__wire_bundle_next_trusted(struct sfb_wire_iter *it, const uint8_t **frame,
-                                  size_t *frame_len, struct sfb_wire_hdr *h,
+int sfb__wire_bundle_next_trusted(struct sfb__wire_iter *it, const uint8_t **frame,
+                                  size_t *frame_len, struct sfb__wire_hdr *h,
                                   const uint8_t **payload);
 
 /* Name of a reason ("checksum", ...) and its error code. */
-const char *sfb__wire_reason_name(enum sfb_wire_reason r);
-int sfb__wire_reason_code(enum sfb_wire_reason r);
+const char *sfb__wire_reason_name(enum sfb__wire_reason r);
+int sfb__wire_reason_code(enum sfb__wire_reason r);
 const char *sfb__wire_type_name(unsigned type);
 
 #endif

@@ -12,8 +12,8 @@
 #ifndef SFB_SRC_CHECKPOINT_H
 #define SFB_SRC_CHECKPOINT_H
 
-#include "sfb/model.h"
-#include "sfb/train.h"
+#include <sfb/model.h>
+#include <sfb/train.h>
 #include "src/base/rng.h"
 
 #include <stddef.h>

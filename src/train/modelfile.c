@@ -17,7 +17,7 @@
  * before it trusts any field, then checks every shape against the model the
  * header describes. */
 #include "config.h"
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "src/base/bytes.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"

@@ -4,7 +4,7 @@
 #ifndef SFB_SRC_MODELFILE_H
 #define SFB_SRC_MODELFILE_H
 
-#include "sfb/model.h"
+#include <sfb/model.h>
 
 #include <stddef.h>
 #include <stdint.h>

@@ -14,9 +14,9 @@
  * P·S that reads the same samples (each worker reads its own data shard:
  * SFB_DEBUG_SAMPLE_AS makes one worker read the P shards' union). */
 #include "config.h"
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "sfb/sync.h"
-#include "sfb/train.h"
+#include <sfb/train.h>
 #include "src/net/agree.h"
 #include "src/net/bootstrap.h"
 #include "src/train/checkpoint.h"
@@ -286,7 +286,7 @@ static int worker_open(struct worker *w, const struct sfb_train_settings *s)
         return sfb__error(ret, "%s", why + 0);
     }
     uint32_t nm = sfb_model_n_matrices(w->model);
-    struct sfb_wire_shape shapes[SFB_MODEL_MAX_MATRICES];
+    struct sfb__wire_shape shapes[SFB_MODEL_MAX_MATRICES];
     for (uint32_t m = 0; m < nm; m++) {
         shapes[m].k = sfb_model_matrix(w->model, m)->rows;
         shapes[m].d = sfb_model_matrix(w->model, m)->cols;

@@ -1,10 +1,10 @@
 /* Training settings: defaults, the step-size schedules, and the checks a
  * run's settings pass before anything starts (src/train/train.c runs the loop). */
 #include "config.h"
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "sfb/sync.h"
-#include "sfb/topo.h"
-#include "sfb/train.h"
+#include <sfb/topo.h>
+#include <sfb/train.h>
 #include "src/base/common.h"
 #include "src/train/train_settings.h"
 

@@ -9,7 +9,7 @@
  * non-empty string. decode ∘ encode must be the identity on the header. */
 #include "fuzz.h"
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 #include "src/net/bootstrap.h"
 #include "src/base/bytes.h"
 

@@ -7,7 +7,7 @@
  * ≥ 16 + n·d bytes uncompressed, labels in [0, k), k = classes when given. */
 #include "fuzz.h"
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 #include <math.h>
 

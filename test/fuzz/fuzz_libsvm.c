@@ -8,7 +8,7 @@
  * and k equal to the settings when given. */
 #include "fuzz.h"
 
-#include "sfb/data.h"
+#include <sfb/data.h>
 
 #include <math.h>
 #include <string.h>

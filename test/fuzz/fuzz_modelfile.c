@@ -9,7 +9,7 @@
  * what the header says, and the clock must be the header's. */
 #include "fuzz.h"
 
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "src/base/bytes.h"
 
 #include <string.h>

@@ -13,7 +13,7 @@
  * no children. */
 #include "fuzz.h"
 
-#include "sfb/topo.h"
+#include <sfb/topo.h>
 #include "src/base/bytes.h"
 
 #include <string.h>

@@ -1,7 +1,7 @@
 /* memfd-backed files for path-taking parsers; see fuzz.h. */
 #include "fuzz.h"
 
-#include "sfb/common.h"
+#include <sfb/common.h>
 
 #include <stdio.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-static const struct sfb_wire_shape shapes[] = {{10, 785}, {3, 4}};
+static const struct sfb__wire_shape shapes[] = {{10, 785}, {3, 4}};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -17,12 +17,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *buf = malloc(size ? size : 1);
     if (!buf) abort();
     memcpy(buf, data, size);
-    struct sfb_wire_stats st;
+    struct sfb__wire_stats st;
     memset(&st, 0, sizeof st);
-    struct sfb_wire_job job = {.job_key = 0x1122334455667788ull, .world_size = 8,
+    struct sfb__wire_job job = {.job_key = 0x1122334455667788ull, .world_size = 8,
                                .shapes = shapes, .nshapes = 2, .max_s = 64,
                                .max_payload = 1 << 20, .stats = &st};
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     int r = sfb__wire_decode(&job, buf, size, 1, &h, &payload);
     if (r) {
@@ -40,10 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(h.s >= 1 && h.s <= 64);
     }
     if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb_wire_iter it;
+        struct sfb__wire_iter it;
         const uint8_t *inner, *ip;
         size_t inner_len;
-        struct sfb_wire_hdr ih, again;
+        struct sfb__wire_hdr ih, again;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, 1);
         while ((r = sfb__wire_bundle_next(&job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
             FUZZ_CHECK(inner >= payload && inner + inner_len <= payload + h.payload_len);

@@ -38,9 +38,9 @@ static int send_data(struct sfb__comm *c, uint32_t dst, uint32_t idx, size_t n)
     int ret = sfb__transport_buf_get(c->t, n ? n : 1, &b);
     if (ret) return ret;
     for (size_t i = 0; i < n; i++) b->data[i] = byte_at(c->rank, dst, idx, i);
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DATA, .origin = c->rank, .sender = c->rank,
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = c->rank, .sender = c->rank,
                              .clock = idx, .payload_len = n};
-    struct sfb_wire_piece p = {b->data, n};
+    struct sfb__wire_piece p = {b->data, n};
     uint8_t hdr[SFB_WIRE_HDR_SIZE];
     ret = sfb__comm_header(c, &h, &p, 1, hdr);
     if (!ret) ret = sfb__transport_send(c->t, dst, hdr, sizeof hdr, b, 0, n, 30.0);
@@ -65,8 +65,8 @@ static int send_bad(struct sfb__comm *c)
     uint8_t f[SFB_WIRE_HDR_SIZE + 32];
     uint8_t pl[32];
     for (int i = 0; i < 32; i++) pl[i] = (uint8_t)i;
-    struct sfb_wire_piece p = {pl, 32};
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DATA, .origin = c->rank, .sender = c->rank,
+    struct sfb__wire_piece p = {pl, 32};
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = c->rank, .sender = c->rank,
                              .clock = 999, .payload_len = 32};
     int ret = 0;
     /* flipped payload byte */
@@ -75,7 +75,7 @@ static int send_bad(struct sfb__comm *c)
     f[SFB_WIRE_HDR_SIZE + 5] ^= 0x40;
     ret |= send_raw(c, 0, f, sizeof f);
     /* wrong job key (a well-formed frame of another job) */
-    struct sfb_wire_hdr o = h;
+    struct sfb__wire_hdr o = h;
     o.job_key = c->job_key ^ 1;
     ret |= sfb__wire_encode(&o, &p, 1, f);
     ret |= send_raw(c, 0, f, sizeof f);
@@ -127,7 +127,7 @@ static int run(const char *provider, int bad)
             if (sfb__comm_check(c)) break;
             continue;
         }
-        struct sfb_wire_hdr h;
+        struct sfb__wire_hdr h;
         const uint8_t *pl;
         checks++;
         if (sfb__wire_decode(&c->job, f.data, f.len, (int)f.src, &h, &pl) != 0 ||
@@ -164,7 +164,7 @@ static int run(const char *provider, int bad)
     if (bad && me == 0) {
         /* the four corrupted frames: each rejected for its own reason */
         const struct {
-            enum sfb_wire_reason r;
+            enum sfb__wire_reason r;
             const char *what;
         } want[] = {{SFB_WIRE_R_CHECKSUM, "flipped payload byte"},
                     {SFB_WIRE_R_JOBKEY, "wrong job key"},

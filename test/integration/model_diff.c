@@ -1,7 +1,7 @@
 /* model_diff A B TOL: loads two model files and prints the relative max
  * difference of their parameters, max|a−b| / max|a|; exits 0 if it is
  * ≤ TOL, 1 if larger, 2 if the files cannot be compared. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 
 #include <math.h>
 #include <stdio.h>

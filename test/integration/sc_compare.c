@@ -6,7 +6,7 @@
  * error at the fixed sparsity (recon_error_sparse: OMP codes with the same
  * number of nonzeros for both) is ≤ MAX_RATIO × the random one's, 1 if not,
  * 2 on errors. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 
 #include <math.h>
 #include <stdio.h>

@@ -6,8 +6,8 @@
 #ifndef SFB_TEST_ENGINE_UTIL_H
 #define SFB_TEST_ENGINE_UTIL_H
 
-#include "sfb/model.h"
-#include "sfb/sf.h"
+#include <sfb/model.h>
+#include <sfb/sf.h>
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/net/comm_loop.h"
@@ -202,7 +202,7 @@ static inline int eng_init(struct eng_run *run, const struct eng_cfg *cfg,
     }
     struct sfb__comm_settings cs;
     sfb__comm_default_settings(&cs);
-    struct sfb_wire_shape shape = {run->rows, run->cols};
+    struct sfb__wire_shape shape = {run->rows, run->cols};
     cs.shapes = &shape;
     cs.nshapes = 1;
     cs.max_s = cfg->s;

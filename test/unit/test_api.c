@@ -3,7 +3,7 @@
  * message on entry, and every public function of include/sfb/ (every header) checks
  * its pointers: NULL is -EINVAL naming the argument (getters: a neutral
  * value and the message; close/free/default_settings: a no-op). */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 #include "src/base/common.h"
 #include "test.h"
 
@@ -237,7 +237,20 @@ static int test_null_arguments(void)
     return 0;
 }
 
+/* sfb_strerror names libfabric's codes (FI_ERRNO_OFFSET = 256 ...) through
+ * the namer the network layer registers (src/net/fi_errors.c); the base
+ * layer itself knows no libfabric. Its own and errno codes are unchanged. */
+static int test_strerror_layers(void)
+{
+    ASSERT_STR_CONTAINS(sfb_strerror(-256), "Unspecified error"); /* FI_EOTHER */
+    ASSERT_STR_CONTAINS(sfb_strerror(-265), "Truncation error");  /* FI_ETRUNC */
+    ASSERT(strcmp(sfb_strerror(-ENOENT), "No such file or directory") == 0);
+    ASSERT(strcmp(sfb_strerror(0), "success") == 0);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"strerror_layers", test_strerror_layers},
     {"stale_message", test_stale_message},
     {"null_arguments", test_null_arguments},
 };

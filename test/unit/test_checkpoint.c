@@ -2,7 +2,7 @@
  * corruption and truncation detected, the configuration check naming the
  * field, pruning to two files, the scan skipping bad files.
  * With CKPT_SEED_DIR set it also writes valid files there (fuzz seeds). */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 #include "models/model.h"
 #include "src/train/checkpoint.h"
 #include "src/base/common.h"

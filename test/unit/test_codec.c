@@ -1,7 +1,7 @@
 /* SF payload codec: every encoding round-trips to the same update, the
  * smaller encoding is chosen, and malformed payloads are rejected. */
 #include "sfb/codec.h"
-#include "sfb/sf.h"
+#include <sfb/sf.h>
 #include "src/base/bytes.h"
 #include "src/base/common.h"
 #include "test.h"

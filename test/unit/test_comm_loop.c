@@ -30,7 +30,7 @@ static int send_frame(struct sfb__comm *c, uint32_t dst, int64_t clock)
     if (ret) return ret;
     float v = (float)clock;
     memcpy(b->data, &v, 4);
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
                              .origin = c->rank,
                              .sender = c->rank,
                              .clock = clock,
@@ -38,7 +38,7 @@ static int send_frame(struct sfb__comm *c, uint32_t dst, int64_t clock)
                              .d = 1,
                              .s = 0,
                              .payload_len = 4};
-    struct sfb_wire_piece piece = {b->data, 4};
+    struct sfb__wire_piece piece = {b->data, 4};
     uint8_t hdr[SFB_WIRE_HDR_SIZE];
     ret = sfb__comm_header(c, &h, &piece, 1, hdr);
     if (!ret) ret = sfb__comm_send(c, dst, hdr, sizeof hdr, b, 0, 4, 0);
@@ -61,7 +61,7 @@ static int order_rank(struct sfb__comm *c, uint32_t r, void *arg)
         struct sfb__frame f;
         int ret = sfb__comm_recv(c, &f, 1.0);
         if (ret) return ret;
-        struct sfb_wire_hdr h;
+        struct sfb__wire_hdr h;
         const uint8_t *payload;
         sfb__wire_trusted(f.data, &h, &payload);
         float v;
@@ -76,7 +76,7 @@ static int test_order(void)
 {
     struct sfb__comm_settings s;
     sfb__comm_default_settings(&s);
-    struct sfb_wire_shape shape = {1, 1};
+    struct sfb__wire_shape shape = {1, 1};
     s.shapes = &shape;
     s.nshapes = 1;
     s.max_s = 1;
@@ -124,7 +124,7 @@ static int test_rejects_bad_shape(void)
 {
     struct sfb__comm_settings s;
     sfb__comm_default_settings(&s);
-    struct sfb_wire_shape shape = {1, 2}; /* the frames are 1 × 1 */
+    struct sfb__wire_shape shape = {1, 2}; /* the frames are 1 × 1 */
     s.shapes = &shape;
     s.nshapes = 1;
     s.max_s = 1;

@@ -2,7 +2,7 @@
  * and directories, the installed Fashion-MNIST package) and the test set
  * inheriting the train set's d, k and index base. */
 #include "config.h"
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 #include "src/data/data.h"
 #include "src/data/synth.h"

@@ -42,7 +42,7 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
 {
     struct fms_tap *t = user;
     const struct eng_run *run = t->run;
-    struct sfb_wire_hdr h;
+    struct sfb__wire_hdr h;
     const uint8_t *payload;
     if (len < SFB_WIRE_HDR_SIZE) {
         t->odd++;

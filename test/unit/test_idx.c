@@ -1,7 +1,7 @@
 /* IDX reader: plain and gzip files written here, 2-D and 3-D images, and
  * each malformed case (bad magic, wrong type, count mismatch, truncation,
  * label range, trailing data) naming the file and byte offset. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 #include "src/data/idx.h"
 #include "test.h"

@@ -1,7 +1,7 @@
 /* libsvm/svmlight reader: valid files (0/1-based, meta, comments, ±1 labels,
  * number spellings) and one test per malformed case, each asserting the
  * error names file:line:column and the reason. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 #include "test.h"
 #include "data_util.h"

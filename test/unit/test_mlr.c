@@ -2,7 +2,7 @@
  * data, evaluate on a hand-computed case, L2 decay, and SGD convergence on a
  * separable problem. Datasets are built in memory. */
 #include "models/model.h"
-#include "sfb/model.h"
+#include <sfb/model.h>
 #include "test.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* Model files: round trip, and corruption of every kind is detected. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 #include "src/base/bytes.h"
 #include "test.h"
 

@@ -1,6 +1,6 @@
 /* Image patches: hand-computed contents, counts, subsets, mean removal,
  * errors. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "test.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* Reconstruction: stacked dense sgemm, sparse pass, and rejection of bad
  * batches, each checked against a naive triple loop in double. */
-#include "sfb/sf.h"
+#include <sfb/sf.h>
 #include "test.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
  * its defaults, shapes, evaluation lines and options; every engine its
  * byte formula and whether it relays; every topology whether it is an
  * overlay. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 #include "sfb/sync.h"
 #include "test.h"
 

@@ -5,7 +5,7 @@
  * (topology/sim.c) for P = 4, 8, 16. */
 #include "engine_util.h"
 #include "sfb/codec.h"
-#include "sfb/topo.h"
+#include <sfb/topo.h>
 #include "src/net/wire.h"
 
 /* Frames seen on the wire: count[dst][origin][clock] of SF frames (bare or
@@ -19,7 +19,7 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
 {
     struct tally *t = user;
     (void)src;
-    struct sfb_wire_hdr h, ih;
+    struct sfb__wire_hdr h, ih;
     const uint8_t *payload, *inner, *ip;
     size_t inner_len;
     if (len < SFB_WIRE_HDR_SIZE) {
@@ -28,7 +28,7 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
     }
     sfb__wire_trusted(frame, &h, &payload);
     if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb_wire_iter it;
+        struct sfb__wire_iter it;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)src);
         while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1) {
             if (ih.type == SFB_WIRE_SF && ih.origin < ENG_MAX_RANKS && ih.clock >= 0 &&

@@ -1,5 +1,5 @@
 /* Sampler: the semantics documented in sfb/data.h. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 #include "test.h"
 

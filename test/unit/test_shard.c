@@ -3,7 +3,7 @@
  * about; each loader (libsvm, IDX, synth) keeps exactly its shard's rows,
  * equal to those rows of the whole set, with the whole set's d and k; and a
  * bad row is reported with its place by every rank, owner or not. */
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 #include "test.h"
 #include "data_util.h"

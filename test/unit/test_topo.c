@@ -2,7 +2,7 @@
  * written independently over the explicit edge list (offsets read back
  * through the API), so diameter / mean hops / connectivity are checked
  * against code that shares nothing with topology/topo.c. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 #include "test.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* Cross-check against scripts/topo_check.py, an independent pure-Python
  * implementation of the offsets (exact fractions) with its own BFS over the
  * explicit edge list. Exits 77 (skip) without python3. */
-#include "sfb/sfb.h"
+#include <sfb/sfb.h>
 
 #include <inttypes.h>
 #include <math.h>

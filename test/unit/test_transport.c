@@ -20,7 +20,7 @@
 static const size_t sizes[] = {0, 1, 4096, 65536, 1 << 20, 16 << 20};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
-static struct sfb_wire_stats wstats;
+static struct sfb__wire_stats wstats;
 
 static void log_sink(void *user, enum sfb_log_level lvl, int rank, const char *msg)
 {
@@ -107,7 +107,7 @@ static int exchange_with(const char *prov, int n, const struct sfb__transport_se
         world_close(&w);
         return 1;
     }
-    struct sfb_wire_job job = {.job_key = JOB_KEY, .world_size = (uint32_t)n,
+    struct sfb__wire_job job = {.job_key = JOB_KEY, .world_size = (uint32_t)n,
                                .max_payload = (uint64_t)64 << 20, .stats = &wstats};
     /* One payload buffer per (src, size), shared by all destinations. */
     struct sfb__buf *bufs[MAXN][NSIZES];
@@ -116,10 +116,10 @@ static int exchange_with(const char *prov, int n, const struct sfb__transport_se
         for (size_t k = 0; k < NSIZES; k++) {
             ASSERT_OK(sfb__transport_buf_get(w.t[i], sizes[k] ? sizes[k] : 1, &bufs[i][k]));
             fill(bufs[i][k]->data, sizes[k], i, (int)k);
-            struct sfb_wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY,
+            struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY,
                                      .origin = (uint32_t)i, .sender = (uint32_t)i,
                                      .clock = (int64_t)k, .payload_len = sizes[k]};
-            struct sfb_wire_piece p = {bufs[i][k]->data, sizes[k]};
+            struct sfb__wire_piece p = {bufs[i][k]->data, sizes[k]};
             uint8_t hdr[SFB_WIRE_HDR_SIZE];
             ASSERT_OK(sfb__wire_encode(&h, &p, 1, hdr));
             for (int j = 0; j < n; j++)
@@ -139,7 +139,7 @@ static int exchange_with(const char *prov, int n, const struct sfb__transport_se
             struct sfb__frame f;
             if (sfb__transport_recv(w.t[j], &f, 0) != 0) continue;
             any = 1;
-            struct sfb_wire_hdr h;
+            struct sfb__wire_hdr h;
             const uint8_t *pl;
             ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &h, &pl));
             ASSERT_EQ(h.origin, f.src);
@@ -552,15 +552,15 @@ static int relay(const char *prov)
     relay_t = w.t[1];
     atomic_store(&relayed, 0);
     for (int i = 0; i < 3; i++) ASSERT_OK(sfb__transport_set_peers(w.t[i], names, lens, 3));
-    struct sfb_wire_job job = {.job_key = JOB_KEY, .world_size = 3,
+    struct sfb__wire_job job = {.job_key = JOB_KEY, .world_size = 3,
                                .max_payload = (uint64_t)64 << 20, .stats = &wstats};
     for (size_t k = 0; k < NSIZES; k++) {
         struct sfb__buf *b;
         ASSERT_OK(sfb__transport_buf_get(w.t[0], sizes[k] ? sizes[k] : 1, &b));
         fill(b->data, sizes[k], 0, (int)k);
-        struct sfb_wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY, .clock = (int64_t)k,
+        struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY, .clock = (int64_t)k,
                                  .payload_len = sizes[k]};
-        struct sfb_wire_piece p = {b->data, sizes[k]};
+        struct sfb__wire_piece p = {b->data, sizes[k]};
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         ASSERT_OK(sfb__wire_encode(&h, &p, 1, hdr));
         ASSERT_OK(sfb__transport_send(w.t[0], 1, hdr, sizeof hdr, b, 0, sizes[k], 5.0));
@@ -573,7 +573,7 @@ static int relay(const char *prov)
     while (got < (int)NSIZES && sfb__now() - t0 < 30) {
         struct sfb__frame f;
         if (sfb__transport_recv(w.t[2], &f, 0.01)) continue;
-        struct sfb_wire_hdr h;
+        struct sfb__wire_hdr h;
         const uint8_t *pl;
         ASSERT_EQ(f.src, 1);
         ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &h, &pl));

@@ -5,9 +5,9 @@
 
 #include <stdlib.h>
 
-static const struct sfb_wire_shape shapes[] = {{10, 784}, {3, 4}};
-static struct sfb_wire_stats stats;
-static const struct sfb_wire_job job = {
+static const struct sfb__wire_shape shapes[] = {{10, 784}, {3, 4}};
+static struct sfb__wire_stats stats;
+static const struct sfb__wire_job job = {
     .job_key = 0x1122334455667788ull,
     .world_size = 4,
     .shapes = shapes,
@@ -20,7 +20,7 @@ static const struct sfb_wire_job job = {
 static uint8_t frame[SFB_WIRE_HDR_SIZE + 4096];
 
 /* An SF frame for matrix 1 (3×5), S = 2, dense f32: 2·(3+5)·4 = 64 bytes. */
-static size_t make_sf(uint8_t *out, struct sfb_wire_hdr *h)
+static size_t make_sf(uint8_t *out, struct sfb__wire_hdr *h)
 {
     memset(h, 0, sizeof *h);
     h->type = SFB_WIRE_SF;
@@ -35,19 +35,19 @@ static size_t make_sf(uint8_t *out, struct sfb_wire_hdr *h)
     h->payload_len = 64;
     for (int i = 0; i < 64; i++) out[SFB_WIRE_HDR_SIZE + i] = (uint8_t)(i * 7 + 1);
     /* Payload in two pieces: the checksum is streamed. */
-    struct sfb_wire_piece p[2] = {{out + SFB_WIRE_HDR_SIZE, 10}, {out + SFB_WIRE_HDR_SIZE + 10, 54}};
+    struct sfb__wire_piece p[2] = {{out + SFB_WIRE_HDR_SIZE, 10}, {out + SFB_WIRE_HDR_SIZE + 10, 54}};
     if (sfb__wire_encode(h, p, 2, out)) return 0;
     return SFB_WIRE_HDR_SIZE + 64;
 }
 
-static uint64_t rej(enum sfb_wire_reason r)
+static uint64_t rej(enum sfb__wire_reason r)
 {
     return atomic_load(&stats.rejected[r]);
 }
 
 static int test_roundtrip(void)
 {
-    struct sfb_wire_hdr h, d;
+    struct sfb__wire_hdr h, d;
     size_t n = make_sf(frame, &h);
     ASSERT_EQ(n, 128);
     /* Explicit little-endian layout. */
@@ -73,7 +73,7 @@ static int test_roundtrip(void)
     ASSERT(pl == frame + SFB_WIRE_HDR_SIZE);
     /* The same checksum from one piece. */
     uint8_t again[SFB_WIRE_HDR_SIZE];
-    struct sfb_wire_piece one = {frame + SFB_WIRE_HDR_SIZE, 64};
+    struct sfb__wire_piece one = {frame + SFB_WIRE_HDR_SIZE, 64};
     ASSERT_OK(sfb__wire_encode(&h, &one, 1, again));
     ASSERT(memcmp(again, frame, SFB_WIRE_HDR_SIZE) == 0);
     /* Pieces that disagree with payload_len are refused. */
@@ -84,29 +84,29 @@ static int test_roundtrip(void)
 
 static int test_control_and_data(void)
 {
-    struct sfb_wire_hdr h = {.type = SFB_WIRE_ABORT, .job_key = job.job_key, .origin = 1,
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_ABORT, .job_key = job.job_key, .origin = 1,
                              .sender = 1, .payload_len = 5};
-    struct sfb_wire_piece p = {"boom!", 5};
+    struct sfb__wire_piece p = {"boom!", 5};
     ASSERT_OK(sfb__wire_encode(&h, &p, 1, frame));
     memcpy(frame + SFB_WIRE_HDR_SIZE, "boom!", 5);
-    struct sfb_wire_hdr d;
+    struct sfb__wire_hdr d;
     const uint8_t *pl;
     ASSERT_OK(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE + 5, 1, &d, &pl));
     ASSERT(memcmp(pl, "boom!", 5) == 0);
     /* Empty DATA frame. */
-    h = (struct sfb_wire_hdr){.type = SFB_WIRE_DATA, .job_key = job.job_key};
+    h = (struct sfb__wire_hdr){.type = SFB_WIRE_DATA, .job_key = job.job_key};
     ASSERT_OK(sfb__wire_encode(&h, NULL, 0, frame));
     ASSERT_OK(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE, 0, &d, &pl));
     ASSERT_EQ(d.payload_len, 0);
     /* A control frame with a shape is rejected. */
-    h = (struct sfb_wire_hdr){.type = SFB_WIRE_HEARTBEAT, .job_key = job.job_key, .k = 1};
+    h = (struct sfb__wire_hdr){.type = SFB_WIRE_HEARTBEAT, .job_key = job.job_key, .k = 1};
     ASSERT_OK(sfb__wire_encode(&h, NULL, 0, frame));
     ASSERT_EQ(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE, 0, &d, &pl), -SFB_ESHAPE);
     /* DENSE_ROWS: rows 8..9 of matrix 0. */
-    h = (struct sfb_wire_hdr){.type = SFB_WIRE_DENSE_ROWS, .job_key = job.job_key, .k = 2,
+    h = (struct sfb__wire_hdr){.type = SFB_WIRE_DENSE_ROWS, .job_key = job.job_key, .k = 2,
                               .d = 784, .s = 8, .payload_len = 2 * 784 * 4};
     static uint8_t big[SFB_WIRE_HDR_SIZE + 2 * 784 * 4];
-    struct sfb_wire_piece bp = {big + SFB_WIRE_HDR_SIZE, 2 * 784 * 4};
+    struct sfb__wire_piece bp = {big + SFB_WIRE_HDR_SIZE, 2 * 784 * 4};
     ASSERT_OK(sfb__wire_encode(&h, &bp, 1, big));
     ASSERT_OK(sfb__wire_decode(&job, big, sizeof big, 0, &d, &pl));
     h.s = 9; /* rows 9..10 exceed K = 10 */
@@ -117,21 +117,21 @@ static int test_control_and_data(void)
 
 /* Mutates one header field of a valid frame (re-encoding so only that field
  * is wrong) and expects `code` and one more count for `r`. */
-static int expect_reject(const struct sfb_wire_hdr *h, size_t len_delta, int code,
-                         enum sfb_wire_reason r)
+static int expect_reject(const struct sfb__wire_hdr *h, size_t len_delta, int code,
+                         enum sfb__wire_reason r)
 {
     uint8_t *buf = malloc(SFB_WIRE_HDR_SIZE + 64 + 16);
     if (!buf) return 1;
     memcpy(buf, frame, SFB_WIRE_HDR_SIZE + 64);
-    struct sfb_wire_piece p = {buf + SFB_WIRE_HDR_SIZE, 64};
-    struct sfb_wire_hdr hh = *h;
+    struct sfb__wire_piece p = {buf + SFB_WIRE_HDR_SIZE, 64};
+    struct sfb__wire_hdr hh = *h;
     uint64_t pl_len = hh.payload_len;
     hh.payload_len = 64;
     sfb__wire_encode(&hh, &p, 1, buf);
     /* Lying payload_len: patch the field after encoding. */
     for (int i = 0; i < 8; i++) buf[48 + i] = (uint8_t)(pl_len >> (8 * i));
     uint64_t before = rej(r);
-    struct sfb_wire_hdr d;
+    struct sfb__wire_hdr d;
     const uint8_t *pl;
     int rc = sfb__wire_decode(&job, buf, SFB_WIRE_HDR_SIZE + 64 + len_delta, 3, &d, &pl);
     free(buf);
@@ -144,7 +144,7 @@ static int expect_reject(const struct sfb_wire_hdr *h, size_t len_delta, int cod
 
 static int test_rejects(void)
 {
-    struct sfb_wire_hdr h, bad;
+    struct sfb__wire_hdr h, bad;
     size_t n = make_sf(frame, &h);
     ASSERT_EQ(n, 128);
 
@@ -174,7 +174,7 @@ static int test_rejects(void)
         uint8_t buf[SFB_WIRE_HDR_SIZE + 64];
         memcpy(buf, frame, sizeof buf);
         buf[6] = 99;
-        struct sfb_wire_hdr d;
+        struct sfb__wire_hdr d;
         const uint8_t *pl;
         uint64_t before = rej(SFB_WIRE_R_TYPE);
         ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -EPROTO);
@@ -221,16 +221,16 @@ static size_t make_bundle(uint8_t *out, const uint8_t *inner, size_t inner_len, 
     size_t pl = (size_t)n * inner_len + extra_tail;
     for (int i = 0; i < n; i++) memcpy(out + SFB_WIRE_HDR_SIZE + i * inner_len, inner, inner_len);
     memset(out + SFB_WIRE_HDR_SIZE + n * inner_len, 0xab, extra_tail);
-    struct sfb_wire_hdr b = {.type = SFB_WIRE_BUNDLE, .job_key = job.job_key, .origin = 0,
+    struct sfb__wire_hdr b = {.type = SFB_WIRE_BUNDLE, .job_key = job.job_key, .origin = 0,
                              .sender = 1, .payload_len = pl};
-    struct sfb_wire_piece p = {out + SFB_WIRE_HDR_SIZE, pl};
+    struct sfb__wire_piece p = {out + SFB_WIRE_HDR_SIZE, pl};
     sfb__wire_encode(&b, &p, 1, out);
     return SFB_WIRE_HDR_SIZE + pl;
 }
 
 static int test_bundle(void)
 {
-    struct sfb_wire_hdr h, d, ih;
+    struct sfb__wire_hdr h, d, ih;
     uint8_t inner[128];
     ASSERT_EQ(make_sf(inner, &h), 128);
     static uint8_t b[4096];
@@ -239,7 +239,7 @@ static int test_bundle(void)
     size_t flen;
     ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
     ASSERT_EQ(d.type, SFB_WIRE_BUNDLE);
-    struct sfb_wire_iter it;
+    struct sfb__wire_iter it;
     sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
     int count = 0, rc;
     while ((rc = sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl)) == 1) {
@@ -299,7 +299,7 @@ static int test_bundle(void)
 /* Random byte flips and truncations never crash and are always rejected. */
 static int test_random_corruption(void)
 {
-    struct sfb_wire_hdr h, d;
+    struct sfb__wire_hdr h, d;
     size_t n = make_sf(frame, &h);
     uint8_t buf[128];
     unsigned seed = 12345;

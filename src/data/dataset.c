@@ -1,11 +1,32 @@
-/* Converting a dataset between dense and CSR storage (--data-layout), so a
- * dense-in-practice libsvm file can use the dense GEMM path and a mostly-zero
- * dense file the sparse one. */
+/* The dataset type itself: release, non-zero count, and conversion between
+ * dense and CSR storage (--data-layout), so a dense-in-practice libsvm file
+ * can use the dense GEMM path and a mostly-zero dense file the sparse one.
+ * The readers (idx.c, libsvm.c, synth.c) and the front end (data.c) build on
+ * it. */
 #include "config.h"
-#include "sfb/data.h"
+#include <sfb/data.h>
 #include "src/base/common.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+void sfb_dataset_free(struct sfb_dataset *ds)
+{
+    if (!ds) return;
+    free(ds->labels);
+    free(ds->x);
+    free(ds->row_ptr);
+    free(ds->col);
+    free(ds->val);
+    memset(ds, 0, sizeof *ds);
+}
+
+uint64_t sfb_dataset_nnz(const struct sfb_dataset *ds)
+{
+    SFB_ARG_OR(ds, 0);
+    if (ds->sparse) return ds->row_ptr ? ds->row_ptr[ds->n] : 0;
+    return ds->n * ds->d;
+}
 
 static int to_dense(struct sfb_dataset *ds)
 {

@@ -3,7 +3,7 @@
  * Capacities in struct sfb_sf count elements (not bytes) so that callers and
  * the codec can compare them with shapes directly; sfb__reserve works in
  * bytes, hence the small wrapper below. */
-#include "sfb/sf.h"
+#include <sfb/sf.h>
 
 #include "src/base/common.h"
 

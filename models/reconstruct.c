@@ -14,7 +14,7 @@
  *
  * Everything is validated before anything is applied, so a bad batch leaves A
  * untouched. The scratch buffers live in the handle and only grow. */
-#include "sfb/sf.h"
+#include <sfb/sf.h>
 
 #include "src/base/common.h"
 

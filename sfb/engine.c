@@ -1,0 +1,41 @@
+/* What the sync engines share (sfb/sync.h): the accounting of applied
+ * updates and the wait loop. */
+#include "config.h"
+#include "sfb/sync.h"
+#include "src/base/common.h"
+#include "src/net/comm.h"
+#include "src/net/ssp.h"
+
+void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
+                             int64_t clock, int64_t required)
+{
+    int64_t st = now_clock - clock - 1;
+    if (st < 0) st = 0;
+    hist[st < SFB_STALENESS_BINS - 1 ? st : SFB_STALENESS_BINS - 1]++;
+    if (st > acct->staleness) acct->staleness = st;
+    acct->applied++;
+    if (clock > required) acct->applied_early++;
+}
+
+int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__sync_waiter *w,
+                   int64_t required, int64_t limit, int64_t now_clock,
+                   struct sfb__sync_clock *acct)
+{
+    double t0 = sfb__now(), apply0 = acct->apply_s;
+    int ret = 0;
+    for (;;) {
+        struct sfb__frame f;
+        if (c->world > 1)
+            while (sfb__comm_recv(c, &f, 0) == 0) w->take(w->priv, &f);
+        if ((ret = w->progress(w->priv, limit, now_clock, required, acct))) break;
+        if (sfb__ssp_min_applied(ssp) >= required) break;
+        if ((ret = sfb__comm_check_wait(c, required))) break;
+        if (c->world == 1) {
+            ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
+            break;
+        }
+        if (sfb__comm_recv(c, &f, 0.05) == 0) w->take(w->priv, &f);
+    }
+    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
+    return ret;
+}
