@@ -1,10 +1,10 @@
-/* libfabric transport, internals shared by its files. Only src/transport*.c
+/* libfabric transport, internals shared by its files. Only src/net/transport*.c
  * (and this header) include <rdma/fabric.h>.
  *
- *   transport.c       settings defaults, open/close (fabric, AV, CQ, shm
- *                     naming and reaping), CQ reading and completion
- *                     dispatch, the progress poller, name/peers, error
- *                     reporting
+ *   transport.c       settings defaults, CQ reading and completion dispatch,
+ *                     the progress poller, error reporting
+ *   transport_setup.c open/close (fabric, AV, CQ, shm naming and reaping),
+ *                     the progress policy, name/peers
  *   transport_pool.c  buffer pool (size classes, registration shipped to the
  *                     loop thread, sfb__buf_ref/put) and the op and
  *                     reassembly-record free lists
@@ -201,6 +201,11 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 
 /* transport.c */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);
+/* transport.c: the loop's poller (progress everything, then say how long
+ * the loop may sleep) and its async hook (submitted sends to the pending
+ * list); transport_setup.c registers them. */
+int sfb__tp_progress(void *arg);
+void sfb__tp_on_async(void *arg);
 void sfb__tp_deadline(struct timespec *ts, double timeout_s);
 
 /* transport_pool.c (loop thread, except buffers) */
