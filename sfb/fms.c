@@ -84,12 +84,12 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     struct fms *f = priv;
     f->env = *env;
     f->c = env->comm;
-    f->rank = f->c->rank;
-    f->world = f->c->world;
-    f->nmat = sfb_model_n_matrices(env->model);
+    f->rank = sfb__comm_rank(f->c);
+    f->world = sfb__comm_world(f->c);
+    f->nmat = env->nmat;
     if (f->world > 1 && f->nmat != 1)
         return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices; distributed FMS supports one", f->nmat);
-    f->a = sfb_model_matrix(env->model, 0);
+    f->a = &env->mats[0];
     f->K = f->a->rows;
     f->D = f->a->cols;
     f->r0 = block_start(f, f->rank);
@@ -209,7 +209,7 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
                    size_t off, size_t len)
 {
     for (;;) {
-        int ret = sfb__transport_send(f->c->t, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
+        int ret = sfb__transport_send(sfb__comm_transport(f->c), dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
         if (ret == 0) {
             /* counted as the relay counts SFB's: one data message, its
              * bytes on the wire (frame header and payload) */
@@ -257,7 +257,7 @@ static int form_sums(struct fms *f)
         if (have != f->world - 1) continue;
         f->parts[f->rank] = f->own[oi].buf->data + (size_t)f->r0 * row_bytes;
         struct sfb__buf *out;
-        int ret = sfb__transport_buf_get(f->c->t, n_el * sizeof(float), &out);
+        int ret = sfb__transport_buf_get(sfb__comm_transport(f->c), n_el * sizeof(float), &out);
         if (ret) return ret;
         float *acc = (float *)(void *)out->data;
         memset(acc, 0, n_el * sizeof(float));
@@ -349,18 +349,18 @@ static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t no
     int ret = 0;
     for (;;) {
         struct sfb__frame fr;
-        if (f->c->t)
-            while (sfb__transport_recv(f->c->t, &fr, 0) == 0)
+        if (sfb__comm_transport(f->c))
+            while (sfb__transport_recv(sfb__comm_transport(f->c), &fr, 0) == 0)
                 take_frame(f, &fr);
-        if (f->c->t && (ret = form_sums(f))) break;
+        if (sfb__comm_transport(f->c) && (ret = form_sums(f))) break;
         if ((ret = apply_ready(f, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(f->env.ssp) >= required) break;
         if ((ret = sfb__comm_check_wait(f->c, required))) break;
-        if (!f->c->t) {
+        if (!sfb__comm_transport(f->c)) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;
         }
-        if (sfb__transport_recv(f->c->t, &fr, 0.05) == 0) take_frame(f, &fr);
+        if (sfb__transport_recv(sfb__comm_transport(f->c), &fr, 0.05) == 0) take_frame(f, &fr);
     }
     acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
     return ret;
@@ -384,14 +384,14 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
 {
     struct fms *f = priv;
     struct sfb__comm *c = f->c;
-    if (c->world == 1) {
+    if (sfb__comm_world(c) == 1) {
         /* nothing to share: the own update is the whole update */
         for (uint32_t m = 0; m < n; m++) {
             const struct sfb_sf *one = &sf[m];
-            int ret = sfb_reconstruct_apply(f->recon, sfb_model_matrix(f->env.model, m), &one, 1);
+            int ret = sfb_reconstruct_apply(f->recon, &f->env.mats[m], &one, 1);
             if (ret) return ret;
         }
-        return sfb__ssp_mark(f->env.ssp, c->rank, clock);
+        return sfb__ssp_mark(f->env.ssp, sfb__comm_rank(c), clock);
     }
     if (n != 1 || sf[0].rows != f->K || sf[0].cols != f->D)
         return sfb__error(-SFB_ESHAPE, "fms: publish needs one %u x %u update, got %u of %u x %u",
@@ -400,7 +400,7 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
     size_t n_el = (size_t)f->K * f->D, row_bytes = (size_t)f->D * sizeof(float);
     struct sfb__buf *buf;
-    int ret = sfb__transport_buf_get(c->t, n_el * sizeof(float), &buf);
+    int ret = sfb__transport_buf_get(sfb__comm_transport(c), n_el * sizeof(float), &buf);
     if (ret) return ret;
     /* ΔA_own: the own SFs reconstructed into zeros, one sgemm */
     memset(buf->data, 0, n_el * sizeof(float));

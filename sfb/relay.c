@@ -2,10 +2,8 @@
 #include "config.h"
 #include "sfb/relay.h"
 #include "sfb/topo.h"
-#include "src/net/bootstrap.h"
 #include "src/net/comm.h"
 #include "src/base/common.h"
-#include "src/net/loop.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,10 +77,10 @@ static void kick(struct sfb__relay *r, uint32_t k)
     if (n == 1) {
         struct slice *s = &l->q[first];
         sent = s->buf;
-        ret = sfb__transport_send(r->c->t, l->dst, NULL, 0, s->buf, s->off, s->len, 0);
+        ret = sfb__transport_send(sfb__comm_transport(r->c), l->dst, NULL, 0, s->buf, s->off, s->len, 0);
         wire = s->len;
     } else {
-        ret = sfb__transport_buf_get(r->c->t, total, &sent);
+        ret = sfb__transport_buf_get(sfb__comm_transport(r->c), total, &sent);
         if (ret) {
             SFB_LOG_W("relay: no buffer of %zu bytes for a bundle: %s", total, sfb_strerror(ret));
             r->stalled = 1;
@@ -99,7 +97,7 @@ static void kick(struct sfb__relay *r, uint32_t k)
         struct sfb_wire_piece piece = {sent->data, total};
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         ret = sfb__comm_header(r->c, &h, &piece, 1, hdr);
-        if (!ret) ret = sfb__transport_send(r->c->t, l->dst, hdr, sizeof hdr, sent, 0, total, 0);
+        if (!ret) ret = sfb__transport_send(sfb__comm_transport(r->c), l->dst, hdr, sizeof hdr, sent, 0, total, 0);
         sfb__buf_put(sent); /* the transport holds its own reference */
         wire = total + SFB_WIRE_HDR_SIZE;
     }
@@ -209,7 +207,7 @@ static int on_data(void *user, struct sfb__frame *f, const struct sfb_wire_hdr *
         size_t inner_len;
         struct sfb_wire_hdr ih;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while (sfb__wire_bundle_next(&r->c->job, &it, &inner, &inner_len, &ih, &ip) == 1)
+        while (sfb__wire_bundle_next(sfb__comm_wire_job(r->c), &it, &inner, &inner_len, &ih, &ip) == 1)
             relay_one(r, f->buf, inner, inner_len, &ih, f->src);
     } else {
         relay_one(r, f->buf, f->data, f->len, &h, f->src);
@@ -239,12 +237,12 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
     struct sfb__relay *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
     r->c = c;
-    r->me = c->rank;
-    r->world = c->world;
+    r->me = sfb__comm_rank(c);
+    r->world = sfb__comm_world(c);
     r->nmat = nmat ? nmat : 1;
     r->flush_clock = flush_clock;
     r->released = flush_clock ? start_clock - 1 : INT64_MAX;
-    int ret = sfb_topo_open(&r->topo, topology ? topology : "full", c->world, degree);
+    int ret = sfb_topo_open(&r->topo, topology ? topology : "full", sfb__comm_world(c), degree);
     if (ret) goto fail;
     r->Q = sfb_topo_out_degree(r->topo);
     r->links = calloc(r->Q ? r->Q : 1, sizeof *r->links);
@@ -261,11 +259,11 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
     /* resumed at start_clock: every origin's earlier frames count as seen */
     for (uint32_t o = 0; o < r->world; o++)
         atomic_store(&r->seen[o].next, (uint64_t)(start_clock > 0 ? start_clock : 0) * r->nmat);
-    if (c->t && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
+    if (sfb__comm_transport(c) && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
     /* A frame that arrives before this rank's hook is installed would not be
      * forwarded: no rank publishes until every relay is in place. (The
      * shapes barrier in comm ran before the engine opened.) */
-    if (c->t && sfb_topo_diameter(r->topo) > 1 && (ret = sfb__bootstrap_barrier(c->bs)))
+    if (sfb__comm_transport(c) && sfb_topo_diameter(r->topo) > 1 && (ret = sfb__comm_barrier(c)))
         goto fail;
     *out = r;
     return 0;
@@ -287,7 +285,7 @@ void sfb__relay_close(struct sfb__relay **pr)
 {
     struct sfb__relay *r = *pr;
     if (!r) return;
-    if (r->c->t) sfb__comm_set_hooks(r->c, NULL, NULL, NULL);
+    if (sfb__comm_transport(r->c)) sfb__comm_set_hooks(r->c, NULL, NULL, NULL);
     if (r->links) {
         drop_all(r);
         for (uint32_t k = 0; k < r->Q; k++) free(r->links[k].q);
@@ -320,9 +318,9 @@ static void publish_in_loop(void *arg)
 
 int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock)
 {
-    if (!r->c->t) return 0;
+    if (!sfb__comm_transport(r->c)) return 0;
     struct pub p = {r, buf, len, clock};
-    return sfb__loop_call(r->c->loop, publish_in_loop, &p);
+    return sfb__comm_call(r->c, publish_in_loop, &p);
 }
 
 int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last)
@@ -352,9 +350,9 @@ static void boundary_in_loop(void *arg)
 
 int sfb__relay_boundary(struct sfb__relay *r, int64_t t)
 {
-    if (!r->c->t || !r->flush_clock) return 0;
+    if (!sfb__comm_transport(r->c) || !r->flush_clock) return 0;
     struct bound b = {r, t};
-    return sfb__loop_call(r->c->loop, boundary_in_loop, &b);
+    return sfb__comm_call(r->c, boundary_in_loop, &b);
 }
 
 uint32_t sfb__relay_max_hops(const struct sfb__relay *r)

@@ -503,12 +503,27 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
 
 /* ---- open ------------------------------------------------------------------ */
 
-int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+/* Rank and world from the settings (an explicit rendezvous) or SFB_*. */
+static int explicit_or_env(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
 {
+    if (s->world > 0) {
+        if (s->world > SFB__BOOTSTRAP_MAX_WORLD || s->rank < 0 || s->rank >= s->world)
+            return sfb__error(-SFB_EUSAGE, "bootstrap: rank %d of world %d: need 0 <= rank < "
+                              "world <= %d", s->rank, s->world, SFB__BOOTSTRAP_MAX_WORLD);
+        bs->size = s->world;
+        bs->rank = s->rank;
+        return 0;
+    }
     int r = parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
     if (!r) r = parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
+    return r;
+}
+
+int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+{
+    int r = explicit_or_env(bs, s);
     if (r) return r;
-    const char *ks = getenv("SFB_JOB_KEY");
+    const char *ks = s->world > 0 ? s->job_key : getenv("SFB_JOB_KEY");
     int key_given = ks && *ks;
     if (key_given && (r = sfb__bootstrap_parse_key(ks, &bs->key))) return r;
     bs->kind = SFB__BOOTSTRAP_ENV;
@@ -516,8 +531,10 @@ int sfb__boot_env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
         if (!key_given) bs->key = sfb__boot_random_key();
         return 0;
     }
-    const char *spec = getenv("SFB_RENDEZVOUS");
-    if (!spec || !*spec) return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS is not set (need host:port)");
+    const char *spec = s->world > 0 ? s->rendezvous : getenv("SFB_RENDEZVOUS");
+    if (!spec || !*spec)
+        return sfb__error(-SFB_EUSAGE, "%s is not set (need host:port)",
+                          s->world > 0 ? "the rendezvous" : "SFB_RENDEZVOUS");
     double hello_s;
     int max_pending = s->max_pending;
     if ((r = parse_seconds_env("SFB_RENDEZVOUS_HELLO_TIMEOUT", s->hello_timeout_s, &hello_s))) return r;

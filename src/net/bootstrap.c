@@ -58,6 +58,10 @@ void sfb__bootstrap_default_settings(struct sfb__bootstrap_settings *s)
     s->hello_timeout_s = 3;
     s->max_pending = 64;
     s->use_pmix = 1;
+    s->rank = 0;
+    s->world = 0;
+    s->rendezvous = NULL;
+    s->job_key = NULL;
 }
 
 int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap_settings *s)
@@ -72,7 +76,7 @@ int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap
     if (!bs) return -ENOMEM;
     bs->timeout_s = s->timeout_s;
     int r = 0, fallback = 1;
-    if (getenv("SFB_RANK")) {
+    if (s->world > 0 || getenv("SFB_RANK")) {
         fallback = 0;
         r = sfb__boot_env_open(bs, s);
     }

@@ -13,7 +13,6 @@
 #include "src/net/transport.h"
 #include "src/net/wire.h"
 
-#include <stdatomic.h>
 #include <stdint.h>
 
 struct sfb__bootstrap;
@@ -25,6 +24,10 @@ struct sfb__comm_settings {
     double heartbeat_s;        /* heartbeat period (default 0.5 s) */
     double peer_timeout_s;     /* a peer silent this long has failed (default 5 s) */
     double bootstrap_timeout_s; /* rendezvous and barriers (default 60 s) */
+    /* Explicit rendezvous (world > 0) instead of PMIx or the SFB_* variables;
+     * see sfb__bootstrap_settings. Default world 0. */
+    int rank, world;
+    const char *rendezvous, *job_key;
     enum sfb__progress progress; /* how the loop thread waits (default auto) */
     /* Frame validation: allowed (K, D) per matrix id and the largest S. */
     const struct sfb_wire_shape *shapes;
@@ -39,34 +42,8 @@ struct sfb__comm_settings {
     void *user;
 };
 
-struct sfb__comm {
-    uint32_t rank, world;
-    uint64_t job_key;
-    struct sfb__bootstrap *bs;
-    struct sfb__loop *loop;
-    struct sfb__transport *t; /* NULL when world == 1 */
-    struct sfb_wire_job job;
-    struct sfb_wire_stats wstats;
-    struct sfb_wire_shape shapes[8];
-    struct sfb__comm_settings s;
-    /* liveness (loop thread) */
-    struct sfb__loop_timer *hb;
-    double *last_heard;
-    double *last_sent;     /* when a send to each peer last completed */
-    uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
-    uint8_t *said_bye;
-    _Atomic int64_t *final_clock; /* a peer's last clock from its BYE (INT64_MAX: running) */
-    int *peer_pid;         /* every rank on this host: their pids, else NULL */
-    double *gone_since;    /* when a peer's process was first seen gone */
-    double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
-    double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
-    char anon_error[256];
-    /* failure, published to the compute thread */
-    _Atomic int failed;
-    _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
-    int failed_rank;
-    char reason[512];
-};
+/* Opaque: its fields are the network layer's (src/net/comm_impl.h). */
+struct sfb__comm;
 
 void sfb__comm_default_settings(struct sfb__comm_settings *s);
 
@@ -95,6 +72,8 @@ int sfb__comm_set_hooks(struct sfb__comm *c,
 
 /* Frames rejected by the wire checks so far. */
 uint64_t sfb__comm_rejected(const struct sfb__comm *c);
+/* Of which rejected for `reason` (src/net/wire.h). Any thread. */
+uint64_t sfb__comm_rejected_for(const struct sfb__comm *c, enum sfb_wire_reason reason);
 
 /* 0 while every peer is alive; -SFB_EPEER naming the failed rank (or the
  * ABORT reason a peer sent) once one is not. Any thread. */
@@ -142,5 +121,34 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last);
 
 /* Stops heartbeats, closes transport, loop and bootstrap. NULL is a no-op. */
 void sfb__comm_close(struct sfb__comm **c);
+
+/* ---- the facade's read side and collectives (src/net/comm_api.c) ---- */
+
+uint32_t sfb__comm_rank(const struct sfb__comm *c);
+uint32_t sfb__comm_world(const struct sfb__comm *c);
+uint64_t sfb__comm_job_key(const struct sfb__comm *c);
+/* The transport, NULL when world == 1 (then nothing is ever sent). Engines
+ * send and receive their frames through it. */
+struct sfb__transport *sfb__comm_transport(const struct sfb__comm *c);
+/* The job's wire parameters (key, world, shapes) for decoding frames. */
+const struct sfb_wire_job *sfb__comm_wire_job(const struct sfb__comm *c);
+/* Runs fn(arg) in the loop thread and returns once it ran (sfb__loop_call).
+ * Compute thread; world > 1 only. */
+int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg);
+/* The transport's counters, all zero when world == 1. */
+struct sfb__comm_traffic {
+    uint64_t bytes_sent, bytes_recv, frames_sent, frames_recv;
+};
+void sfb__comm_traffic(const struct sfb__comm *c, struct sfb__comm_traffic *out);
+
+/* Collectives over the bootstrap channel (not the fabric): every rank calls
+ * them in the same order. Bootstrap errors pass through unexplained (see
+ * sfb__comm_explain). Compute thread. */
+int sfb__comm_barrier(struct sfb__comm *c);
+/* Equal-length blobs: all (world * len bytes) receives rank r's at r * len. */
+int sfb__comm_allgather(struct sfb__comm *c, const void *mine, size_t len, void *all);
+/* sfb__agree over this job's ranks: 0 when every rank's text is equal,
+ * -SFB_ECONFIG on every rank naming the differing keys. */
+int sfb__comm_agree(struct sfb__comm *c, const char *text);
 
 #endif
