@@ -68,9 +68,9 @@ struct sfb_job;
  * of s->bootstrap_timeout_s ran out). Returns 0, -EINVAL (NULL argument),
  * -SFB_EVERSION (s->version unknown or reserved bytes set), -SFB_EUSAGE (bad
  * rank, world, rendezvous, key or progress), -ETIMEDOUT, -SFB_EPEER,
- * -SFB_EJOBKEY, -ENOMEM or a fabric code. The caller owns *job; on failure
- * *job is NULL. */
-SFB_API int sfb_job_open(struct sfb_job **job, const struct sfb_job_settings *s);
+ * -SFB_EJOBKEY, -ENOMEM or a fabric code. The caller owns *job_out; on failure
+ * *job_out is NULL. */
+SFB_API int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s);
 
 /* This worker's rank and the job's world size (UINT32_MAX for NULL). */
 SFB_API uint32_t sfb_job_rank(const struct sfb_job *job);

@@ -82,11 +82,11 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
     return 0;
 }
 
-int sfb_job_open(struct sfb_job **out, const struct sfb_job_settings *s)
+int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
 {
     SFB_ENTER();
-    SFB_ARG(out);
-    *out = NULL;
+    SFB_ARG(job_out);
+    *job_out = NULL;
     SFB_ARG(s);
     struct sfb__comm_settings cs;
     int ret = comm_settings(s, &cs);
@@ -97,7 +97,7 @@ int sfb_job_open(struct sfb_job **out, const struct sfb_job_settings *s)
         free(job);
         return ret;
     }
-    *out = job;
+    *job_out = job;
     return 0;
 }
 
@@ -284,6 +284,10 @@ int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *a
     SFB_ARG(job);
     SFB_ARG(mine);
     SFB_ARG(all);
+    if (sfb__comm_world(job->comm) == 1) {
+        memmove(all, mine, len);
+        return 0;
+    }
     int ret = sfb__comm_allgather(job->comm, mine, len, all);
     return ret ? sfb__comm_explain(job->comm, ret) : 0;
 }
