@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python"))
 import sfb  # noqa: E402
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
