@@ -2,7 +2,7 @@
  * clock table and a sync engine (sfb/sync.h) behind one opaque handle. It
  * is the only place above the network layer that holds a comm context. */
 #include "config.h"
-#include "sfb/job.h"
+#include <sfb/job.h>
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/net/comm.h"

@@ -4,7 +4,7 @@
 #ifndef SFB_SRC_JOB_INTERNAL_H
 #define SFB_SRC_JOB_INTERNAL_H
 
-#include "sfb/job.h"
+#include <sfb/job.h>
 
 #include <stdint.h>
 

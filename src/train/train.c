@@ -14,9 +14,9 @@
  * P·S that reads the same samples (each worker reads its own data shard:
  * SFB_DEBUG_SAMPLE_AS makes one worker read the P shards' union). */
 #include "config.h"
-#include "sfb/job.h"
-#include "sfb/model.h"
-#include "sfb/train.h"
+#include <sfb/job.h>
+#include <sfb/model.h>
+#include <sfb/train.h>
 #include "src/base/common.h"
 #include "src/base/rng.h"
 #include "src/base/timeline.h"

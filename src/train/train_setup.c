@@ -2,8 +2,8 @@
  * data shard, build the replica, compare settings across ranks, resume from
  * a checkpoint, attach the replica to the job. */
 #include "config.h"
-#include "sfb/job.h"
-#include "sfb/model.h"
+#include <sfb/job.h>
+#include <sfb/model.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
 #include "src/train/worker.h"

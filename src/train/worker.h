@@ -5,9 +5,9 @@
 #ifndef SFB_SRC_WORKER_H
 #define SFB_SRC_WORKER_H
 
-#include "sfb/job.h"
-#include "sfb/model.h"
-#include "sfb/train.h"
+#include <sfb/job.h>
+#include <sfb/model.h>
+#include <sfb/train.h>
 #include "src/base/rng.h"
 #include "src/data/data.h"
 #include "src/train/checkpoint.h"

@@ -1,6 +1,6 @@
 /* Prints "NAME SIZE" and "NAME.FIELD OFFSET" of the job API's structures,
  * for test/python/test_sfb.py to compare with python/sfb's ctypes mirror. */
-#include "sfb/job.h"
+#include <sfb/job.h>
 
 #include <stddef.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * given explicitly): settings and argument checks, the attach/wait/publish
  * order, shape checks, and the own update applied exactly. Multi-process
  * behaviour: test/integration/python_job.sh and mlr_numpy.sh. */
-#include "sfb/job.h"
+#include <sfb/job.h>
 #include "src/base/common.h"
 #include "test.h"
 
