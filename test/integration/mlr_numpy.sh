@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0; passes=0
 check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
-if ! "$PY" -c 'import numpy' 2>/dev/null; then [ $? = 77 ] && exit 77; fi
+"$PY" --check || exit 77
 # python/sfb finds this build's libsfb next to the example's tree
 timeout 150 "$SFB" launch -n 4 -- "$PY" "$EXAMPLE" >"$tmp/out" 2>&1; rc=$?
 tail -n 4 "$tmp/out"

@@ -67,6 +67,11 @@ check "usage: -n 0 (rc=$rc)" "[ $rc = 2 ] && grep -q 'expected an integer in 1..
 timeout 10 "$SFB" launch -n 2 >/dev/null 2>"$tmp/u.err"; rc=$?
 check "usage: no command (rc=$rc)" "[ $rc = 2 ] && grep -q 'no command given' '$tmp/u.err'"
 
+if ! "$PY" --check; then
+  echo "$passes passed, $fails failed (the Python cases skipped)"
+  [ $fails = 0 ]; exit
+fi
+
 # 5. a Python job: exact sums on every rank, BSP and SSP, both engines
 for cfg in "sfb 0" "sfb 2" "fms 0"; do
   set -- $cfg
