@@ -4,7 +4,7 @@
  * (python/sfb) are both built on it.
  *
  *     sfb_job_default_settings(&s);         rank, world, rendezvous
- *     sfb_job_open(&job, &s);               PMIx, SFB_* environment or explicit
+ *     sfb_job_open(&job, &s);               explicit, SFB_* environment or PMIx
  *     sfb_job_default_attach(&a);           matrices, engine, staleness
  *     sfb_job_attach(job, &a);
  *     for t in 0 .. T-1:
@@ -41,10 +41,10 @@ extern "C" {
  * for fields of later versions and must stay zero. */
 struct sfb_job_settings {
     uint32_t version;
-    /* world 0 (default): rank and world come from PMIx (mpirun, srun
-     * --mpi=pmix) or the environment rendezvous (SFB_RANK, SFB_WORLD_SIZE,
-     * SFB_RENDEZVOUS, SFB_JOB_KEY, as `sfb launch` sets them), else this is
-     * a single worker. world > 0: explicit, whatever the environment says;
+    /* world 0 (default): rank and world come from the environment
+     * rendezvous (SFB_RANK, SFB_WORLD_SIZE, SFB_RENDEZVOUS, SFB_JOB_KEY, as
+     * `sfb launch` sets them) when SFB_RANK is set, else from PMIx (mpirun,
+     * srun --mpi=pmix), else this is a single worker. world > 0: explicit, whatever the environment says;
      * rendezvous ("host:port" where rank 0 listens) is needed for world > 1
      * and job_key (NULL: rank 0 draws one) is optional. */
     uint32_t rank, world;
@@ -79,7 +79,8 @@ SFB_API uint32_t sfb_job_world(const struct sfb_job *job);
 /* The replicas this job synchronizes and how. */
 struct sfb_job_attach {
     uint32_t version;        /* SFB_JOB_SETTINGS_VERSION */
-    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES (world > 1: 1) */
+    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES (world > 1: 1,
+                                else -SFB_ENOTIMPL) */
     struct sfb_matrix *mats; /* n replicas, row-major float; the caller keeps
                                 them alive and at the same address until
                                 close, and writes them only between calls */
@@ -117,15 +118,16 @@ struct sfb_job_clock {
     int64_t min_applied;    /* wait: the oldest clock applied of every origin */
 };
 
-/* The SSP gate of `clock` (0, 1, 2, … in order, from start_clock): blocks
- * until every origin's updates through clock − staleness − 1 are applied to
- * the replicas (with apply_early, whatever else arrived too). `acct` may be
- * NULL. Returns 0, -SFB_EUSAGE (no attach, clock out of order), -SFB_EPEER
- * naming the failed rank, or -ETIMEDOUT. */
+/* The SSP gate of `clock`: blocks until every origin's updates through
+ * clock − staleness − 1 are applied to the replicas (with apply_early,
+ * whatever else arrived too). Clocks go in order: wait(t), publish(t),
+ * wait(t + 1), … from start_clock, each once. `acct` may be NULL. Returns 0,
+ * -SFB_EUSAGE (no attach, clock out of order), -SFB_EPEER naming the failed
+ * rank, or -ETIMEDOUT. */
 SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct);
 
 /* Publishes this worker's SFs of `clock` (after its wait), one per
- * attached matrix, sf[m] for matrix m (dense or CSR c, s <= max_s, shapes
+ * attached matrix, sf[m] for matrix m (dense or CSR c, 1 <= s <= max_s, shapes
  * equal to the matrix's): sets their matrix, origin and clock fields, sends
  * them to the peers and applies them to the own replicas at once. The job
  * copies what it needs; sf stays the caller's. Returns 0, -EINVAL,
@@ -133,9 +135,11 @@ SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_cloc
  * peer's failure. */
 SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n);
 
-/* Waits for and applies every peer update of clocks <= last (for a
- * consistent view mid-run, e.g. before a checkpoint; pair it with
- * sfb_job_barrier). `acct` may be NULL. */
+/* Waits for and applies every peer update of clocks <= last, where last is
+ * at most the last clock published here (for a consistent view mid-run,
+ * e.g. before a checkpoint; pair it with sfb_job_barrier). `acct` may be
+ * NULL. Returns 0, -SFB_EUSAGE (no attach, last out of range) or a peer's
+ * failure. */
 SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct);
 
 /* Collective over the bootstrap channel: returns once every rank entered
@@ -151,8 +155,9 @@ SFB_API int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len,
  * each differing key and two ranks' values. */
 SFB_API int sfb_job_agree(struct sfb_job *job, const char *text);
 
-/* The orderly end after the last clock `last` (-1: none computed): drains
- * every update <= last, says goodbye and waits until every rank got here,
+/* The orderly end after the last clock `last` (-1: none computed; at most
+ * the last clock published): drains every update <= last, says goodbye and
+ * waits until every rank got here,
  * so every replica ends identical (BSP and SSP alike). After it, only
  * sfb_job_stats and sfb_job_close. */
 SFB_API int sfb_job_finish(struct sfb_job *job, int64_t last);

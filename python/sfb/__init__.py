@@ -257,9 +257,9 @@ class Job:
         self._sfs = (_SF * len(mats))()
 
     def wait(self, clock):
-        """The SSP gate of `clock`: returns the replicas (the attached arrays
-        themselves, every peer's updates through clock - staleness - 1
-        applied). What the wait did (wait_s, apply_s, applied, staleness,
+        """The SSP gate of `clock` (in order: wait(t), publish(t), wait(t+1),
+        ...): returns the replicas (the attached arrays themselves, every
+        peer's updates through clock - staleness - 1 applied). What the wait did (wait_s, apply_s, applied, staleness,
         min_applied, ...) is left in self.last_wait."""
         acct = _Clock()
         _check(library().sfb_job_wait(self._handle(), clock, ctypes.byref(acct)))

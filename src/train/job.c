@@ -5,6 +5,7 @@
 #include <sfb/job.h>
 #include "sfb/sync.h"
 #include "src/base/common.h"
+#include "src/base/timeline.h"
 #include "src/net/comm.h"
 #include "src/net/ssp.h"
 #include "src/train/job_internal.h"
@@ -19,6 +20,9 @@ struct sfb_job {
     void *engine_priv;
     struct sfb_matrix mats[SFB_JOB_MAX_MATRICES];
     uint32_t nmat, max_s;
+    /* the clock protocol: wait(next), publish(next), next + 1, ... */
+    int64_t next;   /* the clock the next wait is for */
+    int waited;     /* wait(next) returned; its publish is due */
 };
 
 static int reserved_zero(const uint8_t *r, size_t n)
@@ -136,6 +140,9 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     if (a->start_clock < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: start clock %lld",
                           (long long)a->start_clock);
+    if (a->n > 1 && sfb__comm_world(job->comm) > 1)
+        return sfb__error(-SFB_ENOTIMPL, "sfb_job_attach: %u matrices; jobs of more than one "
+                          "worker synchronize one", a->n);
     return 0;
 }
 
@@ -183,7 +190,9 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     }
     job->nmat = a->n;
     job->max_s = a->max_s;
+    job->next = a->start_clock;
     if ((ret = sfb__comm_set_shapes(job->comm, shapes.v, a->n, a->max_s))) return ret;
+    sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
     if (!job->ssp_open) {
         ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), a->staleness, a->start_clock);
         if (ret) return ret;
@@ -213,9 +222,14 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
     SFB_ARG(job);
     int ret = need_engine(job, __func__);
     if (ret) return ret;
+    if (clock != job->next || job->waited)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_wait: clock %lld out of order: the next wait is "
+                          "for clock %lld%s", (long long)clock, (long long)job->next,
+                          job->waited ? ", after its publish" : "");
     struct sfb__sync_clock a = {0};
     if ((ret = job->engine->wait(job->engine_priv, clock, &a))) return ret;
     if ((ret = sfb__ssp_record(&job->ssp, clock))) return ret;
+    job->waited = 1;
     to_public(acct, &a);
     if (acct) acct->min_applied = job->ssp.record[clock];
     return 0;
@@ -231,10 +245,13 @@ static int check_sfs(const struct sfb_job *job, const struct sfb_sf *sf, uint32_
             return sfb__error(-SFB_ESHAPE, "sfb_job_publish: SF %u is for %u x %u, matrix %u is "
                               "%u x %u", m, sf[m].rows, sf[m].cols, m, job->mats[m].rows,
                               job->mats[m].cols);
+        if (sf[m].s == 0)
+            return sfb__error(-SFB_ESHAPE, "sfb_job_publish: SF %u has no sample (a clock with "
+                              "nothing to add publishes one sample of zeros)", m);
         if (sf[m].s > job->max_s)
             return sfb__error(-SFB_ESHAPE, "sfb_job_publish: SF %u has %u samples, more than "
                               "max_s %u", m, sf[m].s, job->max_s);
-        if (sf[m].s && (!sf[m].b || (!sf[m].sparse_c && !sf[m].c) ||
+        if ((!sf[m].b || (!sf[m].sparse_c && !sf[m].c) ||
                         (sf[m].sparse_c && (!sf[m].c_row_ptr || !sf[m].c_col || !sf[m].c_val))))
             return sfb__error(-EINVAL, "sfb_job_publish: SF %u has a NULL array", m);
     }
@@ -247,6 +264,10 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
     SFB_ARG(job);
     SFB_ARG(sf);
     int ret = need_engine(job, __func__);
+    if (!ret && (clock != job->next || !job->waited))
+        ret = sfb__error(-SFB_EUSAGE, "sfb_job_publish: clock %lld out of order: clock %lld is "
+                         "due, %s", (long long)clock, (long long)job->next,
+                         job->waited ? "waited for" : "after its wait");
     if (!ret) ret = check_sfs(job, sf, n);
     if (ret) return ret;
     for (uint32_t m = 0; m < n; m++) {
@@ -254,7 +275,20 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
         sf[m].origin = sfb__comm_rank(job->comm);
         sf[m].clock = clock;
     }
-    return job->engine->publish(job->engine_priv, clock, sf, n);
+    if ((ret = job->engine->publish(job->engine_priv, clock, sf, n))) return ret;
+    job->waited = 0;
+    job->next++;
+    return 0;
+}
+
+/* Waiting for updates of clocks this rank has not published would never
+ * end under BSP: `last` is at most the last published clock. */
+static int check_last(const struct sfb_job *job, int64_t last, const char *fn)
+{
+    if (last < -1 || last >= job->next)
+        return sfb__error(-SFB_EUSAGE, "%s: clock %lld: expected -1 .. %lld, the last clock "
+                          "published", fn, (long long)last, (long long)job->next - 1);
+    return 0;
 }
 
 int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
@@ -262,6 +296,7 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
     SFB_ENTER();
     SFB_ARG(job);
     int ret = need_engine(job, __func__);
+    if (!ret) ret = check_last(job, last, __func__);
     if (ret) return ret;
     struct sfb__sync_clock a = {0};
     ret = job->engine->drain(job->engine_priv, last, &a);
@@ -308,8 +343,9 @@ int sfb_job_finish(struct sfb_job *job, int64_t last)
 {
     SFB_ENTER();
     SFB_ARG(job);
-    if (job->engine && last >= 0) {
-        int ret = sfb_job_drain(job, last, NULL);
+    if (job->engine) {
+        int ret = check_last(job, last, __func__);
+        if (!ret && last >= 0) ret = sfb_job_drain(job, last, NULL);
         if (ret) return ret;
     }
     return sfb__comm_finish(job->comm, last);

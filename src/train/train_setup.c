@@ -276,8 +276,8 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     int ret = join(w);
     if (!ret) ret = prepare(w);
     if (ret) return ret;
+    /* attach marks SFB__PH_SHAPES between the shapes' barrier and the engine */
     if ((ret = attach(w))) return ret;
-    sfb__phase_mark(SFB__PH_SHAPES);
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
     if (w->start) w->debug_rng = w->resume_rng;
     ret = sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);

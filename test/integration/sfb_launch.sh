@@ -2,8 +2,8 @@
 # `sfb launch -n P -- CMD`: P copies of any command with the rendezvous
 # environment; a failed copy named with its rank and pid, the others stopped
 # within a fixed bound (SIGTERM, SIGKILL 3 s later); signals forwarded; a
-# Python job (python/sfb) that adds up exactly, and one whose rank exits
-# mid-run. Usage: sfb_launch.sh SFB RUN_PY JOB_SUM_PY
+# Python job (python/sfb) that adds up exactly, one whose rank exits
+# mid-run, and one whose ranks join with an explicit rendezvous. Usage: sfb_launch.sh SFB RUN_PY JOB_SUM_PY
 set -uo pipefail
 SFB=$1; PY=$2; JOB=$3
 tmp=$(mktemp -d)
@@ -94,6 +94,16 @@ check "python failure: the failed rank's pid is its own ($failed)" \
   "[ -n '$failed' ] && grep -qx '\[$1\] pid=$2' '$tmp/k.out'"
 check "python failure: stopped within 20 s (took $dt s)" "within $dt 20"
 cat "$tmp/k.err"; grep -h "sfb error" "$tmp/k.out" | head -3
+
+# 7. explicit rendezvous: two ranks started by hand, no SFB_* environment
+port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  env -u SFB_RANK -u SFB_WORLD_SIZE -u SFB_RENDEZVOUS -u SFB_JOB_KEY timeout 60 "$PY" "$JOB" \
+    --clocks 10 --rank $r --world 2 --rendezvous 127.0.0.1:$port >"$tmp/x.$r" 2>&1 &
+  xp[$r]=$!; bg+=($!)
+done
+for r in 0 1; do wait "${xp[$r]}"; rc=$?; check "explicit rank $r: exit 0 (rc=$rc)" "[ $rc = 0 ]"; done
+check "explicit: both exact" "grep -qx 'rank 0 ok: A = 30 everywhere (want 30)' '$tmp/x.0' && grep -qx 'rank 1 ok: A = 30 everywhere (want 30)' '$tmp/x.1'"
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

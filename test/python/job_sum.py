@@ -2,7 +2,8 @@
 publishes, every clock, factors whose update adds (r + 1) to every entry of
 A (3 x 4). After finish every replica must hold exactly clocks * P(P+1)/2.
 --fail-rank R --fail-clock T: rank R exits with status 3 at clock T
-(through the Job's context manager, which tells the peers)."""
+(through the Job's context manager, which tells the peers). --rank, --world
+and --rendezvous join explicitly instead of through the environment."""
 import argparse
 import os
 import sys
@@ -18,11 +19,15 @@ ap.add_argument("--staleness", type=int, default=0)
 ap.add_argument("--engine", default="sfb")
 ap.add_argument("--fail-rank", type=int, default=-1)
 ap.add_argument("--fail-clock", type=int, default=-1)
+ap.add_argument("--rank", type=int, default=None, help="explicit rendezvous: this rank")
+ap.add_argument("--world", type=int, default=None, help="explicit rendezvous: the world")
+ap.add_argument("--rendezvous", default=None, help="explicit rendezvous: host:port")
 args = ap.parse_args()
 
 print("pid=%d" % os.getpid(), flush=True)
 try:
-    with sfb.Job(peer_timeout_s=3) as job:
+    with sfb.Job(rank=args.rank, world=args.world, rendezvous=args.rendezvous,
+                 peer_timeout_s=3) as job:
         A = np.zeros((3, 4), np.float32)
         job.attach([A], max_s=2, engine=args.engine, staleness=args.staleness)
         b = np.full((2, 3), job.rank + 1, np.float32)

@@ -61,6 +61,10 @@ for t in range(2):
     check("wait returns the replica", R is A)
     job.publish(t, [(b, c, 0.5)])
 check("update", np.array_equal(A, [[1, 3, 5], [2, 4, 8]]), str(A))
+raises("publish before its wait", lambda: job.publish(2, [(b, c, 1.0)]),
+       "clock 2 is due, after its wait")
+raises("wait out of order", lambda: job.wait(5), "clock 5 out of order")
+job.wait(2)
 raises("publish shape", lambda: job.publish(2, [(b, np.ones((2, 4), np.float32), 1.0)]),
        "SF 0 is for 2 x 4, matrix 0 is 2 x 3")
 raises("publish samples", lambda: job.publish(2, [(np.ones((3, 2), np.float32),

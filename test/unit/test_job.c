@@ -127,8 +127,16 @@ static int test_order_and_shapes(void)
     a.n = 1;
     ASSERT_OK(sfb_job_attach(job, &a));
     ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "already attached");
-    ASSERT_OK(sfb_job_wait(job, 0, NULL));
+    /* clocks in order: wait(t), publish(t), wait(t + 1), ... */
     float b[6] = {1, 2, 3, 4, 5, 6}, c[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    float zeros[3] = {0};
+    struct sfb_sf ok = {.rows = 2, .cols = 3, .s = 1, .scale = 1, .b = zeros, .c = c};
+    ASSERT_FAILS(sfb_job_wait(job, 1, NULL), -SFB_EUSAGE, "clock 1 out of order: the next wait is for clock 0");
+    ASSERT_FAILS(sfb_job_publish(job, 0, &ok, 1), -SFB_EUSAGE, "clock 0 is due, after its wait");
+    ASSERT_FAILS(sfb_job_drain(job, 0, NULL), -SFB_EUSAGE, "expected -1 .. -1");
+    ASSERT_OK(sfb_job_wait(job, 0, NULL));
+    ASSERT_FAILS(sfb_job_wait(job, 0, NULL), -SFB_EUSAGE, "after its publish");
+    ASSERT_FAILS(sfb_job_publish(job, 1, &ok, 1), -SFB_EUSAGE, "clock 1 out of order: clock 0 is due");
     struct sfb_sf sf = {.rows = 3, .cols = 3, .s = 2, .scale = 1, .b = b, .c = c};
     ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -SFB_ESHAPE, "SF 0 is for 3 x 3, matrix 0 is 2 x 3");
     sf.rows = 2;
@@ -136,8 +144,16 @@ static int test_order_and_shapes(void)
     ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -SFB_ESHAPE, "3 samples, more than max_s 2");
     sf.s = 2;
     ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 2), -SFB_EUSAGE, "2 SFs for 1 attached matrices");
+    sf.s = 0;
+    ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -SFB_ESHAPE, "SF 0 has no sample");
+    sf.s = 2;
     sf.b = NULL;
     ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -EINVAL, "SF 0 has a NULL array");
+    ASSERT_OK(sfb_job_publish(job, 0, &ok, 1)); /* one sample of zeros: nothing added */
+    ASSERT_OK(sfb_job_drain(job, 0, NULL));
+    ASSERT_FAILS(sfb_job_finish(job, 1), -SFB_EUSAGE, "expected -1 .. 0");
+    ASSERT_OK(sfb_job_finish(job, 0));
+    for (int i = 0; i < 6; i++) ASSERT_EQ(data[i], 0);
     sfb_job_close(&job);
     ASSERT(job == NULL);
     return 0;
