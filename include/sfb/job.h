@@ -164,7 +164,9 @@ SFB_API int sfb_job_finish(struct sfb_job *job, int64_t last);
 
 /* Best effort, after a failure: tells every peer that this job is aborted,
  * with `reason` (NULL: "aborted"), so they fail at once naming it. Skipped
- * when the failure came from a peer that the others know of already. */
+ * when the failure came from a peer that the others know of already, and
+ * after a successful sfb_job_finish (the job is complete; the peers may be
+ * leaving). */
 SFB_API void sfb_job_abort(struct sfb_job *job, const char *reason);
 
 /* Counters since open (monotonic). */

@@ -23,6 +23,7 @@ struct sfb_job {
     /* the clock protocol: wait(next), publish(next), next + 1, ... */
     int64_t next;   /* the clock the next wait is for */
     int waited;     /* wait(next) returned; its publish is due */
+    int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
 };
 
 static int reserved_zero(const uint8_t *r, size_t n)
@@ -348,12 +349,16 @@ int sfb_job_finish(struct sfb_job *job, int64_t last)
         if (!ret && last >= 0) ret = sfb_job_drain(job, last, NULL);
         if (ret) return ret;
     }
-    return sfb__comm_finish(job->comm, last);
+    int ret = sfb__comm_finish(job->comm, last);
+    job->finished = !ret;
+    return ret;
 }
 
 void sfb_job_abort(struct sfb_job *job, const char *reason)
 {
-    if (!job) return;
+    /* after a finish every rank holds every update: a later failure (say,
+     * writing this rank's results) is this rank's alone */
+    if (!job || job->finished) return;
     if (!sfb__comm_peers_know(job->comm)) sfb__comm_abort(job->comm, reason ? reason : "aborted");
 }
 
@@ -395,7 +400,9 @@ void sfb_job_close(struct sfb_job **pjob)
 
 int sfb__job_finish_after_drain(struct sfb_job *job, int64_t last)
 {
-    return sfb__comm_finish(job->comm, last);
+    int ret = sfb__comm_finish(job->comm, last);
+    job->finished = !ret;
+    return ret;
 }
 
 const uint64_t *sfb__job_staleness_hist(struct sfb_job *job)
