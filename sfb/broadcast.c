@@ -55,8 +55,8 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     struct bcast *b = priv;
     b->env = *env;
     b->c = env->comm;
-    b->nmat = sfb_model_n_matrices(env->model);
-    b->from = calloc(b->c->world, sizeof *b->from);
+    b->nmat = env->nmat;
+    b->from = calloc(sfb__comm_world(b->c), sizeof *b->from);
     int ret = b->from ? 0 : -ENOMEM;
     if (!ret)
         ret = sfb__relay_open(&b->relay, b->c, env->topology, env->degree, env->flush_clock,
@@ -93,7 +93,7 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
     const char *why = NULL;
     if (h->type != SFB_WIRE_SF)
         why = "not an SF frame";
-    else if (h->origin == b->c->rank)
+    else if (h->origin == sfb__comm_rank(b->c))
         why = "claims to carry this rank's own update";
     else if (sfb__ssp_is_applied(b->env.ssp, h->origin, h->clock) ||
              is_pending(b, h->origin, h->clock, h->matrix))
@@ -167,7 +167,7 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
         for (size_t i = 0; i < n; i++)
             if (b->pend[i].matrix == m) b->list[k++] = &b->pend[i].view;
         if (!k) continue;
-        int ret = sfb_reconstruct_apply(b->recon, sfb_model_matrix(b->env.model, m), b->list, k);
+        int ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], b->list, k);
         if (ret) return ret;
     }
     for (size_t i = 0; i < n; i++) {
@@ -231,7 +231,7 @@ static int boundary(struct bcast *b, int64_t t, int64_t last)
 static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 {
     struct bcast *b = priv;
-    if (b->relay && sfb__relay_flush_clock(b->relay) && b->c->world > 1) {
+    if (b->relay && sfb__relay_flush_clock(b->relay) && sfb__comm_world(b->c) > 1) {
         /* The frames still in the pipeline need up to max-hops more
          * boundaries; then forward eagerly. */
         uint32_t h = sfb__relay_max_hops(b->relay);
@@ -253,7 +253,7 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
     struct bcast *b = priv;
     struct sfb__comm *c = b->c;
     for (uint32_t m = 0; m < n; m++) {
-        if (c->world > 1) {
+        if (sfb__comm_world(c) > 1) {
             int sparse;
             uint64_t nnz;
             size_t size = sfb__sf_choose(&sf[m], &sparse, &nnz);
@@ -267,7 +267,7 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
             }
             struct sfb__wire_hdr h = {
                 .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
-                .origin = c->rank, .sender = c->rank, .clock = clock, .matrix = m,
+                .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock, .matrix = m,
                 .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
             struct sfb__wire_piece piece = {payload, size};
             ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
@@ -276,14 +276,14 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
             if (ret) return ret;
         }
         const struct sfb_sf *one = &sf[m];
-        int ret = sfb_reconstruct_apply(b->recon, sfb_model_matrix(b->env.model, m), &one, 1);
+        int ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], &one, 1);
         if (ret) return ret;
     }
-    if (c->world > 1) {
+    if (sfb__comm_world(c) > 1) {
         int ret = boundary(b, clock, clock);
         if (ret) return ret;
     }
-    return sfb__ssp_mark(b->env.ssp, c->rank, clock);
+    return sfb__ssp_mark(b->env.ssp, sfb__comm_rank(c), clock);
 }
 
 static void bc_report(void *priv, struct sfb__sync_report *rep)

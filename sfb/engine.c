@@ -25,12 +25,12 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
     int ret = 0;
     for (;;) {
         struct sfb__frame f;
-        if (c->world > 1)
+        if (sfb__comm_world(c) > 1)
             while (sfb__comm_recv(c, &f, 0) == 0) w->take(w->priv, &f);
         if ((ret = w->progress(w->priv, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(ssp) >= required) break;
         if ((ret = sfb__comm_check_wait(c, required))) break;
-        if (c->world == 1) {
+        if (sfb__comm_world(c) == 1) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;
         }

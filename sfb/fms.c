@@ -84,12 +84,12 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     struct fms *f = priv;
     f->env = *env;
     f->c = env->comm;
-    f->rank = f->c->rank;
-    f->world = f->c->world;
-    f->nmat = sfb_model_n_matrices(env->model);
+    f->rank = sfb__comm_rank(f->c);
+    f->world = sfb__comm_world(f->c);
+    f->nmat = env->nmat;
     if (f->world > 1 && f->nmat != 1)
         return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices; distributed FMS supports one", f->nmat);
-    f->a = sfb_model_matrix(env->model, 0);
+    f->a = &env->mats[0];
     f->K = f->a->rows;
     f->D = f->a->cols;
     f->r0 = block_start(f, f->rank);
@@ -350,7 +350,7 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
                            struct sfb__sync_clock *acct)
 {
     struct fms *f = priv;
-    int ret = f->c->world > 1 ? form_sums(f) : 0;
+    int ret = sfb__comm_world(f->c) > 1 ? form_sums(f) : 0;
     return ret ? ret : apply_ready(f, limit, now_clock, required, acct);
 }
 
@@ -381,14 +381,14 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
 {
     struct fms *f = priv;
     struct sfb__comm *c = f->c;
-    if (c->world == 1) {
+    if (sfb__comm_world(c) == 1) {
         /* nothing to share: the own update is the whole update */
         for (uint32_t m = 0; m < n; m++) {
             const struct sfb_sf *one = &sf[m];
-            int ret = sfb_reconstruct_apply(f->recon, sfb_model_matrix(f->env.model, m), &one, 1);
+            int ret = sfb_reconstruct_apply(f->recon, &f->env.mats[m], &one, 1);
             if (ret) return ret;
         }
-        return sfb__ssp_mark(f->env.ssp, c->rank, clock);
+        return sfb__ssp_mark(f->env.ssp, sfb__comm_rank(c), clock);
     }
     if (n != 1 || sf[0].rows != f->K || sf[0].cols != f->D)
         return sfb__error(-SFB_ESHAPE, "fms: publish needs one %u x %u update, got %u of %u x %u",

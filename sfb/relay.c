@@ -207,7 +207,7 @@ static int on_data(void *user, struct sfb__frame *f, const struct sfb__wire_hdr 
         size_t inner_len;
         struct sfb__wire_hdr ih;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while (sfb__wire_bundle_next(&r->c->job, &it, &inner, &inner_len, &ih, &ip) == 1)
+        while (sfb__wire_bundle_next(sfb__comm_wire_job(r->c), &it, &inner, &inner_len, &ih, &ip) == 1)
             relay_one(r, f->buf, inner, inner_len, &ih, f->src);
     } else {
         relay_one(r, f->buf, f->data, f->len, &h, f->src);
@@ -237,12 +237,12 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
     struct sfb__relay *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
     r->c = c;
-    r->me = c->rank;
-    r->world = c->world;
+    r->me = sfb__comm_rank(c);
+    r->world = sfb__comm_world(c);
     r->nmat = nmat ? nmat : 1;
     r->flush_clock = flush_clock;
     r->released = flush_clock ? start_clock - 1 : INT64_MAX;
-    int ret = sfb_topo_open(&r->topo, topology ? topology : "full", c->world, degree);
+    int ret = sfb_topo_open(&r->topo, topology ? topology : "full", sfb__comm_world(c), degree);
     if (ret) goto fail;
     r->Q = sfb_topo_out_degree(r->topo);
     r->links = calloc(r->Q ? r->Q : 1, sizeof *r->links);
@@ -259,11 +259,11 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
     /* resumed at start_clock: every origin's earlier frames count as seen */
     for (uint32_t o = 0; o < r->world; o++)
         atomic_store(&r->seen[o].next, (uint64_t)(start_clock > 0 ? start_clock : 0) * r->nmat);
-    if (c->world > 1 && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
+    if (sfb__comm_world(c) > 1 && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
     /* A frame that arrives before this rank's hook is installed would not be
      * forwarded: no rank publishes until every relay is in place. (The
      * shapes barrier in comm ran before the engine opened.) */
-    if (c->world > 1 && sfb_topo_diameter(r->topo) > 1 && (ret = sfb__comm_barrier(c)))
+    if (sfb__comm_world(c) > 1 && sfb_topo_diameter(r->topo) > 1 && (ret = sfb__comm_barrier(c)))
         goto fail;
     *out = r;
     return 0;
@@ -285,7 +285,7 @@ void sfb__relay_close(struct sfb__relay **pr)
 {
     struct sfb__relay *r = *pr;
     if (!r) return;
-    if (r->c->world > 1) sfb__comm_set_hooks(r->c, NULL, NULL, NULL);
+    if (sfb__comm_world(r->c) > 1) sfb__comm_set_hooks(r->c, NULL, NULL, NULL);
     if (r->links) {
         drop_all(r);
         for (uint32_t k = 0; k < r->Q; k++) free(r->links[k].q);
@@ -318,7 +318,7 @@ static void publish_in_loop(void *arg)
 
 int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock)
 {
-    if (r->c->world == 1) return 0;
+    if (sfb__comm_world(r->c) == 1) return 0;
     struct pub p = {r, buf, len, clock};
     return sfb__comm_call(r->c, publish_in_loop, &p);
 }
@@ -350,7 +350,7 @@ static void boundary_in_loop(void *arg)
 
 int sfb__relay_boundary(struct sfb__relay *r, int64_t t)
 {
-    if (r->c->world == 1 || !r->flush_clock) return 0;
+    if (sfb__comm_world(r->c) == 1 || !r->flush_clock) return 0;
     struct bound b = {r, t};
     return sfb__comm_call(r->c, boundary_in_loop, &b);
 }

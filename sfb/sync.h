@@ -10,7 +10,6 @@
 #ifndef SFB_SYNC_H
 #define SFB_SYNC_H
 
-#include <sfb/model.h>
 #include <sfb/sf.h>
 
 #include <stdint.h>
@@ -21,7 +20,10 @@ struct sfb__ssp;
 /* What the runtime hands an engine. */
 struct sfb__sync_env {
     struct sfb__comm *comm;
-    struct sfb_model *model;
+    /* the replica the engine updates in place: nmat matrices, owned by the
+     * caller and alive until close */
+    struct sfb_matrix *mats;
+    uint32_t nmat;
     struct sfb__ssp *ssp;
     int apply_early; /* apply updates before SSP requires them */
     int64_t staleness;    /* SSP s (-1: asynchronous) */

@@ -9,5 +9,6 @@
 #include <sfb/train.h>
 #include <sfb/topo.h>
 #include <sfb/launch.h>
+#include <sfb/job.h>
 
 #endif

@@ -60,6 +60,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker")) return cli_worker(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cli_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "launch")) return cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "topo")) return sfb_cli_topo(argc - 1, argv + 1);
     fprintf(stderr, "sfb: unknown command \"%s\"\n\n", cmd);
     usage(stderr);

@@ -347,12 +347,24 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
 
 /* ---- open ------------------------------------------------------------------ */
 
+/* Rank and world from the settings (an explicit rendezvous) or SFB_*, then
+ * the rendezvous itself. */
 static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
 {
-    int r = sfb__boot_parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
-    if (!r) r = sfb__boot_parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
+    int r = 0;
+    if (s->world > 0) {
+        if (s->world > SFB__BOOTSTRAP_MAX_WORLD || s->rank < 0 || s->rank >= s->world)
+            return sfb__error(-SFB_EUSAGE, "bootstrap: rank %d of world %d: need 0 <= rank < "
+                              "world <= %d", s->rank, s->world, SFB__BOOTSTRAP_MAX_WORLD);
+        bs->size = s->world;
+        bs->rank = s->rank;
+    } else {
+        r = sfb__boot_parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1,
+                                    SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
+        if (!r) r = sfb__boot_parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
+    }
     if (r) return r;
-    const char *ks = getenv("SFB_JOB_KEY");
+    const char *ks = s->world > 0 ? s->job_key : getenv("SFB_JOB_KEY");
     int key_given = ks && *ks;
     if (key_given && (r = sfb__bootstrap_parse_key(ks, &bs->key))) return r;
     bs->kind = SFB__BOOTSTRAP_ENV;
@@ -360,8 +372,10 @@ static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
         if (!key_given) bs->key = sfb__boot_random_key();
         return 0;
     }
-    const char *spec = getenv("SFB_RENDEZVOUS");
-    if (!spec || !*spec) return sfb__error(-SFB_EUSAGE, "SFB_RENDEZVOUS is not set (need host:port)");
+    const char *spec = s->world > 0 ? s->rendezvous : getenv("SFB_RENDEZVOUS");
+    if (!spec || !*spec)
+        return sfb__error(-SFB_EUSAGE, "%s is not set (need host:port)",
+                          s->world > 0 ? "the rendezvous" : "SFB_RENDEZVOUS");
     double hello_s;
     int max_pending = s->max_pending;
     if ((r = parse_seconds_env("SFB_RENDEZVOUS_HELLO_TIMEOUT", s->hello_timeout_s, &hello_s))) return r;
@@ -542,7 +556,7 @@ static void env_close(struct sfb__bootstrap *bs)
 
 static int env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s, int *taken)
 {
-    *taken = getenv("SFB_RANK") != NULL;
+    *taken = s->world > 0 || getenv("SFB_RANK") != NULL;
     if (!*taken) return 0;
     int r = env_open_world(bs, s);
     if (r) env_close(bs);

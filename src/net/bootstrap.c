@@ -20,6 +20,10 @@ void sfb__bootstrap_default_settings(struct sfb__bootstrap_settings *s)
     s->hello_timeout_s = 3;
     s->max_pending = 64;
     s->use_pmix = 1;
+    s->rank = 0;
+    s->world = 0;
+    s->rendezvous = NULL;
+    s->job_key = NULL;
 }
 
 /* The back ends, tried in this order; the first that takes the process

@@ -1,7 +1,8 @@
 /* Bootstrap: who am I, how many are we, and an out-of-band allgather used to
  * exchange transport endpoint names before the fabric is up.
  *
- * sfb__bootstrap_open() detects how the process was started, in this order:
+ * sfb__bootstrap_open() detects how the process was started, in this order
+ * (unless the settings give rank, world and rendezvous explicitly):
  *
  * 1. Environment rendezvous (the torchrun convention), when SFB_RANK is set:
  *      SFB_RANK        this process's rank, 0 <= rank < SFB_WORLD_SIZE
@@ -69,6 +70,12 @@ struct sfb__bootstrap_settings {
     int max_pending;
     /* 0 skips PMIx detection (tests); default 1. */
     int use_pmix;
+    /* Explicit rendezvous: world > 0 makes this an environment rendezvous
+     * with these values in place of SFB_RANK, SFB_WORLD_SIZE,
+     * SFB_RENDEZVOUS and SFB_JOB_KEY (job_key NULL: none), whatever the
+     * environment holds. Default world 0: detect as above. */
+    int rank, world;
+    const char *rendezvous, *job_key;
 };
 
 struct sfb__bootstrap;

@@ -1,5 +1,5 @@
 #include "config.h"
-#include "src/net/comm.h"
+#include "src/net/comm_impl.h"
 #include "src/net/agree.h"
 #include "src/base/timeline.h"
 #include "src/net/bootstrap.h"
@@ -496,6 +496,10 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     sfb__bootstrap_default_settings(&bss);
     bss.timeout_s = s->bootstrap_timeout_s;
     bss.connect_timeout_s = s->bootstrap_timeout_s;
+    bss.rank = s->rank;
+    bss.world = s->world;
+    bss.rendezvous = s->rendezvous;
+    bss.job_key = s->job_key;
     int ret = sfb__bootstrap_open(&c->bs, &bss);
     if (ret) goto fail;
     sfb__phase_mark(SFB__PH_BOOT);

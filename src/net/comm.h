@@ -13,7 +13,6 @@
 #include "src/net/transport.h"
 #include "src/net/wire.h"
 
-#include <stdatomic.h>
 #include <stdint.h>
 
 struct sfb__bootstrap;
@@ -25,6 +24,10 @@ struct sfb__comm_settings {
     double heartbeat_s;        /* heartbeat period (default 0.5 s) */
     double peer_timeout_s;     /* a peer silent this long has failed (default 5 s) */
     double bootstrap_timeout_s; /* rendezvous and barriers (default 60 s) */
+    /* Explicit rendezvous (world > 0) instead of PMIx or the SFB_* variables;
+     * see sfb__bootstrap_settings. Default world 0. */
+    int rank, world;
+    const char *rendezvous, *job_key;
     enum sfb__progress progress; /* how the loop thread waits (default auto) */
     /* Frame validation: allowed (K, D) per matrix id and the largest S. */
     const struct sfb__wire_shape *shapes;
@@ -41,37 +44,8 @@ struct sfb__comm_settings {
 
 struct sfb__comm_ops;
 
-struct sfb__comm {
-    uint32_t rank, world;
-    uint64_t job_key;
-    struct sfb__bootstrap *bs;
-    struct sfb__loop *loop;
-    struct sfb__transport *t; /* NULL when world == 1 */
-    const struct sfb__comm_ops *ops; /* how frames move (below); NULL when world == 1 */
-    void *impl;                      /* the ops' own state (the loopback's rank) */
-    struct sfb__wire_job job;
-    struct sfb__wire_stats wstats;
-    struct sfb__wire_shape shapes[8];
-    struct sfb__comm_settings s;
-    /* liveness (loop thread) */
-    struct sfb__loop_timer *hb;
-    double *last_heard;
-    double *last_sent;     /* when a send to each peer last completed */
-    uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
-    uint8_t *said_bye;
-    _Atomic int64_t *final_clock; /* a peer's last clock (BYE or last-clock flag; INT64_MAX: running) */
-    int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
-    int *peer_pid;         /* every rank on this host: their pids, else NULL */
-    double *gone_since;    /* when a peer's process was first seen gone */
-    double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
-    double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
-    char anon_error[256];
-    /* failure, published to the compute thread */
-    _Atomic int failed;
-    _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
-    int failed_rank;
-    char reason[512];
-};
+/* Opaque: its fields are the network layer's (src/net/comm_impl.h). */
+struct sfb__comm;
 
 void sfb__comm_default_settings(struct sfb__comm_settings *s);
 
@@ -105,6 +79,8 @@ int sfb__comm_set_hooks(struct sfb__comm *c,
 
 /* Frames rejected by the wire checks so far. */
 uint64_t sfb__comm_rejected(const struct sfb__comm *c);
+/* Of which rejected for `reason` (src/net/wire.h). Any thread. */
+uint64_t sfb__comm_rejected_for(const struct sfb__comm *c, enum sfb__wire_reason reason);
 
 /* 0 while every peer is alive; -SFB_EPEER naming the failed rank (or the
  * ABORT reason a peer sent) once one is not. Any thread. */
@@ -197,5 +173,32 @@ int sfb__comm_barrier(struct sfb__comm *c);
  * when the frame goes to the inbox. For another ops' delivery (the
  * loopback's); the caller runs it where the hooks may run. */
 int sfb__comm_deliver(struct sfb__comm *c, struct sfb__frame *f);
+
+/* ---- the facade's read side and collectives (src/net/comm_api.c) ---- */
+
+uint32_t sfb__comm_rank(const struct sfb__comm *c);
+uint32_t sfb__comm_world(const struct sfb__comm *c);
+uint64_t sfb__comm_job_key(const struct sfb__comm *c);
+/* The transport, NULL when world == 1 or on the loopback (tests and
+ * benchmarks that drive the transport directly). The engines use the data
+ * path above instead. */
+struct sfb__transport *sfb__comm_transport(const struct sfb__comm *c);
+/* The job's wire parameters (key, world, shapes) for decoding frames. */
+const struct sfb__wire_job *sfb__comm_wire_job(const struct sfb__comm *c);
+/* The transport's counters, all zero when world == 1. */
+struct sfb__comm_traffic {
+    uint64_t bytes_sent, bytes_recv, frames_sent, frames_recv;
+};
+void sfb__comm_traffic(const struct sfb__comm *c, struct sfb__comm_traffic *out);
+
+/* Collectives over the bootstrap channel (not the fabric; the barrier is
+ * the data path's above): every rank calls them in the same order.
+ * Bootstrap errors pass through unexplained (see sfb__comm_explain).
+ * Compute thread. */
+/* Equal-length blobs: all (world * len bytes) receives rank r's at r * len. */
+int sfb__comm_allgather(struct sfb__comm *c, const void *mine, size_t len, void *all);
+/* sfb__agree over this job's ranks: 0 when every rank's text is equal,
+ * -SFB_ECONFIG on every rank naming the differing keys. */
+int sfb__comm_agree(struct sfb__comm *c, const char *text);
 
 #endif

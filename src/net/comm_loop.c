@@ -1,6 +1,7 @@
 /* The in-process loopback comm: see src/net/comm_loop.h. */
 #include "config.h"
 #include "src/net/comm_loop.h"
+#include "src/net/comm_impl.h"
 #include "src/base/common.h"
 
 #include <errno.h>

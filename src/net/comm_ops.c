@@ -4,7 +4,7 @@
 #include "config.h"
 #include "src/base/common.h"
 #include "src/net/bootstrap.h"
-#include "src/net/comm.h"
+#include "src/net/comm_impl.h"
 #include "src/net/loop.h"
 
 #include <errno.h>

@@ -257,7 +257,7 @@ static void child_exec(int rank, int n, const struct sfb__launch_settings *s, in
     }
     sigprocmask(SIG_SETMASK, oldmask, NULL);
     execvp(argv[0], argv);
-    dprintf(2, "sfb run: cannot execute %s: %s\n", argv[0], strerror(errno));
+    dprintf(2, "sfb: cannot execute %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
 
@@ -279,61 +279,64 @@ static int stop_signal;
 static int describe_failure(const struct launcher *L)
 {
     int st = L->failed_status;
+    int pid = (int)L->c[L->failed_rank].pid;
     char name[32];
     if (WIFSIGNALED(st))
-        return sfb__error(-SFB_EPEER, "rank %d killed by signal %d (%s)", L->failed_rank, WTERMSIG(st),
-                          sig_name(name, WTERMSIG(st)));
-    return sfb__error(-SFB_EPEER, "rank %d exited with status %d", L->failed_rank,
-                      WIFEXITED(st) ? WEXITSTATUS(st) : st);
+        return sfb__error(-SFB_EPEER, "rank %d killed by signal %d (%s); pid %d", L->failed_rank,
+                          WTERMSIG(st), sig_name(name, WTERMSIG(st)), pid);
+    return sfb__error(-SFB_EPEER, "rank %d exited with status %d; pid %d", L->failed_rank,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : st, pid);
 }
 
-/* Forks the workers with their output pipes (the rendezvous in their
- * environment); on a failure the ones already started are being stopped.
- * Returns 0 or the error. */
-static int fork_workers(struct launcher *L, char *const argv[], const struct sfb__launch_settings *s,
-                        int port, uint64_t key, const char *t0s, const sigset_t *oldmask, int sfd)
+/* What every rank's child_exec needs besides its rank. */
+struct spawn {
+    const struct sfb__launch_settings *s;
+    int port, sfd;
+    uint64_t key;
+    pid_t self;
+    char t0[32];
+    const sigset_t *oldmask;
+    char *const *argv;
+};
+
+/* Forks rank i with its stdout and stderr piped to the launcher. */
+static int fork_rank(struct launcher *L, int i, const struct spawn *sp)
 {
-    pid_t self = getpid();
-    int r = 0, nprocs = L->n;
-    for (int i = 0; i < nprocs; i++) {
-        int out[2], err[2];
-        if (pipe2(out, O_CLOEXEC) < 0) {
-            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
-            break;
-        }
-        if (pipe2(err, O_CLOEXEC) < 0) {
-            r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
-            close(out[0]);
-            close(out[1]);
-            break;
-        }
-        pid_t pid = fork();
-        if (pid == 0) child_exec(i, nprocs, s, port, key, self, t0s, out, err, oldmask, L, sfd, argv);
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) < 0) return sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+    if (pipe2(err, O_CLOEXEC) < 0) {
+        int r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+        close(out[0]);
         close(out[1]);
-        close(err[1]);
-        if (pid < 0) {
-            r = sfb__error(-errno, "launch: fork of rank %d: %s", i, strerror(errno));
-            close(out[0]);
-            close(err[0]);
-            break;
-        }
-        struct child *c = &L->c[i];
-        c->pid = pid;
-        c->alive = 1;
-        c->s[0].fd = out[0];
-        c->s[0].out = s->out_fd;
-        c->s[1].fd = err[0];
-        c->s[1].out = s->err_fd;
-        fcntl(out[0], F_SETFL, O_NONBLOCK);
-        fcntl(err[0], F_SETFL, O_NONBLOCK);
+        return r;
     }
-    if (r) start_stopping(L, s->grace_s);
-    return r;
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(i, L->n, sp->s, sp->port, sp->key, sp->self, sp->t0, out, err, sp->oldmask, L,
+                   sp->sfd, sp->argv);
+    close(out[1]);
+    close(err[1]);
+    if (pid < 0) {
+        int r = sfb__error(-errno, "launch: fork of rank %d: %s", i, strerror(errno));
+        close(out[0]);
+        close(err[0]);
+        return r;
+    }
+    struct child *c = &L->c[i];
+    c->pid = pid;
+    c->alive = 1;
+    c->s[0].fd = out[0];
+    c->s[0].out = sp->s->out_fd;
+    c->s[1].fd = err[0];
+    c->s[1].out = sp->s->err_fd;
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    return 0;
 }
 
-/* Reads the signalfd: SIGCHLD is reported (1: reap), a first INT/TERM/HUP
- * is forwarded to the workers with the grace period, a second kills them. */
-static int take_signals(struct launcher *L, int sfd, double grace_s)
+/* Reads the signalfd: 1 when a child exited. A forwarded signal is passed
+ * on with the grace period; a second one means "now". */
+static int take_signals(struct launcher *L, int sfd, double grace)
 {
     int chld = 0;
     struct signalfd_siginfo si;
@@ -342,77 +345,68 @@ static int take_signals(struct launcher *L, int sfd, double grace_s)
             chld = 1; /* reaped by the caller */
             continue;
         }
-        /* First signal: pass it on and give the grace period; a second one
-         * means "now". */
         if (L->sigs_forwarded++) {
             signal_all(L, SIGKILL);
         } else {
             signal_all(L, (int)si.ssi_signo);
             L->stopping = 1;
-            L->kill_at = sfb__now() + grace_s;
+            L->kill_at = sfb__now() + grace;
         }
         if (!L->abort_sig) L->abort_sig = (int)si.ssi_signo;
     }
     return chld;
 }
 
-/* Until every worker is reaped (and its pipes drained): copies their output
- * line by line with the rank prefix, handles signals, the time limit and
- * the kill after the grace period. Returns 0 or the error of the loop
- * itself (a worker's failure is in L). */
-static int supervise(struct launcher *L, const struct sfb__launch_settings *s, int sfd)
+/* How long poll may sleep, and whether to stop listening (every child
+ * reaped, and a grandchild's pipe drained for a moment). */
+static double next_wake(struct launcher *L, const struct sfb__launch_settings *s, double end_at,
+                        double *drain_until, int nf, int *done)
 {
-    int r = 0, nprocs = L->n;
-    /* pf[j] (j >= 1) is stream src[j] of its rank: no search per event */
-    struct pollfd *pf = calloc(2 * (size_t)nprocs + 1, sizeof *pf);
-    int *src = calloc(2 * (size_t)nprocs + 1, sizeof *src);
-    if (!pf || !src) {
-        free(pf);
-        pf = NULL;
-        r = -ENOMEM;
-        signal_all(L, SIGKILL);
-        for (int i = 0; i < nprocs; i++)
-            if (L->c[i].alive) {
-                while (waitpid(L->c[i].pid, NULL, 0) < 0 && errno == EINTR) {}
-                L->c[i].alive = 0;
-            }
+    double now = sfb__now();
+    if (end_at && now >= end_at && !L->stopping) {
+        L->timed_out = 1;
+        start_stopping(L, s->grace_s);
     }
+    if (L->stopping && now >= L->kill_at) {
+        signal_all(L, SIGKILL);
+        L->kill_at = now + 1.0; /* repeat, without spinning, until reaped */
+    }
+    *done = 0;
+    if (!n_alive(L)) {
+        if (nf == 1) *done = 1;
+        if (!*drain_until) *drain_until = now + 1.0;
+        if (now >= *drain_until) *done = 1;
+    }
+    double wake = 1.0;
+    if (L->stopping) wake = SFB_MIN(wake, L->kill_at - now);
+    if (end_at) wake = SFB_MIN(wake, end_at - now);
+    if (*drain_until) wake = SFB_MIN(wake, *drain_until - now);
+    return wake;
+}
+
+/* Relays the children's output and signals until every child is reaped.
+ * pf[j] (j >= 1) is stream src[j] of its rank: no search per event. */
+static int event_loop(struct launcher *L, const struct sfb__launch_settings *s, int sfd,
+                      struct pollfd *pf, int *src)
+{
     double end_at = s->timeout_s > 0 ? sfb__now() + s->timeout_s : 0, drain_until = 0;
-    while (pf) {
-        double now = sfb__now();
-        if (end_at && now >= end_at && !L->stopping) {
-            L->timed_out = 1;
-            start_stopping(L, s->grace_s);
-        }
-        if (L->stopping && now >= L->kill_at) {
-            signal_all(L, SIGKILL);
-            L->kill_at = now + 1.0; /* repeat, without spinning, until reaped */
-        }
-        int nf = 0;
+    for (;;) {
+        int nf = 0, done;
         pf[nf++] = (struct pollfd){sfd, POLLIN, 0};
-        for (int i = 0; i < nprocs; i++)
+        for (int i = 0; i < L->n; i++)
             for (int k = 0; k < 2; k++)
                 if (L->c[i].s[k].fd >= 0) {
                     src[nf] = 2 * i + k;
                     pf[nf++] = (struct pollfd){L->c[i].s[k].fd, POLLIN, 0};
                 }
-        if (!n_alive(L)) {
-            /* Everyone is reaped; a grandchild may still hold a pipe open, so
-             * drain for a moment, then stop listening. */
-            if (nf == 1) break;
-            if (!drain_until) drain_until = now + 1.0;
-            if (now >= drain_until) break;
-        }
-        double wake = 1.0;
-        if (L->stopping) wake = SFB_MIN(wake, L->kill_at - now);
-        if (end_at) wake = SFB_MIN(wake, end_at - now);
-        if (drain_until) wake = SFB_MIN(wake, drain_until - now);
+        double wake = next_wake(L, s, end_at, &drain_until, nf, &done);
+        if (done) return 0;
         int pr = poll(pf, (nfds_t)nf, wake > 0 ? (int)(wake * 1000) + 1 : 0);
         if (pr < 0 && errno != EINTR) {
-            r = sfb__error(-errno, "launch: poll: %s", strerror(errno));
+            int r = sfb__error(-errno, "launch: poll: %s", strerror(errno));
             signal_all(L, SIGKILL);
             while (n_alive(L)) reap(L, 0);
-            break;
+            return r;
         }
         if (pr <= 0) {
             if (L->stopping) reap(L, s->grace_s); /* after a SIGKILL, without SIGCHLD */
@@ -424,36 +418,69 @@ static int supervise(struct launcher *L, const struct sfb__launch_settings *s, i
         /* waitpid for each child only when one exited, not on every line */
         if (chld) reap(L, s->grace_s);
     }
+}
+
+/* Forks every rank, relays until all are reaped; returns the launcher's
+ * own error (0 when only the workers failed). */
+static int run_children(struct launcher *L, struct spawn *sp)
+{
+    int r = 0;
+    double t0 = sfb__now();
+    snprintf(sp->t0, sizeof sp->t0, "%.6f", t0);
+    for (int i = 0; i < L->n && !r; i++) r = fork_rank(L, i, sp);
+    if (r) start_stopping(L, sp->s->grace_s);
+    double forked = sfb__now();
+    struct pollfd *pf = calloc(2 * (size_t)L->n + 1, sizeof *pf);
+    int *src = calloc(2 * (size_t)L->n + 1, sizeof *src);
+    if (pf && src) {
+        int er = event_loop(L, sp->s, sp->sfd, pf, src);
+        if (!r) r = er;
+    } else {
+        r = -ENOMEM;
+        signal_all(L, SIGKILL);
+        for (int i = 0; i < L->n; i++)
+            if (L->c[i].alive) {
+                while (waitpid(L->c[i].pid, NULL, 0) < 0 && errno == EINTR) {}
+                L->c[i].alive = 0;
+            }
+    }
     free(pf);
     free(src);
+    if (L->last_exit)
+        SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
+                  "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
+                  L->n, forked - t0, L->first_exit - t0, L->last_exit - t0, L->last_exit);
+    for (int i = 0; i < L->n; i++)
+        for (int k = 0; k < 2; k++) stream_close(L, i, &L->c[i].s[k]);
     return r;
 }
 
-/* The job's outcome once every worker is gone: the loop's error, else a
- * worker's failure, else the signal that stopped it, else the time limit. */
-static int job_result(struct launcher *L, const struct sfb__launch_settings *s, int r)
+/* The job's outcome once every child is reaped. */
+static int outcome(const struct launcher *L, const struct sfb__launch_settings *s, int r)
 {
-    if (!r && L->failed_rank >= 0) r = describe_failure(L);
     char name[32];
+    if (!r && L->failed_rank >= 0) r = describe_failure(L);
     stop_signal = L->abort_sig; /* also when a worker's failure came first */
     if (!r && L->abort_sig)
         r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L->abort_sig,
                        sig_name(name, L->abort_sig));
     if (!r && L->timed_out)
-        r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped", s->timeout_s);
+        r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped",
+                       s->timeout_s);
     return r;
 }
 
-/* Drops a SIGCHLD that arrived after the last read, so unblocking cannot
- * deliver it to a caller that installed a handler. */
-static void drop_pending_sigchld(void)
+/* Drops a SIGCHLD that arrived after the last read so unblocking cannot
+ * deliver it to a caller that installed a handler, then restores the mask. */
+static void restore_mask(const sigset_t *oldmask)
 {
-    sigset_t pend;
+    sigset_t pend, chld;
     struct timespec zero = {0, 0};
-    sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
-    while (sigpending(&pend) == 0 && sigismember(&pend, SIGCHLD) && sigtimedwait(&chld, NULL, &zero) > 0) {}
+    while (sigpending(&pend) == 0 && sigismember(&pend, SIGCHLD) &&
+           sigtimedwait(&chld, NULL, &zero) > 0) {}
+    sigprocmask(SIG_SETMASK, oldmask, NULL);
 }
 
 int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
@@ -467,11 +494,12 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     if (nprocs < 1 || nprocs > SFB__LAUNCH_MAX_PROCS)
         return sfb__error(-SFB_EUSAGE, "launch: -n %d: expected 1..%d processes", nprocs, SFB__LAUNCH_MAX_PROCS);
     if (!argv || !argv[0]) return sfb__error(-SFB_EUSAGE, "launch: no worker command");
-    int port = sfb__launch_free_port(s->host);
-    if (port < 0) return port;
-    uint64_t key = 0;
-    while (key == 0)
-        if (getrandom(&key, sizeof key, 0) != (ssize_t)sizeof key) key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+    struct spawn sp = {.s = s, .oldmask = NULL, .argv = argv, .self = getpid()};
+    sp.port = sfb__launch_free_port(s->host);
+    if (sp.port < 0) return sp.port;
+    while (sp.key == 0)
+        if (getrandom(&sp.key, sizeof sp.key, 0) != (ssize_t)sizeof sp.key)
+            sp.key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
 
     struct launcher L = {0};
     L.n = nprocs;
@@ -489,31 +517,18 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
-    int r = 0, sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
+    sp.oldmask = &oldmask;
+    int r;
+    sp.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sp.sfd < 0) {
         r = sfb__error(-errno, "launch: signalfd: %s", strerror(errno));
     } else {
         /* nothing buffered here may be written again by a forked worker */
         fflush(NULL);
-        /* the workers' origin of "launch to first clock" (src/base/timeline.h) */
-        double t0 = sfb__now();
-        char t0s[32];
-        snprintf(t0s, sizeof t0s, "%.6f", t0);
-        r = fork_workers(&L, argv, s, port, key, t0s, &oldmask, sfd);
-        double forked = sfb__now();
-        int rs = supervise(&L, s, sfd);
-        if (rs) r = rs;
-        if (L.last_exit)
-            SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
-                      "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
-                      nprocs, forked - t0, L.first_exit - t0, L.last_exit - t0, L.last_exit);
-        for (int i = 0; i < nprocs; i++)
-            for (int k = 0; k < 2; k++) stream_close(&L, i, &L.c[i].s[k]);
-        r = job_result(&L, s, r);
-        close(sfd);
+        r = outcome(&L, s, run_children(&L, &sp));
+        close(sp.sfd);
     }
-    drop_pending_sigchld();
-    sigprocmask(SIG_SETMASK, &oldmask, NULL);
+    restore_mask(&oldmask);
     for (int i = 0; i < nprocs; i++)
         for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);
     free(L.c);

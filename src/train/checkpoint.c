@@ -19,12 +19,11 @@
  * All little-endian. The loader checks size, magic, version, the lengths and
  * the checksum before it trusts any other field, then the embedded model
  * file with the model file's own checks. Choosing the clock to resume at
- * across ranks: ckpt_agree.c. */
+ * across ranks: ckpt_resume.c. */
 #include "config.h"
 #include "src/train/checkpoint.h"
 
 #include "models/model.h"
-#include "src/net/bootstrap.h"
 #include "src/base/bytes.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"

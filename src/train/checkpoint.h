@@ -99,12 +99,12 @@ void sfb__ckpt_save_model_state(struct sfb_model *m, struct sfb__ckpt_state *st)
 
 /* Resuming: every rank passes its scan result (local_ret < 0: its error,
  * recorded, and ckpt_world as sfb__ckpt_scan set it; else clocks[0..n),
- * newest first) and all agree, through the bootstrap allgather, on the
+ * newest first) and all agree, through the job's allgather, on the
  * newest clock valid on every rank. Collective: every rank calls it,
  * whatever its own result. Returns 0 and *chosen, or an error; the outcome
  * and its message are the same on every rank (sfb__ckpt_decide). */
-struct sfb__bootstrap;
-int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, int local_ret,
+struct sfb_job;
+int sfb__ckpt_agree(struct sfb_job *job, uint32_t rank, uint32_t world, int local_ret,
                     uint32_t ckpt_world, const int64_t *clocks, int n, const char *dir,
                     int64_t *chosen);
 
@@ -119,7 +119,7 @@ int sfb__ckpt_decide(const uint8_t *all, uint32_t world, const char *dir, int64_
 /* --resume: scan, agree (collective), read the chosen file, restore the
  * replica and the model's private state into m, remove this rank's files
  * beyond the chosen clock. Sets *start and the worker's *rng. */
-int sfb__ckpt_resume(struct sfb__bootstrap *bs, const char *dir, uint32_t rank, uint32_t world,
+int sfb__ckpt_resume(struct sfb_job *job, const char *dir, uint32_t rank, uint32_t world,
                      uint32_t batch, const char *config, struct sfb_model *m, int64_t *start,
                      struct sfb__rng *rng);
 

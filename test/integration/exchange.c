@@ -35,15 +35,15 @@ static uint8_t byte_at(uint32_t src, uint32_t dst, uint32_t idx, size_t i)
 static int send_data(struct sfb__comm *c, uint32_t dst, uint32_t idx, size_t n)
 {
     struct sfb__buf *b = NULL;
-    int ret = sfb__transport_buf_get(c->t, n ? n : 1, &b);
+    int ret = sfb__transport_buf_get(sfb__comm_transport(c), n ? n : 1, &b);
     if (ret) return ret;
-    for (size_t i = 0; i < n; i++) b->data[i] = byte_at(c->rank, dst, idx, i);
-    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = c->rank, .sender = c->rank,
+    for (size_t i = 0; i < n; i++) b->data[i] = byte_at(sfb__comm_rank(c), dst, idx, i);
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c),
                              .clock = idx, .payload_len = n};
     struct sfb__wire_piece p = {b->data, n};
     uint8_t hdr[SFB_WIRE_HDR_SIZE];
     ret = sfb__comm_header(c, &h, &p, 1, hdr);
-    if (!ret) ret = sfb__transport_send(c->t, dst, hdr, sizeof hdr, b, 0, n, 30.0);
+    if (!ret) ret = sfb__transport_send(sfb__comm_transport(c), dst, hdr, sizeof hdr, b, 0, n, 30.0);
     sfb__buf_put(b);
     return ret;
 }
@@ -52,10 +52,10 @@ static int send_data(struct sfb__comm *c, uint32_t dst, uint32_t idx, size_t n)
 static int send_raw(struct sfb__comm *c, uint32_t dst, const uint8_t *frame, size_t len)
 {
     struct sfb__buf *b = NULL;
-    int ret = sfb__transport_buf_get(c->t, len, &b);
+    int ret = sfb__transport_buf_get(sfb__comm_transport(c), len, &b);
     if (ret) return ret;
     memcpy(b->data, frame, len);
-    ret = sfb__transport_send(c->t, dst, NULL, 0, b, 0, len, 30.0);
+    ret = sfb__transport_send(sfb__comm_transport(c), dst, NULL, 0, b, 0, len, 30.0);
     sfb__buf_put(b);
     return ret;
 }
@@ -66,7 +66,7 @@ static int send_bad(struct sfb__comm *c)
     uint8_t pl[32];
     for (int i = 0; i < 32; i++) pl[i] = (uint8_t)i;
     struct sfb__wire_piece p = {pl, 32};
-    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = c->rank, .sender = c->rank,
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c),
                              .clock = 999, .payload_len = 32};
     int ret = 0;
     /* flipped payload byte */
@@ -76,7 +76,7 @@ static int send_bad(struct sfb__comm *c)
     ret |= send_raw(c, 0, f, sizeof f);
     /* wrong job key (a well-formed frame of another job) */
     struct sfb__wire_hdr o = h;
-    o.job_key = c->job_key ^ 1;
+    o.job_key = sfb__comm_job_key(c) ^ 1;
     ret |= sfb__wire_encode(&o, &p, 1, f);
     ret |= send_raw(c, 0, f, sizeof f);
     /* wrong version: patch the version field (bytes 4..5) */
@@ -100,7 +100,7 @@ static int run(const char *provider, int bad)
         fprintf(stderr, "exchange: comm open: %s\n", sfb_last_error());
         return 1;
     }
-    uint32_t me = c->rank, P = c->world;
+    uint32_t me = sfb__comm_rank(c), P = sfb__comm_world(c);
     int fails = 0, checks = 0;
     if (P < 2) {
         fprintf(stderr, "exchange: needs at least 2 ranks\n");
@@ -123,14 +123,14 @@ static int run(const char *provider, int bad)
     double deadline = sfb__now() + 60;
     while (got < expect && sfb__now() < deadline) {
         struct sfb__frame f;
-        if (sfb__transport_recv(c->t, &f, 0.1) != 0) {
+        if (sfb__transport_recv(sfb__comm_transport(c), &f, 0.1) != 0) {
             if (sfb__comm_check(c)) break;
             continue;
         }
         struct sfb__wire_hdr h;
         const uint8_t *pl;
         checks++;
-        if (sfb__wire_decode(&c->job, f.data, f.len, (int)f.src, &h, &pl) != 0 ||
+        if (sfb__wire_decode(sfb__comm_wire_job(c), f.data, f.len, (int)f.src, &h, &pl) != 0 ||
             h.type != SFB_WIRE_DATA) {
             fprintf(stderr, "FAIL rank %u: an invalid frame from %u was delivered\n", me, f.src);
             fails++;
@@ -172,7 +172,7 @@ static int run(const char *provider, int bad)
                     {SFB_WIRE_R_TRUNC, "lying length"}};
         for (size_t i = 0; i < 4; i++) {
             checks++;
-            uint64_t n = atomic_load(&c->wstats.rejected[want[i].r]);
+            uint64_t n = sfb__comm_rejected_for(c, want[i].r);
             if (n != 1) {
                 fprintf(stderr, "FAIL rank 0: %s: rejected %llu times, want 1\n", want[i].what,
                         (unsigned long long)n);

@@ -11,6 +11,7 @@
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/net/comm_loop.h"
+#include "src/net/comm_impl.h"
 #include "src/net/ssp.h"
 #include "test.h"
 
@@ -110,7 +111,8 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     const struct eng_cfg *cfg = &run->cfg;
     struct eng_rank *er = &run->r[r];
     struct sfb__sync_env env = {.comm = c,
-                                .model = er->model,
+                                .mats = sfb_model_matrix(er->model, 0),
+                                .nmat = 1,
                                 .ssp = &er->ssp,
                                 .apply_early = cfg->apply_early,
                                 .staleness = cfg->staleness,

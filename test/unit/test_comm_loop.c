@@ -5,6 +5,7 @@
  * -SFB_EPEER and a reason instead of hanging. */
 #include "src/base/common.h"
 #include "src/net/comm_loop.h"
+#include "src/net/comm_impl.h"
 #include "test.h"
 
 #include <errno.h>

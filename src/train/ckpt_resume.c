@@ -1,11 +1,10 @@
-/* Resuming together: every rank scans its own checkpoints, the reports are
- * allgathered, and each rank computes the same verdict from them (the newest
- * clock all ranks hold, or the same error naming the same rank everywhere).
- * The checkpoint files themselves: checkpoint.c. */
+/* Resuming from checkpoints (src/train/checkpoint.h): every rank scans its
+ * files, the ranks agree through the job's allgather on the newest clock
+ * valid on every rank, and each restores its replica from that clock. */
 #include "config.h"
 #include "src/train/checkpoint.h"
 
-#include "src/net/bootstrap.h"
+#include <sfb/job.h>
 #include "src/base/bytes.h"
 #include "src/base/common.h"
 
@@ -99,7 +98,7 @@ int sfb__ckpt_decide(const uint8_t *all, uint32_t world, const char *dir, int64_
     return 0;
 }
 
-int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, int local_ret,
+int sfb__ckpt_agree(struct sfb_job *job, uint32_t rank, uint32_t world, int local_ret,
                     uint32_t ckpt_world, const int64_t *clocks, int n, const char *dir,
                     int64_t *chosen)
 {
@@ -109,7 +108,7 @@ int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, in
     if (!all) return sfb__error(-ENOMEM, "checkpoint: out of memory");
     int ret = 0;
     if (world > 1)
-        ret = sfb__bootstrap_allgather(bs, mine, SFB__CKPT_REPORT, all);
+        ret = sfb_job_allgather(job, mine, SFB__CKPT_REPORT, all);
     else
         memcpy(all, mine, SFB__CKPT_REPORT);
     if (!ret) ret = sfb__ckpt_decide(all, world, dir, chosen);
@@ -117,14 +116,14 @@ int sfb__ckpt_agree(struct sfb__bootstrap *bs, uint32_t rank, uint32_t world, in
     return ret;
 }
 
-int sfb__ckpt_resume(struct sfb__bootstrap *bs, const char *dir, uint32_t rank, uint32_t world,
+int sfb__ckpt_resume(struct sfb_job *job, const char *dir, uint32_t rank, uint32_t world,
                      uint32_t batch, const char *config, struct sfb_model *m, int64_t *start,
                      struct sfb__rng *rng)
 {
     int64_t clocks[SFB__CKPT_KEEP_SCAN], chosen = 0;
     uint32_t ckpt_world = 0;
     int n = sfb__ckpt_scan(dir, rank, world, config, clocks, SFB_ARRAY_LEN(clocks), &ckpt_world);
-    int ret = sfb__ckpt_agree(bs, rank, world, n < 0 ? n : 0, ckpt_world, clocks, n < 0 ? 0 : n,
+    int ret = sfb__ckpt_agree(job, rank, world, n < 0 ? n : 0, ckpt_world, clocks, n < 0 ? 0 : n,
                               dir, &chosen);
     if (ret) return ret;
     if (clocks[0] != chosen)

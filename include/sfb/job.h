@@ -1,0 +1,198 @@
+/* sfb — the job API: one worker of a distributed job that keeps replicas of
+ * parameter matrices identical (up to the SSP bound) by broadcasting
+ * sufficient factors. The trainer (sfb_train_run) and the Python module
+ * (python/sfb) are both built on it.
+ *
+ *     sfb_job_default_settings(&s);         rank, world, rendezvous
+ *     sfb_job_open(&job, &s);               explicit, SFB_* environment or PMIx
+ *     sfb_job_default_attach(&a);           matrices, engine, staleness
+ *     sfb_job_attach(job, &a);
+ *     for t in 0 .. T-1:
+ *         sfb_job_wait(job, t, NULL);       SSP gate: peers' updates applied
+ *         compute the SFs of clock t from the replica
+ *         sfb_job_publish(job, t, sfs, n);  sent, and applied here at once
+ *     sfb_job_finish(job, T-1);             every update applied everywhere
+ *     sfb_job_close(&job);
+ *
+ * Errors: every function returning int returns 0 or a negative code
+ * (sfb/common.h); sfb_error_message(code) gives the detail, e.g. "rank 2
+ * failed: …". After any failure except -EINVAL and -SFB_EUSAGE (bad
+ * arguments, nothing happened) the job is failed: call sfb_job_abort (so
+ * peers stop at once naming this rank) and sfb_job_close.
+ *
+ * Threads: one job per process (the bootstrap is process-global), and all
+ * its functions are called from one thread (the "compute thread"); the job
+ * runs its own network thread. */
+#ifndef SFB_JOB_H
+#define SFB_JOB_H
+
+#include <sfb/common.h>
+#include <sfb/sf.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SFB_JOB_SETTINGS_VERSION 1
+#define SFB_JOB_MAX_MATRICES 4
+
+/* How to join the job. Filled by sfb_job_default_settings; a caller sets
+ * only what it needs. `version` is SFB_JOB_SETTINGS_VERSION; `reserved` is
+ * for fields of later versions and must stay zero. */
+struct sfb_job_settings {
+    uint32_t version;
+    /* world 0 (default): rank and world come from the environment
+     * rendezvous (SFB_RANK, SFB_WORLD_SIZE, SFB_RENDEZVOUS, SFB_JOB_KEY, as
+     * `sfb launch` sets them) when SFB_RANK is set, else from PMIx (mpirun,
+     * srun --mpi=pmix), else this is a single worker. world > 0: explicit, whatever the environment says;
+     * rendezvous ("host:port" where rank 0 listens) is needed for world > 1
+     * and job_key (NULL: rank 0 draws one) is optional. */
+    uint32_t rank, world;
+    const char *rendezvous;
+    const char *job_key;
+    const char *provider;       /* libfabric provider; NULL: FI_PROVIDER or auto */
+    const char *progress;       /* network thread: "auto" (default), "spin", "block" */
+    double heartbeat_s;         /* default 0.5 */
+    double peer_timeout_s;      /* a peer silent this long has failed (default 5) */
+    double bootstrap_timeout_s; /* rendezvous and collectives (default 60) */
+    uint8_t reserved[64];
+};
+
+/* Fills defaults (version included). NULL is a no-op. */
+SFB_API void sfb_job_default_settings(struct sfb_job_settings *s);
+
+struct sfb_job;
+
+/* Joins the job: bootstrap, then for world > 1 the fabric and the peers'
+ * addresses. Collective: returns once every rank has joined (or a bound
+ * of s->bootstrap_timeout_s ran out). Returns 0, -EINVAL (NULL argument),
+ * -SFB_EVERSION (s->version unknown or reserved bytes set), -SFB_EUSAGE (bad
+ * rank, world, rendezvous, key or progress), -ETIMEDOUT, -SFB_EPEER,
+ * -SFB_EJOBKEY, -ENOMEM or a fabric code. The caller owns *job_out; on failure
+ * *job_out is NULL. */
+SFB_API int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s);
+
+/* This worker's rank and the job's world size (UINT32_MAX for NULL). */
+SFB_API uint32_t sfb_job_rank(const struct sfb_job *job);
+SFB_API uint32_t sfb_job_world(const struct sfb_job *job);
+
+/* The replicas this job synchronizes and how. */
+struct sfb_job_attach {
+    uint32_t version;        /* SFB_JOB_SETTINGS_VERSION */
+    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES (world > 1: 1,
+                                else -SFB_ENOTIMPL) */
+    struct sfb_matrix *mats; /* n replicas, row-major float; the caller keeps
+                                them alive and at the same address until
+                                close, and writes them only between calls */
+    uint32_t max_s;          /* largest s (samples) of a published SF */
+    const char *engine;      /* "sfb" (default): factors broadcast; "fms":
+                                full matrices through sharded servers */
+    int64_t staleness;       /* SSP bound s: 0 = BSP (default), -1 = async */
+    int apply_early;         /* apply peers' updates as they come: -1 (default)
+                                = when staleness != 0 */
+    const char *topology;    /* "sfb" overlay: NULL = "full" (sfb_topo_names) */
+    uint32_t degree;         /* overlay degree, 0 = the topology's default */
+    int flush_clock;         /* relays forward at clock boundaries only */
+    int64_t start_clock;     /* the first clock (a resumed run's; default 0) */
+    uint8_t reserved[64];
+};
+
+/* Fills defaults (version included). NULL is a no-op. */
+SFB_API void sfb_job_default_attach(struct sfb_job_attach *a);
+
+/* Attaches the replicas and starts the engine. Collective (a barrier: no
+ * rank sends before every rank checks frames of these shapes); once per
+ * job. Every rank must attach the same shapes (frames of others are
+ * rejected). Returns 0, -EINVAL, -SFB_EVERSION, -SFB_EUSAGE (a second
+ * attach, n or a shape out of range, unknown engine or topology),
+ * -SFB_ENOTIMPL, -ENOMEM, or a peer's failure. */
+SFB_API int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a);
+
+/* What one wait or drain did (accumulated: the caller zeroes it). */
+struct sfb_job_clock {
+    double wait_s;          /* blocked waiting for peers */
+    double apply_s;         /* applying peers' updates */
+    int64_t staleness;      /* max over updates applied: own clock − theirs − 1 */
+    uint64_t applied;       /* peers' updates applied */
+    uint64_t applied_early; /* of which before SSP required them */
+    int64_t min_applied;    /* wait: the oldest clock applied of every origin */
+};
+
+/* The SSP gate of `clock`: blocks until every origin's updates through
+ * clock − staleness − 1 are applied to the replicas (with apply_early,
+ * whatever else arrived too). Clocks go in order: wait(t), publish(t),
+ * wait(t + 1), … from start_clock, each once. `acct` may be NULL. Returns 0,
+ * -SFB_EUSAGE (no attach, clock out of order), -SFB_EPEER naming the failed
+ * rank, or -ETIMEDOUT. */
+SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct);
+
+/* Publishes this worker's SFs of `clock` (after its wait), one per
+ * attached matrix, sf[m] for matrix m (dense or CSR c, 1 <= s <= max_s, shapes
+ * equal to the matrix's): sets their matrix, origin and clock fields, sends
+ * them to the peers and applies them to the own replicas at once. The job
+ * copies what it needs; sf stays the caller's. Returns 0, -EINVAL,
+ * -SFB_ESHAPE, -SFB_EUSAGE (no attach, n or clock wrong), -ENOMEM, or a
+ * peer's failure. */
+SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n);
+
+/* Waits for and applies every peer update of clocks <= last, where last is
+ * at most the last clock published here (for a consistent view mid-run,
+ * e.g. before a checkpoint; pair it with sfb_job_barrier). `acct` may be
+ * NULL. Returns 0, -SFB_EUSAGE (no attach, last out of range) or a peer's
+ * failure. */
+SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct);
+
+/* Collective over the bootstrap channel: returns once every rank entered
+ * it, or with the reason a peer failed. */
+SFB_API int sfb_job_barrier(struct sfb_job *job);
+
+/* Collective: rank r's `len` bytes land at all + r·len (all holds world·len
+ * bytes). Every rank passes the same len (<= 1 MiB). */
+SFB_API int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *all);
+
+/* Collective: compares a "key=value\n" text across ranks; 0 when every rank
+ * passed the same, else -SFB_ECONFIG on every rank with a message naming
+ * each differing key and two ranks' values. */
+SFB_API int sfb_job_agree(struct sfb_job *job, const char *text);
+
+/* Optional, before publishing clock `last`: this rank publishes no clock
+ * after it. Its frames of that clock then tell every peer (relayed with the
+ * factors), and sfb_job_finish says goodbye only to the peers this rank
+ * exchanged frames with instead of to every peer (which opens a connection
+ * to each: O(P²) connections at the end of an overlay run). */
+SFB_API int sfb_job_set_last_clock(struct sfb_job *job, int64_t last);
+
+/* The orderly end after the last clock `last` (-1: none computed; at most
+ * the last clock published): drains every update <= last, says goodbye and
+ * waits until every rank got here,
+ * so every replica ends identical (BSP and SSP alike). After it, only
+ * sfb_job_stats and sfb_job_close. */
+SFB_API int sfb_job_finish(struct sfb_job *job, int64_t last);
+
+/* Best effort, after a failure: tells every peer that this job is aborted,
+ * with `reason` (NULL: "aborted"), so they fail at once naming it. Skipped
+ * when the failure came from a peer that the others know of already, and
+ * after a successful sfb_job_finish (the job is complete; the peers may be
+ * leaving). */
+SFB_API void sfb_job_abort(struct sfb_job *job, const char *reason);
+
+/* Counters since open (monotonic). */
+struct sfb_job_stats {
+    uint64_t bytes_sent, bytes_recv;   /* transport, every frame */
+    uint64_t msgs_sent, msgs_recv;     /* transport frames */
+    uint64_t data_msgs, data_bytes;    /* the engine's data messages */
+    uint64_t rejected_frames;          /* failed the wire checks */
+};
+
+/* Fills *st (zeros before attach for the engine's counters). */
+SFB_API int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st);
+
+/* Leaves the job and frees it; *job becomes NULL. Without sfb_job_finish
+ * before it, peers see this rank leave (their waits fail naming it). NULL
+ * and *job == NULL are no-ops. */
+SFB_API void sfb_job_close(struct sfb_job **job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,341 @@
+"""sfb — the job API of libsfb for Python (ctypes over include/sfb/job.h).
+
+One process is one worker of a job that keeps numpy matrices identical on
+every worker (up to the SSP bound) by broadcasting sufficient factors:
+
+    import numpy as np, sfb
+    with sfb.Job() as job:                 # rank/world from `sfb launch`, PMIx or explicit
+        A = np.zeros((10, 785), np.float32)
+        job.attach([A], max_s=8)           # A is now the job's replica
+        for t in range(T):
+            A, = job.wait(t)               # peers' updates through t-s-1 are in A
+            b, c = ...                     # this clock's factors: dA = scale * b.T @ c
+            job.publish(t, [(b, c, scale)])
+        job.finish(T - 1)                  # every replica ends identical
+
+The library is found as $SFB_LIB, else next to this package in a build tree
+(../../build/libsfb.so), else as libsfb.so.0 on the loader's path. Errors
+raise sfb.Error with the library's message ("rank 2: ...").
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+
+__all__ = ["Error", "Job", "library"]
+
+SETTINGS_VERSION = 1
+MAX_MATRICES = 4
+
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+_c_u32_p = ctypes.POINTER(ctypes.c_uint32)
+
+
+class _Settings(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("world", ctypes.c_uint32),
+        ("rendezvous", ctypes.c_char_p),
+        ("job_key", ctypes.c_char_p),
+        ("provider", ctypes.c_char_p),
+        ("progress", ctypes.c_char_p),
+        ("heartbeat_s", ctypes.c_double),
+        ("peer_timeout_s", ctypes.c_double),
+        ("bootstrap_timeout_s", ctypes.c_double),
+        ("reserved", ctypes.c_uint8 * 64),
+    ]
+
+
+class _Matrix(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_uint32), ("cols", ctypes.c_uint32), ("data", _c_float_p)]
+
+
+class _Attach(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        ("n", ctypes.c_uint32),
+        ("mats", ctypes.POINTER(_Matrix)),
+        ("max_s", ctypes.c_uint32),
+        ("engine", ctypes.c_char_p),
+        ("staleness", ctypes.c_int64),
+        ("apply_early", ctypes.c_int),
+        ("topology", ctypes.c_char_p),
+        ("degree", ctypes.c_uint32),
+        ("flush_clock", ctypes.c_int),
+        ("start_clock", ctypes.c_int64),
+        ("reserved", ctypes.c_uint8 * 64),
+    ]
+
+
+class _SF(ctypes.Structure):
+    _fields_ = [
+        ("rows", ctypes.c_uint32),
+        ("cols", ctypes.c_uint32),
+        ("s", ctypes.c_uint32),
+        ("matrix", ctypes.c_uint32),
+        ("origin", ctypes.c_uint32),
+        ("clock", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("sparse_c", ctypes.c_int),
+        ("b", _c_float_p),
+        ("c", _c_float_p),
+        ("c_row_ptr", _c_u32_p),
+        ("c_col", _c_u32_p),
+        ("c_val", _c_float_p),
+        ("b_cap", ctypes.c_size_t),
+        ("c_cap", ctypes.c_size_t),
+        ("rp_cap", ctypes.c_size_t),
+        ("nz_cap", ctypes.c_size_t),
+    ]
+
+
+class _Clock(ctypes.Structure):
+    _fields_ = [
+        ("wait_s", ctypes.c_double),
+        ("apply_s", ctypes.c_double),
+        ("staleness", ctypes.c_int64),
+        ("applied", ctypes.c_uint64),
+        ("applied_early", ctypes.c_uint64),
+        ("min_applied", ctypes.c_int64),
+    ]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv", "data_msgs",
+                     "data_bytes", "rejected_frames")
+    ]
+
+
+# The C layout of each structure (sizeof), checked by test/unit/test_python_layout.
+LAYOUT = {"sfb_job_settings": _Settings, "sfb_matrix": _Matrix, "sfb_job_attach": _Attach,
+          "sfb_sf": _SF, "sfb_job_clock": _Clock, "sfb_job_stats": _Stats}
+
+
+class Error(RuntimeError):
+    """A failed sfb call: .code is the negative code, str() the library's message."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _find_library():
+    env = os.environ.get("SFB_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for build in ("build", "build-release"):
+        cand = os.path.join(here, "..", "..", build, "libsfb.so")
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    return ctypes.util.find_library("sfb") or "libsfb.so.0"
+
+
+_lib = None
+
+
+def library():
+    """The loaded libsfb (ctypes.CDLL), its prototypes declared."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.CDLL(_find_library())
+    P = ctypes.POINTER
+    vp = ctypes.c_void_p
+    protos = {
+        "sfb_error_message": (ctypes.c_char_p, [ctypes.c_int]),
+        "sfb_job_default_settings": (None, [P(_Settings)]),
+        "sfb_job_open": (ctypes.c_int, [P(vp), P(_Settings)]),
+        "sfb_job_rank": (ctypes.c_uint32, [vp]),
+        "sfb_job_world": (ctypes.c_uint32, [vp]),
+        "sfb_job_default_attach": (None, [P(_Attach)]),
+        "sfb_job_attach": (ctypes.c_int, [vp, P(_Attach)]),
+        "sfb_job_wait": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
+        "sfb_job_publish": (ctypes.c_int, [vp, ctypes.c_int64, P(_SF), ctypes.c_uint32]),
+        "sfb_job_drain": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
+        "sfb_job_barrier": (ctypes.c_int, [vp]),
+        "sfb_job_allgather": (ctypes.c_int, [vp, vp, ctypes.c_size_t, vp]),
+        "sfb_job_agree": (ctypes.c_int, [vp, ctypes.c_char_p]),
+        "sfb_job_finish": (ctypes.c_int, [vp, ctypes.c_int64]),
+        "sfb_job_abort": (None, [vp, ctypes.c_char_p]),
+        "sfb_job_stats": (ctypes.c_int, [vp, P(_Stats)]),
+        "sfb_job_close": (None, [P(vp)]),
+    }
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    _lib = lib
+    return lib
+
+
+def _check(code):
+    if code:
+        raise Error(code, library().sfb_error_message(code).decode("utf-8", "replace"))
+
+
+def _enc(s):
+    return None if s is None else str(s).encode()
+
+
+def _f32(a, what):
+    """a as a C-contiguous float32 array (copied only when it is not one)."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError("%s: expected a 2-D array, got %d-D" % (what, a.ndim))
+    return a
+
+
+class Job:
+    """One worker of a job. Joins at construction (collective: returns once
+    every rank joined); rank, world and rendezvous come from the arguments
+    (world > 0), else from `sfb launch` / the SFB_* environment or PMIx.
+    Call methods from one thread."""
+
+    def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
+                 progress=None, peer_timeout_s=None, bootstrap_timeout_s=None):
+        lib = library()
+        s = _Settings()
+        lib.sfb_job_default_settings(ctypes.byref(s))
+        if world:
+            s.world = world
+            s.rank = rank or 0
+        self._keep = [_enc(rendezvous), _enc(job_key), _enc(provider), _enc(progress)]
+        s.rendezvous, s.job_key = self._keep[0], self._keep[1]
+        s.provider = self._keep[2]
+        if progress is not None:
+            s.progress = self._keep[3]
+        if peer_timeout_s is not None:
+            s.peer_timeout_s = peer_timeout_s
+        if bootstrap_timeout_s is not None:
+            s.bootstrap_timeout_s = bootstrap_timeout_s
+        self._h = ctypes.c_void_p()
+        _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))
+        self.rank = lib.sfb_job_rank(self._h)
+        self.world = lib.sfb_job_world(self._h)
+        self.matrices = []
+        self.last_wait = None
+        self._sfs = None
+
+    def _handle(self):
+        if not self._h:
+            raise Error(-22, "sfb.Job: the job is closed")
+        return self._h
+
+    def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
+               topology=None, degree=0, start_clock=0):
+        """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
+        place from now on; keep them alive) the job's replicas. max_s: the
+        most samples of one published factor. Collective."""
+        mats = list(matrices)
+        if not 1 <= len(mats) <= MAX_MATRICES:
+            raise ValueError("attach: 1 to %d matrices, got %d" % (MAX_MATRICES, len(mats)))
+        for i, m in enumerate(mats):
+            if not (isinstance(m, np.ndarray) and m.dtype == np.float32 and m.ndim == 2
+                    and m.flags.c_contiguous and m.flags.writeable):
+                raise ValueError("attach: matrix %d must be a writable C-contiguous 2-D "
+                                 "float32 numpy array" % i)
+        cm = (_Matrix * len(mats))()
+        for i, m in enumerate(mats):
+            cm[i].rows, cm[i].cols = m.shape
+            cm[i].data = m.ctypes.data_as(_c_float_p)
+        a = _Attach()
+        library().sfb_job_default_attach(ctypes.byref(a))
+        a.n, a.mats, a.max_s = len(mats), cm, max_s
+        self._attach_keep = [_enc(engine), _enc(topology), cm]
+        a.engine, a.topology = self._attach_keep[0], self._attach_keep[1]
+        a.staleness = staleness
+        a.apply_early = -1 if apply_early is None else int(bool(apply_early))
+        a.degree, a.start_clock = degree, start_clock
+        _check(library().sfb_job_attach(self._handle(), ctypes.byref(a)))
+        self.matrices = mats
+        self._sfs = (_SF * len(mats))()
+
+    def wait(self, clock):
+        """The SSP gate of `clock` (in order: wait(t), publish(t), wait(t+1),
+        ...): returns the replicas (the attached arrays themselves, every
+        peer's updates through clock - staleness - 1 applied). What the wait did (wait_s, apply_s, applied, staleness,
+        min_applied, ...) is left in self.last_wait."""
+        acct = _Clock()
+        _check(library().sfb_job_wait(self._handle(), clock, ctypes.byref(acct)))
+        self.last_wait = {k: getattr(acct, k) for k, _ in _Clock._fields_}
+        return self.matrices
+
+    def publish(self, clock, factors):
+        """This worker's factors of `clock`, one (b, c, scale) per matrix:
+        b is s x rows, c is s x cols (float32, row-major), and the update is
+        scale * b.T @ c. Sent to the peers and applied here at once."""
+        factors = list(factors)
+        if len(factors) != len(self.matrices):
+            raise ValueError("publish: %d factors for %d matrices" %
+                             (len(factors), len(self.matrices)))
+        keep = []
+        for m, (b, c, scale) in enumerate(factors):
+            b, c = _f32(b, "publish: b"), _f32(c, "publish: c")
+            if b.shape[0] != c.shape[0]:
+                raise ValueError("publish: b has %d rows (samples), c has %d" %
+                                 (b.shape[0], c.shape[0]))
+            keep += [b, c]
+            sf = self._sfs[m]
+            sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]
+            sf.scale, sf.sparse_c = scale, 0
+            sf.b, sf.c = b.ctypes.data_as(_c_float_p), c.ctypes.data_as(_c_float_p)
+            sf.b_cap, sf.c_cap = b.size, c.size
+        _check(library().sfb_job_publish(self._handle(), clock, self._sfs, len(factors)))
+
+    def drain(self, last):
+        """Applies every peer update of clocks <= last."""
+        _check(library().sfb_job_drain(self._handle(), last, None))
+
+    def barrier(self):
+        _check(library().sfb_job_barrier(self._handle()))
+
+    def allgather(self, data):
+        """Every rank's `data` (bytes of one length on every rank), in rank order."""
+        data = bytes(data)
+        out = ctypes.create_string_buffer(len(data) * self.world)
+        _check(library().sfb_job_allgather(self._handle(), data, len(data), out))
+        return [out.raw[i * len(data):(i + 1) * len(data)] for i in range(self.world)]
+
+    def agree(self, text):
+        """Raises sfb.Error on every rank unless all passed the same
+        "key=value\\n" text (the message names the differing keys)."""
+        _check(library().sfb_job_agree(self._handle(), _enc(text)))
+
+    def finish(self, last):
+        """The orderly end after clock `last`: every replica ends identical."""
+        _check(library().sfb_job_finish(self._handle(), last))
+
+    def abort(self, reason=None):
+        if self._h:
+            library().sfb_job_abort(self._h, _enc(reason))
+
+    def stats(self):
+        st = _Stats()
+        _check(library().sfb_job_stats(self._handle(), ctypes.byref(st)))
+        return {k: getattr(st, k) for k, _ in _Stats._fields_}
+
+    def close(self):
+        if self._h:
+            library().sfb_job_close(ctypes.byref(self._h))
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort("%s: %s" % (exc_type.__name__, exc))
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,101 @@
+/* `sfb launch -n P [--] CMD ARGS...`: P local copies of any command, wired
+ * by the environment rendezvous (as torchrun starts its workers), through
+ * sfb_launch_local. */
+#include "src/cli/cli.h"
+#include "src/cli/opt.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct launch_opts {
+    uint32_t nprocs;
+};
+
+static const struct cli_opt launch_table[] = {
+    {.kind = CLI_UINT, .name = "nprocs", .short_name = 'n', .off = offsetof(struct launch_opts, nprocs),
+     .size = sizeof(uint32_t), .metavar = "P", .help = "copies to start, 1..1024 (required)",
+     .umin = 1, .umax = 1024},
+    {.kind = CLI_HELP, .name = "help", .short_name = 'h', .help = "this text"},
+    {.kind = CLI_END},
+};
+
+static void launch_help(FILE *f)
+{
+    fprintf(f,
+            "usage: sfb launch -n P [--] CMD [ARGS...]\n"
+            "\n"
+            "Starts P copies of CMD on this machine as ranks 0..P-1 of one job, each with\n"
+            "the rendezvous environment that sfb_job_open (C), sfb.Job (Python) and\n"
+            "`sfb worker` read:\n"
+            "  SFB_RANK, SFB_WORLD_SIZE   this copy's rank and the job's size\n"
+            "  SFB_RENDEZVOUS             127.0.0.1:PORT (a free port) where rank 0 listens\n"
+            "  SFB_JOB_KEY                a random key shared by the job's ranks\n"
+            "Every line a copy prints is written as \"[RANK] line\"; stdin is /dev/null.\n"
+            "SIGINT, SIGTERM and SIGHUP are forwarded to every copy (a second one kills).\n"
+            "When one copy fails (non-zero exit or a signal) the others get SIGTERM and,\n"
+            "3 s later, SIGKILL; sfb launch waits for all of them.\n"
+            "\n"
+            "options:\n");
+    cli_opt_help(f, launch_table);
+    fprintf(f,
+            "\n"
+            "exit status: 0 when every copy exited 0; 1 naming the first failed copy\n"
+            "(\"rank 2 exited with status 1; pid 12345\"); 128+N when signal N stopped\n"
+            "the job; 2 for a usage error.\n"
+            "\n"
+            "example:\n"
+            "  sfb launch -n 4 -- python3 examples/mlr_numpy.py --epochs 5\n");
+}
+
+/* Where CMD starts: after "--", else at the first argument that is neither
+ * an option nor the value of -n. */
+static int command_start(int argc, char **argv, int *opts_end)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            *opts_end = i + 1;
+            return i + 1;
+        }
+        if (a[0] != '-' || !a[1]) {
+            *opts_end = i;
+            return i;
+        }
+        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) i++;
+    }
+    *opts_end = argc;
+    return argc;
+}
+
+int cli_launch(int argc, char **argv)
+{
+    int opts_end, cmd = command_start(argc, argv, &opts_end), r;
+    struct launch_opts o = {0};
+    struct cli_optparse p;
+    cli_opt_init(&p, opts_end, argv, "launch");
+    r = cli_opt_parse(&p, launch_table, &o, NULL);
+    if (r == CLI_OPT_HELP) {
+        launch_help(stdout);
+        return 0;
+    }
+    if (r) return 2;
+    int nprocs = (int)o.nprocs;
+    if (!nprocs || cmd >= argc) {
+        fprintf(stderr, "sfb launch: %s (usage: sfb launch -n P [--] CMD [ARGS...]; see "
+                        "sfb launch --help)\n", !nprocs ? "-n P is required" : "no command given");
+        return 2;
+    }
+    cli_log_init(SFB_LOG_WARN);
+    r = sfb_launch_local(nprocs, argv + cmd);
+    if (r) {
+        cli_error(r, "launch failed");
+        /* interrupted: the shell's convention for a death by that signal */
+        int sig = sfb_launch_stop_signal();
+        return sig ? 128 + sig : 1;
+    }
+    return 0;
+}

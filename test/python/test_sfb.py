@@ -1,0 +1,81 @@
+"""python/sfb in one process (world 1, explicit): the ctypes mirror of the C
+structures matches their layout (job_layout prints it), a job updates the
+attached numpy array in place exactly, and failures raise sfb.Error with the
+library's message. Usage: test_sfb.py JOB_LAYOUT_EXE LIBSFB"""
+import ctypes
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+os.environ["SFB_LIB"] = sys.argv[2]
+import sfb  # noqa: E402
+
+fails = 0
+
+
+def check(what, ok, detail=""):
+    global fails
+    if not ok:
+        fails += 1
+        print("FAIL: %s %s" % (what, detail))
+
+
+def raises(what, fn, text):
+    try:
+        fn()
+    except sfb.Error as e:
+        check(what, text in str(e) and e.code < 0, "message %r, code %d" % (str(e), e.code))
+        return
+    except ValueError as e:
+        check(what, text in str(e), "message %r" % str(e))
+        return
+    check(what, False, "did not raise")
+
+
+# layout: every size and offset the C compiler gives
+out = subprocess.run([sys.argv[1]], capture_output=True, text=True, check=True).stdout
+n = 0
+for line in out.splitlines():
+    name, value = line.split()
+    struct, _, field = name.partition(".")
+    cls = sfb.LAYOUT[struct]
+    got = getattr(cls, field).offset if field else ctypes.sizeof(cls)
+    check("layout " + name, got == int(value), "ctypes %d, C %s" % (got, value))
+    n += 1
+check("layout lines", n >= 20, str(n))
+
+job = sfb.Job(rank=0, world=1)
+check("rank/world", (job.rank, job.world) == (0, 1))
+raises("wait before attach", lambda: job.wait(0), "no matrices attached")
+A = np.zeros((2, 3), np.float32)
+raises("attach float64", lambda: job.attach([np.zeros((2, 3))], max_s=2), "float32")
+raises("attach engine", lambda: job.attach([A], max_s=2, engine="nope"), 'unknown engine "nope"')
+job.attach([A], max_s=2)
+b = np.array([[1, 2], [3, 4]], np.float32)
+c = np.array([[1, 0, 2], [0, 1, 1]], np.float32)
+for t in range(2):
+    (R,) = job.wait(t)
+    check("wait returns the replica", R is A)
+    job.publish(t, [(b, c, 0.5)])
+check("update", np.array_equal(A, [[1, 3, 5], [2, 4, 8]]), str(A))
+raises("publish before its wait", lambda: job.publish(2, [(b, c, 1.0)]),
+       "clock 2 is due, after its wait")
+raises("wait out of order", lambda: job.wait(5), "clock 5 out of order")
+job.wait(2)
+raises("publish shape", lambda: job.publish(2, [(b, np.ones((2, 4), np.float32), 1.0)]),
+       "SF 0 is for 2 x 4, matrix 0 is 2 x 3")
+raises("publish samples", lambda: job.publish(2, [(np.ones((3, 2), np.float32),
+                                                   np.ones((3, 3), np.float32), 1.0)]),
+       "3 samples, more than max_s 2")
+check("allgather", job.allgather(b"abc") == [b"abc"])
+job.agree("x=1\n")
+job.finish(1)
+check("stats", job.stats()["bytes_sent"] == 0)
+job.close()
+raises("closed", lambda: job.wait(3), "closed")
+raises("bad world", lambda: sfb.Job(rank=3, world=2), "rank 3 of world 2")
+print("%d failed" % fails)
+sys.exit(1 if fails else 0)

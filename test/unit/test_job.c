@@ -1,0 +1,222 @@
+/* The job API (include/sfb/job.h, src/train/job.c) in one process (world 1,
+ * given explicitly): settings and argument checks, the attach/wait/publish
+ * order, shape checks, and the own update applied exactly. Multi-process
+ * behaviour: test/integration/python_job.sh and mlr_numpy.sh. */
+#include <sfb/job.h>
+#include "src/base/common.h"
+#include "test.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define ASSERT_FAILS(call, code, text)                                          \
+    do {                                                                       \
+        ASSERT_EQ((call), (code));                                             \
+        ASSERT_STR_CONTAINS(sfb_error_message(code), text);                    \
+    } while (0)
+
+static int open_single(struct sfb_job **job)
+{
+    struct sfb_job_settings s;
+    sfb_job_default_settings(&s);
+    s.world = 1;
+    return sfb_job_open(job, &s);
+}
+
+static int test_defaults(void)
+{
+    struct sfb_job_settings s;
+    memset(&s, 0xff, sizeof s);
+    sfb_job_default_settings(&s);
+    ASSERT_EQ(s.version, SFB_JOB_SETTINGS_VERSION);
+    ASSERT_EQ(s.world, 0);
+    ASSERT(s.rendezvous == NULL && s.job_key == NULL && s.provider == NULL);
+    ASSERT(strcmp(s.progress, "auto") == 0);
+    ASSERT_EQ(s.peer_timeout_s, 5.0);
+    for (size_t i = 0; i < sizeof s.reserved; i++) ASSERT_EQ(s.reserved[i], 0);
+    struct sfb_job_attach a;
+    memset(&a, 0xff, sizeof a);
+    sfb_job_default_attach(&a);
+    ASSERT_EQ(a.version, SFB_JOB_SETTINGS_VERSION);
+    ASSERT(strcmp(a.engine, "sfb") == 0);
+    ASSERT_EQ(a.staleness, 0);
+    ASSERT_EQ(a.apply_early, -1);
+    ASSERT(a.topology == NULL && a.mats == NULL);
+    sfb_job_default_settings(NULL);
+    sfb_job_default_attach(NULL);
+    return 0;
+}
+
+static int test_null_arguments(void)
+{
+    struct sfb_job *job = NULL;
+    struct sfb_job_settings s;
+    struct sfb_job_stats st;
+    sfb_job_default_settings(&s);
+    ASSERT_FAILS(sfb_job_open(NULL, &s), -EINVAL, "sfb_job_open: argument 'job_out' is NULL");
+    ASSERT_FAILS(sfb_job_open(&job, NULL), -EINVAL, "sfb_job_open: argument 's' is NULL");
+    ASSERT(job == NULL);
+    ASSERT_FAILS(sfb_job_attach(NULL, NULL), -EINVAL, "sfb_job_attach: argument 'job'");
+    ASSERT_FAILS(sfb_job_wait(NULL, 0, NULL), -EINVAL, "sfb_job_wait: argument 'job'");
+    ASSERT_FAILS(sfb_job_publish(NULL, 0, NULL, 0), -EINVAL, "sfb_job_publish: argument 'job'");
+    ASSERT_FAILS(sfb_job_drain(NULL, 0, NULL), -EINVAL, "sfb_job_drain: argument 'job'");
+    ASSERT_FAILS(sfb_job_barrier(NULL), -EINVAL, "sfb_job_barrier: argument 'job'");
+    ASSERT_FAILS(sfb_job_allgather(NULL, "", 0, &s), -EINVAL, "sfb_job_allgather: argument 'job'");
+    ASSERT_FAILS(sfb_job_agree(NULL, ""), -EINVAL, "sfb_job_agree: argument 'job'");
+    ASSERT_FAILS(sfb_job_finish(NULL, 0), -EINVAL, "sfb_job_finish: argument 'job'");
+    ASSERT_FAILS(sfb_job_stats(NULL, &st), -EINVAL, "sfb_job_stats: argument 'job'");
+    sfb__clear_error();
+    ASSERT_EQ(sfb_job_rank(NULL), UINT32_MAX);
+    ASSERT_STR_CONTAINS(sfb_error_message(-EINVAL), "sfb_job_rank: argument 'job'");
+    ASSERT_EQ(sfb_job_world(NULL), UINT32_MAX);
+    sfb_job_abort(NULL, "x");
+    sfb_job_close(NULL);
+    sfb_job_close(&job);
+    return 0;
+}
+
+static int test_bad_settings(void)
+{
+    struct sfb_job *job = NULL;
+    struct sfb_job_settings s;
+    sfb_job_default_settings(&s);
+    s.version = 0;
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EVERSION, "settings version 0");
+    sfb_job_default_settings(&s);
+    s.reserved[7] = 1;
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EVERSION, "reserved");
+    sfb_job_default_settings(&s);
+    s.world = 2;
+    s.rank = 2;
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "rank 2 of world 2");
+    sfb_job_default_settings(&s);
+    s.progress = "fast";
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "progress \"fast\"");
+    sfb_job_default_settings(&s);
+    s.peer_timeout_s = 0;
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "must all be positive");
+    /* world 2 given explicitly needs the rendezvous */
+    sfb_job_default_settings(&s);
+    s.world = 2;
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "the rendezvous is not set");
+    ASSERT(job == NULL);
+    return 0;
+}
+
+static int test_order_and_shapes(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    ASSERT_EQ(sfb_job_rank(job), 0);
+    ASSERT_EQ(sfb_job_world(job), 1);
+    ASSERT_FAILS(sfb_job_wait(job, 0, NULL), -SFB_EUSAGE, "sfb_job_wait: no matrices attached");
+    float data[6] = {0};
+    struct sfb_matrix m = {2, 3, data};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.mats = &m;
+    a.max_s = 2;
+    a.engine = "nope";
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "unknown engine \"nope\"");
+    a.engine = "sfb";
+    a.max_s = 0;
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "max_s is 0");
+    a.max_s = 2;
+    a.n = 5;
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "5 matrices");
+    a.n = 1;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "already attached");
+    /* clocks in order: wait(t), publish(t), wait(t + 1), ... */
+    float b[6] = {1, 2, 3, 4, 5, 6}, c[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    float zeros[3] = {0};
+    struct sfb_sf ok = {.rows = 2, .cols = 3, .s = 1, .scale = 1, .b = zeros, .c = c};
+    ASSERT_FAILS(sfb_job_wait(job, 1, NULL), -SFB_EUSAGE, "clock 1 out of order: the next wait is for clock 0");
+    ASSERT_FAILS(sfb_job_publish(job, 0, &ok, 1), -SFB_EUSAGE, "clock 0 is due, after its wait");
+    ASSERT_FAILS(sfb_job_drain(job, 0, NULL), -SFB_EUSAGE, "expected -1 .. -1");
+    ASSERT_OK(sfb_job_wait(job, 0, NULL));
+    ASSERT_FAILS(sfb_job_wait(job, 0, NULL), -SFB_EUSAGE, "after its publish");
+    ASSERT_FAILS(sfb_job_publish(job, 1, &ok, 1), -SFB_EUSAGE, "clock 1 out of order: clock 0 is due");
+    struct sfb_sf sf = {.rows = 3, .cols = 3, .s = 2, .scale = 1, .b = b, .c = c};
+    ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -SFB_ESHAPE, "SF 0 is for 3 x 3, matrix 0 is 2 x 3");
+    sf.rows = 2;
+    sf.s = 3;
+    ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -SFB_ESHAPE, "3 samples, more than max_s 2");
+    sf.s = 2;
+    ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 2), -SFB_EUSAGE, "2 SFs for 1 attached matrices");
+    sf.s = 0;
+    ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -SFB_ESHAPE, "SF 0 has no sample");
+    sf.s = 2;
+    sf.b = NULL;
+    ASSERT_FAILS(sfb_job_publish(job, 0, &sf, 1), -EINVAL, "SF 0 has a NULL array");
+    ASSERT_OK(sfb_job_publish(job, 0, &ok, 1)); /* one sample of zeros: nothing added */
+    ASSERT_OK(sfb_job_drain(job, 0, NULL));
+    ASSERT_FAILS(sfb_job_finish(job, 1), -SFB_EUSAGE, "expected -1 .. 0");
+    ASSERT_OK(sfb_job_finish(job, 0));
+    for (int i = 0; i < 6; i++) ASSERT_EQ(data[i], 0);
+    sfb_job_close(&job);
+    ASSERT(job == NULL);
+    return 0;
+}
+
+/* The own update is applied at publish (read-my-writes): A += scale·BᵀC. */
+static int run_engine(const char *engine)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    float data[6] = {0};
+    struct sfb_matrix m = {2, 3, data};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.mats = &m;
+    a.max_s = 2;
+    a.engine = engine;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    /* b: 2 samples × 2 rows, c: 2 samples × 3 cols */
+    float b[4] = {1, 2, 3, 4}, c[6] = {1, 0, 2, 0, 1, 1};
+    struct sfb_sf sf = {.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .b = b, .c = c};
+    for (int64_t t = 0; t < 2; t++) {
+        struct sfb_job_clock acct = {0};
+        ASSERT_OK(sfb_job_wait(job, t, &acct));
+        ASSERT_EQ(acct.applied, 0);
+        ASSERT_OK(sfb_job_publish(job, t, &sf, 1));
+        ASSERT_EQ(sf.clock, t);
+        ASSERT_EQ(sf.origin, 0);
+    }
+    /* BᵀC = [[1, 3, 5], [2, 4, 8]]: 0.5 of it per clock, two clocks */
+    const float want[6] = {1, 3, 5, 2, 4, 8};
+    for (int i = 0; i < 6; i++) ASSERT_EQ(data[i], want[i]);
+    ASSERT_OK(sfb_job_agree(job, "a=1\n"));
+    uint64_t mine = 42, all = 0;
+    ASSERT_OK(sfb_job_allgather(job, &mine, sizeof mine, &all));
+    ASSERT_EQ(all, 42);
+    ASSERT_OK(sfb_job_barrier(job));
+    ASSERT_OK(sfb_job_finish(job, 1));
+    struct sfb_job_stats st;
+    ASSERT_OK(sfb_job_stats(job, &st));
+    ASSERT_EQ(st.bytes_sent, 0);
+    ASSERT_EQ(st.data_msgs, 0);
+    sfb_job_close(&job);
+    return 0;
+}
+
+static int test_publish_sfb(void)
+{
+    return run_engine("sfb");
+}
+
+static int test_publish_fms(void)
+{
+    return run_engine("fms");
+}
+
+static const struct test_case tests[] = {
+    {"defaults", test_defaults},
+    {"null_arguments", test_null_arguments},
+    {"bad_settings", test_bad_settings},
+    {"order_and_shapes", test_order_and_shapes},
+    {"publish_sfb", test_publish_sfb},
+    {"publish_fms", test_publish_fms},
+};
+
+TEST_MAIN(tests)
