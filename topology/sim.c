@@ -72,25 +72,33 @@ static void hold(struct sim *m, uint32_t v)
     }
 }
 
+/* The simulation's per-node and per-link arrays; -1 when out of memory
+ * (the caller frees what was allocated). */
+static int sim_alloc(struct sim *m)
+{
+    m->next = malloc(sizeof *m->next * m->P);
+    m->msg_time = malloc(sizeof *m->msg_time * m->P);
+    m->msg_chain = malloc(sizeof *m->msg_chain * m->P);
+    m->head = malloc(sizeof *m->head * m->Q);
+    m->tail = malloc(sizeof *m->tail * m->Q);
+    m->count = calloc(m->Q, sizeof *m->count);
+    m->multi = calloc(m->Q, sizeof *m->multi);
+    m->ready = malloc(sizeof *m->ready * m->Q);
+    m->links = malloc(sizeof *m->links * m->Q);
+    if (!m->next || !m->msg_time || !m->msg_chain || !m->head || !m->tail || !m->count ||
+        !m->multi || !m->ready || !m->links)
+        return -1;
+    for (uint32_t k = 0; k < m->Q; k++) m->head[k] = NONE;
+    return 0;
+}
+
 static int simulate_eager(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
                           struct sfb_topo_report *r)
 {
     struct sim m = {.t = t, .s = s, .P = t ? sfb_topo_nodes(t) : 0};
     m.Q = sfb_topo_out_degree(t);
     int ret = -ENOMEM;
-    m.next = malloc(sizeof *m.next * m.P);
-    m.msg_time = malloc(sizeof *m.msg_time * m.P);
-    m.msg_chain = malloc(sizeof *m.msg_chain * m.P);
-    m.head = malloc(sizeof *m.head * m.Q);
-    m.tail = malloc(sizeof *m.tail * m.Q);
-    m.count = calloc(m.Q, sizeof *m.count);
-    m.multi = calloc(m.Q, sizeof *m.multi);
-    m.ready = malloc(sizeof *m.ready * m.Q);
-    m.links = malloc(sizeof *m.links * m.Q);
-    if (!m.next || !m.msg_time || !m.msg_chain || !m.head || !m.tail || !m.count || !m.multi ||
-        !m.ready || !m.links)
-        goto out;
-    for (uint32_t k = 0; k < m.Q; k++) m.head[k] = NONE;
+    if (sim_alloc(&m)) goto out;
 
     const double sec_per_byte = 8.0 / (s->link_gbps * 1e9), lat = s->latency_us * 1e-6;
     const double ovh = s->msg_overhead_us * 1e-6;

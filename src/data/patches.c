@@ -37,15 +37,11 @@ static int image_row(const struct sfb_dataset *im, uint64_t i, float *out)
     return 0;
 }
 
-int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_settings *s,
-                     struct sfb_dataset *out)
+/* The images' height and width (given, or the side of a square d) and the
+ * patch side, checked against the data. */
+static int geometry(const struct sfb_dataset *images, const struct sfb_patch_settings *s,
+                    uint32_t *hp, uint32_t *wp)
 {
-    SFB_ENTER();
-    SFB_ARG(out);
-    SFB_ARG(images);
-    SFB_ARG(s);
-    memset(out, 0, sizeof *out);
-    if (!images || !s) return sfb__error(-EINVAL, "patches: NULL argument");
     uint32_t h = s->h, w = s->w, p = s->p;
     if ((h == 0) != (w == 0))
         return sfb__error(-EINVAL, "patches: give both image height and width (got h=%u w=%u)", h,
@@ -65,6 +61,42 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
         return sfb__error(-EINVAL, "patches: patch side %u must be in [1, %u]", p, h < w ? h : w);
     if (images->n && (images->sparse ? !images->row_ptr : !images->x))
         return sfb__error(-EINVAL, "patches: images have no pixels");
+    *hp = h;
+    *wp = w;
+    return 0;
+}
+
+/* Copies the p×p patch at (r0, c0) of a w-wide image into dst, less its
+ * mean when asked. */
+static void cut_patch(const float *img, uint32_t w, uint32_t p, uint64_t r0, uint64_t c0,
+                      int remove_mean, float *dst)
+{
+    double mean = 0.0;
+    for (uint32_t r = 0; r < p; r++)
+        for (uint32_t c = 0; c < p; c++) {
+            float v = img[(r0 + r) * w + c0 + c];
+            dst[r * p + c] = v;
+            mean += v;
+        }
+    if (remove_mean) {
+        float mu = (float)(mean / ((double)p * p));
+        for (uint32_t q = 0; q < p * p; q++)
+            dst[q] -= mu;
+    }
+}
+
+int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_settings *s,
+                     struct sfb_dataset *out)
+{
+    SFB_ENTER();
+    SFB_ARG(out);
+    SFB_ARG(images);
+    SFB_ARG(s);
+    memset(out, 0, sizeof *out);
+    if (!images || !s) return sfb__error(-EINVAL, "patches: NULL argument");
+    uint32_t h = 0, w = 0, p = s->p;
+    int gr = geometry(images, s, &h, &w);
+    if (gr) return gr;
     const uint64_t ph = h - p + 1, pw = w - p + 1, per = ph * pw;
     if (images->n > UINT64_MAX / per) return sfb__error(-EOVERFLOW, "patches: too many patches");
     const uint64_t total = images->n * per;
@@ -106,19 +138,7 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
             }
             cur_img = i;
         }
-        float *dst = out->x + got * pd;
-        double mean = 0.0;
-        for (uint32_t r = 0; r < p; r++)
-            for (uint32_t c = 0; c < p; c++) {
-                float v = img[(r0 + r) * w + c0 + c];
-                dst[r * p + c] = v;
-                mean += v;
-            }
-        if (s->remove_mean) {
-            float mu = (float)(mean / pd);
-            for (uint32_t q = 0; q < pd; q++)
-                dst[q] -= mu;
-        }
+        cut_patch(img, w, p, r0, c0, s->remove_mean, out->x + got * pd);
         out->labels[got++] = images->labels ? images->labels[i] : 0;
     }
     free(img);

@@ -178,6 +178,64 @@ static int32_t label_of(const struct sfb_synth_settings *s, const float *w, cons
     return best;
 }
 
+/* Appends column j (its value comes later) to the growing CSR arrays. */
+static int push_col(uint32_t **col, size_t *col_cap, float **val, size_t *val_cap, uint64_t nnz,
+                    uint32_t j)
+{
+    if ((nnz + 1) * sizeof **col > *col_cap &&
+        (sfb__reserve((void **)col, col_cap, (nnz + 1) * sizeof **col) ||
+         sfb__reserve((void **)val, val_cap, (nnz + 1) * sizeof **val)))
+        return -1;
+    (*col)[nnz] = j;
+    return 0;
+}
+
+/* The sparse rows: each sample's support by geometric skips (O(nnz) per
+ * row, sorted for free), never empty, then its values and label, all from
+ * the sample's own stream. -1 when out of memory (the caller frees). */
+static int gen_sparse(const struct sfb_synth_settings *s, const struct sfb_shard *shard, uint64_t n,
+                      uint64_t stream_seed, const float *w, int32_t *labels, uint64_t **prow_ptr,
+                      uint32_t **pcol, float **pval)
+{
+    size_t col_cap = 0, val_cap = 0;
+    uint64_t *row_ptr = *prow_ptr = malloc(((size_t)n + 1) * sizeof *row_ptr);
+    if (!row_ptr) return -1;
+    /* Reserve the expected size (+12%) to avoid most regrowth. */
+    double expect = support_size(s) * (double)n * 1.125 + 16.0;
+    size_t guess = expect < (double)(SIZE_MAX / 8) ? (size_t)expect : 16;
+    if (sfb__reserve((void **)pcol, &col_cap, guess * sizeof **pcol) ||
+        sfb__reserve((void **)pval, &val_cap, guess * sizeof **pval))
+        return -1;
+    const double log_q = sfb__rng_log(1.0 - s->density);
+    uint64_t nnz = 0;
+    row_ptr[0] = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        struct sfb__rng rng;
+        sfb__rng_seed2(&rng, stream_seed, shard ? sfb_shard_global(shard, i) : i);
+        uint64_t start = nnz;
+        uint64_t j = 0;
+        for (;;) {
+            double u = 1.0 - sfb__rng_uniform(&rng); /* (0, 1] */
+            double g = floor(sfb__rng_log(u) / log_q);
+            if (!(g < (double)(s->d - j))) break;
+            j += (uint64_t)g;
+            if (push_col(pcol, &col_cap, pval, &val_cap, nnz, (uint32_t)j)) return -1;
+            nnz++;
+            j++;
+            if (j >= s->d) break;
+        }
+        if (nnz == start) { /* never an empty sample: one uniform feature */
+            if (push_col(pcol, &col_cap, pval, &val_cap, nnz, (uint32_t)sfb__rng_below(&rng, s->d)))
+                return -1;
+            nnz++;
+        }
+        for (uint64_t t = start; t < nnz; t++) (*pval)[t] = (float)sfb__rng_gauss(&rng);
+        row_ptr[i + 1] = nnz;
+        labels[i] = label_of(s, w, *pcol + start, *pval + start, (uint32_t)(nnz - start), &rng);
+    }
+    return 0;
+}
+
 int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed,
                         const struct sfb_shard *shard, struct sfb_dataset *out)
 {
@@ -200,7 +258,6 @@ int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed
     float *x = NULL, *val = NULL;
     uint64_t *row_ptr = NULL;
     uint32_t *col = NULL;
-    size_t col_cap = 0, val_cap = 0;
     if (!w || !labels) goto nomem;
     sfb__synth_model(s, w);
     uint64_t stream_seed = sfb__rng_mix(sample_seed ^ TAG_SAMPLE);
@@ -215,50 +272,8 @@ int sfb__synth_generate(const struct sfb_synth_settings *s, uint64_t sample_seed
             for (uint32_t j = 0; j < s->d; j++) xi[j] = (float)sfb__rng_gauss(&rng);
             labels[i] = label_of(s, w, NULL, xi, s->d, &rng);
         }
-    } else {
-        if (!(row_ptr = malloc(((size_t)n + 1) * sizeof *row_ptr))) goto nomem;
-        /* Reserve the expected size (+12%) to avoid most regrowth. */
-        double expect = support_size(s) * (double)n * 1.125 + 16.0;
-        size_t guess = expect < (double)(SIZE_MAX / 8) ? (size_t)expect : 16;
-        if (sfb__reserve((void **)&col, &col_cap, guess * sizeof *col) ||
-            sfb__reserve((void **)&val, &val_cap, guess * sizeof *val)) {
-            goto nomem;
-        }
-        /* Support by geometric skips: O(nnz) per row, sorted for free. */
-        const double log_q = sfb__rng_log(1.0 - s->density);
-        uint64_t nnz = 0;
-        row_ptr[0] = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            struct sfb__rng rng;
-            sfb__rng_seed2(&rng, stream_seed, shard ? sfb_shard_global(shard, i) : i);
-            uint64_t start = nnz;
-            uint64_t j = 0;
-            for (;;) {
-                double u = 1.0 - sfb__rng_uniform(&rng); /* (0, 1] */
-                double g = floor(sfb__rng_log(u) / log_q);
-                if (!(g < (double)(s->d - j))) break;
-                j += (uint64_t)g;
-                if ((nnz + 1) * sizeof *col > col_cap &&
-                    (sfb__reserve((void **)&col, &col_cap, (nnz + 1) * sizeof *col) ||
-                     sfb__reserve((void **)&val, &val_cap, (nnz + 1) * sizeof *val))) {
-                    goto nomem;
-                }
-                col[nnz++] = (uint32_t)j;
-                j++;
-                if (j >= s->d) break;
-            }
-            if (nnz == start) { /* never an empty sample: one uniform feature */
-                if ((nnz + 1) * sizeof *col > col_cap &&
-                    (sfb__reserve((void **)&col, &col_cap, (nnz + 1) * sizeof *col) ||
-                     sfb__reserve((void **)&val, &val_cap, (nnz + 1) * sizeof *val))) {
-                    goto nomem;
-                }
-                col[nnz++] = (uint32_t)sfb__rng_below(&rng, s->d);
-            }
-            for (uint64_t t = start; t < nnz; t++) val[t] = (float)sfb__rng_gauss(&rng);
-            row_ptr[i + 1] = nnz;
-            labels[i] = label_of(s, w, col + start, val + start, (uint32_t)(nnz - start), &rng);
-        }
+    } else if (gen_sparse(s, shard, n, stream_seed, w, labels, &row_ptr, &col, &val)) {
+        goto nomem;
     }
     free(w);
     out->n = n;

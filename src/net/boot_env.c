@@ -347,9 +347,8 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
 
 /* ---- open ------------------------------------------------------------------ */
 
-/* Rank and world from the settings (an explicit rendezvous) or SFB_*, then
- * the rendezvous itself. */
-static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+/* Rank and world from the settings (an explicit rendezvous) or SFB_*. */
+static int rank_and_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
 {
     int r = 0;
     if (s->world > 0) {
@@ -363,6 +362,33 @@ static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
                                     SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
         if (!r) r = sfb__boot_parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
     }
+    return r;
+}
+
+/* Rank 0: listens, takes every rank's hello, welcomes them all. */
+static int rank0_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s,
+                      const char *spec, int key_given, double hello_s, int max_pending)
+{
+    int lfd = -1, r = rank0_listen(spec, &lfd);
+    if (r) return r;
+    if (!key_given) bs->key = sfb__boot_random_key();
+    /* Absolute: nothing a peer sends, nor a stall of rank 0, moves it. */
+    double waited = SFB_MAX(s->connect_timeout_s, s->timeout_s);
+    double deadline = sfb__now() + waited;
+    r = rank0_accept(bs, lfd, key_given, hello_s, (size_t)max_pending, deadline, waited);
+    close(lfd);
+    if (r) return r;
+    deadline = sfb__now() + s->timeout_s;
+    struct sfb__boot_hdr w = make_hdr(bs, SFB__BOOT_WELCOME, 0);
+    for (int i = 1; i < bs->size; i++)
+        if ((r = sfb__boot_send_msg(bs->fds[i], &w, NULL, deadline)))
+            return sfb__boot_io_error(r, "welcoming", i, s->timeout_s);
+    return 0;
+}
+
+static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
+{
+    int r = rank_and_world(bs, s);
     if (r) return r;
     const char *ks = s->world > 0 ? s->job_key : getenv("SFB_JOB_KEY");
     int key_given = ks && *ks;
@@ -388,22 +414,7 @@ static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
     if (!bs->fds) return -ENOMEM;
     for (int i = 0; i < bs->size; i++) bs->fds[i] = -1;
 
-    if (bs->rank == 0) {
-        int lfd = -1;
-        if ((r = rank0_listen(spec, &lfd))) return r;
-        if (!key_given) bs->key = sfb__boot_random_key();
-        /* Absolute: nothing a peer sends, nor a stall of rank 0, moves it. */
-        double waited = SFB_MAX(s->connect_timeout_s, s->timeout_s);
-        double deadline = sfb__now() + waited;
-        r = rank0_accept(bs, lfd, key_given, hello_s, (size_t)max_pending, deadline, waited);
-        close(lfd);
-        if (r) return r;
-        deadline = sfb__now() + s->timeout_s;
-        struct sfb__boot_hdr w = make_hdr(bs, SFB__BOOT_WELCOME, 0);
-        for (int i = 1; i < bs->size; i++)
-            if ((r = sfb__boot_send_msg(bs->fds[i], &w, NULL, deadline))) return sfb__boot_io_error(r, "welcoming", i, s->timeout_s);
-        return 0;
-    }
+    if (bs->rank == 0) return rank0_open(bs, s, spec, key_given, hello_s, max_pending);
 
     if ((r = joiner_connect(bs, spec, s->connect_timeout_s))) return r;
     /* Rank 0 answers once the last rank has joined, which may take as long as

@@ -4,6 +4,7 @@
 #define SFB_SRC_COMM_IMPL_H
 
 #include "src/net/comm.h"
+#include "src/base/common.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,5 +40,22 @@ struct sfb__comm {
     int failed_rank;
     char reason[512];
 };
+
+/* Shared by comm.c (frames, finish), comm_live.c (liveness) and
+ * comm_open.c (set-up). */
+/* Records the first failure; later ones are logged only. Any thread. */
+void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRINTF(3, 4);
+/* The transport's hooks (loop thread): every received frame, a completed
+ * send, a fabric error. */
+int sfb__comm_on_frame(void *user, struct sfb__frame *f);
+void sfb__comm_sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+void sfb__comm_on_error(void *user, int peer, int code, const char *msg);
+/* The ring neighbours this rank watches (1 or 2 of them). */
+unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
+/* The heartbeat timer's callback, the silence timeout for `here` ranks on
+ * this host, and "heard from everyone now" (loop thread, or before it runs). */
+void sfb__comm_heartbeat(void *arg);
+double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here);
+void sfb__comm_reset_heard(void *arg);
 
 #endif

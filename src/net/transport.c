@@ -4,6 +4,7 @@
 
 #include "src/net/bell.h"
 #include "src/base/common.h"
+#include "src/base/fifo.h"
 #include "src/net/loop.h"
 
 #include <pthread.h>
@@ -211,7 +212,5 @@ void sfb__tp_on_async(void *arg)
     t->sub_head = t->sub_tail = NULL;
     pthread_mutex_unlock(&t->mu);
     if (!h) return;
-    if (t->pend_tail) t->pend_tail->next = h;
-    else t->pend_head = h;
-    t->pend_tail = tl;
+    SFB_FIFO_SPLICE(t->pend_head, t->pend_tail, h, tl, next);
 }

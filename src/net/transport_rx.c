@@ -5,6 +5,7 @@
 
 #include "src/base/bytes.h"
 #include "src/base/common.h"
+#include "src/base/fifo.h"
 #include "src/net/loop.h"
 
 #include <pthread.h>
@@ -40,10 +41,7 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
     } else {
         /* Inbox full: park the frame and stop reposting receives, so the
          * provider pushes back on the senders. */
-        b->next = NULL;
-        if (t->ovf_tail) t->ovf_tail->next = b;
-        else t->ovf_head = b;
-        t->ovf_tail = b;
+        SFB_FIFO_PUSH(t->ovf_head, t->ovf_tail, b, next);
         atomic_store(&t->ovf_nonempty, 1);
     }
     pthread_mutex_unlock(&t->mu);
@@ -85,8 +83,7 @@ static void post_acks(struct sfb__transport *t)
             stat_add(&t->stats.eagain, 1);
             return;
         }
-        t->ack_head = o->qnext;
-        if (!t->ack_head) t->ack_tail = NULL;
+        SFB_FIFO_DROP_HEAD(t->ack_head, t->ack_tail, qnext);
         if (rc) {
             /* The sender times the frame out and reports it. */
             sfb__tp_report(t, (int)o->peer, (int)rc, "fi_tsend (RMA ACK) failed", NULL);
@@ -103,10 +100,7 @@ static void send_ack(struct sfb__transport *t, struct op *o, uint32_t status)
     sfb__put_u32(o->thdr, t->s.rank | (uint32_t)K_ACK << 24);
     sfb__put_u32(o->thdr + 4, o->seq);
     sfb__put_u64(o->thdr + 8, o->cookie | (uint64_t)status << 32);
-    o->qnext = NULL;
-    if (t->ack_tail) t->ack_tail->qnext = o;
-    else t->ack_head = o;
-    t->ack_tail = o;
+    SFB_FIFO_PUSH(t->ack_head, t->ack_tail, o, qnext);
     post_acks(t);
 }
 
@@ -177,8 +171,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
                 break;
             }
         }
-        t->rd_head = a->next;
-        if (!t->rd_head) t->rd_tail = NULL;
+        SFB_FIFO_DROP_HEAD(t->rd_head, t->rd_tail, next);
         if (!rc) {
             o->started = sfb__now();
             read_slot(t, NULL, o);
@@ -250,10 +243,7 @@ static void on_announce(struct sfb__transport *t, struct sfb__buf *b, size_t len
         b = c;
     }
     b->src = src;
-    b->next = NULL;
-    if (t->rd_tail) t->rd_tail->next = b;
-    else t->rd_head = b;
-    t->rd_tail = b;
+    SFB_FIFO_PUSH(t->rd_head, t->rd_tail, b, next);
     sfb__tp_post_reads(t);
 }
 
@@ -470,9 +460,8 @@ int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double
     int wake = was > half && was - out->len <= half;
     if (t->ovf_head) {
         struct sfb__buf *b = t->ovf_head;
-        t->ovf_head = b->next;
+        SFB_FIFO_DROP_HEAD(t->ovf_head, t->ovf_tail, next);
         if (!t->ovf_head) {
-            t->ovf_tail = NULL;
             atomic_store(&t->ovf_nonempty, 0);
             wake = 1; /* the loop may repost receives again */
         }

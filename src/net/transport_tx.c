@@ -5,6 +5,7 @@
 
 #include "src/base/bytes.h"
 #include "src/base/common.h"
+#include "src/base/fifo.h"
 #include "src/net/loop.h"
 
 #include <pthread.h>
@@ -230,8 +231,7 @@ int sfb__tp_post_sends(struct sfb__transport *t)
          * in -FI_EAGAIN is retried first on the next pass. */
         if (advance_send(t, r)) break;
         work = 1;
-        t->pend_head = r->next;
-        if (!t->pend_head) t->pend_tail = NULL;
+        SFB_FIFO_DROP_HEAD(t->pend_head, t->pend_tail, next);
         if (r->outstanding == 0) sfb__tp_sreq_finish(t, r);
     }
     return work;
@@ -285,11 +285,8 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
     r->started = r->all_posted = r->failed = 0;
     r->rma = 0; /* awaiting_ack is 0 in a free request (loop-owned) */
     r->in_use = 1;
-    r->next = NULL;
     pthread_mutex_lock(&t->mu);
-    if (t->sub_tail) t->sub_tail->next = r;
-    else t->sub_head = r;
-    t->sub_tail = r;
+    SFB_FIFO_PUSH(t->sub_head, t->sub_tail, r, next);
     pthread_mutex_unlock(&t->mu);
     sfb__loop_async_send(t->async);
     return 0;

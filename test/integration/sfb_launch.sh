@@ -63,7 +63,7 @@ check "signal: no copy left" "none_left"
 timeout 10 "$SFB" launch -- true >/dev/null 2>"$tmp/u.err"; rc=$?
 check "usage: no -n (rc=$rc)" "[ $rc = 2 ] && grep -q -- '-n P is required' '$tmp/u.err'"
 timeout 10 "$SFB" launch -n 0 true >/dev/null 2>"$tmp/u.err"; rc=$?
-check "usage: -n 0 (rc=$rc)" "[ $rc = 2 ] && grep -q 'expected an integer in 1..1024' '$tmp/u.err'"
+check "usage: -n 0 (rc=$rc)" "[ $rc = 2 ] && grep -q 'is not an integer in 1..1024' '$tmp/u.err'"
 timeout 10 "$SFB" launch -n 2 >/dev/null 2>"$tmp/u.err"; rc=$?
 check "usage: no command (rc=$rc)" "[ $rc = 2 ] && grep -q 'no command given' '$tmp/u.err'"
 

@@ -1,0 +1,266 @@
+/* Opening a comm context: bootstrap, the host and provider exchange, the
+ * transport, the endpoint-name allgather, the progress thread and the
+ * heartbeats. */
+#include "config.h"
+#include "src/net/comm_impl.h"
+#include "src/net/agree.h"
+#include "src/net/bootstrap.h"
+#include "src/base/common.h"
+#include "src/base/timeline.h"
+#include "src/net/loop.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The provider a rank asks for: --provider, else FI_PROVIDER, else "" (the
+ * transport then takes shm when every rank is on this host, else tcp). */
+static const char *provider_request(const struct sfb__comm *c)
+{
+    const char *p = c->s.provider;
+    if (!p || !*p) p = getenv("FI_PROVIDER");
+    return p ? p : "";
+}
+
+/* The providers the ranks will use, as the transport resolves what each
+ * asked for (nothing: shm when every rank is on this host, else tcp), must
+ * agree. all/lens: the host exchange's records (host\0, pid, request). */
+static int check_providers(const struct sfb__comm *c, const char *all, const size_t *lens,
+                           int all_local)
+{
+    enum { STRIDE = 256 + 16 };
+    char *buf = malloc((size_t)c->world * STRIDE);
+    const char **texts = calloc(c->world, sizeof *texts);
+    size_t *tlens = calloc(c->world, sizeof *tlens);
+    int ret = 0;
+    if (!buf || !texts || !tlens) {
+        ret = sfb__error(-ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *p = all;
+    for (uint32_t r = 0; r < c->world; p += lens[r], r++) {
+        size_t h = strnlen(p, lens[r]) + 1 + sizeof(int), n = SFB_MIN(lens[r] - h, 255);
+        char *t = buf + (size_t)r * STRIDE;
+        tlens[r] = (size_t)snprintf(t, STRIDE, "provider=%.*s\n", n ? (int)n : 3,
+                                    n ? p + h : all_local ? "shm" : "tcp");
+        texts[r] = t;
+    }
+    char why[600];
+    if (sfb__agree_verdict(texts, tlens, c->world, why, sizeof why))
+        ret = sfb__error(-SFB_ECONFIG,
+                         "settings differ between ranks: %s (every worker of a job needs the "
+                         "same --provider or FI_PROVIDER)",
+                         why);
+out:
+    free(buf);
+    free(texts);
+    free(tlens);
+    return ret;
+}
+
+/* Every rank's host name, pid and requested provider: whether all share
+ * this host (the shm provider's case), and then the pids, to tell which
+ * peer died. The providers are compared here, before the transport would
+ * fail on a mismatch with an address error naming nothing. */
+static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
+                          int *first_on_host)
+{
+    char mine[600] = {0};
+    gethostname(mine, 256);
+    size_t hlen = strlen(mine) + 1;
+    int pid = (int)getpid();
+    memcpy(mine + hlen, &pid, sizeof pid);
+    size_t plen = strlen(provider_request(c));
+    if (plen > 255) return sfb__error(-SFB_EUSAGE, "provider name of %zu bytes", plen);
+    memcpy(mine + hlen + sizeof pid, provider_request(c), plen);
+    void *all = NULL;
+    size_t *lens = calloc(c->world, sizeof *lens);
+    if (!lens) return -ENOMEM;
+    int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
+    *all_local = 0;
+    *here = 1;
+    *first_on_host = 1;
+    if (ret == 0) {
+        *all_local = 1;
+        *here = 0;
+        const char *p = all;
+        for (uint32_t r = 0; r < c->world && !ret; p += lens[r], r++) {
+            size_t h = strnlen(p, lens[r]) + 1;
+            if (h + sizeof pid > lens[r])
+                ret = sfb__error(-SFB_EFORMAT, "rank %u sent a malformed host record", r);
+            else if (h != hlen || memcmp(p, mine, hlen) != 0)
+                *all_local = 0;
+            else {
+                ++*here;
+                if (r < c->rank) *first_on_host = 0;
+            }
+        }
+        if (!ret) ret = check_providers(c, all, lens, *all_local);
+        c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
+        if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
+            p = all;
+            for (uint32_t r = 0; r < c->world; p += lens[r], r++)
+                memcpy(&c->peer_pid[r], p + hlen, sizeof pid);
+        }
+    }
+    free(all);
+    free(lens);
+    return ret;
+}
+
+static int exchange_names(struct sfb__comm *c)
+{
+    const void *name;
+    size_t len;
+    sfb__transport_name(c->t, &name, &len);
+    void *all = NULL;
+    size_t *lens = calloc(c->world, sizeof *lens);
+    const void **names = calloc(c->world, sizeof *names);
+    int ret = -ENOMEM;
+    if (!lens || !names) goto out;
+    if ((ret = sfb__bootstrap_allgatherv(c->bs, name, len, &all, lens))) goto out;
+    const uint8_t *p = all;
+    for (uint32_t r = 0; r < c->world; r++) {
+        names[r] = p;
+        p += lens[r];
+    }
+    ret = sfb__transport_set_peers(c->t, names, lens, c->world);
+out:
+    free(all);
+    free(lens);
+    free(names);
+    return ret;
+}
+
+int sfb__comm_peers_alloc(struct sfb__comm *c)
+{
+    c->last_clock = -2;
+    c->last_heard = calloc(c->world, sizeof *c->last_heard);
+    c->said_bye = calloc(c->world, 1);
+    c->last_sent = calloc(c->world, sizeof *c->last_sent);
+    c->talks = calloc(c->world, 1);
+    c->final_clock = calloc(c->world, sizeof *c->final_clock);
+    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks)
+        return -ENOMEM;
+    for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
+    return 0;
+}
+
+/* Bootstrap, this rank's place in the job, and the frame checks' job. */
+static int open_job(struct sfb__comm *c, const struct sfb__comm_settings *s)
+{
+    struct sfb__bootstrap_settings bss;
+    sfb__bootstrap_default_settings(&bss);
+    bss.timeout_s = s->bootstrap_timeout_s;
+    bss.connect_timeout_s = s->bootstrap_timeout_s;
+    bss.rank = s->rank;
+    bss.world = s->world;
+    bss.rendezvous = s->rendezvous;
+    bss.job_key = s->job_key;
+    int ret = sfb__bootstrap_open(&c->bs, &bss);
+    if (ret) return ret;
+    sfb__phase_mark(SFB__PH_BOOT);
+    c->rank = (uint32_t)sfb__bootstrap_rank(c->bs);
+    c->world = (uint32_t)sfb__bootstrap_size(c->bs);
+    c->job_key = sfb__bootstrap_job_key(c->bs);
+    sfb_log_set_rank((int)c->rank);
+    if (s->nshapes > SFB_ARRAY_LEN(c->shapes))
+        return sfb__error(-EINVAL, "comm: %u matrices, at most %zu", s->nshapes,
+                          SFB_ARRAY_LEN(c->shapes));
+    if (s->nshapes) memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
+    c->job = (struct sfb__wire_job){
+        .job_key = c->job_key,
+        .world_size = c->world,
+        .shapes = c->shapes,
+        .nshapes = s->nshapes,
+        .max_s = s->max_s,
+        .max_payload = (uint64_t)1 << 32,
+        .stats = &c->wstats,
+    };
+    return 0;
+}
+
+/* The progress thread and the libfabric transport (shm when every rank is
+ * on this host, unless asked otherwise). */
+static int open_transport(struct sfb__comm *c, const struct sfb__comm_settings *s, int all_local,
+                          int first_on_host, uint32_t here)
+{
+    int ret = sfb__loop_open(&c->loop);
+    if (ret) return ret;
+    struct sfb__transport_settings ts;
+    sfb__transport_default_settings(&ts);
+    ts.provider = s->provider;
+    ts.all_local = all_local;
+    ts.skip_shm_sweep = !first_on_host;
+    ts.rank = c->rank;
+    ts.world = c->world;
+    ts.job_key = c->job_key;
+    ts.local_ranks = here;
+    ts.progress = s->progress;
+    ts.on_frame = sfb__comm_on_frame;
+    ts.on_error = sfb__comm_on_error;
+    ts.on_sent = sfb__comm_sent_hook;
+    ts.user = c;
+    sfb__clear_error(); /* so `why` below cannot be an older message */
+    if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
+        char why[600]; /* the transport's own message (a provider that is missing, say) */
+        snprintf(why, sizeof why, "%s", sfb_error_message(ret));
+        return sfb__error(ret, "cannot open the libfabric transport (provider %s): %s",
+                          s->provider ? s->provider
+                                      : (getenv("FI_PROVIDER") ? getenv("FI_PROVIDER")
+                                                               : all_local ? "shm" : "tcp"),
+                          why);
+    }
+    sfb__phase_mark(SFB__PH_FABRIC);
+    c->ops = &sfb__comm_fabric_ops;
+    return 0;
+}
+
+/* World > 1: peers' hosts, the transport, the endpoint names, the progress
+ * thread, the barrier that has every endpoint up, and the heartbeats. */
+static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
+{
+    int ret = sfb__comm_peers_alloc(c);
+    if (ret) return ret;
+    int all_local = 0, first_on_host = 1;
+    uint32_t here = 1;
+    if ((ret = exchange_hosts(c, &all_local, &here, &first_on_host))) return ret;
+    sfb__phase_mark(SFB__PH_HOSTS);
+    if ((ret = open_transport(c, s, all_local, first_on_host, here))) return ret;
+    if ((ret = exchange_names(c))) return ret;
+    sfb__phase_mark(SFB__PH_NAMES);
+    c->silence_s = sfb__comm_silence_timeout(c, here);
+    sfb__comm_reset_heard(c);
+    if ((ret = sfb__loop_start(c->loop))) return ret;
+    /* Everyone's endpoint is up and addressed before the first data frame. */
+    if ((ret = sfb__bootstrap_barrier(c->bs))) return ret;
+    sfb__transport_started(c->t);
+    sfb__phase_mark(SFB__PH_READY);
+    sfb__loop_call(c->loop, sfb__comm_reset_heard, c);
+    if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s,
+                                    sfb__comm_heartbeat, c)))
+        return ret;
+    SFB_LOG_I("rank %u of %u up (bootstrap %s, provider %s)", c->rank, c->world,
+              sfb__bootstrap_kind_name(sfb__bootstrap_kind(c->bs)),
+              sfb__transport_provider(c->t));
+    return 0;
+}
+
+int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
+{
+    *out = NULL;
+    struct sfb__comm *c = calloc(1, sizeof *c);
+    if (!c) return -ENOMEM;
+    c->s = *s;
+    int ret = open_job(c, s);
+    if (!ret && c->world > 1) ret = open_peers(c, s);
+    if (ret) {
+        sfb__comm_close(&c);
+        return ret;
+    }
+    *out = c;
+    return 0;
+}
