@@ -125,6 +125,8 @@ def main():
             b, loss = factors(A, x, Y[idx])
             loss_sum += loss
             lr = args.lr * 0.5 * (1.0 + np.cos(np.pi * t / total))
+            if t == total - 1:
+                job.set_last_clock(t)  # peers learn the end from this clock's frames
             job.publish(t, [(b, x, -lr / (args.batch * world))])
             if rank == 0 and (t + 1) % cpe == 0:
                 print("epoch %d: train loss %.4f (%.1f s)" %

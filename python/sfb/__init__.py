@@ -162,6 +162,7 @@ def library():
         "sfb_job_allgather": (ctypes.c_int, [vp, vp, ctypes.c_size_t, vp]),
         "sfb_job_agree": (ctypes.c_int, [vp, ctypes.c_char_p]),
         "sfb_job_finish": (ctypes.c_int, [vp, ctypes.c_int64]),
+        "sfb_job_set_last_clock": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_abort": (None, [vp, ctypes.c_char_p]),
         "sfb_job_stats": (ctypes.c_int, [vp, P(_Stats)]),
         "sfb_job_close": (None, [P(vp)]),
@@ -306,6 +307,12 @@ class Job:
         """Raises sfb.Error on every rank unless all passed the same
         "key=value\\n" text (the message names the differing keys)."""
         _check(library().sfb_job_agree(self._handle(), _enc(text)))
+
+    def set_last_clock(self, last):
+        """Optional, before publishing clock `last`: no clock follows it. Peers
+        learn it from that clock's frames, and finish says goodbye only to the
+        peers this rank exchanged frames with."""
+        _check(library().sfb_job_set_last_clock(self._handle(), last))
 
     def finish(self, last):
         """The orderly end after clock `last`: every replica ends identical."""

@@ -122,7 +122,7 @@ static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
     debug_delay(w, sfb__now() - t0);
     double t1 = sfb__now();
     cm->t_publish = t1;
-    if (t + 1 == rt->total) sfb_job_set_last_clock(w->job, (int64_t)t);
+    if (t + 1 == rt->total && (ret = sfb_job_set_last_clock(w->job, (int64_t)t))) return ret;
     if ((ret = sfb_job_publish(w->job, (int64_t)t, w->sf, nm))) return ret;
     double t2 = sfb__now();
     if (t + 1 == rt->total) sfb__phase_mark(SFB__PH_LAST_CLOCK);
