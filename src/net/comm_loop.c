@@ -296,7 +296,10 @@ static int open_comm(struct lb_rank *r, uint32_t world, const struct sfb__comm_s
     c->rank = r->rank;
     c->world = world;
     c->job_key = 0x5fb100bac4ull;
-    memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
+    if (s->nshapes > SFB_ARRAY_LEN(c->shapes))
+        return sfb__error(-EINVAL, "loopback: %u matrices, at most %zu", s->nshapes,
+                          SFB_ARRAY_LEN(c->shapes));
+    if (s->nshapes) memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
     c->job = (struct sfb__wire_job){.job_key = c->job_key,
                                    .world_size = world,
                                    .shapes = c->shapes,
