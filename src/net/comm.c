@@ -154,18 +154,22 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f)
         const uint8_t *inner, *ip;
         size_t inner_len;
         struct sfb__wire_hdr ih;
-        int r;
+        int r, any_last = 0;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
-        }
+        while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1)
+            any_last |= (ih.flags & SFB_WIRE_F_LAST) != 0;
         if (r < 0) {
             rejected(c, f->src, r);
             sfb__buf_put(f->buf);
             return 1;
         }
-        sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
-            note_last(c, &ih);
+        /* the flags count only once the whole bundle is valid: a second
+         * walk, in the rare bundle that holds a last clock */
+        if (any_last) {
+            sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
+            while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
+                note_last(c, &ih);
+        }
     } else {
         note_last(c, &h);
     }

@@ -211,6 +211,5 @@ void sfb__tp_on_async(void *arg)
     struct sreq *tl = t->sub_tail;
     t->sub_head = t->sub_tail = NULL;
     pthread_mutex_unlock(&t->mu);
-    if (!h) return;
     SFB_FIFO_SPLICE(t->pend_head, t->pend_tail, h, tl, next);
 }
