@@ -466,6 +466,9 @@ void sfb__transport_close(struct sfb__transport **tp)
     /* After these the loop never runs transport code again. */
     sfb__loop_poller_close(&t->poller);
     sfb__loop_async_close(&t->async);
+    /* a job that failed before every rank was up (the barrier) has not
+     * unlinked the doorbells' segment yet: none is left in /dev/shm */
+    sfb__bell_unlink(t->bell);
     sfb__bell_close(&t->bell);
     if (t->ep) close_fid(&t->ep->fid, "endpoint");
     if (t->av) close_fid(&t->av->fid, "address vector");

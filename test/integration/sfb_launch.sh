@@ -89,11 +89,13 @@ timeout 60 "$SFB" launch -n 3 -- "$PY" "$JOB" --clocks 100000 --fail-rank 1 --fa
 dt=$(echo "$(now) - $t0" | bc)
 check "python failure: exit 1 (rc=$rc)" "[ $rc = 1 ]"
 failed=$(sed -n 's/.*launch failed: rank \([0-9]\) exited with status [0-9]*; pid \([0-9]*\).*/\1 \2/p' "$tmp/k.err")
-set -- $failed
+set -- $failed x x
 check "python failure: the failed rank's pid is its own ($failed)" \
   "[ -n '$failed' ] && grep -qx '\[$1\] pid=$2' '$tmp/k.out'"
 check "python failure: stopped within 20 s (took $dt s)" "within $dt 20"
 cat "$tmp/k.err"; grep -h "sfb error" "$tmp/k.out" | head -3
+# the whole of both when the failure was not the expected one
+[ -n "$failed" ] || { echo "--- k.out:"; tail -40 "$tmp/k.out"; }
 
 # 7. explicit rendezvous: two ranks started by hand, no SFB_* environment
 port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
