@@ -24,11 +24,21 @@ struct pend {
     int64_t clock;
 };
 
+/* An (origin, clock) of which some matrices, not all, are applied (jobs of
+ * several matrices): SSP marks it once the last one is. */
+struct part {
+    uint32_t origin, mask; /* bit m: matrix m (local index) applied */
+    int64_t clock;
+};
+
 struct bcast {
     struct sfb__sync_env env;
     struct sfb__comm *c;
     struct sfb_reconstruct *recon;
     uint32_t nmat;
+    uint32_t ids[SFB__RELAY_MAX_IDS]; /* wire id of matrix m */
+    struct part *part;
+    size_t npart, part_cap;
     struct pend *pend;
     size_t npend, pend_cap;
     const struct sfb_sf **list;
@@ -45,6 +55,7 @@ static void bc_close(void *priv)
     sfb__relay_close(&b->relay);
     for (size_t i = 0; i < b->npend; i++) sfb__buf_put(b->pend[i].buf);
     free(b->pend);
+    free(b->part);
     free(b->from);
     free(b->list);
     sfb_reconstruct_close(&b->recon);
@@ -56,11 +67,14 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     b->env = *env;
     b->c = env->comm;
     b->nmat = env->nmat;
+    if (b->nmat == 0 || b->nmat > 32 || b->nmat > SFB__RELAY_MAX_IDS)
+        return sfb__error(-EINVAL, "sfb engine: %u matrices", b->nmat);
+    for (uint32_t m = 0; m < b->nmat; m++) b->ids[m] = env->ids ? env->ids[m] : m;
     b->from = calloc(sfb__comm_world(b->c), sizeof *b->from);
     int ret = b->from ? 0 : -ENOMEM;
     if (!ret)
         ret = sfb__relay_open(&b->relay, b->c, env->topology, env->degree, env->flush_clock,
-                              b->nmat, env->start_clock);
+                              b->nmat, b->ids, env->start_clock);
     /* The relay tracks arrivals in a 64-frame window per origin, and clock
      * flushing waits on it: keep the run-ahead SSP allows well inside. */
     if (!ret && env->flush_clock && (env->staleness < 0 || env->staleness > 48))
@@ -77,13 +91,48 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     return ret;
 }
 
-static int is_pending(const struct bcast *b, uint32_t origin, int64_t clock, uint32_t matrix)
+/* The local index of wire matrix id `id`, or nmat when this engine does
+ * not carry it. */
+static uint32_t local_of(const struct bcast *b, uint32_t id)
 {
+    uint32_t m = 0;
+    while (m < b->nmat && b->ids[m] != id) m++;
+    return m;
+}
+
+static struct part *find_part(struct bcast *b, uint32_t origin, int64_t clock)
+{
+    for (size_t i = 0; i < b->npart; i++)
+        if (b->part[i].origin == origin && b->part[i].clock == clock) return &b->part[i];
+    return NULL;
+}
+
+/* Whether matrix m of (origin, clock) was applied or is pending. */
+static int is_known(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m)
+{
+    if (sfb__ssp_is_applied(b->env.ssp, origin, clock)) return 1;
+    const struct part *p = find_part(b, origin, clock);
+    if (p && (p->mask >> m & 1)) return 1;
     for (size_t i = 0; i < b->npend; i++)
-        if (b->pend[i].origin == origin && b->pend[i].clock == clock &&
-            b->pend[i].matrix == matrix)
+        if (b->pend[i].origin == origin && b->pend[i].clock == clock && b->pend[i].matrix == m)
             return 1;
     return 0;
+}
+
+/* Matrix m of (origin, clock) is applied: SSP marks the pair once every
+ * matrix of it is. */
+static int applied_one(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m)
+{
+    uint32_t all = b->nmat >= 32 ? UINT32_MAX : (1u << b->nmat) - 1;
+    struct part *p = find_part(b, origin, clock);
+    if (!p) { /* room reserved by apply_ready */
+        p = &b->part[b->npart++];
+        *p = (struct part){origin, 0, clock};
+    }
+    p->mask |= 1u << m;
+    if (p->mask != all) return 0;
+    *p = b->part[--b->npart];
+    return sfb__ssp_mark(b->env.ssp, origin, clock);
 }
 
 /* One validated SF frame: becomes pending, holding a reference to `buf`. */
@@ -91,15 +140,18 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
                    const uint8_t *payload)
 {
     const char *why = NULL;
+    uint32_t m = local_of(b, h->matrix);
     if (h->type != SFB_WIRE_SF)
-        why = "not an SF frame";
+        why = "not an SF frame (is every worker running the same --sync?)";
+    else if (m == b->nmat)
+        why = "an SF frame of a matrix not synchronized by SFB here (is every worker running "
+              "the same --sync?)";
     else if (h->origin == sfb__comm_rank(b->c))
         why = "claims to carry this rank's own update";
-    else if (sfb__ssp_is_applied(b->env.ssp, h->origin, h->clock) ||
-             is_pending(b, h->origin, h->clock, h->matrix))
+    else if (is_known(b, h->origin, h->clock, m))
         why = "replays an update already received";
     if (!why) {
-        struct pend p = {.origin = h->origin, .matrix = h->matrix, .clock = h->clock};
+        struct pend p = {.origin = h->origin, .matrix = m, .clock = h->clock};
         int ret = sfb__sf_view(payload, h->payload_len, h->k, h->d, h->s,
                                (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
         if (ret) {
@@ -162,6 +214,9 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     if (n == 0) return 0;
     double t0 = sfb__now();
     if (sfb__reserve((void **)&b->list, &b->list_cap, n * sizeof *b->list)) return -ENOMEM;
+    if (b->nmat > 1 &&
+        sfb__reserve((void **)&b->part, &b->part_cap, (b->npart + n) * sizeof *b->part))
+        return -ENOMEM;
     for (uint32_t m = 0; m < b->nmat; m++) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
@@ -172,8 +227,10 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     }
     for (size_t i = 0; i < n; i++) {
         struct pend *p = &b->pend[i];
-        /* one matrix per model here (checked at open by the runtime) */
-        sfb__ssp_mark(b->env.ssp, p->origin, p->clock);
+        if (b->nmat == 1)
+            sfb__ssp_mark(b->env.ssp, p->origin, p->clock);
+        else
+            applied_one(b, p->origin, p->clock, p->matrix);
         b->from[p->origin]++;
         sfb__sync_count_applied(b->hist, acct, now_clock, p->clock, required);
         sfb__buf_put(p->buf);
@@ -267,7 +324,8 @@ static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
             }
             struct sfb__wire_hdr h = {
                 .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
-                .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock, .matrix = m,
+                .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock,
+                .matrix = b->ids[m],
                 .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
             struct sfb__wire_piece piece = {payload, size};
             ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
@@ -327,4 +385,6 @@ const struct sfb__sync_ops sfb__broadcast_ops = {
     .summary = "sufficient factors, broadcast to every peer (default)",
     .overlays = 1,
     .formula_bytes = bc_formula,
+    .take = waiter_take,
+    .progress = waiter_progress,
 };

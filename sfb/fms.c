@@ -51,6 +51,7 @@ struct fms {
     struct sfb_reconstruct *recon;
     struct sfb_matrix *a;
     uint32_t nmat, rank, world, K, D;
+    uint32_t id;       /* the matrix's wire id */
     uint32_t r0, r1;   /* own block */
     struct held *push; /* pushes received for the own block */
     size_t npush, push_cap;
@@ -87,9 +88,12 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     f->rank = sfb__comm_rank(f->c);
     f->world = sfb__comm_world(f->c);
     f->nmat = env->nmat;
+    /* a job of several matrices runs one FMS engine per matrix
+     * (sfb__permatrix_ops) */
     if (f->world > 1 && f->nmat != 1)
-        return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices; distributed FMS supports one", f->nmat);
+        return sfb__error(-SFB_ENOTIMPL, "fms: %u matrices in one engine", f->nmat);
     f->a = &env->mats[0];
+    f->id = env->ids ? env->ids[0] : 0;
     f->K = f->a->rows;
     f->D = f->a->cols;
     f->r0 = block_start(f, f->rank);
@@ -154,7 +158,10 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
     const char *why = NULL;
     uint32_t b = h->type == SFB_WIRE_DENSE_ROWS ? block_of(f, h->s, h->k) : f->world;
     if (h->type != SFB_WIRE_DENSE_ROWS)
-        why = "not a DENSE_ROWS frame (is every worker running --sync fms?)";
+        why = "not a DENSE_ROWS frame (is every worker running the same --sync?)";
+    else if (h->matrix != f->id)
+        why = "rows of a matrix not synchronized by FMS here (is every worker running the "
+              "same --sync?)";
     else if (b == f->world)
         why = "rows are not one owner's block";
     else if (h->clock < 0)
@@ -229,7 +236,7 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
                              .origin = f->rank,
                              .sender = f->rank,
                              .clock = clock,
-                             .matrix = 0,
+                             .matrix = f->id,
                              .k = r1 - r0,
                              .d = f->D,
                              .s = r0,
@@ -471,4 +478,6 @@ const struct sfb__sync_ops sfb__fms_ops = {
     .summary = "full matrices through sharded parameter servers",
     .overlays = 0,
     .formula_bytes = fms_formula,
+    .take = waiter_take,
+    .progress = waiter_progress,
 };

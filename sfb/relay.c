@@ -22,7 +22,8 @@ struct link {
     const struct sfb__buf *inflight; /* its buffer, to recognise the completion */
 };
 
-/* Per origin: which sequence numbers (clock · nmat + matrix) arrived. next
+/* Per origin: which sequence numbers (clock · nmat + slot) arrived, where
+ * slot is the frame's matrix among those this engine carries. next
  * is the first missing one (read by the compute thread), win bit i = next+i
  * arrived. */
 struct seen {
@@ -30,10 +31,13 @@ struct seen {
     uint64_t win;
 };
 
+#define NO_SLOT 0xff
+
 struct sfb__relay {
     struct sfb__comm *c;
     struct sfb_topo *topo;
     uint32_t me, world, nmat, Q;
+    uint8_t slot[SFB__RELAY_MAX_IDS]; /* wire matrix id -> slot, NO_SLOT: not carried */
     int flush_clock, any_relay;
     struct link *links;           /* Q out-links */
     uint32_t *scratch;            /* Q */
@@ -168,7 +172,8 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
                       const struct sfb__wire_hdr *h, uint32_t from)
 {
     if (h->type != SFB_WIRE_SF || h->origin >= r->world || h->origin == r->me ||
-        h->matrix >= r->nmat || h->clock < 0 || h->clock > INT64_MAX / 4) {
+        h->matrix >= SFB__RELAY_MAX_IDS || r->slot[h->matrix] == NO_SLOT || h->clock < 0 ||
+        h->clock > INT64_MAX / 4) {
         add(&r->refused, 1);
         return;
     }
@@ -178,7 +183,7 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
                   h->origin, from, sfb_topo_parent(r->topo, h->origin, r->me));
         return;
     }
-    if (seen_mark(&r->seen[h->origin], (uint64_t)h->clock * r->nmat + h->matrix)) {
+    if (seen_mark(&r->seen[h->origin], (uint64_t)h->clock * r->nmat + r->slot[h->matrix])) {
         add(&r->refused, 1);
         return;
     }
@@ -198,7 +203,8 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
 static int on_data(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *hh)
 {
     struct sfb__relay *r = user;
-    if (!r->any_relay) return 0;
+    /* FMS's DENSE_ROWS frames of a per-matrix job go point to point */
+    if (!r->any_relay || (hh->type != SFB_WIRE_SF && hh->type != SFB_WIRE_BUNDLE)) return 0;
     const struct sfb__wire_hdr h = *hh;
     const uint8_t *payload = f->data + SFB_WIRE_HDR_SIZE;
     if (h.type == SFB_WIRE_BUNDLE) {
@@ -230,7 +236,7 @@ static void on_sent(void *user, uint32_t dst, const struct sfb__buf *buf, int fa
 }
 
 int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
-                    uint32_t degree, int flush_clock, uint32_t nmat,
+                    uint32_t degree, int flush_clock, uint32_t nmat, const uint32_t *ids,
                     int64_t start_clock)
 {
     *out = NULL;
@@ -240,6 +246,15 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
     r->me = sfb__comm_rank(c);
     r->world = sfb__comm_world(c);
     r->nmat = nmat ? nmat : 1;
+    memset(r->slot, NO_SLOT, sizeof r->slot);
+    for (uint32_t i = 0; i < r->nmat; i++) {
+        uint32_t id = ids ? ids[i] : i;
+        if (id >= SFB__RELAY_MAX_IDS || r->slot[id] != NO_SLOT) {
+            free(r);
+            return sfb__error(-EINVAL, "relay: matrix id %u out of range or repeated", id);
+        }
+        r->slot[id] = (uint8_t)i;
+    }
     r->flush_clock = flush_clock;
     r->released = flush_clock ? start_clock - 1 : INT64_MAX;
     int ret = sfb_topo_open(&r->topo, topology ? topology : "full", sfb__comm_world(c), degree);

@@ -43,12 +43,17 @@ struct sfb__relay_stats {
     uint64_t refused;    /* frames not forwarded (bad, duplicate, wrong parent) */
 };
 
+/* Wire matrix ids a relay tells apart (comm's frame shapes: 8). */
+#define SFB__RELAY_MAX_IDS 8
+
 /* Builds the topology on the comm's world and installs the comm hooks.
- * nmat: frames per origin and clock. start_clock: the first clock of the
+ * nmat: frames per origin and clock, one per matrix this engine carries;
+ * ids: their wire matrix ids (NULL: 0 .. nmat − 1), each below
+ * SFB__RELAY_MAX_IDS; frames of other ids are not relayed. start_clock: the first clock of the
  * run (> 0 when resumed): every origin's frames of earlier clocks count as
  * seen. Returns 0 or a negative code. */
 int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
-                    uint32_t degree, int flush_clock, uint32_t nmat,
+                    uint32_t degree, int flush_clock, uint32_t nmat, const uint32_t *ids,
                     int64_t start_clock);
 /* Removes the hooks, drops every queued frame. NULL is a no-op. */
 void sfb__relay_close(struct sfb__relay **r);

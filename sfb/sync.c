@@ -5,6 +5,7 @@
 #include "sfb/sync.h"
 #include "src/base/common.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const struct sfb__sync_ops *const engines[] = {&sfb__broadcast_ops, &sfb__fms_ops};
@@ -21,3 +22,26 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i)
     return i < SFB_ARRAY_LEN(engines) ? engines[i] : NULL;
 }
 
+
+int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n)
+{
+    *n = 0;
+    for (const char *p = spec ? spec : "";; (*n)++) {
+        size_t len = strcspn(p, ",");
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        const struct sfb__sync_ops *e = len < sizeof name ? sfb__sync_find(name) : NULL;
+        if (!e)
+            return sfb__error(-SFB_EUSAGE, "sync \"%s\": \"%.*s\" is not an engine (sfb, fms; "
+                              "one for every matrix, or one per matrix, comma separated)",
+                              spec ? spec : "", (int)len, p);
+        if (*n >= max)
+            return sfb__error(-SFB_EUSAGE, "sync \"%s\" names more engines than the %u "
+                              "matrices", spec, max);
+        out[*n] = e;
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    (*n)++;
+    return 0;
+}

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 struct sfb__comm;
+struct sfb__frame;
 struct sfb__ssp;
 
 /* What the runtime hands an engine. */
@@ -24,6 +25,11 @@ struct sfb__sync_env {
      * caller and alive until close */
     struct sfb_matrix *mats;
     uint32_t nmat;
+    /* the wire matrix id of mats[i] (NULL: i): an engine of a per-matrix
+     * job carries some of the job's matrices under their job-wide ids */
+    const uint32_t *ids;
+    /* the per-matrix engine only (sfb__permatrix_ops): mats[i]'s engine */
+    const struct sfb__sync_ops *const *engine_of;
     struct sfb__ssp *ssp;
     int apply_early; /* apply updates before SSP requires them */
     int64_t staleness;    /* SSP s (-1: asynchronous) */
@@ -86,6 +92,11 @@ struct sfb__sync_ops {
      * model of one rows x cols matrix, `world` ranks and `batch` samples
      * per rank per clock (the summary event's formula_bytes_per_clock). */
     double (*formula_bytes)(uint64_t rows, uint64_t cols, uint32_t world, uint32_t batch);
+    /* The engine's waiter (sfb__sync_wait below): how the per-matrix engine
+     * runs several engines in one wait, each taking its own frames. */
+    void (*take)(void *priv, struct sfb__frame *f);
+    int (*progress)(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                    struct sfb__sync_clock *acct);
 };
 
 /* The engine registered under `name` (--sync), or NULL. */
@@ -93,6 +104,10 @@ const struct sfb__sync_ops *sfb__sync_find(const char *name);
 /* The registered engines in registry order (the first is the default);
  * NULL past the end. */
 const struct sfb__sync_ops *sfb__sync_registry(size_t i);
+/* A --sync value: one engine name for every matrix, or one per matrix,
+ * comma separated ("sfb,fms"): writes *n (<= max) engines to out. Returns
+ * 0 or -SFB_EUSAGE naming the bad part. */
+int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n);
 
 /* Accounts one peer update of `clock` applied while computing `now_clock`
  * (SSP required every update <= `required`): its staleness into `hist`
@@ -100,7 +115,6 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i);
 void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
                              int64_t clock, int64_t required);
 /* What an engine's wait loop does with its own state (sfb__sync_wait). */
-struct sfb__frame;
 struct sfb__sync_waiter {
     void *priv;
     /* Takes one received frame (owns its buffer reference). */
@@ -122,5 +136,9 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
 
 extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
+/* One engine per matrix (env.engine_of), several in one job under one SSP
+ * table: sfb/permatrix.c. Not in the registry (--sync names one engine for
+ * all matrices, or per matrix: src/train/job.c). */
+extern const struct sfb__sync_ops sfb__permatrix_ops;
 
 #endif

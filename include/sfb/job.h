@@ -79,14 +79,15 @@ SFB_API uint32_t sfb_job_world(const struct sfb_job *job);
 /* The replicas this job synchronizes and how. */
 struct sfb_job_attach {
     uint32_t version;        /* SFB_JOB_SETTINGS_VERSION */
-    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES (world > 1: 1,
-                                else -SFB_ENOTIMPL) */
+    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES */
     struct sfb_matrix *mats; /* n replicas, row-major float; the caller keeps
                                 them alive and at the same address until
                                 close, and writes them only between calls */
     uint32_t max_s;          /* largest s (samples) of a published SF */
     const char *engine;      /* "sfb" (default): factors broadcast; "fms":
-                                full matrices through sharded servers */
+                                full matrices through sharded servers;
+                                or one per matrix, comma separated
+                                ("sfb,fms": matrix 0 by SFB, 1 by FMS) */
     int64_t staleness;       /* SSP bound s: 0 = BSP (default), -1 = async */
     int apply_early;         /* apply peers' updates as they come: -1 (default)
                                 = when staleness != 0 */
@@ -94,7 +95,14 @@ struct sfb_job_attach {
     uint32_t degree;         /* overlay degree, 0 = the topology's default */
     int flush_clock;         /* relays forward at clock boundaries only */
     int64_t start_clock;     /* the first clock (a resumed run's; default 0) */
-    uint8_t reserved[64];
+    /* engine "auto" (per matrix the engine the cost model predicts faster,
+     * docs/design.md §Per-matrix sync): the links, else measured by a short
+     * ping-pong at attach (both 0); and each matrix's SF frame as the codec
+     * sends it, in bytes (0: dense factors of max_s samples). Every rank
+     * decides with rank 0's values, so all decide the same. */
+    double link_gbps, latency_us;
+    uint32_t sf_bytes[SFB_JOB_MAX_MATRICES];
+    uint8_t reserved[64 - 2 * sizeof(double) - SFB_JOB_MAX_MATRICES * sizeof(uint32_t)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */
@@ -107,6 +115,15 @@ SFB_API void sfb_job_default_attach(struct sfb_job_attach *a);
  * attach, n or a shape out of range, unknown engine or topology),
  * -SFB_ENOTIMPL, -ENOMEM, or a peer's failure. */
 SFB_API int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a);
+
+/* The engine of matrix m after attach ("sfb" or "fms"), or NULL (not
+ * attached, m out of range). */
+SFB_API const char *sfb_job_engine(const struct sfb_job *job, uint32_t m);
+
+/* After an attach with engine "auto": one line per matrix, its shape, each
+ * engine's predicted ms per clock and the choice ("matrix 0 1024x785: sfb
+ * 6.1 ms, fms 38.2 ms per clock -> sfb"); "" otherwise. NULL: no job. */
+SFB_API const char *sfb_job_plan(const struct sfb_job *job);
 
 /* What one wait or drain did (accumulated: the caller zeroes it). */
 struct sfb_job_clock {

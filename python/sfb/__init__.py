@@ -66,7 +66,10 @@ class _Attach(ctypes.Structure):
         ("degree", ctypes.c_uint32),
         ("flush_clock", ctypes.c_int),
         ("start_clock", ctypes.c_int64),
-        ("reserved", ctypes.c_uint8 * 64),
+        ("link_gbps", ctypes.c_double),
+        ("latency_us", ctypes.c_double),
+        ("sf_bytes", ctypes.c_uint32 * 4),
+        ("reserved", ctypes.c_uint8 * 32),
     ]
 
 

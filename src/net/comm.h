@@ -178,6 +178,9 @@ int sfb__comm_deliver(struct sfb__comm *c, struct sfb__frame *f);
 
 uint32_t sfb__comm_rank(const struct sfb__comm *c);
 uint32_t sfb__comm_world(const struct sfb__comm *c);
+/* Ranks of the job on this rank's host, this one included (1 in a job of
+ * one worker). */
+uint32_t sfb__comm_local_ranks(const struct sfb__comm *c);
 uint64_t sfb__comm_job_key(const struct sfb__comm *c);
 /* The transport, NULL when world == 1 or on the loopback (tests and
  * benchmarks that drive the transport directly). The engines use the data

@@ -19,6 +19,11 @@ uint32_t sfb__comm_world(const struct sfb__comm *c)
     return c->world;
 }
 
+uint32_t sfb__comm_local_ranks(const struct sfb__comm *c)
+{
+    return c->local_ranks ? c->local_ranks : 1;
+}
+
 uint64_t sfb__comm_job_key(const struct sfb__comm *c)
 {
     return c->job_key;

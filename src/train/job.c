@@ -10,14 +10,17 @@
 #include "src/net/ssp.h"
 #include "src/train/job_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 struct sfb_job {
     struct sfb__comm *comm;
     struct sfb__ssp ssp;
     int ssp_open;
-    const struct sfb__sync_ops *engine;
+    const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
     void *engine_priv;
+    const struct sfb__sync_ops *engine_of[SFB_JOB_MAX_MATRICES]; /* each matrix's */
+    char engines[64]; /* "sfb", "fms", or one name per matrix: "sfb,fms" */
     struct sfb_matrix mats[SFB_JOB_MAX_MATRICES];
     uint32_t nmat, max_s;
     /* the clock protocol: wait(next), publish(next), next + 1, ... */
@@ -132,24 +135,54 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
         if (!a->mats[m].data || !a->mats[m].rows || !a->mats[m].cols)
             return sfb__error(-SFB_EUSAGE, "sfb_job_attach: matrix %u is %u x %u at %p", m,
                               a->mats[m].rows, a->mats[m].cols, (void *)a->mats[m].data);
-    if (!sfb__sync_find(a->engine ? a->engine : ""))
-        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: unknown engine \"%s\"",
-                          a->engine ? a->engine : "");
     if (a->staleness < -1)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: staleness %lld (expected -1 or more)",
                           (long long)a->staleness);
     if (a->start_clock < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: start clock %lld",
                           (long long)a->start_clock);
-    if (a->n > 1 && sfb__comm_world(job->comm) > 1)
-        return sfb__error(-SFB_ENOTIMPL, "sfb_job_attach: %u matrices; jobs of more than one "
-                          "worker synchronize one", a->n);
     return 0;
+}
+
+/* a->engine (sfb__sync_parse): job->engine_of, one engine per matrix. */
+static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    uint32_t n;
+    int ret = sfb__sync_parse(a->engine ? a->engine : "sfb", job->engine_of, a->n, &n);
+    if (ret) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", sfb_last_error());
+        return sfb__error(ret, "sfb_job_attach: %s", why);
+    }
+    if (n != 1 && n != a->n)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: engine \"%s\" names %u engines for %u "
+                          "matrices (one for all, or one per matrix)", a->engine, n, a->n);
+    for (uint32_t m = n; m < a->n; m++) job->engine_of[m] = job->engine_of[0];
+    return 0;
+}
+
+/* The engine that runs the job: the one every matrix names when it can
+ * carry them all (SFB any number, FMS one; in a job of one worker either),
+ * else the per-matrix engine. Writes the per-matrix names to job->engines. */
+static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
+{
+    int same = 1;
+    size_t len = 0;
+    for (uint32_t m = 0; m < job->nmat; m++) {
+        same &= job->engine_of[m] == job->engine_of[0];
+        len += (size_t)snprintf(job->engines + len, sizeof job->engines - len, "%s%s",
+                                m ? "," : "", job->engine_of[m]->name);
+    }
+    if (same) snprintf(job->engines, sizeof job->engines, "%s", job->engine_of[0]->name);
+    if (same && (job->engine_of[0] != &sfb__fms_ops || job->nmat == 1 ||
+                 sfb__comm_world(job->comm) == 1))
+        return job->engine_of[0];
+    return &sfb__permatrix_ops;
 }
 
 static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
 {
-    const struct sfb__sync_ops *engine = sfb__sync_find(a->engine);
+    const struct sfb__sync_ops *engine = job_engine(job);
     job->engine_priv = calloc(1, engine->priv_size);
     if (!job->engine_priv) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
     struct sfb__sync_env env = {
@@ -163,6 +196,7 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .degree = a->degree,
         .flush_clock = a->flush_clock,
         .start_clock = a->start_clock,
+        .engine_of = job->engine_of,
     };
     int ret = engine->open(job->engine_priv, &env);
     if (ret) {
@@ -180,6 +214,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     SFB_ARG(job);
     SFB_ARG(a);
     int ret = check_attach(job, a);
+    if (!ret) ret = parse_engines(job, a);
     if (ret) return ret;
     struct sfb__wire_shape_list {
         struct sfb__wire_shape v[SFB_JOB_MAX_MATRICES];
@@ -429,5 +464,11 @@ void sfb__job_report(struct sfb_job *job, struct sfb__sync_report *rep)
 
 const char *sfb__job_engine_name(const struct sfb_job *job)
 {
-    return job->engine ? job->engine->name : "";
+    return job->engine ? job->engines : "";
+}
+
+const char *sfb_job_engine(const struct sfb_job *job, uint32_t m)
+{
+    if (!job || !job->engine || m >= job->nmat) return NULL;
+    return job->engine_of[m]->name;
 }

@@ -80,9 +80,13 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (s->epochs == 0 && s->clocks == 0)
         return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
-    const struct sfb__sync_ops *engine = sfb__sync_find(s->sync);
-    if (!engine)
-        return sfb__error(-EINVAL, "unknown synchronization \"%s\"", s->sync ? s->sync : "");
+    /* one engine, or one per matrix (checked against the model's matrices
+     * at attach); an overlay needs one that relays */
+    const struct sfb__sync_ops *engines[SFB_MODEL_MAX_MATRICES], *engine = NULL;
+    uint32_t nsync;
+    if (sfb__sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync)) return -SFB_EUSAGE;
+    for (uint32_t i = 0; i < nsync; i++)
+        if (!engine || engines[i]->overlays) engine = engines[i];
     const char *topo = s->topology ? s->topology : "full";
     int overlay = sfb_topo_is_overlay(topo);
     if (overlay < 0)

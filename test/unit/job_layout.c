@@ -22,6 +22,8 @@ int main(void)
     OFF(sfb_job_attach, staleness);
     OFF(sfb_job_attach, topology);
     OFF(sfb_job_attach, start_clock);
+    OFF(sfb_job_attach, link_gbps);
+    OFF(sfb_job_attach, sf_bytes);
     OFF(sfb_job_attach, reserved);
     SIZE(sfb_sf);
     OFF(sfb_sf, clock);

@@ -1,0 +1,239 @@
+/* Several matrices in one job on an in-process loopback (src/net/comm_loop.h):
+ * each by its own engine (sfb/permatrix.c) or all by SFB (sfb/broadcast.c
+ * carrying several). Factors are small integers, so every sum is exact in
+ * float whatever its order: at the end every replica of every matrix equals
+ * the sum of every origin's every clock, whichever engine carried it; at
+ * s = 0 it does after every wait too; and the job's clock table keeps the SSP
+ * guarantee (the minimum applied clock when clock t began is ≥ t − s − 1). */
+#include "engine_util.h"
+#include "src/net/wire.h"
+
+#define PM_NMAT 3
+
+/* Shapes: an SFB-shaped, an FMS-shaped (few rows, fewer than some worlds'
+ * ranks: empty blocks) and a square matrix. */
+static const uint32_t rows_of[PM_NMAT] = {6, 2, 5}, cols_of[PM_NMAT] = {4, 7, 5};
+
+struct pm_cfg {
+    const struct sfb__sync_ops *ops; /* the job's engine */
+    const struct sfb__sync_ops *engine_of[PM_NMAT];
+    uint32_t world, s;
+    int64_t clocks, staleness;
+    int apply_early;
+    const char *topology;
+    int slow_rank;
+};
+
+struct pm_rank {
+    struct sfb_matrix m[PM_NMAT];
+    struct sfb__ssp ssp;
+    struct sfb_sf sf[PM_NMAT];
+    uint64_t data_msgs;
+};
+
+struct pm_run {
+    struct pm_cfg cfg;
+    double *ref[PM_NMAT]; /* (clocks + 1) matrices each: Σ of every origin's clocks < t */
+    struct pm_rank r[ENG_MAX_RANKS];
+    int bad_wait; /* s = 0: a replica that differed after a wait */
+};
+
+static int replica_is(const struct pm_run *run, uint32_t r, int64_t t)
+{
+    for (uint32_t m = 0; m < PM_NMAT; m++) {
+        size_t n = (size_t)rows_of[m] * cols_of[m];
+        const double *ref = run->ref[m] + (size_t)t * n;
+        for (size_t i = 0; i < n; i++)
+            if ((double)run->r[r].m[m].data[i] != ref[i]) {
+                fprintf(stderr, "  rank %u clock %lld matrix %u element %zu: %g, reference %g\n",
+                        r, (long long)t, m, i, (double)run->r[r].m[m].data[i], ref[i]);
+                return 0;
+            }
+    }
+    return 1;
+}
+
+static int rank_main(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    struct pm_run *run = arg;
+    const struct pm_cfg *cfg = &run->cfg;
+    struct pm_rank *pr = &run->r[r];
+    struct sfb__sync_env env = {.comm = c,
+                                .mats = pr->m,
+                                .nmat = PM_NMAT,
+                                .ssp = &pr->ssp,
+                                .apply_early = cfg->apply_early,
+                                .staleness = cfg->staleness,
+                                .topology = cfg->topology,
+                                .engine_of = cfg->engine_of};
+    void *priv = calloc(1, cfg->ops->priv_size);
+    if (!priv) return -ENOMEM;
+    int ret = cfg->ops->open(priv, &env);
+    if (ret) {
+        free(priv);
+        return ret;
+    }
+    for (int64_t t = 0; t < cfg->clocks && !ret; t++) {
+        if ((int)r == cfg->slow_rank)
+            for (int y = 0; y < 3; y++) sfb__loopback_yield(c);
+        struct sfb__sync_clock acct = {0};
+        if ((ret = cfg->ops->wait(priv, t, &acct))) break;
+        if ((ret = sfb__ssp_record(&pr->ssp, t))) break;
+        if (cfg->staleness == 0 && !replica_is(run, r, t)) run->bad_wait = 1;
+        for (uint32_t m = 0; m < PM_NMAT && !ret; m++) {
+            ret = eng_make_sf(&pr->sf[m], rows_of[m], cols_of[m], cfg->s, r, t + 40 * m);
+            pr->sf[m].matrix = m;
+            pr->sf[m].clock = t;
+        }
+        if (!ret) ret = cfg->ops->publish(priv, t, pr->sf, PM_NMAT);
+    }
+    struct sfb__sync_clock acct = {0};
+    if (!ret) ret = cfg->ops->drain(priv, cfg->clocks - 1, &acct);
+    if (!ret) ret = sfb__comm_barrier(c);
+    struct sfb__sync_report rep;
+    cfg->ops->report(priv, &rep);
+    pr->data_msgs = rep.data_msgs;
+    cfg->ops->close(priv);
+    free(priv);
+    return ret;
+}
+
+static void pm_fini(struct pm_run *run)
+{
+    for (uint32_t r = 0; r < run->cfg.world; r++) {
+        for (uint32_t m = 0; m < PM_NMAT; m++) {
+            free(run->r[r].m[m].data);
+            sfb_sf_free(&run->r[r].sf[m]);
+        }
+        sfb__ssp_fini(&run->r[r].ssp);
+    }
+    for (uint32_t m = 0; m < PM_NMAT; m++) free(run->ref[m]);
+}
+
+/* ΔA of matrix m, origin o, clock t added to `out`, from the definition. */
+static void add_delta(double *out, uint32_t m, uint32_t s, uint32_t o, int64_t t)
+{
+    struct sfb_sf sf = {0};
+    if (eng_make_sf(&sf, rows_of[m], cols_of[m], s, o, t + 40 * m)) abort();
+    for (uint32_t i = 0; i < s; i++)
+        for (uint32_t j = 0; j < rows_of[m]; j++)
+            for (uint32_t l = 0; l < cols_of[m]; l++)
+                out[(size_t)j * cols_of[m] + l] +=
+                    (double)sf.b[(size_t)i * rows_of[m] + j] * sf.c[(size_t)i * cols_of[m] + l];
+    sfb_sf_free(&sf);
+}
+
+static int run_pm(const struct pm_cfg *cfg)
+{
+    struct pm_run *run = calloc(1, sizeof *run);
+    ASSERT(run);
+    run->cfg = *cfg;
+    int ok = 1;
+    for (uint32_t r = 0; r < cfg->world && ok; r++) {
+        for (uint32_t m = 0; m < PM_NMAT; m++) {
+            run->r[r].m[m] = (struct sfb_matrix){rows_of[m], cols_of[m],
+                                                 calloc((size_t)rows_of[m] * cols_of[m], 4)};
+            ok &= run->r[r].m[m].data != NULL;
+        }
+        ok &= sfb__ssp_init(&run->r[r].ssp, cfg->world, cfg->staleness, 0) == 0;
+    }
+    for (uint32_t m = 0; m < PM_NMAT && ok; m++) {
+        size_t n = (size_t)rows_of[m] * cols_of[m];
+        run->ref[m] = calloc((size_t)(cfg->clocks + 1) * n, sizeof(double));
+        if (!(ok = run->ref[m] != NULL)) break;
+        for (int64_t t = 1; t <= cfg->clocks; t++) {
+            double *a = run->ref[m] + (size_t)t * n;
+            memcpy(a, a - n, n * sizeof *a);
+            for (uint32_t o = 0; o < cfg->world; o++) add_delta(a, m, cfg->s, o, t - 1);
+        }
+    }
+    struct sfb__loopback *lb = NULL;
+    struct sfb__comm_settings cs;
+    sfb__comm_default_settings(&cs);
+    struct sfb__wire_shape shapes[PM_NMAT];
+    for (uint32_t m = 0; m < PM_NMAT; m++) shapes[m] = (struct sfb__wire_shape){rows_of[m], cols_of[m]};
+    cs.shapes = shapes;
+    cs.nshapes = PM_NMAT;
+    cs.max_s = cfg->s;
+    int ret = ok ? sfb__loopback_open(&lb, cfg->world, &cs) : -ENOMEM;
+    int rets[ENG_MAX_RANKS] = {0};
+    if (!ret) ret = sfb__loopback_run(lb, rank_main, run, rets);
+    int fails = 0;
+    if (ret) {
+        fprintf(stderr, "  run: %s\n", sfb_last_error());
+        fails++;
+    }
+    for (uint32_t r = 0; r < cfg->world && !ret; r++) {
+        if (!replica_is(run, r, cfg->clocks)) fails++;
+        /* the job's table: the SSP guarantee at every clock */
+        for (int64_t t = 0; t < cfg->clocks; t++)
+            if (cfg->staleness >= 0 && run->r[r].ssp.record[t] < t - cfg->staleness - 1) {
+                fprintf(stderr, "  rank %u began clock %lld with min applied %lld\n", r,
+                        (long long)t, (long long)run->r[r].ssp.record[t]);
+                fails++;
+            }
+        if (sfb__ssp_min_applied(&run->r[r].ssp) != cfg->clocks - 1) fails++;
+        if (run->r[r].data_msgs == 0) fails++;
+    }
+    if (run->bad_wait) fails++;
+    sfb__loopback_close(&lb);
+    pm_fini(run);
+    free(run);
+    ASSERT_EQ(fails, 0);
+    return 0;
+}
+
+#define BC &sfb__broadcast_ops
+#define FM &sfb__fms_ops
+#define PM &sfb__permatrix_ops
+
+static int test_mixed_bsp(void)
+{
+    struct pm_cfg c = {PM, {BC, FM, BC}, 3, 2, 6, 0, 0, NULL, -1};
+    return run_pm(&c);
+}
+
+static int test_mixed_other_way(void)
+{
+    struct pm_cfg c = {PM, {FM, BC, FM}, 4, 3, 5, 0, 0, NULL, -1};
+    return run_pm(&c);
+}
+
+static int test_all_fms(void)
+{
+    struct pm_cfg c = {PM, {FM, FM, FM}, 3, 2, 5, 0, 0, NULL, -1};
+    return run_pm(&c);
+}
+
+/* the SFB engine alone with several matrices: a clock counts as applied
+ * only once every matrix of it is */
+static int test_sfb_several(void)
+{
+    struct pm_cfg c = {BC, {0}, 4, 2, 6, 0, 0, NULL, -1};
+    return run_pm(&c);
+}
+
+static int test_mixed_ssp_slow(void)
+{
+    struct pm_cfg c = {PM, {BC, FM, FM}, 4, 2, 8, 2, 1, NULL, 2};
+    return run_pm(&c);
+}
+
+static int test_mixed_halton(void)
+{
+    struct pm_cfg c = {PM, {BC, FM, BC}, 7, 2, 5, 1, 1, "halton", 3};
+    return run_pm(&c);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct test_case tests[] = {
+        {"mixed_bsp", test_mixed_bsp},
+        {"mixed_other_way", test_mixed_other_way},
+        {"all_fms", test_all_fms},
+        {"sfb_several", test_sfb_several},
+        {"mixed_ssp_slow", test_mixed_ssp_slow},
+        {"mixed_halton", test_mixed_halton},
+    };
+    return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+}
