@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
 """SFB against the FMS baseline on the emulated cluster (scripts/netns-cluster).
 
-One model or all three (--model mlr|dml|sc|all) on synth: data with dense
-features, S = 32 per worker, P = 4 workers on shaped 1 Gbit/s links, BSP
-(s = 0), constant step, the same seed and data order for both modes:
+One model or all (--model mlr|dml|sc|mlp|all) on synth: data with dense
+features (mlp: Fashion-MNIST), S = 32 per worker, P = 4 workers on shaped
+1 Gbit/s links, BSP (s = 0), constant step, the same seed and data order for
+every mode (--modes, default sfb,fms; auto adds the per-matrix choice):
   mlr  A: K × D = 4096 × 4096 (K classes, D − 1 features + bias), step 0.1
   dml  L: rank × D = 4096 × 4096 (--rank K), step 0.001
   sc   B: D × K = 4096 × 512 (--dict-size; its codes cost K²·D per clock,
        so K stays small: --sc-k), step 0.1
+  mlp  784 → --hidden (1024) → 10 on Fashion-MNIST: W1 1024 × 785 (SFB-
+       shaped), W2 10 × 1025 (FMS-shaped), step 0.05
+--repeat N runs every mode N times, interleaved, and reports the median
+samples/s (the other columns are of the median run).
 For each model and mode: samples/s (all workers), bytes sent per worker and
 clock, network-wait fraction (wait / wall), time to a fixed objective; then
 the SFB/FMS ratios, and with several models a closing table of the ratios.
 The objective per sample must be the same for both modes (same parameters
 up to rounding at s = 0).
 
-Usage: bench/sfb_vs_fms.py [--model mlr|dml|sc|all] [--smoke] [--k K] [--d D]
-         [--sc-k K] [--n N] [--batch S] [--workers P] [--clocks C] [--rate R]
-         [--delay D] [--out DIR] [--sfb PATH] [--cluster PATH] [--json FILE]
+Usage: bench/sfb_vs_fms.py [--model mlr|dml|sc|mlp|all] [--modes sfb,fms[,auto]]
+         [--repeat N] [--smoke] [--k K] [--d D] [--sc-k K] [--hidden H] [--n N]
+         [--batch S] [--workers P] [--clocks C] [--rate R] [--delay D]
+         [--out DIR] [--sfb PATH] [--cluster PATH] [--json FILE]
 --smoke: tiny shapes, a few seconds per model (suite bench-smoke). Needs root
 (network namespaces); exits 77 otherwise. The metrics of every run stay in
 --out (default bench-out/sfb_vs_fms) for scripts/plot: OUT/sfb and OUT/fms
@@ -94,7 +100,7 @@ def synth_spec(a):
 # to make the objective fall at the bench's shapes): with D = 4096 dense
 # features the models' defaults (dml 0.01, sc 1.0) are meant for [0, 1]
 # pixel data. The ratios do not depend on the step.
-MODEL_LR = {"mlr": None, "dml": 0.001, "sc": 0.1}
+MODEL_LR = {"mlr": None, "dml": 0.001, "sc": 0.1, "mlp": 0.05}
 
 
 def model_args(a, model):
@@ -107,11 +113,16 @@ def model_args(a, model):
     if model == "sc":
         return ["--model", "sc", "--dict-size", str(a.sc_k),
                 "--data", f"synth:k=2,d={a.d},n={a.n},seed=11", "--lr", str(MODEL_LR["sc"])]
+    if model == "mlp":
+        data = "fashion-mnist" if not a.smoke else f"synth:k=10,d=64,n={a.n},seed=11"
+        return ["--model", "mlp", "--hidden", str(a.hidden), "--data", data,
+                "--lr", str(MODEL_LR["mlp"])]
     raise SystemExit(f"sfb_vs_fms: unknown model {model}")
 
 
 def model_shape(a, model):
-    return {"mlr": f"A {a.k}×{a.d}", "dml": f"L {a.k}×{a.d}", "sc": f"B {a.d}×{a.sc_k}"}[model]
+    return {"mlr": f"A {a.k}×{a.d}", "dml": f"L {a.k}×{a.d}", "sc": f"B {a.d}×{a.sc_k}",
+            "mlp": f"784-{a.hidden}-10"}[model]
 
 
 def run_mode(a, mode, model="mlr", out=None):
@@ -165,28 +176,39 @@ def smoke_shapes(a):
 
 
 def bench_model(a, model):
-    """Both modes of one model; (results, rc)."""
-    res = {}
-    for mode in ("sfb", "fms"):
-        # mlr keeps the OUT/MODE layout scripts/plot and the README expect
-        out = os.path.join(a.out, mode) if model == "mlr" else os.path.join(a.out, model, mode)
-        res[mode], rc = run_mode(a, mode, model, out)
-        if rc:
-            return None, rc
+    """Every mode of one model (--repeat times, interleaved); (results, rc)."""
+    runs = {m: [] for m in a.modes}
+    for i in range(a.repeat):
+        for mode in a.modes:
+            # mlr keeps the OUT/MODE layout scripts/plot and the README expect
+            out = os.path.join(a.out, mode) if model == "mlr" else os.path.join(a.out, model, mode)
+            if a.repeat > 1:
+                out = os.path.join(out, f"run{i}")
+            r, rc = run_mode(a, mode, model, out)
+            if rc:
+                return None, rc
+            runs[mode].append(r)
+    # the median run of each mode by samples/s
+    res = {m: sorted(v, key=lambda r: r["samples_per_s"])[len(v) // 2] for m, v in runs.items()}
+    for m in a.modes:
+        res[m]["samples_per_s_all"] = [r["samples_per_s"] for r in runs[m]]
     # the fixed objective: by default half the objective of the first clock
-    # (the same for both modes: same initial parameters and samples)
+    # (the same for every mode: same initial parameters and samples)
     target = a.target if a.target is not None else 0.5 * res["sfb"]["smooth"][0]
-    for m in ("sfb", "fms"):
+    for m in a.modes:
         res[m]["time_to_target"], res[m]["clocks_to_target"] = time_to(res[m], target)
     print(f"sfb vs fms: {model.upper()} {model_shape(a, model)}, S={a.batch} P={a.workers}, "
           f"{a.clocks} clocks, links {a.rate}{' delay ' + a.delay if a.delay else ''}, s=0, "
-          f"{os.cpu_count()} cores")
-    print(f"{'':24}{'sfb':>14}{'fms':>14}{'sfb/fms':>10}")
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
+          + (f", median of {a.repeat}" if a.repeat > 1 else ""))
+    extra = [m for m in a.modes if m not in ("sfb", "fms")]
+    print(f"{'':24}{'sfb':>14}{'fms':>14}{'sfb/fms':>10}" + "".join(f"{m:>14}" for m in extra))
 
     def row(name, key, fmt, ratio=True):
         x, y = res["sfb"][key], res["fms"][key]
         r = f"{x / y:.2f}" if ratio and x and y else ""
-        print(f"{name:24}{format(x, fmt):>14}{format(y, fmt):>14}{r:>10}")
+        print(f"{name:24}{format(x, fmt):>14}{format(y, fmt):>14}{r:>10}"
+              + "".join(f"{format(res[m][key], fmt):>14}" for m in extra))
 
     row("samples/s", "samples_per_s", ".1f")
     row("bytes/clock/worker", "bytes_per_clock", ".4g")
@@ -203,8 +225,12 @@ def bench_model(a, model):
     speed = res["sfb"]["samples_per_s"] / res["fms"]["samples_per_s"]
     goal = " (goal >= 8 at K=D=4096, S=32, P=4, 1 Gbit/s)" if model == "mlr" else ""
     print(f"SFB/FMS samples/s ratio: {speed:.2f}{goal}")
-    same = abs(res["sfb"]["final_objective"] - res["fms"]["final_objective"]) <= \
-        1e-3 * max(1.0, abs(res["fms"]["final_objective"]))
+    if "auto" in res:
+        best = max(res["sfb"]["samples_per_s"], res["fms"]["samples_per_s"])
+        res["auto_ratio"] = res["auto"]["samples_per_s"] / best
+        print(f"auto / the better pure engine, samples/s: {res['auto_ratio']:.2f}")
+    same = all(abs(res[m]["final_objective"] - res["fms"]["final_objective"]) <=
+               1e-3 * max(1.0, abs(res["fms"]["final_objective"])) for m in a.modes)
     print(f"same objective per sample: {'yes' if same else 'NO'}\n")
     res["target"], res["same"], res["ratio"] = target, same, speed
     return res, 0
@@ -213,18 +239,24 @@ def bench_model(a, model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(ap, 30)
-    ap.add_argument("--model", default="mlr", choices=["mlr", "dml", "sc", "all"])
+    ap.add_argument("--model", default="mlr", choices=["mlr", "dml", "sc", "mlp", "all"])
+    ap.add_argument("--modes", default="sfb,fms",
+                    help="comma separated --sync values; sfb and fms are always run")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per mode (median)")
     ap.add_argument("--sc-k", type=int, default=512, help="sc dictionary atoms")
+    ap.add_argument("--hidden", type=int, default=1024, help="mlp hidden units")
     ap.add_argument("--out", default="bench-out/sfb_vs_fms")
     ap.add_argument("--target", type=float,
                     help="objective to reach (default: half the first clock's)")
     a = ap.parse_args()
+    a.modes = ["sfb", "fms"] + [m for m in a.modes.split(",") if m not in ("sfb", "fms", "")]
     if a.smoke:
         smoke_shapes(a)
+        a.hidden = 32
     if os.geteuid() != 0:
         print("sfb_vs_fms: SKIP: needs root for network namespaces")
         return 77
-    models = ["mlr", "dml", "sc"] if a.model == "all" else [a.model]
+    models = ["mlr", "dml", "sc", "mlp"] if a.model == "all" else [a.model]
     all_res = {}
     for model in models:
         all_res[model], rc = bench_model(a, model)
@@ -245,9 +277,10 @@ def main():
             json.dump({"settings": vars(a),
                        "models": {model: {
                            "target": r["target"], "same_objective": r["same"],
+                           "auto_ratio": r.get("auto_ratio"),
                            "results": {m: {k: v for k, v in r[m].items()
                                            if k not in ("smooth", "clock_wall")}
-                                       for m in ("sfb", "fms")}}
+                                       for m in a.modes}}
                            for model, r in all_res.items()}}, f, indent=1)
     return 0 if all(r["same"] for r in all_res.values()) else 1
 

@@ -52,7 +52,17 @@ static int set_sync(void *base, void *ctx, const struct cli_opt *o, const char *
                     const char *v)
 {
     struct cli_job *job = base;
-    if (sfb_sync_registry_find(v) < 0) return cli_opt_bad(ctx, spelled, v, o->want);
+    /* auto, one engine for every matrix, or one per matrix (sfb,fms) */
+    int ok = !strcmp(v, "auto");
+    for (const char *p = v; !ok;) {
+        size_t len = strcspn(p, ",");
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        if (len >= sizeof name || sfb_sync_registry_find(name) < 0) break;
+        if (!p[len]) ok = 1;
+        p += len + 1;
+    }
+    if (!ok) return cli_opt_bad(ctx, spelled, v, o->want);
     job->train.sync = v;
     return CLI_OPT_OK;
 }
@@ -197,10 +207,16 @@ static void fill_help_texts(void)
     JOIN(r, i, (m = sfb_model_registry(i)), "%s%s %g", i ? ", " : "", m->name, m->default_lr);
     snprintf(lr_help, sizeof lr_help, "step size per global minibatch (default\n%s)", r);
     JOIN(sync_meta, i, sfb_sync_registry_name(i), "%s%s", i ? "|" : "", sfb_sync_registry_name(i));
+    snprintf(sync_meta + strlen(sync_meta), sizeof sync_meta - strlen(sync_meta), "|auto");
     JOIN(sync_help, i, sfb_sync_registry_name(i), "%s%s: %s", i ? "\n" : "",
          sfb_sync_registry_name(i), sfb_sync_registry_summary(i));
-    JOIN(sync_want, i, sfb_sync_registry_name(i), "%s%s",
-         !i ? "" : sfb_sync_registry_name(i + 1) ? ", " : " or ", sfb_sync_registry_name(i));
+    snprintf(sync_help + strlen(sync_help), sizeof sync_help - strlen(sync_help),
+             "\nauto: per matrix, the engine an alpha-beta cost model\n"
+             "predicts faster (printed at start-up)\n"
+             "E1,E2,...: one engine per matrix of the model\n(default sfb)");
+    JOIN(sync_want, i, sfb_sync_registry_name(i), "%s%s", i ? ", " : "", sfb_sync_registry_name(i));
+    snprintf(sync_want + strlen(sync_want), sizeof sync_want - strlen(sync_want),
+             ", auto, or one engine per matrix (sfb,fms)");
     snprintf(topo_meta, sizeof topo_meta, "%s (default %s)", sfb_topo_names(),
              sfb_topo_registry_name(0));
     JOIN(topo_want, i, sfb_topo_registry_name(i), "%s%s",

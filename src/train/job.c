@@ -3,6 +3,7 @@
  * is the only place above the network layer that holds a comm context. */
 #include "config.h"
 #include <sfb/job.h>
+#include "sfb/cost.h"
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/base/timeline.h"
@@ -12,6 +13,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 struct sfb_job {
     struct sfb__comm *comm;
@@ -21,6 +23,9 @@ struct sfb_job {
     void *engine_priv;
     const struct sfb__sync_ops *engine_of[SFB_JOB_MAX_MATRICES]; /* each matrix's */
     char engines[64]; /* "sfb", "fms", or one name per matrix: "sfb,fms" */
+    char plan[512];   /* engine "auto": the cost model's lines */
+    double plan_ms[SFB_JOB_MAX_MATRICES][2]; /* and its predictions */
+    int planned;
     struct sfb_matrix mats[SFB_JOB_MAX_MATRICES];
     uint32_t nmat, max_s;
     /* the clock protocol: wait(next), publish(next), next + 1, ... */
@@ -161,6 +166,72 @@ static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
     return 0;
 }
 
+/* What the cost model weighs, as rank 0 sees it (allgathered, so every
+ * rank plans with the same numbers and chooses the same engines). */
+struct auto_inputs {
+    double alpha_s, beta, add_rate, cores, local_ranks;
+    double gemm[SFB_JOB_MAX_MATRICES], sf_bytes[SFB_JOB_MAX_MATRICES];
+};
+
+/* engine "auto": per matrix the engine the cost model (sfb/cost.h) predicts
+ * to be faster per clock. Collective (the link probe, an allgather). */
+static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    uint32_t world = sfb__comm_world(job->comm);
+    struct sfb__link link = {0};
+    int ret = 0;
+    if (a->link_gbps > 0 || a->latency_us > 0) {
+        link.alpha_s = (a->latency_us > 0 ? a->latency_us : 10.0) * 1e-6;
+        link.beta_s_per_byte = 8.0 / ((a->link_gbps > 0 ? a->link_gbps : 1.0) * 1e9);
+    } else if (world > 1 && (ret = sfb__link_probe(job->comm, &link))) {
+        return sfb__comm_explain(job->comm, ret);
+    }
+    struct auto_inputs mine = {link.alpha_s, link.beta_s_per_byte, 0, 1, 1, {0}, {0}};
+    uint64_t biggest = 0;
+    for (uint32_t m = 0; m < a->n; m++) {
+        const struct sfb_matrix *x = &a->mats[m];
+        mine.gemm[m] = sfb__gemm_rate(x->rows, x->cols, a->max_s);
+        mine.sf_bytes[m] = a->sf_bytes[m];
+        biggest = SFB_MAX(biggest, (uint64_t)x->rows * x->cols);
+    }
+    mine.add_rate = sfb__add_rate(biggest);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    mine.cores = cores > 0 ? (double)cores : 1;
+    mine.local_ranks = sfb__comm_local_ranks(job->comm);
+    struct auto_inputs *all = calloc(world, sizeof *all);
+    if (!all) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    if (world > 1 && (ret = sfb__comm_allgather(job->comm, &mine, sizeof mine, all))) {
+        free(all);
+        return sfb__comm_explain(job->comm, ret);
+    }
+    const struct auto_inputs *in = world > 1 ? &all[0] : &mine;
+    struct sfb__cost_env e = {
+        .world = world, .batch = a->max_s, .topology = a->topology, .degree = a->degree,
+        .flush_clock = a->flush_clock,
+        .link = {in->alpha_s, in->beta, link.measured},
+        .add_flops_per_s = in->add_rate,
+        .host_cores = (uint32_t)in->cores, .ranks_per_host = (uint32_t)in->local_ranks};
+    struct sfb__cost_matrix cm[SFB_JOB_MAX_MATRICES];
+    int choice[SFB_JOB_MAX_MATRICES];
+    double ms[SFB_JOB_MAX_MATRICES][2];
+    for (uint32_t m = 0; m < a->n && !ret; m++) {
+        cm[m] = (struct sfb__cost_matrix){a->mats[m].rows, a->mats[m].cols, in->sf_bytes[m]};
+        e.gemm_flops_per_s = in->gemm[m];
+        /* each matrix at its own sgemm rate */
+        ret = sfb__cost_plan(&e, &cm[m], 1, &choice[m], &ms[m]);
+    }
+    free(all);
+    if (ret) return ret;
+    for (uint32_t m = 0; m < a->n; m++) {
+        job->engine_of[m] = choice[m] == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
+        job->plan_ms[m][0] = ms[m][SFB__ENG_SFB];
+        job->plan_ms[m][1] = ms[m][SFB__ENG_FMS];
+    }
+    job->planned = 1;
+    sfb__cost_describe(cm, a->n, choice, (const double(*)[2])ms, job->plan, sizeof job->plan);
+    return 0;
+}
+
 /* The engine that runs the job: the one every matrix names when it can
  * carry them all (SFB any number, FMS one; in a job of one worker either),
  * else the per-matrix engine. Writes the per-matrix names to job->engines. */
@@ -213,8 +284,9 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     SFB_ENTER();
     SFB_ARG(job);
     SFB_ARG(a);
+    int auto_sync = a->engine && !strcmp(a->engine, "auto");
     int ret = check_attach(job, a);
-    if (!ret) ret = parse_engines(job, a);
+    if (!ret && !auto_sync) ret = parse_engines(job, a);
     if (ret) return ret;
     struct sfb__wire_shape_list {
         struct sfb__wire_shape v[SFB_JOB_MAX_MATRICES];
@@ -234,6 +306,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
         if (ret) return ret;
         job->ssp_open = 1;
     }
+    if (auto_sync && (ret = choose_auto(job, a))) return ret;
     return start_engine(job, a);
 }
 
@@ -465,6 +538,19 @@ void sfb__job_report(struct sfb_job *job, struct sfb__sync_report *rep)
 const char *sfb__job_engine_name(const struct sfb_job *job)
 {
     return job->engine ? job->engines : "";
+}
+
+int sfb__job_plan_ms(const struct sfb_job *job, uint32_t m, double ms[2])
+{
+    if (!job->planned || m >= job->nmat) return -ENOENT;
+    ms[0] = job->plan_ms[m][0];
+    ms[1] = job->plan_ms[m][1];
+    return 0;
+}
+
+const char *sfb_job_plan(const struct sfb_job *job)
+{
+    return job ? job->plan : NULL;
 }
 
 const char *sfb_job_engine(const struct sfb_job *job, uint32_t m)

@@ -19,5 +19,8 @@ const uint64_t *sfb__job_staleness_hist(struct sfb_job *job);
 void sfb__job_report(struct sfb_job *job, struct sfb__sync_report *rep);
 /* The attached engine's name ("" before attach). */
 const char *sfb__job_engine_name(const struct sfb_job *job);
+/* engine "auto": matrix m's predicted ms per clock of SFB (ms[0]) and FMS
+ * (ms[1]); -ENOENT without a plan. */
+int sfb__job_plan_ms(const struct sfb_job *job, uint32_t m, double ms[2]);
 
 #endif

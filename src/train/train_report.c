@@ -75,12 +75,38 @@ static void relay_event(struct worker *w, const struct sfb__sync_report *rep)
     free(po);
 }
 
-/* Bytes per clock the engine's design sends (its ops' formula). */
+/* Bytes per clock the engines' design sends (each matrix by its engine's
+ * formula). */
 static double formula_bytes(struct worker *w)
 {
-    const struct sfb_matrix *a = sfb_model_matrix(w->model, 0);
-    const struct sfb__sync_ops *e = sfb__sync_find(sfb__job_engine_name(w->job));
-    return e ? e->formula_bytes(a->rows, a->cols, w->world, w->batch) : 0.0;
+    double sum = 0;
+    for (uint32_t m = 0; m < sfb_model_n_matrices(w->model); m++) {
+        const struct sfb_matrix *a = sfb_model_matrix(w->model, m);
+        const struct sfb__sync_ops *e = sfb__sync_find(sfb_job_engine(w->job, m));
+        if (e) sum += e->formula_bytes(a->rows, a->cols, w->world, w->batch);
+    }
+    return sum;
+}
+
+void sfb__sync_event(struct worker *w)
+{
+    char buf[1024];
+    size_t len = 0;
+    uint32_t n = sfb_model_n_matrices(w->model);
+    for (uint32_t m = 0; m < n && len < sizeof buf; m++) {
+        const struct sfb_matrix *a = sfb_model_matrix(w->model, m);
+        double ms[2];
+        char p0[32], p1[32];
+        int planned = !sfb__job_plan_ms(w->job, m, ms);
+        len += (size_t)snprintf(buf + len, sizeof buf - len,
+                                "%s{\"matrix\":%u,\"rows\":%u,\"cols\":%u,\"engine\":\"%s\","
+                                "\"sfb_ms\":%s,\"fms_ms\":%s}", m ? "," : "", m, a->rows, a->cols,
+                                sfb_job_engine(w->job, m),
+                                planned ? sfb__json_num(p0, ms[0]) : "null",
+                                planned ? sfb__json_num(p1, ms[1]) : "null");
+    }
+    sfb__metrics_event(&w->metrics, "sync", "\"sync\":\"%s\",\"matrices\":[%s]",
+                       w->s->sync ? w->s->sync : "sfb", buf);
 }
 
 void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,

@@ -82,9 +82,11 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
     /* one engine, or one per matrix (checked against the model's matrices
      * at attach); an overlay needs one that relays */
-    const struct sfb__sync_ops *engines[SFB_MODEL_MAX_MATRICES], *engine = NULL;
-    uint32_t nsync;
-    if (sfb__sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync)) return -SFB_EUSAGE;
+    const struct sfb__sync_ops *engines[SFB_MODEL_MAX_MATRICES] = {&sfb__broadcast_ops}, *engine = NULL;
+    uint32_t nsync = 1; /* auto: SFB relays whatever FMS does not carry */
+    if (strcmp(s->sync ? s->sync : "", "auto") &&
+        sfb__sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync))
+        return -SFB_EUSAGE;
     for (uint32_t i = 0; i < nsync; i++)
         if (!engine || engines[i]->overlays) engine = engines[i];
     const char *topo = s->topology ? s->topology : "full";

@@ -6,6 +6,9 @@
 #include <sfb/model.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
+#include "models/model.h"
+#include "sfb/codec.h"
+#include "src/net/wire.h"
 #include "src/train/worker.h"
 
 #include <inttypes.h>
@@ -243,6 +246,31 @@ static int prepare(struct worker *w)
     return 0;
 }
 
+/* --sync auto: the bytes of each matrix's SF frame as the codec would send
+ * them, from the factors of the shard's first minibatch (a probe: the
+ * model's private state, dml's pair stream, is put back). */
+static void probe_sf_bytes(struct worker *w, struct sfb_job_attach *a)
+{
+    const struct sfb_model_ops *ops = sfb_model_get_ops(w->model);
+    uint8_t state[SFB_MODEL_STATE_MAX];
+    size_t len = ops->state_save ? ops->state_save(sfb__model_priv(w->model), state, sizeof state)
+                                 : 0;
+    uint32_t s = (uint32_t)SFB_MIN((uint64_t)w->batch, w->train.n);
+    uint64_t *idx = calloc(s ? s : 1, sizeof *idx);
+    double loss = 0;
+    for (uint32_t i = 0; i < s && idx; i++) idx[i] = i;
+    if (idx && s && !sfb_model_factors(w->model, &w->train, idx, s, 1e-3f, w->sf, &loss))
+        for (uint32_t m = 0; m < a->n; m++) {
+            int sparse;
+            uint64_t nnz;
+            a->sf_bytes[m] = (uint32_t)SFB_MIN(SFB_WIRE_HDR_SIZE + sfb__sf_choose(&w->sf[m], &sparse,
+                                                                                  &nnz),
+                                               (size_t)UINT32_MAX);
+        }
+    free(idx);
+    if (len) ops->state_load(sfb__model_priv(w->model), state, len);
+}
+
 /* The model's matrices become the job's replica. Frame validation needs
  * their shapes, known only now: attach is a barrier, so no data frame is
  * sent before every rank can check it. */
@@ -263,7 +291,11 @@ static int attach(struct worker *w)
     a.degree = s->degree;
     a.flush_clock = s->flush_clock;
     a.start_clock = w->start;
-    return sfb_job_attach(w->job, &a);
+    if (s->sync && !strcmp(s->sync, "auto")) probe_sf_bytes(w, &a);
+    int ret = sfb_job_attach(w->job, &a);
+    const char *plan = sfb_job_plan(w->job);
+    if (!ret && w->rank == 0 && plan && *plan) SFB_LOG_I("--sync auto:\n%s", plan);
+    return ret;
 }
 
 int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
@@ -278,6 +310,7 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
     if (w->start) w->debug_rng = w->resume_rng;
     ret = sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
+    if (!ret) sfb__sync_event(w);
     sfb__phase_mark(SFB__PH_ENGINE);
     return ret;
 }
