@@ -7,6 +7,7 @@
 #include "sfb/cost.h"
 #include "src/base/common.h"
 
+#include <sfb/cost_model.h>
 #include <sfb/topo.h>
 
 #include <errno.h>
@@ -56,13 +57,13 @@ static int sfb_traffic(const struct sfb__cost_env *e, double sf_bytes, double al
     return 0;
 }
 
-int sfb__cost_predict(const struct sfb__cost_env *e, const struct sfb__cost_matrix *m,
-                      double ms[2])
+int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix *m,
+                    struct sfb__cost_parts *out)
 {
     SFB_ENTER();
     SFB_ARG(e);
     SFB_ARG(m);
-    SFB_ARG(ms);
+    SFB_ARG(out);
     if (!e->world || !e->batch)
         return sfb__error(-EINVAL, "cost model: world %u, batch %u (both must be > 0)", e->world,
                           e->batch);
@@ -80,20 +81,88 @@ int sfb__cost_predict(const struct sfb__cost_env *e, const struct sfb__cost_matr
     double stretch = 1;
     if (e->host_cores && e->ranks_per_host > e->host_cores)
         stretch = (double)e->ranks_per_host / e->host_cores;
+    struct sfb__cost_parts r = {.sf_bytes = B};
 
-    double msgs, bytes;
-    if ((ret = sfb_traffic(e, B, alpha, beta, &msgs, &bytes))) return ret;
-    double sfb = msgs * alpha + bytes * beta + stretch * 2 * K * D * S * P / e->gemm_flops_per_s;
+    if ((ret = sfb_traffic(e, B, alpha, beta, &r.msgs[SFB__ENG_SFB], &r.bytes[SFB__ENG_SFB])))
+        return ret;
+    r.compute_ms[SFB__ENG_SFB] = 1e3 * stretch * 2 * K * D * S * P / e->gemm_flops_per_s;
 
-    double fms = stretch * (2 * K * D * S / e->gemm_flops_per_s +
-                            K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
-    if (e->world > 1)
+    r.compute_ms[SFB__ENG_FMS] = 1e3 * stretch * (2 * K * D * S / e->gemm_flops_per_s +
+                                                  K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
+    double phases = 0;
+    if (e->world > 1) {
         /* 2(P−1) row blocks out (P−1 pushes, P−1 sums), and the pull waits
          * for the last push: one more α between the phases */
-        fms += (2 * (P - 1) + 1) * alpha + 2 * (P - 1) * (4 * K * D / P + HDR) * beta;
-    ms[SFB__ENG_SFB] = sfb * 1e3;
-    ms[SFB__ENG_FMS] = fms * 1e3;
+        r.msgs[SFB__ENG_FMS] = 2 * (P - 1);
+        r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (4 * K * D / P + HDR);
+        phases = alpha;
+    }
+    for (int k = 0; k < 2; k++)
+        r.ms[k] = 1e3 * (r.msgs[k] * alpha + r.bytes[k] * beta) + r.compute_ms[k];
+    r.ms[SFB__ENG_FMS] += 1e3 * phases;
+    *out = r;
     return 0;
+}
+
+int sfb__cost_predict(const struct sfb__cost_env *e, const struct sfb__cost_matrix *m,
+                      double ms[2])
+{
+    struct sfb__cost_parts r;
+    SFB_ARG(ms);
+    int ret = sfb__cost_parts(e, m, &r);
+    if (ret) return ret;
+    ms[0] = r.ms[0];
+    ms[1] = r.ms[1];
+    return 0;
+}
+
+/* ---- the public face (include/sfb/cost.h): `sfb topo --engines` ---- */
+
+void sfb_cost_default_settings(struct sfb_cost_settings *s)
+{
+    if (!s) return;
+    *s = (struct sfb_cost_settings){.world = 2, .batch = 32, .link_gbps = 1, .latency_us = 10};
+}
+
+int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t cols,
+                     double sf_bytes, struct sfb_cost_result *out)
+{
+    SFB_ENTER();
+    SFB_ARG(s);
+    SFB_ARG(out);
+    if (!(s->link_gbps > 0) || s->link_gbps > 1e6 || !(s->latency_us >= 0) || s->latency_us > 1e9)
+        return sfb__error(-SFB_EUSAGE, "cost model: link %g Gbit/s, latency %g us (want a "
+                          "bandwidth in (0, 1e6] and a latency in [0, 1e9])", s->link_gbps,
+                          s->latency_us);
+    struct sfb__cost_env e = {
+        .world = s->world, .batch = s->batch, .topology = s->topology, .degree = s->degree,
+        .flush_clock = s->flush_clock,
+        .link = {.alpha_s = s->latency_us * 1e-6, .beta_s_per_byte = 8 / (s->link_gbps * 1e9)},
+        .gemm_flops_per_s = s->gemm_gflops * 1e9, .add_flops_per_s = s->add_gadds * 1e9,
+        .host_cores = s->host_cores, .ranks_per_host = s->ranks_per_host};
+    struct sfb__cost_matrix m = {rows, cols, sf_bytes};
+    struct sfb__cost_parts r;
+    int ret = sfb__cost_parts(&e, &m, &r);
+    if (ret) return ret;
+    *out = (struct sfb_cost_result){.sf_bytes = r.sf_bytes};
+    for (int k = 0; k < 2; k++) {
+        out->ms[k] = r.ms[k];
+        out->msgs[k] = r.msgs[k];
+        out->bytes[k] = r.bytes[k];
+        out->compute_ms[k] = r.compute_ms[k];
+    }
+    out->winner = r.ms[SFB__ENG_FMS] < r.ms[SFB__ENG_SFB] ? SFB_COST_FMS : SFB_COST_SFB;
+    return 0;
+}
+
+double sfb_cost_gemm_rate(uint64_t rows, uint64_t cols, uint32_t s)
+{
+    return sfb__gemm_rate(rows, cols, s);
+}
+
+double sfb_cost_add_rate(uint64_t n)
+{
+    return sfb__add_rate(n);
 }
 
 int sfb__cost_plan(const struct sfb__cost_env *e, const struct sfb__cost_matrix *m, uint32_t n,

@@ -57,6 +57,16 @@ struct sfb__cost_env {
 int sfb__cost_predict(const struct sfb__cost_env *e, const struct sfb__cost_matrix *m,
                       double ms[2]);
 
+/* The terms of the prediction, per engine (SFB__ENG_*): messages and bytes
+ * one worker sends per clock, the compute in ms, and the total ms. */
+struct sfb__cost_parts {
+    double ms[2], msgs[2], bytes[2], compute_ms[2];
+    double sf_bytes; /* the SF frame counted (given, or the dense formula) */
+};
+/* sfb__cost_predict with every term; same errors. */
+int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix *m,
+                    struct sfb__cost_parts *out);
+
 /* Per matrix the cheaper engine (a tie goes to SFB): choice[i] = SFB__ENG_*,
  * and, when ms is not NULL, ms[i] its two predictions. Returns 0 or the
  * first matrix's error from sfb__cost_predict (prefixed "matrix i"). */
