@@ -275,8 +275,11 @@ static int form_sums(struct fms *f)
         }
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         ret = dense_hdr(f, t, f->r0, f->r1, acc, hdr);
-        for (uint32_t p = 0; p < f->world && !ret; p++)
-            if (p != f->rank) ret = send_to(f, p, hdr, out, 0, n_el * sizeof(float));
+        /* to rank + 1, rank + 2, ...: owners summing the same clock do not
+         * all send to the same peer first (its ingress would be shared by
+         * every owner while the others' idle) */
+        for (uint32_t i = 1; i < f->world && !ret; i++)
+            ret = send_to(f, (f->rank + i) % f->world, hdr, out, 0, n_el * sizeof(float));
         struct sfb__wire_hdr me = {.origin = f->rank, .clock = t};
         if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
         sfb__buf_put(out);
@@ -415,7 +418,11 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
     for (size_t i = 0; i < n_el; i++)
         f->a->data[i] += delta.data[i];
     uint32_t nonempty = 0;
-    for (uint32_t b = 0; b < f->world; b++) {
+    /* blocks of owners rank + 1, rank + 2, ... first: at each step of the
+     * push every owner receives from one pusher (the order a ring
+     * reduce-scatter has), instead of all pushing to owner 0 first */
+    for (uint32_t i = 1; i <= f->world; i++) {
+        uint32_t b = (f->rank + i) % f->world;
         uint32_t r0 = block_start(f, b), r1 = block_start(f, b + 1);
         if (r1 == r0) {
             /* an empty block is trivially summed */

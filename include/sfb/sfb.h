@@ -8,6 +8,7 @@
 #include <sfb/model.h>
 #include <sfb/train.h>
 #include <sfb/topo.h>
+#include <sfb/cost_model.h>
 #include <sfb/launch.h>
 #include <sfb/job.h>
 

@@ -70,6 +70,11 @@ struct sfb_train_settings {
     uint32_t degree;         /* overlay out-degree; 0 = ceil(log2 P) */
     int flush_clock;         /* overlay forwarding: 0 eager (default), 1 at clock
                                 boundaries (a frame h hops away is h clocks late) */
+    /* the link model of --sync auto's per-matrix choice (sfb/cost.h):
+     * given, they replace the start-up ping-pong's measurement of that
+     * term; 0 (default): measured */
+    double link_gbps;        /* per-worker bandwidth, Gbit/s (beta = 8 / (G·1e9) s/byte) */
+    double latency_us;       /* per-message latency alpha, microseconds */
     /* debug knobs (tests and benchmarks) */
     double debug_delay_ms;   /* random extra compute time in [0, d] ms each clock */
     int debug_slow_rank;     /* this rank computes debug_slow_factor times slower (-1: none) */

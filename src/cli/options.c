@@ -143,6 +143,12 @@ static const struct cli_opt job_rows2[] = {
     E("apply-early", apply_early, "auto|on|off", on_off,
       "apply peers' updates as soon as they arrive,\n"
       "before SSP requires them (auto: on unless BSP)"),
+    R("link-gbps", link_gbps, 0, 1e6, CLI_OPEN_LO, "G", "a bandwidth in (0, 1e6] Gbit/s",
+      "--sync auto's link model: bandwidth per worker\n"
+      "(default: measured by a ping-pong at start-up)"),
+    R("latency-us", latency_us, 0, 1e9, CLI_OPEN_LO, "L", "a latency in (0, 1e9] microseconds",
+      "--sync auto's link model: latency per message\n"
+      "(default: measured by a ping-pong at start-up)"),
     S("provider", provider, "NAME", "libfabric provider: shm, tcp, verbs, ... (default:\n"
                                    "FI_PROVIDER, else shm on one host, tcp across hosts)"),
     R("peer-timeout", peer_timeout, 0, INFINITY, CLI_OPEN_LO, "SEC", "a positive number of seconds",

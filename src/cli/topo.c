@@ -17,6 +17,7 @@
 
 static const char usage_head[] =
     "usage: sfb topo --nodes P[,P...] [options]\n"
+    "       sfb topo --engines --sf K,D,S --nodes P[,P...] [options]\n"
     "\n"
     "Analyse overlay topologies and simulate one clock of SF dissemination.\n"
     "Every node broadcasts one SF frame per clock; overlays relay it along the\n"
@@ -38,8 +39,11 @@ struct opts {
     const char *topo[MAX_LIST];
     size_t n_topo;
     uint32_t degree;
-    int json, offsets;
+    int json, offsets, engines;
+    uint32_t k, d, s; /* --sf */
+    double gemm_gflops, add_gadds;
     struct sfb_topo_sim_settings sim;
+    int sf_bytes_given;
     char topo_buf[512];
 };
 
@@ -167,6 +171,9 @@ static int set_sf(void *base, void *ctx, const struct cli_opt *o, const char *sp
         k > 1ull << 24 || dd > 1ull << 24 || s > 1ull << 16)
         return bad("--sf: '%s' is not K,D,S (positive; K, D <= 2^24, S <= 65536)%s", val, "");
     op->sim.sf_bytes = 4 * s * (k + dd) + 64;
+    op->k = (uint32_t)k;
+    op->d = (uint32_t)dd;
+    op->s = (uint32_t)s;
     return 0;
 }
 
@@ -230,6 +237,19 @@ static const struct cli_opt topo_table[] = {
      .choices = "eager|clock", .values = flushes},
     {.kind = CLI_FLAG, .name = "offsets", O(offsets), NULL, "also print each topology's offsets",
      .ival = 1},
+    {.kind = CLI_FLAG, .name = "engines", O(engines), NULL,
+     "instead: the break-even surface of --sync auto's\n"
+     "cost model (needs --sf K,D,S): per P and topology,\n"
+     "SFB's and FMS's predicted ms per clock for one\n"
+     "KxD matrix and the winner (docs/performance.md);\n"
+     "--sf-bytes then gives the SF frame the codec sends\n"
+     "(default: dense fp32, 72 + 4*S*(K+D))", .ival = 1},
+    {.kind = CLI_REAL, .name = "gemm-gflops", O(gemm_gflops), "F",
+     "--engines: sgemm rate of the reconstruction,\n"
+     "GFLOP/s (default: measured here at KxDxS)", .lo = 0, .hi = 1e9, .open = CLI_OPEN_LO},
+    {.kind = CLI_REAL, .name = "add-gadds", O(add_gadds), "A",
+     "--engines: element adds, 1e9 per second (default:\n"
+     "measured here over K*D floats)", .lo = 0, .hi = 1e9, .open = CLI_OPEN_LO},
     {.kind = CLI_FLAG, .name = "json", O(json), NULL,
      "one JSON object per line instead of the table", .ival = 1},
     {.kind = CLI_HELP, .name = "help", .short_name = 'h', .size = 0, NULL, "this text"},
@@ -253,6 +273,12 @@ static int parse(int argc, char **argv, struct opts *o)
     }
     if (r) return r;
     if (o->n_nodes == 0) return bad("missing --nodes%s%s", "", "");
+    o->sf_bytes_given = cli_opt_given(&p, topo_table, "sf-bytes");
+    if (o->engines && !o->k) return bad("--engines needs --sf K,D,S%s%s", "", "");
+    if (!o->engines && (cli_opt_given(&p, topo_table, "gemm-gflops") ||
+                        cli_opt_given(&p, topo_table, "add-gadds")))
+        return bad("--gemm-gflops and --add-gadds apply to --engines%s%s", "", "");
+    if (o->engines && o->offsets) return bad("--offsets does not apply to --engines%s%s", "", "");
     if (o->n_topo == 0)
         for (size_t i = 0; sfb_topo_registry_name(i) && o->n_topo < MAX_LIST; i++)
             o->topo[o->n_topo++] = sfb_topo_registry_name(i);
@@ -326,6 +352,14 @@ int sfb_cli_topo(int argc, char **argv)
     struct opts o;
     int ret = parse(argc, argv, &o);
     if (ret) return ret == 1 ? 0 : ret;
+    if (o.engines) {
+        struct topo_engines te = {.nodes = o.nodes, .n_nodes = o.n_nodes, .topo = o.topo,
+                                  .n_topo = o.n_topo, .degree = o.degree, .k = o.k, .d = o.d,
+                                  .s = o.s, .sf_bytes = o.sf_bytes_given ? (double)o.sim.sf_bytes : 0,
+                                  .gemm_gflops = o.gemm_gflops, .add_gadds = o.add_gadds,
+                                  .sim = &o.sim, .json = o.json};
+        return sfb_cli_topo_engines(&te);
+    }
     if (!o.json) {
         printf("# SF frame %" PRIu64 " B, bundle header %" PRIu32 " B, egress %g Gbit/s per node, "
                "latency %g us, msg overhead %g us, flush %s\n",

@@ -359,6 +359,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->talks);
     free(c->final_clock);
     free(c->peer_pid);
+    free(c->host_of);
     free(c->gone_since);
     free(c);
     *pc = NULL;

@@ -186,6 +186,10 @@ uint64_t sfb__comm_job_key(const struct sfb__comm *c);
  * benchmarks that drive the transport directly). The engines use the data
  * path above instead. */
 struct sfb__transport *sfb__comm_transport(const struct sfb__comm *c);
+/* Rank r's host: the lowest rank running on the same host (by host name),
+ * the same answer on every rank; 0 for every rank when all share one host
+ * (and on the loopback), and for r out of range. Any thread. */
+uint32_t sfb__comm_host(const struct sfb__comm *c, uint32_t r);
 /* The job's wire parameters (key, world, shapes) for decoding frames. */
 const struct sfb__wire_job *sfb__comm_wire_job(const struct sfb__comm *c);
 /* The transport's counters, all zero when world == 1. */

@@ -34,6 +34,11 @@ struct sfb__transport *sfb__comm_transport(const struct sfb__comm *c)
     return c->t;
 }
 
+uint32_t sfb__comm_host(const struct sfb__comm *c, uint32_t r)
+{
+    return c->host_of && r < c->world ? c->host_of[r] : 0;
+}
+
 const struct sfb__wire_job *sfb__comm_wire_job(const struct sfb__comm *c)
 {
     return &c->job;

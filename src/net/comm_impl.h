@@ -31,6 +31,7 @@ struct sfb__comm {
     int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     uint32_t local_ranks;  /* ranks of the job on this host, this one included */
+    uint32_t *host_of;     /* per rank: the lowest rank on its host (NULL: one host) */
     double *gone_since;    /* when a peer's process was first seen gone */
     double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
     double anon_error_at;  /* a fabric error naming no peer, not yet blamed */

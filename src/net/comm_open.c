@@ -61,6 +61,35 @@ out:
     return ret;
 }
 
+/* Which ranks share a host (c->host_of: the lowest rank on each rank's
+ * host), from the allgathered host records (name, NUL, ...). Comparing each
+ * name with the hosts seen so far only: O(P · hosts). */
+static int note_hosts(struct sfb__comm *c, const char *all, const size_t *lens)
+{
+    const char **first = calloc(c->world, sizeof *first); /* name of each distinct host */
+    uint32_t *first_rank = calloc(c->world, sizeof *first_rank);
+    c->host_of = calloc(c->world, sizeof *c->host_of);
+    if (!first || !first_rank || !c->host_of) {
+        free(first);
+        free(first_rank);
+        return -ENOMEM;
+    }
+    uint32_t hosts = 0;
+    const char *p = all;
+    for (uint32_t r = 0; r < c->world; p += lens[r], r++) {
+        uint32_t h = 0;
+        while (h < hosts && strcmp(first[h], p) != 0) h++;
+        if (h == hosts) {
+            first[hosts] = p;
+            first_rank[hosts++] = r;
+        }
+        c->host_of[r] = first_rank[h];
+    }
+    free(first);
+    free(first_rank);
+    return 0;
+}
+
 /* Every rank's host name, pid and requested provider: whether all share
  * this host (the shm provider's case), and then the pids, to tell which
  * peer died. The providers are compared here, before the transport would
@@ -99,6 +128,7 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
             }
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
+        if (!ret && !*all_local) ret = note_hosts(c, all, lens);
         c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
         if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
             p = all;

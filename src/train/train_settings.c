@@ -80,6 +80,12 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (s->epochs == 0 && s->clocks == 0)
         return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
+    if (!(s->link_gbps >= 0) || s->link_gbps > 1e6)
+        return sfb__error(-EINVAL, "--link-gbps %g: want a bandwidth in (0, 1e6] Gbit/s (0: "
+                          "measure)", s->link_gbps);
+    if (!(s->latency_us >= 0) || s->latency_us > 1e9)
+        return sfb__error(-EINVAL, "--latency-us %g: want a latency in (0, 1e9] us (0: measure)",
+                          s->latency_us);
     /* one engine, or one per matrix (checked against the model's matrices
      * at attach); an overlay needs one that relays */
     const struct sfb__sync_ops *engines[SFB_MODEL_MAX_MATRICES] = {&sfb__broadcast_ops}, *engine = NULL;

@@ -291,6 +291,8 @@ static int attach(struct worker *w)
     a.degree = s->degree;
     a.flush_clock = s->flush_clock;
     a.start_clock = w->start;
+    a.link_gbps = s->link_gbps;
+    a.latency_us = s->latency_us;
     if (s->sync && !strcmp(s->sync, "auto")) probe_sf_bytes(w, &a);
     int ret = sfb_job_attach(w->job, &a);
     const char *plan = sfb_job_plan(w->job);
