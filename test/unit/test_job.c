@@ -117,7 +117,11 @@ static int test_order_and_shapes(void)
     a.mats = &m;
     a.max_s = 2;
     a.engine = "nope";
-    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "unknown engine \"nope\"");
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "\"nope\" is not an engine");
+    a.engine = "sfb,fms"; /* one per matrix: here one matrix */
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "names more engines than the 1 matrices");
+    a.engine = "sfb,";
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "\"\" is not an engine");
     a.engine = "sfb";
     a.max_s = 0;
     ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "max_s is 0");
