@@ -381,6 +381,20 @@ static void config_diff(const char *was, const char *now, char *why, size_t cap)
     snprintf(why, cap, "configuration hash differs");
 }
 
+/* A run with --sync auto stored its choice as the last line, "engines=…":
+ * moved to c->engines, so the rest compares with this run's settings. */
+static void take_engines(struct sfb__ckpt *c)
+{
+    char *eng = strstr(c->config, "engines=");
+    if (!eng || (eng != c->config && eng[-1] != '\n')) return;
+    size_t len = strcspn(eng + 8, "\n");
+    if (eng[8 + len] != '\n' || eng[9 + len] || len >= sizeof c->engines) return;
+    memcpy(c->engines, eng + 8, len);
+    c->engines[len] = '\0';
+    *eng = '\0';
+    c->config_hash = XXH3_64bits(c->config, strlen(c->config));
+}
+
 int sfb__ckpt_read(const char *dir, uint32_t rank, uint32_t world, int64_t clock,
                    const char *config, struct sfb__ckpt *out)
 {
@@ -402,8 +416,9 @@ int sfb__ckpt_read(const char *dir, uint32_t rank, uint32_t world, int64_t clock
                          "%s: configuration differs: world is %u in the checkpoint, %u now "
                          "(resume with -n %u)",
                          path, out->st.world, world, out->st.world);
-    else if (!ret && (out->config_hash != XXH3_64bits(config, strlen(config)) ||
-                      strcmp(out->config, config))) {
+    if (!ret) take_engines(out);
+    if (!ret && (out->config_hash != XXH3_64bits(config, strlen(config)) ||
+                 strcmp(out->config, config))) {
         char why[400];
         config_diff(out->config, config, why, sizeof why);
         ret = sfb__error(-SFB_ECONFIG, "%s: configuration differs: %s", path, why);

@@ -41,6 +41,9 @@ struct sfb__ckpt {
     struct sfb__ckpt_state st;
     uint64_t config_hash;
     char config[SFB__CKPT_CONFIG_MAX + 1]; /* NUL-terminated */
+    /* --sync auto: the engines the run chose ("sfb,fms"), from the config's
+     * last line "engines=…" (not compared: a resumed run keeps them); "" */
+    char engines[64];
     struct sfb_model *model;               /* the replica, a new model */
 };
 
@@ -118,9 +121,10 @@ int sfb__ckpt_decide(const uint8_t *all, uint32_t world, const char *dir, int64_
 
 /* --resume: scan, agree (collective), read the chosen file, restore the
  * replica and the model's private state into m, remove this rank's files
- * beyond the chosen clock. Sets *start and the worker's *rng. */
+ * beyond the chosen clock. Sets *start, the worker's *rng and engines (the
+ * checkpoint's choice of --sync auto, or ""). */
 int sfb__ckpt_resume(struct sfb_job *job, const char *dir, uint32_t rank, uint32_t world,
                      uint32_t batch, const char *config, struct sfb_model *m, int64_t *start,
-                     struct sfb__rng *rng);
+                     struct sfb__rng *rng, char engines[64]);
 
 #endif

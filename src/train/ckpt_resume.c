@@ -118,7 +118,7 @@ int sfb__ckpt_agree(struct sfb_job *job, uint32_t rank, uint32_t world, int loca
 
 int sfb__ckpt_resume(struct sfb_job *job, const char *dir, uint32_t rank, uint32_t world,
                      uint32_t batch, const char *config, struct sfb_model *m, int64_t *start,
-                     struct sfb__rng *rng)
+                     struct sfb__rng *rng, char engines[64])
 {
     int64_t clocks[SFB__CKPT_KEEP_SCAN], chosen = 0;
     uint32_t ckpt_world = 0;
@@ -140,6 +140,7 @@ int sfb__ckpt_resume(struct sfb_job *job, const char *dir, uint32_t rank, uint32
     if (!ret) {
         *start = chosen;
         *rng = c->st.rng;
+        memcpy(engines, c->engines, 64);
         /* checkpoints beyond the resumed clock belong to the abandoned run */
         sfb__ckpt_remove_after(dir, rank, chosen);
         SFB_LOG_I("rank %u: resumed from checkpoint of clock %lld in %s", rank,

@@ -9,6 +9,7 @@
 #include "models/model.h"
 #include "sfb/codec.h"
 #include "src/net/wire.h"
+#include "src/train/job_internal.h"
 #include "src/train/worker.h"
 
 #include <inttypes.h>
@@ -177,7 +178,8 @@ static int checkpoint_setup(struct worker *w)
 static int resume(struct worker *w)
 {
     return sfb__ckpt_resume(w->job, w->s->resume_dir, w->rank, w->world, w->batch,
-                            w->ckpt_config, w->model, &w->start, &w->resume_rng);
+                            w->ckpt_config, w->model, &w->start, &w->resume_rng,
+                            w->resume_engines);
 }
 
 void sfb__worker_close(struct worker *w)
@@ -293,10 +295,24 @@ static int attach(struct worker *w)
     a.start_clock = w->start;
     a.link_gbps = s->link_gbps;
     a.latency_us = s->latency_us;
-    if (s->sync && !strcmp(s->sync, "auto")) probe_sf_bytes(w, &a);
+    int auto_sync = s->sync && !strcmp(s->sync, "auto");
+    if (auto_sync && w->resume_engines[0]) {
+        /* the resumed run goes on with the engines the run chose */
+        a.engine = w->resume_engines;
+        if (w->rank == 0)
+            SFB_LOG_I("--sync auto: the checkpoint's engines %s", w->resume_engines);
+    } else if (auto_sync) {
+        probe_sf_bytes(w, &a);
+    }
     int ret = sfb_job_attach(w->job, &a);
+    /* the checkpoints of an auto run carry its choice */
+    size_t len = strlen(w->ckpt_config);
+    if (!ret && auto_sync && w->ckpt_config[0])
+        snprintf(w->ckpt_config + len, sizeof w->ckpt_config - len, "engines=%s\n",
+                 sfb__job_engine_name(w->job));
     const char *plan = sfb_job_plan(w->job);
-    if (!ret && w->rank == 0 && plan && *plan) SFB_LOG_I("--sync auto:\n%s", plan);
+    if (!ret && w->rank == 0 && plan && *plan)
+        SFB_LOG_I("--sync auto:\n%.*s", (int)strcspn(plan, "") - 1, plan); /* no final newline */
     return ret;
 }
 

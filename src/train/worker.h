@@ -33,6 +33,7 @@ struct worker {
     const char *ckpt_dir;     /* where checkpoints go (NULL: none) */
     char ckpt_config[SFB__CKPT_CONFIG_MAX + 1];
     struct sfb__rng resume_rng;
+    char resume_engines[64]; /* --sync auto resumed: the checkpoint's engines */
 };
 
 /* Joins the job, loads the data, builds the replica, compares settings
