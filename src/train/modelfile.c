@@ -22,6 +22,7 @@
  * header describes. */
 #include "config.h"
 #include <sfb/model.h>
+#include "models/model.h"
 #include "src/base/bytes.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
@@ -47,9 +48,7 @@ static size_t hdr_fixed(uint32_t version)
  * else 2, so those files stay as they were. */
 static uint32_t version_of(const struct sfb_model_ops *ops)
 {
-    for (const struct sfb_model_option *o = ops->options; o && o->name; o++)
-        if (o->kind == SFB_MODEL_OPT_U32_LIST) return 3;
-    return 2;
+    return sfb__model_list_option(ops) ? 3 : 2;
 }
 #define MAX_MODEL_FILE ((size_t)1 << 40)
 
