@@ -181,6 +181,13 @@ int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, stru
     return m->ops->evaluate(m->priv, m->mats, data, out);
 }
 
+const struct sfb_model_option *sfb__model_list_option(const struct sfb_model_ops *ops)
+{
+    for (const struct sfb_model_option *o = ops ? ops->options : NULL; o && o->name; o++)
+        if (o->kind == SFB_MODEL_OPT_U32_LIST) return o;
+    return NULL;
+}
+
 int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who)
 {
     const uint32_t d = data->d;

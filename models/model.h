@@ -21,6 +21,12 @@ void *sfb__model_priv(struct sfb_model *m);
  * model, so the caller's string need not outlive sfb_model_open). */
 #define SFB_MODEL_KIND_MAX 31
 
+/* The model's list option (mlp's --hidden, stored in settings.hidden), or
+ * NULL when it has none: model files and checkpoint configurations record
+ * settings.hidden only for such a model, so those of the others stay what
+ * they were before the list existed. */
+const struct sfb_model_option *sfb__model_list_option(const struct sfb_model_ops *ops);
+
 /* Row i of `data` as a dense vector of data->d floats (CSR rows scattered
  * into zeros). Returns 0 or -SFB_ESHAPE (a CSR column >= d), naming `who`. */
 int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who);

@@ -23,7 +23,20 @@ extern "C" {
  * dml: one matrix L of rank × d (metric M = LᵀL); lambda weighs the
  * dissimilar-pair hinge and must be > 0.
  * sc: one dictionary B of d × dict_size; lambda is the L1 weight on codes.
+ * mlp: one matrix W_l of out_l × (in_l + 1) per layer (last column the
+ * bias), hidden.n ReLU layers of hidden.v[i] units (default one of 1024)
+ * and a softmax output of k; lambda is the L2 weight (biases excluded).
  * Formulas, SFs and initialisation of each model: docs/models.md. */
+#define SFB_MODEL_MAX_MATRICES 4
+
+/* A short list of positive integers (mlp's hidden layer sizes): n values in
+ * v[0..n), n <= SFB_MODEL_LIST_MAX; n = 0 means "the model's default". */
+#define SFB_MODEL_LIST_MAX (SFB_MODEL_MAX_MATRICES - 1)
+struct sfb_model_u32_list {
+    uint32_t n;
+    uint32_t v[SFB_MODEL_LIST_MAX];
+};
+
 struct sfb_model_settings {
     const char *kind;   /* "mlr", "dml", "sc"; copied by sfb_model_open */
     uint32_t d;         /* feature dimension of the data */
@@ -39,6 +52,7 @@ struct sfb_model_settings {
      * kept (NULL in sfb_model_get_settings) and not stored in model files. */
     const char *simi_pairs;
     const char *diff_pairs;
+    struct sfb_model_u32_list hidden; /* mlp: hidden layer sizes (default {1, {1024}}) */
 };
 
 SFB_API void sfb_model_default_settings(struct sfb_model_settings *s);
@@ -65,10 +79,13 @@ struct sfb_eval {
 
 /* One command-line option of a model (`sfb run --rank K`), stored at
  * `offset` in struct sfb_model_settings: an unsigned integer in [min, max]
- * or a file path. Tables end with an entry whose name is NULL. */
+ * (a uint32_t), a file path (a const char *), or a comma-separated list of
+ * 1 … SFB_MODEL_LIST_MAX integers in [min, max] (a struct
+ * sfb_model_u32_list). Tables end with an entry whose name is NULL. */
 enum sfb_model_option_kind {
     SFB_MODEL_OPT_U32 = 0,
     SFB_MODEL_OPT_PATH = 1,
+    SFB_MODEL_OPT_U32_LIST = 2,
 };
 
 struct sfb_model_option {
@@ -77,7 +94,7 @@ struct sfb_model_option {
     const char *help;    /* what it sets, with its default; '\n' continues */
     enum sfb_model_option_kind kind;
     size_t offset;       /* offsetof(struct sfb_model_settings, field) */
-    uint32_t min, max;   /* SFB_MODEL_OPT_U32 only */
+    uint32_t min, max;   /* SFB_MODEL_OPT_U32 and _U32_LIST (each element) */
 };
 
 /* The ops table every model implements. `priv` points to priv_size bytes
@@ -126,8 +143,6 @@ struct sfb_model_ops {
 };
 
 #define SFB_MODEL_STATE_MAX 256
-
-#define SFB_MODEL_MAX_MATRICES 4
 
 /* Looks a model up by name ("mlr", "dml", "sc"); NULL if unknown. */
 SFB_API const struct sfb_model_ops *sfb_model_find(const char *name);

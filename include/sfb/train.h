@@ -9,6 +9,7 @@
 
 #include <sfb/common.h>
 #include <sfb/data.h>
+#include <sfb/model.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,7 @@ struct sfb_train_settings {
     uint32_t dict_size;    /* sc: dictionary atoms */
     uint32_t code_steps;   /* sc: FISTA steps per code */
     const char *simi_pairs, *diff_pairs; /* dml: pair files ("i j" per line) */
+    struct sfb_model_u32_list hidden; /* mlp: hidden layer sizes (n = 0: default) */
     uint32_t patch;        /* train on p×p patches of square images (0: whole samples) */
     uint64_t seed;
     int threads;           /* OpenBLAS threads */
@@ -98,7 +100,7 @@ SFB_API int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_
 
 struct sfb_model_settings;
 /* Copies the model-specific fields `ms` sets (non-zero: rank, knn_k,
- * dict_size, code_steps, the pair files) into `t`, which hands them to the
+ * dict_size, code_steps, the pair files, hidden.n) into `t`, which hands them to the
  * model when it opens: how a model's own command-line options
  * (sfb_model_ops.options, stored by offset in a struct sfb_model_settings)
  * reach it. Pointers are copied, not the strings. Any thread. */

@@ -264,6 +264,43 @@ static int in_range(const struct cli_opt *o, double d)
     return 1;
 }
 
+/* A CLI_UINT_LIST value: "a,b,c" into a count and the values at dst (room
+ * for size/4 − 1 values). On a bad value prints what is wrong with which
+ * element and returns CLI_OPT_USAGE. */
+static int store_list(const struct cli_optparse *p, const struct cli_opt *o, char *dst,
+                      const char *v)
+{
+    const uint32_t cap = (uint32_t)(o->size / sizeof(uint32_t)) - 1;
+    uint32_t vals[64], n = 0;
+    char el[32], want[96];
+    if (cap == 0 || cap > 64) abort(); /* a table bug */
+    snprintf(want, sizeof want, "an integer in %llu..%llu", (unsigned long long)o->umin,
+             (unsigned long long)o->umax);
+    for (const char *c = v;; n++) {
+        const char *comma = strchr(c, ',');
+        size_t l = comma ? (size_t)(comma - c) : strlen(c);
+        uint64_t u;
+        if (n == cap) {
+            fprintf(stderr, "sfb %s: %s: \"%s\" has more than %u values\n", p->cmd, p->spelled,
+                    v, cap);
+            return CLI_OPT_USAGE;
+        }
+        snprintf(el, sizeof el, "%.*s", (int)(l < 31 ? l : 31), c);
+        if (l >= sizeof el || cli_parse_u64(el, o->umin, o->umax, &u)) {
+            fprintf(stderr, "sfb %s: %s: \"%s\": value %u \"%.*s\" is not %s\n", p->cmd,
+                    p->spelled, v, n + 1, (int)l, c, want);
+            return CLI_OPT_USAGE;
+        }
+        vals[n] = (uint32_t)u;
+        if (!comma) break;
+        c = comma + 1;
+    }
+    n++;
+    memcpy(dst, &n, sizeof n);
+    memcpy(dst + sizeof n, vals, n * sizeof *vals);
+    return CLI_OPT_OK;
+}
+
 /* Checks `v` against row `o` and stores it at base + o->off. */
 static int store(const struct cli_optparse *p, const struct cli_opt *o, void *base, void *ctx,
                  const char *v)
@@ -309,6 +346,8 @@ static int store(const struct cli_optparse *p, const struct cli_opt *o, void *ba
     case CLI_REAL:
         if ((ok = !cli_parse_double(v, &d) && in_range(o, d))) memcpy(dst, &d, sizeof d);
         break;
+    case CLI_UINT_LIST:
+        return store_list(p, o, dst, v);
     case CLI_CALL:
         return o->call(base, ctx, o, p->spelled, v);
     default:

@@ -27,6 +27,9 @@ enum cli_kind {
     CLI_FLAG,    /* no value: stores `ival` into an int */
     CLI_STR,     /* a string (pointer into argv); umin = 1: must not be empty */
     CLI_UINT,    /* decimal integer in [umin, umax] into a uint32_t or uint64_t (size) */
+    CLI_UINT_LIST, /* "a,b,c": 1 … (size/4 − 1) decimal integers in [umin, umax]
+                      into a uint32_t count followed by that many uint32_t
+                      (struct sfb_model_u32_list) */
     CLI_INT,     /* decimal integer in [imin, imax] into an int or int64_t (size) */
     CLI_REAL,    /* finite number in the range lo..hi (open ends per `open`) into a double */
     CLI_ENUM,    /* one of `choices` ("a|b|c"): stores values[i] into an int */

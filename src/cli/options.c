@@ -239,11 +239,20 @@ static size_t add_model_rows(struct cli_opt *t, size_t n, char (*help)[160], siz
             while (k < n && !(t[k].name && !strcmp(t[k].name, mo->name))) k++;
             if (k < n) continue;
             snprintf(help[n], sizeof help[n], "%s: %s", m->name, mo->help);
-            t[n] = (struct cli_opt){mo->kind == SFB_MODEL_OPT_U32 ? CLI_UINT : CLI_STR, mo->name,
-                                    0, offsetof(struct cli_job, model) + mo->offset,
-                                    mo->kind == SFB_MODEL_OPT_U32 ? sizeof(uint32_t)
-                                                                  : sizeof(const char *),
-                                    mo->metavar, help[n], .umin = mo->min, .umax = mo->max};
+            static const enum cli_kind kinds[] = {
+                [SFB_MODEL_OPT_U32] = CLI_UINT,
+                [SFB_MODEL_OPT_PATH] = CLI_STR,
+                [SFB_MODEL_OPT_U32_LIST] = CLI_UINT_LIST,
+            };
+            static const size_t sizes[] = {
+                [SFB_MODEL_OPT_U32] = sizeof(uint32_t),
+                [SFB_MODEL_OPT_PATH] = sizeof(const char *),
+                [SFB_MODEL_OPT_U32_LIST] = sizeof(struct sfb_model_u32_list),
+            };
+            t[n] = (struct cli_opt){kinds[mo->kind], mo->name, 0,
+                                    offsetof(struct cli_job, model) + mo->offset,
+                                    sizes[mo->kind], mo->metavar, help[n], .umin = mo->min,
+                                    .umax = mo->max};
             n++;
         }
     }

@@ -96,6 +96,16 @@ int sfb__ckpt_config(const struct sfb_train_settings *s, uint32_t world, uint32_
                        (unsigned)s->lr_schedule < 3 ? sched[s->lr_schedule] : "?", s->lr_period,
                        num(n2, s->lr_decay), num(n3, s->lambda), s->rank, s->knn_k, s->dict_size, s->code_steps,
                        s->simi_pairs ? s->simi_pairs : "", s->diff_pairs ? s->diff_pairs : "");
+    /* Only for a model with a list option, so the configs (and their
+     * hashes) of the others stay what they were; not given: the default. */
+    const struct sfb_model_ops *ops = sfb_model_find(s->model ? s->model : "");
+    struct sfb_model_settings ms;
+    sfb_model_default_settings(&ms);
+    if (s->hidden.n) ms.hidden = s->hidden;
+    for (uint32_t i = 0; !ret && sfb__model_list_option(ops) && i < ms.hidden.n &&
+                         i < SFB_MODEL_LIST_MAX; i++)
+        ret = add_line(out, cap, &off, "%s%u%s", i ? "," : "hidden=", ms.hidden.v[i],
+                       i + 1 == ms.hidden.n ? "\n" : "");
     return ret;
 }
 

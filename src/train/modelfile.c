@@ -1,23 +1,28 @@
 /* Model files (format in docs/formats.md):
  *
  *   0   8  magic "SFBMODL1"
- *   8   4  format version (2; 1 is still read)
+ *   8   4  format version (3 for a model with a list option (mlp's hidden
+ *            sizes), else 2; 1 is still read)
  *   12  4  number of matrices n (1 … SFB_MODEL_MAX_MATRICES)
  *   16 16  model kind, NUL-padded
  *   32  4  d        36  4  k
  *   40  8  lambda (IEEE double)     48  8  seed
  *   56  8  clock (int64)
- *   64 16  version 2 only: rank, knn_k, dict_size, code_steps (u32 each)
- *   h  8n  rows, cols of each matrix (u32 each); h = 80 (v2) or 64 (v1)
+ *   64 16  version >= 2: rank, knn_k, dict_size, code_steps (u32 each)
+ *   80 16  version 3 only: hidden.n, hidden.v[0..3) (u32 each, unused ones 0)
+ *   h  8n  rows, cols of each matrix (u32 each); h = 96 (v3), 80 (v2), 64 (v1)
  *   …      matrices, float32, row-major
  *   end 8  XXH3-64 of every byte before it
  *
  * All little-endian. A version-1 file gets the default rank, knn_k,
- * dict_size and code_steps (it can only hold an mlr model anyway). The loader checks size, magic, version and checksum
+ * dict_size and code_steps (it can only hold an mlr model anyway). Models
+ * without a list option are written as version 2, byte for byte what they
+ * were before version 3 existed. The loader checks size, magic, version and checksum
  * before it trusts any field, then checks every shape against the model the
  * header describes. */
 #include "config.h"
 #include <sfb/model.h>
+#include "models/model.h"
 #include "src/base/bytes.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
@@ -28,9 +33,23 @@
 #include <xxhash.h>
 
 #define MODEL_MAGIC "SFBMODL1"
-#define MODEL_VERSION 2u
-#define HDR_FIXED 80u /* version 2; version 1 has 64 */
+#define MODEL_VERSION 3u
+#define HDR_FIXED 96u /* version 3; version 2 has 80, version 1 64 */
+#define HDR_FIXED_V2 80u
 #define HDR_FIXED_V1 64u
+
+/* The fixed header's length of a version. */
+static size_t hdr_fixed(uint32_t version)
+{
+    return version == 1 ? HDR_FIXED_V1 : version == 2 ? HDR_FIXED_V2 : HDR_FIXED;
+}
+
+/* Version 3 for a model with a list option (its sizes are in the header),
+ * else 2, so those files stay as they were. */
+static uint32_t version_of(const struct sfb_model_ops *ops)
+{
+    return sfb__model_list_option(ops) ? 3 : 2;
+}
 #define MAX_MODEL_FILE ((size_t)1 << 40)
 
 int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t *out_len)
@@ -39,10 +58,12 @@ int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t 
     *out_len = 0;
     const struct sfb_model_settings *s = sfb_model_get_settings(m);
     uint32_t n = sfb_model_n_matrices(m);
+    const uint32_t version = version_of(sfb_model_get_ops(m));
+    const size_t hfix = hdr_fixed(version);
     uint8_t hdr[HDR_FIXED + 8 * SFB_MODEL_MAX_MATRICES];
     memset(hdr, 0, sizeof hdr);
     memcpy(hdr, MODEL_MAGIC, 8);
-    sfb__put_u32(hdr + 8, MODEL_VERSION);
+    sfb__put_u32(hdr + 8, version);
     sfb__put_u32(hdr + 12, n);
     strncpy((char *)hdr + 16, sfb_model_get_ops(m)->name, 15);
     sfb__put_u32(hdr + 32, s->d);
@@ -54,12 +75,17 @@ int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t 
     sfb__put_u32(hdr + 68, s->knn_k);
     sfb__put_u32(hdr + 72, s->dict_size);
     sfb__put_u32(hdr + 76, s->code_steps);
-    size_t hlen = HDR_FIXED + 8 * (size_t)n;
+    if (version >= 3) {
+        uint32_t nh = SFB_MIN(s->hidden.n, SFB_MODEL_LIST_MAX);
+        sfb__put_u32(hdr + 80, nh);
+        for (uint32_t i = 0; i < nh; i++) sfb__put_u32(hdr + 84 + 4 * i, s->hidden.v[i]);
+    }
+    size_t hlen = hfix + 8 * (size_t)n;
     size_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct sfb_matrix *a = sfb_model_matrix(m, i);
-        sfb__put_u32(hdr + HDR_FIXED + 8 * i, a->rows);
-        sfb__put_u32(hdr + HDR_FIXED + 8 * i + 4, a->cols);
+        sfb__put_u32(hdr + hfix + 8 * i, a->rows);
+        sfb__put_u32(hdr + hfix + 8 * i + 4, a->cols);
         total += (size_t)a->rows * a->cols * sizeof(float);
     }
     uint8_t *buf = malloc(hlen + total + 8);
@@ -107,11 +133,11 @@ static int check_frame(const uint8_t *buf, size_t len, const char *path, size_t 
         return sfb__error(-SFB_EFORMAT, "%s: not an sfb model file (bad magic)", path);
     }
     uint32_t version = sfb__get_u32(buf + 8);
-    if (version != MODEL_VERSION && version != 1) {
+    if (version < 1 || version > MODEL_VERSION) {
         return sfb__error(-SFB_EVERSION, "%s: model file version %u, this sfb reads 1 to %u",
                          path, version, MODEL_VERSION);
     }
-    const size_t hfix = version == 1 ? HDR_FIXED_V1 : HDR_FIXED;
+    const size_t hfix = hdr_fixed(version);
     *hfix_out = hfix;
     if (len < hfix + 8) {
         return sfb__error(-SFB_ETRUNC, "%s: %zu bytes is too short for a model file (truncated?)",
@@ -197,6 +223,13 @@ static void header_settings(const uint8_t *buf, uint32_t version, char *kind,
         s->knn_k = sfb__get_u32(buf + 68);
         s->dict_size = sfb__get_u32(buf + 72);
         s->code_steps = sfb__get_u32(buf + 76);
+    }
+    if (version >= 3) {
+        /* A count over the room is kept as it is: the model refuses it
+         * (header settings rejected), nothing past v[] is read. */
+        s->hidden.n = sfb__get_u32(buf + 80);
+        for (uint32_t i = 0; i < SFB_MODEL_LIST_MAX; i++)
+            s->hidden.v[i] = sfb__get_u32(buf + 84 + 4 * i);
     }
 }
 

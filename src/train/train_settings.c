@@ -153,6 +153,7 @@ void sfb_train_set_model_options(struct sfb_train_settings *t,
     if (ms->code_steps) t->code_steps = ms->code_steps;
     if (ms->simi_pairs) t->simi_pairs = ms->simi_pairs;
     if (ms->diff_pairs) t->diff_pairs = ms->diff_pairs;
+    if (ms->hidden.n) t->hidden = ms->hidden;
 }
 
 const char *sfb_sync_registry_name(size_t i)

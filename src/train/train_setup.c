@@ -83,6 +83,7 @@ static int setup_model(struct worker *w)
     if (s->code_steps) ms.code_steps = s->code_steps;
     ms.simi_pairs = s->simi_pairs;
     ms.diff_pairs = s->diff_pairs;
+    if (s->hidden.n) ms.hidden = s->hidden;
     if ((ret = sfb_model_open(&w->model, &ms))) return ret;
     if (w->world > 1 && sfb_model_n_matrices(w->model) != 1)
         return sfb__error(-SFB_ENOTIMPL, "model %s has %u matrices; distributed runs support one",

@@ -8,6 +8,10 @@
 #            exactly the previous clock's updates on every replica, so the
 #            resumed run follows the same trajectory as the uninterrupted one
 #            (up to float summation order) and a tight bound is fair.
+#   mlp      one worker, mlp with two hidden layers (three matrices): a
+#            resumed run ends bit-identical to an uninterrupted one, and
+#            resuming with other --hidden sizes is refused naming the field.
+#            Needs MODEL_DIFF as 3rd arg.
 #   corrupt  a flipped byte / a truncated newest file of one rank: resume
 #            falls back to the previous checkpoint (log line, clock); every
 #            file of a rank corrupted: a clear error, non-zero exit.
@@ -99,6 +103,27 @@ exact)
     echo "$cfg: $out"
     check "$cfg: resumed model bit-identical to the uninterrupted one" "[ $rc = 0 ]"
   done
+  ;;
+mlp)
+  MODEL_DIFF=$3
+  j=(run -n 1 --model mlp --data synth:k=4,d=20,n=4000,seed=1 --eval-every 0 -q --metrics-out "$tmp/m.%r")
+  timeout 60 "$SFB" "${j[@]}" --hidden 24,12 --clocks 300 --model-out "$tmp/mlp.ref" >"$tmp/mlp.log" 2>&1
+  check "uninterrupted mlp run succeeds" "[ $? = 0 ]"
+  timeout 60 "$SFB" "${j[@]}" --hidden 24,12 --clocks 200 --model-out "$tmp/mlp.a" --checkpoint-every 100 \
+    --checkpoint-dir "$tmp/mlp.ck" >>"$tmp/mlp.log" 2>&1
+  timeout 60 "$SFB" "${j[@]}" --hidden 24,12 --clocks 300 --model-out "$tmp/mlp.b" --resume "$tmp/mlp.ck" \
+    >>"$tmp/mlp.log" 2>&1
+  check "mlp: resumed from clock 200" "[ \"\$(resumed_clock '$tmp/mlp.log')\" = 200 ]"
+  out=$("$MODEL_DIFF" "$tmp/mlp.ref" "$tmp/mlp.b" 0); rc=$?
+  echo "mlp: $out"
+  check "mlp: resumed model bit-identical to the uninterrupted one" "[ $rc = 0 ]"
+  timeout 60 "$SFB" "${j[@]}" --hidden 24,13 --clocks 300 --model-out "$tmp/mlp.c" --resume "$tmp/mlp.ck" \
+    >"$tmp/hidden.log" 2>&1
+  rc=$?
+  check "other --hidden: refused (rc=$rc)" "[ $rc != 0 ] && [ $rc != 124 ]"
+  check "other --hidden: message names the field" \
+    "grep -q 'configuration differs: hidden is \"24,12\" in the checkpoint, \"24,13\" now' '$tmp/hidden.log'"
+  grep -h "configuration differs" "$tmp/hidden.log" | head -n 1
   ;;
 corrupt)
   job=(run -n 2 --data synth:k=4,d=20,n=4000,seed=1 --clocks 300 --eval-every 0 -q)

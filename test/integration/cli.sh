@@ -91,6 +91,25 @@ check dml-eval '[ $rc = 0 ] && [[ "$out" == *"k-NN accuracy: learned metric"* ]]
 run "$SFB" run --rank 0
 check rank-zero '[ $rc = 2 ] && [[ "$out" == *"--rank"* ]]'
 
+# mlp (issue 16): a two-hidden-layer network trains, its model file keeps
+# the hidden sizes, so sfb eval re-creates the network and prints the
+# accuracy the run printed; --hidden's bad lists are usage errors naming the
+# option and the element.
+run "$SFB" run -n 1 --model mlp --hidden 16,8 --data synth:k=3,d=16,n=800,seed=2 --clocks 50 \
+  --out-dir "$tmp/mlp" -q
+mlp_acc=$(printf '%s\n' "$out" | sed -n 's/.*test accuracy \([0-9.]*%\).*/\1/p')
+check mlp-train '[ $rc = 0 ] && [ -n "$mlp_acc" ]'
+run "$SFB" eval --model-file "$tmp/mlp/model.sfb" --data synth:k=3,d=16,n=800,seed=2
+check mlp-eval '[ $rc = 0 ] && [[ "$out" == *"(mlp, 16 features, 3 classes, clock 50)"* ]] && [[ "$out" == *"accuracy $mlp_acc"* ]]'
+for bad in '0|value 1 "0" is not an integer in 1..65536' \
+           '|"": value 1 "" is not an integer' \
+           '1024,,5|"1024,,5": value 2 "" is not an integer' \
+           '1,2,3,4|"1,2,3,4" has more than 3 values' \
+           '64,abc|value 2 "abc" is not an integer'; do
+  run "$SFB" run --model mlp --hidden "${bad%%|*}"
+  check "hidden-${bad%%|*}" '[ $rc = 2 ] && [[ "$out" == *"sfb run: --hidden: "* ]] && [[ "$out" == *"${bad#*|}"* ]]'
+done
+
 # Long options match their exact names only: a misspelling or an
 # abbreviation is a usage error that names the closest option (issue 13).
 run "$SFB" run --stalenes 2 --clocks 1
@@ -144,7 +163,7 @@ check model-option-range '[ $rc = 2 ] && [[ "$out" == *"--knn-k: \"101\" is not 
 run "$SFB" run --dict-size=
 check model-option-empty '[ $rc = 2 ] && [[ "$out" == *"--dict-size: \"\" is not an integer in 1..1048576"* ]]'
 run "$SFB" run --help
-check help-from-registries '[ $rc = 0 ] && [[ "$out" == *"--rank K               dml: projection dimension (default 64)"* ]] && [[ "$out" == *"--dict-size K          sc: dictionary atoms (default 128)"* ]] && [[ "$out" == *"fms: full matrices"* ]] && [[ "$out" == *"(default mlr 0, dml 30, sc 0.1)"* ]] && [[ "$out" == *"--topology NAME        full, halton, halton-classic (default full)"* ]]'
+check help-from-registries '[ $rc = 0 ] && [[ "$out" == *"--rank K               dml: projection dimension (default 64)"* ]] && [[ "$out" == *"--dict-size K          sc: dictionary atoms (default 128)"* ]] && [[ "$out" == *"fms: full matrices"* ]] && [[ "$out" == *"(default mlr 0, dml 30, sc 0.1, mlp 0)"* ]] && [[ "$out" == *"--topology NAME        full, halton, halton-classic (default full)"* ]]'
 run "$SFB" eval --split both --model-file x --data y
 check eval-split-bad '[ $rc = 2 ] && [[ "$out" == *"--split: \"both\" is not test or train"* ]]'
 run "$SFB" eval --patches 0 --model-file x --data y

@@ -227,13 +227,94 @@ static int test_reads_version_1(void)
     ASSERT_EQ(a->cols, 3);
     ASSERT_EQ(a->data[5], 6);
     sfb_model_close(&l);
-    /* Version 3 is refused by name. */
-    sfb__put_u32(buf + 8, 3);
+    /* Version 4 is refused by name. */
+    sfb__put_u32(buf + 8, 4);
     f = fopen(path, "wb");
     ASSERT(f != NULL);
     ASSERT_EQ(fwrite(buf, 1, sizeof buf, f), sizeof buf);
     fclose(f);
     ASSERT_EQ(sfb_model_load(&l, path, NULL), -SFB_EVERSION);
+    return 0;
+}
+
+/* Writes `len` bytes to path. */
+static int write_bytes(const uint8_t *buf, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    return 0;
+}
+
+/* An mlp file is version 3 and stores the hidden sizes, so loading it
+ * re-creates the network (4 → 5 → 4 → 3); an mlr file stays version 2 (the
+ * 80-byte header it always had). A version-3 header whose hidden sizes do
+ * not match the stored shapes, or that describe no network, is refused
+ * naming the file. */
+static int test_mlp_version_3(void)
+{
+    struct sfb_model_settings s;
+    sfb_model_default_settings(&s);
+    s.kind = "mlp";
+    s.d = 4;
+    s.k = 3;
+    s.seed = 5;
+    s.hidden = (struct sfb_model_u32_list){2, {5, 4}};
+    struct sfb_model *m, *l = NULL;
+    ASSERT_OK(sfb_model_open(&m, &s));
+    ASSERT_EQ(sfb_model_n_matrices(m), 3);
+    ASSERT_OK(sfb_model_save(m, path, 11));
+    uint8_t buf[512];
+    FILE *f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    ASSERT_EQ(n, 96 + 3 * 8 + 4 * (5 * 5 + 4 * 6 + 3 * 5) + 8);
+    ASSERT_EQ(sfb__get_u32(buf + 8), 3);
+    ASSERT_EQ(sfb__get_u32(buf + 80), 2);
+    ASSERT_EQ(sfb__get_u32(buf + 84), 5);
+    ASSERT_EQ(sfb__get_u32(buf + 88), 4);
+    ASSERT_EQ(sfb__get_u32(buf + 92), 0);
+    ASSERT_OK(sfb_model_load(&l, path, NULL));
+    const struct sfb_model_settings *g = sfb_model_get_settings(l);
+    ASSERT_EQ(g->hidden.n, 2);
+    ASSERT_EQ(g->hidden.v[0], 5);
+    ASSERT_EQ(g->hidden.v[1], 4);
+    ASSERT_EQ(sfb_model_n_matrices(l), 3);
+    for (uint32_t i = 0; i < 3; i++) {
+        struct sfb_matrix *a = sfb_model_matrix(m, i), *b = sfb_model_matrix(l, i);
+        ASSERT_EQ(a->rows, b->rows);
+        ASSERT_EQ(a->cols, b->cols);
+        ASSERT(memcmp(a->data, b->data, sizeof(float) * a->rows * a->cols) == 0);
+    }
+    sfb_model_close(&l);
+    /* hidden sizes that contradict the stored shapes */
+    sfb__put_u32(buf + 84, 6);
+    sfb__put_u64(buf + n - 8, XXH3_64bits(buf, n - 8));
+    if (write_bytes(buf, n)) return 1;
+    ASSERT_EQ(sfb_model_load(&l, path, NULL), -SFB_ESHAPE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), path);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "matrix 0 5x5, but its header describes 3 mlp");
+    /* a count no network has */
+    sfb__put_u32(buf + 84, 5);
+    sfb__put_u32(buf + 80, 9);
+    sfb__put_u64(buf + n - 8, XXH3_64bits(buf, n - 8));
+    if (write_bytes(buf, n)) return 1;
+    ASSERT_EQ(sfb_model_load(&l, path, NULL), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "header settings rejected: mlp: hidden has 9 layers");
+    ASSERT(l == NULL);
+    sfb_model_close(&m);
+    /* mlr: version 2 */
+    ASSERT_OK(make_model(&m));
+    ASSERT_OK(sfb_model_save(m, path, 1));
+    f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    ASSERT_EQ(sfb__get_u32(buf + 8), 2);
+    ASSERT_EQ(n, 80 + 8 + 4 * 3 * 8 + 8);
+    sfb_model_close(&m);
     return 0;
 }
 
@@ -259,6 +340,7 @@ static int test_not_regular(void)
 static const struct test_case tests[] = {
     {"round_trip_v2_settings", test_round_trip_v2_settings},
     {"reads_version_1", test_reads_version_1},
+    {"mlp_version_3", test_mlp_version_3},
     {"round_trip", test_round_trip},
     {"flipped_bytes", test_flipped_bytes},
     {"truncated", test_truncated},

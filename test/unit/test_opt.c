@@ -18,6 +18,9 @@ struct dest {
     double r;
     const char *s, *choice;
     int called;
+    struct {
+        uint32_t n, v[3];
+    } list;
 };
 
 #define D(f) .off = offsetof(struct dest, f), .size = sizeof(((struct dest *)0)->f)
@@ -79,6 +82,8 @@ static const struct cli_opt table[] = {
     {.kind = CLI_CHOICE, .name = "mode", D(choice), "a|b", "a mode", .choices = "a|b"},
     {.kind = CLI_STR, .name = "dir", D(s), "DIR", "not empty", .umin = 1, .want = "a directory"},
     {.kind = CLI_FLAG, .name = "flag", .short_name = 'f', D(flag), NULL, "a flag", .ival = 7},
+    {.kind = CLI_UINT_LIST, .name = "sizes", D(list), "H[,H]", "up to 3", .umin = 1,
+     .umax = 65536},
     {.kind = CLI_CALL, .name = "call", .size = 0, "X", "custom", .call = call_me},
     {.kind = CLI_HELP, .name = "help", .short_name = 'h', .size = 0, NULL, "this help"},
     {.kind = CLI_END},
@@ -136,6 +141,15 @@ static int test_values(void)
     ASSERT(strcmp(err, "") == 0);
     ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("--small", "3", "-h", "--small", "x")),
               CLI_OPT_HELP);
+    /* a list: the count and the values; given again, the last one holds */
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("--sizes", "1024,5,65536")), CLI_OPT_OK);
+    ASSERT_EQ(d.list.n, 3);
+    ASSERT_EQ(d.list.v[0], 1024);
+    ASSERT_EQ(d.list.v[1], 5);
+    ASSERT_EQ(d.list.v[2], 65536);
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("--sizes=9,8", "--sizes", "7")), CLI_OPT_OK);
+    ASSERT_EQ(d.list.n, 1);
+    ASSERT_EQ(d.list.v[0], 7);
     return 0;
 }
 
@@ -161,6 +175,15 @@ static int test_bad_values(void)
         {"--mode", "c", "--mode: \"c\" is not a or b"},
         {"--dir", "", "--dir: \"\" is not a directory"},
         {"--call", "no", "--call: \"no\" is not ok"},
+        {"--sizes", "0", "test: --sizes: \"0\": value 1 \"0\" is not an integer in 1..65536\n"},
+        {"--sizes", "", "--sizes: \"\": value 1 \"\" is not an integer in 1..65536"},
+        {"--sizes", "1024,,5", "--sizes: \"1024,,5\": value 2 \"\" is not an integer"},
+        {"--sizes", "1024,", "--sizes: \"1024,\": value 2 \"\" is not"},
+        {"--sizes", "8,x1", "--sizes: \"8,x1\": value 2 \"x1\" is not"},
+        {"--sizes", "65537", "value 1 \"65537\" is not an integer in 1..65536"},
+        {"--sizes", "-3", "value 1 \"-3\" is not"},
+        {"--sizes", "1,2,3,4", "test: --sizes: \"1,2,3,4\" has more than 3 values\n"},
+        {"--sizes", "1,99999999999999999999999999999999999", "value 2 \"9999999999"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct dest d;

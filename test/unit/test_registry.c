@@ -82,9 +82,11 @@ static int test_model_options(void)
             ASSERT(n_seen < 64);
             seen[n_seen++] = o->name;
             ASSERT(o->metavar && o->help && *o->help);
-            size_t width = o->kind == SFB_MODEL_OPT_U32 ? sizeof(uint32_t) : sizeof(const char *);
+            size_t width = o->kind == SFB_MODEL_OPT_U32        ? sizeof(uint32_t)
+                           : o->kind == SFB_MODEL_OPT_U32_LIST ? sizeof(struct sfb_model_u32_list)
+                                                               : sizeof(const char *);
             ASSERT(o->offset + width <= sizeof(struct sfb_model_settings));
-            if (o->kind == SFB_MODEL_OPT_U32) ASSERT(o->min <= o->max);
+            if (o->kind != SFB_MODEL_OPT_PATH) ASSERT(o->min <= o->max);
         }
     }
     ASSERT_GE(n_seen, 6); /* dml: rank, knn-k, simi-pairs, diff-pairs; sc: dict-size, code-steps */
@@ -101,6 +103,15 @@ static int test_model_options(void)
     sfb_train_set_model_options(&t, &s);
     ASSERT_EQ(t.rank, 9);
     ASSERT_EQ(t.dict_size, 0); /* not given: left to the model's default */
+    ASSERT_EQ(t.hidden.n, 0);
+    /* a list option (mlp's --hidden) writes a struct sfb_model_u32_list */
+    const struct sfb_model_option *hidden = sfb_model_find("mlp")->options;
+    ASSERT(strcmp(hidden->name, "hidden") == 0 && hidden->kind == SFB_MODEL_OPT_U32_LIST);
+    struct sfb_model_u32_list list = {2, {300, 100}};
+    memcpy((char *)&s + hidden->offset, &list, sizeof list);
+    sfb_train_set_model_options(&t, &s);
+    ASSERT_EQ(t.hidden.n, 2);
+    ASSERT_EQ(t.hidden.v[1], 100);
     return 0;
 }
 
