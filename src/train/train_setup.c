@@ -85,9 +85,6 @@ static int setup_model(struct worker *w)
     ms.diff_pairs = s->diff_pairs;
     if (s->hidden.n) ms.hidden = s->hidden;
     if ((ret = sfb_model_open(&w->model, &ms))) return ret;
-    if (w->world > 1 && sfb_model_n_matrices(w->model) != 1)
-        return sfb__error(-SFB_ENOTIMPL, "model %s has %u matrices; distributed runs support one",
-                          s->model, sfb_model_n_matrices(w->model));
     if (n_common < w->batch)
         return sfb__error(-SFB_EUSAGE, "data %s: %llu samples over %u workers leave %llu per "
                           "worker, fewer than one clock's batch of %u", s->data,

@@ -89,9 +89,12 @@ kill)
 exact)
   # BSP with 2 workers applies one peer update per clock, always the same
   # way: a resumed run must end bit-identical to an uninterrupted one, for
-  # SFB and FMS, and for dml, whose pair stream lives in its private state.
+  # SFB and FMS, and for dml, whose pair stream lives in its private state;
+  # and for a job of two matrices synchronized by different engines, named
+  # (sfb,fms) or chosen (auto: the resumed run keeps the checkpoint's choice).
   MODEL_DIFF=$3
-  for cfg in "--model mlr --sync sfb" "--model mlr --sync fms" "--model dml --lr 0.01"; do
+  for cfg in "--model mlr --sync sfb" "--model mlr --sync fms" "--model dml --lr 0.01" \
+             "--model mlp --hidden 12 --sync sfb,fms" "--model mlp --hidden 12 --sync auto"; do
     n=$(echo $cfg | tr -d ' -')
     j=(run -n 2 $cfg --data synth:k=4,d=20,n=4000,seed=1 --staleness 0 --eval-every 0 -q --metrics-out "$tmp/m.%r")
     timeout 60 "$SFB" "${j[@]}" --clocks 300 --model-out "$tmp/$n.ref" >"$tmp/$n.log" 2>&1
@@ -102,6 +105,10 @@ exact)
     out=$("$MODEL_DIFF" "$tmp/$n.ref" "$tmp/$n.b" 0); rc=$?
     echo "$cfg: $out"
     check "$cfg: resumed model bit-identical to the uninterrupted one" "[ $rc = 0 ]"
+    case $cfg in *auto*)
+      check "$cfg: the resumed run keeps the checkpoint's engines" \
+        "grep -q \"sync auto: the checkpoint's engines [a-z,]*\$\" '$tmp/$n.log'";;
+    esac
   done
   ;;
 mlp)

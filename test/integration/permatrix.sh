@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Per-matrix sync (sfb/permatrix.c, --sync E1,E2 and --sync auto) end to end,
+# on a network of two matrices (mlp, hidden 16) and 4 local workers:
+#  * parity: at s = 0 with a fixed seed every engine mix (sfb, fms, sfb,fms,
+#    fms,sfb, auto) ends with the parameters of the all-SFB run up to float
+#    rounding (<= 1e-4 relative), and the replicas of each run agree (<= 1e-5).
+#  * the "sync" metrics event names each matrix's engine; with auto it holds
+#    both predictions and the choice is the cheaper one; rank 0 prints one
+#    line per matrix.
+#  * SSP: with injected delays and s in {1, 3}, a mixed job and an auto job
+#    keep the SSP guarantee in every worker's metrics (ssp_check.py).
+#  * bad values: an engine list longer than the model's matrices, an unknown
+#    name in a list: exit 2 naming the value.
+# Usage: permatrix.sh SFB MODEL_DIFF SSP_CHECK
+set -uo pipefail
+SFB=$1; DIFF=$2; CHECK=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0; passes=0
+check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+net=(--model mlp --hidden 16 --data synth:k=6,d=40,n=4000,seed=2)
+common=(-n 4 "${net[@]}" --batch 8 --clocks 40 --staleness 0 --apply-early off --eval-every 0
+        --seed 7 -q)
+
+for sync in sfb fms sfb,fms fms,sfb auto; do
+  timeout 100 "$SFB" run "${common[@]}" --sync $sync --model-out "$tmp/m.$sync.%r.sfb" \
+    --out-dir "$tmp/o.$sync" >"$tmp/log.$sync" 2>&1
+  rc=$?
+  check "--sync $sync: exit 0 (rc=$rc)" "[ $rc = 0 ]"
+  [ $rc = 0 ] || { tail -5 "$tmp/log.$sync"; continue; }
+  [ $sync = sfb ] || check "--sync $sync: the parameters of --sync sfb" \
+    "'$DIFF' '$tmp/m.sfb.0.sfb' '$tmp/m.$sync.0.sfb' 1e-4 >/dev/null"
+  for r in 1 2 3; do
+    check "--sync $sync: replica $r equals replica 0" \
+      "'$DIFF' '$tmp/m.$sync.0.sfb' '$tmp/m.$sync.$r.sfb' 1e-5 >/dev/null"
+  done
+done
+
+# the "sync" event: engines per matrix; auto's choice is its cheaper prediction
+sync_event() {
+  python3 - "$@" <<'PY'
+import json, sys
+path, want = sys.argv[1], sys.argv[2]
+ev = [json.loads(l) for l in open(path) if '"event":"sync"' in l]
+if len(ev) != 1:
+    sys.exit(f"{path}: {len(ev)} sync events")
+m = ev[0]["matrices"]
+got = ",".join(x["engine"] for x in m)
+if want == "auto":
+    for x in m:
+        if x["sfb_ms"] is None or x["fms_ms"] is None:
+            sys.exit(f"matrix {x['matrix']}: no prediction")
+        cheaper = "fms" if x["fms_ms"] < x["sfb_ms"] else "sfb"
+        if x["engine"] != cheaper:
+            sys.exit(f"matrix {x['matrix']}: chose {x['engine']}, predictions {x}")
+    print("auto chose", got)
+elif got != want or any(x["sfb_ms"] is not None for x in m):
+    sys.exit(f"engines {got}, want {want} (no predictions)")
+PY
+}
+check "sync event of --sync fms,sfb" "sync_event '$tmp/o.fms,sfb/metrics.2.jsonl' fms,sfb"
+check "sync event of --sync fms (both matrices)" "sync_event '$tmp/o.fms/metrics.0.jsonl' fms,fms"
+check "sync event of --sync auto" "sync_event '$tmp/o.auto/metrics.1.jsonl' auto"
+check "--sync auto: rank 0 prints one line per matrix" \
+  "[ \$(grep -cE '^\[0\] matrix [01] (16x41|6x17): sfb [0-9.e+-]+ ms, fms [0-9.e+-]+ ms per clock -> (sfb|fms)$' '$tmp/log.auto') = 2 ]"
+
+# SSP with injected delays: a mixed job and an auto job
+for sync in sfb,fms auto; do
+  for s in 1 3; do
+    out=$(timeout 100 "$SFB" run -n 4 "${net[@]}" --batch 8 --clocks 40 --staleness $s \
+          --debug-delay-ms 15 --eval-every 0 -q --sync $sync --out-dir "$tmp/s$s.$sync" 2>&1)
+    rc=$?
+    check "--sync $sync s=$s: exit 0 (rc=$rc)" "[ $rc = 0 ]"
+    [ $rc = 0 ] || { printf '%s\n' "$out" | tail -5; continue; }
+    check "--sync $sync s=$s: the SSP guarantee" \
+      "python3 '$CHECK' $s '$tmp'/s$s.$sync/metrics.*.jsonl | tail -n 1"
+  done
+done
+
+# bad values
+timeout 30 "$SFB" run -n 2 --model mlr --data synth:k=3,d=5,n=200,seed=1 --clocks 2 -q \
+  --sync sfb,fms --out-dir "$tmp/bad1" >"$tmp/bad1.log" 2>&1
+rc=$?
+check "two engines for mlr's one matrix: refused (rc=$rc)" "[ $rc != 0 ] && [ $rc != 124 ]"
+check "... naming the value" "grep -q 'sync \"sfb,fms\" names more engines than the 1 matrices' '$tmp/bad1.log'"
+timeout 30 "$SFB" run -n 2 "${net[@]}" --clocks 2 -q --sync sfb,nope >"$tmp/bad2.log" 2>&1
+rc=$?
+check "an unknown engine in a list: exit 2 (rc=$rc)" "[ $rc = 2 ]"
+check "... naming the value" "grep -q -- '--sync: \"sfb,nope\"' '$tmp/bad2.log'"
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]
