@@ -158,6 +158,8 @@ def library():
         "sfb_job_world": (ctypes.c_uint32, [vp]),
         "sfb_job_default_attach": (None, [P(_Attach)]),
         "sfb_job_attach": (ctypes.c_int, [vp, P(_Attach)]),
+        "sfb_job_engine": (ctypes.c_char_p, [vp, ctypes.c_uint32]),
+        "sfb_job_plan": (ctypes.c_char_p, [vp]),
         "sfb_job_wait": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
         "sfb_job_publish": (ctypes.c_int, [vp, ctypes.c_int64, P(_SF), ctypes.c_uint32]),
         "sfb_job_drain": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
@@ -232,10 +234,14 @@ class Job:
         return self._h
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
-               topology=None, degree=0, start_clock=0):
+               topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
-        most samples of one published factor. Collective."""
+        most samples of one published factor. engine: "sfb", "fms", one per
+        matrix ("sfb,fms"), or "auto" (per matrix the engine the cost model
+        predicts faster; link_gbps/latency_us replace the link probe).
+        Collective. Afterwards `engines` lists each matrix's engine and
+        `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
         if not 1 <= len(mats) <= MAX_MATRICES:
             raise ValueError("attach: 1 to %d matrices, got %d" % (MAX_MATRICES, len(mats)))
@@ -256,8 +262,11 @@ class Job:
         a.staleness = staleness
         a.apply_early = -1 if apply_early is None else int(bool(apply_early))
         a.degree, a.start_clock = degree, start_clock
+        a.link_gbps, a.latency_us = link_gbps, latency_us
         _check(library().sfb_job_attach(self._handle(), ctypes.byref(a)))
         self.matrices = mats
+        self.engines = [library().sfb_job_engine(self._h, i).decode() for i in range(len(mats))]
+        self.plan = library().sfb_job_plan(self._h).decode()
         self._sfs = (_SF * len(mats))()
 
     def wait(self, clock):

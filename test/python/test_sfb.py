@@ -52,8 +52,11 @@ check("rank/world", (job.rank, job.world) == (0, 1))
 raises("wait before attach", lambda: job.wait(0), "no matrices attached")
 A = np.zeros((2, 3), np.float32)
 raises("attach float64", lambda: job.attach([np.zeros((2, 3))], max_s=2), "float32")
-raises("attach engine", lambda: job.attach([A], max_s=2, engine="nope"), 'unknown engine "nope"')
+raises("attach engine", lambda: job.attach([A], max_s=2, engine="nope"), '"nope" is not an engine')
+raises("attach engines", lambda: job.attach([A], max_s=2, engine="sfb,fms"),
+       "names more engines than the 1 matrices")
 job.attach([A], max_s=2)
+check("engines", job.engines == ["sfb"] and job.plan == "", "%s %r" % (job.engines, job.plan))
 b = np.array([[1, 2], [3, 4]], np.float32)
 c = np.array([[1, 0, 2], [0, 1, 1]], np.float32)
 for t in range(2):
@@ -77,5 +80,21 @@ check("stats", job.stats()["bytes_sent"] == 0)
 job.close()
 raises("closed", lambda: job.wait(3), "closed")
 raises("bad world", lambda: sfb.Job(rank=3, world=2), "rank 3 of world 2")
+
+# two matrices, one per engine, and auto's choice with a given link
+for engine, want in (("fms,sfb", ["fms", "sfb"]), ("auto", None)):
+    job = sfb.Job(rank=0, world=1)
+    W1, W2 = np.zeros((4, 3), np.float32), np.zeros((2, 5), np.float32)
+    job.attach([W1, W2], max_s=2, engine=engine, link_gbps=10, latency_us=5)
+    check(engine + ": engines", len(job.engines) == 2 and (want is None or job.engines == want),
+          str(job.engines))
+    check(engine + ": plan", (job.plan.count("\n") == 2 and "4x3" in job.plan) if want is None
+          else job.plan == "", repr(job.plan))
+    job.wait(0)
+    job.publish(0, [(np.ones((1, 4), np.float32), np.ones((1, 3), np.float32), 1.0),
+                    (np.ones((1, 2), np.float32), np.full((1, 5), 2, np.float32), 1.0)])
+    check(engine + ": both updated", np.all(W1 == 1) and np.all(W2 == 2), "%s %s" % (W1, W2))
+    job.finish(0)
+    job.close()
 print("%d failed" % fails)
 sys.exit(1 if fails else 0)
