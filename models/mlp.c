@@ -297,11 +297,12 @@ static int mlp_factors(void *priv, const struct sfb_matrix *mats, const struct s
     for (uint32_t l = 1; l < L; l++)
         if ((ret = sfb_sf_reserve(&out[l], m->out[l], m->in[l] + 1, s, 0, 0))) return ret;
 
-    /* Forward: z_0 into out[1].c (ReLU'd in place), …, logits into out[L−1].b. */
+    /* Forward (L >= 2: at least one hidden layer): z_0 into out[1].c, ReLU'd
+     * in place, …, the logits into out[L−1].b. */
     float *act[MAX_LAYERS + 1] = {0};
     for (uint32_t l = 1; l < L; l++) act[l] = out[l].c;
-    float *z0 = L > 1 ? act[1] : out[L - 1].b;
-    const uint32_t ldz0 = L > 1 ? m->out[0] + 1 : m->k;
+    float *z0 = act[1];
+    const uint32_t ldz0 = m->out[0] + 1;
     if (!data->sparse) {
         dense_layer(m, mats[0].data, 0, out[0].c, m->d + 1, s, z0, ldz0);
     } else {
@@ -311,7 +312,7 @@ static int mlp_factors(void *priv, const struct sfb_matrix *mats, const struct s
                           z0 + (size_t)i * ldz0);
         }
     }
-    if (L > 1) relu_ones(z0, s, m->out[0]);
+    relu_ones(z0, s, m->out[0]);
     forward_rest(m, mats, act, s, out[L - 1].b);
 
     double total = 0.0;
@@ -382,15 +383,14 @@ static int mlp_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
     struct mlp *m = priv;
     int ret = check_data(m, mats, data);
     if (ret || (ret = eval_scratch(m))) return ret;
-    const uint32_t L = m->nl;
     double nll = 0.0;
     uint64_t correct = 0;
     for (uint64_t r0 = 0; r0 < data->n; r0 += EVAL_CHUNK) {
         const uint32_t ch = (uint32_t)SFB_MIN((uint64_t)EVAL_CHUNK, data->n - r0);
         for (uint32_t i = 0; i < ch; i++)
             if ((ret = check_sample(m, data, r0 + i))) return ret;
-        float *z0 = L > 1 ? m->act[1] : m->logits;
-        const uint32_t ldz0 = L > 1 ? m->out[0] + 1 : m->k;
+        float *z0 = m->act[1];
+        const uint32_t ldz0 = m->out[0] + 1;
         if (!data->sparse) {
             dense_layer(m, mats[0].data, 0, data->x + r0 * m->d, m->d, ch, z0, ldz0);
         } else {
@@ -400,7 +400,7 @@ static int mlp_evaluate(void *priv, const struct sfb_matrix *mats, const struct 
                               z0 + (size_t)i * ldz0);
             }
         }
-        if (L > 1) relu_ones(z0, ch, m->out[0]);
+        relu_ones(z0, ch, m->out[0]);
         forward_rest(m, mats, m->act, ch, m->logits);
         for (uint32_t i = 0; i < ch; i++) {
             uint32_t y = (uint32_t)data->labels[r0 + i], pred;

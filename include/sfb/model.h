@@ -38,7 +38,7 @@ struct sfb_model_u32_list {
 };
 
 struct sfb_model_settings {
-    const char *kind;   /* "mlr", "dml", "sc"; copied by sfb_model_open */
+    const char *kind;   /* "mlr", "dml", "sc", "mlp"; copied by sfb_model_open */
     uint32_t d;         /* feature dimension of the data */
     uint32_t k;         /* classes (mlr; dml and sc ignore it) */
     double lambda;      /* mlr: L2, dml: hinge weight, sc: L1 weight; default 0 */
@@ -144,7 +144,7 @@ struct sfb_model_ops {
 
 #define SFB_MODEL_STATE_MAX 256
 
-/* Looks a model up by name ("mlr", "dml", "sc"); NULL if unknown. */
+/* Looks a model up by name ("mlr", "dml", "sc", "mlp"); NULL if unknown. */
 SFB_API const struct sfb_model_ops *sfb_model_find(const char *name);
 /* Comma-separated list of model names, for help texts. */
 SFB_API const char *sfb_model_names(void);

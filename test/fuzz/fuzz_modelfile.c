@@ -4,8 +4,8 @@
  * 8 bytes with the correct XXH3-64 of everything before them, so mutations
  * get past the checksum and reach the header and shape checks (without it
  * the fuzzer would only ever exercise the checksum). On success every
- * matrix must hold exactly the file's bytes at its offset (header of 80 or
- * 64 + 8n bytes, matrices back to back, 8-byte checksum), shapes must be
+ * matrix must hold exactly the file's bytes at its offset (header of 96, 80
+ * or 64 + 8n bytes, matrices back to back, 8-byte checksum), shapes must be
  * what the header says, and the clock must be the header's. */
 #include "fuzz.h"
 
@@ -40,8 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(m != NULL && size >= 72);
     FUZZ_CHECK(memcmp(file, "SFBMODL1", 8) == 0);
     uint32_t version = sfb__get_u32(file + 8);
-    FUZZ_CHECK(version == 1 || version == 2);
-    size_t hfix = version == 1 ? 64 : 80;
+    FUZZ_CHECK(version >= 1 && version <= 3);
+    size_t hfix = version == 1 ? 64 : version == 2 ? 80 : 96;
     uint32_t n = sfb_model_n_matrices(m);
     FUZZ_CHECK(n == sfb__get_u32(file + 12) && n >= 1 && n <= SFB_MODEL_MAX_MATRICES);
     FUZZ_CHECK(clock == (int64_t)sfb__get_u64(file + 56));
@@ -49,6 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const struct sfb_model_settings *s = sfb_model_get_settings(m);
     FUZZ_CHECK(s->d == sfb__get_u32(file + 32));
     FUZZ_CHECK(strncmp(s->kind, (const char *)file + 16, 16) == 0);
+    if (version == 3) { /* the hidden sizes the model was built from */
+        FUZZ_CHECK(s->hidden.n == sfb__get_u32(file + 80) && s->hidden.n <= SFB_MODEL_LIST_MAX);
+        for (uint32_t i = 0; i < s->hidden.n; i++)
+            FUZZ_CHECK(s->hidden.v[i] == sfb__get_u32(file + 84 + 4 * i));
+    }
     size_t off = hfix + 8 * (size_t)n;
     for (uint32_t i = 0; i < n; i++) {
         const struct sfb_matrix *a = sfb_model_matrix(m, i);
