@@ -39,16 +39,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def load(path):
+def load(path, sync=None):
     clocks, summary = [], None
     with open(path) as f:
         for line in f:
-            # only the summary of the events is needed (the others, eval
+            # only the summary and sync events are needed (the others, eval
             # included, are valid JSON: a value that is not a number is null)
-            if line.startswith('{"event"') and '"summary"' not in line:
+            if line.startswith('{"event"') and '"summary"' not in line and \
+                    '"event":"sync"' not in line:
                 continue
             r = json.loads(line)
-            if r.get("event") == "summary":
+            if r.get("event") == "sync":
+                if sync is not None:
+                    sync.update(r)
+            elif r.get("event") == "summary":
                 summary = r
             elif "event" not in r and "clock" in r:
                 clocks.append(r)
@@ -56,7 +60,9 @@ def load(path):
 
 
 def analyse(out, workers, window):
-    per = [load(os.path.join(out, f"metrics.{r}.jsonl")) for r in range(workers)]
+    sync = {}
+    per = [load(os.path.join(out, f"metrics.{r}.jsonl"), sync if r == 0 else None)
+           for r in range(workers)]
     if any(s is None for _, s in per):
         raise SystemExit(f"sfb_vs_fms: a worker wrote no summary in {out}")
     n = min(len(c) for c, _ in per)
@@ -78,6 +84,11 @@ def analyse(out, workers, window):
         "wait_s": wait / workers,
         "apply_s": sum(sum(r["apply_s"] for r in c) for c, _ in per) / workers,
         "wall": max(s["wall"] for _, s in per),
+        # per clock, what is not the model's compute: the sync engine's time
+        # (what the cost model of --sync auto predicts: sync_event)
+        "sync_ms": 1e3 * (max(s["wall"] for _, s in per) -
+                          sum(sum(r["compute_s"] for r in c) for c, _ in per) / workers) / n,
+        "sync_event": sync,
         "final_objective": smooth[-1],
         "first_objective": obj[0],
         "smooth": smooth,
@@ -217,6 +228,20 @@ def bench_model(a, model):
     row("compute s/worker", "compute_s", ".2f", ratio=False)
     row("wait s/worker", "wait_s", ".2f", ratio=False)
     row("apply s/worker", "apply_s", ".2f", ratio=False)
+    row("sync ms/clock", "sync_ms", ".2f", ratio=False)
+    if "auto" in res and res["auto"]["sync_event"].get("matrices"):
+        # the cost model's predictions against the pure engines' measured
+        # sync time (one-matrix models: the whole clock's)
+        mats = res["auto"]["sync_event"]["matrices"]
+        pred = {e: sum(m[e + "_ms"] for m in mats) for e in ("sfb", "fms")}
+        print(f"{'predicted sync ms/clock':24}{pred['sfb']:>14.2f}{pred['fms']:>14.2f}"
+              f"{'':>10}" + "".join(f"{'(' + ','.join(m['engine'] for m in mats) + ')':>14}"
+                                      for m in extra if m == "auto"))
+        res["predicted_ms"] = pred
+        res["prediction_error"] = {e: pred[e] / res[e]["sync_ms"] - 1 for e in ("sfb", "fms")
+                                   if res[e]["sync_ms"] > 0}
+        print("prediction / measured - 1: " + ", ".join(
+            f"{e} {v:+.0%}" for e, v in res["prediction_error"].items()))
     row("final objective", "final_objective", ".5f")
     tt = [res[m]["time_to_target"] for m in ("sfb", "fms")]
     print(f"{'time to obj ' + format(target, '.4f'):24}"
@@ -278,6 +303,8 @@ def main():
                        "models": {model: {
                            "target": r["target"], "same_objective": r["same"],
                            "auto_ratio": r.get("auto_ratio"),
+                           "predicted_ms": r.get("predicted_ms"),
+                           "prediction_error": r.get("prediction_error"),
                            "results": {m: {k: v for k, v in r[m].items()
                                            if k not in ("smooth", "clock_wall")}
                                        for m in a.modes}}

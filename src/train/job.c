@@ -222,6 +222,8 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
     }
     free(all);
     if (ret) return ret;
+    /* clock-mode relays receive on their own, SF frames only: SFB for all */
+    for (uint32_t m = 0; m < a->n && a->flush_clock; m++) choice[m] = SFB__ENG_SFB;
     for (uint32_t m = 0; m < a->n; m++) {
         job->engine_of[m] = choice[m] == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
         job->plan_ms[m][0] = ms[m][SFB__ENG_SFB];
