@@ -212,7 +212,9 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
 
 double sfb__gemm_rate(uint64_t rows, uint64_t cols, uint32_t s)
 {
-    if (!rows || !cols || !s || rows > UINT32_MAX || cols > UINT32_MAX) return 0;
+    if (!rows || !cols || !s || rows > UINT32_MAX || cols > UINT32_MAX ||
+        cols > SIZE_MAX / sizeof(float) / rows)
+        return 0;
     struct sfb_sf sf = {0};
     struct sfb_matrix a = {.rows = (uint32_t)rows, .cols = (uint32_t)cols};
     struct sfb_reconstruct *r = NULL;

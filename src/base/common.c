@@ -65,10 +65,14 @@ const char *sfb_error_message(int code)
 
 int sfb__error(int code, const char *fmt, ...)
 {
+    /* formatted aside first: an argument may be the old message itself
+     * (a caller wrapping it: "matrix 1: %s", sfb_last_error()) */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, strlen(msg) + 1);
     last_code = code > 0 ? -code : code;
     return code;
 }

@@ -21,9 +21,9 @@ static void print_row(const struct topo_engines *te, const char *topo, uint32_t 
         printf("{\"topology\":\"%s\",\"nodes\":%" PRIu32 ",\"k\":%" PRIu32 ",\"d\":%" PRIu32
                ",\"s\":%" PRIu32 ",\"sf_bytes\":%.0f,\"link_gbps\":%g,\"latency_us\":%g"
                ",\"gemm_gflops\":%.6g,\"add_gadds\":%.6g,\"host_cores\":%" PRIu32
-               ",\"sfb_ms\":%.6g,\"fms_ms\":%.6g,\"sfb_msgs\":%.0f,\"fms_msgs\":%.0f"
-               ",\"sfb_bytes\":%.0f,\"fms_bytes\":%.0f,\"sfb_compute_ms\":%.6g"
-               ",\"fms_compute_ms\":%.6g,\"winner\":\"%s\"}\n",
+               ",\"sfb_ms\":%.9g,\"fms_ms\":%.9g,\"sfb_msgs\":%.0f,\"fms_msgs\":%.0f"
+               ",\"sfb_bytes\":%.0f,\"fms_bytes\":%.0f,\"sfb_compute_ms\":%.9g"
+               ",\"fms_compute_ms\":%.9g,\"winner\":\"%s\"}\n",
                topo, p, te->k, te->d, te->s, r->sf_bytes, cs->link_gbps, cs->latency_us,
                cs->gemm_gflops, cs->add_gadds, cs->host_cores, r->ms[0], r->ms[1], r->msgs[0],
                r->msgs[1], r->bytes[0], r->bytes[1], r->compute_ms[0], r->compute_ms[1],

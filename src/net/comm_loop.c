@@ -137,6 +137,7 @@ static void pump(struct sfb__loopback *lb)
         d->st.recv_msgs++;
         d->st.recv_bytes += m->len;
         struct sfb__frame f = {m->frame, m->frame->data, m->len, src};
+        m->orig = NULL; /* the sender's reference is dropped below, not again by drop() */
         if (sfb__comm_deliver(d->c, &f))
             free(m); /* taken with its reference */
         else

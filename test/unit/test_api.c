@@ -249,7 +249,21 @@ static int test_strerror_layers(void)
     return 0;
 }
 
+/* A message that wraps the previous one (sfb__error(code, "outer: %s",
+ * sfb_last_error())) reads the old text whole, though it is written to the
+ * same buffer. */
+static int test_wrapped_message(void)
+{
+    sfb__error(-EPROTO, "inner detail %d", 42);
+    sfb__error(-EPROTO, "outer: %s", sfb_last_error());
+    ASSERT(strcmp(sfb_last_error(), "outer: inner detail 42") == 0);
+    sfb__error(-EPROTO, "%s (again)", sfb_error_message(-EPROTO));
+    ASSERT(strcmp(sfb_last_error(), "outer: inner detail 42 (again)") == 0);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"wrapped_message", test_wrapped_message},
     {"strerror_layers", test_strerror_layers},
     {"stale_message", test_stale_message},
     {"null_arguments", test_null_arguments},

@@ -180,6 +180,46 @@ static int barrier_rank(struct sfb__comm *c, uint32_t r, void *arg)
     return sfb__comm_barrier(c);
 }
 
+/* A frame still in an inbox when the loopback closes: close drops the
+ * receiver's reference to it, and the sender's buffer keeps exactly the
+ * references its owner holds (the send's own was dropped at delivery). */
+struct held_buf {
+    struct sfb__buf *b;
+};
+
+static int unread_rank(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    struct held_buf *hb = arg;
+    if (r != 0) return 0; /* rank 1 never reads */
+    int ret = sfb__comm_buf_get(c, 4, &hb->b);
+    if (ret) return ret;
+    memset(hb->b->data, 0, 4);
+    sfb__buf_ref(hb->b); /* the test's own, looked at after close */
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .origin = 0, .sender = 0, .payload_len = 4};
+    struct sfb__wire_piece piece = {hb->b->data, 4};
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+    ret = sfb__comm_header(c, &h, &piece, 1, hdr);
+    if (!ret) ret = sfb__comm_send(c, 1, hdr, sizeof hdr, hb->b, 0, 4, 0);
+    return ret;
+}
+
+static int test_unread_at_close(void)
+{
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 2, NULL));
+    struct held_buf hb = {0};
+    ASSERT_OK(sfb__loopback_run(lb, unread_rank, &hb, NULL));
+    struct sfb__loopback_stats st;
+    sfb__loopback_stats(lb, 1, &st);
+    ASSERT_EQ(st.recv_msgs, 1); /* delivered, waiting in rank 1's inbox */
+    sfb__loopback_close(&lb);
+    int refs = atomic_load(&hb.b->refs);
+    ASSERT_EQ(refs, 2); /* the owner's and the test's */
+    sfb__buf_put(hb.b);
+    sfb__buf_put(hb.b);
+    return 0;
+}
+
 static int test_barrier(void)
 {
     struct sfb__loopback *lb;
@@ -203,6 +243,7 @@ int main(int argc, char **argv)
         {"rejects_bad_shape", test_rejects_bad_shape},
         {"deadlock_fails", test_deadlock_fails},
         {"barrier", test_barrier},
+        {"unread_at_close", test_unread_at_close},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
