@@ -127,6 +127,9 @@ struct sfb_model_ops {
     const char *summary;   /* one line for --help */
     double default_lambda; /* λ when the training settings leave it (< 0) */
     double default_lr;     /* η₀ when the training settings leave it (0) */
+    /* the step schedule's period T when the settings leave it (lr_period
+     * 0), in epochs; 0: 1 % of an epoch (mlp: 1, a slower decay) */
+    double default_lr_period_epochs;
     /* Sets the model's own fields of `s` to their defaults (may be NULL);
      * called by sfb_model_default_settings for every registered model. */
     void (*defaults)(struct sfb_model_settings *s);

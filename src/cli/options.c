@@ -125,7 +125,7 @@ static const struct cli_opt job_rows2[] = {
     E("lr-schedule", lr_schedule, "constant|invsqrt|step", schedules,
       "(default invsqrt: eta/sqrt(1+t/T))"),
     U("lr-period", lr_period, 1, UINT64_MAX >> 2, "T", "a positive integer",
-      "schedule period in clocks (default: 1% of an epoch)"),
+      "schedule period in clocks (default: 1% of an epoch;\nmlp: one epoch)"),
     R("lr-decay", lr_decay, 0, 1, CLI_OPEN_LO, "F", NULL, "factor per period for step (default 0.5)"),
     U("seed", seed, 0, UINT64_MAX, "N", "a non-negative integer",
       "data order and initialisation (default 1)"),

@@ -50,9 +50,13 @@ double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t
 {
     SFB_ARG_OR(s, NAN);
     double lr = sfb_train_lr0(s);
-    /* Default period: 1 % of an epoch, so the step decays like 1/sqrt(t)
-     * early on whatever the batch size. */
-    double period = (double)(s->lr_period ? s->lr_period : SFB_MAX(cpe / 100, (uint64_t)1));
+    /* Default period: the model's (mlp: an epoch), else 1 % of an epoch, so
+     * the step decays like 1/sqrt(t) early on whatever the batch size. */
+    const struct sfb_model_ops *ops = s->model ? sfb_model_find(s->model) : NULL;
+    double epochs = ops && ops->default_lr_period_epochs > 0 ? ops->default_lr_period_epochs : 0;
+    double period = (double)(s->lr_period ? s->lr_period
+                             : epochs > 0 ? SFB_MAX((uint64_t)llround(epochs * (double)cpe), (uint64_t)1)
+                                          : SFB_MAX(cpe / 100, (uint64_t)1));
     switch (s->lr_schedule) {
     case SFB_LR_INVSQRT:
         return lr / sqrt(1.0 + (double)clock / period);
