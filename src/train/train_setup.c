@@ -118,8 +118,8 @@ static int setup_model(struct worker *w)
  * checkpoint's configuration text (whatever changes the math: model and its
  * options, data name and shape, batch, lr and schedule, seed, sync,
  * staleness, topology, degree, flush), plus what a resume may change but
- * the ranks of one job may not: the run's length in clocks and the
- * collective checkpoint schedule. Ranks that disagree would hang (frames of
+ * the ranks of one job may not: the run's length in clocks, the
+ * collective checkpoint schedule and the link model of --sync auto. Ranks that disagree would hang (frames of
  * another shape, a peer that stops early) or train a model nobody asked
  * for. The provider is compared earlier, in sfb_job_open. Called once the
  * data is loaded, so the shapes and the clock count are known.
@@ -141,7 +141,8 @@ static int agree_settings(struct worker *w)
     uint64_t total = s->clocks ? s->clocks
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
-             "\nresume=%s\n", total, s->checkpoint_every, s->resume_dir ? "yes" : "no");
+             "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\n", total, s->checkpoint_every,
+             s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us);
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed to load its data and aborted instead of coming */
     return sfb_job_agree(w->job, text);
