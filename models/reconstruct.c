@@ -6,7 +6,14 @@
  * scale is folded into its copied b rows. A lone dense batch needs no copy:
  * its scale becomes sgemm's alpha.
  *
- * CSR-c batches go through a sparse pass of rows × nnz multiply-adds. The
+ * A CSR-c batch with at least one non-zero in DENSE_SHARE of c's entries joins
+ * the dense stack (its c expanded into the stacked copy): the sparse pass
+ * runs ~1-2 multiply-adds per ns, sgemm ~70 GFLOP/s on one core, so at 1/16
+ * density the sgemm over every entry is already the faster one (Fashion-MNIST
+ * pixels, half non-zero, sent as CSR because it is the smaller encoding,
+ * reconstructed ~10× faster this way).
+ *
+ * The other CSR-c batches go through a sparse pass of rows × nnz multiply-adds. The
  * scaled b coefficients are first transposed into a rows × Σs table so the
  * pass walks one row of A at a time (that row stays in cache while every
  * sample's non-zeros are added into it) and reads its coefficients
@@ -29,6 +36,16 @@
  * pending SFs go out in one call while memory stays bounded when many
  * workers' batches pile up. */
 #define STACK_MAX_FLOATS ((size_t)32 << 20)
+
+/* A CSR batch this dense (nnz · DENSE_SHARE ≥ s · cols) is applied by sgemm. */
+#define DENSE_SHARE 16
+
+/* Whether a (checked) batch goes through sgemm: dense c, or CSR c dense enough. */
+static int by_gemm(const struct sfb_sf *sf)
+{
+    return !sf->sparse_c ||
+           (uint64_t)sf->c_row_ptr[sf->s] * DENSE_SHARE >= (uint64_t)sf->s * sf->cols;
+}
 
 struct sfb_reconstruct {
     float *bs, *cs, *bt;
@@ -96,9 +113,9 @@ static void apply_dense_group(struct sfb_reconstruct *r, struct sfb_matrix *a,
     const int rows = (int)a->rows, cols = (int)a->cols;
     size_t count = 0, last = first;
     for (size_t j = first; j < end; j++)
-        if (!sfs[j]->sparse_c && sfs[j]->s) count++, last = j;
+        if (by_gemm(sfs[j]) && sfs[j]->s) count++, last = j;
     if (count == 0) return;
-    if (count == 1) {
+    if (count == 1 && !sfs[last]->sparse_c) {
         const struct sfb_sf *sf = sfs[last];
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, cols, (int)sf->s, sf->scale,
                     sf->b, rows, sf->c, cols, 1.0f, a->data, cols);
@@ -107,11 +124,19 @@ static void apply_dense_group(struct sfb_reconstruct *r, struct sfb_matrix *a,
     size_t off = 0;
     for (size_t j = first; j < end; j++) {
         const struct sfb_sf *sf = sfs[j];
-        if (sf->sparse_c || !sf->s) continue;
+        if (!by_gemm(sf) || !sf->s) continue;
         size_t nbj = (size_t)sf->s * a->rows;
         float *dst = r->bs + off * a->rows;
         for (size_t q = 0; q < nbj; q++) dst[q] = sf->scale * sf->b[q];
-        memcpy(r->cs + off * a->cols, sf->c, (size_t)sf->s * a->cols * sizeof(float));
+        float *cd = r->cs + off * a->cols;
+        if (!sf->sparse_c) {
+            memcpy(cd, sf->c, (size_t)sf->s * a->cols * sizeof(float));
+        } else { /* CSR expanded */
+            memset(cd, 0, (size_t)sf->s * a->cols * sizeof(float));
+            for (uint32_t i = 0; i < sf->s; i++)
+                for (uint32_t p = sf->c_row_ptr[i]; p < sf->c_row_ptr[i + 1]; p++)
+                    cd[(size_t)i * a->cols + sf->c_col[p]] += sf->c_val[p];
+        }
         off += sf->s;
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, cols, (int)total_s, 1.0f, r->bs,
@@ -126,7 +151,7 @@ static void apply_sparse(struct sfb_reconstruct *r, struct sfb_matrix *a,
     size_t off = 0;
     for (size_t j = 0; j < n; j++) {
         const struct sfb_sf *sf = sfs[j];
-        if (!sf->sparse_c) continue;
+        if (by_gemm(sf)) continue;
         for (uint32_t i = 0; i < sf->s; i++) {
             const float *b = sf->b + (size_t)i * rows;
             for (size_t k = 0; k < rows; k++) r->bt[k * total_s + off + i] = sf->scale * b[k];
@@ -143,7 +168,7 @@ static void apply_sparse(struct sfb_reconstruct *r, struct sfb_matrix *a,
         off = 0;
         for (size_t j = 0; j < n; j++) {
             const struct sfb_sf *sf = sfs[j];
-            if (!sf->sparse_c) continue;
+            if (by_gemm(sf)) continue;
             for (uint32_t i = 0; i < sf->s; i++) {
                 const float w0 = c0[off + i], w1 = c1[off + i], w2 = c2[off + i],
                             w3 = c3[off + i];
@@ -165,7 +190,7 @@ static void apply_sparse(struct sfb_reconstruct *r, struct sfb_matrix *a,
         off = 0;
         for (size_t j = 0; j < n; j++) {
             const struct sfb_sf *sf = sfs[j];
-            if (!sf->sparse_c) continue;
+            if (by_gemm(sf)) continue;
             for (uint32_t i = 0; i < sf->s; i++) {
                 const float w = coef[off + i];
                 for (uint32_t p = sf->c_row_ptr[i]; p < sf->c_row_ptr[i + 1]; p++)
@@ -190,7 +215,7 @@ int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
     for (size_t j = 0; j < n; j++) {
         int ret = check_batch(a, sfs[j], j);
         if (ret) return ret;
-        if (sfs[j]->sparse_c) sparse_s += sfs[j]->s;
+        if (!by_gemm(sfs[j])) sparse_s += sfs[j]->s;
     }
     if (a->rows == 0 || a->cols == 0) return 0;
 
@@ -200,14 +225,16 @@ int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
      * also leaves A untouched. */
     const size_t per_sample = (size_t)a->rows + a->cols;
     size_t group_s = 0, group_n = 0, max_stack = 0;
+    int group_csr = 0; /* a CSR batch is expanded into the stack even alone */
     for (size_t j = 0; j <= n; j++) {
         const struct sfb_sf *sf = j < n ? sfs[j] : NULL;
-        if (sf && (sf->sparse_c || !sf->s)) continue;
+        if (sf && (!by_gemm(sf) || !sf->s)) continue;
         if (!sf || (group_s && (group_s + sf->s) * per_sample > STACK_MAX_FLOATS)) {
-            if (group_n > 1) max_stack = SFB_MAX(max_stack, group_s);
+            if (group_n > 1 || group_csr) max_stack = SFB_MAX(max_stack, group_s);
             group_s = group_n = 0;
+            group_csr = 0;
         }
-        if (sf) group_s += sf->s, group_n++;
+        if (sf) group_s += sf->s, group_n++, group_csr |= sf->sparse_c;
     }
     size_t nb, nc, nt;
     if (sfb__mul_size(max_stack, a->rows * sizeof(float), &nb) ||
@@ -224,7 +251,7 @@ int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
     group_s = 0;
     for (size_t j = 0; j < n; j++) {
         const struct sfb_sf *sf = sfs[j];
-        if (sf->sparse_c || !sf->s) continue;
+        if (!by_gemm(sf) || !sf->s) continue;
         if (group_s && (group_s + sf->s) * per_sample > STACK_MAX_FLOATS) {
             apply_dense_group(r, a, sfs, first, j, group_s);
             first = j;
