@@ -17,8 +17,11 @@
 
 #define PROBE_PEERS 3
 #define PROBE_SMALL 64u                /* payload bytes of a small ping */
-#define PROBE_LARGE (256u * 1024u)     /* and of a large one */
-#define PROBE_REPS 4                   /* timed round trips per size (after one warm-up) */
+#define PROBE_LARGE (256u * 1024u)     /* and of each large frame of a stream */
+#define PROBE_STREAM 16                /* large frames sent back to back (4 MiB): a
+                                          sustained rate, past a shaper's burst */
+#define PROBE_REPS 4                   /* timed round trips (after one warm-up) */
+#define PROBE_STREAM_REPS 2            /* timed streams (after one warm-up) */
 #define PROBE_BUDGET_S 0.3             /* no further peer once this much was spent */
 #define PROBE_WAIT_S 20.0              /* a reply or the result not here by then: failure */
 #define PROBE_SLICE_S 0.05             /* each receive, then sfb__comm_check */
@@ -86,35 +89,55 @@ static uint32_t pick_peers(struct sfb__comm *c, uint32_t out[PROBE_PEERS])
     return n;
 }
 
-/* Rank 0: the smallest round trip of each size with peer p. */
+/* Rank 0: sends `n` frames of `size` bytes to p back to back, then takes
+ * their n echoes; returns the time (the last echo's arrival). */
+static int stream_round(struct sfb__comm *c, uint32_t p, struct sfb__buf *buf, int64_t *seq,
+                        size_t size, int n, double *t)
+{
+    char what[64];
+    snprintf(what, sizeof what, "echo from rank %u", p);
+    int64_t first = *seq;
+    double t0 = sfb__now();
+    for (int i = 0; i < n; i++) {
+        int ret = send_data(c, p, (*seq)++, buf, 0, size);
+        if (ret)
+            return sfb__error(ret, "link probe: rank 0: send to rank %u failed: %s", p,
+                              sfb_error_message(ret));
+    }
+    for (int got = 0; got < n;) {
+        struct sfb__frame f;
+        struct sfb__wire_hdr h;
+        const uint8_t *pl;
+        int ret = recv_data(c, p, &f, &h, &pl, what);
+        if (ret) return ret;
+        sfb__buf_put(f.buf);
+        if (h.clock < first) continue; /* a late echo of an earlier round */
+        if (h.payload_len != size)
+            return sfb__error(-EPROTO, "link probe: rank %u echoed %llu bytes, not %zu", p,
+                              (unsigned long long)h.payload_len, size);
+        got++;
+    }
+    *t = sfb__now() - t0;
+    return 0;
+}
+
+/* Rank 0: the smallest small-frame round trip with peer p (rtt[0]) and the
+ * shortest stream of PROBE_STREAM large frames there and back (rtt[1]). */
 static int ping_peer(struct sfb__comm *c, uint32_t p, struct sfb__buf *buf, int64_t *seq,
                      double rtt[2])
 {
-    static const size_t sizes[2] = {PROBE_SMALL, PROBE_LARGE};
-    char what[64];
-    snprintf(what, sizeof what, "echo from rank %u", p);
-    for (int k = 0; k < 2; k++) {
-        rtt[k] = 1e30;
-        for (int rep = 0; rep <= PROBE_REPS; rep++) { /* rep 0: warm-up (connection set-up) */
-            int64_t tag = (*seq)++;
-            double t0 = sfb__now();
-            int ret = send_data(c, p, tag, buf, 0, sizes[k]);
-            if (ret)
-                return sfb__error(ret, "link probe: rank 0: send to rank %u failed: %s", p,
-                                  sfb_error_message(ret));
-            struct sfb__frame f;
-            struct sfb__wire_hdr h;
-            const uint8_t *pl;
-            do {
-                if ((ret = recv_data(c, p, &f, &h, &pl, what))) return ret;
-                sfb__buf_put(f.buf);
-            } while (h.clock != tag); /* a late echo of an earlier round */
-            if (h.payload_len != sizes[k])
-                return sfb__error(-EPROTO, "link probe: rank %u echoed %llu bytes, not %zu", p,
-                                  (unsigned long long)h.payload_len, sizes[k]);
-            double t = sfb__now() - t0;
-            if (rep > 0 && t < rtt[k]) rtt[k] = t;
-        }
+    rtt[0] = rtt[1] = 1e30;
+    for (int rep = 0; rep <= PROBE_REPS; rep++) { /* rep 0: warm-up (connection set-up) */
+        double t;
+        int ret = stream_round(c, p, buf, seq, PROBE_SMALL, 1, &t);
+        if (ret) return ret;
+        if (rep > 0 && t < rtt[0]) rtt[0] = t;
+    }
+    for (int rep = 0; rep <= PROBE_STREAM_REPS; rep++) { /* rep 0: one frame, warm-up */
+        double t;
+        int ret = stream_round(c, p, buf, seq, PROBE_LARGE, rep ? PROBE_STREAM : 1, &t);
+        if (ret) return ret;
+        if (rep > 0 && t < rtt[1]) rtt[1] = t;
     }
     return 0;
 }
@@ -134,10 +157,15 @@ static int probe_lead(struct sfb__comm *c, double *alpha, double *beta)
         if (i > 0 && sfb__now() - t0 > PROBE_BUDGET_S) break;
         double rtt[2];
         if ((ret = ping_peer(c, peers[i], buf, &seq, rtt))) break;
-        double a = rtt[0] / 2, b = (rtt[1] - rtt[0]) / 2 / (PROBE_LARGE - PROBE_SMALL);
-        if (!(b > 0)) b = rtt[1] / 2 / (PROBE_LARGE + SFB_WIRE_HDR_SIZE); /* noise: no fit */
-        SFB_LOG_D("link probe: rank %u: rtt %.1f us small, %.1f us large: alpha %.2f us, "
-                  "%.3f Gbit/s", peers[i], rtt[0] * 1e6, rtt[1] * 1e6, a * 1e6, 8 / (b * 1e9));
+        /* the stream: n frames out while their echoes come back, so
+         * the last echo lands about (n + 1) frames' time after the first
+         * send, plus one small round trip */
+        const double bytes = (double)(PROBE_STREAM + 1) * (PROBE_LARGE + SFB_WIRE_HDR_SIZE);
+        double a = rtt[0] / 2, b = (rtt[1] - rtt[0]) / bytes;
+        if (!(b > 0)) b = rtt[1] / bytes; /* noise: no fit */
+        SFB_LOG_D("link probe: rank %u: rtt %.1f us small, %.1f us for %d x %u B: alpha %.2f us, "
+                  "%.3f Gbit/s", peers[i], rtt[0] * 1e6, rtt[1] * 1e6, PROBE_STREAM, PROBE_LARGE,
+                  a * 1e6, 8 / (b * 1e9));
         /* the slowest link probed: a clock waits for its slowest peer */
         if (a > *alpha) *alpha = a;
         if (b > *beta) *beta = b;
