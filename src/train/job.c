@@ -190,11 +190,14 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
     uint64_t biggest = 0;
     for (uint32_t m = 0; m < a->n; m++) {
         const struct sfb_matrix *x = &a->mats[m];
-        mine.gemm[m] = sfb__gemm_rate(x->rows, x->cols, a->max_s);
+        /* rank 0's rates are the plan's: measured there alone, not while
+         * every rank of the host competes for its cores */
+        if (sfb__comm_rank(job->comm) == 0)
+            mine.gemm[m] = sfb__gemm_rate(x->rows, x->cols, a->max_s);
         mine.sf_bytes[m] = a->sf_bytes[m];
         biggest = SFB_MAX(biggest, (uint64_t)x->rows * x->cols);
     }
-    mine.add_rate = sfb__add_rate(biggest);
+    if (sfb__comm_rank(job->comm) == 0) mine.add_rate = sfb__add_rate(biggest);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     mine.cores = cores > 0 ? (double)cores : 1;
     mine.local_ranks = sfb__comm_local_ranks(job->comm);
