@@ -13,7 +13,9 @@ every mode (--modes, default sfb,fms; auto adds the per-matrix choice):
        shaped), W2 10 × 1025 (FMS-shaped), step 0.05
 --repeat N runs every mode N times, interleaved, and reports the median
 samples/s (the other columns are of the median run).
-For each model and mode: samples/s (all workers), bytes sent per worker and
+For each model and mode: samples/s (all workers, steady state: after the
+first tenth of the clocks, so connection set-up on first contact does not
+weigh on short runs), bytes sent per worker and
 clock, network-wait fraction (wait / wall), time to a fixed objective; then
 the SFB/FMS ratios, and with several models a closing table of the ratios.
 The objective per sample must be the same for both modes (same parameters
@@ -75,8 +77,17 @@ def analyse(out, workers, window):
         smooth.append(sum(obj[lo:t + 1]) / (t + 1 - lo))
     wait = sum(sum(r["wait_s"] for r in c) for c, _ in per)
     walls = sum(s["wall"] for _, s in per)
+    # steady state: from the end of clock t0 − 1 on, past the first tenth of
+    # the clocks (connection set-up on first contact, which --sync auto's
+    # link probe does before the first clock, would otherwise weigh on short
+    # runs of small matrices)
+    t0 = max(1, n // 10)
+    span = wall[n - 1] - wall[t0 - 1]
+    per_clock = sum(s["samples"] / max(1, s["clocks"]) for _, s in per)
+    compute = sum(sum(c[t]["compute_s"] for t in range(t0, n)) for c, _ in per) / workers
     return {
-        "samples_per_s": sum(s["samples_per_s"] for _, s in per),
+        "samples_per_s": (n - t0) * per_clock / span if span > 0 else 0.0,
+        "samples_per_s_whole_run": sum(s["samples_per_s"] for _, s in per),
         "bytes_per_clock": sum(s["bytes_sent_per_clock"] for _, s in per) / workers,
         "formula_bytes_per_clock": per[0][1]["formula_bytes_per_clock"],
         "wait_fraction": wait / walls if walls > 0 else 0.0,
@@ -86,8 +97,7 @@ def analyse(out, workers, window):
         "wall": max(s["wall"] for _, s in per),
         # per clock, what is not the model's compute: the sync engine's time
         # (what the cost model of --sync auto predicts: sync_event)
-        "sync_ms": 1e3 * (max(s["wall"] for _, s in per) -
-                          sum(sum(r["compute_s"] for r in c) for c, _ in per) / workers) / n,
+        "sync_ms": 1e3 * (span - compute) / (n - t0) if n > t0 else 0.0,
         "sync_event": sync,
         "final_objective": smooth[-1],
         "first_objective": obj[0],
