@@ -23,6 +23,11 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i)
 }
 
 
+int sfb__sync_is_auto(const char *spec)
+{
+    return spec && !strcmp(spec, "auto");
+}
+
 int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n)
 {
     *n = 0;

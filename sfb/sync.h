@@ -108,6 +108,8 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i);
  * comma separated ("sfb,fms"): writes *n (<= max) engines to out. Returns
  * 0 or -SFB_EUSAGE naming the bad part. */
 int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n);
+/* Whether a --sync value is "auto" (per matrix by the cost model). */
+int sfb__sync_is_auto(const char *spec);
 
 /* Accounts one peer update of `clock` applied while computing `now_clock`
  * (SSP required every update <= `required`): its staleness into `hist`

@@ -289,7 +289,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     SFB_ENTER();
     SFB_ARG(job);
     SFB_ARG(a);
-    int auto_sync = a->engine && !strcmp(a->engine, "auto");
+    int auto_sync = sfb__sync_is_auto(a->engine);
     int ret = check_attach(job, a);
     if (!ret && !auto_sync) ret = parse_engines(job, a);
     if (ret) return ret;

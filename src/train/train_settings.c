@@ -94,7 +94,7 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
      * at attach); an overlay needs one that relays */
     const struct sfb__sync_ops *engines[SFB_MODEL_MAX_MATRICES] = {&sfb__broadcast_ops}, *engine = NULL;
     uint32_t nsync = 1; /* auto: SFB relays whatever FMS does not carry */
-    if (strcmp(s->sync ? s->sync : "", "auto") &&
+    if (!sfb__sync_is_auto(s->sync) &&
         sfb__sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync))
         return -SFB_EUSAGE;
     for (uint32_t i = 0; i < nsync; i++)

@@ -8,6 +8,7 @@
 #include "src/base/timeline.h"
 #include "models/model.h"
 #include "sfb/codec.h"
+#include "sfb/sync.h"
 #include "src/net/wire.h"
 #include "src/train/job_internal.h"
 #include "src/train/worker.h"
@@ -294,7 +295,7 @@ static int attach(struct worker *w)
     a.start_clock = w->start;
     a.link_gbps = s->link_gbps;
     a.latency_us = s->latency_us;
-    int auto_sync = s->sync && !strcmp(s->sync, "auto");
+    int auto_sync = sfb__sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */
         a.engine = w->resume_engines;

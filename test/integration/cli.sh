@@ -151,7 +151,7 @@ check slow-rank-range '[ $rc = 2 ] && [[ "$out" == *"--debug-slow-rank 2"* ]]'
 # and the value, with what would do; the names of models, engines and
 # topologies, and each model's own options, come from their registries.
 run "$SFB" run --sync nope
-check sync-bad '[ $rc = 2 ] && [[ "$out" == *"--sync: \"nope\" is not sfb or fms"* ]]'
+check sync-bad '[ $rc = 2 ] && [[ "$out" == *"--sync: \"nope\" is not sfb, fms, auto, or one engine per matrix (sfb,fms)"* ]]'
 run "$SFB" run --topology ring
 check topology-bad '[ $rc = 2 ] && [[ "$out" == *"--topology: \"ring\" is not full, halton or halton-classic"* ]]'
 run "$SFB" worker --index-base 2
