@@ -54,6 +54,19 @@ static int replica_is(const struct pm_run *run, uint32_t r, int64_t t)
     return 1;
 }
 
+/* A loopback of `world` ranks whose frames have the three shapes. */
+static int open_loopback(struct sfb__loopback **lb, uint32_t world, uint32_t max_s)
+{
+    struct sfb__comm_settings cs;
+    sfb__comm_default_settings(&cs);
+    struct sfb__wire_shape shapes[PM_NMAT];
+    for (uint32_t m = 0; m < PM_NMAT; m++) shapes[m] = (struct sfb__wire_shape){rows_of[m], cols_of[m]};
+    cs.shapes = shapes;
+    cs.nshapes = PM_NMAT;
+    cs.max_s = max_s;
+    return sfb__loopback_open(lb, world, &cs);
+}
+
 static int rank_main(struct sfb__comm *c, uint32_t r, void *arg)
 {
     struct pm_run *run = arg;
@@ -149,14 +162,7 @@ static int run_pm(const struct pm_cfg *cfg)
         }
     }
     struct sfb__loopback *lb = NULL;
-    struct sfb__comm_settings cs;
-    sfb__comm_default_settings(&cs);
-    struct sfb__wire_shape shapes[PM_NMAT];
-    for (uint32_t m = 0; m < PM_NMAT; m++) shapes[m] = (struct sfb__wire_shape){rows_of[m], cols_of[m]};
-    cs.shapes = shapes;
-    cs.nshapes = PM_NMAT;
-    cs.max_s = cfg->s;
-    int ret = ok ? sfb__loopback_open(&lb, cfg->world, &cs) : -ENOMEM;
+    int ret = ok ? open_loopback(&lb, cfg->world, cfg->s) : -ENOMEM;
     int rets[ENG_MAX_RANKS] = {0};
     if (!ret) ret = sfb__loopback_run(lb, rank_main, run, rets);
     int fails = 0;
@@ -297,14 +303,7 @@ static int test_sfb_split_arrival(void)
                                       calloc((size_t)rows_of[m] * cols_of[m], 4)};
     ASSERT_OK(sfb__ssp_init(&sp.ssp, 2, 0, 0));
     struct sfb__loopback *lb = NULL;
-    struct sfb__comm_settings cs;
-    sfb__comm_default_settings(&cs);
-    struct sfb__wire_shape shapes[PM_NMAT];
-    for (uint32_t m = 0; m < PM_NMAT; m++) shapes[m] = (struct sfb__wire_shape){rows_of[m], cols_of[m]};
-    cs.shapes = shapes;
-    cs.nshapes = PM_NMAT;
-    cs.max_s = 2;
-    ASSERT_OK(sfb__loopback_open(&lb, 2, &cs));
+    ASSERT_OK(open_loopback(&lb, 2, 2));
     int ret = sfb__loopback_run(lb, split_main, &sp, NULL);
     sfb__loopback_close(&lb);
     /* the reference: origin 0's clock-0 update of each matrix, once */
