@@ -281,15 +281,10 @@ static int mlp_factors(void *priv, const struct sfb_matrix *mats, const struct s
     struct mlp *m = priv;
     int ret = check_data(m, mats, data);
     if (ret) return ret;
-    if (s > INT_MAX) return sfb__error(-EINVAL, "mlp: minibatch of %u samples too large", s);
-    uint64_t nnz = 0;
-    for (uint32_t i = 0; i < s; i++) {
-        if (idx[i] >= data->n)
-            return sfb__error(-EINVAL, "mlp: sample index %llu out of range (n=%llu)",
-                              (unsigned long long)idx[i], (unsigned long long)data->n);
+    uint64_t nnz;
+    if ((ret = sfb__model_batch(data, idx, s, "mlp", &nnz))) return ret;
+    for (uint32_t i = 0; i < s; i++)
         if ((ret = check_sample(m, data, idx[i]))) return ret;
-        if (data->sparse) nnz += data->row_ptr[idx[i] + 1] - data->row_ptr[idx[i]] + 1;
-    }
     if (nnz > UINT32_MAX) return sfb__error(-EOVERFLOW, "mlp: minibatch has %llu non-zeros",
                                             (unsigned long long)nnz);
     const uint32_t L = m->nl;

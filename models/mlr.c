@@ -19,6 +19,7 @@
  * Initialisation is all zeros (the problem is convex, so this is a fine and
  * fully deterministic start); settings->seed is therefore unused here. */
 #include "models/mlr.h"
+#include "models/model.h"
 
 #include "src/base/common.h"
 
@@ -149,15 +150,10 @@ static int mlr_factors(void *priv, const struct sfb_matrix *mats, const struct s
     struct mlr *m = priv;
     int ret = check_data(m, mats, data);
     if (ret) return ret;
-    if (s > INT_MAX) return sfb__error(-EINVAL, "mlr: minibatch of %u samples too large", s);
-    uint64_t nnz = 0;
-    for (uint32_t i = 0; i < s; i++) {
-        if (idx[i] >= data->n)
-            return sfb__error(-EINVAL, "mlr: sample index %llu out of range (n=%llu)",
-                              (unsigned long long)idx[i], (unsigned long long)data->n);
+    uint64_t nnz;
+    if ((ret = sfb__model_batch(data, idx, s, "mlr", &nnz))) return ret;
+    for (uint32_t i = 0; i < s; i++)
         if ((ret = check_label(m, data, idx[i]))) return ret;
-        if (data->sparse) nnz += data->row_ptr[idx[i] + 1] - data->row_ptr[idx[i]] + 1;
-    }
     const float *a = mats[0].data;
     const uint32_t k = m->k, d = m->d, d1 = m->d1;
     double total = 0.0;

@@ -5,6 +5,7 @@
 
 #include "src/base/common.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,20 @@ const struct sfb_model_option *sfb__model_list_option(const struct sfb_model_ops
     for (const struct sfb_model_option *o = ops ? ops->options : NULL; o && o->name; o++)
         if (o->kind == SFB_MODEL_OPT_U32_LIST) return o;
     return NULL;
+}
+
+int sfb__model_batch(const struct sfb_dataset *data, const uint64_t *idx, uint32_t s,
+                     const char *who, uint64_t *nnz)
+{
+    *nnz = 0;
+    if (s > INT_MAX) return sfb__error(-EINVAL, "%s: minibatch of %u samples too large", who, s);
+    for (uint32_t i = 0; i < s; i++) {
+        if (idx[i] >= data->n)
+            return sfb__error(-EINVAL, "%s: sample index %llu out of range (n=%llu)", who,
+                              (unsigned long long)idx[i], (unsigned long long)data->n);
+        if (data->sparse) *nnz += data->row_ptr[idx[i] + 1] - data->row_ptr[idx[i]] + 1;
+    }
+    return 0;
 }
 
 int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who)

@@ -27,6 +27,12 @@ void *sfb__model_priv(struct sfb_model *m);
  * they were before the list existed. */
 const struct sfb_model_option *sfb__model_list_option(const struct sfb_model_ops *ops);
 
+/* A minibatch idx[0..s) of `data`: s fits an int and every index is a
+ * sample; *nnz = the CSR non-zeros of its rows plus one per sample (the
+ * bias column), 0 for dense data. Returns 0 or -EINVAL naming `who`. */
+int sfb__model_batch(const struct sfb_dataset *data, const uint64_t *idx, uint32_t s,
+                     const char *who, uint64_t *nnz);
+
 /* Row i of `data` as a dense vector of data->d floats (CSR rows scattered
  * into zeros). Returns 0 or -SFB_ESHAPE (a CSR column >= d), naming `who`. */
 int sfb__model_dense_row(const struct sfb_dataset *data, uint64_t i, float *out, const char *who);
