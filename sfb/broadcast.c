@@ -8,6 +8,7 @@
  * receive buffers, whose references are held while pending. */
 #include "config.h"
 #include "sfb/codec.h"
+#include "sfb/parts.h"
 #include "sfb/relay.h"
 #include "sfb/sync.h"
 #include "src/net/comm.h"
@@ -21,14 +22,18 @@ struct pend {
     struct sfb__buf *buf; /* reference held while pending */
     struct sfb_sf view;   /* points into buf */
     uint32_t origin, matrix;
+    uint32_t index, count; /* part index of count (0 of 1: a whole update) */
     int64_t clock;
 };
 
-/* An (origin, clock) of which some matrices, not all, are applied (jobs of
- * several matrices): SSP marks it once the last one is. */
-struct part {
-    uint32_t origin, mask; /* bit m: matrix m (local index) applied */
+/* An (origin, clock) not yet applied in full: some matrices, or some parts
+ * of a matrix's update, are. SSP marks it once the last part of the last
+ * matrix is. */
+struct partial {
+    uint32_t origin, done; /* done bit m: matrix m (local index) applied in full */
     int64_t clock;
+    uint64_t got[SFB__RELAY_MAX_IDS];   /* per matrix: parts applied */
+    uint32_t count[SFB__RELAY_MAX_IDS]; /* per matrix: its parts (0: none applied) */
 };
 
 struct bcast {
@@ -37,8 +42,9 @@ struct bcast {
     struct sfb_reconstruct *recon;
     uint32_t nmat;
     uint32_t ids[SFB__RELAY_MAX_IDS]; /* wire id of matrix m */
-    struct part *part;
+    struct partial *part;
     size_t npart, part_cap;
+    struct sfb__parts parts; /* publish's split of an update (part_bytes > 0) */
     struct pend *pend;
     size_t npend, pend_cap;
     const struct sfb_sf **list;
@@ -58,6 +64,7 @@ static void bc_close(void *priv)
     free(b->part);
     free(b->from);
     free(b->list);
+    sfb__parts_free(&b->parts);
     sfb_reconstruct_close(&b->recon);
 }
 
@@ -72,9 +79,11 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     for (uint32_t m = 0; m < b->nmat; m++) b->ids[m] = env->ids ? env->ids[m] : m;
     b->from = calloc(sfb__comm_world(b->c), sizeof *b->from);
     int ret = b->from ? 0 : -ENOMEM;
-    if (!ret)
-        ret = sfb__relay_open(&b->relay, b->c, env->topology, env->degree, env->flush_clock,
-                              b->nmat, b->ids, env->start_clock);
+    struct sfb__relay_settings rs = {
+        .topology = env->topology, .degree = env->degree, .flush_clock = env->flush_clock,
+        .nmat = b->nmat, .ids = b->ids, .start_clock = env->start_clock,
+        .priority = env->priority, .msg_cap = env->msg_cap};
+    if (!ret) ret = sfb__relay_open(&b->relay, b->c, &rs);
     /* The relay tracks arrivals in a 64-frame window per origin, and clock
      * flushing waits on it: keep the run-ahead SSP allows well inside. */
     if (!ret && env->flush_clock && (env->staleness < 0 || env->staleness > 48))
@@ -100,39 +109,60 @@ static uint32_t local_of(const struct bcast *b, uint32_t id)
     return m;
 }
 
-static struct part *find_part(struct bcast *b, uint32_t origin, int64_t clock)
+static struct partial *find_part(struct bcast *b, uint32_t origin, int64_t clock)
 {
     for (size_t i = 0; i < b->npart; i++)
         if (b->part[i].origin == origin && b->part[i].clock == clock) return &b->part[i];
     return NULL;
 }
 
-/* Whether matrix m of (origin, clock) was applied or is pending. */
-static int is_known(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m)
+/* Whether part `index` of `count` of matrix m of (origin, clock) can be
+ * taken: "" when new, else why not (applied or pending already, or its
+ * count differs from what its other parts said). */
+static const char *part_conflict(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m,
+                                 uint32_t index, uint32_t count)
 {
-    if (sfb__ssp_is_applied(b->env.ssp, origin, clock)) return 1;
-    const struct part *p = find_part(b, origin, clock);
-    if (p && (p->mask >> m & 1)) return 1;
-    for (size_t i = 0; i < b->npend; i++)
-        if (b->pend[i].origin == origin && b->pend[i].clock == clock && b->pend[i].matrix == m)
-            return 1;
-    return 0;
+    static const char *const again = "replays an update already received";
+    static const char *const other = "its part count differs from the update's other parts";
+    if (sfb__ssp_is_applied(b->env.ssp, origin, clock)) return again;
+    const struct partial *p = find_part(b, origin, clock);
+    if (p && (p->done >> m & 1)) return again;
+    if (p && p->count[m] && p->count[m] != count) return other;
+    if (p && (p->got[m] >> index & 1)) return again;
+    for (size_t i = 0; i < b->npend; i++) {
+        const struct pend *q = &b->pend[i];
+        if (q->origin != origin || q->clock != clock || q->matrix != m) continue;
+        if (q->count != count) return other;
+        if (q->index == index) return again;
+    }
+    return "";
 }
 
-/* Matrix m of (origin, clock) is applied: SSP marks the pair once every
- * matrix of it is. */
-static int applied_one(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m)
+/* Part `index` of `count` of matrix m of (origin, clock) is applied: 1 when
+ * that completes the matrix's update (SSP marks the pair once every matrix
+ * of it is complete), 0 when parts are still to come. */
+static int applied_part(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m,
+                        uint32_t index, uint32_t count)
 {
     uint32_t all = b->nmat >= 32 ? UINT32_MAX : (1u << b->nmat) - 1;
-    struct part *p = find_part(b, origin, clock);
+    if (b->nmat == 1 && count == 1) { /* the common case: nothing to track */
+        sfb__ssp_mark(b->env.ssp, origin, clock);
+        return 1;
+    }
+    struct partial *p = find_part(b, origin, clock);
     if (!p) { /* room reserved by apply_ready */
         p = &b->part[b->npart++];
-        *p = (struct part){origin, 0, clock};
+        *p = (struct partial){.origin = origin, .clock = clock};
     }
-    p->mask |= 1u << m;
-    if (p->mask != all) return 0;
-    *p = b->part[--b->npart];
-    return sfb__ssp_mark(b->env.ssp, origin, clock);
+    p->count[m] = count;
+    p->got[m] |= 1ull << index;
+    if (p->got[m] != (count >= 64 ? UINT64_MAX : (1ull << count) - 1)) return 0;
+    p->done |= 1u << m;
+    if (p->done == all) {
+        *p = b->part[--b->npart];
+        sfb__ssp_mark(b->env.ssp, origin, clock);
+    }
+    return 1;
 }
 
 /* One validated SF frame: becomes pending, holding a reference to `buf`. */
@@ -148,11 +178,18 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
               "the same --sync?)";
     else if (h->origin == sfb__comm_rank(b->c))
         why = "claims to carry this rank's own update";
-    else if (is_known(b, h->origin, h->clock, m))
-        why = "replays an update already received";
+    struct sfb__wire_part part;
+    sfb__wire_part(h, payload, &part);
     if (!why) {
-        struct pend p = {.origin = h->origin, .matrix = m, .clock = h->clock};
-        int ret = sfb__sf_view(payload, h->payload_len, h->k, h->d, h->s,
+        why = part_conflict(b, h->origin, h->clock, m, part.index, part.count);
+        if (!*why) why = NULL;
+    }
+    if (!why) {
+        struct pend p = {.origin = h->origin, .matrix = m, .clock = h->clock,
+                         .index = part.index, .count = part.count};
+        uint64_t sf_len;
+        const uint8_t *sf = sfb__wire_sf_payload(h, payload, &sf_len);
+        int ret = sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
                                (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
         if (ret) {
             why = sfb_error_message(ret);
@@ -199,7 +236,8 @@ static int cmp_pend(const void *x, const void *y)
     const struct pend *a = x, *b = y;
     if (a->clock != b->clock) return a->clock < b->clock ? -1 : 1;
     if (a->origin != b->origin) return a->origin < b->origin ? -1 : 1;
-    return a->matrix < b->matrix ? -1 : a->matrix > b->matrix;
+    if (a->matrix != b->matrix) return a->matrix < b->matrix ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
 }
 
 /* Applies every pending update with clock ≤ limit, stacked, in (clock,
@@ -214,8 +252,7 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     if (n == 0) return 0;
     double t0 = sfb__now();
     if (sfb__reserve((void **)&b->list, &b->list_cap, n * sizeof *b->list)) return -ENOMEM;
-    if (b->nmat > 1 &&
-        sfb__reserve((void **)&b->part, &b->part_cap, (b->npart + n) * sizeof *b->part))
+    if (sfb__reserve((void **)&b->part, &b->part_cap, (b->npart + n) * sizeof *b->part))
         return -ENOMEM;
     for (uint32_t m = 0; m < b->nmat; m++) {
         size_t k = 0;
@@ -227,12 +264,11 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     }
     for (size_t i = 0; i < n; i++) {
         struct pend *p = &b->pend[i];
-        if (b->nmat == 1)
-            sfb__ssp_mark(b->env.ssp, p->origin, p->clock);
-        else
-            applied_one(b, p->origin, p->clock, p->matrix);
-        b->from[p->origin]++;
-        sfb__sync_count_applied(b->hist, acct, now_clock, p->clock, required);
+        /* an update counts as applied once its last part is */
+        if (applied_part(b, p->origin, p->clock, p->matrix, p->index, p->count)) {
+            b->from[p->origin]++;
+            sfb__sync_count_applied(b->hist, acct, now_clock, p->clock, required);
+        }
         sfb__buf_put(p->buf);
     }
     memmove(b->pend, b->pend + n, (b->npend - n) * sizeof *b->pend);
@@ -302,35 +338,64 @@ static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
     return wait_until(b, last, INT64_MAX, last + 1, acct);
 }
 
-/* Encodes each matrix's SF frame (header and payload contiguous, so relays
- * can forward it as one slice) and hands it to the relay, which sends it to
- * this rank's children in its own tree (every peer under `full`). */
+/* Encodes one SF frame of `sf` (a whole update, or part `part` of one:
+ * then flagged and prefixed, docs/wire.md) with header and payload
+ * contiguous, so relays can forward it as one slice, and hands it to the
+ * relay, which sends it to this rank's children in its own tree (every peer
+ * under `full`). */
+static int send_frame(struct bcast *b, int64_t clock, uint32_t m, const struct sfb_sf *sf,
+                      const struct sfb__wire_part *part)
+{
+    struct sfb__comm *c = b->c;
+    int sparse;
+    uint64_t nnz;
+    size_t pre = part ? SFB_WIRE_PART_PREFIX : 0;
+    size_t size = sfb__sf_choose(sf, &sparse, &nnz);
+    struct sfb__buf *buf;
+    int ret = sfb__comm_buf_get(c, SFB_WIRE_HDR_SIZE + pre + size, &buf);
+    if (ret) return ret;
+    uint8_t *payload = buf->data + SFB_WIRE_HDR_SIZE;
+    if (part) sfb__wire_put_part(payload, part);
+    if ((ret = sfb__sf_encode(sf, sparse, nnz, payload + pre, size))) {
+        sfb__buf_put(buf);
+        return ret;
+    }
+    struct sfb__wire_hdr h = {
+        .type = SFB_WIRE_SF,
+        .flags = (uint8_t)((sparse ? SFB_WIRE_F_SPARSE : 0) | (part ? SFB_WIRE_F_PART : 0)),
+        .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock,
+        .matrix = b->ids[m], .k = sf->rows, .d = sf->cols, .s = sf->s, .payload_len = pre + size};
+    struct sfb__wire_piece piece = {payload, pre + size};
+    ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
+    if (!ret)
+        ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + pre + size, clock,
+                                 part ? part->priority : 0);
+    sfb__buf_put(buf);
+    return ret;
+}
+
+/* Sends matrix m's update whole, or in parts in the priority's order. */
+static int send_update(struct bcast *b, int64_t clock, uint32_t m, const struct sfb_sf *sf)
+{
+    if (!b->env.part_bytes) return send_frame(b, clock, m, sf, NULL);
+    struct sfb__parts *p = &b->parts;
+    int ret = sfb__parts_plan(p, b->env.priority, sf, &b->env.mats[m], b->env.part_bytes);
+    for (uint32_t i = 0; !ret && i < p->n; i++) {
+        struct sfb__wire_part part = {.index = i, .count = p->n};
+        const struct sfb_sf *sub = sfb__parts_gather(p, sf, i, &part.priority);
+        ret = sub ? send_frame(b, clock, m, sub, &part) : -ENOMEM;
+    }
+    return ret;
+}
+
 static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
 {
     struct bcast *b = priv;
     struct sfb__comm *c = b->c;
     for (uint32_t m = 0; m < n; m++) {
+        /* the parts' scores read the replica before this update */
         if (sfb__comm_world(c) > 1) {
-            int sparse;
-            uint64_t nnz;
-            size_t size = sfb__sf_choose(&sf[m], &sparse, &nnz);
-            struct sfb__buf *buf;
-            int ret = sfb__comm_buf_get(c, SFB_WIRE_HDR_SIZE + size, &buf);
-            if (ret) return ret;
-            uint8_t *payload = buf->data + SFB_WIRE_HDR_SIZE;
-            if ((ret = sfb__sf_encode(&sf[m], sparse, nnz, payload, size))) {
-                sfb__buf_put(buf);
-                return ret;
-            }
-            struct sfb__wire_hdr h = {
-                .type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
-                .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock,
-                .matrix = b->ids[m],
-                .k = sf[m].rows, .d = sf[m].cols, .s = sf[m].s, .payload_len = size};
-            struct sfb__wire_piece piece = {payload, size};
-            ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
-            if (!ret) ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + size, clock);
-            sfb__buf_put(buf);
+            int ret = send_update(b, clock, m, &sf[m]);
             if (ret) return ret;
         }
         const struct sfb_sf *one = &sf[m];
@@ -357,6 +422,7 @@ static void bc_report(void *priv, struct sfb__sync_report *rep)
     rep->data_bytes = st.data_bytes;
     rep->bundles = st.bundles;
     rep->forwarded = st.forwarded;
+    rep->queued_bytes = st.queued_bytes;
     rep->mean_hops = sfb__relay_mean_hops(b->relay);
     rep->max_hops = sfb__relay_max_hops(b->relay);
 }

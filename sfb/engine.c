@@ -21,7 +21,7 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
                    int64_t required, int64_t limit, int64_t now_clock,
                    struct sfb__sync_clock *acct)
 {
-    double t0 = sfb__now(), apply0 = acct->apply_s;
+    double t0 = sfb__now(), apply0 = acct->apply_s, held0 = sfb__comm_budget_held_s(c);
     int ret = 0;
     for (;;) {
         struct sfb__frame f;
@@ -36,6 +36,10 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
         }
         if (sfb__comm_recv(c, &f, 0.05) == 0) w->take(w->priv, &f);
     }
-    acct->wait_s += (sfb__now() - t0) - (acct->apply_s - apply0);
+    double waited = (sfb__now() - t0) - (acct->apply_s - apply0);
+    acct->wait_s += waited;
+    /* the part of the wait during which this rank's own data waited for its
+     * budget: the job is bound by the budget, not by slow peers */
+    acct->budget_wait_s += SFB_MIN(waited, sfb__comm_budget_held_s(c) - held0);
     return ret;
 }

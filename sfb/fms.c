@@ -216,6 +216,14 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
                    size_t off, size_t len)
 {
     for (;;) {
+        /* the bandwidth budget: sleep (in steps, watching the peers) until
+         * it has room */
+        double w;
+        while ((w = sfb__comm_budget_wait(f->c, 0)) > 0) {
+            int ret = sfb__comm_check(f->c);
+            if (ret) return ret;
+            sfb__sleep(SFB_MIN(w, 0.05));
+        }
         int ret = sfb__comm_send(f->c, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
         if (ret == 0) {
             /* counted as the relay counts SFB's: one data message, its

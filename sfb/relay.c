@@ -11,7 +11,11 @@
 struct slice {
     struct sfb__buf *buf; /* one reference held while queued */
     size_t off, len;
-    int64_t due; /* clock boundary from which it may leave (INT64_MIN: now) */
+    int64_t due;   /* clock boundary from which it may leave (INT64_MIN: now) */
+    int64_t clock; /* the update's clock, */
+    float priority; /* its part's priority */
+    uint64_t seq;  /* and arrival order: the sending order (see before()) */
+    int take;      /* kick: goes in this message */
 };
 
 struct link {
@@ -22,13 +26,18 @@ struct link {
     const struct sfb__buf *inflight; /* its buffer, to recognise the completion */
 };
 
-/* Per origin: which sequence numbers (clock · nmat + slot) arrived, where
- * slot is the frame's matrix among those this engine carries. next
- * is the first missing one (read by the compute thread), win bit i = next+i
- * arrived. */
+/* Per origin: which updates (unit = clock · nmat + slot, where slot is the
+ * frame's matrix among those this engine carries) arrived, with all their
+ * parts. next is the first unit not complete (read by the compute thread);
+ * win[u % 64] holds unit u's parts for u in [next, next + 64). */
+#define SEEN_WIN 64
+struct unit {
+    uint64_t parts; /* bit i: part i arrived */
+    uint32_t count; /* its parts (0: none arrived yet) */
+};
 struct seen {
     _Atomic uint64_t next;
-    uint64_t win;
+    struct unit win[SEEN_WIN];
 };
 
 #define NO_SLOT 0xff
@@ -44,7 +53,12 @@ struct sfb__relay {
     struct seen *seen;            /* world */
     uint32_t *relay_for, nrelay;  /* origins this rank forwards (clock readiness) */
     int64_t released;             /* clock mode: boundaries done (loop thread) */
-    int stalled;                  /* a send got -EAGAIN: retry on any completion */
+    int stalled;                  /* a send got -EAGAIN or the budget refused: retry */
+    int priority;                 /* enum sfb__priority (sfb/parts.h) */
+    size_t msg_cap;               /* largest message (SIZE_MAX: no cap) */
+    uint32_t turn;                /* the link kick_all serves first */
+    uint64_t seq;                 /* slices queued so far */
+    _Atomic uint64_t queued;      /* bytes waiting on the links */
     _Atomic uint64_t msgs, bytes, bundles, forwarded, refused;
 };
 
@@ -58,23 +72,63 @@ static int sendable(const struct sfb__relay *r, const struct slice *s)
     return s->due <= r->released;
 }
 
-/* Loop thread: if link k is free, sends everything sendable on it as one
- * message. In clock mode the boundary itself is the coalescing unit: what a
- * boundary releases leaves at once as one message per link, even while an
- * earlier message is still in flight (so a slow completion cannot merge two
- * boundaries' messages). */
-static void kick(struct sfb__relay *r, uint32_t k)
+/* The sending order of a link's queue: arrival under fifo; otherwise the
+ * earliest clock first (SSP waits on the oldest update: sending a newer one
+ * ahead of it only delays every peer), then the largest part first. */
+static int before(const struct sfb__relay *r, const struct slice *a, const struct slice *b)
+{
+    if (r->priority) {
+        if (a->clock != b->clock) return a->clock < b->clock;
+        if (a->priority != b->priority) return a->priority > b->priority;
+    }
+    return a->seq < b->seq;
+}
+
+/* Insertion sort: a queue is short and mostly in order already. */
+static void order_queue(const struct sfb__relay *r, struct link *l)
+{
+    for (size_t i = 1; i < l->n; i++) {
+        struct slice x = l->q[i];
+        size_t j = i;
+        for (; j > 0 && before(r, &x, &l->q[j - 1]); j--) l->q[j] = l->q[j - 1];
+        l->q[j] = x;
+    }
+}
+
+/* Loop thread: if link k is free, sends what is sendable on it as one
+ * message (up to msg_cap bytes; returns 1 when more is left). In clock mode
+ * the boundary itself is the coalescing unit: what a boundary releases
+ * leaves at once, one message per link (more only past msg_cap), even while
+ * an earlier message is still in flight (so a slow completion cannot merge
+ * two boundaries' messages). */
+static int kick_one(struct sfb__relay *r, uint32_t k)
 {
     struct link *l = &r->links[k];
-    if ((l->busy && !r->flush_clock) || l->n == 0) return;
+    int more = 0;
+    if ((l->busy && !r->flush_clock) || l->n == 0) return 0;
+    if (r->priority) order_queue(r, l);
+    /* what goes: the sendable frames in queue order, up to msg_cap bytes
+     * (the first always) */
     size_t n = 0, total = 0, first = SIZE_MAX;
-    for (size_t i = 0; i < l->n; i++)
-        if (sendable(r, &l->q[i])) {
-            if (first == SIZE_MAX) first = i;
-            n++;
-            total += l->q[i].len;
+    for (size_t i = 0; i < l->n; i++) l->q[i].take = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        struct slice *q = &l->q[i];
+        if (!sendable(r, q)) continue;
+        if (n && total + q->len > r->msg_cap) {
+            more = 1;
+            break;
         }
-    if (n == 0) return;
+        q->take = 1;
+        if (first == SIZE_MAX) first = i;
+        n++;
+        total += q->len;
+    }
+    if (n == 0) return 0;
+    /* the budget: nothing leaves while it is spent (its timer kicks again) */
+    if (sfb__comm_budget_wait(r->c, 1) > 0) {
+        r->stalled = 1;
+        return 0;
+    }
     struct sfb__buf *sent;
     int ret;
     uint64_t wire;
@@ -88,11 +142,11 @@ static void kick(struct sfb__relay *r, uint32_t k)
         if (ret) {
             SFB_LOG_W("relay: no buffer of %zu bytes for a bundle: %s", total, sfb_strerror(ret));
             r->stalled = 1;
-            return;
+            return 0;
         }
         size_t at = 0;
         for (size_t i = 0; i < l->n; i++)
-            if (sendable(r, &l->q[i])) {
+            if (l->q[i].take) {
                 memcpy(sent->data + at, l->q[i].buf->data + l->q[i].off, l->q[i].len);
                 at += l->q[i].len;
             }
@@ -107,7 +161,7 @@ static void kick(struct sfb__relay *r, uint32_t k)
     }
     if (ret == -EAGAIN) {
         r->stalled = 1;
-        return;
+        return 0;
     }
     if (ret) {
         /* The transport is shutting down or the peer is gone: comm reports
@@ -122,21 +176,36 @@ static void kick(struct sfb__relay *r, uint32_t k)
     }
     size_t keep = 0;
     for (size_t i = 0; i < l->n; i++) {
-        if (sendable(r, &l->q[i])) sfb__buf_put(l->q[i].buf);
+        if (l->q[i].take) sfb__buf_put(l->q[i].buf);
         else l->q[keep++] = l->q[i];
     }
     l->n = keep;
+    atomic_fetch_sub_explicit(&r->queued, total, memory_order_relaxed);
+    return more;
 }
 
+/* Eager: one message per free link (the next goes on its completion).
+ * Clock mode has no completion to wait for: messages leave until the
+ * boundary's frames are all gone or the budget stops them. */
+static void kick(struct sfb__relay *r, uint32_t k)
+{
+    while (kick_one(r, k) && r->flush_clock) {
+    }
+}
+
+/* Every link in turn, starting one further each time, so that under a
+ * budget no link always comes first. */
 static void kick_all(struct sfb__relay *r)
 {
     r->stalled = 0;
-    for (uint32_t k = 0; k < r->Q; k++) kick(r, k);
+    if (!r->Q) return;
+    uint32_t start = r->turn++ % r->Q;
+    for (uint32_t i = 0; i < r->Q; i++) kick(r, (start + i) % r->Q);
 }
 
 /* Loop thread: queues a slice on out-link k. */
 static void enqueue(struct sfb__relay *r, uint32_t k, struct sfb__buf *buf, size_t off,
-                    size_t len, int64_t due)
+                    size_t len, int64_t due, int64_t clock, float priority)
 {
     struct link *l = &r->links[k];
     if (sfb__reserve((void **)&l->q, &l->cap, (l->n + 1) * sizeof *l->q)) {
@@ -145,21 +214,29 @@ static void enqueue(struct sfb__relay *r, uint32_t k, struct sfb__buf *buf, size
         return;
     }
     sfb__buf_ref(buf);
-    l->q[l->n++] = (struct slice){buf, off, len, due};
+    l->q[l->n++] = (struct slice){buf, off, len, due, clock, priority, r->seq++, 0};
+    atomic_fetch_add_explicit(&r->queued, len, memory_order_relaxed);
 }
 
-/* Loop thread: records (origin, seq); 0 if it was new, 1 if a duplicate. A
- * sequence number far ahead of the window is accepted unrecorded. */
-static int seen_mark(struct seen *s, uint64_t seq)
+static int unit_complete(const struct unit *u)
+{
+    return u->count && u->parts == (u->count >= 64 ? UINT64_MAX : (1ull << u->count) - 1);
+}
+
+/* Loop thread: records part `index` of `count` of (origin, unit); 0 if it
+ * was new, 1 if a duplicate or at odds with the count its other parts gave.
+ * A unit far ahead of the window is accepted unrecorded. */
+static int seen_mark(struct seen *s, uint64_t unit, uint32_t index, uint32_t count)
 {
     uint64_t next = atomic_load_explicit(&s->next, memory_order_relaxed);
-    if (seq < next) return 1;
-    uint64_t d = seq - next;
-    if (d >= 64) return 0;
-    if (s->win & (1ull << d)) return 1;
-    s->win |= 1ull << d;
-    while (s->win & 1) {
-        s->win >>= 1;
+    if (unit < next) return 1;
+    if (unit - next >= SEEN_WIN) return 0;
+    struct unit *u = &s->win[unit % SEEN_WIN];
+    if ((u->count && u->count != count) || (u->parts >> index & 1)) return 1;
+    u->count = count;
+    u->parts |= 1ull << index;
+    while (unit_complete(&s->win[next % SEEN_WIN])) {
+        s->win[next % SEEN_WIN] = (struct unit){0, 0};
         next++;
     }
     atomic_store_explicit(&s->next, next, memory_order_release);
@@ -183,14 +260,18 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
                   h->origin, from, sfb_topo_parent(r->topo, h->origin, r->me));
         return;
     }
-    if (seen_mark(&r->seen[h->origin], (uint64_t)h->clock * r->nmat + r->slot[h->matrix])) {
+    struct sfb__wire_part part;
+    sfb__wire_part(h, data + SFB_WIRE_HDR_SIZE, &part);
+    if (seen_mark(&r->seen[h->origin], (uint64_t)h->clock * r->nmat + r->slot[h->matrix],
+                  part.index, part.count)) {
         add(&r->refused, 1);
         return;
     }
     uint32_t n = sfb_topo_forward_links(r->topo, h->origin, r->me, r->scratch);
     int64_t due = r->flush_clock ? h->clock + sfb_topo_hops(r->topo, h->origin, r->me) : INT64_MIN;
     for (uint32_t i = 0; i < n; i++) {
-        enqueue(r, r->scratch[i], buf, (size_t)(data - buf->data), len, due);
+        enqueue(r, r->scratch[i], buf, (size_t)(data - buf->data), len, due, h->clock,
+                part.priority);
         add(&r->forwarded, 1);
     }
     for (uint32_t i = 0; i < n; i++) kick(r, r->scratch[i]);
@@ -226,6 +307,10 @@ static void on_sent(void *user, uint32_t dst, const struct sfb__buf *buf, int fa
 {
     struct sfb__relay *r = user;
     (void)failed;
+    if (dst == SFB__COMM_BUDGET_DST) { /* the budget has room again */
+        if (r->stalled) kick_all(r);
+        return;
+    }
     uint32_t k = sfb_topo_link_index(r->topo, r->me, dst);
     if (k < r->Q && r->links[k].busy && r->links[k].inflight == buf) {
         r->links[k].busy = 0;
@@ -235,10 +320,14 @@ static void on_sent(void *user, uint32_t dst, const struct sfb__buf *buf, int fa
     if (r->stalled) kick_all(r);
 }
 
-int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
-                    uint32_t degree, int flush_clock, uint32_t nmat, const uint32_t *ids,
-                    int64_t start_clock)
+int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
+                    const struct sfb__relay_settings *s)
 {
+    const char *topology = s->topology;
+    uint32_t degree = s->degree, nmat = s->nmat;
+    const uint32_t *ids = s->ids;
+    int flush_clock = s->flush_clock;
+    int64_t start_clock = s->start_clock;
     *out = NULL;
     struct sfb__relay *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
@@ -256,6 +345,8 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *to
         r->slot[id] = (uint8_t)i;
     }
     r->flush_clock = flush_clock;
+    r->priority = s->priority;
+    r->msg_cap = s->msg_cap ? s->msg_cap : SIZE_MAX;
     r->released = flush_clock ? start_clock - 1 : INT64_MAX;
     int ret = sfb_topo_open(&r->topo, topology ? topology : "full", sfb__comm_world(c), degree);
     if (ret) goto fail;
@@ -319,6 +410,7 @@ struct pub {
     struct sfb__buf *buf;
     size_t len;
     int64_t clock;
+    float priority;
 };
 
 static void publish_in_loop(void *arg)
@@ -327,14 +419,16 @@ static void publish_in_loop(void *arg)
     struct sfb__relay *r = p->r;
     uint32_t n = sfb_topo_forward_links(r->topo, r->me, r->me, r->scratch);
     for (uint32_t i = 0; i < n; i++)
-        enqueue(r, r->scratch[i], p->buf, 0, p->len, r->flush_clock ? p->clock : INT64_MIN);
+        enqueue(r, r->scratch[i], p->buf, 0, p->len, r->flush_clock ? p->clock : INT64_MIN,
+                p->clock, p->priority);
     for (uint32_t i = 0; i < n; i++) kick(r, r->scratch[i]);
 }
 
-int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock)
+int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock,
+                       float priority)
 {
     if (sfb__comm_world(r->c) == 1) return 0;
-    struct pub p = {r, buf, len, clock};
+    struct pub p = {r, buf, len, clock, priority};
     return sfb__comm_call(r->c, publish_in_loop, &p);
 }
 
@@ -404,5 +498,6 @@ void sfb__relay_stats(const struct sfb__relay *r, struct sfb__relay_stats *st)
     st->bundles = atomic_load(&r->bundles);
     st->forwarded = atomic_load(&r->forwarded);
     st->refused = atomic_load(&r->refused);
+    st->queued_bytes = atomic_load(&r->queued);
 }
 

@@ -41,30 +41,48 @@ struct sfb__relay_stats {
     uint64_t bundles;    /* messages carrying two or more frames */
     uint64_t forwarded;  /* others' frames queued for forwarding */
     uint64_t refused;    /* frames not forwarded (bad, duplicate, wrong parent) */
+    uint64_t queued_bytes; /* frames waiting on the out-links now (their bytes per link) */
 };
 
 /* Wire matrix ids a relay tells apart (comm's frame shapes: 8). */
 #define SFB__RELAY_MAX_IDS 8
 
+struct sfb__relay_settings {
+    const char *topology; /* NULL: full */
+    uint32_t degree;
+    int flush_clock;
+    /* frames per origin and clock: one per matrix this engine carries,
+     * under wire ids `ids` (NULL: 0 .. nmat − 1), each below
+     * SFB__RELAY_MAX_IDS; frames of other ids are not relayed */
+    uint32_t nmat;
+    const uint32_t *ids;
+    int64_t start_clock; /* the first clock of the run (> 0 when resumed):
+                            every origin's frames of earlier clocks count as seen */
+    /* managed communication: the order of frames waiting on a link (fifo:
+     * arrival; otherwise earliest clock first, then highest part priority),
+     * and the largest message formed (0: everything sendable at once) */
+    int priority;
+    size_t msg_cap;
+};
+
 /* Builds the topology on the comm's world and installs the comm hooks.
- * nmat: frames per origin and clock, one per matrix this engine carries;
- * ids: their wire matrix ids (NULL: 0 .. nmat − 1), each below
- * SFB__RELAY_MAX_IDS; frames of other ids are not relayed. start_clock: the first clock of the
- * run (> 0 when resumed): every origin's frames of earlier clocks count as
- * seen. Returns 0 or a negative code. */
-int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c, const char *topology,
-                    uint32_t degree, int flush_clock, uint32_t nmat, const uint32_t *ids,
-                    int64_t start_clock);
+ * Under the comm's bandwidth budget (sfb__comm_budget_wait) a link sends
+ * only while the budget has room; the links take turns. Returns 0 or a
+ * negative code. */
+int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
+                    const struct sfb__relay_settings *s);
 /* Removes the hooks, drops every queued frame. NULL is a no-op. */
 void sfb__relay_close(struct sfb__relay **r);
 
 /* Queues this rank's own frame buf[0..len) (header included) of `clock` to
- * its children (takes its own reference) and, when eager, sends it. */
-int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock);
+ * its children (takes its own reference) and, when eager, sends it;
+ * `priority`: its part's (sfb/parts.h), 0 for a whole update. */
+int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock,
+                       float priority);
 
 /* Clock mode: 1 when every frame this rank forwards at boundary t (those of
- * clock t − hops, if ≤ last: the last clock published) has arrived. Always 1
- * when eager. */
+ * clock t − hops, if ≤ last: the last clock published) has arrived (all
+ * parts of each update). Always 1 when eager. */
 int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last);
 /* Clock mode: boundary t — everything due ≤ t leaves (one message per
  * link). INT64_MAX: eager from now on (end of the run). */

@@ -37,6 +37,10 @@ struct sfb__sync_env {
     uint32_t degree;      /* overlay out-degree, 0 = default */
     int flush_clock;      /* relays forward at clock boundaries only */
     int64_t start_clock;  /* first clock computed (> 0 when resumed from a checkpoint) */
+    /* managed communication (sfb/parts.h, docs/design.md): */
+    int priority;         /* enum sfb__priority: the order of parts waiting to leave */
+    size_t part_bytes;    /* SFB sends each update in parts of about this size (0: whole) */
+    size_t msg_cap;       /* the largest message a relay forms (0: no cap) */
 };
 
 /* Live counters of an engine (any time; monotonic). */
@@ -47,6 +51,7 @@ struct sfb__sync_report {
      * (sfb wire header + payload), counted when the transport accepts them. */
     uint64_t data_msgs;
     uint64_t data_bytes;
+    uint64_t queued_bytes; /* data waiting to be sent now (behind a budget or a busy link) */
     /* Overlay engines only (relays = 1): the fields below and the "relay"
      * metrics event. */
     int relays;
@@ -60,6 +65,7 @@ struct sfb__sync_report {
 /* Per-clock accounting an engine fills (added to, never reset by it). */
 struct sfb__sync_clock {
     double wait_s;        /* blocked waiting for peers */
+    double budget_wait_s; /* of which while this rank's bandwidth budget held its sends */
     double apply_s;       /* reconstructing received updates */
     int64_t staleness;    /* max over updates applied: own clock − update clock − 1 */
     uint64_t applied;     /* peer updates applied */

@@ -55,7 +55,12 @@ struct sfb_job_settings {
     double heartbeat_s;         /* default 0.5 */
     double peer_timeout_s;      /* a peer silent this long has failed (default 5) */
     double bootstrap_timeout_s; /* rendezvous and collectives (default 60) */
-    uint8_t reserved[64];
+    /* Egress budget of this worker's data messages in bytes per second
+     * (heartbeats and control frames exempt); 0 (default): none. A token
+     * bucket paces every data message (own factors, relayed bundles, FMS
+     * row blocks); see docs/design.md §Managed communication. */
+    double bandwidth;
+    uint8_t reserved[64 - sizeof(double)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */
@@ -102,7 +107,16 @@ struct sfb_job_attach {
      * decides with rank 0's values, so all decide the same. */
     double link_gbps, latency_us;
     uint32_t sf_bytes[SFB_JOB_MAX_MATRICES];
-    uint8_t reserved[64 - 2 * sizeof(double) - SFB_JOB_MAX_MATRICES * sizeof(uint32_t)];
+    /* The order in which SFB sends what waits to leave (behind the
+     * settings' bandwidth budget or a busy link): "fifo" (NULL, default:
+     * computation order), "magnitude" (largest |scale|·‖b‖·‖c‖ first),
+     * "relative" (largest change relative to the replica's rows first);
+     * every update's clock comes first either way (SSP waits on the oldest).
+     * Under a budget, or any policy but fifo, updates travel in parts
+     * (docs/wire.md); nothing is dropped. */
+    const char *priority;
+    uint8_t reserved[64 - 2 * sizeof(double) - SFB_JOB_MAX_MATRICES * sizeof(uint32_t) -
+                     sizeof(const char *)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */
@@ -133,6 +147,9 @@ struct sfb_job_clock {
     uint64_t applied;       /* peers' updates applied */
     uint64_t applied_early; /* of which before SSP required them */
     int64_t min_applied;    /* wait: the oldest clock applied of every origin */
+    double budget_wait_s;   /* of wait_s: while this worker's own sends waited for
+                               its bandwidth budget (the budget, not the peers,
+                               held the job back) */
 };
 
 /* The SSP gate of `clock`: blocks until every origin's updates through
@@ -199,6 +216,8 @@ struct sfb_job_stats {
     uint64_t msgs_sent, msgs_recv;     /* transport frames */
     uint64_t data_msgs, data_bytes;    /* the engine's data messages */
     uint64_t rejected_frames;          /* failed the wire checks */
+    uint64_t queued_bytes;             /* data waiting to leave now (budget, busy links) */
+    double budget_held_s;              /* seconds the bandwidth budget held sends back */
 };
 
 /* Fills *st (zeros before attach for the engine's counters). */

@@ -72,6 +72,10 @@ struct sfb_train_settings {
     uint32_t degree;         /* overlay out-degree; 0 = ceil(log2 P) */
     int flush_clock;         /* overlay forwarding: 0 eager (default), 1 at clock
                                 boundaries (a frame h hops away is h clocks late) */
+    double bandwidth;        /* egress budget of each worker's data messages, bytes/s
+                                (0, default: none); sfb_job_settings.bandwidth */
+    const char *priority;    /* what leaves first under the budget: "fifo" (NULL,
+                                default), "magnitude", "relative" (sfb_job_attach) */
     /* the link model of --sync auto's per-matrix choice (sfb/cost.h):
      * given, they replace the start-up ping-pong's measurement of that
      * term; 0 (default): measured */
@@ -148,6 +152,9 @@ struct sfb_train_result {
                                         the test set (NaN elsewhere, or without one) */
     double train_loss;    /* mean minibatch loss over the last epoch (this rank's) */
     uint64_t peak_rss_bytes; /* this process's peak resident memory (VmHWM), 0 if unknown */
+    double wait_s;        /* waiting for peers (SSP) over the run */
+    double budget_wait_s; /* of which while this worker's bandwidth budget held its sends */
+    double budget_held_s; /* seconds the bandwidth budget held this worker's sends back */
 };
 
 /* Runs one worker of a job: joins the job (PMIx, the SFB_* environment

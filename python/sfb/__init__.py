@@ -45,7 +45,8 @@ class _Settings(ctypes.Structure):
         ("heartbeat_s", ctypes.c_double),
         ("peer_timeout_s", ctypes.c_double),
         ("bootstrap_timeout_s", ctypes.c_double),
-        ("reserved", ctypes.c_uint8 * 64),
+        ("bandwidth", ctypes.c_double),
+        ("reserved", ctypes.c_uint8 * 56),
     ]
 
 
@@ -69,7 +70,8 @@ class _Attach(ctypes.Structure):
         ("link_gbps", ctypes.c_double),
         ("latency_us", ctypes.c_double),
         ("sf_bytes", ctypes.c_uint32 * 4),
-        ("reserved", ctypes.c_uint8 * 32),
+        ("priority", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint8 * 24),
     ]
 
 
@@ -103,6 +105,7 @@ class _Clock(ctypes.Structure):
         ("applied", ctypes.c_uint64),
         ("applied_early", ctypes.c_uint64),
         ("min_applied", ctypes.c_int64),
+        ("budget_wait_s", ctypes.c_double),
     ]
 
 
@@ -110,8 +113,8 @@ class _Stats(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_uint64)
         for name in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv", "data_msgs",
-                     "data_bytes", "rejected_frames")
-    ]
+                     "data_bytes", "rejected_frames", "queued_bytes")
+    ] + [("budget_held_s", ctypes.c_double)]
 
 
 # The C layout of each structure (sizeof), checked by test/unit/test_python_layout.
@@ -204,7 +207,7 @@ class Job:
     Call methods from one thread."""
 
     def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
-                 progress=None, peer_timeout_s=None, bootstrap_timeout_s=None):
+                 progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0):
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
@@ -220,6 +223,7 @@ class Job:
             s.peer_timeout_s = peer_timeout_s
         if bootstrap_timeout_s is not None:
             s.bootstrap_timeout_s = bootstrap_timeout_s
+        s.bandwidth = bandwidth  # egress budget of data messages, bytes/s (0: none)
         self._h = ctypes.c_void_p()
         _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))
         self.rank = lib.sfb_job_rank(self._h)
@@ -234,12 +238,15 @@ class Job:
         return self._h
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
-               topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0):
+               topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
+               priority=None):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
         matrix ("sfb,fms"), or "auto" (per matrix the engine the cost model
         predicts faster; link_gbps/latency_us replace the link probe).
+        priority: "fifo" (default), "magnitude" or "relative": what SFB sends
+        first when factors queue behind the job's bandwidth budget.
         Collective. Afterwards `engines` lists each matrix's engine and
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
@@ -257,8 +264,9 @@ class Job:
         a = _Attach()
         library().sfb_job_default_attach(ctypes.byref(a))
         a.n, a.mats, a.max_s = len(mats), cm, max_s
-        self._attach_keep = [_enc(engine), _enc(topology), cm]
+        self._attach_keep = [_enc(engine), _enc(topology), cm, _enc(priority)]
         a.engine, a.topology = self._attach_keep[0], self._attach_keep[1]
+        a.priority = self._attach_keep[3]
         a.staleness = staleness
         a.apply_early = -1 if apply_early is None else int(bool(apply_early))
         a.degree, a.start_clock = degree, start_clock

@@ -128,6 +128,14 @@ double sfb__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void sfb__sleep(double sec)
+{
+    if (!(sec > 0)) return;
+    struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 int sfb__mul_size(size_t a, size_t b, size_t *out)
 {
     if (__builtin_mul_overflow(a, b, out)) return -EOVERFLOW;

@@ -49,6 +49,8 @@ int sfb__log_rank(void);
 
 /* Monotonic clock in seconds. */
 double sfb__now(void);
+/* Sleeps `sec` seconds (signals do not cut it short); <= 0: returns. */
+void sfb__sleep(double sec);
 
 /* Size arithmetic that reports overflow instead of wrapping (untrusted sizes
  * come from files and the network). Return 0 on success, -EOVERFLOW. */

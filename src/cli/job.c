@@ -132,6 +132,13 @@ static int run_worker(struct cli_job *job)
         if (res.peak_rss_bytes)
             printf(", peak RSS %.1f MiB (rank 0)", (double)res.peak_rss_bytes / (1 << 20));
         putchar('\n');
+        if (job->train.bandwidth > 0)
+            printf("bandwidth budget %.4g Mbit/s per worker: it held rank 0's sends back "
+                   "%.1f s of %.1f s; rank 0 waited %.1f s for peers, %.1f s of it while its "
+                   "own sends waited for the budget%s\n",
+                   8 * job->train.bandwidth / 1e6, res.budget_held_s, res.wall, res.wait_s,
+                   res.budget_wait_s,
+                   res.budget_held_s > 0.5 * res.wall ? " (the budget bound the run)" : "");
         if (isfinite(res.test_accuracy))
             printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.test_accuracy,
                    res.test_loss);

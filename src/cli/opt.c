@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void cli_opt_init(struct cli_optparse *p, int argc, char **argv, const char *cmd)
 {
@@ -196,6 +197,55 @@ int cli_parse_double(const char *s, double *out)
     if (errno || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
+}
+
+int cli_parse_rate(const char *s, double *bytes_s, const char **why)
+{
+    /* prefixes, matched without case; "bit" (any case) counts bits, a
+     * final capital B bytes */
+    static const struct {
+        const char *prefix;
+        double mult;
+    } prefixes[] = {{"", 1}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12},
+                    {"ki", 1024.0}, {"mi", 1048576.0}, {"gi", 1073741824.0}};
+    *why = "a rate such as 200mbit, 1gbit or 25MB/s";
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v)) return -1;
+    if (!(v > 0)) {
+        *why = "a positive rate (without --bandwidth there is no budget)";
+        return -1;
+    }
+    size_t n = strlen(end);
+    if (n >= 2 && !strcmp(end + n - 2, "/s")) n -= 2;
+    if (n == 0) {
+        *why = "a rate with its unit (bit, kbit, mbit, gbit; B/s, KB/s, MB/s, GB/s, MiB/s)";
+        return -1;
+    }
+    size_t plen;
+    double per; /* bytes per unit before the prefix */
+    if (n >= 3 && !strncasecmp(end + n - 3, "bit", 3)) {
+        plen = n - 3;
+        per = 0.125;
+    } else if (end[n - 1] == 'B') {
+        plen = n - 1;
+        per = 1;
+    } else {
+        if (n >= 3 && !strncasecmp(end + n - 3, "bps", 3))
+            *why = "an unambiguous rate (\"mbps\" is megabytes/s to tc, megabits/s to most "
+                   "people: write 200mbit or 25MB/s)";
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        if (strlen(prefixes[i].prefix) != plen || strncasecmp(end, prefixes[i].prefix, plen))
+            continue;
+        if (per < 1 && plen == 2) break; /* no "kibit" */
+        *bytes_s = v * prefixes[i].mult * per;
+        return 0;
+    }
+    return -1;
 }
 
 int cli_opt_bad(const char *cmd, const char *spelled, const char *v, const char *want)

@@ -125,5 +125,11 @@ const struct cli_opt *cli_opt_closest(const struct cli_opt *table, const char *n
  * no sign for the unsigned one, finite doubles only. 0 or -1. */
 int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int cli_parse_double(const char *s, double *out);
+/* A rate with its unit, as tc(8) writes bits: "200mbit", "1.5gbit", "800kbit",
+ * "64bit"; or bytes: "25MB/s", "512KiB/s", "1GB/s" (k/M/G = 10^3.., Ki/Mi/Gi
+ * = 2^10..; the "/s" may be left out). *bytes_s: bytes per second. 0, or
+ * -1 with why (a static phrase) set: no number, unknown or ambiguous unit
+ * ("mbps": tc reads it as megabytes), not positive. */
+int cli_parse_rate(const char *s, double *bytes_s, const char **why);
 
 #endif

@@ -67,6 +67,16 @@ static int set_sync(void *base, void *ctx, const struct cli_opt *o, const char *
     return CLI_OPT_OK;
 }
 
+static int set_bandwidth(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
+                         const char *v)
+{
+    struct cli_job *job = base;
+    const char *why;
+    (void)o;
+    if (cli_parse_rate(v, &job->train.bandwidth, &why)) return cli_opt_bad(ctx, spelled, v, why);
+    return CLI_OPT_OK;
+}
+
 static int set_topology(void *base, void *ctx, const struct cli_opt *o, const char *spelled,
                         const char *v)
 {
@@ -143,6 +153,15 @@ static const struct cli_opt job_rows2[] = {
     E("apply-early", apply_early, "auto|on|off", on_off,
       "apply peers' updates as soon as they arrive,\n"
       "before SSP requires them (auto: on unless BSP)"),
+    {ROW(CLI_CALL, "bandwidth", 0, T(bandwidth)), "RATE",
+     "egress budget of each worker's data messages,\n"
+     "e.g. 200mbit or 25MB/s (default: none)", .call = set_bandwidth},
+    {ROW(CLI_CHOICE, "priority", 0, T(priority)), "fifo|magnitude|relative",
+     "what leaves first when factors queue (behind\n"
+     "--bandwidth or a busy link): computation order,\n"
+     "largest |b||c|, or largest change relative to the\n"
+     "replica's rows; oldest clock first (default fifo)",
+     .choices = "fifo|magnitude|relative"},
     R("link-gbps", link_gbps, 0, 1e6, CLI_OPEN_LO, "G", "a bandwidth in (0, 1e6] Gbit/s",
       "--sync auto's link model: bandwidth per worker\n"
       "(default: measured by a ping-pong at start-up)"),

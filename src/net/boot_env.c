@@ -333,8 +333,7 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
             return sfb__error(-ETIMEDOUT, "bootstrap: rank %d could not reach rank 0 at %s within %.0f s: %s",
                               bs->rank, spec, connect_timeout, strerror(-fd));
         }
-        struct timespec ts = {(time_t)backoff, (long)((backoff - (long)backoff) * 1e9)};
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+        sfb__sleep(backoff);
         /* at most 50 ms: rank 0 under load may start seconds after the
          * others, and each is late by up to one sleep (refused connects are
          * cheap; 128 joiners retrying 20 times a second are nothing) */

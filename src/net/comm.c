@@ -53,8 +53,7 @@ int sfb__comm_explain(struct sfb__comm *c, int ret)
         int failed = sfb__comm_check(c);
         if (failed) return failed;
         if (sfb__now() >= end) return ret;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        sfb__sleep(0.01);
     }
 }
 
@@ -350,6 +349,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     struct sfb__comm *c = *pc;
     if (!c) return;
     sfb__loop_timer_close(&c->hb);
+    sfb__comm_budget_close(c);
     sfb__transport_close(&c->t);
     sfb__loop_close(&c->loop);
     sfb__bootstrap_close(&c->bs);

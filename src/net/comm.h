@@ -29,6 +29,9 @@ struct sfb__comm_settings {
     int rank, world;
     const char *rendezvous, *job_key;
     enum sfb__progress progress; /* how the loop thread waits (default auto) */
+    /* Egress budget of this worker's data messages in bytes/s (0, the
+     * default: none); see sfb__comm_budget_wait. */
+    double bandwidth;
     /* Frame validation: allowed (K, D) per matrix id and the largest S. */
     const struct sfb__wire_shape *shapes;
     uint32_t nshapes;
@@ -136,6 +139,21 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last);
  * and a BYE to every peer would open O(P²) connections (shm maps a region
  * per peer) at the end of an overlay run. */
 void sfb__comm_set_last_clock(struct sfb__comm *c, int64_t last);
+
+/* ---- the bandwidth budget (settings.bandwidth; src/net/pace.h) ----
+ * Every data message through sfb__comm_send is charged to it (the frame's
+ * bytes, as the transport counts them); heartbeats and control frames are
+ * not. A sender asks first: */
+/* 0 when a data message may leave now (always without a budget), else the
+ * seconds until one may. wake (loop thread only): then also call the
+ * on_sent hook once with dst == SFB__COMM_BUDGET_DST and buf NULL when the
+ * budget has room again. Any thread. */
+#define SFB__COMM_BUDGET_DST UINT32_MAX
+double sfb__comm_budget_wait(struct sfb__comm *c, int wake);
+/* The budget in bytes/s (0: none), and the seconds so far that it held
+ * this worker's data messages back (from a refusal to the next send). */
+double sfb__comm_budget_rate(const struct sfb__comm *c);
+double sfb__comm_budget_held_s(struct sfb__comm *c);
 
 /* Stops heartbeats, closes transport, loop and bootstrap. NULL is a no-op. */
 void sfb__comm_close(struct sfb__comm **c);

@@ -5,6 +5,7 @@
 
 #include "src/net/comm.h"
 #include "src/base/common.h"
+#include "src/net/pace.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,6 +37,11 @@ struct sfb__comm {
     double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
     double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
     char anon_error[256];
+    /* the bandwidth budget (src/net/comm_budget.c): paced = 0 without one */
+    int paced;
+    struct sfb__pace pace;
+    struct sfb__loop_timer *pace_timer; /* wakes the data hook when the budget has room */
+    int pace_armed;                     /* loop thread */
     /* failure, published to the compute thread */
     _Atomic int failed;
     _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
@@ -52,6 +58,9 @@ void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRI
 int sfb__comm_on_frame(void *user, struct sfb__frame *f);
 void sfb__comm_sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
 void sfb__comm_on_error(void *user, int peer, int code, const char *msg);
+/* The budget's set-up (after the loop started) and release. */
+int sfb__comm_budget_open(struct sfb__comm *c);
+void sfb__comm_budget_close(struct sfb__comm *c);
 /* The ring neighbours this rank watches (1 or 2 of them). */
 unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
 /* The heartbeat timer's callback, the silence timeout for `here` ranks on

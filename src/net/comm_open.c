@@ -274,6 +274,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s,
                                     sfb__comm_heartbeat, c)))
         return ret;
+    if ((ret = sfb__comm_budget_open(c))) return ret;
     SFB_LOG_I("rank %u of %u up (bootstrap %s, provider %s)", c->rank, c->world,
               sfb__bootstrap_kind_name(sfb__bootstrap_kind(c->bs)),
               sfb__transport_provider(c->t));

@@ -56,7 +56,10 @@ int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
 int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
                    struct sfb__buf *buf, size_t off, size_t len, double timeout_s)
 {
-    return c->ops ? c->ops->send(c, dst, hdr, hdr_len, buf, off, len, timeout_s) : no_peers();
+    if (!c->ops) return no_peers();
+    int ret = c->ops->send(c, dst, hdr, hdr_len, buf, off, len, timeout_s);
+    if (!ret && c->paced) sfb__pace_charge(&c->pace, hdr_len + len, sfb__now());
+    return ret;
 }
 
 int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)

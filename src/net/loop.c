@@ -328,6 +328,13 @@ void sfb__loop_timer_close(struct sfb__loop_timer **tp)
     *tp = NULL;
 }
 
+void sfb__loop_timer_rearm(struct sfb__loop_timer *t, double after_s)
+{
+    ev_timer_stop(t->l->ev, &t->w);
+    ev_timer_set(&t->w, after_s, t->w.repeat);
+    ev_timer_start(t->l->ev, &t->w);
+}
+
 /* ---- async ---- */
 
 static void async_cb(struct ev_loop *ev, ev_async *w, int revents)

@@ -69,6 +69,9 @@ void sfb__loop_poller_close(struct sfb__loop_poller **p);
 int sfb__loop_timer_open(struct sfb__loop *l, struct sfb__loop_timer **out, double after_s,
                          double repeat_s, void (*cb)(void *arg), void *arg);
 void sfb__loop_timer_close(struct sfb__loop_timer **t);
+/* Loop thread: (re)starts t to fire once after `after_s` seconds (then
+ * every repeat_s, as opened), replacing its pending expiry. */
+void sfb__loop_timer_rearm(struct sfb__loop_timer *t, double after_s);
 
 /* An async notifier: sfb__loop_async_send() from any thread makes cb(arg) run
  * soon in the loop thread. Several sends before it runs coalesce into one

@@ -7,6 +7,7 @@
 #include "src/base/common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no malloc */
@@ -157,13 +158,14 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         *why = SFB_WIRE_R_LENGTH;
         /* u32 operands in u64 arithmetic: cannot overflow for K, D, S < 2^32. */
         uint64_t s = h->s, k = h->k, d = h->d;
-        if (!(h->flags & SFB_WIRE_F_SPARSE)) return h->payload_len == 8 + s * (k + d) * e;
-        uint64_t lo = 8 + s * k * e + (s + 1) * 4;
+        uint64_t pre = 8 + (h->flags & SFB_WIRE_F_PART ? SFB_WIRE_PART_PREFIX : 0);
+        if (!(h->flags & SFB_WIRE_F_SPARSE)) return h->payload_len == pre + s * (k + d) * e;
+        uint64_t lo = pre + s * k * e + (s + 1) * 4;
         return h->payload_len >= lo && h->payload_len <= lo + s * d * (4 + e) &&
                (h->payload_len - lo) % (4 + e) == 0;
     }
     case SFB_WIRE_DENSE_ROWS: {
-        if (h->matrix >= job->nshapes) return 0;
+        if (h->matrix >= job->nshapes || (h->flags & SFB_WIRE_F_PART)) return 0;
         const struct sfb__wire_shape *m = &job->shapes[h->matrix];
         if (h->k == 0 || h->d != m->d || h->s >= m->k || h->k > m->k - h->s) return 0;
         if (h->flags & SFB_WIRE_F_SPARSE) return 0;
@@ -171,8 +173,8 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         return h->payload_len == (uint64_t)h->k * h->d * e;
     }
     default:
-        /* BUNDLE, control and DATA frames have no shape. */
-        if (h->matrix || h->k || h->d || h->s) return 0;
+        /* BUNDLE, control and DATA frames have no shape (nor parts). */
+        if (h->matrix || h->k || h->d || h->s || (h->flags & SFB_WIRE_F_PART)) return 0;
         *why = SFB_WIRE_R_LENGTH;
         if (h->type >= SFB_WIRE_HELLO && h->type <= SFB_WIRE_ABORT)
             return h->payload_len <= SFB_WIRE_CONTROL_MAX;
@@ -224,6 +226,45 @@ static int reject(const struct sfb__wire_job *job, const struct sfb__wire_hdr *h
     return code;
 }
 
+void sfb__wire_part(const struct sfb__wire_hdr *h, const uint8_t *payload,
+                    struct sfb__wire_part *out)
+{
+    *out = (struct sfb__wire_part){0, 1, 0.0f};
+    if (h->type != SFB_WIRE_SF || !(h->flags & SFB_WIRE_F_PART)) return;
+    out->index = sfb__get_u16(payload);
+    out->count = sfb__get_u16(payload + 2);
+    uint32_t bits = sfb__get_u32(payload + 4);
+    memcpy(&out->priority, &bits, sizeof bits);
+}
+
+const uint8_t *sfb__wire_sf_payload(const struct sfb__wire_hdr *h, const uint8_t *payload,
+                                    uint64_t *len)
+{
+    uint64_t skip = h->flags & SFB_WIRE_F_PART ? SFB_WIRE_PART_PREFIX : 0;
+    *len = h->payload_len - skip;
+    return payload + skip;
+}
+
+void sfb__wire_put_part(uint8_t *out, const struct sfb__wire_part *part)
+{
+    sfb__put_u16(out, (uint16_t)part->index);
+    sfb__put_u16(out + 2, (uint16_t)part->count);
+    uint32_t bits;
+    memcpy(&bits, &part->priority, sizeof bits);
+    sfb__put_u32(out + 4, bits);
+}
+
+/* The part prefix (after the checksum: its bytes are the sender's). */
+static int part_ok(const struct sfb__wire_hdr *h, const uint8_t *payload)
+{
+    if (h->type != SFB_WIRE_SF || !(h->flags & SFB_WIRE_F_PART)) return 1;
+    struct sfb__wire_part p;
+    sfb__wire_part(h, payload, &p);
+    return p.count >= 1 && p.count <= SFB_WIRE_MAX_PARTS && p.index < p.count &&
+           isfinite(p.priority) &&
+           p.priority >= 0;
+}
+
 static int decode(const struct sfb__wire_job *job, const void *buf, size_t len, int from,
                   struct sfb__wire_hdr *h, const uint8_t **payload, int inner)
 {
@@ -233,6 +274,7 @@ static int decode(const struct sfb__wire_job *job, const void *buf, size_t len, 
     const uint8_t *b = buf;
     struct sfb__wire_piece pl = {b + SFB_WIRE_HDR_SIZE, (size_t)h->payload_len};
     if (checksum(b, &pl, 1) != h->checksum) return reject(job, h, len, from, SFB_WIRE_R_CHECKSUM);
+    if (!part_ok(h, b + SFB_WIRE_HDR_SIZE)) return reject(job, h, len, from, SFB_WIRE_R_SHAPE);
     if (job->stats) atomic_fetch_add_explicit(&job->stats->accepted, 1, memory_order_relaxed);
     *payload = b + SFB_WIRE_HDR_SIZE;
     return 0;

@@ -38,10 +38,12 @@ enum sfb__wire_type {
 #define SFB_WIRE_TYPE_MAX 8
 
 /* flags: bit 0 = c is sparse; bit 1 = the origin's last clock (SF and
- * DENSE_ROWS: nothing of a later clock will come from it); bits 4..5 =
- * element precision. */
+ * DENSE_ROWS: nothing of a later clock will come from it); bit 2 = SF only:
+ * the frame is one part of its (origin, clock, matrix) update, its payload
+ * starting with the part prefix (below); bits 4..5 = element precision. */
 #define SFB_WIRE_F_SPARSE 0x01u
 #define SFB_WIRE_F_LAST 0x02u
+#define SFB_WIRE_F_PART 0x04u
 #define SFB_WIRE_F_PREC_SHIFT 4
 #define SFB_WIRE_F_PREC_MASK 0x30u
 enum sfb__wire_prec {
@@ -50,7 +52,31 @@ enum sfb__wire_prec {
     SFB_WIRE_BF16 = 2,
     SFB_WIRE_F16 = 3,
 };
-#define SFB_WIRE_F_KNOWN (SFB_WIRE_F_SPARSE | SFB_WIRE_F_LAST | SFB_WIRE_F_PREC_MASK)
+#define SFB_WIRE_F_KNOWN \
+    (SFB_WIRE_F_SPARSE | SFB_WIRE_F_LAST | SFB_WIRE_F_PART | SFB_WIRE_F_PREC_MASK)
+
+/* An update sent in parts (managed communication, docs/wire.md): each part
+ * is an SF frame of some of the update's samples (factor pairs), flagged
+ * SFB_WIRE_F_PART, whose payload starts with
+ *   0  2  index (u16), 2  2  count (u16): index < count <= SFB_WIRE_MAX_PARTS
+ *   4  4  priority (float32, finite, >= 0: the sender's score of the part)
+ * followed by the SF payload of its S samples. The parts of one update
+ * partition its samples; the update counts as applied once all arrived. */
+struct sfb__wire_hdr;
+#define SFB_WIRE_PART_PREFIX 8u
+#define SFB_WIRE_MAX_PARTS 64u
+struct sfb__wire_part {
+    uint32_t index, count; /* 0 of 1 for a frame that is not a part */
+    float priority;        /* 0 for a frame that is not a part */
+};
+/* The part prefix of an SF frame (validated by the decoder), or 0 of 1. */
+void sfb__wire_part(const struct sfb__wire_hdr *h, const uint8_t *payload,
+                    struct sfb__wire_part *out);
+/* The SF payload (codec) of an SF frame: after the part prefix, if any. */
+const uint8_t *sfb__wire_sf_payload(const struct sfb__wire_hdr *h, const uint8_t *payload,
+                                    uint64_t *len);
+/* Writes a part prefix into out[0 .. SFB_WIRE_PART_PREFIX). */
+void sfb__wire_put_part(uint8_t *out, const struct sfb__wire_part *part);
 
 /* Decoded (host-order) header. */
 struct sfb__wire_hdr {

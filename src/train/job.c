@@ -4,6 +4,7 @@
 #include "config.h"
 #include <sfb/job.h>
 #include "sfb/cost.h"
+#include "sfb/parts.h"
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/base/timeline.h"
@@ -11,6 +12,7 @@
 #include "src/net/ssp.h"
 #include "src/train/job_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,6 +34,7 @@ struct sfb_job {
     int64_t next;   /* the clock the next wait is for */
     int waited;     /* wait(next) returned; its publish is due */
     int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
+    double peer_timeout_s; /* the settings' (the budget's lower bound) */
 };
 
 static int reserved_zero(const uint8_t *r, size_t n)
@@ -92,6 +95,10 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
     cs->world = s->world > INT32_MAX ? INT32_MAX : (int)s->world;
     cs->rendezvous = s->rendezvous;
     cs->job_key = s->job_key;
+    if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: bandwidth %g bytes/s: expected a positive "
+                          "number, or 0 for none", s->bandwidth);
+    cs->bandwidth = s->bandwidth;
     return 0;
 }
 
@@ -110,6 +117,7 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
         free(job);
         return ret;
     }
+    job->peer_timeout_s = s->peer_timeout_s;
     *job_out = job;
     return 0;
 }
@@ -256,6 +264,45 @@ static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
     return &sfb__permatrix_ops;
 }
 
+/* Managed communication (docs/design.md): under a budget of R bytes/s,
+ * updates travel in parts of about R · 2.5 ms (4 KiB .. 1 MiB) and a relay's
+ * message carries at most R · 10 ms (the bucket's depth; at least one
+ * part), so the budget's 1-second windows stay within a few percent and a
+ * big part never blocks a link for long. Without a budget, a policy other
+ * than fifo still needs parts to order (16 KiB) and messages are not
+ * capped. And the smallest frame of a clock must fit through the budget
+ * within the peer timeout: a slower budget is surely a mistake. */
+#define PART_S 0.0025
+#define MSG_S 0.01
+static int managed(const struct sfb_job *job, const struct sfb_job_attach *a,
+                   struct sfb__sync_env *env)
+{
+    int p = sfb__priority_find(a->priority ? a->priority : "fifo");
+    if (p < 0)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: priority \"%s\": expected %s",
+                          a->priority, sfb__priority_names());
+    env->priority = p;
+    double rate = sfb__comm_budget_rate(job->comm);
+    if (rate > 0) {
+        double frame = 0; /* b (dense, s·rows floats) with the headers: a lower bound */
+        for (uint32_t m = 0; m < a->n; m++)
+            frame += SFB_WIRE_HDR_SIZE + 16 + 4.0 * a->max_s * a->mats[m].rows;
+        if (sfb__comm_world(job->comm) > 1 && rate * job->peer_timeout_s < frame)
+            return sfb__error(-SFB_EUSAGE,
+                              "bandwidth budget of %.0f bytes/s: one clock's factors to one "
+                              "peer (at least %.0f bytes) would take %.1f s, longer than the "
+                              "peer timeout (%g s); give at least %.0f bytes/s (%.3g Mbit/s)",
+                              rate, frame, frame / rate, job->peer_timeout_s,
+                              ceil(frame / job->peer_timeout_s),
+                              8 * frame / job->peer_timeout_s / 1e6);
+        env->part_bytes = (size_t)fmin(fmax(rate * PART_S, 4096), 1 << 20);
+        env->msg_cap = (size_t)fmax(rate * MSG_S, (double)env->part_bytes);
+    } else if (p != SFB__PRIORITY_FIFO) {
+        env->part_bytes = 16384;
+    }
+    return 0;
+}
+
 static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     const struct sfb__sync_ops *engine = job_engine(job);
@@ -274,7 +321,8 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .start_clock = a->start_clock,
         .engine_of = job->engine_of,
     };
-    int ret = engine->open(job->engine_priv, &env);
+    int ret = managed(job, a, &env);
+    if (!ret) ret = engine->open(job->engine_priv, &env);
     if (ret) {
         free(job->engine_priv);
         job->engine_priv = NULL;
@@ -323,6 +371,7 @@ static void to_public(struct sfb_job_clock *out, const struct sfb__sync_clock *i
     if (in->staleness > out->staleness) out->staleness = in->staleness;
     out->applied += in->applied;
     out->applied_early += in->applied_early;
+    out->budget_wait_s += in->budget_wait_s;
 }
 
 static int need_engine(const struct sfb_job *job, const char *fn)
@@ -504,7 +553,9 @@ int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
         job->engine->report(job->engine_priv, &rep);
         st->data_msgs = rep.data_msgs;
         st->data_bytes = rep.data_bytes;
+        st->queued_bytes = rep.queued_bytes;
     }
+    st->budget_held_s = sfb__comm_budget_held_s(job->comm);
     return 0;
 }
 

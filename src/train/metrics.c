@@ -71,6 +71,8 @@ void sfb__metrics_clock(struct sfb__metrics *m, const struct sfb__clock_metrics 
     fprintf(f, ",\"t_begin\":%.6f,\"t_publish\":%.6f", c->t_begin, c->t_publish);
     put_num(f, "compute_s", c->compute_s);
     put_num(f, "wait_s", c->wait_s);
+    put_num(f, "budget_wait_s", c->budget_wait_s);
+    fprintf(f, ",\"queued_bytes\":%llu", (unsigned long long)c->queued_bytes);
     put_num(f, "apply_s", c->apply_s);
     fprintf(f,
             ",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"msgs_sent\":%llu,\"msgs_recv\":%llu,"

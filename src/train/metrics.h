@@ -16,6 +16,8 @@ struct sfb__clock_metrics {
                            update was sent */
     double compute_s;   /* computing SFs this clock */
     double wait_s;      /* blocked on the SSP condition */
+    double budget_wait_s; /* of which while this rank's bandwidth budget held its sends */
+    uint64_t queued_bytes; /* data waiting to leave at the clock's end */
     double apply_s;     /* reconstructing updates into the replica */
     uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv;
     uint64_t data_msgs, data_bytes; /* data messages (bare SF frames and bundles,

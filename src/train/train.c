@@ -28,13 +28,6 @@
 #include <string.h>
 #include <time.h>
 
-static void sleep_s(double sec)
-{
-    if (sec <= 0) return;
-    struct timespec ts = {(time_t)sec, (long)((sec - floor(sec)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 /* Debug knobs: a random delay and one slowed rank, applied after the real
  * compute so the SSP machinery sees genuine stragglers. */
@@ -45,7 +38,7 @@ static void debug_delay(struct worker *w, double compute_s)
     if (s->debug_delay_ms > 0) extra += sfb__rng_uniform(&w->debug_rng) * s->debug_delay_ms * 1e-3;
     if (s->debug_slow_rank == (int)w->rank && s->debug_slow_factor > 1)
         extra += (s->debug_slow_factor - 1) * compute_s;
-    sleep_s(extra);
+    sfb__sleep(extra);
 }
 
 static int evaluate(struct worker *w, struct sfb_eval *ev)
@@ -152,6 +145,8 @@ static void account(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
     cm->data_bytes = now.data_bytes - prev->data_bytes;
     *prev = now;
     cm->wait_s = acct->wait_s;
+    cm->budget_wait_s = acct->budget_wait_s;
+    cm->queued_bytes = now.queued_bytes;
     cm->staleness = acct->staleness;
     cm->applied_early = acct->applied_early;
     cm->objective = loss / w->batch;
@@ -229,6 +224,9 @@ static int finish(struct worker *w, struct sfb__run_totals *rt, struct sfb_train
     res->wall = sfb__now() - rt->t_start;
     if ((ret = evaluate(w, ev))) return ret;
     res->peak_rss_bytes = sfb__peak_rss_bytes();
+    struct sfb_job_stats st;
+    sfb_job_stats(w->job, &st);
+    res->budget_held_s = st.budget_held_s - rt->first.budget_held_s;
     res->test_loss = ev->loss;
     res->test_accuracy = ev->accuracy;
     if (ev->n)
@@ -289,6 +287,8 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         struct sfb_job_clock acct = {0};
         double loss = 0;
         if ((ret = step(w, &rt, t, &cm, &acct, &loss))) return ret;
+        res->wait_s += acct.wait_s;
+        res->budget_wait_s += acct.budget_wait_s;
         account(w, &rt, t, &cm, &acct, &prev, loss);
         if ((ret = report_clock(w, &rt, t, &cm, progress, user, interval, res))) return ret;
     }

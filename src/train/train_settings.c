@@ -2,6 +2,7 @@
  * run's settings pass before anything starts (src/train/train.c runs the loop). */
 #include "config.h"
 #include <sfb/model.h>
+#include "sfb/parts.h"
 #include "sfb/sync.h"
 #include <sfb/topo.h>
 #include <sfb/train.h>
@@ -78,6 +79,12 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (s->progress && strcmp(s->progress, "auto") && strcmp(s->progress, "spin") &&
         strcmp(s->progress, "block"))
         return sfb__error(-EINVAL, "progress \"%s\" is not auto, spin or block", s->progress);
+    if (s->priority && sfb__priority_find(s->priority) < 0)
+        return sfb__error(-EINVAL, "priority \"%s\" is not %s", s->priority,
+                          sfb__priority_names());
+    if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
+        return sfb__error(-EINVAL, "bandwidth must be a positive number of bytes/s (or 0: "
+                          "none), not %g", s->bandwidth);
     if (!(s->lr >= 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
     if (!isfinite(s->lambda)) return sfb__error(-EINVAL, "lambda must be a number >= 0");

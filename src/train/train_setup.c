@@ -204,6 +204,7 @@ static int join(struct worker *w)
     js.provider = s->provider;
     js.peer_timeout_s = s->peer_timeout;
     js.progress = s->progress;
+    js.bandwidth = s->bandwidth;
     int ret = sfb_job_open(&w->job, &js);
     if (ret) return ret;
     w->rank = sfb_job_rank(w->job);
@@ -295,6 +296,7 @@ static int attach(struct worker *w)
     a.start_clock = w->start;
     a.link_gbps = s->link_gbps;
     a.latency_us = s->latency_us;
+    a.priority = s->priority;
     int auto_sync = sfb__sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */
