@@ -2,9 +2,11 @@
 #include "config.h"
 #include "sfb/parts.h"
 #include "src/base/common.h"
+#include "sfb/codec.h"
 #include "src/net/wire.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,4 +173,43 @@ void sfb__parts_free(struct sfb__parts *p)
     free(p->keyed);
     sfb_sf_free(&p->sub);
     memset(p, 0, sizeof *p);
+}
+
+/* Under a budget of R bytes/s, updates travel in parts of about R · 2.5 ms
+ * (4 KiB .. 1 MiB) and a relay's message carries at most R · 10 ms (the
+ * bucket's depth; at least one part), so the budget's 1-second windows stay
+ * within a few percent and a big part never holds a link long. Without a
+ * budget, a policy other than fifo still needs parts to order (16 KiB) and
+ * messages are not capped. */
+#define PART_S 0.0025
+#define MSG_S 0.01
+
+int sfb__parts_settings(const char *priority, double rate, uint32_t world, double peer_timeout_s,
+                        const struct sfb_matrix *mats, uint32_t n, uint32_t max_s, int *policy,
+                        size_t *part_bytes, size_t *msg_cap)
+{
+    int p = sfb__priority_find(priority ? priority : "fifo");
+    if (p < 0)
+        return sfb__error(-SFB_EUSAGE, "priority \"%s\": expected %s", priority,
+                          sfb__priority_names());
+    *policy = p;
+    *part_bytes = *msg_cap = 0;
+    if (rate > 0) {
+        double frame = 0; /* b (dense: s·rows floats) and the headers: a lower bound */
+        for (uint32_t m = 0; m < n; m++)
+            frame += SFB_WIRE_HDR_SIZE + SFB_SF_PREFIX + SFB_WIRE_PART_PREFIX +
+                     4.0 * max_s * mats[m].rows;
+        if (world > 1 && rate * peer_timeout_s < frame)
+            return sfb__error(-SFB_EUSAGE,
+                              "bandwidth budget of %.0f bytes/s: one clock's factors to one "
+                              "peer (at least %.0f bytes) would take %.1f s, longer than the "
+                              "peer timeout (%g s); give at least %.0f bytes/s (%.3g Mbit/s)",
+                              rate, frame, frame / rate, peer_timeout_s,
+                              ceil(frame / peer_timeout_s), 8 * frame / peer_timeout_s / 1e6);
+        *part_bytes = (size_t)fmin(fmax(rate * PART_S, 4096), 1 << 20);
+        *msg_cap = (size_t)fmax(rate * MSG_S, (double)*part_bytes);
+    } else if (p != SFB__PRIORITY_FIFO) {
+        *part_bytes = 16384;
+    }
+    return 0;
 }

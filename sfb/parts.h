@@ -59,4 +59,14 @@ const struct sfb_sf *sfb__parts_gather(struct sfb__parts *p, const struct sfb_sf
                                        float *priority);
 void sfb__parts_free(struct sfb__parts *p);
 
+/* How an engine of these matrices sends under a policy (NULL: fifo) and a
+ * budget of `rate` bytes/s (0: none): *policy, the parts' size
+ * (*part_bytes, 0: updates whole) and the largest message a relay forms
+ * (*msg_cap, 0: no cap). A budget that cannot carry the smallest frame of a
+ * clock (b and the headers) to one peer within the peer timeout is refused
+ * as a mistake. Returns 0 or -SFB_EUSAGE naming the value. */
+int sfb__parts_settings(const char *priority, double rate, uint32_t world, double peer_timeout_s,
+                        const struct sfb_matrix *mats, uint32_t n, uint32_t max_s, int *policy,
+                        size_t *part_bytes, size_t *msg_cap);
+
 #endif

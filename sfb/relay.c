@@ -95,8 +95,62 @@ static void order_queue(const struct sfb__relay *r, struct link *l)
     }
 }
 
+/* Marks (take) what the next message on l carries: the sendable frames in
+ * queue order up to msg_cap bytes (the first always). Returns how many;
+ * *total their bytes, *first the first's index, *more whether a sendable
+ * frame had to stay. */
+static size_t pick(struct sfb__relay *r, struct link *l, size_t *total, size_t *first, int *more)
+{
+    size_t n = 0;
+    *total = 0;
+    *first = SIZE_MAX;
+    *more = 0;
+    for (size_t i = 0; i < l->n; i++) l->q[i].take = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        struct slice *q = &l->q[i];
+        if (!sendable(r, q)) continue;
+        if (n && *total + q->len > r->msg_cap) {
+            *more = 1;
+            break;
+        }
+        q->take = 1;
+        if (*first == SIZE_MAX) *first = i;
+        n++;
+        *total += q->len;
+    }
+    return n;
+}
+
+/* The taken frames, copied into one pooled buffer behind a fresh BUNDLE
+ * header, to l->dst; *sent: the buffer (the transport holds its own
+ * reference). Returns as sfb__comm_send, or -ENOMEM-like from the pool. */
+static int send_bundle(struct sfb__relay *r, struct link *l, size_t total,
+                       struct sfb__buf **sent)
+{
+    int ret = sfb__comm_buf_get(r->c, total, sent);
+    if (ret) {
+        SFB_LOG_W("relay: no buffer of %zu bytes for a bundle: %s", total, sfb_strerror(ret));
+        return -EAGAIN;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->q[i].take) {
+            memcpy((*sent)->data + at, l->q[i].buf->data + l->q[i].off, l->q[i].len);
+            at += l->q[i].len;
+        }
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_BUNDLE, .origin = r->me, .sender = r->me,
+                             .payload_len = total};
+    struct sfb__wire_piece piece = {(*sent)->data, total};
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+    ret = sfb__comm_header(r->c, &h, &piece, 1, hdr);
+    if (!ret) ret = sfb__comm_send(r->c, l->dst, hdr, sizeof hdr, *sent, 0, total, 0);
+    sfb__buf_put(*sent);
+    return ret;
+}
+
 /* Loop thread: if link k is free, sends what is sendable on it as one
- * message (up to msg_cap bytes; returns 1 when more is left). In clock mode
+ * message (a lone frame bare, several as a bundle; up to msg_cap bytes);
+ * returns 1 when more is left. In clock mode
  * the boundary itself is the coalescing unit: what a boundary releases
  * leaves at once, one message per link (more only past msg_cap), even while
  * an earlier message is still in flight (so a slow completion cannot merge
@@ -104,61 +158,20 @@ static void order_queue(const struct sfb__relay *r, struct link *l)
 static int kick_one(struct sfb__relay *r, uint32_t k)
 {
     struct link *l = &r->links[k];
-    int more = 0;
     if ((l->busy && !r->flush_clock) || l->n == 0) return 0;
     if (r->priority) order_queue(r, l);
-    /* what goes: the sendable frames in queue order, up to msg_cap bytes
-     * (the first always) */
-    size_t n = 0, total = 0, first = SIZE_MAX;
-    for (size_t i = 0; i < l->n; i++) l->q[i].take = 0;
-    for (size_t i = 0; i < l->n; i++) {
-        struct slice *q = &l->q[i];
-        if (!sendable(r, q)) continue;
-        if (n && total + q->len > r->msg_cap) {
-            more = 1;
-            break;
-        }
-        q->take = 1;
-        if (first == SIZE_MAX) first = i;
-        n++;
-        total += q->len;
-    }
+    size_t total, first;
+    int more;
+    size_t n = pick(r, l, &total, &first, &more);
     if (n == 0) return 0;
     /* the budget: nothing leaves while it is spent (its timer kicks again) */
     if (sfb__comm_budget_wait(r->c, 1) > 0) {
         r->stalled = 1;
         return 0;
     }
-    struct sfb__buf *sent;
-    int ret;
-    uint64_t wire;
-    if (n == 1) {
-        struct slice *s = &l->q[first];
-        sent = s->buf;
-        ret = sfb__comm_send(r->c, l->dst, NULL, 0, s->buf, s->off, s->len, 0);
-        wire = s->len;
-    } else {
-        ret = sfb__comm_buf_get(r->c, total, &sent);
-        if (ret) {
-            SFB_LOG_W("relay: no buffer of %zu bytes for a bundle: %s", total, sfb_strerror(ret));
-            r->stalled = 1;
-            return 0;
-        }
-        size_t at = 0;
-        for (size_t i = 0; i < l->n; i++)
-            if (l->q[i].take) {
-                memcpy(sent->data + at, l->q[i].buf->data + l->q[i].off, l->q[i].len);
-                at += l->q[i].len;
-            }
-        struct sfb__wire_hdr h = {.type = SFB_WIRE_BUNDLE, .origin = r->me, .sender = r->me,
-                                 .payload_len = total};
-        struct sfb__wire_piece piece = {sent->data, total};
-        uint8_t hdr[SFB_WIRE_HDR_SIZE];
-        ret = sfb__comm_header(r->c, &h, &piece, 1, hdr);
-        if (!ret) ret = sfb__comm_send(r->c, l->dst, hdr, sizeof hdr, sent, 0, total, 0);
-        sfb__buf_put(sent); /* the transport holds its own reference */
-        wire = total + SFB_WIRE_HDR_SIZE;
-    }
+    struct sfb__buf *sent = l->q[first].buf;
+    int ret = n == 1 ? sfb__comm_send(r->c, l->dst, NULL, 0, sent, l->q[first].off, total, 0)
+                     : send_bundle(r, l, total, &sent);
     if (ret == -EAGAIN) {
         r->stalled = 1;
         return 0;
@@ -171,7 +184,7 @@ static int kick_one(struct sfb__relay *r, uint32_t k)
         l->busy = !r->flush_clock;
         l->inflight = sent;
         add(&r->msgs, 1);
-        add(&r->bytes, wire);
+        add(&r->bytes, total + (n > 1 ? SFB_WIRE_HDR_SIZE : 0));
         if (n >= 2) add(&r->bundles, 1);
     }
     size_t keep = 0;

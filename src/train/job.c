@@ -264,45 +264,6 @@ static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
     return &sfb__permatrix_ops;
 }
 
-/* Managed communication (docs/design.md): under a budget of R bytes/s,
- * updates travel in parts of about R · 2.5 ms (4 KiB .. 1 MiB) and a relay's
- * message carries at most R · 10 ms (the bucket's depth; at least one
- * part), so the budget's 1-second windows stay within a few percent and a
- * big part never blocks a link for long. Without a budget, a policy other
- * than fifo still needs parts to order (16 KiB) and messages are not
- * capped. And the smallest frame of a clock must fit through the budget
- * within the peer timeout: a slower budget is surely a mistake. */
-#define PART_S 0.0025
-#define MSG_S 0.01
-static int managed(const struct sfb_job *job, const struct sfb_job_attach *a,
-                   struct sfb__sync_env *env)
-{
-    int p = sfb__priority_find(a->priority ? a->priority : "fifo");
-    if (p < 0)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: priority \"%s\": expected %s",
-                          a->priority, sfb__priority_names());
-    env->priority = p;
-    double rate = sfb__comm_budget_rate(job->comm);
-    if (rate > 0) {
-        double frame = 0; /* b (dense, s·rows floats) with the headers: a lower bound */
-        for (uint32_t m = 0; m < a->n; m++)
-            frame += SFB_WIRE_HDR_SIZE + 16 + 4.0 * a->max_s * a->mats[m].rows;
-        if (sfb__comm_world(job->comm) > 1 && rate * job->peer_timeout_s < frame)
-            return sfb__error(-SFB_EUSAGE,
-                              "bandwidth budget of %.0f bytes/s: one clock's factors to one "
-                              "peer (at least %.0f bytes) would take %.1f s, longer than the "
-                              "peer timeout (%g s); give at least %.0f bytes/s (%.3g Mbit/s)",
-                              rate, frame, frame / rate, job->peer_timeout_s,
-                              ceil(frame / job->peer_timeout_s),
-                              8 * frame / job->peer_timeout_s / 1e6);
-        env->part_bytes = (size_t)fmin(fmax(rate * PART_S, 4096), 1 << 20);
-        env->msg_cap = (size_t)fmax(rate * MSG_S, (double)env->part_bytes);
-    } else if (p != SFB__PRIORITY_FIFO) {
-        env->part_bytes = 16384;
-    }
-    return 0;
-}
-
 static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     const struct sfb__sync_ops *engine = job_engine(job);
@@ -321,7 +282,9 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .start_clock = a->start_clock,
         .engine_of = job->engine_of,
     };
-    int ret = managed(job, a, &env);
+    int ret = sfb__parts_settings(a->priority, sfb__comm_budget_rate(job->comm),
+                                  sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
+                                  a->max_s, &env.priority, &env.part_bytes, &env.msg_cap);
     if (!ret) ret = engine->open(job->engine_priv, &env);
     if (ret) {
         free(job->engine_priv);

@@ -69,13 +69,9 @@ double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t
     }
 }
 
-int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
+/* How the workers talk: progress, bandwidth budget, priority. */
+static int check_network(const struct sfb_train_settings *s)
 {
-    if (!s) return sfb__error(-EINVAL, "no settings");
-    if (!s->model || !sfb_model_find(s->model))
-        return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
-                          sfb_model_names());
-    if (!s->data) return sfb__error(-EINVAL, "no data given");
     if (s->progress && strcmp(s->progress, "auto") && strcmp(s->progress, "spin") &&
         strcmp(s->progress, "block"))
         return sfb__error(-EINVAL, "progress \"%s\" is not auto, spin or block", s->progress);
@@ -85,6 +81,18 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
         return sfb__error(-EINVAL, "bandwidth must be a positive number of bytes/s (or 0: "
                           "none), not %g", s->bandwidth);
+    return 0;
+}
+
+int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
+{
+    if (!s) return sfb__error(-EINVAL, "no settings");
+    if (!s->model || !sfb_model_find(s->model))
+        return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
+                          sfb_model_names());
+    if (!s->data) return sfb__error(-EINVAL, "no data given");
+    int ret = check_network(s);
+    if (ret) return ret;
     if (!(s->lr >= 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
     if (!isfinite(s->lambda)) return sfb__error(-EINVAL, "lambda must be a number >= 0");
@@ -137,7 +145,7 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
                           (long long)s->staleness);
     if (world > 1 && overlay) {
         struct sfb_topo *t = NULL;
-        int ret = sfb_topo_open(&t, topo, world, s->degree);
+        ret = sfb_topo_open(&t, topo, world, s->degree);
         if (ret) return ret;
         uint32_t diam = sfb_topo_diameter(t);
         sfb_topo_close(&t);

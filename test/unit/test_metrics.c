@@ -120,6 +120,8 @@ static int test_clock_and_event_lines(void)
                                    .t_publish = 100.75,
                                    .compute_s = 0.125,
                                    .wait_s = 0.25,
+                                   .budget_wait_s = 0.125,
+                                   .queued_bytes = 65536,
                                    .apply_s = 0.0625,
                                    .bytes_sent = 123456789012ull,
                                    .bytes_recv = 42,
@@ -151,6 +153,8 @@ static int test_clock_and_event_lines(void)
     ASSERT_NUM(&o, "t_publish", 100.75);
     ASSERT_NUM(&o, "compute_s", 0.125);
     ASSERT_NUM(&o, "wait_s", 0.25);
+    ASSERT_NUM(&o, "budget_wait_s", 0.125);
+    ASSERT_NUM(&o, "queued_bytes", 65536);
     ASSERT_NUM(&o, "apply_s", 0.0625);
     ASSERT_NUM(&o, "bytes_sent", 123456789012.0);
     ASSERT_NUM(&o, "bytes_recv", 42);
@@ -164,7 +168,7 @@ static int test_clock_and_event_lines(void)
     ASSERT_NUM(&o, "lr", 0.01);
     ASSERT(get(&o, "objective") && get(&o, "objective")->type == '0');
     ASSERT(get(&o, "samples_per_s") && get(&o, "samples_per_s")->type == '0');
-    ASSERT_EQ(o.n, 21); /* nothing else, nothing twice */
+    ASSERT_EQ(o.n, 23); /* nothing else, nothing twice */
     ASSERT(fgets(line, sizeof line, f));
     ASSERT_EQ(parse_line(line, &o), 0);
     ASSERT(get(&o, "event") && !strcmp(get(&o, "event")->str, "eval"));
