@@ -179,7 +179,7 @@ int cli_run(int argc, char **argv)
         cli_error(r, "job failed");
         /* interrupted: the shell's convention for a death by that signal */
         int sig = sfb_launch_stop_signal();
-        return sig ? 128 + sig : 1;
+        return sig ? 128 + sig : sfb_launch_failed_exit() == 2 ? 2 : 1;
     }
     return 0;
 }

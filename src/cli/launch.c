@@ -44,8 +44,8 @@ static void launch_help(FILE *f)
     fprintf(f,
             "\n"
             "exit status: 0 when every copy exited 0; 1 naming the first failed copy\n"
-            "(\"rank 2 exited with status 1; pid 12345\"); 128+N when signal N stopped\n"
-            "the job; 2 for a usage error.\n"
+            "(\"rank 2 exited with status 1; pid 12345\"), 2 when that copy exited 2\n"
+            "(a usage error); 128+N when signal N stopped the job; 2 for a usage error.\n"
             "\n"
             "example:\n"
             "  sfb launch -n 4 -- python3 examples/mlr_numpy.py --epochs 5\n");
@@ -95,7 +95,7 @@ int cli_launch(int argc, char **argv)
         cli_error(r, "launch failed");
         /* interrupted: the shell's convention for a death by that signal */
         int sig = sfb_launch_stop_signal();
-        return sig ? 128 + sig : 1;
+        return sig ? 128 + sig : sfb_launch_failed_exit() == 2 ? 2 : 1;
     }
     return 0;
 }

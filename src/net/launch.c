@@ -275,6 +275,7 @@ static const char *sig_name(char buf[32], int sig)
 
 /* What stopped the job of the latest sfb__launch_local (main thread). */
 static int stop_signal;
+static int failed_exit; /* the first failed copy's exit status, if it exited */
 
 static int describe_failure(const struct launcher *L)
 {
@@ -461,6 +462,9 @@ static int outcome(const struct launcher *L, const struct sfb__launch_settings *
     char name[32];
     if (!r && L->failed_rank >= 0) r = describe_failure(L);
     stop_signal = L->abort_sig; /* also when a worker's failure came first */
+    failed_exit = L->failed_rank >= 0 && WIFEXITED(L->failed_status)
+                      ? WEXITSTATUS(L->failed_status)
+                      : 0;
     if (!r && L->abort_sig)
         r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L->abort_sig,
                        sig_name(name, L->abort_sig));
@@ -486,7 +490,7 @@ static void restore_mask(const sigset_t *oldmask)
 int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
 {
     struct sfb__launch_settings def;
-    stop_signal = 0;
+    stop_signal = failed_exit = 0;
     if (!s) {
         sfb__launch_default_settings(&def);
         s = &def;
@@ -574,6 +578,11 @@ int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char
         preinit_fabric(); /* once here instead of once per worker */
     }
     return sfb__launch_local(nprocs, argv, &s);
+}
+
+int sfb_launch_failed_exit(void)
+{
+    return failed_exit;
 }
 
 int sfb_launch_stop_signal(void)

@@ -31,7 +31,9 @@ double sfb__pace_delay(struct sfb__pace *p, double now)
 {
     pthread_mutex_lock(&p->mu);
     refill(p, now);
-    double wait = p->tokens >= 0 ? 0 : -p->tokens / p->rate;
+    /* under half a byte owed counts as paid: the rounding of refill must
+     * not leave a caller waiting for nanoseconds that never come */
+    double wait = p->tokens >= -0.5 ? 0 : -p->tokens / p->rate;
     if (wait > 0 && !p->held) {
         p->held = 1;
         p->held_since = now;
