@@ -34,6 +34,8 @@ struct eng_cfg {
     int slow_rank; /* -1: none; else this rank yields slow_yields times per clock */
     int slow_yields;
     int check_each_wait; /* s = 0: after every wait the replica equals the reference */
+    int priority;        /* managed communication (sfb/parts.h): the policy, */
+    size_t part_bytes, msg_cap; /* the parts' size and the relay's message cap */
 };
 
 struct eng_rank {
@@ -118,7 +120,10 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
                                 .staleness = cfg->staleness,
                                 .topology = cfg->topology,
                                 .degree = cfg->degree,
-                                .flush_clock = cfg->flush_clock};
+                                .flush_clock = cfg->flush_clock,
+                                .priority = cfg->priority,
+                                .part_bytes = cfg->part_bytes,
+                                .msg_cap = cfg->msg_cap};
     void *priv = calloc(1, cfg->ops->priv_size);
     if (!priv) return -ENOMEM;
     int ret = cfg->ops->open(priv, &env);

@@ -3,6 +3,7 @@
 #include "src/net/wire.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static const struct sfb__wire_shape shapes[] = {{10, 784}, {3, 4}};
@@ -139,6 +140,77 @@ static int expect_reject(const struct sfb__wire_hdr *h, size_t len_delta, int co
     ASSERT_EQ(rej(r), before + 1);
     ASSERT_STR_CONTAINS(sfb_last_error(), "from rank 3");
     ASSERT_STR_CONTAINS(sfb_last_error(), sfb__wire_reason_name(r));
+    return 0;
+}
+
+/* A part (flag bit 2): the payload is 8 prefix bytes longer; the prefix
+ * is read back, validated after the checksum, and the flag is refused on
+ * frames that are not SF. */
+static int part_frame(uint8_t *out, uint32_t index, uint32_t count, float prio, uint8_t flags,
+                      uint8_t type, size_t *len)
+{
+    struct sfb__wire_hdr h;
+    memset(&h, 0, sizeof h);
+    h.type = type;
+    h.flags = flags;
+    h.job_key = job.job_key;
+    h.origin = 1;
+    h.sender = 1;
+    h.clock = 5;
+    if (type == SFB_WIRE_SF) {
+        h.matrix = 1;
+        h.k = 3;
+        h.d = 4;
+        h.s = 2;
+    }
+    h.payload_len = 72;
+    struct sfb__wire_part part = {index, count, prio};
+    sfb__wire_put_part(out + SFB_WIRE_HDR_SIZE, &part);
+    for (int i = 8; i < 72; i++) out[SFB_WIRE_HDR_SIZE + i] = (uint8_t)i;
+    struct sfb__wire_piece pl = {out + SFB_WIRE_HDR_SIZE, 72};
+    *len = SFB_WIRE_HDR_SIZE + 72;
+    return sfb__wire_encode(&h, &pl, 1, out);
+}
+
+static int test_parts(void)
+{
+    uint8_t buf[SFB_WIRE_HDR_SIZE + 72];
+    size_t n;
+    struct sfb__wire_hdr d;
+    const uint8_t *pl;
+    ASSERT_OK(part_frame(buf, 3, 7, 2.5f, SFB_WIRE_F_PART, SFB_WIRE_SF, &n));
+    ASSERT_OK(sfb__wire_decode(&job, buf, n, 1, &d, &pl));
+    struct sfb__wire_part part;
+    sfb__wire_part(&d, pl, &part);
+    ASSERT(part.index == 3 && part.count == 7 && part.priority == 2.5f);
+    uint64_t sf_len;
+    const uint8_t *sf = sfb__wire_sf_payload(&d, pl, &sf_len);
+    ASSERT(sf == pl + SFB_WIRE_PART_PREFIX && sf_len == 64);
+    /* the same payload without the flag is 8 bytes too long */
+    ASSERT_OK(part_frame(buf, 3, 7, 2.5f, 0, SFB_WIRE_SF, &n));
+    ASSERT_EQ(sfb__wire_decode(&job, buf, n, 1, &d, &pl), -EMSGSIZE);
+    /* a frame that is not a part reads as part 0 of 1 */
+    size_t m = make_sf(frame, &d);
+    ASSERT_OK(sfb__wire_decode(&job, frame, m, 1, &d, &pl));
+    sfb__wire_part(&d, pl, &part);
+    ASSERT(part.index == 0 && part.count == 1 && part.priority == 0);
+    /* bad prefixes: index >= count, count 0 or > 64, priority NaN or < 0 */
+    const struct {
+        uint32_t index, count;
+        float prio;
+    } bad[] = {{7, 7, 1}, {0, 0, 1}, {0, 65, 1}, {0, 2, NAN}, {0, 2, -1}, {0, 2, INFINITY}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_OK(part_frame(buf, bad[i].index, bad[i].count, bad[i].prio, SFB_WIRE_F_PART,
+                             SFB_WIRE_SF, &n));
+        uint64_t before = rej(SFB_WIRE_R_SHAPE);
+        ASSERT_EQ(sfb__wire_decode(&job, buf, n, 1, &d, &pl), -SFB_ESHAPE);
+        ASSERT_EQ(rej(SFB_WIRE_R_SHAPE), before + 1);
+    }
+    ASSERT_OK(part_frame(buf, 63, 64, 0, SFB_WIRE_F_PART, SFB_WIRE_SF, &n));
+    ASSERT_OK(sfb__wire_decode(&job, buf, n, 1, &d, &pl));
+    /* only SF frames have parts */
+    ASSERT_OK(part_frame(buf, 0, 2, 1, SFB_WIRE_F_PART, SFB_WIRE_DATA, &n));
+    ASSERT_EQ(sfb__wire_decode(&job, buf, n, 1, &d, &pl), -SFB_ESHAPE);
     return 0;
 }
 
@@ -321,6 +393,7 @@ static const struct test_case tests[] = {
     {"roundtrip", test_roundtrip},
     {"control_and_data", test_control_and_data},
     {"rejects", test_rejects},
+    {"parts", test_parts},
     {"bundle", test_bundle},
     {"random_corruption", test_random_corruption},
 };
