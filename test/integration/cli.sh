@@ -174,6 +174,23 @@ run "$SFB" topo --nodes 4 --topology ring
 check topo-topology-bad '[ $rc = 2 ] && [[ "$out" == *"--topology: unknown '"'ring'"' (full, halton, halton-classic)"* ]]'
 run "$SFB" topo --help
 check topo-help '[ $rc = 0 ] && [[ "$out" == *"  --link-gbps G          egress bandwidth"* ]] && [[ "$out" == *"Model: each node"* ]]'
+# Managed communication (issue 17): a budget is a rate with its unit,
+# positive; one too small for a clock's frame within the peer timeout is a
+# usage error the workers find (exit 2 from sfb run too); --priority names
+# its policies.
+run "$SFB" run --bandwidth 0
+check bandwidth-zero '[ $rc = 2 ] && [[ "$out" == *"--bandwidth: \"0\" is not a positive rate"* ]]'
+run "$SFB" run --bandwidth 5furlongs
+check bandwidth-unit '[ $rc = 2 ] && [[ "$out" == *"--bandwidth: \"5furlongs\" is not a rate such as 200mbit, 1gbit or 25MB/s"* ]]'
+run "$SFB" run --bandwidth 200mbps
+check bandwidth-ambiguous '[ $rc = 2 ] && [[ "$out" == *"write 200mbit or 25MB/s"* ]]'
+run "$SFB" run --priority largest
+check priority-bad '[ $rc = 2 ] && [[ "$out" == *"--priority: \"largest\" is not fifo, magnitude or relative"* ]]'
+run timeout 60 "$SFB" run -n 2 --bandwidth 100bit --data "$sd" --clocks 2 --out-dir "$tmp/bw" -q
+check bandwidth-below-frame '[ $rc = 2 ] && [[ "$out" == *"one clock'"'"'s factors to one peer"* ]] && [[ "$out" == *"longer than the peer timeout"* ]]'
+run timeout 60 "$SFB" run -n 2 --bandwidth 2mbit --priority magnitude --data "$sd" --clocks 4 --out-dir "$tmp/bwok" -q
+check bandwidth-ok '[ $rc = 0 ] && [[ "$out" == *"bandwidth budget 2 Mbit/s per worker"* ]]'
+
 # The workers `sfb run` forks get its options as the parser read them, so
 # -n inside a cluster of short options does not reach them (it did: "sfb
 # worker: unknown option -n").
