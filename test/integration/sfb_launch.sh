@@ -72,10 +72,13 @@ if ! "$PY" --check; then
   [ $fails = 0 ]; exit
 fi
 
-# 5. a Python job: exact sums on every rank, BSP and SSP, both engines
-for cfg in "sfb 0" "sfb 2" "fms 0"; do
+# 5. a Python job: exact sums on every rank, BSP and SSP, both engines, and
+# under a bandwidth budget with a priority (the job API's managed settings)
+for cfg in "sfb 0" "sfb 2" "fms 0" "sfb 2 20000 magnitude"; do
   set -- $cfg
-  timeout 60 "$SFB" launch -n 3 -- "$PY" "$JOB" --clocks 10 --engine $1 --staleness $2 >"$tmp/j.out" 2>&1; rc=$?
+  managed=()
+  [ $# -gt 2 ] && managed=(--bandwidth "$3" --priority "$4")
+  timeout 60 "$SFB" launch -n 3 -- "$PY" "$JOB" --clocks 10 --engine $1 --staleness $2 "${managed[@]}" >"$tmp/j.out" 2>&1; rc=$?
   check "python $cfg: exit 0 (rc=$rc)" "[ $rc = 0 ]"
   check "python $cfg: 3 ranks exact" "[ \$(grep -c 'ok: A = 60 everywhere (want 60)' '$tmp/j.out') = 3 ]"
   [ $rc = 0 ] || cat "$tmp/j.out"

@@ -17,6 +17,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--clocks", type=int, default=20)
 ap.add_argument("--staleness", type=int, default=0)
 ap.add_argument("--engine", default="sfb")
+ap.add_argument("--bandwidth", type=float, default=0, help="egress budget, bytes/s")
+ap.add_argument("--priority", default=None)
 ap.add_argument("--fail-rank", type=int, default=-1)
 ap.add_argument("--fail-clock", type=int, default=-1)
 ap.add_argument("--rank", type=int, default=None, help="explicit rendezvous: this rank")
@@ -27,9 +29,10 @@ args = ap.parse_args()
 print("pid=%d" % os.getpid(), flush=True)
 try:
     with sfb.Job(rank=args.rank, world=args.world, rendezvous=args.rendezvous,
-                 peer_timeout_s=3) as job:
+                 peer_timeout_s=3, bandwidth=args.bandwidth) as job:
         A = np.zeros((3, 4), np.float32)
-        job.attach([A], max_s=2, engine=args.engine, staleness=args.staleness)
+        job.attach([A], max_s=2, engine=args.engine, staleness=args.staleness,
+                   priority=args.priority)
         b = np.full((2, 3), job.rank + 1, np.float32)
         c = np.full((2, 4), 0.5, np.float32)
         for t in range(args.clocks):
