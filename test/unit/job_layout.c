@@ -13,6 +13,7 @@ int main(void)
     SIZE(sfb_job_settings);
     OFF(sfb_job_settings, rendezvous);
     OFF(sfb_job_settings, heartbeat_s);
+    OFF(sfb_job_settings, bandwidth);
     OFF(sfb_job_settings, reserved);
     SIZE(sfb_matrix);
     OFF(sfb_matrix, data);
@@ -24,6 +25,7 @@ int main(void)
     OFF(sfb_job_attach, start_clock);
     OFF(sfb_job_attach, link_gbps);
     OFF(sfb_job_attach, sf_bytes);
+    OFF(sfb_job_attach, priority);
     OFF(sfb_job_attach, reserved);
     SIZE(sfb_sf);
     OFF(sfb_sf, clock);
@@ -33,7 +35,10 @@ int main(void)
     OFF(sfb_sf, nz_cap);
     SIZE(sfb_job_clock);
     OFF(sfb_job_clock, min_applied);
+    OFF(sfb_job_clock, budget_wait_s);
     SIZE(sfb_job_stats);
     OFF(sfb_job_stats, rejected_frames);
+    OFF(sfb_job_stats, queued_bytes);
+    OFF(sfb_job_stats, budget_held_s);
     return 0;
 }
