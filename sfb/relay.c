@@ -18,12 +18,20 @@ struct slice {
     int take;      /* kick: goes in this message */
 };
 
+/* Messages in flight per link: one without a budget (what waits meanwhile
+ * coalesces into the next message); under a budget messages are capped,
+ * and a few in flight keep the link busy while a slow receiver completes
+ * the last one. */
+#define LINK_WINDOW 4
+
 struct link {
     uint32_t dst;
     struct slice *q;
     size_t n, cap;
-    int busy;                     /* a send of ours to dst is in flight */
-    const struct sfb__buf *inflight; /* its buffer, to recognise the completion */
+    /* eager: our sends to dst in flight (their buffers, to recognise the
+     * completions); the link is busy at the relay's window */
+    uint32_t nflight;
+    const struct sfb__buf *flight[LINK_WINDOW];
 };
 
 /* Per origin: which updates (unit = clock · nmat + slot, where slot is the
@@ -56,6 +64,7 @@ struct sfb__relay {
     int stalled;                  /* a send got -EAGAIN or the budget refused: retry */
     int priority;                 /* enum sfb__priority (sfb/parts.h) */
     size_t msg_cap;               /* largest message (SIZE_MAX: no cap) */
+    uint32_t window;              /* messages in flight per link (eager) */
     uint32_t turn;                /* the link kick_all serves first */
     uint64_t seq;                 /* slices queued so far */
     _Atomic uint64_t queued;      /* bytes waiting on the links */
@@ -158,7 +167,7 @@ static int send_bundle(struct sfb__relay *r, struct link *l, size_t total,
 static int kick_one(struct sfb__relay *r, uint32_t k)
 {
     struct link *l = &r->links[k];
-    if ((l->busy && !r->flush_clock) || l->n == 0) return 0;
+    if ((l->nflight >= r->window && !r->flush_clock) || l->n == 0) return 0;
     if (r->priority) order_queue(r, l);
     size_t total, first;
     int more;
@@ -181,8 +190,7 @@ static int kick_one(struct sfb__relay *r, uint32_t k)
          * the failure to the compute thread; the frames are dropped. */
         SFB_LOG_W("relay: send to rank %u failed: %s", l->dst, sfb_strerror(ret));
     } else {
-        l->busy = !r->flush_clock;
-        l->inflight = sent;
+        if (!r->flush_clock) l->flight[l->nflight++] = sent;
         add(&r->msgs, 1);
         add(&r->bytes, total + (n > 1 ? SFB_WIRE_HDR_SIZE : 0));
         if (n >= 2) add(&r->bundles, 1);
@@ -325,9 +333,11 @@ static void on_sent(void *user, uint32_t dst, const struct sfb__buf *buf, int fa
         return;
     }
     uint32_t k = sfb_topo_link_index(r->topo, r->me, dst);
-    if (k < r->Q && r->links[k].busy && r->links[k].inflight == buf) {
-        r->links[k].busy = 0;
-        r->links[k].inflight = NULL;
+    struct link *l = k < r->Q ? &r->links[k] : NULL;
+    uint32_t i = 0;
+    while (l && i < l->nflight && l->flight[i] != buf) i++;
+    if (l && i < l->nflight) {
+        l->flight[i] = l->flight[--l->nflight];
         kick(r, k);
     }
     if (r->stalled) kick_all(r);
@@ -360,6 +370,7 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
     r->flush_clock = flush_clock;
     r->priority = s->priority;
     r->msg_cap = s->msg_cap ? s->msg_cap : SIZE_MAX;
+    r->window = s->msg_cap ? LINK_WINDOW : 1;
     r->released = flush_clock ? start_clock - 1 : INT64_MAX;
     int ret = sfb_topo_open(&r->topo, topology ? topology : "full", sfb__comm_world(c), degree);
     if (ret) goto fail;
