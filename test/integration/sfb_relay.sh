@@ -31,9 +31,12 @@ for r in range(P):
         print(f"rank {r}: applied per origin {got}, want {want}"); bad += 1
 sys.exit(1 if bad else 0)
 PY
-  for ((r = 1; r < P; r++)); do
-    "$DIFF" "$d/m.0.sfb" "$d/m.$r.sfb" 1e-6 >/dev/null || { echo "P=$P $topo: replica $r differs"; ok=0; }
-  done
+  # every replica against rank 0's, in one model_diff (one line per replica)
+  local reps=() out
+  for ((r = 1; r < P; r++)); do reps+=("$d/m.$r.sfb"); done
+  if ! out=$("$DIFF" "$d/m.0.sfb" "${reps[@]}" 1e-6 2>&1); then
+    echo "P=$P $topo: a replica differs from rank 0's:"; printf '%s\n' "$out"; ok=0
+  fi
   rm -rf "$d"
   [ $ok = 1 ]
 }

@@ -451,15 +451,27 @@ static int throughput(void)
     const char *path = tu_path("big.svm");
     FILE *f = fopen(path, "w");
     ASSERT(f != NULL);
+    /* The file is written from the 256 value spellings and D index prefixes
+     * formatted once: the same bytes as a printf per pair, without 4 million
+     * printf calls (70 s of the test under valgrind). */
+    static char val[256][16], idx[D][8];
+    for (int v = 0; v < 256; v++) snprintf(val[v], sizeof val[v], "%.6g", v / 255.0);
+    for (int j = 0; j < D; j++) snprintf(idx[j], sizeof idx[j], " %d:", j + 1);
+    static char line[D * 24 + 8];
     uint64_t x = 1;
     for (int i = 0; i < N; i++) {
-        fprintf(f, "%d", i % 10);
+        size_t len = (size_t)snprintf(line, sizeof line, "%d", i % 10);
         for (int j = 0; j < D; j++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             if ((x >> 60) < 8) continue;
-            fprintf(f, " %d:%.6g", j + 1, (double)((x >> 33) % 256) / 255.0);
+            const char *v = val[(x >> 33) % 256];
+            size_t li = strlen(idx[j]), lv = strlen(v);
+            memcpy(line + len, idx[j], li);
+            memcpy(line + len + li, v, lv);
+            len += li + lv;
         }
-        fputc('\n', f);
+        line[len++] = '\n';
+        ASSERT_EQ(fwrite(line, 1, len, f), len);
     }
     long bytes = ftell(f);
     ASSERT_EQ(fclose(f), 0);
