@@ -10,8 +10,8 @@
  *
  * Per out-link coalescing: each out-link has one pending queue and at most
  * one send in flight (tracked with the transport's send-completion hook;
- * under a bandwidth budget, messages are capped and up to four may be in
- * flight, so a receiver slow to complete one does not idle the link).
+ * under a bandwidth budget, messages are capped and two may be in flight,
+ * so a receiver slow to complete one does not idle the link).
  * When the link is free, everything sendable on it leaves as one message: a
  * lone frame bare, two or more copied into one pooled buffer behind a fresh
  * BUNDLE header (the transport takes one header and one buffer slice; the

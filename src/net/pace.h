@@ -7,8 +7,9 @@
  * when it does, so a message larger than the balance is sent and owed: the
  * long-run rate is exactly `rate`, and over any window of T seconds a
  * worker sends at most burst + rate·T + one message. Callers keep their
- * messages small against rate · 1 s (sfb/relay.c caps a message at what
- * 10 ms of budget carries) so that even 1-second windows stay close.
+ * messages small against rate · 1 s (the relay caps a message at what
+ * 2.5 ms of budget carries, sfb/parts.c) so that even 1-second windows stay
+ * close.
  *
  * The bucket also measures how long it held senders back: from the first
  * refusal until the next message goes, the worker was "held" by its

@@ -4,7 +4,9 @@
 #    max difference <= 1e-4), the parameters of one worker of batch 4S that
 #    reads the same samples in the same order with the same step rule (the
 #    union of the 4 workers' shard batches: SFB_DEBUG_SAMPLE_AS=4).
-#  * every replica ends identical (<= 1e-6).
+#  * every replica ends identical (<= 1e-5: every update applied everywhere,
+#    but in groups that depend on arrival, so rounding differs; measured up
+#    to 1.13e-6 over halton; a lost or doubled update is a step, >> 1e-5).
 #  * CSR and dense feature storage (so CSR and dense c on the wire) give the
 #    same parameters.
 # Usage: sfb_bsp.sh SFB MODEL_DIFF [TOPOLOGY]
@@ -23,7 +25,7 @@ SFB_DEBUG_SAMPLE_AS=4 timeout 100 "$SFB" run -n 1 --batch 32 "${common[@]}" --mo
   --out-dir "$tmp/o1" --data-layout sparse >/dev/null 2>"$tmp/err1" \
   || { echo "FAIL: P=1 run"; cat "$tmp/err1"; exit 1; }
 check "$DIFF" "$tmp/p4.0.sfb" "$tmp/p1.sfb" 1e-4
-for r in 1 2 3; do check "$DIFF" "$tmp/p4.0.sfb" "$tmp/p4.$r.sfb" 1e-6; done
+for r in 1 2 3; do check "$DIFF" "$tmp/p4.0.sfb" "$tmp/p4.$r.sfb" 1e-5; done
 
 # the same job with dense storage: dense c on the wire, dense GEMMs
 timeout 100 "$SFB" run -n 4 --batch 8 --staleness 0 --topology "$topo" "${common[@]}" \

@@ -3,7 +3,8 @@
 # (and the topology given as $3, default full). The metrics of every worker
 # must show the SSP guarantee at every clock (ssp_check.py).
 # With MODEL_DIFF set (test/integration/model_diff), the replicas of every
-# run must also end identical (<= 1e-6).
+# run must also end identical (<= 1e-5: rounding of arrival-dependent
+# groupings, see sfb_bsp.sh; a lost or doubled update is far larger).
 # Further arguments are passed to every run (e.g. a --bandwidth budget);
 # with PRIORITIES set ("fifo relative magnitude"), the run of the i-th s
 # gets --priority of the i-th word; with EXPECT_BUDGET set, every rank's
@@ -27,7 +28,7 @@ for s in 0 1 3; do
   python3 "$CHECK" $s "$tmp"/s$s/metrics.*.jsonl | tail -n 3 || fails=$((fails+1))
   if [ -n "${MODEL_DIFF:-}" ]; then
     for r in 1 2 3; do
-      "$MODEL_DIFF" "$tmp/s$s/m.0.sfb" "$tmp/s$s/m.$r.sfb" 1e-6 >/dev/null \
+      "$MODEL_DIFF" "$tmp/s$s/m.0.sfb" "$tmp/s$s/m.$r.sfb" 1e-5 >/dev/null \
         || { echo "FAIL: s=$s replica $r differs from replica 0"; fails=$((fails+1)); }
     done
   fi

@@ -486,9 +486,9 @@ static int throughput(void)
             sfb_dataset_nnz(&ds), dt, bytes / 1e6 / dt);
     sfb_dataset_free(&ds);
     unlink(path);
-    /* Loose bound (sanitizer builds are several times slower); the target
-     * is ~1 s for 60000 rows in an optimised build. */
-    ASSERT_LT(dt, 5.0);
+    /* The time is printed, not asserted: a wall-clock bound in a test flakes
+     * on a shared host (it came within 0.1 s of its 5 s under valgrind);
+     * the speed target (~1 s for 60000 rows, optimised) is a benchmark's. */
     return 0;
 }
 

@@ -168,7 +168,7 @@ static int test_settings(void)
     ASSERT_OK(sfb__parts_settings("magnitude", 0, 4, 5, &m, 1, 8, &pol, &part, &cap));
     ASSERT(pol == SFB__PRIORITY_MAGNITUDE && part == 16384 && cap == 0);
     ASSERT_OK(sfb__parts_settings("relative", 1e8, 4, 5, &m, 1, 8, &pol, &part, &cap));
-    ASSERT(pol == SFB__PRIORITY_RELATIVE && part == 250000 && cap == 1000000);
+    ASSERT(pol == SFB__PRIORITY_RELATIVE && part == 250000 && cap == 250000);
     ASSERT_OK(sfb__parts_settings("fifo", 1e5, 4, 5, &m, 1, 8, &pol, &part, &cap));
     ASSERT(part == 4096 && cap == 4096); /* floors */
     ASSERT_EQ(sfb__parts_settings("largest", 0, 4, 5, &m, 1, 8, &pol, &part, &cap), -SFB_EUSAGE);
