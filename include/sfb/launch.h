@@ -36,10 +36,11 @@ SFB_API int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **arg
  * 128 + it). Same thread as sfb_launch_local. */
 SFB_API int sfb_launch_stop_signal(void);
 
-/* The exit status of the first copy that failed in the last
- * sfb_launch_local call, when it exited (0: none failed, or it was killed
- * by a signal). A CLI exits 2 when it is 2: the copy found a usage error
- * (e.g. settings the workers alone can judge). Same thread. */
+/* 2 when a copy of the last sfb_launch_local call exited 2 (it found a
+ * usage error, e.g. settings only the workers can judge: its peers then
+ * fail naming it, and may exit first); else the exit status of the first
+ * copy that failed, when it exited (0: none failed, or it was killed by a
+ * signal). A CLI exits 2 when it is 2. Same thread. */
 SFB_API int sfb_launch_failed_exit(void);
 
 /* Absolute path of the running executable, to start "self worker ...". */

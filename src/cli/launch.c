@@ -44,7 +44,7 @@ static void launch_help(FILE *f)
     fprintf(f,
             "\n"
             "exit status: 0 when every copy exited 0; 1 naming the first failed copy\n"
-            "(\"rank 2 exited with status 1; pid 12345\"), 2 when that copy exited 2\n"
+            "(\"rank 2 exited with status 1; pid 12345\"), 2 when a copy exited 2\n"
             "(a usage error); 128+N when signal N stopped the job; 2 for a usage error.\n"
             "\n"
             "example:\n"

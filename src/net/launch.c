@@ -45,6 +45,7 @@ struct launcher {
     char *scratch; /* one prefixed line */
     size_t scratch_cap;
     int failed_rank, failed_status; /* first failure */
+    int usage_exit;                 /* some copy exited 2 (a usage error) */
     int stopping, sigs_forwarded, abort_sig, timed_out;
     int sent_sigkill;
     double kill_at;
@@ -188,6 +189,7 @@ static void reap(struct launcher *L, double grace)
         if (!L->first_exit) L->first_exit = L->last_exit;
         if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
         /* Ranks that die after the job started stopping are not the cause,
          * except one killed by a signal nobody here sent: a peer that saw
          * the fabric fail may exit before the killed rank is reaped, and
@@ -462,7 +464,10 @@ static int outcome(const struct launcher *L, const struct sfb__launch_settings *
     char name[32];
     if (!r && L->failed_rank >= 0) r = describe_failure(L);
     stop_signal = L->abort_sig; /* also when a worker's failure came first */
-    failed_exit = L->failed_rank >= 0 && WIFEXITED(L->failed_status)
+    /* a usage error any copy found is the job's, whichever copy failed
+     * first (its peers fail too, naming it, and may exit before it) */
+    failed_exit = L->usage_exit ? 2
+                  : L->failed_rank >= 0 && WIFEXITED(L->failed_status)
                       ? WEXITSTATUS(L->failed_status)
                       : 0;
     if (!r && L->abort_sig)

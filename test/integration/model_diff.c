@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 /* 0: within tol, 1: larger, 2: not comparable (message on stderr). */
-static int diff_one(const struct sfb_model *a, const char *path_b, double tol, int named)
+static int diff_one(struct sfb_model *a, const char *path_b, double tol, int named)
 {
     struct sfb_model *b = NULL;
     if (sfb_model_load(&b, path_b, NULL)) {
