@@ -464,12 +464,9 @@ static int outcome(const struct launcher *L, const struct sfb__launch_settings *
     char name[32];
     if (!r && L->failed_rank >= 0) r = describe_failure(L);
     stop_signal = L->abort_sig; /* also when a worker's failure came first */
-    /* a usage error any copy found is the job's, whichever copy failed
-     * first (its peers fail too, naming it, and may exit before it) */
-    failed_exit = L->usage_exit ? 2
-                  : L->failed_rank >= 0 && WIFEXITED(L->failed_status)
-                      ? WEXITSTATUS(L->failed_status)
-                      : 0;
+    /* a usage error any copy found is the job's (its peers may exit first) */
+    failed_exit = L->usage_exit ? 2 : L->failed_rank >= 0 && WIFEXITED(L->failed_status)
+                                          ? WEXITSTATUS(L->failed_status) : 0;
     if (!r && L->abort_sig)
         r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L->abort_sig,
                        sig_name(name, L->abort_sig));
