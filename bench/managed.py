@@ -38,7 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from sfb_vs_fms import load, time_to  # noqa: E402  (one reader of the metrics)
+from sfb_vs_fms import fresh_dir, load, time_to  # noqa: E402  (one reader of the metrics)
 
 
 def windows(clocks, skip=1.0, width=1.0, step=0.25):
@@ -96,9 +96,7 @@ def analyse(out, workers, window):
 
 
 def run(a, name, budget, priority, out):
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):
-        os.remove(os.path.join(out, f))
+    fresh_dir(out)
     cmd = [a.cluster, "-n", str(a.workers), "--rate", a.rate, "--sfb", a.sfb,
            "--out-dir", out, "--timeout", "900", "--",
            "--model", "mlr", "--data", f"synth:k={a.k},d={a.d - 1},n={a.n},seed=11",

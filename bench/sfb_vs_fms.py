@@ -146,12 +146,17 @@ def model_shape(a, model):
             "mlp": f"784-{a.hidden}-10"}[model]
 
 
-def run_mode(a, mode, model="mlr", out=None):
-    """One job of `mode` on a fresh emulated cluster; (results, 0) or (None, rc)."""
-    out = out or os.path.join(a.out, mode)
+def fresh_dir(out):
+    """Makes `out` exist and empty (one run's metrics, nothing of an older one)."""
     os.makedirs(out, exist_ok=True)
     for f in os.listdir(out):
         os.remove(os.path.join(out, f))
+
+
+def run_mode(a, mode, model="mlr", out=None):
+    """One job of `mode` on a fresh emulated cluster; (results, 0) or (None, rc)."""
+    out = out or os.path.join(a.out, mode)
+    fresh_dir(out)
     cmd = [a.cluster, "-n", str(a.workers), "--rate", a.rate, "--sfb", a.sfb,
            "--out-dir", out, "--timeout", "900"]
     if a.delay:
