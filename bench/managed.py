@@ -184,7 +184,7 @@ def main():
               f"{(format(dev, '.1%') if dev is not None else '-'):>8}{r['clocks_per_s']:>9.1f}"
               f"{r['held_share']:>6.0%}{r['final_objective']:>10.4f}"
               f"{(format(tt, '.2f') + ' s') if tt is not None else '-':>12}")
-    print(f"time to objective {target:.4f} (the highest final objective of the six); "
+    print(f"time to objective {target:.4f} (the highest final objective of the runs); "
           f"1s windows: every worker's, after its first second")
     for b in ("none", "half", "quarter"):
         f, m = (res.get(f"{b}-{p}", {}).get("time_to_target") for p in ("fifo", "magnitude"))
