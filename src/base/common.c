@@ -128,6 +128,14 @@ double sfb__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void sfb__deadline(struct timespec *ts, double sec)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    double s = (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec + sec;
+    ts->tv_sec = (time_t)s;
+    ts->tv_nsec = (long)((s - (double)ts->tv_sec) * 1e9);
+}
+
 void sfb__sleep(double sec)
 {
     if (!(sec > 0)) return;

@@ -51,6 +51,10 @@ int sfb__log_rank(void);
 double sfb__now(void);
 /* Sleeps `sec` seconds (signals do not cut it short); <= 0: returns. */
 void sfb__sleep(double sec);
+/* The monotonic time `sec` seconds from now, for pthread_cond_timedwait on
+ * a condition variable set to CLOCK_MONOTONIC. */
+struct timespec;
+void sfb__deadline(struct timespec *ts, double sec);
 
 /* Size arithmetic that reports overflow instead of wrapping (untrusted sizes
  * come from files and the network). Return 0 on success, -EOVERFLOW. */

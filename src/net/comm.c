@@ -27,7 +27,8 @@ void sfb__comm_default_settings(struct sfb__comm_settings *s)
  * compute thread. */
 void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
 {
-    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return;
+    /* the loop thread, the watchdog and the compute thread may all fail it */
+    if (atomic_exchange_explicit(&c->failing, 1, memory_order_acq_rel)) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->reason, sizeof c->reason, fmt, ap);
@@ -348,6 +349,7 @@ void sfb__comm_close(struct sfb__comm **pc)
 {
     struct sfb__comm *c = *pc;
     if (!c) return;
+    sfb__comm_watch_stop(c);
     sfb__loop_timer_close(&c->hb);
     sfb__comm_budget_close(c);
     sfb__transport_close(&c->t);
@@ -358,6 +360,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->last_sent);
     free(c->talks);
     free(c->final_clock);
+    sfb__comm_close_pidfds(c);
     free(c->peer_pid);
     free(c->host_of);
     free(c->gone_since);

@@ -27,10 +27,12 @@ struct sfb__comm {
     double *last_heard;
     double *last_sent;     /* when a send to each peer last completed */
     uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
-    uint8_t *said_bye;
+    _Atomic uint8_t *said_bye; /* written by the loop thread, read by the watchdog too */
     _Atomic int64_t *final_clock; /* a peer's last clock (BYE or last-clock flag; INT64_MAX: running) */
     int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
+    int *pidfd;            /* with peer_pid: a pidfd per peer (-1: none; pid checks instead) */
+    struct sfb__comm_watch *watch; /* the watchdog (comm_watch.c) */
     uint32_t local_ranks;  /* ranks of the job on this host, this one included */
     uint32_t *host_of;     /* per rank: the lowest rank on its host (NULL: one host) */
     double *gone_since;    /* when a peer's process was first seen gone */
@@ -43,6 +45,7 @@ struct sfb__comm {
     struct sfb__loop_timer *pace_timer; /* wakes the data hook when the budget has room */
     int pace_armed;                     /* loop thread */
     /* failure, published to the compute thread */
+    _Atomic int failing; /* claimed by the first sfb__comm_fail */
     _Atomic int failed;
     _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
     int failed_rank;
@@ -68,5 +71,20 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
 void sfb__comm_heartbeat(void *arg);
 double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here);
 void sfb__comm_reset_heard(void *arg);
+/* Same-host peers' processes (comm_live.c): pidfds opened at set-up when
+ * there is room for them (else pid checks), whether a peer's process is
+ * gone (any thread), and the transport's peer_gone hook (loop thread:
+ * also starts the peer's grace period, see check_liveness()). */
+void sfb__comm_open_pidfds(struct sfb__comm *c);
+void sfb__comm_close_pidfds(struct sfb__comm *c);
+int sfb__comm_pid_gone(const struct sfb__comm *c, uint32_t p);
+int sfb__comm_peer_gone(void *user, uint32_t p);
+/* ", also gone: rank a, rank b" for the other peers of this host whose
+ * processes are gone without a BYE (any thread), or "". */
+void sfb__comm_also_gone(const struct sfb__comm *c, int except, char *out, size_t n);
+/* The watchdog of the loop thread's fabric calls (comm_watch.c): started
+ * with the heartbeats, stopped first at close. */
+int sfb__comm_watch_start(struct sfb__comm *c);
+void sfb__comm_watch_stop(struct sfb__comm *c);
 
 #endif

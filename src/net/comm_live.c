@@ -6,11 +6,14 @@
 #include "src/base/common.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Whether a process of this host is gone: no such pid, or a zombie that its
@@ -29,6 +32,56 @@ static int pid_gone(int pid)
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+/* A pidfd per peer of this host: readable once the process has ended
+ * (zombie or reaped), checked with one poll() before every send
+ * (sfb__comm_peer_gone). Only where the descriptors fit well within the
+ * limit (they are P − 1 per process); elsewhere pid checks, which miss a
+ * zombie until its parent reaps it. */
+void sfb__comm_open_pidfds(struct sfb__comm *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 4 * (rlim_t)c->world + 256) return;
+    if (!(c->pidfd = malloc(c->world * sizeof *c->pidfd))) return;
+    for (uint32_t p = 0; p < c->world; p++)
+        c->pidfd[p] = p == c->rank ? -1 : (int)syscall(SYS_pidfd_open, c->peer_pid[p], 0);
+}
+
+void sfb__comm_close_pidfds(struct sfb__comm *c)
+{
+    if (!c->pidfd) return;
+    for (uint32_t p = 0; p < c->world; p++)
+        if (c->pidfd[p] >= 0) close(c->pidfd[p]);
+    free(c->pidfd);
+    c->pidfd = NULL;
+}
+
+int sfb__comm_pid_gone(const struct sfb__comm *c, uint32_t p)
+{
+    if (!c->peer_pid || p == c->rank) return 0;
+    if (c->pidfd && c->pidfd[p] >= 0) {
+        struct pollfd q = {.fd = c->pidfd[p], .events = POLLIN};
+        return poll(&q, 1, 0) > 0;
+    }
+    return pid_gone(c->peer_pid[p]);
+}
+
+int sfb__comm_peer_gone(void *user, uint32_t p)
+{
+    struct sfb__comm *c = user;
+    if (p >= c->world || !sfb__comm_pid_gone(c, p)) return 0;
+    if (!c->gone_since[p]) c->gone_since[p] = sfb__now();
+    return 1;
+}
+
+void sfb__comm_also_gone(const struct sfb__comm *c, int except, char *out, size_t n)
+{
+    size_t k = 0;
+    out[0] = '\0';
+    for (uint32_t p = 0; c->peer_pid && p < c->world && k + 16 < n; p++)
+        if ((int)p != except && !c->said_bye[p] && sfb__comm_pid_gone(c, p))
+            k += (size_t)snprintf(out + k, n - k, "%s rank %u", k ? "," : "; also gone:", p);
+}
+
 /* The peers this rank watches: its neighbours on the ring of ranks. Every
  * rank is watched by two others, whose ABORT tells the rest; watching all
  * P − 1 cost O(P²) heartbeats and /proc reads for the job. */
@@ -41,21 +94,28 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2])
     return n;
 }
 
-/* A watched peer on this host whose process has been gone for a second
- * without saying BYE (a BYE sent just before a normal exit may still be in
- * flight), or -1. Called every heartbeat: a local death is named within
- * ~1.5 s by its neighbours, and by their ABORT to every other rank. */
+/* Whether peer p's process has been gone for a second without saying BYE
+ * (a BYE sent just before a normal exit may still be in flight). */
+static int dead_for_good(struct sfb__comm *c, uint32_t p, double now)
+{
+    if (c->said_bye[p] || !sfb__comm_pid_gone(c, p)) return 0;
+    if (!c->gone_since[p]) c->gone_since[p] = now;
+    return now - c->gone_since[p] >= 1.0;
+}
+
+/* A peer of this host dead for good, or -1: the watched ones (checked
+ * every heartbeat), and any a send found gone (sfb__comm_peer_gone). A
+ * local death is named within ~1.5 s by its neighbours, and by their ABORT
+ * to every other rank. */
 static int dead_local_peer(struct sfb__comm *c, double now)
 {
     if (!c->peer_pid) return -1;
     uint32_t w[2];
     unsigned n = sfb__comm_watched(c, w);
-    for (unsigned i = 0; i < n; i++) {
-        uint32_t p = w[i];
-        if (c->said_bye[p] || !pid_gone(c->peer_pid[p])) continue;
-        if (!c->gone_since[p]) c->gone_since[p] = now;
-        if (now - c->gone_since[p] >= 1.0) return (int)p;
-    }
+    for (unsigned i = 0; i < n; i++)
+        if (dead_for_good(c, w[i], now)) return (int)w[i];
+    for (uint32_t p = 0; p < c->world; p++)
+        if (c->gone_since[p] && dead_for_good(c, p, now)) return (int)p;
     return -1;
 }
 
@@ -69,9 +129,12 @@ static void check_liveness(struct sfb__comm *c, double now)
     int d = dead_local_peer(c, now);
     if (d >= 0 && !atomic_load_explicit(&c->failed, memory_order_acquire))
         atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
-    if (d >= 0)
-        sfb__comm_fail(c, d, "rank %d died (its process %d is gone)%s%s", d, c->peer_pid[d],
+    if (d >= 0) {
+        char also[160];
+        sfb__comm_also_gone(c, d, also, sizeof also);
+        sfb__comm_fail(c, d, "rank %d died (its process %d is gone)%s%s%s", d, c->peer_pid[d], also,
              c->anon_error_at ? "; fabric error " : "", c->anon_error_at ? c->anon_error : "");
+    }
     else if (c->anon_error_at && now - c->anon_error_at > c->s.peer_timeout_s)
         sfb__comm_fail(c, -1, "fabric error: %s", c->anon_error);
 }

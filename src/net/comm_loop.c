@@ -116,7 +116,7 @@ static void fail_all(struct sfb__loopback *lb, const char *fmt, ...)
     va_end(ap);
     for (uint32_t k = 0; k < lb->world; k++) {
         struct sfb__comm *c = lb->r[k].c;
-        if (atomic_load(&c->failed)) continue;
+        if (atomic_exchange(&c->failing, 1)) continue;
         snprintf(c->reason, sizeof c->reason, "%s", why);
         c->failed_rank = -1;
         atomic_store(&c->failed, 1);

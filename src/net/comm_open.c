@@ -134,6 +134,7 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
             p = all;
             for (uint32_t r = 0; r < c->world; p += lens[r], r++)
                 memcpy(&c->peer_pid[r], p + hlen, sizeof pid);
+            sfb__comm_open_pidfds(c);
         }
     }
     free(all);
@@ -169,7 +170,7 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
 {
     c->last_clock = -2;
     c->last_heard = calloc(c->world, sizeof *c->last_heard);
-    c->said_bye = calloc(c->world, 1);
+    c->said_bye = calloc(c->world, sizeof *c->said_bye);
     c->last_sent = calloc(c->world, sizeof *c->last_sent);
     c->talks = calloc(c->world, 1);
     c->final_clock = calloc(c->world, sizeof *c->final_clock);
@@ -233,6 +234,7 @@ static int open_transport(struct sfb__comm *c, const struct sfb__comm_settings *
     ts.on_frame = sfb__comm_on_frame;
     ts.on_error = sfb__comm_on_error;
     ts.on_sent = sfb__comm_sent_hook;
+    ts.peer_gone = c->peer_pid ? sfb__comm_peer_gone : NULL;
     ts.user = c;
     sfb__clear_error(); /* so `why` below cannot be an older message */
     if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
@@ -274,6 +276,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s,
                                     sfb__comm_heartbeat, c)))
         return ret;
+    if ((ret = sfb__comm_watch_start(c))) return ret;
     if ((ret = sfb__comm_budget_open(c))) return ret;
     SFB_LOG_I("rank %u of %u up (bootstrap %s, provider %s)", c->rank, c->world,
               sfb__bootstrap_kind_name(sfb__bootstrap_kind(c->bs)),

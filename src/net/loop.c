@@ -20,7 +20,8 @@ struct sfb__loop {
     struct ev_loop *ev;
     pthread_t thread;
     int started;
-    int stopped; /* loop thread has left ev_run */
+    int stopped; /* loop thread has left ev_run (or is abandoned) */
+    int abandoned; /* stuck for good inside a callback (sfb__loop_abandon) */
     ev_async wake;  /* carries calls and the stop request */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -122,6 +123,13 @@ void sfb__loop_close(struct sfb__loop **lp)
 {
     struct sfb__loop *l = *lp;
     if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    int abandoned = l->abandoned;
+    pthread_mutex_unlock(&l->mu);
+    if (abandoned) { /* its thread holds it: left allocated (reachable from the transport) */
+        *lp = NULL;
+        return;
+    }
     if (l->started) {
         pthread_mutex_lock(&l->mu);
         l->stop = 1;
@@ -135,6 +143,14 @@ void sfb__loop_close(struct sfb__loop **lp)
     pthread_cond_destroy(&l->cv);
     free(l);
     *lp = NULL;
+}
+
+void sfb__loop_abandon(struct sfb__loop *l)
+{
+    pthread_mutex_lock(&l->mu);
+    l->abandoned = l->stopped = 1;
+    pthread_cond_broadcast(&l->cv); /* callers waiting for a call: it will never run */
+    pthread_mutex_unlock(&l->mu);
 }
 
 int sfb__loop_in_thread(const struct sfb__loop *l)

@@ -36,6 +36,13 @@ int sfb__loop_start(struct sfb__loop *l);
  * called from the loop thread. */
 void sfb__loop_close(struct sfb__loop **l);
 
+/* The loop thread is stuck for good inside a callback (a libfabric call
+ * waiting on a lock that a dead process held; src/net/transport.h): calls
+ * fail at once with -ESHUTDOWN as after a stop, watchers close without it,
+ * and sfb__loop_close() leaves the loop allocated for the thread. Any
+ * thread. */
+void sfb__loop_abandon(struct sfb__loop *l);
+
 /* 1 if the caller is the loop thread (or the loop has not been started). */
 int sfb__loop_in_thread(const struct sfb__loop *l);
 

@@ -78,12 +78,12 @@ static int read_cq(struct sfb__transport *t)
     struct fi_cq_tagged_entry ent[16];
     int work = 0;
     for (;;) {
-        ssize_t n = fi_cq_read(t->cq, ent, SFB_ARRAY_LEN(ent));
+        ssize_t n = FAB(t, fi_cq_read(t->cq, ent, SFB_ARRAY_LEN(ent)));
         if (n == -FI_EAGAIN) break;
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry e;
             memset(&e, 0, sizeof e);
-            if (fi_cq_readerr(t->cq, &e, 0) < 1) break;
+            if (FAB(t, fi_cq_readerr(t->cq, &e, 0)) < 1) break;
             struct op *o = e.op_context;
             if (!o && e.err != FI_ECANCELED) o = sfb__tp_read_oldest(t); /* shm 1.17: see there */
             if (e.err != FI_ECANCELED) {
@@ -146,7 +146,7 @@ static int progress_block(struct sfb__transport *t, int work, int provider_busy,
         return SFB__POLL_SLEEP;
     }
     struct fid *f = &t->cq->fid;
-    if (fi_trywait(t->fabric, &f, 1) != FI_SUCCESS) return SFB__POLL_BUSY;
+    if (FAB(t, fi_trywait(t->fabric, &f, 1)) != FI_SUCCESS) return SFB__POLL_BUSY;
     return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
 }
 
@@ -196,7 +196,7 @@ int sfb__tp_progress(void *arg)
         return spinning ? SFB__POLL_BUSY : SFB__POLL_NAP;
     }
     struct fid *f = &t->cq->fid;
-    if (fi_trywait(t->fabric, &f, 1) != FI_SUCCESS) return SFB__POLL_BUSY;
+    if (FAB(t, fi_trywait(t->fabric, &f, 1)) != FI_SUCCESS) return SFB__POLL_BUSY;
     /* Sends waiting for their ACK are timed (check_acks): wake on the fd or
      * the nap timer, whichever comes first. */
     return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;

@@ -114,6 +114,12 @@ struct sfb__transport_settings {
      * Lets a relay know when an out-link is free again. May call
      * sfb__transport_send(…, 0.0). NULL: not called. */
     void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+    /* Loop thread, before every send, read or ACK to `peer`: nonzero when
+     * its process is gone (same-host peers), and the operation is dropped
+     * instead of posted (shm: a process killed inside the provider can
+     * leave a lock in its region held, and a send to it would spin for
+     * good). The send completes as failed. NULL: never asked. */
+    int (*peer_gone)(void *user, uint32_t peer);
     void *user;
 };
 
@@ -181,10 +187,25 @@ int sfb__transport_flush(struct sfb__transport *t, double timeout_s);
 /* Counters (live; read with atomic loads). */
 const struct sfb__transport_stats *sfb__transport_stats(const struct sfb__transport *t);
 
+/* A libfabric call that never returns (a lock held by a dead process):
+ * sfb__transport_fabric_seq() is odd while the loop thread is inside a
+ * call that may wait on a peer, and changes with every such call, so a
+ * watchdog that sees the same odd value for seconds knows the thread is
+ * stuck there. sfb__transport_abandon(t, seq) gives the loop thread up if
+ * it is still inside that call: returns 1, the thread parks for good should
+ * the call ever return, the loop counts as stopped (sfb__loop_call fails at
+ * once), and sfb__transport_close() only releases what the thread cannot
+ * touch (see there). Returns 0 when the call has returned. Any thread. */
+uint64_t sfb__transport_fabric_seq(const struct sfb__transport *t);
+int sfb__transport_abandon(struct sfb__transport *t, uint64_t seq);
+int sfb__transport_abandoned(const struct sfb__transport *t);
+
 /* Detaches from the loop, closes the fabric objects in reverse order and
  * frees every buffer the transport still holds. Queued sends are dropped
  * (call flush first). Buffers handed out must have been put back before
- * close. Sets *t to NULL; NULL is a no-op. Not from the loop thread. */
+ * close. Sets *t to NULL; NULL is a no-op. Not from the loop thread.
+ * An abandoned transport, its loop and the fabric objects stay allocated
+ * (the parked thread holds them; reachable, so no leak is reported). */
 void sfb__transport_close(struct sfb__transport **t);
 
 #endif

@@ -53,6 +53,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define THDR_LEN 16
@@ -192,12 +193,46 @@ struct sfb__transport {
     _Atomic long bufs_live;
 
     struct sfb__transport_stats stats;
+
+    /* A libfabric call that never returns (transport_stuck.c): fab_seq is
+     * odd while the loop thread is inside one (fab_n is its private copy);
+     * FAB_ABANDONED once the watchdog gave the thread up. */
+    _Atomic uint64_t fab_seq;
+    uint64_t fab_n;
+    int debug_stall; /* SFB_DEBUG_STALL_SEND_TO_DEAD: hang like a held lock would */
 };
 
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 {
     atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
+
+/* transport_stuck.c. A libfabric call that can wait on a lock in a peer's
+ * shared memory (shm 1.17 takes the receiver's region spinlock to send, its
+ * own to progress): a process killed while holding one leaves every caller
+ * spinning for good. FAB() marks such a call for the watchdog (comm_watch.c):
+ * if it gives the thread up while inside, the call parks the thread for
+ * good should it ever return, instead of running on into freed memory. */
+#define FAB_ABANDONED UINT64_MAX
+static inline void sfb__tp_fab_enter(struct sfb__transport *t)
+{
+    atomic_store_explicit(&t->fab_seq, ++t->fab_n, memory_order_release);
+}
+void sfb__tp_fab_park(struct sfb__transport *t);
+static inline ssize_t sfb__tp_fab_leave(struct sfb__transport *t, ssize_t rc)
+{
+    uint64_t inside = t->fab_n;
+    if (!atomic_compare_exchange_strong_explicit(&t->fab_seq, &inside, ++t->fab_n,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        sfb__tp_fab_park(t);
+    return rc;
+}
+#define FAB(t, call) (sfb__tp_fab_enter(t), sfb__tp_fab_leave((t), (call)))
+/* Whether a send, read or ACK to `peer` must not be posted: its process is
+ * gone (settings.peer_gone), so its region's lock may be held for good. */
+int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer);
+/* Close of an abandoned transport: kept allocated and reachable. */
+void sfb__tp_keep_abandoned(struct sfb__transport *t);
 
 /* transport.c */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);
@@ -206,7 +241,6 @@ void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *wh
  * list); transport_setup.c registers them. */
 int sfb__tp_progress(void *arg);
 void sfb__tp_on_async(void *arg);
-void sfb__tp_deadline(struct timespec *ts, double timeout_s);
 
 /* transport_pool.c (loop thread, except buffers) */
 void sfb__tp_buf_free(struct sfb__buf *b);

@@ -60,7 +60,7 @@ int sfb__tp_post_wildcard(struct sfb__transport *t)
     }
     o->kind = OP_RECV;
     o->rbuf = b;
-    ssize_t rc = fi_trecv(t->ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~0ull, &o->ctx);
+    ssize_t rc = FAB(t, fi_trecv(t->ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~0ull, &o->ctx));
     if (rc) {
         sfb__tp_op_put(t, o);
         sfb__buf_put(b);
@@ -76,8 +76,13 @@ static void post_acks(struct sfb__transport *t)
 {
     while (t->ack_head) {
         struct op *o = t->ack_head;
-        ssize_t rc = fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL, o->peer, 0,
-                              &o->ctx);
+        if (sfb__tp_peer_gone(t, o->peer)) { /* nobody to ACK */
+            SFB_FIFO_DROP_HEAD(t->ack_head, t->ack_tail, qnext);
+            sfb__tp_op_put(t, o);
+            continue;
+        }
+        ssize_t rc = FAB(t, fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL,
+                                     o->peer, 0, &o->ctx));
         if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, o->peer, rc == -FI_EAGAIN);
         if (rc == -FI_EAGAIN) {
             stat_add(&t->stats.eagain, 1);
@@ -154,6 +159,13 @@ int sfb__tp_post_reads(struct sfb__transport *t)
         o->cookie = sfb__get_u32(p + 20);
         struct sfb__buf *d = NULL;
         ssize_t rc = -FI_ENOMEM;
+        if (sfb__tp_peer_gone(t, a->src)) { /* its memory is gone with it */
+            SFB_FIFO_DROP_HEAD(t->rd_head, t->rd_tail, next);
+            sfb__tp_op_put(t, o);
+            sfb__buf_put(a);
+            work = 1;
+            continue;
+        }
         if (sfb__transport_buf_get(t, total, &d) == 0) {
             memcpy(d->data, p + ANN_LEN, hlen);
             d->len = total;
@@ -161,8 +173,8 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             d->src = a->src;
             o->kind = OP_READ;
             o->rbuf = d;
-            rc = fi_read(t->ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL, a->src,
-                         sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx);
+            rc = FAB(t, fi_read(t->ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL,
+                                a->src, sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx));
             if (rc == 0) sfb__tp_ring(t, a->src, 0);
             if (rc == -FI_EAGAIN) {
                 sfb__tp_op_put(t, o);
@@ -439,7 +451,7 @@ int sfb__tp_post_recvs(struct sfb__transport *t)
 int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
 {
     struct timespec ts;
-    if (timeout_s > 0) sfb__tp_deadline(&ts, timeout_s);
+    if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
     pthread_mutex_lock(&t->mu);
     while (t->in_count == 0) {
         if (timeout_s <= 0) {

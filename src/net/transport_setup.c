@@ -267,6 +267,8 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     t->s = *s;
     t->loop = loop;
     t->wait_fd = -1;
+    const char *stall = getenv("SFB_DEBUG_STALL_SEND_TO_DEAD"); /* tests: transport_stuck.c */
+    t->debug_stall = stall && *stall && strcmp(stall, "0") != 0;
     if (!t->s.chunk_size) t->s.chunk_size = 256 << 10;
     if (!t->s.max_frame) t->s.max_frame = (size_t)1 << 30;
     if (!t->s.rx_depth) t->s.rx_depth = 32;
@@ -357,7 +359,7 @@ static void peers_in_loop(void *arg)
         memset(pad, 0, sizeof pad);
         memcpy(pad, p->names[i], p->lens[i]);
         fi_addr_t fa = FI_ADDR_NOTAVAIL;
-        int rc = fi_av_insert(t->av, pad, 1, &fa, 0, NULL);
+        int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
         if (rc != 1) {
             p->rc = sfb__error(rc < 0 ? rc : -EINVAL, "transport: fi_av_insert of rank %u: %s", i,
                                fi_strerror(rc < 0 ? -rc : FI_EINVAL));
@@ -388,14 +390,6 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
     t->world = world;
     pthread_mutex_unlock(&t->mu);
     return 0;
-}
-
-void sfb__tp_deadline(struct timespec *ts, double timeout_s)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    double s = (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec + timeout_s;
-    ts->tv_sec = (time_t)s;
-    ts->tv_nsec = (long)((s - (double)ts->tv_sec) * 1e9);
 }
 
 void sfb__transport_started(struct sfb__transport *t)
@@ -463,6 +457,11 @@ void sfb__transport_close(struct sfb__transport **tp)
     t->closing = 1;
     pthread_cond_broadcast(&t->cv_space);
     pthread_mutex_unlock(&t->mu);
+    if (sfb__transport_abandoned(t)) { /* the parked thread holds it all */
+        sfb__tp_keep_abandoned(t);
+        *tp = NULL;
+        return;
+    }
     /* After these the loop never runs transport code again. */
     sfb__loop_poller_close(&t->poller);
     sfb__loop_async_close(&t->async);

@@ -56,14 +56,20 @@ void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r)
 }
 
 /* Posts one send operation `o` of request `r`. -FI_EAGAIN: `o` went back to
- * the pool, retry later; another error: reported as `what`, `o` back,
- * the request marked failed. */
+ * the pool, retry later; another error: reported as `what` (not when the
+ * peer's process is gone: -FI_ENOTCONN), `o` back, the request marked
+ * failed. */
 static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o,
                           const struct iovec *iov, void **desc, size_t cnt, const char *what)
 {
     o->kind = OP_SEND;
     o->req = r;
-    ssize_t rc = fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx);
+    if (sfb__tp_peer_gone(t, r->dst)) { /* dropped: the request fails, unreported */
+        sfb__tp_op_put(t, o);
+        r->failed = 1;
+        return -FI_ENOTCONN;
+    }
+    ssize_t rc = FAB(t, fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx));
     /* posted, or the peer's queue is full: either way it has work */
     if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, r->dst, rc == -FI_EAGAIN);
     if (rc == -FI_EAGAIN) {
@@ -245,7 +251,7 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
         return sfb__error(-EINVAL, "transport send: header %zu bytes or slice [%zu, +%zu) invalid",
                           hdr_len, off, len);
     struct timespec ts;
-    if (timeout_s > 0) sfb__tp_deadline(&ts, timeout_s);
+    if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
     pthread_mutex_lock(&t->mu);
     if (dst >= t->world) {
         pthread_mutex_unlock(&t->mu);
@@ -295,7 +301,7 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
 int sfb__transport_flush(struct sfb__transport *t, double timeout_s)
 {
     struct timespec ts;
-    sfb__tp_deadline(&ts, timeout_s);
+    sfb__deadline(&ts, timeout_s);
     pthread_mutex_lock(&t->mu);
     while (t->in_use) {
         if (pthread_cond_timedwait(&t->cv_flush, &t->mu, &ts) == ETIMEDOUT && t->in_use) {
