@@ -351,6 +351,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     if (!c) return;
     sfb__comm_watch_stop(c);
     sfb__loop_timer_close(&c->hb);
+    sfb__loop_io_close(&c->deaths);
     sfb__comm_budget_close(c);
     sfb__transport_close(&c->t);
     sfb__loop_close(&c->loop);

@@ -32,6 +32,8 @@ struct sfb__comm {
     int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     int *pidfd;            /* with peer_pid: a pidfd per peer (-1: none; pid checks instead) */
+    int deaths_fd;         /* an epoll set of the pidfds, watched by the loop (comm_live.c) */
+    struct sfb__loop_io *deaths;
     struct sfb__comm_watch *watch; /* the watchdog (comm_watch.c) */
     uint32_t local_ranks;  /* ranks of the job on this host, this one included */
     uint32_t *host_of;     /* per rank: the lowest rank on its host (NULL: one host) */
@@ -72,10 +74,12 @@ void sfb__comm_heartbeat(void *arg);
 double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here);
 void sfb__comm_reset_heard(void *arg);
 /* Same-host peers' processes (comm_live.c): pidfds opened at set-up when
- * there is room for them (else pid checks), whether a peer's process is
- * gone (any thread), and the transport's peer_gone hook (loop thread:
- * also starts the peer's grace period, see check_liveness()). */
+ * there is room for them (else pid checks) and watched by the loop (their
+ * deaths start the peers' grace, see check_liveness()), whether a peer's
+ * process is gone (any thread: a poll or a pid check), and the transport's
+ * peer_gone hook (loop thread: a death already seen). */
 void sfb__comm_open_pidfds(struct sfb__comm *c);
+int sfb__comm_watch_deaths(struct sfb__comm *c);
 void sfb__comm_close_pidfds(struct sfb__comm *c);
 int sfb__comm_pid_gone(const struct sfb__comm *c, uint32_t p);
 int sfb__comm_peer_gone(void *user, uint32_t p);

@@ -276,6 +276,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s,
                                     sfb__comm_heartbeat, c)))
         return ret;
+    if ((ret = sfb__comm_watch_deaths(c))) return ret;
     if ((ret = sfb__comm_watch_start(c))) return ret;
     if ((ret = sfb__comm_budget_open(c))) return ret;
     SFB_LOG_I("rank %u of %u up (bootstrap %s, provider %s)", c->rank, c->world,
@@ -289,6 +290,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     *out = NULL;
     struct sfb__comm *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
+    c->deaths_fd = -1;
     c->s = *s;
     int ret = open_job(c, s);
     if (!ret && c->world > 1) ret = open_peers(c, s);

@@ -50,6 +50,13 @@ struct sfb__loop_timer {
     void *arg;
 };
 
+struct sfb__loop_io {
+    struct sfb__loop *l;
+    ev_io w;
+    void (*cb)(void *);
+    void *arg;
+};
+
 struct sfb__loop_async {
     struct sfb__loop *l;
     ev_async w;
@@ -403,4 +410,53 @@ void sfb__loop_async_close(struct sfb__loop_async **ap)
     if (sfb__loop_call(a->l, async_stop, a)) async_stop(a);
     free(a);
     *ap = NULL;
+}
+
+/* ---- fd watchers ---- */
+
+static void io_cb(struct ev_loop *ev, ev_io *w, int revents)
+{
+    struct sfb__loop_io *io = w->data;
+    io->cb(io->arg);
+}
+
+static void io_start(void *arg)
+{
+    struct sfb__loop_io *io = arg;
+    ev_io_start(io->l->ev, &io->w);
+}
+
+static void io_stop(void *arg)
+{
+    struct sfb__loop_io *io = arg;
+    ev_io_stop(io->l->ev, &io->w);
+}
+
+int sfb__loop_io_open(struct sfb__loop *l, struct sfb__loop_io **out, int fd,
+                      void (*cb)(void *), void *arg)
+{
+    *out = NULL;
+    struct sfb__loop_io *io = calloc(1, sizeof *io);
+    if (!io) return -ENOMEM;
+    io->l = l;
+    io->cb = cb;
+    io->arg = arg;
+    ev_io_init(&io->w, io_cb, fd, EV_READ);
+    io->w.data = io;
+    int rc = sfb__loop_call(l, io_start, io);
+    if (rc) {
+        free(io);
+        return rc;
+    }
+    *out = io;
+    return 0;
+}
+
+void sfb__loop_io_close(struct sfb__loop_io **iop)
+{
+    struct sfb__loop_io *io = *iop;
+    if (!io) return;
+    if (sfb__loop_call(io->l, io_stop, io)) io_stop(io);
+    free(io);
+    *iop = NULL;
 }

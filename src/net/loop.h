@@ -22,6 +22,7 @@ struct sfb__loop;
 struct sfb__loop_poller;
 struct sfb__loop_timer;
 struct sfb__loop_async;
+struct sfb__loop_io;
 
 /* Creates a loop (not running). Returns 0, -ENOMEM, or -EIO if libev fails.
  * *out is NULL on failure. */
@@ -79,6 +80,13 @@ void sfb__loop_timer_close(struct sfb__loop_timer **t);
 /* Loop thread: (re)starts t to fire once after `after_s` seconds (then
  * every repeat_s, as opened), replacing its pending expiry. */
 void sfb__loop_timer_rearm(struct sfb__loop_timer *t, double after_s);
+
+/* An fd watcher: cb(arg) runs in the loop thread while fd is readable
+ * (level-triggered: cb must drain it or stop watching). Returns 0 or
+ * -ENOMEM. */
+int sfb__loop_io_open(struct sfb__loop *l, struct sfb__loop_io **out, int fd,
+                      void (*cb)(void *arg), void *arg);
+void sfb__loop_io_close(struct sfb__loop_io **io);
 
 /* An async notifier: sfb__loop_async_send() from any thread makes cb(arg) run
  * soon in the loop thread. Several sends before it runs coalesce into one

@@ -9,7 +9,7 @@
  *     sfb__transport_open(&t, &s, loop);      // endpoint up, receives posted
  *     sfb__transport_name(t, &name, &len);    // opaque blob for the bootstrap
  *     ... bootstrap allgathers the P blobs in rank order ...
- *     sfb__transport_set_peers(t, names, lens, P);   // fi_addr == rank
+ *     sfb__transport_set_peers(t, names, lens, P);   // kept; AV entries at first use
  *     sfb__transport_send(t, dst, hdr, hlen, buf, off, len, timeout);
  *     sfb__transport_recv(t, &frame, timeout); ... sfb__buf_put(frame.buf);
  *     sfb__transport_flush(t, timeout); sfb__transport_close(&t);
@@ -145,10 +145,13 @@ void sfb__transport_name(const struct sfb__transport *t, const void **name, size
 /* Name of the provider actually used, e.g. "tcp;ofi_rxm". */
 const char *sfb__transport_provider(const struct sfb__transport *t);
 
-/* Inserts the P peers' address blobs, in rank order, so that fi_addr ==
- * rank (this rank's own blob included). Call once before any send; blobs are
- * copied. Returns 0, -EINVAL (world too large, rank out of range), or the
- * fi_av_insert error. Any thread except the loop thread. */
+/* Takes the P peers' address blobs, in rank order (this rank's own
+ * included). Call once before any send; blobs are copied. A peer goes into
+ * the AV when this rank first sends to, reads from or ACKs it (shm maps a
+ * peer's region at insert and unmaps every mapped one at close); a failed
+ * insert is reported then, naming the rank. Returns 0, -EINVAL (world too
+ * large, rank out of range, an empty or > 1 KiB blob) or -ENOMEM. Any
+ * thread except the loop thread. */
 int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
                              const size_t *lens, uint32_t world);
 

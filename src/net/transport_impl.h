@@ -156,6 +156,9 @@ struct sfb__transport {
     size_t name_len;
     _Atomic uint32_t world; /* written once by set_peers, read by the loop */
     uint32_t *seq; /* next frame sequence per destination */
+    fi_addr_t *addr;  /* per rank: its AV entry, FI_ADDR_NOTAVAIL until first used */
+    uint8_t *names;   /* the peers' address blobs, rank r's at [name_off[r], name_off[r+1]) */
+    size_t *name_off;
     double *heard; /* loop thread: when anything last came from each rank */
     size_t chunk;
     double last_work;
@@ -233,6 +236,10 @@ static inline ssize_t sfb__tp_fab_leave(struct sfb__transport *t, ssize_t rc)
 int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer);
 /* Close of an abandoned transport: kept allocated and reachable. */
 void sfb__tp_keep_abandoned(struct sfb__transport *t);
+
+/* transport_setup.c (loop thread): rank p's fi_addr, inserted into the AV
+ * at first use; FI_ADDR_NOTAVAIL (reported) when the insert fails. */
+fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
 
 /* transport.c */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);

@@ -76,13 +76,15 @@ static void post_acks(struct sfb__transport *t)
 {
     while (t->ack_head) {
         struct op *o = t->ack_head;
-        if (sfb__tp_peer_gone(t, o->peer)) { /* nobody to ACK */
+        fi_addr_t fa;
+        if (sfb__tp_peer_gone(t, o->peer) || (fa = sfb__tp_addr(t, o->peer)) == FI_ADDR_NOTAVAIL) {
+            /* nobody to ACK (the sender times the frame out) */
             SFB_FIFO_DROP_HEAD(t->ack_head, t->ack_tail, qnext);
             sfb__tp_op_put(t, o);
             continue;
         }
-        ssize_t rc = FAB(t, fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL,
-                                     o->peer, 0, &o->ctx));
+        ssize_t rc = FAB(t, fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL, fa,
+                                     0, &o->ctx));
         if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, o->peer, rc == -FI_EAGAIN);
         if (rc == -FI_EAGAIN) {
             stat_add(&t->stats.eagain, 1);
@@ -166,7 +168,8 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             work = 1;
             continue;
         }
-        if (sfb__transport_buf_get(t, total, &d) == 0) {
+        fi_addr_t fa = sfb__tp_addr(t, a->src);
+        if (fa != FI_ADDR_NOTAVAIL && sfb__transport_buf_get(t, total, &d) == 0) {
             memcpy(d->data, p + ANN_LEN, hlen);
             d->len = total;
             d->off = 0;
@@ -174,7 +177,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             o->kind = OP_READ;
             o->rbuf = d;
             rc = FAB(t, fi_read(t->ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL,
-                                a->src, sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx));
+                                fa, sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx));
             if (rc == 0) sfb__tp_ring(t, a->src, 0);
             if (rc == -FI_EAGAIN) {
                 sfb__tp_op_put(t, o);

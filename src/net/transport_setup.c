@@ -336,42 +336,27 @@ const char *sfb__transport_provider(const struct sfb__transport *t)
     return t->prov_name;
 }
 
-struct peers_op {
-    struct sfb__transport *t;
-    const void *const *names;
-    const size_t *lens;
-    uint32_t world;
-    int rc;
-};
-
-static void peers_in_loop(void *arg)
+/* The peers' address blobs are kept, and each goes into the AV only when
+ * this rank first sends to, reads from or ACKs that peer (sfb__tp_addr):
+ * shm maps a peer's 16 MiB region at fi_av_insert and unmaps every mapped
+ * region at close, which cost 0.7-1.0 s of each rank's teardown at P = 64
+ * when every peer was inserted, though an overlay rank talks to a few. A
+ * peer that only sends here needs no entry (the transport header names
+ * the sender). */
+fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p)
 {
-    struct peers_op *p = arg;
-    struct sfb__transport *t = p->t;
+    if (t->addr[p] != FI_ADDR_NOTAVAIL) return t->addr[p];
     /* Providers read a fixed-size address (shm: a 256-byte name slot), so
-     * each blob goes through a zero-padded copy. */
-    uint8_t pad[1024];
-    for (uint32_t i = 0; i < p->world; i++) {
-        if (p->lens[i] == 0 || p->lens[i] > sizeof pad) {
-            p->rc = sfb__error(-EINVAL, "transport: address of rank %u has %zu bytes", i, p->lens[i]);
-            return;
-        }
-        memset(pad, 0, sizeof pad);
-        memcpy(pad, p->names[i], p->lens[i]);
-        fi_addr_t fa = FI_ADDR_NOTAVAIL;
-        int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
-        if (rc != 1) {
-            p->rc = sfb__error(rc < 0 ? rc : -EINVAL, "transport: fi_av_insert of rank %u: %s", i,
-                               fi_strerror(rc < 0 ? -rc : FI_EINVAL));
-            return;
-        }
-        if (fa != i) {
-            p->rc = sfb__error(-EPROTO, "transport: AV gave fi_addr %llu to rank %u",
-                               (unsigned long long)fa, i);
-            return;
-        }
+     * the blob goes through a zero-padded copy. */
+    uint8_t pad[1024] = {0};
+    memcpy(pad, t->names + t->name_off[p], t->name_off[p + 1] - t->name_off[p]);
+    fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
+    if (rc != 1 || fa == FI_ADDR_NOTAVAIL) {
+        sfb__tp_report(t, (int)p, rc < 0 ? rc : -FI_EINVAL, "fi_av_insert failed", NULL);
+        return FI_ADDR_NOTAVAIL;
     }
-    p->rc = 0;
+    return t->addr[p] = fa;
 }
 
 int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
@@ -380,12 +365,24 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
     if (t->world) return sfb__error(-EINVAL, "transport: peers already set");
     if (world == 0 || world > SFB__TRANSPORT_MAX_RANKS || t->s.rank >= world)
         return sfb__error(-EINVAL, "transport: world size %u with rank %u", world, t->s.rank);
+    size_t total = 0;
+    for (uint32_t i = 0; i < world; i++) {
+        if (lens[i] == 0 || lens[i] > 1024)
+            return sfb__error(-EINVAL, "transport: address of rank %u has %zu bytes", i, lens[i]);
+        total += lens[i];
+    }
     t->seq = calloc(world, sizeof *t->seq);
     t->heard = calloc(world, sizeof *t->heard);
-    if (!t->seq || !t->heard) return -ENOMEM;
-    struct peers_op p = {t, names, lens, world, 0};
-    int rc = sfb__loop_call(t->loop, peers_in_loop, &p);
-    if (rc || p.rc) return rc ? rc : p.rc;
+    t->addr = malloc(world * sizeof *t->addr);
+    t->name_off = malloc((world + 1) * sizeof *t->name_off);
+    t->names = malloc(total);
+    if (!t->seq || !t->heard || !t->addr || !t->name_off || !t->names) return -ENOMEM;
+    t->name_off[0] = 0;
+    for (uint32_t i = 0; i < world; i++) {
+        t->addr[i] = FI_ADDR_NOTAVAIL;
+        memcpy(t->names + t->name_off[i], names[i], lens[i]);
+        t->name_off[i + 1] = t->name_off[i] + lens[i];
+    }
     pthread_mutex_lock(&t->mu);
     t->world = world;
     pthread_mutex_unlock(&t->mu);
@@ -495,6 +492,9 @@ void sfb__transport_close(struct sfb__transport **tp)
     free(t->inbox);
     free(t->seq);
     free(t->heard);
+    free(t->addr);
+    free(t->name_off);
+    free(t->names);
     free(t->name);
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->pool_mu);

@@ -64,12 +64,14 @@ static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o
 {
     o->kind = OP_SEND;
     o->req = r;
-    if (sfb__tp_peer_gone(t, r->dst)) { /* dropped: the request fails, unreported */
+    fi_addr_t fa;
+    if (sfb__tp_peer_gone(t, r->dst) || (fa = sfb__tp_addr(t, r->dst)) == FI_ADDR_NOTAVAIL) {
+        /* dropped: the request fails (a failed insert was reported) */
         sfb__tp_op_put(t, o);
         r->failed = 1;
         return -FI_ENOTCONN;
     }
-    ssize_t rc = FAB(t, fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, r->dst, 0, &o->ctx));
+    ssize_t rc = FAB(t, fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, fa, 0, &o->ctx));
     /* posted, or the peer's queue is full: either way it has work */
     if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, r->dst, rc == -FI_EAGAIN);
     if (rc == -FI_EAGAIN) {

@@ -388,7 +388,7 @@ static void forge_in_loop(void *arg)
     sfb__put_u64(o->thdr + THDR_LEN + 8, f->key);
     sfb__put_u32(o->thdr + THDR_LEN + 16, f->hlen);
     sfb__put_u32(o->thdr + THDR_LEN + 20, f->cookie);
-    f->rc = (int)fi_tsend(f->t->ep, o->thdr, f->len, o->desc, 1, 0, &o->ctx);
+    f->rc = (int)fi_tsend(f->t->ep, o->thdr, f->len, o->desc, sfb__tp_addr(f->t, 1), 0, &o->ctx);
     if (f->rc) sfb__tp_op_put(f->t, o);
 }
 
