@@ -508,6 +508,64 @@ static int slow_receiver(const char *prov)
 }
 static int test_slow_receiver_shm(void) { return slow_receiver("shm"); }
 static int test_slow_receiver_tcp(void) { return slow_receiver("tcp"); }
+/* A libfabric call that never returns (transport_stuck.c): with
+ * SFB_DEBUG_STALL_SEND_TO_DEAD set and rank 1 reported gone, rank 0's send
+ * to it hangs inside a marked call, as a lock left held by a dead process
+ * makes shm's send spin. The call counter then stays odd and still; an
+ * abandon with any other value does nothing, one with that value gives the
+ * thread up: loop calls fail at once and close returns without it. */
+static int gone_1(void *user, uint32_t p)
+{
+    (void)user;
+    return p == 1;
+}
+
+static void noop(void *arg)
+{
+    (void)arg;
+}
+
+static int test_stuck_shm(void)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.ack_timeout_s = 120;
+    s.peer_gone = gone_1;
+    struct world w;
+    setenv("SFB_DEBUG_STALL_SEND_TO_DEAD", "1", 1);
+    int rc = world_open(&w, 2, "shm", &s);
+    unsetenv("SFB_DEBUG_STALL_SEND_TO_DEAD");
+    if (rc) {
+        world_close(&w);
+        return 1;
+    }
+    uint64_t seq = sfb__transport_fabric_seq(w.t[0]);
+    ASSERT_EQ(sfb__transport_abandon(w.t[0], seq & ~1ull), 0);   /* not inside a call */
+    ASSERT_EQ(sfb__transport_abandon(w.t[0], (seq | 1) + 1000000), 0); /* not this call */
+    ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 0);
+    ASSERT_OK(sfb__loop_call(w.loop[0], noop, NULL));
+    ASSERT_OK(sfb__transport_send(w.t[0], 1, "hb", 2, NULL, 0, 0, 1.0));
+    /* stuck: the same odd value for 200 ms (bounded: 10 s) */
+    uint64_t a = 0, b = 1;
+    for (double t0 = sfb__now(); sfb__now() - t0 < 10 && !(a == b && (a & 1));) {
+        a = sfb__transport_fabric_seq(w.t[0]);
+        usleep(200000);
+        b = sfb__transport_fabric_seq(w.t[0]);
+    }
+    ASSERT(a == b && (a & 1));
+    ASSERT_EQ(sfb__transport_abandon(w.t[0], a + 2), 0);
+    ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
+    ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 1);
+    ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 0); /* once */
+    ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
+    ASSERT_EQ(sfb__transport_send(w.t[0], 1, "hb", 2, NULL, 0, 0, 0.0), 0); /* queued, never sent */
+    double t1 = sfb__now();
+    world_close(&w); /* rank 0's parts stay with its parked thread */
+    ASSERT(sfb__now() - t1 < 5);
+    ASSERT(w.t[0] == NULL && w.loop[0] == NULL);
+    return 0;
+}
+
 static int test_bad_rma_shm(void) { return bad_rma("shm"); }
 static int test_bad_rma_tcp(void) { return bad_rma("tcp"); }
 static int test_backpressure_shm(void) { return backpressure("shm"); }
@@ -734,6 +792,7 @@ static const struct test_case tests[] = {
     {"many_big_chunked_shm", test_many_big_chunked_shm},
     {"many_big_chunked_tcp", test_many_big_chunked_tcp},
     {"bad_rma_shm", test_bad_rma_shm},
+    {"stuck_shm", test_stuck_shm},
     {"bad_rma_tcp", test_bad_rma_tcp},
     {"slow_receiver_shm", test_slow_receiver_shm},
     {"slow_receiver_tcp", test_slow_receiver_tcp},
