@@ -152,6 +152,7 @@ struct sfb__transport {
     struct sfb__bell *bell;  /* block mode without a CQ wait fd (shm) */
     uint64_t mr_key;
     char prov_name[64];
+    char shm_name[128]; /* shm: our region's name in /dev/shm, else "" */
     uint8_t *name;
     size_t name_len;
     _Atomic uint32_t world; /* written once by set_peers, read by the loop */

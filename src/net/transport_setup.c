@@ -87,6 +87,7 @@ static int shm_name(struct sfb__transport *t)
     snprintf(name, sizeof name, "sfb_%08lx%08lx_%u_%ld", (unsigned long)ts.tv_nsec,
              (unsigned long)ts.tv_sec & 0xffffffffu, t->s.rank, (long)getpid());
     int rc = fi_setname(&t->ep->fid, name, strlen(name) + 1);
+    if (!rc) snprintf(t->shm_name, sizeof t->shm_name, "%s", name);
     return rc ? sfb__error(rc, "transport: fi_setname(%s): %s", name, fi_strerror(-rc)) : 0;
 }
 
@@ -455,6 +456,14 @@ void sfb__transport_close(struct sfb__transport **tp)
     pthread_cond_broadcast(&t->cv_space);
     pthread_mutex_unlock(&t->mu);
     if (sfb__transport_abandoned(t)) { /* the parked thread holds it all */
+        /* only the names go: the mappings stay, and no peer is left to
+         * connect (fi_close would have unlinked the region) */
+        sfb__bell_unlink(t->bell);
+        if (t->shm_name[0]) {
+            char path[160];
+            snprintf(path, sizeof path, "/dev/shm/%s", t->shm_name);
+            unlink(path);
+        }
         sfb__tp_keep_abandoned(t);
         *tp = NULL;
         return;

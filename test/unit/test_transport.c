@@ -559,10 +559,14 @@ static int test_stuck_shm(void)
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 0); /* once */
     ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
     ASSERT_EQ(sfb__transport_send(w.t[0], 1, "hb", 2, NULL, 0, 0, 0.0), 0); /* queued, never sent */
+    char region[200];
+    snprintf(region, sizeof region, "/dev/shm/%s", w.t[0]->shm_name);
+    ASSERT(w.t[0]->shm_name[0] && access(region, F_OK) == 0);
     double t1 = sfb__now();
     world_close(&w); /* rank 0's parts stay with its parked thread */
     ASSERT(sfb__now() - t1 < 5);
     ASSERT(w.t[0] == NULL && w.loop[0] == NULL);
+    ASSERT(access(region, F_OK) != 0); /* its region's name is not left behind */
     return 0;
 }
 
