@@ -134,7 +134,7 @@ static int dead_for_good(struct sfb__comm *c, uint32_t p, double now)
 }
 
 /* A peer of this host dead for good, or -1: the watched ones (checked
- * every heartbeat), and any a send found gone (sfb__comm_peer_gone). A
+ * every heartbeat), and any whose death the loop saw (on_deaths). A
  * local death is named within ~1.5 s by its neighbours, and by their ABORT
  * to every other rank. */
 static int dead_local_peer(struct sfb__comm *c, double now)
