@@ -23,12 +23,17 @@ static pthread_mutex_t abandoned_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sfb__transport **abandoned;
 static size_t n_abandoned;
 
+static _Noreturn void park(void)
+{
+    for (;;) pause();
+}
+
 void sfb__tp_fab_park(struct sfb__transport *t)
 {
     (void)t;
     SFB_LOG_W("transport: a libfabric call returned after the network thread was given up; "
               "the thread stays parked");
-    for (;;) pause();
+    park();
 }
 
 int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer)
@@ -38,7 +43,7 @@ int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer)
         /* Test hook: hang in the call the way a lock left held would. */
         SFB_LOG_W("transport: SFB_DEBUG_STALL_SEND_TO_DEAD: stuck sending to rank %u", peer);
         sfb__tp_fab_enter(t);
-        for (;;) pause();
+        park();
     }
     stat_add(&t->stats.dropped, 1);
     return 1;
