@@ -292,7 +292,7 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
 static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress};
+    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress, 1};
     return sfb__sync_wait(b->c, b->env.ssp, &w, required, limit, now_clock, acct);
 }
 

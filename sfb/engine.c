@@ -17,6 +17,14 @@ void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64
     if (clock > required) acct->applied_early++;
 }
 
+/* Origins whose applied clock is still below `required`. */
+static uint32_t behind(const struct sfb__ssp *ssp, int64_t required)
+{
+    uint32_t n = 0;
+    for (uint32_t o = 0; o < ssp->world; o++) n += sfb__ssp_applied(ssp, o) < required;
+    return n;
+}
+
 int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__sync_waiter *w,
                    int64_t required, int64_t limit, int64_t now_clock,
                    struct sfb__sync_clock *acct)
@@ -34,7 +42,10 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;
         }
-        if (sfb__comm_recv(c, &f, 0.05) == 0) w->take(w->priv, &f);
+        /* Oversubscribed hosts pay a context switch per wake-up: sleep
+         * until the updates still missing can have arrived. */
+        uint32_t need = w->one_frame_per_origin ? behind(ssp, required) : 0;
+        if (sfb__comm_recv_units(c, &f, 0.05, need) == 0) w->take(w->priv, &f);
     }
     double waited = (sfb__now() - t0) - (acct->apply_s - apply0);
     acct->wait_s += waited;

@@ -32,6 +32,7 @@ struct link {
      * completions); the link is busy at the relay's window */
     uint32_t nflight;
     const struct sfb__buf *flight[LINK_WINDOW];
+    int dirty; /* forwards queued since the last pass (on_pass kicks it) */
 };
 
 /* Per origin: which updates (unit = clock · nmat + slot, where slot is the
@@ -62,6 +63,7 @@ struct sfb__relay {
     uint32_t *relay_for, nrelay;  /* origins this rank forwards (clock readiness) */
     int64_t released;             /* clock mode: boundaries done (loop thread) */
     int stalled;                  /* a send got -EAGAIN or the budget refused: retry */
+    int dirty;                    /* some link is (forwards wait for the pass's end) */
     int priority;                 /* enum sfb__priority (sfb/parts.h) */
     size_t msg_cap;               /* largest message (SIZE_MAX: no cap) */
     uint32_t window;              /* messages in flight per link (eager) */
@@ -293,9 +295,10 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
     for (uint32_t i = 0; i < n; i++) {
         enqueue(r, r->scratch[i], buf, (size_t)(data - buf->data), len, due, h->clock,
                 part.priority);
+        r->links[r->scratch[i]].dirty = 1;
         add(&r->forwarded, 1);
     }
-    for (uint32_t i = 0; i < n; i++) kick(r, r->scratch[i]);
+    r->dirty |= n > 0;
 }
 
 /* comm's on_data hook (loop thread): forwards, then lets the frame go on to
@@ -321,6 +324,22 @@ static int on_data(void *user, struct sfb__frame *f, const struct sfb__wire_hdr 
         relay_one(r, f->buf, f->data, f->len, &h, f->src);
     }
     return 0;
+}
+
+/* comm's on_pass hook (loop thread): the forwards of every frame the pass
+ * delivered leave now, one message per free link. Kicking per frame instead
+ * sent the first frame alone and, on shm (a send completes at once), most
+ * of the rest alone too. */
+static void on_pass(void *user)
+{
+    struct sfb__relay *r = user;
+    if (!r->dirty) return;
+    r->dirty = 0;
+    for (uint32_t k = 0; k < r->Q; k++)
+        if (r->links[k].dirty) {
+            r->links[k].dirty = 0;
+            kick(r, k);
+        }
 }
 
 /* comm's on_sent hook (loop thread). */
@@ -389,7 +408,8 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
     /* resumed at start_clock: every origin's earlier frames count as seen */
     for (uint32_t o = 0; o < r->world; o++)
         atomic_store(&r->seen[o].next, (uint64_t)(start_clock > 0 ? start_clock : 0) * r->nmat);
-    if (sfb__comm_world(c) > 1 && (ret = sfb__comm_set_hooks(c, on_data, on_sent, r))) goto fail;
+    struct sfb__comm_hooks hooks = {on_data, on_sent, on_pass, r};
+    if (sfb__comm_world(c) > 1 && (ret = sfb__comm_set_hooks(c, &hooks))) goto fail;
     /* A frame that arrives before this rank's hook is installed would not be
      * forwarded: no rank publishes until every relay is in place. (The
      * shapes barrier in comm ran before the engine opened.) */
@@ -415,7 +435,7 @@ void sfb__relay_close(struct sfb__relay **pr)
 {
     struct sfb__relay *r = *pr;
     if (!r) return;
-    if (sfb__comm_world(r->c) > 1) sfb__comm_set_hooks(r->c, NULL, NULL, NULL);
+    if (sfb__comm_world(r->c) > 1) sfb__comm_set_hooks(r->c, NULL);
     if (r->links) {
         drop_all(r);
         for (uint32_t k = 0; k < r->Q; k++) free(r->links[k].q);

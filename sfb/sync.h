@@ -131,6 +131,11 @@ struct sfb__sync_waiter {
      * `limit`, counted against `required` in `acct`); 0 or a negative code. */
     int (*progress)(void *priv, int64_t limit, int64_t now_clock, int64_t required,
                     struct sfb__sync_clock *acct);
+    /* 1: after progress, every origin still behind `required` lacks at
+     * least one frame not yet received (the engine applies whatever it
+     * holds up to `limit`), so the wait can sleep until that many updates
+     * have arrived instead of waking per frame. */
+    int one_frame_per_origin;
 };
 
 /* The engines' wait (engine.c): receives (taking every frame), lets the

@@ -155,9 +155,13 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f)
         size_t inner_len;
         struct sfb__wire_hdr ih;
         int r, any_last = 0;
+        uint32_t n = 0;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1)
+        while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
             any_last |= (ih.flags & SFB_WIRE_F_LAST) != 0;
+            n++;
+        }
+        f->units = n ? n : 1;
         if (r < 0) {
             rejected(c, f->src, r);
             sfb__buf_put(f->buf);
@@ -254,27 +258,28 @@ int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shap
 
 struct set_hooks {
     struct sfb__comm *c;
-    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *h);
-    void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
-    void *user;
+    struct sfb__comm_hooks h;
 };
 
 static void set_hooks_in_loop(void *arg)
 {
     struct set_hooks *a = arg;
-    a->c->s.on_data = a->on_data;
-    a->c->s.on_sent = a->on_sent;
-    a->c->s.user = a->user;
+    a->c->s.on_data = a->h.on_data;
+    a->c->s.on_sent = a->h.on_sent;
+    a->c->s.on_pass = a->h.on_pass;
+    a->c->s.user = a->h.user;
 }
 
-int sfb__comm_set_hooks(struct sfb__comm *c,
-                        int (*on_data)(void *user, struct sfb__frame *f,
-                                       const struct sfb__wire_hdr *h),
-                        void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
-                                        int failed),
-                        void *user)
+void sfb__comm_pass_hook(void *user)
 {
-    struct set_hooks a = {c, on_data, on_sent, user};
+    struct sfb__comm *c = user;
+    if (c->s.on_pass) c->s.on_pass(c->s.user);
+}
+
+int sfb__comm_set_hooks(struct sfb__comm *c, const struct sfb__comm_hooks *h)
+{
+    struct set_hooks a = {c, {0}};
+    if (h) a.h = *h;
     if (!c->loop) {
         set_hooks_in_loop(&a);
         return 0;

@@ -42,6 +42,19 @@ struct sfb__comm_settings {
     int (*on_data)(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *h);
     /* Loop thread: a send to dst completed (see sfb__transport_settings). */
     void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+    /* Loop thread: the frames one pass over the completion queue delivered
+     * have all been offered to on_data; what they queued may leave now as
+     * one message per destination (a relay coalesces its forwards here).
+     * Called after every pass that completed anything. NULL: not called. */
+    void (*on_pass)(void *user);
+    void *user;
+};
+
+/* The data hooks of the settings, installed after open. */
+struct sfb__comm_hooks {
+    int (*on_data)(void *user, struct sfb__frame *f, const struct sfb__wire_hdr *h);
+    void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+    void (*on_pass)(void *user);
     void *user;
 };
 
@@ -69,16 +82,11 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s);
 int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shapes, uint32_t n,
                          uint32_t max_s);
 
-/* Installs (or, with NULLs, removes) the data hooks of the settings after
+/* Installs (or, with NULL, removes) the data hooks of the settings after
  * open: the engine opens after comm. Runs in the loop thread via
  * sfb__loop_call, so once it returns no old hook is running or will run.
  * Compute thread. */
-int sfb__comm_set_hooks(struct sfb__comm *c,
-                        int (*on_data)(void *user, struct sfb__frame *f,
-                                       const struct sfb__wire_hdr *h),
-                        void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf,
-                                        int failed),
-                        void *user);
+int sfb__comm_set_hooks(struct sfb__comm *c, const struct sfb__comm_hooks *h);
 
 /* Frames rejected by the wire checks so far. */
 uint64_t sfb__comm_rejected(const struct sfb__comm *c);
@@ -169,7 +177,7 @@ struct sfb__comm_ops {
     int (*buf_get)(struct sfb__comm *c, size_t size, struct sfb__buf **out);
     int (*send)(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
                 struct sfb__buf *buf, size_t off, size_t len, double timeout_s);
-    int (*recv)(struct sfb__comm *c, struct sfb__frame *out, double timeout_s);
+    int (*recv)(struct sfb__comm *c, struct sfb__frame *out, double timeout_s, uint32_t units);
     int (*call)(struct sfb__comm *c, void (*fn)(void *), void *arg);
     int (*barrier)(struct sfb__comm *c);
 };
@@ -183,6 +191,10 @@ int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out);
 int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
                    struct sfb__buf *buf, size_t off, size_t len, double timeout_s);
 int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s);
+/* Receives as sfb__comm_recv, but a wait lasts until frames carrying at
+ * least `units` updates have arrived (sfb__transport_recv_units). */
+int sfb__comm_recv_units(struct sfb__comm *c, struct sfb__frame *out, double timeout_s,
+                         uint32_t units);
 int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg);
 int sfb__comm_barrier(struct sfb__comm *c);
 

@@ -62,6 +62,7 @@ void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRI
  * send, a fabric error. */
 int sfb__comm_on_frame(void *user, struct sfb__frame *f);
 void sfb__comm_sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+void sfb__comm_pass_hook(void *user);
 void sfb__comm_on_error(void *user, int peer, int code, const char *msg);
 /* The budget's set-up (after the loop started) and release. */
 int sfb__comm_budget_open(struct sfb__comm *c);

@@ -136,12 +136,13 @@ static void pump(struct sfb__loopback *lb)
         if (lb->tap) lb->tap(lb->tap_user, src, dst, m->frame->data, m->len);
         d->st.recv_msgs++;
         d->st.recv_bytes += m->len;
-        struct sfb__frame f = {m->frame, m->frame->data, m->len, src};
+        struct sfb__frame f = {m->frame, m->frame->data, m->len, src, 1};
         m->orig = NULL; /* the sender's reference is dropped below, not again by drop() */
         if (sfb__comm_deliver(d->c, &f))
             free(m); /* taken with its reference */
         else
             push(&d->inbox, m);
+        sfb__comm_pass_hook(d->c);
         if (from->s.on_sent) from->s.on_sent(from->s.user, dst, orig, 0);
         sfb__buf_put(orig);
     }
@@ -243,13 +244,16 @@ static int lb_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hd
     return 0;
 }
 
-static int lb_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
+/* The turn passes rank by rank: a wait ends at the first frame (units is
+ * only a hint). */
+static int lb_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s, uint32_t units)
 {
+    (void)units;
     struct lb_rank *me = c->impl;
     if (!me->inbox.head && timeout_s > 0) block(me, LB_RECV);
     struct lb_msg *m = pop(&me->inbox);
     if (!m) return timeout_s > 0 ? -ETIMEDOUT : -EAGAIN;
-    *out = (struct sfb__frame){m->frame, m->frame->data, m->len, m->src};
+    *out = (struct sfb__frame){m->frame, m->frame->data, m->len, m->src, 1};
     free(m);
     return 0;
 }

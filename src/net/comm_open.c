@@ -234,6 +234,7 @@ static int open_transport(struct sfb__comm *c, const struct sfb__comm_settings *
     ts.on_frame = sfb__comm_on_frame;
     ts.on_error = sfb__comm_on_error;
     ts.on_sent = sfb__comm_sent_hook;
+    ts.on_pass = sfb__comm_pass_hook;
     ts.peer_gone = c->peer_pid ? sfb__comm_peer_gone : NULL;
     ts.user = c;
     sfb__clear_error(); /* so `why` below cannot be an older message */

@@ -20,9 +20,9 @@ static int fab_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t h
     return sfb__transport_send(c->t, dst, hdr, hdr_len, buf, off, len, timeout_s);
 }
 
-static int fab_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
+static int fab_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s, uint32_t units)
 {
-    return sfb__transport_recv(c->t, out, timeout_s);
+    return sfb__transport_recv_units(c->t, out, timeout_s, units);
 }
 
 static int fab_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
@@ -64,7 +64,13 @@ int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hd
 
 int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
 {
-    return c->ops ? c->ops->recv(c, out, timeout_s) : no_peers();
+    return c->ops ? c->ops->recv(c, out, timeout_s, 0) : no_peers();
+}
+
+int sfb__comm_recv_units(struct sfb__comm *c, struct sfb__frame *out, double timeout_s,
+                         uint32_t units)
+{
+    return c->ops ? c->ops->recv(c, out, timeout_s, units) : no_peers();
 }
 
 int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg)

@@ -108,6 +108,7 @@ static int read_cq(struct sfb__transport *t)
         for (ssize_t i = 0; i < n; i++) complete(t, ent[i].op_context, ent[i].len, ent[i].tag, 0);
         work = 1;
     }
+    if (work && t->s.on_pass) t->s.on_pass(t->s.user);
     return work;
 }
 
@@ -150,12 +151,9 @@ static int progress_block(struct sfb__transport *t, int work, int provider_busy,
     return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
 }
 
-/* The poller: progress everything, then decide how long the loop may sleep. */
-int sfb__tp_progress(void *arg)
+/* One pass: progress everything, then decide how long the loop may sleep. */
+static int progress_pass(struct sfb__transport *t)
 {
-    struct sfb__transport *t = arg;
-    /* Before the CQ is read: a ring after this leaves the fd readable. */
-    if (t->bell) sfb__bell_drain(t->bell);
     int work = read_cq(t);
     work |= sfb__tp_post_sends(t);
     work |= sfb__tp_post_recvs(t);
@@ -200,6 +198,21 @@ int sfb__tp_progress(void *arg)
     /* Sends waiting for their ACK are timed (check_acks): wake on the fd or
      * the nap timer, whichever comes first. */
     return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
+}
+
+/* The poller. The doorbell is drained before the CQ is read (a ring after
+ * that leaves the fd readable), but only after a pass that may have let a
+ * ring in: one that raised the sleeping flag or ended in a wait. Peers ring
+ * a rank only while its flag is up (rarely also when its queue was full:
+ * such rings wait until the rank next raises its flag), so the passes of a
+ * spin skip a recv() each. */
+int sfb__tp_progress(void *arg)
+{
+    struct sfb__transport *t = arg;
+    if (t->bell && t->bell_armed) sfb__bell_drain(t->bell);
+    int st = progress_pass(t);
+    if (t->bell) t->bell_armed = st != SFB__POLL_BUSY || sfb__bell_is_sleeping(t->bell);
+    return st;
 }
 
 /* Async: move submitted sends into the loop's pending list. */

@@ -65,6 +65,10 @@ struct sfb__frame {
     const uint8_t *data;
     size_t len;
     uint32_t src; /* rank of the sending peer (from the fabric tag) */
+    /* Updates it carries, for a receiver's wake-up threshold
+     * (sfb__transport_recv_units): the on_frame hook sets it (a bundle's
+     * inner frames); 1 otherwise. */
+    uint32_t units;
 };
 
 /* How the loop thread waits for completions (sfb run --progress). */
@@ -114,6 +118,10 @@ struct sfb__transport_settings {
      * Lets a relay know when an out-link is free again. May call
      * sfb__transport_send(…, 0.0). NULL: not called. */
     void (*on_sent)(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
+    /* Loop thread: a pass over the completion queue has ended (it completed
+     * at least one operation); the sends its on_frame and on_sent calls
+     * queued are posted next. NULL: not called. */
+    void (*on_pass)(void *user);
     /* Loop thread, before every send, read or ACK to `peer`: nonzero when
      * its process is gone (same-host peers), and the operation is dropped
      * instead of posted (shm: a process killed inside the provider can
@@ -182,6 +190,13 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
  * Returns 0, -EAGAIN (empty, timeout 0), -ETIMEDOUT. Any thread except the
  * loop thread; normally the compute thread. */
 int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s);
+/* As sfb__transport_recv, but while waiting, sleeps until frames carrying
+ * at least `units` updates (frame.units) are in the inbox, not at the
+ * first: a caller that knows it cannot go on with fewer (it lacks updates
+ * from that many peers) is woken once, not per frame. At the timeout it
+ * takes what is there. units 0 or 1: as sfb__transport_recv. */
+int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, double timeout_s,
+                              uint32_t units);
 
 /* Waits until every queued send has completed (or failed). Returns 0 or
  * -ETIMEDOUT. Not from the loop thread. */

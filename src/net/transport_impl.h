@@ -163,6 +163,7 @@ struct sfb__transport {
     double *heard; /* loop thread: when anything last came from each rank */
     size_t chunk;
     double last_work;
+    int bell_armed; /* drain the doorbell before the next pass (sfb__tp_progress) */
 
     /* loop-thread state */
     struct op *free_ops;
@@ -186,6 +187,8 @@ struct sfb__transport {
     unsigned in_use;
     struct sfb__frame *inbox; /* ring of inbox_cap */
     unsigned in_head, in_count;
+    uint64_t in_units;   /* units of the frames in the inbox */
+    uint32_t want_units; /* the waiting receiver's threshold (0: none waits with one) */
     struct sfb__buf *ovf_head, *ovf_tail; /* frames beyond inbox_cap */
     _Atomic int ovf_nonempty;
     _Atomic size_t inbox_bytes; /* frames delivered, not yet taken by recv */

@@ -27,17 +27,17 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
     b->src = src;
     stat_add(&t->stats.frames_recv, 1);
     stat_add(&t->stats.bytes_recv, len);
-    if (t->s.on_frame) {
-        struct sfb__frame f = {b, b->data + b->off, len, src};
-        if (t->s.on_frame(t->s.user, &f)) return;
-    }
+    struct sfb__frame fr = {b, b->data + b->off, len, src, 1};
+    if (t->s.on_frame && t->s.on_frame(t->s.user, &fr)) return;
     pthread_mutex_lock(&t->mu);
     atomic_fetch_add_explicit(&t->inbox_bytes, len, memory_order_relaxed);
     if (!t->ovf_head && t->in_count < t->s.inbox_cap) {
         struct sfb__frame *f = &t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap];
-        *f = (struct sfb__frame){b, b->data + b->off, len, src};
+        *f = fr;
         t->in_count++;
-        pthread_cond_signal(&t->cv_inbox);
+        t->in_units += fr.units;
+        /* a receiver waiting for more updates than are in sleeps on */
+        if (t->in_units >= t->want_units) pthread_cond_signal(&t->cv_inbox);
     } else {
         /* Inbox full: park the frame and stop reposting receives, so the
          * provider pushes back on the senders. */
@@ -453,15 +453,27 @@ int sfb__tp_post_recvs(struct sfb__transport *t)
 
 int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
 {
+    return sfb__transport_recv_units(t, out, timeout_s, 0);
+}
+
+int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, double timeout_s,
+                              uint32_t units)
+{
     struct timespec ts;
     if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
     pthread_mutex_lock(&t->mu);
-    while (t->in_count == 0) {
-        if (timeout_s <= 0) {
+    /* Parked frames (inbox full) lost their units: no threshold then. */
+    while (t->in_count == 0 || (t->in_units < units && !t->ovf_head)) {
+        if (timeout_s <= 0 && t->in_count == 0) {
             pthread_mutex_unlock(&t->mu);
             return -EAGAIN;
         }
-        if (pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts) == ETIMEDOUT && t->in_count == 0) {
+        if (timeout_s <= 0) break;
+        t->want_units = units;
+        int rc = pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts);
+        t->want_units = 0;
+        if (rc == ETIMEDOUT) {
+            if (t->in_count) break;
             pthread_mutex_unlock(&t->mu);
             return -ETIMEDOUT;
         }
@@ -469,6 +481,7 @@ int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double
     *out = t->inbox[t->in_head];
     t->in_head = (t->in_head + 1) % t->s.inbox_cap;
     t->in_count--;
+    t->in_units -= out->units;
     size_t was = atomic_fetch_sub_explicit(&t->inbox_bytes, out->len, memory_order_relaxed);
     /* The loop holds RMA reads back while the inbox is full of bytes. */
     size_t half = t->s.read_window / 2;
@@ -481,8 +494,9 @@ int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double
             wake = 1; /* the loop may repost receives again */
         }
         t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap] =
-            (struct sfb__frame){b, b->data + b->off, b->len, b->src};
+            (struct sfb__frame){b, b->data + b->off, b->len, b->src, 1};
         t->in_count++;
+        t->in_units++;
     }
     pthread_mutex_unlock(&t->mu);
     if (wake) sfb__loop_async_send(t->async);

@@ -248,6 +248,7 @@ static void choose_progress(struct sfb__transport *t)
                (t->s.progress == SFB__PROGRESS_AUTO && t->s.local_ranks > cpus);
     if (t->block && t->wait_fd < 0 && t->s.world > 1 && t->s.job_key) {
         int rc = sfb__bell_open(&t->bell, t->s.job_key, t->s.rank, t->s.world);
+        t->bell_armed = 1;
         if (rc)
             SFB_LOG_W("transport: no doorbell (%s): rank %u naps %.1f ms when idle",
                       sfb_error_message(rc), t->s.rank, 1e3 * t->s.poll_interval_s);

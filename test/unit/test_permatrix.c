@@ -263,7 +263,7 @@ static int give(struct sfb__comm *c, void *priv, uint32_t m)
         if (buf) sfb__buf_put(buf);
         return ret;
     }
-    struct sfb__frame f = {buf, buf->data, SFB_WIRE_HDR_SIZE + size, 0};
+    struct sfb__frame f = {buf, buf->data, SFB_WIRE_HDR_SIZE + size, 0, 1};
     sfb__broadcast_ops.take(priv, &f); /* takes the reference */
     struct sfb__sync_clock acct = {0};
     return sfb__broadcast_ops.progress(priv, INT64_MAX, 1, 0, &acct);
