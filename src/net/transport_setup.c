@@ -22,6 +22,7 @@
 #include <time.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int open_cq(struct sfb__transport *t)
@@ -52,6 +53,22 @@ static int open_cq(struct sfb__transport *t)
  * region behind, and a later process that gets the same pid then fails with
  * EBUSY. So: a name of our own with a random part, and removal of the
  * regions of our own dead processes (the pid is the name's last field). */
+/* A job's doorbell flags ("sfb_bell_<key>", src/net/bell.h) lose their
+ * name once every rank has mapped them, at the end of start-up, which the
+ * bootstrap bounds to minutes; one last written (created or sized) more
+ * than BELL_STALE_S ago is of a job killed during start-up. */
+#define BELL_STALE_S 600
+static void reap_old_bell(const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    struct stat st;
+    if (stat(path, &st) != 0) return;
+    if (time(NULL) - st.st_mtime > BELL_STALE_S && unlink(path) == 0)
+        SFB_LOG_D("transport: removed %s, a doorbell left by a start-up %lld s ago", path,
+                  (long long)(time(NULL) - st.st_mtime));
+}
+
 static void shm_reap_dead(void)
 {
     DIR *d = opendir("/dev/shm");
@@ -61,6 +78,10 @@ static void shm_reap_dead(void)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "sfb_", 4) != 0) continue;
         seen++;
+        if (strncmp(e->d_name, "sfb_bell_", 9) == 0) {
+            reap_old_bell(e->d_name);
+            continue;
+        }
         const char *us = strrchr(e->d_name, '_');
         char *end;
         long pid = us ? strtol(us + 1, &end, 10) : 0;

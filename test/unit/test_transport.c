@@ -10,8 +10,11 @@
 #include "test.h"
 
 #include <rdma/fi_tagged.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAXN 4
@@ -699,6 +702,32 @@ static int test_idle_shm_block(void)
     return idle_cpu_with("shm", 0.05, &s);
 }
 
+/* The sweep at open removes doorbell flags a start-up left long ago (a
+ * killed job), not a live job's. */
+static int test_stale_bell(void)
+{
+    char old[96], fresh[96];
+    snprintf(old, sizeof old, "/dev/shm/sfb_bell_unit%ldold", (long)getpid());
+    snprintf(fresh, sizeof fresh, "/dev/shm/sfb_bell_unit%ldnew", (long)getpid());
+    for (int i = 0; i < 2; i++) {
+        int fd = open(i ? fresh : old, O_CREAT | O_WRONLY, 0600);
+        ASSERT_GE(fd, 0);
+        close(fd);
+    }
+    struct timespec times[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    ASSERT_OK(utimensat(AT_FDCWD, old, times, 0));
+    struct world w;
+    int rc = world_open(&w, 2, "shm", NULL);
+    world_close(&w);
+    int old_left = access(old, F_OK) == 0, fresh_left = access(fresh, F_OK) == 0;
+    unlink(old);
+    unlink(fresh);
+    ASSERT_OK(rc);
+    ASSERT_EQ(old_left, 0);
+    ASSERT_EQ(fresh_left, 1);
+    return 0;
+}
+
 static int test_idle_tcp(void) { return idle_cpu("tcp", 0.2); }
 static int test_idle_shm(void) { return idle_cpu("shm", 0.5); }
 
@@ -807,6 +836,7 @@ static const struct test_case tests[] = {
     {"shm_4_block", test_shm_4_block},
     {"tcp_2_block", test_tcp_2_block},
     {"idle_shm_block", test_idle_shm_block},
+    {"stale_bell", test_stale_bell},
     {"bad_usage", test_bad_usage},
     {"pool", test_pool},
 };
