@@ -211,6 +211,8 @@ uint32_t sfb__comm_world(const struct sfb__comm *c);
 /* Ranks of the job on this rank's host, this one included (1 in a job of
  * one worker). */
 uint32_t sfb__comm_local_ranks(const struct sfb__comm *c);
+/* sfb__transport_copy_max of the transport (0 without one). */
+size_t sfb__comm_copy_max(const struct sfb__comm *c);
 uint64_t sfb__comm_job_key(const struct sfb__comm *c);
 /* The transport, NULL when world == 1 or on the loopback (tests and
  * benchmarks that drive the transport directly). The engines use the data

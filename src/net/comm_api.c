@@ -19,6 +19,11 @@ uint32_t sfb__comm_world(const struct sfb__comm *c)
     return c->world;
 }
 
+size_t sfb__comm_copy_max(const struct sfb__comm *c)
+{
+    return c->t ? sfb__transport_copy_max(c->t) : 0;
+}
+
 uint32_t sfb__comm_local_ranks(const struct sfb__comm *c)
 {
     return c->local_ranks ? c->local_ranks : 1;

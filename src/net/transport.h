@@ -153,6 +153,15 @@ void sfb__transport_name(const struct sfb__transport *t, const void **name, size
 /* Name of the provider actually used, e.g. "tcp;ofi_rxm". */
 const char *sfb__transport_provider(const struct sfb__transport *t);
 
+/* The largest frame (header and payload) that goes to a peer as one copy
+ * into its queue, completing at once, where a larger one costs a
+ * rendezvous through the kernel: shm's inject size less the transport's
+ * header (shm 1.17: 4096 − 16; above it the receiver reads the sender's
+ * memory with process_vm_readv, a system call and a page-table walk, and
+ * the send completes only then). 0 for other providers (tcp pays per
+ * message, so bigger messages are cheaper). */
+size_t sfb__transport_copy_max(const struct sfb__transport *t);
+
 /* Takes the P peers' address blobs, in rank order (this rank's own
  * included). Call once before any send; blobs are copied. A peer goes into
  * the AV when this rank first sends to, reads from or ACKs it (shm maps a

@@ -359,6 +359,12 @@ const char *sfb__transport_provider(const struct sfb__transport *t)
     return t->prov_name;
 }
 
+size_t sfb__transport_copy_max(const struct sfb__transport *t)
+{
+    size_t inject = t->info ? t->info->tx_attr->inject_size : 0;
+    return strcmp(t->prov_name, "shm") == 0 && inject > THDR_LEN ? inject - THDR_LEN : 0;
+}
+
 /* The peers' address blobs are kept, and each goes into the AV only when
  * this rank first sends to, reads from or ACKs that peer (sfb__tp_addr):
  * shm maps a peer's 16 MiB region at fi_av_insert and unmaps every mapped
