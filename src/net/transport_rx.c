@@ -40,9 +40,11 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
         if (t->in_units >= t->want_units) pthread_cond_signal(&t->cv_inbox);
     } else {
         /* Inbox full: park the frame and stop reposting receives, so the
-         * provider pushes back on the senders. */
+         * provider pushes back on the senders. A receiver waiting for more
+         * updates than the inbox holds stops waiting. */
         SFB_FIFO_PUSH(t->ovf_head, t->ovf_tail, b, next);
         atomic_store(&t->ovf_nonempty, 1);
+        if (t->want_units) pthread_cond_signal(&t->cv_inbox);
     }
     pthread_mutex_unlock(&t->mu);
 }

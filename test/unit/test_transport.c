@@ -702,6 +702,55 @@ static int test_idle_shm_block(void)
     return idle_cpu_with("shm", 0.05, &s);
 }
 
+/* One header-only frame from rank `from` to rank `to`. */
+static int send_small(struct world *w, int from, int to, int64_t clock)
+{
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_DATA, .job_key = JOB_KEY, .origin = (uint32_t)from,
+                             .sender = (uint32_t)from, .clock = clock, .payload_len = 0};
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+    ASSERT_OK(sfb__wire_encode(&h, NULL, 0, hdr));
+    return sfb__transport_send(w->t[from], (uint32_t)to, hdr, sizeof hdr, NULL, 0, 0, 5.0);
+}
+
+/* sfb__transport_recv_units: a receiver that needs 2 updates is not handed
+ * the one frame that came (it gets it at the timeout, not before); with 2
+ * in, it gets the oldest at once; units 1 is a plain receive. */
+static int test_recv_units(void)
+{
+    struct world w;
+    int rc = world_open(&w, 2, "shm", NULL);
+    if (rc) {
+        world_close(&w);
+        return 1;
+    }
+    struct sfb__frame f;
+    ASSERT_OK(send_small(&w, 1, 0, 7));
+    double t0 = sfb__now();
+    ASSERT_OK(sfb__transport_recv_units(w.t[0], &f, 0.3, 2));
+    double waited = sfb__now() - t0;
+    ASSERT(waited >= 0.29);
+    ASSERT_EQ(f.src, 1);
+    ASSERT_EQ(f.units, 1);
+    sfb__buf_put(f.buf);
+    ASSERT_OK(send_small(&w, 1, 0, 8));
+    ASSERT_OK(send_small(&w, 1, 0, 9));
+    ASSERT_OK(sfb__transport_recv_units(w.t[0], &f, 10.0, 2));
+    struct sfb__wire_job job = {.job_key = JOB_KEY, .world_size = 2, .max_payload = 1 << 20,
+                                .stats = &wstats};
+    struct sfb__wire_hdr h;
+    const uint8_t *pl;
+    ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &h, &pl));
+    ASSERT_EQ(h.clock, 8);
+    sfb__buf_put(f.buf);
+    ASSERT_OK(sfb__transport_recv_units(w.t[0], &f, 10.0, 1));
+    ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &h, &pl));
+    ASSERT_EQ(h.clock, 9);
+    sfb__buf_put(f.buf);
+    ASSERT_EQ(sfb__transport_recv_units(w.t[0], &f, 0, 3), -EAGAIN);
+    world_close(&w);
+    return 0;
+}
+
 /* The sweep at open removes doorbell flags a start-up left long ago (a
  * killed job), not a live job's. */
 static int test_stale_bell(void)
@@ -837,6 +886,7 @@ static const struct test_case tests[] = {
     {"tcp_2_block", test_tcp_2_block},
     {"idle_shm_block", test_idle_shm_block},
     {"stale_bell", test_stale_bell},
+    {"recv_units", test_recv_units},
     {"bad_usage", test_bad_usage},
     {"pool", test_pool},
 };
