@@ -73,7 +73,8 @@ int sfb__bell_open(struct sfb__bell **out, uint64_t job_key, uint32_t rank, uint
     b->rank = rank;
     /* The flags: every rank opens (or creates) the same segment; a rank
      * that cannot leaves flags NULL and rings every time. */
-    snprintf(b->shm, sizeof b->shm, "/sfb_bell_%016llx", (unsigned long long)job_key);
+    snprintf(b->shm, sizeof b->shm, "/" SFB__BELL_SHM_PREFIX "%016llx",
+             (unsigned long long)job_key);
     b->flags_len = (size_t)world * sizeof(struct flag);
     int sfd = shm_open(b->shm, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (sfd >= 0) {

@@ -26,6 +26,8 @@
 #include <stdint.h>
 
 struct sfb__bell;
+/* The flags segment's name in /dev/shm: this prefix and the job key in hex. */
+#define SFB__BELL_SHM_PREFIX "sfb_bell_"
 
 /* Binds this rank's doorbell. Returns 0, or a negative errno (the name is
  * taken: another job with the same key). */

@@ -64,7 +64,7 @@ int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hd
 
 int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
 {
-    return c->ops ? c->ops->recv(c, out, timeout_s, 0) : no_peers();
+    return sfb__comm_recv_units(c, out, timeout_s, 0);
 }
 
 int sfb__comm_recv_units(struct sfb__comm *c, struct sfb__frame *out, double timeout_s,

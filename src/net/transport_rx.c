@@ -464,21 +464,19 @@ int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, 
     struct timespec ts;
     if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
     pthread_mutex_lock(&t->mu);
-    /* Parked frames (inbox full) lost their units: no threshold then. */
-    while (t->in_count == 0 || (t->in_units < units && !t->ovf_head)) {
-        if (timeout_s <= 0 && t->in_count == 0) {
-            pthread_mutex_unlock(&t->mu);
-            return -EAGAIN;
-        }
-        if (timeout_s <= 0) break;
+    /* Wait while the inbox is empty or short of units (parked frames, an
+     * inbox full, lost theirs: no threshold then); at the deadline take
+     * whatever is there. */
+    int rc = 0;
+    while (timeout_s > 0 && rc != ETIMEDOUT &&
+           (t->in_count == 0 || (t->in_units < units && !t->ovf_head))) {
         t->want_units = units;
-        int rc = pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts);
+        rc = pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts);
         t->want_units = 0;
-        if (rc == ETIMEDOUT) {
-            if (t->in_count) break;
-            pthread_mutex_unlock(&t->mu);
-            return -ETIMEDOUT;
-        }
+    }
+    if (t->in_count == 0) {
+        pthread_mutex_unlock(&t->mu);
+        return timeout_s > 0 ? -ETIMEDOUT : -EAGAIN;
     }
     *out = t->inbox[t->in_head];
     t->in_head = (t->in_head + 1) % t->s.inbox_cap;

@@ -48,14 +48,9 @@ static int open_cq(struct sfb__transport *t)
     return rc ? sfb__error(rc, "transport: fi_cq_open: %s", fi_strerror(-rc)) : 0;
 }
 
-/* The shm provider names its region after the pid by default
- * ("<pid>:<dom>:<ep>" in /dev/shm). A process killed with SIGKILL leaves its
- * region behind, and a later process that gets the same pid then fails with
- * EBUSY. So: a name of our own with a random part, and removal of the
- * regions of our own dead processes (the pid is the name's last field). */
-/* A job's doorbell flags ("sfb_bell_<key>", src/net/bell.h) lose their
- * name once every rank has mapped them, at the end of start-up, which the
- * bootstrap bounds to minutes; one last written (created or sized) more
+/* A job's doorbell flags (SFB__BELL_SHM_PREFIX "<key>", src/net/bell.h)
+ * lose their name once every rank has mapped them, at the end of start-up,
+ * which the bootstrap bounds to minutes; one last written (created or sized) more
  * than BELL_STALE_S ago is of a job killed during start-up. */
 #define BELL_STALE_S 600
 static void reap_old_bell(const char *name)
@@ -69,6 +64,11 @@ static void reap_old_bell(const char *name)
                   (long long)(time(NULL) - st.st_mtime));
 }
 
+/* The shm provider names its region after the pid by default
+ * ("<pid>:<dom>:<ep>" in /dev/shm). A process killed with SIGKILL leaves its
+ * region behind, and a later process that gets the same pid then fails with
+ * EBUSY. So: a name of our own with a random part, and removal of the
+ * regions of our own dead processes (the pid is the name's last field). */
 static void shm_reap_dead(void)
 {
     DIR *d = opendir("/dev/shm");
@@ -78,7 +78,7 @@ static void shm_reap_dead(void)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "sfb_", 4) != 0) continue;
         seen++;
-        if (strncmp(e->d_name, "sfb_bell_", 9) == 0) {
+        if (strncmp(e->d_name, SFB__BELL_SHM_PREFIX, strlen(SFB__BELL_SHM_PREFIX)) == 0) {
             reap_old_bell(e->d_name);
             continue;
         }
