@@ -33,7 +33,7 @@ flush eager / clock, predicted against measured exchange time and the error
 (simcheck.md, simcheck.csv).
 
 Usage: bench/scale.py [--sfb PATH] [--out DIR] [--smoke] [--local-nodes LIST]
-         [--cluster-nodes LIST] [--topology LIST] [--rate R] [--clocks C]
+         [--cluster-nodes LIST] [--topology LIST] [--rate R] [--egress fair|fifo] [--clocks C]
          [--no-local] [--no-cluster] [--sim-check]
 The cluster part needs root and network namespaces; without them it is
 skipped with a message (exit 0).
@@ -155,7 +155,7 @@ RSS_WRAP = ("import resource, subprocess, sys\n"
 
 def topo_predict(a, P, topo, frame, flush, calib):
     cmd = [a.sfb, "topo", "--json", "--nodes", str(P), "--topology", topo, "--sf-bytes", str(frame),
-           "--flush", flush]
+           "--flush", flush, "--nic", a.egress]
     if calib:
         cmd += ["--calibrate", calib, "--host-cores", str(a.host_cores)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
@@ -167,7 +167,8 @@ def topo_predict(a, P, topo, frame, flush, calib):
 def calibrate(a, provider, netns_rate=None):
     path = os.path.join(a.out, f"calib-{provider}{'-' + netns_rate if netns_rate else ''}.txt")
     if netns_rate:
-        cmd = [a.cluster, "-n", "2", "--rate", netns_rate, "--out-dir", os.path.join(a.out, "calib"),
+        cmd = [a.cluster, "-n", "2", "--rate", netns_rate, "--egress", a.egress,
+               "--out-dir", os.path.join(a.out, "calib"),
                "--bench", a.bench, "--calibrate", path] + (["--quick"] if a.smoke else [])
     else:
         cmd = [os.path.join(ROOT, "scripts", "calibrate-links"), "--bench", a.bench, "--out", path, provider]
@@ -204,7 +205,7 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
     if where == "local":
         cmd = [a.sfb, "run", "-n", str(P)] + wargs
     else:
-        cmd = [a.cluster, "-n", str(P), "--rate", a.rate, "--sfb", a.sfb, "--timeout", "500",
+        cmd = [a.cluster, "-n", str(P), "--rate", a.rate, "--egress", a.egress, "--sfb", a.sfb, "--timeout", "500",
                "--out-dir", out, "--"] + wargs
     nan = float("nan")
     try:
@@ -249,7 +250,7 @@ def write_csv(path, rows, cols):
 def scale(a):
     rows = []
     header = (f"MLR synth:k={K},d={a.d}, batch {a.batch}, {a.clocks} clocks, s = 0, flush eager; "
-              f"cluster links {a.rate} (tcp); load average at start {os.getloadavg()[0]:.2f}")
+              f"cluster links {a.rate} (tcp, {a.egress} egress); load average at start {os.getloadavg()[0]:.2f}")
     print(header)
     if not a.no_local:
         calib = calibrate(a, "shm")
@@ -330,7 +331,7 @@ def sim_check(a):
             "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "load", "status"]
     write_csv(os.path.join(a.out, "simcheck.csv"), rows, cols)
     with open(os.path.join(a.out, "simcheck.md"), "w") as f:
-        f.write(f"P = {P}, links {a.rate} (tcp), MLR synth:k={K}, batch {a.batch}, {a.clocks} clocks; "
+        f.write(f"P = {P}, links {a.rate} (tcp, {a.egress} egress; sfb topo --nic {a.egress}), MLR synth:k={K}, batch {a.batch}, {a.clocks} clocks; "
                 f"calibration: {open(calib).readline()[2:].strip()}\n\n"
                 "| topology | flush | D | frame B | s | measured exchange ms | predicted ms | error | "
                 "msgs/clock (pred) | MB/clock (pred) | clock ms | load |\n"
@@ -370,6 +371,9 @@ def main():
     ap.add_argument("--cluster-nodes", type=int_list, default=[4, 8, 16])
     ap.add_argument("--topology", default="full,halton")
     ap.add_argument("--rate", default="100mbit", help="cluster link rate, tc units (default 100mbit)")
+    ap.add_argument("--egress", choices=["fair", "fifo"], default="fair",
+                    help="the cluster NICs' queueing (scripts/netns-cluster --egress) and the "
+                         "simulator's NIC model (sfb topo --nic); default fair")
     ap.add_argument("--clocks", type=int, default=200)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--d", type=int, default=100)

@@ -124,6 +124,18 @@ enum sfb_topo_flush {
     SFB_TOPO_FLUSH_CLOCK = 1,
 };
 
+/* How a node's NIC serves its links in eager mode (clock mode sends one
+ * bundle per used link at once either way). */
+enum sfb_topo_nic {
+    /* Fair (default): the links with a message in transmission share the
+     * egress rate equally (a host's fair queueing, an RDMA NIC's round
+     * robin over queue pairs); a link sends one message at a time. */
+    SFB_TOPO_NIC_FAIR = 0,
+    /* FIFO: one message at a time at the full rate, in the order the links
+     * became ready; a link waiting for the NIC gathers its next bundle. */
+    SFB_TOPO_NIC_FIFO = 1,
+};
+
 struct sfb_topo_sim_settings {
     uint64_t sf_bytes;      /* B: one origin's SF frame, header included */
     uint32_t bundle_header; /* outer header of a message with ≥ 2 frames (64) */
@@ -138,11 +150,12 @@ struct sfb_topo_sim_settings {
     uint32_t host_cores;
     double cpu_msg_us;
     double cpu_byte_ns;
+    enum sfb_topo_nic nic;
 };
 
 /* Defaults: B = 262208 (K = D = 1024, S = 32, fp32 dense c: 4·S·(K+D) bytes
  * plus a 64-byte frame header), bundle header 64 B, 1 Gbit/s, 10 µs, no
- * per-message overhead, eager. */
+ * per-message overhead, eager, fair NIC. */
 SFB_API void sfb_topo_sim_default_settings(struct sfb_topo_sim_settings *s);
 
 struct sfb_topo_report {

@@ -189,6 +189,7 @@ static int set_calibration(void *base, void *ctx, const struct cli_opt *o, const
     {.kind = CLI_REAL, .name = n, O(f), meta, h, .lo = 0, .hi = 1e9, .want = "a time in [0, 1e9]"}
 
 static const int flushes[] = {SFB_TOPO_FLUSH_EAGER, SFB_TOPO_FLUSH_CLOCK};
+static const int nics[] = {SFB_TOPO_NIC_FAIR, SFB_TOPO_NIC_FIFO};
 static char topo_help[256];
 
 static const struct cli_opt topo_table[] = {
@@ -235,6 +236,13 @@ static const struct cli_opt topo_table[] = {
      "per clock; time = one clock's exchange, and frames\n"
      "need up to `diameter` clocks",
      .choices = "eager|clock", .values = flushes},
+    {.kind = CLI_ENUM, .name = "nic", O(sim.nic), "fair|fifo",
+     "how a node's NIC serves its links (eager):\n"
+     "fair (default): links with a message in flight share\n"
+     "the egress rate (fair queueing; an RDMA NIC's round\n"
+     "robin over queue pairs); fifo: one message at a time,\n"
+     "links in the order they became ready",
+     .choices = "fair|fifo", .values = nics},
     {.kind = CLI_FLAG, .name = "offsets", O(offsets), NULL, "also print each topology's offsets",
      .ival = 1},
     {.kind = CLI_FLAG, .name = "engines", O(engines), NULL,
@@ -292,6 +300,11 @@ static void print_offsets(const struct sfb_topo *t, int json)
         printf("%s%" PRIu32, k ? (json ? "," : " ") : "", sfb_topo_offset(t, k));
 }
 
+static const char *nic_name(enum sfb_topo_nic n)
+{
+    return n == SFB_TOPO_NIC_FIFO ? "fifo" : "fair";
+}
+
 static void print_row(const struct opts *o, const struct sfb_topo *t, const struct sfb_topo_report *r)
 {
     if (o->json) {
@@ -301,7 +314,7 @@ static void print_row(const struct opts *o, const struct sfb_topo *t, const stru
                ",\"messages_per_clock\":%" PRIu64 ",\"bytes_per_clock\":%" PRIu64
                ",\"messages_per_node\":%" PRIu64 ",\"bytes_per_node\":%" PRIu64
                ",\"max_link_frames\":%" PRIu32 ",\"max_link_bytes\":%" PRIu64
-               ",\"time_s\":%.9g,\"clocks\":%" PRIu32 ",\"flush\":\"%s\",\"sf_bytes\":%" PRIu64
+               ",\"time_s\":%.9g,\"clocks\":%" PRIu32 ",\"flush\":\"%s\",\"nic\":\"%s\",\"sf_bytes\":%" PRIu64
                ",\"bundle_header\":%" PRIu32 ",\"link_gbps\":%g,\"latency_us\":%g,\"msg_overhead_us\":%g"
                ",\"host_cores\":%" PRIu32 ",\"cpu_msg_us\":%g,\"cpu_byte_ns\":%g"
                ",\"network_time_s\":%.9g,\"cpu_time_s\":%.9g",
@@ -309,7 +322,7 @@ static void print_row(const struct opts *o, const struct sfb_topo *t, const stru
                r->mean_hops, r->links_used, r->frames_per_clock, r->messages_per_clock,
                r->bytes_per_clock, r->messages_per_node, r->bytes_per_node, r->max_link_frames,
                r->max_link_bytes, r->time_s, r->clocks,
-               o->sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager", o->sim.sf_bytes,
+               o->sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager", nic_name(o->sim.nic), o->sim.sf_bytes,
                o->sim.bundle_header, o->sim.link_gbps, o->sim.latency_us, o->sim.msg_overhead_us,
                o->sim.host_cores, o->sim.cpu_msg_us, o->sim.cpu_byte_ns, r->network_time_s, r->cpu_time_s);
         if (o->sim.flush == SFB_TOPO_FLUSH_EAGER)
@@ -362,9 +375,9 @@ int sfb_cli_topo(int argc, char **argv)
     }
     if (!o.json) {
         printf("# SF frame %" PRIu64 " B, bundle header %" PRIu32 " B, egress %g Gbit/s per node, "
-               "latency %g us, msg overhead %g us, flush %s\n",
+               "latency %g us, msg overhead %g us, flush %s, nic %s\n",
                o.sim.sf_bytes, o.sim.bundle_header, o.sim.link_gbps, o.sim.latency_us, o.sim.msg_overhead_us,
-               o.sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager");
+               o.sim.flush == SFB_TOPO_FLUSH_CLOCK ? "clock" : "eager", nic_name(o.sim.nic));
         if (o.sim.host_cores > 0)
             printf("# shared host CPU: %" PRIu32 " cores, %g us per message, %g ns per byte\n",
                    o.sim.host_cores, o.sim.cpu_msg_us, o.sim.cpu_byte_ns);

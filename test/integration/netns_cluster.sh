@@ -2,7 +2,9 @@
 # The emulated cluster (scripts/netns-cluster): P = 3 namespaces on 100 Mbit/s
 # links, tcp provider, env rendezvous. SFB and FMS jobs both finish, every
 # worker writes its metrics, the two reach the same parameters (s = 0), FMS
-# moves more bytes than SFB (at these shapes S·P < 2KD/(K+D)), and nothing of the cluster is left behind.
+# moves more bytes than SFB (at these shapes S·P < 2KD/(K+D)), the NICs
+# queue as asked (--egress fair: an HTB class and filter per peer; fifo: a
+# token bucket), and nothing of the cluster is left behind.
 # Skips (77) when not root or network namespaces are unavailable.
 # Usage: netns_cluster.sh NETNS_CLUSTER SFB MODEL_DIFF
 set -uo pipefail
@@ -29,10 +31,30 @@ sys.exit(0 if b[1] > b[0] > 0 else 1)
 PY
 }
 check more_bytes
+# The NIC of rank 1: fair, one class per peer (ranks 0 and 2, not itself),
+# each capped at the link rate, and a filter sending the peer's address to it.
+nic() { # egress
+  timeout 60 "$NC" -n 3 --rate 100mbit --egress "$1" --exec --out-dir "$tmp/nic-$1" -- \
+    sh -c 'tc qdisc show dev eth0; tc class show dev eth0; tc filter show dev eth0' >/dev/null 2>&1
+}
+check nic fair
+log=$tmp/nic-fair/worker.1.log
+check grep -q '^qdisc htb 1: root' "$log"
+check [ "$(grep -c '^class htb 1:1[02] parent 1:1 .*ceil 100Mbit' "$log")" = 2 ]
+check grep -q 'match 0a4d0001/ffffffff' "$log"
+check grep -q 'match 0a4d0003/ffffffff' "$log"
+check [ "$(grep -c 'match 0a4d0002/ffffffff' "$log")" = 0 ]
+check grep -q '"egress":"fair"' "$tmp/nic-fair/cluster.json"
+check nic fifo
+check grep -q '^qdisc tbf .* root .*rate 100Mbit' "$tmp/nic-fifo/worker.1.log"
+check [ "$(grep -c '^class htb' "$tmp/nic-fifo/worker.1.log")" = 0 ]
+timeout 10 "$NC" -n 3 --egress sideways -- x >"$tmp/bad-egress.log" 2>&1
+check [ $? = 2 ]
+check grep -q "egress must be fair or fifo" "$tmp/bad-egress.log"
 # a failing job still tears everything down and reports the failure
 timeout 60 "$NC" -n 3 --rate 100mbit --sfb "$SFB" --timeout 30 --out-dir "$tmp/bad" -- \
   --model mlr --data synth:k=8,d=100,n=3000,seed=3 --lr -1 >/dev/null 2>&1
 check [ $? != 0 ]
-for d in sfb fms bad; do check leftover "$tmp/$d"; done
+for d in sfb fms bad nic-fair nic-fifo; do check leftover "$tmp/$d"; done
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
