@@ -459,7 +459,7 @@ void sfb__relay_close(struct sfb__relay **pr)
 
 struct pub {
     struct sfb__relay *r;
-    struct sfb__buf *buf;
+    struct sfb__buf *buf; /* a reference of its own until the loop has queued it */
     size_t len;
     int64_t clock;
     float priority;
@@ -474,14 +474,32 @@ static void publish_in_loop(void *arg)
         enqueue(r, r->scratch[i], p->buf, 0, p->len, r->flush_clock ? p->clock : INT64_MIN,
                 p->clock, p->priority);
     for (uint32_t i = 0; i < n; i++) kick(r, r->scratch[i]);
+    sfb__buf_put(p->buf);
+    free(p);
 }
 
+static void publish_dropped(void *arg)
+{
+    struct pub *p = arg;
+    sfb__buf_put(p->buf);
+    free(p);
+}
+
+/* Posted, not called: the compute thread goes on to its SSP wait instead of
+ * sleeping until the loop thread has queued the frame (a wake-up and a
+ * context switch a clock and frame; every later call to the loop, the
+ * boundary and the BYE's included, runs after it). */
 int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock,
                        float priority)
 {
     if (sfb__comm_world(r->c) == 1) return 0;
-    struct pub p = {r, buf, len, clock, priority};
-    return sfb__comm_call(r->c, publish_in_loop, &p);
+    struct pub *p = malloc(sizeof *p);
+    if (!p) return -ENOMEM;
+    *p = (struct pub){r, buf, len, clock, priority};
+    sfb__buf_ref(buf);
+    int ret = sfb__comm_post(r->c, publish_in_loop, publish_dropped, p);
+    if (ret) publish_dropped(p);
+    return ret;
 }
 
 int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last)

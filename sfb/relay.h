@@ -77,7 +77,9 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
 void sfb__relay_close(struct sfb__relay **r);
 
 /* Queues this rank's own frame buf[0..len) (header included) of `clock` to
- * its children (takes its own reference) and, when eager, sends it;
+ * its children (takes its own reference) and, when eager, sends it; posted
+ * to the loop thread, so it may return before (later relay and comm calls
+ * run after it);
  * `priority`: its part's (sfb/parts.h), 0 for a whole update. */
 int sfb__relay_publish(struct sfb__relay *r, struct sfb__buf *buf, size_t len, int64_t clock,
                        float priority);

@@ -172,6 +172,8 @@ void sfb__comm_close(struct sfb__comm **c);
  * process (src/net/comm_loop.h, for unit tests). Each entry behaves as the
  * transport function of the same name (src/net/transport.h); `call` runs fn
  * where the comm's hooks run (the loop thread) and returns once it has run;
+ * `post` queues it there and returns at once (in order with calls made or
+ * posted before; drop(arg) instead if it will never run: sfb__loop_post);
  * `barrier` returns once every rank of the job has entered it. */
 struct sfb__comm_ops {
     int (*buf_get)(struct sfb__comm *c, size_t size, struct sfb__buf **out);
@@ -179,13 +181,14 @@ struct sfb__comm_ops {
                 struct sfb__buf *buf, size_t off, size_t len, double timeout_s);
     int (*recv)(struct sfb__comm *c, struct sfb__frame *out, double timeout_s, uint32_t units);
     int (*call)(struct sfb__comm *c, void (*fn)(void *), void *arg);
+    int (*post)(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg);
     int (*barrier)(struct sfb__comm *c);
 };
 
 extern const struct sfb__comm_ops sfb__comm_fabric_ops;
 
 /* The engines' calls, through c->ops. Returns as the ops entry; with no
- * peers (world == 1) call runs fn at once, barrier returns 0 and the others
+ * peers (world == 1) call and post run fn at once, barrier returns 0 and the others
  * fail with -ENOTCONN. Compute thread (send and buf_get: also the hooks). */
 int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out);
 int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
@@ -196,6 +199,7 @@ int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s
 int sfb__comm_recv_units(struct sfb__comm *c, struct sfb__frame *out, double timeout_s,
                          uint32_t units);
 int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg);
+int sfb__comm_post(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg);
 int sfb__comm_barrier(struct sfb__comm *c);
 
 /* Hands one received frame to the comm as the transport's on_frame does:

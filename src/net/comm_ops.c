@@ -30,6 +30,11 @@ static int fab_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
     return sfb__loop_call(c->loop, fn, arg);
 }
 
+static int fab_post(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg)
+{
+    return sfb__loop_post(c->loop, fn, drop, arg);
+}
+
 static int fab_barrier(struct sfb__comm *c)
 {
     return sfb__bootstrap_barrier(c->bs);
@@ -40,6 +45,7 @@ const struct sfb__comm_ops sfb__comm_fabric_ops = {
     .send = fab_send,
     .recv = fab_recv,
     .call = fab_call,
+    .post = fab_post,
     .barrier = fab_barrier,
 };
 
@@ -76,6 +82,13 @@ int sfb__comm_recv_units(struct sfb__comm *c, struct sfb__frame *out, double tim
 int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
 {
     if (c->ops) return c->ops->call(c, fn, arg);
+    fn(arg);
+    return 0;
+}
+
+int sfb__comm_post(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg)
+{
+    if (c->ops) return c->ops->post(c, fn, drop, arg);
     fn(arg);
     return 0;
 }

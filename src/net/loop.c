@@ -14,6 +14,8 @@ struct call {
     void *arg;
     int done;
     struct call *next;
+    void (*drop)(void *); /* posted (sfb__loop_post): heap-allocated, nobody waits */
+    int posted;
 };
 
 struct sfb__loop {
@@ -73,12 +75,32 @@ static void run_calls(struct sfb__loop *l)
         pthread_mutex_unlock(&l->mu);
         c->fn(c->arg);
         pthread_mutex_lock(&l->mu);
-        c->done = 1;
+        if (c->posted) free(c);
+        else c->done = 1;
     }
     pthread_cond_broadcast(&l->cv);
     int stop = l->stop;
     pthread_mutex_unlock(&l->mu);
     if (stop) ev_break(l->ev, EVBREAK_ALL);
+}
+
+/* Posted calls the loop will not run (it stopped, or is closing) get their
+ * drop(); a waiting sfb__loop_call sees `stopped` and unlinks its own. */
+static void drop_posted(struct sfb__loop *l)
+{
+    pthread_mutex_lock(&l->mu);
+    struct call **pp = &l->calls;
+    while (*pp) {
+        struct call *c = *pp;
+        if (!c->posted) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        if (c->drop) c->drop(c->arg);
+        free(c);
+    }
+    pthread_mutex_unlock(&l->mu);
 }
 
 static void wake_cb(struct ev_loop *ev, ev_async *w, int revents)
@@ -111,6 +133,9 @@ static void *loop_main(void *arg)
     ev_run(l->ev, 0);
     pthread_mutex_lock(&l->mu);
     l->stopped = 1;
+    pthread_mutex_unlock(&l->mu);
+    drop_posted(l);
+    pthread_mutex_lock(&l->mu);
     /* Callers that queued a call after the stop request must not wait forever. */
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
@@ -144,6 +169,7 @@ void sfb__loop_close(struct sfb__loop **lp)
         ev_async_send(l->ev, &l->wake);
         pthread_join(l->thread, NULL);
     }
+    drop_posted(l);
     ev_async_stop(l->ev, &l->wake);
     ev_loop_destroy(l->ev);
     pthread_mutex_destroy(&l->mu);
@@ -171,7 +197,7 @@ int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *), void *arg)
         fn(arg);
         return 0;
     }
-    struct call c = {fn, arg, 0, NULL};
+    struct call c = {.fn = fn, .arg = arg};
     pthread_mutex_lock(&l->mu);
     if (l->stopped) {
         pthread_mutex_unlock(&l->mu);
@@ -195,6 +221,29 @@ int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *), void *arg)
     }
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+int sfb__loop_post(struct sfb__loop *l, void (*fn)(void *arg), void (*drop)(void *arg), void *arg)
+{
+    if (sfb__loop_in_thread(l)) {
+        fn(arg);
+        return 0;
+    }
+    struct call *c = calloc(1, sizeof *c);
+    if (!c) return -ENOMEM;
+    *c = (struct call){.fn = fn, .arg = arg, .drop = drop, .posted = 1};
+    pthread_mutex_lock(&l->mu);
+    if (l->stopped) {
+        pthread_mutex_unlock(&l->mu);
+        free(c);
+        return -ESHUTDOWN;
+    }
+    struct call **pp = &l->calls; /* after every call made or posted before */
+    while (*pp) pp = &(*pp)->next;
+    *pp = c;
+    pthread_mutex_unlock(&l->mu);
+    ev_async_send(l->ev, &l->wake);
+    return 0;
 }
 
 /* ---- pollers ---- */

@@ -52,6 +52,15 @@ int sfb__loop_in_thread(const struct sfb__loop *l);
  * Returns 0, or -ESHUTDOWN if the loop thread has stopped. */
 int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *arg), void *arg);
 
+/* Queues fn(arg) for the loop thread and returns at once; it runs in order
+ * with every call made or posted before it (sfb__loop_call included, so a
+ * later call finds it done). If the loop stops first, drop(arg) runs
+ * instead (NULL: nothing), in the loop thread at its exit or in
+ * sfb__loop_close(). Runs fn directly from the loop thread or before
+ * sfb__loop_start(). Returns 0, -ENOMEM, or -ESHUTDOWN if the loop thread
+ * has stopped (neither fn nor drop then runs). */
+int sfb__loop_post(struct sfb__loop *l, void (*fn)(void *arg), void (*drop)(void *arg), void *arg);
+
 /* What a poller's progress function returns. */
 enum sfb__poll_state {
     SFB__POLL_SLEEP = 0, /* nothing to do: block until fd or another event */

@@ -7,7 +7,8 @@
 #    clock (bytes = frames·B + 64·bundles), in between links_used and P−1
 #    messages per clock on average: the bounds `sfb topo --json` states
 #    (eager_bounds).
-# B, the SF frame size, is read from clock 0 (own frames only, sent bare).
+# B, the SF frame size, is read from clock 0 of the clock-flushed run (own
+# frames only, sent bare); the eager run has the same shapes.
 # Usage: sfb_relay_counts.sh SFB
 set -uo pipefail
 SFB=$1
@@ -23,7 +24,9 @@ for P in 8 16; do
          --out-dir "$d" >/dev/null 2>"$tmp/err"; then
       echo "FAIL: P=$P $flush: run failed"; tail -5 "$tmp/err"; fails=$((fails+1)); continue
     fi
-    B=$(python3 -c 'import json,sys
+    # clock mode sends clock 0's own frames at boundary 0, after the frame
+    # was queued (an eager rank's clock-0 row may come before its own send)
+    [ $flush = clock ] && B=$(python3 -c 'import json,sys
 c=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{\"rank\"")][0]
 print(c["data_bytes"] // c["data_msgs"])' "$d/metrics.0.jsonl")
     "$SFB" topo --nodes $P --topology halton --flush $flush --sf-bytes "$B" --json > "$d/topo.json"

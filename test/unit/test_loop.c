@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <unistd.h>
 
 static _Atomic int counter;
@@ -113,8 +114,61 @@ static int test_poller(void)
     return 0;
 }
 
+/* Posted calls: run at once before the start; after it, in the loop
+ * thread, in order with each other and with calls (a call made after a post
+ * finds it run). */
+static int order[8];
+static _Atomic int n_order, dropped, posted_in_loop;
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void record(void *arg)
+{
+    order[atomic_fetch_add(&n_order, 1)] = (int)(intptr_t)arg;
+    atomic_fetch_add(&posted_in_loop, sfb__loop_in_thread(g_loop));
+}
+
+static void drop_rec(void *arg)
+{
+    atomic_fetch_add(&dropped, 1);
+}
+
+static void gate(void *arg) /* holds the loop thread until the test lets go */
+{
+    pthread_mutex_lock(&gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+    record(arg);
+}
+
+static int test_post(void)
+{
+    struct sfb__loop *l;
+    ASSERT_OK(sfb__loop_open(&l));
+    g_loop = l;
+    atomic_store(&n_order, 0);
+    ASSERT_OK(sfb__loop_post(l, record, drop_rec, (void *)(intptr_t)1)); /* not started: here */
+    ASSERT_EQ(atomic_load(&n_order), 1);
+    ASSERT_OK(sfb__loop_start(l));
+    atomic_store(&posted_in_loop, 0);
+    /* the loop thread is held in the first post while the others queue */
+    pthread_mutex_lock(&gate_mu);
+    ASSERT_OK(sfb__loop_post(l, gate, drop_rec, (void *)(intptr_t)2));
+    for (int i = 3; i <= 5; i++) ASSERT_OK(sfb__loop_post(l, record, drop_rec, (void *)(intptr_t)i));
+    sleep_s(0.02);
+    ASSERT_EQ(atomic_load(&n_order), 1); /* returned before running */
+    pthread_mutex_unlock(&gate_mu);
+    ASSERT_OK(sfb__loop_call(l, record, (void *)(intptr_t)6));
+    ASSERT_EQ(atomic_load(&n_order), 6);
+    for (int i = 0; i < 6; i++) ASSERT_EQ(order[i], i + 1);
+    ASSERT_EQ(atomic_load(&posted_in_loop), 5);
+    ASSERT_EQ(atomic_load(&dropped), 0);
+    sfb__loop_close(&l);
+    ASSERT(l == NULL);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"call_async_timer", test_call_async_timer},
+    {"post", test_post},
     {"poller", test_poller},
 };
 

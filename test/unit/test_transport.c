@@ -561,6 +561,7 @@ static int test_stuck_shm(void)
     ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 1);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 0); /* once */
     ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
+    ASSERT_EQ(sfb__loop_post(w.loop[0], noop, NULL, NULL), -ESHUTDOWN); /* neither fn nor drop runs */
     ASSERT_EQ(sfb__transport_send(w.t[0], 1, "hb", 2, NULL, 0, 0, 0.0), 0); /* queued, never sent */
     char region[200];
     snprintf(region, sizeof region, "/dev/shm/%s", w.t[0]->shm_name);
