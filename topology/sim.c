@@ -148,6 +148,19 @@ static int sim_report(struct sim *m, uint64_t delivered, uint64_t msgs, uint64_t
     return 0;
 }
 
+/* The oldest message in flight arrives: node 0 holds its positions (and
+ * queues their forwards). Returns how many it carried. */
+static uint64_t deliver_next(struct sim *m)
+{
+    uint64_t n = 0;
+    for (uint32_t c = m->msg_chain[m->msg_head++]; c != NONE; n++) {
+        uint32_t nx = m->next[c];
+        hold(m, c);
+        c = nx;
+    }
+    return n;
+}
+
 /* FIFO NIC: one message at a time, links served in the order they became
  * ready; frames arriving no later than a link's send join its bundle. */
 static int simulate_fifo(struct sim *m, struct sfb_topo_report *r)
@@ -175,12 +188,7 @@ static int simulate_fifo(struct sim *m, struct sfb_topo_report *r)
         }
         if (!have_msg) break;
         now = last = m->msg_time[m->msg_head];
-        for (uint32_t c = m->msg_chain[m->msg_head++]; c != NONE;) {
-            uint32_t nx = m->next[c];
-            delivered++;
-            hold(m, c);
-            c = nx;
-        }
+        delivered += deliver_next(m);
     }
     return sim_report(m, delivered, msgs, bytes, last, r);
 }
@@ -265,12 +273,7 @@ static int simulate_fair(struct sim *m, struct sfb_topo_report *r)
         double t = m->msg_time[m->msg_head];
         if (m->nheap) V += (t - now) * rate / m->nheap;
         now = last = t;
-        for (uint32_t c = m->msg_chain[m->msg_head++]; c != NONE;) {
-            uint32_t nx = m->next[c];
-            delivered++;
-            hold(m, c);
-            c = nx;
-        }
+        delivered += deliver_next(m);
     }
     return sim_report(m, delivered, msgs, bytes, last, r);
 }

@@ -431,6 +431,23 @@ static int test_traffic_per_clock(void)
     return 0;
 }
 
+/* The time with a 5 µs per-message overhead, then with 25 µs of latency
+ * instead; leaves s as it found it (latency 1 µs, no overhead). */
+static int overhead_and_latency(const struct sfb_topo *t, struct sfb_topo_sim_settings *s,
+                                double with_overhead_s, double with_latency_s)
+{
+    struct sfb_topo_report r;
+    s->msg_overhead_us = 5;
+    ASSERT_OK(sfb_topo_analyse(t, s, &r));
+    ASSERT_NEAR(r.time_s, with_overhead_s, 1e-12);
+    s->msg_overhead_us = 0;
+    s->latency_us = 25;
+    ASSERT_OK(sfb_topo_analyse(t, s, &r));
+    ASSERT_NEAR(r.time_s, with_latency_s, 1e-12);
+    s->latency_us = 1;
+    return 0;
+}
+
 static int test_simulation(void)
 {
     struct sfb_topo *t;
@@ -464,16 +481,9 @@ static int test_simulation(void)
     ASSERT_NEAR(r.time_s, 32e-6, 1e-12);
     ASSERT_EQ(r.messages_per_node, 3);
     ASSERT_EQ(r.bytes_per_node, 3 * 1250);
-    /* A 5 µs overhead is 625 bytes of NIC share: [0, 30], +1, [31, 46], +1. */
-    s.msg_overhead_us = 5;
-    ASSERT_OK(sfb_topo_analyse(t, &s, &r));
-    ASSERT_NEAR(r.time_s, 47e-6, 1e-12);
-    s.msg_overhead_us = 0;
-    /* Latency 25 µs: [0, 20], +25, [45, 55], +25. */
-    s.latency_us = 25;
-    ASSERT_OK(sfb_topo_analyse(t, &s, &r));
-    ASSERT_NEAR(r.time_s, 80e-6, 1e-12);
-    s.latency_us = 1;
+    /* A 5 µs overhead is 625 bytes of NIC share: [0, 30], +1, [31, 46], +1.
+     * Latency 25 µs: [0, 20], +25, [45, 55], +25. */
+    ASSERT_OK(overhead_and_latency(t, &s, 47e-6, 80e-6));
     s.nic = 99;
     ASSERT_EQ(sfb_topo_analyse(t, &s, &r), -SFB_EUSAGE);
     sfb_topo_close(&t);
@@ -491,15 +501,9 @@ static int test_simulation(void)
     ASSERT_EQ(r.bytes_per_node, 3 * 1250);
     ASSERT_EQ(r.max_link_frames, 2);
     ASSERT_EQ(r.max_link_bytes, 2 * 1250); /* sent as two lone frames */
-    /* With a per-message overhead of 5 µs every send takes 15 µs. */
-    s.msg_overhead_us = 5;
-    ASSERT_OK(sfb_topo_analyse(t, &s, &r));
-    ASSERT_NEAR(r.time_s, 46e-6, 1e-12);
-    s.msg_overhead_us = 0;
-    /* Latency 25 µs: pos 1 arrives at 35 > 20, so pos 2 leaves at 35. */
-    s.latency_us = 25;
-    ASSERT_OK(sfb_topo_analyse(t, &s, &r));
-    ASSERT_NEAR(r.time_s, 70e-6, 1e-12);
+    /* With a per-message overhead of 5 µs every send takes 15 µs. Latency
+     * 25 µs: pos 1 arrives at 35 > 20, so pos 2 leaves at 35. */
+    ASSERT_OK(overhead_and_latency(t, &s, 46e-6, 70e-6));
     /* Flush at clock boundaries: link 0 carries a 2-frame bundle (pos 1
      * and 2, of different clocks), link 1 one frame; two clocks deep. */
     s.flush = SFB_TOPO_FLUSH_CLOCK;
