@@ -248,20 +248,20 @@ static void pm_report(void *priv, struct sfb__sync_report *rep)
 {
     struct pm *p = priv;
     memset(rep, 0, sizeof *rep);
+    uint64_t msgs = 0, bytes = 0;
+    double pw = 0;
     for (uint32_t i = 0; i < p->nsub; i++) {
         struct sfb__sync_report r = {0};
         if (!p->sub[i].ops->report) continue;
         p->sub[i].ops->report(p->sub[i].priv, &r);
-        if ((int)i == p->sf_sub) { /* the relay's view is SFB's */
-            uint64_t msgs = rep->data_msgs, bytes = rep->data_bytes;
-            *rep = r;
-            rep->data_msgs += msgs;
-            rep->data_bytes += bytes;
-        } else {
-            rep->data_msgs += r.data_msgs;
-            rep->data_bytes += r.data_bytes;
-        }
+        if ((int)i == p->sf_sub) *rep = r; /* the relay's view is SFB's */
+        msgs += r.data_msgs;
+        bytes += r.data_bytes;
+        pw += r.publish_wait_s;
     }
+    rep->data_msgs = msgs;
+    rep->data_bytes = bytes;
+    rep->publish_wait_s = pw;
 }
 
 const struct sfb__sync_ops sfb__permatrix_ops = {

@@ -52,6 +52,9 @@ struct sfb__sync_report {
     uint64_t data_msgs;
     uint64_t data_bytes;
     uint64_t queued_bytes; /* data waiting to be sent now (behind a budget or a busy link) */
+    /* seconds publish blocked waiting for peers' frames (SFB under --flush
+     * clock: the frames this rank forwards at the clock's boundary) */
+    double publish_wait_s;
     /* Overlay engines only (relays = 1): the fields below and the "relay"
      * metrics event. */
     int relays;

@@ -218,6 +218,9 @@ struct sfb_job_stats {
     uint64_t rejected_frames;          /* failed the wire checks */
     uint64_t queued_bytes;             /* data waiting to leave now (budget, busy links) */
     double budget_held_s;              /* seconds the bandwidth budget held sends back */
+    double publish_wait_s;             /* seconds sfb_job_publish waited for peers' frames
+                                          (--flush clock: those this rank forwards at the
+                                          clock's boundary); a wait, not publishing work */
 };
 
 /* Fills *st (zeros before attach for the engine's counters). */

@@ -114,7 +114,7 @@ class _Stats(ctypes.Structure):
         (name, ctypes.c_uint64)
         for name in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv", "data_msgs",
                      "data_bytes", "rejected_frames", "queued_bytes")
-    ] + [("budget_held_s", ctypes.c_double)]
+    ] + [("budget_held_s", ctypes.c_double), ("publish_wait_s", ctypes.c_double)]
 
 
 # The C layout of each structure (sizeof), checked by test/unit/test_python_layout.

@@ -517,6 +517,7 @@ int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
         st->data_msgs = rep.data_msgs;
         st->data_bytes = rep.data_bytes;
         st->queued_bytes = rep.queued_bytes;
+        st->publish_wait_s = rep.publish_wait_s;
     }
     st->budget_held_s = sfb__comm_budget_held_s(job->comm);
     return 0;

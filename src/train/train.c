@@ -130,13 +130,17 @@ static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
     return 0;
 }
 
-/* The clock's metrics line and the loss sums. */
+/* The clock's metrics line and the loss sums. What publish spent waiting
+ * for peers' frames (step() counted all of publish as apply) is a wait. */
 static void account(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
-                    struct sfb__clock_metrics *cm, const struct sfb_job_clock *acct,
+                    struct sfb__clock_metrics *cm, struct sfb_job_clock *acct,
                     struct sfb_job_stats *prev, double loss)
 {
     struct sfb_job_stats now;
     sfb_job_stats(w->job, &now);
+    double pw = now.publish_wait_s - prev->publish_wait_s;
+    acct->wait_s += pw;
+    cm->apply_s = SFB_MAX(0.0, cm->apply_s - pw);
     cm->bytes_sent = now.bytes_sent - prev->bytes_sent;
     cm->bytes_recv = now.bytes_recv - prev->bytes_recv;
     cm->msgs_sent = now.msgs_sent - prev->msgs_sent;
@@ -287,9 +291,9 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         struct sfb_job_clock acct = {0};
         double loss = 0;
         if ((ret = step(w, &rt, t, &cm, &acct, &loss))) return ret;
+        account(w, &rt, t, &cm, &acct, &prev, loss);
         res->wait_s += acct.wait_s;
         res->budget_wait_s += acct.budget_wait_s;
-        account(w, &rt, t, &cm, &acct, &prev, loss);
         if ((ret = report_clock(w, &rt, t, &cm, progress, user, interval, res))) return ret;
     }
     struct sfb_eval ev;

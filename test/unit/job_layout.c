@@ -40,5 +40,6 @@ int main(void)
     OFF(sfb_job_stats, rejected_frames);
     OFF(sfb_job_stats, queued_bytes);
     OFF(sfb_job_stats, budget_held_s);
+    OFF(sfb_job_stats, publish_wait_s);
     return 0;
 }
