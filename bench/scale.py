@@ -25,6 +25,9 @@ For every (where, P, topology) it runs MLR on synth: and reports
   rss_mb       peak RSS of the largest worker: the summary's peak_rss_bytes
                where present, else the job's ru_maxrss (RUSAGE_CHILDREN of
                a wrapper process: the largest process of its tree)
+  pss_mb       the job's memory on the host: the sum over workers of the
+               summary's pss_bytes (proportional set size at the end of
+               training: shared shm regions and data maps counted once)
 
 Outputs in --out: scale.csv, scale.md (one table), scale.png (one figure).
 --sim-check instead runs the simulator check of docs/topology.md: P = 16 on
@@ -113,6 +116,8 @@ def measure(d, P, t0, t_exit, rss_kb):
         m["rss_mb"] = max(s["peak_rss_bytes"] for s in summ) / 2 ** 20
     else:
         m["rss_mb"] = rss_kb / 1024
+    pss = [s.get("pss_bytes", 0) for s in summ]
+    m["pss_mb"] = sum(pss) / 2 ** 20 if all(pss) else float("nan")
     # frame bytes: the wire's 64-byte header + 8 + S(K+D) fp32 (docs/wire.md);
     # formula_bytes_per_clock = (P-1) S (K+D) 4
     if P > 1:
@@ -216,7 +221,7 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
         return {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
                 "frame_bytes": 0, "clock_ms": nan, "exch_ms": nan, "pred_ms": nan, "launch_s": nan,
                 "teardown_s": nan, "msgs": nan, "pred_msgs": 0, "bytes": nan, "pred_bytes": 0,
-                "rss_mb": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
+                "rss_mb": nan, "pss_mb": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
     m = measure(out, P, t0, t1, rss)
     pred = topo_predict(a, P, topo, m.get("frame_bytes", 1000), flush, calib) if P > 1 else {}
     load = os.getloadavg()[0]
@@ -267,21 +272,21 @@ def scale(a):
                 for topo in a.topology:
                     rows.append(one_run(a, "cluster", P, topo, a.d, a.n, "eager", calib))
     cols = ["where", "P", "topology", "clock_ms", "exch_ms", "pred_ms", "launch_s", "teardown_s",
-            "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "frame_bytes", "load", "status"]
+            "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "pss_mb", "frame_bytes", "load", "status"]
     write_csv(os.path.join(a.out, "scale.csv"), rows, cols)
     with open(os.path.join(a.out, "scale.md"), "w") as f:
         f.write(f"{header}\n\n| where | P | topology | clock ms | exchange ms | predicted ms | launch s | "
-                "teardown s | msgs/clock | predicted | MB/clock | predicted | peak RSS MB | load |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                "teardown s | msgs/clock | predicted | MB/clock | predicted | peak RSS MB | total PSS MB | load |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             if r["status"] != "ok":
                 f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['status']} "
-                        f"|||||||||| {r['load']:.1f} |\n")
+                        f"||||||||||| {r['load']:.1f} |\n")
                 continue
             f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['clock_ms']:.2f} | {r['exch_ms']:.2f} | "
                     f"{r['pred_ms']:.2f} | {r['launch_s']:.2f} | {r['teardown_s']:.2f} | {r['msgs']:.0f} | "
                     f"{r['pred_msgs']} | {r['bytes'] / 1e6:.3f} | {r['pred_bytes'] / 1e6:.3f} | "
-                    f"{r['rss_mb']:.1f} | {r['load']:.1f} |\n")
+                    f"{r['rss_mb']:.1f} | {r['pss_mb']:.1f} | {r['load']:.1f} |\n")
     sys.stdout.write(open(os.path.join(a.out, "scale.md")).read())
     series = sorted({(r["where"], r["topology"]) for r in rows})
     color = {s: i for i, s in enumerate(series)}

@@ -120,6 +120,21 @@ int sfb__metrics_close(struct sfb__metrics *m)
     return ret;
 }
 
+/* Pss from /proc/self/smaps_rollup: shared pages (peers' shm regions, a
+ * data set mapped by every rank of the host) divided among the processes
+ * mapping them, so the ranks' sum is the host's real cost. */
+uint64_t sfb__pss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "re");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "Pss: %llu kB", &kb) == 1;
+    fclose(f);
+    return found ? (uint64_t)kb * 1024u : 0;
+}
+
 uint64_t sfb__peak_rss_bytes(void)
 {
     struct rusage ru;

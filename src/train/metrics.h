@@ -55,6 +55,8 @@ int sfb__metrics_close(struct sfb__metrics *m);
 /* This process's peak resident set size so far in bytes (Linux: VmHWM,
  * through getrusage's ru_maxrss), 0 if unknown. */
 uint64_t sfb__peak_rss_bytes(void);
+/* This process's proportional set size now (bytes; 0 if unknown). */
+uint64_t sfb__pss_bytes(void);
 /* Expands "%r" in a path pattern; caller frees. */
 char *sfb__path_for_rank(const char *pattern, uint32_t rank);
 

@@ -130,7 +130,7 @@ void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,
         "\"formula_bytes_per_clock\":%.6g,\"staleness_hist\":[%s],\"rejected_frames\":%llu,"
         "\"msgs_sent\":%llu,\"data_msgs\":%llu,\"data_bytes\":%llu,\"train_rows\":%llu,"
         "\"peak_rss_bytes\":%llu,\"launch_s\":%s,\"bandwidth\":%.6g,\"wait_s\":%.6g,"
-        "\"budget_wait_s\":%.6g,\"budget_held_s\":%.6g",
+        "\"budget_wait_s\":%.6g,\"budget_held_s\":%.6g,\"pss_bytes\":%llu",
         w->world, (unsigned long long)rt->start, (unsigned long long)res->clocks,
         (unsigned long long)res->samples, res->wall,
         res->wall > 0 ? (double)res->samples / res->wall : 0.0,
@@ -141,7 +141,7 @@ void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,
         (unsigned long long)(now.data_msgs - s0->data_msgs),
         (unsigned long long)(now.data_bytes - s0->data_bytes), (unsigned long long)w->train.n,
         (unsigned long long)res->peak_rss_bytes, launch, w->s->bandwidth, res->wait_s,
-        res->budget_wait_s, res->budget_held_s);
+        res->budget_wait_s, res->budget_held_s, (unsigned long long)sfb__pss_bytes());
     struct sfb__sync_report rep;
     sfb__job_report(w->job, &rep);
     if (rep.relays) relay_event(w, &rep);
