@@ -153,10 +153,44 @@ static int test_malformed(void)
     return 0;
 }
 
+/* Every position of b and c (dense: whole 16-value blocks and the tail)
+ * refuses NaN and both infinities, and takes the extreme finite values. */
+static int test_nonfinite_everywhere(void)
+{
+    struct sfb_sf sf = {0}, view;
+    fill(&sf, 1.0);
+    size_t size = sfb__sf_payload_size(&sf, 0, 0);
+    uint32_t *buf = calloc(1, size);
+    uint8_t *p = (uint8_t *)buf;
+    ASSERT_OK(sfb__sf_encode(&sf, 0, 0, p, size));
+    const uint32_t bad[] = {0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u, 0x7f800001u};
+    const uint32_t good[] = {0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x80000000u, 0x00800000u};
+    size_t nvals = (size_t)S * (ROWS + COLS);
+    for (size_t i = 0; i < nvals; i++) {
+        uint8_t *at = p + SFB_SF_PREFIX + 4 * i;
+        uint32_t save = sfb__get_u32(at);
+        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+            sfb__put_u32(at, bad[k]);
+            ASSERT_EQ(sfb__sf_view(p, size, ROWS, COLS, S, 0, &view), -SFB_EFORMAT);
+            ASSERT_STR_CONTAINS(sfb_last_error(), "non-finite");
+        }
+        for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+            sfb__put_u32(at, good[k]);
+            ASSERT_OK(sfb__sf_view(p, size, ROWS, COLS, S, 0, &view));
+        }
+        sfb__put_u32(at, save);
+    }
+    ASSERT_OK(sfb__sf_view(p, size, ROWS, COLS, S, 0, &view));
+    free(buf);
+    sfb_sf_free(&sf);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"dense", test_dense},
     {"sparse", test_sparse},
     {"csr_input", test_csr_input},
     {"malformed", test_malformed},
+    {"nonfinite_everywhere", test_nonfinite_everywhere},
 };
 TEST_MAIN(tests)
