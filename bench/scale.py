@@ -25,6 +25,9 @@ For every (where, P, topology) it runs MLR on synth: and reports
   rss_mb       peak RSS of the largest worker: the summary's peak_rss_bytes
                where present, else the job's ru_maxrss (RUSAGE_CHILDREN of
                a wrapper process: the largest process of its tree)
+  spread_ms    how far out of phase the ranks run: per clock, the latest
+               minus the earliest rank's start of compute (t_begin), the
+               median over clocks (the first 10 % skipped)
   pss_mb       the job's memory on the host: the sum over workers of the
                summary's pss_bytes (proportional set size at the end of
                training: shared shm regions and data maps counted once)
@@ -98,7 +101,13 @@ def measure(d, P, t0, t_exit, rss_kb):
             per.append(p)
             exch.append(p - b["compute_s"] - b["apply_s"])
     n_clocks = summ[0]["clocks"]
+    begin = {}
+    for rows in clocks:
+        for x in rows[max(1, len(rows) // 10):]:
+            begin.setdefault(x["clock"], []).append(x["t_begin"])
+    spread = [max(v) - min(v) for v in begin.values() if len(v) == P]
     m = {
+        "spread_ms": 1e3 * statistics.median(spread) if spread else float("nan"),
         "clock_ms": 1e3 * statistics.median(per) if per else float("nan"),
         "exch_ms": 1e3 * statistics.median(exch) if exch else float("nan"),
         "msgs": sum(s["data_msgs"] for s in summ) / n_clocks,
@@ -221,7 +230,7 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
         return {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
                 "frame_bytes": 0, "clock_ms": nan, "exch_ms": nan, "pred_ms": nan, "launch_s": nan,
                 "teardown_s": nan, "msgs": nan, "pred_msgs": 0, "bytes": nan, "pred_bytes": 0,
-                "rss_mb": nan, "pss_mb": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
+                "rss_mb": nan, "pss_mb": nan, "spread_ms": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
     m = measure(out, P, t0, t1, rss)
     pred = topo_predict(a, P, topo, m.get("frame_bytes", 1000), flush, calib) if P > 1 else {}
     load = os.getloadavg()[0]
@@ -333,23 +342,23 @@ def sim_check(a):
                 r["error"] = (r["pred_ms"] - r["exch_ms"]) / r["exch_ms"] if r["status"] == "ok" else float("nan")
                 rows.append(r)
     cols = ["P", "topology", "flush", "d", "frame_bytes", "staleness", "exch_ms", "pred_ms", "error",
-            "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "load", "status"]
+            "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "spread_ms", "load", "status"]
     write_csv(os.path.join(a.out, "simcheck.csv"), rows, cols)
     with open(os.path.join(a.out, "simcheck.md"), "w") as f:
         f.write(f"P = {P}, links {a.rate} (tcp, {a.egress} egress; sfb topo --nic {a.egress}), MLR synth:k={K}, batch {a.batch}, {a.clocks} clocks; "
                 f"calibration: {open(calib).readline()[2:].strip()}\n\n"
                 "| topology | flush | D | frame B | s | measured exchange ms | predicted ms | error | "
-                "msgs/clock (pred) | MB/clock (pred) | clock ms | load |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                "msgs/clock (pred) | MB/clock (pred) | clock ms | phase spread ms | load |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             if r["status"] != "ok":
                 f.write(f"| {r['topology']} | {r['flush']} | {r['d']} | | {r['staleness']} | {r['status']} "
-                        f"||||||| {r['load']:.1f} |\n")
+                        f"|||||||| {r['load']:.1f} |\n")
                 continue
             f.write(f"| {r['topology']} | {r['flush']} | {r['d']} | {r['frame_bytes']} | {r['staleness']} | "
                     f"{r['exch_ms']:.2f} | {r['pred_ms']:.2f} | {100 * r['error']:+.0f} % | "
                     f"{r['msgs']:.0f} ({r['pred_msgs']}) | {r['bytes'] / 1e6:.3f} ({r['pred_bytes'] / 1e6:.3f}) | "
-                    f"{r['clock_ms']:.2f} | {r['load']:.1f} |\n")
+                    f"{r['clock_ms']:.2f} | {r['spread_ms']:.1f} | {r['load']:.1f} |\n")
     sys.stdout.write(open(os.path.join(a.out, "simcheck.md")).read())
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
