@@ -315,7 +315,7 @@ static int boundary(struct bcast *b, int64_t t, int64_t last)
      * peer that finished before */
     int64_t oldest = t - (int64_t)sfb__relay_max_hops(b->relay);
     double t0 = sfb__now();
-    while (!ret && !sfb__relay_ready(b->relay, t, last)) {
+    while (!sfb__relay_ready(b->relay, t, last)) {
         struct sfb__frame f;
         if ((ret = sfb__comm_check_wait(b->c, oldest))) break;
         if (sfb__comm_recv(b->c, &f, 0.05) == 0) take_frame(b, &f);

@@ -85,10 +85,12 @@ static void run_calls(struct sfb__loop *l)
 }
 
 /* Posted calls the loop will not run (it stopped, or is closing) get their
- * drop(); a waiting sfb__loop_call sees `stopped` and unlinks its own. */
+ * drop(); a waiting sfb__loop_call is woken, sees `stopped` and unlinks its
+ * own. */
 static void drop_posted(struct sfb__loop *l)
 {
     pthread_mutex_lock(&l->mu);
+    pthread_cond_broadcast(&l->cv);
     struct call **pp = &l->calls;
     while (*pp) {
         struct call *c = *pp;
@@ -134,11 +136,8 @@ static void *loop_main(void *arg)
     pthread_mutex_lock(&l->mu);
     l->stopped = 1;
     pthread_mutex_unlock(&l->mu);
+    /* callers that queued a call after the stop request must not wait forever */
     drop_posted(l);
-    pthread_mutex_lock(&l->mu);
-    /* Callers that queued a call after the stop request must not wait forever. */
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
     return NULL;
 }
 
@@ -191,6 +190,23 @@ int sfb__loop_in_thread(const struct sfb__loop *l)
     return !l->started || pthread_equal(pthread_self(), l->thread);
 }
 
+/* Appends c after every call made or posted before and wakes the loop;
+ * -ESHUTDOWN (c not queued) once the loop thread has stopped. */
+static int enqueue(struct sfb__loop *l, struct call *c)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->stopped) {
+        pthread_mutex_unlock(&l->mu);
+        return -ESHUTDOWN;
+    }
+    struct call **pp = &l->calls;
+    while (*pp) pp = &(*pp)->next;
+    *pp = c;
+    pthread_mutex_unlock(&l->mu);
+    ev_async_send(l->ev, &l->wake);
+    return 0;
+}
+
 int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *), void *arg)
 {
     if (sfb__loop_in_thread(l)) {
@@ -198,22 +214,12 @@ int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *), void *arg)
         return 0;
     }
     struct call c = {.fn = fn, .arg = arg};
-    pthread_mutex_lock(&l->mu);
-    if (l->stopped) {
-        pthread_mutex_unlock(&l->mu);
-        return -ESHUTDOWN;
-    }
-    /* Append so calls run in the order they were made. */
-    struct call **pp = &l->calls;
-    while (*pp) pp = &(*pp)->next;
-    *pp = &c;
-    pthread_mutex_unlock(&l->mu);
-    ev_async_send(l->ev, &l->wake);
+    if (enqueue(l, &c)) return -ESHUTDOWN;
     pthread_mutex_lock(&l->mu);
     while (!c.done && !l->stopped) pthread_cond_wait(&l->cv, &l->mu);
     int rc = c.done ? 0 : -ESHUTDOWN;
     if (!c.done) { /* unlink: the loop will never run it */
-        for (pp = &l->calls; *pp; pp = &(*pp)->next)
+        for (struct call **pp = &l->calls; *pp; pp = &(*pp)->next)
             if (*pp == &c) {
                 *pp = c.next;
                 break;
@@ -232,17 +238,10 @@ int sfb__loop_post(struct sfb__loop *l, void (*fn)(void *arg), void (*drop)(void
     struct call *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
     *c = (struct call){.fn = fn, .arg = arg, .drop = drop, .posted = 1};
-    pthread_mutex_lock(&l->mu);
-    if (l->stopped) {
-        pthread_mutex_unlock(&l->mu);
+    if (enqueue(l, c)) {
         free(c);
         return -ESHUTDOWN;
     }
-    struct call **pp = &l->calls; /* after every call made or posted before */
-    while (*pp) pp = &(*pp)->next;
-    *pp = c;
-    pthread_mutex_unlock(&l->mu);
-    ev_async_send(l->ev, &l->wake);
     return 0;
 }
 
