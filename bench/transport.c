@@ -4,7 +4,7 @@
  * a loop thread (src/net/loop.h) and the main thread as the compute thread
  * calling sfb__transport_send / sfb__transport_recv.
  *
- *   bench_transport [--smoke] [--sizes a,b,...] [--iters n] [--mode pingpong|stream|both]
+ *   bench_transport [--smoke] [--sizes a,b,...] [--iters n] [--mode pingpong|stream|both|duplex]
  *                   [--netns NS0,NS1] [provider ...]       (default: shm tcp)
  *
  * One line per result (warm-up excluded):  name  size  iters  us/op  GB/s
@@ -13,6 +13,9 @@
  *     size / half round trip (the convention of fi_pingpong's MB/sec).
  *   transport/stream/<prov>: rank 0 sends `iters` frames back-to-back, rank 1
  *     acks the last one; us/op per frame, GB/s = size * iters / time.
+ *   transport/duplex/<prov> (only with --mode duplex): both ranks send
+ *     `iters` frames to each other at once; us/op and GB/s per direction
+ *     (full duplex: as stream's).
  * GB are 1e9 bytes. --smoke runs a few iterations of small sizes (a test).
  * --netns NS0,NS1 puts rank 0 into network namespace NS0 and rank 1 into NS1
  * (names as `ip netns` knows them; needs root) before either opens its
@@ -154,6 +157,34 @@ static int stream(struct sfb__transport *t, int rank, struct sfb__buf *buf, size
     return 0;
 }
 
+/* Both ranks send `iters` frames to each other at once, taking what
+ * arrives between sends: one connection carrying both directions, as
+ * overlays whose links pair with their reverses (halton-classic) use it. */
+static int duplex(struct sfb__transport *t, int rank, struct sfb__buf *buf, size_t size, int warm,
+                  int iters, double *secs)
+{
+    struct sfb__frame f;
+    double t0 = 0;
+    int rc;
+    for (int round = 0; round < 2; round++) { /* round 0: warm-up */
+        int n = round ? iters : warm, got = 0;
+        if (round) t0 = sfb__now();
+        for (int i = 0; i < n; i++) {
+            if ((rc = sfb__transport_send(t, 1 - rank, NULL, 0, buf, 0, size, TIMEOUT_S))) return rc;
+            while (got < n && sfb__transport_recv(t, &f, 0) == 0) {
+                sfb__buf_put(f.buf);
+                got++;
+            }
+        }
+        for (; got < n; got++) {
+            if ((rc = recv_frame(t, &f, size))) return rc;
+            sfb__buf_put(f.buf);
+        }
+    }
+    *secs = sfb__now() - t0;
+    return 0;
+}
+
 /* One rank's whole run: open, swap names over `sock`, measure, close. */
 static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
 {
@@ -191,7 +222,8 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
     names[1 - rank] = peer;
     lens[1 - rank] = (size_t)peerlen;
     if ((rc = sfb__transport_set_peers(t, names, lens, 2))) goto out;
-    for (int mode = 0; mode < 2; mode++) {
+    static const char *const mode_name[3] = {"pingpong", "stream", "duplex"};
+    for (int mode = 0; mode < 3; mode++) {
         if (!(o->modes & (1 << mode))) continue;
         for (int k = 0; k < o->nsizes; k++) {
             size_t size = o->sizes[k];
@@ -202,8 +234,9 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
             buf = NULL;
             if ((rc = sfb__transport_buf_get(t, SFB_MAX(size, 1), &buf))) goto out;
             memset(buf->data, 0x5a, size);
-            rc = mode == 0 ? pingpong(t, rank, buf, size, warm, iters, &secs)
-                           : stream(t, rank, buf, size, warm, iters, &secs);
+            rc = mode == 0   ? pingpong(t, rank, buf, size, warm, iters, &secs)
+                 : mode == 1 ? stream(t, rank, buf, size, warm, iters, &secs)
+                             : duplex(t, rank, buf, size, warm, iters, &secs);
             if (rc) goto out;
             if (getenv("SFB_BENCH_STATS")) {
                 const struct sfb__transport_stats *st = sfb__transport_stats(t);
@@ -214,7 +247,7 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
             }
             if (rank != 0) continue;
             double us = 1e6 * secs / iters / (mode == 0 ? 2 : 1);
-            printf("transport/%s/%s  %zu  %d  %.2f  %.3f\n", mode == 0 ? "pingpong" : "stream",
+            printf("transport/%s/%s  %zu  %d  %.2f  %.3f\n", mode_name[mode],
                    prov, size, iters, us, (double)size / us / 1e3);
             fflush(stdout);
         }
@@ -304,10 +337,13 @@ int main(int argc, char **argv)
             o.iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             i++;
-            o.modes = !strcmp(argv[i], "pingpong") ? 1 : !strcmp(argv[i], "stream") ? 2 : 3;
+            o.modes = !strcmp(argv[i], "pingpong") ? 1
+                      : !strcmp(argv[i], "stream") ? 2
+                      : !strcmp(argv[i], "duplex") ? 4
+                                                   : 3;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--smoke] [--sizes a,b] [--iters n] "
-                            "[--mode pingpong|stream|both] [--netns NS0,NS1] [provider ...]\n", argv[0]);
+                            "[--mode pingpong|stream|both|duplex] [--netns NS0,NS1] [provider ...]\n", argv[0]);
             return 2;
         } else if (nprov < 16) {
             provs[nprov++] = argv[i];

@@ -318,7 +318,7 @@ static int on_data(void *user, struct sfb__frame *f, const struct sfb__wire_hdr 
         size_t inner_len;
         struct sfb__wire_hdr ih;
         sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while (sfb__wire_bundle_next(sfb__comm_wire_job(r->c), &it, &inner, &inner_len, &ih, &ip) == 1)
+        while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
             relay_one(r, f->buf, inner, inner_len, &ih, f->src);
     } else {
         relay_one(r, f->buf, f->data, f->len, &h, f->src);
