@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define SFB_WIRE_MAGIC 0x57424653u /* "SFBW" as little-endian bytes */
-#define SFB_WIRE_VERSION 1
+#define SFB_WIRE_VERSION 2 /* 2: a BUNDLE's checksum covers its header alone */
 #define SFB_WIRE_HDR_SIZE 64
 /* Control frames (HELLO, BYE, HEARTBEAT, ABORT) carry at most this much. */
 #define SFB_WIRE_CONTROL_MAX 4096

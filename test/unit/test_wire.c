@@ -257,7 +257,7 @@ static int test_rejects(void)
         ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -SFB_EFORMAT);
         ASSERT_EQ(rej(SFB_WIRE_R_MAGIC), before + 1);
         memcpy(buf, frame, sizeof buf);
-        buf[4] = 2; /* version */
+        buf[4] = SFB_WIRE_VERSION + 1; /* version */
         before = rej(SFB_WIRE_R_VERSION);
         ASSERT_EQ(sfb__wire_decode(&job, buf, sizeof buf, 1, &d, &pl), -SFB_EVERSION);
         ASSERT_EQ(rej(SFB_WIRE_R_VERSION), before + 1);
@@ -349,6 +349,20 @@ static int test_bundle(void)
     ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
     sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
     ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -SFB_ECHECKSUM);
+
+    /* A bundle's checksum covers its header alone (wire version 2): a byte
+     * flipped in an inner frame after the bundle was built passes the
+     * bundle's check and fails the inner frame's; one flipped in the
+     * bundle's header fails the bundle. */
+    n = make_bundle(b, inner, 128, 2, 0);
+    b[SFB_WIRE_HDR_SIZE + 128 + 100] ^= 1;
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -SFB_ECHECKSUM);
+    b[SFB_WIRE_HDR_SIZE + 128 + 100] ^= 1;
+    b[20] ^= 1; /* sender */
+    ASSERT_EQ(sfb__wire_decode(&job, b, n, 1, &d, &pl), -SFB_ECHECKSUM);
 
     /* Nested bundle. */
     static uint8_t inner_bundle[512];
