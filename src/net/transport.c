@@ -171,7 +171,7 @@ static int progress_pass(struct sfb__transport *t)
     int in_flight = t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head;
     /* ...except where a blocked rank has a wait fd: there naps pace the
      * provider-bound operations below (tcp over a slow link: a bundle in
-     * flight for 200 ms kept 16 ranks on 2 cores yielding, 30 % more CPU
+     * flight for 200 ms kept 16 ranks on 2 cores yielding, 20-30 % more CPU
      * for the same clock on the emulated cluster). */
     if (t->block && t->wait_fd >= 0) in_flight = 0;
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
