@@ -157,29 +157,56 @@ static int stream(struct sfb__transport *t, int rank, struct sfb__buf *buf, size
     return 0;
 }
 
+#define DUPLEX_AHEAD 64
+
+/* One frame of a duplex round: a data frame (`size` bytes) counts in *got,
+ * the peer's end-of-round mark (`mark` bytes) in *marked. -EAGAIN: none
+ * waiting (timeout 0). */
+static int duplex_take(struct sfb__transport *t, size_t size, size_t mark, double timeout_s,
+                       int *got, int *marked)
+{
+    struct sfb__frame f;
+    int rc = sfb__transport_recv(t, &f, timeout_s);
+    if (rc == -EAGAIN && timeout_s <= 0) return rc;
+    if (rc) return sfb__error(rc, "bench: no frame within %.0f s", timeout_s);
+    size_t len = f.len;
+    sfb__buf_put(f.buf);
+    if (len == mark) ++*marked;
+    else if (len == size) ++*got;
+    else return sfb__error(-EPROTO, "bench: frame of %zu bytes, expected %zu or %zu", len, size, mark);
+    return 0;
+}
+
 /* Both ranks send `iters` frames to each other at once, taking what
  * arrives between sends: one connection carrying both directions, as
- * overlays whose links pair with their reverses (halton-classic) use it. */
+ * overlays whose links pair with their reverses (halton-classic) use it.
+ * A round ends when this rank has all the peer's frames and the peer's
+ * mark saying it has all of this rank's (frames may overtake each other,
+ * so the mark has its own length). */
 static int duplex(struct sfb__transport *t, int rank, struct sfb__buf *buf, size_t size, int warm,
                   int iters, double *secs)
 {
-    struct sfb__frame f;
+    const size_t mark = size == 1 ? 2 : 1;
     double t0 = 0;
     int rc;
     for (int round = 0; round < 2; round++) { /* round 0: warm-up */
-        int n = round ? iters : warm, got = 0;
+        int n = round ? iters : warm, got = 0, marked = 0;
         if (round) t0 = sfb__now();
         for (int i = 0; i < n; i++) {
+            /* at most DUPLEX_AHEAD frames sent beyond those taken: both
+             * ranks blocked in a send with the other's inbox full would
+             * otherwise be possible */
+            while (got < i - DUPLEX_AHEAD)
+                if ((rc = duplex_take(t, size, mark, TIMEOUT_S, &got, &marked))) return rc;
             if ((rc = sfb__transport_send(t, 1 - rank, NULL, 0, buf, 0, size, TIMEOUT_S))) return rc;
-            while (got < n && sfb__transport_recv(t, &f, 0) == 0) {
-                sfb__buf_put(f.buf);
-                got++;
-            }
+            while ((rc = duplex_take(t, size, mark, 0, &got, &marked)) == 0) {}
+            if (rc != -EAGAIN) return rc;
         }
-        for (; got < n; got++) {
-            if ((rc = recv_frame(t, &f, size))) return rc;
-            sfb__buf_put(f.buf);
-        }
+        while (got < n)
+            if ((rc = duplex_take(t, size, mark, TIMEOUT_S, &got, &marked))) return rc;
+        if ((rc = sfb__transport_send(t, 1 - rank, NULL, 0, buf, 0, mark, TIMEOUT_S))) return rc;
+        while (!marked)
+            if ((rc = duplex_take(t, size, mark, TIMEOUT_S, &got, &marked))) return rc;
     }
     *secs = sfb__now() - t0;
     return 0;
