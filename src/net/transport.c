@@ -168,12 +168,12 @@ static int progress_pass(struct sfb__transport *t)
      * more than spin_s apart under load would pay a nap (≥ 1 ms: epoll's
      * resolution) per gap. Bounded, so a dead peer does not burn a core. */
     unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
-    int in_flight = t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head;
-    /* ...except where a blocked rank has a wait fd: there naps pace the
+    /* A blocked rank with a wait fd is the exception: naps pace its
      * provider-bound operations below (tcp over a slow link: a bundle in
      * flight for 200 ms kept 16 ranks on 2 cores yielding, 20-30 % more CPU
      * for the same clock on the emulated cluster). */
-    if (t->block && t->wait_fd >= 0) in_flight = 0;
+    int in_flight = !(t->block && t->wait_fd >= 0) &&
+                    (t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head);
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || t->rd_head || t->ack_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
     /* Block mode polls too while work is fresh (spin_s after the last
