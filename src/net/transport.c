@@ -86,7 +86,10 @@ static int read_cq(struct sfb__transport *t)
             if (FAB(t, fi_cq_readerr(t->cq, &e, 0)) < 1) break;
             struct op *o = e.op_context;
             if (!o && e.err != FI_ECANCELED) o = sfb__tp_read_oldest(t); /* shm 1.17: see there */
-            if (e.err != FI_ECANCELED) {
+            /* Canceled receives are ours (close); a canceled read is the
+             * peer's doing: tcp drops the connection a read asked the
+             * impossible of (a forged address or key). */
+            if (e.err != FI_ECANCELED || (o && o->kind == OP_READ)) {
                 char buf[256];
                 const char *s = fi_cq_strerror(t->cq, e.prov_errno, e.err_data, buf, sizeof buf);
                 int peer = !o ? -1

@@ -57,6 +57,8 @@
 #include <time.h>
 
 #define THDR_LEN 16
+/* The longest endpoint name this transport takes from a peer. */
+#define SFB__TP_NAME_MAX 1024
 enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
 /* RMA announce after the transport header: u64 address, u64 key, u32 frame
  * header length, u32 cookie (sender's request index); then the header. */
@@ -139,7 +141,9 @@ struct sfb__transport {
     struct fid_domain *domain;
     struct fid_av *av;
     struct fid_cq *cq;
-    struct fid_ep *ep;
+    struct fid_ep *ep;    /* sends, ACKs; answers peers' reads of its frames */
+    struct fid_ep *rx_ep; /* receives and reads: ep itself unless split */
+    int split;            /* two endpoints, one connection per direction (tcp) */
     struct fid_mr *slab_mr;
     void *slab_desc;
     int mr_local;
@@ -157,8 +161,11 @@ struct sfb__transport {
     size_t name_len;
     _Atomic uint32_t world; /* written once by set_peers, read by the loop */
     uint32_t *seq; /* next frame sequence per destination */
-    fi_addr_t *addr;  /* per rank: its AV entry, FI_ADDR_NOTAVAIL until first used */
-    uint8_t *names;   /* the peers' address blobs, rank r's at [name_off[r], name_off[r+1]) */
+    fi_addr_t *addr;  /* per rank r: [2r] where to send (its rx_ep), [2r+1] where to
+                       * read from (its ep); FI_ADDR_NOTAVAIL until first used */
+    uint8_t *names;   /* the peers' address blobs, rank r's at [name_off[r], name_off[r+1]):
+                       * a count (1 or 2), then that many endpoint names of one length,
+                       * the receiving endpoint's first */
     size_t *name_off;
     double *heard; /* loop thread: when anything last came from each rank */
     size_t chunk;
@@ -244,6 +251,8 @@ void sfb__tp_keep_abandoned(struct sfb__transport *t);
 /* transport_setup.c (loop thread): rank p's fi_addr, inserted into the AV
  * at first use; FI_ADDR_NOTAVAIL (reported) when the insert fails. */
 fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
+/* ... and the address to read rank p's RMA frames from (its sending endpoint). */
+fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
 
 /* transport.c */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);

@@ -62,7 +62,7 @@ int sfb__tp_post_wildcard(struct sfb__transport *t)
     }
     o->kind = OP_RECV;
     o->rbuf = b;
-    ssize_t rc = FAB(t, fi_trecv(t->ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~0ull, &o->ctx));
+    ssize_t rc = FAB(t, fi_trecv(t->rx_ep, b->data, t->chunk, b->desc, FI_ADDR_UNSPEC, 0, ~0ull, &o->ctx));
     if (rc) {
         sfb__tp_op_put(t, o);
         sfb__buf_put(b);
@@ -170,7 +170,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             work = 1;
             continue;
         }
-        fi_addr_t fa = sfb__tp_addr(t, a->src);
+        fi_addr_t fa = sfb__tp_read_addr(t, a->src);
         if (fa != FI_ADDR_NOTAVAIL && sfb__transport_buf_get(t, total, &d) == 0) {
             memcpy(d->data, p + ANN_LEN, hlen);
             d->len = total;
@@ -178,7 +178,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             d->src = a->src;
             o->kind = OP_READ;
             o->rbuf = d;
-            rc = FAB(t, fi_read(t->ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL,
+            rc = FAB(t, fi_read(t->rx_ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL,
                                 fa, sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx));
             if (rc == 0) sfb__tp_ring(t, a->src, 0);
             if (rc == -FI_EAGAIN) {

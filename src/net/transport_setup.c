@@ -144,6 +144,34 @@ static int provider_missing(struct fi_info *hints, const char *prov)
 
 static int name_and_slab(struct sfb__transport *t);
 
+/* One connection per direction between two ranks: a second endpoint takes
+ * this rank's receives and reads, peers send to it, and this rank's reads
+ * of a peer's frame go to the peer's sending endpoint. Wanted on tcp: its
+ * endpoints (libfabric 1.17, tcp;ofi_rxm) send answers to reads ahead of
+ * everything else queued on the connection, reads included, so on one
+ * connection carrying big frames both ways, a rank's reads wait until the
+ * peer has read all it asked for: the directions take turns (bench_transport
+ * --mode duplex: 480 KB frames at half the one-way rate). Apart, a read goes
+ * on a connection whose far end sends nothing else back. shm never (its
+ * name is set per job, and reads are CMA copies); SFB_TRANSPORT_SPLIT=0 / 1
+ * forces it off / on elsewhere. */
+static int want_split(const struct sfb__transport *t)
+{
+    if (!strcmp(t->prov_name, "shm")) return 0;
+    const char *env = getenv("SFB_TRANSPORT_SPLIT");
+    if (env && *env) return strcmp(env, "0") != 0;
+    return !strncmp(t->prov_name, "tcp", 3);
+}
+
+/* An endpoint's name into t->name at `off` (NULL: its length). */
+static int ep_name(struct sfb__transport *t, struct fid_ep *ep, size_t off, size_t *len)
+{
+    int rc = fi_getname(&ep->fid, t->name ? t->name + off : NULL, len);
+    if (rc && !(rc == -FI_ETOOSMALL && !t->name))
+        return sfb__error(rc, "transport: fi_getname: %s", fi_strerror(-rc));
+    return 0;
+}
+
 /* fi_getinfo for the chosen provider (RMA reads when it has them). */
 static int get_info(struct sfb__transport *t)
 {
@@ -223,6 +251,14 @@ static int open_fabric(struct sfb__transport *t)
     if ((rc = fi_ep_bind(t->ep, &t->av->fid, 0)) ||
         (rc = fi_ep_bind(t->ep, &t->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(t->ep)))
         return sfb__error(rc, "transport: endpoint setup: %s", fi_strerror(-rc));
+    t->rx_ep = t->ep;
+    if ((t->split = want_split(t))) {
+        if ((rc = fi_endpoint(t->domain, fi, &t->rx_ep, NULL)) ||
+            (rc = fi_ep_bind(t->rx_ep, &t->av->fid, 0)) ||
+            (rc = fi_ep_bind(t->rx_ep, &t->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+            (rc = fi_enable(t->rx_ep)))
+            return sfb__error(rc, "transport: receiving endpoint setup: %s", fi_strerror(-rc));
+    }
     return name_and_slab(t);
 }
 
@@ -230,14 +266,18 @@ static int open_fabric(struct sfb__transport *t)
  * the provider wants local buffers registered. */
 static int name_and_slab(struct sfb__transport *t)
 {
-    size_t len = 0;
-    int rc = fi_getname(&t->ep->fid, NULL, &len);
-    if (rc != -FI_ETOOSMALL && rc != 0)
-        return sfb__error(rc, "transport: fi_getname: %s", fi_strerror(-rc));
-    if (!(t->name = calloc(1, len + 1))) return -ENOMEM;
-    if ((rc = fi_getname(&t->ep->fid, t->name, &len)))
-        return sfb__error(rc, "transport: fi_getname: %s", fi_strerror(-rc));
-    t->name_len = len;
+    /* [count][rx_ep's name][ep's name if split] (sfb__transport_set_peers) */
+    size_t len = 0, len2 = 0;
+    int rc = ep_name(t, t->rx_ep, 1, &len);
+    if (!rc && t->split) rc = ep_name(t, t->ep, 1 + len, &len2);
+    if (rc) return rc;
+    if (t->split && len2 != len)
+        return sfb__error(-FI_EINVAL, "transport: endpoint names of %zu and %zu bytes", len, len2);
+    if (!(t->name = calloc(1, 1 + 2 * len))) return -ENOMEM;
+    t->name[0] = (uint8_t)(t->split ? 2 : 1);
+    if ((rc = ep_name(t, t->rx_ep, 1, &len)) || (t->split && (rc = ep_name(t, t->ep, 1 + len, &len))))
+        return rc;
+    t->name_len = 1 + (size_t)t->name[0] * len;
     if (t->mr_local) {
         size_t n = (size_t)t->s.max_sends * sizeof(struct sreq);
         if ((rc = fi_mr_reg(t->domain, t->sreqs, n, FI_SEND, 0, t->mr_key++, 0, &t->slab_mr, NULL)))
@@ -338,9 +378,10 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     if ((rc = sfb__loop_poller_open(loop, &t->poller, fd, t->s.poll_interval_s, sfb__tp_progress, t)))
         goto fail;
     if (t->bell) sfb__loop_poller_sleep_max(t->poller, BELL_SLEEP_MAX_S);
-    SFB_LOG_D("transport: rank %u on %s (%s CQ, %s progress, chunk %zu, mr_local %d, rma %d)",
-              s->rank, t->prov_name, t->wait_fd >= 0 ? "fd" : t->bell ? "doorbell" : "polled",
-              t->block ? "blocking" : "polling", t->chunk, t->mr_local, t->rma);
+    SFB_LOG_D("transport: rank %u on %s (%s CQ, %s progress, chunk %zu, mr_local %d, rma %d, "
+              "%s)", s->rank, t->prov_name, t->wait_fd >= 0 ? "fd" : t->bell ? "doorbell" : "polled",
+              t->block ? "blocking" : "polling", t->chunk, t->mr_local, t->rma,
+              t->split ? "a connection per direction" : "one endpoint");
     *out = t;
     return 0;
 fail:
@@ -371,21 +412,36 @@ size_t sfb__transport_copy_max(const struct sfb__transport *t)
  * region at close, which cost 0.7-1.0 s of each rank's teardown at P = 64
  * when every peer was inserted, though an overlay rank talks to a few. A
  * peer that only sends here needs no entry (the transport header names
- * the sender). */
-fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p)
+ * the sender). Slot 2p is where rank p receives, 2p + 1 where it answers
+ * reads: the same entry unless p runs two endpoints. */
+static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
-    if (t->addr[p] != FI_ADDR_NOTAVAIL) return t->addr[p];
+    fi_addr_t *slot = &t->addr[2 * (size_t)p + which];
+    if (*slot != FI_ADDR_NOTAVAIL) return *slot;
+    const uint8_t *blob = t->names + t->name_off[p];
+    size_t part = (t->name_off[p + 1] - t->name_off[p] - 1) / blob[0];
+    if (blob[0] == 1 && which) return *slot = peer_addr(t, p, 0);
     /* Providers read a fixed-size address (shm: a 256-byte name slot), so
-     * the blob goes through a zero-padded copy. */
-    uint8_t pad[1024] = {0};
-    memcpy(pad, t->names + t->name_off[p], t->name_off[p + 1] - t->name_off[p]);
+     * the name goes through a zero-padded copy. */
+    uint8_t pad[SFB__TP_NAME_MAX] = {0};
+    memcpy(pad, blob + 1 + which * part, part);
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
     int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
     if (rc != 1 || fa == FI_ADDR_NOTAVAIL) {
         sfb__tp_report(t, (int)p, rc < 0 ? rc : -FI_EINVAL, "fi_av_insert failed", NULL);
         return FI_ADDR_NOTAVAIL;
     }
-    return t->addr[p] = fa;
+    return *slot = fa;
+}
+
+fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p)
+{
+    return peer_addr(t, p, 0);
+}
+
+fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p)
+{
+    return peer_addr(t, p, 1);
 }
 
 int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
@@ -396,19 +452,22 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
         return sfb__error(-EINVAL, "transport: world size %u with rank %u", world, t->s.rank);
     size_t total = 0;
     for (uint32_t i = 0; i < world; i++) {
-        if (lens[i] == 0 || lens[i] > 1024)
-            return sfb__error(-EINVAL, "transport: address of rank %u has %zu bytes", i, lens[i]);
+        const uint8_t *b = names[i];
+        if (lens[i] < 2 || (b[0] != 1 && b[0] != 2) || (lens[i] - 1) % b[0] ||
+            (lens[i] - 1) / b[0] > SFB__TP_NAME_MAX)
+            return sfb__error(-EINVAL, "transport: address of rank %u (%zu bytes, %u names) is "
+                              "malformed", i, lens[i], lens[i] ? b[0] : 0u);
         total += lens[i];
     }
     t->seq = calloc(world, sizeof *t->seq);
     t->heard = calloc(world, sizeof *t->heard);
-    t->addr = malloc(world * sizeof *t->addr);
+    t->addr = malloc(2 * (size_t)world * sizeof *t->addr);
     t->name_off = malloc((world + 1) * sizeof *t->name_off);
     t->names = malloc(total);
     if (!t->seq || !t->heard || !t->addr || !t->name_off || !t->names) return -ENOMEM;
     t->name_off[0] = 0;
     for (uint32_t i = 0; i < world; i++) {
-        t->addr[i] = FI_ADDR_NOTAVAIL;
+        t->addr[2 * i] = t->addr[2 * i + 1] = FI_ADDR_NOTAVAIL;
         memcpy(t->names + t->name_off[i], names[i], lens[i]);
         t->name_off[i + 1] = t->name_off[i] + lens[i];
     }
@@ -503,6 +562,7 @@ void sfb__transport_close(struct sfb__transport **tp)
      * unlinked the doorbells' segment yet: none is left in /dev/shm */
     sfb__bell_unlink(t->bell);
     sfb__bell_close(&t->bell);
+    if (t->rx_ep && t->rx_ep != t->ep) close_fid(&t->rx_ep->fid, "receiving endpoint");
     if (t->ep) close_fid(&t->ep->fid, "endpoint");
     if (t->av) close_fid(&t->av->fid, "address vector");
     if (t->cq) close_fid(&t->cq->fid, "completion queue");

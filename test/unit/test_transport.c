@@ -42,6 +42,9 @@ static void world_close(struct world *w)
     for (int i = 0; i < w->n; i++) sfb__loop_close(&w->loop[i]);
 }
 
+/* SFB_TRANSPORT_SPLIT for rank i's transport when set (split_mixed). */
+static const char *split_env[MAXN];
+
 /* open transport → get local name → "gather" names → insert peers. */
 static int world_open(struct world *w, int n, const char *prov,
                       const struct sfb__transport_settings *tmpl)
@@ -66,7 +69,9 @@ static int world_open(struct world *w, int n, const char *prov,
         s.all_local = 1; /* every endpoint is in this process: bind loopback */
         s.provider = prov;
         s.rank = (uint32_t)i;
+        if (split_env[i]) setenv("SFB_TRANSPORT_SPLIT", split_env[i], 1);
         int rc = sfb__transport_open(&w->t[i], &s, w->loop[i]);
+        if (split_env[i]) unsetenv("SFB_TRANSPORT_SPLIT");
         if (rc) {
             fprintf(stderr, "  open %s: %s\n", prov, sfb_last_error());
             return rc;
@@ -181,6 +186,63 @@ static int exchange_with(const char *prov, int n, const struct sfb__transport_se
 }
 
 static int exchange(const char *prov, int n) { return exchange_with(prov, n, NULL); }
+
+/* tcp: a connection per direction (two endpoints, the default there) with
+ * a peer that has one endpoint and one that forces two: every size (RMA
+ * reads included) arrives intact each way. The address blob says how many
+ * endpoints a rank has; a malformed one is refused. */
+static int test_split_mixed(void)
+{
+    struct world w;
+    split_env[1] = "0";
+    split_env[2] = "1";
+    int rc = world_open(&w, 3, "tcp", NULL);
+    if (!rc) {
+        const uint8_t *name[3];
+        size_t len[3];
+        for (int i = 0; i < 3; i++) sfb__transport_name(w.t[i], (const void **)&name[i], &len[i]);
+        ASSERT_EQ(name[0][0], 2);
+        ASSERT_EQ(name[1][0], 1);
+        ASSERT_EQ(name[2][0], 2);
+        ASSERT_EQ(len[0], 2 * len[1] - 1); /* the same provider's names */
+        ASSERT(w.t[0]->split && !w.t[1]->split && w.t[2]->split);
+        ASSERT(w.t[0]->rx_ep != w.t[0]->ep && w.t[1]->rx_ep == w.t[1]->ep);
+    }
+    world_close(&w);
+    rc = rc ? rc : exchange("tcp", 3);
+    split_env[1] = split_env[2] = NULL;
+    if (rc) return rc;
+    ASSERT_OK(world_open(&w, 1, "tcp", NULL));
+    struct sfb__transport *t = NULL;
+    struct sfb__transport_settings st;
+    sfb__transport_default_settings(&st);
+    st.all_local = 1;
+    st.provider = "tcp";
+    st.rank = 0;
+    ASSERT_OK(sfb__transport_open(&t, &st, w.loop[0]));
+    const void *me;
+    size_t melen;
+    sfb__transport_name(t, &me, &melen);
+    uint8_t bad[3][64];
+    const void *names[2] = {me, bad[0]};
+    size_t lens[2] = {melen, 0};
+    memset(bad, 0, sizeof bad);
+    bad[0][0] = 3;  /* three names */
+    lens[1] = 31;
+    ASSERT_EQ(sfb__transport_set_peers(t, names, lens, 2), -EINVAL);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "address of rank 1");
+    bad[0][0] = 2;  /* two names of unequal length */
+    lens[1] = 32;
+    ASSERT_EQ(sfb__transport_set_peers(t, names, lens, 2), -EINVAL);
+    lens[1] = 1;    /* a count and no name */
+    ASSERT_EQ(sfb__transport_set_peers(t, names, lens, 2), -EINVAL);
+    bad[0][0] = 1;
+    lens[1] = 17;
+    ASSERT_OK(sfb__transport_set_peers(t, names, lens, 2));
+    sfb__transport_close(&t);
+    world_close(&w);
+    return 0;
+}
 
 /* Block mode (--progress block): sleeping on the doorbell (shm) or the CQ
  * fd (tcp), never spinning; every frame must still arrive. */
@@ -868,6 +930,7 @@ static const struct test_case tests[] = {
     {"shm_4", test_shm_4},
     {"tcp_2", test_tcp_2},
     {"tcp_4", test_tcp_4},
+    {"split_mixed", test_split_mixed},
     {"backpressure_shm", test_backpressure_shm},
     {"backpressure_tcp", test_backpressure_tcp},
     {"many_big_shm", test_many_big_shm},
