@@ -34,6 +34,31 @@ static int pid_gone(int pid)
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+/* A rank holds up to two sockets per peer (tcp: a connection per
+ * direction), a pidfd per peer of its host and a few dozen more; where the
+ * soft limit on descriptors is short of FD_PER_RANK per rank, raise it
+ * towards the hard limit, as launchers of large jobs do (Linux's default
+ * soft limit is 1024: full P2P over tcp at P = 512 needs more). Returns the
+ * soft limit now in force. */
+#define FD_PER_RANK 4
+#define FD_SPARE 256
+unsigned long sfb__comm_raise_fd_limit(uint32_t world)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    rlim_t want = FD_PER_RANK * (rlim_t)world + FD_SPARE;
+    if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            SFB_LOG_D("descriptor limit raised from %lu to %lu for %u ranks", (unsigned long)was,
+                      (unsigned long)rl.rlim_cur, world);
+        else
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return (unsigned long)rl.rlim_cur;
+}
+
 /* A pidfd per peer of this host: readable once the process has ended
  * (zombie or reaped). All of them sit in one epoll set that the loop
  * watches (on_deaths), so a death is known at the loop's next turn and
@@ -44,7 +69,8 @@ static int pid_gone(int pid)
 void sfb__comm_open_pidfds(struct sfb__comm *c)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 4 * (rlim_t)c->world + 256) return;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < FD_PER_RANK * (rlim_t)c->world + FD_SPARE)
+        return;
     if (!(c->pidfd = malloc(c->world * sizeof *c->pidfd))) return;
     c->deaths_fd = epoll_create1(EPOLL_CLOEXEC);
     for (uint32_t p = 0; p < c->world; p++) {

@@ -263,6 +263,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     if ((ret = exchange_hosts(c, &all_local, &here, &first_on_host))) return ret;
     c->local_ranks = here;
     sfb__phase_mark(SFB__PH_HOSTS);
+    sfb__comm_raise_fd_limit(c->world);
     if ((ret = open_transport(c, s, all_local, first_on_host, here))) return ret;
     if ((ret = exchange_names(c))) return ret;
     sfb__phase_mark(SFB__PH_NAMES);

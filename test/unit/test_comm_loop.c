@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include <errno.h>
+#include <sys/resource.h>
 
 #define LOG_MAX 64
 
@@ -236,6 +237,27 @@ static int test_barrier(void)
     return 0;
 }
 
+/* The descriptor limit rises towards what the world needs, never past the
+ * hard limit, and never falls. */
+static int test_fd_limit(void)
+{
+    struct rlimit was;
+    ASSERT_OK(getrlimit(RLIMIT_NOFILE, &was));
+    if (was.rlim_max != RLIM_INFINITY && was.rlim_max < 700) return 0; /* nothing to check */
+    struct rlimit low = {64, was.rlim_max};
+    ASSERT_OK(setrlimit(RLIMIT_NOFILE, &low));
+    ASSERT_EQ(sfb__comm_raise_fd_limit(100), 4 * 100 + 256);
+    struct rlimit now;
+    ASSERT_OK(getrlimit(RLIMIT_NOFILE, &now));
+    ASSERT_EQ(now.rlim_cur, 656);
+    ASSERT_EQ(now.rlim_max, was.rlim_max);
+    ASSERT_EQ(sfb__comm_raise_fd_limit(2), 656); /* enough already */
+    low.rlim_cur = low.rlim_max = 300;          /* a hard limit below the need */
+    ASSERT_OK(setrlimit(RLIMIT_NOFILE, &low));
+    ASSERT_EQ(sfb__comm_raise_fd_limit(1000), 300);
+    return 0; /* the hard limit stays lowered: this process ends here */
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -244,6 +266,7 @@ int main(int argc, char **argv)
         {"deadlock_fails", test_deadlock_fails},
         {"barrier", test_barrier},
         {"unread_at_close", test_unread_at_close},
+        {"fd_limit", test_fd_limit},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
