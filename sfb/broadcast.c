@@ -293,7 +293,7 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
 static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress, 1};
+    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress, 1, !b->env.flush_clock};
     return sfb__sync_wait(b->c, b->env.ssp, &w, required, limit, now_clock, acct);
 }
 
@@ -317,7 +317,7 @@ static int boundary(struct bcast *b, int64_t t, int64_t last)
     double t0 = sfb__now();
     while (!sfb__relay_ready(b->relay, t, last)) {
         struct sfb__frame f;
-        if ((ret = sfb__comm_check_wait(b->c, oldest))) break;
+        if ((ret = sfb__comm_check_wait(b->c, oldest, t0, NULL))) break;
         if (sfb__comm_recv(b->c, &f, 0.05) == 0) take_frame(b, &f);
     }
     /* network time, not publishing work: the job reports it as a wait */

@@ -37,7 +37,7 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
             while (sfb__comm_recv(c, &f, 0) == 0) w->take(w->priv, &f);
         if ((ret = w->progress(w->priv, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(ssp) >= required) break;
-        if ((ret = sfb__comm_check_wait(c, required))) break;
+        if ((ret = sfb__comm_check_wait(c, required, t0, w->stall_check ? ssp : NULL))) break;
         if (sfb__comm_world(c) == 1) {
             ret = sfb__error(-EDEADLK, "waiting for updates in a job of one worker");
             break;

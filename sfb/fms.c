@@ -377,7 +377,8 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
 static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    const struct sfb__sync_waiter w = {f, waiter_take, waiter_progress, 0};
+    /* FMS marks no clock published (comm_stall.c): no stall check */
+    const struct sfb__sync_waiter w = {f, waiter_take, waiter_progress, 0, 0};
     return sfb__sync_wait(f->c, f->env.ssp, &w, required, limit, now_clock, acct);
 }
 

@@ -195,7 +195,9 @@ static int pm_progress(void *priv, int64_t limit, int64_t now_clock, int64_t req
 static int wait_until(struct pm *p, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    const struct sfb__sync_waiter w = {p, pm_take, pm_progress, 0};
+    /* no stall check: an origin's clock is applied here when its FMS part
+     * is too, which waits on the slowest worker through the servers */
+    const struct sfb__sync_waiter w = {p, pm_take, pm_progress, 0, 0};
     return sfb__sync_wait(p->c, p->env.ssp, &w, required, limit, now_clock, acct);
 }
 

@@ -139,6 +139,11 @@ struct sfb__sync_waiter {
      * holds up to `limit`), so the wait can sleep until that many updates
      * have arrived instead of waking per frame. */
     int one_frame_per_origin;
+    /* 1: an update a peer published stall_timeout_s ago and not received is
+     * lost, and fails the wait (src/net/comm_stall.c). 0 where forwards
+     * wait on other ranks' progress (--flush clock relays: a straggler holds
+     * everyone's frames at the relays whose boundary waits on it). */
+    int stall_check;
 };
 
 /* The engines' wait (engine.c): receives (taking every frame), lets the

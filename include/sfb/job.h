@@ -60,7 +60,12 @@ struct sfb_job_settings {
      * bucket paces every data message (own factors, relayed bundles, FMS
      * row blocks); see docs/design.md §Managed communication. */
     double bandwidth;
-    uint8_t reserved[64 - sizeof(double)];
+    /* A wait fails when an update a peer published this long ago has not
+     * arrived, the peer alive (lost in transit: docs/robustness.md,
+     * "Stalls"); a peer still computing never trips it. Default 300; 0:
+     * never. */
+    double stall_timeout_s;
+    uint8_t reserved[64 - 2 * sizeof(double)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

@@ -64,6 +64,9 @@ struct sfb_train_settings {
                                 s != 0), 0 off, 1 on */
     const char *provider;    /* libfabric provider; NULL: FI_PROVIDER, else shm on one host */
     double peer_timeout;     /* a silent peer has failed after this many seconds (5) */
+    double stall_timeout;    /* an update published this many seconds ago and not
+                                arrived fails the job (300; 0: never); see
+                                sfb_job_settings.stall_timeout_s */
     const char *progress;    /* how a rank waits for messages: "auto" (NULL, default:
                                 "block" when its host runs more ranks than it has
                                 CPUs, else "spin"), "spin" or "block" */

@@ -46,7 +46,8 @@ class _Settings(ctypes.Structure):
         ("peer_timeout_s", ctypes.c_double),
         ("bootstrap_timeout_s", ctypes.c_double),
         ("bandwidth", ctypes.c_double),
-        ("reserved", ctypes.c_uint8 * 56),
+        ("stall_timeout_s", ctypes.c_double),
+        ("reserved", ctypes.c_uint8 * 48),
     ]
 
 
@@ -207,7 +208,8 @@ class Job:
     Call methods from one thread."""
 
     def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
-                 progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0):
+                 progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0,
+                 stall_timeout_s=None):
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
@@ -223,6 +225,8 @@ class Job:
             s.peer_timeout_s = peer_timeout_s
         if bootstrap_timeout_s is not None:
             s.bootstrap_timeout_s = bootstrap_timeout_s
+        if stall_timeout_s is not None:
+            s.stall_timeout_s = stall_timeout_s
         s.bandwidth = bandwidth  # egress budget of data messages, bytes/s (0: none)
         self._h = ctypes.c_void_p()
         _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))

@@ -172,6 +172,10 @@ static const struct cli_opt job_rows2[] = {
                                    "FI_PROVIDER, else shm on one host, tcp across hosts)"),
     R("peer-timeout", peer_timeout, 0, INFINITY, CLI_OPEN_LO, "SEC", "a positive number of seconds",
       "a silent peer has failed after SEC seconds (default 5)"),
+    R("stall-timeout", stall_timeout, 0, INFINITY, 0, "SEC", "0 or a positive number of seconds",
+      "an update a live peer published SEC seconds ago\n"
+      "and not arrived fails the job (lost in transit;\n"
+      "default 300, 0: never)"),
     {ROW(CLI_CHOICE, "progress", 0, T(progress)), "auto|spin|block",
      "how a rank waits for messages: spin (poll,\n"
      "lowest latency) or block (sleep until woken; for\n"

@@ -20,6 +20,7 @@ void sfb__comm_default_settings(struct sfb__comm_settings *s)
     memset(s, 0, sizeof *s);
     s->heartbeat_s = 0.5;
     s->peer_timeout_s = 5.0;
+    s->stall_timeout_s = 300.0;
     s->bootstrap_timeout_s = 60.0;
 }
 
@@ -64,7 +65,8 @@ int sfb__comm_peers_know(struct sfb__comm *c)
            !atomic_load_explicit(&c->found_here, memory_order_relaxed);
 }
 
-int sfb__comm_check_wait(struct sfb__comm *c, int64_t required)
+int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
+                         const struct sfb__ssp *ssp)
 {
     int ret = sfb__comm_check(c);
     if (ret || !c->final_clock) return ret;
@@ -77,17 +79,18 @@ int sfb__comm_check_wait(struct sfb__comm *c, int64_t required)
                               "clocks?)",
                               p, (long long)f, c->rank, (long long)f + 1);
     }
-    return 0;
+    return ssp ? sfb__comm_check_stall(c, required, since, ssp) : 0;
 }
 
-int sfb__comm_header(const struct sfb__comm *c, struct sfb__wire_hdr *h,
+int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,
                      const struct sfb__wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
     h->job_key = c->job_key;
-    if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) && h->origin == c->rank &&
-        h->clock == c->last_clock)
-        h->flags |= SFB_WIRE_F_LAST;
+    if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) && h->origin == c->rank) {
+        if (h->clock == c->last_clock) h->flags |= SFB_WIRE_F_LAST;
+        if (h->type == SFB_WIRE_SF) sfb__comm_note_published(c, h->clock);
+    }
     return sfb__wire_encode(h, pieces, npieces, hdr);
 }
 
@@ -134,6 +137,72 @@ static void note_last(struct sfb__comm *c, const struct sfb__wire_hdr *h)
         atomic_store_explicit(&c->final_clock[h->origin], h->clock, memory_order_release);
 }
 
+/* A valid BUNDLE's inner frames: counted into f->units, and their
+ * last-clock flags noted once the whole bundle is known valid (a second
+ * walk, in the rare bundle that holds a last clock). Returns 0 or the first
+ * bad inner frame's code. */
+static int walk_bundle(struct sfb__comm *c, struct sfb__frame *f, const struct sfb__wire_hdr *h,
+                       const uint8_t *payload)
+{
+    struct sfb__wire_iter it;
+    const uint8_t *inner, *ip;
+    size_t inner_len;
+    struct sfb__wire_hdr ih;
+    int r, any_last = 0;
+    uint32_t n = 0;
+    sfb__wire_bundle_begin(&it, payload, h->payload_len, (int)f->src);
+    while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
+        any_last |= (ih.flags & SFB_WIRE_F_LAST) != 0;
+        n++;
+    }
+    f->units = n ? n : 1;
+    if (r < 0) return r;
+    if (any_last) {
+        sfb__wire_bundle_begin(&it, payload, h->payload_len, (int)f->src);
+        while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
+            note_last(c, &ih);
+    }
+    return 0;
+}
+
+/* Control frames end here (1: taken, its buffer released); data frames
+ * (0) go on. */
+static int on_control(struct sfb__comm *c, struct sfb__frame *f, const struct sfb__wire_hdr *h,
+                      const uint8_t *payload)
+{
+    int own = f->src < c->world && h->origin == f->src;
+    switch (h->type) {
+    case SFB_WIRE_HEARTBEAT:
+        if (h->payload_len && own) sfb__comm_on_status(c, f->src, payload, h->payload_len);
+        break;
+    case SFB_WIRE_HELLO:
+        break;
+    case SFB_WIRE_BYE:
+        /* a BYE carries the sender's last clock: nothing beyond it will come */
+        if (own) {
+            c->said_bye[f->src] = 1;
+            if (h->payload_len == 8)
+                atomic_store_explicit(&c->final_clock[f->src], (int64_t)sfb__get_u64(payload),
+                                      memory_order_release);
+        }
+        break;
+    case SFB_WIRE_ABORT: {
+        /* the reason is untrusted text: keep it printable */
+        char why[301];
+        size_t n = (size_t)SFB_MIN(h->payload_len, 300);
+        for (size_t i = 0; i < n; i++)
+            why[i] = payload[i] >= 0x20 && payload[i] < 0x7f ? (char)payload[i] : '?';
+        why[n] = '\0';
+        sfb__comm_fail(c, (int)h->origin, "rank %u aborted the job: %s", h->origin, why);
+        break;
+    }
+    default:
+        return 0;
+    }
+    sfb__buf_put(f->buf);
+    return 1;
+}
+
 /* Loop thread: every received frame passes here first. Control frames end
  * here; data frames go to the engine's hook or to the inbox. */
 int sfb__comm_on_frame(void *user, struct sfb__frame *f)
@@ -144,72 +213,19 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f)
     struct sfb__wire_hdr h;
     const uint8_t *payload;
     int bad = sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
-    if (bad) {
-        rejected(c, f->src, bad);
+    int drop = !bad && c->debug_drop_sf && (h.type == SFB_WIRE_SF || h.type == SFB_WIRE_BUNDLE);
+    if (!bad && !drop && h.type == SFB_WIRE_BUNDLE) bad = walk_bundle(c, f, &h, payload);
+    if (bad || drop) {
+        if (bad) rejected(c, f->src, bad);
         sfb__buf_put(f->buf);
         return 1;
     }
-    if (h.type == SFB_WIRE_BUNDLE) {
-        struct sfb__wire_iter it;
-        const uint8_t *inner, *ip;
-        size_t inner_len;
-        struct sfb__wire_hdr ih;
-        int r, any_last = 0;
-        uint32_t n = 0;
-        sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-        while ((r = sfb__wire_bundle_next(&c->job, &it, &inner, &inner_len, &ih, &ip)) == 1) {
-            any_last |= (ih.flags & SFB_WIRE_F_LAST) != 0;
-            n++;
-        }
-        f->units = n ? n : 1;
-        if (r < 0) {
-            rejected(c, f->src, r);
-            sfb__buf_put(f->buf);
-            return 1;
-        }
-        /* the flags count only once the whole bundle is valid: a second
-         * walk, in the rare bundle that holds a last clock */
-        if (any_last) {
-            sfb__wire_bundle_begin(&it, payload, h.payload_len, (int)f->src);
-            while (sfb__wire_bundle_next_trusted(&it, &inner, &inner_len, &ih, &ip) == 1)
-                note_last(c, &ih);
-        }
-    } else {
-        note_last(c, &h);
-    }
+    if (h.type != SFB_WIRE_BUNDLE) note_last(c, &h);
     if (f->src < c->world) {
         c->last_heard[f->src] = sfb__now();
         if (h.type != SFB_WIRE_HEARTBEAT) c->talks[f->src] = 1;
     }
-    switch (h.type) {
-    case SFB_WIRE_HEARTBEAT:
-    case SFB_WIRE_HELLO:
-        sfb__buf_put(f->buf);
-        return 1;
-    case SFB_WIRE_BYE:
-        /* a BYE carries the sender's last clock: nothing beyond it will come */
-        if (f->src < c->world && h.origin == f->src) {
-            c->said_bye[f->src] = 1;
-            if (h.payload_len == 8)
-                atomic_store_explicit(&c->final_clock[f->src], (int64_t)sfb__get_u64(payload),
-                                      memory_order_release);
-        }
-        sfb__buf_put(f->buf);
-        return 1;
-    case SFB_WIRE_ABORT: {
-        /* the reason is untrusted text: keep it printable */
-        char why[301];
-        size_t n = (size_t)SFB_MIN(h.payload_len, 300);
-        for (size_t i = 0; i < n; i++)
-            why[i] = payload[i] >= 0x20 && payload[i] < 0x7f ? (char)payload[i] : '?';
-        why[n] = '\0';
-        sfb__comm_fail(c, (int)h.origin, "rank %u aborted the job: %s", h.origin, why);
-        sfb__buf_put(f->buf);
-        return 1;
-    }
-    default:
-        break;
-    }
+    if (on_control(c, f, &h, payload)) return 1;
     if (c->s.on_data) return c->s.on_data(c->s.user, f, &h);
     return 0;
 }
@@ -366,6 +382,8 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->last_sent);
     free(c->talks);
     free(c->final_clock);
+    free(c->peer_pub);
+    free(c->peer_pub_us);
     sfb__comm_close_pidfds(c);
     free(c->peer_pid);
     free(c->host_of);

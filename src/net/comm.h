@@ -23,6 +23,9 @@ struct sfb__comm_settings {
     const char *provider;      /* NULL: FI_PROVIDER, else shm when all ranks share a host */
     double heartbeat_s;        /* heartbeat period (default 0.5 s) */
     double peer_timeout_s;     /* a peer silent this long has failed (default 5 s) */
+    /* A wait fails when a peer's update, published this long ago, has not
+     * arrived (comm_stall.c; default 300 s; 0: never). */
+    double stall_timeout_s;
     double bootstrap_timeout_s; /* rendezvous and barriers (default 60 s) */
     /* Explicit rendezvous (world > 0) instead of PMIx or the SFB_* variables;
      * see sfb__bootstrap_settings. Default world 0. */
@@ -112,8 +115,14 @@ int sfb__comm_peers_know(struct sfb__comm *c);
 /* sfb__comm_check for a wait that needs every peer's updates through clock
  * `required`: also -SFB_EPEER at once when a peer has finished (said BYE)
  * at a clock below it, naming the peer, its last clock and the clock this
- * rank waits for. Engines call it in every blocking wait. Compute thread. */
-int sfb__comm_check_wait(struct sfb__comm *c, int64_t required);
+ * rank waits for. With `ssp` (the clocks applied here), a wait that began
+ * at `since` also asks the peers it waits for what they have published,
+ * and fails when one published an update stall_timeout_s ago that has not
+ * arrived (comm_stall.c). Engines call it in every blocking wait. Compute
+ * thread. */
+struct sfb__ssp;
+int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
+                         const struct sfb__ssp *ssp);
 
 /* Sends a header-only or small control frame (HEARTBEAT, BYE, ABORT) to dst.
  * Returns as sfb__transport_send. */
@@ -124,8 +133,9 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb__wire_typ
  * unless given) into hdr[SFB_WIRE_HDR_SIZE]. This rank's own SF and
  * DENSE_ROWS frames of its last clock (sfb__comm_set_last_clock) get the
  * last-clock flag, so every rank that gets them, relayed or not, learns
- * this rank's final clock without a BYE of its own. */
-int sfb__comm_header(const struct sfb__comm *c, struct sfb__wire_hdr *h,
+ * this rank's final clock without a BYE of its own; its own SF frames
+ * also mark their clock published (the stall check's). */
+int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,
                      const struct sfb__wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE]);
 

@@ -30,6 +30,13 @@ struct sfb__comm {
     _Atomic uint8_t *said_bye; /* written by the loop thread, read by the watchdog too */
     _Atomic int64_t *final_clock; /* a peer's last clock (BYE or last-clock flag; INT64_MAX: running) */
     int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
+    /* stalls (comm_stall.c): this rank's newest published clock and when
+     * (µs of sfb__now), what each peer says of its own, and the next probe */
+    _Atomic int64_t published, published_us;
+    _Atomic int64_t *peer_pub, *peer_pub_us;
+    double next_probe; /* compute thread */
+    int debug_drop_sf; /* SFB_DEBUG_DROP_SF_AT names this rank: it drops every SF
+                        * frame and bundle it receives (tests: test/integration/stall.sh) */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     int *pidfd;            /* with peer_pid: a pidfd per peer (-1: none; pid checks instead) */
     int deaths_fd;         /* an epoll set of the pidfds, watched by the loop (comm_live.c) */
@@ -72,6 +79,13 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
 /* The heartbeat timer's callback, the silence timeout for `here` ranks on
  * this host, and "heard from everyone now" (loop thread, or before it runs). */
 void sfb__comm_heartbeat(void *arg);
+/* Stalls (comm_stall.c): note this rank's own published clock (any thread),
+ * take a status heartbeat's payload (loop thread), and the wait's check
+ * (compute thread). */
+void sfb__comm_note_published(struct sfb__comm *c, int64_t clock);
+void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *payload, size_t len);
+int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
+                          const struct sfb__ssp *ssp);
 double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here);
 void sfb__comm_reset_heard(void *arg);
 /* Same-host peers' processes (comm_live.c): pidfds opened at set-up when

@@ -174,9 +174,18 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
     c->last_sent = calloc(c->world, sizeof *c->last_sent);
     c->talks = calloc(c->world, 1);
     c->final_clock = calloc(c->world, sizeof *c->final_clock);
-    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks)
+    c->peer_pub = calloc(c->world, sizeof *c->peer_pub);
+    c->peer_pub_us = calloc(c->world, sizeof *c->peer_pub_us);
+    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks ||
+        !c->peer_pub || !c->peer_pub_us)
         return -ENOMEM;
-    for (uint32_t p = 0; p < c->world; p++) atomic_init(&c->final_clock[p], INT64_MAX);
+    atomic_init(&c->published, -1);
+    const char *drop = getenv("SFB_DEBUG_DROP_SF_AT");
+    c->debug_drop_sf = drop && *drop >= '0' && *drop <= '9' && strtoul(drop, NULL, 10) == c->rank;
+    for (uint32_t p = 0; p < c->world; p++) {
+        atomic_init(&c->final_clock[p], INT64_MAX);
+        atomic_init(&c->peer_pub[p], -1);
+    }
     return 0;
 }
 

@@ -3,8 +3,9 @@
  *
  *   transport.c       settings defaults, CQ reading and completion dispatch,
  *                     the progress poller, error reporting
- *   transport_setup.c open/close (fabric, AV, CQ, shm naming and reaping),
- *                     the progress policy, name/peers
+ *   transport_setup.c open/close (fabric, AV, CQ), the progress policy,
+ *                     name/peers
+ *   transport_shm.c   shm region names, removal of dead processes' regions
  *   transport_pool.c  buffer pool (size classes, registration shipped to the
  *                     loop thread, sfb__buf_ref/put) and the op and
  *                     reassembly-record free lists
@@ -253,6 +254,11 @@ void sfb__tp_keep_abandoned(struct sfb__transport *t);
 fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
 /* ... and the address to read rank p's RMA frames from (its sending endpoint). */
 fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
+
+/* transport_shm.c (open): sweeps /dev/shm of our dead processes' regions
+ * (unless skip_shm_sweep) and names this endpoint's region
+ * "sfb_<random>_<rank>_<pid>" (t->shm_name). */
+int sfb__tp_shm_name(struct sfb__transport *t);
 
 /* transport.c */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);

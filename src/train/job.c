@@ -52,6 +52,7 @@ void sfb_job_default_settings(struct sfb_job_settings *s)
     s->progress = "auto";
     s->heartbeat_s = 0.5;
     s->peer_timeout_s = 5.0;
+    s->stall_timeout_s = 300.0;
     s->bootstrap_timeout_s = 60.0;
 }
 
@@ -99,6 +100,10 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: bandwidth %g bytes/s: expected a positive "
                           "number, or 0 for none", s->bandwidth);
     cs->bandwidth = s->bandwidth;
+    if (!(s->stall_timeout_s >= 0) || !isfinite(s->stall_timeout_s))
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: stall timeout %g s: expected a positive "
+                          "number of seconds, or 0 for none", s->stall_timeout_s);
+    cs->stall_timeout_s = s->stall_timeout_s;
     return 0;
 }
 

@@ -34,6 +34,7 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->staleness = 0;
     s->apply_early = -1;
     s->peer_timeout = 5.0;
+    s->stall_timeout = 300.0;
     s->topology = "full";
     s->debug_slow_rank = -1;
     s->debug_slow_factor = 1.0;

@@ -203,6 +203,7 @@ static int join(struct worker *w)
     sfb_job_default_settings(&js);
     js.provider = s->provider;
     js.peer_timeout_s = s->peer_timeout;
+    js.stall_timeout_s = s->stall_timeout;
     js.progress = s->progress;
     js.bandwidth = s->bandwidth;
     int ret = sfb_job_open(&w->job, &js);

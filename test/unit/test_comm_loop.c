@@ -6,6 +6,8 @@
 #include "src/base/common.h"
 #include "src/net/comm_loop.h"
 #include "src/net/comm_impl.h"
+#include "src/net/ssp.h"
+#include "src/base/bytes.h"
 #include "test.h"
 
 #include <errno.h>
@@ -257,6 +259,63 @@ static int test_fd_limit(void)
     return 0; /* the hard limit stays lowered: this process ends here */
 }
 
+/* Stalls (comm_stall.c): a peer's status payload is taken only when whole
+ * and sane; the check fails a wait only for a clock the peer published
+ * longer ago than the timeout and this rank has not applied, and names
+ * both ranks and the clock. */
+static void status(uint8_t p[24], int64_t pub, uint64_t age_us)
+{
+    sfb__put_u64(p, (uint64_t)pub);
+    sfb__put_u64(p + 8, age_us);
+    sfb__put_u64(p + 16, 0);
+}
+
+static int test_stall(void)
+{
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 3, NULL));
+    struct sfb__comm *c = sfb__loopback_comm(lb, 0);
+    c->s.stall_timeout_s = 2;
+    struct sfb__ssp ssp;
+    ASSERT_OK(sfb__ssp_init(&ssp, 3, 0, 0));
+    ASSERT_OK(sfb__ssp_mark(&ssp, 0, 0));
+    ASSERT_OK(sfb__ssp_mark(&ssp, 1, 0)); /* rank 1 through clock 0, rank 2 nothing */
+    ASSERT_OK(sfb__ssp_mark(&ssp, 2, 0));
+    ASSERT_OK(sfb__ssp_mark(&ssp, 2, 1));
+    uint8_t p[24];
+    status(p, 1, 3000000); /* rank 1: clock 1, 3 s ago */
+    sfb__comm_on_status(c, 1, p, 23); /* short: ignored */
+    ASSERT_EQ(atomic_load(&c->peer_pub[1]), -1);
+    status(p, -2, 0); /* a clock below -1: ignored */
+    sfb__comm_on_status(c, 1, p, 24);
+    ASSERT_EQ(atomic_load(&c->peer_pub[1]), -1);
+    status(p, 1, 400ull * 86400 * 1000000); /* an age over a year: ignored */
+    sfb__comm_on_status(c, 1, p, 24);
+    ASSERT_EQ(atomic_load(&c->peer_pub[1]), -1);
+    double now = sfb__now();
+    /* rank 1 published clock 1 only 1 s ago: slow, not lost */
+    status(p, 1, 1000000);
+    sfb__comm_on_status(c, 1, p, 24);
+    ASSERT_EQ(atomic_load(&c->peer_pub[1]), 1);
+    ASSERT_OK(sfb__comm_check_stall(c, 1, now - 10, &ssp));
+    /* rank 2 published clock 1, 3 s ago, and it has arrived */
+    status(p, 1, 3000000);
+    sfb__comm_on_status(c, 2, p, 24);
+    ASSERT_OK(sfb__comm_check_stall(c, 1, now - 10, &ssp));
+    /* a wait younger than a quarter of the timeout checks nothing */
+    status(p, 1, 3000000);
+    sfb__comm_on_status(c, 1, p, 24);
+    ASSERT_OK(sfb__comm_check_stall(c, 1, now - 0.1, &ssp));
+    /* rank 1's clock 1, published 3 s ago, not here: lost */
+    ASSERT_EQ(sfb__comm_check_stall(c, 1, now - 10, &ssp), -SFB_EPEER);
+    ASSERT_STR_CONTAINS(c->reason, "stalled: rank 1 published clock 1 3.");
+    ASSERT_STR_CONTAINS(c->reason, " s ago; rank 0, waiting ");
+    ASSERT_STR_CONTAINS(c->reason, "for clock 1, has its updates through clock 0");
+    sfb__ssp_fini(&ssp);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -265,6 +324,7 @@ int main(int argc, char **argv)
         {"deadlock_fails", test_deadlock_fails},
         {"barrier", test_barrier},
         {"unread_at_close", test_unread_at_close},
+        {"stall", test_stall},
         {"fd_limit", test_fd_limit},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
