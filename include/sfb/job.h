@@ -65,7 +65,13 @@ struct sfb_job_settings {
      * "Stalls"); a peer still computing never trips it. Default 300; 0:
      * never. */
     double stall_timeout_s;
-    uint8_t reserved[64 - 2 * sizeof(double)];
+    /* Where a worker's threads run: "auto" (NULL, default: "cpu" when its
+     * host runs more ranks than this process may use CPUs, else "none"),
+     * "cpu" (each rank of a host bound to one CPU of those it may use,
+     * round robin by its place among the host's ranks) or "none" (the OS
+     * places them, or the launcher's binding stays). */
+    const char *cpu_bind;
+    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const char *)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

@@ -70,6 +70,8 @@ struct sfb_train_settings {
     const char *progress;    /* how a rank waits for messages: "auto" (NULL, default:
                                 "block" when its host runs more ranks than it has
                                 CPUs, else "spin"), "spin" or "block" */
+    const char *cpu_bind;    /* where a worker's threads run: "auto" (NULL, default),
+                                "cpu" or "none"; see sfb_job_settings.cpu_bind */
     const char *topology;    /* "full" (default), "halton", "halton-classic": the
                                 overlay SFs travel over (relays forward them) */
     uint32_t degree;         /* overlay out-degree; 0 = ceil(log2 P) */

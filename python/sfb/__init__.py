@@ -47,7 +47,8 @@ class _Settings(ctypes.Structure):
         ("bootstrap_timeout_s", ctypes.c_double),
         ("bandwidth", ctypes.c_double),
         ("stall_timeout_s", ctypes.c_double),
-        ("reserved", ctypes.c_uint8 * 48),
+        ("cpu_bind", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint8 * 40),
     ]
 
 
@@ -209,18 +210,21 @@ class Job:
 
     def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
                  progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0,
-                 stall_timeout_s=None):
+                 stall_timeout_s=None, cpu_bind=None):
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
         if world:
             s.world = world
             s.rank = rank or 0
-        self._keep = [_enc(rendezvous), _enc(job_key), _enc(provider), _enc(progress)]
+        self._keep = [_enc(rendezvous), _enc(job_key), _enc(provider), _enc(progress),
+                      _enc(cpu_bind)]
         s.rendezvous, s.job_key = self._keep[0], self._keep[1]
         s.provider = self._keep[2]
         if progress is not None:
             s.progress = self._keep[3]
+        if cpu_bind is not None:
+            s.cpu_bind = self._keep[4]  # "auto", "none", "cpu"
         if peer_timeout_s is not None:
             s.peer_timeout_s = peer_timeout_s
         if bootstrap_timeout_s is not None:

@@ -181,6 +181,11 @@ static const struct cli_opt job_rows2[] = {
      "lowest latency) or block (sleep until woken; for\n"
      "more ranks than cores); auto: block when the host\n"
      "runs more ranks than it has CPUs (default auto)", .choices = "auto|spin|block"},
+    {ROW(CLI_CHOICE, "cpu-bind", 0, T(cpu_bind)), "auto|none|cpu",
+     "where a worker's threads run: cpu (each rank of a\n"
+     "host on one CPU, round robin), none (the OS's or\n"
+     "the launcher's placement); auto: cpu when the host\n"
+     "runs more ranks than it has CPUs (default auto)", .choices = "auto|none|cpu"},
     SECTION("debugging:"),
     R("debug-delay-ms", debug_delay_ms, 0, INFINITY, 0, "MS", NULL,
       "add a random delay in [0, MS] ms to every clock"),

@@ -19,6 +19,11 @@ struct sfb__bootstrap;
 struct sfb__loop;
 struct sfb__loop_timer;
 
+/* Where a rank's threads run: auto (cpu when its host runs more ranks than
+ * the process may use CPUs), none (the OS's or the launcher's placement),
+ * cpu (one CPU of the allowed ones, round robin over the host's ranks). */
+enum sfb__cpu_bind { SFB__CPU_BIND_AUTO, SFB__CPU_BIND_NONE, SFB__CPU_BIND_CPU };
+
 struct sfb__comm_settings {
     const char *provider;      /* NULL: FI_PROVIDER, else shm when all ranks share a host */
     double heartbeat_s;        /* heartbeat period (default 0.5 s) */
@@ -32,6 +37,7 @@ struct sfb__comm_settings {
     int rank, world;
     const char *rendezvous, *job_key;
     enum sfb__progress progress; /* how the loop thread waits (default auto) */
+    enum sfb__cpu_bind cpu_bind; /* where the threads run (default auto; comm_open.c) */
     /* Egress budget of this worker's data messages in bytes/s (0, the
      * default: none); see sfb__comm_budget_wait. */
     double bandwidth;

@@ -43,6 +43,7 @@ struct sfb__comm {
     struct sfb__loop_io *deaths;
     struct sfb__comm_watch *watch; /* the watchdog (comm_watch.c) */
     uint32_t local_ranks;  /* ranks of the job on this host, this one included */
+    unsigned cpus;         /* CPUs this process could use before bind_cpu (comm_open.c) */
     uint32_t *host_of;     /* per rank: the lowest rank on its host (NULL: one host) */
     double *gone_since;    /* when a peer's process was first seen gone */
     double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */

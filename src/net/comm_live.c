@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,10 +250,7 @@ double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here)
 {
     double t = c->s.peer_timeout_s;
     if (!c->peer_pid) return t;
-    cpu_set_t set;
-    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    if (cpus < 1) cpus = 1;
-    double per_cpu = (double)here / cpus;
+    double per_cpu = (double)here / (c->cpus ? c->cpus : 1);
     return per_cpu > 1 ? t * per_cpu : t;
 }
 

@@ -9,6 +9,7 @@
 #include "src/base/timeline.h"
 #include "src/net/loop.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -95,7 +96,7 @@ static int note_hosts(struct sfb__comm *c, const char *all, const size_t *lens)
  * peer died. The providers are compared here, before the transport would
  * fail on a mismatch with an address error naming nothing. */
 static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
-                          int *first_on_host)
+                          uint32_t *index, int *first_on_host)
 {
     char mine[600] = {0};
     gethostname(mine, 256);
@@ -111,6 +112,7 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
     int ret = sfb__bootstrap_allgatherv(c->bs, mine, hlen + sizeof pid + plen, &all, lens);
     *all_local = 0;
     *here = 1;
+    *index = 0;
     *first_on_host = 1;
     if (ret == 0) {
         *all_local = 1;
@@ -124,7 +126,10 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
                 *all_local = 0;
             else {
                 ++*here;
-                if (r < c->rank) *first_on_host = 0;
+                if (r < c->rank) {
+                    *first_on_host = 0;
+                    ++*index;
+                }
             }
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
@@ -239,6 +244,7 @@ static int open_transport(struct sfb__comm *c, const struct sfb__comm_settings *
     ts.world = c->world;
     ts.job_key = c->job_key;
     ts.local_ranks = here;
+    ts.cpus = c->cpus;
     ts.progress = s->progress;
     ts.on_frame = sfb__comm_on_frame;
     ts.on_error = sfb__comm_on_error;
@@ -261,6 +267,44 @@ static int open_transport(struct sfb__comm *c, const struct sfb__comm_settings *
     return 0;
 }
 
+/* Where this rank's threads run (comm.h, enum sfb__cpu_bind): before the
+ * loop thread exists, so it inherits the binding. auto binds when the host
+ * runs more ranks than the process may use CPUs: then each rank of the
+ * host gets CPU `index` mod n of the n allowed (the launcher's binding
+ * narrows them), which spares the ranks migrations and keeps a rank's two
+ * threads on one core (P = 64 halton on 2 CPUs: ~15 % less per clock,
+ * docs/performance.md). A failed bind leaves the placement as it was. */
+static void bind_cpu(struct sfb__comm *c, enum sfb__cpu_bind how, uint32_t here, uint32_t index)
+{
+    cpu_set_t allowed, one;
+    c->cpus = 1;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 1) return;
+    uint32_t n = (uint32_t)CPU_COUNT(&allowed), k = index % n;
+    c->cpus = n;
+    if (how == SFB__CPU_BIND_NONE || (how == SFB__CPU_BIND_AUTO && here <= n)) return;
+    CPU_ZERO(&one);
+    int cpu = 0;
+    for (uint32_t seen = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &allowed) && seen++ == k) break;
+    if (cpu >= CPU_SETSIZE) return;
+    CPU_SET(cpu, &one);
+    /* every thread of the process: the ones started before (the watchdog,
+     * libraries' helpers) too, and the caller's, whose affinity the loop
+     * thread will inherit */
+    int rc = sched_setaffinity(0, sizeof one, &one);
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; !rc && d && (e = readdir(d));) {
+        long tid = strtol(e->d_name, NULL, 10);
+        if (tid > 0) sched_setaffinity((pid_t)tid, sizeof one, &one); /* one that exited: gone */
+    }
+    if (d) closedir(d);
+    if (rc)
+        SFB_LOG_W("comm: rank %u: cannot bind to CPU %d: %s", c->rank, cpu, strerror(errno));
+    else
+        SFB_LOG_D("comm: rank %u bound to CPU %d (%u ranks on this host, %u CPUs allowed)",
+                  c->rank, cpu, here, n);
+}
+
 /* World > 1: peers' hosts, the transport, the endpoint names, the progress
  * thread, the barrier that has every endpoint up, and the heartbeats. */
 static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
@@ -268,9 +312,10 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     int ret = sfb__comm_peers_alloc(c);
     if (ret) return ret;
     int all_local = 0, first_on_host = 1;
-    uint32_t here = 1;
-    if ((ret = exchange_hosts(c, &all_local, &here, &first_on_host))) return ret;
+    uint32_t here = 1, index = 0;
+    if ((ret = exchange_hosts(c, &all_local, &here, &index, &first_on_host))) return ret;
     c->local_ranks = here;
+    bind_cpu(c, s->cpu_bind, here, index);
     sfb__phase_mark(SFB__PH_HOSTS);
     sfb__comm_raise_fd_limit(c->world);
     if ((ret = open_transport(c, s, all_local, first_on_host, here))) return ret;

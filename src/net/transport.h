@@ -91,6 +91,7 @@ struct sfb__transport_settings {
     uint64_t job_key;      /* names the doorbells (src/net/bell.h) */
     enum sfb__progress progress;
     uint32_t local_ranks;  /* ranks on this host, this one included (auto policy) */
+    unsigned cpus;         /* CPUs those ranks share (0: this thread's allowed set) */
     /* Largest fabric message and size of each receive buffer (256 KiB,
      * capped by the provider's max_msg_size). Must be equal on all ranks. */
     size_t chunk_size;

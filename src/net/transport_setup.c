@@ -237,7 +237,7 @@ static unsigned cpus_allowed(void)
  * rank napping poll_interval_s instead: slower, never stuck. */
 static void choose_progress(struct sfb__transport *t)
 {
-    unsigned cpus = cpus_allowed();
+    unsigned cpus = t->s.cpus ? t->s.cpus : cpus_allowed();
     t->block = t->s.progress == SFB__PROGRESS_BLOCK ||
                (t->s.progress == SFB__PROGRESS_AUTO && t->s.local_ranks > cpus);
     if (t->block && t->wait_fd < 0 && t->s.world > 1 && t->s.job_key) {

@@ -50,6 +50,7 @@ void sfb_job_default_settings(struct sfb_job_settings *s)
     memset(s, 0, sizeof *s);
     s->version = SFB_JOB_SETTINGS_VERSION;
     s->progress = "auto";
+    s->cpu_bind = "auto";
     s->heartbeat_s = 0.5;
     s->peer_timeout_s = 5.0;
     s->stall_timeout_s = 300.0;
@@ -104,6 +105,16 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: stall timeout %g s: expected a positive "
                           "number of seconds, or 0 for none", s->stall_timeout_s);
     cs->stall_timeout_s = s->stall_timeout_s;
+    const char *b = s->cpu_bind ? s->cpu_bind : "auto";
+    if (!strcmp(b, "auto"))
+        cs->cpu_bind = SFB__CPU_BIND_AUTO;
+    else if (!strcmp(b, "none"))
+        cs->cpu_bind = SFB__CPU_BIND_NONE;
+    else if (!strcmp(b, "cpu"))
+        cs->cpu_bind = SFB__CPU_BIND_CPU;
+    else
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: cpu_bind \"%s\": expected auto, none or cpu",
+                          b);
     return 0;
 }
 

@@ -205,6 +205,7 @@ static int join(struct worker *w)
     js.peer_timeout_s = s->peer_timeout;
     js.stall_timeout_s = s->stall_timeout;
     js.progress = s->progress;
+    js.cpu_bind = s->cpu_bind;
     js.bandwidth = s->bandwidth;
     int ret = sfb_job_open(&w->job, &js);
     if (ret) return ret;
