@@ -67,22 +67,31 @@ void sfb_job_default_attach(struct sfb_job_attach *a)
     a->apply_early = -1;
 }
 
+/* A three-way string setting: *out = the index of `v` in names (NULL:
+ * names[0], the default), else -SFB_EUSAGE naming the field and the choices. */
+static int choose(const char *field, const char *v, const char *const names[3], int *out)
+{
+    if (!v) v = names[0];
+    for (*out = 0; *out < 3; ++*out)
+        if (!strcmp(v, names[*out])) return 0;
+    return sfb__error(-SFB_EUSAGE, "sfb_job_open: %s \"%s\": expected %s, %s or %s", field, v,
+                      names[0], names[1], names[2]);
+}
+
 static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_settings *cs)
 {
     if (s->version != SFB_JOB_SETTINGS_VERSION || !reserved_zero(s->reserved, sizeof s->reserved))
         return sfb__error(-SFB_EVERSION, "sfb_job_open: settings version %u (this library has %u) "
                           "or reserved bytes set", s->version, SFB_JOB_SETTINGS_VERSION);
-    const char *p = s->progress ? s->progress : "auto";
     sfb__comm_default_settings(cs);
-    if (!strcmp(p, "auto"))
-        cs->progress = SFB__PROGRESS_AUTO;
-    else if (!strcmp(p, "spin"))
-        cs->progress = SFB__PROGRESS_SPIN;
-    else if (!strcmp(p, "block"))
-        cs->progress = SFB__PROGRESS_BLOCK;
-    else
-        return sfb__error(-SFB_EUSAGE, "sfb_job_open: progress \"%s\": expected auto, spin or "
-                          "block", p);
+    static const char *const progress[] = {"auto", "spin", "block"}; /* enum sfb__progress */
+    static const char *const bind[] = {"auto", "none", "cpu"};       /* enum sfb__cpu_bind */
+    int ret, progress_i, bind_i;
+    if ((ret = choose("progress", s->progress, progress, &progress_i)) ||
+        (ret = choose("cpu_bind", s->cpu_bind, bind, &bind_i)))
+        return ret;
+    cs->progress = (enum sfb__progress)progress_i;
+    cs->cpu_bind = (enum sfb__cpu_bind)bind_i;
     if (!(s->heartbeat_s > 0) || !(s->peer_timeout_s > 0) || !(s->bootstrap_timeout_s > 0))
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: heartbeat %g s, peer timeout %g s and "
                           "bootstrap timeout %g s must all be positive", s->heartbeat_s,
@@ -105,16 +114,6 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: stall timeout %g s: expected a positive "
                           "number of seconds, or 0 for none", s->stall_timeout_s);
     cs->stall_timeout_s = s->stall_timeout_s;
-    const char *b = s->cpu_bind ? s->cpu_bind : "auto";
-    if (!strcmp(b, "auto"))
-        cs->cpu_bind = SFB__CPU_BIND_AUTO;
-    else if (!strcmp(b, "none"))
-        cs->cpu_bind = SFB__CPU_BIND_NONE;
-    else if (!strcmp(b, "cpu"))
-        cs->cpu_bind = SFB__CPU_BIND_CPU;
-    else
-        return sfb__error(-SFB_EUSAGE, "sfb_job_open: cpu_bind \"%s\": expected auto, none or cpu",
-                          b);
     return 0;
 }
 
