@@ -94,9 +94,11 @@ static int note_hosts(struct sfb__comm *c, const char *all, const size_t *lens)
 /* Every rank's host name, pid and requested provider: whether all share
  * this host (the shm provider's case), and then the pids, to tell which
  * peer died. The providers are compared here, before the transport would
- * fail on a mismatch with an address error naming nothing. */
+ * fail on a mismatch with an address error naming nothing. `here`: the
+ * ranks on this host; `index`: this rank's place among them (0: the first,
+ * which sweeps /dev/shm). */
 static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
-                          uint32_t *index, int *first_on_host)
+                          uint32_t *index)
 {
     char mine[600] = {0};
     gethostname(mine, 256);
@@ -113,7 +115,6 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
     *all_local = 0;
     *here = 1;
     *index = 0;
-    *first_on_host = 1;
     if (ret == 0) {
         *all_local = 1;
         *here = 0;
@@ -126,10 +127,7 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
                 *all_local = 0;
             else {
                 ++*here;
-                if (r < c->rank) {
-                    *first_on_host = 0;
-                    ++*index;
-                }
+                if (r < c->rank) ++*index;
             }
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
@@ -311,14 +309,14 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
 {
     int ret = sfb__comm_peers_alloc(c);
     if (ret) return ret;
-    int all_local = 0, first_on_host = 1;
+    int all_local = 0;
     uint32_t here = 1, index = 0;
-    if ((ret = exchange_hosts(c, &all_local, &here, &index, &first_on_host))) return ret;
+    if ((ret = exchange_hosts(c, &all_local, &here, &index))) return ret;
     c->local_ranks = here;
     bind_cpu(c, s->cpu_bind, here, index);
     sfb__phase_mark(SFB__PH_HOSTS);
     sfb__comm_raise_fd_limit(c->world);
-    if ((ret = open_transport(c, s, all_local, first_on_host, here))) return ret;
+    if ((ret = open_transport(c, s, all_local, index == 0, here))) return ret;
     if ((ret = exchange_names(c))) return ret;
     sfb__phase_mark(SFB__PH_NAMES);
     c->silence_s = sfb__comm_silence_timeout(c, here);
