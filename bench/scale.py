@@ -31,6 +31,10 @@ For every (where, P, topology) it runs MLR on synth: and reports
   pss_mb       the job's memory on the host: the sum over workers of the
                summary's pss_bytes (proportional set size at the end of
                training: shared shm regions and data maps counted once)
+  cpu_busy     the host's CPUs busy while the job ran (/proc/stat, all of
+               it: the workers and, on the emulated cluster, the kernel's
+               links), a fraction of all cores; near 1 the emulation is
+               short of CPU and its times are not the network's alone
 
 Outputs in --out: scale.csv, scale.md (one table), scale.png (one figure).
 --sim-check instead runs the simulator check of docs/topology.md: P = 16 on
@@ -138,6 +142,17 @@ class JobFailed(Exception):
     pass
 
 
+def host_jiffies():
+    """(busy, total) jiffies of all CPUs from /proc/stat; (0, 0) where absent."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v[:8]) - idle, sum(v[:8])
+
+
 def run_job(cmd, timeout):
     """Runs cmd; returns (t_start, t_exit, ru_maxrss KiB of the job's tree, output)."""
     t0 = time.monotonic()
@@ -222,6 +237,7 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
         cmd = [a.cluster, "-n", str(P), "--rate", a.rate, "--egress", a.egress, "--sfb", a.sfb, "--timeout", "500",
                "--out-dir", out, "--"] + wargs
     nan = float("nan")
+    j0 = host_jiffies()
     try:
         t0, t1, rss, _ = run_job(cmd, 600)
     except JobFailed as e:
@@ -230,8 +246,10 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
         return {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
                 "frame_bytes": 0, "clock_ms": nan, "exch_ms": nan, "pred_ms": nan, "launch_s": nan,
                 "teardown_s": nan, "msgs": nan, "pred_msgs": 0, "bytes": nan, "pred_bytes": 0,
-                "rss_mb": nan, "pss_mb": nan, "spread_ms": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
+                "rss_mb": nan, "pss_mb": nan, "spread_ms": nan, "cpu_busy": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
     m = measure(out, P, t0, t1, rss)
+    j1 = host_jiffies()
+    m["cpu_busy"] = (j1[0] - j0[0]) / (j1[1] - j0[1]) if j1[1] > j0[1] else float("nan")
     pred = topo_predict(a, P, topo, m.get("frame_bytes", 1000), flush, calib) if P > 1 else {}
     load = os.getloadavg()[0]
     row = {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
@@ -281,7 +299,7 @@ def scale(a):
                 for topo in a.topology:
                     rows.append(one_run(a, "cluster", P, topo, a.d, a.n, "eager", calib))
     cols = ["where", "P", "topology", "clock_ms", "exch_ms", "pred_ms", "launch_s", "teardown_s",
-            "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "pss_mb", "frame_bytes", "load", "status"]
+            "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "pss_mb", "frame_bytes", "cpu_busy", "load", "status"]
     write_csv(os.path.join(a.out, "scale.csv"), rows, cols)
     with open(os.path.join(a.out, "scale.md"), "w") as f:
         f.write(f"{header}\n\n| where | P | topology | clock ms | exchange ms | predicted ms | launch s | "
@@ -325,6 +343,10 @@ def scale(a):
     return 1 if failed else 0
 
 
+# Host CPUs busier than this during a run: the emulation is CPU-bound.
+CPU_BOUND = 0.9
+
+
 def sim_check(a):
     why = have_netns()
     if why:
@@ -342,23 +364,29 @@ def sim_check(a):
                 r["error"] = (r["pred_ms"] - r["exch_ms"]) / r["exch_ms"] if r["status"] == "ok" else float("nan")
                 rows.append(r)
     cols = ["P", "topology", "flush", "d", "frame_bytes", "staleness", "exch_ms", "pred_ms", "error",
-            "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "spread_ms", "load", "status"]
+            "msgs", "pred_msgs", "bytes", "pred_bytes", "clock_ms", "spread_ms", "cpu_busy", "load", "status"]
     write_csv(os.path.join(a.out, "simcheck.csv"), rows, cols)
     with open(os.path.join(a.out, "simcheck.md"), "w") as f:
         f.write(f"P = {P}, links {a.rate} (tcp, {a.egress} egress; sfb topo --nic {a.egress}), MLR synth:k={K}, batch {a.batch}, {a.clocks} clocks; "
                 f"calibration: {open(calib).readline()[2:].strip()}\n\n"
                 "| topology | flush | D | frame B | s | measured exchange ms | predicted ms | error | "
-                "msgs/clock (pred) | MB/clock (pred) | clock ms | phase spread ms | load |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                "msgs/clock (pred) | MB/clock (pred) | clock ms | phase spread ms | host CPU busy | load |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             if r["status"] != "ok":
                 f.write(f"| {r['topology']} | {r['flush']} | {r['d']} | | {r['staleness']} | {r['status']} "
-                        f"|||||||| {r['load']:.1f} |\n")
+                        f"||||||||| {r['load']:.1f} |\n")
                 continue
             f.write(f"| {r['topology']} | {r['flush']} | {r['d']} | {r['frame_bytes']} | {r['staleness']} | "
                     f"{r['exch_ms']:.2f} | {r['pred_ms']:.2f} | {100 * r['error']:+.0f} % | "
                     f"{r['msgs']:.0f} ({r['pred_msgs']}) | {r['bytes'] / 1e6:.3f} ({r['pred_bytes'] / 1e6:.3f}) | "
-                    f"{r['clock_ms']:.2f} | {r['spread_ms']:.1f} | {r['load']:.1f} |\n")
+                    f"{r['clock_ms']:.2f} | {r['spread_ms']:.1f} | {100 * r['cpu_busy']:.0f} % | {r['load']:.1f} |\n")
+        busy = [r for r in rows if r["status"] == "ok" and r["cpu_busy"] > CPU_BOUND]
+        if busy:
+            f.write(f"\n{len(busy)} of {len(rows)} runs kept the host's {os.cpu_count()} CPUs over "
+                    f"{100 * CPU_BOUND:.0f} % busy: the emulated links and the workers were short of CPU, so "
+                    "those times are not the network's alone (the model assumes the CPU keeps up; "
+                    "docs/topology.md). Compare on a host with more cores.\n")
     sys.stdout.write(open(os.path.join(a.out, "simcheck.md")).read())
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
