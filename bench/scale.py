@@ -7,6 +7,9 @@ For every (where, P, topology) it runs MLR on synth: and reports
 
   clock_ms     per clock: median over ranks and clocks (first 10 % skipped)
                of the clock period, wall(c) - wall(c-1)
+  mean_ms      the mean clock period over every clock, none skipped: with
+               clock_ms it shows a slow start (shm full P2P at large P
+               warms up over tens of clocks; docs/performance.md)
   exch_ms      per-clock exchange: the same median of
                period - compute_s - apply_s (what the simulator predicts:
                from publishing to holding every origin's update)
@@ -97,8 +100,9 @@ def load_metrics(d, P):
 
 def measure(d, P, t0, t_exit, rss_kb):
     clocks, summ = load_metrics(d, P)
-    per, exch = [], []
+    per, exch, every = [], [], []
     for rows in clocks:
+        every += [b["wall"] - a["wall"] for a, b in zip(rows, rows[1:])]
         skip = max(1, len(rows) // 10)
         for a, b in zip(rows[skip:], rows[skip + 1:]):
             p = b["wall"] - a["wall"]
@@ -113,6 +117,7 @@ def measure(d, P, t0, t_exit, rss_kb):
     m = {
         "spread_ms": 1e3 * statistics.median(spread) if spread else float("nan"),
         "clock_ms": 1e3 * statistics.median(per) if per else float("nan"),
+        "mean_ms": 1e3 * statistics.fmean(every) if every else float("nan"),
         "exch_ms": 1e3 * statistics.median(exch) if exch else float("nan"),
         "msgs": sum(s["data_msgs"] for s in summ) / n_clocks,
         "bytes": sum(s["data_bytes"] for s in summ) / n_clocks,
@@ -244,7 +249,7 @@ def one_run(a, where, P, topo, d, n, flush, calib, tag=""):
         # one failed size must not hide the rest of the curve
         print(f"  {where:7} P={P:<4} {topo:14} {flush:5} d={d:<6} FAILED ({e}): {' '.join(cmd)}", flush=True)
         return {"where": where, "P": P, "topology": topo, "flush": flush, "d": d, "staleness": st,
-                "frame_bytes": 0, "clock_ms": nan, "exch_ms": nan, "pred_ms": nan, "launch_s": nan,
+                "frame_bytes": 0, "clock_ms": nan, "mean_ms": nan, "exch_ms": nan, "pred_ms": nan, "launch_s": nan,
                 "teardown_s": nan, "msgs": nan, "pred_msgs": 0, "bytes": nan, "pred_bytes": 0,
                 "rss_mb": nan, "pss_mb": nan, "spread_ms": nan, "cpu_busy": nan, "load": os.getloadavg()[0], "status": f"failed: {e}"}
     m = measure(out, P, t0, t1, rss)
@@ -298,20 +303,20 @@ def scale(a):
             for P in a.cluster_nodes:
                 for topo in a.topology:
                     rows.append(one_run(a, "cluster", P, topo, a.d, a.n, "eager", calib))
-    cols = ["where", "P", "topology", "clock_ms", "exch_ms", "pred_ms", "launch_s", "teardown_s",
+    cols = ["where", "P", "topology", "clock_ms", "mean_ms", "exch_ms", "pred_ms", "launch_s", "teardown_s",
             "msgs", "pred_msgs", "bytes", "pred_bytes", "rss_mb", "pss_mb", "frame_bytes", "cpu_busy", "load", "status"]
     write_csv(os.path.join(a.out, "scale.csv"), rows, cols)
     with open(os.path.join(a.out, "scale.md"), "w") as f:
-        f.write(f"{header}\n\n| where | P | topology | clock ms | exchange ms | predicted ms | launch s | "
+        f.write(f"{header}\n\n| where | P | topology | clock ms | mean clock ms | exchange ms | predicted ms | launch s | "
                 "teardown s | msgs/clock | predicted | MB/clock | predicted | peak RSS MB | total PSS MB | load |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             if r["status"] != "ok":
                 f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['status']} "
-                        f"||||||||||| {r['load']:.1f} |\n")
+                        f"|||||||||||| {r['load']:.1f} |\n")
                 continue
-            f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['clock_ms']:.2f} | {r['exch_ms']:.2f} | "
-                    f"{r['pred_ms']:.2f} | {r['launch_s']:.2f} | {r['teardown_s']:.2f} | {r['msgs']:.0f} | "
+            f.write(f"| {r['where']} | {r['P']} | {r['topology']} | {r['clock_ms']:.2f} | {r['mean_ms']:.2f} | "
+                    f"{r['exch_ms']:.2f} | {r['pred_ms']:.2f} | {r['launch_s']:.2f} | {r['teardown_s']:.2f} | {r['msgs']:.0f} | "
                     f"{r['pred_msgs']} | {r['bytes'] / 1e6:.3f} | {r['pred_bytes'] / 1e6:.3f} | "
                     f"{r['rss_mb']:.1f} | {r['pss_mb']:.1f} | {r['load']:.1f} |\n")
     sys.stdout.write(open(os.path.join(a.out, "scale.md")).read())
