@@ -3,6 +3,7 @@
  * into files: src/net/transport_impl.h. */
 #include "config.h"
 #include "src/net/transport_impl.h"
+#include "src/net/spin_yield.h"
 
 #include "src/net/bell.h"
 #include "src/base/common.h"
@@ -240,6 +241,10 @@ static void choose_progress(struct sfb__transport *t)
     unsigned cpus = t->s.cpus ? t->s.cpus : cpus_allowed();
     t->block = t->s.progress == SFB__PROGRESS_BLOCK ||
                (t->s.progress == SFB__PROGRESS_AUTO && t->s.local_ranks > cpus);
+    /* shm's region locks: yield to a preempted holder (spin_yield.h) */
+    const char *yield = getenv("SFB_SPIN_YIELD");
+    if (yield && *yield) sfb__spin_yield_enable(strcmp(yield, "0") != 0);
+    else if (t->s.local_ranks > cpus) sfb__spin_yield_enable(1);
     if (t->block && t->wait_fd < 0 && t->s.world > 1 && t->s.job_key) {
         int rc = sfb__bell_open(&t->bell, t->s.job_key, t->s.rank, t->s.world);
         t->bell_armed = 1;
@@ -250,8 +255,9 @@ static void choose_progress(struct sfb__transport *t)
     /* A receiver waits its turn for a CPU too: the ACK of an RMA frame may
      * take as much longer as there are more ranks than CPUs. */
     if (t->s.local_ranks > cpus) t->s.ack_timeout_s *= (double)t->s.local_ranks / cpus;
-    SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs)",
-              t->block ? "block" : "spin", t->s.local_ranks, cpus);
+    SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs), spin locks %s",
+              t->block ? "block" : "spin", t->s.local_ranks, cpus,
+              sfb__spin_yield_enabled() ? "yield" : "spin");
 }
 
 int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport_settings *s,
