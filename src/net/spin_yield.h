@@ -12,9 +12,10 @@
  * tries yielding the CPU to the preempted holder -- but only once
  * sfb__spin_yield_enable(1) was called, which the transport does when this
  * host runs more ranks than the process may use CPUs (SFB_SPIN_YIELD=0 / 1
- * forces it off / on). Otherwise it spins as libc's does. Not interposed where libsfb is loaded privately
- * (dlopen without RTLD_GLOBAL, as Python's ctypes does): libc's lock
- * then, correct and only slower when oversubscribed. */
+ * forces it off / on). Otherwise it spins as libc's does. Not interposed
+ * where libsfb is loaded privately (dlopen without RTLD_GLOBAL, as Python's
+ * ctypes does): libc's lock then, correct and only slower when
+ * oversubscribed. */
 #ifndef SFB_SRC_SPIN_YIELD_H
 #define SFB_SRC_SPIN_YIELD_H
 

@@ -89,12 +89,18 @@ static int name_and_slab(struct sfb__transport *t);
  * on a connection whose far end sends nothing else back. shm never (its
  * name is set per job, and reads are CMA copies); SFB_TRANSPORT_SPLIT=0 / 1
  * forces it off / on elsewhere. */
+/* A switch the environment may force: "0" off, any other non-empty value
+ * on, unset or empty: `dflt`. */
+static int env_switch(const char *name, int dflt)
+{
+    const char *env = getenv(name);
+    return env && *env ? strcmp(env, "0") != 0 : dflt;
+}
+
 static int want_split(const struct sfb__transport *t)
 {
     if (!strcmp(t->prov_name, "shm")) return 0;
-    const char *env = getenv("SFB_TRANSPORT_SPLIT");
-    if (env && *env) return strcmp(env, "0") != 0;
-    return !strncmp(t->prov_name, "tcp", 3);
+    return env_switch("SFB_TRANSPORT_SPLIT", !strncmp(t->prov_name, "tcp", 3));
 }
 
 /* An endpoint's name into t->name at `off` (NULL: its length). */
@@ -118,8 +124,7 @@ static int get_info(struct sfb__transport *t)
      * offers them: one read per frame beat overlapping 256 KiB chunks on shm
      * (CMA) and, with the loop polling while busy, on tcp;ofi_rxm at >= 4 MiB
      * (docs/performance.md). SFB_TRANSPORT_RMA=0 / 1 forces it off / on. */
-    const char *rma_env = getenv("SFB_TRANSPORT_RMA");
-    int want_rma = !(rma_env && !strcmp(rma_env, "0"));
+    int want_rma = env_switch("SFB_TRANSPORT_RMA", 1);
     hints->caps = FI_TAGGED | (want_rma ? FI_RMA | FI_READ | FI_REMOTE_READ : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
@@ -239,12 +244,11 @@ static unsigned cpus_allowed(void)
 static void choose_progress(struct sfb__transport *t)
 {
     unsigned cpus = t->s.cpus ? t->s.cpus : cpus_allowed();
+    int oversubscribed = t->s.local_ranks > cpus;
     t->block = t->s.progress == SFB__PROGRESS_BLOCK ||
-               (t->s.progress == SFB__PROGRESS_AUTO && t->s.local_ranks > cpus);
+               (t->s.progress == SFB__PROGRESS_AUTO && oversubscribed);
     /* shm's region locks: yield to a preempted holder (spin_yield.h) */
-    const char *yield = getenv("SFB_SPIN_YIELD");
-    if (yield && *yield) sfb__spin_yield_enable(strcmp(yield, "0") != 0);
-    else if (t->s.local_ranks > cpus) sfb__spin_yield_enable(1);
+    sfb__spin_yield_enable(env_switch("SFB_SPIN_YIELD", oversubscribed));
     if (t->block && t->wait_fd < 0 && t->s.world > 1 && t->s.job_key) {
         int rc = sfb__bell_open(&t->bell, t->s.job_key, t->s.rank, t->s.world);
         t->bell_armed = 1;
@@ -254,7 +258,7 @@ static void choose_progress(struct sfb__transport *t)
     }
     /* A receiver waits its turn for a CPU too: the ACK of an RMA frame may
      * take as much longer as there are more ranks than CPUs. */
-    if (t->s.local_ranks > cpus) t->s.ack_timeout_s *= (double)t->s.local_ranks / cpus;
+    if (oversubscribed) t->s.ack_timeout_s *= (double)t->s.local_ranks / cpus;
     SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs), spin locks %s",
               t->block ? "block" : "spin", t->s.local_ranks, cpus,
               sfb__spin_yield_enabled() ? "yield" : "spin");
