@@ -13,8 +13,10 @@ every worker (up to the SSP bound) by broadcasting sufficient factors:
             job.publish(t, [(b, c, scale)])
         job.finish(T - 1)                  # every replica ends identical
 
-The library is found as $SFB_LIB, else next to this package in a build tree
-(../../build/libsfb.so), else as libsfb.so.0 on the loader's path. Errors
+The library is found as $SFB_LIB (`sfb launch` sets it for its ranks),
+else the libsfb installed with this module (meson install), else a build
+tree beside the source tree (../../build/libsfb.so), else as libsfb.so.0 on
+the loader's path. Errors
 raise sfb.Error with the library's message ("rank 2: ...").
 """
 
@@ -133,10 +135,21 @@ class Error(RuntimeError):
 
 
 def _find_library():
+    """libsfb's path: $SFB_LIB (sfb launch and sfb run set it to the libsfb
+    they run on), else the one installed with this module, else a build tree
+    beside this source tree, else the loader's search (ldconfig's cache)."""
     env = os.environ.get("SFB_LIB")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from . import _installed  # only in an installed copy
+        libdir = os.path.join(here, "..", os.path.relpath(_installed.LIBDIR, _installed.PYDIR))
+        cand = os.path.normpath(os.path.join(libdir, "libsfb.so.0"))
+        if os.path.exists(cand):
+            return cand
+    except ImportError:
+        pass
     for build in ("build", "build-release"):
         cand = os.path.join(here, "..", "..", build, "libsfb.so")
         if os.path.exists(cand):

@@ -56,6 +56,10 @@ void sfb__sleep(double sec);
 struct timespec;
 void sfb__deadline(struct timespec *ts, double sec);
 
+/* CPUs this process may run on (its affinity mask; else the online CPUs;
+ * at least 1). */
+unsigned sfb__cpus_allowed(void);
+
 /* Size arithmetic that reports overflow instead of wrapping (untrusted sizes
  * come from files and the network). Return 0 on success, -EOVERFLOW. */
 int sfb__mul_size(size_t a, size_t b, size_t *out);

@@ -8,26 +8,46 @@
 
 const char *cli_prog = "sfb";
 
+/* The subcommands: `sfb --help` lists this table and dispatch() runs from
+ * it, so a command cannot be reachable and unlisted. */
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help; /* lines after the first are indented under it */
+} commands[] = {
+    {"run", cli_run, "start P local workers and train (the embedded default)"},
+    {"worker", cli_worker,
+     "one worker of a job started by mpirun/srun (PMIx) or by the\n"
+     "SFB_RANK/SFB_WORLD_SIZE/SFB_RENDEZVOUS environment"},
+    {"launch", cli_launch,
+     "start N local processes of any program (e.g. python3) as one job's\n"
+     "ranks: sfb launch -n 4 -- python3 examples/mlr_numpy.py"},
+    {"eval", cli_eval, "evaluate a saved model file on a dataset"},
+    {"topo", sfb_cli_topo, "analyse and simulate overlay topologies"},
+};
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: sfb <command> [options]\n"
-            "\n"
-            "Train matrix-parameterized models (MLR, ...) across workers by sufficient\n"
-            "factor broadcasting.\n"
-            "\n"
-            "commands:\n"
-            "  run      start P local workers and train (the embedded default)\n"
-            "  worker   one worker of a job started by mpirun/srun (PMIx) or by the\n"
-            "           SFB_RANK/SFB_WORLD_SIZE/SFB_RENDEZVOUS environment\n"
-            "  eval     evaluate a saved model file on a dataset\n"
-            "  topo     analyse and simulate overlay topologies\n"
-            "\n"
-            "  sfb <command> --help   options of a command\n"
-            "  sfb --version          version\n"
-            "\n"
-            "example:\n"
-            "  sfb run -n 1 --model mlr --data fashion-mnist\n");
+    fprintf(f, "usage: sfb <command> [options]\n"
+               "\n"
+               "Train matrix-parameterized models (MLR, DML, sparse coding, MLPs) across\n"
+               "workers by sufficient factor broadcasting.\n"
+               "\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(f, "  %-8s ", commands[i].name);
+        for (const char *h = commands[i].help; *h; h++) {
+            fputc(*h, f);
+            if (*h == '\n') fprintf(f, "  %-8s ", "");
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "\n"
+               "  sfb <command> --help   options of a command\n"
+               "  sfb --version          version\n"
+               "\n"
+               "example:\n"
+               "  sfb run -n 1 --model mlr --data fashion-mnist\n");
 }
 
 /* What a command printed on stdout (results, the final line) is output
@@ -57,11 +77,8 @@ static int dispatch(int argc, char **argv)
         printf("sfb %s\n", sfb_version());
         return 0;
     }
-    if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "worker")) return cli_worker(argc - 1, argv + 1);
-    if (!strcmp(cmd, "eval")) return cli_eval(argc - 1, argv + 1);
-    if (!strcmp(cmd, "launch")) return cli_launch(argc - 1, argv + 1);
-    if (!strcmp(cmd, "topo")) return sfb_cli_topo(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "sfb: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

@@ -2,6 +2,8 @@
  * prefix, forward signals, stop everyone when one fails. */
 #include "config.h"
 #include "src/net/launch.h"
+#include "src/net/rank_env.h"
+#include "src/net/transport.h"
 #include <sfb/launch.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
@@ -12,7 +14,6 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <rdma/fabric.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,32 +216,44 @@ static int n_alive(const struct launcher *L)
     return k;
 }
 
+/* What every rank's child_exec needs besides its rank. */
+struct spawn {
+    const struct sfb__launch_settings *s;
+    int port, sfd;
+    uint64_t key;
+    pid_t self;
+    char t0[32];
+    const sigset_t *oldmask;
+    char *const *argv;
+    struct sfb__rank_env env;
+};
+
 /* In the child between fork and exec: wire stdio, set the rendezvous
  * environment, arrange to die with the launcher, then exec argv or, with
  * s->worker, call it in this copy of the launcher. Never returns. */
-static void child_exec(int rank, int n, const struct sfb__launch_settings *s, int port, uint64_t key,
-                       pid_t parent, const char *t0, const int out[2], const int err[2],
-                       const sigset_t *oldmask, const struct launcher *L, int sfd, char *const argv[])
+static void child_exec(int rank, const struct launcher *L, const struct spawn *sp, const int out[2],
+                       const int err[2])
 {
-    const char *host = s->host;
+    const struct sfb__launch_settings *s = sp->s;
     char v[64];
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent) _exit(126);
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != sp->self) _exit(126);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     if (dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
     snprintf(v, sizeof v, "%d", rank);
     setenv("SFB_RANK", v, 1);
-    snprintf(v, sizeof v, "%d", n);
+    snprintf(v, sizeof v, "%d", L->n);
     setenv("SFB_WORLD_SIZE", v, 1);
-    snprintf(v, sizeof v, "%s:%d", host, port);
+    snprintf(v, sizeof v, "%s:%d", s->host, sp->port);
     setenv("SFB_RENDEZVOUS", v, 1);
-    snprintf(v, sizeof v, "0x%016" PRIx64, key);
+    snprintf(v, sizeof v, "0x%016" PRIx64, sp->key);
     setenv("SFB_JOB_KEY", v, 1);
-    setenv(SFB__LAUNCH_T0_ENV, t0, 1);
+    setenv(SFB__LAUNCH_T0_ENV, sp->t0, 1);
+    sfb__rank_env_apply(&sp->env, !s->worker);
     if (s->worker) {
         /* No exec closes what the launcher holds: the signalfd and the read
          * ends of the earlier ranks' pipes. */
-        close(sfd);
+        close(sp->sfd);
         for (int i = 0; i < rank; i++)
             for (int k = 0; k < 2; k++)
                 if (L->c[i].s[k].fd >= 0) close(L->c[i].s[k].fd);
@@ -252,14 +265,14 @@ static void child_exec(int rank, int n, const struct sfb__launch_settings *s, in
          * SFB_RANK in /proc/PID/environ; a fork's setenv is not seen there) */
         snprintf(v, sizeof v, "sfb rank %d", rank);
         prctl(PR_SET_NAME, v);
-        sigprocmask(SIG_SETMASK, oldmask, NULL);
+        sigprocmask(SIG_SETMASK, sp->oldmask, NULL);
         int argc = 0;
-        while (argv[argc]) argc++;
-        exit(s->worker(argc, (char **)argv));
+        while (sp->argv[argc]) argc++;
+        exit(s->worker(argc, (char **)sp->argv));
     }
-    sigprocmask(SIG_SETMASK, oldmask, NULL);
-    execvp(argv[0], argv);
-    dprintf(2, "sfb: cannot execute %s: %s\n", argv[0], strerror(errno));
+    sigprocmask(SIG_SETMASK, sp->oldmask, NULL);
+    execvp(sp->argv[0], sp->argv);
+    dprintf(2, "sfb: cannot execute %s: %s\n", sp->argv[0], strerror(errno));
     _exit(127);
 }
 
@@ -291,17 +304,6 @@ static int describe_failure(const struct launcher *L)
                       WIFEXITED(st) ? WEXITSTATUS(st) : st, pid);
 }
 
-/* What every rank's child_exec needs besides its rank. */
-struct spawn {
-    const struct sfb__launch_settings *s;
-    int port, sfd;
-    uint64_t key;
-    pid_t self;
-    char t0[32];
-    const sigset_t *oldmask;
-    char *const *argv;
-};
-
 /* Forks rank i with its stdout and stderr piped to the launcher. */
 static int fork_rank(struct launcher *L, int i, const struct spawn *sp)
 {
@@ -314,9 +316,7 @@ static int fork_rank(struct launcher *L, int i, const struct spawn *sp)
         return r;
     }
     pid_t pid = fork();
-    if (pid == 0)
-        child_exec(i, L->n, sp->s, sp->port, sp->key, sp->self, sp->t0, out, err, sp->oldmask, L,
-                   sp->sfd, sp->argv);
+    if (pid == 0) child_exec(i, L, sp, out, err);
     close(out[1]);
     close(err[1]);
     if (pid < 0) {
@@ -507,11 +507,16 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         if (getrandom(&sp.key, sizeof sp.key, 0) != (ssize_t)sizeof sp.key)
             sp.key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
 
+    sfb__rank_env_prepare(&sp.env, nprocs, !s->worker);
+
     struct launcher L = {0};
     L.n = nprocs;
     L.failed_rank = -1;
     L.c = calloc((size_t)nprocs, sizeof *L.c);
-    if (!L.c) return -ENOMEM;
+    if (!L.c) {
+        sfb__rank_env_free(&sp.env);
+        return -ENOMEM;
+    }
     for (int i = 0; i < nprocs; i++) L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
 
     /* SIGCHLD and the forwarded signals are taken through a signalfd, so the
@@ -535,6 +540,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         close(sp.sfd);
     }
     restore_mask(&oldmask);
+    sfb__rank_env_free(&sp.env);
     for (int i = 0; i < nprocs; i++)
         for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);
     free(L.c);
@@ -550,22 +556,6 @@ int sfb_launch_local(int nprocs, char *const argv[])
     return sfb__launch_local(nprocs, argv, NULL);
 }
 
-/* libfabric's one-time initialisation (fi_ini, on the first fi_getinfo):
- * it loads and probes every provider built in (the verbs provider reads
- * /proc/kallsyms twice, ~70 ms of kernel CPU). Done here, a forked worker
- * inherits it. Starts no thread and opens no fabric. */
-static void preinit_fabric(void)
-{
-    struct fi_info *hints = fi_allocinfo(), *info = NULL;
-    if (!hints) return;
-    hints->fabric_attr->prov_name = strdup("shm");
-    hints->ep_attr->type = FI_EP_RDM;
-    double t = sfb__now();
-    if (fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info) == 0) fi_freeinfo(info);
-    fi_freeinfo(hints);
-    SFB_LOG_D("launch: libfabric initialised in %.3f s", sfb__now() - t);
-}
-
 int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
 {
     SFB_ENTER();
@@ -577,7 +567,7 @@ int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char
     const char *e = getenv("SFB_LAUNCH_EXEC");
     if (!(e && !strcmp(e, "1"))) {
         s.worker = worker;
-        preinit_fabric(); /* once here instead of once per worker */
+        sfb__transport_preinit(); /* once here instead of once per worker */
     }
     return sfb__launch_local(nprocs, argv, &s);
 }

@@ -145,6 +145,10 @@ void sfb__transport_default_settings(struct sfb__transport_settings *s);
  * yet; it must outlive the transport). Any thread except the loop thread.
  * Returns 0; -FI_ENODATA if the provider is not available; another -FI_E* or
  * -ENOMEM. On failure *out is NULL and everything is released. */
+/* libfabric's one-time initialisation (fi_ini, on the first fi_getinfo),
+ * for a launcher to do once before it forks its workers. Any thread. */
+void sfb__transport_preinit(void);
+
 int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport_settings *s,
                         struct sfb__loop *loop);
 

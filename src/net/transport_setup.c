@@ -3,7 +3,6 @@
  * into files: src/net/transport_impl.h. */
 #include "config.h"
 #include "src/net/transport_impl.h"
-#include "src/net/spin_yield.h"
 
 #include "src/net/bell.h"
 #include "src/base/common.h"
@@ -17,7 +16,6 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -226,16 +224,6 @@ static int name_and_slab(struct sfb__transport *t)
     return 0;
 }
 
-/* CPUs this process may run on. */
-static unsigned cpus_allowed(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
-
 /* The progress policy (settings.progress; auto: block when this host runs
  * more ranks than this process has CPUs, for then a spinning loop thread
  * takes the core the rank it waits for needs), and in block mode without a
@@ -243,12 +231,10 @@ static unsigned cpus_allowed(void)
  * rank napping poll_interval_s instead: slower, never stuck. */
 static void choose_progress(struct sfb__transport *t)
 {
-    unsigned cpus = t->s.cpus ? t->s.cpus : cpus_allowed();
+    unsigned cpus = t->s.cpus ? t->s.cpus : sfb__cpus_allowed();
     int oversubscribed = t->s.local_ranks > cpus;
     t->block = t->s.progress == SFB__PROGRESS_BLOCK ||
                (t->s.progress == SFB__PROGRESS_AUTO && oversubscribed);
-    /* shm's region locks: yield to a preempted holder (spin_yield.h) */
-    sfb__spin_yield_enable(env_switch("SFB_SPIN_YIELD", oversubscribed));
     if (t->block && t->wait_fd < 0 && t->s.world > 1 && t->s.job_key) {
         int rc = sfb__bell_open(&t->bell, t->s.job_key, t->s.rank, t->s.world);
         t->bell_armed = 1;
@@ -259,9 +245,23 @@ static void choose_progress(struct sfb__transport *t)
     /* A receiver waits its turn for a CPU too: the ACK of an RMA frame may
      * take as much longer as there are more ranks than CPUs. */
     if (oversubscribed) t->s.ack_timeout_s *= (double)t->s.local_ranks / cpus;
-    SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs), spin locks %s",
-              t->block ? "block" : "spin", t->s.local_ranks, cpus,
-              sfb__spin_yield_enabled() ? "yield" : "spin");
+    SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs)", t->block ? "block" : "spin",
+              t->s.local_ranks, cpus);
+}
+
+/* Loads and probes every provider built in (the verbs provider reads
+ * /proc/kallsyms twice, ~70 ms of kernel CPU); a forked worker inherits
+ * it. Starts no thread and opens no fabric. */
+void sfb__transport_preinit(void)
+{
+    struct fi_info *hints = fi_allocinfo(), *info = NULL;
+    if (!hints) return;
+    hints->fabric_attr->prov_name = strdup("shm");
+    hints->ep_attr->type = FI_EP_RDM;
+    double t = sfb__now();
+    if (fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info) == 0) fi_freeinfo(info);
+    fi_freeinfo(hints);
+    SFB_LOG_D("transport: libfabric initialised in %.3f s", sfb__now() - t);
 }
 
 int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport_settings *s,

@@ -19,7 +19,12 @@ run "$SFB" --version
 check version '[ $rc = 0 ] && [[ "$out" == "sfb "[0-9]* ]]'
 run "$SFB" run --help
 check run-help '[ $rc = 0 ] && [[ "$out" == *"--batch"* ]] && [[ "$out" == *"--staleness"* ]]'
-for c in worker eval; do
+# `sfb --help` lists every subcommand (one table lists and dispatches them):
+# each listed name runs its own --help, and the known ones are all there.
+run "$SFB" --help
+listed=$(awk '/^commands:/ { on = 1; next } on && /^$/ { exit } on && /^  [a-z]/ { print $1 }' <<<"$out")
+check help-lists-commands '[ $rc = 0 ] && [ "$(echo $listed)" = "run worker launch eval topo" ]'
+for c in $listed; do
   run "$SFB" $c --help
   check "$c-help" '[ $rc = 0 ] && [[ "$out" == *usage* ]]'
 done

@@ -71,7 +71,7 @@ PY
   check "$mode: setup/teardown events ($out)" "[ '$out' = ok ]"
 done
 check "exec'd workers are named sfb, forked ones 'sfb rank R'" \
-  "! grep -q 'launch: libfabric initialised' '$tmp/exec.log' && grep -q 'launch: libfabric initialised' '$tmp/fork.log'"
+  "! grep -q 'transport: libfabric initialised' '$tmp/exec.log' && grep -q 'transport: libfabric initialised' '$tmp/fork.log'"
 
 echo "launch_phases: $passes passed, $fails failed"
 [ $fails = 0 ] || { tail -n 30 "$tmp/fork.log"; exit 1; }

@@ -1,10 +1,11 @@
 /* Spin locks that yield on an oversubscribed host: see spin_yield.h. */
-#include "config.h"
-#include "src/net/spin_yield.h"
+#include "src/cli/spin_yield.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Tries before the first yield (a few microseconds): a holder that is
  * running releases within that (libfabric's shm holds its region lock for
@@ -12,20 +13,27 @@
  * time slice. */
 #define SPINS 64
 
-static atomic_int yielding;
+static atomic_int yielding = -1; /* -1: not yet read from the environment */
 static atomic_ullong yields;
 
-void sfb__spin_yield_enable(int on)
+void cli_spin_yield_set(int on)
 {
-    atomic_store_explicit(&yielding, on != 0, memory_order_relaxed);
+    atomic_store_explicit(&yielding, on < 0 ? -1 : on != 0, memory_order_relaxed);
 }
 
-int sfb__spin_yield_enabled(void)
+int cli_spin_yield_enabled(void)
 {
-    return atomic_load_explicit(&yielding, memory_order_relaxed);
+    int y = atomic_load_explicit(&yielding, memory_order_relaxed);
+    if (y < 0) {
+        /* getenv only: no allocation, no lock (this may run inside one) */
+        const char *e = getenv("SFB_SPIN_YIELD");
+        y = e && !strcmp(e, "1");
+        atomic_store_explicit(&yielding, y, memory_order_relaxed);
+    }
+    return y;
 }
 
-unsigned long long sfb__spin_yields(void)
+unsigned long long cli_spin_yields(void)
 {
     return atomic_load_explicit(&yields, memory_order_relaxed);
 }
@@ -39,15 +47,15 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Binds in place of libc's for the libraries that libsfb precedes in the
- * search order (libfabric and its providers). The lock is taken with
- * pthread_spin_trylock, so the lock word keeps libc's meaning and libc's
- * pthread_spin_unlock releases it. */
+/* Binds in place of libc's for the libraries loaded after the program or
+ * the preloaded library that defines it (libfabric and its providers). The
+ * lock is taken with pthread_spin_trylock, so the lock word keeps libc's
+ * meaning and libc's pthread_spin_unlock releases it. */
 __attribute__((visibility("default"))) int pthread_spin_lock(pthread_spinlock_t *lock)
 {
     for (unsigned i = 0;; i++) {
         if (pthread_spin_trylock(lock) == 0) return 0;
-        if (i >= SPINS && atomic_load_explicit(&yielding, memory_order_relaxed)) {
+        if (i >= SPINS && cli_spin_yield_enabled()) {
             atomic_fetch_add_explicit(&yields, 1, memory_order_relaxed);
             sched_yield();
         } else {
