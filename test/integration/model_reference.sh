@@ -18,7 +18,7 @@
 #    up to rounding (within TOL of each other).
 # Each line of model_reference/cases.txt is "NAME SFB-ARGUMENTS..."
 # (@LIBSVM@ stands for a libsvm file this script writes).
-# Usage: model_reference.sh SFB MODEL_DIFF REFDIR TOL [--update]
+# Usage: model_reference.sh SFB MODEL_DIFF REFDIR TOL [--update]  (VERBOSE=1: every difference)
 #   --update writes this build's models as the references (for a change
 #   that alters numbers on purpose; its commit must say so).
 set -uo pipefail
@@ -48,8 +48,12 @@ train() { # name out-dir [extra args]: trains case NAME into out-dir/model.sfb
   # shellcheck disable=SC2086
   timeout 60 "$SFB" $run "$@" --out-dir "$dir" >"$dir.log" 2>&1 && [ -f "$dir/model.sfb" ]
 }
-near() { "$DIFF" "$1" "$2" "$TOL" >"$tmp/diff.out" 2>&1; } # within TOL (exit 0)
-what() { tr '\n' ' ' <"$tmp/diff.out"; }
+near() { # A B: rc=0 within TOL, 1 beyond, 2 not comparable; diff= model_diff's line
+  "$DIFF" "$1" "$2" "$TOL" >"$tmp/diff.out" 2>&1; rc=$?
+  diff=$(tr '\n' ' ' <"$tmp/diff.out")
+  [ -n "${VERBOSE:-}" ] && echo "$3: $diff"
+  return 0
+}
 
 names=()
 while read -r name rest; do
@@ -64,8 +68,8 @@ for name in "${names[@]}"; do
   if [ "$UPDATE" = --update ]; then
     cp "$tmp/$name/model.sfb" "$REF/$name.sfb"; continue
   fi
-  near "$REF/$name.sfb" "$tmp/$name/model.sfb"
-  check "$name: against the reference: $(what)" "[ $? = 0 ]"
+  near "$REF/$name.sfb" "$tmp/$name/model.sfb" "$name"
+  check "$name: against the reference: $diff" "[ $rc = 0 ]"
 done
 if [ "$UPDATE" = --update ]; then echo "model_reference: wrote ${#names[@]} models to $REF"; exit 0; fi
 
@@ -81,15 +85,17 @@ done
 # The engines at staleness 0 train the same model up to rounding.
 for pair in mlr-sfb-2:mlr-fms-2 mlp-sfb-2:mlp-fms-2 mlp-sfb-2:mlp-mixed-2; do
   a=${pair%%:*}; b=${pair##*:}
-  near "$tmp/$a/model.sfb" "$tmp/$b/model.sfb"
-  check "$a and $b agree: $(what)" "[ $? = 0 ]"
+  near "$tmp/$a/model.sfb" "$tmp/$b/model.sfb" "$a~$b"
+  check "$a and $b agree: $diff" "[ $rc = 0 ]"
 done
 
 # The comparison can fail: one update fewer, or a step 0.1 % off, is caught.
-train mlr-1 "$tmp/fewer" --clocks 19 && near "$REF/mlr-1.sfb" "$tmp/fewer/model.sfb"
-check "mlr-1 with one clock fewer differs beyond TOL: $(what)" "[ $? = 1 ]"
-train mlp-1 "$tmp/lr" --lr 0.3003 && near "$REF/mlp-1.sfb" "$tmp/lr/model.sfb"
-check "mlp-1 with its step 0.1 % larger differs beyond TOL: $(what)" "[ $? = 1 ]"
+rc=2; diff="did not train"
+train mlr-1 "$tmp/fewer" --clocks 19 && near "$REF/mlr-1.sfb" "$tmp/fewer/model.sfb" "one clock fewer"
+check "mlr-1 with one clock fewer differs beyond TOL: $diff" "[ $rc = 1 ]"
+rc=2; diff="did not train"
+train mlp-1 "$tmp/lr" --lr 0.3003 && near "$REF/mlp-1.sfb" "$tmp/lr/model.sfb" "step 0.1 % off"
+check "mlp-1 with its step 0.1 % larger differs beyond TOL: $diff" "[ $rc = 1 ]"
 
 echo "model_reference: $passes passed, $fails failed"
 [ $fails = 0 ]
