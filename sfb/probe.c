@@ -128,13 +128,13 @@ static int ping_peer(struct sfb__comm *c, uint32_t p, struct sfb__buf *buf, int6
 {
     rtt[0] = rtt[1] = 1e30;
     for (int rep = 0; rep <= PROBE_REPS; rep++) { /* rep 0: warm-up (connection set-up) */
-        double t;
+        double t = 0; /* set when stream_round returns 0 (the zero for gcc -O3) */
         int ret = stream_round(c, p, buf, seq, PROBE_SMALL, 1, &t);
         if (ret) return ret;
         if (rep > 0 && t < rtt[0]) rtt[0] = t;
     }
     for (int rep = 0; rep <= PROBE_STREAM_REPS; rep++) { /* rep 0: one frame, warm-up */
-        double t;
+        double t = 0;
         int ret = stream_round(c, p, buf, seq, PROBE_LARGE, rep ? PROBE_STREAM : 1, &t);
         if (ret) return ret;
         if (rep > 0 && t < rtt[1]) rtt[1] = t;

@@ -52,8 +52,9 @@ int sfb__agree_verdict(const char *const *texts, const size_t *lens, uint32_t wo
         if (lens[r] == lens[0] && !memcmp(texts[r], texts[0], lens[0])) continue;
         differ = 1;
         size_t p0 = 0, pr = 0;
-        const char *k0, *v0, *kr, *vr;
-        size_t kl0, vl0, klr, vlr;
+        /* set by next_line whenever it returns 1 (the zeros for gcc -O3) */
+        const char *k0 = NULL, *v0 = NULL, *kr = NULL, *vr = NULL;
+        size_t kl0 = 0, vl0 = 0, klr = 0, vlr = 0;
         for (uint32_t i = 0;; i++) {
             int h0 = next_line(texts[0], lens[0], &p0, &k0, &kl0, &v0, &vl0);
             int hr = next_line(texts[r], lens[r], &pr, &kr, &klr, &vr, &vlr);
@@ -69,8 +70,8 @@ int sfb__agree_verdict(const char *const *texts, const size_t *lens, uint32_t wo
     }
     if (!differ) return 0;
     size_t off = 0, p0 = 0;
-    const char *k0, *v0;
-    size_t kl0, vl0;
+    const char *k0 = NULL, *v0 = NULL;
+    size_t kl0 = 0, vl0 = 0;
     for (uint32_t i = 0; i < MAX_KEYS && next_line(texts[0], lens[0], &p0, &k0, &kl0, &v0, &vl0);
          i++) {
         if (!count[i]) continue;
