@@ -9,7 +9,7 @@
 # when they yield, the installed spin-lock preload.
 # Usage: install.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-BUILD=$1; SRC=$2
+BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 cleanup() { pkill -9 -f "$tmp" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

@@ -43,7 +43,9 @@ for mode in polite stubborn; do
   check "$mode: names rank 2, its status and pid $pid2" \
     "grep -qF 'launch failed: rank 2 exited with status 5; pid $pid2' '$tmp/f.err'"
   # polite ranks stop at SIGTERM; stubborn ones at the SIGKILL 3 s later
-  check "$mode: all stopped within 8 s (took $dt s)" "within $dt 8"
+  # (20 s: far below the ranks' 100 s sleep, with room for a loaded host,
+  # where 9.6 s was seen)
+  check "$mode: all stopped within 20 s (took $dt s)" "within $dt 20"
   check "$mode: no copy left" "none_left"
 done
 cat "$tmp/f.err"
