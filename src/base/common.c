@@ -155,6 +155,22 @@ void sfb__sleep(double sec)
     }
 }
 
+int sfb__parse_env_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    uint64_t v = 0;
+    int ok = s && *s;
+    for (const char *p = s; ok && *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        ok = d <= 9 && v <= (UINT64_MAX - d) / 10;
+        v = v * 10 + d;
+    }
+    if (!ok || v < lo || v > hi)
+        return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %llu..%llu", name,
+                          s ? s : "", (unsigned long long)lo, (unsigned long long)hi);
+    *out = v;
+    return 0;
+}
+
 int sfb__mul_size(size_t a, size_t b, size_t *out)
 {
     if (__builtin_mul_overflow(a, b, out)) return -EOVERFLOW;

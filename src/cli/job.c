@@ -109,9 +109,7 @@ static int run_worker(struct cli_job *job)
     default_signal_dispositions();
     cli_log_init(job->log_level);
     /* the rank this worker will have, where the launcher says so already */
-    const char *rs = getenv("SFB_RANK");
-    unsigned rank = rs && cli_known_world(job, 0) ? (unsigned)strtoul(rs, NULL, 10) : 0;
-    int r = cli_prepare_outputs(job, "worker", rank, rank);
+    int r = cli_prepare_outputs(job, "worker", job->env_rank, job->env_rank);
     if (r) return r;
     struct progress_state ps = {.tty = isatty(STDERR_FILENO), .quiet = job->quiet};
     struct sfb_train_result res;

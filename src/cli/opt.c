@@ -168,7 +168,8 @@ positional:
 
 int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    /* digits only: strtoull would also take a sign or leading blanks */
+    if (!s || *s < '0' || *s > '9') return -1;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
@@ -209,7 +210,8 @@ int cli_parse_rate(const char *s, double *bytes_s, const char **why)
     } prefixes[] = {{"", 1}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12},
                     {"ki", 1024.0}, {"mi", 1048576.0}, {"gi", 1073741824.0}};
     *why = "a rate such as 200mbit, 1gbit or 25MB/s";
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    /* digits only: strtoull would also take a sign or leading blanks */
+    if (!s || *s < '0' || *s > '9') return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
