@@ -96,6 +96,9 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: heartbeat %g s, peer timeout %g s and "
                           "bootstrap timeout %g s must all be positive", s->heartbeat_s,
                           s->peer_timeout_s, s->bootstrap_timeout_s);
+    if (s->world > INT32_MAX) /* a -1 passed through an unsigned field, say */
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: world %u: expected 1 .. %d (or 0: from "
+                          "the launcher)", s->world, INT32_MAX);
     if (s->world > 0 && s->rank >= s->world)
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: rank %u of world %u", s->rank, s->world);
     cs->provider = s->provider;
@@ -103,7 +106,7 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
     cs->peer_timeout_s = s->peer_timeout_s;
     cs->bootstrap_timeout_s = s->bootstrap_timeout_s;
     cs->rank = (int)s->rank;
-    cs->world = s->world > INT32_MAX ? INT32_MAX : (int)s->world;
+    cs->world = (int)s->world;
     cs->rendezvous = s->rendezvous;
     cs->job_key = s->job_key;
     if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
