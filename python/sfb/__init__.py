@@ -346,11 +346,14 @@ class Job:
             if b.shape[0] != c.shape[0]:
                 raise ValueError("publish: b has %d rows (samples), c has %d" %
                                  (b.shape[0], c.shape[0]))
+            # a finite scale beyond float32 would become an infinity in
+            # ctypes; NaN and infinities go on to the library, which refuses
+            # them (sfb.Error) as it refuses them in b and c
             with np.errstate(over="ignore"):
-                finite = np.isfinite(np.float32(scale))
-            if not finite:
-                raise ValueError("publish: the scale of matrix %d at clock %d is %r, not a "
-                                 "finite float32" % (m, clock, scale))
+                overflows = np.isfinite(scale) and not np.isfinite(np.float32(scale))
+            if overflows:
+                raise ValueError("publish: the scale of matrix %d at clock %d is %r, beyond "
+                                 "float32" % (m, clock, scale))
             keep += [b, c]
             sf = self._sfs[m]
             sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]

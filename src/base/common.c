@@ -15,9 +15,9 @@
 static _Thread_local char last_error[1024];
 static _Thread_local int last_code;
 
-static sfb_log_fn log_fn;
+static sfb_log_fn log_fn = sfb_log_stderr;
 static void *log_user;
-static enum sfb_log_level log_max = SFB_LOG_INFO;
+static enum sfb_log_level log_max = SFB_LOG_WARN;
 static int log_rank = -1;
 
 static const char *(*names_fn)(int code);
@@ -83,6 +83,17 @@ void sfb__clear_error(void)
 {
     last_error[0] = '\0';
     last_code = 0;
+}
+
+void sfb_log_stderr(void *user, enum sfb_log_level level, int rank, const char *msg)
+{
+    static const char *const name[] = {"error", "warning", "info", "debug"};
+    const char *lv = (unsigned)level < 4 ? name[level] : "log";
+    (void)user;
+    if (rank >= 0)
+        fprintf(stderr, "sfb[%d]: %s: %s\n", rank, lv, msg);
+    else
+        fprintf(stderr, "sfb: %s: %s\n", lv, msg);
 }
 
 void sfb_log_set(sfb_log_fn fn, void *user, enum sfb_log_level max_level)

@@ -8,20 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *level_name[] = {"error", "warning", "info", "debug"};
-
-static void log_stderr(void *user, enum sfb_log_level level, int rank, const char *msg)
-{
-    (void)user;
-    if (rank >= 0)
-        fprintf(stderr, "sfb[%d]: %s: %s\n", rank, level_name[level], msg);
-    else
-        fprintf(stderr, "sfb: %s: %s\n", level_name[level], msg);
-}
-
 void cli_log_init(enum sfb_log_level level)
 {
-    sfb_log_set(log_stderr, NULL, level);
+    sfb_log_set(sfb_log_stderr, NULL, level);
 }
 
 void cli_error(int code, const char *what)

@@ -128,6 +128,18 @@ static void rejected(struct sfb__comm *c, uint32_t src, int code)
          c->rank, src, sfb_error_message(code));
 }
 
+void sfb__comm_reject_update(struct sfb__comm *c, uint32_t origin, uint32_t from, int64_t clock,
+                             uint32_t matrix, const char *why)
+{
+    char via[32] = "";
+    if (from != origin) snprintf(via, sizeof via, ", relayed by rank %u", from);
+    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    sfb__comm_fail(c, (int)origin,
+                   "rank %u rejects the update rank %u published at clock %lld (matrix %u%s): %s; "
+                   "no replica may apply it",
+                   c->rank, origin, (long long)clock, matrix, via, why);
+}
+
 /* A data frame of its origin's last clock: nothing later will come from
  * that origin (the waits fail at once instead of hanging). */
 static void note_last(struct sfb__comm *c, const struct sfb__wire_hdr *h)

@@ -88,7 +88,11 @@ job.wait(2)
 raises("publish shape", lambda: job.publish(2, [(b, np.ones((2, 4), np.float32), 1.0)]),
        "SF 0 is for 2 x 4, matrix 0 is 2 x 3")
 raises("publish scale 1e39", lambda: job.publish(2, [(b, c, 1e39)]),
-       "publish: the scale of matrix 0 at clock 2 is 1e+39, not a finite float32")
+       "publish: the scale of matrix 0 at clock 2 is 1e+39, beyond float32")
+raises("publish scale inf", lambda: job.publish(2, [(b, c, float("inf"))]),
+       "sfb_job_publish: clock 2, matrix 0: scale is inf")
+raises("publish b nan", lambda: job.publish(2, [(np.array([[1, np.nan], [3, 4]], np.float32), c, 1.0)]),
+       "sfb_job_publish: clock 2, matrix 0: b[0][1] is nan")
 raises("publish samples", lambda: job.publish(2, [(np.ones((3, 2), np.float32),
                                                    np.ones((3, 3), np.float32), 1.0)]),
        "3 samples, more than max_s 2")
