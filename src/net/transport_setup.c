@@ -18,6 +18,7 @@
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,11 +45,40 @@ static int open_cq(struct sfb__transport *t)
     return rc ? sfb__error(rc, "transport: fi_cq_open: %s", fi_strerror(-rc)) : 0;
 }
 
+/* The shared-memory region libfabric 1.17's shm provider maps per endpoint
+ * with its default queue sizes (the sfb_* files in /dev/shm of a job);
+ * its fi_getinfo offers nothing unless /dev/shm has room for one per
+ * online CPU (smr_shm_space_check). */
+#define SHM_REGION_MIB 16u
+
+/* shm found nothing: when /dev/shm is what is missing, the error says so
+ * (how big it is, how much is free, what the provider and the job need)
+ * instead of "not available". 0 when /dev/shm has the room. */
+static int shm_too_small(void)
+{
+    struct statvfs st;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (statvfs("/dev/shm", &st) != 0 || cpus < 1) return 0;
+    double mib = 1024.0 * 1024.0;
+    double avail = (double)st.f_bsize * (double)st.f_bavail / mib;
+    double total = (double)st.f_frsize * (double)st.f_blocks / mib;
+    double need = (double)cpus * SHM_REGION_MIB;
+    if (avail >= need) return 0;
+    return sfb__error(-FI_ENOSPC, "transport: /dev/shm has %.1f MiB free of %.1f MiB, too little "
+                      "for libfabric's shm provider: it starts only with room for one %u MiB "
+                      "region per CPU (%ld CPUs: %.0f MiB), and every rank of the job on this "
+                      "host maps one; make /dev/shm larger (docker run --shm-size=1g, mount -o "
+                      "remount,size=1G /dev/shm) or use --provider tcp",
+                      avail, total, SHM_REGION_MIB, cpus, need);
+}
+
 /* fi_getinfo found nothing for provider `prov`: say so in words, with the
  * providers that do offer what we need on this host (fi_strerror alone says
  * "No data available"). Takes the hints of the failed query. */
 static int provider_missing(struct fi_info *hints, const char *prov)
 {
+    int small = strcmp(prov, "shm") ? 0 : shm_too_small();
+    if (small) return small;
     free(hints->fabric_attr->prov_name);
     hints->fabric_attr->prov_name = NULL;
     hints->caps = FI_TAGGED;
