@@ -68,6 +68,10 @@ int cli_launch(int argc, char **argv);
 void cli_log_init(enum sfb_log_level level);
 /* Prints "sfb: error: WHAT: ..." with the detail of `code` (sfb_error_message). */
 void cli_error(int code, const char *what);
+/* sfb_blas_reserve for `cmd`: returns when BLAS has its working memory;
+ * else prints why and leaves at once with _exit(1), for OpenBLAS's own
+ * threads may be stuck allocating and exit() would wait for them. */
+void cli_blas_reserve(const char *cmd);
 
 extern const char *cli_prog;
 

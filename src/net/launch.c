@@ -9,6 +9,7 @@
 #include "src/net/rank_env.h"
 #include "src/net/transport.h"
 #include <sfb/launch.h>
+#include <sfb/sf.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
 
@@ -682,7 +683,9 @@ int sfb_launch_local(int nprocs, char *const argv[])
     SFB_ENTER();
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
-    return sfb__launch_local(nprocs, argv, NULL);
+    /* fork joins OpenBLAS's threads first: never while one spins for memory */
+    int ret = sfb_blas_reserve();
+    return ret ? ret : sfb__launch_local(nprocs, argv, NULL);
 }
 
 int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
@@ -691,6 +694,9 @@ int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char
     SFB_ARG(worker);
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
+    /* taken here, BLAS's working memory is every forked worker's too */
+    int ret = sfb_blas_reserve();
+    if (ret) return ret;
     struct sfb__launch_settings s;
     sfb__launch_default_settings(&s);
     const char *e = getenv("SFB_LAUNCH_EXEC");

@@ -18,6 +18,8 @@
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -387,6 +389,29 @@ size_t sfb__transport_copy_max(const struct sfb__transport *t)
  * peer that only sends here needs no entry (the transport header names
  * the sender). Slot 2p is where rank p receives, 2p + 1 where it answers
  * reads: the same entry unless p runs two endpoints. */
+/* Whether shm can map peer p's region under an address-space limit:
+ * libfabric 1.17's shm provider dereferences the failed mapping (SIGSEGV
+ * in fi_av_insert) instead of failing. 0, or reported as a failed insert
+ * naming the limit. */
+static int shm_map_room(struct sfb__transport *t, uint32_t p)
+{
+    struct rlimit rl;
+    if (strcmp(t->prov_name, "shm") || getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    size_t len = (size_t)SHM_REGION_MIB << 20;
+    void *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED) {
+        munmap(m, len);
+        return 0;
+    }
+    char why[128];
+    snprintf(why, sizeof why, "no room to map its %u MiB shared-memory region under the "
+             "address-space limit (ulimit -v) of %llu MiB", SHM_REGION_MIB,
+             (unsigned long long)rl.rlim_cur >> 20);
+    sfb__tp_report(t, (int)p, -FI_ENOMEM, "fi_av_insert refused", why);
+    return -FI_ENOMEM;
+}
+
 static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
     fi_addr_t *slot = &t->addr[2 * (size_t)p + which];
@@ -399,6 +424,7 @@ static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
     uint8_t pad[SFB__TP_NAME_MAX] = {0};
     memcpy(pad, blob + 1 + which * part, part);
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    if (shm_map_room(t, p)) return FI_ADDR_NOTAVAIL;
     int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
     if (rc != 1 || fa == FI_ADDR_NOTAVAIL) {
         sfb__tp_report(t, (int)p, rc < 0 ? rc : -FI_EINVAL, "fi_av_insert failed", NULL);

@@ -132,6 +132,8 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     SFB_ARG(s);
     struct sfb__comm_settings cs;
     int ret = comm_settings(s, &cs);
+    /* before the rendezvous: a rank that could not compute fails alone */
+    if (!ret) ret = sfb_blas_reserve();
     if (ret) return ret;
     struct sfb_job *job = calloc(1, sizeof *job);
     if (!job) return sfb__error(-ENOMEM, "sfb_job_open: out of memory");
