@@ -60,8 +60,8 @@ struct launcher {
     double first_exit, last_exit; /* sfb__now() of the first and last reap */
     /* what the ranks left behind (sweep()): the caller's own children from
      * before the launch (never touched), and the sweep's deadlines */
-    pid_t *before;
-    size_t nbefore;
+    pid_t *before, *termed; /* ... and those the sweep sent SIGTERM */
+    size_t nbefore, ntermed;
     double sweep_kill_at, sweep_give_up;
     int swept_left; /* processes seen by the last sweep round */
 };
@@ -217,15 +217,27 @@ static void each_child(void (*fn)(pid_t pid, pid_t pgid, char state, void *arg),
     closedir(d);
 }
 
+static int listed(const pid_t *v, size_t n, pid_t pid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == pid) return 1;
+    return 0;
+}
+
+static void list_add(pid_t **v, size_t *n, pid_t pid)
+{
+    pid_t *grown = realloc(*v, (*n + 1) * sizeof *grown);
+    if (!grown) return; /* out of memory: listed again next time */
+    *v = grown;
+    (*v)[(*n)++] = pid;
+}
+
 static void note_before(pid_t pid, pid_t pgid, char state, void *arg)
 {
     (void)pgid;
     (void)state;
     struct launcher *L = arg;
-    pid_t *grown = realloc(L->before, (L->nbefore + 1) * sizeof *grown);
-    if (!grown) return;
-    L->before = grown;
-    L->before[L->nbefore++] = pid;
+    list_add(&L->before, &L->nbefore, pid);
 }
 
 struct sweep_round {
@@ -235,13 +247,14 @@ struct sweep_round {
 
 /* A child of the launcher that is neither a rank nor one of the caller's:
  * a rank's descendant reparented here. Reaped when it is a zombie, else
- * signalled with its process group (unless that is the launcher's). */
+ * signalled with its process group (unless that is the launcher's):
+ * SIGTERM once (a second one means "now" to many programs), SIGKILL in
+ * every round after the grace period. */
 static void sweep_child(pid_t pid, pid_t pgid, char state, void *arg)
 {
     struct sweep_round *w = arg;
     struct launcher *L = w->L;
-    for (size_t i = 0; i < L->nbefore; i++)
-        if (L->before[i] == pid) return;
+    if (listed(L->before, L->nbefore, pid)) return;
     for (int i = 0; i < L->n; i++)
         if (L->c[i].alive && L->c[i].pid == pid) return;
     w->left++;
@@ -249,24 +262,29 @@ static void sweep_child(pid_t pid, pid_t pgid, char state, void *arg)
         waitpid(pid, NULL, WNOHANG);
         return;
     }
+    if (w->sig == SIGTERM && listed(L->termed, L->ntermed, pid)) return;
+    if (w->sig == SIGTERM) list_add(&L->termed, &L->ntermed, pid);
     if (pgid > 1 && pgid != getpgrp()) kill(-pgid, w->sig);
     kill(pid, w->sig);
 }
 
 /* One round of stopping what the ranks left behind once every rank is
- * reaped: their groups' members and the descendants reparented here get
- * SIGTERM, then SIGKILL once the grace period (from the first round, or
- * from the job's own stop) has passed. Returns how many were seen. */
+ * reaped: their groups' members (SIGTERM in the first round) and the
+ * descendants reparented here get SIGTERM, then SIGKILL once the grace
+ * period (from the first round, or from the job's own stop) has passed.
+ * Returns how many were seen. */
 static int sweep(struct launcher *L, double grace)
 {
     double now = sfb__now();
-    if (!L->sweep_give_up) {
+    int first = !L->sweep_give_up;
+    if (first) {
         L->sweep_kill_at = L->stopping ? SFB_MAX(L->kill_at, now) : now + grace;
         L->sweep_give_up = L->sweep_kill_at + 5.0;
     }
     struct sweep_round w = {L, now >= L->sweep_kill_at ? SIGKILL : SIGTERM, 0};
+    int group_sig = w.sig == SIGKILL || first ? w.sig : 0; /* 0: only whether any is left */
     for (int i = 0; i < L->n; i++)
-        if (L->c[i].pid && kill(-L->c[i].pid, w.sig) == 0) w.left++;
+        if (L->c[i].pid && kill(-L->c[i].pid, group_sig) == 0) w.left++;
     each_child(sweep_child, &w);
     L->swept_left = w.left;
     return w.left;
@@ -675,6 +693,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     free(L.c);
     free(L.scratch);
     free(L.before);
+    free(L.termed);
     return r;
 }
 
