@@ -210,8 +210,7 @@ int cli_parse_rate(const char *s, double *bytes_s, const char **why)
     } prefixes[] = {{"", 1}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12},
                     {"ki", 1024.0}, {"mi", 1048576.0}, {"gi", 1073741824.0}};
     *why = "a rate such as 200mbit, 1gbit or 25MB/s";
-    /* digits only: strtoull would also take a sign or leading blanks */
-    if (!s || *s < '0' || *s > '9') return -1;
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
