@@ -263,10 +263,3 @@ int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
     if (sparse_s) apply_sparse(r, a, sfs, n, sparse_s);
     return 0;
 }
-
-/* The BLAS thread count is a property of the process; it lives here because
- * this file and models/ are the only BLAS callers. */
-void sfb_set_blas_threads(int n)
-{
-    openblas_set_num_threads(n > 0 ? n : 1);
-}

@@ -193,7 +193,11 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
         int ret = sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
                                (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
         if (ret) {
-            why = sfb_error_message(ret);
+            /* checksummed, so as its origin built it: not noise */
+            b->rejected++;
+            sfb__comm_reject_update(b->c, h->origin, (uint32_t)from, h->clock, h->matrix,
+                                    sfb_error_message(ret));
+            return;
         } else if (sfb__reserve((void **)&b->pend, &b->pend_cap,
                                 (b->npend + 1) * sizeof *b->pend)) {
             why = "out of memory";

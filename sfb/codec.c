@@ -4,6 +4,7 @@
 #include "src/base/common.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Shapes come from frame headers (untrusted): s · rows · 4 alone can pass
@@ -112,6 +113,51 @@ static int all_finite(const float *v, size_t n)
     return !bad;
 }
 
+size_t sfb__first_nonfinite(const float *v, size_t n)
+{
+    /* the vectorized pass finds the block of 16, the plain one the index */
+    size_t i = 0;
+    while (i < n && all_finite(v + i, SFB_MIN(n - i, (size_t)4096))) i += 4096;
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, v + i, sizeof u); /* v may be any received payload */
+        if (nonfinite_bits(u)) return i;
+    }
+    return n;
+}
+
+/* "NAME[i][j] is nan" for the first non-finite of v (s rows of `width`
+ * numbers, or `cols` for CSR with row pointers rp), else 0. */
+static int name_nonfinite(const char *name, const float *v, uint64_t n, uint32_t width,
+                          const uint32_t *rp, const uint32_t *col, char *what, size_t cap)
+{
+    size_t at = sfb__first_nonfinite(v, (size_t)n);
+    if (at == n) return 0;
+    size_t row = width ? at / width : 0, j = width ? at % width : 0;
+    if (rp) { /* the CSR row holding value `at`, and its column */
+        while (rp[row + 1] <= at) row++;
+        j = col[at];
+    }
+    float x;
+    memcpy(&x, v + at, sizeof x);
+    snprintf(what, cap, "%s[%zu][%zu] is %s", name, row, j, isnan(x) ? "nan" : "inf");
+    return 1;
+}
+
+int sfb__sf_nonfinite(const struct sfb_sf *sf, char *what, size_t cap)
+{
+    if (!isfinite(sf->scale)) {
+        snprintf(what, cap, "scale is %s", isnan(sf->scale) ? "nan" : "inf");
+        return 1;
+    }
+    if (name_nonfinite("b", sf->b, (uint64_t)sf->s * sf->rows, sf->rows, NULL, NULL, what, cap))
+        return 1;
+    if (sf->sparse_c)
+        return name_nonfinite("c", sf->c_val, sf->c_row_ptr[sf->s], 0, sf->c_row_ptr, sf->c_col,
+                              what, cap);
+    return name_nonfinite("c", sf->c, (uint64_t)sf->s * sf->cols, sf->cols, NULL, NULL, what, cap);
+}
+
 int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uint32_t s,
                  int sparse, struct sfb_sf *view)
 {
@@ -132,8 +178,9 @@ int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uin
     if (len != want)
         return sfb__error(-SFB_EFORMAT, "sf payload: %zu bytes, shapes say %zu", len, want);
     memcpy(&view->scale, p, 4);
+    char what[64];
     if (!isfinite(view->scale))
-        return sfb__error(-SFB_EFORMAT, "sf payload: scale is not finite");
+        return sfb__error(-SFB_EFORMAT, "sf payload: scale is %s", isnan(view->scale) ? "nan" : "inf");
     view->rows = rows;
     view->cols = cols;
     view->s = s;
@@ -141,12 +188,16 @@ int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uin
     const uint8_t *q = p + SFB_SF_PREFIX;
     view->b = (float *)(uintptr_t)q;
     q += (size_t)s * rows * 4;
-    if (!all_finite(view->b, (size_t)s * rows))
-        return sfb__error(-SFB_EFORMAT, "sf payload: b holds a non-finite number");
+    if (!all_finite(view->b, (size_t)s * rows)) {
+        name_nonfinite("b", view->b, (uint64_t)s * rows, rows, NULL, NULL, what, sizeof what);
+        return sfb__error(-SFB_EFORMAT, "sf payload: %s", what);
+    }
     if (!sparse) {
         view->c = (float *)(uintptr_t)q;
-        if (!all_finite(view->c, (size_t)s * cols))
-            return sfb__error(-SFB_EFORMAT, "sf payload: c holds a non-finite number");
+        if (!all_finite(view->c, (size_t)s * cols)) {
+            name_nonfinite("c", view->c, (uint64_t)s * cols, cols, NULL, NULL, what, sizeof what);
+            return sfb__error(-SFB_EFORMAT, "sf payload: %s", what);
+        }
         return 0;
     }
     view->c_row_ptr = (uint32_t *)(uintptr_t)q;
@@ -165,7 +216,9 @@ int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uin
                                   view->c_col[j], cols);
         }
     }
-    if (!all_finite(view->c_val, nnz))
-        return sfb__error(-SFB_EFORMAT, "sf payload: c holds a non-finite number");
+    if (!all_finite(view->c_val, nnz)) {
+        name_nonfinite("c", view->c_val, nnz, 0, view->c_row_ptr, view->c_col, what, sizeof what);
+        return sfb__error(-SFB_EFORMAT, "sf payload: %s", what);
+    }
     return 0;
 }

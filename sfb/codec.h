@@ -32,6 +32,17 @@ size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz);
  * dropped); a CSR c is only sent as CSR. Returns 0 or -EINVAL. */
 int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *out, size_t size);
 
+/* The index of the first NaN or infinity of v[0 .. n), or n when every
+ * number is finite. Vectorized: every received frame passes here. */
+size_t sfb__first_nonfinite(const float *v, size_t n);
+
+/* Which array of `sf` holds a NaN or an infinity, and where: 0 when every
+ * number (scale, b, c) is finite, else 1 with `what` (at most `cap` bytes)
+ * saying "scale is nan", "b[2][7] is inf" or "c[0][3] is nan" (CSR: the
+ * sample and column of the value). `sf` must be consistent (a CSR c's row
+ * pointers end at its nnz). */
+int sfb__sf_nonfinite(const struct sfb_sf *sf, char *what, size_t cap);
+
 /* Makes `view` describe the payload p[0 .. len) without copying: b, c,
  * c_row_ptr, c_col, c_val point into p, which must be 4-byte aligned and
  * outlive the view (little-endian hosts; elsewhere -ENOTSUP). Validates the

@@ -35,6 +35,9 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
         struct sfb__frame f;
         if (sfb__comm_world(c) > 1)
             while (sfb__comm_recv(c, &f, 0) == 0) w->take(w->priv, &f);
+        /* a frame taken may have failed the job (an update no replica may
+         * apply): say so now, even if the wait has what it needs */
+        if ((ret = sfb__comm_check(c))) break;
         if ((ret = w->progress(w->priv, limit, now_clock, required, acct))) break;
         if (sfb__ssp_min_applied(ssp) >= required) break;
         if ((ret = sfb__comm_check_wait(c, required, t0, w->stall_check ? ssp : NULL))) break;

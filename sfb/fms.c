@@ -20,11 +20,13 @@
  * Everything runs in the compute thread; received frames are never copied
  * (pending pushes and sums hold references to the receive buffers). */
 #include "config.h"
+#include "sfb/codec.h"
 #include "sfb/sync.h"
 #include "src/net/comm.h"
 #include "src/base/common.h"
 #include "src/net/ssp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,6 +153,23 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
     return 0;
 }
 
+/* Rows holding a NaN or an infinity (checksummed: as their origin built
+ * them) would poison every replica: the job fails naming the origin. 1
+ * when every number is finite. */
+static int finite_rows(struct fms *f, int from, const struct sfb__wire_hdr *h,
+                       const uint8_t *payload)
+{
+    size_t n = (size_t)h->payload_len / sizeof(float);
+    size_t at = sfb__first_nonfinite((const float *)(const void *)payload, n);
+    if (at == n) return 1;
+    char why[96];
+    snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
+             (unsigned long long)(h->s + at / f->D), (unsigned long long)(at % f->D));
+    f->rejected++;
+    sfb__comm_reject_update(f->c, h->origin, (uint32_t)from, h->clock, h->matrix, why);
+    return 0;
+}
+
 /* One decoded frame: a push for the own block or a summed block. */
 static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                  const uint8_t *payload)
@@ -168,6 +187,8 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
         why = "negative clock";
     else if (h->origin == f->rank)
         why = "claims to carry this rank's own update";
+    else if (!finite_rows(f, from, h, payload))
+        return;
     else if (b == f->rank) {
         /* a push of origin's ΔA rows of the own block */
         if (sfb__ssp_is_applied(&f->formed, 0, h->clock) ||

@@ -79,10 +79,16 @@ enum sfb_log_level {
  * May be called from any sfb thread, concurrently. */
 typedef void (*sfb_log_fn)(void *user, enum sfb_log_level level, int rank, const char *msg);
 
-/* Installs the log sink and the most verbose level passed to it. The library
- * never prints by itself: with no sink (the default) messages are dropped.
- * Call before starting any sfb thread. */
+/* Installs the log sink and the most verbose level passed to it (NULL: drop
+ * every message). The default sink is sfb_log_stderr with warnings and
+ * errors, so a program that installs none still hears, for example, why a
+ * peer's update was refused. Call before starting any sfb thread. */
 SFB_API void sfb_log_set(sfb_log_fn fn, void *user, enum sfb_log_level max_level);
+
+/* A sink writing each message as one line to stderr: "sfb[RANK]: LEVEL:
+ * message" ("sfb: LEVEL: message" before the rank is known), one fprintf
+ * per message so that threads' lines do not mix. `user` is unused. */
+SFB_API void sfb_log_stderr(void *user, enum sfb_log_level level, int rank, const char *msg);
 
 /* Sets the rank shown with every message of this process. */
 SFB_API void sfb_log_set_rank(int rank);

@@ -168,7 +168,8 @@ struct sfb_job_clock {
  * whatever else arrived too). Clocks go in order: wait(t), publish(t),
  * wait(t + 1), … from start_clock, each once. `acct` may be NULL. Returns 0,
  * -SFB_EUSAGE (no attach, clock out of order), -SFB_EPEER naming the failed
- * rank, or -ETIMEDOUT. */
+ * rank (or the rank whose update could not be applied: one holding a NaN or
+ * an infinity, named with its clock), or -ETIMEDOUT. */
 SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct);
 
 /* Publishes this worker's SFs of `clock` (after its wait), one per
@@ -176,7 +177,10 @@ SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_cloc
  * equal to the matrix's): sets their matrix, origin and clock fields, sends
  * them to the peers and applies them to the own replicas at once. The job
  * copies what it needs; sf stays the caller's. Returns 0, -EINVAL,
- * -SFB_ESHAPE, -SFB_EUSAGE (no attach, n or clock wrong), -ENOMEM, or a
+ * -SFB_ESHAPE, -SFB_EUSAGE (no attach, n or clock wrong), -ERANGE when a
+ * scale, b or c holds a NaN or an infinity (nothing is sent or applied; the
+ * message names the clock, the matrix and the first such number: peers
+ * refuse such an update and fail the job naming its origin), -ENOMEM, or a
  * peer's failure. */
 SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n);
 

@@ -13,6 +13,18 @@ extern "C" {
  * on loopback (SFB_RANK, SFB_WORLD_SIZE, SFB_RENDEZVOUS, SFB_JOB_KEY). Each
  * line a worker prints is written as "[rank] line". SIGINT/SIGTERM/SIGHUP
  * are forwarded; when one worker fails the others are stopped.
+ * Each worker leads a process group of its own, and signals go to the whole
+ * group. While it runs, the caller is a child subreaper
+ * (PR_SET_CHILD_SUBREAPER; its earlier setting is restored on return), so
+ * descendants that leave a worker's group (setsid, a double fork) come back
+ * to it when their parent dies; once every worker is reaped, whatever the
+ * workers left running gets SIGTERM, and SIGKILL 3 s later: nothing started
+ * by the job outlives the call. The caller's own children from before the
+ * call are left alone (not signalled, not reaped); an orphan of one of them
+ * that is reparented to the caller during the call is taken for the job's.
+ * Under an address-space limit it first has BLAS take its working memory
+ * (sfb_blas_reserve): fork waits for OpenBLAS's threads, which never return
+ * from a mapping that does not fit.
  * Blocks until all are reaped. Returns 0 if every worker exited 0;
  * -SFB_EPEER naming the failed rank and its status in sfb_last_error();
  * -SFB_EABORT when a signal stopped the job; -SFB_EUSAGE; or -errno.

@@ -73,6 +73,24 @@ SFB_API int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *
  * share a machine. Call before training starts. */
 SFB_API void sfb_set_blas_threads(int n);
 
+/* Under an address-space limit (RLIMIT_AS, `ulimit -v`), makes sure BLAS
+ * has its working memory in the calling thread before anything relies on
+ * it: OpenBLAS maps a 128 MiB buffer for each thread that runs it (its own
+ * threads map theirs as they start, at load time) and retries a failed
+ * mapping forever, a spin nothing times out. Waits (up to 1 s) for
+ * OpenBLAS's threads to map theirs, checks that the limit leaves room for
+ * those still missing and this thread's, then has OpenBLAS map it (one
+ * small sgemm on this thread alone), so later calls in this thread, and
+ * in processes forked from it, need no more. Without a limit it does
+ * nothing. Returns 0, or -ENOMEM naming the limit, what is mapped and what
+ * is needed. After -ENOMEM OpenBLAS's own threads may be stuck mapping,
+ * and exit() would wait for them (its destructor joins them): leave with
+ * _exit(). The estimate of OpenBLAS's missing buffers reads the process's
+ * size; other big mappings (a second BLAS loaded by numpy) can hide one.
+ * sfb_job_open, sfb_launch_local and sfb_launch_local_fork call it; the
+ * sfb command calls it first. Any thread; once per thread. */
+SFB_API int sfb_blas_reserve(void);
+
 #ifdef __cplusplus
 }
 #endif

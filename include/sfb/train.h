@@ -2,8 +2,8 @@
  *
  * sfb_train_run() is what `sfb worker` (and `sfb run`, in each child) calls:
  * it loads the data, shards it, builds the model replica, runs the clocks and
- * writes metrics and the model. Progress is reported through a callback; the
- * library itself never prints. */
+ * writes metrics and the model. Progress is reported through a callback;
+ * warnings and errors go to the log sink (sfb_log_set: stderr by default). */
 #ifndef SFB_TRAIN_H
 #define SFB_TRAIN_H
 

@@ -22,6 +22,7 @@ raise sfb.Error with the library's message ("rank 2: ...").
 
 import ctypes
 import ctypes.util
+import operator
 import os
 
 import numpy as np
@@ -207,6 +208,26 @@ def _enc(s):
     return None if s is None else str(s).encode()
 
 
+_U32 = (1 << 32) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _int(what, v, lo, hi):
+    """v as an int in lo..hi, else ValueError naming `what`: ctypes would
+    wrap it silently (2**64 becomes clock 0, -1 becomes 4294967295)."""
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise ValueError("%s: expected an integer, got %r" % (what, v)) from None
+    if not lo <= i <= hi:
+        raise ValueError("%s: %d is out of range %d..%d" % (what, i, lo, hi))
+    return i
+
+
+def _clock(what, v, lo=_I64_MIN):
+    return _int(what, v, lo, _I64_MAX)
+
+
 def _f32(a, what):
     """a as a C-contiguous float32 array (copied only when it is not one)."""
     a = np.ascontiguousarray(a, dtype=np.float32)
@@ -227,9 +248,9 @@ class Job:
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
-        if world:
-            s.world = world
-            s.rank = rank or 0
+        if world is not None and world != 0:  # None or 0: from the launcher
+            s.world = _int("Job: world", world, 1, _U32)
+            s.rank = _int("Job: rank", 0 if rank is None else rank, 0, _U32)
         self._keep = [_enc(rendezvous), _enc(job_key), _enc(provider), _enc(progress),
                       _enc(cpu_bind)]
         s.rendezvous, s.job_key = self._keep[0], self._keep[1]
@@ -284,13 +305,14 @@ class Job:
             cm[i].data = m.ctypes.data_as(_c_float_p)
         a = _Attach()
         library().sfb_job_default_attach(ctypes.byref(a))
-        a.n, a.mats, a.max_s = len(mats), cm, max_s
+        a.n, a.mats, a.max_s = len(mats), cm, _int("attach: max_s", max_s, 1, _U32)
         self._attach_keep = [_enc(engine), _enc(topology), cm, _enc(priority)]
         a.engine, a.topology = self._attach_keep[0], self._attach_keep[1]
         a.priority = self._attach_keep[3]
-        a.staleness = staleness
+        a.staleness = _clock("attach: staleness", staleness, -1)
         a.apply_early = -1 if apply_early is None else int(bool(apply_early))
-        a.degree, a.start_clock = degree, start_clock
+        a.degree = _int("attach: degree", degree, 0, _U32)
+        a.start_clock = _clock("attach: start_clock", start_clock, 0)
         a.link_gbps, a.latency_us = link_gbps, latency_us
         _check(library().sfb_job_attach(self._handle(), ctypes.byref(a)))
         self.matrices = mats
@@ -304,6 +326,7 @@ class Job:
         peer's updates through clock - staleness - 1 applied). What the wait did (wait_s, apply_s, applied, staleness,
         min_applied, ...) is left in self.last_wait."""
         acct = _Clock()
+        clock = _clock("wait: clock", clock)
         _check(library().sfb_job_wait(self._handle(), clock, ctypes.byref(acct)))
         self.last_wait = {k: getattr(acct, k) for k, _ in _Clock._fields_}
         return self.matrices
@@ -312,6 +335,7 @@ class Job:
         """This worker's factors of `clock`, one (b, c, scale) per matrix:
         b is s x rows, c is s x cols (float32, row-major), and the update is
         scale * b.T @ c. Sent to the peers and applied here at once."""
+        clock = _clock("publish: clock", clock)
         factors = list(factors)
         if len(factors) != len(self.matrices):
             raise ValueError("publish: %d factors for %d matrices" %
@@ -322,6 +346,14 @@ class Job:
             if b.shape[0] != c.shape[0]:
                 raise ValueError("publish: b has %d rows (samples), c has %d" %
                                  (b.shape[0], c.shape[0]))
+            # a finite scale beyond float32 would become an infinity in
+            # ctypes; NaN and infinities go on to the library, which refuses
+            # them (sfb.Error) as it refuses them in b and c
+            with np.errstate(over="ignore"):
+                overflows = np.isfinite(scale) and not np.isfinite(np.float32(scale))
+            if overflows:
+                raise ValueError("publish: the scale of matrix %d at clock %d is %r, beyond "
+                                 "float32" % (m, clock, scale))
             keep += [b, c]
             sf = self._sfs[m]
             sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]
@@ -332,7 +364,7 @@ class Job:
 
     def drain(self, last):
         """Applies every peer update of clocks <= last."""
-        _check(library().sfb_job_drain(self._handle(), last, None))
+        _check(library().sfb_job_drain(self._handle(), _clock("drain: last", last), None))
 
     def barrier(self):
         _check(library().sfb_job_barrier(self._handle()))
@@ -353,11 +385,11 @@ class Job:
         """Optional, before publishing clock `last`: no clock follows it. Peers
         learn it from that clock's frames, and finish says goodbye only to the
         peers this rank exchanged frames with."""
-        _check(library().sfb_job_set_last_clock(self._handle(), last))
+        _check(library().sfb_job_set_last_clock(self._handle(), _clock("set_last_clock: last", last)))
 
     def finish(self, last):
         """The orderly end after clock `last`: every replica ends identical."""
-        _check(library().sfb_job_finish(self._handle(), last))
+        _check(library().sfb_job_finish(self._handle(), _clock("finish: last", last)))
 
     def abort(self, reason=None):
         if self._h:

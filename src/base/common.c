@@ -15,9 +15,9 @@
 static _Thread_local char last_error[1024];
 static _Thread_local int last_code;
 
-static sfb_log_fn log_fn;
+static sfb_log_fn log_fn = sfb_log_stderr;
 static void *log_user;
-static enum sfb_log_level log_max = SFB_LOG_INFO;
+static enum sfb_log_level log_max = SFB_LOG_WARN;
 static int log_rank = -1;
 
 static const char *(*names_fn)(int code);
@@ -83,6 +83,17 @@ void sfb__clear_error(void)
 {
     last_error[0] = '\0';
     last_code = 0;
+}
+
+void sfb_log_stderr(void *user, enum sfb_log_level level, int rank, const char *msg)
+{
+    static const char *const name[] = {"error", "warning", "info", "debug"};
+    const char *lv = (unsigned)level < 4 ? name[level] : "log";
+    (void)user;
+    if (rank >= 0)
+        fprintf(stderr, "sfb[%d]: %s: %s\n", rank, lv, msg);
+    else
+        fprintf(stderr, "sfb: %s: %s\n", lv, msg);
 }
 
 void sfb_log_set(sfb_log_fn fn, void *user, enum sfb_log_level max_level)
@@ -153,6 +164,22 @@ void sfb__sleep(double sec)
     struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+int sfb__parse_env_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    uint64_t v = 0;
+    int ok = s && *s;
+    for (const char *p = s; ok && *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        ok = d <= 9 && v <= (UINT64_MAX - d) / 10;
+        v = v * 10 + d;
+    }
+    if (!ok || v < lo || v > hi)
+        return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %llu..%llu", name,
+                          s ? s : "", (unsigned long long)lo, (unsigned long long)hi);
+    *out = v;
+    return 0;
 }
 
 int sfb__mul_size(size_t a, size_t b, size_t *out)

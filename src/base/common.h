@@ -60,6 +60,12 @@ void sfb__deadline(struct timespec *ts, double sec);
  * at least 1). */
 unsigned sfb__cpus_allowed(void);
 
+/* A whole number read from the environment variable `name` (its value `s`):
+ * decimal digits only (no sign, no blank), within lo..hi. 0 with *out set,
+ * or -SFB_EUSAGE naming the variable, its value and the range (also when
+ * `s` is NULL or empty). */
+int sfb__parse_env_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+
 /* Size arithmetic that reports overflow instead of wrapping (untrusted sizes
  * come from files and the network). Return 0 on success, -EOVERFLOW. */
 int sfb__mul_size(size_t a, size_t b, size_t *out);

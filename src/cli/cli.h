@@ -6,6 +6,7 @@
 #include <sfb/sfb.h>
 #include <sfb/train.h>
 
+#include <stdint.h>
 #include <stdio.h>
 
 /* Options of `sfb run` and `sfb worker` beyond the training settings. */
@@ -20,6 +21,9 @@ struct cli_job {
     int quiet;
     enum sfb_log_level log_level;
     int out_dir_used;     /* a default path lies in out_dir */
+    /* `sfb worker` of the environment rendezvous (SFB_RANK set): its rank
+     * and world, read into their ranges by cli_parse_job; else 0, 0 */
+    uint32_t env_rank, env_world;
     char model_out_buf[4096], metrics_out_buf[4096];
 };
 
@@ -30,7 +34,8 @@ struct cli_job {
  * 1 after printing help, 0 on success. Touches no file. */
 int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli_job *job);
 /* The number of workers known before the job starts: -n for `sfb run`,
- * SFB_WORLD_SIZE for a worker of the environment rendezvous, else 0. */
+ * SFB_WORLD_SIZE for a worker of the environment rendezvous (as
+ * cli_parse_job read it), else 0. */
 uint32_t cli_known_world(const struct cli_job *job, int with_n);
 /* The command line of the workers `sfb run` forks: `self worker` and every
  * option of the run's argv (accepted by cli_parse_job) but -n, each in
@@ -63,6 +68,10 @@ int cli_launch(int argc, char **argv);
 void cli_log_init(enum sfb_log_level level);
 /* Prints "sfb: error: WHAT: ..." with the detail of `code` (sfb_error_message). */
 void cli_error(int code, const char *what);
+/* sfb_blas_reserve for `cmd`: returns when BLAS has its working memory;
+ * else prints why and leaves at once with _exit(1), for OpenBLAS's own
+ * threads may be stuck allocating and exit() would wait for them. */
+void cli_blas_reserve(const char *cmd);
 
 extern const char *cli_prog;
 

@@ -8,25 +8,24 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *level_name[] = {"error", "warning", "info", "debug"};
-
-static void log_stderr(void *user, enum sfb_log_level level, int rank, const char *msg)
-{
-    (void)user;
-    if (rank >= 0)
-        fprintf(stderr, "sfb[%d]: %s: %s\n", rank, level_name[level], msg);
-    else
-        fprintf(stderr, "sfb: %s: %s\n", level_name[level], msg);
-}
-
 void cli_log_init(enum sfb_log_level level)
 {
-    sfb_log_set(log_stderr, NULL, level);
+    sfb_log_set(sfb_log_stderr, NULL, level);
 }
 
 void cli_error(int code, const char *what)
 {
     fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_error_message(code));
+}
+
+void cli_blas_reserve(const char *cmd)
+{
+    int ret = sfb_blas_reserve();
+    if (!ret) return;
+    fprintf(stderr, "sfb %s: error: %s\n", cmd, sfb_error_message(ret));
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
 }
 
 struct progress_state {
@@ -79,39 +78,12 @@ static void print_path(const char *label, const char *pattern)
         printf("%s %s\n", label, pattern);
 }
 
-/* A worker stopped by a signal must die by it, so that its launcher (sfb
- * run, mpirun, a batch system) reports the signal. Libraries loaded with
- * libfabric (libpsm2, libinfinipath) install handlers in their
- * constructors, before main, that print a backtrace and exit(1) instead;
- * back to the default here, before the fabric opens: libfabric's shm
- * provider then installs its own, which removes its shared-memory regions
- * and re-raises with the disposition it found (this one). An ignored
- * signal (nohup) stays ignored. */
-static void default_signal_dispositions(void)
-{
-    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV,
-                               SIGBUS,  SIGILL, SIGFPE, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction old;
-        if (sigaction(sigs[i], NULL, &old) != 0) continue;
-        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        sigaction(sigs[i], &dfl, NULL);
-    }
-}
-
 /* Runs one worker in this process and prints where the results went. */
 static int run_worker(struct cli_job *job)
 {
-    default_signal_dispositions();
     cli_log_init(job->log_level);
     /* the rank this worker will have, where the launcher says so already */
-    const char *rs = getenv("SFB_RANK");
-    unsigned rank = rs && cli_known_world(job, 0) ? (unsigned)strtoul(rs, NULL, 10) : 0;
-    int r = cli_prepare_outputs(job, "worker", rank, rank);
+    int r = cli_prepare_outputs(job, "worker", job->env_rank, job->env_rank);
     if (r) return r;
     struct progress_state ps = {.tty = isatty(STDERR_FILENO), .quiet = job->quiet};
     struct sfb_train_result res;
@@ -155,6 +127,7 @@ int cli_worker(int argc, char **argv)
     struct cli_job job;
     int r = cli_parse_job(argc, argv, "worker", 0, &job);
     if (r) return r == 1 ? 0 : r;
+    cli_blas_reserve("worker"); /* forked by sfb run: done there already */
     return run_worker(&job);
 }
 
@@ -163,6 +136,11 @@ int cli_run(int argc, char **argv)
     struct cli_job job;
     int r = cli_parse_job(argc, argv, "run", 1, &job);
     if (r) return r == 1 ? 0 : r;
+    /* The workers are forks of this process: BLAS's working memory taken
+     * here is theirs (each trainer sets its own thread count; this process
+     * computes nothing). */
+    cli_blas_reserve("run");
+    sfb_set_blas_threads(1);
     /* once, here, rather than after P workers have started */
     if ((r = cli_prepare_outputs(&job, "run", 0, (unsigned)job.nprocs - 1))) return r;
     cli_log_init(job.log_level);
@@ -308,6 +286,7 @@ int cli_eval(int argc, char **argv)
     int ret = eval_parse(argc, argv, &o);
     if (ret) return ret == 1 ? 0 : ret;
     cli_log_init(SFB_LOG_WARN);
+    cli_blas_reserve("eval");
     struct sfb_model *m = NULL;
     int64_t clock = 0;
     if ((ret = sfb_model_load(&m, o.model_file, &clock))) {

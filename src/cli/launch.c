@@ -90,6 +90,8 @@ int cli_launch(int argc, char **argv)
         return 2;
     }
     cli_log_init(SFB_LOG_WARN);
+    /* fork waits for OpenBLAS's threads, which may be stuck allocating */
+    cli_blas_reserve("launch");
     r = sfb_launch_local(nprocs, argv + cmd);
     if (r) {
         cli_error(r, "launch failed");

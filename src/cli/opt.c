@@ -168,7 +168,8 @@ positional:
 
 int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    /* digits only: strtoull would also take a sign or leading blanks */
+    if (!s || *s < '0' || *s > '9') return -1;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);

@@ -318,6 +318,35 @@ static void job_help(FILE *f, const struct cli_opt *table, int with_n)
                "checked writable before training starts.\n");
 }
 
+/* The environment rendezvous accepts worlds up to this size (src/net/bootstrap.h). */
+#define ENV_MAX_WORLD (1u << 20)
+
+/* SFB_RANK and SFB_WORLD_SIZE of a worker of the environment rendezvous
+ * (the bootstrap takes that path when SFB_RANK is set), each read into its
+ * range before anything uses them: a rank of -1 read as an unsigned number
+ * would name output files for four billion ranks. 0 (job->env_rank and
+ * env_world set, or left 0 without SFB_RANK) or 2 with the message printed. */
+static int env_rank_world(const char *cmd, struct cli_job *job)
+{
+    const char *rank = getenv("SFB_RANK"), *size = getenv("SFB_WORLD_SIZE");
+    uint64_t w, r;
+    if (!rank) return 0;
+    if (cli_parse_u64(size, 1, ENV_MAX_WORLD, &w)) {
+        fprintf(stderr, "sfb %s: SFB_WORLD_SIZE=\"%s\": expected an integer in 1..%u (SFB_RANK "
+                        "is set: the environment rendezvous needs both)\n", cmd,
+                size ? size : "", ENV_MAX_WORLD);
+        return 2;
+    }
+    if (cli_parse_u64(rank, 0, w - 1, &r)) {
+        fprintf(stderr, "sfb %s: SFB_RANK=\"%s\": expected an integer in 0..%llu (SFB_WORLD_SIZE "
+                        "is %llu)\n", cmd, rank, (unsigned long long)w - 1, (unsigned long long)w);
+        return 2;
+    }
+    job->env_world = (uint32_t)w;
+    job->env_rank = (uint32_t)r;
+    return 0;
+}
+
 int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli_job *job)
 {
     memset(job, 0, sizeof *job);
@@ -344,6 +373,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         fprintf(stderr, "sfb %s: --flush applies to an overlay; add --topology halton\n", cmd);
         return 2;
     }
+    if (!with_n && (r = env_rank_world(cmd, job))) return r;
     uint32_t world = cli_known_world(job, with_n);
     if (sfb_train_check_settings(&job->train, world)) {
         fprintf(stderr, "sfb %s: %s\n", cmd, sfb_last_error());
@@ -381,9 +411,5 @@ void cli_free_argv(char **argv)
 
 uint32_t cli_known_world(const struct cli_job *job, int with_n)
 {
-    if (with_n) return (uint32_t)job->nprocs;
-    const char *rank = getenv("SFB_RANK"), *size = getenv("SFB_WORLD_SIZE");
-    uint64_t u;
-    if (rank && size && !cli_parse_u64(size, 1, UINT32_MAX, &u)) return (uint32_t)u;
-    return 0;
+    return with_n ? (uint32_t)job->nprocs : job->env_world;
 }

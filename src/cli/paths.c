@@ -239,13 +239,14 @@ int cli_prepare_outputs(struct cli_job *job, const char *cmd, unsigned rank_lo, 
                     strerror(-r));
             return 2;
         }
-        for (unsigned rank = rank_lo; rank <= rank_hi && !r; rank++) {
+        /* 64-bit: rank_hi + 1 must not wrap to 0 */
+        for (uint64_t rank = rank_lo; rank <= rank_hi && !r; rank++) {
             if (model_default == pass && (per_rank_model || rank == 0))
-                r = check_file(cmd, model_default ? "--out-dir" : "--model-out", t->model_out, rank,
-                               out_dir);
+                r = check_file(cmd, model_default ? "--out-dir" : "--model-out", t->model_out,
+                               (unsigned)rank, out_dir);
             if (!r && metrics_default == pass)
                 r = check_file(cmd, metrics_default ? "--out-dir" : "--metrics-out",
-                               t->metrics_out, rank, out_dir);
+                               t->metrics_out, (unsigned)rank, out_dir);
         }
     }
     return r;

@@ -4,6 +4,7 @@
  * SFB's and FMS's ms per clock for one K × D matrix at S samples per
  * worker, and names the winner; a footer per topology says over which P
  * each engine wins. Public API only. */
+#include "src/cli/cli.h"
 #include "src/cli/topo.h"
 
 #include <sfb/sfb.h>
@@ -67,6 +68,7 @@ int sfb_cli_topo_engines(const struct topo_engines *te)
     cs.host_cores = sim->host_cores;
     int measured = !(te->gemm_gflops > 0) || !(te->add_gadds > 0);
     if (measured) sfb_set_blas_threads(1); /* as a worker runs (--threads 1) */
+    if (measured) cli_blas_reserve("topo");
     cs.gemm_gflops = te->gemm_gflops > 0 ? te->gemm_gflops
                                          : sfb_cost_gemm_rate(te->k, te->d, te->s) / 1e9;
     cs.add_gadds = te->add_gadds > 0 ? te->add_gadds

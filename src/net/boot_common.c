@@ -60,11 +60,11 @@ int sfb__boot_gather_self(struct sfb__bootstrap *bs, const void *mine, uint32_t 
 int sfb__boot_parse_int_env(const char *name, const char *s, long lo, long hi, int *out)
 {
     if (!s || !*s) return sfb__error(-SFB_EUSAGE, "%s is not set", name);
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
+    uint64_t v;
+    /* an empty range (a world of 0 leaves no rank): every value is outside it */
+    if (hi < lo || lo < 0)
         return sfb__error(-SFB_EUSAGE, "%s='%s': expected an integer in %ld..%ld", name, s, lo, hi);
-    *out = (int)v;
-    return 0;
+    int r = sfb__parse_env_u64(name, s, (uint64_t)lo, (uint64_t)hi, &v);
+    if (!r) *out = (int)v;
+    return r;
 }

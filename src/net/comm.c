@@ -128,6 +128,18 @@ static void rejected(struct sfb__comm *c, uint32_t src, int code)
          c->rank, src, sfb_error_message(code));
 }
 
+void sfb__comm_reject_update(struct sfb__comm *c, uint32_t origin, uint32_t from, int64_t clock,
+                             uint32_t matrix, const char *why)
+{
+    char via[32] = "";
+    if (from != origin) snprintf(via, sizeof via, ", relayed by rank %u", from);
+    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    sfb__comm_fail(c, (int)origin,
+                   "rank %u rejects the update rank %u published at clock %lld (matrix %u%s): %s; "
+                   "no replica may apply it",
+                   c->rank, origin, (long long)clock, matrix, via, why);
+}
+
 /* A data frame of its origin's last clock: nothing later will come from
  * that origin (the waits fail at once instead of hanging). */
 static void note_last(struct sfb__comm *c, const struct sfb__wire_hdr *h)
@@ -165,6 +177,44 @@ static int walk_bundle(struct sfb__comm *c, struct sfb__frame *f, const struct s
     return 0;
 }
 
+/* The length of the UTF-8 sequence of a printable character at p[0 .. n)
+ * (1 for printable ASCII; 2..4 for a well-formed, shortest sequence of a
+ * code point from U+00A0 that is no surrogate), else 0: a control
+ * character, a stray or missing continuation byte, an overlong form. */
+static size_t printable_utf8(const uint8_t *p, size_t n)
+{
+    if (p[0] >= 0x20 && p[0] < 0x7f) return 1;
+    size_t len = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (!len || len > n || p[0] > 0xf4) return 0;
+    uint32_t cp = p[0] & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[len] || cp < 0xa0 || (cp >= 0xd800 && cp < 0xe000) || cp > 0x10ffff) return 0;
+    return len;
+}
+
+/* A peer's ABORT reason is untrusted text: printable characters pass
+ * (UTF-8 included: "65536 × 65537 parameters"), anything else becomes
+ * '?'; at most cap - 1 bytes, never a cut sequence. */
+static void printable_text(char *out, size_t cap, const uint8_t *in, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = printable_utf8(in + i, n - i), w = len ? len : 1;
+        if (o + w >= cap) break;
+        if (len)
+            memcpy(out + o, in + i, len);
+        else
+            out[o] = '?';
+        o += w;
+        i += w;
+    }
+    out[o] = '\0';
+}
+
 /* Control frames end here (1: taken, its buffer released); data frames
  * (0) go on. */
 static int on_control(struct sfb__comm *c, struct sfb__frame *f, const struct sfb__wire_hdr *h,
@@ -187,12 +237,8 @@ static int on_control(struct sfb__comm *c, struct sfb__frame *f, const struct sf
         }
         break;
     case SFB_WIRE_ABORT: {
-        /* the reason is untrusted text: keep it printable */
-        char why[301];
-        size_t n = (size_t)SFB_MIN(h->payload_len, 300);
-        for (size_t i = 0; i < n; i++)
-            why[i] = payload[i] >= 0x20 && payload[i] < 0x7f ? (char)payload[i] : '?';
-        why[n] = '\0';
+        char why[401];
+        printable_text(why, sizeof why, payload, (size_t)h->payload_len);
         sfb__comm_fail(c, (int)h->origin, "rank %u aborted the job: %s", h->origin, why);
         break;
     }

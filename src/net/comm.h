@@ -112,6 +112,15 @@ int sfb__comm_check(struct sfb__comm *c);
  * Compute thread. */
 int sfb__comm_explain(struct sfb__comm *c, int ret);
 
+/* An update that passed the wire checks but that no replica may apply (its
+ * payload holds a NaN or an infinity, or is otherwise malformed): its
+ * origin published something wrong, so the job fails naming the origin,
+ * its clock and `why` (the failure is found here: as for a frame of
+ * another shape, the peers learn it by this rank's ABORT). `from` is the
+ * rank it came from (a relay, or the origin). Compute or loop thread. */
+void sfb__comm_reject_update(struct sfb__comm *c, uint32_t origin, uint32_t from, int64_t clock,
+                             uint32_t matrix, const char *why);
+
 /* 1 when the job failed because of a peer and the peers know it (its ABORT,
  * its death or silence); 0 while healthy or when the failure was found here
  * (a peer's frames this rank cannot apply: the peer must be told with

@@ -184,7 +184,12 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
         return -ENOMEM;
     atomic_init(&c->published, -1);
     const char *drop = getenv("SFB_DEBUG_DROP_SF_AT");
-    c->debug_drop_sf = drop && *drop >= '0' && *drop <= '9' && strtoul(drop, NULL, 10) == c->rank;
+    uint64_t at;
+    if (drop && *drop) {
+        int ret = sfb__parse_env_u64("SFB_DEBUG_DROP_SF_AT", drop, 0, c->world - 1, &at);
+        if (ret) return ret;
+        c->debug_drop_sf = at == c->rank;
+    }
     for (uint32_t p = 0; p < c->world; p++) {
         atomic_init(&c->final_clock[p], INT64_MAX);
         atomic_init(&c->peer_pub[p], -1);

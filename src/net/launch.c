@@ -1,14 +1,21 @@
 /* Local launcher: fork P workers, relay their output line by line with a rank
- * prefix, forward signals, stop everyone when one fails. */
+ * prefix, forward signals, stop everyone when one fails, and leave nothing
+ * behind: each rank leads a process group of its own, which the signals go
+ * to, and the launcher is a child subreaper while it runs, so descendants
+ * that left the group (setsid, a double fork) are reparented to it once
+ * their parent dies, and stopped when the ranks are done. */
 #include "config.h"
 #include "src/net/launch.h"
 #include "src/net/rank_env.h"
 #include "src/net/transport.h"
 #include <sfb/launch.h>
+#include <sfb/sf.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -51,6 +58,12 @@ struct launcher {
     int sent_sigkill;
     double kill_at;
     double first_exit, last_exit; /* sfb__now() of the first and last reap */
+    /* what the ranks left behind (sweep()): the caller's own children from
+     * before the launch (never touched), and the sweep's deadlines */
+    pid_t *before, *termed; /* ... and those the sweep sent SIGTERM */
+    size_t nbefore, ntermed;
+    double sweep_kill_at, sweep_give_up;
+    int swept_left; /* processes seen by the last sweep round */
 };
 
 void sfb__launch_default_settings(struct sfb__launch_settings *s)
@@ -162,11 +175,130 @@ static void stream_read(struct launcher *L, int rank, struct stream *s)
     s->used = end - start;
 }
 
+/* Every rank's process group: the rank and whatever it started that stayed
+ * in its group (children of `sh -c`, `cmd &`). A reaped rank's group may
+ * still have members; its id cannot be reused while it has. */
 static void signal_all(struct launcher *L, int sig)
 {
     if (sig == SIGKILL) L->sent_sigkill = 1;
+    for (int i = 0; i < L->n; i++) {
+        if (!L->c[i].pid) continue;
+        if (kill(-L->c[i].pid, sig) != 0 && L->c[i].alive) kill(L->c[i].pid, sig);
+    }
+}
+
+/* ---- what the ranks leave behind ---------------------------------------- */
+
+/* Calls fn(pid, pgid, state, arg) for every process whose parent is this
+ * one (from /proc: the launcher is single-threaded, so its children are
+ * those whose ppid is its pid). */
+static void each_child(void (*fn)(pid_t pid, pid_t pgid, char state, void *arg), void *arg)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    pid_t self = getpid();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = '\0';
+        /* "pid (comm) state ppid pgrp ...": comm may hold spaces and ')' */
+        char *rp = strrchr(buf, ')'), state;
+        int ppid, pgrp;
+        if (!rp || sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) continue;
+        if (ppid == self) fn((pid_t)atoi(e->d_name), (pid_t)pgrp, state, arg);
+    }
+    closedir(d);
+}
+
+static int listed(const pid_t *v, size_t n, pid_t pid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == pid) return 1;
+    return 0;
+}
+
+static void list_add(pid_t **v, size_t *n, pid_t pid)
+{
+    pid_t *grown = realloc(*v, (*n + 1) * sizeof *grown);
+    if (!grown) return; /* out of memory: listed again next time */
+    *v = grown;
+    (*v)[(*n)++] = pid;
+}
+
+static void note_before(pid_t pid, pid_t pgid, char state, void *arg)
+{
+    (void)pgid;
+    (void)state;
+    struct launcher *L = arg;
+    list_add(&L->before, &L->nbefore, pid);
+}
+
+struct sweep_round {
+    struct launcher *L;
+    int sig, left;
+};
+
+/* A child of the launcher that is neither a rank nor one of the caller's:
+ * a rank's descendant reparented here. Reaped when it is a zombie, else
+ * signalled with its process group (unless that is the launcher's):
+ * SIGTERM once (a second one means "now" to many programs), SIGKILL in
+ * every round after the grace period. */
+static void sweep_child(pid_t pid, pid_t pgid, char state, void *arg)
+{
+    struct sweep_round *w = arg;
+    struct launcher *L = w->L;
+    if (listed(L->before, L->nbefore, pid)) return;
     for (int i = 0; i < L->n; i++)
-        if (L->c[i].alive) kill(L->c[i].pid, sig);
+        if (L->c[i].alive && L->c[i].pid == pid) return;
+    w->left++;
+    if (state == 'Z') {
+        waitpid(pid, NULL, WNOHANG);
+        return;
+    }
+    if (w->sig == SIGTERM && listed(L->termed, L->ntermed, pid)) return;
+    if (w->sig == SIGTERM) list_add(&L->termed, &L->ntermed, pid);
+    if (pgid > 1 && pgid != getpgrp()) kill(-pgid, w->sig);
+    kill(pid, w->sig);
+}
+
+/* One round of stopping what the ranks left behind once every rank is
+ * reaped: their groups' members (SIGTERM in the first round) and the
+ * descendants reparented here get SIGTERM, then SIGKILL once the grace
+ * period (from the first round, or from the job's own stop) has passed.
+ * Returns how many were seen. */
+static int sweep(struct launcher *L, double grace)
+{
+    double now = sfb__now();
+    int first = !L->sweep_give_up;
+    if (first) {
+        L->sweep_kill_at = L->stopping ? SFB_MAX(L->kill_at, now) : now + grace;
+        L->sweep_give_up = L->sweep_kill_at + 5.0;
+    }
+    struct sweep_round w = {L, now >= L->sweep_kill_at ? SIGKILL : SIGTERM, 0};
+    int group_sig = w.sig == SIGKILL || first ? w.sig : 0; /* 0: only whether any is left */
+    for (int i = 0; i < L->n; i++)
+        if (L->c[i].pid && kill(-L->c[i].pid, group_sig) == 0) w.left++;
+    each_child(sweep_child, &w);
+    L->swept_left = w.left;
+    return w.left;
+}
+
+/* After the event loop: sweeps until nothing is left, within the grace
+ * period plus 5 s for processes that ignore SIGKILL's effect for a while
+ * (uninterruptible sleep). */
+static void sweep_all(struct launcher *L, double grace)
+{
+    while (sweep(L, grace) && sfb__now() < L->sweep_give_up) sfb__sleep(0.02);
+    if (L->swept_left)
+        SFB_LOG_W("launch: %d processes started by the ranks did not stop within %.0f s of "
+                  "SIGKILL", L->swept_left, 5.0);
 }
 
 static void start_stopping(struct launcher *L, double grace)
@@ -237,6 +369,9 @@ static void child_exec(int rank, const struct launcher *L, const struct spawn *s
     const struct sfb__launch_settings *s = sp->s;
     char v[64];
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != sp->self) _exit(126);
+    /* a group of its own, which the launcher signals as a whole (the
+     * launcher sets it too, so it holds whichever runs first) */
+    setpgid(0, 0);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     if (dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
@@ -317,6 +452,7 @@ static int fork_rank(struct launcher *L, int i, const struct spawn *sp)
     }
     pid_t pid = fork();
     if (pid == 0) child_exec(i, L, sp, out, err);
+    if (pid > 0) setpgid(pid, pid); /* EACCES once it has exec'd: it set it itself */
     close(out[1]);
     close(err[1]);
     if (pid < 0) {
@@ -375,12 +511,16 @@ static double next_wake(struct launcher *L, const struct sfb__launch_settings *s
         L->kill_at = now + 1.0; /* repeat, without spinning, until reaped */
     }
     *done = 0;
+    int left = 0;
     if (!n_alive(L)) {
-        if (nf == 1) *done = 1;
+        /* the ranks are done: so is whatever they started; their output
+         * is relayed until their pipes close */
+        left = sweep(L, s->grace_s) && now < L->sweep_give_up;
+        if (nf == 1 && !left) *done = 1;
         if (!*drain_until) *drain_until = now + 1.0;
-        if (now >= *drain_until) *done = 1;
+        if (now >= *drain_until && !left) *done = 1;
     }
-    double wake = 1.0;
+    double wake = left ? 0.02 : 1.0;
     if (L->stopping) wake = SFB_MIN(wake, L->kill_at - now);
     if (end_at) wake = SFB_MIN(wake, end_at - now);
     if (*drain_until) wake = SFB_MIN(wake, *drain_until - now);
@@ -449,6 +589,7 @@ static int run_children(struct launcher *L, struct spawn *sp)
     }
     free(pf);
     free(src);
+    sweep_all(L, sp->s->grace_s); /* (the event loop's error paths did not) */
     if (L->last_exit)
         SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
                   "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
@@ -529,7 +670,12 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
     sp.oldmask = &oldmask;
-    int r;
+    int r, subreaper = 0;
+    /* The caller's children from before: not the job's, never touched. Then
+     * the ranks' orphaned descendants come here, not to init. */
+    each_child(note_before, &L);
+    prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     sp.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sp.sfd < 0) {
         r = sfb__error(-errno, "launch: signalfd: %s", strerror(errno));
@@ -539,12 +685,15 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         r = outcome(&L, s, run_children(&L, &sp));
         close(sp.sfd);
     }
+    prctl(PR_SET_CHILD_SUBREAPER, subreaper);
     restore_mask(&oldmask);
     sfb__rank_env_free(&sp.env);
     for (int i = 0; i < nprocs; i++)
         for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);
     free(L.c);
     free(L.scratch);
+    free(L.before);
+    free(L.termed);
     return r;
 }
 
@@ -553,7 +702,9 @@ int sfb_launch_local(int nprocs, char *const argv[])
     SFB_ENTER();
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
-    return sfb__launch_local(nprocs, argv, NULL);
+    /* fork joins OpenBLAS's threads first: never while one spins for memory */
+    int ret = sfb_blas_reserve();
+    return ret ? ret : sfb__launch_local(nprocs, argv, NULL);
 }
 
 int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
@@ -562,6 +713,9 @@ int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char
     SFB_ARG(worker);
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
+    /* taken here, BLAS's working memory is every forked worker's too */
+    int ret = sfb_blas_reserve();
+    if (ret) return ret;
     struct sfb__launch_settings s;
     sfb__launch_default_settings(&s);
     const char *e = getenv("SFB_LAUNCH_EXEC");

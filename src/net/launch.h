@@ -39,7 +39,12 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s);
  * SIGTERM and SIGHUP sent to the caller are forwarded to the workers (a
  * second one escalates to SIGKILL); the caller's signal mask and dispositions
  * are restored on return. Workers get PR_SET_PDEATHSIG(SIGTERM), so they do
- * not outlive the launcher.
+ * not outlive the launcher. Each worker leads its own process group, which
+ * every signal goes to, and the caller is a child subreaper while this
+ * runs (restored on return): what the workers leave running (their group's
+ * members, descendants reparented here) gets SIGTERM once every worker is
+ * reaped, SIGKILL after grace_s; the caller's own earlier children are
+ * never touched.
  *
  * Blocks until every worker is reaped. Returns 0 only if all exited with
  * status 0. Otherwise -SFB_EPEER with sfb_last_error() naming the first

@@ -18,6 +18,9 @@
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,11 +47,40 @@ static int open_cq(struct sfb__transport *t)
     return rc ? sfb__error(rc, "transport: fi_cq_open: %s", fi_strerror(-rc)) : 0;
 }
 
+/* The shared-memory region libfabric 1.17's shm provider maps per endpoint
+ * with its default queue sizes (the sfb_* files in /dev/shm of a job);
+ * its fi_getinfo offers nothing unless /dev/shm has room for one per
+ * online CPU (smr_shm_space_check). */
+#define SHM_REGION_MIB 16u
+
+/* shm found nothing: when /dev/shm is what is missing, the error says so
+ * (how big it is, how much is free, what the provider and the job need)
+ * instead of "not available". 0 when /dev/shm has the room. */
+static int shm_too_small(void)
+{
+    struct statvfs st;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (statvfs("/dev/shm", &st) != 0 || cpus < 1) return 0;
+    double mib = 1024.0 * 1024.0;
+    double avail = (double)st.f_bsize * (double)st.f_bavail / mib;
+    double total = (double)st.f_frsize * (double)st.f_blocks / mib;
+    double need = (double)cpus * SHM_REGION_MIB;
+    if (avail >= need) return 0;
+    return sfb__error(-FI_ENOSPC, "transport: /dev/shm has %.1f MiB free of %.1f MiB, too little "
+                      "for libfabric's shm provider: it starts only with room for one %u MiB "
+                      "region per CPU (%ld CPUs: %.0f MiB), and every rank of the job on this "
+                      "host maps one; make /dev/shm larger (docker run --shm-size=1g, mount -o "
+                      "remount,size=1G /dev/shm) or use --provider tcp",
+                      avail, total, SHM_REGION_MIB, cpus, need);
+}
+
 /* fi_getinfo found nothing for provider `prov`: say so in words, with the
  * providers that do offer what we need on this host (fi_strerror alone says
  * "No data available"). Takes the hints of the failed query. */
 static int provider_missing(struct fi_info *hints, const char *prov)
 {
+    int small = strcmp(prov, "shm") ? 0 : shm_too_small();
+    if (small) return small;
     free(hints->fabric_attr->prov_name);
     hints->fabric_attr->prov_name = NULL;
     hints->caps = FI_TAGGED;
@@ -357,6 +389,29 @@ size_t sfb__transport_copy_max(const struct sfb__transport *t)
  * peer that only sends here needs no entry (the transport header names
  * the sender). Slot 2p is where rank p receives, 2p + 1 where it answers
  * reads: the same entry unless p runs two endpoints. */
+/* Whether shm can map peer p's region under an address-space limit:
+ * libfabric 1.17's shm provider dereferences the failed mapping (SIGSEGV
+ * in fi_av_insert) instead of failing. 0, or reported as a failed insert
+ * naming the limit. */
+static int shm_map_room(struct sfb__transport *t, uint32_t p)
+{
+    struct rlimit rl;
+    if (strcmp(t->prov_name, "shm") || getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    size_t len = (size_t)SHM_REGION_MIB << 20;
+    void *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED) {
+        munmap(m, len);
+        return 0;
+    }
+    char why[128];
+    snprintf(why, sizeof why, "no room to map its %u MiB shared-memory region under the "
+             "address-space limit (ulimit -v) of %llu MiB", SHM_REGION_MIB,
+             (unsigned long long)rl.rlim_cur >> 20);
+    sfb__tp_report(t, (int)p, -FI_ENOMEM, "fi_av_insert refused", why);
+    return -FI_ENOMEM;
+}
+
 static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
     fi_addr_t *slot = &t->addr[2 * (size_t)p + which];
@@ -369,6 +424,7 @@ static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
     uint8_t pad[SFB__TP_NAME_MAX] = {0};
     memcpy(pad, blob + 1 + which * part, part);
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    if (shm_map_room(t, p)) return FI_ADDR_NOTAVAIL;
     int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
     if (rc != 1 || fa == FI_ADDR_NOTAVAIL) {
         sfb__tp_report(t, (int)p, rc < 0 ? rc : -FI_EINVAL, "fi_av_insert failed", NULL);

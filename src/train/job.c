@@ -3,6 +3,7 @@
  * is the only place above the network layer that holds a comm context. */
 #include "config.h"
 #include <sfb/job.h>
+#include "sfb/codec.h"
 #include "sfb/cost.h"
 #include "sfb/parts.h"
 #include "sfb/sync.h"
@@ -35,6 +36,9 @@ struct sfb_job {
     int waited;     /* wait(next) returned; its publish is due */
     int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
     double peer_timeout_s; /* the settings' (the budget's lower bound) */
+    /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
+     * as a hostile or broken peer would (tests of the receivers' check) */
+    int debug_unchecked;
 };
 
 static int reserved_zero(const uint8_t *r, size_t n)
@@ -96,6 +100,9 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: heartbeat %g s, peer timeout %g s and "
                           "bootstrap timeout %g s must all be positive", s->heartbeat_s,
                           s->peer_timeout_s, s->bootstrap_timeout_s);
+    if (s->world > INT32_MAX) /* a -1 passed through an unsigned field, say */
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: world %u: expected 1 .. %d (or 0: from "
+                          "the launcher)", s->world, INT32_MAX);
     if (s->world > 0 && s->rank >= s->world)
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: rank %u of world %u", s->rank, s->world);
     cs->provider = s->provider;
@@ -103,7 +110,7 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
     cs->peer_timeout_s = s->peer_timeout_s;
     cs->bootstrap_timeout_s = s->bootstrap_timeout_s;
     cs->rank = (int)s->rank;
-    cs->world = s->world > INT32_MAX ? INT32_MAX : (int)s->world;
+    cs->world = (int)s->world;
     cs->rendezvous = s->rendezvous;
     cs->job_key = s->job_key;
     if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
@@ -125,6 +132,8 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     SFB_ARG(s);
     struct sfb__comm_settings cs;
     int ret = comm_settings(s, &cs);
+    /* before the rendezvous: a rank that could not compute fails alone */
+    if (!ret) ret = sfb_blas_reserve();
     if (ret) return ret;
     struct sfb_job *job = calloc(1, sizeof *job);
     if (!job) return sfb__error(-ENOMEM, "sfb_job_open: out of memory");
@@ -133,6 +142,9 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
         return ret;
     }
     job->peer_timeout_s = s->peer_timeout_s;
+    const char *unchecked = getenv("SFB_DEBUG_PUBLISH_UNCHECKED");
+    if ((job->debug_unchecked = unchecked && !strcmp(unchecked, "1")))
+        SFB_LOG_W("SFB_DEBUG_PUBLISH_UNCHECKED=1: this rank publishes factors unchecked");
     *job_out = job;
     return 0;
 }
@@ -376,6 +388,21 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
     return 0;
 }
 
+/* A NaN or an infinity in a published factor would poison every replica;
+ * the receivers refuse it too (they cannot tell a bug from an attack), so
+ * publishing one would fail the job anyway, only later and elsewhere. */
+static int check_finite(const struct sfb_job *job, int64_t clock, const struct sfb_sf *sf,
+                        uint32_t n)
+{
+    char what[96];
+    for (uint32_t m = 0; m < n && !job->debug_unchecked; m++)
+        if (sfb__sf_nonfinite(&sf[m], what, sizeof what))
+            return sfb__error(-ERANGE, "sfb_job_publish: clock %lld, matrix %u: %s (a factor "
+                              "must hold finite numbers only: nothing was published)",
+                              (long long)clock, m, what);
+    return 0;
+}
+
 static int check_sfs(const struct sfb_job *job, const struct sfb_sf *sf, uint32_t n)
 {
     if (n != job->nmat)
@@ -410,6 +437,7 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
                          "due, %s", (long long)clock, (long long)job->next,
                          job->waited ? "waited for" : "after its wait");
     if (!ret) ret = check_sfs(job, sf, n);
+    if (!ret) ret = check_finite(job, clock, sf, n);
     if (ret) return ret;
     for (uint32_t m = 0; m < n; m++) {
         sf[m].matrix = m;

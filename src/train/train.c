@@ -113,17 +113,19 @@ static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
                             w->sf, loss);
     if (ret) return ret;
     debug_delay(w, sfb__now() - t0);
+    /* before publishing: the factors of a diverged step hold NaNs, which
+     * publish (and every peer) refuses; the loss says why */
+    if (!isfinite(*loss))
+        return sfb__error(-ERANGE,
+                          "training diverged at clock %llu (loss is %g): lower --lr "
+                          "(now %g)",
+                          (unsigned long long)t, *loss, sfb_train_lr0(s));
     double t1 = sfb__now();
     cm->t_publish = t1;
     if (t + 1 == rt->total && (ret = sfb_job_set_last_clock(w->job, (int64_t)t))) return ret;
     if ((ret = sfb_job_publish(w->job, (int64_t)t, w->sf, nm))) return ret;
     double t2 = sfb__now();
     if (t + 1 == rt->total) sfb__phase_mark(SFB__PH_LAST_CLOCK);
-    if (!isfinite(*loss))
-        return sfb__error(-ERANGE,
-                          "training diverged at clock %llu (loss is %g): lower --lr "
-                          "(now %g)",
-                          (unsigned long long)t, *loss, sfb_train_lr0(s));
     cm->compute_s = t1 - t0;
     cm->wall = t2 - rt->t_start;
     cm->apply_s = acct->apply_s + (t2 - t1);

@@ -95,13 +95,12 @@ static int setup_model(struct worker *w)
      * S/Q read (BSP-equivalence tests compare the two). */
     const char *as = getenv("SFB_DEBUG_SAMPLE_AS");
     if (as && *as && w->world == 1) {
-        char *end;
-        unsigned long q = strtoul(as, &end, 10);
-        if (*end || q == 0 || q > UINT32_MAX || s->patch)
-            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_SAMPLE_AS=%s: expected a worker count "
-                              "(and no --patches)", as);
-        SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%lu: this worker reads what %lu workers read from their "
-                  "shards", q, q);
+        uint64_t q;
+        if ((ret = sfb__parse_env_u64("SFB_DEBUG_SAMPLE_AS", as, 1, UINT32_MAX, &q))) return ret;
+        if (s->patch)
+            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_SAMPLE_AS=%s: not with --patches", as);
+        SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%llu: this worker reads what %llu workers read from "
+                  "their shards", (unsigned long long)q, (unsigned long long)q);
         ret = sfb__sampler_open_union(&w->sampler, w->train_rows, (uint32_t)q, w->batch, s->seed);
     } else {
         if (as && *as && w->rank == 0)

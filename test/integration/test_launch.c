@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -193,6 +194,64 @@ static int test_all_ok(void)
     return 0;
 }
 
+/* Processes whose command line is exactly argv0 arg1 (from /proc). */
+static int count_running(const char *argv0, const char *arg1)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], cmd[256] = {0};
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        size_t l0 = strlen(cmd);
+        if (got > l0 + 1 && !strcmp(cmd, argv0) && !strcmp(cmd + l0 + 1, arg1)) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* The launcher is a library call: while it makes its caller a child
+ * subreaper, to stop what the ranks leave behind (here a setsid'd sleep,
+ * reparented to it), it leaves the caller's own children alone, running
+ * or exited and unreaped, and restores the caller's subreaper flag. */
+static int test_caller_children_kept(void)
+{
+    pid_t running = fork();
+    if (running == 0) {
+        execlp("sleep", "sleep", "30", (char *)NULL);
+        _exit(127);
+    }
+    pid_t exited = fork();
+    if (exited == 0) _exit(7);
+    ASSERT(running > 0 && exited > 0);
+    sfb__sleep(0.1); /* `exited` is a zombie now */
+    int before = -1, after = -1;
+    ASSERT_EQ(prctl(PR_GET_CHILD_SUBREAPER, &before), 0);
+    int out = memfd_create("out", 0), err = memfd_create("err", 0);
+    struct sfb__launch_settings s;
+    settings(&s, out, err);
+    char *argv[] = {"/bin/sh", "-c", "setsid sleep 77.75 </dev/null >/dev/null 2>&1 & sleep 0.2",
+                    NULL};
+    ASSERT_OK(sfb__launch_local(2, argv, &s));
+    ASSERT_EQ(prctl(PR_GET_CHILD_SUBREAPER, &after), 0);
+    ASSERT_EQ(after, before);
+    ASSERT_EQ(waitpid(running, NULL, WNOHANG), 0); /* still running, still ours */
+    int st = 0;
+    ASSERT_EQ(waitpid(exited, &st, WNOHANG), exited); /* not reaped by the launcher */
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+    kill(running, SIGKILL);
+    ASSERT_EQ(waitpid(running, NULL, 0), running);
+    /* and the ranks' orphan is gone */
+    ASSERT_EQ(count_running("sleep", "77.75"), 0);
+    close(out);
+    close(err);
+    return 0;
+}
+
 /* The launcher runs in a child of the test so the test can signal it. */
 static int test_signal_forwarding(void)
 {
@@ -351,6 +410,7 @@ static const struct test_case tests[] = {
     {"exec_failure", test_exec_failure},
     {"bad_args", test_bad_args},
     {"signal_forwarding", test_signal_forwarding},
+    {"caller_children_kept", test_caller_children_kept},
     {"rendezvous_through_launcher", test_rendezvous_through_launcher},
 };
 

@@ -55,6 +55,16 @@ raises("attach float64", lambda: job.attach([np.zeros((2, 3))], max_s=2), "float
 raises("attach engine", lambda: job.attach([A], max_s=2, engine="nope"), '"nope" is not an engine')
 raises("attach engines", lambda: job.attach([A], max_s=2, engine="sfb,fms"),
        "names more engines than the 1 matrices")
+# out-of-range integers: ctypes would wrap them silently (max_s=-1 became
+# 4294967295, wait(2**64) clock 0): ValueError naming the argument instead
+for what, kw, text in (("max_s -1", {"max_s": -1}, "attach: max_s: -1 is out of range 1..4294967295"),
+                       ("max_s 2**32", {"max_s": 2**32}, "attach: max_s: 4294967296 is out of range"),
+                       ("max_s float", {"max_s": 2.5}, "attach: max_s: expected an integer, got 2.5"),
+                       ("staleness -2", {"max_s": 2, "staleness": -2}, "attach: staleness: -2 is out of range -1.."),
+                       ("degree -1", {"max_s": 2, "degree": -1}, "attach: degree: -1 is out of range 0..4294967295"),
+                       ("start_clock 2**63", {"max_s": 2, "start_clock": 2**63},
+                        "attach: start_clock: 9223372036854775808 is out of range 0..9223372036854775807")):
+    raises("attach " + what, lambda kw=kw: job.attach([A], **kw), text)
 job.attach([A], max_s=2)
 check("engines", job.engines == ["sfb"] and job.plan == "", "%s %r" % (job.engines, job.plan))
 b = np.array([[1, 2], [3, 4]], np.float32)
@@ -67,9 +77,22 @@ check("update", np.array_equal(A, [[1, 3, 5], [2, 4, 8]]), str(A))
 raises("publish before its wait", lambda: job.publish(2, [(b, c, 1.0)]),
        "clock 2 is due, after its wait")
 raises("wait out of order", lambda: job.wait(5), "clock 5 out of order")
+raises("wait 2**64", lambda: job.wait(2**64),
+       "wait: clock: 18446744073709551616 is out of range -9223372036854775808..9223372036854775807")
+raises("wait -2**63-1", lambda: job.wait(-2**63 - 1), "wait: clock: -9223372036854775809 is out of range")
+raises("publish 2**64", lambda: job.publish(2**64, [(b, c, 1.0)]), "publish: clock: 18446744073709551616")
+raises("drain 2**63", lambda: job.drain(2**63), "drain: last: 9223372036854775808 is out of range")
+raises("finish -2**64", lambda: job.finish(-2**64), "finish: last: -18446744073709551616 is out of range")
+raises("set_last_clock 2**63", lambda: job.set_last_clock(2**63), "set_last_clock: last: 9223372036854775808")
 job.wait(2)
 raises("publish shape", lambda: job.publish(2, [(b, np.ones((2, 4), np.float32), 1.0)]),
        "SF 0 is for 2 x 4, matrix 0 is 2 x 3")
+raises("publish scale 1e39", lambda: job.publish(2, [(b, c, 1e39)]),
+       "publish: the scale of matrix 0 at clock 2 is 1e+39, beyond float32")
+raises("publish scale inf", lambda: job.publish(2, [(b, c, float("inf"))]),
+       "sfb_job_publish: clock 2, matrix 0: scale is inf")
+raises("publish b nan", lambda: job.publish(2, [(np.array([[1, np.nan], [3, 4]], np.float32), c, 1.0)]),
+       "sfb_job_publish: clock 2, matrix 0: b[0][1] is nan")
 raises("publish samples", lambda: job.publish(2, [(np.ones((3, 2), np.float32),
                                                    np.ones((3, 3), np.float32), 1.0)]),
        "3 samples, more than max_s 2")
@@ -80,6 +103,10 @@ check("stats", job.stats()["bytes_sent"] == 0)
 job.close()
 raises("closed", lambda: job.wait(3), "closed")
 raises("bad world", lambda: sfb.Job(rank=3, world=2), "rank 3 of world 2")
+raises("world -1", lambda: sfb.Job(world=-1), "Job: world: -1 is out of range 1..4294967295")
+raises("world 2**32", lambda: sfb.Job(world=2**32), "Job: world: 4294967296 is out of range")
+raises("world 2**31 (C)", lambda: sfb.Job(world=2**31), "world 2147483648: expected 1 .. 2147483647")
+raises("rank -1", lambda: sfb.Job(rank=-1, world=2), "Job: rank: -1 is out of range 0..4294967295")
 
 # two matrices, one per engine, and auto's choice with a given link
 for engine, want in (("fms,sfb", ["fms", "sfb"]), ("auto", None)):

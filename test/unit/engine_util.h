@@ -15,7 +15,9 @@
 #include "src/net/ssp.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,11 @@ struct eng_cfg {
     int check_each_wait; /* s = 0: after every wait the replica equals the reference */
     int priority;        /* managed communication (sfb/parts.h): the policy, */
     size_t part_bytes, msg_cap; /* the parts' size and the relay's message cap */
+    /* a hostile or broken rank: 1 puts a NaN into b, 2 makes the scale
+     * infinite, of rank poison_rank's factors of clock poison_clock (0: none) */
+    int poison;
+    uint32_t poison_rank;
+    int64_t poison_clock;
 };
 
 struct eng_rank {
@@ -47,6 +54,7 @@ struct eng_rank {
     uint64_t data_msgs[ENG_MAX_CLOCKS], data_bytes[ENG_MAX_CLOCKS]; /* after publish(t) */
     int64_t slow_pub_at_entry[ENG_MAX_CLOCKS], slow_pub_at_return[ENG_MAX_CLOCKS];
     int64_t slow_applied[ENG_MAX_CLOCKS]; /* the slow rank's applied clock, after wait(t) */
+    char why[512]; /* sfb_error_message of its failure, if it failed */
 };
 
 struct eng_run {
@@ -147,6 +155,10 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
             break;
         }
         if ((ret = eng_make_sf(&er->sf, run->rows, run->cols, cfg->s, r, t))) break;
+        if (cfg->poison && r == cfg->poison_rank && t == cfg->poison_clock) {
+            if (cfg->poison == 1) er->sf.b[1] = NAN;
+            else er->sf.scale = INFINITY;
+        }
         if ((ret = cfg->ops->publish(priv, t, &er->sf, 1))) break;
         run->pub[r] = t;
         struct sfb__sync_report rep;
@@ -161,6 +173,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     cfg->ops->report(priv, &er->rep);
     for (uint32_t o = 0; o < cfg->world && er->rep.per_origin; o++)
         er->per_origin[o] = er->rep.per_origin[o];
+    if (ret) snprintf(er->why, sizeof er->why, "%s", sfb_error_message(ret));
     cfg->ops->close(priv);
     free(priv);
     return ret;

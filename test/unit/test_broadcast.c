@@ -92,12 +92,68 @@ static int test_ssp_wait(void)
     return 0;
 }
 
+/* A rank that publishes a NaN (or an infinite scale) past the job API's
+ * check, as a hostile or broken peer would: every other rank refuses the
+ * update, whether it came straight from its origin or relayed over the
+ * Halton overlay, and fails naming the origin and the clock; no replica
+ * takes it. */
+static int run_poisoned(uint32_t world, const char *topology, int poison)
+{
+    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                          .world = world,
+                          .k = 3,
+                          .d = 4,
+                          .s = 2,
+                          .clocks = 6,
+                          .staleness = 0,
+                          .topology = topology,
+                          .slow_rank = -1,
+                          .poison = poison,
+                          .poison_rank = world - 2,
+                          .poison_clock = 3};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    int rets[ENG_MAX_RANKS];
+    ASSERT_NE(sfb__loopback_run(lb, eng_rank_main, &run, rets), 0);
+    char want[64];
+    snprintf(want, sizeof want, "the update rank %u published at clock 3", world - 2);
+    for (uint32_t r = 0; r < world; r++) {
+        if (r == world - 2) {
+            ASSERT_NE(rets[r], 0); /* its peers stopped */
+            continue;
+        }
+        ASSERT_EQ(rets[r], -SFB_EPEER);
+        ASSERT_STR_CONTAINS(run.r[r].why, want);
+        ASSERT_STR_CONTAINS(run.r[r].why, poison == 1 ? "b[0][1] is nan" : "scale is inf");
+        /* nothing of the origin's clock 3 or later reached the replica */
+        ASSERT_EQ(run.r[r].per_origin[world - 2], 3);
+        const struct sfb_matrix *a = sfb_model_matrix(run.r[r].model, 0);
+        for (size_t i = 0; i < (size_t)a->rows * a->cols; i++) ASSERT(isfinite(a->data[i]));
+    }
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+static int test_nonfinite_full(void)
+{
+    return run_poisoned(3, "full", 1) || run_poisoned(3, "full", 2);
+}
+
+static int test_nonfinite_halton(void)
+{
+    return run_poisoned(8, "halton", 1) || run_poisoned(8, "halton", 2);
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
         {"replicas_full", test_replicas_full},
         {"replicas_halton", test_replicas_halton},
         {"ssp_wait", test_ssp_wait},
+        {"nonfinite_full", test_nonfinite_full},
+        {"nonfinite_halton", test_nonfinite_halton},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }

@@ -128,7 +128,7 @@ static int test_malformed(void)
     memcpy(save, p + boff, 4);
     sfb__put_u32(p + boff, 0x7fc00000u);
     ASSERT_EQ(sfb__sf_view(p, size, ROWS, COLS, S, 1, &view), -SFB_EFORMAT);
-    ASSERT_STR_CONTAINS(sfb_last_error(), "non-finite");
+    ASSERT_STR_CONTAINS(sfb_last_error(), "sf payload: b[0][0] is nan");
     memcpy(p + boff, save, 4);
     ASSERT_OK(sfb__sf_view(p, size, ROWS, COLS, S, 1, &view));
     /* a column index out of range, then out of order */
@@ -172,7 +172,13 @@ static int test_nonfinite_everywhere(void)
         for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
             sfb__put_u32(at, bad[k]);
             ASSERT_EQ(sfb__sf_view(p, size, ROWS, COLS, S, 0, &view), -SFB_EFORMAT);
-            ASSERT_STR_CONTAINS(sfb_last_error(), "non-finite");
+            /* the message says where: b[sample][row] or c[sample][column] */
+            char want[64];
+            int in_b = i < (size_t)S * ROWS;
+            size_t j = in_b ? i : i - (size_t)S * ROWS, w = in_b ? ROWS : COLS;
+            snprintf(want, sizeof want, "sf payload: %s[%zu][%zu] is %s", in_b ? "b" : "c", j / w,
+                     j % w, (bad[k] & 0x7fffffu) ? "nan" : "inf");
+            ASSERT_STR_CONTAINS(sfb_last_error(), want);
         }
         for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
             sfb__put_u32(at, good[k]);

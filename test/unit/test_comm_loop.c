@@ -316,6 +316,61 @@ static int test_stall(void)
     return 0;
 }
 
+/* An ABORT frame from rank 0 carrying `reason` (len bytes), delivered to
+ * rank 1's comm as the transport would; rank 1's failure reason after. */
+static const char *deliver_abort(struct sfb__loopback *lb, const void *reason, size_t len)
+{
+    struct sfb__comm *c0 = sfb__loopback_comm(lb, 0), *c1 = sfb__loopback_comm(lb, 1);
+    struct sfb__buf *b;
+    if (sfb__comm_buf_get(c1, SFB_WIRE_HDR_SIZE + len, &b)) return NULL;
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_ABORT, .origin = 0, .sender = 0,
+                             .payload_len = len};
+    struct sfb__wire_piece piece = {reason, len};
+    memcpy(b->data + SFB_WIRE_HDR_SIZE, reason, len);
+    if (sfb__comm_header(c0, &h, &piece, 1, b->data)) return NULL;
+    struct sfb__frame f = {.buf = b, .data = b->data, .len = SFB_WIRE_HDR_SIZE + len, .src = 0};
+    sfb__comm_deliver(c1, &f); /* a control frame: taken, buffer released */
+    return c1->reason;
+}
+
+/* A peer's abort reason keeps its UTF-8 ("×" was "??"); control
+ * characters, stray bytes, overlong forms and surrogates become '?'; a long
+ * reason is cut before a sequence, never inside one. */
+static int test_abort_reason_text(void)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"65536 \xc3\x97 65537 parameters", "65536 \xc3\x97 65537 parameters"},
+        {"\xe2\x82\xac \xf0\x9f\x98\x80 \xce\xbb", "\xe2\x82\xac \xf0\x9f\x98\x80 \xce\xbb"},
+        {"a\nb\x1b[31mc\x7f", "a?b?[31mc?"},
+        {"\xc2\x85|\xc3|\xc0\xaf|\xed\xa0\x80|\xf8\x88\x80\x80\x80|\xe2\x82",
+         "??|?|??|???|?????|??"},
+    };
+    for (size_t i = 0; i < SFB_ARRAY_LEN(cases); i++) {
+        struct sfb__loopback *lb;
+        ASSERT_OK(sfb__loopback_open(&lb, 2, NULL));
+        const char *why = deliver_abort(lb, cases[i].in, strlen(cases[i].in));
+        char want[128];
+        snprintf(want, sizeof want, "rank 0 aborted the job: %s", cases[i].want);
+        ASSERT_STR_CONTAINS(why, want);
+        ASSERT_EQ(strlen(why), strlen(want));
+        sfb__loopback_close(&lb);
+    }
+    /* 500 bytes of "é": cut at 400 bytes, a whole number of characters */
+    char longer[1000];
+    for (int i = 0; i < 500; i++) memcpy(longer + 2 * i, "\xc3\xa9", 2);
+    struct sfb__loopback *lb;
+    ASSERT_OK(sfb__loopback_open(&lb, 2, NULL));
+    const char *why = deliver_abort(lb, longer, sizeof longer);
+    ASSERT(why != NULL);
+    const char *text = strstr(why, ": ") + 2;
+    ASSERT_EQ(strlen(text), 400);
+    ASSERT_EQ(memcmp(text, longer, 400), 0);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -326,6 +381,7 @@ int main(int argc, char **argv)
         {"unread_at_close", test_unread_at_close},
         {"stall", test_stall},
         {"fd_limit", test_fd_limit},
+        {"abort_reason_text", test_abort_reason_text},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }

@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #define ASSERT_FAILS(call, code, text)                                          \
@@ -89,6 +90,9 @@ static int test_bad_settings(void)
     s.world = 2;
     s.rank = 2;
     ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "rank 2 of world 2");
+    sfb_job_default_settings(&s);
+    s.world = UINT32_MAX; /* a -1 through the unsigned field: named, not clamped */
+    ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "world 4294967295: expected 1 .. 2147483647");
     sfb_job_default_settings(&s);
     s.progress = "fast";
     ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "progress \"fast\"");
@@ -204,6 +208,50 @@ static int run_engine(const char *engine)
     return 0;
 }
 
+/* A NaN or an infinity anywhere in a factor (scale, b, dense c, CSR c) is
+ * refused at publish with -ERANGE naming the clock, the matrix and where:
+ * nothing is applied, and the clock stays due (a finite factor then goes). */
+static int test_publish_nonfinite(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    float data[6] = {0};
+    struct sfb_matrix m = {2, 3, data};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.mats = &m;
+    a.max_s = 2;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    float b[4] = {1, 2, 3, 4}, c[6] = {1, 0, 2, 0, 1, 1};
+    struct sfb_sf sf = {.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .b = b, .c = c};
+    ASSERT_OK(sfb_job_wait(job, 0, NULL));
+    ASSERT_OK(sfb_job_publish(job, 0, &sf, 1));
+    ASSERT_OK(sfb_job_wait(job, 1, NULL));
+    sf.scale = INFINITY;
+    ASSERT_FAILS(sfb_job_publish(job, 1, &sf, 1), -ERANGE,
+                 "sfb_job_publish: clock 1, matrix 0: scale is inf");
+    sf.scale = 0.5f;
+    b[3] = NAN;
+    ASSERT_FAILS(sfb_job_publish(job, 1, &sf, 1), -ERANGE, "clock 1, matrix 0: b[1][1] is nan");
+    b[3] = 4;
+    c[2] = -INFINITY;
+    ASSERT_FAILS(sfb_job_publish(job, 1, &sf, 1), -ERANGE, "clock 1, matrix 0: c[0][2] is inf");
+    c[2] = 2;
+    /* CSR c: sample 1 holds columns 1 and 2; the second value is NaN */
+    uint32_t rp[3] = {0, 1, 3}, col[3] = {0, 1, 2};
+    float val[3] = {1, 1, NAN};
+    struct sfb_sf csr = {.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .sparse_c = 1, .b = b,
+                         .c_row_ptr = rp, .c_col = col, .c_val = val};
+    ASSERT_FAILS(sfb_job_publish(job, 1, &csr, 1), -ERANGE, "clock 1, matrix 0: c[1][2] is nan");
+    /* nothing of the refused factors reached the replica */
+    const float once[6] = {0.5f, 1.5f, 2.5f, 1, 2, 4};
+    for (int i = 0; i < 6; i++) ASSERT_EQ(data[i], once[i]);
+    ASSERT_OK(sfb_job_publish(job, 1, &sf, 1));
+    ASSERT_OK(sfb_job_finish(job, 1));
+    sfb_job_close(&job);
+    return 0;
+}
+
 static int test_publish_sfb(void)
 {
     return run_engine("sfb");
@@ -221,6 +269,7 @@ static const struct test_case tests[] = {
     {"order_and_shapes", test_order_and_shapes},
     {"publish_sfb", test_publish_sfb},
     {"publish_fms", test_publish_fms},
+    {"publish_nonfinite", test_publish_nonfinite},
 };
 
 TEST_MAIN(tests)

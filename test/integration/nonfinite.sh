@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A rank of a Python job (python/sfb) publishes a non-finite factor at clock
+# 3: a NaN in b, or an infinite scale. Before, publish took it, the
+# publisher's replica turned NaN and every peer dropped the frame with a
+# warning nobody saw, then hung until an outer timeout. Now:
+#  - checked (every rank as shipped): publish raises sfb.Error naming the
+#    clock and the matrix; every rank exits non-zero naming rank 2;
+#  - hostile (rank 2 skips the check, SFB_DEBUG_PUBLISH_UNCHECKED=1): every
+#    peer refuses the update, whether sent straight (full, 3 ranks) or
+#    relayed (halton, 5 ranks); every rank exits non-zero and its message
+#    names rank 2 and clock 3; the refusal is also logged on stderr with the
+#    rank prefix (the library's default log sink);
+# each within --peer-timeout (3 s) + 5 s of the publish.
+# The ranks join by the environment rendezvous, started by hand: sfb launch
+# would stop the others once one failed, before they could say why.
+# Usage: nonfinite.sh SFB RUN_PY JOB_NONFINITE_PY
+set -uo pipefail
+SFB=$1; PY=$2; JOB=$3
+tmp=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+fails=0; passes=0
+check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+if ! "$PY" --check; then echo "skipped: no python3 with numpy"; exit 77; fi
+within() { awk "BEGIN{exit !($1 <= $2)}"; }
+
+# Each rank started by hand with the environment rendezvous (as sfb launch
+# would), so that every rank exits by itself: sfb launch stops the others
+# as soon as one fails, before they could say why.
+run_case() { # NAME N ARGS...: N ranks; rank r's output in $tmp/NAME.r, exit status in rcs[r]
+  local name=$1 n=$2; shift 2
+  local port key=0x$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+  port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  local rp=()
+  for r in $(seq 0 $((n - 1))); do
+    SFB_RANK=$r SFB_WORLD_SIZE=$n SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=$key \
+      timeout -s KILL 60 "$PY" "$JOB" --bad-rank 2 --bad-clock 3 --peer-timeout 3 "$@" \
+      >"$tmp/$name.$r" 2>&1 &
+    rp+=($!); pids+=($!)
+  done
+  rcs=(); ends=()
+  for r in $(seq 0 $((n - 1))); do
+    wait "${rp[$r]}"; rcs[$r]=$?; ends[$r]=$(date +%s.%N)
+  done
+  t0=$(sed -n 's/^poisoned at //p' "$tmp/$name.2")
+}
+
+for cfg in "nan-full 3" "scale-full 3 --scale" "nan-halton 5 --topology halton" \
+           "scale-halton 5 --scale --topology halton"; do
+  set -- $cfg
+  name=$1; n=$2; shift 2
+  for mode in checked hostile; do
+    extra=(); [ $mode = hostile ] && extra=(--hostile)
+    run_case "$name-$mode" "$n" "$@" "${extra[@]}"
+    f="$tmp/$name-$mode"
+    check "$name $mode: rank 2 published" "[ -n '$t0' ]"
+    for r in $(seq 0 $((n - 1))); do
+      check "$name $mode: rank $r exits 1 (rc=${rcs[$r]})" "[ ${rcs[$r]} = 1 ]"
+      dt=$(echo "${ends[$r]} - ${t0:-0}" | bc)
+      echo "$name $mode: rank $r exited $dt s after the publish"
+      check "$name $mode: rank $r over within 8 s of the publish ($dt s)" "within $dt 8"
+      line=$(grep "^rank $r failed: " "$f.$r")
+      check "$name $mode: rank $r failed" "[ -n \"\$line\" ]"
+      check "$name $mode: rank $r names rank 2 and clock 3 ($line)" \
+        "[[ \"\$line\" == *'rank 2'* && \"\$line\" == *'clock 3'* ]]"
+      check "$name $mode: rank $r did not finish" "! grep -q '^rank $r done' '$f.$r'"
+    done
+    if [ $mode = checked ]; then
+      what='b\[1\]\[2\] is nan'; [[ $name == scale* ]] && what='scale is inf'
+      check "$name checked: publish refused it, naming clock, matrix and value" \
+        "grep -q '^rank 2 failed: sfb_job_publish: clock 3, matrix 0: $what' '$f.2'"
+      for r in $(seq 0 $((n - 1))); do
+        [ $r = 2 ] && continue
+        check "$name checked: rank $r told by rank 2's abort" \
+          "grep -q '^rank $r failed: rank 2 aborted the job: Error: sfb_job_publish: clock 3' '$f.$r'"
+      done
+    else
+      # each peer refused the update itself or heard of a peer's refusal;
+      # a refusal is logged on stderr with the rank prefix (default sink)
+      refused=0
+      for r in $(seq 0 $((n - 1))); do
+        [ $r = 2 ] && continue
+        check "$name hostile: rank $r refused the update or was told" \
+          "grep -Eq '^rank $r failed: (rank $r rejects the update rank 2 published at clock 3|rank [0-9]+ aborted the job: Error: rank [0-9]+ rejects the update rank 2 published at clock 3)' '$f.$r'"
+        grep -q "^sfb\[$r\]: error: rank $r rejects the update rank 2 published at clock 3 (matrix 0" "$f.$r" &&
+          refused=$((refused + 1))
+      done
+      check "$name hostile: refusals logged with the rank prefix ($refused)" "[ $refused -ge 1 ]"
+      check "$name hostile: rank 2 was told (an abort naming the refusal)" \
+        "grep -Eq '^rank 2 failed: rank [0-9]+ aborted the job: Error: rank [0-9]+ rejects the update rank 2 published at clock 3' '$f.2'"
+    fi
+    [ $fails = 0 ] || { echo "--- $name $mode"; head -20 "$f".*; }
+  done
+done
+
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]
