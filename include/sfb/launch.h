@@ -22,9 +22,9 @@ extern "C" {
  * by the job outlives the call. The caller's own children from before the
  * call are left alone (not signalled, not reaped); an orphan of one of them
  * that is reparented to the caller during the call is taken for the job's.
- * Under an address-space limit it first has BLAS take its working memory
- * (sfb_blas_reserve): fork waits for OpenBLAS's threads, which never return
- * from a mapping that does not fit.
+ * A caller that has used BLAS calls sfb_blas_reserve (<sfb/sf.h>) first:
+ * under an address-space limit fork waits for OpenBLAS's threads, which
+ * never return from a mapping that does not fit.
  * Blocks until all are reaped. Returns 0 if every worker exited 0;
  * -SFB_EPEER naming the failed rank and its status in sfb_last_error();
  * -SFB_EABORT when a signal stopped the job; -SFB_EUSAGE; or -errno.

@@ -87,8 +87,10 @@ SFB_API void sfb_set_blas_threads(int n);
  * and exit() would wait for them (its destructor joins them): leave with
  * _exit(). The estimate of OpenBLAS's missing buffers reads the process's
  * size; other big mappings (a second BLAS loaded by numpy) can hide one.
- * sfb_job_open, sfb_launch_local and sfb_launch_local_fork call it; the
- * sfb command calls it first. Any thread; once per thread. */
+ * sfb_job_open calls it; a program that uses BLAS and then starts workers
+ * with sfb_launch_local or sfb_launch_local_fork calls it before (fork
+ * joins OpenBLAS's threads, which must not be stuck mapping then): the sfb
+ * command does, first thing. Any thread; once per thread. */
 SFB_API int sfb_blas_reserve(void);
 
 #ifdef __cplusplus

@@ -9,7 +9,6 @@
 #include "src/net/rank_env.h"
 #include "src/net/transport.h"
 #include <sfb/launch.h>
-#include <sfb/sf.h>
 #include "src/base/common.h"
 #include "src/base/timeline.h"
 
@@ -702,9 +701,7 @@ int sfb_launch_local(int nprocs, char *const argv[])
     SFB_ENTER();
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
-    /* fork joins OpenBLAS's threads first: never while one spins for memory */
-    int ret = sfb_blas_reserve();
-    return ret ? ret : sfb__launch_local(nprocs, argv, NULL);
+    return sfb__launch_local(nprocs, argv, NULL);
 }
 
 int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
@@ -713,9 +710,6 @@ int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char
     SFB_ARG(worker);
     SFB_ARG(argv);
     SFB_ARG(argv[0]);
-    /* taken here, BLAS's working memory is every forked worker's too */
-    int ret = sfb_blas_reserve();
-    if (ret) return ret;
     struct sfb__launch_settings s;
     sfb__launch_default_settings(&s);
     const char *e = getenv("SFB_LAUNCH_EXEC");
