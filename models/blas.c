@@ -16,9 +16,12 @@
  * make at load time), and room for the check's own matrices. */
 #define BUFFER_MIB 128u
 #define SLACK_MIB 1u
-/* The check's sgemm: above OpenBLAS's small-matrix kernels (MNK > 100³),
- * which need no buffer, so it takes the one later calls use. */
+/* The check's sgemm, (PROBE_N · threads)² × PROBE_N: above OpenBLAS's
+ * small-matrix kernels (MNK > 100³, they need no buffer) and its
+ * single-thread threshold, with PROBE_N rows for each of its threads (up to
+ * PROBE_MAX_THREADS: 16 MiB of matrices). */
 #define PROBE_N 128
+#define PROBE_MAX_THREADS 16
 
 static _Thread_local int reserved;
 
@@ -75,24 +78,26 @@ int sfb_blas_reserve(void)
     SFB_ENTER();
     struct rlimit rl;
     if (reserved || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
-    /* OpenBLAS's threads map their buffers as they start; its slots are
-     * shared, and one that starts after the sgemm below would take the
-     * buffer it leaves free: let them take theirs first (a second at most:
-     * then they are stuck for want of room, which the check says). */
+    /* OpenBLAS's threads map their buffers as they start: let those
+     * starting take theirs before counting what is mapped (a second at
+     * most: then they are stuck for want of room, which the check says). */
     int n = openblas_get_num_threads();
     for (int i = 0; i < 200 && lacking(mapped_mib(), n); i++) sfb__sleep(0.005);
     int ret = room((unsigned long long)rl.rlim_cur, n);
     if (ret) return ret;
-    float *m = calloc(3 * (size_t)PROBE_N * PROBE_N, sizeof *m);
-    if (!m) return sfb__error(-ENOMEM, "cannot allocate BLAS's working memory: out of memory");
-    /* on this thread alone: never waiting for OpenBLAS's threads, one of
-     * which may still be mapping its buffer; alpha and beta of no special
-     * case (OpenBLAS's direct kernels need none) */
-    if (n > 1) openblas_set_num_threads(1);
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, PROBE_N, PROBE_N, PROBE_N, 0.5f, m,
-                PROBE_N, m + PROBE_N * PROBE_N, PROBE_N, 1.0f, m + 2 * PROBE_N * PROBE_N, PROBE_N);
-    if (n > 1) openblas_set_num_threads(n);
-    free(m);
+    /* On every thread OpenBLAS runs, so that each holds its buffer when it
+     * returns: its threads may be gone (a fork stops them; they come back
+     * at the next threaded call) or not yet started, and one that takes its
+     * buffer later takes the free one this thread's calls would reuse. */
+    int dim = PROBE_N * SFB_MAX(1, SFB_MIN(n, PROBE_MAX_THREADS));
+    float *a = calloc((size_t)dim * PROBE_N * 2 + (size_t)dim * dim, sizeof *a);
+    if (!a) return sfb__error(-ENOMEM, "cannot allocate BLAS's working memory: out of memory");
+    float *b = a + (size_t)dim * PROBE_N, *c = b + (size_t)dim * PROBE_N;
+    /* alpha and beta of no special case (OpenBLAS's direct kernels take
+     * no buffer) */
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, dim, dim, PROBE_N, 0.5f, a, dim, b,
+                PROBE_N, 1.0f, c, dim);
+    free(a);
     reserved = 1;
     return 0;
 }

@@ -79,9 +79,11 @@ SFB_API void sfb_set_blas_threads(int n);
  * threads map theirs as they start, at load time) and retries a failed
  * mapping forever, a spin nothing times out. Waits (up to 1 s) for
  * OpenBLAS's threads to map theirs, checks that the limit leaves room for
- * those still missing and this thread's, then has OpenBLAS map it (one
- * small sgemm on this thread alone), so later calls in this thread, and
- * in processes forked from it, need no more. Without a limit it does
+ * those still missing and this thread's, then has OpenBLAS map them all
+ * (one sgemm spread over every OpenBLAS thread: after a fork its threads
+ * are gone and come back at the next threaded call, and one that mapped
+ * later would take the buffer this thread reuses), so later calls in this
+ * thread, and in processes forked from it, need no more. Without a limit it does
  * nothing. Returns 0, or -ENOMEM naming the limit, what is mapped and what
  * is needed. After -ENOMEM OpenBLAS's own threads may be stuck mapping,
  * and exit() would wait for them (its destructor joins them): leave with
