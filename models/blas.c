@@ -30,18 +30,6 @@ void sfb_set_blas_threads(int n)
     openblas_set_num_threads(n > 0 ? n : 1);
 }
 
-/* The address space this process maps now, in MiB. */
-static unsigned long long mapped_mib(void)
-{
-    unsigned long long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    return pages * (unsigned long long)sysconf(_SC_PAGESIZE) >> 20;
-}
-
 /* How many of OpenBLAS's own threads (n - 1 for n BLAS threads) have not
  * mapped their buffer yet: they map it as they start, and one that found
  * no room retries forever. An estimate from the size of what is mapped,
@@ -56,7 +44,7 @@ static unsigned long long lacking(unsigned long long used, int n)
  * threads still lack, else -ENOMEM saying what is needed. */
 static int room(unsigned long long limit, int n)
 {
-    unsigned long long used = mapped_mib(), more = lacking(used, n);
+    unsigned long long used = sfb__mapped_mib(), more = lacking(used, n);
     size_t len = (size_t)((1 + more) * BUFFER_MIB + SLACK_MIB) << 20;
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
@@ -82,7 +70,7 @@ int sfb_blas_reserve(void)
      * starting take theirs before counting what is mapped (a second at
      * most: then they are stuck for want of room, which the check says). */
     int n = openblas_get_num_threads();
-    for (int i = 0; i < 200 && lacking(mapped_mib(), n); i++) sfb__sleep(0.005);
+    for (int i = 0; i < 200 && lacking(sfb__mapped_mib(), n); i++) sfb__sleep(0.005);
     int ret = room((unsigned long long)rl.rlim_cur, n);
     if (ret) return ret;
     /* On every thread OpenBLAS runs, so that each holds its buffer when it

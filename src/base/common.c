@@ -150,6 +150,17 @@ unsigned sfb__cpus_allowed(void)
     return n > 0 ? (unsigned)n : 1;
 }
 
+unsigned long long sfb__mapped_mib(void)
+{
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    return pages * (unsigned long long)sysconf(_SC_PAGESIZE) >> 20;
+}
+
 void sfb__deadline(struct timespec *ts, double sec)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);

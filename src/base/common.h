@@ -60,6 +60,10 @@ void sfb__deadline(struct timespec *ts, double sec);
  * at least 1). */
 unsigned sfb__cpus_allowed(void);
 
+/* The address space this process maps now, in MiB (/proc/self/statm; 0 if
+ * unreadable). */
+unsigned long long sfb__mapped_mib(void);
+
 /* A whole number read from the environment variable `name` (its value `s`):
  * decimal digits only (no sign, no blank), within lo..hi. 0 with *out set,
  * or -SFB_EUSAGE naming the variable, its value and the range (also when

@@ -16,18 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The address space mapped now, in MiB. */
-static unsigned long long mapped_mib(void)
-{
-    unsigned long long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    return pages * (unsigned long long)sysconf(_SC_PAGESIZE) >> 20;
-}
-
 static int limit_to(unsigned long long mib)
 {
     struct rlimit rl = {(rlim_t)mib << 20, (rlim_t)mib << 20};
@@ -55,7 +43,7 @@ static int some_sgemm(void)
 static int limits_apply(void)
 {
     const char *pre = getenv("LD_PRELOAD");
-    if (mapped_mib() > (1ull << 20) || (pre && strstr(pre, "vgpreload"))) {
+    if (sfb__mapped_mib() > (1ull << 20) || (pre && strstr(pre, "vgpreload"))) {
         fprintf(stderr, "  not run: under ASan or valgrind an address-space limit means "
                         "something else\n");
         return 0;
@@ -85,7 +73,7 @@ static int in_child(int (*fn)(void))
 
 static int refuses_child(void)
 {
-    ASSERT_OK(limit_to(mapped_mib() + 40));
+    ASSERT_OK(limit_to(sfb__mapped_mib() + 40));
     int ret = sfb_blas_reserve();
     ASSERT_EQ(ret, -ENOMEM);
     const char *m = sfb_error_message(ret);
@@ -104,12 +92,12 @@ static int test_refuses(void)
 
 static int reserves_child(void)
 {
-    unsigned long long lim = mapped_mib() + 400;
+    unsigned long long lim = sfb__mapped_mib() + 400;
     ASSERT_OK(limit_to(lim));
     ASSERT_OK(sfb_blas_reserve());
-    unsigned long long after = mapped_mib();
+    unsigned long long after = sfb__mapped_mib();
     ASSERT_OK(sfb_blas_reserve()); /* once per thread: nothing more */
-    ASSERT_EQ(mapped_mib(), after);
+    ASSERT_EQ(sfb__mapped_mib(), after);
     /* what is left under the limit now is less than another buffer: the
      * sgemms below would spin if they needed one */
     ASSERT_OK(limit_to(after + 64));
@@ -136,9 +124,9 @@ static int unlimited_child(void)
 {
     struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY};
     if (setrlimit(RLIMIT_AS, &rl)) return 0; /* a hard limit of its own: nothing to check */
-    unsigned long long before = mapped_mib();
+    unsigned long long before = sfb__mapped_mib();
     ASSERT_OK(sfb_blas_reserve());
-    ASSERT_EQ(mapped_mib(), before);
+    ASSERT_EQ(sfb__mapped_mib(), before);
     return 0;
 }
 
