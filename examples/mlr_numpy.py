@@ -26,7 +26,6 @@ dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 """
 
 import argparse
-import gzip
 import os
 import sys
 import time
@@ -35,42 +34,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python"))
 import sfb  # noqa: E402
-
-DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    """An IDX file (gzip or plain) as a numpy array of its shape."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise SystemExit("%s: not an unsigned-byte IDX file" % path)
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
-        raise SystemExit("%s: %d bytes of data for shape %s" % (path, data.size, dims))
-    return data.reshape(dims)
-
-
-def find(directory, stem):
-    for name in (stem, stem + ".gz"):
-        p = os.path.join(directory, name)
-        if os.path.exists(p):
-            return p
-    raise SystemExit("%s: no %s[.gz] (set SFB_FASHION_MNIST_DIR or install the Debian package "
-                     "dataset-fashion-mnist)" % (directory, stem))
+from fashion_mnist import DEFAULT_DIR, raw  # noqa: E402
 
 
 def load(directory, split, pick=None):
     """Images (scaled to [0, 1], a constant 1 appended) and labels of the rows
     pick(n) selects of the n (default all): converted after the selection, so
     a shard costs its share."""
-    x = read_idx(find(directory, split + "-images-idx3-ubyte"))
-    y = read_idx(find(directory, split + "-labels-idx1-ubyte"))
-    if len(x) != len(y):
-        raise SystemExit("%s: %d %s images, %d labels" % (directory, len(x), split, len(y)))
+    x, y = raw(directory, split)
     n = len(y)
     if pick is not None:
         rows = pick(n)
@@ -101,7 +72,7 @@ def main():
     ap.add_argument("--staleness", type=int, default=0, help="SSP bound (0: BSP, -1: async)")
     ap.add_argument("--engine", default="sfb", help="sfb or fms")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--data-dir", default=os.environ.get("SFB_FASHION_MNIST_DIR", DEFAULT_DIR))
+    ap.add_argument("--data-dir", default=DEFAULT_DIR)
     args = ap.parse_args()
 
     with sfb.Job() as job:

@@ -67,7 +67,7 @@ check "job.c under the installed sfb launch: every rank right" "[ \$(grep -c 'ev
 out=$(PYTHONPATH=$pydir "$py" -c 'import sfb; print(sfb.__file__); print(sfb.library()._name)' 2>&1)
 check "import sfb: the installed module ($out)" "[ \"\$(sed -n 1p <<<'$out')\" = '$pydir/sfb/__init__.py' ]"
 check "import sfb: loads the installed libsfb" "[ '$(readlink -f "$(sed -n 2p <<<"$out")" 2>/dev/null)' = '$(readlink -f "$lib")' ]"
-cp "$SRC/examples/mlr_numpy.py" "$work/"
+cp "$SRC/examples/mlr_numpy.py" "$SRC/examples/fashion_mnist.py" "$work/"
 out=$(PYTHONPATH=$pydir timeout 120 "$sfb" launch -n 2 -- "$py" "$work/mlr_numpy.py" --epochs 1 2>&1)
 rc=$?
 acc=$(sed -n 's/.*result test_accuracy=\([0-9.]*\).*/\1/p' <<<"$out" | head -1)

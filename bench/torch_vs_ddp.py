@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""sfb.torch against PyTorch's DistributedDataParallel (gloo) on the emulated
+cluster (scripts/netns-cluster: one network namespace per worker, shaped
+links, tcp), in one run: the same model, per-worker batch, steps, seed, data
+(Fashion-MNIST) and links for both. Per model and engine it reports
+
+  samples/s        all workers, over the timed steps (after --warmup steps)
+  bytes/step       data bytes one worker sent per step: sfb's own count
+                   (job stats) and, for both, the namespace's eth0 tx bytes
+  formula          what the engines' formulas say a worker sends per step:
+                   sfb: per Linear by factors (P-1) x (header + the codec's
+                   encoding of s x (rows + cols)), per matrix through the
+                   sharded servers 2 (P-1)/P rows x cols floats + headers;
+                   DDP (ring allreduce): 2 (P-1)/P x parameters x 4 bytes
+  to_target_s      seconds until rank 0's training loss (mean of the last 10
+                   steps) first fell to --target-loss
+
+and the ratios sfb/DDP, as a table (stdout and OUT/torch_vs_ddp.md), JSON
+(OUT/torch_vs_ddp.json) and a figure of loss against time
+(OUT/torch_vs_ddp.png). Needs root (namespaces) and python3-torch.
+
+  bench/torch_vs_ddp.py                       # MLP and CNN, 4 hosts, 1 Gbit/s
+  bench/torch_vs_ddp.py --smoke               # tiny shapes, loopback-free check
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+
+HDR, SF_PREFIX = 64, 8  # src/net/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
+
+
+def models(name, hidden):
+    import torch.nn as nn
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    if name == "cnn":
+        from torch_cnn import cnn
+        return cnn(hidden), (1, 28, 28)
+    from torch_mlp import mlp
+    return mlp(hidden), (784,)
+
+
+def tx_bytes(iface="eth0"):
+    with open("/proc/net/dev") as f:
+        for line in f:
+            if line.strip().startswith(iface + ":"):
+                return int(line.split(":")[1].split()[8])
+    return 0
+
+
+class Formula:
+    """What sfb's engines send, by their formulas, for the factors this
+    worker published (wraps the job's publish calls)."""
+
+    def __init__(self, job):
+        self.job, self.bytes = job, 0
+        P = job.world
+        one, dense = job.publish_one, job.publish_dense
+
+        def publish_one(clock, m, b, c, scale=1.0):
+            s, rows, cols = b.shape[0], b.shape[1], c.shape[1]
+            nnz = int((c != 0).sum())
+            payload = SF_PREFIX + 4 * s * rows + min(4 * s * cols, 4 * (s + 1) + 8 * nnz)
+            if job.engines[m] == "sfb":
+                self.bytes += (P - 1) * (HDR + payload)
+            else:
+                self.bytes += self.fms(rows, cols)
+            return one(clock, m, b, c, scale)
+
+        def publish_dense(clock, m, delta, scale=1.0):
+            self.bytes += self.fms(*delta.shape)
+            return dense(clock, m, delta, scale)
+        job.publish_one, job.publish_dense = publish_one, publish_dense
+
+    def fms(self, K, D):
+        """Pushes of the other owners' row blocks, and the own block's sum to
+        every other worker (sfb/fms.c)."""
+        P, r = self.job.world, self.job.rank
+        start = [K * b // P for b in range(P + 1)]
+        push = sum(HDR + 4 * (start[b + 1] - start[b]) * D for b in range(P)
+                   if b != r and start[b + 1] > start[b])
+        own = start[r + 1] - start[r]
+        return push + ((P - 1) * (HDR + 4 * own * D) if own else 0)
+
+
+def worker(a):
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from fashion_mnist import DEFAULT_DIR, raw
+    rank, world = int(os.environ["SFB_RANK"]), int(os.environ["SFB_WORLD_SIZE"])
+    torch.manual_seed(a.seed)
+    model, shape = models(a.model, [int(h) for h in a.hidden.split(",")])
+    x, y = raw(a.data_dir or DEFAULT_DIR, "train")
+    X = torch.from_numpy(x.reshape((len(x),) + shape).astype(np.float32) / 255.0)
+    Y = torch.from_numpy(y.astype(np.int64))
+    G = a.batch * world
+    perm = torch.from_numpy(np.random.default_rng(a.seed).permutation(len(X)))
+    params = sum(p.numel() for p in model.parameters())
+    formula = None
+    if a.engine == "sfb":
+        import sfb.torch as sft
+        sft.init()
+        sft.broadcast_parameters(model.state_dict())
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
+                                       model=model, sync=a.sync, overlap=not a.no_overlap)
+        net = model
+    else:
+        import torch.distributed as dist
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+        port = int(os.environ["SFB_RENDEZVOUS"].rsplit(":", 1)[1]) + 1
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        dist.init_process_group("gloo", init_method="tcp://10.77.0.1:%d" % port, rank=rank,
+                                world_size=world)
+        net = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    curve, t0 = [], None
+    for t in range(a.warmup + a.steps):
+        if t == a.warmup:  # timed from here
+            if a.engine == "sfb":
+                if formula is None:
+                    formula = Formula(opt._sfb.job)
+                st0 = opt._sfb.job.stats()
+            tx0, t0 = tx_bytes(), time.time()
+        i = (t * G) % (len(X) - G)
+        idx = perm[i + rank * a.batch:i + (rank + 1) * a.batch]
+        opt.zero_grad()
+        loss = loss_fn(net(X[idx]), Y[idx])
+        loss.backward()
+        opt.step()
+        if t0 is not None:
+            curve.append((time.time() - t0, loss.item()))
+    wall = time.time() - t0
+    tx = tx_bytes() - tx0
+    out = {"engine": a.engine, "model": a.model, "rank": rank, "world": world, "steps": a.steps,
+           "batch": a.batch, "params": params, "wall_s": wall,
+           "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
+           "curve": curve}
+    if a.engine == "sfb":
+        st1 = opt._sfb.job.stats()
+        out["data_bytes_per_step"] = (st1["data_bytes"] - st0["data_bytes"]) / a.steps
+        out["formula_bytes_per_step"] = formula.bytes / a.steps
+        out["plan"] = opt.plan
+        sft.shutdown()
+    else:
+        out["formula_bytes_per_step"] = 2.0 * (world - 1) / world * params * 4
+        dist.barrier()
+        dist.destroy_process_group()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def to_target(curve, target, window=10):
+    for i in range(window, len(curve) + 1):
+        if sum(l for _, l in curve[i - window:i]) / window <= target:
+            return curve[i - 1][0]
+    return None
+
+
+def run_one(a, model, engine):
+    out = os.path.join(a.out, "%s-%s" % (model, engine))
+    os.makedirs(out, exist_ok=True)
+    cmd = [a.cluster, "-n", str(a.n), "--rate", a.rate, "--out-dir", out,
+           "--timeout", str(a.timeout), "--exec", sys.executable, os.path.realpath(__file__),
+           "--worker", "--engine", engine, "--model", model, "--hidden", a.hidden,
+           "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
+           "--lr", str(a.lr), "--seed", str(a.seed), "--sync", a.sync]
+    if a.no_overlap:
+        cmd.append("--no-overlap")
+    if a.data_dir:
+        cmd += ["--data-dir", a.data_dir]
+    t = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    results = []
+    for r in range(a.n):
+        try:
+            with open(os.path.join(out, "worker.%d.log" % r)) as f:
+                results += [json.loads(l[7:]) for l in f if l.startswith("RESULT ")]
+        except OSError:
+            pass
+    if p.returncode != 0 or len(results) != a.n:
+        sys.exit("torch_vs_ddp: %s %s failed (exit %d):\n%s%s" %
+                 (model, engine, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    r0 = min(results, key=lambda r: r["rank"])
+    row = {k: r0[k] for k in ("engine", "model", "world", "steps", "batch", "params",
+                              "samples_per_s", "curve")}
+    row["wall_s"] = max(r["wall_s"] for r in results)
+    row["samples_per_s"] = min(r["samples_per_s"] for r in results)
+    for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
+        if k in r0:
+            row[k] = sum(r[k] for r in results) / len(results)
+    row["to_target_s"] = to_target(r0["curve"], a.target_loss)
+    row["plan"] = r0.get("plan", "")
+    print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), %.0f s in all" %
+          (model, engine, row["samples_per_s"], row.get("data_bytes_per_step",
+                                                        row["tx_bytes_per_step"]) / 1e3,
+           row["formula_bytes_per_step"] / 1e3, time.time() - t), flush=True)
+    return row
+
+
+def report(a, rows):
+    lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
+             "formula KB/step | count/formula | s to loss %.2f |" % a.target_loss,
+             "|---|---|---|---|---|---|---|---|---|"]
+    ratios = {}
+    for r in rows:
+        ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
+        x = r["samples_per_s"] / ddp["samples_per_s"] if ddp else float("nan")
+        ratios[(r["model"], r["engine"])] = x
+        count = r.get("data_bytes_per_step")
+        lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %s |" % (
+            r["model"], "sfb.torch" if r["engine"] == "sfb" else "DDP (gloo)",
+            r["samples_per_s"], x, "%.0f" % (count / 1e3) if count else "",
+            r["tx_bytes_per_step"] / 1e3, r["formula_bytes_per_step"] / 1e3,
+            "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
+            "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached"))
+    load = os.getloadavg()
+    head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
+            "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
+    text = head + "\n\n" + "\n".join(lines) + "\n"
+    for r in rows:
+        if r["plan"]:
+            text += "\nplan of sfb.torch, %s:\n    %s\n" % (r["model"],
+                                                         r["plan"].replace("\n", "\n    "))
+    print(text)
+    with open(os.path.join(a.out, "torch_vs_ddp.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "torch_vs_ddp.json"), "w") as f:
+        json.dump({"settings": vars(a), "load": load, "rows": rows}, f, indent=1)
+    try:
+        import pngplot
+        panels, legend = [], [("SFB.TORCH", 0, False), ("DDP GLOO", 1, False)]
+        for model in sorted({r["model"] for r in rows}):
+            series = [("SFB" if r["engine"] == "sfb" else "DDP", 0 if r["engine"] == "sfb" else 1,
+                       [(t, l) for t, l in r["curve"] if t > 0], False)
+                      for r in rows if r["model"] == model]
+            panels.append(("%s: LOSS - SECONDS" % model.upper(), series, "SECONDS"))
+        pngplot.figure(os.path.join(a.out, "torch_vs_ddp.png"), panels, legend, cols=2,
+                       title="SFB.TORCH VS DDP, %d HOSTS, %s" % (a.n, a.rate.upper()))
+    except Exception as e:  # the figure is a convenience; the table is the result
+        print("torch_vs_ddp: no figure (%s)" % e, file=sys.stderr)
+    return ratios
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="sfb", help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="mlp", help=argparse.SUPPRESS)
+    ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--hidden", default="4096,4096", help="hidden widths of the MLP / CNN head")
+    ap.add_argument("-n", type=int, default=4, help="workers (emulated hosts)")
+    ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--batch", type=int, default=8, help="samples per worker per step")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sync", default="auto")
+    ap.add_argument("--no-overlap", action="store_true",
+                    help="sfb.torch sends every layer's factors at step(), not during backward")
+    ap.add_argument("--target-loss", type=float, default=1.0)
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--out", default="bench-out/torch_vs_ddp")
+    ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny shapes and few steps: that it runs and reports (CI)")
+    ap.add_argument("--min-mlp", type=float, default=0, help="fail below this sfb/DDP ratio")
+    ap.add_argument("--min-cnn", type=float, default=0, help="fail below this sfb/DDP ratio")
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a)
+    if a.smoke:
+        a.hidden, a.steps, a.warmup, a.n, a.models = "64", 6, 2, 2, "mlp"
+    if os.geteuid() != 0:
+        print("torch_vs_ddp: skipped (needs root for network namespaces)")
+        sys.exit(77)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch_vs_ddp: skipped (no python3-torch)")
+        sys.exit(77)
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    for model in a.models.split(","):
+        for engine in ("sfb", "ddp"):
+            rows.append(run_one(a, model, engine))
+    ratios = report(a, rows)
+    bad = []
+    for model, floor in (("mlp", a.min_mlp), ("cnn", a.min_cnn)):
+        if floor and ratios.get((model, "sfb"), 0) < floor:
+            bad.append("%s: sfb.torch %.2fx DDP, below %.1fx" % (model, ratios[(model, "sfb")],
+                                                                 floor))
+    for r in rows:
+        c = r.get("data_bytes_per_step")
+        if c and abs(c / r["formula_bytes_per_step"] - 1) > 0.02:
+            bad.append("%s: %.0f bytes a step, the formula says %.0f (beyond 2 %%)" %
+                       (r["model"], c, r["formula_bytes_per_step"]))
+    if bad:
+        sys.exit("torch_vs_ddp: " + "; ".join(bad))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""sfb.torch in one process (a job of one worker): what bad use gets, what
+the optimizer wrapper keeps of the optimizer, that one worker's training
+equals plain PyTorch's."""
+import copy
+import os
+import sys
+import unittest
+
+try:
+    import torch
+    import torch.nn as nn
+except ImportError:
+    print("skipped: no torch (install python3-torch)", file=sys.stderr)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python"))
+import sfb.torch as sft  # noqa: E402
+
+
+def net(dtype=torch.float32):
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3, bias=False)).to(dtype)
+
+
+def data():
+    g = torch.Generator().manual_seed(5)
+    return torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g)
+
+
+class TorchOneWorker(unittest.TestCase):
+    def setUp(self):
+        sft.init(world=1)  # a job per test: one DistributedOptimizer per job
+
+    def tearDown(self):
+        s = sft._optimizer
+        if s is not None:
+            s.release()  # the model's layers back as they were
+        try:
+            sft.shutdown()
+        except Exception:
+            pass  # a test that failed its job on purpose
+
+    def assertRaisesNaming(self, exc, words, fn, *a, **k):
+        with self.assertRaises(exc) as cm:
+            fn(*a, **k)
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+
+    def test_rank_size(self):
+        self.assertEqual((sft.rank(), sft.size(), sft.local_size()), (0, 1, 1))
+
+    def test_float64_model_refused(self):
+        m = net(torch.float64)
+        self.assertRaisesNaming(ValueError, ["0.weight", "float64"], sft.DistributedOptimizer,
+                                torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+
+    def test_parameter_unknown_to_the_optimizer(self):
+        m = net()
+        self.assertRaisesNaming(ValueError, ["2.weight", "optimizer does not know"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(m[0].parameters(), lr=0.1), model=m)
+        other = nn.Linear(2, 2)
+        self.assertRaisesNaming(ValueError, ["not a parameter of the model"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(list(m.parameters()) + list(other.parameters()),
+                                                lr=0.1), model=m)
+
+    def test_staleness_needs_plain_sgd(self):
+        m = net()
+        for opt, why in ((torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), "momentum"),
+                         (torch.optim.Adam(m.parameters()), "Adam")):
+            self.assertRaisesNaming(ValueError, ["staleness 2", why], sft.DistributedOptimizer,
+                                    opt, model=m, staleness=2)
+
+    def test_bad_arguments(self):
+        m = net()
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for kw, word in (({"sync": "dense"}, "sync"), ({"staleness": -2}, "staleness"),
+                         ({"backward_passes_per_step": 0}, "backward_passes_per_step"),
+                         ({"max_samples": 0}, "max_samples")):
+            self.assertRaisesNaming(ValueError, [word], sft.DistributedOptimizer, opt, model=m,
+                                    **kw)
+
+    def test_step_without_backward(self):
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        self.assertRaisesNaming(RuntimeError, ["step() without backward()"], opt.step)
+
+    def test_one_worker_is_plain_pytorch(self):
+        """Linear layers through their factors, with momentum and weight decay
+        and two backward passes a step: the parameters of plain PyTorch."""
+        x, y = data()
+        m, ref = net(), net()
+        opt = sft.DistributedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01), model=m,
+            backward_passes_per_step=2)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+        self.assertIsInstance(opt, torch.optim.SGD)
+        for _ in range(10):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                for h in (slice(0, 16), slice(16, 32)):
+                    nn.functional.cross_entropy(model(x[h]), y[h]).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertEqual(opt.clock, 10)
+        self.assertIn("0 (8x6+bias): ", opt.plan)
+        self.assertIn("2 (3x8): ", opt.plan)
+
+    def test_weight_used_outside_its_layer(self):
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        x, y = data()
+        out = m(x) + nn.functional.linear(x, m[0].weight).sum()  # layer 0's weight, tied
+        nn.functional.cross_entropy(out, y).backward()
+        self.assertRaisesNaming(RuntimeError, ["0 received a dense gradient"], opt.step)
+
+    def test_scheduler_and_state_dict(self):
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       model=m)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        x, y = data()
+        for _ in range(3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+            sched.step()
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1 * 0.5 ** 3)
+        sd = opt.state_dict()
+        self.assertEqual(sd["sfb"]["clock"], 3)
+        self.assertEqual(len(sd["state"]), 3)  # momentum of every parameter
+        again = copy.deepcopy(sd)
+        self.assertRaisesNaming(RuntimeError, ["after the first step"], opt.load_state_dict,
+                                again)
+
+    def test_samples_beyond_the_first_step(self):
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        x, y = data()
+        def step(rows):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x[:rows]), y[:rows]).backward()
+            opt.step()
+        step(8)
+        self.assertRaisesNaming(ValueError, ["9 samples", "max_samples"], step, 9)
+
+
+if __name__ == "__main__":
+    unittest.main()

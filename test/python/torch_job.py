@@ -1,0 +1,247 @@
+"""sfb.torch across the ranks of a job (run under `sfb launch -n P`); each
+mode prints "ok ..." on success and exits non-zero otherwise.
+
+exact: every rank trains a model through sfb.torch on its share of each
+  global batch, and alongside it a reference copy with the plain optimizer
+  on the whole global batch (what one process would do); after --steps the
+  parameters must agree within float32 rounding (max |a - b| / max |b| per
+  tensor <= --tol). --model: "kinds" (Linear with and without bias, a layer
+  called twice, 3-D inputs, embedding, conv, norm: the dense engine),
+  "mlp12" (12 Linear layers, sync auto, the plan checked), "deep" (128
+  Linear layers: 256 parameter tensors).
+ckpt: trains --steps steps from scratch or --resume FILE, saving model and
+  optimizer to --save FILE and the parameters to --out FILE (rank 0).
+ssp: plain SGD at --staleness; after the last step every replica (drained)
+  must agree, and the loss must have fallen.
+shapes: rank 1 builds a wider layer: every rank must fail at the first step
+  naming the layer.
+init: rank 1 starts from other parameters and skips broadcast_parameters:
+  every rank must fail naming broadcast_parameters.
+kill: rank --victim exits abruptly in step 5: every other rank must fail
+  naming it."""
+import argparse
+import copy
+import os
+import sys
+
+import numpy as np
+
+try:
+    import torch
+    import torch.nn as nn
+except ImportError:
+    print("skipped: no torch (install python3-torch)", file=sys.stderr)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python"))
+import sfb  # noqa: E402
+import sfb.torch as sft  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill"])
+ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp"])
+ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam"])
+ap.add_argument("--sync", default="auto")
+ap.add_argument("--steps", type=int, default=50)
+ap.add_argument("--passes", type=int, default=1, help="backward_passes_per_step")
+ap.add_argument("--global-batch", type=int, default=16)
+ap.add_argument("--staleness", type=int, default=0)
+ap.add_argument("--tol", type=float, default=1e-5)
+ap.add_argument("--overlap", type=int, default=1)
+ap.add_argument("--victim", type=int, default=2)
+ap.add_argument("--save")
+ap.add_argument("--resume")
+ap.add_argument("--out")
+args = ap.parse_args()
+
+SEQ, VOCAB, CLASSES = 6, 20, 5
+
+
+class Kinds(nn.Module):
+    """Every kind of layer sfb.torch meets: factors for the Linear ones
+    (a 3-D input, no bias, one called twice), dense for the rest."""
+
+    def __init__(self, wide=0):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 8)
+        self.conv = nn.Conv1d(8, 8, 3, padding=1)
+        self.norm = nn.LayerNorm(8)
+        self.fc1 = nn.Linear(8, 32 + wide)
+        self.shared = nn.Linear(32 + wide, 32 + wide)
+        self.nobias = nn.Linear(32 + wide, 16, bias=False)
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, tok):
+        h = self.emb(tok)
+        h = self.conv(h.transpose(1, 2)).transpose(1, 2)
+        h = torch.relu(self.fc1(self.norm(h)))         # B x T x 32: samples B*T
+        h = torch.relu(self.shared(torch.relu(self.shared(h))))  # called twice
+        return self.head(torch.relu(self.nobias(h)).mean(1))
+
+
+def mlp(widths):
+    layers = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(a, b), nn.Tanh()]
+    return nn.Sequential(*layers[:-1])
+
+
+def model_and_data(seed=7):
+    torch.manual_seed(seed)
+    if args.model == "kinds":
+        m = Kinds(wide=8 if args.mode == "shapes" and sft.rank() == 1 else 0)
+        x = torch.randint(0, VOCAB, (4096, SEQ))
+    elif args.model == "mlp12":
+        m = mlp([20] + [48] * 11 + [CLASSES])
+        x = torch.randn(4096, 20)
+    elif args.model == "deep":
+        m = mlp([20] + [12] * 127 + [CLASSES])  # 128 Linear layers, 256 tensors
+        x = torch.randn(4096, 20)
+    else:
+        m = mlp([20, 64, 64, CLASSES])
+        x = torch.randn(4096, 20)
+    y = torch.randint(0, CLASSES, (len(x),))
+    return m, x, y
+
+
+def make_opt(params):
+    if args.opt == "adam":
+        return torch.optim.Adam(params, lr=0.01)
+    if args.opt == "momentum":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def batch(x, y, step, part, parts):
+    """Rows of global batch `step` that share `part` of `parts` takes."""
+    g = args.global_batch
+    lo = (step * g) % (len(x) - g + 1)
+    n = g // parts
+    return x[lo + part * n:lo + (part + 1) * n], y[lo + part * n:lo + (part + 1) * n]
+
+
+def rel_diff(a, b):
+    worst, where = 0.0, ""
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        d = float((p.detach() - q.detach()).abs().max() / max(float(q.abs().max()), 1e-12))
+        if d > worst:
+            worst, where = d, n
+    return worst, where
+
+
+def train(model, opt, x, y, steps, start=0):
+    loss_fn = nn.CrossEntropyLoss()
+    P, r, k = sft.size(), sft.rank(), args.passes
+    first = last = None
+    for t in range(start, steps):
+        opt.zero_grad()
+        for j in range(k):  # k passes: rank r's share of each k-th of the global batch
+            xb, yb = batch(x, y, t, j * P + r, k * P)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+        opt.step()
+        first = loss.item() if first is None else first
+        last = loss.item()
+    return first, last
+
+
+def reference(model, x, y, steps):
+    loss_fn = nn.CrossEntropyLoss()
+    opt = make_opt(model.parameters())
+    for t in range(steps):
+        opt.zero_grad()
+        for j in range(args.passes):
+            xb, yb = batch(x, y, t, j, args.passes)
+            loss_fn(model(xb), yb).backward()
+        opt.step()
+
+
+def fail(msg):
+    print("FAIL rank %d: %s" % (sft.rank(), msg), flush=True)
+    sys.exit(1)
+
+
+def main():
+    sft.init(peer_timeout_s=3)
+    P, r = sft.size(), sft.rank()
+    model, x, y = model_and_data()
+    if args.mode == "init" and r == 1:
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+    elif args.mode != "init":
+        sft.broadcast_parameters(model.state_dict(), root_rank=0)
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
+                                   staleness=args.staleness, backward_passes_per_step=args.passes,
+                                   overlap=bool(args.overlap))
+    if args.mode in ("shapes", "init"):
+        try:
+            train(model, opt, x, y, 1)
+        except sfb.Error as e:
+            want = "fc1" if args.mode == "shapes" else "broadcast_parameters"
+            if want not in str(e):
+                fail("the error does not name %s: %s" % (want, e))
+            print("ok %s: %s" % (args.mode, e), flush=True)
+            sys.exit(0)
+        fail("no error")
+    if args.mode == "kill":
+        try:
+            for t in range(20):
+                if t == 5 and r == args.victim:
+                    os._exit(0)  # gone without a word: the peers must notice
+                train(model, opt, x, y, t + 1, start=t)
+        except sfb.Error as e:
+            if "rank %d" % args.victim not in str(e):
+                fail("the error does not name rank %d: %s" % (args.victim, e))
+            print("ok kill: %s" % e, flush=True)
+            sys.exit(0)
+        fail("no error")
+    if args.mode == "ckpt":
+        start = 0
+        if args.resume:
+            state = torch.load(args.resume)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            start = opt.clock
+        train(model, opt, x, y, args.steps, start=start)
+        sft.shutdown()
+        if r == 0:
+            if args.save:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
+                           args.save)
+            if args.out:
+                torch.save(model.state_dict(), args.out)
+        print("ok ckpt: clock %d" % opt.clock, flush=True)
+        return
+    first, last = train(model, opt, x, y, args.steps)
+    if r == 0:
+        print("plan:\n" + opt.plan, flush=True)
+    if args.mode == "ssp":
+        s = opt._sfb
+        s.job.drain(s.clock - 1)
+        s.job.barrier()
+        mine = np.array([float(p.detach().double().sum()) for p in model.parameters()])
+        everyone = [np.frombuffer(b, np.float64) for b in s.job.allgather(mine.tobytes())]
+        worst = max(float(np.abs(e - mine).max() / max(np.abs(mine).max(), 1e-12))
+                    for e in everyone)
+        sft.shutdown()
+        if worst > args.tol:
+            fail("replicas differ by %.3g after the drain" % worst)
+        if not last < first:
+            fail("loss %.4f -> %.4f did not fall" % (first, last))
+        print("ok ssp: replicas agree to %.2g, loss %.4f -> %.4f" % (worst, first, last),
+              flush=True)
+        return
+    sft.shutdown()
+    reference(ref, x, y, args.steps)
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
+        fail("the plan has %d lines, not one per matrix:\n%s" %
+             (len(opt.plan.splitlines()), opt.plan))
+    print("ok exact %s %s: max relative difference %.3g (%s)" %
+          (args.model, args.opt, worst, where), flush=True)
+
+
+main()
