@@ -127,6 +127,8 @@ def shutdown():
         _job.abort("sfb.torch.shutdown failed")
         raise
     finally:
+        if _optimizer is not None:
+            _optimizer.release()  # the model's layers as they were, its parameters kept
         _job.close()
         _job, _optimizer = None, None
 
@@ -413,8 +415,9 @@ class _Sync:
     def release(self):
         self.hook.remove()
         for slot in self.linears:
-            del slot.module.forward
-            del slot.module._sfb_slot
+            if getattr(slot.module, "_sfb_slot", None) is slot:
+                del slot.module.forward
+                del slot.module._sfb_slot
 
     # -- capture, during backward
 

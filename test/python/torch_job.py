@@ -1,5 +1,6 @@
-"""sfb.torch across the ranks of a job (run under `sfb launch -n P`); each
-mode prints "ok ..." on success and exits non-zero otherwise.
+"""sfb.torch across the ranks of a job (run under `sfb launch -n P`). Each
+argument is a case, "MODE [options]", run in order in a job of its own; each
+prints "ok MODE ..." on success, else the script exits non-zero. Modes:
 
 exact: every rank trains a model through sfb.torch on its share of each
   global batch, and alongside it a reference copy with the plain optimizer
@@ -52,7 +53,7 @@ ap.add_argument("--victim", type=int, default=2)
 ap.add_argument("--save")
 ap.add_argument("--resume")
 ap.add_argument("--out")
-args = ap.parse_args()
+args = None  # the case being run (main)
 
 SEQ, VOCAB, CLASSES = 6, 20, 5
 
@@ -100,7 +101,10 @@ def model_and_data(seed=7):
     else:
         m = mlp([20, 64, 64, CLASSES])
         x = torch.randn(4096, 20)
-    y = torch.randint(0, CLASSES, (len(x),))
+    if x.dtype == torch.float32:  # a teacher: labels a model can learn
+        y = (x @ torch.randn(x.shape[1], CLASSES)).argmax(1)
+    else:
+        y = (x[:, 0] + x[:, -1]) % CLASSES
     return m, x, y
 
 
@@ -121,18 +125,25 @@ def batch(x, y, step, part, parts):
 
 
 def rel_diff(a, b):
+    """The largest relative difference ||p - q|| / ||q|| over the tensors."""
     worst, where = 0.0, ""
     for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
-        d = float((p.detach() - q.detach()).abs().max() / max(float(q.abs().max()), 1e-12))
+        p, q = p.detach().double(), q.detach().double()
+        d = float((p - q).norm() / max(float(q.norm()), 1e-30))
         if d > worst:
             worst, where = d, n
     return worst, where
 
 
+def full_loss(model, x, y):
+    with torch.no_grad():
+        return float(nn.functional.cross_entropy(model(x), y))
+
+
 def train(model, opt, x, y, steps, start=0):
     loss_fn = nn.CrossEntropyLoss()
     P, r, k = sft.size(), sft.rank(), args.passes
-    first = last = None
+    first = full_loss(model, x, y)
     for t in range(start, steps):
         opt.zero_grad()
         for j in range(k):  # k passes: rank r's share of each k-th of the global batch
@@ -140,9 +151,7 @@ def train(model, opt, x, y, steps, start=0):
             loss = loss_fn(model(xb), yb)
             loss.backward()
         opt.step()
-        first = loss.item() if first is None else first
-        last = loss.item()
-    return first, last
+    return first, full_loss(model, x, y)
 
 
 def reference(model, x, y, steps):
@@ -156,19 +165,31 @@ def reference(model, x, y, steps):
         opt.step()
 
 
+RANK = [None]
+
+
 def fail(msg):
-    print("FAIL rank %d: %s" % (sft.rank(), msg), flush=True)
+    print("FAIL rank %s: %s" % (RANK[0], msg), flush=True)
     sys.exit(1)
 
 
-def main():
+def closed():
+    """Leaves a job that failed on purpose (the next case makes a new one)."""
+    try:
+        sft.shutdown()
+    except Exception:
+        pass
+
+
+def case():
     sft.init(peer_timeout_s=3)
     P, r = sft.size(), sft.rank()
+    RANK[0] = r
     model, x, y = model_and_data()
     if args.mode == "init" and r == 1:
         with torch.no_grad():
             next(model.parameters()).add_(1.0)
-    elif args.mode != "init":
+    elif args.mode not in ("init", "shapes"):  # those two skip it: the first step must tell
         sft.broadcast_parameters(model.state_dict(), root_rank=0)
     ref = copy.deepcopy(model)
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
@@ -182,7 +203,7 @@ def main():
             if want not in str(e):
                 fail("the error does not name %s: %s" % (want, e))
             print("ok %s: %s" % (args.mode, e), flush=True)
-            sys.exit(0)
+            return closed()
         fail("no error")
     if args.mode == "kill":
         try:
@@ -194,7 +215,7 @@ def main():
             if "rank %d" % args.victim not in str(e):
                 fail("the error does not name rank %d: %s" % (args.victim, e))
             print("ok kill: %s" % e, flush=True)
-            sys.exit(0)
+            return closed()
         fail("no error")
     if args.mode == "ckpt":
         start = 0
@@ -214,7 +235,7 @@ def main():
         print("ok ckpt: clock %d" % opt.clock, flush=True)
         return
     first, last = train(model, opt, x, y, args.steps)
-    if r == 0:
+    if r == 0 and args.model == "mlp12":
         print("plan:\n" + opt.plan, flush=True)
     if args.mode == "ssp":
         s = opt._sfb
@@ -227,8 +248,8 @@ def main():
         sft.shutdown()
         if worst > args.tol:
             fail("replicas differ by %.3g after the drain" % worst)
-        if not last < first:
-            fail("loss %.4f -> %.4f did not fall" % (first, last))
+        if not last < 0.95 * first:
+            fail("the loss over the data set %.4f -> %.4f did not fall by 5 %%" % (first, last))
         print("ok ssp: replicas agree to %.2g, loss %.4f -> %.4f" % (worst, first, last),
               flush=True)
         return
@@ -242,6 +263,16 @@ def main():
              (len(opt.plan.splitlines()), opt.plan))
     print("ok exact %s %s: max relative difference %.3g (%s)" %
           (args.model, args.opt, worst, where), flush=True)
+
+
+def main():
+    """Each argument is one case ("exact --opt adam"), run in order, each in a
+    job of its own (import torch costs seconds: one process runs them all)."""
+    global args
+    import shlex
+    for text in sys.argv[1:]:
+        args = ap.parse_args(shlex.split(text))
+        case()
 
 
 main()
