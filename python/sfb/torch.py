@@ -50,9 +50,10 @@ _optimizer = None    # the one DistributedOptimizer of the job (its _Sync)
 
 def _launcher_args():
     """Job() arguments from torchrun's environment when no sfb launcher
-    (sfb launch / SFB_RANK, PMIx) set one up: RANK, WORLD_SIZE and
-    MASTER_ADDR:MASTER_PORT, which torchrun picks free for its workers'
-    rendezvous (SFB_RENDEZVOUS overrides it)."""
+    (sfb launch / SFB_RANK, PMIx) set one up: RANK, WORLD_SIZE, and rank 0
+    listening at MASTER_ADDR on MASTER_PORT + 1 (torchrun's agent may hold
+    MASTER_PORT itself: its store under the static rendezvous; and a script
+    may open torch.distributed there). SFB_RENDEZVOUS overrides it."""
     if "SFB_RANK" in os.environ or "PMIX_RANK" in os.environ:
         return {}
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -62,7 +63,7 @@ def _launcher_args():
             if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
                 raise ValueError("sfb.torch.init: RANK and WORLD_SIZE are set (torchrun) but not "
                                  "MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS")
-            rdv = "%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+            rdv = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
         return {"rank": int(os.environ["RANK"]), "world": world, "rendezvous": rdv}
     return {}
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The PyTorch examples as a user runs them:
+#  - examples/torch_mlp.py, one epoch at one global batch, under
+#    `sfb launch -n 4` and `-n 1`: the same test accuracy within 0.5 point
+#    (the same samples per step; only float rounding differs), >= 0.80;
+#  - examples/torch_cnn.py under `sfb launch -n 2`, a few steps: a plan with
+#    the convolutions on the dense engine, a result line;
+#  - torch_mlp.py under mpirun (PMIx) and torchrun (RANK, WORLD_SIZE,
+#    MASTER_ADDR, MASTER_PORT): a job of 2, a result line saying so.
+# Usage: torch_examples.sh SFB RUN_PY EXAMPLES_DIR
+set -uo pipefail
+SFB=$1; PY=$2; EX=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0; passes=0
+check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+"$PY" --check || exit 77
+"$PY" -c 'import torch' 2>/dev/null || { echo "skipped: no torch (install python3-torch)"; exit 77; }
+val() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" "$1" | tail -n 1; }
+
+mlp=(--hidden 256,256 --epochs 1 --global-batch 64)
+timeout 300 "$SFB" launch -n 4 -- "$PY" "$EX/torch_mlp.py" "${mlp[@]}" >"$tmp/p4" 2>&1; rc4=$?
+timeout 300 "$SFB" launch -n 1 -- "$PY" "$EX/torch_mlp.py" "${mlp[@]}" >"$tmp/p1" 2>&1; rc1=$?
+tail -n 2 "$tmp/p4" "$tmp/p1"
+a4=$(val "$tmp/p4" test_accuracy); a1=$(val "$tmp/p1" test_accuracy)
+check "mlp: -n 4 and -n 1 exit 0 ($rc4, $rc1)" "[ $rc4 = 0 ] && [ $rc1 = 0 ]"
+check "mlp: world 4 and 1" "[ '$(val "$tmp/p4" world)' = 4 ] && [ '$(val "$tmp/p1" world)' = 1 ]"
+check "mlp: -n 4 accuracy $a4 within 0.5 point of -n 1's $a1" \
+  "awk 'BEGIN{d = $a4 - $a1; exit !(\"$a4\" != \"\" && \"$a1\" != \"\" && d <= 0.005 && d >= -0.005)}'"
+check "mlp: accuracy >= 0.80 after one epoch ($a4)" "awk 'BEGIN{exit !($a4 + 0 >= 0.80)}'"
+check "mlp: the plan, a line per Linear" "[ \$(grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ' '$tmp/p4') = 3 ]"
+
+timeout 300 "$SFB" launch -n 2 -- "$PY" "$EX/torch_cnn.py" --hidden 256 --steps 20 >"$tmp/cnn" 2>&1
+rc=$?
+grep -E '^\[0\] ( |result)' "$tmp/cnn"
+check "cnn: exit 0 and a result line ($rc)" "[ $rc = 0 ] && grep -q '^\[0\] result test_accuracy=' '$tmp/cnn'"
+check "cnn: the convolutions on the dense engine" \
+  "grep -qE '^\[0\]   dense \(6 tensors, [0-9]+ values: 0.weight, 0.bias, 3.weight, 3.bias, ...\): fms' '$tmp/cnn'"
+check "cnn: the head's Linear layers by their plan" \
+  "[ \$(grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ' '$tmp/cnn') = 2 ]"
+
+if command -v mpirun >/dev/null; then
+  extra=(--oversubscribe); [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
+  ( unset SFB_RANK SFB_WORLD_SIZE SFB_RENDEZVOUS SFB_JOB_KEY
+    timeout 120 mpirun "${extra[@]}" -n 2 -x SFB_LIB -x PATH "$PY" "$EX/torch_mlp.py" \
+      --hidden 64 --steps 30 ) >"$tmp/mpi" 2>&1; rc=$?
+  tail -n 1 "$tmp/mpi"
+  check "mpirun -n 2: exit 0, world 2 ($rc)" "[ $rc = 0 ] && grep -q '^result .* world=2 ' '$tmp/mpi'"
+fi
+port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+( unset SFB_RANK SFB_WORLD_SIZE SFB_RENDEZVOUS SFB_JOB_KEY
+  # --redirects/--tee: Debian's torchrun 1.13 fails without them on Python 3.11
+  timeout 120 "$PY" -m torch.distributed.run --nproc_per_node 2 --master_port "$port" \
+    --redirects 1 --tee 1 "$EX/torch_mlp.py" --hidden 64 --steps 30 ) >"$tmp/trun" 2>&1; rc=$?
+tail -n 1 "$tmp/trun"
+check "torchrun --nproc_per_node 2: exit 0, world 2 ($rc)" \
+  "[ $rc = 0 ] && grep -q 'result .* world=2 ' '$tmp/trun'"
+
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]
