@@ -90,12 +90,13 @@ def train(model, args, image_shape=(784,)):
     if args.steps:
         total = min(total, args.steps)
     t0, seen, loss_sum, loss_n, last_loss = time.time(), 0, 0.0, 0, float("nan")
-    step = opt.clock
+    step, perm_epoch = opt.clock, None
     while step < total:
         epoch, i = divmod(step, steps_per_epoch)
-        # one permutation per epoch, the same on every rank; rank r takes its
-        # share of the global batch
-        perm = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(X)))
+        if epoch != perm_epoch:  # one permutation per epoch, the same on every rank
+            perm = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(X)))
+            perm_epoch = epoch
+        # rank r takes its share of the global batch
         lo = i * args.global_batch + rank * per
         idx = perm[lo:lo + per]
         opt.zero_grad()
