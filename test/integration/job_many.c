@@ -31,16 +31,16 @@
 
 static int fails, passes;
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) {                                                                        \
-            passes++;                                                                      \
-        } else {                                                                           \
-            fails++;                                                                       \
-            fprintf(stderr, "rank %u: FAIL %s:%d: ", rank, __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-        }                                                                                  \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            passes++;                                                                              \
+        } else {                                                                                   \
+            fails++;                                                                               \
+            fprintf(stderr, "rank %u: FAIL %s:%d: ", rank, __FILE__, __LINE__);                    \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 static uint32_t rank, world;
@@ -53,21 +53,40 @@ struct opts {
 
 /* Matrix m's shape: small, varied, some with fewer rows than ranks (FMS
  * owners with empty blocks). */
-static uint32_t rows_of(uint32_t m) { return 1 + m % 5; }
-static uint32_t cols_of(uint32_t m) { return 1 + (m * 7) % 6; }
+static uint32_t rows_of(uint32_t m)
+{
+    return 1 + m % 5;
+}
+static uint32_t cols_of(uint32_t m)
+{
+    return 1 + (m * 7) % 6;
+}
 
 /* Rank r's update of matrix m at clock t: scale · bᵀc with s samples,
  * b[i][k] = 1 + (k + m + i) % 3, c[i][j] = 1 + (j + r + i) % 2, scale = 1
  * + t % 4: small integers, so every sum is exact. */
-static uint32_t samples_of(uint32_t m, int64_t t) { return 1 + (uint32_t)((m + t) % 2); }
-static float scale_of(int64_t t) { return (float)(1 + t % 4); }
-static float b_at(uint32_t m, uint32_t i, uint32_t k) { return (float)(1 + (k + m + i) % 3); }
-static float c_at(uint32_t r, uint32_t i, uint32_t j) { return (float)(1 + (j + r + i) % 2); }
+static uint32_t samples_of(uint32_t m, int64_t t)
+{
+    return 1 + (uint32_t)((m + t) % 2);
+}
+static float scale_of(int64_t t)
+{
+    return (float)(1 + t % 4);
+}
+static float b_at(uint32_t m, uint32_t i, uint32_t k)
+{
+    return (float)(1 + (k + m + i) % 3);
+}
+static float c_at(uint32_t r, uint32_t i, uint32_t j)
+{
+    return (float)(1 + (j + r + i) % 2);
+}
 
 static double delta_at(uint32_t r, uint32_t m, int64_t t, uint32_t k, uint32_t j)
 {
     double v = 0;
-    for (uint32_t i = 0; i < samples_of(m, t); i++) v += b_at(m, i, k) * c_at(r, i, j);
+    for (uint32_t i = 0; i < samples_of(m, t); i++)
+        v += b_at(m, i, k) * c_at(r, i, j);
     return scale_of(t) * v;
 }
 
@@ -85,7 +104,8 @@ static int check_replicas(struct sfb_matrix *mats, uint32_t n, int64_t last, con
             for (uint32_t j = 0; j < mats[m].cols; j++) {
                 double want = start_at(m, k, j);
                 for (int64_t t = 0; t <= last; t++)
-                    for (uint32_t r = 0; r < world; r++) want += delta_at(r, m, t, k, j);
+                    for (uint32_t r = 0; r < world; r++)
+                        want += delta_at(r, m, t, k, j);
                 float got = mats[m].data[(size_t)k * mats[m].cols + j];
                 if (fabs(got - want) > 1e-6 * fabs(want)) {
                     if (!bad)
@@ -112,23 +132,26 @@ static void fill_sf(struct sfb_sf *sf, uint32_t m, int64_t t, float *b, float *c
 {
     uint32_t rows = rows_of(m), cols = cols_of(m), s = samples_of(m, t);
     for (uint32_t i = 0; i < s; i++) {
-        for (uint32_t k = 0; k < rows; k++) b[i * rows + k] = b_at(m, i, k);
-        for (uint32_t j = 0; j < cols; j++) c[i * cols + j] = c_at(rank, i, j);
+        for (uint32_t k = 0; k < rows; k++)
+            b[i * rows + k] = b_at(m, i, k);
+        for (uint32_t j = 0; j < cols; j++)
+            c[i * cols + j] = c_at(rank, i, j);
     }
-    *sf = (struct sfb_sf){.rows = rows, .cols = cols, .s = s, .scale = scale_of(t), .b = b,
-                          .c = c};
+    *sf = (struct sfb_sf){.rows = rows, .cols = cols, .s = s, .scale = scale_of(t), .b = b, .c = c};
 }
 
 static int publish_clock(struct sfb_job *job, const struct opts *o, int64_t t, uint32_t *order,
                          struct sfb_sf *sfs, float (*bufs)[2][16])
 {
     if (t % 3 == 2) { /* all at once */
-        for (uint32_t m = 0; m < o->n; m++) fill_sf(&sfs[m], m, t, bufs[m][0], bufs[m][1]);
+        for (uint32_t m = 0; m < o->n; m++)
+            fill_sf(&sfs[m], m, t, bufs[m][0], bufs[m][1]);
         return sfb_job_publish(job, t, sfs, o->n);
     }
     /* one at a time, in an order of this rank's and clock's */
     uint64_t seed = 0x9E3779B97F4A7C15ull ^ ((uint64_t)rank << 32) ^ (uint64_t)t;
-    for (uint32_t m = 0; m < o->n; m++) order[m] = m;
+    for (uint32_t m = 0; m < o->n; m++)
+        order[m] = m;
     for (uint32_t m = o->n - 1; m > 0; m--) {
         uint32_t j = (uint32_t)(rng_next(&seed) % (m + 1)), x = order[m];
         order[m] = order[j];
@@ -162,15 +185,17 @@ static int start_alike(struct sfb_job *job, float *all, size_t len)
     int ret = sfb_job_broadcast(job, 0, small, 16 + (rank == 1));
     if (world > 1) {
         CHECK(ret == -SFB_EUSAGE, "a broadcast of differing lengths returned %d", ret);
-        CHECK(strstr(sfb_error_message(ret), "rank 1 passed 17 bytes") != NULL,
-              "its message: %s", sfb_error_message(ret));
+        CHECK(strstr(sfb_error_message(ret), "rank 1 passed 17 bytes") != NULL, "its message: %s",
+              sfb_error_message(ret));
     }
-    for (size_t i = 0; i < len; i++) all[i] = rank == world - 1 ? NAN : (float)rank;
+    for (size_t i = 0; i < len; i++)
+        all[i] = rank == world - 1 ? NAN : (float)rank;
     if (rank == world - 1) {
         size_t at = 0;
         for (uint32_t m = 0; at < len; m++)
             for (uint32_t k = 0; k < rows_of(m); k++)
-                for (uint32_t j = 0; j < cols_of(m); j++) all[at++] = start_at(m, k, j);
+                for (uint32_t j = 0; j < cols_of(m); j++)
+                    all[at++] = start_at(m, k, j);
     }
     return sfb_job_broadcast(job, world - 1, all, len * sizeof *all);
 }
@@ -182,7 +207,8 @@ static int run(struct sfb_job *job, const struct opts *o)
     uint32_t *order = calloc(o->n, sizeof *order);
     float(*bufs)[2][16] = calloc(o->n, sizeof *bufs);
     size_t total = 0;
-    for (uint32_t m = 0; m < o->n; m++) total += (size_t)rows_of(m) * cols_of(m);
+    for (uint32_t m = 0; m < o->n; m++)
+        total += (size_t)rows_of(m) * cols_of(m);
     float *all = calloc(total, sizeof *all);
     int ret = mats && sfs && order && bufs && all ? 0 : -ENOMEM;
     if (!ret) ret = start_alike(job, all, total);
@@ -195,8 +221,10 @@ static int run(struct sfb_job *job, const struct opts *o)
         /* entry m mod (entries in o->engine) */
         const char *p = o->engine;
         uint32_t entries = 1;
-        for (const char *q = p; *q; q++) entries += *q == ',';
-        for (e = m % entries; e; e--) p = strchr(p, ',') + 1;
+        for (const char *q = p; *q; q++)
+            entries += *q == ',';
+        for (e = m % entries; e; e--)
+            p = strchr(p, ',') + 1;
         len += (uint32_t)sprintf(engine + len, "%s%.*s", m ? "," : "", (int)strcspn(p, ","), p);
     }
     struct sfb_job_attach a;
@@ -225,7 +253,8 @@ static int run(struct sfb_job *job, const struct opts *o)
     if (!ret) ret = sfb_job_finish(job, (int64_t)o->clocks - 1);
     if (!ret) check_replicas(mats, o->n, (int64_t)o->clocks - 1, "after finish");
     double sum = 0, *sums = calloc(world, sizeof *sums);
-    for (size_t i = 0; i < total; i++) sum += all[i] * (double)(1 + i % 13);
+    for (size_t i = 0; i < total; i++)
+        sum += all[i] * (double)(1 + i % 13);
     if (!ret && !sums) ret = -ENOMEM;
     if (!ret) ret = sfb_job_allgather(job, &sum, sizeof sum, sums);
     for (uint32_t r = 0; !ret && r < world; r++)
@@ -245,12 +274,18 @@ int main(int argc, char **argv)
     struct opts o = {.n = 300, .clocks = 12, .engine = "sfb"};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
-        if (!strcmp(k, "--matrices")) o.n = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--clocks")) o.clocks = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--engine")) o.engine = v;
-        else if (!strcmp(k, "--topology")) o.topology = v;
-        else if (!strcmp(k, "--staleness")) o.staleness = atoi(v);
-        else if (!strcmp(k, "--drain-every")) o.drain_every = (uint32_t)atoi(v);
+        if (!strcmp(k, "--matrices"))
+            o.n = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--clocks"))
+            o.clocks = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--engine"))
+            o.engine = v;
+        else if (!strcmp(k, "--topology"))
+            o.topology = v;
+        else if (!strcmp(k, "--staleness"))
+            o.staleness = atoi(v);
+        else if (!strcmp(k, "--drain-every"))
+            o.drain_every = (uint32_t)atoi(v);
         else {
             fprintf(stderr, "job_many: unknown option %s\n", k);
             return 2;
