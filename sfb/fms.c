@@ -234,8 +234,19 @@ static float get_f32(const uint8_t *p)
     return v;
 }
 
+/* While a send waits for queue space: takes what arrived (the receivers of
+ * this rank's sends may be waiting on the same). */
+static void absorb(struct fms *f)
+{
+    struct sfb__frame fr;
+    while (sfb__comm_recv(f->c, &fr, 0) == 0) {
+        if (f->env.absorb) f->env.absorb(f->env.absorb_user, &fr);
+        else take_frame(f, &fr);
+    }
+}
+
 /* Sends hdr + buf[off, off + len) to dst, waiting for queue space while the
- * job is healthy. */
+ * job is healthy (and taking what arrives meanwhile). */
 static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__buf *buf,
                    size_t off, size_t len)
 {
@@ -248,7 +259,7 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
             if (ret) return ret;
             sfb__sleep(SFB_MIN(w, 0.05));
         }
-        int ret = sfb__comm_send(f->c, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
+        int ret = sfb__comm_send(f->c, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.01);
         if (ret == 0) {
             /* counted as the relay counts SFB's: one data message, its
              * bytes on the wire (frame header and payload) */
@@ -257,6 +268,7 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
         }
         if (ret != -ETIMEDOUT) return ret;
         if ((ret = sfb__comm_check(f->c))) return ret;
+        absorb(f);
     }
 }
 
@@ -468,6 +480,14 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     for (size_t i = 0; i < n_el; i++)
         f->a->data[i] += own.data[i];
     uint32_t nonempty = 0;
+    for (uint32_t b = 0; b < f->world; b++) nonempty += block_start(f, b + 1) > block_start(f, b);
+    if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    /* held from now on (buf's reference with it): while the pushes leave,
+     * send_to takes frames, among them maybe a sum of this clock already */
+    f->own[f->nown++] = (struct own){buf, clock, nonempty};
     /* blocks of owners rank + 1, rank + 2, ... first: at each step of the
      * push every owner receives from one pusher (the order a ring
      * reduce-scatter has), instead of all pushing to owner 0 first */
@@ -476,22 +496,16 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
         uint32_t r0 = block_start(f, b), r1 = block_start(f, b + 1);
         if (r1 == r0) {
             /* an empty block is trivially summed */
-            if ((ret = sfb__ssp_mark(f->env.ssp, b, clock))) goto out;
+            if ((ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
             continue;
         }
-        nonempty++;
         if (b == f->rank) continue;
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         const uint8_t *rows = buf->data + (size_t)r0 * row_bytes;
         size_t len = (size_t)(r1 - r0) * row_bytes;
-        if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) goto out;
-        if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) goto out;
+        if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) return ret;
+        if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) return ret;
     }
-    if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
-        ret = -ENOMEM;
-        goto out;
-    }
-    f->own[f->nown++] = (struct own){buf, clock, nonempty};
     /* the own block may be complete already */
     return form_sums(f);
 out:

@@ -130,6 +130,8 @@ static int plan_subs(struct pm *p, const struct sfb__sync_env *env)
     return 0;
 }
 
+static void pm_take(void *priv, struct sfb__frame *f);
+
 static int alloc_tables(struct pm *p, uint32_t n)
 {
     p->sub = calloc(n, sizeof *p->sub);
@@ -166,6 +168,8 @@ static int open_subs(struct pm *p, const struct sfb__sync_env *env)
         se.ids = s->ids;
         se.ssp = &s->ssp;
         se.engine_of = NULL;
+        se.absorb = pm_take;
+        se.absorb_user = p;
         void *sp = calloc(1, s->ops->priv_size);
         if (!sp) return -ENOMEM;
         if ((ret = s->ops->open(sp, &se))) {

@@ -41,6 +41,14 @@ struct sfb__sync_env {
     int priority;         /* enum sfb__priority: the order of parts waiting to leave */
     size_t part_bytes;    /* SFB sends each update in parts of about this size (0: whole) */
     size_t msg_cap;       /* the largest message a relay forms (0: no cap) */
+    /* Frames received while an engine's own send waits for queue space
+     * (FMS pushes from the compute thread): handed here, so that peers'
+     * frames keep flowing (every rank publishing thousands of FMS matrices
+     * at once would otherwise fill every receiver and block every sender).
+     * The per-matrix engine routes them to their sub-engine; NULL: the
+     * engine's own take. */
+    void (*absorb)(void *user, struct sfb__frame *f);
+    void *absorb_user;
 };
 
 /* Live counters of an engine (any time; monotonic). */
