@@ -26,14 +26,31 @@ struct pend {
     int64_t clock;
 };
 
-/* An (origin, clock) not yet applied in full: some matrices, or some parts
- * of a matrix's update, are. SSP marks it once the last part of the last
- * matrix is. */
-struct partial {
-    uint32_t origin, done; /* done bit m: matrix m (local index) applied in full */
+/* The pending updates of one clock (a job has few clocks in flight, and
+ * many matrices: a frame's arrival and a wait's selection of what SSP
+ * allows stay O(1) per frame, whatever the number of matrices). n == 0:
+ * free for another clock. */
+struct bucket {
     int64_t clock;
-    uint64_t got[SFB__RELAY_MAX_IDS];   /* per matrix: parts applied */
-    uint32_t count[SFB__RELAY_MAX_IDS]; /* per matrix: its parts (0: none applied) */
+    struct pend *v;
+    size_t n, cap;
+};
+
+/* Parts of matrix m's update of an (origin, clock) sent in parts. */
+struct mparts {
+    uint64_t got;     /* bit i: part i received */
+    uint32_t count;   /* its parts (0: none received yet) */
+    uint32_t applied; /* parts applied */
+};
+
+/* An (origin, clock) not yet applied in full, from its first frame on. SSP
+ * marks it once the last part of the last matrix is applied. */
+struct partial {
+    uint32_t origin;
+    uint32_t left; /* matrices not applied in full */
+    int64_t clock;
+    uint64_t *recv;    /* bit m: matrix m's update received whole (pending or applied) */
+    struct mparts *mp; /* per matrix, from its first part frame on (NULL: none yet) */
 };
 
 struct bcast {
@@ -41,14 +58,20 @@ struct bcast {
     struct sfb__comm *c;
     struct sfb_reconstruct *recon;
     uint32_t nmat;
-    uint32_t ids[SFB__RELAY_MAX_IDS]; /* wire id of matrix m */
+    uint32_t *ids;      /* wire id of matrix m */
+    uint32_t *local;    /* wire id -> its matrix here (nmat: not carried) */
+    uint32_t nids;      /* local's length: the largest id + 1 */
     struct partial *part;
-    size_t npart, part_cap;
+    size_t npart, part_cap, last_part; /* last_part: the last found (frames come in runs) */
     struct sfb__parts parts; /* publish's split of an update (part_bytes > 0) */
-    struct pend *pend;
-    size_t npend, pend_cap;
+    struct bucket *bk;
+    size_t nbk, bk_cap;
+    struct pend *ready;      /* apply_ready's selection */
+    size_t ready_cap;
     const struct sfb_sf **list;
     size_t list_cap;
+    int64_t own_clock;       /* the clock being published here, */
+    uint32_t own_left;       /* its matrices not published yet */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected; /* frames refused after the wire checks */
     struct sfb__relay *relay;
@@ -56,17 +79,46 @@ struct bcast {
     double boundary_wait_s; /* boundary(): waiting for the frames to forward */
 };
 
+static void part_free(struct partial *p)
+{
+    free(p->recv);
+    free(p->mp);
+}
+
 static void bc_close(void *priv)
 {
     struct bcast *b = priv;
     sfb__relay_close(&b->relay);
-    for (size_t i = 0; i < b->npend; i++) sfb__buf_put(b->pend[i].buf);
-    free(b->pend);
+    for (size_t k = 0; k < b->nbk; k++) {
+        for (size_t i = 0; i < b->bk[k].n; i++) sfb__buf_put(b->bk[k].v[i].buf);
+        free(b->bk[k].v);
+    }
+    free(b->bk);
+    for (size_t i = 0; i < b->npart; i++) part_free(&b->part[i]);
     free(b->part);
+    free(b->ready);
     free(b->from);
     free(b->list);
+    free(b->ids);
+    free(b->local);
     sfb__parts_free(&b->parts);
     sfb_reconstruct_close(&b->recon);
+}
+
+/* The wire ids and their inverse map. */
+static int map_ids(struct bcast *b, const struct sfb__sync_env *env)
+{
+    b->ids = malloc(b->nmat * sizeof *b->ids);
+    if (!b->ids) return -ENOMEM;
+    for (uint32_t m = 0; m < b->nmat; m++) {
+        b->ids[m] = env->ids ? env->ids[m] : m;
+        b->nids = SFB_MAX(b->nids, b->ids[m] + 1);
+    }
+    b->local = malloc(b->nids * sizeof *b->local);
+    if (!b->local) return -ENOMEM;
+    for (uint32_t id = 0; id < b->nids; id++) b->local[id] = b->nmat;
+    for (uint32_t m = 0; m < b->nmat; m++) b->local[b->ids[m]] = m;
+    return 0;
 }
 
 static int bc_open(void *priv, const struct sfb__sync_env *env)
@@ -75,17 +127,17 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     b->env = *env;
     b->c = env->comm;
     b->nmat = env->nmat;
-    if (b->nmat == 0 || b->nmat > 32 || b->nmat > SFB__RELAY_MAX_IDS)
-        return sfb__error(-EINVAL, "sfb engine: %u matrices", b->nmat);
-    for (uint32_t m = 0; m < b->nmat; m++) b->ids[m] = env->ids ? env->ids[m] : m;
-    b->from = calloc(sfb__comm_world(b->c), sizeof *b->from);
-    int ret = b->from ? 0 : -ENOMEM;
+    b->own_clock = INT64_MIN;
+    if (b->nmat == 0) return sfb__error(-EINVAL, "sfb engine: no matrices");
+    int ret = map_ids(b, env);
+    b->from = ret ? NULL : calloc(sfb__comm_world(b->c), sizeof *b->from);
+    if (!ret && !b->from) ret = -ENOMEM;
     struct sfb__relay_settings rs = {
         .topology = env->topology, .degree = env->degree, .flush_clock = env->flush_clock,
         .nmat = b->nmat, .ids = b->ids, .start_clock = env->start_clock,
         .priority = env->priority, .msg_cap = env->msg_cap};
     if (!ret) ret = sfb__relay_open(&b->relay, b->c, &rs);
-    /* The relay tracks arrivals in a 64-frame window per origin, and clock
+    /* The relay tracks arrivals in a 64-clock window per origin, and clock
      * flushing waits on it: keep the run-ahead SSP allows well inside. */
     if (!ret && env->flush_clock && (env->staleness < 0 || env->staleness > 48))
         ret = sfb__error(-SFB_EUSAGE, "--flush clock needs a bounded staleness (0..48), not %lld",
@@ -97,6 +149,7 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
                          "--staleness >= diameter - 1 = %u for this topology (now %lld)",
                          sfb__relay_diameter(b->relay) - 1, (long long)env->staleness);
     if (!ret) ret = sfb_reconstruct_open(&b->recon);
+    if (ret == -ENOMEM) ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
     if (ret) bc_close(b);
     return ret;
 }
@@ -105,65 +158,104 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
  * not carry it. */
 static uint32_t local_of(const struct bcast *b, uint32_t id)
 {
-    uint32_t m = 0;
-    while (m < b->nmat && b->ids[m] != id) m++;
-    return m;
+    return id < b->nids ? b->local[id] : b->nmat;
 }
 
 static struct partial *find_part(struct bcast *b, uint32_t origin, int64_t clock)
 {
-    for (size_t i = 0; i < b->npart; i++)
-        if (b->part[i].origin == origin && b->part[i].clock == clock) return &b->part[i];
+    size_t i = b->last_part;
+    if (i < b->npart && b->part[i].origin == origin && b->part[i].clock == clock)
+        return &b->part[i];
+    for (i = 0; i < b->npart; i++)
+        if (b->part[i].origin == origin && b->part[i].clock == clock) {
+            b->last_part = i;
+            return &b->part[i];
+        }
     return NULL;
 }
 
+/* The (origin, clock) of a new frame: found, or started (NULL: out of
+ * memory). */
+static struct partial *get_part(struct bcast *b, uint32_t origin, int64_t clock)
+{
+    struct partial *p = find_part(b, origin, clock);
+    if (p) return p;
+    if (sfb__reserve((void **)&b->part, &b->part_cap, (b->npart + 1) * sizeof *b->part))
+        return NULL;
+    uint64_t *recv = calloc((b->nmat + 63) / 64, sizeof *recv);
+    if (!recv) return NULL;
+    b->last_part = b->npart;
+    p = &b->part[b->npart++];
+    *p = (struct partial){.origin = origin, .left = b->nmat, .clock = clock, .recv = recv};
+    return p;
+}
+
 /* Whether part `index` of `count` of matrix m of (origin, clock) can be
- * taken: "" when new, else why not (applied or pending already, or its
- * count differs from what its other parts said). */
-static const char *part_conflict(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m,
-                                 uint32_t index, uint32_t count)
+ * taken, and if so records its arrival: NULL when new, else why not
+ * (received already, or its count differs from what its other parts said,
+ * or no memory to track it). */
+static const char *receive_part(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m,
+                                uint32_t index, uint32_t count)
 {
     static const char *const again = "replays an update already received";
     static const char *const other = "its part count differs from the update's other parts";
+    static const char *const oom = "out of memory";
     if (sfb__ssp_is_applied(b->env.ssp, origin, clock)) return again;
-    const struct partial *p = find_part(b, origin, clock);
-    if (p && (p->done >> m & 1)) return again;
-    if (p && p->count[m] && p->count[m] != count) return other;
-    if (p && (p->got[m] >> index & 1)) return again;
-    for (size_t i = 0; i < b->npend; i++) {
-        const struct pend *q = &b->pend[i];
-        if (q->origin != origin || q->clock != clock || q->matrix != m) continue;
-        if (q->count != count) return other;
-        if (q->index == index) return again;
+    struct partial *p = get_part(b, origin, clock);
+    if (!p) return oom;
+    if (p->recv[m / 64] >> (m % 64) & 1) return again;
+    struct mparts *q = p->mp ? &p->mp[m] : NULL;
+    if (count <= 1) {
+        if (q && q->count) return other;
+    } else {
+        if (!p->mp && !(p->mp = calloc(b->nmat, sizeof *p->mp))) return oom;
+        q = &p->mp[m];
+        if (q->count && q->count != count) return other;
+        if (q->got >> index & 1) return again;
+        q->count = count;
+        q->got |= 1ull << index;
+        if (q->got != (count >= 64 ? UINT64_MAX : (1ull << count) - 1)) return NULL;
     }
-    return "";
+    p->recv[m / 64] |= 1ull << (m % 64);
+    return NULL;
 }
 
 /* Part `index` of `count` of matrix m of (origin, clock) is applied: 1 when
  * that completes the matrix's update (SSP marks the pair once every matrix
  * of it is complete), 0 when parts are still to come. */
 static int applied_part(struct bcast *b, uint32_t origin, int64_t clock, uint32_t m,
-                        uint32_t index, uint32_t count)
+                        uint32_t count)
 {
-    uint32_t all = b->nmat >= 32 ? UINT32_MAX : (1u << b->nmat) - 1;
-    if (b->nmat == 1 && count == 1) { /* the common case: nothing to track */
-        sfb__ssp_mark(b->env.ssp, origin, clock);
-        return 1;
-    }
     struct partial *p = find_part(b, origin, clock);
-    if (!p) { /* room reserved by apply_ready */
-        p = &b->part[b->npart++];
-        *p = (struct partial){.origin = origin, .clock = clock};
-    }
-    p->count[m] = count;
-    p->got[m] |= 1ull << index;
-    if (p->got[m] != (count >= 64 ? UINT64_MAX : (1ull << count) - 1)) return 0;
-    p->done |= 1u << m;
-    if (p->done == all) {
+    if (!p) return 0; /* received, so tracked: cannot happen */
+    if (count > 1 && ++p->mp[m].applied < count) return 0;
+    if (--p->left == 0) {
+        part_free(p);
         *p = b->part[--b->npart];
         sfb__ssp_mark(b->env.ssp, origin, clock);
     }
     return 1;
+}
+
+/* Room for one more pending update of `clock` (NULL: out of memory). */
+static struct pend *pend_slot(struct bcast *b, int64_t clock)
+{
+    struct bucket *k = NULL, *free_k = NULL;
+    for (size_t i = 0; i < b->nbk && !k; i++) {
+        if (b->bk[i].n && b->bk[i].clock == clock) k = &b->bk[i];
+        else if (!b->bk[i].n && !free_k) free_k = &b->bk[i];
+    }
+    if (!k && !free_k) {
+        if (sfb__reserve((void **)&b->bk, &b->bk_cap, (b->nbk + 1) * sizeof *b->bk)) return NULL;
+        free_k = &b->bk[b->nbk++];
+        *free_k = (struct bucket){0};
+    }
+    if (!k) {
+        k = free_k;
+        k->clock = clock;
+    }
+    if (sfb__reserve((void **)&k->v, &k->cap, (k->n + 1) * sizeof *k->v)) return NULL;
+    return &k->v[k->n++];
 }
 
 /* One validated SF frame: becomes pending, holding a reference to `buf`. */
@@ -181,32 +273,32 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
         why = "claims to carry this rank's own update";
     struct sfb__wire_part part;
     sfb__wire_part(h, payload, &part);
+    struct pend p = {.origin = h->origin, .matrix = m, .clock = h->clock, .index = part.index,
+                     .count = part.count};
+    if (!why) why = receive_part(b, h->origin, h->clock, m, part.index, part.count);
     if (!why) {
-        why = part_conflict(b, h->origin, h->clock, m, part.index, part.count);
-        if (!*why) why = NULL;
-    }
-    if (!why) {
-        struct pend p = {.origin = h->origin, .matrix = m, .clock = h->clock,
-                         .index = part.index, .count = part.count};
         uint64_t sf_len;
         const uint8_t *sf = sfb__wire_sf_payload(h, payload, &sf_len);
         int ret = sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
                                (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
         if (ret) {
-            /* checksummed, so as its origin built it: not noise */
+            /* checksummed, so as its origin built it: not noise (the
+             * update can never be applied: the job fails naming it) */
             b->rejected++;
             sfb__comm_reject_update(b->c, h->origin, (uint32_t)from, h->clock, h->matrix,
                                     sfb_error_message(ret));
             return;
-        } else if (sfb__reserve((void **)&b->pend, &b->pend_cap,
-                                (b->npend + 1) * sizeof *b->pend)) {
-            why = "out of memory";
-        } else {
+        }
+    }
+    if (!why) {
+        struct pend *slot = pend_slot(b, h->clock);
+        if (slot) {
             p.buf = buf;
             sfb__buf_ref(buf);
-            b->pend[b->npend++] = p;
+            *slot = p;
             return;
         }
+        why = "out of memory";
     }
     b->rejected++;
     SFB_LOG_W("rejected a frame from rank %d (origin %u, clock %lld): %s", from, h->origin,
@@ -236,50 +328,69 @@ static void take_frame(struct bcast *b, struct sfb__frame *f)
     sfb__buf_put(f->buf);
 }
 
+/* Per matrix, in (clock, origin, part) order: every replica sums the same
+ * updates of a matrix the same way. */
 static int cmp_pend(const void *x, const void *y)
 {
     const struct pend *a = x, *b = y;
+    if (a->matrix != b->matrix) return a->matrix < b->matrix ? -1 : 1;
     if (a->clock != b->clock) return a->clock < b->clock ? -1 : 1;
     if (a->origin != b->origin) return a->origin < b->origin ? -1 : 1;
-    if (a->matrix != b->matrix) return a->matrix < b->matrix ? -1 : 1;
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-/* Applies every pending update with clock ≤ limit, stacked, in (clock,
- * origin) order so that every replica sums the same set the same way. */
+/* Moves every pending update of a clock <= limit to b->ready; how many. */
+static size_t select_ready(struct bcast *b, int64_t limit, int *oom)
+{
+    size_t n = 0;
+    *oom = 0;
+    for (size_t i = 0; i < b->nbk; i++)
+        if (b->bk[i].n && b->bk[i].clock <= limit) n += b->bk[i].n;
+    if (n == 0) return 0;
+    if (sfb__reserve((void **)&b->ready, &b->ready_cap, n * sizeof *b->ready) ||
+        sfb__reserve((void **)&b->list, &b->list_cap, n * sizeof *b->list)) {
+        *oom = 1;
+        return 0;
+    }
+    n = 0;
+    for (size_t i = 0; i < b->nbk; i++) {
+        struct bucket *k = &b->bk[i];
+        if (!k->n || k->clock > limit) continue;
+        memcpy(b->ready + n, k->v, k->n * sizeof *k->v);
+        n += k->n;
+        k->n = 0;
+    }
+    return n;
+}
+
+/* Applies every pending update with clock ≤ limit, stacked: one
+ * reconstruction call per matrix. */
 static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_t required,
                        struct sfb__sync_clock *acct)
 {
-    if (b->npend == 0) return 0;
-    qsort(b->pend, b->npend, sizeof *b->pend, cmp_pend);
-    size_t n = 0;
-    while (n < b->npend && b->pend[n].clock <= limit) n++;
+    int oom;
+    size_t n = select_ready(b, limit, &oom);
+    if (oom) return sfb__error(-ENOMEM, "sfb engine: out of memory");
     if (n == 0) return 0;
     double t0 = sfb__now();
-    if (sfb__reserve((void **)&b->list, &b->list_cap, n * sizeof *b->list)) return -ENOMEM;
-    if (sfb__reserve((void **)&b->part, &b->part_cap, (b->npart + n) * sizeof *b->part))
-        return -ENOMEM;
-    for (uint32_t m = 0; m < b->nmat; m++) {
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++)
-            if (b->pend[i].matrix == m) b->list[k++] = &b->pend[i].view;
-        if (!k) continue;
-        int ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], b->list, k);
-        if (ret) return ret;
+    qsort(b->ready, n, sizeof *b->ready, cmp_pend);
+    int ret = 0;
+    for (size_t i = 0, j; i < n && !ret; i = j) {
+        uint32_t m = b->ready[i].matrix;
+        for (j = i; j < n && b->ready[j].matrix == m; j++) b->list[j - i] = &b->ready[j].view;
+        ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], b->list, j - i);
     }
     for (size_t i = 0; i < n; i++) {
-        struct pend *p = &b->pend[i];
+        struct pend *p = &b->ready[i];
         /* an update counts as applied once its last part is */
-        if (applied_part(b, p->origin, p->clock, p->matrix, p->index, p->count)) {
+        if (!ret && applied_part(b, p->origin, p->clock, p->matrix, p->count)) {
             b->from[p->origin]++;
             sfb__sync_count_applied(b->hist, acct, now_clock, p->clock, required);
         }
         sfb__buf_put(p->buf);
     }
-    memmove(b->pend, b->pend + n, (b->npend - n) * sizeof *b->pend);
-    b->npend -= n;
     acct->apply_s += sfb__now() - t0;
-    return 0;
+    return ret;
 }
 
 static void waiter_take(void *priv, struct sfb__frame *f)
@@ -343,7 +454,8 @@ static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
         int ret = sfb__relay_boundary(b->relay, INT64_MAX);
         if (ret) return ret;
     }
-    return wait_until(b, last, INT64_MAX, last + 1, acct);
+    /* updates of later clocks stay pending (sfb_job_drain's promise) */
+    return wait_until(b, last, last, last + 1, acct);
 }
 
 /* Encodes one SF frame of `sf` (a whole update, or part `part` of one:
@@ -396,25 +508,32 @@ static int send_update(struct bcast *b, int64_t clock, uint32_t m, const struct 
     return ret;
 }
 
-static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
+/* Matrix m's own update: leaves for the peers now and is applied here; the
+ * clock is published (SSP marks it) with its last matrix. */
+static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
 {
     struct bcast *b = priv;
     struct sfb__comm *c = b->c;
-    for (uint32_t m = 0; m < n; m++) {
-        /* the parts' scores read the replica before this update */
-        if (sfb__comm_world(c) > 1) {
-            int ret = send_update(b, clock, m, &sf[m]);
-            if (ret) return ret;
-        }
-        const struct sfb_sf *one = &sf[m];
-        int ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], &one, 1);
-        if (ret) return ret;
+    if (b->own_clock != clock) {
+        b->own_clock = clock;
+        b->own_left = b->nmat;
     }
+    /* the parts' scores read the replica before this update */
     if (sfb__comm_world(c) > 1) {
-        int ret = boundary(b, clock, clock);
+        int ret = send_update(b, clock, m, sf);
         if (ret) return ret;
     }
+    int ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], &sf, 1);
+    if (ret || --b->own_left) return ret;
+    if (sfb__comm_world(c) > 1 && (ret = boundary(b, clock, clock))) return ret;
     return sfb__ssp_mark(b->env.ssp, sfb__comm_rank(c), clock);
+}
+
+static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
+{
+    int ret = 0;
+    for (uint32_t m = 0; m < n && !ret; m++) ret = bc_publish_one(priv, clock, m, &sf[m]);
+    return ret;
 }
 
 static void bc_report(void *priv, struct sfb__sync_report *rep)
@@ -454,6 +573,7 @@ const struct sfb__sync_ops sfb__broadcast_ops = {
     .close = bc_close,
     .wait = bc_wait,
     .publish = bc_publish,
+    .publish_one = bc_publish_one,
     .drain = bc_drain,
     .staleness_hist = bc_hist,
     .report = bc_report,

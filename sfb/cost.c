@@ -184,6 +184,15 @@ int sfb__cost_plan(const struct sfb__cost_env *e, const struct sfb__cost_matrix 
     return 0;
 }
 
+int sfb__cost_describe_one(uint32_t index, const struct sfb__cost_matrix *m, int choice,
+                           const double ms[2], char *buf, size_t cap)
+{
+    int w = snprintf(buf, cap, "matrix %u %llux%llu: sfb %.3g ms, fms %.3g ms per clock -> %s\n",
+                     index, (unsigned long long)m->rows, (unsigned long long)m->cols, ms[0], ms[1],
+                     choice == SFB__ENG_FMS ? "fms" : "sfb");
+    return w < 0 ? sfb__error(-EINVAL, "cost describe: formatting failed") : w;
+}
+
 int sfb__cost_describe(const struct sfb__cost_matrix *m, uint32_t n, const int *choice,
                        const double (*ms)[2], char *buf, size_t cap)
 {
@@ -195,11 +204,9 @@ int sfb__cost_describe(const struct sfb__cost_matrix *m, uint32_t n, const int *
     size_t len = 0;
     if (cap) buf[0] = '\0';
     for (uint32_t i = 0; i < n; i++) {
-        int w = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0,
-                         "matrix %u %llux%llu: sfb %.3g ms, fms %.3g ms per clock -> %s\n", i,
-                         (unsigned long long)m[i].rows, (unsigned long long)m[i].cols, ms[i][0],
-                         ms[i][1], choice[i] == SFB__ENG_FMS ? "fms" : "sfb");
-        if (w < 0) return sfb__error(-EINVAL, "cost describe: formatting failed");
+        int w = sfb__cost_describe_one(i, &m[i], choice[i], ms[i], len < cap ? buf + len : NULL,
+                                       len < cap ? cap - len : 0);
+        if (w < 0) return w;
         len += (size_t)w;
     }
     return len > INT32_MAX ? -EOVERFLOW : (int)len;

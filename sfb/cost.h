@@ -78,6 +78,10 @@ int sfb__cost_plan(const struct sfb__cost_env *e, const struct sfb__cost_matrix 
  * Returns the length the whole text needs (as snprintf), or -EINVAL. */
 int sfb__cost_describe(const struct sfb__cost_matrix *m, uint32_t n, const int *choice,
                        const double (*ms)[2], char *buf, size_t cap);
+/* The line of one matrix, named `index`; returns as snprintf (the length
+ * the line needs) or -EINVAL. */
+int sfb__cost_describe_one(uint32_t index, const struct sfb__cost_matrix *m, int choice,
+                           const double ms[2], char *buf, size_t cap);
 
 /* ---- start-up measurements (sfb/probe.c) ---- */
 

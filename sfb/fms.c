@@ -67,6 +67,8 @@ struct fms {
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
     uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
+    int64_t own_clock; /* a job of one worker: the clock being published, */
+    uint32_t own_left; /* its matrices not published yet */
 };
 
 static uint32_t block_start(const struct fms *f, uint32_t b)
@@ -90,6 +92,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     f->rank = sfb__comm_rank(f->c);
     f->world = sfb__comm_world(f->c);
     f->nmat = env->nmat;
+    f->own_clock = INT64_MIN;
     /* a job of several matrices runs one FMS engine per matrix
      * (sfb__permatrix_ops) */
     if (f->world > 1 && f->nmat != 1)
@@ -231,8 +234,19 @@ static float get_f32(const uint8_t *p)
     return v;
 }
 
+/* While a send waits for queue space: takes what arrived (the receivers of
+ * this rank's sends may be waiting on the same). */
+static void absorb(struct fms *f)
+{
+    struct sfb__frame fr;
+    while (sfb__comm_recv(f->c, &fr, 0) == 0) {
+        if (f->env.absorb) f->env.absorb(f->env.absorb_user, &fr);
+        else take_frame(f, &fr);
+    }
+}
+
 /* Sends hdr + buf[off, off + len) to dst, waiting for queue space while the
- * job is healthy. */
+ * job is healthy (and taking what arrives meanwhile). */
 static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__buf *buf,
                    size_t off, size_t len)
 {
@@ -245,7 +259,7 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
             if (ret) return ret;
             sfb__sleep(SFB_MIN(w, 0.05));
         }
-        int ret = sfb__comm_send(f->c, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.1);
+        int ret = sfb__comm_send(f->c, dst, hdr, SFB_WIRE_HDR_SIZE, buf, off, len, 0.01);
         if (ret == 0) {
             /* counted as the relay counts SFB's: one data message, its
              * bytes on the wire (frame header and payload) */
@@ -254,6 +268,7 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
         }
         if (ret != -ETIMEDOUT) return ret;
         if ((ret = sfb__comm_check(f->c))) return ret;
+        absorb(f);
     }
 }
 
@@ -414,40 +429,65 @@ static int fms_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
 static int fms_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 {
     struct fms *f = priv;
-    return wait_until(f, last, INT64_MAX, last + 1, acct);
+    /* sums of later clocks stay held (sfb_job_drain's promise) */
+    return wait_until(f, last, last, last + 1, acct);
 }
 
-static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
+/* A job of one worker: the own update is the whole update, applied at
+ * once; the clock is complete with its last matrix. sf, or scale · delta. */
+static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct sfb_sf *sf,
+                         float scale, const float *delta)
 {
-    struct fms *f = priv;
-    struct sfb__comm *c = f->c;
-    if (sfb__comm_world(c) == 1) {
-        /* nothing to share: the own update is the whole update */
-        for (uint32_t m = 0; m < n; m++) {
-            const struct sfb_sf *one = &sf[m];
-            int ret = sfb_reconstruct_apply(f->recon, &f->env.mats[m], &one, 1);
-            if (ret) return ret;
-        }
-        return sfb__ssp_mark(f->env.ssp, sfb__comm_rank(c), clock);
+    if (f->own_clock != clock) {
+        f->own_clock = clock;
+        f->own_left = f->nmat;
     }
-    if (n != 1 || sf[0].rows != f->K || sf[0].cols != f->D)
-        return sfb__error(-SFB_ESHAPE, "fms: publish needs one %u x %u update, got %u of %u x %u",
-                          f->K, f->D, n, n ? sf[0].rows : 0, n ? sf[0].cols : 0);
+    struct sfb_matrix *a = &f->env.mats[m];
+    if (sf) {
+        int ret = sfb_reconstruct_apply(f->recon, a, &sf, 1);
+        if (ret) return ret;
+    } else {
+        size_t n_el = (size_t)a->rows * a->cols;
+        for (size_t i = 0; i < n_el; i++) a->data[i] += scale * delta[i];
+    }
+    return --f->own_left ? 0 : sfb__ssp_mark(f->env.ssp, sfb__comm_rank(f->c), clock);
+}
+
+/* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
+ * delta: added to the own replica at once (read-my-writes) and each row
+ * block pushed to its owner. */
+static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
+                       const float *delta)
+{
+    struct sfb__comm *c = f->c;
+    if (sf && (sf->rows != f->K || sf->cols != f->D))
+        return sfb__error(-SFB_ESHAPE, "fms: publish needs a %u x %u update, got %u x %u", f->K,
+                          f->D, sf->rows, sf->cols);
     if (find_own(f, clock) || sfb__ssp_is_applied(f->env.ssp, f->rank, clock))
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
     size_t n_el = (size_t)f->K * f->D, row_bytes = (size_t)f->D * sizeof(float);
     struct sfb__buf *buf;
     int ret = sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) return ret;
-    /* ΔA_own: the own SFs reconstructed into zeros, one sgemm */
-    memset(buf->data, 0, n_el * sizeof(float));
-    struct sfb_matrix delta = {f->K, f->D, (float *)(void *)buf->data};
-    const struct sfb_sf *one = &sf[0];
-    if ((ret = sfb_reconstruct_apply(f->recon, &delta, &one, 1))) goto out;
+    struct sfb_matrix own = {f->K, f->D, (float *)(void *)buf->data};
+    if (sf) {
+        memset(buf->data, 0, n_el * sizeof(float));
+        if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto out;
+    } else {
+        for (size_t i = 0; i < n_el; i++) own.data[i] = scale * delta[i];
+    }
     /* read-my-writes */
     for (size_t i = 0; i < n_el; i++)
-        f->a->data[i] += delta.data[i];
+        f->a->data[i] += own.data[i];
     uint32_t nonempty = 0;
+    for (uint32_t b = 0; b < f->world; b++) nonempty += block_start(f, b + 1) > block_start(f, b);
+    if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    /* held from now on (buf's reference with it): while the pushes leave,
+     * send_to takes frames, among them maybe a sum of this clock already */
+    f->own[f->nown++] = (struct own){buf, clock, nonempty};
     /* blocks of owners rank + 1, rank + 2, ... first: at each step of the
      * push every owner receives from one pusher (the order a ring
      * reduce-scatter has), instead of all pushing to owner 0 first */
@@ -456,26 +496,46 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
         uint32_t r0 = block_start(f, b), r1 = block_start(f, b + 1);
         if (r1 == r0) {
             /* an empty block is trivially summed */
-            if ((ret = sfb__ssp_mark(f->env.ssp, b, clock))) goto out;
+            if ((ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
             continue;
         }
-        nonempty++;
         if (b == f->rank) continue;
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         const uint8_t *rows = buf->data + (size_t)r0 * row_bytes;
         size_t len = (size_t)(r1 - r0) * row_bytes;
-        if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) goto out;
-        if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) goto out;
+        if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) return ret;
+        if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) return ret;
     }
-    if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
-        ret = -ENOMEM;
-        goto out;
-    }
-    f->own[f->nown++] = (struct own){buf, clock, nonempty};
     /* the own block may be complete already */
     return form_sums(f);
 out:
     sfb__buf_put(buf);
+    return ret;
+}
+
+static int fms_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
+{
+    struct fms *f = priv;
+    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, sf, 0, NULL);
+    return push_update(f, clock, sf, 0, NULL);
+}
+
+static int fms_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
+                             const float *delta)
+{
+    struct fms *f = priv;
+    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, NULL, scale, delta);
+    return push_update(f, clock, NULL, scale, delta);
+}
+
+static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
+{
+    struct fms *f = priv;
+    if (sfb__comm_world(f->c) > 1 && n != 1)
+        return sfb__error(-SFB_ESHAPE, "fms: publish needs one %u x %u update, got %u", f->K,
+                          f->D, n);
+    int ret = 0;
+    for (uint32_t m = 0; m < n && !ret; m++) ret = fms_publish_one(priv, clock, m, &sf[m]);
     return ret;
 }
 
@@ -509,6 +569,8 @@ const struct sfb__sync_ops sfb__fms_ops = {
     .close = fms_close,
     .wait = fms_wait,
     .publish = fms_publish,
+    .publish_one = fms_publish_one,
+    .publish_dense = fms_publish_dense,
     .drain = fms_drain,
     .staleness_hist = fms_hist,
     .report = fms_report,

@@ -12,10 +12,13 @@
  *
  * One wait loop (sfb__sync_wait) receives for all: a frame goes to the
  * sub-engine that carries its type and matrix id (SF frames and bundles to
- * SFB, DENSE_ROWS of matrix m to m's FMS); each sub-engine then progresses
- * (FMS owners sum, updates are applied). Compute thread only. */
+ * SFB, DENSE_ROWS of matrix m to m's FMS); the sub-engines that took a
+ * frame then progress (FMS owners sum, updates are applied), and every one
+ * once per wait (what a raised limit lets it apply). A job of thousands of
+ * matrices has thousands of FMS sub-engines: per frame the work stays with
+ * the one that takes it, and the job's table follows the sub-engines' tables
+ * incrementally (sync_sub). Compute thread only. */
 #include "config.h"
-#include "sfb/relay.h"
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/net/comm.h"
@@ -25,27 +28,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PM_MAX SFB__RELAY_MAX_IDS
-
 struct sub {
     const struct sfb__sync_ops *ops;
     void *priv;              /* NULL until opened */
     struct sfb__ssp ssp;     /* this engine's own clock table */
     int ssp_open;
+    int dirty;               /* in pm.dirty: progresses at the next round */
     uint32_t n;              /* matrices it carries */
-    struct sfb_matrix mats[PM_MAX];
-    uint32_t ids[PM_MAX];    /* their wire ids */
-    uint32_t idx[PM_MAX];    /* their index among the job's matrices */
-    struct sfb_sf sf[PM_MAX]; /* publish: the job's SFs of these matrices */
+    struct sfb_matrix *mats; /* n: the matrices, */
+    uint32_t *ids;           /* their wire ids, */
+    uint32_t *idx;           /* their index among the job's matrices */
+    struct sfb_sf *sf;       /* publish: the job's SFs of these matrices */
 };
 
 struct pm {
     struct sfb__sync_env env;
     struct sfb__comm *c;
-    struct sub sub[PM_MAX];
+    uint32_t world;
+    struct sub *sub;
     uint32_t nsub;
-    int sf_sub;              /* the sub-engine of SF frames, -1: none */
-    int rows_sub[PM_MAX];    /* by wire id: the sub-engine of DENSE_ROWS, -1 */
+    uint32_t *sub_of, *local_of; /* per job matrix: its sub-engine, its index there */
+    int sf_sub;                  /* the sub-engine of SF frames, -1: none */
+    int *rows_sub;               /* by wire id (< nmat): the sub-engine of DENSE_ROWS, -1 */
+    uint32_t *dirty, ndirty;     /* sub-engines to progress */
+    /* the job's table from the sub-engines' (sync_sub): seen[i·world + o] is
+     * sub-engine i's applied clock of origin o as last looked at; behind[o]
+     * how many of them are at the job's applied clock of o (none: the job's
+     * can advance) */
+    int64_t *seen;
+    uint32_t *behind;
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
 };
@@ -60,67 +71,95 @@ static int carries_several(const struct sfb__sync_ops *ops)
 static void pm_close(void *priv)
 {
     struct pm *p = priv;
-    for (uint32_t i = 0; i < p->nsub; i++) {
+    for (uint32_t i = 0; p->sub && i < p->nsub; i++) {
         struct sub *s = &p->sub[i];
         if (s->priv) s->ops->close(s->priv);
         free(s->priv);
-        s->priv = NULL;
         if (s->ssp_open) sfb__ssp_fini(&s->ssp);
-        s->ssp_open = 0;
+        free(s->mats);
+        free(s->ids);
+        free(s->idx);
+        free(s->sf);
     }
+    free(p->sub);
+    free(p->sub_of);
+    free(p->local_of);
+    free(p->rows_sub);
+    free(p->dirty);
+    free(p->seen);
+    free(p->behind);
+    memset(p, 0, sizeof *p);
 }
 
-/* Groups the matrices into sub-engines (in order of their first matrix). */
+/* Groups the matrices into sub-engines (in order of their first matrix):
+ * p->sub_of and p->local_of, then each sub-engine's arrays. */
 static int plan_subs(struct pm *p, const struct sfb__sync_env *env)
 {
-    for (uint32_t m = 0; m < env->nmat; m++) {
+    uint32_t n = env->nmat;
+    int several = -1; /* the sub-engine of the engine that carries several */
+    for (uint32_t m = 0; m < n; m++) {
         const struct sfb__sync_ops *ops = env->engine_of[m];
-        if (!ops || ops == &sfb__permatrix_ops || !ops->take || !ops->progress)
+        if (!ops || ops == &sfb__permatrix_ops || !ops->take || !ops->progress ||
+            !ops->publish_one)
             return sfb__error(-EINVAL, "per-matrix sync: matrix %u has no engine that can share "
                               "a job", m);
-        struct sub *s = NULL;
-        for (uint32_t i = 0; i < p->nsub && !s; i++)
-            if (p->sub[i].ops == ops && carries_several(ops)) s = &p->sub[i];
-        if (!s) {
-            s = &p->sub[p->nsub++];
-            s->ops = ops;
+        int i = carries_several(ops) ? several : -1;
+        if (i < 0) {
+            i = (int)p->nsub++;
+            p->sub[i].ops = ops;
+            if (carries_several(ops)) several = i;
         }
-        s->mats[s->n] = env->mats[m];
-        s->ids[s->n] = env->ids ? env->ids[m] : m;
-        s->idx[s->n] = m;
-        s->n++;
+        p->sub_of[m] = (uint32_t)i;
+        p->local_of[m] = p->sub[i].n++;
+    }
+    for (uint32_t i = 0; i < p->nsub; i++) {
+        struct sub *s = &p->sub[i];
+        s->mats = malloc(s->n * sizeof *s->mats);
+        s->ids = malloc(s->n * sizeof *s->ids);
+        s->idx = malloc(s->n * sizeof *s->idx);
+        s->sf = calloc(s->n, sizeof *s->sf);
+        if (!s->mats || !s->ids || !s->idx || !s->sf) return -ENOMEM;
+    }
+    for (uint32_t m = 0; m < n; m++) {
+        struct sub *s = &p->sub[p->sub_of[m]];
+        uint32_t j = p->local_of[m];
+        s->mats[j] = env->mats[m];
+        s->ids[j] = env->ids ? env->ids[m] : m;
+        s->idx[j] = m;
     }
     return 0;
 }
 
-static int pm_open(void *priv, const struct sfb__sync_env *env)
+static void pm_take(void *priv, struct sfb__frame *f);
+
+static int alloc_tables(struct pm *p, uint32_t n)
 {
-    struct pm *p = priv;
-    p->env = *env;
-    p->c = env->comm;
-    p->sf_sub = -1;
-    for (uint32_t i = 0; i < PM_MAX; i++) p->rows_sub[i] = -1;
-    if (!env->engine_of || env->nmat == 0 || env->nmat > PM_MAX)
-        return sfb__error(-EINVAL, "per-matrix sync: %u matrices (1 .. %d, each with an engine)",
-                          env->nmat, PM_MAX);
-    int ret = plan_subs(p, env);
-    if (ret) return ret;
+    p->sub = calloc(n, sizeof *p->sub);
+    p->sub_of = malloc(n * sizeof *p->sub_of);
+    p->local_of = malloc(n * sizeof *p->local_of);
+    p->rows_sub = malloc(n * sizeof *p->rows_sub);
+    p->dirty = malloc(n * sizeof *p->dirty);
+    p->behind = calloc(p->world, sizeof *p->behind);
+    if (!p->sub || !p->sub_of || !p->local_of || !p->rows_sub || !p->dirty || !p->behind)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++) p->rows_sub[i] = -1;
+    return 0;
+}
+
+static int open_subs(struct pm *p, const struct sfb__sync_env *env)
+{
+    int ret = 0;
     for (uint32_t i = 0; i < p->nsub && !ret; i++) {
         struct sub *s = &p->sub[i];
         if (s->ops == &sfb__broadcast_ops) p->sf_sub = (int)i;
         for (uint32_t j = 0; j < s->n && s->ops == &sfb__fms_ops; j++) {
-            if (s->ids[j] >= PM_MAX) ret = sfb__error(-EINVAL, "matrix id %u", s->ids[j]);
+            if (env->ids || s->ids[j] >= env->nmat) ret = sfb__error(-EINVAL, "matrix id %u", s->ids[j]);
             else p->rows_sub[s->ids[j]] = (int)i;
         }
     }
-    /* SFB's clock-mode boundaries receive on their own, taking only SF
-     * frames: with FMS beside it they would drop the row blocks. */
-    if (!ret && env->flush_clock && p->nsub > 1)
-        ret = sfb__error(-SFB_EUSAGE, "--flush clock needs every matrix on SFB (a per-matrix "
-                         "sync with FMS matrices forwards eagerly)");
     for (uint32_t i = 0; i < p->nsub && !ret; i++) {
         struct sub *s = &p->sub[i];
-        ret = sfb__ssp_init(&s->ssp, sfb__comm_world(p->c), env->staleness, env->start_clock);
+        ret = sfb__ssp_init(&s->ssp, p->world, env->staleness, env->start_clock);
         if (ret) break;
         s->ssp_open = 1;
         struct sfb__sync_env se = *env;
@@ -129,34 +168,85 @@ static int pm_open(void *priv, const struct sfb__sync_env *env)
         se.ids = s->ids;
         se.ssp = &s->ssp;
         se.engine_of = NULL;
+        se.absorb = pm_take;
+        se.absorb_user = p;
         void *sp = calloc(1, s->ops->priv_size);
-        if (!sp) {
-            ret = sfb__error(-ENOMEM, "per-matrix sync: out of memory");
-            break;
-        }
+        if (!sp) return -ENOMEM;
         if ((ret = s->ops->open(sp, &se))) {
             free(sp);
             break;
         }
         s->priv = sp;
     }
+    return ret;
+}
+
+static int pm_open(void *priv, const struct sfb__sync_env *env)
+{
+    struct pm *p = priv;
+    p->env = *env;
+    p->c = env->comm;
+    p->world = sfb__comm_world(p->c);
+    p->sf_sub = -1;
+    if (!env->engine_of || env->nmat == 0)
+        return sfb__error(-EINVAL, "per-matrix sync: %u matrices (each with an engine)",
+                          env->nmat);
+    int ret = alloc_tables(p, env->nmat);
+    if (!ret) ret = plan_subs(p, env);
+    /* SFB's clock-mode boundaries receive on their own, taking only SF
+     * frames: with FMS beside it they would drop the row blocks. */
+    if (!ret && env->flush_clock && p->nsub > 1)
+        ret = sfb__error(-SFB_EUSAGE, "--flush clock needs every matrix on SFB (a per-matrix "
+                         "sync with FMS matrices forwards eagerly)");
+    if (!ret && !(p->seen = malloc((size_t)p->nsub * p->world * sizeof *p->seen))) ret = -ENOMEM;
+    if (!ret) ret = open_subs(p, env);
+    if (!ret) {
+        /* every table starts at start_clock − 1 for every origin */
+        for (size_t k = 0; k < (size_t)p->nsub * p->world; k++) p->seen[k] = env->start_clock - 1;
+        for (uint32_t o = 0; o < p->world; o++) p->behind[o] = p->nsub;
+    }
+    if (ret == -ENOMEM) ret = sfb__error(-ENOMEM, "per-matrix sync: out of memory");
     if (ret) pm_close(p);
     return ret;
 }
 
-/* The job's table: (o, t) is applied once every sub-engine's table has it. */
-static void sync_tables(struct pm *p)
+/* The job's table of origin o catches up with the slowest sub-engine. */
+static void advance(struct pm *p, uint32_t o)
 {
-    uint32_t world = sfb__comm_world(p->c);
-    for (uint32_t o = 0; o < world; o++) {
-        int64_t target = INT64_MAX;
-        for (uint32_t i = 0; i < p->nsub; i++) {
-            int64_t a = sfb__ssp_applied(&p->sub[i].ssp, o);
-            if (a < target) target = a;
-        }
-        for (int64_t a = sfb__ssp_applied(p->env.ssp, o); a < target; a++)
-            sfb__ssp_mark(p->env.ssp, o, a + 1);
+    int64_t low = INT64_MAX;
+    for (uint32_t i = 0; i < p->nsub; i++) low = SFB_MIN(low, p->seen[(size_t)i * p->world + o]);
+    for (int64_t a = sfb__ssp_applied(p->env.ssp, o); a < low; a++)
+        sfb__ssp_mark(p->env.ssp, o, a + 1);
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < p->nsub; i++) at += p->seen[(size_t)i * p->world + o] == low;
+    p->behind[o] = at;
+}
+
+/* After sub-engine i may have applied something: the job's table marks
+ * (o, t) once every sub-engine's has. O(world) per call; the scan over the
+ * sub-engines (advance) runs once per origin and clock. */
+static void sync_sub(struct pm *p, uint32_t i)
+{
+    int64_t *seen = &p->seen[(size_t)i * p->world];
+    for (uint32_t o = 0; o < p->world; o++) {
+        int64_t a = sfb__ssp_applied(&p->sub[i].ssp, o);
+        if (a == seen[o]) continue;
+        if (seen[o] == sfb__ssp_applied(p->env.ssp, o)) p->behind[o]--;
+        seen[o] = a;
+        if (p->behind[o] == 0) advance(p, o);
     }
+}
+
+static void mark_dirty(struct pm *p, uint32_t i)
+{
+    if (p->sub[i].dirty) return;
+    p->sub[i].dirty = 1;
+    p->dirty[p->ndirty++] = i;
+}
+
+static void all_dirty(struct pm *p)
+{
+    for (uint32_t i = 0; i < p->nsub; i++) mark_dirty(p, i);
 }
 
 static void pm_take(void *priv, struct sfb__frame *f)
@@ -168,10 +258,11 @@ static void pm_take(void *priv, struct sfb__frame *f)
     int i = -1;
     if (h.type == SFB_WIRE_SF || h.type == SFB_WIRE_BUNDLE)
         i = p->sf_sub;
-    else if (h.type == SFB_WIRE_DENSE_ROWS && h.matrix < PM_MAX)
+    else if (h.type == SFB_WIRE_DENSE_ROWS && h.matrix < p->env.nmat)
         i = p->rows_sub[h.matrix];
     if (i >= 0) {
         p->sub[i].ops->take(p->sub[i].priv, f); /* takes the buffer reference */
+        mark_dirty(p, (uint32_t)i);
         return;
     }
     p->rejected++;
@@ -186,9 +277,12 @@ static int pm_progress(void *priv, int64_t limit, int64_t now_clock, int64_t req
 {
     struct pm *p = priv;
     int ret = 0;
-    for (uint32_t i = 0; i < p->nsub && !ret; i++)
+    while (p->ndirty && !ret) {
+        uint32_t i = p->dirty[--p->ndirty];
+        p->sub[i].dirty = 0;
         ret = p->sub[i].ops->progress(p->sub[i].priv, limit, now_clock, required, acct);
-    sync_tables(p);
+        sync_sub(p, i);
+    }
     return ret;
 }
 
@@ -198,6 +292,8 @@ static int wait_until(struct pm *p, int64_t required, int64_t limit, int64_t now
     /* no stall check: an origin's clock is applied here when its FMS part
      * is too, which waits on the slowest worker through the servers */
     const struct sfb__sync_waiter w = {p, pm_take, pm_progress, 0, 0};
+    /* a new limit may let any sub-engine apply what it holds */
+    all_dirty(p);
     return sfb__sync_wait(p->c, p->env.ssp, &w, required, limit, now_clock, acct);
 }
 
@@ -207,6 +303,14 @@ static int pm_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
     int64_t required = sfb__ssp_required(p->env.ssp, clock);
     int64_t limit = (p->env.apply_early || required == INT64_MIN) ? INT64_MAX : required;
     return wait_until(p, required, limit, clock, acct);
+}
+
+/* After a sub-engine published: what it formed (an FMS owner's sum) is
+ * applied at the next round; its own clock may be complete. */
+static void published(struct pm *p, uint32_t i)
+{
+    mark_dirty(p, i);
+    sync_sub(p, i);
 }
 
 static int pm_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
@@ -219,8 +323,30 @@ static int pm_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
         struct sub *s = &p->sub[i];
         for (uint32_t j = 0; j < s->n; j++) s->sf[j] = sf[s->idx[j]];
         ret = s->ops->publish(s->priv, clock, s->sf, s->n);
+        published(p, i);
     }
-    sync_tables(p);
+    return ret;
+}
+
+static int pm_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
+{
+    struct pm *p = priv;
+    uint32_t i = p->sub_of[m];
+    int ret = p->sub[i].ops->publish_one(p->sub[i].priv, clock, p->local_of[m], sf);
+    published(p, i);
+    return ret;
+}
+
+static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
+                            const float *delta)
+{
+    struct pm *p = priv;
+    struct sub *s = &p->sub[p->sub_of[m]];
+    if (!s->ops->publish_dense)
+        return sfb__error(-SFB_EUSAGE, "matrix %u: engine %s carries factors only", m,
+                          s->ops->name);
+    int ret = s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta);
+    published(p, p->sub_of[m]);
     return ret;
 }
 
@@ -229,10 +355,10 @@ static int pm_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
     struct pm *p = priv;
     if (p->nsub == 1) { /* one engine: its own drain (SFB's clock mode) */
         int ret = p->sub[0].ops->drain(p->sub[0].priv, last, acct);
-        sync_tables(p);
+        sync_sub(p, 0);
         return ret;
     }
-    return wait_until(p, last, INT64_MAX, last + 1, acct);
+    return wait_until(p, last, last, last + 1, acct);
 }
 
 static const uint64_t *pm_hist(void *priv)
@@ -273,6 +399,8 @@ const struct sfb__sync_ops sfb__permatrix_ops = {
     .close = pm_close,
     .wait = pm_wait,
     .publish = pm_publish,
+    .publish_one = pm_publish_one,
+    .publish_dense = pm_publish_dense,
     .drain = pm_drain,
     .staleness_hist = pm_hist,
     .report = pm_report,

@@ -35,27 +35,38 @@ struct link {
     int dirty; /* forwards queued since the last pass (on_pass kicks it) */
 };
 
-/* Per origin: which updates (unit = clock · nmat + slot, where slot is the
- * frame's matrix among those this engine carries) arrived, with all their
- * parts. next is the first unit not complete (read by the compute thread);
- * win[u % 64] holds unit u's parts for u in [next, next + 64). */
+/* Per origin: which of its updates arrived whole (every part of the frame of
+ * every matrix this engine carries, `slot` being the matrix's index among
+ * them). next is the first clock not complete (read by the compute thread:
+ * clock-mode readiness); win[t % SEEN_WIN] tracks clock t for t in
+ * [next, next + SEEN_WIN). Per frame the work is O(1) for a whole update
+ * and O(log k) for a part (k: the clock's updates with parts still to
+ * come); a clock costs its bitmap's clearing, nmat / 64 words. */
 #define SEEN_WIN 64
-struct unit {
-    uint64_t parts; /* bit i: part i arrived */
-    uint32_t count; /* its parts (0: none arrived yet) */
+struct partial_unit {
+    uint32_t slot, count; /* count: its parts */
+    uint64_t parts;       /* bit i: part i arrived */
+};
+struct seen_clock {
+    uint32_t done;           /* slots complete */
+    uint64_t *bits;          /* bit s: slot s complete (words words, in seen.bits) */
+    struct partial_unit *pu; /* slots with some parts arrived, sorted by slot */
+    size_t npu, pu_cap;
 };
 struct seen {
     _Atomic uint64_t next;
-    struct unit win[SEEN_WIN];
+    uint64_t *bits; /* SEEN_WIN bitmaps, allocated at the origin's first frame */
+    struct seen_clock win[SEEN_WIN];
 };
 
-#define NO_SLOT 0xff
+#define NO_SLOT UINT32_MAX
 
 struct sfb__relay {
     struct sfb__comm *c;
     struct sfb_topo *topo;
     uint32_t me, world, nmat, Q;
-    uint8_t slot[SFB__RELAY_MAX_IDS]; /* wire matrix id -> slot, NO_SLOT: not carried */
+    uint32_t *slot, nids; /* wire matrix id (< nids) -> slot, NO_SLOT: not carried */
+    size_t words;         /* of a seen_clock's bitmap */
     int flush_clock, any_relay;
     struct link *links;           /* Q out-links */
     uint32_t *scratch;            /* Q */
@@ -241,25 +252,80 @@ static void enqueue(struct sfb__relay *r, uint32_t k, struct sfb__buf *buf, size
     atomic_fetch_add_explicit(&r->queued, len, memory_order_relaxed);
 }
 
-static int unit_complete(const struct unit *u)
+static int parts_complete(uint64_t parts, uint32_t count)
 {
-    return u->count && u->parts == (u->count >= 64 ? UINT64_MAX : (1ull << u->count) - 1);
+    return parts == (count >= 64 ? UINT64_MAX : (1ull << count) - 1);
 }
 
-/* Loop thread: records part `index` of `count` of (origin, unit); 0 if it
- * was new, 1 if a duplicate or at odds with the count its other parts gave.
- * A unit far ahead of the window is accepted unrecorded. */
-static int seen_mark(struct seen *s, uint64_t unit, uint32_t index, uint32_t count)
+/* The index in sc->pu of `slot`, or where it would go. */
+static size_t pu_find(const struct seen_clock *sc, uint32_t slot)
+{
+    size_t lo = 0, hi = sc->npu;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sc->pu[mid].slot < slot) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Part `index` of `count` of slot's update of the tracked clock sc: 0 if
+ * new, 1 if a duplicate or at odds with the count its other parts gave, -1
+ * out of memory. Sets *complete when the update is now whole. */
+static int clock_mark(struct seen_clock *sc, uint32_t slot, uint32_t index, uint32_t count,
+                      int *complete)
+{
+    *complete = 0;
+    if (sc->bits[slot / 64] >> (slot % 64) & 1) return 1;
+    if (count <= 1) {
+        *complete = 1;
+        return 0;
+    }
+    size_t i = pu_find(sc, slot);
+    if (i < sc->npu && sc->pu[i].slot == slot) {
+        struct partial_unit *u = &sc->pu[i];
+        if (u->count != count || (u->parts >> index & 1)) return 1;
+        u->parts |= 1ull << index;
+        if (parts_complete(u->parts, u->count)) {
+            memmove(u, u + 1, (sc->npu - i - 1) * sizeof *u);
+            sc->npu--;
+            *complete = 1;
+        }
+        return 0;
+    }
+    if (sfb__reserve((void **)&sc->pu, &sc->pu_cap, (sc->npu + 1) * sizeof *sc->pu)) return -1;
+    memmove(sc->pu + i + 1, sc->pu + i, (sc->npu - i) * sizeof *sc->pu);
+    sc->pu[i] = (struct partial_unit){slot, count, 1ull << index};
+    sc->npu++;
+    return 0;
+}
+
+/* Loop thread: records part `index` of `count` of origin's update of
+ * (clock, slot); 0 if it was new, 1 if a duplicate or at odds with the
+ * count its other parts gave. A clock far ahead of the window is accepted
+ * unrecorded. */
+static int seen_mark(struct sfb__relay *r, struct seen *s, uint64_t clock, uint32_t slot,
+                     uint32_t index, uint32_t count)
 {
     uint64_t next = atomic_load_explicit(&s->next, memory_order_relaxed);
-    if (unit < next) return 1;
-    if (unit - next >= SEEN_WIN) return 0;
-    struct unit *u = &s->win[unit % SEEN_WIN];
-    if ((u->count && u->count != count) || (u->parts >> index & 1)) return 1;
-    u->count = count;
-    u->parts |= 1ull << index;
-    while (unit_complete(&s->win[next % SEEN_WIN])) {
-        s->win[next % SEEN_WIN] = (struct unit){0, 0};
+    if (clock < next) return 1;
+    if (clock - next >= SEEN_WIN) return 0;
+    if (!s->bits) {
+        if (!(s->bits = calloc(SEEN_WIN * r->words, sizeof *s->bits))) return 0;
+        for (size_t w = 0; w < SEEN_WIN; w++) s->win[w].bits = s->bits + w * r->words;
+    }
+    struct seen_clock *sc = &s->win[clock % SEEN_WIN];
+    int complete, ret = clock_mark(sc, slot, index, count, &complete);
+    if (ret) return ret > 0;
+    if (complete) {
+        sc->bits[slot / 64] |= 1ull << (slot % 64);
+        sc->done++;
+    }
+    while (s->win[next % SEEN_WIN].done == r->nmat) {
+        struct seen_clock *c = &s->win[next % SEEN_WIN];
+        memset(c->bits, 0, r->words * sizeof *c->bits);
+        c->done = 0;
+        c->npu = 0;
         next++;
     }
     atomic_store_explicit(&s->next, next, memory_order_release);
@@ -272,7 +338,7 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
                       const struct sfb__wire_hdr *h, uint32_t from)
 {
     if (h->type != SFB_WIRE_SF || h->origin >= r->world || h->origin == r->me ||
-        h->matrix >= SFB__RELAY_MAX_IDS || r->slot[h->matrix] == NO_SLOT || h->clock < 0 ||
+        h->matrix >= r->nids || r->slot[h->matrix] == NO_SLOT || h->clock < 0 ||
         h->clock > INT64_MAX / 4) {
         add(&r->refused, 1);
         return;
@@ -285,8 +351,8 @@ static void relay_one(struct sfb__relay *r, struct sfb__buf *buf, const uint8_t 
     }
     struct sfb__wire_part part;
     sfb__wire_part(h, data + SFB_WIRE_HDR_SIZE, &part);
-    if (seen_mark(&r->seen[h->origin], (uint64_t)h->clock * r->nmat + r->slot[h->matrix],
-                  part.index, part.count)) {
+    if (seen_mark(r, &r->seen[h->origin], (uint64_t)h->clock, r->slot[h->matrix], part.index,
+                  part.count)) {
         add(&r->refused, 1);
         return;
     }
@@ -377,14 +443,21 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
     r->me = sfb__comm_rank(c);
     r->world = sfb__comm_world(c);
     r->nmat = nmat ? nmat : 1;
-    memset(r->slot, NO_SLOT, sizeof r->slot);
+    r->words = (r->nmat + 63) / 64;
+    for (uint32_t i = 0; i < r->nmat; i++) r->nids = SFB_MAX(r->nids, (ids ? ids[i] : i) + 1);
+    if (!(r->slot = malloc(r->nids * sizeof *r->slot))) {
+        free(r);
+        return -ENOMEM;
+    }
+    for (uint32_t id = 0; id < r->nids; id++) r->slot[id] = NO_SLOT;
     for (uint32_t i = 0; i < r->nmat; i++) {
         uint32_t id = ids ? ids[i] : i;
-        if (id >= SFB__RELAY_MAX_IDS || r->slot[id] != NO_SLOT) {
+        if (r->slot[id] != NO_SLOT) {
+            free(r->slot);
             free(r);
-            return sfb__error(-EINVAL, "relay: matrix id %u out of range or repeated", id);
+            return sfb__error(-EINVAL, "relay: matrix id %u repeated", id);
         }
-        r->slot[id] = (uint8_t)i;
+        r->slot[id] = i;
     }
     r->flush_clock = flush_clock;
     r->priority = s->priority;
@@ -415,7 +488,7 @@ int sfb__relay_open(struct sfb__relay **out, struct sfb__comm *c,
     r->any_relay = r->nrelay > 0;
     /* resumed at start_clock: every origin's earlier frames count as seen */
     for (uint32_t o = 0; o < r->world; o++)
-        atomic_store(&r->seen[o].next, (uint64_t)(start_clock > 0 ? start_clock : 0) * r->nmat);
+        atomic_store(&r->seen[o].next, (uint64_t)(start_clock > 0 ? start_clock : 0));
     struct sfb__comm_hooks hooks = {on_data, on_sent, on_pass, r};
     if (sfb__comm_world(c) > 1 && (ret = sfb__comm_set_hooks(c, &hooks))) goto fail;
     /* A frame that arrives before this rank's hook is installed would not be
@@ -450,7 +523,12 @@ void sfb__relay_close(struct sfb__relay **pr)
     }
     free(r->links);
     free(r->scratch);
+    for (uint32_t o = 0; r->seen && o < r->world; o++) {
+        free(r->seen[o].bits);
+        for (size_t w = 0; w < SEEN_WIN; w++) free(r->seen[o].win[w].pu);
+    }
     free(r->seen);
+    free(r->slot);
     free(r->relay_for);
     sfb_topo_close(&r->topo);
     free(r);
@@ -509,7 +587,7 @@ int sfb__relay_ready(struct sfb__relay *r, int64_t t, int64_t last)
         uint32_t o = r->relay_for[i];
         int64_t c = t - (int64_t)sfb_topo_hops(r->topo, o, r->me);
         if (c < 0 || c > last) continue;
-        uint64_t need = ((uint64_t)c + 1) * r->nmat;
+        uint64_t need = (uint64_t)c + 1;
         if (atomic_load_explicit(&r->seen[o].next, memory_order_acquire) < need) return 0;
     }
     return 1;

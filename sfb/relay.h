@@ -46,16 +46,14 @@ struct sfb__relay_stats {
     uint64_t queued_bytes; /* frames waiting on the out-links now (their bytes per link) */
 };
 
-/* Wire matrix ids a relay tells apart (comm's frame shapes: 8). */
-#define SFB__RELAY_MAX_IDS 8
-
 struct sfb__relay_settings {
     const char *topology; /* NULL: full */
     uint32_t degree;
     int flush_clock;
     /* frames per origin and clock: one per matrix this engine carries,
-     * under wire ids `ids` (NULL: 0 .. nmat − 1), each below
-     * SFB__RELAY_MAX_IDS; frames of other ids are not relayed */
+     * under wire ids `ids` (NULL: 0 .. nmat − 1; any distinct values, a
+     * table as long as the largest is made); frames of other ids are not
+     * relayed */
     uint32_t nmat;
     const uint32_t *ids;
     int64_t start_clock; /* the first clock of the run (> 0 when resumed):

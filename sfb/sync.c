@@ -25,7 +25,12 @@ const struct sfb__sync_ops *sfb__sync_registry(size_t i)
 
 int sfb__sync_is_auto(const char *spec)
 {
-    return spec && !strcmp(spec, "auto");
+    for (const char *p = spec; p;) {
+        size_t len = strcspn(p, ",");
+        if (len == 4 && !strncmp(p, "auto", 4)) return 1;
+        p = p[len] ? p + len + 1 : NULL;
+    }
+    return 0;
 }
 
 int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n)
@@ -36,10 +41,11 @@ int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t
         char name[32];
         snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
         const struct sfb__sync_ops *e = len < sizeof name ? sfb__sync_find(name) : NULL;
-        if (!e)
-            return sfb__error(-SFB_EUSAGE, "sync \"%s\": \"%.*s\" is not an engine (sfb, fms; "
-                              "one for every matrix, or one per matrix, comma separated)",
-                              spec ? spec : "", (int)len, p);
+        int is_auto = !strcmp(name, "auto");
+        if (!e && !is_auto)
+            return sfb__error(-SFB_EUSAGE, "sync \"%s\": \"%.*s\" is not an engine (sfb, fms, "
+                              "auto; one for every matrix, or one per matrix, comma "
+                              "separated)", spec ? spec : "", (int)len, p);
         if (*n >= max)
             return sfb__error(-SFB_EUSAGE, "sync \"%s\" names more engines than the %u "
                               "matrices", spec, max);

@@ -41,6 +41,14 @@ struct sfb__sync_env {
     int priority;         /* enum sfb__priority: the order of parts waiting to leave */
     size_t part_bytes;    /* SFB sends each update in parts of about this size (0: whole) */
     size_t msg_cap;       /* the largest message a relay forms (0: no cap) */
+    /* Frames received while an engine's own send waits for queue space
+     * (FMS pushes from the compute thread): handed here, so that peers'
+     * frames keep flowing (every rank publishing thousands of FMS matrices
+     * at once would otherwise fill every receiver and block every sender).
+     * The per-matrix engine routes them to their sub-engine; NULL: the
+     * engine's own take. */
+    void (*absorb)(void *user, struct sfb__frame *f);
+    void *absorb_user;
 };
 
 /* Live counters of an engine (any time; monotonic). */
@@ -87,6 +95,17 @@ struct sfb__sync_ops {
     /* The own SFs of `clock`, one per matrix: sends them and applies them to
      * the own replica at once (read-my-writes). */
     int (*publish)(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n);
+    /* One matrix's own update of `clock` (m: its index among the engine's
+     * matrices): leaves for the peers within the call and is applied to the
+     * own replica; the clock counts as published (SSP marks the own clock,
+     * clock mode's boundary) once every matrix's is. The caller publishes
+     * each matrix once a clock, in any order, and all of a clock before
+     * the next wait. */
+    int (*publish_one)(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf);
+    /* As publish_one with the update given dense: ΔA_m = scale · delta
+     * (rows × cols, row-major, finite). NULL: the engine carries factors
+     * only. */
+    int (*publish_dense)(void *priv, int64_t clock, uint32_t m, float scale, const float *delta);
     /* After the last clock: waits for and applies every update ≤ last. Also
      * called mid-run before a checkpoint (with a barrier after it, so no
      * update of a later clock exists yet); the engine then continues. */
@@ -114,10 +133,12 @@ const struct sfb__sync_ops *sfb__sync_find(const char *name);
  * NULL past the end. */
 const struct sfb__sync_ops *sfb__sync_registry(size_t i);
 /* A --sync value: one engine name for every matrix, or one per matrix,
- * comma separated ("sfb,fms"): writes *n (<= max) engines to out. Returns
- * 0 or -SFB_EUSAGE naming the bad part. */
+ * comma separated ("sfb,fms"): writes *n (<= max) engines to out. An entry
+ * "auto" (per matrix by the cost model) is written as NULL. Returns 0 or
+ * -SFB_EUSAGE naming the bad part. */
 int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n);
-/* Whether a --sync value is "auto" (per matrix by the cost model). */
+/* Whether a --sync value has an "auto" entry ("auto" for every matrix, or
+ * in a list: "auto,fms"): those matrices go by the cost model. */
 int sfb__sync_is_auto(const char *spec);
 
 /* Accounts one peer update of `clock` applied while computing `now_clock`

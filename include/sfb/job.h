@@ -11,8 +11,13 @@
  *         sfb_job_wait(job, t, NULL);       SSP gate: peers' updates applied
  *         compute the SFs of clock t from the replica
  *         sfb_job_publish(job, t, sfs, n);  sent, and applied here at once
+ *           (or each matrix as soon as its update is known, in any order:
+ *            sfb_job_publish_one(job, t, m, &sf) / sfb_job_publish_dense)
  *     sfb_job_finish(job, T-1);             every update applied everywhere
  *     sfb_job_close(&job);
+ *
+ * sfb_job_broadcast (any time after open) hands every rank the root's bytes,
+ * e.g. to start every replica alike before attach.
  *
  * Errors: every function returning int returns 0 or a negative code
  * (sfb/common.h); sfb_error_message(code) gives the detail, e.g. "rank 2
@@ -33,8 +38,11 @@
 extern "C" {
 #endif
 
-#define SFB_JOB_SETTINGS_VERSION 1
-#define SFB_JOB_MAX_MATRICES 4
+/* 2: sfb_job_attach.sf_bytes became a pointer (1's layout had 4 entries) */
+#define SFB_JOB_SETTINGS_VERSION 2
+/* The most matrices of one job (their per-matrix state is allocated at
+ * attach: no cost for the bound itself). */
+#define SFB_JOB_MAX_MATRICES 65536
 
 /* How to join the job. Filled by sfb_job_default_settings; a caller sets
  * only what it needs. `version` is SFB_JOB_SETTINGS_VERSION; `reserved` is
@@ -95,15 +103,18 @@ SFB_API uint32_t sfb_job_world(const struct sfb_job *job);
 /* The replicas this job synchronizes and how. */
 struct sfb_job_attach {
     uint32_t version;        /* SFB_JOB_SETTINGS_VERSION */
-    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES */
+    uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES (65536) */
     struct sfb_matrix *mats; /* n replicas, row-major float; the caller keeps
                                 them alive and at the same address until
                                 close, and writes them only between calls */
     uint32_t max_s;          /* largest s (samples) of a published SF */
     const char *engine;      /* "sfb" (default): factors broadcast; "fms":
                                 full matrices through sharded servers;
-                                or one per matrix, comma separated
-                                ("sfb,fms": matrix 0 by SFB, 1 by FMS) */
+                                "auto": each matrix by the cost model
+                                (below); or one per matrix, comma
+                                separated, any of the three ("sfb,fms":
+                                matrix 0 by SFB, 1 by FMS; "auto,fms,auto":
+                                1 forced to FMS, 0 and 2 chosen) */
     int64_t staleness;       /* SSP bound s: 0 = BSP (default), -1 = async */
     int apply_early;         /* apply peers' updates as they come: -1 (default)
                                 = when staleness != 0 */
@@ -111,13 +122,15 @@ struct sfb_job_attach {
     uint32_t degree;         /* overlay degree, 0 = the topology's default */
     int flush_clock;         /* relays forward at clock boundaries only */
     int64_t start_clock;     /* the first clock (a resumed run's; default 0) */
-    /* engine "auto" (per matrix the engine the cost model predicts faster,
-     * docs/design.md §Per-matrix sync): the links, else measured by a short
-     * ping-pong at attach (both 0); and each matrix's SF frame as the codec
-     * sends it, in bytes (0: dense factors of max_s samples). Every rank
-     * decides with rank 0's values, so all decide the same. */
+    /* engine "auto" entries (per matrix the engine the cost model predicts
+     * faster, docs/design.md §Per-matrix sync): the links, else measured by
+     * a short ping-pong at attach (both 0); and sf_bytes: NULL, or n
+     * entries (the caller's, read during attach only), each matrix's SF
+     * frame as the codec sends it in bytes (0: dense factors of max_s
+     * samples). Every rank decides with rank 0's values, so all decide the
+     * same. */
     double link_gbps, latency_us;
-    uint32_t sf_bytes[SFB_JOB_MAX_MATRICES];
+    const uint32_t *sf_bytes;
     /* The order in which SFB sends what waits to leave (behind the
      * settings' bandwidth budget or a busy link): "fifo" (NULL, default:
      * computation order), "magnitude" (largest |scale|·‖b‖·‖c‖ first),
@@ -126,8 +139,7 @@ struct sfb_job_attach {
      * Under a budget, or any policy but fifo, updates travel in parts
      * (docs/wire.md); nothing is dropped. */
     const char *priority;
-    uint8_t reserved[64 - 2 * sizeof(double) - SFB_JOB_MAX_MATRICES * sizeof(uint32_t) -
-                     sizeof(const char *)];
+    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const uint32_t *) - sizeof(const char *)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */
@@ -145,9 +157,12 @@ SFB_API int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a);
  * attached, m out of range). */
 SFB_API const char *sfb_job_engine(const struct sfb_job *job, uint32_t m);
 
-/* After an attach with engine "auto": one line per matrix, its shape, each
- * engine's predicted ms per clock and the choice ("matrix 0 1024x785: sfb
- * 6.1 ms, fms 38.2 ms per clock -> sfb"); "" otherwise. NULL: no job. */
+/* After an attach whose engine has an "auto" entry: one line per matrix
+ * (every matrix, so the plan of a 300-matrix job has 300 lines): an auto
+ * one with its shape, each engine's predicted ms per clock and the choice
+ * ("matrix 0 1024x785: sfb 6.1 ms, fms 38.2 ms per clock -> sfb"), a
+ * forced one with its engine ("matrix 1 10x1024: fms (forced)"); ""
+ * otherwise. Owned by the job, valid until close. NULL: no job. */
 SFB_API const char *sfb_job_plan(const struct sfb_job *job);
 
 /* What one wait or drain did (accumulated: the caller zeroes it). */
@@ -166,14 +181,16 @@ struct sfb_job_clock {
 /* The SSP gate of `clock`: blocks until every origin's updates through
  * clock − staleness − 1 are applied to the replicas (with apply_early,
  * whatever else arrived too). Clocks go in order: wait(t), publish(t),
- * wait(t + 1), … from start_clock, each once. `acct` may be NULL. Returns 0,
- * -SFB_EUSAGE (no attach, clock out of order), -SFB_EPEER naming the failed
+ * wait(t + 1), … from start_clock, each once (publish: all matrices at once,
+ * or each alone). `acct` may be NULL. Returns 0, -SFB_EUSAGE (no attach,
+ * clock out of order, a matrix of the clock before not published: named),
+ * -SFB_EPEER naming the failed
  * rank (or the rank whose update could not be applied: one holding a NaN or
  * an infinity, named with its clock), or -ETIMEDOUT. */
 SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct);
 
 /* Publishes this worker's SFs of `clock` (after its wait), one per
- * attached matrix, sf[m] for matrix m (dense or CSR c, 1 <= s <= max_s, shapes
+ * attached matrix (none published alone this clock yet), sf[m] for matrix m (dense or CSR c, 1 <= s <= max_s, shapes
  * equal to the matrix's): sets their matrix, origin and clock fields, sends
  * them to the peers and applies them to the own replicas at once. The job
  * copies what it needs; sf stays the caller's. Returns 0, -EINVAL,
@@ -184,11 +201,41 @@ SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_cloc
  * peer's failure. */
 SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n);
 
+/* Publishes matrix m's SF of `clock` alone (after its wait): as
+ * sfb_job_publish for one matrix; the factors leave for the peers within
+ * this call (a training loop can publish layer L while computing the
+ * layers below). Every matrix is published once a clock, by this call or
+ * sfb_job_publish_dense, in any order (ranks may use different orders);
+ * the clock is complete (the own SSP clock marked, the next wait allowed)
+ * with its last matrix. sf stays the caller's. Returns 0, -EINVAL,
+ * -SFB_ESHAPE, -SFB_EUSAGE (no attach, clock not the one waited for, m out
+ * of range, m published already this clock: the message names matrix and
+ * clock), -ERANGE (a NaN or an infinity: nothing sent), -ENOMEM, or a
+ * peer's failure. */
+SFB_API int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m,
+                                struct sfb_sf *sf);
+
+/* Publishes matrix m's update of `clock` dense: ΔA_m = scale · delta, delta
+ * rows × cols row-major floats (the caller's; copied). Only for a matrix
+ * whose engine is "fms" (it goes into FMS's own-update buffer, no
+ * reconstruction): on an "sfb" matrix -SFB_EUSAGE (that engine carries
+ * factors only). Counts as matrix m's publish of the clock, as
+ * sfb_job_publish_one (mix them freely). Returns 0, -EINVAL, -SFB_EUSAGE
+ * (as publish_one, or the engine), -ERANGE when scale or an element is a
+ * NaN or an infinity (the message names clock, matrix and element; nothing
+ * is sent), -ENOMEM, or a peer's failure. */
+SFB_API int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float scale,
+                                  const float *delta);
+
 /* Waits for and applies every peer update of clocks <= last, where last is
  * at most the last clock published here (for a consistent view mid-run,
- * e.g. before a checkpoint; pair it with sfb_job_barrier). `acct` may be
- * NULL. Returns 0, -SFB_EUSAGE (no attach, last out of range) or a peer's
- * failure. */
+ * e.g. before a checkpoint; pair it with sfb_job_barrier). Updates of
+ * clocks after `last` that have arrived stay pending (whatever apply_early
+ * says): at staleness 0, a drain(t) right after publishing clock t leaves
+ * the replicas holding exactly every rank's updates through t, so a caller
+ * can read them as the state after clock t (sfb.torch relies on it). `acct`
+ * may be NULL. Returns 0, -SFB_EUSAGE (no attach, last out of range) or a
+ * peer's failure. */
 SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct);
 
 /* Collective over the bootstrap channel: returns once every rank entered
@@ -199,6 +246,17 @@ SFB_API int sfb_job_barrier(struct sfb_job *job);
  * bytes). Every rank passes the same len (<= 1 MiB). */
 SFB_API int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *all);
 
+/* Collective, any time after open (before attach too, e.g. to start every
+ * replica alike): root's `len` bytes at `data` land at `data` on every
+ * rank. Any len (a model's parameters: hundreds of MB), sent in 1 MiB
+ * chunks over the bootstrap channel (docs/api.md says why and how fast).
+ * Every rank passes the same root and len: checked first, else
+ * -SFB_EUSAGE on every rank naming a rank that differs (nothing is
+ * written; the job goes on). data (NULL only with len 0) stays the
+ * caller's. Returns 0, -EINVAL, -SFB_EUSAGE (also: root not a rank),
+ * -ETIMEDOUT (a rank did not come within bootstrap_timeout_s per chunk),
+ * -ENOMEM, or a peer's failure. */
+SFB_API int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len);
 /* Collective: compares a "key=value\n" text across ranks; 0 when every rank
  * passed the same, else -SFB_ECONFIG on every rank with a message naming
  * each differing key and two ranks' values. */

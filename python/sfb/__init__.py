@@ -10,7 +10,8 @@ every worker (up to the SSP bound) by broadcasting sufficient factors:
         for t in range(T):
             A, = job.wait(t)               # peers' updates through t-s-1 are in A
             b, c = ...                     # this clock's factors: dA = scale * b.T @ c
-            job.publish(t, [(b, c, scale)])
+            job.publish(t, [(b, c, scale)])  # or per matrix, in any order:
+                                           # job.publish_one(t, m, b, c, scale)
         job.finish(T - 1)                  # every replica ends identical
 
 The library is found as $SFB_LIB (`sfb launch` sets it for its ranks),
@@ -22,6 +23,7 @@ raise sfb.Error with the library's message ("rank 2: ...").
 
 import ctypes
 import ctypes.util
+import math
 import operator
 import os
 
@@ -29,8 +31,9 @@ import numpy as np
 
 __all__ = ["Error", "Job", "library"]
 
-SETTINGS_VERSION = 1
-MAX_MATRICES = 4
+SETTINGS_VERSION = 2
+MAX_MATRICES = 65536  # SFB_JOB_MAX_MATRICES
+_FLT_MAX = 3.4028234663852886e38
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
 _c_u32_p = ctypes.POINTER(ctypes.c_uint32)
@@ -74,9 +77,9 @@ class _Attach(ctypes.Structure):
         ("start_clock", ctypes.c_int64),
         ("link_gbps", ctypes.c_double),
         ("latency_us", ctypes.c_double),
-        ("sf_bytes", ctypes.c_uint32 * 4),
+        ("sf_bytes", _c_u32_p),
         ("priority", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint8 * 24),
+        ("reserved", ctypes.c_uint8 * (64 - 16 - 2 * ctypes.sizeof(ctypes.c_void_p))),
     ]
 
 
@@ -90,8 +93,8 @@ class _SF(ctypes.Structure):
         ("clock", ctypes.c_int64),
         ("scale", ctypes.c_float),
         ("sparse_c", ctypes.c_int),
-        ("b", _c_float_p),
-        ("c", _c_float_p),
+        ("b", ctypes.c_void_p),  # float * (addresses: cheaper to set per call)
+        ("c", ctypes.c_void_p),
         ("c_row_ptr", _c_u32_p),
         ("c_col", _c_u32_p),
         ("c_val", _c_float_p),
@@ -181,6 +184,10 @@ def library():
         "sfb_job_plan": (ctypes.c_char_p, [vp]),
         "sfb_job_wait": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
         "sfb_job_publish": (ctypes.c_int, [vp, ctypes.c_int64, P(_SF), ctypes.c_uint32]),
+        "sfb_job_publish_one": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32, P(_SF)]),
+        "sfb_job_publish_dense": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32,
+                                                 ctypes.c_float, vp]),
+        "sfb_job_broadcast": (ctypes.c_int, [vp, ctypes.c_uint32, vp, ctypes.c_size_t]),
         "sfb_job_drain": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
         "sfb_job_barrier": (ctypes.c_int, [vp]),
         "sfb_job_allgather": (ctypes.c_int, [vp, vp, ctypes.c_size_t, vp]),
@@ -228,12 +235,29 @@ def _clock(what, v, lo=_I64_MIN):
     return _int(what, v, lo, _I64_MAX)
 
 
+def _scale(scale, clock, m, fn):
+    """scale as a float; a finite one beyond float32 would become an
+    infinity in ctypes: ValueError. NaN and infinities go on to the library,
+    which refuses them (sfb.Error) as it refuses them in the arrays."""
+    scale = float(scale)
+    if abs(scale) > _FLT_MAX and math.isfinite(scale):
+        raise ValueError("%s: the scale of matrix %d at clock %d is %r, beyond float32" %
+                         (fn, m, clock, scale))
+    return scale
+
+
 def _f32(a, what):
     """a as a C-contiguous float32 array (copied only when it is not one)."""
     a = np.ascontiguousarray(a, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError("%s: expected a 2-D array, got %d-D" % (what, a.ndim))
     return a
+
+
+def _describe(a):
+    if isinstance(a, np.ndarray):
+        return "%s %s%s" % (a.dtype, a.shape, "" if a.flags.c_contiguous else " (not contiguous)")
+    return type(a).__name__
 
 
 class Job:
@@ -281,19 +305,22 @@ class Job:
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
                topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
-               priority=None):
+               priority=None, sf_bytes=None):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
         matrix ("sfb,fms"), or "auto" (per matrix the engine the cost model
         predicts faster; link_gbps/latency_us replace the link probe).
+        Any number of matrices (up to MAX_MATRICES); engine "auto,fms,..."
+        mixes forced and chosen ones. sf_bytes: None, or per matrix the SF
+        frame's bytes the cost model weighs (0: dense factors of max_s).
         priority: "fifo" (default), "magnitude" or "relative": what SFB sends
         first when factors queue behind the job's bandwidth budget.
         Collective. Afterwards `engines` lists each matrix's engine and
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
         if not 1 <= len(mats) <= MAX_MATRICES:
-            raise ValueError("attach: 1 to %d matrices, got %d" % (MAX_MATRICES, len(mats)))
+            raise ValueError("attach: matrices: 1 to %d, got %d" % (MAX_MATRICES, len(mats)))
         for i, m in enumerate(mats):
             if not (isinstance(m, np.ndarray) and m.dtype == np.float32 and m.ndim == 2
                     and m.flags.c_contiguous and m.flags.writeable):
@@ -314,11 +341,25 @@ class Job:
         a.degree = _int("attach: degree", degree, 0, _U32)
         a.start_clock = _clock("attach: start_clock", start_clock, 0)
         a.link_gbps, a.latency_us = link_gbps, latency_us
+        if sf_bytes is not None:
+            sf_bytes = list(sf_bytes)
+            if len(sf_bytes) != len(mats):
+                raise ValueError("attach: sf_bytes: %d entries for %d matrices" %
+                                 (len(sf_bytes), len(mats)))
+            arr = (ctypes.c_uint32 * len(mats))(
+                *[_int("attach: sf_bytes[%d]" % i, v, 0, _U32) for i, v in enumerate(sf_bytes)])
+            self._attach_keep.append(arr)
+            a.sf_bytes = arr
         _check(library().sfb_job_attach(self._handle(), ctypes.byref(a)))
         self.matrices = mats
         self.engines = [library().sfb_job_engine(self._h, i).decode() for i in range(len(mats))]
         self.plan = library().sfb_job_plan(self._h).decode()
         self._sfs = (_SF * len(mats))()
+        # publish_one / publish_dense per layer and step: bound once
+        self._shapes = [m.shape for m in mats]
+        self._sf_refs = [ctypes.byref(self._sfs[i]) for i in range(len(mats))]
+        self._publish_one = library().sfb_job_publish_one
+        self._publish_dense = library().sfb_job_publish_dense
 
     def wait(self, clock):
         """The SSP gate of `clock` (in order: wait(t), publish(t), wait(t+1),
@@ -342,25 +383,74 @@ class Job:
                              (len(factors), len(self.matrices)))
         keep = []
         for m, (b, c, scale) in enumerate(factors):
-            b, c = _f32(b, "publish: b"), _f32(c, "publish: c")
-            if b.shape[0] != c.shape[0]:
-                raise ValueError("publish: b has %d rows (samples), c has %d" %
-                                 (b.shape[0], c.shape[0]))
-            # a finite scale beyond float32 would become an infinity in
-            # ctypes; NaN and infinities go on to the library, which refuses
-            # them (sfb.Error) as it refuses them in b and c
-            with np.errstate(over="ignore"):
-                overflows = np.isfinite(scale) and not np.isfinite(np.float32(scale))
-            if overflows:
-                raise ValueError("publish: the scale of matrix %d at clock %d is %r, beyond "
-                                 "float32" % (m, clock, scale))
-            keep += [b, c]
-            sf = self._sfs[m]
-            sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]
-            sf.scale, sf.sparse_c = scale, 0
-            sf.b, sf.c = b.ctypes.data_as(_c_float_p), c.ctypes.data_as(_c_float_p)
-            sf.b_cap, sf.c_cap = b.size, c.size
+            keep += self._fill(self._sfs[m], clock, m, b, c, scale, "publish")
         _check(library().sfb_job_publish(self._handle(), clock, self._sfs, len(factors)))
+
+    def _fill(self, sf, clock, m, b, c, scale, fn):
+        """sf describes (b, c, scale); returns the arrays it points into
+        (the caller keeps them alive through the call)."""
+        b, c = _f32(b, fn + ": b"), _f32(c, fn + ": c")
+        if b.shape[0] != c.shape[0]:
+            raise ValueError("%s: b has %d rows (samples), c has %d" %
+                             (fn, b.shape[0], c.shape[0]))
+        sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]
+        sf.scale, sf.sparse_c = _scale(scale, clock, m, fn), 0
+        sf.b, sf.c = b.ctypes.data, c.ctypes.data
+        sf.b_cap, sf.c_cap = b.size, c.size
+        return [b, c]
+
+    def publish_one(self, clock, m, b, c, scale):
+        """Matrix m's factors of `clock` alone: scale * b.T @ c (b is s x rows,
+        c is s x cols, float32), sent to the peers within this call and
+        applied here. Every matrix once a clock, in any order, by this or
+        publish_dense; the clock is complete with its last matrix (then the
+        next wait may come)."""
+        clock = _clock("publish_one: clock", clock)
+        m = _int("publish_one: m", m, 0, _U32)
+        if m >= len(self._sfs if self._sfs is not None else ()):
+            raise ValueError("publish_one: m: matrix %d of clock %d, the job has %d" %
+                             (m, clock, len(self.matrices)))
+        keep = self._fill(self._sfs[m], clock, m, b, c, scale, "publish_one")
+        _check(self._publish_one(self._handle(), clock, m, self._sf_refs[m]))
+        del keep
+
+    def publish_dense(self, clock, m, delta, scale=1.0):
+        """Matrix m's update of `clock` dense: scale * delta, delta a float32
+        C-contiguous array of the matrix's shape (copied). Only for a matrix
+        whose engine is "fms" (sfb.Error otherwise); counts as its publish of
+        the clock, as publish_one."""
+        clock = _clock("publish_dense: clock", clock)
+        m = _int("publish_dense: m", m, 0, _U32)
+        if m >= len(self._sfs if self._sfs is not None else ()):
+            raise ValueError("publish_dense: m: matrix %d of clock %d, the job has %d" %
+                             (m, clock, len(self.matrices)))
+        if not (isinstance(delta, np.ndarray) and delta.dtype == np.float32
+                and delta.flags.c_contiguous and delta.shape == self._shapes[m]):
+            raise ValueError("publish_dense: delta: expected a C-contiguous float32 array of "
+                             "shape %s (matrix %d), got %s" %
+                             (self._shapes[m], m, _describe(delta)))
+        scale = _scale(scale, clock, m, "publish_dense")
+        _check(self._publish_dense(self._handle(), clock, m, scale, delta.ctypes.data))
+
+    def broadcast(self, root, data):
+        """Collective (before attach too): root's bytes of `data` land in
+        `data` on every rank, in place, and it is returned. data: a writable
+        C-contiguous numpy array (no copy) or a bytearray, of the same size
+        on every rank (a rank with another size fails every rank with
+        sfb.Error naming it). Any size (a model's parameters)."""
+        root = _int("broadcast: root", root, 0, _U32)
+        if isinstance(data, np.ndarray):
+            if not (data.flags.c_contiguous and data.flags.writeable):
+                raise ValueError("broadcast: data: expected a writable C-contiguous array")
+            ptr, n = data.ctypes.data, data.nbytes
+        elif isinstance(data, bytearray):
+            n = len(data)
+            ptr = ctypes.addressof((ctypes.c_char * n).from_buffer(data)) if n else None
+        else:
+            raise ValueError("broadcast: data: expected a numpy array or a bytearray, got %s" %
+                             type(data).__name__)
+        _check(library().sfb_job_broadcast(self._handle(), root, ptr, n))
+        return data
 
     def drain(self, last):
         """Applies every peer update of clocks <= last."""

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "src/net/bootstrap.h"
 #include "src/net/bootstrap_impl.h"
+#include "src/base/bytes.h"
 #include "src/base/common.h"
 
 #include <inttypes.h>
@@ -157,6 +158,55 @@ int sfb__bootstrap_allgather(struct sfb__bootstrap *bs, const void *mine, size_t
                            i, lens[i], lens[0]);
     if (!r && len) memcpy(all, v, len * (size_t)bs->size);
     free(v);
+    free(lens);
+    return r;
+}
+
+/* Every rank's (root, len), so that a rank that passed others fails every
+ * rank alike instead of leaving the chunks out of step. */
+static int broadcast_agree(struct sfb__bootstrap *bs, uint32_t root, size_t len)
+{
+    uint8_t mine[12], *all = malloc(12 * (size_t)bs->size);
+    if (!all) return sfb__error(-ENOMEM, "bootstrap: broadcast: out of memory");
+    sfb__put_u64(mine, len);
+    sfb__put_u32(mine + 8, root);
+    int r = sfb__bootstrap_allgather(bs, mine, sizeof mine, all);
+    uint64_t len0 = r ? 0 : sfb__get_u64(all);
+    uint32_t root0 = r ? 0 : sfb__get_u32(all + 8);
+    for (int i = 1; i < bs->size && !r; i++) {
+        uint64_t li = sfb__get_u64(all + 12 * i);
+        uint32_t ri = sfb__get_u32(all + 12 * i + 8);
+        if (li != len0 || ri != root0)
+            r = sfb__error(-SFB_EUSAGE, "broadcast: rank %d passed %llu bytes from root %u, rank "
+                           "0 passed %llu bytes from root %u (every rank passes the same)", i,
+                           (unsigned long long)li, ri, (unsigned long long)len0, root0);
+    }
+    free(all);
+    if (!r && root0 >= (uint32_t)bs->size)
+        r = sfb__error(-SFB_EUSAGE, "broadcast: root %u is not a rank of this job of %d", root0,
+                       bs->size);
+    return r;
+}
+
+int sfb__bootstrap_broadcast(struct sfb__bootstrap *bs, uint32_t root, void *data, size_t len)
+{
+    int r = broadcast_agree(bs, root, len);
+    if (r || bs->size == 1) return r;
+    size_t *lens = malloc(sizeof(size_t) * (size_t)bs->size);
+    if (!lens) return sfb__error(-ENOMEM, "bootstrap: broadcast: out of memory");
+    int me_root = (uint32_t)bs->rank == root;
+    for (size_t off = 0; off < len && !r; off += SFB__BOOTSTRAP_MAX_BLOB) {
+        size_t chunk = SFB_MIN(len - off, (size_t)SFB__BOOTSTRAP_MAX_BLOB);
+        uint8_t *at = (uint8_t *)data + off;
+        void *all = NULL;
+        /* only the root contributes: its chunk is the whole table */
+        r = sfb__bootstrap_allgatherv(bs, me_root ? at : NULL, me_root ? chunk : 0, &all, lens);
+        if (!r && lens[root] != chunk)
+            r = sfb__error(-EPROTO, "broadcast: root %u sent %zu bytes at offset %zu, not "
+                           "%zu", root, lens[root], off, chunk);
+        if (!r && !me_root) memcpy(at, all, chunk);
+        free(all);
+    }
     free(lens);
     return r;
 }

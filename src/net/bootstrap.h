@@ -112,6 +112,13 @@ int sfb__bootstrap_allgather(struct sfb__bootstrap *bs, const void *mine, size_t
 int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_t len,
                               void **all, size_t *lens);
 
+/* Root's len bytes at data land at data on every rank, in chunks of
+ * SFB__BOOTSTRAP_MAX_BLOB (each an allgatherv to which only the root
+ * contributes). Every rank passes the same root and len: checked first (an
+ * allgather), else -SFB_EUSAGE on every rank naming a differing rank;
+ * -SFB_EUSAGE too for a root outside the world. */
+int sfb__bootstrap_broadcast(struct sfb__bootstrap *bs, uint32_t root, void *data, size_t len);
+
 /* Returns once every rank has entered the barrier. */
 int sfb__bootstrap_barrier(struct sfb__bootstrap *bs);
 

@@ -288,31 +288,51 @@ void sfb__comm_sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, i
     if (c->s.on_sent) c->s.on_sent(c->s.user, dst, buf, failed);
 }
 
+int sfb__comm_copy_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shapes, uint32_t n)
+{
+    struct sfb__wire_shape *v = NULL;
+    if (n && !(v = malloc(n * sizeof *v))) return sfb__error(-ENOMEM, "comm: out of memory");
+    if (n) memcpy(v, shapes, n * sizeof *v);
+    free(c->shapes);
+    c->shapes = v;
+    c->job.shapes = v;
+    c->job.nshapes = n;
+    return 0;
+}
+
 struct set_shapes {
     struct sfb__comm *c;
-    const struct sfb__wire_shape *shapes;
+    struct sfb__wire_shape *shapes; /* malloc'd: swapped in, the old one comes back */
     uint32_t n, max_s;
 };
 
+/* Swaps the table in (the loop thread is the one that reads it), so the
+ * allocation and the free stay in the compute thread. */
 static void set_shapes_in_loop(void *arg)
 {
     struct set_shapes *a = arg;
-    memcpy(a->c->shapes, a->shapes, a->n * sizeof *a->shapes);
+    struct sfb__wire_shape *old = a->c->shapes;
+    a->c->shapes = a->shapes;
+    a->c->job.shapes = a->shapes;
     a->c->job.nshapes = a->n;
     a->c->job.max_s = a->max_s;
+    a->shapes = old;
 }
 
 int sfb__comm_set_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shapes, uint32_t n,
                          uint32_t max_s)
 {
-    if (n > SFB_ARRAY_LEN(c->shapes))
-        return sfb__error(-EINVAL, "comm: %u matrices, at most %zu", n, SFB_ARRAY_LEN(c->shapes));
-    struct set_shapes a = {c, shapes, n, max_s};
+    struct set_shapes a = {c, NULL, n, max_s};
+    if (n && !(a.shapes = malloc(n * sizeof *a.shapes)))
+        return sfb__error(-ENOMEM, "comm: out of memory for %u matrices' shapes", n);
+    if (n) memcpy(a.shapes, shapes, n * sizeof *a.shapes);
     if (!c->loop) {
         set_shapes_in_loop(&a);
+        free(a.shapes);
         return 0;
     }
     int ret = sfb__loop_call(c->loop, set_shapes_in_loop, &a);
+    free(a.shapes); /* the old table, or the new one if the call failed */
     if (!ret) ret = sfb__comm_explain(c, sfb__bootstrap_barrier(c->bs));
     if (!ret) ret = sfb__comm_check(c);
     return ret;
@@ -434,6 +454,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->peer_pid);
     free(c->host_of);
     free(c->gone_since);
+    free(c->shapes);
     free(c);
     *pc = NULL;
 }

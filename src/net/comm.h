@@ -265,6 +265,8 @@ void sfb__comm_traffic(const struct sfb__comm *c, struct sfb__comm_traffic *out)
  * Compute thread. */
 /* Equal-length blobs: all (world * len bytes) receives rank r's at r * len. */
 int sfb__comm_allgather(struct sfb__comm *c, const void *mine, size_t len, void *all);
+/* Root's len bytes (any len) at data on every rank (sfb__bootstrap_broadcast). */
+int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t len);
 /* sfb__agree over this job's ranks: 0 when every rank's text is equal,
  * -SFB_ECONFIG on every rank naming the differing keys. */
 int sfb__comm_agree(struct sfb__comm *c, const char *text);

@@ -65,6 +65,11 @@ int sfb__comm_allgather(struct sfb__comm *c, const void *mine, size_t len, void 
     return sfb__bootstrap_allgather(c->bs, mine, len, all);
 }
 
+int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t len)
+{
+    return sfb__bootstrap_broadcast(c->bs, root, data, len);
+}
+
 int sfb__comm_agree(struct sfb__comm *c, const char *text)
 {
     return sfb__agree(c->bs, c->world, text);

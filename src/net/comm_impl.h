@@ -20,7 +20,7 @@ struct sfb__comm {
     void *impl;                      /* the ops' own state (the loopback's rank) */
     struct sfb__wire_job job;
     struct sfb__wire_stats wstats;
-    struct sfb__wire_shape shapes[8];
+    struct sfb__wire_shape *shapes; /* job.nshapes of them (malloc'd: sfb__comm_copy_shapes) */
     struct sfb__comm_settings s;
     /* liveness (loop thread) */
     struct sfb__loop_timer *hb;
@@ -72,6 +72,10 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f);
 void sfb__comm_sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed);
 void sfb__comm_pass_hook(void *user);
 void sfb__comm_on_error(void *user, int peer, int code, const char *msg);
+/* c->shapes = a malloc'd copy of shapes[0 .. n) (the old array freed),
+ * c->job's table pointing at it. Before the loop runs, or in it. 0 or
+ * -ENOMEM. */
+int sfb__comm_copy_shapes(struct sfb__comm *c, const struct sfb__wire_shape *shapes, uint32_t n);
 /* The budget's set-up (after the loop started) and release. */
 int sfb__comm_budget_open(struct sfb__comm *c);
 void sfb__comm_budget_close(struct sfb__comm *c);

@@ -308,20 +308,15 @@ static int open_comm(struct lb_rank *r, uint32_t world, const struct sfb__comm_s
     c->rank = r->rank;
     c->world = world;
     c->job_key = 0x5fb100bac4ull;
-    if (s->nshapes > SFB_ARRAY_LEN(c->shapes))
-        return sfb__error(-EINVAL, "loopback: %u matrices, at most %zu", s->nshapes,
-                          SFB_ARRAY_LEN(c->shapes));
-    if (s->nshapes) memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
     c->job = (struct sfb__wire_job){.job_key = c->job_key,
                                    .world_size = world,
-                                   .shapes = c->shapes,
-                                   .nshapes = s->nshapes,
                                    .max_s = s->max_s,
                                    .max_payload = (uint64_t)1 << 32,
                                    .stats = &c->wstats};
     c->ops = &loop_ops;
     c->impl = r;
-    return sfb__comm_peers_alloc(c);
+    int ret = sfb__comm_copy_shapes(c, s->shapes, s->nshapes);
+    return ret ? ret : sfb__comm_peers_alloc(c);
 }
 
 int sfb__loopback_open(struct sfb__loopback **out, uint32_t world,
@@ -335,8 +330,6 @@ int sfb__loopback_open(struct sfb__loopback **out, uint32_t world,
     }
     if (world < 2 || world > 4096)
         return sfb__error(-EINVAL, "loopback: %u ranks (2..4096)", world);
-    if (s->nshapes > SFB_ARRAY_LEN(((struct sfb__comm *)0)->shapes))
-        return sfb__error(-EINVAL, "loopback: %u matrices", s->nshapes);
     struct sfb__loopback *lb = calloc(1, sizeof *lb);
     if (!lb) return -ENOMEM;
     lb->world = world;

@@ -215,20 +215,14 @@ static int open_job(struct sfb__comm *c, const struct sfb__comm_settings *s)
     c->world = (uint32_t)sfb__bootstrap_size(c->bs);
     c->job_key = sfb__bootstrap_job_key(c->bs);
     sfb_log_set_rank((int)c->rank);
-    if (s->nshapes > SFB_ARRAY_LEN(c->shapes))
-        return sfb__error(-EINVAL, "comm: %u matrices, at most %zu", s->nshapes,
-                          SFB_ARRAY_LEN(c->shapes));
-    if (s->nshapes) memcpy(c->shapes, s->shapes, s->nshapes * sizeof *s->shapes);
     c->job = (struct sfb__wire_job){
         .job_key = c->job_key,
         .world_size = c->world,
-        .shapes = c->shapes,
-        .nshapes = s->nshapes,
         .max_s = s->max_s,
         .max_payload = (uint64_t)1 << 32,
         .stats = &c->wstats,
     };
-    return 0;
+    return sfb__comm_copy_shapes(c, s->shapes, s->nshapes);
 }
 
 /* The progress thread and the libfabric transport (shm when every rank is

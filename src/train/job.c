@@ -24,16 +24,20 @@ struct sfb_job {
     int ssp_open;
     const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
     void *engine_priv;
-    const struct sfb__sync_ops *engine_of[SFB_JOB_MAX_MATRICES]; /* each matrix's */
-    char engines[64]; /* "sfb", "fms", or one name per matrix: "sfb,fms" */
-    char plan[512];   /* engine "auto": the cost model's lines */
-    double plan_ms[SFB_JOB_MAX_MATRICES][2]; /* and its predictions */
+    /* per matrix (nmat, allocated at attach): */
+    const struct sfb__sync_ops **engine_of; /* its engine (NULL: "auto", not chosen yet) */
+    double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
+    struct sfb_matrix *mats;
+    uint64_t *done;         /* bit m: matrix m published in the clock waited for */
+    char *engines;          /* "sfb", "fms", or one name per matrix: "sfb,fms" */
+    char *plan;             /* an "auto" entry: one line per matrix (NULL: none) */
     int planned;
-    struct sfb_matrix mats[SFB_JOB_MAX_MATRICES];
     uint32_t nmat, max_s;
-    /* the clock protocol: wait(next), publish(next), next + 1, ... */
+    /* the clock protocol: wait(next), publish(next) (or every matrix by
+     * publish_one / publish_dense), next + 1, ... */
     int64_t next;   /* the clock the next wait is for */
     int waited;     /* wait(next) returned; its publish is due */
+    uint32_t ndone; /* matrices of clock next published (bits in done) */
     int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
     double peer_timeout_s; /* the settings' (the budget's lower bound) */
     /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
@@ -184,7 +188,39 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     return 0;
 }
 
-/* a->engine (sfb__sync_parse): job->engine_of, one engine per matrix. */
+static void free_matrices(struct sfb_job *job)
+{
+    free(job->engine_of);
+    free(job->plan_ms);
+    free(job->mats);
+    free(job->done);
+    free(job->engines);
+    free(job->plan);
+    job->engine_of = NULL;
+    job->plan_ms = NULL;
+    job->mats = NULL;
+    job->done = NULL;
+    job->engines = NULL;
+    job->plan = NULL;
+    job->planned = 0;
+}
+
+/* The per-matrix state of n matrices (a failed attach's freed first). */
+static int alloc_matrices(struct sfb_job *job, uint32_t n)
+{
+    free_matrices(job);
+    job->engine_of = calloc(n, sizeof *job->engine_of);
+    job->plan_ms = calloc(n, sizeof *job->plan_ms);
+    job->mats = calloc(n, sizeof *job->mats);
+    job->done = calloc((n + 63) / 64, sizeof *job->done);
+    job->engines = calloc((size_t)n * 4 + 1, 1); /* "sfb," per matrix */
+    if (!job->engine_of || !job->plan_ms || !job->mats || !job->done || !job->engines)
+        return sfb__error(-ENOMEM, "sfb_job_attach: out of memory for %u matrices", n);
+    return 0;
+}
+
+/* a->engine (sfb__sync_parse): job->engine_of, one engine per matrix
+ * (NULL: "auto", chosen by choose_auto). */
 static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     uint32_t n;
@@ -201,15 +237,114 @@ static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
     return 0;
 }
 
-/* What the cost model weighs, as rank 0 sees it (allgathered, so every
- * rank plans with the same numbers and chooses the same engines). */
-struct auto_inputs {
-    double alpha_s, beta, add_rate, cores, local_ranks;
-    double gemm[SFB_JOB_MAX_MATRICES], sf_bytes[SFB_JOB_MAX_MATRICES];
+/* What the cost model weighs, as rank 0 sees it (broadcast, so every rank
+ * plans with the same numbers and chooses the same engines): the header,
+ * then per matrix the sgemm rate (0: forced, not measured), then per
+ * matrix the SF frame's bytes. */
+enum { AUTO_ALPHA, AUTO_BETA, AUTO_ADD, AUTO_CORES, AUTO_LOCAL, AUTO_HDR };
+
+struct shape_at {
+    uint32_t rows, cols, m;
 };
 
-/* engine "auto": per matrix the engine the cost model (sfb/cost.h) predicts
- * to be faster per clock. Collective (the link probe, an allgather). */
+static int cmp_shape(const void *x, const void *y)
+{
+    const struct shape_at *a = x, *b = y;
+    if (a->rows != b->rows) return a->rows < b->rows ? -1 : 1;
+    return a->cols < b->cols ? -1 : a->cols > b->cols;
+}
+
+/* Rank 0: each auto matrix's sgemm rate, measured once per shape (a model
+ * of hundreds of layers has few shapes; a measurement takes up to ~20 ms). */
+static int measure_gemm(const struct sfb_job *job, const struct sfb_job_attach *a, double *gemm)
+{
+    struct shape_at *v = malloc(a->n * sizeof *v);
+    if (!v) return -ENOMEM;
+    uint32_t k = 0;
+    for (uint32_t m = 0; m < a->n; m++)
+        if (!job->engine_of[m]) v[k++] = (struct shape_at){a->mats[m].rows, a->mats[m].cols, m};
+    qsort(v, k, sizeof *v, cmp_shape);
+    for (uint32_t i = 0; i < k; i++)
+        gemm[v[i].m] = i && !cmp_shape(&v[i], &v[i - 1])
+                           ? gemm[v[i - 1].m]
+                           : sfb__gemm_rate(v[i].rows, v[i].cols, a->max_s);
+    free(v);
+    return 0;
+}
+
+/* Rank 0's inputs (n = a->n): in[AUTO_HDR + m] the sgemm rate, in[AUTO_HDR
+ * + n + m] the SF bytes. */
+static int auto_inputs(struct sfb_job *job, const struct sfb_job_attach *a,
+                       const struct sfb__link *link, double *in)
+{
+    uint64_t biggest = 0;
+    for (uint32_t m = 0; m < a->n; m++) {
+        in[AUTO_HDR + a->n + m] = a->sf_bytes ? a->sf_bytes[m] : 0;
+        if (!job->engine_of[m])
+            biggest = SFB_MAX(biggest, (uint64_t)a->mats[m].rows * a->mats[m].cols);
+    }
+    in[AUTO_ALPHA] = link->alpha_s;
+    in[AUTO_BETA] = link->beta_s_per_byte;
+    /* rank 0's rates are the plan's: measured there alone, not while every
+     * rank of the host competes for its cores */
+    in[AUTO_ADD] = sfb__add_rate(biggest);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    in[AUTO_CORES] = cores > 0 ? (double)cores : 1;
+    in[AUTO_LOCAL] = sfb__comm_local_ranks(job->comm);
+    return measure_gemm(job, a, in + AUTO_HDR);
+}
+
+/* Appends `line` to job->plan (length *len, capacity *cap). */
+static int plan_line(struct sfb_job *job, size_t *len, size_t *cap, const char *line)
+{
+    size_t n = strlen(line);
+    if (sfb__reserve((void **)&job->plan, cap, *len + n + 1)) return -ENOMEM;
+    memcpy(job->plan + *len, line, n + 1);
+    *len += n;
+    return 0;
+}
+
+/* The auto matrices' choices (in: rank 0's inputs), and the plan: one
+ * line per matrix, a forced one saying so. */
+static int plan_auto(struct sfb_job *job, const struct sfb_job_attach *a, const double *in,
+                     int measured)
+{
+    struct sfb__cost_env e = {
+        .world = sfb__comm_world(job->comm), .batch = a->max_s, .topology = a->topology,
+        .degree = a->degree, .flush_clock = a->flush_clock,
+        .link = {in[AUTO_ALPHA], in[AUTO_BETA], measured},
+        .add_flops_per_s = in[AUTO_ADD],
+        .host_cores = (uint32_t)in[AUTO_CORES], .ranks_per_host = (uint32_t)in[AUTO_LOCAL]};
+    size_t len = 0, cap = 0;
+    int ret = plan_line(job, &len, &cap, "");
+    for (uint32_t m = 0; m < a->n && ret >= 0; m++) {
+        struct sfb__cost_matrix cm = {a->mats[m].rows, a->mats[m].cols, in[AUTO_HDR + a->n + m]};
+        char line[256];
+        job->plan_ms[m][0] = job->plan_ms[m][1] = NAN;
+        if (job->engine_of[m]) {
+            snprintf(line, sizeof line, "matrix %u %ux%u: %s (forced)\n", m, a->mats[m].rows,
+                     a->mats[m].cols, job->engine_of[m]->name);
+            ret = plan_line(job, &len, &cap, line);
+            continue;
+        }
+        /* each matrix at its own sgemm rate */
+        e.gemm_flops_per_s = in[AUTO_HDR + m];
+        int choice;
+        if ((ret = sfb__cost_plan(&e, &cm, 1, &choice, &job->plan_ms[m]))) break;
+        /* clock-mode relays receive on their own, SF frames only: SFB */
+        if (a->flush_clock) choice = SFB__ENG_SFB;
+        job->engine_of[m] = choice == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
+        ret = sfb__cost_describe_one(m, &cm, choice, job->plan_ms[m], line, sizeof line);
+        if (ret >= 0) ret = plan_line(job, &len, &cap, line);
+    }
+    if (ret == -ENOMEM) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    job->planned = ret >= 0;
+    return ret < 0 ? ret : 0;
+}
+
+/* The "auto" entries: per matrix the engine the cost model (sfb/cost.h)
+ * predicts to be faster per clock. Collective (the link probe, a broadcast
+ * of rank 0's inputs). */
 static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     uint32_t world = sfb__comm_world(job->comm);
@@ -221,70 +356,35 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
     } else if (world > 1 && (ret = sfb__link_probe(job->comm, &link))) {
         return sfb__comm_explain(job->comm, ret);
     }
-    struct auto_inputs mine = {link.alpha_s, link.beta_s_per_byte, 0, 1, 1, {0}, {0}};
-    uint64_t biggest = 0;
-    for (uint32_t m = 0; m < a->n; m++) {
-        const struct sfb_matrix *x = &a->mats[m];
-        /* rank 0's rates are the plan's: measured there alone, not while
-         * every rank of the host competes for its cores */
-        if (sfb__comm_rank(job->comm) == 0)
-            mine.gemm[m] = sfb__gemm_rate(x->rows, x->cols, a->max_s);
-        mine.sf_bytes[m] = a->sf_bytes[m];
-        biggest = SFB_MAX(biggest, (uint64_t)x->rows * x->cols);
+    size_t len = (AUTO_HDR + 2 * (size_t)a->n) * sizeof(double);
+    double *in = calloc(1, len);
+    if (!in) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    if (sfb__comm_rank(job->comm) == 0 && auto_inputs(job, a, &link, in))
+        ret = sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    /* every rank reaches the broadcast (a failed rank 0 fails after it,
+     * alone: the others see it leave) */
+    if (world > 1) {
+        int r = sfb__comm_broadcast(job->comm, 0, in, len);
+        if (!ret && r) ret = r == -SFB_EUSAGE ? r : sfb__comm_explain(job->comm, r);
     }
-    if (sfb__comm_rank(job->comm) == 0) mine.add_rate = sfb__add_rate(biggest);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    mine.cores = cores > 0 ? (double)cores : 1;
-    mine.local_ranks = sfb__comm_local_ranks(job->comm);
-    struct auto_inputs *all = calloc(world, sizeof *all);
-    if (!all) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    if (world > 1 && (ret = sfb__comm_allgather(job->comm, &mine, sizeof mine, all))) {
-        free(all);
-        return sfb__comm_explain(job->comm, ret);
-    }
-    const struct auto_inputs *in = world > 1 ? &all[0] : &mine;
-    struct sfb__cost_env e = {
-        .world = world, .batch = a->max_s, .topology = a->topology, .degree = a->degree,
-        .flush_clock = a->flush_clock,
-        .link = {in->alpha_s, in->beta, link.measured},
-        .add_flops_per_s = in->add_rate,
-        .host_cores = (uint32_t)in->cores, .ranks_per_host = (uint32_t)in->local_ranks};
-    struct sfb__cost_matrix cm[SFB_JOB_MAX_MATRICES];
-    int choice[SFB_JOB_MAX_MATRICES];
-    double ms[SFB_JOB_MAX_MATRICES][2];
-    for (uint32_t m = 0; m < a->n && !ret; m++) {
-        cm[m] = (struct sfb__cost_matrix){a->mats[m].rows, a->mats[m].cols, in->sf_bytes[m]};
-        e.gemm_flops_per_s = in->gemm[m];
-        /* each matrix at its own sgemm rate */
-        ret = sfb__cost_plan(&e, &cm[m], 1, &choice[m], &ms[m]);
-    }
-    free(all);
-    if (ret) return ret;
-    /* clock-mode relays receive on their own, SF frames only: SFB for all */
-    for (uint32_t m = 0; m < a->n && a->flush_clock; m++) choice[m] = SFB__ENG_SFB;
-    for (uint32_t m = 0; m < a->n; m++) {
-        job->engine_of[m] = choice[m] == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
-        job->plan_ms[m][0] = ms[m][SFB__ENG_SFB];
-        job->plan_ms[m][1] = ms[m][SFB__ENG_FMS];
-    }
-    job->planned = 1;
-    sfb__cost_describe(cm, a->n, choice, (const double(*)[2])ms, job->plan, sizeof job->plan);
-    return 0;
+    if (!ret) ret = plan_auto(job, a, in, link.measured);
+    free(in);
+    return ret;
 }
 
 /* The engine that runs the job: the one every matrix names when it can
  * carry them all (SFB any number, FMS one; in a job of one worker either),
- * else the per-matrix engine. Writes the per-matrix names to job->engines. */
+ * else the per-matrix engine. Writes the per-matrix names to job->engines
+ * (room for "sfb," per matrix). */
 static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
 {
     int same = 1;
     size_t len = 0;
     for (uint32_t m = 0; m < job->nmat; m++) {
         same &= job->engine_of[m] == job->engine_of[0];
-        len += (size_t)snprintf(job->engines + len, sizeof job->engines - len, "%s%s",
-                                m ? "," : "", job->engine_of[m]->name);
+        len += (size_t)sprintf(job->engines + len, "%s%s", m ? "," : "", job->engine_of[m]->name);
     }
-    if (same) snprintf(job->engines, sizeof job->engines, "%s", job->engine_of[0]->name);
+    if (same) sprintf(job->engines, "%s", job->engine_of[0]->name);
     if (same && (job->engine_of[0] != &sfb__fms_ops || job->nmat == 1 ||
                  sfb__comm_world(job->comm) == 1))
         return job->engine_of[0];
@@ -327,29 +427,30 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     SFB_ENTER();
     SFB_ARG(job);
     SFB_ARG(a);
-    int auto_sync = sfb__sync_is_auto(a->engine);
     int ret = check_attach(job, a);
-    if (!ret && !auto_sync) ret = parse_engines(job, a);
+    if (!ret) ret = alloc_matrices(job, a->n);
+    if (!ret) ret = parse_engines(job, a);
     if (ret) return ret;
-    struct sfb__wire_shape_list {
-        struct sfb__wire_shape v[SFB_JOB_MAX_MATRICES];
-    } shapes;
+    struct sfb__wire_shape *shapes = malloc(a->n * sizeof *shapes);
+    if (!shapes) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
     for (uint32_t m = 0; m < a->n; m++) {
         job->mats[m] = a->mats[m];
-        shapes.v[m].k = a->mats[m].rows;
-        shapes.v[m].d = a->mats[m].cols;
+        shapes[m].k = a->mats[m].rows;
+        shapes[m].d = a->mats[m].cols;
     }
     job->nmat = a->n;
     job->max_s = a->max_s;
     job->next = a->start_clock;
-    if ((ret = sfb__comm_set_shapes(job->comm, shapes.v, a->n, a->max_s))) return ret;
+    ret = sfb__comm_set_shapes(job->comm, shapes, a->n, a->max_s);
+    free(shapes);
+    if (ret) return ret;
     sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
     if (!job->ssp_open) {
         ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), a->staleness, a->start_clock);
         if (ret) return ret;
         job->ssp_open = 1;
     }
-    if (auto_sync && (ret = choose_auto(job, a))) return ret;
+    if (sfb__sync_is_auto(a->engine) && (ret = choose_auto(job, a))) return ret;
     return start_engine(job, a);
 }
 
@@ -375,6 +476,14 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
     SFB_ARG(job);
     int ret = need_engine(job, __func__);
     if (ret) return ret;
+    if (job->waited && job->ndone) {
+        uint32_t m = 0;
+        while (job->done[m / 64] >> (m % 64) & 1) m++;
+        return sfb__error(-SFB_EUSAGE, "sfb_job_wait: clock %lld: matrix %u of clock %lld is not "
+                          "published yet (%u of %u are): publish every matrix of a clock before "
+                          "the next wait", (long long)clock, m, (long long)job->next, job->ndone,
+                          job->nmat);
+    }
     if (clock != job->next || job->waited)
         return sfb__error(-SFB_EUSAGE, "sfb_job_wait: clock %lld out of order: the next wait is "
                           "for clock %lld%s", (long long)clock, (long long)job->next,
@@ -391,39 +500,79 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
 /* A NaN or an infinity in a published factor would poison every replica;
  * the receivers refuse it too (they cannot tell a bug from an attack), so
  * publishing one would fail the job anyway, only later and elsewhere. */
-static int check_finite(const struct sfb_job *job, int64_t clock, const struct sfb_sf *sf,
-                        uint32_t n)
+static int check_finite(const struct sfb_job *job, const char *fn, int64_t clock,
+                        const struct sfb_sf *sf, uint32_t m)
 {
     char what[96];
-    for (uint32_t m = 0; m < n && !job->debug_unchecked; m++)
-        if (sfb__sf_nonfinite(&sf[m], what, sizeof what))
-            return sfb__error(-ERANGE, "sfb_job_publish: clock %lld, matrix %u: %s (a factor "
-                              "must hold finite numbers only: nothing was published)",
-                              (long long)clock, m, what);
+    if (!job->debug_unchecked && sfb__sf_nonfinite(sf, what, sizeof what))
+        return sfb__error(-ERANGE, "%s: clock %lld, matrix %u: %s (a factor must hold finite "
+                          "numbers only: nothing was published)", fn, (long long)clock, m, what);
     return 0;
 }
 
-static int check_sfs(const struct sfb_job *job, const struct sfb_sf *sf, uint32_t n)
+static int check_sf(const struct sfb_job *job, const char *fn, const struct sfb_sf *sf,
+                    uint32_t m)
 {
-    if (n != job->nmat)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_publish: %u SFs for %u attached matrices", n,
-                          job->nmat);
-    for (uint32_t m = 0; m < n; m++) {
-        if (sf[m].rows != job->mats[m].rows || sf[m].cols != job->mats[m].cols)
-            return sfb__error(-SFB_ESHAPE, "sfb_job_publish: SF %u is for %u x %u, matrix %u is "
-                              "%u x %u", m, sf[m].rows, sf[m].cols, m, job->mats[m].rows,
-                              job->mats[m].cols);
-        if (sf[m].s == 0)
-            return sfb__error(-SFB_ESHAPE, "sfb_job_publish: SF %u has no sample (a clock with "
-                              "nothing to add publishes one sample of zeros)", m);
-        if (sf[m].s > job->max_s)
-            return sfb__error(-SFB_ESHAPE, "sfb_job_publish: SF %u has %u samples, more than "
-                              "max_s %u", m, sf[m].s, job->max_s);
-        if ((!sf[m].b || (!sf[m].sparse_c && !sf[m].c) ||
-                        (sf[m].sparse_c && (!sf[m].c_row_ptr || !sf[m].c_col || !sf[m].c_val))))
-            return sfb__error(-EINVAL, "sfb_job_publish: SF %u has a NULL array", m);
-    }
+    if (sf->rows != job->mats[m].rows || sf->cols != job->mats[m].cols)
+        return sfb__error(-SFB_ESHAPE, "%s: SF %u is for %u x %u, matrix %u is %u x %u", fn, m,
+                          sf->rows, sf->cols, m, job->mats[m].rows, job->mats[m].cols);
+    if (sf->s == 0)
+        return sfb__error(-SFB_ESHAPE, "%s: SF %u has no sample (a clock with nothing to add "
+                          "publishes one sample of zeros)", fn, m);
+    if (sf->s > job->max_s)
+        return sfb__error(-SFB_ESHAPE, "%s: SF %u has %u samples, more than max_s %u", fn, m,
+                          sf->s, job->max_s);
+    if (!sf->b || (!sf->sparse_c && !sf->c) ||
+        (sf->sparse_c && (!sf->c_row_ptr || !sf->c_col || !sf->c_val)))
+        return sfb__error(-EINVAL, "%s: SF %u has a NULL array", fn, m);
     return 0;
+}
+
+/* The clock `clock` is the one due (waited for, not complete). */
+static int check_due(const struct sfb_job *job, const char *fn, int64_t clock)
+{
+    if (clock != job->next || !job->waited)
+        return sfb__error(-SFB_EUSAGE, "%s: clock %lld out of order: clock %lld is due, %s", fn,
+                          (long long)clock, (long long)job->next,
+                          job->waited ? "waited for" : "after its wait");
+    return 0;
+}
+
+/* publish_one / publish_dense: clock due, m in range, not published yet. */
+static int check_one(const struct sfb_job *job, const char *fn, int64_t clock, uint32_t m)
+{
+    int ret = check_due(job, fn, clock);
+    if (ret) return ret;
+    if (m >= job->nmat)
+        return sfb__error(-SFB_EUSAGE, "%s: matrix %u of clock %lld: the job has %u matrices "
+                          "(0 .. %u)", fn, m, (long long)clock, job->nmat, job->nmat - 1);
+    if (job->done[m / 64] >> (m % 64) & 1)
+        return sfb__error(-SFB_EUSAGE, "%s: matrix %u is published twice in clock %lld (once a "
+                          "clock each)", fn, m, (long long)clock);
+    return 0;
+}
+
+static void stamp(const struct sfb_job *job, struct sfb_sf *sf, uint32_t m, int64_t clock)
+{
+    sf->matrix = m;
+    sf->origin = sfb__comm_rank(job->comm);
+    sf->clock = clock;
+}
+
+/* The clock is complete: the next wait may come. */
+static void clock_done(struct sfb_job *job)
+{
+    memset(job->done, 0, (job->nmat + 63) / 64 * sizeof *job->done);
+    job->ndone = 0;
+    job->waited = 0;
+    job->next++;
+}
+
+/* Matrix m of the clock due is published. */
+static void one_done(struct sfb_job *job, uint32_t m)
+{
+    job->done[m / 64] |= 1ull << (m % 64);
+    if (++job->ndone == job->nmat) clock_done(job);
 }
 
 int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n)
@@ -432,21 +581,65 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
     SFB_ARG(job);
     SFB_ARG(sf);
     int ret = need_engine(job, __func__);
-    if (!ret && (clock != job->next || !job->waited))
-        ret = sfb__error(-SFB_EUSAGE, "sfb_job_publish: clock %lld out of order: clock %lld is "
-                         "due, %s", (long long)clock, (long long)job->next,
-                         job->waited ? "waited for" : "after its wait");
-    if (!ret) ret = check_sfs(job, sf, n);
-    if (!ret) ret = check_finite(job, clock, sf, n);
+    if (!ret) ret = check_due(job, __func__, clock);
+    if (!ret && job->ndone)
+        ret = sfb__error(-SFB_EUSAGE, "sfb_job_publish: clock %lld: %u of its %u matrices are "
+                         "published one at a time already: publish the others with "
+                         "sfb_job_publish_one", (long long)clock, job->ndone, job->nmat);
+    if (!ret && n != job->nmat)
+        ret = sfb__error(-SFB_EUSAGE, "sfb_job_publish: %u SFs for %u attached matrices", n,
+                         job->nmat);
+    for (uint32_t m = 0; m < n && !ret; m++) ret = check_sf(job, __func__, &sf[m], m);
+    for (uint32_t m = 0; m < n && !ret; m++) ret = check_finite(job, __func__, clock, &sf[m], m);
     if (ret) return ret;
-    for (uint32_t m = 0; m < n; m++) {
-        sf[m].matrix = m;
-        sf[m].origin = sfb__comm_rank(job->comm);
-        sf[m].clock = clock;
-    }
+    for (uint32_t m = 0; m < n; m++) stamp(job, &sf[m], m, clock);
     if ((ret = job->engine->publish(job->engine_priv, clock, sf, n))) return ret;
-    job->waited = 0;
-    job->next++;
+    clock_done(job);
+    return 0;
+}
+
+int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, struct sfb_sf *sf)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(sf);
+    int ret = need_engine(job, __func__);
+    if (!ret) ret = check_one(job, __func__, clock, m);
+    if (!ret) ret = check_sf(job, __func__, sf, m);
+    if (!ret) ret = check_finite(job, __func__, clock, sf, m);
+    if (ret) return ret;
+    stamp(job, sf, m, clock);
+    if ((ret = job->engine->publish_one(job->engine_priv, clock, m, sf))) return ret;
+    one_done(job, m);
+    return 0;
+}
+
+int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float scale,
+                          const float *delta)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(delta);
+    int ret = need_engine(job, __func__);
+    if (!ret) ret = check_one(job, __func__, clock, m);
+    if (ret) return ret;
+    if (!job->engine_of[m]->publish_dense)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_publish_dense: matrix %u is synchronized by %s, "
+                          "which carries factors only (publish them with sfb_job_publish_one)",
+                          m, job->engine_of[m]->name);
+    size_t cols = job->mats[m].cols, n = (size_t)job->mats[m].rows * cols;
+    size_t at = job->debug_unchecked ? n : sfb__first_nonfinite(delta, n);
+    if (!job->debug_unchecked && !isfinite(scale))
+        return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: scale is %g "
+                          "(an update must hold finite numbers only: nothing was published)",
+                          (long long)clock, m, (double)scale);
+    if (at < n)
+        return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: delta[%zu][%zu] "
+                          "is %g (an update must hold finite numbers only: nothing was "
+                          "published)", (long long)clock, m, at / cols, at % cols,
+                          (double)delta[at]);
+    if ((ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta))) return ret;
+    one_done(job, m);
     return 0;
 }
 
@@ -471,6 +664,19 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
     ret = job->engine->drain(job->engine_priv, last, &a);
     to_public(acct, &a);
     return ret;
+}
+
+int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(data || !len);
+    if (sfb__comm_world(job->comm) == 1)
+        return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
+                                          "of this job of 1", root);
+    int ret = sfb__comm_broadcast(job->comm, root, data, len);
+    if (ret == -SFB_EUSAGE) return ret; /* every rank's verdict: the channel is in step */
+    return ret ? sfb__comm_explain(job->comm, ret) : sfb__comm_check(job->comm);
 }
 
 int sfb_job_barrier(struct sfb_job *job)
@@ -572,6 +778,7 @@ void sfb_job_close(struct sfb_job **pjob)
     struct sfb_job *job = *pjob;
     if (job->engine_priv) job->engine->close(job->engine_priv);
     free(job->engine_priv);
+    free_matrices(job);
     if (job->ssp_open) sfb__ssp_fini(&job->ssp);
     sfb__comm_close(&job->comm);
     free(job);
@@ -605,7 +812,7 @@ const char *sfb__job_engine_name(const struct sfb_job *job)
 
 int sfb__job_plan_ms(const struct sfb_job *job, uint32_t m, double ms[2])
 {
-    if (!job->planned || m >= job->nmat) return -ENOENT;
+    if (!job->planned || m >= job->nmat || isnan(job->plan_ms[m][0])) return -ENOENT;
     ms[0] = job->plan_ms[m][0];
     ms[1] = job->plan_ms[m][1];
     return 0;
@@ -613,7 +820,7 @@ int sfb__job_plan_ms(const struct sfb_job *job, uint32_t m, double ms[2])
 
 const char *sfb_job_plan(const struct sfb_job *job)
 {
-    return job ? job->plan : NULL;
+    return job ? (job->plan ? job->plan : "") : NULL;
 }
 
 const char *sfb_job_engine(const struct sfb_job *job, uint32_t m)

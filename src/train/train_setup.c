@@ -253,7 +253,7 @@ static int prepare(struct worker *w)
 /* --sync auto: the bytes of each matrix's SF frame as the codec would send
  * them, from the factors of the shard's first minibatch (a probe: the
  * model's private state, dml's pair stream, is put back). */
-static void probe_sf_bytes(struct worker *w, struct sfb_job_attach *a)
+static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
 {
     const struct sfb_model_ops *ops = sfb_model_get_ops(w->model);
     uint8_t state[SFB_MODEL_STATE_MAX];
@@ -264,12 +264,12 @@ static void probe_sf_bytes(struct worker *w, struct sfb_job_attach *a)
     double loss = 0;
     for (uint32_t i = 0; i < s && idx; i++) idx[i] = i;
     if (idx && s && !sfb_model_factors(w->model, &w->train, idx, s, 1e-3f, w->sf, &loss))
-        for (uint32_t m = 0; m < a->n; m++) {
+        for (uint32_t m = 0; m < n; m++) {
             int sparse;
             uint64_t nnz;
-            a->sf_bytes[m] = (uint32_t)SFB_MIN(SFB_WIRE_HDR_SIZE + sfb__sf_choose(&w->sf[m], &sparse,
-                                                                                  &nnz),
-                                               (size_t)UINT32_MAX);
+            sf_bytes[m] = (uint32_t)SFB_MIN(SFB_WIRE_HDR_SIZE + sfb__sf_choose(&w->sf[m], &sparse,
+                                                                               &nnz),
+                                            (size_t)UINT32_MAX);
         }
     free(idx);
     if (len) ops->state_load(sfb__model_priv(w->model), state, len);
@@ -284,6 +284,7 @@ static int attach(struct worker *w)
     struct sfb_job_attach a;
     sfb_job_default_attach(&a);
     struct sfb_matrix mats[SFB_MODEL_MAX_MATRICES];
+    uint32_t sf_bytes[SFB_MODEL_MAX_MATRICES] = {0};
     a.n = sfb_model_n_matrices(w->model);
     for (uint32_t m = 0; m < a.n; m++) mats[m] = *sfb_model_matrix(w->model, m);
     a.mats = mats;
@@ -305,7 +306,8 @@ static int attach(struct worker *w)
         if (w->rank == 0)
             SFB_LOG_I("--sync auto: the checkpoint's engines %s", w->resume_engines);
     } else if (auto_sync) {
-        probe_sf_bytes(w, &a);
+        probe_sf_bytes(w, a.n, sf_bytes);
+        a.sf_bytes = sf_bytes;
     }
     int ret = sfb_job_attach(w->job, &a);
     /* the checkpoints of an auto run carry its choice */

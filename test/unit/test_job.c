@@ -1,7 +1,7 @@
 /* The job API (include/sfb/job.h, src/train/job.c) in one process (world 1,
  * given explicitly): settings and argument checks, the attach/wait/publish
  * order, shape checks, and the own update applied exactly. Multi-process
- * behaviour: test/integration/python_job.sh and mlr_numpy.sh. */
+ * behaviour: test/integration/job_many.c, sfb_launch.sh and mlr_numpy.sh. */
 #include <sfb/job.h>
 #include "src/base/common.h"
 #include "test.h"
@@ -42,7 +42,7 @@ static int test_defaults(void)
     ASSERT(strcmp(a.engine, "sfb") == 0);
     ASSERT_EQ(a.staleness, 0);
     ASSERT_EQ(a.apply_early, -1);
-    ASSERT(a.topology == NULL && a.mats == NULL);
+    ASSERT(a.topology == NULL && a.mats == NULL && a.sf_bytes == NULL);
     sfb_job_default_settings(NULL);
     sfb_job_default_attach(NULL);
     return 0;
@@ -130,8 +130,8 @@ static int test_order_and_shapes(void)
     a.max_s = 0;
     ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "max_s is 0");
     a.max_s = 2;
-    a.n = 5;
-    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "5 matrices");
+    a.n = SFB_JOB_MAX_MATRICES + 1;
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "65537 matrices: expected 1 to 65536");
     a.n = 1;
     ASSERT_OK(sfb_job_attach(job, &a));
     ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "already attached");
@@ -262,6 +262,108 @@ static int test_publish_fms(void)
     return run_engine("fms");
 }
 
+/* Many matrices in one process, mixed engines: publish_one in any order
+ * and publish_dense, each applied exactly; the per-matrix protocol's
+ * errors name matrix and clock. */
+#define MANY 300
+static int test_publish_one(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    static float data[MANY][6];
+    static struct sfb_matrix mats[MANY];
+    memset(data, 0, sizeof data);
+    static char engine[MANY * 5];
+    size_t len = 0;
+    for (int m = 0; m < MANY; m++) {
+        mats[m] = (struct sfb_matrix){2, 3, data[m]};
+        len += (size_t)sprintf(engine + len, "%s%s", m ? "," : "", m % 3 == 1 ? "fms" : "sfb");
+    }
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.n = MANY;
+    a.mats = mats;
+    a.max_s = 2;
+    a.engine = engine;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    ASSERT(strcmp(sfb_job_engine(job, 1), "fms") == 0 && strcmp(sfb_job_engine(job, 2), "sfb") == 0);
+    ASSERT(sfb_job_engine(job, MANY) == NULL);
+    ASSERT(strcmp(sfb_job_plan(job), "") == 0);
+    float b[4] = {1, 2, 3, 4}, c[6] = {1, 0, 2, 0, 1, 1};
+    float delta[6] = {1, 2, 3, 4, 5, 6};
+    struct sfb_sf sf = {.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .b = b, .c = c};
+    for (int64_t t = 0; t < 2; t++) {
+        ASSERT_OK(sfb_job_wait(job, t, NULL));
+        for (int m = MANY - 1; m >= 0; m--) { /* reverse order; dense for fms matrices */
+            if (m == MANY / 2) {
+                ASSERT_FAILS(sfb_job_wait(job, t + 1, NULL), -SFB_EUSAGE,
+                             "matrix 0 of clock ");
+                ASSERT_FAILS(sfb_job_publish(job, t, &sf, 1), -SFB_EUSAGE,
+                             "published one at a time already");
+                ASSERT_FAILS(sfb_job_publish_one(job, t, MANY - 1, &sf), -SFB_EUSAGE,
+                             "matrix 299 is published twice in clock");
+                ASSERT_FAILS(sfb_job_publish_dense(job, t, MANY - 1, 1, delta), -SFB_EUSAGE,
+                             "matrix 299 is published twice in clock");
+                ASSERT_FAILS(sfb_job_publish_one(job, t, MANY, &sf), -SFB_EUSAGE,
+                             "matrix 300 of clock");
+                ASSERT_FAILS(sfb_job_publish_dense(job, t, 2, 1, delta), -SFB_EUSAGE,
+                             "matrix 2 is synchronized by sfb, which carries factors only");
+                delta[4] = NAN;
+                ASSERT_FAILS(sfb_job_publish_dense(job, t, 1, 1, delta), -ERANGE,
+                             "matrix 1: delta[1][1] is nan");
+                delta[4] = 5;
+                ASSERT_FAILS(sfb_job_publish_dense(job, t, 1, INFINITY, delta), -ERANGE,
+                             "scale is inf");
+            }
+            if (m % 3 == 1)
+                ASSERT_OK(sfb_job_publish_dense(job, t, (uint32_t)m, 2.0f, delta));
+            else
+                ASSERT_OK(sfb_job_publish_one(job, t, (uint32_t)m, &sf));
+            if (m % 3 != 1) ASSERT_EQ(sf.clock, t);
+        }
+        ASSERT_FAILS(sfb_job_publish_one(job, t, 0, &sf), -SFB_EUSAGE, "out of order");
+    }
+    /* sfb: two clocks of 0.5·BᵀC = [[1, 3, 5], [2, 4, 8]]; fms: 2 · 2 · delta */
+    const float want_sf[6] = {1, 3, 5, 2, 4, 8};
+    for (int m = 0; m < MANY; m++)
+        for (int i = 0; i < 6; i++)
+            ASSERT_EQ(data[m][i], m % 3 == 1 ? 4 * delta[i] : want_sf[i]);
+    /* a broadcast of a job of one is a no-op; the root must be rank 0 */
+    uint8_t bytes[3] = {1, 2, 3};
+    ASSERT_OK(sfb_job_broadcast(job, 0, bytes, sizeof bytes));
+    ASSERT_FAILS(sfb_job_broadcast(job, 1, bytes, sizeof bytes), -SFB_EUSAGE, "root 1");
+    ASSERT_FAILS(sfb_job_broadcast(job, 0, NULL, 3), -EINVAL, "argument");
+    ASSERT_OK(sfb_job_finish(job, 1));
+    sfb_job_close(&job);
+    return 0;
+}
+
+/* "auto" entries beside forced ones: the plan has a line per matrix. */
+static int test_auto_mix(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    float d0[6] = {0}, d1[6] = {0}, d2[6] = {0};
+    struct sfb_matrix mats[3] = {{2, 3, d0}, {2, 3, d1}, {2, 3, d2}};
+    uint32_t sf_bytes[3] = {0, 100, 0};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.n = 3;
+    a.mats = mats;
+    a.max_s = 2;
+    a.engine = "auto,fms,auto";
+    a.sf_bytes = sf_bytes;
+    a.link_gbps = 10;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    const char *plan = sfb_job_plan(job);
+    ASSERT_STR_CONTAINS(plan, "matrix 0 2x3: sfb ");
+    ASSERT_STR_CONTAINS(plan, "matrix 1 2x3: fms (forced)\n");
+    ASSERT_STR_CONTAINS(plan, "matrix 2 2x3: sfb ");
+    ASSERT_EQ(strcmp(sfb_job_engine(job, 1), "fms"), 0);
+    sfb_job_close(&job);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"defaults", test_defaults},
     {"null_arguments", test_null_arguments},
@@ -270,6 +372,8 @@ static const struct test_case tests[] = {
     {"publish_sfb", test_publish_sfb},
     {"publish_fms", test_publish_fms},
     {"publish_nonfinite", test_publish_nonfinite},
+    {"publish_one", test_publish_one},
+    {"auto_mix", test_auto_mix},
 };
 
 TEST_MAIN(tests)
