@@ -20,6 +20,7 @@ after every epoch; --resume PATH continues such a run exactly.
 """
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -49,7 +50,8 @@ def arguments(description, hidden="1024,1024", epochs=2, lr=0.05):
     ap.add_argument("--global-batch", type=int, default=64,
                     help="samples per step over all workers (a multiple of the workers)")
     ap.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="momentum")
-    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--lr", type=float, default=lr,
+                    help="initial learning rate, decayed to 0 along a cosine over the run")
     ap.add_argument("--sync", choices=["auto", "sfb", "fms"], default="auto")
     ap.add_argument("--staleness", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
@@ -89,6 +91,12 @@ def train(model, args, image_shape=(784,)):
     total = steps_per_epoch * args.epochs
     if args.steps:
         total = min(total, args.steps)
+    # the learning rate falls to 0 along a cosine over the run (a scheduler
+    # works on the wrapped optimizer as on any other)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda t: 0.5 * (1 + math.cos(math.pi * min(t, total) / total)))
+    for _ in range(opt.clock):  # a resumed run: where the schedule was
+        sched.step()
     t0, seen, loss_sum, loss_n, last_loss = time.time(), 0, 0.0, 0, float("nan")
     step, perm_epoch = opt.clock, None
     while step < total:
@@ -103,6 +111,7 @@ def train(model, args, image_shape=(784,)):
         loss = loss_fn(model(X[idx]), Y[idx])
         loss.backward()
         opt.step()
+        sched.step()
         step += 1
         seen += per
         loss_sum += loss.item()
