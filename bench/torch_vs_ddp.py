@@ -169,7 +169,7 @@ def run_one(a, model, engine):
     out = os.path.join(a.out, "%s-%s" % (model, engine))
     os.makedirs(out, exist_ok=True)
     cmd = [a.cluster, "-n", str(a.n), "--rate", a.rate, "--out-dir", out,
-           "--timeout", str(a.timeout), "--exec", sys.executable, os.path.realpath(__file__),
+           "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
            "--worker", "--engine", engine, "--model", model, "--hidden", a.hidden,
            "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--lr", str(a.lr), "--seed", str(a.seed), "--sync", a.sync]
