@@ -115,7 +115,6 @@ def worker(a):
         net = model
     else:
         import torch.distributed as dist
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
         port = int(os.environ["SFB_RENDEZVOUS"].rsplit(":", 1)[1]) + 1
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
         dist.init_process_group("gloo", init_method="tcp://10.77.0.1:%d" % port, rank=rank,
@@ -170,10 +169,10 @@ def run_one(a, model, engine):
     os.makedirs(out, exist_ok=True)
     cmd = [a.cluster, "-n", str(a.n), "--rate", a.rate, "--out-dir", out,
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
-           "--worker", "--engine", engine, "--model", model, "--hidden", a.hidden,
+           "--worker", "--engine", engine.split("-")[0], "--model", model, "--hidden", a.hidden,
            "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--lr", str(a.lr), "--seed", str(a.seed), "--sync", a.sync]
-    if a.no_overlap:
+    if a.no_overlap or engine == "sfb-serial":
         cmd.append("--no-overlap")
     if a.data_dir:
         cmd += ["--data-dir", a.data_dir]
@@ -190,8 +189,9 @@ def run_one(a, model, engine):
         sys.exit("torch_vs_ddp: %s %s failed (exit %d):\n%s%s" %
                  (model, engine, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
     r0 = min(results, key=lambda r: r["rank"])
-    row = {k: r0[k] for k in ("engine", "model", "world", "steps", "batch", "params",
-                              "samples_per_s", "curve")}
+    row = {k: r0[k] for k in ("model", "world", "steps", "batch", "params", "samples_per_s",
+                              "curve")}
+    row["engine"] = engine
     row["wall_s"] = max(r["wall_s"] for r in results)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
     for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
@@ -206,7 +206,7 @@ def run_one(a, model, engine):
     return row
 
 
-def report(a, rows):
+def report(a, rows, load=None):
     lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
              "formula KB/step | count/formula | s to loss %.2f |" % a.target_loss,
              "|---|---|---|---|---|---|---|---|---|"]
@@ -217,12 +217,13 @@ def report(a, rows):
         ratios[(r["model"], r["engine"])] = x
         count = r.get("data_bytes_per_step")
         lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %s |" % (
-            r["model"], "sfb.torch" if r["engine"] == "sfb" else "DDP (gloo)",
+            r["model"], {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
+                         "ddp": "DDP (gloo)"}[r["engine"]],
             r["samples_per_s"], x, "%.0f" % (count / 1e3) if count else "",
             r["tx_bytes_per_step"] / 1e3, r["formula_bytes_per_step"] / 1e3,
             "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
             "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached"))
-    load = os.getloadavg()
+    load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
     text = head + "\n\n" + "\n".join(lines) + "\n"
@@ -241,7 +242,7 @@ def report(a, rows):
         for model in sorted({r["model"] for r in rows}):
             series = [("SFB" if r["engine"] == "sfb" else "DDP", 0 if r["engine"] == "sfb" else 1,
                        [(t, l) for t, l in r["curve"] if t > 0], False)
-                      for r in rows if r["model"] == model]
+                      for r in rows if r["model"] == model and r["engine"] in ("sfb", "ddp")]
             panels.append(("%s: LOSS - SECONDS" % model.upper(), series, "SECONDS"))
         pngplot.figure(os.path.join(a.out, "torch_vs_ddp.png"), panels, legend, cols=2,
                        title="SFB.TORCH VS DDP, %d HOSTS, %s" % (a.n, a.rate.upper()))
@@ -265,9 +266,14 @@ def main():
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sync", default="auto")
+    ap.add_argument("--engines", default="sfb,sfb-serial,ddp",
+                    help="sfb (factors leave during backward), sfb-serial (all at step()), ddp")
     ap.add_argument("--no-overlap", action="store_true",
                     help="sfb.torch sends every layer's factors at step(), not during backward")
-    ap.add_argument("--target-loss", type=float, default=1.0)
+    ap.add_argument("--target-loss", type=float, default=1.5)
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="no runs: the table and figure again from a run's torch_vs_ddp.json "
+                         "(e.g. with another --target-loss)")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default="bench-out/torch_vs_ddp")
@@ -279,8 +285,19 @@ def main():
     a = ap.parse_args()
     if a.worker:
         return worker(a)
+    if a.from_json:
+        with open(a.from_json) as f:
+            saved = json.load(f)
+        target, out = a.target_loss, a.out
+        a = argparse.Namespace(**saved["settings"])
+        a.target_loss, a.out = target, out
+        for r in saved["rows"]:
+            r["to_target_s"] = to_target(r["curve"], a.target_loss)
+        os.makedirs(a.out, exist_ok=True)
+        report(a, saved["rows"], saved["load"])
+        return
     if a.smoke:
-        a.hidden, a.steps, a.warmup, a.n, a.models = "64", 6, 2, 2, "mlp"
+        a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
     if os.geteuid() != 0:
         print("torch_vs_ddp: skipped (needs root for network namespaces)")
         sys.exit(77)
@@ -290,9 +307,14 @@ def main():
         print("torch_vs_ddp: skipped (no python3-torch)")
         sys.exit(77)
     os.makedirs(a.out, exist_ok=True)
+    # every worker of this one host its share of the CPUs, in torch and in
+    # OpenBLAS alike (both engines: sfb.torch.init does the same by itself)
+    share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
+    os.environ.setdefault("OMP_NUM_THREADS", share)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
     rows = []
     for model in a.models.split(","):
-        for engine in ("sfb", "ddp"):
+        for engine in a.engines.split(","):
             rows.append(run_one(a, model, engine))
     ratios = report(a, rows)
     bad = []
