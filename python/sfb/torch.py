@@ -73,8 +73,8 @@ def init(**job_args):
     the SFB_* environment, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
     or alone. Keyword arguments go to sfb.Job (rank, world, rendezvous,
     provider, peer_timeout_s, ...). Unless OMP_NUM_THREADS is set, torch's
-    threads are this process's share of the CPUs it may use among the ranks
-    of its host. Calling it again is a no-op."""
+    and OpenBLAS's threads are this process's share of the CPUs it may use
+    among the ranks of its host. Calling it again is a no-op."""
     global _job, _local_size
     if _job is not None:
         return
@@ -84,7 +84,12 @@ def init(**job_args):
     host = socket.gethostname().encode()[:63].ljust(64, b"\0")
     _local_size = sum(h == host for h in job.allgather(host)) if job.world > 1 else 1
     if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // _local_size))
+        share = max(1, len(os.sched_getaffinity(0)) // _local_size)
+        torch.set_num_threads(share)
+        # OpenBLAS (libsfb's reconstruction, and torch's matmuls where it
+        # calls BLAS) keeps its own pool, by default a thread per core in
+        # every process: busy-waiting threads of P processes on one host
+        _sfb.library().sfb_set_blas_threads(share)
     _job = job
 
 
