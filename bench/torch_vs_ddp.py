@@ -6,7 +6,9 @@ links, tcp), in one run: the same model, per-worker batch, steps, seed, data
 
   samples/s        all workers, over the timed steps (after --warmup steps)
   bytes/step       data bytes one worker sent per step: sfb's own count
-                   (job stats) and, for both, the namespace's eth0 tx bytes
+                   (job stats at the job's end, over every step, warm-up
+                   included) and, for both, the namespace's eth0 tx bytes
+                   over the timed steps
   formula          what the engines' formulas say a worker sends per step:
                    sfb: per Linear by factors (P-1) x (header + the codec's
                    encoding of s x (rows + cols)), per matrix through the
@@ -105,10 +107,10 @@ def worker(a):
     G = a.batch * world
     perm = torch.from_numpy(np.random.default_rng(a.seed).permutation(len(X)))
     params = sum(p.numel() for p in model.parameters())
-    formula = None
     if a.engine == "sfb":
         import sfb.torch as sft
         sft.init()
+        formula = Formula(sft._job)  # every publish, from the first step on
         sft.broadcast_parameters(model.state_dict())
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
                                        model=model, sync=a.sync, overlap=not a.no_overlap)
@@ -125,10 +127,6 @@ def worker(a):
     curve, t0 = [], None
     for t in range(a.warmup + a.steps):
         if t == a.warmup:  # timed from here
-            if a.engine == "sfb":
-                if formula is None:
-                    formula = Formula(opt._sfb.job)
-                st0 = opt._sfb.job.stats()
             tx0, t0 = tx_bytes(), time.time()
         i = (t * G) % (len(X) - G)
         idx = perm[i + rank * a.batch:i + (rank + 1) * a.batch]
@@ -145,11 +143,13 @@ def worker(a):
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
            "curve": curve}
     if a.engine == "sfb":
-        st1 = opt._sfb.job.stats()
-        out["data_bytes_per_step"] = (st1["data_bytes"] - st0["data_bytes"]) / a.steps
-        out["formula_bytes_per_step"] = formula.bytes / a.steps
-        out["plan"] = opt.plan
         sft.shutdown()
+        # bytes over the whole run, warm-up included: the counters after the
+        # job's end hold every update sent (mid-run, some may still queue)
+        steps = a.warmup + a.steps
+        out["data_bytes_per_step"] = sft.stats()["data_bytes"] / steps
+        out["formula_bytes_per_step"] = formula.bytes / steps
+        out["plan"] = opt.plan
     else:
         out["formula_bytes_per_step"] = 2.0 * (world - 1) / world * params * 4
         dist.barrier()

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 import sfb as _sfb
 
-__all__ = ["init", "rank", "size", "local_size", "shutdown", "is_initialized",
+__all__ = ["init", "rank", "size", "local_size", "shutdown", "is_initialized", "stats",
            "broadcast_parameters", "broadcast_object", "broadcast_optimizer_state",
            "allreduce", "DistributedOptimizer", "Error"]
 
@@ -46,6 +46,7 @@ Error = _sfb.Error
 _job = None          # the process's sfb.Job
 _local_size = 1      # ranks on this host
 _optimizer = None    # the one DistributedOptimizer of the job (its _Sync)
+_final_stats = None  # the last job's counters at its end (stats())
 
 
 def _launcher_args():
@@ -121,7 +122,7 @@ def shutdown():
     """The orderly end (collective): every update applied on every rank, the
     replicas identical; then the job is left. Call it on every rank after the
     last step. Without it, peers see this rank leave."""
-    global _job, _optimizer
+    global _job, _optimizer, _final_stats
     if _job is None:
         return
     try:
@@ -129,6 +130,7 @@ def shutdown():
             _optimizer.finish()
         else:
             _job.finish(-1)
+        _final_stats = _job.stats()
     except BaseException:
         _job.abort("sfb.torch.shutdown failed")
         raise
@@ -137,6 +139,17 @@ def shutdown():
             _optimizer.release()  # the model's layers as they were, its parameters kept
         _job.close()
         _job, _optimizer = None, None
+
+
+def stats():
+    """The job's counters (bytes and messages sent and received, the engines'
+    data messages and bytes, ...: sfb.Job.stats); after shutdown, those at
+    the end of the last job (every update sent)."""
+    if _job is not None:
+        return _job.stats()
+    if _final_stats is None:
+        raise RuntimeError("sfb.torch: call sfb.torch.init() first")
+    return dict(_final_stats)
 
 
 def _abort_on_error(fn):
@@ -554,7 +567,8 @@ class _Sync:
         for line in job.plan.splitlines():
             parts = line.split()
             if len(parts) > 1 and parts[0] == "matrix" and parts[1].isdigit():
-                auto[int(parts[1])] = line.split(":", 1)[1].strip() if ":" in line else line
+                why = line.split(":", 1)[1].strip() if ":" in line else line
+                auto[int(parts[1])] = why.rsplit(" -> ", 1)[0]
         out = []
         for slot in self.linears:
             eng = job.engines[slot.index]
