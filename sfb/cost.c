@@ -15,7 +15,7 @@
 
 #define DEFAULT_ALPHA_S 10e-6
 #define DEFAULT_BETA 8e-9 /* 1 Gbit/s */
-#define HDR 64.0          /* wire header of every frame (src/net/wire.h) */
+#define HDR 64.0          /* wire header of every frame (src/wire/wire.h) */
 #define SF_PREFIX 8.0     /* scale and nnz before the factors (sfb/codec.h) */
 
 /* α and β to use: the given ones, or the defaults when none was given. */

@@ -3,7 +3,7 @@
 #include "sfb/parts.h"
 #include "src/base/common.h"
 #include "sfb/codec.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 
 #include <cblas.h>
 #include <errno.h>

@@ -21,9 +21,9 @@
 #include "config.h"
 #include "sfb/sync.h"
 #include "src/base/common.h"
-#include "src/net/comm.h"
-#include "src/net/ssp.h"
-#include "src/net/wire.h"
+#include "src/comm/comm.h"
+#include "src/ssp/ssp.h"
+#include "src/wire/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include "sfb/cost.h"
 #include "src/base/bytes.h"
 #include "src/base/common.h"
-#include "src/net/comm.h"
+#include "src/comm/comm.h"
 
 #include <sfb/sf.h>
 

@@ -2,7 +2,7 @@
 #include "config.h"
 #include "sfb/relay.h"
 #include <sfb/topo.h>
-#include "src/net/comm.h"
+#include "src/comm/comm.h"
 #include "src/base/common.h"
 
 #include <stdlib.h>

@@ -161,7 +161,7 @@ struct sfb__sync_waiter {
      * have arrived instead of waking per frame. */
     int one_frame_per_origin;
     /* 1: an update a peer published stall_timeout_s ago and not received is
-     * lost, and fails the wait (src/net/comm_stall.c). 0 where forwards
+     * lost, and fails the wait (src/comm/comm_stall.c). 0 where forwards
      * wait on other ranks' progress (--flush clock relays: a straggler holds
      * everyone's frames at the relays whose boundary waits on it). */
     int stall_check;

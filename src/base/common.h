@@ -81,7 +81,7 @@ int sfb__reserve(void **buf, size_t *cap, size_t need);
 /* Lets a higher layer name the error codes of a range it owns, for
  * sfb_strerror: codes in [lo, hi) (positive) go to fn, which returns NULL for
  * one it does not know. The network layer registers libfabric's codes this
- * way (src/net/fi_errors.c) when the library is loaded, so the base layer
+ * way (src/transport/fi_errors.c) when the library is loaded, so the base layer
  * knows nothing of libfabric. One namer; a later call replaces it. Call
  * before threads start (a load-time constructor does). */
 void sfb__error_names_register(int lo, int hi, const char *(*fn)(int code));

@@ -1,4 +1,4 @@
-/* The job API (include/sfb/job.h): a comm context (src/net/comm.h), an SSP
+/* The job API (include/sfb/job.h): a comm context (src/comm/comm.h), an SSP
  * clock table and a sync engine (sfb/sync.h) behind one opaque handle. It
  * is the only place above the network layer that holds a comm context. */
 #include "config.h"
@@ -9,8 +9,8 @@
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/base/timeline.h"
-#include "src/net/comm.h"
-#include "src/net/ssp.h"
+#include "src/comm/comm.h"
+#include "src/ssp/ssp.h"
 #include "src/train/job_internal.h"
 
 #include <math.h>

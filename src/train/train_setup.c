@@ -9,7 +9,7 @@
 #include "models/model.h"
 #include "sfb/codec.h"
 #include "sfb/sync.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 #include "src/train/job_internal.h"
 #include "src/train/worker.h"
 
@@ -114,7 +114,7 @@ static int setup_model(struct worker *w)
     return 0;
 }
 
-/* Every setting that must agree across ranks (src/net/agree.h): the
+/* Every setting that must agree across ranks (src/boot/agree.h): the
  * checkpoint's configuration text (whatever changes the math: model and its
  * options, data name and shape, batch, lr and schedule, seed, sync,
  * staleness, topology, degree, flush), plus what a resume may change but

@@ -11,8 +11,8 @@
 #include "sfb/cost.h"
 #include "src/base/bytes.h"
 #include "src/base/common.h"
-#include "src/net/comm.h"
-#include "src/net/launch.h"
+#include "src/comm/comm.h"
+#include "src/launch/launch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,8 @@
  * forwarding, and the env rendezvous through the launcher. The worker is
  * boot_helper (path in $BOOT_HELPER). */
 #include "src/base/common.h"
-#include "src/net/bootstrap.h"
-#include "src/net/launch.h"
+#include "src/boot/bootstrap.h"
+#include "src/launch/launch.h"
 #include "src/base/timeline.h"
 #include "test.h"
 

@@ -238,7 +238,7 @@ static int test_null_arguments(void)
 }
 
 /* sfb_strerror names libfabric's codes (FI_ERRNO_OFFSET = 256 ...) through
- * the namer the network layer registers (src/net/fi_errors.c); the base
+ * the namer the network layer registers (src/transport/fi_errors.c); the base
  * layer itself knows no libfabric. Its own and errno codes are unchanged. */
 static int test_strerror_layers(void)
 {

@@ -5,7 +5,7 @@
  * fails it instead of hanging). */
 #include "sfb/cost.h"
 #include "src/base/common.h"
-#include "src/net/comm_loop.h"
+#include "src/comm/comm_loopback.h"
 #include "test.h"
 
 #include <errno.h>

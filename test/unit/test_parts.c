@@ -4,7 +4,7 @@
  * (integer factors: exact). And the managed sizing (sfb__parts_settings). */
 #include "sfb/parts.h"
 #include "src/base/common.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 #include "test.h"
 
 #include <math.h>
