@@ -180,7 +180,7 @@ extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
 /* One engine per matrix (env.engine_of), several in one job under one SSP
  * table: sfb/permatrix.c. Not in the registry (--sync names one engine for
- * all matrices, or per matrix: src/train/job.c). */
+ * all matrices, or per matrix: src/job/job.c). */
 extern const struct sfb__sync_ops sfb__permatrix_ops;
 
 #endif

@@ -1,5 +1,5 @@
 /* The comm facade's read side and its collectives: what the engines (sfb/)
- * and the job API (src/train/job.c) may know of a comm context. They never
+ * and the job API (src/job/job.c) may know of a comm context. They never
  * see its fields (src/comm/comm_impl.h) nor the bootstrap handle. */
 #include "config.h"
 #include "src/boot/agree.h"

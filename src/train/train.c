@@ -20,7 +20,7 @@
 #include "src/base/common.h"
 #include "src/base/rng.h"
 #include "src/base/timeline.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 #include "src/train/train_settings.h"
 #include "src/train/worker.h"
 

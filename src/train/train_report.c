@@ -4,7 +4,7 @@
 #include "sfb/sync.h"
 #include "src/base/common.h"
 #include "src/base/timeline.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 #include "src/train/worker.h"
 
 #include <math.h>

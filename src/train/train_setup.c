@@ -10,7 +10,7 @@
 #include "sfb/codec.h"
 #include "sfb/sync.h"
 #include "src/wire/wire.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 #include "src/train/worker.h"
 
 #include <inttypes.h>

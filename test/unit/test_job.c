@@ -1,4 +1,4 @@
-/* The job API (include/sfb/job.h, src/train/job.c) in one process (world 1,
+/* The job API (include/sfb/job.h, src/job/job.c) in one process (world 1,
  * given explicitly): settings and argument checks, the attach/wait/publish
  * order, shape checks, and the own update applied exactly. Multi-process
  * behaviour: test/integration/job_many.c, sfb_launch.sh and mlr_numpy.sh. */

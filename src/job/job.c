@@ -11,7 +11,7 @@
 #include "src/base/timeline.h"
 #include "src/comm/comm.h"
 #include "src/ssp/ssp.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -785,7 +785,7 @@ void sfb_job_close(struct sfb_job **pjob)
     *pjob = NULL;
 }
 
-/* ---- for the trainer (src/train/job_internal.h) ---- */
+/* ---- for the trainer (src/job/job_internal.h) ---- */
 
 int sfb__job_finish_after_drain(struct sfb_job *job, int64_t last)
 {
