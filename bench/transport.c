@@ -24,7 +24,7 @@
  * Environment: SFB_BENCH_CHUNK=n / SFB_BENCH_RXDEPTH=n override the
  * transport's chunk_size / rx_depth;
  * SFB_BENCH_STATS=1 prints the transport counters after each size. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/loop.h"
 #include "src/transport/transport.h"
 

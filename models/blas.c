@@ -2,7 +2,7 @@
  * because models/ (and reconstruction) are the only BLAS callers. */
 #include <sfb/sf.h>
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <stdio.h>

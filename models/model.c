@@ -1,9 +1,9 @@
 /* Model registry and the sfb_model handle: one static table of ops, built
  * from models/registry.def, so a new model is one source file plus one line
  * there. */
-#include "models/model.h"
+#include "models/model_internal.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <limits.h>
 #include <math.h>

@@ -12,7 +12,7 @@
 #include "sfb/relay.h"
 #include "sfb/sync.h"
 #include "src/comm/comm.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
 #include <stdlib.h>

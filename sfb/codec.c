@@ -1,7 +1,7 @@
 #include "config.h"
 #include "sfb/codec.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <math.h>
 #include <stdio.h>

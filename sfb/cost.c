@@ -5,7 +5,7 @@
  * runtime does it and never re-derived here. */
 #include "config.h"
 #include "sfb/cost.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <sfb/cost_model.h>
 #include <sfb/topo.h>

@@ -2,7 +2,7 @@
  * updates and the wait loop. */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/comm/comm.h"
 #include "src/ssp/ssp.h"
 

@@ -23,7 +23,7 @@
 #include "sfb/codec.h"
 #include "sfb/sync.h"
 #include "src/comm/comm.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
 #include <stdio.h>

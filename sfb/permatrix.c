@@ -20,7 +20,7 @@
  * incrementally (sync_sub). Compute thread only. */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/comm/comm.h"
 #include "src/ssp/ssp.h"
 #include "src/wire/wire.h"

@@ -5,7 +5,7 @@
 #include "config.h"
 #include "sfb/cost.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/comm/comm.h"
 
 #include <sfb/sf.h>

@@ -3,7 +3,7 @@
 #include "sfb/relay.h"
 #include <sfb/topo.h>
 #include "src/comm/comm.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

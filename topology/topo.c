@@ -6,7 +6,7 @@
  * (P parents' link indices) to know, for every origin, whom to forward to.
  */
 #include "config.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "topology/topo_ops.h"
 
 #include <math.h>

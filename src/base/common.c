@@ -1,5 +1,5 @@
 #include "config.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -2,7 +2,7 @@
 #include "src/boot/agree.h"
 #include "src/boot/bootstrap.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

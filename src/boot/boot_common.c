@@ -1,7 +1,7 @@
 /* What the bootstrap's back ends and front end share: job keys and the
  * allgather of a world of one. Below both (src/boot/bootstrap_impl.h). */
 #include "src/boot/bootstrap_impl.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include "config.h"
 #include "src/boot/bootstrap_impl.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
 
 #if HAVE_PMIX
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * non-blocking sockets, host:port resolution, peer address names, connect.
  * Used by src/boot/boot_env.c (both rank 0 and the joiners). */
 #include "src/boot/bootstrap_impl.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
 #include "src/boot/bootstrap.h"
 #include "src/boot/bootstrap_impl.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>

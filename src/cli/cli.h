@@ -61,7 +61,7 @@ int cli_worker(int argc, char **argv);
 /* main() for a worker that `sfb run` forked instead of executing (main.c) */
 int cli_forked_worker(int argc, char **argv);
 int cli_eval(int argc, char **argv);
-/* `sfb launch` (src/cli/launch.c) */
+/* `sfb launch` (src/cli/cmd_launch.c) */
 int cli_launch(int argc, char **argv);
 
 /* Installs the stderr log sink. */

@@ -1,6 +1,6 @@
 /* `sfb` — entry point and subcommand dispatch. */
 #include "src/cli/cli.h"
-#include "src/cli/topo.h"
+#include "src/cli/cmd_topo.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -3,7 +3,7 @@
 #include "src/base/timeline.h"
 #include "src/boot/bootstrap.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/loop.h"
 
 #include <errno.h>

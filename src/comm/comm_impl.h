@@ -4,7 +4,7 @@
 #define SFB_SRC_COMM_IMPL_H
 
 #include "src/comm/comm.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/pace.h"
 
 #include <stdatomic.h>

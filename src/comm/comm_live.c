@@ -3,7 +3,7 @@
  * neighbours (docs/design.md, "Liveness"). */
 #include "config.h"
 #include "src/comm/comm_impl.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/loop.h"
 
 #include <errno.h>

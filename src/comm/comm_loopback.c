@@ -2,7 +2,7 @@
 #include "config.h"
 #include "src/comm/comm_loopback.h"
 #include "src/comm/comm_impl.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
 #include "src/comm/comm_impl.h"
 #include "src/boot/agree.h"
 #include "src/boot/bootstrap.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
 #include "src/loop/loop.h"
 

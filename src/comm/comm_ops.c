@@ -2,7 +2,7 @@
  * the dispatch the engines call (src/comm/comm.h). The loopback's table is
  * in src/comm/comm_loopback.c. */
 #include "config.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/boot/bootstrap.h"
 #include "src/comm/comm_impl.h"
 #include "src/loop/loop.h"

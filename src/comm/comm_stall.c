@@ -19,7 +19,7 @@
 #include "config.h"
 #include "src/comm/comm_impl.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
 #include <stdio.h>

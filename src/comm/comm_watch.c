@@ -13,7 +13,7 @@
 #include "config.h"
 #include "src/comm/comm_impl.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/transport/transport.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
 #include "sfb/cost.h"
 #include "sfb/parts.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
 #include "src/comm/comm.h"
 #include "src/ssp/ssp.h"

@@ -5,11 +5,11 @@
  * that left the group (setsid, a double fork) are reparented to it once
  * their parent dies, and stopped when the ranks are done. */
 #include "config.h"
-#include "src/launch/launch.h"
+#include "src/launch/launch_internal.h"
 #include "src/launch/rank_env.h"
 #include "src/transport/transport.h"
 #include <sfb/launch.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
 
 #include <arpa/inet.h>

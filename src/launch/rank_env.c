@@ -1,7 +1,7 @@
 /* The launcher's additions to its ranks' environment: see rank_env.h. */
 #include "config.h"
 #include "src/launch/rank_env.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <dlfcn.h>
 #include <limits.h>

@@ -2,7 +2,7 @@
 #include "config.h"
 #include "src/loop/bell.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

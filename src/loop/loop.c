@@ -3,7 +3,7 @@
 #include "config.h"
 #include "src/loop/loop.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <ev.h>
 #include <pthread.h>

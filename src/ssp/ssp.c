@@ -1,6 +1,6 @@
 #include "config.h"
 #include "src/ssp/ssp.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <string.h>
 

@@ -17,7 +17,7 @@
 #include <sfb/job.h>
 #include <sfb/model.h>
 #include <sfb/train.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/rng.h"
 #include "src/base/timeline.h"
 #include "src/job/job_internal.h"

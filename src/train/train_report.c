@@ -2,7 +2,7 @@
  * eval, summary, relay and teardown events (docs/formats.md). */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
 #include "src/job/job_internal.h"
 #include "src/train/worker.h"

@@ -4,9 +4,9 @@
 #include "config.h"
 #include <sfb/job.h>
 #include <sfb/model.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
-#include "models/model.h"
+#include "models/model_internal.h"
 #include "sfb/codec.h"
 #include "sfb/sync.h"
 #include "src/wire/wire.h"

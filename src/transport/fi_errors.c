@@ -3,7 +3,7 @@
  * layer hands it this namer; a load-time constructor does it, so every program
  * that links the library (shared, or the tests' static archive, linked whole)
  * names them before its first call. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <rdma/fi_errno.h>
 

@@ -3,7 +3,7 @@
 #include "src/transport/transport_impl.h"
 
 #include "src/loop/bell.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fifo.h"
 #include "src/loop/loop.h"
 

@@ -4,7 +4,7 @@
 #include "src/transport/transport_impl.h"
 
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fifo.h"
 #include "src/loop/loop.h"
 

@@ -5,7 +5,7 @@
 #include "src/transport/transport_impl.h"
 
 #include "src/loop/bell.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,7 +10,7 @@
 #include "config.h"
 #include "src/transport/transport_impl.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/loop.h"
 
 #include <pthread.h>

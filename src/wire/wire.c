@@ -4,7 +4,7 @@
 #include "src/wire/wire.h"
 
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <errno.h>
 #include <math.h>

@@ -10,7 +10,7 @@
  *                                 "ok rank r size n kind k key x"; exit 0 or 1
  */
 #include "src/boot/bootstrap.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <inttypes.h>
 #include <signal.h>

@@ -12,8 +12,8 @@
  * (mpirun → PMIx). Prints "N passed, N failed" per rank; exit 0 on success. */
 #include "src/boot/bootstrap.h"
 #include "src/comm/comm.h"
-#include "src/base/common.h"
-#include "src/launch/launch.h"
+#include "src/base/util.h"
+#include "src/launch/launch_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 #include <sfb/model.h>
 #include <sfb/sf.h>
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/comm/comm_loopback.h"
 #include "src/comm/comm_impl.h"
 #include "src/ssp/ssp.h"

@@ -3,7 +3,7 @@
  * the verdict does not depend on which rank computes it (it is a function
  * of all texts); other key layouts are reported. */
 #include "src/boot/agree.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <string.h>

@@ -4,7 +4,7 @@
  * its pointers: NULL is -EINVAL naming the argument (getters: a neutral
  * value and the message; close/free/default_settings: a no-op). */
 #include <sfb/sfb.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <errno.h>

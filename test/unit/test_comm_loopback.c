@@ -3,7 +3,7 @@
  * a fixed order; a job where every rank waits for frames that will never
  * come, or for a barrier a finished rank will not enter, fails with
  * -SFB_EPEER and a reason instead of hanging. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/comm/comm_loopback.h"
 #include "src/comm/comm_impl.h"
 #include "src/ssp/ssp.h"

@@ -3,7 +3,7 @@
  * order, shape checks, and the own update applied exactly. Multi-process
  * behaviour: test/integration/job_many.c, sfb_launch.sh and mlr_numpy.sh. */
 #include <sfb/job.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <errno.h>

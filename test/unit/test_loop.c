@@ -1,5 +1,5 @@
 /* Event loop: calls, async, timers, pollers, from another thread. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/loop.h"
 #include "test.h"
 

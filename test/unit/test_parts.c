@@ -3,7 +3,7 @@
  * samples, and the parts applied one by one sum to the whole update
  * (integer factors: exact). And the managed sizing (sfb__parts_settings). */
 #include "sfb/parts.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/wire/wire.h"
 #include "test.h"
 

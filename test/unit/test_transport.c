@@ -1,7 +1,7 @@
 /* Transport: 2 and 4 endpoints in one process (each with its own loop
  * thread) over shm and tcp, frames of 0 B … 16 MiB with random content;
  * every frame is checked and counted exactly once. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/loop/loop.h"
 #include "src/transport/transport.h"
 #include "src/transport/transport_impl.h" /* bad_rma forges raw messages */

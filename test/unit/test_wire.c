@@ -1,5 +1,5 @@
 /* Wire format: round trips, every rejection reason, bundles. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/wire/wire.h"
 #include "test.h"
 

@@ -6,8 +6,8 @@
  * (sfb_model_n_matrices / sfb_model_matrix). The private state (`priv`) is
  * scratch only and is never saved: sfb_model_open with the saved settings
  * followed by copying the matrices back restores an identical model. */
-#ifndef SFB_MODELS_MODEL_H
-#define SFB_MODELS_MODEL_H
+#ifndef SFB_MODELS_MODEL_INTERNAL_H
+#define SFB_MODELS_MODEL_INTERNAL_H
 
 #include <sfb/model.h>
 #include "src/base/rng.h"

@@ -1,6 +1,6 @@
 /* Dataset helpers and name resolution internals (src/data/data.c). */
-#ifndef SFB_SRC_DATA_H
-#define SFB_SRC_DATA_H
+#ifndef SFB_SRC_DATA_INTERNAL_H
+#define SFB_SRC_DATA_INTERNAL_H
 
 #include <sfb/data.h>
 

@@ -1,7 +1,7 @@
 /* Internal helpers shared by every module: error recording, logging, time,
  * checked allocation. */
-#ifndef SFB_SRC_COMMON_H
-#define SFB_SRC_COMMON_H
+#ifndef SFB_SRC_UTIL_H
+#define SFB_SRC_UTIL_H
 
 #include <sfb/common.h>
 

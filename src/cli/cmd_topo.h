@@ -1,6 +1,6 @@
 /* `sfb topo`: topology analysis and one-clock simulation (public API only). */
-#ifndef SFB_CLI_TOPO_H
-#define SFB_CLI_TOPO_H
+#ifndef SFB_CLI_CMD_TOPO_H
+#define SFB_CLI_CMD_TOPO_H
 
 #include <sfb/topo.h>
 
@@ -11,7 +11,7 @@
  * stdout/stderr. Returns the process exit status: 0, 1 (failure), 2 (usage). */
 int sfb_cli_topo(int argc, char **argv);
 
-/* `sfb topo --engines` (src/cli/topo_engines.c): for every node count and
+/* `sfb topo --engines` (src/cli/cmd_topo_engines.c): for every node count and
  * topology, each engine's predicted ms per clock for a K × D matrix at S
  * samples per worker, and the winner. */
 struct topo_engines {

@@ -5,7 +5,7 @@
  * worker, and names the winner; a footer per topology says over which P
  * each engine wins. Public API only. */
 #include "src/cli/cli.h"
-#include "src/cli/topo.h"
+#include "src/cli/cmd_topo.h"
 
 #include <sfb/sfb.h>
 

@@ -1,7 +1,7 @@
 /* `sfb topo`: degree, diameter, hops, traffic per clock and the simulated
  * dissemination time of full / halton / halton-classic, side by side. Uses
  * only the public API, i.e. the same routing code the runtime uses. */
-#include "src/cli/topo.h"
+#include "src/cli/cmd_topo.h"
 #include "src/cli/opt.h"
 
 #include <sfb/sfb.h>

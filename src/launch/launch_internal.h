@@ -1,8 +1,8 @@
 /* Local launcher behind `sfb run -n P`: forks P workers wired for the env
  * rendezvous of src/boot/bootstrap.h on loopback, prefixes their output with the
  * rank, forwards signals, and stops the whole job when one worker fails. */
-#ifndef SFB_SRC_LAUNCH_H
-#define SFB_SRC_LAUNCH_H
+#ifndef SFB_SRC_LAUNCH_INTERNAL_H
+#define SFB_SRC_LAUNCH_INTERNAL_H
 
 #include <stddef.h>
 
