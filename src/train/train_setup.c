@@ -9,7 +9,6 @@
 #include "models/model_internal.h"
 #include "sfb/codec.h"
 #include "sfb/sync.h"
-#include "src/wire/wire.h"
 #include "src/job/job_internal.h"
 #include "src/train/worker.h"
 
@@ -264,13 +263,8 @@ static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
     double loss = 0;
     for (uint32_t i = 0; i < s && idx; i++) idx[i] = i;
     if (idx && s && !sfb_model_factors(w->model, &w->train, idx, s, 1e-3f, w->sf, &loss))
-        for (uint32_t m = 0; m < n; m++) {
-            int sparse;
-            uint64_t nnz;
-            sf_bytes[m] = (uint32_t)SFB_MIN(SFB_WIRE_HDR_SIZE + sfb__sf_choose(&w->sf[m], &sparse,
-                                                                               &nnz),
-                                            (size_t)UINT32_MAX);
-        }
+        for (uint32_t m = 0; m < n; m++)
+            sf_bytes[m] = (uint32_t)SFB_MIN(sfb__sf_frame_size(&w->sf[m]), (size_t)UINT32_MAX);
     free(idx);
     if (len) ops->state_load(sfb__model_priv(w->model), state, len);
 }
