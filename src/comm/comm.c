@@ -24,47 +24,6 @@ void sfb__comm_default_settings(struct sfb__comm_settings *s)
     s->bootstrap_timeout_s = 60.0;
 }
 
-/* Records the first failure; later ones are logged only. Loop thread or
- * compute thread. */
-void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
-{
-    /* the loop thread, the watchdog and the compute thread may all fail it */
-    if (atomic_exchange_explicit(&c->failing, 1, memory_order_acq_rel)) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->reason, sizeof c->reason, fmt, ap);
-    va_end(ap);
-    c->failed_rank = rank;
-    atomic_store_explicit(&c->failed, 1, memory_order_release);
-    SFB_LOG_E("%s", c->reason);
-}
-
-int sfb__comm_check(struct sfb__comm *c)
-{
-    if (!atomic_load_explicit(&c->failed, memory_order_acquire)) return 0;
-    return sfb__error(-SFB_EPEER, "%s", c->reason);
-}
-
-int sfb__comm_explain(struct sfb__comm *c, int ret)
-{
-    if (!ret || !c->t) return ret;
-    /* the peer's ABORT is sent before it exits, the EOF comes after: give
-     * the frame a moment to overtake */
-    double end = sfb__now() + 1.0;
-    for (;;) {
-        int failed = sfb__comm_check(c);
-        if (failed) return failed;
-        if (sfb__now() >= end) return ret;
-        sfb__sleep(0.01);
-    }
-}
-
-int sfb__comm_peers_know(struct sfb__comm *c)
-{
-    return atomic_load_explicit(&c->failed, memory_order_acquire) &&
-           !atomic_load_explicit(&c->found_here, memory_order_relaxed);
-}
-
 int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
                          const struct sfb__ssp *ssp)
 {
@@ -80,37 +39,6 @@ int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
                               p, (long long)f, c->rank, (long long)f + 1);
     }
     return ssp ? sfb__comm_check_stall(c, required, since, ssp) : 0;
-}
-
-int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,
-                     const struct sfb__wire_piece *pieces, size_t npieces,
-                     uint8_t hdr[SFB_WIRE_HDR_SIZE])
-{
-    h->job_key = c->job_key;
-    if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) && h->origin == c->rank) {
-        if (h->clock == c->last_clock) h->flags |= SFB_WIRE_F_LAST;
-        if (h->type == SFB_WIRE_SF) sfb__comm_note_published(c, h->clock);
-    }
-    return sfb__wire_encode(h, pieces, npieces, hdr);
-}
-
-int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb__wire_type type,
-                           const void *payload, size_t len, double timeout_s)
-{
-    if (!c->t) return 0;
-    struct sfb__wire_hdr h = {.type = (uint8_t)type, .origin = c->rank, .sender = c->rank,
-                             .payload_len = len};
-    struct sfb__wire_piece piece = {payload, len};
-    uint8_t hdr[SFB_WIRE_HDR_SIZE];
-    int ret = sfb__comm_header(c, &h, &piece, len ? 1 : 0, hdr);
-    if (ret) return ret;
-    if (!len) return sfb__transport_send(c->t, dst, hdr, sizeof hdr, NULL, 0, 0, timeout_s);
-    struct sfb__buf *b;
-    if ((ret = sfb__transport_buf_get(c->t, len, &b))) return ret;
-    memcpy(b->data, payload, len);
-    ret = sfb__transport_send(c->t, dst, hdr, sizeof hdr, b, 0, len, timeout_s);
-    sfb__buf_put(b);
-    return ret;
 }
 
 /* A frame rejected by the wire checks is counted and dropped (noise, a

@@ -62,9 +62,8 @@ struct sfb__comm {
     char reason[512];
 };
 
-/* Shared by comm.c (frames, finish), comm_live.c (liveness) and
- * comm_open.c (set-up). */
-/* Records the first failure; later ones are logged only. Any thread. */
+/* Records the first failure; later ones are logged only (comm_fail.c).
+ * Any thread. */
 void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRINTF(3, 4);
 /* The transport's hooks (loop thread): every received frame, a completed
  * send, a fabric error. */
@@ -84,10 +83,9 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
 /* The heartbeat timer's callback, the silence timeout for `here` ranks on
  * this host, and "heard from everyone now" (loop thread, or before it runs). */
 void sfb__comm_heartbeat(void *arg);
-/* Stalls (comm_stall.c): note this rank's own published clock (any thread),
- * take a status heartbeat's payload (loop thread), and the wait's check
- * (compute thread). */
-void sfb__comm_note_published(struct sfb__comm *c, int64_t clock);
+/* Stalls (comm_stall.c): take a status heartbeat's payload (loop thread),
+ * and the wait's check (compute thread). This rank's own published clock is
+ * noted as its SF frames get their headers (comm_send.c). */
 void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *payload, size_t len);
 int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                           const struct sfb__ssp *ssp);

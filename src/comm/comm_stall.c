@@ -27,13 +27,6 @@
 #define STATUS_LEN 24
 #define STATUS_ASK 1u
 
-void sfb__comm_note_published(struct sfb__comm *c, int64_t clock)
-{
-    if (clock <= atomic_load_explicit(&c->published, memory_order_relaxed)) return;
-    atomic_store_explicit(&c->published_us, (int64_t)(sfb__now() * 1e6), memory_order_relaxed);
-    atomic_store_explicit(&c->published, clock, memory_order_release);
-}
-
 static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags)
 {
     uint8_t p[STATUS_LEN];
