@@ -41,16 +41,6 @@ void sfb__transport_default_settings(struct sfb__transport_settings *s)
     s->read_window = (size_t)64 << 20;
 }
 
-void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail)
-{
-    stat_add(&t->stats.errors, 1);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s (peer rank %d, provider %s): %s: %s", what, peer, t->prov_name,
-             fi_strerror(code < 0 ? -code : code), detail ? detail : "");
-    SFB_LOG_E("transport: %s", msg);
-    if (t->s.on_error) t->s.on_error(t->s.user, peer, code < 0 ? code : -code, msg);
-}
-
 static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_t tag, int err)
 {
     switch (o->kind) {
@@ -120,11 +110,6 @@ static int reads_posted(const struct sfb__transport *t)
     int n = 0;
     for (int i = 0; i < MAX_READS; i++) n += t->reads[i] != NULL;
     return n;
-}
-
-void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always)
-{
-    if (t->bell) sfb__bell_mark(t->bell, p, always);
 }
 
 /* Block mode, once idle (progress() polls spin_s after work first). Work

@@ -1,10 +1,13 @@
 /* libfabric transport, internals shared by its files. Only the files of src/transport
  * (and this header) include <rdma/fabric.h>.
  *
+ *   transport_peer.c  the peers: their address blobs, AV insertion at first
+ *                     use, the doorbell ring, error reporting (below the
+ *                     files that follow, which all call it)
  *   transport.c       settings defaults, CQ reading and completion dispatch,
- *                     the progress poller, error reporting
- *   transport_setup.c open/close (fabric, AV, CQ), the progress policy,
- *                     name/peers
+ *                     the progress poller
+ *   transport_setup.c open/close (fabric, domain, endpoints, CQ), the
+ *                     progress policy, this rank's name
  *   transport_shm.c   shm region names, removal of dead processes' regions
  *   transport_pool.c  buffer pool (size classes, registration shipped to the
  *                     loop thread, sfb__buf_ref/put) and the op and
@@ -13,6 +16,9 @@
  *                     sfb__transport_recv
  *   transport_tx.c    send requests, posting chunks, sfb__transport_send,
  *                     sfb__transport_flush
+ *   transport_stuck.c fabric calls that never return (FAB(): a dead peer's
+ *                     lock in shm), abandoning a stuck transport
+ *   fi_errors.c       libfabric's error codes named for sfb_strerror
  *
  * Threads: every fi_* call on the data path runs in the loop thread (the
  * poller's progress function and loop calls). Other threads only touch the
@@ -68,6 +74,12 @@ enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
 #define MIN_CLASS 12 /* 4 KiB */
 
 enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
+/* The shared-memory region libfabric 1.17's shm provider maps per endpoint
+ * with its default queue sizes (the sfb_* files in /dev/shm of a job);
+ * its fi_getinfo offers nothing unless /dev/shm has room for one per
+ * online CPU (smr_shm_space_check). */
+#define SHM_REGION_MIB 16u /* transport_setup.c, transport_peer.c */
+
 /* RMA reads in flight at once on the receiving side (their bytes are
  * bounded by settings.read_window): bounds the memory a burst of announces
  * takes and the transfers the provider juggles (tcp;ofi_rxm slowed 8x with
@@ -82,8 +94,8 @@ enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
  * from another network namespace, say, costs at most this). */
 #define BELL_SLEEP_MAX_S 0.05
 
-/* Block mode: peer `p` is to be rung at the end of this progress pass if it
- * sleeps (always: whether or not; its queue was full). */
+/* transport_peer.c. Block mode: peer `p` is to be rung at the end of this
+ * progress pass if it sleeps (always: whether or not; its queue was full). */
 void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always);
 
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
@@ -249,7 +261,7 @@ int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer);
 /* Close of an abandoned transport: kept allocated and reachable. */
 void sfb__tp_keep_abandoned(struct sfb__transport *t);
 
-/* transport_setup.c (loop thread): rank p's fi_addr, inserted into the AV
+/* transport_peer.c (loop thread): rank p's fi_addr, inserted into the AV
  * at first use; FI_ADDR_NOTAVAIL (reported) when the insert fails. */
 fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
 /* ... and the address to read rank p's RMA frames from (its sending endpoint). */
@@ -260,7 +272,8 @@ fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
  * "sfb_<random>_<rank>_<pid>" (t->shm_name). */
 int sfb__tp_shm_name(struct sfb__transport *t);
 
-/* transport.c */
+/* transport_peer.c: an error, logged, counted and handed to on_error
+ * naming the peer (-1: none) */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);
 /* transport.c: the loop's poller (progress everything, then say how long
  * the loop may sleep) and its async hook (submitted sends to the pending

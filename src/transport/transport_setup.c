@@ -1,5 +1,5 @@
 /* libfabric transport: opening the fabric, domain, endpoint and CQ, the
- * progress policy, peers' addresses, and closing. The protocol and the split
+ * progress policy, this rank's name, and closing. The protocol and the split
  * into files: src/transport/transport_impl.h. */
 #include "config.h"
 #include "src/transport/transport_impl.h"
@@ -46,12 +46,6 @@ static int open_cq(struct sfb__transport *t)
     int rc = fi_cq_open(t->domain, &ca, &t->cq, NULL);
     return rc ? sfb__error(rc, "transport: fi_cq_open: %s", fi_strerror(-rc)) : 0;
 }
-
-/* The shared-memory region libfabric 1.17's shm provider maps per endpoint
- * with its default queue sizes (the sfb_* files in /dev/shm of a job);
- * its fi_getinfo offers nothing unless /dev/shm has room for one per
- * online CPU (smr_shm_space_check). */
-#define SHM_REGION_MIB 16u
 
 /* shm found nothing: when /dev/shm is what is missing, the error says so
  * (how big it is, how much is free, what the provider and the job need)
@@ -379,101 +373,6 @@ size_t sfb__transport_copy_max(const struct sfb__transport *t)
 {
     size_t inject = t->info ? t->info->tx_attr->inject_size : 0;
     return strcmp(t->prov_name, "shm") == 0 && inject > THDR_LEN ? inject - THDR_LEN : 0;
-}
-
-/* The peers' address blobs are kept, and each goes into the AV only when
- * this rank first sends to, reads from or ACKs that peer (sfb__tp_addr):
- * shm maps a peer's 16 MiB region at fi_av_insert and unmaps every mapped
- * region at close, which cost 0.7-1.0 s of each rank's teardown at P = 64
- * when every peer was inserted, though an overlay rank talks to a few. A
- * peer that only sends here needs no entry (the transport header names
- * the sender). Slot 2p is where rank p receives, 2p + 1 where it answers
- * reads: the same entry unless p runs two endpoints. */
-/* Whether shm can map peer p's region under an address-space limit:
- * libfabric 1.17's shm provider dereferences the failed mapping (SIGSEGV
- * in fi_av_insert) instead of failing. 0, or reported as a failed insert
- * naming the limit. */
-static int shm_map_room(struct sfb__transport *t, uint32_t p)
-{
-    struct rlimit rl;
-    if (strcmp(t->prov_name, "shm") || getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY)
-        return 0;
-    size_t len = (size_t)SHM_REGION_MIB << 20;
-    void *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m != MAP_FAILED) {
-        munmap(m, len);
-        return 0;
-    }
-    char why[128];
-    snprintf(why, sizeof why, "no room to map its %u MiB shared-memory region under the "
-             "address-space limit (ulimit -v) of %llu MiB", SHM_REGION_MIB,
-             (unsigned long long)rl.rlim_cur >> 20);
-    sfb__tp_report(t, (int)p, -FI_ENOMEM, "fi_av_insert refused", why);
-    return -FI_ENOMEM;
-}
-
-static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
-{
-    fi_addr_t *slot = &t->addr[2 * (size_t)p + which];
-    if (*slot != FI_ADDR_NOTAVAIL) return *slot;
-    const uint8_t *blob = t->names + t->name_off[p];
-    size_t part = (t->name_off[p + 1] - t->name_off[p] - 1) / blob[0];
-    if (blob[0] == 1 && which) return *slot = peer_addr(t, p, 0);
-    /* Providers read a fixed-size address (shm: a 256-byte name slot), so
-     * the name goes through a zero-padded copy. */
-    uint8_t pad[SFB__TP_NAME_MAX] = {0};
-    memcpy(pad, blob + 1 + which * part, part);
-    fi_addr_t fa = FI_ADDR_NOTAVAIL;
-    if (shm_map_room(t, p)) return FI_ADDR_NOTAVAIL;
-    int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));
-    if (rc != 1 || fa == FI_ADDR_NOTAVAIL) {
-        sfb__tp_report(t, (int)p, rc < 0 ? rc : -FI_EINVAL, "fi_av_insert failed", NULL);
-        return FI_ADDR_NOTAVAIL;
-    }
-    return *slot = fa;
-}
-
-fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p)
-{
-    return peer_addr(t, p, 0);
-}
-
-fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p)
-{
-    return peer_addr(t, p, 1);
-}
-
-int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
-                             const size_t *lens, uint32_t world)
-{
-    if (t->world) return sfb__error(-EINVAL, "transport: peers already set");
-    if (world == 0 || world > SFB__TRANSPORT_MAX_RANKS || t->s.rank >= world)
-        return sfb__error(-EINVAL, "transport: world size %u with rank %u", world, t->s.rank);
-    size_t total = 0;
-    for (uint32_t i = 0; i < world; i++) {
-        const uint8_t *b = names[i];
-        if (lens[i] < 2 || (b[0] != 1 && b[0] != 2) || (lens[i] - 1) % b[0] ||
-            (lens[i] - 1) / b[0] > SFB__TP_NAME_MAX)
-            return sfb__error(-EINVAL, "transport: address of rank %u (%zu bytes, %u names) is "
-                              "malformed", i, lens[i], lens[i] ? b[0] : 0u);
-        total += lens[i];
-    }
-    t->seq = calloc(world, sizeof *t->seq);
-    t->heard = calloc(world, sizeof *t->heard);
-    t->addr = malloc(2 * (size_t)world * sizeof *t->addr);
-    t->name_off = malloc((world + 1) * sizeof *t->name_off);
-    t->names = malloc(total);
-    if (!t->seq || !t->heard || !t->addr || !t->name_off || !t->names) return -ENOMEM;
-    t->name_off[0] = 0;
-    for (uint32_t i = 0; i < world; i++) {
-        t->addr[2 * i] = t->addr[2 * i + 1] = FI_ADDR_NOTAVAIL;
-        memcpy(t->names + t->name_off[i], names[i], lens[i]);
-        t->name_off[i + 1] = t->name_off[i] + lens[i];
-    }
-    pthread_mutex_lock(&t->mu);
-    t->world = world;
-    pthread_mutex_unlock(&t->mu);
-    return 0;
 }
 
 void sfb__transport_started(struct sfb__transport *t)
