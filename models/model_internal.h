@@ -27,6 +27,8 @@ void *sfb__model_priv(struct sfb_model *m);
  * they were before the list existed. */
 const struct sfb_model_option *sfb__model_list_option(const struct sfb_model_ops *ops);
 
+/* What the models share to read a minibatch (models/batch.c). */
+
 /* A minibatch idx[0..s) of `data`: s fits an int and every index is a
  * sample; *nnz = the CSR non-zeros of its rows plus one per sample (the
  * bias column), 0 for dense data. Returns 0 or -EINVAL naming `who`. */

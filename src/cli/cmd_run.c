@@ -8,26 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-void cli_log_init(enum sfb_log_level level)
-{
-    sfb_log_set(sfb_log_stderr, NULL, level);
-}
-
-void cli_error(int code, const char *what)
-{
-    fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_error_message(code));
-}
-
-void cli_blas_reserve(const char *cmd)
-{
-    int ret = sfb_blas_reserve();
-    if (!ret) return;
-    fprintf(stderr, "sfb %s: error: %s\n", cmd, sfb_error_message(ret));
-    fflush(stdout);
-    fflush(stderr);
-    _exit(1);
-}
-
 struct progress_state {
     int tty;
     int quiet;

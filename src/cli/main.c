@@ -117,12 +117,13 @@ static int dispatch(int argc, char **argv)
 
 /* A worker forked by `sfb run` (sfb_launch_local_fork): what main() would
  * do with the worker command line. */
-int cli_forked_worker(int argc, char **argv)
+static int forked_worker(int argc, char **argv)
 {
     return finish(dispatch(argc, argv));
 }
 
 int main(int argc, char **argv)
 {
+    cli_forked_worker = forked_worker;
     return finish(dispatch(argc, argv));
 }
