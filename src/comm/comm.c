@@ -49,7 +49,7 @@ int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
 static void rejected(struct sfb__comm *c, uint32_t src, int code)
 {
     if (code != -SFB_ESHAPE || src >= c->world) return;
-    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
     sfb__comm_fail(c, (int)src,
          "rank %u cannot apply the updates of rank %u (do the ranks run the same model, data "
          "and batch?): %s",
@@ -61,7 +61,7 @@ void sfb__comm_reject_update(struct sfb__comm *c, uint32_t origin, uint32_t from
 {
     char via[32] = "";
     if (from != origin) snprintf(via, sizeof via, ", relayed by rank %u", from);
-    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
     sfb__comm_fail(c, (int)origin,
                    "rank %u rejects the update rank %u published at clock %lld (matrix %u%s): %s; "
                    "no replica may apply it",
@@ -158,7 +158,7 @@ static int on_control(struct sfb__comm *c, struct sfb__frame *f, const struct sf
     case SFB_WIRE_BYE:
         /* a BYE carries the sender's last clock: nothing beyond it will come */
         if (own) {
-            c->said_bye[f->src] = 1;
+            c->live.said_bye[f->src] = 1;
             if (h->payload_len == 8)
                 atomic_store_explicit(&c->final_clock[f->src], (int64_t)sfb__get_u64(payload),
                                       memory_order_release);
@@ -187,7 +187,8 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f)
     struct sfb__wire_hdr h;
     const uint8_t *payload;
     int bad = sfb__wire_decode(&c->job, f->data, f->len, (int)f->src, &h, &payload);
-    int drop = !bad && c->debug_drop_sf && (h.type == SFB_WIRE_SF || h.type == SFB_WIRE_BUNDLE);
+    int drop =
+        !bad && c->stall.debug_drop_sf && (h.type == SFB_WIRE_SF || h.type == SFB_WIRE_BUNDLE);
     if (!bad && !drop && h.type == SFB_WIRE_BUNDLE) bad = walk_bundle(c, f, &h, payload);
     if (bad || drop) {
         if (bad) rejected(c, f->src, bad);
@@ -196,8 +197,8 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f)
     }
     if (h.type != SFB_WIRE_BUNDLE) note_last(c, &h);
     if (f->src < c->world) {
-        c->last_heard[f->src] = sfb__now();
-        if (h.type != SFB_WIRE_HEARTBEAT) c->talks[f->src] = 1;
+        c->live.last_heard[f->src] = sfb__now();
+        if (h.type != SFB_WIRE_HEARTBEAT) c->live.talks[f->src] = 1;
     }
     if (on_control(c, f, &h, payload)) return 1;
     if (c->s.on_data) return c->s.on_data(c->s.user, f, &h);
@@ -212,7 +213,7 @@ int sfb__comm_deliver(struct sfb__comm *c, struct sfb__frame *f)
 void sfb__comm_sent_hook(void *user, uint32_t dst, const struct sfb__buf *buf, int failed)
 {
     struct sfb__comm *c = user;
-    if (dst < c->world) c->last_sent[dst] = sfb__now();
+    if (dst < c->world) c->live.last_sent[dst] = sfb__now();
     if (c->s.on_sent) c->s.on_sent(c->s.user, dst, buf, failed);
 }
 
@@ -326,7 +327,7 @@ static void bye_to_in_loop(void *arg)
     uint32_t w[2];
     unsigned nw = sfb__comm_watched(c, w);
     for (uint32_t p = 0; p < c->world; p++)
-        a->to[p] = !a->flagged || c->talks[p] || c->last_sent[p] > 0 || p == w[0] ||
+        a->to[p] = !a->flagged || c->live.talks[p] || c->live.last_sent[p] > 0 || p == w[0] ||
                    (nw > 1 && p == w[1]);
 }
 
@@ -365,23 +366,23 @@ void sfb__comm_close(struct sfb__comm **pc)
     struct sfb__comm *c = *pc;
     if (!c) return;
     sfb__comm_watch_stop(c);
-    sfb__loop_timer_close(&c->hb);
-    sfb__loop_io_close(&c->deaths);
+    sfb__loop_timer_close(&c->live.hb);
+    sfb__loop_io_close(&c->live.deaths);
     sfb__comm_budget_close(c);
     sfb__transport_close(&c->t);
     sfb__loop_close(&c->loop);
     sfb__bootstrap_close(&c->bs);
-    free(c->last_heard);
-    free(c->said_bye);
-    free(c->last_sent);
-    free(c->talks);
+    free(c->live.last_heard);
+    free(c->live.said_bye);
+    free(c->live.last_sent);
+    free(c->live.talks);
     free(c->final_clock);
-    free(c->peer_pub);
-    free(c->peer_pub_us);
+    free(c->stall.peer_pub);
+    free(c->stall.peer_pub_us);
     sfb__comm_close_pidfds(c);
-    free(c->peer_pid);
+    free(c->live.peer_pid);
     free(c->host_of);
-    free(c->gone_since);
+    free(c->live.gone_since);
     free(c->shapes);
     free(c);
     *pc = NULL;

@@ -15,7 +15,7 @@
 static void budget_timer(void *arg)
 {
     struct sfb__comm *c = arg;
-    c->pace_armed = 0;
+    c->budget.pace_armed = 0;
     if (c->s.on_sent) c->s.on_sent(c->s.user, SFB__COMM_BUDGET_DST, NULL, 0);
 }
 
@@ -23,38 +23,38 @@ int sfb__comm_budget_open(struct sfb__comm *c)
 {
     if (!(c->s.bandwidth > 0)) return 0;
     double rate = c->s.bandwidth;
-    int ret = sfb__pace_init(&c->pace, rate, rate * BUDGET_BURST_S, sfb__now());
+    int ret = sfb__pace_init(&c->budget.pace, rate, rate * BUDGET_BURST_S, sfb__now());
     if (ret) return sfb__error(ret, "comm: bandwidth budget of %g bytes/s", rate);
-    c->paced = 1;
-    ret = sfb__loop_timer_open(c->loop, &c->pace_timer, BUDGET_IDLE_S, 0, budget_timer, c);
+    c->budget.paced = 1;
+    ret = sfb__loop_timer_open(c->loop, &c->budget.pace_timer, BUDGET_IDLE_S, 0, budget_timer, c);
     if (ret) return sfb__error(ret, "comm: no timer for the bandwidth budget");
     return 0;
 }
 
 void sfb__comm_budget_close(struct sfb__comm *c)
 {
-    sfb__loop_timer_close(&c->pace_timer);
-    if (c->paced) sfb__pace_destroy(&c->pace);
-    c->paced = 0;
+    sfb__loop_timer_close(&c->budget.pace_timer);
+    if (c->budget.paced) sfb__pace_destroy(&c->budget.pace);
+    c->budget.paced = 0;
 }
 
 double sfb__comm_budget_wait(struct sfb__comm *c, int wake)
 {
-    if (!c->paced) return 0;
-    double w = sfb__pace_delay(&c->pace, sfb__now());
-    if (w > 0 && wake && c->pace_timer && !c->pace_armed) {
-        c->pace_armed = 1;
-        sfb__loop_timer_rearm(c->pace_timer, w);
+    if (!c->budget.paced) return 0;
+    double w = sfb__pace_delay(&c->budget.pace, sfb__now());
+    if (w > 0 && wake && c->budget.pace_timer && !c->budget.pace_armed) {
+        c->budget.pace_armed = 1;
+        sfb__loop_timer_rearm(c->budget.pace_timer, w);
     }
     return w;
 }
 
 double sfb__comm_budget_rate(const struct sfb__comm *c)
 {
-    return c->paced ? c->pace.rate : 0;
+    return c->budget.paced ? c->budget.pace.rate : 0;
 }
 
 double sfb__comm_budget_held_s(struct sfb__comm *c)
 {
-    return c->paced ? sfb__pace_held_s(&c->pace, sfb__now()) : 0;
+    return c->budget.paced ? sfb__pace_held_s(&c->budget.pace, sfb__now()) : 0;
 }

@@ -14,20 +14,20 @@
 void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
 {
     /* the loop thread, the watchdog and the compute thread may all fail it */
-    if (atomic_exchange_explicit(&c->failing, 1, memory_order_acq_rel)) return;
+    if (atomic_exchange_explicit(&c->fail.failing, 1, memory_order_acq_rel)) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->reason, sizeof c->reason, fmt, ap);
+    vsnprintf(c->fail.reason, sizeof c->fail.reason, fmt, ap);
     va_end(ap);
-    c->failed_rank = rank;
-    atomic_store_explicit(&c->failed, 1, memory_order_release);
-    SFB_LOG_E("%s", c->reason);
+    c->fail.failed_rank = rank;
+    atomic_store_explicit(&c->fail.failed, 1, memory_order_release);
+    SFB_LOG_E("%s", c->fail.reason);
 }
 
 int sfb__comm_check(struct sfb__comm *c)
 {
-    if (!atomic_load_explicit(&c->failed, memory_order_acquire)) return 0;
-    return sfb__error(-SFB_EPEER, "%s", c->reason);
+    if (!atomic_load_explicit(&c->fail.failed, memory_order_acquire)) return 0;
+    return sfb__error(-SFB_EPEER, "%s", c->fail.reason);
 }
 
 int sfb__comm_explain(struct sfb__comm *c, int ret)
@@ -46,6 +46,6 @@ int sfb__comm_explain(struct sfb__comm *c, int ret)
 
 int sfb__comm_peers_know(struct sfb__comm *c)
 {
-    return atomic_load_explicit(&c->failed, memory_order_acquire) &&
-           !atomic_load_explicit(&c->found_here, memory_order_relaxed);
+    return atomic_load_explicit(&c->fail.failed, memory_order_acquire) &&
+           !atomic_load_explicit(&c->fail.found_here, memory_order_relaxed);
 }

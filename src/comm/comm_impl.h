@@ -10,6 +10,56 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* The comm context's fields by concern: each part is owned (written) by the
+ * file of its concern; the others read it. */
+
+/* Liveness (comm_live.c; loop thread unless noted): heartbeats, what each
+ * peer was last heard of, and the processes of this host's peers. */
+struct sfb__comm_live {
+    struct sfb__loop_timer *hb;
+    double *last_heard;
+    double *last_sent;     /* when a send to each peer last completed */
+    uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
+    _Atomic uint8_t *said_bye; /* written by the loop thread, read by the watchdog too */
+    int *peer_pid;         /* every rank on this host: their pids, else NULL */
+    int *pidfd;            /* with peer_pid: a pidfd per peer (-1: none; pid checks instead) */
+    int deaths_fd;         /* an epoll set of the pidfds, watched by the loop */
+    struct sfb__loop_io *deaths;
+    double *gone_since;    /* when a peer's process was first seen gone */
+    double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
+    double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
+    char anon_error[256];
+};
+
+/* Stalls (comm_stall.c): this rank's newest published clock and when (µs of
+ * sfb__now; noted by comm_send.c), what each peer says of its own, and the
+ * next probe. */
+struct sfb__comm_stall {
+    _Atomic int64_t published, published_us;
+    _Atomic int64_t *peer_pub, *peer_pub_us;
+    double next_probe; /* compute thread */
+    int debug_drop_sf; /* SFB_DEBUG_DROP_SF_AT names this rank: it drops every SF
+                        * frame and bundle it receives (tests: test/integration/stall.sh) */
+};
+
+/* The bandwidth budget (comm_budget.c): paced = 0 without one. */
+struct sfb__comm_budget {
+    int paced;
+    struct sfb__pace pace;
+    struct sfb__loop_timer *pace_timer; /* wakes the data hook when the budget has room */
+    int pace_armed;                     /* loop thread */
+};
+
+/* The failure (comm_fail.c), published to the compute thread. */
+struct sfb__comm_failure {
+    _Atomic int failing; /* claimed by the first sfb__comm_fail */
+    _Atomic int failed;
+    _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
+    int failed_rank;
+    char reason[512];
+};
+
+/* The context itself: set up by comm_open.c, frames and finish in comm.c. */
 struct sfb__comm {
     uint32_t rank, world;
     uint64_t job_key;
@@ -22,44 +72,16 @@ struct sfb__comm {
     struct sfb__wire_stats wstats;
     struct sfb__wire_shape *shapes; /* job.nshapes of them (malloc'd: sfb__comm_copy_shapes) */
     struct sfb__comm_settings s;
-    /* liveness (loop thread) */
-    struct sfb__loop_timer *hb;
-    double *last_heard;
-    double *last_sent;     /* when a send to each peer last completed */
-    uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
-    _Atomic uint8_t *said_bye; /* written by the loop thread, read by the watchdog too */
     _Atomic int64_t *final_clock; /* a peer's last clock (BYE or last-clock flag; INT64_MAX: running) */
     int64_t last_clock;    /* this rank's last clock if known ahead (sfb__comm_set_last_clock), else -2 */
-    /* stalls (comm_stall.c): this rank's newest published clock and when
-     * (µs of sfb__now), what each peer says of its own, and the next probe */
-    _Atomic int64_t published, published_us;
-    _Atomic int64_t *peer_pub, *peer_pub_us;
-    double next_probe; /* compute thread */
-    int debug_drop_sf; /* SFB_DEBUG_DROP_SF_AT names this rank: it drops every SF
-                        * frame and bundle it receives (tests: test/integration/stall.sh) */
-    int *peer_pid;         /* every rank on this host: their pids, else NULL */
-    int *pidfd;            /* with peer_pid: a pidfd per peer (-1: none; pid checks instead) */
-    int deaths_fd;         /* an epoll set of the pidfds, watched by the loop (comm_live.c) */
-    struct sfb__loop_io *deaths;
-    struct sfb__comm_watch *watch; /* the watchdog (comm_watch.c) */
     uint32_t local_ranks;  /* ranks of the job on this host, this one included */
     unsigned cpus;         /* CPUs this process could use before bind_cpu (comm_open.c) */
     uint32_t *host_of;     /* per rank: the lowest rank on its host (NULL: one host) */
-    double *gone_since;    /* when a peer's process was first seen gone */
-    double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
-    double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
-    char anon_error[256];
-    /* the bandwidth budget (src/comm/comm_budget.c): paced = 0 without one */
-    int paced;
-    struct sfb__pace pace;
-    struct sfb__loop_timer *pace_timer; /* wakes the data hook when the budget has room */
-    int pace_armed;                     /* loop thread */
-    /* failure, published to the compute thread */
-    _Atomic int failing; /* claimed by the first sfb__comm_fail */
-    _Atomic int failed;
-    _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
-    int failed_rank;
-    char reason[512];
+    struct sfb__comm_live live;
+    struct sfb__comm_stall stall;
+    struct sfb__comm_watch *watch; /* the watchdog (comm_watch.c) */
+    struct sfb__comm_budget budget;
+    struct sfb__comm_failure fail;
 };
 
 /* Records the first failure; later ones are logged only (comm_fail.c).

@@ -70,13 +70,13 @@ void sfb__comm_open_pidfds(struct sfb__comm *c)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < FD_PER_RANK * (rlim_t)c->world + FD_SPARE)
         return;
-    if (!(c->pidfd = malloc(c->world * sizeof *c->pidfd))) return;
-    c->deaths_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (!(c->live.pidfd = malloc(c->world * sizeof *c->live.pidfd))) return;
+    c->live.deaths_fd = epoll_create1(EPOLL_CLOEXEC);
     for (uint32_t p = 0; p < c->world; p++) {
-        c->pidfd[p] = p == c->rank ? -1 : (int)syscall(SYS_pidfd_open, c->peer_pid[p], 0);
+        c->live.pidfd[p] = p == c->rank ? -1 : (int)syscall(SYS_pidfd_open, c->live.peer_pid[p], 0);
         struct epoll_event e = {.events = EPOLLIN, .data.u32 = p};
-        if (c->pidfd[p] >= 0 && c->deaths_fd >= 0)
-            epoll_ctl(c->deaths_fd, EPOLL_CTL_ADD, c->pidfd[p], &e);
+        if (c->live.pidfd[p] >= 0 && c->live.deaths_fd >= 0)
+            epoll_ctl(c->live.deaths_fd, EPOLL_CTL_ADD, c->live.pidfd[p], &e);
     }
 }
 
@@ -86,54 +86,54 @@ static void on_deaths(void *arg)
 {
     struct sfb__comm *c = arg;
     struct epoll_event e[16];
-    int n = epoll_wait(c->deaths_fd, e, 16, 0);
+    int n = epoll_wait(c->live.deaths_fd, e, 16, 0);
     double now = sfb__now();
     for (int i = 0; i < n; i++) {
         uint32_t p = e[i].data.u32;
-        if (!c->gone_since[p]) c->gone_since[p] = now;
-        epoll_ctl(c->deaths_fd, EPOLL_CTL_DEL, c->pidfd[p], NULL);
+        if (!c->live.gone_since[p]) c->live.gone_since[p] = now;
+        epoll_ctl(c->live.deaths_fd, EPOLL_CTL_DEL, c->live.pidfd[p], NULL);
     }
 }
 
 int sfb__comm_watch_deaths(struct sfb__comm *c)
 {
-    if (!c->pidfd || c->deaths_fd < 0) return 0;
-    return sfb__loop_io_open(c->loop, &c->deaths, c->deaths_fd, on_deaths, c);
+    if (!c->live.pidfd || c->live.deaths_fd < 0) return 0;
+    return sfb__loop_io_open(c->loop, &c->live.deaths, c->live.deaths_fd, on_deaths, c);
 }
 
 /* After the loop watcher is closed (sfb__comm_close). */
 void sfb__comm_close_pidfds(struct sfb__comm *c)
 {
-    if (!c->pidfd) return;
+    if (!c->live.pidfd) return;
     for (uint32_t p = 0; p < c->world; p++)
-        if (c->pidfd[p] >= 0) close(c->pidfd[p]);
-    if (c->deaths_fd >= 0) close(c->deaths_fd);
-    free(c->pidfd);
-    c->pidfd = NULL;
+        if (c->live.pidfd[p] >= 0) close(c->live.pidfd[p]);
+    if (c->live.deaths_fd >= 0) close(c->live.deaths_fd);
+    free(c->live.pidfd);
+    c->live.pidfd = NULL;
 }
 
 int sfb__comm_pid_gone(const struct sfb__comm *c, uint32_t p)
 {
-    if (!c->peer_pid || p == c->rank) return 0;
-    if (c->pidfd && c->pidfd[p] >= 0) {
-        struct pollfd q = {.fd = c->pidfd[p], .events = POLLIN};
+    if (!c->live.peer_pid || p == c->rank) return 0;
+    if (c->live.pidfd && c->live.pidfd[p] >= 0) {
+        struct pollfd q = {.fd = c->live.pidfd[p], .events = POLLIN};
         return poll(&q, 1, 0) > 0;
     }
-    return pid_gone(c->peer_pid[p]);
+    return pid_gone(c->live.peer_pid[p]);
 }
 
 int sfb__comm_peer_gone(void *user, uint32_t p)
 {
     const struct sfb__comm *c = user;
-    return p < c->world && c->gone_since[p] != 0;
+    return p < c->world && c->live.gone_since[p] != 0;
 }
 
 void sfb__comm_also_gone(const struct sfb__comm *c, int except, char *out, size_t n)
 {
     size_t k = 0;
     out[0] = '\0';
-    for (uint32_t p = 0; c->peer_pid && p < c->world && k + 16 < n; p++)
-        if ((int)p != except && !c->said_bye[p] && sfb__comm_pid_gone(c, p))
+    for (uint32_t p = 0; c->live.peer_pid && p < c->world && k + 16 < n; p++)
+        if ((int)p != except && !c->live.said_bye[p] && sfb__comm_pid_gone(c, p))
             k += (size_t)snprintf(out + k, n - k, "%s rank %u", k ? "," : "; also gone:", p);
 }
 
@@ -153,9 +153,9 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2])
  * (a BYE sent just before a normal exit may still be in flight). */
 static int dead_for_good(struct sfb__comm *c, uint32_t p, double now)
 {
-    if (c->said_bye[p] || !sfb__comm_pid_gone(c, p)) return 0;
-    if (!c->gone_since[p]) c->gone_since[p] = now;
-    return now - c->gone_since[p] >= 1.0;
+    if (c->live.said_bye[p] || !sfb__comm_pid_gone(c, p)) return 0;
+    if (!c->live.gone_since[p]) c->live.gone_since[p] = now;
+    return now - c->live.gone_since[p] >= 1.0;
 }
 
 /* A peer of this host dead for good, or -1: the watched ones (checked
@@ -164,13 +164,13 @@ static int dead_for_good(struct sfb__comm *c, uint32_t p, double now)
  * to every other rank. */
 static int dead_local_peer(struct sfb__comm *c, double now)
 {
-    if (!c->peer_pid) return -1;
+    if (!c->live.peer_pid) return -1;
     uint32_t w[2];
     unsigned n = sfb__comm_watched(c, w);
     for (unsigned i = 0; i < n; i++)
         if (dead_for_good(c, w[i], now)) return (int)w[i];
     for (uint32_t p = 0; p < c->world; p++)
-        if (c->gone_since[p] && dead_for_good(c, p, now)) return (int)p;
+        if (c->live.gone_since[p] && dead_for_good(c, p, now)) return (int)p;
     return -1;
 }
 
@@ -182,16 +182,16 @@ static int dead_local_peer(struct sfb__comm *c, double now)
 static void check_liveness(struct sfb__comm *c, double now)
 {
     int d = dead_local_peer(c, now);
-    if (d >= 0 && !atomic_load_explicit(&c->failed, memory_order_acquire))
-        atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    if (d >= 0 && !atomic_load_explicit(&c->fail.failed, memory_order_acquire))
+        atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
     if (d >= 0) {
         char also[160];
         sfb__comm_also_gone(c, d, also, sizeof also);
-        sfb__comm_fail(c, d, "rank %d died (its process %d is gone)%s%s%s", d, c->peer_pid[d], also,
-             c->anon_error_at ? "; fabric error " : "", c->anon_error_at ? c->anon_error : "");
-    }
-    else if (c->anon_error_at && now - c->anon_error_at > c->s.peer_timeout_s)
-        sfb__comm_fail(c, -1, "fabric error: %s", c->anon_error);
+        sfb__comm_fail(c, d, "rank %d died (its process %d is gone)%s%s%s", d, c->live.peer_pid[d],
+                       also, c->live.anon_error_at ? "; fabric error " : "",
+                       c->live.anon_error_at ? c->live.anon_error : "");
+    } else if (c->live.anon_error_at && now - c->live.anon_error_at > c->s.peer_timeout_s)
+        sfb__comm_fail(c, -1, "fabric error: %s", c->live.anon_error);
 }
 
 void sfb__comm_on_error(void *user, int peer, int code, const char *msg)
@@ -201,10 +201,11 @@ void sfb__comm_on_error(void *user, int peer, int code, const char *msg)
         sfb__comm_fail(c, peer, "rank %d failed: fabric error %s", peer, msg ? msg : sfb_strerror(code));
         return;
     }
-    if (!c->anon_error_at) {
-        c->anon_error_at = sfb__now();
-        snprintf(c->anon_error, sizeof c->anon_error, "%s", msg ? msg : sfb_strerror(code));
-        SFB_LOG_D("fabric error naming no peer, looking for the culprit: %s", c->anon_error);
+    if (!c->live.anon_error_at) {
+        c->live.anon_error_at = sfb__now();
+        snprintf(c->live.anon_error, sizeof c->live.anon_error, "%s",
+                 msg ? msg : sfb_strerror(code));
+        SFB_LOG_D("fabric error naming no peer, looking for the culprit: %s", c->live.anon_error);
     }
 }
 
@@ -225,17 +226,20 @@ void sfb__comm_heartbeat(void *arg)
      * an RMA frame's ACK counts anything heard from its receiver), unless
      * something went to them within the period already. */
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank && !c->said_bye[p] && (c->talks[p] || p == w[0] || (n > 1 && p == w[1])) &&
-            now - c->last_sent[p] >= c->s.heartbeat_s)
+        if (p != c->rank && !c->live.said_bye[p] &&
+            (c->live.talks[p] || p == w[0] || (n > 1 && p == w[1])) &&
+            now - c->live.last_sent[p] >= c->s.heartbeat_s)
             sfb__comm_send_control(c, p, SFB_WIRE_HEARTBEAT, NULL, 0, 0.0);
     for (unsigned i = 0; i < n; i++) {
         uint32_t p = w[i];
-        if (c->said_bye[p]) continue;
-        double silent = now - c->last_heard[p];
-        if (silent > c->silence_s && !atomic_load_explicit(&c->failed, memory_order_acquire)) {
-            atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
-            sfb__comm_fail(c, (int)p, "rank %u is dead or silent: nothing heard for %.1f s (timeout %.1f s)",
-                 p, silent, c->silence_s);
+        if (c->live.said_bye[p]) continue;
+        double silent = now - c->live.last_heard[p];
+        if (silent > c->live.silence_s &&
+            !atomic_load_explicit(&c->fail.failed, memory_order_acquire)) {
+            atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
+            sfb__comm_fail(c, (int)p,
+                           "rank %u is dead or silent: nothing heard for %.1f s (timeout %.1f s)",
+                           p, silent, c->live.silence_s);
         }
     }
     check_liveness(c, now);
@@ -249,7 +253,7 @@ void sfb__comm_heartbeat(void *arg)
 double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here)
 {
     double t = c->s.peer_timeout_s;
-    if (!c->peer_pid) return t;
+    if (!c->live.peer_pid) return t;
     double per_cpu = (double)here / (c->cpus ? c->cpus : 1);
     return per_cpu > 1 ? t * per_cpu : t;
 }
@@ -258,5 +262,6 @@ void sfb__comm_reset_heard(void *arg)
 {
     struct sfb__comm *c = arg;
     double now = sfb__now();
-    for (uint32_t p = 0; p < c->world; p++) c->last_heard[p] = now;
+    for (uint32_t p = 0; p < c->world; p++)
+        c->live.last_heard[p] = now;
 }

@@ -109,17 +109,17 @@ static int lb_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
 static void fail_all(struct sfb__loopback *lb, const char *fmt, ...) SFB_PRINTF(2, 3);
 static void fail_all(struct sfb__loopback *lb, const char *fmt, ...)
 {
-    char why[sizeof lb->r[0].c->reason];
+    char why[sizeof lb->r[0].c->fail.reason];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     for (uint32_t k = 0; k < lb->world; k++) {
         struct sfb__comm *c = lb->r[k].c;
-        if (atomic_exchange(&c->failing, 1)) continue;
-        snprintf(c->reason, sizeof c->reason, "%s", why);
-        c->failed_rank = -1;
-        atomic_store(&c->failed, 1);
+        if (atomic_exchange(&c->fail.failing, 1)) continue;
+        snprintf(c->fail.reason, sizeof c->fail.reason, "%s", why);
+        c->fail.failed_rank = -1;
+        atomic_store(&c->fail.failed, 1);
     }
 }
 

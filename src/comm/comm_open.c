@@ -132,11 +132,12 @@ static int exchange_hosts(struct sfb__comm *c, int *all_local, uint32_t *here,
         }
         if (!ret) ret = check_providers(c, all, lens, *all_local);
         if (!ret && !*all_local) ret = note_hosts(c, all, lens);
-        c->gone_since = !ret && *all_local ? calloc(c->world, sizeof *c->gone_since) : NULL;
-        if (c->gone_since && (c->peer_pid = calloc(c->world, sizeof *c->peer_pid))) {
+        c->live.gone_since =
+            !ret && *all_local ? calloc(c->world, sizeof *c->live.gone_since) : NULL;
+        if (c->live.gone_since && (c->live.peer_pid = calloc(c->world, sizeof *c->live.peer_pid))) {
             p = all;
             for (uint32_t r = 0; r < c->world; p += lens[r], r++)
-                memcpy(&c->peer_pid[r], p + hlen, sizeof pid);
+                memcpy(&c->live.peer_pid[r], p + hlen, sizeof pid);
             sfb__comm_open_pidfds(c);
         }
     }
@@ -172,27 +173,27 @@ out:
 int sfb__comm_peers_alloc(struct sfb__comm *c)
 {
     c->last_clock = -2;
-    c->last_heard = calloc(c->world, sizeof *c->last_heard);
-    c->said_bye = calloc(c->world, sizeof *c->said_bye);
-    c->last_sent = calloc(c->world, sizeof *c->last_sent);
-    c->talks = calloc(c->world, 1);
+    c->live.last_heard = calloc(c->world, sizeof *c->live.last_heard);
+    c->live.said_bye = calloc(c->world, sizeof *c->live.said_bye);
+    c->live.last_sent = calloc(c->world, sizeof *c->live.last_sent);
+    c->live.talks = calloc(c->world, 1);
     c->final_clock = calloc(c->world, sizeof *c->final_clock);
-    c->peer_pub = calloc(c->world, sizeof *c->peer_pub);
-    c->peer_pub_us = calloc(c->world, sizeof *c->peer_pub_us);
-    if (!c->last_heard || !c->said_bye || !c->final_clock || !c->last_sent || !c->talks ||
-        !c->peer_pub || !c->peer_pub_us)
+    c->stall.peer_pub = calloc(c->world, sizeof *c->stall.peer_pub);
+    c->stall.peer_pub_us = calloc(c->world, sizeof *c->stall.peer_pub_us);
+    if (!c->live.last_heard || !c->live.said_bye || !c->final_clock || !c->live.last_sent ||
+        !c->live.talks || !c->stall.peer_pub || !c->stall.peer_pub_us)
         return -ENOMEM;
-    atomic_init(&c->published, -1);
+    atomic_init(&c->stall.published, -1);
     const char *drop = getenv("SFB_DEBUG_DROP_SF_AT");
     uint64_t at;
     if (drop && *drop) {
         int ret = sfb__parse_env_u64("SFB_DEBUG_DROP_SF_AT", drop, 0, c->world - 1, &at);
         if (ret) return ret;
-        c->debug_drop_sf = at == c->rank;
+        c->stall.debug_drop_sf = at == c->rank;
     }
     for (uint32_t p = 0; p < c->world; p++) {
         atomic_init(&c->final_clock[p], INT64_MAX);
-        atomic_init(&c->peer_pub[p], -1);
+        atomic_init(&c->stall.peer_pub[p], -1);
     }
     return 0;
 }
@@ -247,7 +248,7 @@ static int open_transport(struct sfb__comm *c, const struct sfb__comm_settings *
     ts.on_error = sfb__comm_on_error;
     ts.on_sent = sfb__comm_sent_hook;
     ts.on_pass = sfb__comm_pass_hook;
-    ts.peer_gone = c->peer_pid ? sfb__comm_peer_gone : NULL;
+    ts.peer_gone = c->live.peer_pid ? sfb__comm_peer_gone : NULL;
     ts.user = c;
     sfb__clear_error(); /* so `why` below cannot be an older message */
     if ((ret = sfb__transport_open(&c->t, &ts, c->loop))) {
@@ -318,7 +319,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     if ((ret = open_transport(c, s, all_local, index == 0, here))) return ret;
     if ((ret = exchange_names(c))) return ret;
     sfb__phase_mark(SFB__PH_NAMES);
-    c->silence_s = sfb__comm_silence_timeout(c, here);
+    c->live.silence_s = sfb__comm_silence_timeout(c, here);
     sfb__comm_reset_heard(c);
     if ((ret = sfb__loop_start(c->loop))) return ret;
     /* Everyone's endpoint is up and addressed before the first data frame. */
@@ -326,7 +327,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     sfb__transport_started(c->t);
     sfb__phase_mark(SFB__PH_READY);
     sfb__loop_call(c->loop, sfb__comm_reset_heard, c);
-    if ((ret = sfb__loop_timer_open(c->loop, &c->hb, s->heartbeat_s, s->heartbeat_s,
+    if ((ret = sfb__loop_timer_open(c->loop, &c->live.hb, s->heartbeat_s, s->heartbeat_s,
                                     sfb__comm_heartbeat, c)))
         return ret;
     if ((ret = sfb__comm_watch_deaths(c))) return ret;
@@ -343,7 +344,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     *out = NULL;
     struct sfb__comm *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
-    c->deaths_fd = -1;
+    c->live.deaths_fd = -1;
     c->s = *s;
     int ret = open_job(c, s);
     if (!ret && c->world > 1) ret = open_peers(c, s);

@@ -64,7 +64,7 @@ int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hd
 {
     if (!c->ops) return no_peers();
     int ret = c->ops->send(c, dst, hdr, hdr_len, buf, off, len, timeout_s);
-    if (!ret && c->paced) sfb__pace_charge(&c->pace, hdr_len + len, sfb__now());
+    if (!ret && c->budget.paced) sfb__pace_charge(&c->budget.pace, hdr_len + len, sfb__now());
     return ret;
 }
 

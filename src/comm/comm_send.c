@@ -11,9 +11,10 @@
 
 static void note_published(struct sfb__comm *c, int64_t clock)
 {
-    if (clock <= atomic_load_explicit(&c->published, memory_order_relaxed)) return;
-    atomic_store_explicit(&c->published_us, (int64_t)(sfb__now() * 1e6), memory_order_relaxed);
-    atomic_store_explicit(&c->published, clock, memory_order_release);
+    if (clock <= atomic_load_explicit(&c->stall.published, memory_order_relaxed)) return;
+    atomic_store_explicit(&c->stall.published_us, (int64_t)(sfb__now() * 1e6),
+                          memory_order_relaxed);
+    atomic_store_explicit(&c->stall.published, clock, memory_order_release);
 }
 
 int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,

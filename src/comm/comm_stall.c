@@ -30,8 +30,8 @@
 static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags)
 {
     uint8_t p[STATUS_LEN];
-    int64_t pub = atomic_load_explicit(&c->published, memory_order_acquire);
-    int64_t at = atomic_load_explicit(&c->published_us, memory_order_relaxed);
+    int64_t pub = atomic_load_explicit(&c->stall.published, memory_order_acquire);
+    int64_t at = atomic_load_explicit(&c->stall.published_us, memory_order_relaxed);
     int64_t age = pub >= 0 ? (int64_t)(sfb__now() * 1e6) - at : 0;
     sfb__put_u64(p, (uint64_t)pub);
     sfb__put_u64(p + 8, (uint64_t)(age > 0 ? age : 0));
@@ -43,13 +43,13 @@ static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags)
  * are ignored (a clock below -1, an age over a year). */
 void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *payload, size_t len)
 {
-    if (len < STATUS_LEN || !c->peer_pub) return;
+    if (len < STATUS_LEN || !c->stall.peer_pub) return;
     int64_t pub = (int64_t)sfb__get_u64(payload);
     uint64_t age = sfb__get_u64(payload + 8), flags = sfb__get_u64(payload + 16);
     if (pub >= -1 && age < 365ull * 86400 * 1000000) {
-        atomic_store_explicit(&c->peer_pub_us[src], (int64_t)(sfb__now() * 1e6) - (int64_t)age,
-                              memory_order_relaxed);
-        atomic_store_explicit(&c->peer_pub[src], pub, memory_order_release);
+        atomic_store_explicit(&c->stall.peer_pub_us[src],
+                              (int64_t)(sfb__now() * 1e6) - (int64_t)age, memory_order_relaxed);
+        atomic_store_explicit(&c->stall.peer_pub[src], pub, memory_order_release);
     }
     if (flags & STATUS_ASK) send_status(c, src, 0);
 }
@@ -58,19 +58,20 @@ int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                           const struct sfb__ssp *ssp)
 {
     double T = c->s.stall_timeout_s, now = sfb__now();
-    if (!(T > 0) || !c->peer_pub || now - since < T / 4) return 0;
-    int ask = now >= c->next_probe;
-    if (ask) c->next_probe = now + T / 4;
+    if (!(T > 0) || !c->stall.peer_pub || now - since < T / 4) return 0;
+    int ask = now >= c->stall.next_probe;
+    if (ask) c->stall.next_probe = now + T / 4;
     for (uint32_t o = 0; o < c->world; o++) {
         int64_t have = sfb__ssp_applied(ssp, o);
         if (o == c->rank || have >= required) continue;
-        int64_t pub = atomic_load_explicit(&c->peer_pub[o], memory_order_acquire);
-        double age = now - 1e-6 * (double)atomic_load_explicit(&c->peer_pub_us[o], memory_order_relaxed);
+        int64_t pub = atomic_load_explicit(&c->stall.peer_pub[o], memory_order_acquire);
+        double age = now - 1e-6 * (double)atomic_load_explicit(&c->stall.peer_pub_us[o],
+                                                               memory_order_relaxed);
         if (pub > have && age > T) {
             char got[64];
             if (have < 0) snprintf(got, sizeof got, "none of its updates");
             else snprintf(got, sizeof got, "its updates through clock %lld", (long long)have);
-            atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+            atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
             sfb__comm_fail(c, (int)o,
                            "stalled: rank %u published clock %lld %.1f s ago; rank %u, waiting "
                            "%.1f s for clock %lld, has %s: lost in transit (the transport or a "

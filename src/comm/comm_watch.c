@@ -32,7 +32,7 @@ struct sfb__comm_watch {
 static int dead_peer(const struct sfb__comm *c)
 {
     for (uint32_t p = 0; p < c->world; p++)
-        if (!c->said_bye[p] && sfb__comm_pid_gone(c, p)) return (int)p;
+        if (!c->live.said_bye[p] && sfb__comm_pid_gone(c, p)) return (int)p;
     return -1;
 }
 
@@ -47,18 +47,19 @@ static int look(struct sfb__comm *c, uint64_t *seen, double *since)
         return 0;
     }
     double stuck = now - *since;
-    double soon = c->silence_s / 4 > 2.0 ? c->silence_s / 4 : 2.0;
+    double soon = c->live.silence_s / 4 > 2.0 ? c->live.silence_s / 4 : 2.0;
     int dead = stuck >= soon ? dead_peer(c) : -1;
-    if (dead < 0 && stuck < c->silence_s) return 0;
+    if (dead < 0 && stuck < c->live.silence_s) return 0;
     if (!sfb__transport_abandon(c->t, seq)) return 0; /* the call has just returned */
-    atomic_store_explicit(&c->found_here, 1, memory_order_relaxed);
+    atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
     if (dead >= 0) {
         char also[160];
         sfb__comm_also_gone(c, dead, also, sizeof also);
         sfb__comm_fail(c, dead,
                        "rank %d died (its process %d is gone)%s; rank %u's network thread waited "
                        "%.1f s in libfabric (%s) on a lock the dead process held, and is given up",
-                       dead, c->peer_pid[dead], also, c->rank, stuck, sfb__transport_provider(c->t));
+                       dead, c->live.peer_pid[dead], also, c->rank, stuck,
+                       sfb__transport_provider(c->t));
     } else {
         sfb__comm_fail(c, -1,
                        "rank %u's network thread has been stuck in libfabric (%s) for %.1f s "

@@ -139,7 +139,8 @@ static int test_rejects_bad_shape(void)
     ASSERT_EQ(rets[0], 0);
     ASSERT_EQ(rets[1], -SFB_EPEER);
     ASSERT_EQ(sfb__comm_rejected(sfb__loopback_comm(lb, 1)), 1);
-    ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, 1)->reason, "cannot apply the updates of rank 0");
+    ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, 1)->fail.reason,
+                        "cannot apply the updates of rank 0");
     sfb__loopback_close(&lb);
     return 0;
 }
@@ -168,7 +169,7 @@ static int test_deadlock_fails(void)
     for (int r = 0; r < 3; r++)
         ASSERT_EQ(rets[r], -SFB_EPEER);
     for (uint32_t r = 0; r < 3; r++)
-        ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, r)->reason, "deadlock");
+        ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, r)->fail.reason, "deadlock");
     sfb__loopback_close(&lb);
     return 0;
 }
@@ -234,7 +235,7 @@ static int test_barrier(void)
     ASSERT_EQ(rets[0], -SFB_EPEER);
     ASSERT_EQ(rets[1], -SFB_EPEER);
     ASSERT_EQ(rets[2], 0);
-    ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, 0)->reason, "barrier");
+    ASSERT_STR_CONTAINS(sfb__loopback_comm(lb, 0)->fail.reason, "barrier");
     sfb__loopback_close(&lb);
     return 0;
 }
@@ -285,18 +286,18 @@ static int test_stall(void)
     uint8_t p[24];
     status(p, 1, 3000000); /* rank 1: clock 1, 3 s ago */
     sfb__comm_on_status(c, 1, p, 23); /* short: ignored */
-    ASSERT_EQ(atomic_load(&c->peer_pub[1]), -1);
+    ASSERT_EQ(atomic_load(&c->stall.peer_pub[1]), -1);
     status(p, -2, 0); /* a clock below -1: ignored */
     sfb__comm_on_status(c, 1, p, 24);
-    ASSERT_EQ(atomic_load(&c->peer_pub[1]), -1);
+    ASSERT_EQ(atomic_load(&c->stall.peer_pub[1]), -1);
     status(p, 1, 400ull * 86400 * 1000000); /* an age over a year: ignored */
     sfb__comm_on_status(c, 1, p, 24);
-    ASSERT_EQ(atomic_load(&c->peer_pub[1]), -1);
+    ASSERT_EQ(atomic_load(&c->stall.peer_pub[1]), -1);
     double now = sfb__now();
     /* rank 1 published clock 1 only 1 s ago: slow, not lost */
     status(p, 1, 1000000);
     sfb__comm_on_status(c, 1, p, 24);
-    ASSERT_EQ(atomic_load(&c->peer_pub[1]), 1);
+    ASSERT_EQ(atomic_load(&c->stall.peer_pub[1]), 1);
     ASSERT_OK(sfb__comm_check_stall(c, 1, now - 10, &ssp));
     /* rank 2 published clock 1, 3 s ago, and it has arrived */
     status(p, 1, 3000000);
@@ -308,9 +309,9 @@ static int test_stall(void)
     ASSERT_OK(sfb__comm_check_stall(c, 1, now - 0.1, &ssp));
     /* rank 1's clock 1, published 3 s ago, not here: lost */
     ASSERT_EQ(sfb__comm_check_stall(c, 1, now - 10, &ssp), -SFB_EPEER);
-    ASSERT_STR_CONTAINS(c->reason, "stalled: rank 1 published clock 1 3.");
-    ASSERT_STR_CONTAINS(c->reason, " s ago; rank 0, waiting ");
-    ASSERT_STR_CONTAINS(c->reason, "for clock 1, has its updates through clock 0");
+    ASSERT_STR_CONTAINS(c->fail.reason, "stalled: rank 1 published clock 1 3.");
+    ASSERT_STR_CONTAINS(c->fail.reason, " s ago; rank 0, waiting ");
+    ASSERT_STR_CONTAINS(c->fail.reason, "for clock 1, has its updates through clock 0");
     sfb__ssp_fini(&ssp);
     sfb__loopback_close(&lb);
     return 0;
@@ -330,7 +331,7 @@ static const char *deliver_abort(struct sfb__loopback *lb, const void *reason, s
     if (sfb__comm_header(c0, &h, &piece, 1, b->data)) return NULL;
     struct sfb__frame f = {.buf = b, .data = b->data, .len = SFB_WIRE_HDR_SIZE + len, .src = 0};
     sfb__comm_deliver(c1, &f); /* a control frame: taken, buffer released */
-    return c1->reason;
+    return c1->fail.reason;
 }
 
 /* A peer's abort reason keeps its UTF-8 ("×" was "??"); control
