@@ -144,6 +144,44 @@ struct slab {
     struct fid_mr *mr;
 };
 
+/* The transport's state by concern: each part is owned by the file of its
+ * concern (transport_peer.c, transport_pool.c, transport_stuck.c); the rest
+ * belongs to set-up (transport_setup.c) and the data path (transport.c,
+ * transport_rx.c, transport_tx.c). */
+
+/* The peers (transport_peer.c; set once by sfb__transport_set_peers). */
+struct tp_peers {
+    _Atomic uint32_t world; /* written once by set_peers, read by the loop */
+    uint32_t *seq; /* next frame sequence per destination */
+    fi_addr_t *addr;  /* per rank r: [2r] where to send (its rx_ep), [2r+1] where to
+                       * read from (its ep); FI_ADDR_NOTAVAIL until first used */
+    uint8_t *names;   /* the peers' address blobs, rank r's at [name_off[r], name_off[r+1]):
+                       * a count (1 or 2), then that many endpoint names of one length,
+                       * the receiving endpoint's first */
+    size_t *name_off;
+    double *heard; /* loop thread: when anything last came from each rank */
+};
+
+/* The buffer pool (any thread, under pool_mu) and the op and reassembly
+ * records' free lists (loop thread): transport_pool.c. */
+struct tp_pool {
+    pthread_mutex_t pool_mu;
+    struct sfb__buf *pool[NCLASS];
+    _Atomic long bufs_live;
+    struct op *free_ops;
+    struct slab *op_slabs, *asm_slabs;
+    struct asm_rec *free_asm;
+};
+
+/* A libfabric call that never returns (transport_stuck.c): fab_seq is odd
+ * while the loop thread is inside one (fab_n is its private copy);
+ * FAB_ABANDONED once the watchdog gave the thread up. */
+struct tp_stuck {
+    _Atomic uint64_t fab_seq;
+    uint64_t fab_n;
+    int debug_stall; /* SFB_DEBUG_STALL_SEND_TO_DEAD: hang like a held lock would */
+};
+
 struct sfb__transport {
     struct sfb__transport_settings s;
     struct sfb__loop *loop;
@@ -172,24 +210,12 @@ struct sfb__transport {
     char shm_name[128]; /* shm: our region's name in /dev/shm, else "" */
     uint8_t *name;
     size_t name_len;
-    _Atomic uint32_t world; /* written once by set_peers, read by the loop */
-    uint32_t *seq; /* next frame sequence per destination */
-    fi_addr_t *addr;  /* per rank r: [2r] where to send (its rx_ep), [2r+1] where to
-                       * read from (its ep); FI_ADDR_NOTAVAIL until first used */
-    uint8_t *names;   /* the peers' address blobs, rank r's at [name_off[r], name_off[r+1]):
-                       * a count (1 or 2), then that many endpoint names of one length,
-                       * the receiving endpoint's first */
-    size_t *name_off;
-    double *heard; /* loop thread: when anything last came from each rank */
     size_t chunk;
     double last_work;
     int bell_armed; /* drain the doorbell before the next pass (sfb__tp_progress) */
 
     /* loop-thread state */
-    struct op *free_ops;
-    struct slab *op_slabs, *asm_slabs;
     unsigned ops_out, max_ops; /* posted operations; the CQ holds max_ops */
-    struct asm_rec *free_asm;
     struct asm_rec *active; /* frames being reassembled */
     unsigned stashed;
     struct sreq *pend_head, *pend_tail;    /* sends not fully posted */
@@ -214,19 +240,12 @@ struct sfb__transport {
     _Atomic size_t inbox_bytes; /* frames delivered, not yet taken by recv */
     int closing;
 
-    /* buffer pool */
-    pthread_mutex_t pool_mu;
-    struct sfb__buf *pool[NCLASS];
-    _Atomic long bufs_live;
 
     struct sfb__transport_stats stats;
 
-    /* A libfabric call that never returns (transport_stuck.c): fab_seq is
-     * odd while the loop thread is inside one (fab_n is its private copy);
-     * FAB_ABANDONED once the watchdog gave the thread up. */
-    _Atomic uint64_t fab_seq;
-    uint64_t fab_n;
-    int debug_stall; /* SFB_DEBUG_STALL_SEND_TO_DEAD: hang like a held lock would */
+    struct tp_peers peers;
+    struct tp_pool bufs;
+    struct tp_stuck stuck;
 };
 
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
@@ -243,13 +262,13 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 #define FAB_ABANDONED UINT64_MAX
 static inline void sfb__tp_fab_enter(struct sfb__transport *t)
 {
-    atomic_store_explicit(&t->fab_seq, ++t->fab_n, memory_order_release);
+    atomic_store_explicit(&t->stuck.fab_seq, ++t->stuck.fab_n, memory_order_release);
 }
 void sfb__tp_fab_park(struct sfb__transport *t);
 static inline ssize_t sfb__tp_fab_leave(struct sfb__transport *t, ssize_t rc)
 {
-    uint64_t inside = t->fab_n;
-    if (!atomic_compare_exchange_strong_explicit(&t->fab_seq, &inside, ++t->fab_n,
+    uint64_t inside = t->stuck.fab_n;
+    if (!atomic_compare_exchange_strong_explicit(&t->stuck.fab_seq, &inside, ++t->stuck.fab_n,
                                                  memory_order_acq_rel, memory_order_acquire))
         sfb__tp_fab_park(t);
     return rc;

@@ -67,10 +67,10 @@ static int shm_map_room(struct sfb__transport *t, uint32_t p)
 
 static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
-    fi_addr_t *slot = &t->addr[2 * (size_t)p + which];
+    fi_addr_t *slot = &t->peers.addr[2 * (size_t)p + which];
     if (*slot != FI_ADDR_NOTAVAIL) return *slot;
-    const uint8_t *blob = t->names + t->name_off[p];
-    size_t part = (t->name_off[p + 1] - t->name_off[p] - 1) / blob[0];
+    const uint8_t *blob = t->peers.names + t->peers.name_off[p];
+    size_t part = (t->peers.name_off[p + 1] - t->peers.name_off[p] - 1) / blob[0];
     if (blob[0] == 1 && which) return *slot = peer_addr(t, p, 0);
     /* Providers read a fixed-size address (shm: a 256-byte name slot), so
      * the name goes through a zero-padded copy. */
@@ -99,7 +99,7 @@ fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p)
 int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
                              const size_t *lens, uint32_t world)
 {
-    if (t->world) return sfb__error(-EINVAL, "transport: peers already set");
+    if (t->peers.world) return sfb__error(-EINVAL, "transport: peers already set");
     if (world == 0 || world > SFB__TRANSPORT_MAX_RANKS || t->s.rank >= world)
         return sfb__error(-EINVAL, "transport: world size %u with rank %u", world, t->s.rank);
     size_t total = 0;
@@ -111,20 +111,21 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
                               "malformed", i, lens[i], lens[i] ? b[0] : 0u);
         total += lens[i];
     }
-    t->seq = calloc(world, sizeof *t->seq);
-    t->heard = calloc(world, sizeof *t->heard);
-    t->addr = malloc(2 * (size_t)world * sizeof *t->addr);
-    t->name_off = malloc((world + 1) * sizeof *t->name_off);
-    t->names = malloc(total);
-    if (!t->seq || !t->heard || !t->addr || !t->name_off || !t->names) return -ENOMEM;
-    t->name_off[0] = 0;
+    t->peers.seq = calloc(world, sizeof *t->peers.seq);
+    t->peers.heard = calloc(world, sizeof *t->peers.heard);
+    t->peers.addr = malloc(2 * (size_t)world * sizeof *t->peers.addr);
+    t->peers.name_off = malloc((world + 1) * sizeof *t->peers.name_off);
+    t->peers.names = malloc(total);
+    if (!t->peers.seq || !t->peers.heard || !t->peers.addr || !t->peers.name_off || !t->peers.names)
+        return -ENOMEM;
+    t->peers.name_off[0] = 0;
     for (uint32_t i = 0; i < world; i++) {
-        t->addr[2 * i] = t->addr[2 * i + 1] = FI_ADDR_NOTAVAIL;
-        memcpy(t->names + t->name_off[i], names[i], lens[i]);
-        t->name_off[i + 1] = t->name_off[i] + lens[i];
+        t->peers.addr[2 * i] = t->peers.addr[2 * i + 1] = FI_ADDR_NOTAVAIL;
+        memcpy(t->peers.names + t->peers.name_off[i], names[i], lens[i]);
+        t->peers.name_off[i + 1] = t->peers.name_off[i] + lens[i];
     }
     pthread_mutex_lock(&t->mu);
-    t->world = world;
+    t->peers.world = world;
     pthread_mutex_unlock(&t->mu);
     return 0;
 }

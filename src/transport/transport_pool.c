@@ -78,7 +78,7 @@ struct sfb__region {
 void sfb__tp_buf_free(struct sfb__buf *b)
 {
     if (b->mr) fi_close(&((struct fid_mr *)b->mr)->fid);
-    atomic_fetch_sub(&b->t->bufs_live, 1);
+    atomic_fetch_sub(&b->t->bufs.bufs_live, 1);
     struct sfb__region *r = b->region;
     if (r && atomic_fetch_sub(&r->bufs, 1) == 1) {
         free(r->mem);
@@ -111,7 +111,7 @@ static int buf_new(struct sfb__transport *t, unsigned c, uint8_t *data, struct s
     b->cls = c;
     b->t = t;
     b->region = region;
-    atomic_fetch_add(&t->bufs_live, 1);
+    atomic_fetch_add(&t->bufs.bufs_live, 1);
     int rc = buf_register(t, b);
     if (rc) {
         b->region = NULL; /* the caller accounts for the region */
@@ -153,10 +153,10 @@ static int region_new(struct sfb__transport *t, unsigned c, struct sfb__buf **ou
             *out = b;
             continue;
         }
-        pthread_mutex_lock(&t->pool_mu);
-        b->next = t->pool[c];
-        t->pool[c] = b;
-        pthread_mutex_unlock(&t->pool_mu);
+        pthread_mutex_lock(&t->bufs.pool_mu);
+        b->next = t->bufs.pool[c];
+        t->bufs.pool[c] = b;
+        pthread_mutex_unlock(&t->bufs.pool_mu);
     }
     return 0;
 }
@@ -165,10 +165,10 @@ int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__bu
 {
     unsigned c = size_class(size);
     if (((size_t)1 << c) < size) return sfb__error(-ENOMEM, "transport: buffer of %zu bytes", size);
-    pthread_mutex_lock(&t->pool_mu);
-    struct sfb__buf *b = t->pool[c];
-    if (b) t->pool[c] = b->next;
-    pthread_mutex_unlock(&t->pool_mu);
+    pthread_mutex_lock(&t->bufs.pool_mu);
+    struct sfb__buf *b = t->bufs.pool[c];
+    if (b) t->bufs.pool[c] = b->next;
+    pthread_mutex_unlock(&t->bufs.pool_mu);
     if (!b) {
         int rc = c >= HUGE_MIN_CLASS ? region_new(t, c, &b) : buf_new(t, c, NULL, NULL, &b);
         if (rc) return rc;
@@ -194,10 +194,10 @@ void sfb__buf_put(struct sfb__buf *b)
         free(b);
         return;
     }
-    pthread_mutex_lock(&t->pool_mu);
-    b->next = t->pool[b->cls];
-    t->pool[b->cls] = b;
-    pthread_mutex_unlock(&t->pool_mu);
+    pthread_mutex_lock(&t->bufs.pool_mu);
+    b->next = t->bufs.pool[b->cls];
+    t->bufs.pool[b->cls] = b;
+    pthread_mutex_unlock(&t->bufs.pool_mu);
 }
 
 /* ---------------- ops and reassembly records (loop thread) ---------------- */
@@ -208,7 +208,7 @@ void sfb__buf_put(struct sfb__buf *b)
 struct op *sfb__tp_op_get(struct sfb__transport *t)
 {
     if (t->ops_out >= t->max_ops) return NULL;
-    if (!t->free_ops) {
+    if (!t->bufs.free_ops) {
         /* Grows in slabs until the steady state is reached; never shrinks.
          * Registered when the provider needs it: pieces send op->thdr. */
         enum { N = 256 };
@@ -225,16 +225,16 @@ struct op *sfb__tp_op_get(struct sfb__transport *t)
             }
             desc = fi_mr_desc(sl->mr);
         }
-        sl->next = t->op_slabs;
-        t->op_slabs = sl;
+        sl->next = t->bufs.op_slabs;
+        t->bufs.op_slabs = sl;
         for (int i = 0; i < N; i++) {
             ops[i].desc = desc;
-            ops[i].next = t->free_ops;
-            t->free_ops = &ops[i];
+            ops[i].next = t->bufs.free_ops;
+            t->bufs.free_ops = &ops[i];
         }
     }
-    struct op *o = t->free_ops;
-    t->free_ops = o->next;
+    struct op *o = t->bufs.free_ops;
+    t->bufs.free_ops = o->next;
     o->kind = 0;
     o->req = NULL;
     o->rbuf = NULL;
@@ -246,27 +246,27 @@ struct op *sfb__tp_op_get(struct sfb__transport *t)
 void sfb__tp_op_put(struct sfb__transport *t, struct op *o)
 {
     o->in_use = 0;
-    o->next = t->free_ops;
-    t->free_ops = o;
+    o->next = t->bufs.free_ops;
+    t->bufs.free_ops = o;
     t->ops_out--;
 }
 
 struct asm_rec *sfb__tp_asm_get(struct sfb__transport *t)
 {
-    if (!t->free_asm) {
+    if (!t->bufs.free_asm) {
         enum { N = 64 };
         struct slab *sl = calloc(1, sizeof *sl + N * sizeof(struct asm_rec));
         if (!sl) return NULL;
-        sl->next = t->asm_slabs;
-        t->asm_slabs = sl;
+        sl->next = t->bufs.asm_slabs;
+        t->bufs.asm_slabs = sl;
         struct asm_rec *a = (struct asm_rec *)(sl + 1);
         for (int i = 0; i < N; i++) {
-            a[i].next = t->free_asm;
-            t->free_asm = &a[i];
+            a[i].next = t->bufs.free_asm;
+            t->bufs.free_asm = &a[i];
         }
     }
-    struct asm_rec *a = t->free_asm;
-    t->free_asm = a->next;
+    struct asm_rec *a = t->bufs.free_asm;
+    t->bufs.free_asm = a->next;
     memset(a, 0, sizeof *a);
     a->in_use = 1;
     return a;
@@ -275,6 +275,6 @@ struct asm_rec *sfb__tp_asm_get(struct sfb__transport *t)
 void sfb__tp_asm_put(struct sfb__transport *t, struct asm_rec *a)
 {
     a->in_use = 0;
-    a->next = t->free_asm;
-    t->free_asm = a;
+    a->next = t->bufs.free_asm;
+    t->bufs.free_asm = a;
 }

@@ -380,15 +380,15 @@ void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len
     uint32_t w0 = sfb__get_u32(b->data), seq = sfb__get_u32(b->data + 4);
     uint64_t x = sfb__get_u64(b->data + 8);
     uint32_t src = w0 & 0xffffffu, kind = w0 >> 24;
-    if ((t->world && src >= t->world) || kind > K_ACK) {
+    if ((t->peers.world && src >= t->peers.world) || kind > K_ACK) {
         SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
-                  t->world);
+                  t->peers.world);
         stat_add(&t->stats.dropped, 1);
         sfb__buf_put(b);
         return;
     }
     /* world is published after heard (set_peers): reading it first orders them. */
-    if (src < t->world) t->heard[src] = sfb__now();
+    if (src < t->peers.world) t->peers.heard[src] = sfb__now();
     if (kind == K_RMA) {
         on_announce(t, b, len, src, x);
         return;

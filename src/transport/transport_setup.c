@@ -300,7 +300,7 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     t->loop = loop;
     t->wait_fd = -1;
     const char *stall = getenv("SFB_DEBUG_STALL_SEND_TO_DEAD"); /* tests: transport_stuck.c */
-    t->debug_stall = stall && *stall && strcmp(stall, "0") != 0;
+    t->stuck.debug_stall = stall && *stall && strcmp(stall, "0") != 0;
     if (!t->s.chunk_size) t->s.chunk_size = 256 << 10;
     if (!t->s.max_frame) t->s.max_frame = (size_t)1 << 30;
     if (!t->s.rx_depth) t->s.rx_depth = 32;
@@ -308,7 +308,7 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     if (!t->s.max_sends) t->s.max_sends = 1024;
     if (t->s.chunk_size < 4096) t->s.chunk_size = 4096;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_mutex_init(&t->pool_mu, NULL);
+    pthread_mutex_init(&t->bufs.pool_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -395,7 +395,7 @@ static void close_fid(struct fid *f, const char *what)
  * reassemblies, unsent requests, the inbox) and frees its pools. */
 static void release_buffers(struct sfb__transport *t)
 {
-    for (struct slab *sl = t->op_slabs; sl; sl = sl->next) {
+    for (struct slab *sl = t->bufs.op_slabs; sl; sl = sl->next) {
         struct op *ops = (struct op *)(sl + 1);
         for (int i = 0; i < 256; i++)
             if (ops[i].in_use && (ops[i].kind == OP_RECV || ops[i].kind == OP_READ))
@@ -425,9 +425,9 @@ static void release_buffers(struct sfb__transport *t)
     for (unsigned i = 0; i < t->in_count; i++)
         sfb__buf_put(t->inbox[(t->in_head + i) % t->s.inbox_cap].buf);
     for (int c = 0; c < NCLASS; c++)
-        while (t->pool[c]) {
-            struct sfb__buf *b = t->pool[c];
-            t->pool[c] = b->next;
+        while (t->bufs.pool[c]) {
+            struct sfb__buf *b = t->bufs.pool[c];
+            t->bufs.pool[c] = b->next;
             sfb__tp_buf_free(b);
         }
 }
@@ -465,34 +465,34 @@ void sfb__transport_close(struct sfb__transport **tp)
     if (t->av) close_fid(&t->av->fid, "address vector");
     if (t->cq) close_fid(&t->cq->fid, "completion queue");
     release_buffers(t);
-    long live = atomic_load(&t->bufs_live);
+    long live = atomic_load(&t->bufs.bufs_live);
     if (live) SFB_LOG_W("transport: %ld buffers still held by the caller at close", live);
     if (t->slab_mr) close_fid(&t->slab_mr->fid, "memory region");
-    for (struct slab *sl = t->op_slabs; sl; sl = sl->next)
+    for (struct slab *sl = t->bufs.op_slabs; sl; sl = sl->next)
         if (sl->mr) close_fid(&sl->mr->fid, "memory region");
     if (t->domain) close_fid(&t->domain->fid, "domain");
     if (t->fabric) close_fid(&t->fabric->fid, "fabric");
     if (t->info) fi_freeinfo(t->info);
-    while (t->op_slabs) {
-        struct slab *sl = t->op_slabs;
-        t->op_slabs = sl->next;
+    while (t->bufs.op_slabs) {
+        struct slab *sl = t->bufs.op_slabs;
+        t->bufs.op_slabs = sl->next;
         free(sl);
     }
-    while (t->asm_slabs) {
-        struct slab *sl = t->asm_slabs;
-        t->asm_slabs = sl->next;
+    while (t->bufs.asm_slabs) {
+        struct slab *sl = t->bufs.asm_slabs;
+        t->bufs.asm_slabs = sl->next;
         free(sl);
     }
     free(t->sreqs);
     free(t->inbox);
-    free(t->seq);
-    free(t->heard);
-    free(t->addr);
-    free(t->name_off);
-    free(t->names);
+    free(t->peers.seq);
+    free(t->peers.heard);
+    free(t->peers.addr);
+    free(t->peers.name_off);
+    free(t->peers.names);
     free(t->name);
     pthread_mutex_destroy(&t->mu);
-    pthread_mutex_destroy(&t->pool_mu);
+    pthread_mutex_destroy(&t->bufs.pool_mu);
     pthread_cond_destroy(&t->cv_space);
     pthread_cond_destroy(&t->cv_inbox);
     pthread_cond_destroy(&t->cv_flush);

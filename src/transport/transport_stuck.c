@@ -39,7 +39,7 @@ void sfb__tp_fab_park(struct sfb__transport *t)
 int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer)
 {
     if (!t->s.peer_gone || !t->s.peer_gone(t->s.user, peer)) return 0;
-    if (t->debug_stall) {
+    if (t->stuck.debug_stall) {
         /* Test hook: hang in the call the way a lock left held would. */
         SFB_LOG_W("transport: SFB_DEBUG_STALL_SEND_TO_DEAD: stuck sending to rank %u", peer);
         sfb__tp_fab_enter(t);
@@ -51,13 +51,13 @@ int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer)
 
 uint64_t sfb__transport_fabric_seq(const struct sfb__transport *t)
 {
-    return atomic_load_explicit(&t->fab_seq, memory_order_acquire);
+    return atomic_load_explicit(&t->stuck.fab_seq, memory_order_acquire);
 }
 
 int sfb__transport_abandon(struct sfb__transport *t, uint64_t seq)
 {
     if (!(seq & 1) || seq == FAB_ABANDONED) return 0;
-    if (!atomic_compare_exchange_strong_explicit(&t->fab_seq, &seq, FAB_ABANDONED,
+    if (!atomic_compare_exchange_strong_explicit(&t->stuck.fab_seq, &seq, FAB_ABANDONED,
                                                  memory_order_acq_rel, memory_order_acquire))
         return 0;
     sfb__loop_abandon(t->loop);
@@ -66,7 +66,7 @@ int sfb__transport_abandon(struct sfb__transport *t, uint64_t seq)
 
 int sfb__transport_abandoned(const struct sfb__transport *t)
 {
-    return t && atomic_load_explicit(&t->fab_seq, memory_order_acquire) == FAB_ABANDONED;
+    return t && atomic_load_explicit(&t->stuck.fab_seq, memory_order_acquire) == FAB_ABANDONED;
 }
 
 void sfb__tp_keep_abandoned(struct sfb__transport *t)

@@ -102,7 +102,7 @@ static int advance_rma(struct sfb__transport *t, struct sreq *r)
     struct op *o = sfb__tp_op_get(t);
     if (!o) return -FI_EAGAIN;
     if (!r->started) {
-        r->seq = t->seq[r->dst]++;
+        r->seq = t->peers.seq[r->dst]++;
         r->started = 1;
     }
     uint8_t *p = r->buf->data + r->off;
@@ -158,7 +158,7 @@ void sfb__tp_check_acks(struct sfb__transport *t, double now)
     for (unsigned i = 0; i < t->s.max_sends; i++) {
         struct sreq *r = &t->sreqs[i];
         if (!r->awaiting_ack) continue; /* (then peers are set: heard exists) */
-        double quiet = now - SFB_MAX(r->announced, t->heard[r->dst]);
+        double quiet = now - SFB_MAX(r->announced, t->peers.heard[r->dst]);
         if (quiet < t->s.ack_timeout_s) continue;
         char d[96];
         snprintf(d, sizeof d, "no ACK for RMA frame %u, nothing from the peer for %.1f s", r->seq,
@@ -185,7 +185,7 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
         void *desc[2];
         size_t cnt, nbytes;
         if (!r->started) {
-            r->seq = t->seq[r->dst]++;
+            r->seq = t->peers.seq[r->dst]++;
             r->started = 1;
         }
         struct op *o = sfb__tp_op_get(t);
@@ -255,9 +255,10 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
     struct timespec ts;
     if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
     pthread_mutex_lock(&t->mu);
-    if (dst >= t->world) {
+    if (dst >= t->peers.world) {
         pthread_mutex_unlock(&t->mu);
-        return sfb__error(-EINVAL, "transport send: rank %u outside world of %u", dst, t->world);
+        return sfb__error(-EINVAL, "transport send: rank %u outside world of %u", dst,
+                          t->peers.world);
     }
     while (!t->free_sreq && !t->closing) {
         if (timeout_s <= 0) {
