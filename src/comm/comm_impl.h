@@ -1,5 +1,23 @@
-/* The comm context's fields, for the network layer only: comm.c and
- * comm_api.c include this; everyone else goes through src/comm/comm.h. */
+/* The comm context's fields, for src/comm only (and the unit tests that
+ * drive the loopback); the engines and the job API go through
+ * src/comm/comm.h. The files, each calling only those listed above it:
+ *
+ *   comm_fail.c      the failure record (c->fail): sfb__comm_fail, _check,
+ *                    _explain, _peers_know
+ *   comm_send.c      the header every sent frame gets, control frames
+ *                    (sfb__comm_header, sfb__comm_send_control)
+ *   comm_budget.c    the bandwidth budget (c->budget)
+ *   comm_live.c      liveness (c->live): heartbeats, silence, dead
+ *                    processes of this host's peers, anonymous fabric errors
+ *   comm_stall.c     stalls (c->stall): published clocks, status probes
+ *   comm_watch.c     the watchdog of the loop thread's fabric calls
+ *   comm.c           defaults, frames in (validation, control, bundles),
+ *                    shapes and hooks, finish, abort, close
+ *   comm_ops.c       the data path over the transport (an ops table)
+ *   comm_open.c      set-up: bootstrap, host and provider exchange, the
+ *                    transport, the loop, the heartbeats
+ *   comm_loopback.c  the in-process loopback (an ops table; tests, P = 1)
+ *   comm_api.c       accessors and the bootstrap collectives */
 #ifndef SFB_SRC_COMM_IMPL_H
 #define SFB_SRC_COMM_IMPL_H
 

@@ -1,24 +1,26 @@
 /* libfabric transport, internals shared by its files. Only the files of src/transport
  * (and this header) include <rdma/fabric.h>.
  *
- *   transport_peer.c  the peers: their address blobs, AV insertion at first
- *                     use, the doorbell ring, error reporting (below the
- *                     files that follow, which all call it)
+ * The files, each calling only those listed above it:
+ *
+ *   fi_errors.c       libfabric's error codes named for sfb_strerror
+ *   transport_stuck.c fabric calls that never return (FAB(): a dead peer's
+ *                     lock in shm), abandoning a stuck transport (t->stuck)
+ *   transport_pool.c  buffer pool (size classes, registration shipped to the
+ *                     loop thread, sfb__buf_ref/put) and the op and
+ *                     reassembly-record free lists (t->bufs)
+ *   transport_peer.c  the peers (t->peers): their address blobs, AV
+ *                     insertion at first use, the doorbell ring, error
+ *                     reporting
+ *   transport_shm.c   shm region names, removal of dead processes' regions
+ *   transport_tx.c    send requests, posting chunks, sfb__transport_send,
+ *                     sfb__transport_flush
+ *   transport_rx.c    wildcard receives, reassembly, delivery to the inbox,
+ *                     sfb__transport_recv
  *   transport.c       settings defaults, CQ reading and completion dispatch,
  *                     the progress poller
  *   transport_setup.c open/close (fabric, domain, endpoints, CQ), the
  *                     progress policy, this rank's name
- *   transport_shm.c   shm region names, removal of dead processes' regions
- *   transport_pool.c  buffer pool (size classes, registration shipped to the
- *                     loop thread, sfb__buf_ref/put) and the op and
- *                     reassembly-record free lists
- *   transport_rx.c    wildcard receives, reassembly, delivery to the inbox,
- *                     sfb__transport_recv
- *   transport_tx.c    send requests, posting chunks, sfb__transport_send,
- *                     sfb__transport_flush
- *   transport_stuck.c fabric calls that never return (FAB(): a dead peer's
- *                     lock in shm), abandoning a stuck transport
- *   fi_errors.c       libfabric's error codes named for sfb_strerror
  *
  * Threads: every fi_* call on the data path runs in the loop thread (the
  * poller's progress function and loop calls). Other threads only touch the
