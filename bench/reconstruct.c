@@ -14,7 +14,7 @@
  * machine load), then `reconstruct/sgemm = R` per S. Exits 1 if a result is
  * wrong, or, at full size, if R < 0.85. */
 #include <sfb/sf.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <errno.h>

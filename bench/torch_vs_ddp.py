@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 
-HDR, SF_PREFIX = 64, 8  # src/net/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
+HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 
 
 def models(name, hidden):

@@ -1,7 +1,7 @@
 /* Transport benchmark between two processes, like libfabric's fi_pingpong:
  * the parent is rank 0 (client), a forked child is rank 1 (server); they
  * swap endpoint names over a socketpair. Each process runs the real stack:
- * a loop thread (src/net/loop.h) and the main thread as the compute thread
+ * a loop thread (src/loop/loop.h) and the main thread as the compute thread
  * calling sfb__transport_send / sfb__transport_recv.
  *
  *   bench_transport [--smoke] [--sizes a,b,...] [--iters n] [--mode pingpong|stream|both|duplex]
@@ -24,9 +24,9 @@
  * Environment: SFB_BENCH_CHUNK=n / SFB_BENCH_RXDEPTH=n override the
  * transport's chunk_size / rx_depth;
  * SFB_BENCH_STATS=1 prints the transport counters after each size. */
-#include "src/base/common.h"
-#include "src/net/loop.h"
-#include "src/net/transport.h"
+#include "src/base/util.h"
+#include "src/loop/loop.h"
+#include "src/transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>

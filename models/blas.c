@@ -2,7 +2,8 @@
  * because models/ (and reconstruction) are the only BLAS callers. */
 #include <sfb/sf.h>
 
-#include "src/base/common.h"
+#include "models/blas.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -28,6 +29,11 @@ static _Thread_local int reserved;
 void sfb_set_blas_threads(int n)
 {
     openblas_set_num_threads(n > 0 ? n : 1);
+}
+
+float sfb__blas_norm2(int n, const float *x)
+{
+    return cblas_snrm2(n, x, 1);
 }
 
 /* How many of OpenBLAS's own threads (n - 1 for n BLAS threads) have not

@@ -41,8 +41,8 @@
  * sample of the subset. */
 #include "models/dml.h"
 
-#include "models/model.h"
-#include "src/base/common.h"
+#include "models/model_internal.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 
 #include <cblas.h>

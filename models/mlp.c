@@ -26,9 +26,9 @@
  * N(0, 1/in_l) for the output layer (Glorot/LeCun); biases are 0. Layer l
  * draws from its own stream (seed, l), so a layer's start does not depend on
  * the sizes of the others. */
-#include "models/model.h"
+#include "models/model_internal.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <limits.h>

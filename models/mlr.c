@@ -19,9 +19,9 @@
  * Initialisation is all zeros (the problem is convex, so this is a fine and
  * fully deterministic start); settings->seed is therefore unused here. */
 #include "models/mlr.h"
-#include "models/model.h"
+#include "models/model_internal.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -23,7 +23,7 @@
  * untouched. The scratch buffers live in the handle and only grow. */
 #include <sfb/sf.h>
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -29,8 +29,8 @@
  * the same sparsity (FISTA's sparsity depends on the dictionary). */
 #include "models/sc.h"
 
-#include "models/model.h"
-#include "src/base/common.h"
+#include "models/model_internal.h"
+#include "src/base/util.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -5,7 +5,7 @@
  * bytes, hence the small wrapper below. */
 #include <sfb/sf.h>
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,9 +11,9 @@
 #include "sfb/parts.h"
 #include "sfb/relay.h"
 #include "sfb/sync.h"
-#include "src/net/comm.h"
-#include "src/base/common.h"
-#include "src/net/ssp.h"
+#include "src/comm/comm.h"
+#include "src/base/util.h"
+#include "src/ssp/ssp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 #include "config.h"
 #include "sfb/codec.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
+#include "src/wire/wire.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,13 @@ size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz)
     *sparse = csr < dense;
     *nnz = *sparse ? nz : 0;
     return *sparse ? csr : dense;
+}
+
+size_t sfb__sf_frame_size(const struct sfb_sf *sf)
+{
+    int sparse;
+    uint64_t nnz;
+    return SFB_WIRE_HDR_SIZE + sfb__sf_choose(sf, &sparse, &nnz);
 }
 
 int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *out, size_t size)

@@ -27,6 +27,11 @@ size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz);
  * dense) and returns its payload size; *sparse and *nnz say which. */
 size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz);
 
+/* Bytes of the frame that carries `sf` whole as sfb__sf_choose encodes it:
+ * the wire's header and the payload (what --sync auto's cost model charges
+ * a worker's SF). */
+size_t sfb__sf_frame_size(const struct sfb_sf *sf);
+
 /* Encodes `sf` into out[0 .. size) as chosen by sfb__sf_choose (or forced:
  * sparse = 0 / 1 with the matching nnz). A dense c can be sent as CSR (zeros
  * dropped); a CSR c is only sent as CSR. Returns 0 or -EINVAL. */

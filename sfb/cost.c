@@ -5,7 +5,7 @@
  * runtime does it and never re-derived here. */
 #include "config.h"
 #include "sfb/cost.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <sfb/cost_model.h>
 #include <sfb/topo.h>
@@ -15,7 +15,7 @@
 
 #define DEFAULT_ALPHA_S 10e-6
 #define DEFAULT_BETA 8e-9 /* 1 Gbit/s */
-#define HDR 64.0          /* wire header of every frame (src/net/wire.h) */
+#define HDR 64.0          /* wire header of every frame (src/wire/wire.h) */
 #define SF_PREFIX 8.0     /* scale and nnz before the factors (sfb/codec.h) */
 
 /* α and β to use: the given ones, or the defaults when none was given. */

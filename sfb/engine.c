@@ -2,9 +2,9 @@
  * updates and the wait loop. */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
-#include "src/net/comm.h"
-#include "src/net/ssp.h"
+#include "src/base/util.h"
+#include "src/comm/comm.h"
+#include "src/ssp/ssp.h"
 
 void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
                              int64_t clock, int64_t required)

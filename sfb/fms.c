@@ -22,9 +22,9 @@
 #include "config.h"
 #include "sfb/codec.h"
 #include "sfb/sync.h"
-#include "src/net/comm.h"
-#include "src/base/common.h"
-#include "src/net/ssp.h"
+#include "src/comm/comm.h"
+#include "src/base/util.h"
+#include "src/ssp/ssp.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
 /* Updates in parts, in priority order: see sfb/parts.h. */
 #include "config.h"
 #include "sfb/parts.h"
-#include "src/base/common.h"
+#include "models/blas.h"
+#include "src/base/util.h"
 #include "sfb/codec.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -36,13 +36,13 @@ static float c_norm(const struct sfb_sf *sf, uint32_t i, uint32_t *nnz)
     if (sf->sparse_c) {
         uint32_t a = sf->c_row_ptr[i], b = sf->c_row_ptr[i + 1];
         *nnz = b - a;
-        return b > a ? cblas_snrm2((int)(b - a), sf->c_val + a, 1) : 0.0f;
+        return b > a ? sfb__blas_norm2((int)(b - a), sf->c_val + a) : 0.0f;
     }
     const float *c = sf->c + (size_t)i * sf->cols;
     uint32_t nz = 0;
     for (uint32_t j = 0; j < sf->cols; j++) nz += c[j] != 0.0f;
     *nnz = nz;
-    return cblas_snrm2((int)sf->cols, c, 1);
+    return sfb__blas_norm2((int)sf->cols, c);
 }
 
 static int reserve(void *pp, size_t *cap, size_t bytes)
@@ -56,7 +56,7 @@ static int row_norms(struct sfb__parts *p, const struct sfb_matrix *a)
     if (reserve(&p->rownorm, &p->rownorm_cap, (size_t)a->rows * sizeof *p->rownorm)) return -ENOMEM;
     double ss = 0;
     for (uint32_t j = 0; j < a->rows; j++) {
-        float n = cblas_snrm2((int)a->cols, a->data + (size_t)j * a->cols, 1);
+        float n = sfb__blas_norm2((int)a->cols, a->data + (size_t)j * a->cols);
         p->rownorm[j] = n;
         ss += (double)n * n;
     }
@@ -99,7 +99,7 @@ int sfb__parts_plan(struct sfb__parts *p, int policy, const struct sfb_sf *sf,
         total += bytes;
         float sc = 0;
         if (policy == SFB__PRIORITY_MAGNITUDE) {
-            sc = fabsf(sf->scale) * cblas_snrm2((int)sf->rows, b, 1) * cn;
+            sc = fabsf(sf->scale) * sfb__blas_norm2((int)sf->rows, b) * cn;
         } else if (policy == SFB__PRIORITY_RELATIVE) {
             double r = 0;
             for (uint32_t j = 0; j < sf->rows; j++) {

@@ -20,10 +20,10 @@
  * incrementally (sync_sub). Compute thread only. */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
-#include "src/net/comm.h"
-#include "src/net/ssp.h"
-#include "src/net/wire.h"
+#include "src/base/util.h"
+#include "src/comm/comm.h"
+#include "src/ssp/ssp.h"
+#include "src/wire/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,8 +5,8 @@
 #include "config.h"
 #include "sfb/cost.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
-#include "src/net/comm.h"
+#include "src/base/util.h"
+#include "src/comm/comm.h"
 
 #include <sfb/sf.h>
 

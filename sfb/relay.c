@@ -2,8 +2,8 @@
 #include "config.h"
 #include "sfb/relay.h"
 #include <sfb/topo.h>
-#include "src/net/comm.h"
-#include "src/base/common.h"
+#include "src/comm/comm.h"
+#include "src/base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * they never call into the file that lists them. */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -161,7 +161,7 @@ struct sfb__sync_waiter {
      * have arrived instead of waking per frame. */
     int one_frame_per_origin;
     /* 1: an update a peer published stall_timeout_s ago and not received is
-     * lost, and fails the wait (src/net/comm_stall.c). 0 where forwards
+     * lost, and fails the wait (src/comm/comm_stall.c). 0 where forwards
      * wait on other ranks' progress (--flush clock relays: a straggler holds
      * everyone's frames at the relays whose boundary waits on it). */
     int stall_check;
@@ -180,7 +180,7 @@ extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
 /* One engine per matrix (env.engine_of), several in one job under one SSP
  * table: sfb/permatrix.c. Not in the registry (--sync names one engine for
- * all matrices, or per matrix: src/train/job.c). */
+ * all matrices, or per matrix: src/job/job.c). */
 extern const struct sfb__sync_ops sfb__permatrix_ops;
 
 #endif

@@ -11,7 +11,7 @@
  * full P2P (10⁸ frames) takes milliseconds.
  */
 #include "config.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "topology/topo_ops.h"
 
 #include <string.h>

@@ -6,7 +6,7 @@
  * (P parents' link indices) to know, for every origin, whom to forward to.
  */
 #include "config.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "topology/topo_ops.h"
 
 #include <math.h>
@@ -70,33 +70,9 @@ const char *sfb_topo_names(void)
     return names;
 }
 
-uint32_t sfb__topo_ceil_log2(uint32_t n)
-{
-    uint32_t l = 0;
-    while (l < 32 && ((uint64_t)1 << l) < n) l++;
-    return l;
-}
-
 uint32_t sfb_topo_default_degree(uint32_t nodes)
 {
     return sfb__topo_ceil_log2(nodes);
-}
-
-static uint32_t gcd32(uint32_t a, uint32_t b)
-{
-    while (b) {
-        uint32_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-void sfb__topo_gcd_fix(uint32_t nodes, uint32_t *out, uint32_t *n)
-{
-    uint32_t g = nodes;
-    for (uint32_t i = 0; i < *n; i++) g = gcd32(g, out[i]);
-    if (g != 1) out[(*n)++] = 1; /* g ≠ 1 implies 1 is not an offset */
 }
 
 static uint32_t wrap(const struct sfb_topo *t, uint64_t x)

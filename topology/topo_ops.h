@@ -23,7 +23,7 @@ extern const struct sfb__topo_ops sfb__topo_full;
 extern const struct sfb__topo_ops sfb__topo_halton;
 extern const struct sfb__topo_ops sfb__topo_halton_classic;
 
-/* ⌈log₂ n⌉ (0 for n ≤ 1). */
+/* Arithmetic the graphs share (topology/offsets.c). ⌈log₂ n⌉ (0 for n ≤ 1). */
 uint32_t sfb__topo_ceil_log2(uint32_t n);
 
 /* If gcd(out[0..*n) ∪ {nodes}) ≠ 1 the graph is not strongly connected:

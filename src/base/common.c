@@ -1,5 +1,5 @@
 #include "config.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -43,7 +43,7 @@ const char *sfb_strerror(int code)
     default:
         break;
     }
-    /* Codes of a higher layer (libfabric's, registered by src/net). */
+    /* Codes of a higher layer (libfabric's, registered by src/transport). */
     if (names_fn && code >= names_lo && code < names_hi) {
         const char *s = names_fn(code);
         if (s) return s;

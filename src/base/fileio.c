@@ -1,6 +1,6 @@
 #include "config.h"
 #include "src/base/fileio.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* Set-up and teardown timeline of one worker process (src/base/timeline.h). */
 #include "config.h"
 #include "src/base/timeline.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

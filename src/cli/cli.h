@@ -58,13 +58,15 @@ int cli_path_for_rank(char *buf, size_t cap, const char *pattern, unsigned rank)
 
 int cli_run(int argc, char **argv);
 int cli_worker(int argc, char **argv);
-/* main() for a worker that `sfb run` forked instead of executing (main.c) */
-int cli_forked_worker(int argc, char **argv);
+/* main() for a worker that `sfb run` forked instead of executing: main.c
+ * sets it (in cli.c) before it runs a command, as the command table lies
+ * above the commands. */
+extern int (*cli_forked_worker)(int argc, char **argv);
 int cli_eval(int argc, char **argv);
-/* `sfb launch` (src/cli/launch.c) */
+/* `sfb launch` (src/cli/cmd_launch.c) */
 int cli_launch(int argc, char **argv);
 
-/* Installs the stderr log sink. */
+/* cli.c. Installs the stderr log sink. */
 void cli_log_init(enum sfb_log_level level);
 /* Prints "sfb: error: WHAT: ..." with the detail of `code` (sfb_error_message). */
 void cli_error(int code, const char *what);

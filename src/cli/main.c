@@ -1,6 +1,6 @@
 /* `sfb` — entry point and subcommand dispatch. */
 #include "src/cli/cli.h"
-#include "src/cli/topo.h"
+#include "src/cli/cmd_topo.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -117,12 +117,13 @@ static int dispatch(int argc, char **argv)
 
 /* A worker forked by `sfb run` (sfb_launch_local_fork): what main() would
  * do with the worker command line. */
-int cli_forked_worker(int argc, char **argv)
+static int forked_worker(int argc, char **argv)
 {
     return finish(dispatch(argc, argv));
 }
 
 int main(int argc, char **argv)
 {
+    cli_forked_worker = forked_worker;
     return finish(dispatch(argc, argv));
 }

@@ -318,7 +318,7 @@ static void job_help(FILE *f, const struct cli_opt *table, int with_n)
                "checked writable before training starts.\n");
 }
 
-/* The environment rendezvous accepts worlds up to this size (src/net/bootstrap.h). */
+/* The environment rendezvous accepts worlds up to this size (src/boot/bootstrap.h). */
 #define ENV_MAX_WORLD (1u << 20)
 
 /* SFB_RANK and SFB_WORLD_SIZE of a worker of the environment rendezvous

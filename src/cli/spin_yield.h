@@ -15,7 +15,7 @@
  * the programs that link it). It is linked into the `sfb` executable, whose
  * exported definition the dynamic linker binds libfabric's calls to, and
  * built alone as libsfb-spin-yield.so for LD_PRELOAD into other programs.
- * The local launcher (src/net/launch.c) sets SFB_SPIN_YIELD=1 and preloads
+ * The local launcher (src/launch/launch.c) sets SFB_SPIN_YIELD=1 and preloads
  * that library into the ranks it starts when the host runs more ranks than
  * CPUs; SFB_SPIN_YIELD=0 or 1 in the launcher's environment decides
  * instead. */

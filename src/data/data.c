@@ -2,9 +2,9 @@
  * directories, libsvm files): the front end over the readers (idx.c,
  * libsvm.c, synth.c), which free through dataset.c, never through here. */
 #include "config.h"
-#include "src/data/data.h"
+#include "src/data/data_internal.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/data/idx.h"
 #include "src/data/libsvm.h"
 #include "src/data/synth.h"

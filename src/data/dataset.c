@@ -5,7 +5,7 @@
  * it. */
 #include "config.h"
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #include "src/data/idx.h"
 
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 
 #include <inttypes.h>

@@ -12,7 +12,7 @@
 #include "config.h"
 #include "src/data/libsvm.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 
 #include <fcntl.h>

@@ -2,7 +2,7 @@
  * classes, index base and sample count for a libsvm file, read before it. */
 #include "src/data/libsvm.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 
 #include <inttypes.h>

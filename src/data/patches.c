@@ -6,7 +6,7 @@
  * from one splitmix64 stream — deterministic from the seed, no index array
  * over all n·(h−p+1)·(w−p+1) candidates. */
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/rng.h"
 
 #include <math.h>

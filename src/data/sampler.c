@@ -8,9 +8,9 @@
  * O(batch). With one worker this is exactly the whole-set sampler. */
 #include "config.h"
 #include <sfb/data.h>
-#include "src/data/data.h"
+#include "src/data/data_internal.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/rng.h"
 
 #include <inttypes.h>

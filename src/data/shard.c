@@ -12,7 +12,7 @@
 #include "config.h"
 #include <sfb/data.h>
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/rng.h"
 
 #define TAG_SHARD 0x7368617264ull /* "shard" */

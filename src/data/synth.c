@@ -12,7 +12,7 @@
 #include "config.h"
 #include "src/data/synth.h"
 
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/rng.h"
 
 #include <inttypes.h>

@@ -23,9 +23,9 @@
 #include "config.h"
 #include "src/train/checkpoint.h"
 
-#include "models/model.h"
+#include "models/model_internal.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 #include "src/train/modelfile.h"
 

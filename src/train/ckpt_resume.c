@@ -6,7 +6,7 @@
 
 #include <sfb/job.h>
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <inttypes.h>
 #include <stdio.h>

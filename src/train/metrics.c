@@ -1,6 +1,6 @@
 #include "config.h"
 #include "src/train/metrics.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -22,9 +22,9 @@
  * header describes. */
 #include "config.h"
 #include <sfb/model.h>
-#include "models/model.h"
+#include "models/model_internal.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 #include "src/train/modelfile.h"
 

@@ -17,10 +17,10 @@
 #include <sfb/job.h>
 #include <sfb/model.h>
 #include <sfb/train.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/rng.h"
 #include "src/base/timeline.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 #include "src/train/train_settings.h"
 #include "src/train/worker.h"
 

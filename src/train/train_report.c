@@ -2,9 +2,9 @@
  * eval, summary, relay and teardown events (docs/formats.md). */
 #include "config.h"
 #include "sfb/sync.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 #include "src/train/worker.h"
 
 #include <math.h>

@@ -6,7 +6,7 @@
 #include "sfb/sync.h"
 #include <sfb/topo.h>
 #include <sfb/train.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/train/train_settings.h"
 
 #include <errno.h>

@@ -4,13 +4,12 @@
 #include "config.h"
 #include <sfb/job.h>
 #include <sfb/model.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/timeline.h"
-#include "models/model.h"
+#include "models/model_internal.h"
 #include "sfb/codec.h"
 #include "sfb/sync.h"
-#include "src/net/wire.h"
-#include "src/train/job_internal.h"
+#include "src/job/job_internal.h"
 #include "src/train/worker.h"
 
 #include <inttypes.h>
@@ -114,7 +113,7 @@ static int setup_model(struct worker *w)
     return 0;
 }
 
-/* Every setting that must agree across ranks (src/net/agree.h): the
+/* Every setting that must agree across ranks (src/boot/agree.h): the
  * checkpoint's configuration text (whatever changes the math: model and its
  * options, data name and shape, batch, lr and schedule, seed, sync,
  * staleness, topology, degree, flush), plus what a resume may change but
@@ -264,13 +263,8 @@ static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
     double loss = 0;
     for (uint32_t i = 0; i < s && idx; i++) idx[i] = i;
     if (idx && s && !sfb_model_factors(w->model, &w->train, idx, s, 1e-3f, w->sf, &loss))
-        for (uint32_t m = 0; m < n; m++) {
-            int sparse;
-            uint64_t nnz;
-            sf_bytes[m] = (uint32_t)SFB_MIN(SFB_WIRE_HDR_SIZE + sfb__sf_choose(&w->sf[m], &sparse,
-                                                                               &nnz),
-                                            (size_t)UINT32_MAX);
-        }
+        for (uint32_t m = 0; m < n; m++)
+            sf_bytes[m] = (uint32_t)SFB_MIN(sfb__sf_frame_size(&w->sf[m]), (size_t)UINT32_MAX);
     free(idx);
     if (len) ops->state_load(sfb__model_priv(w->model), state, len);
 }

@@ -9,7 +9,7 @@
 #include <sfb/model.h>
 #include <sfb/train.h>
 #include "src/base/rng.h"
-#include "src/data/data.h"
+#include "src/data/data_internal.h"
 #include "src/train/checkpoint.h"
 #include "src/train/metrics.h"
 

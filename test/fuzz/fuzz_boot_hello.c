@@ -10,7 +10,7 @@
 #include "fuzz.h"
 
 #include <sfb/common.h>
-#include "src/net/bootstrap.h"
+#include "src/boot/bootstrap.h"
 #include "src/base/bytes.h"
 
 #include <string.h>

@@ -8,7 +8,7 @@
  * followed the length list. */
 #include "fuzz.h"
 
-#include "src/net/bootstrap.h"
+#include "src/boot/bootstrap.h"
 #include "src/base/bytes.h"
 
 #include <string.h>

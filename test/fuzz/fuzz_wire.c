@@ -5,7 +5,7 @@
  * bundle must lie inside the bundle and decode the same way on its own. */
 #include "fuzz.h"
 
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 
 #include <string.h>
 

@@ -9,8 +9,8 @@
  *                                 distinct blobs + allgatherv + barrier; prints
  *                                 "ok rank r size n kind k key x"; exit 0 or 1
  */
-#include "src/net/bootstrap.h"
-#include "src/base/common.h"
+#include "src/boot/bootstrap.h"
+#include "src/base/util.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -22,7 +22,7 @@
 /* From libev: referenced so that libev is loaded here as in `sfb worker`,
  * which makes the gather test under mpirun also check the libev/libevent
  * symbol clash (see test/integration/meson.build). ev.h itself is reserved
- * to src/net/loop.c. */
+ * to src/loop/loop.c. */
 int ev_version_major(void);
 
 static volatile sig_atomic_t got_sig;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --cpu-bind (src/net/comm_open.c bind_cpu): with more ranks on the host
+# --cpu-bind (src/comm/comm_open.c bind_cpu): with more ranks on the host
 # than CPUs, auto binds every thread of rank i (local index) to the i-th
 # allowed CPU mod their count, read back from /proc while the job runs; with
 # no more ranks than CPUs auto leaves them unbound; cpu binds always, none

@@ -10,10 +10,10 @@
  * --launch P starts P copies of itself through the local launcher (the env
  * rendezvous path); without it the process joins whatever job started it
  * (mpirun → PMIx). Prints "N passed, N failed" per rank; exit 0 on success. */
-#include "src/net/bootstrap.h"
-#include "src/net/comm.h"
-#include "src/base/common.h"
-#include "src/net/launch.h"
+#include "src/boot/bootstrap.h"
+#include "src/comm/comm.h"
+#include "src/base/util.h"
+#include "src/launch/launch_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,9 +10,9 @@
  * Prints one line per rank; exit 0 when every check held. */
 #include "sfb/cost.h"
 #include "src/base/bytes.h"
-#include "src/base/common.h"
-#include "src/net/comm.h"
-#include "src/net/launch.h"
+#include "src/base/util.h"
+#include "src/comm/comm.h"
+#include "src/launch/launch_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

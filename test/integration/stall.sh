@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stalls (src/net/comm_stall.c): a rank that drops every SF frame it gets
+# Stalls (src/comm/comm_stall.c): a rank that drops every SF frame it gets
 # (SFB_DEBUG_DROP_SF_AT, an update lost in transit while every rank is alive
 # and heart-beating) fails the job within the stall timeout, naming the
 # rank whose published update never came, over full P2P and over the Halton

@@ -1,9 +1,9 @@
 /* Local launcher tests: rank prefixes, failure propagation, signal
  * forwarding, and the env rendezvous through the launcher. The worker is
  * boot_helper (path in $BOOT_HELPER). */
-#include "src/base/common.h"
-#include "src/net/bootstrap.h"
-#include "src/net/launch.h"
+#include "src/base/util.h"
+#include "src/boot/bootstrap.h"
+#include "src/launch/launch_internal.h"
 #include "src/base/timeline.h"
 #include "test.h"
 

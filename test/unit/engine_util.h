@@ -1,5 +1,5 @@
 /* Runs a sync engine (sfb/sync.h) on every rank of an in-process loopback
- * (src/net/comm_loop.h): the training loop's shape (wait → publish, then
+ * (src/comm/comm_loopback.h): the training loop's shape (wait → publish, then
  * drain) with sufficient factors made of small integers, so that every sum
  * is exact in float whatever its order and replicas can be compared with a
  * reference bit for bit. Shared by test_relay, test_broadcast and test_fms. */
@@ -9,10 +9,10 @@
 #include <sfb/model.h>
 #include <sfb/sf.h>
 #include "sfb/sync.h"
-#include "src/base/common.h"
-#include "src/net/comm_loop.h"
-#include "src/net/comm_impl.h"
-#include "src/net/ssp.h"
+#include "src/base/util.h"
+#include "src/comm/comm_loopback.h"
+#include "src/comm/comm_impl.h"
+#include "src/ssp/ssp.h"
 #include "test.h"
 
 #include <math.h>

@@ -1,9 +1,9 @@
-/* Start-up agreement verdict (src/net/agree.h): equal texts agree; every
+/* Start-up agreement verdict (src/boot/agree.h): equal texts agree; every
  * differing field is named with rank 0's value and the first other rank's;
  * the verdict does not depend on which rank computes it (it is a function
  * of all texts); other key layouts are reported. */
-#include "src/net/agree.h"
-#include "src/base/common.h"
+#include "src/boot/agree.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <string.h>

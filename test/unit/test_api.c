@@ -4,7 +4,7 @@
  * its pointers: NULL is -EINVAL naming the argument (getters: a neutral
  * value and the message; close/free/default_settings: a no-op). */
 #include <sfb/sfb.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <errno.h>
@@ -238,7 +238,7 @@ static int test_null_arguments(void)
 }
 
 /* sfb_strerror names libfabric's codes (FI_ERRNO_OFFSET = 256 ...) through
- * the namer the network layer registers (src/net/fi_errors.c); the base
+ * the namer the network layer registers (src/transport/fi_errors.c); the base
  * layer itself knows no libfabric. Its own and errno codes are unchanged. */
 static int test_strerror_layers(void)
 {

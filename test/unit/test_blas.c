@@ -6,7 +6,7 @@
  * (the limit is the process's), under alarm(): a spin fails the case
  * instead of hanging it. */
 #include <sfb/sf.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* Bootstrap tests: wire header, hello validation, rank 0 rejecting bad
  * connections, single-process mode, and real multi-process env rendezvous. */
-#include "src/net/bootstrap.h"
-#include "src/base/common.h"
-#include "src/net/launch.h"
+#include "src/boot/bootstrap.h"
+#include "src/base/util.h"
+#include "src/launch/launch_internal.h"
 #include "test.h"
 
 #include <arpa/inet.h>

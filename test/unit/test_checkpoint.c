@@ -3,9 +3,9 @@
  * field, pruning to two files, the scan skipping bad files.
  * With CKPT_SEED_DIR set it also writes valid files there (fuzz seeds). */
 #include <sfb/sfb.h>
-#include "models/model.h"
+#include "models/model_internal.h"
 #include "src/train/checkpoint.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
 #include "sfb/codec.h"
 #include <sfb/sf.h>
 #include "src/base/bytes.h"
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <stdlib.h>

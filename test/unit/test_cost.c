@@ -4,8 +4,8 @@
  * over the in-process loopback (same result on every rank; a missing rank
  * fails it instead of hanging). */
 #include "sfb/cost.h"
-#include "src/base/common.h"
-#include "src/net/comm_loop.h"
+#include "src/base/util.h"
+#include "src/comm/comm_loopback.h"
 #include "test.h"
 
 #include <errno.h>

@@ -3,8 +3,8 @@
  * inheriting the train set's d, k and index base. */
 #include "config.h"
 #include <sfb/data.h>
-#include "src/base/common.h"
-#include "src/data/data.h"
+#include "src/base/util.h"
+#include "src/data/data_internal.h"
 #include "src/data/synth.h"
 #include "test.h"
 #include "data_util.h"

@@ -2,7 +2,7 @@
  * pair files, k-NN evaluation, and SGD learning a metric that beats the
  * Euclidean one on data where 2 of many dimensions carry the class. */
 #include "models/dml.h"
-#include "models/model.h"
+#include "models/model_internal.h"
 #include <sfb/model.h>
 #include "test.h"
 

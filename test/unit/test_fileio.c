@@ -1,7 +1,7 @@
 /* Whole-file reads and atomic writes (src/base/fileio.c): a write replaces
  * the file whole and leaves no temp file; a failed write leaves the old
  * file untouched and no temp file; every error names the path. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/base/fileio.h"
 #include "test.h"
 

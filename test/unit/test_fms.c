@@ -4,7 +4,7 @@
  * replica equals the reference computed from the factors after every clock
  * at s = 0, including with an empty block (K < P). */
 #include "engine_util.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 
 struct fms_tap {
     struct eng_run *run;

@@ -2,7 +2,7 @@
  * each malformed case (bad magic, wrong type, count mismatch, truncation,
  * label range, trailing data) naming the file and byte offset. */
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/data/idx.h"
 #include "test.h"
 #include "data_util.h"

@@ -1,9 +1,9 @@
-/* The job API (include/sfb/job.h, src/train/job.c) in one process (world 1,
+/* The job API (include/sfb/job.h, src/job/job.c) in one process (world 1,
  * given explicitly): settings and argument checks, the attach/wait/publish
  * order, shape checks, and the own update applied exactly. Multi-process
  * behaviour: test/integration/job_many.c, sfb_launch.sh and mlr_numpy.sh. */
 #include <sfb/job.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * number spellings) and one test per malformed case, each asserting the
  * error names file:line:column and the reason. */
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 #include "data_util.h"
 

@@ -1,6 +1,6 @@
 /* Event loop: calls, async, timers, pollers, from another thread. */
-#include "src/base/common.h"
-#include "src/net/loop.h"
+#include "src/base/util.h"
+#include "src/loop/loop.h"
 #include "test.h"
 
 #include <pthread.h>

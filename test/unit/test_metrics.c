@@ -2,7 +2,7 @@
  * back with every field and its value (NaN and infinity as null), events
  * carry their name, rank and fields, "%r" names the file per rank, and a
  * failed open or write is reported with the file's path. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/train/metrics.h"
 #include "test.h"
 

@@ -2,7 +2,7 @@
  * against −η times the finite-difference gradient; CSR input against dense;
  * evaluate against the losses and predictions factors reports; shapes,
  * initialisation and the settings it refuses. Datasets are built in memory. */
-#include "models/model.h"
+#include "models/model_internal.h"
 #include <sfb/model.h>
 #include "test.h"
 

@@ -1,7 +1,7 @@
 /* MLR: factors against a naive gradient and finite differences, dense vs CSR
  * data, evaluate on a hand-computed case, L2 decay, and SGD convergence on a
  * separable problem. Datasets are built in memory. */
-#include "models/model.h"
+#include "models/model_internal.h"
 #include <sfb/model.h>
 #include "test.h"
 

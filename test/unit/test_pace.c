@@ -1,8 +1,8 @@
-/* The bandwidth budget's token bucket (src/net/pace.c), with explicit
+/* The bandwidth budget's token bucket (src/loop/pace.c), with explicit
  * times: the long-run rate, the depth of a burst, a message larger than the
  * balance, the held time, a clock that goes backwards. */
-#include "src/base/common.h"
-#include "src/net/pace.h"
+#include "src/base/util.h"
+#include "src/loop/pace.h"
 #include "test.h"
 
 #include <errno.h>

@@ -3,8 +3,8 @@
  * samples, and the parts applied one by one sum to the whole update
  * (integer factors: exact). And the managed sizing (sfb__parts_settings). */
 #include "sfb/parts.h"
-#include "src/base/common.h"
-#include "src/net/wire.h"
+#include "src/base/util.h"
+#include "src/wire/wire.h"
 #include "test.h"
 
 #include <math.h>

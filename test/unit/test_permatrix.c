@@ -1,4 +1,4 @@
-/* Several matrices in one job on an in-process loopback (src/net/comm_loop.h):
+/* Several matrices in one job on an in-process loopback (src/comm/comm_loopback.h):
  * each by its own engine (sfb/permatrix.c) or all by SFB (sfb/broadcast.c
  * carrying several). Factors are small integers, so every sum is exact in
  * float whatever its order: at the end every replica of every matrix equals
@@ -7,7 +7,7 @@
  * guarantee (the minimum applied clock when clock t began is ≥ t − s − 1). */
 #include "engine_util.h"
 #include "sfb/codec.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 
 #define PM_NMAT 3
 

@@ -6,7 +6,7 @@
 #include "engine_util.h"
 #include "sfb/codec.h"
 #include <sfb/topo.h>
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 
 /* Frames seen on the wire: count[dst][origin][clock] of SF frames (bare or
  * inside a bundle), and any frame that is neither. */

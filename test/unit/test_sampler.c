@@ -1,6 +1,6 @@
 /* Sampler: the semantics documented in sfb/data.h. */
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* Sparse coding: SFs against the naive gradient and finite differences,
  * codes satisfy the lasso optimality conditions, the unit-ball projection,
  * and SGD on data generated from a sparse dictionary. */
-#include "models/model.h"
+#include "models/model_internal.h"
 #include <sfb/model.h>
 #include "test.h"
 

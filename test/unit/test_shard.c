@@ -4,7 +4,7 @@
  * equal to those rows of the whole set, with the whole set's d and k; and a
  * bad row is reported with its place by every rank, owner or not. */
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "test.h"
 #include "data_util.h"
 

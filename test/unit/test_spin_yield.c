@@ -3,7 +3,7 @@
  * threads, yielding or not); it yields to a holder only when enabled, by
  * default only with SFB_SPIN_YIELD=1; and it is the one this program's calls
  * bind to. */
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/cli/spin_yield.h"
 #include "test.h"
 

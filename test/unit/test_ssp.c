@@ -1,7 +1,7 @@
 /* SSP clock table: in-order and out-of-order marking, duplicates, the
  * readiness condition for BSP, bounded staleness and asynchronous mode. */
-#include "src/base/common.h"
-#include "src/net/ssp.h"
+#include "src/base/util.h"
+#include "src/ssp/ssp.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* synth: spec parsing, determinism (also a golden checksum for other
  * machines), sparse storage, and that the hidden model explains the labels. */
 #include <sfb/data.h>
-#include "src/base/common.h"
+#include "src/base/util.h"
 #include "src/data/synth.h"
 #include "test.h"
 

@@ -1,12 +1,12 @@
 /* Transport: 2 and 4 endpoints in one process (each with its own loop
  * thread) over shm and tcp, frames of 0 B … 16 MiB with random content;
  * every frame is checked and counted exactly once. */
-#include "src/base/common.h"
-#include "src/net/loop.h"
-#include "src/net/transport.h"
-#include "src/net/transport_impl.h" /* bad_rma forges raw messages */
+#include "src/base/util.h"
+#include "src/loop/loop.h"
+#include "src/transport/transport.h"
+#include "src/transport/transport_impl.h" /* bad_rma forges raw messages */
 #include "src/base/bytes.h"
-#include "src/net/wire.h"
+#include "src/wire/wire.h"
 #include "test.h"
 
 #include <rdma/fi_tagged.h>

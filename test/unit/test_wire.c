@@ -1,6 +1,6 @@
 /* Wire format: round trips, every rejection reason, bundles. */
-#include "src/base/common.h"
-#include "src/net/wire.h"
+#include "src/base/util.h"
+#include "src/wire/wire.h"
 #include "test.h"
 
 #include <math.h>

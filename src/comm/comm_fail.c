@@ -1,0 +1,51 @@
+/* The comm context's failure record: the first failure wins and is what
+ * every later check reports (its fields in comm_impl.h, "failure"). Below
+ * everything else of the comm context: liveness, stalls, the watchdog and
+ * the frame handlers record failures here, and every wait checks here. */
+#include "config.h"
+#include "src/comm/comm_impl.h"
+#include "src/base/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Records the first failure; later ones are logged only. Loop thread or
+ * compute thread. */
+void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
+{
+    /* the loop thread, the watchdog and the compute thread may all fail it */
+    if (atomic_exchange_explicit(&c->fail.failing, 1, memory_order_acq_rel)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->fail.reason, sizeof c->fail.reason, fmt, ap);
+    va_end(ap);
+    c->fail.failed_rank = rank;
+    atomic_store_explicit(&c->fail.failed, 1, memory_order_release);
+    SFB_LOG_E("%s", c->fail.reason);
+}
+
+int sfb__comm_check(struct sfb__comm *c)
+{
+    if (!atomic_load_explicit(&c->fail.failed, memory_order_acquire)) return 0;
+    return sfb__error(-SFB_EPEER, "%s", c->fail.reason);
+}
+
+int sfb__comm_explain(struct sfb__comm *c, int ret)
+{
+    if (!ret || !c->t) return ret;
+    /* the peer's ABORT is sent before it exits, the EOF comes after: give
+     * the frame a moment to overtake */
+    double end = sfb__now() + 1.0;
+    for (;;) {
+        int failed = sfb__comm_check(c);
+        if (failed) return failed;
+        if (sfb__now() >= end) return ret;
+        sfb__sleep(0.01);
+    }
+}
+
+int sfb__comm_peers_know(struct sfb__comm *c)
+{
+    return atomic_load_explicit(&c->fail.failed, memory_order_acquire) &&
+           !atomic_load_explicit(&c->fail.found_here, memory_order_relaxed);
+}

@@ -1,0 +1,99 @@
+/* The comm's data path as an ops table: the libfabric implementation and
+ * the dispatch the engines call (src/comm/comm.h). The loopback's table is
+ * in src/comm/comm_loopback.c. */
+#include "config.h"
+#include "src/base/util.h"
+#include "src/boot/bootstrap.h"
+#include "src/comm/comm_impl.h"
+#include "src/loop/loop.h"
+
+#include <errno.h>
+
+static int fab_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
+{
+    return sfb__transport_buf_get(c->t, size, out);
+}
+
+static int fab_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
+                    struct sfb__buf *buf, size_t off, size_t len, double timeout_s)
+{
+    return sfb__transport_send(c->t, dst, hdr, hdr_len, buf, off, len, timeout_s);
+}
+
+static int fab_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s, uint32_t units)
+{
+    return sfb__transport_recv_units(c->t, out, timeout_s, units);
+}
+
+static int fab_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
+{
+    return sfb__loop_call(c->loop, fn, arg);
+}
+
+static int fab_post(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg)
+{
+    return sfb__loop_post(c->loop, fn, drop, arg);
+}
+
+static int fab_barrier(struct sfb__comm *c)
+{
+    return sfb__bootstrap_barrier(c->bs);
+}
+
+const struct sfb__comm_ops sfb__comm_fabric_ops = {
+    .buf_get = fab_buf_get,
+    .send = fab_send,
+    .recv = fab_recv,
+    .call = fab_call,
+    .post = fab_post,
+    .barrier = fab_barrier,
+};
+
+static int no_peers(void)
+{
+    return sfb__error(-ENOTCONN, "comm: a job of one worker has no peers to exchange frames with");
+}
+
+int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
+{
+    return c->ops ? c->ops->buf_get(c, size, out) : no_peers();
+}
+
+int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
+                   struct sfb__buf *buf, size_t off, size_t len, double timeout_s)
+{
+    if (!c->ops) return no_peers();
+    int ret = c->ops->send(c, dst, hdr, hdr_len, buf, off, len, timeout_s);
+    if (!ret && c->budget.paced) sfb__pace_charge(&c->budget.pace, hdr_len + len, sfb__now());
+    return ret;
+}
+
+int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s)
+{
+    return sfb__comm_recv_units(c, out, timeout_s, 0);
+}
+
+int sfb__comm_recv_units(struct sfb__comm *c, struct sfb__frame *out, double timeout_s,
+                         uint32_t units)
+{
+    return c->ops ? c->ops->recv(c, out, timeout_s, units) : no_peers();
+}
+
+int sfb__comm_call(struct sfb__comm *c, void (*fn)(void *), void *arg)
+{
+    if (c->ops) return c->ops->call(c, fn, arg);
+    fn(arg);
+    return 0;
+}
+
+int sfb__comm_post(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg)
+{
+    if (c->ops) return c->ops->post(c, fn, drop, arg);
+    fn(arg);
+    return 0;
+}
+
+int sfb__comm_barrier(struct sfb__comm *c)
+{
+    return c->ops ? c->ops->barrier(c) : 0;
+}

@@ -1,0 +1,830 @@
+/* The job API (include/sfb/job.h): a comm context (src/comm/comm.h), an SSP
+ * clock table and a sync engine (sfb/sync.h) behind one opaque handle. It
+ * is the only place above the network layer that holds a comm context. */
+#include "config.h"
+#include <sfb/job.h>
+#include "sfb/codec.h"
+#include "sfb/cost.h"
+#include "sfb/parts.h"
+#include "sfb/sync.h"
+#include "src/base/util.h"
+#include "src/base/timeline.h"
+#include "src/comm/comm.h"
+#include "src/ssp/ssp.h"
+#include "src/job/job_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+struct sfb_job {
+    struct sfb__comm *comm;
+    struct sfb__ssp ssp;
+    int ssp_open;
+    const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
+    void *engine_priv;
+    /* per matrix (nmat, allocated at attach): */
+    const struct sfb__sync_ops **engine_of; /* its engine (NULL: "auto", not chosen yet) */
+    double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
+    struct sfb_matrix *mats;
+    uint64_t *done;         /* bit m: matrix m published in the clock waited for */
+    char *engines;          /* "sfb", "fms", or one name per matrix: "sfb,fms" */
+    char *plan;             /* an "auto" entry: one line per matrix (NULL: none) */
+    int planned;
+    uint32_t nmat, max_s;
+    /* the clock protocol: wait(next), publish(next) (or every matrix by
+     * publish_one / publish_dense), next + 1, ... */
+    int64_t next;   /* the clock the next wait is for */
+    int waited;     /* wait(next) returned; its publish is due */
+    uint32_t ndone; /* matrices of clock next published (bits in done) */
+    int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
+    double peer_timeout_s; /* the settings' (the budget's lower bound) */
+    /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
+     * as a hostile or broken peer would (tests of the receivers' check) */
+    int debug_unchecked;
+};
+
+static int reserved_zero(const uint8_t *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (r[i]) return 0;
+    return 1;
+}
+
+void sfb_job_default_settings(struct sfb_job_settings *s)
+{
+    if (!s) return;
+    memset(s, 0, sizeof *s);
+    s->version = SFB_JOB_SETTINGS_VERSION;
+    s->progress = "auto";
+    s->cpu_bind = "auto";
+    s->heartbeat_s = 0.5;
+    s->peer_timeout_s = 5.0;
+    s->stall_timeout_s = 300.0;
+    s->bootstrap_timeout_s = 60.0;
+}
+
+void sfb_job_default_attach(struct sfb_job_attach *a)
+{
+    if (!a) return;
+    memset(a, 0, sizeof *a);
+    a->version = SFB_JOB_SETTINGS_VERSION;
+    a->n = 1;
+    a->engine = "sfb";
+    a->apply_early = -1;
+}
+
+/* A three-way string setting: *out = the index of `v` in names (NULL:
+ * names[0], the default), else -SFB_EUSAGE naming the field and the choices. */
+static int choose(const char *field, const char *v, const char *const names[3], int *out)
+{
+    if (!v) v = names[0];
+    for (*out = 0; *out < 3; ++*out)
+        if (!strcmp(v, names[*out])) return 0;
+    return sfb__error(-SFB_EUSAGE, "sfb_job_open: %s \"%s\": expected %s, %s or %s", field, v,
+                      names[0], names[1], names[2]);
+}
+
+static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_settings *cs)
+{
+    if (s->version != SFB_JOB_SETTINGS_VERSION || !reserved_zero(s->reserved, sizeof s->reserved))
+        return sfb__error(-SFB_EVERSION, "sfb_job_open: settings version %u (this library has %u) "
+                          "or reserved bytes set", s->version, SFB_JOB_SETTINGS_VERSION);
+    sfb__comm_default_settings(cs);
+    static const char *const progress[] = {"auto", "spin", "block"}; /* enum sfb__progress */
+    static const char *const bind[] = {"auto", "none", "cpu"};       /* enum sfb__cpu_bind */
+    int ret, progress_i, bind_i;
+    if ((ret = choose("progress", s->progress, progress, &progress_i)) ||
+        (ret = choose("cpu_bind", s->cpu_bind, bind, &bind_i)))
+        return ret;
+    cs->progress = (enum sfb__progress)progress_i;
+    cs->cpu_bind = (enum sfb__cpu_bind)bind_i;
+    if (!(s->heartbeat_s > 0) || !(s->peer_timeout_s > 0) || !(s->bootstrap_timeout_s > 0))
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: heartbeat %g s, peer timeout %g s and "
+                          "bootstrap timeout %g s must all be positive", s->heartbeat_s,
+                          s->peer_timeout_s, s->bootstrap_timeout_s);
+    if (s->world > INT32_MAX) /* a -1 passed through an unsigned field, say */
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: world %u: expected 1 .. %d (or 0: from "
+                          "the launcher)", s->world, INT32_MAX);
+    if (s->world > 0 && s->rank >= s->world)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: rank %u of world %u", s->rank, s->world);
+    cs->provider = s->provider;
+    cs->heartbeat_s = s->heartbeat_s;
+    cs->peer_timeout_s = s->peer_timeout_s;
+    cs->bootstrap_timeout_s = s->bootstrap_timeout_s;
+    cs->rank = (int)s->rank;
+    cs->world = (int)s->world;
+    cs->rendezvous = s->rendezvous;
+    cs->job_key = s->job_key;
+    if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: bandwidth %g bytes/s: expected a positive "
+                          "number, or 0 for none", s->bandwidth);
+    cs->bandwidth = s->bandwidth;
+    if (!(s->stall_timeout_s >= 0) || !isfinite(s->stall_timeout_s))
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: stall timeout %g s: expected a positive "
+                          "number of seconds, or 0 for none", s->stall_timeout_s);
+    cs->stall_timeout_s = s->stall_timeout_s;
+    return 0;
+}
+
+int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
+{
+    SFB_ENTER();
+    SFB_ARG(job_out);
+    *job_out = NULL;
+    SFB_ARG(s);
+    struct sfb__comm_settings cs;
+    int ret = comm_settings(s, &cs);
+    /* before the rendezvous: a rank that could not compute fails alone */
+    if (!ret) ret = sfb_blas_reserve();
+    if (ret) return ret;
+    struct sfb_job *job = calloc(1, sizeof *job);
+    if (!job) return sfb__error(-ENOMEM, "sfb_job_open: out of memory");
+    if ((ret = sfb__comm_open(&job->comm, &cs))) {
+        free(job);
+        return ret;
+    }
+    job->peer_timeout_s = s->peer_timeout_s;
+    const char *unchecked = getenv("SFB_DEBUG_PUBLISH_UNCHECKED");
+    if ((job->debug_unchecked = unchecked && !strcmp(unchecked, "1")))
+        SFB_LOG_W("SFB_DEBUG_PUBLISH_UNCHECKED=1: this rank publishes factors unchecked");
+    *job_out = job;
+    return 0;
+}
+
+uint32_t sfb_job_rank(const struct sfb_job *job)
+{
+    SFB_ARG_OR(job, UINT32_MAX);
+    return sfb__comm_rank(job->comm);
+}
+
+uint32_t sfb_job_world(const struct sfb_job *job)
+{
+    SFB_ARG_OR(job, UINT32_MAX);
+    return sfb__comm_world(job->comm);
+}
+
+static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    if (a->version != SFB_JOB_SETTINGS_VERSION || !reserved_zero(a->reserved, sizeof a->reserved))
+        return sfb__error(-SFB_EVERSION, "sfb_job_attach: version %u (this library has %u) or "
+                          "reserved bytes set", a->version, SFB_JOB_SETTINGS_VERSION);
+    if (job->engine) return sfb__error(-SFB_EUSAGE, "sfb_job_attach: already attached");
+    if (a->n == 0 || a->n > SFB_JOB_MAX_MATRICES || !a->mats)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: %u matrices%s: expected 1 to %d", a->n,
+                          a->mats ? "" : " (mats is NULL)", SFB_JOB_MAX_MATRICES);
+    if (a->max_s == 0) return sfb__error(-SFB_EUSAGE, "sfb_job_attach: max_s is 0");
+    for (uint32_t m = 0; m < a->n; m++)
+        if (!a->mats[m].data || !a->mats[m].rows || !a->mats[m].cols)
+            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: matrix %u is %u x %u at %p", m,
+                              a->mats[m].rows, a->mats[m].cols, (void *)a->mats[m].data);
+    if (a->staleness < -1)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: staleness %lld (expected -1 or more)",
+                          (long long)a->staleness);
+    if (a->start_clock < 0)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: start clock %lld",
+                          (long long)a->start_clock);
+    return 0;
+}
+
+static void free_matrices(struct sfb_job *job)
+{
+    free(job->engine_of);
+    free(job->plan_ms);
+    free(job->mats);
+    free(job->done);
+    free(job->engines);
+    free(job->plan);
+    job->engine_of = NULL;
+    job->plan_ms = NULL;
+    job->mats = NULL;
+    job->done = NULL;
+    job->engines = NULL;
+    job->plan = NULL;
+    job->planned = 0;
+}
+
+/* The per-matrix state of n matrices (a failed attach's freed first). */
+static int alloc_matrices(struct sfb_job *job, uint32_t n)
+{
+    free_matrices(job);
+    job->engine_of = calloc(n, sizeof *job->engine_of);
+    job->plan_ms = calloc(n, sizeof *job->plan_ms);
+    job->mats = calloc(n, sizeof *job->mats);
+    job->done = calloc((n + 63) / 64, sizeof *job->done);
+    job->engines = calloc((size_t)n * 4 + 1, 1); /* "sfb," per matrix */
+    if (!job->engine_of || !job->plan_ms || !job->mats || !job->done || !job->engines)
+        return sfb__error(-ENOMEM, "sfb_job_attach: out of memory for %u matrices", n);
+    return 0;
+}
+
+/* a->engine (sfb__sync_parse): job->engine_of, one engine per matrix
+ * (NULL: "auto", chosen by choose_auto). */
+static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    uint32_t n;
+    int ret = sfb__sync_parse(a->engine ? a->engine : "sfb", job->engine_of, a->n, &n);
+    if (ret) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", sfb_last_error());
+        return sfb__error(ret, "sfb_job_attach: %s", why);
+    }
+    if (n != 1 && n != a->n)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: engine \"%s\" names %u engines for %u "
+                          "matrices (one for all, or one per matrix)", a->engine, n, a->n);
+    for (uint32_t m = n; m < a->n; m++) job->engine_of[m] = job->engine_of[0];
+    return 0;
+}
+
+/* What the cost model weighs, as rank 0 sees it (broadcast, so every rank
+ * plans with the same numbers and chooses the same engines): the header,
+ * then per matrix the sgemm rate (0: forced, not measured), then per
+ * matrix the SF frame's bytes. */
+enum { AUTO_ALPHA, AUTO_BETA, AUTO_ADD, AUTO_CORES, AUTO_LOCAL, AUTO_HDR };
+
+struct shape_at {
+    uint32_t rows, cols, m;
+};
+
+static int cmp_shape(const void *x, const void *y)
+{
+    const struct shape_at *a = x, *b = y;
+    if (a->rows != b->rows) return a->rows < b->rows ? -1 : 1;
+    return a->cols < b->cols ? -1 : a->cols > b->cols;
+}
+
+/* Rank 0: each auto matrix's sgemm rate, measured once per shape (a model
+ * of hundreds of layers has few shapes; a measurement takes up to ~20 ms). */
+static int measure_gemm(const struct sfb_job *job, const struct sfb_job_attach *a, double *gemm)
+{
+    struct shape_at *v = malloc(a->n * sizeof *v);
+    if (!v) return -ENOMEM;
+    uint32_t k = 0;
+    for (uint32_t m = 0; m < a->n; m++)
+        if (!job->engine_of[m]) v[k++] = (struct shape_at){a->mats[m].rows, a->mats[m].cols, m};
+    qsort(v, k, sizeof *v, cmp_shape);
+    for (uint32_t i = 0; i < k; i++)
+        gemm[v[i].m] = i && !cmp_shape(&v[i], &v[i - 1])
+                           ? gemm[v[i - 1].m]
+                           : sfb__gemm_rate(v[i].rows, v[i].cols, a->max_s);
+    free(v);
+    return 0;
+}
+
+/* Rank 0's inputs (n = a->n): in[AUTO_HDR + m] the sgemm rate, in[AUTO_HDR
+ * + n + m] the SF bytes. */
+static int auto_inputs(struct sfb_job *job, const struct sfb_job_attach *a,
+                       const struct sfb__link *link, double *in)
+{
+    uint64_t biggest = 0;
+    for (uint32_t m = 0; m < a->n; m++) {
+        in[AUTO_HDR + a->n + m] = a->sf_bytes ? a->sf_bytes[m] : 0;
+        if (!job->engine_of[m])
+            biggest = SFB_MAX(biggest, (uint64_t)a->mats[m].rows * a->mats[m].cols);
+    }
+    in[AUTO_ALPHA] = link->alpha_s;
+    in[AUTO_BETA] = link->beta_s_per_byte;
+    /* rank 0's rates are the plan's: measured there alone, not while every
+     * rank of the host competes for its cores */
+    in[AUTO_ADD] = sfb__add_rate(biggest);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    in[AUTO_CORES] = cores > 0 ? (double)cores : 1;
+    in[AUTO_LOCAL] = sfb__comm_local_ranks(job->comm);
+    return measure_gemm(job, a, in + AUTO_HDR);
+}
+
+/* Appends `line` to job->plan (length *len, capacity *cap). */
+static int plan_line(struct sfb_job *job, size_t *len, size_t *cap, const char *line)
+{
+    size_t n = strlen(line);
+    if (sfb__reserve((void **)&job->plan, cap, *len + n + 1)) return -ENOMEM;
+    memcpy(job->plan + *len, line, n + 1);
+    *len += n;
+    return 0;
+}
+
+/* The auto matrices' choices (in: rank 0's inputs), and the plan: one
+ * line per matrix, a forced one saying so. */
+static int plan_auto(struct sfb_job *job, const struct sfb_job_attach *a, const double *in,
+                     int measured)
+{
+    struct sfb__cost_env e = {
+        .world = sfb__comm_world(job->comm), .batch = a->max_s, .topology = a->topology,
+        .degree = a->degree, .flush_clock = a->flush_clock,
+        .link = {in[AUTO_ALPHA], in[AUTO_BETA], measured},
+        .add_flops_per_s = in[AUTO_ADD],
+        .host_cores = (uint32_t)in[AUTO_CORES], .ranks_per_host = (uint32_t)in[AUTO_LOCAL]};
+    size_t len = 0, cap = 0;
+    int ret = plan_line(job, &len, &cap, "");
+    for (uint32_t m = 0; m < a->n && ret >= 0; m++) {
+        struct sfb__cost_matrix cm = {a->mats[m].rows, a->mats[m].cols, in[AUTO_HDR + a->n + m]};
+        char line[256];
+        job->plan_ms[m][0] = job->plan_ms[m][1] = NAN;
+        if (job->engine_of[m]) {
+            snprintf(line, sizeof line, "matrix %u %ux%u: %s (forced)\n", m, a->mats[m].rows,
+                     a->mats[m].cols, job->engine_of[m]->name);
+            ret = plan_line(job, &len, &cap, line);
+            continue;
+        }
+        /* each matrix at its own sgemm rate */
+        e.gemm_flops_per_s = in[AUTO_HDR + m];
+        int choice;
+        if ((ret = sfb__cost_plan(&e, &cm, 1, &choice, &job->plan_ms[m]))) break;
+        /* clock-mode relays receive on their own, SF frames only: SFB */
+        if (a->flush_clock) choice = SFB__ENG_SFB;
+        job->engine_of[m] = choice == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
+        ret = sfb__cost_describe_one(m, &cm, choice, job->plan_ms[m], line, sizeof line);
+        if (ret >= 0) ret = plan_line(job, &len, &cap, line);
+    }
+    if (ret == -ENOMEM) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    job->planned = ret >= 0;
+    return ret < 0 ? ret : 0;
+}
+
+/* The "auto" entries: per matrix the engine the cost model (sfb/cost.h)
+ * predicts to be faster per clock. Collective (the link probe, a broadcast
+ * of rank 0's inputs). */
+static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    uint32_t world = sfb__comm_world(job->comm);
+    struct sfb__link link = {0};
+    int ret = 0;
+    if (a->link_gbps > 0 || a->latency_us > 0) {
+        link.alpha_s = (a->latency_us > 0 ? a->latency_us : 10.0) * 1e-6;
+        link.beta_s_per_byte = 8.0 / ((a->link_gbps > 0 ? a->link_gbps : 1.0) * 1e9);
+    } else if (world > 1 && (ret = sfb__link_probe(job->comm, &link))) {
+        return sfb__comm_explain(job->comm, ret);
+    }
+    size_t len = (AUTO_HDR + 2 * (size_t)a->n) * sizeof(double);
+    double *in = calloc(1, len);
+    if (!in) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    if (sfb__comm_rank(job->comm) == 0 && auto_inputs(job, a, &link, in))
+        ret = sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    /* every rank reaches the broadcast (a failed rank 0 fails after it,
+     * alone: the others see it leave) */
+    if (world > 1) {
+        int r = sfb__comm_broadcast(job->comm, 0, in, len);
+        if (!ret && r) ret = r == -SFB_EUSAGE ? r : sfb__comm_explain(job->comm, r);
+    }
+    if (!ret) ret = plan_auto(job, a, in, link.measured);
+    free(in);
+    return ret;
+}
+
+/* The engine that runs the job: the one every matrix names when it can
+ * carry them all (SFB any number, FMS one; in a job of one worker either),
+ * else the per-matrix engine. Writes the per-matrix names to job->engines
+ * (room for "sfb," per matrix). */
+static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
+{
+    int same = 1;
+    size_t len = 0;
+    for (uint32_t m = 0; m < job->nmat; m++) {
+        same &= job->engine_of[m] == job->engine_of[0];
+        len += (size_t)sprintf(job->engines + len, "%s%s", m ? "," : "", job->engine_of[m]->name);
+    }
+    if (same) sprintf(job->engines, "%s", job->engine_of[0]->name);
+    if (same && (job->engine_of[0] != &sfb__fms_ops || job->nmat == 1 ||
+                 sfb__comm_world(job->comm) == 1))
+        return job->engine_of[0];
+    return &sfb__permatrix_ops;
+}
+
+static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    const struct sfb__sync_ops *engine = job_engine(job);
+    job->engine_priv = calloc(1, engine->priv_size);
+    if (!job->engine_priv) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    struct sfb__sync_env env = {
+        .comm = job->comm,
+        .mats = job->mats,
+        .nmat = job->nmat,
+        .ssp = &job->ssp,
+        .apply_early = a->apply_early < 0 ? a->staleness != 0 : a->apply_early,
+        .staleness = a->staleness,
+        .topology = a->topology,
+        .degree = a->degree,
+        .flush_clock = a->flush_clock,
+        .start_clock = a->start_clock,
+        .engine_of = job->engine_of,
+    };
+    int ret = sfb__parts_settings(a->priority, sfb__comm_budget_rate(job->comm),
+                                  sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
+                                  a->max_s, &env.priority, &env.part_bytes, &env.msg_cap);
+    if (!ret) ret = engine->open(job->engine_priv, &env);
+    if (ret) {
+        free(job->engine_priv);
+        job->engine_priv = NULL;
+        return ret;
+    }
+    job->engine = engine;
+    return 0;
+}
+
+int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(a);
+    int ret = check_attach(job, a);
+    if (!ret) ret = alloc_matrices(job, a->n);
+    if (!ret) ret = parse_engines(job, a);
+    if (ret) return ret;
+    struct sfb__wire_shape *shapes = malloc(a->n * sizeof *shapes);
+    if (!shapes) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    for (uint32_t m = 0; m < a->n; m++) {
+        job->mats[m] = a->mats[m];
+        shapes[m].k = a->mats[m].rows;
+        shapes[m].d = a->mats[m].cols;
+    }
+    job->nmat = a->n;
+    job->max_s = a->max_s;
+    job->next = a->start_clock;
+    ret = sfb__comm_set_shapes(job->comm, shapes, a->n, a->max_s);
+    free(shapes);
+    if (ret) return ret;
+    sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
+    if (!job->ssp_open) {
+        ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), a->staleness, a->start_clock);
+        if (ret) return ret;
+        job->ssp_open = 1;
+    }
+    if (sfb__sync_is_auto(a->engine) && (ret = choose_auto(job, a))) return ret;
+    return start_engine(job, a);
+}
+
+static void to_public(struct sfb_job_clock *out, const struct sfb__sync_clock *in)
+{
+    if (!out) return;
+    out->wait_s += in->wait_s;
+    out->apply_s += in->apply_s;
+    if (in->staleness > out->staleness) out->staleness = in->staleness;
+    out->applied += in->applied;
+    out->applied_early += in->applied_early;
+    out->budget_wait_s += in->budget_wait_s;
+}
+
+static int need_engine(const struct sfb_job *job, const char *fn)
+{
+    return job->engine ? 0 : sfb__error(-SFB_EUSAGE, "%s: no matrices attached", fn);
+}
+
+int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    int ret = need_engine(job, __func__);
+    if (ret) return ret;
+    if (job->waited && job->ndone) {
+        uint32_t m = 0;
+        while (job->done[m / 64] >> (m % 64) & 1) m++;
+        return sfb__error(-SFB_EUSAGE, "sfb_job_wait: clock %lld: matrix %u of clock %lld is not "
+                          "published yet (%u of %u are): publish every matrix of a clock before "
+                          "the next wait", (long long)clock, m, (long long)job->next, job->ndone,
+                          job->nmat);
+    }
+    if (clock != job->next || job->waited)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_wait: clock %lld out of order: the next wait is "
+                          "for clock %lld%s", (long long)clock, (long long)job->next,
+                          job->waited ? ", after its publish" : "");
+    struct sfb__sync_clock a = {0};
+    if ((ret = job->engine->wait(job->engine_priv, clock, &a))) return ret;
+    if ((ret = sfb__ssp_record(&job->ssp, clock))) return ret;
+    job->waited = 1;
+    to_public(acct, &a);
+    if (acct) acct->min_applied = job->ssp.record[clock];
+    return 0;
+}
+
+/* A NaN or an infinity in a published factor would poison every replica;
+ * the receivers refuse it too (they cannot tell a bug from an attack), so
+ * publishing one would fail the job anyway, only later and elsewhere. */
+static int check_finite(const struct sfb_job *job, const char *fn, int64_t clock,
+                        const struct sfb_sf *sf, uint32_t m)
+{
+    char what[96];
+    if (!job->debug_unchecked && sfb__sf_nonfinite(sf, what, sizeof what))
+        return sfb__error(-ERANGE, "%s: clock %lld, matrix %u: %s (a factor must hold finite "
+                          "numbers only: nothing was published)", fn, (long long)clock, m, what);
+    return 0;
+}
+
+static int check_sf(const struct sfb_job *job, const char *fn, const struct sfb_sf *sf,
+                    uint32_t m)
+{
+    if (sf->rows != job->mats[m].rows || sf->cols != job->mats[m].cols)
+        return sfb__error(-SFB_ESHAPE, "%s: SF %u is for %u x %u, matrix %u is %u x %u", fn, m,
+                          sf->rows, sf->cols, m, job->mats[m].rows, job->mats[m].cols);
+    if (sf->s == 0)
+        return sfb__error(-SFB_ESHAPE, "%s: SF %u has no sample (a clock with nothing to add "
+                          "publishes one sample of zeros)", fn, m);
+    if (sf->s > job->max_s)
+        return sfb__error(-SFB_ESHAPE, "%s: SF %u has %u samples, more than max_s %u", fn, m,
+                          sf->s, job->max_s);
+    if (!sf->b || (!sf->sparse_c && !sf->c) ||
+        (sf->sparse_c && (!sf->c_row_ptr || !sf->c_col || !sf->c_val)))
+        return sfb__error(-EINVAL, "%s: SF %u has a NULL array", fn, m);
+    return 0;
+}
+
+/* The clock `clock` is the one due (waited for, not complete). */
+static int check_due(const struct sfb_job *job, const char *fn, int64_t clock)
+{
+    if (clock != job->next || !job->waited)
+        return sfb__error(-SFB_EUSAGE, "%s: clock %lld out of order: clock %lld is due, %s", fn,
+                          (long long)clock, (long long)job->next,
+                          job->waited ? "waited for" : "after its wait");
+    return 0;
+}
+
+/* publish_one / publish_dense: clock due, m in range, not published yet. */
+static int check_one(const struct sfb_job *job, const char *fn, int64_t clock, uint32_t m)
+{
+    int ret = check_due(job, fn, clock);
+    if (ret) return ret;
+    if (m >= job->nmat)
+        return sfb__error(-SFB_EUSAGE, "%s: matrix %u of clock %lld: the job has %u matrices "
+                          "(0 .. %u)", fn, m, (long long)clock, job->nmat, job->nmat - 1);
+    if (job->done[m / 64] >> (m % 64) & 1)
+        return sfb__error(-SFB_EUSAGE, "%s: matrix %u is published twice in clock %lld (once a "
+                          "clock each)", fn, m, (long long)clock);
+    return 0;
+}
+
+static void stamp(const struct sfb_job *job, struct sfb_sf *sf, uint32_t m, int64_t clock)
+{
+    sf->matrix = m;
+    sf->origin = sfb__comm_rank(job->comm);
+    sf->clock = clock;
+}
+
+/* The clock is complete: the next wait may come. */
+static void clock_done(struct sfb_job *job)
+{
+    memset(job->done, 0, (job->nmat + 63) / 64 * sizeof *job->done);
+    job->ndone = 0;
+    job->waited = 0;
+    job->next++;
+}
+
+/* Matrix m of the clock due is published. */
+static void one_done(struct sfb_job *job, uint32_t m)
+{
+    job->done[m / 64] |= 1ull << (m % 64);
+    if (++job->ndone == job->nmat) clock_done(job);
+}
+
+int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(sf);
+    int ret = need_engine(job, __func__);
+    if (!ret) ret = check_due(job, __func__, clock);
+    if (!ret && job->ndone)
+        ret = sfb__error(-SFB_EUSAGE, "sfb_job_publish: clock %lld: %u of its %u matrices are "
+                         "published one at a time already: publish the others with "
+                         "sfb_job_publish_one", (long long)clock, job->ndone, job->nmat);
+    if (!ret && n != job->nmat)
+        ret = sfb__error(-SFB_EUSAGE, "sfb_job_publish: %u SFs for %u attached matrices", n,
+                         job->nmat);
+    for (uint32_t m = 0; m < n && !ret; m++) ret = check_sf(job, __func__, &sf[m], m);
+    for (uint32_t m = 0; m < n && !ret; m++) ret = check_finite(job, __func__, clock, &sf[m], m);
+    if (ret) return ret;
+    for (uint32_t m = 0; m < n; m++) stamp(job, &sf[m], m, clock);
+    if ((ret = job->engine->publish(job->engine_priv, clock, sf, n))) return ret;
+    clock_done(job);
+    return 0;
+}
+
+int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, struct sfb_sf *sf)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(sf);
+    int ret = need_engine(job, __func__);
+    if (!ret) ret = check_one(job, __func__, clock, m);
+    if (!ret) ret = check_sf(job, __func__, sf, m);
+    if (!ret) ret = check_finite(job, __func__, clock, sf, m);
+    if (ret) return ret;
+    stamp(job, sf, m, clock);
+    if ((ret = job->engine->publish_one(job->engine_priv, clock, m, sf))) return ret;
+    one_done(job, m);
+    return 0;
+}
+
+int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float scale,
+                          const float *delta)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(delta);
+    int ret = need_engine(job, __func__);
+    if (!ret) ret = check_one(job, __func__, clock, m);
+    if (ret) return ret;
+    if (!job->engine_of[m]->publish_dense)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_publish_dense: matrix %u is synchronized by %s, "
+                          "which carries factors only (publish them with sfb_job_publish_one)",
+                          m, job->engine_of[m]->name);
+    size_t cols = job->mats[m].cols, n = (size_t)job->mats[m].rows * cols;
+    size_t at = job->debug_unchecked ? n : sfb__first_nonfinite(delta, n);
+    if (!job->debug_unchecked && !isfinite(scale))
+        return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: scale is %g "
+                          "(an update must hold finite numbers only: nothing was published)",
+                          (long long)clock, m, (double)scale);
+    if (at < n)
+        return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: delta[%zu][%zu] "
+                          "is %g (an update must hold finite numbers only: nothing was "
+                          "published)", (long long)clock, m, at / cols, at % cols,
+                          (double)delta[at]);
+    if ((ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta))) return ret;
+    one_done(job, m);
+    return 0;
+}
+
+/* Waiting for updates of clocks this rank has not published would never
+ * end under BSP: `last` is at most the last published clock. */
+static int check_last(const struct sfb_job *job, int64_t last, const char *fn)
+{
+    if (last < -1 || last >= job->next)
+        return sfb__error(-SFB_EUSAGE, "%s: clock %lld: expected -1 .. %lld, the last clock "
+                          "published", fn, (long long)last, (long long)job->next - 1);
+    return 0;
+}
+
+int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    int ret = need_engine(job, __func__);
+    if (!ret) ret = check_last(job, last, __func__);
+    if (ret) return ret;
+    struct sfb__sync_clock a = {0};
+    ret = job->engine->drain(job->engine_priv, last, &a);
+    to_public(acct, &a);
+    return ret;
+}
+
+int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(data || !len);
+    if (sfb__comm_world(job->comm) == 1)
+        return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
+                                          "of this job of 1", root);
+    int ret = sfb__comm_broadcast(job->comm, root, data, len);
+    if (ret == -SFB_EUSAGE) return ret; /* every rank's verdict: the channel is in step */
+    return ret ? sfb__comm_explain(job->comm, ret) : sfb__comm_check(job->comm);
+}
+
+int sfb_job_barrier(struct sfb_job *job)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    if (sfb__comm_world(job->comm) == 1) return 0;
+    int ret = sfb__comm_barrier(job->comm);
+    return ret ? sfb__comm_explain(job->comm, ret) : sfb__comm_check(job->comm);
+}
+
+int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *all)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(mine);
+    SFB_ARG(all);
+    if (sfb__comm_world(job->comm) == 1) {
+        memmove(all, mine, len);
+        return 0;
+    }
+    int ret = sfb__comm_allgather(job->comm, mine, len, all);
+    return ret ? sfb__comm_explain(job->comm, ret) : 0;
+}
+
+int sfb_job_agree(struct sfb_job *job, const char *text)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(text);
+    if (sfb__comm_world(job->comm) == 1) return 0;
+    int ret = sfb__comm_agree(job->comm, text);
+    /* a verdict is every rank's; a broken collective may be a rank that
+     * failed before it came and aborted */
+    return ret == -SFB_ECONFIG ? ret : sfb__comm_explain(job->comm, ret);
+}
+
+int sfb_job_set_last_clock(struct sfb_job *job, int64_t last)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    if (last < job->next)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_set_last_clock: clock %lld is published already "
+                          "(next is %lld)", (long long)last, (long long)job->next);
+    sfb__comm_set_last_clock(job->comm, last);
+    return 0;
+}
+
+int sfb_job_finish(struct sfb_job *job, int64_t last)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    if (job->engine) {
+        int ret = check_last(job, last, __func__);
+        if (!ret && last >= 0) ret = sfb_job_drain(job, last, NULL);
+        if (ret) return ret;
+    }
+    int ret = sfb__comm_finish(job->comm, last);
+    job->finished = !ret;
+    return ret;
+}
+
+void sfb_job_abort(struct sfb_job *job, const char *reason)
+{
+    /* after a finish every rank holds every update: a later failure (say,
+     * writing this rank's results) is this rank's alone */
+    if (!job || job->finished) return;
+    if (!sfb__comm_peers_know(job->comm)) sfb__comm_abort(job->comm, reason ? reason : "aborted");
+}
+
+int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(st);
+    memset(st, 0, sizeof *st);
+    struct sfb__comm_traffic t;
+    sfb__comm_traffic(job->comm, &t);
+    st->bytes_sent = t.bytes_sent;
+    st->bytes_recv = t.bytes_recv;
+    st->msgs_sent = t.frames_sent;
+    st->msgs_recv = t.frames_recv;
+    st->rejected_frames = sfb__comm_rejected(job->comm);
+    if (job->engine && job->engine->report) {
+        struct sfb__sync_report rep = {0};
+        job->engine->report(job->engine_priv, &rep);
+        st->data_msgs = rep.data_msgs;
+        st->data_bytes = rep.data_bytes;
+        st->queued_bytes = rep.queued_bytes;
+        st->publish_wait_s = rep.publish_wait_s;
+    }
+    st->budget_held_s = sfb__comm_budget_held_s(job->comm);
+    return 0;
+}
+
+void sfb_job_close(struct sfb_job **pjob)
+{
+    if (!pjob || !*pjob) return;
+    struct sfb_job *job = *pjob;
+    if (job->engine_priv) job->engine->close(job->engine_priv);
+    free(job->engine_priv);
+    free_matrices(job);
+    if (job->ssp_open) sfb__ssp_fini(&job->ssp);
+    sfb__comm_close(&job->comm);
+    free(job);
+    *pjob = NULL;
+}
+
+/* ---- for the trainer (src/job/job_internal.h) ---- */
+
+int sfb__job_finish_after_drain(struct sfb_job *job, int64_t last)
+{
+    int ret = sfb__comm_finish(job->comm, last);
+    job->finished = !ret;
+    return ret;
+}
+
+const uint64_t *sfb__job_staleness_hist(struct sfb_job *job)
+{
+    return job->engine->staleness_hist(job->engine_priv);
+}
+
+void sfb__job_report(struct sfb_job *job, struct sfb__sync_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    if (job->engine && job->engine->report) job->engine->report(job->engine_priv, rep);
+}
+
+const char *sfb__job_engine_name(const struct sfb_job *job)
+{
+    return job->engine ? job->engines : "";
+}
+
+int sfb__job_plan_ms(const struct sfb_job *job, uint32_t m, double ms[2])
+{
+    if (!job->planned || m >= job->nmat || isnan(job->plan_ms[m][0])) return -ENOENT;
+    ms[0] = job->plan_ms[m][0];
+    ms[1] = job->plan_ms[m][1];
+    return 0;
+}
+
+const char *sfb_job_plan(const struct sfb_job *job)
+{
+    return job ? (job->plan ? job->plan : "") : NULL;
+}
+
+const char *sfb_job_engine(const struct sfb_job *job, uint32_t m)
+{
+    if (!job || !job->engine || m >= job->nmat) return NULL;
+    return job->engine_of[m]->name;
+}

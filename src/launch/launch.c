@@ -1,0 +1,738 @@
+/* Local launcher: fork P workers, relay their output line by line with a rank
+ * prefix, forward signals, stop everyone when one fails, and leave nothing
+ * behind: each rank leads a process group of its own, which the signals go
+ * to, and the launcher is a child subreaper while it runs, so descendants
+ * that left the group (setsid, a double fork) are reparented to it once
+ * their parent dies, and stopped when the ranks are done. */
+#include "config.h"
+#include "src/launch/launch_internal.h"
+#include "src/launch/rank_env.h"
+#include "src/transport/transport.h"
+#include <sfb/launch.h>
+#include "src/base/util.h"
+#include "src/base/timeline.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LINE_CAP (64 * 1024)
+
+struct stream {
+    int fd;  /* read end, -1 once closed */
+    int out; /* destination fd */
+    size_t used, cap;
+    char *buf;
+};
+
+struct child {
+    pid_t pid;
+    int alive;
+    struct stream s[2];
+};
+
+struct launcher {
+    int n;
+    struct child *c;
+    char *scratch; /* one prefixed line */
+    size_t scratch_cap;
+    int failed_rank, failed_status; /* first failure */
+    int usage_exit;                 /* some copy exited 2 (a usage error) */
+    int stopping, sigs_forwarded, abort_sig, timed_out;
+    int sent_sigkill;
+    double kill_at;
+    double first_exit, last_exit; /* sfb__now() of the first and last reap */
+    /* what the ranks left behind (sweep()): the caller's own children from
+     * before the launch (never touched), and the sweep's deadlines */
+    pid_t *before, *termed; /* ... and those the sweep sent SIGTERM */
+    size_t nbefore, ntermed;
+    double sweep_kill_at, sweep_give_up;
+    int swept_left; /* processes seen by the last sweep round */
+};
+
+void sfb__launch_default_settings(struct sfb__launch_settings *s)
+{
+    s->grace_s = 3;
+    s->timeout_s = 0;
+    s->out_fd = 1;
+    s->err_fd = 2;
+    s->host = "127.0.0.1";
+    s->worker = NULL;
+}
+
+int sfb__launch_free_port(const char *host)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return sfb__error(-SFB_EUSAGE, "launch: host '%s' is not an IPv4 address", host);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return sfb__error(-errno, "launch: socket: %s", strerror(errno));
+    socklen_t l = sizeof a;
+    int r = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+        r = sfb__error(-errno, "launch: cannot find a free port on %s: %s", host, strerror(errno));
+    close(fd);
+    return r ? r : ntohs(a.sin_port);
+}
+
+int sfb__launch_self_path(char *buf, size_t len)
+{
+    if (len < 2) return -ENAMETOOLONG;
+    ssize_t n = readlink("/proc/self/exe", buf, len);
+    if (n < 0) return sfb__error(-errno, "launch: readlink /proc/self/exe: %s", strerror(errno));
+    if ((size_t)n >= len) return sfb__error(-ENAMETOOLONG, "launch: executable path longer than %zu", len - 1);
+    buf[n] = 0;
+    return 0;
+}
+
+static void write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && errno == EAGAIN) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            poll(&pf, 1, 100);
+        } else {
+            return; /* a closed terminal or pipe: drop the output, keep supervising */
+        }
+    }
+}
+
+/* One line, prefixed, in one write() so lines of different ranks never mix. */
+static void emit(struct launcher *L, int rank, int out, const char *line, size_t len)
+{
+    char pre[24];
+    int pl = snprintf(pre, sizeof pre, "[%d] ", rank);
+    if (sfb__reserve((void **)&L->scratch, &L->scratch_cap, (size_t)pl + len + 1)) {
+        write_all(out, pre, (size_t)pl); /* out of memory: still deliver the text */
+        write_all(out, line, len);
+        write_all(out, "\n", 1);
+        return;
+    }
+    memcpy(L->scratch, pre, (size_t)pl);
+    memcpy(L->scratch + pl, line, len);
+    L->scratch[(size_t)pl + len] = '\n';
+    write_all(out, L->scratch, (size_t)pl + len + 1);
+}
+
+static void stream_close(struct launcher *L, int rank, struct stream *s)
+{
+    if (s->fd < 0) return;
+    if (s->used) emit(L, rank, s->out, s->buf, s->used);
+    s->used = 0;
+    close(s->fd);
+    s->fd = -1;
+}
+
+static void stream_read(struct launcher *L, int rank, struct stream *s)
+{
+    if (s->cap - s->used < 1024 && s->cap < LINE_CAP) {
+        size_t want = SFB_MIN(LINE_CAP, s->cap ? s->cap * 2 : 4096);
+        if (sfb__reserve((void **)&s->buf, &s->cap, want) && s->cap == 0) {
+            stream_close(L, rank, s);
+            return;
+        }
+    }
+    ssize_t n = read(s->fd, s->buf + s->used, s->cap - s->used);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+        stream_close(L, rank, s);
+        return;
+    }
+    size_t start = 0, end = s->used + (size_t)n;
+    for (size_t i = s->used; i < end; i++)
+        if (s->buf[i] == '\n') {
+            emit(L, rank, s->out, s->buf + start, i - start);
+            start = i + 1;
+        }
+    if (start == 0 && end == s->cap) { /* a line longer than the buffer: split it */
+        emit(L, rank, s->out, s->buf, end);
+        start = end;
+    }
+    memmove(s->buf, s->buf + start, end - start);
+    s->used = end - start;
+}
+
+/* Every rank's process group: the rank and whatever it started that stayed
+ * in its group (children of `sh -c`, `cmd &`). A reaped rank's group may
+ * still have members; its id cannot be reused while it has. */
+static void signal_all(struct launcher *L, int sig)
+{
+    if (sig == SIGKILL) L->sent_sigkill = 1;
+    for (int i = 0; i < L->n; i++) {
+        if (!L->c[i].pid) continue;
+        if (kill(-L->c[i].pid, sig) != 0 && L->c[i].alive) kill(L->c[i].pid, sig);
+    }
+}
+
+/* ---- what the ranks leave behind ---------------------------------------- */
+
+/* Calls fn(pid, pgid, state, arg) for every process whose parent is this
+ * one (from /proc: the launcher is single-threaded, so its children are
+ * those whose ppid is its pid). */
+static void each_child(void (*fn)(pid_t pid, pid_t pgid, char state, void *arg), void *arg)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    pid_t self = getpid();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = '\0';
+        /* "pid (comm) state ppid pgrp ...": comm may hold spaces and ')' */
+        char *rp = strrchr(buf, ')'), state;
+        int ppid, pgrp;
+        if (!rp || sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) continue;
+        if (ppid == self) fn((pid_t)atoi(e->d_name), (pid_t)pgrp, state, arg);
+    }
+    closedir(d);
+}
+
+static int listed(const pid_t *v, size_t n, pid_t pid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == pid) return 1;
+    return 0;
+}
+
+static void list_add(pid_t **v, size_t *n, pid_t pid)
+{
+    pid_t *grown = realloc(*v, (*n + 1) * sizeof *grown);
+    if (!grown) return; /* out of memory: listed again next time */
+    *v = grown;
+    (*v)[(*n)++] = pid;
+}
+
+static void note_before(pid_t pid, pid_t pgid, char state, void *arg)
+{
+    (void)pgid;
+    (void)state;
+    struct launcher *L = arg;
+    list_add(&L->before, &L->nbefore, pid);
+}
+
+struct sweep_round {
+    struct launcher *L;
+    int sig, left;
+};
+
+/* A child of the launcher that is neither a rank nor one of the caller's:
+ * a rank's descendant reparented here. Reaped when it is a zombie, else
+ * signalled with its process group (unless that is the launcher's):
+ * SIGTERM once (a second one means "now" to many programs), SIGKILL in
+ * every round after the grace period. */
+static void sweep_child(pid_t pid, pid_t pgid, char state, void *arg)
+{
+    struct sweep_round *w = arg;
+    struct launcher *L = w->L;
+    if (listed(L->before, L->nbefore, pid)) return;
+    for (int i = 0; i < L->n; i++)
+        if (L->c[i].alive && L->c[i].pid == pid) return;
+    w->left++;
+    if (state == 'Z') {
+        waitpid(pid, NULL, WNOHANG);
+        return;
+    }
+    if (w->sig == SIGTERM && listed(L->termed, L->ntermed, pid)) return;
+    if (w->sig == SIGTERM) list_add(&L->termed, &L->ntermed, pid);
+    if (pgid > 1 && pgid != getpgrp()) kill(-pgid, w->sig);
+    kill(pid, w->sig);
+}
+
+/* One round of stopping what the ranks left behind once every rank is
+ * reaped: their groups' members (SIGTERM in the first round) and the
+ * descendants reparented here get SIGTERM, then SIGKILL once the grace
+ * period (from the first round, or from the job's own stop) has passed.
+ * Returns how many were seen. */
+static int sweep(struct launcher *L, double grace)
+{
+    double now = sfb__now();
+    int first = !L->sweep_give_up;
+    if (first) {
+        L->sweep_kill_at = L->stopping ? SFB_MAX(L->kill_at, now) : now + grace;
+        L->sweep_give_up = L->sweep_kill_at + 5.0;
+    }
+    struct sweep_round w = {L, now >= L->sweep_kill_at ? SIGKILL : SIGTERM, 0};
+    int group_sig = w.sig == SIGKILL || first ? w.sig : 0; /* 0: only whether any is left */
+    for (int i = 0; i < L->n; i++)
+        if (L->c[i].pid && kill(-L->c[i].pid, group_sig) == 0) w.left++;
+    each_child(sweep_child, &w);
+    L->swept_left = w.left;
+    return w.left;
+}
+
+/* After the event loop: sweeps until nothing is left, within the grace
+ * period plus 5 s for processes that ignore SIGKILL's effect for a while
+ * (uninterruptible sleep). */
+static void sweep_all(struct launcher *L, double grace)
+{
+    while (sweep(L, grace) && sfb__now() < L->sweep_give_up) sfb__sleep(0.02);
+    if (L->swept_left)
+        SFB_LOG_W("launch: %d processes started by the ranks did not stop within %.0f s of "
+                  "SIGKILL", L->swept_left, 5.0);
+}
+
+static void start_stopping(struct launcher *L, double grace)
+{
+    if (L->stopping) return;
+    L->stopping = 1;
+    L->kill_at = sfb__now() + grace;
+    signal_all(L, SIGTERM);
+}
+
+static void reap(struct launcher *L, double grace)
+{
+    for (int i = 0; i < L->n; i++) {
+        struct child *c = &L->c[i];
+        int st;
+        if (!c->alive) continue;
+        pid_t p = waitpid(c->pid, &st, WNOHANG);
+        if (p == 0 || (p < 0 && errno == EINTR)) continue;
+        c->alive = 0;
+        L->last_exit = sfb__now();
+        if (!L->first_exit) L->first_exit = L->last_exit;
+        if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
+        /* Ranks that die after the job started stopping are not the cause,
+         * except one killed by a signal nobody here sent: a peer that saw
+         * the fabric fail may exit before the killed rank is reaped, and
+         * the killed rank is what the user must hear about. */
+        int foreign = WIFSIGNALED(st) && !L->sigs_forwarded && WTERMSIG(st) != SIGTERM &&
+                      !(WTERMSIG(st) == SIGKILL && L->sent_sigkill);
+        if (foreign && L->failed_rank >= 0 && !WIFSIGNALED(L->failed_status)) {
+            L->failed_rank = i;
+            L->failed_status = st;
+        }
+        if (L->failed_rank < 0 && !L->stopping) {
+            L->failed_rank = i;
+            L->failed_status = st;
+            start_stopping(L, grace);
+        }
+    }
+}
+
+static int n_alive(const struct launcher *L)
+{
+    int k = 0;
+    for (int i = 0; i < L->n; i++) k += L->c[i].alive;
+    return k;
+}
+
+/* What every rank's child_exec needs besides its rank. */
+struct spawn {
+    const struct sfb__launch_settings *s;
+    int port, sfd;
+    uint64_t key;
+    pid_t self;
+    char t0[32];
+    const sigset_t *oldmask;
+    char *const *argv;
+    struct sfb__rank_env env;
+};
+
+/* In the child between fork and exec: wire stdio, set the rendezvous
+ * environment, arrange to die with the launcher, then exec argv or, with
+ * s->worker, call it in this copy of the launcher. Never returns. */
+static void child_exec(int rank, const struct launcher *L, const struct spawn *sp, const int out[2],
+                       const int err[2])
+{
+    const struct sfb__launch_settings *s = sp->s;
+    char v[64];
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != sp->self) _exit(126);
+    /* a group of its own, which the launcher signals as a whole (the
+     * launcher sets it too, so it holds whichever runs first) */
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("SFB_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", L->n);
+    setenv("SFB_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%s:%d", s->host, sp->port);
+    setenv("SFB_RENDEZVOUS", v, 1);
+    snprintf(v, sizeof v, "0x%016" PRIx64, sp->key);
+    setenv("SFB_JOB_KEY", v, 1);
+    setenv(SFB__LAUNCH_T0_ENV, sp->t0, 1);
+    sfb__rank_env_apply(&sp->env, !s->worker);
+    if (s->worker) {
+        /* No exec closes what the launcher holds: the signalfd and the read
+         * ends of the earlier ranks' pipes. */
+        close(sp->sfd);
+        for (int i = 0; i < rank; i++)
+            for (int k = 0; k < 2; k++)
+                if (L->c[i].s[k].fd >= 0) close(L->c[i].s[k].fd);
+        close(out[0]);
+        close(err[0]);
+        if (out[1] > 2) close(out[1]);
+        if (err[1] > 2) close(err[1]);
+        /* ps / pgrep tell the ranks apart (an exec'd worker has its
+         * SFB_RANK in /proc/PID/environ; a fork's setenv is not seen there) */
+        snprintf(v, sizeof v, "sfb rank %d", rank);
+        prctl(PR_SET_NAME, v);
+        sigprocmask(SIG_SETMASK, sp->oldmask, NULL);
+        int argc = 0;
+        while (sp->argv[argc]) argc++;
+        exit(s->worker(argc, (char **)sp->argv));
+    }
+    sigprocmask(SIG_SETMASK, sp->oldmask, NULL);
+    execvp(sp->argv[0], sp->argv);
+    dprintf(2, "sfb: cannot execute %s: %s\n", sp->argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* "SIGTERM" (what users type with kill -s), or strsignal's text for a
+ * signal without an abbreviation. */
+static const char *sig_name(char buf[32], int sig)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, 32, "SIG%s", abbrev);
+    else
+        snprintf(buf, 32, "%s", strsignal(sig));
+    return buf;
+}
+
+/* What stopped the job of the latest sfb__launch_local (main thread). */
+static int stop_signal;
+static int failed_exit; /* the first failed copy's exit status, if it exited */
+
+static int describe_failure(const struct launcher *L)
+{
+    int st = L->failed_status;
+    int pid = (int)L->c[L->failed_rank].pid;
+    char name[32];
+    if (WIFSIGNALED(st))
+        return sfb__error(-SFB_EPEER, "rank %d killed by signal %d (%s); pid %d", L->failed_rank,
+                          WTERMSIG(st), sig_name(name, WTERMSIG(st)), pid);
+    return sfb__error(-SFB_EPEER, "rank %d exited with status %d; pid %d", L->failed_rank,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : st, pid);
+}
+
+/* Forks rank i with its stdout and stderr piped to the launcher. */
+static int fork_rank(struct launcher *L, int i, const struct spawn *sp)
+{
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) < 0) return sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+    if (pipe2(err, O_CLOEXEC) < 0) {
+        int r = sfb__error(-errno, "launch: pipe: %s", strerror(errno));
+        close(out[0]);
+        close(out[1]);
+        return r;
+    }
+    pid_t pid = fork();
+    if (pid == 0) child_exec(i, L, sp, out, err);
+    if (pid > 0) setpgid(pid, pid); /* EACCES once it has exec'd: it set it itself */
+    close(out[1]);
+    close(err[1]);
+    if (pid < 0) {
+        int r = sfb__error(-errno, "launch: fork of rank %d: %s", i, strerror(errno));
+        close(out[0]);
+        close(err[0]);
+        return r;
+    }
+    struct child *c = &L->c[i];
+    c->pid = pid;
+    c->alive = 1;
+    c->s[0].fd = out[0];
+    c->s[0].out = sp->s->out_fd;
+    c->s[1].fd = err[0];
+    c->s[1].out = sp->s->err_fd;
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+/* Reads the signalfd: 1 when a child exited. A forwarded signal is passed
+ * on with the grace period; a second one means "now". */
+static int take_signals(struct launcher *L, int sfd, double grace)
+{
+    int chld = 0;
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) {
+            chld = 1; /* reaped by the caller */
+            continue;
+        }
+        if (L->sigs_forwarded++) {
+            signal_all(L, SIGKILL);
+        } else {
+            signal_all(L, (int)si.ssi_signo);
+            L->stopping = 1;
+            L->kill_at = sfb__now() + grace;
+        }
+        if (!L->abort_sig) L->abort_sig = (int)si.ssi_signo;
+    }
+    return chld;
+}
+
+/* How long poll may sleep, and whether to stop listening (every child
+ * reaped, and a grandchild's pipe drained for a moment). */
+static double next_wake(struct launcher *L, const struct sfb__launch_settings *s, double end_at,
+                        double *drain_until, int nf, int *done)
+{
+    double now = sfb__now();
+    if (end_at && now >= end_at && !L->stopping) {
+        L->timed_out = 1;
+        start_stopping(L, s->grace_s);
+    }
+    if (L->stopping && now >= L->kill_at) {
+        signal_all(L, SIGKILL);
+        L->kill_at = now + 1.0; /* repeat, without spinning, until reaped */
+    }
+    *done = 0;
+    int left = 0;
+    if (!n_alive(L)) {
+        /* the ranks are done: so is whatever they started; their output
+         * is relayed until their pipes close */
+        left = sweep(L, s->grace_s) && now < L->sweep_give_up;
+        if (nf == 1 && !left) *done = 1;
+        if (!*drain_until) *drain_until = now + 1.0;
+        if (now >= *drain_until && !left) *done = 1;
+    }
+    double wake = left ? 0.02 : 1.0;
+    if (L->stopping) wake = SFB_MIN(wake, L->kill_at - now);
+    if (end_at) wake = SFB_MIN(wake, end_at - now);
+    if (*drain_until) wake = SFB_MIN(wake, *drain_until - now);
+    return wake;
+}
+
+/* Relays the children's output and signals until every child is reaped.
+ * pf[j] (j >= 1) is stream src[j] of its rank: no search per event. */
+static int event_loop(struct launcher *L, const struct sfb__launch_settings *s, int sfd,
+                      struct pollfd *pf, int *src)
+{
+    double end_at = s->timeout_s > 0 ? sfb__now() + s->timeout_s : 0, drain_until = 0;
+    for (;;) {
+        int nf = 0, done;
+        pf[nf++] = (struct pollfd){sfd, POLLIN, 0};
+        for (int i = 0; i < L->n; i++)
+            for (int k = 0; k < 2; k++)
+                if (L->c[i].s[k].fd >= 0) {
+                    src[nf] = 2 * i + k;
+                    pf[nf++] = (struct pollfd){L->c[i].s[k].fd, POLLIN, 0};
+                }
+        double wake = next_wake(L, s, end_at, &drain_until, nf, &done);
+        if (done) return 0;
+        int pr = poll(pf, (nfds_t)nf, wake > 0 ? (int)(wake * 1000) + 1 : 0);
+        if (pr < 0 && errno != EINTR) {
+            int r = sfb__error(-errno, "launch: poll: %s", strerror(errno));
+            signal_all(L, SIGKILL);
+            while (n_alive(L)) reap(L, 0);
+            return r;
+        }
+        if (pr <= 0) {
+            if (L->stopping) reap(L, s->grace_s); /* after a SIGKILL, without SIGCHLD */
+            continue;
+        }
+        int chld = (pf[0].revents & POLLIN) ? take_signals(L, sfd, s->grace_s) : 0;
+        for (int j = 1; j < nf; j++)
+            if (pf[j].revents) stream_read(L, src[j] / 2, &L->c[src[j] / 2].s[src[j] % 2]);
+        /* waitpid for each child only when one exited, not on every line */
+        if (chld) reap(L, s->grace_s);
+    }
+}
+
+/* Forks every rank, relays until all are reaped; returns the launcher's
+ * own error (0 when only the workers failed). */
+static int run_children(struct launcher *L, struct spawn *sp)
+{
+    int r = 0;
+    double t0 = sfb__now();
+    snprintf(sp->t0, sizeof sp->t0, "%.6f", t0);
+    for (int i = 0; i < L->n && !r; i++) r = fork_rank(L, i, sp);
+    if (r) start_stopping(L, sp->s->grace_s);
+    double forked = sfb__now();
+    struct pollfd *pf = calloc(2 * (size_t)L->n + 1, sizeof *pf);
+    int *src = calloc(2 * (size_t)L->n + 1, sizeof *src);
+    if (pf && src) {
+        int er = event_loop(L, sp->s, sp->sfd, pf, src);
+        if (!r) r = er;
+    } else {
+        r = -ENOMEM;
+        signal_all(L, SIGKILL);
+        for (int i = 0; i < L->n; i++)
+            if (L->c[i].alive) {
+                while (waitpid(L->c[i].pid, NULL, 0) < 0 && errno == EINTR) {}
+                L->c[i].alive = 0;
+            }
+    }
+    free(pf);
+    free(src);
+    sweep_all(L, sp->s->grace_s); /* (the event loop's error paths did not) */
+    if (L->last_exit)
+        SFB_LOG_D("launch: %d workers forked in %.3f s; the first exited %.3f s, the last was "
+                  "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
+                  L->n, forked - t0, L->first_exit - t0, L->last_exit - t0, L->last_exit);
+    for (int i = 0; i < L->n; i++)
+        for (int k = 0; k < 2; k++) stream_close(L, i, &L->c[i].s[k]);
+    return r;
+}
+
+/* The job's outcome once every child is reaped. */
+static int outcome(const struct launcher *L, const struct sfb__launch_settings *s, int r)
+{
+    char name[32];
+    if (!r && L->failed_rank >= 0) r = describe_failure(L);
+    stop_signal = L->abort_sig; /* also when a worker's failure came first */
+    /* a usage error any copy found is the job's (its peers may exit first) */
+    failed_exit = L->usage_exit ? 2 : L->failed_rank >= 0 && WIFEXITED(L->failed_status)
+                                          ? WEXITSTATUS(L->failed_status) : 0;
+    if (!r && L->abort_sig)
+        r = sfb__error(-SFB_EABORT, "interrupted by signal %d (%s); workers stopped", L->abort_sig,
+                       sig_name(name, L->abort_sig));
+    if (!r && L->timed_out)
+        r = sfb__error(-SFB_EABORT, "job exceeded its time limit of %.0f s; workers stopped",
+                       s->timeout_s);
+    return r;
+}
+
+/* Drops a SIGCHLD that arrived after the last read so unblocking cannot
+ * deliver it to a caller that installed a handler, then restores the mask. */
+static void restore_mask(const sigset_t *oldmask)
+{
+    sigset_t pend, chld;
+    struct timespec zero = {0, 0};
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    while (sigpending(&pend) == 0 && sigismember(&pend, SIGCHLD) &&
+           sigtimedwait(&chld, NULL, &zero) > 0) {}
+    sigprocmask(SIG_SETMASK, oldmask, NULL);
+}
+
+int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s)
+{
+    struct sfb__launch_settings def;
+    stop_signal = failed_exit = 0;
+    if (!s) {
+        sfb__launch_default_settings(&def);
+        s = &def;
+    }
+    if (nprocs < 1 || nprocs > SFB__LAUNCH_MAX_PROCS)
+        return sfb__error(-SFB_EUSAGE, "launch: -n %d: expected 1..%d processes", nprocs, SFB__LAUNCH_MAX_PROCS);
+    if (!argv || !argv[0]) return sfb__error(-SFB_EUSAGE, "launch: no worker command");
+    struct spawn sp = {.s = s, .oldmask = NULL, .argv = argv, .self = getpid()};
+    sp.port = sfb__launch_free_port(s->host);
+    if (sp.port < 0) return sp.port;
+    while (sp.key == 0)
+        if (getrandom(&sp.key, sizeof sp.key, 0) != (ssize_t)sizeof sp.key)
+            sp.key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+
+    sfb__rank_env_prepare(&sp.env, nprocs, !s->worker);
+
+    struct launcher L = {0};
+    L.n = nprocs;
+    L.failed_rank = -1;
+    L.c = calloc((size_t)nprocs, sizeof *L.c);
+    if (!L.c) {
+        sfb__rank_env_free(&sp.env);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < nprocs; i++) L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
+
+    /* SIGCHLD and the forwarded signals are taken through a signalfd, so the
+     * loop sees them in order with pipe data and no handler races. */
+    sigset_t mask, oldmask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &oldmask);
+    sp.oldmask = &oldmask;
+    int r, subreaper = 0;
+    /* The caller's children from before: not the job's, never touched. Then
+     * the ranks' orphaned descendants come here, not to init. */
+    each_child(note_before, &L);
+    prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    sp.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sp.sfd < 0) {
+        r = sfb__error(-errno, "launch: signalfd: %s", strerror(errno));
+    } else {
+        /* nothing buffered here may be written again by a forked worker */
+        fflush(NULL);
+        r = outcome(&L, s, run_children(&L, &sp));
+        close(sp.sfd);
+    }
+    prctl(PR_SET_CHILD_SUBREAPER, subreaper);
+    restore_mask(&oldmask);
+    sfb__rank_env_free(&sp.env);
+    for (int i = 0; i < nprocs; i++)
+        for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);
+    free(L.c);
+    free(L.scratch);
+    free(L.before);
+    free(L.termed);
+    return r;
+}
+
+int sfb_launch_local(int nprocs, char *const argv[])
+{
+    SFB_ENTER();
+    SFB_ARG(argv);
+    SFB_ARG(argv[0]);
+    return sfb__launch_local(nprocs, argv, NULL);
+}
+
+int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char *const argv[])
+{
+    SFB_ENTER();
+    SFB_ARG(worker);
+    SFB_ARG(argv);
+    SFB_ARG(argv[0]);
+    struct sfb__launch_settings s;
+    sfb__launch_default_settings(&s);
+    const char *e = getenv("SFB_LAUNCH_EXEC");
+    if (!(e && !strcmp(e, "1"))) {
+        s.worker = worker;
+        sfb__transport_preinit(); /* once here instead of once per worker */
+    }
+    return sfb__launch_local(nprocs, argv, &s);
+}
+
+int sfb_launch_failed_exit(void)
+{
+    return failed_exit;
+}
+
+int sfb_launch_stop_signal(void)
+{
+    return stop_signal;
+}
+
+int sfb_launch_self_path(char *buf, size_t len)
+{
+    SFB_ENTER();
+    SFB_ARG(buf);
+    return sfb__launch_self_path(buf, len);
+}

@@ -1,0 +1,329 @@
+/* libfabric transport, internals shared by its files. Only the files of src/transport
+ * (and this header) include <rdma/fabric.h>.
+ *
+ * The files, each calling only those listed above it:
+ *
+ *   fi_errors.c       libfabric's error codes named for sfb_strerror
+ *   transport_stuck.c fabric calls that never return (FAB(): a dead peer's
+ *                     lock in shm), abandoning a stuck transport (t->stuck)
+ *   transport_pool.c  buffer pool (size classes, registration shipped to the
+ *                     loop thread, sfb__buf_ref/put) and the op and
+ *                     reassembly-record free lists (t->bufs)
+ *   transport_peer.c  the peers (t->peers): their address blobs, AV
+ *                     insertion at first use, the doorbell ring, error
+ *                     reporting
+ *   transport_shm.c   shm region names, removal of dead processes' regions
+ *   transport_tx.c    send requests, posting chunks, sfb__transport_send,
+ *                     sfb__transport_flush
+ *   transport_rx.c    wildcard receives, reassembly, delivery to the inbox,
+ *                     sfb__transport_recv
+ *   transport.c       settings defaults, CQ reading and completion dispatch,
+ *                     the progress poller
+ *   transport_setup.c open/close (fabric, domain, endpoints, CQ), the
+ *                     progress policy, this rank's name
+ *
+ * Threads: every fi_* call on the data path runs in the loop thread (the
+ * poller's progress function and loop calls). Other threads only touch the
+ * mutex-protected send queue, inbox and buffer pool. Buffer registration
+ * (FI_MR_LOCAL providers) is shipped to the loop thread with sfb__loop_call.
+ *
+ * Message protocol (docs/wire.md, "Transport framing"): every fabric message
+ * is at most chunk_size bytes, starts with a 16-byte transport header (sender
+ * rank and kind, per-destination frame sequence, a 64-bit field), is sent
+ * with tag 0, and lands in a pooled receive buffer posted with a
+ * match-everything mask. Varying tags and directed receives are avoided on
+ * purpose: libfabric 1.17's shm lost tagged messages whose tags varied
+ * (measured here).
+ *
+ * A frame that does not fit one message goes one of two ways:
+ *  - RMA (the provider offers FI_RMA reads: shm, tcp;ofi_rxm, verbs, ...):
+ *    the sender registers its pooled buffer for remote reads (once, cached
+ *    on the buffer) and sends a K_RMA announce (total length, address, key,
+ *    frame header length, cookie = its request index, then the frame
+ *    header). The receiver takes a pooled buffer of the frame's size,
+ *    fi_read()s the body into it (one copy: CMA on shm) and answers K_ACK
+ *    (cookie, status). The sender holds its buffer reference until the ACK,
+ *    or fails the send when the receiver has been silent for ack_timeout_s
+ *    (a slow link or a busy receiver delays the ACK as long as it must).
+ *  - chunked (no RMA reads, or SFB_TRANSPORT_RMA=0): K_FIRST with the
+ *    total length, then K_PIECEs, reassembled here by (sender, sequence,
+ *    index), which tolerates out-of-order completions.
+ *
+ * Every posted operation holds one CQ slot (max_ops outstanding, CQ sized to
+ * match) so the CQ can never overrun and drop completions.
+ */
+#ifndef SFB_SRC_TRANSPORT_IMPL_H
+#define SFB_SRC_TRANSPORT_IMPL_H
+
+#include "src/transport/transport.h"
+
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define THDR_LEN 16
+/* The longest endpoint name this transport takes from a peer. */
+#define SFB__TP_NAME_MAX 1024
+enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
+/* RMA announce after the transport header: u64 address, u64 key, u32 frame
+ * header length, u32 cookie (sender's request index); then the header. */
+#define ANN_LEN 24
+#define NCLASS 48
+#define MIN_CLASS 12 /* 4 KiB */
+
+enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
+/* The shared-memory region libfabric 1.17's shm provider maps per endpoint
+ * with its default queue sizes (the sfb_* files in /dev/shm of a job);
+ * its fi_getinfo offers nothing unless /dev/shm has room for one per
+ * online CPU (smr_shm_space_check). */
+#define SHM_REGION_MIB 16u /* transport_setup.c, transport_peer.c */
+
+/* RMA reads in flight at once on the receiving side (their bytes are
+ * bounded by settings.read_window): bounds the memory a burst of announces
+ * takes and the transfers the provider juggles (tcp;ofi_rxm slowed 8x with
+ * 200 x 16 MiB reads posted at once). */
+#define MAX_READS 8
+/* Pieces held while their first chunk is still missing (all frames). */
+#define STASH_MAX 4096
+/* How long the poller keeps spinning without progress while operations are
+ * in flight (see progress()). */
+#define INFLIGHT_SPIN_S 0.05
+/* Block mode with a doorbell: the longest sleep (a ring that never comes,
+ * from another network namespace, say, costs at most this). */
+#define BELL_SLEEP_MAX_S 0.05
+
+/* transport_peer.c. Block mode: peer `p` is to be rung at the end of this
+ * progress pass if it sleeps (always: whether or not; its queue was full). */
+void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always);
+
+/* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
+struct op {
+    struct fi_context2 ctx;
+    uint8_t thdr[THDR_LEN + ANN_LEN]; /* transport header (+ RMA announce) */
+    void *desc;             /* of thdr (registered slab), or NULL */
+    uint32_t peer, seq, cookie; /* OP_READ / OP_ACK */
+    double started;             /* OP_READ: when posted */
+    struct op *qnext;       /* ACKs waiting for -FI_EAGAIN to clear */
+    int kind;
+    int in_use;
+    struct sreq *req;
+    struct sfb__buf *rbuf;
+    struct op *next;
+};
+
+struct sreq {
+    /* Adjacent on purpose: a first chunk sends prefix ++ hdr as one iovec. */
+    uint8_t prefix[THDR_LEN];
+    uint8_t hdr[SFB__TRANSPORT_HDR_MAX];
+    size_t hdr_len;
+    struct sfb__buf *buf;
+    size_t off, len, total;
+    size_t posted; /* frame bytes posted so far */
+    uint32_t dst, seq, idx;
+    unsigned outstanding;
+    int started, all_posted, failed, in_use;
+    int rma, awaiting_ack; /* sent by RMA read; ACK still due */
+    double announced; /* when the RMA announce was posted */
+    struct sreq *next;
+};
+
+/* A big frame being reassembled. */
+struct asm_rec {
+    struct sfb__buf *buf;   /* the frame, once the first chunk is in */
+    struct sfb__buf *stash; /* pieces that completed before the first chunk */
+    size_t total, first_len, piece;
+    uint32_t src, seq, npieces, done;
+    int have_first, in_use;
+    struct asm_rec *next; /* free list / active list */
+};
+
+struct slab {
+    struct slab *next;
+    struct fid_mr *mr;
+};
+
+/* The transport's state by concern: each part is owned by the file of its
+ * concern (transport_peer.c, transport_pool.c, transport_stuck.c); the rest
+ * belongs to set-up (transport_setup.c) and the data path (transport.c,
+ * transport_rx.c, transport_tx.c). */
+
+/* The peers (transport_peer.c; set once by sfb__transport_set_peers). */
+struct tp_peers {
+    _Atomic uint32_t world; /* written once by set_peers, read by the loop */
+    uint32_t *seq; /* next frame sequence per destination */
+    fi_addr_t *addr;  /* per rank r: [2r] where to send (its rx_ep), [2r+1] where to
+                       * read from (its ep); FI_ADDR_NOTAVAIL until first used */
+    uint8_t *names;   /* the peers' address blobs, rank r's at [name_off[r], name_off[r+1]):
+                       * a count (1 or 2), then that many endpoint names of one length,
+                       * the receiving endpoint's first */
+    size_t *name_off;
+    double *heard; /* loop thread: when anything last came from each rank */
+};
+
+/* The buffer pool (any thread, under pool_mu) and the op and reassembly
+ * records' free lists (loop thread): transport_pool.c. */
+struct tp_pool {
+    pthread_mutex_t pool_mu;
+    struct sfb__buf *pool[NCLASS];
+    _Atomic long bufs_live;
+    struct op *free_ops;
+    struct slab *op_slabs, *asm_slabs;
+    struct asm_rec *free_asm;
+};
+
+/* A libfabric call that never returns (transport_stuck.c): fab_seq is odd
+ * while the loop thread is inside one (fab_n is its private copy);
+ * FAB_ABANDONED once the watchdog gave the thread up. */
+struct tp_stuck {
+    _Atomic uint64_t fab_seq;
+    uint64_t fab_n;
+    int debug_stall; /* SFB_DEBUG_STALL_SEND_TO_DEAD: hang like a held lock would */
+};
+
+struct sfb__transport {
+    struct sfb__transport_settings s;
+    struct sfb__loop *loop;
+    struct sfb__loop_poller *poller;
+    struct sfb__loop_async *async;
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;    /* sends, ACKs; answers peers' reads of its frames */
+    struct fid_ep *rx_ep; /* receives and reads: ep itself unless split */
+    int split;            /* two endpoints, one connection per direction (tcp) */
+    struct fid_mr *slab_mr;
+    void *slab_desc;
+    int mr_local;
+    int rma;           /* provider offers FI_RMA reads: big frames go by RMA */
+    int mr_virt_addr;  /* FI_MR_VIRT_ADDR: remote addresses are pointers */
+    double next_ack_check;
+    unsigned acks_due; /* RMA sends waiting for their ACK (loop thread) */
+    int wait_fd;
+    int block;               /* never spin (progress policy, see progress()) */
+    struct sfb__bell *bell;  /* block mode without a CQ wait fd (shm) */
+    uint64_t mr_key;
+    char prov_name[64];
+    char shm_name[128]; /* shm: our region's name in /dev/shm, else "" */
+    uint8_t *name;
+    size_t name_len;
+    size_t chunk;
+    double last_work;
+    int bell_armed; /* drain the doorbell before the next pass (sfb__tp_progress) */
+
+    /* loop-thread state */
+    unsigned ops_out, max_ops; /* posted operations; the CQ holds max_ops */
+    struct asm_rec *active; /* frames being reassembled */
+    unsigned stashed;
+    struct sreq *pend_head, *pend_tail;    /* sends not fully posted */
+    unsigned rx_deficit;                   /* wildcard receives to repost */
+    struct sfb__buf *rd_head, *rd_tail;    /* RMA announces not yet read */
+    struct op *reads[MAX_READS];           /* RMA reads in flight (slots) */
+    struct op *ack_head, *ack_tail;        /* ACKs to (re)post */
+
+    /* shared state, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_space, cv_inbox, cv_flush;
+    struct sreq *sreqs; /* max_sends of them */
+    struct sreq *free_sreq;
+    struct sreq *sub_head, *sub_tail; /* submitted, not yet seen by the loop */
+    unsigned in_use;
+    struct sfb__frame *inbox; /* ring of inbox_cap */
+    unsigned in_head, in_count;
+    uint64_t in_units;   /* units of the frames in the inbox */
+    uint32_t want_units; /* the waiting receiver's threshold (0: none waits with one) */
+    struct sfb__buf *ovf_head, *ovf_tail; /* frames beyond inbox_cap */
+    _Atomic int ovf_nonempty;
+    _Atomic size_t inbox_bytes; /* frames delivered, not yet taken by recv */
+    int closing;
+
+
+    struct sfb__transport_stats stats;
+
+    struct tp_peers peers;
+    struct tp_pool bufs;
+    struct tp_stuck stuck;
+};
+
+static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+/* transport_stuck.c. A libfabric call that can wait on a lock in a peer's
+ * shared memory (shm 1.17 takes the receiver's region spinlock to send, its
+ * own to progress): a process killed while holding one leaves every caller
+ * spinning for good. FAB() marks such a call for the watchdog (comm_watch.c):
+ * if it gives the thread up while inside, the call parks the thread for
+ * good should it ever return, instead of running on into freed memory. */
+#define FAB_ABANDONED UINT64_MAX
+static inline void sfb__tp_fab_enter(struct sfb__transport *t)
+{
+    atomic_store_explicit(&t->stuck.fab_seq, ++t->stuck.fab_n, memory_order_release);
+}
+void sfb__tp_fab_park(struct sfb__transport *t);
+static inline ssize_t sfb__tp_fab_leave(struct sfb__transport *t, ssize_t rc)
+{
+    uint64_t inside = t->stuck.fab_n;
+    if (!atomic_compare_exchange_strong_explicit(&t->stuck.fab_seq, &inside, ++t->stuck.fab_n,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        sfb__tp_fab_park(t);
+    return rc;
+}
+#define FAB(t, call) (sfb__tp_fab_enter(t), sfb__tp_fab_leave((t), (call)))
+/* Whether a send, read or ACK to `peer` must not be posted: its process is
+ * gone (settings.peer_gone), so its region's lock may be held for good. */
+int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer);
+/* Close of an abandoned transport: kept allocated and reachable. */
+void sfb__tp_keep_abandoned(struct sfb__transport *t);
+
+/* transport_peer.c (loop thread): rank p's fi_addr, inserted into the AV
+ * at first use; FI_ADDR_NOTAVAIL (reported) when the insert fails. */
+fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
+/* ... and the address to read rank p's RMA frames from (its sending endpoint). */
+fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
+
+/* transport_shm.c (open): sweeps /dev/shm of our dead processes' regions
+ * (unless skip_shm_sweep) and names this endpoint's region
+ * "sfb_<random>_<rank>_<pid>" (t->shm_name). */
+int sfb__tp_shm_name(struct sfb__transport *t);
+
+/* transport_peer.c: an error, logged, counted and handed to on_error
+ * naming the peer (-1: none) */
+void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);
+/* transport.c: the loop's poller (progress everything, then say how long
+ * the loop may sleep) and its async hook (submitted sends to the pending
+ * list); transport_setup.c registers them. */
+int sfb__tp_progress(void *arg);
+void sfb__tp_on_async(void *arg);
+
+/* transport_pool.c (loop thread, except buffers) */
+void sfb__tp_buf_free(struct sfb__buf *b);
+struct op *sfb__tp_op_get(struct sfb__transport *t);
+void sfb__tp_op_put(struct sfb__transport *t, struct op *o);
+struct asm_rec *sfb__tp_asm_get(struct sfb__transport *t);
+void sfb__tp_asm_put(struct sfb__transport *t, struct asm_rec *a);
+
+/* transport_pool.c: registers b for remote reads (loop thread), caches it */
+int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b);
+
+/* transport_rx.c (loop thread) */
+int sfb__tp_post_wildcard(struct sfb__transport *t);
+int sfb__tp_post_reads(struct sfb__transport *t);
+void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);
+struct op *sfb__tp_read_oldest(struct sfb__transport *t);
+void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len);
+int sfb__tp_post_recvs(struct sfb__transport *t);
+
+/* transport_tx.c (loop thread) */
+void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r);
+int sfb__tp_post_sends(struct sfb__transport *t);
+void sfb__tp_on_ack(struct sfb__transport *t, uint32_t src, uint32_t seq, uint64_t x);
+void sfb__tp_check_acks(struct sfb__transport *t, double now);
+
+#endif

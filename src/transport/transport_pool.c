@@ -1,0 +1,280 @@
+/* libfabric transport: buffer pool and the op / reassembly-record free
+ * lists (src/transport/transport_impl.h). */
+#include "config.h"
+#include "src/transport/transport_impl.h"
+
+#include "src/base/util.h"
+#include "src/loop/loop.h"
+
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* ---------------- buffer pool ---------------- */
+
+static unsigned size_class(size_t size)
+{
+    unsigned c = MIN_CLASS;
+    while (c < NCLASS - 1 && ((size_t)1 << c) < size) c++;
+    return c;
+}
+
+struct reg_op {
+    struct sfb__transport *t;
+    struct sfb__buf *b;
+    int rc;
+};
+
+static void reg_in_loop(void *arg)
+{
+    struct reg_op *r = arg;
+    struct sfb__transport *t = r->t;
+    struct fid_mr *mr;
+    uint64_t acc = FI_SEND | FI_RECV | (t->rma ? FI_READ | FI_REMOTE_READ : 0);
+    r->rc = fi_mr_reg(t->domain, r->b->data, r->b->cap, acc, 0, t->mr_key++, 0, &mr, NULL);
+    if (r->rc == 0) {
+        r->b->mr = mr;
+        r->b->desc = fi_mr_desc(mr);
+    }
+}
+
+/* Loop thread. A buffer is registered once (at creation for FI_MR_LOCAL
+ * providers, with remote-read access; else here, on its first RMA send) and
+ * keeps its region until it is freed at close. */
+int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
+{
+    if (b->mr) return 0;
+    struct reg_op r = {t, b, 0};
+    reg_in_loop(&r);
+    return r.rc;
+}
+
+/* Buffers of HUGE_MIN_CLASS and up (those of frames above the default
+ * 256 KiB chunk, which go by RMA read) live in 2 MiB-aligned regions
+ * advised for transparent huge pages: the provider's copy of a big frame
+ * (CMA on shm pins the pages of both sides) costs per page, and a huge page
+ * is 512 small ones (docs/performance.md, "Transport"). Smaller buffers,
+ * the chunk-sized receive buffers among them, stay on small pages: huge
+ * ones there made streaming 4 KiB frames on shm 2.5x slower. A region of
+ * REGION_BYTES is carved into equal buffers of smaller classes (the rest
+ * go to the pool); bigger classes get a region each. A region is freed
+ * with the last of its buffers. */
+#define HUGE_MIN_CLASS 19 /* 512 KiB */
+#define REGION_BYTES ((size_t)2 << 20)
+
+struct sfb__region {
+    _Atomic int bufs;
+    void *mem;
+};
+
+void sfb__tp_buf_free(struct sfb__buf *b)
+{
+    if (b->mr) fi_close(&((struct fid_mr *)b->mr)->fid);
+    atomic_fetch_sub(&b->t->bufs.bufs_live, 1);
+    struct sfb__region *r = b->region;
+    if (r && atomic_fetch_sub(&r->bufs, 1) == 1) {
+        free(r->mem);
+        free(r);
+    }
+    free(b);
+}
+
+/* Registers b for local use when the provider requires it (FI_MR_LOCAL). */
+static int buf_register(struct sfb__transport *t, struct sfb__buf *b)
+{
+    if (!t->mr_local) return 0;
+    struct reg_op r = {t, b, 0};
+    int rc = sfb__loop_call(t->loop, reg_in_loop, &r);
+    if (rc || r.rc)
+        return sfb__error(rc ? rc : r.rc, "transport: fi_mr_reg of %zu bytes: %s", b->cap,
+                          fi_strerror(-(rc ? rc : r.rc)));
+    return 0;
+}
+
+static int buf_new(struct sfb__transport *t, unsigned c, uint8_t *data, struct sfb__region *region,
+                   struct sfb__buf **out)
+{
+    size_t cap = (size_t)1 << c;
+    struct sfb__buf *b = malloc(sizeof *b + (data ? 0 : 64 + cap));
+    if (!b) return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer", cap);
+    memset(b, 0, sizeof *b);
+    b->data = data ? data : (uint8_t *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
+    b->cap = cap;
+    b->cls = c;
+    b->t = t;
+    b->region = region;
+    atomic_fetch_add(&t->bufs.bufs_live, 1);
+    int rc = buf_register(t, b);
+    if (rc) {
+        b->region = NULL; /* the caller accounts for the region */
+        sfb__tp_buf_free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+/* A new region for class c: its first buffer in *out, the others pooled. */
+static int region_new(struct sfb__transport *t, unsigned c, struct sfb__buf **out)
+{
+    size_t cap = (size_t)1 << c, len = SFB_MAX(cap, REGION_BYTES);
+    unsigned n = (unsigned)(len / cap);
+    struct sfb__region *r = malloc(sizeof *r);
+    void *mem = NULL;
+    if (!r || posix_memalign(&mem, REGION_BYTES, len)) {
+        free(r);
+        return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer region", len);
+    }
+    /* Advice only: without THP (or with it off) these are ordinary pages. */
+    (void)madvise(mem, len, MADV_HUGEPAGE);
+    r->mem = mem;
+    atomic_init(&r->bufs, (int)n);
+    *out = NULL;
+    for (unsigned i = 0; i < n; i++) {
+        struct sfb__buf *b;
+        int rc = buf_new(t, c, (uint8_t *)mem + (size_t)i * cap, r, &b);
+        if (rc) {
+            /* The region goes with its last buffer: count off those never made. */
+            if (atomic_fetch_sub(&r->bufs, (int)(n - i)) == (int)(n - i)) {
+                free(mem);
+                free(r);
+            }
+            return *out ? 0 : rc;
+        }
+        if (!*out) {
+            *out = b;
+            continue;
+        }
+        pthread_mutex_lock(&t->bufs.pool_mu);
+        b->next = t->bufs.pool[c];
+        t->bufs.pool[c] = b;
+        pthread_mutex_unlock(&t->bufs.pool_mu);
+    }
+    return 0;
+}
+
+int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__buf **out)
+{
+    unsigned c = size_class(size);
+    if (((size_t)1 << c) < size) return sfb__error(-ENOMEM, "transport: buffer of %zu bytes", size);
+    pthread_mutex_lock(&t->bufs.pool_mu);
+    struct sfb__buf *b = t->bufs.pool[c];
+    if (b) t->bufs.pool[c] = b->next;
+    pthread_mutex_unlock(&t->bufs.pool_mu);
+    if (!b) {
+        int rc = c >= HUGE_MIN_CLASS ? region_new(t, c, &b) : buf_new(t, c, NULL, NULL, &b);
+        if (rc) return rc;
+    }
+    atomic_store(&b->refs, 1);
+    b->next = NULL;
+    b->len = 0;
+    b->off = 0;
+    *out = b;
+    return 0;
+}
+
+void sfb__buf_ref(struct sfb__buf *b)
+{
+    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+void sfb__buf_put(struct sfb__buf *b)
+{
+    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+    struct sfb__transport *t = b->t;
+    if (!t) { /* not pooled: one allocation (the in-process loopback's, comm_loopback.c) */
+        free(b);
+        return;
+    }
+    pthread_mutex_lock(&t->bufs.pool_mu);
+    b->next = t->bufs.pool[b->cls];
+    t->bufs.pool[b->cls] = b;
+    pthread_mutex_unlock(&t->bufs.pool_mu);
+}
+
+/* ---------------- ops and reassembly records (loop thread) ---------------- */
+
+/* NULL when max_ops operations are outstanding: every posted operation owns
+ * one CQ slot, and providers may drop completions that find the CQ full
+ * (libfabric 1.17 shm does, measured), so posting stops there. */
+struct op *sfb__tp_op_get(struct sfb__transport *t)
+{
+    if (t->ops_out >= t->max_ops) return NULL;
+    if (!t->bufs.free_ops) {
+        /* Grows in slabs until the steady state is reached; never shrinks.
+         * Registered when the provider needs it: pieces send op->thdr. */
+        enum { N = 256 };
+        struct slab *sl = calloc(1, sizeof *sl + N * sizeof(struct op));
+        if (!sl) return NULL;
+        struct op *ops = (struct op *)(sl + 1);
+        void *desc = NULL;
+        if (t->mr_local) {
+            int rc = fi_mr_reg(t->domain, ops, N * sizeof(struct op), FI_SEND, 0, t->mr_key++, 0,
+                               &sl->mr, NULL);
+            if (rc) {
+                free(sl);
+                return NULL;
+            }
+            desc = fi_mr_desc(sl->mr);
+        }
+        sl->next = t->bufs.op_slabs;
+        t->bufs.op_slabs = sl;
+        for (int i = 0; i < N; i++) {
+            ops[i].desc = desc;
+            ops[i].next = t->bufs.free_ops;
+            t->bufs.free_ops = &ops[i];
+        }
+    }
+    struct op *o = t->bufs.free_ops;
+    t->bufs.free_ops = o->next;
+    o->kind = 0;
+    o->req = NULL;
+    o->rbuf = NULL;
+    o->in_use = 1;
+    t->ops_out++;
+    return o;
+}
+
+void sfb__tp_op_put(struct sfb__transport *t, struct op *o)
+{
+    o->in_use = 0;
+    o->next = t->bufs.free_ops;
+    t->bufs.free_ops = o;
+    t->ops_out--;
+}
+
+struct asm_rec *sfb__tp_asm_get(struct sfb__transport *t)
+{
+    if (!t->bufs.free_asm) {
+        enum { N = 64 };
+        struct slab *sl = calloc(1, sizeof *sl + N * sizeof(struct asm_rec));
+        if (!sl) return NULL;
+        sl->next = t->bufs.asm_slabs;
+        t->bufs.asm_slabs = sl;
+        struct asm_rec *a = (struct asm_rec *)(sl + 1);
+        for (int i = 0; i < N; i++) {
+            a[i].next = t->bufs.free_asm;
+            t->bufs.free_asm = &a[i];
+        }
+    }
+    struct asm_rec *a = t->bufs.free_asm;
+    t->bufs.free_asm = a->next;
+    memset(a, 0, sizeof *a);
+    a->in_use = 1;
+    return a;
+}
+
+void sfb__tp_asm_put(struct sfb__transport *t, struct asm_rec *a)
+{
+    a->in_use = 0;
+    a->next = t->bufs.free_asm;
+    t->bufs.free_asm = a;
+}
