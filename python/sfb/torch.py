@@ -260,6 +260,7 @@ class _Linear:
         self.rows, self.inputs = module.weight.shape
         self.cols = self.inputs + (1 if self.bias is not None else 0)
         self.buf = None        # the replica (numpy rows x cols)
+        self.cbuf = None       # c with the bias's ones column, kept across steps
         self.reset()
 
     def reset(self):
@@ -284,9 +285,14 @@ class _Linear:
         if self.bias is None:
             c = self.x[0] if len(self.x) == 1 else torch.cat(self.x)
         else:
-            c = torch.empty((s, self.cols), dtype=torch.float32)
-            c[:, :self.inputs].copy_(self.x[0] if len(self.x) == 1 else torch.cat(self.x))
-            c[:, self.inputs] = 1.0
+            # the inputs straight into a buffer kept across steps (publish
+            # copies what it sends), whose ones column is set once
+            if self.cbuf is None or self.cbuf.shape[0] < s:
+                self.cbuf = torch.ones((s, self.cols), dtype=torch.float32)
+            c, o = self.cbuf[:s], 0
+            for x in self.x:
+                c[o:o + x.shape[0], :self.inputs].copy_(x)
+                o += x.shape[0]
         return b.contiguous().numpy(), c.contiguous().numpy()
 
 
