@@ -79,28 +79,34 @@ int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *o
         sfb__put_f32s(val, sf->c_val, nnz);
         return 0;
     }
-    /* dense c sent as CSR: drop the zeros */
-    uint32_t q = 0;
+    /* dense c sent as CSR: drop the zeros. Branch-free (a zero is written
+     * and then overwritten by the next non-zero): inputs such as images are
+     * half zeros in no pattern, and a branch per number mispredicted at
+     * every other one (7 us for a quick-start frame). */
+    uint64_t q = 0;
     sfb__put_u32(rp, 0);
     for (uint32_t i = 0; i < sf->s; i++) {
         const float *row = sf->c + (size_t)i * sf->cols;
         for (uint32_t j = 0; j < sf->cols; j++) {
-            if (row[j] == 0.0f) continue;
-            if (q >= nnz) return sfb__error(-EINVAL, "sf encode: more non-zeros than counted");
-            sfb__put_u32(col + 4 * (size_t)q, j);
-            sfb__put_f32s(val + 4 * (size_t)q, &row[j], 1);
-            q++;
+            if (q < nnz) {
+                sfb__put_u32(col + 4 * (size_t)q, j);
+                sfb__put_f32s(val + 4 * (size_t)q, &row[j], 1);
+            }
+            q += row[j] != 0.0f;
         }
-        sfb__put_u32(rp + 4 * ((size_t)i + 1), q);
+        if (q > nnz) return sfb__error(-EINVAL, "sf encode: more non-zeros than counted");
+        sfb__put_u32(rp + 4 * ((size_t)i + 1), (uint32_t)q);
     }
     if (q != nnz) return sfb__error(-EINVAL, "sf encode: fewer non-zeros than counted");
     return 0;
 }
 
 /* NaN/Inf from the network would poison every replica. Both have an
- * exponent of all ones; testing the bits without an early exit, 16 at a
- * time, lets the compiler vectorize this (every frame a rank receives
- * passes here: 6 % of the CPU at P = 64 halton as a per-element isfinite). */
+ * exponent of all ones; testing the bits without an early exit inside a
+ * block of 1024 lets the compiler vectorize this (every frame a rank
+ * receives passes here: 6 % of the CPU at P = 64 halton as a per-element
+ * isfinite; an exit every 16 numbers cost 3.5 us for a quick-start frame
+ * of 6,280 numbers, this 0.8 us). */
 static uint32_t nonfinite_bits(uint32_t u)
 {
     return (u & 0x7f800000u) == 0x7f800000u;
@@ -108,17 +114,19 @@ static uint32_t nonfinite_bits(uint32_t u)
 
 static int all_finite(const float *v, size_t n)
 {
-    uint32_t bad = 0, u[16];
-    size_t i = 0;
-    for (; i + 16 <= n && !bad; i += 16) {
-        memcpy(u, v + i, sizeof u);
-        for (int j = 0; j < 16; j++) bad |= nonfinite_bits(u[j]);
+    const unsigned char *p = (const unsigned char *)v; /* any received payload: no aliasing */
+    for (size_t i = 0; i < n;) {
+        size_t m = SFB_MIN(n - i, (size_t)1024);
+        uint32_t bad = 0;
+        for (size_t j = 0; j < m; j++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * (i + j), sizeof u);
+            bad |= nonfinite_bits(u);
+        }
+        if (bad) return 0;
+        i += m;
     }
-    for (; i < n && !bad; i++) {
-        memcpy(u, v + i, sizeof *u);
-        bad |= nonfinite_bits(u[0]);
-    }
-    return !bad;
+    return 1;
 }
 
 size_t sfb__first_nonfinite(const float *v, size_t n)

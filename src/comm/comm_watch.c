@@ -9,7 +9,10 @@
  *   - for the whole silence timeout (no dead peer to blame),
  * it gives the thread up (sfb__transport_abandon: only while it is still
  * inside that call) and fails the comm naming the dead peer, so the compute
- * thread returns an error and the process can exit. */
+ * thread returns an error and the process can exit. The thread inside may
+ * be the compute thread itself (a caller drives progress in its sends and
+ * waits: src/transport/transport.c): it would never return, so the
+ * process logs the failure and exits with status 1. */
 #include "config.h"
 #include "src/comm/comm_impl.h"
 
@@ -20,6 +23,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 struct sfb__comm_watch {
     pthread_t thread;
@@ -65,6 +69,14 @@ static int look(struct sfb__comm *c, uint64_t *seen, double *since)
                        "rank %u's network thread has been stuck in libfabric (%s) for %.1f s "
                        "(the silence timeout), and is given up",
                        c->rank, sfb__transport_provider(c->t), stuck);
+    }
+    if (sfb__transport_stuck_in_caller(c->t)) {
+        /* The thread inside was the compute thread, driving progress in a
+         * send or a wait: it can never return the failure to its caller, so
+         * the process says so and exits instead of hanging. */
+        SFB_LOG_E("rank %u: the thread stuck in libfabric is the one the job runs on; exiting",
+                  c->rank);
+        _exit(EXIT_FAILURE);
     }
     return 1;
 }

@@ -7,6 +7,7 @@
 
 #include <ev.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 struct call {
@@ -29,6 +30,16 @@ struct sfb__loop {
     pthread_cond_t cv;
     struct call *calls; /* pending sfb__loop_call requests */
     int stop;
+    /* Progress: whoever holds run_mu may run the loop's callbacks and touch
+     * its watchers. The loop thread holds it except while it blocks in the
+     * backend poll (libev's release/acquire callbacks); another thread
+     * takes it with sfb__loop_try_enter and is then "in" the loop (a
+     * visitor) until sfb__loop_leave. */
+    pthread_mutex_t run_mu;
+    _Atomic int running;   /* the loop thread is in ev_run: visitors may enter */
+    _Atomic int visiting;  /* a visitor holds run_mu */
+    pthread_t visitor;
+    int dirty; /* a visitor changed a watcher: the loop must recompute its wait */
 };
 
 struct sfb__loop_poller {
@@ -41,6 +52,7 @@ struct sfb__loop_poller {
     double interval;
     double sleep_max; /* > 0: bounds a SLEEP too (a missed wake-up costs time, not a hang) */
     double armed;     /* the bound the nap timer was started with */
+    double away_max;  /* bounds an AWAY nap (default: the poll interval) */
     int (*fn)(void *);
     void *arg;
 };
@@ -110,6 +122,35 @@ static void wake_cb(struct ev_loop *ev, ev_async *w, int revents)
     run_calls(w->data);
 }
 
+/* libev's threading hooks: run_mu is free while the loop thread blocks. */
+static void release_cb(struct ev_loop *ev)
+{
+    struct sfb__loop *l = ev_userdata(ev);
+    pthread_mutex_unlock(&l->run_mu);
+}
+
+static void acquire_cb(struct ev_loop *ev)
+{
+    struct sfb__loop *l = ev_userdata(ev);
+    pthread_mutex_lock(&l->run_mu);
+}
+
+static int visitor_is_me(const struct sfb__loop *l)
+{
+    return atomic_load_explicit(&l->visiting, memory_order_acquire) &&
+           pthread_equal(pthread_self(), l->visitor);
+}
+
+/* A watcher changed: a visitor's change is seen by the loop thread only
+ * once it wakes (sfb__loop_leave wakes it); libev's clock, stale in a
+ * visitor, is brought up to date for the timers it starts. */
+static void touched(struct sfb__loop *l)
+{
+    if (!visitor_is_me(l)) return;
+    if (!l->dirty) ev_now_update(l->ev);
+    l->dirty = 1;
+}
+
 int sfb__loop_open(struct sfb__loop **out)
 {
     *out = NULL;
@@ -121,7 +162,10 @@ int sfb__loop_open(struct sfb__loop **out)
         return sfb__error(-EIO, "libev: ev_loop_new failed");
     }
     pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->run_mu, NULL);
     pthread_cond_init(&l->cv, NULL);
+    ev_set_userdata(l->ev, l);
+    ev_set_loop_release_cb(l->ev, release_cb, acquire_cb);
     ev_async_init(&l->wake, wake_cb);
     l->wake.data = l;
     ev_async_start(l->ev, &l->wake);
@@ -132,7 +176,11 @@ int sfb__loop_open(struct sfb__loop **out)
 static void *loop_main(void *arg)
 {
     struct sfb__loop *l = arg;
+    pthread_mutex_lock(&l->run_mu);
+    atomic_store(&l->running, 1);
     ev_run(l->ev, 0);
+    atomic_store(&l->running, 0);
+    pthread_mutex_unlock(&l->run_mu);
     pthread_mutex_lock(&l->mu);
     l->stopped = 1;
     pthread_mutex_unlock(&l->mu);
@@ -171,6 +219,7 @@ void sfb__loop_close(struct sfb__loop **lp)
     drop_posted(l);
     ev_async_stop(l->ev, &l->wake);
     ev_loop_destroy(l->ev);
+    pthread_mutex_destroy(&l->run_mu);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     free(l);
@@ -187,7 +236,41 @@ void sfb__loop_abandon(struct sfb__loop *l)
 
 int sfb__loop_in_thread(const struct sfb__loop *l)
 {
-    return !l->started || pthread_equal(pthread_self(), l->thread);
+    return !l->started || pthread_equal(pthread_self(), l->thread) || visitor_is_me(l);
+}
+
+int sfb__loop_try_enter(struct sfb__loop *l)
+{
+    if (!l->started || !atomic_load_explicit(&l->running, memory_order_acquire) ||
+        pthread_equal(pthread_self(), l->thread) || visitor_is_me(l))
+        return 0;
+    if (pthread_mutex_trylock(&l->run_mu)) return 0;
+    if (!atomic_load_explicit(&l->running, memory_order_acquire)) { /* it has left ev_run */
+        pthread_mutex_unlock(&l->run_mu);
+        return 0;
+    }
+    l->visitor = pthread_self();
+    atomic_store_explicit(&l->visiting, 1, memory_order_release);
+    return 1;
+}
+
+void sfb__loop_leave(struct sfb__loop *l)
+{
+    int dirty = l->dirty;
+    l->dirty = 0;
+    atomic_store_explicit(&l->visiting, 0, memory_order_release);
+    pthread_mutex_unlock(&l->run_mu);
+    if (dirty) ev_async_send(l->ev, &l->wake);
+}
+
+int sfb__loop_visited(const struct sfb__loop *l)
+{
+    return atomic_load_explicit(&l->visiting, memory_order_acquire);
+}
+
+void sfb__loop_wake(struct sfb__loop *l)
+{
+    ev_async_send(l->ev, &l->wake);
 }
 
 /* Appends c after every call made or posted before and wakes the loop;
@@ -207,10 +290,27 @@ static int enqueue(struct sfb__loop *l, struct call *c)
     return 0;
 }
 
+/* A visitor runs the calls queued before its own first, keeping the order. */
+static void run_here(struct sfb__loop *l, void (*fn)(void *), void *arg)
+{
+    if (visitor_is_me(l)) {
+        pthread_mutex_lock(&l->mu);
+        int queued = l->calls != NULL;
+        pthread_mutex_unlock(&l->mu);
+        if (queued) run_calls(l);
+    }
+    fn(arg);
+}
+
 int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *), void *arg)
 {
     if (sfb__loop_in_thread(l)) {
-        fn(arg);
+        run_here(l, fn, arg);
+        return 0;
+    }
+    if (sfb__loop_try_enter(l)) {
+        run_here(l, fn, arg);
+        sfb__loop_leave(l);
         return 0;
     }
     struct call c = {.fn = fn, .arg = arg};
@@ -232,7 +332,12 @@ int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *), void *arg)
 int sfb__loop_post(struct sfb__loop *l, void (*fn)(void *arg), void (*drop)(void *arg), void *arg)
 {
     if (sfb__loop_in_thread(l)) {
-        fn(arg);
+        run_here(l, fn, arg);
+        return 0;
+    }
+    if (sfb__loop_try_enter(l)) {
+        run_here(l, fn, arg);
+        sfb__loop_leave(l);
         return 0;
     }
     struct call *c = calloc(1, sizeof *c);
@@ -255,12 +360,21 @@ static void prepare_cb(struct ev_loop *ev, ev_prepare *w, int revents)
 {
     struct sfb__loop_poller *p = w->data;
     int st = p->fn(p->arg);
+    /* AWAY: another thread polls the source, its fd is not this loop's
+     * concern until the next pass (a readable fd would not let it block) */
+    if (p->has_io && (st == SFB__POLL_AWAY) == ev_is_active(&p->io)) {
+        if (st == SFB__POLL_AWAY) ev_io_stop(ev, &p->io);
+        else ev_io_start(ev, &p->io);
+    }
+    int away = st == SFB__POLL_AWAY;
+    if (away) st = SFB__POLL_NAP;
     if (st == SFB__POLL_BUSY) {
         if (!ev_is_active(&p->idle)) ev_idle_start(ev, &p->idle);
     } else if (ev_is_active(&p->idle)) {
         ev_idle_stop(ev, &p->idle);
     }
-    double bound = st == SFB__POLL_NAP ? p->interval : st == SFB__POLL_SLEEP ? p->sleep_max : 0;
+    double bound = away ? p->away_max
+                 : st == SFB__POLL_NAP ? p->interval : st == SFB__POLL_SLEEP ? p->sleep_max : 0;
     if (bound > 0) {
         if (ev_is_active(&p->nap) && p->armed != bound) ev_timer_stop(ev, &p->nap);
         if (!ev_is_active(&p->nap)) {
@@ -283,6 +397,7 @@ static void poller_op(void *arg)
     struct poller_op *op = arg;
     struct sfb__loop_poller *p = op->p;
     struct ev_loop *ev = p->l->ev;
+    touched(p->l);
     if (op->open) {
         ev_prepare_start(ev, &p->prepare);
         if (p->has_io) ev_io_start(ev, &p->io);
@@ -303,7 +418,7 @@ int sfb__loop_poller_open(struct sfb__loop *l, struct sfb__loop_poller **out, in
     p->l = l;
     p->fn = fn;
     p->arg = arg;
-    p->interval = poll_interval_s;
+    p->interval = p->away_max = poll_interval_s;
     ev_prepare_init(&p->prepare, prepare_cb);
     p->prepare.data = p;
     ev_idle_init(&p->idle, noop_idle);
@@ -330,6 +445,7 @@ struct sleep_max_op {
 static void sleep_max_in_loop(void *arg)
 {
     struct sleep_max_op *op = arg;
+    touched(op->p->l);
     op->p->sleep_max = op->s;
 }
 
@@ -337,6 +453,19 @@ void sfb__loop_poller_sleep_max(struct sfb__loop_poller *p, double sleep_max_s)
 {
     struct sleep_max_op op = {p, sleep_max_s};
     if (sfb__loop_call(p->l, sleep_max_in_loop, &op)) sleep_max_in_loop(&op);
+}
+
+static void away_max_in_loop(void *arg)
+{
+    struct sleep_max_op *op = arg;
+    touched(op->p->l);
+    op->p->away_max = op->s;
+}
+
+void sfb__loop_poller_away_max(struct sfb__loop_poller *p, double away_max_s)
+{
+    struct sleep_max_op op = {p, away_max_s};
+    if (sfb__loop_call(p->l, away_max_in_loop, &op)) away_max_in_loop(&op);
 }
 
 void sfb__loop_poller_close(struct sfb__loop_poller **pp)
@@ -361,12 +490,14 @@ static void timer_cb(struct ev_loop *ev, ev_timer *w, int revents)
 static void timer_start(void *arg)
 {
     struct sfb__loop_timer *t = arg;
+    touched(t->l);
     ev_timer_start(t->l->ev, &t->w);
 }
 
 static void timer_stop(void *arg)
 {
     struct sfb__loop_timer *t = arg;
+    touched(t->l);
     ev_timer_stop(t->l->ev, &t->w);
 }
 
@@ -401,6 +532,7 @@ void sfb__loop_timer_close(struct sfb__loop_timer **tp)
 
 void sfb__loop_timer_rearm(struct sfb__loop_timer *t, double after_s)
 {
+    touched(t->l);
     ev_timer_stop(t->l->ev, &t->w);
     ev_timer_set(&t->w, after_s, t->w.repeat);
     ev_timer_start(t->l->ev, &t->w);
@@ -417,12 +549,14 @@ static void async_cb(struct ev_loop *ev, ev_async *w, int revents)
 static void async_start(void *arg)
 {
     struct sfb__loop_async *a = arg;
+    touched(a->l);
     ev_async_start(a->l->ev, &a->w);
 }
 
 static void async_stop(void *arg)
 {
     struct sfb__loop_async *a = arg;
+    touched(a->l);
     ev_async_stop(a->l->ev, &a->w);
 }
 
@@ -471,12 +605,14 @@ static void io_cb(struct ev_loop *ev, ev_io *w, int revents)
 static void io_start(void *arg)
 {
     struct sfb__loop_io *io = arg;
+    touched(io->l);
     ev_io_start(io->l->ev, &io->w);
 }
 
 static void io_stop(void *arg)
 {
     struct sfb__loop_io *io = arg;
+    touched(io->l);
     ev_io_stop(io->l->ev, &io->w);
 }
 

@@ -12,8 +12,12 @@
  * Thread rules: every *_open / *_close below may be called from any thread;
  * when the loop thread is running and the caller is another thread, the
  * operation is shipped to the loop thread with sfb__loop_call (so it blocks
- * briefly). Callbacks only ever run in the loop thread, never before
- * sfb__loop_start(). Close every watcher before closing the loop.
+ * briefly). Callbacks run "in the loop", never before sfb__loop_start():
+ * in the loop thread, or in a thread that has entered the loop
+ * (sfb__loop_try_enter, a visitor) while the loop thread blocks. Both hold
+ * the loop's progress lock, so callbacks never run at once and code "in the
+ * loop" may treat the loop's state as its own. Close every watcher before
+ * closing the loop.
  */
 #ifndef SFB_SRC_LOOP_H
 #define SFB_SRC_LOOP_H
@@ -44,11 +48,29 @@ void sfb__loop_close(struct sfb__loop **l);
  * thread. */
 void sfb__loop_abandon(struct sfb__loop *l);
 
-/* 1 if the caller is the loop thread (or the loop has not been started). */
+/* 1 if the caller is in the loop: the loop thread, a visitor, or any
+ * thread before the loop has been started. */
 int sfb__loop_in_thread(const struct sfb__loop *l);
 
-/* Runs fn(arg) in the loop thread and returns when it has run. Runs it
- * directly when called from the loop thread or before sfb__loop_start().
+/* Enters the loop from another thread without waiting: 1 when this thread
+ * now holds the progress lock (the loop thread is blocked in its poll, or
+ * between passes) and may run what the loop thread would; 0 when the loop
+ * thread is busy, has stopped, or the caller is already in the loop.
+ * A visitor must call sfb__loop_leave soon: the loop thread's timers wait
+ * for it. */
+int sfb__loop_try_enter(struct sfb__loop *l);
+/* Leaves the loop; wakes the loop thread if the visitor changed a watcher
+ * (it must recompute how long it may block). */
+void sfb__loop_leave(struct sfb__loop *l);
+/* 1 while a visitor is in the loop (any thread). */
+int sfb__loop_visited(const struct sfb__loop *l);
+/* Wakes the loop thread from its poll (any thread): it runs one more
+ * iteration, its pollers' progress included. */
+void sfb__loop_wake(struct sfb__loop *l);
+
+/* Runs fn(arg) in the loop and returns when it has run. Runs it directly
+ * when called in the loop, before sfb__loop_start(), or when the caller can
+ * enter the loop at once (after the calls queued before it).
  * Returns 0, or -ESHUTDOWN if the loop thread has stopped. */
 int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *arg), void *arg);
 
@@ -56,8 +78,8 @@ int sfb__loop_call(struct sfb__loop *l, void (*fn)(void *arg), void *arg);
  * with every call made or posted before it (sfb__loop_call included, so a
  * later call finds it done). If the loop stops first, drop(arg) runs
  * instead (NULL: nothing), in the loop thread at its exit or in
- * sfb__loop_close(). Runs fn directly from the loop thread or before
- * sfb__loop_start(). Returns 0, -ENOMEM, or -ESHUTDOWN if the loop thread
+ * sfb__loop_close(). Runs fn directly in the loop, before
+ * sfb__loop_start(), or when the caller can enter the loop at once. Returns 0, -ENOMEM, or -ESHUTDOWN if the loop thread
  * has stopped (neither fn nor drop then runs). */
 int sfb__loop_post(struct sfb__loop *l, void (*fn)(void *arg), void (*drop)(void *arg), void *arg);
 
@@ -66,6 +88,8 @@ enum sfb__poll_state {
     SFB__POLL_SLEEP = 0, /* nothing to do: block until fd or another event */
     SFB__POLL_NAP = 1,   /* block at most poll_interval_s, then call again */
     SFB__POLL_BUSY = 2,  /* call again without blocking */
+    SFB__POLL_AWAY = 3,  /* another thread polls the source: nap as NAP, not
+                          * woken by the fd meanwhile */
 };
 
 /* A progress hook: fn(arg) runs in the loop thread once per loop iteration,
@@ -79,6 +103,9 @@ int sfb__loop_poller_open(struct sfb__loop *l, struct sfb__loop_poller **out, in
  * another event however long). For a wake-up that may be missed (a doorbell
  * another process rings): it then costs at most sleep_max_s. */
 void sfb__loop_poller_sleep_max(struct sfb__loop_poller *p, double sleep_max_s);
+/* Bounds an AWAY nap (default: poll_interval_s): how long after the other
+ * thread stops polling the loop may take to look again. */
+void sfb__loop_poller_away_max(struct sfb__loop_poller *p, double away_max_s);
 void sfb__loop_poller_close(struct sfb__loop_poller **p);
 
 /* A timer: cb(arg) runs in the loop thread after `after_s` seconds, then every

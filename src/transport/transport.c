@@ -139,16 +139,29 @@ static int progress_block(struct sfb__transport *t, int work, int provider_busy,
     return t->acks_due ? SFB__POLL_NAP : SFB__POLL_SLEEP;
 }
 
-/* One pass: progress everything, then decide how long the loop may sleep. */
-static int progress_pass(struct sfb__transport *t)
+/* Everything that can move, moved once: completions, submitted sends,
+ * receives to repost, reads and ACKs, completions again. A send made in
+ * the pass (a relay's forward, a callback's reply) only queues: the pass's
+ * own post_sends, or the next pass, posts it. */
+static int pass_work(struct sfb__transport *t, double now)
 {
+    t->in_pass = 1;
     int work = read_cq(t);
     work |= sfb__tp_post_sends(t);
     work |= sfb__tp_post_recvs(t);
     work |= sfb__tp_post_reads(t);
     work |= read_cq(t);
-    double now = sfb__now();
+    work |= sfb__tp_post_sends(t);
+    t->in_pass = 0;
     sfb__tp_check_acks(t, now);
+    return work;
+}
+
+/* One pass: progress everything, then decide how long the loop may sleep. */
+static int progress_pass(struct sfb__transport *t)
+{
+    double now = sfb__now();
+    int work = pass_work(t, now);
     if (work) t->last_work = now;
     /* Operations in flight (sends not yet completed, a frame half
      * reassembled) mean a completion is due within microseconds: keep
@@ -163,7 +176,8 @@ static int progress_pass(struct sfb__transport *t)
     int in_flight = !(t->block && t->wait_fd >= 0) &&
                     (t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head);
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
-    int pending = t->pend_head || t->rd_head || t->ack_head || (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
+    int pending = t->pend_head || t->rd_head || t->ack_head || atomic_load(&t->sub_pending) ||
+                  (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
     /* Block mode polls too while work is fresh (spin_s after the last
      * completion): the next one is usually microseconds away, and a yield
      * hands the core to whoever produces it at less cost than a sleep and a
@@ -202,9 +216,17 @@ static int progress_pass(struct sfb__transport *t)
 int sfb__tp_progress(void *arg)
 {
     struct sfb__transport *t = arg;
+    /* A caller drives progress in its wait (sfb__tp_drive): the loop
+     * thread stays out of its way, looking in every poll_interval_s
+     * without watching the CQ's fd or the doorbell meanwhile. */
+    if (atomic_load_explicit(&t->driving, memory_order_acquire)) {
+        t->slept = 0;
+        return SFB__POLL_AWAY;
+    }
     if (t->bell && t->bell_armed) sfb__bell_drain(t->bell);
     int st = progress_pass(t);
     if (t->bell) t->bell_armed = st != SFB__POLL_BUSY || sfb__bell_is_sleeping(t->bell);
+    t->slept = st == SFB__POLL_SLEEP;
     return st;
 }
 
@@ -212,10 +234,71 @@ int sfb__tp_progress(void *arg)
 void sfb__tp_on_async(void *arg)
 {
     struct sfb__transport *t = arg;
+    if (!atomic_exchange_explicit(&t->sub_pending, 0, memory_order_acq_rel)) return;
     pthread_mutex_lock(&t->mu);
     struct sreq *h = t->sub_head;
     struct sreq *tl = t->sub_tail;
     t->sub_head = t->sub_tail = NULL;
     pthread_mutex_unlock(&t->mu);
     SFB_FIFO_SPLICE(t->pend_head, t->pend_tail, h, tl, next);
+}
+
+/* ---- Who drives progress ----
+ * A message should go from the thread that has it to the fabric, and from
+ * the fabric to the thread that waits for it, without a hand-off between
+ * threads (two context switches a hop, most of a small message's latency).
+ * The loop's progress lock (src/loop/loop.h) makes that safe: a thread that
+ * takes it without waiting is in the loop and may do what the loop thread
+ * does.
+ *  - A send posts at once in the caller's thread when it can enter the
+ *    loop (else, as before, it queues and wakes the loop thread); a send
+ *    made in the loop outside a pass (a timer's, a loop call's) posts at
+ *    once too, one made in a pass waits for the pass's post_sends.
+ *  - A wait with nothing to take drives progress itself for up to spin_s
+ *    (sfb__transport_recv_units), delivering to its own inbox; meanwhile
+ *    the loop thread naps instead of polling against it. Then it sleeps on
+ *    the inbox and the loop thread takes over (woken, so that it sleeps on
+ *    its doorbell or wait fd as it should).
+ *  - The loop thread keeps everything else: timers (heartbeats, liveness,
+ *    pacing), relaying while the compute thread is busy in a GEMM, and the
+ *    progress of a rank whose compute thread does not wait.
+ * Work a caller does leaves the loop thread's spin (last_work) alone: a
+ * compute thread that will be back within the clock needs the core more
+ * than a loop thread polling for it. */
+/* Posts the submitted sends as a pass would: a send made meanwhile (a
+ * callback of a send that failed at once) only queues, and is posted by the
+ * next round. Returns 1 when sends are left (the queue is full). */
+static int post_all(struct sfb__transport *t)
+{
+    t->in_pass = 1;
+    for (int round = 0; round < 4; round++) {
+        sfb__tp_post_sends(t);
+        if (t->pend_head || !atomic_load_explicit(&t->sub_pending, memory_order_acquire)) break;
+    }
+    t->in_pass = 0;
+    return t->pend_head || atomic_load_explicit(&t->sub_pending, memory_order_acquire);
+}
+
+int sfb__tp_post_now(struct sfb__transport *t)
+{
+    unsigned before = t->ops_out;
+    int left = post_all(t);
+    if (t->bell) sfb__bell_flush(t->bell);
+    return left || (t->slept && t->ops_out != before);
+}
+
+int sfb__tp_drive(struct sfb__transport *t, int *left)
+{
+    double now = sfb__now();
+    if (t->bell && t->bell_armed) {
+        sfb__bell_drain(t->bell);
+        t->bell_armed = 0;
+    }
+    int work = pass_work(t, now);
+    *left = post_all(t);
+    if (t->bell) {
+        sfb__bell_flush(t->bell);
+        sfb__bell_sleeping(t->bell, 0);
+    }
+    return work;
 }

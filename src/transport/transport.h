@@ -220,17 +220,22 @@ int sfb__transport_flush(struct sfb__transport *t, double timeout_s);
 const struct sfb__transport_stats *sfb__transport_stats(const struct sfb__transport *t);
 
 /* A libfabric call that never returns (a lock held by a dead process):
- * sfb__transport_fabric_seq() is odd while the loop thread is inside a
+ * sfb__transport_fabric_seq() is odd while a thread in the loop (the loop
+ * thread, or a caller that drives progress: src/loop/loop.h) is inside a
  * call that may wait on a peer, and changes with every such call, so a
  * watchdog that sees the same odd value for seconds knows the thread is
- * stuck there. sfb__transport_abandon(t, seq) gives the loop thread up if
+ * stuck there. sfb__transport_abandon(t, seq) gives the thread up if
  * it is still inside that call: returns 1, the thread parks for good should
  * the call ever return, the loop counts as stopped (sfb__loop_call fails at
  * once), and sfb__transport_close() only releases what the thread cannot
- * touch (see there). Returns 0 when the call has returned. Any thread. */
+ * touch (see there). Returns 0 when the call has returned. Any thread.
+ * sfb__transport_stuck_in_caller(): the thread given up was not the loop
+ * thread but one that had entered the loop (the caller of a send or a
+ * wait, which will never return to its own caller). */
 uint64_t sfb__transport_fabric_seq(const struct sfb__transport *t);
 int sfb__transport_abandon(struct sfb__transport *t, uint64_t seq);
 int sfb__transport_abandoned(const struct sfb__transport *t);
+int sfb__transport_stuck_in_caller(const struct sfb__transport *t);
 
 /* Detaches from the loop, closes the fabric objects in reverse order and
  * frees every buffer the transport still holds. Queued sends are dropped

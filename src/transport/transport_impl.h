@@ -22,10 +22,13 @@
  *   transport_setup.c open/close (fabric, domain, endpoints, CQ), the
  *                     progress policy, this rank's name
  *
- * Threads: every fi_* call on the data path runs in the loop thread (the
- * poller's progress function and loop calls). Other threads only touch the
- * mutex-protected send queue, inbox and buffer pool. Buffer registration
- * (FI_MR_LOCAL providers) is shipped to the loop thread with sfb__loop_call.
+ * Threads: every fi_* call on the data path runs in the loop (src/loop/loop.h):
+ * in the loop thread (the poller's progress function and loop calls) or in
+ * a thread that entered it, holding the loop's progress lock (a send posted
+ * by its caller, a wait that drives progress: transport.c, "Who drives
+ * progress"). Other threads only touch the mutex-protected send queue,
+ * inbox and buffer pool. Buffer registration (FI_MR_LOCAL providers) is
+ * shipped to the loop with sfb__loop_call.
  *
  * Message protocol (docs/wire.md, "Transport framing"): every fabric message
  * is at most chunk_size bytes, starts with a 16-byte transport header (sender
@@ -182,6 +185,7 @@ struct tp_stuck {
     _Atomic uint64_t fab_seq;
     uint64_t fab_n;
     int debug_stall; /* SFB_DEBUG_STALL_SEND_TO_DEAD: hang like a held lock would */
+    _Atomic int in_caller; /* the thread given up had entered the loop (a visitor) */
 };
 
 struct sfb__transport {
@@ -213,8 +217,15 @@ struct sfb__transport {
     uint8_t *name;
     size_t name_len;
     size_t chunk;
-    double last_work;
+    double last_work; /* the loop thread's last pass that did work */
     int bell_armed; /* drain the doorbell before the next pass (sfb__tp_progress) */
+
+    /* Progress in the caller (transport.c, "Who drives progress"): state in
+     * the loop (the loop thread's or a visitor's, under the loop's lock). */
+    int in_pass;       /* a progress pass runs: a send made in it only queues */
+    int slept;         /* the loop thread's last pass chose to sleep */
+    _Atomic int driving;     /* a caller is driving progress now: the loop thread naps */
+    _Atomic int sub_pending; /* sends submitted, not yet moved to pend (sub_head) */
 
     /* loop-thread state */
     unsigned ops_out, max_ops; /* posted operations; the CQ holds max_ops */
@@ -301,6 +312,14 @@ void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *wh
  * list); transport_setup.c registers them. */
 int sfb__tp_progress(void *arg);
 void sfb__tp_on_async(void *arg);
+/* transport.c, in the loop: posts the submitted sends now (a send made
+ * outside a pass). Returns 1 when the loop thread must be woken: sends
+ * are left for it to retry, or it sleeps with operations now in flight. */
+int sfb__tp_post_now(struct sfb__transport *t);
+/* transport.c, a visitor: one progress pass in the caller's thread.
+ * Returns 1 when it did work; *left: sends are left for later (the loop
+ * thread must retry them). */
+int sfb__tp_drive(struct sfb__transport *t, int *left);
 
 /* transport_pool.c (loop thread, except buffers) */
 void sfb__tp_buf_free(struct sfb__buf *b);

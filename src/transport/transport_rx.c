@@ -17,6 +17,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#include <sched.h>
 #include <string.h>
 
 /* ---------------- delivery ---------------- */
@@ -453,6 +454,49 @@ int sfb__tp_post_recvs(struct sfb__transport *t)
     return work;
 }
 
+/* Whether a wait for `units` is over (t->mu held): as the wait below. */
+static int inbox_short(const struct sfb__transport *t, uint32_t units)
+{
+    return t->in_count == 0 || (t->in_units < units && !t->ovf_head);
+}
+
+/* A wait drives progress itself (transport.c, "Who drives progress") for
+ * up to spin_s, while it can enter the loop, then leaves it to the loop
+ * thread. Not in the loop: the loop thread's own waits (a loop call) have
+ * no business blocking. */
+static void drive_while_short(struct sfb__transport *t, uint32_t units, double timeout_s)
+{
+    if (sfb__loop_in_thread(t->loop)) return;
+    double t0 = sfb__now(), until = t0 + SFB_MIN(t->s.spin_s, timeout_s), now = t0;
+    int drove = 0, left = 0;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        int wait = inbox_short(t, units) && !t->closing;
+        pthread_mutex_unlock(&t->mu);
+        if (!wait || now >= until) break;
+        /* from now on the loop thread naps, its lock mostly free */
+        if (!drove) atomic_store_explicit(&t->driving, 1, memory_order_release);
+        drove = 1;
+        int work = 0;
+        if (sfb__loop_try_enter(t->loop)) {
+            work = sfb__tp_drive(t, &left);
+            sfb__loop_leave(t->loop);
+        }
+        /* nothing yet: the core to whoever produces it (a peer, the loop thread) */
+        if (!work) sched_yield();
+        now = sfb__now();
+    }
+    if (!drove) return;
+    atomic_store_explicit(&t->driving, 0, memory_order_release);
+    /* Still waiting, or sends left to retry: the loop thread takes over,
+     * and must look now (it napped, its doorbell flag down, while this
+     * thread drove). */
+    pthread_mutex_lock(&t->mu);
+    int wait = inbox_short(t, units);
+    pthread_mutex_unlock(&t->mu);
+    if (wait || left) sfb__loop_wake(t->loop);
+}
+
 int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
 {
     return sfb__transport_recv_units(t, out, timeout_s, 0);
@@ -463,6 +507,7 @@ int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, 
 {
     struct timespec ts;
     if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
+    if (timeout_s > 0) drive_while_short(t, units, timeout_s);
     pthread_mutex_lock(&t->mu);
     /* Wait while the inbox is empty or short of units (parked frames, an
      * inbox full, lost theirs: no threshold then); at the deadline take

@@ -60,8 +60,15 @@ int sfb__transport_abandon(struct sfb__transport *t, uint64_t seq)
     if (!atomic_compare_exchange_strong_explicit(&t->stuck.fab_seq, &seq, FAB_ABANDONED,
                                                  memory_order_acq_rel, memory_order_acquire))
         return 0;
+    /* Every fabric call runs in the loop: a visitor in it is the thread inside. */
+    atomic_store(&t->stuck.in_caller, sfb__loop_visited(t->loop));
     sfb__loop_abandon(t->loop);
     return 1;
+}
+
+int sfb__transport_stuck_in_caller(const struct sfb__transport *t)
+{
+    return t && atomic_load(&t->stuck.in_caller);
 }
 
 int sfb__transport_abandoned(const struct sfb__transport *t)

@@ -233,6 +233,7 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
 int sfb__tp_post_sends(struct sfb__transport *t)
 {
     int work = 0;
+    sfb__tp_on_async(t); /* sends submitted since (no lock unless there are some) */
     while (t->pend_head) {
         struct sreq *r = t->pend_head;
         /* Order is kept across destinations too: simple, and a frame stuck
@@ -296,8 +297,19 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
     r->in_use = 1;
     pthread_mutex_lock(&t->mu);
     SFB_FIFO_PUSH(t->sub_head, t->sub_tail, r, next);
+    atomic_store_explicit(&t->sub_pending, 1, memory_order_release);
     pthread_mutex_unlock(&t->mu);
-    sfb__loop_async_send(t->async);
+    /* Posted now by whoever is in the loop, or can enter it (transport.c,
+     * "Who drives progress"); a pass posts what is sent in it. Else, or
+     * when sends are left for later, the loop thread is woken for them. */
+    int wake = 1;
+    if (sfb__loop_in_thread(t->loop)) {
+        wake = !t->in_pass && sfb__tp_post_now(t);
+    } else if (sfb__loop_try_enter(t->loop)) {
+        wake = sfb__tp_post_now(t);
+        sfb__loop_leave(t->loop);
+    }
+    if (wake) sfb__loop_async_send(t->async);
     return 0;
 }
 

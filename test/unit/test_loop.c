@@ -166,10 +166,77 @@ static int test_post(void)
     return 0;
 }
 
+/* Visitors (sfb__loop_try_enter): a thread that enters the loop runs in
+ * it, alone; calls queued before its own run first; a timer it starts
+ * fires on time (the loop thread, blocked with no deadline, is woken to
+ * see it). */
+static int vorder[4], norder;
+static void note1(void *arg) { (void)arg; vorder[norder++] = 1; }
+static void note2(void *arg) { (void)arg; vorder[norder++] = 2; }
+
+static void *try_from_other(void *arg)
+{
+    struct sfb__loop *l = arg;
+    int in = sfb__loop_try_enter(l);
+    if (in) sfb__loop_leave(l);
+    return (void *)(intptr_t)in;
+}
+
+static void *post_from_other(void *arg)
+{
+    sfb__loop_post(arg, note1, NULL, NULL); /* the main thread is in: queued */
+    return NULL;
+}
+
+static int test_visitor(void)
+{
+    struct sfb__loop *l;
+    ASSERT_OK(sfb__loop_open(&l));
+    g_loop = l;
+    ASSERT_EQ(sfb__loop_try_enter(l), 0); /* not started */
+    ASSERT_OK(sfb__loop_start(l));
+    int in = 0;
+    for (double t0 = sfb__now(); !in && sfb__now() - t0 < 5;) in = sfb__loop_try_enter(l);
+    ASSERT(in);
+    ASSERT_EQ(sfb__loop_in_thread(l), 1);
+    ASSERT_EQ(sfb__loop_visited(l), 1);
+    ASSERT_EQ(sfb__loop_try_enter(l), 0); /* already in */
+    pthread_t th;
+    void *res;
+    ASSERT_OK(pthread_create(&th, NULL, try_from_other, l));
+    pthread_join(th, &res);
+    ASSERT_EQ((int)(intptr_t)res, 0); /* one thread in the loop at a time */
+    /* a call posted by another thread meanwhile queues; the visitor's own
+     * post runs after it */
+    norder = 0;
+    ASSERT_OK(pthread_create(&th, NULL, post_from_other, l));
+    pthread_join(th, NULL);
+    ASSERT_EQ(norder, 0);
+    ASSERT_OK(sfb__loop_post(l, note2, NULL, NULL));
+    ASSERT_EQ(norder, 2);
+    ASSERT(vorder[0] == 1 && vorder[1] == 2);
+    /* a timer started in the loop by a visitor */
+    atomic_store(&counter, 0);
+    struct sfb__loop_timer *tm;
+    double t1 = sfb__now();
+    ASSERT_OK(sfb__loop_timer_open(l, &tm, 0.02, 0, bump, NULL));
+    sfb__loop_leave(l);
+    ASSERT_EQ(sfb__loop_visited(l), 0);
+    ASSERT_EQ(sfb__loop_in_thread(l), 0);
+    while (!atomic_load(&counter) && sfb__now() - t1 < 5) sleep_s(0.001);
+    double took = sfb__now() - t1;
+    ASSERT_EQ(atomic_load(&counter), 1);
+    ASSERT(took >= 0.019 && took < 2.0);
+    sfb__loop_timer_close(&tm);
+    sfb__loop_close(&l);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"call_async_timer", test_call_async_timer},
     {"post", test_post},
     {"poller", test_poller},
+    {"visitor", test_visitor},
 };
 
 TEST_MAIN(tests)

@@ -11,6 +11,8 @@
 
 #include <rdma/fi_tagged.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -590,6 +592,13 @@ static void noop(void *arg)
     (void)arg;
 }
 
+static struct sfb__transport *stuck_t;
+static void send_hb_to_1(void *arg)
+{
+    (void)arg;
+    sfb__transport_send(stuck_t, 1, "hb", 2, NULL, 0, 0, 1.0);
+}
+
 static int test_stuck_shm(void)
 {
     struct sfb__transport_settings s;
@@ -609,7 +618,10 @@ static int test_stuck_shm(void)
     ASSERT_EQ(sfb__transport_abandon(w.t[0], (seq | 1) + 1000000), 0); /* not this call */
     ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 0);
     ASSERT_OK(sfb__loop_call(w.loop[0], noop, NULL));
-    ASSERT_OK(sfb__transport_send(w.t[0], 1, "hb", 2, NULL, 0, 0, 1.0));
+    /* the loop thread sends (a timer's callback: never a visitor), and is stuck */
+    stuck_t = w.t[0];
+    struct sfb__loop_timer *tm;
+    ASSERT_OK(sfb__loop_timer_open(w.loop[0], &tm, 0.001, 0, send_hb_to_1, NULL));
     /* stuck: the same odd value for 200 ms (bounded: 10 s) */
     uint64_t a = 0, b = 1;
     for (double t0 = sfb__now(); sfb__now() - t0 < 10 && !(a == b && (a & 1));) {
@@ -621,7 +633,9 @@ static int test_stuck_shm(void)
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a + 2), 0);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
     ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 1);
+    ASSERT_EQ(sfb__transport_stuck_in_caller(w.t[0]), 0);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 0); /* once */
+    sfb__loop_timer_close(&tm); /* the loop is gone: stopped directly */
     ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
     ASSERT_EQ(sfb__loop_post(w.loop[0], noop, NULL, NULL), -ESHUTDOWN); /* neither fn nor drop runs */
     ASSERT_EQ(sfb__transport_send(w.t[0], 1, "hb", 2, NULL, 0, 0, 0.0), 0); /* queued, never sent */
@@ -635,6 +649,107 @@ static int test_stuck_shm(void)
     ASSERT(access(region, F_OK) != 0); /* its region's name is not left behind */
     return 0;
 }
+
+/* The same with the caller stuck: a thread that entered the loop (as a
+ * send or a wait does to drive progress) sends to the dead rank and hangs
+ * inside the call. The watchdog's abandon gives it up all the same and
+ * says the thread was a caller (comm_watch.c then exits the process). */
+static void *stuck_caller_main(void *arg)
+{
+    struct sfb__transport *t = arg;
+    while (!sfb__loop_try_enter(t->loop)) sched_yield();
+    sfb__transport_send(t, 1, "hb", 2, NULL, 0, 0, 1.0); /* never returns */
+    return NULL;
+}
+
+static int test_stuck_caller_shm(void)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.ack_timeout_s = 120;
+    s.peer_gone = gone_1;
+    struct world w;
+    setenv("SFB_DEBUG_STALL_SEND_TO_DEAD", "1", 1);
+    int rc = world_open(&w, 2, "shm", &s);
+    unsetenv("SFB_DEBUG_STALL_SEND_TO_DEAD");
+    if (rc) {
+        world_close(&w);
+        return 1;
+    }
+    stuck_t = w.t[0];
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, stuck_caller_main, w.t[0]));
+    pthread_detach(th); /* parked for good */
+    uint64_t a = 0, b = 1;
+    for (double t0 = sfb__now(); sfb__now() - t0 < 10 && !(a == b && (a & 1));) {
+        a = sfb__transport_fabric_seq(w.t[0]);
+        usleep(200000);
+        b = sfb__transport_fabric_seq(w.t[0]);
+    }
+    ASSERT(a == b && (a & 1));
+    ASSERT_EQ(sfb__loop_visited(w.loop[0]), 1);
+    ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
+    ASSERT_EQ(sfb__transport_stuck_in_caller(w.t[0]), 1);
+    ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
+    double t1 = sfb__now();
+    world_close(&w);
+    ASSERT(sfb__now() - t1 < 5);
+    return 0;
+}
+
+/* Progress in the caller (transport.c, "Who drives progress"): a send
+ * posts in its caller's thread and a wait takes its frame in its own. The
+ * passes that found completions are counted by thread (the on_pass hook):
+ * which thread gets to a completion first is a race, so the test asserts
+ * that callers did drive (some passes ran in the caller's thread) and that
+ * every frame arrived intact and in order either way. */
+static pthread_t pp_main;
+static _Atomic int pp_in_caller, pp_in_loop;
+static void pp_on_pass(void *user)
+{
+    (void)user;
+    if (pthread_equal(pthread_self(), pp_main)) atomic_fetch_add(&pp_in_caller, 1);
+    else atomic_fetch_add(&pp_in_loop, 1);
+}
+
+static int caller_drives(const char *prov)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.on_pass = pp_on_pass;
+    struct world w;
+    if (world_open(&w, 2, prov, &s)) {
+        world_close(&w);
+        return 1;
+    }
+    pp_main = pthread_self();
+    /* rank 1 echoes from a thread of its own that drives as well */
+    atomic_store(&pp_in_caller, 0);
+    atomic_store(&pp_in_loop, 0);
+    enum { N = 200 };
+    for (int i = 0; i < N; i++) {
+        uint8_t m[8];
+        sfb__put_u64(m, (uint64_t)i);
+        ASSERT_OK(sfb__transport_send(w.t[0], 1, m, sizeof m, NULL, 0, 0, 5.0));
+        struct sfb__frame f;
+        ASSERT_OK(sfb__transport_recv(w.t[1], &f, 5.0));
+        ASSERT_EQ(f.len, 8);
+        ASSERT_EQ(sfb__get_u64(f.data), (uint64_t)i);
+        sfb__buf_put(f.buf);
+        ASSERT_OK(sfb__transport_send(w.t[1], 0, m, sizeof m, NULL, 0, 0, 5.0));
+        ASSERT_OK(sfb__transport_recv(w.t[0], &f, 5.0));
+        ASSERT_EQ(sfb__get_u64(f.data), (uint64_t)i);
+        sfb__buf_put(f.buf);
+    }
+    int caller = atomic_load(&pp_in_caller), loop = atomic_load(&pp_in_loop);
+    printf("  %s: passes with completions: %d in the caller, %d in loop threads\n", prov, caller,
+           loop);
+    ASSERT(caller > 0);
+    world_close(&w);
+    return 0;
+}
+static int test_caller_drives_shm(void) { return caller_drives("shm"); }
+static int test_caller_drives_tcp(void) { return caller_drives("tcp"); }
 
 static int test_bad_rma_shm(void) { return bad_rma("shm"); }
 static int test_bad_rma_tcp(void) { return bad_rma("tcp"); }
@@ -939,6 +1054,9 @@ static const struct test_case tests[] = {
     {"many_big_chunked_tcp", test_many_big_chunked_tcp},
     {"bad_rma_shm", test_bad_rma_shm},
     {"stuck_shm", test_stuck_shm},
+    {"stuck_caller_shm", test_stuck_caller_shm},
+    {"caller_drives_shm", test_caller_drives_shm},
+    {"caller_drives_tcp", test_caller_drives_tcp},
     {"bad_rma_tcp", test_bad_rma_tcp},
     {"slow_receiver_shm", test_slow_receiver_shm},
     {"slow_receiver_tcp", test_slow_receiver_tcp},
