@@ -230,19 +230,6 @@ int sfb__tp_progress(void *arg)
     return st;
 }
 
-/* Async: move submitted sends into the loop's pending list. */
-void sfb__tp_on_async(void *arg)
-{
-    struct sfb__transport *t = arg;
-    if (!atomic_exchange_explicit(&t->sub_pending, 0, memory_order_acq_rel)) return;
-    pthread_mutex_lock(&t->mu);
-    struct sreq *h = t->sub_head;
-    struct sreq *tl = t->sub_tail;
-    t->sub_head = t->sub_tail = NULL;
-    pthread_mutex_unlock(&t->mu);
-    SFB_FIFO_SPLICE(t->pend_head, t->pend_tail, h, tl, next);
-}
-
 /* ---- Who drives progress ----
  * A message should go from the thread that has it to the fabric, and from
  * the fabric to the thread that waits for it, without a hand-off between
@@ -265,28 +252,6 @@ void sfb__tp_on_async(void *arg)
  * Work a caller does leaves the loop thread's spin (last_work) alone: a
  * compute thread that will be back within the clock needs the core more
  * than a loop thread polling for it. */
-/* Posts the submitted sends as a pass would: a send made meanwhile (a
- * callback of a send that failed at once) only queues, and is posted by the
- * next round. Returns 1 when sends are left (the queue is full). */
-static int post_all(struct sfb__transport *t)
-{
-    t->in_pass = 1;
-    for (int round = 0; round < 4; round++) {
-        sfb__tp_post_sends(t);
-        if (t->pend_head || !atomic_load_explicit(&t->sub_pending, memory_order_acquire)) break;
-    }
-    t->in_pass = 0;
-    return t->pend_head || atomic_load_explicit(&t->sub_pending, memory_order_acquire);
-}
-
-int sfb__tp_post_now(struct sfb__transport *t)
-{
-    unsigned before = t->ops_out;
-    int left = post_all(t);
-    if (t->bell) sfb__bell_flush(t->bell);
-    return left || (t->slept && t->ops_out != before);
-}
-
 int sfb__tp_drive(struct sfb__transport *t, int *left)
 {
     double now = sfb__now();
@@ -295,7 +260,7 @@ int sfb__tp_drive(struct sfb__transport *t, int *left)
         t->bell_armed = 0;
     }
     int work = pass_work(t, now);
-    *left = post_all(t);
+    *left = sfb__tp_post_all(t);
     if (t->bell) {
         sfb__bell_flush(t->bell);
         sfb__bell_sleeping(t->bell, 0);

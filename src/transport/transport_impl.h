@@ -15,10 +15,11 @@
  *   transport_shm.c   shm region names, removal of dead processes' regions
  *   transport_tx.c    send requests, posting chunks, sfb__transport_send,
  *                     sfb__transport_flush
- *   transport_rx.c    wildcard receives, reassembly, delivery to the inbox,
- *                     sfb__transport_recv
+ *   transport_rx.c    wildcard receives, reassembly, delivery to the inbox
  *   transport.c       settings defaults, CQ reading and completion dispatch,
- *                     the progress poller
+ *                     the progress poller, a caller's progress pass
+ *   transport_wait.c  sfb__transport_recv: the wait, driving progress in the
+ *                     caller's thread while it can
  *   transport_setup.c open/close (fabric, domain, endpoints, CQ), the
  *                     progress policy, this rank's name
  *
@@ -308,14 +309,10 @@ int sfb__tp_shm_name(struct sfb__transport *t);
  * naming the peer (-1: none) */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);
 /* transport.c: the loop's poller (progress everything, then say how long
- * the loop may sleep) and its async hook (submitted sends to the pending
- * list); transport_setup.c registers them. */
+ * the loop may sleep), and transport_tx.c: its async hook (submitted sends
+ * to the pending list); transport_setup.c registers them. */
 int sfb__tp_progress(void *arg);
 void sfb__tp_on_async(void *arg);
-/* transport.c, in the loop: posts the submitted sends now (a send made
- * outside a pass). Returns 1 when the loop thread must be woken: sends
- * are left for it to retry, or it sleeps with operations now in flight. */
-int sfb__tp_post_now(struct sfb__transport *t);
 /* transport.c, a visitor: one progress pass in the caller's thread.
  * Returns 1 when it did work; *left: sends are left for later (the loop
  * thread must retry them). */
@@ -342,6 +339,13 @@ int sfb__tp_post_recvs(struct sfb__transport *t);
 /* transport_tx.c (loop thread) */
 void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r);
 int sfb__tp_post_sends(struct sfb__transport *t);
+/* In the loop, outside a pass: posts the submitted sends as a pass would
+ * (a send made meanwhile queues and goes in the next round); 1 when sends
+ * are left (the queue is full). sfb__tp_post_now: the same for a send made
+ * outside a pass; 1 when the loop thread must be woken: sends are left for
+ * it to retry, or it sleeps with operations now in flight. */
+int sfb__tp_post_all(struct sfb__transport *t);
+int sfb__tp_post_now(struct sfb__transport *t);
 void sfb__tp_on_ack(struct sfb__transport *t, uint32_t src, uint32_t seq, uint64_t x);
 void sfb__tp_check_acks(struct sfb__transport *t, double now);
 

@@ -17,7 +17,6 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
-#include <sched.h>
 #include <string.h>
 
 /* ---------------- delivery ---------------- */
@@ -453,98 +452,3 @@ int sfb__tp_post_recvs(struct sfb__transport *t)
     }
     return work;
 }
-
-/* Whether a wait for `units` is over (t->mu held): as the wait below. */
-static int inbox_short(const struct sfb__transport *t, uint32_t units)
-{
-    return t->in_count == 0 || (t->in_units < units && !t->ovf_head);
-}
-
-/* A wait drives progress itself (transport.c, "Who drives progress") for
- * up to spin_s, while it can enter the loop, then leaves it to the loop
- * thread. Not in the loop: the loop thread's own waits (a loop call) have
- * no business blocking. */
-static void drive_while_short(struct sfb__transport *t, uint32_t units, double timeout_s)
-{
-    if (sfb__loop_in_thread(t->loop)) return;
-    double t0 = sfb__now(), until = t0 + SFB_MIN(t->s.spin_s, timeout_s), now = t0;
-    int drove = 0, left = 0;
-    for (;;) {
-        pthread_mutex_lock(&t->mu);
-        int wait = inbox_short(t, units) && !t->closing;
-        pthread_mutex_unlock(&t->mu);
-        if (!wait || now >= until) break;
-        /* from now on the loop thread naps, its lock mostly free */
-        if (!drove) atomic_store_explicit(&t->driving, 1, memory_order_release);
-        drove = 1;
-        int work = 0;
-        if (sfb__loop_try_enter(t->loop)) {
-            work = sfb__tp_drive(t, &left);
-            sfb__loop_leave(t->loop);
-        }
-        /* nothing yet: the core to whoever produces it (a peer, the loop thread) */
-        if (!work) sched_yield();
-        now = sfb__now();
-    }
-    if (!drove) return;
-    atomic_store_explicit(&t->driving, 0, memory_order_release);
-    /* Still waiting, or sends left to retry: the loop thread takes over,
-     * and must look now (it napped, its doorbell flag down, while this
-     * thread drove). */
-    pthread_mutex_lock(&t->mu);
-    int wait = inbox_short(t, units);
-    pthread_mutex_unlock(&t->mu);
-    if (wait || left) sfb__loop_wake(t->loop);
-}
-
-int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
-{
-    return sfb__transport_recv_units(t, out, timeout_s, 0);
-}
-
-int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, double timeout_s,
-                              uint32_t units)
-{
-    struct timespec ts;
-    if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
-    if (timeout_s > 0) drive_while_short(t, units, timeout_s);
-    pthread_mutex_lock(&t->mu);
-    /* Wait while the inbox is empty or short of units (parked frames, an
-     * inbox full, lost theirs: no threshold then); at the deadline take
-     * whatever is there. */
-    int rc = 0;
-    while (timeout_s > 0 && rc != ETIMEDOUT &&
-           (t->in_count == 0 || (t->in_units < units && !t->ovf_head))) {
-        t->want_units = units;
-        rc = pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts);
-        t->want_units = 0;
-    }
-    if (t->in_count == 0) {
-        pthread_mutex_unlock(&t->mu);
-        return timeout_s > 0 ? -ETIMEDOUT : -EAGAIN;
-    }
-    *out = t->inbox[t->in_head];
-    t->in_head = (t->in_head + 1) % t->s.inbox_cap;
-    t->in_count--;
-    t->in_units -= out->units;
-    size_t was = atomic_fetch_sub_explicit(&t->inbox_bytes, out->len, memory_order_relaxed);
-    /* The loop holds RMA reads back while the inbox is full of bytes. */
-    size_t half = t->s.read_window / 2;
-    int wake = was > half && was - out->len <= half;
-    if (t->ovf_head) {
-        struct sfb__buf *b = t->ovf_head;
-        SFB_FIFO_DROP_HEAD(t->ovf_head, t->ovf_tail, next);
-        if (!t->ovf_head) {
-            atomic_store(&t->ovf_nonempty, 0);
-            wake = 1; /* the loop may repost receives again */
-        }
-        t->inbox[(t->in_head + t->in_count) % t->s.inbox_cap] =
-            (struct sfb__frame){b, b->data + b->off, b->len, b->src, 1};
-        t->in_count++;
-        t->in_units++;
-    }
-    pthread_mutex_unlock(&t->mu);
-    if (wake) sfb__loop_async_send(t->async);
-    return 0;
-}
-

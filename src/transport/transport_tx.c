@@ -6,6 +6,7 @@
 #include "src/base/bytes.h"
 #include "src/base/util.h"
 #include "src/base/fifo.h"
+#include "src/loop/bell.h"
 #include "src/loop/loop.h"
 
 #include <pthread.h>
@@ -230,6 +231,19 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
     return 0;
 }
 
+/* Async: move submitted sends into the loop's pending list. */
+void sfb__tp_on_async(void *arg)
+{
+    struct sfb__transport *t = arg;
+    if (!atomic_exchange_explicit(&t->sub_pending, 0, memory_order_acq_rel)) return;
+    pthread_mutex_lock(&t->mu);
+    struct sreq *h = t->sub_head;
+    struct sreq *tl = t->sub_tail;
+    t->sub_head = t->sub_tail = NULL;
+    pthread_mutex_unlock(&t->mu);
+    SFB_FIFO_SPLICE(t->pend_head, t->pend_tail, h, tl, next);
+}
+
 int sfb__tp_post_sends(struct sfb__transport *t)
 {
     int work = 0;
@@ -244,6 +258,28 @@ int sfb__tp_post_sends(struct sfb__transport *t)
         if (r->outstanding == 0) sfb__tp_sreq_finish(t, r);
     }
     return work;
+}
+
+/* Posts the submitted sends as a pass would: a send made meanwhile (a
+ * callback of a send that failed at once) only queues, and is posted by the
+ * next round. Returns 1 when sends are left (the queue is full). */
+int sfb__tp_post_all(struct sfb__transport *t)
+{
+    t->in_pass = 1;
+    for (int round = 0; round < 4; round++) {
+        sfb__tp_post_sends(t);
+        if (t->pend_head || !atomic_load_explicit(&t->sub_pending, memory_order_acquire)) break;
+    }
+    t->in_pass = 0;
+    return t->pend_head || atomic_load_explicit(&t->sub_pending, memory_order_acquire);
+}
+
+int sfb__tp_post_now(struct sfb__transport *t)
+{
+    unsigned before = t->ops_out;
+    int left = sfb__tp_post_all(t);
+    if (t->bell) sfb__bell_flush(t->bell);
+    return left || (t->slept && t->ops_out != before);
 }
 
 int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr, size_t hdr_len,
