@@ -19,7 +19,8 @@
  * Rings are coalesced to one per peer per progress pass. A ring that cannot be
  * delivered (peer gone, socket full: it is awake anyway, another network
  * namespace) is dropped: the receiver's bounded sleep makes a missed ring
- * cost time, never a hang. Loop thread only. */
+ * cost time, never a hang. In the loop only (src/loop/loop.h: the loop
+ * thread, or a caller that drives progress). */
 #ifndef SFB_SRC_BELL_H
 #define SFB_SRC_BELL_H
 
