@@ -157,24 +157,28 @@ static int pass_work(struct sfb__transport *t, double now)
     return work;
 }
 
+/* Operations in flight (sends not yet completed, a frame half reassembled,
+ * reads, ACKs due) mean a completion is due within microseconds: poll
+ * longer than spin_s (up to INFLIGHT_SPIN_S), or a big frame whose chunks
+ * complete more than spin_s apart under load would pay a nap (≥ 1 ms:
+ * epoll's resolution) per gap. A blocked rank with a wait fd is the
+ * exception: naps pace its provider-bound operations (tcp over a slow
+ * link: a bundle in flight for 200 ms kept 16 ranks on 2 cores yielding,
+ * 20-30 % more CPU for the same clock on the emulated cluster). */
+int sfb__tp_in_flight(const struct sfb__transport *t)
+{
+    unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
+    return !(t->block && t->wait_fd >= 0) &&
+           (t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head);
+}
+
 /* One pass: progress everything, then decide how long the loop may sleep. */
 static int progress_pass(struct sfb__transport *t)
 {
     double now = sfb__now();
     int work = pass_work(t, now);
-    if (work) t->last_work = now;
-    /* Operations in flight (sends not yet completed, a frame half
-     * reassembled) mean a completion is due within microseconds: keep
-     * polling longer than spin_s, or a big frame whose chunks complete
-     * more than spin_s apart under load would pay a nap (≥ 1 ms: epoll's
-     * resolution) per gap. Bounded, so a dead peer does not burn a core. */
-    unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
-    /* A blocked rank with a wait fd is the exception: naps pace its
-     * provider-bound operations below (tcp over a slow link: a bundle in
-     * flight for 200 ms kept 16 ranks on 2 cores yielding, 20-30 % more CPU
-     * for the same clock on the emulated cluster). */
-    int in_flight = !(t->block && t->wait_fd >= 0) &&
-                    (t->ops_out > rx_posted || t->active || t->acks_due || t->rd_head);
+    if (work || atomic_exchange_explicit(&t->handover, 0, memory_order_acq_rel)) t->last_work = now;
+    int in_flight = sfb__tp_in_flight(t);
     int spinning = now - t->last_work < (in_flight ? INFLIGHT_SPIN_S : t->s.spin_s);
     int pending = t->pend_head || t->rd_head || t->ack_head || atomic_load(&t->sub_pending) ||
                   (t->rx_deficit && !atomic_load(&t->ovf_nonempty));
@@ -184,6 +188,7 @@ static int progress_pass(struct sfb__transport *t)
      * doorbell wake-up (P = 64 halton on 2 cores: 31 ms per clock against
      * 79 ms sleeping at once and 34 ms never sleeping). Only an idle rank
      * sleeps. */
+    unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
     if (t->block && !spinning)
         return progress_block(t, work, t->ops_out > rx_posted + (unsigned)reads_posted(t), pending);
     if (t->bell) {
@@ -252,7 +257,7 @@ int sfb__tp_progress(void *arg)
  * Work a caller does leaves the loop thread's spin (last_work) alone: a
  * compute thread that will be back within the clock needs the core more
  * than a loop thread polling for it. */
-int sfb__tp_drive(struct sfb__transport *t, int *left)
+int sfb__tp_drive(struct sfb__transport *t, int *left, int *in_flight)
 {
     double now = sfb__now();
     if (t->bell && t->bell_armed) {
@@ -261,6 +266,7 @@ int sfb__tp_drive(struct sfb__transport *t, int *left)
     }
     int work = pass_work(t, now);
     *left = sfb__tp_post_all(t);
+    *in_flight = sfb__tp_in_flight(t);
     if (t->bell) {
         sfb__bell_flush(t->bell);
         sfb__bell_sleeping(t->bell, 0);

@@ -227,6 +227,8 @@ struct sfb__transport {
     int slept;         /* the loop thread's last pass chose to sleep */
     _Atomic int driving;     /* a caller is driving progress now: the loop thread naps */
     _Atomic int sub_pending; /* sends submitted, not yet moved to pend (sub_head) */
+    _Atomic int handover;    /* a caller stopped driving while still waiting: the loop
+                              * thread takes over as if it had just done the work */
 
     /* loop-thread state */
     unsigned ops_out, max_ops; /* posted operations; the CQ holds max_ops */
@@ -315,8 +317,11 @@ int sfb__tp_progress(void *arg);
 void sfb__tp_on_async(void *arg);
 /* transport.c, a visitor: one progress pass in the caller's thread.
  * Returns 1 when it did work; *left: sends are left for later (the loop
- * thread must retry them). */
-int sfb__tp_drive(struct sfb__transport *t, int *left);
+ * thread must retry them); *in_flight: as sfb__tp_in_flight after it. */
+int sfb__tp_drive(struct sfb__transport *t, int *left, int *in_flight);
+/* transport.c, in the loop: operations are in flight whose completion
+ * is due soon (polling on for it beats sleeping). */
+int sfb__tp_in_flight(const struct sfb__transport *t);
 
 /* transport_pool.c (loop thread, except buffers) */
 void sfb__tp_buf_free(struct sfb__buf *b);
