@@ -132,11 +132,19 @@ static void drop_rec(void *arg)
     atomic_fetch_add(&dropped, 1);
 }
 
-static void gate(void *arg) /* holds the loop thread until the test lets go */
+static _Atomic int gate_in;
+static void gate(void *arg) /* holds the loop until the test lets go */
 {
+    atomic_store(&gate_in, 1);
     pthread_mutex_lock(&gate_mu);
     pthread_mutex_unlock(&gate_mu);
     record(arg);
+}
+
+static void *post_gate(void *arg)
+{
+    sfb__loop_post(arg, gate, drop_rec, (void *)(intptr_t)2);
+    return NULL;
 }
 
 static int test_post(void)
@@ -149,13 +157,21 @@ static int test_post(void)
     ASSERT_EQ(atomic_load(&n_order), 1);
     ASSERT_OK(sfb__loop_start(l));
     atomic_store(&posted_in_loop, 0);
-    /* the loop thread is held in the first post while the others queue */
+    /* The loop is held in the first post while the others queue. It is
+     * posted by another thread, which may run it there (it can enter the
+     * loop, src/loop/loop.h) or queue it for the loop thread: either way
+     * the loop is busy until the gate opens. */
     pthread_mutex_lock(&gate_mu);
-    ASSERT_OK(sfb__loop_post(l, gate, drop_rec, (void *)(intptr_t)2));
+    atomic_store(&gate_in, 0);
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, post_gate, l));
+    for (double t0 = sfb__now(); !atomic_load(&gate_in) && sfb__now() - t0 < 5;) sleep_s(0.001);
+    ASSERT_EQ(atomic_load(&gate_in), 1);
     for (int i = 3; i <= 5; i++) ASSERT_OK(sfb__loop_post(l, record, drop_rec, (void *)(intptr_t)i));
     sleep_s(0.02);
     ASSERT_EQ(atomic_load(&n_order), 1); /* returned before running */
     pthread_mutex_unlock(&gate_mu);
+    pthread_join(th, NULL);
     ASSERT_OK(sfb__loop_call(l, record, (void *)(intptr_t)6));
     ASSERT_EQ(atomic_load(&n_order), 6);
     for (int i = 0; i < 6; i++) ASSERT_EQ(order[i], i + 1);
@@ -196,7 +212,8 @@ static int test_visitor(void)
     ASSERT_EQ(sfb__loop_try_enter(l), 0); /* not started */
     ASSERT_OK(sfb__loop_start(l));
     int in = 0;
-    for (double t0 = sfb__now(); !in && sfb__now() - t0 < 5;) in = sfb__loop_try_enter(l);
+    for (double t0 = sfb__now(); !in && sfb__now() - t0 < 5; sleep_s(0.001))
+        in = sfb__loop_try_enter(l); /* (a pause: valgrind lets a spinning thread starve the rest) */
     ASSERT(in);
     ASSERT_EQ(sfb__loop_in_thread(l), 1);
     ASSERT_EQ(sfb__loop_visited(l), 1);
