@@ -37,6 +37,7 @@ struct sfb__loop {
      * visitor) until sfb__loop_leave. */
     pthread_mutex_t run_mu;
     _Atomic int running;   /* the loop thread is in ev_run: visitors may enter */
+    _Atomic int closed_door; /* sfb__loop_admit(l, 0): no visitors */
     _Atomic int visiting;  /* a visitor holds run_mu */
     pthread_t visitor;
     int dirty; /* a visitor changed a watcher: the loop must recompute its wait */
@@ -242,6 +243,7 @@ int sfb__loop_in_thread(const struct sfb__loop *l)
 int sfb__loop_try_enter(struct sfb__loop *l)
 {
     if (!l->started || !atomic_load_explicit(&l->running, memory_order_acquire) ||
+        atomic_load_explicit(&l->closed_door, memory_order_relaxed) ||
         pthread_equal(pthread_self(), l->thread) || visitor_is_me(l))
         return 0;
     if (pthread_mutex_trylock(&l->run_mu)) return 0;
@@ -261,6 +263,11 @@ void sfb__loop_leave(struct sfb__loop *l)
     atomic_store_explicit(&l->visiting, 0, memory_order_release);
     pthread_mutex_unlock(&l->run_mu);
     if (dirty) ev_async_send(l->ev, &l->wake);
+}
+
+void sfb__loop_admit(struct sfb__loop *l, int visitors)
+{
+    atomic_store_explicit(&l->closed_door, !visitors, memory_order_relaxed);
 }
 
 int sfb__loop_visited(const struct sfb__loop *l)

@@ -59,6 +59,9 @@ int sfb__loop_in_thread(const struct sfb__loop *l);
  * A visitor must call sfb__loop_leave soon: the loop thread's timers wait
  * for it. */
 int sfb__loop_try_enter(struct sfb__loop *l);
+/* Whether other threads may enter (1, the default) or every call and post
+ * goes to the loop thread (0; src/transport/transport_setup.c decides). */
+void sfb__loop_admit(struct sfb__loop *l, int visitors);
 /* Leaves the loop; wakes the loop thread if the visitor changed a watcher
  * (it must recompute how long it may block). */
 void sfb__loop_leave(struct sfb__loop *l);

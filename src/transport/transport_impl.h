@@ -223,6 +223,7 @@ struct sfb__transport {
 
     /* Progress in the caller (transport.c, "Who drives progress"): state in
      * the loop (the loop thread's or a visitor's, under the loop's lock). */
+    int caller_progress; /* callers post and drive (set up: choose_progress) */
     int in_pass;       /* a progress pass runs: a send made in it only queues */
     int slept;         /* the loop thread's last pass chose to sleep */
     _Atomic int driving;     /* a caller is driving progress now: the loop thread naps */

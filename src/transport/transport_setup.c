@@ -268,10 +268,20 @@ static void choose_progress(struct sfb__transport *t)
             SFB_LOG_W("transport: no doorbell (%s): rank %u naps %.1f ms when idle",
                       sfb_error_message(rc), t->s.rank, 1e3 * t->s.poll_interval_s);
     }
+    /* Progress in the caller (transport.c, "Who drives progress") where
+     * every thread has a core; an oversubscribed host keeps every fabric
+     * call in the loop thread, as before it (once in CI, 4 ranks bound two
+     * to a core had a caller and a peer's thread each inside a shm call for
+     * 10 s; not understood, not reproduced in 22 runs here).
+     * SFB_CALLER_PROGRESS=0|1 decides instead. */
+    const char *cp = getenv("SFB_CALLER_PROGRESS");
+    t->caller_progress = cp && *cp ? strcmp(cp, "0") != 0 : !t->block;
+    sfb__loop_admit(t->loop, t->caller_progress);
     /* A receiver waits its turn for a CPU too: the ACK of an RMA frame may
      * take as much longer as there are more ranks than CPUs. */
     if (oversubscribed) t->s.ack_timeout_s *= (double)t->s.local_ranks / cpus;
-    SFB_LOG_D("transport: progress %s (%u ranks on this host, %u CPUs)", t->block ? "block" : "spin",
+    SFB_LOG_D("transport: progress %s%s (%u ranks on this host, %u CPUs)",
+              t->block ? "block" : "spin", t->caller_progress ? ", in the caller" : "",
               t->s.local_ranks, cpus);
 }
 

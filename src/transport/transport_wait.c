@@ -25,7 +25,7 @@ static int inbox_short(const struct sfb__transport *t, uint32_t units)
  * loop thread's own waits (a loop call) have no business blocking. */
 static void drive_while_short(struct sfb__transport *t, uint32_t units, double timeout_s)
 {
-    if (sfb__loop_in_thread(t->loop)) return;
+    if (!t->caller_progress || sfb__loop_in_thread(t->loop)) return;
     double t0 = sfb__now(), now = t0;
     double until = t0 + SFB_MIN(t->s.spin_s, timeout_s);
     double cap = t0 + SFB_MIN(SFB_MAX(INFLIGHT_SPIN_S, t->s.spin_s), timeout_s);
