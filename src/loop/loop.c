@@ -444,35 +444,34 @@ int sfb__loop_poller_open(struct sfb__loop *l, struct sfb__loop_poller **out, in
     return 0;
 }
 
-struct sleep_max_op {
+/* Sets one of a poller's bounds (sleep_max, away_max) in the loop. */
+struct bound_op {
     struct sfb__loop_poller *p;
+    double *field;
     double s;
 };
 
-static void sleep_max_in_loop(void *arg)
+static void bound_in_loop(void *arg)
 {
-    struct sleep_max_op *op = arg;
+    struct bound_op *op = arg;
     touched(op->p->l);
-    op->p->sleep_max = op->s;
+    *op->field = op->s;
+}
+
+static void set_bound(struct sfb__loop_poller *p, double *field, double s)
+{
+    struct bound_op op = {p, field, s};
+    if (sfb__loop_call(p->l, bound_in_loop, &op)) bound_in_loop(&op);
 }
 
 void sfb__loop_poller_sleep_max(struct sfb__loop_poller *p, double sleep_max_s)
 {
-    struct sleep_max_op op = {p, sleep_max_s};
-    if (sfb__loop_call(p->l, sleep_max_in_loop, &op)) sleep_max_in_loop(&op);
-}
-
-static void away_max_in_loop(void *arg)
-{
-    struct sleep_max_op *op = arg;
-    touched(op->p->l);
-    op->p->away_max = op->s;
+    set_bound(p, &p->sleep_max, sleep_max_s);
 }
 
 void sfb__loop_poller_away_max(struct sfb__loop_poller *p, double away_max_s)
 {
-    struct sleep_max_op op = {p, away_max_s};
-    if (sfb__loop_call(p->l, away_max_in_loop, &op)) away_max_in_loop(&op);
+    set_bound(p, &p->away_max, away_max_s);
 }
 
 void sfb__loop_poller_close(struct sfb__loop_poller **pp)

@@ -599,20 +599,38 @@ static void send_hb_to_1(void *arg)
     sfb__transport_send(stuck_t, 1, "hb", 2, NULL, 0, 0, 1.0);
 }
 
-static int test_stuck_shm(void)
+/* Two shm ranks, rank 1 reported gone, and every send to it hanging
+ * inside a marked call (SFB_DEBUG_STALL_SEND_TO_DEAD). 0 or 1 (closed). */
+static int stuck_world_open(struct world *w)
 {
     struct sfb__transport_settings s;
     sfb__transport_default_settings(&s);
     s.ack_timeout_s = 120;
     s.peer_gone = gone_1;
-    struct world w;
     setenv("SFB_DEBUG_STALL_SEND_TO_DEAD", "1", 1);
-    int rc = world_open(&w, 2, "shm", &s);
+    int rc = world_open(w, 2, "shm", &s);
     unsetenv("SFB_DEBUG_STALL_SEND_TO_DEAD");
-    if (rc) {
-        world_close(&w);
-        return 1;
+    if (rc) world_close(w);
+    return rc ? 1 : 0;
+}
+
+/* The fabric-call counter once it has stayed odd and still for 200 ms
+ * (bounded: 10 s); 0 if it never did. */
+static uint64_t stuck_seq(struct sfb__transport *t)
+{
+    uint64_t a = 0, b = 1;
+    for (double t0 = sfb__now(); sfb__now() - t0 < 10 && !(a == b && (a & 1));) {
+        a = sfb__transport_fabric_seq(t);
+        usleep(200000);
+        b = sfb__transport_fabric_seq(t);
     }
+    return a == b && (a & 1) ? a : 0;
+}
+
+static int test_stuck_shm(void)
+{
+    struct world w;
+    if (stuck_world_open(&w)) return 1;
     uint64_t seq = sfb__transport_fabric_seq(w.t[0]);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], seq & ~1ull), 0);   /* not inside a call */
     ASSERT_EQ(sfb__transport_abandon(w.t[0], (seq | 1) + 1000000), 0); /* not this call */
@@ -622,14 +640,8 @@ static int test_stuck_shm(void)
     stuck_t = w.t[0];
     struct sfb__loop_timer *tm;
     ASSERT_OK(sfb__loop_timer_open(w.loop[0], &tm, 0.001, 0, send_hb_to_1, NULL));
-    /* stuck: the same odd value for 200 ms (bounded: 10 s) */
-    uint64_t a = 0, b = 1;
-    for (double t0 = sfb__now(); sfb__now() - t0 < 10 && !(a == b && (a & 1));) {
-        a = sfb__transport_fabric_seq(w.t[0]);
-        usleep(200000);
-        b = sfb__transport_fabric_seq(w.t[0]);
-    }
-    ASSERT(a == b && (a & 1));
+    uint64_t a = stuck_seq(w.t[0]);
+    ASSERT(a != 0);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a + 2), 0);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
     ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 1);
@@ -664,29 +676,13 @@ static void *stuck_caller_main(void *arg)
 
 static int test_stuck_caller_shm(void)
 {
-    struct sfb__transport_settings s;
-    sfb__transport_default_settings(&s);
-    s.ack_timeout_s = 120;
-    s.peer_gone = gone_1;
     struct world w;
-    setenv("SFB_DEBUG_STALL_SEND_TO_DEAD", "1", 1);
-    int rc = world_open(&w, 2, "shm", &s);
-    unsetenv("SFB_DEBUG_STALL_SEND_TO_DEAD");
-    if (rc) {
-        world_close(&w);
-        return 1;
-    }
-    stuck_t = w.t[0];
+    if (stuck_world_open(&w)) return 1;
     pthread_t th;
     ASSERT_OK(pthread_create(&th, NULL, stuck_caller_main, w.t[0]));
     pthread_detach(th); /* parked for good */
-    uint64_t a = 0, b = 1;
-    for (double t0 = sfb__now(); sfb__now() - t0 < 10 && !(a == b && (a & 1));) {
-        a = sfb__transport_fabric_seq(w.t[0]);
-        usleep(200000);
-        b = sfb__transport_fabric_seq(w.t[0]);
-    }
-    ASSERT(a == b && (a & 1));
+    uint64_t a = stuck_seq(w.t[0]);
+    ASSERT(a != 0);
     ASSERT_EQ(sfb__loop_visited(w.loop[0]), 1);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
     ASSERT_EQ(sfb__transport_stuck_in_caller(w.t[0]), 1);
