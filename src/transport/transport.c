@@ -41,7 +41,8 @@ void sfb__transport_default_settings(struct sfb__transport_settings *s)
     s->read_window = (size_t)64 << 20;
 }
 
-static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_t tag, int err)
+static void complete(struct sfb__transport *t, struct op *o, const struct fi_cq_tagged_entry *e,
+                     int err)
 {
     switch (o->kind) {
     case OP_SEND: {
@@ -58,7 +59,8 @@ static void complete(struct sfb__transport *t, struct op *o, size_t len, uint64_
     case OP_RECV:
         t->rx_deficit++;
         if (err) sfb__buf_put(o->rbuf);
-        else sfb__tp_on_message(t, o->rbuf, len);
+        else if (e->flags & FI_REMOTE_CQ_DATA) sfb__tp_on_whole(t, o->rbuf, e->len, e->data);
+        else sfb__tp_on_message(t, o->rbuf, e->len);
         break;
     }
     sfb__tp_op_put(t, o);
@@ -89,7 +91,7 @@ static int read_cq(struct sfb__transport *t)
                 sfb__tp_report(t, peer, -e.err, "completion error", s);
             }
             /* A failed read completes as such: refused back to its sender. */
-            if (o) complete(t, o, 0, 0, e.err ? e.err : FI_EOTHER);
+            if (o) complete(t, o, &(struct fi_cq_tagged_entry){0}, e.err ? e.err : FI_EOTHER);
             else stat_add(&t->stats.dropped, 1);
             work = 1;
             continue;
@@ -98,8 +100,11 @@ static int read_cq(struct sfb__transport *t)
             sfb__tp_report(t, -1, (int)n, "fi_cq_read failed", NULL);
             break;
         }
-        for (ssize_t i = 0; i < n; i++) complete(t, ent[i].op_context, ent[i].len, ent[i].tag, 0);
+        for (ssize_t i = 0; i < n; i++) complete(t, ent[i].op_context, &ent[i], 0);
         work = 1;
+        /* Fewer than asked: drained (one provider progress call less; what
+         * completes meanwhile is the next pass's). */
+        if (n < (ssize_t)SFB_ARRAY_LEN(ent)) break;
     }
     if (work && t->s.on_pass) t->s.on_pass(t->s.user);
     return work;
@@ -147,11 +152,17 @@ static int pass_work(struct sfb__transport *t, double now)
 {
     t->in_pass = 1;
     int work = read_cq(t);
-    work |= sfb__tp_post_sends(t);
-    work |= sfb__tp_post_recvs(t);
-    work |= sfb__tp_post_reads(t);
-    work |= read_cq(t);
-    work |= sfb__tp_post_sends(t);
+    int posted = sfb__tp_post_sends(t);
+    posted |= sfb__tp_post_recvs(t);
+    posted |= sfb__tp_post_reads(t);
+    /* What was just posted may complete at once (an inject, a read on
+     * shm): look again, and post what that frees. Nothing posted: the next
+     * pass looks soon enough. */
+    if (posted) {
+        work = 1;
+        read_cq(t);
+        sfb__tp_post_sends(t);
+    }
     t->in_pass = 0;
     sfb__tp_check_acks(t, now);
     return work;
@@ -257,9 +268,8 @@ int sfb__tp_progress(void *arg)
  * Work a caller does leaves the loop thread's spin (last_work) alone: a
  * compute thread that will be back within the clock needs the core more
  * than a loop thread polling for it. */
-int sfb__tp_drive(struct sfb__transport *t, int *left, int *in_flight)
+int sfb__tp_drive(struct sfb__transport *t, double now, int *left, int *in_flight)
 {
-    double now = sfb__now();
     if (t->bell && t->bell_armed) {
         sfb__bell_drain(t->bell);
         t->bell_armed = 0;

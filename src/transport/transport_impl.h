@@ -206,6 +206,7 @@ struct sfb__transport {
     void *slab_desc;
     int mr_local;
     int rma;           /* provider offers FI_RMA reads: big frames go by RMA */
+    int cq_data;       /* a WHOLE message's header goes as remote CQ data (transport_tx.c) */
     int mr_virt_addr;  /* FI_MR_VIRT_ADDR: remote addresses are pointers */
     double next_ack_check;
     unsigned acks_due; /* RMA sends waiting for their ACK (loop thread) */
@@ -319,7 +320,7 @@ void sfb__tp_on_async(void *arg);
 /* transport.c, a visitor: one progress pass in the caller's thread.
  * Returns 1 when it did work; *left: sends are left for later (the loop
  * thread must retry them); *in_flight: as sfb__tp_in_flight after it. */
-int sfb__tp_drive(struct sfb__transport *t, int *left, int *in_flight);
+int sfb__tp_drive(struct sfb__transport *t, double now, int *left, int *in_flight);
 /* transport.c, in the loop: operations are in flight whose completion
  * is due soon (polling on for it beats sleeping). */
 int sfb__tp_in_flight(const struct sfb__transport *t);
@@ -340,6 +341,9 @@ int sfb__tp_post_reads(struct sfb__transport *t);
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);
 struct op *sfb__tp_read_oldest(struct sfb__transport *t);
 void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len);
+/* A WHOLE message whose transport header came as remote CQ data (`data`:
+ * its first 8 bytes; transport_tx.c): the frame is all of the message. */
+void sfb__tp_on_whole(struct sfb__transport *t, struct sfb__buf *b, size_t len, uint64_t data);
 int sfb__tp_post_recvs(struct sfb__transport *t);
 
 /* transport_tx.c (loop thread) */

@@ -369,6 +369,32 @@ static void first_chunk(struct sfb__transport *t, struct asm_rec *a, struct sfb_
  * piece, told apart by the transport header. Completions may come out of
  * order (eager vs. rendezvous), so chunks are matched by (sender, sequence,
  * index), not by arrival. */
+/* A message's sender and kind, checked (the peer is not trusted): 1 when
+ * they are valid (kinds up to `max_kind`), else the message is dropped and
+ * counted. */
+static int heard_from(struct sfb__transport *t, struct sfb__buf *b, uint32_t src, uint32_t kind,
+                      uint32_t max_kind)
+{
+    if ((t->peers.world && src >= t->peers.world) || kind > max_kind) {
+        SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
+                  t->peers.world);
+        stat_add(&t->stats.dropped, 1);
+        sfb__buf_put(b);
+        return 0;
+    }
+    /* world is published after heard (set_peers): reading it first orders them. */
+    if (src < t->peers.world) t->peers.heard[src] = sfb__now();
+    return 1;
+}
+
+void sfb__tp_on_whole(struct sfb__transport *t, struct sfb__buf *b, size_t len, uint64_t data)
+{
+    uint32_t w0 = (uint32_t)data, src = w0 & 0xffffffu, kind = w0 >> 24;
+    if (!heard_from(t, b, src, kind, K_WHOLE)) return;
+    b->off = 0;
+    deliver(t, b, len, src);
+}
+
 void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len)
 {
     if (len < THDR_LEN) {
@@ -380,15 +406,7 @@ void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len
     uint32_t w0 = sfb__get_u32(b->data), seq = sfb__get_u32(b->data + 4);
     uint64_t x = sfb__get_u64(b->data + 8);
     uint32_t src = w0 & 0xffffffu, kind = w0 >> 24;
-    if ((t->peers.world && src >= t->peers.world) || kind > K_ACK) {
-        SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
-                  t->peers.world);
-        stat_add(&t->stats.dropped, 1);
-        sfb__buf_put(b);
-        return;
-    }
-    /* world is published after heard (set_peers): reading it first orders them. */
-    if (src < t->peers.world) t->peers.heard[src] = sfb__now();
+    if (!heard_from(t, b, src, kind, K_ACK)) return;
     if (kind == K_RMA) {
         on_announce(t, b, len, src, x);
         return;

@@ -195,6 +195,10 @@ static int open_fabric(struct sfb__transport *t)
     t->rma = (fi->caps & FI_RMA) && (fi->caps & FI_READ) && (fi->caps & FI_REMOTE_READ) &&
              !(fi->domain_attr->mr_mode & (FI_MR_ENDPOINT | FI_MR_RAW));
     t->mr_virt_addr = !!(fi->domain_attr->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_BASIC));
+    /* Remote CQ data carries a WHOLE message's header (transport_tx.c)
+     * where the provider has 8 bytes of it (shm, tcp;ofi_rxm); receivers
+     * take either form. SFB_TRANSPORT_CQ_DATA=0 keeps it in the message. */
+    t->cq_data = fi->domain_attr->cq_data_size >= 8 && env_switch("SFB_TRANSPORT_CQ_DATA", 1);
     size_t maxmsg = fi->ep_attr->max_msg_size;
     t->chunk = SFB_MIN(t->s.chunk_size, maxmsg);
     if (t->chunk < 4096)

@@ -61,7 +61,8 @@ void sfb__tp_sreq_finish(struct sfb__transport *t, struct sreq *r)
  * peer's process is gone: -FI_ENOTCONN), `o` back, the request marked
  * failed. */
 static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o,
-                          const struct iovec *iov, void **desc, size_t cnt, const char *what)
+                          const struct iovec *iov, void **desc, size_t cnt, const uint64_t *data,
+                          const char *what)
 {
     o->kind = OP_SEND;
     o->req = r;
@@ -72,7 +73,14 @@ static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o
         r->failed = 1;
         return -FI_ENOTCONN;
     }
-    ssize_t rc = FAB(t, fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, fa, 0, &o->ctx));
+    ssize_t rc;
+    if (data) {
+        struct fi_msg_tagged m = {.msg_iov = iov, .desc = t->mr_local ? desc : NULL,
+                                  .iov_count = cnt, .addr = fa, .context = &o->ctx, .data = *data};
+        rc = FAB(t, fi_tsendmsg(t->ep, &m, FI_REMOTE_CQ_DATA));
+    } else {
+        rc = FAB(t, fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, fa, 0, &o->ctx));
+    }
     /* posted, or the peer's queue is full: either way it has work */
     if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, r->dst, rc == -FI_EAGAIN);
     if (rc == -FI_EAGAIN) {
@@ -115,7 +123,8 @@ static int advance_rma(struct sfb__transport *t, struct sreq *r)
     sfb__put_u32(o->thdr + THDR_LEN + 20, (uint32_t)(r - t->sreqs));
     struct iovec iov[2] = {{o->thdr, THDR_LEN + ANN_LEN}, {r->hdr, r->hdr_len}};
     void *desc[2] = {o->desc, t->slab_desc};
-    ssize_t rc = post_sendv(t, r, o, iov, desc, r->hdr_len ? 2 : 1, "fi_tsendv (RMA announce) failed");
+    ssize_t rc = post_sendv(t, r, o, iov, desc, r->hdr_len ? 2 : 1, NULL,
+                            "fi_tsendv (RMA announce) failed");
     if (rc == -FI_EAGAIN) return -FI_EAGAIN;
     if (!rc) {
         r->outstanding += 2; /* the announce and the ACK */
@@ -185,6 +194,7 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
         struct iovec iov[2];
         void *desc[2];
         size_t cnt, nbytes;
+        uint64_t data, *with = NULL;
         if (!r->started) {
             r->seq = t->peers.seq[r->dst]++;
             r->started = 1;
@@ -195,16 +205,24 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
             /* Transport header, frame header and the start of the payload:
              * prefix and hdr are adjacent in the sreq, so 2 iovecs. */
             nbytes = SFB_MIN(r->total, room);
-            thdr_put(r->prefix, t->s.rank, nbytes == r->total ? K_WHOLE : K_FIRST, r->seq,
-                     nbytes == r->total ? 0 : r->total);
+            int whole = nbytes == r->total;
+            thdr_put(r->prefix, t->s.rank, whole ? K_WHOLE : K_FIRST, r->seq,
+                     whole ? 0 : r->total);
             size_t h = SFB_MIN(r->hdr_len, nbytes);
-            iov[0] = (struct iovec){r->prefix, THDR_LEN + h};
+            /* A WHOLE message's header (its first 8 bytes: the last 8 are
+             * 0) as remote CQ data, where the provider carries 8 bytes:
+             * 16 bytes less on the wire, and a 4 KiB frame stays within
+             * shm's 4 KiB inject buffer (docs/wire.md). */
+            with = whole && t->cq_data && r->total ? &data : NULL;
+            if (with) data = sfb__get_u64(r->prefix);
+            size_t skip = with ? THDR_LEN : 0;
+            iov[0] = (struct iovec){r->prefix + skip, THDR_LEN - skip + h};
             desc[0] = t->slab_desc;
-            cnt = 1;
+            cnt = iov[0].iov_len ? 1 : 0;
             if (nbytes > h) {
-                iov[1] = (struct iovec){r->buf->data + r->off, nbytes - h};
-                desc[1] = r->buf->desc;
-                cnt = 2;
+                iov[cnt] = (struct iovec){r->buf->data + r->off, nbytes - h};
+                desc[cnt] = r->buf->desc;
+                cnt++;
             }
         } else {
             /* The frame header always fits in the first chunk (room ≥ 4080),
@@ -217,7 +235,7 @@ static int advance_send(struct sfb__transport *t, struct sreq *r)
             desc[1] = r->buf->desc;
             cnt = 2;
         }
-        ssize_t rc = post_sendv(t, r, o, iov, desc, cnt, "fi_tsendv failed");
+        ssize_t rc = post_sendv(t, r, o, iov, desc, cnt, with, "fi_tsendv failed");
         if (rc == -FI_EAGAIN) return -FI_EAGAIN;
         if (rc) {
             r->all_posted = 1;

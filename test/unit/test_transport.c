@@ -514,6 +514,84 @@ static int bad_rma(const char *prov)
     world_close(&w);
     return 0;
 }
+/* A WHOLE message's header as remote CQ data (transport_tx.c): rank 0
+ * sends with it, rank 1 without (SFB_TRANSPORT_CQ_DATA=0 at its open), and
+ * each takes the other's frames intact, 4 KiB (shm's inject size) among
+ * them; forged CQ data (another kind than WHOLE, a sender outside the
+ * world) is dropped and counted, a forged but valid one delivered whole. */
+struct forge_data {
+    struct sfb__transport *t;
+    uint64_t data;
+    int rc;
+};
+
+static void forge_data_in_loop(void *arg)
+{
+    struct forge_data *f = arg;
+    struct op *o = sfb__tp_op_get(f->t);
+    if ((f->rc = o ? 0 : -ENOMEM)) return;
+    o->kind = OP_ACK; /* completion only frees the op */
+    memcpy(o->thdr, "xyz", 3);
+    f->rc = (int)fi_tsenddata(f->t->ep, o->thdr, 3, o->desc, f->data, sfb__tp_addr(f->t, 1), 0,
+                              &o->ctx);
+    if (f->rc) sfb__tp_op_put(f->t, o);
+}
+
+static int cq_data(const char *prov)
+{
+    struct world w;
+    setenv("SFB_TRANSPORT_CQ_DATA", "0", 1);
+    int rc = world_open(&w, 2, prov, NULL);
+    unsetenv("SFB_TRANSPORT_CQ_DATA");
+    if (rc) {
+        world_close(&w);
+        return 1;
+    }
+    ASSERT(!w.t[0]->cq_data && !w.t[1]->cq_data);
+    w.t[0]->cq_data = 1; /* shm and tcp;ofi_rxm carry 8 bytes */
+    static const size_t lens[] = {1, 64, 4094, 4096, 4097, 65536};
+    for (size_t k = 0; k < SFB_ARRAY_LEN(lens); k++)
+        for (int from = 0; from < 2; from++) {
+            struct sfb__buf *b;
+            ASSERT_OK(sfb__transport_buf_get(w.t[from], lens[k], &b));
+            fill(b->data, lens[k], (int)k, from);
+            ASSERT_OK(sfb__transport_send(w.t[from], 1 - (uint32_t)from, "hd", 2, b, 0, lens[k], 5));
+            struct sfb__frame f;
+            ASSERT_OK(sfb__transport_recv(w.t[1 - from], &f, 10));
+            ASSERT_EQ(f.src, (uint32_t)from);
+            ASSERT_EQ(f.len, 2 + lens[k]);
+            ASSERT(memcmp(f.data, "hd", 2) == 0 && memcmp(f.data + 2, b->data, lens[k]) == 0);
+            sfb__buf_put(f.buf);
+            sfb__buf_put(b);
+        }
+    struct forge_data fs[] = {
+        {.data = 0 | (uint64_t)K_FIRST << 24 | 9ull << 32}, /* not WHOLE: dropped */
+        {.data = 5 | (uint64_t)K_WHOLE << 24},             /* rank 5 of 2: dropped */
+        {.data = 0 | (uint64_t)K_WHOLE << 24 | 9ull << 32}, /* delivered: "xyz" */
+    };
+    const struct sfb__transport_stats *s1 = sfb__transport_stats(w.t[1]);
+    for (size_t i = 0; i < SFB_ARRAY_LEN(fs); i++) {
+        fs[i].t = w.t[0];
+        double t1 = sfb__now();
+        do { /* -FI_EAGAIN until the loop has progressed */
+            ASSERT_OK(sfb__loop_call(w.loop[0], forge_data_in_loop, &fs[i]));
+        } while (fs[i].rc == -FI_EAGAIN && sfb__now() - t1 < 5 && !usleep(1000));
+        ASSERT_OK(fs[i].rc);
+    }
+    struct sfb__frame f;
+    ASSERT_OK(sfb__transport_recv(w.t[1], &f, 10));
+    ASSERT_EQ(f.src, 0u);
+    ASSERT_EQ(f.len, 3);
+    ASSERT(memcmp(f.data, "xyz", 3) == 0);
+    sfb__buf_put(f.buf);
+    ASSERT_EQ(atomic_load(&s1->dropped), 2);
+    ASSERT_EQ(sfb__transport_recv(w.t[1], &f, 0.05), -ETIMEDOUT);
+    world_close(&w);
+    return 0;
+}
+static int test_cq_data_shm(void) { return cq_data("shm"); }
+static int test_cq_data_tcp(void) { return cq_data("tcp"); }
+
 /* A receiver whose inbox fills its read_window gets no more big frames read
  * (flow control), yet the frames waiting for it do not time out while it
  * still sends something (here a header-only frame every 20 ms, as comm's
@@ -1054,6 +1132,8 @@ static const struct test_case tests[] = {
     {"caller_drives_shm", test_caller_drives_shm},
     {"caller_drives_tcp", test_caller_drives_tcp},
     {"bad_rma_tcp", test_bad_rma_tcp},
+    {"cq_data_shm", test_cq_data_shm},
+    {"cq_data_tcp", test_cq_data_tcp},
     {"slow_receiver_shm", test_slow_receiver_shm},
     {"slow_receiver_tcp", test_slow_receiver_tcp},
     {"relay_shm", test_relay_shm},
