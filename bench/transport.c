@@ -5,7 +5,7 @@
  * calling sfb__transport_send / sfb__transport_recv.
  *
  *   bench_transport [--smoke] [--sizes a,b,...] [--iters n] [--mode pingpong|stream|both|duplex]
- *                   [--netns NS0,NS1] [provider ...]       (default: shm tcp)
+ *                   [--netns NS0,NS1] [--bind CPU0,CPU1] [provider ...]   (default: shm tcp)
  *
  * One line per result (warm-up excluded):  name  size  iters  us/op  GB/s
  *   transport/pingpong/<prov>: rank 0 sends a frame of `size` bytes, rank 1
@@ -20,7 +20,11 @@
  * --netns NS0,NS1 puts rank 0 into network namespace NS0 and rank 1 into NS1
  * (names as `ip netns` knows them; needs root) before either opens its
  * transport: a ping-pong across the links of scripts/netns-cluster, whose
- * --calibrate option runs this with FI_TCP_IFACE=eth0.
+ * --calibrate option runs this with FI_TCP_IFACE=eth0. --bind CPU0,CPU1 pins
+ * rank 0 (all its threads) to CPU0 and rank 1 to CPU1, as latency
+ * benchmarks are run (bench/transport_vs_fi.sh pins fi_pingpong alike):
+ * left to the scheduler, a forked rank can share its parent's CPU for tens
+ * of milliseconds, and a 2000-round-trip run measures that placement.
  * Environment: SFB_BENCH_CHUNK=n / SFB_BENCH_RXDEPTH=n override the
  * transport's chunk_size / rx_depth;
  * SFB_BENCH_STATS=1 prints the transport counters after each size. */
@@ -48,6 +52,7 @@ struct opts {
     size_t sizes[MAX_SIZES];
     int nsizes;
     const char *netns[2]; /* per rank, or NULL */
+    int cpu[2];           /* per rank, or -1 */
 };
 
 /* Moves the calling process into the named network namespace. */
@@ -227,6 +232,16 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
     if (getenv("SFB_BENCH_RXDEPTH")) s.rx_depth = (unsigned)atoi(getenv("SFB_BENCH_RXDEPTH"));
     int rc = 0;
     if (o->netns[rank] && (rc = enter_netns(o->netns[rank]))) goto out;
+    if (o->cpu[rank] >= 0) { /* before the loop thread starts: it inherits this */
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(o->cpu[rank], &set);
+        if (sched_setaffinity(0, sizeof set, &set)) {
+            rc = sfb__error(-errno, "bench: rank %d cannot run on CPU %d: %s", rank, o->cpu[rank],
+                            strerror(errno));
+            goto out;
+        }
+    }
     if ((rc = sfb__loop_open(&loop)) || (rc = sfb__loop_start(loop)) ||
         (rc = sfb__transport_open(&t, &s, loop)))
         goto out;
@@ -337,7 +352,7 @@ static int parse_sizes(struct opts *o, const char *arg)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.modes = 3};
+    struct opts o = {.modes = 3, .cpu = {-1, -1}};
     int nprov = 0, rc = 0, have_sizes = 0;
     const char *provs[16];
     for (int i = 1; i < argc; i++) {
@@ -360,6 +375,16 @@ int main(int argc, char **argv)
             *comma = 0;
             o.netns[0] = ns;
             o.netns[1] = comma + 1;
+        } else if (!strcmp(argv[i], "--bind") && i + 1 < argc) {
+            char *end;
+            long c0 = strtol(argv[++i], &end, 10), c1 = -1;
+            if (*end == ',') c1 = strtol(end + 1, &end, 10);
+            if (*end || c0 < 0 || c1 < 0 || c0 >= CPU_SETSIZE || c1 >= CPU_SETSIZE) {
+                fprintf(stderr, "bad --bind %s (want CPU0,CPU1)\n", argv[i]);
+                return 2;
+            }
+            o.cpu[0] = (int)c0;
+            o.cpu[1] = (int)c1;
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             o.iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
@@ -370,7 +395,8 @@ int main(int argc, char **argv)
                                                    : 3;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--smoke] [--sizes a,b] [--iters n] "
-                            "[--mode pingpong|stream|both|duplex] [--netns NS0,NS1] [provider ...]\n", argv[0]);
+                            "[--mode pingpong|stream|both|duplex] [--netns NS0,NS1] [--bind CPU0,CPU1] "
+                            "[provider ...]\n", argv[0]);
             return 2;
         } else if (nprov < 16) {
             provs[nprov++] = argv[i];

@@ -4,7 +4,13 @@
 # size / half round trip (fi_pingpong's MB/sec column, 1e6 B/s).
 #
 #   transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b]
-#                      [--before OLD_BENCH_TRANSPORT] [provider ...]
+#                      [--before OLD_BENCH_TRANSPORT] [--no-bind] [provider ...]
+#
+# Both sides run pinned, one process to a CPU (the first two this shell may
+# use; taskset for fi_pingpong, --bind for bench_transport), as latency
+# benchmarks are: left to the scheduler, a freshly forked process may share
+# its parent's CPU for tens of milliseconds, longer than a small size's
+# whole run. --no-bind (or a single CPU) leaves placement to the scheduler.
 #
 # Default providers shm tcp; sizes 4k,64k,1m,16m; R = 5 runs of each side,
 # alternated, the median of each kept (on a shared machine single runs of
@@ -26,12 +32,14 @@ REPEAT=5
 SIZES=4k,64k,1m,16m
 PROVS=
 BEFORE=
+BIND=1
 while [ $# -gt 0 ]; do
     case $1 in
     --smoke) SMOKE=1; REPEAT=1; SIZES=4k,64k ;;
     --repeat) REPEAT=$2; shift ;;
     --sizes) SIZES=$2; shift ;;
     --before) BEFORE=$2; shift ;;
+    --no-bind) BIND=0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) PROVS="$PROVS $1" ;;
     esac
@@ -40,6 +48,17 @@ done
 [ -n "$PROVS" ] || PROVS="shm tcp"
 GATE=0.80
 FI=$(command -v fi_pingpong) || { echo "fi_pingpong not installed (libfabric-bin): skipped"; exit 77; }
+# The first two CPUs of this shell's affinity list ("0-3,8" -> 0 1).
+CPUS=$(awk '/^Cpus_allowed_list/ { n = split($2, r, ",");
+    for (i = 1; i <= n && c < 2; i++) { split(r[i], ab, "-"); hi = (ab[2] == "") ? ab[1] : ab[2];
+        for (x = ab[1]; x <= hi && c < 2; x++) { printf "%s%d", (c ? " " : ""), x; c++ } } }' /proc/self/status)
+set -- $CPUS
+if [ "$BIND" = 1 ] && [ $# = 2 ] && command -v taskset >/dev/null; then
+    CPU0=$1 CPU1=$2
+    PIN0="taskset -c $CPU0" PIN1="taskset -c $CPU1" SFB_BIND="--bind $CPU0,$CPU1"
+else
+    PIN0= PIN1= SFB_BIND=
+fi
 TMP=$(mktemp -d) || exit 1
 trap 'rm -rf "$TMP"' EXIT
 
@@ -58,10 +77,10 @@ fi_run() { # provider size
     n=$(iters "$1")
     for attempt in 1 2 3; do
         PORT=$((PORT + 1))
-        timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -B "$PORT" >"$TMP/srv" 2>&1 &
+        $PIN1 timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -B "$PORT" >"$TMP/srv" 2>&1 &
         spid=$!
         sleep 0.3
-        timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -P "$PORT" 127.0.0.1 >"$TMP/cli" 2>&1
+        $PIN0 timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -P "$PORT" 127.0.0.1 >"$TMP/cli" 2>&1
         crc=$?
         wait $spid
         src=$?
@@ -85,14 +104,14 @@ sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
     extra=
     [ "$SMOKE" = 1 ] && extra="--iters 5"
     # shellcheck disable=SC2086
-    "$1" --mode pingpong --sizes "$3" $extra "$2" 2>"$TMP/err" |
+    "$1" --mode pingpong --sizes "$3" $extra $SFB_BIND "$2" 2>"$TMP/err" |
         awk '$1 ~ /^transport\/pingpong\// { print $5 }'
 }
 
 fail=0
 hdr="# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio"
 [ -n "$BEFORE" ] && hdr="$hdr  before_GB/s  before_ratio"
-echo "$hdr  (ping-pong, median of $REPEAT)"
+echo "$hdr  (ping-pong, median of $REPEAT${SFB_BIND:+, pinned to CPUs $CPU0 and $CPU1})"
 for prov in $PROVS; do
     list=$(echo "$SIZES" | tr ',' ' ')
     for s in $list; do

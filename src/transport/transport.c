@@ -151,13 +151,14 @@ static int progress_block(struct sfb__transport *t, int work, int provider_busy,
 static int pass_work(struct sfb__transport *t, double now)
 {
     t->in_pass = 1;
+    t->pass_now = now;
     int work = read_cq(t);
     int posted = sfb__tp_post_sends(t);
-    posted |= sfb__tp_post_recvs(t);
+    work |= sfb__tp_post_recvs(t);
     posted |= sfb__tp_post_reads(t);
-    /* What was just posted may complete at once (an inject, a read on
-     * shm): look again, and post what that frees. Nothing posted: the next
-     * pass looks soon enough. */
+    /* A send or read just posted may complete at once (an inject, a read
+     * on shm): look again, and post what that frees. A receive does not;
+     * nothing posted: the next pass looks soon enough. */
     if (posted) {
         work = 1;
         read_cq(t);

@@ -220,6 +220,7 @@ struct sfb__transport {
     size_t name_len;
     size_t chunk;
     double last_work; /* the loop thread's last pass that did work */
+    double pass_now;  /* when the current pass began (what it hears is heard then) */
     int bell_armed; /* drain the doorbell before the next pass (sfb__tp_progress) */
 
     /* Progress in the caller (transport.c, "Who drives progress"): state in

@@ -383,7 +383,7 @@ static int heard_from(struct sfb__transport *t, struct sfb__buf *b, uint32_t src
         return 0;
     }
     /* world is published after heard (set_peers): reading it first orders them. */
-    if (src < t->peers.world) t->peers.heard[src] = sfb__now();
+    if (src < t->peers.world) t->peers.heard[src] = t->pass_now;
     return 1;
 }
 

@@ -308,7 +308,7 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
         return sfb__error(-EINVAL, "transport send: header %zu bytes or slice [%zu, +%zu) invalid",
                           hdr_len, off, len);
     struct timespec ts;
-    if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
+    int timed = 0;
     pthread_mutex_lock(&t->mu);
     if (dst >= t->peers.world) {
         pthread_mutex_unlock(&t->mu);
@@ -320,6 +320,7 @@ int sfb__transport_send(struct sfb__transport *t, uint32_t dst, const void *hdr,
             pthread_mutex_unlock(&t->mu);
             return -EAGAIN;
         }
+        if (!timed++) sfb__deadline(&ts, timeout_s);
         if (pthread_cond_timedwait(&t->cv_space, &t->mu, &ts) == ETIMEDOUT && !t->free_sreq) {
             pthread_mutex_unlock(&t->mu);
             return -ETIMEDOUT;

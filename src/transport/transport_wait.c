@@ -17,18 +17,33 @@ static int inbox_short(const struct sfb__transport *t, uint32_t units)
     return t->in_count == 0 || (t->in_units < units && !t->ovf_head);
 }
 
+/* How long a driving wait polls without yielding its core, and how many
+ * empty passes it makes before it looks at the clock and its inbox again
+ * (drive_while_short). */
+#define YIELD_AFTER_S 5e-6
+#define PASSES_UNSEEN 15
+
 /* A wait drives progress itself (transport.c, "Who drives progress") for
  * up to spin_s, or while operations are in flight up to INFLIGHT_SPIN_S
  * (as the loop thread would poll: handing a 16 MiB read on tcp over to
  * the loop thread after 2 ms cost 2.5 ms a frame), while it can enter the
  * loop; then it leaves the rest to the loop thread. Not in the loop: the
  * loop thread's own waits (a loop call) have no business blocking. */
-/* How long a driving wait polls without yielding its core (see below). */
-#define YIELD_AFTER_S 20e-6
+struct drive {
+    double secs;    /* it took */
+    int drove;      /* it did (the loop thread napped meanwhile) */
+    int left;       /* sends are left to post */
+};
 
-static void drive_while_short(struct sfb__transport *t, uint32_t units, double timeout_s)
+/* Returns with t->mu held. */
+static void drive_while_short(struct sfb__transport *t, uint32_t units, double timeout_s,
+                              struct drive *d)
 {
-    if (!t->caller_progress || sfb__loop_in_thread(t->loop)) return;
+    *d = (struct drive){0};
+    if (!t->caller_progress || sfb__loop_in_thread(t->loop)) {
+        pthread_mutex_lock(&t->mu);
+        return;
+    }
     double t0 = sfb__now(), now = t0;
     double until = t0 + SFB_MIN(t->s.spin_s, timeout_s);
     double cap = t0 + SFB_MIN(SFB_MAX(INFLIGHT_SPIN_S, t->s.spin_s), timeout_s);
@@ -36,15 +51,19 @@ static void drive_while_short(struct sfb__transport *t, uint32_t units, double t
     int drove = 0, left = 0, in_flight = 0;
     for (;;) {
         pthread_mutex_lock(&t->mu);
-        int wait = inbox_short(t, units) && !t->closing;
+        if (!inbox_short(t, units) || t->closing || now >= until) break; /* t->mu held */
         pthread_mutex_unlock(&t->mu);
-        if (!wait || now >= until) break;
         /* from now on the loop thread naps, its lock mostly free */
         if (!drove) atomic_store_explicit(&t->driving, 1, memory_order_release);
         drove = 1;
+        /* Empty passes in a row, in the loop all along, without reading
+         * the clock or the inbox (a clock read was a fifth of a 64-byte
+         * hop): only a pass with work delivers here, and only a thread in
+         * the loop elsewhere. */
         int work = 0, entered = sfb__loop_try_enter(t->loop);
         if (entered) {
-            work = sfb__tp_drive(t, now, &left, &in_flight);
+            for (unsigned n = 0; !work && n <= PASSES_UNSEEN; n++)
+                work = sfb__tp_drive(t, now, &left, &in_flight);
             sfb__loop_leave(t->loop);
         }
         now = sfb__now();
@@ -56,20 +75,23 @@ static void drive_while_short(struct sfb__transport *t, uint32_t units, double t
          * yield costs ~0.75 us here, more than a 64-byte hop on shm. */
         if (!entered || (!work && now - last > YIELD_AFTER_S)) sched_yield();
     }
-    if (!drove) return;
-    atomic_store_explicit(&t->driving, 0, memory_order_release);
-    /* Still waiting, or sends left to retry: the loop thread takes over,
-     * and must look now (it napped, its doorbell flag down, while this
-     * thread drove). */
-    pthread_mutex_lock(&t->mu);
+    if (drove) atomic_store_explicit(&t->driving, 0, memory_order_release);
+    *d = (struct drive){now - t0, drove, left};
+}
+
+/* After a drive (t->mu held): still waiting, or sends left to retry, the
+ * loop thread takes over, and must look now (it napped, its doorbell flag
+ * down, while the caller drove). */
+static void hand_over(struct sfb__transport *t, const struct drive *d, uint32_t units)
+{
     int wait = inbox_short(t, units);
+    if (!d->drove || (!wait && !d->left)) return;
     pthread_mutex_unlock(&t->mu);
-    if (wait || left) {
-        /* A transfer still under way (a slow link): the loop thread polls
-         * on as the caller did, not from its fd. */
-        if (wait) atomic_store_explicit(&t->handover, 1, memory_order_release);
-        sfb__loop_wake(t->loop);
-    }
+    /* A transfer still under way (a slow link): the loop thread polls on
+     * as the caller did, not from its fd. */
+    if (wait) atomic_store_explicit(&t->handover, 1, memory_order_release);
+    sfb__loop_wake(t->loop);
+    pthread_mutex_lock(&t->mu);
 }
 
 int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
@@ -81,15 +103,20 @@ int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, 
                               uint32_t units)
 {
     struct timespec ts;
-    if (timeout_s > 0) sfb__deadline(&ts, timeout_s);
-    if (timeout_s > 0) drive_while_short(t, units, timeout_s);
-    pthread_mutex_lock(&t->mu);
+    struct drive d = {0};
+    if (timeout_s > 0) {
+        drive_while_short(t, units, timeout_s, &d);
+        hand_over(t, &d, units);
+    } else {
+        pthread_mutex_lock(&t->mu);
+    }
     /* Wait while the inbox is empty or short of units (parked frames, an
      * inbox full, lost theirs: no threshold then); at the deadline take
      * whatever is there. */
-    int rc = 0;
+    int rc = 0, timed = 0;
     while (timeout_s > 0 && rc != ETIMEDOUT &&
            (t->in_count == 0 || (t->in_units < units && !t->ovf_head))) {
+        if (!timed++) sfb__deadline(&ts, SFB_MAX(timeout_s - d.secs, 0));
         t->want_units = units;
         rc = pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts);
         t->want_units = 0;
