@@ -94,6 +94,26 @@ static void hand_over(struct sfb__transport *t, const struct drive *d, uint32_t 
     pthread_mutex_lock(&t->mu);
 }
 
+/* A look that does not wait (timeout 0) with nothing to take makes one
+ * progress pass when it can enter the loop, as MPI_Test does: arrivals
+ * are taken and queued sends posted whenever the compute thread comes by,
+ * not only when it must wait (a trainer whose SSP bound was already met
+ * left its peers' frames in the fabric, and its own sends queued, for a
+ * loop thread napping up to 2 ms: a quick-start frame took 0.1-0.7 ms to
+ * arrive, and the ranks waited for each other every clock). */
+static void poll_once(struct sfb__transport *t, uint32_t units)
+{
+    if (!t->caller_progress || sfb__loop_in_thread(t->loop)) return;
+    pthread_mutex_lock(&t->mu);
+    int wait = inbox_short(t, units);
+    pthread_mutex_unlock(&t->mu);
+    if (!wait || !sfb__loop_try_enter(t->loop)) return;
+    int left, in_flight;
+    sfb__tp_drive(t, sfb__now(), &left, &in_flight);
+    sfb__loop_leave(t->loop);
+    if (left) sfb__loop_wake(t->loop); /* the loop thread retries them */
+}
+
 int sfb__transport_recv(struct sfb__transport *t, struct sfb__frame *out, double timeout_s)
 {
     return sfb__transport_recv_units(t, out, timeout_s, 0);
@@ -108,6 +128,7 @@ int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, 
         drive_while_short(t, units, timeout_s, &d);
         hand_over(t, &d, units);
     } else {
+        poll_once(t, units);
         pthread_mutex_lock(&t->mu);
     }
     /* Wait while the inbox is empty or short of units (parked frames, an
