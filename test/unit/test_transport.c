@@ -825,6 +825,46 @@ static int caller_drives(const char *prov)
 static int test_caller_drives_shm(void) { return caller_drives("shm"); }
 static int test_caller_drives_tcp(void) { return caller_drives("tcp"); }
 
+/* A look that does not wait (timeout 0) makes a progress pass itself:
+ * rank 1's loop thread stays away (as while a caller drives) for the whole
+ * case, so only its zero-timeout looks can take rank 0's frames. */
+static int poll_in_caller(const char *prov)
+{
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.spin_s = 30; /* the loop thread's nap while away: longer than the case */
+    s.ack_timeout_s = 120;
+    struct world w;
+    if (world_open(&w, 2, prov, &s)) {
+        world_close(&w);
+        return 1;
+    }
+    ASSERT(w.t[1]->caller_progress);
+    atomic_store(&w.t[1]->driving, 1);
+    usleep(20000); /* its loop thread has gone away */
+    enum { N = 20 };
+    double t0 = sfb__now();
+    for (int i = 0; i < N; i++) {
+        uint8_t m[8];
+        sfb__put_u64(m, (uint64_t)i);
+        ASSERT_OK(sfb__transport_send(w.t[0], 1, m, sizeof m, NULL, 0, 0, 5.0));
+        struct sfb__frame f;
+        int rc;
+        while ((rc = sfb__transport_recv(w.t[1], &f, 0)) == -EAGAIN && sfb__now() - t0 < 10)
+            sched_yield();
+        ASSERT_OK(rc);
+        ASSERT_EQ(f.len, 8);
+        ASSERT_EQ(sfb__get_u64(f.data), (uint64_t)i);
+        sfb__buf_put(f.buf);
+    }
+    atomic_store(&w.t[1]->driving, 0);
+    sfb__loop_wake(w.loop[1]);
+    world_close(&w);
+    return 0;
+}
+static int test_poll_in_caller_shm(void) { return poll_in_caller("shm"); }
+static int test_poll_in_caller_tcp(void) { return poll_in_caller("tcp"); }
+
 static int test_bad_rma_shm(void) { return bad_rma("shm"); }
 static int test_bad_rma_tcp(void) { return bad_rma("tcp"); }
 static int test_backpressure_shm(void) { return backpressure("shm"); }
@@ -1131,6 +1171,8 @@ static const struct test_case tests[] = {
     {"stuck_caller_shm", test_stuck_caller_shm},
     {"caller_drives_shm", test_caller_drives_shm},
     {"caller_drives_tcp", test_caller_drives_tcp},
+    {"poll_in_caller_shm", test_poll_in_caller_shm},
+    {"poll_in_caller_tcp", test_poll_in_caller_tcp},
     {"bad_rma_tcp", test_bad_rma_tcp},
     {"cq_data_shm", test_cq_data_shm},
     {"cq_data_tcp", test_cq_data_tcp},
