@@ -79,9 +79,16 @@ static int iters_for(const struct opts *o, size_t size)
     return (int)SFB_MAX(200, SFB_MIN(2000, ((size_t)256 << 20) / size));
 }
 
-static int warm_for(const struct opts *o, int iters)
+/* A tenth of the run, and at least 64 MiB or 5000 frames (whichever is
+ * fewer): a rank's first ~10 ms run up to twice as slow a hop (its loop
+ * thread settles from its set-up spin into its naps, the scheduler places
+ * the threads), longer than 200 round trips of a small frame take; the
+ * run measures the steady state after it. */
+static int warm_for(const struct opts *o, size_t size, int iters)
 {
-    return o->smoke ? 1 : SFB_MAX(5, iters / 10);
+    if (o->smoke) return 1;
+    int floor = (int)SFB_MIN((size_t)5000, ((size_t)64 << 20) / SFB_MAX(size, (size_t)1));
+    return SFB_MAX(SFB_MAX(5, iters / 10), floor);
 }
 
 /* Blocking exact read/write on the name socket. */
@@ -269,7 +276,7 @@ static int run_rank(const char *prov, int rank, int sock, const struct opts *o)
         if (!(o->modes & (1 << mode))) continue;
         for (int k = 0; k < o->nsizes; k++) {
             size_t size = o->sizes[k];
-            int iters = iters_for(o, size), warm = warm_for(o, iters);
+            int iters = iters_for(o, size), warm = warm_for(o, size, iters);
             double secs = 0;
             /* A frame lives in a pooled buffer of its size, as in sfb. */
             if (buf) sfb__buf_put(buf);

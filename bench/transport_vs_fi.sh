@@ -103,8 +103,11 @@ median() { # of the numbers given (none: nothing; an even count: the lower middl
 sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
     extra=
     [ "$SMOKE" = 1 ] && extra="--iters 5"
+    # an older bench_transport without --bind runs unpinned
+    bind=$SFB_BIND
+    [ -n "$bind" ] && ! "$1" --help 2>&1 | grep -q -- --bind && bind=
     # shellcheck disable=SC2086
-    "$1" --mode pingpong --sizes "$3" $extra $SFB_BIND "$2" 2>"$TMP/err" |
+    "$1" --mode pingpong --sizes "$3" $extra $bind "$2" 2>"$TMP/err" |
         awk '$1 ~ /^transport\/pingpong\// { print $5 }'
 }
 
