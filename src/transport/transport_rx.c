@@ -365,10 +365,6 @@ static void first_chunk(struct sfb__transport *t, struct asm_rec *a, struct sfb_
     asm_finish_if_done(t, a);
 }
 
-/* A message landed in a receive buffer: a whole frame, a first chunk or a
- * piece, told apart by the transport header. Completions may come out of
- * order (eager vs. rendezvous), so chunks are matched by (sender, sequence,
- * index), not by arrival. */
 /* A message's sender and kind, checked (the peer is not trusted): 1 when
  * they are valid (kinds up to `max_kind`), else the message is dropped and
  * counted. */
@@ -395,6 +391,10 @@ void sfb__tp_on_whole(struct sfb__transport *t, struct sfb__buf *b, size_t len, 
     deliver(t, b, len, src);
 }
 
+/* A message landed in a receive buffer: a whole frame, a first chunk or a
+ * piece, told apart by the transport header. Completions may come out of
+ * order (eager vs. rendezvous), so chunks are matched by (sender, sequence,
+ * index), not by arrival. */
 void sfb__tp_on_message(struct sfb__transport *t, struct sfb__buf *b, size_t len)
 {
     if (len < THDR_LEN) {
