@@ -430,7 +430,8 @@ static int many_big_rma(const char *prov, const char *on)
 static int test_many_big_chunked_shm(void) { return many_big_rma("shm", "0"); }
 static int test_many_big_chunked_tcp(void) { return many_big_rma("tcp", "0"); }
 
-/* Forged RMA announces and ACKs, sent raw from rank 0's loop thread: each
+/* Forged RMA announces and ACKs (and, for cq_data below, forged CQ data),
+ * sent raw from rank 0's loop thread: each
  * must be dropped and counted (a bad address / key as a failed read,
  * reported with the peer's rank, and refused back to the sender), never
  * crash or hang; a real big frame still goes through afterwards. */
@@ -438,6 +439,8 @@ struct forge {
     struct sfb__transport *t;
     uint32_t kind, hlen, cookie;
     uint64_t total, addr, key, len;
+    int cq;        /* instead: "xyz" with `data` as remote CQ data (cq_data) */
+    uint64_t data;
     int rc;
 };
 
@@ -447,6 +450,13 @@ static void forge_in_loop(void *arg)
     struct op *o = sfb__tp_op_get(f->t);
     if ((f->rc = o ? 0 : -ENOMEM)) return;
     o->kind = OP_ACK; /* completion only frees the op */
+    if (f->cq) {
+        memcpy(o->thdr, "xyz", 3);
+        f->rc = (int)fi_tsenddata(f->t->ep, o->thdr, 3, o->desc, f->data, sfb__tp_addr(f->t, 1),
+                                  0, &o->ctx);
+        if (f->rc) sfb__tp_op_put(f->t, o);
+        return;
+    }
     memset(o->thdr, 0, sizeof o->thdr);
     sfb__put_u32(o->thdr, 0 | f->kind << 24);
     sfb__put_u32(o->thdr + 4, 7);
@@ -457,6 +467,20 @@ static void forge_in_loop(void *arg)
     sfb__put_u32(o->thdr + THDR_LEN + 20, f->cookie);
     f->rc = (int)fi_tsend(f->t->ep, o->thdr, f->len, o->desc, sfb__tp_addr(f->t, 1), 0, &o->ctx);
     if (f->rc) sfb__tp_op_put(f->t, o);
+}
+
+/* Sends the n forged messages from rank 0 of `w` to rank 1, in order. */
+static int forge_all(struct world *w, struct forge *fs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        fs[i].t = w->t[0];
+        double t1 = sfb__now();
+        do { /* -FI_EAGAIN until the loop has progressed */
+            ASSERT_OK(sfb__loop_call(w->loop[0], forge_in_loop, &fs[i]));
+        } while (fs[i].rc == -FI_EAGAIN && sfb__now() - t1 < 5 && !usleep(1000));
+        ASSERT_OK(fs[i].rc);
+    }
+    return 0;
 }
 
 static int bad_rma(const char *prov)
@@ -479,14 +503,7 @@ static int bad_rma(const char *prov)
         {.kind = K_ACK, .cookie = 99999, .len = THDR_LEN},                    /* stray ACK */
         {.kind = K_RMA, .total = 100000, .addr = 0x1000, .key = 0xdeadbeef, .len = full}, /* bad read */
     };
-    for (size_t i = 0; i < SFB_ARRAY_LEN(fs); i++) {
-        fs[i].t = w.t[0];
-        double t1 = sfb__now();
-        do { /* -FI_EAGAIN until the loop has progressed */
-            ASSERT_OK(sfb__loop_call(w.loop[0], forge_in_loop, &fs[i]));
-        } while (fs[i].rc == -FI_EAGAIN && sfb__now() - t1 < 5 && !usleep(1000));
-        ASSERT_OK(fs[i].rc);
-    }
+    if (forge_all(&w, fs, SFB_ARRAY_LEN(fs))) return 1;
     const struct sfb__transport_stats *s0 = sfb__transport_stats(w.t[0]);
     const struct sfb__transport_stats *s1 = sfb__transport_stats(w.t[1]);
     double t0 = sfb__now();
@@ -514,29 +531,13 @@ static int bad_rma(const char *prov)
     world_close(&w);
     return 0;
 }
+
 /* A WHOLE message's header as remote CQ data (transport_tx.c): rank 0
- * sends with it, rank 1 without (SFB_TRANSPORT_CQ_DATA=0 at its open), and
+ * sends with it, rank 1 without (both open with SFB_TRANSPORT_CQ_DATA=0,
+ * then rank 0 turns it on), and
  * each takes the other's frames intact, 4 KiB (shm's inject size) among
  * them; forged CQ data (another kind than WHOLE, a sender outside the
  * world) is dropped and counted, a forged but valid one delivered whole. */
-struct forge_data {
-    struct sfb__transport *t;
-    uint64_t data;
-    int rc;
-};
-
-static void forge_data_in_loop(void *arg)
-{
-    struct forge_data *f = arg;
-    struct op *o = sfb__tp_op_get(f->t);
-    if ((f->rc = o ? 0 : -ENOMEM)) return;
-    o->kind = OP_ACK; /* completion only frees the op */
-    memcpy(o->thdr, "xyz", 3);
-    f->rc = (int)fi_tsenddata(f->t->ep, o->thdr, 3, o->desc, f->data, sfb__tp_addr(f->t, 1), 0,
-                              &o->ctx);
-    if (f->rc) sfb__tp_op_put(f->t, o);
-}
-
 static int cq_data(const char *prov)
 {
     struct world w;
@@ -564,20 +565,13 @@ static int cq_data(const char *prov)
             sfb__buf_put(f.buf);
             sfb__buf_put(b);
         }
-    struct forge_data fs[] = {
-        {.data = 0 | (uint64_t)K_FIRST << 24 | 9ull << 32}, /* not WHOLE: dropped */
-        {.data = 5 | (uint64_t)K_WHOLE << 24},             /* rank 5 of 2: dropped */
-        {.data = 0 | (uint64_t)K_WHOLE << 24 | 9ull << 32}, /* delivered: "xyz" */
+    struct forge fs[] = {
+        {.cq = 1, .data = 0 | (uint64_t)K_FIRST << 24 | 9ull << 32}, /* not WHOLE: dropped */
+        {.cq = 1, .data = 5 | (uint64_t)K_WHOLE << 24},             /* rank 5 of 2: dropped */
+        {.cq = 1, .data = 0 | (uint64_t)K_WHOLE << 24 | 9ull << 32}, /* delivered: "xyz" */
     };
     const struct sfb__transport_stats *s1 = sfb__transport_stats(w.t[1]);
-    for (size_t i = 0; i < SFB_ARRAY_LEN(fs); i++) {
-        fs[i].t = w.t[0];
-        double t1 = sfb__now();
-        do { /* -FI_EAGAIN until the loop has progressed */
-            ASSERT_OK(sfb__loop_call(w.loop[0], forge_data_in_loop, &fs[i]));
-        } while (fs[i].rc == -FI_EAGAIN && sfb__now() - t1 < 5 && !usleep(1000));
-        ASSERT_OK(fs[i].rc);
-    }
+    if (forge_all(&w, fs, SFB_ARRAY_LEN(fs))) return 1;
     struct sfb__frame f;
     ASSERT_OK(sfb__transport_recv(w.t[1], &f, 10));
     ASSERT_EQ(f.src, 0u);
