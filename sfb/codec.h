@@ -23,8 +23,9 @@
  * when the shapes make it overflow (no payload can have that size). */
 size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz);
 
-/* Chooses the smaller encoding for `sf` (counting c's non-zeros when c is
- * dense) and returns its payload size; *sparse and *nnz say which. */
+/* Chooses the encoding for `sf` (counting c's non-zeros when c is dense:
+ * CSR when it is under 3/4 of the dense bytes) and returns its payload
+ * size; *sparse and *nnz say which. */
 size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz);
 
 /* Bytes of the frame that carries `sf` whole as sfb__sf_choose encodes it:

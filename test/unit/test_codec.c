@@ -1,5 +1,6 @@
-/* SF payload codec: every encoding round-trips to the same update, the
- * smaller encoding is chosen, and malformed payloads are rejected. */
+/* SF payload codec: every encoding round-trips to the same update, CSR is
+ * chosen when it saves a quarter of the bytes, and malformed payloads are
+ * rejected. */
 #include "sfb/codec.h"
 #include <sfb/sf.h>
 #include "src/base/bytes.h"
@@ -71,6 +72,35 @@ static int test_dense(void)
 static int test_sparse(void)
 {
     return roundtrip(0.2, 1);
+}
+
+/* A dense c of 4 x 16 numbers, nnz of them non-zero: dense payload
+ * 8 + 4*5*4 + 64*4 = 344 bytes, CSR 8 + 80 + 5*4 + 8*nnz = 108 + 8*nnz.
+ * CSR is chosen under 3/4 of 344 (258): up to 18 non-zeros; at 19 and at
+ * 24 (CSR 300 bytes, smaller but by less than a quarter) c goes dense. */
+static int choose_with(uint32_t nnz_in, int want_sparse)
+{
+    struct sfb_sf sf = {0};
+    ASSERT_OK(sfb_sf_reserve(&sf, 5, 16, 4, 0, 0));
+    for (uint32_t i = 0; i < 64; i++) sf.c[i] = i < nnz_in ? 1.0f + (float)i : 0.0f;
+    int sparse;
+    uint64_t nnz;
+    size_t size = sfb__sf_choose(&sf, &sparse, &nnz);
+    ASSERT_EQ(sparse, want_sparse);
+    ASSERT_EQ(size, sparse ? 108 + 8 * (size_t)nnz_in : 344);
+    ASSERT_EQ(nnz, sparse ? nnz_in : 0);
+    sfb_sf_free(&sf);
+    return 0;
+}
+
+static int test_threshold(void)
+{
+    ASSERT_OK(choose_with(0, 1));
+    ASSERT_OK(choose_with(18, 1));
+    ASSERT_OK(choose_with(19, 0));
+    ASSERT_OK(choose_with(24, 0));
+    ASSERT_OK(choose_with(64, 0));
+    return 0;
 }
 
 static int test_csr_input(void)
@@ -195,6 +225,7 @@ static int test_nonfinite_everywhere(void)
 static const struct test_case tests[] = {
     {"dense", test_dense},
     {"sparse", test_sparse},
+    {"threshold", test_threshold},
     {"csr_input", test_csr_input},
     {"malformed", test_malformed},
     {"nonfinite_everywhere", test_nonfinite_everywhere},
