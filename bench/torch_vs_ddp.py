@@ -70,7 +70,11 @@ class Formula:
         def publish_one(clock, m, b, c, scale=1.0):
             s, rows, cols = b.shape[0], b.shape[1], c.shape[1]
             nnz = int((c != 0).sum())
-            payload = SF_PREFIX + 4 * s * rows + min(4 * s * cols, 4 * (s + 1) + 8 * nnz)
+            # c as CSR only when that is under 3/4 of the dense payload
+            # (sfb/codec.c, sfb__sf_choose)
+            dense = SF_PREFIX + 4 * s * rows + 4 * s * cols
+            csr = SF_PREFIX + 4 * s * rows + 4 * (s + 1) + 8 * nnz
+            payload = csr if csr < dense - dense // 4 else dense
             if job.engines[m] == "sfb":
                 self.bytes += (P - 1) * (HDR + payload)
             else:
