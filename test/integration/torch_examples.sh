@@ -55,6 +55,7 @@ port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); prin
 tail -n 1 "$tmp/trun"
 check "torchrun --nproc_per_node 2: exit 0, world 2 ($rc)" \
   "[ $rc = 0 ] && grep -q 'result .* world=2 ' '$tmp/trun'"
+[ $rc = 0 ] || { echo "--- torchrun's output:"; tail -n 40 "$tmp/trun"; }
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
