@@ -245,7 +245,7 @@ struct sfb__transport {
 
     /* shared state, under mu */
     pthread_mutex_t mu;
-    pthread_cond_t cv_space, cv_inbox, cv_flush;
+    pthread_cond_t cv_space, cv_flush;
     struct sreq *sreqs; /* max_sends of them */
     struct sreq *free_sreq;
     struct sreq *sub_head, *sub_tail; /* submitted, not yet seen by the loop */
@@ -254,6 +254,8 @@ struct sfb__transport {
     unsigned in_head, in_count;
     uint64_t in_units;   /* units of the frames in the inbox */
     uint32_t want_units; /* the waiting receiver's threshold (0: none waits with one) */
+    int in_waiting;      /* a receiver sleeps on in_seq */
+    _Atomic unsigned in_seq; /* bumped by every delivery: the receiver's futex word */
     struct sfb__buf *ovf_head, *ovf_tail; /* frames beyond inbox_cap */
     _Atomic int ovf_nonempty;
     _Atomic size_t inbox_bytes; /* frames delivered, not yet taken by recv */

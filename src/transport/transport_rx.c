@@ -6,6 +6,7 @@
 #include "src/base/bytes.h"
 #include "src/base/util.h"
 #include "src/base/fifo.h"
+#include "src/base/futex.h"
 #include "src/loop/loop.h"
 
 #include <pthread.h>
@@ -29,6 +30,7 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
     stat_add(&t->stats.bytes_recv, len);
     struct sfb__frame fr = {b, b->data + b->off, len, src, 1};
     if (t->s.on_frame && t->s.on_frame(t->s.user, &fr)) return;
+    int wake;
     pthread_mutex_lock(&t->mu);
     atomic_fetch_add_explicit(&t->inbox_bytes, len, memory_order_relaxed);
     if (!t->ovf_head && t->in_count < t->s.inbox_cap) {
@@ -37,16 +39,21 @@ static void deliver(struct sfb__transport *t, struct sfb__buf *b, size_t len, ui
         t->in_count++;
         t->in_units += fr.units;
         /* a receiver waiting for more updates than are in sleeps on */
-        if (t->in_units >= t->want_units) pthread_cond_signal(&t->cv_inbox);
+        wake = t->in_waiting && t->in_units >= t->want_units;
     } else {
         /* Inbox full: park the frame and stop reposting receives, so the
          * provider pushes back on the senders. A receiver waiting for more
          * updates than the inbox holds stops waiting. */
         SFB_FIFO_PUSH(t->ovf_head, t->ovf_tail, b, next);
         atomic_store(&t->ovf_nonempty, 1);
-        if (t->want_units) pthread_cond_signal(&t->cv_inbox);
+        wake = t->in_waiting;
     }
+    atomic_fetch_add_explicit(&t->in_seq, 1, memory_order_relaxed);
     pthread_mutex_unlock(&t->mu);
+    /* Woken after the unlock: a receiver woken under the lock would block
+     * on it at once, and the unlock would wake it a second time (two
+     * context switches a frame where one will do, on a shared core). */
+    if (wake) sfb__futex_wake(&t->in_seq, 1);
 }
 
 /* ---------------- posting (receives) ---------------- */

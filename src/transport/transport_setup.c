@@ -327,7 +327,6 @@ int sfb__transport_open(struct sfb__transport **out, const struct sfb__transport
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&t->cv_space, &ca);
-    pthread_cond_init(&t->cv_inbox, &ca);
     pthread_cond_init(&t->cv_flush, &ca);
     pthread_condattr_destroy(&ca);
     int rc;
@@ -515,7 +514,6 @@ void sfb__transport_close(struct sfb__transport **tp)
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->bufs.pool_mu);
     pthread_cond_destroy(&t->cv_space);
-    pthread_cond_destroy(&t->cv_inbox);
     pthread_cond_destroy(&t->cv_flush);
     free(t);
     *tp = NULL;

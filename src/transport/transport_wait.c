@@ -5,6 +5,7 @@
 #include "src/transport/transport_impl.h"
 
 #include "src/base/fifo.h"
+#include "src/base/futex.h"
 #include "src/base/util.h"
 #include "src/loop/loop.h"
 
@@ -139,7 +140,14 @@ int sfb__transport_recv_units(struct sfb__transport *t, struct sfb__frame *out, 
            (t->in_count == 0 || (t->in_units < units && !t->ovf_head))) {
         if (!timed++) sfb__deadline(&ts, SFB_MAX(timeout_s - d.secs, 0));
         t->want_units = units;
-        rc = pthread_cond_timedwait(&t->cv_inbox, &t->mu, &ts);
+        t->in_waiting = 1;
+        /* read under mu, as every delivery bumps it: one after the unlock
+         * makes the wait return at once */
+        unsigned seen = atomic_load_explicit(&t->in_seq, memory_order_relaxed);
+        pthread_mutex_unlock(&t->mu);
+        rc = sfb__futex_wait(&t->in_seq, seen, &ts);
+        pthread_mutex_lock(&t->mu);
+        t->in_waiting = 0;
         t->want_units = 0;
     }
     if (t->in_count == 0) {
