@@ -57,17 +57,20 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
     return r.rc;
 }
 
-/* Buffers of HUGE_MIN_CLASS and up (those of frames above the default
- * 256 KiB chunk, which go by RMA read) live in 2 MiB-aligned regions
- * advised for transparent huge pages: the provider's copy of a big frame
- * (CMA on shm pins the pages of both sides) costs per page, and a huge page
- * is 512 small ones (docs/performance.md, "Transport"). Smaller buffers,
- * the chunk-sized receive buffers among them, stay on small pages: huge
- * ones there made streaming 4 KiB frames on shm 2.5x slower. A region of
- * REGION_BYTES is carved into equal buffers of smaller classes (the rest
- * go to the pool); bigger classes get a region each. A region is freed
- * with the last of its buffers. */
-#define HUGE_MIN_CLASS 19 /* 512 KiB */
+/* Buffers of HUGE_MIN_CLASS and up live in 2 MiB-aligned regions advised
+ * for transparent huge pages: the provider's copy of a frame above shm's
+ * 4 KiB inject size (CMA: the receiver's process_vm_readv pins the sender's
+ * pages) costs per page, and a huge page is 512 small ones
+ * (docs/performance.md, "Transport"): from 8 KiB to 128 KiB a shm hop
+ * takes 10-30 % less (128 KiB: 18 -> 12.5 us), and a 4-worker quick-start
+ * clock, whose 25 KB frames went by 7 pinned pages, ~7 % less. Except the
+ * chunk-sized receive buffers: huge pages there made streaming 4 KiB frames
+ * on shm 2.5x slower. Buffers of 4 KiB and less (inject-sized frames,
+ * control frames) stay on small pages too. A region of REGION_BYTES is
+ * carved into equal buffers of smaller classes (the rest go to the pool);
+ * bigger classes get a region each. A region is freed with the last of its
+ * buffers. */
+#define HUGE_MIN_CLASS 13 /* 8 KiB */
 #define REGION_BYTES ((size_t)2 << 20)
 
 struct sfb__region {
@@ -170,7 +173,8 @@ int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__bu
     if (b) t->bufs.pool[c] = b->next;
     pthread_mutex_unlock(&t->bufs.pool_mu);
     if (!b) {
-        int rc = c >= HUGE_MIN_CLASS ? region_new(t, c, &b) : buf_new(t, c, NULL, NULL, &b);
+        int huge = c >= HUGE_MIN_CLASS && c != size_class(t->chunk);
+        int rc = huge ? region_new(t, c, &b) : buf_new(t, c, NULL, NULL, &b);
         if (rc) return rc;
     }
     atomic_store(&b->refs, 1);
