@@ -301,8 +301,12 @@ int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer);
 /* Close of an abandoned transport: kept allocated and reachable. */
 void sfb__tp_keep_abandoned(struct sfb__transport *t);
 
-/* transport_peer.c (loop thread): rank p's fi_addr, inserted into the AV
- * at first use; FI_ADDR_NOTAVAIL (reported) when the insert fails. */
+/* transport_peer.c: the world size, 0 until sfb__transport_set_peers
+ * (any thread; the peers' arrays are valid once it is not 0). */
+uint32_t sfb__tp_world(const struct sfb__transport *t);
+/* (loop thread) rank p's fi_addr, inserted into the AV at first use;
+ * FI_ADDR_NOTAVAIL when p is outside the world (none before set_peers), or
+ * (reported) when the insert fails. */
 fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
 /* ... and the address to read rank p's RMA frames from (its sending endpoint). */
 fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);

@@ -65,8 +65,18 @@ static int shm_map_room(struct sfb__transport *t, uint32_t p)
     return -FI_ENOMEM;
 }
 
+uint32_t sfb__tp_world(const struct sfb__transport *t)
+{
+    return __atomic_load_n(&t->peers.world, __ATOMIC_ACQUIRE);
+}
+
+/* FI_ADDR_NOTAVAIL for a rank outside the world, or any before
+ * sfb__transport_set_peers: a peer can send here (an RMA announce, which
+ * needs its address to be read and ACKed) before this rank knows the
+ * others, and the callers keep such work queued until then. */
 static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
+    if (p >= sfb__tp_world(t)) return FI_ADDR_NOTAVAIL;
     fi_addr_t *slot = &t->peers.addr[2 * (size_t)p + which];
     if (*slot != FI_ADDR_NOTAVAIL) return *slot;
     const uint8_t *blob = t->peers.names + t->peers.name_off[p];
@@ -125,7 +135,7 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
         t->peers.name_off[i + 1] = t->peers.name_off[i] + lens[i];
     }
     pthread_mutex_lock(&t->mu);
-    t->peers.world = world;
+    __atomic_store_n(&t->peers.world, world, __ATOMIC_RELEASE); /* after the arrays */
     pthread_mutex_unlock(&t->mu);
     return 0;
 }

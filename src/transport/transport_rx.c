@@ -83,7 +83,9 @@ int sfb__tp_post_wildcard(struct sfb__transport *t)
 
 static void post_acks(struct sfb__transport *t)
 {
-    while (t->ack_head) {
+    /* Before set_peers nothing can be addressed: ACKs wait (queued work
+     * keeps the loop polling). */
+    while (t->ack_head && sfb__tp_world(t)) {
         struct op *o = t->ack_head;
         fi_addr_t fa;
         if (sfb__tp_peer_gone(t, o->peer) || (fa = sfb__tp_addr(t, o->peer)) == FI_ADDR_NOTAVAIL) {
@@ -154,8 +156,18 @@ int sfb__tp_post_reads(struct sfb__transport *t)
     post_acks(t);
     size_t reading;
     unsigned n;
-    while (t->rd_head && (n = reads_in_flight(t, &reading)) < MAX_READS) {
+    /* Announces that came before set_peers wait for it, like the ACKs. */
+    uint32_t world = sfb__tp_world(t);
+    while (world && t->rd_head && (n = reads_in_flight(t, &reading)) < MAX_READS) {
         struct sfb__buf *a = t->rd_head;
+        if (a->src >= world) { /* unchecked when it came: no world yet */
+            SFB_LOG_W("transport: RMA announce from rank %u dropped (world of %u)", a->src, world);
+            stat_add(&t->stats.dropped, 1);
+            SFB_FIFO_DROP_HEAD(t->rd_head, t->rd_tail, next);
+            sfb__buf_put(a);
+            work = 1;
+            continue;
+        }
         const uint8_t *p = a->data + THDR_LEN;
         uint64_t total = sfb__get_u64(a->data + 8);
         /* Backpressure on big frames: bytes being read plus bytes waiting in
@@ -378,15 +390,16 @@ static void first_chunk(struct sfb__transport *t, struct asm_rec *a, struct sfb_
 static int heard_from(struct sfb__transport *t, struct sfb__buf *b, uint32_t src, uint32_t kind,
                       uint32_t max_kind)
 {
-    if ((t->peers.world && src >= t->peers.world) || kind > max_kind) {
+    uint32_t world = sfb__tp_world(t);
+    if ((world && src >= world) || kind > max_kind) {
         SFB_LOG_W("transport: message with sender %u, kind %u dropped (world of %u)", src, kind,
-                  t->peers.world);
+                  world);
         stat_add(&t->stats.dropped, 1);
         sfb__buf_put(b);
         return 0;
     }
     /* world is published after heard (set_peers): reading it first orders them. */
-    if (src < t->peers.world) t->peers.heard[src] = t->pass_now;
+    if (src < world) t->peers.heard[src] = t->pass_now;
     return 1;
 }
 
