@@ -47,14 +47,13 @@ static void world_close(struct world *w)
 /* SFB_TRANSPORT_SPLIT for rank i's transport when set (split_mixed). */
 static const char *split_env[MAXN];
 
-/* open transport → get local name → "gather" names → insert peers. */
-static int world_open(struct world *w, int n, const char *prov,
-                      const struct sfb__transport_settings *tmpl)
+/* open transport → get local name (names[i], lens[i]); no peers set. */
+static int world_open_unset(struct world *w, int n, const char *prov,
+                            const struct sfb__transport_settings *tmpl, const void **names,
+                            size_t *lens)
 {
     memset(w, 0, sizeof *w);
     w->n = n;
-    const void *names[MAXN];
-    size_t lens[MAXN];
     for (int i = 0; i < n; i++) {
         ASSERT_OK(sfb__loop_open(&w->loop[i]));
         ASSERT_OK(sfb__loop_start(w->loop[i]));
@@ -81,6 +80,17 @@ static int world_open(struct world *w, int n, const char *prov,
         sfb__transport_name(w->t[i], &names[i], &lens[i]);
         ASSERT_GT(lens[i], 0);
     }
+    return 0;
+}
+
+/* ... then "gather" the names and insert the peers everywhere. */
+static int world_open(struct world *w, int n, const char *prov,
+                      const struct sfb__transport_settings *tmpl)
+{
+    const void *names[MAXN];
+    size_t lens[MAXN];
+    int rc = world_open_unset(w, n, prov, tmpl, names, lens);
+    if (rc) return rc;
     for (int i = 0; i < n; i++) ASSERT_OK(sfb__transport_set_peers(w->t[i], names, lens, (uint32_t)n));
     ASSERT_STR_CONTAINS(sfb__transport_provider(w->t[0]), prov);
     return 0;
@@ -1007,25 +1017,11 @@ static int send_small(struct world *w, int from, int to, int64_t clock)
 static int announce_before_peers(const char *prov)
 {
     struct world w;
-    memset(&w, 0, sizeof w);
-    w.n = 2;
     const void *names[2];
     size_t lens[2];
-    for (int i = 0; i < 2; i++) {
-        ASSERT_OK(sfb__loop_open(&w.loop[i]));
-        ASSERT_OK(sfb__loop_start(w.loop[i]));
-        struct sfb__transport_settings s;
-        sfb__transport_default_settings(&s);
-        s.all_local = 1;
-        s.provider = prov;
-        s.rank = (uint32_t)i;
-        s.ack_timeout_s = 120;
-        if (sfb__transport_open(&w.t[i], &s, w.loop[i])) {
-            fprintf(stderr, "  open %s: %s\n", prov, sfb_last_error());
-            world_close(&w);
-            return 1;
-        }
-        sfb__transport_name(w.t[i], &names[i], &lens[i]);
+    if (world_open_unset(&w, 2, prov, NULL, names, lens)) {
+        world_close(&w);
+        return 1;
     }
     ASSERT_OK(sfb__transport_set_peers(w.t[0], names, lens, 2));
     const size_t len = 1 << 20; /* above the chunk: announce + read */
