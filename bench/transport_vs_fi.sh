@@ -1,7 +1,8 @@
 #!/bin/sh
 # sfb's transport against libfabric's own fi_pingpong (package libfabric-bin),
 # same provider, same sizes, 2 processes each, ping-pong bandwidth =
-# size / half round trip (fi_pingpong's MB/sec column, 1e6 B/s).
+# size / half round trip (fi_pingpong's MB/sec column, 1e6 B/s), and the
+# half round trip in µs (sfb_us, fi_pingpong_us).
 #
 #   transport_vs_fi.sh BENCH_TRANSPORT [--smoke] [--repeat R] [--sizes a,b]
 #                      [--before OLD_BENCH_TRANSPORT] [--no-bind] [provider ...]
@@ -86,7 +87,7 @@ fi_run() { # provider size
         src=$?
         if [ $crc = 0 ] && [ $src = 0 ]; then
             # Table: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
-            awk 'NF == 8 && $1 != "bytes" { printf "%.3f\n", $6 / 1000 }' "$TMP/cli" | tail -1
+            awk 'NF == 8 && $1 != "bytes" { printf "%.6f\n", $6 / 1000 }' "$TMP/cli" | tail -1
             return 0
         fi
     done
@@ -108,11 +109,11 @@ sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
     [ -n "$bind" ] && ! "$1" --help 2>&1 | grep -q -- --bind && bind=
     # shellcheck disable=SC2086
     "$1" --mode pingpong --sizes "$3" $extra $bind "$2" 2>"$TMP/err" |
-        awk '$1 ~ /^transport\/pingpong\// { print $5 }'
+        awk '$1 ~ /^transport\/pingpong\// && $4 > 0 { printf "%.6f\n", $2 / $4 / 1000 }'
 }
 
 fail=0
-hdr="# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio"
+hdr="# name  size  sfb_GB/s  fi_pingpong_GB/s  ratio  sfb_us  fi_pingpong_us"
 [ -n "$BEFORE" ] && hdr="$hdr  before_GB/s  before_ratio"
 echo "$hdr  (ping-pong, median of $REPEAT${SFB_BIND:+, pinned to CPUs $CPU0 and $CPU1})"
 for prov in $PROVS; do
@@ -154,7 +155,8 @@ for prov in $PROVS; do
             low = !smoke && b >= 1048576 && r < g
             extra = ""
             if (before != "") extra = (o == "" || f <= 0) ? "  -  -" : sprintf("  %.3f  %.3f", o, o / f)
-            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.3f%s%s\n", p, b, s, f, r, extra,
+            us = (s > 0 && f > 0) ? sprintf("  %.3g  %.3g", b / s / 1000, b / f / 1000) : "  -  -"
+            printf "transport_vs_fi/%s  %d  %.3f  %.3f  %.3f%s%s%s\n", p, b, s, f, r, us, extra,
                 low ? "  BELOW " g * 100 "%" : ""
             exit low }' || fail=1
     done
