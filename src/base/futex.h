@@ -8,7 +8,6 @@
 #define SFB_SRC_BASE_FUTEX_H
 
 #include <errno.h>
-#include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
