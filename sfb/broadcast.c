@@ -339,7 +339,37 @@ static int cmp_pend(const void *x, const void *y)
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-/* Moves every pending update of a clock <= limit to b->ready; how many. */
+/* Ordered mode: moves the complete (matrix, clock) groups of bucket k —
+ * every rank's update of the matrix, all its parts — to b->ready + n, in
+ * (matrix, origin, part) order, and keeps the rest pending; the new n. */
+static size_t take_complete(struct bcast *b, struct bucket *k, size_t n)
+{
+    uint32_t world = sfb__comm_world(b->c);
+    qsort(k->v, k->n, sizeof *k->v, cmp_pend);
+    size_t keep = 0;
+    for (size_t i = 0, j; i < k->n; i = j) {
+        uint32_t m = k->v[i].matrix, origins = 0;
+        int whole = 1;
+        for (j = i; j < k->n && k->v[j].matrix == m;) {
+            size_t o = j;
+            while (j < k->n && k->v[j].matrix == m && k->v[j].origin == k->v[o].origin) j++;
+            origins++;
+            whole &= j - o == k->v[o].count;
+        }
+        if (whole && origins == world) {
+            memcpy(b->ready + n, k->v + i, (j - i) * sizeof *k->v);
+            n += j - i;
+        } else {
+            memmove(k->v + keep, k->v + i, (j - i) * sizeof *k->v);
+            keep += j - i;
+        }
+    }
+    k->n = keep;
+    return n;
+}
+
+/* Moves every pending update of a clock <= limit to b->ready (ordered
+ * mode: only complete groups); how many. */
 static size_t select_ready(struct bcast *b, int64_t limit, int *oom)
 {
     size_t n = 0;
@@ -356,6 +386,10 @@ static size_t select_ready(struct bcast *b, int64_t limit, int *oom)
     for (size_t i = 0; i < b->nbk; i++) {
         struct bucket *k = &b->bk[i];
         if (!k->n || k->clock > limit) continue;
+        if (b->env.ordered) {
+            n = take_complete(b, k, n);
+            continue;
+        }
         memcpy(b->ready + n, k->v, k->n * sizeof *k->v);
         n += k->n;
         k->n = 0;
@@ -382,8 +416,10 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     }
     for (size_t i = 0; i < n; i++) {
         struct pend *p = &b->ready[i];
-        /* an update counts as applied once its last part is */
-        if (!ret && applied_part(b, p->origin, p->clock, p->matrix, p->count)) {
+        /* an update counts as applied once its last part is (the own one,
+         * pending in ordered mode, was counted at publish) */
+        if (!ret && p->origin != sfb__comm_rank(b->c) &&
+            applied_part(b, p->origin, p->clock, p->matrix, p->count)) {
             b->from[p->origin]++;
             sfb__sync_count_applied(b->hist, acct, now_clock, p->clock, required);
         }
@@ -458,6 +494,25 @@ static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
     return wait_until(b, last, last, last + 1, acct);
 }
 
+/* Ordered mode: the own update, as encoded for the peers, waits among
+ * theirs (a reference to its frame held), so that every replica sums the
+ * same bytes in the same order. */
+static int pend_own(struct bcast *b, struct sfb__buf *buf, const struct sfb__wire_hdr *h,
+                    const uint8_t *sf, size_t len, const struct sfb__wire_part *part)
+{
+    struct pend p = {.buf = buf, .origin = h->origin, .matrix = local_of(b, h->matrix),
+                     .clock = h->clock, .index = part ? part->index : 0,
+                     .count = part ? part->count : 1};
+    int ret = sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0,
+                           &p.view);
+    if (ret) return ret;
+    struct pend *slot = pend_slot(b, h->clock);
+    if (!slot) return sfb__error(-ENOMEM, "sfb engine: out of memory");
+    sfb__buf_ref(buf);
+    *slot = p;
+    return 0;
+}
+
 /* Encodes one SF frame of `sf` (a whole update, or part `part` of one:
  * then flagged and prefixed, docs/wire.md) with header and payload
  * contiguous, so relays can forward it as one slice, and hands it to the
@@ -487,6 +542,7 @@ static int send_frame(struct bcast *b, int64_t clock, uint32_t m, const struct s
         .matrix = b->ids[m], .k = sf->rows, .d = sf->cols, .s = sf->s, .payload_len = pre + size};
     struct sfb__wire_piece piece = {payload, pre + size};
     ret = sfb__comm_header(c, &h, &piece, 1, buf->data);
+    if (!ret && b->env.ordered) ret = pend_own(b, buf, &h, payload + pre, size, part);
     if (!ret)
         ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + pre + size, clock,
                                  part ? part->priority : 0);
@@ -523,7 +579,10 @@ static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
         int ret = send_update(b, clock, m, sf);
         if (ret) return ret;
     }
-    int ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], &sf, 1);
+    /* ordered: pending since send_update, applied with the peers' */
+    int ret = b->env.ordered && sfb__comm_world(c) > 1
+                  ? 0
+                  : sfb_reconstruct_apply(b->recon, &b->env.mats[m], &sf, 1);
     if (ret || --b->own_left) return ret;
     if (sfb__comm_world(c) > 1 && (ret = boundary(b, clock, clock))) return ret;
     return sfb__ssp_mark(b->env.ssp, sfb__comm_rank(c), clock);

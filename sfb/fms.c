@@ -374,8 +374,11 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
             const uint8_t *src = s->rows + (size_t)(r - r0) * row_bytes;
             const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
             float *dst = f->a->data + (size_t)r * f->D;
-            for (uint32_t j = 0; j < f->D; j++)
-                f->scratch[j] = get_f32(src + 4 * j) - mine[j];
+            if (f->env.ordered) /* the own push is not in the replica yet */
+                for (uint32_t j = 0; j < f->D; j++) f->scratch[j] = get_f32(src + 4 * j);
+            else
+                for (uint32_t j = 0; j < f->D; j++)
+                    f->scratch[j] = get_f32(src + 4 * j) - mine[j];
             for (uint32_t j = 0; j < f->D; j++)
                 dst[j] += f->scratch[j];
         }
@@ -476,9 +479,10 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     } else {
         for (size_t i = 0; i < n_el; i++) own.data[i] = scale * delta[i];
     }
-    /* read-my-writes */
-    for (size_t i = 0; i < n_el; i++)
-        f->a->data[i] += own.data[i];
+    /* read-my-writes (ordered: the sums alone, the same bytes on every rank) */
+    if (!f->env.ordered)
+        for (size_t i = 0; i < n_el; i++)
+            f->a->data[i] += own.data[i];
     uint32_t nonempty = 0;
     for (uint32_t b = 0; b < f->world; b++) nonempty += block_start(f, b + 1) > block_start(f, b);
     if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {

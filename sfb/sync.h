@@ -32,6 +32,8 @@ struct sfb__sync_env {
     const struct sfb__sync_ops *const *engine_of;
     struct sfb__ssp *ssp;
     int apply_early; /* apply updates before SSP requires them */
+    int ordered;     /* a clock's updates of a matrix applied together, in rank order,
+                        own included (sfb_job_attach.ordered) */
     int64_t staleness;    /* SSP s (-1: asynchronous) */
     const char *topology; /* overlay ("full" when NULL) */
     uint32_t degree;      /* overlay out-degree, 0 = default */

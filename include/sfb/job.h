@@ -139,7 +139,16 @@ struct sfb_job_attach {
      * Under a budget, or any policy but fifo, updates travel in parts
      * (docs/wire.md); nothing is dropped. */
     const char *priority;
-    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const uint32_t *) - sizeof(const char *)];
+    /* 1: every replica applies a matrix's updates of a clock together, once
+     * all ranks' have arrived, in rank order, the own one among them (it is
+     * not applied at publish: no read-my-writes). Replicas that start with
+     * the same bits then hold the same bits after every clock, whatever the
+     * order in which frames arrive (same BLAS kernel and thread count on
+     * every rank). FMS sums in rank order and applies the sum as it is.
+     * 0 (default): the own update at once, peers' as they come. */
+    int ordered;
+    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const uint32_t *) - sizeof(const char *) -
+                     sizeof(int)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

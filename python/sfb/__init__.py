@@ -79,7 +79,8 @@ class _Attach(ctypes.Structure):
         ("latency_us", ctypes.c_double),
         ("sf_bytes", _c_u32_p),
         ("priority", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint8 * (64 - 16 - 2 * ctypes.sizeof(ctypes.c_void_p))),
+        ("ordered", ctypes.c_int),
+        ("reserved", ctypes.c_uint8 * (64 - 16 - 2 * ctypes.sizeof(ctypes.c_void_p) - 4)),
     ]
 
 
@@ -305,7 +306,7 @@ class Job:
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
                topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
-               priority=None, sf_bytes=None):
+               priority=None, sf_bytes=None, ordered=False):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
@@ -316,6 +317,9 @@ class Job:
         frame's bytes the cost model weighs (0: dense factors of max_s).
         priority: "fifo" (default), "magnitude" or "relative": what SFB sends
         first when factors queue behind the job's bandwidth budget.
+        ordered: every replica applies a clock's updates of a matrix
+        together once all ranks' have come, in rank order, its own among
+        them (not at publish): replicas that start equal stay bit-identical.
         Collective. Afterwards `engines` lists each matrix's engine and
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
@@ -341,6 +345,7 @@ class Job:
         a.degree = _int("attach: degree", degree, 0, _U32)
         a.start_clock = _clock("attach: start_clock", start_clock, 0)
         a.link_gbps, a.latency_us = link_gbps, latency_us
+        a.ordered = int(bool(ordered))
         if sf_bytes is not None:
             sf_bytes = list(sf_bytes)
             if len(sf_bytes) != len(mats):

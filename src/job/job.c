@@ -402,6 +402,7 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .nmat = job->nmat,
         .ssp = &job->ssp,
         .apply_early = a->apply_early < 0 ? a->staleness != 0 : a->apply_early,
+        .ordered = a->ordered != 0,
         .staleness = a->staleness,
         .topology = a->topology,
         .degree = a->degree,
