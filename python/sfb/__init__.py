@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Error", "Job", "library"]
+__all__ = ["Error", "UsageError", "MismatchError", "PeerError", "Job", "library"]
 
 SETTINGS_VERSION = 2
 MAX_MATRICES = 65536  # SFB_JOB_MAX_MATRICES
@@ -132,11 +132,50 @@ LAYOUT = {"sfb_job_settings": _Settings, "sfb_matrix": _Matrix, "sfb_job_attach"
 
 
 class Error(RuntimeError):
-    """A failed sfb call: .code is the negative code, str() the library's message."""
+    """A failed sfb call: .code is the negative code, str() the message;
+    .rank is the rank the error is about (None: this one or none), .param
+    the parameter or layer (sfb.torch; None: none)."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, rank=None, param=None):
         super().__init__(message)
         self.code = code
+        self.rank = rank
+        self.param = param
+
+
+class UsageError(Error, ValueError):
+    """Bad use of the API (an argument, a call out of order, a model or an
+    optimizer sfb cannot synchronize exactly): fix the calling code."""
+
+    def __init__(self, message, rank=None, param=None, code=-(4096 + 6)):  # -SFB_EUSAGE
+        super().__init__(code, message, rank, param)
+
+
+class MismatchError(Error):
+    """The ranks disagree (settings, shapes, parameters, clock, optimizer
+    state): the message names both ranks' values."""
+
+
+class PeerError(Error):
+    """Another rank failed, left, aborted or went silent: .rank names it."""
+
+
+# error codes (include/sfb/common.h): which class raises them
+_CLASS_OF = {-(4096 + 2): MismatchError, -(4096 + 9): MismatchError,  # ESHAPE, ECONFIG
+             -(4096 + 5): PeerError, -(4096 + 10): PeerError,  # EPEER, EABORT
+             -(4096 + 6): UsageError}  # EUSAGE
+
+
+def _error(code, message):
+    """The sfb.Error subclass for a library code, .rank from "rank N" in
+    the message."""
+    import re
+    m = re.search(r"\brank (\d+)", message)
+    rank = int(m.group(1)) if m else None
+    cls = _CLASS_OF.get(code, Error)
+    if cls is UsageError:
+        return UsageError(message, rank=rank, code=code)
+    return cls(code, message, rank)
 
 
 def _find_library():
@@ -209,7 +248,7 @@ def library():
 
 def _check(code):
     if code:
-        raise Error(code, library().sfb_error_message(code).decode("utf-8", "replace"))
+        raise _error(code, library().sfb_error_message(code).decode("utf-8", "replace"))
 
 
 def _enc(s):

@@ -39,9 +39,11 @@ import sfb as _sfb
 
 __all__ = ["init", "rank", "size", "local_size", "shutdown", "is_initialized", "stats",
            "broadcast_parameters", "broadcast_object", "broadcast_optimizer_state",
-           "allreduce", "DistributedOptimizer", "Error"]
+           "allreduce", "DistributedOptimizer", "Error", "UsageError", "MismatchError",
+           "PeerError"]
 
-Error = _sfb.Error
+Error, UsageError, MismatchError, PeerError = (_sfb.Error, _sfb.UsageError, _sfb.MismatchError,
+                                               _sfb.PeerError)
 
 _job = None          # the process's sfb.Job
 _local_size = 1      # ranks on this host
@@ -62,7 +64,7 @@ def _launcher_args():
         rdv = os.environ.get("SFB_RENDEZVOUS")
         if not rdv and world > 1:
             if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
-                raise ValueError("sfb.torch.init: RANK and WORLD_SIZE are set (torchrun) but not "
+                raise _sfb.UsageError("sfb.torch.init: RANK and WORLD_SIZE are set (torchrun) but not "
                                  "MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS")
             rdv = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
         return {"rank": int(os.environ["RANK"]), "world": world, "rendezvous": rdv}
@@ -100,7 +102,7 @@ def is_initialized():
 
 def _need():
     if _job is None:
-        raise RuntimeError("sfb.torch: call sfb.torch.init() first")
+        raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
     return _job
 
 
@@ -148,7 +150,7 @@ def stats():
     if _job is not None:
         return _job.stats()
     if _final_stats is None:
-        raise RuntimeError("sfb.torch: call sfb.torch.init() first")
+        raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
     return dict(_final_stats)
 
 
@@ -235,11 +237,11 @@ def allreduce(tensor, op="mean"):
     metrics such as a test accuracy, not gradients), as a new tensor."""
     job = _need()
     if op not in ("sum", "mean"):
-        raise ValueError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))
+        raise _sfb.UsageError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))
     t = torch.as_tensor(tensor)
     a = t.detach().to(torch.float64).contiguous().view(-1).numpy()
     if a.nbytes * 1 > (1 << 20):
-        raise ValueError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
+        raise _sfb.UsageError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
     parts = job.allgather(a.tobytes())
     total = np.zeros_like(a)
     for p in parts:  # rank order: the same sum on every rank
@@ -251,22 +253,40 @@ def allreduce(tensor, op="mean"):
 
 # ---- the optimizer --------------------------------------------------------
 
+# A rank's state in a clock (the meta matrix's state column)
+_TRAINING, _JOINED, _LEAVING = 0, 1, 2
+_STATE_WORDS = {_TRAINING: "training", _JOINED: "joined (out of data)",
+                _LEAVING: "leaving (shutdown)"}
+_JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's training loop "
+              "in `with opt.join():`")
+
+
 class _Linear:
     """One nn.Linear: one matrix of the job (out x in, +1 column for the bias)."""
 
-    def __init__(self, sync, name, module, index):
+    def __init__(self, sync, name, module, index, has_bias):
         self.sync, self.name, self.module, self.index = sync, name, module, index
-        self.weight, self.bias = module.weight, module.bias
+        self.weight = module.weight
+        self.bias = module.bias if has_bias else None
         self.rows, self.inputs = module.weight.shape
-        self.cols = self.inputs + (1 if self.bias is not None else 0)
-        self.buf = None        # the replica (numpy rows x cols)
-        self.cbuf = None       # c with the bias's ones column, kept across steps
+        self.cols = self.inputs + (1 if has_bias else 0)
+        self.buf = None        # the replica (numpy rows x cols): this clock's sum
+        self.cbuf = None       # c, kept across steps
+        self.gw = self.gb = None  # the .grad tensors handed out (kept across steps)
+        # a leaf whose gradient arrives once per backward pass, after every
+        # call of the layer in that pass gave its factors
+        self.token = torch.zeros(1, requires_grad=True)
+        self.hook = self.token.register_hook(self._done)
         self.reset()
 
     def reset(self):
-        self.fwd = self.bwd = 0
-        self.go, self.x = [], []
+        self.pending = []      # (go, x or None, weight?, bias?) of the pass in progress
+        self.caps = []         # those of this step's finished passes
+        self.used_w = self.used_b = False  # this step gave the weight, the bias a gradient
         self.published = False
+
+    def _done(self, grad):
+        self.sync.layer_done(self)
 
     @property
     def label(self):
@@ -274,35 +294,52 @@ class _Linear:
                                  "+bias" if self.bias is not None else "")
 
     def samples(self):
-        return sum(g.shape[0] for g in self.go)
+        return sum(g.shape[0] for g, _, _, _ in self.caps)
+
+    def commit(self):
+        """The pass in progress is done with this layer: its captures count."""
+        for _, _, w, b in self.pending:
+            self.used_w |= w
+            self.used_b |= b
+        self.caps += self.pending
+        self.pending = []
 
     def factors(self):
-        """(b, c): s x rows and s x cols, float32 C-contiguous numpy."""
-        if not self.go:  # unused this step: one sample of zeros adds nothing
+        """(b, c): s x rows and s x cols, float32 C-contiguous numpy. A
+        frozen weight's columns of c are zeros, a frozen bias's too; no
+        sample: one of zeros (adds nothing)."""
+        s = self.samples()
+        if s == 0:
             return (np.zeros((1, self.rows), np.float32), np.zeros((1, self.cols), np.float32))
-        b = self.go[0] if len(self.go) == 1 else torch.cat(self.go)
-        s = b.shape[0]
-        if self.bias is None:
-            c = self.x[0] if len(self.x) == 1 else torch.cat(self.x)
+        b = self.caps[0][0] if len(self.caps) == 1 else torch.cat([g for g, _, _, _ in self.caps])
+        if self.bias is None and len(self.caps) == 1 and self.caps[0][2]:
+            c = self.caps[0][1]
         else:
-            # the inputs straight into a buffer kept across steps (publish
-            # copies what it sends), whose ones column is set once
+            # straight into a buffer kept across steps (publish copies what
+            # it sends)
             if self.cbuf is None or self.cbuf.shape[0] < s:
-                self.cbuf = torch.ones((s, self.cols), dtype=torch.float32)
+                self.cbuf = torch.empty((s, self.cols), dtype=torch.float32)
             c, o = self.cbuf[:s], 0
-            for x in self.x:
-                c[o:o + x.shape[0], :self.inputs].copy_(x)
-                o += x.shape[0]
+            for g, x, w, bias in self.caps:
+                n = g.shape[0]
+                if w:
+                    c[o:o + n, :self.inputs].copy_(x)
+                else:
+                    c[o:o + n, :self.inputs].zero_()
+                if self.bias is not None:
+                    c[o:o + n, self.inputs].fill_(1.0 if bias else 0.0)
+                o += n
         return b.contiguous().numpy(), c.contiguous().numpy()
 
 
 class _LinearFactors(torch.autograd.Function):
     """F.linear whose backward gives the input's gradient only and hands the
     layer's sufficient factors (output gradients, inputs) to sfb: the dense
-    weight gradient is never formed here."""
+    weight gradient is never formed here. The token's gradient tells the
+    layer that this backward pass is done with it."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, slot):
+    def forward(ctx, x, weight, bias, token, slot):
         ctx.save_for_backward(x, weight)
         ctx.slot = slot
         return F.linear(x, weight, bias)
@@ -312,15 +349,17 @@ class _LinearFactors(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
         slot = ctx.slot
-        slot.sync.take(slot, go.reshape(-1, slot.rows), x.detach().reshape(-1, slot.inputs))
-        return gx, None, None, None
+        want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        slot.sync.take(slot, go.reshape(-1, slot.rows).detach(),
+                       x.detach().reshape(-1, slot.inputs) if want_w else None, want_w, want_b)
+        return gx, None, None, torch.zeros(1), None
 
 
 def _linear_forward(module, x):
     slot = module._sfb_slot
-    if torch.is_grad_enabled() and slot.sync.capturing:
-        slot.fwd += 1
-        return _LinearFactors.apply(x, module.weight, module.bias, slot)
+    if torch.is_grad_enabled() and (slot.weight.requires_grad or
+                                    (slot.bias is not None and slot.bias.requires_grad)):
+        return _LinearFactors.apply(x, module.weight, module.bias, slot.token, slot)
     return F.linear(x, module.weight, module.bias)
 
 
@@ -338,26 +377,40 @@ def _plain_sgd(opt):
     return None
 
 
+def _crc_tensors(tensors, crc=0):
+    for t in tensors:
+        crc = zlib.crc32(t.detach().contiguous().numpy().tobytes(), crc)
+    return crc
+
+
+def _hyper_crc(opt):
+    """A checksum of the optimizer's hyperparameters (every group's, the
+    parameters left out): ranks must step with the same."""
+    text = repr([sorted((k, repr(v)) for k, v in g.items() if k != "params")
+                 for g in opt.param_groups])
+    return zlib.crc32(text.encode())
+
+
 class _Sync:
     """What a DistributedOptimizer adds to its optimizer: the matrices, the
-    job's clock, the factor capture."""
+    job's clock, the factor capture, the reduction at the end of backward."""
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
                  overlap, attach_args):
         job = _need()
         self.opt, self.job, self.model = opt, job, model
+        U = _sfb.UsageError
         if sync not in ("auto", "sfb", "fms"):
-            raise ValueError("DistributedOptimizer: sync %r: expected 'auto', 'sfb' or 'fms'" %
-                             (sync,))
+            raise U("DistributedOptimizer: sync %r: expected 'auto', 'sfb' or 'fms'" % (sync,))
         if not isinstance(staleness, int) or staleness < -1:
-            raise ValueError("DistributedOptimizer: staleness %r: expected an integer >= 0, or "
-                             "-1 (asynchronous)" % (staleness,))
+            raise U("DistributedOptimizer: staleness %r: expected an integer >= 0, or -1 "
+                    "(asynchronous)" % (staleness,))
         if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-            raise ValueError("DistributedOptimizer: backward_passes_per_step %r: expected an "
-                             "integer >= 1" % (backward_passes_per_step,))
+            raise U("DistributedOptimizer: backward_passes_per_step %r: expected an integer "
+                    ">= 1" % (backward_passes_per_step,))
         if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 1):
-            raise ValueError("DistributedOptimizer: max_samples %r: expected an integer >= 1" %
-                             (max_samples,))
+            raise U("DistributedOptimizer: max_samples %r: expected an integer >= 1" %
+                    (max_samples,))
         self.sync, self.staleness = sync, staleness
         self.passes_per_step = backward_passes_per_step
         self.max_samples, self.overlap, self.attach_args = max_samples, overlap, attach_args
@@ -365,120 +418,214 @@ class _Sync:
         if self.additive:
             why = _plain_sgd(opt)
             if why:
-                raise ValueError("DistributedOptimizer: staleness %d adds every rank's update to "
-                                 "the parameters as it comes, exact only for plain torch.optim."
-                                 "SGD (no momentum, weight decay, nesterov or maximize); %s "
-                                 "would differ between ranks. Use staleness=0 (any optimizer) "
-                                 "or plain SGD" % (staleness, why))
+                raise U("DistributedOptimizer: staleness %d adds every rank's update to the "
+                        "parameters as it comes, exact only for plain torch.optim.SGD (no "
+                        "momentum, weight decay, nesterov or maximize); %s would differ between "
+                        "ranks. Use staleness=0 (any optimizer) or plain SGD" % (staleness, why))
         self.thread = threading.get_ident()
-        self._collect(model)
-        self.clock = 0          # the clock of the step being computed
+        self.clock = 0          # the job's clock: reductions done (a resumed run's count)
+        self.extra = 0          # of them, those no rank trained in (join()'s last, shutdown's)
         self.attached = False
-        self.passes = 0         # forward passes (with grad) this step
-        self.synced = False     # synchronize() ran this step
-        self.capturing = True
+        self.passes = 0         # backward passes of the step in progress
+        self.pass_hit = False   # the pass in progress reached a parameter
+        self.cb_queued = False  # its end-of-pass callback is queued
+        self.synced = False     # this step's gradients reduced (.grad holds the mean)
+        self.grads = False      # a backward pass since the last step()
+        self.weight = None      # this rank's weight in the next reduction (set_samples)
+        self.inner_step = None  # the wrapped optimizer's step (set by the wrapper)
+        self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
+        self.state = _TRAINING
+        self.steps = 0          # the wrapped optimizer's steps through this wrapper
+        self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
+        self.uneven = False     # join(): ranks trained while others had joined
         self.plan = ""
-        self.last_stats = None
+        self._collect(model)
 
     # -- which parameter goes where
 
     def _collect(self, model):
+        U = _sfb.UsageError
         names = {id(p): n for n, p in model.named_parameters()}
+        self.names = names
         in_opt = {}
         for gi, g in enumerate(self.opt.param_groups):
             for p in g["params"]:
                 if id(p) not in names:
-                    raise ValueError("DistributedOptimizer: parameter %d of the optimizer's "
-                                     "param_groups[%d] (shape %s) is not a parameter of the "
-                                     "model" % (len(in_opt), gi, tuple(p.shape)))
+                    raise U("DistributedOptimizer: parameter %d of the optimizer's "
+                            "param_groups[%d] (shape %s) is not a parameter of the model" %
+                            (len(in_opt), gi, tuple(p.shape)))
                 in_opt[id(p)] = g
         for n, p in model.named_parameters():
             if p.requires_grad and id(p) not in in_opt:
-                raise ValueError("DistributedOptimizer: model parameter %s requires a gradient "
-                                 "but the optimizer does not know it (add it to the optimizer, "
-                                 "or set requires_grad=False to freeze it)" % n)
-            if p.requires_grad and p.dtype != torch.float32:
-                raise ValueError("DistributedOptimizer: parameter %s is %s: sfb synchronizes "
-                                 "float32 parameters (model.float())" % (n, p.dtype))
-            if p.requires_grad and p.device.type != "cpu":
-                raise ValueError("DistributedOptimizer: parameter %s is on %s: sfb.torch "
-                                 "trains on the CPU" % (n, p.device))
+                raise U("DistributedOptimizer: model parameter %s requires a gradient but the "
+                        "optimizer does not know it (add it to the optimizer, or set "
+                        "requires_grad=False to freeze it)" % n, param=n)
+            if id(p) in in_opt and p.dtype != torch.float32:
+                raise U("DistributedOptimizer: parameter %s is %s: sfb synchronizes float32 "
+                        "parameters (model.float())" % (n, p.dtype), param=n)
+            if id(p) in in_opt and p.device.type != "cpu":
+                raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
+                        "CPU" % (n, p.device), param=n)
         self.group_of = in_opt
         self.linears, covered = [], set()
         for mname, m in model.named_modules():
-            if not isinstance(m, torch.nn.Linear) or not m.weight.requires_grad:
+            if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt:
                 continue
-            if m.bias is not None and not m.bias.requires_grad:
-                continue  # a frozen bias: weight and bias go the dense way
             if hasattr(m, "_sfb_slot"):
-                raise ValueError("DistributedOptimizer: %s is already synchronized by another "
-                                 "DistributedOptimizer (one per job)" % (mname or "the model"))
-            slot = _Linear(self, mname or "linear", m, len(self.linears))
-            if self.additive and m.bias is not None and \
-                    in_opt[id(m.weight)]["lr"] != in_opt[id(m.bias)]["lr"]:
-                raise ValueError("DistributedOptimizer: %s.weight and .bias have different "
-                                 "learning rates, which staleness > 0 cannot apply as one "
-                                 "update" % slot.name)
+                raise U("DistributedOptimizer: %s is already synchronized by another "
+                        "DistributedOptimizer (one per job)" % (mname or "the model"))
+            has_bias = m.bias is not None and id(m.bias) in in_opt
+            slot = _Linear(self, mname or "linear", m, len(self.linears), has_bias)
+            if self.additive and has_bias and in_opt[id(m.weight)]["lr"] != in_opt[id(m.bias)]["lr"]:
+                raise U("DistributedOptimizer: %s.weight and .bias have different learning "
+                        "rates, which staleness > 0 cannot apply as one update" % slot.name,
+                        param=slot.name)
             self.linears.append(slot)
             covered.add(id(m.weight))
-            if m.bias is not None:
+            if has_bias:
                 covered.add(id(m.bias))
+        self.covered = covered
+        # every parameter the optimizer holds is synchronized, frozen or not
+        # (it may be unfrozen later); the rest stay outside
         self.dense = [(n, p) for n, p in model.named_parameters()
-                      if p.requires_grad and id(p) not in covered]
+                      if id(p) in in_opt and id(p) not in covered]
         self.dense_n = sum(p.numel() for _, p in self.dense)
-        self.dense_buf = None
+        self.dense_buf = self.dense_g = None
+        # the parameters in the reduction's presence columns, in this order
+        self.params = []
+        for slot in self.linears:
+            self.params.append((slot.name + ".weight", slot.weight))
+            if slot.bias is not None:
+                self.params.append((slot.name + ".bias", slot.bias))
+        self.params += self.dense
         for slot in self.linears:
             slot.module._sfb_slot = slot
             slot.module.forward = _linear_forward.__get__(slot.module)
-        # forward passes, to know the last backward pass of a step
-        self.hook = model.register_forward_pre_hook(self._count_pass)
+        # a dense parameter's gradient tells the end of a backward pass too;
+        # hooks go on when a parameter needs a gradient (frozen ones later)
+        self.hooks, self.unhooked = [], [p for _, p in self.dense]
+        self._hook_new()
+        self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
 
-    def _count_pass(self, module, inputs):
-        if torch.is_grad_enabled():
-            self.passes += 1
+    def _hook_new(self):
+        if not self.unhooked:
+            return
+        left = []
+        for p in self.unhooked:
+            if p.requires_grad:
+                self.hooks.append(p.register_hook(self._dense_grad))
+            else:
+                left.append(p)
+        self.unhooked = left
 
     def release(self):
-        self.hook.remove()
+        self.fwd_hook.remove()
+        for h in self.hooks:
+            h.remove()
         for slot in self.linears:
+            slot.hook.remove()
             if getattr(slot.module, "_sfb_slot", None) is slot:
                 del slot.module.forward
                 del slot.module._sfb_slot
 
     # -- capture, during backward
 
-    def take(self, slot, go, x):
+    def _queue_end(self):
+        if not self.cb_queued:
+            self.cb_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+
+    def take(self, slot, go, x, want_w, want_b):
+        slot.pending.append((go, x, want_w, want_b))
+        # an autograd.grad() pass reaches no token: its captures are dropped
+        # at the end of the pass
+        self._queue_end()
+
+    def layer_done(self, slot):
+        """The layer's token: this backward pass is done with it."""
+        self.pass_hit = True
+        self._queue_end()
         if slot.published:
-            raise RuntimeError("sfb.torch: %s received a gradient after its factors of step %d "
-                               "left (a backward pass after the last of the step's %d?)" %
-                               (slot.name, self.clock, self.passes_per_step))
-        slot.go.append(go.detach())
-        slot.x.append(x)
-        slot.bwd += 1
-        if (self.overlap and self.attached and slot.bwd == slot.fwd and
-                self.passes >= self.passes_per_step and threading.get_ident() == self.thread):
+            self.fail_in_backward(_sfb.UsageError(
+                "sfb.torch: %s received a gradient after its factors of step %d left (a "
+                "backward pass after the last of the step's %d, before step()?)" %
+                (slot.name, self.clock, self.passes_per_step), param=slot.name))
+            return
+        slot.commit()
+        if (self.overlap and self.attached and self.passes == self.passes_per_step - 1 and
+                threading.get_ident() == self.thread):
             try:
                 self._publish_linear(slot)
             except BaseException as e:  # raised out of backward(): tell the peers
+                self.fail_in_backward(e)
+
+    def _dense_grad(self, grad):
+        self.pass_hit = True
+        self._queue_end()
+
+    def fail_in_backward(self, e):
+        self.job.abort("%s: %s" % (type(e).__name__, e))
+        raise e
+
+    def _end_pass(self):
+        """The end of a backward pass (torch's callback): the pass counts if
+        it reached a parameter; the step's last one reduces (staleness 0)."""
+        self.cb_queued = False
+        for slot in self.linears:
+            slot.pending = []  # from a pass that reached no token: autograd.grad()
+        if not self.pass_hit:
+            return
+        self.pass_hit = False
+        self.passes += 1
+        self.grads = True
+        if threading.get_ident() != self.thread:
+            raise _sfb.UsageError("sfb.torch: backward() from another thread than the one that "
+                                  "made the DistributedOptimizer")
+        try:
+            self._check_dense_grads()
+            if self.passes < self.passes_per_step:
+                return
+            if self.additive:
+                self.versions = {id(p): (id(p.grad), p.grad._version) for _, p in self.dense
+                                 if p.grad is not None}
+                return
+            self.reduce()
+        except BaseException as e:
+            if self.job is not None:
                 self.job.abort("%s: %s" % (type(e).__name__, e))
-                raise
+            raise
+
+    def _check_dense_grads(self):
+        for slot in self.linears:
+            for p in (slot.weight, slot.bias):
+                if p is not None and p.grad is not None and not self._ours(slot, p):
+                    raise _sfb.UsageError(
+                        "sfb.torch: %s received a dense gradient: its weight or bias was used "
+                        "outside the layer's own forward (F.linear on it, or a tied weight), "
+                        "which sfb.torch cannot synchronize by factors" % slot.name,
+                        param=slot.name)
+
+    def _ours(self, slot, p):
+        g = slot.gw if p is slot.weight else slot.gb
+        return g is not None and p.grad is g
 
     # -- the job
-
-    def _scale(self, slot_or_group):
-        if not self.additive:
-            return 1.0 / self.job.world
-        return -self.group_of[id(slot_or_group.weight)]["lr"] / self.job.world
 
     def _publish_linear(self, slot):
         b, c = slot.factors()
         if b.shape[0] > self.max_s:
-            raise ValueError("sfb.torch: %s has %d samples at step %d, more than the %d it was "
-                             "attached with (the first step's; pass max_samples= to "
-                             "DistributedOptimizer)" % (slot.name, b.shape[0], self.clock,
-                                                        self.max_s))
-        self.job.publish_one(self.clock, slot.index, b, c, self._scale(slot))
+            raise _sfb.UsageError(
+                "sfb.torch: %s has %d samples at step %d, more than the %d it was attached with "
+                "(the first step's largest over the ranks; pass max_samples= to "
+                "DistributedOptimizer)" % (slot.name, b.shape[0], self.clock, self.max_s),
+                param=slot.name)
+        scale = 1.0 if not self.additive else \
+            -self.group_of[id(slot.weight)]["lr"] / self.job.world
+        if not self.additive and self.state == _TRAINING:
+            scale = self.my_weight
+        self.job.publish_one(self.clock, slot.index, b, c, scale)
         slot.published = True
-        slot.go, slot.x = [], []
+        slot.caps = []
 
     def _dense_shape(self):
         n = self.dense_n
@@ -488,12 +635,10 @@ class _Sync:
     def _publish_dense(self):
         stage = self.dense_stage
         o = 0
-        missing = 0
-        for name, p in self.dense:
+        for _, p in self.dense:
             k = p.numel()
-            if p.grad is None:
+            if p.grad is None or self.state != _TRAINING:
                 stage[o:o + k] = 0
-                missing += 1
             elif self.additive:
                 np.multiply(p.grad.detach().reshape(-1).numpy(),
                             np.float32(-self.group_of[id(p)]["lr"] / self.job.world),
@@ -501,20 +646,69 @@ class _Sync:
             else:
                 stage[o:o + k] = p.grad.detach().reshape(-1).numpy()
             o += k
-        scale = 1.0 if self.additive else 1.0 / self.job.world
+        scale = 1.0 if self.additive else (self.my_weight if self.state == _TRAINING else 0.0)
         self.job.publish_dense(self.clock, len(self.linears),
                                stage.reshape(self.dense_buf.shape), scale)
-        return missing
+
+    def _meta_row(self):
+        """This rank's row of the clock's meta matrix: per parameter whether
+        it has a gradient here, the rank's weight, its state, the wrapped
+        optimizer's steps and hyperparameters' checksum (16-bit halves:
+        exact in float32)."""
+        row = np.zeros((1, self.meta_cols), np.float32)
+        if self.state == _TRAINING:
+            for i, (_, p) in enumerate(self.params):
+                row[0, i] = 1.0 if p.grad is not None else 0.0
+            for slot in self.linears:
+                i = self.param_index[id(slot.weight)]
+                row[0, i] = max(row[0, i], 1.0 if slot.used_w else 0.0)
+                if slot.bias is not None:
+                    row[0, i + 1] = max(row[0, i + 1], 1.0 if slot.used_b else 0.0)
+            row[0, self.n_params] = self.my_weight
+        crc = _hyper_crc(self.opt)
+        row[0, self.n_params + 1:] = [self.state, self.steps % (1 << 24), crc & 0xFFFF, crc >> 16]
+        return row
 
     def _attach(self):
-        """The first step: the shapes and the first step's samples are known."""
+        """The first reduction: the shapes and the first step's samples are known."""
         job = self.job
-        s = max([slot.samples() for slot in self.linears] + [1])
-        self.max_s = self.max_samples or s
-        for slot in self.linears:
-            if slot.samples() > self.max_s:
-                raise ValueError("sfb.torch: %s has %d samples, more than max_samples %d" %
-                                 (slot.name, slot.samples(), self.max_s))
+        U = _sfb.UsageError
+        mine = max([slot.samples() for slot in self.linears] + [1])
+        if self.max_samples is not None and mine > self.max_samples:
+            worst = max(self.linears, key=lambda s: s.samples())
+            raise U("sfb.torch: %s has %d samples, more than max_samples %d" %
+                    (worst.name, mine, self.max_samples), param=worst.name)
+        # every rank the same shapes, clock, settings and start (clear
+        # errors naming both ranks' values, not rejected frames or a hang)
+        lines = ["%s=%dx%d\n" % (slot.name, slot.rows, slot.cols) for slot in self.linears]
+        lines += ["%s=%s\n" % (n, tuple(p.shape)) for n, p in self.dense]
+        lines += ["clock=%d\n" % self.clock, "staleness=%d\n" % self.staleness,
+                  "backward_passes_per_step=%d\n" % self.passes_per_step,
+                  "sync=%s\n" % self.sync, "optimizer=%s\n" % type(self.opt).__name__]
+        job.agree("".join(lines))
+        try:
+            job.agree("parameters_crc32=%08x\n" % _crc_tensors(
+                [p for _, p in self.model.named_parameters()]))
+        except _sfb.Error as e:
+            raise _sfb.MismatchError(e.code, "sfb.torch: the ranks start from different "
+                                     "parameters (%s): call sfb.torch.broadcast_parameters("
+                                     "model.state_dict()) before training" % e, e.rank) from None
+        st = self.opt.state_dict()
+        state = [v for s in st["state"].values() for v in s.values() if torch.is_tensor(v)]
+        scalars = [repr(v) for s in st["state"].values() for v in s.values()
+                   if not torch.is_tensor(v)]
+        try:
+            job.agree("optimizer_hyperparameters_crc32=%08x\noptimizer_state_crc32=%08x\n" %
+                      (_hyper_crc(self.opt),
+                       _crc_tensors(state, zlib.crc32(repr(scalars).encode()))))
+        except _sfb.Error as e:
+            raise _sfb.MismatchError(e.code, "sfb.torch: the ranks' optimizers differ (%s): "
+                                     "every rank must load the same optimizer state "
+                                     "(sfb.torch.broadcast_optimizer_state) and use the same "
+                                     "settings" % e, e.rank) from None
+        counts = [int(np.frombuffer(b, np.int64)[0])
+                  for b in job.allgather(np.array([mine], np.int64).tobytes())]
+        self.max_s = self.max_samples or max(counts)
         mats, engines = [], []
         with torch.no_grad():
             for slot in self.linears:
@@ -536,22 +730,19 @@ class _Sync:
                         o += p.numel()
                 mats.append(self.dense_buf)
                 engines.append("fms")  # dense gradients: the engine that carries them
-        # every rank the same shapes and the same start (clear errors, not
-        # rejected frames later)
-        lines = ["%s=%dx%d\n" % (slot.name, slot.rows, slot.cols) for slot in self.linears]
-        lines += ["%s=%s\n" % (n, tuple(p.shape)) for n, p in self.dense]
-        job.agree("".join(lines))
-        crc = 0
-        for _, p in self.model.named_parameters():
-            crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
-        try:
-            job.agree("parameters_crc32=%08x\n" % crc)
-        except _sfb.Error as e:
-            raise _sfb.Error(e.code, "sfb.torch: the ranks start from different parameters (%s): "
-                             "call sfb.torch.broadcast_parameters(model.state_dict()) before "
-                             "training" % e) from None
+            if not self.additive:
+                self.n_params = len(self.params)
+                self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
+                self.meta_cols = self.n_params + 5
+                self.meta = np.zeros((job.world, self.meta_cols), np.float32)
+                self.meta_b = np.zeros((1, job.world), np.float32)
+                self.meta_b[0, job.rank] = 1.0
+                self.meta_index = len(mats)
+                mats.append(self.meta)
+                engines.append("sfb")
         job.attach(mats, max_s=self.max_s, engine=",".join(engines),
-                   staleness=self.staleness, start_clock=self.clock, **self.attach_args)
+                   staleness=self.staleness, start_clock=self.clock,
+                   ordered=not self.additive, **self.attach_args)
         if self.additive:
             with torch.no_grad():
                 for slot in self.linears:
@@ -588,74 +779,243 @@ class _Sync:
                        (len(names), self.dense_n, shown, job.engines[len(self.linears)]))
         return "\n".join(out)
 
-    def synchronize(self):
-        """Publishes what is left of this step, applies every rank's updates
-        and (staleness 0) sets each parameter's .grad to the mean gradient."""
-        if self.synced:
-            return
-        if threading.get_ident() != self.thread:
-            raise RuntimeError("sfb.torch: step() from another thread than the one that made "
-                               "the DistributedOptimizer")
-        got = any(slot.go or slot.published for slot in self.linears) or \
-            any(p.grad is not None for _, p in self.dense)
-        if not got:
-            raise RuntimeError("sfb.torch: step() without backward(): no gradient since step %d" %
-                               (self.clock - 1) if self.clock else
-                               "sfb.torch: step() without backward(): no gradient yet")
-        for slot in self.linears:
-            for p in (slot.weight, slot.bias):
-                if p is not None and p.grad is not None:
-                    raise RuntimeError("sfb.torch: %s received a dense gradient: its weight or "
-                                       "bias was used outside the layer's own forward (F.linear "
-                                       "on it, or a tied weight), which sfb.torch cannot "
-                                       "synchronize by factors" % slot.name)
-            if slot.bwd != slot.fwd:
-                raise RuntimeError("sfb.torch: %s ran %d forward passes with gradients but "
-                                   "%d backward this step" % (slot.name, slot.fwd, slot.bwd))
+    def _publish_all(self):
+        """Every matrix of this clock that has not left yet."""
+        if self.additive:  # the learning rates as they are now (schedulers, load_state_dict)
+            self.group_of = {id(p): g for g in self.opt.param_groups for p in g["params"]}
         if not self.attached:
             self._attach()
         for slot in self.linears:
             if not slot.published:
+                if self.state != _TRAINING:
+                    slot.caps = []
                 self._publish_linear(slot)
         if self.dense:
             self._publish_dense()
-        if not self.additive:
-            self.job.drain(self.clock)
+
+    @property
+    def my_weight(self):
+        return 1.0 if self.weight is None else float(self.weight)
+
+    def reduce(self):
+        """Staleness 0, once a step (the end of its last backward pass, or
+        step()/synchronize() for a step without one): publishes what is left,
+        applies every rank's contributions in rank order, and sets each
+        parameter's .grad to their weighted mean (None where no rank gave it
+        one). Returns the meta matrix's rows."""
+        job = self.job
+        self._publish_all()
+        self.meta.fill(0)  # every row comes from its rank this clock
+        job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
+        job.drain(self.clock)
+        meta = self.meta.astype(np.float64)
+        self._check_meta(meta)
+        states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
+        if _TRAINING in states:
+            self.last_trainer = states.index(_TRAINING)
+            self.uneven |= _JOINED in states
+        present = meta[:, :self.n_params].max(axis=0) > 0
+        total = 0.0
+        for q in range(job.world):  # rank order: the same sum on every rank
+            total += meta[q, self.n_params]
+        inv = np.float32(1.0 / total) if total > 0 else np.float32(0.0)
+        with torch.no_grad():
             for slot in self.linears:
                 g = torch.from_numpy(slot.buf)
-                slot.weight.grad = g[:, :slot.inputs]
-                if slot.bias is not None:
-                    slot.bias.grad = g[:, slot.inputs]
+                if present[self.param_index[id(slot.weight)]]:
+                    slot.gw = self._set_grad(slot.weight, g[:, :slot.inputs], inv, slot.gw)
+                if slot.bias is not None and present[self.param_index[id(slot.bias)]]:
+                    slot.gb = self._set_grad(slot.bias, g[:, slot.inputs], inv, slot.gb)
+                slot.buf.fill(0)
+                slot.reset()
             if self.dense:
                 flat = torch.from_numpy(self.dense_buf.reshape(-1))
+                if self.dense_g is None:
+                    self.dense_g = torch.zeros(self.dense_n)
                 o = 0
-                for _, p in self.dense:
-                    p.grad = flat[o:o + p.numel()].view(p.shape)
-                    o += p.numel()
+                for name, p in self.dense:
+                    k = p.numel()
+                    if present[self.param_index[id(p)]]:
+                        src = flat[o:o + k].view(p.shape)
+                        if p.grad is not None:
+                            torch.mul(src, float(inv), out=p.grad)
+                        else:
+                            view = self.dense_g[o:o + k].view(p.shape)
+                            torch.mul(src, float(inv), out=view)
+                            p.grad = view
+                    o += k
+                self.dense_buf.fill(0)
+        for slot in self.linears:
+            slot.token.grad = None
+        self.passes = 0
+        self.weight = None
+        self.synced = True
+        self.clock += 1
+        job.wait(self.clock)
+        return meta
+
+    @staticmethod
+    def _set_grad(p, src, inv, keep):
+        """p.grad = inv * src (its sum of every rank's), added to a .grad
+        already there (not zeroed since: as one process accumulates)."""
+        if p.grad is None:
+            if keep is None or keep.shape != p.shape:
+                keep = torch.empty(p.shape, dtype=torch.float32)
+            torch.mul(src, float(inv), out=keep)
+            p.grad = keep
+        else:
+            p.grad.add_(src, alpha=float(inv))
+        return keep
+
+    def _check_meta(self, meta):
+        """Every rank in this clock: the same state (or joined), the same
+        optimizer steps and hyperparameters; else fail naming both."""
+        job, n = self.job, self.n_params
+        states = [int(meta[q, n + 1]) for q in range(job.world)]
+        leaving = [q for q, s in enumerate(states) if s == _LEAVING]
+        if leaving and len(leaving) < job.world:
+            others = [q for q, s in enumerate(states) if s != _LEAVING]
+            q = leaving[0] if self.state != _LEAVING else others[0]
+            raise _sfb.PeerError(
+                -(4096 + 5), "sfb.torch: at step %d rank%s %s called shutdown() while rank%s %s "
+                "%s still training or joined (%s)" %
+                (self.clock, "s" if len(leaving) > 1 else "", ", ".join(map(str, leaving)),
+                 "s" if len(others) > 1 else "", ", ".join(map(str, others)),
+                 "were" if len(others) > 1 else "was", _JOIN_HINT), rank=q)
+        for col, what in ((n + 2, "optimizer steps taken"), (n + 3, "optimizer settings"),
+                          (n + 4, "optimizer settings")):
+            for q in range(job.world):  # among the ranks training (a joined one lags)
+                if meta[q, col] != meta[job.rank, col] and states[q] == _TRAINING and \
+                        self.state == _TRAINING:
+                    mine, theirs = meta[job.rank, col], meta[q, col]
+                    if col != n + 2:
+                        mine = int(meta[job.rank, n + 3]) | int(meta[job.rank, n + 4]) << 16
+                        theirs = int(meta[q, n + 3]) | int(meta[q, n + 4]) << 16
+                        mine, theirs = "crc32 %08x" % mine, "crc32 %08x" % theirs
+                    else:
+                        mine, theirs = int(mine), int(theirs)
+                    raise _sfb.MismatchError(
+                        -(4096 + 9), "sfb.torch: at step %d the ranks' %s differ: rank %d has "
+                        "%s, rank %d has %s (every rank must step the optimizer and its "
+                        "schedulers alike)" % (self.clock, what, job.rank, mine, q, theirs),
+                        rank=q)
+
+    def synchronize(self):
+        """Staleness 0: reduces now if this step has gradients not reduced
+        yet (after backward() they are: a no-op). Staleness > 0: publishes."""
+        if threading.get_ident() != self.thread:
+            raise _sfb.UsageError("sfb.torch: step() from another thread than the one that "
+                                  "made the DistributedOptimizer")
+        if self.additive:
+            return self._publish_additive()
+        if self.synced:
+            return
+        if not self.grads:
+            raise _sfb.UsageError("sfb.torch: step() without backward(): no gradient since "
+                                  "step %d" % (self.steps - 1) if self.steps else
+                                  "sfb.torch: step() without backward(): no gradient yet")
+        self._check_dense_grads()
+        for slot in self.linears:
+            slot.commit()
+        self.reduce()
+
+    def _publish_additive(self):
+        if self.synced:
+            return
+        if not self.grads:
+            raise _sfb.UsageError("sfb.torch: step() without backward(): no gradient yet")
+        self._check_dense_grads()
+        for _, p in self.dense:
+            v = self.versions.get(id(p))
+            now = (id(p.grad), p.grad._version) if p.grad is not None else None
+            if v != now and (v is not None or now is not None):
+                raise _sfb.UsageError(
+                    "sfb.torch: %s's .grad changed between backward() and step() (clipping, "
+                    "scaling?): at staleness %d every rank's update is applied as it comes, "
+                    ".grad holds this rank's own gradient only, and a change to it would not "
+                    "be the same on every rank. Use staleness=0, where .grad holds every "
+                    "rank's mean after backward()" % (self.names[id(p)], self.staleness),
+                    param=self.names[id(p)])
+        self._publish_all()
         self.synced = True
 
     def end_step(self):
-        """After the optimizer's step: zero the gradient buffers, next clock,
-        its SSP gate (staleness 0: returns at once)."""
-        if not self.additive:
+        """After the optimizer's step: the next step."""
+        if self.additive:
             for slot in self.linears:
-                slot.buf.fill(0)
-            if self.dense:
-                self.dense_buf.fill(0)
-        for slot in self.linears:
-            slot.weight.grad = None
-            if slot.bias is not None:
-                slot.bias.grad = None
-            slot.reset()
-        for _, p in self.dense:
-            p.grad = None
-        self.passes = 0
+                slot.weight.grad = None
+                if slot.bias is not None:
+                    slot.bias.grad = None
+                slot.reset()
+                slot.token.grad = None
+            for _, p in self.dense:
+                p.grad = None
+            self.clock += 1
+            self.job.wait(self.clock)
+            self.passes = 0
         self.synced = False
-        self.clock += 1
-        self.job.wait(self.clock)
+        self.grads = False
+        self.steps += 1
+
+    def join_loop(self):
+        """This rank is out of data: until every rank is, it takes part in
+        each reduction with nothing (weight 0). Then, if ranks joined at
+        different steps, every rank takes the parameters, buffers and
+        optimizer state of the rank that trained last, so that the replicas
+        are the job's again (whatever that rank did to its gradients)."""
+        if self.additive:
+            raise _sfb.UsageError("sfb.torch: join() needs staleness=0")
+        if self.passes or self.synced:
+            raise _sfb.UsageError("sfb.torch: join(): the block ended inside a step (backward() "
+                                  "without step()); end each step before leaving the block")
+        if not self.attached:
+            raise _sfb.UsageError("sfb.torch: join(): this rank took no step; every rank must "
+                                  "take at least one step before it joins")
+        self.state = _JOINED
+        try:
+            while True:
+                meta = self.reduce()
+                self.synced = False
+                self._drop_grads()
+                if all(int(meta[q, self.n_params + 1]) == _JOINED for q in range(self.job.world)):
+                    self.extra += 1  # no rank trained in it: not a step
+                    break
+        finally:
+            self.state = _TRAINING
+        if self.uneven:
+            self._adopt(self.last_trainer)
+            self.uneven = False
+
+    def _drop_grads(self):
+        for _, p in self.params:
+            p.grad = None
+
+    def _adopt(self, root):
+        """Every rank takes root's parameters, buffers, optimizer state and
+        step count (collective)."""
+        broadcast_parameters(self.model.state_dict(), root_rank=root)
+        base = super(type(self.opt), self.opt)  # the wrapped class's, without the clock
+        state = broadcast_object((base.state_dict(), self.steps), root_rank=root)
+        if self.job.rank != root:
+            base.load_state_dict(state[0])
+            self.steps = state[1]
 
     def finish(self):
-        self.job.finish(self.clock - 1 if self.attached else -1)
+        if not self.attached:
+            self.job.finish(-1)
+            return
+        if self.additive:
+            self.job.finish(self.clock - 1)
+            return
+        if self.passes or self.synced:
+            raise _sfb.UsageError("sfb.torch: shutdown() inside a step (backward() without "
+                                  "step())")
+        # a last clock in which every rank says it leaves: a rank still
+        # training learns of it now, not after a timeout
+        self.state = _LEAVING
+        self.reduce()
+        self.extra += 1
+        self.job.finish(self.clock - 1)
 
 
 class _DistributedOptimizer:
@@ -668,18 +1028,21 @@ class _DistributedOptimizer:
         self.defaults = opt.defaults
         self.state = opt.state
         self._sfb = sync_state
+        sync_state.inner_step = lambda: super(self.__class__, self).step()
 
     @_abort_on_error
     def synchronize(self):
-        """Applies every rank's gradients of this step to .grad now (collective),
-        e.g. to clip them before step(); step() then only steps."""
+        """At staleness 0 the gradients are reduced when backward() returns
+        (.grad holds every rank's mean): this is a no-op then, and reduces
+        now a step whose backward did not (Horovod's habit: before clipping).
+        At staleness > 0 it publishes this rank's update."""
         self._sfb.synchronize()
 
     @_abort_on_error
     def step(self, closure=None):
         if closure is not None:
-            raise ValueError("sfb.torch: step(closure) is not supported (the closure would run "
-                             "a second forward and backward within one step)")
+            raise _sfb.UsageError("sfb.torch: step(closure) is not supported (the closure "
+                                  "would run a second forward and backward within one step)")
         s = self._sfb
         s.synchronize()
         loss = None
@@ -688,12 +1051,38 @@ class _DistributedOptimizer:
         s.end_step()
         return loss
 
-    def zero_grad(self, set_to_none=True):
-        super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+    def set_samples(self, n):
+        """This rank's weight in the next reduction: its sample count, for a
+        mean-reduced loss over minibatches of unequal sizes (any count,
+        zero included): .grad becomes sum_r n_r g_r / sum_r n_r, one
+        process's gradient on the union. Default: every training rank 1."""
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not n >= 0 or \
+                not np.isfinite(n):
+            raise _sfb.UsageError("set_samples: %r: expected a finite number >= 0" % (n,))
+        self._sfb.weight = n
+
+    def join(self):
+        """A context manager around the training loop (DDP's join, Horovod's
+        hvd.join()): a rank whose data runs out first leaves the block and
+        takes part in the others' steps with nothing until every rank has
+        left it; each such step is one process's on the union of the ranks
+        still training. Every rank must enter it."""
+        import contextlib
+        s = self._sfb
+
+        @contextlib.contextmanager
+        def joined():
+            yield
+            try:
+                s.join_loop()
+            except BaseException as e:
+                s.job.abort("%s: %s" % (type(e).__name__, e))
+                raise
+        return joined()
 
     def state_dict(self):
         d = super(self.__class__, self).state_dict()
-        d["sfb"] = {"clock": self._sfb.clock, "staleness": self._sfb.staleness}
+        d["sfb"] = {"clock": self.clock, "staleness": self._sfb.staleness}
         return d
 
     def load_state_dict(self, state_dict):
@@ -701,11 +1090,11 @@ class _DistributedOptimizer:
         checkpoint's step (before the first step only)."""
         state_dict = dict(state_dict)
         info = state_dict.pop("sfb", None)
+        if info is not None and self._sfb.attached:
+            raise _sfb.UsageError("sfb.torch: load_state_dict after the first step; load the "
+                                  "checkpoint before training")
         super(self.__class__, self).load_state_dict(state_dict)
         if info is not None:
-            if self._sfb.attached:
-                raise RuntimeError("sfb.torch: load_state_dict after the first step; load the "
-                                   "checkpoint before training")
             self._sfb.clock = int(info["clock"])
 
     @property
@@ -716,41 +1105,49 @@ class _DistributedOptimizer:
 
     @property
     def clock(self):
-        """The job's clock: steps taken (a resumed run's count from its checkpoint)."""
-        return self._sfb.clock
+        """The job's clock: gradient reductions done (one per step; a resumed
+        run's count from its checkpoint), not counting join()'s last and
+        shutdown()'s, in which no rank trained."""
+        return self._sfb.clock - self._sfb.extra
 
 
 def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_passes_per_step=1,
                          max_samples=None, overlap=True, **attach_args):
     """Wraps a torch.optim optimizer so that each step applies the mean of
-    every rank's gradients (staleness 0), or every rank's updates within the
-    SSP bound (staleness > 0, plain SGD only). The result is an instance of
-    the optimizer's own class (schedulers work on it).
+    every rank's gradients (staleness 0: .grad holds it when backward()
+    returns, as under DDP), or every rank's updates within the SSP bound
+    (staleness > 0, plain SGD only). The result is an instance of the
+    optimizer's own class (schedulers work on it).
 
     model: the module whose parameters the optimizer holds; its nn.Linear
       layers are synchronized by their sufficient factors, the rest densely.
     sync: "auto" (per Linear the engine the cost model predicts faster),
       "sfb" (factors) or "fms" (full matrices through sharded servers).
     backward_passes_per_step: backward passes whose gradients add up before
-      one step (gradient accumulation).
+      one reduction (gradient accumulation; .grad is this rank's until the
+      last).
     max_samples: the most samples (rows of a layer's input, over the calls
       and passes of one step) any Linear sees in a step; default: the first
-      step's.
+      step's largest over the ranks.
     overlap: a layer's factors leave during the backward pass (True) or all
-      at step().
+      at its end.
     Further keyword arguments go to sfb.Job.attach (topology, degree,
     link_gbps, latency_us, priority, ...)."""
     global _optimizer
     if _optimizer is not None:
-        raise RuntimeError("sfb.torch: one DistributedOptimizer per job (this one has one)")
+        raise _sfb.UsageError("sfb.torch: one DistributedOptimizer per job (this one has one)")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("DistributedOptimizer: %r is not a torch.optim.Optimizer" % (optimizer,))
+        raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
+                              (optimizer,))
     if not isinstance(model, torch.nn.Module):
-        raise TypeError("DistributedOptimizer: model=%r is not a torch.nn.Module" % (model,))
+        raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
+                              (model,))
     state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
                   overlap, attach_args)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     _optimizer = state
-    return cls(optimizer, state)
+    wrapper = cls(optimizer, state)
+    state.opt = wrapper  # its param_groups and state from now on (load_state_dict replaces them)
+    return wrapper

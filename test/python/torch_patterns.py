@@ -1,0 +1,335 @@
+"""sfb.torch on the patterns of real training loops, against one process on
+the global minibatches (run under `sfb launch -n P`). Each argument is a
+case, "MODE [options]", run in order, each in a job of its own; each prints
+"ok MODE ..." on success, else the script exits non-zero.
+
+exact: every rank trains through sfb.torch on its share of each global
+  batch and, alongside, a reference copy with the plain optimizer on the
+  whole global batch (the union of the ranks' shares, in rank order), doing
+  the same things in the same order. The patterns, any mix:
+    --freeze    requires_grad_(False) on a middle Linear and the LayerNorm
+                at step 6, on the first layer at step 12, the middle Linear
+                unfrozen at step 18
+    --unused    a Linear no rank uses from step 5 on
+    --route     a head only the samples with x[:, 0] > 1.2 go through: used
+                by some ranks, all or none in a step
+    --validate  between steps, eval() + no_grad forwards, and forwards with
+                gradients that get no backward
+    --clip      clip_grad_norm_ right after backward() (the norms must match
+                one process's too)
+    --uneven    per-rank sample counts that differ every step, zero
+                included, weighted by opt.set_samples(n)
+    --join      rank r has 2r batches fewer, inside opt.join()
+    --no-zero   model.zero_grad(set_to_none=False) instead of opt.zero_grad()
+  After every step every rank's parameters must be bit-identical to rank
+  0's; at the end each tensor must agree with one process's within --tol
+  (||p - q|| / ||q||).
+nojoin: rank 1 runs out of batches two steps early and calls shutdown():
+  every rank must fail at once with sfb.PeerError naming join().
+loadstate: rank 0 alone loads an optimizer checkpoint of clock 8: every rank
+  must fail at the first step with sfb.MismatchError naming both clocks.
+staleclip: staleness 1, a .grad clipped between backward() and step(): every
+  rank's step must raise sfb.UsageError saying why."""
+import argparse
+import copy
+import hashlib
+import os
+import shlex
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+except ImportError:
+    print("skipped: no torch (install python3-torch)", file=sys.stderr)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python"))
+import sfb  # noqa: E402
+import sfb.torch as sft  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip"])
+ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
+ap.add_argument("--steps", type=int, default=30)
+ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
+ap.add_argument("--tol", type=float, default=1e-5)
+ap.add_argument("--sync", default="auto")
+for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero"):
+    ap.add_argument("--" + flag, action="store_true")
+args = None
+RANK = [None]
+
+
+class Net(nn.Module):
+    """Smooth activations: a ReLU turns a float32 rounding difference into a
+    jump when a unit crosses zero, and this test compares to rounding."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 24)
+        self.norm = nn.LayerNorm(24)
+        self.fc2 = nn.Linear(24, 24)
+        self.extra = nn.Linear(24, 24)
+        self.fc3 = nn.Linear(24, 16)
+        self.head = nn.Linear(16, 5)
+        self.alt = nn.Linear(16, 5)
+
+    def forward(self, x, step):
+        h = self.norm(torch.tanh(self.fc1(x)))
+        h = torch.tanh(self.fc2(h))
+        if not args.unused or step < 5:
+            h = h + torch.tanh(self.extra(h))
+        h = torch.tanh(self.fc3(h))
+        if not args.route:
+            return self.head(h)
+        route = x[:, 0] > 1.2
+        out = self.head(h)
+        if bool(route.any()):  # the samples of the routed head: maybe none here
+            out = out.clone()
+            out[route] = self.alt(h[route])
+        return out
+
+
+def make_opt(params):
+    if args.opt == "adam":
+        return torch.optim.Adam(params, lr=0.01)
+    if args.opt == "adamw":
+        return torch.optim.AdamW(params, lr=0.01, weight_decay=0.05)
+    if args.opt == "momentum":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def data(n=4096):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(n, 10, generator=g)
+    y = (x @ torch.randn(10, 5, generator=g)).argmax(1)
+    return x, y
+
+
+def counts(step, P):
+    """Samples of each rank at `step`."""
+    if not args.uneven:
+        return [args.batch] * P
+    c = [(step * 7 + q * 3) % (2 * args.batch) for q in range(P)]  # zeros among them
+    if sum(c) == 0:
+        c[0] = 1
+    return c
+
+
+def shard(x, y, step, q, P):
+    """Rank q's rows of global batch `step` (the global batch: every rank's
+    in rank order)."""
+    c = counts(step, P)
+    lo = (step * 37) % (len(x) - sum(c) - 1) + sum(c[:q])
+    return x[lo:lo + c[q]], y[lo:lo + c[q]]
+
+
+def steps_of(q):
+    return args.steps - (2 * q if args.join else 0)
+
+
+def apply_schedule(model, step):
+    if not args.freeze:
+        return
+    if step == 6:
+        model.fc2.requires_grad_(False)
+        model.norm.requires_grad_(False)
+    if step == 12:
+        model.fc1.requires_grad_(False)
+    if step == 18:
+        model.fc2.requires_grad_(True)
+
+
+def validate(model, x, step):
+    if not args.validate:
+        return
+    if step % 3 == 0:
+        model.eval()
+        with torch.no_grad():
+            model(x[:64], step)
+        model.train()
+    if step % 5 == 2:
+        model(x[64:80], step).sum()  # a forward with gradients, never backward
+
+
+def one_step(model, opt, xb, yb, step, sfb_side):
+    """What a training loop does in one step, the same for sfb and one process."""
+    apply_schedule(model, step)
+    if args.no_zero:
+        model.zero_grad(set_to_none=False)
+    else:
+        opt.zero_grad()
+    if sfb_side and args.uneven:
+        opt.set_samples(len(xb))
+    loss = nn.functional.cross_entropy(model(xb, step), yb)
+    loss.backward()
+    norm = None
+    if args.clip:
+        norm = float(nn.utils.clip_grad_norm_(model.parameters(), 0.05))
+    opt.step()
+    return norm
+
+
+def fail(msg):
+    print("FAIL rank %s: %s" % (RANK[0], msg), flush=True)
+    sys.exit(1)
+
+
+def digest(model):
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    return h.digest()
+
+
+def same(job, model, when):
+    mine = digest(model)
+    differ = [q for q, d in enumerate(job.allgather(mine)) if d != mine]
+    if differ:
+        fail("%s the parameters of ranks %s differ from this rank's bits" % (when, differ))
+
+
+def setup():
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    torch.manual_seed(7)
+    model = Net()
+    sft.broadcast_parameters(model.state_dict(), root_rank=0)
+    return model
+
+
+def exact():
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
+                                   max_samples=2 * args.batch if args.uneven else None)
+    ref_opt = make_opt(ref.parameters())
+    job = sft._need()
+    norms, ref_norms = [], []
+    with opt.join():
+        for t in range(steps_of(r)):
+            validate(model, x, t)
+            xb, yb = shard(x, y, t, r, P)
+            norms.append(one_step(model, opt, xb, yb, t, True))
+            if not args.join:  # (a collective: the joined ranks are in the join loop)
+                same(job, model, "after step %d" % t)
+    same(job, model, "at the end")
+    sft.shutdown()
+    clock = opt.clock
+    for t in range(args.steps):  # one process on the union of the ranks still training
+        live = [q for q in range(P) if steps_of(q) > t]
+        parts = [shard(x, y, t, q, P) for q in live]
+        validate(ref, x, t)
+        n = one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                     torch.cat([b for _, b in parts]), t, False)
+        ref_norms.append(n)
+    worst, where = 0.0, ""
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        d = float((p.detach().double() - q.detach().double()).norm() /
+                  max(float(q.detach().double().norm()), 1e-30))
+        if d > worst:
+            worst, where = d, name
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    if args.clip:
+        mine = norms[:len(ref_norms)]
+        bad = [t for t, (a, b) in enumerate(zip(mine, ref_norms)) if abs(a - b) > 1e-5 * abs(b)]
+        if bad:
+            fail("clip_grad_norm_ at step %d saw %.7g, one process %.7g" %
+                 (bad[0], mine[bad[0]], ref_norms[bad[0]]))
+    if clock != args.steps:
+        fail("the job's clock is %d after %d steps" % (clock, args.steps))
+    print("ok exact %s: %d steps bit-identical on %d ranks, max relative difference %.3g (%s)" %
+          (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+
+
+def nojoin():
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    t0 = time.monotonic()
+    try:
+        for t in range(args.steps - (2 if r == 1 else 0)):
+            xb, yb = shard(x, y, t, r, P)
+            one_step(model, opt, xb, yb, t, True)
+        sft.shutdown()
+    except sfb.Error as e:
+        took = time.monotonic() - t0
+        if not isinstance(e, sfb.PeerError) or "join()" not in str(e) or "rank" not in str(e):
+            fail("expected a PeerError naming the rank and join(), got %s: %s" %
+                 (type(e).__name__, e))
+        if took > 4:
+            fail("the error took %.1f s" % took)
+        print("ok nojoin: %s: %s" % (type(e).__name__, e), flush=True)
+        closed()
+        return
+    fail("no error")
+
+
+def loadstate():
+    model = setup()
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    if sft.rank() == 0:
+        sd = opt.state_dict()
+        sd["sfb"]["clock"] = 8
+        opt.load_state_dict(sd)
+    t0 = time.monotonic()
+    try:
+        xb, yb = shard(x, y, 0, sft.rank(), sft.size())
+        one_step(model, opt, xb, yb, 0, True)
+    except sfb.Error as e:
+        if not isinstance(e, sfb.MismatchError) or '"8"' not in str(e) or '"0"' not in str(e) \
+                or "clock" not in str(e):
+            fail("expected a MismatchError naming both clocks, got %s: %s" %
+                 (type(e).__name__, e))
+        if time.monotonic() - t0 > 4:
+            fail("the error took %.1f s" % (time.monotonic() - t0))
+        print("ok loadstate: %s" % e, flush=True)
+        closed()
+        return
+    fail("no error")
+
+
+def staleclip():
+    model = setup()
+    x, y = data()
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                   staleness=1)
+    xb, yb = shard(x, y, 0, sft.rank(), sft.size())
+    nn.functional.cross_entropy(model(xb, 0), yb).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    try:
+        opt.step()
+    except sfb.UsageError as e:
+        if ".grad changed between backward() and step()" not in str(e) or e.param is None:
+            fail("the error does not say why or name the parameter: %s" % e)
+        print("ok staleclip: %s" % e, flush=True)
+        closed()
+        return
+    fail("no error")
+
+
+def closed():
+    try:
+        sft.shutdown()
+    except Exception:
+        pass
+
+
+def main():
+    global args
+    for text in sys.argv[1:]:
+        args = ap.parse_args(shlex.split(text))
+        sys.argv_case = shlex.split(text)
+        {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
+         "staleclip": staleclip}[args.mode]()
+
+
+main()
