@@ -261,6 +261,15 @@ _JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's tr
               "in `with opt.join():`")
 
 
+def _hinted(e):
+    """A rank that died or went silent during training may have run out of
+    data: a PeerError saying so (the same one when it was an abort)."""
+    msg = str(e)
+    if not isinstance(e, _sfb.PeerError) or "join()" in msg or "aborted the job" in msg:
+        return e
+    return _sfb.PeerError(e.code, "%s (%s)" % (msg, _JOIN_HINT), e.rank, e.param)
+
+
 class _Linear:
     """One nn.Linear: one matrix of the job (out x in, +1 column for the bias)."""
 
@@ -593,7 +602,10 @@ class _Sync:
         except BaseException as e:
             if self.job is not None:
                 self.job.abort("%s: %s" % (type(e).__name__, e))
-            raise
+            h = _hinted(e)
+            if h is e:
+                raise
+            raise h from None
 
     def _check_dense_grads(self):
         for slot in self.linears:
@@ -1044,7 +1056,13 @@ class _DistributedOptimizer:
             raise _sfb.UsageError("sfb.torch: step(closure) is not supported (the closure "
                                   "would run a second forward and backward within one step)")
         s = self._sfb
-        s.synchronize()
+        try:
+            s.synchronize()
+        except _sfb.PeerError as e:
+            h = _hinted(e)
+            if h is e:
+                raise
+            raise h from None
         loss = None
         if not s.additive:
             loss = super(self.__class__, self).step()

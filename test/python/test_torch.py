@@ -113,6 +113,37 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(sft.UsageError, ["0 received a dense gradient"],
                                 nn.functional.cross_entropy(out, y).backward)
 
+    def test_errors_are_typed(self):
+        """Every error is an sfb.Error subclass naming the parameter."""
+        m = net(torch.float64)
+        with self.assertRaises(sft.UsageError) as cm:
+            sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        self.assertIsInstance(cm.exception, sft.Error)
+        self.assertEqual(cm.exception.param, "0.weight")
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        for bad in (-1, float("nan"), "3", True):
+            self.assertRaisesNaming(sft.UsageError, ["set_samples"], opt.set_samples, bad)
+
+    def test_grad_is_reduced_when_backward_returns(self):
+        """After backward() .grad holds the reduced gradient (one worker: its
+        own, exactly as plain PyTorch's), a layer unused this step has none,
+        and clipping then stepping equals plain PyTorch."""
+        x, y = data()
+        m, ref = net(), net()
+        opt = sft.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01), model=m)
+        ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+        for t in range(6):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad(set_to_none=True)
+                out = model[1](model[0](x)) if t % 2 else model(x)  # layer 2 unused on odd steps
+                (out.sum() if t % 2 else nn.functional.cross_entropy(out, y)).backward()
+                nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+                o.step()
+            self.assertEqual(m[2].weight.grad is None, bool(t % 2))
+            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+                self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
+
     def test_scheduler_and_state_dict(self):
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),

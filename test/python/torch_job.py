@@ -205,6 +205,8 @@ def case():
             want = "fc1" if args.mode == "shapes" else "broadcast_parameters"
             if want not in str(e):
                 fail("the error does not name %s: %s" % (want, e))
+            if not isinstance(e, sfb.MismatchError):
+                fail("expected an sfb.MismatchError, got %s" % type(e).__name__)
             print("ok %s: %s" % (args.mode, e), flush=True)
             return closed()
         fail("no error")
@@ -217,6 +219,9 @@ def case():
         except sfb.Error as e:
             if "rank %d" % args.victim not in str(e):
                 fail("the error does not name rank %d: %s" % (args.victim, e))
+            if not isinstance(e, sfb.PeerError) or e.rank != args.victim or "join()" not in str(e):
+                fail("expected an sfb.PeerError of rank %d suggesting join(), got %s (rank %s)" %
+                     (args.victim, type(e).__name__, e.rank))
             print("ok kill: %s" % e, flush=True)
             return closed()
         fail("no error")
