@@ -265,9 +265,9 @@ def _int(what, v, lo, hi):
     try:
         i = operator.index(v)
     except TypeError:
-        raise ValueError("%s: expected an integer, got %r" % (what, v)) from None
+        raise UsageError("%s: expected an integer, got %r" % (what, v)) from None
     if not lo <= i <= hi:
-        raise ValueError("%s: %d is out of range %d..%d" % (what, i, lo, hi))
+        raise UsageError("%s: %d is out of range %d..%d" % (what, i, lo, hi))
     return i
 
 
@@ -281,7 +281,7 @@ def _scale(scale, clock, m, fn):
     which refuses them (sfb.Error) as it refuses them in the arrays."""
     scale = float(scale)
     if abs(scale) > _FLT_MAX and math.isfinite(scale):
-        raise ValueError("%s: the scale of matrix %d at clock %d is %r, beyond float32" %
+        raise UsageError("%s: the scale of matrix %d at clock %d is %r, beyond float32" %
                          (fn, m, clock, scale))
     return scale
 
@@ -290,7 +290,7 @@ def _f32(a, what):
     """a as a C-contiguous float32 array (copied only when it is not one)."""
     a = np.ascontiguousarray(a, dtype=np.float32)
     if a.ndim != 2:
-        raise ValueError("%s: expected a 2-D array, got %d-D" % (what, a.ndim))
+        raise UsageError("%s: expected a 2-D array, got %d-D" % (what, a.ndim))
     return a
 
 
@@ -363,11 +363,11 @@ class Job:
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
         if not 1 <= len(mats) <= MAX_MATRICES:
-            raise ValueError("attach: matrices: 1 to %d, got %d" % (MAX_MATRICES, len(mats)))
+            raise UsageError("attach: matrices: 1 to %d, got %d" % (MAX_MATRICES, len(mats)))
         for i, m in enumerate(mats):
             if not (isinstance(m, np.ndarray) and m.dtype == np.float32 and m.ndim == 2
                     and m.flags.c_contiguous and m.flags.writeable):
-                raise ValueError("attach: matrix %d must be a writable C-contiguous 2-D "
+                raise UsageError("attach: matrix %d must be a writable C-contiguous 2-D "
                                  "float32 numpy array" % i)
         cm = (_Matrix * len(mats))()
         for i, m in enumerate(mats):
@@ -388,7 +388,7 @@ class Job:
         if sf_bytes is not None:
             sf_bytes = list(sf_bytes)
             if len(sf_bytes) != len(mats):
-                raise ValueError("attach: sf_bytes: %d entries for %d matrices" %
+                raise UsageError("attach: sf_bytes: %d entries for %d matrices" %
                                  (len(sf_bytes), len(mats)))
             arr = (ctypes.c_uint32 * len(mats))(
                 *[_int("attach: sf_bytes[%d]" % i, v, 0, _U32) for i, v in enumerate(sf_bytes)])
@@ -423,7 +423,7 @@ class Job:
         clock = _clock("publish: clock", clock)
         factors = list(factors)
         if len(factors) != len(self.matrices):
-            raise ValueError("publish: %d factors for %d matrices" %
+            raise UsageError("publish: %d factors for %d matrices" %
                              (len(factors), len(self.matrices)))
         keep = []
         for m, (b, c, scale) in enumerate(factors):
@@ -435,7 +435,7 @@ class Job:
         (the caller keeps them alive through the call)."""
         b, c = _f32(b, fn + ": b"), _f32(c, fn + ": c")
         if b.shape[0] != c.shape[0]:
-            raise ValueError("%s: b has %d rows (samples), c has %d" %
+            raise UsageError("%s: b has %d rows (samples), c has %d" %
                              (fn, b.shape[0], c.shape[0]))
         sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]
         sf.scale, sf.sparse_c = _scale(scale, clock, m, fn), 0
@@ -452,7 +452,7 @@ class Job:
         clock = _clock("publish_one: clock", clock)
         m = _int("publish_one: m", m, 0, _U32)
         if m >= len(self._sfs if self._sfs is not None else ()):
-            raise ValueError("publish_one: m: matrix %d of clock %d, the job has %d" %
+            raise UsageError("publish_one: m: matrix %d of clock %d, the job has %d" %
                              (m, clock, len(self.matrices)))
         keep = self._fill(self._sfs[m], clock, m, b, c, scale, "publish_one")
         _check(self._publish_one(self._handle(), clock, m, self._sf_refs[m]))
@@ -466,11 +466,11 @@ class Job:
         clock = _clock("publish_dense: clock", clock)
         m = _int("publish_dense: m", m, 0, _U32)
         if m >= len(self._sfs if self._sfs is not None else ()):
-            raise ValueError("publish_dense: m: matrix %d of clock %d, the job has %d" %
+            raise UsageError("publish_dense: m: matrix %d of clock %d, the job has %d" %
                              (m, clock, len(self.matrices)))
         if not (isinstance(delta, np.ndarray) and delta.dtype == np.float32
                 and delta.flags.c_contiguous and delta.shape == self._shapes[m]):
-            raise ValueError("publish_dense: delta: expected a C-contiguous float32 array of "
+            raise UsageError("publish_dense: delta: expected a C-contiguous float32 array of "
                              "shape %s (matrix %d), got %s" %
                              (self._shapes[m], m, _describe(delta)))
         scale = _scale(scale, clock, m, "publish_dense")
@@ -485,13 +485,13 @@ class Job:
         root = _int("broadcast: root", root, 0, _U32)
         if isinstance(data, np.ndarray):
             if not (data.flags.c_contiguous and data.flags.writeable):
-                raise ValueError("broadcast: data: expected a writable C-contiguous array")
+                raise UsageError("broadcast: data: expected a writable C-contiguous array")
             ptr, n = data.ctypes.data, data.nbytes
         elif isinstance(data, bytearray):
             n = len(data)
             ptr = ctypes.addressof((ctypes.c_char * n).from_buffer(data)) if n else None
         else:
-            raise ValueError("broadcast: data: expected a numpy array or a bytearray, got %s" %
+            raise UsageError("broadcast: data: expected a numpy array or a bytearray, got %s" %
                              type(data).__name__)
         _check(library().sfb_job_broadcast(self._handle(), root, ptr, n))
         return data
