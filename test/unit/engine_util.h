@@ -31,6 +31,7 @@ struct eng_cfg {
     uint32_t s;    /* samples per SF */
     int64_t clocks, staleness;
     int apply_early, flush_clock;
+    int ordered; /* sfb_job_attach.ordered: a clock's updates together, in rank order */
     const char *topology;
     uint32_t degree;
     int slow_rank; /* -1: none; else this rank yields slow_yields times per clock */
@@ -125,6 +126,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
                                 .nmat = 1,
                                 .ssp = &er->ssp,
                                 .apply_early = cfg->apply_early,
+                                .ordered = cfg->ordered,
                                 .staleness = cfg->staleness,
                                 .topology = cfg->topology,
                                 .degree = cfg->degree,

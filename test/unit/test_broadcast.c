@@ -3,8 +3,9 @@
  * after every clock at s = 0, and the SSP wait holds a rank that is more
  * than s clocks ahead exactly until the slow rank's clock arrives. */
 #include "engine_util.h"
+#include "sfb/parts.h"
 
-static int run_replicas(uint32_t world, const char *topology)
+static int run_replicas_as(uint32_t world, const char *topology, int ordered, size_t part_bytes)
 {
     struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
                           .world = world,
@@ -15,7 +16,10 @@ static int run_replicas(uint32_t world, const char *topology)
                           .staleness = 0,
                           .topology = topology,
                           .slow_rank = -1,
-                          .check_each_wait = 1};
+                          .check_each_wait = 1,
+                          .ordered = ordered,
+                          .priority = part_bytes ? SFB__PRIORITY_MAGNITUDE : SFB__PRIORITY_FIFO,
+                          .part_bytes = part_bytes};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
@@ -35,6 +39,11 @@ static int run_replicas(uint32_t world, const char *topology)
     return 0;
 }
 
+static int run_replicas(uint32_t world, const char *topology)
+{
+    return run_replicas_as(world, topology, 0, 0);
+}
+
 static int test_replicas_full(void)
 {
     return run_replicas(4, "full");
@@ -43,6 +52,24 @@ static int test_replicas_full(void)
 static int test_replicas_halton(void)
 {
     return run_replicas(8, "halton");
+}
+
+/* Ordered: the own update waits among the peers' and a clock's updates are
+ * applied together once all ranks' have come (every part of them), so at
+ * s = 0 each wait still finds exactly the clocks before it applied. */
+static int test_ordered_full(void)
+{
+    return run_replicas_as(4, "full", 1, 0);
+}
+
+static int test_ordered_halton(void)
+{
+    return run_replicas_as(8, "halton", 1, 0);
+}
+
+static int test_ordered_parts(void)
+{
+    return run_replicas_as(4, "full", 1, 16); /* each update in parts of one sample */
 }
 
 /* s = 1, rank 2 yields three turns before each clock: the others run ahead
@@ -151,6 +178,9 @@ int main(int argc, char **argv)
     static const struct test_case tests[] = {
         {"replicas_full", test_replicas_full},
         {"replicas_halton", test_replicas_halton},
+        {"ordered_full", test_ordered_full},
+        {"ordered_halton", test_ordered_halton},
+        {"ordered_parts", test_ordered_parts},
         {"ssp_wait", test_ssp_wait},
         {"nonfinite_full", test_nonfinite_full},
         {"nonfinite_halton", test_nonfinite_halton},

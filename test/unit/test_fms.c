@@ -70,7 +70,7 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
     }
 }
 
-static int run_fms(uint32_t world, uint32_t k)
+static int run_fms_as(uint32_t world, uint32_t k, int ordered)
 {
     struct eng_cfg cfg = {.ops = &sfb__fms_ops,
                           .world = world,
@@ -80,7 +80,8 @@ static int run_fms(uint32_t world, uint32_t k)
                           .clocks = 5,
                           .staleness = 0,
                           .slow_rank = -1,
-                          .check_each_wait = 1};
+                          .check_each_wait = 1,
+                          .ordered = ordered};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
@@ -125,6 +126,17 @@ static int run_fms(uint32_t world, uint32_t k)
     return 0;
 }
 
+static int run_fms(uint32_t world, uint32_t k)
+{
+    return run_fms_as(world, k, 0);
+}
+
+/* Ordered: no read-my-writes; each worker adds the owners' sums as they are. */
+static int test_ordered_p4(void)
+{
+    return run_fms_as(4, 5, 1) || run_fms_as(3, 2, 1);
+}
+
 static int test_sums_p4(void)
 {
     return run_fms(4, 5); /* blocks of 1, 1, 1 and 2 rows */
@@ -140,6 +152,7 @@ int main(int argc, char **argv)
     static const struct test_case tests[] = {
         {"sums_p4", test_sums_p4},
         {"empty_block", test_empty_block},
+        {"ordered_p4", test_ordered_p4},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
