@@ -133,8 +133,8 @@ def shutdown():
         else:
             _job.finish(-1)
         _final_stats = _job.stats()
-    except BaseException:
-        _job.abort("sfb.torch.shutdown failed")
+    except BaseException as e:  # the peers learn why (they may not have seen it yet)
+        _job.abort("%s: %s" % (type(e).__name__, e))
         raise
     finally:
         if _optimizer is not None:
