@@ -114,7 +114,7 @@ def worker(a):
     if a.engine == "sfb":
         import sfb.torch as sft
         sft.init()
-        formula = Formula(sft._job)  # every publish, from the first step on
+        formula = Formula(sft._need())  # every publish, from the first step on
         sft.broadcast_parameters(model.state_dict())
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
                                        model=model, sync=a.sync, overlap=not a.no_overlap)

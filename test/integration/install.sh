@@ -67,6 +67,12 @@ check "job.c under the installed sfb launch: every rank right" "[ \$(grep -c 'ev
 out=$(PYTHONPATH=$pydir "$py" -c 'import sfb; print(sfb.__file__); print(sfb.library()._name)' 2>&1)
 check "import sfb: the installed module ($out)" "[ \"\$(sed -n 1p <<<'$out')\" = '$pydir/sfb/__init__.py' ]"
 check "import sfb: loads the installed libsfb" "[ '$(readlink -f "$(sed -n 2p <<<"$out")" 2>/dev/null)' = '$(readlink -f "$lib")' ]"
+# the sfb.torch package, whole, from the install (where torch is)
+if "$py" -c 'import torch' 2>/dev/null; then
+  out=$(PYTHONPATH=$pydir "$py" -c 'import sfb.torch as t; print(t.__file__); t.init(world=1); print(t.local_rank(), t.local_size()); t.shutdown()' 2>&1)
+  check "import sfb.torch: the installed package, local_rank 0 of 1 ($out)" \
+    "[ \"\$(sed -n 1p <<<'$out')\" = '$pydir/sfb/torch/__init__.py' ] && [ \"\$(sed -n 2p <<<'$out')\" = '0 1' ]"
+fi
 cp "$SRC/examples/mlr_numpy.py" "$SRC/examples/fashion_mnist.py" "$work/"
 out=$(PYTHONPATH=$pydir timeout 120 "$sfb" launch -n 2 -- "$py" "$work/mlr_numpy.py" --epochs 1 2>&1)
 rc=$?

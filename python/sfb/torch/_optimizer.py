@@ -1,377 +1,21 @@
-"""sfb.torch — PyTorch models trained by sufficient factor broadcasting.
-
-Every `nn.Linear` of a model is synchronized by its sufficient factors (the
-output gradients and the inputs of the layer, the bias as a column of ones),
-every other parameter (convolutions, norms, embeddings) by a dense engine,
-after the conventions of Horovod and BlueFog:
-
-    import sfb.torch as sft
-    sft.init()                               # sfb launch, mpirun/srun (PMIx), SFB_* or torchrun env
-    sft.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                   model=model, sync="auto")
-    for x, y in loader:                      # each rank its own shard
-        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
-    print(opt.plan)                          # one line per matrix: engine and why
-    sft.shutdown()                           # every update applied everywhere
-
-How (docs/torch.md): at staleness 0 the job's replicas are gradient
-buffers, one per Linear (out x in+1) and one for all dense parameters; each
-step every rank adds its factors (scaled 1/P) and its dense gradients, the
-job applies every rank's, and the wrapped optimizer steps on that mean
-gradient, identically on every rank (momentum, weight decay, Adam: any
-torch.optim optimizer). A layer's factors leave during the backward pass, as
-soon as its last backward call produced them. With staleness > 0 the
-replicas are the parameters themselves and updates are added as they come
-(stale synchronous parallel): exact only for plain SGD, which is checked.
-"""
-
-import os
-import socket
+"""The optimizer: the job's matrices, the reduction at the end of backward
+(staleness 0) or the additive updates (staleness > 0), join and leave, and
+DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import threading
 import zlib
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import sfb as _sfb
 
-__all__ = ["init", "rank", "size", "local_size", "shutdown", "is_initialized", "stats",
-           "broadcast_parameters", "broadcast_object", "broadcast_optimizer_state",
-           "allreduce", "DistributedOptimizer", "Error", "UsageError", "MismatchError",
-           "PeerError"]
-
-Error, UsageError, MismatchError, PeerError = (_sfb.Error, _sfb.UsageError, _sfb.MismatchError,
-                                               _sfb.PeerError)
-
-_job = None          # the process's sfb.Job
-_local_size = 1      # ranks on this host
-_optimizer = None    # the one DistributedOptimizer of the job (its _Sync)
-_final_stats = None  # the last job's counters at its end (stats())
-
-
-def _launcher_args():
-    """Job() arguments from torchrun's environment when no sfb launcher
-    (sfb launch / SFB_RANK, PMIx) set one up: RANK, WORLD_SIZE, and rank 0
-    listening at MASTER_ADDR on MASTER_PORT + 1 (torchrun's agent may hold
-    MASTER_PORT itself: its store under the static rendezvous; and a script
-    may open torch.distributed there). SFB_RENDEZVOUS overrides it."""
-    if "SFB_RANK" in os.environ or "PMIX_RANK" in os.environ:
-        return {}
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        world = int(os.environ["WORLD_SIZE"])
-        rdv = os.environ.get("SFB_RENDEZVOUS")
-        if not rdv and world > 1:
-            if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
-                raise _sfb.UsageError("sfb.torch.init: RANK and WORLD_SIZE are set (torchrun) but not "
-                                 "MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS")
-            rdv = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
-        return {"rank": int(os.environ["RANK"]), "world": world, "rendezvous": rdv}
-    return {}
-
-
-def init(**job_args):
-    """Joins the job (collective): under `sfb launch`, mpirun/srun (PMIx),
-    the SFB_* environment, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
-    or alone. Keyword arguments go to sfb.Job (rank, world, rendezvous,
-    provider, peer_timeout_s, ...). Unless OMP_NUM_THREADS is set, torch's
-    and OpenBLAS's threads are this process's share of the CPUs it may use
-    among the ranks of its host. Calling it again is a no-op."""
-    global _job, _local_size
-    if _job is not None:
-        return
-    args = _launcher_args()
-    args.update(job_args)
-    job = _sfb.Job(**args)
-    host = socket.gethostname().encode()[:63].ljust(64, b"\0")
-    _local_size = sum(h == host for h in job.allgather(host)) if job.world > 1 else 1
-    if "OMP_NUM_THREADS" not in os.environ:
-        share = max(1, len(os.sched_getaffinity(0)) // _local_size)
-        torch.set_num_threads(share)
-        # OpenBLAS (libsfb's reconstruction, and torch's matmuls where it
-        # calls BLAS) keeps its own pool, by default a thread per core in
-        # every process: busy-waiting threads of P processes on one host
-        _sfb.library().sfb_set_blas_threads(share)
-    _job = job
-
-
-def is_initialized():
-    return _job is not None
-
-
-def _need():
-    if _job is None:
-        raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
-    return _job
-
-
-def rank():
-    return _need().rank
-
-
-def size():
-    return _need().world
-
-
-def local_size():
-    """Ranks of this job on this host."""
-    _need()
-    return _local_size
-
-
-def shutdown():
-    """The orderly end (collective): every update applied on every rank, the
-    replicas identical; then the job is left. Call it on every rank after the
-    last step. Without it, peers see this rank leave."""
-    global _job, _optimizer, _final_stats
-    if _job is None:
-        return
-    try:
-        if _optimizer is not None:
-            _optimizer.finish()
-        else:
-            _job.finish(-1)
-        _final_stats = _job.stats()
-    except BaseException as e:  # the peers learn why (they may not have seen it yet)
-        _job.abort("%s: %s" % (type(e).__name__, e))
-        raise
-    finally:
-        if _optimizer is not None:
-            _optimizer.release()  # the model's layers as they were, its parameters kept
-        _job.close()
-        _job, _optimizer = None, None
-
-
-def stats():
-    """The job's counters (bytes and messages sent and received, the engines'
-    data messages and bytes, ...: sfb.Job.stats); after shutdown, those at
-    the end of the last job (every update sent)."""
-    if _job is not None:
-        return _job.stats()
-    if _final_stats is None:
-        raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
-    return dict(_final_stats)
-
-
-def _abort_on_error(fn):
-    """Runs fn; on an exception tells the peers this rank failed (so they
-    stop at once naming it, rather than waiting for its heartbeat to end)."""
-    def wrapped(*a, **k):
-        try:
-            return fn(*a, **k)
-        except BaseException as e:
-            if _job is not None:
-                _job.abort("%s: %s" % (type(e).__name__, e))
-            raise
-    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
-    return wrapped
-
-
-def _named_tensors(params):
-    """(name, tensor) pairs of a state_dict, named_parameters() or a list."""
-    if isinstance(params, dict):
-        return list(params.items())
-    out = []
-    for i, p in enumerate(params):
-        out.append(p if isinstance(p, tuple) else ("#%d" % i, p))
-    return out
-
-
-@_abort_on_error
-def broadcast_parameters(params, root_rank=0):
-    """Makes every rank's tensors equal to root_rank's (collective), in
-    place: a state_dict, model.named_parameters() or a list of tensors. Every
-    rank must pass the same names, shapes and dtypes (a clear error names the
-    first that differs)."""
-    job = _need()
-    named = _named_tensors(params)
-    job.agree("".join("%s=%s:%s\n" % (n, tuple(t.shape), t.dtype) for n, t in named))
-    if job.world == 1 or not named:
-        return
-    sizes = [t.numel() * t.element_size() for _, t in named]
-    buf = np.empty(sum(sizes), np.uint8)
-    if job.rank == root_rank:
-        o = 0
-        for (_, t), n in zip(named, sizes):
-            buf[o:o + n] = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
-            o += n
-    job.broadcast(root_rank, buf)
-    if job.rank != root_rank:
-        o = 0
-        with torch.no_grad():
-            for (_, t), n in zip(named, sizes):
-                src = torch.from_numpy(buf[o:o + n]).view(t.dtype).view(t.shape)
-                t.copy_(src)
-                o += n
-
-
-@_abort_on_error
-def broadcast_object(obj, root_rank=0):
-    """root_rank's picklable object on every rank (collective)."""
-    import pickle
-    job = _need()
-    if job.world == 1:
-        return obj
-    data = pickle.dumps(obj) if job.rank == root_rank else b""
-    n = np.array([len(data)], np.uint64)
-    job.broadcast(root_rank, n)
-    buf = np.frombuffer(bytearray(data), np.uint8) if job.rank == root_rank else \
-        np.empty(int(n[0]), np.uint8)
-    if len(buf):
-        job.broadcast(root_rank, buf)
-    return obj if job.rank == root_rank else pickle.loads(buf.tobytes())
-
-
-def broadcast_optimizer_state(optimizer, root_rank=0):
-    """Loads root_rank's optimizer state (momentum buffers, steps) on every
-    rank (collective), e.g. after rank 0 alone read a checkpoint."""
-    state = broadcast_object(optimizer.state_dict(), root_rank)
-    if _need().rank != root_rank:
-        optimizer.load_state_dict(state)
-
-
-@_abort_on_error
-def allreduce(tensor, op="mean"):
-    """The sum or mean over ranks of a small tensor (at most 1 MiB; for
-    metrics such as a test accuracy, not gradients), as a new tensor."""
-    job = _need()
-    if op not in ("sum", "mean"):
-        raise _sfb.UsageError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))
-    t = torch.as_tensor(tensor)
-    a = t.detach().to(torch.float64).contiguous().view(-1).numpy()
-    if a.nbytes * 1 > (1 << 20):
-        raise _sfb.UsageError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
-    parts = job.allgather(a.tobytes())
-    total = np.zeros_like(a)
-    for p in parts:  # rank order: the same sum on every rank
-        total += np.frombuffer(p, np.float64)
-    if op == "mean":
-        total /= job.world
-    return torch.from_numpy(total).view(t.shape).to(t.dtype)
-
-
-# ---- the optimizer --------------------------------------------------------
+from . import _env
+from ._env import _JOIN_HINT, _abort_on_error, _hinted
+from ._capture import _Linear, _linear_forward, _Passes
+from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
 _TRAINING, _JOINED, _LEAVING = 0, 1, 2
-_STATE_WORDS = {_TRAINING: "training", _JOINED: "joined (out of data)",
-                _LEAVING: "leaving (shutdown)"}
-_JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's training loop "
-              "in `with opt.join():`")
-
-
-def _hinted(e):
-    """A rank that died or went silent during training may have run out of
-    data: a PeerError saying so (the same one when it was an abort)."""
-    msg = str(e)
-    if not isinstance(e, _sfb.PeerError) or "join()" in msg or "aborted the job" in msg:
-        return e
-    return _sfb.PeerError(e.code, "%s (%s)" % (msg, _JOIN_HINT), e.rank, e.param)
-
-
-class _Linear:
-    """One nn.Linear: one matrix of the job (out x in, +1 column for the bias)."""
-
-    def __init__(self, sync, name, module, index, has_bias):
-        self.sync, self.name, self.module, self.index = sync, name, module, index
-        self.weight = module.weight
-        self.bias = module.bias if has_bias else None
-        self.rows, self.inputs = module.weight.shape
-        self.cols = self.inputs + (1 if has_bias else 0)
-        self.buf = None        # the replica (numpy rows x cols): this clock's sum
-        self.cbuf = None       # c, kept across steps
-        self.gw = self.gb = None  # the .grad tensors handed out (kept across steps)
-        # a leaf whose gradient arrives once per backward pass, after every
-        # call of the layer in that pass gave its factors
-        self.token = torch.zeros(1, requires_grad=True)
-        self.hook = self.token.register_hook(self._done)
-        self.reset()
-
-    def reset(self):
-        self.pending = []      # (go, x or None, weight?, bias?) of the pass in progress
-        self.caps = []         # those of this step's finished passes
-        self.used_w = self.used_b = False  # this step gave the weight, the bias a gradient
-        self.published = False
-
-    def _done(self, grad):
-        self.sync.layer_done(self)
-
-    @property
-    def label(self):
-        return "%s (%dx%d%s)" % (self.name, self.rows, self.inputs,
-                                 "+bias" if self.bias is not None else "")
-
-    def samples(self):
-        return sum(g.shape[0] for g, _, _, _ in self.caps)
-
-    def commit(self):
-        """The pass in progress is done with this layer: its captures count."""
-        for _, _, w, b in self.pending:
-            self.used_w |= w
-            self.used_b |= b
-        self.caps += self.pending
-        self.pending = []
-
-    def factors(self):
-        """(b, c): s x rows and s x cols, float32 C-contiguous numpy. A
-        frozen weight's columns of c are zeros, a frozen bias's too; no
-        sample: one of zeros (adds nothing)."""
-        s = self.samples()
-        if s == 0:
-            return (np.zeros((1, self.rows), np.float32), np.zeros((1, self.cols), np.float32))
-        b = self.caps[0][0] if len(self.caps) == 1 else torch.cat([g for g, _, _, _ in self.caps])
-        if self.bias is None and len(self.caps) == 1 and self.caps[0][2]:
-            c = self.caps[0][1]
-        else:
-            # straight into a buffer kept across steps (publish copies what
-            # it sends)
-            if self.cbuf is None or self.cbuf.shape[0] < s:
-                self.cbuf = torch.empty((s, self.cols), dtype=torch.float32)
-            c, o = self.cbuf[:s], 0
-            for g, x, w, bias in self.caps:
-                n = g.shape[0]
-                if w:
-                    c[o:o + n, :self.inputs].copy_(x)
-                else:
-                    c[o:o + n, :self.inputs].zero_()
-                if self.bias is not None:
-                    c[o:o + n, self.inputs].fill_(1.0 if bias else 0.0)
-                o += n
-        return b.contiguous().numpy(), c.contiguous().numpy()
-
-
-class _LinearFactors(torch.autograd.Function):
-    """F.linear whose backward gives the input's gradient only and hands the
-    layer's sufficient factors (output gradients, inputs) to sfb: the dense
-    weight gradient is never formed here. The token's gradient tells the
-    layer that this backward pass is done with it."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, token, slot):
-        ctx.save_for_backward(x, weight)
-        ctx.slot = slot
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, go):
-        x, weight = ctx.saved_tensors
-        gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
-        slot = ctx.slot
-        want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        slot.sync.take(slot, go.reshape(-1, slot.rows).detach(),
-                       x.detach().reshape(-1, slot.inputs) if want_w else None, want_w, want_b)
-        return gx, None, None, torch.zeros(1), None
-
-
-def _linear_forward(module, x):
-    slot = module._sfb_slot
-    if torch.is_grad_enabled() and (slot.weight.requires_grad or
-                                    (slot.bias is not None and slot.bias.requires_grad)):
-        return _LinearFactors.apply(x, module.weight, module.bias, slot.token, slot)
-    return F.linear(x, module.weight, module.bias)
-
-
 def _plain_sgd(opt):
     """None when opt's updates add up as they come (plain SGD), else why not."""
     if type(opt) is not torch.optim.SGD:
@@ -400,13 +44,13 @@ def _hyper_crc(opt):
     return zlib.crc32(text.encode())
 
 
-class _Sync:
+class _Sync(_Passes):
     """What a DistributedOptimizer adds to its optimizer: the matrices, the
     job's clock, the factor capture, the reduction at the end of backward."""
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
                  overlap, attach_args):
-        job = _need()
+        job = _env._need()
         self.opt, self.job, self.model = opt, job, model
         U = _sfb.UsageError
         if sync not in ("auto", "sfb", "fms"):
@@ -515,111 +159,6 @@ class _Sync:
         self.hooks, self.unhooked = [], [p for _, p in self.dense]
         self._hook_new()
         self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
-
-    def _hook_new(self):
-        if not self.unhooked:
-            return
-        left = []
-        for p in self.unhooked:
-            if p.requires_grad:
-                self.hooks.append(p.register_hook(self._dense_grad))
-            else:
-                left.append(p)
-        self.unhooked = left
-
-    def release(self):
-        self.fwd_hook.remove()
-        for h in self.hooks:
-            h.remove()
-        for slot in self.linears:
-            slot.hook.remove()
-            if getattr(slot.module, "_sfb_slot", None) is slot:
-                del slot.module.forward
-                del slot.module._sfb_slot
-
-    # -- capture, during backward
-
-    def _queue_end(self):
-        if not self.cb_queued:
-            self.cb_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
-
-    def take(self, slot, go, x, want_w, want_b):
-        slot.pending.append((go, x, want_w, want_b))
-        # an autograd.grad() pass reaches no token: its captures are dropped
-        # at the end of the pass
-        self._queue_end()
-
-    def layer_done(self, slot):
-        """The layer's token: this backward pass is done with it."""
-        self.pass_hit = True
-        self._queue_end()
-        if slot.published:
-            self.fail_in_backward(_sfb.UsageError(
-                "sfb.torch: %s received a gradient after its factors of step %d left (a "
-                "backward pass after the last of the step's %d, before step()?)" %
-                (slot.name, self.clock, self.passes_per_step), param=slot.name))
-            return
-        slot.commit()
-        if (self.overlap and self.attached and self.passes == self.passes_per_step - 1 and
-                threading.get_ident() == self.thread):
-            try:
-                self._publish_linear(slot)
-            except BaseException as e:  # raised out of backward(): tell the peers
-                self.fail_in_backward(e)
-
-    def _dense_grad(self, grad):
-        self.pass_hit = True
-        self._queue_end()
-
-    def fail_in_backward(self, e):
-        self.job.abort("%s: %s" % (type(e).__name__, e))
-        raise e
-
-    def _end_pass(self):
-        """The end of a backward pass (torch's callback): the pass counts if
-        it reached a parameter; the step's last one reduces (staleness 0)."""
-        self.cb_queued = False
-        for slot in self.linears:
-            slot.pending = []  # from a pass that reached no token: autograd.grad()
-        if not self.pass_hit:
-            return
-        self.pass_hit = False
-        self.passes += 1
-        self.grads = True
-        if threading.get_ident() != self.thread:
-            raise _sfb.UsageError("sfb.torch: backward() from another thread than the one that "
-                                  "made the DistributedOptimizer")
-        try:
-            self._check_dense_grads()
-            if self.passes < self.passes_per_step:
-                return
-            if self.additive:
-                self.versions = {id(p): (id(p.grad), p.grad._version) for _, p in self.dense
-                                 if p.grad is not None}
-                return
-            self.reduce()
-        except BaseException as e:
-            if self.job is not None:
-                self.job.abort("%s: %s" % (type(e).__name__, e))
-            h = _hinted(e)
-            if h is e:
-                raise
-            raise h from None
-
-    def _check_dense_grads(self):
-        for slot in self.linears:
-            for p in (slot.weight, slot.bias):
-                if p is not None and p.grad is not None and not self._ours(slot, p):
-                    raise _sfb.UsageError(
-                        "sfb.torch: %s received a dense gradient: its weight or bias was used "
-                        "outside the layer's own forward (F.linear on it, or a tied weight), "
-                        "which sfb.torch cannot synchronize by factors" % slot.name,
-                        param=slot.name)
-
-    def _ours(self, slot, p):
-        g = slot.gw if p is slot.weight else slot.gb
-        return g is not None and p.grad is g
 
     # -- the job
 
@@ -1151,8 +690,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
       at its end.
     Further keyword arguments go to sfb.Job.attach (topology, degree,
     link_gbps, latency_us, priority, ...)."""
-    global _optimizer
-    if _optimizer is not None:
+    if _env._optimizer is not None:
         raise _sfb.UsageError("sfb.torch: one DistributedOptimizer per job (this one has one)")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
@@ -1165,7 +703,8 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
-    _optimizer = state
+    _env._optimizer = state
     wrapper = cls(optimizer, state)
     state.opt = wrapper  # its param_groups and state from now on (load_state_dict replaces them)
     return wrapper
+

@@ -1,0 +1,225 @@
+"""Capture: each nn.Linear's sufficient factors during backward, and the
+ends of backward passes (a layer's, through its token; the pass's, through
+the autograd engine's callback). _Passes is the part of the optimizer's
+state (optimizer._Sync) that runs inside backward."""
+import threading
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import sfb as _sfb
+
+from ._env import _hinted
+
+
+class _Linear:
+    """One nn.Linear: one matrix of the job (out x in, +1 column for the bias)."""
+
+    def __init__(self, sync, name, module, index, has_bias):
+        self.sync, self.name, self.module, self.index = sync, name, module, index
+        self.weight = module.weight
+        self.bias = module.bias if has_bias else None
+        self.rows, self.inputs = module.weight.shape
+        self.cols = self.inputs + (1 if has_bias else 0)
+        self.buf = None        # the replica (numpy rows x cols): this clock's sum
+        self.cbuf = None       # c, kept across steps
+        self.gw = self.gb = None  # the .grad tensors handed out (kept across steps)
+        # a leaf whose gradient arrives once per backward pass, after every
+        # call of the layer in that pass gave its factors
+        self.token = torch.zeros(1, requires_grad=True)
+        self.hook = self.token.register_hook(self._done)
+        self.reset()
+
+    def reset(self):
+        self.pending = []      # (go, x or None, weight?, bias?) of the pass in progress
+        self.caps = []         # those of this step's finished passes
+        self.used_w = self.used_b = False  # this step gave the weight, the bias a gradient
+        self.published = False
+
+    def _done(self, grad):
+        self.sync.layer_done(self)
+
+    @property
+    def label(self):
+        return "%s (%dx%d%s)" % (self.name, self.rows, self.inputs,
+                                 "+bias" if self.bias is not None else "")
+
+    def samples(self):
+        return sum(g.shape[0] for g, _, _, _ in self.caps)
+
+    def commit(self):
+        """The pass in progress is done with this layer: its captures count."""
+        for _, _, w, b in self.pending:
+            self.used_w |= w
+            self.used_b |= b
+        self.caps += self.pending
+        self.pending = []
+
+    def factors(self):
+        """(b, c): s x rows and s x cols, float32 C-contiguous numpy. A
+        frozen weight's columns of c are zeros, a frozen bias's too; no
+        sample: one of zeros (adds nothing)."""
+        s = self.samples()
+        if s == 0:
+            return (np.zeros((1, self.rows), np.float32), np.zeros((1, self.cols), np.float32))
+        b = self.caps[0][0] if len(self.caps) == 1 else torch.cat([g for g, _, _, _ in self.caps])
+        if self.bias is None and len(self.caps) == 1 and self.caps[0][2]:
+            c = self.caps[0][1]
+        else:
+            # straight into a buffer kept across steps (publish copies what
+            # it sends)
+            if self.cbuf is None or self.cbuf.shape[0] < s:
+                self.cbuf = torch.empty((s, self.cols), dtype=torch.float32)
+            c, o = self.cbuf[:s], 0
+            for g, x, w, bias in self.caps:
+                n = g.shape[0]
+                if w:
+                    c[o:o + n, :self.inputs].copy_(x)
+                else:
+                    c[o:o + n, :self.inputs].zero_()
+                if self.bias is not None:
+                    c[o:o + n, self.inputs].fill_(1.0 if bias else 0.0)
+                o += n
+        return b.contiguous().numpy(), c.contiguous().numpy()
+
+
+class _LinearFactors(torch.autograd.Function):
+    """F.linear whose backward gives the input's gradient only and hands the
+    layer's sufficient factors (output gradients, inputs) to sfb: the dense
+    weight gradient is never formed here. The token's gradient tells the
+    layer that this backward pass is done with it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, token, slot):
+        ctx.save_for_backward(x, weight)
+        ctx.slot = slot
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, go):
+        x, weight = ctx.saved_tensors
+        gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
+        slot = ctx.slot
+        want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        slot.sync.take(slot, go.reshape(-1, slot.rows).detach(),
+                       x.detach().reshape(-1, slot.inputs) if want_w else None, want_w, want_b)
+        return gx, None, None, torch.zeros(1), None
+
+
+def _linear_forward(module, x):
+    slot = module._sfb_slot
+    if torch.is_grad_enabled() and (slot.weight.requires_grad or
+                                    (slot.bias is not None and slot.bias.requires_grad)):
+        return _LinearFactors.apply(x, module.weight, module.bias, slot.token, slot)
+    return F.linear(x, module.weight, module.bias)
+
+
+class _Passes:
+    """What runs inside backward: the hooks, the captures, the end of a pass
+    (mixed into optimizer._Sync, whose reduction it calls)."""
+
+    def _hook_new(self):
+        if not self.unhooked:
+            return
+        left = []
+        for p in self.unhooked:
+            if p.requires_grad:
+                self.hooks.append(p.register_hook(self._dense_grad))
+            else:
+                left.append(p)
+        self.unhooked = left
+
+    def release(self):
+        self.fwd_hook.remove()
+        for h in self.hooks:
+            h.remove()
+        for slot in self.linears:
+            slot.hook.remove()
+            if getattr(slot.module, "_sfb_slot", None) is slot:
+                del slot.module.forward
+                del slot.module._sfb_slot
+
+    # -- capture, during backward
+
+    def _queue_end(self):
+        if not self.cb_queued:
+            self.cb_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+
+    def take(self, slot, go, x, want_w, want_b):
+        slot.pending.append((go, x, want_w, want_b))
+        # an autograd.grad() pass reaches no token: its captures are dropped
+        # at the end of the pass
+        self._queue_end()
+
+    def layer_done(self, slot):
+        """The layer's token: this backward pass is done with it."""
+        self.pass_hit = True
+        self._queue_end()
+        if slot.published:
+            self.fail_in_backward(_sfb.UsageError(
+                "sfb.torch: %s received a gradient after its factors of step %d left (a "
+                "backward pass after the last of the step's %d, before step()?)" %
+                (slot.name, self.clock, self.passes_per_step), param=slot.name))
+            return
+        slot.commit()
+        if (self.overlap and self.attached and self.passes == self.passes_per_step - 1 and
+                threading.get_ident() == self.thread):
+            try:
+                self._publish_linear(slot)
+            except BaseException as e:  # raised out of backward(): tell the peers
+                self.fail_in_backward(e)
+
+    def _dense_grad(self, grad):
+        self.pass_hit = True
+        self._queue_end()
+
+    def fail_in_backward(self, e):
+        self.job.abort("%s: %s" % (type(e).__name__, e))
+        raise e
+
+    def _end_pass(self):
+        """The end of a backward pass (torch's callback): the pass counts if
+        it reached a parameter; the step's last one reduces (staleness 0)."""
+        self.cb_queued = False
+        for slot in self.linears:
+            slot.pending = []  # from a pass that reached no token: autograd.grad()
+        if not self.pass_hit:
+            return
+        self.pass_hit = False
+        self.passes += 1
+        self.grads = True
+        if threading.get_ident() != self.thread:
+            raise _sfb.UsageError("sfb.torch: backward() from another thread than the one that "
+                                  "made the DistributedOptimizer")
+        try:
+            self._check_dense_grads()
+            if self.passes < self.passes_per_step:
+                return
+            if self.additive:
+                self.versions = {id(p): (id(p.grad), p.grad._version) for _, p in self.dense
+                                 if p.grad is not None}
+                return
+            self.reduce()
+        except BaseException as e:
+            if self.job is not None:
+                self.job.abort("%s: %s" % (type(e).__name__, e))
+            h = _hinted(e)
+            if h is e:
+                raise
+            raise h from None
+
+    def _check_dense_grads(self):
+        for slot in self.linears:
+            for p in (slot.weight, slot.bias):
+                if p is not None and p.grad is not None and not self._ours(slot, p):
+                    raise _sfb.UsageError(
+                        "sfb.torch: %s received a dense gradient: its weight or bias was used "
+                        "outside the layer's own forward (F.linear on it, or a tied weight), "
+                        "which sfb.torch cannot synchronize by factors" % slot.name,
+                        param=slot.name)
+
+    def _ours(self, slot, p):
+        g = slot.gw if p is slot.weight else slot.gb
+        return g is not None and p.grad is g

@@ -1,0 +1,92 @@
+"""Collectives for a training script: broadcasts of parameters, objects
+and optimizer state, and a small allreduce for metrics."""
+import numpy as np
+import torch
+
+import sfb as _sfb
+
+from ._env import _abort_on_error, _need
+
+
+def _named_tensors(params):
+    """(name, tensor) pairs of a state_dict, named_parameters() or a list."""
+    if isinstance(params, dict):
+        return list(params.items())
+    out = []
+    for i, p in enumerate(params):
+        out.append(p if isinstance(p, tuple) else ("#%d" % i, p))
+    return out
+
+
+@_abort_on_error
+def broadcast_parameters(params, root_rank=0):
+    """Makes every rank's tensors equal to root_rank's (collective), in
+    place: a state_dict, model.named_parameters() or a list of tensors. Every
+    rank must pass the same names, shapes and dtypes (a clear error names the
+    first that differs)."""
+    job = _need()
+    named = _named_tensors(params)
+    job.agree("".join("%s=%s:%s\n" % (n, tuple(t.shape), t.dtype) for n, t in named))
+    if job.world == 1 or not named:
+        return
+    sizes = [t.numel() * t.element_size() for _, t in named]
+    buf = np.empty(sum(sizes), np.uint8)
+    if job.rank == root_rank:
+        o = 0
+        for (_, t), n in zip(named, sizes):
+            buf[o:o + n] = t.detach().contiguous().view(-1).view(torch.uint8).numpy()
+            o += n
+    job.broadcast(root_rank, buf)
+    if job.rank != root_rank:
+        o = 0
+        with torch.no_grad():
+            for (_, t), n in zip(named, sizes):
+                src = torch.from_numpy(buf[o:o + n]).view(t.dtype).view(t.shape)
+                t.copy_(src)
+                o += n
+
+
+@_abort_on_error
+def broadcast_object(obj, root_rank=0):
+    """root_rank's picklable object on every rank (collective)."""
+    import pickle
+    job = _need()
+    if job.world == 1:
+        return obj
+    data = pickle.dumps(obj) if job.rank == root_rank else b""
+    n = np.array([len(data)], np.uint64)
+    job.broadcast(root_rank, n)
+    buf = np.frombuffer(bytearray(data), np.uint8) if job.rank == root_rank else \
+        np.empty(int(n[0]), np.uint8)
+    if len(buf):
+        job.broadcast(root_rank, buf)
+    return obj if job.rank == root_rank else pickle.loads(buf.tobytes())
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Loads root_rank's optimizer state (momentum buffers, steps) on every
+    rank (collective), e.g. after rank 0 alone read a checkpoint."""
+    state = broadcast_object(optimizer.state_dict(), root_rank)
+    if _need().rank != root_rank:
+        optimizer.load_state_dict(state)
+
+
+@_abort_on_error
+def allreduce(tensor, op="mean"):
+    """The sum or mean over ranks of a small tensor (at most 1 MiB; for
+    metrics such as a test accuracy, not gradients), as a new tensor."""
+    job = _need()
+    if op not in ("sum", "mean"):
+        raise _sfb.UsageError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))
+    t = torch.as_tensor(tensor)
+    a = t.detach().to(torch.float64).contiguous().view(-1).numpy()
+    if a.nbytes * 1 > (1 << 20):
+        raise _sfb.UsageError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
+    parts = job.allgather(a.tobytes())
+    total = np.zeros_like(a)
+    for p in parts:  # rank order: the same sum on every rank
+        total += np.frombuffer(p, np.float64)
+    if op == "mean":
+        total /= job.world
+    return torch.from_numpy(total).view(t.shape).to(t.dtype)
+

@@ -1,0 +1,153 @@
+"""The job of this process and the launchers' environment: init, rank,
+size, shutdown, stats."""
+import os
+import socket
+
+import torch
+
+import sfb as _sfb
+
+_job = None          # the process's sfb.Job
+_local_size = 1      # ranks on this host
+_local_rank = 0      # this rank's index among them
+_optimizer = None    # the one DistributedOptimizer of the job (its _Sync)
+_final_stats = None  # the last job's counters at its end (stats())
+
+
+def _launcher_args():
+    """Job() arguments from torchrun's environment when no sfb launcher
+    (sfb launch / SFB_RANK, PMIx) set one up: RANK, WORLD_SIZE, and rank 0
+    listening at MASTER_ADDR on MASTER_PORT + 1 (torchrun's agent may hold
+    MASTER_PORT itself: its store under the static rendezvous; and a script
+    may open torch.distributed there). SFB_RENDEZVOUS overrides it."""
+    if "SFB_RANK" in os.environ or "PMIX_RANK" in os.environ:
+        return {}
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        world = int(os.environ["WORLD_SIZE"])
+        rdv = os.environ.get("SFB_RENDEZVOUS")
+        if not rdv and world > 1:
+            if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+                raise _sfb.UsageError("sfb.torch.init: RANK and WORLD_SIZE are set (torchrun) "
+                                      "but not MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS")
+            rdv = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
+        return {"rank": int(os.environ["RANK"]), "world": world, "rendezvous": rdv}
+    return {}
+
+
+def init(**job_args):
+    """Joins the job (collective): under `sfb launch`, mpirun/srun (PMIx),
+    the SFB_* environment, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
+    or alone. Keyword arguments go to sfb.Job (rank, world, rendezvous,
+    provider, peer_timeout_s, ...). Unless OMP_NUM_THREADS is set, torch's
+    and OpenBLAS's threads are this process's share of the CPUs it may use
+    among the ranks of its host. Calling it again is a no-op."""
+    global _job, _local_size, _local_rank
+    if _job is not None:
+        return
+    args = _launcher_args()
+    args.update(job_args)
+    job = _sfb.Job(**args)
+    host = socket.gethostname().encode()[:63].ljust(64, b"\0")
+    hosts = job.allgather(host) if job.world > 1 else [host]
+    _local_size = sum(h == host for h in hosts)
+    _local_rank = sum(h == host for h in hosts[:job.rank])
+    if "OMP_NUM_THREADS" not in os.environ:
+        share = max(1, len(os.sched_getaffinity(0)) // _local_size)
+        torch.set_num_threads(share)
+        # OpenBLAS (libsfb's reconstruction, and torch's matmuls where it
+        # calls BLAS) keeps its own pool, by default a thread per core in
+        # every process: busy-waiting threads of P processes on one host
+        _sfb.library().sfb_set_blas_threads(share)
+    _job = job
+
+
+def is_initialized():
+    return _job is not None
+
+
+def _need():
+    if _job is None:
+        raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
+    return _job
+
+
+def rank():
+    return _need().rank
+
+
+def size():
+    return _need().world
+
+
+def local_size():
+    """Ranks of this job on this host (sfb.UsageError before init)."""
+    _need()
+    return _local_size
+
+
+def local_rank():
+    """This rank's index among the ranks of its host, 0 .. local_size() - 1,
+    in rank order (sfb.UsageError before init)."""
+    _need()
+    return _local_rank
+
+
+def shutdown():
+    """The orderly end (collective): every update applied on every rank, the
+    replicas identical; then the job is left. Call it on every rank after the
+    last step. Without it, peers see this rank leave."""
+    global _job, _optimizer, _final_stats
+    if _job is None:
+        return
+    try:
+        if _optimizer is not None:
+            _optimizer.finish()
+        else:
+            _job.finish(-1)
+        _final_stats = _job.stats()
+    except BaseException as e:  # the peers learn why (they may not have seen it yet)
+        _job.abort("%s: %s" % (type(e).__name__, e))
+        raise
+    finally:
+        if _optimizer is not None:
+            _optimizer.release()  # the model's layers as they were, its parameters kept
+        _job.close()
+        _job, _optimizer = None, None
+
+
+def stats():
+    """The job's counters (bytes and messages sent and received, the engines'
+    data messages and bytes, ...: sfb.Job.stats); after shutdown, those at
+    the end of the last job (every update sent)."""
+    if _job is not None:
+        return _job.stats()
+    if _final_stats is None:
+        raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
+    return dict(_final_stats)
+
+
+def _abort_on_error(fn):
+    """Runs fn; on an exception tells the peers this rank failed (so they
+    stop at once naming it, rather than waiting for its heartbeat to end)."""
+    def wrapped(*a, **k):
+        try:
+            return fn(*a, **k)
+        except BaseException as e:
+            if _job is not None:
+                _job.abort("%s: %s" % (type(e).__name__, e))
+            raise
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+_JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's training loop "
+              "in `with opt.join():`")
+
+
+def _hinted(e):
+    """A rank that died or went silent during training may have run out of
+    data: a PeerError saying so (the same one when it was an abort)."""
+    msg = str(e)
+    if not isinstance(e, _sfb.PeerError) or "join()" in msg or "aborted the job" in msg:
+        return e
+    return _sfb.PeerError(e.code, "%s (%s)" % (msg, _JOIN_HINT), e.rank, e.param)
