@@ -113,6 +113,23 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(sft.UsageError, ["0 received a dense gradient"],
                                 nn.functional.cross_entropy(out, y).backward)
 
+    def test_every_public_name_has_a_docstring(self):
+        """The package's public functions and the optimizer's methods say what
+        they do (and what they raise, where they can fail)."""
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        names = [(n, getattr(sft, n)) for n in sft.__all__]
+        names += [("opt." + n, getattr(type(opt), n)) for n in
+                  ("step", "synchronize", "set_samples", "join", "state_dict",
+                   "load_state_dict", "plan", "clock")]
+        for n, o in names:
+            if isinstance(o, type) and issubclass(o, Exception):
+                continue
+            doc = o.__doc__ or ""
+            self.assertGreater(len(doc), 40, n)
+            if n not in ("is_initialized", "opt.state_dict", "opt.plan", "opt.clock"):
+                self.assertIn("Raises", doc, n)
+
     def test_errors_are_typed(self):
         """Every error is an sfb.Error subclass naming the parameter."""
         m = net(torch.float64)

@@ -22,8 +22,12 @@ def _named_tensors(params):
 def broadcast_parameters(params, root_rank=0):
     """Makes every rank's tensors equal to root_rank's (collective), in
     place: a state_dict, model.named_parameters() or a list of tensors. Every
-    rank must pass the same names, shapes and dtypes (a clear error names the
-    first that differs)."""
+    rank must pass the same names, shapes and dtypes.
+
+    params: a dict of tensors, (name, tensor) pairs or tensors; root_rank:
+    the rank whose values every rank takes. Raises sfb.MismatchError naming
+    the first name, shape or dtype that differs between ranks, sfb.PeerError
+    when a rank fails."""
     job = _need()
     named = _named_tensors(params)
     job.agree("".join("%s=%s:%s\n" % (n, tuple(t.shape), t.dtype) for n, t in named))
@@ -48,7 +52,9 @@ def broadcast_parameters(params, root_rank=0):
 
 @_abort_on_error
 def broadcast_object(obj, root_rank=0):
-    """root_rank's picklable object on every rank (collective)."""
+    """root_rank's picklable object on every rank (collective): returns it
+    (root_rank gets its own object back, the others an unpickled copy).
+    Raises sfb.PeerError when a rank fails."""
     import pickle
     job = _need()
     if job.world == 1:
@@ -65,7 +71,9 @@ def broadcast_object(obj, root_rank=0):
 
 def broadcast_optimizer_state(optimizer, root_rank=0):
     """Loads root_rank's optimizer state (momentum buffers, steps) on every
-    rank (collective), e.g. after rank 0 alone read a checkpoint."""
+    rank (collective), e.g. after rank 0 alone read a checkpoint. optimizer:
+    a torch.optim optimizer (a DistributedOptimizer before its first step).
+    Raises sfb.PeerError when a rank fails."""
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if _need().rank != root_rank:
         optimizer.load_state_dict(state)
@@ -74,7 +82,10 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 @_abort_on_error
 def allreduce(tensor, op="mean"):
     """The sum or mean over ranks of a small tensor (at most 1 MiB; for
-    metrics such as a test accuracy, not gradients), as a new tensor."""
+    metrics such as a test accuracy, not gradients), as a new tensor of its
+    shape and dtype, the same bits on every rank (summed in rank order, in
+    float64). op: "mean" or "sum". Raises sfb.UsageError for another op or
+    a larger tensor, sfb.PeerError when a rank fails."""
     job = _need()
     if op not in ("sum", "mean"):
         raise _sfb.UsageError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))

@@ -40,7 +40,11 @@ def init(**job_args):
     or alone. Keyword arguments go to sfb.Job (rank, world, rendezvous,
     provider, peer_timeout_s, ...). Unless OMP_NUM_THREADS is set, torch's
     and OpenBLAS's threads are this process's share of the CPUs it may use
-    among the ranks of its host. Calling it again is a no-op."""
+    among the ranks of its host. Calling it again is a no-op.
+    Returns None. Raises sfb.UsageError for bad arguments or a torchrun
+    environment without MASTER_ADDR/MASTER_PORT, sfb.MismatchError when the
+    ranks' settings differ, sfb.PeerError when a rank does not join in time
+    (the bootstrap timeout), sfb.Error for the fabric's failures."""
     global _job, _local_size, _local_rank
     if _job is not None:
         return
@@ -62,6 +66,7 @@ def init(**job_args):
 
 
 def is_initialized():
+    """Whether init() joined a job that shutdown() has not left yet."""
     return _job is not None
 
 
@@ -72,30 +77,38 @@ def _need():
 
 
 def rank():
+    """This process's rank, 0 .. size() - 1. Raises sfb.UsageError before
+    init()."""
     return _need().rank
 
 
 def size():
+    """The job's ranks. Raises sfb.UsageError before init()."""
     return _need().world
 
 
 def local_size():
-    """Ranks of this job on this host (sfb.UsageError before init)."""
+    """Ranks of this job on this host. Raises sfb.UsageError before init()."""
     _need()
     return _local_size
 
 
 def local_rank():
     """This rank's index among the ranks of its host, 0 .. local_size() - 1,
-    in rank order (sfb.UsageError before init)."""
+    in rank order. Raises sfb.UsageError before init()."""
     _need()
     return _local_rank
 
 
 def shutdown():
     """The orderly end (collective): every update applied on every rank, the
-    replicas identical; then the job is left. Call it on every rank after the
-    last step. Without it, peers see this rank leave."""
+    replicas identical; then the job is left and the model's layers are as
+    they were (their parameters kept). Call it on every rank after the last
+    step; without it, peers see this rank leave. A no-op without a job.
+
+    Raises sfb.PeerError when another rank was still training (at staleness
+    0: it names the ranks and suggests join()) or failed; sfb.UsageError
+    inside a step (backward() without step())."""
     global _job, _optimizer, _final_stats
     if _job is None:
         return
@@ -116,9 +129,10 @@ def shutdown():
 
 
 def stats():
-    """The job's counters (bytes and messages sent and received, the engines'
-    data messages and bytes, ...: sfb.Job.stats); after shutdown, those at
-    the end of the last job (every update sent)."""
+    """The job's counters as a dict (bytes and messages sent and received,
+    the engines' data messages and bytes, ...: sfb.Job.stats); after
+    shutdown, those at the end of the last job (every update sent). Raises
+    sfb.UsageError when no job ever ran."""
     if _job is not None:
         return _job.stats()
     if _final_stats is None:

@@ -586,11 +586,26 @@ class _DistributedOptimizer:
         """At staleness 0 the gradients are reduced when backward() returns
         (.grad holds every rank's mean): this is a no-op then, and reduces
         now a step whose backward did not (Horovod's habit: before clipping).
-        At staleness > 0 it publishes this rank's update."""
+        At staleness > 0 it publishes this rank's update. Collective.
+
+        Raises sfb.UsageError without a backward() since the last step or
+        from another thread, sfb.MismatchError / sfb.PeerError as step()."""
         self._sfb.synchronize()
 
     @_abort_on_error
     def step(self, closure=None):
+        """Steps the wrapped optimizer on every rank's mean gradient (staleness
+        0; reducing first if backward() did not), or publishes this rank's
+        update and takes the SSP gate (staleness > 0). Returns what the
+        wrapped step returns (None). Collective.
+
+        Raises sfb.UsageError for a closure, a step without backward(), a
+        Linear weight used outside its layer, a layer with more samples than
+        max_samples, or (staleness > 0) a .grad changed since backward();
+        sfb.MismatchError when the ranks disagree (first step: shapes,
+        parameters, clock, optimizer state; later: the optimizer's steps or
+        hyperparameters); sfb.PeerError when a rank died, went silent,
+        aborted or left."""
         if closure is not None:
             raise _sfb.UsageError("sfb.torch: step(closure) is not supported (the closure "
                                   "would run a second forward and backward within one step)")
@@ -612,7 +627,10 @@ class _DistributedOptimizer:
         """This rank's weight in the next reduction: its sample count, for a
         mean-reduced loss over minibatches of unequal sizes (any count,
         zero included): .grad becomes sum_r n_r g_r / sum_r n_r, one
-        process's gradient on the union. Default: every training rank 1."""
+        process's gradient on the union. Default: every training rank 1.
+
+        n: a finite number >= 0, for the next reduction only. Raises
+        sfb.UsageError for anything else."""
         if isinstance(n, bool) or not isinstance(n, (int, float)) or not n >= 0 or \
                 not np.isfinite(n):
             raise _sfb.UsageError("set_samples: %r: expected a finite number >= 0" % (n,))
@@ -623,7 +641,12 @@ class _DistributedOptimizer:
         hvd.join()): a rank whose data runs out first leaves the block and
         takes part in the others' steps with nothing until every rank has
         left it; each such step is one process's on the union of the ranks
-        still training. Every rank must enter it."""
+        still training. Every rank must enter it.
+
+        Usage: `with opt.join(): for x, y in my_shard: ...`. Needs staleness
+        0 and a step taken before leaving the block. Raises sfb.UsageError
+        otherwise or when the block ends inside a step (backward() without
+        step()); sfb.PeerError when a rank fails meanwhile."""
         import contextlib
         s = self._sfb
 
@@ -638,13 +661,16 @@ class _DistributedOptimizer:
         return joined()
 
     def state_dict(self):
+        """The wrapped optimizer's state_dict with the job's clock under "sfb"."""
         d = super(self.__class__, self).state_dict()
         d["sfb"] = {"clock": self.clock, "staleness": self._sfb.staleness}
         return d
 
     def load_state_dict(self, state_dict):
         """The optimizer's state and the job's clock: training resumes at the
-        checkpoint's step (before the first step only)."""
+        checkpoint's step. Every rank loads the same checkpoint (a rank that
+        did not fails the first step on every rank, sfb.MismatchError naming
+        both clocks). Raises sfb.UsageError after the first step."""
         state_dict = dict(state_dict)
         info = state_dict.pop("sfb", None)
         if info is not None and self._sfb.attached:
@@ -689,7 +715,14 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     overlap: a layer's factors leave during the backward pass (True) or all
       at its end.
     Further keyword arguments go to sfb.Job.attach (topology, degree,
-    link_gbps, latency_us, priority, ...)."""
+    link_gbps, latency_us, priority, ...).
+
+    Returns an optimizer of the wrapped one's class (its param_groups and
+    state). Raises sfb.UsageError when one exists already in this job, for
+    arguments out of range, a parameter that is not float32 or not on the
+    CPU, one that needs a gradient but is not in the optimizer (or is in it
+    and not in the model), or staleness > 0 with an optimizer that is not
+    plain SGD."""
     if _env._optimizer is not None:
         raise _sfb.UsageError("sfb.torch: one DistributedOptimizer per job (this one has one)")
     if not isinstance(optimizer, torch.optim.Optimizer):
