@@ -9,7 +9,10 @@ exact: every rank trains a model through sfb.torch on its share of each
   tensor <= --tol). --model: "kinds" (Linear with and without bias, a layer
   called twice, 3-D inputs, embedding, conv, norm: the dense engine),
   "mlp12" (12 Linear layers, sync auto, the plan checked), "deep" (128
-  Linear layers: 256 parameter tensors).
+  Linear layers: 256 parameter tensors), "attn" (nn.TransformerEncoder:
+  MultiheadAttention's fused in_proj_weight and out_proj, which it calls
+  through F.linear; a user module calling F.linear on its own parameters,
+  one weight twice in a forward: every one by factors, the plan checked).
 ckpt: trains --steps steps from scratch or --resume FILE, saving model and
   optimizer to --save FILE and the parameters to --out FILE (rank 0).
 ssp: plain SGD at --staleness; after the last step every replica (drained)
@@ -40,7 +43,7 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill"])
-ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp"])
+ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn"])
 ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam"])
 ap.add_argument("--sync", default="auto")
 ap.add_argument("--steps", type=int, default=50)
@@ -48,6 +51,8 @@ ap.add_argument("--passes", type=int, default=1, help="backward_passes_per_step"
 ap.add_argument("--global-batch", type=int, default=16)
 ap.add_argument("--staleness", type=int, default=0)
 ap.add_argument("--tol", type=float, default=1e-5)
+ap.add_argument("--except", dest="skip", default=None,
+                help="tensors whose name holds this are not compared (see torch.sh)")
 ap.add_argument("--overlap", type=int, default=1)
 ap.add_argument("--victim", type=int, default=2)
 ap.add_argument("--save")
@@ -83,6 +88,35 @@ class Kinds(nn.Module):
         return self.head(torch.tanh(self.nobias(h)).mean(1))
 
 
+class Mix(nn.Module):
+    """A user's layer: F.linear on its own parameters, one weight twice."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.b = nn.Parameter(torch.zeros(d))
+
+    def forward(self, h):
+        h = torch.tanh(nn.functional.linear(h, self.w, self.b))
+        return torch.tanh(nn.functional.linear(h, self.w, self.b))
+
+
+class Attn(nn.Module):
+    """A small transformer encoder (GELU, no dropout: smooth, deterministic)."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d)
+        layer = nn.TransformerEncoderLayer(d, 2, dim_feedforward=32, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.mix = Mix(d)
+        self.head = nn.Linear(d, CLASSES)
+
+    def forward(self, tok):
+        return self.head(self.mix(self.enc(self.emb(tok))).mean(1))
+
+
 def mlp(widths):
     layers = []
     for a, b in zip(widths[:-1], widths[1:]):
@@ -94,6 +128,9 @@ def model_and_data(seed=7):
     torch.manual_seed(seed)
     if args.model == "kinds":
         m = Kinds(wide=8 if args.mode == "shapes" and sft.rank() == 1 else 0)
+        x = torch.randint(0, VOCAB, (4096, SEQ))
+    elif args.model == "attn":
+        m = Attn()
         x = torch.randint(0, VOCAB, (4096, SEQ))
     elif args.model == "mlp12":
         m = mlp([20] + [48] * 11 + [CLASSES])
@@ -131,6 +168,8 @@ def rel_diff(a, b):
     """The largest relative difference ||p - q|| / ||q|| over the tensors."""
     worst, where = 0.0, ""
     for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        if args.skip and args.skip in n:
+            continue
         p, q = p.detach().double(), q.detach().double()
         d = float((p - q).norm() / max(float(q.norm()), 1e-30))
         if d > worst:
@@ -243,7 +282,7 @@ def case():
         print("ok ckpt: clock %d" % opt.clock, flush=True)
         return
     first, last = train(model, opt, x, y, args.steps)
-    if r == 0 and args.model == "mlp12":
+    if r == 0 and args.model in ("mlp12", "attn"):
         print("plan:\n" + opt.plan, flush=True)
     if args.mode == "ssp":
         s = opt._sfb
@@ -269,6 +308,17 @@ def case():
     if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
         fail("the plan has %d lines, not one per matrix:\n%s" %
              (len(opt.plan.splitlines()), opt.plan))
+    if args.model == "attn":
+        want = ["enc.layers.%d.%s" % (i, n) for i in range(2)
+                for n in ("self_attn.in_proj_weight", "self_attn.out_proj", "linear1", "linear2")]
+        want += ["mix.w", "head"]
+        lines = opt.plan.splitlines()
+        engines = ("sfb",) if args.sync == "sfb" else ("sfb", "fms")
+        for w in want:  # a matrix of its own (not in the dense one), by factors if forced
+            if not any(line.startswith(w + " (") and line.split(": ")[1].split()[0] in engines
+                       for line in lines):
+                fail("the plan has no matrix %s (by %s):\n%s" % (w, "/".join(engines),
+                                                                  opt.plan))
     print("ok exact %s %s: max relative difference %.3g (%s)" %
           (args.model, args.opt, worst, where), flush=True)
 

@@ -1,7 +1,14 @@
-"""Capture: each nn.Linear's sufficient factors during backward, and the
-ends of backward passes (a layer's, through its token; the pass's, through
-the autograd engine's callback). _Passes is the part of the optimizer's
-state (optimizer._Sync) that runs inside backward."""
+"""Capture: the sufficient factors of every weight that F.linear multiplies
+(nn.Linear modules, nn.MultiheadAttention's projections, F.linear in a
+user's module) during backward, and the ends of backward passes (a layer's,
+through its token; the pass's, through the autograd engine's callback).
+_Passes is the part of the optimizer's state (optimizer._Sync) that runs
+inside backward.
+
+torch.nn.functional.linear is replaced while a DistributedOptimizer lives:
+nn.Linear.forward calls it as F.linear, multi_head_attention_forward as the
+module's global `linear`, so both come here; a call on a weight sfb does not
+carry goes to torch's own."""
 import threading
 
 import numpy as np
@@ -13,15 +20,20 @@ import sfb as _sfb
 from ._env import _hinted
 
 
-class _Linear:
-    """One nn.Linear: one matrix of the job (out x in, +1 column for the bias)."""
+_torch_linear = F.linear  # torch's own, whatever replaces the module's name
+_active = None            # the _Sync whose weights F.linear hands to _LinearFactors
 
-    def __init__(self, sync, name, module, index, has_bias):
-        self.sync, self.name, self.module, self.index = sync, name, module, index
-        self.weight = module.weight
-        self.bias = module.bias if has_bias else None
-        self.rows, self.inputs = module.weight.shape
-        self.cols = self.inputs + (1 if has_bias else 0)
+
+class _Linear:
+    """One weight that F.linear multiplies (and its bias): one matrix of the
+    job (out x in, +1 column for the bias). name: the nn.Linear module's, or
+    the weight parameter's."""
+
+    def __init__(self, sync, name, weight, bias, index):
+        self.sync, self.name, self.index = sync, name, index
+        self.weight, self.bias = weight, bias
+        self.rows, self.inputs = weight.shape
+        self.cols = self.inputs + (1 if bias is not None else 0)
         self.buf = None        # the replica (numpy rows x cols): this clock's sum
         self.cbuf = None       # c, kept across steps
         self.gw = self.gb = None  # the .grad tensors handed out (kept across steps)
@@ -94,7 +106,7 @@ class _LinearFactors(torch.autograd.Function):
     def forward(ctx, x, weight, bias, token, slot):
         ctx.save_for_backward(x, weight)
         ctx.slot = slot
-        return F.linear(x, weight, bias)
+        return _torch_linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, go):
@@ -107,12 +119,23 @@ class _LinearFactors(torch.autograd.Function):
         return gx, None, None, torch.zeros(1), None
 
 
-def _linear_forward(module, x):
-    slot = module._sfb_slot
-    if torch.is_grad_enabled() and (slot.weight.requires_grad or
-                                    (slot.bias is not None and slot.bias.requires_grad)):
-        return _LinearFactors.apply(x, module.weight, module.bias, slot.token, slot)
-    return F.linear(x, module.weight, module.bias)
+def _linear(input, weight, bias=None):
+    """torch.nn.functional.linear while a DistributedOptimizer lives: a weight
+    sfb carries by factors (with its own bias, or a bias that needs no
+    gradient) goes through _LinearFactors; anything else to torch's."""
+    s = _active
+    if s is not None and torch.is_grad_enabled():
+        slot = s.slot_for(weight, bias)
+        if slot is not None:
+            return _LinearFactors.apply(input, weight, bias, slot.token, slot)
+    return _torch_linear(input, weight, bias)
+
+
+def _intercept(sync):
+    """F.linear's calls go to sync (None: torch's own again)."""
+    global _active
+    _active = sync
+    F.linear = _linear if sync is not None else _torch_linear
 
 
 class _Passes:
@@ -131,14 +154,12 @@ class _Passes:
         self.unhooked = left
 
     def release(self):
+        _intercept(None)
         self.fwd_hook.remove()
         for h in self.hooks:
             h.remove()
         for slot in self.linears:
             slot.hook.remove()
-            if getattr(slot.module, "_sfb_slot", None) is slot:
-                del slot.module.forward
-                del slot.module._sfb_slot
 
     # -- capture, during backward
 
@@ -198,8 +219,8 @@ class _Passes:
             if self.passes < self.passes_per_step:
                 return
             if self.additive:
-                self.versions = {id(p): (id(p.grad), p.grad._version) for _, p in self.dense
-                                 if p.grad is not None}
+                self.versions = {id(p): (id(p.grad), p.grad._version)
+                                 for _, p in self._dense_now() if p.grad is not None}
                 return
             self.reduce()
         except BaseException as e:
@@ -209,6 +230,12 @@ class _Passes:
             if h is e:
                 raise
             raise h from None
+
+    def _dense_now(self):
+        """The optimizer's parameters that go densely (as far as known before
+        the first reduction)."""
+        return [(n, p) for n, p in self.model_params
+                if id(p) in self.group_of and id(p) not in self.covered]
 
     def _check_dense_grads(self):
         for slot in self.linears:

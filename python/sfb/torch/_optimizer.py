@@ -11,11 +11,17 @@ import sfb as _sfb
 
 from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _hinted
-from ._capture import _Linear, _linear_forward, _Passes
+from ._capture import _Linear, _Passes, _intercept
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
 _TRAINING, _JOINED, _LEAVING = 0, 1, 2
+def eval_pairs(text):
+    """The list of (weight, bias) name pairs another rank sent (its repr)."""
+    import ast
+    return [tuple(p) for p in ast.literal_eval(text)] if text else []
+
+
 def _plain_sgd(opt):
     """None when opt's updates add up as they come (plain SGD), else why not."""
     if type(opt) is not torch.optim.SGD:
@@ -120,45 +126,108 @@ class _Sync(_Passes):
                 raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
                         "CPU" % (n, p.device), param=n)
         self.group_of = in_opt
-        self.linears, covered = [], set()
+        self.linears, self.by_weight, self.covered = [], {}, set()
+        self.model_params = list(model.named_parameters())
         for mname, m in model.named_modules():
-            if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt:
+            if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt or \
+                    id(m.weight) in self.covered:  # (a weight shared by two modules: once)
                 continue
-            if hasattr(m, "_sfb_slot"):
-                raise U("DistributedOptimizer: %s is already synchronized by another "
-                        "DistributedOptimizer (one per job)" % (mname or "the model"))
-            has_bias = m.bias is not None and id(m.bias) in in_opt
-            slot = _Linear(self, mname or "linear", m, len(self.linears), has_bias)
-            if self.additive and has_bias and in_opt[id(m.weight)]["lr"] != in_opt[id(m.bias)]["lr"]:
-                raise U("DistributedOptimizer: %s.weight and .bias have different learning "
-                        "rates, which staleness > 0 cannot apply as one update" % slot.name,
-                        param=slot.name)
-            self.linears.append(slot)
-            covered.add(id(m.weight))
-            if has_bias:
-                covered.add(id(m.bias))
-        self.covered = covered
-        # every parameter the optimizer holds is synchronized, frozen or not
-        # (it may be unfrozen later); the rest stay outside
-        self.dense = [(n, p) for n, p in model.named_parameters()
-                      if id(p) in in_opt and id(p) not in covered]
-        self.dense_n = sum(p.numel() for _, p in self.dense)
-        self.dense_buf = self.dense_g = None
-        # the parameters in the reduction's presence columns, in this order
-        self.params = []
-        for slot in self.linears:
-            self.params.append((slot.name + ".weight", slot.weight))
-            if slot.bias is not None:
-                self.params.append((slot.name + ".bias", slot.bias))
-        self.params += self.dense
-        for slot in self.linears:
-            slot.module._sfb_slot = slot
-            slot.module.forward = _linear_forward.__get__(slot.module)
+            bias = m.bias if m.bias is not None and id(m.bias) in in_opt else None
+            self._new_slot(m.weight, bias, mname or "linear")
         # a dense parameter's gradient tells the end of a backward pass too;
         # hooks go on when a parameter needs a gradient (frozen ones later)
-        self.hooks, self.unhooked = [], [p for _, p in self.dense]
+        self.hooks = []
+        self.unhooked = [p for _, p in self.model_params
+                         if id(p) in in_opt and id(p) not in self.covered]
         self._hook_new()
         self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
+        _intercept(self)
+
+    def _new_slot(self, weight, bias, name=None):
+        """weight (and its bias) from now on by factors."""
+        if self.additive and bias is not None and \
+                self.group_of[id(weight)]["lr"] != self.group_of[id(bias)]["lr"]:
+            raise _sfb.UsageError("DistributedOptimizer: %s and %s have different learning rates, "
+                                  "which staleness > 0 cannot apply as one update" %
+                                  (self.names[id(weight)], self.names[id(bias)]),
+                                  param=self.names[id(weight)])
+        slot = _Linear(self, name or self.names[id(weight)], weight, bias, len(self.linears))
+        self.linears.append(slot)
+        self.by_weight[id(weight)] = slot
+        self.covered.add(id(weight))
+        if bias is not None:
+            self.covered.add(id(bias))
+        return slot
+
+    def slot_for(self, weight, bias):
+        """The slot F.linear(x, weight, bias) goes through, or None (torch's
+        own F.linear: a weight sfb carries densely, or another bias). Before
+        the first reduction, a 2-D parameter of the optimizer met here for
+        the first time becomes a slot (nn.MultiheadAttention's projections,
+        F.linear in a user's module)."""
+        slot = self.by_weight.get(id(weight))
+        if slot is None or slot.weight is not weight:
+            if self.attached or not self._eligible(weight, bias):
+                return None
+            slot = self._new_slot(weight, bias if bias is not None and
+                                  id(bias) in self.group_of else None)
+        if not (bias is slot.bias or (slot.bias is None and
+                                      (bias is None or not bias.requires_grad))):
+            return None
+        if weight.requires_grad or (slot.bias is not None and slot.bias.requires_grad):
+            return slot
+        return None
+
+    def _eligible(self, weight, bias):
+        g = self.group_of
+        if id(weight) not in g or id(weight) in self.covered or weight.dim() != 2:
+            return False
+        if bias is None or (id(bias) not in g and not bias.requires_grad):
+            return True
+        return id(bias) in g and id(bias) not in self.covered and bias.dim() == 1 and \
+            bias.shape[0] == weight.shape[0]
+
+    def _agree_slots(self):
+        """Every rank the slots any rank found in its first forward (F.linear
+        on a parameter), in the model's order after the nn.Linear ones."""
+        job, names = self.job, self.names
+        found = [(names[id(s.weight)], names[id(s.bias)] if s.bias is not None else "")
+                 for s in self.linears]
+        data = repr(sorted(found)).encode()
+        lens = [int(np.frombuffer(b, np.int64)[0])
+                for b in job.allgather(np.array([len(data)], np.int64).tobytes())]
+        union = set(found)
+        for b in job.allgather(data.ljust(max(lens))):
+            union |= set(eval_pairs(b.rstrip(b"\0").decode()))
+        by_name = dict(self.model_params)
+        for w, b in sorted(union - set(found)):
+            if w not in by_name or (b and b not in by_name):
+                raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: another rank's model has the "
+                                         "parameter %s, this one's not" % (w if w not in by_name
+                                                                            else b))
+            self._new_slot(by_name[w], by_name[b] if b else None)
+        order = {id(p): i for i, (_, p) in enumerate(self.model_params)}
+        first = [s for s in self.linears if s.name != names[id(s.weight)]]  # nn.Linear ones
+        rest = sorted((s for s in self.linears if s.name == names[id(s.weight)]),
+                      key=lambda s: order[id(s.weight)])
+        self.linears = first + rest
+        for i, slot in enumerate(self.linears):
+            slot.index = i
+
+    def _layout(self):
+        """The dense parameters and the presence columns, once the slots are
+        settled (the first reduction)."""
+        # every parameter the optimizer holds is synchronized, frozen or not
+        # (it may be unfrozen later); the rest stay outside
+        self.dense = self._dense_now()
+        self.dense_n = sum(p.numel() for _, p in self.dense)
+        self.dense_buf = self.dense_g = None
+        self.params = []
+        for slot in self.linears:
+            self.params.append((self.names[id(slot.weight)], slot.weight))
+            if slot.bias is not None:
+                self.params.append((self.names[id(slot.bias)], slot.bias))
+        self.params += self.dense
 
     # -- the job
 
@@ -224,6 +293,8 @@ class _Sync(_Passes):
         """The first reduction: the shapes and the first step's samples are known."""
         job = self.job
         U = _sfb.UsageError
+        self._agree_slots()
+        self._layout()
         mine = max([slot.samples() for slot in self.linears] + [1])
         if self.max_samples is not None and mine > self.max_samples:
             worst = max(self.linears, key=lambda s: s.samples())
@@ -476,7 +547,7 @@ class _Sync(_Passes):
         if not self.grads:
             raise _sfb.UsageError("sfb.torch: step() without backward(): no gradient yet")
         self._check_dense_grads()
-        for _, p in self.dense:
+        for _, p in self._dense_now():
             v = self.versions.get(id(p))
             now = (id(p.grad), p.grad._version) if p.grad is not None else None
             if v != now and (v is not None or now is not None):
