@@ -130,6 +130,48 @@ class TorchOneWorker(unittest.TestCase):
             if n not in ("is_initialized", "opt.state_dict", "opt.plan", "opt.clock"):
                 self.assertIn("Raises", doc, n)
 
+    def test_functional_linear_is_torch_s_again_after_shutdown(self):
+        """F.linear on a user's parameter goes by factors (one worker: the
+        same parameters as plain PyTorch), and shutdown gives torch its own
+        F.linear back."""
+        torch_linear = nn.functional.linear
+
+        class User(nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(4)
+                self.w = nn.Parameter(torch.randn(3, 6))
+                self.b = nn.Parameter(torch.zeros(3))
+                self.w2 = nn.Parameter(torch.randn(3, 3))
+
+            def forward(self, x):
+                h = torch.tanh(nn.functional.linear(x, self.w, self.b))
+                return nn.functional.linear(h, self.w2)
+
+        x, y = data()
+        m, ref = User(), User()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       model=m, sync="sfb")
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        self.assertIsNot(nn.functional.linear, torch_linear)
+        for _ in range(5):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                o.step()
+        self.assertIn("w (3x6+bias): sfb", opt.plan)
+        self.assertIn("w2 (3x3): sfb", opt.plan)
+        # a slice of a weight that goes by factors is a dense gradient: refused
+        opt.zero_grad()
+        out = m(x) + nn.functional.linear(x[:, :3], m.w[:, :3]).sum()
+        self.assertRaisesNaming(sft.UsageError, ["w received a dense gradient", "slice"],
+                                nn.functional.cross_entropy(out, y).backward)
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
+        with self.assertRaises(sft.UsageError):  # the step the error left half done
+            sft.shutdown()
+        self.assertIs(nn.functional.linear, torch_linear)  # given back all the same
+
     def test_errors_are_typed(self):
         """Every error is an sfb.Error subclass naming the parameter."""
         m = net(torch.float64)

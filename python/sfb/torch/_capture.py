@@ -148,7 +148,8 @@ class _Passes:
         left = []
         for p in self.unhooked:
             if p.requires_grad:
-                self.hooks.append(p.register_hook(self._dense_grad))
+                self.hooks.append(p.register_hook(
+                    lambda grad, p=p: self._dense_grad(p)))
             else:
                 left.append(p)
         self.unhooked = left
@@ -192,7 +193,13 @@ class _Passes:
             except BaseException as e:  # raised out of backward(): tell the peers
                 self.fail_in_backward(e)
 
-    def _dense_grad(self, grad):
+    def _dense_grad(self, p):
+        """A dense gradient flows into p (before it is accumulated). For a
+        weight or bias sfb carries by factors that is a use its factors miss
+        (a view of it, a tied weight): remembered, refused at the pass's end
+        (.grad would hold it whether it was None or not)."""
+        if id(p) in self.covered:
+            self.dense_into.append(p)
         self.pass_hit = True
         self._queue_end()
 
@@ -238,13 +245,16 @@ class _Passes:
                 if id(p) in self.group_of and id(p) not in self.covered]
 
     def _check_dense_grads(self):
+        into, self.dense_into = self.dense_into, []
         for slot in self.linears:
             for p in (slot.weight, slot.bias):
-                if p is not None and p.grad is not None and not self._ours(slot, p):
+                if p is not None and (any(q is p for q in into) or
+                                      (p.grad is not None and not self._ours(slot, p))):
                     raise _sfb.UsageError(
                         "sfb.torch: %s received a dense gradient: its weight or bias was used "
-                        "outside the layer's own forward (F.linear on it, or a tied weight), "
-                        "which sfb.torch cannot synchronize by factors" % slot.name,
+                        "other than as F.linear's whole weight with its own bias (a view or "
+                        "slice of it, a tied weight, another bias), which sfb.torch cannot "
+                        "synchronize by factors" % slot.name,
                         param=slot.name)
 
     def _ours(self, slot, p):

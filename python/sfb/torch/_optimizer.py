@@ -136,9 +136,8 @@ class _Sync(_Passes):
             self._new_slot(m.weight, bias, mname or "linear")
         # a dense parameter's gradient tells the end of a backward pass too;
         # hooks go on when a parameter needs a gradient (frozen ones later)
-        self.hooks = []
-        self.unhooked = [p for _, p in self.model_params
-                         if id(p) in in_opt and id(p) not in self.covered]
+        self.hooks, self.dense_into = [], []
+        self.unhooked = [p for _, p in self.model_params if id(p) in in_opt]
         self._hook_new()
         self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
         _intercept(self)
