@@ -1,6 +1,7 @@
 """The optimizer: the job's matrices, the reduction at the end of backward
 (staleness 0) or the additive updates (staleness > 0), join and leave, and
 DistributedOptimizer, the wrapper of a torch.optim optimizer."""
+import ast
 import threading
 import zlib
 
@@ -16,9 +17,11 @@ from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
 _TRAINING, _JOINED, _LEAVING = 0, 1, 2
-def eval_pairs(text):
-    """The list of (weight, bias) name pairs another rank sent (its repr)."""
-    import ast
+
+
+def _name_pairs(text):
+    """The (weight, bias) name pairs another rank sent (their repr: literals
+    only, read as such)."""
     return [tuple(p) for p in ast.literal_eval(text)] if text else []
 
 
@@ -196,8 +199,8 @@ class _Sync(_Passes):
         lens = [int(np.frombuffer(b, np.int64)[0])
                 for b in job.allgather(np.array([len(data)], np.int64).tobytes())]
         union = set(found)
-        for b in job.allgather(data.ljust(max(lens))):
-            union |= set(eval_pairs(b.rstrip(b"\0").decode()))
+        for b in job.allgather(data.ljust(max(lens), b"\0")):
+            union |= set(_name_pairs(b.rstrip(b"\0").decode()))
         by_name = dict(self.model_params)
         for w, b in sorted(union - set(found)):
             if w not in by_name or (b and b not in by_name):
