@@ -12,7 +12,9 @@ exact: every rank trains through sfb.torch on its share of each global
                 unfrozen at step 18
     --unused    a Linear no rank uses from step 5 on
     --route     a head only the samples with x[:, 0] > 1.2 go through: used
-                by some ranks, all or none in a step
+                by some ranks, all or none in a step; F.linear on the model's
+                own parameters, which rank 2 does not use in the first step
+                (the ranks agree on the union of the weights met there)
     --validate  between steps, eval() + no_grad forwards, and forwards with
                 gradients that get no backward
     --clip      clip_grad_norm_ right after backward() (the norms must match
@@ -74,7 +76,8 @@ class Net(nn.Module):
         self.extra = nn.Linear(24, 24)
         self.fc3 = nn.Linear(24, 16)
         self.head = nn.Linear(16, 5)
-        self.alt = nn.Linear(16, 5)
+        self.alt_w = nn.Parameter(torch.randn(5, 16) / 4)
+        self.alt_b = nn.Parameter(torch.zeros(5))
 
     def forward(self, x, step):
         h = self.norm(torch.tanh(self.fc1(x)))
@@ -88,7 +91,7 @@ class Net(nn.Module):
         out = self.head(h)
         if bool(route.any()):  # the samples of the routed head: maybe none here
             out = out.clone()
-            out[route] = self.alt(h[route])
+            out[route] = nn.functional.linear(h[route], self.alt_w, self.alt_b)
         return out
 
 
@@ -244,6 +247,8 @@ def exact():
                  (bad[0], mine[bad[0]], ref_norms[bad[0]]))
     if clock != args.steps:
         fail("the job's clock is %d after %d steps" % (clock, args.steps))
+    if args.route and "alt_w (5x16+bias): " not in opt.plan:
+        fail("the routed head is not a matrix of its own:\n%s" % opt.plan)
     print("ok exact %s: %d steps bit-identical on %d ranks, max relative difference %.3g (%s)" %
           (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
 
