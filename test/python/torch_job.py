@@ -12,7 +12,9 @@ exact: every rank trains a model through sfb.torch on its share of each
   Linear layers: 256 parameter tensors), "attn" (nn.TransformerEncoder:
   MultiheadAttention's fused in_proj_weight and out_proj, which it calls
   through F.linear; a user module calling F.linear on its own parameters,
-  one weight twice in a forward: every one by factors, the plan checked).
+  one weight twice in a forward: every one by factors, the plan checked),
+  "seq2seq" (nn.Transformer, encoder and decoder: cross-attention splits
+  in_proj_weight into row ranges, each by factors into the one matrix).
 ckpt: trains --steps steps from scratch or --resume FILE, saving model and
   optimizer to --save FILE and the parameters to --out FILE (rank 0).
 ssp: plain SGD at --staleness; after the last step every replica (drained)
@@ -43,7 +45,7 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill"])
-ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn"])
+ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn", "seq2seq"])
 ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam"])
 ap.add_argument("--sync", default="auto")
 ap.add_argument("--steps", type=int, default=50)
@@ -117,6 +119,23 @@ class Attn(nn.Module):
         return self.head(self.mix(self.enc(self.emb(tok))).mean(1))
 
 
+class Seq2Seq(nn.Module):
+    """nn.Transformer: the decoder's cross-attention projects the memory with
+    rows E.. of in_proj_weight and the target with rows ..E."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d)
+        self.tr = nn.Transformer(d, 2, num_encoder_layers=1, num_decoder_layers=1,
+                                 dim_feedforward=32, dropout=0.0, activation="gelu",
+                                 batch_first=True)
+        self.head = nn.Linear(d, CLASSES)
+
+    def forward(self, tok):
+        e = self.emb(tok)
+        return self.head(self.tr(e, e[:, :3]).mean(1))
+
+
 def mlp(widths):
     layers = []
     for a, b in zip(widths[:-1], widths[1:]):
@@ -129,8 +148,8 @@ def model_and_data(seed=7):
     if args.model == "kinds":
         m = Kinds(wide=8 if args.mode == "shapes" and sft.rank() == 1 else 0)
         x = torch.randint(0, VOCAB, (4096, SEQ))
-    elif args.model == "attn":
-        m = Attn()
+    elif args.model in ("attn", "seq2seq"):
+        m = Attn() if args.model == "attn" else Seq2Seq()
         x = torch.randint(0, VOCAB, (4096, SEQ))
     elif args.model == "mlp12":
         m = mlp([20] + [48] * 11 + [CLASSES])
@@ -282,7 +301,7 @@ def case():
         print("ok ckpt: clock %d" % opt.clock, flush=True)
         return
     first, last = train(model, opt, x, y, args.steps)
-    if r == 0 and args.model in ("mlp12", "attn"):
+    if r == 0 and args.model in ("mlp12", "attn", "seq2seq"):
         print("plan:\n" + opt.plan, flush=True)
     if args.mode == "ssp":
         s = opt._sfb
@@ -308,10 +327,16 @@ def case():
     if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
         fail("the plan has %d lines, not one per matrix:\n%s" %
              (len(opt.plan.splitlines()), opt.plan))
-    if args.model == "attn":
-        want = ["enc.layers.%d.%s" % (i, n) for i in range(2)
-                for n in ("self_attn.in_proj_weight", "self_attn.out_proj", "linear1", "linear2")]
-        want += ["mix.w", "head"]
+    if args.model in ("attn", "seq2seq"):
+        if args.model == "attn":
+            want = ["enc.layers.%d.%s" % (i, n) for i in range(2) for n in
+                    ("self_attn.in_proj_weight", "self_attn.out_proj", "linear1", "linear2")]
+            want += ["mix.w", "head"]
+        else:
+            want = ["tr.encoder.layers.0.self_attn.in_proj_weight",
+                    "tr.decoder.layers.0.self_attn.in_proj_weight",
+                    "tr.decoder.layers.0.multihead_attn.in_proj_weight",
+                    "tr.decoder.layers.0.multihead_attn.out_proj", "head"]
         lines = opt.plan.splitlines()
         engines = ("sfb",) if args.sync == "sfb" else ("sfb", "fms")
         for w in want:  # a matrix of its own (not in the dense one), by factors if forced

@@ -103,9 +103,9 @@ class _LinearFactors(torch.autograd.Function):
     layer that this backward pass is done with it."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, token, slot):
+    def forward(ctx, x, weight, bias, token, slot, r0):
         ctx.save_for_backward(x, weight)
-        ctx.slot = slot
+        ctx.slot, ctx.r0 = slot, r0
         return _torch_linear(x, weight, bias)
 
     @staticmethod
@@ -114,9 +114,14 @@ class _LinearFactors(torch.autograd.Function):
         gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
         slot = ctx.slot
         want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        slot.sync.take(slot, go.reshape(-1, slot.rows).detach(),
-                       x.detach().reshape(-1, slot.inputs) if want_w else None, want_w, want_b)
-        return gx, None, None, torch.zeros(1), None
+        go = go.detach().reshape(-1, weight.shape[0])
+        if ctx.r0 is not None:  # rows r0.. of the slot's weight: the others' b are zeros
+            full = go.new_zeros((go.shape[0], slot.rows))
+            full[:, ctx.r0:ctx.r0 + go.shape[1]] = go
+            go = full
+        slot.sync.take(slot, go, x.detach().reshape(-1, slot.inputs) if want_w else None,
+                       want_w, want_b)
+        return gx, None, None, torch.zeros(1), None, None
 
 
 def _linear(input, weight, bias=None):
@@ -125,10 +130,27 @@ def _linear(input, weight, bias=None):
     gradient) goes through _LinearFactors; anything else to torch's."""
     s = _active
     if s is not None and torch.is_grad_enabled():
-        slot = s.slot_for(weight, bias)
-        if slot is not None:
-            return _LinearFactors.apply(input, weight, bias, slot.token, slot)
+        found = s.slot_for(weight, bias)
+        if found is not None:
+            slot, r0 = found
+            return _LinearFactors.apply(input, weight, bias, slot.token, slot, r0)
     return _torch_linear(input, weight, bias)
+
+
+def _row_range(view, base):
+    """The first row of base (a contiguous matrix, or vector) that view (a
+    range of its rows) starts at; None when view is no such range."""
+    if base.dim() != view.dim() or not base.is_contiguous() or view.dim() not in (1, 2):
+        return None
+    if view.dim() == 2 and (view.shape[1] != base.shape[1] or view.stride() != base.stride()):
+        return None
+    if view.dim() == 1 and view.stride() != (1,):
+        return None
+    width = base.shape[1] if base.dim() == 2 else 1
+    off = view.storage_offset() - base.storage_offset()
+    if off < 0 or off % width or off // width + view.shape[0] > base.shape[0]:
+        return None
+    return off // width
 
 
 def _intercept(sync):

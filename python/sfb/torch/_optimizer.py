@@ -12,7 +12,7 @@ import sfb as _sfb
 
 from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _hinted
-from ._capture import _Linear, _Passes, _intercept
+from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -162,22 +162,36 @@ class _Sync(_Passes):
         return slot
 
     def slot_for(self, weight, bias):
-        """The slot F.linear(x, weight, bias) goes through, or None (torch's
-        own F.linear: a weight sfb carries densely, or another bias). Before
-        the first reduction, a 2-D parameter of the optimizer met here for
-        the first time becomes a slot (nn.MultiheadAttention's projections,
-        F.linear in a user's module)."""
-        slot = self.by_weight.get(id(weight))
-        if slot is None or slot.weight is not weight:
-            if self.attached or not self._eligible(weight, bias):
+        """(slot, r0) for F.linear(x, weight, bias), or None (torch's own
+        F.linear: a weight sfb carries densely, or another bias). weight is a
+        slot's weight (r0 None) or a range of its rows from r0 on (the split
+        in_proj_weight of cross-attention), bias the slot's bias or the same
+        range of it, or a bias that needs no gradient. Before the first
+        reduction, a 2-D parameter of the optimizer met here for the first
+        time becomes a slot (nn.MultiheadAttention's projections, F.linear in
+        a user's module)."""
+        r0 = None
+        base, bias_base = weight, bias
+        if weight._base is not None and id(weight) not in self.by_weight:
+            base = weight._base
+            r0 = _row_range(weight, base)
+            if r0 is None:
                 return None
-            slot = self._new_slot(weight, bias if bias is not None and
-                                  id(bias) in self.group_of else None)
-        if not (bias is slot.bias or (slot.bias is None and
-                                      (bias is None or not bias.requires_grad))):
+            if bias is not None and bias._base is not None:
+                bias_base = bias._base
+                if _row_range(bias, bias_base) != r0 or bias.shape[0] != weight.shape[0]:
+                    return None
+        slot = self.by_weight.get(id(base))
+        if slot is None or slot.weight is not base:
+            if self.attached or not self._eligible(base, bias_base):
+                return None
+            slot = self._new_slot(base, bias_base if bias_base is not None and
+                                  id(bias_base) in self.group_of else None)
+        if not (bias_base is slot.bias or (slot.bias is None and
+                                           (bias is None or not bias.requires_grad))):
             return None
-        if weight.requires_grad or (slot.bias is not None and slot.bias.requires_grad):
-            return slot
+        if base.requires_grad or (slot.bias is not None and slot.bias.requires_grad):
+            return slot, r0
         return None
 
     def _eligible(self, weight, bias):
