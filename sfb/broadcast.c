@@ -258,6 +258,18 @@ static struct pend *pend_slot(struct bcast *b, int64_t clock)
     return &k->v[k->n++];
 }
 
+/* p, viewing into buf, becomes pending (a reference to buf held): 0, or
+ * -ENOMEM. */
+static int hold(struct bcast *b, struct sfb__buf *buf, const struct pend *p)
+{
+    struct pend *slot = pend_slot(b, p->clock);
+    if (!slot) return -ENOMEM;
+    *slot = *p;
+    slot->buf = buf;
+    sfb__buf_ref(buf);
+    return 0;
+}
+
 /* One validated SF frame: becomes pending, holding a reference to `buf`. */
 static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                    const uint8_t *payload)
@@ -291,13 +303,7 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
         }
     }
     if (!why) {
-        struct pend *slot = pend_slot(b, h->clock);
-        if (slot) {
-            p.buf = buf;
-            sfb__buf_ref(buf);
-            *slot = p;
-            return;
-        }
+        if (hold(b, buf, &p) == 0) return;
         why = "out of memory";
     }
     b->rejected++;
@@ -500,17 +506,12 @@ static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 static int pend_own(struct bcast *b, struct sfb__buf *buf, const struct sfb__wire_hdr *h,
                     const uint8_t *sf, size_t len, const struct sfb__wire_part *part)
 {
-    struct pend p = {.buf = buf, .origin = h->origin, .matrix = local_of(b, h->matrix),
-                     .clock = h->clock, .index = part ? part->index : 0,
-                     .count = part ? part->count : 1};
+    struct pend p = {.origin = h->origin, .matrix = local_of(b, h->matrix), .clock = h->clock,
+                     .index = part ? part->index : 0, .count = part ? part->count : 1};
     int ret = sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0,
                            &p.view);
-    if (ret) return ret;
-    struct pend *slot = pend_slot(b, h->clock);
-    if (!slot) return sfb__error(-ENOMEM, "sfb engine: out of memory");
-    sfb__buf_ref(buf);
-    *slot = p;
-    return 0;
+    if (!ret && hold(b, buf, &p)) ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
+    return ret;
 }
 
 /* Encodes one SF frame of `sf` (a whole update, or part `part` of one:

@@ -374,11 +374,9 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
             const uint8_t *src = s->rows + (size_t)(r - r0) * row_bytes;
             const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
             float *dst = f->a->data + (size_t)r * f->D;
-            if (f->env.ordered) /* the own push is not in the replica yet */
-                for (uint32_t j = 0; j < f->D; j++) f->scratch[j] = get_f32(src + 4 * j);
-            else
-                for (uint32_t j = 0; j < f->D; j++)
-                    f->scratch[j] = get_f32(src + 4 * j) - mine[j];
+            /* ordered: the own push is not in the replica yet */
+            for (uint32_t j = 0; j < f->D; j++)
+                f->scratch[j] = get_f32(src + 4 * j) - (f->env.ordered ? 0.0f : mine[j]);
             for (uint32_t j = 0; j < f->D; j++)
                 dst[j] += f->scratch[j];
         }

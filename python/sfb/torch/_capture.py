@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import sfb as _sfb
 
-from ._env import _hinted
+from ._env import _raise_hinted
 
 
 _torch_linear = F.linear  # torch's own, whatever replaces the module's name
@@ -255,10 +255,7 @@ class _Passes:
         except BaseException as e:
             if self.job is not None:
                 self.job.abort("%s: %s" % (type(e).__name__, e))
-            h = _hinted(e)
-            if h is e:
-                raise
-            raise h from None
+            _raise_hinted(e)
 
     def _dense_now(self):
         """The optimizer's parameters that go densely (as far as known before

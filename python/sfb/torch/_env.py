@@ -158,10 +158,10 @@ _JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's tr
               "in `with opt.join():`")
 
 
-def _hinted(e):
-    """A rank that died or went silent during training may have run out of
-    data: a PeerError saying so (the same one when it was an abort)."""
+def _raise_hinted(e):
+    """Raises e, or, when a rank died or went silent during training (it may
+    have run out of data), a PeerError that says so (not for an abort)."""
     msg = str(e)
     if not isinstance(e, _sfb.PeerError) or "join()" in msg or "aborted the job" in msg:
-        return e
-    return _sfb.PeerError(e.code, "%s (%s)" % (msg, _JOIN_HINT), e.rank, e.param)
+        raise e
+    raise _sfb.PeerError(e.code, "%s (%s)" % (msg, _JOIN_HINT), e.rank, e.param) from None

@@ -11,7 +11,7 @@ import torch
 import sfb as _sfb
 
 from . import _env
-from ._env import _JOIN_HINT, _abort_on_error, _hinted
+from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._collectives import broadcast_object, broadcast_parameters
 
@@ -154,6 +154,7 @@ class _Sync(_Passes):
                                   (self.names[id(weight)], self.names[id(bias)]),
                                   param=self.names[id(weight)])
         slot = _Linear(self, name or self.names[id(weight)], weight, bias, len(self.linears))
+        slot.of_module = name is not None  # an nn.Linear's (else met in F.linear)
         self.linears.append(slot)
         self.by_weight[id(weight)] = slot
         self.covered.add(id(weight))
@@ -223,8 +224,8 @@ class _Sync(_Passes):
                                                                             else b))
             self._new_slot(by_name[w], by_name[b] if b else None)
         order = {id(p): i for i, (_, p) in enumerate(self.model_params)}
-        first = [s for s in self.linears if s.name != names[id(s.weight)]]  # nn.Linear ones
-        rest = sorted((s for s in self.linears if s.name == names[id(s.weight)]),
+        first = [s for s in self.linears if s.of_module]
+        rest = sorted((s for s in self.linears if not s.of_module),
                       key=lambda s: order[id(s.weight)])
         self.linears = first + rest
         for i, slot in enumerate(self.linears):
@@ -255,10 +256,10 @@ class _Sync(_Passes):
                 "(the first step's largest over the ranks; pass max_samples= to "
                 "DistributedOptimizer)" % (slot.name, b.shape[0], self.clock, self.max_s),
                 param=slot.name)
-        scale = 1.0 if not self.additive else \
-            -self.group_of[id(slot.weight)]["lr"] / self.job.world
-        if not self.additive and self.state == _TRAINING:
-            scale = self.my_weight
+        if self.additive:
+            scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
+        else:  # (joined or leaving: zeros)
+            scale = self.my_weight if self.state == _TRAINING else 0.0
         self.job.publish_one(self.clock, slot.index, b, c, scale)
         slot.published = True
         slot.caps = []
@@ -700,10 +701,7 @@ class _DistributedOptimizer:
         try:
             s.synchronize()
         except _sfb.PeerError as e:
-            h = _hinted(e)
-            if h is e:
-                raise
-            raise h from None
+            _raise_hinted(e)
         loss = None
         if not s.additive:
             loss = super(self.__class__, self).step()
