@@ -67,7 +67,7 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
     if (!e->world || !e->batch)
         return sfb__error(-EINVAL, "cost model: world %u, batch %u (both must be > 0)", e->world,
                           e->batch);
-    if (!m->rows || !m->cols || !(m->sf_bytes >= 0))
+    if (!m->rows || !m->cols || !(m->sf_bytes >= 0) || !(m->c_nnz >= 0))
         return sfb__error(-EINVAL, "cost model: matrix %llux%llu, SF frame %g bytes",
                           (unsigned long long)m->rows, (unsigned long long)m->cols, m->sf_bytes);
     if (!(e->gemm_flops_per_s > 0) || !(e->add_flops_per_s > 0))
@@ -77,7 +77,11 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
     int ret = link_of(e, &alpha, &beta);
     if (ret) return ret;
     double P = e->world, K = (double)m->rows, D = (double)m->cols, S = e->batch;
-    double B = m->sf_bytes > 0 ? m->sf_bytes : HDR + SF_PREFIX + 4 * S * (K + D);
+    double N = m->c_nnz > 0 ? m->c_nnz : 0;
+    /* CSR c: row pointers, columns and values (sfb/codec.h) */
+    double B = m->sf_bytes > 0 ? m->sf_bytes
+               : N > 0        ? HDR + SF_PREFIX + 4 * S * K + 4 * (S + 1) + 8 * N
+                              : HDR + SF_PREFIX + 4 * S * (K + D);
     double stretch = 1;
     if (e->host_cores && e->ranks_per_host > e->host_cores)
         stretch = (double)e->ranks_per_host / e->host_cores;
@@ -85,10 +89,12 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
 
     if ((ret = sfb_traffic(e, B, alpha, beta, &r.msgs[SFB__ENG_SFB], &r.bytes[SFB__ENG_SFB])))
         return ret;
-    r.compute_ms[SFB__ENG_SFB] = 1e3 * stretch * 2 * K * D * S * P / e->gemm_flops_per_s;
+    /* one SF's apply: the GEMM, or the sparse pass for a CSR c */
+    double apply_s = N > 0 ? 2 * K * N / e->add_flops_per_s : 2 * K * D * S / e->gemm_flops_per_s;
+    r.compute_ms[SFB__ENG_SFB] = 1e3 * stretch * apply_s * P;
 
-    r.compute_ms[SFB__ENG_FMS] = 1e3 * stretch * (2 * K * D * S / e->gemm_flops_per_s +
-                                                  K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
+    r.compute_ms[SFB__ENG_FMS] =
+        1e3 * stretch * (apply_s + K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
     double phases = 0;
     if (e->world > 1) {
         /* 2(P−1) row blocks out (P−1 pushes, P−1 sums), and the pull waits
@@ -140,7 +146,7 @@ int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t 
         .link = {.alpha_s = s->latency_us * 1e-6, .beta_s_per_byte = 8 / (s->link_gbps * 1e9)},
         .gemm_flops_per_s = s->gemm_gflops * 1e9, .add_flops_per_s = s->add_gadds * 1e9,
         .host_cores = s->host_cores, .ranks_per_host = s->ranks_per_host};
-    struct sfb__cost_matrix m = {rows, cols, sf_bytes};
+    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0};
     struct sfb__cost_parts r;
     int ret = sfb__cost_parts(&e, &m, &r);
     if (ret) return ret;
@@ -187,9 +193,11 @@ int sfb__cost_plan(const struct sfb__cost_env *e, const struct sfb__cost_matrix 
 int sfb__cost_describe_one(uint32_t index, const struct sfb__cost_matrix *m, int choice,
                            const double ms[2], char *buf, size_t cap)
 {
-    int w = snprintf(buf, cap, "matrix %u %llux%llu: sfb %.3g ms, fms %.3g ms per clock -> %s\n",
-                     index, (unsigned long long)m->rows, (unsigned long long)m->cols, ms[0], ms[1],
-                     choice == SFB__ENG_FMS ? "fms" : "sfb");
+    char sparse[48] = "";
+    if (m->c_nnz > 0) snprintf(sparse, sizeof sparse, " (sparse c, %.0f nnz)", m->c_nnz);
+    int w = snprintf(buf, cap, "matrix %u %llux%llu%s: sfb %.3g ms, fms %.3g ms per clock -> %s\n",
+                     index, (unsigned long long)m->rows, (unsigned long long)m->cols, sparse, ms[0],
+                     ms[1], choice == SFB__ENG_FMS ? "fms" : "sfb");
     return w < 0 ? sfb__error(-EINVAL, "cost describe: formatting failed") : w;
 }
 

@@ -7,6 +7,9 @@
  *   FMS: (2(P−1) + 1)·α + 2(P−1)·(4·K·D/P + 64)·β
  *        + 2·K·D·S / gemm + K·D·(3 + (P−1)/P) / add
  *
+ * A CSR c of nnz non-zeros (sparse rows) applies by the sparse pass: the
+ * GEMM term 2·K·D·S becomes 2·K·nnz at the add rate.
+ *
  * where msgs and bytes are what the topology's routing has one worker send
  * per clock (sfb_topo_analyse: full = P−1 frames of sf_bytes each; an
  * overlay relays, bundles and has fewer, larger messages), and the compute
@@ -35,6 +38,9 @@ struct sfb__cost_matrix {
      * really encodes it (header included); 0 = the dense formula
      * 64 + 8 + 4·S·(K+D) */
     double sf_bytes;
+    /* non-zeros of c in that frame when c goes as CSR (0: dense c): the
+     * apply is then the sparse pass, rows·nnz multiply-adds per SF */
+    double c_nnz;
 };
 
 struct sfb__cost_env {

@@ -147,8 +147,16 @@ struct sfb_job_attach {
      * every rank). FMS sums in rank order and applies the sum as it is.
      * 0 (default): the own update at once, peers' as they come. */
     int ordered;
-    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const uint32_t *) - sizeof(const char *) -
-                     sizeof(int)];
+    uint32_t reserved0;
+    /* engine "auto" entries whose factors travel with a CSR c (an
+     * embedding's rows: c one-hot): NULL, or n entries (read during attach
+     * only), each matrix's non-zeros of c in an SF of max_s samples (0:
+     * dense c). The plan charges such a matrix's apply rows·nnz
+     * multiply-adds (the sparse pass) instead of the dense GEMM, and its
+     * frame the CSR bytes when sf_bytes does not say. */
+    const uint32_t *sf_nnz;
+    uint8_t reserved[64 - 2 * sizeof(double) - 2 * sizeof(const uint32_t *) -
+                     sizeof(const char *) - 2 * sizeof(int)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

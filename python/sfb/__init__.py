@@ -80,7 +80,9 @@ class _Attach(ctypes.Structure):
         ("sf_bytes", _c_u32_p),
         ("priority", ctypes.c_char_p),
         ("ordered", ctypes.c_int),
-        ("reserved", ctypes.c_uint8 * (64 - 16 - 2 * ctypes.sizeof(ctypes.c_void_p) - 4)),
+        ("reserved0", ctypes.c_uint32),
+        ("sf_nnz", _c_u32_p),
+        ("reserved", ctypes.c_uint8 * (64 - 16 - 3 * ctypes.sizeof(ctypes.c_void_p) - 8)),
     ]
 
 
@@ -345,7 +347,7 @@ class Job:
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
                topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
-               priority=None, sf_bytes=None, ordered=False):
+               priority=None, sf_bytes=None, ordered=False, sf_nnz=None):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
@@ -354,6 +356,9 @@ class Job:
         Any number of matrices (up to MAX_MATRICES); engine "auto,fms,..."
         mixes forced and chosen ones. sf_bytes: None, or per matrix the SF
         frame's bytes the cost model weighs (0: dense factors of max_s).
+        sf_nnz: None, or per matrix the non-zeros of a CSR c of max_s
+        samples (0: dense c): the cost model charges that matrix the sparse
+        pass (rows x nnz multiply-adds), not the dense GEMM.
         priority: "fifo" (default), "magnitude" or "relative": what SFB sends
         first when factors queue behind the job's bandwidth budget.
         ordered: every replica applies a clock's updates of a matrix
@@ -385,15 +390,17 @@ class Job:
         a.start_clock = _clock("attach: start_clock", start_clock, 0)
         a.link_gbps, a.latency_us = link_gbps, latency_us
         a.ordered = int(bool(ordered))
-        if sf_bytes is not None:
-            sf_bytes = list(sf_bytes)
-            if len(sf_bytes) != len(mats):
-                raise UsageError("attach: sf_bytes: %d entries for %d matrices" %
-                                 (len(sf_bytes), len(mats)))
+        for field, values in (("sf_bytes", sf_bytes), ("sf_nnz", sf_nnz)):
+            if values is None:
+                continue
+            values = list(values)
+            if len(values) != len(mats):
+                raise UsageError("attach: %s: %d entries for %d matrices" %
+                                 (field, len(values), len(mats)))
             arr = (ctypes.c_uint32 * len(mats))(
-                *[_int("attach: sf_bytes[%d]" % i, v, 0, _U32) for i, v in enumerate(sf_bytes)])
+                *[_int("attach: %s[%d]" % (field, i), v, 0, _U32) for i, v in enumerate(values)])
             self._attach_keep.append(arr)
-            a.sf_bytes = arr
+            setattr(a, field, arr)
         _check(library().sfb_job_attach(self._handle(), ctypes.byref(a)))
         self.matrices = mats
         self.engines = [library().sfb_job_engine(self._h, i).decode() for i in range(len(mats))]
@@ -432,20 +439,64 @@ class Job:
 
     def _fill(self, sf, clock, m, b, c, scale, fn):
         """sf describes (b, c, scale); returns the arrays it points into
-        (the caller keeps them alive through the call)."""
-        b, c = _f32(b, fn + ": b"), _f32(c, fn + ": c")
+        (the caller keeps them alive through the call). c is an s x cols
+        array, or CSR: a tuple (row_ptr, col, val) of s + 1 offsets, and the
+        columns (strictly increasing in each row, below the matrix's cols)
+        and values of its non-zeros."""
+        b = _f32(b, fn + ": b")
+        sf.rows, sf.s = b.shape[1], b.shape[0]
+        sf.scale = _scale(scale, clock, m, fn)
+        sf.b, sf.b_cap = b.ctypes.data, b.size
+        if isinstance(c, tuple):
+            return [b] + self._fill_csr(sf, m, c, fn)
+        c = _f32(c, fn + ": c")
         if b.shape[0] != c.shape[0]:
             raise UsageError("%s: b has %d rows (samples), c has %d" %
                              (fn, b.shape[0], c.shape[0]))
-        sf.rows, sf.cols, sf.s = b.shape[1], c.shape[1], b.shape[0]
-        sf.scale, sf.sparse_c = _scale(scale, clock, m, fn), 0
-        sf.b, sf.c = b.ctypes.data, c.ctypes.data
-        sf.b_cap, sf.c_cap = b.size, c.size
+        sf.cols, sf.sparse_c = c.shape[1], 0
+        sf.c, sf.c_cap = c.ctypes.data, c.size
         return [b, c]
+
+    def _fill_csr(self, sf, m, c, fn):
+        """sf's c is the CSR (row_ptr, col, val), checked whole (the library
+        trusts its structure)."""
+        if len(c) != 3:
+            raise UsageError("%s: a CSR c is (row_ptr, col, val), got %d arrays" % (fn, len(c)))
+        rp = np.ascontiguousarray(c[0], dtype=np.uint32)
+        col = np.ascontiguousarray(c[1], dtype=np.uint32)
+        val = np.ascontiguousarray(c[2], dtype=np.float32)
+        cols = self._shapes[m][1]
+        s = sf.s
+        bad = None
+        if rp.ndim != 1 or rp.shape[0] != s + 1:
+            bad = "row_ptr has %s entries, b has %d samples (expected %d)" % (
+                rp.shape, s, s + 1)
+        elif col.ndim != 1 or val.ndim != 1 or col.shape != val.shape:
+            bad = "col %s and val %s must be 1-D and as long" % (col.shape, val.shape)
+        elif rp[0] != 0 or rp[-1] != col.shape[0] or np.any(rp[1:] < rp[:-1]):
+            bad = "row_ptr must rise from 0 to the %d non-zeros" % col.shape[0]
+        elif col.size and int(col.max()) >= cols:
+            bad = "column %d is outside matrix %d's %d columns" % (int(col.max()), m, cols)
+        elif col.size > 1:
+            # strictly increasing within each row: a drop only where a row starts
+            step = np.ones(col.size, bool)
+            step[rp[1:-1][rp[1:-1] < col.size]] = False
+            down = np.flatnonzero((col[1:] <= col[:-1]) & step[1:])
+            if down.size:
+                bad = "columns must increase strictly in each row (non-zero %d)" % (down[0] + 1)
+        if bad:
+            raise UsageError("%s: matrix %d: CSR c: %s" % (fn, m, bad))
+        sf.cols, sf.sparse_c = cols, 1
+        sf.c_row_ptr = rp.ctypes.data_as(_c_u32_p)
+        sf.c_col = col.ctypes.data_as(_c_u32_p)
+        sf.c_val = val.ctypes.data_as(_c_float_p)
+        sf.rp_cap, sf.nz_cap = rp.size, col.size
+        return [rp, col, val]
 
     def publish_one(self, clock, m, b, c, scale):
         """Matrix m's factors of `clock` alone: scale * b.T @ c (b is s x rows,
-        c is s x cols, float32), sent to the peers within this call and
+        c is s x cols, float32, or CSR (row_ptr, col, val) as sparse rows
+        travel: an embedding's one-hot c), sent to the peers within this call and
         applied here. Every matrix once a clock, in any order, by this or
         publish_dense; the clock is complete with its last matrix (then the
         next wait may come)."""

@@ -273,13 +273,14 @@ static int measure_gemm(const struct sfb_job *job, const struct sfb_job_attach *
 }
 
 /* Rank 0's inputs (n = a->n): in[AUTO_HDR + m] the sgemm rate, in[AUTO_HDR
- * + n + m] the SF bytes. */
+ * + n + m] the SF bytes, in[AUTO_HDR + 2n + m] the CSR c's non-zeros. */
 static int auto_inputs(struct sfb_job *job, const struct sfb_job_attach *a,
                        const struct sfb__link *link, double *in)
 {
     uint64_t biggest = 0;
     for (uint32_t m = 0; m < a->n; m++) {
         in[AUTO_HDR + a->n + m] = a->sf_bytes ? a->sf_bytes[m] : 0;
+        in[AUTO_HDR + 2 * (size_t)a->n + m] = a->sf_nnz ? a->sf_nnz[m] : 0;
         if (!job->engine_of[m])
             biggest = SFB_MAX(biggest, (uint64_t)a->mats[m].rows * a->mats[m].cols);
     }
@@ -318,7 +319,8 @@ static int plan_auto(struct sfb_job *job, const struct sfb_job_attach *a, const 
     size_t len = 0, cap = 0;
     int ret = plan_line(job, &len, &cap, "");
     for (uint32_t m = 0; m < a->n && ret >= 0; m++) {
-        struct sfb__cost_matrix cm = {a->mats[m].rows, a->mats[m].cols, in[AUTO_HDR + a->n + m]};
+        struct sfb__cost_matrix cm = {a->mats[m].rows, a->mats[m].cols, in[AUTO_HDR + a->n + m],
+                                      in[AUTO_HDR + 2 * (size_t)a->n + m]};
         char line[256];
         job->plan_ms[m][0] = job->plan_ms[m][1] = NAN;
         if (job->engine_of[m]) {
@@ -356,7 +358,7 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
     } else if (world > 1 && (ret = sfb__link_probe(job->comm, &link))) {
         return sfb__comm_explain(job->comm, ret);
     }
-    size_t len = (AUTO_HDR + 2 * (size_t)a->n) * sizeof(double);
+    size_t len = (AUTO_HDR + 3 * (size_t)a->n) * sizeof(double);
     double *in = calloc(1, len);
     if (!in) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
     if (sfb__comm_rank(job->comm) == 0 && auto_inputs(job, a, &link, in))

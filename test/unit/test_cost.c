@@ -32,7 +32,7 @@ static struct sfb__cost_env env4(void)
 static int test_mlp_full(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m[2] = {{1024, 785, 0}, {10, 1025, 0}};
+    struct sfb__cost_matrix m[2] = {{1024, 785, 0, 0}, {10, 1025, 0, 0}};
     int choice[2];
     double ms[2][2];
     ASSERT_OK(sfb__cost_plan(&e, m, 2, choice, ms));
@@ -64,7 +64,7 @@ static int test_mlp_full(void)
 static int test_mlr_bytes(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {4096, 4096, 0};
+    struct sfb__cost_matrix m = {4096, 4096, 0, 0};
     int choice;
     double ms[1][2];
     ASSERT_OK(sfb__cost_plan(&e, &m, 1, &choice, ms));
@@ -76,6 +76,32 @@ static int test_mlr_bytes(void)
     ASSERT_OK(sfb__cost_predict(&e, &m, t));
     ASSERT_NEAR(t[0], 0.15 + 0.024 + 214.7483648, 1e-6);
     ASSERT_NEAR(t[1], ms[0][1], 1e-9);
+    return 0;
+}
+
+/* An embedding's rows (sparse rows): the replica 65 × 50000 (dimension + a
+ * touch row, vocabulary), 32 samples each a one-hot c (nnz 32). The frame is
+ * 64 + 8 + 4·32·65 + 4·33 + 8·32 = 8780 bytes, the apply the sparse pass
+ * 2·65·32 multiply-adds at the add rate (P of them): SFB 3·50 µs + 3·8780·8
+ * ns + 4·4160 ns = 0.37736 ms. FMS moves the whole table: 6·50 µs + 50 µs +
+ * 6·(4·65·50000/4 + 64)·8 ns + 4160 ns + 65·50000·3.75 ns = 168.544732 ms. */
+static int test_sparse_rows(void)
+{
+    struct sfb__cost_env e = env4();
+    struct sfb__cost_matrix m = {65, 50000, 0, 32};
+    struct sfb__cost_parts r;
+    ASSERT_OK(sfb__cost_parts(&e, &m, &r));
+    ASSERT_NEAR(r.sf_bytes, 8780, 1e-9);
+    ASSERT_NEAR(r.ms[SFB__ENG_SFB], 0.37736, 1e-9);
+    ASSERT_NEAR(r.ms[SFB__ENG_FMS], 168.544732, 1e-6);
+    char line[160];
+    int choice = r.ms[1] < r.ms[0];
+    ASSERT_EQ(choice, SFB__ENG_SFB);
+    ASSERT_GT(sfb__cost_describe_one(3, &m, choice, r.ms, line, sizeof line), 0);
+    ASSERT_STR_CONTAINS(line, "matrix 3 65x50000 (sparse c, 32 nnz): sfb 0.377 ms, fms 169 ms per "
+                       "clock -> sfb\n");
+    m.c_nnz = -1;
+    ASSERT_EQ(sfb__cost_parts(&e, &m, &r), -EINVAL);
     return 0;
 }
 
@@ -93,7 +119,7 @@ static int test_halton_changes_answer(void)
     struct sfb__cost_env e = {.world = 16, .batch = 1, .topology = "halton", .flush_clock = 1,
                               .link = {10e-6, 1e-9, 1}, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
-    struct sfb__cost_matrix m = {100, 100, 1000};
+    struct sfb__cost_matrix m = {100, 100, 1000, 0};
     double t[2];
     ASSERT_OK(sfb__cost_predict(&e, &m, t));
     ASSERT_NEAR(t[0], 0.375256, 1e-9);
@@ -123,7 +149,7 @@ static int test_defaults_and_world1(void)
 {
     struct sfb__cost_env e = {.world = 2, .batch = 1, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
-    struct sfb__cost_matrix m = {100, 100, 1000};
+    struct sfb__cost_matrix m = {100, 100, 1000, 0};
     double t[2];
     ASSERT_OK(sfb__cost_predict(&e, &m, t)); /* topology NULL = full */
     /* 10 + 1000·8e-3 + 2·100·100·2/1e9 s = 10 + 8 + 40 µs */
@@ -140,7 +166,7 @@ static int test_defaults_and_world1(void)
 static int test_bad_input(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {10, 10, 0};
+    struct sfb__cost_matrix m = {10, 10, 0, 0};
     double t[2];
     ASSERT_EQ(sfb__cost_predict(NULL, &m, t), -EINVAL);
     e.batch = 0;
@@ -156,7 +182,7 @@ static int test_bad_input(void)
     ASSERT_STR_CONTAINS(sfb_last_error(), "beta");
     e = env4();
     e.topology = "ring";
-    struct sfb__cost_matrix two[2] = {{10, 10, 0}, {0, 10, 0}};
+    struct sfb__cost_matrix two[2] = {{10, 10, 0, 0}, {0, 10, 0, 0}};
     int choice[2];
     ASSERT_EQ(sfb__cost_plan(&e, two, 2, choice, NULL), -SFB_EUSAGE);
     ASSERT_STR_CONTAINS(sfb_last_error(), "matrix 0");
@@ -256,6 +282,7 @@ int main(int argc, char **argv)
     static const struct test_case tests[] = {
         {"mlp_full", test_mlp_full},
         {"mlr_bytes", test_mlr_bytes},
+        {"sparse_rows", test_sparse_rows},
         {"halton_changes_answer", test_halton_changes_answer},
         {"defaults_and_world1", test_defaults_and_world1},
         {"bad_input", test_bad_input},
