@@ -3,6 +3,7 @@
 # exact against one process (SGD, momentum SGD with weight decay, Adam,
 # gradient accumulation, every layer kind, overlap off, everything through
 # fms), 256 parameter tensors, a 12-layer MLP under sync auto with its plan,
+# embeddings (tied, sparse), LSTM, GRU and RNN layers and cells,
 # staleness with plain SGD, checkpoint and resume against an uninterrupted
 # run, and bad use: shapes that differ, ranks that start apart, a rank that
 # dies mid-step.
@@ -66,6 +67,16 @@ check "resumed (8 steps, checkpoint, 8 in a new job) == 16 steps within float32 
   "awk 'BEGIN{exit !(\"$d\" != \"\" && \"$d\" + 0 <= 1e-5)}'"
 check "the resumed job ended at clock 16 on every rank" \
   "[ \$(grep -c '^\[[0-9]\] ok ckpt: clock 16' '$tmp/four.out') = 8 ]"
+
+# 4 ranks: the models people train (tied embeddings, sparse rows, LSTM,
+# GRU, RNN and their cells) against one process
+run models 4 $((4 * 8)) "exact --model lm --opt momentum --steps 30" \
+  "exact --model lm --opt adam --steps 30" "exact --model sparse --opt sgd --steps 30" \
+  "exact --model sparse --opt sparseadam --steps 30" "exact --model lstm --opt momentum --steps 20" \
+  "exact --model lstm --opt adam --steps 20" "exact --model recur --opt sgd --steps 20" \
+  "exact --model recur --opt adam --steps 20"
+check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, each matrix in the plan" \
+  "[ \$(oks models exact) = 32 ]"
 
 # 3 ranks: overlap off, everything through fms, 256 parameter tensors, ranks
 # that start apart

@@ -14,7 +14,13 @@ exact: every rank trains a model through sfb.torch on its share of each
   through F.linear; a user module calling F.linear on its own parameters,
   one weight twice in a forward: every one by factors, the plan checked),
   "seq2seq" (nn.Transformer, encoder and decoder: cross-attention splits
-  in_proj_weight into row ranges, each by factors into the one matrix).
+  in_proj_weight into row ranges, each by factors into the one matrix),
+  "lm" (an embedding tied to the decoder: sparse rows and factors into one
+  .grad; padding_idx, max_norm, EmbeddingBag), "sparse" (sparse=True tables
+  only: SGD and SparseAdam, which updates exactly the rows touched), "lstm"
+  (a 2-layer LSTM language model with tied weights), "recur" (bidirectional
+  GRU, RNN without bias, GRUCell and LSTMCell): each matrix of its own in
+  the plan, the tables as sparse rows.
 ckpt: trains --steps steps from scratch or --resume FILE, saving model and
   optimizer to --save FILE and the parameters to --out FILE (rank 0).
 ssp: plain SGD at --staleness; after the last step every replica (drained)
@@ -45,8 +51,9 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill"])
-ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn", "seq2seq"])
-ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam"])
+ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn",
+                                                     "seq2seq", "lm", "sparse", "lstm", "recur"])
+ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam", "sparseadam"])
 ap.add_argument("--sync", default="auto")
 ap.add_argument("--steps", type=int, default=50)
 ap.add_argument("--passes", type=int, default=1, help="backward_passes_per_step")
@@ -136,6 +143,82 @@ class Seq2Seq(nn.Module):
         return self.head(self.tr(e, e[:, :3]).mean(1))
 
 
+class TiedLM(nn.Module):
+    """A next-token model whose embedding is its decoder's weight (tied: the
+    lookups' sparse rows and the decoder's factors into one .grad), with
+    padding_idx, a max_norm table and an EmbeddingBag of the context."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d, padding_idx=0)
+        self.pos = nn.Embedding(SEQ, d, max_norm=1.0)
+        self.bag = nn.EmbeddingBag(VOCAB, d, mode="mean")
+        self.mid = nn.Linear(d, d)
+        self.dec = nn.Linear(d, VOCAB)
+        self.dec.weight = self.emb.weight
+
+    def forward(self, tok):
+        B, T = tok.shape
+        h = self.emb(tok) + self.pos(torch.arange(T)).unsqueeze(0) + self.bag(tok).unsqueeze(1)
+        return self.dec(torch.tanh(self.mid(h)))  # B x T x VOCAB
+
+
+class Sparse(nn.Module):
+    """Tables with sparse=True only (SparseAdam takes nothing else): a
+    padding_idx, a bag of weighted ids; the head is a fixed projection."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d, padding_idx=3, sparse=True)
+        self.bag = nn.EmbeddingBag(VOCAB, d, mode="sum", sparse=True)
+        self.register_buffer("proj", torch.randn(d, CLASSES))
+
+    def forward(self, tok):
+        w = (tok.float() + 1) / VOCAB  # per-sample weights from the ids
+        h = self.emb(tok).mean(1) + self.bag(tok, per_sample_weights=w)
+        return torch.tanh(h) @ self.proj
+
+
+class LSTMLM(nn.Module):
+    """A word-level LSTM language model, its embedding tied to the decoder."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d)
+        self.rnn = nn.LSTM(d, d, num_layers=2, batch_first=True)
+        self.dec = nn.Linear(d, VOCAB)
+        self.dec.weight = self.emb.weight
+
+    def forward(self, tok):
+        out, _ = self.rnn(self.emb(tok))
+        return self.dec(out)
+
+
+class Recur(nn.Module):
+    """A bidirectional GRU (sequence first), a tanh RNN and a GRUCell and an
+    LSTMCell stepped by hand."""
+
+    def __init__(self, d=8, h=12):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d)
+        self.gru = nn.GRU(d, h, bidirectional=True)
+        self.rnn = nn.RNN(2 * h, h, bias=False)
+        self.cell = nn.GRUCell(h, h)
+        self.lcell = nn.LSTMCell(h, h)
+        self.head = nn.Linear(h, CLASSES)
+
+    def forward(self, tok):
+        x = self.emb(tok).transpose(0, 1)  # T x B x d
+        x, _ = self.gru(x)
+        x, _ = self.rnn(x)
+        h = torch.zeros(x.shape[1], x.shape[2])
+        c = torch.zeros_like(h)
+        for t in range(x.shape[0]):
+            h = self.cell(x[t], h)
+            h, c = self.lcell(h, (h, c))
+        return self.head(h)
+
+
 def mlp(widths):
     layers = []
     for a, b in zip(widths[:-1], widths[1:]):
@@ -148,8 +231,9 @@ def model_and_data(seed=7):
     if args.model == "kinds":
         m = Kinds(wide=8 if args.mode == "shapes" and sft.rank() == 1 else 0)
         x = torch.randint(0, VOCAB, (4096, SEQ))
-    elif args.model in ("attn", "seq2seq"):
-        m = Attn() if args.model == "attn" else Seq2Seq()
+    elif args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur"):
+        m = {"attn": Attn, "seq2seq": Seq2Seq, "lm": TiedLM, "sparse": Sparse, "lstm": LSTMLM,
+             "recur": Recur}[args.model]()
         x = torch.randint(0, VOCAB, (4096, SEQ))
     elif args.model == "mlp12":
         m = mlp([20] + [48] * 11 + [CLASSES])
@@ -160,7 +244,9 @@ def model_and_data(seed=7):
     else:
         m = mlp([20, 64, 64, CLASSES])
         x = torch.randn(4096, 20)
-    if x.dtype == torch.float32:  # a teacher: labels a model can learn
+    if args.model in ("lm", "lstm"):  # the next token (the last position: the first)
+        y = torch.roll(x, -1, 1)
+    elif x.dtype == torch.float32:  # a teacher: labels a model can learn
         y = (x @ torch.randn(x.shape[1], CLASSES)).argmax(1)
     else:
         y = (x[:, 0] + x[:, -1]) % CLASSES
@@ -168,6 +254,8 @@ def model_and_data(seed=7):
 
 
 def make_opt(params):
+    if args.opt == "sparseadam":
+        return torch.optim.SparseAdam(list(params), lr=0.01)
     if args.opt == "adam":
         return torch.optim.Adam(params, lr=0.01)
     if args.opt == "momentum":
@@ -196,13 +284,18 @@ def rel_diff(a, b):
     return worst, where
 
 
+def ce(out, y):
+    """Cross-entropy of logits (B x C, or B x T x C for a next-token model)."""
+    return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
 def full_loss(model, x, y):
     with torch.no_grad():
-        return float(nn.functional.cross_entropy(model(x), y))
+        return float(ce(model(x), y))
 
 
 def train(model, opt, x, y, steps, start=0):
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = ce
     P, r, k = sft.size(), sft.rank(), args.passes
     first = full_loss(model, x, y)
     for t in range(start, steps):
@@ -216,8 +309,9 @@ def train(model, opt, x, y, steps, start=0):
 
 
 def reference(model, x, y, steps):
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = ce
     opt = make_opt(model.parameters())
+    full_loss(model, x, y)  # as train() does (a max_norm table renormalizes in a forward)
     for t in range(steps):
         opt.zero_grad()
         for j in range(args.passes):
@@ -301,7 +395,7 @@ def case():
         print("ok ckpt: clock %d" % opt.clock, flush=True)
         return
     first, last = train(model, opt, x, y, args.steps)
-    if r == 0 and args.model in ("mlp12", "attn", "seq2seq"):
+    if r == 0 and args.model not in ("kinds", "deep", "mlp"):
         print("plan:\n" + opt.plan, flush=True)
     if args.mode == "ssp":
         s = opt._sfb
@@ -327,8 +421,19 @@ def case():
     if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
         fail("the plan has %d lines, not one per matrix:\n%s" %
              (len(opt.plan.splitlines()), opt.plan))
-    if args.model in ("attn", "seq2seq"):
-        if args.model == "attn":
+    if args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur"):
+        if args.model == "lm":  # tied: the decoder's factors and the lookups' rows
+            want = ["dec", "emb.weight (%dx16, sparse rows)" % VOCAB, "pos.weight", "bag.weight"]
+        elif args.model == "sparse":
+            want = ["emb.weight (%dx8, sparse rows)" % VOCAB, "bag.weight"]
+        elif args.model == "lstm":
+            want = ["dec", "emb.weight"] + ["rnn.weight_%s_l%d" % (k, i) for i in range(2)
+                                            for k in ("ih", "hh")]
+        elif args.model == "recur":
+            want = ["gru.weight_%s_l0%s" % (k, r) for k in ("ih", "hh") for r in ("", "_reverse")]
+            want += ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "cell.weight_ih", "cell.weight_hh",
+                     "lcell.weight_ih", "lcell.weight_hh", "head", "emb.weight"]
+        elif args.model == "attn":
             want = ["enc.layers.%d.%s" % (i, n) for i in range(2) for n in
                     ("self_attn.in_proj_weight", "self_attn.out_proj", "linear1", "linear2")]
             want += ["mix.w", "head"]
@@ -340,7 +445,8 @@ def case():
         lines = opt.plan.splitlines()
         engines = ("sfb",) if args.sync == "sfb" else ("sfb", "fms")
         for w in want:  # a matrix of its own (not in the dense one), by factors if forced
-            if not any(line.startswith(w + " (") and line.split(": ")[1].split()[0] in engines
+            if not any(line.startswith(w if w.endswith(")") else w + " (") and
+                       line.split(": ")[1].split()[0] in engines
                        for line in lines):
                 fail("the plan has no matrix %s (by %s):\n%s" % (w, "/".join(engines),
                                                                   opt.plan))

@@ -29,6 +29,8 @@ class _Linear:
     job (out x in, +1 column for the bias). name: the nn.Linear module's, or
     the weight parameter's."""
 
+    kind = "linear"
+
     def __init__(self, sync, name, weight, bias, index):
         self.sync, self.name, self.index = sync, name, index
         self.weight, self.bias = weight, bias
@@ -36,7 +38,6 @@ class _Linear:
         self.cols = self.inputs + (1 if bias is not None else 0)
         self.buf = None        # the replica (numpy rows x cols): this clock's sum
         self.cbuf = None       # c, kept across steps
-        self.gw = self.gb = None  # the .grad tensors handed out (kept across steps)
         # a leaf whose gradient arrives once per backward pass, after every
         # call of the layer in that pass gave its factors
         self.token = torch.zeros(1, requires_grad=True)
@@ -94,6 +95,17 @@ class _Linear:
                     c[o:o + n, self.inputs].fill_(1.0 if bias else 0.0)
                 o += n
         return b.contiguous().numpy(), c.contiguous().numpy()
+
+    def grads(self, present, inv):
+        """The weight's and bias's .grad from this clock's sum (every rank's
+        factors, in rank order), then the replica zeroed."""
+        g = torch.from_numpy(self.buf)
+        sync = self.sync
+        if sync.present_of(self.weight, present):
+            sync.set_grad(self.weight, g[:, :self.inputs], inv)
+        if self.bias is not None and sync.present_of(self.bias, present):
+            sync.set_grad(self.bias, g[:, self.inputs], inv)
+        self.buf.fill(0)
 
 
 class _LinearFactors(torch.autograd.Function):
@@ -154,10 +166,15 @@ def _row_range(view, base):
 
 
 def _intercept(sync):
-    """F.linear's calls go to sync (None: torch's own again)."""
+    """F.linear's, F.embedding's and F.embedding_bag's calls, and the
+    recurrent layers' operators, go to sync (None: torch's own again)."""
+    from . import _embedding as e, _recurrent
     global _active
     _active = sync
+    _recurrent.intercept(sync is not None)
     F.linear = _linear if sync is not None else _torch_linear
+    F.embedding = e.embedding if sync is not None else e._torch_embedding
+    F.embedding_bag = e.embedding_bag if sync is not None else e._torch_embedding_bag
 
 
 class _Passes:
@@ -190,6 +207,10 @@ class _Passes:
         if not self.cb_queued:
             self.cb_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+
+    def take_rows(self, slot, ids, rows, lookups):
+        slot.pending.append((ids, rows, lookups))
+        self._queue_end()
 
     def take(self, slot, go, x, want_w, want_b):
         slot.pending.append((go, x, want_w, want_b))
@@ -268,14 +289,15 @@ class _Passes:
         for slot in self.linears:
             for p in (slot.weight, slot.bias):
                 if p is not None and (any(q is p for q in into) or
-                                      (p.grad is not None and not self._ours(slot, p))):
+                                      (p.grad is not None and not self._ours(p))):
                     raise _sfb.UsageError(
                         "sfb.torch: %s received a dense gradient: its weight or bias was used "
-                        "other than as F.linear's whole weight with its own bias (a view or "
-                        "slice of it, a tied weight, another bias), which sfb.torch cannot "
-                        "synchronize by factors" % slot.name,
+                        "other than as F.linear's whole weight with its own bias, or an "
+                        "embedding's table (a view or slice of it, another bias, a function "
+                        "sfb.torch does not capture), which sfb.torch cannot synchronize by "
+                        "factors" % slot.name,
                         param=slot.name)
 
-    def _ours(self, slot, p):
-        g = slot.gw if p is slot.weight else slot.gb
+    def _ours(self, p):
+        g = self.handed.get(id(p))
         return g is not None and p.grad is g

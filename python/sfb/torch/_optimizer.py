@@ -13,6 +13,7 @@ import sfb as _sfb
 from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
+from ._embedding import _Rows
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -37,6 +38,11 @@ def _plain_sgd(opt):
             if g.get(k, False):
                 return "SGD with %s=True" % k
     return None
+
+
+def _dense(grad):
+    """A .grad as a dense tensor (an embedding's sparse one at staleness > 0)."""
+    return grad.detach().to_dense() if grad.is_sparse else grad.detach()
 
 
 def _crc_tensors(tensors, crc=0):
@@ -101,6 +107,8 @@ class _Sync(_Passes):
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.plan = ""
+        self.kept = {}          # per parameter the dense .grad tensor kept across steps
+        self.handed = {}        # per parameter the .grad this wrapper set last
         self._collect(model)
 
     # -- which parameter goes where
@@ -129,7 +137,9 @@ class _Sync(_Passes):
                 raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
                         "CPU" % (n, p.device), param=n)
         self.group_of = in_opt
-        self.linears, self.by_weight, self.covered = [], {}, set()
+        # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
+        # its _Rows, and the parameters the slots cover
+        self.linears, self.by_weight, self.rows_of, self.covered = [], {}, {}, set()
         self.model_params = list(model.named_parameters())
         for mname, m in model.named_modules():
             if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt or \
@@ -195,9 +205,30 @@ class _Sync(_Passes):
             return slot, r0
         return None
 
+    def rows_for(self, weight):
+        """The _Rows of an embedding weight F.embedding / F.embedding_bag
+        looks up, or None (torch's own: a weight that needs no gradient, one
+        sfb carries densely). Before the first reduction, a 2-D parameter of
+        the optimizer met here for the first time becomes one, at staleness
+        0 (staleness > 0 carries tables densely)."""
+        slot = self.rows_of.get(id(weight))
+        if slot is None:
+            if self.attached or self.additive or id(weight) not in self.group_of or \
+                    weight.dim() != 2 or weight._base is not None:
+                return None
+            slot = self._new_rows(weight)
+        return slot if weight.requires_grad else None
+
+    def _new_rows(self, weight, name=None):
+        slot = _Rows(self, name or self.names[id(weight)], weight, len(self.linears))
+        self.linears.append(slot)
+        self.rows_of[id(weight)] = slot
+        self.covered.add(id(weight))
+        return slot
+
     def _eligible(self, weight, bias):
         g = self.group_of
-        if id(weight) not in g or id(weight) in self.covered or weight.dim() != 2:
+        if id(weight) not in g or id(weight) in self.by_weight or weight.dim() != 2:
             return False
         if bias is None or (id(bias) not in g and not bias.requires_grad):
             return True
@@ -208,7 +239,7 @@ class _Sync(_Passes):
         """Every rank the slots any rank found in its first forward (F.linear
         on a parameter), in the model's order after the nn.Linear ones."""
         job, names = self.job, self.names
-        found = [(names[id(s.weight)], names[id(s.bias)] if s.bias is not None else "")
+        found = [(names[id(s.weight)], names[id(s.bias)] if s.bias is not None else "", s.kind)
                  for s in self.linears]
         data = repr(sorted(found)).encode()
         lens = [int(np.frombuffer(b, np.int64)[0])
@@ -217,16 +248,19 @@ class _Sync(_Passes):
         for b in job.allgather(data.ljust(max(lens), b"\0")):
             union |= set(_name_pairs(b.rstrip(b"\0").decode()))
         by_name = dict(self.model_params)
-        for w, b in sorted(union - set(found)):
+        for w, b, kind in sorted(union - set(found)):
             if w not in by_name or (b and b not in by_name):
                 raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: another rank's model has the "
                                          "parameter %s, this one's not" % (w if w not in by_name
                                                                             else b))
-            self._new_slot(by_name[w], by_name[b] if b else None)
+            if kind == "rows":
+                self._new_rows(by_name[w])
+            else:
+                self._new_slot(by_name[w], by_name[b] if b else None)
         order = {id(p): i for i, (_, p) in enumerate(self.model_params)}
         first = [s for s in self.linears if s.of_module]
         rest = sorted((s for s in self.linears if not s.of_module),
-                      key=lambda s: order[id(s.weight)])
+                      key=lambda s: (order[id(s.weight)], s.kind))
         self.linears = first + rest
         for i, slot in enumerate(self.linears):
             slot.index = i
@@ -239,23 +273,26 @@ class _Sync(_Passes):
         self.dense = self._dense_now()
         self.dense_n = sum(p.numel() for _, p in self.dense)
         self.dense_buf = self.dense_g = None
-        self.params = []
-        for slot in self.linears:
-            self.params.append((self.names[id(slot.weight)], slot.weight))
-            if slot.bias is not None:
-                self.params.append((self.names[id(slot.bias)], slot.bias))
+        self.params, seen = [], set()
+        for slot in self.linears:  # (a tied weight: in two slots, once here)
+            for p in (slot.weight, slot.bias):
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    self.params.append((self.names[id(p)], p))
         self.params += self.dense
 
     # -- the job
 
     def _publish_linear(self, slot):
-        b, c = slot.factors()
-        if b.shape[0] > self.max_s:
+        if slot.samples() > self.max_s:
             raise _sfb.UsageError(
-                "sfb.torch: %s has %d samples at step %d, more than the %d it was attached with "
+                "sfb.torch: %s has %d %s at step %d, more than the %d it was attached with "
                 "(the first step's largest over the ranks; pass max_samples= to "
-                "DistributedOptimizer)" % (slot.name, b.shape[0], self.clock, self.max_s),
+                "DistributedOptimizer)" % (slot.name, slot.samples(),
+                                           "lookups" if slot.kind == "rows" else "samples",
+                                           self.clock, self.max_s),
                 param=slot.name)
+        b, c = slot.factors()
         if self.additive:
             scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
         else:  # (joined or leaving: zeros)
@@ -277,11 +314,11 @@ class _Sync(_Passes):
             if p.grad is None or self.state != _TRAINING:
                 stage[o:o + k] = 0
             elif self.additive:
-                np.multiply(p.grad.detach().reshape(-1).numpy(),
+                np.multiply(_dense(p.grad).reshape(-1).numpy(),
                             np.float32(-self.group_of[id(p)]["lr"] / self.job.world),
                             out=stage[o:o + k])
             else:
-                stage[o:o + k] = p.grad.detach().reshape(-1).numpy()
+                stage[o:o + k] = _dense(p.grad).reshape(-1).numpy()
             o += k
         scale = 1.0 if self.additive else (self.my_weight if self.state == _TRAINING else 0.0)
         self.job.publish_dense(self.clock, len(self.linears),
@@ -319,7 +356,8 @@ class _Sync(_Passes):
                     (worst.name, mine, self.max_samples), param=worst.name)
         # every rank the same shapes, clock, settings and start (clear
         # errors naming both ranks' values, not rejected frames or a hang)
-        lines = ["%s=%dx%d\n" % (slot.name, slot.rows, slot.cols) for slot in self.linears]
+        lines = ["%s=%dx%d %s\n" % (slot.name, slot.rows, slot.cols, slot.kind)
+                 for slot in self.linears]
         lines += ["%s=%s\n" % (n, tuple(p.shape)) for n, p in self.dense]
         lines += ["clock=%d\n" % self.clock, "staleness=%d\n" % self.staleness,
                   "backward_passes_per_step=%d\n" % self.passes_per_step,
@@ -348,7 +386,7 @@ class _Sync(_Passes):
         counts = [int(np.frombuffer(b, np.int64)[0])
                   for b in job.allgather(np.array([mine], np.int64).tobytes())]
         self.max_s = self.max_samples or max(counts)
-        mats, engines = [], []
+        mats, engines, nnz = [], [], []
         with torch.no_grad():
             for slot in self.linears:
                 slot.buf = np.zeros((slot.rows, slot.cols), np.float32)
@@ -358,6 +396,7 @@ class _Sync(_Passes):
                         slot.buf[:, slot.inputs] = slot.bias.detach().numpy()
                 mats.append(slot.buf)
                 engines.append(self.sync)
+                nnz.append(self.max_s if slot.kind == "rows" else 0)
             if self.dense:
                 self.dense_buf = np.zeros(self._dense_shape(), np.float32)
                 self.dense_stage = np.zeros(self.dense_buf.size, np.float32)
@@ -369,6 +408,7 @@ class _Sync(_Passes):
                         o += p.numel()
                 mats.append(self.dense_buf)
                 engines.append("fms")  # dense gradients: the engine that carries them
+                nnz.append(0)
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
@@ -379,9 +419,10 @@ class _Sync(_Passes):
                 self.meta_index = len(mats)
                 mats.append(self.meta)
                 engines.append("sfb")
+                nnz.append(0)
         job.attach(mats, max_s=self.max_s, engine=",".join(engines),
                    staleness=self.staleness, start_clock=self.clock,
-                   ordered=not self.additive, **self.attach_args)
+                   ordered=not self.additive, sf_nnz=nnz, **self.attach_args)
         if self.additive:
             with torch.no_grad():
                 for slot in self.linears:
@@ -460,12 +501,7 @@ class _Sync(_Passes):
         inv = np.float32(1.0 / total) if total > 0 else np.float32(0.0)
         with torch.no_grad():
             for slot in self.linears:
-                g = torch.from_numpy(slot.buf)
-                if present[self.param_index[id(slot.weight)]]:
-                    slot.gw = self._set_grad(slot.weight, g[:, :slot.inputs], inv, slot.gw)
-                if slot.bias is not None and present[self.param_index[id(slot.bias)]]:
-                    slot.gb = self._set_grad(slot.bias, g[:, slot.inputs], inv, slot.gb)
-                slot.buf.fill(0)
+                slot.grads(present, inv)
                 slot.reset()
             if self.dense:
                 flat = torch.from_numpy(self.dense_buf.reshape(-1))
@@ -493,18 +529,32 @@ class _Sync(_Passes):
         job.wait(self.clock)
         return meta
 
-    @staticmethod
-    def _set_grad(p, src, inv, keep):
+    def present_of(self, p, present):
+        """Some rank gave p a gradient in this clock (the meta matrix)."""
+        return bool(present[self.param_index[id(p)]])
+
+    def kept_grad(self, p):
+        """p's dense .grad tensor, kept across steps (handed out as p.grad
+        when it has none)."""
+        keep = self.kept.get(id(p))
+        if keep is None:
+            keep = self.kept[id(p)] = torch.empty(p.shape, dtype=torch.float32)
+        self.handed[id(p)] = keep
+        return keep
+
+    def set_grad(self, p, src, inv):
         """p.grad = inv * src (its sum of every rank's), added to a .grad
-        already there (not zeroed since: as one process accumulates)."""
+        already there (not zeroed since: as one process accumulates; a tied
+        weight's other use)."""
         if p.grad is None:
-            if keep is None or keep.shape != p.shape:
-                keep = torch.empty(p.shape, dtype=torch.float32)
+            keep = self.kept_grad(p)
             torch.mul(src, float(inv), out=keep)
             p.grad = keep
+        elif p.grad.is_sparse:
+            p.grad = p.grad + src * float(inv)
+            self.handed[id(p)] = p.grad
         else:
             p.grad.add_(src, alpha=float(inv))
-        return keep
 
     def _check_meta(self, meta):
         """Every rank in this clock: the same state (or joined), the same
