@@ -172,6 +172,91 @@ class TorchOneWorker(unittest.TestCase):
             sft.shutdown()
         self.assertIs(nn.functional.linear, torch_linear)  # given back all the same
 
+    def test_embedding_frequency_scaling_refused(self):
+        """scale_grad_by_freq divides by counts over the minibatch, which no
+        rank sees whole: refused naming the table and the reason."""
+        m = nn.Sequential(nn.Embedding(10, 4, scale_grad_by_freq=True), nn.Flatten(),
+                          nn.Linear(8, 3))
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        tok = torch.randint(0, 10, (5, 2))
+        self.assertRaisesNaming(sft.UsageError, ["0.weight", "scale_grad_by_freq"], m, tok)
+        del opt
+
+    def test_packed_sequences_go_densely(self):
+        """An LSTM on a PackedSequence runs torch's own operator: its matrices
+        go densely (the plan says so) and train as plain PyTorch's; an
+        unpacked one goes by factors; shutdown gives torch its operators
+        back."""
+        import torch.nn.utils.rnn as R
+        rnn_vf, emb = torch.nn.modules.rnn._VF, nn.functional.embedding
+
+        class Packed(nn.Module):
+            def __init__(self, packed):
+                super().__init__()
+                torch.manual_seed(6)
+                self.packed = packed
+                self.emb = nn.Embedding(12, 4)
+                self.rnn = nn.LSTM(4, 5, batch_first=True)
+                self.head = nn.Linear(5, 3)
+
+            def forward(self, tok, lengths):
+                e = self.emb(tok)
+                if self.packed:
+                    e = R.pack_padded_sequence(e, lengths, batch_first=True,
+                                               enforce_sorted=False)
+                _, (h, _) = self.rnn(e)
+                return self.head(h[-1])
+
+        g = torch.Generator().manual_seed(8)
+        tok = torch.randint(0, 12, (6, 7), generator=g)
+        lengths = torch.tensor([7, 3, 5, 7, 2, 6])
+        y = torch.randint(0, 3, (6,), generator=g)
+        for packed in (True, False):
+            if not sft.is_initialized():
+                sft.init(world=1)
+            m, ref = Packed(packed), Packed(packed)
+            opt = sft.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01), model=m)
+            ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+            for _ in range(5):
+                for o, model in ((opt, m), (ref_opt, ref)):
+                    o.zero_grad()
+                    nn.functional.cross_entropy(model(tok, lengths), y).backward()
+                    o.step()
+            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+                self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+            self.assertIn("emb.weight (12x4, sparse rows): ", opt.plan)
+            if packed:
+                self.assertIn("dense (4 tensors, 220 values: rnn.weight_ih_l0, rnn.weight_hh_l0",
+                              opt.plan)
+            else:
+                self.assertIn("rnn.weight_hh_l0 (20x5+bias): ", opt.plan)
+                self.assertNotIn("dense", opt.plan)
+            sft.shutdown()
+            self.assertIs(torch.nn.modules.rnn._VF, rnn_vf)
+            self.assertIs(nn.functional.embedding, emb)
+
+    def test_sparse_table_at_staleness(self):
+        """At staleness > 0 a table goes densely (its sparse .grad made
+        dense): one worker trains as plain SGD does."""
+        def model():
+            torch.manual_seed(9)
+            return nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Flatten(), nn.Linear(8, 3))
+        m, ref = model(), model()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       staleness=1)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(2)
+        tok, y = torch.randint(0, 10, (8, 2), generator=g), torch.randint(0, 3, (8,), generator=g)
+        for _ in range(4):
+            for o, mod in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                nn.functional.cross_entropy(mod(tok), y).backward()
+                o.step()
+        sft.shutdown()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
+        self.assertIn("dense (1 tensors, 40 values: 0.weight): fms", opt.plan)
+
     def test_errors_are_typed(self):
         """Every error is an sfb.Error subclass naming the parameter."""
         m = net(torch.float64)
