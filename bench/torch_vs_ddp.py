@@ -2,9 +2,13 @@
 """sfb.torch against PyTorch's DistributedDataParallel (gloo) on the emulated
 cluster (scripts/netns-cluster: one network namespace per worker, shaped
 links, tcp), in one run: the same model, per-worker batch, steps, seed, data
-(Fashion-MNIST) and links for both. Per model and engine it reports
+(Fashion-MNIST for the MLP and the CNN; the words of Debian's fortunes for
+the language models of examples/torch_word_lm.py: "lstm", its embedding
+tied to the decoder, and "transformer") and links for both. Per model and
+engine it reports
 
-  samples/s        all workers, over the timed steps (after --warmup steps)
+  samples/s        all workers, over the timed steps (after --warmup steps);
+                   a language model's samples are its words (streams x bptt)
   bytes/step       data bytes one worker sent per step: sfb's own count
                    (job stats at the job's end, over every step, warm-up
                    included) and, for both, the namespace's eth0 tx bytes
@@ -22,6 +26,7 @@ and the ratios sfb/DDP, as a table (stdout and OUT/torch_vs_ddp.md), JSON
 (OUT/torch_vs_ddp.png). Needs root (namespaces) and python3-torch.
 
   bench/torch_vs_ddp.py                       # MLP and CNN, 4 hosts, 1 Gbit/s
+  bench/torch_vs_ddp.py --models lstm,transformer --batch 5   # the language models
   bench/torch_vs_ddp.py --smoke               # tiny shapes, loopback-free check
 """
 import argparse
@@ -40,9 +45,15 @@ sys.path.insert(0, HERE)
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 
 
-def models(name, hidden):
-    import torch.nn as nn
+LMS = ("lstm", "transformer")
+
+
+def models(name, hidden, a=None, vocab=None):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
+    if name in LMS:
+        from torch_word_lm import LSTMLM, TransformerLM
+        cls = LSTMLM if name == "lstm" else TransformerLM
+        return cls(vocab, a.dim, 2, 0.0), None
     if name == "cnn":
         from torch_cnn import cnn
         return cnn(hidden), (1, 28, 28)
@@ -68,13 +79,14 @@ class Formula:
         one, dense = job.publish_one, job.publish_dense
 
         def publish_one(clock, m, b, c, scale=1.0):
-            s, rows, cols = b.shape[0], b.shape[1], c.shape[1]
-            nnz = int((c != 0).sum())
+            s, rows, cols = b.shape[0], b.shape[1], job.matrices[m].shape[1]
+            csr_given = isinstance(c, tuple)  # (row_ptr, col, val): sent as CSR
+            nnz = len(c[1]) if csr_given else int((c != 0).sum())
             # c as CSR only when that is under 3/4 of the dense payload
             # (sfb/codec.c, sfb__sf_choose)
             dense = SF_PREFIX + 4 * s * rows + 4 * s * cols
             csr = SF_PREFIX + 4 * s * rows + 4 * (s + 1) + 8 * nnz
-            payload = csr if csr < dense - dense // 4 else dense
+            payload = csr if csr_given or csr < dense - dense // 4 else dense
             if job.engines[m] == "sfb":
                 self.bytes += (P - 1) * (HDR + payload)
             else:
@@ -97,12 +109,11 @@ class Formula:
         return push + ((P - 1) * (HDR + 4 * own * D) if own else 0)
 
 
-def worker(a):
+def image_task(a, rank, world):
+    """(model, batch(t) -> (x, y), samples per worker and step): Fashion-MNIST."""
     import numpy as np
     import torch
-    import torch.nn as nn
     from fashion_mnist import DEFAULT_DIR, raw
-    rank, world = int(os.environ["SFB_RANK"]), int(os.environ["SFB_WORLD_SIZE"])
     torch.manual_seed(a.seed)
     model, shape = models(a.model, [int(h) for h in a.hidden.split(",")])
     x, y = raw(a.data_dir or DEFAULT_DIR, "train")
@@ -110,6 +121,47 @@ def worker(a):
     Y = torch.from_numpy(y.astype(np.int64))
     G = a.batch * world
     perm = torch.from_numpy(np.random.default_rng(a.seed).permutation(len(X)))
+
+    def batch(t):
+        i = (t * G) % (len(X) - G)
+        idx = perm[i + rank * a.batch:i + (rank + 1) * a.batch]
+        return X[idx], Y[idx]
+    return model, batch, a.batch
+
+
+def lm_task(a, rank, world):
+    """A word language model on the fortunes: --batch streams per worker of
+    --bptt words a step (no state carried between steps: both engines alike)."""
+    import torch
+    from torch_word_lm import CORPUS, read_corpus, streams, vocabulary
+    words = read_corpus(a.corpus or CORPUS)
+    vocab = vocabulary(words, a.vocab)
+    ids = [vocab.get(w, 0) for w in words]
+    data = streams(ids, a.batch * world)[:, rank * a.batch:(rank + 1) * a.batch]
+    torch.manual_seed(a.seed)
+    model, _ = models(a.model, None, a, len(vocab))
+    V = len(vocab)
+
+    class Flat(torch.nn.Module):  # logits as (words x V), the targets flat
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x, None)[0].reshape(-1, V)
+
+    def batch(t):
+        lo = (t * a.bptt) % (len(data) - a.bptt - 1)
+        return data[lo:lo + a.bptt], data[lo + 1:lo + 1 + a.bptt].reshape(-1)
+    return Flat(model), batch, a.batch * a.bptt
+
+
+def worker(a):
+    import torch
+    import torch.nn as nn
+    rank, world = int(os.environ["SFB_RANK"]), int(os.environ["SFB_WORLD_SIZE"])
+    model, batch, per = (lm_task if a.model in LMS else image_task)(a, rank, world)
+    G = per * world
     params = sum(p.numel() for p in model.parameters())
     if a.engine == "sfb":
         import sfb.torch as sft
@@ -132,10 +184,9 @@ def worker(a):
     for t in range(a.warmup + a.steps):
         if t == a.warmup:  # timed from here
             tx0, t0 = tx_bytes(), time.time()
-        i = (t * G) % (len(X) - G)
-        idx = perm[i + rank * a.batch:i + (rank + 1) * a.batch]
+        x, y = batch(t)
         opt.zero_grad()
-        loss = loss_fn(net(X[idx]), Y[idx])
+        loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
         if t0 is not None:
@@ -161,6 +212,14 @@ def worker(a):
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def target_of(a, model):
+    return a.target_lm_loss if model in LMS else a.target_loss
+
+
+def lr_of(a, model):
+    return a.lm_lr if model in LMS else a.lr
+
+
 def to_target(curve, target, window=10):
     for i in range(window, len(curve) + 1):
         if sum(l for _, l in curve[i - window:i]) / window <= target:
@@ -175,7 +234,10 @@ def run_one(a, model, engine):
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
            "--worker", "--engine", engine.split("-")[0], "--model", model, "--hidden", a.hidden,
            "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
-           "--lr", str(a.lr), "--seed", str(a.seed), "--sync", a.sync]
+           "--lr", str(lr_of(a, model)), "--seed", str(a.seed), "--sync", a.sync,
+           "--vocab", str(a.vocab), "--dim", str(a.dim), "--bptt", str(a.bptt)]
+    if a.corpus:
+        cmd += ["--corpus", a.corpus]
     if a.no_overlap or engine == "sfb-serial":
         cmd.append("--no-overlap")
     if a.data_dir:
@@ -201,7 +263,7 @@ def run_one(a, model, engine):
     for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
         if k in r0:
             row[k] = sum(r[k] for r in results) / len(results)
-    row["to_target_s"] = to_target(r0["curve"], a.target_loss)
+    row["to_target_s"] = to_target(r0["curve"], target_of(a, model))
     row["plan"] = r0.get("plan", "")
     print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), %.0f s in all" %
           (model, engine, row["samples_per_s"], row.get("data_bytes_per_step",
@@ -212,7 +274,9 @@ def run_one(a, model, engine):
 
 def report(a, rows, load=None):
     lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
-             "formula KB/step | count/formula | s to loss %.2f |" % a.target_loss,
+             "formula KB/step | count/formula | s to loss %s |" % (
+                 "%.2f" % a.target_loss if not any(r["model"] in LMS for r in rows) else
+                 "%.2f (LM %.2f)" % (a.target_loss, a.target_lm_loss)),
              "|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
     for r in rows:
@@ -230,6 +294,10 @@ def report(a, rows, load=None):
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
+    if any(r["model"] in LMS for r in rows):
+        head += ("\nlanguage models: %d streams of %d words per worker per step (the samples), "
+                 "vocabulary %d, width %d, 2 layers, SGD lr %g with momentum 0.9" %
+                 (a.batch, a.bptt, a.vocab, a.dim, a.lm_lr))
     text = head + "\n\n" + "\n".join(lines) + "\n"
     for r in rows:
         if r["plan"]:
@@ -275,6 +343,13 @@ def main():
     ap.add_argument("--no-overlap", action="store_true",
                     help="sfb.torch sends every layer's factors at step(), not during backward")
     ap.add_argument("--target-loss", type=float, default=1.5)
+    ap.add_argument("--target-lm-loss", type=float, default=6.5,
+                    help="the language models' target loss")
+    ap.add_argument("--vocab", type=int, default=20000, help="language models: words kept")
+    ap.add_argument("--dim", type=int, default=200, help="language models: width")
+    ap.add_argument("--bptt", type=int, default=35, help="language models: words per stream")
+    ap.add_argument("--lm-lr", type=float, default=0.5, help="language models' learning rate")
+    ap.add_argument("--corpus", help="language models: text directory (default: fortunes)")
     ap.add_argument("--from-json", metavar="FILE",
                     help="no runs: the table and figure again from a run's torch_vs_ddp.json "
                          "(e.g. with another --target-loss)")
@@ -286,6 +361,9 @@ def main():
                     help="tiny shapes and few steps: that it runs and reports (CI)")
     ap.add_argument("--min-mlp", type=float, default=0, help="fail below this sfb/DDP ratio")
     ap.add_argument("--min-cnn", type=float, default=0, help="fail below this sfb/DDP ratio")
+    ap.add_argument("--min-lstm", type=float, default=0, help="fail below this sfb/DDP ratio")
+    ap.add_argument("--min-transformer", type=float, default=0,
+                    help="fail below this sfb/DDP ratio")
     a = ap.parse_args()
     if a.worker:
         return worker(a)
@@ -293,15 +371,17 @@ def main():
         with open(a.from_json) as f:
             saved = json.load(f)
         target, out = a.target_loss, a.out
-        a = argparse.Namespace(**saved["settings"])
+        a = argparse.Namespace(**{**vars(ap.parse_args([])), **saved["settings"]})
         a.target_loss, a.out = target, out
         for r in saved["rows"]:
-            r["to_target_s"] = to_target(r["curve"], a.target_loss)
+            r["to_target_s"] = to_target(r["curve"], target_of(a, r["model"]))
         os.makedirs(a.out, exist_ok=True)
         report(a, saved["rows"], saved["load"])
         return
     if a.smoke:
         a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
+        if os.path.isdir("/usr/share/games/fortunes") or a.corpus:  # a table's sparse rows too
+            a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5
     if os.geteuid() != 0:
         print("torch_vs_ddp: skipped (needs root for network namespaces)")
         sys.exit(77)
@@ -322,7 +402,8 @@ def main():
             rows.append(run_one(a, model, engine))
     ratios = report(a, rows)
     bad = []
-    for model, floor in (("mlp", a.min_mlp), ("cnn", a.min_cnn)):
+    for model, floor in (("mlp", a.min_mlp), ("cnn", a.min_cnn), ("lstm", a.min_lstm),
+                         ("transformer", a.min_transformer)):
         if floor and ratios.get((model, "sfb"), 0) < floor:
             bad.append("%s: sfb.torch %.2fx DDP, below %.1fx" % (model, ratios[(model, "sfb")],
                                                                  floor))
