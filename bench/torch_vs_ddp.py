@@ -274,23 +274,24 @@ def run_one(a, model, engine):
 
 def report(a, rows, load=None):
     lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
-             "formula KB/step | count/formula | s to loss %s |" % (
+             "formula KB/step | count/formula | loss, last 10 steps | s to loss %s |" % (
                  "%.2f" % a.target_loss if not any(r["model"] in LMS for r in rows) else
                  "%.2f (LM %.2f)" % (a.target_loss, a.target_lm_loss)),
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
     for r in rows:
         ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
         x = r["samples_per_s"] / ddp["samples_per_s"] if ddp else float("nan")
         ratios[(r["model"], r["engine"])] = x
         count = r.get("data_bytes_per_step")
-        lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %s |" % (
+        last = [l for _, l in r["curve"][-10:]]
+        lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %.4f | %s |" % (
             r["model"], {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
                          "ddp": "DDP (gloo)"}[r["engine"]],
             r["samples_per_s"], x, "%.0f" % (count / 1e3) if count else "",
             r["tx_bytes_per_step"] / 1e3, r["formula_bytes_per_step"] / 1e3,
             "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
-            "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached"))
+            sum(last) / max(len(last), 1), "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached"))
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
@@ -348,7 +349,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=20000, help="language models: words kept")
     ap.add_argument("--dim", type=int, default=200, help="language models: width")
     ap.add_argument("--bptt", type=int, default=35, help="language models: words per stream")
-    ap.add_argument("--lm-lr", type=float, default=0.5, help="language models' learning rate")
+    ap.add_argument("--lm-lr", type=float, default=0.1, help="language models' learning rate")
     ap.add_argument("--corpus", help="language models: text directory (default: fortunes)")
     ap.add_argument("--from-json", metavar="FILE",
                     help="no runs: the table and figure again from a run's torch_vs_ddp.json "
