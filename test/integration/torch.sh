@@ -69,14 +69,16 @@ check "the resumed job ended at clock 16 on every rank" \
   "[ \$(grep -c '^\[[0-9]\] ok ckpt: clock 16' '$tmp/four.out') = 8 ]"
 
 # 4 ranks: the models people train (tied embeddings, sparse rows, LSTM,
-# GRU, RNN and their cells) against one process
-run models 4 $((4 * 8)) "exact --model lm --opt momentum --steps 30" \
+# GRU, RNN and their cells, convolutions by factors and densely) against one
+# process
+run models 4 $((4 * 10)) "exact --model lm --opt momentum --steps 30" \
   "exact --model lm --opt adam --steps 30" "exact --model sparse --opt sgd --steps 30" \
   "exact --model sparse --opt sparseadam --steps 30" "exact --model lstm --opt momentum --steps 20" \
   "exact --model lstm --opt adam --steps 20" "exact --model recur --opt sgd --steps 20" \
-  "exact --model recur --opt adam --steps 20"
-check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, each matrix in the plan" \
-  "[ \$(oks models exact) = 32 ]"
+  "exact --model recur --opt adam --steps 20" "exact --model conv --opt momentum --steps 30" \
+  "exact --model conv --opt adam --steps 30"
+check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, convolutions, each matrix in the plan" \
+  "[ \$(oks models exact) = 40 ]"
 
 # 3 ranks: overlap off, everything through fms, 256 parameter tensors, ranks
 # that start apart

@@ -257,6 +257,49 @@ class TorchOneWorker(unittest.TestCase):
             self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
         self.assertIn("dense (1 tensors, 40 values: 0.weight): fms", opt.plan)
 
+    def test_convolutions_by_factors_where_they_pay(self):
+        """A convolution with few output positions goes by factors (as plain
+        PyTorch trains it); one with many, or padding="same", or groups,
+        densely, the plan saying why."""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(2)
+                self.many = nn.Conv2d(3, 4, 3, padding=1)        # 8 x 8 positions
+                self.same = nn.Conv1d(4, 4, 3, padding="same")
+                self.grouped = nn.Conv1d(4, 8, 3, groups=2)
+                self.few = nn.Conv2d(4, 32, 8)                    # 1 position
+                self.head = nn.Linear(32, 3)
+
+            def forward(self, x):
+                h = torch.tanh(self.many(x))                      # 4 x 8 x 8
+                h = torch.tanh(self.same(h.flatten(2)))          # 4 x 64
+                h = torch.tanh(self.grouped(h))                  # 8 x 62
+                h = h[:, :, :16].reshape(-1, 4, 2, 16).mean(2)   # 4 x 16
+                h = torch.tanh(self.few(torch.cat([h, h, h, h], 2).view(-1, 4, 8, 8)))
+                return self.head(h.flatten(1))
+
+        g = torch.Generator().manual_seed(4)
+        x, y = torch.randn(6, 3, 8, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
+        m, ref = Net(), Net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       model=m, sync="sfb")
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(5):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertIn("few.weight (32x256+bias, conv 8x8): sfb", opt.plan)
+        self.assertIn("many.weight (4x27, conv 3x3): dense (factors of 384 samples", opt.plan)
+        self.assertIn("same.weight (4x12, conv 3): dense (factors are for groups=1 and numeric "
+                      "padding; this has padding='same')", opt.plan)
+        self.assertIn("grouped.weight (8x6, conv 3): dense (factors are for groups=1 and "
+                      "numeric padding; this has groups=2)", opt.plan)
+        self.assertIn("dense (6 tensors", opt.plan)
+
     def test_errors_are_typed(self):
         """Every error is an sfb.Error subclass naming the parameter."""
         m = net(torch.float64)

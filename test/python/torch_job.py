@@ -19,8 +19,10 @@ exact: every rank trains a model through sfb.torch on its share of each
   .grad; padding_idx, max_norm, EmbeddingBag), "sparse" (sparse=True tables
   only: SGD and SparseAdam, which updates exactly the rows touched), "lstm"
   (a 2-layer LSTM language model with tied weights), "recur" (bidirectional
-  GRU, RNN without bias, GRUCell and LSTMCell): each matrix of its own in
-  the plan, the tables as sparse rows.
+  GRU, RNN without bias, GRUCell and LSTMCell), "conv" (1-D and 2-D
+  convolutions whose factors pay, and one whose factors do not: dense, the
+  plan saying why): each matrix of its own in the plan, the tables as
+  sparse rows.
 ckpt: trains --steps steps from scratch or --resume FILE, saving model and
   optimizer to --save FILE and the parameters to --out FILE (rank 0).
 ssp: plain SGD at --staleness; after the last step every replica (drained)
@@ -52,7 +54,8 @@ import sfb.torch as sft  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill"])
 ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn",
-                                                     "seq2seq", "lm", "sparse", "lstm", "recur"])
+                                                     "seq2seq", "lm", "sparse", "lstm", "recur",
+                                                     "conv"])
 ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam", "sparseadam"])
 ap.add_argument("--sync", default="auto")
 ap.add_argument("--steps", type=int, default=50)
@@ -219,6 +222,23 @@ class Recur(nn.Module):
         return self.head(h)
 
 
+class Convs(nn.Module):
+    """Convolutions whose factors pay (few output positions, wide channels:
+    1-D and 2-D, one without bias) and one whose factors do not (dense)."""
+
+    def __init__(self):
+        super().__init__()
+        self.small = nn.Conv1d(8, 8, 3, padding=1)        # 5 positions a sample: dense
+        self.wide1 = nn.Conv1d(8, 48, 5)                  # 1 position: factors
+        self.wide2 = nn.Conv2d(12, 64, 3, padding=1, bias=False)  # 2 x 2: factors
+        self.head = nn.Linear(64, CLASSES)
+
+    def forward(self, x):
+        h = torch.tanh(self.small(x.view(-1, 8, 5)))
+        h = torch.tanh(self.wide1(h)).view(-1, 12, 2, 2)
+        return self.head(torch.tanh(self.wide2(h)).mean((2, 3)))
+
+
 def mlp(widths):
     layers = []
     for a, b in zip(widths[:-1], widths[1:]):
@@ -235,6 +255,9 @@ def model_and_data(seed=7):
         m = {"attn": Attn, "seq2seq": Seq2Seq, "lm": TiedLM, "sparse": Sparse, "lstm": LSTMLM,
              "recur": Recur}[args.model]()
         x = torch.randint(0, VOCAB, (4096, SEQ))
+    elif args.model == "conv":
+        m = Convs()
+        x = torch.randn(4096, 40)
     elif args.model == "mlp12":
         m = mlp([20] + [48] * 11 + [CLASSES])
         x = torch.randn(4096, 20)
@@ -421,7 +444,8 @@ def case():
     if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
         fail("the plan has %d lines, not one per matrix:\n%s" %
              (len(opt.plan.splitlines()), opt.plan))
-    if args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur"):
+    if args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur", "conv"):
+        engines = ("sfb", "fms")
         if args.model == "lm":  # tied: the decoder's factors and the lookups' rows
             want = ["dec", "emb.weight (%dx16, sparse rows)" % VOCAB, "pos.weight", "bag.weight"]
         elif args.model == "sparse":
@@ -429,6 +453,10 @@ def case():
         elif args.model == "lstm":
             want = ["dec", "emb.weight"] + ["rnn.weight_%s_l%d" % (k, i) for i in range(2)
                                             for k in ("ih", "hh")]
+        elif args.model == "conv":
+            want = ["wide1.weight (48x40+bias, conv 5)", "wide2.weight (64x108, conv 3x3)",
+                    "small.weight (8x24, conv 3): dense (factors of 20 samples"]
+            engines = ("sfb", "fms", "dense")
         elif args.model == "recur":
             want = ["gru.weight_%s_l0%s" % (k, r) for k in ("ih", "hh") for r in ("", "_reverse")]
             want += ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "cell.weight_ih", "cell.weight_hh",
@@ -443,9 +471,9 @@ def case():
                     "tr.decoder.layers.0.multihead_attn.in_proj_weight",
                     "tr.decoder.layers.0.multihead_attn.out_proj", "head"]
         lines = opt.plan.splitlines()
-        engines = ("sfb",) if args.sync == "sfb" else ("sfb", "fms")
+        engines = ("sfb",) if args.sync == "sfb" else engines
         for w in want:  # a matrix of its own (not in the dense one), by factors if forced
-            if not any(line.startswith(w if w.endswith(")") else w + " (") and
+            if not any(line.startswith(w if w[-1] in ")s" else w + " (") and
                        line.split(": ")[1].split()[0] in engines
                        for line in lines):
                 fail("the plan has no matrix %s (by %s):\n%s" % (w, "/".join(engines),

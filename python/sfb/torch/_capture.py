@@ -34,7 +34,8 @@ class _Linear:
     def __init__(self, sync, name, weight, bias, index):
         self.sync, self.name, self.index = sync, name, index
         self.weight, self.bias = weight, bias
-        self.rows, self.inputs = weight.shape
+        # (a convolution's weight: out x in x kernel, flattened as im2col's columns)
+        self.rows, self.inputs = weight.shape[0], weight[0].numel()
         self.cols = self.inputs + (1 if bias is not None else 0)
         self.buf = None        # the replica (numpy rows x cols): this clock's sum
         self.cbuf = None       # c, kept across steps
@@ -55,8 +56,10 @@ class _Linear:
 
     @property
     def label(self):
-        return "%s (%dx%d%s)" % (self.name, self.rows, self.inputs,
-                                 "+bias" if self.bias is not None else "")
+        return "%s (%dx%d%s%s)" % (self.name, self.rows, self.inputs,
+                                   "+bias" if self.bias is not None else "",
+                                   ", conv " + "x".join(map(str, self.weight.shape[2:]))
+                                   if self.weight.dim() > 2 else "")
 
     def samples(self):
         return sum(g.shape[0] for g, _, _, _ in self.caps)
@@ -102,7 +105,9 @@ class _Linear:
         g = torch.from_numpy(self.buf)
         sync = self.sync
         if sync.present_of(self.weight, present):
-            sync.set_grad(self.weight, g[:, :self.inputs], inv)
+            w = g[:, :self.inputs]
+            sync.set_grad(self.weight, w if self.weight.dim() == 2 else
+                          w.reshape(self.weight.shape), inv)
         if self.bias is not None and sync.present_of(self.bias, present):
             sync.set_grad(self.bias, g[:, self.inputs], inv)
         self.buf.fill(0)
@@ -166,12 +171,15 @@ def _row_range(view, base):
 
 
 def _intercept(sync):
-    """F.linear's, F.embedding's and F.embedding_bag's calls, and the
-    recurrent layers' operators, go to sync (None: torch's own again)."""
-    from . import _embedding as e, _recurrent
+    """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's and
+    F.conv2d's calls, and the recurrent layers' operators, go to sync (None:
+    torch's own again)."""
+    from . import _conv, _embedding as e, _recurrent
     global _active
     _active = sync
     _recurrent.intercept(sync is not None)
+    F.conv1d = _conv.conv1d if sync is not None else _conv._torch_conv1d
+    F.conv2d = _conv.conv2d if sync is not None else _conv._torch_conv2d
     F.linear = _linear if sync is not None else _torch_linear
     F.embedding = e.embedding if sync is not None else e._torch_embedding
     F.embedding_bag = e.embedding_bag if sync is not None else e._torch_embedding_bag

@@ -14,6 +14,7 @@ from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
+from . import _conv
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -140,6 +141,7 @@ class _Sync(_Passes):
         # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
         # its _Rows, and the parameters the slots cover
         self.linears, self.by_weight, self.rows_of, self.covered = [], {}, {}, set()
+        self.conv_dense = {}  # a convolution's weight kept dense: why (the plan)
         self.model_params = list(model.named_parameters())
         for mname, m in model.named_modules():
             if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt or \
@@ -226,9 +228,39 @@ class _Sync(_Passes):
         self.covered.add(id(weight))
         return slot
 
-    def _eligible(self, weight, bias):
+    def conv_slot_for(self, weight, bias, positions):
+        """The slot of a convolution's weight, or None (torch's own: it goes
+        densely). Before the first reduction (staleness 0), a weight of the
+        optimizer met here for the first time becomes one if its factors
+        (positions() samples) are smaller than the dense engine's bytes;
+        else it is remembered as dense, with the reason."""
+        slot = self.by_weight.get(id(weight))
+        if slot is None:
+            if self.attached or self.additive or id(weight) in self.conv_dense or \
+                    not self._eligible(weight, bias, dims=(3, 4)):
+                return None
+            keep_bias = bias is not None and id(bias) in self.group_of
+            ok, why = _conv.pays(positions(), weight.shape[0],
+                                 weight[0].numel() + (1 if keep_bias else 0), self.job.world)
+            if not ok:
+                self.conv_dense[id(weight)] = why
+                return None
+            slot = self._new_slot(weight, bias if keep_bias else None)
+        if not (bias is slot.bias or (slot.bias is None and (bias is None or
+                                                             not bias.requires_grad))):
+            return None
+        if weight.requires_grad or (slot.bias is not None and slot.bias.requires_grad):
+            return slot
+        return None
+
+    def note_conv_dense(self, weight, why):
+        """A convolution's weight goes densely, for the plan's reason."""
+        if not self.attached and id(weight) in self.group_of and id(weight) not in self.by_weight:
+            self.conv_dense.setdefault(id(weight), why)
+
+    def _eligible(self, weight, bias, dims=(2,)):
         g = self.group_of
-        if id(weight) not in g or id(weight) in self.by_weight or weight.dim() != 2:
+        if id(weight) not in g or id(weight) in self.by_weight or weight.dim() not in dims:
             return False
         if bias is None or (id(bias) not in g and not bias.requires_grad):
             return True
@@ -348,6 +380,14 @@ class _Sync(_Passes):
         job = self.job
         U = _sfb.UsageError
         self._agree_slots()
+        for slot in self.linears:  # a first step that went densely here, by factors elsewhere
+            for p in (slot.weight, slot.bias):
+                if p is not None and p.grad is not None and not self._ours(p):
+                    raise _sfb.MismatchError(
+                        -(4096 + 9), "sfb.torch: %s went densely on rank %d in the first step "
+                        "but by factors on another rank (a convolution's choice depends on the "
+                        "rank's batch: give every rank the same first batch size)" %
+                        (self.names[id(p)], job.rank), param=self.names[id(p)])
         self._layout()
         mine = max([slot.samples() for slot in self.linears] + [1])
         if self.max_samples is not None and mine > self.max_samples:
@@ -452,6 +492,11 @@ class _Sync(_Passes):
             why = "auto: " + auto[slot.index] if slot.index in auto else \
                 "sync=%r" % self.sync
             out.append("%s: %s (%s)" % (slot.label, eng, why))
+        for n, p in self.model_params:
+            if id(p) in self.conv_dense and id(p) not in self.covered:
+                out.append("%s (%dx%d, conv %s): dense (%s)" % (
+                    n, p.shape[0], p[0].numel(), "x".join(map(str, p.shape[2:])),
+                    self.conv_dense[id(p)]))
         if self.dense:
             names = [n for n, _ in self.dense]
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
