@@ -71,14 +71,16 @@ check "the resumed job ended at clock 16 on every rank" \
 # 4 ranks: the models people train (tied embeddings, sparse rows, LSTM,
 # GRU, RNN and their cells, convolutions by factors and densely) against one
 # process
-run models 4 $((4 * 10)) "exact --model lm --opt momentum --steps 30" \
+run models 4 $((4 * 14)) "exact --model lm --opt sgd --steps 30" \
+  "exact --model lm --opt momentum --steps 30" "exact --model lstm --opt sgd --steps 20" \
+  "exact --model recur --opt momentum --steps 20" "exact --model conv --opt sgd --steps 30" \
   "exact --model lm --opt adam --steps 30" "exact --model sparse --opt sgd --steps 30" \
   "exact --model sparse --opt sparseadam --steps 30" "exact --model lstm --opt momentum --steps 20" \
   "exact --model lstm --opt adam --steps 20" "exact --model recur --opt sgd --steps 20" \
   "exact --model recur --opt adam --steps 20" "exact --model conv --opt momentum --steps 30" \
   "exact --model conv --opt adam --steps 30"
-check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, convolutions, each matrix in the plan" \
-  "[ \$(oks models exact) = 40 ]"
+check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, convolutions (SGD, momentum, Adam), each matrix in the plan" \
+  "[ \$(oks models exact) = 56 ]"
 
 # 3 ranks: overlap off, everything through fms, 256 parameter tensors, ranks
 # that start apart
