@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,6 +106,26 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
+/* Creates the temporary file beside `path` ("PATH.tmp.<pid>.<random>",
+ * its name left in tmp[cap]) exclusively: an entry already there under
+ * that name, a symlink planted there included, is never opened or followed
+ * (O_EXCL | O_NOFOLLOW); another name is tried. Returns the descriptor or
+ * -errno. */
+static int create_temp(const char *path, char *tmp, size_t cap)
+{
+    int err = EEXIST;
+    for (int attempt = 0; attempt < 16 && err == EEXIST; attempt++) {
+        uint32_t r;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (uint32_t)(uintptr_t)&r ^ (uint32_t)attempt * 2654435761u;
+        snprintf(tmp, cap, "%s.tmp.%ld.%08x", path, (long)getpid(), r);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) return fd;
+        err = errno;
+    }
+    return -err;
+}
+
 int sfb__write_file_atomic(const char *path, const struct sfb__piece *pieces, size_t n)
 {
     size_t plen = strlen(path);
@@ -115,11 +136,10 @@ int sfb__write_file_atomic(const char *path, const struct sfb__piece *pieces, si
         free(dcopy);
         return sfb__error(-ENOMEM, "%s: out of memory", path);
     }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
     int ret = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = create_temp(path, tmp, plen + 32);
     if (fd < 0) {
-        ret = -errno;
+        ret = fd;
         sfb__error(ret, "%s: cannot create: %s", tmp, strerror(-ret));
         goto out;
     }

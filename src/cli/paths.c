@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 /* What the library appends to a path it is given: the atomic writer's
- * ".tmp.<pid>" (model files), a checkpoint's "/rank-R.clock-C.ckpt" plus the
+ * ".tmp.<pid>.<8 hex digits>" (model files), a checkpoint's "/rank-R.clock-C.ckpt" plus the
  * same suffix. Paths are refused here unless these still fit. */
 #define MODEL_SUFFIX 32
 #define CKPT_SUFFIX 96

@@ -72,6 +72,32 @@ static int test_write_and_replace(void)
     return 0;
 }
 
+/* A symlink planted where the temporary file used to be made (PATH.tmp.<pid>)
+ * is neither followed nor replaced: the write goes to PATH, the link's
+ * target keeps its bytes. */
+static int test_planted_symlink_not_followed(void)
+{
+    const char *victim = in_dir("victim");
+    struct sfb__piece v[] = {{"precious", 8}};
+    ASSERT_OK(sfb__write_file_atomic(victim, v, 1));
+    char p[600], link[700];
+    snprintf(p, sizeof p, "%s", in_dir("out.bin"));
+    snprintf(link, sizeof link, "%s.tmp.%ld", p, (long)getpid());
+    ASSERT_EQ(symlink(victim, link), 0);
+    struct sfb__piece one[] = {{"model", 5}};
+    ASSERT_OK(sfb__write_file_atomic(p, one, 1));
+    if (content_is(p, "model")) return 1;
+    if (content_is(victim, "precious")) return 1;
+    struct stat st;
+    ASSERT_EQ(lstat(link, &st), 0);
+    ASSERT_EQ(S_ISLNK(st.st_mode), 1);
+    ASSERT_EQ(entries(), 3); /* victim, out.bin, the link: no temp file left */
+    ASSERT_EQ(unlink(link), 0);
+    ASSERT_EQ(unlink(p), 0);
+    ASSERT_EQ(unlink(victim), 0);
+    return 0;
+}
+
 static int test_write_errors_name_the_path(void)
 {
     /* a directory that does not exist */
@@ -161,6 +187,7 @@ int main(int argc, char **argv)
     static const struct test_case tests[] = {
         {"write_and_replace", test_write_and_replace},
         {"write_errors_name_the_path", test_write_errors_name_the_path},
+        {"planted_symlink_not_followed", test_planted_symlink_not_followed},
         {"failed_write_keeps_old", test_failed_write_keeps_old},
         {"read_errors_name_the_path", test_read_errors_name_the_path},
     };
