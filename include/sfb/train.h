@@ -94,6 +94,10 @@ struct sfb_train_settings {
     uint64_t checkpoint_every;  /* write one every N clocks (0: never) */
     const char *checkpoint_dir; /* where (NULL: "sfb-ckpt") */
     const char *resume_dir;     /* continue from the newest checkpoint every rank has there */
+    /* replica checks (docs/robustness.md): under BSP every N clocks the
+     * ranks compare each matrix's fingerprint and repair a replica that
+     * differs from the majority's (default 100; 0: only at the end) */
+    uint64_t check_every;
 };
 
 SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);

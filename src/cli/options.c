@@ -208,6 +208,12 @@ static const struct cli_opt job_rows2[] = {
     {ROW(CLI_STR, "resume", 0, T(resume_dir)), "DIR",
      "continue from the newest checkpoint valid on every\n"
      "rank (same settings and -n; --clocks/--epochs may grow)", .umin = 1, .want = "a directory"},
+    SECTION("replicas:"),
+    U("check-every", check_every, 0, UINT64_MAX >> 2, "N", "0 or a number of clocks",
+      "under BSP every N clocks the workers compare\n"
+      "their replicas' fingerprints and repair one that\n"
+      "differs from the majority (0: only at the end;\n"
+      "default 100)"),
     {ROW(CLI_FLAG, "quiet", 'q', J(quiet)), NULL, "no progress output", .ival = 1},
     {ROW(CLI_FLAG, "verbose", 'v', J(log_level)), NULL, "debug logging (same as --log-level debug)",
      .ival = SFB_LOG_DEBUG},

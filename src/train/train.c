@@ -105,6 +105,8 @@ static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
      * replica decays / projects the same matrix. (A checkpoint of clock
      * t holds the replica before this step; a resumed run redoes it.) */
     if (t > 0) sfb_model_apply_local(w->model, (float)sfb_train_lr(s, t - 1, rt->cpe));
+    /* every replica holds the updates of clocks < t: compared here */
+    if ((ret = sfb__replicas_at_clock(w, &w->replicas, (int64_t)t))) return ret;
 
     double t0 = sfb__now();
     cm->t_begin = t0;
@@ -217,6 +219,7 @@ static int finish(struct worker *w, struct sfb__run_totals *rt, struct sfb_train
     int ret;
     if (total && (ret = sfb_job_drain(w->job, (int64_t)total - 1, NULL))) return ret;
     sfb__phase_mark(SFB__PH_DRAINED);
+    if ((ret = sfb__replicas_final(w, &w->replicas, (int64_t)total))) return ret;
     if ((ret = sfb__job_finish_after_drain(w->job, (int64_t)total - 1))) return ret;
     /* drained, and the finish's barrier stands for the checkpoint's */
     if (every && total > start && total % every == 0 && (ret = checkpoint(w, (int64_t)total, 1)))

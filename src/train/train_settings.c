@@ -38,6 +38,7 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->topology = "full";
     s->debug_slow_rank = -1;
     s->debug_slow_factor = 1.0;
+    s->check_every = 100;
 }
 
 double sfb_train_lr0(const struct sfb_train_settings *s)

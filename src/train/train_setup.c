@@ -118,7 +118,7 @@ static int setup_model(struct worker *w)
  * options, data name and shape, batch, lr and schedule, seed, sync,
  * staleness, topology, degree, flush), plus what a resume may change but
  * the ranks of one job may not: the run's length in clocks, the
- * collective checkpoint schedule and the link model of --sync auto. Ranks that disagree would hang (frames of
+ * collective checkpoint and replica-check schedules and the link model of --sync auto. Ranks that disagree would hang (frames of
  * another shape, a peer that stops early) or train a model nobody asked
  * for. The provider is compared earlier, in sfb_job_open. Called once the
  * data is loaded, so the shapes and the clock count are known.
@@ -140,8 +140,9 @@ static int agree_settings(struct worker *w)
     uint64_t total = s->clocks ? s->clocks
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
-             "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\n", total, s->checkpoint_every,
-             s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us);
+             "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\ncheck_every=%" PRIu64 "\n", total,
+             s->checkpoint_every, s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us,
+             s->check_every);
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed to load its data and aborted instead of coming */
     return sfb_job_agree(w->job, text);
@@ -293,6 +294,10 @@ static int attach(struct worker *w)
     a.link_gbps = s->link_gbps;
     a.latency_us = s->latency_us;
     a.priority = s->priority;
+    /* BSP: every replica applies a clock's updates in rank order, so all
+     * hold the same bits after every clock (replica checks compare them
+     * exactly) */
+    a.ordered = s->staleness == 0;
     int auto_sync = sfb__sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */
@@ -319,7 +324,8 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
 {
     memset(w, 0, sizeof *w);
     w->s = s;
-    int ret = join(w);
+    int ret = sfb__replicas_open(&w->replicas);
+    if (!ret) ret = join(w);
     if (!ret) ret = prepare(w);
     if (ret) return ret;
     /* attach marks SFB__PH_SHAPES between the shapes' barrier and the engine */

@@ -12,6 +12,7 @@
 #include "src/data/data_internal.h"
 #include "src/train/checkpoint.h"
 #include "src/train/metrics.h"
+#include "src/train/replicas.h"
 
 #include <stdint.h>
 
@@ -34,6 +35,7 @@ struct worker {
     char ckpt_config[SFB__CKPT_CONFIG_MAX + 1];
     struct sfb__rng resume_rng;
     char resume_engines[64]; /* --sync auto resumed: the checkpoint's engines */
+    struct sfb__replicas replicas; /* the replica checks (replicas.h) */
 };
 
 /* Joins the job, loads the data, builds the replica, compares settings

@@ -82,6 +82,12 @@ run models 4 $((4 * 14)) "exact --model lm --opt sgd --steps 30" \
 check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, convolutions (SGD, momentum, Adam), each matrix in the plan" \
   "[ \$(oks models exact) = 56 ]"
 
+# a bit of rank 1's momentum buffer flipped after step 10: the check of step
+# 10 repairs it from the majority, and every rank ends as one process
+SFB_DEBUG_FLIP=1:10:20:3:30 run flip 4 4 "flip --opt momentum --steps 20 --check-every 5"
+check "flip: rank 1's conv.weight momentum named, repaired from rank 0, then exact" \
+  "grep -q '^\[1\] sfb.torch: replica check, step 10: conv.weight (optimizer momentum_buffer) of this rank (rank 1) differed from the majority.s in 1 element from element 3: repaired from rank 0' '$tmp/flip.out' && [ \$(oks flip exact) = 4 ]"
+
 # 3 ranks: overlap off, everything through fms, 256 parameter tensors, ranks
 # that start apart
 run three 3 $((3 * 4)) "exact --opt momentum --overlap 0 --global-batch 12 --steps 20" \

@@ -32,7 +32,10 @@ shapes: rank 1 builds a wider layer: every rank must fail at the first step
 init: rank 1 starts from other parameters and skips broadcast_parameters:
   every rank must fail naming broadcast_parameters.
 kill: rank --victim exits abruptly in step 5: every other rank must fail
-  naming it."""
+  naming it.
+flip: as exact, with --check-every; SFB_DEBUG_FLIP (set by the caller) flips
+  one bit of one rank's tensor before a check: one repair, then every rank
+  ends as one process would."""
 import argparse
 import copy
 import os
@@ -52,7 +55,7 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill"])
+ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill", "flip"])
 ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn",
                                                      "seq2seq", "lm", "sparse", "lstm", "recur",
                                                      "conv"])
@@ -67,6 +70,7 @@ ap.add_argument("--except", dest="skip", default=None,
                 help="tensors whose name holds this are not compared (see torch.sh)")
 ap.add_argument("--overlap", type=int, default=1)
 ap.add_argument("--victim", type=int, default=2)
+ap.add_argument("--check-every", type=int, default=100)
 ap.add_argument("--save")
 ap.add_argument("--resume")
 ap.add_argument("--out")
@@ -372,7 +376,7 @@ def case():
     ref = copy.deepcopy(model)
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    staleness=args.staleness, backward_passes_per_step=args.passes,
-                                   overlap=bool(args.overlap))
+                                   overlap=bool(args.overlap), check_every=args.check_every)
     if args.mode in ("shapes", "init"):
         try:
             train(model, opt, x, y, 1)
@@ -436,7 +440,13 @@ def case():
         print("ok ssp: replicas agree to %.2g, loss %.4f -> %.4f" % (worst, first, last),
               flush=True)
         return
+    st = sft.stats()
     sft.shutdown()
+    if args.mode == "flip":  # (SFB_DEBUG_FLIP set by torch.sh: one tensor of one rank)
+        want = (args.steps // args.check_every, 1)
+        if (st["replica_checks"], st["replicas_repaired"]) != want:
+            fail("replica checks, repairs: %s, expected %s" %
+                 ((st["replica_checks"], st["replicas_repaired"]), want))
     reference(ref, x, y, args.steps)
     worst, where = rel_diff(model, ref)
     if worst > args.tol:

@@ -117,7 +117,7 @@ def shutdown():
             _optimizer.finish()
         else:
             _job.finish(-1)
-        _final_stats = _job.stats()
+        _final_stats = stats()
     except BaseException as e:  # the peers learn why (they may not have seen it yet)
         _job.abort("%s: %s" % (type(e).__name__, e))
         raise
@@ -130,11 +130,17 @@ def shutdown():
 
 def stats():
     """The job's counters as a dict (bytes and messages sent and received,
-    the engines' data messages and bytes, ...: sfb.Job.stats); after
+    the engines' data messages and bytes, ...: sfb.Job.stats; and
+    replica_checks, replicas_repaired: the DistributedOptimizer's replica
+    checks and the tensors they repaired on any rank); after
     shutdown, those at the end of the last job (every update sent). Raises
     sfb.UsageError when no job ever ran."""
     if _job is not None:
-        return _job.stats()
+        st = _job.stats()
+        if _optimizer is not None:
+            st["replica_checks"] = _optimizer.replicas.checks
+            st["replicas_repaired"] = _optimizer.replicas.repaired
+        return st
     if _final_stats is None:
         raise _sfb.UsageError("sfb.torch: call sfb.torch.init() first")
     return dict(_final_stats)

@@ -14,7 +14,7 @@ from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _conv
+from . import _conv, _replicas
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -65,7 +65,7 @@ class _Sync(_Passes):
     job's clock, the factor capture, the reduction at the end of backward."""
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
-                 overlap, attach_args):
+                 overlap, attach_args, check_every=100):
         job = _env._need()
         self.opt, self.job, self.model = opt, job, model
         U = _sfb.UsageError
@@ -108,6 +108,8 @@ class _Sync(_Passes):
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.plan = ""
+        self.replicas = _replicas.Checks(check_every)
+        self.all_training = True  # the last reduction: every rank trained in it
         self.kept = {}          # per parameter the dense .grad tensor kept across steps
         self.handed = {}        # per parameter the .grad this wrapper set last
         self._collect(model)
@@ -536,6 +538,7 @@ class _Sync(_Passes):
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
         states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
+        self.all_training = all(q == _TRAINING for q in states)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
@@ -687,6 +690,9 @@ class _Sync(_Passes):
             self.clock += 1
             self.job.wait(self.clock)
             self.passes = 0
+        elif self.all_training and self.attached:
+            # every rank stepped alike: the replicas are the same bits
+            self.replicas.after_step(self)
         self.synced = False
         self.grads = False
         self.steps += 1
@@ -875,7 +881,7 @@ class _DistributedOptimizer:
 
 
 def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_passes_per_step=1,
-                         max_samples=None, overlap=True, **attach_args):
+                         max_samples=None, overlap=True, check_every=100, **attach_args):
     """Wraps a torch.optim optimizer so that each step applies the mean of
     every rank's gradients (staleness 0: .grad holds it when backward()
     returns, as under DDP), or every rank's updates within the SSP bound
@@ -894,6 +900,10 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
       step's largest over the ranks.
     overlap: a layer's factors leave during the backward pass (True) or all
       at its end.
+    check_every: at staleness 0, every this many steps the ranks compare a
+      checksum of every parameter and optimizer state tensor (the same bits
+      on every rank) and repair one that differs from the majority's (0:
+      never).
     Further keyword arguments go to sfb.Job.attach (topology, degree,
     link_gbps, latency_us, priority, ...).
 
@@ -912,7 +922,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
     state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
-                  overlap, attach_args)
+                  overlap, attach_args, check_every)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
