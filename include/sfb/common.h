@@ -93,7 +93,8 @@ SFB_API void sfb_log_stderr(void *user, enum sfb_log_level level, int rank, cons
 /* Sets the rank shown with every message of this process. */
 SFB_API void sfb_log_set_rank(int rank);
 
-/* The library's version string, e.g. "0.1.0". */
+/* The loaded library's version string, e.g. "0.1.0" (<sfb/version.h> has
+ * the headers' as SFB_VERSION_STRING and numbers). */
 SFB_API const char *sfb_version(void);
 
 #ifdef __cplusplus

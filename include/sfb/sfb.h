@@ -2,6 +2,7 @@
 #ifndef SFB_SFB_H
 #define SFB_SFB_H
 
+#include <sfb/version.h>
 #include <sfb/common.h>
 #include <sfb/data.h>
 #include <sfb/sf.h>

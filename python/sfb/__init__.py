@@ -206,6 +206,13 @@ def _find_library():
 _lib = None
 
 
+def __getattr__(name):
+    """sfb.__version__: the loaded libsfb's version (sfb_version())."""
+    if name == "__version__":
+        return library().sfb_version().decode()
+    raise AttributeError("module 'sfb' has no attribute %r" % name)
+
+
 def library():
     """The loaded libsfb (ctypes.CDLL), its prototypes declared."""
     global _lib
@@ -224,6 +231,7 @@ def library():
         "sfb_job_attach": (ctypes.c_int, [vp, P(_Attach)]),
         "sfb_job_engine": (ctypes.c_char_p, [vp, ctypes.c_uint32]),
         "sfb_job_plan": (ctypes.c_char_p, [vp]),
+        "sfb_version": (ctypes.c_char_p, []),
         "sfb_job_wait": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
         "sfb_job_publish": (ctypes.c_int, [vp, ctypes.c_int64, P(_SF), ctypes.c_uint32]),
         "sfb_job_publish_one": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32, P(_SF)]),

@@ -1,5 +1,6 @@
 #include "config.h"
 #include "src/base/util.h"
+#include <sfb/version.h>
 
 #include <pthread.h>
 #include <sched.h>
@@ -131,7 +132,7 @@ void sfb__log(enum sfb_log_level level, const char *fmt, ...)
 
 const char *sfb_version(void)
 {
-    return SFB_VERSION;
+    return SFB_VERSION_STRING;
 }
 
 double sfb__now(void)

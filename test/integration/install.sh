@@ -73,6 +73,24 @@ if "$py" -c 'import torch' 2>/dev/null; then
   check "import sfb.torch: the installed package, local_rank 0 of 1 ($out)" \
     "[ \"\$(sed -n 1p <<<'$out')\" = '$pydir/sfb/torch/__init__.py' ] && [ \"\$(sed -n 2p <<<'$out')\" = '0 1' ]"
 fi
+# 5. one version everywhere a user looks: the meson project's
+want=$(meson introspect "$BUILD" --projectinfo | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"])')
+cat >"$work/ver.c" <<'CEOF'
+#include <sfb/sfb.h>
+#include <stdio.h>
+#include <string.h>
+int main(void)
+{
+    printf("%s %s %d\n", SFB_VERSION_STRING, sfb_version(), SFB_VERSION_NUMBER);
+    return strcmp(SFB_VERSION_STRING, sfb_version()) != 0;
+}
+CEOF
+cc -std=c11 -o "$work/ver" "$work/ver.c" $flags -Wl,-rpath,"$libdir" >"$tmp/ccv.log" 2>&1
+IFS=. read -r ma mi pa <<<"$want"
+vers="$("$sfb" --version) | $(PKG_CONFIG_SYSROOT_DIR=$D PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --modversion sfb) | $(PYTHONPATH=$pydir "$py" -c 'import sfb; print(sfb.__version__)' 2>&1) | $("$work/ver" 2>&1) | $(basename "$(readlink -f "$lib")")"
+check "one version $want: sfb --version, sfb.pc, sfb.__version__, <sfb/version.h> and sfb_version(), the soname ($vers)" \
+  "[ '$vers' = 'sfb $want | $want | $want | $want $want $((ma * 10000 + mi * 100 + pa)) | libsfb.so.$want' ]"
+
 cp "$SRC/examples/mlr_numpy.py" "$SRC/examples/fashion_mnist.py" "$work/"
 out=$(PYTHONPATH=$pydir timeout 120 "$sfb" launch -n 2 -- "$py" "$work/mlr_numpy.py" --epochs 1 2>&1)
 rc=$?
