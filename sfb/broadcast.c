@@ -12,6 +12,7 @@
 #include "sfb/relay.h"
 #include "sfb/sync.h"
 #include "src/comm/comm.h"
+#include "src/base/trace.h"
 #include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
@@ -418,7 +419,9 @@ static int apply_ready(struct bcast *b, int64_t limit, int64_t now_clock, int64_
     for (size_t i = 0, j; i < n && !ret; i = j) {
         uint32_t m = b->ready[i].matrix;
         for (j = i; j < n && b->ready[j].matrix == m; j++) b->list[j - i] = &b->ready[j].view;
+        double ta = sfb__trace_on() ? sfb__trace_us() : 0;
         ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], b->list, j - i);
+        sfb__trace_span(SFB__TRACK_COMPUTE, "apply", ta, b->ready[i].clock, (int32_t)m, -1, 0);
     }
     for (size_t i = 0; i < n; i++) {
         struct pend *p = &b->ready[i];

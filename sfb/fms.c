@@ -23,6 +23,7 @@
 #include "sfb/codec.h"
 #include "sfb/sync.h"
 #include "src/comm/comm.h"
+#include "src/base/trace.h"
 #include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
@@ -359,7 +360,8 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     while (n < f->nsum && f->sum[n].clock <= limit)
         n++;
     if (n == 0) return 0;
-    double t0 = sfb__now();
+    double t0 = sfb__now(), ta = sfb__trace_on() ? sfb__trace_us() : 0;
+    int64_t first = f->sum[0].clock;
     size_t row_bytes = (size_t)f->D * sizeof(float);
     for (size_t i = 0; i < n; i++) {
         struct held *s = &f->sum[i];
@@ -392,6 +394,7 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     memmove(f->sum, f->sum + n, (f->nsum - n) * sizeof *f->sum);
     f->nsum -= n;
     acct->apply_s += sfb__now() - t0;
+    sfb__trace_span(SFB__TRACK_COMPUTE, "apply", ta, first, (int32_t)f->id, -1, 0);
     return 0;
 }
 

@@ -301,6 +301,18 @@ SFB_API int sfb_job_finish(struct sfb_job *job, int64_t last);
 SFB_API void sfb_job_abort(struct sfb_job *job, const char *reason);
 
 /* Counters since open (monotonic). */
+/* The training timeline (SFB_TIMELINE=FILE in the environment at
+ * sfb_job_open: docs/performance.md, "Where a step's time goes"): 1 when
+ * this job records one. */
+SFB_API int sfb_job_timeline_on(const struct sfb_job *job);
+/* Records a span of the caller's own on the timeline's "user" track (a
+ * framework's forward, backward, optimizer step), from t0_us to t1_us in
+ * CLOCK_REALTIME microseconds (Python's time.time() · 1e6), with the job
+ * clock it belongs to; name is copied. A no-op when the timeline is off.
+ * Any thread. */
+SFB_API void sfb_job_timeline_span(struct sfb_job *job, const char *name, double t0_us,
+                                   double t1_us, int64_t clock);
+
 struct sfb_job_stats {
     uint64_t bytes_sent, bytes_recv;   /* transport, every frame */
     uint64_t msgs_sent, msgs_recv;     /* transport frames */

@@ -232,6 +232,9 @@ def library():
         "sfb_job_engine": (ctypes.c_char_p, [vp, ctypes.c_uint32]),
         "sfb_job_plan": (ctypes.c_char_p, [vp]),
         "sfb_version": (ctypes.c_char_p, []),
+        "sfb_job_timeline_on": (ctypes.c_int, [vp]),
+        "sfb_job_timeline_span": (None, [vp, ctypes.c_char_p, ctypes.c_double, ctypes.c_double,
+                                         ctypes.c_int64]),
         "sfb_job_wait": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
         "sfb_job_publish": (ctypes.c_int, [vp, ctypes.c_int64, P(_SF), ctypes.c_uint32]),
         "sfb_job_publish_one": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32, P(_SF)]),
@@ -558,6 +561,17 @@ class Job:
     def drain(self, last):
         """Applies every peer update of clocks <= last."""
         _check(library().sfb_job_drain(self._handle(), _clock("drain: last", last), None))
+
+    def timeline_on(self):
+        """True when this job records a training timeline (SFB_TIMELINE)."""
+        return bool(library().sfb_job_timeline_on(self._handle()))
+
+    def timeline_span(self, name, t0_us, t1_us, clock=-1):
+        """A span of the caller's own on the timeline's user track, from
+        t0_us to t1_us (time.time() * 1e6), belonging to job clock `clock`;
+        a no-op when the timeline is off."""
+        library().sfb_job_timeline_span(self._handle(), _enc(str(name)), float(t0_us),
+                                        float(t1_us), int(clock))
 
     def barrier(self):
         _check(library().sfb_job_barrier(self._handle()))

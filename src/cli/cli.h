@@ -18,6 +18,7 @@ struct cli_job {
     int nprocs;           /* run: -n */
     int with_n;           /* `sfb run`: -n allowed */
     const char *out_dir;  /* where the model and metrics go by default */
+    const char *timeline; /* --timeline: SFB_TIMELINE for the workers (NULL: as set) */
     int quiet;
     enum sfb_log_level log_level;
     int out_dir_used;     /* a default path lies in out_dir */
@@ -63,6 +64,9 @@ int cli_worker(int argc, char **argv);
  * above the commands. */
 extern int (*cli_forked_worker)(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+/* `sfb timeline` (cmd_timeline.c): merges a training timeline's per-rank
+ * files and accounts each step. */
+int cli_timeline(int argc, char **argv);
 /* `sfb launch` (src/cli/cmd_launch.c) */
 int cli_launch(int argc, char **argv);
 

@@ -25,6 +25,9 @@ static const struct command {
      "ranks: sfb launch -n 4 -- python3 examples/mlr_numpy.py"},
     {"eval", cli_eval, "evaluate a saved model file on a dataset"},
     {"topo", sfb_cli_topo, "analyse and simulate overlay topologies"},
+    {"timeline", cli_timeline,
+     "merge a training timeline's files (SFB_TIMELINE=FILE) and account\n"
+     "each step: compute, apply, network, wait"},
 };
 
 static void usage(FILE *f)

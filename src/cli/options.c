@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +199,10 @@ static const struct cli_opt job_rows2[] = {
     S("model-out", model_out, "FILE", "model file (default DIR/model.sfb)"),
     S("metrics-out", metrics_out, "PATTERN", "JSON-lines metrics, %r = rank (required with\n"
                                            "more than one worker; default DIR/metrics.%r.jsonl)"),
+    {ROW(CLI_STR, "timeline", 0, J(timeline)), "PATTERN",
+     "each worker writes its training timeline here,\n"
+     "%r = rank (Chrome trace JSON; `sfb timeline`\n"
+     "merges and accounts them; as SFB_TIMELINE)", .umin = 1, .want = "a file path"},
     SECTION("checkpoints:"),
     U("checkpoint-every", checkpoint_every, 1, UINT64_MAX >> 2, "N", "a positive number of clocks",
       "every N clocks each worker writes a checkpoint\n"
@@ -380,6 +385,11 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         return 2;
     }
     if (!with_n && (r = env_rank_world(cmd, job))) return r;
+    /* the job reads it when it opens (every worker: forks and execs inherit it) */
+    if (job->timeline && setenv("SFB_TIMELINE", job->timeline, 1)) {
+        fprintf(stderr, "sfb %s: --timeline: %s\n", cmd, strerror(errno));
+        return 1;
+    }
     uint32_t world = cli_known_world(job, with_n);
     if (sfb_train_check_settings(&job->train, world)) {
         fprintf(stderr, "sfb %s: %s\n", cmd, sfb_last_error());

@@ -1,6 +1,7 @@
 #include "config.h"
 #include "src/comm/comm_impl.h"
 #include "src/base/timeline.h"
+#include "src/base/trace.h"
 #include "src/boot/bootstrap.h"
 #include "src/base/bytes.h"
 #include "src/base/util.h"
@@ -201,6 +202,9 @@ int sfb__comm_on_frame(void *user, struct sfb__frame *f)
         if (h.type != SFB_WIRE_HEARTBEAT) c->live.talks[f->src] = 1;
     }
     if (on_control(c, f, &h, payload)) return 1;
+    if (sfb__trace_on()) /* a data frame: who sent it, of which update */
+        sfb__trace_span(SFB__TRACK_NETWORK, "recv", sfb__trace_us(), h.clock, (int32_t)h.matrix,
+                        (int32_t)f->src, f->len);
     if (c->s.on_data) return c->s.on_data(c->s.user, f, &h);
     return 0;
 }

@@ -9,6 +9,7 @@
 #include "sfb/sync.h"
 #include "src/base/util.h"
 #include "src/base/timeline.h"
+#include "src/base/trace.h"
 #include "src/comm/comm.h"
 #include "src/ssp/ssp.h"
 #include "src/job/job_internal.h"
@@ -149,6 +150,13 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     const char *unchecked = getenv("SFB_DEBUG_PUBLISH_UNCHECKED");
     if ((job->debug_unchecked = unchecked && !strcmp(unchecked, "1")))
         SFB_LOG_W("SFB_DEBUG_PUBLISH_UNCHECKED=1: this rank publishes factors unchecked");
+    const char *timeline = getenv("SFB_TIMELINE");
+    if (timeline && *timeline &&
+        (ret = sfb__trace_open(timeline, sfb__comm_rank(job->comm)))) {
+        sfb__comm_close(&job->comm);
+        free(job);
+        return ret;
+    }
     *job_out = job;
     return 0;
 }
@@ -492,7 +500,9 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
                           "for clock %lld%s", (long long)clock, (long long)job->next,
                           job->waited ? ", after its publish" : "");
     struct sfb__sync_clock a = {0};
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     if ((ret = job->engine->wait(job->engine_priv, clock, &a))) return ret;
+    sfb__trace_span(SFB__TRACK_COMPUTE, "wait", t0, clock, -1, -1, 0);
     if ((ret = sfb__ssp_record(&job->ssp, clock))) return ret;
     job->waited = 1;
     to_public(acct, &a);
@@ -596,7 +606,9 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
     for (uint32_t m = 0; m < n && !ret; m++) ret = check_finite(job, __func__, clock, &sf[m], m);
     if (ret) return ret;
     for (uint32_t m = 0; m < n; m++) stamp(job, &sf[m], m, clock);
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     if ((ret = job->engine->publish(job->engine_priv, clock, sf, n))) return ret;
+    sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, -1, -1, 0);
     clock_done(job);
     return 0;
 }
@@ -612,7 +624,9 @@ int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, struct s
     if (!ret) ret = check_finite(job, __func__, clock, sf, m);
     if (ret) return ret;
     stamp(job, sf, m, clock);
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     if ((ret = job->engine->publish_one(job->engine_priv, clock, m, sf))) return ret;
+    sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, (int32_t)m, -1, 0);
     one_done(job, m);
     return 0;
 }
@@ -641,7 +655,9 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
                           "is %g (an update must hold finite numbers only: nothing was "
                           "published)", (long long)clock, m, at / cols, at % cols,
                           (double)delta[at]);
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     if ((ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta))) return ret;
+    sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, (int32_t)m, -1, 0);
     one_done(job, m);
     return 0;
 }
@@ -664,7 +680,9 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
     if (!ret) ret = check_last(job, last, __func__);
     if (ret) return ret;
     struct sfb__sync_clock a = {0};
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     ret = job->engine->drain(job->engine_priv, last, &a);
+    sfb__trace_span(SFB__TRACK_COMPUTE, "drain", t0, last, -1, -1, 0);
     to_public(acct, &a);
     return ret;
 }
@@ -786,6 +804,18 @@ void sfb_job_close(struct sfb_job **pjob)
     sfb__comm_close(&job->comm);
     free(job);
     *pjob = NULL;
+    if (sfb__trace_close()) SFB_LOG_W("%s", sfb_last_error());
+}
+
+int sfb_job_timeline_on(const struct sfb_job *job)
+{
+    return job && sfb__trace_on();
+}
+
+void sfb_job_timeline_span(struct sfb_job *job, const char *name, double t0_us, double t1_us,
+                           int64_t clock)
+{
+    if (job && name) sfb__trace_span_copy(SFB__TRACK_USER, name, t0_us, t1_us, clock);
 }
 
 /* ---- for the trainer (src/job/job_internal.h) ---- */

@@ -23,7 +23,7 @@ check run-help '[ $rc = 0 ] && [[ "$out" == *"--batch"* ]] && [[ "$out" == *"--s
 # each listed name runs its own --help, and the known ones are all there.
 run "$SFB" --help
 listed=$(awk '/^commands:/ { on = 1; next } on && /^$/ { exit } on && /^  [a-z]/ { print $1 }' <<<"$out")
-check help-lists-commands '[ $rc = 0 ] && [ "$(echo $listed)" = "run worker launch eval topo" ]'
+check help-lists-commands '[ $rc = 0 ] && [ "$(echo $listed)" = "run worker launch eval topo timeline" ]'
 for c in $listed; do
   run "$SFB" $c --help
   check "$c-help" '[ $rc = 0 ] && [[ "$out" == *usage* ]]'

@@ -204,7 +204,7 @@ class _Passes:
     def release(self):
         _intercept(None)
         self.fwd_hook.remove()
-        for h in self.hooks:
+        for h in self.hooks + self.tl_hooks:
             h.remove()
         for slot in self.linears:
             slot.hook.remove()
@@ -266,6 +266,9 @@ class _Passes:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
         if not self.pass_hit:
             return
+        if self.tl_end_fwd is not None:
+            self.span("backward", self.tl_end_fwd)
+            self.tl_end_fwd = None
         self.pass_hit = False
         self.passes += 1
         self.grads = True

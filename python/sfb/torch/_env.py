@@ -34,10 +34,14 @@ def _launcher_args():
     return {}
 
 
-def init(**job_args):
+def init(timeline=None, **job_args):
     """Joins the job (collective): under `sfb launch`, mpirun/srun (PMIx),
     the SFB_* environment, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
-    or alone. Keyword arguments go to sfb.Job (rank, world, rendezvous,
+    or alone. timeline: a path ("%r": the rank) where each rank writes its
+    training timeline (as SFB_TIMELINE=FILE: Chrome trace-event JSON, the
+    job's waits, publishes, applies and frames, and sfb.torch's forward per
+    layer, backward, reduce and step; `sfb timeline FILE...` merges and
+    accounts them). Keyword arguments go to sfb.Job (rank, world, rendezvous,
     provider, peer_timeout_s, ...). Unless OMP_NUM_THREADS is set, torch's
     and OpenBLAS's threads are this process's share of the CPUs it may use
     among the ranks of its host. Calling it again is a no-op.
@@ -50,6 +54,10 @@ def init(**job_args):
         return
     args = _launcher_args()
     args.update(job_args)
+    if timeline is not None:
+        if not isinstance(timeline, str) or not timeline:
+            raise _sfb.UsageError("init: timeline %r: expected a file path" % (timeline,))
+        os.environ["SFB_TIMELINE"] = timeline  # read by the job's open
     job = _sfb.Job(**args)
     host = socket.gethostname().encode()[:63].ljust(64, b"\0")
     hosts = job.allgather(host) if job.world > 1 else [host]

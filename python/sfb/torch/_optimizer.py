@@ -3,6 +3,7 @@
 DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import ast
 import threading
+import time
 import zlib
 
 import numpy as np
@@ -109,6 +110,8 @@ class _Sync(_Passes):
         self.uneven = False     # join(): ranks trained while others had joined
         self.plan = ""
         self.replicas = _replicas.Checks(check_every)
+        self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
+        self.tl_hooks, self.tl_fwd, self.tl_end_fwd = [], {}, None
         self.all_training = True  # the last reduction: every rank trained in it
         self.kept = {}          # per parameter the dense .grad tensor kept across steps
         self.handed = {}        # per parameter the .grad this wrapper set last
@@ -157,7 +160,36 @@ class _Sync(_Passes):
         self.unhooked = [p for _, p in self.model_params if id(p) in in_opt]
         self._hook_new()
         self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
+        if self.timeline:
+            self._timeline_hooks(model)
         _intercept(self)
+
+    # -- the training timeline's spans (SFB_TIMELINE; docs/performance.md)
+
+    def span(self, name, t0):
+        """A span from t0 (time.time()) to now on the timeline's user track."""
+        if self.timeline:
+            self.job.timeline_span(name, t0 * 1e6, time.time() * 1e6, self.clock)
+
+    def _timeline_hooks(self, model):
+        """forward NAME per leaf module; the model's forward end starts the
+        backward span."""
+        def pre(mod, inp, name):
+            self.tl_fwd[name] = time.time()
+
+        def post(mod, inp, out, name):
+            t0 = self.tl_fwd.pop(name, None)
+            if t0 is not None:
+                self.span("forward " + name, t0)
+            if mod is model and torch.is_grad_enabled():
+                self.tl_end_fwd = time.time()
+        for name, m in model.named_modules():
+            if m is model or not any(True for _ in m.children()):
+                label = name or "model"
+                self.tl_hooks.append(m.register_forward_pre_hook(
+                    lambda mod, inp, n=label: pre(mod, inp, n)))
+                self.tl_hooks.append(m.register_forward_hook(
+                    lambda mod, inp, out, n=label: post(mod, inp, out, n)))
 
     def _new_slot(self, weight, bias, name=None):
         """weight (and its bias) from now on by factors."""
@@ -531,6 +563,7 @@ class _Sync(_Passes):
         parameter's .grad to their weighted mean (None where no rank gave it
         one). Returns the meta matrix's rows."""
         job = self.job
+        t_reduce = time.time()
         self._publish_all()
         self.meta.fill(0)  # every row comes from its rank this clock
         job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
@@ -573,6 +606,7 @@ class _Sync(_Passes):
         self.passes = 0
         self.weight = None
         self.synced = True
+        self.span("reduce", t_reduce)
         self.clock += 1
         job.wait(self.clock)
         return meta
@@ -805,7 +839,9 @@ class _DistributedOptimizer:
             _raise_hinted(e)
         loss = None
         if not s.additive:
+            t0 = time.time()
             loss = super(self.__class__, self).step()
+            s.span("step", t0)
         s.end_step()
         return loss
 

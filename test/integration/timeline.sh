@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The training timeline (SFB_TIMELINE / --timeline, `sfb timeline`):
+#  - `sfb run -n 3 --clocks 30 --timeline tl.%r.json`: one file per rank,
+#    each valid Chrome trace JSON holding 30 waits, 30 publishes, applies
+#    and received frames from both peers; `sfb timeline -o merged.json`
+#    prints 29 steps per rank whose parts add up to the step (to 0.3 ms of
+#    rounding) and a mean line per rank; the merged file holds every event;
+#  - SFB_TIMELINE without %r: FILE.<rank>;
+#  - bad use: no file (exit 2), a file that is not a timeline (exit 1,
+#    file:line named);
+#  - sfb.torch (init(timeline=...)): forward per layer, backward, reduce
+#    and step spans on the user track beside the job's.
+# Usage: timeline.sh SFB RUN_PY LIBSFB PYTHON_DIR
+set -uo pipefail
+SFB=$1; PY=$2; LIB=$3; PYDIR=$4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+fails=0; passes=0
+check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+"$PY" --check || { echo "skipped: no python3 with numpy"; exit 77; }
+
+timeout 120 "$SFB" run -n 3 --clocks 30 --out-dir o -q --timeline "$tmp/tl.%r.json" >run.out 2>&1
+rc=$?
+check "run: exit 0 ($rc), three files" "[ $rc = 0 ] && [ -f tl.0.json ] && [ -f tl.1.json ] && [ -f tl.2.json ]"
+counts=$("$PY" - tl.0.json tl.1.json tl.2.json <<'PYEOF'
+import collections, json, sys
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    c = collections.Counter(e["name"] for e in d["traceEvents"] if e["ph"] == "X")
+    peers = sorted({e["args"]["peer"] for e in d["traceEvents"] if e["name"] == "recv"})
+    print(c["wait"], c["publish"], c["apply"] >= 29, peers, d["otherData"]["rank"])
+PYEOF
+)
+echo "$counts"
+check "each file: 30 waits, 30 publishes, applies, frames from both peers, its rank" \
+  "[ \"\$(sed -n 1p <<<'$counts')\" = '30 30 True [1, 2] 0' ] && [ \"\$(sed -n 2p <<<'$counts')\" = '30 30 True [0, 2] 1' ] && [ \"\$(sed -n 3p <<<'$counts')\" = '30 30 True [0, 1] 2' ]"
+"$SFB" timeline -o merged.json tl.0.json tl.1.json tl.2.json >acct.txt 2>&1; rc=$?
+tail -n 3 acct.txt
+check "timeline: exit 0 ($rc), 29 steps and a mean per rank" \
+  "[ $rc = 0 ] && for r in 0 1 2; do [ \$(grep -c \"^rank \$r step \" acct.txt) = 29 ] && grep -q \"^rank \$r mean of 29 steps: \" acct.txt || exit 1; done"
+check "timeline: each step's parts add up to it" \
+  "awk '/ step /{t=\$5; s=\$9+\$12+\$15+\$18; d=t-s; if (d > 0.3 || d < -0.3) bad=1} END{exit bad}' acct.txt"
+merged=$("$PY" -c 'import json,sys; print(sum(1 for e in json.load(open("merged.json"))["traceEvents"]))')
+single=$(cat tl.*.json | grep -c '^{"name"')
+check "merged: valid JSON, every event ($merged of $single)" "[ '$merged' = '$single' ]"
+
+SFB_TIMELINE="$tmp/plain" timeout 60 "$SFB" run -n 2 --clocks 5 --out-dir o2 -q >/dev/null 2>&1
+check "SFB_TIMELINE without %r: FILE.<rank>" "[ -f plain.0 ] && [ -f plain.1 ]"
+
+"$SFB" timeline >none.txt 2>&1; rc=$?
+check "timeline without files: exit 2 ($rc)" "[ $rc = 2 ] && grep -q 'no file' none.txt"
+printf '{"traceEvents":[\n{"name":"x","ph":"X","pid":0}\n' >bad.json
+"$SFB" timeline bad.json >bad.txt 2>&1; rc=$?
+check "timeline of a foreign file: exit 1 naming bad.json:2 ($rc)" "[ $rc = 1 ] && grep -q 'bad.json:2: not an event' bad.txt"
+
+if ldd "$LIB" 2>/dev/null | grep -q libasan; then
+  echo "sfb.torch part skipped: $LIB is built with ASan (python cannot load it)"
+elif "$PY" -c 'import torch' 2>/dev/null; then
+  cat >tl_torch.py <<'PYEOF'
+import sys
+sys.path.insert(0, sys.argv[2])
+import torch, torch.nn as nn
+import sfb.torch as sft
+sft.init(timeline=sys.argv[1])
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(20, 64), nn.Tanh(), nn.Linear(64, 5))
+sft.broadcast_parameters(m.state_dict())
+opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+for t in range(10):
+    opt.zero_grad()
+    nn.functional.cross_entropy(m(torch.randn(8, 20)), torch.randint(0, 5, (8,))).backward()
+    opt.step()
+sft.shutdown()
+PYEOF
+  SFB_LIB=$LIB timeout 120 "$SFB" launch -n 2 -- "$PY" tl_torch.py "$tmp/tt.%r.json" "$PYDIR" \
+    >torch.out 2>&1; rc=$?
+  names=$("$PY" -c '
+import collections, json
+d = json.load(open("tt.1.json"))
+c = collections.Counter(e["name"] for e in d["traceEvents"] if e["ph"] == "X" and e["tid"] == 2)
+print(" ".join("%s=%d" % kv for kv in sorted(c.items())))')
+  echo "torch user track: $names"
+  check "sfb.torch: forward per layer, backward, reduce, step on the user track ($rc)" \
+    "[ $rc = 0 ] && [ '$names' = 'backward=10 forward 0=10 forward 1=10 forward 2=10 forward model=10 reduce=11 step=10' ]"
+  "$SFB" timeline tt.0.json tt.1.json >tacct.txt 2>&1
+  check "sfb.torch: accounted per step" "grep -q '^rank 1 mean of 1[01] steps: ' tacct.txt"
+fi
+
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]
