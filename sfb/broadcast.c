@@ -49,6 +49,7 @@ struct mparts {
 struct partial {
     uint32_t origin;
     uint32_t left; /* matrices not applied in full */
+    uint32_t recv_left; /* matrices not received whole yet */
     int64_t clock;
     uint64_t *recv;    /* bit m: matrix m's update received whole (pending or applied) */
     struct mparts *mp; /* per matrix, from its first part frame on (NULL: none yet) */
@@ -187,8 +188,20 @@ static struct partial *get_part(struct bcast *b, uint32_t origin, int64_t clock)
     if (!recv) return NULL;
     b->last_part = b->npart;
     p = &b->part[b->npart++];
-    *p = (struct partial){.origin = origin, .left = b->nmat, .clock = clock, .recv = recv};
+    *p = (struct partial){.origin = origin, .left = b->nmat, .recv_left = b->nmat, .clock = clock,
+                          .recv = recv};
     return p;
+}
+
+/* An update of `origin` arrived whole: tells the stall check how far its
+ * updates are here without a gap (applied, or pending whole), so an
+ * update held for another rank's is not taken for one in transit. */
+static void note_arrived(struct bcast *b, uint32_t origin)
+{
+    int64_t through = sfb__ssp_applied(b->env.ssp, origin);
+    struct partial *p;
+    while ((p = find_part(b, origin, through + 1)) && p->recv_left == 0) through++;
+    sfb__comm_stall_arrived(b->c, origin, through);
 }
 
 /* Whether part `index` of `count` of matrix m of (origin, clock) can be
@@ -218,6 +231,7 @@ static const char *receive_part(struct bcast *b, uint32_t origin, int64_t clock,
         if (q->got != (count >= 64 ? UINT64_MAX : (1ull << count) - 1)) return NULL;
     }
     p->recv[m / 64] |= 1ull << (m % 64);
+    if (--p->recv_left == 0) note_arrived(b, origin);
     return NULL;
 }
 

@@ -383,6 +383,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->final_clock);
     free(c->stall.peer_pub);
     free(c->stall.peer_pub_us);
+    free(c->stall.arrived);
     sfb__comm_close_pidfds(c);
     free(c->live.peer_pid);
     free(c->host_of);

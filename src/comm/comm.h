@@ -136,6 +136,11 @@ int sfb__comm_peers_know(struct sfb__comm *c);
  * arrived (comm_stall.c). Engines call it in every blocking wait. Compute
  * thread. */
 struct sfb__ssp;
+/* The stall check's record of what has arrived from `origin`: every update
+ * of its clocks <= `through` is here, applied or held (an ordered engine
+ * holds a complete update until every rank's of the clock has come; such
+ * an update is not in transit). Engines call it as updates complete. */
+void sfb__comm_stall_arrived(struct sfb__comm *c, uint32_t origin, int64_t through);
 int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
                          const struct sfb__ssp *ssp);
 

@@ -55,6 +55,7 @@ struct sfb__comm_live {
 struct sfb__comm_stall {
     _Atomic int64_t published, published_us;
     _Atomic int64_t *peer_pub, *peer_pub_us;
+    _Atomic int64_t *arrived; /* per origin: every update through this clock is here */
     double next_probe; /* compute thread */
     int debug_drop_sf; /* SFB_DEBUG_DROP_SF_AT names this rank: it drops every SF
                         * frame and bundle it receives (tests: test/integration/stall.sh) */

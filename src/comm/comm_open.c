@@ -180,8 +180,9 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
     c->final_clock = calloc(c->world, sizeof *c->final_clock);
     c->stall.peer_pub = calloc(c->world, sizeof *c->stall.peer_pub);
     c->stall.peer_pub_us = calloc(c->world, sizeof *c->stall.peer_pub_us);
+    c->stall.arrived = calloc(c->world, sizeof *c->stall.arrived);
     if (!c->live.last_heard || !c->live.said_bye || !c->final_clock || !c->live.last_sent ||
-        !c->live.talks || !c->stall.peer_pub || !c->stall.peer_pub_us)
+        !c->live.talks || !c->stall.peer_pub || !c->stall.peer_pub_us || !c->stall.arrived)
         return -ENOMEM;
     atomic_init(&c->stall.published, -1);
     const char *drop = getenv("SFB_DEBUG_DROP_SF_AT");
@@ -194,6 +195,7 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
     for (uint32_t p = 0; p < c->world; p++) {
         atomic_init(&c->final_clock[p], INT64_MAX);
         atomic_init(&c->stall.peer_pub[p], -1);
+        atomic_init(&c->stall.arrived[p], INT64_MIN);
     }
     return 0;
 }

@@ -2,6 +2,7 @@
  * the dispatch the engines call (src/comm/comm.h). The loopback's table is
  * in src/comm/comm_loopback.c. */
 #include "config.h"
+#include "src/base/trace.h"
 #include "src/base/util.h"
 #include "src/boot/bootstrap.h"
 #include "src/comm/comm_impl.h"
@@ -63,8 +64,11 @@ int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hd
                    struct sfb__buf *buf, size_t off, size_t len, double timeout_s)
 {
     if (!c->ops) return no_peers();
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     int ret = c->ops->send(c, dst, hdr, hdr_len, buf, off, len, timeout_s);
     if (!ret && c->budget.paced) sfb__pace_charge(&c->budget.pace, hdr_len + len, sfb__now());
+    /* a data frame handed to the transport (it leaves in the background) */
+    if (!ret) sfb__trace_span(SFB__TRACK_NETWORK, "send", t0, -1, -1, (int32_t)dst, hdr_len + len);
     return ret;
 }
 

@@ -54,6 +54,13 @@ void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *paylo
     if (flags & STATUS_ASK) send_status(c, src, 0);
 }
 
+void sfb__comm_stall_arrived(struct sfb__comm *c, uint32_t origin, int64_t through)
+{
+    if (!c || !c->stall.arrived || origin >= c->world) return;
+    if (through > atomic_load_explicit(&c->stall.arrived[origin], memory_order_relaxed))
+        atomic_store_explicit(&c->stall.arrived[origin], through, memory_order_relaxed);
+}
+
 int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                           const struct sfb__ssp *ssp)
 {
@@ -62,7 +69,9 @@ int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
     int ask = now >= c->stall.next_probe;
     if (ask) c->stall.next_probe = now + T / 4;
     for (uint32_t o = 0; o < c->world; o++) {
-        int64_t have = sfb__ssp_applied(ssp, o);
+        /* applied, or here and held (an ordered engine's complete updates) */
+        int64_t have = SFB_MAX(sfb__ssp_applied(ssp, o),
+                               atomic_load_explicit(&c->stall.arrived[o], memory_order_relaxed));
         if (o == c->rank || have >= required) continue;
         int64_t pub = atomic_load_explicit(&c->stall.peer_pub[o], memory_order_acquire);
         double age = now - 1e-6 * (double)atomic_load_explicit(&c->stall.peer_pub_us[o],

@@ -2,14 +2,14 @@
 # The training timeline (SFB_TIMELINE / --timeline, `sfb timeline`):
 #  - `sfb run -n 3 --clocks 30 --timeline tl.%r.json`: one file per rank,
 #    each valid Chrome trace JSON holding 30 waits, 30 publishes, applies
-#    and received frames from both peers; `sfb timeline -o merged.json`
+#    and frames received from and sent to both peers; `sfb timeline -o merged.json`
 #    prints 29 steps per rank whose parts add up to the step (to 0.3 ms of
 #    rounding) and a mean line per rank; the merged file holds every event;
 #  - SFB_TIMELINE without %r: FILE.<rank>;
 #  - bad use: no file (exit 2), a file that is not a timeline (exit 1,
 #    file:line named);
-#  - sfb.torch (init(timeline=...)): forward per layer, backward, reduce
-#    and step spans on the user track beside the job's.
+#  - sfb.torch (init(timeline=...)): forward and backward per layer, the
+#    backward pass, reduce and step on the user track beside the job's.
 # Usage: timeline.sh SFB RUN_PY LIBSFB PYTHON_DIR
 set -uo pipefail
 SFB=$1; PY=$2; LIB=$3; PYDIR=$4
@@ -29,12 +29,13 @@ for f in sys.argv[1:]:
     d = json.load(open(f))
     c = collections.Counter(e["name"] for e in d["traceEvents"] if e["ph"] == "X")
     peers = sorted({e["args"]["peer"] for e in d["traceEvents"] if e["name"] == "recv"})
-    print(c["wait"], c["publish"], c["apply"] >= 29, peers, d["otherData"]["rank"])
+    to = sorted({e["args"]["peer"] for e in d["traceEvents"] if e["name"] == "send"})
+    print(c["wait"], c["publish"], c["apply"] >= 29, peers, to == peers, d["otherData"]["rank"])
 PYEOF
 )
 echo "$counts"
-check "each file: 30 waits, 30 publishes, applies, frames from both peers, its rank" \
-  "[ \"\$(sed -n 1p <<<'$counts')\" = '30 30 True [1, 2] 0' ] && [ \"\$(sed -n 2p <<<'$counts')\" = '30 30 True [0, 2] 1' ] && [ \"\$(sed -n 3p <<<'$counts')\" = '30 30 True [0, 1] 2' ]"
+check "each file: 30 waits, 30 publishes, applies, frames from and to both peers, its rank" \
+  "[ \"\$(sed -n 1p <<<'$counts')\" = '30 30 True [1, 2] True 0' ] && [ \"\$(sed -n 2p <<<'$counts')\" = '30 30 True [0, 2] True 1' ] && [ \"\$(sed -n 3p <<<'$counts')\" = '30 30 True [0, 1] True 2' ]"
 "$SFB" timeline -o merged.json tl.0.json tl.1.json tl.2.json >acct.txt 2>&1; rc=$?
 tail -n 3 acct.txt
 check "timeline: exit 0 ($rc), 29 steps and a mean per rank" \
@@ -81,8 +82,8 @@ d = json.load(open("tt.1.json"))
 c = collections.Counter(e["name"] for e in d["traceEvents"] if e["ph"] == "X" and e["tid"] == 2)
 print(" ".join("%s=%d" % kv for kv in sorted(c.items())))')
   echo "torch user track: $names"
-  check "sfb.torch: forward per layer, backward, reduce, step on the user track ($rc)" \
-    "[ $rc = 0 ] && [ '$names' = 'backward=10 forward 0=10 forward 1=10 forward 2=10 forward model=10 reduce=11 step=10' ]"
+  check "sfb.torch: forward and backward per layer, backward, reduce, step on the user track ($rc)" \
+    "[ $rc = 0 ] && [ '$names' = 'backward=10 backward 0=10 backward 2=10 forward 0=10 forward 1=10 forward 2=10 forward model=10 reduce=11 step=10' ]"
   "$SFB" timeline tt.0.json tt.1.json >tacct.txt 2>&1
   check "sfb.torch: accounted per step" "grep -q '^rank 1 mean of 1[01] steps: ' tacct.txt"
 fi

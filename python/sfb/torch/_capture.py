@@ -10,6 +10,7 @@ nn.Linear.forward calls it as F.linear, multi_head_attention_forward as the
 module's global `linear`, so both come here; a call on a weight sfb does not
 carry goes to torch's own."""
 import threading
+import time
 
 import numpy as np
 import torch
@@ -127,6 +128,7 @@ class _LinearFactors(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
+        t0 = time.time()
         x, weight = ctx.saved_tensors
         gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
         slot = ctx.slot
@@ -138,6 +140,8 @@ class _LinearFactors(torch.autograd.Function):
             go = full
         slot.sync.take(slot, go, x.detach().reshape(-1, slot.inputs) if want_w else None,
                        want_w, want_b)
+        if slot.sync.timeline:
+            slot.sync.span("backward " + slot.name, t0)
         return gx, None, None, torch.zeros(1), None, None
 
 

@@ -13,6 +13,8 @@ its engine.
 
 Only 1-D and 2-D convolutions with groups = 1 and numeric padding, at
 staleness 0, are considered; the rest go densely."""
+import time
+
 import torch
 import torch.nn.functional as F
 
@@ -38,6 +40,7 @@ class _ConvFactors(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
+        t0 = time.time()
         x, weight = ctx.saved_tensors
         stride, padding, dilation = ctx.geom
         slot = ctx.slot
@@ -60,6 +63,8 @@ class _ConvFactors(torch.autograd.Function):
             c = F.unfold(x.detach(), kernel, dilation, padding, stride)
             c = c.transpose(1, 2).reshape(-1, slot.inputs)
         slot.sync.take(slot, b, c, want_w, want_b)
+        if slot.sync.timeline:
+            slot.sync.span("backward " + slot.name, t0)
         return gx, None, None, torch.zeros(1), None, None
 
 

@@ -9,6 +9,8 @@ CSR c with one non-zero. The engine applies it by its sparse pass, a
 scatter-add, and the extra row counts who touched each id (the weights of
 the ranks that did), so the reduction knows the union of the touched rows
 without reading the table. (docs/torch.md, "Sparse rows")"""
+import time
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -128,6 +130,7 @@ class _RowsFactors(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
+        t0 = time.time()
         weight, psw = ctx.saved_tensors
         slot = ctx.slot
         want_psw = psw is not None and ctx.needs_input_grad[1]
@@ -139,6 +142,8 @@ class _RowsFactors(torch.autograd.Function):
         g = got[0].coalesce()
         if ctx.needs_input_grad[0]:
             slot.sync.take_rows(slot, g.indices()[0], g.values(), ctx.n)
+        if slot.sync.timeline:
+            slot.sync.span("backward " + slot.name, t0)
         return None, got[1] if want_psw else None, torch.zeros(1), None, None, None
 
 
