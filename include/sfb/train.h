@@ -94,10 +94,15 @@ struct sfb_train_settings {
     uint64_t checkpoint_every;  /* write one every N clocks (0: never) */
     const char *checkpoint_dir; /* where (NULL: "sfb-ckpt") */
     const char *resume_dir;     /* continue from the newest checkpoint every rank has there */
-    /* replica checks (docs/robustness.md): under BSP every N clocks the
-     * ranks compare each matrix's fingerprint and repair a replica that
-     * differs from the majority's (default 100; 0: only at the end) */
+    /* replica checks (docs/robustness.md): with `ordered` (BSP), every N
+     * clocks the ranks compare each matrix's fingerprint and repair a
+     * replica that differs from the majority's (default 100; 0: only at the
+     * end); otherwise the end of a run measures the replicas' drift */
     uint64_t check_every;
+    int ordered;             /* BSP: every replica applies a clock's updates in rank
+                                order, the own one among them, so all hold the same
+                                bits after every clock (sfb_job_attach.ordered; costs
+                                the own update's early apply). Default 0 */
 };
 
 SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);

@@ -214,11 +214,15 @@ static const struct cli_opt job_rows2[] = {
      "continue from the newest checkpoint valid on every\n"
      "rank (same settings and -n; --clocks/--epochs may grow)", .umin = 1, .want = "a directory"},
     SECTION("replicas:"),
+    {ROW(CLI_FLAG, "ordered", 0, T(ordered)), NULL,
+     "BSP: apply each clock's updates in rank order,\n"
+     "so every replica holds the same bits (slower:\n"
+     "the own update waits for the peers')", .ival = 1},
     U("check-every", check_every, 0, UINT64_MAX >> 2, "N", "0 or a number of clocks",
-      "under BSP every N clocks the workers compare\n"
+      "with --ordered every N clocks the workers compare\n"
       "their replicas' fingerprints and repair one that\n"
       "differs from the majority (0: only at the end;\n"
-      "default 100)"),
+      "default 100); else the end measures their drift"),
     {ROW(CLI_FLAG, "quiet", 'q', J(quiet)), NULL, "no progress output", .ival = 1},
     {ROW(CLI_FLAG, "verbose", 'v', J(log_level)), NULL, "debug logging (same as --log-level debug)",
      .ival = SFB_LOG_DEBUG},

@@ -185,7 +185,7 @@ int sfb__replicas_at_clock(struct worker *w, struct sfb__replicas *rc, int64_t c
 {
     int ret = debug_flip(w, rc, clock);
     uint64_t every = w->s->check_every;
-    if (ret || w->s->staleness != 0 || !every || clock == w->start || clock % (int64_t)every)
+    if (ret || !w->s->ordered || !every || clock == w->start || clock % (int64_t)every)
         return ret;
     uint32_t differed;
     return check(w, rc, clock, &differed);
@@ -229,7 +229,7 @@ int sfb__replicas_final(struct worker *w, struct sfb__replicas *rc, int64_t cloc
 {
     int ret = 0;
     uint32_t differed = 0;
-    if (w->s->staleness == 0) {
+    if (w->s->ordered) {
         ret = check(w, rc, clock, &differed);
     } else {
         uint64_t *all;
@@ -242,10 +242,11 @@ int sfb__replicas_final(struct worker *w, struct sfb__replicas *rc, int64_t cloc
     if (ret) return ret;
     if (w->rank == 0) {
         if (rc->drift_matrix >= 0)
-            SFB_LOG_I("replicas: the same updates, summed in another order under staleness "
-                      "%lld: drift %.3g at most (matrix %d, rank %u against rank 0; %" PRIu64
-                      " checks)", (long long)w->s->staleness, rc->drift, rc->drift_matrix,
-                      rc->drift_rank, rc->checks);
+            SFB_LOG_I("replicas: the same updates, added in another order on each rank (%s): "
+                      "drift %.3g at most (matrix %d, rank %u against rank 0; %" PRIu64
+                      " check%s)", w->s->staleness ? "stale synchronous" : "--ordered: the same bits",
+                      rc->drift, rc->drift_matrix, rc->drift_rank, rc->checks,
+                      rc->checks == 1 ? "" : "s");
         else if (rc->repaired)
             SFB_LOG_I("replicas: identical, after %" PRIu64 " repair%s (%" PRIu64 " checks)",
                       rc->repaired, rc->repaired == 1 ? "" : "s", rc->checks);

@@ -101,6 +101,9 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if (s->epochs == 0 && s->clocks == 0)
         return sfb__error(-EINVAL, "nothing to do: epochs and clocks are both 0");
     if (s->staleness < -1) return sfb__error(-EINVAL, "staleness must be >= -1");
+    if (s->ordered && s->staleness != 0)
+        return sfb__error(-SFB_EUSAGE, "--ordered applies under BSP (--staleness 0), not "
+                          "--staleness %lld", (long long)s->staleness);
     if (!(s->link_gbps >= 0) || s->link_gbps > 1e6)
         return sfb__error(-EINVAL, "--link-gbps %g: want a bandwidth in (0, 1e6] Gbit/s (0: "
                           "measure)", s->link_gbps);

@@ -140,9 +140,9 @@ static int agree_settings(struct worker *w)
     uint64_t total = s->clocks ? s->clocks
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
-             "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\ncheck_every=%" PRIu64 "\n", total,
-             s->checkpoint_every, s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us,
-             s->check_every);
+             "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\ncheck_every=%" PRIu64
+             "\nordered=%d\n", total, s->checkpoint_every, s->resume_dir ? "yes" : "no",
+             s->link_gbps, s->latency_us, s->check_every, s->ordered);
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed to load its data and aborted instead of coming */
     return sfb_job_agree(w->job, text);
@@ -294,10 +294,10 @@ static int attach(struct worker *w)
     a.link_gbps = s->link_gbps;
     a.latency_us = s->latency_us;
     a.priority = s->priority;
-    /* BSP: every replica applies a clock's updates in rank order, so all
-     * hold the same bits after every clock (replica checks compare them
+    /* --ordered: every replica applies a clock's updates in rank order, so
+     * all hold the same bits after every clock (replica checks compare them
      * exactly) */
-    a.ordered = s->staleness == 0;
+    a.ordered = s->ordered;
     int auto_sync = sfb__sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */

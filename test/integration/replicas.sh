@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Replica health of the built-in trainer (`sfb run -n P`, Fashion-MNIST MLR,
 # 300 clocks):
-#  - BSP, sfb and fms: every rank's replica (--model-out with %r) holds the
-#    same bytes at the end (before, the own update applied at publish and the
-#    peers' as they came: the replicas parted in their last bits), and rank
-#    0 says "replicas: identical (6 checks)" with --check-every 50;
+#  - --ordered, sfb and fms: every rank's replica (--model-out with %r) holds
+#    the same bytes at the end (without it the own update applies at publish
+#    and the peers' as they come: the replicas part in their last bits), and
+#    rank 0 says "replicas: identical (6 checks)" with --check-every 50;
 #  - SFB_DEBUG_FLIP=1:100:0:1234:30 flips one bit of rank 1's replica at
 #    clock 100: the check of clock 100 names rank 1, matrix 0 and row 1,
 #    repairs it from rank 0, and every final replica equals the clean run's,
 #    byte for byte;
 #  - the same flip with 2 ranks: no majority, every rank fails naming both;
-#  - staleness 2: the end-of-run check measures the drift (the same updates
-#    summed in another order), below 1e-4.
+#  - without --ordered (BSP) and at staleness 2: the end-of-run check
+#    measures the drift (the same updates added in another order), below
+#    1e-4; --ordered with staleness 2 is refused (exit 2).
 # Usage: replicas.sh SFB
 set -uo pipefail
 SFB=$1
@@ -31,7 +32,7 @@ same() { # DIR_A DIR_B N: every replica of B equals A's rank 0 replica
 }
 
 for sync in sfb fms; do
-  run "clean_$sync" -n 4 --sync "$sync" --check-every 50; rc=$?
+  run "clean_$sync" -n 4 --sync "$sync" --ordered --check-every 50; rc=$?
   check "$sync: exit 0 ($rc)" "[ $rc = 0 ]"
   check "$sync: the 4 replicas hold the same bytes" "same clean_$sync clean_$sync 4"
   check "$sync: rank 0 says replicas: identical (6 checks)" \
@@ -39,7 +40,7 @@ for sync in sfb fms; do
 done
 grep -h 'replicas:' clean_sfb.out
 
-SFB_DEBUG_FLIP=1:100:0:1234:30 run flip -n 4 --check-every 50; rc=$?
+SFB_DEBUG_FLIP=1:100:0:1234:30 run flip -n 4 --ordered --check-every 50; rc=$?
 grep -h 'replica\|FLIP' flip.out
 check "flip: exit 0 ($rc)" "[ $rc = 0 ]"
 check "flip: rank 1 names matrix 0, 1 row from row 1, repaired from rank 0" \
@@ -52,15 +53,20 @@ check "flip: every final replica equals the clean run's, byte for byte" "same cl
 check "flip: rank 1's metrics hold the repair" \
   "grep -q '\"event\":\"replica_repair\",\"rank\":1,\"clock\":100,\"matrix\":0,\"first_row\":1,\"rows\":1,\"from\":0' flip/metrics.1.jsonl"
 
-SFB_DEBUG_FLIP=1:100 run split -n 2 --check-every 50; rc=$?
+SFB_DEBUG_FLIP=1:100 run split -n 2 --ordered --check-every 50; rc=$?
 check "2 ranks, flipped: exit non-zero ($rc), no majority named on both ranks" \
   "[ $rc != 0 ] && [ \$(grep -c 'no majority to repair it from (rank 0: one replica; rank 1: another)' split.out) -ge 2 ]"
 
-run ssp -n 4 --staleness 2; rc=$?
-d=$(sed -n 's/.*drift \([^ ]*\) at most.*/\1/p' ssp.out | head -n 1)
-grep -h 'replicas:' ssp.out
-check "ssp: exit 0 ($rc), the drift measured ($d) and below 1e-4" \
-  "[ $rc = 0 ] && [ -n '$d' ] && awk 'BEGIN{exit !($d < 1e-4)}'"
+for mode in bsp ssp; do
+  if [ $mode = ssp ]; then run $mode -n 4 --staleness 2; else run $mode -n 4; fi; rc=$?
+  d=$(sed -n 's/.*drift \([^ ]*\) at most.*/\1/p' $mode.out | head -n 1)
+  grep -h 'replicas:' $mode.out
+  check "$mode unordered: exit 0 ($rc), the drift measured ($d) and below 1e-4" \
+    "[ $rc = 0 ] && [ -n '$d' ] && awk 'BEGIN{exit !($d < 1e-4)}'"
+done
+run bad -n 2 --ordered --staleness 2; rc=$?
+check "--ordered with --staleness 2: refused, exit 2 ($rc)" \
+  "[ $rc = 2 ] && grep -q -- '--ordered applies under BSP' bad.out"
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

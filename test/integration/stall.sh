@@ -4,7 +4,8 @@
 # and heart-beating) fails the job within the stall timeout, naming the
 # rank whose published update never came, over full P2P and over the Halton
 # overlay's relays; peers that compute longer than the timeout do not trip
-# it; --stall-timeout 0 turns it off.
+# it, also under --ordered (an update held for a slow rank's is not lost);
+# --stall-timeout 0 turns it off.
 # Usage: stall.sh SFB
 set -uo pipefail
 SFB=$1
@@ -46,6 +47,14 @@ maxwait=$(python3 -c "
 import json, glob
 print(max(json.loads(l).get('wait_s', 0) for f in glob.glob('$tmp/slow/metrics.*.jsonl') for l in open(f)))")
 check "slow peers: a wait outlasted the 1 s timeout (longest $maxwait s)" "awk 'BEGIN{exit !($maxwait > 1)}'"
+
+# The same under --ordered, where a fast peer's update arrives whole and is
+# held until the slow one's comes: held is not in transit, no stall.
+timeout 120 "$SFB" run "${job[@]}" -n 3 --clocks 4 --stall-timeout 1 --debug-delay-ms 3000 \
+  --ordered --out-dir "$tmp/slow_ordered" >"$tmp/slow_ordered.log" 2>&1
+rc=$?
+check "slow peers, --ordered: exits 0 (rc=$rc)" "[ $rc = 0 ]"
+[ $rc = 0 ] || grep -m2 'stalled\|error' "$tmp/slow_ordered.log"
 
 # --stall-timeout 0: no stall check; the lost update keeps the job waiting.
 SFB_DEBUG_DROP_SF_AT=1 timeout 6 "$SFB" run "${job[@]}" -n 3 --clocks 1000 --stall-timeout 0 \
