@@ -5,8 +5,6 @@
 #    (the same samples per step; only float rounding differs), >= 0.80;
 #  - examples/torch_cnn.py under `sfb launch -n 2`, a few steps: a plan with
 #    the convolutions on the dense engine, a result line;
-#  - examples/torch_word_lm.py, LSTM and Transformer, under `sfb launch -n 4` and
-#    `-n 1`: the same held-out loss within 2 %, the embedding as sparse rows;
 #  - torch_mlp.py under mpirun (PMIx) and torchrun (RANK, WORLD_SIZE,
 #    MASTER_ADDR, MASTER_PORT): a job of 2, a result line saying so.
 # Usage: torch_examples.sh SFB RUN_PY EXAMPLES_DIR
@@ -40,35 +38,6 @@ check "cnn: the convolutions on the dense engine" \
   "grep -qE '^\[0\]   dense \(6 tensors, [0-9]+ values: 0.weight, 0.bias, 3.weight, 3.bias, ...\): fms' '$tmp/cnn'"
 check "cnn: the head's Linear layers by their plan" \
   "[ \$(grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ' '$tmp/cnn') = 2 ]"
-
-# the word language models on Debian's fortunes (skipped without them): at
-# -n 4 and -n 1 the same held-out loss within 2 % after the same words
-# (dropout off: the draws are each rank's own), the table as sparse rows
-if [ -d /usr/share/games/fortunes ]; then
-  # three of its files (420 KB): reading the whole corpus costs each run seconds
-  mkdir -p "$tmp/corpus"
-  cp /usr/share/games/fortunes/{computers,science,work} "$tmp/corpus/" 2>/dev/null
-  lm=(--steps 30 --dim 32 --vocab 2000 --dropout 0 --global-batch 8 --bptt 20 --log-every 30
-      --corpus "$tmp/corpus")
-  for m in lstm transformer; do
-    timeout 300 "$SFB" launch -n 4 -- "$PY" "$EX/torch_word_lm.py" --model $m "${lm[@]}" \
-      >"$tmp/$m.4" 2>&1; rc4=$?
-    timeout 300 "$SFB" launch -n 1 -- "$PY" "$EX/torch_word_lm.py" --model $m "${lm[@]}" \
-      >"$tmp/$m.1" 2>&1; rc1=$?
-    tail -n 1 "$tmp/$m.4" "$tmp/$m.1"
-    v4=$(val "$tmp/$m.4" valid_loss); v1=$(val "$tmp/$m.1" valid_loss)
-    check "word_lm $m: -n 4 and -n 1 exit 0 ($rc4, $rc1), world 4" \
-      "[ $rc4 = 0 ] && [ $rc1 = 0 ] && [ '$(val "$tmp/$m.4" world)' = 4 ]"
-    check "word_lm $m: -n 4's held-out loss $v4 within 2 % of -n 1's $v1, below ln(2000) = 7.6" \
-      "awk 'BEGIN{d = ($v4 - $v1) / $v1; exit !(\"$v4\" != \"\" && \"$v1\" != \"\" && d <= 0.02 && d >= -0.02 && $v4 < 7.6)}'"
-    check "word_lm $m: the embedding as sparse rows in the plan" \
-      "grep -qE '^\[0\]   emb.weight \([0-9]+x32, sparse rows\): sfb' '$tmp/$m.4'"
-  done
-  check "word_lm lstm: the LSTM's four matrices each in the plan" \
-    "[ \$(grep -cE '^\[0\]   rnn.weight_(ih|hh)_l[01] \(128x32\+bias\): (sfb|fms) ' '$tmp/lstm.4') = 4 ]"
-else
-  echo "word_lm: skipped (no /usr/share/games/fortunes: apt-get install fortunes)"
-fi
 
 if command -v mpirun >/dev/null; then
   extra=(--oversubscribe); [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
