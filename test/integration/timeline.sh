@@ -55,7 +55,7 @@ printf '{"traceEvents":[\n{"name":"x","ph":"X","pid":0}\n' >bad.json
 "$SFB" timeline bad.json >bad.txt 2>&1; rc=$?
 check "timeline of a foreign file: exit 1 naming bad.json:2 ($rc)" "[ $rc = 1 ] && grep -q 'bad.json:2: not an event' bad.txt"
 
-if ldd "$LIB" 2>/dev/null | grep -q libasan; then
+if grep -q libasan <<<"$(ldd "$LIB" 2>/dev/null)"; then  # (read whole: pipefail)
   echo "sfb.torch part skipped: $LIB is built with ASan (python cannot load it)"
 elif "$PY" -c 'import torch' 2>/dev/null; then
   cat >tl_torch.py <<'PYEOF'
