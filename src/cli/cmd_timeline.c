@@ -70,12 +70,12 @@ static int take_line(struct tl *t, const char *line, const char *file, long line
         t->cap = cap;
     }
     const char *name = line + 9;
-    char what = !strncmp(name, "wait\"", 5) || !strncmp(name, "drain\"", 6) ? 'w'
-                : !strncmp(name, "apply\"", 6)                               ? 'a'
-                : !strncmp(name, "publish\"", 8)                             ? 'p'
-                : !strncmp(name, "recv\"", 5)                                ? 'r'
-                                                                              : 'u';
-    if (!strncmp(name, "wait\"", 5)) what = 'W'; /* a step's boundary */
+    char what = !strncmp(name, "wait\"", 5)    ? 'W' /* a step's boundary */
+                : !strncmp(name, "drain\"", 6)   ? 'w'
+                : !strncmp(name, "apply\"", 6)   ? 'a'
+                : !strncmp(name, "publish\"", 8) ? 'p'
+                : !strncmp(name, "recv\"", 5)    ? 'r'
+                                                 : 'u';
     t->ev[t->n++] = (struct tev){ts, dur, (long long)clock, (int)pid, (int)tid, (int)peer, what};
     return 0;
 }
