@@ -48,7 +48,8 @@ static void usage(FILE *f)
     }
     fprintf(f, "\n"
                "  sfb <command> --help   options of a command\n"
-               "  sfb --version          version\n"
+               "  sfb --help, -h, help   this help\n"
+               "  sfb --version, -V      version\n"
                "\n"
                "example:\n"
                "  sfb run -n 1 --model mlr --data fashion-mnist\n");

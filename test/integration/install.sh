@@ -28,6 +28,14 @@ pc=$(find "$root" -name sfb.pc | head -1)
 init=$(find "$root" -path '*/sfb/__init__.py' | head -1); pydir=$(dirname "$(dirname "$init")")
 check "installed: sfb, libsfb.so.0, sfb.pc, the Python module, the preload" \
   "[ -x '$sfb' ] && [ -n '$lib' ] && [ -n '$pc' ] && [ -n '$init' ] && [ -f '$libdir/sfb/libsfb-spin-yield.so' ] && [ -f '$pydir/sfb/_installed.py' ]"
+# sfb(1), where the build found scdoc (docs/cli.md through scripts/cli-man)
+man1=$(meson introspect "$BUILD" --installed | python3 -c 'import json,sys; print(next((v for v in json.load(sys.stdin).values() if v.endswith("/man1/sfb.1")), ""))')
+if [ -n "$man1" ]; then
+  check "installed: the manual page $man1 (NAME, COMMANDS, EXIT STATUS)" \
+    "[ -s '$D$man1' ] && grep -q '^\.SH NAME' '$D$man1' && grep -q '^\.SH COMMANDS' '$D$man1' && grep -q '^\.SH EXIT STATUS' '$D$man1'"
+elif command -v scdoc >/dev/null; then
+  echo "note: scdoc is installed but the build has no sfb.1 (configured before it was: meson setup --reconfigure)"
+fi
 
 py=
 for p in ${SFB_PYTHON:-} python3 /usr/bin/python3; do "$p" -c 'import numpy' 2>/dev/null && { py=$p; break; }; done
