@@ -15,10 +15,10 @@ every worker (up to the SSP bound) by broadcasting sufficient factors:
         job.finish(T - 1)                  # every replica ends identical
 
 The library is found as $SFB_LIB (`sfb launch` sets it for its ranks),
-else the libsfb installed with this module (meson install), else a build
-tree beside the source tree (../../build/libsfb.so), else as libsfb.so.0 on
-the loader's path. Errors
-raise sfb.Error with the library's message ("rank 2: ...").
+else the libsfb installed with this module (pip install, meson install),
+else a build tree beside the source tree (../../build/libsfb.so), else as
+libsfb.so.0 on the loader's path. Errors raise sfb.Error with the
+library's message ("rank 2: ...").
 """
 
 import ctypes
@@ -182,12 +182,17 @@ def _error(code, message):
 
 def _find_library():
     """libsfb's path: $SFB_LIB (sfb launch and sfb run set it to the libsfb
-    they run on), else the one installed with this module, else a build tree
-    beside this source tree, else the loader's search (ldconfig's cache)."""
+    they run on), else the one installed with this module (beside it from a
+    wheel, pip install; in the install's libdir from meson install), else a
+    build tree beside this source tree, else the loader's search (ldconfig's
+    cache)."""
     env = os.environ.get("SFB_LIB")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
+    cand = os.path.join(here, "libsfb.so.0")
+    if os.path.exists(cand):
+        return cand
     try:
         from . import _installed  # only in an installed copy
         libdir = os.path.join(here, "..", os.path.relpath(_installed.LIBDIR, _installed.PYDIR))

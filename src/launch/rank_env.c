@@ -12,7 +12,7 @@
 
 /* The preload library beside libsfb: in libdir/sfb/ once installed (a
  * private directory: no soname, not for linking), next to libsfb.so in a
- * build tree. */
+ * build tree and in the Python package of a wheel (pip install). */
 static const char *const preload_paths[] = {"sfb/libsfb-spin-yield.so", "libsfb-spin-yield.so"};
 
 /* The directory of the libsfb.so this code runs in, into lib (realpath) and
