@@ -5,7 +5,12 @@
  * reconstruction call per matrix.
  *
  * Received frames are never copied: the SF views point into the transport's
- * receive buffers, whose references are held while pending. */
+ * receive buffers, whose references are held while pending. With bfloat16
+ * factors (env.factor_prec, --factor-dtype bf16) a frame is widened once
+ * into a float32 payload in a buffer of the comm's pool, which the pending
+ * update holds instead; the own update is applied from its own frame,
+ * widened the same way, so that every replica adds the same (rounded)
+ * numbers. */
 #include "config.h"
 #include "sfb/codec.h"
 #include "sfb/parts.h"
@@ -16,6 +21,7 @@
 #include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +85,9 @@ struct bcast {
     struct sfb__relay *relay;
     uint64_t *from;    /* updates applied per origin */
     double boundary_wait_s; /* boundary(): waiting for the frames to forward */
+    unsigned prec;          /* env.factor_prec: SFB_WIRE_F32 or SFB_WIRE_BF16 */
+    uint8_t *enc, *wide;    /* a job of one worker, bfloat16: the own update */
+    size_t enc_cap, wide_cap; /* encoded and widened (no comm pool there) */
 };
 
 static void part_free(struct partial *p)
@@ -103,6 +112,8 @@ static void bc_close(void *priv)
     free(b->list);
     free(b->ids);
     free(b->local);
+    free(b->enc);
+    free(b->wide);
     sfb__parts_free(&b->parts);
     sfb_reconstruct_close(&b->recon);
 }
@@ -130,7 +141,11 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     b->c = env->comm;
     b->nmat = env->nmat;
     b->own_clock = INT64_MIN;
+    b->prec = env->factor_prec;
     if (b->nmat == 0) return sfb__error(-EINVAL, "sfb engine: no matrices");
+    if (b->prec != SFB_WIRE_F32 && b->prec != SFB_WIRE_BF16)
+        return sfb__error(-SFB_EUSAGE, "sfb engine: factor precision %u (float32 or bfloat16 only)",
+                          b->prec);
     int ret = map_ids(b, env);
     b->from = ret ? NULL : calloc(sfb__comm_world(b->c), sizeof *b->from);
     if (!ret && !b->from) ret = -ENOMEM;
@@ -285,7 +300,39 @@ static int hold(struct bcast *b, struct sfb__buf *buf, const struct pend *p)
     return 0;
 }
 
-/* One validated SF frame: becomes pending, holding a reference to `buf`. */
+static const char *prec_name(unsigned prec)
+{
+    static const char *const names[] = {"float32", "float64", "bfloat16", "float16"};
+    return names[prec & 3];
+}
+
+/* A bfloat16 SF payload sf[0 .. len) of header h, widened into a float32
+ * payload in a buffer of the comm's pool (*out: a reference the caller
+ * puts) and viewed there. 0; else the codec's code with *bad = 1 (the
+ * payload is malformed: its origin's fault), or the pool's with *bad = 0. */
+static int widen(struct bcast *b, const struct sfb__wire_hdr *h, const uint8_t *sf, size_t len,
+                 struct sfb__buf **out, struct sfb_sf *view, int *bad)
+{
+    int sparse = (h->flags & SFB_WIRE_F_SPARSE) != 0;
+    size_t wide;
+    *out = NULL;
+    *bad = 1;
+    int ret = sfb__sf_expand_size(sf, len, h->k, h->d, h->s, sparse, &wide);
+    if (ret) return ret;
+    *bad = 0;
+    if ((ret = sfb__comm_buf_get(b->c, wide, out))) return ret;
+    *bad = 1;
+    ret = sfb__sf_expand(sf, len, h->k, h->d, h->s, sparse, (*out)->data, wide);
+    if (!ret) ret = sfb__sf_view((*out)->data, wide, h->k, h->d, h->s, sparse, view);
+    if (ret) {
+        sfb__buf_put(*out);
+        *out = NULL;
+    }
+    return ret;
+}
+
+/* One validated SF frame: becomes pending, holding a reference to `buf`
+ * (bfloat16: to the buffer it is widened into). */
 static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                    const uint8_t *payload)
 {
@@ -298,17 +345,31 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
               "the same --sync?)";
     else if (h->origin == sfb__comm_rank(b->c))
         why = "claims to carry this rank's own update";
+    unsigned prec = (h->flags & SFB_WIRE_F_PREC_MASK) >> SFB_WIRE_F_PREC_SHIFT;
+    if (!why && prec != b->prec) {
+        /* never applicable here: the job fails naming it (as a hang until
+         * the stall timeout otherwise) */
+        char msg[160];
+        snprintf(msg, sizeof msg, "its factors are %s, this rank's %s (is every worker running "
+                 "the same --factor-dtype?)", prec_name(prec), prec_name(b->prec));
+        b->rejected++;
+        sfb__comm_reject_update(b->c, h->origin, (uint32_t)from, h->clock, h->matrix, msg);
+        return;
+    }
     struct sfb__wire_part part;
     sfb__wire_part(h, payload, &part);
     struct pend p = {.origin = h->origin, .matrix = m, .clock = h->clock, .index = part.index,
                      .count = part.count};
     if (!why) why = receive_part(b, h->origin, h->clock, m, part.index, part.count);
+    struct sfb__buf *wide = NULL;
     if (!why) {
         uint64_t sf_len;
         const uint8_t *sf = sfb__wire_sf_payload(h, payload, &sf_len);
-        int ret = sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
-                               (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view);
-        if (ret) {
+        int bad = 1, ret = b->prec == SFB_WIRE_F32
+                               ? sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
+                                              (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view)
+                               : widen(b, h, sf, (size_t)sf_len, &wide, &p.view, &bad);
+        if (ret && bad) {
             /* checksummed, so as its origin built it: not noise (the
              * update can never be applied: the job fails naming it) */
             b->rejected++;
@@ -316,9 +377,12 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
                                     sfb_error_message(ret));
             return;
         }
+        if (ret) why = "no buffer to widen its bfloat16 factors into";
     }
     if (!why) {
-        if (hold(b, buf, &p) == 0) return;
+        int held = hold(b, wide ? wide : buf, &p);
+        if (wide) sfb__buf_put(wide); /* the pending update's reference remains */
+        if (held == 0) return;
         why = "out of memory";
     }
     b->rejected++;
@@ -518,16 +582,63 @@ static int bc_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 }
 
 /* Ordered mode: the own update, as encoded for the peers, waits among
- * theirs (a reference to its frame held), so that every replica sums the
- * same bytes in the same order. */
+ * theirs (a reference to its frame held; bfloat16: to the buffer it is
+ * widened into, as a peer's), so that every replica sums the same bytes in
+ * the same order. */
 static int pend_own(struct bcast *b, struct sfb__buf *buf, const struct sfb__wire_hdr *h,
                     const uint8_t *sf, size_t len, const struct sfb__wire_part *part)
 {
     struct pend p = {.origin = h->origin, .matrix = local_of(b, h->matrix), .clock = h->clock,
                      .index = part ? part->index : 0, .count = part ? part->count : 1};
-    int ret = sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0,
-                           &p.view);
-    if (!ret && hold(b, buf, &p)) ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
+    struct sfb__buf *wide = NULL;
+    int bad;
+    int ret = b->prec == SFB_WIRE_F32
+                  ? sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0,
+                                 &p.view)
+                  : widen(b, h, sf, len, &wide, &p.view, &bad);
+    if (!ret && hold(b, wide ? wide : buf, &p))
+        ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
+    if (wide) sfb__buf_put(wide);
+    return ret;
+}
+
+/* Unordered bfloat16: the own update (or part of it), as encoded for the
+ * peers, widened as they widen it and applied to the own replica at once
+ * (read-my-writes), so that it adds what theirs add. */
+static int apply_own_wide(struct bcast *b, uint32_t m, const struct sfb__wire_hdr *h,
+                          const uint8_t *sf, size_t len)
+{
+    struct sfb__buf *wide;
+    struct sfb_sf view;
+    int bad;
+    int ret = widen(b, h, sf, len, &wide, &view, &bad);
+    if (ret) return ret;
+    const struct sfb_sf *list = &view;
+    ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], &list, 1);
+    sfb__buf_put(wide);
+    return ret;
+}
+
+/* A job of one worker with bfloat16 factors: nothing is sent, but the own
+ * update is rounded as it would travel (encoded, widened: engine-owned
+ * buffers, no comm pool without peers) and applied so, so that a job of
+ * one worker and of many mean the same by bf16. */
+static int apply_own_rounded(struct bcast *b, uint32_t m, const struct sfb_sf *sf)
+{
+    int sparse;
+    uint64_t nnz;
+    size_t size = sfb__sf_choose(sf, b->prec, &sparse, &nnz), wide;
+    if (size == SIZE_MAX || sfb__reserve((void **)&b->enc, &b->enc_cap, size))
+        return sfb__error(-ENOMEM, "sfb engine: out of memory");
+    int ret = sfb__sf_encode(sf, sparse, nnz, b->prec, b->enc, size);
+    if (!ret) ret = sfb__sf_expand_size(b->enc, size, sf->rows, sf->cols, sf->s, sparse, &wide);
+    if (!ret && sfb__reserve((void **)&b->wide, &b->wide_cap, wide))
+        ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
+    struct sfb_sf view;
+    if (!ret) ret = sfb__sf_expand(b->enc, size, sf->rows, sf->cols, sf->s, sparse, b->wide, wide);
+    if (!ret) ret = sfb__sf_view(b->wide, wide, sf->rows, sf->cols, sf->s, sparse, &view);
+    const struct sfb_sf *list = &view;
+    if (!ret) ret = sfb_reconstruct_apply(b->recon, &b->env.mats[m], &list, 1);
     return ret;
 }
 
@@ -543,19 +654,20 @@ static int send_frame(struct bcast *b, int64_t clock, uint32_t m, const struct s
     int sparse;
     uint64_t nnz;
     size_t pre = part ? SFB_WIRE_PART_PREFIX : 0;
-    size_t size = sfb__sf_choose(sf, &sparse, &nnz);
+    size_t size = sfb__sf_choose(sf, b->prec, &sparse, &nnz);
     struct sfb__buf *buf;
     int ret = sfb__comm_buf_get(c, SFB_WIRE_HDR_SIZE + pre + size, &buf);
     if (ret) return ret;
     uint8_t *payload = buf->data + SFB_WIRE_HDR_SIZE;
     if (part) sfb__wire_put_part(payload, part);
-    if ((ret = sfb__sf_encode(sf, sparse, nnz, payload + pre, size))) {
+    if ((ret = sfb__sf_encode(sf, sparse, nnz, b->prec, payload + pre, size))) {
         sfb__buf_put(buf);
         return ret;
     }
     struct sfb__wire_hdr h = {
         .type = SFB_WIRE_SF,
-        .flags = (uint8_t)((sparse ? SFB_WIRE_F_SPARSE : 0) | (part ? SFB_WIRE_F_PART : 0)),
+        .flags = (uint8_t)((sparse ? SFB_WIRE_F_SPARSE : 0) | (part ? SFB_WIRE_F_PART : 0) |
+                           b->prec << SFB_WIRE_F_PREC_SHIFT),
         .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock,
         .matrix = b->ids[m], .k = sf->rows, .d = sf->cols, .s = sf->s, .payload_len = pre + size};
     struct sfb__wire_piece piece = {payload, pre + size};
@@ -564,6 +676,9 @@ static int send_frame(struct bcast *b, int64_t clock, uint32_t m, const struct s
     if (!ret)
         ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + pre + size, clock,
                                  part ? part->priority : 0);
+    /* (the payload stays as sent while this reference is held) */
+    if (!ret && !b->env.ordered && b->prec != SFB_WIRE_F32)
+        ret = apply_own_wide(b, m, &h, payload + pre, size);
     sfb__buf_put(buf);
     return ret;
 }
@@ -573,7 +688,8 @@ static int send_update(struct bcast *b, int64_t clock, uint32_t m, const struct 
 {
     if (!b->env.part_bytes) return send_frame(b, clock, m, sf, NULL);
     struct sfb__parts *p = &b->parts;
-    int ret = sfb__parts_plan(p, b->env.priority, sf, &b->env.mats[m], b->env.part_bytes);
+    int ret = sfb__parts_plan(p, b->env.priority, sf, &b->env.mats[m], b->env.part_bytes,
+                              b->prec);
     for (uint32_t i = 0; !ret && i < p->n; i++) {
         struct sfb__wire_part part = {.index = i, .count = p->n};
         const struct sfb_sf *sub = sfb__parts_gather(p, sf, i, &part.priority);
@@ -597,10 +713,11 @@ static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
         int ret = send_update(b, clock, m, sf);
         if (ret) return ret;
     }
-    /* ordered: pending since send_update, applied with the peers' */
-    int ret = b->env.ordered && sfb__comm_world(c) > 1
-                  ? 0
-                  : sfb_reconstruct_apply(b->recon, &b->env.mats[m], &sf, 1);
+    /* ordered: pending since send_update, applied with the peers';
+     * bfloat16: applied by send_update as sent (the rounded factors) */
+    int ret = sfb__comm_world(c) > 1 && (b->env.ordered || b->prec != SFB_WIRE_F32) ? 0
+              : b->prec != SFB_WIRE_F32 ? apply_own_rounded(b, m, sf)
+                                        : sfb_reconstruct_apply(b->recon, &b->env.mats[m], &sf, 1);
     if (ret || --b->own_left) return ret;
     if (sfb__comm_world(c) > 1 && (ret = boundary(b, clock, clock))) return ret;
     return sfb__ssp_mark(b->env.ssp, sfb__comm_rank(c), clock);

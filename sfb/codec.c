@@ -11,15 +11,15 @@
 /* Shapes come from frame headers (untrusted): s · rows · 4 alone can pass
  * 2^64, and a wrapped size could match a short payload (fuzz_codec found
  * it), so every step is checked and an impossible size saturates. */
-size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz)
+size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned prec)
 {
-    size_t b, c, n;
-    if (__builtin_mul_overflow((size_t)sf->s * sf->rows, (size_t)4, &b)) return SIZE_MAX;
+    size_t b, c, n, e = sfb__wire_elem_size((uint8_t)(prec << SFB_WIRE_F_PREC_SHIFT));
+    if (__builtin_mul_overflow((size_t)sf->s * sf->rows, e, &b)) return SIZE_MAX;
     if (sparse) {
-        if (__builtin_mul_overflow(nnz, (uint64_t)8, &c) ||
+        if (__builtin_mul_overflow(nnz, (uint64_t)(4 + e), &c) ||
             __builtin_add_overflow(c, ((size_t)sf->s + 1) * 4, &c))
             return SIZE_MAX;
-    } else if (__builtin_mul_overflow((size_t)sf->s * sf->cols, (size_t)4, &c)) {
+    } else if (__builtin_mul_overflow((size_t)sf->s * sf->cols, e, &c)) {
         return SIZE_MAX;
     }
     if (__builtin_add_overflow(b, c, &n) || __builtin_add_overflow(n, (size_t)SFB_SF_PREFIX, &n))
@@ -34,15 +34,18 @@ static uint64_t count_nonzero(const float *c, size_t n)
     return nz;
 }
 
-size_t sfb__sf_choose(const struct sfb_sf *sf, int *sparse, uint64_t *nnz)
+size_t sfb__sf_choose(const struct sfb_sf *sf, unsigned prec, int *sparse, uint64_t *nnz)
 {
     if (sf->sparse_c) {
         *sparse = 1;
         *nnz = sfb_sf_c_count(sf);
-        return sfb__sf_payload_size(sf, 1, *nnz);
+        return sfb__sf_payload_size(sf, 1, *nnz, prec);
     }
     uint64_t nz = count_nonzero(sf->c, (size_t)sf->s * sf->cols);
-    size_t dense = sfb__sf_payload_size(sf, 0, 0), csr = sfb__sf_payload_size(sf, 1, nz);
+    /* (bfloat16: a value costs 2 bytes dense, 6 in CSR, so CSR takes a c
+     * under ~1/4 non-zero) */
+    size_t dense = sfb__sf_payload_size(sf, 0, 0, prec),
+           csr = sfb__sf_payload_size(sf, 1, nz, prec);
     /* CSR only when it saves a quarter of the bytes (c under ~3/8 dense):
      * the sender compacts c (~1.8 ns a number) and every receiver expands
      * it back for the sgemm (models/reconstruct.c). Fashion-MNIST's pixels,
@@ -57,37 +60,75 @@ size_t sfb__sf_frame_size(const struct sfb_sf *sf)
 {
     int sparse;
     uint64_t nnz;
-    return SFB_WIRE_HDR_SIZE + sfb__sf_choose(sf, &sparse, &nnz);
+    return SFB_WIRE_HDR_SIZE + sfb__sf_choose(sf, SFB_WIRE_F32, &sparse, &nnz);
 }
 
-int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *out, size_t size)
+/* Round to nearest, ties to even, on the bits: adding 0x7fff plus the
+ * kept part's lowest bit carries into it exactly when the dropped half is
+ * above one half, or one half with an odd kept part. A NaN keeps its sign
+ * and upper payload, made quiet (its dropped bits may have been all its
+ * payload); a finite number that would round past the largest bfloat16
+ * (0x7f7f: |x| >= 0x7f7f8000 as float32 bits) saturates to it. Branch-free
+ * selects, so the loops below vectorize. */
+static inline uint16_t round_bf16(uint32_t u)
 {
-    if (size != sfb__sf_payload_size(sf, sparse, nnz) || (sf->sparse_c && !sparse) ||
-        nnz > UINT32_MAX)
-        return sfb__error(-EINVAL, "sf encode: buffer or encoding does not match the batch");
-    uint32_t scale_bits;
-    memcpy(&scale_bits, &sf->scale, 4);
-    sfb__put_u32(out, scale_bits);
-    sfb__put_u32(out + 4, (uint32_t)nnz);
-    uint8_t *p = out + SFB_SF_PREFIX;
-    size_t nb = (size_t)sf->s * sf->rows;
-    sfb__put_f32s(p, sf->b, nb);
-    p += nb * 4;
-    if (!sparse) {
-        sfb__put_f32s(p, sf->c, (size_t)sf->s * sf->cols);
-        return 0;
+    uint32_t mag = u & 0x7fffffffu;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x0040u;
+    uint32_t sat = ((u >> 16) & 0x8000u) | 0x7f7fu;
+    r = mag >= 0x7f7f8000u && mag < 0x7f800000u ? sat : r;
+    r = mag > 0x7f800000u ? nan : r;
+    return (uint16_t)r;
+}
+
+uint16_t sfb__bf16_from_f32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return round_bf16(u);
+}
+
+float sfb__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* n float32 as bfloat16, little-endian, to dst (any alignment). */
+static void put_bf16s(uint8_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        sfb__put_u16(dst + 2 * i, round_bf16(u));
     }
-    uint8_t *rp = p, *col = p + ((size_t)sf->s + 1) * 4, *val = col + nnz * 4;
-    if (sf->sparse_c) {
-        for (uint32_t i = 0; i <= sf->s; i++) sfb__put_u32(rp + 4 * i, sf->c_row_ptr[i]);
-        for (uint64_t j = 0; j < nnz; j++) sfb__put_u32(col + 4 * j, sf->c_col[j]);
-        sfb__put_f32s(val, sf->c_val, nnz);
-        return 0;
-    }
-    /* dense c sent as CSR: drop the zeros. Branch-free (a zero is written
-     * and then overwritten by the next non-zero): inputs such as images are
-     * half zeros in no pattern, and a branch per number mispredicted at
-     * every other one (7 us for a quick-start frame). */
+}
+
+/* n little-endian bfloat16 at src (any alignment) widened to float32,
+ * written little-endian to dst. */
+static void get_bf16s(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sfb__put_u32(dst + 4 * i, (uint32_t)sfb__get_u16(src + 2 * i) << 16);
+}
+
+/* n values at precision e (4: float32, 2: bfloat16) to dst. */
+static inline void put_vals(uint8_t *dst, const float *src, size_t n, size_t e)
+{
+    if (e == 4) sfb__put_f32s(dst, src, n);
+    else put_bf16s(dst, src, n);
+}
+
+/* A dense c sent as CSR with values of e bytes: drops the zeros. Branch-free
+ * (a zero is written and then overwritten by the next non-zero): inputs
+ * such as images are half zeros in no pattern, and a branch per number
+ * mispredicted at every other one (7 us for a quick-start frame). Inlined
+ * with a constant e, once per precision. */
+static inline int compact_c(const struct sfb_sf *sf, uint64_t nnz, uint8_t *rp, uint8_t *col,
+                            uint8_t *val, size_t e)
+{
     uint64_t q = 0;
     sfb__put_u32(rp, 0);
     for (uint32_t i = 0; i < sf->s; i++) {
@@ -95,7 +136,7 @@ int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *o
         for (uint32_t j = 0; j < sf->cols; j++) {
             if (q < nnz) {
                 sfb__put_u32(col + 4 * (size_t)q, j);
-                sfb__put_f32s(val + 4 * (size_t)q, &row[j], 1);
+                put_vals(val + e * (size_t)q, &row[j], 1, e);
             }
             q += row[j] != 0.0f;
         }
@@ -103,6 +144,84 @@ int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, uint8_t *o
         sfb__put_u32(rp + 4 * ((size_t)i + 1), (uint32_t)q);
     }
     if (q != nnz) return sfb__error(-EINVAL, "sf encode: fewer non-zeros than counted");
+    return 0;
+}
+
+int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned prec,
+                   uint8_t *out, size_t size)
+{
+    if (prec != SFB_WIRE_F32 && prec != SFB_WIRE_BF16)
+        return sfb__error(-EINVAL, "sf encode: precision %u (float32 or bfloat16 only)", prec);
+    if (size != sfb__sf_payload_size(sf, sparse, nnz, prec) || (sf->sparse_c && !sparse) ||
+        nnz > UINT32_MAX)
+        return sfb__error(-EINVAL, "sf encode: buffer or encoding does not match the batch");
+    size_t e = prec == SFB_WIRE_F32 ? 4 : 2;
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &sf->scale, 4);
+    sfb__put_u32(out, scale_bits);
+    sfb__put_u32(out + 4, (uint32_t)nnz);
+    uint8_t *p = out + SFB_SF_PREFIX;
+    size_t nb = (size_t)sf->s * sf->rows;
+    put_vals(p, sf->b, nb, e);
+    p += nb * e;
+    if (!sparse) {
+        put_vals(p, sf->c, (size_t)sf->s * sf->cols, e);
+        return 0;
+    }
+    uint8_t *rp = p, *col = p + ((size_t)sf->s + 1) * 4, *val = col + nnz * 4;
+    if (sf->sparse_c) {
+        for (uint32_t i = 0; i <= sf->s; i++) sfb__put_u32(rp + 4 * i, sf->c_row_ptr[i]);
+        for (uint64_t j = 0; j < nnz; j++) sfb__put_u32(col + 4 * j, sf->c_col[j]);
+        put_vals(val, sf->c_val, nnz, e);
+        return 0;
+    }
+    return e == 4 ? compact_c(sf, nnz, rp, col, val, 4) : compact_c(sf, nnz, rp, col, val, 2);
+}
+
+int sfb__sf_expand_size(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uint32_t s,
+                        int sparse, size_t *wide)
+{
+    if (len < SFB_SF_PREFIX)
+        return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): %zu bytes, too short", len);
+    uint32_t nnz = sfb__get_u32(p + 4);
+    struct sfb_sf shape = {.rows = rows, .cols = cols, .s = s};
+    if (!sparse && nnz != 0)
+        return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): dense c with nnz = %u", nnz);
+    if (sparse && (uint64_t)nnz > (uint64_t)s * cols)
+        return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): nnz %u exceeds %u × %u", nnz, s,
+                          cols);
+    size_t want = sfb__sf_payload_size(&shape, sparse, nnz, SFB_WIRE_BF16);
+    if (len != want)
+        return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): %zu bytes, shapes say %zu", len,
+                          want);
+    *wide = sfb__sf_payload_size(&shape, sparse, nnz, SFB_WIRE_F32);
+    if (*wide == SIZE_MAX) /* twice a real buffer's length at most: cannot happen */
+        return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): too large to widen");
+    return 0;
+}
+
+int sfb__sf_expand(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uint32_t s,
+                   int sparse, uint8_t *out, size_t out_len)
+{
+    size_t wide;
+    int ret = sfb__sf_expand_size(p, len, rows, cols, s, sparse, &wide);
+    if (ret) return ret;
+    if (out_len != wide)
+        return sfb__error(-EINVAL, "sf expand: %zu bytes of room for a %zu-byte payload", out_len,
+                          wide);
+    memcpy(out, p, SFB_SF_PREFIX); /* scale and nnz, as they are */
+    size_t nb = (size_t)s * rows;
+    get_bf16s(out + SFB_SF_PREFIX, p + SFB_SF_PREFIX, nb);
+    const uint8_t *q = p + SFB_SF_PREFIX + 2 * nb;
+    uint8_t *o = out + SFB_SF_PREFIX + 4 * nb;
+    if (!sparse) {
+        get_bf16s(o, q, (size_t)s * cols);
+        return 0;
+    }
+    /* row pointers and columns: little-endian u32 either way */
+    size_t nnz = sfb__get_u32(p + 4), idx = ((size_t)s + 1 + nnz) * 4;
+    memcpy(o, q, idx);
+    get_bf16s(o + idx, q + idx, nnz);
     return 0;
 }
 
@@ -195,7 +314,7 @@ int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uin
         return sfb__error(-SFB_EFORMAT, "sf payload: dense c with nnz = %u", nnz);
     if (sparse && (uint64_t)nnz > (uint64_t)s * cols)
         return sfb__error(-SFB_EFORMAT, "sf payload: nnz %u exceeds %u × %u", nnz, s, cols);
-    size_t want = sfb__sf_payload_size(&shape, sparse, nnz);
+    size_t want = sfb__sf_payload_size(&shape, sparse, nnz, SFB_WIRE_F32);
     if (len != want)
         return sfb__error(-SFB_EFORMAT, "sf payload: %zu bytes, shapes say %zu", len, want);
     memcpy(&view->scale, p, 4);

@@ -191,6 +191,8 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
         why = "negative clock";
     else if (h->origin == f->rank)
         why = "claims to carry this rank's own update";
+    else if (h->flags & SFB_WIRE_F_PREC_MASK) /* (its payload is not K·D float32) */
+        why = "rows in a precision other than float32 (FMS carries float32 only)";
     else if (!finite_rows(f, from, h, payload))
         return;
     else if (b == f->rank) {

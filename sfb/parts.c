@@ -78,8 +78,9 @@ static int by_score(const void *x, const void *y)
 }
 
 int sfb__parts_plan(struct sfb__parts *p, int policy, const struct sfb_sf *sf,
-                    const struct sfb_matrix *a, size_t target)
+                    const struct sfb_matrix *a, size_t target, unsigned prec)
 {
+    size_t e = sfb__wire_elem_size((uint8_t)(prec << SFB_WIRE_F_PREC_SHIFT));
     uint32_t s = sf->s;
     if (reserve(&p->order, &p->order_cap, (size_t)s * sizeof *p->order) ||
         reserve(&p->score, &p->score_cap, (size_t)s * sizeof *p->score) ||
@@ -95,7 +96,8 @@ int sfb__parts_plan(struct sfb__parts *p, int policy, const struct sfb_sf *sf,
         p->order[i] = i;
         const float *b = sf->b + (size_t)i * sf->rows;
         float cn = c_norm(sf, i, &nnz);
-        size_t bytes = (size_t)sf->rows * 4 + SFB_MIN((size_t)sf->cols * 4, (size_t)nnz * 8 + 4);
+        size_t bytes =
+            (size_t)sf->rows * e + SFB_MIN((size_t)sf->cols * e, (size_t)nnz * (4 + e) + 4);
         total += bytes;
         float sc = 0;
         if (policy == SFB__PRIORITY_MAGNITUDE) {

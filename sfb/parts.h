@@ -48,11 +48,11 @@ struct sfb__parts {
 };
 
 /* Splits `sf` (an update of replica `a`, which `relative` reads) into parts
- * of about `target` bytes as the codec sends them (every part holds at
- * least one sample; at most SFB_WIRE_MAX_PARTS parts). Returns 0 or
- * -ENOMEM. */
+ * of about `target` bytes as the codec sends them at precision `prec`
+ * (SFB_WIRE_F32 or SFB_WIRE_BF16; every part holds at least one sample; at
+ * most SFB_WIRE_MAX_PARTS parts). Returns 0 or -ENOMEM. */
 int sfb__parts_plan(struct sfb__parts *p, int policy, const struct sfb_sf *sf,
-                    const struct sfb_matrix *a, size_t target);
+                    const struct sfb_matrix *a, size_t target, unsigned prec);
 /* Part i's samples of `sf`, gathered into p->sub (which it returns); the
  * part's priority in *priority. Returns NULL on -ENOMEM. */
 const struct sfb_sf *sfb__parts_gather(struct sfb__parts *p, const struct sfb_sf *sf, uint32_t i,

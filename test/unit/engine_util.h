@@ -8,6 +8,7 @@
 
 #include <sfb/model.h>
 #include <sfb/sf.h>
+#include "sfb/codec.h"
 #include "sfb/sync.h"
 #include "src/base/util.h"
 #include "src/comm/comm_loopback.h"
@@ -44,6 +45,14 @@ struct eng_cfg {
     int poison;
     uint32_t poison_rank;
     int64_t poison_clock;
+    /* SFB's factor precision (sfb__sync_env.factor_prec): SFB_WIRE_F32 (0)
+     * or SFB_WIRE_BF16; other_prec_rank r + 1: rank r runs the other one
+     * (0: none) */
+    unsigned factor_prec;
+    uint32_t other_prec_rank;
+    /* 1: factors bfloat16 cannot hold (eng_inexact), whose rounded sums
+     * are still exact in float */
+    int inexact;
 };
 
 struct eng_rank {
@@ -89,11 +98,53 @@ static inline int eng_make_sf(struct sfb_sf *sf, uint32_t rows, uint32_t cols, u
     return 0;
 }
 
+/* cfg.inexact: every non-zero b and every c moved away from zero by 1, 2
+ * or 3 · 2^-9, which bfloat16 (8 significant bits) rounds: down, to even
+ * (a tie) or up at |v| = 1, down at 2 and 3. The rounded factors are
+ * multiples of 2^-7 under 3.1 in magnitude, so every sum of a few hundred
+ * of their products is exact in float, in any order. */
+static inline void eng_inexact(struct sfb_sf *sf, uint32_t o, int64_t t)
+{
+    uint32_t tt = (uint32_t)t;
+    for (uint32_t i = 0; i < sf->s; i++) {
+        for (uint32_t j = 0; j < sf->rows; j++) {
+            float *v = &sf->b[(size_t)i * sf->rows + j];
+            float k = (float)(1 + (o + tt * 3 + i + j * 5) % 3) / 512.0f;
+            if (*v != 0.0f) *v += *v > 0 ? k : -k;
+        }
+        for (uint32_t j = 0; j < sf->cols; j++) {
+            float *v = &sf->c[(size_t)i * sf->cols + j];
+            float k = (float)(1 + (o * 2 + tt + i * 3 + j) % 3) / 512.0f;
+            *v += *v > 0 ? k : -k;
+        }
+    }
+}
+
+/* Rank r's factor precision. */
+static inline unsigned eng_prec(const struct eng_cfg *cfg, uint32_t r)
+{
+    if (cfg->other_prec_rank != r + 1) return cfg->factor_prec;
+    return cfg->factor_prec == SFB_WIRE_BF16 ? SFB_WIRE_F32 : SFB_WIRE_BF16;
+}
+
+/* Rank o's factors of clock t as its frames carry them (cfg.inexact,
+ * cfg.factor_prec): what every replica must add. */
+static inline void eng_as_sent(const struct eng_cfg *cfg, struct sfb_sf *sf, uint32_t o, int64_t t)
+{
+    if (cfg->inexact) eng_inexact(sf, o, t);
+    if (eng_prec(cfg, o) != SFB_WIRE_BF16) return;
+    for (size_t i = 0; i < (size_t)sf->s * sf->rows; i++)
+        sf->b[i] = sfb__bf16_to_f32(sfb__bf16_from_f32(sf->b[i]));
+    for (size_t i = 0; i < (size_t)sf->s * sf->cols; i++)
+        sf->c[i] = sfb__bf16_to_f32(sfb__bf16_from_f32(sf->c[i]));
+}
+
 /* ΔA of (o, t) added to m (rows × cols), straight from the definition. */
 static inline void eng_add_delta(const struct eng_run *run, double *m, uint32_t o, int64_t t)
 {
     struct sfb_sf sf = {0};
     if (eng_make_sf(&sf, run->rows, run->cols, run->cfg.s, o, t)) abort();
+    eng_as_sent(&run->cfg, &sf, o, t);
     for (uint32_t i = 0; i < sf.s; i++)
         for (uint32_t j = 0; j < run->rows; j++)
             for (uint32_t l = 0; l < run->cols; l++)
@@ -133,7 +184,8 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
                                 .flush_clock = cfg->flush_clock,
                                 .priority = cfg->priority,
                                 .part_bytes = cfg->part_bytes,
-                                .msg_cap = cfg->msg_cap};
+                                .msg_cap = cfg->msg_cap,
+                                .factor_prec = eng_prec(cfg, r)};
     void *priv = calloc(1, cfg->ops->priv_size);
     if (!priv) return -ENOMEM;
     int ret = cfg->ops->open(priv, &env);
@@ -157,6 +209,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
             break;
         }
         if ((ret = eng_make_sf(&er->sf, run->rows, run->cols, cfg->s, r, t))) break;
+        if (cfg->inexact) eng_inexact(&er->sf, r, t);
         if (cfg->poison && r == cfg->poison_rank && t == cfg->poison_clock) {
             if (cfg->poison == 1) er->sf.b[1] = NAN;
             else er->sf.scale = INFINITY;
@@ -222,6 +275,8 @@ static inline int eng_init(struct eng_run *run, const struct eng_cfg *cfg,
         for (uint32_t o = 0; o < cfg->world; o++)
             eng_add_delta(run, m, o, t - 1);
     }
+    *lb = NULL;
+    if (cfg->world == 1) return 0; /* no loopback of one rank: eng_run_single */
     struct sfb__comm_settings cs;
     sfb__comm_default_settings(&cs);
     struct sfb__wire_shape shape = {run->rows, run->cols};
@@ -229,6 +284,21 @@ static inline int eng_init(struct eng_run *run, const struct eng_cfg *cfg,
     cs.nshapes = 1;
     cs.max_s = cfg->s;
     return sfb__loopback_open(lb, cfg->world, &cs);
+}
+
+/* A job of one worker (eng_init with world 1): its engine on a comm of
+ * one rank, which has no peers (and no comm pool). */
+static inline int eng_run_single(struct eng_run *run)
+{
+    struct sfb__comm_settings cs;
+    sfb__comm_default_settings(&cs);
+    cs.world = 1;
+    cs.rank = 0;
+    struct sfb__comm *c = NULL;
+    int ret = sfb__comm_open(&c, &cs);
+    if (!ret) ret = eng_rank_main(c, 0, run);
+    sfb__comm_close(&c);
+    return ret;
 }
 
 #endif

@@ -3,6 +3,7 @@
  * after every clock at s = 0, and the SSP wait holds a rank that is more
  * than s clocks ahead exactly until the slow rank's clock arrives. */
 #include "engine_util.h"
+#include "sfb/codec.h"
 #include "sfb/parts.h"
 
 static int run_replicas_as(uint32_t world, const char *topology, int ordered, size_t part_bytes)
@@ -173,6 +174,130 @@ static int test_nonfinite_halton(void)
     return run_poisoned(8, "halton", 1) || run_poisoned(8, "halton", 2);
 }
 
+
+/* bfloat16 factors (--factor-dtype bf16): every replica, the origin's own
+ * included, adds the factors as rounded for the wire, so that each ends
+ * equal to the reference of the rounded factors, exactly (eng_inexact keeps
+ * every sum exact), at every wait (s = 0) and after the drain; a world of
+ * one rounds too. Whole updates and parts, ordered or not; each frame
+ * carries 2 bytes a number. */
+static int run_bf16(uint32_t world, const char *topology, int ordered, size_t part_bytes,
+                    int inexact)
+{
+    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                          .world = world,
+                          .k = 3,
+                          .d = 4,
+                          .s = 2,
+                          .clocks = 6,
+                          .staleness = 0,
+                          .topology = topology,
+                          .slow_rank = -1,
+                          .check_each_wait = 1,
+                          .ordered = ordered,
+                          .priority = part_bytes ? SFB__PRIORITY_MAGNITUDE : SFB__PRIORITY_FIFO,
+                          .part_bytes = part_bytes,
+                          .factor_prec = SFB_WIRE_BF16,
+                          .inexact = inexact};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    int rets[ENG_MAX_RANKS];
+    if (world == 1) rets[0] = eng_run_single(&run);
+    else ASSERT_OK(sfb__loopback_run(lb, eng_rank_main, &run, rets));
+    for (uint32_t r = 0; r < world; r++) {
+        ASSERT_EQ(rets[r], 0);
+        ASSERT(eng_replica_is(&run, r, cfg.clocks, "after draining"));
+        for (uint32_t o = 0; o < world; o++)
+            ASSERT_EQ(run.r[r].per_origin[o], o == r ? 0 : (uint64_t)cfg.clocks);
+    }
+    size_t mat = (size_t)run.rows * run.cols;
+    if (inexact) { /* the rounding mattered: float32's factors sum to another matrix */
+        struct eng_run f32 = run;
+        f32.cfg.factor_prec = SFB_WIRE_F32;
+        double *m = calloc(mat, sizeof *m);
+        ASSERT(m);
+        for (int64_t t = 0; t < cfg.clocks; t++)
+            for (uint32_t o = 0; o < world; o++) eng_add_delta(&f32, m, o, t);
+        size_t differ = 0;
+        for (size_t i = 0; i < mat; i++) differ += m[i] != run.ref[(size_t)cfg.clocks * mat + i];
+        ASSERT_GE(differ, mat / 2);
+        free(m);
+    }
+    if (world > 1 && !part_bytes && !strcmp(topology, "full")) {
+        /* P2P, whole updates: clocks × peers frames of 64 + 8 + 2·s·(K + D) */
+        uint64_t frame = SFB_WIRE_HDR_SIZE + SFB_SF_PREFIX + 2ull * cfg.s * (run.rows + run.cols);
+        for (uint32_t r = 0; r < world; r++)
+            ASSERT_EQ(run.r[r].rep.data_bytes, (uint64_t)cfg.clocks * (world - 1) * frame);
+    }
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+static int test_bf16_full(void)
+{
+    return run_bf16(4, "full", 0, 0, 0) || run_bf16(4, "full", 0, 0, 1);
+}
+
+static int test_bf16_halton(void)
+{
+    return run_bf16(8, "halton", 0, 0, 1);
+}
+
+static int test_bf16_ordered(void)
+{
+    return run_bf16(4, "full", 1, 0, 1) || run_bf16(8, "halton", 1, 0, 1);
+}
+
+static int test_bf16_parts(void)
+{
+    return run_bf16(4, "full", 1, 16, 1) || run_bf16(4, "full", 0, 16, 1);
+}
+
+static int test_bf16_world1(void)
+{
+    return run_bf16(1, "full", 0, 0, 1) || run_bf16(1, "full", 1, 0, 1);
+}
+
+/* A rank whose factors travel in another precision than its peers': each
+ * refuses the other's frames and the job fails saying why, rather than
+ * waiting for updates that can never be applied. */
+static int test_bf16_mismatch(void)
+{
+    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
+                          .world = 3,
+                          .k = 3,
+                          .d = 4,
+                          .s = 2,
+                          .clocks = 4,
+                          .staleness = 0,
+                          .topology = "full",
+                          .slow_rank = -1,
+                          .factor_prec = SFB_WIRE_BF16,
+                          .other_prec_rank = 2};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    int rets[ENG_MAX_RANKS];
+    ASSERT_NE(sfb__loopback_run(lb, eng_rank_main, &run, rets), 0);
+    int named = 0;
+    for (uint32_t r = 0; r < cfg.world; r++) {
+        ASSERT_NE(rets[r], 0);
+        if (strstr(run.r[r].why, "is every worker running the same --factor-dtype?")) {
+            named++;
+            ASSERT_STR_CONTAINS(run.r[r].why, r == 1 ? "its factors are bfloat16, this rank's "
+                                                       "float32"
+                                                     : "its factors are float32, this rank's "
+                                                       "bfloat16");
+        }
+    }
+    ASSERT_GE(named, 1);
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -184,6 +309,12 @@ int main(int argc, char **argv)
         {"ssp_wait", test_ssp_wait},
         {"nonfinite_full", test_nonfinite_full},
         {"nonfinite_halton", test_nonfinite_halton},
+        {"bf16_full", test_bf16_full},
+        {"bf16_halton", test_bf16_halton},
+        {"bf16_ordered", test_bf16_ordered},
+        {"bf16_parts", test_bf16_parts},
+        {"bf16_world1", test_bf16_world1},
+        {"bf16_mismatch", test_bf16_mismatch},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }

@@ -61,7 +61,7 @@ static int check_plan(int policy, int sparse, size_t target, uint32_t s, uint32_
     struct sfb_matrix w = {rows, cols, wdata}, ref = {rows, cols, whole};
     struct sfb__parts p;
     memset(&p, 0, sizeof p);
-    ASSERT_OK(sfb__parts_plan(&p, policy, &sf, &w, target));
+    ASSERT_OK(sfb__parts_plan(&p, policy, &sf, &w, target, SFB_WIRE_F32));
     ASSERT_EQ(p.n, want_n);
     ASSERT_EQ(p.first[0], 0);
     ASSERT_EQ(p.first[p.n], s);
@@ -141,15 +141,15 @@ static int test_relative(void)
     struct sfb_matrix w = {2, 3, a};
     struct sfb__parts p;
     memset(&p, 0, sizeof p);
-    ASSERT_OK(sfb__parts_plan(&p, SFB__PRIORITY_MAGNITUDE, &sf, &w, 1));
+    ASSERT_OK(sfb__parts_plan(&p, SFB__PRIORITY_MAGNITUDE, &sf, &w, 1, SFB_WIRE_F32));
     ASSERT_EQ(p.order[0], 0);
-    ASSERT_OK(sfb__parts_plan(&p, SFB__PRIORITY_RELATIVE, &sf, &w, 1));
+    ASSERT_OK(sfb__parts_plan(&p, SFB__PRIORITY_RELATIVE, &sf, &w, 1, SFB_WIRE_F32));
     ASSERT_EQ(p.order[0], 1);
     ASSERT_NEAR(p.score[0], 10.0 / 1000 * sqrt(3), 1e-5);
     ASSERT_NEAR(p.score[1], 1.0 / 1 * sqrt(3), 1e-5);
     /* a zero replica: rows floored alike, so relative orders as magnitude */
     memset(a, 0, sizeof a);
-    ASSERT_OK(sfb__parts_plan(&p, SFB__PRIORITY_RELATIVE, &sf, &w, 1));
+    ASSERT_OK(sfb__parts_plan(&p, SFB__PRIORITY_RELATIVE, &sf, &w, 1, SFB_WIRE_F32));
     ASSERT_EQ(p.order[0], 0);
     ASSERT(isfinite(p.score[0]) && isfinite(p.score[1]));
     sfb__parts_free(&p);

@@ -249,10 +249,11 @@ static int give(struct sfb__comm *c, void *priv, uint32_t m)
     int ret = eng_make_sf(&sf, rows_of[m], cols_of[m], 2, 0, 40 * m);
     int sparse;
     uint64_t nnz;
-    size_t size = ret ? 0 : sfb__sf_choose(&sf, &sparse, &nnz);
+    size_t size = ret ? 0 : sfb__sf_choose(&sf, SFB_WIRE_F32, &sparse, &nnz);
     struct sfb__buf *buf = NULL;
     if (!ret) ret = sfb__comm_buf_get(c, SFB_WIRE_HDR_SIZE + size, &buf);
-    if (!ret) ret = sfb__sf_encode(&sf, sparse, nnz, buf->data + SFB_WIRE_HDR_SIZE, size);
+    if (!ret)
+        ret = sfb__sf_encode(&sf, sparse, nnz, SFB_WIRE_F32, buf->data + SFB_WIRE_HDR_SIZE, size);
     struct sfb__wire_hdr h = {.type = SFB_WIRE_SF, .flags = sparse ? SFB_WIRE_F_SPARSE : 0,
                               .origin = 0, .sender = 0, .clock = 0, .matrix = m,
                               .k = rows_of[m], .d = cols_of[m], .s = 2, .payload_len = size};

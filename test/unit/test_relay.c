@@ -124,7 +124,7 @@ static int run_relay(uint32_t world, int flush_clock)
     ASSERT_OK(eng_make_sf(&one, run.rows, run.cols, cfg.s, 0, 0));
     struct sfb_topo_sim_settings ss;
     sfb_topo_sim_default_settings(&ss);
-    ss.sf_bytes = SFB_WIRE_HDR_SIZE + sfb__sf_payload_size(&one, 0, 0);
+    ss.sf_bytes = SFB_WIRE_HDR_SIZE + sfb__sf_payload_size(&one, 0, 0, SFB_WIRE_F32);
     ss.bundle_header = SFB_WIRE_HDR_SIZE;
     ss.flush = flush_clock ? SFB_TOPO_FLUSH_CLOCK : SFB_TOPO_FLUSH_EAGER;
     struct sfb_topo_report rep;
