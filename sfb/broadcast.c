@@ -5,8 +5,8 @@
  * reconstruction call per matrix.
  *
  * Received frames are never copied: the SF views point into the transport's
- * receive buffers, whose references are held while pending. With bfloat16
- * factors (env.factor_prec, --factor-dtype bf16) a frame is widened once
+ * receive buffers, whose references are held while pending. A matrix's
+ * bfloat16 factors (env.factor_prec, --factor-dtype bf16): a frame is widened once
  * into a float32 payload in a buffer of the comm's pool, which the pending
  * update holds instead; the own update is applied from its own frame,
  * widened the same way, so that every replica adds the same (rounded)
@@ -85,7 +85,7 @@ struct bcast {
     struct sfb__relay *relay;
     uint64_t *from;    /* updates applied per origin */
     double boundary_wait_s; /* boundary(): waiting for the frames to forward */
-    unsigned prec;          /* env.factor_prec: SFB_WIRE_F32 or SFB_WIRE_BF16 */
+    uint8_t *prec;          /* per matrix: env.factor_prec (SFB_WIRE_F32, SFB_WIRE_BF16) */
     uint8_t *enc, *wide;    /* a job of one worker, bfloat16: the own update */
     size_t enc_cap, wide_cap; /* encoded and widened (no comm pool there) */
 };
@@ -112,6 +112,7 @@ static void bc_close(void *priv)
     free(b->list);
     free(b->ids);
     free(b->local);
+    free(b->prec);
     free(b->enc);
     free(b->wide);
     sfb__parts_free(&b->parts);
@@ -141,11 +142,16 @@ static int bc_open(void *priv, const struct sfb__sync_env *env)
     b->c = env->comm;
     b->nmat = env->nmat;
     b->own_clock = INT64_MIN;
-    b->prec = env->factor_prec;
     if (b->nmat == 0) return sfb__error(-EINVAL, "sfb engine: no matrices");
-    if (b->prec != SFB_WIRE_F32 && b->prec != SFB_WIRE_BF16)
-        return sfb__error(-SFB_EUSAGE, "sfb engine: factor precision %u (float32 or bfloat16 only)",
-                          b->prec);
+    if (!(b->prec = calloc(b->nmat, 1))) return sfb__error(-ENOMEM, "sfb engine: out of memory");
+    for (uint32_t m = 0; env->factor_prec && m < b->nmat; m++) {
+        b->prec[m] = env->factor_prec[m];
+        if (b->prec[m] != SFB_WIRE_F32 && b->prec[m] != SFB_WIRE_BF16) {
+            bc_close(b);
+            return sfb__error(-SFB_EUSAGE, "sfb engine: matrix %u: factor precision %u (float32 "
+                              "or bfloat16 only)", m, b->prec[m]);
+        }
+    }
     int ret = map_ids(b, env);
     b->from = ret ? NULL : calloc(sfb__comm_world(b->c), sizeof *b->from);
     if (!ret && !b->from) ret = -ENOMEM;
@@ -346,12 +352,12 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
     else if (h->origin == sfb__comm_rank(b->c))
         why = "claims to carry this rank's own update";
     unsigned prec = (h->flags & SFB_WIRE_F_PREC_MASK) >> SFB_WIRE_F_PREC_SHIFT;
-    if (!why && prec != b->prec) {
+    if (!why && prec != b->prec[m]) {
         /* never applicable here: the job fails naming it (as a hang until
          * the stall timeout otherwise) */
         char msg[160];
         snprintf(msg, sizeof msg, "its factors are %s, this rank's %s (is every worker running "
-                 "the same --factor-dtype?)", prec_name(prec), prec_name(b->prec));
+                 "the same --factor-dtype?)", prec_name(prec), prec_name(b->prec[m]));
         b->rejected++;
         sfb__comm_reject_update(b->c, h->origin, (uint32_t)from, h->clock, h->matrix, msg);
         return;
@@ -365,7 +371,7 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
     if (!why) {
         uint64_t sf_len;
         const uint8_t *sf = sfb__wire_sf_payload(h, payload, &sf_len);
-        int bad = 1, ret = b->prec == SFB_WIRE_F32
+        int bad = 1, ret = b->prec[m] == SFB_WIRE_F32
                                ? sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
                                               (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view)
                                : widen(b, h, sf, (size_t)sf_len, &wide, &p.view, &bad);
@@ -592,7 +598,7 @@ static int pend_own(struct bcast *b, struct sfb__buf *buf, const struct sfb__wir
                      .index = part ? part->index : 0, .count = part ? part->count : 1};
     struct sfb__buf *wide = NULL;
     int bad;
-    int ret = b->prec == SFB_WIRE_F32
+    int ret = b->prec[p.matrix] == SFB_WIRE_F32
                   ? sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0,
                                  &p.view)
                   : widen(b, h, sf, len, &wide, &p.view, &bad);
@@ -627,10 +633,10 @@ static int apply_own_rounded(struct bcast *b, uint32_t m, const struct sfb_sf *s
 {
     int sparse;
     uint64_t nnz;
-    size_t size = sfb__sf_choose(sf, b->prec, &sparse, &nnz), wide;
+    size_t size = sfb__sf_choose(sf, b->prec[m], &sparse, &nnz), wide;
     if (size == SIZE_MAX || sfb__reserve((void **)&b->enc, &b->enc_cap, size))
         return sfb__error(-ENOMEM, "sfb engine: out of memory");
-    int ret = sfb__sf_encode(sf, sparse, nnz, b->prec, b->enc, size);
+    int ret = sfb__sf_encode(sf, sparse, nnz, b->prec[m], b->enc, size);
     if (!ret) ret = sfb__sf_expand_size(b->enc, size, sf->rows, sf->cols, sf->s, sparse, &wide);
     if (!ret && sfb__reserve((void **)&b->wide, &b->wide_cap, wide))
         ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
@@ -654,20 +660,21 @@ static int send_frame(struct bcast *b, int64_t clock, uint32_t m, const struct s
     int sparse;
     uint64_t nnz;
     size_t pre = part ? SFB_WIRE_PART_PREFIX : 0;
-    size_t size = sfb__sf_choose(sf, b->prec, &sparse, &nnz);
+    unsigned prec = b->prec[m];
+    size_t size = sfb__sf_choose(sf, prec, &sparse, &nnz);
     struct sfb__buf *buf;
     int ret = sfb__comm_buf_get(c, SFB_WIRE_HDR_SIZE + pre + size, &buf);
     if (ret) return ret;
     uint8_t *payload = buf->data + SFB_WIRE_HDR_SIZE;
     if (part) sfb__wire_put_part(payload, part);
-    if ((ret = sfb__sf_encode(sf, sparse, nnz, b->prec, payload + pre, size))) {
+    if ((ret = sfb__sf_encode(sf, sparse, nnz, prec, payload + pre, size))) {
         sfb__buf_put(buf);
         return ret;
     }
     struct sfb__wire_hdr h = {
         .type = SFB_WIRE_SF,
         .flags = (uint8_t)((sparse ? SFB_WIRE_F_SPARSE : 0) | (part ? SFB_WIRE_F_PART : 0) |
-                           b->prec << SFB_WIRE_F_PREC_SHIFT),
+                           prec << SFB_WIRE_F_PREC_SHIFT),
         .origin = sfb__comm_rank(c), .sender = sfb__comm_rank(c), .clock = clock,
         .matrix = b->ids[m], .k = sf->rows, .d = sf->cols, .s = sf->s, .payload_len = pre + size};
     struct sfb__wire_piece piece = {payload, pre + size};
@@ -677,7 +684,7 @@ static int send_frame(struct bcast *b, int64_t clock, uint32_t m, const struct s
         ret = sfb__relay_publish(b->relay, buf, SFB_WIRE_HDR_SIZE + pre + size, clock,
                                  part ? part->priority : 0);
     /* (the payload stays as sent while this reference is held) */
-    if (!ret && !b->env.ordered && b->prec != SFB_WIRE_F32)
+    if (!ret && !b->env.ordered && prec != SFB_WIRE_F32)
         ret = apply_own_wide(b, m, &h, payload + pre, size);
     sfb__buf_put(buf);
     return ret;
@@ -689,7 +696,7 @@ static int send_update(struct bcast *b, int64_t clock, uint32_t m, const struct 
     if (!b->env.part_bytes) return send_frame(b, clock, m, sf, NULL);
     struct sfb__parts *p = &b->parts;
     int ret = sfb__parts_plan(p, b->env.priority, sf, &b->env.mats[m], b->env.part_bytes,
-                              b->prec);
+                              b->prec[m]);
     for (uint32_t i = 0; !ret && i < p->n; i++) {
         struct sfb__wire_part part = {.index = i, .count = p->n};
         const struct sfb_sf *sub = sfb__parts_gather(p, sf, i, &part.priority);
@@ -715,8 +722,8 @@ static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
     }
     /* ordered: pending since send_update, applied with the peers';
      * bfloat16: applied by send_update as sent (the rounded factors) */
-    int ret = sfb__comm_world(c) > 1 && (b->env.ordered || b->prec != SFB_WIRE_F32) ? 0
-              : b->prec != SFB_WIRE_F32 ? apply_own_rounded(b, m, sf)
+    int ret = sfb__comm_world(c) > 1 && (b->env.ordered || b->prec[m] != SFB_WIRE_F32) ? 0
+              : b->prec[m] != SFB_WIRE_F32 ? apply_own_rounded(b, m, sf)
                                         : sfb_reconstruct_apply(b->recon, &b->env.mats[m], &sf, 1);
     if (ret || --b->own_left) return ret;
     if (sfb__comm_world(c) > 1 && (ret = boundary(b, clock, clock))) return ret;

@@ -38,6 +38,7 @@ struct sub {
     struct sfb_matrix *mats; /* n: the matrices, */
     uint32_t *ids;           /* their wire ids, */
     uint32_t *idx;           /* their index among the job's matrices */
+    uint8_t *prec;           /* their factor precision (env.factor_prec) */
     struct sfb_sf *sf;       /* publish: the job's SFs of these matrices */
 };
 
@@ -78,6 +79,7 @@ static void pm_close(void *priv)
         if (s->ssp_open) sfb__ssp_fini(&s->ssp);
         free(s->mats);
         free(s->ids);
+        free(s->prec);
         free(s->idx);
         free(s->sf);
     }
@@ -116,15 +118,17 @@ static int plan_subs(struct pm *p, const struct sfb__sync_env *env)
         struct sub *s = &p->sub[i];
         s->mats = malloc(s->n * sizeof *s->mats);
         s->ids = malloc(s->n * sizeof *s->ids);
+        s->prec = calloc(s->n, 1);
         s->idx = malloc(s->n * sizeof *s->idx);
         s->sf = calloc(s->n, sizeof *s->sf);
-        if (!s->mats || !s->ids || !s->idx || !s->sf) return -ENOMEM;
+        if (!s->mats || !s->ids || !s->prec || !s->idx || !s->sf) return -ENOMEM;
     }
     for (uint32_t m = 0; m < n; m++) {
         struct sub *s = &p->sub[p->sub_of[m]];
         uint32_t j = p->local_of[m];
         s->mats[j] = env->mats[m];
         s->ids[j] = env->ids ? env->ids[m] : m;
+        s->prec[j] = env->factor_prec ? env->factor_prec[m] : SFB_WIRE_F32;
         s->idx[j] = m;
     }
     return 0;
@@ -166,6 +170,7 @@ static int open_subs(struct pm *p, const struct sfb__sync_env *env)
         se.mats = s->mats;
         se.nmat = s->n;
         se.ids = s->ids;
+        se.factor_prec = s->prec;
         se.ssp = &s->ssp;
         se.engine_of = NULL;
         se.absorb = pm_take;

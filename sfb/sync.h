@@ -39,11 +39,12 @@ struct sfb__sync_env {
     uint32_t degree;      /* overlay out-degree, 0 = default */
     int flush_clock;      /* relays forward at clock boundaries only */
     int64_t start_clock;  /* first clock computed (> 0 when resumed from a checkpoint) */
-    /* SFB: the precision factors travel in (enum sfb__wire_prec, src/wire/wire.h):
-     * SFB_WIRE_F32 (0, the default) or SFB_WIRE_BF16 (sfb_job_attach's
-     * factor_dtype: half the bytes, each replica applying the rounded
-     * factors, its own update's too); FMS ignores it */
-    unsigned factor_prec;
+    /* SFB: per matrix (nmat entries, in mats' order) the precision its
+     * factors travel in (enum sfb__wire_prec, src/wire/wire.h): SFB_WIRE_F32
+     * or SFB_WIRE_BF16 (sfb_job_attach's factor_dtype: half the bytes, every
+     * replica applying the rounded factors, its own update's too); NULL:
+     * float32 for all. FMS ignores it. */
+    const uint8_t *factor_prec;
     /* managed communication (sfb/parts.h, docs/design.md): */
     int priority;         /* enum sfb__priority: the order of parts waiting to leave */
     size_t part_bytes;    /* SFB sends each update in parts of about this size (0: whole) */

@@ -172,6 +172,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     struct eng_run *run = arg;
     const struct eng_cfg *cfg = &run->cfg;
     struct eng_rank *er = &run->r[r];
+    const uint8_t prec = (uint8_t)eng_prec(cfg, r);
     struct sfb__sync_env env = {.comm = c,
                                 .mats = sfb_model_matrix(er->model, 0),
                                 .nmat = 1,
@@ -185,7 +186,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
                                 .priority = cfg->priority,
                                 .part_bytes = cfg->part_bytes,
                                 .msg_cap = cfg->msg_cap,
-                                .factor_prec = eng_prec(cfg, r)};
+                                .factor_prec = &prec};
     void *priv = calloc(1, cfg->ops->priv_size);
     if (!priv) return -ENOMEM;
     int ret = cfg->ops->open(priv, &env);

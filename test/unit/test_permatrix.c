@@ -23,13 +23,14 @@ struct pm_cfg {
     int apply_early;
     const char *topology;
     int slow_rank;
+    uint8_t prec[PM_NMAT]; /* env.factor_prec (the factors are bfloat16's too) */
 };
 
 struct pm_rank {
     struct sfb_matrix m[PM_NMAT];
     struct sfb__ssp ssp;
     struct sfb_sf sf[PM_NMAT];
-    uint64_t data_msgs;
+    uint64_t data_msgs, data_bytes;
 };
 
 struct pm_run {
@@ -79,7 +80,8 @@ static int rank_main(struct sfb__comm *c, uint32_t r, void *arg)
                                 .apply_early = cfg->apply_early,
                                 .staleness = cfg->staleness,
                                 .topology = cfg->topology,
-                                .engine_of = cfg->engine_of};
+                                .engine_of = cfg->engine_of,
+                                .factor_prec = cfg->prec};
     void *priv = calloc(1, cfg->ops->priv_size);
     if (!priv) return -ENOMEM;
     int ret = cfg->ops->open(priv, &env);
@@ -107,6 +109,7 @@ static int rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     struct sfb__sync_report rep;
     cfg->ops->report(priv, &rep);
     pr->data_msgs = rep.data_msgs;
+    pr->data_bytes = rep.data_bytes;
     cfg->ops->close(priv);
     free(priv);
     return ret;
@@ -136,6 +139,8 @@ static void add_delta(double *out, uint32_t m, uint32_t s, uint32_t o, int64_t t
                     (double)sf.b[(size_t)i * rows_of[m] + j] * sf.c[(size_t)i * cols_of[m] + l];
     sfb_sf_free(&sf);
 }
+
+static uint64_t last_bytes; /* run_pm: the data bytes rank 0 sent */
 
 static int run_pm(const struct pm_cfg *cfg)
 {
@@ -183,6 +188,7 @@ static int run_pm(const struct pm_cfg *cfg)
         if (run->r[r].data_msgs == 0) fails++;
     }
     if (run->bad_wait) fails++;
+    last_bytes = run->r[0].data_bytes;
     sfb__loopback_close(&lb);
     pm_fini(run);
     free(run);
@@ -196,19 +202,19 @@ static int run_pm(const struct pm_cfg *cfg)
 
 static int test_mixed_bsp(void)
 {
-    struct pm_cfg c = {PM, {BC, FM, BC}, 3, 2, 6, 0, 0, NULL, -1};
+    struct pm_cfg c = {PM, {BC, FM, BC}, 3, 2, 6, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
 static int test_mixed_other_way(void)
 {
-    struct pm_cfg c = {PM, {FM, BC, FM}, 4, 3, 5, 0, 0, NULL, -1};
+    struct pm_cfg c = {PM, {FM, BC, FM}, 4, 3, 5, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
 static int test_all_fms(void)
 {
-    struct pm_cfg c = {PM, {FM, FM, FM}, 3, 2, 5, 0, 0, NULL, -1};
+    struct pm_cfg c = {PM, {FM, FM, FM}, 3, 2, 5, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
@@ -216,20 +222,41 @@ static int test_all_fms(void)
  * only once every matrix of it is */
 static int test_sfb_several(void)
 {
-    struct pm_cfg c = {BC, {0}, 4, 2, 6, 0, 0, NULL, -1};
+    struct pm_cfg c = {BC, {0}, 4, 2, 6, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
 static int test_mixed_ssp_slow(void)
 {
-    struct pm_cfg c = {PM, {BC, FM, FM}, 4, 2, 8, 2, 1, NULL, 2};
+    struct pm_cfg c = {PM, {BC, FM, FM}, 4, 2, 8, 2, 1, NULL, 2, {0}};
     return run_pm(&c);
 }
 
 static int test_mixed_halton(void)
 {
-    struct pm_cfg c = {PM, {BC, FM, BC}, 7, 2, 5, 1, 1, "halton", 3};
+    struct pm_cfg c = {PM, {BC, FM, BC}, 7, 2, 5, 1, 1, "halton", 3, {0}};
     return run_pm(&c);
+}
+
+/* Factors in bfloat16 for some matrices, float32 for others, in one SFB
+ * engine and across the per-matrix one (which hands each sub-engine its
+ * matrices' precisions; FMS ignores them): a precision given to the wrong
+ * matrix would fail the job (a frame of another precision is refused). */
+static int test_bf16_some(void)
+{
+    const uint8_t B = SFB_WIRE_BF16;
+    struct pm_cfg cfgs[] = {{BC, {0}, 4, 2, 6, 0, 0, NULL, -1, {B, 0, B}},
+                            {PM, {FM, BC, BC}, 4, 2, 6, 0, 0, NULL, -1, {B, 0, B}},
+                            {PM, {BC, FM, BC}, 7, 2, 5, 1, 1, "halton", 3, {0, B, B}}};
+    for (size_t i = 0; i < SFB_ARRAY_LEN(cfgs); i++) {
+        struct pm_cfg f32 = cfgs[i];
+        memset(f32.prec, 0, sizeof f32.prec);
+        ASSERT_OK(run_pm(&f32));
+        uint64_t bytes = last_bytes;
+        ASSERT_OK(run_pm(&cfgs[i]));
+        ASSERT_LT(last_bytes, bytes); /* the bf16 matrices went in fewer bytes */
+    }
+    return 0;
 }
 
 /* Rank 1 of 2 gets origin 0's clock-0 frames of matrices 0 and 2 straight
@@ -336,6 +363,7 @@ int main(int argc, char **argv)
         {"mixed_ssp_slow", test_mixed_ssp_slow},
         {"mixed_halton", test_mixed_halton},
         {"sfb_split_arrival", test_sfb_split_arrival},
+        {"bf16_some", test_bf16_some},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
