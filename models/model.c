@@ -35,6 +35,7 @@ void sfb_model_default_settings(struct sfb_model_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof(*s));
+    s->version = SFB_MODEL_SETTINGS_VERSION;
     s->kind = models[0]->name;
     s->lambda = 0.0;
     s->seed = 1;
@@ -81,6 +82,9 @@ int sfb_model_open(struct sfb_model **m, const struct sfb_model_settings *s)
     SFB_ARG(m);
     SFB_ARG(s);
     *m = NULL;
+    int vr = SFB_CHECK_VERSION(s, "sfb_model_settings", "sfb_model_default_settings",
+                               SFB_MODEL_SETTINGS_VERSION);
+    if (vr) return vr;
     if (!s || !s->kind) return sfb__error(-EINVAL, "model: no kind given");
     const struct sfb_model_ops *ops = sfb_model_find(s->kind);
     if (!ops)
@@ -142,6 +146,11 @@ struct sfb_matrix *sfb_model_matrix(struct sfb_model *m, uint32_t i)
     return i < m->n_matrices ? &m->mats[i] : NULL;
 }
 
+const struct sfb_matrix *sfb__model_matrix_ro(const struct sfb_model *m, uint32_t i)
+{
+    return m && i < m->n_matrices ? &m->mats[i] : NULL;
+}
+
 void *sfb__model_priv(struct sfb_model *m)
 {
     return m->priv;
@@ -167,19 +176,28 @@ void sfb_model_apply_local(struct sfb_model *m, float eta)
     if (m->ops->apply_local) m->ops->apply_local(m->priv, m->mats, eta);
 }
 
+/* The first version's size of struct sfb_eval */
+#define EVAL_V1 SFB_END_OF(struct sfb_eval, sparse_nonzeros)
+
 int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data, struct sfb_eval *out)
 {
     SFB_ENTER();
     SFB_ARG(m);
     SFB_ARG(data);
     SFB_ARG(out);
-    if (!m || !data || !out) return sfb__error(-EINVAL, "model: NULL argument to evaluate");
-    out->loss = out->accuracy = NAN;
-    out->knn_accuracy = out->knn_accuracy_euclid = out->recon_error = out->sparsity = NAN;
-    out->recon_error_sparse = NAN;
-    out->sparse_nonzeros = 0;
-    out->n = 0;
-    return m->ops->evaluate(m->priv, m->mats, data, out);
+    int ret = SFB_CHECK_SIZE(out, "sfb_eval", EVAL_V1);
+    if (ret) return ret;
+    /* the model fills the library's whole structure; the caller gets what
+     * fits in its size */
+    struct sfb_eval all = {.size = sizeof all};
+    all.loss = all.accuracy = NAN;
+    all.knn_accuracy = all.knn_accuracy_euclid = all.recon_error = all.sparsity = NAN;
+    all.recon_error_sparse = NAN;
+    all.sparse_nonzeros = 0;
+    all.n = 0;
+    ret = m->ops->evaluate(m->priv, m->mats, data, &all);
+    sfb__sized_copy(out, out->size, &all, sizeof all);
+    return ret;
 }
 
 const struct sfb_model_option *sfb__model_list_option(const struct sfb_model_ops *ops)

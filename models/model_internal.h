@@ -16,6 +16,8 @@
 
 /* The model's private state (ops->priv_size bytes). */
 void *sfb__model_priv(struct sfb_model *m);
+/* Matrix i, read only (sfb_model_matrix of a const model); NULL out of range. */
+const struct sfb_matrix *sfb__model_matrix_ro(const struct sfb_model *m, uint32_t i);
 
 /* Longest kind name a model may have (settings.kind is copied into the
  * model, so the caller's string need not outlive sfb_model_open). */

@@ -48,7 +48,7 @@ static int sfb_traffic(const struct sfb__cost_env *e, double sf_bytes, double al
     s.link_gbps = 8.0 / (beta * 1e9);
     s.latency_us = alpha * 1e6;
     s.flush = e->flush_clock ? SFB_TOPO_FLUSH_CLOCK : SFB_TOPO_FLUSH_EAGER;
-    struct sfb_topo_report r;
+    struct sfb_topo_report r = {.size = sizeof r};
     ret = sfb_topo_analyse(t, &s, &r);
     sfb_topo_close(&t);
     if (ret) return ret;
@@ -127,8 +127,12 @@ int sfb__cost_predict(const struct sfb__cost_env *e, const struct sfb__cost_matr
 void sfb_cost_default_settings(struct sfb_cost_settings *s)
 {
     if (!s) return;
-    *s = (struct sfb_cost_settings){.world = 2, .batch = 32, .link_gbps = 1, .latency_us = 10};
+    *s = (struct sfb_cost_settings){.version = SFB_COST_SETTINGS_VERSION, .world = 2, .batch = 32,
+                                    .link_gbps = 1, .latency_us = 10};
 }
+
+/* The first version's size of struct sfb_cost_result */
+#define RESULT_V1 SFB_END_OF(struct sfb_cost_result, winner)
 
 int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t cols,
                      double sf_bytes, struct sfb_cost_result *out)
@@ -136,6 +140,11 @@ int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t 
     SFB_ENTER();
     SFB_ARG(s);
     SFB_ARG(out);
+    int ret = SFB_CHECK_SIZE(out, "sfb_cost_result", RESULT_V1);
+    if (!ret)
+        ret = SFB_CHECK_VERSION(s, "sfb_cost_settings", "sfb_cost_default_settings",
+                                SFB_COST_SETTINGS_VERSION);
+    if (ret) return ret;
     if (!(s->link_gbps > 0) || s->link_gbps > 1e6 || !(s->latency_us >= 0) || s->latency_us > 1e9)
         return sfb__error(-SFB_EUSAGE, "cost model: link %g Gbit/s, latency %g us (want a "
                           "bandwidth in (0, 1e6] and a latency in [0, 1e9])", s->link_gbps,
@@ -148,16 +157,16 @@ int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t 
         .host_cores = s->host_cores, .ranks_per_host = s->ranks_per_host};
     struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0};
     struct sfb__cost_parts r;
-    int ret = sfb__cost_parts(&e, &m, &r);
-    if (ret) return ret;
-    *out = (struct sfb_cost_result){.sf_bytes = r.sf_bytes};
+    if ((ret = sfb__cost_parts(&e, &m, &r))) return ret;
+    struct sfb_cost_result all = {.size = sizeof all, .sf_bytes = r.sf_bytes};
     for (int k = 0; k < 2; k++) {
-        out->ms[k] = r.ms[k];
-        out->msgs[k] = r.msgs[k];
-        out->bytes[k] = r.bytes[k];
-        out->compute_ms[k] = r.compute_ms[k];
+        all.ms[k] = r.ms[k];
+        all.msgs[k] = r.msgs[k];
+        all.bytes[k] = r.bytes[k];
+        all.compute_ms[k] = r.compute_ms[k];
     }
-    out->winner = r.ms[SFB__ENG_FMS] < r.ms[SFB__ENG_SFB] ? SFB_COST_FMS : SFB_COST_SFB;
+    all.winner = r.ms[SFB__ENG_FMS] < r.ms[SFB__ENG_SFB] ? SFB_COST_FMS : SFB_COST_SFB;
+    sfb__sized_copy(out, out->size, &all, sizeof all);
     return 0;
 }
 

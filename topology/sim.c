@@ -22,6 +22,7 @@ void sfb_topo_sim_default_settings(struct sfb_topo_sim_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof *s);
+    s->version = SFB_TOPO_SIM_SETTINGS_VERSION;
     s->sf_bytes = 4ull * 32 * (1024 + 1024) + 64;
     s->bundle_header = 64;
     s->link_gbps = 1.0;
@@ -289,17 +290,37 @@ static int simulate_eager(const struct sfb_topo *t, const struct sfb_topo_sim_se
     return ret;
 }
 
+static int analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
+                   struct sfb_topo_report *r);
+
+/* The first version's size of struct sfb_topo_report */
+#define REPORT_V1 SFB_END_OF(struct sfb_topo_report, cpu_time_s)
+
 int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
                      struct sfb_topo_report *r)
 {
     SFB_ENTER();
     SFB_ARG(t);
     SFB_ARG(r);
+    int ret = SFB_CHECK_SIZE(r, "sfb_topo_report", REPORT_V1);
     struct sfb_topo_sim_settings def;
     if (!s) {
         sfb_topo_sim_default_settings(&def);
         s = &def;
     }
+    if (!ret)
+        ret = SFB_CHECK_VERSION(s, "sfb_topo_sim_settings", "sfb_topo_sim_default_settings",
+                                SFB_TOPO_SIM_SETTINGS_VERSION);
+    struct sfb_topo_report all = {.size = sizeof all};
+    if (!ret) ret = analyse(t, s, &all);
+    if (!ret) sfb__sized_copy(r, r->size, &all, sizeof all);
+    return ret;
+}
+
+/* sfb_topo_analyse into the library's whole report */
+static int analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
+                   struct sfb_topo_report *r)
+{
     if (!(s->link_gbps > 0) || !(s->latency_us >= 0) || s->sf_bytes == 0 ||
         s->link_gbps > 1e9 || s->latency_us > 1e12 || !(s->msg_overhead_us >= 0) || s->msg_overhead_us > 1e12 ||
         !(s->cpu_msg_us >= 0) || s->cpu_msg_us > 1e12 || !(s->cpu_byte_ns >= 0) || s->cpu_byte_ns > 1e12)
@@ -311,6 +332,7 @@ int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_setting
         return sfb__error(-SFB_EUSAGE, "topo sim: unknown NIC model %d", (int)s->nic);
 
     memset(r, 0, sizeof *r);
+    r->size = sizeof *r;
     uint32_t P = sfb_topo_nodes(t), Q = sfb_topo_out_degree(t);
     r->nodes = P;
     r->degree = Q;

@@ -38,13 +38,25 @@ enum sfb_index_base {
     SFB_INDEX_1 = 1,
 };
 
+/* The versions of the settings structures below (docs/api.md, "Versions of
+ * the structures"), each on its own: a later release that adds a field to
+ * one (in its reserved bytes, zero meaning its default) raises that one's.
+ * Fill each with its *_default_settings function, then set what you need;
+ * an unknown version or a reserved byte set is -SFB_EVERSION. */
+#define SFB_LIBSVM_SETTINGS_VERSION 1
+#define SFB_SYNTH_SETTINGS_VERSION 1
+#define SFB_PATCH_SETTINGS_VERSION 1
+
 struct sfb_libsvm_settings {
+    uint32_t version; /* SFB_LIBSVM_SETTINGS_VERSION */
     enum sfb_index_base index_base; /* default SFB_INDEX_AUTO */
     uint32_t dim;     /* feature dimension; 0 = infer (max index + 1) */
     uint32_t classes; /* class count; 0 = infer (max label + 1) */
     int use_meta;     /* read "<path>.meta" when present (default 1) */
+    uint8_t reserved[32]; /* for fields of later versions: zero */
 };
 
+/* Fills defaults (version included). NULL is a no-op. */
 SFB_API void sfb_libsvm_default_settings(struct sfb_libsvm_settings *s);
 
 /* Reads a libsvm/svmlight text file into CSR. Labels must be integers
@@ -53,9 +65,10 @@ SFB_API void sfb_libsvm_default_settings(struct sfb_libsvm_settings *s);
  * line. A Bösen-style meta file ("<path>.meta" with lines "num_train_total: N",
  * "feature_dim: D", "num_labels: K", "feature_one_based: 0|1") fills settings
  * left at their defaults.
- * Returns 0, -ENOENT/-EIO, -SFB_EFORMAT (detail "file:line:column: reason" in
- * sfb_last_error()), -ENOMEM. On failure *out is left zeroed: nothing is
- * half-loaded. The caller owns *out on success. Any thread. */
+ * `s` may be NULL (the defaults). Returns 0, -ENOENT/-EIO, -SFB_EFORMAT
+ * (detail "file:line:column: reason" in sfb_last_error()), -SFB_EVERSION
+ * (s of an unknown version), -ENOMEM. On failure *out is left zeroed:
+ * nothing is half-loaded. The caller owns *out on success. Any thread. */
 SFB_API int sfb_libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
                             struct sfb_dataset *out);
 
@@ -73,6 +86,7 @@ SFB_API int sfb_idx_read(const char *images_path, const char *labels_path, uint3
  * non-zeros per row); labels are argmax(W·x + noise). The same seed gives
  * the same data everywhere. */
 struct sfb_synth_settings {
+    uint32_t version; /* SFB_SYNTH_SETTINGS_VERSION */
     uint32_t k, d;
     uint64_t n;
     double density; /* (0, 1] */
@@ -80,13 +94,17 @@ struct sfb_synth_settings {
                        4 by construction); default 0.1 (~2-3% of labels
                        differ from argmax W·x) */
     uint64_t seed;
+    uint8_t reserved[32]; /* for fields of later versions: zero */
 };
 
+/* Fills defaults (version included). NULL is a no-op. */
 SFB_API void sfb_synth_default_settings(struct sfb_synth_settings *s);
 /* Parses "synth:k=10,d=100,n=1000,density=0.1,seed=1,noise=0.1" (keys
  * optional, any order) into *s starting from the defaults. -SFB_EFORMAT
  * names the bad key. */
 SFB_API int sfb_synth_parse(const char *spec, struct sfb_synth_settings *s);
+/* Returns 0, -EINVAL (settings out of range), -SFB_EVERSION (s of an
+ * unknown version), -ENOMEM. */
 SFB_API int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_dataset *out);
 
 /* Resolves a data name to a train and (optionally) a test set:
@@ -95,15 +113,17 @@ SFB_API int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_da
  *                         same hidden model (n/5 samples, at least 1)
  *   "path.idx" or a directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
  *   anything else         a libsvm file
- * `test` may be NULL. `test_path` (may be NULL) overrides where the test set
- * comes from (a libsvm file, or an IDX images file whose labels file is found
- * by replacing "images-idx3" with "labels-idx1"). The test set gets the
- * train set's d and k (and a libsvm test file the train file's index base);
+ * `test` may be NULL; `ls` may be NULL (the defaults). `test_path` (may be
+ * NULL) overrides where the test set comes from (a libsvm file, or an IDX
+ * images file whose labels file is found by replacing "images-idx3" with
+ * "labels-idx1"). The test set gets the train set's d and k (and a libsvm
+ * test file the train file's index base);
  * a test index or label beyond them is an error naming the test file. With
  * no test source (a libsvm train file and no test_path, an IDX directory
  * without t10k files) *test is left zeroed (n = 0).
  * Returns 0, -ENOENT (for "fashion-mnist" the message says to install the
- * package), -SFB_EFORMAT, -SFB_ESHAPE, -SFB_EUSAGE, -ENOMEM; on failure both
+ * package), -SFB_EFORMAT, -SFB_ESHAPE, -SFB_EUSAGE, -SFB_EVERSION (ls of an
+ * unknown version), -ENOMEM; on failure both
  * sets are zeroed. The caller owns both on success. Any thread. */
 SFB_API int sfb_data_load(const char *name, const char *test_path,
                           const struct sfb_libsvm_settings *ls, struct sfb_dataset *train,
@@ -186,16 +206,19 @@ SFB_API int sfb_sampler_batch(struct sfb_sampler *s, uint64_t clock, uint64_t *o
  * corner in row-major order; with max_patches a seed-determined subset of
  * that many patches (selection sampling, so the order is kept) is taken. */
 struct sfb_patch_settings {
+    uint32_t version;     /* SFB_PATCH_SETTINGS_VERSION */
     uint32_t h, w;        /* image height and width; both 0: square, √d (default) */
     uint32_t p;           /* patch side (default 8) */
     uint64_t max_patches; /* 0 (default): every patch */
     uint64_t seed;        /* subset choice (default 1) */
     int remove_mean;      /* 1: subtract each patch's mean (default 0) */
+    uint8_t reserved[32]; /* for fields of later versions: zero */
 };
 
+/* Fills defaults (version included). NULL is a no-op. */
 SFB_API void sfb_patch_default_settings(struct sfb_patch_settings *s);
 /* Returns 0, -EINVAL (p = 0, p larger than the image, only one of h and w
- * given), -SFB_ESHAPE (h·w ≠ d, or d not a square when h = w = 0; a CSR
+ * given), -SFB_EVERSION (s of an unknown version), -SFB_ESHAPE (h·w ≠ d, or d not a square when h = w = 0; a CSR
  * column ≥ d), -ENOMEM, -EOVERFLOW; the detail is in sfb_last_error(). On
  * failure *out is zeroed; on success the caller owns it (sfb_dataset_free).
  * Any thread. */

@@ -38,8 +38,12 @@
 extern "C" {
 #endif
 
-/* 2: sfb_job_attach.sf_bytes became a pointer (1's layout had 4 entries) */
+/* The versions of the two settings structures (docs/api.md, "Versions of
+ * the structures"), each on its own: a later release that adds a field to
+ * one (in its reserved bytes) raises that one's. 2 for both in 0.1.0 (the
+ * attach structure's 1 had a sf_bytes of 4 entries). */
 #define SFB_JOB_SETTINGS_VERSION 2
+#define SFB_JOB_ATTACH_VERSION 2
 /* The most matrices of one job (their per-matrix state is allocated at
  * attach: no cost for the bound itself). */
 #define SFB_JOB_MAX_MATRICES 65536
@@ -102,7 +106,7 @@ SFB_API uint32_t sfb_job_world(const struct sfb_job *job);
 
 /* The replicas this job synchronizes and how. */
 struct sfb_job_attach {
-    uint32_t version;        /* SFB_JOB_SETTINGS_VERSION */
+    uint32_t version;        /* SFB_JOB_ATTACH_VERSION */
     uint32_t n;              /* matrices, 1 .. SFB_JOB_MAX_MATRICES (65536) */
     struct sfb_matrix *mats; /* n replicas, row-major float; the caller keeps
                                 them alive and at the same address until
@@ -182,8 +186,12 @@ SFB_API const char *sfb_job_engine(const struct sfb_job *job, uint32_t m);
  * otherwise. Owned by the job, valid until close. NULL: no job. */
 SFB_API const char *sfb_job_plan(const struct sfb_job *job);
 
-/* What one wait or drain did (accumulated: the caller zeroes it). */
+/* What one wait or drain did (accumulated: the caller zeroes it and sets
+ * size, `struct sfb_job_clock acct = {sizeof acct};`). The library adds to
+ * the fields that fit in `size` (a later version may add fields at the end)
+ * and refuses a size below this version's with -EINVAL. */
 struct sfb_job_clock {
+    uint32_t size;          /* sizeof(struct sfb_job_clock), set by the caller */
     double wait_s;          /* blocked waiting for peers */
     double apply_s;         /* applying peers' updates */
     int64_t staleness;      /* max over updates applied: own clock − theirs − 1 */
@@ -199,7 +207,8 @@ struct sfb_job_clock {
  * clock − staleness − 1 are applied to the replicas (with apply_early,
  * whatever else arrived too). Clocks go in order: wait(t), publish(t),
  * wait(t + 1), … from start_clock, each once (publish: all matrices at once,
- * or each alone). `acct` may be NULL. Returns 0, -SFB_EUSAGE (no attach,
+ * or each alone). `acct` may be NULL. Returns 0, -EINVAL (acct->size too
+ * small: nothing happened), -SFB_EUSAGE (no attach,
  * clock out of order, a matrix of the clock before not published: named),
  * -SFB_EPEER naming the failed
  * rank (or the rank whose update could not be applied: one holding a NaN or
@@ -207,16 +216,19 @@ struct sfb_job_clock {
 SFB_API int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct);
 
 /* Publishes this worker's SFs of `clock` (after its wait), one per
- * attached matrix (none published alone this clock yet), sf[m] for matrix m (dense or CSR c, 1 <= s <= max_s, shapes
- * equal to the matrix's): sets their matrix, origin and clock fields, sends
+ * attached matrix (none published alone this clock yet), sf[m] for matrix m
+ * (dense or CSR c, 1 <= s <= max_s, shapes equal to the matrix's): sends
  * them to the peers and applies them to the own replicas at once. The job
- * copies what it needs; sf stays the caller's. Returns 0, -EINVAL,
+ * reads sf only (its matrix, origin and clock fields are ignored: the
+ * update is matrix m's of this rank and `clock`) and copies what it needs.
+ * Returns 0, -EINVAL,
  * -SFB_ESHAPE, -SFB_EUSAGE (no attach, n or clock wrong), -ERANGE when a
  * scale, b or c holds a NaN or an infinity (nothing is sent or applied; the
  * message names the clock, the matrix and the first such number: peers
  * refuse such an update and fail the job naming its origin), -ENOMEM, or a
  * peer's failure. */
-SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n);
+SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, const struct sfb_sf *sf,
+                            uint32_t n);
 
 /* Publishes matrix m's SF of `clock` alone (after its wait): as
  * sfb_job_publish for one matrix; the factors leave for the peers within
@@ -224,13 +236,13 @@ SFB_API int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *s
  * layers below). Every matrix is published once a clock, by this call or
  * sfb_job_publish_dense, in any order (ranks may use different orders);
  * the clock is complete (the own SSP clock marked, the next wait allowed)
- * with its last matrix. sf stays the caller's. Returns 0, -EINVAL,
+ * with its last matrix. sf is only read. Returns 0, -EINVAL,
  * -SFB_ESHAPE, -SFB_EUSAGE (no attach, clock not the one waited for, m out
  * of range, m published already this clock: the message names matrix and
  * clock), -ERANGE (a NaN or an infinity: nothing sent), -ENOMEM, or a
  * peer's failure. */
 SFB_API int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m,
-                                struct sfb_sf *sf);
+                                const struct sfb_sf *sf);
 
 /* Publishes matrix m's update of `clock` dense: ΔA_m = scale · delta, delta
  * rows × cols row-major floats (the caller's; copied). Only for a matrix
@@ -251,8 +263,8 @@ SFB_API int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m
  * says): at staleness 0, a drain(t) right after publishing clock t leaves
  * the replicas holding exactly every rank's updates through t, so a caller
  * can read them as the state after clock t (sfb.torch relies on it). `acct`
- * may be NULL. Returns 0, -SFB_EUSAGE (no attach, last out of range) or a
- * peer's failure. */
+ * may be NULL (else its size set, as for sfb_job_wait). Returns 0, -EINVAL,
+ * -SFB_EUSAGE (no attach, last out of range) or a peer's failure. */
 SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct);
 
 /* Collective over the bootstrap channel: returns once every rank entered
@@ -300,7 +312,6 @@ SFB_API int sfb_job_finish(struct sfb_job *job, int64_t last);
  * leaving). */
 SFB_API void sfb_job_abort(struct sfb_job *job, const char *reason);
 
-/* Counters since open (monotonic). */
 /* The training timeline (SFB_TIMELINE=FILE in the environment at
  * sfb_job_open: docs/performance.md, "Where a step's time goes"): 1 when
  * this job records one. */
@@ -313,7 +324,11 @@ SFB_API int sfb_job_timeline_on(const struct sfb_job *job);
 SFB_API void sfb_job_timeline_span(struct sfb_job *job, const char *name, double t0_us,
                                    double t1_us, int64_t clock);
 
+/* Counters since open (monotonic). The caller sets size (sizeof); the
+ * library fills the fields that fit in it (a later version may add fields
+ * at the end). */
 struct sfb_job_stats {
+    uint32_t size;                     /* sizeof(struct sfb_job_stats), set by the caller */
     uint64_t bytes_sent, bytes_recv;   /* transport, every frame */
     uint64_t msgs_sent, msgs_recv;     /* transport frames */
     uint64_t data_msgs, data_bytes;    /* the engine's data messages */
@@ -325,7 +340,8 @@ struct sfb_job_stats {
                                           clock's boundary); a wait, not publishing work */
 };
 
-/* Fills *st (zeros before attach for the engine's counters). */
+/* Fills *st (zeros before attach for the engine's counters). Returns 0 or
+ * -EINVAL (NULL, st->size below this version's). */
 SFB_API int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st);
 
 /* Leaves the job and frees it; *job becomes NULL. Without sfb_job_finish

@@ -37,7 +37,15 @@ struct sfb_model_u32_list {
     uint32_t v[SFB_MODEL_LIST_MAX];
 };
 
+/* The version of struct sfb_model_settings (docs/api.md, "Versions of the
+ * structures"): a later release that adds a field (in `reserved`, zero
+ * meaning its default) raises it. */
+#define SFB_MODEL_SETTINGS_VERSION 1
+
+/* A model's settings: fill with sfb_model_default_settings, then set what
+ * you need (an unknown version or a reserved byte set is -SFB_EVERSION). */
 struct sfb_model_settings {
+    uint32_t version;   /* SFB_MODEL_SETTINGS_VERSION */
     const char *kind;   /* "mlr", "dml", "sc", "mlp"; copied by sfb_model_open */
     uint32_t d;         /* feature dimension of the data */
     uint32_t k;         /* classes (mlr; dml and sc ignore it) */
@@ -53,13 +61,20 @@ struct sfb_model_settings {
     const char *simi_pairs;
     const char *diff_pairs;
     struct sfb_model_u32_list hidden; /* mlp: hidden layer sizes (default {1, {1024}}) */
+    uint8_t reserved[64]; /* for fields of later versions: zero */
 };
 
+/* Fills defaults (version included), each model's own fields by its
+ * `defaults` op. NULL is a no-op. */
 SFB_API void sfb_model_default_settings(struct sfb_model_settings *s);
 
 /* Evaluation result on a dataset. Fields a model does not compute are NaN
- * (sfb_model_evaluate fills them before calling the model). */
+ * (sfb_model_evaluate fills them before calling the model). The caller of
+ * sfb_model_evaluate sets size (sizeof) and gets the fields that fit in it
+ * (a later version may add fields at the end); a model's evaluate op gets
+ * the library's whole structure. */
 struct sfb_eval {
+    uint32_t size;   /* sizeof(struct sfb_eval), set by the caller */
     double loss;     /* mean objective per sample (incl. regularizer) */
     double accuracy; /* fraction correct, or NaN where not meaningful;
                         dml: equals knn_accuracy */
@@ -157,8 +172,9 @@ SFB_API const struct sfb_model_ops *sfb_model_registry(size_t i);
 
 struct sfb_model;
 
-/* Creates a model with freshly initialised parameters. Returns 0, -EINVAL
- * (unknown kind or invalid settings such as k = 0, d = 0, lambda < 0; see
+/* Creates a model with freshly initialised parameters. Returns 0,
+ * -SFB_EVERSION (s->version unknown, reserved bytes set), -EINVAL (unknown
+ * kind or invalid settings such as k = 0, d = 0, lambda < 0; see
  * sfb_last_error), -ENOMEM, -EOVERFLOW; dml with pair files also -ENOENT /
  * -EIO and -SFB_EFORMAT ("file:line: reason"). Caller owns *m; on failure *m
  * is NULL. */
@@ -179,14 +195,15 @@ SFB_API int sfb_model_factors(struct sfb_model *m, const struct sfb_dataset *dat
                               double *loss);
 SFB_API void sfb_model_apply_local(struct sfb_model *m, float eta);
 /* Mean loss (incl. regularizer) and accuracy over all of `data`; loss and
- * accuracy are NaN when data->n = 0. Errors as sfb_model_factors. */
+ * accuracy are NaN when data->n = 0. Errors as sfb_model_factors, and
+ * -EINVAL for out->size below this version's. */
 SFB_API int sfb_model_evaluate(struct sfb_model *m, const struct sfb_dataset *data,
                                struct sfb_eval *out);
 
 /* Model files: header (magic "SFBMODL1", version, kind, settings, clock,
  * shapes) + matrices (little-endian float32) + XXH3-64 of everything before
  * it. Written atomically (temp file + fsync + rename). */
-SFB_API int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock);
+SFB_API int sfb_model_save(const struct sfb_model *m, const char *path, int64_t clock);
 /* Loads a model file into a new model. -SFB_EFORMAT / -SFB_ECHECKSUM /
  * -SFB_ETRUNC / -SFB_EVERSION with the detail in sfb_last_error(); on
  * failure *m stays NULL. `clock` may be NULL. */

@@ -136,7 +136,15 @@ enum sfb_topo_nic {
     SFB_TOPO_NIC_FIFO = 1,
 };
 
+/* The version of struct sfb_topo_sim_settings (docs/api.md, "Versions of
+ * the structures"): a later release that adds a field (in `reserved`, zero
+ * meaning its default) raises it. Fill it with
+ * sfb_topo_sim_default_settings; an unknown version or a reserved byte set
+ * is -SFB_EVERSION. */
+#define SFB_TOPO_SIM_SETTINGS_VERSION 1
+
 struct sfb_topo_sim_settings {
+    uint32_t version;       /* SFB_TOPO_SIM_SETTINGS_VERSION */
     uint64_t sf_bytes;      /* B: one origin's SF frame, header included */
     uint32_t bundle_header; /* outer header of a message with ≥ 2 frames (64) */
     double link_gbps;       /* G: each node's egress bandwidth, Gbit/s (1) */
@@ -151,6 +159,7 @@ struct sfb_topo_sim_settings {
     double cpu_msg_us;
     double cpu_byte_ns;
     enum sfb_topo_nic nic;
+    uint8_t reserved[32];   /* for fields of later versions: zero */
 };
 
 /* Defaults: B = 262208 (K = D = 1024, S = 32, fp32 dense c: 4·S·(K+D) bytes
@@ -158,7 +167,10 @@ struct sfb_topo_sim_settings {
  * per-message overhead, eager, fair NIC. */
 SFB_API void sfb_topo_sim_default_settings(struct sfb_topo_sim_settings *s);
 
+/* What sfb_topo_analyse computed. The caller sets size (sizeof) and gets
+ * the fields that fit in it (a later version may add fields at the end). */
 struct sfb_topo_report {
+    uint32_t size;                /* sizeof(struct sfb_topo_report), set by the caller */
     uint32_t nodes, degree, diameter;
     uint32_t links_used;          /* out-links per node with traffic */
     double mean_hops;
@@ -189,7 +201,9 @@ struct sfb_topo_report {
  * not a bottleneck (non-blocking switch). O(P·Q) time, O(P + Q) memory: the
  * graph and trees are shift-invariant, so one node is simulated and every
  * other node does the same at the same times. Returns 0, -SFB_EUSAGE for
- * settings out of range (G ≤ 0, L < 0, overhead < 0, B = 0), -ENOMEM. Any thread. */
+ * settings out of range (G ≤ 0, L < 0, overhead < 0, B = 0), -SFB_EVERSION
+ * (settings of an unknown version), -EINVAL (NULL t or r, r->size below this
+ * version's), -ENOMEM. Any thread. */
 SFB_API int sfb_topo_analyse(const struct sfb_topo *t, const struct sfb_topo_sim_settings *s,
                              struct sfb_topo_report *r);
 

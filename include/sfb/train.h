@@ -22,7 +22,19 @@ enum sfb_lr_schedule {
     SFB_LR_STEP = 2,     /* η_t = η₀ · lr_decay^⌊t / T⌋ */
 };
 
+/* The version of struct sfb_train_settings (docs/api.md, "Versions of the
+ * structures"): a later release that adds a field (in `reserved`, zero
+ * meaning its default) raises it. */
+#define SFB_TRAIN_SETTINGS_VERSION 1
+
+/* A run's settings. Fill with sfb_train_default_settings, then set what you
+ * need; `version` and `reserved` are the library's (an unknown version or a
+ * reserved byte set is -SFB_EVERSION). Debugging knobs (an extra delay per
+ * clock, one slowed rank) are not here: SFB_DEBUG_DELAY_MS,
+ * SFB_DEBUG_SLOW_RANK and SFB_DEBUG_SLOW_FACTOR in the environment
+ * (docs/environment.md; `sfb run --debug-*` sets them). */
 struct sfb_train_settings {
+    uint32_t version;      /* SFB_TRAIN_SETTINGS_VERSION */
     const char *model;     /* "mlr" */
     const char *data;      /* data name, see sfb_data_load */
     const char *test_data; /* optional test set override */
@@ -86,10 +98,6 @@ struct sfb_train_settings {
      * term; 0 (default): measured */
     double link_gbps;        /* per-worker bandwidth, Gbit/s (beta = 8 / (G·1e9) s/byte) */
     double latency_us;       /* per-message latency alpha, microseconds */
-    /* debug knobs (tests and benchmarks) */
-    double debug_delay_ms;   /* random extra compute time in [0, d] ms each clock */
-    int debug_slow_rank;     /* this rank computes debug_slow_factor times slower (-1: none) */
-    double debug_slow_factor;
     /* checkpoints (src/train/checkpoint.h, docs/robustness.md) */
     uint64_t checkpoint_every;  /* write one every N clocks (0: never) */
     const char *checkpoint_dir; /* where (NULL: "sfb-ckpt") */
@@ -103,8 +111,10 @@ struct sfb_train_settings {
                                 order, the own one among them, so all hold the same
                                 bits after every clock (sfb_job_attach.ordered; costs
                                 the own update's early apply). Default 0 */
+    uint8_t reserved[64];    /* for fields of later versions: zero */
 };
 
+/* Fills defaults (version included). NULL is a no-op. */
 SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
 
 /* Checks every combination of settings that can be judged from the settings
@@ -112,8 +122,11 @@ SFB_API void sfb_train_default_settings(struct sfb_train_settings *s);
  * each other, and, when `world` (the number of workers) is known (> 0), the
  * bounds that depend on it (--flush clock needs --staleness >= the overlay's
  * diameter − 1, the overlay must exist for that many workers). `world` 0:
- * those are left to sfb_train_run. Returns 0, -EINVAL or -SFB_EUSAGE with
- * the setting at fault named in sfb_last_error(). Any thread. */
+ * those are left to sfb_train_run. Returns 0, -EINVAL, -SFB_EVERSION (the
+ * settings' or their libsvm settings' version unknown, reserved bytes set)
+ * or -SFB_EUSAGE with the setting at fault named in sfb_last_error(). Also
+ * checks the debugging variables of the environment (SFB_DEBUG_SLOW_RANK
+ * against `world`). Any thread. */
 SFB_API int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world);
 
 struct sfb_model_settings;
@@ -121,9 +134,12 @@ struct sfb_model_settings;
  * dict_size, code_steps, the pair files, hidden.n) into `t`, which hands them to the
  * model when it opens: how a model's own command-line options
  * (sfb_model_ops.options, stored by offset in a struct sfb_model_settings)
- * reach it. Pointers are copied, not the strings. Any thread. */
-SFB_API void sfb_train_set_model_options(struct sfb_train_settings *t,
-                                         const struct sfb_model_settings *ms);
+ * reach it: the CLI zeroes `ms`, sets its version and has the option table
+ * write the options given into it. Pointers are copied, not the strings.
+ * Returns 0, -EINVAL (NULL) or -SFB_EVERSION (either structure's version
+ * unknown: nothing copied). Any thread. */
+SFB_API int sfb_train_set_model_options(struct sfb_train_settings *t,
+                                        const struct sfb_model_settings *ms);
 
 /* The registered synchronization engines (--sync) in registry order, the
  * first being the default, and a one-line description of each; NULL past
@@ -133,15 +149,19 @@ SFB_API const char *sfb_sync_registry_summary(size_t i);
 /* The registry index of the engine named `name`, or -1. */
 SFB_API int sfb_sync_registry_find(const char *name);
 
-/* η₀: the settings' lr, or the model's default when it is 0. */
+/* η₀: the settings' lr, or the model's default when it is 0 (NaN, with
+ * -EINVAL or -SFB_EVERSION recorded, for NULL or unknown settings). */
 SFB_API double sfb_train_lr0(const struct sfb_train_settings *s);
 
 /* The learning rate at a clock under the settings' schedule. */
 SFB_API double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock,
                             uint64_t clocks_per_epoch);
 
-/* What the progress callback sees. */
+/* What the progress callback sees. The library sets `size` (its sizeof):
+ * a later version may add fields at the end, and a callback built against
+ * newer headers reads those only when `size` covers them. */
 struct sfb_progress {
+    uint32_t size;                /* sizeof the library's struct sfb_progress */
     uint32_t rank;
     uint64_t clock, clocks;       /* done so far / total */
     uint32_t epoch;               /* 1-based epoch the last clock done belongs to:
@@ -156,7 +176,10 @@ struct sfb_progress {
 
 typedef void (*sfb_progress_fn)(void *user, const struct sfb_progress *p);
 
+/* What a run did. The caller sets size (sizeof); sfb_train_run fills the
+ * fields that fit in it (a later version may add fields at the end). */
 struct sfb_train_result {
+    uint32_t size;         /* sizeof(struct sfb_train_result), set by the caller */
     uint32_t rank, world;  /* this worker's identity in the job */
     uint64_t start_clock; /* first clock this run computed (> 0 when resumed) */
     uint64_t clocks;      /* clocks this run computed: [start_clock, start_clock + clocks) */
@@ -175,7 +198,9 @@ struct sfb_train_result {
  * rendezvous, or alone), trains, drains every outstanding update so all
  * replicas end identical, and writes the outputs. `progress` (may be NULL) is called from the calling thread
  * about every `progress_interval` seconds and at each evaluation.
- * Returns 0 or a negative code with the detail in sfb_last_error(). */
+ * Returns 0 or a negative code with the detail in sfb_last_error():
+ * -EINVAL (NULL, res->size below this version's: nothing happened) and
+ * -SFB_EVERSION (settings of an unknown version) among them. */
 SFB_API int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress,
                           void *user, double progress_interval, struct sfb_train_result *res);
 

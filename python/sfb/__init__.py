@@ -110,6 +110,7 @@ class _SF(ctypes.Structure):
 
 class _Clock(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),  # sizeof, set before each call (_sized)
         ("wait_s", ctypes.c_double),
         ("apply_s", ctypes.c_double),
         ("staleness", ctypes.c_int64),
@@ -121,14 +122,28 @@ class _Clock(ctypes.Structure):
 
 
 class _Stats(ctypes.Structure):
-    _fields_ = [
+    _fields_ = [("size", ctypes.c_uint32)] + [  # sizeof, set before each call (_sized)
         (name, ctypes.c_uint64)
         for name in ("bytes_sent", "bytes_recv", "msgs_sent", "msgs_recv", "data_msgs",
                      "data_bytes", "rejected_frames", "queued_bytes")
     ] + [("budget_held_s", ctypes.c_double), ("publish_wait_s", ctypes.c_double)]
 
 
-# The C layout of each structure (sizeof), checked by test/unit/test_python_layout.
+def _sized(cls):
+    """A result structure the library fills: its leading size set (the
+    library writes the fields that fit in it, docs/api.md)."""
+    st = cls()
+    st.size = ctypes.sizeof(cls)
+    return st
+
+
+def _fields(st):
+    """A filled result structure as a dict, its size left out."""
+    return {k: getattr(st, k) for k, _ in type(st)._fields_ if k != "size"}
+
+
+# The C layout of each structure (sizeof), checked by test python_sfb
+# (test/unit/job_layout.c prints the C side).
 LAYOUT = {"sfb_job_settings": _Settings, "sfb_matrix": _Matrix, "sfb_job_attach": _Attach,
           "sfb_sf": _SF, "sfb_job_clock": _Clock, "sfb_job_stats": _Stats}
 
@@ -433,10 +448,10 @@ class Job:
         ...): returns the replicas (the attached arrays themselves, every
         peer's updates through clock - staleness - 1 applied). What the wait did (wait_s, apply_s, applied, staleness,
         min_applied, ...) is left in self.last_wait."""
-        acct = _Clock()
+        acct = _sized(_Clock)
         clock = _clock("wait: clock", clock)
         _check(library().sfb_job_wait(self._handle(), clock, ctypes.byref(acct)))
-        self.last_wait = {k: getattr(acct, k) for k, _ in _Clock._fields_}
+        self.last_wait = _fields(acct)
         return self.matrices
 
     def publish(self, clock, factors):
@@ -608,9 +623,9 @@ class Job:
             library().sfb_job_abort(self._h, _enc(reason))
 
     def stats(self):
-        st = _Stats()
+        st = _sized(_Stats)
         _check(library().sfb_job_stats(self._handle(), ctypes.byref(st)))
-        return {k: getattr(st, k) for k, _ in _Stats._fields_}
+        return _fields(st)
 
     def close(self):
         if self._h:

@@ -194,6 +194,37 @@ int sfb__parse_env_u64(const char *name, const char *s, uint64_t lo, uint64_t hi
     return 0;
 }
 
+int sfb__check_version(const char *fn, const char *type, const char *defaults, uint32_t version,
+                       uint32_t known, const uint8_t *reserved, size_t n)
+{
+    if (version != known)
+        return sfb__error(-SFB_EVERSION, "%s: struct %s version %u, this library (sfb %s) knows "
+                          "version %u: fill the structure with %s first", fn, type, version,
+                          SFB_VERSION_STRING, known, defaults);
+    for (size_t i = 0; i < n; i++)
+        if (reserved[i])
+            return sfb__error(-SFB_EVERSION, "%s: struct %s: reserved byte %zu is set (reserved "
+                              "for fields of later versions; fill the structure with %s first)",
+                              fn, type, i, defaults);
+    return 0;
+}
+
+int sfb__check_size(const char *fn, const char *arg, const char *type, uint32_t size, size_t min)
+{
+    if (size < min)
+        return sfb__error(-EINVAL, "%s: %s->size is %u, less than any struct %s (set it to "
+                          "sizeof(struct %s), at least %zu)", fn, arg, size, type, type, min);
+    return 0;
+}
+
+void sfb__sized_copy(void *dst, size_t dst_size, const void *src, size_t src_size)
+{
+    const size_t head = sizeof(uint32_t); /* the leading size stays */
+    size_t n = SFB_MIN(dst_size, src_size);
+    if (n > head) memcpy((char *)dst + head, (const char *)src + head, n - head);
+    if (dst_size > n) memset((char *)dst + n, 0, dst_size - n);
+}
+
 int sfb__mul_size(size_t a, size_t b, size_t *out)
 {
     if (__builtin_mul_overflow(a, b, out)) return -EOVERFLOW;

@@ -6,6 +6,7 @@
 #include <sfb/common.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -85,6 +86,33 @@ int sfb__reserve(void **buf, size_t *cap, size_t need);
  * knows nothing of libfabric. One namer; a later call replaces it. Call
  * before threads start (a load-time constructor does). */
 void sfb__error_names_register(int lo, int hi, const char *(*fn)(int code));
+
+/* The versioned public structures (docs/api.md, "What is exported, and for
+ * whom"). Settings carry `version` and reserved bytes: 0 when `version` is
+ * `known` and every reserved byte is zero, else -SFB_EVERSION naming the
+ * function `fn`, the structure `type` and the function that fills it
+ * (`defaults`). */
+int sfb__check_version(const char *fn, const char *type, const char *defaults, uint32_t version,
+                       uint32_t known, const uint8_t *reserved, size_t n);
+#define SFB_CHECK_VERSION(s, type, defaults, known)                                  \
+    sfb__check_version(__func__, type, defaults, (s)->version, known, (s)->reserved, \
+                       sizeof (s)->reserved)
+/* Results the caller hands in to be filled lead with `uint32_t size`, the
+ * caller's sizeof: 0 when `size` is at least `min` (the end of the first
+ * version's last field), else -EINVAL naming fn, arg and type. A larger size
+ * (a caller built against newer headers) is fine: the library writes the
+ * fields it knows. */
+int sfb__check_size(const char *fn, const char *arg, const char *type, uint32_t size, size_t min);
+#define SFB_CHECK_SIZE(p, type, min) sfb__check_size(__func__, #p, type, (p)->size, min)
+/* The end of `field` in `type`: the first version's size of a sized result
+ * ends with its last field. */
+#define SFB_END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+/* Copies the fields a sized result of `dst_size` bytes and one of
+ * `src_size` bytes have in common, the leading size excepted: the library's
+ * full copy out to the caller's (dst_size: the caller's size), or in, to
+ * accumulate into (then the library's copy is zeroed first where the
+ * caller's ends). */
+void sfb__sized_copy(void *dst, size_t dst_size, const void *src, size_t src_size);
 
 #define SFB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SFB_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -19,6 +19,12 @@ struct cli_job {
     int with_n;           /* `sfb run`: -n allowed */
     const char *out_dir;  /* where the model and metrics go by default */
     const char *timeline; /* --timeline: SFB_TIMELINE for the workers (NULL: as set) */
+    /* --debug-delay-ms, --debug-slow-rank, --debug-slow-factor: the
+     * trainer's SFB_DEBUG_DELAY_MS, _SLOW_RANK, _SLOW_FACTOR, set in the
+     * environment when given (docs/environment.md) */
+    double debug_delay_ms;
+    int debug_slow_rank;
+    double debug_slow_factor;
     int quiet;
     enum sfb_log_level log_level;
     int out_dir_used;     /* a default path lies in out_dir */

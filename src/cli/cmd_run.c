@@ -66,7 +66,7 @@ static int run_worker(struct cli_job *job)
     int r = cli_prepare_outputs(job, "worker", job->env_rank, job->env_rank);
     if (r) return r;
     struct progress_state ps = {.tty = isatty(STDERR_FILENO), .quiet = job->quiet};
-    struct sfb_train_result res;
+    struct sfb_train_result res = {.size = sizeof res};
     int ret = sfb_train_run(&job->train, progress_print, &ps, ps.tty ? 0.25 : 5.0, &res);
     if (ps.open_line) fputc('\n', stderr);
     if (ret) {
@@ -275,7 +275,7 @@ int cli_eval(int argc, char **argv)
     }
     struct sfb_dataset train = {0}, test = {0}, *ds = NULL;
     ret = eval_data(&o, sfb_model_get_settings(m), &train, &test, &ds);
-    struct sfb_eval ev;
+    struct sfb_eval ev = {.size = sizeof ev};
     if (!ret && (ret = sfb_model_evaluate(m, ds, &ev))) {
         cli_error(ret, "evaluation failed");
         ret = 1;

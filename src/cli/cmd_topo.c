@@ -388,7 +388,7 @@ int sfb_cli_topo(int argc, char **argv)
     for (size_t i = 0; i < o.n_nodes; i++) {
         for (size_t j = 0; j < o.n_topo; j++) {
             struct sfb_topo *t;
-            struct sfb_topo_report r;
+            struct sfb_topo_report r = {.size = sizeof r};
             ret = sfb_topo_open(&t, o.topo[j], o.nodes[i], o.degree);
             if (ret == 0) {
                 ret = sfb_topo_analyse(t, &o.sim, &r);

@@ -94,7 +94,7 @@ int sfb_cli_topo_engines(const struct topo_engines *te)
     int win[64];
     for (size_t j = 0; j < te->n_topo; j++) {
         for (size_t i = 0; i < te->n_nodes; i++) {
-            struct sfb_cost_result r;
+            struct sfb_cost_result r = {.size = sizeof r};
             cs.world = te->nodes[i];
             cs.topology = te->topo[j];
             cs.ranks_per_host = te->nodes[i];

@@ -188,12 +188,15 @@ static const struct cli_opt job_rows2[] = {
      "the launcher's placement); auto: cpu when the host\n"
      "runs more ranks than it has CPUs (default auto)", .choices = "auto|none|cpu"},
     SECTION("debugging:"),
-    R("debug-delay-ms", debug_delay_ms, 0, INFINITY, 0, "MS", NULL,
-      "add a random delay in [0, MS] ms to every clock"),
-    {ROW(CLI_INT, "debug-slow-rank", 0, T(debug_slow_rank)), "R",
+    /* not training settings: the trainer reads them from the environment
+     * (set_debug_env) */
+    {ROW(CLI_REAL, "debug-delay-ms", 0, J(debug_delay_ms)), "MS",
+     "add a random delay in [0, MS] ms to every clock", .lo = 0, .hi = INFINITY},
+    {ROW(CLI_INT, "debug-slow-rank", 0, J(debug_slow_rank)), "R",
      "make rank R compute --debug-slow-factor times slower", .imin = 0, .imax = 1 << 24,
      .want = "a rank"},
-    R("debug-slow-factor", debug_slow_factor, 1, INFINITY, 0, "F", NULL, "(default 1)"),
+    {ROW(CLI_REAL, "debug-slow-factor", 0, J(debug_slow_factor)), "F", "(default 1)", .lo = 1,
+     .hi = INFINITY},
     SECTION("outputs:"),
     {ROW(CLI_STR, "out-dir", 0, J(out_dir)), "DIR", "model and metrics directory (default sfb-out)"},
     S("model-out", model_out, "FILE", "model file (default DIR/model.sfb)"),
@@ -362,10 +365,41 @@ static int env_rank_world(const char *cmd, struct cli_job *job)
     return 0;
 }
 
+/* The debugging options given become the trainer's environment variables
+ * (every worker inherits them, forked or executed). 0, or 1 with the
+ * message printed. */
+static int set_debug_env(const char *cmd, struct cli_optparse *p, const struct cli_opt *table,
+                         const struct cli_job *job)
+{
+    static const struct {
+        const char *option, *var;
+    } vars[] = {{"debug-delay-ms", "SFB_DEBUG_DELAY_MS"},
+                {"debug-slow-rank", "SFB_DEBUG_SLOW_RANK"},
+                {"debug-slow-factor", "SFB_DEBUG_SLOW_FACTOR"}};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        if (!cli_opt_given(p, table, vars[i].option)) continue;
+        char v[64];
+        if (i == 1)
+            snprintf(v, sizeof v, "%d", job->debug_slow_rank);
+        else
+            snprintf(v, sizeof v, "%.17g", i ? job->debug_slow_factor : job->debug_delay_ms);
+        if (setenv(vars[i].var, v, 1)) {
+            fprintf(stderr, "sfb %s: --%s: %s\n", cmd, vars[i].option, strerror(errno));
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli_job *job)
 {
     memset(job, 0, sizeof *job);
     sfb_train_default_settings(&job->train);
+    /* the models' options, zero where not given (sfb_train_set_model_options
+     * copies those set): not the defaults, but of this version */
+    job->model.version = SFB_MODEL_SETTINGS_VERSION;
+    job->debug_slow_rank = -1;
+    job->debug_slow_factor = 1;
     job->nprocs = 1;
     job->with_n = with_n;
     job->out_dir = "sfb-out";
@@ -378,7 +412,10 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     int r = cli_opt_parse(&p, table, job, (void *)cmd);
     if (r == CLI_OPT_HELP) job_help(stdout, table, with_n);
     if (r) return r;
-    sfb_train_set_model_options(&job->train, &job->model);
+    if (sfb_train_set_model_options(&job->train, &job->model)) {
+        fprintf(stderr, "sfb %s: %s\n", cmd, sfb_last_error());
+        return 1;
+    }
     if (cli_opt_given(&p, table, "epochs") && cli_opt_given(&p, table, "clocks")) {
         fprintf(stderr, "sfb %s: --epochs and --clocks contradict each other: give one\n", cmd);
         return 2;
@@ -394,6 +431,7 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
         fprintf(stderr, "sfb %s: --timeline: %s\n", cmd, strerror(errno));
         return 1;
     }
+    if ((r = set_debug_env(cmd, &p, table, job))) return r;
     uint32_t world = cli_known_world(job, with_n);
     if (sfb_train_check_settings(&job->train, world)) {
         fprintf(stderr, "sfb %s: %s\n", cmd, sfb_last_error());

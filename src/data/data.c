@@ -160,20 +160,25 @@ static int load_synth(const char *name, const struct sfb_shard *shard, struct sf
     return sfb__synth_generate(&s, s.seed + 1, NULL, test);
 }
 
-static int load(const char *name, const char *test_path, const struct sfb_libsvm_settings *ls,
-                const struct sfb_shard *shard, struct sfb_dataset *train,
-                struct sfb_dataset *test, uint64_t *train_rows)
+static int load(const char *fn, const char *name, const char *test_path,
+                const struct sfb_libsvm_settings *ls, const struct sfb_shard *shard,
+                struct sfb_dataset *train, struct sfb_dataset *test, uint64_t *train_rows)
 {
     memset(train, 0, sizeof *train);
     if (test) memset(test, 0, sizeof *test);
     if (train_rows) *train_rows = 0;
+    int r = ls ? sfb__check_version(fn, "sfb_libsvm_settings", "sfb_libsvm_default_settings",
+                                    ls->version, SFB_LIBSVM_SETTINGS_VERSION, ls->reserved,
+                                    sizeof ls->reserved)
+               : 0;
+    if (r) return r;
     if (!name || !*name) return sfb__error(-SFB_EUSAGE, "data: no data name given");
     if (shard && (shard->world == 0 || shard->rank >= shard->world))
         return sfb__error(-EINVAL, "data: invalid shard: rank %" PRIu32 " of %" PRIu32,
                           shard->rank, shard->world);
     if (shard && shard->world == 1) shard = NULL;
 
-    int r, base = -1; /* the train file's libsvm index base, if it is one */
+    int base = -1; /* the train file's libsvm index base, if it is one */
     uint64_t rows = 0;
     /* Whether the test set comes from the train name (it does unless
      * test_path overrides it). */
@@ -222,7 +227,7 @@ int sfb_data_load_shard(const char *name, const char *test_path,
     SFB_ENTER();
     SFB_ARG(name);
     SFB_ARG(train);
-    return load(name, test_path, ls, shard, train, test, train_rows);
+    return load(__func__, name, test_path, ls, shard, train, test, train_rows);
 }
 
 int sfb_data_load(const char *name, const char *test_path, const struct sfb_libsvm_settings *ls,
@@ -231,5 +236,5 @@ int sfb_data_load(const char *name, const char *test_path, const struct sfb_libs
     SFB_ENTER();
     SFB_ARG(name);
     SFB_ARG(train);
-    return load(name, test_path, ls, NULL, train, test, NULL);
+    return load(__func__, name, test_path, ls, NULL, train, test, NULL);
 }

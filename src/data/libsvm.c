@@ -431,6 +431,7 @@ void sfb_libsvm_default_settings(struct sfb_libsvm_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof *s);
+    s->version = SFB_LIBSVM_SETTINGS_VERSION;
     s->index_base = SFB_INDEX_AUTO;
     s->use_meta = 1;
 }
@@ -540,5 +541,9 @@ int sfb_libsvm_read(const char *path, const struct sfb_libsvm_settings *s,
     SFB_ENTER();
     SFB_ARG(path);
     SFB_ARG(out);
-    return sfb__libsvm_read(path, s, NULL, out, NULL, NULL);
+    memset(out, 0, sizeof *out);
+    int ret = s ? SFB_CHECK_VERSION(s, "sfb_libsvm_settings", "sfb_libsvm_default_settings",
+                                    SFB_LIBSVM_SETTINGS_VERSION)
+                : 0;
+    return ret ? ret : sfb__libsvm_read(path, s, NULL, out, NULL, NULL);
 }

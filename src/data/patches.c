@@ -16,6 +16,7 @@ void sfb_patch_default_settings(struct sfb_patch_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof *s);
+    s->version = SFB_PATCH_SETTINGS_VERSION;
     s->p = 8;
     s->seed = 1;
 }
@@ -93,7 +94,9 @@ int sfb_data_patches(const struct sfb_dataset *images, const struct sfb_patch_se
     SFB_ARG(images);
     SFB_ARG(s);
     memset(out, 0, sizeof *out);
-    if (!images || !s) return sfb__error(-EINVAL, "patches: NULL argument");
+    int vr = SFB_CHECK_VERSION(s, "sfb_patch_settings", "sfb_patch_default_settings",
+                               SFB_PATCH_SETTINGS_VERSION);
+    if (vr) return vr;
     uint32_t h = 0, w = 0, p = s->p;
     int gr = geometry(images, s, &h, &w);
     if (gr) return gr;

@@ -31,6 +31,7 @@ void sfb_synth_default_settings(struct sfb_synth_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof *s);
+    s->version = SFB_SYNTH_SETTINGS_VERSION;
     s->k = 10;
     s->d = 100;
     s->n = 1000;
@@ -303,5 +304,8 @@ int sfb_synth_generate(const struct sfb_synth_settings *s, struct sfb_dataset *o
     SFB_ENTER();
     SFB_ARG(out);
     SFB_ARG(s);
-    return sfb__synth_generate(s, s->seed, NULL, out);
+    memset(out, 0, sizeof *out);
+    int ret = SFB_CHECK_VERSION(s, "sfb_synth_settings", "sfb_synth_default_settings",
+                                SFB_SYNTH_SETTINGS_VERSION);
+    return ret ? ret : sfb__synth_generate(s, s->seed, NULL, out);
 }

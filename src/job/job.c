@@ -46,12 +46,9 @@ struct sfb_job {
     int debug_unchecked;
 };
 
-static int reserved_zero(const uint8_t *r, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (r[i]) return 0;
-    return 1;
-}
+/* The first versions' sizes of the sized results (sfb/job.h) */
+#define CLOCK_V1 SFB_END_OF(struct sfb_job_clock, budget_wait_s)
+#define STATS_V1 SFB_END_OF(struct sfb_job_stats, publish_wait_s)
 
 void sfb_job_default_settings(struct sfb_job_settings *s)
 {
@@ -70,7 +67,7 @@ void sfb_job_default_attach(struct sfb_job_attach *a)
 {
     if (!a) return;
     memset(a, 0, sizeof *a);
-    a->version = SFB_JOB_SETTINGS_VERSION;
+    a->version = SFB_JOB_ATTACH_VERSION;
     a->n = 1;
     a->engine = "sfb";
     a->apply_early = -1;
@@ -89,13 +86,14 @@ static int choose(const char *field, const char *v, const char *const names[3], 
 
 static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_settings *cs)
 {
-    if (s->version != SFB_JOB_SETTINGS_VERSION || !reserved_zero(s->reserved, sizeof s->reserved))
-        return sfb__error(-SFB_EVERSION, "sfb_job_open: settings version %u (this library has %u) "
-                          "or reserved bytes set", s->version, SFB_JOB_SETTINGS_VERSION);
+    int ret = sfb__check_version("sfb_job_open", "sfb_job_settings", "sfb_job_default_settings",
+                                 s->version, SFB_JOB_SETTINGS_VERSION, s->reserved,
+                                 sizeof s->reserved);
+    if (ret) return ret;
     sfb__comm_default_settings(cs);
     static const char *const progress[] = {"auto", "spin", "block"}; /* enum sfb__progress */
     static const char *const bind[] = {"auto", "none", "cpu"};       /* enum sfb__cpu_bind */
-    int ret, progress_i, bind_i;
+    int progress_i, bind_i;
     if ((ret = choose("progress", s->progress, progress, &progress_i)) ||
         (ret = choose("cpu_bind", s->cpu_bind, bind, &bind_i)))
         return ret;
@@ -175,9 +173,10 @@ uint32_t sfb_job_world(const struct sfb_job *job)
 
 static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *a)
 {
-    if (a->version != SFB_JOB_SETTINGS_VERSION || !reserved_zero(a->reserved, sizeof a->reserved))
-        return sfb__error(-SFB_EVERSION, "sfb_job_attach: version %u (this library has %u) or "
-                          "reserved bytes set", a->version, SFB_JOB_SETTINGS_VERSION);
+    int ret = sfb__check_version("sfb_job_attach", "sfb_job_attach", "sfb_job_default_attach",
+                                 a->version, SFB_JOB_ATTACH_VERSION, a->reserved,
+                                 sizeof a->reserved);
+    if (ret) return ret;
     if (job->engine) return sfb__error(-SFB_EUSAGE, "sfb_job_attach: already attached");
     if (a->n == 0 || a->n > SFB_JOB_MAX_MATRICES || !a->mats)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: %u matrices%s: expected 1 to %d", a->n,
@@ -465,15 +464,22 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     return start_engine(job, a);
 }
 
-static void to_public(struct sfb_job_clock *out, const struct sfb__sync_clock *in)
+/* Adds what a wait or drain did to the caller's acct (the fields that fit
+ * in its size); min_applied: the wait's (INT64_MIN: leave it). */
+static void to_public(struct sfb_job_clock *acct, const struct sfb__sync_clock *in,
+                      int64_t min_applied)
 {
-    if (!out) return;
-    out->wait_s += in->wait_s;
-    out->apply_s += in->apply_s;
-    if (in->staleness > out->staleness) out->staleness = in->staleness;
-    out->applied += in->applied;
-    out->applied_early += in->applied_early;
-    out->budget_wait_s += in->budget_wait_s;
+    if (!acct) return;
+    struct sfb_job_clock out;
+    sfb__sized_copy(&out, sizeof out, acct, acct->size);
+    out.wait_s += in->wait_s;
+    out.apply_s += in->apply_s;
+    if (in->staleness > out.staleness) out.staleness = in->staleness;
+    out.applied += in->applied;
+    out.applied_early += in->applied_early;
+    out.budget_wait_s += in->budget_wait_s;
+    if (min_applied != INT64_MIN) out.min_applied = min_applied;
+    sfb__sized_copy(acct, acct->size, &out, sizeof out);
 }
 
 static int need_engine(const struct sfb_job *job, const char *fn)
@@ -485,7 +491,8 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
 {
     SFB_ENTER();
     SFB_ARG(job);
-    int ret = need_engine(job, __func__);
+    int ret = acct ? SFB_CHECK_SIZE(acct, "sfb_job_clock", CLOCK_V1) : 0;
+    if (!ret) ret = need_engine(job, __func__);
     if (ret) return ret;
     if (job->waited && job->ndone) {
         uint32_t m = 0;
@@ -505,8 +512,7 @@ int sfb_job_wait(struct sfb_job *job, int64_t clock, struct sfb_job_clock *acct)
     sfb__trace_span(SFB__TRACK_COMPUTE, "wait", t0, clock, -1, -1, 0);
     if ((ret = sfb__ssp_record(&job->ssp, clock))) return ret;
     job->waited = 1;
-    to_public(acct, &a);
-    if (acct) acct->min_applied = job->ssp.record[clock];
+    to_public(acct, &a, job->ssp.record[clock]);
     return 0;
 }
 
@@ -565,13 +571,6 @@ static int check_one(const struct sfb_job *job, const char *fn, int64_t clock, u
     return 0;
 }
 
-static void stamp(const struct sfb_job *job, struct sfb_sf *sf, uint32_t m, int64_t clock)
-{
-    sf->matrix = m;
-    sf->origin = sfb__comm_rank(job->comm);
-    sf->clock = clock;
-}
-
 /* The clock is complete: the next wait may come. */
 static void clock_done(struct sfb_job *job)
 {
@@ -588,7 +587,7 @@ static void one_done(struct sfb_job *job, uint32_t m)
     if (++job->ndone == job->nmat) clock_done(job);
 }
 
-int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint32_t n)
+int sfb_job_publish(struct sfb_job *job, int64_t clock, const struct sfb_sf *sf, uint32_t n)
 {
     SFB_ENTER();
     SFB_ARG(job);
@@ -605,7 +604,6 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
     for (uint32_t m = 0; m < n && !ret; m++) ret = check_sf(job, __func__, &sf[m], m);
     for (uint32_t m = 0; m < n && !ret; m++) ret = check_finite(job, __func__, clock, &sf[m], m);
     if (ret) return ret;
-    for (uint32_t m = 0; m < n; m++) stamp(job, &sf[m], m, clock);
     double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     if ((ret = job->engine->publish(job->engine_priv, clock, sf, n))) return ret;
     sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, -1, -1, 0);
@@ -613,7 +611,7 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, struct sfb_sf *sf, uint3
     return 0;
 }
 
-int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, struct sfb_sf *sf)
+int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, const struct sfb_sf *sf)
 {
     SFB_ENTER();
     SFB_ARG(job);
@@ -623,7 +621,6 @@ int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, struct s
     if (!ret) ret = check_sf(job, __func__, sf, m);
     if (!ret) ret = check_finite(job, __func__, clock, sf, m);
     if (ret) return ret;
-    stamp(job, sf, m, clock);
     double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     if ((ret = job->engine->publish_one(job->engine_priv, clock, m, sf))) return ret;
     sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, (int32_t)m, -1, 0);
@@ -676,14 +673,15 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
 {
     SFB_ENTER();
     SFB_ARG(job);
-    int ret = need_engine(job, __func__);
+    int ret = acct ? SFB_CHECK_SIZE(acct, "sfb_job_clock", CLOCK_V1) : 0;
+    if (!ret) ret = need_engine(job, __func__);
     if (!ret) ret = check_last(job, last, __func__);
     if (ret) return ret;
     struct sfb__sync_clock a = {0};
     double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     ret = job->engine->drain(job->engine_priv, last, &a);
     sfb__trace_span(SFB__TRACK_COMPUTE, "drain", t0, last, -1, -1, 0);
-    to_public(acct, &a);
+    to_public(acct, &a, INT64_MIN);
     return ret;
 }
 
@@ -773,23 +771,27 @@ int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
     SFB_ENTER();
     SFB_ARG(job);
     SFB_ARG(st);
-    memset(st, 0, sizeof *st);
+    int ret = SFB_CHECK_SIZE(st, "sfb_job_stats", STATS_V1);
+    if (ret) return ret;
+    struct sfb_job_stats all;
+    memset(&all, 0, sizeof all);
     struct sfb__comm_traffic t;
     sfb__comm_traffic(job->comm, &t);
-    st->bytes_sent = t.bytes_sent;
-    st->bytes_recv = t.bytes_recv;
-    st->msgs_sent = t.frames_sent;
-    st->msgs_recv = t.frames_recv;
-    st->rejected_frames = sfb__comm_rejected(job->comm);
+    all.bytes_sent = t.bytes_sent;
+    all.bytes_recv = t.bytes_recv;
+    all.msgs_sent = t.frames_sent;
+    all.msgs_recv = t.frames_recv;
+    all.rejected_frames = sfb__comm_rejected(job->comm);
     if (job->engine && job->engine->report) {
         struct sfb__sync_report rep = {0};
         job->engine->report(job->engine_priv, &rep);
-        st->data_msgs = rep.data_msgs;
-        st->data_bytes = rep.data_bytes;
-        st->queued_bytes = rep.queued_bytes;
-        st->publish_wait_s = rep.publish_wait_s;
+        all.data_msgs = rep.data_msgs;
+        all.data_bytes = rep.data_bytes;
+        all.queued_bytes = rep.queued_bytes;
+        all.publish_wait_s = rep.publish_wait_s;
     }
-    st->budget_held_s = sfb__comm_budget_held_s(job->comm);
+    all.budget_held_s = sfb__comm_budget_held_s(job->comm);
+    sfb__sized_copy(st, st->size, &all, sizeof all);
     return 0;
 }
 

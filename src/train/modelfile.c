@@ -52,7 +52,7 @@ static uint32_t version_of(const struct sfb_model_ops *ops)
 }
 #define MAX_MODEL_FILE ((size_t)1 << 40)
 
-int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t *out_len)
+int sfb__model_encode(const struct sfb_model *m, int64_t clock, uint8_t **out, size_t *out_len)
 {
     *out = NULL;
     *out_len = 0;
@@ -83,7 +83,7 @@ int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t 
     size_t hlen = hfix + 8 * (size_t)n;
     size_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const struct sfb_matrix *a = sfb_model_matrix(m, i);
+        const struct sfb_matrix *a = sfb__model_matrix_ro(m, i);
         sfb__put_u32(hdr + hfix + 8 * i, a->rows);
         sfb__put_u32(hdr + hfix + 8 * i + 4, a->cols);
         total += (size_t)a->rows * a->cols * sizeof(float);
@@ -93,7 +93,7 @@ int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t 
     memcpy(buf, hdr, hlen);
     size_t off = hlen;
     for (uint32_t i = 0; i < n; i++) {
-        const struct sfb_matrix *a = sfb_model_matrix(m, i);
+        const struct sfb_matrix *a = sfb__model_matrix_ro(m, i);
         size_t cnt = (size_t)a->rows * a->cols;
         sfb__put_f32s(buf + off, a->data, cnt);
         off += cnt * sizeof(float);
@@ -104,7 +104,7 @@ int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t 
     return 0;
 }
 
-int sfb_model_save(struct sfb_model *m, const char *path, int64_t clock)
+int sfb_model_save(const struct sfb_model *m, const char *path, int64_t clock)
 {
     SFB_ENTER();
     SFB_ARG(m);

@@ -11,7 +11,7 @@
 
 /* The whole model file of m (header, matrices, XXH3-64) in a malloc'd
  * buffer (caller frees). Returns 0 or -ENOMEM. */
-int sfb__model_encode(struct sfb_model *m, int64_t clock, uint8_t **out, size_t *out_len);
+int sfb__model_encode(const struct sfb_model *m, int64_t clock, uint8_t **out, size_t *out_len);
 
 /* Checks and decodes a model file held in buf[0..len) into a new model;
  * `path` names it in errors. Errors as sfb_model_load. */

@@ -29,20 +29,22 @@
 #include <time.h>
 
 
-/* Debug knobs: a random delay and one slowed rank, applied after the real
- * compute so the SSP machinery sees genuine stragglers. */
+/* Debug knobs (SFB_DEBUG_DELAY_MS, SFB_DEBUG_SLOW_RANK and _FACTOR): a
+ * random delay and one slowed rank, applied after the real compute so the
+ * SSP machinery sees genuine stragglers. */
 static void debug_delay(struct worker *w, double compute_s)
 {
-    const struct sfb_train_settings *s = w->s;
+    const struct sfb__train_debug *d = &w->debug;
     double extra = 0;
-    if (s->debug_delay_ms > 0) extra += sfb__rng_uniform(&w->debug_rng) * s->debug_delay_ms * 1e-3;
-    if (s->debug_slow_rank == (int)w->rank && s->debug_slow_factor > 1)
-        extra += (s->debug_slow_factor - 1) * compute_s;
+    if (d->delay_ms > 0) extra += sfb__rng_uniform(&w->debug_rng) * d->delay_ms * 1e-3;
+    if (d->slow_rank == (int)w->rank && d->slow_factor > 1)
+        extra += (d->slow_factor - 1) * compute_s;
     sfb__sleep(extra);
 }
 
 static int evaluate(struct worker *w, struct sfb_eval *ev)
 {
+    ev->size = sizeof *ev;
     ev->loss = ev->accuracy = NAN;
     ev->n = 0;
     if (w->test.n == 0) return 0;
@@ -140,7 +142,7 @@ static void account(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
                     struct sfb__clock_metrics *cm, struct sfb_job_clock *acct,
                     struct sfb_job_stats *prev, double loss)
 {
-    struct sfb_job_stats now;
+    struct sfb_job_stats now = {.size = sizeof now};
     sfb_job_stats(w->job, &now);
     double pw = now.publish_wait_s - prev->publish_wait_s;
     acct->wait_s += pw;
@@ -233,7 +235,7 @@ static int finish(struct worker *w, struct sfb__run_totals *rt, struct sfb_train
     res->wall = sfb__now() - rt->t_start;
     if ((ret = evaluate(w, ev))) return ret;
     res->peak_rss_bytes = sfb__peak_rss_bytes();
-    struct sfb_job_stats st;
+    struct sfb_job_stats st = {.size = sizeof st};
     sfb_job_stats(w->job, &st);
     res->budget_held_s = st.budget_held_s - rt->first.budget_held_s;
     res->test_loss = ev->loss;
@@ -272,8 +274,10 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     rt.start = (uint64_t)w->start;
     rt.t_start = rt.last_report = sfb__now();
     /* this run's traffic: a resumed run's counters start after the resume */
+    rt.first.size = sizeof rt.first;
     sfb_job_stats(w->job, &rt.first);
     struct sfb_job_stats prev = rt.first;
+    rt.pr.size = sizeof rt.pr;
     rt.pr.rank = w->rank;
     rt.pr.clocks = rt.total;
     uint64_t every = s->checkpoint_every;
@@ -293,7 +297,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
             sfb__phase_mark(SFB__PH_FIRST_CLOCK);
             sfb__setup_event(w);
         }
-        struct sfb_job_clock acct = {0};
+        struct sfb_job_clock acct = {.size = sizeof acct};
         double loss = 0;
         if ((ret = step(w, &rt, t, &cm, &acct, &loss))) return ret;
         account(w, &rt, t, &cm, &acct, &prev, loss);
@@ -309,14 +313,33 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     return ret;
 }
 
+/* The first version's size of struct sfb_train_result */
+#define RESULT_V1 SFB_END_OF(struct sfb_train_result, budget_held_s)
+
+static int train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
+                     double progress_interval, struct sfb_train_result *res);
+
 int sfb_train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
                   double progress_interval, struct sfb_train_result *res)
 {
     SFB_ENTER();
     SFB_ARG(res);
     SFB_ARG(s);
-    memset(res, 0, sizeof *res);
-    res->test_loss = res->test_accuracy = res->train_loss = NAN;
+    int ret = SFB_CHECK_SIZE(res, "sfb_train_result", RESULT_V1);
+    if (ret) return ret;
+    /* filled whole here, handed out as far as the caller's size reaches */
+    struct sfb_train_result all;
+    memset(&all, 0, sizeof all);
+    all.size = sizeof all;
+    all.test_loss = all.test_accuracy = all.train_loss = NAN;
+    ret = train_run(s, progress, user, progress_interval, &all);
+    sfb__sized_copy(res, res->size, &all, sizeof all);
+    return ret;
+}
+
+static int train_run(const struct sfb_train_settings *s, sfb_progress_fn progress, void *user,
+                     double progress_interval, struct sfb_train_result *res)
+{
     int ret = sfb__train_validate(s);
     if (ret) return ret;
     sfb_set_blas_threads(s->threads);

@@ -112,7 +112,7 @@ void sfb__sync_event(struct worker *w)
 void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,
                          const struct sfb_train_result *res)
 {
-    struct sfb_job_stats now;
+    struct sfb_job_stats now = {.size = sizeof now};
     sfb_job_stats(w->job, &now);
     const struct sfb_job_stats *s0 = &rt->first;
     const uint64_t *hist = sfb__job_staleness_hist(w->job);

@@ -18,6 +18,7 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
 {
     if (!s) return;
     memset(s, 0, sizeof *s);
+    s->version = SFB_TRAIN_SETTINGS_VERSION;
     s->model = "mlr";
     s->data = "fashion-mnist";
     sfb_libsvm_default_settings(&s->libsvm);
@@ -36,14 +37,19 @@ void sfb_train_default_settings(struct sfb_train_settings *s)
     s->peer_timeout = 5.0;
     s->stall_timeout = 300.0;
     s->topology = "full";
-    s->debug_slow_rank = -1;
-    s->debug_slow_factor = 1.0;
     s->check_every = 100;
+}
+
+static int check_version(const char *fn, const struct sfb_train_settings *s)
+{
+    return sfb__check_version(fn, "sfb_train_settings", "sfb_train_default_settings", s->version,
+                              SFB_TRAIN_SETTINGS_VERSION, s->reserved, sizeof s->reserved);
 }
 
 double sfb_train_lr0(const struct sfb_train_settings *s)
 {
     SFB_ARG_OR(s, NAN);
+    if (check_version(__func__, s)) return NAN;
     if (s->lr > 0) return s->lr;
     const struct sfb_model_ops *ops = s->model ? sfb_model_find(s->model) : NULL;
     return ops ? ops->default_lr : 1.0;
@@ -52,6 +58,7 @@ double sfb_train_lr0(const struct sfb_train_settings *s)
 double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t cpe)
 {
     SFB_ARG_OR(s, NAN);
+    if (check_version(__func__, s)) return NAN;
     double lr = sfb_train_lr0(s);
     /* Default period: the model's (mlp: an epoch), else 1 % of an epoch, so
      * the step decays like 1/sqrt(t) early on whatever the batch size. */
@@ -86,14 +93,60 @@ static int check_network(const struct sfb_train_settings *s)
     return 0;
 }
 
+/* A finite number >= lo read from the environment variable `name` (value
+ * `v`): 0 with *out set, else -SFB_EUSAGE naming it (and `flag`, the
+ * command-line option that sets it). */
+static int env_real(const char *name, const char *flag, const char *v, double lo, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(d) || !(d >= lo))
+        return sfb__error(-SFB_EUSAGE, "%s=\"%s\" (%s): expected a number >= %g", name, v,
+                          flag, lo);
+    *out = d;
+    return 0;
+}
+
+int sfb__train_debug_read(struct sfb__train_debug *d, uint32_t world)
+{
+    d->delay_ms = 0;
+    d->slow_rank = -1;
+    d->slow_factor = 1;
+    const char *delay = getenv("SFB_DEBUG_DELAY_MS"), *rank = getenv("SFB_DEBUG_SLOW_RANK"),
+               *factor = getenv("SFB_DEBUG_SLOW_FACTOR");
+    int ret = 0;
+    if (delay && *delay)
+        ret = env_real("SFB_DEBUG_DELAY_MS", "--debug-delay-ms", delay, 0, &d->delay_ms);
+    if (!ret && factor && *factor)
+        ret = env_real("SFB_DEBUG_SLOW_FACTOR", "--debug-slow-factor", factor, 1,
+                       &d->slow_factor);
+    if (!ret && rank && *rank) {
+        uint64_t r;
+        if ((ret = sfb__parse_env_u64("SFB_DEBUG_SLOW_RANK", rank, 0, INT32_MAX, &r)))
+            return sfb__error(ret, "%s (--debug-slow-rank)", sfb_last_error());
+        if (world && r >= world)
+            return sfb__error(-SFB_EUSAGE, "--debug-slow-rank %llu (SFB_DEBUG_SLOW_RANK): the "
+                              "job has ranks 0..%u", (unsigned long long)r, world - 1);
+        d->slow_rank = (int)r;
+    }
+    return ret;
+}
+
 int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
 {
     if (!s) return sfb__error(-EINVAL, "no settings");
+    int ret = check_version(__func__, s);
+    if (!ret)
+        ret = sfb__check_version(__func__, "sfb_libsvm_settings", "sfb_libsvm_default_settings",
+                                 s->libsvm.version, SFB_LIBSVM_SETTINGS_VERSION,
+                                 s->libsvm.reserved, sizeof s->libsvm.reserved);
+    if (ret) return ret;
     if (!s->model || !sfb_model_find(s->model))
         return sfb__error(-EINVAL, "unknown model \"%s\" (known: %s)", s->model ? s->model : "",
                           sfb_model_names());
     if (!s->data) return sfb__error(-EINVAL, "no data given");
-    int ret = check_network(s);
+    ret = check_network(s);
     if (ret) return ret;
     if (!(s->lr >= 0) || !isfinite(s->lr))
         return sfb__error(-EINVAL, "learning rate must be a positive number, not %g", s->lr);
@@ -161,16 +214,22 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
                               "workers (now %lld)",
                               diam - 1, topo, world, (long long)s->staleness);
     }
-    if (world && s->debug_slow_rank >= 0 && (uint32_t)s->debug_slow_rank >= world)
-        return sfb__error(-SFB_EUSAGE, "--debug-slow-rank %d: the job has ranks 0..%u",
-                          s->debug_slow_rank, world - 1);
-    return 0;
+    struct sfb__train_debug debug;
+    return sfb__train_debug_read(&debug, world);
 }
 
-void sfb_train_set_model_options(struct sfb_train_settings *t,
-                                 const struct sfb_model_settings *ms)
+int sfb_train_set_model_options(struct sfb_train_settings *t,
+                                const struct sfb_model_settings *ms)
 {
-    if (!t || !ms) return;
+    SFB_ENTER();
+    SFB_ARG(t);
+    SFB_ARG(ms);
+    int ret = check_version(__func__, t);
+    if (!ret)
+        ret = sfb__check_version(__func__, "sfb_model_settings", "sfb_model_default_settings",
+                                 ms->version, SFB_MODEL_SETTINGS_VERSION, ms->reserved,
+                                 sizeof ms->reserved);
+    if (ret) return ret;
     if (ms->rank) t->rank = ms->rank;
     if (ms->knn_k) t->knn_k = ms->knn_k;
     if (ms->dict_size) t->dict_size = ms->dict_size;
@@ -178,6 +237,7 @@ void sfb_train_set_model_options(struct sfb_train_settings *t,
     if (ms->simi_pairs) t->simi_pairs = ms->simi_pairs;
     if (ms->diff_pairs) t->diff_pairs = ms->diff_pairs;
     if (ms->hidden.n) t->hidden = ms->hidden;
+    return 0;
 }
 
 const char *sfb_sync_registry_name(size_t i)

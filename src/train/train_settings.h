@@ -7,4 +7,18 @@
 /* 0, or -EINVAL / -SFB_EUSAGE with the setting at fault recorded. */
 int sfb__train_validate(const struct sfb_train_settings *s);
 
+/* The trainer's debugging knobs, from the environment (docs/environment.md;
+ * `sfb run --debug-delay-ms/--debug-slow-rank/--debug-slow-factor` set
+ * them): a random extra delay in [0, delay_ms] ms after each clock's
+ * compute, and rank slow_rank (-1: none) computing slow_factor times
+ * slower. */
+struct sfb__train_debug {
+    double delay_ms;
+    int slow_rank;
+    double slow_factor;
+};
+/* Reads them; world > 0: slow_rank must be a rank of it. 0, or
+ * -SFB_EUSAGE naming the variable and its option. */
+int sfb__train_debug_read(struct sfb__train_debug *d, uint32_t world);
+
 #endif

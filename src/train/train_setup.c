@@ -212,7 +212,8 @@ static int join(struct worker *w)
     w->world = sfb_job_world(w->job);
     /* default: a global minibatch of 32 samples, split over the workers */
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
-    return 0;
+    /* SFB_DEBUG_SLOW_RANK is checked against the world only now, known */
+    return sfb__train_debug_read(&w->debug, w->world);
 }
 
 /* Data, model, agreement and resume, once joined. A failure that is not

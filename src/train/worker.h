@@ -13,6 +13,7 @@
 #include "src/train/checkpoint.h"
 #include "src/train/metrics.h"
 #include "src/train/replicas.h"
+#include "src/train/train_settings.h"
 
 #include <stdint.h>
 
@@ -28,6 +29,7 @@ struct worker {
     struct sfb_sf sf[SFB_MODEL_MAX_MATRICES];
     uint64_t *idx;
     struct sfb__metrics metrics;
+    struct sfb__train_debug debug; /* SFB_DEBUG_DELAY_MS and _SLOW_* (train_settings.h) */
     struct sfb__rng debug_rng;
     /* checkpoints */
     int64_t start;            /* first clock (> 0 when resumed) */

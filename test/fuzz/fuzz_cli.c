@@ -86,6 +86,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * behind by a parse that stopped early shows up here, in one input). */
     int res[2];
     struct cli_job jobs[2];
+    /* the --debug-* options go to the environment: none left from the
+     * input before */
+    unsetenv("SFB_DEBUG_DELAY_MS");
+    unsetenv("SFB_DEBUG_SLOW_RANK");
+    unsetenv("SFB_DEBUG_SLOW_FACTOR");
     for (int round = 0; round < 2; round++) {
         char *argv[MAX_ARGS + 2];
         int argc = make_argv(data, size, with_n, argv);

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     ps.p = (uint32_t)atoi(argv[2]);
     ps.max_patches = 20000;
     if (sfb_data_patches(&test, &ps, &pd)) goto fail;
-    struct sfb_eval el, er;
+    struct sfb_eval el = {.size = sizeof el}, er = {.size = sizeof er};
     if (sfb_model_evaluate(learned, &pd, &el) || sfb_model_evaluate(random, &pd, &er)) goto fail;
     show("learned", &el);
     show("random", &er);

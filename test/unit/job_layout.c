@@ -34,9 +34,11 @@ int main(void)
     OFF(sfb_sf, c_val);
     OFF(sfb_sf, nz_cap);
     SIZE(sfb_job_clock);
+    OFF(sfb_job_clock, wait_s);
     OFF(sfb_job_clock, min_applied);
     OFF(sfb_job_clock, budget_wait_s);
     SIZE(sfb_job_stats);
+    OFF(sfb_job_stats, bytes_sent);
     OFF(sfb_job_stats, rejected_frames);
     OFF(sfb_job_stats, queued_bytes);
     OFF(sfb_job_stats, budget_held_s);

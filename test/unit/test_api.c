@@ -70,10 +70,10 @@ static int test_null_arguments(void)
     struct sfb_model_settings ms;
     struct sfb_topo_sim_settings ts;
     struct sfb_train_settings trs;
-    struct sfb_train_result res;
-    struct sfb_eval ev;
+    struct sfb_train_result res = {.size = sizeof res};
+    struct sfb_eval ev = {.size = sizeof ev};
     struct sfb_sf sf = {0};
-    struct sfb_topo_report rep;
+    struct sfb_topo_report rep = {.size = sizeof rep};
     struct sfb_sampler *sampler = NULL;
     struct sfb_model *m = NULL;
     struct sfb_reconstruct *rc = NULL;
@@ -228,6 +228,16 @@ static int test_null_arguments(void)
     ASSERT_STR_CONTAINS(sfb_error_message(-EINVAL), "sfb_train_lr: argument 's'");
     ASSERT_NULL_ARG(sfb_train_run(NULL, NULL, NULL, 1.0, &res), "sfb_train_run", "s");
     ASSERT_NULL_ARG(sfb_train_run(&trs, NULL, NULL, 1.0, NULL), "sfb_train_run", "res");
+    ASSERT_NULL_ARG(sfb_train_set_model_options(NULL, &ms), "sfb_train_set_model_options", "t");
+    ASSERT_NULL_ARG(sfb_train_set_model_options(&trs, NULL), "sfb_train_set_model_options", "ms");
+
+    /* cost_model.h */
+    struct sfb_cost_settings cs;
+    struct sfb_cost_result cr = {.size = sizeof cr};
+    sfb_cost_default_settings(NULL);
+    sfb_cost_default_settings(&cs);
+    ASSERT_NULL_ARG(sfb_cost_predict(NULL, 4, 4, 0, &cr), "sfb_cost_predict", "s");
+    ASSERT_NULL_ARG(sfb_cost_predict(&cs, 4, 4, 0, NULL), "sfb_cost_predict", "out");
 
     sfb_sampler_close(&sampler);
     sfb_topo_close(&t);
@@ -262,11 +272,153 @@ static int test_wrapped_message(void)
     return 0;
 }
 
+#define ASSERT_REFUSED(call, code, text)                                       \
+    do {                                                                       \
+        ASSERT_EQ((call), (code));                                             \
+        ASSERT_STR_CONTAINS(sfb_error_message(code), text);                    \
+    } while (0)
+
+/* The versioned structures (docs/api.md, "Versions of the structures"):
+ * each *_default_settings sets its structure's version; settings of another
+ * version, or with a reserved byte set, are -SFB_EVERSION naming the
+ * function, the structure and its defaults function, before anything
+ * happens; a result whose size is below the first version's is -EINVAL. */
+static int test_versions(void)
+{
+    struct sfb_dataset ds = {0}, ds2 = {0};
+    struct sfb_libsvm_settings ls;
+    sfb_libsvm_default_settings(&ls);
+    ASSERT_EQ(ls.version, SFB_LIBSVM_SETTINGS_VERSION);
+    ls.version = 0;
+    ASSERT_REFUSED(sfb_libsvm_read("x.svm", &ls, &ds2), -SFB_EVERSION,
+                   "sfb_libsvm_read: struct sfb_libsvm_settings version 0, this library");
+    ASSERT_REFUSED(sfb_data_load("synth", NULL, &ls, &ds2, NULL), -SFB_EVERSION,
+                   "fill the structure with sfb_libsvm_default_settings first");
+    ASSERT_EQ(ds2.n, 0);
+    sfb_libsvm_default_settings(&ls);
+    ls.reserved[3] = 1;
+    ASSERT_REFUSED(sfb_data_load_shard("synth", NULL, &ls, NULL, &ds2, NULL, NULL),
+                   -SFB_EVERSION, "sfb_data_load_shard: struct sfb_libsvm_settings: reserved "
+                   "byte 3 is set");
+
+    struct sfb_synth_settings ss;
+    sfb_synth_default_settings(&ss);
+    ASSERT_EQ(ss.version, SFB_SYNTH_SETTINGS_VERSION);
+    ss.d = 16;
+    ss.n = 8;
+    ASSERT_OK(sfb_synth_generate(&ss, &ds));
+    ss.version = SFB_SYNTH_SETTINGS_VERSION + 1;
+    ASSERT_REFUSED(sfb_synth_generate(&ss, &ds2), -SFB_EVERSION,
+                   "struct sfb_synth_settings version 2");
+
+    struct sfb_patch_settings ps;
+    sfb_patch_default_settings(&ps);
+    ASSERT_EQ(ps.version, SFB_PATCH_SETTINGS_VERSION);
+    ps.p = 2;
+    ps.version = 0;
+    ASSERT_REFUSED(sfb_data_patches(&ds, &ps, &ds2), -SFB_EVERSION, "sfb_patch_settings");
+
+    struct sfb_model_settings ms;
+    sfb_model_default_settings(&ms);
+    ASSERT_EQ(ms.version, SFB_MODEL_SETTINGS_VERSION);
+    ms.d = 16;
+    ms.k = ds.k;
+    ms.reserved[0] = 7;
+    struct sfb_model *m = NULL;
+    ASSERT_REFUSED(sfb_model_open(&m, &ms), -SFB_EVERSION, "sfb_model_default_settings");
+    ms.reserved[0] = 0;
+    ASSERT_OK(sfb_model_open(&m, &ms));
+    ASSERT_EQ(sfb_model_get_settings(m)->version, SFB_MODEL_SETTINGS_VERSION);
+    struct sfb_eval ev = {0};
+    ASSERT_REFUSED(sfb_model_evaluate(m, &ds, &ev), -EINVAL,
+                   "sfb_model_evaluate: out->size is 0, less than any struct sfb_eval");
+    ev.size = sizeof ev;
+    ASSERT_OK(sfb_model_evaluate(m, &ds, &ev));
+    ASSERT_EQ(ev.size, sizeof ev);
+    ASSERT_EQ(ev.n, 8);
+    sfb_model_close(&m);
+
+    struct sfb_topo *t = NULL;
+    ASSERT_OK(sfb_topo_open(&t, "full", 4, 0));
+    struct sfb_topo_sim_settings ts;
+    sfb_topo_sim_default_settings(&ts);
+    ASSERT_EQ(ts.version, SFB_TOPO_SIM_SETTINGS_VERSION);
+    struct sfb_topo_report rep = {0};
+    ASSERT_REFUSED(sfb_topo_analyse(t, &ts, &rep), -EINVAL, "r->size is 0");
+    rep.size = sizeof rep;
+    ASSERT_OK(sfb_topo_analyse(t, &ts, &rep));
+    ASSERT_EQ(rep.nodes, 4);
+    ts.version = 0;
+    ASSERT_REFUSED(sfb_topo_analyse(t, &ts, &rep), -SFB_EVERSION, "sfb_topo_sim_settings");
+    sfb_topo_close(&t);
+
+    struct sfb_cost_settings cs;
+    sfb_cost_default_settings(&cs);
+    ASSERT_EQ(cs.version, SFB_COST_SETTINGS_VERSION);
+    cs.gemm_gflops = cs.add_gadds = 1;
+    struct sfb_cost_result cr = {0};
+    ASSERT_REFUSED(sfb_cost_predict(&cs, 4, 4, 0, &cr), -EINVAL, "out->size is 0");
+    cr.size = sizeof cr;
+    ASSERT_OK(sfb_cost_predict(&cs, 4, 4, 0, &cr));
+    ASSERT(cr.ms[SFB_COST_SFB] > 0);
+    cs.version = 0;
+    ASSERT_REFUSED(sfb_cost_predict(&cs, 4, 4, 0, &cr), -SFB_EVERSION, "sfb_cost_settings");
+
+    struct sfb_train_settings trs;
+    struct sfb_train_result res = {0};
+    sfb_train_default_settings(&trs);
+    ASSERT_EQ(trs.version, SFB_TRAIN_SETTINGS_VERSION);
+    ASSERT_EQ(trs.libsvm.version, SFB_LIBSVM_SETTINGS_VERSION);
+    ASSERT_REFUSED(sfb_train_run(&trs, NULL, NULL, 1, &res), -EINVAL, "res->size is 0");
+    trs.version = 0;
+    res.size = sizeof res;
+    ASSERT_REFUSED(sfb_train_check_settings(&trs, 0), -SFB_EVERSION,
+                   "struct sfb_train_settings version 0");
+    ASSERT_REFUSED(sfb_train_run(&trs, NULL, NULL, 1, &res), -SFB_EVERSION,
+                   "sfb_train_default_settings");
+    ASSERT(isnan(sfb_train_lr0(&trs)) && isnan(sfb_train_lr(&trs, 0, 10)));
+    sfb_train_default_settings(&trs);
+    trs.libsvm.version = 0;
+    ASSERT_REFUSED(sfb_train_check_settings(&trs, 0), -SFB_EVERSION, "sfb_libsvm_settings");
+    sfb_dataset_free(&ds);
+    return 0;
+}
+
+/* The trainer's debugging knobs come from the environment (SFB_DEBUG_*,
+ * which `sfb run --debug-*` sets), checked with the settings. */
+static int test_debug_env(void)
+{
+    struct sfb_train_settings trs;
+    sfb_train_default_settings(&trs);
+    ASSERT_OK(setenv("SFB_DEBUG_SLOW_RANK", "3", 1));
+    ASSERT_OK(sfb_train_check_settings(&trs, 0));
+    ASSERT_OK(sfb_train_check_settings(&trs, 4));
+    ASSERT_REFUSED(sfb_train_check_settings(&trs, 3), -SFB_EUSAGE,
+                   "--debug-slow-rank 3 (SFB_DEBUG_SLOW_RANK): the job has ranks 0..2");
+    ASSERT_OK(setenv("SFB_DEBUG_SLOW_RANK", "x", 1));
+    ASSERT_REFUSED(sfb_train_check_settings(&trs, 0), -SFB_EUSAGE,
+                   "SFB_DEBUG_SLOW_RANK='x': expected an integer");
+    ASSERT_OK(unsetenv("SFB_DEBUG_SLOW_RANK"));
+    ASSERT_OK(setenv("SFB_DEBUG_DELAY_MS", "-1", 1));
+    ASSERT_REFUSED(sfb_train_check_settings(&trs, 0), -SFB_EUSAGE,
+                   "SFB_DEBUG_DELAY_MS=\"-1\" (--debug-delay-ms): expected a number >= 0");
+    ASSERT_OK(setenv("SFB_DEBUG_DELAY_MS", "2.5", 1));
+    ASSERT_OK(setenv("SFB_DEBUG_SLOW_FACTOR", "0.5", 1));
+    ASSERT_REFUSED(sfb_train_check_settings(&trs, 0), -SFB_EUSAGE, "SFB_DEBUG_SLOW_FACTOR");
+    ASSERT_OK(setenv("SFB_DEBUG_SLOW_FACTOR", "3", 1));
+    ASSERT_OK(sfb_train_check_settings(&trs, 0));
+    ASSERT_OK(unsetenv("SFB_DEBUG_DELAY_MS"));
+    ASSERT_OK(unsetenv("SFB_DEBUG_SLOW_FACTOR"));
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"wrapped_message", test_wrapped_message},
     {"strerror_layers", test_strerror_layers},
     {"stale_message", test_stale_message},
     {"null_arguments", test_null_arguments},
+    {"versions", test_versions},
+    {"debug_env", test_debug_env},
 };
 
 TEST_MAIN(tests)

@@ -361,7 +361,7 @@ static int test_evaluate_identity(void)
     struct sfb_matrix *L = sfb_model_matrix(m, 0);
     for (uint32_t q = 0; q < d * d; q++)
         L->data[q] = q % (d + 1) == 0 ? 1.0f : 0.0f;
-    struct sfb_eval e;
+    struct sfb_eval e = {.size = sizeof e};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &e));
     ASSERT_EQ(e.n, 300);
     ASSERT(isfinite(e.loss) && e.loss > 0);
@@ -417,7 +417,7 @@ static int test_knn_ties_to_nearest(void)
         struct sfb_model *m;
         ASSERT_OK(sfb_model_open(&m, &st));
         sfb_model_matrix(m, 0)->data[0] = -3.0f; /* any L ≠ 0 keeps the order */
-        struct sfb_eval e;
+        struct sfb_eval e = {.size = sizeof e};
         ASSERT_OK(sfb_model_evaluate(m, &ds, &e));
         ASSERT_EQ(e.knn_accuracy, 1.0);
         ASSERT_EQ(e.knn_accuracy_euclid, 1.0);
@@ -436,7 +436,7 @@ static int test_sgd_learns_metric(void)
     make_informative(&te, 600, d, 1.0);
     struct sfb_model *m;
     ASSERT_OK(open_dml(&m, d, 8, 1.0));
-    struct sfb_eval e0, e1;
+    struct sfb_eval e0 = {.size = sizeof e0}, e1 = {.size = sizeof e1};
     ASSERT_OK(sfb_model_evaluate(m, &te, &e0));
     struct sfb_reconstruct *r;
     ASSERT_OK(sfb_reconstruct_open(&r));

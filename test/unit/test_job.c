@@ -38,7 +38,7 @@ static int test_defaults(void)
     struct sfb_job_attach a;
     memset(&a, 0xff, sizeof a);
     sfb_job_default_attach(&a);
-    ASSERT_EQ(a.version, SFB_JOB_SETTINGS_VERSION);
+    ASSERT_EQ(a.version, SFB_JOB_ATTACH_VERSION);
     ASSERT(strcmp(a.engine, "sfb") == 0);
     ASSERT_EQ(a.staleness, 0);
     ASSERT_EQ(a.apply_early, -1);
@@ -52,7 +52,7 @@ static int test_null_arguments(void)
 {
     struct sfb_job *job = NULL;
     struct sfb_job_settings s;
-    struct sfb_job_stats st;
+    struct sfb_job_stats st = {.size = sizeof st};
     sfb_job_default_settings(&s);
     ASSERT_FAILS(sfb_job_open(NULL, &s), -EINVAL, "sfb_job_open: argument 'job_out' is NULL");
     ASSERT_FAILS(sfb_job_open(&job, NULL), -EINVAL, "sfb_job_open: argument 's' is NULL");
@@ -184,12 +184,13 @@ static int run_engine(const char *engine)
     float b[4] = {1, 2, 3, 4}, c[6] = {1, 0, 2, 0, 1, 1};
     struct sfb_sf sf = {.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .b = b, .c = c};
     for (int64_t t = 0; t < 2; t++) {
-        struct sfb_job_clock acct = {0};
+        struct sfb_job_clock acct = {.size = sizeof acct};
         ASSERT_OK(sfb_job_wait(job, t, &acct));
         ASSERT_EQ(acct.applied, 0);
+        struct sfb_sf before = sf;
         ASSERT_OK(sfb_job_publish(job, t, &sf, 1));
-        ASSERT_EQ(sf.clock, t);
-        ASSERT_EQ(sf.origin, 0);
+        /* read only: the caller's factors come back untouched */
+        ASSERT(memcmp(&before, &sf, sizeof sf) == 0);
     }
     /* BᵀC = [[1, 3, 5], [2, 4, 8]]: 0.5 of it per clock, two clocks */
     const float want[6] = {1, 3, 5, 2, 4, 8};
@@ -200,7 +201,7 @@ static int run_engine(const char *engine)
     ASSERT_EQ(all, 42);
     ASSERT_OK(sfb_job_barrier(job));
     ASSERT_OK(sfb_job_finish(job, 1));
-    struct sfb_job_stats st;
+    struct sfb_job_stats st = {.size = sizeof st};
     ASSERT_OK(sfb_job_stats(job, &st));
     ASSERT_EQ(st.bytes_sent, 0);
     ASSERT_EQ(st.data_msgs, 0);
@@ -319,7 +320,7 @@ static int test_publish_one(void)
                 ASSERT_OK(sfb_job_publish_dense(job, t, (uint32_t)m, 2.0f, delta));
             else
                 ASSERT_OK(sfb_job_publish_one(job, t, (uint32_t)m, &sf));
-            if (m % 3 != 1) ASSERT_EQ(sf.clock, t);
+            ASSERT(sf.clock == 0 && sf.matrix == 0); /* read only */
         }
         ASSERT_FAILS(sfb_job_publish_one(job, t, 0, &sf), -SFB_EUSAGE, "out of order");
     }
@@ -364,6 +365,65 @@ static int test_auto_mix(void)
     return 0;
 }
 
+/* The sized results (sfb_job_clock, sfb_job_stats): a size below the first
+ * version's is refused before anything happens; a caller of an older
+ * (smaller) layout gets the fields that fit and nothing past them; a newer
+ * (larger) one gets zeros past the library's. */
+static int test_sized_results(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    float data[6] = {0};
+    struct sfb_matrix m = {2, 3, data};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.mats = &m;
+    a.max_s = 1;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    struct sfb_job_clock acct = {0};
+    ASSERT_FAILS(sfb_job_wait(job, 0, &acct), -EINVAL,
+                 "sfb_job_wait: acct->size is 0, less than any struct sfb_job_clock");
+    ASSERT_FAILS(sfb_job_drain(job, -1, &acct), -EINVAL, "sfb_job_drain: acct->size is 0");
+    /* nothing happened: clock 0 is still the one to wait for */
+    acct.size = sizeof acct;
+    ASSERT_OK(sfb_job_wait(job, 0, &acct));
+    float b[2] = {1, 1}, c[3] = {1, 1, 1};
+    struct sfb_sf sf = {.rows = 2, .cols = 3, .s = 1, .scale = 1, .b = b, .c = c};
+    ASSERT_OK(sfb_job_publish(job, 0, &sf, 1));
+    /* an older caller's clock ended before budget_wait_s: it stays as set */
+    union {
+        struct sfb_job_clock c;
+        unsigned char bytes[sizeof(struct sfb_job_clock) + 16];
+    } u;
+    memset(&u, 0x5a, sizeof u);
+    u.c.size = (uint32_t)offsetof(struct sfb_job_clock, budget_wait_s);
+    ASSERT_FAILS(sfb_job_wait(job, 1, &u.c), -EINVAL, "at least");
+    struct sfb_job_stats st;
+    memset(&st, 0, sizeof st);
+    ASSERT_FAILS(sfb_job_stats(job, &st), -EINVAL,
+                 "sfb_job_stats: st->size is 0, less than any struct sfb_job_stats");
+    /* a newer caller's larger structure: zeros past the library's fields */
+    union {
+        struct sfb_job_stats s;
+        unsigned char bytes[sizeof(struct sfb_job_stats) + 16];
+    } big;
+    memset(&big, 0xff, sizeof big);
+    big.s.size = sizeof big;
+    ASSERT_OK(sfb_job_stats(job, &big.s));
+    ASSERT_EQ(big.s.size, sizeof big);
+    for (size_t i = sizeof(struct sfb_job_stats); i < sizeof big; i++) ASSERT_EQ(big.bytes[i], 0);
+    ASSERT_EQ(big.s.bytes_sent, 0);
+    /* exactly the first version's fields: the library writes no further */
+    memset(&big, 0xff, sizeof big);
+    big.s.size = (uint32_t)(offsetof(struct sfb_job_stats, publish_wait_s) + sizeof(double));
+    ASSERT_OK(sfb_job_stats(job, &big.s));
+    ASSERT_EQ(big.s.publish_wait_s, 0);
+    for (size_t i = big.s.size; i < sizeof big; i++) ASSERT_EQ(big.bytes[i], 0xff);
+    ASSERT_OK(sfb_job_finish(job, 0));
+    sfb_job_close(&job);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"defaults", test_defaults},
     {"null_arguments", test_null_arguments},
@@ -374,6 +434,7 @@ static const struct test_case tests[] = {
     {"publish_nonfinite", test_publish_nonfinite},
     {"publish_one", test_publish_one},
     {"auto_mix", test_auto_mix},
+    {"sized_results", test_sized_results},
 };
 
 TEST_MAIN(tests)

@@ -207,7 +207,7 @@ static int test_sparse_equals_dense(void)
         if (reconstruct(&a[l], da) || reconstruct(&b[l], db)) return 1;
         for (uint32_t q = 0; q < a[l].rows * a[l].cols; q++) ASSERT_NEAR(da[q], db[q], 1e-5);
     }
-    struct sfb_eval ea, eb;
+    struct sfb_eval ea = {.size = sizeof ea}, eb = {.size = sizeof eb};
     ASSERT_OK(sfb_model_evaluate(m, &dense, &ea));
     ASSERT_OK(sfb_model_evaluate(m, &csr, &eb));
     ASSERT_NEAR(ea.loss, eb.loss, 1e-5);
@@ -252,7 +252,7 @@ static int test_evaluate_matches_factors(void)
         }
         correct += arg == y;
     }
-    struct sfb_eval ev;
+    struct sfb_eval ev = {.size = sizeof ev};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &ev));
     ASSERT_EQ(ev.n, n);
     ASSERT_NEAR(ev.loss, loss / n, 1e-5);
@@ -280,7 +280,7 @@ static int test_sgd_converges(void)
     ASSERT_OK(open_mlp(&m, d, k, 1, hid, 1));
     struct sfb_reconstruct *r;
     ASSERT_OK(sfb_reconstruct_open(&r));
-    struct sfb_eval e0, e1;
+    struct sfb_eval e0 = {.size = sizeof e0}, e1 = {.size = sizeof e1};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &e0));
     struct sfb_sf sf[2] = {{0}};
     uint64_t idx[20];
@@ -434,7 +434,7 @@ static int test_l2(void)
             before[l][q] = w->data[q];
         }
     }
-    struct sfb_eval e0;
+    struct sfb_eval e0 = {.size = sizeof e0};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &e0));
     s.lambda = 0;
     struct sfb_model *m0;
@@ -442,7 +442,7 @@ static int test_l2(void)
     for (uint32_t l = 0; l < 2; l++)
         memcpy(sfb_model_matrix(m0, l)->data, before[l],
                (size_t)sfb_model_matrix(m, l)->rows * sfb_model_matrix(m, l)->cols * sizeof(float));
-    struct sfb_eval ez;
+    struct sfb_eval ez = {.size = sizeof ez};
     ASSERT_OK(sfb_model_evaluate(m0, &ds, &ez));
     ASSERT_NEAR(e0.loss - ez.loss, 0.05 * reg, 1e-6);
     sfb_model_apply_local(m, 0.5f);

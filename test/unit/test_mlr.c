@@ -259,7 +259,7 @@ static int test_sparse_equals_dense(void)
     }
     ASSERT(moved > 1e-3);
     /* evaluate agrees too. */
-    struct sfb_eval e1, e2;
+    struct sfb_eval e1 = {.size = sizeof e1}, e2 = {.size = sizeof e2};
     ASSERT_OK(sfb_model_evaluate(m, &dn, &e1));
     ASSERT_OK(sfb_model_evaluate(m, &sp, &e2));
     ASSERT_EQ(e1.n, 30);
@@ -293,7 +293,7 @@ static int test_evaluate_hand(void)
     a[1] = 0;
     a[2] = -1;
     a[3] = 0.5f;
-    struct sfb_eval e;
+    struct sfb_eval e = {.size = sizeof e};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &e));
     double mean = (log1p(exp(-1.5)) + log1p(exp(2.5)) + log1p(exp(-0.5))) / 3;
     ASSERT_EQ(e.n, 3);
@@ -328,7 +328,7 @@ static int test_evaluate_chunks(void)
     struct sfb_model *m;
     ASSERT_OK(open_mlr(&m, 7, 3, 0.01));
     randomize(m, 1.0f);
-    struct sfb_eval e1, e2;
+    struct sfb_eval e1 = {.size = sizeof e1}, e2 = {.size = sizeof e2};
     ASSERT_OK(sfb_model_evaluate(m, &dn, &e1));
     ASSERT_OK(sfb_model_evaluate(m, &sp, &e2));
     ASSERT_NEAR(e1.loss, e2.loss, 1e-5);
@@ -367,7 +367,7 @@ static int test_sgd_converges(void)
     }
     struct sfb_model *m;
     ASSERT_OK(open_mlr(&m, d, k, 1e-4));
-    struct sfb_eval e0, e;
+    struct sfb_eval e0 = {.size = sizeof e0}, e = {.size = sizeof e};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &e0));
     ASSERT_NEAR(e0.loss, log(3.0), 1e-6); /* zero init: uniform softmax */
     struct sfb_reconstruct *r;
@@ -442,7 +442,7 @@ static int test_registry_and_errors(void)
     ASSERT_STR_CONTAINS(sfb_last_error(), "index 2");
     ds.d = 2;
     ASSERT_EQ(sfb_model_factors(m, &ds, idx, 1, 0.1f, &sf, &loss), -SFB_ESHAPE);
-    struct sfb_eval e;
+    struct sfb_eval e = {.size = sizeof e};
     ASSERT_EQ(sfb_model_evaluate(m, &ds, &e), -SFB_ESHAPE);
     ASSERT_EQ(loss, 0.0);
     uint64_t rp[] = {0, 1};

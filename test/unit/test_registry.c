@@ -94,13 +94,18 @@ static int test_model_options(void)
     const struct sfb_model_option *rank = sfb_model_find("dml")->options;
     ASSERT(strcmp(rank->name, "rank") == 0);
     struct sfb_model_settings s;
-    memset(&s, 0, sizeof s);
+    memset(&s, 0, sizeof s); /* zero: not given (as the CLI's option table) */
     uint32_t v = 9;
     memcpy((char *)&s + rank->offset, &v, sizeof v);
     ASSERT_EQ(s.rank, 9);
     struct sfb_train_settings t;
     sfb_train_default_settings(&t);
-    sfb_train_set_model_options(&t, &s);
+    /* the structures' versions are checked first: nothing copied */
+    ASSERT_EQ(sfb_train_set_model_options(&t, &s), -SFB_EVERSION);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "struct sfb_model_settings version 0");
+    ASSERT_EQ(t.rank, 0);
+    s.version = SFB_MODEL_SETTINGS_VERSION;
+    ASSERT_OK(sfb_train_set_model_options(&t, &s));
     ASSERT_EQ(t.rank, 9);
     ASSERT_EQ(t.dict_size, 0); /* not given: left to the model's default */
     ASSERT_EQ(t.hidden.n, 0);
@@ -109,7 +114,7 @@ static int test_model_options(void)
     ASSERT(strcmp(hidden->name, "hidden") == 0 && hidden->kind == SFB_MODEL_OPT_U32_LIST);
     struct sfb_model_u32_list list = {2, {300, 100}};
     memcpy((char *)&s + hidden->offset, &list, sizeof list);
-    sfb_train_set_model_options(&t, &s);
+    ASSERT_OK(sfb_train_set_model_options(&t, &s));
     ASSERT_EQ(t.hidden.n, 2);
     ASSERT_EQ(t.hidden.v[1], 100);
     return 0;

@@ -127,7 +127,7 @@ static int run_relay(uint32_t world, int flush_clock)
     ss.sf_bytes = SFB_WIRE_HDR_SIZE + sfb__sf_payload_size(&one, 0, 0, SFB_WIRE_F32);
     ss.bundle_header = SFB_WIRE_HDR_SIZE;
     ss.flush = flush_clock ? SFB_TOPO_FLUSH_CLOCK : SFB_TOPO_FLUSH_EAGER;
-    struct sfb_topo_report rep;
+    struct sfb_topo_report rep = {.size = sizeof rep};
     ASSERT_OK(sfb_topo_analyse(topo, &ss, &rep));
     sfb_sf_free(&one);
     uint64_t frames_per_clock = 0; /* frames each rank sends per clock, relayed ones included */

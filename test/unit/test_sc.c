@@ -259,7 +259,7 @@ static int test_sgd_learns_dictionary(void)
     te.n = 500; /* the first 500 training samples double as the eval set */
     struct sfb_model *m;
     ASSERT_OK(open_sc(&m, d, k, 0.2, 20));
-    struct sfb_eval e0, e1;
+    struct sfb_eval e0 = {.size = sizeof e0}, e1 = {.size = sizeof e1};
     ASSERT_OK(sfb_model_evaluate(m, &te, &e0));
     ASSERT(isnan(e0.accuracy) && isnan(e0.knn_accuracy));
     struct sfb_reconstruct *r;
@@ -363,7 +363,7 @@ static int test_omp_fixed_sparsity(void)
         }
         kept += top[0] + top[1];
     }
-    struct sfb_eval ev;
+    struct sfb_eval ev = {.size = sizeof ev};
     ASSERT_OK(sfb_model_evaluate(m, &ds, &ev));
     ASSERT_EQ(ev.sparse_nonzeros, t);
     ASSERT_NEAR(ev.recon_error_sparse, (xx - kept) / xx, 1e-5);

@@ -370,7 +370,7 @@ static int test_untrusted_queries(void)
     ASSERT_NEAR(sfb_topo_mean_hops(t), 0, 0);
     ASSERT_EQ(sfb_topo_children(t, 0, 0, out), 0);
     ASSERT_EQ(sfb_topo_parent(t, 0, 0), UINT32_MAX);
-    struct sfb_topo_report r;
+    struct sfb_topo_report r = {.size = sizeof r};
     ASSERT_OK(sfb_topo_analyse(t, NULL, &r));
     ASSERT_EQ(r.frames_per_clock, 0);
     ASSERT_EQ(r.messages_per_clock, 0);
@@ -383,7 +383,7 @@ static int test_traffic_per_clock(void)
 {
     struct sfb_topo *t;
     struct sfb_topo_sim_settings s;
-    struct sfb_topo_report r;
+    struct sfb_topo_report r = {.size = sizeof r};
     sfb_topo_sim_default_settings(&s);
     ASSERT_EQ(s.sf_bytes, 262208);
     ASSERT_EQ(s.bundle_header, 64);
@@ -436,7 +436,7 @@ static int test_traffic_per_clock(void)
 static int overhead_and_latency(const struct sfb_topo *t, struct sfb_topo_sim_settings *s,
                                 double with_overhead_s, double with_latency_s)
 {
-    struct sfb_topo_report r;
+    struct sfb_topo_report r = {.size = sizeof r};
     s->msg_overhead_us = 5;
     ASSERT_OK(sfb_topo_analyse(t, s, &r));
     ASSERT_NEAR(r.time_s, with_overhead_s, 1e-12);
@@ -452,7 +452,7 @@ static int test_simulation(void)
 {
     struct sfb_topo *t;
     struct sfb_topo_sim_settings s;
-    struct sfb_topo_report r;
+    struct sfb_topo_report r = {.size = sizeof r};
     sfb_topo_sim_default_settings(&s);
     s.sf_bytes = 1250; /* 10 µs at 1 Gbit/s */
     s.latency_us = 1;
