@@ -1,6 +1,6 @@
 /* What the local launcher adds to its ranks' environment besides the
  * rendezvous (src/launch/launch_internal.h): the libsfb it runs on, and on an
- * oversubscribed host the yielding spin lock of src/cli/spin_yield.h. */
+ * oversubscribed host the yielding spin lock of src/launch/spin_yield.h. */
 #ifndef SFB_SRC_RANK_ENV_H
 #define SFB_SRC_RANK_ENV_H
 

@@ -1,5 +1,5 @@
 /* Spin locks that yield on an oversubscribed host: see spin_yield.h. */
-#include "src/cli/spin_yield.h"
+#include "src/launch/spin_yield.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -16,12 +16,12 @@
 static atomic_int yielding = -1; /* -1: not yet read from the environment */
 static atomic_ullong yields;
 
-void cli_spin_yield_set(int on)
+void sfb__spin_yield_set(int on)
 {
     atomic_store_explicit(&yielding, on < 0 ? -1 : on != 0, memory_order_relaxed);
 }
 
-int cli_spin_yield_enabled(void)
+int sfb__spin_yield_enabled(void)
 {
     int y = atomic_load_explicit(&yielding, memory_order_relaxed);
     if (y < 0) {
@@ -33,7 +33,7 @@ int cli_spin_yield_enabled(void)
     return y;
 }
 
-unsigned long long cli_spin_yields(void)
+unsigned long long sfb__spin_yields(void)
 {
     return atomic_load_explicit(&yields, memory_order_relaxed);
 }
@@ -55,7 +55,7 @@ __attribute__((visibility("default"))) int pthread_spin_lock(pthread_spinlock_t 
 {
     for (unsigned i = 0;; i++) {
         if (pthread_spin_trylock(lock) == 0) return 0;
-        if (i >= SPINS && cli_spin_yield_enabled()) {
+        if (i >= SPINS && sfb__spin_yield_enabled()) {
             atomic_fetch_add_explicit(&yields, 1, memory_order_relaxed);
             sched_yield();
         } else {

@@ -19,14 +19,14 @@
  * that library into the ranks it starts when the host runs more ranks than
  * CPUs; SFB_SPIN_YIELD=0 or 1 in the launcher's environment decides
  * instead. */
-#ifndef SFB_CLI_SPIN_YIELD_H
-#define SFB_CLI_SPIN_YIELD_H
+#ifndef SFB_LAUNCH_SPIN_YIELD_H
+#define SFB_LAUNCH_SPIN_YIELD_H
 
 /* Process-wide, any thread: 1 = yield, 0 = spin as libc's lock; -1 = as
  * SFB_SPIN_YIELD says (the default). Tests. */
-void cli_spin_yield_set(int on);
-int cli_spin_yield_enabled(void);
+void sfb__spin_yield_set(int on);
+int sfb__spin_yield_enabled(void);
 /* Yields so far, all threads (tests, diagnostics). */
-unsigned long long cli_spin_yields(void);
+unsigned long long sfb__spin_yields(void);
 
 #endif

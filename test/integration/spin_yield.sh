@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The yielding pthread_spin_lock (src/cli/spin_yield.h) lives outside
+# The yielding pthread_spin_lock (src/launch/spin_yield.h) lives outside
 # libsfb: in a worker of `sfb run` libfabric's calls bind to the sfb
 # executable's (LD_DEBUG=bindings, glibc's loader), in any other program that
 # `sfb launch` starts to the preloaded libsfb-spin-yield.so; and the launcher

@@ -1,10 +1,10 @@
-/* The sfb command's pthread_spin_lock (src/cli/spin_yield.c, linked into
+/* The sfb command's pthread_spin_lock (src/launch/spin_yield.c, linked into
  * this program as into sfb): still a lock (exact counts from contending
  * threads, yielding or not); it yields to a holder only when enabled, by
  * default only with SFB_SPIN_YIELD=1; and it is the one this program's calls
  * bind to. */
 #include "src/base/util.h"
-#include "src/cli/spin_yield.h"
+#include "src/launch/spin_yield.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -34,11 +34,11 @@ static int count_with(int yielding)
 {
     struct shared s = {.counter = 0};
     ASSERT_EQ(pthread_spin_init(&s.lock, PTHREAD_PROCESS_PRIVATE), 0);
-    cli_spin_yield_set(yielding);
+    sfb__spin_yield_set(yielding);
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) ASSERT_EQ(pthread_create(&t[i], NULL, hammer, &s), 0);
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
-    cli_spin_yield_set(0);
+    sfb__spin_yield_set(0);
     ASSERT_EQ(s.counter, (unsigned long)THREADS * ROUNDS);
     pthread_spin_destroy(&s.lock);
     return 0;
@@ -75,23 +75,23 @@ static int test_yields_only_when_enabled(void)
 {
     struct shared s = {.counter = 0};
     ASSERT_EQ(pthread_spin_init(&s.lock, PTHREAD_PROCESS_PRIVATE), 0);
-    cli_spin_yield_set(0);
-    ASSERT_EQ(cli_spin_yield_enabled(), 0);
+    sfb__spin_yield_set(0);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 0);
     ASSERT_EQ(pthread_spin_lock(&s.lock), 0);
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, take_once, &s), 0);
-    unsigned long long before = cli_spin_yields();
+    unsigned long long before = sfb__spin_yields();
     nap_ms(20);
-    ASSERT_EQ(cli_spin_yields(), before); /* spinning, as libc's lock */
-    cli_spin_yield_set(1);
-    ASSERT_EQ(cli_spin_yield_enabled(), 1);
-    for (int i = 0; i < 5000 && cli_spin_yields() == before; i++) nap_ms(1);
-    ASSERT_GT(cli_spin_yields(), before); /* this program's calls bind to spin_yield.c's */
+    ASSERT_EQ(sfb__spin_yields(), before); /* spinning, as libc's lock */
+    sfb__spin_yield_set(1);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 1);
+    for (int i = 0; i < 5000 && sfb__spin_yields() == before; i++) nap_ms(1);
+    ASSERT_GT(sfb__spin_yields(), before); /* this program's calls bind to spin_yield.c's */
     ASSERT_EQ(s.counter, 0ul);
     pthread_spin_unlock(&s.lock);
     pthread_join(t, NULL);
     ASSERT_EQ(s.counter, 1ul);
-    cli_spin_yield_set(0);
+    sfb__spin_yield_set(0);
     pthread_spin_destroy(&s.lock);
     return 0;
 }
@@ -100,20 +100,20 @@ static int test_yields_only_when_enabled(void)
 static int test_environment(void)
 {
     unsetenv("SFB_SPIN_YIELD");
-    cli_spin_yield_set(-1);
-    ASSERT_EQ(cli_spin_yield_enabled(), 0);
+    sfb__spin_yield_set(-1);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 0);
     setenv("SFB_SPIN_YIELD", "1", 1);
-    ASSERT_EQ(cli_spin_yield_enabled(), 0); /* read once */
-    cli_spin_yield_set(-1);
-    ASSERT_EQ(cli_spin_yield_enabled(), 1);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 0); /* read once */
+    sfb__spin_yield_set(-1);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 1);
     setenv("SFB_SPIN_YIELD", "0", 1);
-    cli_spin_yield_set(-1);
-    ASSERT_EQ(cli_spin_yield_enabled(), 0);
+    sfb__spin_yield_set(-1);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 0);
     setenv("SFB_SPIN_YIELD", "yes", 1); /* only "1" turns it on */
-    cli_spin_yield_set(-1);
-    ASSERT_EQ(cli_spin_yield_enabled(), 0);
+    sfb__spin_yield_set(-1);
+    ASSERT_EQ(sfb__spin_yield_enabled(), 0);
     unsetenv("SFB_SPIN_YIELD");
-    cli_spin_yield_set(0);
+    sfb__spin_yield_set(0);
     return 0;
 }
 
@@ -122,15 +122,15 @@ static int test_uncontended(void)
 {
     pthread_spinlock_t l;
     ASSERT_EQ(pthread_spin_init(&l, PTHREAD_PROCESS_SHARED), 0);
-    cli_spin_yield_set(1);
-    unsigned long long before = cli_spin_yields();
+    sfb__spin_yield_set(1);
+    unsigned long long before = sfb__spin_yields();
     ASSERT_EQ(pthread_spin_lock(&l), 0);
     ASSERT_NE(pthread_spin_trylock(&l), 0);
     ASSERT_EQ(pthread_spin_unlock(&l), 0);
     ASSERT_EQ(pthread_spin_trylock(&l), 0);
     ASSERT_EQ(pthread_spin_unlock(&l), 0);
-    ASSERT_EQ(cli_spin_yields(), before);
-    cli_spin_yield_set(0);
+    ASSERT_EQ(sfb__spin_yields(), before);
+    sfb__spin_yield_set(0);
     pthread_spin_destroy(&l);
     return 0;
 }
