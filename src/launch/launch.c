@@ -6,6 +6,8 @@
  * their parent dies, and stopped when the ranks are done. */
 #include "config.h"
 #include "src/launch/launch_internal.h"
+#include "src/launch/line_relay.h"
+#include "src/launch/proc_sweep.h"
 #include "src/launch/rank_env.h"
 #include "src/transport/transport.h"
 #include <sfb/launch.h>
@@ -13,8 +15,6 @@
 #include "src/base/timeline.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,36 +31,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define LINE_CAP (64 * 1024)
-
-struct stream {
-    int fd;  /* read end, -1 once closed */
-    int out; /* destination fd */
-    size_t used, cap;
-    char *buf;
-};
-
 struct child {
     pid_t pid;
     int alive;
-    struct stream s[2];
+    struct sfb__line_stream s[2]; /* stdout, stderr */
 };
 
 struct launcher {
     int n;
     struct child *c;
-    char *scratch; /* one prefixed line */
-    size_t scratch_cap;
+    struct sfb__line_relay out;
     int failed_rank, failed_status; /* first failure */
     int usage_exit;                 /* some copy exited 2 (a usage error) */
     int stopping, sigs_forwarded, abort_sig, timed_out;
     int sent_sigkill;
     double kill_at;
     double first_exit, last_exit; /* sfb__now() of the first and last reap */
-    /* what the ranks left behind (sweep()): the caller's own children from
-     * before the launch (never touched), and the sweep's deadlines */
-    pid_t *before, *termed; /* ... and those the sweep sent SIGTERM */
-    size_t nbefore, ntermed;
+    /* what the ranks left behind (sweep()), and the sweep's deadlines */
+    struct sfb__sweep sw;
     double sweep_kill_at, sweep_give_up;
     int swept_left; /* processes seen by the last sweep round */
 };
@@ -101,79 +89,6 @@ int sfb__launch_self_path(char *buf, size_t len)
     return 0;
 }
 
-static void write_all(int fd, const char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else if (n < 0 && errno == EAGAIN) {
-            struct pollfd pf = {fd, POLLOUT, 0};
-            poll(&pf, 1, 100);
-        } else {
-            return; /* a closed terminal or pipe: drop the output, keep supervising */
-        }
-    }
-}
-
-/* One line, prefixed, in one write() so lines of different ranks never mix. */
-static void emit(struct launcher *L, int rank, int out, const char *line, size_t len)
-{
-    char pre[24];
-    int pl = snprintf(pre, sizeof pre, "[%d] ", rank);
-    if (sfb__reserve((void **)&L->scratch, &L->scratch_cap, (size_t)pl + len + 1)) {
-        write_all(out, pre, (size_t)pl); /* out of memory: still deliver the text */
-        write_all(out, line, len);
-        write_all(out, "\n", 1);
-        return;
-    }
-    memcpy(L->scratch, pre, (size_t)pl);
-    memcpy(L->scratch + pl, line, len);
-    L->scratch[(size_t)pl + len] = '\n';
-    write_all(out, L->scratch, (size_t)pl + len + 1);
-}
-
-static void stream_close(struct launcher *L, int rank, struct stream *s)
-{
-    if (s->fd < 0) return;
-    if (s->used) emit(L, rank, s->out, s->buf, s->used);
-    s->used = 0;
-    close(s->fd);
-    s->fd = -1;
-}
-
-static void stream_read(struct launcher *L, int rank, struct stream *s)
-{
-    if (s->cap - s->used < 1024 && s->cap < LINE_CAP) {
-        size_t want = SFB_MIN(LINE_CAP, s->cap ? s->cap * 2 : 4096);
-        if (sfb__reserve((void **)&s->buf, &s->cap, want) && s->cap == 0) {
-            stream_close(L, rank, s);
-            return;
-        }
-    }
-    ssize_t n = read(s->fd, s->buf + s->used, s->cap - s->used);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) {
-        stream_close(L, rank, s);
-        return;
-    }
-    size_t start = 0, end = s->used + (size_t)n;
-    for (size_t i = s->used; i < end; i++)
-        if (s->buf[i] == '\n') {
-            emit(L, rank, s->out, s->buf + start, i - start);
-            start = i + 1;
-        }
-    if (start == 0 && end == s->cap) { /* a line longer than the buffer: split it */
-        emit(L, rank, s->out, s->buf, end);
-        start = end;
-    }
-    memmove(s->buf, s->buf + start, end - start);
-    s->used = end - start;
-}
-
 /* Every rank's process group: the rank and whatever it started that stayed
  * in its group (children of `sh -c`, `cmd &`). A reaped rank's group may
  * still have members; its id cannot be reused while it has. */
@@ -188,83 +103,13 @@ static void signal_all(struct launcher *L, int sig)
 
 /* ---- what the ranks leave behind ---------------------------------------- */
 
-/* Calls fn(pid, pgid, state, arg) for every process whose parent is this
- * one (from /proc: the launcher is single-threaded, so its children are
- * those whose ppid is its pid). */
-static void each_child(void (*fn)(pid_t pid, pid_t pgid, char state, void *arg), void *arg)
+/* Whether pid is a rank still running (the sweep leaves those alone). */
+static int live_rank(void *arg, pid_t pid)
 {
-    DIR *d = opendir("/proc");
-    if (!d) return;
-    pid_t self = getpid();
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = '\0';
-        /* "pid (comm) state ppid pgrp ...": comm may hold spaces and ')' */
-        char *rp = strrchr(buf, ')'), state;
-        int ppid, pgrp;
-        if (!rp || sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) continue;
-        if (ppid == self) fn((pid_t)atoi(e->d_name), (pid_t)pgrp, state, arg);
-    }
-    closedir(d);
-}
-
-static int listed(const pid_t *v, size_t n, pid_t pid)
-{
-    for (size_t i = 0; i < n; i++)
-        if (v[i] == pid) return 1;
-    return 0;
-}
-
-static void list_add(pid_t **v, size_t *n, pid_t pid)
-{
-    pid_t *grown = realloc(*v, (*n + 1) * sizeof *grown);
-    if (!grown) return; /* out of memory: listed again next time */
-    *v = grown;
-    (*v)[(*n)++] = pid;
-}
-
-static void note_before(pid_t pid, pid_t pgid, char state, void *arg)
-{
-    (void)pgid;
-    (void)state;
-    struct launcher *L = arg;
-    list_add(&L->before, &L->nbefore, pid);
-}
-
-struct sweep_round {
-    struct launcher *L;
-    int sig, left;
-};
-
-/* A child of the launcher that is neither a rank nor one of the caller's:
- * a rank's descendant reparented here. Reaped when it is a zombie, else
- * signalled with its process group (unless that is the launcher's):
- * SIGTERM once (a second one means "now" to many programs), SIGKILL in
- * every round after the grace period. */
-static void sweep_child(pid_t pid, pid_t pgid, char state, void *arg)
-{
-    struct sweep_round *w = arg;
-    struct launcher *L = w->L;
-    if (listed(L->before, L->nbefore, pid)) return;
+    const struct launcher *L = arg;
     for (int i = 0; i < L->n; i++)
-        if (L->c[i].alive && L->c[i].pid == pid) return;
-    w->left++;
-    if (state == 'Z') {
-        waitpid(pid, NULL, WNOHANG);
-        return;
-    }
-    if (w->sig == SIGTERM && listed(L->termed, L->ntermed, pid)) return;
-    if (w->sig == SIGTERM) list_add(&L->termed, &L->ntermed, pid);
-    if (pgid > 1 && pgid != getpgrp()) kill(-pgid, w->sig);
-    kill(pid, w->sig);
+        if (L->c[i].alive && L->c[i].pid == pid) return 1;
+    return 0;
 }
 
 /* One round of stopping what the ranks left behind once every rank is
@@ -280,13 +125,13 @@ static int sweep(struct launcher *L, double grace)
         L->sweep_kill_at = L->stopping ? SFB_MAX(L->kill_at, now) : now + grace;
         L->sweep_give_up = L->sweep_kill_at + 5.0;
     }
-    struct sweep_round w = {L, now >= L->sweep_kill_at ? SIGKILL : SIGTERM, 0};
-    int group_sig = w.sig == SIGKILL || first ? w.sig : 0; /* 0: only whether any is left */
+    int sig = now >= L->sweep_kill_at ? SIGKILL : SIGTERM, left = 0;
+    int group_sig = sig == SIGKILL || first ? sig : 0; /* 0: only whether any is left */
     for (int i = 0; i < L->n; i++)
-        if (L->c[i].pid && kill(-L->c[i].pid, group_sig) == 0) w.left++;
-    each_child(sweep_child, &w);
-    L->swept_left = w.left;
-    return w.left;
+        if (L->c[i].pid && kill(-L->c[i].pid, group_sig) == 0) left++;
+    left += sfb__sweep_orphans(&L->sw, sig, live_rank, L);
+    L->swept_left = left;
+    return left;
 }
 
 /* After the event loop: sweeps until nothing is left, within the grace
@@ -556,7 +401,7 @@ static int event_loop(struct launcher *L, const struct sfb__launch_settings *s, 
         }
         int chld = (pf[0].revents & POLLIN) ? take_signals(L, sfd, s->grace_s) : 0;
         for (int j = 1; j < nf; j++)
-            if (pf[j].revents) stream_read(L, src[j] / 2, &L->c[src[j] / 2].s[src[j] % 2]);
+            if (pf[j].revents) sfb__line_read(&L->out, src[j] / 2, &L->c[src[j] / 2].s[src[j] % 2]);
         /* waitpid for each child only when one exited, not on every line */
         if (chld) reap(L, s->grace_s);
     }
@@ -594,7 +439,7 @@ static int run_children(struct launcher *L, struct spawn *sp)
                   "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
                   L->n, forked - t0, L->first_exit - t0, L->last_exit - t0, L->last_exit);
     for (int i = 0; i < L->n; i++)
-        for (int k = 0; k < 2; k++) stream_close(L, i, &L->c[i].s[k]);
+        for (int k = 0; k < 2; k++) sfb__line_close(&L->out, i, &L->c[i].s[k]);
     return r;
 }
 
@@ -672,7 +517,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     int r, subreaper = 0;
     /* The caller's children from before: not the job's, never touched. Then
      * the ranks' orphaned descendants come here, not to init. */
-    each_child(note_before, &L);
+    sfb__sweep_note_before(&L.sw);
     prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     sp.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -688,11 +533,10 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     restore_mask(&oldmask);
     sfb__rank_env_free(&sp.env);
     for (int i = 0; i < nprocs; i++)
-        for (int k = 0; k < 2; k++) free(L.c[i].s[k].buf);
+        for (int k = 0; k < 2; k++) sfb__line_stream_free(&L.c[i].s[k]);
     free(L.c);
-    free(L.scratch);
-    free(L.before);
-    free(L.termed);
+    sfb__line_relay_free(&L.out);
+    sfb__sweep_free(&L.sw);
     return r;
 }
 
