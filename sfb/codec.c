@@ -48,7 +48,7 @@ size_t sfb__sf_choose(const struct sfb_sf *sf, unsigned prec, int *sparse, uint6
            csr = sfb__sf_payload_size(sf, 1, nz, prec);
     /* CSR only when it saves a quarter of the bytes (c under ~3/8 dense):
      * the sender compacts c (~1.8 ns a number) and every receiver expands
-     * it back for the sgemm (models/reconstruct.c). Fashion-MNIST's pixels,
+     * it back for the sgemm (src/factor/reconstruct.c). Fashion-MNIST's pixels,
      * about half non-zero, saved 4 % of the bytes as CSR and cost a
      * quick-start clock with 4 workers 20 us of its ~220. */
     *sparse = csr < dense - dense / 4;

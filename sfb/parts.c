@@ -1,7 +1,7 @@
 /* Updates in parts, in priority order: see sfb/parts.h. */
 #include "config.h"
 #include "sfb/parts.h"
-#include "models/blas.h"
+#include "src/factor/blas.h"
 #include "src/base/util.h"
 #include "sfb/codec.h"
 #include "src/wire/wire.h"

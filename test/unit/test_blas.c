@@ -1,4 +1,4 @@
-/* The process's BLAS (models/blas.c): under an address-space limit,
+/* The process's BLAS (src/factor/blas.c): under an address-space limit,
  * sfb_blas_reserve refuses with -ENOMEM naming the limit when OpenBLAS's
  * buffer would not fit (OpenBLAS itself would retry forever), and with
  * room takes the buffer at once so later sgemms, in this process and in

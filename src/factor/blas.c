@@ -2,7 +2,7 @@
  * because models/ (and reconstruction) are the only BLAS callers. */
 #include <sfb/sf.h>
 
-#include "models/blas.h"
+#include "src/factor/blas.h"
 #include "src/base/util.h"
 
 #include <cblas.h>

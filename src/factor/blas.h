@@ -1,8 +1,8 @@
-/* BLAS for the layers above models/: only models/ includes <cblas.h>
+/* BLAS for the layers above: only src/factor and models/ include <cblas.h>
  * (docs/design.md "Layers"), so what the engines compute by BLAS is
- * reached through here (models/blas.c). */
-#ifndef SFB_MODELS_BLAS_H
-#define SFB_MODELS_BLAS_H
+ * reached through here (src/factor/blas.c). */
+#ifndef SFB_FACTOR_BLAS_H
+#define SFB_FACTOR_BLAS_H
 
 /* ‖x[0 .. n)‖₂, by the process's BLAS (cblas_snrm2, unit stride). Any
  * thread. */
