@@ -1,5 +1,6 @@
-/* Internal helpers shared by every module: error recording, logging, time,
- * checked allocation. */
+/* Internal helpers shared by every module: error recording and logging
+ * (error.c), time, environment numbers, version and size checks, checked
+ * allocation (util.c). */
 #ifndef SFB_SRC_UTIL_H
 #define SFB_SRC_UTIL_H
 

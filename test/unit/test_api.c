@@ -1,4 +1,4 @@
-/* The public API's error mechanism (src/base/common.c, include/sfb/common.h):
+/* The public API's error mechanism (src/base/error.c, include/sfb/common.h):
  * no stale message is ever reported for a code, public calls clear the
  * message on entry, and every public function of include/sfb/ (every header) checks
  * its pointers: NULL is -EINVAL naming the argument (getters: a neutral
