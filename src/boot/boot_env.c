@@ -5,6 +5,7 @@
 #include "config.h"
 #include "src/boot/bootstrap_impl.h"
 #include "src/base/bytes.h"
+#include "src/base/fdlimit.h"
 #include "src/base/util.h"
 
 #include <arpa/inet.h>
@@ -397,6 +398,9 @@ static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
         if (!key_given) bs->key = sfb__boot_random_key();
         return 0;
     }
+    /* Before the rendezvous: rank 0 holds a connection per rank until the
+     * welcome (and the comm context wants 4 descriptors a peer later). */
+    sfb__fd_limit_raise((uint32_t)bs->size, bs->rank == 0);
     const char *spec = s->world > 0 ? s->rendezvous : getenv("SFB_RENDEZVOUS");
     if (!spec || !*spec)
         return sfb__error(-SFB_EUSAGE, "%s is not set (need host:port)",

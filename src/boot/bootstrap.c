@@ -63,7 +63,7 @@ static int open_single(struct sfb__bootstrap *bs, const struct sfb__bootstrap_se
         SFB_LOG_W("bootstrap: neither PMIx%s nor the environment rendezvous (SFB_RANK is not "
                   "set) was found: running as a single worker, rank 0 of 1. For a job of P "
                   "workers start them with mpirun, srun --mpi=pmix, sfb run -n P or the SFB_* "
-                  "variables (README: Running on a cluster)",
+                  "variables (docs/getting-started.md, \"4. A cluster\")",
                   !HAVE_PMIX ? " (not built in)" : !s->use_pmix ? " (switched off)" : "");
     bs->ops = &single_ops;
     bs->kind = SFB__BOOTSTRAP_SINGLE;

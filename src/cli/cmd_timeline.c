@@ -11,8 +11,10 @@
  * (the model's own work). Reads only the files sfb writes (one event per
  * line). */
 #include "src/cli/cli.h"
+#include "src/cli/opt.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,63 +166,80 @@ static void account(const struct tev *ev, size_t lo, size_t hi)
         printf("rank %d: no complete step (a step is the time between two waits)\n", pid);
 }
 
+struct timeline_opts {
+    const char *output;
+};
+
+static const struct cli_opt timeline_table[] = {
+    {.kind = CLI_STR, .name = "output", .short_name = 'o', .off = offsetof(struct timeline_opts, output),
+     .size = sizeof(const char *), .metavar = "FILE",
+     .help = "write the merged trace here (Chrome trace-event JSON\nfor Perfetto or chrome://tracing)",
+     .umin = 1},
+    {.kind = CLI_HELP, .name = "help", .short_name = 'h', .help = "this text"},
+    {.kind = CLI_END},
+};
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sfb timeline [-o MERGED.json] FILE...\n"
+    fprintf(f, "usage: sfb timeline [-o FILE] FILE...\n"
                "\n"
                "Merges the per-rank files of a training timeline (SFB_TIMELINE=FILE, one\n"
-               "per rank) into one trace (-o: Chrome trace-event JSON for Perfetto or\n"
-               "chrome://tracing) and prints each step's account per rank:\n"
+               "per rank) into one trace (-o) and prints each step's account per rank:\n"
                "  rank 0 step 12: 41.0 ms = compute 22.0 · apply 9.0 · network 6.0 · wait 4.0 (rank 2)\n"
                "(wait: for peers' updates, with the rank whose frame came last; apply:\n"
                "rebuilding updates; network: publishing; compute: the rest), then the\n"
-               "means.\n"
+               "means. Options may come before, between or after the files; every\n"
+               "argument after -- is a file.\n"
                "\n"
-               "  -o FILE     write the merged trace here\n"
-               "  -h, --help  this help\n");
+               "options:\n");
+    cli_opt_help(f, timeline_table);
 }
 
 int cli_timeline(int argc, char **argv)
 {
-    const char *out = NULL;
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-            out = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "sfb timeline: unknown option %s\n", argv[i]);
-        usage(stderr);
+    struct timeline_opts o = {0};
+    struct cli_optparse p;
+    cli_opt_init(&p, argc, argv, "timeline");
+    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    if (!files) {
+        fprintf(stderr, "sfb timeline: out of memory\n");
+        return 1;
+    }
+    p.pos = files;
+    int r = cli_opt_parse(&p, timeline_table, &o, NULL);
+    if (r == CLI_OPT_HELP) {
+        usage(stdout);
+        free(files);
+        return 0;
+    }
+    if (!r && !p.npos)
+        fprintf(stderr, "sfb timeline: no file (the files SFB_TIMELINE wrote, one per rank; "
+                        "see sfb timeline --help)\n");
+    if (r || !p.npos) {
+        free(files);
         return 2;
     }
-    if (i == argc) {
-        fprintf(stderr, "sfb timeline: no file (the files SFB_TIMELINE wrote, one per rank)\n");
-        usage(stderr);
-        return 2;
-    }
+    const char *out = o.output;
     struct tl t = {.first = 1};
     int rc = 0;
     if (out && !(t.merged = fopen(out, "w"))) {
         fprintf(stderr, "sfb timeline: cannot create %s: %s\n", out, strerror(errno));
+        free(files);
         return 1;
     }
     if (t.merged) fprintf(t.merged, "{\"traceEvents\":[\n");
     char line[4096];
-    for (; i < argc && !rc; i++) {
-        FILE *f = fopen(argv[i], "r");
+    for (int i = 0; i < p.npos && !rc; i++) {
+        FILE *f = fopen(files[i], "r");
         if (!f) {
-            fprintf(stderr, "sfb timeline: cannot open %s: %s\n", argv[i], strerror(errno));
+            fprintf(stderr, "sfb timeline: cannot open %s: %s\n", files[i], strerror(errno));
             rc = 1;
             break;
         }
         long lineno = 0;
         while (!rc && fgets(line, sizeof line, f)) {
             lineno++;
-            if (take_line(&t, line, argv[i], lineno)) rc = 1;
+            if (take_line(&t, line, files[i], lineno)) rc = 1;
         }
         fclose(f);
     }
@@ -239,5 +258,6 @@ int cli_timeline(int argc, char **argv)
         }
     }
     free(t.ev);
+    free(files);
     return rc;
 }

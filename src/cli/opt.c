@@ -114,56 +114,68 @@ static int next_short(struct cli_optparse *p, const struct cli_opt *table)
     return (int)(o - table) + 1;
 }
 
+static int unexpected(struct cli_optparse *p, const char *a)
+{
+    fprintf(stderr, "sfb %s: unexpected argument \"%s\" (see sfb %s --help)\n", p->cmd, a, p->cmd);
+    return CLI_OPT_ERR;
+}
+
+/* "--name" or "--name=VALUE" (a). */
+static int next_long(struct cli_optparse *p, const struct cli_opt *table, const char *a)
+{
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const struct cli_opt *o = table;
+    while (o->kind != CLI_END &&
+           !(o->name && strlen(o->name) == len && !strncmp(o->name, name, len)))
+        o++;
+    if (o->kind == CLI_END) {
+        char buf[MAX_NAME + 1];
+        if (len > MAX_NAME) return unknown(p, table, a, NULL);
+        memcpy(buf, name, len);
+        buf[len] = '\0';
+        char shown[MAX_NAME + 3];
+        snprintf(shown, sizeof shown, "--%s", buf);
+        return unknown(p, table, shown, buf);
+    }
+    snprintf(p->spelled, sizeof p->spelled, "--%s", o->name);
+    p->arg = NULL;
+    if (!takes_value(o)) {
+        if (eq) {
+            fprintf(stderr, "sfb %s: %s takes no value (see sfb %s --help)\n", p->cmd,
+                    p->spelled, p->cmd);
+            return CLI_OPT_ERR;
+        }
+        return (int)(o - table) + 1;
+    }
+    if (eq)
+        p->arg = eq + 1;
+    else if (p->i < p->argc)
+        p->arg = p->argv[p->i++];
+    if (!p->arg) return needs_value(p);
+    return (int)(o - table) + 1;
+}
+
 int cli_opt_next(struct cli_optparse *p, const struct cli_opt *table)
 {
     if (p->cluster) return next_short(p, table);
-    if (p->i >= p->argc) return CLI_OPT_END;
-    const char *a = p->argv[p->i++];
-    if (!strcmp(a, "--")) {
+    for (;;) {
         if (p->i >= p->argc) return CLI_OPT_END;
-        a = p->argv[p->i];
-        goto positional;
-    }
-    if (a[0] == '-' && a[1] == '-') {
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        const struct cli_opt *o = table;
-        while (o->kind != CLI_END &&
-               !(o->name && strlen(o->name) == len && !strncmp(o->name, name, len)))
-            o++;
-        if (o->kind == CLI_END) {
-            char buf[MAX_NAME + 1];
-            if (len > MAX_NAME) return unknown(p, table, a, NULL);
-            memcpy(buf, name, len);
-            buf[len] = '\0';
-            char shown[MAX_NAME + 3];
-            snprintf(shown, sizeof shown, "--%s", buf);
-            return unknown(p, table, shown, buf);
+        const char *a = p->argv[p->i++];
+        if (!strcmp(a, "--")) {
+            if (!p->pos) return p->i < p->argc ? unexpected(p, p->argv[p->i]) : CLI_OPT_END;
+            /* the rest are arguments, whatever they look like */
+            while (p->i < p->argc) p->pos[p->npos++] = p->argv[p->i++];
+            return CLI_OPT_END;
         }
-        snprintf(p->spelled, sizeof p->spelled, "--%s", o->name);
-        p->arg = NULL;
-        if (!takes_value(o)) {
-            if (eq) {
-                fprintf(stderr, "sfb %s: %s takes no value (see sfb %s --help)\n", p->cmd,
-                        p->spelled, p->cmd);
-                return CLI_OPT_ERR;
-            }
-            return (int)(o - table) + 1;
+        if (a[0] == '-' && a[1] == '-') return next_long(p, table, a);
+        if (a[0] == '-' && a[1] != '\0') {
+            p->cluster = a + 1;
+            return next_short(p, table);
         }
-        if (eq)
-            p->arg = eq + 1;
-        else if (p->i < p->argc)
-            p->arg = p->argv[p->i++];
-        if (!p->arg) return needs_value(p);
-        return (int)(o - table) + 1;
+        if (!p->pos) return unexpected(p, a);
+        p->pos[p->npos++] = a; /* "-" too */
     }
-    if (a[0] == '-' && a[1] != '\0') {
-        p->cluster = a + 1;
-        return next_short(p, table);
-    }
-positional:
-    fprintf(stderr, "sfb %s: unexpected argument \"%s\" (see sfb %s --help)\n", p->cmd, a, p->cmd);
-    return CLI_OPT_ERR;
 }
 
 int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)

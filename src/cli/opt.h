@@ -11,8 +11,10 @@
  * option instead of silently meaning `--staleness`. Accepted forms:
  * `--name VALUE`, `--name=VALUE`, `-x VALUE`, `-xVALUE`, clusters of short
  * flags (`-qv`, `-qvn3`); `--` ends the options. A required value is the
- * next argument whatever it looks like (`--staleness -1`). No subcommand
- * takes positional arguments, so any is a usage error. */
+ * next argument whatever it looks like (`--staleness -1`). A positional
+ * argument is a usage error, unless the caller collects them (`pos`, as
+ * `sfb timeline FILE...` does): then they may come before, between and
+ * after the options, and everything after `--` is one. */
 #ifndef SFB_CLI_OPT_H
 #define SFB_CLI_OPT_H
 
@@ -77,11 +79,15 @@ struct cli_optparse {
     const char *arg;                  /* the value of the option just returned */
     char spelled[64];                 /* how to name it in messages: "--lr" or "-n" */
     unsigned char given[CLI_OPT_MAX]; /* rows seen by cli_opt_parse */
+    const char **pos;                 /* NULL: positional arguments are usage errors;
+                                         else they go here (room for argc) */
+    int npos;                         /* how many went there */
 };
 
 enum { CLI_OPT_END = 0, CLI_OPT_ERR = -1 };
 
-/* argv[0] is the subcommand name and is skipped. */
+/* argv[0] is the subcommand name and is skipped. Positional arguments
+ * are usage errors unless the caller sets p->pos afterwards. */
 void cli_opt_init(struct cli_optparse *p, int argc, char **argv, const char *cmd);
 
 /* Returns the next option's row index + 1 (its value in p->arg, its name

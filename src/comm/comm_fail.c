@@ -9,13 +9,22 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* Records the first failure; later ones are logged only. Loop thread or
- * compute thread. */
+/* Records the first failure; later ones are logged only (debug level:
+ * mostly the first one's echoes). Loop thread or compute thread. */
 void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
 {
-    /* the loop thread, the watchdog and the compute thread may all fail it */
-    if (atomic_exchange_explicit(&c->fail.failing, 1, memory_order_acq_rel)) return;
     va_list ap;
+    /* the loop thread, the watchdog and the compute thread may all fail it */
+    if (atomic_exchange_explicit(&c->fail.failing, 1, memory_order_acq_rel)) {
+        if (sfb__log_enabled(SFB_LOG_DEBUG)) {
+            char later[512];
+            va_start(ap, fmt);
+            vsnprintf(later, sizeof later, fmt, ap);
+            va_end(ap);
+            SFB_LOG_D("after the job failed: %s", later);
+        }
+        return;
+    }
     va_start(ap, fmt);
     vsnprintf(c->fail.reason, sizeof c->fail.reason, fmt, ap);
     va_end(ap);

@@ -138,9 +138,6 @@ void sfb__comm_reset_heard(void *arg);
  * process is gone (any thread: a poll or a pid check), and the transport's
  * peer_gone hook (loop thread: a death already seen). */
 void sfb__comm_open_pidfds(struct sfb__comm *c);
-/* Raises the soft descriptor limit towards what `world` ranks need (at most
- * the hard limit); returns the soft limit in force. */
-unsigned long sfb__comm_raise_fd_limit(uint32_t world);
 int sfb__comm_watch_deaths(struct sfb__comm *c);
 void sfb__comm_close_pidfds(struct sfb__comm *c);
 int sfb__comm_pid_gone(const struct sfb__comm *c, uint32_t p);

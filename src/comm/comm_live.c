@@ -3,6 +3,7 @@
  * neighbours (docs/design.md, "Liveness"). */
 #include "config.h"
 #include "src/comm/comm_impl.h"
+#include "src/base/fdlimit.h"
 #include "src/base/util.h"
 #include "src/loop/loop.h"
 
@@ -33,31 +34,6 @@ static int pid_gone(int pid)
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
-/* A rank holds up to two sockets per peer (tcp: a connection per
- * direction), a pidfd per peer of its host and a few dozen more; where the
- * soft limit on descriptors is short of FD_PER_RANK per rank, raise it
- * towards the hard limit, as launchers of large jobs do (Linux's default
- * soft limit is 1024: full P2P over tcp at P = 512 needs more). Returns the
- * soft limit now in force. */
-#define FD_PER_RANK 4
-#define FD_SPARE 256
-unsigned long sfb__comm_raise_fd_limit(uint32_t world)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
-    rlim_t want = FD_PER_RANK * (rlim_t)world + FD_SPARE;
-    if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
-        rlim_t was = rl.rlim_cur;
-        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-            SFB_LOG_D("descriptor limit raised from %lu to %lu for %u ranks", (unsigned long)was,
-                      (unsigned long)rl.rlim_cur, world);
-        else
-            getrlimit(RLIMIT_NOFILE, &rl);
-    }
-    return (unsigned long)rl.rlim_cur;
-}
-
 /* A pidfd per peer of this host: readable once the process has ended
  * (zombie or reaped). All of them sit in one epoll set that the loop
  * watches (on_deaths), so a death is known at the loop's next turn and
@@ -68,7 +44,7 @@ unsigned long sfb__comm_raise_fd_limit(uint32_t world)
 void sfb__comm_open_pidfds(struct sfb__comm *c)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < FD_PER_RANK * (rlim_t)c->world + FD_SPARE)
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < sfb__fd_limit_want(c->world))
         return;
     if (!(c->live.pidfd = malloc(c->world * sizeof *c->live.pidfd))) return;
     c->live.deaths_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -188,7 +164,7 @@ static void check_liveness(struct sfb__comm *c, double now)
         char also[160];
         sfb__comm_also_gone(c, d, also, sizeof also);
         sfb__comm_fail(c, d, "rank %d died (its process %d is gone)%s%s%s", d, c->live.peer_pid[d],
-                       also, c->live.anon_error_at ? "; fabric error " : "",
+                       also, c->live.anon_error_at ? "; fabric error: " : "",
                        c->live.anon_error_at ? c->live.anon_error : "");
     } else if (c->live.anon_error_at && now - c->live.anon_error_at > c->s.peer_timeout_s)
         sfb__comm_fail(c, -1, "fabric error: %s", c->live.anon_error);
@@ -198,7 +174,7 @@ void sfb__comm_on_error(void *user, int peer, int code, const char *msg)
 {
     struct sfb__comm *c = user;
     if (peer >= 0) {
-        sfb__comm_fail(c, peer, "rank %d failed: fabric error %s", peer, msg ? msg : sfb_strerror(code));
+        sfb__comm_fail(c, peer, "rank %d failed: fabric error: %s", peer, msg ? msg : sfb_strerror(code));
         return;
     }
     if (!c->live.anon_error_at) {

@@ -5,6 +5,7 @@
 #include "src/comm/comm_impl.h"
 #include "src/boot/agree.h"
 #include "src/boot/bootstrap.h"
+#include "src/base/fdlimit.h"
 #include "src/base/util.h"
 #include "src/base/timeline.h"
 #include "src/loop/loop.h"
@@ -317,7 +318,8 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     c->local_ranks = here;
     bind_cpu(c, s->cpu_bind, here, index);
     sfb__phase_mark(SFB__PH_HOSTS);
-    sfb__comm_raise_fd_limit(c->world);
+    /* the env rendezvous raised it before it began (boot_env.c); PMIx not */
+    sfb__fd_limit_raise(c->world, c->rank == 0);
     if ((ret = open_transport(c, s, all_local, index == 0, here))) return ret;
     if ((ret = exchange_names(c))) return ret;
     sfb__phase_mark(SFB__PH_NAMES);

@@ -316,9 +316,15 @@ fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
  * "sfb_<random>_<rank>_<pid>" (t->shm_name). */
 int sfb__tp_shm_name(struct sfb__transport *t);
 
-/* transport_peer.c: an error, logged, counted and handed to on_error
- * naming the peer (-1: none) */
+/* transport_peer.c: an error, counted and handed to on_error naming the
+ * peer (-1: none), which reports it (logged here only at debug level;
+ * at error level when there is no on_error). */
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail);
+/* ... its text: "WHAT (peer rank PEER, provider PROV): CODE'S TEXT: DETAIL",
+ * without the peer when it is -1, without the detail when it is empty or
+ * the code's text again. */
+void sfb__tp_error_text(char *buf, size_t n, int peer, const char *prov, int code,
+                        const char *what, const char *detail);
 /* transport.c: the loop's poller (progress everything, then say how long
  * the loop may sleep), and transport_tx.c: its async hook (submitted sends
  * to the pending list); transport_setup.c registers them. */

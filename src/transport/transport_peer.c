@@ -16,17 +16,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+
+void sfb__tp_error_text(char *buf, size_t n, int peer, const char *prov, int code,
+                        const char *what, const char *detail)
+{
+    const char *said = fi_strerror(code < 0 ? -code : code);
+    char who[32] = "";
+    if (peer >= 0) snprintf(who, sizeof who, "peer rank %d, ", peer);
+    /* shm's fi_cq_strerror of a dead peer's receive is strerror(EIO), the
+     * code's own text: said once */
+    int more = detail && *detail && strcasecmp(detail, said);
+    snprintf(buf, n, "%s (%sprovider %s): %s%s%s", what, who, prov, said, more ? ": " : "",
+             more ? detail : "");
+}
 
 void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *what, const char *detail)
 {
     stat_add(&t->stats.errors, 1);
     char msg[512];
-    snprintf(msg, sizeof msg, "%s (peer rank %d, provider %s): %s: %s", what, peer, t->prov_name,
-             fi_strerror(code < 0 ? -code : code), detail ? detail : "");
-    SFB_LOG_E("transport: %s", msg);
-    if (t->s.on_error) t->s.on_error(t->s.user, peer, code < 0 ? code : -code, msg);
+    sfb__tp_error_text(msg, sizeof msg, peer, t->prov_name, code, what, detail);
+    if (!t->s.on_error) {
+        SFB_LOG_E("transport: %s", msg);
+        return;
+    }
+    /* The owner reports it, in its own words: the comm context names the
+     * peer (found later when the provider named none, src/comm/comm_live.c)
+     * and says the error once, in the failure every rank prints. */
+    SFB_LOG_D("transport: %s", msg);
+    sfb__tp_error_text(msg, sizeof msg, -1, t->prov_name, code, what, detail);
+    t->s.on_error(t->s.user, peer, code < 0 ? code : -code, msg);
 }
 
 void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always)

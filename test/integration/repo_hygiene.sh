@@ -2,8 +2,9 @@
 # Checks of the source tree itself: what the default outputs of `sfb run`
 # are ignored by git, every declared meson option is used, and
 # scripts/check-memory writes no fixed path outside its build trees (two
-# checkouts running it at once must not collide), and names of models,
-# engines and topologies are compared only in their registries. Usage:
+# checkouts running it at once must not collide), names of models,
+# engines and topologies are compared only in their registries, and the
+# docs pages and README sections the code cites exist. Usage:
 # repo_hygiene.sh SRCDIR
 set -uo pipefail
 src=$1
@@ -41,6 +42,25 @@ name_cmp=$(grep -rnE --include='*.c' --include='*.h' 'str(n|case|ncase)?cmp *\('
            grep -E "\"($names)\"|(->|\.)(model|kind|sync|topology|engine)\b|\bkind\b|ops\)?->name|engine->name|registry_name" || true)
 [ -n "$name_cmp" ] && printf 'name compared outside a registry:\n%s\n' "$name_cmp"
 check "names-compared-in-registries-only" "[ -z \"\$name_cmp\" ]"
+
+# Messages (and comments) that send the reader to a page name one that
+# exists: every docs/NAME.md cited in the code, and every README section
+# cited as README: Section or README, "Section" is a heading there.
+code_dirs=("$src/src" "$src/python/sfb" "$src/include" "$src/sfb" "$src/models" "$src/topology")
+cited_docs=$(grep -rhoE --include='*.c' --include='*.h' --include='*.py' 'docs/[A-Za-z0-9_./-]+\.md' \
+               "${code_dirs[@]}" | sort -u)
+missing_docs=$(for f in $cited_docs; do [ -e "$src/$f" ] || echo "$f"; done)
+[ -n "$missing_docs" ] && printf 'cited but missing:\n%s\n' "$missing_docs"
+check "cited-docs-found" "[ -n \"\$cited_docs\" ]"
+check "cited-docs-exist" "[ -z \"\$missing_docs\" ]"
+readme_secs=$(grep -rhoE --include='*.c' --include='*.h' --include='*.py' \
+                'README(:|,) *\\?"?[A-Z][A-Za-z0-9 -]+' "${code_dirs[@]}" |
+              sed -E 's/^README(:|,) *\\?"?//' | sort -u)
+missing_secs=$(while IFS= read -r sec; do
+                 [ -z "$sec" ] || grep -qxE "#+ +$sec" "$src/README.md" || echo "$sec"
+               done <<<"$readme_secs")
+[ -n "$missing_secs" ] && printf 'README sections cited but missing:\n%s\n' "$missing_secs"
+check "cited-readme-sections-exist" "[ -z \"\$missing_secs\" ]"
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

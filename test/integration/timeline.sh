@@ -6,8 +6,9 @@
 #    prints 29 steps per rank whose parts add up to the step (to 0.3 ms of
 #    rounding) and a mean line per rank; the merged file holds every event;
 #  - SFB_TIMELINE without %r: FILE.<rank>;
-#  - bad use: no file (exit 2), a file that is not a timeline (exit 1,
-#    file:line named);
+#  - the same merge with --output after a file, and with -oFILE;
+#  - bad use: no file (exit 2), -o without a value (exit 2, named), a file
+#    that is not a timeline (exit 1, file:line named);
 #  - sfb.torch (init(timeline=...)): forward and backward per layer, the
 #    backward pass, reduce and step on the user track beside the job's.
 # Usage: timeline.sh SFB RUN_PY LIBSFB PYTHON_DIR
@@ -46,11 +47,20 @@ merged=$("$PY" -c 'import json,sys; print(sum(1 for e in json.load(open("merged.
 single=$(cat tl.*.json | grep -c '^{"name"')
 check "merged: valid JSON, every event ($merged of $single)" "[ '$merged' = '$single' ]"
 
+"$SFB" timeline tl.0.json --output merged2.json tl.1.json tl.2.json >acct2.txt 2>&1; rc=$?
+check "timeline: --output after a file, the same trace and accounts ($rc)" \
+  "[ $rc = 0 ] && cmp -s merged.json merged2.json && cmp -s acct.txt acct2.txt"
+"$SFB" timeline -omerged3.json tl.0.json tl.1.json tl.2.json >/dev/null 2>&1; rc=$?
+check "timeline: -oFILE ($rc)" "[ $rc = 0 ] && cmp -s merged.json merged3.json"
+
 SFB_TIMELINE="$tmp/plain" timeout 60 "$SFB" run -n 2 --clocks 5 --out-dir o2 -q >/dev/null 2>&1
 check "SFB_TIMELINE without %r: FILE.<rank>" "[ -f plain.0 ] && [ -f plain.1 ]"
 
 "$SFB" timeline >none.txt 2>&1; rc=$?
 check "timeline without files: exit 2 ($rc)" "[ $rc = 2 ] && grep -q 'no file' none.txt"
+"$SFB" timeline tl.0.json -o >noval.txt 2>&1; rc=$?
+check "timeline -o without a value: exit 2 ($rc), named" \
+  "[ $rc = 2 ] && grep -q -- '-o needs a value' noval.txt"
 printf '{"traceEvents":[\n{"name":"x","ph":"X","pid":0}\n' >bad.json
 "$SFB" timeline bad.json >bad.txt 2>&1; rc=$?
 check "timeline of a foreign file: exit 1 naming bad.json:2 ($rc)" "[ $rc = 1 ] && grep -q 'bad.json:2: not an event' bad.txt"

@@ -953,6 +953,68 @@ static int test_rank0_out_of_fds(void)
     return 0;
 }
 
+/* Rank 0 of a world of 40 whose soft limit on open files (16: stdio, the
+ * listener and 12 more) cannot hold a connection per rank: the bootstrap
+ * raises it towards 4 * 40 + 256 before the rendezvous (src/base/fdlimit.c),
+ * and every rank is welcomed. */
+#define LOW_SOFT_WORLD 40
+static int low_soft_rank0(void *p)
+{
+    struct stall_arg *a = p;
+    set_env(0, LOW_SOFT_WORLD, a->port, "0x50f7");
+    for (int fd = 3; fd < 1024; fd++) close(fd); /* nothing inherited is needed */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return 2;
+    rl.rlim_cur = 16;
+    if (setrlimit(RLIMIT_NOFILE, &rl)) return 2;
+    struct sfb__bootstrap_settings s = quick(10);
+    struct sfb__bootstrap *bs = NULL;
+    if (sfb__bootstrap_open(&bs, &s)) return 3;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur < 4 * LOW_SOFT_WORLD + 256) return 4;
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int test_rank0_low_soft_fd_limit(void)
+{
+    struct rlimit was;
+    ASSERT_OK(getrlimit(RLIMIT_NOFILE, &was));
+    double t_probe;
+    int pst = reap_by(spawn(try_rlimit, NULL, 10), sfb__now() + 10, NULL, NULL, &t_probe);
+    if ((was.rlim_max != RLIM_INFINITY && was.rlim_max < 4 * LOW_SOFT_WORLD + 256) || pst == -1 ||
+        !WIFEXITED(pst) || WEXITSTATUS(pst) != 0) {
+        fprintf(stderr, "  hard limit on open files too low, or setrlimit refused (valgrind?): not run\n");
+        return 0;
+    }
+    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), -1, {-1, -1}, 10, 10, ""};
+    ASSERT_GT(a.port, 0);
+    pid_t pid = spawn(low_soft_rank0, &a, 20);
+    ASSERT_GT(pid, 0);
+    int fd[LOW_SOFT_WORLD], welcomed = 0;
+    for (int r = 1; r < LOW_SOFT_WORLD; r++) {
+        struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_HELLO, 0x50f7,
+                                  (uint32_t)r, LOW_SOFT_WORLD, 0, 0};
+        fd[r] = raw_send(a.port, &h, SFB__BOOT_HDR_SIZE);
+    }
+    for (int r = 1; r < LOW_SOFT_WORLD; r++) {
+        uint8_t w[SFB__BOOT_HDR_SIZE];
+        struct sfb__boot_hdr wh = {0};
+        struct pollfd pw = {fd[r], POLLIN, 0};
+        if (fd[r] >= 0 && poll(&pw, 1, 8000) == 1 &&
+            recv(fd[r], w, sizeof w, MSG_WAITALL) == (ssize_t)sizeof w)
+            sfb__boot_hdr_decode(w, &wh);
+        welcomed += wh.type == SFB__BOOT_WELCOME;
+    }
+    for (int r = 1; r < LOW_SOFT_WORLD; r++)
+        if (fd[r] >= 0) close(fd[r]);
+    double t_exit;
+    int st = reap_by(pid, sfb__now() + 10, NULL, NULL, &t_exit);
+    ASSERT_EQ(welcomed, LOW_SOFT_WORLD - 1);
+    ASSERT(st != -1 && WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    return 0;
+}
+
 /* ---- a flood of idle and junk connections ----------------------------------- */
 
 #define FLOOD_HOLD 400 /* connections the flooder keeps open at once */
@@ -1100,6 +1162,7 @@ static const struct test_case tests[] = {
     {"rank0_stalled_by_log", test_rank0_stalled_by_log},
     {"rank0_stopped_past_deadline", test_rank0_stopped_past_deadline},
     {"rank0_out_of_fds", test_rank0_out_of_fds},
+    {"rank0_low_soft_fd_limit", test_rank0_low_soft_fd_limit},
     {"flood", test_flood},
 };
 

@@ -3,6 +3,7 @@
  * a fixed order; a job where every rank waits for frames that will never
  * come, or for a barrier a finished rank will not enter, fails with
  * -SFB_EPEER and a reason instead of hanging. */
+#include "src/base/fdlimit.h"
 #include "src/base/util.h"
 #include "src/comm/comm_loopback.h"
 #include "src/comm/comm_impl.h"
@@ -240,23 +241,42 @@ static int test_barrier(void)
     return 0;
 }
 
-/* The descriptor limit rises towards what the world needs, never past the
- * hard limit, and never falls. */
+/* The descriptor limit (src/base/fdlimit.c) rises towards what the world
+ * needs, never past the hard limit, and never falls; a hard limit below
+ * the need is said once, in a warning naming the limit, P and ulimit -n. */
+static char fd_log[1024];
+static void fd_log_sink(void *user, enum sfb_log_level lvl, int rank, const char *msg)
+{
+    if (lvl == SFB_LOG_WARN) snprintf(fd_log + strlen(fd_log), sizeof fd_log - strlen(fd_log), "%s\n", msg);
+}
+
 static int test_fd_limit(void)
 {
     struct rlimit was;
     ASSERT_OK(getrlimit(RLIMIT_NOFILE, &was));
     if (was.rlim_max != RLIM_INFINITY && was.rlim_max < 700) return 0; /* nothing to check */
+    sfb_log_set(fd_log_sink, NULL, SFB_LOG_WARN);
     struct rlimit low = {64, was.rlim_max};
     ASSERT_OK(setrlimit(RLIMIT_NOFILE, &low));
-    ASSERT_EQ(sfb__comm_raise_fd_limit(100), 4 * 100 + 256);
+    ASSERT_EQ(sfb__fd_limit_want(100), 4 * 100 + 256);
+    ASSERT_EQ(sfb__fd_limit_raise(100, 1), 4 * 100 + 256);
     struct rlimit now;
     ASSERT_OK(getrlimit(RLIMIT_NOFILE, &now));
     ASSERT_EQ(now.rlim_cur, 656);
     ASSERT_EQ(now.rlim_max, was.rlim_max);
-    ASSERT_EQ(sfb__comm_raise_fd_limit(2), 656); /* enough already */
+    ASSERT_EQ(sfb__fd_limit_raise(2, 1), 656); /* enough already */
+    ASSERT_EQ(fd_log[0], '\0');                 /* and nothing to say */
     low.rlim_cur = low.rlim_max = 300; /* a hard limit below the need (valgrind refuses it) */
-    if (setrlimit(RLIMIT_NOFILE, &low) == 0) ASSERT_EQ(sfb__comm_raise_fd_limit(1000), 300);
+    if (setrlimit(RLIMIT_NOFILE, &low) == 0) {
+        ASSERT_EQ(sfb__fd_limit_raise(1000, 1), 300);
+        ASSERT_STR_CONTAINS(fd_log, "open files: the limit is 300 (hard limit 300), below the "
+                                    "4256 that a rank of a job of 1000 ranks plans for");
+        ASSERT_STR_CONTAINS(fd_log, "`ulimit -n` to 4256");
+        fd_log[0] = '\0';
+        ASSERT_EQ(sfb__fd_limit_raise(1000, 1), 300); /* said once */
+        ASSERT_EQ(fd_log[0], '\0');
+    }
+    sfb_log_set(sfb_log_stderr, NULL, SFB_LOG_WARN);
     return 0; /* the hard limit stays lowered: this process ends here */
 }
 

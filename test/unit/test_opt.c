@@ -89,6 +89,9 @@ static const struct cli_opt table[] = {
     {.kind = CLI_END},
 };
 
+/* Where parse() collects positional arguments (NULL: they are errors). */
+static const char **parse_pos;
+
 /* Parses argv (NULL-terminated, after the command name) with stderr
  * captured into err. */
 static int parse(struct dest *d, char *err, size_t cap, struct cli_optparse *p, char **args)
@@ -105,6 +108,7 @@ static int parse(struct dest *d, char *err, size_t cap, struct cli_optparse *p, 
     FILE *tmp = tmpfile();
     dup2(fileno(tmp), 2);
     cli_opt_init(p, argc, argv, "test");
+    p->pos = parse_pos;
     int r = cli_opt_parse(p, table, d, (void *)"test");
     fflush(stderr);
     dup2(saved, 2);
@@ -206,6 +210,41 @@ static int test_bad_values(void)
     return 0;
 }
 
+/* Positional arguments: a usage error naming the first, unless the caller
+ * collects them (sfb timeline's files): then they may stand before,
+ * between and after the options, and all after "--" are arguments. */
+static int test_positional(void)
+{
+    struct dest d;
+    struct cli_optparse p;
+    char err[512];
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("-s", "3", "a.json")), CLI_OPT_USAGE);
+    ASSERT_STR_CONTAINS(err, "sfb test: unexpected argument \"a.json\"");
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("--", "-s")), CLI_OPT_USAGE);
+    ASSERT_STR_CONTAINS(err, "unexpected argument \"-s\"");
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("-s", "3", "--")), CLI_OPT_OK);
+    const char *pos[32];
+    parse_pos = pos;
+    ASSERT_EQ(parse(&d, err, sizeof err, &p,
+                    ARGS("a", "-s", "3", "b", "--dir=x", "-", "-fs4", "c", "--", "-s", "--dir")),
+              CLI_OPT_OK);
+    ASSERT_EQ(p.npos, 6);
+    const char *want[] = {"a", "b", "-", "c", "-s", "--dir"};
+    for (int i = 0; i < 6; i++) ASSERT(strcmp(pos[i], want[i]) == 0);
+    ASSERT_EQ(d.u32, 4);
+    ASSERT_EQ(d.flag, 7);
+    ASSERT(strcmp(d.s, "x") == 0);
+    ASSERT(strcmp(err, "") == 0);
+    /* an option's value is never an argument, a missing one still an error */
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("--dir", "a", "b")), CLI_OPT_OK);
+    ASSERT_EQ(p.npos, 1);
+    ASSERT(strcmp(pos[0], "b") == 0 && strcmp(d.s, "a") == 0);
+    ASSERT_EQ(parse(&d, err, sizeof err, &p, ARGS("a", "-s")), CLI_OPT_USAGE);
+    ASSERT_STR_CONTAINS(err, "-s needs a value");
+    parse_pos = NULL;
+    return 0;
+}
+
 /* --help from the rows: headings, short names, metavars, the help column
  * and continuation lines. */
 static int test_help(void)
@@ -233,6 +272,7 @@ static const struct test_case tests[] = {
     {"values", test_values},
     {"bad_values", test_bad_values},
     {"help", test_help},
+    {"positional", test_positional},
 };
 
 TEST_MAIN(tests)

@@ -9,6 +9,7 @@
 #include "src/wire/wire.h"
 #include "test.h"
 
+#include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -1122,6 +1123,30 @@ static int test_stale_bell(void)
 static int test_idle_tcp(void) { return idle_cpu("tcp", 0.2); }
 static int test_idle_shm(void) { return idle_cpu("shm", 0.5); }
 
+/* An error's text (sfb__tp_report): each thing once. The peer only when
+ * known; the provider's detail only when it adds to the code's text (shm
+ * reports a dead peer's receive as EIO with strerror(EIO) as its detail). */
+#define ASSERT_TEXT(m, want)                                                    \
+    do {                                                                       \
+        ASSERT_STR_CONTAINS(m, want);                                          \
+        ASSERT_EQ(strlen(m), strlen(want));                                    \
+    } while (0)
+static int test_error_text(void)
+{
+    char m[256];
+    sfb__tp_error_text(m, sizeof m, -1, "shm", -FI_EIO, "completion error", "Input/output error");
+    ASSERT_TEXT(m, "completion error (provider shm): Input/output error");
+    sfb__tp_error_text(m, sizeof m, 2, "tcp", FI_ETIMEDOUT, "RMA frame not acknowledged",
+                       "no word from the receiver for 10 s");
+    ASSERT_TEXT(m, "RMA frame not acknowledged (peer rank 2, provider tcp): Connection timed "
+                     "out: no word from the receiver for 10 s");
+    sfb__tp_error_text(m, sizeof m, 0, "shm", -FI_EIO, "fi_av_insert failed", NULL);
+    ASSERT_TEXT(m, "fi_av_insert failed (peer rank 0, provider shm): Input/output error");
+    sfb__tp_error_text(m, sizeof m, -1, "shm", -FI_EIO, "fi_cq_read failed", "");
+    ASSERT_TEXT(m, "fi_cq_read failed (provider shm): Input/output error");
+    return 0;
+}
+
 static int test_bad_usage(void)
 {
     struct world w;
@@ -1241,6 +1266,7 @@ static const struct test_case tests[] = {
     {"announce_before_peers_shm", test_announce_before_peers_shm},
     {"announce_before_peers_tcp", test_announce_before_peers_tcp},
     {"bad_usage", test_bad_usage},
+    {"error_text", test_error_text},
     {"pool", test_pool},
 };
 
