@@ -1,4 +1,5 @@
 #include "config.h"
+#include "src/transport/transport.h"
 #include "src/comm/comm_impl.h"
 #include "src/base/timeline.h"
 #include "src/base/trace.h"

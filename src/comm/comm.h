@@ -10,7 +10,7 @@
 #ifndef SFB_SRC_COMM_H
 #define SFB_SRC_COMM_H
 
-#include "src/transport/transport.h"
+#include "src/transport/frame.h"
 #include "src/wire/wire.h"
 
 #include <stdint.h>

@@ -2,6 +2,7 @@
  * and the job API (src/job/job.c) may know of a comm context. They never
  * see its fields (src/comm/comm_impl.h) nor the bootstrap handle. */
 #include "config.h"
+#include "src/transport/transport.h"
 #include "src/boot/agree.h"
 #include "src/boot/bootstrap.h"
 #include "src/comm/comm_impl.h"

@@ -2,6 +2,7 @@
  * transport, the endpoint-name allgather, the progress thread and the
  * heartbeats. */
 #include "config.h"
+#include "src/transport/transport.h"
 #include "src/comm/comm_impl.h"
 #include "src/boot/agree.h"
 #include "src/boot/bootstrap.h"

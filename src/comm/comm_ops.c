@@ -2,6 +2,7 @@
  * the dispatch the engines call (src/comm/comm.h). The loopback's table is
  * in src/comm/comm_loopback.c. */
 #include "config.h"
+#include "src/transport/transport.h"
 #include "src/base/trace.h"
 #include "src/base/util.h"
 #include "src/boot/bootstrap.h"

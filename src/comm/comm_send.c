@@ -4,6 +4,7 @@
  * (heartbeats, BYE, ABORT) it sends itself. Below liveness, stalls and the
  * frame handlers, which all send control frames. */
 #include "config.h"
+#include "src/transport/transport.h"
 #include "src/comm/comm_impl.h"
 #include "src/base/util.h"
 

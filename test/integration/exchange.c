@@ -10,6 +10,7 @@
  * --launch P starts P copies of itself through the local launcher (the env
  * rendezvous path); without it the process joins whatever job started it
  * (mpirun → PMIx). Prints "N passed, N failed" per rank; exit 0 on success. */
+#include "src/transport/transport.h"
 #include "src/boot/bootstrap.h"
 #include "src/comm/comm.h"
 #include "src/base/util.h"
