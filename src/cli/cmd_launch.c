@@ -2,7 +2,7 @@
  * by the environment rendezvous (as torchrun starts its workers), through
  * sfb_launch_local. */
 #include "src/cli/cli.h"
-#include "src/cli/opt.h"
+#include "src/cli/optparse.h"
 
 #include <errno.h>
 #include <stddef.h>

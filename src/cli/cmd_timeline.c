@@ -11,7 +11,7 @@
  * (the model's own work). Reads only the files sfb writes (one event per
  * line). */
 #include "src/cli/cli.h"
-#include "src/cli/opt.h"
+#include "src/cli/optparse.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
  * dissemination time of full / halton / halton-classic, side by side. Uses
  * only the public API, i.e. the same routing code the runtime uses. */
 #include "src/cli/cmd_topo.h"
-#include "src/cli/opt.h"
+#include "src/cli/optparse.h"
 
 #include <sfb/sfb.h>
 

@@ -3,7 +3,7 @@
  * every option. Names of models, engines and topologies come from their
  * registries. */
 #include "src/cli/cli.h"
-#include "src/cli/opt.h"
+#include "src/cli/optparse.h"
 
 #include <limits.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* CLI option parser (cli_parse_job, compiled in from src/cli/options.c,
- * opt.c and paths.c).
+ * optparse.c and paths.c).
  *
  * Input: byte 0 bit 0 = with_n (`sfb run` vs `sfb worker`), then argv
  * elements separated by NUL bytes (at most 64). Every argument string is its

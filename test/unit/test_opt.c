@@ -1,7 +1,7 @@
-/* The option-table parser (src/cli/opt.c): every kind of row checks its
+/* The option-table parser (src/cli/optparse.c): every kind of row checks its
  * value and stores it where the row says; a bad value is exit 2 with the
  * option and the value named; --help lines come from the rows. */
-#include "src/cli/opt.h"
+#include "src/cli/optparse.h"
 #include "test.h"
 
 #include <math.h>

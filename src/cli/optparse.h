@@ -15,8 +15,8 @@
  * argument is a usage error, unless the caller collects them (`pos`, as
  * `sfb timeline FILE...` does): then they may come before, between and
  * after the options, and everything after `--` is one. */
-#ifndef SFB_CLI_OPT_H
-#define SFB_CLI_OPT_H
+#ifndef SFB_CLI_OPTPARSE_H
+#define SFB_CLI_OPTPARSE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* The option-table parser (src/cli/opt.h). getopt_long is not used: it
  * accepts any unique prefix of a long option, so a typo could silently
  * select a different setting, and its state is global. */
-#include "src/cli/opt.h"
+#include "src/cli/optparse.h"
 
 #include <errno.h>
 #include <math.h>
