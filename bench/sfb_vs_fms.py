@@ -6,7 +6,7 @@ features (mlp: Fashion-MNIST), S = 32 per worker, P = 4 workers on shaped
 1 Gbit/s links, BSP (s = 0), constant step, the same seed and data order for
 every mode (--modes, default sfb,fms; auto adds the per-matrix choice):
   mlr  A: K × D = 4096 × 4096 (K classes, D − 1 features + bias), step 0.1
-  dml  L: rank × D = 4096 × 4096 (--rank K), step 0.001
+  dml  L: rank × D = 4096 × 4096 (--proj-dim K), step 0.001
   sc   B: D × K = 4096 × 512 (--dict-size; its codes cost K²·D per clock,
        so K stays small: --sc-k), step 0.1
   mlp  784 → --hidden (1024) → 10 on Fashion-MNIST: W1 1024 × 785 (SFB-
@@ -129,7 +129,7 @@ def model_args(a, model):
     if model == "mlr":
         return ["--model", "mlr", "--data", synth_spec(a), "--lr", str(a.lr)]
     if model == "dml":
-        return ["--model", "dml", "--rank", str(a.k),
+        return ["--model", "dml", "--proj-dim", str(a.k),
                 "--data", f"synth:k=10,d={a.d},n={a.n},seed=11", "--lr", str(MODEL_LR["dml"])]
     if model == "sc":
         return ["--model", "sc", "--dict-size", str(a.sc_k),

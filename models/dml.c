@@ -3,7 +3,7 @@
  *
  *   f(L) = Σ_sim ‖L δ‖² + λ Σ_dis max(0, 1 − ‖L δ‖²),   δ = x − y,
  *
- * L ∈ R^{K×D} (K = settings->rank), metric M = LᵀL. Gradients per pair:
+ * L ∈ R^{K×D} (K = settings->proj_dim), metric M = LᵀL. Gradients per pair:
  * sim: 2 Lδ δᵀ; active dis (‖Lδ‖² < 1): −2λ Lδ δᵀ; inactive dis: 0. With
  * scale = −η/S the SFs of pair i are
  *   b_i = 2 Lδ_i (sim), −2λ Lδ_i (active dis), 0 (inactive dis);  c_i = δ_i,
@@ -213,11 +213,11 @@ static int dml_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_
                     struct sfb_matrix *mats)
 {
     struct dml *m = priv;
-    if (s->d == 0 || s->rank == 0)
-        return sfb__error(-EINVAL, "dml: needs d > 0 features and rank > 0 (got d=%u rank=%u)",
-                          s->d, s->rank);
-    if (s->d >= INT_MAX || s->rank >= INT_MAX)
-        return sfb__error(-EINVAL, "dml: d=%u or rank=%u too large", s->d, s->rank);
+    if (s->d == 0 || s->proj_dim == 0)
+        return sfb__error(-EINVAL, "dml: needs d > 0 features and a projection dimension > 0 (got d=%u proj-dim=%u)",
+                          s->d, s->proj_dim);
+    if (s->d >= INT_MAX || s->proj_dim >= INT_MAX)
+        return sfb__error(-EINVAL, "dml: d=%u or proj-dim=%u too large", s->d, s->proj_dim);
     if (!(s->lambda > 0.0) || !isfinite(s->lambda))
         return sfb__error(-EINVAL,
                           "dml: lambda (weight of the dissimilar-pair hinge) must be finite and "
@@ -226,16 +226,16 @@ static int dml_init(void *priv, const struct sfb_model_settings *s, uint32_t *n_
     if (s->knn_k == 0 || s->knn_k > KNN_MAX)
         return sfb__error(-EINVAL, "dml: knn_k must be in [1, %u] (got %u)", KNN_MAX, s->knn_k);
     size_t n;
-    if (sfb__mul_size(s->rank, s->d, &n) || sfb__mul_size(n, sizeof(float), &n))
-        return sfb__error(-EOVERFLOW, "dml: %u × %u parameters overflow", s->rank, s->d);
+    if (sfb__mul_size(s->proj_dim, s->d, &n) || sfb__mul_size(n, sizeof(float), &n))
+        return sfb__error(-EOVERFLOW, "dml: %u × %u parameters overflow", s->proj_dim, s->d);
     if (!(m->l = malloc(n)))
-        return sfb__error(-ENOMEM, "dml: cannot allocate %u × %u parameters", s->rank, s->d);
-    m->k = s->rank;
+        return sfb__error(-ENOMEM, "dml: cannot allocate %u × %u parameters", s->proj_dim, s->d);
+    m->k = s->proj_dim;
     m->d = s->d;
     m->knn_k = s->knn_k;
     m->lambda = (float)s->lambda;
     m->seed = s->seed;
-    const double sd = 1.0 / sqrt((double)s->rank * (double)s->d);
+    const double sd = 1.0 / sqrt((double)s->proj_dim * (double)s->d);
     struct sfb__rng g;
     sfb__rng_seed(&g, s->seed ^ 0x6A09E667F3BCC909ull);
     for (size_t q = 0; q < (size_t)m->k * m->d; q++)
@@ -542,13 +542,13 @@ static int dml_state_load(void *priv, const uint8_t *in, size_t len)
 
 static void dml_defaults(struct sfb_model_settings *s)
 {
-    s->rank = 64;
+    s->proj_dim = 64;
     s->knn_k = 5;
 }
 
 static uint32_t dml_shapes(const struct sfb_model_settings *s, uint64_t *rows, uint64_t *cols)
 {
-    rows[0] = s->rank;
+    rows[0] = s->proj_dim;
     cols[0] = s->d;
     return 1;
 }
@@ -561,8 +561,8 @@ static int dml_eval_text(const struct sfb_eval *ev, char *buf, size_t cap)
 }
 
 static const struct sfb_model_option dml_options[] = {
-    {"rank", "K", "projection dimension (default 64)", SFB_MODEL_OPT_U32,
-     offsetof(struct sfb_model_settings, rank), 1, 1u << 20},
+    {"proj-dim", "K", "projection dimension (default 64)", SFB_MODEL_OPT_U32,
+     offsetof(struct sfb_model_settings, proj_dim), 1, 1u << 20},
     {"knn-k", "K", "neighbours of the k-NN evaluation (default 5)", SFB_MODEL_OPT_U32,
      offsetof(struct sfb_model_settings, knn_k), 1, KNN_MAX},
     {"simi-pairs", "FILE", "similar pairs, lines \"i j\" (default: sampled\nfrom the labels by seed)",

@@ -51,7 +51,7 @@ struct sfb_model_settings {
     uint32_t k;         /* classes (mlr; dml and sc ignore it) */
     double lambda;      /* mlr: L2, dml: hinge weight, sc: L1 weight; default 0 */
     uint64_t seed;      /* initialisation and pair sampling (default 1) */
-    uint32_t rank;      /* dml: projection dimension K (default 64) */
+    uint32_t proj_dim;  /* dml: projection dimension K (default 64) */
     uint32_t knn_k;     /* dml: neighbours of the k-NN evaluation (default 5) */
     uint32_t dict_size; /* sc: dictionary atoms K (default 128) */
     uint32_t code_steps; /* sc: FISTA steps per code (default 20) */

@@ -56,7 +56,7 @@ struct sfb_train_settings {
     /* model-specific settings (sfb/model.h; sfb_train_set_model_options
      * copies them from a struct sfb_model_settings); 0 / NULL: the model's
      * default */
-    uint32_t rank;         /* dml: projection dimension */
+    uint32_t proj_dim;     /* dml: projection dimension */
     uint32_t knn_k;        /* dml: neighbours of the k-NN evaluation */
     uint32_t dict_size;    /* sc: dictionary atoms */
     uint32_t code_steps;   /* sc: FISTA steps per code */

@@ -94,7 +94,7 @@ int sfb__ckpt_config(const struct sfb_train_settings *s, uint32_t world, uint32_
                        "simi_pairs=%s\ndiff_pairs=%s\n",
                        num(n1, sfb_train_lr0(s)),
                        (unsigned)s->lr_schedule < 3 ? sched[s->lr_schedule] : "?", s->lr_period,
-                       num(n2, s->lr_decay), num(n3, s->lambda), s->rank, s->knn_k, s->dict_size, s->code_steps,
+                       num(n2, s->lr_decay), num(n3, s->lambda), s->proj_dim, s->knn_k, s->dict_size, s->code_steps,
                        s->simi_pairs ? s->simi_pairs : "", s->diff_pairs ? s->diff_pairs : "");
     /* Only for a model with a list option, so the configs (and their
      * hashes) of the others stay what they were; not given: the default. */

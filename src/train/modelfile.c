@@ -71,7 +71,7 @@ int sfb__model_encode(const struct sfb_model *m, int64_t clock, uint8_t **out, s
     sfb__put_f64(hdr + 40, s->lambda);
     sfb__put_u64(hdr + 48, s->seed);
     sfb__put_u64(hdr + 56, (uint64_t)clock);
-    sfb__put_u32(hdr + 64, s->rank);
+    sfb__put_u32(hdr + 64, s->proj_dim);
     sfb__put_u32(hdr + 68, s->knn_k);
     sfb__put_u32(hdr + 72, s->dict_size);
     sfb__put_u32(hdr + 76, s->code_steps);
@@ -219,7 +219,7 @@ static void header_settings(const uint8_t *buf, uint32_t version, char *kind,
     s->lambda = sfb__get_f64(buf + 40);
     s->seed = sfb__get_u64(buf + 48);
     if (version >= 2) {
-        s->rank = sfb__get_u32(buf + 64);
+        s->proj_dim = sfb__get_u32(buf + 64);
         s->knn_k = sfb__get_u32(buf + 68);
         s->dict_size = sfb__get_u32(buf + 72);
         s->code_steps = sfb__get_u32(buf + 76);

@@ -230,7 +230,7 @@ int sfb_train_set_model_options(struct sfb_train_settings *t,
                                  ms->version, SFB_MODEL_SETTINGS_VERSION, ms->reserved,
                                  sizeof ms->reserved);
     if (ret) return ret;
-    if (ms->rank) t->rank = ms->rank;
+    if (ms->proj_dim) t->proj_dim = ms->proj_dim;
     if (ms->knn_k) t->knn_k = ms->knn_k;
     if (ms->dict_size) t->dict_size = ms->dict_size;
     if (ms->code_steps) t->code_steps = ms->code_steps;

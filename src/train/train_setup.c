@@ -77,7 +77,7 @@ static int setup_model(struct worker *w)
     ms.k = w->train.k;
     ms.lambda = s->lambda >= 0 ? s->lambda : sfb_model_find(s->model)->default_lambda;
     ms.seed = s->seed;
-    if (s->rank) ms.rank = s->rank;
+    if (s->proj_dim) ms.proj_dim = s->proj_dim;
     if (s->knn_k) ms.knn_k = s->knn_k;
     if (s->dict_size) ms.dict_size = s->dict_size;
     if (s->code_steps) ms.code_steps = s->code_steps;

@@ -88,13 +88,13 @@ run "$SFB" run -n 1 --model sc --data synth:k=3,d=16,n=800,seed=2 --dict-size 8 
 check sc-train '[ $rc = 0 ] && [[ "$out" == *"test loss"* ]]'
 run "$SFB" eval --model-file "$tmp/sc/model.sfb" --data synth:k=3,d=16,n=800,seed=2
 check sc-eval '[ $rc = 0 ] && [[ "$out" == *"reconstruction error"* ]]'
-run "$SFB" run -n 1 --model dml --data synth:k=3,d=16,n=800,seed=2 --rank 4 --clocks 50 \
+run "$SFB" run -n 1 --model dml --data synth:k=3,d=16,n=800,seed=2 --proj-dim 4 --clocks 50 \
   --out-dir "$tmp/dml" -q
 check dml-train '[ $rc = 0 ] && [[ "$out" == *"test accuracy"* ]]'
 run "$SFB" eval --model-file "$tmp/dml/model.sfb" --data synth:k=3,d=16,n=800,seed=2
 check dml-eval '[ $rc = 0 ] && [[ "$out" == *"k-NN accuracy: learned metric"* ]]'
-run "$SFB" run --rank 0
-check rank-zero '[ $rc = 2 ] && [[ "$out" == *"--rank"* ]]'
+run "$SFB" run --proj-dim 0
+check proj-dim-zero '[ $rc = 2 ] && [[ "$out" == *"--proj-dim"* ]]'
 
 # mlp (issue 16): a two-hidden-layer network trains, its model file keeps
 # the hidden sizes, so sfb eval re-creates the network and prints the
@@ -168,7 +168,7 @@ check model-option-range '[ $rc = 2 ] && [[ "$out" == *"--knn-k: \"101\" is not 
 run "$SFB" run --dict-size=
 check model-option-empty '[ $rc = 2 ] && [[ "$out" == *"--dict-size: \"\" is not an integer in 1..1048576"* ]]'
 run "$SFB" run --help
-check help-from-registries '[ $rc = 0 ] && [[ "$out" == *"--rank K               dml: projection dimension (default 64)"* ]] && [[ "$out" == *"--dict-size K          sc: dictionary atoms (default 128)"* ]] && [[ "$out" == *"fms: full matrices"* ]] && [[ "$out" == *"(default mlr 0, dml 30, sc 0.1, mlp 0)"* ]] && [[ "$out" == *"--topology NAME        full, halton, halton-classic (default full)"* ]]'
+check help-from-registries '[ $rc = 0 ] && [[ "$out" == *"--proj-dim K           dml: projection dimension (default 64)"* ]] && [[ "$out" == *"--dict-size K          sc: dictionary atoms (default 128)"* ]] && [[ "$out" == *"fms: full matrices"* ]] && [[ "$out" == *"(default mlr 0, dml 30, sc 0.1, mlp 0)"* ]] && [[ "$out" == *"--topology NAME        full, halton, halton-classic (default full)"* ]]'
 run "$SFB" eval --split both --model-file x --data y
 check eval-split-bad '[ $rc = 2 ] && [[ "$out" == *"--split: \"both\" is not test or train"* ]]'
 run "$SFB" eval --patches 0 --model-file x --data y

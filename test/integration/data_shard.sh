@@ -45,7 +45,7 @@ done
 # DML pair files name rows of the whole set: such a run keeps the whole set
 # on every rank (row 1002 is beyond any shard of 2 workers)
 printf '0 1002\n5 1001\n' > "$tmp/sim.pairs"
-timeout 120 "$SFB" run -n 2 --model dml --rank 3 --data "$tmp/train.svm" --simi-pairs "$tmp/sim.pairs" \
+timeout 120 "$SFB" run -n 2 --model dml --proj-dim 3 --data "$tmp/train.svm" --simi-pairs "$tmp/sim.pairs" \
   --clocks 5 --batch 2 --eval-every 0 -q --out-dir "$tmp/dml" >"$tmp/out" 2>&1
 rc=$?
 check "dml pair files: rc $rc" "[ $rc = 0 ] && [ \"\$(field '$tmp/dml' train_rows | tr '\n' ' ')\" = '1003 1003 ' ]"

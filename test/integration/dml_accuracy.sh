@@ -35,7 +35,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
 
 t0=$(date +%s)
-setsid timeout -k 5 120 "$SFB" run -n 4 --model dml --data fashion-mnist --rank 64 --knn-k 5 \
+setsid timeout -k 5 120 "$SFB" run -n 4 --model dml --data fashion-mnist --proj-dim 64 --knn-k 5 \
   --seed "$seed" --staleness 0 --eval-every 0 -q --out-dir "$tmp/o" \
   >"$tmp/run.log" 2>&1 &
 pid=$!

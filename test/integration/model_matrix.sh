@@ -49,7 +49,7 @@ synth="synth:k=6,d=40,n=4000,seed=2"
 declare -A data=([mlr]=$synth [dml]=$synth [sc]="$tmp/sc.libsvm")
 # dml: λ = 1, not the default 30 (tuned for Fashion-MNIST k-NN), under which
 # the objective of this small synth job falls only after ~400 clocks
-declare -A extra=([mlr]="" [dml]="--rank 8 --lambda 1" [sc]="--dict-size 24")
+declare -A extra=([mlr]="" [dml]="--proj-dim 8 --lambda 1" [sc]="--dict-size 24")
 declare -A margin=([mlr]=0.20 [dml]=0.05 [sc]=0.20)
 declare -A rtol=([mlr-0]=1e-5 [mlr-2]=1e-5 [dml-0]=1e-5 [dml-2]=1e-5 [sc-0]=1e-5 [sc-2]=5e-2)
 

@@ -22,7 +22,7 @@ static int make_model(struct sfb_model **m, const char *kind)
     s.kind = kind;
     s.d = 7;
     s.k = 3;
-    s.rank = 4;
+    s.proj_dim = 4;
     s.lambda = 0.25;
     s.seed = 42;
     int r = sfb_model_open(m, &s);

@@ -73,7 +73,7 @@ static int open_dml(struct sfb_model **m, uint32_t d, uint32_t rank, double lamb
     sfb_model_default_settings(&s);
     s.kind = "dml";
     s.d = d;
-    s.rank = rank;
+    s.proj_dim = rank;
     s.lambda = lambda;
     s.seed = 7;
     return sfb_model_open(m, &s);
@@ -287,7 +287,7 @@ static int test_pair_files(void)
     sfb_model_default_settings(&s);
     s.kind = "dml";
     s.d = 3;
-    s.rank = 2;
+    s.proj_dim = 2;
     s.lambda = 1.0;
     s.simi_pairs = sp;
     s.diff_pairs = dp;
@@ -410,7 +410,7 @@ static int test_knn_ties_to_nearest(void)
         sfb_model_default_settings(&st);
         st.kind = "dml";
         st.d = 1;
-        st.rank = 1;
+        st.proj_dim = 1;
         st.lambda = 1.0;
         st.knn_k = 2;
         st.seed = seed;

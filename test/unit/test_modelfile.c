@@ -163,7 +163,7 @@ static int test_round_trip_v2_settings(void)
         s.d = 9;
         s.lambda = 0.5;
         s.seed = 77;
-        s.rank = 3;
+        s.proj_dim = 3;
         s.knn_k = 7;
         s.dict_size = 5;
         s.code_steps = 11;
@@ -176,7 +176,7 @@ static int test_round_trip_v2_settings(void)
         ASSERT_OK(sfb_model_load(&l, path, NULL));
         const struct sfb_model_settings *g = sfb_model_get_settings(l);
         ASSERT(strcmp(g->kind, kinds[t]) == 0);
-        ASSERT_EQ(g->rank, 3);
+        ASSERT_EQ(g->proj_dim, 3);
         ASSERT_EQ(g->knn_k, 7);
         ASSERT_EQ(g->dict_size, 5);
         ASSERT_EQ(g->code_steps, 11);
@@ -220,7 +220,7 @@ static int test_reads_version_1(void)
     const struct sfb_model_settings *g = sfb_model_get_settings(l);
     ASSERT_NEAR(g->lambda, 0.125, 0);
     ASSERT_EQ(g->seed, 9);
-    ASSERT_EQ(g->rank, 64);
+    ASSERT_EQ(g->proj_dim, 64);
     ASSERT_EQ(g->code_steps, 20);
     struct sfb_matrix *a = sfb_model_matrix(l, 0);
     ASSERT_EQ(a->rows, 2);

@@ -29,7 +29,7 @@ static int test_model_ops(void)
         s.kind = ops->name;
         s.d = 7;
         s.k = 3;
-        s.rank = 4;
+        s.proj_dim = 4;
         s.dict_size = 5;
         s.lambda = ops->default_lambda;
         uint64_t rows[SFB_MODEL_MAX_MATRICES], cols[SFB_MODEL_MAX_MATRICES];
@@ -49,7 +49,7 @@ static int test_model_ops(void)
     struct sfb_model_settings s;
     sfb_model_default_settings(&s);
     ASSERT(strcmp(s.kind, sfb_model_registry(0)->name) == 0);
-    ASSERT_EQ(s.rank, 64);
+    ASSERT_EQ(s.proj_dim, 64);
     ASSERT_EQ(s.knn_k, 5);
     ASSERT_EQ(s.dict_size, 128);
     ASSERT_EQ(s.code_steps, 20);
@@ -89,24 +89,24 @@ static int test_model_options(void)
             if (o->kind != SFB_MODEL_OPT_PATH) ASSERT(o->min <= o->max);
         }
     }
-    ASSERT_GE(n_seen, 6); /* dml: rank, knn-k, simi-pairs, diff-pairs; sc: dict-size, code-steps */
-    /* an option writes where the model reads: --rank is dml's projection size */
-    const struct sfb_model_option *rank = sfb_model_find("dml")->options;
-    ASSERT(strcmp(rank->name, "rank") == 0);
+    ASSERT_GE(n_seen, 6); /* dml: proj-dim, knn-k, simi-pairs, diff-pairs; sc: dict-size, code-steps */
+    /* an option writes where the model reads: --proj-dim is dml's projection size */
+    const struct sfb_model_option *proj = sfb_model_find("dml")->options;
+    ASSERT(strcmp(proj->name, "proj-dim") == 0);
     struct sfb_model_settings s;
     memset(&s, 0, sizeof s); /* zero: not given (as the CLI's option table) */
     uint32_t v = 9;
-    memcpy((char *)&s + rank->offset, &v, sizeof v);
-    ASSERT_EQ(s.rank, 9);
+    memcpy((char *)&s + proj->offset, &v, sizeof v);
+    ASSERT_EQ(s.proj_dim, 9);
     struct sfb_train_settings t;
     sfb_train_default_settings(&t);
     /* the structures' versions are checked first: nothing copied */
     ASSERT_EQ(sfb_train_set_model_options(&t, &s), -SFB_EVERSION);
     ASSERT_STR_CONTAINS(sfb_last_error(), "struct sfb_model_settings version 0");
-    ASSERT_EQ(t.rank, 0);
+    ASSERT_EQ(t.proj_dim, 0);
     s.version = SFB_MODEL_SETTINGS_VERSION;
     ASSERT_OK(sfb_train_set_model_options(&t, &s));
-    ASSERT_EQ(t.rank, 9);
+    ASSERT_EQ(t.proj_dim, 9);
     ASSERT_EQ(t.dict_size, 0); /* not given: left to the model's default */
     ASSERT_EQ(t.hidden.n, 0);
     /* a list option (mlp's --hidden) writes a struct sfb_model_u32_list */
