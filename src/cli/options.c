@@ -200,8 +200,9 @@ static const struct cli_opt job_rows2[] = {
     SECTION("outputs:"),
     {ROW(CLI_STR, "out-dir", 0, J(out_dir)), "DIR", "model and metrics directory (default sfb-out)"},
     S("model-out", model_out, "FILE", "model file (default DIR/model.sfb)"),
-    S("metrics-out", metrics_out, "PATTERN", "JSON-lines metrics, %r = rank (required with\n"
-                                           "more than one worker; default DIR/metrics.%r.jsonl)"),
+    S("metrics-out", metrics_out, "PATTERN", "JSON-lines metrics, %r = rank (the pattern\n"
+                                           "needs %r with more than one worker; default\n"
+                                           "DIR/metrics.%r.jsonl)"),
     {ROW(CLI_STR, "timeline", 0, J(timeline)), "PATTERN",
      "each worker writes its training timeline here,\n"
      "%r = rank (Chrome trace JSON; `sfb timeline`\n"
