@@ -20,6 +20,15 @@ engine it reports
                    DDP (ring allreduce): 2 (P-1)/P x parameters x 4 bytes
   to_target_s      seconds until rank 0's training loss (mean of the last 10
                    steps) first fell to --target-loss
+  test accuracy    rank 0's model on the Fashion-MNIST test set after the
+                   last step (the image models; the language models' last
+                   losses are in the loss column)
+
+Engines (--engines): sfb (sfb.torch, factors leave during backward),
+sfb-serial (all at step()), sfb-bf16 (factor_dtype="bf16": the factors in
+bfloat16, half the bytes, every rank applying the rounded ones), ddp.
+--factor-dtype bf16 adds sfb-bf16 next to sfb, so one run reports both
+precisions' speed and accuracy side by side.
 
 and the ratios sfb/DDP, as a table (stdout and OUT/torch_vs_ddp.md), JSON
 (OUT/torch_vs_ddp.json) and a figure of loss against time
@@ -27,6 +36,7 @@ and the ratios sfb/DDP, as a table (stdout and OUT/torch_vs_ddp.md), JSON
 
   bench/torch_vs_ddp.py                       # MLP and CNN, 4 hosts, 1 Gbit/s
   bench/torch_vs_ddp.py --models lstm,transformer --batch 5   # the language models
+  bench/torch_vs_ddp.py --factor-dtype bf16   # sfb.torch with f32 and with bf16 factors
   bench/torch_vs_ddp.py --smoke               # tiny shapes, loopback-free check
 """
 import argparse
@@ -43,6 +53,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
+ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
+                "sfb-bf16": "sfb.torch, bf16 factors", "ddp": "DDP (gloo)"}
 
 
 LMS = ("lstm", "transformer")
@@ -82,10 +94,12 @@ class Formula:
             s, rows, cols = b.shape[0], b.shape[1], job.matrices[m].shape[1]
             csr_given = isinstance(c, tuple)  # (row_ptr, col, val): sent as CSR
             nnz = len(c[1]) if csr_given else int((c != 0).sum())
-            # c as CSR only when that is under 3/4 of the dense payload
-            # (sfb/codec.c, sfb__sf_choose)
-            dense = SF_PREFIX + 4 * s * rows + 4 * s * cols
-            csr = SF_PREFIX + 4 * s * rows + 4 * (s + 1) + 8 * nnz
+            # numbers of 4 bytes, or 2 in bfloat16 (a payload padded to a
+            # multiple of 4); c as CSR only when that is under 3/4 of the
+            # dense payload (sfb/codec.c, sfb__sf_choose)
+            e = 2 if job.factor_dtypes[m] == "bf16" else 4
+            dense = words(SF_PREFIX + e * s * rows + e * s * cols)
+            csr = words(SF_PREFIX + e * s * rows + 4 * (s + 1) + (4 + e) * nnz)
             payload = csr if csr_given or csr < dense - dense // 4 else dense
             if job.engines[m] == "sfb":
                 self.bytes += (P - 1) * (HDR + payload)
@@ -109,6 +123,11 @@ class Formula:
         return push + ((P - 1) * (HDR + 4 * own * D) if own else 0)
 
 
+def words(n):
+    """n bytes rounded up to whole 4-byte words."""
+    return (n + 3) // 4 * 4
+
+
 def image_task(a, rank, world):
     """(model, batch(t) -> (x, y), samples per worker and step): Fashion-MNIST."""
     import numpy as np
@@ -126,6 +145,18 @@ def image_task(a, rank, world):
         i = (t * G) % (len(X) - G)
         idx = perm[i + rank * a.batch:i + (rank + 1) * a.batch]
         return X[idx], Y[idx]
+
+    def accuracy(net):
+        """The fraction of the test set the model classifies right."""
+        xt, yt = raw(a.data_dir or DEFAULT_DIR, "t10k")
+        xt = torch.from_numpy(xt.reshape((len(xt),) + shape).astype(np.float32) / 255.0)
+        yt = torch.from_numpy(yt.astype(np.int64))
+        right = 0
+        with torch.no_grad():
+            for i in range(0, len(xt), 1000):
+                right += int((net(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum())
+        return right / len(xt)
+    model.accuracy = accuracy
     return model, batch, a.batch
 
 
@@ -169,7 +200,8 @@ def worker(a):
         formula = Formula(sft._need())  # every publish, from the first step on
         sft.broadcast_parameters(model.state_dict())
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
-                                       model=model, sync=a.sync, overlap=not a.no_overlap)
+                                       model=model, sync=a.sync, overlap=not a.no_overlap,
+                                       factor_dtype=a.factor_dtype)
         net = model
     else:
         import torch.distributed as dist
@@ -197,6 +229,9 @@ def worker(a):
            "batch": a.batch, "params": params, "wall_s": wall,
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
            "curve": curve}
+    accuracy = getattr(model, "accuracy", None)  # (an image model's; the replicas are
+    if rank == 0 and accuracy:                   # every rank's: rank 0's stands for all)
+        out["test_accuracy"] = accuracy(model)
     if a.engine == "sfb":
         sft.shutdown()
         # bytes over the whole run, warm-up included: the counters after the
@@ -235,7 +270,8 @@ def run_one(a, model, engine):
            "--worker", "--engine", engine.split("-")[0], "--model", model, "--hidden", a.hidden,
            "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--lr", str(lr_of(a, model)), "--seed", str(a.seed), "--sync", a.sync,
-           "--vocab", str(a.vocab), "--dim", str(a.dim), "--bptt", str(a.bptt)]
+           "--vocab", str(a.vocab), "--dim", str(a.dim), "--bptt", str(a.bptt),
+           "--factor-dtype", "bf16" if engine == "sfb-bf16" else "f32"]
     if a.corpus:
         cmd += ["--corpus", a.corpus]
     if a.no_overlap or engine == "sfb-serial":
@@ -265,19 +301,26 @@ def run_one(a, model, engine):
             row[k] = sum(r[k] for r in results) / len(results)
     row["to_target_s"] = to_target(r0["curve"], target_of(a, model))
     row["plan"] = r0.get("plan", "")
-    print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), %.0f s in all" %
-          (model, engine, row["samples_per_s"], row.get("data_bytes_per_step",
-                                                        row["tx_bytes_per_step"]) / 1e3,
-           row["formula_bytes_per_step"] / 1e3, time.time() - t), flush=True)
+    row["test_accuracy"] = r0.get("test_accuracy")
+    print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, %.0f s in "
+          "all" % (model, engine, row["samples_per_s"], row.get("data_bytes_per_step",
+                                                               row["tx_bytes_per_step"]) / 1e3,
+                   row["formula_bytes_per_step"] / 1e3, pct(row["test_accuracy"]),
+                   time.time() - t), flush=True)
     return row
+
+
+def pct(x):
+    return "%.2f %%" % (100 * x) if x is not None else "-"
 
 
 def report(a, rows, load=None):
     lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
-             "formula KB/step | count/formula | loss, last 10 steps | s to loss %s |" % (
+             "formula KB/step | count/formula | loss, last 10 steps | s to loss %s | "
+             "test accuracy |" % (
                  "%.2f" % a.target_loss if not any(r["model"] in LMS for r in rows) else
                  "%.2f (LM %.2f)" % (a.target_loss, a.target_lm_loss)),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
     for r in rows:
         ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
@@ -285,13 +328,13 @@ def report(a, rows, load=None):
         ratios[(r["model"], r["engine"])] = x
         count = r.get("data_bytes_per_step")
         last = [l for _, l in r["curve"][-10:]]
-        lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %.4f | %s |" % (
-            r["model"], {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
-                         "ddp": "DDP (gloo)"}[r["engine"]],
+        lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %.4f | %s | %s |" % (
+            r["model"], ENGINE_NAMES[r["engine"]],
             r["samples_per_s"], x, "%.0f" % (count / 1e3) if count else "",
             r["tx_bytes_per_step"] / 1e3, r["formula_bytes_per_step"] / 1e3,
             "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
-            sum(last) / max(len(last), 1), "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached"))
+            sum(last) / max(len(last), 1), "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached",
+            pct(r.get("test_accuracy"))))
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
@@ -340,7 +383,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sync", default="auto")
     ap.add_argument("--engines", default="sfb,sfb-serial,ddp",
-                    help="sfb (factors leave during backward), sfb-serial (all at step()), ddp")
+                    help="sfb (factors leave during backward), sfb-serial (all at step()), "
+                         "sfb-bf16 (factors in bfloat16), ddp")
+    ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"],
+                    help="bf16: sfb.torch with bfloat16 factors too (engine sfb-bf16, next to "
+                         "sfb: speed and accuracy side by side)")
     ap.add_argument("--no-overlap", action="store_true",
                     help="sfb.torch sends every layer's factors at step(), not during backward")
     ap.add_argument("--target-loss", type=float, default=1.5)
@@ -379,8 +426,13 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         report(a, saved["rows"], saved["load"])
         return
+    if a.factor_dtype == "bf16" and "sfb-bf16" not in a.engines.split(","):
+        e = a.engines.split(",")
+        e.insert(e.index("sfb") + 1 if "sfb" in e else 0, "sfb-bf16")
+        a.engines = ",".join(e)
     if a.smoke:
-        a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
+        a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", \
+            "sfb,sfb-bf16,ddp"
         if os.path.isdir("/usr/share/games/fortunes") or a.corpus:  # a table's sparse rows too
             a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5
     if os.geteuid() != 0:

@@ -10,8 +10,9 @@
 
 /* Shapes come from frame headers (untrusted): s · rows · 4 alone can pass
  * 2^64, and a wrapped size could match a short payload (fuzz_codec found
- * it), so every step is checked and an impossible size saturates. */
-size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned prec)
+ * it), so every step is checked and an impossible size saturates. The
+ * bytes before the padding (a bfloat16 payload's 0 or 2). */
+static size_t unpadded_size(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned prec)
 {
     size_t b, c, n, e = sfb__wire_elem_size((uint8_t)(prec << SFB_WIRE_F_PREC_SHIFT));
     if (__builtin_mul_overflow((size_t)sf->s * sf->rows, e, &b)) return SIZE_MAX;
@@ -25,6 +26,17 @@ size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz, u
     if (__builtin_add_overflow(b, c, &n) || __builtin_add_overflow(n, (size_t)SFB_SF_PREFIX, &n))
         return SIZE_MAX;
     return n;
+}
+
+/* Every payload is a whole number of 4-byte words: a bfloat16 one ends in
+ * zero bytes up to the next multiple of 4, so that frames stay multiples
+ * of 4 bytes and the float32 payloads behind one in a bundle stay aligned
+ * for their in-place views (a float32 payload needs none). */
+size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned prec)
+{
+    size_t n = unpadded_size(sf, sparse, nnz, prec);
+    if (n > SIZE_MAX - 3) return SIZE_MAX;
+    return (n + 3) & ~(size_t)3;
 }
 
 static uint64_t count_nonzero(const float *c, size_t n)
@@ -56,11 +68,11 @@ size_t sfb__sf_choose(const struct sfb_sf *sf, unsigned prec, int *sparse, uint6
     return *sparse ? csr : dense;
 }
 
-size_t sfb__sf_frame_size(const struct sfb_sf *sf)
+size_t sfb__sf_frame_size(const struct sfb_sf *sf, unsigned prec)
 {
     int sparse;
     uint64_t nnz;
-    return SFB_WIRE_HDR_SIZE + sfb__sf_choose(sf, SFB_WIRE_F32, &sparse, &nnz);
+    return SFB_WIRE_HDR_SIZE + sfb__sf_choose(sf, prec, &sparse, &nnz);
 }
 
 /* Round to nearest, ties to even, on the bits: adding 0x7fff plus the
@@ -96,10 +108,23 @@ float sfb__bf16_to_f32(uint16_t h)
     return x;
 }
 
-/* n float32 as bfloat16, little-endian, to dst (any alignment). */
-static void put_bf16s(uint8_t *dst, const float *src, size_t n)
+/* n float32 as bfloat16, little-endian, to dst (any alignment). In blocks
+ * of 8 on little-endian hosts: GCC 12 vectorizes a loop of a fixed count at
+ * -O2 (SSE2), not one of n, so one at a time with 16-bit stores took 43 us
+ * for a quick-start MLP's 16·(32+785) numbers, this ~8. */
+static void put_bf16s(uint8_t *restrict dst, const float *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 8 <= n; i += 8) {
+        uint32_t u[8];
+        uint16_t h[8];
+        memcpy(u, src + i, sizeof u);
+        for (int k = 0; k < 8; k++) h[k] = round_bf16(u[k]);
+        memcpy(dst + 2 * i, h, sizeof h);
+    }
+#endif
+    for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, src + i, sizeof u);
         sfb__put_u16(dst + 2 * i, round_bf16(u));
@@ -107,11 +132,21 @@ static void put_bf16s(uint8_t *dst, const float *src, size_t n)
 }
 
 /* n little-endian bfloat16 at src (any alignment) widened to float32,
- * written little-endian to dst. */
-static void get_bf16s(uint8_t *dst, const uint8_t *src, size_t n)
+ * written little-endian to dst (blocks of 8 as put_bf16s: 80 us a
+ * quick-start MLP frame one at a time byte by byte, this ~5). */
+static void get_bf16s(uint8_t *restrict dst, const uint8_t *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        sfb__put_u32(dst + 4 * i, (uint32_t)sfb__get_u16(src + 2 * i) << 16);
+    size_t i = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 8 <= n; i += 8) {
+        uint16_t h[8];
+        uint32_t u[8];
+        memcpy(h, src + 2 * i, sizeof h);
+        for (int k = 0; k < 8; k++) u[k] = (uint32_t)h[k] << 16;
+        memcpy(dst + 4 * i, u, sizeof u);
+    }
+#endif
+    for (; i < n; i++) sfb__put_u32(dst + 4 * i, (uint32_t)sfb__get_u16(src + 2 * i) << 16);
 }
 
 /* n values at precision e (4: float32, 2: bfloat16) to dst. */
@@ -156,6 +191,7 @@ int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned p
         nnz > UINT32_MAX)
         return sfb__error(-EINVAL, "sf encode: buffer or encoding does not match the batch");
     size_t e = prec == SFB_WIRE_F32 ? 4 : 2;
+    if (e == 2) memset(out + size - 4, 0, 4); /* the padding (the rest overwritten below) */
     uint32_t scale_bits;
     memcpy(&scale_bits, &sf->scale, 4);
     sfb__put_u32(out, scale_bits);
@@ -194,6 +230,10 @@ int sfb__sf_expand_size(const uint8_t *p, size_t len, uint32_t rows, uint32_t co
     if (len != want)
         return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): %zu bytes, shapes say %zu", len,
                           want);
+    for (size_t i = unpadded_size(&shape, sparse, nnz, SFB_WIRE_BF16); i < len; i++)
+        if (p[i])
+            return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): padding byte %zu is not 0",
+                              i);
     *wide = sfb__sf_payload_size(&shape, sparse, nnz, SFB_WIRE_F32);
     if (*wide == SIZE_MAX) /* twice a real buffer's length at most: cannot happen */
         return sfb__error(-SFB_EFORMAT, "sf payload (bfloat16): too large to widen");

@@ -8,7 +8,8 @@
  *
  * An element is a float32, or a bfloat16 (the upper half of a float32's
  * bits) where the frame header's precision (bits 4..5 of its flags) says
- * SFB_WIRE_BF16: --factor-dtype bf16 (the scale stays float32). Shapes (rows,
+ * SFB_WIRE_BF16: --factor-dtype bf16 (the scale stays float32); a bfloat16
+ * payload ends in 0 or 2 zero bytes, a whole number of 4-byte words. Shapes (rows,
  * cols, s), the dense/sparse flag and the precision live in the frame
  * header; the codec is given them by the wire decoder, which has already
  * checked them against the job. All little-endian, nothing aligned in a
@@ -43,10 +44,10 @@ size_t sfb__sf_payload_size(const struct sfb_sf *sf, int sparse, uint64_t nnz, u
  * its payload size; *sparse and *nnz say which. */
 size_t sfb__sf_choose(const struct sfb_sf *sf, unsigned prec, int *sparse, uint64_t *nnz);
 
-/* Bytes of the frame that carries `sf` whole as sfb__sf_choose encodes it:
- * the wire's header and the payload (what --sync auto's cost model charges
- * a worker's SF). */
-size_t sfb__sf_frame_size(const struct sfb_sf *sf);
+/* Bytes of the frame that carries `sf` whole at precision `prec` as
+ * sfb__sf_choose encodes it: the wire's header and the payload (what --sync
+ * auto's cost model charges a worker's SF). */
+size_t sfb__sf_frame_size(const struct sfb_sf *sf, unsigned prec);
 
 /* Encodes `sf` into out[0 .. size) at precision `prec` as chosen by
  * sfb__sf_choose (or forced: sparse = 0 / 1 with the matching nnz). A dense

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "sfb/cost.h"
 #include "src/base/util.h"
+#include "src/wire/wire.h"
 
 #include <sfb/cost_model.h>
 #include <sfb/topo.h>
@@ -78,10 +79,12 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
     if (ret) return ret;
     double P = e->world, K = (double)m->rows, D = (double)m->cols, S = e->batch;
     double N = m->c_nnz > 0 ? m->c_nnz : 0;
+    int bf16 = m->prec == SFB_WIRE_BF16;
+    double E = bf16 ? 2 : 4; /* bytes a number of B and c */
     /* CSR c: row pointers, columns and values (sfb/codec.h) */
     double B = m->sf_bytes > 0 ? m->sf_bytes
-               : N > 0        ? HDR + SF_PREFIX + 4 * S * K + 4 * (S + 1) + 8 * N
-                              : HDR + SF_PREFIX + 4 * S * (K + D);
+               : N > 0        ? HDR + SF_PREFIX + E * S * K + 4 * (S + 1) + (4 + E) * N
+                              : HDR + SF_PREFIX + E * S * (K + D);
     double stretch = 1;
     if (e->host_cores && e->ranks_per_host > e->host_cores)
         stretch = (double)e->ranks_per_host / e->host_cores;
@@ -91,7 +94,10 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
         return ret;
     /* one SF's apply: the GEMM, or the sparse pass for a CSR c */
     double apply_s = N > 0 ? 2 * K * N / e->add_flops_per_s : 2 * K * D * S / e->gemm_flops_per_s;
-    r.compute_ms[SFB__ENG_SFB] = 1e3 * stretch * apply_s * P;
+    /* bf16: each SF widened to float32 first (the apply's numbers stay
+     * float32): B's S·K numbers and c's (S·D dense, nnz CSR) */
+    double widen_s = bf16 ? (S * K + (N > 0 ? N : S * D)) / e->add_flops_per_s : 0;
+    r.compute_ms[SFB__ENG_SFB] = 1e3 * stretch * (apply_s + widen_s) * P;
 
     r.compute_ms[SFB__ENG_FMS] =
         1e3 * stretch * (apply_s + K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
@@ -155,7 +161,7 @@ int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t 
         .link = {.alpha_s = s->latency_us * 1e-6, .beta_s_per_byte = 8 / (s->link_gbps * 1e9)},
         .gemm_flops_per_s = s->gemm_gflops * 1e9, .add_flops_per_s = s->add_gadds * 1e9,
         .host_cores = s->host_cores, .ranks_per_host = s->ranks_per_host};
-    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0};
+    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0, SFB_WIRE_F32};
     struct sfb__cost_parts r;
     if ((ret = sfb__cost_parts(&e, &m, &r))) return ret;
     struct sfb_cost_result all = {.size = sizeof all, .sf_bytes = r.sf_bytes};

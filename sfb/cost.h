@@ -36,11 +36,15 @@ struct sfb__cost_matrix {
     uint64_t rows, cols; /* K × D */
     /* one SF frame of this matrix for one clock of one worker as the codec
      * really encodes it (header included); 0 = the dense formula
-     * 64 + 8 + 4·S·(K+D) */
+     * 64 + 8 + e·S·(K+D) */
     double sf_bytes;
     /* non-zeros of c in that frame when c goes as CSR (0: dense c): the
      * apply is then the sparse pass, rows·nnz multiply-adds per SF */
     double c_nnz;
+    /* the factors' precision (enum sfb__wire_prec): SFB_WIRE_F32 (0), e = 4
+     * bytes a number; SFB_WIRE_BF16, e = 2, and each SF is widened to
+     * float32 before its apply (S·(K+D) more element passes) */
+    unsigned prec;
 };
 
 struct sfb__cost_env {

@@ -159,8 +159,18 @@ struct sfb_job_attach {
      * multiply-adds (the sparse pass) instead of the dense GEMM, and its
      * frame the CSR bytes when sf_bytes does not say. */
     const uint32_t *sf_nnz;
+    /* The precision SFB's factors travel in (docs/wire.md, "bfloat16 SF
+     * payload"): "f32" (NULL, default) or "bf16": B and c rounded to the
+     * nearest bfloat16 (half the bytes), which every replica, the origin's
+     * own included, applies, accumulating in float32 (the usual sgemm: no
+     * bf16 GEMM here); or one per matrix, comma separated ("bf16,bf16,f32").
+     * A matrix FMS carries ignores it (full matrices travel float32); the
+     * cost model of engine "auto" charges a bf16 matrix's factors their
+     * bf16 bytes. Every rank must attach the same (a frame of another
+     * precision fails the job). */
+    const char *factor_dtype;
     uint8_t reserved[64 - 2 * sizeof(double) - 2 * sizeof(const uint32_t *) -
-                     sizeof(const char *) - 2 * sizeof(int)];
+                     2 * sizeof(const char *) - 2 * sizeof(int)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

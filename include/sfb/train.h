@@ -111,7 +111,10 @@ struct sfb_train_settings {
                                 order, the own one among them, so all hold the same
                                 bits after every clock (sfb_job_attach.ordered; costs
                                 the own update's early apply). Default 0 */
-    uint8_t reserved[64];    /* for fields of later versions: zero */
+    const char *factor_dtype; /* the precision SFB's factors travel in: "f32" (NULL,
+                                default) or "bf16" (half the bytes, rounded to
+                                nearest even; sfb_job_attach.factor_dtype) */
+    uint8_t reserved[64 - sizeof(const char *)]; /* for fields of later versions: zero */
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

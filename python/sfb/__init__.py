@@ -82,7 +82,8 @@ class _Attach(ctypes.Structure):
         ("ordered", ctypes.c_int),
         ("reserved0", ctypes.c_uint32),
         ("sf_nnz", _c_u32_p),
-        ("reserved", ctypes.c_uint8 * (64 - 16 - 3 * ctypes.sizeof(ctypes.c_void_p) - 8)),
+        ("factor_dtype", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint8 * (64 - 16 - 4 * ctypes.sizeof(ctypes.c_void_p) - 8)),
     ]
 
 
@@ -378,7 +379,7 @@ class Job:
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
                topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
-               priority=None, sf_bytes=None, ordered=False, sf_nnz=None):
+               priority=None, sf_bytes=None, ordered=False, sf_nnz=None, factor_dtype=None):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
@@ -395,6 +396,11 @@ class Job:
         ordered: every replica applies a clock's updates of a matrix
         together once all ranks' have come, in rank order, its own among
         them (not at publish): replicas that start equal stay bit-identical.
+        factor_dtype: the precision SFB's factors travel in, "f32" (None,
+        default) or "bf16" (half the bytes: b and c rounded to the nearest
+        bfloat16, which every replica, this rank's included, applies in
+        float32), for every matrix, or one per matrix (a list, or "bf16,f32");
+        a matrix FMS carries ignores it. `factor_dtypes` lists each matrix's.
         Collective. Afterwards `engines` lists each matrix's engine and
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
@@ -412,7 +418,13 @@ class Job:
         a = _Attach()
         library().sfb_job_default_attach(ctypes.byref(a))
         a.n, a.mats, a.max_s = len(mats), cm, _int("attach: max_s", max_s, 1, _U32)
-        self._attach_keep = [_enc(engine), _enc(topology), cm, _enc(priority)]
+        if factor_dtype is None:
+            factor_dtype = "f32"
+        if not isinstance(factor_dtype, str):
+            factor_dtype = ",".join(factor_dtype)
+        self._attach_keep = [_enc(engine), _enc(topology), cm, _enc(priority),
+                             _enc(factor_dtype)]
+        a.factor_dtype = self._attach_keep[4]
         a.engine, a.topology = self._attach_keep[0], self._attach_keep[1]
         a.priority = self._attach_keep[3]
         a.staleness = _clock("attach: staleness", staleness, -1)
@@ -435,6 +447,8 @@ class Job:
         _check(library().sfb_job_attach(self._handle(), ctypes.byref(a)))
         self.matrices = mats
         self.engines = [library().sfb_job_engine(self._h, i).decode() for i in range(len(mats))]
+        dtypes = factor_dtype.split(",")  # checked by the library: 1 or one per matrix
+        self.factor_dtypes = dtypes * len(mats) if len(dtypes) == 1 else dtypes
         self.plan = library().sfb_job_plan(self._h).decode()
         self._sfs = (_SF * len(mats))()
         # publish_one / publish_dense per layer and step: bound once

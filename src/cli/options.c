@@ -163,6 +163,12 @@ static const struct cli_opt job_rows2[] = {
      "largest |b||c|, or largest change relative to the\n"
      "replica's rows; oldest clock first (default fifo)",
      .choices = "fifo|magnitude|relative"},
+    {ROW(CLI_CHOICE, "factor-dtype", 0, T(factor_dtype)), "f32|bf16",
+     "the precision --sync sfb's factors travel in: bf16\n"
+     "halves their bytes (rounded to nearest even; every\n"
+     "replica applies the rounded factors, the own\n"
+     "update's too, in float32) (default f32)",
+     .choices = "f32|bf16"},
     R("link-gbps", link_gbps, 0, 1e6, CLI_OPEN_LO, "G", "a bandwidth in (0, 1e6] Gbit/s",
       "--sync auto's link model: bandwidth per worker\n"
       "(default: measured by a ping-pong at start-up)"),

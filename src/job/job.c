@@ -27,6 +27,7 @@ struct sfb_job {
     void *engine_priv;
     /* per matrix (nmat, allocated at attach): */
     const struct sfb__sync_ops **engine_of; /* its engine (NULL: "auto", not chosen yet) */
+    uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
     double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
     struct sfb_matrix *mats;
     uint64_t *done;         /* bit m: matrix m published in the clock waited for */
@@ -198,12 +199,14 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
 static void free_matrices(struct sfb_job *job)
 {
     free(job->engine_of);
+    free(job->prec);
     free(job->plan_ms);
     free(job->mats);
     free(job->done);
     free(job->engines);
     free(job->plan);
     job->engine_of = NULL;
+    job->prec = NULL;
     job->plan_ms = NULL;
     job->mats = NULL;
     job->done = NULL;
@@ -217,11 +220,13 @@ static int alloc_matrices(struct sfb_job *job, uint32_t n)
 {
     free_matrices(job);
     job->engine_of = calloc(n, sizeof *job->engine_of);
+    job->prec = calloc(n, sizeof *job->prec);
     job->plan_ms = calloc(n, sizeof *job->plan_ms);
     job->mats = calloc(n, sizeof *job->mats);
     job->done = calloc((n + 63) / 64, sizeof *job->done);
     job->engines = calloc((size_t)n * 4 + 1, 1); /* "sfb," per matrix */
-    if (!job->engine_of || !job->plan_ms || !job->mats || !job->done || !job->engines)
+    if (!job->engine_of || !job->prec || !job->plan_ms || !job->mats || !job->done ||
+        !job->engines)
         return sfb__error(-ENOMEM, "sfb_job_attach: out of memory for %u matrices", n);
     return 0;
 }
@@ -241,6 +246,37 @@ static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: engine \"%s\" names %u engines for %u "
                           "matrices (one for all, or one per matrix)", a->engine, n, a->n);
     for (uint32_t m = n; m < a->n; m++) job->engine_of[m] = job->engine_of[0];
+    return 0;
+}
+
+/* a->factor_dtype: job->prec, one precision per matrix ("f32" or "bf16",
+ * for all or one per matrix, comma separated; NULL: "f32"). */
+static int parse_factor_dtype(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    const char *p = a->factor_dtype ? a->factor_dtype : "f32";
+    uint32_t n = 0;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        unsigned prec;
+        if (len == 3 && !strncmp(p, "f32", 3)) prec = SFB_WIRE_F32;
+        else if (len == 4 && !strncmp(p, "bf16", 4)) prec = SFB_WIRE_BF16;
+        else
+            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: factor_dtype \"%s\": entry %u is "
+                              "\"%.*s\", expected f32 or bf16 (one for all matrices, or one per "
+                              "matrix, comma separated)", a->factor_dtype, n, (int)SFB_MIN(len, 32),
+                              p);
+        if (n == a->n)
+            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: factor_dtype \"%s\" names more "
+                              "precisions than the %u matrices", a->factor_dtype, a->n);
+        job->prec[n++] = (uint8_t)prec;
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    if (n != 1 && n != a->n)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: factor_dtype \"%s\" names %u precisions "
+                          "for %u matrices (one for all, or one per matrix)", a->factor_dtype, n,
+                          a->n);
+    for (uint32_t m = n; m < a->n; m++) job->prec[m] = job->prec[0];
     return 0;
 }
 
@@ -327,7 +363,7 @@ static int plan_auto(struct sfb_job *job, const struct sfb_job_attach *a, const 
     int ret = plan_line(job, &len, &cap, "");
     for (uint32_t m = 0; m < a->n && ret >= 0; m++) {
         struct sfb__cost_matrix cm = {a->mats[m].rows, a->mats[m].cols, in[AUTO_HDR + a->n + m],
-                                      in[AUTO_HDR + 2 * (size_t)a->n + m]};
+                                      in[AUTO_HDR + 2 * (size_t)a->n + m], job->prec[m]};
         char line[256];
         job->plan_ms[m][0] = job->plan_ms[m][1] = NAN;
         if (job->engine_of[m]) {
@@ -418,6 +454,7 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .flush_clock = a->flush_clock,
         .start_clock = a->start_clock,
         .engine_of = job->engine_of,
+        .factor_prec = job->prec,
     };
     int ret = sfb__parts_settings(a->priority, sfb__comm_budget_rate(job->comm),
                                   sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
@@ -440,6 +477,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     int ret = check_attach(job, a);
     if (!ret) ret = alloc_matrices(job, a->n);
     if (!ret) ret = parse_engines(job, a);
+    if (!ret) ret = parse_factor_dtype(job, a);
     if (ret) return ret;
     struct sfb__wire_shape *shapes = malloc(a->n * sizeof *shapes);
     if (!shapes) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");

@@ -78,7 +78,7 @@ double sfb_train_lr(const struct sfb_train_settings *s, uint64_t clock, uint64_t
     }
 }
 
-/* How the workers talk: progress, bandwidth budget, priority. */
+/* How the workers talk: progress, bandwidth budget, priority, factor precision. */
 static int check_network(const struct sfb_train_settings *s)
 {
     if (s->progress && strcmp(s->progress, "auto") && strcmp(s->progress, "spin") &&
@@ -87,6 +87,8 @@ static int check_network(const struct sfb_train_settings *s)
     if (s->priority && sfb__priority_find(s->priority) < 0)
         return sfb__error(-EINVAL, "priority \"%s\" is not %s", s->priority,
                           sfb__priority_names());
+    if (s->factor_dtype && strcmp(s->factor_dtype, "f32") && strcmp(s->factor_dtype, "bf16"))
+        return sfb__error(-EINVAL, "factor_dtype \"%s\" is not f32 or bf16", s->factor_dtype);
     if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
         return sfb__error(-EINVAL, "bandwidth must be a positive number of bytes/s (or 0: "
                           "none), not %g", s->bandwidth);

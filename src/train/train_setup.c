@@ -141,8 +141,9 @@ static int agree_settings(struct worker *w)
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
              "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\ncheck_every=%" PRIu64
-             "\nordered=%d\n", total, s->checkpoint_every, s->resume_dir ? "yes" : "no",
-             s->link_gbps, s->latency_us, s->check_every, s->ordered);
+             "\nordered=%d\nfactor_dtype=%s\n", total, s->checkpoint_every,
+             s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us, s->check_every, s->ordered,
+             s->factor_dtype ? s->factor_dtype : "f32");
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed to load its data and aborted instead of coming */
     return sfb_job_agree(w->job, text);
@@ -256,6 +257,8 @@ static int prepare(struct worker *w)
  * model's private state, dml's pair stream, is put back). */
 static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
 {
+    const char *dtype = w->s->factor_dtype;
+    unsigned prec = dtype && !strcmp(dtype, "bf16") ? SFB_WIRE_BF16 : SFB_WIRE_F32;
     const struct sfb_model_ops *ops = sfb_model_get_ops(w->model);
     uint8_t state[SFB_MODEL_STATE_MAX];
     size_t len = ops->state_save ? ops->state_save(sfb__model_priv(w->model), state, sizeof state)
@@ -266,7 +269,8 @@ static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
     for (uint32_t i = 0; i < s && idx; i++) idx[i] = i;
     if (idx && s && !sfb_model_factors(w->model, &w->train, idx, s, 1e-3f, w->sf, &loss))
         for (uint32_t m = 0; m < n; m++)
-            sf_bytes[m] = (uint32_t)SFB_MIN(sfb__sf_frame_size(&w->sf[m]), (size_t)UINT32_MAX);
+            sf_bytes[m] =
+                (uint32_t)SFB_MIN(sfb__sf_frame_size(&w->sf[m], prec), (size_t)UINT32_MAX);
     free(idx);
     if (len) ops->state_load(sfb__model_priv(w->model), state, len);
 }
@@ -299,6 +303,7 @@ static int attach(struct worker *w)
      * all hold the same bits after every clock (replica checks compare them
      * exactly) */
     a.ordered = s->ordered;
+    a.factor_dtype = s->factor_dtype; /* --factor-dtype: f32 (NULL) or bf16 */
     int auto_sync = sfb__sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */

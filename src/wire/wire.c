@@ -145,10 +145,17 @@ int sfb__wire_encode(const struct sfb__wire_hdr *h, const struct sfb__wire_piece
     return 0;
 }
 
+/* Zero bytes that pad n bytes to a multiple of 4. */
+static uint64_t pad4(uint64_t n)
+{
+    return (4 - n % 4) % 4;
+}
+
 /* Checks payload_len against what the shape implies. SF payload (the codec's
  * contract, sfb/codec.h and docs/wire.md): an 8-byte prefix (scale, nnz),
  * then B (S·K·e), then dense c (S·D·e) or CSR c: S+1 u32 row pointers and at
- * most S·D (u32 column, value) pairs. */
+ * most S·D (u32 column, value) pairs; then zero bytes up to a multiple of 4
+ * (e = 2 only: every SF and DENSE_ROWS payload is whole 4-byte words). */
 static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr *h,
                     enum sfb__wire_reason *why)
 {
@@ -163,10 +170,13 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         /* u32 operands in u64 arithmetic: cannot overflow for K, D, S < 2^32. */
         uint64_t s = h->s, k = h->k, d = h->d;
         uint64_t pre = 8 + (h->flags & SFB_WIRE_F_PART ? SFB_WIRE_PART_PREFIX : 0);
-        if (!(h->flags & SFB_WIRE_F_SPARSE)) return h->payload_len == pre + s * (k + d) * e;
+        if (!(h->flags & SFB_WIRE_F_SPARSE))
+            return h->payload_len == pre + s * (k + d) * e + pad4(s * (k + d) * e);
         uint64_t lo = pre + s * k * e + (s + 1) * 4;
-        return h->payload_len >= lo && h->payload_len <= lo + s * d * (4 + e) &&
-               (h->payload_len - lo) % (4 + e) == 0;
+        if (h->payload_len < lo) return 0;
+        /* nnz pairs, then the padding (< 4 + e bytes: nnz is determined) */
+        uint64_t nnz = (h->payload_len - lo) / (4 + e), pad = (h->payload_len - lo) % (4 + e);
+        return nnz <= s * d && pad == pad4(s * k * e + nnz * (4 + e));
     }
     case SFB_WIRE_DENSE_ROWS: {
         if (h->matrix >= job->nshapes || (h->flags & SFB_WIRE_F_PART)) return 0;
@@ -174,7 +184,7 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         if (h->k == 0 || h->d != m->d || h->s >= m->k || h->k > m->k - h->s) return 0;
         if (h->flags & SFB_WIRE_F_SPARSE) return 0;
         *why = SFB_WIRE_R_LENGTH;
-        return h->payload_len == (uint64_t)h->k * h->d * e;
+        return h->payload_len == (uint64_t)h->k * h->d * e + pad4((uint64_t)h->k * h->d * e);
     }
     default:
         /* BUNDLE, control and DATA frames have no shape (nor parts). */
@@ -312,6 +322,13 @@ int sfb__wire_bundle_next(const struct sfb__wire_job *job, struct sfb__wire_iter
         goto trunc;
     }
     size_t n = SFB_WIRE_HDR_SIZE + (size_t)plen;
+    if (plen % 4) {
+        /* every inner frame whole 4-byte words: the payloads behind it stay
+         * aligned for in-place float32 views (SF and DENSE_ROWS frames are) */
+        sfb__wire_parse_header(it->p, h);
+        it->p = it->end;
+        return reject(job, h, n, it->from, SFB_WIRE_R_LENGTH);
+    }
     int rc = decode(job, it->p, n, it->from, h, payload, 1);
     if (rc) {
         it->p = it->end; /* a bad inner frame ends the iteration */

@@ -35,7 +35,12 @@ kill: rank --victim exits abruptly in step 5: every other rank must fail
   naming it.
 flip: as exact, with --check-every; SFB_DEBUG_FLIP (set by the caller) flips
   one bit of one rank's tensor before a check: one repair, then every rank
-  ends as one process would."""
+  ends as one process would.
+lowp: as exact with --factor-dtype (bf16): the ranks must end bit-identical
+  (a checksum of every parameter compared), the loss over the data set
+  within --tol (relative) of one float32 process's, the parameters apart
+  from it by more than float32 rounding (the factors were rounded), and the
+  plan must say "bf16 factors" for every layer by factors."""
 import argparse
 import copy
 import os
@@ -55,7 +60,8 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill", "flip"])
+ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill", "flip",
+                                 "lowp"])
 ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn",
                                                      "seq2seq", "lm", "sparse", "lstm", "recur",
                                                      "conv"])
@@ -71,6 +77,7 @@ ap.add_argument("--except", dest="skip", default=None,
 ap.add_argument("--overlap", type=int, default=1)
 ap.add_argument("--victim", type=int, default=2)
 ap.add_argument("--check-every", type=int, default=100)
+ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"])
 ap.add_argument("--save")
 ap.add_argument("--resume")
 ap.add_argument("--out")
@@ -376,7 +383,8 @@ def case():
     ref = copy.deepcopy(model)
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    staleness=args.staleness, backward_passes_per_step=args.passes,
-                                   overlap=bool(args.overlap), check_every=args.check_every)
+                                   overlap=bool(args.overlap), check_every=args.check_every,
+                                   factor_dtype=args.factor_dtype)
     if args.mode in ("shapes", "init"):
         try:
             train(model, opt, x, y, 1)
@@ -438,6 +446,33 @@ def case():
         if not last < 0.95 * first:
             fail("the loss over the data set %.4f -> %.4f did not fall by 5 %%" % (first, last))
         print("ok ssp: replicas agree to %.2g, loss %.4f -> %.4f" % (worst, first, last),
+              flush=True)
+        return
+    if args.mode == "lowp":
+        import zlib
+        s = opt._sfb
+        crc = 0
+        for p in model.parameters():
+            crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
+        crcs = [int(np.frombuffer(b, np.uint32)[0])
+                for b in s.job.allgather(np.array([crc], np.uint32).tobytes())]
+        sft.shutdown()
+        if len(set(crcs)) != 1:
+            fail("the ranks' parameters differ: checksums %s" % ["%08x" % c for c in crcs])
+        reference(ref, x, y, args.steps)
+        want = full_loss(ref, x, y)
+        worst, where = rel_diff(model, ref)
+        if not abs(last - want) <= args.tol * want:
+            fail("loss %.6f, one float32 process's %.6f: beyond %g relative" %
+                 (last, want, args.tol))
+        if worst <= 1e-5:
+            fail("the parameters equal one float32 process's (%.3g): were the factors rounded?"
+                 % worst)
+        lines = [line for line in opt.plan.splitlines() if ": sfb " in line]
+        if not lines or any("bf16 factors" not in line for line in lines):
+            fail("the plan does not say bf16 factors for every layer by factors:\n" + opt.plan)
+        print("ok lowp %s: %d ranks identical (%08x), loss %.6f vs float32 %.6f, parameters "
+              "%.3g apart (%s)" % (args.factor_dtype, P, crc, last, want, worst, where),
               flush=True)
         return
     st = sft.stats()

@@ -320,6 +320,12 @@ static int test_bf16_round(void)
     return 0;
 }
 
+/* n rounded up to whole 4-byte words (a bf16 payload's zero padding). */
+static size_t words(size_t n)
+{
+    return (n + 3) & ~(size_t)3;
+}
+
 /* sf's factors rounded to bfloat16 (in place): what a bf16 payload carries. */
 static void round_sf(struct sfb_sf *sf)
 {
@@ -404,9 +410,9 @@ static int bf16_roundtrip(double density, int expect_sparse, int exact)
         } else {
             ASSERT_EQ(sparse, expect_sparse);
         }
-        /* b and c in 2 bytes a value, CSR indices in 4 */
-        ASSERT_EQ(size, sparse ? 8 + (size_t)S * ROWS * 2 + (S + 1) * 4 + nnz * 6
-                               : 8 + (size_t)S * (ROWS + COLS) * 2);
+        /* b and c in 2 bytes a value, CSR indices in 4, padded to 4-byte words */
+        ASSERT_EQ(size, words(sparse ? 8 + (size_t)S * ROWS * 2 + (S + 1) * 4 + nnz * 6
+                                     : 8 + (size_t)S * (ROWS + COLS) * 2));
         ASSERT_EQ(size, sfb__sf_payload_size(&sf, sparse, nnz, SFB_WIRE_BF16));
         /* an odd address: a bf16 payload assumes no alignment */
         uint8_t *mem = calloc(1, size + 1), *p = mem + 1;
@@ -459,7 +465,8 @@ static int test_bf16_sparse(void)
 
 /* The CSR choice weighs bf16's bytes: a dense c of 4 x 16 with nnz
  * non-zeros is 8 + 4*5*2 + 64*2 = 176 bytes dense, 8 + 40 + 5*4 + 6*nnz =
- * 68 + 6*nnz as CSR: CSR under 3/4 of 176 (132), up to 10 non-zeros. */
+ * 68 + 6*nnz as CSR (and 2 bytes of padding for an odd nnz): CSR under 3/4
+ * of 176 (132), up to 10 non-zeros. */
 static int test_bf16_threshold(void)
 {
     for (uint32_t nz = 0; nz <= 64; nz++) {
@@ -470,7 +477,7 @@ static int test_bf16_threshold(void)
         uint64_t nnz;
         size_t size = sfb__sf_choose(&sf, SFB_WIRE_BF16, &sparse, &nnz);
         ASSERT_EQ(sparse, nz <= 10);
-        ASSERT_EQ(size, sparse ? 68 + 6 * (size_t)nz : 176);
+        ASSERT_EQ(size, sparse ? words(68 + 6 * (size_t)nz) : 176);
         /* dense both ways: half of float32's bytes after the prefix */
         int fs;
         uint64_t fn;
@@ -499,7 +506,7 @@ static int test_bf16_csr_input(void)
     size_t size = sfb__sf_choose(&sf, SFB_WIRE_BF16, &sparse, &nnz);
     ASSERT_EQ(sparse, 1);
     ASSERT_EQ(nnz, 3);
-    ASSERT_EQ(size, 8 + 4 * 2 + 3 * 4 + 3 * 6);
+    ASSERT_EQ(size, 8 + 4 * 2 + 3 * 4 + 3 * 6 + 2); /* 46, padded to 48 */
     uint8_t buf[64];
     ASSERT_OK(sfb__sf_encode(&sf, sparse, nnz, SFB_WIRE_BF16, buf, size));
     uint8_t *wide;
@@ -536,6 +543,13 @@ static int test_bf16_malformed(void)
         ASSERT_EQ(sfb__sf_expand(p, lens[i], ROWS, COLS, S, 1, p, size), -SFB_EFORMAT);
     }
     ASSERT_STR_CONTAINS(sfb_last_error(), "sf payload (bfloat16)");
+    /* the padding must be zero (3 non-zeros: 86 bytes and 2 of padding) */
+    ASSERT_EQ(nnz, 3);
+    ASSERT_EQ(size, 88);
+    p[87] = 1;
+    ASSERT_EQ(sfb__sf_expand_size(p, size, ROWS, COLS, S, 1, &wide), -SFB_EFORMAT);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "padding byte 87 is not 0");
+    p[87] = 0;
     /* the float32 reading of a bf16 payload fails on length too */
     ASSERT_EQ(sfb__sf_expand_size(p, size, ROWS + 1, COLS, S, 1, &wide), -SFB_EFORMAT);
     ASSERT_EQ(sfb__sf_expand_size(p, size, ROWS, COLS, S, 0, &wide), -SFB_EFORMAT);

@@ -6,6 +6,7 @@
 #include "sfb/cost.h"
 #include "src/base/util.h"
 #include "src/comm/comm_loopback.h"
+#include "src/wire/wire.h"
 #include "test.h"
 
 #include <errno.h>
@@ -32,7 +33,7 @@ static struct sfb__cost_env env4(void)
 static int test_mlp_full(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m[2] = {{1024, 785, 0, 0}, {10, 1025, 0, 0}};
+    struct sfb__cost_matrix m[2] = {{1024, 785, 0, 0, 0}, {10, 1025, 0, 0, 0}};
     int choice[2];
     double ms[2][2];
     ASSERT_OK(sfb__cost_plan(&e, m, 2, choice, ms));
@@ -64,7 +65,7 @@ static int test_mlp_full(void)
 static int test_mlr_bytes(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {4096, 4096, 0, 0};
+    struct sfb__cost_matrix m = {4096, 4096, 0, 0, 0};
     int choice;
     double ms[1][2];
     ASSERT_OK(sfb__cost_plan(&e, &m, 1, &choice, ms));
@@ -88,7 +89,7 @@ static int test_mlr_bytes(void)
 static int test_sparse_rows(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {65, 50000, 0, 32};
+    struct sfb__cost_matrix m = {65, 50000, 0, 32, 0};
     struct sfb__cost_parts r;
     ASSERT_OK(sfb__cost_parts(&e, &m, &r));
     ASSERT_NEAR(r.sf_bytes, 8780, 1e-9);
@@ -102,6 +103,33 @@ static int test_sparse_rows(void)
                        "clock -> sfb\n");
     m.c_nnz = -1;
     ASSERT_EQ(sfb__cost_parts(&e, &m, &r), -EINVAL);
+    return 0;
+}
+
+/* bfloat16 factors (factor_dtype "bf16"), the MLP's layer 1 of mlp_full:
+ * B = 64 + 8 + 2·32·(1024 + 785) = 115848, and each of the P SFs widened
+ * first, 32·1809 = 57888 adds:
+ *   SFB: 0.15 + 3·115848·8e-9 s + 10.289152 + 4·57888 / 1e9 s
+ *      = 0.15 + 2.780352 + 10.289152 + 0.231552 = 13.451056 ms
+ * FMS carries full matrices in float32: as before (44.52408 ms). A CSR c
+ * of 32 non-zeros (the sparse rows above): 64 + 8 + 2·32·65 + 4·33 + 6·32
+ * = 4556 bytes. */
+static int test_bf16(void)
+{
+    struct sfb__cost_env e = env4();
+    struct sfb__cost_matrix m = {1024, 785, 0, 0, SFB_WIRE_BF16};
+    struct sfb__cost_parts r;
+    ASSERT_OK(sfb__cost_parts(&e, &m, &r));
+    ASSERT_NEAR(r.sf_bytes, 115848, 1e-9);
+    ASSERT_NEAR(r.ms[SFB__ENG_SFB], 13.451056, 1e-6);
+    ASSERT_NEAR(r.ms[SFB__ENG_FMS], 44.52408, 1e-6);
+    struct sfb__cost_matrix rows = {65, 50000, 0, 32, SFB_WIRE_BF16};
+    ASSERT_OK(sfb__cost_parts(&e, &rows, &r));
+    ASSERT_NEAR(r.sf_bytes, 4556, 1e-9);
+    /* a given frame size is taken as it is */
+    m.sf_bytes = 1000;
+    ASSERT_OK(sfb__cost_parts(&e, &m, &r));
+    ASSERT_NEAR(r.sf_bytes, 1000, 1e-9);
     return 0;
 }
 
@@ -119,7 +147,7 @@ static int test_halton_changes_answer(void)
     struct sfb__cost_env e = {.world = 16, .batch = 1, .topology = "halton", .flush_clock = 1,
                               .link = {10e-6, 1e-9, 1}, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
-    struct sfb__cost_matrix m = {100, 100, 1000, 0};
+    struct sfb__cost_matrix m = {100, 100, 1000, 0, 0};
     double t[2];
     ASSERT_OK(sfb__cost_predict(&e, &m, t));
     ASSERT_NEAR(t[0], 0.375256, 1e-9);
@@ -149,7 +177,7 @@ static int test_defaults_and_world1(void)
 {
     struct sfb__cost_env e = {.world = 2, .batch = 1, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
-    struct sfb__cost_matrix m = {100, 100, 1000, 0};
+    struct sfb__cost_matrix m = {100, 100, 1000, 0, 0};
     double t[2];
     ASSERT_OK(sfb__cost_predict(&e, &m, t)); /* topology NULL = full */
     /* 10 + 1000·8e-3 + 2·100·100·2/1e9 s = 10 + 8 + 40 µs */
@@ -166,7 +194,7 @@ static int test_defaults_and_world1(void)
 static int test_bad_input(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {10, 10, 0, 0};
+    struct sfb__cost_matrix m = {10, 10, 0, 0, 0};
     double t[2];
     ASSERT_EQ(sfb__cost_predict(NULL, &m, t), -EINVAL);
     e.batch = 0;
@@ -182,7 +210,7 @@ static int test_bad_input(void)
     ASSERT_STR_CONTAINS(sfb_last_error(), "beta");
     e = env4();
     e.topology = "ring";
-    struct sfb__cost_matrix two[2] = {{10, 10, 0, 0}, {0, 10, 0, 0}};
+    struct sfb__cost_matrix two[2] = {{10, 10, 0, 0, 0}, {0, 10, 0, 0, 0}};
     int choice[2];
     ASSERT_EQ(sfb__cost_plan(&e, two, 2, choice, NULL), -SFB_EUSAGE);
     ASSERT_STR_CONTAINS(sfb_last_error(), "matrix 0");
@@ -283,6 +311,7 @@ int main(int argc, char **argv)
         {"mlp_full", test_mlp_full},
         {"mlr_bytes", test_mlr_bytes},
         {"sparse_rows", test_sparse_rows},
+        {"bf16", test_bf16},
         {"halton_changes_answer", test_halton_changes_answer},
         {"defaults_and_world1", test_defaults_and_world1},
         {"bad_input", test_bad_input},

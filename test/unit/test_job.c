@@ -3,6 +3,7 @@
  * order, shape checks, and the own update applied exactly. Multi-process
  * behaviour: test/integration/job_many.c, sfb_launch.sh and mlr_numpy.sh. */
 #include <sfb/job.h>
+#include "sfb/codec.h"
 #include "src/base/util.h"
 #include "test.h"
 
@@ -253,6 +254,54 @@ static int test_publish_nonfinite(void)
     return 0;
 }
 
+/* factor_dtype: "f32"/"bf16" for all matrices or one per matrix, else
+ * refused naming the entry. A job of one worker in bf16 applies the factors
+ * rounded to bfloat16, as a job of several would (accumulating in float32);
+ * an FMS matrix ignores it. */
+static int test_factor_dtype(void)
+{
+    float data[2][6] = {{0}};
+    struct sfb_matrix m[2] = {{2, 3, data[0]}, {2, 3, data[1]}};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    ASSERT(a.factor_dtype == NULL);
+    a.n = 2;
+    a.mats = m;
+    a.max_s = 2;
+    a.engine = "sfb,fms";
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    const char *bad[] = {"f16", "bf16,f32,f32", "bf16,", "", "BF16", "bf16 "};
+    for (size_t i = 0; i < SFB_ARRAY_LEN(bad); i++) {
+        a.factor_dtype = bad[i];
+        ASSERT_EQ(sfb_job_attach(job, &a), -SFB_EUSAGE);
+        ASSERT_STR_CONTAINS(sfb_last_error(), "sfb_job_attach: factor_dtype");
+    }
+    ASSERT_STR_CONTAINS(sfb_last_error(), "entry 0 is \"bf16 \", expected f32 or bf16");
+    a.factor_dtype = "bf16,f32,f32";
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "names more precisions than the 2");
+    a.factor_dtype = "bf16";
+    ASSERT_OK(sfb_job_attach(job, &a));
+    /* b = (1/3, 1 + 2^-8), c = (0.1, 1, 3 + 2^-7) (both ties: to even):
+     * bf16 rounds them to (0x3eab, 1) and (0x3dcd, 1, 3) */
+    float b[2] = {1.0f / 3.0f, 1.00390625f}, c[3] = {0.1f, 1.0f, 3.0078125f};
+    struct sfb_sf sf[2] = {{.rows = 2, .cols = 3, .s = 1, .scale = 2.0f, .b = b, .c = c},
+                           {.rows = 2, .cols = 3, .s = 1, .scale = 2.0f, .b = b, .c = c}};
+    float delta[6] = {0};
+    ASSERT_OK(sfb_job_wait(job, 0, NULL));
+    ASSERT_OK(sfb_job_publish_one(job, 0, 0, &sf[0]));
+    for (int i = 0; i < 6; i++) delta[i] = b[i / 3] * c[i % 3];
+    ASSERT_OK(sfb_job_publish_dense(job, 0, 1, 2.0f, delta));
+    float rb[2] = {sfb__bf16_to_f32(0x3eab), 1.0f}, rc[3] = {sfb__bf16_to_f32(0x3dcd), 1, 3};
+    for (int i = 0; i < 6; i++) {
+        ASSERT(data[0][i] == 2.0f * (rb[i / 3] * rc[i % 3])); /* rounded */
+        ASSERT(data[1][i] == 2.0f * delta[i]);                /* FMS: float32 */
+    }
+    ASSERT_OK(sfb_job_finish(job, 0));
+    sfb_job_close(&job);
+    return 0;
+}
+
 static int test_publish_sfb(void)
 {
     return run_engine("sfb");
@@ -430,6 +479,7 @@ static const struct test_case tests[] = {
     {"bad_settings", test_bad_settings},
     {"order_and_shapes", test_order_and_shapes},
     {"publish_sfb", test_publish_sfb},
+    {"factor_dtype", test_factor_dtype},
     {"publish_fms", test_publish_fms},
     {"publish_nonfinite", test_publish_nonfinite},
     {"publish_one", test_publish_one},

@@ -383,6 +383,67 @@ static int test_bundle(void)
 }
 
 /* Random byte flips and truncations never crash and are always rejected. */
+/* Whether an SF frame of matrix 1 (3×4) with this S, flags and payload_len
+ * passes the header checks (the payload all zeros). */
+static int sf_len_ok(uint32_t s, uint8_t flags, uint64_t len)
+{
+    static uint8_t buf[SFB_WIRE_HDR_SIZE + 256];
+    struct sfb__wire_hdr h = {.type = SFB_WIRE_SF, .flags = flags, .job_key = job.job_key,
+                              .origin = 1, .sender = 1, .matrix = 1, .k = 3, .d = 4, .s = s,
+                              .payload_len = len};
+    memset(buf, 0, sizeof buf);
+    struct sfb__wire_piece p = {buf + SFB_WIRE_HDR_SIZE, len};
+    if (len > 256 || sfb__wire_encode(&h, &p, 1, buf)) return -1;
+    struct sfb__wire_hdr d;
+    enum sfb__wire_reason why;
+    return sfb__wire_check_header(&job, buf, SFB_WIRE_HDR_SIZE + len, &d, &why) == 0;
+}
+
+/* Precision bits 4..5: a bf16 (e = 2) SF payload is 8 + S·K·2 + (dense)
+ * S·D·2 or (CSR) (S+1)·4 + nnz·6, then zero bytes to a multiple of 4; a
+ * float32 one as before. A bundle's inner frames are whole 4-byte words,
+ * so a float32 payload behind any of them stays aligned. */
+static int test_precision(void)
+{
+    const uint8_t B = SFB_WIRE_BF16 << SFB_WIRE_F_PREC_SHIFT, SP = SFB_WIRE_F_SPARSE;
+    ASSERT_EQ(sfb__wire_elem_size(B), 2);
+    ASSERT_EQ(sfb__wire_elem_size(0), 4);
+    ASSERT_EQ(sf_len_ok(1, 0, 36), 1);  /* f32 dense: 8 + 7·4 */
+    ASSERT_EQ(sf_len_ok(1, B, 24), 1);  /* bf16 dense: 8 + 7·2 = 22, padded */
+    ASSERT_EQ(sf_len_ok(1, B, 22), 0);
+    ASSERT_EQ(sf_len_ok(1, B, 26), 0);
+    ASSERT_EQ(sf_len_ok(2, B, 36), 1);  /* 8 + 14·2: no padding */
+    ASSERT_EQ(sf_len_ok(2, B, 40), 0);
+    /* CSR, S = 1: 22 bytes before the pairs; nnz 0..4 */
+    const uint64_t csr_ok[] = {24, 28, 36, 40, 48}; /* 22, 28, 34, 40, 46 padded */
+    for (uint64_t len = 20; len <= 56; len++) {
+        int want = 0;
+        for (size_t i = 0; i < SFB_ARRAY_LEN(csr_ok); i++) want |= len == csr_ok[i];
+        ASSERT_EQ(sf_len_ok(1, B | SP, len), want);
+    }
+    ASSERT_EQ(sf_len_ok(1, SP, 8 + 12 + 8 + 8), 1); /* f32 CSR, nnz 1 */
+    ASSERT_EQ(sf_len_ok(1, SP, 8 + 12 + 8 + 6), 0);
+    /* a bundle holding an inner frame of 5 payload bytes: refused there */
+    uint8_t inner[SFB_WIRE_HDR_SIZE + 8] = {0};
+    struct sfb__wire_hdr dh = {.type = SFB_WIRE_DATA, .job_key = job.job_key, .origin = 1,
+                               .sender = 1, .payload_len = 5};
+    struct sfb__wire_piece dp = {inner + SFB_WIRE_HDR_SIZE, 5};
+    ASSERT_OK(sfb__wire_encode(&dh, &dp, 1, inner));
+    static uint8_t b[1024];
+    size_t n = make_bundle(b, inner, SFB_WIRE_HDR_SIZE + 5, 2, 0);
+    struct sfb__wire_hdr d, ih;
+    const uint8_t *pl, *f, *ipl;
+    size_t flen;
+    ASSERT_OK(sfb__wire_decode(&job, b, n, 1, &d, &pl));
+    struct sfb__wire_iter it;
+    sfb__wire_bundle_begin(&it, pl, d.payload_len, 1);
+    uint64_t before = rej(SFB_WIRE_R_LENGTH);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), -EMSGSIZE);
+    ASSERT_EQ(rej(SFB_WIRE_R_LENGTH), before + 1);
+    ASSERT_EQ(sfb__wire_bundle_next(&job, &it, &f, &flen, &ih, &ipl), 0);
+    return 0;
+}
+
 static int test_random_corruption(void)
 {
     struct sfb__wire_hdr h, d;
@@ -409,6 +470,7 @@ static const struct test_case tests[] = {
     {"rejects", test_rejects},
     {"parts", test_parts},
     {"bundle", test_bundle},
+    {"precision", test_precision},
     {"random_corruption", test_random_corruption},
 };
 

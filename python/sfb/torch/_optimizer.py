@@ -66,12 +66,16 @@ class _Sync(_Passes):
     job's clock, the factor capture, the reduction at the end of backward."""
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
-                 overlap, attach_args, check_every=100):
+                 overlap, attach_args, check_every=100, factor_dtype="f32"):
         job = _env._need()
         self.opt, self.job, self.model = opt, job, model
         U = _sfb.UsageError
         if sync not in ("auto", "sfb", "fms"):
             raise U("DistributedOptimizer: sync %r: expected 'auto', 'sfb' or 'fms'" % (sync,))
+        if factor_dtype not in ("f32", "bf16"):
+            raise U("DistributedOptimizer: factor_dtype %r: expected 'f32' or 'bf16'" %
+                    (factor_dtype,))
+        self.factor_dtype = factor_dtype
         if not isinstance(staleness, int) or staleness < -1:
             raise U("DistributedOptimizer: staleness %r: expected an integer >= 0, or -1 "
                     "(asynchronous)" % (staleness,))
@@ -435,7 +439,8 @@ class _Sync(_Passes):
         lines += ["%s=%s\n" % (n, tuple(p.shape)) for n, p in self.dense]
         lines += ["clock=%d\n" % self.clock, "staleness=%d\n" % self.staleness,
                   "backward_passes_per_step=%d\n" % self.passes_per_step,
-                  "sync=%s\n" % self.sync, "optimizer=%s\n" % type(self.opt).__name__]
+                  "sync=%s\n" % self.sync, "factor_dtype=%s\n" % self.factor_dtype,
+                  "optimizer=%s\n" % type(self.opt).__name__]
         job.agree("".join(lines))
         try:
             job.agree("parameters_crc32=%08x\n" % _crc_tensors(
@@ -460,7 +465,7 @@ class _Sync(_Passes):
         counts = [int(np.frombuffer(b, np.int64)[0])
                   for b in job.allgather(np.array([mine], np.int64).tobytes())]
         self.max_s = self.max_samples or max(counts)
-        mats, engines, nnz = [], [], []
+        mats, engines, nnz, dtypes = [], [], [], []
         with torch.no_grad():
             for slot in self.linears:
                 slot.buf = np.zeros((slot.rows, slot.cols), np.float32)
@@ -471,6 +476,7 @@ class _Sync(_Passes):
                 mats.append(slot.buf)
                 engines.append(self.sync)
                 nnz.append(self.max_s if slot.kind == "rows" else 0)
+                dtypes.append(self.factor_dtype)
             if self.dense:
                 self.dense_buf = np.zeros(self._dense_shape(), np.float32)
                 self.dense_stage = np.zeros(self.dense_buf.size, np.float32)
@@ -483,6 +489,7 @@ class _Sync(_Passes):
                 mats.append(self.dense_buf)
                 engines.append("fms")  # dense gradients: the engine that carries them
                 nnz.append(0)
+                dtypes.append("f32")
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
@@ -494,9 +501,11 @@ class _Sync(_Passes):
                 mats.append(self.meta)
                 engines.append("sfb")
                 nnz.append(0)
+                dtypes.append("f32")  # integers (steps, checksums) bf16 could not hold
         job.attach(mats, max_s=self.max_s, engine=",".join(engines),
                    staleness=self.staleness, start_clock=self.clock,
-                   ordered=not self.additive, sf_nnz=nnz, **self.attach_args)
+                   ordered=not self.additive, sf_nnz=nnz, factor_dtype=dtypes,
+                   **self.attach_args)
         if self.additive:
             with torch.no_grad():
                 for slot in self.linears:
@@ -525,6 +534,8 @@ class _Sync(_Passes):
             eng = job.engines[slot.index]
             why = "auto: " + auto[slot.index] if slot.index in auto else \
                 "sync=%r" % self.sync
+            if eng == "sfb" and job.factor_dtypes[slot.index] == "bf16":
+                why = "bf16 factors; " + why
             out.append("%s: %s (%s)" % (slot.label, eng, why))
         for n, p in self.model_params:
             if id(p) in self.conv_dense and id(p) not in self.covered:
@@ -917,7 +928,8 @@ class _DistributedOptimizer:
 
 
 def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_passes_per_step=1,
-                         max_samples=None, overlap=True, check_every=100, **attach_args):
+                         max_samples=None, overlap=True, check_every=100, factor_dtype="f32",
+                         **attach_args):
     """Wraps a torch.optim optimizer so that each step applies the mean of
     every rank's gradients (staleness 0: .grad holds it when backward()
     returns, as under DDP), or every rank's updates within the SSP bound
@@ -940,6 +952,12 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
       checksum of every parameter and optimizer state tensor (the same bits
       on every rank) and repair one that differs from the majority's (0:
       never).
+    factor_dtype: "f32" (default) or "bf16": the factors of the layers
+      synchronized by factors travel in bfloat16, half the bytes, rounded to
+      nearest even; every rank, this one included, applies the rounded
+      factors, accumulating in float32, so the ranks stay identical (the
+      plan says "bf16 factors" for those layers; dense gradients and FMS
+      layers stay float32). Every rank must pass the same.
     Further keyword arguments go to sfb.Job.attach (topology, degree,
     link_gbps, latency_us, priority, ...).
 
@@ -958,7 +976,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
     state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
-                  overlap, attach_args, check_every)
+                  overlap, attach_args, check_every, factor_dtype)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
