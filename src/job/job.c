@@ -4,8 +4,8 @@
 #include "config.h"
 #include <sfb/job.h>
 #include "sfb/codec.h"
-#include "sfb/cost.h"
 #include "sfb/parts.h"
+#include "sfb/plan.h"
 #include "sfb/sync.h"
 #include "src/base/util.h"
 #include "src/base/timeline.h"
@@ -17,7 +17,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 struct sfb_job {
     struct sfb__comm *comm;
@@ -231,24 +230,6 @@ static int alloc_matrices(struct sfb_job *job, uint32_t n)
     return 0;
 }
 
-/* a->engine (sfb__sync_parse): job->engine_of, one engine per matrix
- * (NULL: "auto", chosen by choose_auto). */
-static int parse_engines(struct sfb_job *job, const struct sfb_job_attach *a)
-{
-    uint32_t n;
-    int ret = sfb__sync_parse(a->engine ? a->engine : "sfb", job->engine_of, a->n, &n);
-    if (ret) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", sfb_last_error());
-        return sfb__error(ret, "sfb_job_attach: %s", why);
-    }
-    if (n != 1 && n != a->n)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: engine \"%s\" names %u engines for %u "
-                          "matrices (one for all, or one per matrix)", a->engine, n, a->n);
-    for (uint32_t m = n; m < a->n; m++) job->engine_of[m] = job->engine_of[0];
-    return 0;
-}
-
 /* a->factor_dtype: job->prec, one precision per matrix ("f32" or "bf16",
  * for all or one per matrix, comma separated; NULL: "f32"). */
 static int parse_factor_dtype(struct sfb_job *job, const struct sfb_job_attach *a)
@@ -280,140 +261,17 @@ static int parse_factor_dtype(struct sfb_job *job, const struct sfb_job_attach *
     return 0;
 }
 
-/* What the cost model weighs, as rank 0 sees it (broadcast, so every rank
- * plans with the same numbers and chooses the same engines): the header,
- * then per matrix the sgemm rate (0: forced, not measured), then per
- * matrix the SF frame's bytes. */
-enum { AUTO_ALPHA, AUTO_BETA, AUTO_ADD, AUTO_CORES, AUTO_LOCAL, AUTO_HDR };
-
-struct shape_at {
-    uint32_t rows, cols, m;
-};
-
-static int cmp_shape(const void *x, const void *y)
-{
-    const struct shape_at *a = x, *b = y;
-    if (a->rows != b->rows) return a->rows < b->rows ? -1 : 1;
-    return a->cols < b->cols ? -1 : a->cols > b->cols;
-}
-
-/* Rank 0: each auto matrix's sgemm rate, measured once per shape (a model
- * of hundreds of layers has few shapes; a measurement takes up to ~20 ms). */
-static int measure_gemm(const struct sfb_job *job, const struct sfb_job_attach *a, double *gemm)
-{
-    struct shape_at *v = malloc(a->n * sizeof *v);
-    if (!v) return -ENOMEM;
-    uint32_t k = 0;
-    for (uint32_t m = 0; m < a->n; m++)
-        if (!job->engine_of[m]) v[k++] = (struct shape_at){a->mats[m].rows, a->mats[m].cols, m};
-    qsort(v, k, sizeof *v, cmp_shape);
-    for (uint32_t i = 0; i < k; i++)
-        gemm[v[i].m] = i && !cmp_shape(&v[i], &v[i - 1])
-                           ? gemm[v[i - 1].m]
-                           : sfb__gemm_rate(v[i].rows, v[i].cols, a->max_s);
-    free(v);
-    return 0;
-}
-
-/* Rank 0's inputs (n = a->n): in[AUTO_HDR + m] the sgemm rate, in[AUTO_HDR
- * + n + m] the SF bytes, in[AUTO_HDR + 2n + m] the CSR c's non-zeros. */
-static int auto_inputs(struct sfb_job *job, const struct sfb_job_attach *a,
-                       const struct sfb__link *link, double *in)
-{
-    uint64_t biggest = 0;
-    for (uint32_t m = 0; m < a->n; m++) {
-        in[AUTO_HDR + a->n + m] = a->sf_bytes ? a->sf_bytes[m] : 0;
-        in[AUTO_HDR + 2 * (size_t)a->n + m] = a->sf_nnz ? a->sf_nnz[m] : 0;
-        if (!job->engine_of[m])
-            biggest = SFB_MAX(biggest, (uint64_t)a->mats[m].rows * a->mats[m].cols);
-    }
-    in[AUTO_ALPHA] = link->alpha_s;
-    in[AUTO_BETA] = link->beta_s_per_byte;
-    /* rank 0's rates are the plan's: measured there alone, not while every
-     * rank of the host competes for its cores */
-    in[AUTO_ADD] = sfb__add_rate(biggest);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    in[AUTO_CORES] = cores > 0 ? (double)cores : 1;
-    in[AUTO_LOCAL] = sfb__comm_local_ranks(job->comm);
-    return measure_gemm(job, a, in + AUTO_HDR);
-}
-
-/* Appends `line` to job->plan (length *len, capacity *cap). */
-static int plan_line(struct sfb_job *job, size_t *len, size_t *cap, const char *line)
-{
-    size_t n = strlen(line);
-    if (sfb__reserve((void **)&job->plan, cap, *len + n + 1)) return -ENOMEM;
-    memcpy(job->plan + *len, line, n + 1);
-    *len += n;
-    return 0;
-}
-
-/* The auto matrices' choices (in: rank 0's inputs), and the plan: one
- * line per matrix, a forced one saying so. */
-static int plan_auto(struct sfb_job *job, const struct sfb_job_attach *a, const double *in,
-                     int measured)
-{
-    struct sfb__cost_env e = {
-        .world = sfb__comm_world(job->comm), .batch = a->max_s, .topology = a->topology,
-        .degree = a->degree, .flush_clock = a->flush_clock,
-        .link = {in[AUTO_ALPHA], in[AUTO_BETA], measured},
-        .add_flops_per_s = in[AUTO_ADD],
-        .host_cores = (uint32_t)in[AUTO_CORES], .ranks_per_host = (uint32_t)in[AUTO_LOCAL]};
-    size_t len = 0, cap = 0;
-    int ret = plan_line(job, &len, &cap, "");
-    for (uint32_t m = 0; m < a->n && ret >= 0; m++) {
-        struct sfb__cost_matrix cm = {a->mats[m].rows, a->mats[m].cols, in[AUTO_HDR + a->n + m],
-                                      in[AUTO_HDR + 2 * (size_t)a->n + m], job->prec[m]};
-        char line[256];
-        job->plan_ms[m][0] = job->plan_ms[m][1] = NAN;
-        if (job->engine_of[m]) {
-            snprintf(line, sizeof line, "matrix %u %ux%u: %s (forced)\n", m, a->mats[m].rows,
-                     a->mats[m].cols, job->engine_of[m]->name);
-            ret = plan_line(job, &len, &cap, line);
-            continue;
-        }
-        /* each matrix at its own sgemm rate */
-        e.gemm_flops_per_s = in[AUTO_HDR + m];
-        int choice;
-        if ((ret = sfb__cost_plan(&e, &cm, 1, &choice, &job->plan_ms[m]))) break;
-        /* clock-mode relays receive on their own, SF frames only: SFB */
-        if (a->flush_clock) choice = SFB__ENG_SFB;
-        job->engine_of[m] = choice == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
-        ret = sfb__cost_describe_one(m, &cm, choice, job->plan_ms[m], line, sizeof line);
-        if (ret >= 0) ret = plan_line(job, &len, &cap, line);
-    }
-    if (ret == -ENOMEM) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    job->planned = ret >= 0;
-    return ret < 0 ? ret : 0;
-}
-
-/* The "auto" entries: per matrix the engine the cost model (sfb/cost.h)
- * predicts to be faster per clock. Collective (the link probe, a broadcast
- * of rank 0's inputs). */
+/* The "auto" entries: per matrix the engine the cost model predicts to
+ * be faster per clock (sfb/plan.h). Collective. */
 static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
 {
-    uint32_t world = sfb__comm_world(job->comm);
-    struct sfb__link link = {0};
-    int ret = 0;
-    if (a->link_gbps > 0 || a->latency_us > 0) {
-        link.alpha_s = (a->latency_us > 0 ? a->latency_us : 10.0) * 1e-6;
-        link.beta_s_per_byte = 8.0 / ((a->link_gbps > 0 ? a->link_gbps : 1.0) * 1e9);
-    } else if (world > 1 && (ret = sfb__link_probe(job->comm, &link))) {
-        return sfb__comm_explain(job->comm, ret);
-    }
-    size_t len = (AUTO_HDR + 3 * (size_t)a->n) * sizeof(double);
-    double *in = calloc(1, len);
-    if (!in) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    if (sfb__comm_rank(job->comm) == 0 && auto_inputs(job, a, &link, in))
-        ret = sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    /* every rank reaches the broadcast (a failed rank 0 fails after it,
-     * alone: the others see it leave) */
-    if (world > 1) {
-        int r = sfb__comm_broadcast(job->comm, 0, in, len);
-        if (!ret && r) ret = r == -SFB_EUSAGE ? r : sfb__comm_explain(job->comm, r);
-    }
-    if (!ret) ret = plan_auto(job, a, in, link.measured);
-    free(in);
+    struct sfb__plan_job pj = {
+        .comm = job->comm, .mats = a->mats, .n = a->n, .max_s = a->max_s,
+        .topology = a->topology, .degree = a->degree, .flush_clock = a->flush_clock,
+        .link_gbps = a->link_gbps, .latency_us = a->latency_us, .sf_bytes = a->sf_bytes,
+        .sf_nnz = a->sf_nnz, .prec = job->prec};
+    int ret = sfb__plan_auto(&pj, job->engine_of, job->plan_ms, &job->plan);
+    job->planned = !ret;
     return ret;
 }
 
@@ -476,7 +334,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     SFB_ARG(a);
     int ret = check_attach(job, a);
     if (!ret) ret = alloc_matrices(job, a->n);
-    if (!ret) ret = parse_engines(job, a);
+    if (!ret) ret = sfb__plan_engines(a->engine, a->n, job->engine_of);
     if (!ret) ret = parse_factor_dtype(job, a);
     if (ret) return ret;
     struct sfb__wire_shape *shapes = malloc(a->n * sizeof *shapes);
