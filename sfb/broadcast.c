@@ -533,11 +533,20 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
     return apply_ready(priv, limit, now_clock, required, acct);
 }
 
+/* The waiter of this engine (sfb__sync_ops.waiter): its own wait's, and
+ * the per-matrix engine's for it. */
+static void bc_waiter(void *priv, struct sfb__sync_waiter *w)
+{
+    struct bcast *b = priv;
+    *w = (struct sfb__sync_waiter){b, waiter_take, waiter_progress, 1, !b->env.flush_clock};
+}
+
 /* Receives and applies until every origin has applied `required`. */
 static int wait_until(struct bcast *b, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    const struct sfb__sync_waiter w = {b, waiter_take, waiter_progress, 1, !b->env.flush_clock};
+    struct sfb__sync_waiter w;
+    bc_waiter(b, &w);
     return sfb__sync_wait(b->c, b->env.ssp, &w, required, limit, now_clock, acct);
 }
 
@@ -768,7 +777,6 @@ static double bc_formula(uint64_t rows, uint64_t cols, uint32_t world, uint32_t 
 }
 
 const struct sfb__sync_ops sfb__broadcast_ops = {
-    .name = "sfb",
     .priv_size = sizeof(struct bcast),
     .open = bc_open,
     .close = bc_close,
@@ -778,9 +786,13 @@ const struct sfb__sync_ops sfb__broadcast_ops = {
     .drain = bc_drain,
     .staleness_hist = bc_hist,
     .report = bc_report,
+    .waiter = bc_waiter,
+};
+
+const struct sfb__sync_desc sfb__broadcast_desc = {
+    .name = "sfb",
     .summary = "sufficient factors, broadcast to every peer (default)",
     .overlays = 1,
     .formula_bytes = bc_formula,
-    .take = waiter_take,
-    .progress = waiter_progress,
+    .ops = &sfb__broadcast_ops,
 };

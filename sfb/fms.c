@@ -414,13 +414,22 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
     return ret ? ret : apply_ready(f, limit, now_clock, required, acct);
 }
 
+/* The waiter of this engine (sfb__sync_ops.waiter): its own wait's, and
+ * the per-matrix engine's for it. */
+static void fms_waiter(void *priv, struct sfb__sync_waiter *w)
+{
+    struct fms *f = priv;
+    /* FMS marks no clock published (comm_stall.c): no stall check */
+    *w = (struct sfb__sync_waiter){f, waiter_take, waiter_progress, 0, 0};
+}
+
 /* Receives, sums (as owner) and applies until every block has applied
  * `required`. */
 static int wait_until(struct fms *f, int64_t required, int64_t limit, int64_t now_clock,
                       struct sfb__sync_clock *acct)
 {
-    /* FMS marks no clock published (comm_stall.c): no stall check */
-    const struct sfb__sync_waiter w = {f, waiter_take, waiter_progress, 0, 0};
+    struct sfb__sync_waiter w;
+    fms_waiter(f, &w);
     return sfb__sync_wait(f->c, f->env.ssp, &w, required, limit, now_clock, acct);
 }
 
@@ -570,7 +579,6 @@ static double fms_formula(uint64_t rows, uint64_t cols, uint32_t world, uint32_t
 }
 
 const struct sfb__sync_ops sfb__fms_ops = {
-    .name = "fms",
     .priv_size = sizeof(struct fms),
     .open = fms_open,
     .close = fms_close,
@@ -581,9 +589,13 @@ const struct sfb__sync_ops sfb__fms_ops = {
     .drain = fms_drain,
     .staleness_hist = fms_hist,
     .report = fms_report,
+    .waiter = fms_waiter,
+};
+
+const struct sfb__sync_desc sfb__fms_desc = {
+    .name = "fms",
     .summary = "full matrices through sharded parameter servers",
     .overlays = 0,
     .formula_bytes = fms_formula,
-    .take = waiter_take,
-    .progress = waiter_progress,
+    .ops = &sfb__fms_ops,
 };

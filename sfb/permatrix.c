@@ -29,8 +29,10 @@
 #include <string.h>
 
 struct sub {
-    const struct sfb__sync_ops *ops;
+    const struct sfb__sync_desc *desc;
+    const struct sfb__sync_ops *ops; /* desc->ops */
     void *priv;              /* NULL until opened */
+    struct sfb__sync_waiter w; /* its waiter, once opened */
     struct sfb__ssp ssp;     /* this engine's own clock table */
     int ssp_open;
     int dirty;               /* in pm.dirty: progresses at the next round */
@@ -64,9 +66,9 @@ struct pm {
 
 /* Whether an engine carries several matrices in one instance (SFB) or runs
  * one per matrix (FMS: owners and blocks are per matrix). */
-static int carries_several(const struct sfb__sync_ops *ops)
+static int carries_several(const struct sfb__sync_desc *desc)
 {
-    return ops == &sfb__broadcast_ops;
+    return desc->ops == &sfb__broadcast_ops;
 }
 
 static void pm_close(void *priv)
@@ -100,16 +102,17 @@ static int plan_subs(struct pm *p, const struct sfb__sync_env *env)
     uint32_t n = env->nmat;
     int several = -1; /* the sub-engine of the engine that carries several */
     for (uint32_t m = 0; m < n; m++) {
-        const struct sfb__sync_ops *ops = env->engine_of[m];
-        if (!ops || ops == &sfb__permatrix_ops || !ops->take || !ops->progress ||
-            !ops->publish_one)
+        const struct sfb__sync_desc *desc = env->engine_of[m];
+        if (!desc || !desc->ops || desc->ops == &sfb__permatrix_ops || !desc->ops->waiter ||
+            !desc->ops->publish_one)
             return sfb__error(-EINVAL, "per-matrix sync: matrix %u has no engine that can share "
                               "a job", m);
-        int i = carries_several(ops) ? several : -1;
+        int i = carries_several(desc) ? several : -1;
         if (i < 0) {
             i = (int)p->nsub++;
-            p->sub[i].ops = ops;
-            if (carries_several(ops)) several = i;
+            p->sub[i].desc = desc;
+            p->sub[i].ops = desc->ops;
+            if (carries_several(desc)) several = i;
         }
         p->sub_of[m] = (uint32_t)i;
         p->local_of[m] = p->sub[i].n++;
@@ -182,6 +185,7 @@ static int open_subs(struct pm *p, const struct sfb__sync_env *env)
             break;
         }
         s->priv = sp;
+        s->ops->waiter(sp, &s->w);
     }
     return ret;
 }
@@ -266,7 +270,7 @@ static void pm_take(void *priv, struct sfb__frame *f)
     else if (h.type == SFB_WIRE_DENSE_ROWS && h.matrix < p->env.nmat)
         i = p->rows_sub[h.matrix];
     if (i >= 0) {
-        p->sub[i].ops->take(p->sub[i].priv, f); /* takes the buffer reference */
+        p->sub[i].w.take(p->sub[i].w.priv, f); /* takes the buffer reference */
         mark_dirty(p, (uint32_t)i);
         return;
     }
@@ -285,18 +289,24 @@ static int pm_progress(void *priv, int64_t limit, int64_t now_clock, int64_t req
     while (p->ndirty && !ret) {
         uint32_t i = p->dirty[--p->ndirty];
         p->sub[i].dirty = 0;
-        ret = p->sub[i].ops->progress(p->sub[i].priv, limit, now_clock, required, acct);
+        ret = p->sub[i].w.progress(p->sub[i].w.priv, limit, now_clock, required, acct);
         sync_sub(p, i);
     }
     return ret;
 }
 
-static int wait_until(struct pm *p, int64_t required, int64_t limit, int64_t now_clock,
-                      struct sfb__sync_clock *acct)
+static void pm_waiter(void *priv, struct sfb__sync_waiter *w)
 {
     /* no stall check: an origin's clock is applied here when its FMS part
      * is too, which waits on the slowest worker through the servers */
-    const struct sfb__sync_waiter w = {p, pm_take, pm_progress, 0, 0};
+    *w = (struct sfb__sync_waiter){priv, pm_take, pm_progress, 0, 0};
+}
+
+static int wait_until(struct pm *p, int64_t required, int64_t limit, int64_t now_clock,
+                      struct sfb__sync_clock *acct)
+{
+    struct sfb__sync_waiter w;
+    pm_waiter(p, &w);
     /* a new limit may let any sub-engine apply what it holds */
     all_dirty(p);
     return sfb__sync_wait(p->c, p->env.ssp, &w, required, limit, now_clock, acct);
@@ -349,7 +359,7 @@ static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
     struct sub *s = &p->sub[p->sub_of[m]];
     if (!s->ops->publish_dense)
         return sfb__error(-SFB_EUSAGE, "matrix %u: engine %s carries factors only", m,
-                          s->ops->name);
+                          s->desc->name);
     int ret = s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta);
     published(p, p->sub_of[m]);
     return ret;
@@ -398,7 +408,6 @@ static void pm_report(void *priv, struct sfb__sync_report *rep)
 }
 
 const struct sfb__sync_ops sfb__permatrix_ops = {
-    .name = "per-matrix",
     .priv_size = sizeof(struct pm),
     .open = pm_open,
     .close = pm_close,
@@ -409,9 +418,5 @@ const struct sfb__sync_ops sfb__permatrix_ops = {
     .drain = pm_drain,
     .staleness_hist = pm_hist,
     .report = pm_report,
-    .summary = "each matrix by its own engine",
-    .overlays = 1,
-    .formula_bytes = NULL,
-    .take = pm_take,
-    .progress = pm_progress,
+    .waiter = pm_waiter,
 };

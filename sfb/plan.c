@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_ops **engine_of)
+int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_desc **engine_of)
 {
     uint32_t k;
     int ret = sfb__sync_parse(spec ? spec : "sfb", engine_of, n, &k);
@@ -48,7 +48,7 @@ static int cmp_shape(const void *x, const void *y)
 
 /* Rank 0: each auto matrix's sgemm rate, measured once per shape (a model
  * of hundreds of layers has few shapes; a measurement takes up to ~20 ms). */
-static int measure_gemm(const struct sfb__plan_job *pj, const struct sfb__sync_ops **engine_of,
+static int measure_gemm(const struct sfb__plan_job *pj, const struct sfb__sync_desc **engine_of,
                         double *gemm)
 {
     struct shape_at *v = malloc(pj->n * sizeof *v);
@@ -67,7 +67,7 @@ static int measure_gemm(const struct sfb__plan_job *pj, const struct sfb__sync_o
 
 /* Rank 0's inputs (n = pj->n): in[AUTO_HDR + m] the sgemm rate, in[AUTO_HDR
  * + n + m] the SF bytes, in[AUTO_HDR + 2n + m] the CSR c's non-zeros. */
-static int auto_inputs(const struct sfb__plan_job *pj, const struct sfb__sync_ops **engine_of,
+static int auto_inputs(const struct sfb__plan_job *pj, const struct sfb__sync_desc **engine_of,
                        const struct sfb__link *link, double *in)
 {
     uint64_t biggest = 0;
@@ -100,7 +100,7 @@ static int plan_line(char **text, size_t *len, size_t *cap, const char *line)
 
 /* The auto matrices' choices (in: rank 0's inputs), and the plan: one
  * line per matrix, a forced one saying so. */
-static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_ops **engine_of,
+static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_desc **engine_of,
                       const double *in, int measured, double (*ms)[2], char **text)
 {
     struct sfb__cost_env e = {
@@ -129,7 +129,7 @@ static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_ops
         if ((ret = sfb__cost_plan(&e, &cm, 1, &choice, &ms[m]))) break;
         /* clock-mode relays receive on their own, SF frames only: SFB */
         if (pj->flush_clock) choice = SFB__ENG_SFB;
-        engine_of[m] = choice == SFB__ENG_FMS ? &sfb__fms_ops : &sfb__broadcast_ops;
+        engine_of[m] = choice == SFB__ENG_FMS ? &sfb__fms_desc : &sfb__broadcast_desc;
         ret = sfb__cost_describe_one(m, &cm, choice, ms[m], line, sizeof line);
         if (ret >= 0) ret = plan_line(text, &len, &cap, line);
     }
@@ -137,7 +137,7 @@ static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_ops
     return ret < 0 ? ret : 0;
 }
 
-int sfb__plan_auto(const struct sfb__plan_job *pj, const struct sfb__sync_ops **engine_of,
+int sfb__plan_auto(const struct sfb__plan_job *pj, const struct sfb__sync_desc **engine_of,
                    double (*ms)[2], char **text)
 {
     uint32_t world = sfb__comm_world(pj->comm);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 struct sfb__comm;
-struct sfb__sync_ops;
+struct sfb__sync_desc;
 
 /* What the planner weighs of a job's matrices (all read during the call
  * only). */
@@ -34,7 +34,7 @@ struct sfb__plan_job {
  * of n matrices, or one per matrix. Writes engine_of (n entries; NULL for
  * an "auto" entry). Returns 0 or -SFB_EUSAGE (sfb_last_error() says why,
  * as sfb_job_attach). */
-int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_ops **engine_of);
+int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_desc **engine_of);
 
 /* The "auto" entries (NULL in engine_of): per matrix the engine the cost
  * model predicts faster per clock, SFB where flush_clock. Collective (the
@@ -44,7 +44,7 @@ int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_ops *
  * it, also after an error): one line per matrix, "matrix 0 1024x785: sfb
  * 16 ms, fms 44.5 ms per clock -> sfb" or "matrix 1 10x20: fms (forced)".
  * Returns 0 or a negative code (sfb_last_error()). */
-int sfb__plan_auto(const struct sfb__plan_job *pj, const struct sfb__sync_ops **engine_of,
+int sfb__plan_auto(const struct sfb__plan_job *pj, const struct sfb__sync_desc **engine_of,
                    double (*ms)[2], char **text);
 
 #endif

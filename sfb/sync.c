@@ -8,16 +8,16 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct sfb__sync_ops *const engines[] = {&sfb__broadcast_ops, &sfb__fms_ops};
+static const struct sfb__sync_desc *const engines[] = {&sfb__broadcast_desc, &sfb__fms_desc};
 
-const struct sfb__sync_ops *sfb__sync_find(const char *name)
+const struct sfb__sync_desc *sfb__sync_find(const char *name)
 {
     for (size_t i = 0; name && i < SFB_ARRAY_LEN(engines); i++)
         if (!strcmp(engines[i]->name, name)) return engines[i];
     return NULL;
 }
 
-const struct sfb__sync_ops *sfb__sync_registry(size_t i)
+const struct sfb__sync_desc *sfb__sync_registry(size_t i)
 {
     return i < SFB_ARRAY_LEN(engines) ? engines[i] : NULL;
 }
@@ -33,14 +33,15 @@ int sfb__sync_is_auto(const char *spec)
     return 0;
 }
 
-int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n)
+int sfb__sync_parse(const char *spec, const struct sfb__sync_desc **out, uint32_t max,
+                    uint32_t *n)
 {
     *n = 0;
     for (const char *p = spec ? spec : "";; (*n)++) {
         size_t len = strcspn(p, ",");
         char name[32];
         snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-        const struct sfb__sync_ops *e = len < sizeof name ? sfb__sync_find(name) : NULL;
+        const struct sfb__sync_desc *e = len < sizeof name ? sfb__sync_find(name) : NULL;
         int is_auto = !strcmp(name, "auto");
         if (!e && !is_auto)
             return sfb__error(-SFB_EUSAGE, "sync \"%s\": \"%.*s\" is not an engine (sfb, fms, "

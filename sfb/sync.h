@@ -1,7 +1,9 @@
 /* Synchronization strategies (sync engines): how a worker's updates reach
  * every replica. `sfb` broadcasts sufficient factors (sfb/broadcast.c);
  * `fms` synchronizes full matrices through sharded servers (sfb/fms.c).
- * Each is an ops table; the training loop (src/train/train.c) drives it:
+ * Each is a descriptor (struct sfb__sync_desc: its name, summary and byte
+ * formula, for the registry) over an ops table (struct sfb__sync_ops); the
+ * job (src/job/job.c) drives it for the training loop:
  *
  *     for t in clocks:  wait(t) → compute SFs → publish(t, sfs)
  *     drain(last clock)
@@ -29,7 +31,7 @@ struct sfb__sync_env {
      * job carries some of the job's matrices under their job-wide ids */
     const uint32_t *ids;
     /* the per-matrix engine only (sfb__permatrix_ops): mats[i]'s engine */
-    const struct sfb__sync_ops *const *engine_of;
+    const struct sfb__sync_desc *const *engine_of;
     struct sfb__ssp *ssp;
     int apply_early; /* apply updates before SSP requires them */
     int ordered;     /* a clock's updates of a matrix applied together, in rank order,
@@ -93,8 +95,31 @@ struct sfb__sync_clock {
 
 #define SFB_STALENESS_BINS 17 /* 0..15, and 16+ */
 
+/* What an engine's wait loop does with its own state (sfb__sync_wait), and
+ * what the per-matrix engine runs several engines' waits in one loop with,
+ * each taking its own frames (sfb__sync_ops.waiter). */
+struct sfb__sync_waiter {
+    void *priv;
+    /* Takes one received frame (owns its buffer reference). */
+    void (*take)(void *priv, struct sfb__frame *f);
+    /* After every receive: forms and applies what is ready (updates up to
+     * `limit`, counted against `required` in `acct`); 0 or a negative code. */
+    int (*progress)(void *priv, int64_t limit, int64_t now_clock, int64_t required,
+                    struct sfb__sync_clock *acct);
+    /* 1: after progress, every origin still behind `required` lacks at
+     * least one frame not yet received (the engine applies whatever it
+     * holds up to `limit`), so the wait can sleep until that many updates
+     * have arrived instead of waking per frame. */
+    int one_frame_per_origin;
+    /* 1: an update a peer published stall_timeout_s ago and not received is
+     * lost, and fails the wait (src/comm/comm_stall.c). 0 where forwards
+     * wait on other ranks' progress (--flush clock relays: a straggler holds
+     * everyone's frames at the relays whose boundary waits on it). */
+    int stall_check;
+};
+
+/* An engine's operations, on its state of priv_size bytes. */
 struct sfb__sync_ops {
-    const char *name;
     size_t priv_size;
     int (*open)(void *priv, const struct sfb__sync_env *env);
     void (*close)(void *priv);
@@ -122,29 +147,35 @@ struct sfb__sync_ops {
     const uint64_t *(*staleness_hist)(void *priv);
     /* Counters for metrics (may be NULL). */
     void (*report)(void *priv, struct sfb__sync_report *rep);
+    /* The open engine's waiter (what its own wait runs sfb__sync_wait
+     * with): how the per-matrix engine runs several engines in one wait. */
+    void (*waiter)(void *priv, struct sfb__sync_waiter *w);
+};
+
+/* A registered engine as the registry, --help and the metrics' summary see
+ * it: its --sync name, what it is, and its operations. */
+struct sfb__sync_desc {
+    const char *name;
     const char *summary; /* one line for --help */
     int overlays;        /* 1: its updates may travel over an overlay topology */
     /* Bytes a rank sends per clock by the engine's textbook formula, for a
      * model of one rows x cols matrix, `world` ranks and `batch` samples
      * per rank per clock (the summary event's formula_bytes_per_clock). */
     double (*formula_bytes)(uint64_t rows, uint64_t cols, uint32_t world, uint32_t batch);
-    /* The engine's waiter (sfb__sync_wait below): how the per-matrix engine
-     * runs several engines in one wait, each taking its own frames. */
-    void (*take)(void *priv, struct sfb__frame *f);
-    int (*progress)(void *priv, int64_t limit, int64_t now_clock, int64_t required,
-                    struct sfb__sync_clock *acct);
+    const struct sfb__sync_ops *ops;
 };
 
 /* The engine registered under `name` (--sync), or NULL. */
-const struct sfb__sync_ops *sfb__sync_find(const char *name);
+const struct sfb__sync_desc *sfb__sync_find(const char *name);
 /* The registered engines in registry order (the first is the default);
  * NULL past the end. */
-const struct sfb__sync_ops *sfb__sync_registry(size_t i);
+const struct sfb__sync_desc *sfb__sync_registry(size_t i);
 /* A --sync value: one engine name for every matrix, or one per matrix,
  * comma separated ("sfb,fms"): writes *n (<= max) engines to out. An entry
  * "auto" (per matrix by the cost model) is written as NULL. Returns 0 or
  * -SFB_EUSAGE naming the bad part. */
-int sfb__sync_parse(const char *spec, const struct sfb__sync_ops **out, uint32_t max, uint32_t *n);
+int sfb__sync_parse(const char *spec, const struct sfb__sync_desc **out, uint32_t max,
+                    uint32_t *n);
 /* Whether a --sync value has an "auto" entry ("auto" for every matrix, or
  * in a list: "auto,fms"): those matrices go by the cost model. */
 int sfb__sync_is_auto(const char *spec);
@@ -154,27 +185,6 @@ int sfb__sync_is_auto(const char *spec);
  * (SFB_STALENESS_BINS) and `acct`. */
 void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
                              int64_t clock, int64_t required);
-/* What an engine's wait loop does with its own state (sfb__sync_wait). */
-struct sfb__sync_waiter {
-    void *priv;
-    /* Takes one received frame (owns its buffer reference). */
-    void (*take)(void *priv, struct sfb__frame *f);
-    /* After every receive: forms and applies what is ready (updates up to
-     * `limit`, counted against `required` in `acct`); 0 or a negative code. */
-    int (*progress)(void *priv, int64_t limit, int64_t now_clock, int64_t required,
-                    struct sfb__sync_clock *acct);
-    /* 1: after progress, every origin still behind `required` lacks at
-     * least one frame not yet received (the engine applies whatever it
-     * holds up to `limit`), so the wait can sleep until that many updates
-     * have arrived instead of waking per frame. */
-    int one_frame_per_origin;
-    /* 1: an update a peer published stall_timeout_s ago and not received is
-     * lost, and fails the wait (src/comm/comm_stall.c). 0 where forwards
-     * wait on other ranks' progress (--flush clock relays: a straggler holds
-     * everyone's frames at the relays whose boundary waits on it). */
-    int stall_check;
-};
-
 /* The engines' wait (engine.c): receives (taking every frame), lets the
  * engine progress, until SSP's minimum applied clock reaches `required`;
  * each round ends in a receive of at most 50 ms, and the comm layer's check ends the wait when a
@@ -184,6 +194,9 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
                    int64_t required, int64_t limit, int64_t now_clock,
                    struct sfb__sync_clock *acct);
 
+/* The registered engines (sync.c lists them) and their operations. */
+extern const struct sfb__sync_desc sfb__broadcast_desc;
+extern const struct sfb__sync_desc sfb__fms_desc;
 extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
 /* One engine per matrix (env.engine_of), several in one job under one SSP

@@ -25,7 +25,7 @@ struct sfb_job {
     const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
     void *engine_priv;
     /* per matrix (nmat, allocated at attach): */
-    const struct sfb__sync_ops **engine_of; /* its engine (NULL: "auto", not chosen yet) */
+    const struct sfb__sync_desc **engine_of; /* its engine (NULL: "auto", not chosen yet) */
     uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
     double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
     struct sfb_matrix *mats;
@@ -288,9 +288,9 @@ static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
         len += (size_t)sprintf(job->engines + len, "%s%s", m ? "," : "", job->engine_of[m]->name);
     }
     if (same) sprintf(job->engines, "%s", job->engine_of[0]->name);
-    if (same && (job->engine_of[0] != &sfb__fms_ops || job->nmat == 1 ||
+    if (same && (job->engine_of[0] != &sfb__fms_desc || job->nmat == 1 ||
                  sfb__comm_world(job->comm) == 1))
-        return job->engine_of[0];
+        return job->engine_of[0]->ops;
     return &sfb__permatrix_ops;
 }
 
@@ -533,7 +533,7 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
     int ret = need_engine(job, __func__);
     if (!ret) ret = check_one(job, __func__, clock, m);
     if (ret) return ret;
-    if (!job->engine_of[m]->publish_dense)
+    if (!job->engine_of[m]->ops->publish_dense)
         return sfb__error(-SFB_EUSAGE, "sfb_job_publish_dense: matrix %u is synchronized by %s, "
                           "which carries factors only (publish them with sfb_job_publish_one)",
                           m, job->engine_of[m]->name);

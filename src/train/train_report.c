@@ -82,10 +82,10 @@ static double formula_bytes(struct worker *w)
     double sum = 0;
     for (uint32_t m = 0; m < sfb_model_n_matrices(w->model); m++) {
         const struct sfb_matrix *a = sfb_model_matrix(w->model, m);
-        const struct sfb__sync_ops *e = sfb__sync_find(sfb_job_engine(w->job, m));
+        const struct sfb__sync_desc *e = sfb__sync_find(sfb_job_engine(w->job, m));
         /* --factor-dtype bf16: SFB's factors in 2 bytes a number, not 4 */
         double half = w->s->factor_dtype && !strcmp(w->s->factor_dtype, "bf16") &&
-                              e == &sfb__broadcast_ops ? 0.5 : 1;
+                              e == &sfb__broadcast_desc ? 0.5 : 1;
         if (e) sum += half * e->formula_bytes(a->rows, a->cols, w->world, w->batch);
     }
     return sum;

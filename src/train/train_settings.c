@@ -167,7 +167,8 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
                           s->latency_us);
     /* one engine, or one per matrix (checked against the model's matrices
      * at attach); an overlay needs one that relays */
-    const struct sfb__sync_ops *engines[SFB_MODEL_MAX_MATRICES] = {&sfb__broadcast_ops}, *engine = NULL;
+    const struct sfb__sync_desc *engines[SFB_MODEL_MAX_MATRICES] = {&sfb__broadcast_desc},
+                               *engine = NULL;
     uint32_t nsync = 1; /* auto: SFB relays whatever FMS does not carry */
     if (!sfb__sync_is_auto(s->sync) &&
         sfb__sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync))
@@ -244,19 +245,19 @@ int sfb_train_set_model_options(struct sfb_train_settings *t,
 
 const char *sfb_sync_registry_name(size_t i)
 {
-    const struct sfb__sync_ops *e = sfb__sync_registry(i);
+    const struct sfb__sync_desc *e = sfb__sync_registry(i);
     return e ? e->name : NULL;
 }
 
 const char *sfb_sync_registry_summary(size_t i)
 {
-    const struct sfb__sync_ops *e = sfb__sync_registry(i);
+    const struct sfb__sync_desc *e = sfb__sync_registry(i);
     return e ? e->summary : NULL;
 }
 
 int sfb_sync_registry_find(const char *name)
 {
-    const struct sfb__sync_ops *e = sfb__sync_find(name);
+    const struct sfb__sync_desc *e = sfb__sync_find(name);
     for (int i = 0; e && sfb__sync_registry((size_t)i); i++)
         if (sfb__sync_registry((size_t)i) == e) return i;
     return -1;

@@ -17,7 +17,7 @@ static const uint32_t rows_of[PM_NMAT] = {6, 2, 5}, cols_of[PM_NMAT] = {4, 7, 5}
 
 struct pm_cfg {
     const struct sfb__sync_ops *ops; /* the job's engine */
-    const struct sfb__sync_ops *engine_of[PM_NMAT];
+    const struct sfb__sync_desc *engine_of[PM_NMAT];
     uint32_t world, s;
     int64_t clocks, staleness;
     int apply_early;
@@ -199,22 +199,24 @@ static int run_pm(const struct pm_cfg *cfg)
 #define BC &sfb__broadcast_ops
 #define FM &sfb__fms_ops
 #define PM &sfb__permatrix_ops
+#define BD &sfb__broadcast_desc
+#define FD &sfb__fms_desc
 
 static int test_mixed_bsp(void)
 {
-    struct pm_cfg c = {PM, {BC, FM, BC}, 3, 2, 6, 0, 0, NULL, -1, {0}};
+    struct pm_cfg c = {PM, {BD, FD, BD}, 3, 2, 6, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
 static int test_mixed_other_way(void)
 {
-    struct pm_cfg c = {PM, {FM, BC, FM}, 4, 3, 5, 0, 0, NULL, -1, {0}};
+    struct pm_cfg c = {PM, {FD, BD, FD}, 4, 3, 5, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
 static int test_all_fms(void)
 {
-    struct pm_cfg c = {PM, {FM, FM, FM}, 3, 2, 5, 0, 0, NULL, -1, {0}};
+    struct pm_cfg c = {PM, {FD, FD, FD}, 3, 2, 5, 0, 0, NULL, -1, {0}};
     return run_pm(&c);
 }
 
@@ -228,13 +230,13 @@ static int test_sfb_several(void)
 
 static int test_mixed_ssp_slow(void)
 {
-    struct pm_cfg c = {PM, {BC, FM, FM}, 4, 2, 8, 2, 1, NULL, 2, {0}};
+    struct pm_cfg c = {PM, {BD, FD, FD}, 4, 2, 8, 2, 1, NULL, 2, {0}};
     return run_pm(&c);
 }
 
 static int test_mixed_halton(void)
 {
-    struct pm_cfg c = {PM, {BC, FM, BC}, 7, 2, 5, 1, 1, "halton", 3, {0}};
+    struct pm_cfg c = {PM, {BD, FD, BD}, 7, 2, 5, 1, 1, "halton", 3, {0}};
     return run_pm(&c);
 }
 
@@ -246,8 +248,8 @@ static int test_bf16_some(void)
 {
     const uint8_t B = SFB_WIRE_BF16;
     struct pm_cfg cfgs[] = {{BC, {0}, 4, 2, 6, 0, 0, NULL, -1, {B, 0, B}},
-                            {PM, {FM, BC, BC}, 4, 2, 6, 0, 0, NULL, -1, {B, 0, B}},
-                            {PM, {BC, FM, BC}, 7, 2, 5, 1, 1, "halton", 3, {0, B, B}}};
+                            {PM, {FD, BD, BD}, 4, 2, 6, 0, 0, NULL, -1, {B, 0, B}},
+                            {PM, {BD, FD, BD}, 7, 2, 5, 1, 1, "halton", 3, {0, B, B}}};
     for (size_t i = 0; i < SFB_ARRAY_LEN(cfgs); i++) {
         struct pm_cfg f32 = cfgs[i];
         memset(f32.prec, 0, sizeof f32.prec);
@@ -292,9 +294,11 @@ static int give(struct sfb__comm *c, void *priv, uint32_t m)
         return ret;
     }
     struct sfb__frame f = {buf, buf->data, SFB_WIRE_HDR_SIZE + size, 0, 1};
-    sfb__broadcast_ops.take(priv, &f); /* takes the reference */
+    struct sfb__sync_waiter w;
+    sfb__broadcast_ops.waiter(priv, &w);
+    w.take(w.priv, &f); /* takes the reference */
     struct sfb__sync_clock acct = {0};
-    return sfb__broadcast_ops.progress(priv, INT64_MAX, 1, 0, &acct);
+    return w.progress(w.priv, INT64_MAX, 1, 0, &acct);
 }
 
 static int split_main(struct sfb__comm *c, uint32_t r, void *arg)

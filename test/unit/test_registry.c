@@ -155,7 +155,7 @@ static int test_eval_text(void)
 /* Engines: the byte formula and relaying come from the ops. */
 static int test_engines(void)
 {
-    const struct sfb__sync_ops *sfb = sfb__sync_find("sfb"), *fms = sfb__sync_find("fms");
+    const struct sfb__sync_desc *sfb = sfb__sync_find("sfb"), *fms = sfb__sync_find("fms");
     ASSERT(sfb && fms && sfb__sync_find("nope") == NULL && sfb__sync_find(NULL) == NULL);
     ASSERT(sfb__sync_registry(0) == sfb && sfb__sync_registry(1) == fms);
     ASSERT(sfb__sync_registry(2) == NULL);
