@@ -730,10 +730,16 @@ const uint64_t *sfb__job_staleness_hist(struct sfb_job *job)
     return job->engine->staleness_hist(job->engine_priv);
 }
 
-void sfb__job_report(struct sfb_job *job, struct sfb__sync_report *rep)
+_Static_assert(SFB__JOB_STALENESS_BINS == SFB_STALENESS_BINS, "the staleness histogram's bins");
+
+void sfb__job_report(struct sfb_job *job, struct sfb__job_report *out)
 {
-    memset(rep, 0, sizeof *rep);
-    if (job->engine && job->engine->report) job->engine->report(job->engine_priv, rep);
+    struct sfb__sync_report rep = {0};
+    if (job->engine && job->engine->report) job->engine->report(job->engine_priv, &rep);
+    *out = (struct sfb__job_report){
+        .data_msgs = rep.data_msgs, .data_bytes = rep.data_bytes, .relays = rep.relays,
+        .bundles = rep.bundles, .forwarded = rep.forwarded, .mean_hops = rep.mean_hops,
+        .max_hops = rep.max_hops, .per_origin = rep.per_origin};
 }
 
 const char *sfb__job_engine_name(const struct sfb_job *job)
@@ -747,6 +753,68 @@ int sfb__job_plan_ms(const struct sfb_job *job, uint32_t m, double ms[2])
     ms[0] = job->plan_ms[m][0];
     ms[1] = job->plan_ms[m][1];
     return 0;
+}
+
+double sfb__job_formula_bytes(const struct sfb_job *job, uint32_t m, uint32_t batch)
+{
+    if (!job->engine || m >= job->nmat) return 0;
+    const struct sfb__sync_desc *e = job->engine_of[m];
+    /* bf16: SFB's factors in 2 bytes a number, not 4 */
+    double half = e == &sfb__broadcast_desc && job->prec[m] == SFB_WIRE_BF16 ? 0.5 : 1;
+    return half * e->formula_bytes(job->mats[m].rows, job->mats[m].cols,
+                                   sfb__comm_world(job->comm), batch);
+}
+
+/* ---- the sync engines, before any job (src/job/job_internal.h) ---- */
+
+int sfb__job_engine_info(size_t i, struct sfb__job_engine_info *out)
+{
+    const struct sfb__sync_desc *e = sfb__sync_registry(i);
+    if (!e) return -ENOENT;
+    *out = (struct sfb__job_engine_info){e->name, e->summary, e->overlays};
+    return 0;
+}
+
+/* The registry index of e, or -1. */
+static int registry_index(const struct sfb__sync_desc *e)
+{
+    for (int i = 0; e && sfb__sync_registry((size_t)i); i++)
+        if (sfb__sync_registry((size_t)i) == e) return i;
+    return -1;
+}
+
+int sfb__job_engine_find(const char *name)
+{
+    return registry_index(sfb__sync_find(name));
+}
+
+int sfb__job_sync_parse(const char *spec, int *out, uint32_t max, uint32_t *n)
+{
+    const struct sfb__sync_desc **e = calloc(max ? max : 1, sizeof *e);
+    if (!e) return sfb__error(-ENOMEM, "sync \"%s\": out of memory", spec ? spec : "");
+    int ret = sfb__sync_parse(spec, e, max, n);
+    for (uint32_t i = 0; !ret && i < *n; i++) out[i] = registry_index(e[i]);
+    free(e);
+    return ret;
+}
+
+int sfb__job_sync_is_auto(const char *spec)
+{
+    return sfb__sync_is_auto(spec);
+}
+
+int sfb__job_check_priority(const char *priority)
+{
+    if (priority && sfb__priority_find(priority) < 0)
+        return sfb__error(-EINVAL, "priority \"%s\" is not %s", priority,
+                          sfb__priority_names());
+    return 0;
+}
+
+size_t sfb__job_sf_frame_size(const struct sfb_sf *sf, const char *factor_dtype)
+{
+    int bf16 = factor_dtype && !strcmp(factor_dtype, "bf16");
+    return sfb__sf_frame_size(sf, bf16 ? SFB_WIRE_BF16 : SFB_WIRE_F32);
 }
 
 const char *sfb_job_plan(const struct sfb_job *job)

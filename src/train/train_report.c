@@ -1,7 +1,6 @@
 /* What a worker reports (src/train/worker.h): the metrics file's setup,
  * eval, summary, relay and teardown events (docs/formats.md). */
 #include "config.h"
-#include "sfb/sync.h"
 #include "src/base/util.h"
 #include "src/base/timeline.h"
 #include "src/job/job_internal.h"
@@ -55,7 +54,7 @@ void sfb__eval_event(struct worker *w, uint64_t clock, uint64_t epoch, double wa
 }
 
 /* The "relay" event of an overlay engine. */
-static void relay_event(struct worker *w, const struct sfb__sync_report *rep)
+static void relay_event(struct worker *w, const struct sfb__job_report *rep)
 {
     const struct sfb_train_settings *s = w->s;
     char *po = malloc((size_t)w->world * 24 + 8), *pp = po;
@@ -80,18 +79,12 @@ static void relay_event(struct worker *w, const struct sfb__sync_report *rep)
 static double formula_bytes(struct worker *w)
 {
     double sum = 0;
-    for (uint32_t m = 0; m < sfb_model_n_matrices(w->model); m++) {
-        const struct sfb_matrix *a = sfb_model_matrix(w->model, m);
-        const struct sfb__sync_desc *e = sfb__sync_find(sfb_job_engine(w->job, m));
-        /* --factor-dtype bf16: SFB's factors in 2 bytes a number, not 4 */
-        double half = w->s->factor_dtype && !strcmp(w->s->factor_dtype, "bf16") &&
-                              e == &sfb__broadcast_desc ? 0.5 : 1;
-        if (e) sum += half * e->formula_bytes(a->rows, a->cols, w->world, w->batch);
-    }
+    for (uint32_t m = 0; m < sfb_model_n_matrices(w->model); m++)
+        sum += sfb__job_formula_bytes(w->job, m, w->batch);
     return sum;
 }
 
-void sfb__sync_event(struct worker *w)
+void sfb__engines_event(struct worker *w)
 {
     char buf[1024];
     size_t len = 0;
@@ -119,8 +112,8 @@ void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,
     sfb_job_stats(w->job, &now);
     const struct sfb_job_stats *s0 = &rt->first;
     const uint64_t *hist = sfb__job_staleness_hist(w->job);
-    char hs[SFB_STALENESS_BINS * 24] = "", *hp = hs;
-    for (int i = 0; i < SFB_STALENESS_BINS; i++)
+    char hs[SFB__JOB_STALENESS_BINS * 24] = "", *hp = hs;
+    for (int i = 0; i < SFB__JOB_STALENESS_BINS; i++)
         hp += sprintf(hp, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
     char acc[32], launch[32] = "null"; /* as the setup event writes it */
     double launch_s = sfb__phase_span(SFB__PH_LAUNCH, SFB__PH_FIRST_CLOCK);
@@ -145,7 +138,7 @@ void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,
         (unsigned long long)(now.data_bytes - s0->data_bytes), (unsigned long long)w->train.n,
         (unsigned long long)res->peak_rss_bytes, launch, w->s->bandwidth, res->wait_s,
         res->budget_wait_s, res->budget_held_s, (unsigned long long)sfb__pss_bytes());
-    struct sfb__sync_report rep;
+    struct sfb__job_report rep;
     sfb__job_report(w->job, &rep);
     if (rep.relays) relay_event(w, &rep);
 }

@@ -2,11 +2,10 @@
  * run's settings pass before anything starts (src/train/train.c runs the loop). */
 #include "config.h"
 #include <sfb/model.h>
-#include "sfb/parts.h"
-#include "sfb/sync.h"
 #include <sfb/topo.h>
 #include <sfb/train.h>
 #include "src/base/util.h"
+#include "src/job/job_internal.h"
 #include "src/train/train_settings.h"
 
 #include <errno.h>
@@ -84,9 +83,8 @@ static int check_network(const struct sfb_train_settings *s)
     if (s->progress && strcmp(s->progress, "auto") && strcmp(s->progress, "spin") &&
         strcmp(s->progress, "block"))
         return sfb__error(-EINVAL, "progress \"%s\" is not auto, spin or block", s->progress);
-    if (s->priority && sfb__priority_find(s->priority) < 0)
-        return sfb__error(-EINVAL, "priority \"%s\" is not %s", s->priority,
-                          sfb__priority_names());
+    int ret = sfb__job_check_priority(s->priority);
+    if (ret) return ret;
     if (s->factor_dtype && strcmp(s->factor_dtype, "f32") && strcmp(s->factor_dtype, "bf16"))
         return sfb__error(-EINVAL, "factor_dtype \"%s\" is not f32 or bf16", s->factor_dtype);
     if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
@@ -167,26 +165,27 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
                           s->latency_us);
     /* one engine, or one per matrix (checked against the model's matrices
      * at attach); an overlay needs one that relays */
-    const struct sfb__sync_desc *engines[SFB_MODEL_MAX_MATRICES] = {&sfb__broadcast_desc},
-                               *engine = NULL;
+    int engines[SFB_MODEL_MAX_MATRICES] = {0}; /* registry indices; 0: the default, sfb */
     uint32_t nsync = 1; /* auto: SFB relays whatever FMS does not carry */
-    if (!sfb__sync_is_auto(s->sync) &&
-        sfb__sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync))
+    if (!sfb__job_sync_is_auto(s->sync) &&
+        sfb__job_sync_parse(s->sync, engines, SFB_MODEL_MAX_MATRICES, &nsync))
         return -SFB_EUSAGE;
+    struct sfb__job_engine_info engine = {0}, e;
     for (uint32_t i = 0; i < nsync; i++)
-        if (!engine || engines[i]->overlays) engine = engines[i];
+        if (!sfb__job_engine_info((size_t)engines[i], &e) && (!engine.name || e.overlays))
+            engine = e;
     const char *topo = s->topology ? s->topology : "full";
     int overlay = sfb_topo_is_overlay(topo);
     if (overlay < 0)
         return sfb__error(-SFB_EUSAGE, "unknown topology \"%s\" (%s)", topo, sfb_topo_names());
-    if (overlay && !engine->overlays) {
+    if (overlay && !engine.overlays) {
         char relaying[128] = "";
-        for (size_t i = 0, len = 0; sfb__sync_registry(i) && len < sizeof relaying; i++)
-            if (sfb__sync_registry(i)->overlays)
+        for (size_t i = 0, len = 0; !sfb__job_engine_info(i, &e) && len < sizeof relaying; i++)
+            if (e.overlays)
                 len += (size_t)snprintf(relaying + len, sizeof relaying - len, "%s--sync %s",
-                                        len ? " or " : "", sfb__sync_registry(i)->name);
+                                        len ? " or " : "", e.name);
         return sfb__error(-SFB_EUSAGE, "--topology %s applies to %s; --sync %s sends to its "
-                          "peers directly", topo, relaying, engine->name);
+                          "peers directly", topo, relaying, engine.name);
     }
     if (!overlay && s->degree)
         return sfb__error(-SFB_EUSAGE, "--degree applies to an overlay; add --topology halton");
@@ -245,22 +244,19 @@ int sfb_train_set_model_options(struct sfb_train_settings *t,
 
 const char *sfb_sync_registry_name(size_t i)
 {
-    const struct sfb__sync_desc *e = sfb__sync_registry(i);
-    return e ? e->name : NULL;
+    struct sfb__job_engine_info e;
+    return sfb__job_engine_info(i, &e) ? NULL : e.name;
 }
 
 const char *sfb_sync_registry_summary(size_t i)
 {
-    const struct sfb__sync_desc *e = sfb__sync_registry(i);
-    return e ? e->summary : NULL;
+    struct sfb__job_engine_info e;
+    return sfb__job_engine_info(i, &e) ? NULL : e.summary;
 }
 
 int sfb_sync_registry_find(const char *name)
 {
-    const struct sfb__sync_desc *e = sfb__sync_find(name);
-    for (int i = 0; e && sfb__sync_registry((size_t)i); i++)
-        if (sfb__sync_registry((size_t)i) == e) return i;
-    return -1;
+    return sfb__job_engine_find(name);
 }
 
 int sfb__train_validate(const struct sfb_train_settings *s)

@@ -7,8 +7,6 @@
 #include "src/base/util.h"
 #include "src/base/timeline.h"
 #include "models/model_internal.h"
-#include "sfb/codec.h"
-#include "sfb/sync.h"
 #include "src/job/job_internal.h"
 #include "src/train/worker.h"
 
@@ -257,8 +255,6 @@ static int prepare(struct worker *w)
  * model's private state, dml's pair stream, is put back). */
 static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
 {
-    const char *dtype = w->s->factor_dtype;
-    unsigned prec = dtype && !strcmp(dtype, "bf16") ? SFB_WIRE_BF16 : SFB_WIRE_F32;
     const struct sfb_model_ops *ops = sfb_model_get_ops(w->model);
     uint8_t state[SFB_MODEL_STATE_MAX];
     size_t len = ops->state_save ? ops->state_save(sfb__model_priv(w->model), state, sizeof state)
@@ -270,7 +266,8 @@ static void probe_sf_bytes(struct worker *w, uint32_t n, uint32_t *sf_bytes)
     if (idx && s && !sfb_model_factors(w->model, &w->train, idx, s, 1e-3f, w->sf, &loss))
         for (uint32_t m = 0; m < n; m++)
             sf_bytes[m] =
-                (uint32_t)SFB_MIN(sfb__sf_frame_size(&w->sf[m], prec), (size_t)UINT32_MAX);
+                (uint32_t)SFB_MIN(sfb__job_sf_frame_size(&w->sf[m], w->s->factor_dtype),
+                                  (size_t)UINT32_MAX);
     free(idx);
     if (len) ops->state_load(sfb__model_priv(w->model), state, len);
 }
@@ -304,7 +301,7 @@ static int attach(struct worker *w)
      * exactly) */
     a.ordered = s->ordered;
     a.factor_dtype = s->factor_dtype; /* --factor-dtype: f32 (NULL) or bf16 */
-    int auto_sync = sfb__sync_is_auto(s->sync);
+    int auto_sync = sfb__job_sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */
         a.engine = w->resume_engines;
@@ -339,7 +336,7 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
     if (w->start) w->debug_rng = w->resume_rng;
     ret = sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
-    if (!ret) sfb__sync_event(w);
+    if (!ret) sfb__engines_event(w);
     sfb__phase_mark(SFB__PH_ENGINE);
     return ret;
 }

@@ -66,9 +66,10 @@ void sfb__teardown_event(struct sfb__metrics *m);
 void sfb__eval_event(struct worker *w, uint64_t clock, uint64_t epoch, double wall,
                      const struct sfb_eval *ev, double train_loss);
 /* The "summary" and (overlay engines) "relay" events at the end. */
-/* The "sync" metrics event: each matrix's engine and, with --sync auto, the
- * cost model's predictions (once, after attach). */
-void sfb__sync_event(struct worker *w);
+/* The "sync" metrics event, about the engines the job runs: each matrix's
+ * engine and, with --sync auto, the cost model's predictions (once, after
+ * attach). */
+void sfb__engines_event(struct worker *w);
 void sfb__summary_events(struct worker *w, const struct sfb__run_totals *rt,
                          const struct sfb_train_result *res);
 
