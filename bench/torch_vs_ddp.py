@@ -426,15 +426,14 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         report(a, saved["rows"], saved["load"])
         return
+    if a.smoke:  # (sfb-bf16 too with --factor-dtype bf16)
+        a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
+        if os.path.isdir("/usr/share/games/fortunes") or a.corpus:  # a table's sparse rows too
+            a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5
     if a.factor_dtype == "bf16" and "sfb-bf16" not in a.engines.split(","):
         e = a.engines.split(",")
         e.insert(e.index("sfb") + 1 if "sfb" in e else 0, "sfb-bf16")
         a.engines = ",".join(e)
-    if a.smoke:
-        a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", \
-            "sfb,sfb-bf16,ddp"
-        if os.path.isdir("/usr/share/games/fortunes") or a.corpus:  # a table's sparse rows too
-            a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5
     if os.geteuid() != 0:
         print("torch_vs_ddp: skipped (needs root for network namespaces)")
         sys.exit(77)
