@@ -1,6 +1,6 @@
 /* Liveness (loop thread): heartbeats out, silence and dead-process checks
  * in, fabric errors that name no peer. Each rank watches its two ring
- * neighbours (docs/design.md, "Liveness"). */
+ * neighbours (docs/robustness.md, "Liveness: dead, silent and finished peers"). */
 #include "config.h"
 #include "src/comm/comm_impl.h"
 #include "src/base/fdlimit.h"

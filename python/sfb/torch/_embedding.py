@@ -8,7 +8,7 @@ gradient (and a 1 in the last place) and whose c is one-hot at column i, a
 CSR c with one non-zero. The engine applies it by its sparse pass, a
 scatter-add, and the extra row counts who touched each id (the weights of
 the ranks that did), so the reduction knows the union of the touched rows
-without reading the table. (docs/torch.md, "Sparse rows")"""
+without reading the table. (docs/torch.md, "What is exact": sparse rows)"""
 import time
 
 import numpy as np
