@@ -6,21 +6,29 @@
 #include "sfb/codec.h"
 #include "sfb/parts.h"
 
+/* The replica tests' job: 6 clocks of a 3 x 4 matrix, 2 samples a rank,
+ * s = 0, every wait checked. */
+static struct eng_cfg replicas_cfg(uint32_t world, const char *topology, int ordered,
+                                   size_t part_bytes)
+{
+    return (struct eng_cfg){.ops = &sfb__broadcast_ops,
+                            .world = world,
+                            .k = 3,
+                            .d = 4,
+                            .s = 2,
+                            .clocks = 6,
+                            .staleness = 0,
+                            .topology = topology,
+                            .slow_rank = -1,
+                            .check_each_wait = 1,
+                            .ordered = ordered,
+                            .priority = part_bytes ? SFB__PRIORITY_MAGNITUDE : SFB__PRIORITY_FIFO,
+                            .part_bytes = part_bytes};
+}
+
 static int run_replicas_as(uint32_t world, const char *topology, int ordered, size_t part_bytes)
 {
-    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
-                          .world = world,
-                          .k = 3,
-                          .d = 4,
-                          .s = 2,
-                          .clocks = 6,
-                          .staleness = 0,
-                          .topology = topology,
-                          .slow_rank = -1,
-                          .check_each_wait = 1,
-                          .ordered = ordered,
-                          .priority = part_bytes ? SFB__PRIORITY_MAGNITUDE : SFB__PRIORITY_FIFO,
-                          .part_bytes = part_bytes};
+    struct eng_cfg cfg = replicas_cfg(world, topology, ordered, part_bytes);
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
@@ -184,21 +192,9 @@ static int test_nonfinite_halton(void)
 static int run_bf16(uint32_t world, const char *topology, int ordered, size_t part_bytes,
                     int inexact)
 {
-    struct eng_cfg cfg = {.ops = &sfb__broadcast_ops,
-                          .world = world,
-                          .k = 3,
-                          .d = 4,
-                          .s = 2,
-                          .clocks = 6,
-                          .staleness = 0,
-                          .topology = topology,
-                          .slow_rank = -1,
-                          .check_each_wait = 1,
-                          .ordered = ordered,
-                          .priority = part_bytes ? SFB__PRIORITY_MAGNITUDE : SFB__PRIORITY_FIFO,
-                          .part_bytes = part_bytes,
-                          .factor_prec = SFB_WIRE_BF16,
-                          .inexact = inexact};
+    struct eng_cfg cfg = replicas_cfg(world, topology, ordered, part_bytes);
+    cfg.factor_prec = SFB_WIRE_BF16;
+    cfg.inexact = inexact;
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
