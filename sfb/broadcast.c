@@ -337,6 +337,20 @@ static int widen(struct bcast *b, const struct sfb__wire_hdr *h, const uint8_t *
     return ret;
 }
 
+/* Views the SF payload sf[0 .. len) of matrix m's frame h: in place for
+ * float32 (*wide NULL), else widened into a pooled buffer (*wide: a
+ * reference the caller puts). *bad as widen's. */
+static int view_frame(struct bcast *b, uint32_t m, const struct sfb__wire_hdr *h,
+                      const uint8_t *sf, size_t len, struct sfb__buf **wide,
+                      struct sfb_sf *view, int *bad)
+{
+    *wide = NULL;
+    *bad = 1;
+    if (b->prec[m] == SFB_WIRE_F32)
+        return sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0, view);
+    return widen(b, h, sf, len, wide, view, bad);
+}
+
 /* One validated SF frame: becomes pending, holding a reference to `buf`
  * (bfloat16: to the buffer it is widened into). */
 static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
@@ -371,10 +385,7 @@ static void add_sf(struct bcast *b, struct sfb__buf *buf, int from, const struct
     if (!why) {
         uint64_t sf_len;
         const uint8_t *sf = sfb__wire_sf_payload(h, payload, &sf_len);
-        int bad = 1, ret = b->prec[m] == SFB_WIRE_F32
-                               ? sfb__sf_view(sf, sf_len, h->k, h->d, h->s,
-                                              (h->flags & SFB_WIRE_F_SPARSE) != 0, &p.view)
-                               : widen(b, h, sf, (size_t)sf_len, &wide, &p.view, &bad);
+        int bad, ret = view_frame(b, m, h, sf, (size_t)sf_len, &wide, &p.view, &bad);
         if (ret && bad) {
             /* checksummed, so as its origin built it: not noise (the
              * update can never be applied: the job fails naming it) */
@@ -605,12 +616,9 @@ static int pend_own(struct bcast *b, struct sfb__buf *buf, const struct sfb__wir
 {
     struct pend p = {.origin = h->origin, .matrix = local_of(b, h->matrix), .clock = h->clock,
                      .index = part ? part->index : 0, .count = part ? part->count : 1};
-    struct sfb__buf *wide = NULL;
+    struct sfb__buf *wide;
     int bad;
-    int ret = b->prec[p.matrix] == SFB_WIRE_F32
-                  ? sfb__sf_view(sf, len, h->k, h->d, h->s, (h->flags & SFB_WIRE_F_SPARSE) != 0,
-                                 &p.view)
-                  : widen(b, h, sf, len, &wide, &p.view, &bad);
+    int ret = view_frame(b, p.matrix, h, sf, len, &wide, &p.view, &bad);
     if (!ret && hold(b, wide ? wide : buf, &p))
         ret = sfb__error(-ENOMEM, "sfb engine: out of memory");
     if (wide) sfb__buf_put(wide);
