@@ -5,6 +5,7 @@
  * runtime does it and never re-derived here. */
 #include "config.h"
 #include "sfb/cost.h"
+#include "sfb/sync.h"
 #include "src/base/util.h"
 #include "src/wire/wire.h"
 
@@ -12,6 +13,7 @@
 #include <sfb/topo.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 
 #define DEFAULT_ALPHA_S 10e-6
@@ -103,10 +105,13 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
         1e3 * stretch * (apply_s + K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
     double phases = 0;
     if (e->world > 1) {
-        /* 2(P−1) row blocks out (P−1 pushes, P−1 sums), and the pull waits
-         * for the last push: one more α between the phases */
-        r.msgs[SFB__ENG_FMS] = 2 * (P - 1);
-        r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (4 * K * D / P + HDR);
+        /* 2(P−1) row blocks out (P−1 pushes, P−1 sums), each as its chunks
+         * (sfb/fms.c), and the first sum waits for the first chunk's last
+         * push: one more α between the phases */
+        double chunk_rows = floor((double)sfb__fms_chunk_bytes / (4 * D));
+        double chunks = ceil(ceil(K / P) / (chunk_rows < 1 ? 1 : chunk_rows));
+        r.msgs[SFB__ENG_FMS] = 2 * (P - 1) * chunks;
+        r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (4 * K * D / P + chunks * HDR);
         phases = alpha;
     }
     for (int k = 0; k < 2; k++)

@@ -2,20 +2,26 @@
  * baseline the paper compares SFB with (docs/design.md §FMS baseline).
  *
  * The K rows of the matrix are split into P contiguous blocks; worker b owns
- * block b (rows [b·K/P, (b+1)·K/P)) and acts as its server. Per clock:
+ * block b (rows [b·K/P, (b+1)·K/P)) and acts as its server. Each block is
+ * cut into chunks of about sfb__fms_chunk_bytes (whole rows; the same grid
+ * on every rank), the unit of every message, so that the two phases run as
+ * a pipeline: an owner sums and sends chunk j while chunk j + 1's pushes
+ * still arrive, and a worker applies a summed chunk while the next ones are
+ * on the wire (a direct reduce-scatter + all-gather; each worker sends
+ * 2·(P−1)/P of the matrix, the all-reduce bound). Per clock:
  *   publish(t): ΔA_own = reconstruction of the own SFs into a zeroed dense
  *     buffer (one sgemm); ΔA_own is added to the own replica at once
- *     (read-my-writes) and each row block is pushed to its owner as a
- *     DENSE_ROWS frame (origin = pusher).
- *   owner of block b: once it holds all P pushes of clock t (its own
- *     included) it sums them in rank order, so every replica receives the
- *     same bytes, and sends the sum to every worker (DENSE_ROWS with
+ *     (read-my-writes) and every chunk is pushed to its block's owner as a
+ *     DENSE_ROWS frame (origin = pusher), chunk 0 of every owner first.
+ *   owner of block b: once it holds all P pushes of chunk j of clock t (its
+ *     own included) it sums them in rank order, so every replica receives
+ *     the same bytes, and sends the sum to every worker (DENSE_ROWS with
  *     origin = owner).
- *   every worker applies a summed block as sum − own push, since the own
+ *   every worker applies a summed chunk as sum − own push, since the own
  *     part is already in its replica.
  * SSP holds per block: the SSP table's "origin" b is the owner of block b,
- * marked when the summed block b of a clock is applied. Computing clock t
- * needs every block summed and applied through t − s − 1.
+ * marked when the last summed chunk of block b of a clock is applied.
+ * Computing clock t needs every block summed and applied through t − s − 1.
  *
  * Everything runs in the compute thread; received frames are never copied
  * (pending pushes and sums hold references to the receive buffers). */
@@ -31,22 +37,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A received frame kept for later: a push for the own block, or a summed
- * block of some owner. */
+/* A received frame kept for later: a push of a chunk of the own block, or
+ * a summed chunk of some owner's block. */
 struct held {
     struct sfb__buf *buf; /* reference held */
     const uint8_t *rows;  /* k × D float32, little-endian, maybe unaligned */
     uint32_t origin;      /* pusher (push) or owner (sum) */
+    uint32_t s;           /* the chunk's first row */
     int64_t clock;
 };
 
-/* The own ΔA of one clock, kept until every block of that clock is summed
+/* The own ΔA of one clock, kept until every chunk of that clock is summed
  * and applied (sum − own needs it). */
 struct own {
     struct sfb__buf *buf; /* K × D float32; also referenced by pending sends */
     int64_t clock;
-    uint32_t left; /* summed blocks of this clock not applied yet */
+    uint32_t left;     /* summed chunks of this clock not applied yet */
+    uint32_t *applied; /* per block: its summed chunks applied (one allocation: */
+    uint8_t *done;     /* per chunk of the matrix (chunk_base): applied */
+    uint8_t *summed;   /* per chunk of the own block: its sum formed) */
 };
+
+/* Pushes of one chunk of the own block held so far (the sum waits for
+ * P − 1 of them and the own ΔA). */
+struct tally {
+    int64_t clock;
+    uint32_t chunk;
+    uint32_t have;
+};
+
+/* A chunk's bytes (whole rows, at least one): big enough that a message's
+ * fixed cost is small against its bytes, small enough that a block is
+ * several chunks and the phases overlap. Unit tests make it small. */
+size_t sfb__fms_chunk_bytes = (size_t)1 << 20;
 
 struct fms {
     struct sfb__sync_env env;
@@ -56,15 +79,18 @@ struct fms {
     uint32_t nmat, rank, world, K, D;
     uint32_t id;       /* the matrix's wire id */
     uint32_t r0, r1;   /* own block */
-    struct held *push; /* pushes received for the own block */
+    uint32_t chunk_rows;  /* rows of a chunk (the last of a block may be short) */
+    uint32_t *chunk_base; /* per block: the matrix's chunks before it; [world]: all */
+    struct held *push;   /* pushes received for the own block */
     size_t npush, push_cap;
+    struct tally *tally; /* per (clock, chunk) of the own block: pushes held */
+    size_t ntally, tally_cap;
     struct held *sum; /* summed blocks waiting to be applied */
     size_t nsum, sum_cap;
     struct own *own;
     size_t nown, own_cap;
     struct sfb__ssp formed; /* clocks whose own-block sum was formed */
     const uint8_t **parts;  /* per rank: its push of the clock being summed */
-    float *scratch;         /* one row, sum − own */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
     uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
@@ -77,11 +103,34 @@ static uint32_t block_start(const struct fms *f, uint32_t b)
     return (uint32_t)((uint64_t)f->K * b / f->world);
 }
 
-/* The block holding rows [s, s + k), or world if that is no block. */
-static uint32_t block_of(const struct fms *f, uint32_t s, uint32_t k)
+static uint32_t chunks_of(const struct fms *f, uint32_t b)
 {
-    for (uint32_t b = 0; b < f->world; b++)
-        if (block_start(f, b) == s && block_start(f, b + 1) == s + k && k > 0) return b;
+    uint32_t n = block_start(f, b + 1) - block_start(f, b);
+    return (uint32_t)(((uint64_t)n + f->chunk_rows - 1) / f->chunk_rows);
+}
+
+/* Rows [*r0, *r1) of chunk j of block b. */
+static void chunk_rows_of(const struct fms *f, uint32_t b, uint32_t j, uint32_t *r0,
+                          uint32_t *r1)
+{
+    uint32_t s = block_start(f, b), e = block_start(f, b + 1);
+    *r0 = s + j * f->chunk_rows;
+    *r1 = SFB_MIN(e, *r0 + f->chunk_rows);
+}
+
+/* The block holding rows [s, s + k) as one of its chunks (*chunk set), or
+ * world if they are no chunk. */
+static uint32_t block_of(const struct fms *f, uint32_t s, uint32_t k, uint32_t *chunk)
+{
+    for (uint32_t b = 0; b < f->world; b++) {
+        uint32_t b0 = block_start(f, b), b1 = block_start(f, b + 1);
+        if (s < b0 || s >= b1 || k == 0) continue;
+        uint32_t j = (s - b0) / f->chunk_rows, r0, r1;
+        chunk_rows_of(f, b, j, &r0, &r1);
+        if (r0 != s || r1 - r0 != k) return f->world;
+        *chunk = j;
+        return b;
+    }
     return f->world;
 }
 
@@ -104,6 +153,13 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     f->D = f->a->cols;
     f->r0 = block_start(f, f->rank);
     f->r1 = block_start(f, f->rank + 1);
+    size_t row_bytes = (size_t)(f->D ? f->D : 1) * sizeof(float);
+    f->chunk_rows = (uint32_t)SFB_MIN((size_t)UINT32_MAX,
+                                      SFB_MAX((size_t)1, sfb__fms_chunk_bytes / row_bytes));
+    f->chunk_base = calloc(f->world + 1, sizeof *f->chunk_base);
+    if (!f->chunk_base) return sfb__error(-ENOMEM, "fms: out of memory");
+    for (uint32_t b = 0; b < f->world; b++)
+        f->chunk_base[b + 1] = f->chunk_base[b] + chunks_of(f, b);
     /* A resumed run starts with every earlier sum formed and applied: after
      * the checkpoint's drain no push, sum or own ΔA is outstanding (each is
      * released once applied), so the owner's shard state is only this table
@@ -111,8 +167,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     int ret = sfb__ssp_init(&f->formed, 1, 0, env->start_clock);
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
-    f->scratch = malloc(sizeof *f->scratch * (f->D ? f->D : 1));
-    if (!f->parts || !f->scratch) return sfb__error(-ENOMEM, "fms: out of memory");
+    if (!f->parts) return sfb__error(-ENOMEM, "fms: out of memory");
     return sfb_reconstruct_open(&f->recon);
 }
 
@@ -123,13 +178,16 @@ static void fms_close(void *priv)
         sfb__buf_put(f->push[i].buf);
     for (size_t i = 0; i < f->nsum; i++)
         sfb__buf_put(f->sum[i].buf);
-    for (size_t i = 0; i < f->nown; i++)
+    for (size_t i = 0; i < f->nown; i++) {
         sfb__buf_put(f->own[i].buf);
+        free(f->own[i].applied);
+    }
     free(f->push);
+    free(f->tally);
+    free(f->chunk_base);
     free(f->sum);
     free(f->own);
     free(f->parts);
-    free(f->scratch);
     sfb__ssp_fini(&f->formed);
     sfb_reconstruct_close(&f->recon);
 }
@@ -141,10 +199,40 @@ static struct own *find_own(struct fms *f, int64_t clock)
     return NULL;
 }
 
-static int holds(const struct held *h, size_t n, uint32_t origin, int64_t clock)
+static int holds(const struct held *h, size_t n, uint32_t origin, int64_t clock, uint32_t s)
 {
     for (size_t i = 0; i < n; i++)
-        if (h[i].origin == origin && h[i].clock == clock) return 1;
+        if (h[i].origin == origin && h[i].clock == clock && h[i].s == s) return 1;
+    return 0;
+}
+
+/* Frees an own ΔA's entry (its buffer reference and counters). */
+static void drop_own(struct fms *f, struct own *o)
+{
+    sfb__buf_put(o->buf);
+    free(o->applied);
+    *o = f->own[--f->nown];
+}
+
+/* Chunk j of the own block of clock t was summed already. */
+static int summed_already(struct fms *f, int64_t t, uint32_t j)
+{
+    if (sfb__ssp_is_applied(&f->formed, 0, t)) return 1;
+    struct own *o = find_own(f, t);
+    return o && o->summed[j];
+}
+
+/* One more push of chunk j of clock t held. */
+static int count_push(struct fms *f, int64_t t, uint32_t j)
+{
+    for (size_t i = 0; i < f->ntally; i++)
+        if (f->tally[i].clock == t && f->tally[i].chunk == j) {
+            f->tally[i].have++;
+            return 0;
+        }
+    if (sfb__reserve((void **)&f->tally, &f->tally_cap, (f->ntally + 1) * sizeof *f->tally))
+        return -ENOMEM;
+    f->tally[f->ntally++] = (struct tally){t, j, 1};
     return 0;
 }
 
@@ -153,7 +241,7 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
 {
     if (sfb__reserve((void **)v, cap, (*n + 1) * sizeof **v)) return -ENOMEM;
     sfb__buf_ref(buf);
-    (*v)[(*n)++] = (struct held){buf, payload, h->origin, h->clock};
+    (*v)[(*n)++] = (struct held){buf, payload, h->origin, h->s, h->clock};
     return 0;
 }
 
@@ -179,14 +267,15 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
                  const uint8_t *payload)
 {
     const char *why = NULL;
-    uint32_t b = h->type == SFB_WIRE_DENSE_ROWS ? block_of(f, h->s, h->k) : f->world;
+    uint32_t j = 0;
+    uint32_t b = h->type == SFB_WIRE_DENSE_ROWS ? block_of(f, h->s, h->k, &j) : f->world;
     if (h->type != SFB_WIRE_DENSE_ROWS)
         why = "not a DENSE_ROWS frame (is every worker running the same --sync?)";
     else if (h->matrix != f->id)
         why = "rows of a matrix not synchronized by FMS here (is every worker running the "
               "same --sync?)";
     else if (b == f->world)
-        why = "rows are not one owner's block";
+        why = "rows are not one chunk of an owner's block";
     else if (h->clock < 0)
         why = "negative clock";
     else if (h->origin == f->rank)
@@ -196,19 +285,25 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
     else if (!finite_rows(f, from, h, payload))
         return;
     else if (b == f->rank) {
-        /* a push of origin's ΔA rows of the own block */
-        if (sfb__ssp_is_applied(&f->formed, 0, h->clock) ||
-            holds(f->push, f->npush, h->origin, h->clock))
+        /* a push of origin's ΔA rows of a chunk of the own block */
+        if (summed_already(f, h->clock, j) ||
+            holds(f->push, f->npush, h->origin, h->clock, h->s))
             why = "replays a push already received";
-        else if (hold(&f->push, &f->npush, &f->push_cap, buf, h, payload))
+        else if (hold(&f->push, &f->npush, &f->push_cap, buf, h, payload) ||
+                 count_push(f, h->clock, j))
             why = "out of memory";
     } else if (b == h->origin) {
-        /* the owner's summed block; it includes the own push, so the own
-         * ΔA of that clock is still held unless this is a replay */
-        if (sfb__ssp_is_applied(f->env.ssp, b, h->clock) || holds(f->sum, f->nsum, b, h->clock))
+        /* a chunk of the owner's summed block; it includes the own push,
+         * so the own ΔA of that clock is still held unless this is a
+         * replay (of a chunk applied, or held) */
+        struct own *o = find_own(f, h->clock);
+        if (sfb__ssp_is_applied(f->env.ssp, b, h->clock) ||
+            holds(f->sum, f->nsum, b, h->clock, h->s))
             why = "replays a summed block already received";
-        else if (!find_own(f, h->clock))
+        else if (!o)
             why = "a sum of a clock this rank has not pushed yet";
+        else if (o->done[f->chunk_base[b] + j])
+            why = "replays a summed block already received";
         else if (hold(&f->sum, &f->nsum, &f->sum_cap, buf, h, payload))
             why = "out of memory";
     } else {
@@ -292,24 +387,27 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
     return sfb__comm_header(f->c, &h, &piece, 1, hdr);
 }
 
-/* The owner's part: for every clock whose P pushes of the own block are all
- * here (the own one is in f->own), sums them in rank order, sends the sum to
- * every peer and queues it for the own replica. */
+/* The owner's part: for every chunk of the own block whose P pushes of a
+ * clock are all here (the own one is in f->own), sums them in rank order,
+ * sends the sum to every peer and queues it for the own replica. */
 static int form_sums(struct fms *f)
 {
     size_t row_bytes = (size_t)f->D * sizeof(float);
-    size_t n_el = (size_t)(f->r1 - f->r0) * f->D;
-    for (size_t oi = 0; oi < f->nown; oi++) {
-        int64_t t = f->own[oi].clock;
-        if (n_el == 0 || sfb__ssp_is_applied(&f->formed, 0, t)) continue;
-        uint32_t have = 0;
+    for (size_t ti = 0; ti < f->ntally;) {
+        struct tally tl = f->tally[ti];
+        struct own *o = tl.have == f->world - 1 ? find_own(f, tl.clock) : NULL;
+        if (!o) {
+            ti++;
+            continue;
+        }
+        int64_t t = tl.clock;
+        uint32_t r0, r1;
+        chunk_rows_of(f, f->rank, tl.chunk, &r0, &r1);
+        size_t n_el = (size_t)(r1 - r0) * f->D;
         for (size_t i = 0; i < f->npush; i++)
-            if (f->push[i].clock == t) {
+            if (f->push[i].clock == t && f->push[i].s == r0)
                 f->parts[f->push[i].origin] = f->push[i].rows;
-                have++;
-            }
-        if (have != f->world - 1) continue;
-        f->parts[f->rank] = f->own[oi].buf->data + (size_t)f->r0 * row_bytes;
+        f->parts[f->rank] = o->buf->data + (size_t)r0 * row_bytes;
         struct sfb__buf *out;
         int ret = sfb__comm_buf_get(f->c, n_el * sizeof(float), &out);
         if (ret) return ret;
@@ -320,27 +418,33 @@ static int form_sums(struct fms *f)
             for (size_t i = 0; i < n_el; i++)
                 acc[i] += get_f32(p + 4 * i);
         }
-        uint8_t hdr[SFB_WIRE_HDR_SIZE];
-        ret = dense_hdr(f, t, f->r0, f->r1, acc, hdr);
-        /* to rank + 1, rank + 2, ...: owners summing the same clock do not
-         * all send to the same peer first (its ingress would be shared by
-         * every owner while the others' idle) */
-        for (uint32_t i = 1; i < f->world && !ret; i++)
-            ret = send_to(f, (f->rank + i) % f->world, hdr, out, 0, n_el * sizeof(float));
-        struct sfb__wire_hdr me = {.origin = f->rank, .clock = t};
-        if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
-        sfb__buf_put(out);
-        if (ret) return ret;
-        sfb__ssp_mark(&f->formed, 0, t);
-        /* the pushes of t are summed: release them */
+        /* this chunk's pushes are summed: release them (before the sends,
+         * which may take frames and call back here) */
+        f->tally[ti] = f->tally[--f->ntally];
+        o->summed[tl.chunk] = 1;
         size_t k = 0;
         for (size_t i = 0; i < f->npush; i++) {
-            if (f->push[i].clock == t)
+            if (f->push[i].clock == t && f->push[i].s == r0)
                 sfb__buf_put(f->push[i].buf);
             else
                 f->push[k++] = f->push[i];
         }
         f->npush = k;
+        uint8_t hdr[SFB_WIRE_HDR_SIZE];
+        ret = dense_hdr(f, t, r0, r1, acc, hdr);
+        struct sfb__wire_hdr me = {.origin = f->rank, .clock = t, .s = r0};
+        if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
+        /* to rank + 1, rank + 2, ...: owners summing the same chunk do not
+         * all send to the same peer first (its ingress would be shared by
+         * every owner while the others' idle) */
+        for (uint32_t i = 1; i < f->world && !ret; i++)
+            ret = send_to(f, (f->rank + i) % f->world, hdr, out, 0, n_el * sizeof(float));
+        sfb__buf_put(out);
+        if (ret) return ret;
+        uint32_t n = 0;
+        for (uint32_t j = 0; j < chunks_of(f, f->rank); j++) n += o->summed[j];
+        if (n == chunks_of(f, f->rank) && (ret = sfb__ssp_mark(&f->formed, 0, t))) return ret;
+        ti = 0; /* the sends may have taken frames: the list changed */
     }
     return 0;
 }
@@ -349,10 +453,12 @@ static int cmp_held(const void *x, const void *y)
 {
     const struct held *a = x, *b = y;
     if (a->clock != b->clock) return a->clock < b->clock ? -1 : 1;
-    return a->origin < b->origin ? -1 : a->origin > b->origin;
+    if (a->origin != b->origin) return a->origin < b->origin ? -1 : 1;
+    return a->s < b->s ? -1 : a->s > b->s;
 }
 
-/* Applies every summed block with clock ≤ limit as sum − own push. */
+/* Applies every summed chunk with clock ≤ limit as sum − own push; a
+ * block's last chunk marks it applied. */
 static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t required,
                        struct sfb__sync_clock *acct)
 {
@@ -373,24 +479,29 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
                               "fms: rank %u sent the sum of clock %lld before this "
                               "rank pushed it",
                               s->origin, (long long)s->clock);
-        uint32_t r0 = block_start(f, s->origin), r1 = block_start(f, s->origin + 1);
+        /* (a chunk of s->origin's block: checked when taken) */
+        uint32_t j = (s->s - block_start(f, s->origin)) / f->chunk_rows, r0, r1;
+        chunk_rows_of(f, s->origin, j, &r0, &r1);
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *src = s->rows + (size_t)(r - r0) * row_bytes;
             const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
             float *dst = f->a->data + (size_t)r * f->D;
             /* ordered: the own push is not in the replica yet */
-            for (uint32_t j = 0; j < f->D; j++)
-                f->scratch[j] = get_f32(src + 4 * j) - (f->env.ordered ? 0.0f : mine[j]);
-            for (uint32_t j = 0; j < f->D; j++)
-                dst[j] += f->scratch[j];
+            if (f->env.ordered)
+                for (uint32_t c = 0; c < f->D; c++)
+                    dst[c] += get_f32(src + 4 * c);
+            else
+                for (uint32_t c = 0; c < f->D; c++)
+                    dst[c] += get_f32(src + 4 * c) - mine[c];
         }
-        sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
-        if (--o->left == 0) {
-            sfb__buf_put(o->buf);
-            *o = f->own[--f->nown];
+        o->done[f->chunk_base[s->origin] + j] = 1;
+        if (++o->applied[s->origin] == chunks_of(f, s->origin)) {
+            int ret = sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
+            if (ret) return ret;
+            if (s->origin != f->rank)
+                sfb__sync_count_applied(f->hist, acct, now_clock, s->clock, required);
         }
-        if (s->origin != f->rank)
-            sfb__sync_count_applied(f->hist, acct, now_clock, s->clock, required);
+        if (--o->left == 0) drop_own(f, o);
         sfb__buf_put(s->buf);
     }
     memmove(f->sum, f->sum + n, (f->nsum - n) * sizeof *f->sum);
@@ -495,34 +606,40 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (!f->env.ordered)
         for (size_t i = 0; i < n_el; i++)
             f->a->data[i] += own.data[i];
-    uint32_t nonempty = 0;
-    for (uint32_t b = 0; b < f->world; b++) nonempty += block_start(f, b + 1) > block_start(f, b);
     if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    uint32_t nchunks = f->chunk_base[f->world], mine = chunks_of(f, f->rank);
+    uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + nchunks + mine);
+    if (!counts) {
         ret = -ENOMEM;
         goto out;
     }
     /* held from now on (buf's reference with it): while the pushes leave,
      * send_to takes frames, among them maybe a sum of this clock already */
-    f->own[f->nown++] = (struct own){buf, clock, nonempty};
-    /* blocks of owners rank + 1, rank + 2, ... first: at each step of the
-     * push every owner receives from one pusher (the order a ring
-     * reduce-scatter has), instead of all pushing to owner 0 first */
-    for (uint32_t i = 1; i <= f->world; i++) {
-        uint32_t b = (f->rank + i) % f->world;
-        uint32_t r0 = block_start(f, b), r1 = block_start(f, b + 1);
-        if (r1 == r0) {
-            /* an empty block is trivially summed */
-            if ((ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
-            continue;
+    uint8_t *done = (uint8_t *)(counts + f->world);
+    f->own[f->nown++] = (struct own){buf, clock, nchunks, counts, done, done + nchunks};
+    for (uint32_t b = 0; b < f->world; b++)
+        /* an empty block is trivially summed */
+        if (chunks_of(f, b) == 0 && (ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
+    /* chunk 0 to owners rank + 1, rank + 2, ..., then chunk 1: every owner
+     * can sum its first chunk early, and at each step every owner receives
+     * from one pusher first (the order a ring reduce-scatter has) */
+    uint32_t most = 0;
+    for (uint32_t b = 0; b < f->world; b++) most = SFB_MAX(most, chunks_of(f, b));
+    for (uint32_t j = 0; j < most; j++)
+        for (uint32_t i = 1; i < f->world; i++) {
+            uint32_t b = (f->rank + i) % f->world, r0, r1;
+            if (j >= chunks_of(f, b)) continue;
+            chunk_rows_of(f, b, j, &r0, &r1);
+            uint8_t hdr[SFB_WIRE_HDR_SIZE];
+            const uint8_t *rows = buf->data + (size_t)r0 * row_bytes;
+            size_t len = (size_t)(r1 - r0) * row_bytes;
+            if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) return ret;
+            if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) return ret;
         }
-        if (b == f->rank) continue;
-        uint8_t hdr[SFB_WIRE_HDR_SIZE];
-        const uint8_t *rows = buf->data + (size_t)r0 * row_bytes;
-        size_t len = (size_t)(r1 - r0) * row_bytes;
-        if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) return ret;
-        if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) return ret;
-    }
-    /* the own block may be complete already */
+    /* the own chunks may be complete already */
     return form_sums(f);
 out:
     sfb__buf_put(buf);

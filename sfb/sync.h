@@ -199,6 +199,9 @@ extern const struct sfb__sync_desc sfb__broadcast_desc;
 extern const struct sfb__sync_desc sfb__fms_desc;
 extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
+/* FMS's message size: the bytes of a chunk of rows (1 MiB; unit tests set
+ * less to cut small matrices into several chunks). Read when a job opens. */
+extern size_t sfb__fms_chunk_bytes;
 /* One engine per matrix (env.engine_of), several in one job under one SSP
  * table: sfb/permatrix.c. Not in the registry (--sync names one engine for
  * all matrices, or per matrix: src/job/job.c). */

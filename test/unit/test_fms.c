@@ -1,8 +1,10 @@
 /* The FMS engine (sfb/fms.c) on an in-process loopback of several ranks:
- * each owner's summed row block is the sum of every rank's ΔA rows of that
- * block (checked on the wire), pushes carry the pusher's ΔA, and every
- * replica equals the reference computed from the factors after every clock
- * at s = 0, including with an empty block (K < P). */
+ * each owner's summed chunk is the sum of every rank's ΔA rows of that
+ * chunk (checked on the wire), pushes carry the pusher's ΔA, every block
+ * goes as its chunks (one message each way per chunk), and every replica
+ * equals the reference computed from the factors after every clock at
+ * s = 0, including with an empty block (K < P) and blocks of several
+ * chunks. */
 #include "engine_util.h"
 #include "src/wire/wire.h"
 
@@ -16,6 +18,20 @@ struct fms_tap {
 static uint32_t block_start(uint32_t rows, uint32_t world, uint32_t b)
 {
     return (uint32_t)((uint64_t)rows * b / world);
+}
+
+/* Rows of a chunk: sfb__fms_chunk_bytes of float32 rows, at least one
+ * (the MLR matrix of the runs here has 4 columns). */
+#define COLS 4
+static uint32_t chunk_rows(void)
+{
+    return sfb__fms_chunk_bytes < 4 * COLS ? 1 : (uint32_t)(sfb__fms_chunk_bytes / (4 * COLS));
+}
+
+static uint32_t chunks(uint32_t rows, uint32_t world, uint32_t b)
+{
+    uint32_t n = block_start(rows, world, b + 1) - block_start(rows, world, b);
+    return (n + chunk_rows() - 1) / chunk_rows();
 }
 
 /* Whether the frame's rows equal rows [r0, r0 + k) of Σ ΔA(o, clock) over
@@ -50,10 +66,13 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
     }
     sfb__wire_trusted(frame, &h, &payload);
     uint32_t world = run->cfg.world, b = world;
-    for (uint32_t i = 0; i < world; i++)
-        if (block_start(run->rows, world, i) == h.s &&
-            block_start(run->rows, world, i + 1) == h.s + h.k)
+    for (uint32_t i = 0; i < world; i++) {
+        uint32_t b0 = block_start(run->rows, world, i), b1 = block_start(run->rows, world, i + 1);
+        /* chunk (h.s - b0) / chunk_rows() of block i, exactly */
+        if (h.s >= b0 && h.s < b1 && (h.s - b0) % chunk_rows() == 0 &&
+            h.k == (b1 - h.s < chunk_rows() ? b1 - h.s : chunk_rows()))
             b = i;
+    }
     if (h.type != SFB_WIRE_DENSE_ROWS || h.origin != src || b == world || h.clock < 0 ||
         h.clock >= ENG_MAX_CLOCKS) {
         t->odd++;
@@ -70,8 +89,9 @@ static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, si
     }
 }
 
-static int run_fms_as(uint32_t world, uint32_t k, int ordered)
+static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_bytes)
 {
+    sfb__fms_chunk_bytes = chunk_bytes;
     struct eng_cfg cfg = {.ops = &sfb__fms_ops,
                           .world = world,
                           .k = k,
@@ -85,6 +105,7 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered)
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
+    ASSERT_EQ(run.cols, COLS);
     struct fms_tap *t = calloc(1, sizeof *t);
     ASSERT(t);
     t->run = &run;
@@ -96,23 +117,21 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered)
         ASSERT_EQ(rets[r], 0);
     ASSERT_EQ(t->odd, 0);
     ASSERT_EQ(t->wrong, 0);
-    uint32_t nonempty = 0;
-    for (uint32_t b = 0; b < world; b++)
-        nonempty += block_start(run.rows, world, b + 1) > block_start(run.rows, world, b);
+    uint32_t all = 0;
+    for (uint32_t b = 0; b < world; b++) all += chunks(run.rows, world, b);
     for (uint32_t r = 0; r < world; r++) {
-        int owns = block_start(run.rows, world, r + 1) > block_start(run.rows, world, r);
+        uint32_t mine = chunks(run.rows, world, r);
         for (int64_t c = 0; c < cfg.clocks; c++)
             for (uint32_t o = 0; o < world; o++) {
-                int other_owns =
-                    block_start(run.rows, world, o + 1) > block_start(run.rows, world, o);
-                /* one sum of each other non-empty block per clock, one push
-                 * from every other rank to an owner */
-                ASSERT_EQ(t->sums[r][o][c], o != r && other_owns);
-                ASSERT_EQ(t->pushes[r][o][c], o != r && owns);
+                /* per clock the sum of each chunk of every other block, and
+                 * a push of each chunk of the own block from every other
+                 * rank */
+                ASSERT_EQ(t->sums[r][o][c], o != r ? chunks(run.rows, world, o) : 0);
+                ASSERT_EQ(t->pushes[r][o][c], o != r ? mine : 0);
             }
-        /* per clock: a push to every other owner, and as an owner the sum to
-         * every peer */
-        uint64_t per_clock = (nonempty - (uint64_t)owns) + (owns ? world - 1 : 0);
+        /* per clock: each chunk pushed to every other owner, and as an
+         * owner each summed chunk to every peer */
+        uint64_t per_clock = (all - (uint64_t)mine) + (uint64_t)mine * (world - 1);
         ASSERT_EQ(run.r[r].rep.data_msgs, per_clock * cfg.clocks);
         struct sfb__loopback_stats st;
         sfb__loopback_stats(lb, r, &st);
@@ -123,18 +142,27 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered)
     free(t);
     eng_fini(&run);
     sfb__loopback_close(&lb);
+    sfb__fms_chunk_bytes = (size_t)1 << 20;
     return 0;
 }
 
 static int run_fms(uint32_t world, uint32_t k)
 {
-    return run_fms_as(world, k, 0);
+    return run_fms_as(world, k, 0, (size_t)1 << 20);
 }
 
 /* Ordered: no read-my-writes; each worker adds the owners' sums as they are. */
 static int test_ordered_p4(void)
 {
-    return run_fms_as(4, 5, 1) || run_fms_as(3, 2, 1);
+    return run_fms_as(4, 5, 1, (size_t)1 << 20) || run_fms_as(3, 2, 1, (size_t)1 << 20);
+}
+
+/* Blocks of 2 and 3 rows in chunks of 2 rows (one full and one short), and
+ * of 1 row per chunk: every chunk summed and applied once. */
+static int test_chunks(void)
+{
+    return run_fms_as(4, 9, 0, 32) || run_fms_as(4, 9, 1, 32) || run_fms_as(3, 7, 0, 16) ||
+           run_fms_as(3, 7, 1, 1);
 }
 
 static int test_sums_p4(void)
@@ -153,6 +181,7 @@ int main(int argc, char **argv)
         {"sums_p4", test_sums_p4},
         {"empty_block", test_empty_block},
         {"ordered_p4", test_ordered_p4},
+        {"chunks", test_chunks},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
