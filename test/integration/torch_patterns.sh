@@ -4,7 +4,8 @@
 # global minibatches, the replicas bit-identical after every step: frozen
 # layers mid-run, a layer no rank uses any more, a head some ranks use,
 # validation passes, clip_grad_norm_ after backward(), per-rank sample counts
-# with zeros, join() with uneven shards, zero_grad(set_to_none=False), all
+# with zeros, join() with uneven shards, zero_grad(set_to_none=False), dense
+# gradients in buckets that leave during backward, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness.
@@ -20,6 +21,7 @@ cases=(
   "exact --freeze --opt momentum" "exact --freeze" "exact --unused" "exact --route"
   "exact --validate --route" "exact --clip" "exact --clip --opt adamw" "exact --uneven"
   "exact --uneven --opt sgd" "exact --join" "exact --no-zero --freeze --opt momentum"
+  "exact --buckets --freeze --opt momentum" "exact --buckets --uneven --join --clip"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
   # Adam divides by the root of its second moment: where a gradient is tiny,
   # float32 rounding moves the step by more than 1e-5 in 30 steps (seen 1.2e-5)

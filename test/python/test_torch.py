@@ -74,7 +74,10 @@ class TorchOneWorker(unittest.TestCase):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         for kw, word in (({"sync": "dense"}, "sync"), ({"staleness": -2}, "staleness"),
                          ({"backward_passes_per_step": 0}, "backward_passes_per_step"),
-                         ({"max_samples": 0}, "max_samples")):
+                         ({"max_samples": 0}, "max_samples"),
+                         ({"bucket_cap_mb": 0}, "bucket_cap_mb"),
+                         ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb"),
+                         ({"factor_dtype": "f16"}, "factor_dtype")):
             self.assertRaisesNaming(ValueError, [word], sft.DistributedOptimizer, opt, model=m,
                                     **kw)
 
@@ -256,6 +259,55 @@ class TorchOneWorker(unittest.TestCase):
         for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
             self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
         self.assertIn("dense (1 tensors, 40 values: 0.weight): fms", opt.plan)
+
+    def test_dense_buckets_leave_during_backward(self):
+        """The parameters that go densely leave in buckets (backward order,
+        bucket_cap_mb each) as soon as backward has accumulated their
+        gradients: the last layer's bucket first, then the first layer's,
+        both before backward reaches the input; training equals plain
+        PyTorch's."""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(4)
+                self.fc1, self.g1 = nn.Linear(6, 8), nn.Parameter(torch.rand(8) + 0.5)
+                self.fc2, self.g2 = nn.Linear(8, 8), nn.Parameter(torch.rand(8) + 0.5)
+                self.head = nn.Linear(8, 3)
+
+            def forward(self, x):
+                h = torch.tanh(self.fc1(x)) * self.g1
+                return self.head(torch.tanh(self.fc2(h)) * self.g2)
+
+        x, y = data()
+        x = x[:, :6]
+        m, ref = Net(), Net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       model=m, bucket_cap_mb=1e-6)  # a bucket per tensor
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        job, events = opt._sfb.job, []
+        publish = job.publish_dense
+        job.publish_dense = lambda clock, i, *a: (events.append(("publish", clock, i)),
+                                                 publish(clock, i, *a))
+        for step in range(5):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                xi = x.clone().requires_grad_()  # its gradient: the end of backward
+                if o is opt:
+                    xi.register_hook(lambda g, step=step: events.append(("input", step)))
+                nn.functional.cross_entropy(model(xi), y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertIn("dense (2 tensors, 16 values: g1, g2): fms (dense gradients, 2 buckets, "
+                      "each leaving once backward has filled it)", opt.plan)
+        g2, g1 = [b.index for b in opt._sfb.buckets]  # backward order
+        # (the first step's reduction attaches the matrices, after backward)
+        self.assertLess(events.index(("input", 0)), events.index(("publish", 0, g2)), events)
+        for step in range(1, 5):  # g2's gradient is in first, then g1's, then the input's
+            self.assertLess(events.index(("publish", step, g2)),
+                            events.index(("publish", step, g1)), events)
+            self.assertLess(events.index(("publish", step, g1)), events.index(("input", step)),
+                            events)
 
     def test_convolutions_by_factors_where_they_pay(self):
         """A convolution with few output positions goes by factors (as plain

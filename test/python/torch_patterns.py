@@ -23,6 +23,9 @@ exact: every rank trains through sfb.torch on its share of each global
                 included, weighted by opt.set_samples(n)
     --join      rank r has 2r batches fewer, inside opt.join()
     --no-zero   model.zero_grad(set_to_none=False) instead of opt.zero_grad()
+    --buckets   every dense tensor a bucket of its own (bucket_cap_mb tiny):
+                each leaves during backward once its gradient is in (or at
+                the pass's end: frozen, unused, joined)
   After every step every rank's parameters must be bit-identical to rank
   0's; at the end each tensor must agree with one process's within --tol
   (||p - q|| / ||q||).
@@ -58,7 +61,8 @@ ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
 ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
-for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero"):
+for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
+             "buckets"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -210,7 +214,8 @@ def exact():
     x, y = data()
     ref = copy.deepcopy(model)
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
-                                   max_samples=2 * args.batch if args.uneven else None)
+                                   max_samples=2 * args.batch if args.uneven else None,
+                                   bucket_cap_mb=1e-6 if args.buckets else 4)
     ref_opt = make_opt(ref.parameters())
     job = sft._need()
     norms, ref_norms = [], []
@@ -249,6 +254,10 @@ def exact():
         fail("the job's clock is %d after %d steps" % (clock, args.steps))
     if args.route and "alt_w (5x16+bias): " not in opt.plan:
         fail("the routed head is not a matrix of its own:\n%s" % opt.plan)
+    dense = [line for line in opt.plan.splitlines() if line.startswith("dense (")]
+    if args.buckets and not (dense and "(dense gradients, %s buckets, each leaving once backward "
+                             "has filled it)" % dense[0].split()[1].lstrip("(") in dense[0]):
+        fail("not a bucket per dense tensor:\n%s" % opt.plan)
     print("ok exact %s: %d steps bit-identical on %d ranks, max relative difference %.3g (%s)" %
           (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
 

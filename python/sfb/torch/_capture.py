@@ -203,6 +203,8 @@ class _Passes:
                     lambda grad, p=p: self._dense_grad(p)))
             else:
                 left.append(p)
+        if len(left) < len(self.unhooked) and self.attached:
+            self._hook_buckets()  # (unfrozen since: their buckets may leave early too)
         self.unhooked = left
 
     def release(self):

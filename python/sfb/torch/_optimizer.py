@@ -15,7 +15,7 @@ from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _conv, _replicas
+from . import _buckets, _conv, _replicas
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -42,11 +42,6 @@ def _plain_sgd(opt):
     return None
 
 
-def _dense(grad):
-    """A .grad as a dense tensor (an embedding's sparse one at staleness > 0)."""
-    return grad.detach().to_dense() if grad.is_sparse else grad.detach()
-
-
 def _crc_tensors(tensors, crc=0):
     for t in tensors:
         crc = zlib.crc32(t.detach().contiguous().numpy().tobytes(), crc)
@@ -66,7 +61,7 @@ class _Sync(_Passes):
     job's clock, the factor capture, the reduction at the end of backward."""
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
-                 overlap, attach_args, check_every=100, factor_dtype="f32"):
+                 overlap, attach_args, check_every=100, factor_dtype="f32", bucket_cap_mb=4):
         job = _env._need()
         self.opt, self.job, self.model = opt, job, model
         U = _sfb.UsageError
@@ -76,6 +71,11 @@ class _Sync(_Passes):
             raise U("DistributedOptimizer: factor_dtype %r: expected 'f32' or 'bf16'" %
                     (factor_dtype,))
         self.factor_dtype = factor_dtype
+        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or \
+                not bucket_cap_mb > 0 or not np.isfinite(bucket_cap_mb):
+            raise U("DistributedOptimizer: bucket_cap_mb %r: expected a number > 0" %
+                    (bucket_cap_mb,))
+        self.bucket_bytes = max(1, int(bucket_cap_mb * (1 << 20)))
         if not isinstance(staleness, int) or staleness < -1:
             raise U("DistributedOptimizer: staleness %r: expected an integer >= 0, or -1 "
                     "(asynchronous)" % (staleness,))
@@ -161,6 +161,8 @@ class _Sync(_Passes):
         # a dense parameter's gradient tells the end of a backward pass too;
         # hooks go on when a parameter needs a gradient (frozen ones later)
         self.hooks, self.dense_into = [], []
+        self.buckets = []       # the dense parameters' matrices (_buckets), at the first reduction
+        self.acc_hooked = {}    # per dense parameter its gradient accumulator, hooked
         self.unhooked = [p for _, p in self.model_params if id(p) in in_opt]
         self._hook_new()
         self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
@@ -342,7 +344,7 @@ class _Sync(_Passes):
         # (it may be unfrozen later); the rest stay outside
         self.dense = self._dense_now()
         self.dense_n = sum(p.numel() for _, p in self.dense)
-        self.dense_buf = self.dense_g = None
+        self.buckets = []
         self.params, seen = [], set()
         for slot in self.linears:  # (a tied weight: in two slots, once here)
             for p in (slot.weight, slot.bias):
@@ -371,28 +373,37 @@ class _Sync(_Passes):
         slot.published = True
         slot.caps = []
 
-    def _dense_shape(self):
-        n = self.dense_n
-        cols = max(1, min(4096, -(-n // 64)))
-        return -(-n // cols), cols
-
-    def _publish_dense(self):
-        stage = self.dense_stage
-        o = 0
-        for _, p in self.dense:
-            k = p.numel()
-            if p.grad is None or self.state != _TRAINING:
-                stage[o:o + k] = 0
-            elif self.additive:
-                np.multiply(_dense(p.grad).reshape(-1).numpy(),
-                            np.float32(-self.group_of[id(p)]["lr"] / self.job.world),
-                            out=stage[o:o + k])
-            else:
-                stage[o:o + k] = _dense(p.grad).reshape(-1).numpy()
-            o += k
+    def _publish_bucket(self, b):
+        stage = b.stage_update(lambda p: self.group_of[id(p)]["lr"], self.additive,
+                               self.state == _TRAINING, self.job.world)
         scale = 1.0 if self.additive else (self.my_weight if self.state == _TRAINING else 0.0)
-        self.job.publish_dense(self.clock, len(self.linears),
-                               stage.reshape(self.dense_buf.shape), scale)
+        self.job.publish_dense(self.clock, b.index, stage, scale)
+        b.published = True
+
+    def dense_ready(self, p, bucket):
+        """p's gradient of this pass is in p.grad (its accumulator's hook):
+        in the step's last pass, p's bucket leaves once all of it is."""
+        if not (self.overlap and self.attached and not self.additive and
+                self.state == _TRAINING and self.passes == self.passes_per_step - 1 and
+                threading.get_ident() == self.thread) or bucket.published:
+            return
+        bucket.ready.add(id(p))
+        if bucket.all_ready():
+            try:
+                self._publish_bucket(bucket)
+            except BaseException as e:  # raised out of backward(): tell the peers
+                self.fail_in_backward(e)
+
+    def _hook_buckets(self):
+        """Each dense parameter that needs a gradient: its accumulator's hook
+        (kept: the node lives as long as the reference)."""
+        for b in self.buckets:
+            for _, p in b.params:
+                if p.requires_grad and id(p) not in self.acc_hooked:
+                    acc = _buckets.accumulator(p)
+                    self.hooks.append(acc.register_hook(
+                        lambda *_, p=p, b=b: self.dense_ready(p, b)))
+                    self.acc_hooked[id(p)] = acc
 
     def _meta_row(self):
         """This rank's row of the clock's meta matrix: per parameter whether
@@ -440,6 +451,7 @@ class _Sync(_Passes):
         lines += ["clock=%d\n" % self.clock, "staleness=%d\n" % self.staleness,
                   "backward_passes_per_step=%d\n" % self.passes_per_step,
                   "sync=%s\n" % self.sync, "factor_dtype=%s\n" % self.factor_dtype,
+                  "bucket_cap_bytes=%d\n" % self.bucket_bytes,
                   "optimizer=%s\n" % type(self.opt).__name__]
         job.agree("".join(lines))
         try:
@@ -477,16 +489,10 @@ class _Sync(_Passes):
                 engines.append(self.sync)
                 nnz.append(self.max_s if slot.kind == "rows" else 0)
                 dtypes.append(self.factor_dtype)
-            if self.dense:
-                self.dense_buf = np.zeros(self._dense_shape(), np.float32)
-                self.dense_stage = np.zeros(self.dense_buf.size, np.float32)
-                flat = self.dense_buf.reshape(-1)
-                if self.additive:
-                    o = 0
-                    for _, p in self.dense:
-                        flat[o:o + p.numel()] = p.detach().reshape(-1).numpy()
-                        o += p.numel()
-                mats.append(self.dense_buf)
+            self.buckets = _buckets.plan(self.dense, self.bucket_bytes)
+            for b in self.buckets:
+                b.index = len(mats)
+                mats.append(b.buf)
                 engines.append("fms")  # dense gradients: the engine that carries them
                 nnz.append(0)
                 dtypes.append("f32")
@@ -513,12 +519,10 @@ class _Sync(_Passes):
                     slot.weight.data = w[:, :slot.inputs]
                     if slot.bias is not None:
                         slot.bias.data = w[:, slot.inputs]
-                o = 0
-                flat = torch.from_numpy(self.dense_buf.reshape(-1)) if self.dense else None
-                for _, p in self.dense:
-                    p.data = flat[o:o + p.numel()].view(p.shape)
-                    o += p.numel()
+                for b in self.buckets:
+                    b.adopt_parameters()
         self.attached = True
+        self._hook_buckets()
         self.plan = self._describe(job)
         job.wait(self.clock)
 
@@ -545,8 +549,13 @@ class _Sync(_Passes):
         if self.dense:
             names = [n for n, _ in self.dense]
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-            out.append("dense (%d tensors, %d values: %s): %s (dense gradients)" %
-                       (len(names), self.dense_n, shown, job.engines[len(self.linears)]))
+            nb = len(self.buckets)
+            out.append("dense (%d tensors, %d values: %s): %s (dense gradients, %d bucket%s%s)"
+                       % (len(names), self.dense_n, shown, job.engines[self.buckets[0].index],
+                          nb, "s" if nb > 1 else "",
+                          (", each leaving" if nb > 1 else ", leaving") +
+                          " once backward has filled it"
+                          if self.overlap and not self.additive else ""))
         return "\n".join(out)
 
     def _publish_all(self):
@@ -560,8 +569,9 @@ class _Sync(_Passes):
                 if self.state != _TRAINING:
                     slot.caps = []
                 self._publish_linear(slot)
-        if self.dense:
-            self._publish_dense()
+        for b in self.buckets:
+            if not b.published:
+                self._publish_bucket(b)
 
     @property
     def my_weight(self):
@@ -595,23 +605,8 @@ class _Sync(_Passes):
             for slot in self.linears:
                 slot.grads(present, inv)
                 slot.reset()
-            if self.dense:
-                flat = torch.from_numpy(self.dense_buf.reshape(-1))
-                if self.dense_g is None:
-                    self.dense_g = torch.zeros(self.dense_n)
-                o = 0
-                for name, p in self.dense:
-                    k = p.numel()
-                    if present[self.param_index[id(p)]]:
-                        src = flat[o:o + k].view(p.shape)
-                        if p.grad is not None:
-                            torch.mul(src, float(inv), out=p.grad)
-                        else:
-                            view = self.dense_g[o:o + k].view(p.shape)
-                            torch.mul(src, float(inv), out=view)
-                            p.grad = view
-                    o += k
-                self.dense_buf.fill(0)
+            for b in self.buckets:
+                b.set_grads(lambda p: present[self.param_index[id(p)]], inv)
         for slot in self.linears:
             slot.token.grad = None
         self.passes = 0
@@ -732,6 +727,8 @@ class _Sync(_Passes):
                 slot.token.grad = None
             for _, p in self.dense:
                 p.grad = None
+            for b in self.buckets:
+                b.published = False
             self.clock += 1
             self.job.wait(self.clock)
             self.passes = 0
@@ -929,7 +926,7 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_passes_per_step=1,
                          max_samples=None, overlap=True, check_every=100, factor_dtype="f32",
-                         **attach_args):
+                         bucket_cap_mb=4, **attach_args):
     """Wraps a torch.optim optimizer so that each step applies the mean of
     every rank's gradients (staleness 0: .grad holds it when backward()
     returns, as under DDP), or every rank's updates within the SSP bound
@@ -946,8 +943,14 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     max_samples: the most samples (rows of a layer's input, over the calls
       and passes of one step) any Linear sees in a step; default: the first
       step's largest over the ranks.
-    overlap: a layer's factors leave during the backward pass (True) or all
-      at its end.
+    overlap: a layer's factors, and each bucket of dense gradients, leave
+      during the backward pass as soon as backward has produced them (True),
+      or all at its end.
+    bucket_cap_mb: the most MiB of dense gradients in one bucket (DDP's
+      bucket_cap_mb): the parameters that go densely are grouped, in
+      backward order, into buckets of about this size, each one of the
+      job's matrices; a parameter larger than it is a bucket alone. Every
+      rank must pass the same.
     check_every: at staleness 0, every this many steps the ranks compare a
       checksum of every parameter and optimizer state tensor (the same bits
       on every rank) and repair one that differs from the majority's (0:
@@ -976,7 +979,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
     state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
-                  overlap, attach_args, check_every, factor_dtype)
+                  overlap, attach_args, check_every, factor_dtype, bucket_cap_mb)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)

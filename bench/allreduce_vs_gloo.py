@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""sfb's dense path against gloo's all-reduce on the same tensors, in one run.
+
+The dense path is what sfb.torch does with every gradient that does not go
+by factors or sparse rows, and what `--sync fms` does with a matrix: the
+FMS engine (sfb/fms.c), a direct reduce-scatter + all-gather through the
+sharded servers in chunks of about 1 MiB. Here one dense float32 matrix of N
+numbers (the shape sfb.torch gives its dense parameters) is summed over the
+P workers with Job.publish_dense + Job.drain, as sfb.torch's reduction does,
+and the same N numbers with torch.distributed.all_reduce on gloo (what DDP
+runs). Both on the emulated cluster (scripts/netns-cluster: one network
+namespace per worker, shaped links, tcp), per link rate and size:
+
+  ms          the median over --reps timed operations (after --warmup)
+  x gloo      gloo's ms / sfb's ms: >= 1 where sfb is at least as fast
+  MB/worker   sfb's data bytes one worker sent per operation (job stats),
+              against the all-reduce bound 2 (P-1)/P x 4N bytes
+
+as a table (stdout, OUT/allreduce_vs_gloo.md) and JSON. Needs root (network
+namespaces) and python3-torch (exits 77 without them).
+
+  bench/allreduce_vs_gloo.py                    # 256 KiB, 4 MiB, 16 MiB at 1 and 10 Gbit/s
+  bench/allreduce_vs_gloo.py --rates 1gbit --sizes 4194304 --min-ratio 0.9
+  bench/allreduce_vs_gloo.py --smoke            # one small size, a few operations
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+def dense_shape(n):
+    """sfb.torch's dense matrix of n numbers (python/sfb/torch/_optimizer.py)."""
+    cols = max(1, min(4096, -(-n // 64)))
+    return -(-n // cols), cols
+
+
+def worker(a):
+    import numpy as np
+    rank, world = int(os.environ["SFB_RANK"]), int(os.environ["SFB_WORLD_SIZE"])
+    n, total = a.size, a.warmup + a.reps
+    times = []
+    out = {"engine": a.engine, "rank": rank, "world": world, "size": n}
+    if a.engine == "sfb":
+        import sfb
+        job = sfb.Job()
+        rows, cols = dense_shape(n)
+        replica = np.zeros((rows, cols), np.float32)
+        job.attach([replica], max_s=1, engine="fms", ordered=True)
+        delta = np.random.default_rng(rank).random((rows, cols), np.float32)
+        for c in range(total):
+            job.wait(c)
+            t = time.perf_counter()
+            job.publish_dense(c, 0, delta, 1.0)
+            job.drain(c)
+            times.append(time.perf_counter() - t)
+        job.finish(total - 1)
+        out["data_bytes_per_op"] = job.stats()["data_bytes"] / total
+        # every replica holds the same sum: its checksum, for the driver
+        out["crc"] = int(np.frombuffer(replica.tobytes(), np.uint32).sum(dtype=np.uint64))
+        job.close()
+    else:
+        import torch
+        import torch.distributed as dist
+        port = int(os.environ["SFB_RENDEZVOUS"].rsplit(":", 1)[1]) + 1
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        dist.init_process_group("gloo", init_method="tcp://10.77.0.1:%d" % port, rank=rank,
+                                world_size=world)
+        x = torch.rand(n, generator=torch.Generator().manual_seed(rank))
+        for c in range(total):
+            t = time.perf_counter()
+            dist.all_reduce(x)
+            times.append(time.perf_counter() - t)
+        dist.barrier()
+        dist.destroy_process_group()
+    out["ms"] = 1e3 * statistics.median(times[a.warmup:])
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_one(a, rate, size, engine):
+    out = os.path.join(a.out, "%s-%s-%d" % (engine, rate, size))
+    os.makedirs(out, exist_ok=True)
+    cmd = [a.cluster, "-n", str(a.n), "--rate", rate, "--out-dir", out,
+           "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
+           "--worker", "--engine", engine, "--size", str(size), "--reps", str(a.reps),
+           "--warmup", str(a.warmup)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    results = []
+    for r in range(a.n):
+        try:
+            with open(os.path.join(out, "worker.%d.log" % r)) as f:
+                results += [json.loads(l[7:]) for l in f if l.startswith("RESULT ")]
+        except OSError:
+            pass
+    if p.returncode != 0 or len(results) != a.n:
+        sys.exit("allreduce_vs_gloo: %s at %s, %d numbers, failed (exit %d):\n%s%s" %
+                 (engine, rate, size, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    if engine == "sfb" and len({r["crc"] for r in results}) != 1:
+        sys.exit("allreduce_vs_gloo: sfb's replicas differ after %d numbers at %s" % (size, rate))
+    row = {"engine": engine, "rate": rate, "size": size,
+           "ms": max(r["ms"] for r in results)}  # the slowest worker's median
+    if engine == "sfb":
+        row["data_bytes_per_op"] = sum(r["data_bytes_per_op"] for r in results) / a.n
+    print("  %s %s %d numbers: %.2f ms" % (engine, rate, size, row["ms"]), flush=True)
+    return row
+
+
+def report(a, rows):
+    lines = ["| link | numbers | MiB | sfb ms | gloo ms | x gloo | sfb MB/worker | bound MB |",
+             "|---|---|---|---|---|---|---|---|"]
+    ratios = {}
+    for r in (r for r in rows if r["engine"] == "sfb"):
+        g = next(x for x in rows if x["engine"] == "gloo" and x["rate"] == r["rate"] and
+                 x["size"] == r["size"])
+        ratios[(r["rate"], r["size"])] = x = g["ms"] / r["ms"]
+        bound = 2.0 * (a.n - 1) / a.n * 4 * r["size"]
+        lines.append("| %s | %d | %.2f | %.2f | %.2f | **%.2f** | %.3f | %.3f |" % (
+            r["rate"], r["size"], 4 * r["size"] / 2**20, r["ms"], g["ms"], x,
+            r["data_bytes_per_op"] / 1e6, bound / 1e6))
+    load = os.getloadavg()
+    head = ("%d emulated hosts, median of %d operations after %d; load average %.1f %.1f %.1f" %
+            (a.n, a.reps, a.warmup, *load))
+    text = head + "\n\n" + "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(a.out, "allreduce_vs_gloo.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "allreduce_vs_gloo.json"), "w") as f:
+        json.dump({"settings": vars(a), "load": load, "rows": rows}, f, indent=1)
+    return ratios
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="sfb", help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", default="65536,1048576,4194304",
+                    help="float32 numbers per operation, comma separated")
+    ap.add_argument("--rates", default="1gbit,10gbit", help="link rates (tc units)")
+    ap.add_argument("-n", type=int, default=4, help="workers (emulated hosts)")
+    ap.add_argument("--reps", type=int, default=20, help="timed operations")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--min-ratio", type=float, default=0,
+                    help="fail where sfb takes longer than gloo / this")
+    ap.add_argument("--out", default="bench-out/allreduce_vs_gloo")
+    ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
+    ap.add_argument("--smoke", action="store_true", help="one small size at 1 Gbit/s, 4 operations")
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a)
+    if a.smoke:
+        a.sizes, a.rates, a.reps, a.warmup, a.n = "20000", "1gbit", 4, 1, 2
+    if os.geteuid() != 0:
+        print("allreduce_vs_gloo: skipped (needs root for network namespaces)")
+        sys.exit(77)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("allreduce_vs_gloo: skipped (no python3-torch)")
+        sys.exit(77)
+    os.makedirs(a.out, exist_ok=True)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    rows = []
+    for rate in a.rates.split(","):
+        for size in (int(s) for s in a.sizes.split(",")):
+            for engine in ("sfb", "gloo"):
+                rows.append(run_one(a, rate, size, engine))
+    ratios = report(a, rows)
+    bad = []
+    for r in (r for r in rows if r["engine"] == "sfb"):
+        bound = 2.0 * (a.n - 1) / a.n * 4 * r["size"]
+        # the bound plus a header per chunk message (sfb/fms.c)
+        if not bound <= r["data_bytes_per_op"] <= bound * 1.01 + 64 * 2 * (a.n - 1) * 8:
+            bad.append("%s, %d numbers: %.0f bytes a worker, the bound is %.0f" %
+                       (r["rate"], r["size"], r["data_bytes_per_op"], bound))
+        x = ratios[(r["rate"], r["size"])]
+        if a.min_ratio and x < a.min_ratio:
+            bad.append("%s, %d numbers: sfb %.2fx gloo, below %.2fx" %
+                       (r["rate"], r["size"], x, a.min_ratio))
+    if bad:
+        sys.exit("allreduce_vs_gloo: " + "; ".join(bad))
+
+
+if __name__ == "__main__":
+    main()
