@@ -265,6 +265,41 @@ int sfb__sf_expand(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, u
     return 0;
 }
 
+void sfb__bf16_round(float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, v + i, sizeof u);
+        u = (uint32_t)round_bf16(u) << 16;
+        memcpy(v + i, &u, sizeof u);
+    }
+}
+
+void sfb__bf16_encode(uint8_t *dst, const float *src, size_t n)
+{
+    put_bf16s(dst, src, n);
+}
+
+void sfb__bf16_decode(float *dst, const uint8_t *src, size_t n)
+{
+    get_bf16s((uint8_t *)dst, src, n);
+}
+
+size_t sfb__bf16_first_nonfinite(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n;) { /* blocks without an exit, as all_finite */
+        size_t m = SFB_MIN(n - i, (size_t)1024);
+        uint32_t bad = 0;
+        for (size_t j = 0; j < m; j++)
+            bad |= (sfb__get_u16(p + 2 * (i + j)) & 0x7f80u) == 0x7f80u;
+        if (bad)
+            for (size_t j = 0; j < m; j++)
+                if ((sfb__get_u16(p + 2 * (i + j)) & 0x7f80u) == 0x7f80u) return i + j;
+        i += m;
+    }
+    return n;
+}
+
 /* NaN/Inf from the network would poison every replica. Both have an
  * exponent of all ones; testing the bits without an early exit inside a
  * block of 1024 lets the compiler vectorize this (every frame a rank

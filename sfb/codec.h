@@ -64,6 +64,17 @@ int sfb__sf_encode(const struct sfb_sf *sf, int sparse, uint64_t nnz, unsigned p
 uint16_t sfb__bf16_from_f32(float x);
 float sfb__bf16_to_f32(uint16_t h);
 
+/* The same over arrays (FMS's bfloat16 rows, dense_dtype): v rounded in
+ * place to the float32 of its nearest bfloat16; n of them encoded to
+ * dst (2 bytes each, little-endian, any alignment); n decoded from src
+ * (any alignment) into dst. */
+void sfb__bf16_round(float *v, size_t n);
+void sfb__bf16_encode(uint8_t *dst, const float *src, size_t n);
+void sfb__bf16_decode(float *dst, const uint8_t *src, size_t n);
+/* The index of the first NaN or infinity among n bfloat16 at p (any
+ * alignment), or n. */
+size_t sfb__bf16_first_nonfinite(const uint8_t *p, size_t n);
+
 /* A bfloat16 payload p[0 .. len) (untrusted: any bytes, any alignment) of
  * the header's shapes: checks its length exactly against the shapes and
  * its nnz, and sets *wide to the bytes of the float32 payload it widens to.

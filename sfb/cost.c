@@ -110,8 +110,9 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
          * push: one more α between the phases */
         double chunk_rows = floor((double)sfb__fms_chunk_bytes / (4 * D));
         double chunks = ceil(ceil(K / P) / (chunk_rows < 1 ? 1 : chunk_rows));
+        double dense_e = m->dense_prec == SFB_WIRE_BF16 ? 2 : 4;
         r.msgs[SFB__ENG_FMS] = 2 * (P - 1) * chunks;
-        r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (4 * K * D / P + chunks * HDR);
+        r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (dense_e * K * D / P + chunks * HDR);
         phases = alpha;
     }
     for (int k = 0; k < 2; k++)
@@ -166,7 +167,7 @@ int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t 
         .link = {.alpha_s = s->latency_us * 1e-6, .beta_s_per_byte = 8 / (s->link_gbps * 1e9)},
         .gemm_flops_per_s = s->gemm_gflops * 1e9, .add_flops_per_s = s->add_gadds * 1e9,
         .host_cores = s->host_cores, .ranks_per_host = s->ranks_per_host};
-    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0, SFB_WIRE_F32};
+    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0, SFB_WIRE_F32, SFB_WIRE_F32};
     struct sfb__cost_parts r;
     if ((ret = sfb__cost_parts(&e, &m, &r))) return ret;
     struct sfb_cost_result all = {.size = sizeof all, .sf_bytes = r.sf_bytes};

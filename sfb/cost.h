@@ -45,6 +45,9 @@ struct sfb__cost_matrix {
      * bytes a number; SFB_WIRE_BF16, e = 2, and each SF is widened to
      * float32 before its apply (S·(K+D) more element passes) */
     unsigned prec;
+    /* FMS's rows' precision (dense_dtype): SFB_WIRE_BF16 halves its bytes
+     * (the rounding and widening are element passes like its adds) */
+    unsigned dense_prec;
 };
 
 struct sfb__cost_env {

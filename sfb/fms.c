@@ -19,6 +19,12 @@
  *     origin = owner).
  *   every worker applies a summed chunk as sum − own push, since the own
  *     part is already in its replica.
+ * bfloat16 rows (env.dense_prec, dense_dtype "bf16"; Horovod's
+ * Compression.fp16): ΔA_own is rounded to bfloat16 in place before anything
+ * else (the pushes carry it exactly, in half the bytes), the owner sums the
+ * widened pushes in float32 and sends the sum rounded to bfloat16, and every
+ * worker, the owner too, applies that rounded sum widened: the replicas
+ * stay identical.
  * SSP holds per block: the SSP table's "origin" b is the owner of block b,
  * marked when the last summed chunk of block b of a clock is applied.
  * Computing clock t needs every block summed and applied through t − s − 1.
@@ -79,6 +85,9 @@ struct fms {
     uint32_t nmat, rank, world, K, D;
     uint32_t id;       /* the matrix's wire id */
     uint32_t r0, r1;   /* own block */
+    unsigned prec;        /* the rows' precision on the wire (enum sfb__wire_prec) */
+    size_t e;             /* bytes a number there: 4 or 2 */
+    float *wide, *acc;    /* bf16: a chunk widened (a push, a sum), the sum formed */
     uint32_t chunk_rows;  /* rows of a chunk (the last of a block may be short) */
     uint32_t *chunk_base; /* per block: the matrix's chunks before it; [world]: all */
     struct held *push;   /* pushes received for the own block */
@@ -156,8 +165,17 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     size_t row_bytes = (size_t)(f->D ? f->D : 1) * sizeof(float);
     f->chunk_rows = (uint32_t)SFB_MIN((size_t)UINT32_MAX,
                                       SFB_MAX((size_t)1, sfb__fms_chunk_bytes / row_bytes));
+    f->prec = env->dense_prec ? env->dense_prec[0] : SFB_WIRE_F32;
+    if (f->prec != SFB_WIRE_F32 && f->prec != SFB_WIRE_BF16)
+        return sfb__error(-SFB_EUSAGE, "fms: row precision %u (float32 or bfloat16 only)",
+                          f->prec);
+    f->e = f->prec == SFB_WIRE_BF16 ? 2 : 4;
     f->chunk_base = calloc(f->world + 1, sizeof *f->chunk_base);
     if (!f->chunk_base) return sfb__error(-ENOMEM, "fms: out of memory");
+    size_t chunk_el = (size_t)SFB_MIN(f->chunk_rows, f->K) * f->D;
+    if (f->prec == SFB_WIRE_BF16 && (!(f->wide = malloc(chunk_el * sizeof(float))) ||
+                                     !(f->acc = malloc(chunk_el * sizeof(float)))))
+        return sfb__error(-ENOMEM, "fms: out of memory");
     for (uint32_t b = 0; b < f->world; b++)
         f->chunk_base[b + 1] = f->chunk_base[b] + chunks_of(f, b);
     /* A resumed run starts with every earlier sum formed and applied: after
@@ -185,6 +203,8 @@ static void fms_close(void *priv)
     free(f->push);
     free(f->tally);
     free(f->chunk_base);
+    free(f->wide);
+    free(f->acc);
     free(f->sum);
     free(f->own);
     free(f->parts);
@@ -251,8 +271,10 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
 static int finite_rows(struct fms *f, int from, const struct sfb__wire_hdr *h,
                        const uint8_t *payload)
 {
-    size_t n = (size_t)h->payload_len / sizeof(float);
-    size_t at = sfb__first_nonfinite((const float *)(const void *)payload, n);
+    size_t n = (size_t)h->k * f->D;
+    size_t at = f->prec == SFB_WIRE_BF16
+                    ? sfb__bf16_first_nonfinite(payload, n)
+                    : sfb__first_nonfinite((const float *)(const void *)payload, n);
     if (at == n) return 1;
     char why[96];
     snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
@@ -280,8 +302,11 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
         why = "negative clock";
     else if (h->origin == f->rank)
         why = "claims to carry this rank's own update";
-    else if (h->flags & SFB_WIRE_F_PREC_MASK) /* (its payload is not K·D float32) */
-        why = "rows in a precision other than float32 (FMS carries float32 only)";
+    else if ((h->flags & SFB_WIRE_F_PREC_MASK) >> SFB_WIRE_F_PREC_SHIFT != f->prec)
+        why = f->prec == SFB_WIRE_BF16 ? "rows in float32 where this rank's dense_dtype is "
+                                         "bf16 (is every worker running the same --dense-dtype?)"
+                                       : "rows in bfloat16 where this rank's dense_dtype is "
+                                         "f32 (is every worker running the same --dense-dtype?)";
     else if (!finite_rows(f, from, h, payload))
         return;
     else if (b == f->rank) {
@@ -370,11 +395,41 @@ static int send_to(struct fms *f, uint32_t dst, const uint8_t *hdr, struct sfb__
     }
 }
 
+/* The payload bytes of k rows: k·D numbers of f->e bytes, padded to a
+ * whole number of 4-byte words (bfloat16). */
+static size_t rows_len(const struct fms *f, uint32_t k)
+{
+    size_t n = (size_t)k * f->D * f->e;
+    return n + (4 - n % 4) % 4;
+}
+
+/* Rows [r0, r1) of own (float32) as a payload: a view of own (float32),
+ * or a new buffer holding them in bfloat16 (already rounded: exact). */
+static int rows_payload(struct fms *f, struct sfb__buf *own, uint32_t r0, uint32_t r1,
+                        struct sfb__buf **out, size_t *off)
+{
+    size_t row_bytes = (size_t)f->D * sizeof(float), len = rows_len(f, r1 - r0);
+    if (f->prec == SFB_WIRE_F32) {
+        sfb__buf_ref(own);
+        *out = own;
+        *off = (size_t)r0 * row_bytes;
+        return 0;
+    }
+    int ret = sfb__comm_buf_get(f->c, len, out);
+    if (ret) return ret;
+    size_t n = (size_t)(r1 - r0) * f->D;
+    sfb__bf16_encode((*out)->data, (const float *)(const void *)(own->data + r0 * row_bytes), n);
+    memset((*out)->data + 2 * n, 0, len - 2 * n);
+    *off = 0;
+    return 0;
+}
+
 static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, const void *rows,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
-    size_t len = (size_t)(r1 - r0) * f->D * sizeof(float);
+    size_t len = rows_len(f, r1 - r0);
     struct sfb__wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
+                             .flags = (uint8_t)(f->prec << SFB_WIRE_F_PREC_SHIFT),
                              .origin = f->rank,
                              .sender = f->rank,
                              .clock = clock,
@@ -408,15 +463,25 @@ static int form_sums(struct fms *f)
             if (f->push[i].clock == t && f->push[i].s == r0)
                 f->parts[f->push[i].origin] = f->push[i].rows;
         f->parts[f->rank] = o->buf->data + (size_t)r0 * row_bytes;
+        size_t len = rows_len(f, r1 - r0);
         struct sfb__buf *out;
-        int ret = sfb__comm_buf_get(f->c, n_el * sizeof(float), &out);
+        int ret = sfb__comm_buf_get(f->c, len, &out);
         if (ret) return ret;
-        float *acc = (float *)(void *)out->data;
+        int bf16 = f->prec == SFB_WIRE_BF16;
+        float *acc = bf16 ? f->acc : (float *)(void *)out->data;
         memset(acc, 0, n_el * sizeof(float));
         for (uint32_t r = 0; r < f->world; r++) {
             const uint8_t *p = f->parts[r];
+            if (bf16 && r != f->rank) { /* (the own rows are float32, rounded) */
+                sfb__bf16_decode(f->wide, p, n_el);
+                p = (const uint8_t *)f->wide;
+            }
             for (size_t i = 0; i < n_el; i++)
                 acc[i] += get_f32(p + 4 * i);
+        }
+        if (bf16) { /* the sum as it travels, the own replica's too */
+            sfb__bf16_encode(out->data, acc, n_el);
+            memset(out->data + 2 * n_el, 0, len - 2 * n_el);
         }
         /* this chunk's pushes are summed: release them (before the sends,
          * which may take frames and call back here) */
@@ -431,14 +496,14 @@ static int form_sums(struct fms *f)
         }
         f->npush = k;
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
-        ret = dense_hdr(f, t, r0, r1, acc, hdr);
+        ret = dense_hdr(f, t, r0, r1, out->data, hdr);
         struct sfb__wire_hdr me = {.origin = f->rank, .clock = t, .s = r0};
         if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
         /* to rank + 1, rank + 2, ...: owners summing the same chunk do not
          * all send to the same peer first (its ingress would be shared by
          * every owner while the others' idle) */
         for (uint32_t i = 1; i < f->world && !ret; i++)
-            ret = send_to(f, (f->rank + i) % f->world, hdr, out, 0, n_el * sizeof(float));
+            ret = send_to(f, (f->rank + i) % f->world, hdr, out, 0, len);
         sfb__buf_put(out);
         if (ret) return ret;
         uint32_t n = 0;
@@ -482,8 +547,13 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
         /* (a chunk of s->origin's block: checked when taken) */
         uint32_t j = (s->s - block_start(f, s->origin)) / f->chunk_rows, r0, r1;
         chunk_rows_of(f, s->origin, j, &r0, &r1);
+        const uint8_t *rows = s->rows;
+        if (f->prec == SFB_WIRE_BF16) {
+            sfb__bf16_decode(f->wide, rows, (size_t)(r1 - r0) * f->D);
+            rows = (const uint8_t *)f->wide;
+        }
         for (uint32_t r = r0; r < r1; r++) {
-            const uint8_t *src = s->rows + (size_t)(r - r0) * row_bytes;
+            const uint8_t *src = rows + (size_t)(r - r0) * row_bytes;
             const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
             float *dst = f->a->data + (size_t)r * f->D;
             /* ordered: the own push is not in the replica yet */
@@ -569,7 +639,19 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
         f->own_left = f->nmat;
     }
     struct sfb_matrix *a = &f->env.mats[m];
-    if (sf) {
+    if (f->env.dense_prec && f->env.dense_prec[m] == SFB_WIRE_BF16) {
+        /* the sum of one rounded update, rounded: the update rounded */
+        size_t n_el = (size_t)a->rows * a->cols;
+        struct sfb_matrix d = {a->rows, a->cols, calloc(n_el ? n_el : 1, sizeof(float))};
+        if (!d.data) return sfb__error(-ENOMEM, "fms: out of memory");
+        int ret = sf ? sfb_reconstruct_apply(f->recon, &d, &sf, 1) : 0;
+        if (!sf)
+            for (size_t i = 0; i < n_el; i++) d.data[i] = scale * delta[i];
+        sfb__bf16_round(d.data, n_el);
+        for (size_t i = 0; i < n_el && !ret; i++) a->data[i] += d.data[i];
+        free(d.data);
+        if (ret) return ret;
+    } else if (sf) {
         int ret = sfb_reconstruct_apply(f->recon, a, &sf, 1);
         if (ret) return ret;
     } else {
@@ -591,7 +673,7 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
                           f->D, sf->rows, sf->cols);
     if (find_own(f, clock) || sfb__ssp_is_applied(f->env.ssp, f->rank, clock))
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
-    size_t n_el = (size_t)f->K * f->D, row_bytes = (size_t)f->D * sizeof(float);
+    size_t n_el = (size_t)f->K * f->D;
     struct sfb__buf *buf;
     int ret = sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) return ret;
@@ -602,6 +684,8 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     } else {
         for (size_t i = 0; i < n_el; i++) own.data[i] = scale * delta[i];
     }
+    /* bf16: the update as it travels, the own part of the sums too */
+    if (f->prec == SFB_WIRE_BF16) sfb__bf16_round(own.data, n_el);
     /* read-my-writes (ordered: the sums alone, the same bytes on every rank) */
     if (!f->env.ordered)
         for (size_t i = 0; i < n_el; i++)
@@ -634,10 +718,13 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
             if (j >= chunks_of(f, b)) continue;
             chunk_rows_of(f, b, j, &r0, &r1);
             uint8_t hdr[SFB_WIRE_HDR_SIZE];
-            const uint8_t *rows = buf->data + (size_t)r0 * row_bytes;
-            size_t len = (size_t)(r1 - r0) * row_bytes;
-            if ((ret = dense_hdr(f, clock, r0, r1, rows, hdr))) return ret;
-            if ((ret = send_to(f, b, hdr, buf, (size_t)r0 * row_bytes, len))) return ret;
+            struct sfb__buf *pay;
+            size_t off, len = rows_len(f, r1 - r0);
+            if ((ret = rows_payload(f, buf, r0, r1, &pay, &off))) return ret;
+            ret = dense_hdr(f, clock, r0, r1, pay->data + off, hdr);
+            if (!ret) ret = send_to(f, b, hdr, pay, off, len);
+            sfb__buf_put(pay);
+            if (ret) return ret;
         }
     /* the own chunks may be complete already */
     return form_sums(f);

@@ -41,6 +41,7 @@ struct sub {
     uint32_t *ids;           /* their wire ids, */
     uint32_t *idx;           /* their index among the job's matrices */
     uint8_t *prec;           /* their factor precision (env.factor_prec) */
+    uint8_t *dense_prec;     /* their rows' under FMS (env.dense_prec) */
     struct sfb_sf *sf;       /* publish: the job's SFs of these matrices */
 };
 
@@ -82,6 +83,7 @@ static void pm_close(void *priv)
         free(s->mats);
         free(s->ids);
         free(s->prec);
+        free(s->dense_prec);
         free(s->idx);
         free(s->sf);
     }
@@ -122,9 +124,11 @@ static int plan_subs(struct pm *p, const struct sfb__sync_env *env)
         s->mats = malloc(s->n * sizeof *s->mats);
         s->ids = malloc(s->n * sizeof *s->ids);
         s->prec = calloc(s->n, 1);
+        s->dense_prec = calloc(s->n, 1);
         s->idx = malloc(s->n * sizeof *s->idx);
         s->sf = calloc(s->n, sizeof *s->sf);
-        if (!s->mats || !s->ids || !s->prec || !s->idx || !s->sf) return -ENOMEM;
+        if (!s->mats || !s->ids || !s->prec || !s->dense_prec || !s->idx || !s->sf)
+            return -ENOMEM;
     }
     for (uint32_t m = 0; m < n; m++) {
         struct sub *s = &p->sub[p->sub_of[m]];
@@ -132,6 +136,7 @@ static int plan_subs(struct pm *p, const struct sfb__sync_env *env)
         s->mats[j] = env->mats[m];
         s->ids[j] = env->ids ? env->ids[m] : m;
         s->prec[j] = env->factor_prec ? env->factor_prec[m] : SFB_WIRE_F32;
+        s->dense_prec[j] = env->dense_prec ? env->dense_prec[m] : SFB_WIRE_F32;
         s->idx[j] = m;
     }
     return 0;
@@ -174,6 +179,7 @@ static int open_subs(struct pm *p, const struct sfb__sync_env *env)
         se.nmat = s->n;
         se.ids = s->ids;
         se.factor_prec = s->prec;
+        se.dense_prec = s->dense_prec;
         se.ssp = &s->ssp;
         se.engine_of = NULL;
         se.absorb = pm_take;

@@ -47,6 +47,9 @@ struct sfb__sync_env {
      * replica applying the rounded factors, its own update's too); NULL:
      * float32 for all. FMS ignores it. */
     const uint8_t *factor_prec;
+    /* FMS: per matrix the precision its rows travel in (dense_dtype; the
+     * same values); NULL: float32. SFB ignores it. */
+    const uint8_t *dense_prec;
     /* managed communication (sfb/parts.h, docs/design.md): */
     int priority;         /* enum sfb__priority: the order of parts waiting to leave */
     size_t part_bytes;    /* SFB sends each update in parts of about this size (0: whole) */

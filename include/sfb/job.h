@@ -164,13 +164,24 @@ struct sfb_job_attach {
      * nearest bfloat16 (half the bytes), which every replica, the origin's
      * own included, applies, accumulating in float32 (the usual sgemm: no
      * bf16 GEMM here); or one per matrix, comma separated ("bf16,bf16,f32").
-     * A matrix FMS carries ignores it (full matrices travel float32); the
+     * A matrix FMS carries ignores it (dense_dtype is its); the
      * cost model of engine "auto" charges a bf16 matrix's factors their
      * bf16 bytes. Every rank must attach the same (a frame of another
      * precision fails the job). */
     const char *factor_dtype;
-    uint8_t reserved[64 - 2 * sizeof(double) - 2 * sizeof(const uint32_t *) -
-                     2 * sizeof(const char *) - 2 * sizeof(int)];
+    /* The precision FMS's rows travel in (pushes and owners' sums; Horovod's
+     * Compression.fp16): "f32" (NULL, default) or "bf16": each worker's
+     * update rounded to the nearest bfloat16 (half the bytes), summed by its
+     * owner in float32, the sum rounded again, and every replica (the
+     * owner's included) applies that rounded sum, so replicas stay
+     * identical under `ordered`; or one per matrix, comma separated. A
+     * matrix SFB carries ignores it; the cost model charges a bf16 matrix's
+     * FMS its bf16 bytes. Every rank must attach the same. */
+    const char *dense_dtype;
+    /* (The tail from link_gbps on is 128 bytes; 0.1.0 grew it from 64
+     * before its release, when dense_dtype took the last of the 64.) */
+    uint8_t reserved[128 - 2 * sizeof(double) - 2 * sizeof(const uint32_t *) -
+                     3 * sizeof(const char *) - 2 * sizeof(int)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

@@ -114,7 +114,10 @@ struct sfb_train_settings {
     const char *factor_dtype; /* the precision SFB's factors travel in: "f32" (NULL,
                                 default) or "bf16" (half the bytes, rounded to
                                 nearest even; sfb_job_attach.factor_dtype) */
-    uint8_t reserved[64 - sizeof(const char *)]; /* for fields of later versions: zero */
+    const char *dense_dtype;  /* the precision FMS's rows travel in: "f32" (NULL,
+                                default) or "bf16" (half the bytes; every replica
+                                applies the rounded sums; sfb_job_attach.dense_dtype) */
+    uint8_t reserved[64 - 2 * sizeof(const char *)]; /* for fields of later versions: zero */
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

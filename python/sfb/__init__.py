@@ -83,7 +83,8 @@ class _Attach(ctypes.Structure):
         ("reserved0", ctypes.c_uint32),
         ("sf_nnz", _c_u32_p),
         ("factor_dtype", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint8 * (64 - 16 - 4 * ctypes.sizeof(ctypes.c_void_p) - 8)),
+        ("dense_dtype", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint8 * (128 - 16 - 5 * ctypes.sizeof(ctypes.c_void_p) - 8)),
     ]
 
 
@@ -379,7 +380,8 @@ class Job:
 
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
                topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
-               priority=None, sf_bytes=None, ordered=False, sf_nnz=None, factor_dtype=None):
+               priority=None, sf_bytes=None, ordered=False, sf_nnz=None, factor_dtype=None,
+               dense_dtype=None):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
@@ -401,6 +403,11 @@ class Job:
         bfloat16, which every replica, this rank's included, applies in
         float32), for every matrix, or one per matrix (a list, or "bf16,f32");
         a matrix FMS carries ignores it. `factor_dtypes` lists each matrix's.
+        dense_dtype: the precision FMS's rows travel in (the pushes and the
+        owners' sums), "f32" (None, default) or "bf16" (half the bytes: each
+        rank's update rounded, summed in float32, the sum rounded, and every
+        replica applies that rounded sum), for every matrix or one per
+        matrix; a matrix SFB carries ignores it.
         Collective. Afterwards `engines` lists each matrix's engine and
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
@@ -422,9 +429,14 @@ class Job:
             factor_dtype = "f32"
         if not isinstance(factor_dtype, str):
             factor_dtype = ",".join(factor_dtype)
+        if dense_dtype is None:
+            dense_dtype = "f32"
+        if not isinstance(dense_dtype, str):
+            dense_dtype = ",".join(dense_dtype)
         self._attach_keep = [_enc(engine), _enc(topology), cm, _enc(priority),
-                             _enc(factor_dtype)]
+                             _enc(factor_dtype), _enc(dense_dtype)]
         a.factor_dtype = self._attach_keep[4]
+        a.dense_dtype = self._attach_keep[5]
         a.engine, a.topology = self._attach_keep[0], self._attach_keep[1]
         a.priority = self._attach_keep[3]
         a.staleness = _clock("attach: staleness", staleness, -1)
@@ -449,6 +461,8 @@ class Job:
         self.engines = [library().sfb_job_engine(self._h, i).decode() for i in range(len(mats))]
         dtypes = factor_dtype.split(",")  # checked by the library: 1 or one per matrix
         self.factor_dtypes = dtypes * len(mats) if len(dtypes) == 1 else dtypes
+        dtypes = dense_dtype.split(",")
+        self.dense_dtypes = dtypes * len(mats) if len(dtypes) == 1 else dtypes
         self.plan = library().sfb_job_plan(self._h).decode()
         self._sfs = (_SF * len(mats))()
         # publish_one / publish_dense per layer and step: bound once

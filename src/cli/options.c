@@ -169,6 +169,11 @@ static const struct cli_opt job_rows2[] = {
      "replica applies the rounded factors, the own\n"
      "update's too, in float32) (default f32)",
      .choices = "f32|bf16"},
+    {ROW(CLI_CHOICE, "dense-dtype", 0, T(dense_dtype)), "f32|bf16",
+     "the precision --sync fms's rows travel in (pushes\n"
+     "and sums): bf16 halves their bytes (every replica\n"
+     "applies the rounded sums) (default f32)",
+     .choices = "f32|bf16"},
     R("link-gbps", link_gbps, 0, 1e6, CLI_OPEN_LO, "G", "a bandwidth in (0, 1e6] Gbit/s",
       "--sync auto's link model: bandwidth per worker\n"
       "(default: measured by a ping-pong at start-up)"),

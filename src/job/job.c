@@ -27,6 +27,7 @@ struct sfb_job {
     /* per matrix (nmat, allocated at attach): */
     const struct sfb__sync_desc **engine_of; /* its engine (NULL: "auto", not chosen yet) */
     uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
+    uint8_t *dense_prec;    /* its rows' under FMS (dense_dtype) */
     double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
     struct sfb_matrix *mats;
     uint64_t *done;         /* bit m: matrix m published in the clock waited for */
@@ -199,6 +200,7 @@ static void free_matrices(struct sfb_job *job)
 {
     free(job->engine_of);
     free(job->prec);
+    free(job->dense_prec);
     free(job->plan_ms);
     free(job->mats);
     free(job->done);
@@ -206,6 +208,7 @@ static void free_matrices(struct sfb_job *job)
     free(job->plan);
     job->engine_of = NULL;
     job->prec = NULL;
+    job->dense_prec = NULL;
     job->plan_ms = NULL;
     job->mats = NULL;
     job->done = NULL;
@@ -220,21 +223,24 @@ static int alloc_matrices(struct sfb_job *job, uint32_t n)
     free_matrices(job);
     job->engine_of = calloc(n, sizeof *job->engine_of);
     job->prec = calloc(n, sizeof *job->prec);
+    job->dense_prec = calloc(n, sizeof *job->dense_prec);
     job->plan_ms = calloc(n, sizeof *job->plan_ms);
     job->mats = calloc(n, sizeof *job->mats);
     job->done = calloc((n + 63) / 64, sizeof *job->done);
     job->engines = calloc((size_t)n * 4 + 1, 1); /* "sfb," per matrix */
-    if (!job->engine_of || !job->prec || !job->plan_ms || !job->mats || !job->done ||
+    if (!job->engine_of || !job->prec || !job->dense_prec || !job->plan_ms || !job->mats || !job->done ||
         !job->engines)
         return sfb__error(-ENOMEM, "sfb_job_attach: out of memory for %u matrices", n);
     return 0;
 }
 
-/* a->factor_dtype: job->prec, one precision per matrix ("f32" or "bf16",
- * for all or one per matrix, comma separated; NULL: "f32"). */
-static int parse_factor_dtype(struct sfb_job *job, const struct sfb_job_attach *a)
+/* a->factor_dtype or a->dense_dtype (`field`, value `text`): out, one
+ * precision per matrix ("f32" or "bf16", for all or one per matrix, comma
+ * separated; NULL: "f32"). */
+static int parse_dtype(const struct sfb_job_attach *a, const char *field, const char *text,
+                       uint8_t *out)
 {
-    const char *p = a->factor_dtype ? a->factor_dtype : "f32";
+    const char *p = text ? text : "f32";
     uint32_t n = 0;
     for (;;) {
         size_t len = strcspn(p, ",");
@@ -242,22 +248,22 @@ static int parse_factor_dtype(struct sfb_job *job, const struct sfb_job_attach *
         if (len == 3 && !strncmp(p, "f32", 3)) prec = SFB_WIRE_F32;
         else if (len == 4 && !strncmp(p, "bf16", 4)) prec = SFB_WIRE_BF16;
         else
-            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: factor_dtype \"%s\": entry %u is "
+            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: %s \"%s\": entry %u is "
                               "\"%.*s\", expected f32 or bf16 (one for all matrices, or one per "
-                              "matrix, comma separated)", a->factor_dtype, n, (int)SFB_MIN(len, 32),
+                              "matrix, comma separated)", field, text, n, (int)SFB_MIN(len, 32),
                               p);
         if (n == a->n)
-            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: factor_dtype \"%s\" names more "
-                              "precisions than the %u matrices", a->factor_dtype, a->n);
-        job->prec[n++] = (uint8_t)prec;
+            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: %s \"%s\" names more "
+                              "precisions than the %u matrices", field, text, a->n);
+        out[n++] = (uint8_t)prec;
         if (!p[len]) break;
         p += len + 1;
     }
     if (n != 1 && n != a->n)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: factor_dtype \"%s\" names %u precisions "
-                          "for %u matrices (one for all, or one per matrix)", a->factor_dtype, n,
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: %s \"%s\" names %u precisions "
+                          "for %u matrices (one for all, or one per matrix)", field, text, n,
                           a->n);
-    for (uint32_t m = n; m < a->n; m++) job->prec[m] = job->prec[0];
+    for (uint32_t m = n; m < a->n; m++) out[m] = out[0];
     return 0;
 }
 
@@ -269,7 +275,7 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
         .comm = job->comm, .mats = a->mats, .n = a->n, .max_s = a->max_s,
         .topology = a->topology, .degree = a->degree, .flush_clock = a->flush_clock,
         .link_gbps = a->link_gbps, .latency_us = a->latency_us, .sf_bytes = a->sf_bytes,
-        .sf_nnz = a->sf_nnz, .prec = job->prec};
+        .sf_nnz = a->sf_nnz, .prec = job->prec, .dense_prec = job->dense_prec};
     int ret = sfb__plan_auto(&pj, job->engine_of, job->plan_ms, &job->plan);
     job->planned = !ret;
     return ret;
@@ -313,6 +319,7 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .start_clock = a->start_clock,
         .engine_of = job->engine_of,
         .factor_prec = job->prec,
+        .dense_prec = job->dense_prec,
     };
     int ret = sfb__parts_settings(a->priority, sfb__comm_budget_rate(job->comm),
                                   sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
@@ -335,7 +342,8 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     int ret = check_attach(job, a);
     if (!ret) ret = alloc_matrices(job, a->n);
     if (!ret) ret = sfb__plan_engines(a->engine, a->n, job->engine_of);
-    if (!ret) ret = parse_factor_dtype(job, a);
+    if (!ret) ret = parse_dtype(a, "factor_dtype", a->factor_dtype, job->prec);
+    if (!ret) ret = parse_dtype(a, "dense_dtype", a->dense_dtype, job->dense_prec);
     if (ret) return ret;
     struct sfb__wire_shape *shapes = malloc(a->n * sizeof *shapes);
     if (!shapes) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
@@ -759,8 +767,11 @@ double sfb__job_formula_bytes(const struct sfb_job *job, uint32_t m, uint32_t ba
 {
     if (!job->engine || m >= job->nmat) return 0;
     const struct sfb__sync_desc *e = job->engine_of[m];
-    /* bf16: SFB's factors in 2 bytes a number, not 4 */
-    double half = e == &sfb__broadcast_desc && job->prec[m] == SFB_WIRE_BF16 ? 0.5 : 1;
+    /* bf16: SFB's factors (FMS's rows) in 2 bytes a number, not 4 */
+    double half = (e == &sfb__broadcast_desc ? job->prec[m] : job->dense_prec[m]) ==
+                          SFB_WIRE_BF16
+                      ? 0.5
+                      : 1;
     return half * e->formula_bytes(job->mats[m].rows, job->mats[m].cols,
                                    sfb__comm_world(job->comm), batch);
 }

@@ -87,6 +87,8 @@ static int check_network(const struct sfb_train_settings *s)
     if (ret) return ret;
     if (s->factor_dtype && strcmp(s->factor_dtype, "f32") && strcmp(s->factor_dtype, "bf16"))
         return sfb__error(-EINVAL, "factor_dtype \"%s\" is not f32 or bf16", s->factor_dtype);
+    if (s->dense_dtype && strcmp(s->dense_dtype, "f32") && strcmp(s->dense_dtype, "bf16"))
+        return sfb__error(-EINVAL, "dense_dtype \"%s\" is not f32 or bf16", s->dense_dtype);
     if (!(s->bandwidth >= 0) || !isfinite(s->bandwidth))
         return sfb__error(-EINVAL, "bandwidth must be a positive number of bytes/s (or 0: "
                           "none), not %g", s->bandwidth);

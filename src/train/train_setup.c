@@ -139,9 +139,9 @@ static int agree_settings(struct worker *w)
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
              "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\ncheck_every=%" PRIu64
-             "\nordered=%d\nfactor_dtype=%s\n", total, s->checkpoint_every,
+             "\nordered=%d\nfactor_dtype=%s\ndense_dtype=%s\n", total, s->checkpoint_every,
              s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us, s->check_every, s->ordered,
-             s->factor_dtype ? s->factor_dtype : "f32");
+             s->factor_dtype ? s->factor_dtype : "f32", s->dense_dtype ? s->dense_dtype : "f32");
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed to load its data and aborted instead of coming */
     return sfb_job_agree(w->job, text);
@@ -301,6 +301,7 @@ static int attach(struct worker *w)
      * exactly) */
     a.ordered = s->ordered;
     a.factor_dtype = s->factor_dtype; /* --factor-dtype: f32 (NULL) or bf16 */
+    a.dense_dtype = s->dense_dtype;   /* --dense-dtype: f32 (NULL) or bf16 */
     int auto_sync = sfb__job_sync_is_auto(s->sync);
     if (auto_sync && w->resume_engines[0]) {
         /* the resumed run goes on with the engines the run chose */

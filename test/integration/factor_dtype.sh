@@ -13,7 +13,9 @@
 #    the same by bf16);
 #  - --sync auto's cost model charges bf16 factors their bytes: at a slow
 #    link the plan's sfb prediction about halves;
-#  - --factor-dtype f16 is refused (exit 2).
+#  - --sync fms --dense-dtype bf16 (the pushes and sums in bfloat16): replicas
+#    identical, accuracy within 0.5 points of f32's, half the bytes;
+#  - --factor-dtype f16 and --dense-dtype f16 are refused (exit 2).
 # Usage: factor_dtype.sh SFB
 set -uo pipefail
 SFB=$1
@@ -62,6 +64,34 @@ PY
   then passes=$((passes+1)); else echo "FAIL: $model: bf16's bytes per clock not half of f32's"; fails=$((fails+1)); fi
 done
 
+# --dense-dtype: FMS's rows (pushes and sums) in bfloat16
+for dt in f32 bf16; do
+  run "fms-$dt" -n 4 --model mlr --sync fms --clocks 300 --ordered --dense-dtype $dt; rc=$?
+  check "fms $dt: exit 0 ($rc)" "[ $rc = 0 ]"
+  check "fms $dt: rank 0 says replicas: identical" "grep -q '^\[0\] .*replicas: identical' fms-$dt.out"
+done
+a=$(acc fms-f32); b=$(acc fms-bf16)
+echo "fms: test accuracy f32 $a%, bf16 rows $b%"
+check "fms: bf16 rows' accuracy ($b%) within 0.5 points of f32's ($a%)" \
+  "[ -n '$a' ] && [ -n '$b' ] && awk 'BEGIN{d = $b - $a; exit !(d <= 0.5 && d >= -0.5)}'"
+if python3 - <<'PY'
+import json
+def summary(dt, r):
+    return [json.loads(l) for l in open(f"fms-{dt}/metrics.{r}.jsonl")
+            if '"event":"summary"' in l][0]
+bad = 0
+for r in range(4):
+    f, b = summary("f32", r), summary("bf16", r)
+    ratio = b["data_bytes"] / f["data_bytes"]  # (the same clocks; headers stay whole)
+    form = b["formula_bytes_per_clock"] / f["formula_bytes_per_clock"]
+    if r == 0:
+        print(f"fms: bytes bf16 rows x{ratio:.4f} of f32's; formula x{form:.4f}")
+    if not 0.49 <= ratio <= 0.52 or abs(form - 0.5) > 1e-9:
+        print(f"rank {r}: bf16 rows' bytes x{ratio:.4f} of f32's, formula x{form:.4f}"); bad += 1
+raise SystemExit(1 if bad else 0)
+PY
+then passes=$((passes+1)); else echo "FAIL: fms: bf16 rows' bytes not half of f32's"; fails=$((fails+1)); fi
+
 for dt in f32 bf16; do
   run "one-$dt" -n 1 --clocks 200 --model-out "one-$dt.sfb" --factor-dtype $dt; rc=$?
   check "-n 1 $dt: exit 0 ($rc)" "[ $rc = 0 ]"
@@ -82,6 +112,9 @@ check "--sync auto: the plan charges bf16 factors about half ($b ms vs $a ms)" \
 
 out=$(timeout 30 "$SFB" run -n 1 --clocks 1 --factor-dtype f16 --out-dir bad 2>&1); rc=$?
 check "--factor-dtype f16: refused, exit 2 ($rc)" \
+  "[ $rc = 2 ] && printf '%s' \"\$out\" | grep -q 'is not f32 or bf16'"
+out=$(timeout 30 "$SFB" run -n 1 --clocks 1 --dense-dtype f16 --out-dir bad 2>&1); rc=$?
+check "--dense-dtype f16: refused, exit 2 ($rc)" \
   "[ $rc = 2 ] && printf '%s' \"\$out\" | grep -q 'is not f32 or bf16'"
 
 echo "$passes passed, $fails failed"

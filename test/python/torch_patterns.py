@@ -26,6 +26,9 @@ exact: every rank trains through sfb.torch on its share of each global
     --buckets   every dense tensor a bucket of its own (bucket_cap_mb tiny):
                 each leaves during backward once its gradient is in (or at
                 the pass's end: frozen, unused, joined)
+    --dense-bf16  dense gradients and FMS layers in bfloat16 (dense_dtype,
+                with --sync fms every Linear too): the replicas stay
+                bit-identical, the values near one process's (--tol)
   After every step every rank's parameters must be bit-identical to rank
   0's; at the end each tensor must agree with one process's within --tol
   (||p - q|| / ||q||).
@@ -62,7 +65,7 @@ ap.add_argument("--batch", type=int, default=4, help="samples per rank and step"
 ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
-             "buckets"):
+             "buckets", "dense-bf16"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -215,7 +218,8 @@ def exact():
     ref = copy.deepcopy(model)
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    max_samples=2 * args.batch if args.uneven else None,
-                                   bucket_cap_mb=1e-6 if args.buckets else 4)
+                                   bucket_cap_mb=1e-6 if args.buckets else 4,
+                                   dense_dtype="bf16" if args.dense_bf16 else "f32")
     ref_opt = make_opt(ref.parameters())
     job = sft._need()
     norms, ref_norms = [], []
@@ -255,8 +259,13 @@ def exact():
     if args.route and "alt_w (5x16+bias): " not in opt.plan:
         fail("the routed head is not a matrix of its own:\n%s" % opt.plan)
     dense = [line for line in opt.plan.splitlines() if line.startswith("dense (")]
-    if args.buckets and not (dense and "(dense gradients, %s buckets, each leaving once backward "
-                             "has filled it)" % dense[0].split()[1].lstrip("(") in dense[0]):
+    if args.dense_bf16 and not (dense and "(dense gradients in bf16, " in dense[0] and
+                                (args.sync != "fms" or "fms (bf16 rows; " in opt.plan)):
+        fail("the plan does not say bf16:\n%s" % opt.plan)
+    if args.buckets and not (dense and "(dense gradients%s, %s buckets, each leaving once "
+                             "backward has filled it)" % (" in bf16" if args.dense_bf16 else "",
+                                                          dense[0].split()[1].lstrip("("))
+                             in dense[0]):
         fail("not a bucket per dense tensor:\n%s" % opt.plan)
     print("ok exact %s: %d steps bit-identical on %d ranks, max relative difference %.3g (%s)" %
           (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)

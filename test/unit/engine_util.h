@@ -53,6 +53,8 @@ struct eng_cfg {
     /* 1: factors bfloat16 cannot hold (eng_inexact), whose rounded sums
      * are still exact in float */
     int inexact;
+    /* FMS's rows' precision (sfb__sync_env.dense_prec), every rank's */
+    unsigned dense_prec;
 };
 
 struct eng_rank {
@@ -172,7 +174,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
     struct eng_run *run = arg;
     const struct eng_cfg *cfg = &run->cfg;
     struct eng_rank *er = &run->r[r];
-    const uint8_t prec = (uint8_t)eng_prec(cfg, r);
+    const uint8_t prec = (uint8_t)eng_prec(cfg, r), dense_prec = (uint8_t)cfg->dense_prec;
     struct sfb__sync_env env = {.comm = c,
                                 .mats = sfb_model_matrix(er->model, 0),
                                 .nmat = 1,
@@ -186,7 +188,8 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
                                 .priority = cfg->priority,
                                 .part_bytes = cfg->part_bytes,
                                 .msg_cap = cfg->msg_cap,
-                                .factor_prec = &prec};
+                                .factor_prec = &prec,
+                                .dense_prec = &dense_prec};
     void *priv = calloc(1, cfg->ops->priv_size);
     if (!priv) return -ENOMEM;
     int ret = cfg->ops->open(priv, &env);

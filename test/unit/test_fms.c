@@ -157,6 +157,110 @@ static int test_ordered_p4(void)
     return run_fms_as(4, 5, 1, (size_t)1 << 20) || run_fms_as(3, 2, 1, (size_t)1 << 20);
 }
 
+/* Rows in bfloat16 (dense_dtype): every frame bfloat16 of its padded length,
+ * about half the bytes of float32's, every replica the same bits (ordered
+ * or not), within bfloat16's rounding of the exact sum, and not float32's
+ * result (the rounding happened). */
+struct bf16_tap {
+    uint64_t frames, odd;
+};
+
+static void tap_bf16(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, size_t len)
+{
+    struct bf16_tap *t = user;
+    struct sfb__wire_hdr h;
+    const uint8_t *payload;
+    (void)src;
+    (void)dst;
+    if (len < SFB_WIRE_HDR_SIZE) {
+        t->odd++;
+        return;
+    }
+    sfb__wire_trusted(frame, &h, &payload);
+    size_t n = (size_t)h.k * h.d * 2;
+    if (h.type != SFB_WIRE_DENSE_ROWS ||
+        (h.flags & SFB_WIRE_F_PREC_MASK) >> SFB_WIRE_F_PREC_SHIFT != SFB_WIRE_BF16 ||
+        h.payload_len != n + (4 - n % 4) % 4)
+        t->odd++;
+    t->frames++;
+}
+
+static int run_rows(uint32_t world, int ordered, unsigned prec, float *out, uint64_t *bytes)
+{
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops,
+                          .world = world,
+                          .k = 9,
+                          .d = 2, /* 3 columns: a chunk of one row is 6 bytes, padded */
+                          .s = 2,
+                          .clocks = 5,
+                          .slow_rank = -1,
+                          .ordered = ordered,
+                          .inexact = 1,
+                          .dense_prec = prec};
+    sfb__fms_chunk_bytes = 12; /* a row per chunk */
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    struct bf16_tap t = {0};
+    if (prec == SFB_WIRE_BF16) sfb__loopback_set_tap(lb, tap_bf16, &t);
+    int rets[ENG_MAX_RANKS];
+    ASSERT_OK(sfb__loopback_run(lb, eng_rank_main, &run, rets));
+    *bytes = 0;
+    size_t n = (size_t)run.rows * run.cols;
+    /* the updates' sizes bound the rounding: (their largest numbers, summed)
+     * × 2^-6 (a rounding to bfloat16 moves a number by at most 2^-9 of it,
+     * twice: the push and the sum); a lost update is larger */
+    double tol = 0, *d = calloc(n, sizeof *d);
+    ASSERT(d);
+    for (int64_t c = 0; c < cfg.clocks; c++)
+        for (uint32_t o = 0; o < world; o++) {
+            memset(d, 0, n * sizeof *d);
+            eng_add_delta(&run, d, o, c);
+            double top = 0;
+            for (size_t i = 0; i < n; i++) top = fmax(top, fabs(d[i]));
+            tol += top;
+        }
+    free(d);
+    tol *= 1.0 / 64;
+    const double *ref = run.ref + (size_t)cfg.clocks * n;
+    for (uint32_t r = 0; r < world; r++) {
+        ASSERT_EQ(rets[r], 0);
+        const struct sfb_matrix *a = sfb_model_matrix(run.r[r].model, 0);
+        if (r == 0) memcpy(out, a->data, n * sizeof *out);
+        ASSERT(!memcmp(out, a->data, n * sizeof *out)); /* every replica the same bits */
+        for (size_t i = 0; i < n; i++) /* 8 bits of each update and each sum */
+            if (!(fabs(a->data[i] - ref[i]) <= tol)) {
+                fprintf(stderr, "  rank %u element %zu: %g, exactly %g\n", r, i, a->data[i],
+                        ref[i]);
+                return 1;
+            }
+        *bytes += run.r[r].rep.data_bytes;
+    }
+    if (prec == SFB_WIRE_BF16) {
+        ASSERT(t.frames > 0);
+        ASSERT_EQ(t.odd, 0);
+    }
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    return 0;
+}
+
+static int test_bf16_rows(void)
+{
+    float f32[64], bf16[64];
+    for (int ordered = 0; ordered < 2; ordered++) {
+        uint64_t b32, b16;
+        ASSERT_OK(run_rows(4, ordered, SFB_WIRE_F32, f32, &b32));
+        ASSERT_OK(run_rows(4, ordered, SFB_WIRE_BF16, bf16, &b16));
+        ASSERT(memcmp(f32, bf16, 27 * sizeof *f32) != 0);
+        /* payloads of 12 bytes a row become 8 (6 and the padding), headers
+         * stay: (64 + 8) / (64 + 12) of the bytes */
+        ASSERT_NEAR((double)b16 / (double)b32, 72.0 / 76.0, 1e-9);
+    }
+    return 0;
+}
+
 /* Blocks of 2 and 3 rows in chunks of 2 rows (one full and one short), and
  * of 1 row per chunk: every chunk summed and applied once. */
 static int test_chunks(void)
@@ -182,6 +286,7 @@ int main(int argc, char **argv)
         {"empty_block", test_empty_block},
         {"ordered_p4", test_ordered_p4},
         {"chunks", test_chunks},
+        {"bf16_rows", test_bf16_rows},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }

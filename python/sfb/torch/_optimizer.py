@@ -61,7 +61,8 @@ class _Sync(_Passes):
     job's clock, the factor capture, the reduction at the end of backward."""
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
-                 overlap, attach_args, check_every=100, factor_dtype="f32", bucket_cap_mb=4):
+                 overlap, attach_args, check_every=100, factor_dtype="f32", bucket_cap_mb=4,
+                 dense_dtype="f32"):
         job = _env._need()
         self.opt, self.job, self.model = opt, job, model
         U = _sfb.UsageError
@@ -71,6 +72,10 @@ class _Sync(_Passes):
             raise U("DistributedOptimizer: factor_dtype %r: expected 'f32' or 'bf16'" %
                     (factor_dtype,))
         self.factor_dtype = factor_dtype
+        if dense_dtype not in ("f32", "bf16"):
+            raise U("DistributedOptimizer: dense_dtype %r: expected 'f32' or 'bf16'" %
+                    (dense_dtype,))
+        self.dense_dtype = dense_dtype
         if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or \
                 not bucket_cap_mb > 0 or not np.isfinite(bucket_cap_mb):
             raise U("DistributedOptimizer: bucket_cap_mb %r: expected a number > 0" %
@@ -451,6 +456,7 @@ class _Sync(_Passes):
         lines += ["clock=%d\n" % self.clock, "staleness=%d\n" % self.staleness,
                   "backward_passes_per_step=%d\n" % self.passes_per_step,
                   "sync=%s\n" % self.sync, "factor_dtype=%s\n" % self.factor_dtype,
+                  "dense_dtype=%s\n" % self.dense_dtype,
                   "bucket_cap_bytes=%d\n" % self.bucket_bytes,
                   "optimizer=%s\n" % type(self.opt).__name__]
         job.agree("".join(lines))
@@ -477,7 +483,7 @@ class _Sync(_Passes):
         counts = [int(np.frombuffer(b, np.int64)[0])
                   for b in job.allgather(np.array([mine], np.int64).tobytes())]
         self.max_s = self.max_samples or max(counts)
-        mats, engines, nnz, dtypes = [], [], [], []
+        mats, engines, nnz, dtypes, dense_dtypes = [], [], [], [], []
         with torch.no_grad():
             for slot in self.linears:
                 slot.buf = np.zeros((slot.rows, slot.cols), np.float32)
@@ -489,6 +495,7 @@ class _Sync(_Passes):
                 engines.append(self.sync)
                 nnz.append(self.max_s if slot.kind == "rows" else 0)
                 dtypes.append(self.factor_dtype)
+                dense_dtypes.append(self.dense_dtype)  # (if FMS carries it)
             self.buckets = _buckets.plan(self.dense, self.bucket_bytes)
             for b in self.buckets:
                 b.index = len(mats)
@@ -496,6 +503,7 @@ class _Sync(_Passes):
                 engines.append("fms")  # dense gradients: the engine that carries them
                 nnz.append(0)
                 dtypes.append("f32")
+                dense_dtypes.append(self.dense_dtype)
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
@@ -508,9 +516,11 @@ class _Sync(_Passes):
                 engines.append("sfb")
                 nnz.append(0)
                 dtypes.append("f32")  # integers (steps, checksums) bf16 could not hold
+                dense_dtypes.append("f32")
         job.attach(mats, max_s=self.max_s, engine=",".join(engines),
                    staleness=self.staleness, start_clock=self.clock,
                    ordered=not self.additive, sf_nnz=nnz, factor_dtype=dtypes,
+                   dense_dtype=dense_dtypes,
                    **self.attach_args)
         if self.additive:
             with torch.no_grad():
@@ -540,6 +550,8 @@ class _Sync(_Passes):
                 "sync=%r" % self.sync
             if eng == "sfb" and job.factor_dtypes[slot.index] == "bf16":
                 why = "bf16 factors; " + why
+            if eng == "fms" and job.dense_dtypes[slot.index] == "bf16":
+                why = "bf16 rows; " + why
             out.append("%s: %s (%s)" % (slot.label, eng, why))
         for n, p in self.model_params:
             if id(p) in self.conv_dense and id(p) not in self.covered:
@@ -550,9 +562,10 @@ class _Sync(_Passes):
             names = [n for n, _ in self.dense]
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
             nb = len(self.buckets)
-            out.append("dense (%d tensors, %d values: %s): %s (dense gradients, %d bucket%s%s)"
+            out.append("dense (%d tensors, %d values: %s): %s (dense gradients%s, %d bucket%s%s)"
                        % (len(names), self.dense_n, shown, job.engines[self.buckets[0].index],
-                          nb, "s" if nb > 1 else "",
+                          " in bf16" if self.dense_dtype == "bf16" else "", nb,
+                          "s" if nb > 1 else "",
                           (", each leaving" if nb > 1 else ", leaving") +
                           " once backward has filled it"
                           if self.overlap and not self.additive else ""))
@@ -926,7 +939,7 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_passes_per_step=1,
                          max_samples=None, overlap=True, check_every=100, factor_dtype="f32",
-                         bucket_cap_mb=4, **attach_args):
+                         bucket_cap_mb=4, dense_dtype="f32", **attach_args):
     """Wraps a torch.optim optimizer so that each step applies the mean of
     every rank's gradients (staleness 0: .grad holds it when backward()
     returns, as under DDP), or every rank's updates within the SSP bound
@@ -960,7 +973,14 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
       nearest even; every rank, this one included, applies the rounded
       factors, accumulating in float32, so the ranks stay identical (the
       plan says "bf16 factors" for those layers; dense gradients and FMS
-      layers stay float32). Every rank must pass the same.
+      layers stay float32 unless dense_dtype says). Every rank must pass
+      the same.
+    dense_dtype: "f32" (default) or "bf16": the dense gradients, and the
+      layers sync="auto" or "fms" sends through the sharded servers, travel
+      in bfloat16 (half the bytes; Horovod's Compression.fp16): each rank's
+      gradient rounded, summed in float32, the sum rounded, every rank
+      applying that rounded sum (the ranks stay identical; .grad is the
+      rounded mean, not one process's). Every rank must pass the same.
     Further keyword arguments go to sfb.Job.attach (topology, degree,
     link_gbps, latency_us, priority, ...).
 
@@ -979,7 +999,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
     state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
-                  overlap, attach_args, check_every, factor_dtype, bucket_cap_mb)
+                  overlap, attach_args, check_every, factor_dtype, bucket_cap_mb, dense_dtype)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
