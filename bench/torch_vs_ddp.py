@@ -26,7 +26,9 @@ engine it reports
 
 Engines (--engines): sfb (sfb.torch, factors leave during backward),
 sfb-serial (all at step()), sfb-bf16 (factor_dtype="bf16": the factors in
-bfloat16, half the bytes, every rank applying the rounded ones), ddp.
+bfloat16, half the bytes, every rank applying the rounded ones),
+sfb-bf16all (dense_dtype="bf16" too: the dense gradients and the layers
+FMS carries in bfloat16 as well), ddp.
 --factor-dtype bf16 adds sfb-bf16 next to sfb, so one run reports both
 precisions' speed and accuracy side by side.
 
@@ -54,7 +56,8 @@ sys.path.insert(0, HERE)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
-                "sfb-bf16": "sfb.torch, bf16 factors", "ddp": "DDP (gloo)"}
+                "sfb-bf16": "sfb.torch, bf16 factors",
+                "sfb-bf16all": "sfb.torch, bf16 factors and dense", "ddp": "DDP (gloo)"}
 
 
 LMS = ("lstm", "transformer")
@@ -104,23 +107,29 @@ class Formula:
             if job.engines[m] == "sfb":
                 self.bytes += (P - 1) * (HDR + payload)
             else:
-                self.bytes += self.fms(rows, cols)
+                self.bytes += self.fms(rows, cols, m)
             return one(clock, m, b, c, scale)
 
         def publish_dense(clock, m, delta, scale=1.0):
-            self.bytes += self.fms(*delta.shape)
+            self.bytes += self.fms(*delta.shape, m)
             return dense(clock, m, delta, scale)
         job.publish_one, job.publish_dense = publish_one, publish_dense
 
-    def fms(self, K, D):
+    def fms(self, K, D, m):
         """Pushes of the other owners' row blocks, and the own block's sum to
-        every other worker (sfb/fms.c)."""
+        every other worker, each block as its chunks of 1 MiB of float32 rows
+        (a header each), in float32 or bfloat16 (dense_dtype: each chunk's
+        payload padded to 4 bytes) (sfb/fms.c)."""
         P, r = self.job.world, self.job.rank
+        e = 2 if self.job.dense_dtypes[m] == "bf16" else 4
+        step = max(1, (1 << 20) // (4 * D))
         start = [K * b // P for b in range(P + 1)]
-        push = sum(HDR + 4 * (start[b + 1] - start[b]) * D for b in range(P)
-                   if b != r and start[b + 1] > start[b])
-        own = start[r + 1] - start[r]
-        return push + ((P - 1) * (HDR + 4 * own * D) if own else 0)
+
+        def block(b):
+            rows = [min(step, start[b + 1] - s) for s in range(start[b], start[b + 1], step)]
+            return sum(HDR + words(e * k * D) for k in rows)
+        push = sum(block(b) for b in range(P) if b != r)
+        return push + (P - 1) * block(r)
 
 
 def words(n):
@@ -201,7 +210,7 @@ def worker(a):
         sft.broadcast_parameters(model.state_dict())
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
                                        model=model, sync=a.sync, overlap=not a.no_overlap,
-                                       factor_dtype=a.factor_dtype)
+                                       factor_dtype=a.factor_dtype, dense_dtype=a.dense_dtype)
         net = model
     else:
         import torch.distributed as dist
@@ -271,7 +280,8 @@ def run_one(a, model, engine):
            "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--lr", str(lr_of(a, model)), "--seed", str(a.seed), "--sync", a.sync,
            "--vocab", str(a.vocab), "--dim", str(a.dim), "--bptt", str(a.bptt),
-           "--factor-dtype", "bf16" if engine == "sfb-bf16" else "f32"]
+           "--factor-dtype", "bf16" if engine in ("sfb-bf16", "sfb-bf16all") else "f32",
+           "--dense-dtype", "bf16" if engine == "sfb-bf16all" else "f32"]
     if a.corpus:
         cmd += ["--corpus", a.corpus]
     if a.no_overlap or engine == "sfb-serial":
@@ -384,10 +394,13 @@ def main():
     ap.add_argument("--sync", default="auto")
     ap.add_argument("--engines", default="sfb,sfb-serial,ddp",
                     help="sfb (factors leave during backward), sfb-serial (all at step()), "
-                         "sfb-bf16 (factors in bfloat16), ddp")
+                         "sfb-bf16 (factors in bfloat16), sfb-bf16all (factors and dense "
+                         "gradients in bfloat16), ddp")
     ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"],
                     help="bf16: sfb.torch with bfloat16 factors too (engine sfb-bf16, next to "
                          "sfb: speed and accuracy side by side)")
+    ap.add_argument("--dense-dtype", default="f32", choices=["f32", "bf16"],
+                    help=argparse.SUPPRESS)  # (a worker's: engine sfb-bf16all)
     ap.add_argument("--no-overlap", action="store_true",
                     help="sfb.torch sends every layer's factors at step(), not during backward")
     ap.add_argument("--target-loss", type=float, default=1.5)
