@@ -40,6 +40,12 @@ and the ratios sfb/DDP, as a table (stdout and OUT/torch_vs_ddp.md), JSON
   bench/torch_vs_ddp.py --models lstm,transformer --batch 5   # the language models
   bench/torch_vs_ddp.py --factor-dtype bf16   # sfb.torch with f32 and with bf16 factors
   bench/torch_vs_ddp.py --smoke               # tiny shapes, loopback-free check
+  bench/torch_vs_ddp.py --sweep --models mlp --engines sfb,ddp   # batches x links
+
+--sweep runs every model and engine at each per-worker batch of --batches
+and each link rate of --rates ("none": unshaped), and writes the ratio of
+each engine to DDP per cell (OUT/sweep.md, OUT/sweep.json), each cell's
+own table in OUT/BATCH-RATE/.
 """
 import argparse
 import json
@@ -377,6 +383,42 @@ def report(a, rows, load=None):
     return ratios
 
 
+def sweep(a):
+    """Every batch x rate cell, each engine against DDP; the sweep's table."""
+    cells, top = [], a.out
+    for batch in (int(b) for b in a.batches.split(",")):
+        for rate in a.rates.split(","):
+            a.batch, a.rate, a.out = batch, rate, os.path.join(top, "%d-%s" % (batch, rate))
+            os.makedirs(a.out, exist_ok=True)
+            rows = [run_one(a, m, e) for m in a.models.split(",") for e in a.engines.split(",")]
+            ratios = report(a, rows)
+            for (model, engine), x in ratios.items():
+                if engine != "ddp":
+                    r = next(r for r in rows if r["model"] == model and r["engine"] == engine)
+                    cells.append({"model": model, "engine": engine, "batch": batch,
+                                  "rate": rate, "x_ddp": x, "samples_per_s": r["samples_per_s"]})
+    a.out = top
+    load = os.getloadavg()
+    lines = ["%d emulated hosts; x DDP's samples/s per per-worker batch and link; load average "
+             "%.1f %.1f %.1f" % (a.n, *load), "",
+             "| model | engine | batch | " + " | ".join(a.rates.split(",")) + " |",
+             "|---|---|---|" + "---|" * len(a.rates.split(","))]
+    for model in a.models.split(","):
+        for engine in (e for e in a.engines.split(",") if e != "ddp"):
+            for batch in (int(b) for b in a.batches.split(",")):
+                xs = [next((c["x_ddp"] for c in cells if (c["model"], c["engine"], c["batch"],
+                                                         c["rate"]) == (model, engine, batch, r)),
+                           float("nan")) for r in a.rates.split(",")]
+                lines.append("| %s | %s | %d | %s |" % (model, ENGINE_NAMES[engine], batch,
+                                                       " | ".join("%.2f" % x for x in xs)))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(top, "sweep.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(top, "sweep.json"), "w") as f:
+        json.dump({"settings": vars(a), "load": load, "cells": cells}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -420,6 +462,11 @@ def main():
     ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
     ap.add_argument("--smoke", action="store_true",
                     help="tiny shapes and few steps: that it runs and reports (CI)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="every --batches x --rates cell: a table of the ratios to DDP")
+    ap.add_argument("--batches", default="8,32,128,512", help="--sweep: per-worker batches")
+    ap.add_argument("--rates", default="1gbit,10gbit,none",
+                    help="--sweep: link rates (tc units; none: unshaped)")
     ap.add_argument("--min-mlp", type=float, default=0, help="fail below this sfb/DDP ratio")
     ap.add_argument("--min-cnn", type=float, default=0, help="fail below this sfb/DDP ratio")
     ap.add_argument("--min-lstm", type=float, default=0, help="fail below this sfb/DDP ratio")
@@ -461,6 +508,8 @@ def main():
     share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
     os.environ.setdefault("OMP_NUM_THREADS", share)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
+    if a.sweep:
+        return sweep(a)
     rows = []
     for model in a.models.split(","):
         for engine in a.engines.split(","):
