@@ -265,16 +265,23 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
     return 0;
 }
 
+/* The first NaN or infinity among n numbers of a payload in the rows'
+ * precision, or n. */
+static size_t first_nonfinite(const struct fms *f, const uint8_t *payload, size_t n)
+{
+    return f->prec == SFB_WIRE_BF16 ? sfb__bf16_first_nonfinite(payload, n)
+                                    : sfb__first_nonfinite((const float *)(const void *)payload, n);
+}
+
 /* Rows holding a NaN or an infinity (checksummed: as their origin built
  * them) would poison every replica: the job fails naming the origin. 1
- * when every number is finite. */
+ * when every number is finite. A summed chunk is checked as it arrives; a
+ * push in its sum, which is non-finite when any part is (form_sums): one
+ * pass over the sum instead of one over each push. */
 static int finite_rows(struct fms *f, int from, const struct sfb__wire_hdr *h,
                        const uint8_t *payload)
 {
-    size_t n = (size_t)h->k * f->D;
-    size_t at = f->prec == SFB_WIRE_BF16
-                    ? sfb__bf16_first_nonfinite(payload, n)
-                    : sfb__first_nonfinite((const float *)(const void *)payload, n);
+    size_t n = (size_t)h->k * f->D, at = first_nonfinite(f, payload, n);
     if (at == n) return 1;
     char why[96];
     snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
@@ -282,6 +289,29 @@ static int finite_rows(struct fms *f, int from, const struct sfb__wire_hdr *h,
     f->rejected++;
     sfb__comm_reject_update(f->c, h->origin, (uint32_t)from, h->clock, h->matrix, why);
     return 0;
+}
+
+/* A chunk's sum (rows r0.., n numbers) holds a NaN or an infinity: the
+ * first part, in rank order, that holds one is rejected, naming its
+ * origin (the own part: the engine's caller published it past the job's
+ * check); parts all finite: the sum overflowed, which is this rank's to
+ * report. Returns the job's failure. */
+static int reject_sum(struct fms *f, int64_t t, uint32_t r0, size_t n)
+{
+    char why[128];
+    for (uint32_t r = 0; r < f->world; r++) {
+        size_t at = r == f->rank ? sfb__first_nonfinite((const float *)(const void *)f->parts[r], n)
+                                 : first_nonfinite(f, f->parts[r], n);
+        if (at == n) continue;
+        snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
+                 (unsigned long long)(r0 + at / f->D), (unsigned long long)(at % f->D));
+        f->rejected++;
+        sfb__comm_reject_update(f->c, r, r, t, f->id, why);
+        return sfb__comm_check(f->c);
+    }
+    snprintf(why, sizeof why, "the sum of every rank's rows %u.. overflows float32", r0);
+    sfb__comm_reject_update(f->c, f->rank, f->rank, t, f->id, why);
+    return sfb__comm_check(f->c);
 }
 
 /* One decoded frame: a push for the own block or a summed block. */
@@ -307,8 +337,8 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
                                          "bf16 (is every worker running the same --dense-dtype?)"
                                        : "rows in bfloat16 where this rank's dense_dtype is "
                                          "f32 (is every worker running the same --dense-dtype?)";
-    else if (!finite_rows(f, from, h, payload))
-        return;
+    else if (b != f->rank && !finite_rows(f, from, h, payload))
+        return; /* (a push's numbers are checked in its sum: form_sums) */
     else if (b == f->rank) {
         /* a push of origin's ΔA rows of a chunk of the own block */
         if (summed_already(f, h->clock, j) ||
@@ -478,6 +508,10 @@ static int form_sums(struct fms *f)
             }
             for (size_t i = 0; i < n_el; i++)
                 acc[i] += get_f32(p + 4 * i);
+        }
+        if (sfb__first_nonfinite(acc, n_el) != n_el) {
+            sfb__buf_put(out);
+            return reject_sum(f, t, r0, n_el);
         }
         if (bf16) { /* the sum as it travels, the own replica's too */
             sfb__bf16_encode(out->data, acc, n_el);

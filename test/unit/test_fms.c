@@ -261,6 +261,55 @@ static int test_bf16_rows(void)
     return 0;
 }
 
+/* A rank whose update holds a NaN (or an infinite scale) past the job
+ * API's check, as a hostile or broken peer's would: its pushes reach the
+ * owners, whose sums come out non-finite; the owner of those rows fails
+ * naming the origin and the clock (in a job, its ABORT then fails the
+ * others; here they find the deadlock), every rank fails, and no replica
+ * takes a non-finite number. In float32 and in bfloat16 rows, in chunks
+ * of a row. */
+static int run_poisoned(uint32_t world, int poison, unsigned prec)
+{
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops,
+                          .world = world,
+                          .k = 7,
+                          .d = 3,
+                          .s = 2,
+                          .clocks = 6,
+                          .slow_rank = -1,
+                          .poison = poison,
+                          .poison_rank = world - 2,
+                          .poison_clock = 3,
+                          .dense_prec = prec};
+    sfb__fms_chunk_bytes = 16; /* a row per chunk */
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    int rets[ENG_MAX_RANKS];
+    ASSERT_NE(sfb__loopback_run(lb, eng_rank_main, &run, rets), 0);
+    char want[64];
+    snprintf(want, sizeof want, "the update rank %u published at clock 3", world - 2);
+    uint32_t named = 0;
+    for (uint32_t r = 0; r < world; r++) {
+        const struct sfb_matrix *a = sfb_model_matrix(run.r[r].model, 0);
+        ASSERT_NE(rets[r], 0);
+        named += strstr(run.r[r].why, want) && strstr(run.r[r].why, "is not a finite number");
+        if (r == world - 2) continue; /* (its own update, read-my-writes) */
+        for (size_t i = 0; i < (size_t)a->rows * a->cols; i++) ASSERT(isfinite(a->data[i]));
+    }
+    ASSERT(named >= 1);
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    return 0;
+}
+
+static int test_nonfinite(void)
+{
+    return run_poisoned(3, 1, SFB_WIRE_F32) || run_poisoned(4, 2, SFB_WIRE_F32) ||
+           run_poisoned(4, 1, SFB_WIRE_BF16);
+}
+
 /* Blocks of 2 and 3 rows in chunks of 2 rows (one full and one short), and
  * of 1 row per chunk: every chunk summed and applied once. */
 static int test_chunks(void)
@@ -287,6 +336,7 @@ int main(int argc, char **argv)
         {"ordered_p4", test_ordered_p4},
         {"chunks", test_chunks},
         {"bf16_rows", test_bf16_rows},
+        {"nonfinite", test_nonfinite},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
