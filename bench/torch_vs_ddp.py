@@ -460,6 +460,8 @@ def main():
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default="bench-out/torch_vs_ddp")
     ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
+    ap.add_argument("--smoke-lm", action="store_true",
+                    help="with --smoke: the LSTM language model too (needs fortunes)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny shapes and few steps: that it runs and reports (CI)")
     ap.add_argument("--sweep", action="store_true",
@@ -488,8 +490,8 @@ def main():
         return
     if a.smoke:  # (sfb-bf16 too with --factor-dtype bf16)
         a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
-        if os.path.isdir("/usr/share/games/fortunes") or a.corpus:  # a table's sparse rows too
-            a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5
+        if a.smoke_lm and (os.path.isdir("/usr/share/games/fortunes") or a.corpus):
+            a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5  # a table's rows too
     if a.factor_dtype == "bf16" and "sfb-bf16" not in a.engines.split(","):
         e = a.engines.split(",")
         e.insert(e.index("sfb") + 1 if "sfb" in e else 0, "sfb-bf16")

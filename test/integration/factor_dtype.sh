@@ -16,7 +16,7 @@
 #  - --sync fms --dense-dtype bf16 (the pushes and sums in bfloat16): replicas
 #    identical, accuracy within 0.5 points of f32's, half the bytes;
 #  - --factor-dtype f16 and --dense-dtype f16 are refused (exit 2).
-# Usage: factor_dtype.sh SFB
+# Usage: factor_dtype.sh SFB [long]   (long: the mlp pair too)
 set -uo pipefail
 SFB=$1
 tmp=$(mktemp -d)
@@ -30,7 +30,8 @@ run() { # NAME ARGS...: sfb run into $tmp/NAME (output NAME.out)
 }
 acc() { sed -n 's/^\[0\] test accuracy \([0-9.]*\)%.*/\1/p' "$1.out" | tail -n 1; }
 
-for model in mlr mlp; do
+models=(mlr); [ "${2:-}" = long ] && models+=(mlp)
+for model in "${models[@]}"; do
   args=(-n 4 --model "$model" --epochs 1 --ordered)
   [ $model = mlp ] && args+=(--sync sfb --hidden 32 --batch 16 --lr 0.1)
   for dt in f32 bf16; do
