@@ -59,6 +59,7 @@ struct own {
     struct sfb__buf *buf; /* K × D float32; also referenced by pending sends */
     int64_t clock;
     uint32_t left;     /* summed chunks of this clock not applied yet */
+    uint32_t formed;   /* chunks of the own block summed */
     uint32_t *applied; /* per block: its summed chunks applied (one allocation: */
     uint8_t *done;     /* per chunk of the matrix (chunk_base): applied */
     uint8_t *summed;   /* per chunk of the own block: its sum formed) */
@@ -104,7 +105,9 @@ struct fms {
     uint64_t rejected;
     uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
     int64_t own_clock; /* a job of one worker: the clock being published, */
-    uint32_t own_left; /* its matrices not published yet */
+    uint32_t own_left; /* its matrices not published yet, */
+    float *alone;      /* and a bf16 matrix's update, rounded before it is added */
+    size_t alone_cap;
 };
 
 static uint32_t block_start(const struct fms *f, uint32_t b)
@@ -205,6 +208,7 @@ static void fms_close(void *priv)
     free(f->chunk_base);
     free(f->wide);
     free(f->acc);
+    free(f->alone);
     free(f->sum);
     free(f->own);
     free(f->parts);
@@ -521,6 +525,7 @@ static int form_sums(struct fms *f)
          * which may take frames and call back here) */
         f->tally[ti] = f->tally[--f->ntally];
         o->summed[tl.chunk] = 1;
+        o->formed++;
         size_t k = 0;
         for (size_t i = 0; i < f->npush; i++) {
             if (f->push[i].clock == t && f->push[i].s == r0)
@@ -540,9 +545,8 @@ static int form_sums(struct fms *f)
             ret = send_to(f, (f->rank + i) % f->world, hdr, out, 0, len);
         sfb__buf_put(out);
         if (ret) return ret;
-        uint32_t n = 0;
-        for (uint32_t j = 0; j < chunks_of(f, f->rank); j++) n += o->summed[j];
-        if (n == chunks_of(f, f->rank) && (ret = sfb__ssp_mark(&f->formed, 0, t))) return ret;
+        if (o->formed == chunks_of(f, f->rank) && (ret = sfb__ssp_mark(&f->formed, 0, t)))
+            return ret;
         ti = 0; /* the sends may have taken frames: the list changed */
     }
     return 0;
@@ -676,15 +680,18 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
     if (f->env.dense_prec && f->env.dense_prec[m] == SFB_WIRE_BF16) {
         /* the sum of one rounded update, rounded: the update rounded */
         size_t n_el = (size_t)a->rows * a->cols;
-        struct sfb_matrix d = {a->rows, a->cols, calloc(n_el ? n_el : 1, sizeof(float))};
-        if (!d.data) return sfb__error(-ENOMEM, "fms: out of memory");
-        int ret = sf ? sfb_reconstruct_apply(f->recon, &d, &sf, 1) : 0;
-        if (!sf)
+        if (sfb__reserve((void **)&f->alone, &f->alone_cap, n_el * sizeof(float)))
+            return sfb__error(-ENOMEM, "fms: out of memory");
+        struct sfb_matrix d = {a->rows, a->cols, f->alone};
+        if (sf) {
+            memset(d.data, 0, n_el * sizeof(float));
+            int ret = sfb_reconstruct_apply(f->recon, &d, &sf, 1);
+            if (ret) return ret;
+        } else {
             for (size_t i = 0; i < n_el; i++) d.data[i] = scale * delta[i];
+        }
         sfb__bf16_round(d.data, n_el);
-        for (size_t i = 0; i < n_el && !ret; i++) a->data[i] += d.data[i];
-        free(d.data);
-        if (ret) return ret;
+        for (size_t i = 0; i < n_el; i++) a->data[i] += d.data[i];
     } else if (sf) {
         int ret = sfb_reconstruct_apply(f->recon, a, &sf, 1);
         if (ret) return ret;
@@ -737,7 +744,7 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     /* held from now on (buf's reference with it): while the pushes leave,
      * send_to takes frames, among them maybe a sum of this clock already */
     uint8_t *done = (uint8_t *)(counts + f->world);
-    f->own[f->nown++] = (struct own){buf, clock, nchunks, counts, done, done + nchunks};
+    f->own[f->nown++] = (struct own){buf, clock, nchunks, 0, counts, done, done + nchunks};
     for (uint32_t b = 0; b < f->world; b++)
         /* an empty block is trivially summed */
         if (chunks_of(f, b) == 0 && (ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
