@@ -27,13 +27,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+from cluster_run import run_workers  # noqa: E402
 
 
 def dense_shape(n):
@@ -91,17 +92,8 @@ def run_one(a, rate, size, engine):
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
            "--worker", "--engine", engine, "--size", str(size), "--reps", str(a.reps),
            "--warmup", str(a.warmup)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    results = []
-    for r in range(a.n):
-        try:
-            with open(os.path.join(out, "worker.%d.log" % r)) as f:
-                results += [json.loads(l[7:]) for l in f if l.startswith("RESULT ")]
-        except OSError:
-            pass
-    if p.returncode != 0 or len(results) != a.n:
-        sys.exit("allreduce_vs_gloo: %s at %s, %d numbers, failed (exit %d):\n%s%s" %
-                 (engine, rate, size, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    results = run_workers(cmd, out, a.n, "allreduce_vs_gloo: %s at %s, %d numbers" %
+                          (engine, rate, size))
     if engine == "sfb" and len({r["crc"] for r in results}) != 1:
         sys.exit("allreduce_vs_gloo: sfb's replicas differ after %d numbers at %s" % (size, rate))
     row = {"engine": engine, "rate": rate, "size": size,

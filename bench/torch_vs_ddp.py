@@ -50,7 +50,6 @@ own table in OUT/BATCH-RATE/.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -59,6 +58,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
+from cluster_run import run_workers  # noqa: E402
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -295,17 +295,7 @@ def run_one(a, model, engine):
     if a.data_dir:
         cmd += ["--data-dir", a.data_dir]
     t = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    results = []
-    for r in range(a.n):
-        try:
-            with open(os.path.join(out, "worker.%d.log" % r)) as f:
-                results += [json.loads(l[7:]) for l in f if l.startswith("RESULT ")]
-        except OSError:
-            pass
-    if p.returncode != 0 or len(results) != a.n:
-        sys.exit("torch_vs_ddp: %s %s failed (exit %d):\n%s%s" %
-                 (model, engine, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    results = run_workers(cmd, out, a.n, "torch_vs_ddp: %s %s" % (model, engine))
     r0 = min(results, key=lambda r: r["rank"])
     row = {k: r0[k] for k in ("model", "world", "steps", "batch", "params", "samples_per_s",
                               "curve")}
