@@ -101,6 +101,7 @@ struct fms {
     size_t nown, own_cap;
     struct sfb__ssp formed; /* clocks whose own-block sum was formed */
     const uint8_t **parts;  /* per rank: its push of the clock being summed */
+    uint8_t (*hdrs)[SFB_WIRE_HDR_SIZE]; /* per chunk: the own push's header (float32) */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
     uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
@@ -188,7 +189,8 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     int ret = sfb__ssp_init(&f->formed, 1, 0, env->start_clock);
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
-    if (!f->parts) return sfb__error(-ENOMEM, "fms: out of memory");
+    f->hdrs = malloc(SFB_MAX(f->chunk_base[f->world], 1u) * sizeof *f->hdrs);
+    if (!f->parts || !f->hdrs) return sfb__error(-ENOMEM, "fms: out of memory");
     return sfb_reconstruct_open(&f->recon);
 }
 
@@ -212,6 +214,7 @@ static void fms_close(void *priv)
     free(f->sum);
     free(f->own);
     free(f->parts);
+    free(f->hdrs);
     sfb__ssp_fini(&f->formed);
     sfb_reconstruct_close(&f->recon);
 }
@@ -279,19 +282,20 @@ static size_t first_nonfinite(const struct fms *f, const uint8_t *payload, size_
 
 /* Rows holding a NaN or an infinity (checksummed: as their origin built
  * them) would poison every replica: the job fails naming the origin. 1
- * when every number is finite. A summed chunk is checked as it arrives; a
- * push in its sum, which is non-finite when any part is (form_sums): one
- * pass over the sum instead of one over each push. */
-static int finite_rows(struct fms *f, int from, const struct sfb__wire_hdr *h,
-                       const uint8_t *payload)
+ * when every number is finite. A summed chunk is checked just before it
+ * is applied (the check brings it into the cache the apply reads it
+ * from); a push in its sum, which is non-finite when any part is
+ * (form_sums): one pass over the sum instead of one over each push. */
+static int finite_rows(struct fms *f, const struct held *h, uint32_t k)
 {
-    size_t n = (size_t)h->k * f->D, at = first_nonfinite(f, payload, n);
+    size_t n = (size_t)k * f->D, at = first_nonfinite(f, h->rows, n);
     if (at == n) return 1;
     char why[96];
     snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
              (unsigned long long)(h->s + at / f->D), (unsigned long long)(at % f->D));
     f->rejected++;
-    sfb__comm_reject_update(f->c, h->origin, (uint32_t)from, h->clock, h->matrix, why);
+    /* (a sum comes from its owner: origin and sender) */
+    sfb__comm_reject_update(f->c, h->origin, h->origin, h->clock, f->id, why);
     return 0;
 }
 
@@ -341,8 +345,6 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
                                          "bf16 (is every worker running the same --dense-dtype?)"
                                        : "rows in bfloat16 where this rank's dense_dtype is "
                                          "f32 (is every worker running the same --dense-dtype?)";
-    else if (b != f->rank && !finite_rows(f, from, h, payload))
-        return; /* (a push's numbers are checked in its sum: form_sums) */
     else if (b == f->rank) {
         /* a push of origin's ΔA rows of a chunk of the own block */
         if (summed_already(f, h->clock, j) ||
@@ -458,22 +460,75 @@ static int rows_payload(struct fms *f, struct sfb__buf *own, uint32_t r0, uint32
     return 0;
 }
 
+/* The header of this rank's rows [r0, r1) of `clock`: a push or a sum. */
+static struct sfb__wire_hdr rows_hdr(const struct fms *f, int64_t clock, uint32_t r0,
+                                     uint32_t r1)
+{
+    return (struct sfb__wire_hdr){.type = SFB_WIRE_DENSE_ROWS,
+                                  .flags = (uint8_t)(f->prec << SFB_WIRE_F_PREC_SHIFT),
+                                  .origin = f->rank,
+                                  .sender = f->rank,
+                                  .clock = clock,
+                                  .matrix = f->id,
+                                  .k = r1 - r0,
+                                  .d = f->D,
+                                  .s = r0,
+                                  .payload_len = rows_len(f, r1 - r0)};
+}
+
 static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, const void *rows,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE])
 {
-    size_t len = rows_len(f, r1 - r0);
-    struct sfb__wire_hdr h = {.type = SFB_WIRE_DENSE_ROWS,
-                             .flags = (uint8_t)(f->prec << SFB_WIRE_F_PREC_SHIFT),
-                             .origin = f->rank,
-                             .sender = f->rank,
-                             .clock = clock,
-                             .matrix = f->id,
-                             .k = r1 - r0,
-                             .d = f->D,
-                             .s = r0,
-                             .payload_len = len};
-    struct sfb__wire_piece piece = {rows, len};
+    struct sfb__wire_hdr h = rows_hdr(f, clock, r0, r1);
+    struct sfb__wire_piece piece = {rows, h.payload_len};
     return sfb__comm_header(f->c, &h, &piece, 1, hdr);
+}
+
+/* Numbers the fused loops below take at a time: a block stays in the L1
+ * cache from the pass that brings it in (a copy, the first part of a sum)
+ * to the passes that read it again (the finiteness check, the checksum,
+ * the rounding), so each pass over a chunk costs one trip to memory
+ * instead of one each (the dense path is memory-bound: docs/performance.md). */
+#define FUSED_BLOCK 4096u
+
+/* The sum of the parts of a chunk of the own block (n numbers), in rank
+ * order, into out (float32, or acc then rounded into out for bfloat16: the
+ * payload of len bytes), its checksum fed to hs; 1 when every number is
+ * finite. */
+static int sum_chunk(struct fms *f, size_t n, size_t len, float *acc, uint8_t *out,
+                     struct sfb__wire_hash *hs)
+{
+    int bf16 = f->prec == SFB_WIRE_BF16;
+    uint32_t bad = 0;
+    for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
+        size_t m = SFB_MIN(n - i0, (size_t)FUSED_BLOCK);
+        float *a = acc + i0;
+        for (uint32_t r = 0; r < f->world; r++) {
+            const uint8_t *p = f->parts[r];
+            if (bf16 && r != f->rank) { /* (the own rows are float32, rounded) */
+                sfb__bf16_decode(f->wide, p + 2 * i0, m);
+                p = (const uint8_t *)f->wide;
+            } else {
+                p += 4 * i0;
+            }
+            if (r == 0)
+                for (size_t i = 0; i < m; i++) a[i] = get_f32(p + 4 * i);
+            else
+                for (size_t i = 0; i < m; i++) a[i] += get_f32(p + 4 * i);
+        }
+        bad |= sfb__first_nonfinite(a, m) != m;
+        if (bf16) { /* the sum as it travels, the own replica's too */
+            sfb__bf16_encode(out + 2 * i0, a, m);
+            sfb__wire_hash_update(hs, out + 2 * i0, 2 * m);
+        } else {
+            sfb__wire_hash_update(hs, a, 4 * m);
+        }
+    }
+    if (bf16 && len > 2 * n) { /* whole 4-byte words */
+        memset(out + 2 * n, 0, len - 2 * n);
+        sfb__wire_hash_update(hs, out + 2 * n, len - 2 * n);
+    }
+    return !bad;
 }
 
 /* The owner's part: for every chunk of the own block whose P pushes of a
@@ -501,25 +556,19 @@ static int form_sums(struct fms *f)
         struct sfb__buf *out;
         int ret = sfb__comm_buf_get(f->c, len, &out);
         if (ret) return ret;
-        int bf16 = f->prec == SFB_WIRE_BF16;
-        float *acc = bf16 ? f->acc : (float *)(void *)out->data;
-        memset(acc, 0, n_el * sizeof(float));
-        for (uint32_t r = 0; r < f->world; r++) {
-            const uint8_t *p = f->parts[r];
-            if (bf16 && r != f->rank) { /* (the own rows are float32, rounded) */
-                sfb__bf16_decode(f->wide, p, n_el);
-                p = (const uint8_t *)f->wide;
-            }
-            for (size_t i = 0; i < n_el; i++)
-                acc[i] += get_f32(p + 4 * i);
-        }
-        if (sfb__first_nonfinite(acc, n_el) != n_el) {
+        struct sfb__wire_hdr wh = rows_hdr(f, t, r0, r1);
+        struct sfb__wire_hash hs;
+        uint8_t hdr[SFB_WIRE_HDR_SIZE];
+        float *acc = f->prec == SFB_WIRE_BF16 ? f->acc : (float *)(void *)out->data;
+        if (!(ret = sfb__comm_header_begin(f->c, &wh, &hs)) &&
+            !sum_chunk(f, n_el, len, acc, out->data, &hs)) {
             sfb__buf_put(out);
             return reject_sum(f, t, r0, n_el);
         }
-        if (bf16) { /* the sum as it travels, the own replica's too */
-            sfb__bf16_encode(out->data, acc, n_el);
-            memset(out->data + 2 * n_el, 0, len - 2 * n_el);
+        if (!ret) ret = sfb__wire_encode_hashed(&wh, &hs, hdr);
+        if (ret) {
+            sfb__buf_put(out);
+            return ret;
         }
         /* this chunk's pushes are summed: release them (before the sends,
          * which may take frames and call back here) */
@@ -534,10 +583,8 @@ static int form_sums(struct fms *f)
                 f->push[k++] = f->push[i];
         }
         f->npush = k;
-        uint8_t hdr[SFB_WIRE_HDR_SIZE];
-        ret = dense_hdr(f, t, r0, r1, out->data, hdr);
         struct sfb__wire_hdr me = {.origin = f->rank, .clock = t, .s = r0};
-        if (!ret && hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
+        if (hold(&f->sum, &f->nsum, &f->sum_cap, out, &me, out->data)) ret = -ENOMEM;
         /* to rank + 1, rank + 2, ...: owners summing the same chunk do not
          * all send to the same peer first (its ingress would be shared by
          * every owner while the others' idle) */
@@ -574,17 +621,24 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     double t0 = sfb__now(), ta = sfb__trace_on() ? sfb__trace_us() : 0;
     int64_t first = f->sum[0].clock;
     size_t row_bytes = (size_t)f->D * sizeof(float);
-    for (size_t i = 0; i < n; i++) {
+    int ret = 0;
+    size_t i = 0; /* sums applied (their references put) */
+    for (; i < n && !ret; i++) {
         struct held *s = &f->sum[i];
         struct own *o = find_own(f, s->clock);
-        if (!o) /* a sum needs all P pushes, the own one among them */
-            return sfb__error(-EPROTO,
-                              "fms: rank %u sent the sum of clock %lld before this "
-                              "rank pushed it",
-                              s->origin, (long long)s->clock);
+        if (!o) { /* a sum needs all P pushes, the own one among them */
+            ret = sfb__error(-EPROTO, "fms: rank %u sent the sum of clock %lld before this "
+                             "rank pushed it", s->origin, (long long)s->clock);
+            break;
+        }
         /* (a chunk of s->origin's block: checked when taken) */
         uint32_t j = (s->s - block_start(f, s->origin)) / f->chunk_rows, r0, r1;
         chunk_rows_of(f, s->origin, j, &r0, &r1);
+        /* (the own block's sums were checked as they were formed) */
+        if (s->origin != f->rank && !finite_rows(f, s, r1 - r0)) {
+            ret = sfb__comm_check(f->c);
+            break;
+        }
         const uint8_t *rows = s->rows;
         if (f->prec == SFB_WIRE_BF16) {
             sfb__bf16_decode(f->wide, rows, (size_t)(r1 - r0) * f->D);
@@ -604,19 +658,18 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
         }
         o->done[f->chunk_base[s->origin] + j] = 1;
         if (++o->applied[s->origin] == chunks_of(f, s->origin)) {
-            int ret = sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
-            if (ret) return ret;
-            if (s->origin != f->rank)
+            ret = sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
+            if (!ret && s->origin != f->rank)
                 sfb__sync_count_applied(f->hist, acct, now_clock, s->clock, required);
         }
         if (--o->left == 0) drop_own(f, o);
         sfb__buf_put(s->buf);
     }
-    memmove(f->sum, f->sum + n, (f->nsum - n) * sizeof *f->sum);
-    f->nsum -= n;
+    memmove(f->sum, f->sum + i, (f->nsum - i) * sizeof *f->sum);
+    f->nsum -= i;
     acct->apply_s += sfb__now() - t0;
     sfb__trace_span(SFB__TRACK_COMPUTE, "apply", ta, first, (int32_t)f->id, -1, 0);
-    return 0;
+    return ret;
 }
 
 static void waiter_take(void *priv, struct sfb__frame *fr)
@@ -668,10 +721,15 @@ static int fms_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 }
 
 /* A job of one worker: the own update is the whole update, applied at
- * once; the clock is complete with its last matrix. sf, or scale · delta. */
+ * once; the clock is complete with its last matrix. sf, or scale · delta
+ * (bad: as fill_own's). */
 static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct sfb_sf *sf,
-                         float scale, const float *delta)
+                         float scale, const float *delta, size_t *bad)
 {
+    if (delta && bad) {
+        size_t n = (size_t)f->env.mats[m].rows * f->env.mats[m].cols;
+        if ((*bad = sfb__first_nonfinite(delta, n)) < n) return -ERANGE;
+    }
     if (f->own_clock != clock) {
         f->own_clock = clock;
         f->own_left = f->nmat;
@@ -702,11 +760,48 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
     return --f->own_left ? 0 : sfb__ssp_mark(f->env.ssp, sfb__comm_rank(f->c), clock);
 }
 
+/* own ← scale · delta (delta NULL: own as it is, an SF's product), rounded
+ * for bfloat16, chunk by chunk in row order and in blocks that stay in the
+ * cache while each is checked (bad non-NULL: the first number not finite
+ * → *bad, -ERANGE, nothing sent) and, for float32 pushes, fed to their
+ * checksums: every push's header (f->hdrs) is ready when this returns 0. */
+static int fill_own(struct fms *f, int64_t clock, float *own, float scale, const float *delta,
+                    size_t *bad)
+{
+    int ret = 0;
+    for (uint32_t b = 0; b < f->world; b++)
+        for (uint32_t j = 0; j < chunks_of(f, b); j++) {
+            uint32_t r0, r1;
+            chunk_rows_of(f, b, j, &r0, &r1);
+            int hashed = b != f->rank && f->prec == SFB_WIRE_F32;
+            struct sfb__wire_hdr wh = rows_hdr(f, clock, r0, r1);
+            struct sfb__wire_hash hs;
+            if (hashed && (ret = sfb__comm_header_begin(f->c, &wh, &hs))) return ret;
+            size_t e0 = (size_t)r0 * f->D, e1 = (size_t)r1 * f->D;
+            for (size_t i0 = e0; i0 < e1; i0 += FUSED_BLOCK) {
+                size_t m = SFB_MIN(e1 - i0, (size_t)FUSED_BLOCK);
+                float *o = own + i0;
+                if (delta)
+                    for (size_t i = 0; i < m; i++) o[i] = scale * delta[i0 + i];
+                size_t at = bad ? sfb__first_nonfinite(o, m) : m;
+                if (at < m) {
+                    *bad = i0 + at;
+                    return -ERANGE;
+                }
+                if (f->prec == SFB_WIRE_BF16) sfb__bf16_round(o, m);
+                if (hashed) sfb__wire_hash_update(&hs, o, 4 * m);
+            }
+            if (hashed && (ret = sfb__wire_encode_hashed(&wh, &hs, f->hdrs[f->chunk_base[b] + j])))
+                return ret;
+        }
+    return 0;
+}
+
 /* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
  * delta: added to the own replica at once (read-my-writes) and each row
- * block pushed to its owner. */
+ * block pushed to its owner. bad: as fill_own's. */
 static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
-                       const float *delta)
+                       const float *delta, size_t *bad)
 {
     struct sfb__comm *c = f->c;
     if (sf && (sf->rows != f->K || sf->cols != f->D))
@@ -722,11 +817,9 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (sf) {
         memset(buf->data, 0, n_el * sizeof(float));
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto out;
-    } else {
-        for (size_t i = 0; i < n_el; i++) own.data[i] = scale * delta[i];
     }
     /* bf16: the update as it travels, the own part of the sums too */
-    if (f->prec == SFB_WIRE_BF16) sfb__bf16_round(own.data, n_el);
+    if ((ret = fill_own(f, clock, own.data, scale, sf ? NULL : delta, bad))) goto out;
     /* read-my-writes (ordered: the sums alone, the same bytes on every rank) */
     if (!f->env.ordered)
         for (size_t i = 0; i < n_el; i++)
@@ -762,7 +855,10 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
             struct sfb__buf *pay;
             size_t off, len = rows_len(f, r1 - r0);
             if ((ret = rows_payload(f, buf, r0, r1, &pay, &off))) return ret;
-            ret = dense_hdr(f, clock, r0, r1, pay->data + off, hdr);
+            if (f->prec == SFB_WIRE_F32) /* (hashed by fill_own) */
+                memcpy(hdr, f->hdrs[f->chunk_base[b] + j], sizeof hdr);
+            else
+                ret = dense_hdr(f, clock, r0, r1, pay->data + off, hdr);
             if (!ret) ret = send_to(f, b, hdr, pay, off, len);
             sfb__buf_put(pay);
             if (ret) return ret;
@@ -777,16 +873,16 @@ out:
 static int fms_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
 {
     struct fms *f = priv;
-    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, sf, 0, NULL);
-    return push_update(f, clock, sf, 0, NULL);
+    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, sf, 0, NULL, NULL);
+    return push_update(f, clock, sf, 0, NULL, NULL);
 }
 
 static int fms_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
-                             const float *delta)
+                             const float *delta, size_t *bad)
 {
     struct fms *f = priv;
-    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, NULL, scale, delta);
-    return push_update(f, clock, NULL, scale, delta);
+    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, NULL, scale, delta, bad);
+    return push_update(f, clock, NULL, scale, delta, bad);
 }
 
 static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)

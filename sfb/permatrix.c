@@ -359,14 +359,14 @@ static int pm_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
 }
 
 static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
-                            const float *delta)
+                            const float *delta, size_t *bad)
 {
     struct pm *p = priv;
     struct sub *s = &p->sub[p->sub_of[m]];
     if (!s->ops->publish_dense)
         return sfb__error(-SFB_EUSAGE, "matrix %u: engine %s carries factors only", m,
                           s->desc->name);
-    int ret = s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta);
+    int ret = s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta, bad);
     published(p, p->sub_of[m]);
     return ret;
 }

@@ -139,9 +139,13 @@ struct sfb__sync_ops {
      * the next wait. */
     int (*publish_one)(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf);
     /* As publish_one with the update given dense: ΔA_m = scale · delta
-     * (rows × cols, row-major, finite). NULL: the engine carries factors
-     * only. */
-    int (*publish_dense)(void *priv, int64_t clock, uint32_t m, float scale, const float *delta);
+     * (rows × cols, row-major; scale finite). The engine checks the
+     * numbers in the pass it makes over them anyway: bad non-NULL and a
+     * number of scale · delta not finite → *bad = its index, -ERANGE,
+     * nothing published (bad NULL: unchecked). NULL: the engine carries
+     * factors only. */
+    int (*publish_dense)(void *priv, int64_t clock, uint32_t m, float scale, const float *delta,
+                         size_t *bad);
     /* After the last clock: waits for and applies every update ≤ last. Also
      * called mid-run before a checkpoint (with a barrier after it, so no
      * update of a later clock exists yet); the engine then continues. */

@@ -158,6 +158,11 @@ int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb__wire_typ
 int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,
                      const struct sfb__wire_piece *pieces, size_t npieces,
                      uint8_t hdr[SFB_WIRE_HDR_SIZE]);
+/* The same header, its checksum fed as the payload is produced
+ * (struct sfb__wire_hash): begin here, feed with sfb__wire_hash_update,
+ * end with sfb__wire_encode_hashed(h, s, hdr). */
+int sfb__comm_header_begin(struct sfb__comm *c, struct sfb__wire_hdr *h,
+                           struct sfb__wire_hash *s);
 
 /* Best effort: tells every peer the job is aborted (ABORT frame with the
  * reason) and waits briefly for the sends. Compute thread. */

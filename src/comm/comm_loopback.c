@@ -56,7 +56,7 @@ struct sfb__loopback {
     uint64_t sent, sent_at_idle, idle;
     int (*fn)(struct sfb__comm *c, uint32_t r, void *arg);
     void *arg;
-    void (*tap)(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, size_t len);
+    void (*tap)(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len);
     void *tap_user;
 };
 
@@ -423,7 +423,7 @@ void sfb__loopback_yield(struct sfb__comm *c)
 }
 
 void sfb__loopback_set_tap(struct sfb__loopback *lb,
-                           void (*tap)(void *user, uint32_t src, uint32_t dst, const uint8_t *frame,
+                           void (*tap)(void *user, uint32_t src, uint32_t dst, uint8_t *frame,
                                        size_t len),
                            void *user)
 {

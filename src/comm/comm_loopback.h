@@ -58,9 +58,10 @@ int sfb__loopback_run(struct sfb__loopback *lb,
 void sfb__loopback_yield(struct sfb__comm *c);
 
 /* Calls tap(user, src, dst, frame, len) for every frame as it is delivered,
- * before the receiver sees it (NULL: none). Outside a run. */
+ * before the receiver sees it (NULL: none); the tap may rewrite the bytes
+ * (dst's copy: a hostile or broken peer). Outside a run. */
 void sfb__loopback_set_tap(struct sfb__loopback *lb,
-                           void (*tap)(void *user, uint32_t src, uint32_t dst, const uint8_t *frame,
+                           void (*tap)(void *user, uint32_t src, uint32_t dst, uint8_t *frame,
                                        size_t len),
                            void *user);
 

@@ -18,16 +18,28 @@ static void note_published(struct sfb__comm *c, int64_t clock)
     atomic_store_explicit(&c->stall.published, clock, memory_order_release);
 }
 
-int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,
-                     const struct sfb__wire_piece *pieces, size_t npieces,
-                     uint8_t hdr[SFB_WIRE_HDR_SIZE])
+static void stamp(struct sfb__comm *c, struct sfb__wire_hdr *h)
 {
     h->job_key = c->job_key;
     if ((h->type == SFB_WIRE_SF || h->type == SFB_WIRE_DENSE_ROWS) && h->origin == c->rank) {
         if (h->clock == c->last_clock) h->flags |= SFB_WIRE_F_LAST;
         if (h->type == SFB_WIRE_SF) note_published(c, h->clock);
     }
+}
+
+int sfb__comm_header(struct sfb__comm *c, struct sfb__wire_hdr *h,
+                     const struct sfb__wire_piece *pieces, size_t npieces,
+                     uint8_t hdr[SFB_WIRE_HDR_SIZE])
+{
+    stamp(c, h);
     return sfb__wire_encode(h, pieces, npieces, hdr);
+}
+
+int sfb__comm_header_begin(struct sfb__comm *c, struct sfb__wire_hdr *h,
+                           struct sfb__wire_hash *s)
+{
+    stamp(c, h);
+    return sfb__wire_hash_begin(s, h);
 }
 
 int sfb__comm_send_control(struct sfb__comm *c, uint32_t dst, enum sfb__wire_type type,

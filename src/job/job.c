@@ -545,19 +545,27 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
         return sfb__error(-SFB_EUSAGE, "sfb_job_publish_dense: matrix %u is synchronized by %s, "
                           "which carries factors only (publish them with sfb_job_publish_one)",
                           m, job->engine_of[m]->name);
-    size_t cols = job->mats[m].cols, n = (size_t)job->mats[m].rows * cols;
-    size_t at = job->debug_unchecked ? n : sfb__first_nonfinite(delta, n);
+    size_t cols = job->mats[m].cols, n = (size_t)job->mats[m].rows * cols, at = n;
     if (!job->debug_unchecked && !isfinite(scale))
         return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: scale is %g "
                           "(an update must hold finite numbers only: nothing was published)",
                           (long long)clock, m, (double)scale);
-    if (at < n)
-        return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: delta[%zu][%zu] "
-                          "is %g (an update must hold finite numbers only: nothing was "
-                          "published)", (long long)clock, m, at / cols, at % cols,
-                          (double)delta[at]);
     double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
-    if ((ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta))) return ret;
+    /* the engine checks the numbers in its own pass over them (sync.h) */
+    ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta,
+                                     job->debug_unchecked ? NULL : &at);
+    if (ret == -ERANGE && at < n) {
+        if (!isfinite(delta[at]))
+            return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: "
+                              "delta[%zu][%zu] is %g (an update must hold finite numbers only: "
+                              "nothing was published)", (long long)clock, m, at / cols,
+                              at % cols, (double)delta[at]);
+        return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: scale × "
+                          "delta[%zu][%zu] = %g × %g overflows float32 (nothing was published)",
+                          (long long)clock, m, at / cols, at % cols, (double)scale,
+                          (double)delta[at]);
+    }
+    if (ret) return ret;
     sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, (int32_t)m, -1, 0);
     one_done(job, m);
     return 0;

@@ -130,18 +130,62 @@ static uint64_t checksum(const uint8_t *hdr, const struct sfb__wire_piece *piece
     return XXH3_64bits_digest(&st);
 }
 
-int sfb__wire_encode(const struct sfb__wire_hdr *h, const struct sfb__wire_piece *pieces,
-                     size_t npieces, uint8_t out[SFB_WIRE_HDR_SIZE])
+static int encodable(const struct sfb__wire_hdr *h, uint64_t total)
 {
-    uint64_t total = 0;
-    for (size_t i = 0; i < npieces; i++) total += pieces[i].n;
     if (total != h->payload_len)
         return sfb__error(-EINVAL, "wire encode: pieces hold %llu bytes, payload_len %llu",
                           (unsigned long long)total, (unsigned long long)h->payload_len);
     if (h->type == 0 || h->type > SFB_WIRE_TYPE_MAX)
         return sfb__error(-EINVAL, "wire encode: unknown type %u", h->type);
+    return 0;
+}
+
+int sfb__wire_encode(const struct sfb__wire_hdr *h, const struct sfb__wire_piece *pieces,
+                     size_t npieces, uint8_t out[SFB_WIRE_HDR_SIZE])
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < npieces; i++) total += pieces[i].n;
+    int ret = encodable(h, total);
+    if (ret) return ret;
     pack(h, out);
     sfb__put_u64(out + OFF_CHECKSUM, checksum(out, pieces, npieces));
+    return 0;
+}
+
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(((struct sfb__wire_hash *)0)->state) &&
+                   _Alignof(XXH3_state_t) <= 64,
+               "struct sfb__wire_hash holds an XXH3 state");
+
+static XXH3_state_t *hash_state(struct sfb__wire_hash *s)
+{
+    return (XXH3_state_t *)(void *)s->state;
+}
+
+int sfb__wire_hash_begin(struct sfb__wire_hash *s, const struct sfb__wire_hdr *h)
+{
+    if (h->type == SFB_WIRE_BUNDLE)
+        return sfb__error(-EINVAL, "wire encode: a BUNDLE's checksum covers its header alone");
+    uint8_t h0[SFB_WIRE_HDR_SIZE];
+    pack(h, h0); /* (the checksum field zero) */
+    XXH3_64bits_reset(hash_state(s));
+    XXH3_64bits_update(hash_state(s), h0, sizeof h0);
+    s->fed = 0;
+    return 0;
+}
+
+void sfb__wire_hash_update(struct sfb__wire_hash *s, const void *p, size_t n)
+{
+    if (n) XXH3_64bits_update(hash_state(s), p, n);
+    s->fed += n;
+}
+
+int sfb__wire_encode_hashed(const struct sfb__wire_hdr *h, struct sfb__wire_hash *s,
+                            uint8_t out[SFB_WIRE_HDR_SIZE])
+{
+    int ret = encodable(h, s->fed);
+    if (ret) return ret;
+    pack(h, out);
+    sfb__put_u64(out + OFF_CHECKSUM, XXH3_64bits_digest(hash_state(s)));
     return 0;
 }
 

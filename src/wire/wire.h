@@ -151,6 +151,22 @@ size_t sfb__wire_elem_size(uint8_t flags);
 int sfb__wire_encode(const struct sfb__wire_hdr *h, const struct sfb__wire_piece *pieces,
                      size_t npieces, uint8_t out[SFB_WIRE_HDR_SIZE]);
 
+/* A frame's checksum computed while its payload is produced, each piece
+ * hashed while it is in cache instead of in a pass of its own over bytes
+ * already written (the dense path's pushes and sums, sfb/fms.c). Begin
+ * with the header (every field final; BUNDLE frames cannot be hashed
+ * this way), feed the payload's bytes in order, then encode: out is what
+ * sfb__wire_encode would write. Opaque: XXH3's streaming state. */
+struct sfb__wire_hash {
+    _Alignas(64) unsigned char state[640];
+    uint64_t fed;
+};
+int sfb__wire_hash_begin(struct sfb__wire_hash *s, const struct sfb__wire_hdr *h);
+void sfb__wire_hash_update(struct sfb__wire_hash *s, const void *p, size_t n);
+/* -EINVAL if s was fed other than h->payload_len bytes. */
+int sfb__wire_encode_hashed(const struct sfb__wire_hdr *h, struct sfb__wire_hash *s,
+                            uint8_t out[SFB_WIRE_HDR_SIZE]);
+
 /* Parses the 64 header bytes without any validation (for tools and tests). */
 void sfb__wire_parse_header(const uint8_t in[SFB_WIRE_HDR_SIZE], struct sfb__wire_hdr *h);
 

@@ -41,7 +41,11 @@ struct eng_cfg {
     int priority;        /* managed communication (sfb/parts.h): the policy, */
     size_t part_bytes, msg_cap; /* the parts' size and the relay's message cap */
     /* a hostile or broken rank: 1 puts a NaN into b, 2 makes the scale
-     * infinite, of rank poison_rank's factors of clock poison_clock (0: none) */
+     * infinite, of rank poison_rank's factors of clock poison_clock (0: none);
+     * 3 (with dense): that rank first publishes the update with a NaN in its
+     * last number, then with its first number overflowing scale · delta,
+     * each of which must be refused (-ERANGE, the index, nothing sent),
+     * then the true one */
     int poison;
     uint32_t poison_rank;
     int64_t poison_clock;
@@ -55,6 +59,9 @@ struct eng_cfg {
     int inexact;
     /* FMS's rows' precision (sfb__sync_env.dense_prec), every rank's */
     unsigned dense_prec;
+    /* 1: every rank publishes its update dense (ops->publish_dense: the
+     * factors' product, exact in float) instead of its factors */
+    int dense;
 };
 
 struct eng_rank {
@@ -98,6 +105,45 @@ static inline int eng_make_sf(struct sfb_sf *sf, uint32_t rows, uint32_t cols, u
         }
     }
     return 0;
+}
+
+/* cfg.dense: sf's update as a dense matrix (scale · BᵀC, exact: small
+ * integers) through ops->publish_dense; cfg.poison 3 first tries the two
+ * refused ones (see struct eng_cfg). */
+static inline int eng_publish_dense(const struct eng_cfg *cfg, void *priv, uint32_t r, int64_t t,
+                                    const struct sfb_sf *sf)
+{
+    size_t n = (size_t)sf->rows * sf->cols, bad = 0;
+    float *d = calloc(n, sizeof *d);
+    if (!d) return -ENOMEM;
+    for (uint32_t i = 0; i < sf->rows; i++)
+        for (uint32_t j = 0; j < sf->cols; j++)
+            for (uint32_t k = 0; k < sf->s; k++)
+                d[(size_t)i * sf->cols + j] +=
+                    sf->scale * sf->b[(size_t)k * sf->rows + i] * sf->c[(size_t)k * sf->cols + j];
+    int ret = 0;
+    if (cfg->poison == 3 && r == cfg->poison_rank && t == cfg->poison_clock) {
+        struct sfb__sync_report before, after;
+        cfg->ops->report(priv, &before);
+        float last = d[n - 1], first = d[0];
+        d[n - 1] = NAN;
+        int r1 = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, &bad);
+        size_t bad1 = bad;
+        d[n - 1] = last;
+        d[0] = 3e38f; /* × 2: beyond float32 */
+        int r2 = cfg->ops->publish_dense(priv, t, 0, 2.0f, d, &bad);
+        d[0] = first;
+        cfg->ops->report(priv, &after);
+        if (r1 != -ERANGE || bad1 != n - 1 || r2 != -ERANGE || bad != 0 ||
+            after.data_msgs != before.data_msgs)
+            ret = sfb__error(-EPROTO, "rank %u: refused dense updates: %d at %zu (want %d at "
+                             "%zu), %d at %zu (want at 0), %llu messages sent", r, r1, bad1,
+                             -ERANGE, n - 1, r2, bad,
+                             (unsigned long long)(after.data_msgs - before.data_msgs));
+    }
+    if (!ret) ret = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, &bad);
+    free(d);
+    return ret;
 }
 
 /* cfg.inexact: every non-zero b and every c moved away from zero by 1, 2
@@ -214,11 +260,16 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
         }
         if ((ret = eng_make_sf(&er->sf, run->rows, run->cols, cfg->s, r, t))) break;
         if (cfg->inexact) eng_inexact(&er->sf, r, t);
-        if (cfg->poison && r == cfg->poison_rank && t == cfg->poison_clock) {
+        if ((cfg->poison == 1 || cfg->poison == 2) && r == cfg->poison_rank &&
+            t == cfg->poison_clock) {
             if (cfg->poison == 1) er->sf.b[1] = NAN;
             else er->sf.scale = INFINITY;
         }
-        if ((ret = cfg->ops->publish(priv, t, &er->sf, 1))) break;
+        if (cfg->dense)
+            ret = eng_publish_dense(cfg, priv, r, t, &er->sf);
+        else
+            ret = cfg->ops->publish(priv, t, &er->sf, 1);
+        if (ret) break;
         run->pub[r] = t;
         struct sfb__sync_report rep;
         cfg->ops->report(priv, &rep);

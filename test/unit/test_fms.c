@@ -54,7 +54,7 @@ static int rows_match(const struct eng_run *run, const uint8_t *payload, uint32_
     return ok;
 }
 
-static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, size_t len)
+static void tap(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len)
 {
     struct fms_tap *t = user;
     const struct eng_run *run = t->run;
@@ -165,7 +165,7 @@ struct bf16_tap {
     uint64_t frames, odd;
 };
 
-static void tap_bf16(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, size_t len)
+static void tap_bf16(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len)
 {
     struct bf16_tap *t = user;
     struct sfb__wire_hdr h;
@@ -310,6 +310,105 @@ static int test_nonfinite(void)
            run_poisoned(4, 1, SFB_WIRE_BF16);
 }
 
+/* Dense updates (publish_dense, sfb.torch's gradients): the same sums and
+ * replicas as the factors give; an update with a NaN in its last chunk, or
+ * whose scale · delta overflows in its first number, is refused before
+ * anything leaves (the pushes' checksums are fed in the same pass), and
+ * the true one then goes as usual. */
+static int run_dense(uint32_t world, unsigned prec)
+{
+    sfb__fms_chunk_bytes = 16; /* a row per chunk: the NaN in the last */
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops,
+                          .world = world,
+                          .k = 7,
+                          .d = 3,
+                          .s = 2,
+                          .clocks = 4,
+                          .staleness = 0,
+                          .slow_rank = -1,
+                          .check_each_wait = prec == SFB_WIRE_F32,
+                          .ordered = 1,
+                          .poison = 3,
+                          .poison_rank = 1,
+                          .poison_clock = 2,
+                          .dense_prec = prec,
+                          .dense = 1};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    struct fms_tap *t = calloc(1, sizeof *t);
+    ASSERT(t);
+    t->run = &run;
+    if (prec == SFB_WIRE_F32) sfb__loopback_set_tap(lb, tap, t);
+    int rets[ENG_MAX_RANKS], ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
+    for (uint32_t r = 0; r < world; r++)
+        if (ret || rets[r]) fprintf(stderr, "rank %u: %d %s\n", r, rets[r], run.r[r].why);
+    ASSERT_OK(ret);
+    for (uint32_t r = 0; r < world; r++) ASSERT_EQ(rets[r], 0);
+    ASSERT_EQ(t->odd, 0);
+    ASSERT_EQ(t->wrong, 0);
+    /* every replica the same bytes, the reference's at f32 */
+    const struct sfb_matrix *a0 = sfb_model_matrix(run.r[0].model, 0);
+    size_t bytes = (size_t)a0->rows * a0->cols * sizeof(float);
+    for (uint32_t r = 1; r < world; r++)
+        ASSERT(memcmp(sfb_model_matrix(run.r[r].model, 0)->data, a0->data, bytes) == 0);
+    if (prec == SFB_WIRE_F32) ASSERT(eng_replica_is(&run, 0, cfg.clocks, "after the run"));
+    free(t);
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    return 0;
+}
+
+/* A hostile or broken owner: its summed chunk of clock 2 reaches rank 1
+ * with a NaN in it (and a checksum that matches): rank 1 refuses to apply
+ * it and the job fails naming the owner's update, no replica holding a
+ * NaN. */
+static void tap_hostile(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len)
+{
+    (void)user;
+    struct sfb__wire_hdr h;
+    const uint8_t *payload;
+    if (len < SFB_WIRE_HDR_SIZE) return;
+    sfb__wire_trusted(frame, &h, &payload);
+    if (h.type != SFB_WIRE_DENSE_ROWS || src != 0 || dst != 1 || h.clock != 2 ||
+        h.s >= 2 || h.payload_len < 4) /* (rows 0 and 1: owner 0's block at K = 7, P = 3) */
+        return;
+    float nan = NAN;
+    memcpy(frame + SFB_WIRE_HDR_SIZE + 4, &nan, sizeof nan);
+    struct sfb__wire_piece p = {frame + SFB_WIRE_HDR_SIZE, (size_t)h.payload_len};
+    sfb__wire_encode(&h, &p, 1, frame);
+}
+
+static int test_hostile_owner(void)
+{
+    sfb__fms_chunk_bytes = 16; /* a row per chunk */
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops, .world = 3, .k = 7, .d = 3, .s = 2,
+                          .clocks = 4, .slow_rank = -1, .ordered = 1};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    sfb__loopback_set_tap(lb, tap_hostile, NULL);
+    int rets[ENG_MAX_RANKS];
+    ASSERT_NE(sfb__loopback_run(lb, eng_rank_main, &run, rets), 0);
+    ASSERT_NE(rets[1], 0);
+    ASSERT(strstr(run.r[1].why, "the update rank 0 published at clock 2"));
+    ASSERT(strstr(run.r[1].why, "column 1 of its rows is not a finite number"));
+    for (uint32_t r = 0; r < 3; r++) {
+        const struct sfb_matrix *a = sfb_model_matrix(run.r[r].model, 0);
+        for (size_t i = 0; i < (size_t)a->rows * a->cols; i++) ASSERT(isfinite(a->data[i]));
+    }
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    return 0;
+}
+
+static int test_dense(void)
+{
+    return run_dense(4, SFB_WIRE_F32) || run_dense(3, SFB_WIRE_BF16);
+}
+
 /* Blocks of 2 and 3 rows in chunks of 2 rows (one full and one short), and
  * of 1 row per chunk: every chunk summed and applied once. */
 static int test_chunks(void)
@@ -332,6 +431,8 @@ int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
         {"sums_p4", test_sums_p4},
+        {"dense", test_dense},
+        {"hostile_owner", test_hostile_owner},
         {"empty_block", test_empty_block},
         {"ordered_p4", test_ordered_p4},
         {"chunks", test_chunks},

@@ -42,7 +42,7 @@ static void count_sf(struct tally *t, uint32_t dst, const struct sfb__wire_hdr *
         t->count[dst][h->origin][h->clock]++;
 }
 
-static void tap(void *user, uint32_t src, uint32_t dst, const uint8_t *frame, size_t len)
+static void tap(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len)
 {
     struct tally *t = user;
     (void)src;

@@ -80,6 +80,34 @@ static int test_roundtrip(void)
     /* Pieces that disagree with payload_len are refused. */
     one.n = 63;
     ASSERT_EQ(sfb__wire_encode(&h, &one, 1, again), -EINVAL);
+    /* The checksum fed as the payload is produced, in pieces of any size:
+     * the same header bytes; fed other than payload_len bytes: refused. */
+    for (size_t step = 1; step <= 64; step *= 4) {
+        struct sfb__wire_hash hs;
+        ASSERT_OK(sfb__wire_hash_begin(&hs, &h));
+        for (size_t off = 0; off < 64; off += step)
+            sfb__wire_hash_update(&hs, frame + SFB_WIRE_HDR_SIZE + off, SFB_MIN(step, 64 - off));
+        memset(again, 0, sizeof again);
+        ASSERT_OK(sfb__wire_encode_hashed(&h, &hs, again));
+        ASSERT(memcmp(again, frame, SFB_WIRE_HDR_SIZE) == 0);
+    }
+    struct sfb__wire_hash hs;
+    ASSERT_OK(sfb__wire_hash_begin(&hs, &h));
+    sfb__wire_hash_update(&hs, frame + SFB_WIRE_HDR_SIZE, 63);
+    ASSERT_EQ(sfb__wire_encode_hashed(&h, &hs, again), -EINVAL);
+    /* a payload byte other than the one hashed: the receiver's check fails */
+    ASSERT_OK(sfb__wire_hash_begin(&hs, &h));
+    sfb__wire_hash_update(&hs, frame + SFB_WIRE_HDR_SIZE, 64);
+    ASSERT_OK(sfb__wire_encode_hashed(&h, &hs, again));
+    memcpy(frame, again, SFB_WIRE_HDR_SIZE);
+    frame[SFB_WIRE_HDR_SIZE + 5] ^= 1;
+    uint64_t bad = rej(SFB_WIRE_R_CHECKSUM);
+    ASSERT_EQ(sfb__wire_decode(&job, frame, n, 3, &d, &pl), -SFB_ECHECKSUM);
+    ASSERT_EQ(rej(SFB_WIRE_R_CHECKSUM), bad + 1);
+    frame[SFB_WIRE_HDR_SIZE + 5] ^= 1;
+    /* a BUNDLE's checksum covers its header alone: not this way */
+    struct sfb__wire_hdr b = {.type = SFB_WIRE_BUNDLE, .job_key = job.job_key};
+    ASSERT_EQ(sfb__wire_hash_begin(&hs, &b), -EINVAL);
     return 0;
 }
 
