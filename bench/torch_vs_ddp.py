@@ -28,7 +28,9 @@ Engines (--engines): sfb (sfb.torch, factors leave during backward),
 sfb-serial (all at step()), sfb-bf16 (factor_dtype="bf16": the factors in
 bfloat16, half the bytes, every rank applying the rounded ones),
 sfb-bf16all (dense_dtype="bf16" too: the dense gradients and the layers
-FMS carries in bfloat16 as well), ddp.
+FMS carries in bfloat16 as well), ddp, and DDP with a compression hook
+(bench/ddp_hooks.py): ddp-fp16 (torch's fp16_compress_hook) and
+ddp-powersgd (PowerSGD rank 4, error feedback, warm start).
 --factor-dtype bf16 adds sfb-bf16 next to sfb, so one run reports both
 precisions' speed and accuracy side by side.
 
@@ -63,7 +65,9 @@ from cluster_run import run_workers  # noqa: E402
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
                 "sfb-bf16": "sfb.torch, bf16 factors",
-                "sfb-bf16all": "sfb.torch, bf16 factors and dense", "ddp": "DDP (gloo)"}
+                "sfb-bf16all": "sfb.torch, bf16 factors and dense", "ddp": "DDP (gloo)",
+                "ddp-fp16": "DDP + fp16", "ddp-powersgd": "DDP + PowerSGD rank 4"}
+DDP_HOOKS = {"ddp-fp16": "fp16", "ddp-powersgd": "powersgd"}
 
 
 LMS = ("lstm", "transformer")
@@ -225,6 +229,9 @@ def worker(a):
         dist.init_process_group("gloo", init_method="tcp://10.77.0.1:%d" % port, rank=rank,
                                 world_size=world)
         net = nn.parallel.DistributedDataParallel(model)
+        if a.ddp_hook:
+            import ddp_hooks
+            ddp_hooks.register(net, a.ddp_hook, world)
         opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     curve, t0 = [], None
@@ -257,6 +264,10 @@ def worker(a):
         out["plan"] = opt.plan
     else:
         out["formula_bytes_per_step"] = 2.0 * (world - 1) / world * params * 4
+        if a.ddp_hook:
+            import ddp_hooks
+            out["formula_bytes_per_step"] = ddp_hooks.formula_bytes(model.parameters(),
+                                                                    a.ddp_hook, world)
         dist.barrier()
         dist.destroy_process_group()
     print("RESULT " + json.dumps(out), flush=True)
@@ -288,6 +299,8 @@ def run_one(a, model, engine):
            "--vocab", str(a.vocab), "--dim", str(a.dim), "--bptt", str(a.bptt),
            "--factor-dtype", "bf16" if engine in ("sfb-bf16", "sfb-bf16all") else "f32",
            "--dense-dtype", "bf16" if engine == "sfb-bf16all" else "f32"]
+    if engine in DDP_HOOKS:
+        cmd += ["--ddp-hook", DDP_HOOKS[engine]]
     if a.corpus:
         cmd += ["--corpus", a.corpus]
     if a.no_overlap or engine == "sfb-serial":
@@ -349,6 +362,15 @@ def report(a, rows, load=None):
                  "vocabulary %d, width %d, 2 layers, SGD lr %g with momentum 0.9" %
                  (a.batch, a.bptt, a.vocab, a.dim, a.lm_lr))
     text = head + "\n\n" + "\n".join(lines) + "\n"
+    for r in rows:  # the issue's yardstick: time to the target against DDP + PowerSGD's
+        p = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp-powersgd"),
+                 None)
+        if r["engine"].startswith("sfb") and p:
+            a_s, p_s = r["to_target_s"], p["to_target_s"]
+            text += "\n%s, %s: time to loss %.2f %s\n" % (
+                r["model"], ENGINE_NAMES[r["engine"]], target_of(a, r["model"]),
+                "%.1f s against DDP + PowerSGD's %.1f s: **%.2f x**" % (a_s, p_s, p_s / a_s)
+                if a_s and p_s else "%s s against DDP + PowerSGD's %s s" % (a_s, p_s))
     for r in rows:
         if r["plan"]:
             text += "\nplan of sfb.torch, %s:\n    %s\n" % (r["model"],
@@ -360,11 +382,13 @@ def report(a, rows, load=None):
         json.dump({"settings": vars(a), "load": load, "rows": rows}, f, indent=1)
     try:
         import pngplot
-        panels, legend = [], [("SFB.TORCH", 0, False), ("DDP GLOO", 1, False)]
+        engines = list(dict.fromkeys(r["engine"] for r in rows))
+        panels = []
+        legend = [(ENGINE_NAMES[e].upper(), i, False) for i, e in enumerate(engines)]
         for model in sorted({r["model"] for r in rows}):
-            series = [("SFB" if r["engine"] == "sfb" else "DDP", 0 if r["engine"] == "sfb" else 1,
+            series = [(ENGINE_NAMES[r["engine"]].upper(), engines.index(r["engine"]),
                        [(t, l) for t, l in r["curve"] if t > 0], False)
-                      for r in rows if r["model"] == model and r["engine"] in ("sfb", "ddp")]
+                      for r in rows if r["model"] == model]
             panels.append(("%s: LOSS - SECONDS" % model.upper(), series, "SECONDS"))
         pngplot.figure(os.path.join(a.out, "torch_vs_ddp.png"), panels, legend, cols=2,
                        title="SFB.TORCH VS DDP, %d HOSTS, %s" % (a.n, a.rate.upper()))
@@ -386,7 +410,8 @@ def sweep(a):
                 if engine != "ddp":
                     r = next(r for r in rows if r["model"] == model and r["engine"] == engine)
                     cells.append({"model": model, "engine": engine, "batch": batch,
-                                  "rate": rate, "x_ddp": x, "samples_per_s": r["samples_per_s"]})
+                                  "rate": rate, "x_ddp": x, "samples_per_s": r["samples_per_s"],
+                                  "to_target_s": r["to_target_s"]})
     a.out = top
     load = os.getloadavg()
     lines = ["%d emulated hosts; x DDP's samples/s per per-worker batch and link; load average "
@@ -401,12 +426,53 @@ def sweep(a):
                            float("nan")) for r in a.rates.split(",")]
                 lines.append("| %s | %s | %d | %s |" % (model, ENGINE_NAMES[engine], batch,
                                                        " | ".join("%.2f" % x for x in xs)))
+    if "ddp-powersgd" in a.engines.split(","):
+        lines += ["", "time to loss %g (LM %g): DDP + PowerSGD's seconds / the engine's "
+                  "(- : not reached in the steps run)" % (a.target_loss, a.target_lm_loss), "",
+                  "| model | engine | batch | " + " | ".join(a.rates.split(",")) + " |",
+                  "|---|---|---|" + "---|" * len(a.rates.split(","))]
+        for model in a.models.split(","):
+            for engine in (e for e in a.engines.split(",") if e.startswith("sfb")):
+                for batch in (int(b) for b in a.batches.split(",")):
+                    xs = []
+                    for rate in a.rates.split(","):
+                        got = {c["engine"]: c["to_target_s"] for c in cells
+                               if (c["model"], c["batch"], c["rate"]) == (model, batch, rate)}
+                        mine, theirs = got.get(engine), got.get("ddp-powersgd")
+                        xs.append("%.2f" % (theirs / mine) if mine and theirs else "-")
+                    lines.append("| %s | %s | %d | %s |" % (model, ENGINE_NAMES[engine], batch,
+                                                           " | ".join(xs)))
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(top, "sweep.md"), "w") as f:
         f.write(text)
+    sweep_figure(a, cells, os.path.join(top, "sweep.png"))
     with open(os.path.join(top, "sweep.json"), "w") as f:
         json.dump({"settings": vars(a), "load": load, "cells": cells}, f, indent=1)
+
+
+def sweep_figure(a, cells, path):
+    """A panel per model and link: each engine's x DDP against the batch."""
+    try:
+        import pngplot
+        engines = [e for e in a.engines.split(",") if e != "ddp"]
+        legend = [(ENGINE_NAMES[e].upper(), i, False) for i, e in enumerate(engines)]
+        legend.append(("DDP = 1", len(engines), True))
+        batches = [int(b) for b in a.batches.split(",")]
+        panels = []
+        for model in a.models.split(","):
+            for rate in a.rates.split(","):
+                series = [(ENGINE_NAMES[e].upper(), i,
+                           [(c["batch"], c["x_ddp"]) for c in cells
+                            if (c["model"], c["engine"], c["rate"]) == (model, e, rate)], False)
+                          for i, e in enumerate(engines)]
+                series.append(("DDP", len(engines), [(b, 1.0) for b in batches], True))
+                panels.append(("%s, %s: X DDP" % (model.upper(), rate.upper()), series,
+                               "SAMPLES PER WORKER PER STEP"))
+        pngplot.figure(path, panels, legend, cols=len(a.rates.split(",")),
+                       title="SAMPLES/S AGAINST DDP, %d HOSTS" % a.n)
+    except Exception as e:  # the figure is a convenience; the table is the result
+        print("torch_vs_ddp: no sweep figure (%s)" % e, file=sys.stderr)
 
 
 def main():
@@ -427,12 +493,15 @@ def main():
     ap.add_argument("--engines", default="sfb,sfb-serial,ddp",
                     help="sfb (factors leave during backward), sfb-serial (all at step()), "
                          "sfb-bf16 (factors in bfloat16), sfb-bf16all (factors and dense "
-                         "gradients in bfloat16), ddp")
+                         "gradients in bfloat16), ddp, ddp-fp16, ddp-powersgd (DDP with "
+                         "that compression hook)")
     ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"],
                     help="bf16: sfb.torch with bfloat16 factors too (engine sfb-bf16, next to "
                          "sfb: speed and accuracy side by side)")
     ap.add_argument("--dense-dtype", default="f32", choices=["f32", "bf16"],
                     help=argparse.SUPPRESS)  # (a worker's: engine sfb-bf16all)
+    ap.add_argument("--ddp-hook", choices=["fp16", "powersgd"],
+                    help=argparse.SUPPRESS)  # (a worker's: engines ddp-fp16, ddp-powersgd)
     ap.add_argument("--no-overlap", action="store_true",
                     help="sfb.torch sends every layer's factors at step(), not during backward")
     ap.add_argument("--target-loss", type=float, default=1.5)

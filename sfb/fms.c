@@ -726,9 +726,17 @@ static int fms_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct sfb_sf *sf,
                          float scale, const float *delta, size_t *bad)
 {
-    if (delta && bad) {
+    if (delta && bad) { /* nothing applied unless every scale · delta[i] is finite */
         size_t n = (size_t)f->env.mats[m].rows * f->env.mats[m].cols;
-        if ((*bad = sfb__first_nonfinite(delta, n)) < n) return -ERANGE;
+        float v[FUSED_BLOCK];
+        for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
+            size_t k = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
+            for (size_t i = 0; i < k; i++) v[i] = scale * delta[i0 + i];
+            if ((at = sfb__first_nonfinite(v, k)) < k) {
+                *bad = i0 + at;
+                return -ERANGE;
+            }
+        }
     }
     if (f->own_clock != clock) {
         f->own_clock = clock;

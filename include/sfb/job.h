@@ -272,8 +272,9 @@ SFB_API int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m,
  * factors only). Counts as matrix m's publish of the clock, as
  * sfb_job_publish_one (mix them freely). Returns 0, -EINVAL, -SFB_EUSAGE
  * (as publish_one, or the engine), -ERANGE when scale or an element is a
- * NaN or an infinity (the message names clock, matrix and element; nothing
- * is sent), -ENOMEM, or a peer's failure. */
+ * NaN or an infinity, or scale · an element overflows float32 (the message
+ * names clock, matrix and element; nothing is sent), -ENOMEM, or a peer's
+ * failure. */
 SFB_API int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float scale,
                                   const float *delta);
 

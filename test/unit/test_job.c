@@ -364,6 +364,8 @@ static int test_publish_one(void)
                 delta[4] = 5;
                 ASSERT_FAILS(sfb_job_publish_dense(job, t, 1, INFINITY, delta), -ERANGE,
                              "scale is inf");
+                ASSERT_FAILS(sfb_job_publish_dense(job, t, 1, 1e38f, delta), -ERANGE,
+                             "matrix 1: scale × delta[1][0] = 1e+38 × 4 overflows float32");
             }
             if (m % 3 == 1)
                 ASSERT_OK(sfb_job_publish_dense(job, t, (uint32_t)m, 2.0f, delta));
