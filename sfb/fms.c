@@ -491,6 +491,14 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
  * instead of one each (the dense path is memory-bound: docs/performance.md). */
 #define FUSED_BLOCK 4096u
 
+/* o[0..m) ← scale · delta[0..m) (m at most a fused block); the index of
+ * the first number that is not finite, or m. */
+static size_t scale_checked(float *o, float scale, const float *delta, size_t m)
+{
+    for (size_t i = 0; i < m; i++) o[i] = scale * delta[i];
+    return sfb__first_nonfinite(o, m);
+}
+
 /* The sum of the parts of a chunk of the own block (n numbers), in rank
  * order, into out (float32, or acc then rounded into out for bfloat16: the
  * payload of len bytes), its checksum fed to hs; 1 when every number is
@@ -731,8 +739,7 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
         float v[FUSED_BLOCK];
         for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
             size_t k = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
-            for (size_t i = 0; i < k; i++) v[i] = scale * delta[i0 + i];
-            if ((at = sfb__first_nonfinite(v, k)) < k) {
+            if ((at = scale_checked(v, scale, delta + i0, k)) < k) {
                 *bad = i0 + at;
                 return -ERANGE;
             }
@@ -789,10 +796,8 @@ static int fill_own(struct fms *f, int64_t clock, float *own, float scale, const
             for (size_t i0 = e0; i0 < e1; i0 += FUSED_BLOCK) {
                 size_t m = SFB_MIN(e1 - i0, (size_t)FUSED_BLOCK);
                 float *o = own + i0;
-                if (delta)
-                    for (size_t i = 0; i < m; i++) o[i] = scale * delta[i0 + i];
-                size_t at = bad ? sfb__first_nonfinite(o, m) : m;
-                if (at < m) {
+                size_t at = delta ? scale_checked(o, scale, delta + i0, m) : m;
+                if (at < m && bad) {
                     *bad = i0 + at;
                     return -ERANGE;
                 }

@@ -201,6 +201,15 @@ static inline void eng_add_delta(const struct eng_run *run, double *m, uint32_t 
     sfb_sf_free(&sf);
 }
 
+/* Whether every number of rank r's replica is finite (no NaN reached it). */
+static inline int eng_replica_finite(const struct eng_run *run, uint32_t r)
+{
+    const struct sfb_matrix *a = sfb_model_matrix(run->r[r].model, 0);
+    for (size_t i = 0; i < (size_t)a->rows * a->cols; i++)
+        if (!isfinite(a->data[i])) return 0;
+    return 1;
+}
+
 /* Whether rank r's replica equals ref[t] exactly; prints the first difference. */
 static inline int eng_replica_is(struct eng_run *run, uint32_t r, int64_t t, const char *when)
 {
