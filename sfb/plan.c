@@ -13,18 +13,19 @@
 #include <string.h>
 #include <unistd.h>
 
-int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_desc **engine_of)
+int sfb__plan_engines(const char *fn, const char *spec, uint32_t n,
+                      const struct sfb__sync_desc **engine_of)
 {
     uint32_t k;
     int ret = sfb__sync_parse(spec ? spec : "sfb", engine_of, n, &k);
     if (ret) {
         char why[256];
         snprintf(why, sizeof why, "%s", sfb_last_error());
-        return sfb__error(ret, "sfb_job_attach: %s", why);
+        return sfb__error(ret, "%s: %s", fn, why);
     }
     if (k != 1 && k != n)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: engine \"%s\" names %u engines for %u "
-                          "matrices (one for all, or one per matrix)", spec, k, n);
+        return sfb__error(-SFB_EUSAGE, "%s: engine \"%s\" names %u engines for %u "
+                          "matrices (one for all, or one per matrix)", fn, spec, k, n);
     for (uint32_t m = k; m < n; m++) engine_of[m] = engine_of[0];
     return 0;
 }

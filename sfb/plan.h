@@ -34,8 +34,9 @@ struct sfb__plan_job {
 /* An engine list (NULL: "sfb"; sfb__sync_parse): one engine for every one
  * of n matrices, or one per matrix. Writes engine_of (n entries; NULL for
  * an "auto" entry). Returns 0 or -SFB_EUSAGE (sfb_last_error() says why,
- * as sfb_job_attach). */
-int sfb__plan_engines(const char *spec, uint32_t n, const struct sfb__sync_desc **engine_of);
+ * as the API function fn). */
+int sfb__plan_engines(const char *fn, const char *spec, uint32_t n,
+                      const struct sfb__sync_desc **engine_of);
 
 /* The "auto" entries (NULL in engine_of): per matrix the engine the cost
  * model predicts faster per clock, SFB where flush_clock. Collective (the

@@ -289,6 +289,23 @@ SFB_API int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m
  * -SFB_EUSAGE (no attach, last out of range) or a peer's failure. */
 SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct);
 
+/* Changes which engine carries each matrix from clock last + 1 on (a cost
+ * choice that measured both, say): waits until every update through `last`
+ * is applied here, agrees with every rank (a barrier: then no update of the
+ * old engines is in flight anywhere), closes the engines and opens
+ * `engine`'s (sfb_job_attach's syntax, "sfb" and "fms" only: one for all
+ * matrices, or one per matrix) on the same replicas and settings, starting
+ * at clock last + 1. The replicas, the SSP clocks, sfb_job_plan's text and
+ * the counters of sfb_job_stats carry on. Collective: every rank calls it
+ * with the same last and engine, after publishing clock `last` (the last
+ * clock published, complete) and before waiting for the next. Returns 0,
+ * -SFB_EUSAGE (no attach, not between a clock's publish and the next wait,
+ * an "auto" or unknown entry, relays in clock mode) or -SFB_ECONFIG (the
+ * ranks passed different clocks or engines: named on every rank) with
+ * nothing changed; -ENOMEM or a peer's failure, after which the job has no
+ * engine and ends (abort). */
+SFB_API int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine);
+
 /* Collective over the bootstrap channel: returns once every rank entered
  * it, or with the reason a peer failed. */
 SFB_API int sfb_job_barrier(struct sfb_job *job);

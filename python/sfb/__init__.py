@@ -269,6 +269,7 @@ def library():
         "sfb_job_agree": (ctypes.c_int, [vp, ctypes.c_char_p]),
         "sfb_job_finish": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_set_last_clock": (ctypes.c_int, [vp, ctypes.c_int64]),
+        "sfb_job_replan": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p]),
         "sfb_job_abort": (None, [vp, ctypes.c_char_p]),
         "sfb_job_stats": (ctypes.c_int, [vp, P(_Stats)]),
         "sfb_job_close": (None, [P(vp)]),
@@ -609,6 +610,20 @@ class Job:
     def drain(self, last):
         """Applies every peer update of clocks <= last."""
         _check(library().sfb_job_drain(self._handle(), _clock("drain: last", last), None))
+
+    def replan(self, last, engine):
+        """From clock last + 1 on, `engine` carries the matrices ("sfb",
+        "fms", or one per matrix: a list or "sfb,fms,..."): every update
+        through `last` is applied everywhere first, then the engines
+        change; the replicas and clocks carry on. Collective: every rank
+        the same last (the last clock published) and engine, before the
+        next wait. Afterwards `engines` lists each matrix's engine."""
+        if not isinstance(engine, str):
+            engine = ",".join(engine)
+        _check(library().sfb_job_replan(self._handle(), _clock("replan: last", last, -1),
+                                        _enc(engine)))
+        self.engines = [library().sfb_job_engine(self._h, i).decode()
+                        for i in range(len(self.matrices))]
 
     def timeline_on(self):
         """True when this job records a training timeline (SFB_TIMELINE)."""

@@ -24,6 +24,15 @@ struct sfb_job {
     int ssp_open;
     const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
     void *engine_priv;
+    /* what the engine opens with (attach's settings; a replan reopens it
+     * from a later start_clock); topology: the job's copy */
+    struct sfb__sync_env env;
+    char *topology;
+    /* counters of the engines a replan closed (stats and the summary
+     * count the whole run) */
+    struct sfb__sync_report closed;
+    uint64_t hist[SFB_STALENESS_BINS];
+    uint64_t sum_hist[SFB_STALENESS_BINS]; /* hist + the open engine's */
     /* per matrix (nmat, allocated at attach): */
     const struct sfb__sync_desc **engine_of; /* its engine (NULL: "auto", not chosen yet) */
     uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
@@ -206,6 +215,8 @@ static void free_matrices(struct sfb_job *job)
     free(job->done);
     free(job->engines);
     free(job->plan);
+    free(job->topology);
+    job->topology = NULL;
     job->engine_of = NULL;
     job->prec = NULL;
     job->dense_prec = NULL;
@@ -300,31 +311,13 @@ static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
     return &sfb__permatrix_ops;
 }
 
-static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
+/* Opens the engine job->engine_of names on job->env (attach, replan). */
+static int open_engine(struct sfb_job *job)
 {
     const struct sfb__sync_ops *engine = job_engine(job);
     job->engine_priv = calloc(1, engine->priv_size);
     if (!job->engine_priv) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    struct sfb__sync_env env = {
-        .comm = job->comm,
-        .mats = job->mats,
-        .nmat = job->nmat,
-        .ssp = &job->ssp,
-        .apply_early = a->apply_early < 0 ? a->staleness != 0 : a->apply_early,
-        .ordered = a->ordered != 0,
-        .staleness = a->staleness,
-        .topology = a->topology,
-        .degree = a->degree,
-        .flush_clock = a->flush_clock,
-        .start_clock = a->start_clock,
-        .engine_of = job->engine_of,
-        .factor_prec = job->prec,
-        .dense_prec = job->dense_prec,
-    };
-    int ret = sfb__parts_settings(a->priority, sfb__comm_budget_rate(job->comm),
-                                  sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
-                                  a->max_s, &env.priority, &env.part_bytes, &env.msg_cap);
-    if (!ret) ret = engine->open(job->engine_priv, &env);
+    int ret = engine->open(job->engine_priv, &job->env);
     if (ret) {
         free(job->engine_priv);
         job->engine_priv = NULL;
@@ -334,6 +327,33 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
     return 0;
 }
 
+static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    if (a->topology && !(job->topology = strdup(a->topology)))
+        return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    job->env = (struct sfb__sync_env){
+        .comm = job->comm,
+        .mats = job->mats,
+        .nmat = job->nmat,
+        .ssp = &job->ssp,
+        .apply_early = a->apply_early < 0 ? a->staleness != 0 : a->apply_early,
+        .ordered = a->ordered != 0,
+        .staleness = a->staleness,
+        .topology = job->topology,
+        .degree = a->degree,
+        .flush_clock = a->flush_clock,
+        .start_clock = a->start_clock,
+        .engine_of = job->engine_of,
+        .factor_prec = job->prec,
+        .dense_prec = job->dense_prec,
+    };
+    int ret = sfb__parts_settings(a->priority, sfb__comm_budget_rate(job->comm),
+                                  sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
+                                  a->max_s, &job->env.priority, &job->env.part_bytes,
+                                  &job->env.msg_cap);
+    return ret ? ret : open_engine(job);
+}
+
 int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     SFB_ENTER();
@@ -341,7 +361,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     SFB_ARG(a);
     int ret = check_attach(job, a);
     if (!ret) ret = alloc_matrices(job, a->n);
-    if (!ret) ret = sfb__plan_engines(a->engine, a->n, job->engine_of);
+    if (!ret) ret = sfb__plan_engines("sfb_job_attach", a->engine, a->n, job->engine_of);
     if (!ret) ret = parse_dtype(a, "factor_dtype", a->factor_dtype, job->prec);
     if (!ret) ret = parse_dtype(a, "dense_dtype", a->dense_dtype, job->dense_prec);
     if (ret) return ret;
@@ -597,6 +617,83 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
     return ret;
 }
 
+/* The closed engine's counters, kept for the run's totals. */
+static void keep_counters(struct sfb_job *job)
+{
+    if (job->engine->report) {
+        struct sfb__sync_report rep = {0};
+        job->engine->report(job->engine_priv, &rep);
+        job->closed.data_msgs += rep.data_msgs;
+        job->closed.data_bytes += rep.data_bytes;
+        job->closed.publish_wait_s += rep.publish_wait_s;
+    }
+    const uint64_t *h = job->engine->staleness_hist(job->engine_priv);
+    for (int i = 0; h && i < SFB_STALENESS_BINS; i++) job->hist[i] += h[i];
+}
+
+/* Every rank's checks of a replan (no collective yet). */
+static int check_replan(const struct sfb_job *job, int64_t last, const char *engine,
+                        const struct sfb__sync_desc **to)
+{
+    int ret = need_engine(job, "sfb_job_replan");
+    if (ret) return ret;
+    if (job->finished) return sfb__error(-SFB_EUSAGE, "sfb_job_replan: the job has finished");
+    if (last != job->next - 1 || job->waited)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_replan: clock %lld: a replan comes between "
+                          "the last clock's publish and the next wait (the last clock "
+                          "published is %lld%s)", (long long)last, (long long)job->next - 1,
+                          job->waited ? ", and the next is waited for" : "");
+    if (job->env.flush_clock)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_replan: the relays forward at clock boundaries "
+                          "(flush_clock), a mode a mid-run drain ends");
+    if ((ret = sfb__plan_engines("sfb_job_replan", engine, job->nmat, to))) return ret;
+    for (uint32_t m = 0; m < job->nmat; m++)
+        if (!to[m])
+            return sfb__error(-SFB_EUSAGE, "sfb_job_replan: engine \"%s\": matrix %u is "
+                              "\"auto\" (a replan names each matrix's engine)", engine, m);
+    return 0;
+}
+
+int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(engine);
+    const struct sfb__sync_desc **to = calloc(job->nmat ? job->nmat : 1, sizeof *to);
+    if (!to) return sfb__error(-ENOMEM, "sfb_job_replan: out of memory");
+    int ret = check_replan(job, last, engine, to);
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
+    struct sfb__sync_clock a = {0};
+    /* every update through `last` applied here, then everywhere (the
+     * agreement is a barrier): no frame of the old engine is in flight */
+    if (!ret && last >= 0) ret = job->engine->drain(job->engine_priv, last, &a);
+    if (!ret && sfb__comm_world(job->comm) > 1) {
+        size_t len = strlen(engine) + 64;
+        char *text = malloc(len);
+        if (!text) {
+            free(to);
+            return sfb__error(-ENOMEM, "sfb_job_replan: out of memory");
+        }
+        snprintf(text, len, "replan_clock=%lld\nreplan_engine=%s\n", (long long)last, engine);
+        ret = sfb__comm_agree(job->comm, text);
+        free(text);
+        if (ret && ret != -SFB_ECONFIG) ret = sfb__comm_explain(job->comm, ret);
+    }
+    if (!ret) {
+        keep_counters(job);
+        job->engine->close(job->engine_priv);
+        free(job->engine_priv);
+        job->engine_priv = NULL;
+        job->engine = NULL;
+        memcpy(job->engine_of, to, job->nmat * sizeof *to);
+        job->env.start_clock = last + 1;
+        ret = open_engine(job);
+    }
+    free(to);
+    sfb__trace_span(SFB__TRACK_COMPUTE, "replan", t0, last, -1, -1, 0);
+    return ret;
+}
+
 int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len)
 {
     SFB_ENTER();
@@ -702,6 +799,9 @@ int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
         all.queued_bytes = rep.queued_bytes;
         all.publish_wait_s = rep.publish_wait_s;
     }
+    all.data_msgs += job->closed.data_msgs;
+    all.data_bytes += job->closed.data_bytes;
+    all.publish_wait_s += job->closed.publish_wait_s;
     all.budget_held_s = sfb__comm_budget_held_s(job->comm);
     sfb__sized_copy(st, st->size, &all, sizeof all);
     return 0;
@@ -743,7 +843,9 @@ int sfb__job_finish_after_drain(struct sfb_job *job, int64_t last)
 
 const uint64_t *sfb__job_staleness_hist(struct sfb_job *job)
 {
-    return job->engine->staleness_hist(job->engine_priv);
+    const uint64_t *h = job->engine->staleness_hist(job->engine_priv);
+    for (int i = 0; i < SFB_STALENESS_BINS; i++) job->sum_hist[i] = job->hist[i] + (h ? h[i] : 0);
+    return job->sum_hist;
 }
 
 _Static_assert(SFB__JOB_STALENESS_BINS == SFB_STALENESS_BINS, "the staleness histogram's bins");
@@ -753,7 +855,8 @@ void sfb__job_report(struct sfb_job *job, struct sfb__job_report *out)
     struct sfb__sync_report rep = {0};
     if (job->engine && job->engine->report) job->engine->report(job->engine_priv, &rep);
     *out = (struct sfb__job_report){
-        .data_msgs = rep.data_msgs, .data_bytes = rep.data_bytes, .relays = rep.relays,
+        .data_msgs = rep.data_msgs + job->closed.data_msgs,
+        .data_bytes = rep.data_bytes + job->closed.data_bytes, .relays = rep.relays,
         .bundles = rep.bundles, .forwarded = rep.forwarded, .mean_hops = rep.mean_hops,
         .max_hops = rep.max_hops, .per_origin = rep.per_origin};
 }

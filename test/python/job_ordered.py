@@ -5,8 +5,13 @@ clock, in a rank-dependent order with random pauses, under each engine and
 topology given; after the last clock (drained) every rank's replica bytes
 must equal rank 0's, and the replicas must equal the float64 sum of every
 rank's updates within float32 rounding (so the ordering loses nothing).
+A CASE "A>B" replans from engines A to B halfway (Job.replan), after
+checking that misplaced, "auto" and rank-dependent replans are refused on
+every rank with nothing changed; the replicas must then hold every update
+exactly as without one, and the job's byte counters carry on.
 Usage (under sfb launch -n P): job_ordered.py [--clocks T] CASE... where a
-CASE is ENGINE[:TOPOLOGY[:PRIORITY]], e.g. sfb sfb:halton fms auto."""
+CASE is ENGINE[:TOPOLOGY[:PRIORITY]], e.g. sfb sfb:halton fms auto
+sfb,fms>fms,sfb."""
 import argparse
 import hashlib
 import os
@@ -40,8 +45,40 @@ def factors(rank, t, m):
     return b, c, np.float32(0.1 + 0.01 * rank)
 
 
+def refused(what, call, error):
+    """call() raises error, naming what."""
+    try:
+        call()
+    except error:
+        return True
+    print("FAIL: %s was not refused" % what, flush=True)
+    return False
+
+
+def replan(job, t, engine):
+    """Bad replans refused with nothing changed, then the replan to engine."""
+    before = list(job.engines)
+    ok = refused("a replan of a clock not the last published",
+                 lambda: job.replan(t - 1, engine), sfb.UsageError)
+    ok &= refused("an auto replan", lambda: job.replan(t, "auto"), sfb.UsageError)
+    mine = ["sfb", "fms"][job.rank % 2]  # ranks disagree: every rank hears it
+    ok &= refused("ranks replanning differently", lambda: job.replan(t, mine), sfb.MismatchError)
+    if job.engines != before:
+        print("FAIL: a refused replan changed the engines to %s" % job.engines, flush=True)
+        ok = False
+    sent = job.stats()["data_bytes"]
+    job.replan(t, engine)
+    want = engine.split(",")
+    if job.engines != (want * len(job.engines) if len(want) == 1 else want):
+        print("FAIL: engines %s after a replan to %s" % (job.engines, engine), flush=True)
+        ok = False
+    return ok, sent
+
+
 def case(text):
     engine, topology, priority = (text.split(":") + [None, None])[:3]
+    engine, after = (engine.split(">") + [None])[:2]
+    ok, sent = True, 0
     with sfb.Job(peer_timeout_s=10) as job:
         P, r = job.world, job.rank
         mats = [np.zeros(sh, np.float32) for sh in SHAPES]
@@ -60,7 +97,13 @@ def case(text):
                     job.publish_dense(t, m, np.ascontiguousarray(b.T @ c), scale)
                 if g.random() < 0.3:
                     time.sleep(0.002 * g.random())
+            if after and t == args.clocks // 2:
+                ok, sent = replan(job, t, after)
         job.drain(args.clocks - 1)
+        if after and job.stats()["data_bytes"] <= sent:
+            print("FAIL %s: data_bytes %d after the replan, %d before" %
+                  (text, job.stats()["data_bytes"], sent), flush=True)
+            ok = False
         digest = hashlib.sha256(b"".join(m.tobytes() for m in mats)).digest()
         everyone = job.allgather(digest)
         differ = [q for q, d in enumerate(everyone) if d != everyone[0]]
@@ -73,6 +116,8 @@ def case(text):
                     ref += float(scale) * (b.astype(np.float64).T @ c.astype(np.float64))
             worst = max(worst, float(np.abs(A - ref).max() / max(np.abs(ref).max(), 1e-30)))
         job.finish(args.clocks - 1)
+    if not ok:
+        return False
     if differ:
         print("FAIL %s: rank %d: the replicas of ranks %s differ from rank 0's bytes" %
               (text, r, differ), flush=True)

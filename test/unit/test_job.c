@@ -416,6 +416,57 @@ static int test_auto_mix(void)
     return 0;
 }
 
+/* A replan between a clock's publish and the next wait switches the
+ * engines on the same replica (the update of every clock applied once);
+ * misplaced, "auto" and unknown replans are refused naming why, with
+ * nothing changed; the plan's text stays. */
+static int test_replan(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    float d0[6] = {0}, d1[6] = {0};
+    struct sfb_matrix mats[2] = {{2, 3, d0}, {2, 3, d1}};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.n = 2;
+    a.mats = mats;
+    a.max_s = 2;
+    a.engine = "auto,fms";
+    a.link_gbps = 10;
+    ASSERT_FAILS(sfb_job_replan(job, -1, "sfb"), -SFB_EUSAGE, "no matrices attached");
+    ASSERT_OK(sfb_job_attach(job, &a));
+    char plan[512];
+    snprintf(plan, sizeof plan, "%s", sfb_job_plan(job));
+    float b[4] = {1, 2, 3, 4}, c[6] = {1, 0, 2, 0, 1, 1};
+    struct sfb_sf sf[2] = {{.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .b = b, .c = c},
+                           {.rows = 2, .cols = 3, .s = 2, .scale = 0.5f, .b = b, .c = c}};
+    const char *want[] = {"sfb,fms", "fms,sfb", "fms", "sfb"};
+    for (int64_t t = 0; t < 4; t++) {
+        ASSERT_OK(sfb_job_wait(job, t, NULL));
+        ASSERT_FAILS(sfb_job_replan(job, t - 1, "sfb"), -SFB_EUSAGE, "the next is waited for");
+        ASSERT_OK(sfb_job_publish(job, t, sf, 2));
+        ASSERT_FAILS(sfb_job_replan(job, t - 1, "sfb"), -SFB_EUSAGE, "between the last clock");
+        ASSERT_FAILS(sfb_job_replan(job, t, "auto,sfb"), -SFB_EUSAGE, "matrix 0 is \"auto\"");
+        ASSERT_FAILS(sfb_job_replan(job, t, "sfb,psx"), -SFB_EUSAGE, "psx");
+        ASSERT_FAILS(sfb_job_replan(job, t, "sfb,fms,sfb"), -SFB_EUSAGE, "more engines than the 2");
+        ASSERT_EQ(strcmp(sfb_job_engine(job, 0), want[t][0] == 's' ? "sfb" : "fms"), 0);
+        ASSERT_OK(sfb_job_replan(job, t, want[(t + 1) % 4]));
+        ASSERT_EQ(strcmp(sfb_job_plan(job), plan), 0);
+    }
+    ASSERT_EQ(strcmp(sfb_job_engine(job, 0), "sfb"), 0);
+    ASSERT_EQ(strcmp(sfb_job_engine(job, 1), "fms"), 0);
+    /* BᵀC = [[1, 3, 5], [2, 4, 8]]: 0.5 of it per clock, four clocks */
+    const float sum[6] = {2, 6, 10, 4, 8, 16};
+    for (int i = 0; i < 6; i++) {
+        ASSERT_EQ(d0[i], sum[i]);
+        ASSERT_EQ(d1[i], sum[i]);
+    }
+    ASSERT_OK(sfb_job_finish(job, 3));
+    ASSERT_FAILS(sfb_job_replan(job, 3, "sfb"), -SFB_EUSAGE, "has finished");
+    sfb_job_close(&job);
+    return 0;
+}
+
 /* The sized results (sfb_job_clock, sfb_job_stats): a size below the first
  * version's is refused before anything happens; a caller of an older
  * (smaller) layout gets the fields that fit and nothing past them; a newer
@@ -486,6 +537,7 @@ static const struct test_case tests[] = {
     {"publish_nonfinite", test_publish_nonfinite},
     {"publish_one", test_publish_one},
     {"auto_mix", test_auto_mix},
+    {"replan", test_replan},
     {"sized_results", test_sized_results},
 };
 
