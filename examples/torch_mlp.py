@@ -10,8 +10,9 @@ run with -n 4 follows the run with -n 1 up to float rounding). Each Linear
 layer is synchronized by its sufficient factors, the optimizer steps on the
 mean gradient on every rank alike.
 
-Rank 0 prints the plan (one line per matrix: its engine and why), a line per
-epoch, and one result line:
+Rank 0 prints the plan (one line per matrix: its engine and why; again at
+the end if sync="auto" measured and changed it), a line per epoch, and one
+result line:
 
     result test_accuracy=0.8791 train_loss=0.3012 world=4 steps=2811 samples_per_s=5120 ...
 
@@ -98,7 +99,7 @@ def train(model, args, image_shape=(784,)):
     for _ in range(opt.clock):  # a resumed run: where the schedule was
         sched.step()
     t0, seen, loss_sum, loss_n, last_loss = time.time(), 0, 0.0, 0, float("nan")
-    step, perm_epoch = opt.clock, None
+    step, perm_epoch, first_plan = opt.clock, None, None
     while step < total:
         epoch, i = divmod(step, steps_per_epoch)
         if epoch != perm_epoch:  # one permutation per epoch, the same on every rank
@@ -118,6 +119,7 @@ def train(model, args, image_shape=(784,)):
         loss_n += 1
         if step == 1 and rank == 0 and not args.resume:
             print("plan:\n  " + opt.plan.replace("\n", "\n  "), flush=True)
+            first_plan = opt.plan
         if step % steps_per_epoch == 0 or step == total:
             mean = sft.allreduce(torch.tensor(loss_sum / loss_n)).item()
             if rank == 0:
@@ -128,6 +130,8 @@ def train(model, args, image_shape=(784,)):
                            args.checkpoint)
             loss_sum, loss_n, last_loss = 0.0, 0, mean
     wall = time.time() - t0
+    if rank == 0 and first_plan is not None and opt.plan != first_plan:  # sync auto measured
+        print("plan, as measured:\n  " + opt.plan.replace("\n", "\n  "), flush=True)
     acc = evaluate(model, args, image_shape)
     sft.shutdown()
     if rank == 0:

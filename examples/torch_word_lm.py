@@ -177,6 +177,7 @@ def main():
 
     model.train()
     state, t0, loss_sum, loss_n, last = None, time.time(), 0.0, 0, float("nan")
+    first_plan = None
     for step in range(total):
         lo = step * args.bptt
         x, y = train[lo:lo + args.bptt], train[lo + 1:lo + 1 + args.bptt]
@@ -192,6 +193,7 @@ def main():
         loss_n += 1
         if step == 0 and rank == 0:
             print("plan:\n  " + opt.plan.replace("\n", "\n  "), flush=True)
+            first_plan = opt.plan
         if (step + 1) % args.log_every == 0 or step + 1 == total:
             last = sft.allreduce(torch.tensor(loss_sum / loss_n)).item()
             if rank == 0:
@@ -199,6 +201,8 @@ def main():
                       (step + 1, last, math.exp(min(last, 50)), time.time() - t0), flush=True)
             loss_sum, loss_n = 0.0, 0
     wall = time.time() - t0
+    if rank == 0 and first_plan is not None and opt.plan != first_plan:  # sync auto measured
+        print("plan, as measured:\n  " + opt.plan.replace("\n", "\n  "), flush=True)
     vloss = evaluate(model, valid, args, V)
     sft.shutdown()
     if rank == 0:

@@ -2,7 +2,8 @@
 # sfb.torch across ranks (test/python/torch_job.py under `sfb launch`):
 # exact against one process (SGD, momentum SGD with weight decay, Adam,
 # gradient accumulation, every layer kind, overlap off, everything through
-# fms), 256 parameter tensors, a 12-layer MLP under sync auto with its plan,
+# fms), 256 parameter tensors, a 12-layer MLP under sync auto with its plan
+# (every layer measured both ways mid-run, the faster kept),
 # embeddings (tied, sparse), LSTM, GRU and RNN layers and cells,
 # staleness with plain SGD, bf16 factors (ranks identical, loss near
 # f32's), checkpoint and resume against an uninterrupted run, and bad use:
@@ -54,7 +55,7 @@ fi
 # 4 ranks: 11 cases, the last one losing rank 2
 run four 4 $((4 * 16 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
   "exact --opt adam --passes 2 --global-batch 32 --steps 20" \
-  "exact --model mlp12 --opt momentum --steps 20" \
+  "exact --model mlp12 --opt momentum --steps 30 --trial-steps 2" \
   "ssp --model mlp --opt sgd --staleness 2 --steps 40 --tol 1e-4" \
   "ckpt --opt momentum --steps 16 --out $tmp/straight.pt" \
   "ckpt --opt momentum --steps 8 --save $tmp/ck.pt" \
@@ -96,9 +97,11 @@ check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cell
 # factor_dtype="bf16": the factors travel in bfloat16; every rank applies
 # the rounded ones, so the ranks end bit-identical, with a loss within 1 %
 # (the LM's: 2 %) of one float32 process's, and the plan says so
+# (--trial-steps 0: the cost model's plan, unmeasured; a measured one may
+# move every layer to fms, where nothing is rounded)
 run lowp 4 12 "lowp --model mlp --sync sfb --factor-dtype bf16 --steps 50 --tol 0.01" \
-  "lowp --model mlp --sync auto --factor-dtype bf16 --steps 30 --tol 0.01" \
-  "lowp --model lm --opt momentum --factor-dtype bf16 --steps 20 --tol 0.02"
+  "lowp --model mlp --sync auto --factor-dtype bf16 --steps 30 --tol 0.01 --trial-steps 0" \
+  "lowp --model lm --opt momentum --factor-dtype bf16 --steps 20 --tol 0.02 --trial-steps 0"
 grep -m 3 '^\[0\] ok lowp' "$tmp/lowp.out"
 check "bf16 factors: 4 ranks bit-identical, the loss near float32's, the plan saying bf16" \
   "[ \$(oks lowp lowp) = 12 ]"

@@ -414,5 +414,91 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(ValueError, ["9 samples", "max_samples"], step, 9)
 
 
+class MeasuredPlan(unittest.TestCase):
+    """sync="auto"'s measured choice (sfb/torch/_autoplan.py), fed step
+    times as the meta matrix would: which layers it measures, which engine
+    it keeps, and when it measures again."""
+
+    class Slot:
+        def __init__(self, index, rows, cols, kind="linear"):
+            self.index, self.rows, self.cols, self.kind = index, rows, cols, kind
+
+    PLAN = ("matrix 0 64x33: sfb 10 ms, fms 30 ms per clock -> sfb\n"
+            "matrix 1 64x33: sfb 12 ms, fms 30 ms per clock -> sfb\n"
+            "matrix 2 8x5: sfb 0.1 ms, fms 9 ms per clock -> sfb\n"
+            "matrix 3 128x65: sfb 50 ms, fms 40 ms per clock -> fms\n"
+            "matrix 4 3x3: sfb (forced)\n")
+
+    def trials(self, steps=4):
+        from sfb.torch import _autoplan
+        slots = [self.Slot(0, 64, 33), self.Slot(1, 64, 33), self.Slot(2, 8, 5),
+                 self.Slot(3, 128, 65)]
+        return _autoplan.Trials(steps, slots, ["sfb", "sfb", "sfb", "fms", "sfb"], self.PLAN)
+
+    def run_steps(self, t, clock, step_ms, n, samples=32, valid=True):
+        """n clocks from `clock`; step_ms(engines) the time of a step under
+        them, but the first step after a replan pays for it (1e9 ms).
+        Returns the next clock and the replans made."""
+        moves = []
+        for c in range(clock, clock + n):
+            ran = t.ran.get(c - 1, tuple(t.engines))
+            first = c - 2 in t.ran and t.ran[c - 2] != ran
+            to = t.observe(c, 1e9 if first else step_ms(ran), samples, valid)
+            if to is not None:
+                moves.append((c, to))
+        return clock + n, moves
+
+    def test_groups(self):
+        t = self.trials()
+        # within 4x: (0, 1) share a shape, 3 alone, the costlier first; 2
+        # (90x apart) and the forced 4 are not measured
+        self.assertEqual(t.groups, [[3], [0, 1]])
+        self.assertEqual(self.trials(0).groups, [])
+        self.assertEqual(self.trials(0).stage, "off")
+
+    def test_keeps_the_faster(self):
+        t = self.trials()
+        # fms for the 64x33 pair is 20 % faster; sfb for matrix 3 is slower
+        def ms(e):
+            return 100.0 - (20 if e[0] == "fms" else 0) + (15 if e[3] == "sfb" else 0)
+        clock, moves = self.run_steps(t, 0, ms, 60)
+        self.assertEqual(t.stage, "done")
+        self.assertEqual(t.engines, ["fms", "fms", "sfb", "fms", "sfb"])
+        # matrix 3 flipped and back, then the pair flipped and kept
+        self.assertEqual([m for _, m in moves],
+                         [["sfb", "sfb", "sfb", "sfb", "sfb"], ["fms", "fms", "sfb", "fms", "sfb"]])
+        self.assertEqual(t.measured[3], {"fms": 100.0, "sfb": 115.0})
+        self.assertEqual(t.measured[0], {"sfb": 100.0, "fms": 80.0})
+        self.assertIn("80 ms by fms, 100 ms by sfb", t.describe(1))
+        self.assertEqual(t.describe(2), "")
+
+    def test_outliers_and_invalid_steps(self):
+        t = self.trials()
+        calls = [0]
+
+        def ms(e):  # every 4th step an evaluation pass: 10x
+            calls[0] += 1
+            return (1000.0 if calls[0] % 4 == 0 else 100.0) + (5 if e[3] == "sfb" else 0)
+        self.run_steps(t, 0, ms, 80)
+        self.assertEqual(t.measured[3], {"fms": 100.0, "sfb": 105.0})
+        t2 = self.trials()
+        _, moves = self.run_steps(t2, 0, lambda e: 1.0, 80, valid=False)  # a rank joined
+        self.assertEqual(moves, [])
+        self.assertEqual(t2.stage, "trial")
+
+    def test_measures_again_when_the_batch_changes(self):
+        t = self.trials()
+        clock, _ = self.run_steps(t, 0, lambda e: 100.0 - (20 if e[0] == "fms" else 0), 60)
+        self.assertEqual(t.engines[0], "fms")
+        clock, moves = self.run_steps(t, clock, lambda e: 50.0, 3, samples=128)
+        self.assertEqual((t.stage, moves), ("done", []))  # not yet: 3 steps of 4
+        clock, _ = self.run_steps(t, clock, lambda e: 50.0, 1, samples=128)
+        self.assertEqual(t.stage, "trial")
+        # at batch 128, sfb wins for the pair: the plan goes back
+        clock, _ = self.run_steps(t, clock, lambda e: 50.0 + (20 if e[0] == "fms" else 0), 60,
+                                  samples=128)
+        self.assertEqual((t.stage, t.engines[:2]), ("done", ["sfb", "sfb"]))
+
+
 if __name__ == "__main__":
     unittest.main()

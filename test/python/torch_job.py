@@ -78,6 +78,8 @@ ap.add_argument("--overlap", type=int, default=1)
 ap.add_argument("--victim", type=int, default=2)
 ap.add_argument("--check-every", type=int, default=100)
 ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"])
+ap.add_argument("--trial-steps", type=int, default=None,
+                help="sync auto measures every layer's two engines, this many steps each")
 ap.add_argument("--save")
 ap.add_argument("--resume")
 ap.add_argument("--out")
@@ -384,7 +386,11 @@ def case():
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    staleness=args.staleness, backward_passes_per_step=args.passes,
                                    overlap=bool(args.overlap), check_every=args.check_every,
-                                   factor_dtype=args.factor_dtype)
+                                   factor_dtype=args.factor_dtype,
+                                   **({} if args.trial_steps is None else
+                                      {"trial_steps": args.trial_steps}))
+    if args.trial_steps:
+        opt._sfb.trial_all = True  # whatever the predictions: replans mid-run
     if args.mode in ("shapes", "init"):
         try:
             train(model, opt, x, y, 1)
@@ -468,7 +474,7 @@ def case():
         if worst <= 1e-5:
             fail("the parameters equal one float32 process's (%.3g): were the factors rounded?"
                  % worst)
-        lines = [line for line in opt.plan.splitlines() if ": sfb " in line]
+        lines = [line for line in opt.plan.splitlines() if line.split(": ")[1].startswith("sfb")]
         if not lines or any("bf16 factors" not in line for line in lines):
             fail("the plan does not say bf16 factors for every layer by factors:\n" + opt.plan)
         print("ok lowp %s: %d ranks identical (%08x), loss %.6f vs float32 %.6f, parameters "
@@ -489,6 +495,15 @@ def case():
     if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
         fail("the plan has %d lines, not one per matrix:\n%s" %
              (len(opt.plan.splitlines()), opt.plan))
+    if args.trial_steps:  # every layer measured both ways, the faster kept
+        for line in opt.plan.splitlines():
+            got = line.split("measured a step: ")[-1].rstrip(")").split(", ")
+            if "measured a step: " not in line or len(got) != 2:
+                fail("the plan does not show both engines' measured steps:\n" + opt.plan)
+            if line.split(": ")[1].split()[0] != got[0].split(" by ")[1]:
+                fail("a layer kept the slower engine:\n" + opt.plan)
+        if opt._sfb.trials.replans < 2:
+            fail("%d replans: the trials did not run" % opt._sfb.trials.replans)
     if args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur", "conv"):
         engines = ("sfb", "fms")
         if args.model == "lm":  # tied: the decoder's factors and the lookups' rows

@@ -15,7 +15,7 @@ from . import _env
 from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _buckets, _conv, _replicas
+from . import _autoplan, _buckets, _conv, _replicas
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -62,7 +62,7 @@ class _Sync(_Passes):
 
     def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
                  overlap, attach_args, check_every=100, factor_dtype="f32", bucket_cap_mb=4,
-                 dense_dtype="f32"):
+                 dense_dtype="f32", trial_steps=10):
         job = _env._need()
         self.opt, self.job, self.model = opt, job, model
         U = _sfb.UsageError
@@ -90,6 +90,12 @@ class _Sync(_Passes):
         if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 1):
             raise U("DistributedOptimizer: max_samples %r: expected an integer >= 1" %
                     (max_samples,))
+        if not isinstance(trial_steps, int) or isinstance(trial_steps, bool) or trial_steps < 0:
+            raise U("DistributedOptimizer: trial_steps %r: expected an integer >= 0 (0: the "
+                    "cost model's plan, unmeasured)" % (trial_steps,))
+        self.trial_steps, self.trials, self.trials_shown = trial_steps, None, False
+        self.trial_all = False  # tests: measure every layer, whatever the predictions
+        self.step_ms, self.last_end, self.step_samples = 0.0, None, 0
         self.sync, self.staleness = sync, staleness
         self.passes_per_step = backward_passes_per_step
         self.max_samples, self.overlap, self.attach_args = max_samples, overlap, attach_args
@@ -369,6 +375,7 @@ class _Sync(_Passes):
                                            "lookups" if slot.kind == "rows" else "samples",
                                            self.clock, self.max_s),
                 param=slot.name)
+        self.step_samples = max(self.step_samples, slot.samples())
         b, c = slot.factors()
         if self.additive:
             scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
@@ -426,7 +433,8 @@ class _Sync(_Passes):
                     row[0, i + 1] = max(row[0, i + 1], 1.0 if slot.used_b else 0.0)
             row[0, self.n_params] = self.my_weight
         crc = _hyper_crc(self.opt)
-        row[0, self.n_params + 1:] = [self.state, self.steps % (1 << 24), crc & 0xFFFF, crc >> 16]
+        row[0, self.n_params + 1:] = [self.state, self.steps % (1 << 24), crc & 0xFFFF, crc >> 16,
+                                      self.step_ms, self.step_samples]
         return row
 
     def _attach(self):
@@ -457,7 +465,7 @@ class _Sync(_Passes):
                   "backward_passes_per_step=%d\n" % self.passes_per_step,
                   "sync=%s\n" % self.sync, "factor_dtype=%s\n" % self.factor_dtype,
                   "dense_dtype=%s\n" % self.dense_dtype,
-                  "bucket_cap_bytes=%d\n" % self.bucket_bytes,
+                  "bucket_cap_bytes=%d\n" % self.bucket_bytes, "trial_steps=%d\n" % self.trial_steps,
                   "optimizer=%s\n" % type(self.opt).__name__]
         job.agree("".join(lines))
         try:
@@ -507,7 +515,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 5
+                self.meta_cols = self.n_params + 7
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -533,6 +541,9 @@ class _Sync(_Passes):
                     b.adopt_parameters()
         self.attached = True
         self._hook_buckets()
+        if self.sync == "auto" and not self.additive and job.world > 1:
+            self.trials = _autoplan.Trials(self.trial_steps, self.linears, job.engines, job.plan,
+                                           self.trial_all)
         self.plan = self._describe(job)
         job.wait(self.clock)
 
@@ -548,6 +559,8 @@ class _Sync(_Passes):
             eng = job.engines[slot.index]
             why = "auto: " + auto[slot.index] if slot.index in auto else \
                 "sync=%r" % self.sync
+            if self.trials:
+                why += self.trials.describe(slot.index)
             if eng == "sfb" and job.factor_dtypes[slot.index] == "bf16":
                 why = "bf16 factors; " + why
             if eng == "fms" and job.dense_dtypes[slot.index] == "bf16":
@@ -602,10 +615,11 @@ class _Sync(_Passes):
         self.meta.fill(0)  # every row comes from its rank this clock
         job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
         job.drain(self.clock)
+        end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
         states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
-        self.all_training = all(q == _TRAINING for q in states)
+        was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
@@ -626,9 +640,27 @@ class _Sync(_Passes):
         self.weight = None
         self.synced = True
         self.span("reduce", t_reduce)
+        self._measure(meta, end, was_training)
         self.clock += 1
         job.wait(self.clock)
         return meta
+
+    def _measure(self, meta, end, was_training):
+        """The step's time and samples for the next meta row; sync="auto":
+        the measured choice's next move (the same on every rank)."""
+        self.step_ms = (end - self.last_end) * 1e3 if self.last_end is not None else 0.0
+        self.last_end = end
+        self.step_samples = 0
+        if self.trials is None:
+            return
+        n = self.n_params
+        to = self.trials.observe(self.clock, float(meta[:, n + 5].max()),
+                                 float(meta[:, n + 6].max()), was_training and self.all_training)
+        if to is not None:
+            self.job.replan(self.clock, to)
+        if to is not None or self.trials.stage == "done" and not self.trials_shown:
+            self.trials_shown = self.trials.stage == "done"
+            self.plan = self._describe(self.job)
 
     def present_of(self, p, present):
         """Some rank gave p a gradient in this clock (the meta matrix)."""
@@ -939,7 +971,7 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_passes_per_step=1,
                          max_samples=None, overlap=True, check_every=100, factor_dtype="f32",
-                         bucket_cap_mb=4, dense_dtype="f32", **attach_args):
+                         bucket_cap_mb=4, dense_dtype="f32", trial_steps=10, **attach_args):
     """Wraps a torch.optim optimizer so that each step applies the mean of
     every rank's gradients (staleness 0: .grad holds it when backward()
     returns, as under DDP), or every rank's updates within the SSP bound
@@ -948,8 +980,16 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
 
     model: the module whose parameters the optimizer holds; its nn.Linear
       layers are synchronized by their sufficient factors, the rest densely.
-    sync: "auto" (per Linear the engine the cost model predicts faster),
-      "sfb" (factors) or "fms" (full matrices through sharded servers).
+    sync: "auto" (per Linear the engine the cost model predicts faster,
+      measured where the two predictions are close: see trial_steps), "sfb"
+      (factors) or "fms" (full matrices through sharded servers).
+    trial_steps: sync="auto" at staleness 0: where a layer's two engines'
+      predicted costs are within 4x, the job runs this many steps with the
+      layer (and the layers of its shape) under each engine after a few
+      warm-up steps and keeps the faster, again when the samples per step
+      change by more than a quarter; opt.plan shows the predictions and the
+      measured step times (0: the cost model's plan, unmeasured). Every
+      rank must pass the same.
     backward_passes_per_step: backward passes whose gradients add up before
       one reduction (gradient accumulation; .grad is this rank's until the
       last).
@@ -999,7 +1039,8 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
     state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
-                  overlap, attach_args, check_every, factor_dtype, bucket_cap_mb, dense_dtype)
+                  overlap, attach_args, check_every, factor_dtype, bucket_cap_mb, dense_dtype,
+                  trial_steps)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)

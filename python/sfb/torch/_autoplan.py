@@ -1,0 +1,150 @@
+"""sync="auto" that measures (docs/torch.md, "The plan"): the cost model
+chooses each layer's engine at the first step from its predictions; where
+a layer's two predictions are within 4x of each other, the prediction alone
+may be wrong on this machine and this link, so the job measures. After a
+few warm-up steps it runs `trial_steps` steps under the plan as it is, then,
+group by group (layers of one shape and kind together, the largest
+predicted cost first), `trial_steps` steps with the group's engine flipped
+(Job.replan at a step boundary); a flip that made the step faster stays,
+one that did not goes back. When the samples per step move by more than a
+quarter for `trial_steps` steps in a row (a new batch size), it measures
+again.
+
+Every rank decides alike without a message of its own: the inputs are the
+clock's meta matrix (each rank's last step time and samples, the same bits
+on every rank), so every rank replans at the same clock to the same
+engines. A step's time is the slowest rank's, from the end of one
+reduction to the end of the next; a trial's is the median of its steps
+(an evaluation pass between two steps is one outlier among them); the
+first step under new engines (it pays the replan) is not counted."""
+import re
+
+_PRED = re.compile(r"sfb ([0-9.e+-]+) ms, fms ([0-9.e+-]+) ms")
+
+
+def predictions(plan_text):
+    """{matrix index: (sfb ms, fms ms)} of the cost model's plan lines."""
+    out = {}
+    for line in plan_text.splitlines():
+        parts = line.split()
+        m = _PRED.search(line)
+        if len(parts) > 1 and parts[0] == "matrix" and parts[1].isdigit() and m:
+            out[int(parts[1])] = (float(m.group(1)), float(m.group(2)))
+    return out
+
+
+def _median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+class Trials:
+    """The measured choice of one job (a state machine fed once a clock)."""
+
+    WARM = 3          # steps after the attach not measured (first-touch costs)
+    CLOSE = 4.0       # predictions within this factor are measured
+    MAX_GROUPS = 4    # the costliest groups only: each trial costs steps
+
+    def __init__(self, trial_steps, slots, engines, plan_text, every=False):
+        """slots: the Linear slots (.index, .rows, .cols, .kind); engines:
+        the job's engine per matrix now; every: measure every group whatever
+        its predictions say (tests)."""
+        self.steps = trial_steps
+        self.pred = predictions(plan_text)
+        self.engines = list(engines)
+        groups = {}
+        for s in slots:
+            p = self.pred.get(s.index)
+            if p and (every or min(p) > 0 and max(p) <= self.CLOSE * min(p)):
+                groups.setdefault((s.rows, s.cols, s.kind), []).append(s.index)
+        order = sorted(groups.values(), key=lambda g: -sum(min(self.pred[i]) for i in g))
+        self.groups = order[:self.MAX_GROUPS] if trial_steps > 0 else []
+        self.measured = {}      # matrix index -> {engine: median ms a step}
+        self.stage = "warm" if self.groups else "off"
+        self.attach_clock = None
+        self.ran = {}           # clock -> the engines it ran under (a tuple)
+        self.times = []         # the trial now: step times under the engines now
+        self.samples = []       # and the samples per step meanwhile
+        self.best = None        # (median ms, engines) of the fastest so far
+        self.group = -1         # the group on trial (-1: the plan as it was)
+        self.at_samples = None  # samples per step the trials ran at
+        self.moved = 0          # steps in a row whose samples are not at_samples'
+        self.replans = 0
+
+    def observe(self, clock, step_ms, samples, valid):
+        """After clock's reduction: step_ms, the slowest rank's time of the
+        step before (clock - 1); samples, the most of any rank in clock;
+        valid, every rank trained in both. Returns the engines to replan to
+        (a list) or None."""
+        if self.stage == "off":
+            return None
+        if self.attach_clock is None:
+            self.attach_clock = clock
+        now = tuple(self.engines)
+        self.ran[clock] = now
+        self.ran.pop(clock - 3, None)
+        prev = self.ran.get(clock - 1)
+        if self.stage == "warm":
+            if clock - self.attach_clock >= self.WARM:
+                self.stage = "trial"
+            return None
+        if self.stage == "done":
+            return self._watch(samples, valid)
+        # a step counts when it ran under the engines now and was not the
+        # first under them (that one paid the replan)
+        if valid and prev == now and self.ran.get(clock - 2) == now:
+            self.times.append(step_ms)
+            self.samples.append(samples)
+        if len(self.times) < self.steps:
+            return None
+        return self._decide()
+
+    def _decide(self):
+        ms = _median(self.times)
+        now = list(self.engines)
+        if self.group >= 0:
+            for i in self.groups[self.group]:
+                self.measured[i][now[i]] = ms
+        if self.best is None or ms < self.best[0]:
+            self.best = (ms, now)
+        self.at_samples = _median(self.samples)
+        self.times, self.samples = [], []
+        self.group += 1
+        nxt = list(self.best[1])
+        if self.group < len(self.groups):
+            for i in self.groups[self.group]:
+                self.measured[i] = {nxt[i]: self.best[0]}
+                nxt[i] = "fms" if nxt[i] == "sfb" else "sfb"
+        else:
+            self.stage = "done"
+        return self._to(nxt)
+
+    def _to(self, engines):
+        if engines == self.engines:
+            return None
+        self.engines = list(engines)
+        self.replans += 1
+        return list(engines)
+
+    def _watch(self, samples, valid):
+        """Done: measure again once the samples per step have moved."""
+        if not valid or self.at_samples is None:
+            return None
+        r = samples / self.at_samples if self.at_samples else 1.0
+        self.moved = self.moved + 1 if r > 1.25 or r < 0.8 else 0
+        if self.moved < self.steps:
+            return None
+        self.moved, self.stage, self.group, self.best = 0, "trial", -1, None
+        self.measured = {}
+        return None
+
+    def describe(self, index):
+        """The plan's words on matrix index ("" when it is not measured)."""
+        if not any(index in g for g in self.groups):
+            return ""
+        got = self.measured.get(index, {})
+        if len(got) < 2:
+            return "; measuring both engines, %d steps each" % self.steps
+        return "; measured a step: %s" % ", ".join(
+            "%.4g ms by %s" % (got[e], e) for e in sorted(got, key=got.get))
