@@ -7,8 +7,11 @@ the language models of examples/torch_word_lm.py: "lstm", its embedding
 tied to the decoder, and "transformer") and links for both. Per model and
 engine it reports
 
-  samples/s        all workers, over the timed steps (after --warmup steps);
-                   a language model's samples are its words (streams x bptt)
+  samples/s        all workers, over the timed steps (after --warmup steps,
+                   and for sfb.torch's sync="auto" after its trials of both
+                   engines: the steps before are in the JSON's
+                   untimed_steps); a language model's samples are its
+                   words (streams x bptt)
   bytes/step       data bytes one worker sent per step: sfb's own count
                    (job stats at the job's end, over every step, warm-up
                    included) and, for both, the namespace's eth0 tx bytes
@@ -220,7 +223,8 @@ def worker(a):
         sft.broadcast_parameters(model.state_dict())
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
                                        model=model, sync=a.sync, overlap=not a.no_overlap,
-                                       factor_dtype=a.factor_dtype, dense_dtype=a.dense_dtype)
+                                       factor_dtype=a.factor_dtype, dense_dtype=a.dense_dtype,
+                                       trial_steps=a.trial_steps)
         net = model
     else:
         import torch.distributed as dist
@@ -234,10 +238,14 @@ def worker(a):
             ddp_hooks.register(net, a.ddp_hook, world)
         opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    curve, t0 = [], None
-    for t in range(a.warmup + a.steps):
-        if t == a.warmup:  # timed from here
-            tx0, t0 = tx_bytes(), time.time()
+    curve, t0, t, start = [], None, 0, None
+
+    def settled():  # sync="auto"'s trials (both engines of close layers) are over
+        trials = getattr(opt, "_sfb", None) and opt._sfb.trials
+        return not trials or trials.stage in ("off", "done") or t >= a.warmup + 400
+    while start is None or t < start + a.steps:
+        if start is None and t >= a.warmup and settled():  # timed from here
+            tx0, t0, start = tx_bytes(), time.time(), t
         x, y = batch(t)
         opt.zero_grad()
         loss = loss_fn(net(x), y)
@@ -245,12 +253,13 @@ def worker(a):
         opt.step()
         if t0 is not None:
             curve.append((time.time() - t0, loss.item()))
+        t += 1
     wall = time.time() - t0
     tx = tx_bytes() - tx0
     out = {"engine": a.engine, "model": a.model, "rank": rank, "world": world, "steps": a.steps,
            "batch": a.batch, "params": params, "wall_s": wall,
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
-           "curve": curve}
+           "curve": curve, "untimed_steps": start}
     accuracy = getattr(model, "accuracy", None)  # (an image model's; the replicas are
     if rank == 0 and accuracy:                   # every rank's: rank 0's stands for all)
         out["test_accuracy"] = accuracy(model)
@@ -258,7 +267,7 @@ def worker(a):
         sft.shutdown()
         # bytes over the whole run, warm-up included: the counters after the
         # job's end hold every update sent (mid-run, some may still queue)
-        steps = a.warmup + a.steps
+        steps = t
         out["data_bytes_per_step"] = sft.stats()["data_bytes"] / steps
         out["formula_bytes_per_step"] = formula.bytes / steps
         out["plan"] = opt.plan
@@ -295,6 +304,7 @@ def run_one(a, model, engine):
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
            "--worker", "--engine", engine.split("-")[0], "--model", model, "--hidden", a.hidden,
            "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
+           "--trial-steps", str(a.trial_steps),
            "--lr", str(lr_of(a, model)), "--seed", str(a.seed), "--sync", a.sync,
            "--vocab", str(a.vocab), "--dim", str(a.dim), "--bptt", str(a.bptt),
            "--factor-dtype", "bf16" if engine in ("sfb-bf16", "sfb-bf16all") else "f32",
@@ -311,7 +321,7 @@ def run_one(a, model, engine):
     results = run_workers(cmd, out, a.n, "torch_vs_ddp: %s %s" % (model, engine))
     r0 = min(results, key=lambda r: r["rank"])
     row = {k: r0[k] for k in ("model", "world", "steps", "batch", "params", "samples_per_s",
-                              "curve")}
+                              "curve", "untimed_steps")}
     row["engine"] = engine
     row["wall_s"] = max(r["wall_s"] for r in results)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
@@ -357,6 +367,10 @@ def report(a, rows, load=None):
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
+    trials = [r["untimed_steps"] for r in rows if r.get("untimed_steps", 0) > a.warmup]
+    if trials:
+        head += ("\nsfb.torch timed after its sync=\"auto\" trials of both engines: %d to %d "
+                 "untimed steps" % (min(trials), max(trials)))
     if any(r["model"] in LMS for r in rows):
         head += ("\nlanguage models: %d streams of %d words per worker per step (the samples), "
                  "vocabulary %d, width %d, 2 layers, SGD lr %g with momentum 0.9" %
@@ -487,6 +501,9 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="samples per worker per step")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--trial-steps", type=int, default=10,
+                    help="sfb.torch's trial_steps (sync auto: steps timed under each engine of "
+                    "a layer whose predictions are close; 0: the cost model's plan)")
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sync", default="auto")
@@ -549,6 +566,7 @@ def main():
         return
     if a.smoke:  # (sfb-bf16 too with --factor-dtype bf16)
         a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
+        a.trial_steps = 1
         if a.smoke_lm and (os.path.isdir("/usr/share/games/fortunes") or a.corpus):
             a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5  # a table's rows too
     if a.factor_dtype == "bf16" and "sfb-bf16" not in a.engines.split(","):
