@@ -117,7 +117,14 @@ struct sfb_train_settings {
     const char *dense_dtype;  /* the precision FMS's rows travel in: "f32" (NULL,
                                 default) or "bf16" (half the bytes; every replica
                                 applies the rounded sums; sfb_job_attach.dense_dtype) */
-    uint8_t reserved[64 - 2 * sizeof(const char *)]; /* for fields of later versions: zero */
+    /* --sync auto, measured (--trial-clocks): where a matrix's two
+     * predictions are within 4x, time this many clocks under each engine
+     * (per group of one shape, after 3 warm-up clocks) and keep the faster;
+     * 0 (default): the start-up plan, unmeasured, so that runs (and a run
+     * and its resumption) choose alike */
+    uint32_t trial_clocks;
+    uint8_t reserved[64 - 2 * sizeof(const char *) - sizeof(uint32_t)]; /* for fields of
+                                                                later versions: zero */
 };
 
 /* Fills defaults (version included). NULL is a no-op. */

@@ -861,6 +861,16 @@ void sfb__job_report(struct sfb_job *job, struct sfb__job_report *out)
         .max_hops = rep.max_hops, .per_origin = rep.per_origin};
 }
 
+uint32_t sfb__job_n_matrices(const struct sfb_job *job)
+{
+    return job->engine ? job->nmat : 0;
+}
+
+const struct sfb_matrix *sfb__job_matrix(const struct sfb_job *job, uint32_t m)
+{
+    return &job->mats[m];
+}
+
 const char *sfb__job_engine_name(const struct sfb_job *job)
 {
     return job->engine ? job->engines : "";

@@ -304,6 +304,11 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         res->wait_s += acct.wait_s;
         res->budget_wait_s += acct.budget_wait_s;
         if ((ret = report_clock(w, &rt, t, &cm, progress, user, interval, res))) return ret;
+        uint32_t replans = w->trials.replans;
+        if (t + 1 < rt.total &&
+            (ret = sfb__trials_clock(&w->trials, w->job, (int64_t)t, &w->metrics, w->rank)))
+            return ret;
+        if (w->trials.replans != replans) sfb__worker_engines_changed(w);
     }
     struct sfb_eval ev;
     if ((ret = finish(w, &rt, res, &ev))) return ret;

@@ -200,6 +200,12 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if ((s->checkpoint_every || s->resume_dir) && s->flush_clock)
         return sfb__error(-SFB_EUSAGE, "--checkpoint-every and --resume need --flush eager "
                           "(a checkpoint drains the relays mid-run)");
+    if (s->trial_clocks && !sfb__job_sync_is_auto(s->sync))
+        return sfb__error(-SFB_EUSAGE, "--trial-clocks measures --sync auto's choice; add "
+                          "--sync auto");
+    if (s->trial_clocks && s->flush_clock)
+        return sfb__error(-SFB_EUSAGE, "--trial-clocks needs --flush eager (a change of "
+                          "engines drains the relays mid-run)");
     /* The same bounds sfb/broadcast.c enforces when the relay opens, checked
      * here so a launcher refuses them once, before any worker starts. */
     if (s->flush_clock && (s->staleness < 0 || s->staleness > 48))

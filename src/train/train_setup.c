@@ -139,9 +139,10 @@ static int agree_settings(struct worker *w)
                                : (uint64_t)s->epochs * sfb_sampler_clocks_per_epoch(w->sampler);
     snprintf(text + off, sizeof text - off, "clocks=%" PRIu64 "\ncheckpoint_every=%" PRIu64
              "\nresume=%s\nlink_gbps=%.17g\nlatency_us=%.17g\ncheck_every=%" PRIu64
-             "\nordered=%d\nfactor_dtype=%s\ndense_dtype=%s\n", total, s->checkpoint_every,
-             s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us, s->check_every, s->ordered,
-             s->factor_dtype ? s->factor_dtype : "f32", s->dense_dtype ? s->dense_dtype : "f32");
+             "\nordered=%d\nfactor_dtype=%s\ndense_dtype=%s\ntrial_clocks=%u\n", total,
+             s->checkpoint_every, s->resume_dir ? "yes" : "no", s->link_gbps, s->latency_us,
+             s->check_every, s->ordered, s->factor_dtype ? s->factor_dtype : "f32",
+             s->dense_dtype ? s->dense_dtype : "f32", s->trial_clocks);
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed to load its data and aborted instead of coming */
     return sfb_job_agree(w->job, text);
@@ -184,6 +185,7 @@ void sfb__worker_close(struct worker *w)
 {
     /* the job first: its engine updates the model's matrices */
     sfb_job_close(&w->job);
+    sfb__trials_close(&w->trials);
     for (int i = 0; i < SFB_MODEL_MAX_MATRICES; i++) sfb_sf_free(&w->sf[i]);
     free(w->idx);
     sfb_sampler_close(&w->sampler);
@@ -324,6 +326,14 @@ static int attach(struct worker *w)
     return ret;
 }
 
+void sfb__worker_engines_changed(struct worker *w)
+{
+    char *at = strstr(w->ckpt_config, "\nengines=");
+    if (!at++) return;
+    snprintf(at, sizeof w->ckpt_config - (size_t)(at - w->ckpt_config), "engines=%s\n",
+             sfb__job_engine_name(w->job));
+}
+
 int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
 {
     memset(w, 0, sizeof *w);
@@ -334,6 +344,8 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     if (ret) return ret;
     /* attach marks SFB__PH_SHAPES between the shapes' barrier and the engine */
     if ((ret = attach(w))) return ret;
+    /* a resumed auto run attached the checkpoint's engines: no predictions */
+    if ((ret = sfb__trials_open(&w->trials, w->job, s->trial_clocks, w->start))) return ret;
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
     if (w->start) w->debug_rng = w->resume_rng;
     ret = sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);

@@ -14,6 +14,7 @@
 #include "src/train/metrics.h"
 #include "src/train/replicas.h"
 #include "src/train/train_settings.h"
+#include "src/train/trials.h"
 
 #include <stdint.h>
 
@@ -38,6 +39,7 @@ struct worker {
     struct sfb__rng resume_rng;
     char resume_engines[64]; /* --sync auto resumed: the checkpoint's engines */
     struct sfb__replicas replicas; /* the replica checks (replicas.h) */
+    struct sfb__trials trials;     /* --trial-clocks (trials.h) */
 };
 
 /* Joins the job, loads the data, builds the replica, compares settings
@@ -46,6 +48,8 @@ struct worker {
  * open stays for sfb__worker_close. */
 int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s);
 void sfb__worker_close(struct worker *w);
+/* After a replan: the checkpoints' configuration names the engines now. */
+void sfb__worker_engines_changed(struct worker *w);
 
 /* ---- metrics events and progress (train_report.c) ---- */
 

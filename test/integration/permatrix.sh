@@ -7,6 +7,10 @@
 #  * the "sync" metrics event names each matrix's engine; with auto it holds
 #    both predictions and the choice is the cheaper one; rank 0 prints one
 #    line per matrix.
+#  * --trial-clocks 3 (every matrix measured, SFB_DEBUG_TRIAL_ALL): the plan,
+#    then each matrix flipped from the best so far, the same trials on every
+#    rank, each matrix ending on its faster measured engine, the parameters
+#    those of --sync sfb.
 #  * SSP: with injected delays and s in {1, 3}, a mixed job and an auto job
 #    keep the SSP guarantee in every worker's metrics (ssp_check.py).
 #  * bad values: an engine list longer than the model's matrices, an unknown
@@ -34,6 +38,47 @@ for sync in sfb fms sfb,fms fms,sfb auto; do
       "'$DIFF' '$tmp/m.$sync.0.sfb' '$tmp/m.$sync.$r.sfb' 1e-5 >/dev/null"
   done
 done
+
+# --trial-clocks: every matrix measured both ways mid-run (SFB_DEBUG_TRIAL_ALL:
+# whatever the predictions), the faster kept; the parameters still those of
+# --sync sfb, the replicas agree, every rank saw the same trials
+SFB_DEBUG_TRIAL_ALL=1 timeout 100 "$SFB" run "${common[@]}" --sync auto --trial-clocks 3 \
+  --model-out "$tmp/m.trial.%r.sfb" --out-dir "$tmp/o.trial" >"$tmp/log.trial" 2>&1
+rc=$?
+check "--trial-clocks 3: exit 0 (rc=$rc)" "[ $rc = 0 ]"
+check "--trial-clocks 3: the parameters of --sync sfb" \
+  "'$DIFF' '$tmp/m.sfb.0.sfb' '$tmp/m.trial.0.sfb' 1e-4 >/dev/null"
+check "--trial-clocks 3: replica 3 equals replica 0" \
+  "'$DIFF' '$tmp/m.trial.0.sfb' '$tmp/m.trial.3.sfb' 1e-5 >/dev/null"
+trials() {
+  python3 - "$@" <<'PY'
+import json, re, sys
+log, paths = sys.argv[1], sys.argv[2:]
+ranks = [[(e["clock"], e["engines"], e["ms_per_clock"]) for e in map(json.loads, open(p))
+          if e.get("event") == "trial"] for p in paths]
+if any(r != ranks[0] for r in ranks):
+    sys.exit("the ranks' trials differ")
+t = ranks[0]
+# the plan as it was, then one matrix at a time flipped from the best so far
+if len(t) != 3:
+    sys.exit("trials %s" % t)
+best = t[0]
+for trial in t[1:]:
+    if sum(a != b for a, b in zip(best[1].split(","), trial[1].split(","))) != 1:
+        sys.exit("trial %s does not flip one matrix of the best so far %s" % (trial, best))
+    best = trial if trial[2] < best[2] else best
+lines = re.findall(r"matrix (\d) \S+: ([0-9.e+-]+) ms a clock by sfb, ([0-9.e+-]+) ms by fms "
+                   r"-> (\w+)", open(log).read())
+if len(lines) != 2:
+    sys.exit("%d measured lines" % len(lines))
+for m, sfb_ms, fms_ms, got in lines:
+    if got != ("fms" if float(fms_ms) < float(sfb_ms) else "sfb"):
+        sys.exit("matrix %s kept the slower engine: %s" % (m, (sfb_ms, fms_ms, got)))
+print("trials", t)
+PY
+}
+check "--trial-clocks 3: 3 trials alike on every rank, each matrix the faster engine" \
+  "trials '$tmp/log.trial' '$tmp'/o.trial/metrics.*.jsonl"
 
 # the "sync" event: engines per matrix; auto's choice is its cheaper prediction
 sync_event() {

@@ -1,0 +1,195 @@
+/* The measured --sync auto (trials.h): the start-up plan's close calls
+ * timed clock by clock, the faster engines kept. */
+#include "config.h"
+#include "src/train/trials.h"
+#include <sfb/job.h>
+#include "src/base/util.h"
+#include "src/job/job_internal.h"
+#include "src/train/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OFF, WARM, TRIAL, DONE };
+#define WARM_CLOCKS 3 /* not timed after the start (first touches) */
+#define CLOSE 4.0     /* predictions within this factor are measured */
+
+static double cheaper(const double ms[2])
+{
+    return ms[0] < ms[1] ? ms[0] : ms[1];
+}
+
+/* The groups: each measured matrix's shape, the costliest group first. */
+static void make_groups(struct sfb__trials *tr, struct sfb_job *job, const double (*pred)[2],
+                        const uint8_t *measured)
+{
+    double cost[SFB_MODEL_MAX_MATRICES] = {0};
+    uint32_t rep[SFB_MODEL_MAX_MATRICES], ng = 0; /* a matrix of each group */
+    uint8_t g_of[SFB_MODEL_MAX_MATRICES];
+    for (uint32_t m = 0; m < tr->n; m++) {
+        g_of[m] = UINT8_MAX;
+        if (!measured[m]) continue;
+        const struct sfb_matrix *a = sfb__job_matrix(job, m);
+        uint32_t g = 0;
+        while (g < ng && (sfb__job_matrix(job, rep[g])->rows != a->rows ||
+                          sfb__job_matrix(job, rep[g])->cols != a->cols))
+            g++;
+        if (g == ng) rep[ng++] = m;
+        g_of[m] = (uint8_t)g;
+        cost[g] += cheaper(pred[m]);
+    }
+    /* rank the groups by cost (few: a selection), keep the first few */
+    uint8_t rank_of[SFB_MODEL_MAX_MATRICES];
+    uint8_t used[SFB_MODEL_MAX_MATRICES] = {0};
+    for (uint32_t r = 0; r < ng; r++) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t g = 0; g < ng; g++)
+            if (!used[g] && (best == UINT32_MAX || cost[g] > cost[best])) best = g;
+        used[best] = 1;
+        rank_of[best] = (uint8_t)r;
+    }
+    tr->ngroups = SFB_MIN(ng, SFB__TRIAL_GROUPS);
+    for (uint32_t m = 0; m < tr->n; m++)
+        tr->group[m] = g_of[m] != UINT8_MAX && rank_of[g_of[m]] < tr->ngroups
+                           ? rank_of[g_of[m]] : UINT8_MAX;
+}
+
+int sfb__trials_open(struct sfb__trials *tr, struct sfb_job *job, uint32_t trial_clocks,
+                     int64_t first)
+{
+    memset(tr, 0, sizeof *tr);
+    tr->stage = OFF;
+    tr->n = sfb__job_n_matrices(job);
+    if (!trial_clocks || sfb_job_world(job) < 2 || tr->n > SFB_MODEL_MAX_MATRICES) return 0;
+    const char *all = getenv("SFB_DEBUG_TRIAL_ALL");
+    int every = all && !strcmp(all, "1");
+    double pred[SFB_MODEL_MAX_MATRICES][2];
+    uint8_t measured[SFB_MODEL_MAX_MATRICES] = {0};
+    uint32_t k = 0;
+    for (uint32_t m = 0; m < tr->n; m++) {
+        tr->fms[m] = !strcmp(sfb_job_engine(job, m), "fms");
+        tr->ms[m][0] = tr->ms[m][1] = NAN;
+        if (sfb__job_plan_ms(job, m, pred[m]) || !isfinite(pred[m][0]) || !isfinite(pred[m][1]))
+            continue;
+        double lo = cheaper(pred[m]), hi = pred[m][0] + pred[m][1] - lo;
+        measured[m] = every || (lo > 0 && hi <= CLOSE * lo);
+        k += measured[m];
+    }
+    if (!k) return 0;
+    if (!(tr->times = malloc(trial_clocks * sizeof *tr->times)))
+        return sfb__error(-ENOMEM, "--trial-clocks %u: out of memory", trial_clocks);
+    make_groups(tr, job, (const double (*)[2])pred, measured);
+    tr->clocks = trial_clocks;
+    tr->stage = WARM;
+    tr->first = tr->since = first;
+    tr->on = -1;
+    tr->last = sfb__now();
+    return 0;
+}
+
+void sfb__trials_close(struct sfb__trials *tr)
+{
+    free(tr->times);
+    tr->times = NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* This rank's median clock of the trial, then the slowest rank's. */
+static int trial_ms(struct sfb__trials *tr, struct sfb_job *job, double *ms)
+{
+    qsort(tr->times, tr->ntimes, sizeof *tr->times, cmp_double);
+    uint32_t n = tr->ntimes;
+    double mine = n % 2 ? tr->times[n / 2] : 0.5 * (tr->times[n / 2 - 1] + tr->times[n / 2]);
+    uint32_t world = sfb_job_world(job);
+    double *all = malloc(world * sizeof *all);
+    if (!all) return sfb__error(-ENOMEM, "--trial-clocks: out of memory");
+    int ret = sfb_job_allgather(job, &mine, sizeof mine, all);
+    *ms = 0;
+    for (uint32_t r = 0; !ret && r < world; r++) *ms = SFB_MAX(*ms, all[r]);
+    free(all);
+    return ret;
+}
+
+/* "sfb,fms,..." of engines (n entries) into buf (4 bytes a matrix). */
+static const char *spec(const uint8_t *fms, uint32_t n, char *buf)
+{
+    size_t len = 0;
+    for (uint32_t m = 0; m < n; m++)
+        len += (size_t)sprintf(buf + len, "%s%s", m ? "," : "", fms[m] ? "fms" : "sfb");
+    return buf;
+}
+
+static void log_plan(const struct sfb__trials *tr, struct sfb_job *job)
+{
+    for (uint32_t m = 0; m < tr->n; m++) {
+        if (tr->group[m] == UINT8_MAX) continue;
+        const struct sfb_matrix *a = sfb__job_matrix(job, m);
+        SFB_LOG_I("--sync auto, measured: matrix %u %ux%u: %.4g ms a clock by sfb, %.4g ms by "
+                  "fms -> %s", m, a->rows, a->cols, tr->ms[m][0], tr->ms[m][1],
+                  tr->fms[m] ? "fms" : "sfb");
+    }
+}
+
+/* A trial ended at clock t: keep the faster, start the next or finish. */
+static int decide(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
+                  struct sfb__metrics *metrics, uint32_t rank)
+{
+    double ms;
+    int ret = trial_ms(tr, job, &ms);
+    if (ret) return ret;
+    char buf[SFB_MODEL_MAX_MATRICES * 4 + 1];
+    sfb__metrics_event(metrics, "trial", "\"clock\":%lld,\"engines\":\"%s\",\"ms_per_clock\":%.6g",
+                       (long long)t, spec(tr->fms, tr->n, buf), ms);
+    for (uint32_t m = 0; tr->on >= 0 && m < tr->n; m++)
+        if (tr->group[m] == (uint8_t)tr->on) tr->ms[m][tr->fms[m]] = ms;
+    if (tr->on < 0 || ms < tr->best_ms) {
+        tr->best_ms = ms;
+        memcpy(tr->best, tr->fms, tr->n);
+    }
+    tr->ntimes = 0;
+    tr->on++;
+    uint8_t next[SFB_MODEL_MAX_MATRICES];
+    memcpy(next, tr->best, tr->n);
+    if ((uint32_t)tr->on < tr->ngroups) {
+        for (uint32_t m = 0; m < tr->n; m++)
+            if (tr->group[m] == (uint8_t)tr->on) {
+                tr->ms[m][next[m]] = tr->best_ms;
+                next[m] ^= 1;
+            }
+    } else {
+        tr->stage = DONE;
+    }
+    if (memcmp(next, tr->fms, tr->n)) {
+        if ((ret = sfb_job_replan(job, t, spec(next, tr->n, buf)))) return ret;
+        memcpy(tr->fms, next, tr->n);
+        tr->since = t + 1;
+        tr->replans++;
+    }
+    if (tr->stage == DONE && rank == 0) log_plan(tr, job);
+    return 0;
+}
+
+int sfb__trials_clock(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
+                      struct sfb__metrics *metrics, uint32_t rank)
+{
+    if (tr->stage == OFF || tr->stage == DONE) return 0;
+    double now = sfb__now(), dt = now - tr->last;
+    tr->last = now;
+    if (tr->stage == WARM) {
+        if (t + 1 - tr->first >= WARM_CLOCKS) {
+            tr->stage = TRIAL;
+            tr->since = t + 1;
+        }
+        return 0;
+    }
+    /* the first clock under new engines paid the replan */
+    if (t > tr->since) tr->times[tr->ntimes++] = dt * 1e3;
+    return tr->ntimes < tr->clocks ? 0 : decide(tr, job, t, metrics, rank);
+}
