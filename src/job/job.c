@@ -861,6 +861,16 @@ void sfb__job_report(struct sfb_job *job, struct sfb__job_report *out)
         .max_hops = rep.max_hops, .per_origin = rep.per_origin};
 }
 
+const char *sfb__job_plan_engine(int k)
+{
+    return (k ? &sfb__fms_desc : &sfb__broadcast_desc)->name;
+}
+
+int sfb__job_plan_engine_of(const struct sfb_job *job, uint32_t m)
+{
+    return job->engine_of[m] == &sfb__fms_desc;
+}
+
 uint32_t sfb__job_n_matrices(const struct sfb_job *job)
 {
     return job->engine ? job->nmat : 0;

@@ -36,6 +36,10 @@ int sfb__job_finish_after_drain(struct sfb_job *job, int64_t last);
 const uint64_t *sfb__job_staleness_hist(struct sfb_job *job);
 /* The engine's counters (zeros before attach or without a report op). */
 void sfb__job_report(struct sfb_job *job, struct sfb__job_report *rep);
+/* The two engines of a plan, k as in sfb__job_plan_ms (0: SFB, 1: FMS):
+ * k's --sync name, and which of them carries matrix m now (attached). */
+const char *sfb__job_plan_engine(int k);
+int sfb__job_plan_engine_of(const struct sfb_job *job, uint32_t m);
 /* The attached matrices: their number (0 before attach) and matrix m. */
 uint32_t sfb__job_n_matrices(const struct sfb_job *job);
 const struct sfb_matrix *sfb__job_matrix(const struct sfb_job *job, uint32_t m);

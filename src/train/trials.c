@@ -69,7 +69,7 @@ int sfb__trials_open(struct sfb__trials *tr, struct sfb_job *job, uint32_t trial
     uint8_t measured[SFB_MODEL_MAX_MATRICES] = {0};
     uint32_t k = 0;
     for (uint32_t m = 0; m < tr->n; m++) {
-        tr->fms[m] = !strcmp(sfb_job_engine(job, m), "fms");
+        tr->fms[m] = (uint8_t)sfb__job_plan_engine_of(job, m);
         tr->ms[m][0] = tr->ms[m][1] = NAN;
         if (sfb__job_plan_ms(job, m, pred[m]) || !isfinite(pred[m][0]) || !isfinite(pred[m][1]))
             continue;
@@ -122,7 +122,7 @@ static const char *spec(const uint8_t *fms, uint32_t n, char *buf)
 {
     size_t len = 0;
     for (uint32_t m = 0; m < n; m++)
-        len += (size_t)sprintf(buf + len, "%s%s", m ? "," : "", fms[m] ? "fms" : "sfb");
+        len += (size_t)sprintf(buf + len, "%s%s", m ? "," : "", sfb__job_plan_engine(fms[m]));
     return buf;
 }
 
@@ -131,9 +131,9 @@ static void log_plan(const struct sfb__trials *tr, struct sfb_job *job)
     for (uint32_t m = 0; m < tr->n; m++) {
         if (tr->group[m] == UINT8_MAX) continue;
         const struct sfb_matrix *a = sfb__job_matrix(job, m);
-        SFB_LOG_I("--sync auto, measured: matrix %u %ux%u: %.4g ms a clock by sfb, %.4g ms by "
-                  "fms -> %s", m, a->rows, a->cols, tr->ms[m][0], tr->ms[m][1],
-                  tr->fms[m] ? "fms" : "sfb");
+        SFB_LOG_I("--sync auto, measured: matrix %u %ux%u: %.4g ms a clock by %s, %.4g ms by "
+                  "%s -> %s", m, a->rows, a->cols, tr->ms[m][0], sfb__job_plan_engine(0),
+                  tr->ms[m][1], sfb__job_plan_engine(1), sfb__job_plan_engine(tr->fms[m]));
     }
 }
 
