@@ -78,13 +78,13 @@ int sfb__trials_open(struct sfb__trials *tr, struct sfb_job *job, uint32_t trial
         k += measured[m];
     }
     if (!k) return 0;
-    if (!(tr->times = malloc(trial_clocks * sizeof *tr->times)))
+    /* two windows of ceil(T / 2) clocks per engine */
+    if (!(tr->times = malloc(4 * (size_t)((trial_clocks + 1) / 2) * sizeof *tr->times)))
         return sfb__error(-ENOMEM, "--trial-clocks %u: out of memory", trial_clocks);
     make_groups(tr, job, (const double (*)[2])pred, measured);
     tr->clocks = trial_clocks;
     tr->stage = WARM;
     tr->first = tr->since = first;
-    tr->on = -1;
     tr->last = sfb__now();
     return 0;
 }
@@ -101,18 +101,27 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* This rank's median clock of the trial, then the slowest rank's. */
-static int trial_ms(struct sfb__trials *tr, struct sfb_job *job, double *ms)
+static double median(double *v, uint32_t n)
 {
-    qsort(tr->times, tr->ntimes, sizeof *tr->times, cmp_double);
-    uint32_t n = tr->ntimes;
-    double mine = n % 2 ? tr->times[n / 2] : 0.5 * (tr->times[n / 2 - 1] + tr->times[n / 2]);
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* This rank's median clock under the base and the flipped engines, then
+ * the slowest rank's of each. */
+static int trial_ms(struct sfb__trials *tr, struct sfb_job *job, double ms[2])
+{
+    double mine[2] = {median(tr->times, tr->nt[0]),
+                      median(tr->times + 2 * ((tr->clocks + 1) / 2), tr->nt[1])};
     uint32_t world = sfb_job_world(job);
-    double *all = malloc(world * sizeof *all);
+    double *all = malloc(world * sizeof mine);
     if (!all) return sfb__error(-ENOMEM, "--trial-clocks: out of memory");
-    int ret = sfb_job_allgather(job, &mine, sizeof mine, all);
-    *ms = 0;
-    for (uint32_t r = 0; !ret && r < world; r++) *ms = SFB_MAX(*ms, all[r]);
+    int ret = sfb_job_allgather(job, mine, sizeof mine, all);
+    ms[0] = ms[1] = 0;
+    for (uint32_t r = 0; !ret && r < world; r++) {
+        ms[0] = SFB_MAX(ms[0], all[2 * r]);
+        ms[1] = SFB_MAX(ms[1], all[2 * r + 1]);
+    }
     free(all);
     return ret;
 }
@@ -137,43 +146,55 @@ static void log_plan(const struct sfb__trials *tr, struct sfb_job *job)
     }
 }
 
-/* A trial ended at clock t: keep the faster, start the next or finish. */
+/* The base engines with group g flipped, into out. */
+static void flipped(const struct sfb__trials *tr, int g, uint8_t *out)
+{
+    for (uint32_t m = 0; m < tr->n; m++) out[m] = tr->base[m] ^ (tr->group[m] == (uint8_t)g);
+}
+
+/* From clock t + 1 on, the engines `to` (a replan unless they run now). */
+static int run_engines(struct sfb__trials *tr, struct sfb_job *job, int64_t t, const uint8_t *to)
+{
+    if (!memcmp(to, tr->fms, tr->n)) return 0;
+    char buf[SFB_MODEL_MAX_MATRICES * 4 + 1];
+    int ret = sfb_job_replan(job, t, spec(to, tr->n, buf));
+    if (ret) return ret;
+    memcpy(tr->fms, to, tr->n);
+    tr->since = t + 1;
+    tr->replans++;
+    return 0;
+}
+
+/* A group's four windows ended at clock t: keep the faster, start the next
+ * group or finish. */
 static int decide(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
                   struct sfb__metrics *metrics, uint32_t rank)
 {
-    double ms;
-    int ret = trial_ms(tr, job, &ms);
+    double ms[2];
+    int ret = trial_ms(tr, job, ms);
     if (ret) return ret;
-    char buf[SFB_MODEL_MAX_MATRICES * 4 + 1];
-    sfb__metrics_event(metrics, "trial", "\"clock\":%lld,\"engines\":\"%s\",\"ms_per_clock\":%.6g",
-                       (long long)t, spec(tr->fms, tr->n, buf), ms);
-    for (uint32_t m = 0; tr->on >= 0 && m < tr->n; m++)
-        if (tr->group[m] == (uint8_t)tr->on) tr->ms[m][tr->fms[m]] = ms;
-    if (tr->on < 0 || ms < tr->best_ms) {
-        tr->best_ms = ms;
-        memcpy(tr->best, tr->fms, tr->n);
+    uint8_t flip[SFB_MODEL_MAX_MATRICES];
+    char b0[SFB_MODEL_MAX_MATRICES * 4 + 1], b1[SFB_MODEL_MAX_MATRICES * 4 + 1];
+    flipped(tr, tr->on, flip);
+    sfb__metrics_event(metrics, "trial", "\"clock\":%lld,\"engines\":\"%s\",\"ms_per_clock\":%.6g,"
+                       "\"flipped\":\"%s\",\"flipped_ms_per_clock\":%.6g", (long long)t,
+                       spec(tr->base, tr->n, b0), ms[0], spec(flip, tr->n, b1), ms[1]);
+    for (uint32_t m = 0; m < tr->n; m++)
+        if (tr->group[m] == (uint8_t)tr->on) {
+            tr->ms[m][tr->base[m]] = ms[0];
+            tr->ms[m][flip[m]] = ms[1];
+        }
+    if (ms[1] < ms[0]) memcpy(tr->base, flip, tr->n);
+    tr->nt[0] = tr->nt[1] = 0;
+    tr->window = 0;
+    if ((uint32_t)++tr->on < tr->ngroups) {
+        flipped(tr, tr->on, flip);
+        return run_engines(tr, job, t, flip);
     }
-    tr->ntimes = 0;
-    tr->on++;
-    uint8_t next[SFB_MODEL_MAX_MATRICES];
-    memcpy(next, tr->best, tr->n);
-    if ((uint32_t)tr->on < tr->ngroups) {
-        for (uint32_t m = 0; m < tr->n; m++)
-            if (tr->group[m] == (uint8_t)tr->on) {
-                tr->ms[m][next[m]] = tr->best_ms;
-                next[m] ^= 1;
-            }
-    } else {
-        tr->stage = DONE;
-    }
-    if (memcmp(next, tr->fms, tr->n)) {
-        if ((ret = sfb_job_replan(job, t, spec(next, tr->n, buf)))) return ret;
-        memcpy(tr->fms, next, tr->n);
-        tr->since = t + 1;
-        tr->replans++;
-    }
-    if (tr->stage == DONE && rank == 0) log_plan(tr, job);
-    return 0;
+    tr->stage = DONE;
+    ret = run_engines(tr, job, t, tr->base);
+    if (!ret && rank == 0) log_plan(tr, job);
+    return ret;
 }
 
 int sfb__trials_clock(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
@@ -182,14 +203,25 @@ int sfb__trials_clock(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
     if (tr->stage == OFF || tr->stage == DONE) return 0;
     double now = sfb__now(), dt = now - tr->last;
     tr->last = now;
+    uint8_t to[SFB_MODEL_MAX_MATRICES];
     if (tr->stage == WARM) {
-        if (t + 1 - tr->first >= WARM_CLOCKS) {
-            tr->stage = TRIAL;
-            tr->since = t + 1;
-        }
-        return 0;
+        if (t + 1 - tr->first < WARM_CLOCKS) return 0;
+        tr->stage = TRIAL;
+        memcpy(tr->base, tr->fms, tr->n);
+        flipped(tr, 0, to);
+        return run_engines(tr, job, t, to);
     }
-    /* the first clock under new engines paid the replan */
-    if (t > tr->since) tr->times[tr->ntimes++] = dt * 1e3;
-    return tr->ntimes < tr->clocks ? 0 : decide(tr, job, t, metrics, rank);
+    /* the first clock under new engines paid the replan; windows 0 and 3
+     * run the flipped engines, 1 and 2 the base (a steady drift cancels) */
+    if (t > tr->since) {
+        int flip = tr->window == 0 || tr->window == 3;
+        tr->times[flip * 2 * ((tr->clocks + 1) / 2) + tr->nt[flip]++] = dt * 1e3;
+        tr->counted++;
+    }
+    if (tr->counted < (tr->clocks + 1) / 2) return 0;
+    tr->counted = 0;
+    if (++tr->window == 4) return decide(tr, job, t, metrics, rank);
+    if (tr->window == 3) flipped(tr, tr->on, to);
+    else memcpy(to, tr->base, tr->n);
+    return run_engines(tr, job, t, to);
 }

@@ -1,13 +1,15 @@
 /* `sfb run --sync auto --trial-clocks T`: the start-up plan, measured
  * (docs/design.md, "Re-deciding mid-run"). Where a matrix's two predictions
- * are within 4 ×, the run times T clocks under the plan as it is, then per
- * group (the matrices of one shape, the costliest first, at most 4) T
- * clocks with the group's engine flipped, and keeps a flip that made the
- * clock faster (sfb_job_replan at a clock boundary). A clock's time is the
- * interval between two publishes on this rank; a trial's, the median of
- * its clocks on each rank, the slowest rank's (an allgather at the end of
- * each trial, the same clock on every rank, so every rank decides alike).
- * The first clock under new engines (it pays the replan) is not counted.
+ * are within 4 ×, the run measures per group (the matrices of one shape,
+ * the costliest first, at most 4) in four windows of T / 2 counted clocks
+ * — the group flipped, as it was, as it was, flipped: a steady drift of
+ * the machine falls on both alike — and keeps a flip that made the clock
+ * faster (sfb_job_replan at a clock boundary). A clock's time is the
+ * interval between two publishes on this rank; each engine's, the median
+ * of its clocks on each rank, the slowest rank's (an allgather at the end
+ * of each group, the same clock on every rank, so every rank decides
+ * alike). The first clock under new engines (it pays the replan) is not
+ * counted.
  * Off by default: a measured choice depends on timing, so two runs, or a
  * run and its resumption, could choose apart (not the same bits). */
 #ifndef SFB_SRC_TRAIN_TRIALS_H
@@ -29,14 +31,16 @@ struct sfb__trials {
     int64_t first;     /* the run's first clock */
     int64_t since;     /* the first clock under the engines now */
     uint32_t ngroups;
-    int on;            /* the group on trial (-1: the plan as it was) */
+    int on;            /* the group on trial */
+    int window;        /* its window (0 and 3: flipped; 1 and 2: the base) */
+    uint32_t counted;  /* clocks counted in the window */
     uint8_t group[SFB_MODEL_MAX_MATRICES]; /* its group (UINT8_MAX: not measured) */
     uint8_t fms[SFB_MODEL_MAX_MATRICES];   /* 1: FMS carries it now */
-    uint8_t best[SFB_MODEL_MAX_MATRICES];  /* the engines of the fastest trial */
-    double best_ms;
+    uint8_t base[SFB_MODEL_MAX_MATRICES];  /* the plan the group on trial flips */
     double ms[SFB_MODEL_MAX_MATRICES][2];  /* measured ms a clock by sfb, fms (NaN: not) */
-    double *times;     /* this trial's clocks on this rank (T) */
-    uint32_t ntimes;
+    double *times;     /* this group's clocks on this rank: 2·ceil(T/2) under the base,
+                          as many flipped */
+    uint32_t nt[2];
     double last;       /* when the clock before was published here */
     uint32_t replans;
 };
@@ -49,7 +53,7 @@ int sfb__trials_open(struct sfb__trials *tr, struct sfb_job *job, uint32_t trial
 void sfb__trials_close(struct sfb__trials *tr);
 /* After publishing clock t (t + 1 < the run's clocks: no replan at the
  * end): times it, and at a trial's end decides with every rank (an
- * allgather) and replans. Writes a "trial" metrics event per trial and, on
+ * allgather) and replans. Writes a "trial" metrics event per group and, on
  * rank 0, the measured plan once done. 0 or the job's error. */
 int sfb__trials_clock(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
                       struct sfb__metrics *metrics, uint32_t rank);

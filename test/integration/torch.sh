@@ -55,7 +55,7 @@ fi
 # 4 ranks: 11 cases, the last one losing rank 2
 run four 4 $((4 * 16 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
   "exact --opt adam --passes 2 --global-batch 32 --steps 20" \
-  "exact --model mlp12 --opt momentum --steps 30 --trial-steps 2" \
+  "exact --model mlp12 --opt momentum --steps 40 --trial-steps 2" \
   "ssp --model mlp --opt sgd --staleness 2 --steps 40 --tol 1e-4" \
   "ckpt --opt momentum --steps 16 --out $tmp/straight.pt" \
   "ckpt --opt momentum --steps 8 --save $tmp/ck.pt" \

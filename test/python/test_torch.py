@@ -461,16 +461,21 @@ class MeasuredPlan(unittest.TestCase):
         # fms for the 64x33 pair is 20 % faster; sfb for matrix 3 is slower
         def ms(e):
             return 100.0 - (20 if e[0] == "fms" else 0) + (15 if e[3] == "sfb" else 0)
-        clock, moves = self.run_steps(t, 0, ms, 60)
+        clock, moves = self.run_steps(t, 0, ms, 80)
         self.assertEqual(t.stage, "done")
         self.assertEqual(t.engines, ["fms", "fms", "sfb", "fms", "sfb"])
-        # matrix 3 flipped and back, then the pair flipped and kept
-        self.assertEqual([m for _, m in moves],
-                         [["sfb", "sfb", "sfb", "sfb", "sfb"], ["fms", "fms", "sfb", "fms", "sfb"]])
         self.assertEqual(t.measured[3], {"fms": 100.0, "sfb": 115.0})
         self.assertEqual(t.measured[0], {"sfb": 100.0, "fms": 80.0})
         self.assertIn("80 ms by fms, 100 ms by sfb", t.describe(1))
         self.assertEqual(t.describe(2), "")
+        # each group runs four windows (flipped, as it was, as it was,
+        # flipped), then the faster stays: matrix 3 flipped, back, flipped,
+        # then back with the pair's flip in one move; the pair back and
+        # flipped again, kept as it is
+        flips = [[i for i in range(5) if a[i] != b[i]]
+                 for a, b in zip([["sfb", "sfb", "sfb", "fms", "sfb"]] + [m for _, m in moves],
+                                 [m for _, m in moves])]
+        self.assertEqual(flips, [[3]] * 3 + [[0, 1, 3]] + [[0, 1]] * 2)
 
     def test_outliers_and_invalid_steps(self):
         t = self.trials()
@@ -483,8 +488,23 @@ class MeasuredPlan(unittest.TestCase):
         self.assertEqual(t.measured[3], {"fms": 100.0, "sfb": 105.0})
         t2 = self.trials()
         _, moves = self.run_steps(t2, 0, lambda e: 1.0, 80, valid=False)  # a rank joined
-        self.assertEqual(moves, [])
-        self.assertEqual(t2.stage, "trial")
+        self.assertEqual(len(moves), 1)  # the first window's engines; nothing counted since
+        self.assertEqual((t2.stage, t2.window, t2.measured), ("trial", 0, {}))
+
+    def test_a_drifting_machine(self):
+        """The machine gets faster by 2 ms a step while matrix 3 by sfb is
+        5 ms faster: measured in windows flipped, as it was, as it was,
+        flipped, the drift falls on both alike and the flip is kept
+        (flipped, as it was, flipped, as it was would charge the flip the
+        drift and keep fms)."""
+        t = self.trials(steps=6)
+        clock = 0
+        while t.stage != "done" and clock < 200:
+            ran = t.ran.get(clock - 1, tuple(t.engines))
+            t.observe(clock, 500.0 - 2 * clock - (5 if ran[3] == "sfb" else 0), 32, True)
+            clock += 1
+        self.assertEqual(t.engines[3], "sfb")
+        self.assertLess(t.measured[3]["sfb"], t.measured[3]["fms"])
 
     def test_measures_again_when_the_batch_changes(self):
         t = self.trials()

@@ -2,13 +2,13 @@
 chooses each layer's engine at the first step from its predictions; where
 a layer's two predictions are within 4x of each other, the prediction alone
 may be wrong on this machine and this link, so the job measures. After a
-few warm-up steps it runs `trial_steps` steps under the plan as it is, then,
-group by group (layers of one shape and kind together, the largest
-predicted cost first), `trial_steps` steps with the group's engine flipped
-(Job.replan at a step boundary); a flip that made the step faster stays,
-one that did not goes back. When the samples per step move by more than a
-quarter for `trial_steps` steps in a row (a new batch size), it measures
-again.
+few warm-up steps, group by group (layers of one shape and kind together,
+the largest predicted cost first), it runs the group's engine flipped, as it
+was, as it was, flipped, in four windows of `trial_steps` / 2 counted steps
+(Job.replan at a step boundary; a machine whose speed drifts steadily slows
+both alike), and a flip that made the median step faster stays, one that
+did not goes back. When the samples per step move by more than a quarter for
+`trial_steps` steps in a row (a new batch size), it measures again.
 
 Every rank decides alike without a message of its own: the inputs are the
 clock's meta matrix (each rank's last step time and samples, the same bits
@@ -64,10 +64,12 @@ class Trials:
         self.stage = "warm" if self.groups else "off"
         self.attach_clock = None
         self.ran = {}           # clock -> the engines it ran under (a tuple)
-        self.times = []         # the trial now: step times under the engines now
+        self.base = None        # the plan the group on trial is flipped from
+        self.group = 0          # the group on trial
+        self.window = 0         # its window: 0 and 3 flipped, 1 and 2 the base
+        self.counted = 0        # steps counted in the window
+        self.times = ([], [])   # the trial's step times: (base, flipped)
         self.samples = []       # and the samples per step meanwhile
-        self.best = None        # (median ms, engines) of the fastest so far
-        self.group = -1         # the group on trial (-1: the plan as it was)
         self.at_samples = None  # samples per step the trials ran at
         self.moved = 0          # steps in a row whose samples are not at_samples'
         self.replans = 0
@@ -84,41 +86,46 @@ class Trials:
         now = tuple(self.engines)
         self.ran[clock] = now
         self.ran.pop(clock - 3, None)
-        prev = self.ran.get(clock - 1)
         if self.stage == "warm":
-            if clock - self.attach_clock >= self.WARM:
-                self.stage = "trial"
-            return None
+            if clock - self.attach_clock < self.WARM:
+                return None
+            self.stage, self.base = "trial", list(self.engines)
+            return self._to(self._flipped())
         if self.stage == "done":
             return self._watch(samples, valid)
         # a step counts when it ran under the engines now and was not the
         # first under them (that one paid the replan)
-        if valid and prev == now and self.ran.get(clock - 2) == now:
-            self.times.append(step_ms)
+        if valid and self.ran.get(clock - 1) == now and self.ran.get(clock - 2) == now:
+            self.times[self.window in (0, 3)].append(step_ms)
             self.samples.append(samples)
-        if len(self.times) < self.steps:
+            self.counted += 1
+        if self.counted < (self.steps + 1) // 2:
             return None
+        self.counted, self.window = 0, self.window + 1
+        if self.window < 4:  # flipped, base, base, flipped: a steady drift cancels
+            return self._to(self._flipped() if self.window == 3 else self.base)
         return self._decide()
 
+    def _flipped(self):
+        out = list(self.base)
+        for i in self.groups[self.group]:
+            out[i] = "fms" if out[i] == "sfb" else "sfb"
+        return out
+
     def _decide(self):
-        ms = _median(self.times)
-        now = list(self.engines)
-        if self.group >= 0:
-            for i in self.groups[self.group]:
-                self.measured[i][now[i]] = ms
-        if self.best is None or ms < self.best[0]:
-            self.best = (ms, now)
+        base_ms, flip_ms = _median(self.times[0]), _median(self.times[1])
+        flipped = self._flipped()
+        for i in self.groups[self.group]:
+            self.measured[i] = {self.base[i]: base_ms, flipped[i]: flip_ms}
+        if flip_ms < base_ms:
+            self.base = flipped
         self.at_samples = _median(self.samples)
-        self.times, self.samples = [], []
+        self.times, self.samples, self.window = ([], []), [], 0
         self.group += 1
-        nxt = list(self.best[1])
         if self.group < len(self.groups):
-            for i in self.groups[self.group]:
-                self.measured[i] = {nxt[i]: self.best[0]}
-                nxt[i] = "fms" if nxt[i] == "sfb" else "sfb"
-        else:
-            self.stage = "done"
-        return self._to(nxt)
+            return self._to(self._flipped())
+        self.stage = "done"
+        return self._to(self.base)
 
     def _to(self, engines):
         if engines == self.engines:
@@ -135,9 +142,9 @@ class Trials:
         self.moved = self.moved + 1 if r > 1.25 or r < 0.8 else 0
         if self.moved < self.steps:
             return None
-        self.moved, self.stage, self.group, self.best = 0, "trial", -1, None
-        self.measured = {}
-        return None
+        self.moved, self.stage, self.group, self.window, self.counted = 0, "trial", 0, 0, 0
+        self.base, self.measured = list(self.engines), {}
+        return self._to(self._flipped())
 
     def describe(self, index):
         """The plan's words on matrix index ("" when it is not measured)."""

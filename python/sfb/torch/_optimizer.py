@@ -984,9 +984,9 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
       measured where the two predictions are close: see trial_steps), "sfb"
       (factors) or "fms" (full matrices through sharded servers).
     trial_steps: sync="auto" at staleness 0: where a layer's two engines'
-      predicted costs are within 4x, the job runs this many steps with the
-      layer (and the layers of its shape) under each engine after a few
-      warm-up steps and keeps the faster, again when the samples per step
+      predicted costs are within 4x, the job times this many steps with the
+      layer (and the layers of its shape) under each engine, in alternating
+      windows after a few warm-up steps, and keeps the faster, again when the samples per step
       change by more than a quarter; opt.plan shows the predictions and the
       measured step times (0: the cost model's plan, unmeasured). Every
       rank must pass the same.
