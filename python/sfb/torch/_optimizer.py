@@ -93,7 +93,7 @@ class _Sync(_Passes):
         if not isinstance(trial_steps, int) or isinstance(trial_steps, bool) or trial_steps < 0:
             raise U("DistributedOptimizer: trial_steps %r: expected an integer >= 0 (0: the "
                     "cost model's plan, unmeasured)" % (trial_steps,))
-        self.trial_steps, self.trials, self.trials_shown = trial_steps, None, False
+        self.trial_steps, self.trials = trial_steps, None
         self.trial_all = False  # tests: measure every layer, whatever the predictions
         self.step_ms, self.last_end, self.step_samples = 0.0, None, 0
         self.sync, self.staleness = sync, staleness
@@ -123,7 +123,6 @@ class _Sync(_Passes):
         self.steps = 0          # the wrapped optimizer's steps through this wrapper
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
-        self.plan = ""
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
         self.tl_hooks, self.tl_fwd, self.tl_end_fwd = [], {}, None
@@ -367,15 +366,16 @@ class _Sync(_Passes):
     # -- the job
 
     def _publish_linear(self, slot):
-        if slot.samples() > self.max_s:
+        samples = slot.samples()
+        if samples > self.max_s:
             raise _sfb.UsageError(
                 "sfb.torch: %s has %d %s at step %d, more than the %d it was attached with "
                 "(the first step's largest over the ranks; pass max_samples= to "
-                "DistributedOptimizer)" % (slot.name, slot.samples(),
+                "DistributedOptimizer)" % (slot.name, samples,
                                            "lookups" if slot.kind == "rows" else "samples",
                                            self.clock, self.max_s),
                 param=slot.name)
-        self.step_samples = max(self.step_samples, slot.samples())
+        self.step_samples = max(self.step_samples, samples)
         b, c = slot.factors()
         if self.additive:
             scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
@@ -544,7 +544,6 @@ class _Sync(_Passes):
         if self.sync == "auto" and not self.additive and job.world > 1:
             self.trials = _autoplan.Trials(self.trial_steps, self.linears, job.engines, job.plan,
                                            self.trial_all)
-        self.plan = self._describe(job)
         job.wait(self.clock)
 
     def _describe(self, job):
@@ -658,9 +657,6 @@ class _Sync(_Passes):
                                  float(meta[:, n + 6].max()), was_training and self.all_training)
         if to is not None:
             self.job.replan(self.clock, to)
-        if to is not None or self.trials.stage == "done" and not self.trials_shown:
-            self.trials_shown = self.trials.stage == "done"
-            self.plan = self._describe(self.job)
 
     def present_of(self, p, present):
         """Some rank gave p a gradient in this clock (the meta matrix)."""
@@ -959,7 +955,9 @@ class _DistributedOptimizer:
     def plan(self):
         """One line per matrix: the parameters, the engine and why (after the
         first step)."""
-        return self._sfb.plan or "(not attached yet: the plan is made at the first step)"
+        s = self._sfb
+        return s._describe(s.job) if s.attached else \
+            "(not attached yet: the plan is made at the first step)"
 
     @property
     def clock(self):
