@@ -83,7 +83,13 @@ struct sfb_job_settings {
      * round robin by its place among the host's ranks) or "none" (the OS
      * places them, or the launcher's binding stays). */
     const char *cpu_bind;
-    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const char *)];
+    /* 1: an elastic job (docs/robustness.md, "Elastic jobs"): when a rank
+     * dies, the survivors' waits fail with sfb_job_lost() naming it and
+     * sfb_job_shrink() goes on without it. Needs the environment
+     * rendezvous (sfb launch --elastic) and at attach the engine "sfb" at
+     * staleness 0, ordered (forced). Every rank sets the same. Default 0. */
+    uint32_t elastic;
+    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const char *) - sizeof(uint32_t)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */
@@ -305,6 +311,32 @@ SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_cloc
  * nothing changed; -ENOMEM or a peer's failure, after which the job has no
  * engine and ends (abort). */
 SFB_API int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine);
+
+/* Elastic jobs (sfb_job_settings.elastic): the rank whose death (or
+ * silence) failed the job, as this rank found it or a survivor told it;
+ * -1 while the job is healthy, when it failed otherwise, or when not
+ * elastic. */
+SFB_API int sfb_job_lost(struct sfb_job *job);
+
+/* Elastic jobs, after a call failed and sfb_job_lost() named rank k: goes on
+ * with the survivors, renumbered (a rank above k moves down one; rank,
+ * world and every collective are the new job's). Tells every survivor k
+ * died (ranks that did not watch k fail their waits too), closes this
+ * job's fabric and engine, meets the survivors at the lowest one's
+ * reserved address, agrees on the state to go on from and opens the
+ * engine again on the same matrices. The state is the most advanced
+ * survivor's (`source`, its new rank): it held every update of the
+ * clocks before *next (ordered: a clock's updates of a matrix are applied
+ * together, so a clock is in a replica whole or not at all), and every
+ * survivor's matrices become its bytes (sent over the bootstrap channel).
+ * A clock the dead rank left incomplete is nobody's: every survivor
+ * computes it again from *next, with its new rank (its data shard). A
+ * matrix whose clock *next the last frames completed keeps it. The stats
+ * carry on. Collective over the survivors; needs an attached engine.
+ * Returns 0, -SFB_EUSAGE (not elastic, no death named: the job failed
+ * otherwise and ends), or the failure of the survivors' rendezvous (a
+ * second death, survivors that disagree on the dead: the job ends). */
+SFB_API int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source);
 
 /* Collective over the bootstrap channel: returns once every rank entered
  * it, or with the reason a peer failed. */

@@ -123,7 +123,12 @@ struct sfb_train_settings {
      * 0 (default): the start-up plan, unmeasured, so that runs (and a run
      * and its resumption) choose alike */
     uint32_t trial_clocks;
-    uint8_t reserved[64 - 2 * sizeof(const char *) - sizeof(uint32_t)]; /* for fields of
+    /* 1: an elastic job (sfb_job_settings.elastic; --elastic, SFB_ELASTIC=1):
+     * when a worker dies the others go on without it, from the most
+     * advanced replica, their data resharded (docs/robustness.md). Needs
+     * --sync sfb at --staleness 0; implies --ordered. Default 0 */
+    uint32_t elastic;
+    uint8_t reserved[64 - 2 * sizeof(const char *) - 2 * sizeof(uint32_t)]; /* for fields of
                                                                 later versions: zero */
 };
 

@@ -577,6 +577,46 @@ static int env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_setti
     return r;
 }
 
+int sfb__bootstrap_reserve(struct sfb__bootstrap *bs, int *fd_out, char *addr, size_t n)
+{
+    *fd_out = -1;
+    if (bs->kind != SFB__BOOTSTRAP_ENV || bs->size < 2)
+        return sfb__error(-SFB_EUSAGE, "elastic jobs need the environment rendezvous (sfb "
+                          "launch, torchrun's variables) of two or more ranks, not %s",
+                          sfb__bootstrap_kind_name(bs->kind));
+    /* the address this rank's peers reached it at (rank 0) or it reached
+     * rank 0 from (a joiner) */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(bs->fds[bs->rank == 0 ? 1 : 0], (struct sockaddr *)&ss, &sl) < 0)
+        return sfb__error(-errno, "bootstrap: getsockname: %s", strerror(errno));
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return sfb__error(-errno, "bootstrap: socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    char h[INET6_ADDRSTRLEN] = "?";
+    struct sockaddr_storage any;
+    memset(&any, 0, sizeof any);
+    any.ss_family = ss.ss_family;
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, h, sizeof h);
+    else
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, h, sizeof h);
+    /* bound, not listening: a rendezvous this rank serves later binds the
+     * same port (SO_REUSEADDR on both), nobody else can take it */
+    if (bind(fd, (struct sockaddr *)&any, sl) < 0 ||
+        getsockname(fd, (struct sockaddr *)&any, &sl) < 0) {
+        int r = sfb__error(-errno, "bootstrap: reserving a rendezvous port: %s", strerror(errno));
+        close(fd);
+        return r;
+    }
+    int port = ntohs(any.ss_family == AF_INET ? ((struct sockaddr_in *)&any)->sin_port
+                                              : ((struct sockaddr_in6 *)&any)->sin6_port);
+    snprintf(addr, n, ss.ss_family == AF_INET ? "%s:%d" : "[%s]:%d", h, port);
+    *fd_out = fd;
+    return 0;
+}
+
 const struct sfb__boot_ops sfb__boot_env_ops = {
     .kind = SFB__BOOTSTRAP_ENV,
     .open = env_open,

@@ -122,6 +122,14 @@ int sfb__bootstrap_broadcast(struct sfb__bootstrap *bs, uint32_t root, void *dat
 /* Returns once every rank has entered the barrier. */
 int sfb__bootstrap_barrier(struct sfb__bootstrap *bs);
 
+/* Elastic jobs (env rendezvous only, else -SFB_EUSAGE): reserves a TCP
+ * port for a later rendezvous this rank may serve as the survivors' rank 0
+ * (a socket bound with SO_REUSEADDR, not listening: the rendezvous binds
+ * the same port, nobody else can) and writes "host:port" (v6: "[h]:port")
+ * to addr[n], host being the address this rank's bootstrap connection
+ * uses. *fd: the reservation (the caller closes it). */
+int sfb__bootstrap_reserve(struct sfb__bootstrap *bs, int *fd, char *addr, size_t n);
+
 /* Parses a job key as SFB_JOB_KEY spells it. 0 or -SFB_EUSAGE. */
 int sfb__bootstrap_parse_key(const char *s, uint64_t *key);
 

@@ -13,12 +13,17 @@
 
 struct launch_opts {
     uint32_t nprocs;
+    int elastic;
 };
 
 static const struct cli_opt launch_table[] = {
     {.kind = CLI_UINT, .name = "nprocs", .short_name = 'n', .off = offsetof(struct launch_opts, nprocs),
      .size = sizeof(uint32_t), .metavar = "P", .help = "copies to start, 1..1024 (required)",
      .umin = 1, .umax = 1024},
+    {.kind = CLI_FLAG, .name = "elastic", .off = offsetof(struct launch_opts, elastic),
+     .size = sizeof(int), .ival = 1,
+     .help = "a copy's death does not stop the others: they\n"
+             "go on without it (sets SFB_ELASTIC=1 for them)"},
     {.kind = CLI_HELP, .name = "help", .short_name = 'h', .help = "this text"},
     {.kind = CLI_END},
 };
@@ -37,7 +42,9 @@ static void launch_help(FILE *f)
             "Every line a copy prints is written as \"[RANK] line\"; stdin is /dev/null.\n"
             "SIGINT, SIGTERM and SIGHUP are forwarded to every copy (a second one kills).\n"
             "When one copy fails (non-zero exit or a signal) the others get SIGTERM and,\n"
-            "3 s later, SIGKILL; sfb launch waits for all of them.\n"
+            "3 s later, SIGKILL; sfb launch waits for all of them. With --elastic they\n"
+            "go on without it (an elastic job: docs/robustness.md), and the job succeeded\n"
+            "when a copy exited 0.\n"
             "\n"
             "options:\n");
     cli_opt_help(f, launch_table);
@@ -88,6 +95,10 @@ int cli_launch(int argc, char **argv)
         fprintf(stderr, "sfb launch: %s (usage: sfb launch -n P [--] CMD [ARGS...]; see "
                         "sfb launch --help)\n", !nprocs ? "-n P is required" : "no command given");
         return 2;
+    }
+    if (o.elastic && setenv("SFB_ELASTIC", "1", 1)) {
+        fprintf(stderr, "sfb launch: --elastic: %s\n", strerror(errno));
+        return 1;
     }
     cli_log_init(SFB_LOG_WARN);
     /* fork waits for OpenBLAS's threads, which may be stuck allocating */

@@ -238,6 +238,11 @@ static const struct cli_opt job_rows2[] = {
      "BSP: apply each clock's updates in rank order,\n"
      "so every replica holds the same bits (slower:\n"
      "the own update waits for the peers')", .ival = 1},
+    {ROW(CLI_FLAG, "elastic", 0, T(elastic)), NULL,
+     "a worker's death does not end the job: the others\n"
+     "go on without it (--sync sfb, --staleness 0; implies\n"
+     "--ordered; as SFB_ELASTIC=1, which sfb launch\n"
+     "--elastic sets)", .ival = 1},
     U("check-every", check_every, 0, UINT64_MAX >> 2, "N", "0 or a number of clocks",
       "with --ordered every N clocks the workers compare\n"
       "their replicas' fingerprints and repair one that\n"
@@ -441,6 +446,15 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     if (cli_opt_given(&p, table, "flush") && sfb_topo_is_overlay(job->train.topology) == 0) {
         fprintf(stderr, "sfb %s: --flush applies to an overlay; add --topology halton\n", cmd);
         return 2;
+    }
+    /* sfb launch --elastic's workers, or sfb run's forks (whose launcher
+     * reads it too) */
+    const char *elastic = getenv("SFB_ELASTIC");
+    if (!cli_opt_given(&p, table, "elastic") && elastic && !strcmp(elastic, "1"))
+        job->train.elastic = 1;
+    if (with_n && job->train.elastic && setenv("SFB_ELASTIC", "1", 1)) {
+        fprintf(stderr, "sfb %s: --elastic: %s\n", cmd, strerror(errno));
+        return 1;
     }
     if (!with_n && (r = env_rank_world(cmd, job))) return r;
     /* the job reads it when it opens (every worker: forks and execs inherit it) */

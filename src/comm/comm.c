@@ -166,6 +166,16 @@ static int on_control(struct sfb__comm *c, struct sfb__frame *f, const struct sf
                                       memory_order_release);
         }
         break;
+    case SFB_WIRE_LOST: {
+        /* a survivor of an elastic job names a dead rank: this rank goes
+         * on without it too (sfb_job_shrink); a rank naming itself or us
+         * is not believed */
+        uint32_t k = sfb__get_u32(payload);
+        if (own && k < c->world && k != c->rank && k != h->origin)
+            sfb__comm_fail_lost(c, (int)k, "rank %u is lost (rank %u found it dead)", k,
+                                h->origin);
+        break;
+    }
     case SFB_WIRE_ABORT: {
         char why[401];
         printable_text(why, sizeof why, payload, (size_t)h->payload_len);
@@ -377,6 +387,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     sfb__transport_close(&c->t);
     sfb__loop_close(&c->loop);
     sfb__bootstrap_close(&c->bs);
+    sfb__comm_elastic_close(c);
     free(c->live.last_heard);
     free(c->live.said_bye);
     free(c->live.last_sent);

@@ -41,6 +41,10 @@ struct sfb__comm_settings {
     /* Egress budget of this worker's data messages in bytes/s (0, the
      * default: none); see sfb__comm_budget_wait. */
     double bandwidth;
+    /* An elastic job: a peer's death is logged as a warning (the survivors
+     * go on, sfb_job_shrink), and a reserved rendezvous port is kept
+     * (comm_open.c). Default 0. */
+    int elastic;
     /* Frame validation: allowed (K, D) per matrix id and the largest S. */
     const struct sfb__wire_shape *shapes;
     uint32_t nshapes;
@@ -120,6 +124,22 @@ int sfb__comm_explain(struct sfb__comm *c, int ret);
  * rank it came from (a relay, or the origin). Compute or loop thread. */
 void sfb__comm_reject_update(struct sfb__comm *c, uint32_t origin, uint32_t from, int64_t clock,
                              uint32_t matrix, const char *why);
+
+/* Elastic jobs (settings.elastic): the rank whose death or silence failed
+ * the job, found here (liveness, a fabric error naming it) or told by a
+ * peer's LOST; -1 while healthy or when the failure is of another kind.
+ * Any thread. */
+int sfb__comm_lost(struct sfb__comm *c);
+/* Tells every peer but `lost` that `lost` is dead (a LOST frame each, so
+ * that ranks that do not watch it go on without it too) and waits briefly
+ * for the sends. Compute thread. */
+void sfb__comm_tell_lost(struct sfb__comm *c, uint32_t lost);
+/* Elastic jobs: the "host:port" where rank r would serve a rendezvous of
+ * the survivors (NULL when not elastic), and this rank's reservation of
+ * that port, handed over (the caller closes it once its rendezvous is
+ * bound; -1 when not elastic). */
+const char *sfb__comm_elastic_addr(const struct sfb__comm *c, uint32_t r);
+int sfb__comm_take_reservation(struct sfb__comm *c);
 
 /* 1 when the job failed because of a peer and the peers know it (its ABORT,
  * its death or silence); 0 while healthy or when the failure was found here

@@ -10,27 +10,49 @@
 #include <stdio.h>
 
 /* Records the first failure; later ones are logged only (debug level:
- * mostly the first one's echoes). Loop thread or compute thread. */
-void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
+ * mostly the first one's echoes). `lost`: the failure is rank `rank`'s
+ * death. Loop thread or compute thread. */
+static void failv(struct sfb__comm *c, int rank, int lost, const char *fmt, va_list ap)
 {
-    va_list ap;
     /* the loop thread, the watchdog and the compute thread may all fail it */
     if (atomic_exchange_explicit(&c->fail.failing, 1, memory_order_acq_rel)) {
         if (sfb__log_enabled(SFB_LOG_DEBUG)) {
             char later[512];
-            va_start(ap, fmt);
             vsnprintf(later, sizeof later, fmt, ap);
-            va_end(ap);
             SFB_LOG_D("after the job failed: %s", later);
         }
         return;
     }
-    va_start(ap, fmt);
     vsnprintf(c->fail.reason, sizeof c->fail.reason, fmt, ap);
-    va_end(ap);
     c->fail.failed_rank = rank;
+    c->fail.lost = lost && rank >= 0 ? rank + 1 : 0;
     atomic_store_explicit(&c->fail.failed, 1, memory_order_release);
-    SFB_LOG_E("%s", c->fail.reason);
+    if (c->fail.lost && c->s.elastic)
+        SFB_LOG_W("%s", c->fail.reason); /* the survivors go on (sfb_job_shrink) */
+    else
+        SFB_LOG_E("%s", c->fail.reason);
+}
+
+void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    failv(c, rank, 0, fmt, ap);
+    va_end(ap);
+}
+
+void sfb__comm_fail_lost(struct sfb__comm *c, int rank, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    failv(c, rank, 1, fmt, ap);
+    va_end(ap);
+}
+
+int sfb__comm_lost(struct sfb__comm *c)
+{
+    if (!atomic_load_explicit(&c->fail.failed, memory_order_acquire)) return -1;
+    return c->fail.lost - 1;
 }
 
 int sfb__comm_check(struct sfb__comm *c)

@@ -17,7 +17,8 @@
  *   comm_open.c      set-up: bootstrap, host and provider exchange, the
  *                    transport, the loop, the heartbeats
  *   comm_loopback.c  the in-process loopback (an ops table; tests, P = 1)
- *   comm_api.c       accessors and the bootstrap collectives */
+ *   comm_api.c       accessors and the bootstrap collectives
+ *   comm_elastic.c   elastic jobs: the survivors' rendezvous addresses, LOST */
 #ifndef SFB_SRC_COMM_IMPL_H
 #define SFB_SRC_COMM_IMPL_H
 
@@ -75,7 +76,17 @@ struct sfb__comm_failure {
     _Atomic int failed;
     _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
     int failed_rank;
+    int lost; /* 1 + the rank whose death (or silence) the failure is, else 0 */
     char reason[512];
+};
+
+/* Elastic jobs (comm_elastic.c): every rank's reserved rendezvous
+ * address (world × SFB__COMM_ADDR_LEN bytes, NUL-terminated; NULL when not
+ * elastic) and this rank's reservation. */
+#define SFB__COMM_ADDR_LEN 64
+struct sfb__comm_elastic {
+    char *addrs;
+    int fd;
 };
 
 /* The context itself: set up by comm_open.c, frames and finish in comm.c. */
@@ -101,11 +112,15 @@ struct sfb__comm {
     struct sfb__comm_watch *watch; /* the watchdog (comm_watch.c) */
     struct sfb__comm_budget budget;
     struct sfb__comm_failure fail;
+    struct sfb__comm_elastic elastic;
 };
 
 /* Records the first failure; later ones are logged only (comm_fail.c).
  * Any thread. */
 void sfb__comm_fail(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRINTF(3, 4);
+/* The same for a failure that is rank `rank`'s death or silence (found
+ * here, or a peer's LOST): what sfb__comm_lost reports. */
+void sfb__comm_fail_lost(struct sfb__comm *c, int rank, const char *fmt, ...) SFB_PRINTF(3, 4);
 /* The transport's hooks (loop thread): every received frame, a completed
  * send, a fabric error. */
 int sfb__comm_on_frame(void *user, struct sfb__frame *f);
@@ -145,6 +160,11 @@ int sfb__comm_peer_gone(void *user, uint32_t p);
 /* ", also gone: rank a, rank b" for the other peers of this host whose
  * processes are gone without a BYE (any thread), or "". */
 void sfb__comm_also_gone(const struct sfb__comm *c, int except, char *out, size_t n);
+/* Elastic jobs (comm_elastic.c): reserve this rank's rendezvous port and
+ * allgather every rank's address (set-up, after the hosts' exchange); free
+ * them (close). */
+int sfb__comm_elastic_open(struct sfb__comm *c);
+void sfb__comm_elastic_close(struct sfb__comm *c);
 /* The watchdog of the loop thread's fabric calls (comm_watch.c): started
  * with the heartbeats, stopped first at close. */
 int sfb__comm_watch_start(struct sfb__comm *c);

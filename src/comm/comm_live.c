@@ -163,7 +163,7 @@ static void check_liveness(struct sfb__comm *c, double now)
     if (d >= 0) {
         char also[160];
         sfb__comm_also_gone(c, d, also, sizeof also);
-        sfb__comm_fail(c, d, "rank %d died (its process %d is gone)%s%s%s", d, c->live.peer_pid[d],
+        sfb__comm_fail_lost(c, d, "rank %d died (its process %d is gone)%s%s%s", d, c->live.peer_pid[d],
                        also, c->live.anon_error_at ? "; fabric error: " : "",
                        c->live.anon_error_at ? c->live.anon_error : "");
     } else if (c->live.anon_error_at && now - c->live.anon_error_at > c->s.peer_timeout_s)
@@ -174,7 +174,7 @@ void sfb__comm_on_error(void *user, int peer, int code, const char *msg)
 {
     struct sfb__comm *c = user;
     if (peer >= 0) {
-        sfb__comm_fail(c, peer, "rank %d failed: fabric error: %s", peer, msg ? msg : sfb_strerror(code));
+        sfb__comm_fail_lost(c, peer, "rank %d failed: fabric error: %s", peer, msg ? msg : sfb_strerror(code));
         return;
     }
     if (!c->live.anon_error_at) {
@@ -213,7 +213,7 @@ void sfb__comm_heartbeat(void *arg)
         if (silent > c->live.silence_s &&
             !atomic_load_explicit(&c->fail.failed, memory_order_acquire)) {
             atomic_store_explicit(&c->fail.found_here, 1, memory_order_relaxed);
-            sfb__comm_fail(c, (int)p,
+            sfb__comm_fail_lost(c, (int)p,
                            "rank %u is dead or silent: nothing heard for %.1f s (timeout %.1f s)",
                            p, silent, c->live.silence_s);
         }

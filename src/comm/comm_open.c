@@ -316,6 +316,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     int all_local = 0;
     uint32_t here = 1, index = 0;
     if ((ret = exchange_hosts(c, &all_local, &here, &index))) return ret;
+    if (s->elastic && (ret = sfb__comm_elastic_open(c))) return ret;
     c->local_ranks = here;
     bind_cpu(c, s->cpu_bind, here, index);
     sfb__phase_mark(SFB__PH_HOSTS);
@@ -350,6 +351,7 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     struct sfb__comm *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
     c->live.deaths_fd = -1;
+    c->elastic.fd = -1;
     c->s = *s;
     int ret = open_job(c, s);
     if (!ret && c->world > 1) ret = open_peers(c, s);

@@ -13,48 +13,12 @@
 #include "src/comm/comm.h"
 #include "src/ssp/ssp.h"
 #include "src/job/job_internal.h"
+#include "src/job/job_impl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-struct sfb_job {
-    struct sfb__comm *comm;
-    struct sfb__ssp ssp;
-    int ssp_open;
-    const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
-    void *engine_priv;
-    /* what the engine opens with (attach's settings; a replan reopens it
-     * from a later start_clock); topology: the job's copy */
-    struct sfb__sync_env env;
-    char *topology;
-    /* counters of the engines a replan closed (stats and the summary
-     * count the whole run) */
-    struct sfb__sync_report closed;
-    uint64_t hist[SFB_STALENESS_BINS];
-    uint64_t sum_hist[SFB_STALENESS_BINS]; /* hist + the open engine's */
-    /* per matrix (nmat, allocated at attach): */
-    const struct sfb__sync_desc **engine_of; /* its engine (NULL: "auto", not chosen yet) */
-    uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
-    uint8_t *dense_prec;    /* its rows' under FMS (dense_dtype) */
-    double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
-    struct sfb_matrix *mats;
-    uint64_t *done;         /* bit m: matrix m published in the clock waited for */
-    char *engines;          /* "sfb", "fms", or one name per matrix: "sfb,fms" */
-    char *plan;             /* an "auto" entry: one line per matrix (NULL: none) */
-    int planned;
-    uint32_t nmat, max_s;
-    /* the clock protocol: wait(next), publish(next) (or every matrix by
-     * publish_one / publish_dense), next + 1, ... */
-    int64_t next;   /* the clock the next wait is for */
-    int waited;     /* wait(next) returned; its publish is due */
-    uint32_t ndone; /* matrices of clock next published (bits in done) */
-    int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
-    double peer_timeout_s; /* the settings' (the budget's lower bound) */
-    /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
-     * as a hostile or broken peer would (tests of the receivers' check) */
-    int debug_unchecked;
-};
 
 /* The first versions' sizes of the sized results (sfb/job.h) */
 #define CLOCK_V1 SFB_END_OF(struct sfb_job_clock, budget_wait_s)
@@ -134,6 +98,9 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
         return sfb__error(-SFB_EUSAGE, "sfb_job_open: stall timeout %g s: expected a positive "
                           "number of seconds, or 0 for none", s->stall_timeout_s);
     cs->stall_timeout_s = s->stall_timeout_s;
+    if (s->elastic > 1)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_open: elastic %u: expected 0 or 1", s->elastic);
+    cs->elastic = (int)s->elastic;
     return 0;
 }
 
@@ -155,6 +122,14 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
         return ret;
     }
     job->peer_timeout_s = s->peer_timeout_s;
+    job->cs = cs;
+    job->cs.rendezvous = job->cs.job_key = NULL;
+    if (s->provider && !(job->provider = strdup(s->provider))) {
+        sfb__comm_close(&job->comm);
+        free(job);
+        return sfb__error(-ENOMEM, "sfb_job_open: out of memory");
+    }
+    job->cs.provider = job->provider;
     const char *unchecked = getenv("SFB_DEBUG_PUBLISH_UNCHECKED");
     if ((job->debug_unchecked = unchecked && !strcmp(unchecked, "1")))
         SFB_LOG_W("SFB_DEBUG_PUBLISH_UNCHECKED=1: this rank publishes factors unchecked");
@@ -162,6 +137,7 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     if (timeline && *timeline &&
         (ret = sfb__trace_open(timeline, sfb__comm_rank(job->comm)))) {
         sfb__comm_close(&job->comm);
+        free(job->provider);
         free(job);
         return ret;
     }
@@ -169,16 +145,23 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     return 0;
 }
 
+/* (A job whose shrink failed has no comm: it can only be closed.) */
 uint32_t sfb_job_rank(const struct sfb_job *job)
 {
     SFB_ARG_OR(job, UINT32_MAX);
-    return sfb__comm_rank(job->comm);
+    return job->comm ? sfb__comm_rank(job->comm) : UINT32_MAX;
 }
 
 uint32_t sfb_job_world(const struct sfb_job *job)
 {
     SFB_ARG_OR(job, UINT32_MAX);
-    return sfb__comm_world(job->comm);
+    return job->comm ? sfb__comm_world(job->comm) : UINT32_MAX;
+}
+
+/* A job whose shrink failed (job_elastic.c) has no comm left. */
+static int ended(const char *fn)
+{
+    return sfb__error(-SFB_EPEER, "%s: the job ended (going on without a dead rank failed)", fn);
 }
 
 static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *a)
@@ -202,7 +185,7 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     if (a->start_clock < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: start clock %lld",
                           (long long)a->start_clock);
-    return 0;
+    return sfb__job_elastic_check(job, a);
 }
 
 static void free_matrices(struct sfb_job *job)
@@ -312,7 +295,7 @@ static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
 }
 
 /* Opens the engine job->engine_of names on job->env (attach, replan). */
-static int open_engine(struct sfb_job *job)
+int sfb__job_open_engine(struct sfb_job *job)
 {
     const struct sfb__sync_ops *engine = job_engine(job);
     job->engine_priv = calloc(1, engine->priv_size);
@@ -337,7 +320,7 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
         .nmat = job->nmat,
         .ssp = &job->ssp,
         .apply_early = a->apply_early < 0 ? a->staleness != 0 : a->apply_early,
-        .ordered = a->ordered != 0,
+        .ordered = a->ordered != 0 || job->cs.elastic,
         .staleness = a->staleness,
         .topology = job->topology,
         .degree = a->degree,
@@ -351,13 +334,14 @@ static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
                                   sfb__comm_world(job->comm), job->peer_timeout_s, a->mats, a->n,
                                   a->max_s, &job->env.priority, &job->env.part_bytes,
                                   &job->env.msg_cap);
-    return ret ? ret : open_engine(job);
+    return ret ? ret : sfb__job_open_engine(job);
 }
 
 int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     SFB_ARG(a);
     int ret = check_attach(job, a);
     if (!ret) ret = alloc_matrices(job, a->n);
@@ -617,8 +601,7 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
     return ret;
 }
 
-/* The closed engine's counters, kept for the run's totals. */
-static void keep_counters(struct sfb_job *job)
+void sfb__job_close_engine(struct sfb_job *job)
 {
     if (job->engine->report) {
         struct sfb__sync_report rep = {0};
@@ -629,6 +612,10 @@ static void keep_counters(struct sfb_job *job)
     }
     const uint64_t *h = job->engine->staleness_hist(job->engine_priv);
     for (int i = 0; h && i < SFB_STALENESS_BINS; i++) job->hist[i] += h[i];
+    job->engine->close(job->engine_priv);
+    free(job->engine_priv);
+    job->engine_priv = NULL;
+    job->engine = NULL;
 }
 
 /* Every rank's checks of a replan (no collective yet). */
@@ -658,6 +645,7 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     SFB_ARG(engine);
     const struct sfb__sync_desc **to = calloc(job->nmat ? job->nmat : 1, sizeof *to);
     if (!to) return sfb__error(-ENOMEM, "sfb_job_replan: out of memory");
@@ -680,14 +668,10 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
         if (ret && ret != -SFB_ECONFIG) ret = sfb__comm_explain(job->comm, ret);
     }
     if (!ret) {
-        keep_counters(job);
-        job->engine->close(job->engine_priv);
-        free(job->engine_priv);
-        job->engine_priv = NULL;
-        job->engine = NULL;
+        sfb__job_close_engine(job);
         memcpy(job->engine_of, to, job->nmat * sizeof *to);
         job->env.start_clock = last + 1;
-        ret = open_engine(job);
+        ret = sfb__job_open_engine(job);
     }
     free(to);
     sfb__trace_span(SFB__TRACK_COMPUTE, "replan", t0, last, -1, -1, 0);
@@ -698,6 +682,7 @@ int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     SFB_ARG(data || !len);
     if (sfb__comm_world(job->comm) == 1)
         return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
@@ -711,6 +696,7 @@ int sfb_job_barrier(struct sfb_job *job)
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     if (sfb__comm_world(job->comm) == 1) return 0;
     int ret = sfb__comm_barrier(job->comm);
     return ret ? sfb__comm_explain(job->comm, ret) : sfb__comm_check(job->comm);
@@ -720,6 +706,7 @@ int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *a
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     SFB_ARG(mine);
     SFB_ARG(all);
     if (sfb__comm_world(job->comm) == 1) {
@@ -734,6 +721,7 @@ int sfb_job_agree(struct sfb_job *job, const char *text)
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     SFB_ARG(text);
     if (sfb__comm_world(job->comm) == 1) return 0;
     int ret = sfb__comm_agree(job->comm, text);
@@ -746,6 +734,7 @@ int sfb_job_set_last_clock(struct sfb_job *job, int64_t last)
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     if (last < job->next)
         return sfb__error(-SFB_EUSAGE, "sfb_job_set_last_clock: clock %lld is published already "
                           "(next is %lld)", (long long)last, (long long)job->next);
@@ -757,6 +746,7 @@ int sfb_job_finish(struct sfb_job *job, int64_t last)
 {
     SFB_ENTER();
     SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
     if (job->engine) {
         int ret = check_last(job, last, __func__);
         if (!ret && last >= 0) ret = sfb_job_drain(job, last, NULL);
@@ -771,7 +761,7 @@ void sfb_job_abort(struct sfb_job *job, const char *reason)
 {
     /* after a finish every rank holds every update: a later failure (say,
      * writing this rank's results) is this rank's alone */
-    if (!job || job->finished) return;
+    if (!job || job->finished || !job->comm) return;
     if (!sfb__comm_peers_know(job->comm)) sfb__comm_abort(job->comm, reason ? reason : "aborted");
 }
 
@@ -784,13 +774,14 @@ int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
     if (ret) return ret;
     struct sfb_job_stats all;
     memset(&all, 0, sizeof all);
-    struct sfb__comm_traffic t;
-    sfb__comm_traffic(job->comm, &t);
-    all.bytes_sent = t.bytes_sent;
-    all.bytes_recv = t.bytes_recv;
-    all.msgs_sent = t.frames_sent;
-    all.msgs_recv = t.frames_recv;
-    all.rejected_frames = sfb__comm_rejected(job->comm);
+    struct sfb__comm_traffic t = {0};
+    if (job->comm) sfb__comm_traffic(job->comm, &t);
+    const struct sfb__comm_traffic *ct = &job->closed_traffic;
+    all.bytes_sent = t.bytes_sent + ct->bytes_sent;
+    all.bytes_recv = t.bytes_recv + ct->bytes_recv;
+    all.msgs_sent = t.frames_sent + ct->frames_sent;
+    all.msgs_recv = t.frames_recv + ct->frames_recv;
+    all.rejected_frames = job->comm ? sfb__comm_rejected(job->comm) : 0;
     if (job->engine && job->engine->report) {
         struct sfb__sync_report rep = {0};
         job->engine->report(job->engine_priv, &rep);
@@ -802,7 +793,7 @@ int sfb_job_stats(const struct sfb_job *job, struct sfb_job_stats *st)
     all.data_msgs += job->closed.data_msgs;
     all.data_bytes += job->closed.data_bytes;
     all.publish_wait_s += job->closed.publish_wait_s;
-    all.budget_held_s = sfb__comm_budget_held_s(job->comm);
+    all.budget_held_s = job->comm ? sfb__comm_budget_held_s(job->comm) : 0;
     sfb__sized_copy(st, st->size, &all, sizeof all);
     return 0;
 }
@@ -816,6 +807,7 @@ void sfb_job_close(struct sfb_job **pjob)
     free_matrices(job);
     if (job->ssp_open) sfb__ssp_fini(&job->ssp);
     sfb__comm_close(&job->comm);
+    free(job->provider);
     free(job);
     *pjob = NULL;
     if (sfb__trace_close()) SFB_LOG_W("%s", sfb_last_error());

@@ -45,6 +45,7 @@ struct launcher {
     int usage_exit;                 /* some copy exited 2 (a usage error) */
     int stopping, sigs_forwarded, abort_sig, timed_out;
     int sent_sigkill;
+    int elastic, finished; /* elastic job; ranks that exited 0 */
     double kill_at;
     double first_exit, last_exit; /* sfb__now() of the first and last reap */
     /* what the ranks left behind (sweep()), and the sweep's deadlines */
@@ -57,6 +58,8 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s)
 {
     s->grace_s = 3;
     s->timeout_s = 0;
+    const char *el = getenv("SFB_ELASTIC");
+    s->elastic = el && !strcmp(el, "1");
     s->out_fd = 1;
     s->err_fd = 2;
     s->host = "127.0.0.1";
@@ -153,6 +156,8 @@ static void start_stopping(struct launcher *L, double grace)
     signal_all(L, SIGTERM);
 }
 
+static const char *sig_name(char buf[32], int sig);
+
 static void reap(struct launcher *L, double grace)
 {
     for (int i = 0; i < L->n; i++) {
@@ -165,7 +170,26 @@ static void reap(struct launcher *L, double grace)
         L->last_exit = sfb__now();
         if (!L->first_exit) L->first_exit = L->last_exit;
         if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
-        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+            L->finished++;
+            continue;
+        }
+        if (L->elastic && !L->stopping) {
+            /* the survivors go on without it (or all fail, and say why) */
+            char name[32];
+            if (WIFSIGNALED(st))
+                SFB_LOG_W("launch: rank %d killed by signal %d (%s); the job goes on without it "
+                          "(elastic)", i, WTERMSIG(st), sig_name(name, WTERMSIG(st)));
+            else
+                SFB_LOG_W("launch: rank %d exited with status %d; the job goes on without it "
+                          "(elastic)", i, WIFEXITED(st) ? WEXITSTATUS(st) : st);
+            if (L->failed_rank < 0) {
+                L->failed_rank = i;
+                L->failed_status = st;
+            }
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
+            continue;
+        }
         if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
         /* Ranks that die after the job started stopping are not the cause,
          * except one killed by a signal nobody here sent: a peer that saw
@@ -447,7 +471,9 @@ static int run_children(struct launcher *L, struct spawn *sp)
 static int outcome(const struct launcher *L, const struct sfb__launch_settings *s, int r)
 {
     char name[32];
-    if (!r && L->failed_rank >= 0) r = describe_failure(L);
+    /* elastic: ranks that finished it mean the job did, whoever died */
+    if (!r && L->failed_rank >= 0 && !(L->elastic && L->finished && !L->usage_exit))
+        r = describe_failure(L);
     stop_signal = L->abort_sig; /* also when a worker's failure came first */
     /* a usage error any copy found is the job's (its peers may exit first) */
     failed_exit = L->usage_exit ? 2 : L->failed_rank >= 0 && WIFEXITED(L->failed_status)
@@ -496,6 +522,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
 
     struct launcher L = {0};
     L.n = nprocs;
+    L.elastic = s->elastic;
     L.failed_rank = -1;
     L.c = calloc((size_t)nprocs, sizeof *L.c);
     if (!L.c) {

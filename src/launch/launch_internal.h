@@ -26,6 +26,11 @@ struct sfb__launch_settings {
      * loading, and what the caller initialised (libfabric) is inherited.
      * Its comm name (ps, pgrep) is "sfb rank R". */
     int (*worker)(int argc, char **argv);
+    /* 1: an elastic job (default: SFB_ELASTIC=1 in the environment): a
+     * rank's death does not stop the others, who go on without it; the
+     * job succeeded when a rank finished it (exit 0), each failure being
+     * logged as a warning. */
+    int elastic;
 };
 
 void sfb__launch_default_settings(struct sfb__launch_settings *s);

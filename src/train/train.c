@@ -25,6 +25,7 @@
 #include "src/train/worker.h"
 
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -106,7 +107,9 @@ static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
      * applied every update the SSP bound requires: under BSP every
      * replica decays / projects the same matrix. (A checkpoint of clock
      * t holds the replica before this step; a resumed run redoes it.) */
-    if (t > 0) sfb_model_apply_local(w->model, (float)sfb_train_lr(s, t - 1, rt->cpe));
+    if (t > 0 && w->skip_local != (int64_t)t)
+        sfb_model_apply_local(w->model, (float)sfb_train_lr(s, t - 1, rt->cpe));
+    w->local_through = (int64_t)t - 1;
     /* every replica holds the updates of clocks < t: compared here */
     if ((ret = sfb__replicas_at_clock(w, &w->replicas, (int64_t)t))) return ret;
 
@@ -263,6 +266,81 @@ static void final_progress(struct sfb__run_totals *rt, const struct sfb_train_re
     progress(user, pr);
 }
 
+/* Clock t, whole: checkpoint, step, metrics, progress, trials. */
+static int one_clock(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
+                     struct sfb_job_stats *prev, sfb_progress_fn progress, void *user,
+                     double interval, struct sfb_train_result *res)
+{
+    const struct sfb_train_settings *s = w->s;
+    uint64_t every = s->checkpoint_every;
+    int ret;
+    if (w->debug.die_rank == (int)w->first_rank && (int64_t)t == w->debug.die_clock) {
+        SFB_LOG_W("SFB_DEBUG_DIE_AT: rank %u kills itself at clock %llu", w->first_rank,
+                  (unsigned long long)t);
+        raise(SIGKILL);
+    }
+    if (every && t > rt->start && t % every == 0 && (ret = checkpoint(w, (int64_t)t, 0)))
+        return ret;
+    struct sfb__clock_metrics cm;
+    memset(&cm, 0, sizeof cm);
+    cm.clock = (int64_t)t;
+    cm.epoch = sfb__epoch_after(t + 1, rt->cpe);
+    cm.lr = sfb_train_lr(s, t, rt->cpe);
+    if (t == rt->start) {
+        sfb__phase_mark(SFB__PH_FIRST_CLOCK);
+        sfb__setup_event(w);
+    }
+    struct sfb_job_clock acct = {.size = sizeof acct};
+    double loss = 0;
+    if ((ret = step(w, rt, t, &cm, &acct, &loss))) return ret;
+    account(w, rt, t, &cm, &acct, prev, loss);
+    res->wait_s += acct.wait_s;
+    res->budget_wait_s += acct.budget_wait_s;
+    if ((ret = report_clock(w, rt, t, &cm, progress, user, interval, res))) return ret;
+    uint32_t replans = w->trials.replans;
+    if (t + 1 < rt->total &&
+        (ret = sfb__trials_clock(&w->trials, w->job, (int64_t)t, &w->metrics, w->rank)))
+        return ret;
+    if (w->trials.replans != replans) sfb__worker_engines_changed(w);
+    return 0;
+}
+
+/* An elastic job lost a rank (ret: the failure that said so): the job
+ * shrinks (sfb_job_shrink: the survivors renumbered, every replica the
+ * most advanced one's), this worker takes its new shard, and the clocks go
+ * on from *t. Else ret, the job's end. */
+static int go_on(struct worker *w, int ret, uint64_t *t)
+{
+    int lost = w->s->elastic ? sfb_job_lost(w->job) : -1;
+    if (lost < 0) return ret;
+    uint32_t was = w->rank;
+    int64_t next;
+    uint32_t src;
+    double t0 = sfb__now();
+    if ((ret = sfb_job_shrink(w->job, &next, &src))) return ret;
+    w->rank = sfb_job_rank(w->job);
+    w->world = sfb_job_world(w->job);
+    /* whether the replica taken holds clock next − 1's local step */
+    int64_t local = w->local_through;
+    if (w->world > 1 && (ret = sfb_job_broadcast(w->job, src, &local, sizeof local))) return ret;
+    w->skip_local = local >= next - 1 ? next : -1;
+    w->local_through = local;
+    if ((ret = sfb__worker_reshard(w))) return ret;
+    if ((ret = sfb__ckpt_config(w->s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
+                                w->ckpt_config, sizeof w->ckpt_config)))
+        return sfb__error(ret, "checkpoint: the configuration text is too long");
+    double dt = sfb__now() - t0;
+    sfb__metrics_event(&w->metrics, "elastic",
+                       "\"lost\":%d,\"clock\":%lld,\"world\":%u,\"rank\":%u,\"was\":%u,"
+                       "\"source\":%u,\"seconds\":%.6g",
+                       lost, (long long)next, w->world, w->rank, was, src, dt);
+    if (w->rank == 0)
+        SFB_LOG_I("rank %d is lost: %u workers go on from clock %lld with rank %u's replicas "
+                  "(%.2f s)", lost, w->world, (long long)next, src, dt);
+    *t = (uint64_t)next;
+    return 0;
+}
+
 static int run(struct worker *w, sfb_progress_fn progress, void *user, double interval,
                struct sfb_train_result *res)
 {
@@ -280,38 +358,23 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     rt.pr.size = sizeof rt.pr;
     rt.pr.rank = w->rank;
     rt.pr.clocks = rt.total;
-    uint64_t every = s->checkpoint_every;
     int ret = 0;
+    w->skip_local = -1;
     if (rt.start > rt.total)
         return sfb__error(-SFB_EUSAGE, "resumed at clock %llu, beyond the %llu clocks of this run",
                           (unsigned long long)rt.start, (unsigned long long)rt.total);
-    for (uint64_t t = rt.start; t < rt.total; t++) {
-        if (every && t > rt.start && t % every == 0 && (ret = checkpoint(w, (int64_t)t, 0)))
-            return ret;
-        struct sfb__clock_metrics cm;
-        memset(&cm, 0, sizeof cm);
-        cm.clock = (int64_t)t;
-        cm.epoch = sfb__epoch_after(t + 1, rt.cpe);
-        cm.lr = sfb_train_lr(s, t, rt.cpe);
-        if (t == rt.start) {
-            sfb__phase_mark(SFB__PH_FIRST_CLOCK);
-            sfb__setup_event(w);
-        }
-        struct sfb_job_clock acct = {.size = sizeof acct};
-        double loss = 0;
-        if ((ret = step(w, &rt, t, &cm, &acct, &loss))) return ret;
-        account(w, &rt, t, &cm, &acct, &prev, loss);
-        res->wait_s += acct.wait_s;
-        res->budget_wait_s += acct.budget_wait_s;
-        if ((ret = report_clock(w, &rt, t, &cm, progress, user, interval, res))) return ret;
-        uint32_t replans = w->trials.replans;
-        if (t + 1 < rt.total &&
-            (ret = sfb__trials_clock(&w->trials, w->job, (int64_t)t, &w->metrics, w->rank)))
-            return ret;
-        if (w->trials.replans != replans) sfb__worker_engines_changed(w);
-    }
+    uint64_t t = rt.start;
     struct sfb_eval ev;
-    if ((ret = finish(w, &rt, res, &ev))) return ret;
+    for (;;) {
+        for (; t < rt.total && !ret; t += !ret)
+            ret = one_clock(w, &rt, t, &prev, progress, user, interval, res);
+        if (!ret) ret = finish(w, &rt, res, &ev);
+        if (!ret || (ret = go_on(w, ret, &t))) break;
+        rt.pr.rank = w->rank;
+    }
+    res->rank = w->rank;
+    res->world = w->world;
+    if (ret) return ret;
     if (progress) final_progress(&rt, res, &ev, progress, user);
     ret = write_model(w, (int64_t)rt.total);
     sfb__phase_mark(SFB__PH_REPORTED);

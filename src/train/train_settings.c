@@ -132,6 +132,18 @@ int sfb__train_debug_read(struct sfb__train_debug *d, uint32_t world)
                               "job has ranks 0..%u", (unsigned long long)r, world - 1);
         d->slow_rank = (int)r;
     }
+    d->die_rank = -1;
+    const char *die = getenv("SFB_DEBUG_DIE_AT");
+    if (!ret && die && *die) {
+        unsigned r;
+        long long c;
+        char end;
+        if (sscanf(die, "%u:%lld%c", &r, &c, &end) != 2 || c < 0 || (world && r >= world))
+            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_DIE_AT=\"%s\": expected RANK:CLOCK, a rank "
+                              "of the job (0..%u) and a clock", die, world ? world - 1 : 0);
+        d->die_rank = (int)r;
+        d->die_clock = c;
+    }
     return ret;
 }
 
@@ -200,6 +212,17 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
     if ((s->checkpoint_every || s->resume_dir) && s->flush_clock)
         return sfb__error(-SFB_EUSAGE, "--checkpoint-every and --resume need --flush eager "
                           "(a checkpoint drains the relays mid-run)");
+    if (s->elastic > 1) return sfb__error(-SFB_EUSAGE, "elastic %u: expected 0 or 1", s->elastic);
+    if (s->elastic && (s->sync && strcmp(s->sync, "sfb") != 0))
+        return sfb__error(-SFB_EUSAGE, "--elastic runs --sync sfb, not --sync %s: FMS keeps each "
+                          "matrix's rows on one worker's server, which dies with it", s->sync);
+    if (s->elastic && s->staleness != 0)
+        return sfb__error(-SFB_EUSAGE, "--elastic runs at --staleness 0 (not %lld): under SSP "
+                          "the survivors' replicas hold different updates, none of them a state "
+                          "every update is in or out of whole", (long long)s->staleness);
+    if (s->elastic && s->flush_clock)
+        return sfb__error(-SFB_EUSAGE, "--elastic needs --flush eager (relays that forward as "
+                          "frames come)");
     if (s->trial_clocks && !sfb__job_sync_is_auto(s->sync))
         return sfb__error(-SFB_EUSAGE, "--trial-clocks measures --sync auto's choice; add "
                           "--sync auto");

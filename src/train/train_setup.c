@@ -47,7 +47,10 @@ static int to_patches(struct worker *w, uint32_t p, uint64_t *n_common)
     return 0;
 }
 
-static int setup_model(struct worker *w)
+/* This rank's shard of the training set (and on rank 0 the test set),
+ * its sampler and index buffer: at set-up, and again after an elastic
+ * job lost a rank (new rank and world, so a new shard). */
+static int load_data(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
     /* this rank's shard of the training set; the test set on rank 0 only,
@@ -68,6 +71,48 @@ static int setup_model(struct worker *w)
                   s->data, (unsigned long long)w->train_rows, (unsigned long long)w->train.n,
                   w->train.d, w->train.k, w->train.sparse ? " (sparse)" : "",
                   (unsigned long long)w->test.n);
+    if (n_common < w->batch)
+        return sfb__error(-SFB_EUSAGE, "data %s: %llu samples over %u workers leave %llu per "
+                          "worker, fewer than one clock's batch of %u", s->data,
+                          (unsigned long long)w->train_rows, w->world,
+                          (unsigned long long)n_common, w->batch);
+    /* Test knob: one worker reads exactly what Q sharded workers of batch
+     * S/Q read (BSP-equivalence tests compare the two). */
+    const char *as = getenv("SFB_DEBUG_SAMPLE_AS");
+    if (as && *as && w->world == 1 && !w->reshards) {
+        uint64_t q;
+        if ((ret = sfb__parse_env_u64("SFB_DEBUG_SAMPLE_AS", as, 1, UINT32_MAX, &q))) return ret;
+        if (s->patch)
+            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_SAMPLE_AS=%s: not with --patches", as);
+        SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%llu: this worker reads what %llu workers read from "
+                  "their shards", (unsigned long long)q, (unsigned long long)q);
+        ret = sfb__sampler_open_union(&w->sampler, w->train_rows, (uint32_t)q, w->batch, s->seed);
+    } else {
+        if (as && *as && w->rank == 0 && !w->reshards)
+            SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%s ignored: it applies to a single worker", as);
+        ret = sfb__sampler_open_rows(&w->sampler, w->train.n, n_common, w->rank, w->world,
+                                     w->batch, s->seed);
+    }
+    if (ret) return ret;
+    if (!w->idx && !(w->idx = malloc(sizeof *w->idx * w->batch)))
+        return sfb__error(-ENOMEM, "out of memory");
+    return 0;
+}
+
+int sfb__worker_reshard(struct worker *w)
+{
+    sfb_sampler_close(&w->sampler);
+    sfb_dataset_free(&w->train);
+    sfb_dataset_free(&w->test);
+    w->reshards++;
+    return load_data(w);
+}
+
+static int setup_model(struct worker *w)
+{
+    const struct sfb_train_settings *s = w->s;
+    int ret = load_data(w);
+    if (ret) return ret;
     struct sfb_model_settings ms;
     sfb_model_default_settings(&ms);
     ms.kind = s->model;
@@ -82,33 +127,7 @@ static int setup_model(struct worker *w)
     ms.simi_pairs = s->simi_pairs;
     ms.diff_pairs = s->diff_pairs;
     if (s->hidden.n) ms.hidden = s->hidden;
-    if ((ret = sfb_model_open(&w->model, &ms))) return ret;
-    if (n_common < w->batch)
-        return sfb__error(-SFB_EUSAGE, "data %s: %llu samples over %u workers leave %llu per "
-                          "worker, fewer than one clock's batch of %u", s->data,
-                          (unsigned long long)w->train_rows, w->world,
-                          (unsigned long long)n_common, w->batch);
-    /* Test knob: one worker reads exactly what Q sharded workers of batch
-     * S/Q read (BSP-equivalence tests compare the two). */
-    const char *as = getenv("SFB_DEBUG_SAMPLE_AS");
-    if (as && *as && w->world == 1) {
-        uint64_t q;
-        if ((ret = sfb__parse_env_u64("SFB_DEBUG_SAMPLE_AS", as, 1, UINT32_MAX, &q))) return ret;
-        if (s->patch)
-            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_SAMPLE_AS=%s: not with --patches", as);
-        SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%llu: this worker reads what %llu workers read from "
-                  "their shards", (unsigned long long)q, (unsigned long long)q);
-        ret = sfb__sampler_open_union(&w->sampler, w->train_rows, (uint32_t)q, w->batch, s->seed);
-    } else {
-        if (as && *as && w->rank == 0)
-            SFB_LOG_W("SFB_DEBUG_SAMPLE_AS=%s ignored: it applies to a single worker", as);
-        ret = sfb__sampler_open_rows(&w->sampler, w->train.n, n_common, w->rank, w->world,
-                                     w->batch, s->seed);
-    }
-    if (ret) return ret;
-    w->idx = malloc(sizeof *w->idx * w->batch);
-    if (!w->idx) return sfb__error(-ENOMEM, "out of memory");
-    return 0;
+    return sfb_model_open(&w->model, &ms);
 }
 
 /* Every setting that must agree across ranks (src/boot/agree.h): the
@@ -207,9 +226,10 @@ static int join(struct worker *w)
     js.progress = s->progress;
     js.cpu_bind = s->cpu_bind;
     js.bandwidth = s->bandwidth;
+    js.elastic = s->elastic;
     int ret = sfb_job_open(&w->job, &js);
     if (ret) return ret;
-    w->rank = sfb_job_rank(w->job);
+    w->rank = w->first_rank = sfb_job_rank(w->job);
     w->world = sfb_job_world(w->job);
     /* default: a global minibatch of 32 samples, split over the workers */
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
@@ -301,7 +321,7 @@ static int attach(struct worker *w)
     /* --ordered: every replica applies a clock's updates in rank order, so
      * all hold the same bits after every clock (replica checks compare them
      * exactly) */
-    a.ordered = s->ordered;
+    a.ordered = s->ordered || s->elastic; /* elastic: forced by the job too */
     a.factor_dtype = s->factor_dtype; /* --factor-dtype: f32 (NULL) or bf16 */
     a.dense_dtype = s->dense_dtype;   /* --dense-dtype: f32 (NULL) or bf16 */
     int auto_sync = sfb__job_sync_is_auto(s->sync);

@@ -40,6 +40,12 @@ struct worker {
     char resume_engines[64]; /* --sync auto resumed: the checkpoint's engines */
     struct sfb__replicas replicas; /* the replica checks (replicas.h) */
     struct sfb__trials trials;     /* --trial-clocks (trials.h) */
+    /* elastic jobs (train.c): the rank this worker started as, the data's
+     * reloads, the last clock whose local step the replica holds, and the
+     * clock whose local step is skipped (held already; -1: none) */
+    uint32_t first_rank;
+    uint32_t reshards;
+    int64_t local_through, skip_local;
 };
 
 /* Joins the job, loads the data, builds the replica, compares settings
@@ -48,6 +54,9 @@ struct worker {
  * open stays for sfb__worker_close. */
 int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s);
 void sfb__worker_close(struct worker *w);
+/* After an elastic job lost a rank: this rank's new shard, sampler and
+ * (rank 0) test set. */
+int sfb__worker_reshard(struct worker *w);
 /* After a replan: the checkpoints' configuration names the engines now. */
 void sfb__worker_engines_changed(struct worker *w);
 

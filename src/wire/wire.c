@@ -66,7 +66,7 @@ int sfb__wire_reason_code(enum sfb__wire_reason r)
 const char *sfb__wire_type_name(unsigned type)
 {
     static const char *const names[] = {"?",     "SF",  "BUNDLE",    "DENSE_ROWS", "HELLO",
-                                        "BYE",   "HEARTBEAT", "ABORT", "DATA"};
+                                        "BYE",   "HEARTBEAT", "ABORT", "DATA",       "LOST"};
     return type <= SFB_WIRE_TYPE_MAX ? names[type] : "?";
 }
 
@@ -234,6 +234,7 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         /* BUNDLE, control and DATA frames have no shape (nor parts). */
         if (h->matrix || h->k || h->d || h->s || (h->flags & SFB_WIRE_F_PART)) return 0;
         *why = SFB_WIRE_R_LENGTH;
+        if (h->type == SFB_WIRE_LOST) return h->payload_len == 4;
         if (h->type >= SFB_WIRE_HELLO && h->type <= SFB_WIRE_ABORT)
             return h->payload_len <= SFB_WIRE_CONTROL_MAX;
         return 1;

@@ -22,7 +22,7 @@
 #define SFB_WIRE_MAGIC 0x57424653u /* "SFBW" as little-endian bytes */
 #define SFB_WIRE_VERSION 2 /* 2: a BUNDLE's checksum covers its header alone */
 #define SFB_WIRE_HDR_SIZE 64
-/* Control frames (HELLO, BYE, HEARTBEAT, ABORT) carry at most this much. */
+/* Control frames (HELLO, BYE, HEARTBEAT, ABORT, LOST) carry at most this much. */
 #define SFB_WIRE_CONTROL_MAX 4096
 
 enum sfb__wire_type {
@@ -34,8 +34,9 @@ enum sfb__wire_type {
     SFB_WIRE_HEARTBEAT = 6,
     SFB_WIRE_ABORT = 7, /* payload: UTF-8 reason, not NUL-terminated */
     SFB_WIRE_DATA = 8,  /* raw bytes (tests, benchmarks) */
+    SFB_WIRE_LOST = 9,  /* elastic jobs: payload u32 LE, a rank the sender found dead */
 };
-#define SFB_WIRE_TYPE_MAX 8
+#define SFB_WIRE_TYPE_MAX 9
 
 /* flags: bit 0 = c is sparse; bit 1 = the origin's last clock (SF and
  * DENSE_ROWS: nothing of a later clock will come from it); bit 2 = SF only:

@@ -1,0 +1,64 @@
+/* The job handle's fields, for src/job only: job.c (open, attach, the
+ * clock protocol, replan, the collectives) and job_elastic.c (going on
+ * without a dead rank). */
+#ifndef SFB_SRC_JOB_IMPL_H
+#define SFB_SRC_JOB_IMPL_H
+
+#include <sfb/job.h>
+#include "sfb/sync.h"
+#include "src/comm/comm.h"
+#include "src/ssp/ssp.h"
+
+struct sfb_job {
+    struct sfb__comm *comm;
+    struct sfb__ssp ssp;
+    int ssp_open;
+    const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
+    void *engine_priv;
+    /* what the engine opens with (attach's settings; a replan reopens it
+     * from a later start_clock); topology: the job's copy */
+    struct sfb__sync_env env;
+    char *topology;
+    /* counters of the engines a replan closed (stats and the summary
+     * count the whole run) */
+    struct sfb__sync_report closed;
+    uint64_t hist[SFB_STALENESS_BINS];
+    uint64_t sum_hist[SFB_STALENESS_BINS]; /* hist + the open engine's */
+    /* per matrix (nmat, allocated at attach): */
+    const struct sfb__sync_desc **engine_of; /* its engine (NULL: "auto", not chosen yet) */
+    uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
+    uint8_t *dense_prec;    /* its rows' under FMS (dense_dtype) */
+    double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
+    struct sfb_matrix *mats;
+    uint64_t *done;         /* bit m: matrix m published in the clock waited for */
+    char *engines;          /* "sfb", "fms", or one name per matrix: "sfb,fms" */
+    char *plan;             /* an "auto" entry: one line per matrix (NULL: none) */
+    int planned;
+    uint32_t nmat, max_s;
+    /* the clock protocol: wait(next), publish(next) (or every matrix by
+     * publish_one / publish_dense), next + 1, ... */
+    int64_t next;   /* the clock the next wait is for */
+    int waited;     /* wait(next) returned; its publish is due */
+    uint32_t ndone; /* matrices of clock next published (bits in done) */
+    int finished;   /* sfb_job_finish succeeded: peers may be gone, nothing to abort */
+    double peer_timeout_s; /* the settings' (the budget's lower bound) */
+    /* elastic jobs (job_elastic.c): what the comm opens with again after a
+     * death (provider: the job's copy), and the traffic of the closed ones */
+    struct sfb__comm_settings cs;
+    char *provider;
+    struct sfb__comm_traffic closed_traffic;
+    /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
+     * as a hostile or broken peer would (tests of the receivers' check) */
+    int debug_unchecked;
+};
+
+/* Opens the engine job->engine_of names on job->env (attach, replan,
+ * shrink). */
+int sfb__job_open_engine(struct sfb_job *job);
+/* Closes the open engine, its counters kept for the run's totals. */
+void sfb__job_close_engine(struct sfb_job *job);
+
+/* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one. */
+int sfb__job_elastic_check(const struct sfb_job *job, const struct sfb_job_attach *a);
+
+#endif
