@@ -313,7 +313,6 @@ static int go_on(struct worker *w, int ret, uint64_t *t)
 {
     int lost = w->s->elastic ? sfb_job_lost(w->job) : -1;
     if (lost < 0) return ret;
-    uint32_t was = w->rank;
     int64_t next;
     uint32_t src;
     double t0 = sfb__now();
@@ -331,9 +330,9 @@ static int go_on(struct worker *w, int ret, uint64_t *t)
         return sfb__error(ret, "checkpoint: the configuration text is too long");
     double dt = sfb__now() - t0;
     sfb__metrics_event(&w->metrics, "elastic",
-                       "\"lost\":%d,\"clock\":%lld,\"world\":%u,\"rank\":%u,\"was\":%u,"
+                       "\"lost\":%d,\"clock\":%lld,\"world\":%u,\"new_rank\":%u,"
                        "\"source\":%u,\"seconds\":%.6g",
-                       lost, (long long)next, w->world, w->rank, was, src, dt);
+                       lost, (long long)next, w->world, w->rank, src, dt);
     if (w->rank == 0)
         SFB_LOG_I("rank %d is lost: %u workers go on from clock %lld with rank %u's replicas "
                   "(%.2f s)", lost, w->world, (long long)next, src, dt);
