@@ -54,7 +54,8 @@ class _Settings(ctypes.Structure):
         ("bandwidth", ctypes.c_double),
         ("stall_timeout_s", ctypes.c_double),
         ("cpu_bind", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint8 * 40),
+        ("elastic", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 36),
     ]
 
 
@@ -270,6 +271,9 @@ def library():
         "sfb_job_finish": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_set_last_clock": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_replan": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p]),
+        "sfb_job_lost": (ctypes.c_int, [vp]),
+        "sfb_job_shrink": (ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int64),
+                                          ctypes.POINTER(ctypes.c_uint32)]),
         "sfb_job_abort": (None, [vp, ctypes.c_char_p]),
         "sfb_job_stats": (ctypes.c_int, [vp, P(_Stats)]),
         "sfb_job_close": (None, [P(vp)]),
@@ -344,7 +348,7 @@ class Job:
 
     def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
                  progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0,
-                 stall_timeout_s=None, cpu_bind=None):
+                 stall_timeout_s=None, cpu_bind=None, elastic=False):
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
@@ -366,6 +370,7 @@ class Job:
         if stall_timeout_s is not None:
             s.stall_timeout_s = stall_timeout_s
         s.bandwidth = bandwidth  # egress budget of data messages, bytes/s (0: none)
+        s.elastic = 1 if elastic else 0  # a rank's death: lost() names it, shrink() goes on
         self._h = ctypes.c_void_p()
         _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))
         self.rank = lib.sfb_job_rank(self._h)
@@ -624,6 +629,24 @@ class Job:
                                         _enc(engine)))
         self.engines = [library().sfb_job_engine(self._h, i).decode()
                         for i in range(len(self.matrices))]
+
+    def lost(self):
+        """An elastic job (Job(elastic=True)): the rank whose death failed the
+        last call (sfb.PeerError), else -1."""
+        return library().sfb_job_lost(self._handle())
+
+    def shrink(self):
+        """An elastic job, after a call failed and lost() named a dead rank:
+        goes on with the survivors, renumbered (rank and world change),
+        every replica the most advanced survivor's (the matrices are
+        overwritten in place). Returns (next, source): the clock to wait for
+        next, and the (new) rank whose replicas every rank now holds.
+        Collective over the survivors (include/sfb/job.h: sfb_job_shrink)."""
+        nxt, src = ctypes.c_int64(), ctypes.c_uint32()
+        _check(library().sfb_job_shrink(self._handle(), ctypes.byref(nxt), ctypes.byref(src)))
+        self.rank = library().sfb_job_rank(self._h)
+        self.world = library().sfb_job_world(self._h)
+        return nxt.value, src.value
 
     def timeline_on(self):
         """True when this job records a training timeline (SFB_TIMELINE)."""

@@ -274,11 +274,12 @@ static int one_clock(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
     const struct sfb_train_settings *s = w->s;
     uint64_t every = s->checkpoint_every;
     int ret;
-    if (w->debug.die_rank == (int)w->first_rank && (int64_t)t == w->debug.die_clock) {
-        SFB_LOG_W("SFB_DEBUG_DIE_AT: rank %u kills itself at clock %llu", w->first_rank,
-                  (unsigned long long)t);
-        raise(SIGKILL);
-    }
+    for (uint32_t i = 0; i < w->debug.n_die; i++)
+        if (w->debug.die_rank[i] == (int)w->first_rank && (int64_t)t == w->debug.die_clock[i]) {
+            SFB_LOG_W("SFB_DEBUG_DIE_AT: rank %u kills itself at clock %llu", w->first_rank,
+                      (unsigned long long)t);
+            raise(SIGKILL);
+        }
     if (every && t > rt->start && t % every == 0 && (ret = checkpoint(w, (int64_t)t, 0)))
         return ret;
     struct sfb__clock_metrics cm;

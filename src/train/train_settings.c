@@ -132,17 +132,19 @@ int sfb__train_debug_read(struct sfb__train_debug *d, uint32_t world)
                               "job has ranks 0..%u", (unsigned long long)r, world - 1);
         d->slow_rank = (int)r;
     }
-    d->die_rank = -1;
+    d->n_die = 0;
     const char *die = getenv("SFB_DEBUG_DIE_AT");
-    if (!ret && die && *die) {
+    for (const char *p = die; !ret && p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0)) {
         unsigned r;
         long long c;
-        char end;
-        if (sscanf(die, "%u:%lld%c", &r, &c, &end) != 2 || c < 0 || (world && r >= world))
-            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_DIE_AT=\"%s\": expected RANK:CLOCK, a rank "
-                              "of the job (0..%u) and a clock", die, world ? world - 1 : 0);
-        d->die_rank = (int)r;
-        d->die_clock = c;
+        int used = 0;
+        if (d->n_die == 8 || sscanf(p, "%u:%lld%n", &r, &c, &used) != 2 || c < 0 ||
+            (p[used] && p[used] != ',') || (world && r >= world))
+            return sfb__error(-SFB_EUSAGE, "SFB_DEBUG_DIE_AT=\"%s\": expected RANK:CLOCK[,...] "
+                              "(at most 8), ranks of the job (0..%u)", die,
+                              world ? world - 1 : 0);
+        d->die_rank[d->n_die] = (int)r;
+        d->die_clock[d->n_die++] = c;
     }
     return ret;
 }

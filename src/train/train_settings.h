@@ -16,10 +16,11 @@ struct sfb__train_debug {
     double delay_ms;
     int slow_rank;
     double slow_factor;
-    /* SFB_DEBUG_DIE_AT=R:C: rank R (of the job as started) kills itself
-     * with SIGKILL as clock C begins (tests of elastic jobs); -1: none */
-    int die_rank;
-    int64_t die_clock;
+    /* SFB_DEBUG_DIE_AT=R:C[,R:C...]: rank R (of the job as started) kills
+     * itself with SIGKILL as clock C begins (tests of elastic jobs); up to 8 */
+    uint32_t n_die;
+    int die_rank[8];
+    int64_t die_clock[8];
 };
 /* Reads them; world > 0: slow_rank must be a rank of it. 0, or
  * -SFB_EUSAGE naming the variable and its option. */

@@ -9,14 +9,17 @@
 #    accuracy is within 0.5 points of the uninterrupted run's;
 #  - rank 0 dies at clock 400 of 1000 (the survivors meet at rank 1's
 #    reserved address, and the old rank 1 evaluates as the new rank 0), and
-#    a death on 8 ranks over the Halton overlay (relays re-planned for 7):
-#    the events and identical replicas;
+#    two deaths one after the other on 8 ranks over the Halton overlay
+#    (relays re-planned for 7, then 6): the events and identical replicas;
 #  - kill -9 from outside, at whatever clock the run has reached: the same;
+#  - the job API from Python (test/python/job_elastic.py under sfb launch
+#    --elastic -n 4): Job.lost() names rank 2 on the 3 survivors, Job.shrink()
+#    goes on from clock 9 or 10, the 3 replicas end with the same bytes;
 #  - without --elastic the same death ends the job (exit 1, naming rank 2);
 #  - --elastic with --sync fms or --staleness 2 is refused (exit 2).
-# Usage: elastic.sh SFB
+# Usage: elastic.sh SFB RUN_PY JOB_ELASTIC_PY
 set -uo pipefail
-SFB=$1
+SFB=$1; PY=$2; JOB_PY=$3
 tmp=$(mktemp -d)
 trap 'pkill -9 -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -66,10 +69,11 @@ check "rank 0 dies: 3 survivors' events (lost 0)" "events_ok die0 0 3 399 400"
 check "rank 0 dies: old rank 1 evaluates as rank 0" "grep -q '^\[1\] test accuracy' die0.out"
 check "rank 0 dies: the 3 final replicas hold the same bytes" "same die0 3"
 
-SFB_DEBUG_DIE_AT=5:400 run halton 1000 -n 8 --elastic --topology halton; rc=$?
-check "halton, 8 ranks, rank 5 dies: exit 0 ($rc)" "[ $rc = 0 ]"
+SFB_DEBUG_DIE_AT=5:400,6:700 run halton 1000 -n 8 --elastic --topology halton; rc=$?
+check "halton, 8 ranks, ranks 5 and 6 die: exit 0 ($rc)" "[ $rc = 0 ]"
 check "halton: 7 survivors' events (lost 5)" "events_ok halton 5 7 399 400"
-check "halton: the 7 final replicas hold the same bytes" "same halton 7"
+check "halton: 6 survivors' events (lost 6, now rank 5)" "events_ok halton 5 6 699 700"
+check "halton: the 6 final replicas hold the same bytes" "same halton 6"
 
 # kill -9 from outside: the launcher's child named "sfb rank 2", once the
 # run is past clock 100
@@ -90,6 +94,16 @@ wait "$launcher"; rc=$?
 check "kill -9: exit 0 ($rc)" "[ $rc = 0 ]"
 check "kill -9: 3 survivors' events (lost 2)" "events_ok kill 2 3 '[0-9]*' '[0-9]*'"
 check "kill -9: the 3 final replicas hold the same bytes" "same kill 3"
+
+if "$PY" --check; then
+  timeout 120 "$SFB" launch --elastic -n 4 -- "$PY" "$JOB_PY" >py.out 2>&1; rc=$?
+  grep '^\[.\] elastic' py.out
+  check "python: exit 0 ($rc)" "[ $rc = 0 ]"
+  check "python: 3 survivors, each lost 2, next 9 or 10" \
+    "[ \$(grep -c '^\[.\] elastic rank [0-2] of 3 was [013] lost 2 next \(9\|10\) hash' py.out) = 3 ]"
+  check "python: the 3 replicas hold the same bytes" \
+    "[ \$(sed -n 's/.* hash //p' py.out | sort -u | wc -l) = 1 ]"
+fi
 
 SFB_DEBUG_DIE_AT=2:100 run plain 1000 -n 4; rc=$?
 check "without --elastic: exit 1 ($rc), rank 2 named" \
