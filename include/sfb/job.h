@@ -83,13 +83,19 @@ struct sfb_job_settings {
      * round robin by its place among the host's ranks) or "none" (the OS
      * places them, or the launcher's binding stays). */
     const char *cpu_bind;
+    /* An elastic process started later (SFB_JOINING=1, with SFB_JOIN and
+     * SFB_JOB_KEY: `sfb launch --elastic --respawn N` sets them): the text
+     * of its settings that must agree with the running job's (the job's
+     * rank 0 compares it with what its sfb_job_grow gets, and refuses a
+     * joiner that differs, naming the first line). NULL: "". */
+    const char *join_text;
     /* 1: an elastic job (docs/robustness.md, "Elastic jobs"): when a rank
      * dies, the survivors' waits fail with sfb_job_lost() naming it and
      * sfb_job_shrink() goes on without it. Needs the environment
      * rendezvous (sfb launch --elastic) and at attach the engine "sfb" at
      * staleness 0, ordered (forced). Every rank sets the same. Default 0. */
     uint32_t elastic;
-    uint8_t reserved[64 - 2 * sizeof(double) - sizeof(const char *) - sizeof(uint32_t)];
+    uint8_t reserved[64 - 2 * sizeof(double) - 2 * sizeof(const char *) - sizeof(uint32_t)];
 };
 
 /* Fills defaults (version included). NULL is a no-op. */
@@ -337,6 +343,31 @@ SFB_API int sfb_job_lost(struct sfb_job *job);
  * otherwise and ends), or the failure of the survivors' rendezvous (a
  * second death, survivors that disagree on the dead: the job ends). */
 SFB_API int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source);
+
+/* Elastic jobs: takes in the processes waiting to join (started later with
+ * SFB_JOINING=1 and the job's SFB_JOIN address and key), at a clock
+ * boundary: every rank calls it after sfb_job_wait(clock) and before
+ * publishing `clock` (no rank has published it: the replicas all hold
+ * exactly the clocks before it, bit-identical under ordered apply). Rank 0
+ * listens at SFB_JOIN; it accepts the joiners whose key and `text` (the
+ * settings that must agree) match, refuses the others naming why, and
+ * tells every rank how many. With none, nothing changes (the cost: one
+ * broadcast of a few bytes). Else the job re-forms with world + n (ranks
+ * kept, the joiners after them), rank 0's matrices go to the joiners, and
+ * the engine reopens at `clock` (already waited for: publish it next).
+ * `value`: handed to every joiner (sfb_job_joined). *joined: n. Returns 0,
+ * -SFB_EUSAGE (not elastic, not between a wait and its publish), a peer's
+ * failure (a death: sfb_job_lost, sfb_job_shrink as usual). */
+SFB_API int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t value,
+                         uint32_t *joined);
+
+/* A process that joined a running elastic job (SFB_JOINING=1): 1, with
+ * the clock it starts at (attach with start_clock = it; its wait returns
+ * at once), the job's max_s (attach with it) and the `value` rank 0's
+ * sfb_job_grow passed; 0 for a process that started with the job. Its
+ * attach receives rank 0's matrices. Any pointer may be NULL. */
+SFB_API int sfb_job_joined(const struct sfb_job *job, int64_t *clock, uint32_t *max_s,
+                           uint64_t *value);
 
 /* Collective over the bootstrap channel: returns once every rank entered
  * it, or with the reason a peer failed. */

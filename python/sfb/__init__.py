@@ -54,8 +54,9 @@ class _Settings(ctypes.Structure):
         ("bandwidth", ctypes.c_double),
         ("stall_timeout_s", ctypes.c_double),
         ("cpu_bind", ctypes.c_char_p),
+        ("join_text", ctypes.c_char_p),
         ("elastic", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 36),
+        ("reserved", ctypes.c_uint8 * 28),
     ]
 
 

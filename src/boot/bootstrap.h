@@ -130,6 +130,30 @@ int sfb__bootstrap_barrier(struct sfb__bootstrap *bs);
  * uses. *fd: the reservation (the caller closes it). */
 int sfb__bootstrap_reserve(struct sfb__bootstrap *bs, int *fd, char *addr, size_t n);
 
+/* ---- joining a running elastic job (boot_join.c) ----
+ * The job's rank 0 listens at SFB_JOIN (sfb__join_listen: SO_REUSEADDR,
+ * non-blocking); at its clock-boundary checks it takes the pending joiners
+ * (sfb__join_accept: each one's JOIN read within 0.5 s, its key and
+ * settings text compared with the job's, a mismatch refused with the
+ * reason; up to max accepted, their sockets in fds) and answers each with
+ * its place (sfb__join_assign). A process started later asks
+ * (sfb__join_request: connects, retrying, until timeout_s; waits as long
+ * for the answer) and gets its rank, the grown world, the clock it starts
+ * at, two values of the job's (`extra`: max_s and the caller's) and the
+ * survivors' rendezvous "host:port". */
+int sfb__join_listen(const char *addr, int *fd);
+/* A port reserved on `host` (bound with SO_REUSEADDR, not listening) for a
+ * rendezvous rank 0 serves there: "host:port" to addr[n], *fd held until
+ * the rendezvous is bound. */
+int sfb__join_reserve(const char *host, int *fd, char *addr, size_t n);
+int sfb__join_accept(int lfd, uint64_t key, const char *text, int *fds, uint32_t max,
+                     uint32_t *n);
+int sfb__join_assign(int fd, uint64_t key, uint32_t rank, uint32_t world, int64_t clock,
+                     const uint64_t extra[2], const char *rendezvous);
+int sfb__join_request(const char *addr, uint64_t key, const char *text, double timeout_s,
+                      uint32_t *rank, uint32_t *world, int64_t *clock, uint64_t extra[2],
+                      char *rdv, size_t rdv_len);
+
 /* Parses a job key as SFB_JOB_KEY spells it. 0 or -SFB_EUSAGE. */
 int sfb__bootstrap_parse_key(const char *s, uint64_t *key);
 

@@ -16,6 +16,7 @@ struct cli_job {
      * given; copied into `train` after parsing */
     struct sfb_model_settings model;
     int nprocs;           /* run: -n */
+    uint32_t respawn;     /* run: --respawn (the launcher's; SFB_RESPAWN) */
     int with_n;           /* `sfb run`: -n allowed */
     const char *out_dir;  /* where the model and metrics go by default */
     const char *timeline; /* --timeline: SFB_TIMELINE for the workers (NULL: as set) */

@@ -14,6 +14,7 @@
 struct launch_opts {
     uint32_t nprocs;
     int elastic;
+    uint32_t respawn;
 };
 
 static const struct cli_opt launch_table[] = {
@@ -24,6 +25,10 @@ static const struct cli_opt launch_table[] = {
      .size = sizeof(int), .ival = 1,
      .help = "a copy's death does not stop the others: they\n"
              "go on without it (sets SFB_ELASTIC=1 for them)"},
+    {.kind = CLI_UINT, .name = "respawn", .off = offsetof(struct launch_opts, respawn),
+     .size = sizeof(uint32_t), .metavar = "N", .umin = 0, .umax = 1024,
+     .help = "with --elastic: restart a copy that died, at most\n"
+             "N times; it joins the running job (SFB_JOINING=1)"},
     {.kind = CLI_HELP, .name = "help", .short_name = 'h', .help = "this text"},
     {.kind = CLI_END},
 };
@@ -98,6 +103,17 @@ int cli_launch(int argc, char **argv)
     }
     if (o.elastic && setenv("SFB_ELASTIC", "1", 1)) {
         fprintf(stderr, "sfb launch: --elastic: %s\n", strerror(errno));
+        return 1;
+    }
+    if (o.respawn && !o.elastic) {
+        fprintf(stderr, "sfb launch: --respawn restarts the copies of an elastic job: add "
+                        "--elastic\n");
+        return 2;
+    }
+    char rv[16];
+    snprintf(rv, sizeof rv, "%u", o.respawn);
+    if (o.respawn && setenv("SFB_RESPAWN", rv, 1)) {
+        fprintf(stderr, "sfb launch: --respawn: %s\n", strerror(errno));
         return 1;
     }
     cli_log_init(SFB_LOG_WARN);

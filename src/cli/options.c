@@ -243,6 +243,10 @@ static const struct cli_opt job_rows2[] = {
      "go on without it (--sync sfb, --staleness 0; implies\n"
      "--ordered; as SFB_ELASTIC=1, which sfb launch\n"
      "--elastic sets)", .ival = 1},
+    {ROW(CLI_UINT, "respawn", 0, J(respawn)), "N",
+     "sfb run --elastic: restart a worker that died,\n"
+     "at most N times; it joins at the next check\n"
+     "(--check-every; as SFB_RESPAWN)", .umin = 0, .umax = 1024, .want = "0..1024"},
     U("check-every", check_every, 0, UINT64_MAX >> 2, "N", "0 or a number of clocks",
       "with --ordered every N clocks the workers compare\n"
       "their replicas' fingerprints and repair one that\n"
@@ -455,6 +459,19 @@ int cli_parse_job(int argc, char **argv, const char *cmd, int with_n, struct cli
     if (with_n && job->train.elastic && setenv("SFB_ELASTIC", "1", 1)) {
         fprintf(stderr, "sfb %s: --elastic: %s\n", cmd, strerror(errno));
         return 1;
+    }
+    if (with_n && cli_opt_given(&p, table, "respawn")) {
+        char v[16];
+        snprintf(v, sizeof v, "%u", job->respawn);
+        if (!job->train.elastic) {
+            fprintf(stderr, "sfb %s: --respawn restarts the workers of an elastic job: add "
+                            "--elastic\n", cmd);
+            return 2;
+        }
+        if (setenv("SFB_RESPAWN", v, 1)) {
+            fprintf(stderr, "sfb %s: --respawn: %s\n", cmd, strerror(errno));
+            return 1;
+        }
     }
     if (!with_n && (r = env_rank_world(cmd, job))) return r;
     /* the job reads it when it opens (every worker: forks and execs inherit it) */

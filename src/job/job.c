@@ -117,13 +117,22 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     if (ret) return ret;
     struct sfb_job *job = calloc(1, sizeof *job);
     if (!job) return sfb__error(-ENOMEM, "sfb_job_open: out of memory");
-    if ((ret = sfb__comm_open(&job->comm, &cs))) {
+    job->join_fd = -1;
+    job->join_clock = -1;
+    /* an elastic job: a joiner's handshake first, which says where to meet */
+    ret = cs.elastic ? sfb__job_elastic_open(job, &cs, s->join_text) : 0;
+    if (!ret && !job->comm) ret = sfb__comm_open(&job->comm, &cs);
+    if (!ret && cs.elastic) ret = sfb__job_elastic_listen(job);
+    if (ret) {
+        sfb__comm_close(&job->comm);
+        sfb__job_elastic_close(job);
         free(job);
         return ret;
     }
     job->peer_timeout_s = s->peer_timeout_s;
     job->cs = cs;
     job->cs.rendezvous = job->cs.job_key = NULL;
+    job->cs.rank = job->cs.world = 0;
     if (s->provider && !(job->provider = strdup(s->provider))) {
         sfb__comm_close(&job->comm);
         free(job);
@@ -137,6 +146,7 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     if (timeline && *timeline &&
         (ret = sfb__trace_open(timeline, sfb__comm_rank(job->comm)))) {
         sfb__comm_close(&job->comm);
+        sfb__job_elastic_close(job);
         free(job->provider);
         free(job);
         return ret;
@@ -363,6 +373,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     free(shapes);
     if (ret) return ret;
     sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
+    if (job->join_clock >= 0 && (ret = sfb__job_joined_attach(job, a))) return ret;
     if (!job->ssp_open) {
         ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), a->staleness, a->start_clock);
         if (ret) return ret;
@@ -807,6 +818,7 @@ void sfb_job_close(struct sfb_job **pjob)
     free_matrices(job);
     if (job->ssp_open) sfb__ssp_fini(&job->ssp);
     sfb__comm_close(&job->comm);
+    sfb__job_elastic_close(job);
     free(job->provider);
     free(job);
     *pjob = NULL;

@@ -19,6 +19,7 @@
 #include <sfb/job.h>
 #include "src/base/util.h"
 #include "src/base/trace.h"
+#include "src/boot/bootstrap.h"
 #include "src/comm/comm.h"
 #include "src/job/job_impl.h"
 
@@ -52,39 +53,62 @@ int sfb_job_lost(struct sfb_job *job)
     return sfb__comm_lost(job->comm);
 }
 
-/* Steps 1 and 2: the old comm closed (its traffic kept), the survivors'
- * comm open. */
-static int rejoin(struct sfb_job *job, uint32_t lost)
+/* The old comm closed (its traffic kept), a new one open as rank `rank`
+ * of `world`, meeting at `rdv`. `keep_fd`: a reservation of rdv's port
+ * this rank holds (-1: none), closed once the new comm is open. */
+static int reopen_comm(struct sfb_job *job, uint32_t rank, uint32_t world, const char *rdv,
+                       int keep_fd)
 {
     struct sfb__comm *c = job->comm;
-    uint32_t rank = sfb__comm_rank(c), world = sfb__comm_world(c);
-    uint32_t leader = lost == 0 ? 1 : 0;
-    char rdv[80], key[24];
-    snprintf(rdv, sizeof rdv, "%s", sfb__comm_elastic_addr(c, leader));
+    char key[24];
     snprintf(key, sizeof key, "0x%016" PRIx64, sfb__comm_job_key(c));
-    sfb__comm_tell_lost(c, lost);
     struct sfb__comm_traffic t;
     sfb__comm_traffic(c, &t);
     job->closed_traffic.bytes_sent += t.bytes_sent;
     job->closed_traffic.bytes_recv += t.bytes_recv;
     job->closed_traffic.frames_sent += t.frames_sent;
     job->closed_traffic.frames_recv += t.frames_recv;
-    /* held until the survivors' rendezvous has bound the port */
+    /* this rank's own reservation, held until the new rendezvous is bound
+     * (it may be the one rdv names) */
     int reserved = sfb__comm_take_reservation(c);
     sfb__comm_close(&job->comm);
     struct sfb__comm_settings cs = job->cs;
-    cs.rank = (int)(rank - (rank > lost));
-    cs.world = (int)world - 1;
+    cs.rank = (int)rank;
+    cs.world = (int)world;
     cs.rendezvous = rdv;
     cs.job_key = key;
-    SFB_LOG_I("rank %u died: going on as rank %d of %d (the survivors meet at %s)", lost, cs.rank,
-              cs.world, rdv);
     int ret = sfb__comm_open(&job->comm, &cs);
     if (reserved >= 0) close(reserved);
+    if (keep_fd >= 0) close(keep_fd);
+    return ret;
+}
+
+/* Steps 1 and 2: the survivors' comm. */
+static int rejoin(struct sfb_job *job, uint32_t lost)
+{
+    struct sfb__comm *c = job->comm;
+    uint32_t rank = sfb__comm_rank(c), world = sfb__comm_world(c);
+    uint32_t leader = lost == 0 ? 1 : 0;
+    char rdv[80];
+    snprintf(rdv, sizeof rdv, "%s", sfb__comm_elastic_addr(c, leader));
+    sfb__comm_tell_lost(c, lost);
+    SFB_LOG_I("rank %u died: going on as rank %u of %u (the survivors meet at %s)", lost,
+              rank - (rank > lost), world - 1, rdv);
+    int ret = reopen_comm(job, rank - (rank > lost), world - 1, rdv, -1);
     if (ret)
         return sfb__error(ret, "going on without rank %u: the survivors' rendezvous at %s "
                           "failed: %s", lost, rdv, sfb_error_message(ret));
-    return 0;
+    return sfb__job_elastic_listen(job);
+}
+
+/* Every matrix of rank src to every rank (after the shapes' barrier). */
+static int send_matrices(struct sfb_job *job, uint32_t src)
+{
+    int ret = 0;
+    for (uint32_t m = 0; m < job->nmat && !ret && sfb__comm_world(job->comm) > 1; m++)
+        ret = sfb__comm_broadcast(job->comm, src, job->mats[m].data,
+                                  (size_t)job->mats[m].rows * job->mats[m].cols * sizeof(float));
+    return ret ? sfb__comm_explain(job->comm, ret) : 0;
 }
 
 /* Step 3: the state every survivor goes on from. */
@@ -110,10 +134,25 @@ static int agree_state(struct sfb_job *job, int64_t applied, int64_t *next, uint
     }
     ret = sfb__comm_set_shapes(job->comm, shapes, job->nmat, job->max_s);
     free(shapes);
-    for (uint32_t m = 0; m < job->nmat && !ret && world > 1; m++)
-        ret = sfb__comm_broadcast(job->comm, src, job->mats[m].data,
-                                  (size_t)job->mats[m].rows * job->mats[m].cols * sizeof(float));
-    return ret ? sfb__comm_explain(job->comm, ret) : 0;
+    return ret ? ret : send_matrices(job, src);
+}
+
+/* The engine opened again at `clock` on a fresh SSP table of the comm's
+ * world; `waited`: the wait for `clock` counts as done. */
+static int restart_engine(struct sfb_job *job, int64_t clock, int waited)
+{
+    int ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), 0, clock);
+    if (ret) return ret;
+    job->ssp_open = 1;
+    job->env.comm = job->comm;
+    job->env.ssp = &job->ssp;
+    job->env.start_clock = clock;
+    job->next = clock;
+    job->waited = waited;
+    job->ndone = 0;
+    memset(job->done, 0, (job->nmat + 63) / 64 * sizeof *job->done);
+    if (waited && (ret = sfb__ssp_record(&job->ssp, clock))) return ret;
+    return sfb__job_open_engine(job);
 }
 
 int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
@@ -138,25 +177,175 @@ int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
     job->ssp_open = 0;
     int ret = rejoin(job, (uint32_t)lost);
     if (!ret) ret = agree_state(job, applied, next, source);
-    if (!ret) ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), 0, *next);
+    if (!ret) ret = restart_engine(job, *next, 0);
     if (ret) {
-        sfb__comm_close(&job->comm);
-        return ret;
-    }
-    job->ssp_open = 1;
-    job->env.comm = job->comm;
-    job->env.ssp = &job->ssp;
-    job->env.start_clock = *next;
-    job->next = *next;
-    job->waited = 0;
-    job->ndone = 0;
-    memset(job->done, 0, (job->nmat + 63) / 64 * sizeof *job->done);
-    if ((ret = sfb__job_open_engine(job))) {
         sfb__comm_close(&job->comm);
         return ret;
     }
     SFB_LOG_I("going on without rank %d: %u workers from clock %lld, the replicas rank %u "
               "held (%.2f s)", lost, sfb__comm_world(job->comm), (long long)*next, *source,
               sfb__now() - t0);
+    return 0;
+}
+
+/* ---- growing ---- */
+
+int sfb__job_elastic_listen(struct sfb_job *job)
+{
+    const char *addr = getenv("SFB_JOIN");
+    if (job->join_fd >= 0 || !addr || !*addr || sfb__comm_rank(job->comm) != 0) return 0;
+    if (sfb__join_listen(addr, &job->join_fd))
+        SFB_LOG_W("elastic job: no joiner can come in: %s", sfb_last_error());
+    return 0;
+}
+
+void sfb__job_elastic_close(struct sfb_job *job)
+{
+    if (job->join_fd >= 0) close(job->join_fd);
+    job->join_fd = -1;
+}
+
+int sfb__job_elastic_open(struct sfb_job *job, struct sfb__comm_settings *cs,
+                          const char *join_text)
+{
+    const char *joining = getenv("SFB_JOINING");
+    if (!joining || strcmp(joining, "1") != 0) return 0;
+    const char *addr = getenv("SFB_JOIN"), *ks = getenv("SFB_JOB_KEY");
+    uint64_t key = 0;
+    if (!addr || !*addr || !ks || sfb__bootstrap_parse_key(ks, &key))
+        return sfb__error(-SFB_EUSAGE, "SFB_JOINING=1: joining a running job needs SFB_JOIN "
+                          "(host:port of its join listener) and its SFB_JOB_KEY");
+    double timeout = 600;
+    const char *t = getenv("SFB_JOIN_TIMEOUT");
+    if (t && *t && !(sscanf(t, "%lf", &timeout) == 1 && timeout > 0))
+        return sfb__error(-SFB_EUSAGE, "SFB_JOIN_TIMEOUT=\"%s\": expected seconds > 0", t);
+    uint32_t rank, world;
+    char rdv[96];
+    SFB_LOG_I("joining the running job at %s", addr);
+    int ret = sfb__join_request(addr, key, join_text ? join_text : "", timeout, &rank, &world,
+                                &job->join_clock, job->join_extra, rdv, sizeof rdv);
+    if (ret) {
+        job->join_clock = -1;
+        return ret;
+    }
+    struct sfb__comm_settings c = *cs;
+    c.rank = (int)rank;
+    c.world = (int)world;
+    c.rendezvous = rdv;
+    c.job_key = ks;
+    if ((ret = sfb__comm_open(&job->comm, &c))) return ret;
+    SFB_LOG_I("joined as rank %u of %u, from clock %lld", rank, world,
+              (long long)job->join_clock);
+    return 0;
+}
+
+int sfb_job_joined(const struct sfb_job *job, int64_t *clock, uint32_t *max_s, uint64_t *value)
+{
+    if (!job || job->join_clock < 0) return 0;
+    if (clock) *clock = job->join_clock;
+    if (max_s) *max_s = (uint32_t)job->join_extra[0];
+    if (value) *value = job->join_extra[1];
+    return 1;
+}
+
+int sfb__job_joined_attach(struct sfb_job *job, const struct sfb_job_attach *a)
+{
+    if (a->start_clock != job->join_clock || a->max_s != job->join_extra[0])
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: a joined process attaches with "
+                          "start_clock %lld and max_s %llu (sfb_job_joined), not %lld and %u",
+                          (long long)job->join_clock, (unsigned long long)job->join_extra[0],
+                          (long long)a->start_clock, a->max_s);
+    /* the shapes' barrier was the grow's; now rank 0's matrices */
+    return send_matrices(job, 0);
+}
+
+/* The joiners' rendezvous: a port reserved on SFB_JOIN's host (where every
+ * rank and joiner reaches rank 0). */
+static int reserve_on_join_host(char *rdv, size_t n, int *fd)
+{
+    char host[96];
+    const char *addr = getenv("SFB_JOIN");
+    snprintf(host, sizeof host, "%s", addr ? addr : "");
+    char *colon = strrchr(host, ':');
+    if (colon) *colon = '\0';
+    return sfb__join_reserve(host, fd, rdv, n);
+}
+
+int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t value,
+                 uint32_t *joined)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(joined);
+    *joined = 0;
+    if (!job->comm) return sfb__error(-SFB_EPEER, "sfb_job_grow: the job ended already");
+    if (!job->cs.elastic)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_grow: not an elastic job");
+    if (!job->engine || !job->waited || job->ndone || job->next != clock)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_grow: clock %lld: call it after waiting for the "
+                          "clock and before publishing it", (long long)clock);
+    uint32_t rank = sfb__comm_rank(job->comm), world = sfb__comm_world(job->comm);
+    int fds[64];
+    struct {
+        uint32_t n;
+        char rdv[92];
+    } plan = {0, ""};
+    int rfd = -1, ret = 0;
+    if (rank == 0 && job->join_fd >= 0) {
+        uint32_t n = 0;
+        if (sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm), text ? text : "", fds,
+                             64, &n))
+            SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
+        if (n && reserve_on_join_host(plan.rdv, sizeof plan.rdv, &rfd)) {
+            SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
+            for (uint32_t i = 0; i < n; i++) close(fds[i]);
+            n = 0;
+        }
+        plan.n = n;
+    }
+    if (world > 1) ret = sfb__comm_broadcast(job->comm, 0, &plan, sizeof plan);
+    if (ret) {
+        for (uint32_t i = 0; rank == 0 && i < plan.n; i++) close(fds[i]);
+        if (rfd >= 0) close(rfd);
+        return sfb__comm_explain(job->comm, ret);
+    }
+    if (!plan.n) return 0;
+    plan.rdv[sizeof plan.rdv - 1] = '\0';
+    uint32_t grown = world + plan.n;
+    uint64_t extra[2] = {job->max_s, value};
+    for (uint32_t i = 0; rank == 0 && i < plan.n; i++) {
+        if (sfb__join_assign(fds[i], sfb__comm_job_key(job->comm), world + i, grown, clock, extra,
+                             plan.rdv))
+            SFB_LOG_W("sfb_job_grow: telling joiner %u its place failed (it will not come, and "
+                      "the rendezvous will name it)", i);
+        close(fds[i]);
+    }
+    double t0 = sfb__now();
+    SFB_LOG_I("clock %lld: %u process%s join%s: %u workers from now on (meeting at %s)",
+              (long long)clock, plan.n, plan.n > 1 ? "es" : "", plan.n > 1 ? "" : "s", grown,
+              plan.rdv);
+    sfb__job_close_engine(job);
+    sfb__ssp_fini(&job->ssp);
+    job->ssp_open = 0;
+    ret = reopen_comm(job, rank, grown, plan.rdv, rfd);
+    if (ret) ret = sfb__error(ret, "clock %lld: growing to %u workers: the rendezvous at %s "
+                              "failed: %s", (long long)clock, grown, plan.rdv,
+                              sfb_error_message(ret));
+    struct sfb__wire_shape *shapes = ret ? NULL : malloc(job->nmat * sizeof *shapes);
+    if (!ret && !shapes) ret = sfb__error(-ENOMEM, "sfb_job_grow: out of memory");
+    for (uint32_t m = 0; !ret && m < job->nmat; m++) {
+        shapes[m].k = job->mats[m].rows;
+        shapes[m].d = job->mats[m].cols;
+    }
+    if (!ret) ret = sfb__comm_set_shapes(job->comm, shapes, job->nmat, job->max_s);
+    free(shapes);
+    if (!ret) ret = send_matrices(job, 0);
+    if (!ret) ret = restart_engine(job, clock, 1);
+    if (ret) {
+        sfb__comm_close(&job->comm);
+        return ret;
+    }
+    *joined = plan.n;
+    SFB_LOG_I("clock %lld: %u workers (%.2f s)", (long long)clock, grown, sfb__now() - t0);
     return 0;
 }

@@ -47,6 +47,12 @@ struct sfb_job {
     struct sfb__comm_settings cs;
     char *provider;
     struct sfb__comm_traffic closed_traffic;
+    /* growing (job_elastic.c): rank 0's join listener (-1: none); a process
+     * that joined a running job: the clock it starts at (-1: it did not),
+     * the job's max_s and the value rank 0 passed */
+    int join_fd;
+    int64_t join_clock;
+    uint64_t join_extra[2];
     /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
      * as a hostile or broken peer would (tests of the receivers' check) */
     int debug_unchecked;
@@ -58,7 +64,15 @@ int sfb__job_open_engine(struct sfb_job *job);
 /* Closes the open engine, its counters kept for the run's totals. */
 void sfb__job_close_engine(struct sfb_job *job);
 
-/* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one. */
+/* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one; the
+ * open of an elastic job (a joiner's handshake, rank 0's join listener);
+ * a joiner's attach receiving rank 0's matrices after the shapes' barrier;
+ * the listener closed. */
 int sfb__job_elastic_check(const struct sfb_job *job, const struct sfb_job_attach *a);
+int sfb__job_elastic_open(struct sfb_job *job, struct sfb__comm_settings *cs,
+                          const char *join_text);
+int sfb__job_elastic_listen(struct sfb_job *job);
+int sfb__job_joined_attach(struct sfb_job *job, const struct sfb_job_attach *a);
+void sfb__job_elastic_close(struct sfb_job *job);
 
 #endif

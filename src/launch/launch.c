@@ -9,6 +9,7 @@
 #include "src/launch/line_relay.h"
 #include "src/launch/proc_sweep.h"
 #include "src/launch/rank_env.h"
+#include "src/boot/bootstrap.h"
 #include "src/transport/transport.h"
 #include <sfb/launch.h>
 #include "src/base/util.h"
@@ -34,18 +35,25 @@
 struct child {
     pid_t pid;
     int alive;
+    int label;   /* the rank it prints as (a respawned copy: the one it replaces) */
+    int joining; /* started later, into the running job */
     struct sfb__line_stream s[2]; /* stdout, stderr */
 };
 
+struct spawn;
+
 struct launcher {
-    int n;
+    int n;              /* copies started so far (slots of c in use) */
+    int world, cap;     /* the job's copies at start; slots (world + respawns) */
     struct child *c;
+    const struct spawn *sp;
     struct sfb__line_relay out;
     int failed_rank, failed_status; /* first failure */
     int usage_exit;                 /* some copy exited 2 (a usage error) */
     int stopping, sigs_forwarded, abort_sig, timed_out;
     int sent_sigkill;
     int elastic, finished; /* elastic job; ranks that exited 0 */
+    int respawns;          /* copies the launcher may still restart */
     double kill_at;
     double first_exit, last_exit; /* sfb__now() of the first and last reap */
     /* what the ranks left behind (sweep()), and the sweep's deadlines */
@@ -58,8 +66,10 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s)
 {
     s->grace_s = 3;
     s->timeout_s = 0;
-    const char *el = getenv("SFB_ELASTIC");
+    const char *el = getenv("SFB_ELASTIC"), *re = getenv("SFB_RESPAWN");
     s->elastic = el && !strcmp(el, "1");
+    s->respawn = re ? atoi(re) : 0;
+    if (s->respawn < 0 || s->respawn > SFB__LAUNCH_MAX_PROCS) s->respawn = 0;
     s->out_fd = 1;
     s->err_fd = 2;
     s->host = "127.0.0.1";
@@ -157,6 +167,25 @@ static void start_stopping(struct launcher *L, double grace)
 }
 
 static const char *sig_name(char buf[32], int sig);
+static int fork_rank(struct launcher *L, int i, const struct spawn *sp);
+
+/* Elastic: a copy that replaces dead slot i, joining the running job. */
+static void respawn(struct launcher *L, int i)
+{
+    int k = L->n;
+    L->c[k].label = L->c[i].label;
+    L->c[k].joining = 1;
+    L->c[k].s[0].fd = L->c[k].s[1].fd = -1;
+    L->respawns--;
+    if (fork_rank(L, k, L->sp)) {
+        SFB_LOG_W("launch: restarting rank %d: %s", L->c[i].label, sfb_last_error());
+        return;
+    }
+    L->n++;
+    SFB_LOG_W("launch: rank %d restarted (pid %d): it joins the running job (%d restart%s "
+              "left)", L->c[i].label, (int)L->c[k].pid, L->respawns,
+              L->respawns == 1 ? "" : "s");
+}
 
 static void reap(struct launcher *L, double grace)
 {
@@ -188,6 +217,7 @@ static void reap(struct launcher *L, double grace)
                 L->failed_status = st;
             }
             if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
+            else if (L->respawns > 0 && L->n < L->cap) respawn(L, i);
             continue;
         }
         if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
@@ -221,6 +251,7 @@ struct spawn {
     const struct sfb__launch_settings *s;
     int port, sfd;
     uint64_t key;
+    char join[96]; /* elastic: SFB_JOIN for the copies ("" : none) */
     pid_t self;
     char t0[32];
     const sigset_t *oldmask;
@@ -243,10 +274,12 @@ static void child_exec(int rank, const struct launcher *L, const struct spawn *s
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     if (dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
-    snprintf(v, sizeof v, "%d", rank);
+    snprintf(v, sizeof v, "%d", L->c[rank].label);
     setenv("SFB_RANK", v, 1);
-    snprintf(v, sizeof v, "%d", L->n);
+    snprintf(v, sizeof v, "%d", L->world);
     setenv("SFB_WORLD_SIZE", v, 1);
+    if (sp->join[0]) setenv("SFB_JOIN", sp->join, 1);
+    if (L->c[rank].joining) setenv("SFB_JOINING", "1", 1);
     snprintf(v, sizeof v, "%s:%d", s->host, sp->port);
     setenv("SFB_RENDEZVOUS", v, 1);
     snprintf(v, sizeof v, "0x%016" PRIx64, sp->key);
@@ -266,7 +299,7 @@ static void child_exec(int rank, const struct launcher *L, const struct spawn *s
         if (err[1] > 2) close(err[1]);
         /* ps / pgrep tell the ranks apart (an exec'd worker has its
          * SFB_RANK in /proc/PID/environ; a fork's setenv is not seen there) */
-        snprintf(v, sizeof v, "sfb rank %d", rank);
+        snprintf(v, sizeof v, "sfb rank %d", L->c[rank].label);
         prctl(PR_SET_NAME, v);
         sigprocmask(SIG_SETMASK, sp->oldmask, NULL);
         int argc = 0;
@@ -425,7 +458,8 @@ static int event_loop(struct launcher *L, const struct sfb__launch_settings *s, 
         }
         int chld = (pf[0].revents & POLLIN) ? take_signals(L, sfd, s->grace_s) : 0;
         for (int j = 1; j < nf; j++)
-            if (pf[j].revents) sfb__line_read(&L->out, src[j] / 2, &L->c[src[j] / 2].s[src[j] % 2]);
+            if (pf[j].revents)
+                sfb__line_read(&L->out, L->c[src[j] / 2].label, &L->c[src[j] / 2].s[src[j] % 2]);
         /* waitpid for each child only when one exited, not on every line */
         if (chld) reap(L, s->grace_s);
     }
@@ -441,8 +475,8 @@ static int run_children(struct launcher *L, struct spawn *sp)
     for (int i = 0; i < L->n && !r; i++) r = fork_rank(L, i, sp);
     if (r) start_stopping(L, sp->s->grace_s);
     double forked = sfb__now();
-    struct pollfd *pf = calloc(2 * (size_t)L->n + 1, sizeof *pf);
-    int *src = calloc(2 * (size_t)L->n + 1, sizeof *src);
+    struct pollfd *pf = calloc(2 * (size_t)L->cap + 1, sizeof *pf);
+    int *src = calloc(2 * (size_t)L->cap + 1, sizeof *src);
     if (pf && src) {
         int er = event_loop(L, sp->s, sp->sfd, pf, src);
         if (!r) r = er;
@@ -463,7 +497,7 @@ static int run_children(struct launcher *L, struct spawn *sp)
                   "reaped %.3f s after the fork of rank 0 (CLOCK_MONOTONIC %.6f)",
                   L->n, forked - t0, L->first_exit - t0, L->last_exit - t0, L->last_exit);
     for (int i = 0; i < L->n; i++)
-        for (int k = 0; k < 2; k++) sfb__line_close(&L->out, i, &L->c[i].s[k]);
+        for (int k = 0; k < 2; k++) sfb__line_close(&L->out, L->c[i].label, &L->c[i].s[k]);
     return r;
 }
 
@@ -514,22 +548,43 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     struct spawn sp = {.s = s, .oldmask = NULL, .argv = argv, .self = getpid()};
     sp.port = sfb__launch_free_port(s->host);
     if (sp.port < 0) return sp.port;
+    /* the caller's key, if it set one (a process joining later needs it) */
+    const char *ks = getenv("SFB_JOB_KEY");
+    if (ks && *ks && sfb__bootstrap_parse_key(ks, &sp.key))
+        return sfb__error(-SFB_EUSAGE, "launch: SFB_JOB_KEY=\"%s\": %s", ks, sfb_last_error());
     while (sp.key == 0)
         if (getrandom(&sp.key, sizeof sp.key, 0) != (ssize_t)sizeof sp.key)
             sp.key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+    /* elastic: where the job's rank 0 takes in processes started later (the
+     * caller's SFB_JOIN, else a port of this host reserved for the job) */
+    int join_fd = -1;
+    const char *join = getenv("SFB_JOIN");
+    if (s->elastic && join && *join) {
+        snprintf(sp.join, sizeof sp.join, "%s", join);
+    } else if (s->elastic) {
+        int r = sfb__join_reserve(s->host, &join_fd, sp.join, sizeof sp.join);
+        if (r) return r;
+    }
 
     sfb__rank_env_prepare(&sp.env, nprocs, !s->worker);
 
     struct launcher L = {0};
-    L.n = nprocs;
+    L.n = L.world = nprocs;
     L.elastic = s->elastic;
+    L.respawns = s->elastic ? s->respawn : 0;
+    L.cap = nprocs + L.respawns;
+    L.sp = &sp;
     L.failed_rank = -1;
-    L.c = calloc((size_t)nprocs, sizeof *L.c);
+    L.c = calloc((size_t)L.cap, sizeof *L.c);
     if (!L.c) {
         sfb__rank_env_free(&sp.env);
+        if (join_fd >= 0) close(join_fd);
         return -ENOMEM;
     }
-    for (int i = 0; i < nprocs; i++) L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
+    for (int i = 0; i < L.cap; i++) {
+        L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
+        L.c[i].label = i;
+    }
 
     /* SIGCHLD and the forwarded signals are taken through a signalfd, so the
      * loop sees them in order with pipe data and no handler races. */
@@ -559,7 +614,8 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     prctl(PR_SET_CHILD_SUBREAPER, subreaper);
     restore_mask(&oldmask);
     sfb__rank_env_free(&sp.env);
-    for (int i = 0; i < nprocs; i++)
+    if (join_fd >= 0) close(join_fd);
+    for (int i = 0; i < L.cap; i++)
         for (int k = 0; k < 2; k++) sfb__line_stream_free(&L.c[i].s[k]);
     free(L.c);
     sfb__line_relay_free(&L.out);

@@ -31,6 +31,12 @@ struct sfb__launch_settings {
      * job succeeded when a rank finished it (exit 0), each failure being
      * logged as a warning. */
     int elastic;
+    /* Elastic: restart a copy that died, at most this many times over the
+     * job (default: SFB_RESPAWN, else 0). The new copy joins the running
+     * job (SFB_JOINING=1 besides SFB_JOIN and the job key: the job's rank 0
+     * takes it in at its next replica check) and prints as the rank it
+     * replaces. */
+    int respawn;
 };
 
 void sfb__launch_default_settings(struct sfb__launch_settings *s);

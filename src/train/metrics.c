@@ -7,16 +7,17 @@
 #include <string.h>
 #include <sys/resource.h>
 
-char *sfb__path_for_rank(const char *pattern, uint32_t rank)
+/* pattern with each %r (16 at most) replaced by `r`. */
+static char *path_for(const char *pattern, const char *r)
 {
     size_t n = strlen(pattern);
-    char *out = malloc(n + 16 * 10 + 1);
+    char *out = malloc(n + 16 * strlen(r) + 1);
     if (!out) return NULL;
     char *o = out;
     int reps = 0;
     for (const char *p = pattern; *p; p++) {
         if (p[0] == '%' && p[1] == 'r' && reps < 16) {
-            o += sprintf(o, "%u", rank);
+            o += sprintf(o, "%s", r);
             p++;
             reps++;
         } else {
@@ -27,12 +28,37 @@ char *sfb__path_for_rank(const char *pattern, uint32_t rank)
     return out;
 }
 
+char *sfb__path_for_rank(const char *pattern, uint32_t rank)
+{
+    char r[16];
+    snprintf(r, sizeof r, "%u", rank);
+    return path_for(pattern, r);
+}
+
+static int open_path(struct sfb__metrics *m, char *path);
+
+int sfb__metrics_open_joined(struct sfb__metrics *m, const char *pattern, uint32_t rank,
+                             int64_t clock)
+{
+    memset(m, 0, sizeof *m);
+    m->rank = rank;
+    if (!pattern) return 0;
+    char r[48];
+    snprintf(r, sizeof r, "%u.joined-%lld", rank, (long long)clock);
+    return open_path(m, path_for(pattern, r));
+}
+
 int sfb__metrics_open(struct sfb__metrics *m, const char *pattern, uint32_t rank)
 {
     memset(m, 0, sizeof *m);
     m->rank = rank;
     if (!pattern) return 0;
-    m->path = sfb__path_for_rank(pattern, rank);
+    return open_path(m, sfb__path_for_rank(pattern, rank));
+}
+
+static int open_path(struct sfb__metrics *m, char *path)
+{
+    m->path = path;
     if (!m->path) return sfb__error(-ENOMEM, "out of memory");
     m->f = fopen(m->path, "w");
     if (!m->f) {

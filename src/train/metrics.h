@@ -59,5 +59,10 @@ uint64_t sfb__peak_rss_bytes(void);
 uint64_t sfb__pss_bytes(void);
 /* Expands "%r" in a path pattern; caller frees. */
 char *sfb__path_for_rank(const char *pattern, uint32_t rank);
+/* sfb__metrics_open for a worker that joined a running elastic job at
+ * `clock` as `rank`: its file's %r is "RANK.joined-CLOCK" (a joiner's rank
+ * may be the one a live worker started as, whose file that is). */
+int sfb__metrics_open_joined(struct sfb__metrics *m, const char *pattern, uint32_t rank,
+                             int64_t clock);
 
 #endif

@@ -94,6 +94,31 @@ static int checkpoint(struct worker *w, int64_t clock, int drained)
     return 0;
 }
 
+/* Elastic jobs, at each replica check (--check-every): the processes that
+ * asked to join come in (sfb_job_grow), and this worker takes its shard
+ * of the grown job. */
+static int grow(struct worker *w, const struct sfb__run_totals *rt, uint64_t t)
+{
+    uint64_t every = w->s->check_every;
+    if (!w->s->elastic || !every || t == 0 || t % every) return 0;
+    uint32_t n, was = w->world;
+    double t0 = sfb__now();
+    int ret = sfb_job_grow(w->job, (int64_t)t, w->join_text, rt->total, &n);
+    if (ret || !n) return ret;
+    w->world = sfb_job_world(w->job);
+    if ((ret = sfb__worker_reshard(w))) return ret;
+    if ((ret = sfb__ckpt_config(w->s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
+                                w->ckpt_config, sizeof w->ckpt_config)))
+        return sfb__error(ret, "checkpoint: the configuration text is too long");
+    double dt = sfb__now() - t0;
+    sfb__metrics_event(&w->metrics, "grow", "\"clock\":%llu,\"joined\":%u,\"world\":%u,"
+                       "\"seconds\":%.6g", (unsigned long long)t, n, w->world, dt);
+    if (w->rank == 0)
+        SFB_LOG_I("clock %llu: %u worker%s joined: %u → %u workers (%.2f s)",
+                  (unsigned long long)t, n, n > 1 ? "s" : "", was, w->world, dt);
+    return 0;
+}
+
 /* Wait, local step, SFs and publish of clock t; fills the clock's timing. */
 static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
                 struct sfb__clock_metrics *cm, struct sfb_job_clock *acct, double *loss)
@@ -110,8 +135,13 @@ static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
     if (t > 0 && w->skip_local != (int64_t)t)
         sfb_model_apply_local(w->model, (float)sfb_train_lr(s, t - 1, rt->cpe));
     w->local_through = (int64_t)t - 1;
-    /* every replica holds the updates of clocks < t: compared here */
-    if ((ret = sfb__replicas_at_clock(w, &w->replicas, (int64_t)t))) return ret;
+    /* every replica holds the updates of clocks < t: compared here (a
+     * worker that joined at t comes after that clock's check), and the
+     * processes waiting to join an elastic job come in */
+    if (w->skip_check != (int64_t)t) {
+        if ((ret = sfb__replicas_at_clock(w, &w->replicas, (int64_t)t))) return ret;
+        if ((ret = grow(w, rt, t))) return ret;
+    }
 
     double t0 = sfb__now();
     cm->t_begin = t0;
@@ -349,6 +379,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     memset(&rt, 0, sizeof rt);
     rt.cpe = sfb_sampler_clocks_per_epoch(w->sampler);
     rt.total = s->clocks ? s->clocks : (uint64_t)s->epochs * rt.cpe;
+    if (w->joined) rt.total = w->joined_total; /* the job's, whatever this shard's epochs */
     rt.start = (uint64_t)w->start;
     rt.t_start = rt.last_report = sfb__now();
     /* this run's traffic: a resumed run's counters start after the resume */
@@ -359,7 +390,6 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     rt.pr.rank = w->rank;
     rt.pr.clocks = rt.total;
     int ret = 0;
-    w->skip_local = -1;
     if (rt.start > rt.total)
         return sfb__error(-SFB_EUSAGE, "resumed at clock %llu, beyond the %llu clocks of this run",
                           (unsigned long long)rt.start, (unsigned long long)rt.total);

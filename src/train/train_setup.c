@@ -167,6 +167,23 @@ static int agree_settings(struct worker *w)
     return sfb_job_agree(w->job, text);
 }
 
+/* What a process joining the running job (SFB_JOINING=1) must share with
+ * it, checked by the job's rank 0 at the handshake (a mismatch refuses the
+ * joiner, naming the line, and the job goes on): the settings agree_settings
+ * compares, less what only the job knows (its world, the data's size and
+ * shape: the data name stands for them; a clock count from --epochs). */
+static int join_text(const struct sfb_train_settings *s, char *text, size_t cap)
+{
+    int ret = sfb__ckpt_config(s, 0, s->batch, 0, 0, 0, text, cap);
+    if (ret) return sfb__error(ret, "the settings text is too long");
+    size_t off = strlen(text);
+    snprintf(text + off, cap - off, "clocks=%" PRIu64 "\nepochs=%u\ncheckpoint_every=%" PRIu64
+             "\ncheck_every=%" PRIu64 "\nordered=%d\nfactor_dtype=%s\nelastic=%u\n",
+             s->clocks, s->epochs, s->checkpoint_every, s->check_every, s->ordered,
+             s->factor_dtype ? s->factor_dtype : "f32", s->elastic);
+    return 0;
+}
+
 /* The configuration text checkpoints carry, and for a fresh run with
  * checkpoints the check that no older run's files are in the way (mixing
  * them would let --resume pick a clock of another run). */
@@ -227,12 +244,24 @@ static int join(struct worker *w)
     js.cpu_bind = s->cpu_bind;
     js.bandwidth = s->bandwidth;
     js.elastic = s->elastic;
-    int ret = sfb_job_open(&w->job, &js);
+    int ret = s->elastic ? join_text(s, w->join_text, sizeof w->join_text) : 0;
     if (ret) return ret;
+    js.join_text = w->join_text;
+    if ((ret = sfb_job_open(&w->job, &js))) return ret;
     w->rank = w->first_rank = sfb_job_rank(w->job);
     w->world = sfb_job_world(w->job);
     /* default: a global minibatch of 32 samples, split over the workers */
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
+    /* started later, into a running elastic job: its clock, batch and end */
+    uint32_t max_s;
+    if (sfb_job_joined(w->job, &w->start, &max_s, &w->joined_total)) {
+        if (s->resume_dir)
+            return sfb__error(-SFB_EUSAGE, "a joining worker does not --resume: it takes the "
+                              "running job's replicas");
+        w->joined = 1;
+        w->batch = max_s;
+        w->skip_local = w->skip_check = w->start;
+    }
     /* SFB_DEBUG_SLOW_RANK is checked against the world only now, known */
     return sfb__train_debug_read(&w->debug, w->world);
 }
@@ -255,8 +284,9 @@ static int prepare(struct worker *w)
     else
         ret = setup_model(w);
     sfb__phase_mark(SFB__PH_DATA);
-    /* every rank reaches the comparison, or hears the failed rank's abort */
-    if (!ret && (ret = agree_settings(w))) return ret;
+    /* every rank reaches the comparison, or hears the failed rank's abort
+     * (a joiner's settings were compared when it joined) */
+    if (!ret && !w->joined && (ret = agree_settings(w))) return ret;
     sfb__phase_mark(SFB__PH_AGREE);
     if (!ret && (s->checkpoint_every || s->resume_dir)) ret = checkpoint_setup(w);
     if (!ret && s->resume_dir) {
@@ -358,6 +388,7 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
 {
     memset(w, 0, sizeof *w);
     w->s = s;
+    w->skip_local = w->skip_check = -1;
     int ret = sfb__replicas_open(&w->replicas);
     if (!ret) ret = join(w);
     if (!ret) ret = prepare(w);
@@ -368,7 +399,9 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     if ((ret = sfb__trials_open(&w->trials, w->job, s->trial_clocks, w->start))) return ret;
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);
     if (w->start) w->debug_rng = w->resume_rng;
-    ret = sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
+    /* a joiner's file is its own: its rank may be a live worker's first one */
+    ret = w->joined ? sfb__metrics_open_joined(&w->metrics, s->metrics_out, w->rank, w->start)
+                    : sfb__metrics_open(&w->metrics, s->metrics_out, w->rank);
     if (!ret) sfb__engines_event(w);
     sfb__phase_mark(SFB__PH_ENGINE);
     return ret;

@@ -46,6 +46,12 @@ struct worker {
     uint32_t first_rank;
     uint32_t reshards;
     int64_t local_through, skip_local;
+    /* a worker that joined the running job: its end clock (the job's), and
+     * the clock whose replica check it skips (done before it came) */
+    int joined;
+    uint64_t joined_total;
+    int64_t skip_check;
+    char join_text[SFB__CKPT_CONFIG_MAX + 256];
 };
 
 /* Joins the job, loads the data, builds the replica, compares settings
