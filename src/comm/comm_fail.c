@@ -65,8 +65,12 @@ int sfb__comm_explain(struct sfb__comm *c, int ret)
 {
     if (!ret || !c->t) return ret;
     /* the peer's ABORT is sent before it exits, the EOF comes after: give
-     * the frame a moment to overtake */
-    double end = sfb__now() + 1.0;
+     * the frame a moment to overtake. An elastic job's survivors go on only
+     * when the failure names the dead rank (sfb__comm_lost): a collective
+     * broken by a death waits until liveness names it (a process gone for
+     * 1 s on this host, silence across hosts), or a survivor's LOST does. */
+    double bound = c->s.elastic ? SFB_MAX(1.0, c->live.silence_s + 2 * c->s.heartbeat_s) : 1.0;
+    double end = sfb__now() + bound;
     for (;;) {
         int failed = sfb__comm_check(c);
         if (failed) return failed;

@@ -15,6 +15,14 @@
 #  - the job API from Python (test/python/job_elastic.py under sfb launch
 #    --elastic -n 4): Job.lost() names rank 2 on the 3 survivors, Job.shrink()
 #    goes on from clock 9 or 10, the 3 replicas end with the same bytes;
+#  - grow: rank 2 dies and `sfb run --respawn 1` restarts it, the new process
+#    joins at the next replica check (clock 300) as rank 3 of 4 (a grow event
+#    on every worker, its own metrics file), the 4 final replicas identical;
+#    and 4 -> 6: two processes started by hand with the job's SFB_JOIN and
+#    key join at one check, the 6 final replicas identical, the accuracy not
+#    below the uninterrupted 4 workers' by 0.5 points (6 see more samples);
+#    a joiner with another lr
+#    or another key is refused naming why, and the job goes on;
 #  - without --elastic the same death ends the job (exit 1, naming rank 2);
 #  - --elastic with --sync fms or --staleness 2 is refused (exit 2).
 # Usage: elastic.sh SFB RUN_PY JOB_ELASTIC_PY
@@ -104,6 +112,55 @@ if "$PY" --check; then
   check "python: the 3 replicas hold the same bytes" \
     "[ \$(sed -n 's/.* hash //p' py.out | sort -u | wc -l) = 1 ]"
 fi
+
+# grow: rank 2 dies at clock 250 and sfb run --respawn 1 restarts it; the
+# new process joins at the next check (clock 300) as rank 3 of 4
+SFB_DEBUG_DIE_AT=2:250 run respawn 800 -n 4 --elastic --respawn 1; rc=$?
+grep -h 'restarted\|joined' respawn.out | head -4
+check "respawn: exit 0 ($rc)" "[ $rc = 0 ]"
+check "respawn: the launcher restarts rank 2" \
+  "grep -q 'rank 2 restarted (pid [0-9]*): it joins the running job (0 restarts left)' respawn.out"
+check "respawn: 3 survivors' events (lost 2)" "events_ok respawn 2 3 249 250"
+check "respawn: every worker's grow event (clock 300, 1 joined, world 4)" \
+  "[ \$(grep -l '\"event\":\"grow\",\"rank\":[0-9]*,\"clock\":300,\"joined\":1,\"world\":4,' respawn/metrics.*.jsonl | wc -l) = 3 ]"
+check "respawn: the joiner's own metrics file" "[ -s respawn/metrics.3.joined-300.jsonl ]"
+check "respawn: the 4 final replicas hold the same bytes" "same respawn 4"
+
+# grow 4 -> 6: two processes started by hand with the job's SFB_JOIN and
+# key join at a check; one with other settings and one with another key are
+# refused (each exits 1 naming why) and the job goes on
+mkdir -p grow
+port=$(( 30000 + RANDOM % 20000 ))
+gargs=(--model mlr --data fashion-mnist --clocks 3000 --elastic --out-dir grow
+       --model-out grow/m.%r.sfb --metrics-out grow/metrics.%r.jsonl)
+export SFB_JOIN=127.0.0.1:$port SFB_JOB_KEY=0x5eed0000cafe
+timeout 120 "$SFB" run -n 4 "${gargs[@]}" >grow.out 2>&1 &
+job=$!
+joiners=()
+for j in 1 2; do
+  SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" >grow.j$j.out 2>&1 & joiners+=($!)
+done
+SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" --lr 0.3 >grow.lr.out 2>&1 & badlr=$!
+SFB_JOB_KEY=0x77 SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" >grow.key.out 2>&1 &
+badkey=$!
+wait $job; rc=$?
+wait "${joiners[0]}"; j1=$?
+wait "${joiners[1]}"; j2=$?
+wait $badlr; rlr=$?
+wait $badkey; rkey=$?
+unset SFB_JOIN SFB_JOB_KEY
+grep -h 'joined' grow.out | head -2
+check "grow: the job exits 0 ($rc), both joiners too ($j1, $j2)" "[ $rc = 0 ] && [ $j1 = 0 ] && [ $j2 = 0 ]"
+check "grow: 4 -> 6 at one check, on every worker" \
+  "[ \$(cat grow/metrics.*.jsonl | grep -c '\"event\":\"grow\",\"rank\":[0-9]*,\"clock\":[0-9]*00,\"joined\":2,\"world\":6,') = 4 ]"
+check "grow: the 6 final replicas hold the same bytes" "same grow 6"
+acc=$(accuracy grow)
+check "grow: accuracy $acc % not below the uninterrupted 4 workers' $acc0 % by 0.5 points" \
+  "awk -v a='$acc' -v b='$acc0' 'BEGIN { exit !(a != \"\" && a > b - 0.5) }'"
+check "grow: the joiner with another lr is refused, naming it (exit $rlr)" \
+  "[ $rlr = 1 ] && grep -q 'refused: settings differ from the job.s: lr=0.3 here, lr=1 in the job' grow.lr.out"
+check "grow: the joiner with another key is refused (exit $rkey)" \
+  "[ $rkey = 1 ] && grep -q 'refused: job key 0x0000000000000077 is not this job.s' grow.key.out"
 
 SFB_DEBUG_DIE_AT=2:100 run plain 1000 -n 4; rc=$?
 check "without --elastic: exit 1 ($rc), rank 2 named" \
