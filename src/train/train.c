@@ -94,18 +94,35 @@ static int checkpoint(struct worker *w, int64_t clock, int drained)
     return 0;
 }
 
+/* The run's end once the world changed at clock t: --clocks keeps it;
+ * --epochs keeps the samples still to come, `left` worker-clocks (clocks
+ * left times the workers that would have computed them), now computed by
+ * the job's workers. */
+static uint64_t end_after_change(const struct worker *w, uint64_t t, uint64_t total,
+                                 uint64_t left)
+{
+    if (w->s->clocks) return total;
+    return t + (left + w->world - 1) / w->world;
+}
+
 /* Elastic jobs, at each replica check (--check-every): the processes that
  * asked to join come in (sfb_job_grow), and this worker takes its shard
- * of the grown job. */
-static int grow(struct worker *w, const struct sfb__run_totals *rt, uint64_t t)
+ * of the grown job. Rank 0 then tells everyone, the joiners too (after
+ * their attach: sfb__worker_open), the run's end and its clocks per epoch
+ * (the learning rate's schedule counts in them). */
+static int grow(struct worker *w, struct sfb__run_totals *rt, uint64_t t)
 {
     uint64_t every = w->s->check_every;
     if (!w->s->elastic || !every || t == 0 || t % every) return 0;
     uint32_t n, was = w->world;
     double t0 = sfb__now();
-    int ret = sfb_job_grow(w->job, (int64_t)t, w->join_text, rt->total, &n);
+    uint64_t left = (rt->total - t) * was;
+    int ret = sfb_job_grow(w->job, (int64_t)t, w->join_text, 0, &n);
     if (ret || !n) return ret;
     w->world = sfb_job_world(w->job);
+    uint64_t run[2] = {end_after_change(w, t, rt->total, left), rt->cpe};
+    if ((ret = sfb_job_broadcast(w->job, 0, run, sizeof run))) return ret;
+    rt->total = rt->pr.clocks = run[0];
     if ((ret = sfb__worker_reshard(w))) return ret;
     if ((ret = sfb__ckpt_config(w->s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
                                 w->ckpt_config, sizeof w->ckpt_config)))
@@ -120,7 +137,7 @@ static int grow(struct worker *w, const struct sfb__run_totals *rt, uint64_t t)
 }
 
 /* Wait, local step, SFs and publish of clock t; fills the clock's timing. */
-static int step(struct worker *w, const struct sfb__run_totals *rt, uint64_t t,
+static int step(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
                 struct sfb__clock_metrics *cm, struct sfb_job_clock *acct, double *loss)
 {
     const struct sfb_train_settings *s = w->s;
@@ -340,16 +357,20 @@ static int one_clock(struct worker *w, struct sfb__run_totals *rt, uint64_t t,
  * shrinks (sfb_job_shrink: the survivors renumbered, every replica the
  * most advanced one's), this worker takes its new shard, and the clocks go
  * on from *t. Else ret, the job's end. */
-static int go_on(struct worker *w, int ret, uint64_t *t)
+static int go_on(struct worker *w, struct sfb__run_totals *rt, int ret, uint64_t *t)
 {
     int lost = w->s->elastic ? sfb_job_lost(w->job) : -1;
     if (lost < 0) return ret;
     int64_t next;
     uint32_t src;
     double t0 = sfb__now();
+    uint32_t was = w->world;
     if ((ret = sfb_job_shrink(w->job, &next, &src))) return ret;
     w->rank = sfb_job_rank(w->job);
     w->world = sfb_job_world(w->job);
+    rt->total = end_after_change(w, (uint64_t)next, rt->total,
+                                 (rt->total - (uint64_t)next) * was);
+    rt->pr.clocks = rt->total;
     /* whether the replica taken holds clock next − 1's local step */
     int64_t local = w->local_through;
     if (w->world > 1 && (ret = sfb_job_broadcast(w->job, src, &local, sizeof local))) return ret;
@@ -379,7 +400,11 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
     memset(&rt, 0, sizeof rt);
     rt.cpe = sfb_sampler_clocks_per_epoch(w->sampler);
     rt.total = s->clocks ? s->clocks : (uint64_t)s->epochs * rt.cpe;
-    if (w->joined) rt.total = w->joined_total; /* the job's, whatever this shard's epochs */
+    /* a joiner: the job's end and clocks per epoch, whatever its shard's (grow) */
+    if (w->joined) {
+        rt.total = w->joined_run[0];
+        rt.cpe = w->joined_run[1];
+    }
     rt.start = (uint64_t)w->start;
     rt.t_start = rt.last_report = sfb__now();
     /* this run's traffic: a resumed run's counters start after the resume */
@@ -399,7 +424,7 @@ static int run(struct worker *w, sfb_progress_fn progress, void *user, double in
         for (; t < rt.total && !ret; t += !ret)
             ret = one_clock(w, &rt, t, &prev, progress, user, interval, res);
         if (!ret) ret = finish(w, &rt, res, &ev);
-        if (!ret || (ret = go_on(w, ret, &t))) break;
+        if (!ret || (ret = go_on(w, &rt, ret, &t))) break;
         rt.pr.rank = w->rank;
     }
     res->rank = w->rank;

@@ -254,7 +254,7 @@ static int join(struct worker *w)
     w->batch = s->batch ? s->batch : SFB_MAX(32u / w->world, 1u);
     /* started later, into a running elastic job: its clock, batch and end */
     uint32_t max_s;
-    if (sfb_job_joined(w->job, &w->start, &max_s, &w->joined_total)) {
+    if (sfb_job_joined(w->job, &w->start, &max_s, NULL)) {
         if (s->resume_dir)
             return sfb__error(-SFB_EUSAGE, "a joining worker does not --resume: it takes the "
                               "running job's replicas");
@@ -395,6 +395,10 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     if (ret) return ret;
     /* attach marks SFB__PH_SHAPES between the shapes' barrier and the engine */
     if ((ret = attach(w))) return ret;
+    /* a joiner: the run's end and clocks per epoch, as the grow's members
+     * send them right after the replicas (train.c, grow) */
+    if (w->joined && (ret = sfb_job_broadcast(w->job, 0, w->joined_run, sizeof w->joined_run)))
+        return ret;
     /* a resumed auto run attached the checkpoint's engines: no predictions */
     if ((ret = sfb__trials_open(&w->trials, w->job, s->trial_clocks, w->start))) return ret;
     sfb__rng_seed2(&w->debug_rng, s->seed, 0x5eed0000u + w->rank);

@@ -49,7 +49,7 @@ struct worker {
     /* a worker that joined the running job: its end clock (the job's), and
      * the clock whose replica check it skips (done before it came) */
     int joined;
-    uint64_t joined_total;
+    uint64_t joined_run[2]; /* the run's end and clocks per epoch, from rank 0 */
     int64_t skip_check;
     char join_text[SFB__CKPT_CONFIG_MAX + 256];
 };

@@ -1,33 +1,40 @@
 #!/usr/bin/env bash
 # Elastic jobs of the built-in trainer (`sfb run -n P --elastic`, Fashion-MNIST
-# MLR, 3000 clocks): a worker that dies mid-run does not end the job.
-#  - SFB_DEBUG_DIE_AT=2:1000 (rank 2 SIGKILLs itself as clock 300 begins), 4
-#    ranks: exit 0; the launcher names rank 2 and goes on; every survivor's
-#    "elastic" metrics event says rank 2 was lost and 3 workers went on from
-#    clock 999 or 1000 (the clocks every survivor's replica held whole: rank 2
-#    had published 299); the 3 final replicas hold the same bytes; the test
-#    accuracy is within 0.5 points of the uninterrupted run's;
+# MLR): a worker that dies mid-run does not end the job, and processes
+# started later join it.
+#  - SFB_DEBUG_DIE_AT=2:1000 (rank 2 SIGKILLs itself as clock 1000 begins), 4
+#    ranks, --epochs 2: exit 0; the launcher names rank 2 and goes on; every
+#    survivor's "elastic" metrics event says rank 2 was lost and 3 workers
+#    went on from clock 999 or 1000 (the clocks every survivor's replica held
+#    whole: rank 2 had published 999); the 3 final replicas hold the same
+#    bytes; the test accuracy is not below the uninterrupted run's by 0.5
+#    points; the samples still to come are kept (the run ends at
+#    C + ceil((3750 - C)·4/3) instead of clock 3750);
 #  - rank 0 dies at clock 400 of 1000 (the survivors meet at rank 1's
-#    reserved address, and the old rank 1 evaluates as the new rank 0), and
-#    two deaths one after the other on 8 ranks over the Halton overlay
-#    (relays re-planned for 7, then 6): the events and identical replicas;
-#  - kill -9 from outside, at whatever clock the run has reached: the same;
+#    reserved address, and the old rank 1 evaluates as the new rank 0): the
+#    events and identical replicas;
+#  - (long) two deaths one after the other on 8 ranks over the Halton
+#    overlay (relays re-planned for 7, then 6): the same;
+#  - kill -9 from outside once the run passed clock 100 (the replica check's
+#    allgather, often): the same;
 #  - the job API from Python (test/python/job_elastic.py under sfb launch
 #    --elastic -n 4): Job.lost() names rank 2 on the 3 survivors, Job.shrink()
 #    goes on from clock 9 or 10, the 3 replicas end with the same bytes;
 #  - grow: rank 2 dies and `sfb run --respawn 1` restarts it, the new process
 #    joins at the next replica check (clock 300) as rank 3 of 4 (a grow event
 #    on every worker, its own metrics file), the 4 final replicas identical;
-#    and 4 -> 6: two processes started by hand with the job's SFB_JOIN and
-#    key join at one check, the 6 final replicas identical, the accuracy not
-#    below the uninterrupted 4 workers' by 0.5 points (6 see more samples);
-#    a joiner with another lr
-#    or another key is refused naming why, and the job goes on;
+#    and (long) 4 -> 6: two processes started by hand with the job's SFB_JOIN
+#    and key join at one check, the 6 final replicas identical, the accuracy
+#    not below the uninterrupted 4 workers' by 0.5 points; a joiner with another lr or another key is refused naming
+#    why, and the job goes on;
 #  - without --elastic the same death ends the job (exit 1, naming rank 2);
 #  - --elastic with --sync fms or --staleness 2 is refused (exit 2).
-# Usage: elastic.sh SFB RUN_PY JOB_ELASTIC_PY
+# The cases marked (long) run with --long only (meson test elastic_long,
+# suite long): CI runs the others.
+# Usage: elastic.sh SFB RUN_PY JOB_ELASTIC_PY [--long]
 set -uo pipefail
-SFB=$1; PY=$2; JOB_PY=$3
+SFB=$1; PY=$2; JOB_PY=$3; LONG=0
+[ "${4:-}" = --long ] && LONG=1
 tmp=$(mktemp -d)
 trap 'pkill -9 -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -36,14 +43,18 @@ check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$
 run() { # NAME CLOCKS ARGS...: sfb run into $tmp/NAME (output NAME.out, models NAME/m.R.sfb)
   local name=$1 clocks=$2; shift 2
   mkdir -p "$name"
-  timeout 120 "$SFB" run --model mlr --data fashion-mnist --clocks "$clocks" --out-dir "$name" \
+  local length=(--clocks "$clocks")
+  [ "$clocks" = 0 ] && length=()
+  timeout 120 "$SFB" run --model mlr --data fashion-mnist "${length[@]}" --out-dir "$name" \
     --model-out "$name/m.%r.sfb" --metrics-out "$name/metrics.%r.jsonl" "$@" >"$name.out" 2>&1
 }
 same() { # DIR N: the N replicas hold the same bytes
   local r; for ((r = 1; r < $2; r++)); do cmp -s "$1/m.0.sfb" "$1/m.$r.sfb" || return 1; done
 }
 accuracy() { sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p' "$1.out" | tail -1; }
-close_to() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && d < 0.5 && d > -0.5) }'; }
+# A is not below B by 0.5 points or more (the same samples in more, smaller
+# steps may end a little above: test accuracy moves ±0.4 between epochs)
+not_below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && b != "" && a > b - 0.5) }'; }
 # every survivor's elastic event: lost L, world W, from clock C1 or C2
 events_ok() { # NAME LOST WORLD C1 C2
   local n=0 f
@@ -53,13 +64,13 @@ events_ok() { # NAME LOST WORLD C1 C2
   [ "$n" = "$3" ]
 }
 
-run clean 3000 -n 4 --elastic; rc=$?
+run clean 0 -n 4 --elastic --epochs 2; rc=$?
 check "clean: exit 0 ($rc)" "[ $rc = 0 ]"
 check "clean: the 4 replicas hold the same bytes" "same clean 4"
 acc0=$(accuracy clean)
 echo "uninterrupted: $acc0 %"
 
-SFB_DEBUG_DIE_AT=2:1000 run die2 3000 -n 4 --elastic; rc=$?
+SFB_DEBUG_DIE_AT=2:1000 run die2 0 -n 4 --elastic --epochs 2; rc=$?
 grep -h 'lost\|killed\|going on' die2.out | head -8
 check "rank 2 dies: exit 0 ($rc)" "[ $rc = 0 ]"
 check "rank 2 dies: the launcher names it and goes on" \
@@ -69,7 +80,14 @@ check "rank 2 dies: 3 survivors' events (lost 2, world 3, from clock 999 or 1000
 check "rank 2 dies: the 3 final replicas hold the same bytes" "same die2 3"
 check "rank 2 dies: rank 0 says replicas: identical" "grep -q '^\[0\] .*replicas: identical' die2.out"
 acc=$(accuracy die2)
-check "rank 2 dies: accuracy $acc % within 0.5 points of $acc0 %" "close_to '$acc' '$acc0'"
+check "rank 2 dies: accuracy $acc % not below the uninterrupted $acc0 % by 0.5 points" \
+  "not_below '$acc' '$acc0'"
+# --epochs 2 of 4 workers is 3750 clocks; the samples left at clock C are
+# then computed by 3: the run ends at C + ceil((3750 - C) * 4 / 3)
+c=$(sed -n 's/.*"event":"elastic".*"clock":\([0-9]*\),.*/\1/p' die2/metrics.0.jsonl)
+want=$(( c + ((3750 - c) * 4 + 2) / 3 ))
+check "rank 2 dies: --epochs keeps the samples: $want clocks in all" \
+  "grep -q 'with 3 workers: $want clocks' die2.out"
 
 SFB_DEBUG_DIE_AT=0:400 run die0 1000 -n 4 --elastic; rc=$?
 check "rank 0 dies: exit 0 ($rc)" "[ $rc = 0 ]"
@@ -77,11 +95,13 @@ check "rank 0 dies: 3 survivors' events (lost 0)" "events_ok die0 0 3 399 400"
 check "rank 0 dies: old rank 1 evaluates as rank 0" "grep -q '^\[1\] test accuracy' die0.out"
 check "rank 0 dies: the 3 final replicas hold the same bytes" "same die0 3"
 
-SFB_DEBUG_DIE_AT=5:400,6:700 run halton 1000 -n 8 --elastic --topology halton; rc=$?
-check "halton, 8 ranks, ranks 5 and 6 die: exit 0 ($rc)" "[ $rc = 0 ]"
-check "halton: 7 survivors' events (lost 5)" "events_ok halton 5 7 399 400"
-check "halton: 6 survivors' events (lost 6, now rank 5)" "events_ok halton 5 6 699 700"
-check "halton: the 6 final replicas hold the same bytes" "same halton 6"
+if [ $LONG = 1 ]; then
+  SFB_DEBUG_DIE_AT=5:400,6:700 run halton 1000 -n 8 --elastic --topology halton; rc=$?
+  check "halton, 8 ranks, ranks 5 and 6 die: exit 0 ($rc)" "[ $rc = 0 ]"
+  check "halton: 7 survivors' events (lost 5)" "events_ok halton 5 7 399 400"
+  check "halton: 6 survivors' events (lost 6, now rank 5)" "events_ok halton 5 6 699 700"
+  check "halton: the 6 final replicas hold the same bytes" "same halton 6"
+fi
 
 # kill -9 from outside: the launcher's child named "sfb rank 2", once the
 # run is past clock 100
@@ -126,41 +146,44 @@ check "respawn: every worker's grow event (clock 300, 1 joined, world 4)" \
 check "respawn: the joiner's own metrics file" "[ -s respawn/metrics.3.joined-300.jsonl ]"
 check "respawn: the 4 final replicas hold the same bytes" "same respawn 4"
 
-# grow 4 -> 6: two processes started by hand with the job's SFB_JOIN and
-# key join at a check; one with other settings and one with another key are
-# refused (each exits 1 naming why) and the job goes on
-mkdir -p grow
-port=$(( 30000 + RANDOM % 20000 ))
-gargs=(--model mlr --data fashion-mnist --clocks 3000 --elastic --out-dir grow
-       --model-out grow/m.%r.sfb --metrics-out grow/metrics.%r.jsonl)
-export SFB_JOIN=127.0.0.1:$port SFB_JOB_KEY=0x5eed0000cafe
-timeout 120 "$SFB" run -n 4 "${gargs[@]}" >grow.out 2>&1 &
-job=$!
-joiners=()
-for j in 1 2; do
-  SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" >grow.j$j.out 2>&1 & joiners+=($!)
-done
-SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" --lr 0.3 >grow.lr.out 2>&1 & badlr=$!
-SFB_JOB_KEY=0x77 SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" >grow.key.out 2>&1 &
-badkey=$!
-wait $job; rc=$?
-wait "${joiners[0]}"; j1=$?
-wait "${joiners[1]}"; j2=$?
-wait $badlr; rlr=$?
-wait $badkey; rkey=$?
-unset SFB_JOIN SFB_JOB_KEY
-grep -h 'joined' grow.out | head -2
-check "grow: the job exits 0 ($rc), both joiners too ($j1, $j2)" "[ $rc = 0 ] && [ $j1 = 0 ] && [ $j2 = 0 ]"
-check "grow: 4 -> 6 at one check, on every worker" \
-  "[ \$(cat grow/metrics.*.jsonl | grep -c '\"event\":\"grow\",\"rank\":[0-9]*,\"clock\":[0-9]*00,\"joined\":2,\"world\":6,') = 4 ]"
-check "grow: the 6 final replicas hold the same bytes" "same grow 6"
-acc=$(accuracy grow)
-check "grow: accuracy $acc % not below the uninterrupted 4 workers' $acc0 % by 0.5 points" \
-  "awk -v a='$acc' -v b='$acc0' 'BEGIN { exit !(a != \"\" && a > b - 0.5) }'"
-check "grow: the joiner with another lr is refused, naming it (exit $rlr)" \
-  "[ $rlr = 1 ] && grep -q 'refused: settings differ from the job.s: lr=0.3 here, lr=1 in the job' grow.lr.out"
-check "grow: the joiner with another key is refused (exit $rkey)" \
-  "[ $rkey = 1 ] && grep -q 'refused: job key 0x0000000000000077 is not this job.s' grow.key.out"
+if [ $LONG = 1 ]; then
+  # grow 4 -> 6: two processes started by hand with the job's SFB_JOIN and
+  # key join at a check; one with other settings and one with another key are
+  # refused (each exits 1 naming why) and the job goes on
+  mkdir -p grow
+  port=$(( 30000 + RANDOM % 20000 ))
+  gargs=(--model mlr --data fashion-mnist --epochs 2 --elastic --out-dir grow
+         --model-out grow/m.%r.sfb --metrics-out grow/metrics.%r.jsonl)
+  export SFB_JOIN=127.0.0.1:$port SFB_JOB_KEY=0x5eed0000cafe
+  export SFB_JOIN_TIMEOUT=60
+  timeout 120 "$SFB" run -n 4 "${gargs[@]}" >grow.out 2>&1 &
+  job=$!
+  joiners=()
+  for j in 1 2; do
+    SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" >grow.j$j.out 2>&1 & joiners+=($!)
+  done
+  SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" --lr 0.3 >grow.lr.out 2>&1 & badlr=$!
+  SFB_JOB_KEY=0x77 SFB_JOINING=1 timeout 120 "$SFB" worker "${gargs[@]}" >grow.key.out 2>&1 &
+  badkey=$!
+  wait $job; rc=$?
+  wait "${joiners[0]}"; j1=$?
+  wait "${joiners[1]}"; j2=$?
+  wait $badlr; rlr=$?
+  wait $badkey; rkey=$?
+  unset SFB_JOIN SFB_JOB_KEY SFB_JOIN_TIMEOUT
+  grep -h 'joined' grow.out | head -2
+  check "grow: the job exits 0 ($rc), both joiners too ($j1, $j2)" "[ $rc = 0 ] && [ $j1 = 0 ] && [ $j2 = 0 ]"
+  check "grow: 4 -> 6 at one check, on every worker" \
+    "[ \$(cat grow/metrics.*.jsonl | grep -c '\"event\":\"grow\",\"rank\":[0-9]*,\"clock\":[0-9]*00,\"joined\":2,\"world\":6,') = 4 ]"
+  check "grow: the 6 final replicas hold the same bytes" "same grow 6"
+  acc=$(accuracy grow)
+  check "grow: accuracy $acc % not below the uninterrupted 4 workers' $acc0 % by 0.5 points" \
+    "not_below '$acc' '$acc0'"
+  check "grow: the joiner with another lr is refused, naming it (exit $rlr)" \
+    "[ $rlr = 1 ] && grep -q 'refused: settings differ from the job.s: lr=0.3 here, lr=1 in the job' grow.lr.out"
+  check "grow: the joiner with another key is refused (exit $rkey)" \
+    "[ $rkey = 1 ] && grep -q 'refused: job key 0x0000000000000077 is not this job.s' grow.key.out"
+fi
 
 SFB_DEBUG_DIE_AT=2:100 run plain 1000 -n 4; rc=$?
 check "without --elastic: exit 1 ($rc), rank 2 named" \
