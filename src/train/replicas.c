@@ -181,11 +181,17 @@ static int check(struct worker *w, struct sfb__replicas *rc, int64_t clock, uint
     return ret;
 }
 
+/* --ordered, or implied by --elastic: replicas meant to be bit-identical */
+static int ordered(const struct worker *w)
+{
+    return w->s->ordered || w->s->elastic;
+}
+
 int sfb__replicas_at_clock(struct worker *w, struct sfb__replicas *rc, int64_t clock)
 {
     int ret = debug_flip(w, rc, clock);
     uint64_t every = w->s->check_every;
-    if (ret || !w->s->ordered || !every || clock == w->start || clock % (int64_t)every)
+    if (ret || !ordered(w) || !every || clock == w->start || clock % (int64_t)every)
         return ret;
     uint32_t differed;
     return check(w, rc, clock, &differed);
@@ -229,7 +235,7 @@ int sfb__replicas_final(struct worker *w, struct sfb__replicas *rc, int64_t cloc
 {
     int ret = 0;
     uint32_t differed = 0;
-    if (w->s->ordered) {
+    if (ordered(w)) {
         ret = check(w, rc, clock, &differed);
     } else {
         uint64_t *all;
