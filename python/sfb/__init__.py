@@ -273,6 +273,11 @@ def library():
         "sfb_job_set_last_clock": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_replan": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p]),
         "sfb_job_lost": (ctypes.c_int, [vp]),
+        "sfb_job_grow": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p, ctypes.c_uint64,
+                                        ctypes.POINTER(ctypes.c_uint32)]),
+        "sfb_job_joined": (ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int64),
+                                          ctypes.POINTER(ctypes.c_uint32),
+                                          ctypes.POINTER(ctypes.c_uint64)]),
         "sfb_job_shrink": (ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int64),
                                           ctypes.POINTER(ctypes.c_uint32)]),
         "sfb_job_abort": (None, [vp, ctypes.c_char_p]),
@@ -349,7 +354,7 @@ class Job:
 
     def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
                  progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0,
-                 stall_timeout_s=None, cpu_bind=None, elastic=False):
+                 stall_timeout_s=None, cpu_bind=None, elastic=False, join_text=None):
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
@@ -357,7 +362,7 @@ class Job:
             s.world = _int("Job: world", world, 1, _U32)
             s.rank = _int("Job: rank", 0 if rank is None else rank, 0, _U32)
         self._keep = [_enc(rendezvous), _enc(job_key), _enc(provider), _enc(progress),
-                      _enc(cpu_bind)]
+                      _enc(cpu_bind), _enc(join_text)]
         s.rendezvous, s.job_key = self._keep[0], self._keep[1]
         s.provider = self._keep[2]
         if progress is not None:
@@ -372,6 +377,7 @@ class Job:
             s.stall_timeout_s = stall_timeout_s
         s.bandwidth = bandwidth  # egress budget of data messages, bytes/s (0: none)
         s.elastic = 1 if elastic else 0  # a rank's death: lost() names it, shrink() goes on
+        s.join_text = self._keep[5]  # a joiner's settings text (SFB_JOINING=1)
         self._h = ctypes.c_void_p()
         _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))
         self.rank = lib.sfb_job_rank(self._h)
@@ -648,6 +654,30 @@ class Job:
         self.rank = library().sfb_job_rank(self._h)
         self.world = library().sfb_job_world(self._h)
         return nxt.value, src.value
+
+    def grow(self, clock, text="", value=0):
+        """An elastic job, every rank after wait(clock) and before publishing
+        it: takes in the processes waiting to join whose settings text
+        equals `text` (refusing the others, which are told why). Returns how
+        many joined; then `world` grew, the joiners hold this job's
+        matrices, and `clock` counts as waited for (publish it next).
+        `value` goes to the joiners (joined())."""
+        n = ctypes.c_uint32()
+        _check(library().sfb_job_grow(self._handle(), _clock("grow: clock", clock), _enc(text),
+                                      int(value), ctypes.byref(n)))
+        self.world = library().sfb_job_world(self._h)
+        return n.value
+
+    def joined(self):
+        """In a process that joined a running elastic job (SFB_JOINING=1):
+        (clock, max_s, value): attach with start_clock=clock and that max_s
+        (the attach receives the job's matrices), then wait(clock). None
+        for a process that started with the job."""
+        c, m, v = ctypes.c_int64(), ctypes.c_uint32(), ctypes.c_uint64()
+        if not library().sfb_job_joined(self._handle(), ctypes.byref(c), ctypes.byref(m),
+                                        ctypes.byref(v)):
+            return None
+        return c.value, m.value, v.value
 
     def timeline_on(self):
         """True when this job records a training timeline (SFB_TIMELINE)."""

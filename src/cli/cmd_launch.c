@@ -64,7 +64,7 @@ static void launch_help(FILE *f)
 }
 
 /* Where CMD starts: after "--", else at the first argument that is neither
- * an option nor the value of -n. */
+ * an option nor the value of -n or --respawn. */
 static int command_start(int argc, char **argv, int *opts_end)
 {
     for (int i = 1; i < argc; i++) {
@@ -77,7 +77,7 @@ static int command_start(int argc, char **argv, int *opts_end)
             *opts_end = i;
             return i;
         }
-        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) i++;
+        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs") || !strcmp(a, "--respawn")) i++;
     }
     *opts_end = argc;
     return argc;

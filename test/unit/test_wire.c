@@ -122,6 +122,17 @@ static int test_control_and_data(void)
     const uint8_t *pl;
     ASSERT_OK(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE + 5, 1, &d, &pl));
     ASSERT(memcmp(pl, "boom!", 5) == 0);
+    /* LOST (elastic jobs): exactly 4 bytes, a rank */
+    for (uint64_t len = 3; len <= 5; len++) {
+        h = (struct sfb__wire_hdr){.type = SFB_WIRE_LOST, .job_key = job.job_key, .origin = 1,
+                                   .sender = 1, .payload_len = len};
+        struct sfb__wire_piece lp = {"\2\0\0\0\0", (size_t)len};
+        ASSERT_OK(sfb__wire_encode(&h, &lp, 1, frame));
+        memcpy(frame + SFB_WIRE_HDR_SIZE, "\2\0\0\0\0", (size_t)len);
+        int want = len == 4 ? 0 : -EMSGSIZE;
+        ASSERT_EQ(sfb__wire_decode(&job, frame, SFB_WIRE_HDR_SIZE + len, 1, &d, &pl), want);
+    }
+    ASSERT(strcmp(sfb__wire_type_name(SFB_WIRE_LOST), "LOST") == 0);
     /* Empty DATA frame. */
     h = (struct sfb__wire_hdr){.type = SFB_WIRE_DATA, .job_key = job.job_key};
     ASSERT_OK(sfb__wire_encode(&h, NULL, 0, frame));
