@@ -324,8 +324,16 @@ void sfb__comm_abort(struct sfb__comm *c, const char *reason)
 {
     if (!c || !c->t) return;
     size_t len = strlen(reason);
+    /* Queue space for every peer's ABORT within 1 s in all: a queue full of
+     * this rank's data drains as the sends ahead of it complete (0.2 s a
+     * peer once lost the ABORT under load, and the peer named this rank's
+     * exit instead of its reason); a peer that never takes anything costs
+     * no more than the budget. */
+    double end = sfb__now() + 1.0;
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank) sfb__comm_send_control(c, p, SFB_WIRE_ABORT, reason, len, 0.2);
+        if (p != c->rank)
+            sfb__comm_send_control(c, p, SFB_WIRE_ABORT, reason, len,
+                                   SFB_MAX(0.05, end - sfb__now()));
     sfb__transport_flush(c->t, 1.0);
 }
 
