@@ -81,7 +81,7 @@ check "rank 2 dies: 3 survivors' events (lost 2, world 3, from clock 999 or 1000
   "events_ok die2 2 3 999 1000"
 check "rank 2 dies: the 3 final replicas hold the same bytes" "same die2 3"
 check "rank 2 dies: rank 0 says replicas: identical" "grep -q '^\[0\] .*replicas: identical' die2.out"
-acc=$(accuracy die2)
+acc=$(accuracy die2); echo "rank 2 died: $acc %"
 check "rank 2 dies: accuracy $acc % not below the uninterrupted $acc0 % by 0.5 points" \
   "not_below '$acc' '$acc0'"
 # --epochs 2 of 4 workers is 3750 clocks; the samples left at clock C are
@@ -181,7 +181,7 @@ if [ $LONG = 1 ]; then
   check "grow: 4 -> 6 at one check, on every worker" \
     "[ \$(cat grow/metrics.*.jsonl | grep -c '\"event\":\"grow\",\"rank\":[0-9]*,\"clock\":[0-9]*00,\"joined\":2,\"world\":6,') = 4 ]"
   check "grow: the 6 final replicas hold the same bytes" "same grow 6"
-  acc=$(accuracy grow)
+  acc=$(accuracy grow); echo "grown: $acc %"
   check "grow: accuracy $acc % not below the uninterrupted 4 workers' $acc0 % by 0.5 points" \
     "not_below '$acc' '$acc0'"
   check "grow: the joiner with another lr is refused, naming it (exit $rlr)" \
