@@ -582,8 +582,8 @@ int sfb__bootstrap_reserve(struct sfb__bootstrap *bs, int *fd_out, char *addr, s
     *fd_out = -1;
     if (bs->kind != SFB__BOOTSTRAP_ENV || bs->size < 2)
         return sfb__error(-SFB_EUSAGE, "elastic jobs need the environment rendezvous (sfb "
-                          "launch, torchrun's variables) of two or more ranks, not %s",
-                          sfb__bootstrap_kind_name(bs->kind));
+                          "launch, torchrun's variables) of two or more ranks%s",
+                          bs->kind == SFB__BOOTSTRAP_PMIX ? ", not PMIx (mpirun, srun)" : "");
     /* the address this rank's peers reached it at (rank 0) or it reached
      * rank 0 from (a joiner) */
     struct sockaddr_storage ss;

@@ -285,41 +285,6 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
     return ret;
 }
 
-/* The engine that runs the job: the one every matrix names when it can
- * carry them all (SFB any number, FMS one; in a job of one worker either),
- * else the per-matrix engine. Writes the per-matrix names to job->engines
- * (room for "sfb," per matrix). */
-static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
-{
-    int same = 1;
-    size_t len = 0;
-    for (uint32_t m = 0; m < job->nmat; m++) {
-        same &= job->engine_of[m] == job->engine_of[0];
-        len += (size_t)sprintf(job->engines + len, "%s%s", m ? "," : "", job->engine_of[m]->name);
-    }
-    if (same) sprintf(job->engines, "%s", job->engine_of[0]->name);
-    if (same && (job->engine_of[0] != &sfb__fms_desc || job->nmat == 1 ||
-                 sfb__comm_world(job->comm) == 1))
-        return job->engine_of[0]->ops;
-    return &sfb__permatrix_ops;
-}
-
-/* Opens the engine job->engine_of names on job->env (attach, replan). */
-int sfb__job_open_engine(struct sfb_job *job)
-{
-    const struct sfb__sync_ops *engine = job_engine(job);
-    job->engine_priv = calloc(1, engine->priv_size);
-    if (!job->engine_priv) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    int ret = engine->open(job->engine_priv, &job->env);
-    if (ret) {
-        free(job->engine_priv);
-        job->engine_priv = NULL;
-        return ret;
-    }
-    job->engine = engine;
-    return 0;
-}
-
 static int start_engine(struct sfb_job *job, const struct sfb_job_attach *a)
 {
     if (a->topology && !(job->topology = strdup(a->topology)))
@@ -612,22 +577,6 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
     return ret;
 }
 
-void sfb__job_close_engine(struct sfb_job *job)
-{
-    if (job->engine->report) {
-        struct sfb__sync_report rep = {0};
-        job->engine->report(job->engine_priv, &rep);
-        job->closed.data_msgs += rep.data_msgs;
-        job->closed.data_bytes += rep.data_bytes;
-        job->closed.publish_wait_s += rep.publish_wait_s;
-    }
-    const uint64_t *h = job->engine->staleness_hist(job->engine_priv);
-    for (int i = 0; h && i < SFB_STALENESS_BINS; i++) job->hist[i] += h[i];
-    job->engine->close(job->engine_priv);
-    free(job->engine_priv);
-    job->engine_priv = NULL;
-    job->engine = NULL;
-}
 
 /* Every rank's checks of a replan (no collective yet). */
 static int check_replan(const struct sfb_job *job, int64_t last, const char *engine,

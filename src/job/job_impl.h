@@ -1,6 +1,7 @@
 /* The job handle's fields, for src/job only: job.c (open, attach, the
- * clock protocol, replan, the collectives) and job_elastic.c (going on
- * without a dead rank). */
+ * clock protocol, replan, the collectives), job_elastic.c (going on
+ * without a dead rank, taking joiners in) and job_engine.c (the engine
+ * opened and closed). */
 #ifndef SFB_SRC_JOB_IMPL_H
 #define SFB_SRC_JOB_IMPL_H
 
@@ -58,10 +59,10 @@ struct sfb_job {
     int debug_unchecked;
 };
 
-/* Opens the engine job->engine_of names on job->env (attach, replan,
- * shrink). */
+/* job_engine.c: opens the engine job->engine_of names on job->env
+ * (attach, replan, shrink, grow); closes it, its counters kept for the
+ * run's totals. */
 int sfb__job_open_engine(struct sfb_job *job);
-/* Closes the open engine, its counters kept for the run's totals. */
 void sfb__job_close_engine(struct sfb_job *job);
 
 /* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one; the

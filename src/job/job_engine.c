@@ -1,0 +1,64 @@
+/* The job's engine opened and closed (src/job/job_impl.h): attach, a
+ * replan, a shrink and a grow all open the engine job->engine_of names on
+ * job->env, and close it keeping its counters for the run's totals. */
+#include "config.h"
+#include <sfb/job.h>
+#include "sfb/sync.h"
+#include "src/base/util.h"
+#include "src/job/job_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The engine that runs the job: the one every matrix names when it can
+ * carry them all (SFB any number, FMS one; in a job of one worker either),
+ * else the per-matrix engine. Writes the per-matrix names to job->engines
+ * (room for "sfb," per matrix). */
+static const struct sfb__sync_ops *job_engine(struct sfb_job *job)
+{
+    int same = 1;
+    size_t len = 0;
+    for (uint32_t m = 0; m < job->nmat; m++) {
+        same &= job->engine_of[m] == job->engine_of[0];
+        len += (size_t)sprintf(job->engines + len, "%s%s", m ? "," : "", job->engine_of[m]->name);
+    }
+    if (same) sprintf(job->engines, "%s", job->engine_of[0]->name);
+    if (same && (job->engine_of[0] != &sfb__fms_desc || job->nmat == 1 ||
+                 sfb__comm_world(job->comm) == 1))
+        return job->engine_of[0]->ops;
+    return &sfb__permatrix_ops;
+}
+
+/* Opens the engine job->engine_of names on job->env. */
+int sfb__job_open_engine(struct sfb_job *job)
+{
+    const struct sfb__sync_ops *engine = job_engine(job);
+    job->engine_priv = calloc(1, engine->priv_size);
+    if (!job->engine_priv) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
+    int ret = engine->open(job->engine_priv, &job->env);
+    if (ret) {
+        free(job->engine_priv);
+        job->engine_priv = NULL;
+        return ret;
+    }
+    job->engine = engine;
+    return 0;
+}
+
+/* Closes the open engine, its counters kept for the run's totals. */
+void sfb__job_close_engine(struct sfb_job *job)
+{
+    if (job->engine->report) {
+        struct sfb__sync_report rep = {0};
+        job->engine->report(job->engine_priv, &rep);
+        job->closed.data_msgs += rep.data_msgs;
+        job->closed.data_bytes += rep.data_bytes;
+        job->closed.publish_wait_s += rep.publish_wait_s;
+    }
+    const uint64_t *h = job->engine->staleness_hist(job->engine_priv);
+    for (int i = 0; h && i < SFB_STALENESS_BINS; i++) job->hist[i] += h[i];
+    job->engine->close(job->engine_priv);
+    free(job->engine_priv);
+    job->engine_priv = NULL;
+    job->engine = NULL;
+}
