@@ -142,7 +142,11 @@ int sfb__join_accept(int lfd, uint64_t key, const char *text, int *fds, uint32_t
                      uint32_t *n)
 {
     *n = 0;
-    while (*n < max) {
+    /* the job waits while this runs: idle connections (each dropped after
+     * 0.5 s without a JOIN) cost it 1 s a check at most; the rest wait for
+     * the next check */
+    double end = sfb__now() + 1.0;
+    while (*n < max && sfb__now() < end) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EINTR) continue;

@@ -135,7 +135,8 @@ int sfb__bootstrap_reserve(struct sfb__bootstrap *bs, int *fd, char *addr, size_
  * non-blocking); at its clock-boundary checks it takes the pending joiners
  * (sfb__join_accept: each one's JOIN read within 0.5 s, its key and
  * settings text compared with the job's, a mismatch refused with the
- * reason; up to max accepted, their sockets in fds) and answers each with
+ * reason; up to max accepted, their sockets in fds; 1 s in all, the rest
+ * left for the next check) and answers each with
  * its place (sfb__join_assign). A process started later asks
  * (sfb__join_request: connects, retrying, until timeout_s; waits as long
  * for the answer) and gets its rank, the grown world, the clock it starts

@@ -195,7 +195,7 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     if (a->start_clock < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: start clock %lld",
                           (long long)a->start_clock);
-    return sfb__job_elastic_check(job, a);
+    return 0;
 }
 
 static void free_matrices(struct sfb_job *job)
@@ -321,6 +321,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     int ret = check_attach(job, a);
     if (!ret) ret = alloc_matrices(job, a->n);
     if (!ret) ret = sfb__plan_engines("sfb_job_attach", a->engine, a->n, job->engine_of);
+    if (!ret) ret = sfb__job_elastic_check(job, a);
     if (!ret) ret = parse_dtype(a, "factor_dtype", a->factor_dtype, job->prec);
     if (!ret) ret = parse_dtype(a, "dense_dtype", a->dense_dtype, job->dense_prec);
     if (ret) return ret;

@@ -22,6 +22,7 @@
 #include "src/boot/bootstrap.h"
 #include "src/comm/comm.h"
 #include "src/job/job_impl.h"
+#include "sfb/sync.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,11 +37,14 @@ int sfb__job_elastic_check(const struct sfb_job *job, const struct sfb_job_attac
                           "asked): under SSP the survivors' replicas hold different updates, "
                           "and none of them is a state every update is in or out of whole",
                           (long long)a->staleness);
-    const char *e = a->engine ? a->engine : "sfb";
-    if (strcmp(e, "sfb") != 0)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: an elastic job runs the engine \"sfb\", "
-                          "not \"%s\": FMS keeps each matrix's rows on one rank's server, which "
-                          "dies with it", e);
+    /* each matrix's engine, as attach parsed it (NULL: "auto") */
+    for (uint32_t m = 0; m < a->n; m++)
+        if (job->engine_of[m] != &sfb__broadcast_desc)
+            return sfb__error(-SFB_EUSAGE, "sfb_job_attach: an elastic job runs the engine "
+                              "\"%s\" for every matrix, not \"%s\" (matrix %u): FMS keeps each "
+                              "matrix's rows on one rank's server, which dies with it",
+                              sfb__broadcast_desc.name,
+                              job->engine_of[m] ? job->engine_of[m]->name : "auto", m);
     if (a->flush_clock)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: an elastic job's relays forward as "
                           "frames come (not flush_clock)");

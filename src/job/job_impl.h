@@ -65,7 +65,8 @@ struct sfb_job {
 int sfb__job_open_engine(struct sfb_job *job);
 void sfb__job_close_engine(struct sfb_job *job);
 
-/* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one; the
+/* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one (after
+ * it parsed the engines into job->engine_of); the
  * open of an elastic job (a joiner's handshake, rank 0's join listener);
  * a joiner's attach receiving rank 0's matrices after the shapes' barrier;
  * the listener closed. */

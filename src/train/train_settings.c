@@ -149,6 +149,20 @@ int sfb__train_debug_read(struct sfb__train_debug *d, uint32_t world)
     return ret;
 }
 
+/* Whether --sync names the engine "sfb" for every matrix (an elastic job's
+ * only engine): the registry's answer, not a name compared here. */
+static int sync_is_sfb(const char *sync)
+{
+    int e[SFB_MODEL_MAX_MATRICES];
+    uint32_t n = 0;
+    if (!sync) return 1; /* the default */
+    if (sfb__job_sync_is_auto(sync) || sfb__job_sync_parse(sync, e, SFB_MODEL_MAX_MATRICES, &n))
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (e[i] != sfb__job_engine_find("sfb")) return 0;
+    return 1;
+}
+
 int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
 {
     if (!s) return sfb__error(-EINVAL, "no settings");
@@ -215,7 +229,7 @@ int sfb_train_check_settings(const struct sfb_train_settings *s, uint32_t world)
         return sfb__error(-SFB_EUSAGE, "--checkpoint-every and --resume need --flush eager "
                           "(a checkpoint drains the relays mid-run)");
     if (s->elastic > 1) return sfb__error(-SFB_EUSAGE, "elastic %u: expected 0 or 1", s->elastic);
-    if (s->elastic && (s->sync && strcmp(s->sync, "sfb") != 0))
+    if (s->elastic && !sync_is_sfb(s->sync))
         return sfb__error(-SFB_EUSAGE, "--elastic runs --sync sfb, not --sync %s: FMS keeps each "
                           "matrix's rows on one worker's server, which dies with it", s->sync);
     if (s->elastic && s->staleness != 0)
