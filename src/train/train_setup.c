@@ -266,6 +266,16 @@ static int join(struct worker *w)
     return sfb__train_debug_read(&w->debug, w->world);
 }
 
+/* A failure of this rank's set-up told to the peers (sfb_job_abort: not
+ * when they know already), so they stop naming it instead of its exit. */
+static int tell_peers(struct worker *w, int ret)
+{
+    char why[600];
+    snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_error_message(ret));
+    sfb_job_abort(w->job, why);
+    return sfb__error(ret, "%s", why + 0);
+}
+
 /* Data, model, agreement and resume, once joined. A failure that is not
  * collective is told to the peers. */
 static int prepare(struct worker *w)
@@ -293,13 +303,7 @@ static int prepare(struct worker *w)
         /* collective: every rank learns the same outcome, no abort needed */
         if ((ret = resume(w))) return ret;
     }
-    if (ret) {
-        char why[600];
-        snprintf(why, sizeof why, "rank %u: %s", w->rank, sfb_error_message(ret));
-        sfb_job_abort(w->job, why);
-        return sfb__error(ret, "%s", why + 0);
-    }
-    return 0;
+    return ret ? tell_peers(w, ret) : 0;
 }
 
 /* --sync auto: the bytes of each matrix's SF frame as the codec would send
@@ -394,7 +398,9 @@ int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s)
     if (!ret) ret = prepare(w);
     if (ret) return ret;
     /* attach marks SFB__PH_SHAPES between the shapes' barrier and the engine */
-    if ((ret = attach(w))) return ret;
+    /* a peer's frame this rank cannot apply may come during attach's
+     * barrier: the peer must hear why (else it names this rank's exit) */
+    if ((ret = attach(w))) return tell_peers(w, ret);
     /* a joiner: the run's end and clocks per epoch, as the grow's members
      * send them right after the replicas (train.c, grow) */
     if (w->joined && (ret = sfb_job_broadcast(w->job, 0, w->joined_run, sizeof w->joined_run)))

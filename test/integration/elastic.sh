@@ -108,7 +108,7 @@ fi
 # kill -9 from outside: rank 0 (the survivors meet at rank 1's address; the
 # old rank 1 evaluates), once the run is past clock 100
 mkdir -p kill
-"$SFB" run --model mlr --data fashion-mnist --clocks 3000 --elastic -n 4 --out-dir kill \
+"$SFB" run --model mlr --data fashion-mnist --clocks 1500 --elastic -n 4 --out-dir kill \
   --model-out kill/m.%r.sfb --metrics-out "kill/metrics.%r.jsonl" >kill.out 2>&1 &
 launcher=$!
 for ((i = 0; i < 600; i++)); do
@@ -140,7 +140,7 @@ fi
 
 # grow: rank 2 dies at clock 250 and sfb run --respawn 1 restarts it; the
 # new process joins at the next check (clock 300) as rank 3 of 4
-SFB_DEBUG_DIE_AT=2:250 run respawn 800 -n 4 --elastic --respawn 1; rc=$?
+SFB_DEBUG_DIE_AT=2:250 run respawn 600 -n 4 --elastic --respawn 1; rc=$?
 grep -h 'restarted\|joined' respawn.out | head -4
 check "respawn: exit 0 ($rc)" "[ $rc = 0 ]"
 check "respawn: the launcher restarts rank 2" \
