@@ -122,7 +122,7 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     /* an elastic job: a joiner's handshake first, which says where to meet */
     ret = cs.elastic ? sfb__job_elastic_open(job, &cs, s->join_text) : 0;
     if (!ret && !job->comm) ret = sfb__comm_open(&job->comm, &cs);
-    if (!ret && cs.elastic) ret = sfb__job_elastic_listen(job);
+    if (!ret && cs.elastic) sfb__job_elastic_listen(job);
     if (ret) {
         sfb__comm_close(&job->comm);
         sfb__job_elastic_close(job);
@@ -325,19 +325,11 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     if (!ret) ret = parse_dtype(a, "factor_dtype", a->factor_dtype, job->prec);
     if (!ret) ret = parse_dtype(a, "dense_dtype", a->dense_dtype, job->dense_prec);
     if (ret) return ret;
-    struct sfb__wire_shape *shapes = malloc(a->n * sizeof *shapes);
-    if (!shapes) return sfb__error(-ENOMEM, "sfb_job_attach: out of memory");
-    for (uint32_t m = 0; m < a->n; m++) {
-        job->mats[m] = a->mats[m];
-        shapes[m].k = a->mats[m].rows;
-        shapes[m].d = a->mats[m].cols;
-    }
+    for (uint32_t m = 0; m < a->n; m++) job->mats[m] = a->mats[m];
     job->nmat = a->n;
     job->max_s = a->max_s;
     job->next = a->start_clock;
-    ret = sfb__comm_set_shapes(job->comm, shapes, a->n, a->max_s);
-    free(shapes);
-    if (ret) return ret;
+    if ((ret = sfb__job_set_shapes(job))) return ret;
     sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
     if (job->join_clock >= 0 && (ret = sfb__job_joined_attach(job, a))) return ret;
     if (!job->ssp_open) {

@@ -102,7 +102,8 @@ static int rejoin(struct sfb_job *job, uint32_t lost)
     if (ret)
         return sfb__error(ret, "going on without rank %u: the survivors' rendezvous at %s "
                           "failed: %s", lost, rdv, sfb_error_message(ret));
-    return sfb__job_elastic_listen(job);
+    sfb__job_elastic_listen(job);
+    return 0;
 }
 
 /* Every matrix of rank src to every rank (after the shapes' barrier). */
@@ -130,15 +131,8 @@ static int agree_state(struct sfb_job *job, int64_t applied, int64_t *next, uint
     *next = all[src] + 1;
     free(all);
     if (ret) return sfb__comm_explain(job->comm, ret);
-    struct sfb__wire_shape *shapes = malloc(job->nmat * sizeof *shapes);
-    if (!shapes) return sfb__error(-ENOMEM, "sfb_job_shrink: out of memory");
-    for (uint32_t m = 0; m < job->nmat; m++) {
-        shapes[m].k = job->mats[m].rows;
-        shapes[m].d = job->mats[m].cols;
-    }
-    ret = sfb__comm_set_shapes(job->comm, shapes, job->nmat, job->max_s);
-    free(shapes);
-    return ret ? ret : send_matrices(job, src);
+    if ((ret = sfb__job_set_shapes(job))) return ret;
+    return send_matrices(job, src);
 }
 
 /* The engine opened again at `clock` on a fresh SSP table of the comm's
@@ -194,13 +188,12 @@ int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
 
 /* ---- growing ---- */
 
-int sfb__job_elastic_listen(struct sfb_job *job)
+void sfb__job_elastic_listen(struct sfb_job *job)
 {
     const char *addr = getenv("SFB_JOIN");
-    if (job->join_fd >= 0 || !addr || !*addr || sfb__comm_rank(job->comm) != 0) return 0;
+    if (job->join_fd >= 0 || !addr || !*addr || sfb__comm_rank(job->comm) != 0) return;
     if (sfb__join_listen(addr, &job->join_fd))
         SFB_LOG_W("elastic job: no joiner can come in: %s", sfb_last_error());
-    return 0;
 }
 
 void sfb__job_elastic_close(struct sfb_job *job)
@@ -335,14 +328,7 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     if (ret) ret = sfb__error(ret, "clock %lld: growing to %u workers: the rendezvous at %s "
                               "failed: %s", (long long)clock, grown, plan.rdv,
                               sfb_error_message(ret));
-    struct sfb__wire_shape *shapes = ret ? NULL : malloc(job->nmat * sizeof *shapes);
-    if (!ret && !shapes) ret = sfb__error(-ENOMEM, "sfb_job_grow: out of memory");
-    for (uint32_t m = 0; !ret && m < job->nmat; m++) {
-        shapes[m].k = job->mats[m].rows;
-        shapes[m].d = job->mats[m].cols;
-    }
-    if (!ret) ret = sfb__comm_set_shapes(job->comm, shapes, job->nmat, job->max_s);
-    free(shapes);
+    if (!ret) ret = sfb__job_set_shapes(job);
     if (!ret) ret = send_matrices(job, 0);
     if (!ret) ret = restart_engine(job, clock, 1);
     if (ret) {

@@ -1,6 +1,7 @@
 /* The job's engine opened and closed (src/job/job_impl.h): attach, a
  * replan, a shrink and a grow all open the engine job->engine_of names on
- * job->env, and close it keeping its counters for the run's totals. */
+ * job->env, and close it keeping its counters for the run's totals; attach,
+ * a shrink and a grow set the comm's frame shapes (a barrier) first. */
 #include "config.h"
 #include <sfb/job.h>
 #include "sfb/sync.h"
@@ -43,6 +44,19 @@ int sfb__job_open_engine(struct sfb_job *job)
     }
     job->engine = engine;
     return 0;
+}
+
+int sfb__job_set_shapes(struct sfb_job *job)
+{
+    struct sfb__wire_shape *shapes = malloc(job->nmat * sizeof *shapes);
+    if (!shapes) return sfb__error(-ENOMEM, "sfb_job: out of memory");
+    for (uint32_t m = 0; m < job->nmat; m++) {
+        shapes[m].k = job->mats[m].rows;
+        shapes[m].d = job->mats[m].cols;
+    }
+    int ret = sfb__comm_set_shapes(job->comm, shapes, job->nmat, job->max_s);
+    free(shapes);
+    return ret;
 }
 
 /* Closes the open engine, its counters kept for the run's totals. */

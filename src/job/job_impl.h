@@ -64,6 +64,9 @@ struct sfb_job {
  * run's totals. */
 int sfb__job_open_engine(struct sfb_job *job);
 void sfb__job_close_engine(struct sfb_job *job);
+/* The attached matrices' shapes (and max_s) given to the comm, which
+ * validates frames against them: a barrier (sfb__comm_set_shapes). */
+int sfb__job_set_shapes(struct sfb_job *job);
 
 /* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one (after
  * it parsed the engines into job->engine_of); the
@@ -73,7 +76,7 @@ void sfb__job_close_engine(struct sfb_job *job);
 int sfb__job_elastic_check(const struct sfb_job *job, const struct sfb_job_attach *a);
 int sfb__job_elastic_open(struct sfb_job *job, struct sfb__comm_settings *cs,
                           const char *join_text);
-int sfb__job_elastic_listen(struct sfb_job *job);
+void sfb__job_elastic_listen(struct sfb_job *job);
 int sfb__job_joined_attach(struct sfb_job *job, const struct sfb_job_attach *a);
 void sfb__job_elastic_close(struct sfb_job *job);
 

@@ -119,14 +119,10 @@ static int grow(struct worker *w, struct sfb__run_totals *rt, uint64_t t)
     uint64_t left = (rt->total - t) * was;
     int ret = sfb_job_grow(w->job, (int64_t)t, w->join_text, 0, &n);
     if (ret || !n) return ret;
-    w->world = sfb_job_world(w->job);
+    if ((ret = sfb__worker_new_world(w))) return ret;
     uint64_t run[2] = {end_after_change(w, t, rt->total, left), rt->cpe};
     if ((ret = sfb_job_broadcast(w->job, 0, run, sizeof run))) return ret;
     rt->total = rt->pr.clocks = run[0];
-    if ((ret = sfb__worker_reshard(w))) return ret;
-    if ((ret = sfb__ckpt_config(w->s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
-                                w->ckpt_config, sizeof w->ckpt_config)))
-        return sfb__error(ret, "checkpoint: the configuration text is too long");
     double dt = sfb__now() - t0;
     sfb__metrics_event(&w->metrics, "grow", "\"clock\":%llu,\"joined\":%u,\"world\":%u,"
                        "\"seconds\":%.6g", (unsigned long long)t, n, w->world, dt);
@@ -366,8 +362,7 @@ static int go_on(struct worker *w, struct sfb__run_totals *rt, int ret, uint64_t
     double t0 = sfb__now();
     uint32_t was = w->world;
     if ((ret = sfb_job_shrink(w->job, &next, &src))) return ret;
-    w->rank = sfb_job_rank(w->job);
-    w->world = sfb_job_world(w->job);
+    if ((ret = sfb__worker_new_world(w))) return ret;
     rt->total = end_after_change(w, (uint64_t)next, rt->total,
                                  (rt->total - (uint64_t)next) * was);
     rt->pr.clocks = rt->total;
@@ -376,10 +371,6 @@ static int go_on(struct worker *w, struct sfb__run_totals *rt, int ret, uint64_t
     if (w->world > 1 && (ret = sfb_job_broadcast(w->job, src, &local, sizeof local))) return ret;
     w->skip_local = local >= next - 1 ? next : -1;
     w->local_through = local;
-    if ((ret = sfb__worker_reshard(w))) return ret;
-    if ((ret = sfb__ckpt_config(w->s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
-                                w->ckpt_config, sizeof w->ckpt_config)))
-        return sfb__error(ret, "checkpoint: the configuration text is too long");
     double dt = sfb__now() - t0;
     sfb__metrics_event(&w->metrics, "elastic",
                        "\"lost\":%d,\"clock\":%lld,\"world\":%u,\"new_rank\":%u,"

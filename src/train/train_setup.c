@@ -99,13 +99,24 @@ static int load_data(struct worker *w)
     return 0;
 }
 
-int sfb__worker_reshard(struct worker *w)
+/* The checkpoints' configuration text (it names the world). */
+static int ckpt_config(struct worker *w)
 {
+    int ret = sfb__ckpt_config(w->s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
+                               w->ckpt_config, sizeof w->ckpt_config);
+    return ret ? sfb__error(ret, "checkpoint: the configuration text is too long") : 0;
+}
+
+int sfb__worker_new_world(struct worker *w)
+{
+    w->rank = sfb_job_rank(w->job);
+    w->world = sfb_job_world(w->job);
     sfb_sampler_close(&w->sampler);
     sfb_dataset_free(&w->train);
     sfb_dataset_free(&w->test);
     w->reshards++;
-    return load_data(w);
+    int ret = load_data(w);
+    return ret ? ret : ckpt_config(w);
 }
 
 static int setup_model(struct worker *w)
@@ -190,9 +201,8 @@ static int join_text(const struct sfb_train_settings *s, char *text, size_t cap)
 static int checkpoint_setup(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
-    int ret = sfb__ckpt_config(s, w->world, w->batch, w->train_rows, w->train.d, w->train.k,
-                               w->ckpt_config, sizeof w->ckpt_config);
-    if (ret) return sfb__error(ret, "checkpoint: the configuration text is too long");
+    int ret = ckpt_config(w);
+    if (ret) return ret;
     if (!s->checkpoint_every) return 0;
     w->ckpt_dir = s->checkpoint_dir ? s->checkpoint_dir : s->resume_dir ? s->resume_dir
                                                                          : "sfb-ckpt";

@@ -60,9 +60,10 @@ struct worker {
  * open stays for sfb__worker_close. */
 int sfb__worker_open(struct worker *w, const struct sfb_train_settings *s);
 void sfb__worker_close(struct worker *w);
-/* After an elastic job lost a rank: this rank's new shard, sampler and
- * (rank 0) test set. */
-int sfb__worker_reshard(struct worker *w);
+/* After an elastic job's world changed (a rank lost, processes joined):
+ * this worker's rank and world from the job, its new shard, sampler and
+ * (rank 0) test set, and the checkpoints' configuration. */
+int sfb__worker_new_world(struct worker *w);
 /* After a replan: the checkpoints' configuration names the engines now. */
 void sfb__worker_engines_changed(struct worker *w);
 
