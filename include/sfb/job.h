@@ -163,7 +163,15 @@ struct sfb_job_attach {
      * every rank). FMS sums in rank order and applies the sum as it is.
      * 0 (default): the own update at once, peers' as they come. */
     int ordered;
-    uint32_t reserved0;
+    /* An elastic job's matrices whose contents are not the job's state (a
+     * training step's gradient buffers, as sfb.torch's): 1: a world change
+     * does not keep them: sfb_job_shrink and sfb_job_grow detach them (the
+     * engine closed, the matrices forgotten) and the caller attaches again
+     * afterwards, with the new world's shapes, bringing every rank to one
+     * state itself; any engine and staleness then. 0 (default): they are
+     * the state, which shrink and grow keep (engine "sfb" at staleness 0,
+     * ordered: checked here). */
+    uint32_t reattach;
     /* engine "auto" entries whose factors travel with a CSR c (an
      * embedding's rows: c one-hot): NULL, or n entries (read during attach
      * only), each matrix's non-zeros of c in an SF of max_s samples (0:
@@ -343,6 +351,9 @@ SFB_API int sfb_job_lost(struct sfb_job *job);
  * otherwise and ends), or the failure of the survivors' rendezvous (a
  * second death, survivors that disagree on the dead: the job ends). */
 SFB_API int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source);
+/* (With matrices attached with `reattach`, or none attached, a shrink only
+ * re-forms the survivors' job: the matrices are detached, *next is -1 and
+ * *source 0; attach again to go on.) */
 
 /* Elastic jobs: takes in the processes waiting to join (started later with
  * SFB_JOINING=1 and the job's SFB_JOIN address and key), at a clock
@@ -360,12 +371,27 @@ SFB_API int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
  * failure (a death: sfb_job_lost, sfb_job_shrink as usual). */
 SFB_API int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t value,
                          uint32_t *joined);
+/* (With matrices attached with `reattach`, or none attached, a grow with
+ * joiners only re-forms the job: the matrices are detached, nothing is
+ * sent, and everyone, the joiners included, attaches again; `clock` is any
+ * the caller gives the joiners. It may be called at any point then.) */
+
+/* Elastic jobs, not collective: on rank 0, takes in the processes waiting
+ * to join now (their JOIN read and checked against `text` as
+ * sfb_job_grow does, mismatches refused) without waiting for more, and
+ * keeps them for the next sfb_job_grow; *pending: how many it keeps (0 on
+ * other ranks). A caller with a cheaper way to tell every rank (a value in
+ * a clock's own frames) then grows only when it is > 0. Returns 0 or
+ * -SFB_EUSAGE (not elastic). */
+SFB_API int sfb_job_join_poll(struct sfb_job *job, const char *text, uint32_t *pending);
 
 /* A process that joined a running elastic job (SFB_JOINING=1): 1, with
  * the clock it starts at (attach with start_clock = it; its wait returns
  * at once), the job's max_s (attach with it) and the `value` rank 0's
  * sfb_job_grow passed; 0 for a process that started with the job. Its
- * attach receives rank 0's matrices. Any pointer may be NULL. */
+ * attach receives rank 0's matrices. (*max_s 0: the job kept no matrices
+ * through the grow (reattach): it attaches as every rank does.) Any
+ * pointer may be NULL. */
 SFB_API int sfb_job_joined(const struct sfb_job *job, int64_t *clock, uint32_t *max_s,
                            uint64_t *value);
 

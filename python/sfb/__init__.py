@@ -82,7 +82,7 @@ class _Attach(ctypes.Structure):
         ("sf_bytes", _c_u32_p),
         ("priority", ctypes.c_char_p),
         ("ordered", ctypes.c_int),
-        ("reserved0", ctypes.c_uint32),
+        ("reattach", ctypes.c_uint32),
         ("sf_nnz", _c_u32_p),
         ("factor_dtype", ctypes.c_char_p),
         ("dense_dtype", ctypes.c_char_p),
@@ -280,6 +280,8 @@ def library():
                                           ctypes.POINTER(ctypes.c_uint64)]),
         "sfb_job_shrink": (ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int64),
                                           ctypes.POINTER(ctypes.c_uint32)]),
+        "sfb_job_join_poll": (ctypes.c_int, [vp, ctypes.c_char_p,
+                                             ctypes.POINTER(ctypes.c_uint32)]),
         "sfb_job_abort": (None, [vp, ctypes.c_char_p]),
         "sfb_job_stats": (ctypes.c_int, [vp, P(_Stats)]),
         "sfb_job_close": (None, [P(vp)]),
@@ -354,7 +356,7 @@ class Job:
 
     def __init__(self, rank=None, world=None, rendezvous=None, job_key=None, provider=None,
                  progress=None, peer_timeout_s=None, bootstrap_timeout_s=None, bandwidth=0.0,
-                 stall_timeout_s=None, cpu_bind=None, elastic=False, join_text=None):
+                 stall_timeout_s=None, cpu_bind=None, elastic=None, join_text=None):
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
@@ -376,12 +378,15 @@ class Job:
         if stall_timeout_s is not None:
             s.stall_timeout_s = stall_timeout_s
         s.bandwidth = bandwidth  # egress budget of data messages, bytes/s (0: none)
+        if elastic is None:  # sfb launch --elastic's
+            elastic = os.environ.get("SFB_ELASTIC", "") == "1"
         s.elastic = 1 if elastic else 0  # a rank's death: lost() names it, shrink() goes on
         s.join_text = self._keep[5]  # a joiner's settings text (SFB_JOINING=1)
         self._h = ctypes.c_void_p()
         _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))
         self.rank = lib.sfb_job_rank(self._h)
         self.world = lib.sfb_job_world(self._h)
+        self.elastic = bool(elastic)
         self.matrices = []
         self.last_wait = None
         self._sfs = None
@@ -394,7 +399,7 @@ class Job:
     def attach(self, matrices, max_s, engine="sfb", staleness=0, apply_early=None,
                topology=None, degree=0, start_clock=0, link_gbps=0.0, latency_us=0.0,
                priority=None, sf_bytes=None, ordered=False, sf_nnz=None, factor_dtype=None,
-               dense_dtype=None):
+               dense_dtype=None, reattach=False):
         """Makes `matrices` (2-D float32 C-contiguous numpy arrays, updated in
         place from now on; keep them alive) the job's replicas. max_s: the
         most samples of one published factor. engine: "sfb", "fms", one per
@@ -421,6 +426,10 @@ class Job:
         rank's update rounded, summed in float32, the sum rounded, and every
         replica applies that rounded sum), for every matrix or one per
         matrix; a matrix SFB carries ignores it.
+        reattach: an elastic job's matrices that are not the job's state
+        (a step's gradient buffers): shrink() and grow() detach them and
+        every rank attaches again after (any engine and staleness); by
+        default they are kept (engine "sfb", staleness 0).
         Collective. Afterwards `engines` lists each matrix's engine and
         `plan` the cost model's lines ("" unless auto)."""
         mats = list(matrices)
@@ -458,6 +467,7 @@ class Job:
         a.start_clock = _clock("attach: start_clock", start_clock, 0)
         a.link_gbps, a.latency_us = link_gbps, latency_us
         a.ordered = int(bool(ordered))
+        a.reattach = int(bool(reattach))
         for field, values in (("sf_bytes", sf_bytes), ("sf_nnz", sf_nnz)):
             if values is None:
                 continue
@@ -648,12 +658,28 @@ class Job:
         every replica the most advanced survivor's (the matrices are
         overwritten in place). Returns (next, source): the clock to wait for
         next, and the (new) rank whose replicas every rank now holds.
-        Collective over the survivors (include/sfb/job.h: sfb_job_shrink)."""
+        With matrices attached with reattach=True (or none), it only
+        re-forms the job: they are detached, (-1, 0) is returned; attach
+        again. Collective over the survivors (include/sfb/job.h:
+        sfb_job_shrink)."""
         nxt, src = ctypes.c_int64(), ctypes.c_uint32()
         _check(library().sfb_job_shrink(self._handle(), ctypes.byref(nxt), ctypes.byref(src)))
         self.rank = library().sfb_job_rank(self._h)
         self.world = library().sfb_job_world(self._h)
+        self._detached()
         return nxt.value, src.value
+
+    def _detached(self):
+        if library().sfb_job_engine(self._h, 0) is None:  # (reattach: nothing kept)
+            self.matrices, self._sfs = [], None
+
+    def join_poll(self, text=""):
+        """An elastic job, not collective: on rank 0 the processes waiting
+        to join now whose settings text equals `text` are taken in, kept for
+        the next grow(); returns how many are kept (0 on other ranks)."""
+        n = ctypes.c_uint32()
+        _check(library().sfb_job_join_poll(self._handle(), _enc(text), ctypes.byref(n)))
+        return n.value
 
     def grow(self, clock, text="", value=0):
         """An elastic job, every rank after wait(clock) and before publishing
@@ -661,11 +687,15 @@ class Job:
         equals `text` (refusing the others, which are told why). Returns how
         many joined; then `world` grew, the joiners hold this job's
         matrices, and `clock` counts as waited for (publish it next).
-        `value` goes to the joiners (joined())."""
+        `value` goes to the joiners (joined()). With matrices attached with
+        reattach=True (or none) a grow with joiners detaches them and may
+        come at any point: every rank, the joiners too, attaches again."""
         n = ctypes.c_uint32()
         _check(library().sfb_job_grow(self._handle(), _clock("grow: clock", clock), _enc(text),
                                       int(value), ctypes.byref(n)))
         self.world = library().sfb_job_world(self._h)
+        if n.value:
+            self._detached()
         return n.value
 
     def joined(self):

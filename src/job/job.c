@@ -195,6 +195,9 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     if (a->start_clock < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: start clock %lld",
                           (long long)a->start_clock);
+    if (a->reattach > 1)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: reattach %u: expected 0 or 1",
+                          a->reattach);
     return 0;
 }
 
@@ -219,6 +222,18 @@ static void free_matrices(struct sfb_job *job)
     job->engines = NULL;
     job->plan = NULL;
     job->planned = 0;
+}
+
+void sfb__job_detach(struct sfb_job *job)
+{
+    if (job->engine) sfb__job_close_engine(job);
+    if (job->ssp_open) sfb__ssp_fini(&job->ssp);
+    job->ssp_open = 0;
+    free_matrices(job);
+    job->nmat = 0;
+    job->waited = 0;
+    job->ndone = 0;
+    job->reattach = 0;
 }
 
 /* The per-matrix state of n matrices (a failed attach's freed first). */
@@ -329,9 +344,11 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     job->nmat = a->n;
     job->max_s = a->max_s;
     job->next = a->start_clock;
+    job->reattach = (int)a->reattach;
     if ((ret = sfb__job_set_shapes(job))) return ret;
     sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
-    if (job->join_clock >= 0 && (ret = sfb__job_joined_attach(job, a))) return ret;
+    if (job->join_attach_due && (ret = sfb__job_joined_attach(job, a))) return ret;
+    job->join_attach_due = 0;
     if (!job->ssp_open) {
         ret = sfb__ssp_init(&job->ssp, sfb__comm_world(job->comm), a->staleness, a->start_clock);
         if (ret) return ret;

@@ -31,7 +31,7 @@
 
 int sfb__job_elastic_check(const struct sfb_job *job, const struct sfb_job_attach *a)
 {
-    if (!job->cs.elastic) return 0;
+    if (!job->cs.elastic || a->reattach) return 0; /* reattach: not kept, anything goes */
     if (a->staleness != 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: an elastic job runs at staleness 0 (%lld "
                           "asked): under SSP the survivors' replicas hold different updates, "
@@ -163,19 +163,25 @@ int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
     if (!job->cs.elastic)
         return sfb__error(-SFB_EUSAGE, "sfb_job_shrink: not an elastic job (sfb_job_settings."
                           "elastic)");
-    if (!job->engine) return sfb__error(-SFB_EUSAGE, "sfb_job_shrink: no matrices attached");
     int lost = sfb__comm_lost(job->comm);
     if (lost < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_shrink: no rank is lost (%s)",
                           sfb__comm_check(job->comm) ? sfb_last_error() : "the job is healthy");
     double t0 = sfb__now();
-    int64_t applied = sfb__ssp_min_applied(&job->ssp);
-    sfb__job_close_engine(job);
-    sfb__ssp_fini(&job->ssp);
-    job->ssp_open = 0;
+    int keep = job->engine && !job->reattach; /* the matrices are the job's state */
+    int64_t applied = keep ? sfb__ssp_min_applied(&job->ssp) : -1;
+    if (keep) {
+        sfb__job_close_engine(job);
+        sfb__ssp_fini(&job->ssp);
+        job->ssp_open = 0;
+    } else {
+        sfb__job_detach(job);
+    }
+    *next = -1;
+    *source = 0;
     int ret = rejoin(job, (uint32_t)lost);
-    if (!ret) ret = agree_state(job, applied, next, source);
-    if (!ret) ret = restart_engine(job, *next, 0);
+    if (!ret && keep) ret = agree_state(job, applied, next, source);
+    if (!ret && keep) ret = restart_engine(job, *next, 0);
     if (ret) {
         sfb__comm_close(&job->comm);
         return ret;
@@ -200,6 +206,27 @@ void sfb__job_elastic_close(struct sfb_job *job)
 {
     if (job->join_fd >= 0) close(job->join_fd);
     job->join_fd = -1;
+    for (uint32_t i = 0; i < job->npending; i++) close(job->pending[i]);
+    job->npending = 0;
+}
+
+int sfb_job_join_poll(struct sfb_job *job, const char *text, uint32_t *pending)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(pending);
+    *pending = 0;
+    if (!job->comm) return sfb__error(-SFB_EPEER, "sfb_job_join_poll: the job ended already");
+    if (!job->cs.elastic)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_join_poll: not an elastic job");
+    uint32_t room = (uint32_t)(sizeof job->pending / sizeof job->pending[0]) - job->npending, n = 0;
+    if (sfb__comm_rank(job->comm) == 0 && job->join_fd >= 0 && room &&
+        sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm), text ? text : "",
+                         job->pending + job->npending, room, &n))
+        SFB_LOG_W("sfb_job_join_poll: %s", sfb_last_error());
+    job->npending += n;
+    *pending = job->npending;
+    return 0;
 }
 
 int sfb__job_elastic_open(struct sfb_job *job, struct sfb__comm_settings *cs,
@@ -231,6 +258,7 @@ int sfb__job_elastic_open(struct sfb_job *job, struct sfb__comm_settings *cs,
     c.rendezvous = rdv;
     c.job_key = ks;
     if ((ret = sfb__comm_open(&job->comm, &c))) return ret;
+    job->join_attach_due = job->join_extra[0] != 0; /* 0: attach as everyone does */
     SFB_LOG_I("joined as rank %u of %u, from clock %lld", rank, world,
               (long long)job->join_clock);
     return 0;
@@ -278,7 +306,8 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     if (!job->comm) return sfb__error(-SFB_EPEER, "sfb_job_grow: the job ended already");
     if (!job->cs.elastic)
         return sfb__error(-SFB_EUSAGE, "sfb_job_grow: not an elastic job");
-    if (!job->engine || !job->waited || job->ndone || job->next != clock)
+    int keep = job->engine && !job->reattach; /* the matrices are the job's state */
+    if (keep && (!job->waited || job->ndone || job->next != clock))
         return sfb__error(-SFB_EUSAGE, "sfb_job_grow: clock %lld: call it after waiting for the "
                           "clock and before publishing it", (long long)clock);
     uint32_t rank = sfb__comm_rank(job->comm), world = sfb__comm_world(job->comm);
@@ -289,10 +318,14 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     } plan = {0, ""};
     int rfd = -1, ret = 0;
     if (rank == 0 && job->join_fd >= 0) {
-        uint32_t n = 0;
-        if (sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm), text ? text : "", fds,
-                             64, &n))
+        /* those sfb_job_join_poll took in, then any waiting now */
+        uint32_t n = job->npending, more = 0;
+        memcpy(fds, job->pending, n * sizeof *fds);
+        job->npending = 0;
+        if (n < 64 && sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm),
+                                       text ? text : "", fds + n, 64 - n, &more))
             SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
+        n += more;
         if (n && reserve_on_join_host(plan.rdv, sizeof plan.rdv, &rfd)) {
             SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
             for (uint32_t i = 0; i < n; i++) close(fds[i]);
@@ -309,7 +342,8 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     if (!plan.n) return 0;
     plan.rdv[sizeof plan.rdv - 1] = '\0';
     uint32_t grown = world + plan.n;
-    uint64_t extra[2] = {job->max_s, value};
+    /* max_s 0: the joiners attach as everyone does (nothing kept) */
+    uint64_t extra[2] = {keep ? job->max_s : 0, value};
     for (uint32_t i = 0; rank == 0 && i < plan.n; i++) {
         if (sfb__join_assign(fds[i], sfb__comm_job_key(job->comm), world + i, grown, clock, extra,
                              plan.rdv))
@@ -321,16 +355,20 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     SFB_LOG_I("clock %lld: %u process%s join%s: %u workers from now on (meeting at %s)",
               (long long)clock, plan.n, plan.n > 1 ? "es" : "", plan.n > 1 ? "" : "s", grown,
               plan.rdv);
-    sfb__job_close_engine(job);
-    sfb__ssp_fini(&job->ssp);
-    job->ssp_open = 0;
+    if (keep) {
+        sfb__job_close_engine(job);
+        sfb__ssp_fini(&job->ssp);
+        job->ssp_open = 0;
+    } else {
+        sfb__job_detach(job);
+    }
     ret = reopen_comm(job, rank, grown, plan.rdv, rfd);
     if (ret) ret = sfb__error(ret, "clock %lld: growing to %u workers: the rendezvous at %s "
                               "failed: %s", (long long)clock, grown, plan.rdv,
                               sfb_error_message(ret));
-    if (!ret) ret = sfb__job_set_shapes(job);
-    if (!ret) ret = send_matrices(job, 0);
-    if (!ret) ret = restart_engine(job, clock, 1);
+    if (!ret && keep) ret = sfb__job_set_shapes(job);
+    if (!ret && keep) ret = send_matrices(job, 0);
+    if (!ret && keep) ret = restart_engine(job, clock, 1);
     if (ret) {
         sfb__comm_close(&job->comm);
         return ret;

@@ -54,6 +54,10 @@ struct sfb_job {
     int join_fd;
     int64_t join_clock;
     uint64_t join_extra[2];
+    int join_attach_due;  /* the joiner's first attach receives rank 0's matrices */
+    int pending[64];      /* rank 0: joiners taken in by sfb_job_join_poll */
+    uint32_t npending;
+    int reattach;         /* the attached matrices go at a world change (attach's reattach) */
     /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
      * as a hostile or broken peer would (tests of the receivers' check) */
     int debug_unchecked;
@@ -67,6 +71,9 @@ void sfb__job_close_engine(struct sfb_job *job);
 /* The attached matrices' shapes (and max_s) given to the comm, which
  * validates frames against them: a barrier (sfb__comm_set_shapes). */
 int sfb__job_set_shapes(struct sfb_job *job);
+/* job.c: the engine closed (its counters kept), the SSP table and the
+ * matrices forgotten: attach may run again. */
+void sfb__job_detach(struct sfb_job *job);
 
 /* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one (after
  * it parsed the engines into job->engine_of); the

@@ -36,8 +36,9 @@ from ._collectives import allreduce, broadcast_object, broadcast_optimizer_state
 from ._env import _need  # noqa: F401 (the tests' and the bench's way to the job)
 from ._env import init, is_initialized, local_rank, local_size, rank, shutdown, size, stats
 from ._optimizer import DistributedOptimizer
+from . import elastic
 
 __all__ = ["init", "rank", "size", "local_rank", "local_size", "shutdown", "is_initialized",
            "stats", "broadcast_parameters", "broadcast_object", "broadcast_optimizer_state",
-           "allreduce", "DistributedOptimizer", "Error", "UsageError", "MismatchError",
+           "allreduce", "DistributedOptimizer", "elastic", "Error", "UsageError", "MismatchError",
            "PeerError"]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import sfb as _sfb
 
-from ._env import _raise_hinted
+from ._env import _raise_hinted, _tell_peers
 
 
 _torch_linear = F.linear  # torch's own, whatever replaces the module's name
@@ -261,7 +261,7 @@ class _Passes:
         self._queue_end()
 
     def fail_in_backward(self, e):
-        self.job.abort("%s: %s" % (type(e).__name__, e))
+        _tell_peers(e)
         raise e
 
     def _end_pass(self):
@@ -291,8 +291,7 @@ class _Passes:
                 return
             self.reduce()
         except BaseException as e:
-            if self.job is not None:
-                self.job.abort("%s: %s" % (type(e).__name__, e))
+            _tell_peers(e)
             _raise_hinted(e)
 
     def _dense_now(self):

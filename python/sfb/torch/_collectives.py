@@ -5,7 +5,21 @@ import torch
 
 import sfb as _sfb
 
-from ._env import _abort_on_error, _need
+from . import _env
+from ._env import _abort_on_error
+
+
+def _need():
+    """The job, for a collective of the script's: in an elastic job not
+    before elastic.run (a process joining later would not call it)."""
+    job = _env._need()
+    if job.elastic and not _env._runs:
+        raise _sfb.UsageError(
+            "sfb.torch: a collective before sfb.torch.elastic.run in an elastic job: a process "
+            "that joins later would not take part in it. elastic.run brings every rank to rank "
+            "0's parameters and optimizer state at its start (no broadcast_parameters needed); "
+            "call collectives inside the training function or after run returns")
+    return job
 
 
 def _named_tensors(params):

@@ -2,6 +2,7 @@
 size, shutdown, stats."""
 import os
 import socket
+import sys
 
 import torch
 
@@ -12,6 +13,39 @@ _local_size = 1      # ranks on this host
 _local_rank = 0      # this rank's index among them
 _optimizer = None    # the one DistributedOptimizer of the job (its _Sync)
 _final_stats = None  # the last job's counters at its end (stats())
+_join_text = ""      # an elastic job's settings a joiner must share (init())
+_runs = 0            # elastic.run calls entered (collectives may run after the first)
+
+
+class WorldChanged(_sfb.Error):
+    """An elastic job's world changes at this step (processes wait to join):
+    raised out of backward() or step() on every rank at the same step, and
+    caught by sfb.torch.elastic.run, which takes them in and runs the
+    training function again. (A rank's death comes as sfb.PeerError, which
+    run catches the same way.)"""
+
+    def __init__(self, message):
+        super().__init__(-(4096 + 5), message)  # -SFB_EPEER
+
+
+def _log(msg):
+    """A line on stderr, as the library's own (sfb launch prefixes the rank)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _resettable(e):
+    """An elastic job's world change (a rank lost, processes waiting to
+    join): elastic.run goes on, the peers are not told to abort."""
+    j = _job
+    return j is not None and j.elastic and (
+        isinstance(e, WorldChanged) or (isinstance(e, _sfb.Error) and j.lost() >= 0))
+
+
+def _tell_peers(e):
+    """A failure the peers learn at once (they stop naming this rank),
+    unless it is an elastic job's world change."""
+    if _job is not None and not _resettable(e):
+        _job.abort("%s: %s" % (type(e).__name__, e))
 
 
 def _launcher_args():
@@ -49,7 +83,7 @@ def init(timeline=None, **job_args):
     environment without MASTER_ADDR/MASTER_PORT, sfb.MismatchError when the
     ranks' settings differ, sfb.PeerError when a rank does not join in time
     (the bootstrap timeout), sfb.Error for the fabric's failures."""
-    global _job, _local_size, _local_rank
+    global _job, _join_text
     if _job is not None:
         return
     args = _launcher_args()
@@ -58,7 +92,20 @@ def init(timeline=None, **job_args):
         if not isinstance(timeline, str) or not timeline:
             raise _sfb.UsageError("init: timeline %r: expected a file path" % (timeline,))
         os.environ["SFB_TIMELINE"] = timeline  # read by the job's open
+    # an elastic job's joiner must run the same program (sfb launch
+    # --respawn starts the same command line)
+    args.setdefault("join_text", "sfb.torch\nargv=%r\n" % (sys.argv,))
     job = _sfb.Job(**args)
+    _join_text = args["join_text"]
+    if job.joined() is None:  # (a joiner learns its host's ranks in elastic.run)
+        _place(job)
+    _job = job
+
+
+def _place(job):
+    """This rank's place among the ranks of its host (collective), and its
+    threads' share of the host's CPUs."""
+    global _local_size, _local_rank
     host = socket.gethostname().encode()[:63].ljust(64, b"\0")
     hosts = job.allgather(host) if job.world > 1 else [host]
     _local_size = sum(h == host for h in hosts)
@@ -70,7 +117,6 @@ def init(timeline=None, **job_args):
         # calls BLAS) keeps its own pool, by default a thread per core in
         # every process: busy-waiting threads of P processes on one host
         _sfb.library().sfb_set_blas_threads(share)
-    _job = job
 
 
 def is_initialized():
@@ -127,7 +173,7 @@ def shutdown():
             _job.finish(-1)
         _final_stats = stats()
     except BaseException as e:  # the peers learn why (they may not have seen it yet)
-        _job.abort("%s: %s" % (type(e).__name__, e))
+        _tell_peers(e)
         raise
     finally:
         if _optimizer is not None:
@@ -161,8 +207,7 @@ def _abort_on_error(fn):
         try:
             return fn(*a, **k)
         except BaseException as e:
-            if _job is not None:
-                _job.abort("%s: %s" % (type(e).__name__, e))
+            _tell_peers(e)
             raise
     wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
     return wrapped

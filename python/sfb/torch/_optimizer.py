@@ -12,7 +12,7 @@ import torch
 import sfb as _sfb
 
 from . import _env
-from ._env import _JOIN_HINT, _abort_on_error, _raise_hinted
+from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
 from . import _autoplan, _buckets, _conv, _replicas
@@ -100,6 +100,12 @@ class _Sync(_Passes):
         self.passes_per_step = backward_passes_per_step
         self.max_samples, self.overlap, self.attach_args = max_samples, overlap, attach_args
         self.additive = staleness != 0  # replicas are the parameters
+        self.elastic = job.elastic
+        if self.elastic and staleness != 0:
+            raise U("DistributedOptimizer: an elastic job runs at staleness 0 (not %d): under "
+                    "SSP the survivors of a death hold different updates, none of them a state "
+                    "every update is in or out of whole" % staleness)
+        self.in_run = False     # inside sfb.torch.elastic.run (an elastic job trains there)
         if self.additive:
             why = _plain_sgd(opt)
             if why:
@@ -121,6 +127,8 @@ class _Sync(_Passes):
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
         self.steps = 0          # the wrapped optimizer's steps through this wrapper
+        self.stepped = (0, 0)   # (clock, extra) after the last of them (an elastic job's state)
+        self.most_samples = 0   # the most samples of a step over all ranks (an elastic attach)
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.replicas = _replicas.Checks(check_every)
@@ -414,7 +422,7 @@ class _Sync(_Passes):
                 if p.requires_grad and id(p) not in self.acc_hooked:
                     acc = _buckets.accumulator(p)
                     self.hooks.append(acc.register_hook(
-                        lambda *_, p=p, b=b: self.dense_ready(p, b)))
+                        lambda *_, p=p: self.dense_ready(p, self.bucket_of[id(p)])))
                     self.acc_hooked[id(p)] = acc
 
     def _meta_row(self):
@@ -433,8 +441,11 @@ class _Sync(_Passes):
                     row[0, i + 1] = max(row[0, i + 1], 1.0 if slot.used_b else 0.0)
             row[0, self.n_params] = self.my_weight
         crc = _hyper_crc(self.opt)
-        row[0, self.n_params + 1:] = [self.state, self.steps % (1 << 24), crc & 0xFFFF, crc >> 16,
-                                      self.step_ms, self.step_samples]
+        n = self.n_params
+        row[0, n + 1:n + 7] = [self.state, self.steps % (1 << 24), crc & 0xFFFF, crc >> 16,
+                               self.step_ms, self.step_samples]
+        if self.elastic and self.job.rank == 0:  # processes waiting to join (rank 0 listens)
+            row[0, n + 7] = self.job.join_poll(_env._join_text)
         return row
 
     def _attach(self):
@@ -490,7 +501,9 @@ class _Sync(_Passes):
                                      "settings" % e, e.rank) from None
         counts = [int(np.frombuffer(b, np.int64)[0])
                   for b in job.allgather(np.array([mine], np.int64).tobytes())]
-        self.max_s = self.max_samples or max(counts)
+        # (an elastic job attaching again: its steps' shares of the largest
+        # step so far, whatever this step holds)
+        self.max_s = self.max_samples or max(counts + [-(-self.most_samples // job.world)])
         mats, engines, nnz, dtypes, dense_dtypes = [], [], [], [], []
         with torch.no_grad():
             for slot in self.linears:
@@ -505,6 +518,7 @@ class _Sync(_Passes):
                 dtypes.append(self.factor_dtype)
                 dense_dtypes.append(self.dense_dtype)  # (if FMS carries it)
             self.buckets = _buckets.plan(self.dense, self.bucket_bytes)
+            self.bucket_of = {id(p): b for b in self.buckets for _, p in b.params}
             for b in self.buckets:
                 b.index = len(mats)
                 mats.append(b.buf)
@@ -515,7 +529,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 7
+                self.meta_cols = self.n_params + 8
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -528,7 +542,7 @@ class _Sync(_Passes):
         job.attach(mats, max_s=self.max_s, engine=",".join(engines),
                    staleness=self.staleness, start_clock=self.clock,
                    ordered=not self.additive, sf_nnz=nnz, factor_dtype=dtypes,
-                   dense_dtype=dense_dtypes,
+                   dense_dtype=dense_dtypes, reattach=self.elastic,
                    **self.attach_args)
         if self.additive:
             with torch.no_grad():
@@ -610,6 +624,11 @@ class _Sync(_Passes):
         one). Returns the meta matrix's rows."""
         job = self.job
         t_reduce = time.time()
+        if self.elastic and not self.in_run and self.state == _TRAINING:
+            raise _sfb.UsageError(
+                "sfb.torch: an elastic job (sfb launch --elastic) trains inside "
+                "sfb.torch.elastic.run, which goes on when a rank dies or one joins; "
+                "see docs/torch.md, \"Elastic training\"")
         self._publish_all()
         self.meta.fill(0)  # every row comes from its rank this clock
         job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
@@ -617,6 +636,12 @@ class _Sync(_Passes):
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
+        self.most_samples = max(self.most_samples, int(meta[:, self.n_params + 6].sum()))
+        if self.elastic and meta[0, self.n_params + 7] > 0 and self.state == _TRAINING:
+            # every rank the same step: this one is dropped, elastic.run takes them in
+            raise WorldChanged("sfb.torch: step %d: %d process%s wait%s to join" % (
+                self.clock, meta[0, self.n_params + 7], "es" if meta[0, self.n_params + 7] > 1
+                else "", "" if meta[0, self.n_params + 7] > 1 else "s"))
         states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if _TRAINING in states:
@@ -779,6 +804,7 @@ class _Sync(_Passes):
         self.synced = False
         self.grads = False
         self.steps += 1
+        self.stepped = (self.clock, self.extra)
 
     def join_loop(self):
         """This rank is out of data: until every rank is, it takes part in
@@ -788,6 +814,9 @@ class _Sync(_Passes):
         are the job's again (whatever that rank did to its gradients)."""
         if self.additive:
             raise _sfb.UsageError("sfb.torch: join() needs staleness=0")
+        if self.elastic:
+            raise _sfb.UsageError("sfb.torch: join() in an elastic job: sfb.torch.elastic."
+                                  "Batches gives every rank its share of every step instead")
         if self.passes or self.synced:
             raise _sfb.UsageError("sfb.torch: join(): the block ended inside a step (backward() "
                                   "without step()); end each step before leaving the block")
@@ -813,15 +842,37 @@ class _Sync(_Passes):
         for _, p in self.params:
             p.grad = None
 
-    def _adopt(self, root):
+    def _adopt(self, root, extra=None):
         """Every rank takes root's parameters, buffers, optimizer state and
-        step count (collective)."""
+        step count (collective); returns root's `extra` (picklable)."""
         broadcast_parameters(self.model.state_dict(), root_rank=root)
         base = super(type(self.opt), self.opt)  # the wrapped class's, without the clock
-        state = broadcast_object((base.state_dict(), self.steps), root_rank=root)
+        state = broadcast_object((base.state_dict(), self.steps, self.stepped,
+                                  self.most_samples, extra), root_rank=root)
         if self.job.rank != root:
             base.load_state_dict(state[0])
-            self.steps = state[1]
+            self.steps, self.stepped, self.most_samples = state[1], state[2], state[3]
+        return state[4]
+
+    def drop_step(self):
+        """An elastic job's world changes: the step in flight is nobody's
+        (its captures, gradients and reduction dropped), the job's matrices
+        go (attached again, for the new world, at the next reduction), the
+        clock is the last step's."""
+        self.passes, self.synced, self.grads, self.weight = 0, False, False, None
+        self.pass_hit = self.cb_queued = False
+        self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None
+        for slot in self.linears:
+            slot.reset()
+            slot.token.grad = None
+        for b in self.buckets:
+            b.published = False
+            b.ready.clear()
+        for _, p in self.model_params:
+            p.grad = None
+        self.attached, self.trials, self.last_end = False, None, None
+        self.all_training, self.step_ms, self.step_samples = True, 0.0, 0
+        self.clock, self.extra = self.stepped
 
     def finish(self):
         if not self.attached:
@@ -950,6 +1001,7 @@ class _DistributedOptimizer:
         super(self.__class__, self).load_state_dict(state_dict)
         if info is not None:
             self._sfb.clock = int(info["clock"])
+            self._sfb.stepped = (self._sfb.clock, self._sfb.extra)
 
     @property
     def plan(self):
