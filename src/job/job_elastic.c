@@ -24,8 +24,10 @@
 #include "src/job/job_impl.h"
 #include "sfb/sync.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -259,6 +261,14 @@ int sfb__job_elastic_open(struct sfb_job *job, struct sfb__comm_settings *cs,
     c.job_key = ks;
     if ((ret = sfb__comm_open(&job->comm, &c))) return ret;
     job->join_attach_due = job->join_extra[0] != 0; /* 0: attach as everyone does */
+    /* sfb launch --respawn's pipe: the launcher learns this copy is in */
+    const char *jfd = getenv("SFB_JOINED_FD");
+    int fd = jfd && *jfd ? atoi(jfd) : -1;
+    if (fd > 2) {
+        if (write(fd, "j", 1) != 1) SFB_LOG_D("SFB_JOINED_FD=%d: %s", fd, strerror(errno));
+        close(fd);
+    }
+    unsetenv("SFB_JOINED_FD");
     SFB_LOG_I("joined as rank %u of %u, from clock %lld", rank, world,
               (long long)job->join_clock);
     return 0;

@@ -37,6 +37,10 @@ struct child {
     int alive;
     int label;   /* the rank it prints as (a respawned copy: the one it replaces) */
     int joining; /* started later, into the running job */
+    /* a joining copy: the pipe on which it says it joined (SFB_JOINED_FD:
+     * the launcher's read end, the child's write end; -1: none), and
+     * whether the launcher stopped it because the job ended first */
+    int joined_r, joined_w, joined, unjoined;
     struct sfb__line_stream s[2]; /* stdout, stderr */
 };
 
@@ -177,14 +181,42 @@ static void respawn(struct launcher *L, int i)
     L->c[k].joining = 1;
     L->c[k].s[0].fd = L->c[k].s[1].fd = -1;
     L->respawns--;
-    if (fork_rank(L, k, L->sp)) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
+        SFB_LOG_W("launch: restarting rank %d: pipe: %s", L->c[i].label, strerror(errno));
+        return;
+    }
+    L->c[k].joined_r = p[0];
+    L->c[k].joined_w = p[1];
+    int r = fork_rank(L, k, L->sp);
+    close(p[1]);
+    L->c[k].joined_w = -1;
+    if (r) {
         SFB_LOG_W("launch: restarting rank %d: %s", L->c[i].label, sfb_last_error());
+        close(p[0]);
+        L->c[k].joined_r = -1;
         return;
     }
     L->n++;
     SFB_LOG_W("launch: rank %d restarted (pid %d): it joins the running job (%d restart%s "
               "left)", L->c[i].label, (int)L->c[k].pid, L->respawns,
               L->respawns == 1 ? "" : "s");
+}
+
+/* A copy exited 0: the job is over (its finish is collective), and a
+ * restarted copy that has not said it joined never will: stopped. */
+static void stop_unjoined(struct launcher *L)
+{
+    for (int i = 0; i < L->n; i++) {
+        struct child *c = &L->c[i];
+        char b;
+        if (!c->joined && c->joined_r >= 0 && read(c->joined_r, &b, 1) == 1) c->joined = 1;
+        if (!c->alive || !c->joining || c->joined || c->unjoined) continue;
+        c->unjoined = 1;
+        SFB_LOG_W("launch: the job ended before rank %d's restarted copy (pid %d) joined it: "
+                  "stopped", c->label, (int)c->pid);
+        if (kill(-c->pid, SIGTERM) != 0) kill(c->pid, SIGTERM);
+    }
 }
 
 static void reap(struct launcher *L, double grace)
@@ -199,10 +231,14 @@ static void reap(struct launcher *L, double grace)
         L->last_exit = sfb__now();
         if (!L->first_exit) L->first_exit = L->last_exit;
         if (p < 0) st = 0x7f00; /* cannot happen for our own child; count as a failure */
+        if (c->joined_r >= 0) close(c->joined_r);
+        c->joined_r = -1;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
             L->finished++;
+            if (L->elastic) stop_unjoined(L);
             continue;
         }
+        if (c->unjoined) continue; /* (stopped above: not a failure of the job) */
         if (L->elastic && !L->stopping) {
             /* the survivors go on without it (or all fail, and say why) */
             char name[32];
@@ -217,7 +253,7 @@ static void reap(struct launcher *L, double grace)
                 L->failed_status = st;
             }
             if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
-            else if (L->respawns > 0 && L->n < L->cap) respawn(L, i);
+            else if (L->respawns > 0 && L->n < L->cap && !L->finished) respawn(L, i);
             continue;
         }
         if (WIFEXITED(st) && WEXITSTATUS(st) == 2) L->usage_exit = 1;
@@ -279,7 +315,14 @@ static void child_exec(int rank, const struct launcher *L, const struct spawn *s
     snprintf(v, sizeof v, "%d", L->world);
     setenv("SFB_WORLD_SIZE", v, 1);
     if (sp->join[0]) setenv("SFB_JOIN", sp->join, 1);
-    if (L->c[rank].joining) setenv("SFB_JOINING", "1", 1);
+    if (L->c[rank].joining) {
+        setenv("SFB_JOINING", "1", 1);
+        /* the pipe on which it tells the launcher it joined (it survives exec) */
+        if (L->c[rank].joined_w >= 0 && fcntl(L->c[rank].joined_w, F_SETFD, 0) == 0) {
+            snprintf(v, sizeof v, "%d", L->c[rank].joined_w);
+            setenv("SFB_JOINED_FD", v, 1);
+        }
+    }
     snprintf(v, sizeof v, "%s:%d", s->host, sp->port);
     setenv("SFB_RENDEZVOUS", v, 1);
     snprintf(v, sizeof v, "0x%016" PRIx64, sp->key);
@@ -290,9 +333,11 @@ static void child_exec(int rank, const struct launcher *L, const struct spawn *s
         /* No exec closes what the launcher holds: the signalfd and the read
          * ends of the earlier ranks' pipes. */
         close(sp->sfd);
-        for (int i = 0; i < rank; i++)
+        for (int i = 0; i < rank; i++) {
             for (int k = 0; k < 2; k++)
                 if (L->c[i].s[k].fd >= 0) close(L->c[i].s[k].fd);
+            if (L->c[i].joined_r >= 0) close(L->c[i].joined_r);
+        }
         close(out[0]);
         close(err[0]);
         if (out[1] > 2) close(out[1]);
@@ -583,6 +628,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     }
     for (int i = 0; i < L.cap; i++) {
         L.c[i].s[0].fd = L.c[i].s[1].fd = -1;
+        L.c[i].joined_r = L.c[i].joined_w = -1;
         L.c[i].label = i;
     }
 

@@ -4,9 +4,13 @@
       one process, plain torch: the global minibatches of Batches in order
   torch_elastic.py elastic OUT.npz        (under sfb launch -n P --elastic)
       the same program under sfb.torch.elastic.run; TORCH_ELASTIC_DIE=R:STEP:WHERE
-      makes the process that started as rank R SIGKILL itself at step STEP
-      (WHERE: "fwd" before the forward pass, "bwd" inside backward, after the
-      output layer's factors left); a restarted copy (SFB_JOINING=1) does not.
+      [,...] makes the process that started as rank R SIGKILL itself at step
+      STEP (WHERE: "fwd" before the forward pass, "bwd" inside backward, after
+      the output layer's factors left); a restarted copy (SFB_JOINING=1) does
+      not. TORCH_ELASTIC_WAIT=W: while the job has fewer than W ranks, each
+      step sleeps 1 s first (time for a restarted copy to start and join);
+      TORCH_ELASTIC_JOINER_DELAY=S: a restarted copy sleeps S s before it
+      asks to join.
       Every process prints "torch_elastic rank R of W was F resets K steps S crc C";
       rank 0 writes the parameters to OUT.npz.
   torch_elastic.py compare REF.npz OUT.npz
@@ -19,6 +23,7 @@ data are seeded: every process builds the same."""
 import os
 import signal
 import sys
+import time
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
@@ -76,11 +81,16 @@ def ref(out):
 
 def elastic(out):
     import sfb.torch as sft
+    if os.environ.get("SFB_JOINING") == "1":  # a restarted copy starts this much later
+        time.sleep(float(os.environ.get("TORCH_ELASTIC_JOINER_DELAY", "0")))
     sft.init()
     started_as = -1 if os.environ.get("SFB_JOINING") == "1" else sft.rank()
-    die = os.environ.get("TORCH_ELASTIC_DIE", "")
-    die_rank, die_step, where = (int(die.split(":")[0]), int(die.split(":")[1]),
-                                 die.split(":")[2]) if die else (-1, -1, "")
+    deaths = {}  # step -> where, for this process (TORCH_ELASTIC_DIE=R:STEP:WHERE[,...])
+    for d in filter(None, os.environ.get("TORCH_ELASTIC_DIE", "").split(",")):
+        r, step, where = d.split(":")
+        if int(r) == started_as:
+            deaths[int(step)] = where
+    wait_for = int(os.environ.get("TORCH_ELASTIC_WAIT", "0"))
     x, y = data()
     model, inner = build()
     opt = sft.DistributedOptimizer(inner, model=model, trial_steps=0)
@@ -92,10 +102,12 @@ def elastic(out):
     @sft.elastic.run
     def train(state):
         for idx in batches.shard(state.optimizer):
-            dying = started_as == die_rank and opt.clock == die_step
-            if dying and where == "fwd":
+            if sft.size() < wait_for:  # a joiner's start takes seconds; steps, ms
+                time.sleep(1.0)
+            where = deaths.get(opt.clock)
+            if where == "fwd":
                 os.kill(os.getpid(), signal.SIGKILL)
-            model.die_in_backward = dying and where == "bwd"
+            model.die_in_backward = where == "bwd"
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
             loss.backward()
