@@ -121,7 +121,8 @@ class TorchOneWorker(unittest.TestCase):
         they do (and what they raise, where they can fail)."""
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
-        names = [(n, getattr(sft, n)) for n in sft.__all__]
+        names = [(n, getattr(sft, n)) for n in sft.__all__ if n != "elastic"]
+        names += [("elastic." + n, getattr(sft.elastic, n)) for n in sft.elastic.__all__]
         names += [("opt." + n, getattr(type(opt), n)) for n in
                   ("step", "synchronize", "set_samples", "join", "state_dict",
                    "load_state_dict", "plan", "clock")]
@@ -518,6 +519,88 @@ class MeasuredPlan(unittest.TestCase):
         clock, _ = self.run_steps(t, clock, lambda e: 50.0 + (20 if e[0] == "fms" else 0), 60,
                                   samples=128)
         self.assertEqual((t.stage, t.engines[:2]), ("done", ["sfb", "sfb"]))
+
+
+class ElasticOneWorker(unittest.TestCase):
+    """elastic.run and State in a job of one worker (not elastic): the
+    training function runs once, as plain torch would, on Batches' steps."""
+
+    def setUp(self):
+        sft.init(world=1)
+
+    def tearDown(self):
+        sft.shutdown()
+
+    def test_run_is_plain_training_here(self):
+        x, y = data()
+        ref = net()
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        b = sft.elastic.Batches(32, 8, epochs=2, seed=2)
+        for t in range(len(b)):
+            ropt.zero_grad()
+            nn.functional.cross_entropy(ref(x[b.batch(t)]), y[b.batch(t)]).backward()
+            ropt.step()
+        model = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                       model=model)
+        state = sft.elastic.State(model, opt, seen=0)
+        with self.assertRaises(AttributeError):
+            state.model = model
+        with self.assertRaises(sft.UsageError):
+            sft.elastic.run(lambda s: None)(model)
+
+        @sft.elastic.run
+        def train(state, tag):
+            for idx in b.shard(state.optimizer):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+                opt.step()
+                state.seen += len(idx)
+            return tag
+
+        self.assertEqual(train(state, "done"), "done")
+        self.assertEqual((state.seen, opt.clock, state.resets), (64, 8, 0))
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertEqual(len(b.shard(opt)), 0)  # every step taken
+
+
+class ElasticBatches(unittest.TestCase):
+    """sfb.torch.elastic.Batches: step t the same global batch at any world,
+    its shares a partition of it."""
+
+    def test_shares_partition_the_batch_at_any_world(self):
+        b = sft.elastic.Batches(103, 10, epochs=3, seed=4)
+        self.assertEqual((b.steps_per_epoch, len(b)), (11, 33))
+        for t in (0, 5, 10, 11, 32):
+            whole = b.batch(t).tolist()
+            self.assertEqual(len(whole), 3 if t % 11 == 10 else 10)
+            for world in (1, 2, 3, 4, 7, 10):
+                parts = [b.share(t, r, world).tolist() for r in range(world)]
+                self.assertEqual(sum(parts, []), whole)
+                self.assertLessEqual(max(map(len, parts)) - min(map(len, parts)), 1)
+
+    def test_epochs_are_permutations_of_their_own(self):
+        b = sft.elastic.Batches(50, 8, epochs=2, seed=1)
+        e0 = sum((b.batch(t).tolist() for t in range(7)), [])
+        e1 = sum((b.batch(t).tolist() for t in range(7, 14)), [])
+        self.assertEqual((sorted(e0), sorted(e1)), (list(range(50)), list(range(50))))
+        self.assertNotEqual(e0, e1)
+        again = sft.elastic.Batches(50, 8, epochs=2, seed=1)
+        self.assertEqual(again.batch(9).tolist(), b.batch(9).tolist())  # any order of asking
+        self.assertEqual(sft.elastic.Batches(50, 8, shuffle=False).batch(1).tolist(),
+                         list(range(8, 16)))
+
+    def test_drop_last_and_bad_arguments(self):
+        b = sft.elastic.Batches(50, 8, drop_last=True)
+        self.assertEqual((len(b), b.epoch(5), len(b.batch(5))), (6, 0, 8))
+        for bad in ({"n": 0, "batch_size": 1}, {"n": 5, "batch_size": 1.5},
+                    {"n": 5, "batch_size": 2, "epochs": True},
+                    {"n": 5, "batch_size": 6, "drop_last": True}):
+            with self.assertRaises(sft.UsageError):
+                sft.elastic.Batches(**bad)
+        with self.assertRaises(sft.UsageError):
+            b.batch(6)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ parallel): exact only for plain SGD, which is checked.
 
 The package: _env (the job, the launchers' environment), _collectives
 (broadcasts, allreduce), _capture (a Linear's factors, the ends of backward
-passes), _optimizer (the reduction, DistributedOptimizer).
+passes), _optimizer (the reduction, DistributedOptimizer), elastic (a job
+that outlives its ranks and takes new ones in: run, State, Batches).
 """
 from sfb import Error, MismatchError, PeerError, UsageError
 from ._collectives import allreduce, broadcast_object, broadcast_optimizer_state, \
