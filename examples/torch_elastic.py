@@ -9,7 +9,8 @@ and kill a worker (kill -9 PID): the others go on from the most advanced
 state any of them holds, and the launcher restarts it into the running job.
 Step t is the same global minibatch of --global-batch samples whoever is
 left (sfb.torch.elastic.Batches), so the run is one process's on the same
-batches, deaths and joins included. Rank 0 prints a line per epoch and
+batches, deaths and joins included. Rank 0 prints a line every 100 steps,
+one per epoch, and
 
     result test_accuracy=0.8712 train_loss=0.3391 world=4 steps=1874 resets=2 ...
 """
@@ -65,6 +66,9 @@ def main():
             state.sched.step()
             state.loss_sum += loss.item() * len(idx) / args.global_batch * sft.size()
             state.loss_n += 1
+            if opt.clock % 100 == 0 and sft.rank() == 0:
+                print("step %d/%d: loss %.4f (%d workers, %.1f s)" % (
+                    opt.clock, total, loss.item(), sft.size(), time.time() - t0), flush=True)
             if opt.clock % data.steps_per_epoch == 0 or opt.clock == total:
                 mean = sft.allreduce(torch.tensor(state.loss_sum / state.loss_n)).item()
                 if sft.rank() == 0:

@@ -59,11 +59,14 @@ static int look(struct sfb__comm *c, uint64_t *seen, double *since)
     if (dead >= 0) {
         char also[160];
         sfb__comm_also_gone(c, dead, also, sizeof also);
-        sfb__comm_fail(c, dead,
-                       "rank %d died (its process %d is gone)%s; rank %u's network thread waited "
-                       "%.1f s in libfabric (%s) on a lock the dead process held, and is given up",
-                       dead, c->live.peer_pid[dead], also, c->rank, stuck,
-                       sfb__transport_provider(c->t));
+        /* a death like any other (an elastic job goes on without it: the
+         * new fabric's endpoints share nothing with this one) */
+        sfb__comm_fail_lost(c, dead,
+                            "rank %d died (its process %d is gone)%s; rank %u's network thread "
+                            "waited %.1f s in libfabric (%s) on a lock the dead process held, "
+                            "and is given up",
+                            dead, c->live.peer_pid[dead], also, c->rank, stuck,
+                            sfb__transport_provider(c->t));
     } else {
         sfb__comm_fail(c, -1,
                        "rank %u's network thread has been stuck in libfabric (%s) for %.1f s "
