@@ -201,45 +201,10 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     return 0;
 }
 
-static void free_matrices(struct sfb_job *job)
-{
-    free(job->engine_of);
-    free(job->prec);
-    free(job->dense_prec);
-    free(job->plan_ms);
-    free(job->mats);
-    free(job->done);
-    free(job->engines);
-    free(job->plan);
-    free(job->topology);
-    job->topology = NULL;
-    job->engine_of = NULL;
-    job->prec = NULL;
-    job->dense_prec = NULL;
-    job->plan_ms = NULL;
-    job->mats = NULL;
-    job->done = NULL;
-    job->engines = NULL;
-    job->plan = NULL;
-    job->planned = 0;
-}
-
-void sfb__job_detach(struct sfb_job *job)
-{
-    if (job->engine) sfb__job_close_engine(job);
-    if (job->ssp_open) sfb__ssp_fini(&job->ssp);
-    job->ssp_open = 0;
-    free_matrices(job);
-    job->nmat = 0;
-    job->waited = 0;
-    job->ndone = 0;
-    job->reattach = 0;
-}
-
 /* The per-matrix state of n matrices (a failed attach's freed first). */
 static int alloc_matrices(struct sfb_job *job, uint32_t n)
 {
-    free_matrices(job);
+    sfb__job_free_matrices(job);
     job->engine_of = calloc(n, sizeof *job->engine_of);
     job->prec = calloc(n, sizeof *job->prec);
     job->dense_prec = calloc(n, sizeof *job->dense_prec);
@@ -774,7 +739,7 @@ void sfb_job_close(struct sfb_job **pjob)
     struct sfb_job *job = *pjob;
     if (job->engine_priv) job->engine->close(job->engine_priv);
     free(job->engine_priv);
-    free_matrices(job);
+    sfb__job_free_matrices(job);
     if (job->ssp_open) sfb__ssp_fini(&job->ssp);
     sfb__comm_close(&job->comm);
     sfb__job_elastic_close(job);

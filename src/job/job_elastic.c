@@ -53,6 +53,14 @@ int sfb__job_elastic_check(const struct sfb_job *job, const struct sfb_job_attac
     return 0;
 }
 
+/* -SFB_EPEER or -SFB_EUSAGE naming fn unless the job is elastic and goes on. */
+static int need_elastic(const struct sfb_job *job, const char *fn)
+{
+    if (!job->comm) return sfb__error(-SFB_EPEER, "%s: the job ended already", fn);
+    if (!job->cs.elastic) return sfb__error(-SFB_EUSAGE, "%s: not an elastic job", fn);
+    return 0;
+}
+
 int sfb_job_lost(struct sfb_job *job)
 {
     if (!job || !job->comm || !job->cs.elastic) return -1;
@@ -87,6 +95,19 @@ static int reopen_comm(struct sfb_job *job, uint32_t rank, uint32_t world, const
     if (reserved >= 0) close(reserved);
     if (keep_fd >= 0) close(keep_fd);
     return ret;
+}
+
+/* Before a world change: the engine and SSP table closed, the matrices
+ * kept (`keep`: they are the job's state) or detached (reattach, none). */
+static void put_down(struct sfb_job *job, int keep)
+{
+    if (!keep) {
+        sfb__job_detach(job);
+        return;
+    }
+    sfb__job_close_engine(job);
+    sfb__ssp_fini(&job->ssp);
+    job->ssp_open = 0;
 }
 
 /* Steps 1 and 2: the survivors' comm. */
@@ -161,10 +182,8 @@ int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
     SFB_ARG(job);
     SFB_ARG(next);
     SFB_ARG(source);
-    if (!job->comm) return sfb__error(-SFB_EPEER, "sfb_job_shrink: the job ended already");
-    if (!job->cs.elastic)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_shrink: not an elastic job (sfb_job_settings."
-                          "elastic)");
+    int ret = need_elastic(job, __func__);
+    if (ret) return ret;
     int lost = sfb__comm_lost(job->comm);
     if (lost < 0)
         return sfb__error(-SFB_EUSAGE, "sfb_job_shrink: no rank is lost (%s)",
@@ -172,16 +191,10 @@ int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
     double t0 = sfb__now();
     int keep = job->engine && !job->reattach; /* the matrices are the job's state */
     int64_t applied = keep ? sfb__ssp_min_applied(&job->ssp) : -1;
-    if (keep) {
-        sfb__job_close_engine(job);
-        sfb__ssp_fini(&job->ssp);
-        job->ssp_open = 0;
-    } else {
-        sfb__job_detach(job);
-    }
+    put_down(job, keep);
     *next = -1;
     *source = 0;
-    int ret = rejoin(job, (uint32_t)lost);
+    ret = rejoin(job, (uint32_t)lost);
     if (!ret && keep) ret = agree_state(job, applied, next, source);
     if (!ret && keep) ret = restart_engine(job, *next, 0);
     if (ret) {
@@ -212,21 +225,27 @@ void sfb__job_elastic_close(struct sfb_job *job)
     job->npending = 0;
 }
 
+/* Rank 0: the joiners waiting now whose key and text match, kept in
+ * job->pending (the others refused). */
+static void take_waiting(struct sfb_job *job, const char *text, const char *fn)
+{
+    uint32_t room = (uint32_t)(sizeof job->pending / sizeof job->pending[0]) - job->npending, n = 0;
+    if (sfb__comm_rank(job->comm) == 0 && job->join_fd >= 0 && room &&
+        sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm), text ? text : "",
+                         job->pending + job->npending, room, &n))
+        SFB_LOG_W("%s: %s", fn, sfb_last_error());
+    job->npending += n;
+}
+
 int sfb_job_join_poll(struct sfb_job *job, const char *text, uint32_t *pending)
 {
     SFB_ENTER();
     SFB_ARG(job);
     SFB_ARG(pending);
     *pending = 0;
-    if (!job->comm) return sfb__error(-SFB_EPEER, "sfb_job_join_poll: the job ended already");
-    if (!job->cs.elastic)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_join_poll: not an elastic job");
-    uint32_t room = (uint32_t)(sizeof job->pending / sizeof job->pending[0]) - job->npending, n = 0;
-    if (sfb__comm_rank(job->comm) == 0 && job->join_fd >= 0 && room &&
-        sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm), text ? text : "",
-                         job->pending + job->npending, room, &n))
-        SFB_LOG_W("sfb_job_join_poll: %s", sfb_last_error());
-    job->npending += n;
+    int ret = need_elastic(job, __func__);
+    if (ret) return ret;
+    take_waiting(job, text, __func__);
     *pending = job->npending;
     return 0;
 }
@@ -313,9 +332,8 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     SFB_ARG(job);
     SFB_ARG(joined);
     *joined = 0;
-    if (!job->comm) return sfb__error(-SFB_EPEER, "sfb_job_grow: the job ended already");
-    if (!job->cs.elastic)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_grow: not an elastic job");
+    int ret = need_elastic(job, __func__);
+    if (ret) return ret;
     int keep = job->engine && !job->reattach; /* the matrices are the job's state */
     if (keep && (!job->waited || job->ndone || job->next != clock))
         return sfb__error(-SFB_EUSAGE, "sfb_job_grow: clock %lld: call it after waiting for the "
@@ -326,16 +344,13 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
         uint32_t n;
         char rdv[92];
     } plan = {0, ""};
-    int rfd = -1, ret = 0;
+    int rfd = -1;
     if (rank == 0 && job->join_fd >= 0) {
         /* those sfb_job_join_poll took in, then any waiting now */
-        uint32_t n = job->npending, more = 0;
+        take_waiting(job, text, __func__);
+        uint32_t n = job->npending;
         memcpy(fds, job->pending, n * sizeof *fds);
         job->npending = 0;
-        if (n < 64 && sfb__join_accept(job->join_fd, sfb__comm_job_key(job->comm),
-                                       text ? text : "", fds + n, 64 - n, &more))
-            SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
-        n += more;
         if (n && reserve_on_join_host(plan.rdv, sizeof plan.rdv, &rfd)) {
             SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
             for (uint32_t i = 0; i < n; i++) close(fds[i]);
@@ -365,13 +380,7 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     SFB_LOG_I("clock %lld: %u process%s join%s: %u workers from now on (meeting at %s)",
               (long long)clock, plan.n, plan.n > 1 ? "es" : "", plan.n > 1 ? "" : "s", grown,
               plan.rdv);
-    if (keep) {
-        sfb__job_close_engine(job);
-        sfb__ssp_fini(&job->ssp);
-        job->ssp_open = 0;
-    } else {
-        sfb__job_detach(job);
-    }
+    put_down(job, keep);
     ret = reopen_comm(job, rank, grown, plan.rdv, rfd);
     if (ret) ret = sfb__error(ret, "clock %lld: growing to %u workers: the rendezvous at %s "
                               "failed: %s", (long long)clock, grown, plan.rdv,

@@ -1,7 +1,8 @@
 /* The job's engine opened and closed (src/job/job_impl.h): attach, a
  * replan, a shrink and a grow all open the engine job->engine_of names on
  * job->env, and close it keeping its counters for the run's totals; attach,
- * a shrink and a grow set the comm's frame shapes (a barrier) first. */
+ * a shrink and a grow set the comm's frame shapes (a barrier) first; a
+ * detach (a shrink or grow of reattach matrices) forgets them. */
 #include "config.h"
 #include <sfb/job.h>
 #include "sfb/sync.h"
@@ -75,4 +76,40 @@ void sfb__job_close_engine(struct sfb_job *job)
     free(job->engine_priv);
     job->engine_priv = NULL;
     job->engine = NULL;
+}
+
+/* The per-matrix state forgotten (attach allocates it again). */
+void sfb__job_free_matrices(struct sfb_job *job)
+{
+    free(job->engine_of);
+    free(job->prec);
+    free(job->dense_prec);
+    free(job->plan_ms);
+    free(job->mats);
+    free(job->done);
+    free(job->engines);
+    free(job->plan);
+    free(job->topology);
+    job->topology = NULL;
+    job->engine_of = NULL;
+    job->prec = NULL;
+    job->dense_prec = NULL;
+    job->plan_ms = NULL;
+    job->mats = NULL;
+    job->done = NULL;
+    job->engines = NULL;
+    job->plan = NULL;
+    job->planned = 0;
+}
+
+void sfb__job_detach(struct sfb_job *job)
+{
+    if (job->engine) sfb__job_close_engine(job);
+    if (job->ssp_open) sfb__ssp_fini(&job->ssp);
+    job->ssp_open = 0;
+    sfb__job_free_matrices(job);
+    job->nmat = 0;
+    job->waited = 0;
+    job->ndone = 0;
+    job->reattach = 0;
 }

@@ -71,9 +71,11 @@ void sfb__job_close_engine(struct sfb_job *job);
 /* The attached matrices' shapes (and max_s) given to the comm, which
  * validates frames against them: a barrier (sfb__comm_set_shapes). */
 int sfb__job_set_shapes(struct sfb_job *job);
-/* job.c: the engine closed (its counters kept), the SSP table and the
- * matrices forgotten: attach may run again. */
+/* The engine closed (its counters kept), the SSP table and the matrices
+ * forgotten: attach may run again (a shrink or grow of `reattach`
+ * matrices); the per-matrix state freed (attach, detach, close). */
 void sfb__job_detach(struct sfb_job *job);
+void sfb__job_free_matrices(struct sfb_job *job);
 
 /* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one (after
  * it parsed the engines into job->engine_of); the

@@ -526,7 +526,54 @@ static int test_sized_results(void)
     return 0;
 }
 
+/* The elastic calls' argument checks; an elastic job of one worker: matrices
+ * attached with reattach take any engine, others only "sfb". */
+static int test_elastic_calls(void)
+{
+    struct sfb_job *job = NULL;
+    float m[6] = {0};
+    struct sfb_matrix mat = {.rows = 2, .cols = 3, .data = m};
+    struct sfb_job_attach a;
+    uint32_t n = 7;
+    int64_t next;
+    uint32_t src;
+    ASSERT_OK(open_single(&job));
+    ASSERT_FAILS(sfb_job_join_poll(job, "", &n), -SFB_EUSAGE,
+                 "sfb_job_join_poll: not an elastic job");
+    ASSERT_EQ(n, 0);
+    ASSERT_FAILS(sfb_job_grow(job, 0, "", 0, &n), -SFB_EUSAGE, "sfb_job_grow: not an elastic job");
+    ASSERT_FAILS(sfb_job_shrink(job, &next, &src), -SFB_EUSAGE,
+                 "sfb_job_shrink: not an elastic job");
+    sfb_job_default_attach(&a);
+    a.n = 1, a.mats = &mat, a.max_s = 1, a.reattach = 2;
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "reattach 2: expected 0 or 1");
+    sfb_job_close(&job);
+
+    struct sfb_job_settings s;
+    sfb_job_default_settings(&s);
+    s.world = 1;
+    s.elastic = 1;
+    ASSERT_OK(sfb_job_open(&job, &s));
+    n = 7;
+    ASSERT_OK(sfb_job_join_poll(job, "", &n)); /* no listener here: nobody waits */
+    ASSERT_EQ(n, 0);
+    ASSERT_FAILS(sfb_job_shrink(job, &next, &src), -SFB_EUSAGE, "no rank is lost");
+    a.reattach = 0;
+    a.engine = "fms";
+    ASSERT_FAILS(sfb_job_attach(job, &a), -SFB_EUSAGE, "FMS keeps each matrix's rows");
+    a.reattach = 1;
+    ASSERT_OK(sfb_job_attach(job, &a));
+    ASSERT(strcmp(sfb_job_engine(job, 0), "fms") == 0);
+    ASSERT_OK(sfb_job_grow(job, 0, "", 0, &n)); /* no joiner: nothing changes */
+    ASSERT_EQ(n, 0);
+    ASSERT(sfb_job_engine(job, 0) != NULL);
+    ASSERT_OK(sfb_job_finish(job, -1));
+    sfb_job_close(&job);
+    return 0;
+}
+
 static const struct test_case tests[] = {
+    {"elastic_calls", test_elastic_calls},
     {"defaults", test_defaults},
     {"null_arguments", test_null_arguments},
     {"bad_settings", test_bad_settings},
