@@ -7,6 +7,7 @@
 
 #include <ev.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -25,6 +26,7 @@ struct sfb__loop {
     int started;
     int stopped; /* loop thread has left ev_run (or is abandoned) */
     int abandoned; /* stuck for good inside a callback (sfb__loop_abandon) */
+    int demoted;   /* ... and its thread runs under SCHED_IDLE since */
     ev_async wake;  /* carries calls and the stop request */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -232,7 +234,22 @@ void sfb__loop_abandon(struct sfb__loop *l)
     pthread_mutex_lock(&l->mu);
     l->abandoned = l->stopped = 1;
     pthread_cond_broadcast(&l->cv); /* callers waiting for a call: it will never run */
+    /* The loop thread inside the call may spin for good (a spinlock in
+     * shared memory): from now on it runs only on CPU time no other thread
+     * wants, not on a core the job's threads need. (A visitor stuck instead
+     * ends its process: comm_watch.c.) */
+    struct sched_param idle = {0};
+    if (l->started && !atomic_load_explicit(&l->visiting, memory_order_acquire))
+        l->demoted = pthread_setschedparam(l->thread, SCHED_IDLE, &idle) == 0;
     pthread_mutex_unlock(&l->mu);
+}
+
+int sfb__loop_demoted(struct sfb__loop *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int d = l->demoted;
+    pthread_mutex_unlock(&l->mu);
+    return d;
 }
 
 int sfb__loop_in_thread(const struct sfb__loop *l)

@@ -44,9 +44,13 @@ void sfb__loop_close(struct sfb__loop **l);
 /* The loop thread is stuck for good inside a callback (a libfabric call
  * waiting on a lock that a dead process held; src/transport/transport.h): calls
  * fail at once with -ESHUTDOWN as after a stop, watchers close without it,
- * and sfb__loop_close() leaves the loop allocated for the thread. Any
- * thread. */
+ * sfb__loop_close() leaves the loop allocated for the thread, and the loop
+ * thread (when it is the one inside, not a visitor) runs under SCHED_IDLE.
+ * Any thread. */
 void sfb__loop_abandon(struct sfb__loop *l);
+/* Whether the abandon put the loop thread under SCHED_IDLE (it was the
+ * thread inside the call: a spin there takes no core from the job). */
+int sfb__loop_demoted(struct sfb__loop *l);
 
 /* 1 if the caller is in the loop: the loop thread, a visitor, or any
  * thread before the loop has been started. */

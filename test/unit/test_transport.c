@@ -729,6 +729,7 @@ static int test_stuck_shm(void)
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
     ASSERT_EQ(sfb__transport_abandoned(w.t[0]), 1);
     ASSERT_EQ(sfb__transport_stuck_in_caller(w.t[0]), 0);
+    ASSERT_EQ(sfb__loop_demoted(w.loop[0]), 1); /* its spin takes no core from the job */
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 0); /* once */
     sfb__loop_timer_close(&tm); /* the loop is gone: stopped directly */
     ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
@@ -769,6 +770,7 @@ static int test_stuck_caller_shm(void)
     ASSERT_EQ(sfb__loop_visited(w.loop[0]), 1);
     ASSERT_EQ(sfb__transport_abandon(w.t[0], a), 1);
     ASSERT_EQ(sfb__transport_stuck_in_caller(w.t[0]), 1);
+    ASSERT_EQ(sfb__loop_demoted(w.loop[0]), 0); /* the loop thread is not the stuck one */
     ASSERT_EQ(sfb__loop_call(w.loop[0], noop, NULL), -ESHUTDOWN);
     double t1 = sfb__now();
     world_close(&w);
