@@ -35,12 +35,14 @@ def main():
     if args.staleness or args.resume or args.checkpoint:
         raise SystemExit("torch_elastic.py: --staleness, --resume and --checkpoint are "
                          "torch_mlp.py's (an elastic job runs at staleness 0)")
-    sft.init()
-    torch.manual_seed(args.seed)
-    model = mlp([int(h) for h in args.hidden.split(",") if h])
+    # the data first: a process joining later is taken in at init(), and the
+    # job waits for it to reach elastic.run
     x, y = raw(args.data_dir, "train")
     X = torch.from_numpy(x.reshape(len(x), 784).astype(np.float32) / 255.0)
     Y = torch.from_numpy(y.astype(np.int64))
+    sft.init()
+    torch.manual_seed(args.seed)
+    model = mlp([int(h) for h in args.hidden.split(",") if h])
     data = sft.elastic.Batches(len(X), args.global_batch, epochs=args.epochs, seed=args.seed,
                                drop_last=True)
     total = min(len(data), args.steps) if args.steps else len(data)
