@@ -371,10 +371,11 @@ SFB_API int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
  * failure (a death: sfb_job_lost, sfb_job_shrink as usual). */
 SFB_API int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t value,
                          uint32_t *joined);
-/* (With matrices attached with `reattach`, or none attached, a grow with
- * joiners only re-forms the job: the matrices are detached, nothing is
- * sent, and everyone, the joiners included, attaches again; `clock` is any
- * the caller gives the joiners. It may be called at any point then.) */
+/* (With matrices attached with `reattach`, or none attached, a grow only
+ * re-forms the job: the matrices are detached, with joiners or without,
+ * nothing is sent, and everyone, the joiners included, attaches again;
+ * `clock` is any the caller gives the joiners. It may be called at any
+ * point then.) */
 
 /* Elastic jobs, not collective: on rank 0, takes in the processes waiting
  * to join now (their JOIN read and checked against `text` as

@@ -688,14 +688,13 @@ class Job:
         many joined; then `world` grew, the joiners hold this job's
         matrices, and `clock` counts as waited for (publish it next).
         `value` goes to the joiners (joined()). With matrices attached with
-        reattach=True (or none) a grow with joiners detaches them and may
-        come at any point: every rank, the joiners too, attaches again."""
+        reattach=True (or none) a grow detaches them (joiners or not) and
+        may come at any point: every rank, the joiners too, attaches again."""
         n = ctypes.c_uint32()
         _check(library().sfb_job_grow(self._handle(), _clock("grow: clock", clock), _enc(text),
                                       int(value), ctypes.byref(n)))
         self.world = library().sfb_job_world(self._h)
-        if n.value:
-            self._detached()
+        self._detached()
         return n.value
 
     def joined(self):

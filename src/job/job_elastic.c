@@ -364,7 +364,12 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
         if (rfd >= 0) close(rfd);
         return sfb__comm_explain(job->comm, ret);
     }
-    if (!plan.n) return 0;
+    if (!plan.n) {
+        /* reattach matrices go either way: the caller attaches again (it
+         * grows when its own count says joiners wait; one may be gone) */
+        if (!keep) sfb__job_detach(job);
+        return 0;
+    }
     plan.rdv[sizeof plan.rdv - 1] = '\0';
     uint32_t grown = world + plan.n;
     /* max_s 0: the joiners attach as everyone does (nothing kept) */

@@ -564,9 +564,12 @@ static int test_elastic_calls(void)
     a.reattach = 1;
     ASSERT_OK(sfb_job_attach(job, &a));
     ASSERT(strcmp(sfb_job_engine(job, 0), "fms") == 0);
-    ASSERT_OK(sfb_job_grow(job, 0, "", 0, &n)); /* no joiner: nothing changes */
+    ASSERT_OK(sfb_job_grow(job, 0, "", 0, &n)); /* no joiner, and yet: detached */
     ASSERT_EQ(n, 0);
-    ASSERT(sfb_job_engine(job, 0) != NULL);
+    ASSERT(sfb_job_engine(job, 0) == NULL);
+    a.engine = "sfb";
+    ASSERT_OK(sfb_job_attach(job, &a)); /* attached again */
+    ASSERT(strcmp(sfb_job_engine(job, 0), "sfb") == 0);
     ASSERT_OK(sfb_job_finish(job, -1));
     sfb_job_close(&job);
     return 0;
