@@ -97,6 +97,13 @@ static int reopen_comm(struct sfb_job *job, uint32_t rank, uint32_t world, const
     return ret;
 }
 
+/* Whether a shrink or grow keeps the attached matrices (the job's state)
+ * rather than detaching them (attached with reattach, or none). */
+static int keeps_matrices(const struct sfb_job *job)
+{
+    return job->engine && !job->reattach;
+}
+
 /* Before a world change: the engine and SSP table closed, the matrices
  * kept (`keep`: they are the job's state) or detached (reattach, none). */
 static void put_down(struct sfb_job *job, int keep)
@@ -189,7 +196,7 @@ int sfb_job_shrink(struct sfb_job *job, int64_t *next, uint32_t *source)
         return sfb__error(-SFB_EUSAGE, "sfb_job_shrink: no rank is lost (%s)",
                           sfb__comm_check(job->comm) ? sfb_last_error() : "the job is healthy");
     double t0 = sfb__now();
-    int keep = job->engine && !job->reattach; /* the matrices are the job's state */
+    int keep = keeps_matrices(job);
     int64_t applied = keep ? sfb__ssp_min_applied(&job->ssp) : -1;
     put_down(job, keep);
     *next = -1;
@@ -334,12 +341,12 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
     *joined = 0;
     int ret = need_elastic(job, __func__);
     if (ret) return ret;
-    int keep = job->engine && !job->reattach; /* the matrices are the job's state */
+    int keep = keeps_matrices(job);
     if (keep && (!job->waited || job->ndone || job->next != clock))
         return sfb__error(-SFB_EUSAGE, "sfb_job_grow: clock %lld: call it after waiting for the "
                           "clock and before publishing it", (long long)clock);
     uint32_t rank = sfb__comm_rank(job->comm), world = sfb__comm_world(job->comm);
-    int fds[64];
+    int *fds = job->pending; /* rank 0's joiners, taken in below (npending then 0) */
     struct {
         uint32_t n;
         char rdv[92];
@@ -349,8 +356,7 @@ int sfb_job_grow(struct sfb_job *job, int64_t clock, const char *text, uint64_t 
         /* those sfb_job_join_poll took in, then any waiting now */
         take_waiting(job, text, __func__);
         uint32_t n = job->npending;
-        memcpy(fds, job->pending, n * sizeof *fds);
-        job->npending = 0;
+        job->npending = 0; /* (their sockets are this call's to close) */
         if (n && reserve_on_join_host(plan.rdv, sizeof plan.rdv, &rfd)) {
             SFB_LOG_W("sfb_job_grow: %s", sfb_last_error());
             for (uint32_t i = 0; i < n; i++) close(fds[i]);

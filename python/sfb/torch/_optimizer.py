@@ -637,11 +637,11 @@ class _Sync(_Passes):
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
         self.most_samples = max(self.most_samples, int(meta[:, self.n_params + 6].sum()))
-        if self.elastic and meta[0, self.n_params + 7] > 0 and self.state == _TRAINING:
+        waiting = int(meta[0, self.n_params + 7])
+        if self.elastic and waiting and self.state == _TRAINING:
             # every rank the same step: this one is dropped, elastic.run takes them in
-            raise WorldChanged("sfb.torch: step %d: %d process%s wait%s to join" % (
-                self.clock, meta[0, self.n_params + 7], "es" if meta[0, self.n_params + 7] > 1
-                else "", "" if meta[0, self.n_params + 7] > 1 else "s"))
+            raise WorldChanged("sfb.torch: step %d: %d process%s waiting to join" % (
+                self.clock, waiting, "es" if waiting > 1 else ""))
         states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if _TRAINING in states:
@@ -865,10 +865,7 @@ class _Sync(_Passes):
         for slot in self.linears:
             slot.reset()
             slot.token.grad = None
-        for b in self.buckets:
-            b.published = False
-            b.ready.clear()
-        for _, p in self.model_params:
+        for _, p in self.model_params:  # (the buckets are planned again at the attach)
             p.grad = None
         self.attached, self.trials, self.last_end = False, None, None
         self.all_training, self.step_ms, self.step_samples = True, 0.0, 0

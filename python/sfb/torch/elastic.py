@@ -107,13 +107,15 @@ class State:
             else:
                 self._attrs[k] = v
 
-    def _sync(self, fresh):
+    def _sync(self, fresh, changed):
         """Collective over the job's ranks: every rank the state of the one
         that finished the most steps (fresh: this process joined and holds
-        nothing yet)."""
+        nothing yet; changed: the world did, so each rank's place on its
+        host is found again, as init() found it at the start)."""
         job = _env._need()
         sync = _sync_of(self.optimizer)
-        _env._place(job)
+        if fresh or changed:
+            _env._place(job)
         mine = np.array([-1 if fresh else sync.steps], np.int64).tobytes()
         steps = [int(np.frombuffer(b, np.int64)[0]) for b in job.allgather(mine)] \
             if job.world > 1 else [sync.steps]
@@ -177,7 +179,7 @@ def run(fn):
         while True:
             try:
                 if first or changed:
-                    state._sync(fresh)
+                    state._sync(fresh, changed)
                     fresh = False
                 if changed:
                     object.__setattr__(state, "resets", state.resets + 1)
