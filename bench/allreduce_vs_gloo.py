@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import run_workers  # noqa: E402
+from cluster_run import blas_kernels, run_workers  # noqa: E402
 
 
 def dense_shape(n):
@@ -117,8 +117,8 @@ def report(a, rows):
             r["rate"], r["size"], 4 * r["size"] / 2**20, r["ms"], g["ms"], x,
             r["data_bytes_per_op"] / 1e6, bound / 1e6))
     load = os.getloadavg()
-    head = ("%d emulated hosts, median of %d operations after %d; load average %.1f %.1f %.1f" %
-            (a.n, a.reps, a.warmup, *load))
+    head = ("%d emulated hosts, median of %d operations after %d; load average %.1f %.1f %.1f; %s" %
+            (a.n, a.reps, a.warmup, *load, a.blas))
     text = head + "\n\n" + "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.out, "allreduce_vs_gloo.md"), "w") as f:
@@ -161,6 +161,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    a.blas = blas_kernels()
     rows = []
     for rate in a.rates.split(","):
         for size in (int(s) for s in a.sizes.split(",")):

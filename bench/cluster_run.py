@@ -6,6 +6,19 @@ import subprocess
 import sys
 
 
+def blas_kernels():
+    """Has every worker of the benchmark, sfb's and its rival's alike, run the
+    OpenBLAS kernels `sfb launch` gives its ranks (where OpenBLAS falls back
+    to its generic ones, those the processor runs: sfb.blas_kernels). Call
+    before the first run; returns the line for the report."""
+    import sfb
+    running, better = sfb.blas_kernels()
+    if better:
+        os.environ["OPENBLAS_CORETYPE"] = better
+        return "OpenBLAS kernels: %s, every worker (OpenBLAS's own choice: %s)" % (better, running)
+    return "OpenBLAS kernels: %s, every worker" % (os.environ.get("OPENBLAS_CORETYPE") or running)
+
+
 def run_workers(cmd, out, n, what):
     """cmd: the netns-cluster command line (its --out-dir is out). Returns
     the n workers' RESULT objects; exits naming `what` when the cluster

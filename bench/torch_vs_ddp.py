@@ -63,7 +63,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import run_workers  # noqa: E402
+from cluster_run import blas_kernels, run_workers  # noqa: E402
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -367,6 +367,8 @@ def report(a, rows, load=None):
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
+    if getattr(a, "blas", None):
+        head += "\n" + a.blas
     trials = [r["untimed_steps"] for r in rows if r.get("untimed_steps", 0) > a.warmup]
     if trials:
         head += ("\nsfb.torch timed after its sync=\"auto\" trials of both engines: %d to %d "
@@ -429,7 +431,7 @@ def sweep(a):
     a.out = top
     load = os.getloadavg()
     lines = ["%d emulated hosts; x DDP's samples/s per per-worker batch and link; load average "
-             "%.1f %.1f %.1f" % (a.n, *load), "",
+             "%.1f %.1f %.1f; %s" % (a.n, *load, a.blas), "",
              "| model | engine | batch | " + " | ".join(a.rates.split(",")) + " |",
              "|---|---|---|" + "---|" * len(a.rates.split(","))]
     for model in a.models.split(","):
@@ -587,6 +589,7 @@ def main():
     share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
     os.environ.setdefault("OMP_NUM_THREADS", share)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
+    a.blas = blas_kernels()
     if a.sweep:
         return sweep(a)
     rows = []

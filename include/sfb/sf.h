@@ -73,6 +73,24 @@ SFB_API int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *
  * share a machine. Call before training starts. */
 SFB_API void sfb_set_blas_threads(int n);
 
+/* The kernel set OpenBLAS runs in this process (its core name, e.g.
+ * "Haswell", "SkylakeX", "Prescott"). */
+SFB_API const char *sfb_blas_core(void);
+
+/* The kernel set this process should have run, an OPENBLAS_CORETYPE value,
+ * or NULL. OpenBLAS chooses its kernels when it loads, from the processor's
+ * model number; on one it does not know (Intel family 6 model 207 under
+ * Debian 12's 0.3.21) it falls back to its generic "Prescott" kernels, and
+ * its sgemm runs 5-8 times slower than with those the processor can run
+ * (measured on an AVX-512 VM: 20 against 161 GFLOP/s). Non-NULL when
+ * OpenBLAS runs kernels older than AVX2 on an x86-64 processor whose AVX2
+ * and FMA (and AVX-512: "SkylakeX", else "Haswell") the OS enabled, and
+ * OPENBLAS_CORETYPE is not set (set, even empty, it is the user's choice).
+ * Only a new process can take the answer: OPENBLAS_CORETYPE is read when
+ * OpenBLAS loads. The sfb command starts itself again with it set, so its
+ * workers and the programs `sfb launch` starts inherit it. Any thread. */
+SFB_API const char *sfb_blas_better_core(void);
+
 /* Under an address-space limit (RLIMIT_AS, `ulimit -v`), makes sure BLAS
  * has its working memory in the calling thread before anything relies on
  * it: OpenBLAS maps a 128 MiB buffer for each thread that runs it (its own

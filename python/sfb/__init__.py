@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Error", "UsageError", "MismatchError", "PeerError", "Job", "library"]
+__all__ = ["Error", "UsageError", "MismatchError", "PeerError", "Job", "library", "blas_kernels"]
 
 SETTINGS_VERSION = 2
 MAX_MATRICES = 65536  # SFB_JOB_MAX_MATRICES
@@ -237,6 +237,17 @@ def __getattr__(name):
     raise AttributeError("module 'sfb' has no attribute %r" % name)
 
 
+def blas_kernels():
+    """(running, better): the OpenBLAS kernel set this process runs (e.g.
+    "Prescott", "SkylakeX"), and the OPENBLAS_CORETYPE value a new process
+    should get, or None (sfb_blas_better_core: OpenBLAS fell back to its
+    generic kernels on a processor it does not know; `sfb run` and `sfb
+    launch` start their ranks with it)."""
+    lib = library()
+    better = lib.sfb_blas_better_core()
+    return lib.sfb_blas_core().decode(), better.decode() if better else None
+
+
 def library():
     """The loaded libsfb (ctypes.CDLL), its prototypes declared."""
     global _lib
@@ -256,6 +267,8 @@ def library():
         "sfb_job_engine": (ctypes.c_char_p, [vp, ctypes.c_uint32]),
         "sfb_job_plan": (ctypes.c_char_p, [vp]),
         "sfb_version": (ctypes.c_char_p, []),
+        "sfb_blas_core": (ctypes.c_char_p, []),
+        "sfb_blas_better_core": (ctypes.c_char_p, []),
         "sfb_job_timeline_on": (ctypes.c_int, [vp]),
         "sfb_job_timeline_span": (None, [vp, ctypes.c_char_p, ctypes.c_double, ctypes.c_double,
                                          ctypes.c_int64]),

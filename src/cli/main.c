@@ -2,10 +2,15 @@
 #include "src/cli/cli.h"
 #include "src/cli/cmd_topo.h"
 
+#include <sfb/sf.h>
+
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *cli_prog = "sfb";
 
@@ -126,8 +131,31 @@ static int forked_worker(int argc, char **argv)
     return finish(dispatch(argc, argv));
 }
 
+/* OpenBLAS chose its kernels as it loaded, and on a processor it does not
+ * know it chose its generic ones (sfb_blas_better_core): start again with
+ * OPENBLAS_CORETYPE naming those the processor runs, which every worker and
+ * every program `sfb launch` starts then inherits. SFB_BLAS_FOUND keeps
+ * OpenBLAS's own choice for the job's report (job.c). Not under valgrind,
+ * whose child would run outside it; where the exec fails, OpenBLAS's
+ * choice stays (and the job warns). */
+static void choose_blas_kernels(char **argv)
+{
+    const char *core = sfb_blas_better_core(), *preload = getenv("LD_PRELOAD");
+    if (!core || (preload && strstr(preload, "vgpreload"))) return;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    self[n] = '\0';
+    if (setenv("SFB_BLAS_FOUND", sfb_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1))
+        return;
+    execv(self, argv);
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("SFB_BLAS_FOUND");
+}
+
 int main(int argc, char **argv)
 {
+    choose_blas_kernels(argv);
     cli_forked_worker = forked_worker;
     return finish(dispatch(argc, argv));
 }

@@ -8,6 +8,8 @@
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -29,6 +31,39 @@ static _Thread_local int reserved;
 void sfb_set_blas_threads(int n)
 {
     openblas_set_num_threads(n > 0 ? n : 1);
+}
+
+const char *sfb_blas_core(void)
+{
+    const char *name = openblas_get_corename();
+    return name && *name ? name : "unknown";
+}
+
+/* OpenBLAS's kernel sets that use AVX2 and FMA (its core names): any other
+ * does a fraction of their multiply-adds a cycle. */
+static int wide_core(const char *name)
+{
+    static const char *const wide[] = {"Haswell",    "Zen",           "SkylakeX",
+                                       "Cooperlake", "SapphireRapids", "Excavator"};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+        if (!strcasecmp(name, wide[i])) return 1;
+    return 0;
+}
+
+const char *sfb_blas_better_core(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (getenv("OPENBLAS_CORETYPE") || wide_core(sfb_blas_core())) return NULL;
+    __builtin_cpu_init(); /* (the features the OS enabled, XGETBV included) */
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    return "Haswell";
+#else
+    return NULL;
+#endif
 }
 
 float sfb__blas_norm2(int n, const float *x)

@@ -3,6 +3,7 @@
  * is the only place above the network layer that holds a comm context. */
 #include "config.h"
 #include <sfb/job.h>
+#include <sfb/sf.h>
 #include "sfb/codec.h"
 #include "sfb/parts.h"
 #include "sfb/plan.h"
@@ -18,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 
 /* The first versions' sizes of the sized results (sfb/job.h) */
@@ -104,6 +106,22 @@ static int comm_settings(const struct sfb_job_settings *s, struct sfb__comm_sett
     return 0;
 }
 
+/* Rank 0 says which dense-math kernels the job runs where OpenBLAS's own
+ * choice was the generic ones (src/factor/blas.c). */
+static void say_blas_kernels(void)
+{
+    const char *better = sfb_blas_better_core(), *found = getenv("SFB_BLAS_FOUND");
+    const char *core = sfb_blas_core();
+    if (better)
+        SFB_LOG_W("OpenBLAS runs its generic %s kernels on this processor, which has %s: "
+                  "sgemm runs several times slower than it could; start the job's processes "
+                  "with OPENBLAS_CORETYPE=%s (sfb run and sfb launch do)",
+                  core, strcmp(better, "SkylakeX") ? "AVX2" : "AVX-512", better);
+    else if (found && strcasecmp(found, core))
+        SFB_LOG_I("OpenBLAS runs its %s kernels, chosen by sfb: OpenBLAS took this processor "
+                  "for a %s (OPENBLAS_CORETYPE=%s keeps that)", core, found, found);
+}
+
 int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
 {
     SFB_ENTER();
@@ -139,6 +157,7 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
         return sfb__error(-ENOMEM, "sfb_job_open: out of memory");
     }
     job->cs.provider = job->provider;
+    if (sfb__comm_rank(job->comm) == 0) say_blas_kernels();
     const char *unchecked = getenv("SFB_DEBUG_PUBLISH_UNCHECKED");
     if ((job->debug_unchecked = unchecked && !strcmp(unchecked, "1")))
         SFB_LOG_W("SFB_DEBUG_PUBLISH_UNCHECKED=1: this rank publishes factors unchecked");

@@ -61,25 +61,25 @@ check "quick start with the installed sfb: exit 0, accuracy >= 80 % (rc=$rc, acc
 
 # 2. what the installed launcher hands its ranks
 out=$(SFB_SPIN_YIELD=1 timeout 30 "$sfb" launch -n 1 -- sh -c 'echo "lib=$SFB_LIB"; echo "pre=$LD_PRELOAD"' 2>&1)
-check "SFB_LIB is the installed libsfb ($out)" "grep -qx '\[0\] lib=$(readlink -f "$lib")' <<<'$out'"
-check "LD_PRELOAD is the installed preload ($out)" "grep -qx '\[0\] pre=$libdir/sfb/libsfb-spin-yield.so' <<<'$out'"
+check "SFB_LIB is the installed libsfb ($out)" "grep -qx '\[0\] lib=$(readlink -f "$lib")' <<<\"\$out\""
+check "LD_PRELOAD is the installed preload ($out)" "grep -qx '\[0\] pre=$libdir/sfb/libsfb-spin-yield.so' <<<\"\$out\""
 
 # 3. examples/job.c against the installed headers and sfb.pc
 flags=$(PKG_CONFIG_SYSROOT_DIR=$D PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs sfb)
 cc -std=c11 -o "$work/job" "$SRC/examples/job.c" $flags -Wl,-rpath,"$libdir" >"$tmp/cc.log" 2>&1
 check "job.c compiles with pkg-config sfb ($(head -3 "$tmp/cc.log"))" "[ -x '$work/job' ]"
 out=$(timeout 60 "$sfb" launch -n 3 -- "$work/job" 2>&1)
-check "job.c under the installed sfb launch: every rank right" "[ \$(grep -c 'every entry is 60' <<<'$out') = 3 ]"
+check "job.c under the installed sfb launch: every rank right" "[ \$(grep -c 'every entry is 60' <<<\"\$out\") = 3 ]"
 
 # 4. the Python module from the install's site directory alone
 out=$(PYTHONPATH=$pydir "$py" -c 'import sfb; print(sfb.__file__); print(sfb.library()._name)' 2>&1)
-check "import sfb: the installed module ($out)" "[ \"\$(sed -n 1p <<<'$out')\" = '$pydir/sfb/__init__.py' ]"
+check "import sfb: the installed module ($out)" "[ \"\$(sed -n 1p <<<\"\$out\")\" = '$pydir/sfb/__init__.py' ]"
 check "import sfb: loads the installed libsfb" "[ '$(readlink -f "$(sed -n 2p <<<"$out")" 2>/dev/null)' = '$(readlink -f "$lib")' ]"
 # the sfb.torch package, whole, from the install (where torch is)
 if "$py" -c 'import torch' 2>/dev/null; then
-  out=$(PYTHONPATH=$pydir "$py" -c 'import sfb.torch as t; print(t.__file__); t.init(world=1); print(t.local_rank(), t.local_size()); t.shutdown()' 2>&1)
-  check "import sfb.torch: the installed package, local_rank 0 of 1 ($out)" \
-    "[ \"\$(sed -n 1p <<<'$out')\" = '$pydir/sfb/torch/__init__.py' ] && [ \"\$(sed -n 2p <<<'$out')\" = '0 1' ]"
+  out=$(PYTHONPATH=$pydir "$py" -c 'import sfb.torch as t; print(t.__file__); t.init(world=1); print(t.local_rank(), t.local_size()); t.shutdown()' 2>"$tmp/torch.err")
+  check "import sfb.torch: the installed package, local_rank 0 of 1 ($out $(cat "$tmp/torch.err"))" \
+    "[ \"\$(sed -n 1p <<<\"\$out\")\" = '$pydir/sfb/torch/__init__.py' ] && [ \"\$(sed -n 2p <<<\"\$out\")\" = '0 1' ]"
 fi
 # 5. one version everywhere a user looks: the meson project's
 want=$(meson introspect "$BUILD" --projectinfo | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"])')
