@@ -39,7 +39,7 @@ lost halton 3 '[0-9]*' -n 6 --topology halton
 
 # Peers computing up to 3 s a clock (seeded delays) while the timeout is 1 s:
 # the job finishes, and some rank did wait past the timeout.
-timeout 120 "$SFB" run "${job[@]}" -n 3 --clocks 8 --stall-timeout 1 --debug-delay-ms 3000 \
+timeout 120 "$SFB" run "${job[@]}" -n 3 --clocks 5 --stall-timeout 1 --debug-delay-ms 3000 \
   --out-dir "$tmp/slow" >"$tmp/slow.log" 2>&1
 rc=$?
 check "slow peers: exits 0 (rc=$rc)" "[ $rc = 0 ]"
@@ -50,17 +50,17 @@ check "slow peers: a wait outlasted the 1 s timeout (longest $maxwait s)" "awk '
 
 # The same under --ordered, where a fast peer's update arrives whole and is
 # held until the slow one's comes: held is not in transit, no stall.
-timeout 120 "$SFB" run "${job[@]}" -n 3 --clocks 4 --stall-timeout 1 --debug-delay-ms 3000 \
+timeout 120 "$SFB" run "${job[@]}" -n 3 --clocks 3 --stall-timeout 1 --debug-delay-ms 3000 \
   --ordered --out-dir "$tmp/slow_ordered" >"$tmp/slow_ordered.log" 2>&1
 rc=$?
 check "slow peers, --ordered: exits 0 (rc=$rc)" "[ $rc = 0 ]"
 [ $rc = 0 ] || grep -m2 'stalled\|error' "$tmp/slow_ordered.log"
 
 # --stall-timeout 0: no stall check; the lost update keeps the job waiting.
-SFB_DEBUG_DROP_SF_AT=1 timeout 6 "$SFB" run "${job[@]}" -n 3 --clocks 1000 --stall-timeout 0 \
+SFB_DEBUG_DROP_SF_AT=1 timeout 5 "$SFB" run "${job[@]}" -n 3 --clocks 1000 --stall-timeout 0 \
   --out-dir "$tmp/off" >"$tmp/off.log" 2>&1
 rc=$?
-check "--stall-timeout 0: still waiting after 6 s (rc=$rc)" "[ $rc = 124 ]"
+check "--stall-timeout 0: still waiting after 5 s (rc=$rc)" "[ $rc = 124 ]"
 check "--stall-timeout 0: no stall reported" "! grep -q stalled '$tmp/off.log'"
 sleep 1
 check "no worker left behind" "! pgrep -f '$tmp/off' >/dev/null"

@@ -478,6 +478,25 @@ class MeasuredPlan(unittest.TestCase):
                                  [m for _, m in moves])]
         self.assertEqual(flips, [[3]] * 3 + [[0, 1, 3]] + [[0, 1]] * 2)
 
+    def test_noise_keeps_the_models_choice(self):
+        """Steps that vary by about 10 % from one to the next: where an
+        engine makes a 2 ms difference, below what the measured steps can
+        tell apart, the cost model's choice stays (a flip kept on a lucky
+        median of noisy steps is a coin toss); a gain of 40 ms is kept."""
+        jitter = [2.0, 3.0, -9.0, -2.0, 6.0, 5.0, 2.0, -1.0, 5.0, 1.0, 8.0, -4.0]
+        for gain, kept in ((2.0, "fms"), (40.0, "sfb")):
+            t = self.trials(steps=8)
+            clock = 0
+            while t.stage != "done" and clock < 300:
+                ran = t.ran.get(clock - 1, tuple(t.engines))
+                ms = 100.0 + jitter[clock % len(jitter)] - (gain if ran[3] == "sfb" else 0)
+                t.observe(clock, ms, 32, True)
+                clock += 1
+            self.assertEqual(t.stage, "done")
+            self.assertEqual(t.engines[3], kept, "gain %g ms: %r" % (gain, t.measured[3]))
+            if gain < 10:  # the lucky median: faster, but within the noise
+                self.assertLess(t.measured[3]["sfb"], t.measured[3]["fms"])
+
     def test_outliers_and_invalid_steps(self):
         t = self.trials()
         calls = [0]

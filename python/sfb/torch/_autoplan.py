@@ -6,8 +6,11 @@ few warm-up steps, group by group (layers of one shape and kind together,
 the largest predicted cost first), it runs the group's engine flipped, as it
 was, as it was, flipped, in four windows of `trial_steps` / 2 counted steps
 (Job.replan at a step boundary; a machine whose speed drifts steadily slows
-both alike), and a flip that made the median step faster stays, one that
-did not goes back. When the samples per step move by more than a quarter for
+both alike), and a flip that made the median step faster by more than the
+measurement can tell apart stays, one that did not goes back: twice the
+standard error of the two medians' difference, from the spread of the
+steps (a layer whose engines differ by less than a step's noise keeps the
+cost model's choice, which saw its bytes). When the samples per step move by more than a quarter for
 `trial_steps` steps in a row (a new batch size), it measures again.
 
 Every rank decides alike without a message of its own: the inputs are the
@@ -17,6 +20,7 @@ engines. A step's time is the slowest rank's, from the end of one
 reduction to the end of the next; a trial's is the median of its steps
 (an evaluation pass between two steps is one outlier among them); the
 first step under new engines (it pays the replan) is not counted."""
+import math
 import re
 
 _PRED = re.compile(r"sfb ([0-9.e+-]+) ms, fms ([0-9.e+-]+) ms")
@@ -37,6 +41,19 @@ def _median(v):
     v = sorted(v)
     n = len(v)
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def _clear_gain(windows):
+    """How much faster the flipped steps' median must be than the base
+    steps' to count: twice the standard error of the difference of the two
+    medians, 1.253 sigma / sqrt(n) each, sigma from the steps' median
+    absolute deviation from their window's median (robust to an evaluation
+    pass among them; a drift of the machine between windows is not noise)."""
+    nb, nf = len(windows[1]) + len(windows[2]), len(windows[0]) + len(windows[3])
+    if not nb or not nf:
+        return 0.0
+    sigma = 1.4826 * _median([abs(x - _median(w)) for w in windows for x in w])
+    return 2 * 1.253 * sigma * math.sqrt(1.0 / nb + 1.0 / nf)
 
 
 class Trials:
@@ -68,7 +85,7 @@ class Trials:
         self.group = 0          # the group on trial
         self.window = 0         # its window: 0 and 3 flipped, 1 and 2 the base
         self.counted = 0        # steps counted in the window
-        self.times = ([], [])   # the trial's step times: (base, flipped)
+        self.windows = [[], [], [], []]  # the trial's step times, per window
         self.samples = []       # and the samples per step meanwhile
         self.at_samples = None  # samples per step the trials ran at
         self.moved = 0          # steps in a row whose samples are not at_samples'
@@ -96,7 +113,7 @@ class Trials:
         # a step counts when it ran under the engines now and was not the
         # first under them (that one paid the replan)
         if valid and self.ran.get(clock - 1) == now and self.ran.get(clock - 2) == now:
-            self.times[self.window in (0, 3)].append(step_ms)
+            self.windows[self.window].append(step_ms)
             self.samples.append(samples)
             self.counted += 1
         if self.counted < (self.steps + 1) // 2:
@@ -113,14 +130,15 @@ class Trials:
         return out
 
     def _decide(self):
-        base_ms, flip_ms = _median(self.times[0]), _median(self.times[1])
+        w = self.windows
+        base_ms, flip_ms = _median(w[1] + w[2]), _median(w[0] + w[3])
         flipped = self._flipped()
         for i in self.groups[self.group]:
             self.measured[i] = {self.base[i]: base_ms, flipped[i]: flip_ms}
-        if flip_ms < base_ms:
+        if flip_ms < base_ms - _clear_gain(w):
             self.base = flipped
         self.at_samples = _median(self.samples)
-        self.times, self.samples, self.window = ([], []), [], 0
+        self.windows, self.samples, self.window = [[], [], [], []], [], 0
         self.group += 1
         if self.group < len(self.groups):
             return self._to(self._flipped())
