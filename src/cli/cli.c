@@ -3,10 +3,14 @@
  * subcommands and main.c, so none of them calls back into another. */
 #include "src/cli/cli.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 int (*cli_forked_worker)(int argc, char **argv);
+const char *cli_blas_generic;
+char **cli_main_argv;
 
 void cli_log_init(enum sfb_log_level level)
 {
@@ -16,6 +20,19 @@ void cli_log_init(enum sfb_log_level level)
 void cli_error(int code, const char *what)
 {
     fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_error_message(code));
+}
+
+void cli_blas_kernels(void)
+{
+    if (!cli_blas_generic) return;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || setenv("SFB_BLAS_FOUND", cli_blas_generic, 1)) return;
+    self[n] = '\0';
+    fflush(stdout);
+    fflush(stderr);
+    execv(self, cli_main_argv);
+    unsetenv("SFB_BLAS_FOUND"); /* not started again: OpenBLAS's choice stays */
 }
 
 void cli_blas_reserve(const char *cmd)

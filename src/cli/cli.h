@@ -84,6 +84,17 @@ void cli_error(int code, const char *what);
 /* sfb_blas_reserve for `cmd`: returns when BLAS has its working memory;
  * else prints why and leaves at once with _exit(1), for OpenBLAS's own
  * threads may be stuck allocating and exit() would wait for them. */
+/* OpenBLAS's generic kernels ran in this process when main() set
+ * OPENBLAS_CORETYPE to better ones (their name), else NULL; main's argv. */
+extern const char *cli_blas_generic;
+extern char **cli_main_argv;
+/* A command about to compute (run, worker, eval, topo's measurement) calls
+ * this first, before anything it started would be lost: where main() set
+ * OPENBLAS_CORETYPE, the process starts itself again with the same
+ * arguments, on those kernels (SFB_BLAS_FOUND: OpenBLAS's own choice, for
+ * rank 0's report). A process started again never comes back here with
+ * cli_blas_generic set: OPENBLAS_CORETYPE is set by then. */
+void cli_blas_kernels(void);
 void cli_blas_reserve(const char *cmd);
 
 extern const char *cli_prog;

@@ -131,6 +131,7 @@ int cli_eval(int argc, char **argv)
     int ret = eval_parse(argc, argv, &o);
     if (ret) return ret == 1 ? 0 : ret;
     cli_log_init(SFB_LOG_WARN);
+    cli_blas_kernels();
     cli_blas_reserve("eval");
     struct sfb_model *m = NULL;
     int64_t clock = 0;

@@ -108,6 +108,7 @@ int cli_worker(int argc, char **argv)
     struct cli_job job;
     int r = cli_parse_job(argc, argv, "worker", 0, &job);
     if (r) return r == 1 ? 0 : r;
+    cli_blas_kernels();
     cli_blas_reserve("worker"); /* forked by sfb run: done there already */
     return run_worker(&job);
 }
@@ -120,6 +121,7 @@ int cli_run(int argc, char **argv)
     /* The workers are forks of this process: BLAS's working memory taken
      * here is theirs (each trainer sets its own thread count; this process
      * computes nothing). */
+    cli_blas_kernels();
     cli_blas_reserve("run");
     sfb_set_blas_threads(1);
     /* once, here, rather than after P workers have started */

@@ -68,6 +68,7 @@ int sfb_cli_topo_engines(const struct topo_engines *te)
     cs.host_cores = sim->host_cores;
     int measured = !(te->gemm_gflops > 0) || !(te->add_gadds > 0);
     if (measured) sfb_set_blas_threads(1); /* as a worker runs (--threads 1) */
+    if (measured) cli_blas_kernels();
     if (measured) cli_blas_reserve("topo");
     cs.gemm_gflops = te->gemm_gflops > 0 ? te->gemm_gflops
                                          : sfb_cost_gemm_rate(te->k, te->d, te->s) / 1e9;

@@ -132,25 +132,19 @@ static int forked_worker(int argc, char **argv)
 }
 
 /* OpenBLAS chose its kernels as it loaded, and on a processor it does not
- * know it chose its generic ones (sfb_blas_better_core): start again with
- * OPENBLAS_CORETYPE naming those the processor runs, which every worker and
- * every program `sfb launch` starts then inherits. SFB_BLAS_FOUND keeps
- * OpenBLAS's own choice for the job's report (job.c). Not under valgrind,
- * whose child would run outside it; where the exec fails, OpenBLAS's
- * choice stays (and the job warns). */
+ * know it chose its generic ones (sfb_blas_better_core): OPENBLAS_CORETYPE
+ * names those the processor runs from here on, so every program `sfb launch`
+ * starts and every process started later inherits it; a command about to
+ * compute starts itself again to run them too (cli_blas_kernels). Not under
+ * valgrind, whose child would run outside it. */
 static void choose_blas_kernels(char **argv)
 {
     const char *core = sfb_blas_better_core(), *preload = getenv("LD_PRELOAD");
     if (!core || (preload && strstr(preload, "vgpreload"))) return;
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return;
-    self[n] = '\0';
-    if (setenv("SFB_BLAS_FOUND", sfb_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1))
-        return;
-    execv(self, argv);
-    unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("SFB_BLAS_FOUND");
+    const char *generic = sfb_blas_core();
+    if (setenv("OPENBLAS_CORETYPE", core, 1)) return;
+    cli_blas_generic = generic;
+    cli_main_argv = argv;
 }
 
 int main(int argc, char **argv)

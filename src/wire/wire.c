@@ -13,6 +13,41 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no malloc */
 #include <xxhash.h>
 
+#if SFB_XXH3_AVX2
+#include "src/wire/xxh3_avx2.h"
+
+/* The checksums run xxHash's AVX2 kernels where the processor has them
+ * (xxh3_avx2.c), else libxxhash's. */
+static int xxh3_avx2;
+
+__attribute__((constructor)) static void xxh3_pick(void)
+{
+    __builtin_cpu_init();
+    xxh3_avx2 = __builtin_cpu_supports("avx2");
+}
+
+static void xxh3_reset(XXH3_state_t *st)
+{
+    if (xxh3_avx2) sfb__xxh3_avx2_reset(st);
+    else XXH3_64bits_reset(st);
+}
+
+static void xxh3_update(XXH3_state_t *st, const void *p, size_t n)
+{
+    if (xxh3_avx2) sfb__xxh3_avx2_update(st, p, n);
+    else XXH3_64bits_update(st, p, n);
+}
+
+static uint64_t xxh3_digest(const XXH3_state_t *st)
+{
+    return xxh3_avx2 ? sfb__xxh3_avx2_digest(st) : XXH3_64bits_digest(st);
+}
+#else
+#define xxh3_reset XXH3_64bits_reset
+#define xxh3_update XXH3_64bits_update
+#define xxh3_digest XXH3_64bits_digest
+#endif
+
 /* Field offsets (docs/wire.md). */
 enum {
     OFF_MAGIC = 0,
@@ -123,11 +158,11 @@ static uint64_t checksum(const uint8_t *hdr, const struct sfb__wire_piece *piece
     memcpy(h0, hdr, sizeof h0);
     sfb__put_u64(h0 + OFF_CHECKSUM, 0);
     XXH3_state_t st;
-    XXH3_64bits_reset(&st);
-    XXH3_64bits_update(&st, h0, sizeof h0);
+    xxh3_reset(&st);
+    xxh3_update(&st, h0, sizeof h0);
     for (size_t i = 0; i < n; i++)
-        if (pieces[i].n) XXH3_64bits_update(&st, pieces[i].p, pieces[i].n);
-    return XXH3_64bits_digest(&st);
+        if (pieces[i].n) xxh3_update(&st, pieces[i].p, pieces[i].n);
+    return xxh3_digest(&st);
 }
 
 static int encodable(const struct sfb__wire_hdr *h, uint64_t total)
@@ -167,15 +202,15 @@ int sfb__wire_hash_begin(struct sfb__wire_hash *s, const struct sfb__wire_hdr *h
         return sfb__error(-EINVAL, "wire encode: a BUNDLE's checksum covers its header alone");
     uint8_t h0[SFB_WIRE_HDR_SIZE];
     pack(h, h0); /* (the checksum field zero) */
-    XXH3_64bits_reset(hash_state(s));
-    XXH3_64bits_update(hash_state(s), h0, sizeof h0);
+    xxh3_reset(hash_state(s));
+    xxh3_update(hash_state(s), h0, sizeof h0);
     s->fed = 0;
     return 0;
 }
 
 void sfb__wire_hash_update(struct sfb__wire_hash *s, const void *p, size_t n)
 {
-    if (n) XXH3_64bits_update(hash_state(s), p, n);
+    if (n) xxh3_update(hash_state(s), p, n);
     s->fed += n;
 }
 
@@ -185,7 +220,7 @@ int sfb__wire_encode_hashed(const struct sfb__wire_hdr *h, struct sfb__wire_hash
     int ret = encodable(h, s->fed);
     if (ret) return ret;
     pack(h, out);
-    sfb__put_u64(out + OFF_CHECKSUM, XXH3_64bits_digest(hash_state(s)));
+    sfb__put_u64(out + OFF_CHECKSUM, xxh3_digest(hash_state(s)));
     return 0;
 }
 

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <xxhash.h>
 
 static const struct sfb__wire_shape shapes[] = {{10, 784}, {3, 4}};
 static struct sfb__wire_stats stats;
@@ -503,6 +504,56 @@ static int test_random_corruption(void)
     return 0;
 }
 
+/* The checksum is XXH3-64 of the header (checksum field zero) and the
+ * payload, whichever kernels computed it (src/wire/xxh3_avx2.c where the
+ * processor has AVX2, libxxhash's otherwise), for payloads of every length
+ * class of XXH3 (short, mid, long with a partial stripe and block) fed in
+ * pieces of any size, streamed or at once. */
+static int test_checksum_is_xxh3(void)
+{
+    static const size_t lens[] = {0, 1, 3, 16, 17, 128, 129, 240, 241, 1000, 1024, 4096,
+                                  65543, 262157, 1048583};
+    const size_t most = 1048583;
+    uint8_t *buf = malloc(SFB_WIRE_HDR_SIZE + most);
+    ASSERT(buf != NULL);
+    unsigned seed = 7;
+    for (size_t i = 0; i < SFB_WIRE_HDR_SIZE + most; i++) {
+        seed = seed * 1103515245u + 12345u;
+        buf[i] = (uint8_t)(seed >> 16);
+    }
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        struct sfb__wire_hdr h;
+        memset(&h, 0, sizeof h);
+        h.type = SFB_WIRE_DATA;
+        h.job_key = job.job_key;
+        h.payload_len = lens[k];
+        uint8_t *pl = buf + SFB_WIRE_HDR_SIZE;
+        size_t cut = lens[k] / 3, cut2 = lens[k] - lens[k] / 7;
+        struct sfb__wire_piece p[3] = {{pl, cut}, {pl + cut, cut2 - cut}, {pl + cut2, lens[k] - cut2}};
+        uint8_t out[SFB_WIRE_HDR_SIZE];
+        ASSERT_EQ(sfb__wire_encode(&h, p, 3, out), 0);
+        struct sfb__wire_hash hs;
+        ASSERT_EQ(sfb__wire_hash_begin(&hs, &h), 0);
+        for (size_t off = 0; off < lens[k]; off += 4099)
+            sfb__wire_hash_update(&hs, pl + off, SFB_MIN((size_t)4099, lens[k] - off));
+        uint8_t out2[SFB_WIRE_HDR_SIZE];
+        ASSERT_EQ(sfb__wire_encode_hashed(&h, &hs, out2), 0);
+        /* the reference: libxxhash at once over the frame, checksum zero */
+        memcpy(buf, out, SFB_WIRE_HDR_SIZE);
+        memset(buf + 56, 0, 8);
+        uint64_t want = XXH3_64bits(buf, SFB_WIRE_HDR_SIZE + lens[k]);
+        uint64_t got = 0, got2 = 0;
+        for (int b = 7; b >= 0; b--) {
+            got = got << 8 | out[56 + b];
+            got2 = got2 << 8 | out2[56 + b];
+        }
+        ASSERT_EQ(got, want);
+        ASSERT_EQ(got2, want);
+    }
+    free(buf);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"roundtrip", test_roundtrip},
     {"control_and_data", test_control_and_data},
@@ -511,6 +562,7 @@ static const struct test_case tests[] = {
     {"bundle", test_bundle},
     {"precision", test_precision},
     {"random_corruption", test_random_corruption},
+    {"checksum_is_xxh3", test_checksum_is_xxh3},
 };
 
 TEST_MAIN(tests)
