@@ -324,11 +324,10 @@ int main(int argc, char **argv)
         return 2;
     }
     openblas_set_num_threads(c.threads);
+    printf("# reconstruct bench: %d OpenBLAS thread(s), %s kernels, %d batches, %s\n", c.threads,
+           sfb_blas_core(), c.batches, c.quick ? "quick" : "full");
     const char *better = sfb_blas_better_core();
-    printf("# reconstruct bench: %d OpenBLAS thread(s), %s kernels%s%s%s, %d batches, %s\n",
-           c.threads, sfb_blas_core(), better ? " (this processor runs " : "",
-           better ? better : "", better ? "'s: OPENBLAS_CORETYPE)" : "", c.batches,
-           c.quick ? "quick" : "full");
+    if (better) printf("# (this processor runs OpenBLAS's %s kernels: OPENBLAS_CORETYPE)\n", better);
     printf("# %-20s %-12s %5s %12s %9s\n", "name", "size", "iters", "us/op", "GFLOP/s");
     int fail = 0;
     for (int i = 0; i < c.ns; i++) {

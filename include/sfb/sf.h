@@ -87,8 +87,9 @@ SFB_API const char *sfb_blas_core(void);
  * and FMA (and AVX-512: "SkylakeX", else "Haswell") the OS enabled, and
  * OPENBLAS_CORETYPE is not set (set, even empty, it is the user's choice).
  * Only a new process can take the answer: OPENBLAS_CORETYPE is read when
- * OpenBLAS loads. The sfb command starts itself again with it set, so its
- * workers and the programs `sfb launch` starts inherit it. Any thread. */
+ * OpenBLAS loads. The sfb command sets it, so the programs `sfb launch`
+ * starts inherit it, and its computing commands (run, worker, eval) start
+ * themselves again with it. Any thread. */
 SFB_API const char *sfb_blas_better_core(void);
 
 /* Under an address-space limit (RLIMIT_AS, `ulimit -v`), makes sure BLAS

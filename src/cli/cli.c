@@ -26,9 +26,8 @@ void cli_blas_kernels(void)
 {
     if (!cli_blas_generic) return;
     char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0 || setenv("SFB_BLAS_FOUND", cli_blas_generic, 1)) return;
-    self[n] = '\0';
+    if (sfb_launch_self_path(self, sizeof self) || setenv("SFB_BLAS_FOUND", cli_blas_generic, 1))
+        return;
     fflush(stdout);
     fflush(stderr);
     execv(self, cli_main_argv);

@@ -81,9 +81,6 @@ int cli_launch(int argc, char **argv);
 void cli_log_init(enum sfb_log_level level);
 /* Prints "sfb: error: WHAT: ..." with the detail of `code` (sfb_error_message). */
 void cli_error(int code, const char *what);
-/* sfb_blas_reserve for `cmd`: returns when BLAS has its working memory;
- * else prints why and leaves at once with _exit(1), for OpenBLAS's own
- * threads may be stuck allocating and exit() would wait for them. */
 /* OpenBLAS's generic kernels ran in this process when main() set
  * OPENBLAS_CORETYPE to better ones (their name), else NULL; main's argv. */
 extern const char *cli_blas_generic;
@@ -95,6 +92,9 @@ extern char **cli_main_argv;
  * rank 0's report). A process started again never comes back here with
  * cli_blas_generic set: OPENBLAS_CORETYPE is set by then. */
 void cli_blas_kernels(void);
+/* sfb_blas_reserve for `cmd`: returns when BLAS has its working memory;
+ * else prints why and leaves at once with _exit(1), for OpenBLAS's own
+ * threads may be stuck allocating and exit() would wait for them. */
 void cli_blas_reserve(const char *cmd);
 
 extern const char *cli_prog;

@@ -67,9 +67,11 @@ int sfb_cli_topo_engines(const struct topo_engines *te)
     cs.latency_us = sim->latency_us + sim->msg_overhead_us;
     cs.host_cores = sim->host_cores;
     int measured = !(te->gemm_gflops > 0) || !(te->add_gadds > 0);
-    if (measured) sfb_set_blas_threads(1); /* as a worker runs (--threads 1) */
-    if (measured) cli_blas_kernels();
-    if (measured) cli_blas_reserve("topo");
+    if (measured) {
+        cli_blas_kernels();
+        sfb_set_blas_threads(1); /* as a worker runs (--threads 1) */
+        cli_blas_reserve("topo");
+    }
     cs.gemm_gflops = te->gemm_gflops > 0 ? te->gemm_gflops
                                          : sfb_cost_gemm_rate(te->k, te->d, te->s) / 1e9;
     cs.add_gadds = te->add_gadds > 0 ? te->add_gadds

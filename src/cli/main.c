@@ -5,12 +5,10 @@
 #include <sfb/sf.h>
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *cli_prog = "sfb";
 
@@ -141,9 +139,8 @@ static void choose_blas_kernels(char **argv)
 {
     const char *core = sfb_blas_better_core(), *preload = getenv("LD_PRELOAD");
     if (!core || (preload && strstr(preload, "vgpreload"))) return;
-    const char *generic = sfb_blas_core();
-    if (setenv("OPENBLAS_CORETYPE", core, 1)) return;
-    cli_blas_generic = generic;
+    cli_blas_generic = sfb_blas_core(); /* (before the variable is set: OpenBLAS's choice) */
+    if (setenv("OPENBLAS_CORETYPE", core, 1)) cli_blas_generic = NULL;
     cli_main_argv = argv;
 }
 
