@@ -35,10 +35,14 @@ run() {
 oks() { grep -c "^\[[0-9]*\] ok $2" "$tmp/$1.out"; }
 
 # the models people train (tied embeddings, sparse rows, LSTM, GRU, RNN and
-# their cells, convolutions by factors and densely) against one process
+# their cells, convolutions by factors and densely) against one process;
+# the recurrent layers also with every matrix through fms (torch's fused
+# operator forms their dense gradients) and measured both ways mid-run
 MODELS=("exact --model lm --opt adam --steps 30" "exact --model sparse --opt sparseadam --steps 30"
   "exact --model lstm --opt momentum --steps 20" "exact --model recur --opt adam --steps 20"
-  "exact --model conv --opt momentum --steps 30")
+  "exact --model conv --opt momentum --steps 30"
+  "exact --model lstm --opt momentum --sync fms --steps 20" "exact --model recur --opt adam --sync fms --steps 20"
+  "exact --model lstm --opt momentum --steps 40 --trial-steps 2")
 if [ "$PART" = models-all ]; then
   MODELS+=("exact --model lm --opt sgd --steps 30" "exact --model lm --opt momentum --steps 30"
     "exact --model sparse --opt sgd --steps 30" "exact --model lstm --opt sgd --steps 20"
@@ -91,7 +95,7 @@ check "the resumed job ended at clock 16 on every rank" \
 
 # 4 ranks: each model kind once (all with SGD, momentum and Adam: models-all)
 run models 4 $((4 * ${#MODELS[@]})) "${MODELS[@]}"
-check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, convolutions, each matrix in the plan" \
+check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cells, convolutions, each matrix in the plan; recurrent layers whose matrices all go by FMS on torch's fused operator, switched to and from mid-run" \
   "[ \$(oks models exact) = $((4 * ${#MODELS[@]})) ]"
 
 # factor_dtype="bf16": the factors travel in bfloat16; every rank applies

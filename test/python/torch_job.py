@@ -538,6 +538,13 @@ def case():
                        for line in lines):
                 fail("the plan has no matrix %s (by %s):\n%s" % (w, "/".join(engines),
                                                                   opt.plan))
+    if args.sync == "fms" and args.model in ("lstm", "recur"):
+        # every recurrent matrix goes by FMS: torch's fused operator formed
+        # their dense gradients (not the recurrence written with F.linear)
+        rec = [line for line in opt.plan.splitlines() if ".weight_" in line]
+        if len(rec) != (4 if args.model == "lstm" else 10) or \
+                any("dense gradient of torch's fused operator" not in line for line in rec):
+            fail("the recurrent matrices did not run torch's fused operator:\n" + opt.plan)
     print("ok exact %s %s: max relative difference %.3g (%s)" %
           (args.model, args.opt, worst, where), flush=True)
 

@@ -40,6 +40,8 @@ class _Linear:
         self.cols = self.inputs + (1 if bias is not None else 0)
         self.buf = None        # the replica (numpy rows x cols): this clock's sum
         self.cbuf = None       # c, kept across steps
+        self.dbuf = None       # a fused slot's dense gradient (dense_grad)
+        self.was_dense = False  # its last gradient was (the plan says so)
         # a leaf whose gradient arrives once per backward pass, after every
         # call of the layer in that pass gave its factors
         self.token = torch.zeros(1, requires_grad=True)
@@ -51,6 +53,7 @@ class _Linear:
         self.caps = []         # those of this step's finished passes
         self.used_w = self.used_b = False  # this step gave the weight, the bias a gradient
         self.published = False
+        self.dense = False     # this clock torch's fused operator formed the dense gradient
 
     def _done(self, grad):
         self.sync.layer_done(self)
@@ -100,6 +103,22 @@ class _Linear:
                 o += n
         return b.contiguous().numpy(), c.contiguous().numpy()
 
+    def dense_grad(self):
+        """This rank's dense gradient of the clock (a fused slot's), the
+        weight's .grad and the bias's in one rows x cols matrix (zeros where
+        .grad is None)."""
+        if self.dbuf is None:
+            self.dbuf = np.empty((self.rows, self.cols), np.float32)
+        d = torch.from_numpy(self.dbuf)
+        for p, part in ((self.weight, d[:, :self.inputs]), (self.bias, d[:, self.inputs:])):
+            if p is None:
+                continue
+            if p.grad is None:
+                part.zero_()
+            else:
+                part.copy_(p.grad.reshape(part.shape))
+        return self.dbuf
+
     def grads(self, present, inv):
         """The weight's and bias's .grad from this clock's sum (every rank's
         factors, in rank order), then the replica zeroed."""
@@ -108,9 +127,9 @@ class _Linear:
         if sync.present_of(self.weight, present):
             w = g[:, :self.inputs]
             sync.set_grad(self.weight, w if self.weight.dim() == 2 else
-                          w.reshape(self.weight.shape), inv)
+                          w.reshape(self.weight.shape), inv, self.dense)
         if self.bias is not None and sync.present_of(self.bias, present):
-            sync.set_grad(self.bias, g[:, self.inputs], inv)
+            sync.set_grad(self.bias, g[:, self.inputs], inv, self.dense)
         self.buf.fill(0)
 
 
@@ -255,7 +274,7 @@ class _Passes:
         weight or bias sfb carries by factors that is a use its factors miss
         (a view of it, a tied weight): remembered, refused at the pass's end
         (.grad would hold it whether it was None or not)."""
-        if id(p) in self.covered:
+        if id(p) in self.covered and id(p) not in self.fused_ids:
             self.dense_into.append(p)
         self.pass_hit = True
         self._queue_end()
@@ -304,7 +323,7 @@ class _Passes:
         into, self.dense_into = self.dense_into, []
         for slot in self.linears:
             for p in (slot.weight, slot.bias):
-                if p is not None and (any(q is p for q in into) or
+                if p is not None and not slot.dense and (any(q is p for q in into) or
                                       (p.grad is not None and not self._ours(p))):
                     raise _sfb.UsageError(
                         "sfb.torch: %s received a dense gradient: its weight or bias was used "

@@ -28,6 +28,7 @@ class _Rows:
     kind = "rows"
     bias = None
     of_module = False
+    dense = was_dense = False  # (a _Linear's fused gradient: never a table's)
 
     def __init__(self, sync, name, weight, index):
         self.sync, self.name, self.index = sync, name, index

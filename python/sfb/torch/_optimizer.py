@@ -137,6 +137,7 @@ class _Sync(_Passes):
         self.all_training = True  # the last reduction: every rank trained in it
         self.kept = {}          # per parameter the dense .grad tensor kept across steps
         self.handed = {}        # per parameter the .grad this wrapper set last
+        self.fused_ids = set()  # parameters of slots whose dense gradient torch formed (fused)
         self._collect(model)
 
     # -- which parameter goes where
@@ -311,6 +312,28 @@ class _Sync(_Passes):
             return slot
         return None
 
+    def fused(self, pairs):
+        """A recurrent operator on these (weight, bias) matrices: True when
+        every one is a slot that goes by FMS this clock (staleness 0, after
+        the first reduction). Then torch's fused operator runs and forms
+        their dense gradients, which the slots publish (slot.dense) instead
+        of factors: the same sum, at one process's cost of the recurrence."""
+        if not self.attached or self.additive:
+            return False
+        slots = []
+        for w, b in pairs:
+            slot = self.by_weight.get(id(w))
+            if slot is None or slot.weight is not w or slot.kind != "linear" or \
+                    self.job.engines[slot.index] != "fms" or \
+                    not (b is slot.bias or (slot.bias is None and (b is None or
+                                                                   not b.requires_grad))):
+                return False
+            slots.append(slot)
+        for slot in slots:
+            slot.dense = True
+            self.fused_ids.update(id(p) for p in (slot.weight, slot.bias) if p is not None)
+        return True
+
     def note_conv_dense(self, weight, why):
         """A convolution's weight goes densely, for the plan's reason."""
         if not self.attached and id(weight) in self.group_of and id(weight) not in self.by_weight:
@@ -384,6 +407,13 @@ class _Sync(_Passes):
                                            self.clock, self.max_s),
                 param=slot.name)
         self.step_samples = max(self.step_samples, samples)
+        if slot.dense:  # (staleness 0: fused)
+            self.job.publish_dense(self.clock, slot.index, slot.dense_grad(),
+                                   self.my_weight if self.state == _TRAINING else 0.0)
+            slot.published = slot.was_dense = True
+            return
+        if samples:
+            slot.was_dense = False
         b, c = slot.factors()
         if self.additive:
             scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
@@ -578,6 +608,8 @@ class _Sync(_Passes):
                 why = "bf16 factors; " + why
             if eng == "fms" and job.dense_dtypes[slot.index] == "bf16":
                 why = "bf16 rows; " + why
+            if eng == "fms" and slot.was_dense:
+                why = "dense gradient of torch's fused operator; " + why
             out.append("%s: %s (%s)" % (slot.label, eng, why))
         for n, p in self.model_params:
             if id(p) in self.conv_dense and id(p) not in self.covered:
@@ -656,6 +688,7 @@ class _Sync(_Passes):
             for slot in self.linears:
                 slot.grads(present, inv)
                 slot.reset()
+            self.fused_ids.clear()
             for b in self.buckets:
                 b.set_grads(lambda p: present[self.param_index[id(p)]], inv)
         for slot in self.linears:
@@ -696,11 +729,15 @@ class _Sync(_Passes):
         self.handed[id(p)] = keep
         return keep
 
-    def set_grad(self, p, src, inv):
+    def set_grad(self, p, src, inv, replace=False):
         """p.grad = inv * src (its sum of every rank's), added to a .grad
         already there (not zeroed since: as one process accumulates; a tied
-        weight's other use)."""
-        if p.grad is None:
+        weight's other use), or in its place (replace: src summed the .grad
+        every rank had, a fused slot's)."""
+        if replace and p.grad is not None and not p.grad.is_sparse:
+            torch.mul(src, float(inv), out=p.grad)
+            self.handed[id(p)] = p.grad
+        elif p.grad is None:
             keep = self.kept_grad(p)
             torch.mul(src, float(inv), out=keep)
             p.grad = keep
@@ -865,6 +902,7 @@ class _Sync(_Passes):
         for slot in self.linears:
             slot.reset()
             slot.token.grad = None
+        self.fused_ids.clear()
         for _, p in self.model_params:  # (the buckets are planned again at the attach)
             p.grad = None
         self.attached, self.trials, self.last_end = False, None, None

@@ -6,6 +6,9 @@ operators here instead: the same recurrences written with F.linear, whose
 captures (_capture) carry every matrix by factors. The input matrix is one
 F.linear over the whole sequence; the hidden one is one call per time step,
 so each step's factors hold one column per sample and time step (S = B·T).
+A layer whose every matrix goes by FMS this clock (the plan's choice) runs
+torch's fused operator: sfb publishes the dense gradients it forms
+(_Sync.fused), and the recurrence costs what it costs in one process.
 
 Not written here, so left to torch's operator (and its dense gradients):
 packed sequences (PackedSequence), proj_size > 0, weights sfb does not
@@ -17,13 +20,23 @@ _rnn_module = torch.nn.modules.rnn
 _torch_vf = _rnn_module._VF
 
 
-def _ours(weights):
+def _pairs(weights, has_bias):
+    """The (weight, bias) of each matrix of an operator's flat weights
+    (w_ih, w_hh[, b_ih, b_hh] per layer and direction)."""
+    per = 4 if has_bias else 2
+    return [(weights[k + j], weights[k + j + 2] if has_bias else None)
+            for k in range(0, len(weights), per) for j in (0, 1)]
+
+
+def _ours(pairs):
     """The recurrence goes through F.linear: a DistributedOptimizer lives,
-    gradients are on, and it trains one of these weights."""
+    gradients are on, it trains one of these weights, and one of them goes
+    by factors this clock (else torch's operator: its dense gradients are
+    either sfb's to publish, or not sfb's at all)."""
     from . import _capture
     s = _capture._active
     return s is not None and torch.is_grad_enabled() and \
-        any(w.requires_grad and id(w) in s.group_of for w in weights)
+        any(w.requires_grad and id(w) in s.group_of for w, _ in pairs) and not s.fused(pairs)
 
 
 def _lstm_cell(x_proj, h, c, w_hh, b_hh):
@@ -112,7 +125,7 @@ class _VF:
         if not packed:
             weights, has_bias, layers, bidir = args[2], args[3], args[4], args[7]
             if len(weights) == layers * (2 if bidir else 1) * (4 if has_bias else 2) and \
-                    _ours(weights):
+                    _ours(_pairs(weights, has_bias)):
                 return _run(mode, *args)
         return torch_op(*args)
 
@@ -130,25 +143,25 @@ class _VF:
 
     @staticmethod
     def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
-        if not _ours([w_ih, w_hh]):
+        if not _ours([(w_ih, b_ih), (w_hh, b_hh)]):
             return _torch_vf.lstm_cell(input, hx, w_ih, w_hh, b_ih, b_hh)
         return _lstm_cell(F.linear(input, w_ih, b_ih), hx[0], hx[1], w_hh, b_hh)
 
     @staticmethod
     def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
-        if not _ours([w_ih, w_hh]):
+        if not _ours([(w_ih, b_ih), (w_hh, b_hh)]):
             return _torch_vf.gru_cell(input, hx, w_ih, w_hh, b_ih, b_hh)
         return _gru_cell(F.linear(input, w_ih, b_ih), hx, w_hh, b_hh)
 
     @staticmethod
     def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
-        if not _ours([w_ih, w_hh]):
+        if not _ours([(w_ih, b_ih), (w_hh, b_hh)]):
             return _torch_vf.rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih, b_hh)
         return _rnn_cell(F.linear(input, w_ih, b_ih), hx, w_hh, b_hh, False)
 
     @staticmethod
     def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
-        if not _ours([w_ih, w_hh]):
+        if not _ours([(w_ih, b_ih), (w_hh, b_hh)]):
             return _torch_vf.rnn_relu_cell(input, hx, w_ih, w_hh, b_ih, b_hh)
         return _rnn_cell(F.linear(input, w_ih, b_ih), hx, w_hh, b_hh, True)
 
