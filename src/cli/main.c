@@ -5,6 +5,7 @@
 #include <sfb/sf.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,8 +70,40 @@ static int finish(int rc)
     return rc;
 }
 
+/* A process of sfb stopped by a signal must die by it. A library loaded
+ * before main may have installed a handler that reports and exits instead
+ * (a sanitizer's runtime; libpsm2 and libinfinipath did when libfabric was
+ * loaded with libsfb, and src/transport/fi_lazy.c keeps their handlers
+ * out now):
+ * a worker's launcher (sfb run, mpirun, a batch system) would not hear of
+ * the signal, and exit() run from a signal handler deadlocks where the
+ * signal interrupted a holder of a lock an exit handler takes (SIGTERM to
+ * `sfb run` inside libfabric's fi_getinfo: its destructor waits for its own
+ * lock forever; one taken by OpenBLAS's thread while the launcher forks:
+ * OpenBLAS's destructor waits for the fork's handler). Back to the default
+ * here, for every command, before the fabric opens: libfabric's shm
+ * provider then installs its own, which removes its shared-memory regions
+ * and re-raises with the disposition it found (this one). An ignored
+ * signal (nohup) stays ignored. */
+static void default_signal_dispositions(void)
+{
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV,
+                               SIGBUS,  SIGILL, SIGFPE, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0) continue;
+        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sigs[i], &dfl, NULL);
+    }
+}
+
 static int dispatch(int argc, char **argv)
 {
+    default_signal_dispositions();
     if (argc < 2) {
         usage(stderr);
         return 2;
