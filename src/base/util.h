@@ -119,4 +119,10 @@ void sfb__sized_copy(void *dst, size_t dst_size, const void *src, size_t src_siz
 #define SFB_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SFB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The signals whose disposition a library's handler may take over (print a
+ * backtrace and exit(1)): the sfb command sets them to the default before
+ * anything else (src/cli/main.c), libfabric's load keeps the process's
+ * (src/transport/fi_lazy.c). An initializer: include <signal.h>. */
+#define SFB_TAKEN_SIGNALS {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}
+
 #endif

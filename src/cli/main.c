@@ -1,4 +1,5 @@
 /* `sfb` — entry point and subcommand dispatch. */
+#include "src/base/util.h"
 #include "src/cli/cli.h"
 #include "src/cli/cmd_topo.h"
 
@@ -87,9 +88,8 @@ static int finish(int rc)
  * signal (nohup) stays ignored. */
 static void default_signal_dispositions(void)
 {
-    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV,
-                               SIGBUS,  SIGILL, SIGFPE, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    static const int sigs[] = SFB_TAKEN_SIGNALS;
+    for (size_t i = 0; i < SFB_ARRAY_LEN(sigs); i++) {
         struct sigaction old;
         if (sigaction(sigs[i], NULL, &old) != 0) continue;
         if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;

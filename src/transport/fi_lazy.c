@@ -17,6 +17,8 @@
  * process had: saved before, put back after. (libfabric's shm provider
  * installs its own later, at the fabric's open: it removes its
  * shared-memory regions and re-raises with the disposition it found.) */
+#include "src/base/util.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
@@ -39,14 +41,13 @@ static char fi_why[256]; /* why it could not be loaded */
 
 static void fi_load(void)
 {
-    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV,
-                               SIGBUS,  SIGILL, SIGFPE, SIGABRT};
-    struct sigaction saved[sizeof sigs / sizeof sigs[0]];
-    int have[sizeof sigs / sizeof sigs[0]];
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    static const int sigs[] = SFB_TAKEN_SIGNALS;
+    struct sigaction saved[SFB_ARRAY_LEN(sigs)];
+    int have[SFB_ARRAY_LEN(sigs)];
+    for (size_t i = 0; i < SFB_ARRAY_LEN(sigs); i++)
         have[i] = sigaction(sigs[i], NULL, &saved[i]) == 0;
     void *h = dlopen(FI_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    for (size_t i = 0; i < SFB_ARRAY_LEN(sigs); i++)
         if (have[i]) sigaction(sigs[i], &saved[i], NULL);
     if (!h) {
         const char *e = dlerror();

@@ -734,7 +734,7 @@ class _Sync(_Passes):
         already there (not zeroed since: as one process accumulates; a tied
         weight's other use), or in its place (replace: src summed the .grad
         every rank had, a fused slot's)."""
-        if replace and p.grad is not None and not p.grad.is_sparse:
+        if replace and p.grad is not None:
             torch.mul(src, float(inv), out=p.grad)
             self.handed[id(p)] = p.grad
         elif p.grad is None:
