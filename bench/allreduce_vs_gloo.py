@@ -13,8 +13,17 @@ namespace per worker, shaped links, tcp), per link rate and size:
 
   ms          the median over --reps timed operations (after --warmup)
   x gloo      gloo's ms / sfb's ms: >= 1 where sfb is at least as fast
+  CPU ms      the CPU time of all workers per operation (every thread's,
+              the kernel's work in their system calls included; the
+              namespaces' softirq work falls on whoever it interrupts): on
+              a machine with fewer cores than workers, the time is this
+              shared out
   MB/worker   sfb's data bytes one worker sent per operation (job stats),
               against the all-reduce bound 2 (P-1)/P x 4N bytes
+
+--engines sfb (or gloo) runs one alone, to profile it (no ratio then);
+--repeats N runs both N times per cell, alternating which goes first, and
+reports medians and the range of the rounds' ratios.
 
 as a table (stdout, OUT/allreduce_vs_gloo.md) and JSON. Needs root (network
 namespaces) and python3-torch (exits 77 without them).
@@ -58,10 +67,13 @@ def worker(a):
         delta = np.random.default_rng(rank).random((rows, cols), np.float32)
         for c in range(total):
             job.wait(c)
+            if c == a.warmup:
+                cpu0 = time.process_time()
             t = time.perf_counter()
             job.publish_dense(c, 0, delta, 1.0)
             job.drain(c)
             times.append(time.perf_counter() - t)
+        cpu = time.process_time() - cpu0
         job.finish(total - 1)
         out["data_bytes_per_op"] = job.stats()["data_bytes"] / total
         # every replica holds the same sum: its checksum, for the driver
@@ -76,17 +88,21 @@ def worker(a):
                                 world_size=world)
         x = torch.rand(n, generator=torch.Generator().manual_seed(rank))
         for c in range(total):
+            if c == a.warmup:
+                cpu0 = time.process_time()
             t = time.perf_counter()
             dist.all_reduce(x)
             times.append(time.perf_counter() - t)
+        cpu = time.process_time() - cpu0
         dist.barrier()
         dist.destroy_process_group()
     out["ms"] = 1e3 * statistics.median(times[a.warmup:])
+    out["cpu_ms"] = 1e3 * cpu / a.reps  # this process's CPU time per operation, every thread's
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def run_one(a, rate, size, engine):
-    out = os.path.join(a.out, "%s-%s-%d" % (engine, rate, size))
+def run_one(a, rate, size, engine, rnd=0):
+    out = os.path.join(a.out, "%s-%s-%d%s" % (engine, rate, size, "-%d" % rnd if rnd else ""))
     os.makedirs(out, exist_ok=True)
     cmd = [a.cluster, "-n", str(a.n), "--rate", rate, "--out-dir", out,
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
@@ -97,28 +113,43 @@ def run_one(a, rate, size, engine):
     if engine == "sfb" and len({r["crc"] for r in results}) != 1:
         sys.exit("allreduce_vs_gloo: sfb's replicas differ after %d numbers at %s" % (size, rate))
     row = {"engine": engine, "rate": rate, "size": size,
-           "ms": max(r["ms"] for r in results)}  # the slowest worker's median
+           "ms": max(r["ms"] for r in results),  # the slowest worker's median
+           "cpu_ms": sum(r["cpu_ms"] for r in results)}  # every worker's CPU time per operation
     if engine == "sfb":
         row["data_bytes_per_op"] = sum(r["data_bytes_per_op"] for r in results) / a.n
-    print("  %s %s %d numbers: %.2f ms" % (engine, rate, size, row["ms"]), flush=True)
+    print("  %s %s %d numbers: %.2f ms, %.2f ms of CPU time (all workers)" %
+          (engine, rate, size, row["ms"], row["cpu_ms"]), flush=True)
     return row
 
 
 def report(a, rows):
-    lines = ["| link | numbers | MiB | sfb ms | gloo ms | x gloo | sfb MB/worker | bound MB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| link | numbers | MiB | sfb ms | gloo ms | x gloo | sfb CPU ms | gloo CPU ms | "
+             "sfb MB/worker | bound MB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
-    for r in (r for r in rows if r["engine"] == "sfb"):
-        g = next(x for x in rows if x["engine"] == "gloo" and x["rate"] == r["rate"] and
-                 x["size"] == r["size"])
-        ratios[(r["rate"], r["size"])] = x = g["ms"] / r["ms"]
-        bound = 2.0 * (a.n - 1) / a.n * 4 * r["size"]
-        lines.append("| %s | %d | %.2f | %.2f | %.2f | **%.2f** | %.3f | %.3f |" % (
-            r["rate"], r["size"], 4 * r["size"] / 2**20, r["ms"], g["ms"], x,
-            r["data_bytes_per_op"] / 1e6, bound / 1e6))
+    for rate, size in dict.fromkeys((r["rate"], r["size"]) for r in rows):
+        s, g = ({x["engine"]: x for x in rows if x["rate"] == rate and x["size"] == size}.get(e)
+                for e in ("sfb", "gloo"))
+        ms = ["%.2f" % x["ms"] if x else "-" for x in (s, g)]
+        x = "-"
+        if s and g:  # the median of the rounds' ratios (each round's two runs side by side)
+            xs = sorted(b / a_ for a_, b in zip(s.get("runs_ms", [s["ms"]]),
+                                                g.get("runs_ms", [g["ms"]])))
+            mid = len(xs) // 2
+            ratios[(rate, size)] = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+            x = "**%.2f**" % ratios[(rate, size)] + (
+                " (%.2f-%.2f)" % (xs[0], xs[-1]) if xs[-1] > xs[0] else "")
+        bound = 2.0 * (a.n - 1) / a.n * 4 * size
+        cpu = ["%.1f" % x["cpu_ms"] if x else "-" for x in (s, g)]
+        lines.append("| %s | %d | %.2f | %s | %s | %s | %s | %s | %s | %.3f |" % (
+            rate, size, 4 * size / 2**20, ms[0], ms[1], x, cpu[0], cpu[1],
+            "%.3f" % (s["data_bytes_per_op"] / 1e6) if s else "-", bound / 1e6))
     load = os.getloadavg()
     head = ("%d emulated hosts, median of %d operations after %d; load average %.1f %.1f %.1f; %s" %
             (a.n, a.reps, a.warmup, *load, a.blas))
+    if a.repeats > 1:
+        head += ("\n%d rounds, each engine once a round: ms is an engine's median round, x gloo "
+                 "the median of the rounds' ratios (their range in brackets)" % a.repeats)
     text = head + "\n\n" + "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.out, "allreduce_vs_gloo.md"), "w") as f:
@@ -136,6 +167,11 @@ def main():
     ap.add_argument("--sizes", default="65536,1048576,4194304",
                     help="float32 numbers per operation, comma separated")
     ap.add_argument("--rates", default="1gbit,10gbit", help="link rates (tc units)")
+    ap.add_argument("--engines", default="sfb,gloo",
+                    help="which to run (one alone: to profile it; no ratio then)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of both engines per cell (alternating order): medians and "
+                         "ranges, for a machine whose speed moves from run to run")
     ap.add_argument("-n", type=int, default=4, help="workers (emulated hosts)")
     ap.add_argument("--reps", type=int, default=20, help="timed operations")
     ap.add_argument("--warmup", type=int, default=3)
@@ -163,10 +199,18 @@ def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     a.blas = blas_kernels()
     rows = []
+    engines = a.engines.split(",")
     for rate in a.rates.split(","):
         for size in (int(s) for s in a.sizes.split(",")):
-            for engine in ("sfb", "gloo"):
-                rows.append(run_one(a, rate, size, engine))
+            runs = {e: [] for e in engines}
+            for rnd in range(a.repeats):  # every other round in reverse: a drift falls on both
+                for e in (engines if rnd % 2 == 0 else engines[::-1]):
+                    runs[e].append(run_one(a, rate, size, e, rnd + 1 if a.repeats > 1 else 0))
+            for e in engines:  # an engine's median round, every round's ms kept
+                got = sorted(runs[e], key=lambda r: r["ms"])
+                row = dict(got[(len(got) - 1) // 2])
+                row["runs_ms"] = [r["ms"] for r in runs[e]]
+                rows.append(row)
     ratios = report(a, rows)
     bad = []
     for r in (r for r in rows if r["engine"] == "sfb"):
@@ -175,8 +219,8 @@ def main():
         if not bound <= r["data_bytes_per_op"] <= bound * 1.01 + 64 * 2 * (a.n - 1) * 8:
             bad.append("%s, %d numbers: %.0f bytes a worker, the bound is %.0f" %
                        (r["rate"], r["size"], r["data_bytes_per_op"], bound))
-        x = ratios[(r["rate"], r["size"])]
-        if a.min_ratio and x < a.min_ratio:
+        x = ratios.get((r["rate"], r["size"]))
+        if a.min_ratio and x is not None and x < a.min_ratio:
             bad.append("%s, %d numbers: sfb %.2fx gloo, below %.2fx" %
                        (r["rate"], r["size"], x, a.min_ratio))
     if bad:

@@ -297,8 +297,8 @@ def to_target(curve, target, window=10):
     return None
 
 
-def run_one(a, model, engine):
-    out = os.path.join(a.out, "%s-%s" % (model, engine))
+def run_one(a, model, engine, rnd=0):
+    out = os.path.join(a.out, "%s-%s%s" % (model, engine, "-%d" % rnd if rnd else ""))
     os.makedirs(out, exist_ok=True)
     cmd = [a.cluster, "-n", str(a.n), "--rate", a.rate, "--out-dir", out,
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
@@ -339,6 +339,36 @@ def run_one(a, model, engine):
     return row
 
 
+def run_rounds(a, model, engines):
+    """Every engine of one model, --repeats rounds, each round running every
+    engine once (in reverse order every other round, so a drift of the
+    machine's speed during the run falls on all alike). One row per engine:
+    the round of its median samples/s, with every round's in "runs"."""
+    runs = {e: [] for e in engines}
+    for rnd in range(a.repeats):
+        for e in (engines if rnd % 2 == 0 else engines[::-1]):
+            runs[e].append(run_one(a, model, e, rnd + 1 if a.repeats > 1 else 0))
+    rows = []
+    for e in engines:
+        got = sorted(runs[e], key=lambda r: r["samples_per_s"])
+        row = dict(got[(len(got) - 1) // 2])
+        row["runs"] = [r["samples_per_s"] for r in runs[e]]  # in round order
+        rows.append(row)
+    return rows
+
+
+def ratio_of(r, ddp):
+    """r's samples/s over DDP's: the median of the rounds' ratios (each
+    round's two runs side by side) and their range; one round: (x, x, x)."""
+    if not ddp:
+        return float("nan"), float("nan"), float("nan")
+    xs = sorted(x / y for x, y in zip(r.get("runs", [r["samples_per_s"]]),
+                                      ddp.get("runs", [ddp["samples_per_s"]])))
+    mid = len(xs) // 2
+    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return med, xs[0], xs[-1]
+
+
 def pct(x):
     return "%.2f %%" % (100 * x) if x is not None else "-"
 
@@ -353,13 +383,14 @@ def report(a, rows, load=None):
     ratios = {}
     for r in rows:
         ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
-        x = r["samples_per_s"] / ddp["samples_per_s"] if ddp else float("nan")
+        x, lo, hi = ratio_of(r, ddp)
         ratios[(r["model"], r["engine"])] = x
         count = r.get("data_bytes_per_step")
         last = [l for _, l in r["curve"][-10:]]
-        lines.append("| %s | %s | %.1f | %.2f | %s | %.0f | %.0f | %s | %.4f | %s | %s |" % (
+        lines.append("| %s | %s | %.1f | %s | %s | %.0f | %.0f | %s | %.4f | %s | %s |" % (
             r["model"], ENGINE_NAMES[r["engine"]],
-            r["samples_per_s"], x, "%.0f" % (count / 1e3) if count else "",
+            r["samples_per_s"], "%.2f" % x + (" (%.2f-%.2f)" % (lo, hi) if hi > lo else ""),
+            "%.0f" % (count / 1e3) if count else "",
             r["tx_bytes_per_step"] / 1e3, r["formula_bytes_per_step"] / 1e3,
             "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
             sum(last) / max(len(last), 1), "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached",
@@ -367,6 +398,9 @@ def report(a, rows, load=None):
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
+    if getattr(a, "repeats", 1) > 1:
+        head += ("\n%d rounds, each engine once a round: samples/s is an engine's median round, "
+                 "x DDP the median of the rounds' ratios (their range in brackets)" % a.repeats)
     if getattr(a, "blas", None):
         head += "\n" + a.blas
     trials = [r["untimed_steps"] for r in rows if r.get("untimed_steps", 0) > a.warmup]
@@ -413,6 +447,14 @@ def report(a, rows, load=None):
     return ratios
 
 
+def cell_text(c):
+    """A sweep cell: x DDP, with the rounds' range when there were several."""
+    if c is None:
+        return "nan"
+    lo, hi = c.get("x_ddp_range", [c["x_ddp"]] * 2)
+    return "%.2f" % c["x_ddp"] + (" (%.2f-%.2f)" % (lo, hi) if hi > lo else "")
+
+
 def sweep(a):
     """Every batch x rate cell, each engine against DDP; the sweep's table."""
     cells, top = [], a.out
@@ -420,28 +462,34 @@ def sweep(a):
         for rate in a.rates.split(","):
             a.batch, a.rate, a.out = batch, rate, os.path.join(top, "%d-%s" % (batch, rate))
             os.makedirs(a.out, exist_ok=True)
-            rows = [run_one(a, m, e) for m in a.models.split(",") for e in a.engines.split(",")]
+            rows = [r for m in a.models.split(",") for r in run_rounds(a, m, a.engines.split(","))]
             ratios = report(a, rows)
             for (model, engine), x in ratios.items():
                 if engine != "ddp":
                     r = next(r for r in rows if r["model"] == model and r["engine"] == engine)
+                    ddp = next((d for d in rows if d["model"] == model and d["engine"] == "ddp"),
+                               None)
+                    _, lo, hi = ratio_of(r, ddp)
                     cells.append({"model": model, "engine": engine, "batch": batch,
-                                  "rate": rate, "x_ddp": x, "samples_per_s": r["samples_per_s"],
+                                  "rate": rate, "x_ddp": x, "x_ddp_range": [lo, hi],
+                                  "samples_per_s": r["samples_per_s"],
                                   "to_target_s": r["to_target_s"]})
     a.out = top
     load = os.getloadavg()
-    lines = ["%d emulated hosts; x DDP's samples/s per per-worker batch and link; load average "
-             "%.1f %.1f %.1f; %s" % (a.n, *load, a.blas), "",
+    lines = ["%d emulated hosts; x DDP's samples/s per per-worker batch and link%s; load "
+             "average %.1f %.1f %.1f; %s" % (
+                 a.n, " (the median of %d rounds' ratios, their range in brackets)" % a.repeats
+                 if a.repeats > 1 else "", *load, a.blas), "",
              "| model | engine | batch | " + " | ".join(a.rates.split(",")) + " |",
              "|---|---|---|" + "---|" * len(a.rates.split(","))]
     for model in a.models.split(","):
         for engine in (e for e in a.engines.split(",") if e != "ddp"):
             for batch in (int(b) for b in a.batches.split(",")):
-                xs = [next((c["x_ddp"] for c in cells if (c["model"], c["engine"], c["batch"],
-                                                         c["rate"]) == (model, engine, batch, r)),
-                           float("nan")) for r in a.rates.split(",")]
+                got = [next((c for c in cells if (c["model"], c["engine"], c["batch"],
+                                                   c["rate"]) == (model, engine, batch, r)),
+                            None) for r in a.rates.split(",")]
                 lines.append("| %s | %s | %d | %s |" % (model, ENGINE_NAMES[engine], batch,
-                                                       " | ".join("%.2f" % x for x in xs)))
+                                                       " | ".join(cell_text(c) for c in got)))
     if "ddp-powersgd" in a.engines.split(","):
         lines += ["", "time to loss %g (LM %g): DDP + PowerSGD's seconds / the engine's "
                   "(- : not reached in the steps run)" % (a.target_loss, a.target_lm_loss), "",
@@ -503,6 +551,9 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="samples per worker per step")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of every engine (alternating order): medians and ranges, "
+                         "for a machine whose speed moves from run to run")
     ap.add_argument("--trial-steps", type=int, default=10,
                     help="sfb.torch's trial_steps (sync auto: steps timed under each engine of "
                     "a layer whose predictions are close; 0: the cost model's plan)")
@@ -566,6 +617,8 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         report(a, saved["rows"], saved["load"])
         return
+    if a.repeats < 1:
+        ap.error("--repeats %d: at least 1" % a.repeats)
     if a.smoke:  # (sfb-bf16 too with --factor-dtype bf16)
         a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
         a.trial_steps = 1
@@ -594,8 +647,7 @@ def main():
         return sweep(a)
     rows = []
     for model in a.models.split(","):
-        for engine in a.engines.split(","):
-            rows.append(run_one(a, model, engine))
+        rows += run_rounds(a, model, a.engines.split(","))
     ratios = report(a, rows)
     bad = []
     for model, floor in (("mlp", a.min_mlp), ("cnn", a.min_cnn), ("lstm", a.min_lstm),
