@@ -4,7 +4,8 @@
 # gradient accumulation, every layer kind, overlap off, everything through
 # fms), 256 parameter tensors, a 12-layer MLP under sync auto with its plan
 # (every layer measured both ways mid-run, the faster kept),
-# embeddings (tied, sparse), LSTM, GRU and RNN layers and cells,
+# embeddings (tied, sparse), LSTM, GRU and RNN layers and cells, the
+# forward under torch.autocast,
 # staleness with plain SGD, bf16 factors (ranks identical, loss near
 # f32's), checkpoint and resume against an uninterrupted run, and bad use:
 # shapes that differ, ranks that start apart, a rank that dies mid-step.
@@ -42,7 +43,12 @@ MODELS=("exact --model lm --opt adam --steps 30" "exact --model sparse --opt spa
   "exact --model lstm --opt momentum --steps 20" "exact --model recur --opt adam --steps 20"
   "exact --model conv --opt momentum --steps 30"
   "exact --model lstm --opt momentum --sync fms --steps 20" "exact --model recur --opt adam --sync fms --steps 20"
-  "exact --model lstm --opt momentum --steps 40 --trial-steps 2")
+  "exact --model lstm --opt momentum --steps 40 --trial-steps 2"
+  # torch.autocast: the recurrences as torch's operators compute them (checked
+  # exactly), the rest within bf16 rounding of one autocast process (seen 4e-3)
+  "exact --model recur --autocast --opt adam --steps 20 --tol 2e-2"
+  "exact --model lstm --autocast --opt momentum --steps 20 --tol 2e-2"
+  "exact --model conv --autocast --opt momentum --steps 30 --tol 2e-2")
 if [ "$PART" = models-all ]; then
   MODELS+=("exact --model lm --opt sgd --steps 30" "exact --model lm --opt momentum --steps 30"
     "exact --model sparse --opt sgd --steps 30" "exact --model lstm --opt sgd --steps 20"

@@ -5,10 +5,12 @@
 # layers mid-run, a layer no rank uses any more, a head some ranks use,
 # validation passes, clip_grad_norm_ after backward(), per-rank sample counts
 # with zeros, join() with uneven shards, zero_grad(set_to_none=False), dense
-# gradients in buckets that leave during backward, all
+# gradients in buckets that leave during backward, the forward under
+# torch.autocast, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
-# clipped under staleness.
+# clipped under staleness, a parameter group added after wrapping, a
+# BatchNorm layer in training mode (then in eval(): exact).
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY
 set -uo pipefail
 SFB=$1; PY=$2; JOB=$3
@@ -24,6 +26,13 @@ cases=(
   "exact --buckets --freeze --opt momentum" "exact --buckets --uneven --join --clip"
   # bfloat16 on the wire: one process's values within its rounding (seen 2e-3)
   "exact --dense-bf16 --sync fms --buckets --freeze --opt momentum --tol 2e-2"
+  # torch.autocast (bfloat16): the float32 sums of the bf16 products one
+  # process rounds (seen 7e-8 from that reference), and within bf16
+  # rounding of one autocast process; per-rank sample counts weight each
+  # rank's bf16 output gradients differently than one global mean: bf16
+  # apart (seen 1e-2)
+  "exact --autocast --freeze --route --clip --opt adam" "exact --autocast --buckets --opt momentum"
+  "exact --autocast --uneven --opt sgd --tol 5e-2"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
   # Adam divides by the root of its second moment: where a gradient is tiny,
   # float32 rounding moves the step by more than 1e-5 in 30 steps (seen 1.2e-5)
@@ -31,7 +40,7 @@ cases=(
   # bit-identical replicas after each of 300 Adam steps (the values drift
   # from one process's by rounding, seen 3.8e-5)
   "exact --steps 300 --route --opt adam --tol 1e-3"
-  nojoin loadstate staleclip
+  nojoin loadstate staleclip addgroup batchnorm
 )
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0

@@ -584,6 +584,19 @@ class ElasticOneWorker(unittest.TestCase):
         self.assertEqual(len(b.shard(opt)), 0)  # every step taken
 
 
+class Installed(unittest.TestCase):
+    def test_every_module_installed(self):
+        """python/meson.build installs every module of the package (one
+        left out imports here from the source tree and fails installed)."""
+        here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python")
+        with open(os.path.join(here, "meson.build")) as f:
+            listed = f.read()
+        pkg = os.path.join(here, "sfb", "torch")
+        missing = [n for n in sorted(os.listdir(pkg))
+                   if n.endswith(".py") and "'sfb/torch/%s'" % n not in listed]
+        self.assertEqual(missing, [])
+
+
 class ElasticBatches(unittest.TestCase):
     """sfb.torch.elastic.Batches: step t the same global batch at any world,
     its shares a partition of it."""

@@ -78,6 +78,8 @@ ap.add_argument("--overlap", type=int, default=1)
 ap.add_argument("--victim", type=int, default=2)
 ap.add_argument("--check-every", type=int, default=100)
 ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"])
+ap.add_argument("--autocast", action="store_true",
+                help="forwards under torch.autocast(\"cpu\", bfloat16), in both trainings")
 ap.add_argument("--trial-steps", type=int, default=None,
                 help="sync auto measures every layer's two engines, this many steps each")
 ap.add_argument("--save")
@@ -325,6 +327,40 @@ def ce(out, y):
     return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
+def forward(model, xb):
+    """The model's output, under autocast with --autocast (the loss in float32)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+        out = model(xb)
+    return out.float()
+
+
+def autocast_ops(model, x):
+    """Under autocast each recurrent layer computes as torch's operator
+    does (its matrix products in bfloat16; 1.13's LSTM and GRU return
+    float32, the tanh RNN bfloat16): the recurrence sfb.torch writes with
+    F.linear (gradients on) against torch's operator (no_grad) on the
+    inputs each layer sees, in dtype and value (the same operations in the
+    same order: float32 rounding at most)."""
+    seen = []
+    hooks = [m.register_forward_pre_hook(lambda m, inp: seen.append((m, inp)))
+             for m in model.modules() if isinstance(m, (nn.RNNBase, nn.RNNCellBase))]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(x)
+    for h in hooks:
+        h.remove()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for m, inp in seen:
+            with torch.no_grad():
+                want = m(*inp)
+            got = m(*inp)
+            want, got = (o[0] if isinstance(o, tuple) else o for o in (want, got))
+            d = float((got.detach().double() - want.double()).norm() /
+                      max(float(want.double().norm()), 1e-30))
+            if got.dtype != want.dtype or d > 1e-5:
+                fail("under autocast %s computes in %s (%.3g from torch's), torch's operator "
+                     "in %s" % (type(m).__name__, got.dtype, d, want.dtype))
+
+
 def full_loss(model, x, y):
     with torch.no_grad():
         return float(ce(model(x), y))
@@ -338,7 +374,7 @@ def train(model, opt, x, y, steps, start=0):
         opt.zero_grad()
         for j in range(k):  # k passes: rank r's share of each k-th of the global batch
             xb, yb = batch(x, y, t, j * P + r, k * P)
-            loss = loss_fn(model(xb), yb)
+            loss = loss_fn(forward(model, xb), yb)
             loss.backward()
         opt.step()
     return first, full_loss(model, x, y)
@@ -352,7 +388,7 @@ def reference(model, x, y, steps):
         opt.zero_grad()
         for j in range(args.passes):
             xb, yb = batch(x, y, t, j, args.passes)
-            loss_fn(model(xb), yb).backward()
+            loss_fn(forward(model, xb), yb).backward()
         opt.step()
 
 
@@ -435,6 +471,8 @@ def case():
                 torch.save(model.state_dict(), args.out)
         print("ok ckpt: clock %d" % opt.clock, flush=True)
         return
+    if args.autocast:
+        autocast_ops(model, x[:4])
     first, last = train(model, opt, x, y, args.steps)
     if r == 0 and args.model not in ("kinds", "deep", "mlp"):
         print("plan:\n" + opt.plan, flush=True)

@@ -29,6 +29,11 @@ exact: every rank trains through sfb.torch on its share of each global
     --dense-bf16  dense gradients and FMS layers in bfloat16 (dense_dtype,
                 with --sync fms every Linear too): the replicas stay
                 bit-identical, the values near one process's (--tol)
+    --autocast  the forward under torch.autocast("cpu", bfloat16), the
+                linear layers computing in bfloat16: one process's weight
+                gradient is the bf16 GEMM's result, sfb's the float32 sum of
+                the same bf16 products, so the values are near one
+                process's (--tol), the replicas bit-identical
   After every step every rank's parameters must be bit-identical to rank
   0's; at the end each tensor must agree with one process's within --tol
   (||p - q|| / ||q||).
@@ -37,7 +42,12 @@ nojoin: rank 1 runs out of batches two steps early and calls shutdown():
 loadstate: rank 0 alone loads an optimizer checkpoint of clock 8: every rank
   must fail at the first step with sfb.MismatchError naming both clocks.
 staleclip: staleness 1, a .grad clipped between backward() and step(): every
-  rank's step must raise sfb.UsageError saying why."""
+  rank's step must raise sfb.UsageError saying why.
+addgroup: add_param_group after two steps: every rank must raise
+  sfb.UsageError saying why, the groups unchanged, and go on training.
+batchnorm: a BatchNorm1d's training-mode forward must raise sfb.UsageError
+  naming the layer on every rank, the running statistics untouched; with
+  the layer in eval() the model must train as one process does."""
 import argparse
 import copy
 import hashlib
@@ -58,14 +68,15 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip"])
+ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
+                                 "batchnorm"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
 ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
-             "buckets", "dense-bf16"):
+             "buckets", "dense-bf16", "autocast"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -87,7 +98,8 @@ class Net(nn.Module):
         self.alt_b = nn.Parameter(torch.zeros(5))
 
     def forward(self, x, step):
-        h = self.norm(torch.tanh(self.fc1(x)))
+        # (torch 1.13's layer_norm refuses a bfloat16 input under CPU autocast)
+        h = self.norm(torch.tanh(self.fc1(x)).float())
         h = torch.tanh(self.fc2(h))
         if not args.unused or step < 5:
             h = h + torch.tanh(self.extra(h))
@@ -174,13 +186,43 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         opt.zero_grad()
     if sfb_side and args.uneven:
         opt.set_samples(len(xb))
-    loss = nn.functional.cross_entropy(model(xb, step), yb)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+        out = model(xb, step)
+    loss = nn.functional.cross_entropy(out.float(), yb)
     loss.backward()
     norm = None
     if args.clip:
         norm = float(nn.utils.clip_grad_norm_(model.parameters(), 0.05))
     opt.step()
     return norm
+
+
+class _Bf16Products(torch.autograd.Function):
+    """Linear as autocast computes it (bfloat16 input, weight and bias; the
+    input's gradient a bfloat16 GEMM), its weight's and bias's gradients the
+    float32 sums of those bfloat16 numbers' products: what sfb.torch's
+    factors add up over the ranks. One process under autocast rounds that
+    sum to bfloat16; this reference does not, so sfb.torch must agree with
+    it within float32 rounding."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xl, wl = x.bfloat16(), w.bfloat16()
+        ctx.save_for_backward(xl, wl)
+        ctx.has_b = b is not None
+        with torch.autocast("cpu", enabled=False):
+            return torch._C._nn.linear(xl, wl, b.bfloat16() if b is not None else None)
+
+    @staticmethod
+    def backward(ctx, go):
+        xl, wl = ctx.saved_tensors
+        g = go.reshape(-1, wl.shape[0]).float()
+        gw = g.t().matmul(xl.reshape(-1, wl.shape[1]).float())
+        return (go.matmul(wl).float(), gw, g.sum(0) if ctx.has_b else None)
+
+
+def products_linear(x, w, b=None):
+    return _Bf16Products.apply(x, w, b)
 
 
 def fail(msg):
@@ -233,21 +275,22 @@ def exact():
     same(job, model, "at the end")
     sft.shutdown()
     clock = opt.clock
-    for t in range(args.steps):  # one process on the union of the ranks still training
-        live = [q for q in range(P) if steps_of(q) > t]
-        parts = [shard(x, y, t, q, P) for q in live]
-        validate(ref, x, t)
-        n = one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
-                     torch.cat([b for _, b in parts]), t, False)
-        ref_norms.append(n)
-    worst, where = 0.0, ""
-    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
-        d = float((p.detach().double() - q.detach().double()).norm() /
-                  max(float(q.detach().double().norm()), 1e-30))
-        if d > worst:
-            worst, where = d, name
+    autocast_ref = copy.deepcopy(ref) if args.autocast else None
+    torch_linear = nn.functional.linear
+    if args.autocast:  # the reference sfb.torch must match: see _Bf16Products
+        nn.functional.linear = products_linear
+    try:
+        ref_norms = reference(ref, ref_opt, x, y, P)
+    finally:
+        nn.functional.linear = torch_linear
+    worst, where = rel_diff(model, ref)
     if worst > args.tol:
         fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    if args.autocast:  # and one process under torch's own autocast, within bf16 rounding
+        reference(autocast_ref, make_opt(autocast_ref.parameters()), x, y, P)
+        loose, at = rel_diff(model, autocast_ref)
+        if loose > 0.05:
+            fail("%s differs from one autocast process's by %.3g (relative)" % (at, loose))
     if args.clip:
         mine = norms[:len(ref_norms)]
         bad = [t for t, (a, b) in enumerate(zip(mine, ref_norms)) if abs(a - b) > 1e-5 * abs(b)]
@@ -269,6 +312,30 @@ def exact():
         fail("not a bucket per dense tensor:\n%s" % opt.plan)
     print("ok exact %s: %d steps bit-identical on %d ranks, max relative difference %.3g (%s)" %
           (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+
+
+def reference(ref, ref_opt, x, y, P):
+    """One process on the union of the ranks still training, step by step;
+    clip_grad_norm_'s norms."""
+    norms = []
+    for t in range(args.steps):
+        live = [q for q in range(P) if steps_of(q) > t]
+        parts = [shard(x, y, t, q, P) for q in live]
+        validate(ref, x, t)
+        norms.append(one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                              torch.cat([b for _, b in parts]), t, False))
+    return norms
+
+
+def rel_diff(model, ref):
+    """The largest ||p - q|| / ||q|| over the tensors, and which."""
+    worst, where = 0.0, ""
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        d = float((p.detach().double() - q.detach().double()).norm() /
+                  max(float(q.detach().double().norm()), 1e-30))
+        if d > worst:
+            worst, where = d, name
+    return worst, where
 
 
 def nojoin():
@@ -339,6 +406,83 @@ def staleclip():
     fail("no error")
 
 
+def addgroup():
+    """add_param_group on the DistributedOptimizer after two steps: refused
+    on every rank, saying why, nothing changed (the replicas as they were)."""
+    model = setup()
+    x, y = data()
+    head = nn.Linear(5, 5)
+    sft.broadcast_parameters(head.state_dict(), root_rank=0)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    job = sft._need()
+    for t in range(2):
+        xb, yb = shard(x, y, t, sft.rank(), sft.size())
+        one_step(model, opt, xb, yb, t, True)
+    groups = len(opt.param_groups)
+    try:
+        opt.add_param_group({"params": list(head.parameters()), "lr": 0.01})
+    except sfb.UsageError as e:
+        if "add_param_group" not in str(e) or "requires_grad_(False)" not in str(e):
+            fail("the error does not say why or what to do instead: %s" % e)
+        if len(opt.param_groups) != groups:
+            fail("the group was added anyway")
+        xb, yb = shard(x, y, 2, sft.rank(), sft.size())
+        one_step(model, opt, xb, yb, 2, True)  # training goes on
+        same(job, model, "after the refusal and a step")
+        sft.shutdown()
+        print("ok addgroup: %s" % e, flush=True)
+        return
+    fail("no error")
+
+
+def batchnorm():
+    """A BatchNorm1d layer: its training-mode forward refused on every rank,
+    naming the layer and what to use instead; in eval() (running
+    statistics) the model trains as one process does."""
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 5))
+    with torch.no_grad():  # running statistics one process would have learnt
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    sft.broadcast_parameters(model.state_dict(), root_rank=0)
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   model=model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    x, y = data()
+    P, r = sft.size(), sft.rank()
+    xb, yb = shard(x, y, 0, r, P)
+    before = [b.clone() for b in model.buffers()]
+    try:
+        model(xb)
+        fail("a training-mode BatchNorm forward was not refused")
+    except sfb.UsageError as e:
+        if "BatchNorm1d 1" not in str(e) or "eval()" not in str(e) or e.param != "1":
+            fail("the error does not name the layer or say what to do: %s" % e)
+        why = str(e)
+    if any(not torch.equal(a, b) for a, b in zip(before, model.buffers())):
+        fail("the refused forward changed the running statistics")
+    model[1].eval()
+    ref[1].eval()
+    job = sft._need()
+    for t in range(args.steps):
+        for m, o, parts in ((model, opt, [shard(x, y, t, r, P)]),
+                            (ref, ref_opt, [shard(x, y, t, q, P) for q in range(P)])):
+            o.zero_grad()
+            nn.functional.cross_entropy(m(torch.cat([a for a, _ in parts])),
+                                        torch.cat([b for _, b in parts])).backward()
+            o.step()
+    same(job, model, "after the steps")
+    sft.shutdown()
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    print("ok batchnorm: refused in training mode (%s); in eval() %d steps within %.3g of one "
+          "process" % (why.split(":")[1].strip()[:40], args.steps, worst), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -352,7 +496,7 @@ def main():
         args = ap.parse_args(shlex.split(text))
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
-         "staleclip": staleclip}[args.mode]()
+         "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm}[args.mode]()
 
 
 main()

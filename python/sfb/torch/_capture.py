@@ -133,6 +133,19 @@ class _Linear:
         self.buf.fill(0)
 
 
+def autocast_inputs(x, weight, bias):
+    """Under torch.autocast on the CPU, a linear layer or a convolution
+    computes in the autocast dtype (bfloat16): its input, weight and bias
+    cast to it, as torch's own operator does there. A factor function does
+    the same, and saves what it computed with: its backward then gives the
+    input's gradient one process would, and the factors are the products
+    that one process's weight gradient sums (widened to float32 when taken)."""
+    if not torch.is_autocast_cpu_enabled() or not x.is_floating_point():
+        return x, weight, bias
+    dt = torch.get_autocast_cpu_dtype()
+    return x.to(dt), weight.to(dt), bias.to(dt) if bias is not None else None
+
+
 class _LinearFactors(torch.autograd.Function):
     """F.linear whose backward gives the input's gradient only and hands the
     layer's sufficient factors (output gradients, inputs) to sfb: the dense
@@ -141,6 +154,7 @@ class _LinearFactors(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, token, slot, r0):
+        x, weight, bias = autocast_inputs(x, weight, bias)
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.r0 = slot, r0
         return _torch_linear(x, weight, bias)
@@ -194,13 +208,14 @@ def _row_range(view, base):
 
 
 def _intercept(sync):
-    """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's and
-    F.conv2d's calls, and the recurrent layers' operators, go to sync (None:
-    torch's own again)."""
-    from . import _conv, _embedding as e, _recurrent
+    """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
+    F.conv2d's and F.batch_norm's calls, and the recurrent layers'
+    operators, go to sync (None: torch's own again)."""
+    from . import _batchnorm, _conv, _embedding as e, _recurrent
     global _active
     _active = sync
     _recurrent.intercept(sync is not None)
+    F.batch_norm = _batchnorm.batch_norm if sync is not None else _batchnorm._torch_batch_norm
     F.conv1d = _conv.conv1d if sync is not None else _conv._torch_conv1d
     F.conv2d = _conv.conv2d if sync is not None else _conv._torch_conv2d
     F.linear = _linear if sync is not None else _torch_linear
@@ -246,6 +261,8 @@ class _Passes:
         self._queue_end()
 
     def take(self, slot, go, x, want_w, want_b):
+        # (float32 factors: an autocast layer's are its dtype's numbers)
+        go, x = go.float(), x.float() if x is not None else None
         slot.pending.append((go, x, want_w, want_b))
         # an autograd.grad() pass reaches no token: its captures are dropped
         # at the end of the pass

@@ -33,6 +33,8 @@ class _ConvFactors(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, token, slot, geom):
+        from ._capture import autocast_inputs
+        x, weight, bias = autocast_inputs(x, weight, bias)
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.geom = slot, geom
         op = _torch_conv1d if weight.dim() == 3 else _torch_conv2d

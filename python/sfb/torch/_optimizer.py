@@ -166,6 +166,11 @@ class _Sync(_Passes):
                 raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
                         "CPU" % (n, p.device), param=n)
         self.group_of = in_opt
+        # the model's batch-norm layers: their weight and running mean (_batchnorm)
+        self.batchnorms = {id(t): (m, "%s %s" % (type(m).__name__, mname))
+                           for mname, m in model.named_modules()
+                           if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                           for t in (m.weight, m.running_mean) if t is not None}
         # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
         # its _Rows, and the parameters the slots cover
         self.linears, self.by_weight, self.rows_of, self.covered = [], {}, {}, set()
@@ -938,6 +943,20 @@ class _DistributedOptimizer:
         self.state = opt.state
         self._sfb = sync_state
         sync_state.inner_step = lambda: super(self.__class__, self).step()
+
+    def add_param_group(self, param_group):
+        """The wrapped optimizer's groups, at construction; afterwards
+        refused (sfb.UsageError): sfb synchronizes the parameters the
+        optimizer held when it was wrapped, and a parameter added later
+        would train on this rank's gradient alone, its replicas parting."""
+        if self.__dict__.get("_sfb") is None:  # (Optimizer.__init__ adds the wrapped groups)
+            return super(self.__class__, self).add_param_group(param_group)
+        raise _sfb.UsageError(
+            "sfb.torch: add_param_group after DistributedOptimizer was made: sfb synchronizes "
+            "the parameters the optimizer held when it was wrapped, and one added now would "
+            "train on each rank's own gradient; give every parameter to the optimizer before "
+            "wrapping it (one that must not train yet frozen with requires_grad_(False), or in "
+            "a group whose lr is 0 until it does)")
 
     @_abort_on_error
     def synchronize(self):

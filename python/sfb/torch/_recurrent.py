@@ -53,7 +53,7 @@ def _gru_cell(x_proj, h, w_hh, b_hh):
     r = torch.sigmoid(ir + hr)
     z = torch.sigmoid(iz + hz)
     n = torch.tanh(i_n + r * h_n)
-    return (1 - z) * n + z * h
+    return (h - n) * z + n  # torch's own form of (1 - z)·n + z·h: the same roundings
 
 
 def _rnn_cell(x_proj, h, w_hh, b_hh, relu):
