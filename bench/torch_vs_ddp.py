@@ -46,6 +46,12 @@ and the ratios sfb/DDP, as a table (stdout and OUT/torch_vs_ddp.md), JSON
   bench/torch_vs_ddp.py --factor-dtype bf16   # sfb.torch with f32 and with bf16 factors
   bench/torch_vs_ddp.py --smoke               # tiny shapes, loopback-free check
   bench/torch_vs_ddp.py --sweep --models mlp --engines sfb,ddp   # batches x links
+  bench/torch_vs_ddp.py --models transformer --batch 20 --repeats 3   # 3 rounds: medians
+
+--repeats N runs every engine N times, in rounds (every other one in reverse
+order), and reports each engine's median round and the median of the
+rounds' ratios to DDP with their range: one run's ratio moves by about
++-10 % on a machine whose cores are shared.
 
 --sweep runs every model and engine at each per-worker batch of --batches
 and each link rate of --rates ("none": unshaped), and writes the ratio of

@@ -6,7 +6,7 @@
 # validation passes, clip_grad_norm_ after backward(), per-rank sample counts
 # with zeros, join() with uneven shards, zero_grad(set_to_none=False), dense
 # gradients in buckets that leave during backward, the forward under
-# torch.autocast, all
+# torch.autocast, activation checkpointing, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, a
@@ -33,6 +33,7 @@ cases=(
   # apart (seen 1e-2)
   "exact --autocast --freeze --route --clip --opt adam" "exact --autocast --buckets --opt momentum"
   "exact --autocast --uneven --opt sgd --tol 5e-2"
+  "exact --checkpoint --freeze --validate --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
   # Adam divides by the root of its second moment: where a gradient is tiny,
   # float32 rounding moves the step by more than 1e-5 in 30 steps (seen 1.2e-5)

@@ -29,6 +29,8 @@ exact: every rank trains through sfb.torch on its share of each global
     --dense-bf16  dense gradients and FMS layers in bfloat16 (dense_dtype,
                 with --sync fms every Linear too): the replicas stay
                 bit-identical, the values near one process's (--tol)
+    --checkpoint  fc2 under torch.utils.checkpoint (its forward run again
+                inside backward), reentrant and not in turn
     --autocast  the forward under torch.autocast("cpu", bfloat16), the
                 linear layers computing in bfloat16: one process's weight
                 gradient is the bf16 GEMM's result, sfb's the float32 sum of
@@ -59,6 +61,7 @@ import time
 try:
     import torch
     import torch.nn as nn
+    import torch.utils.checkpoint
 except ImportError:
     print("skipped: no torch (install python3-torch)", file=sys.stderr)
     sys.exit(77)
@@ -76,7 +79,7 @@ ap.add_argument("--batch", type=int, default=4, help="samples per rank and step"
 ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
-             "buckets", "dense-bf16", "autocast"):
+             "buckets", "dense-bf16", "autocast", "checkpoint"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -100,7 +103,11 @@ class Net(nn.Module):
     def forward(self, x, step):
         # (torch 1.13's layer_norm refuses a bfloat16 input under CPU autocast)
         h = self.norm(torch.tanh(self.fc1(x)).float())
-        h = torch.tanh(self.fc2(h))
+        if args.checkpoint:  # recomputed in backward: fc2's factors come from the recompute
+            h = torch.utils.checkpoint.checkpoint(lambda t: torch.tanh(self.fc2(t)), h,
+                                                  use_reentrant=step % 2 == 0)
+        else:
+            h = torch.tanh(self.fc2(h))
         if not args.unused or step < 5:
             h = h + torch.tanh(self.extra(h))
         h = torch.tanh(self.fc3(h))
