@@ -10,7 +10,8 @@
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, a
-# BatchNorm layer in training mode (then in eval(): exact).
+# BatchNorm layer in training mode (then in eval(): exact),
+# torch.autograd.grad with respect to a weight sfb carries by factors.
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY
 set -uo pipefail
 SFB=$1; PY=$2; JOB=$3
@@ -41,7 +42,7 @@ cases=(
   # bit-identical replicas after each of 300 Adam steps (the values drift
   # from one process's by rounding, seen 3.8e-5)
   "exact --steps 300 --route --opt adam --tol 1e-3"
-  nojoin loadstate staleclip addgroup batchnorm
+  nojoin loadstate staleclip addgroup batchnorm autogradw
 )
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0

@@ -49,7 +49,10 @@ addgroup: add_param_group after two steps: every rank must raise
   sfb.UsageError saying why, the groups unchanged, and go on training.
 batchnorm: a BatchNorm1d's training-mode forward must raise sfb.UsageError
   naming the layer on every rank, the running statistics untouched; with
-  the layer in eval() the model must train as one process does."""
+  the layer in eval() the model must train as one process does.
+autogradw: torch.autograd.grad with respect to the parameters must raise
+  sfb.UsageError naming the first Linear weight on every rank; with respect
+  to the input it must equal one process's; backward() training goes on."""
 import argparse
 import copy
 import hashlib
@@ -72,7 +75,7 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
-                                 "batchnorm"])
+                                 "batchnorm", "autogradw"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -490,6 +493,45 @@ def batchnorm():
           "process" % (why.split(":")[1].strip()[:40], args.steps, worst), flush=True)
 
 
+def autogradw():
+    """torch.autograd.grad with respect to the model's parameters: refused on
+    every rank naming the first Linear weight (sfb never forms its
+    gradient); with respect to the input it is torch's, equal to a plain
+    copy's; training by backward() goes on."""
+    model = setup()
+    x, y = data()
+    plain = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    job = sft._need()
+    xb, yb = shard(x, y, 0, sft.rank(), sft.size())
+    try:
+        loss = nn.functional.cross_entropy(model(xb, 0), yb)
+        torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+        fail("torch.autograd.grad with respect to the weights was not refused")
+    except sfb.UsageError as e:
+        if "fc1.weight" not in str(e) or "backward()" not in str(e) or e.param != "fc1.weight":
+            fail("the error does not name the weight or say what to do: %s" % e)
+        why = str(e)
+    xi = xb.clone().requires_grad_(True)
+    gx = torch.autograd.grad(nn.functional.cross_entropy(model(xi, 0), yb), xi)[0]
+    xj = xb.clone().requires_grad_(True)
+    want = torch.autograd.grad(nn.functional.cross_entropy(plain(xj, 0), yb), xj)[0]
+    if not torch.allclose(gx, want, rtol=1e-5, atol=1e-7):
+        fail("the input's gradient differs from one process's")
+    for t in range(3):  # (the captures of the passes above were dropped)
+        xb, yb = shard(x, y, t, sft.rank(), sft.size())
+        one_step(model, opt, xb, yb, t, True)
+    same(job, model, "after the steps")
+    P = sft.size()
+    sft.shutdown()
+    args.steps = 3
+    reference(plain, make_opt(plain.parameters()), x, y, P)
+    worst, where = rel_diff(model, plain)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    print("ok autogradw: %s" % why, flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -503,7 +545,8 @@ def main():
         args = ap.parse_args(shlex.split(text))
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
-         "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm}[args.mode]()
+         "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
+         "autogradw": autogradw}[args.mode]()
 
 
 main()

@@ -191,6 +191,28 @@ def _linear(input, weight, bias=None):
     return _torch_linear(input, weight, bias)
 
 
+_torch_autograd_grad = torch.autograd.grad
+
+
+def _autograd_grad(outputs, inputs, *args, **kwargs):
+    """torch.autograd.grad while a DistributedOptimizer lives: a gradient
+    with respect to a weight or bias sfb carries by factors or sparse rows
+    is refused (sfb never forms it: torch would say the tensor was not used,
+    or give None with allow_unused=True)."""
+    s = _active
+    if s is not None:
+        for t in ([inputs] if torch.is_tensor(inputs) else list(inputs)):
+            if id(t) in s.covered:
+                name = s.names.get(id(t), "a parameter")
+                raise _sfb.UsageError(
+                    "sfb.torch: torch.autograd.grad with respect to %s: sfb carries its "
+                    "gradient by factors (or a table's rows) and never forms it in torch; use "
+                    "backward(), after which .grad holds every rank's mean (gradients with "
+                    "respect to inputs and to the densely synchronized parameters are fine)"
+                    % name, param=name)
+    return _torch_autograd_grad(outputs, inputs, *args, **kwargs)
+
+
 def _row_range(view, base):
     """The first row of base (a contiguous matrix, or vector) that view (a
     range of its rows) starts at; None when view is no such range."""
@@ -209,13 +231,14 @@ def _row_range(view, base):
 
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
-    F.conv2d's and F.batch_norm's calls, and the recurrent layers'
-    operators, go to sync (None: torch's own again)."""
+    F.conv2d's, F.batch_norm's and torch.autograd.grad's calls, and the
+    recurrent layers' operators, go to sync (None: torch's own again)."""
     from . import _batchnorm, _conv, _embedding as e, _recurrent
     global _active
     _active = sync
     _recurrent.intercept(sync is not None)
     F.batch_norm = _batchnorm.batch_norm if sync is not None else _batchnorm._torch_batch_norm
+    torch.autograd.grad = _autograd_grad if sync is not None else _torch_autograd_grad
     F.conv1d = _conv.conv1d if sync is not None else _conv._torch_conv1d
     F.conv2d = _conv.conv2d if sync is not None else _conv._torch_conv2d
     F.linear = _linear if sync is not None else _torch_linear
