@@ -47,9 +47,11 @@ staleclip: staleness 1, a .grad clipped between backward() and step(): every
   rank's step must raise sfb.UsageError saying why.
 addgroup: add_param_group after two steps: every rank must raise
   sfb.UsageError saying why, the groups unchanged, and go on training.
-batchnorm: a BatchNorm1d's training-mode forward must raise sfb.UsageError
-  naming the layer on every rank, the running statistics untouched; with
-  the layer in eval() the model must train as one process does.
+batchnorm: a BatchNorm1d's training-mode forward, then an InstanceNorm1d's
+  that keeps running statistics, must raise sfb.UsageError naming the
+  layer on every rank, the running statistics untouched; with both in
+  eval() the model (an InstanceNorm1d without running statistics in
+  training mode too) must train as one process does.
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -446,16 +448,22 @@ def addgroup():
 
 
 def batchnorm():
-    """A BatchNorm1d layer: its training-mode forward refused on every rank,
-    naming the layer and what to use instead; in eval() (running
-    statistics) the model trains as one process does."""
+    """A BatchNorm1d and an InstanceNorm1d that keeps running statistics:
+    each one's training-mode forward refused on every rank, naming the
+    layer and what to use instead, its buffers untouched; in eval()
+    (running statistics) the model, with an InstanceNorm1d that keeps none
+    (training mode: each sample's own statistics), trains as one process."""
     sft.init(peer_timeout_s=5)
     RANK[0] = sft.rank()
     torch.manual_seed(7)
-    model = nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 5))
+    model = nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Unflatten(1, (2, 8)),
+                          nn.InstanceNorm1d(2, affine=True, track_running_stats=True),
+                          nn.Tanh(), nn.InstanceNorm1d(2, affine=True), nn.Flatten(),
+                          nn.Linear(16, 5))
     with torch.no_grad():  # running statistics one process would have learnt
-        model[1].running_mean.uniform_(-0.5, 0.5)
-        model[1].running_var.uniform_(0.5, 2.0)
+        for k in (1, 3):
+            model[k].running_mean.uniform_(-0.5, 0.5)
+            model[k].running_var.uniform_(0.5, 2.0)
     sft.broadcast_parameters(model.state_dict(), root_rank=0)
     ref = copy.deepcopy(model)
     opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
@@ -464,18 +472,20 @@ def batchnorm():
     x, y = data()
     P, r = sft.size(), sft.rank()
     xb, yb = shard(x, y, 0, r, P)
-    before = [b.clone() for b in model.buffers()]
-    try:
-        model(xb)
-        fail("a training-mode BatchNorm forward was not refused")
-    except sfb.UsageError as e:
-        if "BatchNorm1d 1" not in str(e) or "eval()" not in str(e) or e.param != "1":
-            fail("the error does not name the layer or say what to do: %s" % e)
-        why = str(e)
-    if any(not torch.equal(a, b) for a, b in zip(before, model.buffers())):
-        fail("the refused forward changed the running statistics")
-    model[1].eval()
-    ref[1].eval()
+    whys = []
+    for k, kind, hint in ((1, "BatchNorm1d", "eval()"), (3, "InstanceNorm1d", "track_running_stats=False")):
+        before = [b.clone() for b in model.buffers()]
+        try:
+            model(xb)
+            fail("a training-mode %s forward was not refused" % kind)
+        except sfb.UsageError as e:
+            if "%s %d" % (kind, k) not in str(e) or hint not in str(e) or e.param != str(k):
+                fail("the error does not name the layer or say what to do: %s" % e)
+            whys.append(str(e).split(":")[1].strip()[:40])
+        if any(not torch.equal(a, b) for a, b in zip(before, model.buffers())):
+            fail("the refused forward changed the running statistics")
+        model[k].eval()
+        ref[k].eval()
     job = sft._need()
     for t in range(args.steps):
         for m, o, parts in ((model, opt, [shard(x, y, t, r, P)]),
@@ -490,7 +500,7 @@ def batchnorm():
     if worst > args.tol:
         fail("%s differs from one process's by %.3g (relative)" % (where, worst))
     print("ok batchnorm: refused in training mode (%s); in eval() %d steps within %.3g of one "
-          "process" % (why.split(":")[1].strip()[:40], args.steps, worst), flush=True)
+          "process" % ("; ".join(whys), args.steps, worst), flush=True)
 
 
 def autogradw():

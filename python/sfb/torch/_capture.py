@@ -231,13 +231,16 @@ def _row_range(view, base):
 
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
-    F.conv2d's, F.batch_norm's and torch.autograd.grad's calls, and the
-    recurrent layers' operators, go to sync (None: torch's own again)."""
+    F.conv2d's, F.batch_norm's, F.instance_norm's and torch.autograd.grad's
+    calls, and the recurrent layers' operators, go to sync (None: torch's
+    own again)."""
     from . import _batchnorm, _conv, _embedding as e, _recurrent
     global _active
     _active = sync
     _recurrent.intercept(sync is not None)
     F.batch_norm = _batchnorm.batch_norm if sync is not None else _batchnorm._torch_batch_norm
+    F.instance_norm = (_batchnorm.instance_norm if sync is not None else
+                       _batchnorm._torch_instance_norm)
     torch.autograd.grad = _autograd_grad if sync is not None else _torch_autograd_grad
     F.conv1d = _conv.conv1d if sync is not None else _conv._torch_conv1d
     F.conv2d = _conv.conv2d if sync is not None else _conv._torch_conv2d

@@ -15,7 +15,7 @@ from . import _env
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _autoplan, _buckets, _conv, _replicas
+from . import _autoplan, _batchnorm, _buckets, _conv, _replicas
 from ._collectives import broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -166,11 +166,8 @@ class _Sync(_Passes):
                 raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
                         "CPU" % (n, p.device), param=n)
         self.group_of = in_opt
-        # the model's batch-norm layers: their weight and running mean (_batchnorm)
-        self.batchnorms = {id(t): (m, "%s %s" % (type(m).__name__, mname))
-                           for mname, m in model.named_modules()
-                           if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-                           for t in (m.weight, m.running_mean) if t is not None}
+        # the model's layers normalizing by minibatch statistics (_batchnorm)
+        self.batchnorms = _batchnorm.layers(model)
         # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
         # its _Rows, and the parameters the slots cover
         self.linears, self.by_weight, self.rows_of, self.covered = [], {}, {}, set()
