@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import blas_kernels, run_workers  # noqa: E402
+from cluster_run import blas_kernels, in_rounds, round_ratios, run_workers  # noqa: E402
 
 
 def dense_shape(n):
@@ -133,12 +133,8 @@ def report(a, rows):
         ms = ["%.2f" % x["ms"] if x else "-" for x in (s, g)]
         x = "-"
         if s and g:  # the median of the rounds' ratios (each round's two runs side by side)
-            xs = sorted(b / a_ for a_, b in zip(s.get("runs_ms", [s["ms"]]),
-                                                g.get("runs_ms", [g["ms"]])))
-            mid = len(xs) // 2
-            ratios[(rate, size)] = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-            x = "**%.2f**" % ratios[(rate, size)] + (
-                " (%.2f-%.2f)" % (xs[0], xs[-1]) if xs[-1] > xs[0] else "")
+            ratios[(rate, size)], lo, hi = round_ratios(g, s, "ms")
+            x = "**%.2f**" % ratios[(rate, size)] + (" (%.2f-%.2f)" % (lo, hi) if hi > lo else "")
         bound = 2.0 * (a.n - 1) / a.n * 4 * size
         cpu = ["%.1f" % x["cpu_ms"] if x else "-" for x in (s, g)]
         lines.append("| %s | %d | %.2f | %s | %s | %s | %s | %s | %s | %.3f |" % (
@@ -202,15 +198,8 @@ def main():
     engines = a.engines.split(",")
     for rate in a.rates.split(","):
         for size in (int(s) for s in a.sizes.split(",")):
-            runs = {e: [] for e in engines}
-            for rnd in range(a.repeats):  # every other round in reverse: a drift falls on both
-                for e in (engines if rnd % 2 == 0 else engines[::-1]):
-                    runs[e].append(run_one(a, rate, size, e, rnd + 1 if a.repeats > 1 else 0))
-            for e in engines:  # an engine's median round, every round's ms kept
-                got = sorted(runs[e], key=lambda r: r["ms"])
-                row = dict(got[(len(got) - 1) // 2])
-                row["runs_ms"] = [r["ms"] for r in runs[e]]
-                rows.append(row)
+            rows += in_rounds(engines, a.repeats,
+                              lambda e, rnd: run_one(a, rate, size, e, rnd), "ms")
     ratios = report(a, rows)
     bad = []
     for r in (r for r in rows if r["engine"] == "sfb"):

@@ -35,3 +35,29 @@ def run_workers(cmd, out, n, what):
         sys.exit("%s failed (exit %d):\n%s%s" % (what, p.returncode, p.stdout[-3000:],
                                                   p.stderr[-3000:]))
     return results
+
+
+def in_rounds(engines, repeats, run, key):
+    """run(engine, round) for every engine once a round, `repeats` rounds,
+    every other round in reverse order (a drift of the machine's speed falls
+    on all alike; round 0: a single run). Returns each engine's row of its
+    median round by `key`, with every round's `key` in "runs" (round order)."""
+    runs = {e: [] for e in engines}
+    for rnd in range(repeats):
+        for e in (engines if rnd % 2 == 0 else engines[::-1]):
+            runs[e].append(run(e, rnd + 1 if repeats > 1 else 0))
+    rows = []
+    for e in engines:
+        got = sorted(runs[e], key=lambda r: r[key])
+        row = dict(got[(len(got) - 1) // 2])
+        row["runs"] = [r[key] for r in runs[e]]
+        rows.append(row)
+    return rows
+
+
+def round_ratios(num, den, key):
+    """num's over den's `key`, round by round (in_rounds' "runs"; one run:
+    the rows' own): (median, lowest, highest)."""
+    xs = sorted(x / y for x, y in zip(num.get("runs", [num[key]]), den.get("runs", [den[key]])))
+    mid = len(xs) // 2
+    return (xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2), xs[0], xs[-1]

@@ -69,7 +69,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import blas_kernels, run_workers  # noqa: E402
+from cluster_run import blas_kernels, in_rounds, round_ratios, run_workers  # noqa: E402
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -346,33 +346,17 @@ def run_one(a, model, engine, rnd=0):
 
 
 def run_rounds(a, model, engines):
-    """Every engine of one model, --repeats rounds, each round running every
-    engine once (in reverse order every other round, so a drift of the
-    machine's speed during the run falls on all alike). One row per engine:
-    the round of its median samples/s, with every round's in "runs"."""
-    runs = {e: [] for e in engines}
-    for rnd in range(a.repeats):
-        for e in (engines if rnd % 2 == 0 else engines[::-1]):
-            runs[e].append(run_one(a, model, e, rnd + 1 if a.repeats > 1 else 0))
-    rows = []
-    for e in engines:
-        got = sorted(runs[e], key=lambda r: r["samples_per_s"])
-        row = dict(got[(len(got) - 1) // 2])
-        row["runs"] = [r["samples_per_s"] for r in runs[e]]  # in round order
-        rows.append(row)
-    return rows
+    """Every engine of one model, --repeats rounds (cluster_run.in_rounds):
+    one row per engine, its median round by samples/s."""
+    return in_rounds(engines, a.repeats, lambda e, rnd: run_one(a, model, e, rnd),
+                     "samples_per_s")
 
 
 def ratio_of(r, ddp):
-    """r's samples/s over DDP's: the median of the rounds' ratios (each
-    round's two runs side by side) and their range; one round: (x, x, x)."""
-    if not ddp:
-        return float("nan"), float("nan"), float("nan")
-    xs = sorted(x / y for x, y in zip(r.get("runs", [r["samples_per_s"]]),
-                                      ddp.get("runs", [ddp["samples_per_s"]])))
-    mid = len(xs) // 2
-    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-    return med, xs[0], xs[-1]
+    """r's samples/s over DDP's: the median of the rounds' ratios and their
+    range (cluster_run.round_ratios); no DDP row: NaNs."""
+    nan = float("nan")
+    return round_ratios(r, ddp, "samples_per_s") if ddp else (nan, nan, nan)
 
 
 def pct(x):
