@@ -47,14 +47,20 @@ MODELS=("exact --model lm --opt adam --steps 30" "exact --model sparse --opt spa
   # torch.autocast: the recurrences as torch's operators compute them (checked
   # exactly), the rest within bf16 rounding of one autocast process (seen 4e-3)
   "exact --model recur --autocast --opt adam --steps 20 --tol 2e-2"
-  "exact --model conv --autocast --opt momentum --steps 30 --tol 2e-2")
+  "exact --model conv --autocast --opt momentum --steps 30 --tol 2e-2"
+  # an L2 penalty on every weight in the loss: dense gradients besides the
+  # factors and rows (tied table, max_norm, bag): every matrix densely
+  "exact --model lm --penalty --opt momentum --steps 20")
 if [ "$PART" = models-all ]; then
   MODELS+=("exact --model lstm --autocast --opt momentum --steps 20 --tol 2e-2")
   MODELS+=("exact --model lm --opt sgd --steps 30" "exact --model lm --opt momentum --steps 30"
     "exact --model sparse --opt sgd --steps 30" "exact --model lstm --opt sgd --steps 20"
     "exact --model lstm --opt adam --steps 20" "exact --model recur --opt sgd --steps 20"
     "exact --model recur --opt momentum --steps 20" "exact --model conv --opt sgd --steps 30"
-    "exact --model conv --opt adam --steps 30")
+    "exact --model conv --opt adam --steps 30"
+    "exact --model lstm --penalty --opt adam --steps 20" "exact --model conv --penalty --steps 20"
+    "exact --model sparse --penalty --steps 20" "exact --model attn --penalty --steps 10"
+    "exact --model recur --penalty --opt momentum --steps 20")
   run models 4 $((4 * ${#MODELS[@]})) "${MODELS[@]}"
   check "models: every kind with SGD, momentum and Adam, each matrix in the plan" \
     "[ \$(oks models exact) = $((4 * ${#MODELS[@]})) ]"

@@ -6,12 +6,14 @@
 # validation passes, clip_grad_norm_ after backward(), per-rank sample counts
 # with zeros, join() with uneven shards, zero_grad(set_to_none=False), dense
 # gradients in buckets that leave during backward, the forward under
-# torch.autocast, activation checkpointing, all
+# torch.autocast, activation checkpointing, a penalty on the weights, a
+# gradient penalty, a weight used transposed too, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, a
 # BatchNorm layer in training mode (then in eval(): exact),
-# torch.autograd.grad with respect to a weight sfb carries by factors.
+# torch.autograd.grad with respect to a weight sfb carries by factors, a
+# penalty on the weights first added at step 3.
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY
 set -uo pipefail
 SFB=$1; PY=$2; JOB=$3
@@ -21,9 +23,14 @@ trap 'rm -rf "$tmp"' EXIT
 "$PY" -c 'import torch' 2>/dev/null || { echo "skipped: no torch (install python3-torch)"; exit 77; }
 
 cases=(
-  "exact --freeze --opt momentum" "exact --freeze" "exact --unused" "exact --route"
+  "exact --freeze --opt momentum" "exact --freeze" "exact --route"
   "exact --validate --route" "exact --clip" "exact --clip --opt adamw" "exact --uneven"
-  "exact --uneven --opt sgd" "exact --join" "exact --no-zero --freeze --opt momentum"
+  "exact --join" "exact --no-zero --freeze --opt momentum"
+  # dense gradients besides the factors in the first step: those layers go
+  # densely (fc1's weight transposed as a tied decoder's; an L2 penalty on
+  # every weight and a gradient penalty through double backward: all)
+  "exact --unused --transposed --buckets --opt momentum"
+  "exact --uneven --penalty --gradpen --opt sgd"
   "exact --buckets --freeze --opt momentum" "exact --buckets --uneven --join --clip"
   # bfloat16 on the wire: one process's values within its rounding (seen 2e-3)
   "exact --dense-bf16 --sync fms --buckets --freeze --opt momentum --tol 2e-2"
@@ -42,7 +49,7 @@ cases=(
   # bit-identical replicas after each of 300 Adam steps (the values drift
   # from one process's by rounding, seen 3.8e-5)
   "exact --steps 300 --route --opt adam --tol 1e-3"
-  nojoin loadstate staleclip addgroup batchnorm autogradw
+  nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum"
 )
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0
@@ -51,7 +58,7 @@ grep -E '^\[0\] ok |FAIL' "$tmp/out"
 check "exit 0 (rc=$rc)" "[ $rc = 0 ]"
 for c in "${cases[@]}"; do
   mode=${c%% *}
-  n=$(grep -cF "] ok $mode" "$tmp/out")
+  n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done

@@ -109,11 +109,29 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIn("2 (3x8): ", opt.plan)
 
     def test_weight_used_outside_its_layer(self):
+        """Layer 0's weight also used without its bias from the first step:
+        that layer goes densely, as one process trains it; first used so in
+        a later step: refused naming the layer and the step."""
         m = net()
+        ref = copy.deepcopy(m)
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
         x, y = data()
-        out = m(x) + nn.functional.linear(x, m[0].weight).sum()  # layer 0's weight, tied
-        self.assertRaisesNaming(sft.UsageError, ["0 received a dense gradient"],
+        for _ in range(3):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                out = model(x) + nn.functional.linear(x, model[0].weight).sum()  # tied
+                nn.functional.cross_entropy(out, y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertIn("0 (8x6+bias): dense (a dense gradient besides its factors", opt.plan)
+        self.assertIn("2 (3x8): ", opt.plan)
+        self.assertNotIn("2 (3x8): dense", opt.plan)
+        opt.zero_grad()
+        out = m(x) + nn.functional.linear(torch.ones(1, 3), m[2].weight.t()).sum()  # from now on
+        self.assertRaisesNaming(sft.UsageError, ["2 received a dense gradient at step 3",
+                                                 "from the first step"],
                                 nn.functional.cross_entropy(out, y).backward)
 
     def test_every_public_name_has_a_docstring(self):

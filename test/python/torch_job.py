@@ -82,6 +82,8 @@ ap.add_argument("--autocast", action="store_true",
                 help="forwards under torch.autocast(\"cpu\", bfloat16), in both trainings")
 ap.add_argument("--trial-steps", type=int, default=None,
                 help="sync auto measures every layer's two engines, this many steps each")
+ap.add_argument("--penalty", action="store_true",
+                help="an L2 penalty on every weight in the loss (dense gradients besides factors)")
 ap.add_argument("--save")
 ap.add_argument("--resume")
 ap.add_argument("--out")
@@ -361,6 +363,14 @@ def autocast_ops(model, x):
                      "in %s" % (type(m).__name__, got.dtype, d, want.dtype))
 
 
+def penalty(model):
+    """--penalty: an L2 penalty on every weight matrix (and table, and
+    convolution) in the loss: dense gradients besides the factors."""
+    if not args.penalty:
+        return 0.0
+    return 1e-3 * sum(p.pow(2).sum() for p in model.parameters() if p.dim() >= 2)
+
+
 def full_loss(model, x, y):
     with torch.no_grad():
         return float(ce(model(x), y))
@@ -374,7 +384,7 @@ def train(model, opt, x, y, steps, start=0):
         opt.zero_grad()
         for j in range(k):  # k passes: rank r's share of each k-th of the global batch
             xb, yb = batch(x, y, t, j * P + r, k * P)
-            loss = loss_fn(forward(model, xb), yb)
+            loss = loss_fn(forward(model, xb), yb) + penalty(model)
             loss.backward()
         opt.step()
     return first, full_loss(model, x, y)
@@ -388,8 +398,9 @@ def reference(model, x, y, steps):
         opt.zero_grad()
         for j in range(args.passes):
             xb, yb = batch(x, y, t, j, args.passes)
-            loss_fn(forward(model, xb), yb).backward()
+            (loss_fn(forward(model, xb), yb) + penalty(model)).backward()
         opt.step()
+    full_loss(model, x, y)  # as train() ends (a max_norm table's rows renormalized)
 
 
 RANK = [None]
@@ -542,7 +553,12 @@ def case():
                 fail("a layer kept the slower engine:\n" + opt.plan)
         if opt._sfb.trials.replans < 2:
             fail("%d replans: the trials did not run" % opt._sfb.trials.replans)
-    if args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur", "conv"):
+    if args.penalty:  # every weight also used densely in the first step: all densely
+        lines = opt.plan.splitlines()
+        if not lines or any(": dense (" not in line and not line.startswith("dense (")
+                            for line in lines):
+            fail("a matrix with a penalty did not go densely:\n" + opt.plan)
+    elif args.model in ("attn", "seq2seq", "lm", "sparse", "lstm", "recur", "conv"):
         engines = ("sfb", "fms")
         if args.model == "lm":  # tied: the decoder's factors and the lookups' rows
             want = ["dec", "emb.weight (%dx16, sparse rows)" % VOCAB, "pos.weight", "bag.weight"]

@@ -22,7 +22,8 @@ exact: every rank trains through sfb.torch on its share of each global
     --uneven    per-rank sample counts that differ every step, zero
                 included, weighted by opt.set_samples(n)
     --join      rank r has 2r batches fewer, inside opt.join()
-    --no-zero   model.zero_grad(set_to_none=False) instead of opt.zero_grad()
+    --no-zero   model.zero_grad(set_to_none=False) instead of opt.zero_grad(),
+                the zeroed .grads there from a backward before wrapping
     --buckets   every dense tensor a bucket of its own (bucket_cap_mb tiny):
                 each leaves during backward once its gradient is in (or at
                 the pass's end: frozen, unused, joined)
@@ -36,6 +37,14 @@ exact: every rank trains through sfb.torch on its share of each global
                 gradient is the bf16 GEMM's result, sfb's the float32 sum of
                 the same bf16 products, so the values are near one
                 process's (--tol), the replicas bit-identical
+    --penalty   an L2 penalty on every weight matrix in the loss (their
+                dense gradients besides the factors: every Linear goes
+                densely, the plan saying why)
+    --gradpen   a gradient penalty: the input gradient's squared norm in the
+                loss, through torch.autograd.grad(create_graph=True) (double
+                backward through every Linear: dense gradients)
+    --transposed  fc1's weight used transposed too, to reconstruct the input
+                (a tied autoencoder's decoder)
   After every step every rank's parameters must be bit-identical to rank
   0's; at the end each tensor must agree with one process's within --tol
   (||p - q|| / ||q||).
@@ -52,6 +61,10 @@ batchnorm: a BatchNorm1d's training-mode forward, then an InstanceNorm1d's
   layer on every rank, the running statistics untouched; with both in
   eval() the model (an InstanceNorm1d without running statistics in
   training mode too) must train as one process does.
+latedense: a penalty on the weights added at step 3 must raise sfb.UsageError
+  naming the layer and the step on every rank (or sfb.PeerError carrying a
+  peer's, where that ended the job first); the same penalty from the
+  first step, with weight 0 until step 3, must train as one process does.
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -77,17 +90,19 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
-                                 "batchnorm", "autogradw"])
+                                 "batchnorm", "autogradw", "latedense"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
 ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
-             "buckets", "dense-bf16", "autocast", "checkpoint"):
+             "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
+             "transposed"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
+PENALTY = [1e-3]  # --penalty's weight
 
 
 class Net(nn.Module):
@@ -107,7 +122,10 @@ class Net(nn.Module):
 
     def forward(self, x, step):
         # (torch 1.13's layer_norm refuses a bfloat16 input under CPU autocast)
-        h = self.norm(torch.tanh(self.fc1(x)).float())
+        h = torch.tanh(self.fc1(x)).float()
+        if args.transposed:  # fc1's weight transposed: a dense use, as a tied decoder's
+            self.recon = nn.functional.linear(h, self.fc1.weight.t())
+        h = self.norm(h)
         if args.checkpoint:  # recomputed in backward: fc2's factors come from the recompute
             h = torch.utils.checkpoint.checkpoint(lambda t: torch.tanh(self.fc2(t)), h,
                                                   use_reentrant=step % 2 == 0)
@@ -198,9 +216,18 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         opt.zero_grad()
     if sfb_side and args.uneven:
         opt.set_samples(len(xb))
+    if args.gradpen:
+        xb = xb.clone().requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
         out = model(xb, step)
     loss = nn.functional.cross_entropy(out.float(), yb)
+    if args.penalty:
+        loss = loss + PENALTY[0] * sum(p.pow(2).sum() for p in model.parameters() if p.dim() == 2)
+    if args.transposed and len(xb):
+        loss = loss + 0.1 * nn.functional.mse_loss(model.recon, xb)
+    if args.gradpen and len(xb):
+        g, = torch.autograd.grad(out.float().sum(), xb, create_graph=True)
+        loss = loss + 0.01 * g.pow(2).sum(1).mean()
     loss.backward()
     norm = None
     if args.clip:
@@ -270,6 +297,10 @@ def exact():
     P, r = sft.size(), sft.rank()
     x, y = data()
     ref = copy.deepcopy(model)
+    for m in (model, ref) if args.no_zero else ():
+        # a backward before wrapping (a check, an LR finder): zeroed .grads left
+        nn.functional.cross_entropy(m(x[:8], 0), y[:8]).backward()
+        m.zero_grad(set_to_none=False)
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    max_samples=2 * args.batch if args.uneven else None,
                                    bucket_cap_mb=1e-6 if args.buckets else 4,
@@ -311,8 +342,18 @@ def exact():
                  (bad[0], mine[bad[0]], ref_norms[bad[0]]))
     if clock != args.steps:
         fail("the job's clock is %d after %d steps" % (clock, args.steps))
-    if args.route and "alt_w (5x16+bias): " not in opt.plan:
+    if args.route and not (args.penalty or args.gradpen) and "alt_w (5x16+bias): " not in opt.plan:
         fail("the routed head is not a matrix of its own:\n%s" % opt.plan)
+    layers = ["fc1 (24x10+bias)"] if args.transposed else []
+    if args.penalty or args.gradpen:  # (alt_w: a layer where F.linear met it)
+        layers = ["%s (%dx%d+bias)" % (n, m.out_features, m.in_features)
+                  for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        layers += ["alt_w (5x16+bias)"] if args.route else []
+    missed = [n for n in layers if n + ": dense (a dense gradient besides its factors in the "
+              "first step" not in opt.plan]
+    if missed:
+        fail("the plan does not say %s goes densely for its dense use:\n%s" %
+             (missed[0], opt.plan))
     dense = [line for line in opt.plan.splitlines() if line.startswith("dense (")]
     if args.dense_bf16 and not (dense and "(dense gradients in bf16, " in dense[0] and
                                 (args.sync != "fms" or "fms (bf16 rows; " in opt.plan)):
@@ -542,6 +583,56 @@ def autogradw():
     print("ok autogradw: %s" % why, flush=True)
 
 
+def latedense():
+    """A penalty on the weights from step 3 on (lazy regularization): their
+    factors of step 3 leave without it, so it is refused on every rank at
+    that step, naming the first Linear and saying what to do; the same run
+    with the penalty's weight 0 until then trains as one process does."""
+    model = setup()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    P, r = sft.size(), sft.rank()
+    try:
+        for t in range(5):
+            args.penalty = t >= 3
+            xb, yb = shard(x, y, t, r, P)
+            one_step(model, opt, xb, yb, t, True)
+        fail("a penalty first added at step 3 was not refused")
+    except (sfb.UsageError, sfb.PeerError) as e:
+        # this rank's refusal, or a peer's that ended the job first (a rank
+        # still draining step 2 when another refused step 3)
+        own = isinstance(e, sfb.UsageError)
+        if "fc1 received a dense gradient at step 3" not in str(e) or \
+                (own and e.param != "fc1") or "from the first step" not in str(e):
+            fail("the error does not name the layer and step or say what to do: %s" % e)
+        why = str(e) if own else str(e).split("UsageError: ", 1)[-1]
+    closed()
+    # the same from the first step, with weight 0 until step 3
+    model = setup()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    job = sft._need()
+    args.penalty, steps = True, 6
+    for t in range(steps):
+        PENALTY[0] = 0.0 if t < 3 else 1e-3
+        xb, yb = shard(x, y, t, r, P)
+        one_step(model, opt, xb, yb, t, True)
+    same(job, model, "at the end")
+    sft.shutdown()
+    ref_opt = make_opt(ref.parameters())
+    for t in range(steps):
+        PENALTY[0] = 0.0 if t < 3 else 1e-3
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                 torch.cat([b for _, b in parts]), t, False)
+    PENALTY[0] = 1e-3
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    print("ok latedense: %s; from the first step with weight 0: %d steps within %.3g of one "
+          "process" % (why, steps, worst), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -556,7 +647,7 @@ def main():
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
-         "autogradw": autogradw}[args.mode]()
+         "autogradw": autogradw, "latedense": latedense}[args.mode]()
 
 
 main()

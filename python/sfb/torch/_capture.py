@@ -119,6 +119,22 @@ class _Linear:
                 part.copy_(p.grad.reshape(part.shape))
         return self.dbuf
 
+    def local_grads(self):
+        """[(parameter, this rank's dense gradient of the step's factors)]:
+        the weight's (goᵀx) and the bias's, each where a capture gave it one."""
+        gw = gb = None
+        for go, x, w, b in self.caps + self.pending:
+            if w:
+                gw = go.t().matmul(x) if gw is None else gw.addmm_(go.t(), x)
+            if b:
+                gb = go.sum(0) if gb is None else gb.add_(go.sum(0))
+        out = []
+        if gw is not None:
+            out.append((self.weight, gw.reshape(self.weight.shape)))
+        if gb is not None:
+            out.append((self.bias, gb))
+        return out
+
     def grads(self, present, inv):
         """The weight's and bias's .grad from this clock's sum (every rank's
         factors, in rank order), then the replica zeroed."""
@@ -363,18 +379,30 @@ class _Passes:
                 if id(p) in self.group_of and id(p) not in self.covered]
 
     def _check_dense_grads(self):
+        """A weight or bias carried by factors (or a table's rows) that got
+        a dense gradient too: in the first step it goes densely from then on
+        (the first reduction, _unslot_mixed); later it is refused, as its
+        factors may have left already."""
         into, self.dense_into = self.dense_into, []
         for slot in self.linears:
             for p in (slot.weight, slot.bias):
-                if p is not None and not slot.dense and (any(q is p for q in into) or
-                                      (p.grad is not None and not self._ours(p))):
+                if p is None or slot.dense:
+                    continue
+                hit = any(q is p for q in into)
+                if not self.attached:  # (a .grad left before: _unslot_mixed)
+                    if hit:
+                        self.mixed.add(id(p))
+                elif hit or (p.grad is not None and not self._ours(p)):
                     raise _sfb.UsageError(
-                        "sfb.torch: %s received a dense gradient: its weight or bias was used "
-                        "other than as F.linear's whole weight with its own bias, or an "
-                        "embedding's table (a view or slice of it, another bias, a function "
-                        "sfb.torch does not capture), which sfb.torch cannot synchronize by "
-                        "factors" % slot.name,
-                        param=slot.name)
+                        "sfb.torch: %s received a dense gradient at step %d (its weight or "
+                        "bias used other than as F.linear's weight with its own bias or as an "
+                        "embedding's table: a penalty on it, a transposed or sliced use, "
+                        "double backward, a function sfb.torch does not capture) but not in "
+                        "the first step, so sfb.torch carries it by factors, which cannot add "
+                        "that gradient. One used so in the first step goes densely (opt.plan "
+                        "says so): use it so from the first step (a penalty with weight 0, "
+                        "say)" %
+                        (slot.name, self.clock), param=slot.name)
 
     def _ours(self, p):
         g = self.handed.get(id(p))

@@ -84,6 +84,16 @@ class _Rows:
         col = ids.numpy().astype(np.uint32)
         return b.numpy(), (np.arange(s + 1, dtype=np.uint32), col, np.ones(s, np.float32))
 
+    def local_grads(self):
+        """[(the table, this rank's dense gradient of the step's rows)], or []."""
+        caps = self.caps + self.pending
+        if not caps:
+            return []
+        g = torch.zeros(self.weight.shape, dtype=torch.float32)
+        for ids, rows, _ in caps:
+            g.index_add_(0, ids, rows)
+        return [(self.weight, g)]
+
     def grads(self, present, inv):
         """The weight's .grad from this clock's sum (every rank's rows, in
         rank order), then the touched columns of the replica zeroed."""

@@ -28,6 +28,16 @@ def _name_pairs(text):
     return [tuple(p) for p in ast.literal_eval(text)] if text else []
 
 
+def _allgather_text(job, text):
+    """Every rank's text (of any length), in rank order (collective)."""
+    data = text.encode()
+    lens = [int(np.frombuffer(b, np.int64)[0])
+            for b in job.allgather(np.array([len(data)], np.int64).tobytes())]
+    if not max(lens):
+        return [""] * job.world
+    return [b.rstrip(b"\0").decode() for b in job.allgather(data.ljust(max(lens), b"\0"))]
+
+
 def _plain_sgd(opt):
     """None when opt's updates add up as they come (plain SGD), else why not."""
     if type(opt) is not torch.optim.SGD:
@@ -171,7 +181,11 @@ class _Sync(_Passes):
         # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
         # its _Rows, and the parameters the slots cover
         self.linears, self.by_weight, self.rows_of, self.covered = [], {}, {}, set()
-        self.conv_dense = {}  # a convolution's weight kept dense: why (the plan)
+        # a parameter kept dense: why (the plan's words: a convolution's
+        # shape, a weight used other than by factors in the first step)
+        self.dense_why = {}
+        self.dense_label = {}  # its plan line's name (a weight's with its bias: the layer's)
+        self.mixed = set()    # before the first reduction: covered parameters used densely too
         self.model_params = list(model.named_parameters())
         for mname, m in model.named_modules():
             if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt or \
@@ -277,7 +291,7 @@ class _Sync(_Passes):
         slot = self.rows_of.get(id(weight))
         if slot is None:
             if self.attached or self.additive or id(weight) not in self.group_of or \
-                    weight.dim() != 2 or weight._base is not None:
+                    weight.dim() != 2 or weight._base is not None or id(weight) in self.dense_why:
                 return None
             slot = self._new_rows(weight)
         return slot if weight.requires_grad else None
@@ -297,14 +311,14 @@ class _Sync(_Passes):
         else it is remembered as dense, with the reason."""
         slot = self.by_weight.get(id(weight))
         if slot is None:
-            if self.attached or self.additive or id(weight) in self.conv_dense or \
+            if self.attached or self.additive or id(weight) in self.dense_why or \
                     not self._eligible(weight, bias, dims=(3, 4)):
                 return None
             keep_bias = bias is not None and id(bias) in self.group_of
             ok, why = _conv.pays(positions(), weight.shape[0],
                                  weight[0].numel() + (1 if keep_bias else 0), self.job.world)
             if not ok:
-                self.conv_dense[id(weight)] = why
+                self.dense_why[id(weight)] = why
                 return None
             slot = self._new_slot(weight, bias if keep_bias else None)
         if not (bias is slot.bias or (slot.bias is None and (bias is None or
@@ -339,16 +353,17 @@ class _Sync(_Passes):
     def note_conv_dense(self, weight, why):
         """A convolution's weight goes densely, for the plan's reason."""
         if not self.attached and id(weight) in self.group_of and id(weight) not in self.by_weight:
-            self.conv_dense.setdefault(id(weight), why)
+            self.dense_why.setdefault(id(weight), why)
 
     def _eligible(self, weight, bias, dims=(2,)):
         g = self.group_of
-        if id(weight) not in g or id(weight) in self.by_weight or weight.dim() not in dims:
+        if id(weight) not in g or id(weight) in self.by_weight or weight.dim() not in dims or \
+                id(weight) in self.dense_why:
             return False
         if bias is None or (id(bias) not in g and not bias.requires_grad):
             return True
         return id(bias) in g and id(bias) not in self.covered and bias.dim() == 1 and \
-            bias.shape[0] == weight.shape[0]
+            bias.shape[0] == weight.shape[0] and id(bias) not in self.dense_why
 
     def _agree_slots(self):
         """Every rank the slots any rank found in its first forward (F.linear
@@ -356,12 +371,9 @@ class _Sync(_Passes):
         job, names = self.job, self.names
         found = [(names[id(s.weight)], names[id(s.bias)] if s.bias is not None else "", s.kind)
                  for s in self.linears]
-        data = repr(sorted(found)).encode()
-        lens = [int(np.frombuffer(b, np.int64)[0])
-                for b in job.allgather(np.array([len(data)], np.int64).tobytes())]
         union = set(found)
-        for b in job.allgather(data.ljust(max(lens), b"\0")):
-            union |= set(_name_pairs(b.rstrip(b"\0").decode()))
+        for text in _allgather_text(job, repr(sorted(found))):
+            union |= set(_name_pairs(text))
         by_name = dict(self.model_params)
         for w, b, kind in sorted(union - set(found)):
             if w not in by_name or (b and b not in by_name):
@@ -379,6 +391,53 @@ class _Sync(_Passes):
         self.linears = first + rest
         for i, slot in enumerate(self.linears):
             slot.index = i
+
+    def _unslot_mixed(self):
+        """The first reduction, after _agree_slots: a weight or bias carried
+        by factors (or a table's rows) that also had a dense gradient in the
+        first step on any rank (a penalty on the weights in the loss, a
+        transposed or column use, double backward, a convolution that went
+        densely on another rank's batch) goes densely from now on, as torch
+        computes it: its slot is dropped, and the step's factors become its
+        dense .grad, added to what the other uses gave it."""
+        def left(p):  # a .grad that was there before (not zeros): part of its gradient
+            g = p.grad
+            return g is not None and not self._ours(p) and \
+                bool((g._values() if g.is_sparse else g).any())
+        mine = sorted(self.names[id(p)] for slot in self.linears
+                      for p in (slot.weight, slot.bias)
+                      if p is not None and (id(p) in self.mixed or left(p)))
+        union = set(mine)
+        for text in _allgather_text(self.job, "\n".join(mine)):
+            union |= set(n for n in text.split("\n") if n)
+        self.mixed = set()
+        if not union:
+            return
+        why = ("a dense gradient besides its factors in the first step: a penalty on it, a "
+               "transposed use, double backward")
+        for slot in [s for s in self.linears
+                     if any(p is not None and self.names[id(p)] in union
+                            for p in (s.weight, s.bias))]:
+            with torch.no_grad():
+                for p, g in slot.local_grads():
+                    p.grad = g if p.grad is None else \
+                        p.grad + g if p.grad.is_sparse else p.grad.add_(g)
+            slot.hook.remove()
+            self.linears.remove(slot)
+            if self.by_weight.get(id(slot.weight)) is slot:
+                del self.by_weight[id(slot.weight)]
+            if self.rows_of.get(id(slot.weight)) is slot:
+                del self.rows_of[id(slot.weight)]
+            for p in (slot.weight, slot.bias):
+                if p is not None:
+                    self.dense_why[id(p)] = why
+            self.dense_label[id(slot.weight)] = slot.label
+            if slot.bias is not None:
+                self.dense_label[id(slot.bias)] = None  # (the weight's line says it)
+        for slot in self.linears:
+            slot.index = self.linears.index(slot)
+        self.covered = set(id(p) for s in self.linears for p in (s.weight, s.bias)
+                           if p is not None)
 
     def _layout(self):
         """The dense parameters and the presence columns, once the slots are
@@ -485,14 +544,7 @@ class _Sync(_Passes):
         job = self.job
         U = _sfb.UsageError
         self._agree_slots()
-        for slot in self.linears:  # a first step that went densely here, by factors elsewhere
-            for p in (slot.weight, slot.bias):
-                if p is not None and p.grad is not None and not self._ours(p):
-                    raise _sfb.MismatchError(
-                        -(4096 + 9), "sfb.torch: %s went densely on rank %d in the first step "
-                        "but by factors on another rank (a convolution's choice depends on the "
-                        "rank's batch: give every rank the same first batch size)" %
-                        (self.names[id(p)], job.rank), param=self.names[id(p)])
+        self._unslot_mixed()
         self._layout()
         mine = max([slot.samples() for slot in self.linears] + [1])
         if self.max_samples is not None and mine > self.max_samples:
@@ -614,10 +666,11 @@ class _Sync(_Passes):
                 why = "dense gradient of torch's fused operator; " + why
             out.append("%s: %s (%s)" % (slot.label, eng, why))
         for n, p in self.model_params:
-            if id(p) in self.conv_dense and id(p) not in self.covered:
-                out.append("%s (%dx%d, conv %s): dense (%s)" % (
-                    n, p.shape[0], p[0].numel(), "x".join(map(str, p.shape[2:])),
-                    self.conv_dense[id(p)]))
+            if id(p) in self.dense_why and id(p) not in self.covered:
+                label = self.dense_label.get(id(p), "%s (%dx%d, conv %s)" % (
+                    n, p.shape[0], p[0].numel(), "x".join(map(str, p.shape[2:]))))
+                if label:
+                    out.append("%s: dense (%s)" % (label, self.dense_why[id(p)]))
         if self.dense:
             names = [n for n, _ in self.dense]
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
@@ -748,6 +801,7 @@ class _Sync(_Passes):
             self.handed[id(p)] = p.grad
         else:
             p.grad.add_(src, alpha=float(inv))
+            self.handed[id(p)] = p.grad
 
     def _check_meta(self, meta):
         """Every rank in this clock: the same state (or joined), the same

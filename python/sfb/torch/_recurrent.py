@@ -36,7 +36,8 @@ def _ours(pairs):
     from . import _capture
     s = _capture._active
     return s is not None and torch.is_grad_enabled() and \
-        any(w.requires_grad and id(w) in s.group_of for w, _ in pairs) and not s.fused(pairs)
+        any(w.requires_grad and id(w) in s.group_of and id(w) not in s.dense_why
+            for w, _ in pairs) and not s.fused(pairs)
 
 
 def _lstm_cell(x_proj, h, c, w_hh, b_hh):
