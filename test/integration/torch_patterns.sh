@@ -7,11 +7,13 @@
 # with zeros, join() with uneven shards, zero_grad(set_to_none=False), dense
 # gradients in buckets that leave during backward, the forward under
 # torch.autocast, activation checkpointing, a penalty on the weights, a
-# gradient penalty, a weight used transposed too, all
+# gradient penalty, a weight used transposed too, BatchNorm in training
+# mode, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
-# clipped under staleness, a parameter group added after wrapping, a
-# BatchNorm layer in training mode (then in eval(): exact),
+# clipped under staleness, a parameter group added after wrapping, an
+# InstanceNorm keeping running statistics in training mode and a BatchNorm
+# inside join() or at staleness 1 (then BatchNorm in training mode: exact),
 # torch.autograd.grad with respect to a weight sfb carries by factors, a
 # penalty on the weights first added at step 3.
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY
@@ -31,6 +33,8 @@ cases=(
   # every weight and a gradient penalty through double backward: all)
   "exact --unused --transposed --buckets --opt momentum"
   "exact --uneven --penalty --gradpen --opt sgd"
+  # a BatchNorm in training mode: every rank's statistics (SyncBatchNorm's)
+  "exact --batchnorm --uneven --clip --freeze --route --buckets --opt momentum"
   "exact --buckets --freeze --opt momentum" "exact --buckets --uneven --join --clip"
   # bfloat16 on the wire: one process's values within its rounding (seen 2e-3)
   "exact --dense-bf16 --sync fms --buckets --freeze --opt momentum --tol 2e-2"

@@ -45,6 +45,9 @@ exact: every rank trains through sfb.torch on its share of each global
                 backward through every Linear: dense gradients)
     --transposed  fc1's weight used transposed too, to reconstruct the input
                 (a tied autoencoder's decoder)
+    --batchnorm a BatchNorm1d in training mode after fc2's tanh: normalized by the
+                global minibatch's statistics, as one process (its running
+                statistics compared too)
   After every step every rank's parameters must be bit-identical to rank
   0's; at the end each tensor must agree with one process's within --tol
   (||p - q|| / ||q||).
@@ -56,11 +59,13 @@ staleclip: staleness 1, a .grad clipped between backward() and step(): every
   rank's step must raise sfb.UsageError saying why.
 addgroup: add_param_group after two steps: every rank must raise
   sfb.UsageError saying why, the groups unchanged, and go on training.
-batchnorm: a BatchNorm1d's training-mode forward, then an InstanceNorm1d's
-  that keeps running statistics, must raise sfb.UsageError naming the
-  layer on every rank, the running statistics untouched; with both in
-  eval() the model (an InstanceNorm1d without running statistics in
-  training mode too) must train as one process does.
+batchnorm: an InstanceNorm1d's training-mode forward that keeps running
+  statistics must raise sfb.UsageError naming the layer on every rank, the
+  running statistics untouched, and so must a BatchNorm's inside
+  opt.join() and at staleness 1; in eval() the InstanceNorm1d, and a BatchNorm2d after a
+  convolution in training mode, a BatchNorm1d without running statistics
+  and an InstanceNorm1d without them, must train as one process does on
+  uneven shares (opt.set_samples), running statistics included.
 latedense: a penalty on the weights added at step 3 must raise sfb.UsageError
   naming the layer and the step on every rank (or sfb.PeerError carrying a
   peer's, where that ended the job first); the same penalty from the
@@ -69,6 +74,7 @@ autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
 import argparse
+import contextlib
 import copy
 import hashlib
 import os
@@ -98,7 +104,7 @@ ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
              "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
-             "transposed"):
+             "transposed", "batchnorm"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -119,6 +125,7 @@ class Net(nn.Module):
         self.head = nn.Linear(16, 5)
         self.alt_w = nn.Parameter(torch.randn(5, 16) / 4)
         self.alt_b = nn.Parameter(torch.zeros(5))
+        self.bn = nn.BatchNorm1d(24)
 
     def forward(self, x, step):
         # (torch 1.13's layer_norm refuses a bfloat16 input under CPU autocast)
@@ -129,6 +136,8 @@ class Net(nn.Module):
         if args.checkpoint:  # recomputed in backward: fc2's factors come from the recompute
             h = torch.utils.checkpoint.checkpoint(lambda t: torch.tanh(self.fc2(t)), h,
                                                   use_reentrant=step % 2 == 0)
+        elif args.batchnorm:  # (after the tanh: a bias right before it has no gradient)
+            h = self.bn(torch.tanh(self.fc2(h)))
         else:
             h = torch.tanh(self.fc2(h))
         if not args.unused or step < 5:
@@ -166,6 +175,8 @@ def counts(step, P):
     if not args.uneven:
         return [args.batch] * P
     c = [(step * 7 + q * 3) % (2 * args.batch) for q in range(P)]  # zeros among them
+    if args.mode == "batchnorm":  # (torch's InstanceNorm fails on an empty batch)
+        c = [n + 1 for n in c]
     if sum(c) == 0:
         c[0] = 1
     return c
@@ -308,7 +319,9 @@ def exact():
     ref_opt = make_opt(ref.parameters())
     job = sft._need()
     norms, ref_norms = [], []
-    with opt.join():
+    # (a BatchNorm in training mode is refused inside join(), as DDP's Join
+    # refuses SyncBatchNorm: the run without join() then)
+    with contextlib.nullcontext() if args.batchnorm and not args.join else opt.join():
         for t in range(steps_of(r)):
             validate(model, x, t)
             xb, yb = shard(x, y, t, r, P)
@@ -381,9 +394,13 @@ def reference(ref, ref_opt, x, y, P):
 
 
 def rel_diff(model, ref):
-    """The largest ||p - q|| / ||q|| over the tensors, and which."""
+    """The largest ||p - q|| / ||q|| over the tensors (the floating-point
+    buffers too: running statistics), and which."""
     worst, where = 0.0, ""
-    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+    pairs = list(zip(model.named_parameters(), ref.named_parameters()))
+    pairs += [(a, b) for a, b in zip(model.named_buffers(), ref.named_buffers())
+              if a[1].is_floating_point()]
+    for (name, p), (_, q) in pairs:
         d = float((p.detach().double() - q.detach().double()).norm() /
                   max(float(q.detach().double().norm()), 1e-30))
         if d > worst:
@@ -489,59 +506,100 @@ def addgroup():
 
 
 def batchnorm():
-    """A BatchNorm1d and an InstanceNorm1d that keeps running statistics:
-    each one's training-mode forward refused on every rank, naming the
-    layer and what to use instead, its buffers untouched; in eval()
-    (running statistics) the model, with an InstanceNorm1d that keeps none
-    (training mode: each sample's own statistics), trains as one process."""
+    """InstanceNorm1d with running statistics in training mode: refused on
+    every rank, naming it, its buffers untouched; a BatchNorm inside
+    opt.join(): refused. In eval() the InstanceNorm1d, with a BatchNorm2d
+    after a convolution and a BatchNorm1d without running statistics in
+    training mode, trains as one process on uneven shares."""
     sft.init(peer_timeout_s=5)
     RANK[0] = sft.rank()
     torch.manual_seed(7)
-    model = nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Unflatten(1, (2, 8)),
+    model = nn.Sequential(nn.Unflatten(1, (1, 2, 5)), nn.Conv2d(1, 3, 2), nn.BatchNorm2d(3),
+                          nn.Tanh(), nn.Flatten(), nn.Linear(12, 16),
+                          nn.BatchNorm1d(16, track_running_stats=False),
+                          nn.Unflatten(1, (2, 8)),
                           nn.InstanceNorm1d(2, affine=True, track_running_stats=True),
                           nn.Tanh(), nn.InstanceNorm1d(2, affine=True), nn.Flatten(),
                           nn.Linear(16, 5))
     with torch.no_grad():  # running statistics one process would have learnt
-        for k in (1, 3):
-            model[k].running_mean.uniform_(-0.5, 0.5)
-            model[k].running_var.uniform_(0.5, 2.0)
+        model[8].running_mean.uniform_(-0.5, 0.5)
+        model[8].running_var.uniform_(0.5, 2.0)
     sft.broadcast_parameters(model.state_dict(), root_rank=0)
     ref = copy.deepcopy(model)
-    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   model=model)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     x, y = data()
     P, r = sft.size(), sft.rank()
     xb, yb = shard(x, y, 0, r, P)
     whys = []
-    for k, kind, hint in ((1, "BatchNorm1d", "eval()"), (3, "InstanceNorm1d", "track_running_stats=False")):
-        before = [b.clone() for b in model.buffers()]
+    before = [b.clone() for b in model.buffers()]
+
+    def refused(what, run, words, param):
+        """run() must raise naming words (UsageError: .param too; or the
+        PeerError of a rank whose refusal ended the job first)."""
         try:
-            model(xb)
-            fail("a training-mode %s forward was not refused" % kind)
-        except sfb.UsageError as e:
-            if "%s %d" % (kind, k) not in str(e) or hint not in str(e) or e.param != str(k):
+            run()
+        except (sfb.UsageError, sfb.PeerError) as e:
+            if any(w not in str(e) for w in words) or \
+                    (isinstance(e, sfb.UsageError) and e.param != param):
                 fail("the error does not name the layer or say what to do: %s" % e)
             whys.append(str(e).split(":")[1].strip()[:40])
-        if any(not torch.equal(a, b) for a, b in zip(before, model.buffers())):
+            return
+        fail("%s was not refused" % what)
+
+    def untouched(buffers, was):
+        if any(not torch.equal(a, b) for a, b in zip(was, buffers)):
             fail("the refused forward changed the running statistics")
-        model[k].eval()
-        ref[k].eval()
+
+    sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                             staleness=1)
+    # at staleness 1 the ranks would wait for each other in every forward
+    refused("a training-mode BatchNorm2d at staleness 1", lambda: model(xb),
+            ["BatchNorm2d 2", "staleness=0"], "2")
+    untouched(model.buffers(), before)
+    closed()
+    sft.init(peer_timeout_s=5)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   model=model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    refused("an InstanceNorm1d keeping running statistics", lambda: model(xb),
+            ["InstanceNorm1d 8", "track_running_stats=False"], "8")
+    untouched(model[8].buffers(), before[-3:])
+    with torch.no_grad():  # (the BatchNorm2d before it gathered and counted: as it was)
+        for a, b in zip(model.buffers(), before):
+            a.copy_(b)
+    model[8].eval()
+    ref[8].eval()
+
+    def in_join():
+        with opt.join():
+            model(xb)
+    refused("a BatchNorm inside join()", in_join, ["BatchNorm2d 2", "join()"], "2")
+    untouched(model.buffers(), before)
+    closed()
+    # a job of its own (the refusal inside join() ended that one)
+    sft.init(peer_timeout_s=5)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   model=model, max_samples=2 * args.batch + 1)
     job = sft._need()
+    args.uneven = True
     for t in range(args.steps):
-        for m, o, parts in ((model, opt, [shard(x, y, t, r, P)]),
-                            (ref, ref_opt, [shard(x, y, t, q, P) for q in range(P)])):
-            o.zero_grad()
-            nn.functional.cross_entropy(m(torch.cat([a for a, _ in parts])),
-                                        torch.cat([b for _, b in parts])).backward()
-            o.step()
+        xb, yb = shard(x, y, t, r, P)
+        opt.zero_grad()
+        opt.set_samples(len(xb))
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
     same(job, model, "after the steps")
-    sft.shutdown()
+    sft.shutdown()  # (then one process: its F.batch_norm torch's own again)
+    for t in range(args.steps):
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        ref_opt.zero_grad()
+        nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
+                                    torch.cat([b for _, b in parts])).backward()
+        ref_opt.step()
     worst, where = rel_diff(model, ref)
     if worst > args.tol:
         fail("%s differs from one process's by %.3g (relative)" % (where, worst))
-    print("ok batchnorm: refused in training mode (%s); in eval() %d steps within %.3g of one "
-          "process" % ("; ".join(whys), args.steps, worst), flush=True)
+    print("ok batchnorm: refused (%s); the rest in training mode %d uneven steps within %.3g "
+          "of one process" % ("; ".join(whys), args.steps, worst), flush=True)
 
 
 def autogradw():

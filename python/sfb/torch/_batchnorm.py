@@ -1,15 +1,26 @@
-"""Normalization by minibatch statistics in training mode is refused. A
-BatchNorm layer in training mode (or with track_running_stats=False)
-normalizes by its minibatch's mean and variance, and an InstanceNorm layer
-with track_running_stats=True keeps running statistics averaged over its
-minibatch: each rank sees only its share of the global minibatch, so the
-outputs and gradients (BatchNorm) and the running statistics (both) would
-differ from one process's on the whole minibatch, and the running
-statistics would part between the ranks. So such a call on a layer of the
-model raises sfb.UsageError, naming the layer and what to use instead,
-with the layer's buffers as they were. In evaluation mode (running
-statistics) both are exact and run, and so does an InstanceNorm that keeps
-no running statistics (each sample's own: the default)."""
+"""Normalization by minibatch statistics, synchronized: a BatchNorm layer in
+training mode (or with track_running_stats=False) normalizes by its
+minibatch's mean and variance, and each rank sees only its share of the
+global minibatch. While a DistributedOptimizer lives, F.batch_norm with
+batch statistics is SyncBatchNorm's: in forward every rank's count, mean
+and sum of squared deviations per channel are gathered (one small
+allgather) and combined in rank order into the global minibatch's, which
+every rank normalizes by and keeps in its running statistics (the unbiased
+variance of the global minibatch); in backward the sums of the output
+gradient and of its product with the centred input are gathered (a second
+allgather), weighted as the reduction weighs each rank's gradient (the
+weights of opt.set_samples), so the input gradients are one process's on
+the union of the ranks' minibatches. In evaluation mode (running
+statistics) nothing is gathered.
+
+Refused with the reason (sfb.UsageError, the layer's buffers untouched): a
+BatchNorm in training mode at staleness > 0 (the ranks would wait for each
+other in every forward) or inside opt.join() (a rank out of data stops
+calling the layer while the others wait for its statistics); an
+InstanceNorm with track_running_stats=True in training mode (running
+statistics averaged over its minibatch). An InstanceNorm without running
+statistics (each sample's own: the default) is exact and runs as it is."""
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,46 +44,187 @@ def layers(model):
     return out
 
 
-def _refuse(s, weight, running_mean):
-    layer = next((s.batchnorms[id(t)] for t in (weight, running_mean)
-                  if t is not None and id(t) in s.batchnorms), None)
-    if layer is None:
-        return
-    m, name = layer
-    if isinstance(m, torch.nn.modules.instancenorm._InstanceNorm):
-        raise _sfb.UsageError(
-            "sfb.torch: %s keeps running statistics averaged over its minibatch "
-            "(track_running_stats=True, training mode): each rank sees only its share, so they "
-            "would differ from one process's on the whole minibatch and part between the "
-            "ranks. Make it with track_running_stats=False (each sample's own statistics, the "
-            "default: exact), or call eval() on the layer" % name, param=name.split(" ", 1)[1])
-    if m.training and m.track_running_stats and m.num_batches_tracked is not None:
+def _layer(s, weight, running_mean):
+    """(module, "Kind name") of the model's layer these tensors are, or None."""
+    return next((s.batchnorms[id(t)] for t in (weight, running_mean)
+                 if t is not None and id(t) in s.batchnorms), None)
+
+
+def _undo_count(layer):
+    m = layer[0] if layer else None
+    if m is not None and m.training and m.track_running_stats and \
+            m.num_batches_tracked is not None:
         m.num_batches_tracked.sub_(1)  # (its forward counted this batch: undone)
+
+
+def _refuse_instance(name):
     raise _sfb.UsageError(
-        "sfb.torch: %s normalizes by the mean and variance of its minibatch (training "
-        "mode): each rank sees only its share, so its outputs and gradients, and the "
-        "running statistics it keeps, would differ from one process's on the whole "
-        "minibatch (and the running statistics would part between the ranks). Use "
-        "nn.GroupNorm or nn.LayerNorm (each sample's own statistics), or call eval() "
-        "on the layer to normalize by its running statistics (as one process then "
-        "does too)" % name, param=name.split(" ", 1)[1])
+        "sfb.torch: %s keeps running statistics averaged over its minibatch "
+        "(track_running_stats=True, training mode): each rank sees only its share, so they "
+        "would differ from one process's on the whole minibatch and part between the "
+        "ranks. Make it with track_running_stats=False (each sample's own statistics, the "
+        "default: exact), or call eval() on the layer" % name, param=name.split(" ", 1)[1])
+
+
+def _refuse_batch(s, layer, why):
+    _undo_count(layer)
+    name = layer[1] if layer else "F.batch_norm"
+    raise _sfb.UsageError(
+        "sfb.torch: %s normalizes by the mean and variance of its minibatch (training mode), "
+        "which sfb.torch gathers from every rank in each forward and backward; %s. Use "
+        "nn.GroupNorm or nn.LayerNorm (each sample's own statistics), or call eval() on the "
+        "layer to normalize by its running statistics" % (name, why),
+        param=name.split(" ", 1)[1] if layer else None)
+
+
+def _gather(s, name, phase, values):
+    """Every rank's float64 values (rank order) for this call; each rank must
+    be at the same layer and phase of the same step, else MismatchError."""
+    tag = ("%s %s %d" % (phase, name, s.clock)).encode()[:120].ljust(128, b"\0")
+    mine = tag + np.ascontiguousarray(values, np.float64).tobytes()
+    job = s.job
+    try:
+        parts = job.allgather(mine) if job.world > 1 else [mine]
+    except _sfb.Error as e:
+        raise type(e)(e.code, "sfb.torch: %s's %s statistics at step %d: %s (every rank must "
+                      "run each BatchNorm layer in training mode in the same order in every "
+                      "forward, as under SyncBatchNorm)" % (name, phase, s.clock, e),
+                      e.rank) from None
+    for q, p in enumerate(parts):
+        if p[:128] != tag:
+            raise _sfb.MismatchError(
+                -(4096 + 9), "sfb.torch: rank %d gathered %s's %s statistics at step %d while "
+                "rank %d was at %s (every rank must run each BatchNorm layer in training mode "
+                "in the same order)" % (job.rank, name, phase, s.clock, q,
+                                        p[:128].rstrip(b"\0").decode(errors="replace")), q)
+    return [np.frombuffer(p[128:], np.float64) for p in parts]
+
+
+class _SyncBatchNorm(torch.autograd.Function):
+    """F.batch_norm with batch statistics over every rank's minibatch."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps, s, name):
+        C = x.shape[1]
+        shape = [1, C] + [1] * (x.dim() - 2)
+        dims = [0] + list(range(2, x.dim()))
+        xf = x.float()
+        n = xf.numel() // C if C else 0
+        if n:
+            mean_q = xf.mean(dims)
+            m2_q = (xf - mean_q.view(shape)).pow(2).sum(dims)
+        else:
+            mean_q = m2_q = torch.zeros(C)
+        parts = _gather(s, name, "forward", np.concatenate(
+            [[n], mean_q.double().numpy(), m2_q.double().numpy()]))
+        total, mean, m2 = 0.0, np.zeros(C), np.zeros(C)
+        for p in parts:  # Chan et al.'s pairwise combination, in rank order
+            nq = p[0]
+            if nq == 0:
+                continue
+            delta = p[1:1 + C] - mean
+            t = total + nq
+            mean += delta * (nq / t)
+            m2 += p[1 + C:] + delta * delta * (total * nq / t)
+            total = t
+        if total <= 1:
+            raise ValueError("Expected more than 1 value per channel when training, got %d "
+                             "over the ranks (input size %s on this one)" %
+                             (int(total), list(x.shape)))
+        var = m2 / total
+        mean32 = torch.from_numpy(mean).float()
+        invstd = torch.from_numpy(1.0 / np.sqrt(var + eps)).float()
+        y = (xf - mean32.view(shape)) * invstd.view(shape)
+        if weight is not None:
+            y = y * weight.view(shape)
+        if bias is not None:
+            y = y + bias.view(shape)
+        if running_mean is not None:
+            with torch.no_grad():
+                running_mean.mul_(1 - momentum).add_(mean32, alpha=momentum)
+                running_var.mul_(1 - momentum).add_(
+                    torch.from_numpy(m2 / (total - 1)).float(), alpha=momentum)
+        ctx.save_for_backward(xf, weight, mean32, invstd)
+        ctx.s, ctx.name, ctx.total, ctx.n, ctx.shape, ctx.dims = s, name, total, n, shape, dims
+        ctx.dtype = x.dtype
+        return y.to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        xf, weight, mean32, invstd = ctx.saved_tensors
+        s, shape, dims = ctx.s, ctx.shape, ctx.dims
+        C = xf.shape[1]
+        dyf = dy.float()
+        xmu = xf - mean32.view(shape)
+        if ctx.n:
+            sum_dy = dyf.sum(dims)
+            sum_dy_xmu = (dyf * xmu).sum(dims)
+        else:
+            sum_dy = sum_dy_xmu = torch.zeros(C)
+        from ._optimizer import _TRAINING
+        w = s.my_weight if s.state == _TRAINING else 0.0  # the reduction's weight of this rank
+        parts = _gather(s, ctx.name, "backward", np.concatenate(
+            [[w], sum_dy.double().numpy(), sum_dy_xmu.double().numpy()]))
+        total_w, g_dy, g_dyxmu = 0.0, np.zeros(C), np.zeros(C)
+        for p in parts:  # rank order: the same sums on every rank
+            total_w += p[0]
+        if total_w > 0:
+            for p in parts:
+                g_dy += p[0] / total_w * p[1:1 + C]
+                g_dyxmu += p[0] / total_w * p[1 + C:]
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            if w > 0 and total_w > 0 and ctx.n:
+                # ∂L/∂x of L = Σ_q α_q loss_q (α_q = w_q / Σw, what the reduction
+                # forms), divided by this rank's α_q: its gradient is weighed by it
+                k = 1.0 / (ctx.total * (w / total_w))
+                inv = invstd.view(shape)
+                scale = inv * weight.view(shape) if weight is not None else inv
+                grad_x = (dyf - torch.from_numpy(g_dy * k).float().view(shape) -
+                          xmu * (inv * inv) * torch.from_numpy(g_dyxmu * k).float().view(shape)
+                          ) * scale
+            else:
+                grad_x = torch.zeros_like(xf)
+            grad_x = grad_x.to(ctx.dtype)
+        grad_w = sum_dy_xmu * invstd if weight is not None and ctx.needs_input_grad[1] else None
+        grad_b = sum_dy if ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b, None, None, None, None, None, None
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
-    """torch.nn.functional.batch_norm while a DistributedOptimizer lives."""
+    """torch.nn.functional.batch_norm while a DistributedOptimizer lives:
+    with batch statistics (training), every rank's (_SyncBatchNorm)."""
     from . import _capture
-    if training and _capture._active is not None:
-        _refuse(_capture._active, weight, running_mean)
-    return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
-                             momentum, eps)
+    s = _capture._active
+    if not training or s is None:
+        return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
+                                 momentum, eps)
+    layer = _layer(s, weight, running_mean)
+    if s.additive:
+        _refuse_batch(s, layer, "at staleness %d the ranks would wait for each other in every "
+                      "forward: use staleness=0" % s.staleness)
+    if s.in_join:
+        _refuse_batch(s, layer, "inside opt.join() a rank whose data ran out stops calling "
+                      "it while the others wait for its statistics: give the ranks equal "
+                      "batches (or drop the last uneven ones) and train outside join()")
+    if input.dim() < 2:
+        raise ValueError("batch_norm: expected an input of at least 2 dimensions, got %s" %
+                         list(input.shape))
+    name = layer[1] if layer else "F.batch_norm"
+    return _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var,
+                                0.0 if momentum is None else momentum, eps, s, name)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats=True, momentum=0.1, eps=1e-5):
     """torch.nn.functional.instance_norm while a DistributedOptimizer lives."""
     from . import _capture
-    if use_input_stats and running_mean is not None and _capture._active is not None:
-        _refuse(_capture._active, weight, running_mean)
+    s = _capture._active
+    if use_input_stats and running_mean is not None and s is not None:
+        layer = _layer(s, weight, running_mean)
+        if layer is not None:
+            _refuse_instance(layer[1])
     return _torch_instance_norm(input, running_mean, running_var, weight, bias,
                                 use_input_stats, momentum, eps)

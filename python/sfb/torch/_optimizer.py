@@ -116,6 +116,7 @@ class _Sync(_Passes):
                     "SSP the survivors of a death hold different updates, none of them a state "
                     "every update is in or out of whole" % staleness)
         self.in_run = False     # inside sfb.torch.elastic.run (an elastic job trains there)
+        self.in_join = False    # inside opt.join()
         if self.additive:
             why = _plain_sgd(opt)
             if why:
@@ -1079,12 +1080,16 @@ class _DistributedOptimizer:
 
         @contextlib.contextmanager
         def joined():
-            yield
+            s.in_join = True
             try:
-                s.join_loop()
-            except BaseException as e:
-                s.job.abort("%s: %s" % (type(e).__name__, e))
-                raise
+                yield
+                try:
+                    s.join_loop()
+                except BaseException as e:
+                    s.job.abort("%s: %s" % (type(e).__name__, e))
+                    raise
+            finally:
+                s.in_join = False
         return joined()
 
     def state_dict(self):
