@@ -2,7 +2,8 @@
 # sfb.torch's elastic training (test/python/torch_elastic.py under
 # `sfb launch --elastic`) against one process on the same global minibatches
 # (sfb.torch.elastic.Batches: 2 epochs of 600 samples in batches of 48, Adam,
-# two Linear layers by factors and a LayerNorm densely):
+# two Linear layers by factors, a LayerNorm densely, a BatchNorm1d in
+# training mode whose running statistics are compared too):
 #  - rank 2 SIGKILLs itself inside step 7's backward (its output layer's
 #    factors already sent) and --respawn 1 restarts it: the 3 survivors go
 #    on (step 7 done again by 3 ranks), the restarted process joins at a

@@ -18,8 +18,9 @@
   torch_elastic.py refusals               (under sfb launch -n 2 --elastic)
       what an elastic job refuses, with the reason
 
-The model (two Linear layers by factors, a LayerNorm densely, Adam) and the
-data are seeded: every process builds the same."""
+The model (two Linear layers by factors, a LayerNorm densely, a BatchNorm1d
+in training mode, Adam) and the data are seeded: every process builds the
+same."""
 import os
 import signal
 import sys
@@ -39,10 +40,11 @@ class Net(torch.nn.Module):
         self.l1 = torch.nn.Linear(DIM, 32)
         self.norm = torch.nn.LayerNorm(32)
         self.l2 = torch.nn.Linear(32, CLASSES)
+        self.bn = torch.nn.BatchNorm1d(32)
         self.die_in_backward = False
 
     def forward(self, x):
-        h = torch.tanh(self.norm(self.l1(x)))
+        h = self.bn(torch.tanh(self.norm(self.l1(x))))
         if self.die_in_backward:  # after l2's backward: its factors have left
             h.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
         return self.l2(h)
@@ -63,7 +65,11 @@ def build():
 
 
 def save(path, model):
-    np.savez(path, **{n: p.detach().numpy() for n, p in model.named_parameters()})
+    d = {n: p.detach().numpy() for n, p in model.named_parameters()}
+    # and the BatchNorm's running statistics (a dropped step's forward must
+    # not count in them)
+    d.update({n: b.detach().numpy().astype(np.float64) for n, b in model.named_buffers()})
+    np.savez(path, **d)
 
 
 def ref(out):

@@ -150,6 +150,10 @@ class _Sync(_Passes):
         self.handed = {}        # per parameter the .grad this wrapper set last
         self.fused_ids = set()  # parameters of slots whose dense gradient torch formed (fused)
         self._collect(model)
+        # an elastic job's BatchNorm running statistics after the last step:
+        # a dropped step's forward updated them, its rerun must not again
+        self.bn_kept = None
+        self._keep_bn()
 
     # -- which parameter goes where
 
@@ -899,6 +903,7 @@ class _Sync(_Passes):
         self.grads = False
         self.steps += 1
         self.stepped = (self.clock, self.extra)
+        self._keep_bn()
 
     def join_loop(self):
         """This rank is out of data: until every rank is, it takes part in
@@ -936,10 +941,22 @@ class _Sync(_Passes):
         for _, p in self.params:
             p.grad = None
 
+    def _bn_buffers(self):
+        mods = {id(m): m for m, _ in self.batchnorms.values()}
+        return [b for m in mods.values()
+                for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None]
+
+    def _keep_bn(self):
+        """An elastic job: the BatchNorm running statistics as they are now
+        (after a step, or adopted), for drop_step."""
+        if self.elastic:
+            self.bn_kept = [b.detach().clone() for b in self._bn_buffers()]
+
     def _adopt(self, root, extra=None):
         """Every rank takes root's parameters, buffers, optimizer state and
         step count (collective); returns root's `extra` (picklable)."""
         broadcast_parameters(self.model.state_dict(), root_rank=root)
+        self._keep_bn()
         base = super(type(self.opt), self.opt)  # the wrapped class's, without the clock
         state = broadcast_object((base.state_dict(), self.steps, self.stepped,
                                   self.most_samples, extra), root_rank=root)
@@ -962,6 +979,10 @@ class _Sync(_Passes):
         self.fused_ids.clear()
         for _, p in self.model_params:  # (the buckets are planned again at the attach)
             p.grad = None
+        if self.bn_kept is not None:  # the step's forward counted its batch: undone
+            with torch.no_grad():
+                for b, kept in zip(self._bn_buffers(), self.bn_kept):
+                    b.copy_(kept)
         self.attached, self.trials, self.last_end = False, None, None
         self.all_training, self.step_ms, self.step_samples = True, 0.0, 0
         self.clock, self.extra = self.stepped
