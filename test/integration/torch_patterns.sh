@@ -8,7 +8,7 @@
 # gradients in buckets that leave during backward, the forward under
 # torch.autocast, activation checkpointing, a penalty on the weights, a
 # gradient penalty, a weight used transposed too, BatchNorm in training
-# mode, all
+# mode, a GAN's alternating steps under one optimizer, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, an
@@ -47,7 +47,7 @@ cases=(
   "exact --autocast --freeze --route --clip --buckets --opt adam"
   "exact --checkpoint --freeze --validate --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
-  nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum"
+  nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

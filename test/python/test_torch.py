@@ -134,6 +134,16 @@ class TorchOneWorker(unittest.TestCase):
                                                  "from the first step"],
                                 nn.functional.cross_entropy(out, y).backward)
 
+    def test_second_optimizer_refused_with_the_way(self):
+        """A second DistributedOptimizer (a GAN's two): refused, saying how
+        to train both under one."""
+        g, d = net(), net()
+        sft.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), model=g)
+        self.assertRaisesNaming(sft.UsageError, ["one DistributedOptimizer per job",
+                                                 "a param group each"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(d.parameters(), lr=0.1), model=d)
+
     def test_every_public_name_has_a_docstring(self):
         """The package's public functions and the optimizer's methods say what
         they do (and what they raise, where they can fail)."""

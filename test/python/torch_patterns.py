@@ -70,6 +70,9 @@ latedense: a penalty on the weights added at step 3 must raise sfb.UsageError
   naming the layer and the step on every rank (or sfb.PeerError carrying a
   peer's, where that ended the job first); the same penalty from the
   first step, with weight 0 until step 3, must train as one process does.
+gan: a generator and a discriminator under one DistributedOptimizer (a param
+  group each), a discriminator step then a generator step with the
+  discriminator frozen, must train as one process does.
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -96,7 +99,7 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
-                                 "batchnorm", "autogradw", "latedense"])
+                                 "batchnorm", "autogradw", "latedense", "gan"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -691,6 +694,65 @@ def latedense():
           "process" % (why, steps, worst), flush=True)
 
 
+def gan():
+    """A GAN as sfb.torch trains one: a generator and a discriminator in one
+    module, one DistributedOptimizer over both (a param group each, their
+    own Adam settings); each iteration a discriminator step (the fakes
+    detached), then a generator step with the discriminator frozen
+    (requires_grad_(False)): two steps of the job, each one process's on
+    the global minibatches (parameters and Adam's state within --tol)."""
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    P, r = sft.size(), sft.rank()
+    torch.manual_seed(7)
+    gan = nn.ModuleDict({"G": nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 10)),
+                         "D": nn.Sequential(nn.Linear(10, 16), nn.LeakyReLU(0.2),
+                                            nn.Linear(16, 1))})
+    sft.broadcast_parameters(gan.state_dict(), root_rank=0)
+    ref = copy.deepcopy(gan)
+
+    def make(m):
+        return torch.optim.Adam([{"params": m["G"].parameters(), "lr": 2e-3},
+                                 {"params": m["D"].parameters(), "lr": 1e-3,
+                                  "betas": (0.5, 0.999)}])
+    opt = sft.DistributedOptimizer(make(gan), model=gan)
+    x, _ = data()
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(len(x), 4, generator=g)
+    bce = nn.functional.binary_cross_entropy_with_logits
+
+    def iteration(m, o, real, noise):
+        o.zero_grad()  # the discriminator: real against detached fakes
+        fake = m["G"](noise).detach()
+        out = m["D"](torch.cat([real, fake]))
+        bce(out, torch.cat([torch.ones(len(real), 1), torch.zeros(len(fake), 1)])).backward()
+        o.step()
+        o.zero_grad()  # the generator, through the frozen discriminator
+        m["D"].requires_grad_(False)
+        bce(m["D"](m["G"](noise)), torch.ones(len(noise), 1)).backward()
+        o.step()
+        m["D"].requires_grad_(True)
+
+    for t in range(args.steps):
+        xb, _ = shard(x, x, t, r, P)
+        zb, _ = shard(z, z, t, r, P)
+        iteration(gan, opt, xb, zb)
+    same(sft._need(), gan, "at the end")
+    clock = opt.clock
+    sft.shutdown()
+    ref_opt = make(ref)
+    for t in range(args.steps):
+        iteration(ref, ref_opt, torch.cat([shard(x, x, t, q, P)[0] for q in range(P)]),
+                  torch.cat([shard(z, z, t, q, P)[0] for q in range(P)]))
+    worst, where = rel_diff(gan, ref)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    if clock != 2 * args.steps:
+        fail("the job's clock is %d after %d iterations of two steps" % (clock, args.steps))
+    print("ok gan: %d iterations (discriminator, generator) within %.3g of one process" %
+          (args.steps, worst), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -705,7 +767,7 @@ def main():
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
-         "autogradw": autogradw, "latedense": latedense}[args.mode]()
+         "autogradw": autogradw, "latedense": latedense, "gan": gan}[args.mode]()
 
 
 main()

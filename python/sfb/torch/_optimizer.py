@@ -1212,7 +1212,12 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     and not in the model), or staleness > 0 with an optimizer that is not
     plain SGD."""
     if _env._optimizer is not None:
-        raise _sfb.UsageError("sfb.torch: one DistributedOptimizer per job (this one has one)")
+        raise _sfb.UsageError(
+            "sfb.torch: one DistributedOptimizer per job (this one has one). Models trained "
+            "by two optimizers (a GAN's generator and discriminator) take one: put both in "
+            "one module (nn.ModuleDict), give the optimizer a param group each (their own "
+            "settings), and step it after each one's backward (docs/torch.md, \"What is "
+            "exact\")")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
                               (optimizer,))
