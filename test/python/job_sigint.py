@@ -35,4 +35,7 @@ job.publish(0, [(np.ones((1, 2), np.float32), np.ones((1, 3), np.float32), 1.0)]
 job.wait(1)
 ok = interrupted("with the fabric open (A = %g)" % A[0, 0]) and A[0, 0] == job.world
 sys.stdout.flush()
+# every rank past wait(1) before any exits: a rank gone while another still
+# waited for its clock-0 frame failed that one ("rank 1 died")
+job.barrier()
 os._exit(0 if ok else 1)  # (the interrupted job is not finished: no goodbye)
