@@ -66,7 +66,7 @@ def _refuse_instance(name):
         "default: exact), or call eval() on the layer" % name, param=name.split(" ", 1)[1])
 
 
-def _refuse_batch(s, layer, why):
+def _refuse_batch(layer, why):
     _undo_count(layer)
     name = layer[1] if layer else "F.batch_norm"
     raise _sfb.UsageError(
@@ -162,8 +162,7 @@ class _SyncBatchNorm(torch.autograd.Function):
             sum_dy_xmu = (dyf * xmu).sum(dims)
         else:
             sum_dy = sum_dy_xmu = torch.zeros(C)
-        from ._optimizer import _TRAINING
-        w = s.my_weight if s.state == _TRAINING else 0.0  # the reduction's weight of this rank
+        w = s.reduction_weight
         parts = _gather(s, ctx.name, "backward", np.concatenate(
             [[w], sum_dy.double().numpy(), sum_dy_xmu.double().numpy()]))
         total_w, g_dy, g_dyxmu = 0.0, np.zeros(C), np.zeros(C)
@@ -203,10 +202,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                                  momentum, eps)
     layer = _layer(s, weight, running_mean)
     if s.additive:
-        _refuse_batch(s, layer, "at staleness %d the ranks would wait for each other in every "
+        _refuse_batch(layer, "at staleness %d the ranks would wait for each other in every "
                       "forward: use staleness=0" % s.staleness)
     if s.in_join:
-        _refuse_batch(s, layer, "inside opt.join() a rank whose data ran out stops calling "
+        _refuse_batch(layer, "inside opt.join() a rank whose data ran out stops calling "
                       "it while the others wait for its statistics: give the ranks equal "
                       "batches (or drop the last uneven ones) and train outside join()")
     if input.dim() < 2:

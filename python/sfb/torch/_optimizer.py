@@ -425,8 +425,12 @@ class _Sync(_Passes):
                             for p in (s.weight, s.bias))]:
             with torch.no_grad():
                 for p, g in slot.local_grads():
-                    p.grad = g if p.grad is None else \
-                        p.grad + g if p.grad.is_sparse else p.grad.add_(g)
+                    if p.grad is None:
+                        p.grad = g
+                    elif p.grad.is_sparse:
+                        p.grad = p.grad + g
+                    else:
+                        p.grad.add_(g)
             slot.hook.remove()
             self.linears.remove(slot)
             if self.by_weight.get(id(slot.weight)) is slot:
@@ -439,8 +443,8 @@ class _Sync(_Passes):
             self.dense_label[id(slot.weight)] = slot.label
             if slot.bias is not None:
                 self.dense_label[id(slot.bias)] = None  # (the weight's line says it)
-        for slot in self.linears:
-            slot.index = self.linears.index(slot)
+        for i, slot in enumerate(self.linears):
+            slot.index = i
         self.covered = set(id(p) for s in self.linears for p in (s.weight, s.bias)
                            if p is not None)
 
@@ -475,7 +479,7 @@ class _Sync(_Passes):
         self.step_samples = max(self.step_samples, samples)
         if slot.dense:  # (staleness 0: fused)
             self.job.publish_dense(self.clock, slot.index, slot.dense_grad(),
-                                   self.my_weight if self.state == _TRAINING else 0.0)
+                                   self.reduction_weight)
             slot.published = slot.was_dense = True
             return
         if samples:
@@ -484,7 +488,7 @@ class _Sync(_Passes):
         if self.additive:
             scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
         else:  # (joined or leaving: zeros)
-            scale = self.my_weight if self.state == _TRAINING else 0.0
+            scale = self.reduction_weight
         self.job.publish_one(self.clock, slot.index, b, c, scale)
         slot.published = True
         slot.caps = []
@@ -492,7 +496,7 @@ class _Sync(_Passes):
     def _publish_bucket(self, b):
         stage = b.stage_update(lambda p: self.group_of[id(p)]["lr"], self.additive,
                                self.state == _TRAINING, self.job.world)
-        scale = 1.0 if self.additive else (self.my_weight if self.state == _TRAINING else 0.0)
+        scale = 1.0 if self.additive else self.reduction_weight
         self.job.publish_dense(self.clock, b.index, stage, scale)
         b.published = True
 
@@ -707,6 +711,11 @@ class _Sync(_Passes):
     @property
     def my_weight(self):
         return 1.0 if self.weight is None else float(self.weight)
+
+    @property
+    def reduction_weight(self):
+        """This rank's weight in the clock's reduction (0 when joined or leaving)."""
+        return self.my_weight if self.state == _TRAINING else 0.0
 
     def reduce(self):
         """Staleness 0, once a step (the end of its last backward pass, or
