@@ -18,6 +18,13 @@ double sfb__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double sfb__gap(double *last, double now, double slack)
+{
+    double gap = *last > 0 ? now - *last : 0;
+    *last = now;
+    return gap > slack ? gap : 0;
+}
+
 unsigned sfb__cpus_allowed(void)
 {
     cpu_set_t set;

@@ -51,6 +51,12 @@ int sfb__log_rank(void);
 
 /* Monotonic clock in seconds. */
 double sfb__now(void);
+/* A periodic check's own gap: `now` minus its previous run (*last, then set
+ * to now; 0 on the first run) when that exceeds `slack`, else 0. A check
+ * that ran that late was not running meanwhile (the process stopped: Ctrl-Z
+ * and fg, a debugger, Slurm's suspend, a paused VM), so what it watches
+ * cannot be blamed for the time: liveness and timeouts count from now. */
+double sfb__gap(double *last, double now, double slack);
 /* Sleeps `sec` seconds (signals do not cut it short); <= 0: returns. */
 void sfb__sleep(double sec);
 /* The monotonic time `sec` seconds from now, for pthread_cond_timedwait on

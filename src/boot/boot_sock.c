@@ -31,13 +31,18 @@ int sfb__boot_poll_ms(double deadline, double now)
 
 int sfb__boot_wait_fd(int fd, short events, double deadline)
 {
+    double last = sfb__now();
     for (;;) {
         double now = sfb__now();
-        if (now >= deadline) return -ETIMEDOUT;
+        /* A look seconds after the last one (polls last 1 s at most): the
+         * process was stopped and continued (Ctrl-Z and fg, Slurm's
+         * suspend), and the time does not count against the deadline. */
+        deadline += sfb__gap(&last, now, 2.0);
         struct pollfd p = {fd, events, 0};
-        int n = poll(&p, 1, sfb__boot_poll_ms(deadline, now));
+        int n = poll(&p, 1, SFB_MIN(sfb__boot_poll_ms(deadline, now), 1000));
         if (n > 0) return 0;
         if (n < 0 && errno != EINTR) return -errno;
+        if (n == 0 && now >= deadline) return -ETIMEDOUT; /* looked once past it */
     }
 }
 

@@ -46,6 +46,8 @@ struct sfb__comm_live {
     struct sfb__loop_io *deaths;
     double *gone_since;    /* when a peer's process was first seen gone */
     double silence_s;      /* a watched peer silent this long has failed (see heartbeat()) */
+    double last_beat;      /* the last heartbeat tick or status answered (sfb__gap) */
+    _Atomic int64_t away_us; /* time this rank was found not running (sfb__comm_clock) */
     double anon_error_at;  /* a fabric error naming no peer, not yet blamed */
     char anon_error[256];
 };
@@ -58,6 +60,7 @@ struct sfb__comm_stall {
     _Atomic int64_t *peer_pub, *peer_pub_us;
     _Atomic int64_t *arrived; /* per origin: every update through this clock is here */
     double next_probe; /* compute thread */
+    double last_look, hold_until; /* compute thread: checks that ran late (sfb__gap) */
     int debug_drop_sf; /* SFB_DEBUG_DROP_SF_AT names this rank: it drops every SF
                         * frame and bundle it receives (tests: test/integration/stall.sh) */
 };
@@ -139,6 +142,15 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
 /* The heartbeat timer's callback, the silence timeout for `here` ranks on
  * this host, and "heard from everyone now" (loop thread, or before it runs). */
 void sfb__comm_heartbeat(void *arg);
+/* Loop thread, at least every heartbeat: a run seconds after the last one
+ * means this rank was not running (stopped and continued): the time is
+ * added to away_us and every peer's silence counts from now. */
+void sfb__comm_awake(struct sfb__comm *c, double now);
+/* This rank's clock for liveness and stalls (any thread): sfb__now() less
+ * the time it was found not running, so that a job stopped and continued
+ * (Ctrl-Z and fg, a debugger, Slurm's suspend, a paused VM) blames no one
+ * for the stop. */
+double sfb__comm_clock(const struct sfb__comm *c);
 /* Stalls (comm_stall.c): take a status heartbeat's payload (loop thread),
  * and the wait's check (compute thread). This rank's own published clock is
  * noted as its SF frames get their headers (comm_send.c). */

@@ -185,6 +185,25 @@ void sfb__comm_on_error(void *user, int peer, int code, const char *msg)
     }
 }
 
+void sfb__comm_awake(struct sfb__comm *c, double now)
+{
+    /* this rank did not run (the job stopped and continued, every rank
+     * with it or this one alone), and heard nothing meanwhile through no
+     * fault of its peers */
+    double away = sfb__gap(&c->live.last_beat, now, SFB_MAX(2.0, c->live.silence_s / 4));
+    if (!(away > 0)) return;
+    atomic_fetch_add_explicit(&c->live.away_us, (int64_t)(away * 1e6), memory_order_relaxed);
+    SFB_LOG_I("rank %u did not run for %.1f s (stopped and continued?): its peers' silence "
+              "counts from now", c->rank, away);
+    sfb__comm_reset_heard(c);
+}
+
+double sfb__comm_clock(const struct sfb__comm *c)
+{
+    return sfb__now() -
+           1e-6 * (double)atomic_load_explicit(&c->live.away_us, memory_order_relaxed);
+}
+
 /* Loop thread: heartbeats out, silence detection in. Each rank watches only
  * its two neighbours on the ring of ranks (rank ± 1): heartbeat traffic is
  * O(P) for the job instead of O(P²) (at P = 128 on 2 cores, every rank
@@ -196,6 +215,7 @@ void sfb__comm_heartbeat(void *arg)
 {
     struct sfb__comm *c = arg;
     double now = sfb__now();
+    sfb__comm_awake(c, now);
     uint32_t w[2];
     unsigned n = sfb__comm_watched(c, w);
     /* Peers that talk to this rank hear from it too (a sender waiting for

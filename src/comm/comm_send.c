@@ -13,7 +13,7 @@
 static void note_published(struct sfb__comm *c, int64_t clock)
 {
     if (clock <= atomic_load_explicit(&c->stall.published, memory_order_relaxed)) return;
-    atomic_store_explicit(&c->stall.published_us, (int64_t)(sfb__now() * 1e6),
+    atomic_store_explicit(&c->stall.published_us, (int64_t)(sfb__comm_clock(c) * 1e6),
                           memory_order_relaxed);
     atomic_store_explicit(&c->stall.published, clock, memory_order_release);
 }

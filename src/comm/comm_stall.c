@@ -32,7 +32,7 @@ static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags)
     uint8_t p[STATUS_LEN];
     int64_t pub = atomic_load_explicit(&c->stall.published, memory_order_acquire);
     int64_t at = atomic_load_explicit(&c->stall.published_us, memory_order_relaxed);
-    int64_t age = pub >= 0 ? (int64_t)(sfb__now() * 1e6) - at : 0;
+    int64_t age = pub >= 0 ? (int64_t)(sfb__comm_clock(c) * 1e6) - at : 0;
     sfb__put_u64(p, (uint64_t)pub);
     sfb__put_u64(p + 8, (uint64_t)(age > 0 ? age : 0));
     sfb__put_u64(p + 16, flags);
@@ -48,10 +48,14 @@ void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *paylo
     uint64_t age = sfb__get_u64(payload + 8), flags = sfb__get_u64(payload + 16);
     if (pub >= -1 && age < 365ull * 86400 * 1000000) {
         atomic_store_explicit(&c->stall.peer_pub_us[src],
-                              (int64_t)(sfb__now() * 1e6) - (int64_t)age, memory_order_relaxed);
+                              (int64_t)(sfb__comm_clock(c) * 1e6) - (int64_t)age,
+                              memory_order_relaxed);
         atomic_store_explicit(&c->stall.peer_pub[src], pub, memory_order_release);
     }
-    if (flags & STATUS_ASK) send_status(c, src, 0);
+    if (flags & STATUS_ASK) {
+        sfb__comm_awake(c, sfb__now()); /* an age that leaves out a stop of its own */
+        send_status(c, src, 0);
+    }
 }
 
 void sfb__comm_stall_arrived(struct sfb__comm *c, uint32_t origin, int64_t through)
@@ -65,7 +69,16 @@ int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                           const struct sfb__ssp *ssp)
 {
     double T = c->s.stall_timeout_s, now = sfb__now();
-    if (!(T > 0) || !c->stall.peer_pub || now - since < T / 4) return 0;
+    if (!(T > 0) || !c->stall.peer_pub) return 0;
+    /* A check seconds late: the job stopped and continued. Ask nothing and
+     * blame no one until the loop thread has seen the stop too (its clock,
+     * sfb__comm_clock, then leaves it out) and the peers have answered
+     * afresh (theirs leave out their own). */
+    if (sfb__gap(&c->stall.last_look, now, 2.0) > 0) {
+        c->stall.hold_until = now + SFB_MAX(1.0, 4 * c->s.heartbeat_s);
+        c->stall.next_probe = c->stall.hold_until;
+    }
+    if (now - since < T / 4 || now < c->stall.hold_until) return 0;
     int ask = now >= c->stall.next_probe;
     if (ask) c->stall.next_probe = now + T / 4;
     for (uint32_t o = 0; o < c->world; o++) {
@@ -74,8 +87,8 @@ int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                                atomic_load_explicit(&c->stall.arrived[o], memory_order_relaxed));
         if (o == c->rank || have >= required) continue;
         int64_t pub = atomic_load_explicit(&c->stall.peer_pub[o], memory_order_acquire);
-        double age = now - 1e-6 * (double)atomic_load_explicit(&c->stall.peer_pub_us[o],
-                                                               memory_order_relaxed);
+        double age = sfb__comm_clock(c) - 1e-6 * (double)atomic_load_explicit(
+                                                &c->stall.peer_pub_us[o], memory_order_relaxed);
         if (pub > have && age > T) {
             char got[64];
             if (have < 0) snprintf(got, sizeof got, "none of its updates");

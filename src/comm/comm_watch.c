@@ -7,6 +7,8 @@
  *   - for max(2 s, silence/4) while a peer of this host has died without a
  *     BYE, or
  *   - for the whole silence timeout (no dead peer to blame),
+ * counting from its own last look when that was seconds late (the process
+ * stopped and continued: the thread inside did not run either),
  * it gives the thread up (sfb__transport_abandon: only while it is still
  * inside that call) and fails the comm naming the dead peer, so the compute
  * thread returns an error and the process can exit. The thread inside may
@@ -41,11 +43,14 @@ static int dead_peer(const struct sfb__comm *c)
 }
 
 /* One look: 1 when the thread was given up (the watchdog's work is done). */
-static int look(struct sfb__comm *c, uint64_t *seen, double *since)
+static int look(struct sfb__comm *c, uint64_t *seen, double *since, double *last)
 {
     uint64_t seq = sfb__transport_fabric_seq(c->t);
     double now = sfb__now();
-    if (!(seq & 1) || seq != *seen) { /* outside a call, or in another one */
+    /* a look seconds late: the process did not run (stopped and continued),
+     * the thread inside no more than this one: count from now */
+    int away = sfb__gap(last, now, SFB_MAX(2.0, c->live.silence_s / 4)) > 0;
+    if (away || !(seq & 1) || seq != *seen) { /* outside a call, or in another one */
         *seen = seq;
         *since = now;
         return 0;
@@ -89,7 +94,7 @@ static void *watch_main(void *arg)
     struct sfb__comm *c = arg;
     struct sfb__comm_watch *w = c->watch;
     uint64_t seen = 0;
-    double since = sfb__now();
+    double since = sfb__now(), last = 0;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
         struct timespec ts;
@@ -97,7 +102,7 @@ static void *watch_main(void *arg)
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
         if (w->stop) break;
         pthread_mutex_unlock(&w->mu);
-        int done = look(c, &seen, &since);
+        int done = look(c, &seen, &since, &last);
         pthread_mutex_lock(&w->mu);
         if (done) break;
     }

@@ -209,6 +209,7 @@ struct sfb__transport {
     int cq_data;       /* a WHOLE message's header goes as remote CQ data (transport_tx.c) */
     int mr_virt_addr;  /* FI_MR_VIRT_ADDR: remote addresses are pointers */
     double next_ack_check;
+    double ack_look, ack_excused; /* the last ACK check, and the last one that ran late */
     unsigned acks_due; /* RMA sends waiting for their ACK (loop thread) */
     int wait_fd;
     int block;               /* never spin (progress policy, see progress()) */

@@ -160,15 +160,20 @@ void sfb__tp_on_ack(struct sfb__transport *t, uint32_t src, uint32_t seq, uint64
 
 /* A receiver that has said nothing at all for ack_timeout_s since the
  * announce (dead, or wedged) fails the send instead of holding it forever;
- * one that is merely slow to read keeps it. Scans at most every 100 ms. */
+ * one that is merely slow to read keeps it. Scans at most every 100 ms.
+ * Checks seconds apart (the process stopped and continued) count from the
+ * late one: nothing was read meanwhile. */
 void sfb__tp_check_acks(struct sfb__transport *t, double now)
 {
-    if (!t->rma || now < t->next_ack_check) return;
+    if (!t->rma) return;
+    if (sfb__gap(&t->ack_look, now, SFB_MAX(2.0, t->s.ack_timeout_s / 4)) > 0) t->ack_excused = now;
+    if (now < t->next_ack_check) return;
     t->next_ack_check = now + 0.1;
     for (unsigned i = 0; i < t->s.max_sends; i++) {
         struct sreq *r = &t->sreqs[i];
         if (!r->awaiting_ack) continue; /* (then peers are set: heard exists) */
-        double quiet = now - SFB_MAX(r->announced, t->peers.heard[r->dst]);
+        double quiet =
+            now - SFB_MAX(SFB_MAX(r->announced, t->peers.heard[r->dst]), t->ack_excused);
         if (quiet < t->s.ack_timeout_s) continue;
         char d[96];
         snprintf(d, sizeof d, "no ACK for RMA frame %u, nothing from the peer for %.1f s", r->seq,

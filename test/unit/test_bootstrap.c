@@ -711,6 +711,70 @@ static int test_dead_peer(void)
     return 0;
 }
 
+/* A job suspended mid-allgather (Ctrl-Z, Slurm): both ranks SIGSTOPped for
+ * 2.5 s while rank 0 waits with a 1 s deadline and rank 1 has not yet
+ * contributed; continued, rank 1 contributes 0.3 s later and rank 0 takes
+ * it: the time it was stopped does not count against its deadline.
+ * (Before: -ETIMEDOUT at once on waking.) */
+static void *stop_both(void *p)
+{
+    struct world_arg *w = p;
+    pid_t pids[2];
+    if (read(w->key_pipe[0], pids, sizeof pids) != (ssize_t)sizeof pids) return NULL;
+    usleep(200000); /* rank 0 is waiting in its allgather */
+    kill(pids[0], SIGSTOP);
+    kill(pids[1], SIGSTOP);
+    usleep(2500000);
+    kill(pids[0], SIGCONT);
+    kill(pids[1], SIGCONT);
+    return NULL;
+}
+
+static int stopped_rank(int rank, void *p)
+{
+    struct world_arg *w = p;
+    set_env(rank, 2, w->port, "0x570b");
+    struct sfb__bootstrap_settings s = quick(rank == 0 ? 1.0 : 10.0);
+    struct sfb__bootstrap *bs = NULL;
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    CHILD_CHECK(sfb__bootstrap_barrier(bs) == 0);
+    double t0 = sfb__now();
+    if (rank == 1) { /* both pids in one write (PIPE_BUF: atomic) */
+        pid_t pids[2] = {0, getpid()};
+        uint32_t z = 0, got[2];
+        CHILD_CHECK(sfb__bootstrap_allgather(bs, &z, sizeof z, got) == 0); /* rank 0's pid */
+        pids[0] = (pid_t)got[0];
+        CHILD_CHECK(write(w->key_pipe[1], pids, sizeof pids) == (ssize_t)sizeof pids);
+        t0 = sfb__now();
+        while (sfb__now() < t0 + 3.0) usleep(10000); /* stopped 0.2 s in, for 2.5 s */
+    } else {
+        uint32_t me = (uint32_t)getpid(), got[2];
+        CHILD_CHECK(sfb__bootstrap_allgather(bs, &me, sizeof me, got) == 0);
+    }
+    uint32_t mine = 0x100u + (uint32_t)rank, all[2] = {0, 0};
+    int r = sfb__bootstrap_allgather(bs, &mine, sizeof mine, all);
+    if (r) fprintf(stderr, "  rank %d: %s\n", rank, sfb_last_error());
+    CHILD_CHECK(r == 0);
+    CHILD_CHECK(all[0] == 0x100u && all[1] == 0x101u);
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int test_stopped_in_allgather(void)
+{
+    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 2, {-1, -1}};
+    ASSERT_GT(w.port, 0);
+    ASSERT_EQ(pipe(w.key_pipe), 0);
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, stop_both, &w), 0);
+    int r = run_ranks(2, stopped_rank, &w, 20);
+    close(w.key_pipe[1]); /* a stopper still reading (a rank failed early) gets EOF */
+    pthread_join(t, NULL);
+    close(w.key_pipe[0]);
+    ASSERT_EQ(r, 0);
+    return 0;
+}
+
 /* ---- a stalled rank 0 keeps its deadline ----------------------------------- */
 
 /* Forks a child that runs fn(arg) and _exits with its result; it dies with
@@ -1161,6 +1225,7 @@ static const struct test_case tests[] = {
     {"dead_peer", test_dead_peer},
     {"rank0_stalled_by_log", test_rank0_stalled_by_log},
     {"rank0_stopped_past_deadline", test_rank0_stopped_past_deadline},
+    {"stopped_in_allgather", test_stopped_in_allgather},
     {"rank0_out_of_fds", test_rank0_out_of_fds},
     {"rank0_low_soft_fd_limit", test_rank0_low_soft_fd_limit},
     {"flood", test_flood},
