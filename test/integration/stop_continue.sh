@@ -15,7 +15,7 @@ trap cleanup EXIT
 fails=0; passes=0
 check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
 # silence: 0.5 s × ranks per CPU (≥ 0.5 s); the late-check slack is 2 s: a
-# 4 s stop is past both, and past the 2 s stall timeout
+# 3 s stop is past both, and past the 2 s stall timeout
 job=(-n 4 --data synth:k=4,d=20,n=4000,seed=1 --eval-every 0 --peer-timeout 0.5
      --stall-timeout 2 --ordered)
 
@@ -33,7 +33,7 @@ stop_run() {
   sleep 0.5
   [ "$which" = one ] && workers=$(echo $workers | cut -d' ' -f3)
   kill -STOP $workers
-  sleep 4
+  sleep 3
   kill -CONT $workers
   wait $run
 }
@@ -41,7 +41,7 @@ stop_run() {
 stop_run all all --clocks 3000
 rc=$?
 check "all stopped: exits 0 (rc=$rc)" "[ $rc = 0 ]"
-n=$(grep -c 'did not run for [4-9]\.[0-9] s (stopped and continued?)' "$tmp/all.log")
+n=$(grep -c 'did not run for [3-9]\.[0-9] s (stopped and continued?)' "$tmp/all.log")
 check "all stopped: each of the 4 ranks saw its stop ($n)" "[ $n = 4 ]"
 check "all stopped: no rank called dead, silent or stalled" \
   "! grep -q 'dead or silent\|stalled\|stuck in libfabric' '$tmp/all.log'"

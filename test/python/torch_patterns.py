@@ -601,6 +601,40 @@ def batchnorm():
     worst, where = rel_diff(model, ref)
     if worst > args.tol:
         fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    # At step 1 rank 0 runs the BatchNorm2d in eval() (the others wait for
+    # its statistics while it gathers the BatchNorm1d's), then, with a model
+    # whose BatchNorm keeps running statistics, leaves eval() on after
+    # validating (it gathers nothing: the others wait while it reduces).
+    # Every rank must fail at once (before: all waited out the bootstrap
+    # timeout) with sfb.MismatchError naming where each was.
+    small = nn.Sequential(nn.Linear(10, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 5))
+    for net, leave, words in (
+            (model, lambda: model[2].eval(), ["rank 0 was at BatchNorm1d 6's forward",
+                                              "BatchNorm2d 2's forward statistics at step 1"]),
+            (small, lambda: small.eval(), ["step 1's reduction", "rank 0 ran fewer",
+                                           "model.eval() left on"])):
+        sft.init(peer_timeout_s=5, bootstrap_timeout_s=120)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), model=net,
+                                       max_samples=2 * args.batch + 1)
+        t0 = time.monotonic()
+        try:
+            for t in range(3):
+                xb, yb = shard(x, y, t, r, P)
+                net.train()
+                model[8].eval()  # (its refusal above)
+                if t == 1 and r == 0:
+                    leave()
+                opt.zero_grad()
+                nn.functional.cross_entropy(net(xb), yb).backward()
+                opt.step()
+        except sfb.MismatchError as e:
+            took = time.monotonic() - t0
+            if t != 1 or took > 60 or any(w not in str(e) for w in words):
+                fail("a rank left in eval(): step %d, %.1f s, %s" % (t, took, e))
+            whys.append(words[0])
+        else:
+            fail("a rank left in eval() was not caught")
+        closed()
     print("ok batchnorm: refused (%s); the rest in training mode %d uneven steps within %.3g "
           "of one process" % ("; ".join(whys), args.steps, worst), flush=True)
 

@@ -77,26 +77,77 @@ def _refuse_batch(layer, why):
         param=name.split(" ", 1)[1] if layer else None)
 
 
+_HINT = ("every rank must run each BatchNorm layer in training mode in the same order in "
+         "every forward, as under SyncBatchNorm (one without running statistics gathers in "
+         "eval() too)")
+
+
+def _tag(s, what):
+    """128 bytes saying where this rank is: "<step> <phase> <layer>"."""
+    return ("%d %s" % (s.clock, what)).encode()[:128].ljust(128, b"\0")
+
+
+def _at(tag):
+    """Where a tag says its rank was: "step 3's reduction" or
+    "BatchNorm2d 2's forward statistics at step 3"."""
+    step, what = (tag.rstrip(b"\0").decode(errors="replace").split(" ", 1) + [""])[:2]
+    if what == "reduction":
+        return "step %s's reduction" % step
+    phase, _, name = what.partition(" ")
+    return "%s's %s statistics at step %s" % (name, phase, step)
+
+
+def _mismatch(s, tag, e):
+    """sfb.MismatchError naming where each rank was, after a gather whose
+    lengths differed (every rank failed at that same collective, which left
+    the channel usable: a second gather of the 128-byte tags tells)."""
+    try:
+        parts = s.job.allgather(tag)
+    except _sfb.Error:
+        return type(e)(e.code, "sfb.torch: at %s: %s: %s" % (_at(tag), e, _HINT), e.rank)
+    me = s.job.rank
+    q = next((q for q, p in enumerate(parts) if p != tag), e.rank)
+    fewer = next((r for r, p in ((me, tag), (q, parts[q])) if _at(p).endswith("reduction")),
+                 None)
+    return _sfb.MismatchError(
+        -(4096 + 9), "sfb.torch: rank %d was at %s while rank %d was at %s: %s%s" % (
+            me, _at(tag), q, _at(parts[q]), _HINT,
+            "" if fewer is None else "; rank %d ran fewer of them in training mode in this "
+            "step (model.eval() left on after validating on some ranks only?)" % fewer), q)
+
+
+def meet(s):
+    """Collective, first in each step's reduction when the model has a
+    BatchNorm layer: a rank that ran fewer of them in training mode in this
+    step (model.eval() left on after validating on some ranks only) would
+    leave the others waiting in a gather for its statistics until the
+    bootstrap timeout; this gather, the length of no statistics gather,
+    fails every rank at once instead (sfb.MismatchError)."""
+    tag = _tag(s, "reduction")
+    try:
+        s.job.allgather(tag)
+    except _sfb.MismatchError as e:
+        raise _mismatch(s, tag, e) from None
+
+
 def _gather(s, name, phase, values):
     """Every rank's float64 values (rank order) for this call; each rank must
     be at the same layer and phase of the same step, else MismatchError."""
-    tag = ("%s %s %d" % (phase, name, s.clock)).encode()[:120].ljust(128, b"\0")
+    tag = _tag(s, "%s %s" % (phase, name))
     mine = tag + np.ascontiguousarray(values, np.float64).tobytes()
     job = s.job
     try:
         parts = job.allgather(mine) if job.world > 1 else [mine]
+    except _sfb.MismatchError as e:
+        raise _mismatch(s, tag, e) from None
     except _sfb.Error as e:
-        raise type(e)(e.code, "sfb.torch: %s's %s statistics at step %d: %s (every rank must "
-                      "run each BatchNorm layer in training mode in the same order in every "
-                      "forward, as under SyncBatchNorm)" % (name, phase, s.clock, e),
-                      e.rank) from None
+        raise type(e)(e.code, "sfb.torch: %s's %s statistics at step %d: %s (%s)" % (
+            name, phase, s.clock, e, _HINT), e.rank) from None
     for q, p in enumerate(parts):
         if p[:128] != tag:
-            raise _sfb.MismatchError(
-                -(4096 + 9), "sfb.torch: rank %d gathered %s's %s statistics at step %d while "
-                "rank %d was at %s (every rank must run each BatchNorm layer in training mode "
-                "in the same order)" % (job.rank, name, phase, s.clock, q,
-                                        p[:128].rstrip(b"\0").decode(errors="replace")), q)
+            raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: rank %d was at %s while rank %d "
+                                     "was at %s: %s" % (job.rank, _at(tag), q, _at(p[:128]),
+                                                        _HINT), q)
     return [np.frombuffer(p[128:], np.float64) for p in parts]
 
 
