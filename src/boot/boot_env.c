@@ -227,7 +227,7 @@ static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, doubl
         goto out;
     }
     while (z.joined < bs->size - 1) {
-        double now = sfb__now();
+        double now = sfb__boot_now();
         if (now >= deadline) {
             r = rendezvous_timeout(&z, waited);
             goto out;
@@ -262,7 +262,7 @@ static int rank0_accept(struct sfb__bootstrap *bs, int lfd, int key_given, doubl
         for (size_t i = 0; i < z.npend; i++)
             if (pfd[off + i].revents) serve(&z, &z.pend[i]);
         compact(&z);
-        if (listening && (pfd[0].revents & POLLIN)) accept_some(&z, sfb__now());
+        if (listening && (pfd[0].revents & POLLIN)) accept_some(&z, sfb__boot_now());
     }
 out:
     for (size_t i = 0; z.pend && i < z.npend; i++) close(z.pend[i].fd);
@@ -323,12 +323,12 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
     struct addrinfo *ai;
     int r = sfb__boot_resolve(spec, 0, &ai);
     if (r) return r;
-    double deadline = sfb__now() + connect_timeout, backoff = 0.01;
+    double deadline = sfb__boot_now() + connect_timeout, backoff = 0.01;
     int fd = -1;
     for (;;) {
         for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) fd = sfb__boot_try_connect(a, deadline);
         if (fd >= 0) break;
-        double now = sfb__now();
+        double now = sfb__boot_now();
         if (now + backoff >= deadline) {
             freeaddrinfo(ai);
             return sfb__error(-ETIMEDOUT, "bootstrap: rank %d could not reach rank 0 at %s within %.0f s: %s",
@@ -374,11 +374,11 @@ static int rank0_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_set
     if (!key_given) bs->key = sfb__boot_random_key();
     /* Absolute: nothing a peer sends, nor a stall of rank 0, moves it. */
     double waited = SFB_MAX(s->connect_timeout_s, s->timeout_s);
-    double deadline = sfb__now() + waited;
+    double deadline = sfb__boot_now() + waited;
     r = rank0_accept(bs, lfd, key_given, hello_s, (size_t)max_pending, deadline, waited);
     close(lfd);
     if (r) return r;
-    deadline = sfb__now() + s->timeout_s;
+    deadline = sfb__boot_now() + s->timeout_s;
     struct sfb__boot_hdr w = make_hdr(bs, SFB__BOOT_WELCOME, 0);
     for (int i = 1; i < bs->size; i++)
         if ((r = sfb__boot_send_msg(bs->fds[i], &w, NULL, deadline)))
@@ -423,7 +423,7 @@ static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
     /* Rank 0 answers once the last rank has joined, which may take as long as
      * the slowest joiner's connect retries. */
     double welcome_s = s->connect_timeout_s + s->timeout_s;
-    double deadline = sfb__now() + welcome_s;
+    double deadline = sfb__boot_now() + welcome_s;
     struct sfb__boot_hdr h = make_hdr(bs, SFB__BOOT_HELLO, 0);
     if ((r = sfb__boot_send_msg(bs->fds[0], &h, NULL, deadline))) return sfb__boot_io_error(r, "sending the hello to", 0, welcome_s);
     if ((r = sfb__boot_recv_hdr(bs->fds[0], &h, deadline))) {
@@ -549,7 +549,7 @@ static int env_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t 
                           size_t *lens)
 {
     if (bs->size == 1) return sfb__boot_gather_self(bs, mine, len, all, lens);
-    double deadline = sfb__now() + bs->timeout_s;
+    double deadline = sfb__boot_now() + bs->timeout_s;
     uint8_t *t = NULL;
     size_t tlen = 0;
     int r = bs->rank == 0 ? env_rank0(bs, mine, len, &t, &tlen, deadline)

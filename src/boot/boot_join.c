@@ -99,7 +99,7 @@ int sfb__join_reserve(const char *host, int *fd_out, char *addr, size_t n)
  * (malloc'd, NUL-terminated), or a negative code (dropped). */
 static int read_join(int fd, struct sfb__boot_hdr *h, char **text)
 {
-    double deadline = sfb__now() + 0.5;
+    double deadline = sfb__boot_now() + 0.5;
     int r = sfb__boot_recv_hdr(fd, h, deadline);
     if (r) return r;
     if (h->magic != SFB__BOOT_MAGIC || h->version != SFB__BOOT_VERSION || h->type != JOIN ||
@@ -118,7 +118,7 @@ static int read_join(int fd, struct sfb__boot_hdr *h, char **text)
 static void refuse(int fd, uint64_t key, const char *why)
 {
     struct sfb__boot_hdr h = hdr(REFUSE, key, 0, 0, (uint32_t)strlen(why));
-    sfb__boot_send_msg(fd, &h, why, sfb__now() + 0.5);
+    sfb__boot_send_msg(fd, &h, why, sfb__boot_now() + 0.5);
 }
 
 /* The first line where two settings texts differ, for the refusal. */
@@ -145,8 +145,8 @@ int sfb__join_accept(int lfd, uint64_t key, const char *text, int *fds, uint32_t
     /* the job waits while this runs: idle connections (each dropped after
      * 0.5 s without a JOIN) cost it 1 s a check at most; the rest wait for
      * the next check */
-    double end = sfb__now() + 1.0;
-    while (*n < max && sfb__now() < end) {
+    double end = sfb__boot_now() + 1.0;
+    while (*n < max && sfb__boot_now() < end) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EINTR) continue;
@@ -193,7 +193,7 @@ int sfb__join_assign(int fd, uint64_t key, uint32_t rank, uint32_t world, int64_
     sfb__put_u64(p + 16, extra[1]);
     memcpy(p + ASSIGN_FIXED, rendezvous, len - ASSIGN_FIXED);
     struct sfb__boot_hdr h = hdr(ASSIGN, key, rank, world, (uint32_t)len);
-    int r = sfb__boot_send_msg(fd, &h, p, sfb__now() + 2.0);
+    int r = sfb__boot_send_msg(fd, &h, p, sfb__boot_now() + 2.0);
     free(p);
     return r;
 }
@@ -205,9 +205,9 @@ int sfb__join_request(const char *addr, uint64_t key, const char *text, double t
     struct addrinfo *ai;
     int r = sfb__boot_resolve(addr, 0, &ai);
     if (r) return r;
-    double deadline = sfb__now() + timeout_s;
+    double deadline = sfb__boot_now() + timeout_s;
     int fd = -1;
-    while (fd < 0 && sfb__now() < deadline) {
+    while (fd < 0 && sfb__boot_now() < deadline) {
         for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
             fd = sfb__boot_try_connect(a, deadline);
         if (fd < 0) sfb__sleep(0.05);

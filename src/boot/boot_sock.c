@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,15 +30,23 @@ int sfb__boot_poll_ms(double deadline, double now)
     return (int)ms + 1;
 }
 
+static _Atomic int64_t away_ns; /* sfb__boot_now: the stops sfb__boot_wait_fd saw */
+
+double sfb__boot_now(void)
+{
+    return sfb__now() - 1e-9 * (double)atomic_load_explicit(&away_ns, memory_order_relaxed);
+}
+
 int sfb__boot_wait_fd(int fd, short events, double deadline)
 {
     double last = sfb__now();
     for (;;) {
-        double now = sfb__now();
         /* A look seconds after the last one (polls last 1 s at most): the
-         * process was stopped and continued (Ctrl-Z and fg, Slurm's
-         * suspend), and the time does not count against the deadline. */
-        deadline += sfb__gap(&last, now, 2.0);
+         * process was stopped and continued, and the bootstrap's clock
+         * leaves the time out. */
+        double gap = sfb__gap(&last, sfb__now(), 2.0);
+        if (gap > 0) atomic_fetch_add_explicit(&away_ns, (int64_t)(gap * 1e9), memory_order_relaxed);
+        double now = sfb__boot_now();
         struct pollfd p = {fd, events, 0};
         int n = poll(&p, 1, SFB_MIN(sfb__boot_poll_ms(deadline, now), 1000));
         if (n > 0) return 0;

@@ -56,6 +56,11 @@ struct sockaddr_storage;
 int sfb__boot_poll_ms(double deadline, double now);
 /* Waits until fd is ready for `events` (poll); -ETIMEDOUT past deadline. */
 int sfb__boot_wait_fd(int fd, short events, double deadline);
+/* The bootstrap's clock, for every deadline of its own: sfb__now() less the
+ * time sfb__boot_wait_fd found the process stopped (Ctrl-Z and fg, Slurm's
+ * suspend, a paused VM: a look at the socket seconds after the last), so
+ * that a job stopped and continued loses none of an operation's time. */
+double sfb__boot_now(void);
 /* Reads or writes exactly len bytes: partial transfers, EINTR and EAGAIN
  * are retried; a peer that closes gives -ECONNRESET. */
 int sfb__boot_fd_io(int fd, void *buf, size_t len, double deadline, int writing);

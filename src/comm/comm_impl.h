@@ -150,7 +150,11 @@ void sfb__comm_awake(struct sfb__comm *c, double now);
  * the time it was found not running, so that a job stopped and continued
  * (Ctrl-Z and fg, a debugger, Slurm's suspend, a paused VM) blames no one
  * for the stop. */
-double sfb__comm_clock(const struct sfb__comm *c);
+static inline double sfb__comm_clock(const struct sfb__comm *c)
+{
+    return sfb__now() -
+           1e-6 * (double)atomic_load_explicit(&c->live.away_us, memory_order_relaxed);
+}
 /* Stalls (comm_stall.c): take a status heartbeat's payload (loop thread),
  * and the wait's check (compute thread). This rank's own published clock is
  * noted as its SF frames get their headers (comm_send.c). */

@@ -198,12 +198,6 @@ void sfb__comm_awake(struct sfb__comm *c, double now)
     sfb__comm_reset_heard(c);
 }
 
-double sfb__comm_clock(const struct sfb__comm *c)
-{
-    return sfb__now() -
-           1e-6 * (double)atomic_load_explicit(&c->live.away_us, memory_order_relaxed);
-}
-
 /* Loop thread: heartbeats out, silence detection in. Each rank watches only
  * its two neighbours on the ring of ranks (rank ± 1): heartbeat traffic is
  * O(P) for the job instead of O(P²) (at P = 128 on 2 cores, every rank
