@@ -635,6 +635,30 @@ def batchnorm():
         else:
             fail("a rank left in eval() was not caught")
         closed()
+    # Rank 0 calls shutdown() after one step while the others train on: every
+    # rank must fail at once with sfb.PeerError saying rank 0 left.
+    sft.init(peer_timeout_s=5, bootstrap_timeout_s=120)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(small.parameters(), lr=0.1), model=small,
+                                   max_samples=2 * args.batch + 1)
+    small.train()
+    t0 = time.monotonic()
+    try:
+        for t in range(3):
+            if t == 1 and r == 0:
+                sft.shutdown()
+                break
+            xb, yb = shard(x, y, t, r, P)
+            opt.zero_grad()
+            nn.functional.cross_entropy(small(xb), yb).backward()
+            opt.step()
+    except sfb.PeerError as e:
+        took = time.monotonic() - t0
+        if t != 1 or took > 60 or "rank 0 called shutdown()" not in str(e):
+            fail("a rank that left: step %d, %.1f s, %s" % (t, took, e))
+        whys.append("rank 0 left: at once")
+    else:
+        fail("a rank that left was not caught")
+    closed()
     print("ok batchnorm: refused (%s); the rest in training mode %d uneven steps within %.3g "
           "of one process" % ("; ".join(whys), args.steps, worst), flush=True)
 
@@ -696,10 +720,11 @@ def latedense():
         fail("a penalty first added at step 3 was not refused")
     except (sfb.UsageError, sfb.PeerError) as e:
         # this rank's refusal, or a peer's that ended the job first (a rank
-        # still draining step 2 when another refused step 3)
+        # still draining step 2 when another refused step 3: its ABORT
+        # carries the reason's first 200-odd characters)
         own = isinstance(e, sfb.UsageError)
         if "fc1 received a dense gradient at step 3" not in str(e) or \
-                (own and e.param != "fc1") or "from the first step" not in str(e):
+                (own and (e.param != "fc1" or "from the first step" not in str(e))):
             fail("the error does not name the layer and step or say what to do: %s" % e)
         why = str(e) if own else str(e).split("UsageError: ", 1)[-1]
     closed()

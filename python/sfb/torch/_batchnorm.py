@@ -26,6 +26,8 @@ import torch.nn.functional as F
 
 import sfb as _sfb
 
+from ._env import _JOIN_HINT
+
 _torch_batch_norm = F.batch_norm
 _torch_instance_norm = F.instance_norm
 
@@ -93,6 +95,8 @@ def _at(tag):
     step, what = (tag.rstrip(b"\0").decode(errors="replace").split(" ", 1) + [""])[:2]
     if what == "reduction":
         return "step %s's reduction" % step
+    if what == "shutdown":
+        return "shutdown() after step %s" % step
     phase, _, name = what.partition(" ")
     return "%s's %s statistics at step %s" % (name, phase, step)
 
@@ -107,6 +111,13 @@ def _mismatch(s, tag, e):
         return type(e)(e.code, "sfb.torch: at %s: %s: %s" % (_at(tag), e, _HINT), e.rank)
     me = s.job.rank
     q = next((q for q, p in enumerate(parts) if p != tag), e.rank)
+    left = next((r for r, p in ((me, tag), (q, parts[q])) if _at(p).startswith("shutdown")),
+                None)
+    if left is not None:  # (as the reduction's own check says it)
+        other = q if left == me else me
+        return _sfb.PeerError(
+            -(4096 + 5), "sfb.torch: rank %d called shutdown() while rank %d was at %s (%s)" % (
+                left, other, _at(parts[other] if other == q else tag), _JOIN_HINT), left)
     fewer = next((r for r, p in ((me, tag), (q, parts[q])) if _at(p).endswith("reduction")),
                  None)
     return _sfb.MismatchError(
@@ -116,14 +127,15 @@ def _mismatch(s, tag, e):
             "step (model.eval() left on after validating on some ranks only?)" % fewer), q)
 
 
-def meet(s):
+def meet(s, leaving=False):
     """Collective, first in each step's reduction when the model has a
-    BatchNorm layer: a rank that ran fewer of them in training mode in this
-    step (model.eval() left on after validating on some ranks only) would
-    leave the others waiting in a gather for its statistics until the
-    bootstrap timeout; this gather, the length of no statistics gather,
-    fails every rank at once instead (sfb.MismatchError)."""
-    tag = _tag(s, "reduction")
+    BatchNorm layer (and in shutdown()'s last one: leaving): a rank that ran
+    fewer of them in training mode in this step (model.eval() left on after
+    validating on some ranks only), or left, would leave the others waiting
+    in a gather for its statistics until the bootstrap timeout; this
+    gather, the length of no statistics gather, fails every rank at once
+    instead (sfb.MismatchError)."""
+    tag = _tag(s, "shutdown" if leaving else "reduction")
     try:
         s.job.allgather(tag)
     except _sfb.MismatchError as e:

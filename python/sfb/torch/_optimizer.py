@@ -731,7 +731,7 @@ class _Sync(_Passes):
                 "sfb.torch.elastic.run, which goes on when a rank dies or one joins; "
                 "see docs/torch.md, \"Elastic training\"")
         if self.batchnorms and job.world > 1:
-            _batchnorm.meet(self)
+            _batchnorm.meet(self, leaving=self.state == _LEAVING)
         self._publish_all()
         self.meta.fill(0)  # every row comes from its rank this clock
         job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
