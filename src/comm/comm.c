@@ -177,7 +177,7 @@ static int on_control(struct sfb__comm *c, struct sfb__frame *f, const struct sf
         break;
     }
     case SFB_WIRE_ABORT: {
-        char why[401];
+        char why[801];
         printable_text(why, sizeof why, payload, (size_t)h->payload_len);
         sfb__comm_fail(c, (int)h->origin, "rank %u aborted the job: %s", h->origin, why);
         break;

@@ -80,7 +80,7 @@ struct sfb__comm_failure {
     _Atomic int found_here; /* a failure found by this rank (a peer's frames), not reported */
     int failed_rank;
     int lost; /* 1 + the rank whose death (or silence) the failure is, else 0 */
-    char reason[512];
+    char reason[1024];
 };
 
 /* Elastic jobs (comm_elastic.c): every rank's reserved rendezvous

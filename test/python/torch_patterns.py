@@ -721,7 +721,7 @@ def latedense():
     except (sfb.UsageError, sfb.PeerError) as e:
         # this rank's refusal, or a peer's that ended the job first (a rank
         # still draining step 2 when another refused step 3: its ABORT
-        # carries the reason's first 200-odd characters)
+        # carries the reason's first 800 characters)
         own = isinstance(e, sfb.UsageError)
         if "fc1 received a dense gradient at step 3" not in str(e) or \
                 (own and (e.param != "fc1" or "from the first step" not in str(e))):

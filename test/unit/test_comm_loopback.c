@@ -378,16 +378,17 @@ static int test_abort_reason_text(void)
         ASSERT_EQ(strlen(why), strlen(want));
         sfb__loopback_close(&lb);
     }
-    /* 500 bytes of "é": cut at 400 bytes, a whole number of characters */
-    char longer[1000];
-    for (int i = 0; i < 500; i++) memcpy(longer + 2 * i, "\xc3\xa9", 2);
+    /* 1000 characters "é" (2000 bytes): cut at 800 bytes, a whole number of
+     * characters */
+    char longer[2000];
+    for (int i = 0; i < 1000; i++) memcpy(longer + 2 * i, "\xc3\xa9", 2);
     struct sfb__loopback *lb;
     ASSERT_OK(sfb__loopback_open(&lb, 2, NULL));
     const char *why = deliver_abort(lb, longer, sizeof longer);
     ASSERT(why != NULL);
     const char *text = strstr(why, ": ") + 2;
-    ASSERT_EQ(strlen(text), 400);
-    ASSERT_EQ(memcmp(text, longer, 400), 0);
+    ASSERT_EQ(strlen(text), 800);
+    ASSERT_EQ(memcmp(text, longer, 800), 0);
     sfb__loopback_close(&lb);
     return 0;
 }
