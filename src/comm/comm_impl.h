@@ -142,6 +142,12 @@ unsigned sfb__comm_watched(const struct sfb__comm *c, uint32_t out[2]);
 /* The heartbeat timer's callback, the silence timeout for `here` ranks on
  * this host, and "heard from everyone now" (loop thread, or before it runs). */
 void sfb__comm_heartbeat(void *arg);
+/* How late a periodic check of liveness runs before it counts as not
+ * having run (sfb__gap): max(2 s, a quarter of the silence timeout). */
+static inline double sfb__comm_gap_slack(const struct sfb__comm *c)
+{
+    return SFB_MAX(2.0, c->live.silence_s / 4);
+}
 /* Loop thread, at least every heartbeat: a run seconds after the last one
  * means this rank was not running (stopped and continued): the time is
  * added to away_us and every peer's silence counts from now. */

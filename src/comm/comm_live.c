@@ -190,7 +190,7 @@ void sfb__comm_awake(struct sfb__comm *c, double now)
     /* this rank did not run (the job stopped and continued, every rank
      * with it or this one alone), and heard nothing meanwhile through no
      * fault of its peers */
-    double away = sfb__gap(&c->live.last_beat, now, SFB_MAX(2.0, c->live.silence_s / 4));
+    double away = sfb__gap(&c->live.last_beat, now, sfb__comm_gap_slack(c));
     if (!(away > 0)) return;
     atomic_fetch_add_explicit(&c->live.away_us, (int64_t)(away * 1e6), memory_order_relaxed);
     SFB_LOG_I("rank %u did not run for %.1f s (stopped and continued?): its peers' silence "

@@ -49,7 +49,7 @@ static int look(struct sfb__comm *c, uint64_t *seen, double *since, double *last
     double now = sfb__now();
     /* a look seconds late: the process did not run (stopped and continued),
      * the thread inside no more than this one: count from now */
-    int away = sfb__gap(last, now, SFB_MAX(2.0, c->live.silence_s / 4)) > 0;
+    int away = sfb__gap(last, now, sfb__comm_gap_slack(c)) > 0;
     if (away || !(seq & 1) || seq != *seen) { /* outside a call, or in another one */
         *seen = seq;
         *since = now;

@@ -89,10 +89,16 @@ def _tag(s, what):
     return ("%d %s" % (s.clock, what)).encode()[:128].ljust(128, b"\0")
 
 
+def _where(tag):
+    """(step, what) a tag says: what is "reduction", "shutdown" or
+    "<phase> <layer>"."""
+    return tuple((tag.rstrip(b"\0").decode(errors="replace").split(" ", 1) + [""])[:2])
+
+
 def _at(tag):
     """Where a tag says its rank was: "step 3's reduction" or
     "BatchNorm2d 2's forward statistics at step 3"."""
-    step, what = (tag.rstrip(b"\0").decode(errors="replace").split(" ", 1) + [""])[:2]
+    step, what = _where(tag)
     if what == "reduction":
         return "step %s's reduction" % step
     if what == "shutdown":
@@ -111,15 +117,14 @@ def _mismatch(s, tag, e):
         return type(e)(e.code, "sfb.torch: at %s: %s: %s" % (_at(tag), e, _HINT), e.rank)
     me = s.job.rank
     q = next((q for q, p in enumerate(parts) if p != tag), e.rank)
-    left = next((r for r, p in ((me, tag), (q, parts[q])) if _at(p).startswith("shutdown")),
-                None)
+    tags = {me: tag, q: parts[q]}
+    left = next((r for r, t in tags.items() if _where(t)[1] == "shutdown"), None)
     if left is not None:  # (as the reduction's own check says it)
         other = q if left == me else me
         return _sfb.PeerError(
             -(4096 + 5), "sfb.torch: rank %d called shutdown() while rank %d was at %s (%s)" % (
-                left, other, _at(parts[other] if other == q else tag), _JOIN_HINT), left)
-    fewer = next((r for r, p in ((me, tag), (q, parts[q])) if _at(p).endswith("reduction")),
-                 None)
+                left, other, _at(tags[other]), _JOIN_HINT), left)
+    fewer = next((r for r, t in tags.items() if _where(t)[1] == "reduction"), None)
     return _sfb.MismatchError(
         -(4096 + 9), "sfb.torch: rank %d was at %s while rank %d was at %s: %s%s" % (
             me, _at(tag), q, _at(parts[q]), _HINT,
