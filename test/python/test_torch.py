@@ -108,6 +108,33 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIn("0 (8x6+bias): ", opt.plan)
         self.assertIn("2 (3x8): ", opt.plan)
 
+    def test_factors_whatever_torch_calls_a_leaf_hook_with(self):
+        """torch 2 runs a parameter's hooks with None where a function gave it
+        no gradient (the weight and bias of a layer sfb carries by factors,
+        every backward pass): no dense gradient, the layers stay on factors
+        (they went densely, every one of them, on torch 2 before)."""
+        x, y = data()
+        m, ref = net(), net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+
+        def as_torch_2(grad):  # (inside backward, before the parameters' turn)
+            for p in m.parameters():
+                for h in list((getattr(p, "_backward_hooks", None) or {}).values()):
+                    h(None)
+        for _ in range(3):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                out = model(x)
+                if model is m:
+                    out.register_hook(as_torch_2)
+                nn.functional.cross_entropy(out, y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertIn("0 (8x6+bias): sfb", opt.plan)
+        self.assertIn("2 (3x8): sfb", opt.plan)
+
     def test_weight_used_outside_its_layer(self):
         """Layer 0's weight also used without its bias from the first step:
         that layer goes densely, as one process trains it; first used so in

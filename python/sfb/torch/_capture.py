@@ -149,6 +149,18 @@ class _Linear:
         self.buf.fill(0)
 
 
+try:  # torch 2.4 on: by device type (the CPU-named ones are deprecated)
+    torch.get_autocast_dtype("cpu")
+
+    def _autocast_cpu():
+        return torch.is_autocast_enabled("cpu")
+
+    def _autocast_cpu_dtype():
+        return torch.get_autocast_dtype("cpu")
+except (AttributeError, TypeError):
+    _autocast_cpu, _autocast_cpu_dtype = torch.is_autocast_cpu_enabled, torch.get_autocast_cpu_dtype
+
+
 def autocast_inputs(x, weight, bias):
     """Under torch.autocast on the CPU, a linear layer or a convolution
     computes in the autocast dtype (bfloat16): its input, weight and bias
@@ -156,9 +168,9 @@ def autocast_inputs(x, weight, bias):
     the same, and saves what it computed with: its backward then gives the
     input's gradient one process would, and the factors are the products
     that one process's weight gradient sums (widened to float32 when taken)."""
-    if not torch.is_autocast_cpu_enabled() or not x.is_floating_point():
+    if not _autocast_cpu() or not x.is_floating_point():
         return x, weight, bias
-    dt = torch.get_autocast_cpu_dtype()
+    dt = _autocast_cpu_dtype()
     return x.to(dt), weight.to(dt), bias.to(dt) if bias is not None else None
 
 
@@ -275,8 +287,10 @@ class _Passes:
         left = []
         for p in self.unhooked:
             if p.requires_grad:
+                # (torch 2 runs a leaf's hooks with None where a function
+                # gave it no gradient: _LinearFactors' weight and bias)
                 self.hooks.append(p.register_hook(
-                    lambda grad, p=p: self._dense_grad(p)))
+                    lambda grad, p=p: None if grad is None else self._dense_grad(p)))
             else:
                 left.append(p)
         if len(left) < len(self.unhooked) and self.attached:
