@@ -15,7 +15,8 @@
 # InstanceNorm keeping running statistics in training mode and a BatchNorm
 # inside join() or at staleness 1 (then BatchNorm in training mode: exact),
 # torch.autograd.grad with respect to a weight sfb carries by factors, a
-# penalty on the weights first added at step 3.
+# penalty on the weights first added at step 3; a DistributedOptimizer per
+# model (a DCGAN's, an encoder's and a decoder's).
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY [long]
 # (long, suite long: more optimizers for the patterns above and 300 steps)
 set -uo pipefail
@@ -48,6 +49,9 @@ cases=(
   "exact --checkpoint --freeze --validate --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
+  # a DistributedOptimizer per model: PyTorch's DCGAN loop as written; an
+  # encoder's and a decoder's stepped after one backward (ranks joining early)
+  dcgan seq2seq "seq2seq --join"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -69,6 +73,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
+  [ "$mode" = seq2seq ] && n=$(grep -cF "] ok $c:" "$tmp/out")
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

@@ -161,15 +161,67 @@ class TorchOneWorker(unittest.TestCase):
                                                  "from the first step"],
                                 nn.functional.cross_entropy(out, y).backward)
 
-    def test_second_optimizer_refused_with_the_way(self):
-        """A second DistributedOptimizer (a GAN's two): refused, saying how
-        to train both under one."""
+    def test_two_optimizers_are_plain_pytorch(self):
+        """A DistributedOptimizer per model (an encoder's SGD with momentum,
+        a decoder's Adam), both stepped after one backward(), then one of
+        them alone: plain PyTorch's parameters; the plan names each model's
+        layers by its class."""
+        class Encoder(nn.Sequential):
+            pass
+        x, y = data()
+        torch.manual_seed(4)
+        enc, dec = Encoder(nn.Linear(6, 8), nn.Tanh()), nn.Sequential(nn.Linear(8, 3))
+        ref_enc, ref_dec = copy.deepcopy(enc), copy.deepcopy(dec)
+
+        def make(e, d):
+            return (torch.optim.SGD(e.parameters(), lr=0.1, momentum=0.9),
+                    torch.optim.Adam(d.parameters(), lr=0.01))
+        oe, od = make(enc, dec)
+        oe = sft.DistributedOptimizer(oe, model=enc)
+        od = sft.DistributedOptimizer(od, model=dec)
+        self.assertIsInstance(oe, torch.optim.SGD)
+        self.assertIsInstance(od, torch.optim.Adam)
+        ro = make(ref_enc, ref_dec)
+        for t in range(6):
+            for (e, d), (a, b) in (((enc, dec), (oe, od)), ((ref_enc, ref_dec), ro)):
+                a.zero_grad()
+                b.zero_grad()
+                nn.functional.cross_entropy(d(e(x)), y).backward()
+                a.step()
+                if t % 2 == 0:  # the decoder every other step only
+                    b.step()
+        for m, ref in ((enc, ref_enc), (dec, ref_dec)):
+            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+                self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertEqual(oe.clock, 6)
+        self.assertEqual(od.clock, 6)
+        self.assertIn("Encoder.0 (8x6+bias): ", oe.plan)
+        self.assertIn("Sequential.0 (3x8+bias): ", od.plan)
+
+    def test_another_optimizer_refused_where_it_cannot_share_the_steps(self):
+        """A second DistributedOptimizer with other settings, over a
+        parameter of the first, at staleness > 0, or after the first
+        backward(): refused, saying why."""
         g, d = net(), net()
-        sft.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), model=g)
-        self.assertRaisesNaming(sft.UsageError, ["one DistributedOptimizer per job",
-                                                 "a param group each"],
+        o = sft.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), model=g)
+        self.assertRaisesNaming(sft.UsageError, ["sync differs from the job's first",
+                                                 "sync='auto'", "the same settings"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(d.parameters(), lr=0.1), model=d, sync="fms")
+        self.assertRaisesNaming(sft.UsageError, ["0.weight is in two DistributedOptimizers"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(g[0].parameters(), lr=0.1), model=g)
+        x, y = data()
+        nn.functional.cross_entropy(g(x), y).backward()
+        self.assertRaisesNaming(sft.UsageError, ["after the first backward()"],
                                 sft.DistributedOptimizer,
                                 torch.optim.SGD(d.parameters(), lr=0.1), model=d)
+        o.step()
+        sft.shutdown()
+        sft.init(world=1)
+        sft.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), model=g, staleness=1)
+        self.assertRaisesNaming(sft.UsageError, ["staleness=0"], sft.DistributedOptimizer,
+                                torch.optim.SGD(d.parameters(), lr=0.1), model=d, staleness=1)
 
     def test_every_public_name_has_a_docstring(self):
         """The package's public functions and the optimizer's methods say what

@@ -73,6 +73,16 @@ latedense: a penalty on the weights added at step 3 must raise sfb.UsageError
 gan: a generator and a discriminator under one DistributedOptimizer (a param
   group each), a discriminator step then a generator step with the
   discriminator frozen, must train as one process does.
+dcgan: PyTorch's DCGAN loop as written, a DistributedOptimizer each for the
+  generator and the discriminator (their own Adam settings): the
+  discriminator's step takes two backward passes (real, then the detached
+  fakes), the generator's one through the discriminator (whose gradients
+  it fills and nobody steps on); must train as one process does.
+seq2seq: an encoder and a decoder, a DistributedOptimizer each (SGD with
+  momentum, Adam), one backward() then both steps, the gradients clipped per
+  model in between, a learning-rate scheduler on one; must train as one
+  process does; a third optimizer over a parameter of the first must be
+  refused, and so must one made after the first backward().
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -99,7 +109,8 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
-                                 "batchnorm", "autogradw", "latedense", "gan"])
+                                 "batchnorm", "autogradw", "latedense", "gan", "dcgan",
+                                 "seq2seq"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -812,6 +823,157 @@ def gan():
           (args.steps, worst), flush=True)
 
 
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 10))
+
+    def forward(self, z):
+        return self.main(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(10, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+
+    def forward(self, x):
+        return self.main(x)
+
+
+def dcgan():
+    """Two DistributedOptimizers as PyTorch's DCGAN example steps them."""
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    P, r = sft.size(), sft.rank()
+    torch.manual_seed(7)
+    G, D = Generator(), Discriminator()
+    for m in (G, D):
+        sft.broadcast_parameters(m.state_dict(), root_rank=0)
+    refG, refD = copy.deepcopy(G), copy.deepcopy(D)
+
+    def make(G, D):
+        return (torch.optim.Adam(D.parameters(), lr=1e-3, betas=(0.5, 0.999)),
+                torch.optim.Adam(G.parameters(), lr=2e-3, betas=(0.5, 0.999)))
+    oD, oG = make(G, D)
+    # (replica checks every 4 optimizer steps: both optimizers' states)
+    oD = sft.DistributedOptimizer(oD, model=D, sync="sfb", check_every=4)
+    oG = sft.DistributedOptimizer(oG, model=G, sync="sfb", check_every=4)
+    x, _ = data()
+    z = torch.randn(len(x), 4, generator=torch.Generator().manual_seed(3))
+    bce = nn.functional.binary_cross_entropy_with_logits
+
+    def iteration(G, D, oD, oG, real, noise):
+        D.zero_grad()
+        bce(D(real), torch.ones(len(real), 1)).backward()
+        fake = G(noise)
+        bce(D(fake.detach()), torch.zeros(len(fake), 1)).backward()
+        oD.step()
+        G.zero_grad()
+        bce(D(fake), torch.ones(len(fake), 1)).backward()
+        oG.step()
+
+    for t in range(args.steps):
+        iteration(G, D, oD, oG, shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0])
+        for m in (G, D):
+            same(sft._need(), m, "after iteration %d" % t)
+    plan, clock = oG.plan, oG.clock
+    sft.shutdown()
+    rD, rG = make(refG, refD)
+    for t in range(args.steps):
+        iteration(refG, refD, rD, rG, torch.cat([shard(x, x, t, q, P)[0] for q in range(P)]),
+                  torch.cat([shard(z, z, t, q, P)[0] for q in range(P)]))
+    worst = max(rel_diff(m, ref) for m, ref in ((G, refG), (D, refD)))
+    if worst[0] > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (worst[1], worst[0]))
+    for name in ("Discriminator.main.0 (16x10+bias): sfb", "Generator.main.2 (10x16+bias): sfb"):
+        if name not in plan:
+            fail("the plan lacks %r:\n%s" % (name, plan))
+    if clock != 3 * args.steps:  # three backward passes an iteration: a reduction each
+        fail("the job's clock is %d after %d iterations of three backward passes" %
+             (clock, args.steps))
+    print("ok dcgan: %d iterations (discriminator: 2 backward passes, generator: 1) within "
+          "%.3g of one process" % (args.steps, worst[0]), flush=True)
+
+
+def seq2seq():
+    """An encoder's and a decoder's DistributedOptimizers stepped after one
+    backward(); the refusals of a third."""
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    P, r = sft.size(), sft.rank()
+    torch.manual_seed(9)
+    enc = nn.Sequential(nn.Linear(10, 12), nn.Tanh())
+    dec = nn.Sequential(nn.Linear(12, 12), nn.ReLU(), nn.Linear(12, 5))
+    for m in (enc, dec):
+        sft.broadcast_parameters(m.state_dict(), root_rank=0)
+    refs = copy.deepcopy(enc), copy.deepcopy(dec)
+
+    def make(enc, dec):
+        return (torch.optim.SGD(enc.parameters(), lr=0.05, momentum=0.9),
+                torch.optim.Adam(dec.parameters(), lr=1e-2))
+    oe, od = make(enc, dec)
+    oe = sft.DistributedOptimizer(oe, model=enc)
+    try:
+        sft.DistributedOptimizer(torch.optim.SGD(enc[0].parameters(), lr=1), model=enc)
+        fail("a third optimizer over the encoder's parameters was not refused")
+    except sfb.UsageError as e:
+        if "0.weight is in two DistributedOptimizers" not in str(e):
+            fail("the refusal does not name the parameter: %s" % e)
+    od = sft.DistributedOptimizer(od, model=dec)
+    sched = torch.optim.lr_scheduler.StepLR(od, step_size=5, gamma=0.5)
+    x, y = data()
+
+    def one(enc, dec, oe, od, sched, xb, yb):
+        oe.zero_grad()
+        od.zero_grad()
+        nn.functional.cross_entropy(dec(enc(xb)), yb).backward()
+        nn.utils.clip_grad_norm_(enc.parameters(), 0.5)
+        nn.utils.clip_grad_norm_(dec.parameters(), 0.5)
+        oe.step()
+        od.step()
+        sched.step()
+
+    def check_late(t):
+        if t == 0:
+            try:
+                sft.DistributedOptimizer(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=1),
+                                         model=nn.Linear(2, 2))
+                fail("an optimizer made after the first backward() was not refused")
+            except sfb.UsageError as e:
+                if "after the first backward()" not in str(e):
+                    fail("the late optimizer's refusal does not say why: %s" % e)
+        if not args.join:  # (collective: not while a rank has joined)
+            for m in (enc, dec):
+                same(sft._need(), m, "after step %d" % t)
+
+    with od.join() if args.join else contextlib.nullcontext():
+        for t in range(steps_of(r)):
+            xb, yb = shard(x, y, t, r, P)
+            one(enc, dec, oe, od, sched, xb, yb)
+            check_late(t)
+    for m in (enc, dec):
+        same(sft._need(), m, "at the end")
+    clock = od.clock
+    sft.shutdown()
+    re_, rd_ = refs
+    roe, rod = make(re_, rd_)
+    rsched = torch.optim.lr_scheduler.StepLR(rod, step_size=5, gamma=0.5)
+    for t in range(args.steps):
+        live = [q for q in range(P) if steps_of(q) > t]
+        parts = [shard(x, y, t, q, P) for q in live]
+        one(re_, rd_, roe, rod, rsched, torch.cat([a for a, _ in parts]),
+            torch.cat([b for _, b in parts]))
+    worst = max(rel_diff(m, ref) for m, ref in ((enc, re_), (dec, rd_)))
+    if worst[0] > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (worst[1], worst[0]))
+    if clock != args.steps:
+        fail("the job's clock is %d after %d steps" % (clock, args.steps))
+    print("ok %s: %d steps of two optimizers on one backward()%s within %.3g of one "
+          "process" % (" ".join(sys.argv_case), args.steps,
+                       ", ranks joining early" if args.join else "", worst[0]), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -826,7 +988,8 @@ def main():
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
-         "autogradw": autogradw, "latedense": latedense, "gan": gan}[args.mode]()
+         "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
+         "seq2seq": seq2seq}[args.mode]()
 
 
 main()

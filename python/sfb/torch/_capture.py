@@ -299,7 +299,8 @@ class _Passes:
 
     def release(self):
         _intercept(None)
-        self.fwd_hook.remove()
+        for h in self.fwd_hooks:
+            h.remove()
         for h in self.hooks + self.tl_hooks:
             h.remove()
         for slot in self.linears:
@@ -308,7 +309,8 @@ class _Passes:
     # -- capture, during backward
 
     def _queue_end(self):
-        if not self.cb_queued:
+        if not self.cb_queued:  # (the pass's first gradient)
+            self.new_pass()
             self.cb_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
 

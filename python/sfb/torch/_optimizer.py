@@ -58,23 +58,53 @@ def _crc_tensors(tensors, crc=0):
     return crc
 
 
-def _hyper_crc(opt):
-    """A checksum of the optimizer's hyperparameters (every group's, the
+def _ordinal(i):
+    return ("first", "second", "third")[i] if i < 3 else "%dth" % (i + 1)
+
+
+def _hyper_crc(opts):
+    """A checksum of the optimizers' hyperparameters (every group's, the
     parameters left out): ranks must step with the same."""
     text = repr([sorted((k, repr(v)) for k, v in g.items() if k != "params")
-                 for g in opt.param_groups])
+                 for o in opts for g in o.param_groups])
     return zlib.crc32(text.encode())
+
+
+class _Models(torch.nn.Module):
+    """The models of a job's DistributedOptimizers, as one module: each
+    under its class's name (model<i> where two share one), so that a
+    parameter's name says whose it is. Never called: sfb hooks each model."""
+
+    def __init__(self, models):
+        super().__init__()
+        kinds = [type(m).__name__ for m in models]
+        for i, (kind, m) in enumerate(zip(kinds, models)):
+            self.add_module(kind if kinds.count(kind) == 1 else "model%d" % i, m)
+        self.members = list(models)
+
+
+def _members(model):
+    """The models that run forward: a _Models' members, or the model."""
+    return model.members if isinstance(model, _Models) else [model]
 
 
 class _Sync(_Passes):
     """What a DistributedOptimizer adds to its optimizer: the matrices, the
     job's clock, the factor capture, the reduction at the end of backward."""
 
-    def __init__(self, opt, model, sync, staleness, backward_passes_per_step, max_samples,
+    def __init__(self, opts, model, sync, staleness, backward_passes_per_step, max_samples,
                  overlap, attach_args, check_every=100, factor_dtype="f32", bucket_cap_mb=4,
                  dense_dtype="f32", trial_steps=10):
         job = _env._need()
-        self.opt, self.job, self.model = opt, job, model
+        # the optimizers (each DistributedOptimizer's, in the order made)
+        # and the model holding their parameters (several: a _Models)
+        self.opts, self.job, self.model = list(opts), job, model
+        # what every DistributedOptimizer of the job must pass alike
+        self.settings = dict(sync=sync, staleness=staleness,
+                             backward_passes_per_step=backward_passes_per_step,
+                             max_samples=max_samples, overlap=overlap, check_every=check_every,
+                             factor_dtype=factor_dtype, bucket_cap_mb=bucket_cap_mb,
+                             dense_dtype=dense_dtype, trial_steps=trial_steps, **attach_args)
         U = _sfb.UsageError
         if sync not in ("auto", "sfb", "fms"):
             raise U("DistributedOptimizer: sync %r: expected 'auto', 'sfb' or 'fms'" % (sync,))
@@ -118,7 +148,7 @@ class _Sync(_Passes):
         self.in_run = False     # inside sfb.torch.elastic.run (an elastic job trains there)
         self.in_join = False    # inside opt.join()
         if self.additive:
-            why = _plain_sgd(opt)
+            why = _plain_sgd(self.opts[0])
             if why:
                 raise U("DistributedOptimizer: staleness %d adds every rank's update to the "
                         "parameters as it comes, exact only for plain torch.optim.SGD (no "
@@ -132,6 +162,7 @@ class _Sync(_Passes):
         self.pass_hit = False   # the pass in progress reached a parameter
         self.cb_queued = False  # its end-of-pass callback is queued
         self.synced = False     # this step's gradients reduced (.grad holds the mean)
+        self.stepped_clock = False  # several optimizers: one stepped on the reduction's .grad
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.inner_step = None  # the wrapped optimizer's step (set by the wrapper)
@@ -162,13 +193,15 @@ class _Sync(_Passes):
         names = {id(p): n for n, p in model.named_parameters()}
         self.names = names
         in_opt = {}
-        for gi, g in enumerate(self.opt.param_groups):
-            for p in g["params"]:
-                if id(p) not in names:
-                    raise U("DistributedOptimizer: parameter %d of the optimizer's "
-                            "param_groups[%d] (shape %s) is not a parameter of the model" %
-                            (len(in_opt), gi, tuple(p.shape)))
-                in_opt[id(p)] = g
+        for oi, o in enumerate(self.opts):
+            for gi, g in enumerate(o.param_groups):
+                for p in g["params"]:
+                    if id(p) not in names:
+                        raise U("DistributedOptimizer: parameter %d of the %soptimizer's "
+                                "param_groups[%d] (shape %s) is not a parameter of the model" %
+                                (len(in_opt), "%s " % _ordinal(oi) if len(self.opts) > 1 else "",
+                                 gi, tuple(p.shape)))
+                    in_opt[id(p)] = g
         for n, p in model.named_parameters():
             if p.requires_grad and id(p) not in in_opt:
                 raise U("DistributedOptimizer: model parameter %s requires a gradient but the "
@@ -205,7 +238,8 @@ class _Sync(_Passes):
         self.acc_hooked = {}    # per dense parameter its gradient accumulator, hooked
         self.unhooked = [p for _, p in self.model_params if id(p) in in_opt]
         self._hook_new()
-        self.fwd_hook = model.register_forward_pre_hook(lambda mod, inp: self._hook_new())
+        self.fwd_hooks = [m.register_forward_pre_hook(lambda mod, inp: self._hook_new())
+                          for m in _members(model)]
         if self.timeline:
             self._timeline_hooks(model)
         _intercept(self)
@@ -218,8 +252,10 @@ class _Sync(_Passes):
             self.job.timeline_span(name, t0 * 1e6, time.time() * 1e6, self.clock)
 
     def _timeline_hooks(self, model):
-        """forward NAME per leaf module; the model's forward end starts the
+        """forward NAME per leaf module; a model's forward end starts the
         backward span."""
+        tops = _members(model)
+
         def pre(mod, inp, name):
             self.tl_fwd[name] = time.time()
 
@@ -227,10 +263,12 @@ class _Sync(_Passes):
             t0 = self.tl_fwd.pop(name, None)
             if t0 is not None:
                 self.span("forward " + name, t0)
-            if mod is model and torch.is_grad_enabled():
+            if any(mod is m for m in tops) and torch.is_grad_enabled():
                 self.tl_end_fwd = time.time()
         for name, m in model.named_modules():
-            if m is model or not any(True for _ in m.children()):
+            if m is model and isinstance(model, _Models):
+                continue
+            if any(m is t for t in tops) or not any(True for _ in m.children()):
                 label = name or "model"
                 self.tl_hooks.append(m.register_forward_pre_hook(
                     lambda mod, inp, n=label: pre(mod, inp, n)))
@@ -540,7 +578,7 @@ class _Sync(_Passes):
                 if slot.bias is not None:
                     row[0, i + 1] = max(row[0, i + 1], 1.0 if slot.used_b else 0.0)
             row[0, self.n_params] = self.my_weight
-        crc = _hyper_crc(self.opt)
+        crc = _hyper_crc(self.opts)
         n = self.n_params
         row[0, n + 1:n + 7] = [self.state, self.steps % (1 << 24), crc & 0xFFFF, crc >> 16,
                                self.step_ms, self.step_samples]
@@ -570,7 +608,7 @@ class _Sync(_Passes):
                   "sync=%s\n" % self.sync, "factor_dtype=%s\n" % self.factor_dtype,
                   "dense_dtype=%s\n" % self.dense_dtype,
                   "bucket_cap_bytes=%d\n" % self.bucket_bytes, "trial_steps=%d\n" % self.trial_steps,
-                  "optimizer=%s\n" % type(self.opt).__name__]
+                  "optimizer=%s\n" % "+".join(type(o).__name__ for o in self.opts)]
         job.agree("".join(lines))
         try:
             job.agree("parameters_crc32=%08x\n" % _crc_tensors(
@@ -579,13 +617,13 @@ class _Sync(_Passes):
             raise _sfb.MismatchError(e.code, "sfb.torch: the ranks start from different "
                                      "parameters (%s): call sfb.torch.broadcast_parameters("
                                      "model.state_dict()) before training" % e, e.rank) from None
-        st = self.opt.state_dict()
-        state = [v for s in st["state"].values() for v in s.values() if torch.is_tensor(v)]
-        scalars = [repr(v) for s in st["state"].values() for v in s.values()
+        sts = [o.state_dict()["state"] for o in self.opts]
+        state = [v for st in sts for s in st.values() for v in s.values() if torch.is_tensor(v)]
+        scalars = [repr(v) for st in sts for s in st.values() for v in s.values()
                    if not torch.is_tensor(v)]
         try:
             job.agree("optimizer_hyperparameters_crc32=%08x\noptimizer_state_crc32=%08x\n" %
-                      (_hyper_crc(self.opt),
+                      (_hyper_crc(self.opts),
                        _crc_tensors(state, zlib.crc32(repr(scalars).encode()))))
         except _sfb.Error as e:
             raise _sfb.MismatchError(e.code, "sfb.torch: the ranks' optimizers differ (%s): "
@@ -696,7 +734,8 @@ class _Sync(_Passes):
     def _publish_all(self):
         """Every matrix of this clock that has not left yet."""
         if self.additive:  # the learning rates as they are now (schedulers, load_state_dict)
-            self.group_of = {id(p): g for g in self.opt.param_groups for p in g["params"]}
+            self.group_of = {id(p): g for o in self.opts for g in o.param_groups
+                             for p in g["params"]}
         if not self.attached:
             self._attach()
         for slot in self.linears:
@@ -910,8 +949,13 @@ class _Sync(_Passes):
         elif self.all_training and self.attached:
             # every rank stepped alike: the replicas are the same bits
             self.replicas.after_step(self)
-        self.synced = False
-        self.grads = False
+        if len(self.opts) > 1 and not self.additive:
+            # the other optimizers may step on the same reduction (.grad):
+            # the step ends when the next backward pass begins (new_pass)
+            self.stepped_clock = True
+        else:
+            self.synced = False
+            self.grads = False
         self.steps += 1
         self.stepped = (self.clock, self.extra)
         self._keep_bn()
@@ -927,7 +971,7 @@ class _Sync(_Passes):
         if self.elastic:
             raise _sfb.UsageError("sfb.torch: join() in an elastic job: sfb.torch.elastic."
                                   "Batches gives every rank its share of every step instead")
-        if self.passes or self.synced:
+        if self.passes or self.in_step:
             raise _sfb.UsageError("sfb.torch: join(): the block ended inside a step (backward() "
                                   "without step()); end each step before leaving the block")
         if not self.attached:
@@ -947,6 +991,17 @@ class _Sync(_Passes):
         if self.uneven:
             self._adopt(self.last_trainer)
             self.uneven = False
+
+    @property
+    def in_step(self):
+        """Gradients reduced that no optimizer has stepped on yet."""
+        return self.synced and not self.stepped_clock
+
+    def new_pass(self):
+        """A backward pass begins (its first gradient): after an optimizer's
+        step on the last reduction, a new step (several optimizers)."""
+        if self.stepped_clock:
+            self.synced = self.grads = self.stepped_clock = False
 
     def _drop_grads(self):
         for _, p in self.params:
@@ -968,13 +1023,21 @@ class _Sync(_Passes):
         step count (collective); returns root's `extra` (picklable)."""
         broadcast_parameters(self.model.state_dict(), root_rank=root)
         self._keep_bn()
-        base = super(type(self.opt), self.opt)  # the wrapped class's, without the clock
-        state = broadcast_object((base.state_dict(), self.steps, self.stepped,
+        bases = [super(type(o), o) for o in self.opts]  # the wrapped classes', without the clock
+        state = broadcast_object(([b.state_dict() for b in bases], self.steps, self.stepped,
                                   self.most_samples, extra), root_rank=root)
         if self.job.rank != root:
-            base.load_state_dict(state[0])
+            for b, st in zip(bases, state[0]):
+                b.load_state_dict(st)
             self.steps, self.stepped, self.most_samples = state[1], state[2], state[3]
         return state[4]
+
+    def state_of(self, p):
+        """p's state in the optimizer that holds it ({} before its first step)."""
+        for o in self.opts:
+            if p in o.state:
+                return o.state[p]
+        return {}
 
     def drop_step(self):
         """An elastic job's world changes: the step in flight is nobody's
@@ -982,6 +1045,7 @@ class _Sync(_Passes):
         go (attached again, for the new world, at the next reduction), the
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
+        self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
         self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None
         for slot in self.linears:
@@ -1005,7 +1069,7 @@ class _Sync(_Passes):
         if self.additive:
             self.job.finish(self.clock - 1)
             return
-        if self.passes or self.synced:
+        if self.passes or self.in_step:
             raise _sfb.UsageError("sfb.torch: shutdown() inside a step (backward() without "
                                   "step())")
         # a last clock in which every rank says it leaves: a rank still
@@ -1222,27 +1286,72 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     CPU, one that needs a gradient but is not in the optimizer (or is in it
     and not in the model), or staleness > 0 with an optimizer that is not
     plain SGD."""
-    if _env._optimizer is not None:
-        raise _sfb.UsageError(
-            "sfb.torch: one DistributedOptimizer per job (this one has one). Models trained "
-            "by two optimizers (a GAN's generator and discriminator) take one: put both in "
-            "one module (nn.ModuleDict), give the optimizer a param group each (their own "
-            "settings), and step it after each one's backward (docs/torch.md, \"What is "
-            "exact\")")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
                               (optimizer,))
     if not isinstance(model, torch.nn.Module):
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
-    state = _Sync(optimizer, model, sync, staleness, backward_passes_per_step, max_samples,
-                  overlap, attach_args, check_every, factor_dtype, bucket_cap_mb, dense_dtype,
-                  trial_steps)
+    args = (sync, staleness, backward_passes_per_step, max_samples, overlap, attach_args,
+            check_every, factor_dtype, bucket_cap_mb, dense_dtype, trial_steps)
+    old = _env._optimizer
+    if old is None:
+        state = _Sync([optimizer], model, *args)
+    else:
+        state = _another(old, optimizer, model, args)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     _env._optimizer = state
     wrapper = cls(optimizer, state)
-    state.opt = wrapper  # its param_groups and state from now on (load_state_dict replaces them)
+    # its param_groups and state from now on (load_state_dict replaces them)
+    state.opts[-1] = wrapper
     return wrapper
+
+
+def _another(old, optimizer, model, args):
+    """A job's next DistributedOptimizer (a GAN's generator and
+    discriminator, an encoder's and a decoder's): one _Sync for all of them
+    (one clock, one reduction of every parameter at the end of backward),
+    made anew over their models before the first backward. Refused where
+    that would not be one process's training."""
+    U = _sfb.UsageError
+    if old.attached or old.grads or old.passes:
+        raise U("sfb.torch: a DistributedOptimizer made after the first backward() (the job "
+                "has one already): make every optimizer's DistributedOptimizer before training")
+    new = dict(sync=args[0], staleness=args[1], backward_passes_per_step=args[2],
+               max_samples=args[3], overlap=args[4], check_every=args[6],
+               factor_dtype=args[7], bucket_cap_mb=args[8], dense_dtype=args[9],
+               trial_steps=args[10], **args[5])  # (as _Sync.__init__ records them)
+    diff = sorted(k for k in set(new) | set(old.settings) if new.get(k) != old.settings.get(k))
+    if diff:
+        raise U("sfb.torch: this DistributedOptimizer's %s differ%s from the job's first one "
+                "(%s): every DistributedOptimizer of a job shares its steps, and takes the same "
+                "settings" % (", ".join(diff), "s" if len(diff) == 1 else "",
+                              ", ".join("%s=%r" % (k, old.settings.get(k)) for k in diff)))
+    if old.staleness != 0:
+        raise U("sfb.torch: several DistributedOptimizers need staleness=0 (at staleness %d "
+                "each rank's updates are applied as they come, one optimizer's)" %
+                old.staleness)
+    if old.elastic:
+        raise U("sfb.torch: an elastic job trains one DistributedOptimizer (sfb.torch.elastic."
+                "State adopts one): give the optimizer a param group per model instead")
+    have = {id(p) for o in old.opts for g in o.param_groups for p in g["params"]}
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            if id(p) in have:
+                name = old.names.get(id(p)) or next(
+                    (n for n, q in model.named_parameters() if q is p), "a parameter")
+                raise U("sfb.torch: %s is in two DistributedOptimizers' optimizers: each "
+                        "parameter belongs to one of them" % name, param=name)
+    members = _members(old.model)
+    if not any(model is m for m in members):
+        members = members + [model]
+    joined = members[0] if len(members) == 1 else _Models(members)
+    state = _Sync(old.opts + [optimizer], joined, *args)
+    old.release()  # (its hooks; it had nothing else)
+    _intercept(state)
+    for o in old.opts:
+        o._sfb = state
+    return state
 

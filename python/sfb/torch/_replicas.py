@@ -41,9 +41,8 @@ class Checks:
     def tensors(self, sync):
         """(name, tensor) of every parameter the optimizer holds and its state."""
         out = [(n, p) for n, p in sync.params]
-        state = sync.opt.state
         for n, p in sync.params:
-            for k, v in sorted(state.get(p, {}).items()):
+            for k, v in sorted(sync.state_of(p).items()):
                 if torch.is_tensor(v) and v.dim() > 0:
                     out.append(("%s (optimizer %s)" % (n, k), v))
         return out
