@@ -135,6 +135,25 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIn("0 (8x6+bias): sfb", opt.plan)
         self.assertIn("2 (3x8): sfb", opt.plan)
 
+    @unittest.skipUnless(hasattr(torch, "compile"), "torch 2's torch.compile")
+    def test_compiled_model_is_plain_pytorch(self):
+        """torch.compile (the eager backend: no compiler needed) on a model
+        whose layers go by factors: plain PyTorch's parameters."""
+        x, y = data()
+        m, ref = net(), net()
+        cm = torch.compile(m, backend="eager")
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(4):
+            for o, model in ((opt, cm), (ref_opt, ref)):
+                o.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertIn("0 (8x6+bias): sfb", opt.plan)
+
     def test_weight_used_outside_its_layer(self):
         """Layer 0's weight also used without its bias from the first step:
         that layer goes densely, as one process trains it; first used so in

@@ -11,7 +11,7 @@ import sfb as _sfb
 _job = None          # the process's sfb.Job
 _local_size = 1      # ranks on this host
 _local_rank = 0      # this rank's index among them
-_optimizer = None    # the one DistributedOptimizer of the job (its _Sync)
+_optimizer = None    # the job's DistributedOptimizers' _Sync (one for all of them)
 _final_stats = None  # the last job's counters at its end (stats())
 _join_text = ""      # an elastic job's settings a joiner must share (init())
 _runs = 0            # elastic.run calls entered (collectives may run after the first)

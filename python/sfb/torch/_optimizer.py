@@ -1280,9 +1280,14 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     Further keyword arguments go to sfb.Job.attach (topology, degree,
     link_gbps, latency_us, priority, ...).
 
+    Several per job (a model each, its own optimizer: a GAN's generator and
+    discriminator) share the job's clock: each backward pass reduces every
+    parameter that got a gradient, each optimizer's step() steps its own.
+
     Returns an optimizer of the wrapped one's class (its param_groups and
-    state). Raises sfb.UsageError when one exists already in this job, for
-    arguments out of range, a parameter that is not float32 or not on the
+    state). Raises sfb.UsageError for another one of the job made after
+    the first backward(), with other settings, over a parameter of one, at
+    staleness > 0 or in an elastic job; for arguments out of range, a parameter that is not float32 or not on the
     CPU, one that needs a gradient but is not in the optimizer (or is in it
     and not in the model), or staleness > 0 with an optimizer that is not
     plain SGD."""
