@@ -16,7 +16,8 @@
 # inside join() or at staleness 1 (then BatchNorm in training mode: exact),
 # torch.autograd.grad with respect to a weight sfb carries by factors, a
 # penalty on the weights first added at step 3; a DistributedOptimizer per
-# model (a DCGAN's, an encoder's and a decoder's).
+# model (a DCGAN's, an encoder's and a decoder's), and a model fed by one
+# whose optimizer is not wrapped.
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY [long]
 # (long, suite long: more optimizers for the patterns above and 300 steps)
 set -uo pipefail
@@ -49,9 +50,10 @@ cases=(
   "exact --checkpoint --freeze --validate --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
-  # a DistributedOptimizer per model: PyTorch's DCGAN loop as written; an
-  # encoder's and a decoder's stepped after one backward (ranks joining early)
-  dcgan seq2seq "seq2seq --join"
+  # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and
+  # refused with the generator's optimizer left unwrapped); an encoder's and
+  # a decoder's stepped after one backward (ranks joining early)
+  dcgan foreign seq2seq "seq2seq --join"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

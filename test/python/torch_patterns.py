@@ -78,6 +78,9 @@ dcgan: PyTorch's DCGAN loop as written, a DistributedOptimizer each for the
   discriminator's step takes two backward passes (real, then the detached
   fakes), the generator's one through the discriminator (whose gradients
   it fills and nobody steps on); must train as one process does.
+foreign: the DCGAN loop with the generator's optimizer left unwrapped (its
+  parameters outside the job, trained on each rank's own gradients): must
+  be refused on every rank at the job's 5th reduction, saying to wrap it.
 seq2seq: an encoder and a decoder, a DistributedOptimizer each (SGD with
   momentum, Adam), one backward() then both steps, the gradients clipped per
   model in between, a learning-rate scheduler on one; must train as one
@@ -110,7 +113,7 @@ import sfb.torch as sft  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
-                                 "seq2seq"])
+                                 "seq2seq", "foreign"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -841,6 +844,43 @@ class Discriminator(nn.Module):
         return self.main(x)
 
 
+def foreign():
+    """The DCGAN loop with only the discriminator's optimizer wrapped."""
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    P, r = sft.size(), sft.rank()
+    torch.manual_seed(7)
+    G, D = Generator(), Discriminator()
+    for m in (G, D):
+        sft.broadcast_parameters(m.state_dict(), root_rank=0)
+    oD = sft.DistributedOptimizer(torch.optim.Adam(D.parameters(), lr=1e-3), model=D)
+    oG = torch.optim.Adam(G.parameters(), lr=2e-3)  # (not wrapped: the mistake)
+    x, _ = data()
+    z = torch.randn(len(x), 4, generator=torch.Generator().manual_seed(3))
+    bce = nn.functional.binary_cross_entropy_with_logits
+    try:
+        for t in range(args.steps):
+            real, noise = shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0]
+            D.zero_grad()
+            bce(D(real), torch.ones(len(real), 1)).backward()
+            fake = G(noise)
+            bce(D(fake.detach()), torch.zeros(len(fake), 1)).backward()
+            oD.step()
+            G.zero_grad()
+            bce(D(fake), torch.ones(len(fake), 1)).backward()
+            oG.step()
+        fail("the generator's unwrapped optimizer was not refused")
+    except (sfb.UsageError, sfb.PeerError) as e:
+        # this rank's refusal, or a peer's that ended the job first
+        own = isinstance(e, sfb.UsageError)
+        if "parameters outside the job (4: 10x16, 16x4, 16, 10) feed Discriminator's " \
+                "forward" not in str(e) or "at step 4" not in str(e) or \
+                (own and "Wrap that optimizer too" not in str(e)):
+            fail("the refusal does not name what and when, or say what to do: %s" % e)
+    closed()
+    print("ok foreign: refused at step 4", flush=True)
+
+
 def dcgan():
     """Two DistributedOptimizers as PyTorch's DCGAN example steps them."""
     sft.init(peer_timeout_s=5)
@@ -989,7 +1029,7 @@ def main():
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
-         "seq2seq": seq2seq}[args.mode]()
+         "seq2seq": seq2seq, "foreign": foreign}[args.mode]()
 
 
 main()

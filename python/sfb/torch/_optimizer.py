@@ -58,6 +58,23 @@ def _crc_tensors(tensors, crc=0):
     return crc
 
 
+# the reductions after which the parameters feeding the job's models from
+# outside it are compared across ranks (_check_foreign): one optimizer step
+# of most loops in, and later
+FOREIGN_CLOCKS = (4, 32)
+
+
+def _tensors(x):
+    """The tensors in a forward's inputs (nested tuples, lists, dicts)."""
+    if torch.is_tensor(x):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
 def _ordinal(i):
     return ("first", "second", "third")[i] if i < 3 else "%dth" % (i + 1)
 
@@ -238,11 +255,62 @@ class _Sync(_Passes):
         self.acc_hooked = {}    # per dense parameter its gradient accumulator, hooked
         self.unhooked = [p for _, p in self.model_params if id(p) in in_opt]
         self._hook_new()
-        self.fwd_hooks = [m.register_forward_pre_hook(lambda mod, inp: self._hook_new())
-                          for m in _members(model)]
+        # parameters outside the job that a model's input reaches through
+        # autograd (another model's, its optimizer not wrapped): checked for
+        # replicas that part (_check_foreign)
+        self.foreign = {}
+        self.fwd_hooks = [m.register_forward_pre_hook(
+            lambda mod, inp, m=m: self._forward_begins(m, inp)) for m in _members(model)]
         if self.timeline:
             self._timeline_hooks(model)
         _intercept(self)
+
+    def _forward_begins(self, model, inputs):
+        """A model's forward pre-hook: hooks on parameters that need them;
+        in the first steps, the parameters outside the job that the inputs'
+        autograd graphs lead to (a generator's, feeding a discriminator)."""
+        self._hook_new()
+        if self.clock > FOREIGN_CLOCKS[-1] or not torch.is_grad_enabled():
+            return
+        stack = [t.grad_fn for t in _tensors(inputs) if t.grad_fn is not None]
+        seen = set()
+        while stack and len(seen) < 20000:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            v = getattr(node, "variable", None)  # an AccumulateGrad: its leaf
+            if isinstance(v, torch.nn.Parameter) and v.requires_grad and \
+                    id(v) not in self.group_of:
+                self.foreign.setdefault(id(v), (v, type(model).__name__))
+            stack.extend(n for n, _ in node.next_functions)
+
+    def _check_foreign(self):
+        """At FOREIGN_CLOCKS (collective: every rank reduces then): the
+        parameters outside the job that feed its models must be the same on
+        every rank; an optimizer that is not a DistributedOptimizer stepping
+        them on each rank's own gradients parts them, silently: refused."""
+        import hashlib
+        h = hashlib.sha256()
+        found = sorted(self.foreign.values(),  # (the largest first: the same order on every rank)
+                       key=lambda vm: (-vm[0].numel(), tuple(vm[0].shape), vm[1]))
+        for v, _ in found:
+            h.update(v.detach().contiguous().numpy().tobytes())
+        mine = len(found).to_bytes(8, "little") + h.digest()
+        records = self.job.allgather(mine)
+        if not found or any(r[:8] != mine[:8] for r in records) or \
+                all(r == mine for r in records):
+            return
+        differ = [q for q, r in enumerate(records) if r != records[0]]
+        shapes = ", ".join("x".join(map(str, v.shape)) for v, _ in found[:4]) + \
+            (", ..." if len(found) > 4 else "")
+        raise _sfb.UsageError(
+            "sfb.torch: parameters outside the job (%d: %s) feed %s's forward and get "
+            "gradients through it, and they differ between rank 0 and rank %d at step %d: an "
+            "optimizer that is not a DistributedOptimizer steps them on each rank's own "
+            "gradients. Wrap that optimizer too (sfb.torch.DistributedOptimizer(opt, "
+            "model=its_model): one per model and optimizer), or freeze those parameters" %
+            (len(found), shapes, found[0][1], differ[0], self.clock))
 
     # -- the training timeline's spans (SFB_TIMELINE; docs/performance.md)
 
@@ -778,6 +846,8 @@ class _Sync(_Passes):
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
+        if self.clock in FOREIGN_CLOCKS and job.world > 1:
+            self._check_foreign()
         self.most_samples = max(self.most_samples, int(meta[:, self.n_params + 6].sum()))
         waiting = int(meta[0, self.n_params + 7])
         if self.elastic and waiting and self.state == _TRAINING:
