@@ -844,31 +844,42 @@ class Discriminator(nn.Module):
         return self.main(x)
 
 
-def foreign():
-    """The DCGAN loop with only the discriminator's optimizer wrapped."""
+def gan_setup():
+    """A job, a generator and a discriminator (the same on every rank), the
+    data and the noise."""
     sft.init(peer_timeout_s=5)
     RANK[0] = sft.rank()
-    P, r = sft.size(), sft.rank()
     torch.manual_seed(7)
     G, D = Generator(), Discriminator()
     for m in (G, D):
         sft.broadcast_parameters(m.state_dict(), root_rank=0)
+    x, _ = data()
+    return G, D, x, torch.randn(len(x), 4, generator=torch.Generator().manual_seed(3))
+
+
+def dcgan_iteration(G, D, oD, oG, real, noise):
+    """PyTorch's DCGAN loop: the discriminator on real images, then on the
+    detached fakes, its step; the generator through it, its step."""
+    bce = nn.functional.binary_cross_entropy_with_logits
+    D.zero_grad()
+    bce(D(real), torch.ones(len(real), 1)).backward()
+    fake = G(noise)
+    bce(D(fake.detach()), torch.zeros(len(fake), 1)).backward()
+    oD.step()
+    G.zero_grad()
+    bce(D(fake), torch.ones(len(fake), 1)).backward()
+    oG.step()
+
+
+def foreign():
+    """The DCGAN loop with only the discriminator's optimizer wrapped."""
+    G, D, x, z = gan_setup()
+    P, r = sft.size(), sft.rank()
     oD = sft.DistributedOptimizer(torch.optim.Adam(D.parameters(), lr=1e-3), model=D)
     oG = torch.optim.Adam(G.parameters(), lr=2e-3)  # (not wrapped: the mistake)
-    x, _ = data()
-    z = torch.randn(len(x), 4, generator=torch.Generator().manual_seed(3))
-    bce = nn.functional.binary_cross_entropy_with_logits
     try:
         for t in range(args.steps):
-            real, noise = shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0]
-            D.zero_grad()
-            bce(D(real), torch.ones(len(real), 1)).backward()
-            fake = G(noise)
-            bce(D(fake.detach()), torch.zeros(len(fake), 1)).backward()
-            oD.step()
-            G.zero_grad()
-            bce(D(fake), torch.ones(len(fake), 1)).backward()
-            oG.step()
+            dcgan_iteration(G, D, oD, oG, shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0])
         fail("the generator's unwrapped optimizer was not refused")
     except (sfb.UsageError, sfb.PeerError) as e:
         # this rank's refusal, or a peer's that ended the job first
@@ -883,13 +894,8 @@ def foreign():
 
 def dcgan():
     """Two DistributedOptimizers as PyTorch's DCGAN example steps them."""
-    sft.init(peer_timeout_s=5)
-    RANK[0] = sft.rank()
+    G, D, x, z = gan_setup()
     P, r = sft.size(), sft.rank()
-    torch.manual_seed(7)
-    G, D = Generator(), Discriminator()
-    for m in (G, D):
-        sft.broadcast_parameters(m.state_dict(), root_rank=0)
     refG, refD = copy.deepcopy(G), copy.deepcopy(D)
 
     def make(G, D):
@@ -899,29 +905,15 @@ def dcgan():
     # (replica checks every 4 optimizer steps: both optimizers' states)
     oD = sft.DistributedOptimizer(oD, model=D, sync="sfb", check_every=4)
     oG = sft.DistributedOptimizer(oG, model=G, sync="sfb", check_every=4)
-    x, _ = data()
-    z = torch.randn(len(x), 4, generator=torch.Generator().manual_seed(3))
-    bce = nn.functional.binary_cross_entropy_with_logits
-
-    def iteration(G, D, oD, oG, real, noise):
-        D.zero_grad()
-        bce(D(real), torch.ones(len(real), 1)).backward()
-        fake = G(noise)
-        bce(D(fake.detach()), torch.zeros(len(fake), 1)).backward()
-        oD.step()
-        G.zero_grad()
-        bce(D(fake), torch.ones(len(fake), 1)).backward()
-        oG.step()
-
     for t in range(args.steps):
-        iteration(G, D, oD, oG, shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0])
+        dcgan_iteration(G, D, oD, oG, shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0])
         for m in (G, D):
             same(sft._need(), m, "after iteration %d" % t)
     plan, clock = oG.plan, oG.clock
     sft.shutdown()
     rD, rG = make(refG, refD)
     for t in range(args.steps):
-        iteration(refG, refD, rD, rG, torch.cat([shard(x, x, t, q, P)[0] for q in range(P)]),
+        dcgan_iteration(refG, refD, rD, rG, torch.cat([shard(x, x, t, q, P)[0] for q in range(P)]),
                   torch.cat([shard(z, z, t, q, P)[0] for q in range(P)]))
     worst = max(rel_diff(m, ref) for m, ref in ((G, refG), (D, refD)))
     if worst[0] > args.tol:
