@@ -223,7 +223,9 @@ class _Sync(_Passes):
             if p.requires_grad and id(p) not in in_opt:
                 raise U("DistributedOptimizer: model parameter %s requires a gradient but the "
                         "optimizer does not know it (add it to the optimizer, or set "
-                        "requires_grad=False to freeze it)" % n, param=n)
+                        "requires_grad=False to freeze it; where another optimizer trains "
+                        "it, give each DistributedOptimizer the part of the model its "
+                        "optimizer holds as model=)" % n, param=n)
             if id(p) in in_opt and p.dtype != torch.float32:
                 raise U("DistributedOptimizer: parameter %s is %s: sfb synchronizes float32 "
                         "parameters (model.float())" % (n, p.dtype), param=n)
