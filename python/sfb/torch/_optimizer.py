@@ -2,6 +2,7 @@
 (staleness 0) or the additive updates (staleness > 0), join and leave, and
 DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import ast
+import hashlib
 import threading
 import time
 import zlib
@@ -75,6 +76,15 @@ def _tensors(x):
     return []
 
 
+def _settings(sync, staleness, backward_passes_per_step, max_samples, overlap, attach_args,
+              check_every, factor_dtype, bucket_cap_mb, dense_dtype, trial_steps):
+    """A DistributedOptimizer's settings, which every one of a job shares."""
+    return dict(sync=sync, staleness=staleness, backward_passes_per_step=backward_passes_per_step,
+                max_samples=max_samples, overlap=overlap, check_every=check_every,
+                factor_dtype=factor_dtype, bucket_cap_mb=bucket_cap_mb, dense_dtype=dense_dtype,
+                trial_steps=trial_steps, **attach_args)
+
+
 def _ordinal(i):
     return ("first", "second", "third")[i] if i < 3 else "%dth" % (i + 1)
 
@@ -117,11 +127,9 @@ class _Sync(_Passes):
         # and the model holding their parameters (several: a _Models)
         self.opts, self.job, self.model = list(opts), job, model
         # what every DistributedOptimizer of the job must pass alike
-        self.settings = dict(sync=sync, staleness=staleness,
-                             backward_passes_per_step=backward_passes_per_step,
-                             max_samples=max_samples, overlap=overlap, check_every=check_every,
-                             factor_dtype=factor_dtype, bucket_cap_mb=bucket_cap_mb,
-                             dense_dtype=dense_dtype, trial_steps=trial_steps, **attach_args)
+        self.settings = _settings(sync, staleness, backward_passes_per_step, max_samples, overlap,
+                                  attach_args, check_every, factor_dtype, bucket_cap_mb,
+                                  dense_dtype, trial_steps)
         U = _sfb.UsageError
         if sync not in ("auto", "sfb", "fms"):
             raise U("DistributedOptimizer: sync %r: expected 'auto', 'sfb' or 'fms'" % (sync,))
@@ -292,7 +300,6 @@ class _Sync(_Passes):
         parameters outside the job that feed its models must be the same on
         every rank; an optimizer that is not a DistributedOptimizer stepping
         them on each rank's own gradients parts them, silently: refused."""
-        import hashlib
         h = hashlib.sha256()
         found = sorted(self.foreign.values(),  # (the largest first: the same order on every rank)
                        key=lambda vm: (-vm[0].numel(), tuple(vm[0].shape), vm[1]))
@@ -1359,10 +1366,10 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     Returns an optimizer of the wrapped one's class (its param_groups and
     state). Raises sfb.UsageError for another one of the job made after
     the first backward(), with other settings, over a parameter of one, at
-    staleness > 0 or in an elastic job; for arguments out of range, a parameter that is not float32 or not on the
-    CPU, one that needs a gradient but is not in the optimizer (or is in it
-    and not in the model), or staleness > 0 with an optimizer that is not
-    plain SGD."""
+    staleness > 0 or in an elastic job; for arguments out of range, a
+    parameter that is not float32 or not on the CPU, one that needs a
+    gradient but is not in the optimizer (or is in it and not in the
+    model), or staleness > 0 with an optimizer that is not plain SGD."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
                               (optimizer,))
@@ -1396,10 +1403,7 @@ def _another(old, optimizer, model, args):
     if old.attached or old.grads or old.passes:
         raise U("sfb.torch: a DistributedOptimizer made after the first backward() (the job "
                 "has one already): make every optimizer's DistributedOptimizer before training")
-    new = dict(sync=args[0], staleness=args[1], backward_passes_per_step=args[2],
-               max_samples=args[3], overlap=args[4], check_every=args[6],
-               factor_dtype=args[7], bucket_cap_mb=args[8], dense_dtype=args[9],
-               trial_steps=args[10], **args[5])  # (as _Sync.__init__ records them)
+    new = _settings(*args)
     diff = sorted(k for k in set(new) | set(old.settings) if new.get(k) != old.settings.get(k))
     if diff:
         raise U("sfb.torch: this DistributedOptimizer's %s differ%s from the job's first one "
