@@ -197,6 +197,8 @@ class TorchOneWorker(unittest.TestCase):
                     torch.optim.Adam(d.parameters(), lr=0.01))
         oe, od = make(enc, dec)
         oe = sft.DistributedOptimizer(oe, model=enc)
+        with torch.no_grad():  # (a forward without gradients: no graph holds the layers)
+            dec(enc(x))
         od = sft.DistributedOptimizer(od, model=dec)
         self.assertIsInstance(oe, torch.optim.SGD)
         self.assertIsInstance(od, torch.optim.Adam)
@@ -231,8 +233,12 @@ class TorchOneWorker(unittest.TestCase):
                                 sft.DistributedOptimizer,
                                 torch.optim.SGD(g[0].parameters(), lr=0.1), model=g)
         x, y = data()
-        nn.functional.cross_entropy(g(x), y).backward()
-        self.assertRaisesNaming(sft.UsageError, ["after the first backward()"],
+        out = g(x)
+        self.assertRaisesNaming(sft.UsageError, ["after the first forward with gradients"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(d.parameters(), lr=0.1), model=d)
+        nn.functional.cross_entropy(out, y).backward()
+        self.assertRaisesNaming(sft.UsageError, ["or backward()"],
                                 sft.DistributedOptimizer,
                                 torch.optim.SGD(d.parameters(), lr=0.1), model=d)
         o.step()

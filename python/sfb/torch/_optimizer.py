@@ -269,6 +269,7 @@ class _Sync(_Passes):
         # autograd (another model's, its optimizer not wrapped): checked for
         # replicas that part (_check_foreign)
         self.foreign = {}
+        self.graphs = False  # a forward with gradients reached a model (its slots' functions)
         self.fwd_hooks = [m.register_forward_pre_hook(
             lambda mod, inp, m=m: self._forward_begins(m, inp)) for m in _members(model)]
         if self.timeline:
@@ -280,7 +281,10 @@ class _Sync(_Passes):
         in the first steps, the parameters outside the job that the inputs'
         autograd graphs lead to (a generator's, feeding a discriminator)."""
         self._hook_new()
-        if self.clock > FOREIGN_CLOCKS[-1] or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
+            return
+        self.graphs = True
+        if self.clock > FOREIGN_CLOCKS[-1]:
             return
         stack = [t.grad_fn for t in _tensors(inputs) if t.grad_fn is not None]
         seen = set()
@@ -1365,11 +1369,12 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
 
     Returns an optimizer of the wrapped one's class (its param_groups and
     state). Raises sfb.UsageError for another one of the job made after
-    the first backward(), with other settings, over a parameter of one, at
-    staleness > 0 or in an elastic job; for arguments out of range, a
-    parameter that is not float32 or not on the CPU, one that needs a
-    gradient but is not in the optimizer (or is in it and not in the
-    model), or staleness > 0 with an optimizer that is not plain SGD."""
+    the first forward with gradients, with other settings, over a
+    parameter of one, at staleness > 0 or in an elastic job; for arguments
+    out of range, a parameter that is not float32 or not on the CPU, one
+    that needs a gradient but is not in the optimizer (or is in it and not
+    in the model), or staleness > 0 with an optimizer that is not plain
+    SGD."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
                               (optimizer,))
@@ -1397,12 +1402,13 @@ def _another(old, optimizer, model, args):
     """A job's next DistributedOptimizer (a GAN's generator and
     discriminator, an encoder's and a decoder's): one _Sync for all of them
     (one clock, one reduction of every parameter at the end of backward),
-    made anew over their models before the first backward. Refused where
+    made anew over their models before the first forward. Refused where
     that would not be one process's training."""
     U = _sfb.UsageError
-    if old.attached or old.grads or old.passes:
-        raise U("sfb.torch: a DistributedOptimizer made after the first backward() (the job "
-                "has one already): make every optimizer's DistributedOptimizer before training")
+    if old.attached or old.grads or old.passes or old.graphs:
+        raise U("sfb.torch: a DistributedOptimizer made after the first forward with gradients "
+                "or backward() (the job has one already, whose layers that graph holds): make "
+                "every optimizer's DistributedOptimizer before training")
     new = _settings(*args)
     diff = sorted(k for k in set(new) | set(old.settings) if new.get(k) != old.settings.get(k))
     if diff:
