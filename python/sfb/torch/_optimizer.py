@@ -2,7 +2,6 @@
 (staleness 0) or the additive updates (staleness > 0), join and leave, and
 DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import ast
-import hashlib
 import threading
 import time
 import zlib
@@ -107,12 +106,11 @@ class _Models(torch.nn.Module):
         kinds = [type(m).__name__ for m in models]
         for i, (kind, m) in enumerate(zip(kinds, models)):
             self.add_module(kind if kinds.count(kind) == 1 else "model%d" % i, m)
-        self.members = list(models)
 
 
 def _members(model):
     """The models that run forward: a _Models' members, or the model."""
-    return model.members if isinstance(model, _Models) else [model]
+    return list(model.children()) if isinstance(model, _Models) else [model]
 
 
 class _Sync(_Passes):
@@ -190,7 +188,6 @@ class _Sync(_Passes):
         self.stepped_clock = False  # several optimizers: one stepped on the reduction's .grad
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
-        self.inner_step = None  # the wrapped optimizer's step (set by the wrapper)
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
         self.steps = 0          # the wrapped optimizer's steps through this wrapper
@@ -304,12 +301,9 @@ class _Sync(_Passes):
         parameters outside the job that feed its models must be the same on
         every rank; an optimizer that is not a DistributedOptimizer stepping
         them on each rank's own gradients parts them, silently: refused."""
-        h = hashlib.sha256()
         found = sorted(self.foreign.values(),  # (the largest first: the same order on every rank)
                        key=lambda vm: (-vm[0].numel(), tuple(vm[0].shape), vm[1]))
-        for v, _ in found:
-            h.update(v.detach().contiguous().numpy().tobytes())
-        mine = len(found).to_bytes(8, "little") + h.digest()
+        mine = np.array([len(found), _crc_tensors([v for v, _ in found])], np.int64).tobytes()
         records = self.job.allgather(mine)
         if not found or any(r[:8] != mine[:8] for r in records) or \
                 all(r == mine for r in records):
@@ -1173,7 +1167,6 @@ class _DistributedOptimizer:
         self.defaults = opt.defaults
         self.state = opt.state
         self._sfb = sync_state
-        sync_state.inner_step = lambda: super(self.__class__, self).step()
 
     def add_param_group(self, param_group):
         """The wrapped optimizer's groups, at construction; afterwards
