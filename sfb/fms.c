@@ -10,9 +10,10 @@
  * on the wire (a direct reduce-scatter + all-gather; each worker sends
  * 2·(P−1)/P of the matrix, the all-reduce bound). Per clock:
  *   publish(t): ΔA_own = reconstruction of the own SFs into a zeroed dense
- *     buffer (one sgemm); ΔA_own is added to the own replica at once
- *     (read-my-writes) and every chunk is pushed to its block's owner as a
- *     DENSE_ROWS frame (origin = pusher), chunk 0 of every owner first.
+ *     buffer (one sgemm), or scale · delta checked first; every chunk is
+ *     pushed to its block's owner as a DENSE_ROWS frame (origin = pusher)
+ *     as soon as it is filled and hashed, chunk 0 of every owner first;
+ *     then ΔA_own is added to the own replica (read-my-writes).
  *   owner of block b: once it holds all P pushes of chunk j of clock t (its
  *     own included) it sums them in rank order, so every replica receives
  *     the same bytes, and sends the sum to every worker (DENSE_ROWS with
@@ -39,6 +40,7 @@
 #include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +64,8 @@ struct own {
     uint32_t formed;   /* chunks of the own block summed */
     uint32_t *applied; /* per block: its summed chunks applied (one allocation: */
     uint8_t *done;     /* per chunk of the matrix (chunk_base): applied */
-    uint8_t *summed;   /* per chunk of the own block: its sum formed) */
+    uint8_t *summed;   /* per chunk of the own block: its sum formed, */
+    uint8_t *pushed;   /* per chunk of the matrix: the own push left) */
 };
 
 /* Pushes of one chunk of the own block held so far (the sum waits for
@@ -101,7 +104,6 @@ struct fms {
     size_t nown, own_cap;
     struct sfb__ssp formed; /* clocks whose own-block sum was formed */
     const uint8_t **parts;  /* per rank: its push of the clock being summed */
-    uint8_t (*hdrs)[SFB_WIRE_HDR_SIZE]; /* per chunk: the own push's header (float32) */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
     uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
@@ -189,8 +191,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     int ret = sfb__ssp_init(&f->formed, 1, 0, env->start_clock);
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
-    f->hdrs = malloc(SFB_MAX(f->chunk_base[f->world], 1u) * sizeof *f->hdrs);
-    if (!f->parts || !f->hdrs) return sfb__error(-ENOMEM, "fms: out of memory");
+    if (!f->parts) return sfb__error(-ENOMEM, "fms: out of memory");
     return sfb_reconstruct_open(&f->recon);
 }
 
@@ -214,7 +215,6 @@ static void fms_close(void *priv)
     free(f->sum);
     free(f->own);
     free(f->parts);
-    free(f->hdrs);
     sfb__ssp_fini(&f->formed);
     sfb_reconstruct_close(&f->recon);
 }
@@ -363,6 +363,8 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
             why = "replays a summed block already received";
         else if (!o)
             why = "a sum of a clock this rank has not pushed yet";
+        else if (!o->pushed[f->chunk_base[b] + j])
+            why = "a sum of rows this rank has not pushed yet";
         else if (o->done[f->chunk_base[b] + j])
             why = "replays a summed block already received";
         else if (hold(&f->sum, &f->nsum, &f->sum_cap, buf, h, payload))
@@ -775,44 +777,51 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
     return --f->own_left ? 0 : sfb__ssp_mark(f->env.ssp, sfb__comm_rank(f->c), clock);
 }
 
-/* own ← scale · delta (delta NULL: own as it is, an SF's product), rounded
- * for bfloat16, chunk by chunk in row order and in blocks that stay in the
- * cache while each is checked (bad non-NULL: the first number not finite
- * → *bad, -ERANGE, nothing sent) and, for float32 pushes, fed to their
- * checksums: every push's header (f->hdrs) is ready when this returns 0. */
-static int fill_own(struct fms *f, int64_t clock, float *own, float scale, const float *delta,
-                    size_t *bad)
+/* The first i whose scale · delta[i] is not finite, or n. Where |scale| ≤ 1
+ * no finite number overflows, and delta's own check (vectorized, reading
+ * delta alone) says it. */
+static size_t first_bad(float scale, const float *delta, size_t n)
 {
-    int ret = 0;
-    for (uint32_t b = 0; b < f->world; b++)
-        for (uint32_t j = 0; j < chunks_of(f, b); j++) {
-            uint32_t r0, r1;
-            chunk_rows_of(f, b, j, &r0, &r1);
-            int hashed = b != f->rank && f->prec == SFB_WIRE_F32;
-            struct sfb__wire_hdr wh = rows_hdr(f, clock, r0, r1);
-            struct sfb__wire_hash hs;
-            if (hashed && (ret = sfb__comm_header_begin(f->c, &wh, &hs))) return ret;
-            size_t e0 = (size_t)r0 * f->D, e1 = (size_t)r1 * f->D;
-            for (size_t i0 = e0; i0 < e1; i0 += FUSED_BLOCK) {
-                size_t m = SFB_MIN(e1 - i0, (size_t)FUSED_BLOCK);
-                float *o = own + i0;
-                size_t at = delta ? scale_checked(o, scale, delta + i0, m) : m;
-                if (at < m && bad) {
-                    *bad = i0 + at;
-                    return -ERANGE;
-                }
-                if (f->prec == SFB_WIRE_BF16) sfb__bf16_round(o, m);
-                if (hashed) sfb__wire_hash_update(&hs, o, 4 * m);
-            }
-            if (hashed && (ret = sfb__wire_encode_hashed(&wh, &hs, f->hdrs[f->chunk_base[b] + j])))
-                return ret;
-        }
-    return 0;
+    if (fabsf(scale) <= 1.0f) return sfb__first_nonfinite(delta, n);
+    float v[FUSED_BLOCK];
+    for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
+        size_t m = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
+        if ((at = scale_checked(v, scale, delta + i0, m)) < m) return i0 + at;
+    }
+    return n; /* (a NaN scale fails the first block) */
+}
+
+/* Chunk j of block b of own ← scale · delta (delta NULL: own as it is, an
+ * SF's product), rounded for bfloat16, in blocks that stay in the cache
+ * while a float32 push's are fed to its checksum: then hdr (NULL for the
+ * own block) is the push's header when this returns 0. */
+static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, const float *delta,
+                      uint32_t b, uint32_t j, uint8_t *hdr)
+{
+    uint32_t r0, r1;
+    chunk_rows_of(f, b, j, &r0, &r1);
+    int hashed = hdr && f->prec == SFB_WIRE_F32, ret;
+    struct sfb__wire_hdr wh = rows_hdr(f, clock, r0, r1);
+    struct sfb__wire_hash hs;
+    if (hashed && (ret = sfb__comm_header_begin(f->c, &wh, &hs))) return ret;
+    size_t e0 = (size_t)r0 * f->D, e1 = (size_t)r1 * f->D;
+    for (size_t i0 = e0; i0 < e1; i0 += FUSED_BLOCK) {
+        size_t m = SFB_MIN(e1 - i0, (size_t)FUSED_BLOCK);
+        float *o = own + i0;
+        if (delta)
+            for (size_t i = 0; i < m; i++) o[i] = scale * delta[i0 + i];
+        if (f->prec == SFB_WIRE_BF16) sfb__bf16_round(o, m);
+        if (hashed) sfb__wire_hash_update(&hs, o, 4 * m);
+    }
+    return hashed ? sfb__wire_encode_hashed(&wh, &hs, hdr) : 0;
 }
 
 /* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
- * delta: added to the own replica at once (read-my-writes) and each row
- * block pushed to its owner. bad: as fill_own's. */
+ * delta (bad non-NULL: every number checked first; the first one not
+ * finite → *bad, -ERANGE, nothing sent): each row chunk pushed to its
+ * block's owner as soon as it is filled and hashed, so the first push
+ * leaves after one chunk's passes instead of the whole matrix's; then
+ * added to the own replica (read-my-writes). */
 static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
                        const float *delta, size_t *bad)
 {
@@ -823,6 +832,13 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (find_own(f, clock) || sfb__ssp_is_applied(f->env.ssp, f->rank, clock))
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
     size_t n_el = (size_t)f->K * f->D;
+    if (delta && bad) {
+        size_t at = first_bad(scale, delta, n_el);
+        if (at < n_el) {
+            *bad = at;
+            return -ERANGE;
+        }
+    }
     struct sfb__buf *buf;
     int ret = sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) return ret;
@@ -831,26 +847,28 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
         memset(buf->data, 0, n_el * sizeof(float));
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto out;
     }
-    /* bf16: the update as it travels, the own part of the sums too */
-    if ((ret = fill_own(f, clock, own.data, scale, sf ? NULL : delta, bad))) goto out;
-    /* read-my-writes (ordered: the sums alone, the same bytes on every rank) */
-    if (!f->env.ordered)
-        for (size_t i = 0; i < n_el; i++)
-            f->a->data[i] += own.data[i];
+    const float *src = sf ? NULL : delta;
     if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
         ret = -ENOMEM;
         goto out;
     }
     uint32_t nchunks = f->chunk_base[f->world], mine = chunks_of(f, f->rank);
-    uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + nchunks + mine);
+    uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + 2 * (size_t)nchunks + mine);
     if (!counts) {
         ret = -ENOMEM;
         goto out;
     }
+    /* the own block first: the pushes that arrive meanwhile are summed
+     * with it (bf16: rounded as it travels, the own part of the sums too) */
+    for (uint32_t j = 0; j < mine; j++)
+        if ((ret = fill_chunk(f, clock, own.data, scale, src, f->rank, j, NULL))) {
+            free(counts);
+            goto out;
+        }
     /* held from now on (buf's reference with it): while the pushes leave,
      * send_to takes frames, among them maybe a sum of this clock already */
-    uint8_t *done = (uint8_t *)(counts + f->world);
-    f->own[f->nown++] = (struct own){buf, clock, nchunks, 0, counts, done, done + nchunks};
+    uint8_t *done = (uint8_t *)(counts + f->world), *pushed = done + nchunks;
+    f->own[f->nown++] = (struct own){buf, clock, nchunks, 0, counts, done, pushed + nchunks, pushed};
     for (uint32_t b = 0; b < f->world; b++)
         /* an empty block is trivially summed */
         if (chunks_of(f, b) == 0 && (ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
@@ -867,15 +885,21 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
             uint8_t hdr[SFB_WIRE_HDR_SIZE];
             struct sfb__buf *pay;
             size_t off, len = rows_len(f, r1 - r0);
-            if ((ret = rows_payload(f, buf, r0, r1, &pay, &off))) return ret;
-            if (f->prec == SFB_WIRE_F32) /* (hashed by fill_own) */
-                memcpy(hdr, f->hdrs[f->chunk_base[b] + j], sizeof hdr);
-            else
+            if ((ret = fill_chunk(f, clock, own.data, scale, src, b, j, hdr)) ||
+                (ret = rows_payload(f, buf, r0, r1, &pay, &off)))
+                return ret;
+            if (f->prec != SFB_WIRE_F32) /* (float32: hashed by fill_chunk) */
                 ret = dense_hdr(f, clock, r0, r1, pay->data + off, hdr);
+            pushed[f->chunk_base[b] + j] = 1;
             if (!ret) ret = send_to(f, b, hdr, pay, off, len);
             sfb__buf_put(pay);
             if (ret) return ret;
         }
+    /* read-my-writes (ordered: the sums alone, the same bytes on every
+     * rank); no sum of this clock is applied before the next wait */
+    if (!f->env.ordered)
+        for (size_t i = 0; i < n_el; i++)
+            f->a->data[i] += own.data[i];
     /* the own chunks may be complete already */
     return form_sums(f);
 out:
