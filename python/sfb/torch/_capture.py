@@ -10,7 +10,6 @@ nn.Linear.forward calls it as F.linear, multi_head_attention_forward as the
 module's global `linear`, so both come here; a call on a weight sfb does not
 carry goes to torch's own."""
 import threading
-import time
 
 import numpy as np
 import torch
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 import sfb as _sfb
 
 from ._env import _raise_hinted, _tell_peers
+from . import _env
 
 
 _torch_linear = F.linear  # torch's own, whatever replaces the module's name
@@ -189,7 +189,7 @@ class _LinearFactors(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
-        t0 = time.time()
+        t0 = _env.clock()
         x, weight = ctx.saved_tensors
         gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
         slot = ctx.slot

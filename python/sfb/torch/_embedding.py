@@ -9,13 +9,13 @@ CSR c with one non-zero. The engine applies it by its sparse pass, a
 scatter-add, and the extra row counts who touched each id (the weights of
 the ranks that did), so the reduction knows the union of the touched rows
 without reading the table. (docs/torch.md, "What is exact": sparse rows)"""
-import time
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import sfb as _sfb
+
+from . import _env
 
 _torch_embedding = F.embedding
 _torch_embedding_bag = F.embedding_bag
@@ -141,7 +141,7 @@ class _RowsFactors(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
-        t0 = time.time()
+        t0 = _env.clock()
         weight, psw = ctx.saved_tensors
         slot = ctx.slot
         want_psw = psw is not None and ctx.needs_input_grad[1]

@@ -3,6 +3,7 @@ size, shutdown, stats."""
 import os
 import socket
 import sys
+import time
 
 import torch
 
@@ -26,6 +27,27 @@ class WorldChanged(_sfb.Error):
 
     def __init__(self, message):
         super().__init__(-(4096 + 5), message)  # -SFB_EPEER
+
+
+def _wall():
+    return time.time()
+
+
+clock = _wall  # the timeline's clock in the factor functions' backward
+
+
+def keep_backward_eager():
+    """torch.compile (torch 2) traces the factor functions' backward too and
+    stops at their timeline clock (time.time, a builtin dynamo cannot
+    trace) with a "Graph break" warning; stopping there is right, for that
+    backward hands the job its factors, a side effect no compiled graph may
+    replay. Where the program has loaded dynamo (it compiled something),
+    the clock becomes a function dynamo leaves out without the warning.
+    Not before: importing dynamo takes a second."""
+    global clock
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None and clock is _wall:
+        clock = dynamo.disable(_wall)
 
 
 def _log(msg):

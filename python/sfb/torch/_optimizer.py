@@ -121,6 +121,7 @@ class _Sync(_Passes):
                  overlap, attach_args, check_every=100, factor_dtype="f32", bucket_cap_mb=4,
                  dense_dtype="f32", trial_steps=10):
         job = _env._need()
+        _env.keep_backward_eager()
         # the optimizers (each DistributedOptimizer's, in the order made)
         # and the model holding their parameters (several: a _Models)
         self.opts, self.job, self.model = list(opts), job, model
