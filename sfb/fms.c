@@ -733,19 +733,26 @@ static int fms_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)
 /* A job of one worker: the own update is the whole update, applied at
  * once; the clock is complete with its last matrix. sf, or scale · delta
  * (bad: as fill_own's). */
+/* The first i whose scale · delta[i] is not finite, or n. Where |scale| ≤ 1
+ * no finite number overflows, and delta's own check (vectorized, reading
+ * delta alone) says it. */
+static size_t first_bad(float scale, const float *delta, size_t n)
+{
+    if (fabsf(scale) <= 1.0f) return sfb__first_nonfinite(delta, n);
+    float v[FUSED_BLOCK];
+    for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
+        size_t m = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
+        if ((at = scale_checked(v, scale, delta + i0, m)) < m) return i0 + at;
+    }
+    return n; /* (a NaN scale fails the first block) */
+}
+
 static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct sfb_sf *sf,
                          float scale, const float *delta, size_t *bad)
 {
     if (delta && bad) { /* nothing applied unless every scale · delta[i] is finite */
         size_t n = (size_t)f->env.mats[m].rows * f->env.mats[m].cols;
-        float v[FUSED_BLOCK];
-        for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
-            size_t k = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
-            if ((at = scale_checked(v, scale, delta + i0, k)) < k) {
-                *bad = i0 + at;
-                return -ERANGE;
-            }
-        }
+        if ((*bad = first_bad(scale, delta, n)) < n) return -ERANGE;
     }
     if (f->own_clock != clock) {
         f->own_clock = clock;
@@ -775,20 +782,6 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
         for (size_t i = 0; i < n_el; i++) a->data[i] += scale * delta[i];
     }
     return --f->own_left ? 0 : sfb__ssp_mark(f->env.ssp, sfb__comm_rank(f->c), clock);
-}
-
-/* The first i whose scale · delta[i] is not finite, or n. Where |scale| ≤ 1
- * no finite number overflows, and delta's own check (vectorized, reading
- * delta alone) says it. */
-static size_t first_bad(float scale, const float *delta, size_t n)
-{
-    if (fabsf(scale) <= 1.0f) return sfb__first_nonfinite(delta, n);
-    float v[FUSED_BLOCK];
-    for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
-        size_t m = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
-        if ((at = scale_checked(v, scale, delta + i0, m)) < m) return i0 + at;
-    }
-    return n; /* (a NaN scale fails the first block) */
 }
 
 /* Chunk j of block b of own ← scale · delta (delta NULL: own as it is, an
@@ -832,13 +825,7 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (find_own(f, clock) || sfb__ssp_is_applied(f->env.ssp, f->rank, clock))
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
     size_t n_el = (size_t)f->K * f->D;
-    if (delta && bad) {
-        size_t at = first_bad(scale, delta, n_el);
-        if (at < n_el) {
-            *bad = at;
-            return -ERANGE;
-        }
-    }
+    if (delta && bad && (*bad = first_bad(scale, delta, n_el)) < n_el) return -ERANGE;
     struct sfb__buf *buf;
     int ret = sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) return ret;
