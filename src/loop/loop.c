@@ -384,14 +384,16 @@ static void prepare_cb(struct ev_loop *ev, ev_prepare *w, int revents)
 {
     struct sfb__loop_poller *p = w->data;
     int st = p->fn(p->arg);
-    /* AWAY: another thread polls the source, its fd is not this loop's
-     * concern until the next pass (a readable fd would not let it block) */
-    if (p->has_io && (st == SFB__POLL_AWAY) == ev_is_active(&p->io)) {
-        if (st == SFB__POLL_AWAY) ev_io_stop(ev, &p->io);
+    /* AWAY: another thread polls the source; PACE: the source moves at its
+     * own pace. Either way its fd is not this loop's concern until the next
+     * pass (a readable fd would not let it block). */
+    int unwatched = st == SFB__POLL_AWAY || st == SFB__POLL_PACE;
+    if (p->has_io && unwatched == ev_is_active(&p->io)) {
+        if (unwatched) ev_io_stop(ev, &p->io);
         else ev_io_start(ev, &p->io);
     }
     int away = st == SFB__POLL_AWAY;
-    if (away) st = SFB__POLL_NAP;
+    if (unwatched) st = SFB__POLL_NAP;
     if (st == SFB__POLL_BUSY) {
         if (!ev_is_active(&p->idle)) ev_idle_start(ev, &p->idle);
     } else if (ev_is_active(&p->idle)) {

@@ -97,6 +97,10 @@ enum sfb__poll_state {
     SFB__POLL_BUSY = 2,  /* call again without blocking */
     SFB__POLL_AWAY = 3,  /* another thread polls the source: nap as NAP, not
                           * woken by the fd meanwhile */
+    SFB__POLL_PACE = 4,  /* the source is busy at its own pace (a transfer the
+                          * provider finishes piece by piece): nap as NAP, not
+                          * woken by the fd, which turns readable for every
+                          * few kilobytes that arrive */
 };
 
 /* A progress hook: fn(arg) runs in the loop thread once per loop iteration,

@@ -9,6 +9,7 @@
 #include "src/base/futex.h"
 #include "src/loop/loop.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -146,10 +147,40 @@ static unsigned reads_in_flight(const struct sfb__transport *t, size_t *bytes)
     return n;
 }
 
+struct sfb__buf *sfb__tp_fairest(struct sfb__buf *head, struct op *const *reads,
+                                struct sfb__buf **prev)
+{
+    struct sfb__buf *pick = NULL, *p = NULL;
+    unsigned best = UINT_MAX;
+    *prev = NULL;
+    for (struct sfb__buf *a = head; a && best; p = a, a = a->next) {
+        unsigned k = 0;
+        for (unsigned i = 0; i < MAX_READS; i++) k += reads[i] && reads[i]->peer == a->src;
+        if (k < best) {
+            best = k;
+            pick = a;
+            *prev = p;
+        }
+    }
+    return pick;
+}
+
+/* The fairest announce (sfb__tp_fairest) to the head of the queue. */
+static void front_fairest(struct sfb__transport *t)
+{
+    struct sfb__buf *prev, *pick = sfb__tp_fairest(t->rd_head, t->reads, &prev);
+    if (!prev) return; /* (the head already) */
+    prev->next = pick->next;
+    if (t->rd_tail == pick) t->rd_tail = prev;
+    pick->next = t->rd_head;
+    t->rd_head = pick;
+}
+
 /* Posts ACKs, then one fi_read per announce (validated in on_message) into
  * a pooled buffer of the frame's size: the body straight from the sender's
  * buffer, the frame header from the announce. At most MAX_READS at once,
- * within read_window; the rest wait in announce order. */
+ * within read_window; the rest wait, each next one the oldest from a peer
+ * with the fewest reads in flight (front_fairest). */
 int sfb__tp_post_reads(struct sfb__transport *t)
 {
     int work = 0;
@@ -159,6 +190,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
     /* Announces that came before set_peers wait for it, like the ACKs. */
     uint32_t world = sfb__tp_world(t);
     while (world && t->rd_head && (n = reads_in_flight(t, &reading)) < MAX_READS) {
+        front_fairest(t);
         struct sfb__buf *a = t->rd_head;
         if (a->src >= world) { /* unchecked when it came: no world yet */
             SFB_LOG_W("transport: RMA announce from rank %u dropped (world of %u)", a->src, world);

@@ -80,6 +80,11 @@ static int sleep_poll(void *arg)
     atomic_fetch_add(&polls, 1);
     return SFB__POLL_SLEEP;
 }
+static int pace_poll(void *arg)
+{
+    atomic_fetch_add(&polls, 1);
+    return SFB__POLL_PACE;
+}
 
 static int test_poller(void)
 {
@@ -107,6 +112,17 @@ static int test_poller(void)
     sleep_s(0.05);
     /* Level-triggered and never drained: it keeps waking while readable. */
     ASSERT_GT(atomic_load(&polls), idle);
+    sfb__loop_poller_close(&p);
+
+    /* PACE: naps as NAP although its fd stays readable (a tcp transfer
+     * under way: the fd turns readable for every few kilobytes), and
+     * watches it again once it says otherwise. */
+    atomic_store(&polls, 0);
+    ASSERT_OK(sfb__loop_poller_open(l, &p, fds[0], 0.01, pace_poll, NULL));
+    sleep_s(0.1);
+    int paced = atomic_load(&polls);
+    ASSERT_GE(paced, 3);  /* ~10 naps of 10 ms */
+    ASSERT_LE(paced, 40); /* not woken by the readable fd */
     sfb__loop_poller_close(&p);
     close(fds[0]);
     close(fds[1]);

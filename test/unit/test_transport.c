@@ -1125,6 +1125,47 @@ static int test_stale_bell(void)
 static int test_idle_tcp(void) { return idle_cpu("tcp", 0.2); }
 static int test_idle_shm(void) { return idle_cpu("shm", 0.5); }
 
+/* The next announce to read (sfb__tp_fairest): the oldest from a peer with
+ * the fewest reads in flight, so that one peer's burst does not hold every
+ * read slot while another peer's frame waits behind it. */
+static int test_fair_reads(void)
+{
+    struct sfb__buf a[6];
+    struct op ops[MAX_READS];
+    struct op *reads[MAX_READS] = {0};
+    memset(a, 0, sizeof a);
+    memset(ops, 0, sizeof ops);
+    const uint32_t src[6] = {0, 0, 0, 1, 0, 2}; /* peer 0's burst, then 1, 0, 2 */
+    for (int i = 0; i < 6; i++) {
+        a[i].src = src[i];
+        a[i].next = i < 5 ? &a[i + 1] : NULL;
+    }
+    struct sfb__buf *prev = &a[0];
+    /* nothing in flight: announce order */
+    ASSERT(sfb__tp_fairest(&a[0], reads, &prev) == &a[0]);
+    ASSERT(prev == NULL);
+    /* peer 0 holds three slots: peer 1's frame goes next, peer 2's waits
+     * (it came later) */
+    for (int i = 0; i < 3; i++) {
+        ops[i].peer = 0;
+        reads[2 * i] = &ops[i]; /* (slots anywhere in the array) */
+    }
+    ASSERT(sfb__tp_fairest(&a[0], reads, &prev) == &a[3]);
+    ASSERT(prev == &a[2]);
+    /* peer 1 as busy as peer 0's least: peer 2's, the only idle peer */
+    ops[3].peer = 1;
+    reads[7] = &ops[3];
+    ASSERT(sfb__tp_fairest(&a[0], reads, &prev) == &a[5]);
+    ASSERT(prev == &a[4]);
+    /* without peer 2's: the oldest of the least busy (peer 1, one read) */
+    a[4].next = NULL;
+    ASSERT(sfb__tp_fairest(&a[0], reads, &prev) == &a[3]);
+    ASSERT(prev == &a[2]);
+    ASSERT(sfb__tp_fairest(NULL, reads, &prev) == NULL);
+    ASSERT(prev == NULL);
+    return 0;
+}
+
 /* An error's text (sfb__tp_report): each thing once. The peer only when
  * known; the provider's detail only when it adds to the code's text (shm
  * reports a dead peer's receive as EIO with strerror(EIO) as its detail). */
@@ -1270,6 +1311,7 @@ static const struct test_case tests[] = {
     {"bad_usage", test_bad_usage},
     {"error_text", test_error_text},
     {"pool", test_pool},
+    {"fair_reads", test_fair_reads},
 };
 
 static int run(int argc, char **argv)
