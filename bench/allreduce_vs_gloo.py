@@ -28,7 +28,7 @@ reports medians and the range of the rounds' ratios.
 as a table (stdout, OUT/allreduce_vs_gloo.md) and JSON. Needs root (network
 namespaces) and python3-torch (exits 77 without them).
 
-  bench/allreduce_vs_gloo.py                    # 256 KiB, 4 MiB, 16 MiB at 1 and 10 Gbit/s
+  bench/allreduce_vs_gloo.py                    # 256 KiB, 4, 16, 64 MiB at 1 and 10 Gbit/s
   bench/allreduce_vs_gloo.py --rates 1gbit --sizes 4194304 --min-ratio 0.9
   bench/allreduce_vs_gloo.py --smoke            # one small size, a few operations
 """
@@ -160,7 +160,7 @@ def main():
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="sfb", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--sizes", default="65536,1048576,4194304",
+    ap.add_argument("--sizes", default="65536,1048576,4194304,16781312",
                     help="float32 numbers per operation, comma separated")
     ap.add_argument("--rates", default="1gbit,10gbit", help="link rates (tc units)")
     ap.add_argument("--engines", default="sfb,gloo",
