@@ -119,12 +119,13 @@ static int reads_posted(const struct sfb__transport *t)
 
 /* Block mode, once idle (progress() polls spin_s after work first). Work
  * done: one more pass at once. Operations the provider must finish by
- * itself (a send waiting for the peer's copy, a queue that was full, a
- * frame arriving): nap poll_interval_s, deaf to the CQ's fd meanwhile
- * (PACE), which over tcp turns readable for every few kilobytes of a frame
- * under way: woken by each, the loop made ~100,000 passes a second per rank
- * that read a piece and completed nothing (64 MiB sums on 4 emulated hosts
- * at 1 Gbit/s: 3.8 x gloo's CPU). Otherwise sleep on the CQ's wait fd, or
+ * itself (a send waiting for the peer's copy, a queue that was full):
+ * nap poll_interval_s; while a big frame is under way (reads, reassembly,
+ * an RMA send being read) deaf to the CQ's fd meanwhile (PACE), which over
+ * tcp turns readable for every few kilobytes of it: woken by each, the loop
+ * made ~100,000 passes a second per rank that read a piece and completed
+ * nothing (64 MiB sums on 4 emulated hosts at 1 Gbit/s: 3.8 x gloo's CPU).
+ * Otherwise sleep on the CQ's wait fd, or
  * on the doorbell a peer rings when it sends here (bounded by
  * BELL_SLEEP_MAX_S, so a ring that never comes only costs time). */
 static int progress_block(struct sfb__transport *t, int work, int provider_busy, int pending)
@@ -133,7 +134,10 @@ static int progress_block(struct sfb__transport *t, int work, int provider_busy,
     if (work || pending || provider_busy || !t->bell) {
         if (t->bell) sfb__bell_sleeping(t->bell, 0);
         if (work) return SFB__POLL_BUSY;
-        if (pending || provider_busy) return SFB__POLL_PACE;
+        /* (a small send waiting for its completion naps as before, woken
+         * by the fd: its peer's answer is a message away) */
+        int streaming = t->rd_head || reads_posted(t) || t->active || t->acks_due;
+        if (pending || provider_busy) return streaming ? SFB__POLL_PACE : SFB__POLL_NAP;
         if (t->wait_fd < 0) return SFB__POLL_NAP;
     } else if (t->wait_fd < 0) {
         /* Doorbell: raise the flag, then poll once more before sleeping
