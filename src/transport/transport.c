@@ -125,9 +125,9 @@ static int reads_posted(const struct sfb__transport *t)
  * tcp turns readable for every few kilobytes of it: woken by each, the loop
  * made ~100,000 passes a second per rank that read a piece and completed
  * nothing (64 MiB sums on 4 emulated hosts at 1 Gbit/s: 3.8 x gloo's CPU).
- * Otherwise sleep on the CQ's wait fd, or
- * on the doorbell a peer rings when it sends here (bounded by
- * BELL_SLEEP_MAX_S, so a ring that never comes only costs time). */
+ * Otherwise sleep on the CQ's wait fd, or on the doorbell a peer rings when
+ * it sends here (bounded by BELL_SLEEP_MAX_S, so a ring that never comes
+ * only costs time). */
 static int progress_block(struct sfb__transport *t, int work, int provider_busy, int pending)
 {
     if (t->bell) sfb__bell_flush(t->bell);
