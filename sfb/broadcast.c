@@ -723,10 +723,13 @@ static int send_update(struct bcast *b, int64_t clock, uint32_t m, const struct 
 }
 
 /* Matrix m's own update: leaves for the peers now and is applied here; the
- * clock is published (SSP marks it) with its last matrix. */
-static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
+ * clock is published (SSP marks it) with its last matrix. (bad: never
+ * given, the factors travel and the caller checks them: sync.h.) */
+static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf,
+                          size_t *bad)
 {
     struct bcast *b = priv;
+    if (bad) return sfb__error(-SFB_EUSAGE, "broadcast: the factors are checked by the caller");
     struct sfb__comm *c = b->c;
     if (b->own_clock != clock) {
         b->own_clock = clock;
@@ -750,7 +753,7 @@ static int bc_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
 static int bc_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
 {
     int ret = 0;
-    for (uint32_t m = 0; m < n && !ret; m++) ret = bc_publish_one(priv, clock, m, &sf[m]);
+    for (uint32_t m = 0; m < n && !ret; m++) ret = bc_publish_one(priv, clock, m, &sf[m], NULL);
     return ret;
 }
 

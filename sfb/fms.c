@@ -810,8 +810,8 @@ static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, con
 }
 
 /* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
- * delta (bad non-NULL: every number checked first; the first one not
- * finite → *bad, -ERANGE, nothing sent): each row chunk pushed to its
+ * delta (bad non-NULL: every number of the update checked before anything
+ * leaves; the first one not finite → *bad, -ERANGE, nothing sent): each row chunk pushed to its
  * block's owner as soon as it is filled and hashed, so the first push
  * leaves after one chunk's passes instead of the whole matrix's; then
  * added to the own replica (read-my-writes). */
@@ -833,6 +833,10 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (sf) {
         memset(buf->data, 0, n_el * sizeof(float));
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto out;
+        if (bad && (*bad = sfb__first_nonfinite(own.data, n_el)) < n_el) {
+            ret = -ERANGE;
+            goto out;
+        }
     }
     const float *src = sf ? NULL : delta;
     if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
@@ -894,11 +898,21 @@ out:
     return ret;
 }
 
-static int fms_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
+static int fms_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf,
+                           size_t *bad)
 {
     struct fms *f = priv;
-    if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, sf, 0, NULL, NULL);
-    return push_update(f, clock, sf, 0, NULL, NULL);
+    if (sfb__comm_world(f->c) == 1) {
+        /* the product goes straight into the replica: the factors checked
+         * instead (a product that overflows a lone replica harms no peer) */
+        char what[96];
+        if (bad && sfb__sf_nonfinite(sf, what, sizeof what)) {
+            *bad = 0;
+            return -ERANGE;
+        }
+        return publish_alone(f, clock, m, sf, 0, NULL, NULL);
+    }
+    return push_update(f, clock, sf, 0, NULL, bad);
 }
 
 static int fms_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
@@ -916,7 +930,7 @@ static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint3
         return sfb__error(-SFB_ESHAPE, "fms: publish needs one %u x %u update, got %u", f->K,
                           f->D, n);
     int ret = 0;
-    for (uint32_t m = 0; m < n && !ret; m++) ret = fms_publish_one(priv, clock, m, &sf[m]);
+    for (uint32_t m = 0; m < n && !ret; m++) ret = fms_publish_one(priv, clock, m, &sf[m], NULL);
     return ret;
 }
 

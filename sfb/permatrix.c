@@ -349,11 +349,12 @@ static int pm_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
     return ret;
 }
 
-static int pm_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf)
+static int pm_publish_one(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf,
+                          size_t *bad)
 {
     struct pm *p = priv;
     uint32_t i = p->sub_of[m];
-    int ret = p->sub[i].ops->publish_one(p->sub[i].priv, clock, p->local_of[m], sf);
+    int ret = p->sub[i].ops->publish_one(p->sub[i].priv, clock, p->local_of[m], sf, bad);
     published(p, i);
     return ret;
 }

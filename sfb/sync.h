@@ -136,8 +136,14 @@ struct sfb__sync_ops {
      * own replica; the clock counts as published (SSP marks the own clock,
      * clock mode's boundary) once every matrix's is. The caller publishes
      * each matrix once a clock, in any order, and all of a clock before
-     * the next wait. */
-    int (*publish_one)(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf);
+     * the next wait. bad non-NULL (only for an engine that forms the
+     * product, one with publish_dense): the engine checks scale · BᵀC
+     * instead of the caller checking the factors (the cheaper pass where
+     * the factors outnumber the product; it catches an overflowing product
+     * too): a number not finite → *bad = its index, -ERANGE, nothing
+     * published. */
+    int (*publish_one)(void *priv, int64_t clock, uint32_t m, const struct sfb_sf *sf,
+                       size_t *bad);
     /* As publish_one with the update given dense: ΔA_m = scale · delta
      * (rows × cols, row-major; scale finite). The engine checks the
      * numbers in the pass it makes over them anyway: bad non-NULL and a

@@ -489,6 +489,20 @@ int sfb_job_publish(struct sfb_job *job, int64_t clock, const struct sfb_sf *sf,
     return 0;
 }
 
+/* Whether matrix m's engine checks the product it forms instead of the
+ * factors being checked here (sync.h's publish_one): where the product has
+ * fewer numbers than the factors (a language model's decoder: 20,000 × 201
+ * against 700 × 20,201 a step), with a scale that cannot hide a factor
+ * (0 · NaN is never formed: BLAS skips a zero alpha's product). */
+static int product_checked(const struct sfb_job *job, uint32_t m, const struct sfb_sf *sf)
+{
+    if (job->debug_unchecked || !job->engine_of[m]->ops->publish_dense || !isfinite(sf->scale) ||
+        sf->scale == 0)
+        return 0;
+    uint64_t product = (uint64_t)sf->rows * sf->cols;
+    return product < (uint64_t)sf->s * sf->rows + sfb_sf_c_count(sf);
+}
+
 int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, const struct sfb_sf *sf)
 {
     SFB_ENTER();
@@ -497,10 +511,21 @@ int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, const st
     int ret = need_engine(job, __func__);
     if (!ret) ret = check_one(job, __func__, clock, m);
     if (!ret) ret = check_sf(job, __func__, sf, m);
-    if (!ret) ret = check_finite(job, __func__, clock, sf, m);
+    int by_product = !ret && product_checked(job, m, sf);
+    if (!ret && !by_product) ret = check_finite(job, __func__, clock, sf, m);
     if (ret) return ret;
     double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
-    if ((ret = job->engine->publish_one(job->engine_priv, clock, m, sf))) return ret;
+    size_t at = SIZE_MAX;
+    ret = job->engine->publish_one(job->engine_priv, clock, m, sf, by_product ? &at : NULL);
+    if (ret == -ERANGE && at != SIZE_MAX) {
+        /* the same words as the factors' own check where one of them is the
+         * cause (nothing else reads them on this path) */
+        if ((ret = check_finite(job, __func__, clock, sf, m))) return ret;
+        return sfb__error(-ERANGE, "%s: clock %lld, matrix %u: the update's [%zu][%zu] (scale "
+                          "%g × bᵀc) overflows float32 (nothing was published)", __func__,
+                          (long long)clock, m, at / sf->cols, at % sf->cols, (double)sf->scale);
+    }
+    if (ret) return ret;
     sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, (int32_t)m, -1, 0);
     one_done(job, m);
     return 0;

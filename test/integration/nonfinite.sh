@@ -10,6 +10,10 @@
 #    relayed (halton, 5 ranks); every rank exits non-zero and its message
 #    names rank 2 and clock 3; the refusal is also logged on stderr with the
 #    rank prefix (the library's default log sink);
+#  - fms (3 ranks, checked): publish_one on an FMS matrix, whose engine
+#    checks the factors' product where it is the smaller pass: a NaN factor
+#    refused in the same words, finite factors whose product overflows
+#    float32 refused naming the product's number;
 # each within --peer-timeout (3 s) + 5 s of the publish.
 # The ranks join by the environment rendezvous, started by hand: sfb launch
 # would stop the others once one failed, before they could say why.
@@ -46,10 +50,12 @@ run_case() { # NAME N ARGS...: N ranks; rank r's output in $tmp/NAME.r, exit sta
 }
 
 for cfg in "nan-full 3" "scale-full 3 --scale" "nan-halton 5 --topology halton" \
-           "scale-halton 5 --scale --topology halton"; do
+           "scale-halton 5 --scale --topology halton" "nan-fms 3 --engine fms" \
+           "overflow-fms 3 --engine fms --overflow"; do
   set -- $cfg
   name=$1; n=$2; shift 2
-  for mode in checked hostile; do
+  modes="checked hostile"; [[ $name == *-fms ]] && modes=checked
+  for mode in $modes; do
     extra=(); [ $mode = hostile ] && extra=(--hostile)
     run_case "$name-$mode" "$n" "$@" "${extra[@]}"
     f="$tmp/$name-$mode"
@@ -67,12 +73,17 @@ for cfg in "nan-full 3" "scale-full 3 --scale" "nan-halton 5 --topology halton" 
     done
     if [ $mode = checked ]; then
       what='b\[1\]\[2\] is nan'; [[ $name == scale* ]] && what='scale is inf'
+      # fms: publish_one, its engine checking the factors' product (smaller
+      # here): the same words for a NaN factor, the product's number named
+      # where finite factors overflow
+      [[ $name == overflow* ]] && what="the update's \[2\]\[0\] (scale 4 × bᵀc) overflows float32"
+      fn=sfb_job_publish; [[ $name == *-fms ]] && fn=sfb_job_publish_one
       check "$name checked: publish refused it, naming clock, matrix and value" \
-        "grep -q '^rank 2 failed: sfb_job_publish: clock 3, matrix 0: $what' '$f.2'"
+        "grep -q \"^rank 2 failed: $fn: clock 3, matrix 0: $what\" '$f.2'"
       for r in $(seq 0 $((n - 1))); do
         [ $r = 2 ] && continue
         check "$name checked: rank $r told by rank 2's abort" \
-          "grep -q '^rank $r failed: rank 2 aborted the job: Error: sfb_job_publish: clock 3' '$f.$r'"
+          "grep -q '^rank $r failed: rank 2 aborted the job: Error: $fn: clock 3' '$f.$r'"
       done
     else
       # each peer refused the update itself or heard of a peer's refusal;

@@ -45,7 +45,13 @@ struct eng_cfg {
      * 3 (with dense): that rank first publishes the update with a NaN in its
      * last number, then with its first number overflowing scale · delta,
      * each of which must be refused (-ERANGE, the index, nothing sent),
-     * then the true one */
+     * then the true one; 4 (FMS, factors): every rank publishes through
+     * ops->publish_one with the product checked (bad non-NULL), and that
+     * rank first with a NaN in its last sample's last row, then with
+     * factors whose product overflows in its first number, each refused
+     * (-ERANGE, the index of the product's first bad number, nothing
+     * sent), then the true one (one worker: the NaN only, refused as the
+     * factors' check, *bad 0) */
     int poison;
     uint32_t poison_rank;
     int64_t poison_clock;
@@ -144,6 +150,46 @@ static inline int eng_publish_dense(const struct eng_cfg *cfg, void *priv, uint3
     if (!ret) ret = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, &bad);
     free(d);
     return ret;
+}
+
+/* cfg.poison 4: sf through ops->publish_one, the engine checking the
+ * product (see struct eng_cfg). */
+static inline int eng_publish_checked(const struct eng_cfg *cfg, void *priv, uint32_t r,
+                                      int64_t t, struct sfb_sf *sf)
+{
+    size_t bad = SIZE_MAX;
+    int ret = 0;
+    if (r == cfg->poison_rank && t == cfg->poison_clock) {
+        struct sfb__sync_report before, after;
+        cfg->ops->report(priv, &before);
+        size_t last = (size_t)(sf->s - 1) * sf->rows + sf->rows - 1;
+        float keep_b = sf->b[last], b0 = sf->b[0], c0 = sf->c[0], scale = sf->scale;
+        sf->b[last] = NAN; /* the product's last row */
+        int r1 = cfg->ops->publish_one(priv, t, 0, sf, &bad);
+        size_t bad1 = bad;
+        sf->b[last] = keep_b;
+        int r2 = -ERANGE;
+        bad = 0;
+        if (cfg->world > 1) { /* (one worker: its own product, unchecked) */
+            sf->b[0] = 3e38f; /* × 1 × 2 and more: beyond float32 at [0][0] */
+            sf->c[0] = 1;
+            sf->scale = 2;
+            bad = SIZE_MAX;
+            r2 = cfg->ops->publish_one(priv, t, 0, sf, &bad);
+            sf->b[0] = b0;
+            sf->c[0] = c0;
+            sf->scale = scale;
+        }
+        cfg->ops->report(priv, &after);
+        /* one worker: the factors checked, any index */
+        size_t row = cfg->world > 1 ? (size_t)(sf->rows - 1) * sf->cols : 0;
+        if (r1 != -ERANGE || bad1 != row || r2 != -ERANGE || bad != 0 ||
+            after.data_msgs != before.data_msgs)
+            ret = sfb__error(-EPROTO, "rank %u: refused factors: %d at %zu (want %d at %zu), "
+                             "%d at %zu (want at 0), %llu messages sent", r, r1, bad1, -ERANGE,
+                             row, r2, bad, (unsigned long long)(after.data_msgs - before.data_msgs));
+    }
+    return ret ? ret : cfg->ops->publish_one(priv, t, 0, sf, &bad);
 }
 
 /* cfg.inexact: every non-zero b and every c moved away from zero by 1, 2
@@ -276,6 +322,8 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
         }
         if (cfg->dense)
             ret = eng_publish_dense(cfg, priv, r, t, &er->sf);
+        else if (cfg->poison == 4)
+            ret = eng_publish_checked(cfg, priv, r, t, &er->sf);
         else
             ret = cfg->ops->publish(priv, t, &er->sf, 1);
         if (ret) break;

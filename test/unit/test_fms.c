@@ -400,6 +400,40 @@ static int test_hostile_owner(void)
     return 0;
 }
 
+/* Factors whose product the engine checks (publish_one with bad, what
+ * sfb_job_publish_one asks where the product is the smaller pass): a NaN
+ * in a factor and a product that overflows float32 are refused before
+ * anything leaves; the true factors then go as usual, every replica the
+ * reference's. */
+static int run_checked(uint32_t world, uint32_t k, uint32_t s)
+{
+    sfb__fms_chunk_bytes = 16; /* a row per chunk: the NaN in the last */
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops, .world = world, .k = k, .d = 3, .s = s,
+                          .clocks = 4, .slow_rank = -1, .check_each_wait = 1, .ordered = 1,
+                          .poison = 4, .poison_rank = world - 1, .poison_clock = 2};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    int rets[ENG_MAX_RANKS] = {0}, ret;
+    /* (one worker: the factors checked, the product going straight into
+     * the replica; the same refusals) */
+    ret = world == 1 ? eng_run_single(&run) : sfb__loopback_run(lb, eng_rank_main, &run, rets);
+    for (uint32_t r = 0; r < world; r++)
+        if (ret || rets[r]) fprintf(stderr, "rank %u: %d %s\n", r, rets[r], run.r[r].why);
+    ASSERT_OK(ret);
+    for (uint32_t r = 0; r < world; r++) ASSERT_EQ(rets[r], 0);
+    for (uint32_t r = 0; r < world; r++) ASSERT(eng_replica_is(&run, r, cfg.clocks, "after the run"));
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    return 0;
+}
+
+static int test_checked(void)
+{
+    return run_checked(3, 7, 2) || run_checked(4, 9, 5) || run_checked(1, 4, 3);
+}
+
 static int test_dense(void)
 {
     return run_dense(4, SFB_WIRE_F32) || run_dense(3, SFB_WIRE_BF16);
@@ -428,6 +462,7 @@ int main(int argc, char **argv)
     static const struct test_case tests[] = {
         {"sums_p4", test_sums_p4},
         {"dense", test_dense},
+        {"checked", test_checked},
         {"hostile_owner", test_hostile_owner},
         {"empty_block", test_empty_block},
         {"ordered_p4", test_ordered_p4},

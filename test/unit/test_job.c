@@ -366,6 +366,13 @@ static int test_publish_one(void)
                              "scale is inf");
                 ASSERT_FAILS(sfb_job_publish_dense(job, t, 1, 1e38f, delta), -ERANGE,
                              "matrix 1: scale × delta[1][0] = 1e+38 × 4 overflows float32");
+                /* fms's factors (10 numbers, the product 6: the engine's
+                 * check): a NaN named as the factors' own check names it */
+                b[1] = NAN;
+                ASSERT_FAILS(sfb_job_publish_one(job, t, 1, &sf), -ERANGE,
+                             "matrix 1: b[0][1] is nan (a factor "
+                             "must hold finite numbers only: nothing was published)");
+                b[1] = 2;
             }
             if (m % 3 == 1)
                 ASSERT_OK(sfb_job_publish_dense(job, t, (uint32_t)m, 2.0f, delta));
