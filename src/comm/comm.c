@@ -330,10 +330,22 @@ void sfb__comm_abort(struct sfb__comm *c, const char *reason)
      * exit instead of its reason); a peer that never takes anything costs
      * no more than the budget. */
     double end = sfb__now() + 1.0;
-    for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank)
-            sfb__comm_send_control(c, p, SFB_WIRE_ABORT, reason, len,
+    /* A job that failed because a peer died: each survivor is told which
+     * (LOST, ahead of the ABORT on the same link) and names that rank, as
+     * it would have on finding the death itself; otherwise the first to
+     * find it would be named by whoever it told first (a race among the
+     * survivors). An elastic job's survivors tell it themselves, to go on. */
+    int lost = c->s.elastic ? -1 : sfb__comm_lost(c);
+    uint8_t k[4];
+    sfb__put_u32(k, (uint32_t)lost);
+    for (uint32_t p = 0; p < c->world; p++) {
+        if (p == c->rank) continue;
+        if (lost >= 0 && p != (uint32_t)lost)
+            sfb__comm_send_control(c, p, SFB_WIRE_LOST, k, sizeof k,
                                    SFB_MAX(0.05, end - sfb__now()));
+        sfb__comm_send_control(c, p, SFB_WIRE_ABORT, reason, len,
+                               SFB_MAX(0.05, end - sfb__now()));
+    }
     sfb__transport_flush(c->t, 1.0);
 }
 

@@ -76,8 +76,12 @@ enum { K_WHOLE = 0, K_FIRST = 1, K_PIECE = 2, K_RMA = 3, K_ACK = 4 };
 /* RMA announce after the transport header: u64 address, u64 key, u32 frame
  * header length, u32 cookie (sender's request index); then the header. */
 #define ANN_LEN 24
-#define NCLASS 48
+/* Buffer size classes (transport_pool.c): 2^c bytes up to FINE_FROM,
+ * then FINE_STEPS a doubling, up to 2^47 bytes */
 #define MIN_CLASS 12 /* 4 KiB */
+#define FINE_FROM 20 /* 1 MiB */
+#define FINE_STEPS 8
+#define NCLASS (FINE_FROM + (47 - FINE_FROM) * FINE_STEPS + 1)
 
 enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
 /* The shared-memory region libfabric 1.17's shm provider maps per endpoint
@@ -359,6 +363,10 @@ int sfb__tp_post_reads(struct sfb__transport *t);
  * rank's link carried a share of one peer's uplink at a time (FMS: every
  * rank pushes its chunks to every owner at once; 64 MiB sums on 4 emulated
  * hosts at 1 Gbit/s ran at 0.71 x gloo's ring, 0.94 x this way). */
+/* A class's buffer size, and the class of the smallest buffer ≥ size
+ * (transport_pool.c). */
+size_t sfb__tp_class_bytes(unsigned c);
+unsigned sfb__tp_size_class(size_t size);
 struct sfb__buf *sfb__tp_fairest(struct sfb__buf *head, struct op *const *reads,
                                 struct sfb__buf **prev);
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);

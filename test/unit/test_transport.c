@@ -1125,6 +1125,55 @@ static int test_stale_bell(void)
 static int test_idle_tcp(void) { return idle_cpu("tcp", 0.2); }
 static int test_idle_shm(void) { return idle_cpu("shm", 0.5); }
 
+/* The buffer pool's size classes: every size gets the smallest class that
+ * holds it, a big one at most 1/8 more than asked (powers of two gave a
+ * 4096 × 4097 float32 matrix, 64 MiB + 16 KiB, 128 MiB), and a buffer put
+ * back serves the next request of its class. */
+static int test_pool_classes(void)
+{
+    for (unsigned c = MIN_CLASS; c < NCLASS; c++) {
+        size_t bytes = sfb__tp_class_bytes(c);
+        ASSERT_EQ(sfb__tp_size_class(bytes), c);
+        if (c + 1 < NCLASS) {
+            ASSERT(sfb__tp_class_bytes(c + 1) > bytes);
+            ASSERT_EQ(sfb__tp_size_class(bytes + 1), c + 1);
+        }
+    }
+    ASSERT_EQ(sfb__tp_class_bytes(NCLASS - 1), (size_t)1 << 47);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 100000; i++) { /* sizes from 1 byte to 2^40, log-uniform */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t size = ((size_t)1 << (x % 40)) + (size_t)((x >> 8) % ((size_t)1 << (x % 40)));
+        size_t got = sfb__tp_class_bytes(sfb__tp_size_class(size));
+        ASSERT(got >= size);
+        if (size > 4096 && size <= (size_t)1 << 20) ASSERT(got < 2 * size);
+        if (size > (size_t)1 << 20) ASSERT(got - size < size / 8 + 1);
+    }
+    ASSERT_EQ(sfb__tp_class_bytes(sfb__tp_size_class(4096u * 4097u * 4u)), (size_t)72 << 20);
+    ASSERT_EQ(sfb__tp_class_bytes(sfb__tp_size_class(((size_t)1 << 20) + 1)), (size_t)9 << 17);
+    ASSERT_EQ(sfb__tp_class_bytes(sfb__tp_size_class(100)), (size_t)4096);
+
+    struct sfb__transport_settings s;
+    sfb__transport_default_settings(&s);
+    s.all_local = 1;
+    struct world w;
+    if (world_open(&w, 2, "shm", &s)) {
+        world_close(&w);
+        return 1;
+    }
+    struct sfb__buf *b, *again;
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], 4096u * 4097u * 4u, &b));
+    ASSERT_EQ(b->cap, (size_t)72 << 20);
+    uint8_t *data = b->data;
+    memset(data, 7, b->cap); /* all of it is the buffer's */
+    sfb__buf_put(b);
+    ASSERT_OK(sfb__transport_buf_get(w.t[0], (size_t)70 << 20, &again));
+    ASSERT(again->data == data);
+    sfb__buf_put(again);
+    world_close(&w);
+    return 0;
+}
+
 /* The next announce to read (sfb__tp_fairest): the oldest from a peer with
  * the fewest reads in flight, so that one peer's burst does not hold every
  * read slot while another peer's frame waits behind it. */
@@ -1312,6 +1361,7 @@ static const struct test_case tests[] = {
     {"error_text", test_error_text},
     {"pool", test_pool},
     {"fair_reads", test_fair_reads},
+    {"pool_classes", test_pool_classes},
 };
 
 static int run(int argc, char **argv)
