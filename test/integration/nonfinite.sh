@@ -14,6 +14,8 @@
 #    checks the factors' product where it is the smaller pass: a NaN factor
 #    refused in the same words, finite factors whose product overflows
 #    float32 refused naming the product's number;
+#  - die (4 ranks): rank 2's process ends while ranks 1 and 3 are stopped:
+#    every survivor's error names rank 2 as its culprit;
 # each within --peer-timeout (3 s) + 5 s of the publish.
 # The ranks join by the environment rendezvous, started by hand: sfb launch
 # would stop the others once one failed, before they could say why.
@@ -103,6 +105,37 @@ for cfg in "nan-full 3" "scale-full 3 --scale" "nan-halton 5 --topology halton" 
     [ $fails = 0 ] || { echo "--- $name $mode"; head -20 "$f".*; }
   done
 done
+
+# A rank's process ends (rank 2 of 4, at clock 3) while ranks 1 and 3 are
+# stopped (SIGSTOP, 4 s): rank 0 alone finds the death and aborts the job.
+# Ranks 1 and 3, woken, must name rank 2 as their error's culprit (rank 0
+# tells them LOST before its ABORT), not rank 0, which only told them; their
+# own checks, late on waking, blame nobody (sfb__gap), or find rank 2 gone
+# themselves: either way rank 2 (without the LOST, 2 of 6 runs named rank 0).
+port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+key=0x$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+dp=()
+for r in 0 1 2 3; do
+  SFB_RANK=$r SFB_WORLD_SIZE=4 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=$key \
+    "$PY" "$JOB" --bad-rank 2 --bad-clock 3 --die --clocks 400 --peer-timeout 30 \
+    >"$tmp/die.$r" 2>&1 &
+  dp+=($!); pids+=($!)
+done
+for _ in $(seq 3000); do grep -q '^poisoned at' "$tmp/die.2" && break; sleep 0.01; done
+# run.sh execs python: the pids are the ranks' own
+kill -STOP "${dp[1]}" "${dp[3]}"
+sleep 4
+kill -CONT "${dp[1]}" "${dp[3]}"
+for r in 0 1 3; do
+  for _ in $(seq 300); do kill -0 "${dp[$r]}" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "${dp[$r]}" 2>/dev/null
+  wait "${dp[$r]}"; rc=$?
+  check "die: rank $r exits 1 by itself within 30 s of waking (rc=$rc)" "[ $rc = 1 ]"
+  check "die: rank $r names rank 2 as the culprit ($(grep -h 'failed' "$tmp/die.$r" | head -c 200))" \
+    "grep -q '^rank $r culprit: 2\$' '$tmp/die.$r' && grep -q '^rank $r failed: .*rank 2' '$tmp/die.$r'"
+done
+wait "${dp[2]}" 2>/dev/null
+[ $fails = 0 ] || head -n 5 "$tmp"/die.*
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

@@ -5,8 +5,9 @@ float32). Checked (the default): publish refuses it with
 sfb.Error naming the clock and the matrix. --hostile: this rank skips the
 check (SFB_DEBUG_PUBLISH_UNCHECKED=1, as a broken or hostile peer would),
 and every peer must refuse the update and fail the job naming this rank and
-the clock. Every rank prints "rank R failed: MESSAGE" (or "rank R done") and
-exits 1 on a failure. The publishing rank prints "poisoned at T" (time.time())
+the clock. --die: the bad rank's process ends at the bad clock. Every rank
+prints "rank R failed: MESSAGE" and "rank R culprit: K" (the error's rank),
+or "rank R done", and exits 1 on a failure. The publishing rank prints "poisoned at T" (time.time())
 just before it publishes. Usage: job_nonfinite.py --bad-rank R --bad-clock C
 [--scale | --overflow] [--hostile] [--topology halton] [--engine fms]
 [--peer-timeout S]"""
@@ -28,6 +29,8 @@ ap.add_argument("--overflow", action="store_true",
                 help="finite factors whose product overflows float32")
 ap.add_argument("--hostile", action="store_true", help="the bad rank skips publish's check")
 ap.add_argument("--engine", default="sfb", help="sfb, or fms (publish_one: the product checked)")
+ap.add_argument("--die", action="store_true",
+                help="the bad rank's process ends at the bad clock without a word")
 ap.add_argument("--topology", default=None)
 ap.add_argument("--peer-timeout", type=float, default=3)
 args = ap.parse_args()
@@ -47,6 +50,9 @@ try:
             c = np.full((2, 4), 0.5, np.float32)
             scale = 1.0
             if job.rank == args.bad_rank and t == args.bad_clock:
+                if args.die:
+                    print("poisoned at %.6f" % time.time(), flush=True)
+                    os._exit(0)
                 if args.scale:
                     scale = float("inf")
                 elif args.overflow:  # 4 x (3e38 x 0.5 + ...) in row 2 of the product
@@ -62,4 +68,5 @@ try:
         print("rank %d done" % job.rank, flush=True)
 except sfb.Error as e:
     print("rank %d failed: %s" % (rank, e), flush=True)
+    print("rank %d culprit: %s" % (rank, getattr(e, "rank", None)), flush=True)
     sys.exit(1)
