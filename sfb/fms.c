@@ -811,10 +811,10 @@ static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, con
 
 /* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
  * delta (bad non-NULL: every number of the update checked before anything
- * leaves; the first one not finite → *bad, -ERANGE, nothing sent): each row chunk pushed to its
- * block's owner as soon as it is filled and hashed, so the first push
- * leaves after one chunk's passes instead of the whole matrix's; then
- * added to the own replica (read-my-writes). */
+ * leaves; the first one not finite → *bad, -ERANGE, nothing sent): each
+ * row chunk pushed to its block's owner as soon as it is filled and
+ * hashed, so the first push leaves after one chunk's passes instead of the
+ * whole matrix's; then added to the own replica (read-my-writes). */
 static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
                        const float *delta, size_t *bad)
 {

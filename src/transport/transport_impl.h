@@ -344,6 +344,10 @@ int sfb__tp_drive(struct sfb__transport *t, double now, int *left, int *in_fligh
 int sfb__tp_in_flight(const struct sfb__transport *t);
 
 /* transport_pool.c (loop thread, except buffers) */
+/* A class's buffer size, and the class of the smallest buffer ≥ size (any
+ * thread) */
+size_t sfb__tp_class_bytes(unsigned c);
+unsigned sfb__tp_size_class(size_t size);
 void sfb__tp_buf_free(struct sfb__buf *b);
 struct op *sfb__tp_op_get(struct sfb__transport *t);
 void sfb__tp_op_put(struct sfb__transport *t, struct op *o);
@@ -363,10 +367,6 @@ int sfb__tp_post_reads(struct sfb__transport *t);
  * rank's link carried a share of one peer's uplink at a time (FMS: every
  * rank pushes its chunks to every owner at once; 64 MiB sums on 4 emulated
  * hosts at 1 Gbit/s ran at 0.71 x gloo's ring, 0.94 x this way). */
-/* A class's buffer size, and the class of the smallest buffer ≥ size
- * (transport_pool.c). */
-size_t sfb__tp_class_bytes(unsigned c);
-unsigned sfb__tp_size_class(size_t size);
 struct sfb__buf *sfb__tp_fairest(struct sfb__buf *head, struct op *const *reads,
                                 struct sfb__buf **prev);
 void sfb__tp_read_done(struct sfb__transport *t, struct op *o, int err);

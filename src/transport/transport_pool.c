@@ -185,7 +185,8 @@ static int region_new(struct sfb__transport *t, unsigned c, struct sfb__buf **ou
 int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__buf **out)
 {
     unsigned c = sfb__tp_size_class(size);
-    if (sfb__tp_class_bytes(c) < size) return sfb__error(-ENOMEM, "transport: buffer of %zu bytes", size);
+    if (sfb__tp_class_bytes(c) < size)
+        return sfb__error(-ENOMEM, "transport: buffer of %zu bytes", size);
     pthread_mutex_lock(&t->bufs.pool_mu);
     struct sfb__buf *b = t->bufs.pool[c];
     if (b) t->bufs.pool[c] = b->next;

@@ -187,7 +187,8 @@ static inline int eng_publish_checked(const struct eng_cfg *cfg, void *priv, uin
             after.data_msgs != before.data_msgs)
             ret = sfb__error(-EPROTO, "rank %u: refused factors: %d at %zu (want %d at %zu), "
                              "%d at %zu (want at 0), %llu messages sent", r, r1, bad1, -ERANGE,
-                             row, r2, bad, (unsigned long long)(after.data_msgs - before.data_msgs));
+                             row, r2, bad,
+                             (unsigned long long)(after.data_msgs - before.data_msgs));
     }
     return ret ? ret : cfg->ops->publish_one(priv, t, 0, sf, &bad);
 }

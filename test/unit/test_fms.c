@@ -422,7 +422,8 @@ static int run_checked(uint32_t world, uint32_t k, uint32_t s)
         if (ret || rets[r]) fprintf(stderr, "rank %u: %d %s\n", r, rets[r], run.r[r].why);
     ASSERT_OK(ret);
     for (uint32_t r = 0; r < world; r++) ASSERT_EQ(rets[r], 0);
-    for (uint32_t r = 0; r < world; r++) ASSERT(eng_replica_is(&run, r, cfg.clocks, "after the run"));
+    for (uint32_t r = 0; r < world; r++)
+        ASSERT(eng_replica_is(&run, r, cfg.clocks, "after the run"));
     eng_fini(&run);
     sfb__loopback_close(&lb);
     sfb__fms_chunk_bytes = (size_t)1 << 20;
