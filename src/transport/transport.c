@@ -110,13 +110,6 @@ static int read_cq(struct sfb__transport *t)
     return work;
 }
 
-static int reads_posted(const struct sfb__transport *t)
-{
-    int n = 0;
-    for (int i = 0; i < MAX_READS; i++) n += t->reads[i] != NULL;
-    return n;
-}
-
 /* Block mode, once idle (progress() polls spin_s after work first). Work
  * done: one more pass at once. Operations the provider must finish by
  * itself (a send waiting for the peer's copy, a queue that was full):
@@ -136,7 +129,7 @@ static int progress_block(struct sfb__transport *t, int work, int provider_busy,
         if (work) return SFB__POLL_BUSY;
         /* (a small send waiting for its completion naps as before, woken
          * by the fd: its peer's answer is a message away) */
-        int streaming = t->rd_head || reads_posted(t) || t->active || t->acks_due;
+        int streaming = t->rd_head || sfb__tp_reads_in_flight(t, NULL) || t->active || t->acks_due;
         if (pending || provider_busy) return streaming ? SFB__POLL_PACE : SFB__POLL_NAP;
         if (t->wait_fd < 0) return SFB__POLL_NAP;
     } else if (t->wait_fd < 0) {
@@ -212,7 +205,7 @@ static int progress_pass(struct sfb__transport *t)
      * sleeps. */
     unsigned rx_posted = t->s.rx_depth - SFB_MIN(t->rx_deficit, t->s.rx_depth);
     if (t->block && !spinning)
-        return progress_block(t, work, t->ops_out > rx_posted + (unsigned)reads_posted(t), pending);
+        return progress_block(t, work, t->ops_out > rx_posted + sfb__tp_reads_in_flight(t, NULL), pending);
     if (t->bell) {
         sfb__bell_flush(t->bell);
         sfb__bell_sleeping(t->bell, 0);

@@ -360,6 +360,8 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b);
 /* transport_rx.c (loop thread) */
 int sfb__tp_post_wildcard(struct sfb__transport *t);
 int sfb__tp_post_reads(struct sfb__transport *t);
+/* The RMA reads posted (of MAX_READS) and, bytes non-NULL, their bytes. */
+unsigned sfb__tp_reads_in_flight(const struct sfb__transport *t, size_t *bytes);
 /* The announce to read next among those waiting (head, linked by next): the
  * oldest from a peer with the fewest of reads[MAX_READS] in flight; *prev
  * its predecessor (NULL: the head). In announce order alone one peer's

@@ -135,15 +135,16 @@ static void read_slot(struct sfb__transport *t, struct op *from, struct op *to)
 }
 
 /* Reads in flight; their bytes in *bytes. */
-static unsigned reads_in_flight(const struct sfb__transport *t, size_t *bytes)
+unsigned sfb__tp_reads_in_flight(const struct sfb__transport *t, size_t *bytes)
 {
     unsigned n = 0;
-    *bytes = 0;
+    size_t sum = 0;
     for (unsigned i = 0; i < MAX_READS; i++)
         if (t->reads[i]) {
             n++;
-            *bytes += t->reads[i]->rbuf->len;
+            sum += t->reads[i]->rbuf->len;
         }
+    if (bytes) *bytes = sum;
     return n;
 }
 
@@ -189,7 +190,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
     unsigned n;
     /* Announces that came before set_peers wait for it, like the ACKs. */
     uint32_t world = sfb__tp_world(t);
-    while (world && t->rd_head && (n = reads_in_flight(t, &reading)) < MAX_READS) {
+    while (world && t->rd_head && (n = sfb__tp_reads_in_flight(t, &reading)) < MAX_READS) {
         front_fairest(t);
         struct sfb__buf *a = t->rd_head;
         if (a->src >= world) { /* unchecked when it came: no world yet */
