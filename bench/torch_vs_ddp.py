@@ -26,6 +26,15 @@ engine it reports
   test accuracy    rank 0's model on the Fashion-MNIST test set after the
                    last step (the image models; the language models' last
                    losses are in the loss column)
+  CPU ms/sample    every worker's CPU time (user + system, all its threads)
+                   over the timed steps, per sample: where the workers share
+                   cores, a CPU-bound step's speed follows it, and it moves
+                   less from run to run than samples/s
+  idle             the machine's idle share of its CPU time over rank 0's
+                   timed steps (/proc/stat, every core): a CPU-bound run
+                   near 0, a step that waits with every worker blocked above
+  peak RSS         the largest worker process's peak resident memory (its
+                   data, torch and the engine's buffers), MB
 
 Engines (--engines): sfb (sfb.torch, factors leave during backward),
 sfb-serial (all at step()), sfb-bf16 (factor_dtype="bf16": the factors in
@@ -61,6 +70,7 @@ own table in OUT/BATCH-RATE/.
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -149,6 +159,23 @@ class Formula:
             return sum(HDR + words(e * k * D) for k in rows)
         push = sum(block(b) for b in range(P) if b != r)
         return push + (P - 1) * block(r)
+
+
+def cpu_s():
+    """This process's CPU seconds so far, every thread's (user + system)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def machine_cpu():
+    """(idle, all) jiffies of the whole machine (/proc/stat: every
+    namespace's workers, the kernel's network work); None where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]  # user .. steal
+    except (OSError, ValueError):
+        return None
+    return v[3] + v[4], sum(v)
 
 
 def words(n):
@@ -251,7 +278,7 @@ def worker(a):
         return not trials or trials.stage in ("off", "done") or t >= a.warmup + 400
     while start is None or t < start + a.steps:
         if start is None and t >= a.warmup and settled():  # timed from here
-            tx0, t0, start = tx_bytes(), time.time(), t
+            tx0, t0, start, cpu0, mach0 = tx_bytes(), time.time(), t, cpu_s(), machine_cpu()
         x, y = batch(t)
         opt.zero_grad()
         loss = loss_fn(net(x), y)
@@ -260,12 +287,17 @@ def worker(a):
         if t0 is not None:
             curve.append((time.time() - t0, loss.item()))
         t += 1
-    wall = time.time() - t0
+    wall, cpu, mach = time.time() - t0, cpu_s() - cpu0, machine_cpu()
     tx = tx_bytes() - tx0
     out = {"engine": a.engine, "model": a.model, "rank": rank, "world": world, "steps": a.steps,
            "batch": a.batch, "params": params, "wall_s": wall,
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
-           "curve": curve, "untimed_steps": start}
+           "curve": curve, "untimed_steps": start, "samples_per_step": G,
+           "cpu_s_per_step": cpu / a.steps,
+           "machine_idle": (mach[0] - mach0[0]) / max(mach[1] - mach0[1], 1) if mach and mach0
+           else None,
+           # the process's peak resident memory (Linux: KiB), data and torch included
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     accuracy = getattr(model, "accuracy", None)  # (an image model's; the replicas are
     if rank == 0 and accuracy:                   # every rank's: rank 0's stands for all)
         out["test_accuracy"] = accuracy(model)
@@ -330,6 +362,12 @@ def run_one(a, model, engine, rnd=0):
                               "curve", "untimed_steps")}
     row["engine"] = engine
     row["wall_s"] = max(r["wall_s"] for r in results)
+    row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)  # the largest worker's
+    # every worker's CPU (user + system, all threads) per sample trained: on cores
+    # the workers share, what a CPU-bound step's speed follows
+    row["cpu_ms_per_sample"] = (sum(r["cpu_s_per_step"] for r in results) * 1e3 /
+                                r0["samples_per_step"])
+    row["machine_idle"] = r0["machine_idle"]  # (one machine: rank 0's window stands for all)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
     for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
         if k in r0:
@@ -337,11 +375,13 @@ def run_one(a, model, engine, rnd=0):
     row["to_target_s"] = to_target(r0["curve"], target_of(a, model))
     row["plan"] = r0.get("plan", "")
     row["test_accuracy"] = r0.get("test_accuracy")
-    print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, %.0f s in "
-          "all" % (model, engine, row["samples_per_s"], row.get("data_bytes_per_step",
-                                                               row["tx_bytes_per_step"]) / 1e3,
-                   row["formula_bytes_per_step"] / 1e3, pct(row["test_accuracy"]),
-                   time.time() - t), flush=True)
+    print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, peak RSS "
+          "%.0f MB, %.0f s in all" % (model, engine, row["samples_per_s"],
+                                      row.get("data_bytes_per_step",
+                                              row["tx_bytes_per_step"]) / 1e3,
+                                      row["formula_bytes_per_step"] / 1e3,
+                                      pct(row["test_accuracy"]), row["peak_rss_mb"],
+                                      time.time() - t), flush=True)
     return row
 
 
@@ -366,10 +406,10 @@ def pct(x):
 def report(a, rows, load=None):
     lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
              "formula KB/step | count/formula | loss, last 10 steps | s to loss %s | "
-             "test accuracy |" % (
+             "test accuracy | CPU ms/sample | idle | peak RSS MB |" % (
                  "%.2f" % a.target_loss if not any(r["model"] in LMS for r in rows) else
                  "%.2f (LM %.2f)" % (a.target_loss, a.target_lm_loss)),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios = {}
     for r in rows:
         ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
@@ -377,14 +417,18 @@ def report(a, rows, load=None):
         ratios[(r["model"], r["engine"])] = x
         count = r.get("data_bytes_per_step")
         last = [l for _, l in r["curve"][-10:]]
-        lines.append("| %s | %s | %.1f | %s | %s | %.0f | %.0f | %s | %.4f | %s | %s |" % (
-            r["model"], ENGINE_NAMES[r["engine"]],
-            r["samples_per_s"], "%.2f" % x + (" (%.2f-%.2f)" % (lo, hi) if hi > lo else ""),
+        lines.append("| %s |" % " | ".join(str(v) for v in (
+            r["model"], ENGINE_NAMES[r["engine"]], "%.1f" % r["samples_per_s"],
+            "%.2f" % x + (" (%.2f-%.2f)" % (lo, hi) if hi > lo else ""),
             "%.0f" % (count / 1e3) if count else "",
-            r["tx_bytes_per_step"] / 1e3, r["formula_bytes_per_step"] / 1e3,
+            "%.0f" % (r["tx_bytes_per_step"] / 1e3), "%.0f" % (r["formula_bytes_per_step"] / 1e3),
             "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
-            sum(last) / max(len(last), 1), "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached",
-            pct(r.get("test_accuracy"))))
+            "%.4f" % (sum(last) / max(len(last), 1)),
+            "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached",
+            pct(r.get("test_accuracy")),
+            "%.3g" % r["cpu_ms_per_sample"] if "cpu_ms_per_sample" in r else "-",
+            pct(r.get("machine_idle")),
+            "%.0f" % r["peak_rss_mb"] if "peak_rss_mb" in r else "-")))
     load = load or os.getloadavg()
     head = ("%d emulated hosts at %s, %d samples per worker per step, %d timed steps after %d; "
             "load average %.1f %.1f %.1f" % (a.n, a.rate, a.batch, a.steps, a.warmup, *load))
