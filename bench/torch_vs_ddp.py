@@ -507,7 +507,11 @@ def sweep(a):
                     cells.append({"model": model, "engine": engine, "batch": batch,
                                   "rate": rate, "x_ddp": x, "x_ddp_range": [lo, hi],
                                   "samples_per_s": r["samples_per_s"],
-                                  "to_target_s": r["to_target_s"]})
+                                  "to_target_s": r["to_target_s"],
+                                  "cpu_ms_per_sample": r.get("cpu_ms_per_sample"),
+                                  "ddp_cpu_ms_per_sample": ddp and ddp.get("cpu_ms_per_sample"),
+                                  "peak_rss_mb": r.get("peak_rss_mb"),
+                                  "ddp_peak_rss_mb": ddp and ddp.get("peak_rss_mb")})
     a.out = top
     load = os.getloadavg()
     lines = ["%d emulated hosts; x DDP's samples/s per per-worker batch and link%s; load "
