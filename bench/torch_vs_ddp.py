@@ -31,8 +31,8 @@ engine it reports
                    cores, a CPU-bound step's speed follows it, and it moves
                    less from run to run than samples/s
   idle             the machine's idle share of its CPU time over rank 0's
-                   timed steps (/proc/stat, every core): a CPU-bound run
-                   near 0, a step that waits with every worker blocked above
+                   timed steps (/proc/stat, every core): near 0 where the
+                   step is CPU-bound, more where every worker waits at once
   peak RSS         the largest worker process's peak resident memory (its
                    data, torch and the engine's buffers), MB
 
