@@ -1,5 +1,6 @@
 """Runs one command per worker on the emulated cluster (scripts/netns-cluster
---exec) and collects what each worker printed as "RESULT {json}"."""
+--exec) and collects what each worker printed as "RESULT {json}"; the
+benches' shared measures (the BLAS kernels, the host's CPU jiffies)."""
 import json
 import os
 import subprocess
@@ -17,6 +18,17 @@ def blas_kernels():
         os.environ["OPENBLAS_CORETYPE"] = better
         return "OpenBLAS kernels: %s, every worker (OpenBLAS's own choice: %s)" % (better, running)
     return "OpenBLAS kernels: %s, every worker" % (os.environ.get("OPENBLAS_CORETYPE") or running)
+
+
+def host_jiffies():
+    """(busy, total) jiffies of all CPUs from /proc/stat; (0, 0) where absent."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v[:8]) - idle, sum(v[:8])
 
 
 def run_workers(cmd, out, n, what):

@@ -64,6 +64,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import pngplot  # noqa: E402
+from cluster_run import host_jiffies  # noqa: E402
 
 K = 10
 
@@ -145,17 +146,6 @@ def measure(d, P, t0, t_exit, rss_kb):
 
 class JobFailed(Exception):
     pass
-
-
-def host_jiffies():
-    """(busy, total) jiffies of all CPUs from /proc/stat; (0, 0) where absent."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0, 0
-    idle = v[3] + (v[4] if len(v) > 4 else 0)
-    return sum(v[:8]) - idle, sum(v[:8])
 
 
 def run_job(cmd, timeout):

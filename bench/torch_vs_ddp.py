@@ -79,7 +79,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import blas_kernels, in_rounds, round_ratios, run_workers  # noqa: E402
+from cluster_run import (blas_kernels, host_jiffies, in_rounds, round_ratios,  # noqa: E402
+                         run_workers)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -159,23 +160,6 @@ class Formula:
             return sum(HDR + words(e * k * D) for k in rows)
         push = sum(block(b) for b in range(P) if b != r)
         return push + (P - 1) * block(r)
-
-
-def cpu_s():
-    """This process's CPU seconds so far, every thread's (user + system)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def machine_cpu():
-    """(idle, all) jiffies of the whole machine (/proc/stat: every
-    namespace's workers, the kernel's network work); None where unreadable."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]  # user .. steal
-    except (OSError, ValueError):
-        return None
-    return v[3] + v[4], sum(v)
 
 
 def words(n):
@@ -278,7 +262,8 @@ def worker(a):
         return not trials or trials.stage in ("off", "done") or t >= a.warmup + 400
     while start is None or t < start + a.steps:
         if start is None and t >= a.warmup and settled():  # timed from here
-            tx0, t0, start, cpu0, mach0 = tx_bytes(), time.time(), t, cpu_s(), machine_cpu()
+            tx0, t0, start, cpu0, host0 = (tx_bytes(), time.time(), t, time.process_time(),
+                                           host_jiffies())
         x, y = batch(t)
         opt.zero_grad()
         loss = loss_fn(net(x), y)
@@ -287,15 +272,17 @@ def worker(a):
         if t0 is not None:
             curve.append((time.time() - t0, loss.item()))
         t += 1
-    wall, cpu, mach = time.time() - t0, cpu_s() - cpu0, machine_cpu()
+    # every thread's CPU time (user + system); the whole host's jiffies (every
+    # namespace's workers, the kernel's network work)
+    wall, cpu, host = time.time() - t0, time.process_time() - cpu0, host_jiffies()
+    busy, total = host[0] - host0[0], host[1] - host0[1]
     tx = tx_bytes() - tx0
     out = {"engine": a.engine, "model": a.model, "rank": rank, "world": world, "steps": a.steps,
            "batch": a.batch, "params": params, "wall_s": wall,
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
            "curve": curve, "untimed_steps": start, "samples_per_step": G,
            "cpu_s_per_step": cpu / a.steps,
-           "machine_idle": (mach[0] - mach0[0]) / max(mach[1] - mach0[1], 1) if mach and mach0
-           else None,
+           "machine_idle": (total - busy) / total if total > 0 else None,
            # the process's peak resident memory (Linux: KiB), data and torch included
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     accuracy = getattr(model, "accuracy", None)  # (an image model's; the replicas are
