@@ -609,6 +609,17 @@ static int form_sums(struct fms *f)
     return 0;
 }
 
+/* A summed chunk's n numbers (rows, whole: contiguous in the replica too)
+ * into the replica: dst += sum, or dst += sum − mine where the own push is
+ * in it already. One pass with a size_t index, so it is vectorized. */
+static void add_sum(float *dst, const uint8_t *sum, const float *mine, size_t n)
+{
+    if (!mine)
+        for (size_t i = 0; i < n; i++) dst[i] += get_f32(sum + 4 * i);
+    else
+        for (size_t i = 0; i < n; i++) dst[i] += get_f32(sum + 4 * i) - mine[i];
+}
+
 static int cmp_held(const void *x, const void *y)
 {
     const struct held *a = x, *b = y;
@@ -654,18 +665,10 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
             sfb__bf16_decode(f->wide, rows, (size_t)(r1 - r0) * f->D);
             rows = (const uint8_t *)f->wide;
         }
-        for (uint32_t r = r0; r < r1; r++) {
-            const uint8_t *src = rows + (size_t)(r - r0) * row_bytes;
-            const float *mine = (const float *)(void *)(o->buf->data + (size_t)r * row_bytes);
-            float *dst = f->a->data + (size_t)r * f->D;
-            /* ordered: the own push is not in the replica yet */
-            if (f->env.ordered)
-                for (uint32_t c = 0; c < f->D; c++)
-                    dst[c] += get_f32(src + 4 * c);
-            else
-                for (uint32_t c = 0; c < f->D; c++)
-                    dst[c] += get_f32(src + 4 * c) - mine[c];
-        }
+        /* ordered: the own push is not in the replica yet */
+        add_sum(f->a->data + (size_t)r0 * f->D, rows,
+                f->env.ordered ? NULL : (const float *)(void *)(o->buf->data + r0 * row_bytes),
+                (size_t)(r1 - r0) * f->D);
         o->done[f->chunk_base[s->origin] + j] = 1;
         if (++o->applied[s->origin] == chunks_of(f, s->origin)) {
             ret = sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
