@@ -238,6 +238,8 @@ struct sfb__comm_ops {
     int (*call)(struct sfb__comm *c, void (*fn)(void *), void *arg);
     int (*post)(struct sfb__comm *c, void (*fn)(void *), void (*drop)(void *), void *arg);
     int (*barrier)(struct sfb__comm *c);
+    /* frees the buffers the pool holds for later (NULL: nothing pooled) */
+    int (*trim)(struct sfb__comm *c);
 };
 
 extern const struct sfb__comm_ops sfb__comm_fabric_ops;
@@ -246,6 +248,9 @@ extern const struct sfb__comm_ops sfb__comm_fabric_ops;
  * peers (world == 1) call and post run fn at once, barrier returns 0 and the others
  * fail with -ENOTCONN. Compute thread (send and buf_get: also the hooks). */
 int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out);
+/* The pool's buffers that no one holds freed (sfb__transport_trim): after a
+ * phase whose sizes will not come again. 0 where nothing is pooled. */
+int sfb__comm_trim(struct sfb__comm *c);
 int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,
                    struct sfb__buf *buf, size_t off, size_t len, double timeout_s);
 int sfb__comm_recv(struct sfb__comm *c, struct sfb__frame *out, double timeout_s);

@@ -42,6 +42,11 @@ static int fab_barrier(struct sfb__comm *c)
     return sfb__bootstrap_barrier(c->bs);
 }
 
+static int fab_trim(struct sfb__comm *c)
+{
+    return sfb__transport_trim(c->t);
+}
+
 const struct sfb__comm_ops sfb__comm_fabric_ops = {
     .buf_get = fab_buf_get,
     .send = fab_send,
@@ -49,6 +54,7 @@ const struct sfb__comm_ops sfb__comm_fabric_ops = {
     .call = fab_call,
     .post = fab_post,
     .barrier = fab_barrier,
+    .trim = fab_trim,
 };
 
 static int no_peers(void)
@@ -59,6 +65,11 @@ static int no_peers(void)
 int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
 {
     return c->ops ? c->ops->buf_get(c, size, out) : no_peers();
+}
+
+int sfb__comm_trim(struct sfb__comm *c)
+{
+    return c->ops && c->ops->trim ? c->ops->trim(c) : 0;
 }
 
 int sfb__comm_send(struct sfb__comm *c, uint32_t dst, const void *hdr, size_t hdr_len,

@@ -648,6 +648,11 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
     }
     if (!ret) {
         sfb__job_close_engine(job);
+        /* the closed engines' buffers (an FMS matrix's own update, its
+         * chunks; every rank's factors) are not the new ones' sizes: freed
+         * now, not kept for the rest of the run (a failed trim frees
+         * nothing and harms nothing) */
+        (void)sfb__comm_trim(job->comm);
         memcpy(job->engine_of, to, job->nmat * sizeof *to);
         job->env.start_clock = last + 1;
         ret = sfb__job_open_engine(job);

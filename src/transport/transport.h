@@ -146,6 +146,13 @@ void sfb__transport_started(struct sfb__transport *t);
  * Returns 0 or -ENOMEM (or the registration error). Any thread. */
 int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__buf **out);
 
+/* Frees every buffer in the pool (those no one holds; a buffer held now
+ * returns to the pool when put, as always), so that what a finished phase
+ * used (an engine closed by a replan) leaves the process's memory instead
+ * of waiting for a request of its size. Runs in the loop thread; returns 0
+ * or the loop's error (stopped: nothing freed). Not from the loop thread. */
+int sfb__transport_trim(struct sfb__transport *t);
+
 /* Queues the frame hdr[0..hdr_len) ++ buf->data[off..off+len) for `dst`.
  * hdr (≤ SFB__TRANSPORT_HDR_MAX bytes, may be NULL with hdr_len 0) is copied;
  * buf (may be NULL when len is 0) gains a reference that the transport drops

@@ -94,17 +94,35 @@ int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
 struct sfb__region {
     _Atomic int bufs;
     void *mem;
+    size_t len;
 };
+
+/* len bytes aligned to REGION_BYTES, straight from the kernel (mmap, so
+ * that a region freed by sfb__transport_trim leaves the process's memory:
+ * malloc's arenas would keep it), or NULL. */
+static void *region_map(size_t len)
+{
+    size_t span = len + REGION_BYTES;
+    uint8_t *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uint8_t *mem = (uint8_t *)(((uintptr_t)p + REGION_BYTES - 1) & ~(uintptr_t)(REGION_BYTES - 1));
+    if (mem > p) munmap(p, (size_t)(mem - p));
+    if (p + span > mem + len) munmap(mem + len, (size_t)(p + span - (mem + len)));
+    return mem;
+}
+
+static void region_free(struct sfb__region *r)
+{
+    munmap(r->mem, r->len);
+    free(r);
+}
 
 void sfb__tp_buf_free(struct sfb__buf *b)
 {
     if (b->mr) fi_close(&((struct fid_mr *)b->mr)->fid);
     atomic_fetch_sub(&b->t->bufs.bufs_live, 1);
     struct sfb__region *r = b->region;
-    if (r && atomic_fetch_sub(&r->bufs, 1) == 1) {
-        free(r->mem);
-        free(r);
-    }
+    if (r && atomic_fetch_sub(&r->bufs, 1) == 1) region_free(r);
     free(b);
 }
 
@@ -149,14 +167,15 @@ static int region_new(struct sfb__transport *t, unsigned c, struct sfb__buf **ou
     size_t cap = sfb__tp_class_bytes(c), len = SFB_MAX(cap, REGION_BYTES);
     unsigned n = (unsigned)(len / cap);
     struct sfb__region *r = malloc(sizeof *r);
-    void *mem = NULL;
-    if (!r || posix_memalign(&mem, REGION_BYTES, len)) {
+    void *mem = r ? region_map(len) : NULL;
+    if (!mem) {
         free(r);
         return sfb__error(-ENOMEM, "transport: out of memory for a %zu-byte buffer region", len);
     }
     /* Advice only: without THP (or with it off) these are ordinary pages. */
     (void)madvise(mem, len, MADV_HUGEPAGE);
     r->mem = mem;
+    r->len = len;
     atomic_init(&r->bufs, (int)n);
     *out = NULL;
     for (unsigned i = 0; i < n; i++) {
@@ -164,10 +183,7 @@ static int region_new(struct sfb__transport *t, unsigned c, struct sfb__buf **ou
         int rc = buf_new(t, c, (uint8_t *)mem + (size_t)i * cap, r, &b);
         if (rc) {
             /* The region goes with its last buffer: count off those never made. */
-            if (atomic_fetch_sub(&r->bufs, (int)(n - i)) == (int)(n - i)) {
-                free(mem);
-                free(r);
-            }
+            if (atomic_fetch_sub(&r->bufs, (int)(n - i)) == (int)(n - i)) region_free(r);
             return *out ? 0 : rc;
         }
         if (!*out) {
@@ -202,6 +218,33 @@ int sfb__transport_buf_get(struct sfb__transport *t, size_t size, struct sfb__bu
     b->off = 0;
     *out = b;
     return 0;
+}
+
+/* Loop thread (a buffer's memory region is the domain's, and the loop
+ * thread is the one that uses the domain): every pooled buffer freed. */
+static void trim_in_loop(void *arg)
+{
+    struct sfb__transport *t = arg;
+    struct sfb__buf *all = NULL;
+    pthread_mutex_lock(&t->bufs.pool_mu);
+    for (int c = 0; c < NCLASS; c++)
+        while (t->bufs.pool[c]) {
+            struct sfb__buf *b = t->bufs.pool[c];
+            t->bufs.pool[c] = b->next;
+            b->next = all;
+            all = b;
+        }
+    pthread_mutex_unlock(&t->bufs.pool_mu);
+    while (all) {
+        struct sfb__buf *b = all;
+        all = b->next;
+        sfb__tp_buf_free(b);
+    }
+}
+
+int sfb__transport_trim(struct sfb__transport *t)
+{
+    return sfb__loop_call(t->loop, trim_in_loop, t);
 }
 
 void sfb__buf_ref(struct sfb__buf *b)
