@@ -264,13 +264,29 @@ def one_step(model, opt, xb, yb, step, sfb_side):
     return norm
 
 
+# The reference's global batch, as the ranks' rows (reference() sets it per
+# step): _Bf16Products computes its bfloat16 GEMMs on each rank's rows, as
+# the ranks do. A bfloat16 GEMM's rows are not the same numbers whatever the
+# rows around them: on CPUs with AVX512_BF16, torch 1.13's oneDNN kernels
+# round a 32-row product differently from the same rows in 8-row pieces.
+SHARD_ROWS = []
+
+
+def _by_shard(fn, t, *rest):
+    """fn(t, *rest) over the rows of each rank's shard, concatenated (all of
+    t at once when its rows are not the global batch's: a validation)."""
+    if sum(SHARD_ROWS) != t.shape[0] or len(SHARD_ROWS) < 2:
+        return fn(t, *rest)
+    return torch.cat([fn(part, *rest) for part in torch.split(t, SHARD_ROWS)])
+
+
 class _Bf16Products(torch.autograd.Function):
-    """Linear as autocast computes it (bfloat16 input, weight and bias; the
-    input's gradient a bfloat16 GEMM), its weight's and bias's gradients the
-    float32 sums of those bfloat16 numbers' products: what sfb.torch's
-    factors add up over the ranks. One process under autocast rounds that
-    sum to bfloat16; this reference does not, so sfb.torch must agree with
-    it within float32 rounding."""
+    """Linear as autocast computes it on each rank's rows (bfloat16 input,
+    weight and bias; the input's gradient a bfloat16 GEMM), its weight's and
+    bias's gradients the float32 sums of those bfloat16 numbers' products:
+    what sfb.torch's factors add up over the ranks. One process under
+    autocast rounds that sum to bfloat16; this reference does not, so
+    sfb.torch must agree with it within float32 rounding."""
 
     @staticmethod
     def forward(ctx, x, w, b):
@@ -278,14 +294,15 @@ class _Bf16Products(torch.autograd.Function):
         ctx.save_for_backward(xl, wl)
         ctx.has_b = b is not None
         with torch.autocast("cpu", enabled=False):
-            return torch._C._nn.linear(xl, wl, b.bfloat16() if b is not None else None)
+            return _by_shard(torch._C._nn.linear, xl, wl,
+                             b.bfloat16() if b is not None else None)
 
     @staticmethod
     def backward(ctx, go):
         xl, wl = ctx.saved_tensors
         g = go.reshape(-1, wl.shape[0]).float()
         gw = g.t().matmul(xl.reshape(-1, wl.shape[1]).float())
-        return (go.matmul(wl).float(), gw, g.sum(0) if ctx.has_b else None)
+        return (_by_shard(torch.matmul, go, wl).float(), gw, g.sum(0) if ctx.has_b else None)
 
 
 def products_linear(x, w, b=None):
@@ -404,6 +421,7 @@ def reference(ref, ref_opt, x, y, P):
     for t in range(args.steps):
         live = [q for q in range(P) if steps_of(q) > t]
         parts = [shard(x, y, t, q, P) for q in live]
+        SHARD_ROWS[:] = [len(a) for a, _ in parts]
         validate(ref, x, t)
         norms.append(one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
                               torch.cat([b for _, b in parts]), t, False))
