@@ -66,7 +66,7 @@ static void reg_in_loop(void *arg)
 
 /* Loop thread. A buffer is registered once (at creation for FI_MR_LOCAL
  * providers, with remote-read access; else here, on its first RMA send) and
- * keeps its region until it is freed at close. */
+ * keeps its region until it is freed (sfb__transport_trim, or close). */
 int sfb__tp_buf_rma(struct sfb__transport *t, struct sfb__buf *b)
 {
     if (b->mr) return 0;
