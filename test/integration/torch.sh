@@ -69,8 +69,8 @@ if [ "$PART" = models-all ]; then
   [ $fails = 0 ]; exit
 fi
 
-# 4 ranks: 11 cases, the last one losing rank 2
-run four 4 $((4 * 14 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
+# 4 ranks: 16 cases, the last one losing rank 2
+run four 4 $((4 * 15 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
   "exact --opt adam --passes 2 --global-batch 32 --steps 20" \
   "exact --model mlp12 --opt momentum --steps 40 --trial-steps 2" \
   "ssp --model mlp --opt sgd --staleness 2 --steps 40 --tol 1e-4" \
@@ -81,6 +81,7 @@ run four 4 $((4 * 14 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt
   "exact --model attn --opt adam --steps 30 --except in_proj_bias" \
   "exact --model seq2seq --opt momentum --sync sfb --steps 30" \
   "exact --model seq2seq --opt adam --steps 30 --except in_proj_bias" \
+  "flip --opt momentum --steps 20 --check-every 5 --debug-flip 1:10:20:3:30" \
   "shapes" "kill --victim 2"
 # (attn with Adam: the keys' part of in_proj_bias has a zero gradient, as
 # softmax ignores a constant added to every logit; Adam divides that
@@ -89,6 +90,11 @@ run four 4 $((4 * 14 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt
 # process summing 4 parts against 1. The rest is compared.)
 check "exact: SGD, momentum SGD with weight decay, Adam, accumulation, mlp12, attention, nn.Transformer on every rank" \
   "[ \$(oks four exact) = 36 ]"
+# flip: a bit of rank 1's momentum buffer flipped after step 10
+# (SFB_DEBUG_FLIP): the check of step 10 repairs it from the majority, and
+# every rank ends as one process
+check "flip: rank 1's conv.weight momentum named, repaired from rank 0, then exact" \
+  "grep -q '^\[1\] sfb.torch: replica check, step 10: conv.weight (optimizer momentum_buffer) of this rank (rank 1) differed from the majority.s in 1 element from element 3: repaired from rank 0' '$tmp/four.out' && [ \$(oks four flip) = 4 ]"
 check "ssp, shapes and kill: every rank (the survivors) ok" \
   "[ \$(oks four ssp) = 4 ] && [ \$(oks four shapes) = 4 ] && [ \$(oks four kill) = 3 ]"
 grep -m 13 -E '^\[0\] ([0-9]+ \(|plan:)' "$tmp/four.out"
@@ -122,12 +128,6 @@ check "models: tied embedding, sparse tables (SparseAdam), LSTM LM, GRU/RNN/cell
 grep -m 3 '^\[0\] ok lowp' "$tmp/models.out"
 check "bf16 factors: 4 ranks bit-identical, the loss near float32's, the plan saying bf16" \
   "[ \$(oks models lowp) = $((4 * ${#LOWP[@]})) ]"
-
-# a bit of rank 1's momentum buffer flipped after step 10: the check of step
-# 10 repairs it from the majority, and every rank ends as one process
-SFB_DEBUG_FLIP=1:10:20:3:30 run flip 4 4 "flip --opt momentum --steps 20 --check-every 5"
-check "flip: rank 1's conv.weight momentum named, repaired from rank 0, then exact" \
-  "grep -q '^\[1\] sfb.torch: replica check, step 10: conv.weight (optimizer momentum_buffer) of this rank (rank 1) differed from the majority.s in 1 element from element 3: repaired from rank 0' '$tmp/flip.out' && [ \$(oks flip exact) = 4 ]"
 
 # 3 ranks: overlap off, everything through fms, 256 parameter tensors, ranks
 # that start apart

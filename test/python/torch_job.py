@@ -33,9 +33,10 @@ init: rank 1 starts from other parameters and skips broadcast_parameters:
   every rank must fail naming broadcast_parameters.
 kill: rank --victim exits abruptly in step 5: every other rank must fail
   naming it.
-flip: as exact, with --check-every; SFB_DEBUG_FLIP (set by the caller) flips
-  one bit of one rank's tensor before a check: one repair, then every rank
-  ends as one process would.
+flip: as exact, with --check-every and --debug-flip RANK:STEP:... (the
+  optimizer is built under SFB_DEBUG_FLIP=that): one bit of one rank's
+  tensor flipped before a check, one repair, then every rank ends as one
+  process would.
 lowp: as exact with --factor-dtype (bf16): the ranks must end bit-identical
   (a checksum of every parameter compared), the loss over the data set
   within --tol (relative) of one float32 process's, the parameters apart
@@ -77,6 +78,7 @@ ap.add_argument("--except", dest="skip", default=None,
 ap.add_argument("--overlap", type=int, default=1)
 ap.add_argument("--victim", type=int, default=2)
 ap.add_argument("--check-every", type=int, default=100)
+ap.add_argument("--debug-flip", default="", help="flip: SFB_DEBUG_FLIP for this case's optimizer")
 ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"])
 ap.add_argument("--autocast", action="store_true",
                 help="forwards under torch.autocast(\"cpu\", bfloat16), in both trainings")
@@ -430,12 +432,15 @@ def case():
     elif args.mode not in ("init", "shapes"):  # those two skip it: the first step must tell
         sft.broadcast_parameters(model.state_dict(), root_rank=0)
     ref = copy.deepcopy(model)
+    if args.mode == "flip":  # (read as the optimizer is built: this case's only)
+        os.environ["SFB_DEBUG_FLIP"] = args.debug_flip
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    staleness=args.staleness, backward_passes_per_step=args.passes,
                                    overlap=bool(args.overlap), check_every=args.check_every,
                                    factor_dtype=args.factor_dtype,
                                    **({} if args.trial_steps is None else
                                       {"trial_steps": args.trial_steps}))
+    os.environ.pop("SFB_DEBUG_FLIP", None)
     if args.trial_steps:
         opt._sfb.trial_all = True  # whatever the predictions: replans mid-run
     if args.mode in ("shapes", "init"):
@@ -532,7 +537,7 @@ def case():
         return
     st = sft.stats()
     sft.shutdown()
-    if args.mode == "flip":  # (SFB_DEBUG_FLIP set by torch.sh: one tensor of one rank)
+    if args.mode == "flip":  # (--debug-flip: one tensor of one rank)
         want = (args.steps // args.check_every, 1)
         if (st["replica_checks"], st["replicas_repaired"]) != want:
             fail("replica checks, repairs: %s, expected %s" %
@@ -599,8 +604,9 @@ def case():
         if len(rec) != (4 if args.model == "lstm" else 10) or \
                 any("dense gradient of torch's fused operator" not in line for line in rec):
             fail("the recurrent matrices did not run torch's fused operator:\n" + opt.plan)
-    print("ok exact %s %s: max relative difference %.3g (%s)" %
-          (args.model, args.opt, worst, where), flush=True)
+    print("ok %s %s %s: max relative difference %.3g (%s)" %
+          ("flip" if args.mode == "flip" else "exact", args.model, args.opt, worst, where),
+          flush=True)
 
 
 def main():
