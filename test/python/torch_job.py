@@ -434,13 +434,16 @@ def case():
     ref = copy.deepcopy(model)
     if args.mode == "flip":  # (read as the optimizer is built: this case's only)
         os.environ["SFB_DEBUG_FLIP"] = args.debug_flip
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
-                                   staleness=args.staleness, backward_passes_per_step=args.passes,
-                                   overlap=bool(args.overlap), check_every=args.check_every,
-                                   factor_dtype=args.factor_dtype,
-                                   **({} if args.trial_steps is None else
-                                      {"trial_steps": args.trial_steps}))
-    os.environ.pop("SFB_DEBUG_FLIP", None)
+    try:
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+                                       sync=args.sync, staleness=args.staleness,
+                                       backward_passes_per_step=args.passes,
+                                       overlap=bool(args.overlap), check_every=args.check_every,
+                                       factor_dtype=args.factor_dtype,
+                                       **({} if args.trial_steps is None else
+                                          {"trial_steps": args.trial_steps}))
+    finally:
+        os.environ.pop("SFB_DEBUG_FLIP", None)
     if args.trial_steps:
         opt._sfb.trial_all = True  # whatever the predictions: replans mid-run
     if args.mode in ("shapes", "init"):
@@ -605,8 +608,7 @@ def case():
                 any("dense gradient of torch's fused operator" not in line for line in rec):
             fail("the recurrent matrices did not run torch's fused operator:\n" + opt.plan)
     print("ok %s %s %s: max relative difference %.3g (%s)" %
-          ("flip" if args.mode == "flip" else "exact", args.model, args.opt, worst, where),
-          flush=True)
+          (args.mode, args.model, args.opt, worst, where), flush=True)  # (exact or flip)
 
 
 def main():
