@@ -287,7 +287,7 @@ void sfb__bf16_decode(float *dst, const uint8_t *src, size_t n)
 
 size_t sfb__bf16_first_nonfinite(const uint8_t *p, size_t n)
 {
-    for (size_t i = 0; i < n;) { /* blocks without an exit, as all_finite */
+    for (size_t i = 0; i < n;) { /* blocks without an exit (as sfb/vec.h's check) */
         size_t m = SFB_MIN(n - i, (size_t)1024);
         uint32_t bad = 0;
         for (size_t j = 0; j < m; j++)
@@ -296,47 +296,6 @@ size_t sfb__bf16_first_nonfinite(const uint8_t *p, size_t n)
             for (size_t j = 0; j < m; j++)
                 if ((sfb__get_u16(p + 2 * (i + j)) & 0x7f80u) == 0x7f80u) return i + j;
         i += m;
-    }
-    return n;
-}
-
-/* NaN/Inf from the network would poison every replica. Both have an
- * exponent of all ones; testing the bits without an early exit inside a
- * block of 1024 lets the compiler vectorize this (every frame a rank
- * receives passes here: 6 % of the CPU at P = 64 halton as a per-element
- * isfinite; an exit every 16 numbers cost 3.5 us for a quick-start frame
- * of 6,280 numbers, this 0.8 us). */
-static uint32_t nonfinite_bits(uint32_t u)
-{
-    return (u & 0x7f800000u) == 0x7f800000u;
-}
-
-static int all_finite(const float *v, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)v; /* any received payload: no aliasing */
-    for (size_t i = 0; i < n;) {
-        size_t m = SFB_MIN(n - i, (size_t)1024);
-        uint32_t bad = 0;
-        for (size_t j = 0; j < m; j++) {
-            uint32_t u;
-            memcpy(&u, p + 4 * (i + j), sizeof u);
-            bad |= nonfinite_bits(u);
-        }
-        if (bad) return 0;
-        i += m;
-    }
-    return 1;
-}
-
-size_t sfb__first_nonfinite(const float *v, size_t n)
-{
-    /* the vectorized pass finds the block of 16, the plain one the index */
-    size_t i = 0;
-    while (i < n && all_finite(v + i, SFB_MIN(n - i, (size_t)4096))) i += 4096;
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, v + i, sizeof u); /* v may be any received payload */
-        if (nonfinite_bits(u)) return i;
     }
     return n;
 }
@@ -403,13 +362,13 @@ int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uin
     const uint8_t *q = p + SFB_SF_PREFIX;
     view->b = (float *)(uintptr_t)q;
     q += (size_t)s * rows * 4;
-    if (!all_finite(view->b, (size_t)s * rows)) {
+    if (sfb__first_nonfinite(view->b, (size_t)s * rows) < (size_t)s * rows) {
         name_nonfinite("b", view->b, (uint64_t)s * rows, rows, NULL, NULL, what, sizeof what);
         return sfb__error(-SFB_EFORMAT, "sf payload: %s", what);
     }
     if (!sparse) {
         view->c = (float *)(uintptr_t)q;
-        if (!all_finite(view->c, (size_t)s * cols)) {
+        if (sfb__first_nonfinite(view->c, (size_t)s * cols) < (size_t)s * cols) {
             name_nonfinite("c", view->c, (uint64_t)s * cols, cols, NULL, NULL, what, sizeof what);
             return sfb__error(-SFB_EFORMAT, "sf payload: %s", what);
         }
@@ -431,7 +390,7 @@ int sfb__sf_view(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uin
                                   view->c_col[j], cols);
         }
     }
-    if (!all_finite(view->c_val, nnz)) {
+    if (sfb__first_nonfinite(view->c_val, nnz) < nnz) {
         name_nonfinite("c", view->c_val, nnz, 0, view->c_row_ptr, view->c_col, what, sizeof what);
         return sfb__error(-SFB_EFORMAT, "sf payload: %s", what);
     }

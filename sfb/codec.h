@@ -24,6 +24,7 @@
 #define SFB_CODEC_H
 
 #include <sfb/sf.h>
+#include "sfb/vec.h"
 #include "src/wire/wire.h"
 
 #include <stddef.h>
@@ -90,10 +91,6 @@ int sfb__sf_expand_size(const uint8_t *p, size_t len, uint32_t rows, uint32_t co
  * when out_len is not the widened size. */
 int sfb__sf_expand(const uint8_t *p, size_t len, uint32_t rows, uint32_t cols, uint32_t s,
                    int sparse, uint8_t *out, size_t out_len);
-
-/* The index of the first NaN or infinity of v[0 .. n), or n when every
- * number is finite. Vectorized: every received frame passes here. */
-size_t sfb__first_nonfinite(const float *v, size_t n);
 
 /* Which array of `sf` holds a NaN or an infinity, and where: 0 when every
  * number (scale, b, c) is finite, else 1 with `what` (at most `cap` bytes)

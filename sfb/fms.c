@@ -35,6 +35,7 @@
 #include "config.h"
 #include "sfb/codec.h"
 #include "sfb/sync.h"
+#include "sfb/vec.h"
 #include "src/comm/comm.h"
 #include "src/base/trace.h"
 #include "src/base/util.h"
@@ -277,26 +278,24 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
 static size_t first_nonfinite(const struct fms *f, const uint8_t *payload, size_t n)
 {
     return f->prec == SFB_WIRE_BF16 ? sfb__bf16_first_nonfinite(payload, n)
-                                    : sfb__first_nonfinite((const float *)(const void *)payload, n);
+                                    : sfb__first_nonfinite(payload, n);
 }
 
 /* Rows holding a NaN or an infinity (checksummed: as their origin built
- * them) would poison every replica: the job fails naming the origin. 1
- * when every number is finite. A summed chunk is checked just before it
- * is applied (the check brings it into the cache the apply reads it
- * from); a push in its sum, which is non-finite when any part is
- * (form_sums): one pass over the sum instead of one over each push. */
-static int finite_rows(struct fms *f, const struct held *h, uint32_t k)
+ * them) would poison every replica: the job fails naming the origin, its
+ * number `at` (of the held rows h) named by row and column. A summed
+ * chunk is checked block by block as it is applied (add_sum: nothing of
+ * a block that holds one is added); a push in its sum, which is
+ * non-finite when any part is (form_sums): one pass over the sum instead
+ * of one over each push. */
+static void reject_rows(struct fms *f, const struct held *h, size_t at)
 {
-    size_t n = (size_t)k * f->D, at = first_nonfinite(f, h->rows, n);
-    if (at == n) return 1;
     char why[96];
     snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
              (unsigned long long)(h->s + at / f->D), (unsigned long long)(at % f->D));
     f->rejected++;
     /* (a sum comes from its owner: origin and sender) */
     sfb__comm_reject_update(f->c, h->origin, h->origin, h->clock, f->id, why);
-    return 0;
 }
 
 /* A chunk's sum (rows r0.., n numbers) holds a NaN or an infinity: the
@@ -308,7 +307,7 @@ static int reject_sum(struct fms *f, int64_t t, uint32_t r0, size_t n)
 {
     char why[128];
     for (uint32_t r = 0; r < f->world; r++) {
-        size_t at = r == f->rank ? sfb__first_nonfinite((const float *)(const void *)f->parts[r], n)
+        size_t at = r == f->rank ? sfb__first_nonfinite(f->parts[r], n)
                                  : first_nonfinite(f, f->parts[r], n);
         if (at == n) continue;
         snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
@@ -386,13 +385,6 @@ static void take_frame(struct fms *f, struct sfb__frame *fr)
     sfb__wire_trusted(fr->data, &h, &payload);
     take(f, fr->buf, (int)fr->src, &h, payload);
     sfb__buf_put(fr->buf);
-}
-
-static float get_f32(const uint8_t *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 /* While a send waits for queue space: takes what arrived (the receivers of
@@ -497,7 +489,7 @@ static int dense_hdr(struct fms *f, int64_t clock, uint32_t r0, uint32_t r1, con
  * the first number that is not finite, or m. */
 static size_t scale_checked(float *o, float scale, const float *delta, size_t m)
 {
-    for (size_t i = 0; i < m; i++) o[i] = scale * delta[i];
+    sfb__vec_scale(o, scale, delta, m);
     return sfb__first_nonfinite(o, m);
 }
 
@@ -521,10 +513,8 @@ static int sum_chunk(struct fms *f, size_t n, size_t len, float *acc, uint8_t *o
             } else {
                 p += 4 * i0;
             }
-            if (r == 0)
-                for (size_t i = 0; i < m; i++) a[i] = get_f32(p + 4 * i);
-            else
-                for (size_t i = 0; i < m; i++) a[i] += get_f32(p + 4 * i);
+            if (r == 0) memcpy(a, p, 4 * m);
+            else sfb__vec_add(a, p, m);
         }
         bad |= sfb__first_nonfinite(a, m) != m;
         if (bf16) { /* the sum as it travels, the own replica's too */
@@ -609,15 +599,28 @@ static int form_sums(struct fms *f)
     return 0;
 }
 
-/* A summed chunk's n numbers (rows, whole: contiguous in the replica too)
- * into the replica: dst += sum, or dst += sum − mine where the own push is
- * in it already. One pass with a size_t index, so it is vectorized. */
-static void add_sum(float *dst, const uint8_t *sum, const float *mine, size_t n)
+/* A summed chunk's n numbers (rows, whole: contiguous in the replica too;
+ * float32, or bfloat16 widened block by block) into the replica: dst +=
+ * sum, or dst += sum − mine where the own push is in it already. In
+ * blocks that stay in the L1 cache from the finiteness check (`checked`:
+ * a peer's sum) to the add, so the sum costs one trip to memory; the
+ * first number that is not finite, its block not added, or n. */
+static size_t add_sum(struct fms *f, float *dst, const uint8_t *sum, const float *mine, size_t n,
+                      int checked)
 {
-    if (!mine)
-        for (size_t i = 0; i < n; i++) dst[i] += get_f32(sum + 4 * i);
-    else
-        for (size_t i = 0; i < n; i++) dst[i] += get_f32(sum + 4 * i) - mine[i];
+    for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
+        size_t m = SFB_MIN(n - i0, (size_t)FUSED_BLOCK), at;
+        const uint8_t *p = sum + 4 * i0;
+        if (f->prec == SFB_WIRE_BF16) {
+            sfb__bf16_decode(f->wide, sum + 2 * i0, m); /* (non-finite stays so) */
+            p = (const uint8_t *)f->wide;
+        }
+        if (checked && (at = sfb__first_nonfinite(p, m)) < m)
+            return i0 + at;
+        if (mine) sfb__vec_add_diff(dst + i0, p, mine + i0, m);
+        else sfb__vec_add(dst + i0, p, m);
+    }
+    return n;
 }
 
 static int cmp_held(const void *x, const void *y)
@@ -655,20 +658,18 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
         /* (a chunk of s->origin's block: checked when taken) */
         uint32_t j = (s->s - block_start(f, s->origin)) / f->chunk_rows, r0, r1;
         chunk_rows_of(f, s->origin, j, &r0, &r1);
-        /* (the own block's sums were checked as they were formed) */
-        if (s->origin != f->rank && !finite_rows(f, s, r1 - r0)) {
+        /* ordered: the own push is not in the replica yet; the own
+         * block's sums were checked as they were formed */
+        size_t n_el = (size_t)(r1 - r0) * f->D;
+        size_t at = add_sum(f, f->a->data + (size_t)r0 * f->D, s->rows,
+                            f->env.ordered ? NULL
+                                           : (const float *)(void *)(o->buf->data + r0 * row_bytes),
+                            n_el, s->origin != f->rank);
+        if (at < n_el) {
+            reject_rows(f, s, at);
             ret = sfb__comm_check(f->c);
             break;
         }
-        const uint8_t *rows = s->rows;
-        if (f->prec == SFB_WIRE_BF16) {
-            sfb__bf16_decode(f->wide, rows, (size_t)(r1 - r0) * f->D);
-            rows = (const uint8_t *)f->wide;
-        }
-        /* ordered: the own push is not in the replica yet */
-        add_sum(f->a->data + (size_t)r0 * f->D, rows,
-                f->env.ordered ? NULL : (const float *)(void *)(o->buf->data + r0 * row_bytes),
-                (size_t)(r1 - r0) * f->D);
         o->done[f->chunk_base[s->origin] + j] = 1;
         if (++o->applied[s->origin] == chunks_of(f, s->origin)) {
             ret = sfb__ssp_mark(f->env.ssp, s->origin, s->clock);
@@ -789,10 +790,11 @@ static int publish_alone(struct fms *f, int64_t clock, uint32_t m, const struct 
 
 /* Chunk j of block b of own ← scale · delta (delta NULL: own as it is, an
  * SF's product), rounded for bfloat16, in blocks that stay in the cache
- * while a float32 push's are fed to its checksum: then hdr (NULL for the
- * own block) is the push's header when this returns 0. */
+ * while they are checked (`checked`: 1 when a number is not finite, -ERANGE
+ * returned) and a float32 push's are fed to its checksum: then hdr (NULL
+ * for the own block) is the push's header when this returns 0. */
 static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, const float *delta,
-                      uint32_t b, uint32_t j, uint8_t *hdr)
+                      int checked, uint32_t b, uint32_t j, uint8_t *hdr)
 {
     uint32_t r0, r1;
     chunk_rows_of(f, b, j, &r0, &r1);
@@ -804,20 +806,43 @@ static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, con
     for (size_t i0 = e0; i0 < e1; i0 += FUSED_BLOCK) {
         size_t m = SFB_MIN(e1 - i0, (size_t)FUSED_BLOCK);
         float *o = own + i0;
-        if (delta)
-            for (size_t i = 0; i < m; i++) o[i] = scale * delta[i0 + i];
+        if (delta) sfb__vec_scale(o, scale, delta + i0, m);
+        if (checked && sfb__first_nonfinite(o, m) < m) return -ERANGE;
         if (f->prec == SFB_WIRE_BF16) sfb__bf16_round(o, m);
         if (hashed) sfb__wire_hash_update(&hs, o, 4 * m);
     }
     return hashed ? sfb__wire_encode_hashed(&wh, &hs, hdr) : 0;
 }
 
+/* A push of the own update: chunk j of owner b's block, its frame header. */
+struct push {
+    uint32_t b, j;
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+};
+
+/* The chunks this rank pushes (as many as the chunk grid has outside its own
+ * block), in the order they leave: chunk 0 to owners rank + 1, rank + 2,
+ * ..., then chunk 1, so that every owner can sum its first chunk early,
+ * and at each step every owner receives from one pusher first (the order a
+ * ring reduce-scatter has). */
+static void push_order(const struct fms *f, struct push *p)
+{
+    uint32_t most = 0, n = 0;
+    for (uint32_t b = 0; b < f->world; b++) most = SFB_MAX(most, chunks_of(f, b));
+    for (uint32_t j = 0; j < most; j++)
+        for (uint32_t i = 1; i < f->world; i++) {
+            uint32_t b = (f->rank + i) % f->world;
+            if (j < chunks_of(f, b)) p[n++] = (struct push){.b = b, .j = j};
+        }
+}
+
 /* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
  * delta (bad non-NULL: every number of the update checked before anything
- * leaves; the first one not finite → *bad, -ERANGE, nothing sent): each
- * row chunk pushed to its block's owner as soon as it is filled and
- * hashed, so the first push leaves after one chunk's passes instead of the
- * whole matrix's; then added to the own replica (read-my-writes). */
+ * leaves; the first one not finite → *bad, -ERANGE, nothing sent). One
+ * pass over the matrix forms it, checks it and hashes the float32 pushes,
+ * block by block in the cache (the own block first, which the arriving
+ * pushes are summed with, then the pushes in the order they leave); then
+ * the pushes leave, and it is added to the own replica (read-my-writes). */
 static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
                        const float *delta, size_t *bad)
 {
@@ -828,76 +853,61 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (find_own(f, clock) || sfb__ssp_is_applied(f->env.ssp, f->rank, clock))
         return sfb__error(-EALREADY, "fms: clock %lld published twice", (long long)clock);
     size_t n_el = (size_t)f->K * f->D;
-    if (delta && bad && (*bad = first_bad(scale, delta, n_el)) < n_el) return -ERANGE;
-    struct sfb__buf *buf;
-    int ret = sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
-    if (ret) return ret;
+    uint32_t nchunks = f->chunk_base[f->world], mine = chunks_of(f, f->rank);
+    uint32_t npush = nchunks - mine;
+    struct sfb__buf *buf = NULL;
+    struct push *push = malloc((npush ? npush : 1) * sizeof *push);
+    uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + 2 * (size_t)nchunks + mine);
+    int ret = !push || !counts ||
+                      sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)
+                  ? -ENOMEM
+                  : sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
+    if (ret) goto fail;
     struct sfb_matrix own = {f->K, f->D, (float *)(void *)buf->data};
     if (sf) {
         memset(buf->data, 0, n_el * sizeof(float));
-        if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto out;
-        if (bad && (*bad = sfb__first_nonfinite(own.data, n_el)) < n_el) {
-            ret = -ERANGE;
-            goto out;
-        }
+        if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto fail;
     }
     const float *src = sf ? NULL : delta;
-    if (sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)) {
-        ret = -ENOMEM;
-        goto out;
-    }
-    uint32_t nchunks = f->chunk_base[f->world], mine = chunks_of(f, f->rank);
-    uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + 2 * (size_t)nchunks + mine);
-    if (!counts) {
-        ret = -ENOMEM;
-        goto out;
-    }
-    /* the own block first: the pushes that arrive meanwhile are summed
-     * with it (bf16: rounded as it travels, the own part of the sums too) */
-    for (uint32_t j = 0; j < mine; j++)
-        if ((ret = fill_chunk(f, clock, own.data, scale, src, f->rank, j, NULL))) {
-            free(counts);
-            goto out;
-        }
+    push_order(f, push);
+    for (uint32_t j = 0; j < mine && !ret; j++)
+        ret = fill_chunk(f, clock, own.data, scale, src, bad != NULL, f->rank, j, NULL);
+    for (uint32_t i = 0; i < npush && !ret; i++)
+        ret = fill_chunk(f, clock, own.data, scale, src, bad != NULL, push[i].b, push[i].j,
+                         push[i].hdr);
+    if (ret == -ERANGE) /* the first number not finite, in the matrix's order */
+        *bad = sf ? sfb__first_nonfinite(own.data, n_el) : first_bad(scale, delta, n_el);
+    if (ret) goto fail;
     /* held from now on (buf's reference with it): while the pushes leave,
      * send_to takes frames, among them maybe a sum of this clock already */
     uint8_t *done = (uint8_t *)(counts + f->world), *pushed = done + nchunks;
     f->own[f->nown++] = (struct own){buf, clock, nchunks, 0, counts, done, pushed + nchunks, pushed};
-    for (uint32_t b = 0; b < f->world; b++)
-        /* an empty block is trivially summed */
-        if (chunks_of(f, b) == 0 && (ret = sfb__ssp_mark(f->env.ssp, b, clock))) return ret;
-    /* chunk 0 to owners rank + 1, rank + 2, ..., then chunk 1: every owner
-     * can sum its first chunk early, and at each step every owner receives
-     * from one pusher first (the order a ring reduce-scatter has) */
-    uint32_t most = 0;
-    for (uint32_t b = 0; b < f->world; b++) most = SFB_MAX(most, chunks_of(f, b));
-    for (uint32_t j = 0; j < most; j++)
-        for (uint32_t i = 1; i < f->world; i++) {
-            uint32_t b = (f->rank + i) % f->world, r0, r1;
-            if (j >= chunks_of(f, b)) continue;
-            chunk_rows_of(f, b, j, &r0, &r1);
-            uint8_t hdr[SFB_WIRE_HDR_SIZE];
-            struct sfb__buf *pay;
-            size_t off, len = rows_len(f, r1 - r0);
-            if ((ret = fill_chunk(f, clock, own.data, scale, src, b, j, hdr)) ||
-                (ret = rows_payload(f, buf, r0, r1, &pay, &off)))
-                return ret;
-            if (f->prec != SFB_WIRE_F32) /* (float32: hashed by fill_chunk) */
-                ret = dense_hdr(f, clock, r0, r1, pay->data + off, hdr);
-            pushed[f->chunk_base[b] + j] = 1;
-            if (!ret) ret = send_to(f, b, hdr, pay, off, len);
-            sfb__buf_put(pay);
-            if (ret) return ret;
-        }
+    for (uint32_t b = 0; b < f->world && !ret; b++)
+        if (chunks_of(f, b) == 0) /* an empty block is trivially summed */
+            ret = sfb__ssp_mark(f->env.ssp, b, clock);
+    for (uint32_t i = 0; i < npush && !ret; i++) {
+        uint32_t b = push[i].b, r0, r1;
+        chunk_rows_of(f, b, push[i].j, &r0, &r1);
+        struct sfb__buf *pay;
+        size_t off, len = rows_len(f, r1 - r0);
+        if ((ret = rows_payload(f, buf, r0, r1, &pay, &off))) break;
+        if (f->prec != SFB_WIRE_F32) /* (float32: hashed by fill_chunk) */
+            ret = dense_hdr(f, clock, r0, r1, pay->data + off, push[i].hdr);
+        pushed[f->chunk_base[b] + push[i].j] = 1;
+        if (!ret) ret = send_to(f, b, push[i].hdr, pay, off, len);
+        sfb__buf_put(pay);
+    }
+    free(push);
+    if (ret) return ret;
     /* read-my-writes (ordered: the sums alone, the same bytes on every
      * rank); no sum of this clock is applied before the next wait */
-    if (!f->env.ordered)
-        for (size_t i = 0; i < n_el; i++)
-            f->a->data[i] += own.data[i];
+    if (!f->env.ordered) sfb__vec_add(f->a->data, own.data, n_el);
     /* the own chunks may be complete already */
     return form_sums(f);
-out:
-    sfb__buf_put(buf);
+fail:
+    if (buf) sfb__buf_put(buf);
+    free(push);
+    free(counts);
     return ret;
 }
 

@@ -13,7 +13,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no malloc */
 #include <xxhash.h>
 
-#if SFB_XXH3_AVX2
+#if SFB_AVX2
 #include "src/wire/xxh3_avx2.h"
 
 /* The checksums run xxHash's AVX2 kernels where the processor has them

@@ -1,6 +1,6 @@
 /* XXH3-64's streaming calls on xxHash's AVX2 kernels (xxh3_avx2.c), for a
  * processor that has AVX2; `state` is an XXH3_state_t. Built where the
- * compiler takes -mavx2 on x86-64 (config.h: SFB_XXH3_AVX2). */
+ * compiler takes -mavx2 on x86-64 (config.h: SFB_AVX2). */
 #ifndef SFB_WIRE_XXH3_AVX2_H
 #define SFB_WIRE_XXH3_AVX2_H
 

@@ -362,42 +362,65 @@ static int run_dense(uint32_t world, unsigned prec)
 /* A hostile or broken owner: its summed chunk of clock 2 reaches rank 1
  * with a NaN in it (and a checksum that matches): rank 1 refuses to apply
  * it and the job fails naming the owner's update, no replica holding a
- * NaN. */
+ * NaN. The NaN at number `at` of the chunk (FMS adds a chunk in blocks of
+ * 4096 numbers, each checked just before it is added: in the first block,
+ * or in the second after the first was added), in float32 or bfloat16. */
+struct hostile {
+    size_t at;
+    unsigned prec;
+};
+
 static void tap_hostile(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len)
 {
-    (void)user;
+    const struct hostile *ho = user;
     struct sfb__wire_hdr h;
     const uint8_t *payload;
     if (len < SFB_WIRE_HDR_SIZE) return;
     sfb__wire_trusted(frame, &h, &payload);
+    size_t e = ho->prec == SFB_WIRE_BF16 ? 2 : 4;
     if (h.type != SFB_WIRE_DENSE_ROWS || src != 0 || dst != 1 || h.clock != 2 ||
-        h.s >= 2 || h.payload_len < 4) /* (rows 0 and 1: owner 0's block at K = 7, P = 3) */
+        h.s >= 2 || h.payload_len < e * (ho->at + 1)) /* (rows 0 and 1: owner 0's block at K = 7, P = 3) */
         return;
     float nan = NAN;
-    memcpy(frame + SFB_WIRE_HDR_SIZE + 4, &nan, sizeof nan);
+    uint8_t *x = frame + SFB_WIRE_HDR_SIZE + e * ho->at;
+    if (e == 2) memcpy(x, (const uint8_t *)&nan + 2, 2); /* (little-endian: the high half) */
+    else memcpy(x, &nan, sizeof nan);
     struct sfb__wire_piece p = {frame + SFB_WIRE_HDR_SIZE, (size_t)h.payload_len};
     sfb__wire_encode(&h, &p, 1, frame);
 }
 
-static int test_hostile_owner(void)
+static int run_hostile_owner(uint32_t d, size_t at, unsigned prec)
 {
-    sfb__fms_chunk_bytes = 16; /* a row per chunk */
-    struct eng_cfg cfg = {.ops = &sfb__fms_ops, .world = 3, .k = 7, .d = 3, .s = 2,
-                          .clocks = 4, .slow_rank = -1, .ordered = 1};
+    sfb__fms_chunk_bytes = d < 100 ? 16 : (size_t)1 << 20; /* a row per chunk, or the block */
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops, .world = 3, .k = 7, .d = d, .s = 2,
+                          .clocks = 4, .slow_rank = -1, .ordered = 1, .dense_prec = prec};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
+    struct hostile ho = {at, prec};
     ASSERT_OK(eng_init(&run, &cfg, &lb));
-    sfb__loopback_set_tap(lb, tap_hostile, NULL);
+    sfb__loopback_set_tap(lb, tap_hostile, &ho);
     int rets[ENG_MAX_RANKS];
     ASSERT_NE(sfb__loopback_run(lb, eng_rank_main, &run, rets), 0);
     ASSERT_NE(rets[1], 0);
     ASSERT(strstr(run.r[1].why, "the update rank 0 published at clock 2"));
-    ASSERT(strstr(run.r[1].why, "column 1 of its rows is not a finite number"));
+    char want[64];
+    snprintf(want, sizeof want, "row %zu, column %zu of its rows is not a finite number",
+             at / run.cols, at % run.cols); /* (MLR's matrix: d + 1 columns) */
+    ASSERT(strstr(run.r[1].why, want));
     for (uint32_t r = 0; r < 3; r++) ASSERT(eng_replica_finite(&run, r));
     eng_fini(&run);
     sfb__loopback_close(&lb);
     sfb__fms_chunk_bytes = (size_t)1 << 20;
     return 0;
+}
+
+static int test_hostile_owner(void)
+{
+    /* rows of 4 in chunks of a row; rows of 3001 in one chunk of 6002
+     * numbers, the NaN in its first block or its second */
+    return run_hostile_owner(3, 1, SFB_WIRE_F32) || run_hostile_owner(3000, 17, SFB_WIRE_F32) ||
+           run_hostile_owner(3000, 5000, SFB_WIRE_F32) ||
+           run_hostile_owner(3000, 5000, SFB_WIRE_BF16);
 }
 
 /* Factors whose product the engine checks (publish_one with bad, what
