@@ -82,6 +82,12 @@ struct tally {
  * several chunks and the phases overlap. Unit tests make it small. */
 size_t sfb__fms_chunk_bytes = (size_t)1 << 20;
 
+/* A push of the own update: chunk j of owner b's block, its frame header. */
+struct push {
+    uint32_t b, j;
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+};
+
 struct fms {
     struct sfb__sync_env env;
     struct sfb__comm *c;
@@ -95,6 +101,8 @@ struct fms {
     float *wide, *acc;    /* bf16: a chunk widened (a push, a sum), the sum formed */
     uint32_t chunk_rows;  /* rows of a chunk (the last of a block may be short) */
     uint32_t *chunk_base; /* per block: the matrix's chunks before it; [world]: all */
+    struct push *outgoing; /* the own update's pushes in the order they leave (push_order),
+                            * their headers filled by each publish */
     struct held *push;   /* pushes received for the own block */
     size_t npush, push_cap;
     struct tally *tally; /* per (clock, chunk) of the own block: pushes held */
@@ -150,6 +158,22 @@ static uint32_t block_of(const struct fms *f, uint32_t s, uint32_t k, uint32_t *
     return f->world;
 }
 
+/* The chunks this rank pushes (as many as the chunk grid has outside its own
+ * block), in the order they leave: chunk 0 to owners rank + 1, rank + 2,
+ * ..., then chunk 1, so that every owner can sum its first chunk early,
+ * and at each step every owner receives from one pusher first (the order a
+ * ring reduce-scatter has). */
+static void push_order(struct fms *f)
+{
+    uint32_t most = 0, n = 0;
+    for (uint32_t b = 0; b < f->world; b++) most = SFB_MAX(most, chunks_of(f, b));
+    for (uint32_t j = 0; j < most; j++)
+        for (uint32_t i = 1; i < f->world; i++) {
+            uint32_t b = (f->rank + i) % f->world;
+            if (j < chunks_of(f, b)) f->outgoing[n++] = (struct push){.b = b, .j = j};
+        }
+}
+
 static int fms_open(void *priv, const struct sfb__sync_env *env)
 {
     struct fms *f = priv;
@@ -185,6 +209,10 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
         return sfb__error(-ENOMEM, "fms: out of memory");
     for (uint32_t b = 0; b < f->world; b++)
         f->chunk_base[b + 1] = f->chunk_base[b] + chunks_of(f, b);
+    uint32_t npush = f->chunk_base[f->world] - chunks_of(f, f->rank);
+    if (!(f->outgoing = malloc((npush ? npush : 1) * sizeof *f->outgoing)))
+        return sfb__error(-ENOMEM, "fms: out of memory");
+    push_order(f);
     /* A resumed run starts with every earlier sum formed and applied: after
      * the checkpoint's drain no push, sum or own ΔA is outstanding (each is
      * released once applied), so the owner's shard state is only this table
@@ -207,6 +235,7 @@ static void fms_close(void *priv)
         sfb__buf_put(f->own[i].buf);
         free(f->own[i].applied);
     }
+    free(f->outgoing);
     free(f->push);
     free(f->tally);
     free(f->chunk_base);
@@ -814,28 +843,6 @@ static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, con
     return hashed ? sfb__wire_encode_hashed(&wh, &hs, hdr) : 0;
 }
 
-/* A push of the own update: chunk j of owner b's block, its frame header. */
-struct push {
-    uint32_t b, j;
-    uint8_t hdr[SFB_WIRE_HDR_SIZE];
-};
-
-/* The chunks this rank pushes (as many as the chunk grid has outside its own
- * block), in the order they leave: chunk 0 to owners rank + 1, rank + 2,
- * ..., then chunk 1, so that every owner can sum its first chunk early,
- * and at each step every owner receives from one pusher first (the order a
- * ring reduce-scatter has). */
-static void push_order(const struct fms *f, struct push *p)
-{
-    uint32_t most = 0, n = 0;
-    for (uint32_t b = 0; b < f->world; b++) most = SFB_MAX(most, chunks_of(f, b));
-    for (uint32_t j = 0; j < most; j++)
-        for (uint32_t i = 1; i < f->world; i++) {
-            uint32_t b = (f->rank + i) % f->world;
-            if (j < chunks_of(f, b)) p[n++] = (struct push){.b = b, .j = j};
-        }
-}
-
 /* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
  * delta (bad non-NULL: every number of the update checked before anything
  * leaves; the first one not finite → *bad, -ERANGE, nothing sent). One
@@ -856,9 +863,9 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     uint32_t nchunks = f->chunk_base[f->world], mine = chunks_of(f, f->rank);
     uint32_t npush = nchunks - mine;
     struct sfb__buf *buf = NULL;
-    struct push *push = malloc((npush ? npush : 1) * sizeof *push);
+    struct push *push = f->outgoing;
     uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + 2 * (size_t)nchunks + mine);
-    int ret = !push || !counts ||
+    int ret = !counts ||
                       sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)
                   ? -ENOMEM
                   : sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
@@ -869,7 +876,6 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto fail;
     }
     const float *src = sf ? NULL : delta;
-    push_order(f, push);
     for (uint32_t j = 0; j < mine && !ret; j++)
         ret = fill_chunk(f, clock, own.data, scale, src, bad != NULL, f->rank, j, NULL);
     for (uint32_t i = 0; i < npush && !ret; i++)
@@ -897,7 +903,6 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
         if (!ret) ret = send_to(f, b, push[i].hdr, pay, off, len);
         sfb__buf_put(pay);
     }
-    free(push);
     if (ret) return ret;
     /* read-my-writes (ordered: the sums alone, the same bytes on every
      * rank); no sum of this clock is applied before the next wait */
@@ -906,7 +911,6 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     return form_sums(f);
 fail:
     if (buf) sfb__buf_put(buf);
-    free(push);
     free(counts);
     return ret;
 }
