@@ -549,7 +549,7 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
 static void bc_waiter(void *priv, struct sfb__sync_waiter *w)
 {
     struct bcast *b = priv;
-    *w = (struct sfb__sync_waiter){b, waiter_take, waiter_progress, 1, !b->env.flush_clock};
+    *w = (struct sfb__sync_waiter){b, waiter_take, waiter_progress, 1, !b->env.flush_clock, NULL};
 }
 
 /* Receives and applies until every origin has applied `required`. */

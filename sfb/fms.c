@@ -17,7 +17,10 @@
  *   owner of block b: once it holds all P pushes of chunk j of clock t (its
  *     own included) it sums them in rank order, so every replica receives
  *     the same bytes, and sends the sum to every worker (DENSE_ROWS with
- *     origin = owner).
+ *     origin = owner): in its waits, at its own publish, and under the
+ *     per-matrix engine after each publish of another matrix (waiter.serve),
+ *     so that a sum every peer waits for does not wait for this rank's next
+ *     wait (its backward's last layer).
  *   every worker applies a summed chunk as sum − own push, since the own
  *     part is already in its replica.
  * bfloat16 rows (env.dense_prec, dense_dtype "bf16"; Horovod's
@@ -729,13 +732,20 @@ static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t
     return ret ? ret : apply_ready(f, limit, now_clock, required, acct);
 }
 
+/* Sums as owner (the per-matrix engine, between publishes). */
+static int waiter_serve(void *priv)
+{
+    struct fms *f = priv;
+    return sfb__comm_world(f->c) > 1 ? form_sums(f) : 0;
+}
+
 /* The waiter of this engine (sfb__sync_ops.waiter): its own wait's, and
  * the per-matrix engine's for it. */
 static void fms_waiter(void *priv, struct sfb__sync_waiter *w)
 {
     struct fms *f = priv;
     /* FMS marks no clock published (comm_stall.c): no stall check */
-    *w = (struct sfb__sync_waiter){f, waiter_take, waiter_progress, 0, 0};
+    *w = (struct sfb__sync_waiter){f, waiter_take, waiter_progress, 0, 0, waiter_serve};
 }
 
 /* Receives, sums (as owner) and applies until every block has applied

@@ -14,7 +14,9 @@
  * sub-engine that carries its type and matrix id (SF frames and bundles to
  * SFB, DENSE_ROWS of matrix m to m's FMS); the sub-engines that took a
  * frame then progress (FMS owners sum, updates are applied), and every one
- * once per wait (what a raised limit lets it apply). A job of thousands of
+ * once per wait (what a raised limit lets it apply). After each publish the
+ * frames that arrived are taken too, and the FMS sub-engines among those
+ * that took one form their sums for the peers (waiter.serve). A job of thousands of
  * matrices has thousands of FMS sub-engines: per frame the work stays with
  * the one that takes it, and the job's table follows the sub-engines' tables
  * incrementally (sync_sub). Compute thread only. */
@@ -36,6 +38,7 @@ struct sub {
     struct sfb__ssp ssp;     /* this engine's own clock table */
     int ssp_open;
     int dirty;               /* in pm.dirty: progresses at the next round */
+    int to_serve;            /* in pm.serve: took a frame since it last served */
     uint32_t n;              /* matrices it carries */
     struct sfb_matrix *mats; /* n: the matrices, */
     uint32_t *ids;           /* their wire ids, */
@@ -55,6 +58,7 @@ struct pm {
     int sf_sub;                  /* the sub-engine of SF frames, -1: none */
     int *rows_sub;               /* by wire id (< nmat): the sub-engine of DENSE_ROWS, -1 */
     uint32_t *dirty, ndirty;     /* sub-engines to progress */
+    uint32_t *serve, nserve;     /* sub-engines with a waiter.serve to call after a publish */
     /* the job's table from the sub-engines' (sync_sub): seen[i·world + o] is
      * sub-engine i's applied clock of origin o as last looked at; behind[o]
      * how many of them are at the job's applied clock of o (none: the job's
@@ -92,6 +96,7 @@ static void pm_close(void *priv)
     free(p->local_of);
     free(p->rows_sub);
     free(p->dirty);
+    free(p->serve);
     free(p->seen);
     free(p->behind);
     memset(p, 0, sizeof *p);
@@ -151,8 +156,10 @@ static int alloc_tables(struct pm *p, uint32_t n)
     p->local_of = malloc(n * sizeof *p->local_of);
     p->rows_sub = malloc(n * sizeof *p->rows_sub);
     p->dirty = malloc(n * sizeof *p->dirty);
+    p->serve = malloc(n * sizeof *p->serve);
     p->behind = calloc(p->world, sizeof *p->behind);
-    if (!p->sub || !p->sub_of || !p->local_of || !p->rows_sub || !p->dirty || !p->behind)
+    if (!p->sub || !p->sub_of || !p->local_of || !p->rows_sub || !p->dirty || !p->serve ||
+        !p->behind)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++) p->rows_sub[i] = -1;
     return 0;
@@ -276,8 +283,13 @@ static void pm_take(void *priv, struct sfb__frame *f)
     else if (h.type == SFB_WIRE_DENSE_ROWS && h.matrix < p->env.nmat)
         i = p->rows_sub[h.matrix];
     if (i >= 0) {
-        p->sub[i].w.take(p->sub[i].w.priv, f); /* takes the buffer reference */
+        struct sub *s = &p->sub[i];
+        s->w.take(s->w.priv, f); /* takes the buffer reference */
         mark_dirty(p, (uint32_t)i);
+        if (s->w.serve && !s->to_serve) {
+            s->to_serve = 1;
+            p->serve[p->nserve++] = (uint32_t)i;
+        }
         return;
     }
     p->rejected++;
@@ -305,7 +317,7 @@ static void pm_waiter(void *priv, struct sfb__sync_waiter *w)
 {
     /* no stall check: an origin's clock is applied here when its FMS part
      * is too, which waits on the slowest worker through the servers */
-    *w = (struct sfb__sync_waiter){priv, pm_take, pm_progress, 0, 0};
+    *w = (struct sfb__sync_waiter){priv, pm_take, pm_progress, 0, 0, NULL};
 }
 
 static int wait_until(struct pm *p, int64_t required, int64_t limit, int64_t now_clock,
@@ -327,11 +339,27 @@ static int pm_wait(void *priv, int64_t clock, struct sfb__sync_clock *acct)
 }
 
 /* After a sub-engine published: what it formed (an FMS owner's sum) is
- * applied at the next round; its own clock may be complete. */
-static void published(struct pm *p, uint32_t i)
+ * applied at the next round; its own clock may be complete. Then what has
+ * arrived is taken and the sub-engines that took frames serve their peers
+ * (FMS owners sum the chunks whose pushes are all here and send the sums):
+ * a rank publishing its backward's layers one by one serves its peers
+ * between them instead of at its step's wait, where every peer's wait for
+ * the sums would add to the step's tail. Nothing is applied here. */
+static int published(struct pm *p, uint32_t i, int ret)
 {
     mark_dirty(p, i);
     sync_sub(p, i);
+    if (ret || p->world == 1) return ret;
+    struct sfb__frame f;
+    while (sfb__comm_recv(p->c, &f, 0) == 0) pm_take(p, &f);
+    /* (a frame taken may have failed the job: say so now) */
+    if ((ret = sfb__comm_check(p->c))) return ret;
+    while (p->nserve && !ret) {
+        struct sub *s = &p->sub[p->serve[--p->nserve]];
+        s->to_serve = 0;
+        ret = s->w.serve(s->w.priv);
+    }
+    return ret;
 }
 
 static int pm_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)
@@ -343,8 +371,7 @@ static int pm_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32
     for (uint32_t i = 0; i < p->nsub && !ret; i++) {
         struct sub *s = &p->sub[i];
         for (uint32_t j = 0; j < s->n; j++) s->sf[j] = sf[s->idx[j]];
-        ret = s->ops->publish(s->priv, clock, s->sf, s->n);
-        published(p, i);
+        ret = published(p, i, s->ops->publish(s->priv, clock, s->sf, s->n));
     }
     return ret;
 }
@@ -354,9 +381,8 @@ static int pm_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
 {
     struct pm *p = priv;
     uint32_t i = p->sub_of[m];
-    int ret = p->sub[i].ops->publish_one(p->sub[i].priv, clock, p->local_of[m], sf, bad);
-    published(p, i);
-    return ret;
+    return published(p, i, p->sub[i].ops->publish_one(p->sub[i].priv, clock, p->local_of[m], sf,
+                                                       bad));
 }
 
 static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
@@ -367,9 +393,8 @@ static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
     if (!s->ops->publish_dense)
         return sfb__error(-SFB_EUSAGE, "matrix %u: engine %s carries factors only", m,
                           s->desc->name);
-    int ret = s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta, bad);
-    published(p, p->sub_of[m]);
-    return ret;
+    return published(p, p->sub_of[m],
+                     s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta, bad));
 }
 
 static int pm_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)

@@ -119,6 +119,12 @@ struct sfb__sync_waiter {
      * wait on other ranks' progress (--flush clock relays: a straggler holds
      * everyone's frames at the relays whose boundary waits on it). */
     int stall_check;
+    /* Between a rank's publishes, outside its waits (NULL: nothing to do
+     * there): what the frames taken so far let it do for its peers without
+     * touching a replica (an FMS owner's sums, which every peer's wait needs
+     * and which would otherwise wait for this rank's next wait); 0 or a
+     * negative code. */
+    int (*serve)(void *priv);
 };
 
 /* An engine's operations, on its state of priv_size bytes. */

@@ -357,6 +357,107 @@ static int test_sfb_split_arrival(void)
     return 0;
 }
 
+/* An FMS owner serves its peers between its publishes: every rank
+ * publishes its two FMS matrices, lets the others run, then publishes its
+ * SFB matrix; rank 0 then holds back its drain until every other rank's
+ * drain has returned (or 50 turns have passed). Every other rank's drain
+ * needs rank 0's sums of its blocks, which rank 0 formed and sent after
+ * its SFB publish, not in its own drain: no drain saw rank 0 draining, and
+ * every replica is the exact sum. */
+struct serve_run {
+    uint32_t world;
+    struct sfb_matrix m[ENG_MAX_RANKS][PM_NMAT];
+    struct sfb__ssp ssp[ENG_MAX_RANKS];
+    int drained[ENG_MAX_RANKS], saw_rank0_draining[ENG_MAX_RANKS], rank0_draining;
+};
+
+static int serve_main(struct sfb__comm *c, uint32_t r, void *arg)
+{
+    struct serve_run *sr = arg;
+    static const struct sfb__sync_desc *const engine_of[PM_NMAT] = {BD, FD, FD};
+    struct sfb__sync_env env = {.comm = c, .mats = sr->m[r], .nmat = PM_NMAT,
+                                .ssp = &sr->ssp[r], .engine_of = engine_of};
+    void *priv = calloc(1, sfb__permatrix_ops.priv_size);
+    int ret = priv ? sfb__permatrix_ops.open(priv, &env) : -ENOMEM;
+    if (ret) {
+        free(priv);
+        return ret;
+    }
+    struct sfb_sf sf[PM_NMAT] = {{0}};
+    struct sfb__sync_clock acct = {0};
+    ret = sfb__permatrix_ops.wait(priv, 0, &acct);
+    for (uint32_t m = 0; m < PM_NMAT && !ret; m++) {
+        ret = eng_make_sf(&sf[m], rows_of[m], cols_of[m], 2, r, 40 * m);
+        sf[m].matrix = m;
+    }
+    for (uint32_t m = 1; m < PM_NMAT && !ret; m++)
+        ret = sfb__permatrix_ops.publish_one(priv, 0, m, &sf[m], NULL);
+    sfb__loopback_yield(c);
+    if (!ret) ret = sfb__permatrix_ops.publish_one(priv, 0, 0, &sf[0], NULL);
+    if (r == 0) {
+        for (int turn = 0, all = 0; turn < 50 && !all; turn++) {
+            sfb__loopback_yield(c);
+            all = 1;
+            for (uint32_t q = 1; q < sr->world; q++) all &= sr->drained[q];
+        }
+        sr->rank0_draining = 1;
+    }
+    if (!ret) ret = sfb__permatrix_ops.drain(priv, 0, &acct);
+    sr->saw_rank0_draining[r] = sr->rank0_draining;
+    sr->drained[r] = 1;
+    if (!ret) ret = sfb__comm_barrier(c);
+    for (uint32_t m = 0; m < PM_NMAT; m++) sfb_sf_free(&sf[m]);
+    sfb__permatrix_ops.close(priv);
+    free(priv);
+    return ret;
+}
+
+static int test_fms_serves_between_publishes(void)
+{
+    for (uint32_t world = 2; world <= 4; world++) {
+        struct serve_run *sr = calloc(1, sizeof *sr);
+        ASSERT(sr);
+        sr->world = world;
+        int ok = 1;
+        for (uint32_t r = 0; r < world; r++) {
+            for (uint32_t m = 0; m < PM_NMAT; m++) {
+                sr->m[r][m] = (struct sfb_matrix){rows_of[m], cols_of[m],
+                                                  calloc((size_t)rows_of[m] * cols_of[m], 4)};
+                ok &= sr->m[r][m].data != NULL;
+            }
+            ok &= sfb__ssp_init(&sr->ssp[r], world, 0, 0) == 0;
+        }
+        struct sfb__loopback *lb = NULL;
+        int ret = ok ? open_loopback(&lb, world, 2) : -ENOMEM;
+        if (!ret) ret = sfb__loopback_run(lb, serve_main, sr, NULL);
+        if (ret) fprintf(stderr, "  world %u: %s\n", world, sfb_last_error());
+        sfb__loopback_close(&lb);
+        int same = 1, early = 1;
+        for (uint32_t m = 0; m < PM_NMAT; m++) {
+            double ref[64] = {0};
+            for (uint32_t o = 0; o < world; o++) add_delta(ref, m, 2, o, 0);
+            for (uint32_t r = 0; r < world; r++)
+                for (size_t i = 0; i < (size_t)rows_of[m] * cols_of[m]; i++)
+                    same &= (double)sr->m[r][m].data[i] == ref[i];
+        }
+        for (uint32_t r = 1; r < world; r++) {
+            if (sr->saw_rank0_draining[r])
+                fprintf(stderr, "  world %u: rank %u's drain returned only once rank 0 drained\n",
+                        world, r);
+            early &= !sr->saw_rank0_draining[r];
+        }
+        for (uint32_t r = 0; r < world; r++) {
+            for (uint32_t m = 0; m < PM_NMAT; m++) free(sr->m[r][m].data);
+            sfb__ssp_fini(&sr->ssp[r]);
+        }
+        free(sr);
+        ASSERT_OK(ret);
+        ASSERT(same);
+        ASSERT(early);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -368,6 +469,7 @@ int main(int argc, char **argv)
         {"mixed_halton", test_mixed_halton},
         {"sfb_split_arrival", test_sfb_split_arrival},
         {"bf16_some", test_bf16_some},
+        {"fms_serves_between_publishes", test_fms_serves_between_publishes},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
