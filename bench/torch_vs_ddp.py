@@ -372,6 +372,22 @@ def run_one(a, model, engine, rnd=0):
     return row
 
 
+def warm_run(a, model, engine):
+    """One short run whose numbers are dropped, before the first counted one:
+    on a machine that sat idle the first run is slower (on the AVX-512 EPYC
+    VM of docs/performance.md 15-40 %, three first runs of three: the kernel
+    pages back what it paged out meanwhile), and it would fall on the first
+    engine of the first round alone."""
+    if a.no_warm_run:
+        return
+    w = argparse.Namespace(**vars(a))
+    w.steps, w.warmup, w.trial_steps = min(a.steps, 6), 1, 0
+    w.out = os.path.join(a.out, "warm-up")
+    print("torch_vs_ddp: a warm-up run (%s, %s, %d steps; not counted)" % (model, engine, w.steps),
+          flush=True)
+    run_one(w, model, engine)
+
+
 def run_rounds(a, model, engines):
     """Every engine of one model, --repeats rounds (cluster_run.in_rounds):
     one row per engine, its median round by samples/s."""
@@ -479,6 +495,8 @@ def cell_text(c):
 def sweep(a):
     """Every batch x rate cell, each engine against DDP; the sweep's table."""
     cells, top = [], a.out
+    a.batch, a.rate = int(a.batches.split(",")[0]), a.rates.split(",")[0]
+    warm_run(a, a.models.split(",")[0], a.engines.split(",")[0])
     for batch in (int(b) for b in a.batches.split(",")):
         for rate in a.rates.split(","):
             a.batch, a.rate, a.out = batch, rate, os.path.join(top, "%d-%s" % (batch, rate))
@@ -618,6 +636,8 @@ def main():
                     help="with --smoke: the LSTM language model too (needs fortunes)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny shapes and few steps: that it runs and reports (CI)")
+    ap.add_argument("--no-warm-run", action="store_true",
+                    help="no untimed warm-up run before the first counted one (--smoke: none)")
     ap.add_argument("--sweep", action="store_true",
                     help="every --batches x --rates cell: a table of the ratios to DDP")
     ap.add_argument("--batches", default="8,32,128,512", help="--sweep: per-worker batches")
@@ -646,7 +666,7 @@ def main():
         ap.error("--repeats %d: at least 1" % a.repeats)
     if a.smoke:  # (sfb-bf16 too with --factor-dtype bf16)
         a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
-        a.trial_steps = 1
+        a.trial_steps, a.no_warm_run = 1, True
         if a.smoke_lm and (os.path.isdir("/usr/share/games/fortunes") or a.corpus):
             a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5  # a table's rows too
     if a.factor_dtype == "bf16" and "sfb-bf16" not in a.engines.split(","):
@@ -670,6 +690,7 @@ def main():
     a.blas = blas_kernels()
     if a.sweep:
         return sweep(a)
+    warm_run(a, a.models.split(",")[0], a.engines.split(",")[0])
     rows = []
     for model in a.models.split(","):
         rows += run_rounds(a, model, a.engines.split(","))
