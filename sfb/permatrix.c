@@ -59,6 +59,7 @@ struct pm {
     int *rows_sub;               /* by wire id (< nmat): the sub-engine of DENSE_ROWS, -1 */
     uint32_t *dirty, ndirty;     /* sub-engines to progress */
     uint32_t *serve, nserve;     /* sub-engines with a waiter.serve to call after a publish */
+    int serving;                 /* some sub-engine has a waiter.serve (an FMS one) */
     /* the job's table from the sub-engines' (sync_sub): seen[i·world + o] is
      * sub-engine i's applied clock of origin o as last looked at; behind[o]
      * how many of them are at the job's applied clock of o (none: the job's
@@ -199,6 +200,7 @@ static int open_subs(struct pm *p, const struct sfb__sync_env *env)
         }
         s->priv = sp;
         s->ops->waiter(sp, &s->w);
+        p->serving |= s->w.serve != NULL;
     }
     return ret;
 }
@@ -349,7 +351,7 @@ static int published(struct pm *p, uint32_t i, int ret)
 {
     mark_dirty(p, i);
     sync_sub(p, i);
-    if (ret || p->world == 1) return ret;
+    if (ret || p->world == 1 || !p->serving) return ret;
     struct sfb__frame f;
     while (sfb__comm_recv(p->c, &f, 0) == 0) pm_take(p, &f);
     /* (a frame taken may have failed the job: say so now) */
