@@ -375,9 +375,9 @@ def run_one(a, model, engine, rnd=0):
 def warm_run(a, model, engine):
     """One short run whose numbers are dropped, before the first counted one:
     on a machine that sat idle the first run is slower (on the AVX-512 EPYC
-    VM of docs/performance.md 15-40 %, three first runs of three: the kernel
-    pages back what it paged out meanwhile), and it would fall on the first
-    engine of the first round alone."""
+    VM of docs/performance.md 15-40 %, three first runs of three; that VM
+    runs DAMON's pageout, which reclaims what sits idle), and it would fall
+    on the first engine of the first round alone."""
     if a.no_warm_run:
         return
     w = argparse.Namespace(**vars(a))
