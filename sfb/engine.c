@@ -17,6 +17,13 @@ void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64
     if (clock > required) acct->applied_early++;
 }
 
+void sfb__sync_take_arrived(struct sfb__comm *c, void (*take)(void *priv, struct sfb__frame *f),
+                            void *priv)
+{
+    struct sfb__frame f;
+    while (sfb__comm_recv(c, &f, 0) == 0) take(priv, &f);
+}
+
 /* Origins whose applied clock is still below `required`. */
 static uint32_t behind(const struct sfb__ssp *ssp, int64_t required)
 {
@@ -33,8 +40,7 @@ int sfb__sync_wait(struct sfb__comm *c, struct sfb__ssp *ssp, const struct sfb__
     int ret = 0;
     for (;;) {
         struct sfb__frame f;
-        if (sfb__comm_world(c) > 1)
-            while (sfb__comm_recv(c, &f, 0) == 0) w->take(w->priv, &f);
+        if (sfb__comm_world(c) > 1) sfb__sync_take_arrived(c, w->take, w->priv);
         /* a frame taken may have failed the job (an update no replica may
          * apply): say so now, even if the wait has what it needs */
         if ((ret = sfb__comm_check(c))) break;

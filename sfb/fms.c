@@ -419,15 +419,18 @@ static void take_frame(struct fms *f, struct sfb__frame *fr)
     sfb__buf_put(fr->buf);
 }
 
+/* take_frame as the waiter's take (sfb__sync_waiter) */
+static void waiter_take(void *priv, struct sfb__frame *fr)
+{
+    take_frame(priv, fr);
+}
+
 /* While a send waits for queue space: takes what arrived (the receivers of
  * this rank's sends may be waiting on the same). */
 static void absorb(struct fms *f)
 {
-    struct sfb__frame fr;
-    while (sfb__comm_recv(f->c, &fr, 0) == 0) {
-        if (f->env.absorb) f->env.absorb(f->env.absorb_user, &fr);
-        else take_frame(f, &fr);
-    }
+    if (f->env.absorb) sfb__sync_take_arrived(f->c, f->env.absorb, f->env.absorb_user);
+    else sfb__sync_take_arrived(f->c, waiter_take, f);
 }
 
 /* Sends hdr + buf[off, off + len) to dst, waiting for queue space while the
@@ -718,25 +721,19 @@ static int apply_ready(struct fms *f, int64_t limit, int64_t now_clock, int64_t 
     return ret;
 }
 
-static void waiter_take(void *priv, struct sfb__frame *fr)
+/* Sums as owner (also the per-matrix engine's call between publishes). */
+static int waiter_serve(void *priv)
 {
-    take_frame(priv, fr);
+    struct fms *f = priv;
+    return sfb__comm_world(f->c) > 1 ? form_sums(f) : 0;
 }
 
 /* Sums as owner, then applies what is ready. */
 static int waiter_progress(void *priv, int64_t limit, int64_t now_clock, int64_t required,
                            struct sfb__sync_clock *acct)
 {
-    struct fms *f = priv;
-    int ret = sfb__comm_world(f->c) > 1 ? form_sums(f) : 0;
-    return ret ? ret : apply_ready(f, limit, now_clock, required, acct);
-}
-
-/* Sums as owner (the per-matrix engine, between publishes). */
-static int waiter_serve(void *priv)
-{
-    struct fms *f = priv;
-    return sfb__comm_world(f->c) > 1 ? form_sums(f) : 0;
+    int ret = waiter_serve(priv);
+    return ret ? ret : apply_ready(priv, limit, now_clock, required, acct);
 }
 
 /* The waiter of this engine (sfb__sync_ops.waiter): its own wait's, and

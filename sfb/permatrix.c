@@ -352,8 +352,7 @@ static int published(struct pm *p, uint32_t i, int ret)
     mark_dirty(p, i);
     sync_sub(p, i);
     if (ret || p->world == 1 || !p->serving) return ret;
-    struct sfb__frame f;
-    while (sfb__comm_recv(p->c, &f, 0) == 0) pm_take(p, &f);
+    sfb__sync_take_arrived(p->c, pm_take, p);
     /* (a frame taken may have failed the job: say so now) */
     if ((ret = sfb__comm_check(p->c))) return ret;
     while (p->nserve && !ret) {

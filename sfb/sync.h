@@ -204,6 +204,10 @@ int sfb__sync_is_auto(const char *spec);
  * (SFB_STALENESS_BINS) and `acct`. */
 void sfb__sync_count_applied(uint64_t *hist, struct sfb__sync_clock *acct, int64_t now_clock,
                              int64_t clock, int64_t required);
+/* Takes every frame received so far, without waiting: take(priv, frame)
+ * each (engine.c; the wait's receive, and an engine's between its sends). */
+void sfb__sync_take_arrived(struct sfb__comm *c, void (*take)(void *priv, struct sfb__frame *f),
+                            void *priv);
 /* The engines' wait (engine.c): receives (taking every frame), lets the
  * engine progress, until SSP's minimum applied clock reaches `required`;
  * each round ends in a receive of at most 50 ms, and the comm layer's check ends the wait when a
