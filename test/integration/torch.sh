@@ -8,7 +8,8 @@
 # forward under torch.autocast,
 # staleness with plain SGD, bf16 factors (ranks identical, loss near
 # f32's), checkpoint and resume against an uninterrupted run, and bad use:
-# shapes that differ, ranks that start apart, a rank that dies mid-step.
+# shapes that differ, ranks that start apart, a rank that dies mid-step;
+# init() leaving the threads' CPUs as they were (cpu_bind="cpu" binding).
 # Usage: torch.sh SFB RUN_PY TORCH_JOB_PY [models-all]
 # (models-all, suite long: every model kind of the models people train with
 # SGD, momentum SGD and Adam, alone; the default runs each kind once)
@@ -69,8 +70,9 @@ if [ "$PART" = models-all ]; then
   [ $fails = 0 ]; exit
 fi
 
-# 4 ranks: 16 cases, the last one losing rank 2
-run four 4 $((4 * 15 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
+# 4 ranks: 18 cases, the last one losing rank 2 (place first: nothing bound
+# yet; place --cpu-bind cpu binds the rest, as before)
+run four 4 $((4 * 17 + 3)) "place" "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
   "exact --opt adam --passes 2 --global-batch 32 --steps 20" \
   "exact --model mlp12 --opt momentum --steps 40 --trial-steps 2" \
   "ssp --model mlp --opt sgd --staleness 2 --steps 40 --tol 1e-4" \
@@ -82,7 +84,7 @@ run four 4 $((4 * 15 + 3)) "exact --opt sgd" "exact --opt momentum" "exact --opt
   "exact --model seq2seq --opt momentum --sync sfb --steps 30" \
   "exact --model seq2seq --opt adam --steps 30 --except in_proj_bias" \
   "flip --opt momentum --steps 20 --check-every 5 --debug-flip 1:10:20:3:30" \
-  "shapes" "kill --victim 2"
+  "shapes" "place --cpu-bind cpu" "kill --victim 2"
 # (attn with Adam: the keys' part of in_proj_bias has a zero gradient, as
 # softmax ignores a constant added to every logit; Adam divides that
 # gradient's rounding noise by its own size, so any two runs that sum the
@@ -95,6 +97,11 @@ check "exact: SGD, momentum SGD with weight decay, Adam, accumulation, mlp12, at
 # every rank ends as one process
 check "flip: rank 1's conv.weight momentum named, repaired from rank 0, then exact" \
   "grep -q '^\[1\] sfb.torch: replica check, step 10: conv.weight (optimizer momentum_buffer) of this rank (rank 1) differed from the majority.s in 1 element from element 3: repaired from rank 0' '$tmp/four.out' && [ \$(oks four flip) = 4 ]"
+# place: 4 ranks on this host, more than it has CPUs on a small machine,
+# where sfb.Job's "auto" binds; sfb.torch leaves them where they were, and
+# binds each to one CPU when asked
+check "place: sft.init() leaves the threads' CPUs as they were; cpu_bind=\"cpu\" binds each rank to one" \
+  "[ \$(oks four 'place None') = 4 ] && [ \$(oks four 'place cpu') = 4 ]"
 check "ssp, shapes and kill: every rank (the survivors) ok" \
   "[ \$(oks four ssp) = 4 ] && [ \$(oks four shapes) = 4 ] && [ \$(oks four kill) = 3 ]"
 grep -m 13 -E '^\[0\] ([0-9]+ \(|plan:)' "$tmp/four.out"

@@ -62,12 +62,13 @@ import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill", "flip",
-                                 "lowp"])
+                                 "lowp", "place"])
 ap.add_argument("--model", default="kinds", choices=["kinds", "mlp12", "deep", "mlp", "attn",
                                                      "seq2seq", "lm", "sparse", "lstm", "recur",
                                                      "conv"])
 ap.add_argument("--opt", default="sgd", choices=["sgd", "momentum", "adam", "sparseadam"])
 ap.add_argument("--sync", default="auto")
+ap.add_argument("--cpu-bind", default=None, choices=["auto", "none", "cpu"])
 ap.add_argument("--steps", type=int, default=50)
 ap.add_argument("--passes", type=int, default=1, help="backward_passes_per_step")
 ap.add_argument("--global-batch", type=int, default=16)
@@ -421,7 +422,26 @@ def closed():
         pass
 
 
+def place():
+    """sfb.torch leaves its threads where the launcher put them (more ranks
+    on the host than CPUs, where sfb.Job's cpu_bind="auto" binds); asked
+    with cpu_bind="cpu", each rank is bound to one CPU."""
+    before = os.sched_getaffinity(0)
+    sft.init(peer_timeout_s=3, **({} if args.cpu_bind is None else {"cpu_bind": args.cpu_bind}))
+    RANK[0] = sft.rank()
+    after = os.sched_getaffinity(0)
+    sft.shutdown()
+    if args.cpu_bind is None and after != before:
+        fail("sft.init() bound the process: CPUs %s, were %s" % (sorted(after), sorted(before)))
+    if args.cpu_bind == "cpu" and len(after) != 1:
+        fail("sft.init(cpu_bind=\"cpu\"): CPUs %s, expected one" % sorted(after))
+    print("ok place %s: CPUs %s of %s" % (args.cpu_bind, sorted(after), sorted(before)),
+          flush=True)
+
+
 def case():
+    if args.mode == "place":
+        return place()
     sft.init(peer_timeout_s=3)
     P, r = sft.size(), sft.rank()
     RANK[0] = r

@@ -100,7 +100,12 @@ def init(timeline=None, **job_args):
     accounts them). Keyword arguments go to sfb.Job (rank, world, rendezvous,
     provider, peer_timeout_s, ...). Unless OMP_NUM_THREADS is set, torch's
     and OpenBLAS's threads are this process's share of the CPUs it may use
-    among the ranks of its host. Calling it again is a no-op.
+    among the ranks of its host. Its threads are left where the OS or the
+    launcher puts them (cpu_bind="none"; sfb.Job's "auto" binds each rank to
+    one CPU where a host runs more ranks than CPUs, and a bound pair whose
+    ranks wait for a peer leaves its CPU idle while another CPU's pair
+    computes; cpu_bind="cpu" or "auto" asks for it). Calling it again is a
+    no-op.
     Returns None. Raises sfb.UsageError for bad arguments or a torchrun
     environment without MASTER_ADDR/MASTER_PORT, sfb.MismatchError when the
     ranks' settings differ, sfb.PeerError when a rank does not join in time
@@ -109,6 +114,7 @@ def init(timeline=None, **job_args):
     if _job is not None:
         return
     args = _launcher_args()
+    args["cpu_bind"] = "none"
     args.update(job_args)
     if timeline is not None:
         if not isinstance(timeline, str) or not timeline:
