@@ -27,7 +27,8 @@ struct sfb__comm;
 /* One link's α-β model: a message of n bytes costs alpha_s + n·beta. */
 struct sfb__link {
     double alpha_s, beta_s_per_byte;
-    int measured; /* 1: from sfb__link_probe; 0: given or none */
+    int measured;   /* 1: from sfb__link_probe; 0: given or none */
+    uint32_t peers; /* sfb__link_probe: the links to rank 0 it timed */
 };
 
 enum sfb__engine_kind { SFB__ENG_SFB = 0, SFB__ENG_FMS = 1 };

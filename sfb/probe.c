@@ -26,6 +26,7 @@
 #define PROBE_WAIT_S 20.0              /* a reply or the result not here by then: failure */
 #define PROBE_SLICE_S 0.05             /* each receive, then sfb__comm_check */
 #define PROBE_RESULT ((int64_t)1 << 40) /* the clock field of the result frame */
+#define RESULT_LEN 20                   /* its payload: α, β (f64), links timed (u32) */
 
 /* Sends a DATA frame to dst: buf[off, off + len) as payload, `tag` in the
  * clock field. */
@@ -143,7 +144,7 @@ static int ping_peer(struct sfb__comm *c, uint32_t p, struct sfb__buf *buf, int6
 }
 
 /* Rank 0: measures, fits and tells every rank. */
-static int probe_lead(struct sfb__comm *c, double *alpha, double *beta)
+static int probe_lead(struct sfb__comm *c, double *alpha, double *beta, uint32_t *timed)
 {
     struct sfb__buf *buf = NULL;
     int ret = sfb__comm_buf_get(c, PROBE_LARGE, &buf);
@@ -153,6 +154,7 @@ static int probe_lead(struct sfb__comm *c, double *alpha, double *beta)
     double t0 = sfb__now();
     int64_t seq = 0;
     *alpha = *beta = 0;
+    *timed = 0;
     for (uint32_t i = 0; i < n && !ret; i++) {
         if (i > 0 && sfb__now() - t0 > PROBE_BUDGET_S) break;
         double rtt[2];
@@ -169,13 +171,15 @@ static int probe_lead(struct sfb__comm *c, double *alpha, double *beta)
         /* the slowest link probed: a clock waits for its slowest peer */
         if (a > *alpha) *alpha = a;
         if (b > *beta) *beta = b;
+        ++*timed;
     }
     if (!ret) {
         uint8_t *r = buf->data;
         sfb__put_f64(r, *alpha);
         sfb__put_f64(r + 8, *beta);
+        sfb__put_u32(r + 16, *timed);
         for (uint32_t p = 1; p < sfb__comm_world(c) && !ret; p++)
-            if ((ret = send_data(c, p, PROBE_RESULT, buf, 0, 16)))
+            if ((ret = send_data(c, p, PROBE_RESULT, buf, 0, RESULT_LEN)))
                 ret = sfb__error(ret, "link probe: rank 0: sending the result to rank %u "
                                  "failed: %s", p, sfb_error_message(ret));
     }
@@ -184,7 +188,7 @@ static int probe_lead(struct sfb__comm *c, double *alpha, double *beta)
 }
 
 /* Other ranks: echo rank 0's pings until its result comes. */
-static int probe_follow(struct sfb__comm *c, double *alpha, double *beta)
+static int probe_follow(struct sfb__comm *c, double *alpha, double *beta, uint32_t *peers)
 {
     for (;;) {
         struct sfb__frame f;
@@ -193,12 +197,13 @@ static int probe_follow(struct sfb__comm *c, double *alpha, double *beta)
         int ret = recv_data(c, 0, &f, &h, &pl, "ping or result from rank 0");
         if (ret) return ret;
         if (h.clock == PROBE_RESULT) {
-            if (h.payload_len == 16) {
+            if (h.payload_len == RESULT_LEN) {
                 *alpha = sfb__get_f64(pl);
                 *beta = sfb__get_f64(pl + 8);
+                *peers = sfb__get_u32(pl + 16);
             }
             sfb__buf_put(f.buf);
-            if (h.payload_len != 16)
+            if (h.payload_len != RESULT_LEN)
                 return sfb__error(-EPROTO, "link probe: rank %u: a %llu-byte result from rank 0",
                                   sfb__comm_rank(c), (unsigned long long)h.payload_len);
             return 0;
@@ -220,8 +225,17 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
     memset(out, 0, sizeof *out);
     if (sfb__comm_world(c) < 2) return 0;
     double alpha = 0, beta = 0;
-    int ret = sfb__comm_rank(c) == 0 ? probe_lead(c, &alpha, &beta)
-                                     : probe_follow(c, &alpha, &beta);
+    uint32_t peers = 0;
+    /* every rank here first: one still building its model or importing
+     * would take the CPU the echoes need and read as a slower link (seen
+     * once in ten sfb.torch starts on 2 cores: 2.5 x slower), and rank 0's
+     * wait for a late peer would spend the budget on one link */
+    int ret = sfb__comm_barrier(c);
+    if (ret)
+        return sfb__error(ret, "link probe: rank %u: opening barrier: %s", sfb__comm_rank(c),
+                          sfb_error_message(ret));
+    ret = sfb__comm_rank(c) == 0 ? probe_lead(c, &alpha, &beta, &peers)
+                                 : probe_follow(c, &alpha, &beta, &peers);
     /* nobody leaves before every rank is done: a rank still probing must
      * not see an engine's frame in its inbox */
     if (!ret && (ret = sfb__comm_barrier(c)))
@@ -231,7 +245,8 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
     if (!(alpha >= 0) || !(beta > 0))
         return sfb__error(-EPROTO, "link probe: rank %u: fitted alpha %g s, beta %g s/byte",
                           sfb__comm_rank(c), alpha, beta);
-    *out = (struct sfb__link){.alpha_s = alpha, .beta_s_per_byte = beta, .measured = 1};
+    *out = (struct sfb__link){
+        .alpha_s = alpha, .beta_s_per_byte = beta, .measured = 1, .peers = peers};
     return 0;
 }
 

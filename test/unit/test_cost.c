@@ -307,7 +307,7 @@ static int test_probe_world1(void)
     struct sfb__comm *c;
     ASSERT_OK(sfb__comm_open(&c, &cs));
     int world = (int)sfb__comm_world(c);
-    struct sfb__link l = {1, 1, 1};
+    struct sfb__link l = {1, 1, 1, 1};
     int ret = sfb__link_probe(c, &l);
     sfb__comm_close(&c);
     ASSERT_EQ(world, 1);
@@ -315,6 +315,7 @@ static int test_probe_world1(void)
     ASSERT_EQ(l.alpha_s, 0);
     ASSERT_EQ(l.beta_s_per_byte, 0);
     ASSERT_EQ(l.measured, 0);
+    ASSERT_EQ(l.peers, 0);
     return 0;
 }
 
