@@ -29,7 +29,10 @@ engine it reports
   CPU ms/sample    every worker's CPU time (user + system, all its threads)
                    over the timed steps, per sample: where the workers share
                    cores, a CPU-bound step's speed follows it, and it moves
-                   less from run to run than samples/s
+                   less from run to run than samples/s (each run's line
+                   gives it too, with the workers' minor page faults per
+                   sample: a fresh tensor's pages cost ~15 us each on some
+                   VMs)
   idle             the machine's idle share of its CPU time over rank 0's
                    timed steps (/proc/stat, every core): near 0 where the
                    step is CPU-bound, more where every worker waits at once
@@ -264,6 +267,7 @@ def worker(a):
         if start is None and t >= a.warmup and settled():  # timed from here
             tx0, t0, start, cpu0, host0 = (tx_bytes(), time.time(), t, time.process_time(),
                                            host_jiffies())
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         x, y = batch(t)
         opt.zero_grad()
         loss = loss_fn(net(x), y)
@@ -282,6 +286,8 @@ def worker(a):
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
            "curve": curve, "untimed_steps": start, "samples_per_step": G,
            "cpu_s_per_step": cpu / a.steps,
+           "faults_per_step": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0) /
+           a.steps,
            "machine_idle": (total - busy) / total if total > 0 else None,
            # the process's peak resident memory (Linux: KiB), data and torch included
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -354,6 +360,8 @@ def run_one(a, model, engine, rnd=0):
     # the workers share, what a CPU-bound step's speed follows
     row["cpu_ms_per_sample"] = (sum(r["cpu_s_per_step"] for r in results) * 1e3 /
                                 r0["samples_per_step"])
+    row["faults_per_sample"] = (sum(r["faults_per_step"] for r in results) /
+                                r0["samples_per_step"])
     row["machine_idle"] = r0["machine_idle"]  # (one machine: rank 0's window stands for all)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
     for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
@@ -363,12 +371,12 @@ def run_one(a, model, engine, rnd=0):
     row["plan"] = r0.get("plan", "")
     row["test_accuracy"] = r0.get("test_accuracy")
     print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, peak RSS "
-          "%.0f MB, %.0f s in all" % (model, engine, row["samples_per_s"],
-                                      row.get("data_bytes_per_step",
-                                              row["tx_bytes_per_step"]) / 1e3,
-                                      row["formula_bytes_per_step"] / 1e3,
-                                      pct(row["test_accuracy"]), row["peak_rss_mb"],
-                                      time.time() - t), flush=True)
+          "%.0f MB, CPU %.3g ms and %.3g page faults a sample, %.0f s in all" % (
+              model, engine, row["samples_per_s"],
+              row.get("data_bytes_per_step", row["tx_bytes_per_step"]) / 1e3,
+              row["formula_bytes_per_step"] / 1e3, pct(row["test_accuracy"]),
+              row["peak_rss_mb"], row["cpu_ms_per_sample"], row["faults_per_sample"],
+              time.time() - t), flush=True)
     return row
 
 
