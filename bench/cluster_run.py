@@ -20,6 +20,28 @@ def blas_kernels():
     return "OpenBLAS kernels: %s, every worker" % (os.environ.get("OPENBLAS_CORETYPE") or running)
 
 
+# glibc keeps the memory a large tensor freed (up to its 32 MiB mmap limit)
+# instead of unmapping it or trimming its heap: on a VM where a fresh page's
+# fault costs ~15 us, whether the next step's tensors fault their pages anew
+# moved a CPU-bound run's speed by ~10 % from one run to the next
+STEADY_HEAP = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+
+
+def steady_heap(plain):
+    """Has every worker of the benchmark, both engines alike, keep freed
+    tensor memory (GLIBC_TUNABLES=STEADY_HEAP) unless plain or the caller's
+    environment sets GLIBC_TUNABLES. Call before the first run; returns the
+    line for the report."""
+    if os.environ.get("GLIBC_TUNABLES"):
+        return "glibc malloc, every worker: GLIBC_TUNABLES=%s (the caller's)" % (
+            os.environ["GLIBC_TUNABLES"])
+    if plain:
+        return "glibc malloc, every worker: its defaults"
+    os.environ["GLIBC_TUNABLES"] = STEADY_HEAP
+    return ("glibc malloc, every worker: freed memory kept up to 32 MiB a block "
+            "(GLIBC_TUNABLES=%s; --plain-malloc: glibc's defaults)" % STEADY_HEAP)
+
+
 def host_jiffies():
     """(busy, total) jiffies of all CPUs from /proc/stat; (0, 0) where absent."""
     try:

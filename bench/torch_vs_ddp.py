@@ -65,6 +65,14 @@ order), and reports each engine's median round and the median of the
 rounds' ratios to DDP with their range: one run's ratio moves by about
 +-10 % on a machine whose cores are shared.
 
+Every worker, both engines alike, keeps the memory its large tensors free
+(GLIBC_TUNABLES: glibc's mmap threshold at its 32 MiB limit, no heap trim)
+unless --plain-malloc or the caller sets GLIBC_TUNABLES: with glibc's
+defaults, whether a step's fresh tensors fault their pages anew changes from
+run to run, and where a page fault costs ~15 us (a VM) that moved a
+CPU-bound run by ~10 % (the Transformer at 5 streams: 4.9 to 11.4 page faults
+a sample, 0.95 to 1.07 ms of CPU, in two runs of sfb.torch alike).
+
 --sweep runs every model and engine at each per-worker batch of --batches
 and each link rate of --rates ("none": unshaped), and writes the ratio of
 each engine to DDP per cell (OUT/sweep.md, OUT/sweep.json), each cell's
@@ -83,7 +91,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 from cluster_run import (blas_kernels, host_jiffies, in_rounds, round_ratios,  # noqa: E402
-                         run_workers)
+                         run_workers, steady_heap)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -646,6 +654,10 @@ def main():
                     help="tiny shapes and few steps: that it runs and reports (CI)")
     ap.add_argument("--no-warm-run", action="store_true",
                     help="no untimed warm-up run before the first counted one (--smoke: none)")
+    ap.add_argument("--plain-malloc", action="store_true",
+                    help="glibc's malloc defaults in every worker (default: both engines' "
+                         "workers keep freed tensor memory, GLIBC_TUNABLES: where a page fault "
+                         "is dear, whether a step's tensors fault anew moves a run by ~10 %%)")
     ap.add_argument("--sweep", action="store_true",
                     help="every --batches x --rates cell: a table of the ratios to DDP")
     ap.add_argument("--batches", default="8,32,128,512", help="--sweep: per-worker batches")
@@ -695,7 +707,7 @@ def main():
     share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
     os.environ.setdefault("OMP_NUM_THREADS", share)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
-    a.blas = blas_kernels()
+    a.blas = blas_kernels() + "\n" + steady_heap(a.plain_malloc)
     if a.sweep:
         return sweep(a)
     warm_run(a, a.models.split(",")[0], a.engines.split(",")[0])
