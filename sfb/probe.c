@@ -188,7 +188,7 @@ static int probe_lead(struct sfb__comm *c, double *alpha, double *beta, uint32_t
 }
 
 /* Other ranks: echo rank 0's pings until its result comes. */
-static int probe_follow(struct sfb__comm *c, double *alpha, double *beta, uint32_t *peers)
+static int probe_follow(struct sfb__comm *c, double *alpha, double *beta, uint32_t *timed)
 {
     for (;;) {
         struct sfb__frame f;
@@ -200,7 +200,7 @@ static int probe_follow(struct sfb__comm *c, double *alpha, double *beta, uint32
             if (h.payload_len == RESULT_LEN) {
                 *alpha = sfb__get_f64(pl);
                 *beta = sfb__get_f64(pl + 8);
-                *peers = sfb__get_u32(pl + 16);
+                *timed = sfb__get_u32(pl + 16);
             }
             sfb__buf_put(f.buf);
             if (h.payload_len != RESULT_LEN)
@@ -225,7 +225,7 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
     memset(out, 0, sizeof *out);
     if (sfb__comm_world(c) < 2) return 0;
     double alpha = 0, beta = 0;
-    uint32_t peers = 0;
+    uint32_t timed = 0;
     /* every rank here first: one still building its model or importing
      * would take the CPU the echoes need and read as a slower link (seen
      * once in ten sfb.torch starts on 2 cores: 2.5 x slower), and rank 0's
@@ -234,8 +234,8 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
     if (ret)
         return sfb__error(ret, "link probe: rank %u: opening barrier: %s", sfb__comm_rank(c),
                           sfb_error_message(ret));
-    ret = sfb__comm_rank(c) == 0 ? probe_lead(c, &alpha, &beta, &peers)
-                                 : probe_follow(c, &alpha, &beta, &peers);
+    ret = sfb__comm_rank(c) == 0 ? probe_lead(c, &alpha, &beta, &timed)
+                                 : probe_follow(c, &alpha, &beta, &timed);
     /* nobody leaves before every rank is done: a rank still probing must
      * not see an engine's frame in its inbox */
     if (!ret && (ret = sfb__comm_barrier(c)))
@@ -246,7 +246,7 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
         return sfb__error(-EPROTO, "link probe: rank %u: fitted alpha %g s, beta %g s/byte",
                           sfb__comm_rank(c), alpha, beta);
     *out = (struct sfb__link){
-        .alpha_s = alpha, .beta_s_per_byte = beta, .measured = 1, .peers = peers};
+        .alpha_s = alpha, .beta_s_per_byte = beta, .measured = 1, .peers = timed};
     return 0;
 }
 
