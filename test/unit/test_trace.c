@@ -60,11 +60,15 @@ static char *slurp(const char *path)
     return s;
 }
 
+/* needle's occurrences in hay (not strstr in a loop: ASan's measures the
+ * whole rest of hay on every call) */
 static int count(const char *hay, const char *needle)
 {
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
+    size_t n = strlen(hay), k = strlen(needle);
+    int found = 0;
+    for (size_t i = 0; i + k <= n; i++)
+        if (hay[i] == needle[0] && !memcmp(hay + i, needle, k)) found++, i += k - 1;
+    return found;
 }
 
 static int writes_events(void)
