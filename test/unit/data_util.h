@@ -1,5 +1,5 @@
-/* Test helpers for the data tests: a private temporary directory removed at
- * exit, and small file writers. */
+/* Test helpers for the data tests: small file writers in the test's private
+ * temporary directory (tmp_dir.h). */
 #ifndef SFB_TEST_DATA_UTIL_H
 #define SFB_TEST_DATA_UTIL_H
 
@@ -9,40 +9,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static char tu_dir[512];
-static char tu_files[256][600];
-static int tu_nfiles;
-
-static void tu_cleanup(void)
-{
-    for (int i = 0; i < tu_nfiles; i++) unlink(tu_files[i]);
-    if (tu_dir[0]) rmdir(tu_dir);
-}
-
-/* Path of `name` inside the test's temporary directory (created on first
- * use). The returned string stays valid until exit. */
-static const char *tu_path(const char *name)
-{
-    if (!tu_dir[0]) {
-        const char *t = getenv("TMPDIR");
-        snprintf(tu_dir, sizeof tu_dir, "%s/sfb-test-XXXXXX", t && *t ? t : "/tmp");
-        if (!mkdtemp(tu_dir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-        atexit(tu_cleanup);
-    }
-    for (int i = 0; i < tu_nfiles; i++) {
-        const char *slash = strrchr(tu_files[i], '/');
-        if (strcmp(slash + 1, name) == 0) return tu_files[i];
-    }
-    if (tu_nfiles == 256) {
-        fprintf(stderr, "too many temp files\n");
-        exit(1);
-    }
-    snprintf(tu_files[tu_nfiles], sizeof tu_files[0], "%s/%s", tu_dir, name);
-    return tu_files[tu_nfiles++];
-}
+#include "tmp_dir.h"
 
 /* Writes `len` bytes (gzip-compressed if gz) to tu_path(name); returns the
  * path or NULL. */

@@ -6,41 +6,13 @@
  * and the names past its table dropped and counted. */
 #include "src/base/trace.h"
 #include "src/base/util.h"
+#include "tmp_dir.h"
 #include "test.h"
 
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-static char dir[256];
-
-static void remove_dir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) fprintf(stderr, "test_trace: could not remove %s\n", dir);
-}
-
-/* `name` in the test's own temporary directory (removed at exit). */
-static const char *tu_path(const char *name)
-{
-    static char paths[8][400];
-    static int n;
-    if (!dir[0]) {
-        const char *t = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/sfb-trace-XXXXXX", t && *t ? t : "/tmp");
-        if (!mkdtemp(dir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-        atexit(remove_dir);
-    }
-    char *p = paths[n++ % 8];
-    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
-    return p;
-}
 
 /* The file's text (NUL-terminated), or NULL. */
 static char *slurp(const char *path)
