@@ -76,7 +76,7 @@ out=$(PYTHONPATH=$pydir "$py" -c 'import sfb; print(sfb.__file__); print(sfb.lib
 check "import sfb: the installed module ($out)" "[ \"\$(sed -n 1p <<<\"\$out\")\" = '$pydir/sfb/__init__.py' ]"
 check "import sfb: loads the installed libsfb" "[ '$(readlink -f "$(sed -n 2p <<<"$out")" 2>/dev/null)' = '$(readlink -f "$lib")' ]"
 # the sfb.torch package, whole, from the install (where torch is)
-if "$py" -c 'import torch' 2>/dev/null; then
+if "$py" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then
   out=$(PYTHONPATH=$pydir "$py" -c 'import sfb.torch as t; print(t.__file__); t.init(world=1); print(t.local_rank(), t.local_size()); t.shutdown()' 2>"$tmp/torch.err")
   check "import sfb.torch: the installed package, local_rank 0 of 1 ($out $(cat "$tmp/torch.err"))" \
     "[ \"\$(sed -n 1p <<<\"\$out\")\" = '$pydir/sfb/torch/__init__.py' ] && [ \"\$(sed -n 2p <<<\"\$out\")\" = '0 1' ]"

@@ -67,7 +67,7 @@ check "timeline of a foreign file: exit 1 naming bad.json:2 ($rc)" "[ $rc = 1 ] 
 
 if grep -q libasan <<<"$(ldd "$LIB" 2>/dev/null)"; then  # (read whole: pipefail)
   echo "sfb.torch part skipped: $LIB is built with ASan (python cannot load it)"
-elif "$PY" -c 'import torch' 2>/dev/null; then
+elif "$PY" --check torch 2>/dev/null; then
   cat >tl_torch.py <<'PYEOF'
 import sys
 sys.path.insert(0, sys.argv[2])

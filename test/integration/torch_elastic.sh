@@ -32,7 +32,7 @@ SFB=$1; PY=$2; JOB=$3; LONG=0
 tmp=$(mktemp -d)
 trap 'pkill -9 -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
 "$PY" --check || exit 77
-"$PY" -c 'import torch' 2>/dev/null || { echo "skipped: no torch (install python3-torch)"; exit 77; }
+"$PY" --check torch || { echo "skipped: no torch (install python3-torch)"; exit 77; }
 cd "$tmp" || exit 1
 fails=0; passes=0
 check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }

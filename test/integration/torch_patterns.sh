@@ -25,7 +25,7 @@ SFB=$1; PY=$2; JOB=$3; PART=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$PY" --check || exit 77
-"$PY" -c 'import torch' 2>/dev/null || { echo "skipped: no torch (install python3-torch)"; exit 77; }
+"$PY" --check torch || { echo "skipped: no torch (install python3-torch)"; exit 77; }
 
 cases=(
   "exact --freeze --opt momentum" "exact --route"

@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0; passes=0
 check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$((fails+1)); fi; }
 "$PY" --check || exit 77
-"$PY" -c 'import torch' 2>/dev/null || { echo "skipped: no torch (install python3-torch)"; exit 77; }
+"$PY" --check torch || { echo "skipped: no torch (install python3-torch)"; exit 77; }
 val() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" "$1" | tail -n 1; }
 
 # the word language models on Debian's fortunes (skipped without them): at
