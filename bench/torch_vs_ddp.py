@@ -43,7 +43,10 @@ Engines (--engines): sfb (sfb.torch, factors leave during backward),
 sfb-serial (all at step()), sfb-bf16 (factor_dtype="bf16": the factors in
 bfloat16, half the bytes, every rank applying the rounded ones),
 sfb-bf16all (dense_dtype="bf16" too: the dense gradients and the layers
-FMS carries in bfloat16 as well), ddp, and DDP with a compression hook
+FMS carries in bfloat16 as well), sfb-timeline (sfb.torch recording its
+training timeline, SFB_TIMELINE: one file a rank in the run's directory;
+the report gives its samples/s over sfb's, round by round, which is what
+the timeline costs), ddp, and DDP with a compression hook
 (bench/ddp_hooks.py): ddp-fp16 (torch's fp16_compress_hook) and
 ddp-powersgd (PowerSGD rank 4, error feedback, warm start).
 --factor-dtype bf16 adds sfb-bf16 next to sfb, so one run reports both
@@ -96,7 +99,8 @@ from cluster_run import (blas_kernels, host_jiffies, in_rounds, round_ratios,  #
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
                 "sfb-bf16": "sfb.torch, bf16 factors",
-                "sfb-bf16all": "sfb.torch, bf16 factors and dense", "ddp": "DDP (gloo)",
+                "sfb-bf16all": "sfb.torch, bf16 factors and dense",
+                "sfb-timeline": "sfb.torch, timeline on", "ddp": "DDP (gloo)",
                 "ddp-fp16": "DDP + fp16", "ddp-powersgd": "DDP + PowerSGD rank 4"}
 DDP_HOOKS = {"ddp-fp16": "fp16", "ddp-powersgd": "powersgd"}
 
@@ -248,7 +252,7 @@ def worker(a):
     params = sum(p.numel() for p in model.parameters())
     if a.engine == "sfb":
         import sfb.torch as sft
-        sft.init()
+        sft.init(timeline=a.timeline)
         formula = Formula(sft._need())  # every publish, from the first step on
         sft.broadcast_parameters(model.state_dict())
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
@@ -356,6 +360,8 @@ def run_one(a, model, engine, rnd=0):
         cmd += ["--corpus", a.corpus]
     if a.no_overlap or engine == "sfb-serial":
         cmd.append("--no-overlap")
+    if engine == "sfb-timeline":
+        cmd += ["--timeline", os.path.join(out, "timeline.%r.json")]
     if a.data_dir:
         cmd += ["--data-dir", a.data_dir]
     t = time.time()
@@ -379,6 +385,11 @@ def run_one(a, model, engine, rnd=0):
             row[k] = sum(r[k] for r in results) / len(results)
     row["to_target_s"] = to_target(r0["curve"], target_of(a, model))
     row["plan"] = r0.get("plan", "")
+    if engine == "sfb-timeline":  # (written at the job's close, after the timed steps)
+        got = [f for f in os.listdir(out) if f.startswith("timeline.") and f.endswith(".json")]
+        if len(got) != a.n:
+            raise SystemExit("torch_vs_ddp: %s: %d timeline files in %s, not %d" %
+                             (model, len(got), out, a.n))
     row["test_accuracy"] = r0.get("test_accuracy")
     print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, peak RSS "
           "%.0f MB, CPU %.3g ms and %.3g page faults a sample, %.0f s in all" % (
@@ -476,6 +487,16 @@ def report(a, rows, load=None):
                 r["model"], ENGINE_NAMES[r["engine"]], target_of(a, r["model"]),
                 "%.1f s against DDP + PowerSGD's %.1f s: **%.2f x**" % (a_s, p_s, p_s / a_s)
                 if a_s and p_s else "%s s against DDP + PowerSGD's %s s" % (a_s, p_s))
+    for r in rows:  # what recording the timeline costs, round by round
+        base = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "sfb"), None)
+        if r["engine"] == "sfb-timeline" and base:
+            x, lo, hi = round_ratios(r, base, "samples_per_s")
+            ratios[(r["model"], "timeline")] = x
+            text += ("\n%s: the timeline on, **%.3f x** sfb.torch's samples/s without it%s; "
+                     "CPU %.3g against %.3g ms a sample, peak RSS %.0f against %.0f MB\n" % (
+                         r["model"], x, " (rounds %.3f-%.3f)" % (lo, hi) if hi > lo else "",
+                         r["cpu_ms_per_sample"], base["cpu_ms_per_sample"], r["peak_rss_mb"],
+                         base["peak_rss_mb"]))
     for r in rows:
         if r["plan"]:
             text += "\nplan of sfb.torch, %s:\n    %s\n" % (r["model"],
@@ -624,8 +645,8 @@ def main():
     ap.add_argument("--engines", default="sfb,sfb-serial,ddp",
                     help="sfb (factors leave during backward), sfb-serial (all at step()), "
                          "sfb-bf16 (factors in bfloat16), sfb-bf16all (factors and dense "
-                         "gradients in bfloat16), ddp, ddp-fp16, ddp-powersgd (DDP with "
-                         "that compression hook)")
+                         "gradients in bfloat16), sfb-timeline (sfb recording its timeline), "
+                         "ddp, ddp-fp16, ddp-powersgd (DDP with that compression hook)")
     ap.add_argument("--factor-dtype", default="f32", choices=["f32", "bf16"],
                     help="bf16: sfb.torch with bfloat16 factors too (engine sfb-bf16, next to "
                          "sfb: speed and accuracy side by side)")
@@ -633,6 +654,7 @@ def main():
                     help=argparse.SUPPRESS)  # (a worker's: engine sfb-bf16all)
     ap.add_argument("--ddp-hook", choices=["fp16", "powersgd"],
                     help=argparse.SUPPRESS)  # (a worker's: engines ddp-fp16, ddp-powersgd)
+    ap.add_argument("--timeline", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-overlap", action="store_true",
                     help="sfb.torch sends every layer's factors at step(), not during backward")
     ap.add_argument("--target-loss", type=float, default=1.5)
@@ -670,9 +692,16 @@ def main():
     ap.add_argument("--min-lstm", type=float, default=0, help="fail below this sfb/DDP ratio")
     ap.add_argument("--min-transformer", type=float, default=0,
                     help="fail below this sfb/DDP ratio")
+    ap.add_argument("--min-timeline", type=float, default=0,
+                    help="fail where sfb-timeline's samples/s fall below this share of sfb's "
+                         "(0.98: the timeline may cost 2 %%)")
     a = ap.parse_args()
     if a.worker:
         return worker(a)
+    unknown = [e for e in a.engines.split(",") if e not in ENGINE_NAMES]
+    if unknown:
+        ap.error("--engines: no engine %s (there are %s)" % (", ".join(unknown),
+                                                             ", ".join(ENGINE_NAMES)))
     if a.from_json:
         with open(a.from_json) as f:
             saved = json.load(f)
@@ -687,7 +716,8 @@ def main():
     if a.repeats < 1:
         ap.error("--repeats %d: at least 1" % a.repeats)
     if a.smoke:  # (sfb-bf16 too with --factor-dtype bf16)
-        a.hidden, a.steps, a.warmup, a.n, a.models, a.engines = "64", 6, 2, 2, "mlp", "sfb,ddp"
+        a.hidden, a.steps, a.warmup, a.n, a.models = "64", 6, 2, 2, "mlp"
+        a.engines = "sfb,sfb-timeline,ddp"
         a.trial_steps, a.no_warm_run = 1, True
         if a.smoke_lm and (os.path.isdir("/usr/share/games/fortunes") or a.corpus):
             a.models, a.vocab, a.dim, a.bptt = "mlp,lstm", 500, 16, 5  # a table's rows too
@@ -723,6 +753,10 @@ def main():
         if floor and ratios.get((model, "sfb"), 0) < floor:
             bad.append("%s: sfb.torch %.2fx DDP, below %.1fx" % (model, ratios[(model, "sfb")],
                                                                  floor))
+    for (model, what), x in ratios.items():
+        if what == "timeline" and a.min_timeline and not x >= a.min_timeline:
+            bad.append("%s: the timeline on, %.3fx sfb.torch's samples/s, below %.3fx" %
+                       (model, x, a.min_timeline))
     for r in rows:
         c = r.get("data_bytes_per_step")
         if c and abs(c / r["formula_bytes_per_step"] - 1) > 0.02:
