@@ -44,7 +44,7 @@ MODELS=("exact --model lm --opt adam --steps 30" "exact --model sparse --opt spa
   "exact --model lstm --opt momentum --steps 20" "exact --model recur --opt adam --steps 20"
   "exact --model conv --opt momentum --steps 30"
   "exact --model lstm --opt momentum --sync fms --steps 20" "exact --model recur --opt adam --sync fms --steps 20"
-  "exact --model lstm --opt momentum --steps 40 --trial-steps 2"
+  "exact --model lstm --opt momentum --steps 72 --trial-steps 2"
   # torch.autocast: the recurrences as torch's operators compute them (checked
   # exactly), the rest within bf16 rounding of one autocast process (seen 4e-3)
   "exact --model recur --autocast --opt adam --steps 20 --tol 2e-2"
@@ -74,7 +74,7 @@ fi
 # yet; place --cpu-bind cpu binds the rest, as before)
 run four 4 $((4 * 17 + 3)) "place" "exact --opt sgd" "exact --opt momentum" "exact --opt adam" \
   "exact --opt adam --passes 2 --global-batch 32 --steps 20" \
-  "exact --model mlp12 --opt momentum --steps 40 --trial-steps 2" \
+  "exact --model mlp12 --opt momentum --steps 64 --trial-steps 2" \
   "ssp --model mlp --opt sgd --staleness 2 --steps 40 --tol 1e-4" \
   "ckpt --opt momentum --steps 16 --out $tmp/straight.pt" \
   "ckpt --opt momentum --steps 8 --save $tmp/ck.pt" \

@@ -45,6 +45,7 @@ lowp: as exact with --factor-dtype (bf16): the ranks must end bit-identical
 import argparse
 import copy
 import os
+import re
 import sys
 
 import numpy as np
@@ -572,13 +573,19 @@ def case():
     if args.model == "mlp12" and len(opt.plan.splitlines()) != 12:
         fail("the plan has %d lines, not one per matrix:\n%s" %
              (len(opt.plan.splitlines()), opt.plan))
-    if args.trial_steps:  # every layer measured both ways, the faster kept
-        for line in opt.plan.splitlines():
-            got = line.split("measured a step: ")[-1].rstrip(")").split(", ")
+    if args.trial_steps:  # every layer measured both ways, the faster kept (or,
+        for line in opt.plan.splitlines():  # within the noise, the cost model's choice)
+            untold = line.endswith("; within the noise, kept)")
+            got = line.split("measured a step: ")[-1].rstrip(")").split("; ")[0].split(", ")
             if "measured a step: " not in line or len(got) != 2:
                 fail("the plan does not show both engines' measured steps:\n" + opt.plan)
-            if line.split(": ")[1].split()[0] != got[0].split(" by ")[1]:
+            pred = re.search(r"auto: sfb ([0-9.e+-]+) ms, fms ([0-9.e+-]+) ms", line)
+            kept = line.split(": ")[1].split()[0]
+            if not untold and kept != got[0].split(" by ")[1]:
                 fail("a layer kept the slower engine:\n" + opt.plan)
+            if untold and (not pred or kept != ("sfb" if float(pred.group(1)) <=
+                                                float(pred.group(2)) else "fms")):
+                fail("a layer within the noise left the cost model's choice:\n" + opt.plan)
         if opt._sfb.trials.replans < 2:
             fail("%d replans: the trials did not run" % opt._sfb.trials.replans)
     if args.penalty:  # every weight also used densely in the first step: all densely

@@ -7,11 +7,20 @@ the largest predicted cost first), it runs the group's engine flipped, as it
 was, as it was, flipped, in four windows of `trial_steps` / 2 counted steps
 (Job.replan at a step boundary; a machine whose speed drifts steadily slows
 both alike), and a flip that made the median step faster by more than the
-measurement can tell apart stays, one that did not goes back: twice the
-standard error of the two medians' difference, from the spread of the
-steps (a layer whose engines differ by less than a step's noise keeps the
-cost model's choice, which saw its bytes). When the samples per step move by more than a quarter for
-`trial_steps` steps in a row (a new batch size), it measures again.
+measurement can tell apart stays, one that did not goes back. Two kinds of
+noise bound what it can tell apart: the steps' own (twice the standard
+error of the two medians' difference, from the spread of the steps within
+their windows) and the windows' (a machine shared with other work runs a
+whole window slow or fast): the windows' medians fitted by least squares
+as a level, a steady drift and the flip's gain, the gain must stand out of
+the residuals (a one-sided 95 % t test). Four windows leave one degree of
+freedom, where only a clean gain stands out; a gain the steps show but the
+windows cannot confirm is measured again, four more windows in the same
+order, and judged on all eight (five degrees of freedom). A layer whose
+engines differ by less than that keeps the cost model's choice, which saw
+its bytes. When the samples per step move
+by more than a quarter for `trial_steps` steps in a row (a new batch size),
+it measures again.
 
 Every rank decides alike without a message of its own: the inputs are the
 clock's meta matrix (each rank's last step time and samples, the same bits
@@ -43,13 +52,57 @@ def _median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
+# the windows of a trial: flipped, as it was, as it was, flipped (a steady
+# drift cancels), once or twice
+_ORDER = (True, False, False, True)
+# one-sided 95 % quantiles of Student's t by degrees of freedom
+_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015}
+
+
+def _window_gain(windows, at):
+    """(gain, its bound from the windows' noise): the windows' medians (at:
+    the mean clock of each; flipped as _ORDER says) fitted by least squares
+    as a level, a steady drift and the flipped windows' difference; the
+    gain is minus that difference (positive: the flip faster), the bound
+    its standard error times the t quantile of the fit's residual degrees
+    of freedom (0 where the medians lie on the fit: a steady drift and a
+    clean gain)."""
+    y = [_median(w) for w in windows]
+    f = [1.0 if _ORDER[i % 4] else 0.0 for i in range(len(windows))]
+    t0 = sum(at) / len(at)
+    x = [[1.0, a - t0, fi] for a, fi in zip(at, f)]
+    # the normal equations (3 x 3), by Cramer's rule
+    xtx = [[sum(r[i] * r[j] for r in x) for j in range(3)] for i in range(3)]
+    xty = [sum(r[i] * yi for r, yi in zip(x, y)) for i in range(3)]
+
+    def det(m):
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+                m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+                m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+    d = det(xtx)
+    if abs(d) < 1e-12:
+        return 0.0, float("inf")
+    beta = []
+    for k in range(3):
+        m = [row[:] for row in xtx]
+        for i in range(3):
+            m[i][k] = xty[i]
+        beta.append(det(m) / d)
+    rss = sum((yi - sum(b * xi for b, xi in zip(beta, r))) ** 2 for r, yi in zip(x, y))
+    # (X'X)^-1 [2][2]: the cofactor over the determinant
+    inv22 = (xtx[0][0] * xtx[1][1] - xtx[0][1] * xtx[1][0]) / d
+    dof = len(windows) - 3
+    return -beta[2], _T95[dof] * math.sqrt(max(rss, 0.0) / dof * max(inv22, 0.0))
+
+
 def _clear_gain(windows):
     """How much faster the flipped steps' median must be than the base
     steps' to count: twice the standard error of the difference of the two
     medians, 1.253 sigma / sqrt(n) each, sigma from the steps' median
     absolute deviation from their window's median (robust to an evaluation
     pass among them; a drift of the machine between windows is not noise)."""
-    nb, nf = len(windows[1]) + len(windows[2]), len(windows[0]) + len(windows[3])
+    nb = sum(len(w) for i, w in enumerate(windows) if not _ORDER[i % 4])
+    nf = sum(len(w) for i, w in enumerate(windows) if _ORDER[i % 4])
     if not nb or not nf:
         return 0.0
     sigma = 1.4826 * _median([abs(x - _median(w)) for w in windows for x in w])
@@ -78,14 +131,17 @@ class Trials:
         order = sorted(groups.values(), key=lambda g: -sum(min(self.pred[i]) for i in g))
         self.groups = order[:self.MAX_GROUPS] if trial_steps > 0 else []
         self.measured = {}      # matrix index -> {engine: median ms a step}
+        self.untold = set()     # matrix indices whose faster median was within the noise
         self.stage = "warm" if self.groups else "off"
         self.attach_clock = None
         self.ran = {}           # clock -> the engines it ran under (a tuple)
         self.base = None        # the plan the group on trial is flipped from
         self.group = 0          # the group on trial
-        self.window = 0         # its window: 0 and 3 flipped, 1 and 2 the base
+        self.window = 0         # its window: flipped where _ORDER says
+        self.nwin = 4           # of 4, or 8 when measured again
         self.counted = 0        # steps counted in the window
-        self.windows = [[], [], [], []]  # the trial's step times, per window
+        self.windows = [[] for _ in range(8)]  # the trial's step times, per window
+        self.at = [[] for _ in range(8)]       # and their clocks
         self.samples = []       # and the samples per step meanwhile
         self.at_samples = None  # samples per step the trials ran at
         self.moved = 0          # steps in a row whose samples are not at_samples'
@@ -114,13 +170,14 @@ class Trials:
         # first under them (that one paid the replan)
         if valid and self.ran.get(clock - 1) == now and self.ran.get(clock - 2) == now:
             self.windows[self.window].append(step_ms)
+            self.at[self.window].append(clock)
             self.samples.append(samples)
             self.counted += 1
         if self.counted < (self.steps + 1) // 2:
             return None
         self.counted, self.window = 0, self.window + 1
-        if self.window < 4:  # flipped, base, base, flipped: a steady drift cancels
-            return self._to(self._flipped() if self.window == 3 else self.base)
+        if self.window < self.nwin:
+            return self._to(self._flipped() if _ORDER[self.window % 4] else self.base)
         return self._decide()
 
     def _flipped(self):
@@ -130,15 +187,25 @@ class Trials:
         return out
 
     def _decide(self):
-        w = self.windows
-        base_ms, flip_ms = _median(w[1] + w[2]), _median(w[0] + w[3])
+        w = self.windows[:self.nwin]
+        base_ms = _median([x for i, v in enumerate(w) if not _ORDER[i % 4] for x in v])
+        flip_ms = _median([x for i, v in enumerate(w) if _ORDER[i % 4] for x in v])
+        steps_say = flip_ms < base_ms - _clear_gain(w)
+        gain, bound = _window_gain(w, [sum(c) / len(c) for c in self.at[:self.nwin]])
+        if steps_say and gain <= bound and self.nwin == 4:
+            # the steps say faster, the windows cannot tell: four more windows
+            self.nwin = 8
+            return self._to(self._flipped())  # (window 4 flipped, as 3 was)
         flipped = self._flipped()
         for i in self.groups[self.group]:
             self.measured[i] = {self.base[i]: base_ms, flipped[i]: flip_ms}
-        if flip_ms < base_ms - _clear_gain(w):
+        if steps_say and gain > bound:
             self.base = flipped
+        elif flip_ms < base_ms:  # faster by its median, but not beyond the noise
+            self.untold.update(self.groups[self.group])
         self.at_samples = _median(self.samples)
-        self.windows, self.samples, self.window = [[], [], [], []], [], 0
+        self.windows, self.at = [[] for _ in range(8)], [[] for _ in range(8)]
+        self.samples, self.window, self.nwin = [], 0, 4
         self.group += 1
         if self.group < len(self.groups):
             return self._to(self._flipped())
@@ -161,7 +228,7 @@ class Trials:
         if self.moved < self.steps:
             return None
         self.moved, self.stage, self.group, self.window, self.counted = 0, "trial", 0, 0, 0
-        self.base, self.measured = list(self.engines), {}
+        self.base, self.measured, self.untold = list(self.engines), {}, set()
         return self._to(self._flipped())
 
     def describe(self, index):
@@ -171,5 +238,6 @@ class Trials:
         got = self.measured.get(index, {})
         if len(got) < 2:
             return "; measuring both engines, %d steps each" % self.steps
-        return "; measured a step: %s" % ", ".join(
-            "%.4g ms by %s" % (got[e], e) for e in sorted(got, key=got.get))
+        return "; measured a step: %s%s" % (", ".join(
+            "%.4g ms by %s" % (got[e], e) for e in sorted(got, key=got.get)),
+            "; within the noise, kept" if index in self.untold else "")
