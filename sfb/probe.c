@@ -250,8 +250,19 @@ int sfb__link_probe(struct sfb__comm *c, struct sfb__link *out)
     return 0;
 }
 
-#define RATE_REPS 5
+/* Each rate is the best of several timed passes (after an untimed one that
+ * faults the pages in and warms the kernels): at least RATE_MIN_REPS, more
+ * while RATE_BUDGET_S lasts, at most RATE_MAX_REPS. One timed pass (as
+ * before) read the machine's worst moment as often as its speed: on a
+ * 2-core host whose other ranks were still busy, the add rate of one
+ * attach came out 1/5 of the next one's, and sync="auto" planned from it. */
+#define RATE_MIN_REPS 3
+#define RATE_MAX_REPS 16
 #define RATE_BUDGET_S 0.02
+/* The add rate's arrays: at most this many floats each (32 MiB, past any
+ * cache: the rate of memory, which a larger matrix's pass runs at too). A
+ * fresh page costs ~15 us on a VM: 67 MB arrays took 0.4 s of the attach. */
+#define ADD_RATE_MAX_N ((uint64_t)8 << 20)
 
 double sfb__gemm_rate(uint64_t rows, uint64_t cols, uint32_t s)
 {
@@ -271,7 +282,9 @@ double sfb__gemm_rate(uint64_t rows, uint64_t cols, uint32_t s)
     const struct sfb_sf *one = &sf;
     if (sfb_reconstruct_apply(r, &a, &one, 1)) goto out; /* warm-up */
     double start = sfb__now(), t_min = 1e30;
-    for (int rep = 0; rep < RATE_REPS && (rep < 1 || sfb__now() - start < RATE_BUDGET_S); rep++) {
+    for (int rep = 0; rep < RATE_MAX_REPS &&
+                      (rep < RATE_MIN_REPS || sfb__now() - start < RATE_BUDGET_S);
+         rep++) {
         double t0 = sfb__now();
         if (sfb_reconstruct_apply(r, &a, &one, 1)) goto out;
         double t = sfb__now() - t0;
@@ -288,17 +301,20 @@ out:
 double sfb__add_rate(uint64_t n)
 {
     if (!n || n > SIZE_MAX / sizeof(float)) return 0;
+    n = SFB_MIN(n, ADD_RATE_MAX_N);
     float *a = calloc(n, sizeof *a), *b = malloc(n * sizeof *b);
     double best = 0;
     if (a && b) {
         for (uint64_t i = 0; i < n; i++) b[i] = 1e-3f;
+        for (uint64_t i = 0; i < n; i++) a[i] += b[i]; /* faults a's pages in */
         double start = sfb__now(), t_min = 1e30;
-        for (int rep = 0; rep <= RATE_REPS && (rep < 2 || sfb__now() - start < RATE_BUDGET_S);
+        for (int rep = 0; rep < RATE_MAX_REPS &&
+                          (rep < RATE_MIN_REPS || sfb__now() - start < RATE_BUDGET_S);
              rep++) {
             double t0 = sfb__now();
             for (uint64_t i = 0; i < n; i++) a[i] += b[i];
             double t = sfb__now() - t0;
-            if (rep > 0 && t < t_min) t_min = t; /* rep 0 faults the pages in */
+            if (t < t_min) t_min = t;
         }
         volatile float sink = a[n - 1]; /* the sums are used */
         (void)sink;
