@@ -3,7 +3,8 @@
 # exact against one process (SGD, momentum SGD with weight decay, Adam,
 # gradient accumulation, every layer kind, overlap off, everything through
 # fms), 256 parameter tensors, a 12-layer MLP under sync auto with its plan
-# (every layer measured both ways mid-run, the faster kept),
+# (every layer measured both ways mid-run, the faster kept, or where the
+# trial could not tell them apart the cost model's choice, said so),
 # embeddings (tied, sparse), LSTM, GRU and RNN layers and cells, the
 # forward under torch.autocast,
 # staleness with plain SGD, bf16 factors (ranks identical, loss near
