@@ -56,7 +56,8 @@ nojoin: rank 1 runs out of batches two steps early and calls shutdown():
 loadstate: rank 0 alone loads an optimizer checkpoint of clock 8: every rank
   must fail at the first step with sfb.MismatchError naming both clocks.
 staleclip: staleness 1, a .grad clipped between backward() and step(): every
-  rank's step must raise sfb.UsageError saying why.
+  rank's step must raise sfb.UsageError saying why (or sfb.PeerError carrying
+  a peer's, where that ended the job before this rank's step).
 addgroup: add_param_group after two steps: every rank must raise
   sfb.UsageError saying why, the groups unchanged, and go on training.
 batchnorm: an InstanceNorm1d's training-mode forward that keeps running
@@ -493,17 +494,21 @@ def loadstate():
 
 
 def staleclip():
-    model = setup()
-    x, y = data()
-    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
-                                   staleness=1)
-    xb, yb = shard(x, y, 0, sft.rank(), sft.size())
-    nn.functional.cross_entropy(model(xb, 0), yb).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    # A rank's own step refuses the clipped .grad; a rank whose step has not
+    # come yet when the first refusal ends the job (still in setup's
+    # broadcast, or in backward) gets the PeerError that carries it.
     try:
+        model = setup()
+        x, y = data()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       model=model, staleness=1)
+        xb, yb = shard(x, y, 0, sft.rank(), sft.size())
+        nn.functional.cross_entropy(model(xb, 0), yb).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
         opt.step()
-    except sfb.UsageError as e:
-        if ".grad changed between backward() and step()" not in str(e) or e.param is None:
+    except (sfb.UsageError, sfb.PeerError) as e:
+        if ".grad changed between backward() and step()" not in str(e) or \
+                (isinstance(e, sfb.UsageError) and e.param is None):
             fail("the error does not say why or name the parameter: %s" % e)
         print("ok staleclip: %s" % e, flush=True)
         closed()
