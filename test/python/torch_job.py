@@ -45,7 +45,6 @@ lowp: as exact with --factor-dtype (bf16): the ranks must end bit-identical
 import argparse
 import copy
 import os
-import re
 import sys
 
 import numpy as np
@@ -60,6 +59,7 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python"))
 import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
+from sfb.torch import _autoplan  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "ckpt", "ssp", "shapes", "init", "kill", "flip",
@@ -579,7 +579,7 @@ def case():
             got = line.split("measured a step: ")[-1].rstrip(")").split("; ")[0].split(", ")
             if "measured a step: " not in line or len(got) != 2:
                 fail("the plan does not show both engines' measured steps:\n" + opt.plan)
-            pred = re.search(r"auto: sfb ([0-9.e+-]+) ms, fms ([0-9.e+-]+) ms", line)
+            pred = _autoplan._PRED.search(line)  # the cost model's two predictions
             kept = line.split(": ")[1].split()[0]
             if not untold and kept != got[0].split(" by ")[1]:
                 fail("a layer kept the slower engine:\n" + opt.plan)

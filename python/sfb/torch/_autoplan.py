@@ -71,7 +71,10 @@ def _window_gain(windows, at):
     f = [1.0 if _ORDER[i % 4] else 0.0 for i in range(len(windows))]
     t0 = sum(at) / len(at)
     x = [[1.0, a - t0, fi] for a, fi in zip(at, f)]
-    # the normal equations (3 x 3), by Cramer's rule
+    # the normal equations (3 x 3), by Cramer's rule in plain Python, not
+    # numpy.linalg: every rank must reach the same bits from the same inputs,
+    # whatever BLAS and CPU each rank's host has (a choice near the bound
+    # made apart on two ranks would replan them to different engines)
     xtx = [[sum(r[i] * r[j] for r in x) for j in range(3)] for i in range(3)]
     xty = [sum(r[i] * yi for r, yi in zip(x, y)) for i in range(3)]
 
@@ -137,12 +140,8 @@ class Trials:
         self.ran = {}           # clock -> the engines it ran under (a tuple)
         self.base = None        # the plan the group on trial is flipped from
         self.group = 0          # the group on trial
-        self.window = 0         # its window: flipped where _ORDER says
-        self.nwin = 4           # of 4, or 8 when measured again
         self.counted = 0        # steps counted in the window
-        self.windows = [[] for _ in range(8)]  # the trial's step times, per window
-        self.at = [[] for _ in range(8)]       # and their clocks
-        self.samples = []       # and the samples per step meanwhile
+        self._clear_windows()   # windows, at, samples (and window, nwin)
         self.at_samples = None  # samples per step the trials ran at
         self.moved = 0          # steps in a row whose samples are not at_samples'
         self.replans = 0
@@ -180,6 +179,14 @@ class Trials:
             return self._to(self._flipped() if _ORDER[self.window % 4] else self.base)
         return self._decide()
 
+    def _clear_windows(self):
+        """A group's trial from its first window."""
+        self.windows = [[] for _ in range(8)]  # the trial's step times, per window
+        self.at = [[] for _ in range(8)]       # and their clocks
+        self.samples = []                      # and the samples per step meanwhile
+        self.window = 0  # the window on now: flipped where _ORDER says
+        self.nwin = 4    # of 4, or 8 when measured again
+
     def _flipped(self):
         out = list(self.base)
         for i in self.groups[self.group]:
@@ -204,8 +211,7 @@ class Trials:
         elif flip_ms < base_ms:  # faster by its median, but not beyond the noise
             self.untold.update(self.groups[self.group])
         self.at_samples = _median(self.samples)
-        self.windows, self.at = [[] for _ in range(8)], [[] for _ in range(8)]
-        self.samples, self.window, self.nwin = [], 0, 4
+        self._clear_windows()
         self.group += 1
         if self.group < len(self.groups):
             return self._to(self._flipped())
