@@ -4,22 +4,23 @@
 # python3-numpy installs) that imports it. Exit 77 (meson: skipped) if there
 # is none, or if libsfb ($SFB_LIB, as the tests set it) is built with ASan,
 # which a python process cannot load. --check MODULE...: also 77 unless the
-# interpreter finds each module (found, not imported: importing torch takes
-# seconds, and a torch that is found but broken fails the test that uses it).
+# interpreter finds each module. Modules are found, not imported (numpy takes
+# 0.2 s, torch seconds, and every rank of a test starts here; one that is
+# found but broken fails the test that uses it), and libsfb's ASan is read
+# from its bytes (its DT_NEEDED name), not by ldd loading its dependencies.
 # Usage: run.sh SCRIPT ARGS...   or   run.sh --check [MODULE...] (0: usable, 77: not)
 set -u
-if [ -n "${SFB_LIB:-}" ] && ldd "$SFB_LIB" 2>/dev/null | grep -q libasan; then
+if [ -n "${SFB_LIB:-}" ] && LC_ALL=C grep -qaF libasan.so "$SFB_LIB" 2>/dev/null; then
   echo "skipped: $SFB_LIB is built with ASan (python cannot load it)" >&2
   exit 77
 fi
+found='import importlib.util, sys
+sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))'
 for py in ${SFB_PYTHON:-} python3 /usr/bin/python3; do
-  if "$py" -c 'import numpy' 2>/dev/null; then
+  if "$py" -c "$found" numpy 2>/dev/null; then
     if [ "${1:-}" = --check ]; then
       shift
-      for m in "$@"; do
-        "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)' \
-          "$m" || exit 77
-      done
+      [ $# = 0 ] || "$py" -c "$found" "$@" || exit 77
       exit 0
     fi
     exec "$py" "$@"
