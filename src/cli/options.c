@@ -177,8 +177,9 @@ static const struct cli_opt job_rows2[] = {
     U("trial-clocks", trial_clocks, 0, 100000, "T", "0 or a number of clocks",
       "--sync auto, measured: where a matrix's two\n"
       "predictions are within 4x, time T clocks under\n"
-      "each engine and keep the faster (default 0: the\n"
-      "start-up plan; runs then choose alike)"),
+      "each engine (2T where T cannot tell) and keep one\n"
+      "faster beyond the noise (default 0: the start-up\n"
+      "plan; runs then choose alike)"),
     R("link-gbps", link_gbps, 0, 1e6, CLI_OPEN_LO, "G", "a bandwidth in (0, 1e6] Gbit/s",
       "--sync auto's link model: bandwidth per worker\n"
       "(default: measured by a ping-pong at start-up)"),

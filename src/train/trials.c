@@ -78,11 +78,13 @@ int sfb__trials_open(struct sfb__trials *tr, struct sfb_job *job, uint32_t trial
         k += measured[m];
     }
     if (!k) return 0;
-    /* two windows of ceil(T / 2) clocks per engine */
-    if (!(tr->times = malloc(4 * (size_t)((trial_clocks + 1) / 2) * sizeof *tr->times)))
+    /* up to 8 windows of ceil(T / 2) clocks, and as much room to summarize them */
+    size_t half = (trial_clocks + 1) / 2;
+    if (!(tr->times = malloc(2 * SFB__TRIAL_MAX_WINDOWS * half * sizeof *tr->times)))
         return sfb__error(-ENOMEM, "--trial-clocks %u: out of memory", trial_clocks);
     make_groups(tr, job, (const double (*)[2])pred, measured);
     tr->clocks = trial_clocks;
+    tr->nwin = 4;
     tr->stage = WARM;
     tr->first = tr->since = first;
     tr->last = sfb__now();
@@ -95,34 +97,28 @@ void sfb__trials_close(struct sfb__trials *tr)
     tr->times = NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The group's windows summarized on every rank and combined (each entry
+ * the largest over the ranks: an allgather, the same clock on every rank),
+ * then judged (trial_stats.h). */
+static int judge(struct sfb__trials *tr, struct sfb_job *job, struct sfb__trial_verdict *v)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, uint32_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* This rank's median clock under the base and the flipped engines, then
- * the slowest rank's of each. */
-static int trial_ms(struct sfb__trials *tr, struct sfb_job *job, double ms[2])
-{
-    double mine[2] = {median(tr->times, tr->nt[0]),
-                      median(tr->times + 2 * ((tr->clocks + 1) / 2), tr->nt[1])};
-    uint32_t world = sfb_job_world(job);
+    uint32_t half = (tr->clocks + 1) / 2, world = sfb_job_world(job), nb = 0, nf = 0;
+    double *win[SFB__TRIAL_MAX_WINDOWS], at[SFB__TRIAL_MAX_WINDOWS], mine[SFB__TS_N];
+    for (uint32_t w = 0; w < tr->nwin; w++) {
+        win[w] = tr->times + (size_t)w * half;
+        at[w] = tr->at[w] / SFB_MAX(tr->nt[w], 1u);
+        *(sfb__trial_window_flipped(w) ? &nf : &nb) += tr->nt[w];
+    }
+    sfb__trial_summary(win, tr->nt, tr->nwin, tr->times + (size_t)SFB__TRIAL_MAX_WINDOWS * half,
+                       mine);
     double *all = malloc(world * sizeof mine);
     if (!all) return sfb__error(-ENOMEM, "--trial-clocks: out of memory");
     int ret = sfb_job_allgather(job, mine, sizeof mine, all);
-    ms[0] = ms[1] = 0;
-    for (uint32_t r = 0; !ret && r < world; r++) {
-        ms[0] = SFB_MAX(ms[0], all[2 * r]);
-        ms[1] = SFB_MAX(ms[1], all[2 * r + 1]);
-    }
+    double s[SFB__TS_N] = {0};
+    for (uint32_t r = 0; !ret && r < world; r++)
+        for (int k = 0; k < SFB__TS_N; k++) s[k] = SFB_MAX(s[k], all[r * SFB__TS_N + k]);
     free(all);
+    if (!ret) sfb__trial_judge(s, at, tr->nwin, nb, nf, v);
     return ret;
 }
 
@@ -141,8 +137,9 @@ static void log_plan(const struct sfb__trials *tr, struct sfb_job *job)
         if (tr->group[m] == UINT8_MAX) continue;
         const struct sfb_matrix *a = sfb__job_matrix(job, m);
         SFB_LOG_I("--sync auto, measured: matrix %u %ux%u: %.4g ms a clock by %s, %.4g ms by "
-                  "%s -> %s", m, a->rows, a->cols, tr->ms[m][0], sfb__job_plan_engine(0),
-                  tr->ms[m][1], sfb__job_plan_engine(1), sfb__job_plan_engine(tr->fms[m]));
+                  "%s -> %s%s", m, a->rows, a->cols, tr->ms[m][0], sfb__job_plan_engine(0),
+                  tr->ms[m][1], sfb__job_plan_engine(1), sfb__job_plan_engine(tr->fms[m]),
+                  tr->untold[m] ? " (within the noise, kept)" : "");
     }
 }
 
@@ -165,28 +162,40 @@ static int run_engines(struct sfb__trials *tr, struct sfb_job *job, int64_t t, c
     return 0;
 }
 
-/* A group's four windows ended at clock t: keep the faster, start the next
- * group or finish. */
+/* A group's windows ended at clock t: four that cannot tell a gain the
+ * clocks show run four more; otherwise keep a flip faster beyond the noise,
+ * start the next group or finish. */
 static int decide(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
                   struct sfb__metrics *metrics, uint32_t rank)
 {
-    double ms[2];
-    int ret = trial_ms(tr, job, ms);
+    struct sfb__trial_verdict v;
+    int ret = judge(tr, job, &v);
     if (ret) return ret;
+    if (v.more) { /* windows 4..7: flipped (as 3 was: no replan), as it was twice, flipped */
+        tr->nwin = SFB__TRIAL_MAX_WINDOWS;
+        return 0;
+    }
     uint8_t flip[SFB_MODEL_MAX_MATRICES];
-    char b0[SFB_MODEL_MAX_MATRICES * 4 + 1], b1[SFB_MODEL_MAX_MATRICES * 4 + 1];
+    char b0[SFB_MODEL_MAX_MATRICES * 4 + 1], b1[SFB_MODEL_MAX_MATRICES * 4 + 1], bound[32];
     flipped(tr, tr->on, flip);
+    if (isfinite(v.bound)) snprintf(bound, sizeof bound, "%.6g", v.bound);
+    else strcpy(bound, "null");
     sfb__metrics_event(metrics, "trial", "\"clock\":%lld,\"engines\":\"%s\",\"ms_per_clock\":%.6g,"
-                       "\"flipped\":\"%s\",\"flipped_ms_per_clock\":%.6g", (long long)t,
-                       spec(tr->base, tr->n, b0), ms[0], spec(flip, tr->n, b1), ms[1]);
+                       "\"flipped\":\"%s\",\"flipped_ms_per_clock\":%.6g,\"windows\":%u,"
+                       "\"gain_ms\":%.6g,\"bound_ms\":%s,\"kept\":\"%s\"", (long long)t,
+                       spec(tr->base, tr->n, b0), v.base_ms, spec(flip, tr->n, b1), v.flip_ms,
+                       tr->nwin, v.gain, bound, v.flip ? "flipped" : "engines");
     for (uint32_t m = 0; m < tr->n; m++)
         if (tr->group[m] == (uint8_t)tr->on) {
-            tr->ms[m][tr->base[m]] = ms[0];
-            tr->ms[m][flip[m]] = ms[1];
+            tr->ms[m][tr->base[m]] = v.base_ms;
+            tr->ms[m][flip[m]] = v.flip_ms;
+            tr->untold[m] = (uint8_t)v.untold;
         }
-    if (ms[1] < ms[0]) memcpy(tr->base, flip, tr->n);
-    tr->nt[0] = tr->nt[1] = 0;
+    if (v.flip) memcpy(tr->base, flip, tr->n);
+    memset(tr->nt, 0, sizeof tr->nt);
+    memset(tr->at, 0, sizeof tr->at);
     tr->window = 0;
+    tr->nwin = 4;
     if ((uint32_t)++tr->on < tr->ngroups) {
         flipped(tr, tr->on, flip);
         return run_engines(tr, job, t, flip);
@@ -212,16 +221,18 @@ int sfb__trials_clock(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
         return run_engines(tr, job, t, to);
     }
     /* the first clock under new engines paid the replan; windows 0 and 3
-     * run the flipped engines, 1 and 2 the base (a steady drift cancels) */
+     * (and 4 and 7) run the flipped engines, the others the base (a steady
+     * drift cancels) */
+    uint32_t half = (tr->clocks + 1) / 2, w = (uint32_t)tr->window;
     if (t > tr->since) {
-        int flip = tr->window == 0 || tr->window == 3;
-        tr->times[flip * 2 * ((tr->clocks + 1) / 2) + tr->nt[flip]++] = dt * 1e3;
+        tr->times[(size_t)w * half + tr->nt[w]++] = dt * 1e3;
+        tr->at[w] += (double)t;
         tr->counted++;
     }
-    if (tr->counted < (tr->clocks + 1) / 2) return 0;
+    if (tr->counted < half) return 0;
     tr->counted = 0;
-    if (++tr->window == 4) return decide(tr, job, t, metrics, rank);
-    if (tr->window == 3) flipped(tr, tr->on, to);
+    if ((uint32_t)++tr->window == tr->nwin) return decide(tr, job, t, metrics, rank);
+    if (sfb__trial_window_flipped((uint32_t)tr->window)) flipped(tr, tr->on, to);
     else memcpy(to, tr->base, tr->n);
     return run_engines(tr, job, t, to);
 }

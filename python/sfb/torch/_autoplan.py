@@ -18,7 +18,9 @@ freedom, where only a clean gain stands out; a gain the steps show but the
 windows cannot confirm is measured again, four more windows in the same
 order, and judged on all eight (five degrees of freedom). A layer whose
 engines differ by less than that keeps the cost model's choice, which saw
-its bytes. When the samples per step move
+its bytes. (The trainer's `--trial-clocks` decides by the same rule in C,
+src/train/trial_stats.c; test/unit/test_trial_stats.c checks the two
+reach the same numbers on the same windows.) When the samples per step move
 by more than a quarter for `trial_steps` steps in a row (a new batch size),
 it measures again.
 
