@@ -45,8 +45,9 @@ bfloat16, half the bytes, every rank applying the rounded ones),
 sfb-bf16all (dense_dtype="bf16" too: the dense gradients and the layers
 FMS carries in bfloat16 as well), sfb-timeline (sfb.torch recording its
 training timeline, SFB_TIMELINE: one file a rank in the run's directory;
-the report gives its samples/s over sfb's, round by round, which is what
-the timeline costs), ddp, and DDP with a compression hook
+the report gives its samples/s over sfb's, round by round, and what its
+events cost by their parts' measured costs, bench/timeline_cost.py on rank
+0's file: a cost of 2 % is below what runs of one engine spread by), ddp, and DDP with a compression hook
 (bench/ddp_hooks.py): ddp-fp16 (torch's fp16_compress_hook) and
 ddp-powersgd (PowerSGD rank 4, error feedback, warm start).
 --factor-dtype bf16 adds sfb-bf16 next to sfb, so one run reports both
@@ -85,6 +86,7 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -177,6 +179,17 @@ class Formula:
             return sum(HDR + words(e * k * D) for k in rows)
         push = sum(block(b) for b in range(P) if b != r)
         return push + (P - 1) * block(r)
+
+
+def timeline_cost(out, quick):
+    """bench/timeline_cost.py on rank 0's timeline: what its events cost by
+    their parts' measured costs, against the run's step (a dict)."""
+    path = os.path.join(out, "timeline-cost.json")
+    subprocess.run([sys.executable, os.path.join(HERE, "timeline_cost.py"), "--json", path] +
+                   (["--quick"] if quick else []) + [os.path.join(out, "timeline.0.json")],
+                   check=True)
+    with open(path) as f:
+        return json.load(f)[0]
 
 
 def words(n):
@@ -390,6 +403,7 @@ def run_one(a, model, engine, rnd=0):
         if len(got) != a.n:
             raise SystemExit("torch_vs_ddp: %s: %d timeline files in %s, not %d" %
                              (model, len(got), out, a.n))
+        row["timeline_cost"] = timeline_cost(out, a.smoke)
     row["test_accuracy"] = r0.get("test_accuracy")
     print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, peak RSS "
           "%.0f MB, CPU %.3g ms and %.3g page faults a sample, %.0f s in all" % (
@@ -492,11 +506,15 @@ def report(a, rows, load=None):
         if r["engine"] == "sfb-timeline" and base:
             x, lo, hi = round_ratios(r, base, "samples_per_s")
             ratios[(r["model"], "timeline")] = x
+            c = r["timeline_cost"]
             text += ("\n%s: the timeline on, **%.3f x** sfb.torch's samples/s without it%s; "
-                     "CPU %.3g against %.3g ms a sample, peak RSS %.0f against %.0f MB\n" % (
+                     "CPU %.3g against %.3g ms a sample, peak RSS %.0f against %.0f MB; its "
+                     "%.0f events a step, by their parts' costs (bench/timeline_cost.py), at "
+                     "most %.3g ms of rank 0's %.4g ms step: **%.2f %%**\n" % (
                          r["model"], x, " (rounds %.3f-%.3f)" % (lo, hi) if hi > lo else "",
                          r["cpu_ms_per_sample"], base["cpu_ms_per_sample"], r["peak_rss_mb"],
-                         base["peak_rss_mb"]))
+                         base["peak_rss_mb"], c["forward_spans"] + c["other_spans"] +
+                         c["engine_events"], c["cost_ms"], c["step_ms"], 100 * c["share"]))
     for r in rows:
         if r["plan"]:
             text += "\nplan of sfb.torch, %s:\n    %s\n" % (r["model"],
