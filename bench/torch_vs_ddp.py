@@ -47,9 +47,10 @@ FMS carries in bfloat16 as well), sfb-timeline (sfb.torch recording its
 training timeline, SFB_TIMELINE: one file a rank in the run's directory;
 the report gives its samples/s over sfb's, round by round, and what its
 events cost by their parts' measured costs, bench/timeline_cost.py on rank
-0's file: a cost of 2 % is below what runs of one engine spread by), ddp, and DDP with a compression hook
-(bench/ddp_hooks.py): ddp-fp16 (torch's fp16_compress_hook) and
-ddp-powersgd (PowerSGD rank 4, error feedback, warm start).
+0's file: a cost of 2 % is below what runs of one engine spread by), ddp,
+and DDP with a compression hook (bench/ddp_hooks.py): ddp-fp16 (torch's
+fp16_compress_hook) and ddp-powersgd (PowerSGD rank 4, error feedback, warm
+start).
 --factor-dtype bf16 adds sfb-bf16 next to sfb, so one run reports both
 precisions' speed and accuracy side by side.
 

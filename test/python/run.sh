@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a Python test or example with an interpreter that has numpy: $SFB_PYTHON,
 # else the first of python3 and /usr/bin/python3 (Debian's, where
-# python3-numpy installs) that imports it. Exit 77 (meson: skipped) if there
+# python3-numpy installs) that finds it. Exit 77 (meson: skipped) if there
 # is none, or if libsfb ($SFB_LIB, as the tests set it) is built with ASan,
 # which a python process cannot load. --check MODULE...: also 77 unless the
 # interpreter finds each module. Modules are found, not imported (numpy takes
