@@ -176,15 +176,16 @@ static int decide(struct sfb__trials *tr, struct sfb_job *job, int64_t t,
         return 0;
     }
     uint8_t flip[SFB_MODEL_MAX_MATRICES];
-    char b0[SFB_MODEL_MAX_MATRICES * 4 + 1], b1[SFB_MODEL_MAX_MATRICES * 4 + 1], bound[32];
+    char b0[SFB_MODEL_MAX_MATRICES * 4 + 1], b1[SFB_MODEL_MAX_MATRICES * 4 + 1];
+    char n[4][32];
     flipped(tr, tr->on, flip);
-    if (isfinite(v.bound)) snprintf(bound, sizeof bound, "%.6g", v.bound);
-    else strcpy(bound, "null");
-    sfb__metrics_event(metrics, "trial", "\"clock\":%lld,\"engines\":\"%s\",\"ms_per_clock\":%.6g,"
-                       "\"flipped\":\"%s\",\"flipped_ms_per_clock\":%.6g,\"windows\":%u,"
-                       "\"gain_ms\":%.6g,\"bound_ms\":%s,\"kept\":\"%s\"", (long long)t,
-                       spec(tr->base, tr->n, b0), v.base_ms, spec(flip, tr->n, b1), v.flip_ms,
-                       tr->nwin, v.gain, bound, v.flip ? "flipped" : "engines");
+    sfb__metrics_event(metrics, "trial", "\"clock\":%lld,\"engines\":\"%s\",\"ms_per_clock\":%s,"
+                       "\"flipped\":\"%s\",\"flipped_ms_per_clock\":%s,\"windows\":%u,"
+                       "\"gain_ms\":%s,\"bound_ms\":%s,\"kept\":\"%s\"", (long long)t,
+                       spec(tr->base, tr->n, b0), sfb__json_num(n[0], v.base_ms),
+                       spec(flip, tr->n, b1), sfb__json_num(n[1], v.flip_ms), tr->nwin,
+                       sfb__json_num(n[2], v.gain), sfb__json_num(n[3], v.bound),
+                       v.flip ? "flipped" : "engines");
     for (uint32_t m = 0; m < tr->n; m++)
         if (tr->group[m] == (uint8_t)tr->on) {
             tr->ms[m][tr->base[m]] = v.base_ms;
