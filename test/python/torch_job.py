@@ -583,8 +583,10 @@ def case():
             kept = line.split(": ")[1].split()[0]
             if not untold and kept != got[0].split(" by ")[1]:
                 fail("a layer kept the slower engine:\n" + opt.plan)
-            if untold and (not pred or kept != ("sfb" if float(pred.group(1)) <=
-                                                float(pred.group(2)) else "fms")):
+            # (two predictions equal as printed, 3 digits: either may be the model's choice)
+            if untold and (not pred or float(pred.group(1)) != float(pred.group(2)) and
+                           kept != ("sfb" if float(pred.group(1)) < float(pred.group(2))
+                                    else "fms")):
                 fail("a layer within the noise left the cost model's choice:\n" + opt.plan)
         if opt._sfb.trials.replans < 2:
             fail("%d replans: the trials did not run" % opt._sfb.trials.replans)
