@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The PyTorch examples as a user runs them:
-#  - examples/torch_mlp.py, one epoch (the learning rate decayed to 0) at one global batch, under
-#    `sfb launch -n 4`: >= 0.84; with `compare` also under `-n 1`: the same
-#    test accuracy within 0.5 point (the same samples per step; only float
-#    rounding differs);
+#  - examples/torch_mlp.py under `sfb launch -n 4`, 40 steps: its plan, a
+#    result line above chance; with `compare` (suite long) one epoch instead
+#    (the learning rate decayed to 0) at one global batch: >= 0.84, and under
+#    `-n 1` the same test accuracy within 0.5 point (the same samples per
+#    step; only float rounding differs; torch.sh checks the parameters
+#    exactly on shorter runs);
 #  - examples/torch_cnn.py under `sfb launch -n 2`, a few steps (scored on 1000 test
 #    images: the whole set takes a 2-core machine ~15 s): a plan with
 #    the convolutions on the dense engine, a result line;
@@ -23,7 +25,8 @@ check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$
 "$PY" --check torch || { echo "skipped: no torch (install python3-torch)"; exit 77; }
 val() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" "$1" | tail -n 1; }
 
-mlp=(--hidden 128,128 --epochs 1 --global-batch 64)
+mlp=(--hidden 128,128 --steps 40 --global-batch 64)
+[ "$compare" = compare ] && mlp=(--hidden 128,128 --epochs 1 --global-batch 64)
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$EX/torch_mlp.py" "${mlp[@]}" >"$tmp/p4" 2>&1; rc4=$?
 tail -n 2 "$tmp/p4"
 a4=$(val "$tmp/p4" test_accuracy)
@@ -36,7 +39,11 @@ if [ "$compare" = compare ]; then
   check "mlp: -n 4 accuracy $a4 within 0.5 point of -n 1's $a1" \
     "awk 'BEGIN{d = $a4 - $a1; exit !(\"$a4\" != \"\" && \"$a1\" != \"\" && d <= 0.005 && d >= -0.005)}'"
 fi
-check "mlp: accuracy >= 0.84 after one epoch ($a4)" "awk 'BEGIN{exit !($a4 + 0 >= 0.84)}'"
+if [ "$compare" = compare ]; then
+  check "mlp: accuracy >= 0.84 after one epoch ($a4)" "awk 'BEGIN{exit !($a4 + 0 >= 0.84)}'"
+else  # (10 classes: chance is 0.1; 40 steps reach ~0.6)
+  check "mlp: accuracy above chance after 40 steps ($a4)" "awk 'BEGIN{exit !($a4 + 0 >= 0.3)}'"
+fi
 check "mlp: the plan, a line per Linear" "[ \$(sed '/plan, as measured/q' '$tmp/p4' | grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ') = 3 ]"
 
 timeout 300 "$SFB" launch -n 2 -- "$PY" "$EX/torch_cnn.py" --hidden 256 --steps 20 --test-samples 1000 >"$tmp/cnn" 2>&1
