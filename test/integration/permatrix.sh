@@ -85,7 +85,7 @@ for m, sfb_ms, fms_ms, got, noise in lines:  # (equal to the 4 digits printed: e
 print("trials", t)
 PY
 }
-check "--trial-clocks 3: 2 trials alike on every rank, each matrix the faster engine or within the noise" \
+check "--trial-clocks 3: 2 trials alike on every rank, each matrix the faster or within the noise" \
   "trials '$tmp/log.trial' '$tmp'/o.trial/metrics.*.jsonl"
 
 # the "sync" event: engines per matrix; auto's choice is its cheaper prediction
