@@ -25,6 +25,7 @@
 #include <rdma/fi_errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define FI_LIBRARY "libfabric.so.1"
 
@@ -39,9 +40,23 @@ static struct {
 static pthread_once_t fi_once = PTHREAD_ONCE_INIT;
 static char fi_why[256]; /* why it could not be loaded */
 
+/* Over tcp, Debian's libfabric (1.17) gives ofi_rxm a shared receive
+ * context of 4096 bounce buffers of 16 KiB, touched at the endpoint's open:
+ * ~120 MB of every rank's memory and ~0.4 s of its start in page faults,
+ * for the unexpected messages that sfb's posted receives leave few of.
+ * 128 instead (rxm's own size per connection where it has no shared
+ * context: verbs' default, unchanged), unless the user chose the size or
+ * the context. Set before libfabric is loaded: it reads its variables once. */
+static void rxm_defaults(void)
+{
+    if (!getenv("FI_OFI_RXM_MSG_RX_SIZE") && !getenv("FI_OFI_RXM_USE_SRX"))
+        setenv("FI_OFI_RXM_MSG_RX_SIZE", "128", 0);
+}
+
 static void fi_load(void)
 {
     static const int sigs[] = SFB_TAKEN_SIGNALS;
+    rxm_defaults();
     struct sigaction saved[SFB_ARRAY_LEN(sigs)];
     int have[SFB_ARRAY_LEN(sigs)];
     for (size_t i = 0; i < SFB_ARRAY_LEN(sigs); i++)

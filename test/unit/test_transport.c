@@ -1371,6 +1371,25 @@ static int test_pool_trim(void)
     return 0;
 }
 
+/* libfabric loaded: rxm's receive buffers sized by sfb (fi_lazy.c) where
+ * the environment the test started with chose neither size nor context,
+ * the user's choice kept where it did. */
+static char *start_rx_size, *start_srx;
+static int test_rxm_defaults(void)
+{
+    struct world w;
+    if (world_open(&w, 1, "shm", NULL)) {
+        world_close(&w);
+        return 1;
+    }
+    const char *now = getenv("FI_OFI_RXM_MSG_RX_SIZE");
+    if (start_rx_size) ASSERT(now && strcmp(now, start_rx_size) == 0);
+    else if (start_srx) ASSERT(now == NULL);
+    else ASSERT(now && strcmp(now, "128") == 0);
+    world_close(&w);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"shm_2", test_shm_2},
     {"shm_4", test_shm_4},
@@ -1412,13 +1431,20 @@ static const struct test_case tests[] = {
     {"fair_reads", test_fair_reads},
     {"pool_classes", test_pool_classes},
     {"pool_trim", test_pool_trim},
+    {"rxm_defaults", test_rxm_defaults},
 };
 
 static int run(int argc, char **argv)
 {
+    const char *v = getenv("FI_OFI_RXM_MSG_RX_SIZE"), *srx = getenv("FI_OFI_RXM_USE_SRX");
+    start_rx_size = v ? strdup(v) : NULL; /* (before the first test loads libfabric) */
+    start_srx = srx ? strdup(srx) : NULL;
     if (getenv("SFB_TEST_LOG")) sfb_log_set(log_sink, NULL, SFB_LOG_DEBUG);
     else sfb_log_set(log_sink, NULL, SFB_LOG_WARN);
-    return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+    int rc = test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
+    free(start_rx_size);
+    free(start_srx);
+    return rc;
 }
 
 int main(int argc, char **argv)
