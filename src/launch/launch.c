@@ -688,7 +688,9 @@ int sfb_launch_local_fork(int nprocs, int (*worker)(int argc, char **argv), char
     const char *e = getenv("SFB_LAUNCH_EXEC");
     if (!(e && !strcmp(e, "1"))) {
         s.worker = worker;
-        sfb__transport_preinit(); /* once here instead of once per worker */
+        /* once here instead of once per worker; one worker opens no
+         * transport (libfabric loads on a transport's first use) */
+        if (nprocs > 1) sfb__transport_preinit();
     }
     return sfb__launch_local(nprocs, argv, &s);
 }
