@@ -71,11 +71,12 @@ def run_workers(cmd, out, n, what):
     return results
 
 
-def in_rounds(engines, repeats, run, key):
+def in_rounds(engines, repeats, run, key, also=()):
     """run(engine, round) for every engine once a round, `repeats` rounds,
     every other round in reverse order (a drift of the machine's speed falls
     on all alike; round 0: a single run). Returns each engine's row of its
-    median round by `key`, with every round's `key` in "runs" (round order)."""
+    median round by `key`, with every round's `key` in "runs" (round order)
+    and each key K of `also` in "runs_K"."""
     runs = {e: [] for e in engines}
     for rnd in range(repeats):
         for e in (engines if rnd % 2 == 0 else engines[::-1]):
@@ -85,13 +86,16 @@ def in_rounds(engines, repeats, run, key):
         got = sorted(runs[e], key=lambda r: r[key])
         row = dict(got[(len(got) - 1) // 2])
         row["runs"] = [r[key] for r in runs[e]]
+        for k in also:
+            row["runs_" + k] = [r.get(k) for r in runs[e]]
         rows.append(row)
     return rows
 
 
-def round_ratios(num, den, key):
-    """num's over den's `key`, round by round (in_rounds' "runs"; one run:
-    the rows' own): (median, lowest, highest)."""
-    xs = sorted(x / y for x, y in zip(num.get("runs", [num[key]]), den.get("runs", [den[key]])))
+def round_ratios(num, den, key, runs="runs"):
+    """num's over den's `key`, round by round (in_rounds' "runs", or another
+    list of the rows' rounds; one run: the rows' own): (median, lowest,
+    highest)."""
+    xs = sorted(x / y for x, y in zip(num.get(runs, [num[key]]), den.get(runs, [den[key]])))
     mid = len(xs) // 2
     return (xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2), xs[0], xs[-1]

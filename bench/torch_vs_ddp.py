@@ -32,7 +32,10 @@ engine it reports
                    less from run to run than samples/s (each run's line
                    gives it too, with the workers' minor page faults per
                    sample: a fresh tensor's pages cost ~15 us each on some
-                   VMs)
+                   VMs, and its CPU over its forward's: the forward is
+                   the same work under every engine, so the ratio of two
+                   engines' is their CPU-bound speed net of the machine's
+                   drift, printed under the table)
   idle             the machine's idle share of its CPU time over rank 0's
                    timed steps (/proc/stat, every core): near 0 where the
                    step is CPU-bound, more where every worker waits at once
@@ -294,6 +297,7 @@ def worker(a):
         opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     curve, t0, t, start = [], None, 0, None
+    fwd = [0.0, 0.0]  # timed steps' forward: wall, this thread's CPU
 
     def settled():  # sync="auto"'s trials (both engines of close layers) are over
         trials = getattr(opt, "_sfb", None) and opt._sfb.trials
@@ -305,7 +309,11 @@ def worker(a):
             faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         x, y = batch(t)
         opt.zero_grad()
+        f0, fc0 = time.perf_counter(), time.thread_time()
         loss = loss_fn(net(x), y)
+        if t0 is not None:  # the forward: the same work in every engine
+            fwd[0] += time.perf_counter() - f0
+            fwd[1] += time.thread_time() - fc0
         loss.backward()
         opt.step()
         if t0 is not None:
@@ -321,6 +329,7 @@ def worker(a):
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
            "curve": curve, "untimed_steps": start, "samples_per_step": G,
            "cpu_s_per_step": cpu / a.steps,
+           "forward_s_per_step": fwd[0] / a.steps, "forward_cpu_s_per_step": fwd[1] / a.steps,
            "faults_per_step": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0) /
            a.steps,
            "machine_idle": (total - busy) / total if total > 0 else None,
@@ -399,6 +408,10 @@ def run_one(a, model, engine, rnd=0):
                                 r0["samples_per_step"])
     row["faults_per_sample"] = (sum(r["faults_per_step"] for r in results) /
                                 r0["samples_per_step"])
+    # the step's CPU over its forward's (main thread): the forward is the same
+    # work under every engine, so what the machine's speed does to both cancels
+    fwd = sum(r["forward_cpu_s_per_step"] for r in results)
+    row["cpu_per_forward"] = sum(r["cpu_s_per_step"] for r in results) / fwd if fwd > 0 else None
     row["machine_idle"] = r0["machine_idle"]  # (one machine: rank 0's window stands for all)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
     for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
@@ -414,12 +427,13 @@ def run_one(a, model, engine, rnd=0):
         row["timeline_cost"] = timeline_cost(out, a.smoke)
     row["test_accuracy"] = r0.get("test_accuracy")
     print("  %s %s: %.1f samples/s, %.0f KB/step (formula %.0f KB), test accuracy %s, peak RSS "
-          "%.0f MB, CPU %.3g ms and %.3g page faults a sample, %.0f s in all" % (
+          "%.0f MB, CPU %.3g ms and %.3g page faults a sample, CPU %.3g x the forward's, %.0f s "
+          "in all" % (
               model, engine, row["samples_per_s"],
               row.get("data_bytes_per_step", row["tx_bytes_per_step"]) / 1e3,
               row["formula_bytes_per_step"] / 1e3, pct(row["test_accuracy"]),
               row["peak_rss_mb"], row["cpu_ms_per_sample"], row["faults_per_sample"],
-              time.time() - t), flush=True)
+              row["cpu_per_forward"] or float("nan"), time.time() - t), flush=True)
     return row
 
 
@@ -443,7 +457,7 @@ def run_rounds(a, model, engines):
     """Every engine of one model, --repeats rounds (cluster_run.in_rounds):
     one row per engine, its median round by samples/s."""
     return in_rounds(engines, a.repeats, lambda e, rnd: run_one(a, model, e, rnd),
-                     "samples_per_s")
+                     "samples_per_s", also=("cpu_per_forward",))
 
 
 def ratio_of(r, ddp):
@@ -500,6 +514,18 @@ def report(a, rows, load=None):
                  "vocabulary %d, width %d, 2 layers, SGD lr %g with momentum 0.9" %
                  (a.batch, a.bptt, a.vocab, a.dim, a.lm_lr))
     text = head + "\n\n" + "\n".join(lines) + "\n"
+    for r in rows:  # CPU-bound speed, net of the machine's drift
+        ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
+        if r["engine"] != "ddp" and ddp and r.get("cpu_per_forward") and \
+                ddp.get("cpu_per_forward"):
+            x, lo, hi = round_ratios(ddp, r, "cpu_per_forward", "runs_cpu_per_forward")
+            r["x_ddp_work"] = x
+            text += ("\n%s, %s: CPU a step %.3g x its forward's, DDP's %.3g x: **%.2f x** DDP's "
+                     "speed counted in forwards%s (the same work in both engines: where the step "
+                     "is CPU-bound, the ratio net of this machine's drift)\n" % (
+                         r["model"], ENGINE_NAMES[r["engine"]], r["cpu_per_forward"],
+                         ddp["cpu_per_forward"], x,
+                         " (rounds %.2f-%.2f)" % (lo, hi) if hi > lo else ""))
     for r in rows:  # the issue's yardstick: time to the target against DDP + PowerSGD's
         p = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp-powersgd"),
                  None)
@@ -580,6 +606,9 @@ def sweep(a):
                                   "to_target_s": r["to_target_s"],
                                   "cpu_ms_per_sample": r.get("cpu_ms_per_sample"),
                                   "ddp_cpu_ms_per_sample": ddp and ddp.get("cpu_ms_per_sample"),
+                                  "cpu_per_forward": r.get("cpu_per_forward"),
+                                  "x_ddp_work": r.get("x_ddp_work"),
+                                  "ddp_cpu_per_forward": ddp and ddp.get("cpu_per_forward"),
                                   "peak_rss_mb": r.get("peak_rss_mb"),
                                   "ddp_peak_rss_mb": ddp and ddp.get("peak_rss_mb")})
     a.out = top
@@ -598,6 +627,20 @@ def sweep(a):
                             None) for r in a.rates.split(",")]
                 lines.append("| %s | %s | %d | %s |" % (model, ENGINE_NAMES[engine], batch,
                                                        " | ".join(cell_text(c) for c in got)))
+    lines += ["", "x DDP counted in forwards (the step's CPU over its forward's, DDP's over the "
+              "engine's: the speed where the step is CPU-bound, net of the machine's drift; "
+              "where the link binds, samples/s is the measure)", "",
+              "| model | engine | batch | " + " | ".join(a.rates.split(",")) + " |",
+              "|---|---|---|" + "---|" * len(a.rates.split(","))]
+    for model in a.models.split(","):
+        for engine in (e for e in a.engines.split(",") if e != "ddp"):
+            for batch in (int(b) for b in a.batches.split(",")):
+                got = [next((c.get("x_ddp_work") for c in cells if (
+                    c["model"], c["engine"], c["batch"], c["rate"]) == (model, engine, batch, r)),
+                            None) for r in a.rates.split(",")]
+                lines.append("| %s | %s | %d | %s |" % (
+                    model, ENGINE_NAMES[engine], batch,
+                    " | ".join("%.2f" % x if x else "-" for x in got)))
     if "ddp-powersgd" in a.engines.split(","):
         lines += ["", "time to loss %g (LM %g): DDP + PowerSGD's seconds / the engine's "
                   "(- : not reached in the steps run)" % (a.target_loss, a.target_lm_loss), "",
