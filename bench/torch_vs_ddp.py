@@ -516,8 +516,9 @@ def report(a, rows, load=None):
     text = head + "\n\n" + "\n".join(lines) + "\n"
     for r in rows:  # CPU-bound speed, net of the machine's drift
         ddp = next((d for d in rows if d["model"] == r["model"] and d["engine"] == "ddp"), None)
-        if r["engine"] != "ddp" and ddp and r.get("cpu_per_forward") and \
-                ddp.get("cpu_per_forward"):
+        rounds = ddp and (r.get("runs_cpu_per_forward", [r.get("cpu_per_forward")]) +
+                          ddp.get("runs_cpu_per_forward", [ddp.get("cpu_per_forward")]))
+        if r["engine"] != "ddp" and ddp and all(rounds):  # (a run without a forward's time: none)
             x, lo, hi = round_ratios(ddp, r, "cpu_per_forward", "runs_cpu_per_forward")
             r["x_ddp_work"] = x
             text += ("\n%s, %s: CPU a step %.3g x its forward's, DDP's %.3g x: **%.2f x** DDP's "
