@@ -274,5 +274,13 @@ check fifo-data '[ $rc = 1 ] && [[ "$out" == *"$tmp/fifo.svm: not a regular file
 run timeout 30 "$SFB" run -n 1 --data "$sd" --clocks 2 --metrics-out "$tmp/fifo.jsonl" -q
 check fifo-metrics '[ $rc = 2 ] && [[ "$out" == *"--metrics-out: $tmp/fifo.jsonl is a FIFO"* ]]'
 
+# libfabric loads where a transport opens: one worker opens none, so the
+# launcher preloads it (for its forked workers to inherit) only for two or more
+small=(--model mlr --data synth:k=4,d=20,n=400,seed=3 --clocks 3 -v)
+run "$SFB" run -n 1 "${small[@]}" --out-dir "$tmp/lf1"
+check one-worker-no-libfabric '[ $rc = 0 ] && [[ "$out" != *"libfabric initialised"* ]]'
+run "$SFB" run -n 2 "${small[@]}" --out-dir "$tmp/lf2"
+check two-workers-preload '[ $rc = 0 ] && [[ "$out" == *"libfabric initialised"* ]]'
+
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
