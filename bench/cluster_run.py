@@ -20,11 +20,15 @@ def blas_kernels():
     return "OpenBLAS kernels: %s, every worker" % (os.environ.get("OPENBLAS_CORETYPE") or running)
 
 
-# glibc keeps the memory a large tensor freed (up to its 32 MiB mmap limit)
-# instead of unmapping it or trimming its heap: on a VM where a fresh page's
-# fault costs ~15 us, whether the next step's tensors fault their pages anew
-# moved a CPU-bound run's speed by ~10 % from one run to the next
-STEADY_HEAP = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+# glibc keeps the memory a large tensor freed instead of unmapping it or
+# trimming its heap: on a VM where a fresh page's fault costs ~15 us, whether
+# the next step's tensors fault their pages anew moved a CPU-bound run's speed
+# by ~10 % from one run to the next. mmap_max=0: every block from the heap,
+# those past the mmap threshold's 32 MiB cap too (the 20-stream Transformer's
+# four 56 MB logits tensors, otherwise mapped and faulted in anew every step:
+# 2.4 x the step's time, both engines alike)
+STEADY_HEAP = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:"
+               "glibc.malloc.mmap_max=0")
 
 
 def steady_heap(plain):
@@ -38,8 +42,73 @@ def steady_heap(plain):
     if plain:
         return "glibc malloc, every worker: its defaults"
     os.environ["GLIBC_TUNABLES"] = STEADY_HEAP
-    return ("glibc malloc, every worker: freed memory kept up to 32 MiB a block "
+    return ("glibc malloc, every worker: every block from the heap, freed memory kept "
             "(GLIBC_TUNABLES=%s; --plain-malloc: glibc's defaults)" % STEADY_HEAP)
+
+
+DAMON = "/sys/kernel/mm/damon/admin/kdamonds"
+
+
+def _damon_states(root):
+    """{kdamond directory: its state ("on", "off")}; {} without DAMON."""
+    out = {}
+    try:
+        names = sorted(n for n in os.listdir(root) if n.isdigit())
+    except OSError:
+        return out
+    for n in names:
+        try:
+            with open(os.path.join(root, n, "state")) as f:
+                out[os.path.join(root, n)] = f.read().strip()
+        except OSError:
+            pass
+    return out
+
+
+def _damon_set(kdamond, state):
+    with open(os.path.join(kdamond, "state"), "w") as f:
+        f.write(state)
+
+
+def damon(pause, root=DAMON):
+    """The kernel's DAMON monitors (a VM's memory reclaim: a pageout scheme
+    that works through cold-looking memory slowed whichever workers' pages
+    it met: on this VM SGD's pass over a 20000 x 200 tensor took 10 x as
+    long in some runs, mostly sfb.torch's, whose processes hold more memory
+    that stays cold). With
+    pause, those running are turned off until this process exits (SIGTERM
+    and SIGINT included), then on again. Returns the line for the report."""
+    running = [k for k, v in _damon_states(root).items() if v == "on"]
+    if not running:
+        return "DAMON (kernel memory monitor): %s" % (
+            "off" if _damon_states(root) else "not in this kernel")
+    if not pause:
+        return ("DAMON (kernel memory monitor): on, %d kdamond%s (its pageout slows the workers "
+                "whose memory it meets; --pause-damon)" % (len(running),
+                                                           "s" if len(running) > 1 else ""))
+    import atexit
+    import signal
+    paused = []
+
+    def resume():
+        for k in paused:
+            try:
+                _damon_set(k, "on")
+            except OSError as e:
+                print("bench: DAMON %s could not be turned on again: %s" % (k, e),
+                      file=sys.stderr)
+        del paused[:]
+    atexit.register(resume)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    for k in running:
+        try:
+            _damon_set(k, "off")
+            paused.append(k)
+        except OSError as e:
+            sys.exit("bench: --pause-damon: %s: %s" % (k, e))
+    return ("DAMON (kernel memory monitor): paused for the run (%d kdamond%s; on again at "
+            "its end)" % (len(paused), "s" if len(paused) > 1 else ""))
 
 
 def host_jiffies():

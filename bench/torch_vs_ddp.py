@@ -73,13 +73,20 @@ order), and reports each engine's median round and the median of the
 rounds' ratios to DDP with their range: one run's ratio moves by about
 +-10 % on a machine whose cores are shared.
 
-Every worker, both engines alike, keeps the memory its large tensors free
-(GLIBC_TUNABLES: glibc's mmap threshold at its 32 MiB limit, no heap trim)
-unless --plain-malloc or the caller sets GLIBC_TUNABLES: with glibc's
-defaults, whether a step's fresh tensors fault their pages anew changes from
-run to run, and where a page fault costs ~15 us (a VM) that moved a
-CPU-bound run by ~10 % (the Transformer at 5 streams: 4.9 to 11.4 page faults
-a sample, 0.95 to 1.07 ms of CPU, in two runs of sfb.torch alike).
+Every worker, both engines alike, takes every block from the heap and keeps
+the memory its large tensors free (GLIBC_TUNABLES: glibc's mmap threshold at
+its 32 MiB limit, no mmap, no heap trim) unless --plain-malloc or the caller
+sets GLIBC_TUNABLES: with glibc's defaults, whether a step's fresh tensors
+fault their pages anew changes from run to run, and where a page fault costs
+~15 us (a VM) that moved a CPU-bound run by ~10 % (the Transformer at 5
+streams: 4.9 to 11.4 page faults a sample, 0.95 to 1.07 ms of CPU, in two
+runs of sfb.torch alike); blocks past 32 MiB (the 20-stream Transformer's
+logits) glibc maps anew every step without mmap_max=0 (2.4 x the step's time).
+
+The report says whether the kernel's DAMON monitors ran (a VM's memory
+reclaim: its pageout scheme slowed the workers whose memory it met, on this
+VM SGD's pass over a 20000 x 200 tensor 10 x in some runs); --pause-damon
+turns them off for the run and on again at its end.
 
 --sweep runs every model and engine at each per-worker batch of --batches
 and each link rate of --rates ("none": unshaped), and writes the ratio of
@@ -99,8 +106,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import (blas_kernels, host_jiffies, in_rounds, round_ratios,  # noqa: E402
-                         run_workers, steady_heap)
+from cluster_run import (blas_kernels, damon, host_jiffies, in_rounds,  # noqa: E402
+                         round_ratios, run_workers, steady_heap)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -752,6 +759,10 @@ def main():
                     help="glibc's malloc defaults in every worker (default: both engines' "
                          "workers keep freed tensor memory, GLIBC_TUNABLES: where a page fault "
                          "is dear, whether a step's tensors fault anew moves a run by ~10 %%)")
+    ap.add_argument("--pause-damon", action="store_true",
+                    help="turn the kernel's DAMON monitors off for the run, on again at its "
+                         "end (a VM's memory reclaim: its pageout slows the workers whose "
+                         "memory it meets; the report says whether it ran)")
     ap.add_argument("--sweep", action="store_true",
                     help="every --batches x --rates cell: a table of the ratios to DDP")
     ap.add_argument("--batches", default="8,32,128,512", help="--sweep: per-worker batches")
@@ -809,7 +820,7 @@ def main():
     share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
     os.environ.setdefault("OMP_NUM_THREADS", share)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
-    a.blas = blas_kernels() + "\n" + steady_heap(a.plain_malloc)
+    a.blas = "\n".join((blas_kernels(), steady_heap(a.plain_malloc), damon(a.pause_damon)))
     if a.sweep:
         return sweep(a)
     warm_run(a, a.models.split(",")[0], a.engines.split(",")[0])
