@@ -71,13 +71,12 @@ def _damon_set(kdamond, state):
 
 
 def damon(pause, root=DAMON):
-    """The kernel's DAMON monitors (a VM's memory reclaim: a pageout scheme
-    that works through cold-looking memory slowed whichever workers' pages
-    it met: on this VM SGD's pass over a 20000 x 200 tensor took 10 x as
-    long in some runs, mostly sfb.torch's, whose processes hold more memory
-    that stays cold). With
-    pause, those running are turned off until this process exits (SIGTERM
-    and SIGINT included), then on again. Returns the line for the report."""
+    """The kernel's DAMON monitors (a VM's memory reclaim: with a pageout
+    scheme on, the same tensor operations ran slower in some workers, on
+    the AVX-512 EPYC VM SGD's pass over a 20000 x 200 tensor 10 x, most
+    often in sfb.torch's; docs/performance.md). With pause, those running
+    are turned off until this process exits (an exception, SIGTERM and
+    SIGINT included), then on again. Returns the line for the report."""
     running = [k for k, v in _damon_states(root).items() if v == "on"]
     if not running:
         return "DAMON (kernel memory monitor): %s" % (
