@@ -74,8 +74,8 @@ rounds' ratios to DDP with their range: one run's ratio moves by about
 +-10 % on a machine whose cores are shared.
 
 Every worker, both engines alike, takes every block from the heap and keeps
-the memory its large tensors free (GLIBC_TUNABLES: glibc's mmap threshold at
-its 32 MiB limit, no mmap, no heap trim) unless --plain-malloc or the caller
+the memory its large tensors free (GLIBC_TUNABLES: no block mapped on its own,
+mmap_max=0; no heap trim) unless --plain-malloc or the caller
 sets GLIBC_TUNABLES: with glibc's defaults, whether a step's fresh tensors
 fault their pages anew changes from run to run, and where a page fault costs
 ~15 us (a VM) that moved a CPU-bound run by ~10 % (the Transformer at 5
