@@ -77,10 +77,10 @@ def damon(pause, root=DAMON):
     often in sfb.torch's; docs/performance.md). With pause, those running
     are turned off until this process exits (an exception, SIGTERM and
     SIGINT included), then on again. Returns the line for the report."""
-    running = [k for k, v in _damon_states(root).items() if v == "on"]
+    states = _damon_states(root)
+    running = [k for k, v in states.items() if v == "on"]
     if not running:
-        return "DAMON (kernel memory monitor): %s" % (
-            "off" if _damon_states(root) else "not in this kernel")
+        return "DAMON (kernel memory monitor): %s" % ("off" if states else "not in this kernel")
     if not pause:
         return ("DAMON (kernel memory monitor): on, %d kdamond%s (its pageout slows the workers "
                 "whose memory it meets; --pause-damon)" % (len(running),
