@@ -101,13 +101,25 @@ def worker(a):
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def warmup_ops(a, size):
+    """The untimed operations before the timed ones. An engine's first
+    operations fault in its buffers' pages (sfb posts 32 receive buffers of
+    256 KiB, each touched the first time a frame lands in it; gloo has its
+    own): the default warms up over 64 MiB of tensor, 3 to 64 operations,
+    so that small tensors are timed as a training job's later steps see
+    them."""
+    if a.warmup is not None:
+        return a.warmup
+    return max(3, min(64, -(-(64 << 20) // (4 * size))))
+
+
 def run_one(a, rate, size, engine, rnd=0):
     out = os.path.join(a.out, "%s-%s-%d%s" % (engine, rate, size, "-%d" % rnd if rnd else ""))
     os.makedirs(out, exist_ok=True)
     cmd = [a.cluster, "-n", str(a.n), "--rate", rate, "--out-dir", out,
            "--timeout", str(a.timeout), "--exec", "--", sys.executable, os.path.realpath(__file__),
            "--worker", "--engine", engine, "--size", str(size), "--reps", str(a.reps),
-           "--warmup", str(a.warmup)]
+           "--warmup", str(warmup_ops(a, size))]
     results = run_workers(cmd, out, a.n, "allreduce_vs_gloo: %s at %s, %d numbers" %
                           (engine, rate, size))
     if engine == "sfb" and len({r["crc"] for r in results}) != 1:
@@ -141,8 +153,12 @@ def report(a, rows):
             rate, size, 4 * size / 2**20, ms[0], ms[1], x, cpu[0], cpu[1],
             "%.3f" % (s["data_bytes_per_op"] / 1e6) if s else "-", bound / 1e6))
     load = os.getloadavg()
-    head = ("%d emulated hosts, median of %d operations after %d; load average %.1f %.1f %.1f; %s" %
-            (a.n, a.reps, a.warmup, *load, a.blas))
+    warm = sorted({warmup_ops(a, r["size"]) for r in rows})
+    warm = ("%d" % a.warmup if a.warmup is not None else "a warm-up of 64 MiB of tensor (%s)" %
+            ("%d operations" % warm[0] if len(warm) == 1 else "%d-%d operations by size" %
+             (warm[0], warm[-1])))
+    head = ("%d emulated hosts, median of %d operations after %s; load average %.1f %.1f %.1f; %s" %
+            (a.n, a.reps, warm, *load, a.blas))
     if a.repeats > 1:
         head += ("\n%d rounds, each engine once a round: ms is an engine's median round, x gloo "
                  "the median of the rounds' ratios (their range in brackets)" % a.repeats)
@@ -170,7 +186,9 @@ def main():
                          "ranges, for a machine whose speed moves from run to run")
     ap.add_argument("-n", type=int, default=4, help="workers (emulated hosts)")
     ap.add_argument("--reps", type=int, default=20, help="timed operations")
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed operations first (default: 64 MiB of tensor, 3 to 64 "
+                         "operations: both engines' buffers and pages are in use by then)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--min-ratio", type=float, default=0,
                     help="fail where sfb takes longer than gloo / this")
