@@ -2,7 +2,8 @@
 GLIBC_TUNABLES, and --pause-damon on a stand-in for the kernel's DAMON
 directory: the running kdamonds off for the run, on again when it ends
 (normally, on an exception, on SIGTERM), those that were off left off, the
-report's line saying which."""
+report's line saying which; allreduce_vs_gloo's warm-up, 64 MiB of tensor
+(3 to 64 operations) unless --warmup says."""
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import unittest
 
 BENCH = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "bench")
 sys.path.insert(0, BENCH)
+import allreduce_vs_gloo  # noqa: E402
 import cluster_run  # noqa: E402
 
 
@@ -101,6 +103,21 @@ class Host(unittest.TestCase):
         self.assertEqual(rc, 128 + signal.SIGTERM, err)
         self.assertEqual(during, ["off"])
         self.assertEqual(states(self.root), ["on"])
+
+
+class WarmUp(unittest.TestCase):
+    def ops(self, size, warmup=None):
+        return allreduce_vs_gloo.warmup_ops(type("A", (), {"warmup": warmup}), size)
+
+    def test_default_covers_64_mib(self):
+        # 0.25 MiB: 256 operations' worth, capped at 64; 4 MiB: 16; 16 MiB: 4;
+        # 64 MiB and up: at least 3
+        self.assertEqual([self.ops(n) for n in (65536, 1048576, 4194304, 16781312, 1 << 26)],
+                         [64, 16, 4, 3, 3])
+        self.assertEqual(self.ops(1), 64)
+
+    def test_explicit_warmup_wins(self):
+        self.assertEqual([self.ops(65536, 0), self.ops(16781312, 10)], [0, 10])
 
 
 if __name__ == "__main__":
