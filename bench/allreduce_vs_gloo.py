@@ -153,10 +153,9 @@ def report(a, rows):
             rate, size, 4 * size / 2**20, ms[0], ms[1], x, cpu[0], cpu[1],
             "%.3f" % (s["data_bytes_per_op"] / 1e6) if s else "-", bound / 1e6))
     load = os.getloadavg()
-    warm = sorted({warmup_ops(a, r["size"]) for r in rows})
-    warm = ("%d" % a.warmup if a.warmup is not None else "a warm-up of 64 MiB of tensor (%s)" %
-            ("%d operations" % warm[0] if len(warm) == 1 else "%d-%d operations by size" %
-             (warm[0], warm[-1])))
+    ops = sorted({warmup_ops(a, r["size"]) for r in rows})
+    warm = ("%d" % a.warmup if a.warmup is not None else "a warm-up of 64 MiB of tensor "
+            "(%s operations)" % "-".join(map(str, sorted({ops[0], ops[-1]}))))
     head = ("%d emulated hosts, median of %d operations after %s; load average %.1f %.1f %.1f; %s" %
             (a.n, a.reps, warm, *load, a.blas))
     if a.repeats > 1:
