@@ -4,7 +4,7 @@
 The dense path is what sfb.torch does with every gradient that does not go
 by factors or sparse rows, and what `--sync fms` does with a matrix: the
 FMS engine (sfb/fms.c), a direct reduce-scatter + all-gather through the
-sharded servers in chunks of about 1 MiB. Here one dense float32 matrix of N
+sharded servers in chunks of up to 4 MiB. Here one dense float32 matrix of N
 numbers (the shape sfb.torch gives its dense parameters) is summed over the
 P workers with Job.publish_dense + Job.drain, as sfb.torch's reduction does,
 and the same N numbers with torch.distributed.all_reduce on gloo (what DDP

@@ -1,6 +1,7 @@
 """Runs one command per worker on the emulated cluster (scripts/netns-cluster
 --exec) and collects what each worker printed as "RESULT {json}"; the
-benches' shared measures (the BLAS kernels, the host's CPU jiffies)."""
+benches' shared measures (the BLAS kernels, the host's CPU jiffies) and
+FMS's chunk grid for their byte formulas."""
 import json
 import os
 import subprocess
@@ -108,6 +109,19 @@ def damon(pause, root=DAMON):
             sys.exit("bench: --pause-damon: %s: %s" % (k, e))
     return ("DAMON (kernel memory monitor): paused for the run (%d kdamond%s; on again at "
             "its end)" % (len(paused), "s" if len(paused) > 1 else ""))
+
+
+def fms_chunk_rows(K, D, P, chunk_bytes=4 << 20):
+    """The rows of FMS's message, sfb/fms.c's sfb__fms_chunk_rows: up to
+    chunk_bytes of float32 rows, at least 4 chunks to the largest of the P
+    blocks while they stay above a quarter of it, the block split evenly,
+    at least one row (for the benches' byte formulas)."""
+    most = max(1, chunk_bytes // (4 * max(D, 1)))
+    least = max(1, most // 4)
+    block = -(-K // max(P, 1))
+    rows = max(min(most, -(-block // 4)), least)
+    n = max(1, -(-block // rows))
+    return max(1, -(-block // n))
 
 
 def host_jiffies():

@@ -106,8 +106,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import (blas_kernels, damon, host_jiffies, in_rounds,  # noqa: E402
-                         round_ratios, run_workers, steady_heap)
+from cluster_run import (blas_kernels, damon, fms_chunk_rows, host_jiffies,  # noqa: E402
+                         in_rounds, round_ratios, run_workers, steady_heap)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -177,8 +177,8 @@ class Formula:
 
     def fms(self, K, D, m):
         """Pushes of the other owners' row blocks, and the own block's sum to
-        every other worker, each block as its chunks of 1 MiB of float32 rows
-        (a header each), in float32 or bfloat16 (dense_dtype: each chunk's
+        every other worker, each block as its chunks of float32 rows
+        (fms_chunk_rows; a header each), in float32 or bfloat16 (dense_dtype: each chunk's
         payload padded to 4 bytes) (sfb/fms.c). Kept per shape and dtype: the
         count runs inside the timed steps, and its Python is not sfb's."""
         e = 2 if self.job.dense_dtypes[m] == "bf16" else 4
@@ -189,7 +189,7 @@ class Formula:
 
     def fms_bytes(self, K, D, e):
         P, r = self.job.world, self.job.rank
-        step = max(1, (1 << 20) // (4 * D))
+        step = fms_chunk_rows(K, D, P)
         start = [K * b // P for b in range(P + 1)]
 
         def block(b):

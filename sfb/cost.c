@@ -108,8 +108,8 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
         /* 2(P−1) row blocks out (P−1 pushes, P−1 sums), each as its chunks
          * (sfb/fms.c), and the first sum waits for the first chunk's last
          * push: one more α between the phases */
-        double chunk_rows = floor((double)sfb__fms_chunk_bytes / (4 * D));
-        double chunks = ceil(ceil(K / P) / (chunk_rows < 1 ? 1 : chunk_rows));
+        double chunks = ceil(ceil(K / P) / sfb__fms_chunk_rows((uint32_t)K, (uint32_t)D,
+                                                                (uint32_t)P));
         double dense_e = m->dense_prec == SFB_WIRE_BF16 ? 2 : 4;
         r.msgs[SFB__ENG_FMS] = 2 * (P - 1) * chunks;
         r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (dense_e * K * D / P + chunks * HDR);

@@ -3,8 +3,8 @@
  *
  * The K rows of the matrix are split into P contiguous blocks; worker b owns
  * block b (rows [b·K/P, (b+1)·K/P)) and acts as its server. Each block is
- * cut into chunks of about sfb__fms_chunk_bytes (whole rows; the same grid
- * on every rank), the unit of every message, so that the two phases run as
+ * cut into chunks of up to 4 MiB (whole rows, sfb__fms_chunk_rows; the same
+ * grid on every rank), the unit of every message, so that the two phases run as
  * a pipeline: an owner sums and sends chunk j while chunk j + 1's pushes
  * still arrive, and a worker applies a summed chunk while the next ones are
  * on the wire (a direct reduce-scatter + all-gather; each worker sends
@@ -80,10 +80,29 @@ struct tally {
     uint32_t have;
 };
 
-/* A chunk's bytes (whole rows, at least one): big enough that a message's
- * fixed cost is small against its bytes, small enough that a block is
- * several chunks and the phases overlap. Unit tests make it small. */
-size_t sfb__fms_chunk_bytes = (size_t)1 << 20;
+/* A chunk's bytes at most (whole rows, at least one): big enough that a
+ * message's fixed cost is small against its bytes, small enough that a
+ * block is several chunks and the phases overlap. Unit tests make it small. */
+size_t sfb__fms_chunk_bytes = (size_t)4 << 20;
+
+/* The chunk grid (sfb/sync.h): about sfb__fms_chunk_bytes, smaller where
+ * the largest block would be fewer than 4 chunks, down to a quarter of it,
+ * and the block split evenly (no short last chunk). Up to 4 MiB rather than
+ * 1: each message over tcp is an announce, a read and an ACK besides its
+ * bytes, and an 80 MB MLP on 4 emulated hosts on 2 cores ran 3-6 % faster
+ * at every link rate (docs/performance.md); the pipeline's first and last
+ * chunks cost a lone 64 MiB sum at 1 Gbit/s 5 %. */
+uint32_t sfb__fms_chunk_rows(uint32_t K, uint32_t D, uint32_t P)
+{
+    size_t row = (size_t)(D ? D : 1) * sizeof(float);
+    size_t most = SFB_MAX((size_t)1, sfb__fms_chunk_bytes / row);
+    size_t least = SFB_MAX((size_t)1, most / 4);
+    size_t block = ((size_t)K + (P ? P : 1) - 1) / (P ? P : 1); /* the largest */
+    size_t rows = SFB_MAX(SFB_MIN(most, (block + 3) / 4), least);
+    size_t n = SFB_MAX((size_t)1, (block + rows - 1) / rows);
+    rows = SFB_MAX((size_t)1, (block + n - 1) / n);
+    return (uint32_t)SFB_MIN(rows, (size_t)UINT32_MAX);
+}
 
 /* A push of the own update: chunk j of owner b's block, its frame header. */
 struct push {
@@ -196,9 +215,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     f->D = f->a->cols;
     f->r0 = block_start(f, f->rank);
     f->r1 = block_start(f, f->rank + 1);
-    size_t row_bytes = (size_t)(f->D ? f->D : 1) * sizeof(float);
-    f->chunk_rows = (uint32_t)SFB_MIN((size_t)UINT32_MAX,
-                                      SFB_MAX((size_t)1, sfb__fms_chunk_bytes / row_bytes));
+    f->chunk_rows = sfb__fms_chunk_rows(f->K, f->D, f->world);
     f->prec = env->dense_prec ? env->dense_prec[0] : SFB_WIRE_F32;
     if (f->prec != SFB_WIRE_F32 && f->prec != SFB_WIRE_BF16)
         return sfb__error(-SFB_EUSAGE, "fms: row precision %u (float32 or bfloat16 only)",

@@ -222,9 +222,15 @@ extern const struct sfb__sync_desc sfb__broadcast_desc;
 extern const struct sfb__sync_desc sfb__fms_desc;
 extern const struct sfb__sync_ops sfb__broadcast_ops;
 extern const struct sfb__sync_ops sfb__fms_ops;
-/* FMS's message size: the bytes of a chunk of rows (1 MiB; unit tests set
- * less to cut small matrices into several chunks). Read when a job opens. */
+/* FMS's message size: the bytes of a chunk of rows at most (4 MiB; unit
+ * tests set less to cut small matrices into several chunks). Read when a
+ * job opens. */
 extern size_t sfb__fms_chunk_bytes;
+/* The rows of a chunk of a K x D float32 matrix among P blocks: about
+ * sfb__fms_chunk_bytes, at least a quarter of it where the largest block
+ * would be fewer than 4 chunks, at least one row; every block's chunks of
+ * this many rows (its last one maybe a row shorter). */
+uint32_t sfb__fms_chunk_rows(uint32_t K, uint32_t D, uint32_t P);
 /* One engine per matrix (env.engine_of), several in one job under one SSP
  * table: sfb/permatrix.c. Not in the registry (--sync names one engine for
  * all matrices, or per matrix: src/job/job.c). */

@@ -3,7 +3,8 @@ GLIBC_TUNABLES, and --pause-damon on a stand-in for the kernel's DAMON
 directory: the running kdamonds off for the run, on again when it ends
 (normally, on an exception, on SIGTERM), those that were off left off, the
 report's line saying which; allreduce_vs_gloo's warm-up, 64 MiB of tensor
-(3 to 64 operations) unless --warmup says."""
+(3 to 64 operations) unless --warmup says; FMS's chunk grid as the byte
+formulas see it."""
 import os
 import signal
 import subprocess
@@ -118,6 +119,18 @@ class WarmUp(unittest.TestCase):
 
     def test_explicit_warmup_wins(self):
         self.assertEqual([self.ops(65536, 0), self.ops(16781312, 10)], [0, 10])
+
+
+class ChunkGrid(unittest.TestCase):
+    """The benches' mirror of sfb/fms.c's chunk grid: test_fms's cases."""
+
+    def test_cases(self):
+        rows = cluster_run.fms_chunk_rows
+        self.assertEqual([rows(4096, 4097, 4), rows(1024, 4096, 4), rows(4096, 4096, 4),
+                          rows(256, 4096, 4), rows(384, 4096, 4), rows(10, 2 << 20, 4),
+                          rows(4096, 4096, 1), rows(0, 4096, 4)],
+                         [205, 64, 256, 64, 48, 1, 256, 1])
+        self.assertEqual([rows(1000, 4, 2, 16), rows(41, 4, 4, 32), rows(9, 4, 4, 32)], [1, 2, 1])
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ static int test_mlr_bytes(void)
  * 64 + 8 + 4·32·65 + 4·33 + 8·32 = 8780 bytes, the apply the sparse pass
  * 2·65·32 multiply-adds at the add rate (P of them): SFB 3·50 µs + 3·8780·8
  * ns + 4·4160 ns = 0.37736 ms. FMS moves the whole table, each block of
- * 17 rows as 4 chunks of at most 5 rows (1 MiB / 200000 bytes a row):
+ * 17 rows as 4 chunks of at most 5 rows (sfb__fms_chunk_rows: 4 to a block):
  * 24·50 µs + 50 µs + 6·(4·65·50000/4 + 4·64)·8 ns + 4160 ns + 65·50000·3.75
  * ns = 169.453948 ms. */
 static int test_sparse_rows(void)

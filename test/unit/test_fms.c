@@ -20,18 +20,19 @@ static uint32_t block_start(uint32_t rows, uint32_t world, uint32_t b)
     return (uint32_t)((uint64_t)rows * b / world);
 }
 
-/* Rows of a chunk: sfb__fms_chunk_bytes of float32 rows, at least one
- * (the MLR matrix of the runs here has 4 columns). */
+/* The MLR matrix of the runs here has 4 columns; the chunk grid's rows
+ * (test_chunk_rows checks the rule). */
 #define COLS 4
-static uint32_t chunk_rows(void)
+#define DEFAULT_CHUNK_BYTES ((size_t)4 << 20)
+static uint32_t chunk_rows(uint32_t rows, uint32_t world)
 {
-    return sfb__fms_chunk_bytes < 4 * COLS ? 1 : (uint32_t)(sfb__fms_chunk_bytes / (4 * COLS));
+    return sfb__fms_chunk_rows(rows, COLS, world);
 }
 
 static uint32_t chunks(uint32_t rows, uint32_t world, uint32_t b)
 {
     uint32_t n = block_start(rows, world, b + 1) - block_start(rows, world, b);
-    return (n + chunk_rows() - 1) / chunk_rows();
+    return (n + chunk_rows(rows, world) - 1) / chunk_rows(rows, world);
 }
 
 /* Whether the frame's rows equal rows [r0, r0 + k) of Σ ΔA(o, clock) over
@@ -68,9 +69,10 @@ static void tap(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t l
     uint32_t world = run->cfg.world, b = world;
     for (uint32_t i = 0; i < world; i++) {
         uint32_t b0 = block_start(run->rows, world, i), b1 = block_start(run->rows, world, i + 1);
-        /* chunk (h.s - b0) / chunk_rows() of block i, exactly */
-        if (h.s >= b0 && h.s < b1 && (h.s - b0) % chunk_rows() == 0 &&
-            h.k == (b1 - h.s < chunk_rows() ? b1 - h.s : chunk_rows()))
+        /* chunk (h.s - b0) / cr of block i, exactly */
+        uint32_t cr = chunk_rows(run->rows, world);
+        if (h.s >= b0 && h.s < b1 && (h.s - b0) % cr == 0 &&
+            h.k == (b1 - h.s < cr ? b1 - h.s : cr))
             b = i;
     }
     if (h.type != SFB_WIRE_DENSE_ROWS || h.origin != src || b == world || h.clock < 0 ||
@@ -142,7 +144,7 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_byte
     free(t);
     eng_fini(&run);
     sfb__loopback_close(&lb);
-    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
 }
 
@@ -242,7 +244,7 @@ static int run_rows(uint32_t world, int ordered, unsigned prec, float *out, uint
     }
     eng_fini(&run);
     sfb__loopback_close(&lb);
-    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
 }
 
@@ -299,7 +301,7 @@ static int run_poisoned(uint32_t world, int poison, unsigned prec)
     ASSERT(named >= 1);
     eng_fini(&run);
     sfb__loopback_close(&lb);
-    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
 }
 
@@ -355,7 +357,7 @@ static int run_dense(uint32_t world, unsigned prec)
     free(t);
     eng_fini(&run);
     sfb__loopback_close(&lb);
-    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
 }
 
@@ -410,7 +412,7 @@ static int run_hostile_owner(uint32_t d, size_t at, unsigned prec)
     for (uint32_t r = 0; r < 3; r++) ASSERT(eng_replica_finite(&run, r));
     eng_fini(&run);
     sfb__loopback_close(&lb);
-    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
 }
 
@@ -449,7 +451,7 @@ static int run_checked(uint32_t world, uint32_t k, uint32_t s)
         ASSERT(eng_replica_is(&run, r, cfg.clocks, "after the run"));
     eng_fini(&run);
     sfb__loopback_close(&lb);
-    sfb__fms_chunk_bytes = (size_t)1 << 20;
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
 }
 
@@ -463,12 +465,45 @@ static int test_dense(void)
     return run_dense(4, SFB_WIRE_F32) || run_dense(3, SFB_WIRE_BF16);
 }
 
-/* Blocks of 2 and 3 rows in chunks of 2 rows (one full and one short), and
- * of 1 row per chunk: every chunk summed and applied once. */
+/* Blocks of 10 and 11 rows in chunks of 2 rows (the 11-row block's last
+ * one short), blocks of 2 and 3 rows cut to a row a chunk (fewer than 4
+ * chunks of 2: a quarter of 2 rows is still one), and of 1 row per chunk:
+ * every chunk summed and applied once. */
 static int test_chunks(void)
 {
-    return run_fms_as(4, 9, 0, 32) || run_fms_as(4, 9, 1, 32) || run_fms_as(3, 7, 0, 16) ||
-           run_fms_as(3, 7, 1, 1);
+    sfb__fms_chunk_bytes = 32;
+    ASSERT_EQ(sfb__fms_chunk_rows(41, COLS, 4), 2);
+    ASSERT_EQ(sfb__fms_chunk_rows(9, COLS, 4), 1);
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
+    return run_fms_as(4, 41, 0, 32) || run_fms_as(4, 41, 1, 32) || run_fms_as(4, 9, 0, 32) ||
+           run_fms_as(4, 9, 1, 32) || run_fms_as(3, 7, 0, 16) || run_fms_as(3, 7, 1, 1);
+}
+
+/* The chunk grid: up to sfb__fms_chunk_bytes, at least 4 chunks to the
+ * largest block while they stay above a quarter of it, the block split
+ * evenly. */
+static int test_chunk_rows(void)
+{
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
+    /* a 4096 x 4097 layer (row 16388 bytes) among 4: 255 rows would leave
+     * 4 rows for a fifth chunk; 5 chunks of 205 rows (3.4 MB) instead */
+    ASSERT_EQ(sfb__fms_chunk_rows(4096, 4097, 4), 205);
+    /* 16 MiB of 4096 columns among 4: blocks of 4 MiB in 4 chunks of 1 MiB */
+    ASSERT_EQ(sfb__fms_chunk_rows(1024, 4096, 4), 64);
+    /* 64 MiB: blocks of 16 MiB in 4 chunks of 4 MiB */
+    ASSERT_EQ(sfb__fms_chunk_rows(4096, 4096, 4), 256);
+    /* 4 MiB: a block of 1 MiB is one chunk (a quarter of 4 MiB) */
+    ASSERT_EQ(sfb__fms_chunk_rows(256, 4096, 4), 64);
+    /* 1.5 MiB blocks: two chunks of 0.75 MiB, not 1 MiB and a half */
+    ASSERT_EQ(sfb__fms_chunk_rows(384, 4096, 4), 48);
+    /* a row wider than the chunk: one row; one rank: the matrix is the block */
+    ASSERT_EQ(sfb__fms_chunk_rows(10, 2u << 20, 4), 1);
+    ASSERT_EQ(sfb__fms_chunk_rows(4096, 4096, 1), 256);
+    ASSERT_EQ(sfb__fms_chunk_rows(0, 4096, 4), 1);
+    sfb__fms_chunk_bytes = 16; /* a row of 4 columns */
+    ASSERT_EQ(sfb__fms_chunk_rows(1000, 4, 2), 1);
+    sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
+    return 0;
 }
 
 static int test_sums_p4(void)
@@ -491,6 +526,7 @@ int main(int argc, char **argv)
         {"empty_block", test_empty_block},
         {"ordered_p4", test_ordered_p4},
         {"chunks", test_chunks},
+        {"chunk_rows", test_chunk_rows},
         {"bf16_rows", test_bf16_rows},
         {"nonfinite", test_nonfinite},
     };
