@@ -178,8 +178,8 @@ class Formula:
     def fms(self, K, D, m):
         """Pushes of the other owners' row blocks, and the own block's sum to
         every other worker, each block as its chunks of float32 rows
-        (fms_chunk_rows; a header each), in float32 or bfloat16 (dense_dtype: each chunk's
-        payload padded to 4 bytes) (sfb/fms.c). Kept per shape and dtype: the
+        (fms_chunk_rows; a header each), in float32 or bfloat16 (dense_dtype:
+        each chunk's payload padded to 4 bytes) (sfb/fms.c). Kept per shape and dtype: the
         count runs inside the timed steps, and its Python is not sfb's."""
         e = 2 if self.job.dense_dtypes[m] == "bf16" else 4
         got = self.fms_of.get((K, D, e))

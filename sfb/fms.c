@@ -85,13 +85,13 @@ struct tally {
  * block is several chunks and the phases overlap. Unit tests make it small. */
 size_t sfb__fms_chunk_bytes = (size_t)4 << 20;
 
-/* The chunk grid (sfb/sync.h): about sfb__fms_chunk_bytes, smaller where
- * the largest block would be fewer than 4 chunks, down to a quarter of it,
- * and the block split evenly (no short last chunk). Up to 4 MiB rather than
- * 1: each message over tcp is an announce, a read and an ACK besides its
- * bytes, and an 80 MB MLP on 4 emulated hosts on 2 cores ran 3-6 % faster
- * at every link rate (docs/performance.md); the pipeline's first and last
- * chunks cost a lone 64 MiB sum at 1 Gbit/s 5 %. */
+/* The chunk grid (sfb/sync.h): about sfb__fms_chunk_bytes, smaller where the
+ * largest block would be fewer than 4 chunks, down to a quarter of it, and
+ * the largest block split evenly (no last chunk of a few rows). Up to 4 MiB
+ * rather than 1: each message over tcp is an announce, a read and an ACK
+ * besides its bytes, and an 80 MB MLP on 4 emulated hosts on 2 cores ran
+ * 3-6 % faster at every link rate (docs/performance.md); the pipeline's first
+ * and last chunks cost a lone 64 MiB sum at 1 Gbit/s 5 %. */
 uint32_t sfb__fms_chunk_rows(uint32_t K, uint32_t D, uint32_t P)
 {
     size_t row = (size_t)(D ? D : 1) * sizeof(float);

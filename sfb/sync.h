@@ -228,8 +228,8 @@ extern const struct sfb__sync_ops sfb__fms_ops;
 extern size_t sfb__fms_chunk_bytes;
 /* The rows of a chunk of a K x D float32 matrix among P blocks: about
  * sfb__fms_chunk_bytes, at least a quarter of it where the largest block
- * would be fewer than 4 chunks, at least one row; every block's chunks of
- * this many rows (its last one maybe a row shorter). */
+ * would be fewer than 4 chunks, at least one row; every block is cut into
+ * chunks of this many rows (its last one maybe shorter). */
 uint32_t sfb__fms_chunk_rows(uint32_t K, uint32_t D, uint32_t P);
 /* One engine per matrix (env.engine_of), several in one job under one SSP
  * table: sfb/permatrix.c. Not in the registry (--sync names one engine for
