@@ -97,7 +97,7 @@ uint32_t sfb__fms_chunk_rows(uint32_t K, uint32_t D, uint32_t P)
     size_t row = (size_t)(D ? D : 1) * sizeof(float);
     size_t most = SFB_MAX((size_t)1, sfb__fms_chunk_bytes / row);
     size_t least = SFB_MAX((size_t)1, most / 4);
-    size_t block = ((size_t)K + (P ? P : 1) - 1) / (P ? P : 1); /* the largest */
+    size_t p = P ? P : 1, block = ((size_t)K + p - 1) / p; /* the largest */
     size_t rows = SFB_MAX(SFB_MIN(most, (block + 3) / 4), least);
     size_t n = SFB_MAX((size_t)1, (block + rows - 1) / rows);
     rows = SFB_MAX((size_t)1, (block + n - 1) / n);
