@@ -73,16 +73,41 @@ iters() { # the same count bench_transport picks: 256 MiB each way, 200..2000
 }
 
 # fi_pingpong server + client on a private control port; prints GB/s or nothing.
-PORT=$((20000 + $$ % 20000))
+# The ports lie below the kernel's ephemeral range (32768 up), where no
+# other program's connection takes them; the client starts once the server
+# listens (fi_pingpong's client does not retry a refused connection, and a
+# loaded host may take seconds to start the server), and a failed client
+# ends its server instead of waiting out its timeout.
+PORT=$((20000 + $$ % 12000))
+# Each run of fi_pingpong (and of bench_transport) ends within FI_TIMEOUT s
+# (a smoke run of 5 round trips takes about one; fabtests' tcp client was
+# seen to hang on a loaded host); fi_pingpong is tried up to 3 times (smoke:
+# 2, within the test's 120 s).
+FI_TIMEOUT=120 FI_ATTEMPTS="1 2 3"
+[ "$SMOKE" = 1 ] && FI_TIMEOUT=15 FI_ATTEMPTS="1 2"
+listening() { # port: some socket listens on it (ss, iproute2)
+    [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]
+}
 fi_run() { # provider size
     n=$(iters "$1")
-    for attempt in 1 2 3; do
+    for attempt in $FI_ATTEMPTS; do
         PORT=$((PORT + 1))
-        $PIN1 timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -B "$PORT" >"$TMP/srv" 2>&1 &
+        $PIN1 timeout $FI_TIMEOUT "$FI" -p "$1" -e rdm -I "$n" -S "$2" -B "$PORT" >"$TMP/srv" 2>&1 &
         spid=$!
-        sleep 0.3
-        $PIN0 timeout 120 "$FI" -p "$1" -e rdm -I "$n" -S "$2" -P "$PORT" 127.0.0.1 >"$TMP/cli" 2>&1
-        crc=$?
+        w=0
+        while ! listening "$PORT" && kill -0 $spid 2>/dev/null && [ $w -lt 300 ]; do
+            sleep 0.05; w=$((w + 1))
+        done
+        crc=1
+        if listening "$PORT"; then
+            $PIN0 timeout $FI_TIMEOUT "$FI" -p "$1" -e rdm -I "$n" -S "$2" -P "$PORT" 127.0.0.1 \
+                >"$TMP/cli" 2>&1
+            crc=$?
+            [ $crc = 124 ] && echo "(fi_pingpong's client did not end within $FI_TIMEOUT s)" >>"$TMP/cli"
+        else
+            echo "(fi_pingpong's server did not listen on port $PORT within 15 s)" >"$TMP/cli"
+        fi
+        [ $crc = 0 ] || kill $spid 2>/dev/null
         wait $spid
         src=$?
         if [ $crc = 0 ] && [ $src = 0 ]; then
@@ -108,7 +133,8 @@ sfb_run() { # bench provider bytes: prints GB/s or nothing (errors to $TMP/err)
     bind=$SFB_BIND
     [ -n "$bind" ] && ! "$1" --help 2>&1 | grep -q -- --bind && bind=
     # shellcheck disable=SC2086
-    "$1" --mode pingpong --sizes "$3" $extra $bind "$2" 2>"$TMP/err" |
+    { timeout $FI_TIMEOUT "$1" --mode pingpong --sizes "$3" $extra $bind "$2" 2>"$TMP/err"
+      [ $? = 124 ] && echo "(did not end within $FI_TIMEOUT s)" >>"$TMP/err"; } |
         awk '$1 ~ /^transport\/pingpong\// && $4 > 0 { printf "%.6f\n", $2 / $4 / 1000 }'
 }
 
