@@ -9,11 +9,15 @@
  * still arrive, and a worker applies a summed chunk while the next ones are
  * on the wire (a direct reduce-scatter + all-gather; each worker sends
  * 2·(P−1)/P of the matrix, the all-reduce bound). Per clock:
- *   publish(t): ΔA_own = reconstruction of the own SFs into a zeroed dense
- *     buffer (one sgemm), or scale · delta checked first; every chunk is
- *     pushed to its block's owner as a DENSE_ROWS frame (origin = pusher)
- *     as soon as it is filled and hashed, chunk 0 of every owner first;
- *     then ΔA_own is added to the own replica (read-my-writes).
+ *   publish(t): ΔA_own = reconstruction of the own SF, or scale · delta
+ *     checked first; every chunk is pushed to its block's owner as a
+ *     DENSE_ROWS frame (origin = pusher), chunk 0 of every owner first; then
+ *     ΔA_own is added to the own replica (read-my-writes). An SF with dense
+ *     c whose factors the job checked is streamed: the own block's rows by
+ *     one sgemm, then each push's rows by one of their own, the push
+ *     leaving (and the sums its arrivals complete formed) before the next
+ *     is computed; otherwise the product is formed whole into zeros and
+ *     checked before the first push leaves.
  *   owner of block b: once it holds all P pushes of chunk j of clock t (its
  *     own included) it sums them in rank order, so every replica receives
  *     the same bytes, and sends the sum to every worker (DENSE_ROWS with
@@ -42,6 +46,7 @@
 #include "src/comm/comm.h"
 #include "src/base/trace.h"
 #include "src/base/util.h"
+#include "src/factor/blas.h"
 #include "src/ssp/ssp.h"
 
 #include <math.h>
@@ -867,13 +872,28 @@ static int fill_chunk(struct fms *f, int64_t clock, float *own, float scale, con
     return hashed ? sfb__wire_encode_hashed(&wh, &hs, hdr) : 0;
 }
 
-/* The own ΔA of `clock`, from the SF (one sgemm into zeros) or scale ·
- * delta (bad non-NULL: every number of the update checked before anything
- * leaves; the first one not finite → *bad, -ERANGE, nothing sent). One
- * pass over the matrix forms it, checks it and hashes the float32 pushes,
- * block by block in the cache (the own block first, which the arriving
- * pushes are summed with, then the pushes in the order they leave); then
- * the pushes leave, and it is added to the own replica (read-my-writes). */
+/* Rows [r0, r1) of the own ΔA from an SF streamed chunk by chunk (one
+ * sgemm, overwriting them). */
+static void sf_rows(const struct fms *f, const struct sfb_sf *sf, float *own, uint32_t r0,
+                    uint32_t r1)
+{
+    sfb__reconstruct_rows(sf, r0, r1, own + (size_t)r0 * f->D);
+}
+
+/* The own ΔA of `clock`, from the SF or scale · delta (bad non-NULL: every
+ * number of the update checked before anything leaves; the first one not
+ * finite → *bad, -ERANGE, nothing sent). One pass over the matrix forms
+ * it, checks it and hashes the float32 pushes, block by block in the cache
+ * (the own block first, which the arriving pushes are summed with, then
+ * the pushes in the order they leave); then it is added to the own
+ * replica (read-my-writes). Where nothing needs checking first (an SF with
+ * dense c whose factors the job checked: bad NULL) the update is streamed:
+ * the own block's rows by one sgemm, then each push's rows by an sgemm of
+ * their own, the push leaving before the next is computed, and the sums
+ * that its arrivals complete formed between them: the reduction runs while
+ * the product is still being computed, as DDP's buckets leave during
+ * backward. Otherwise the product is formed whole (one sgemm into zeros)
+ * and checked, then the pushes leave. */
 static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
                        const float *delta, size_t *bad)
 {
@@ -895,14 +915,17 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
                   : sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) goto fail;
     struct sfb_matrix own = {f->K, f->D, (float *)(void *)buf->data};
-    if (sf) {
+    int stream = sf && !sf->sparse_c && sf->s > 0 && !bad;
+    if (stream) {
+        sf_rows(f, sf, own.data, block_start(f, f->rank), block_start(f, f->rank + 1));
+    } else if (sf) {
         memset(buf->data, 0, n_el * sizeof(float));
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto fail;
     }
     const float *src = sf ? NULL : delta;
     for (uint32_t j = 0; j < mine && !ret; j++)
         ret = fill_chunk(f, clock, own.data, scale, src, bad != NULL, f->rank, j, NULL);
-    for (uint32_t i = 0; i < npush && !ret; i++)
+    for (uint32_t i = 0; i < npush && !ret && !stream; i++)
         ret = fill_chunk(f, clock, own.data, scale, src, bad != NULL, push[i].b, push[i].j,
                          push[i].hdr);
     if (ret == -ERANGE) /* the first number not finite, in the matrix's order */
@@ -920,12 +943,22 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
         chunk_rows_of(f, b, push[i].j, &r0, &r1);
         struct sfb__buf *pay;
         size_t off, len = rows_len(f, r1 - r0);
+        if (stream) {
+            sf_rows(f, sf, own.data, r0, r1);
+            if ((ret = fill_chunk(f, clock, own.data, scale, NULL, 0, b, push[i].j,
+                                  push[i].hdr)))
+                break;
+        }
         if ((ret = rows_payload(f, buf, r0, r1, &pay, &off))) break;
         if (f->prec != SFB_WIRE_F32) /* (float32: hashed by fill_chunk) */
             ret = dense_hdr(f, clock, r0, r1, pay->data + off, push[i].hdr);
         pushed[f->chunk_base[b] + push[i].j] = 1;
         if (!ret) ret = send_to(f, b, push[i].hdr, pay, off, len);
         sfb__buf_put(pay);
+        if (stream && !ret) { /* the pushes that arrived meanwhile: their sums leave */
+            absorb(f);
+            ret = form_sums(f);
+        }
     }
     if (ret) return ret;
     /* read-my-writes (ordered: the sums alone, the same bytes on every

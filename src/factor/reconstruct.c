@@ -24,6 +24,7 @@
 #include <sfb/sf.h>
 
 #include "src/base/util.h"
+#include "src/factor/blas.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -262,4 +263,12 @@ int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
     if (group_s) apply_dense_group(r, a, sfs, first, n, group_s);
     if (sparse_s) apply_sparse(r, a, sfs, n, sparse_s);
     return 0;
+}
+
+void sfb__reconstruct_rows(const struct sfb_sf *sf, uint32_t r0, uint32_t r1, float *out)
+{
+    if (r1 <= r0 || sf->cols == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(r1 - r0), (int)sf->cols,
+                (int)sf->s, sf->scale, sf->b + r0, (int)sf->rows, sf->c, (int)sf->cols, 0.0f,
+                out, (int)sf->cols);
 }

@@ -1,6 +1,8 @@
 /* Reconstruction: stacked dense sgemm, sparse pass, and rejection of bad
- * batches, each checked against a naive triple loop in double. */
+ * batches, each checked against a naive triple loop in double; a row range
+ * of one batch's product (FMS's chunks, sfb__reconstruct_rows). */
 #include <sfb/sf.h>
+#include "src/factor/blas.h"
 #include "test.h"
 
 #include <errno.h>
@@ -60,10 +62,14 @@ static void naive_add(double *ref, const struct sfb_sf *sf)
     }
 }
 
+/* The largest |a − ref|, NaN where any is (fmax would pass over it). */
 static double max_diff(const float *a, const double *ref, size_t n)
 {
     double m = 0.0;
-    for (size_t q = 0; q < n; q++) m = fmax(m, fabs(a[q] - ref[q]));
+    for (size_t q = 0; q < n; q++) {
+        double d = fabs(a[q] - ref[q]);
+        if (!(d <= m)) m = d;
+    }
     return m;
 }
 
@@ -214,6 +220,33 @@ static int test_sf_reserve(void)
     return 0;
 }
 
+/* Rows [r0, r1) of a dense batch's product, written over what the buffer
+ * held (NaN here), nothing beyond them touched, for ranges at either end,
+ * inside, of one row and of none. */
+static int test_rows(void)
+{
+    enum { ROWS = 37, COLS = 29, S = 7 };
+    struct sfb_sf sf = {0};
+    ASSERT_OK(make_batch(&sf, ROWS, COLS, S, -0.37f, 0, 0.0));
+    double *ref = calloc((size_t)ROWS * COLS, sizeof *ref);
+    float *out = malloc(((size_t)ROWS * COLS + 1) * sizeof *out);
+    ASSERT(ref && out);
+    naive_add(ref, &sf);
+    static const uint32_t range[][2] = {{0, ROWS}, {0, 5}, {5, 6}, {10, ROWS}, {3, 3}};
+    for (size_t q = 0; q < sizeof range / sizeof range[0]; q++) {
+        uint32_t r0 = range[q][0], r1 = range[q][1];
+        size_t n = (size_t)(r1 - r0) * COLS;
+        for (size_t i = 0; i <= (size_t)ROWS * COLS; i++) out[i] = NAN;
+        sfb__reconstruct_rows(&sf, r0, r1, out);
+        ASSERT_NEAR(max_diff(out, ref + (size_t)r0 * COLS, n), 0.0, 1e-5);
+        ASSERT(isnan(out[n])); /* (the row after the range: untouched) */
+    }
+    sfb_sf_free(&sf);
+    free(ref);
+    free(out);
+    return 0;
+}
+
 static const struct test_case tests[] = {
     {"single_dense", test_single_dense},
     {"stacked_scales", test_stacked_scales},
@@ -222,6 +255,7 @@ static const struct test_case tests[] = {
     {"csr_by_gemm", test_csr_by_gemm},
     {"shape_mismatch", test_shape_mismatch},
     {"sf_reserve", test_sf_reserve},
+    {"rows", test_rows},
 };
 
 TEST_MAIN(tests)
