@@ -21,6 +21,26 @@ def blas_kernels():
     return "OpenBLAS kernels: %s, every worker" % (os.environ.get("OPENBLAS_CORETYPE") or running)
 
 
+def tcp_cc(choice=None):
+    """The TCP congestion control of the emulated hosts: choice (the benches'
+    --tcp-cc) is set in SFB_NETNS_TCP_CC, which scripts/netns-cluster sets in
+    every namespace; without either they run what the host gives a new
+    namespace (its own setting). Returns the line for the report (on links
+    that are not shaped, BBR's pacing without the fq qdisc took 2.5 x cubic's
+    time for a 64 MiB all-reduce, both engines alike)."""
+    if choice:
+        os.environ["SFB_NETNS_TCP_CC"] = choice
+    cc = os.environ.get("SFB_NETNS_TCP_CC")
+    if cc:
+        return "TCP congestion control: %s in every emulated host" % cc
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            cc = f.read().strip()
+    except OSError:
+        cc = "unknown"
+    return "TCP congestion control: %s in every emulated host (the host's; --tcp-cc sets one)" % cc
+
+
 # glibc keeps the memory a large tensor freed instead of unmapping it or
 # trimming its heap: on a VM where a fresh page's fault costs ~15 us, whether
 # the next step's tensors fault their pages anew moved a CPU-bound run's speed

@@ -107,7 +107,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 from cluster_run import (blas_kernels, damon, fms_chunk_rows, host_jiffies,  # noqa: E402
-                         in_rounds, round_ratios, run_workers, steady_heap)
+                         in_rounds, round_ratios, run_workers, steady_heap, tcp_cc)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
@@ -749,6 +749,8 @@ def main():
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default="bench-out/torch_vs_ddp")
     ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
+    ap.add_argument("--tcp-cc", help="TCP congestion control of the emulated hosts (default: "
+                    "$SFB_NETNS_TCP_CC, else the host's; scripts/netns-cluster --tcp-cc)")
     ap.add_argument("--smoke-lm", action="store_true",
                     help="with --smoke: the LSTM language model too (needs fortunes)")
     ap.add_argument("--smoke", action="store_true",
@@ -820,7 +822,8 @@ def main():
     share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
     os.environ.setdefault("OMP_NUM_THREADS", share)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
-    a.blas = "\n".join((blas_kernels(), steady_heap(a.plain_malloc), damon(a.pause_damon)))
+    a.blas = "\n".join((blas_kernels(), steady_heap(a.plain_malloc), damon(a.pause_damon),
+                        tcp_cc(a.tcp_cc)))
     if a.sweep:
         return sweep(a)
     warm_run(a, a.models.split(",")[0], a.engines.split(",")[0])

@@ -4,7 +4,8 @@
 # worker writes its metrics, the two reach the same parameters (s = 0), FMS
 # moves more bytes than SFB (at these shapes S·P < 2KD/(K+D)), the NICs
 # queue as asked (--egress fair: an HTB class and filter per peer; fifo: a
-# token bucket), and nothing of the cluster is left behind.
+# token bucket), --tcp-cc sets every namespace's TCP congestion control,
+# and nothing of the cluster is left behind.
 # Skips (77) when not root or network namespaces are unavailable.
 # Usage: netns_cluster.sh NETNS_CLUSTER SFB MODEL_DIFF
 set -uo pipefail
@@ -48,6 +49,17 @@ check grep -q '"egress":"fair"' "$tmp/nic-fair/cluster.json"
 check nic fifo
 check grep -q '^qdisc tbf .* root .*rate 100Mbit' "$tmp/nic-fifo/worker.1.log"
 check [ "$(grep -c '^class htb' "$tmp/nic-fifo/worker.1.log")" = 0 ]
+# --tcp-cc: every namespace's TCP runs it (reno: built into every kernel),
+# cluster.json says so; without it the host's own; an unknown one refused
+timeout 60 "$NC" -n 2 --tcp-cc reno --exec --out-dir "$tmp/cc" -- \
+  sysctl -n net.ipv4.tcp_congestion_control >/dev/null 2>&1
+check grep -qx reno "$tmp/cc/worker.0.log"
+check grep -qx reno "$tmp/cc/worker.1.log"
+check grep -q '"tcp_cc":"reno"' "$tmp/cc/cluster.json"
+check grep -q "\"tcp_cc\":\"$(sysctl -n net.ipv4.tcp_congestion_control)\"" "$tmp/nic-fair/cluster.json"
+timeout 10 "$NC" -n 2 --tcp-cc no-such-cc --exec -- true >"$tmp/bad-cc.log" 2>&1
+check [ $? = 2 ]
+check grep -q "tcp-cc no-such-cc is not available here (available: .*reno" "$tmp/bad-cc.log"
 timeout 10 "$NC" -n 3 --egress sideways -- x >"$tmp/bad-egress.log" 2>&1
 check [ $? = 2 ]
 check grep -q "egress must be fair or fifo" "$tmp/bad-egress.log"
@@ -55,6 +67,6 @@ check grep -q "egress must be fair or fifo" "$tmp/bad-egress.log"
 timeout 60 "$NC" -n 3 --rate 100mbit --sfb "$SFB" --timeout 30 --out-dir "$tmp/bad" -- \
   --model mlr --data synth:k=8,d=100,n=3000,seed=3 --lr -1 >/dev/null 2>&1
 check [ $? != 0 ]
-for d in sfb fms bad nic-fair nic-fifo; do check leftover "$tmp/$d"; done
+for d in sfb fms bad nic-fair nic-fifo cc; do check leftover "$tmp/$d"; done
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
