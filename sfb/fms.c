@@ -915,7 +915,7 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
                   : sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) goto fail;
     struct sfb_matrix own = {f->K, f->D, (float *)(void *)buf->data};
-    int stream = sf && !sf->sparse_c && sf->s > 0 && !bad;
+    int stream = sf && !sf->sparse_c && sf->s > 0 && sf->b && sf->c && !bad;
     if (stream) {
         sf_rows(f, sf, own.data, block_start(f, f->rank), block_start(f, f->rank + 1));
     } else if (sf) {
