@@ -38,7 +38,10 @@ engine it reports
                    drift, printed under the table)
   idle             the machine's idle share of its CPU time over rank 0's
                    timed steps (/proc/stat, every core): near 0 where the
-                   step is CPU-bound, more where every worker waits at once
+                   step is CPU-bound, more where every worker waits at once;
+                   a thread that spins or yields while it waits counts as
+                   busy (on the 2-core VM two idle-priority loops beside the
+                   workers got 28-43 % of a CPU's speed where this said < 2 %)
   peak RSS         the largest worker process's peak resident memory (its
                    data, torch and the engine's buffers), MB
 
