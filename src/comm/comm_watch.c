@@ -133,6 +133,7 @@ int sfb__comm_watch_start(struct sfb__comm *c)
         free(w);
         return sfb__error(-rc, "comm: cannot start the watchdog thread");
     }
+    pthread_setname_np(w->thread, "sfb-watch"); /* (top -H, perf, gdb) */
     return 0;
 }
 

@@ -197,6 +197,9 @@ int sfb__loop_start(struct sfb__loop *l)
     if (l->started) return -EALREADY;
     int rc = pthread_create(&l->thread, NULL, loop_main, l);
     if (rc) return sfb__error(-rc, "loop: pthread_create failed");
+    /* named for top -H, perf and gdb (the process's other threads are the
+     * program's: a Python program's all say python3) */
+    pthread_setname_np(l->thread, "sfb-loop");
     l->started = 1;
     return 0;
 }

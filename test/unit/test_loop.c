@@ -1,4 +1,5 @@
-/* Event loop: calls, async, timers, pollers, from another thread. */
+/* Event loop: calls, async, timers, pollers, from another thread; the
+ * thread's name. */
 #include "src/base/util.h"
 #include "src/loop/loop.h"
 #include "test.h"
@@ -6,16 +7,20 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 static _Atomic int counter;
 static _Atomic int in_loop_thread;
 static struct sfb__loop *g_loop;
 
+static char thread_name[16]; /* the thread bump last ran in */
+
 static void bump(void *arg)
 {
     atomic_fetch_add(&counter, 1);
     atomic_store(&in_loop_thread, sfb__loop_in_thread(g_loop));
+    pthread_getname_np(pthread_self(), thread_name, sizeof thread_name);
 }
 
 static void sleep_s(double s)
@@ -37,6 +42,7 @@ static int test_call_async_timer(void)
     ASSERT_OK(sfb__loop_call(l, bump, NULL));
     ASSERT_EQ(atomic_load(&counter), 2);
     ASSERT_EQ(atomic_load(&in_loop_thread), 1);
+    ASSERT(strcmp(thread_name, "sfb-loop") == 0); /* (top -H, perf: the network thread) */
 
     struct sfb__loop_async *a;
     ASSERT_OK(sfb__loop_async_open(l, &a, bump, NULL));
