@@ -93,6 +93,7 @@ static void *watch_main(void *arg)
 {
     struct sfb__comm *c = arg;
     struct sfb__comm_watch *w = c->watch;
+    pthread_setname_np(pthread_self(), "sfb-watch"); /* (top -H, perf, gdb) */
     uint64_t seen = 0;
     double since = sfb__now(), last = 0;
     pthread_mutex_lock(&w->mu);
@@ -133,7 +134,6 @@ int sfb__comm_watch_start(struct sfb__comm *c)
         free(w);
         return sfb__error(-rc, "comm: cannot start the watchdog thread");
     }
-    pthread_setname_np(w->thread, "sfb-watch"); /* (top -H, perf, gdb) */
     return 0;
 }
 

@@ -179,6 +179,11 @@ int sfb__loop_open(struct sfb__loop **out)
 static void *loop_main(void *arg)
 {
     struct sfb__loop *l = arg;
+    /* named for top -H, perf and gdb (the process's other threads are the
+     * program's: a Python program's all say python3); by the thread itself,
+     * as prctl does, which valgrind follows (another thread's name goes
+     * through /proc, which it does not) */
+    pthread_setname_np(pthread_self(), "sfb-loop");
     pthread_mutex_lock(&l->run_mu);
     atomic_store(&l->running, 1);
     ev_run(l->ev, 0);
@@ -197,9 +202,6 @@ int sfb__loop_start(struct sfb__loop *l)
     if (l->started) return -EALREADY;
     int rc = pthread_create(&l->thread, NULL, loop_main, l);
     if (rc) return sfb__error(-rc, "loop: pthread_create failed");
-    /* named for top -H, perf and gdb (the process's other threads are the
-     * program's: a Python program's all say python3) */
-    pthread_setname_np(l->thread, "sfb-loop");
     l->started = 1;
     return 0;
 }
