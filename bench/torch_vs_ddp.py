@@ -137,6 +137,25 @@ def models(name, hidden, a=None, vocab=None):
     return mlp(hidden), (784,)
 
 
+def thread_cpu():
+    """This process's CPU seconds by thread, (user, system) each: the main
+    thread as "main", sfb's by their names (sfb-loop, sfb-watch), every other
+    thread (torch's, gloo's) as "other"."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                st = f.read()
+        except OSError:  # the thread ended
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        f = st[st.rindex(")") + 2:].split()
+        key = "main" if int(tid) == os.getpid() else name if name.startswith("sfb-") else "other"
+        u, s = out.get(key, (0.0, 0.0))
+        out[key] = (u + int(f[11]) / tick, s + int(f[12]) / tick)
+    return out
+
+
 def tx_bytes(iface="eth0"):
     with open("/proc/net/dev") as f:
         for line in f:
@@ -317,6 +336,7 @@ def worker(a):
             tx0, t0, start, cpu0, host0 = (tx_bytes(), time.time(), t, time.process_time(),
                                            host_jiffies())
             faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            threads0 = thread_cpu()
         x, y = batch(t)
         opt.zero_grad()
         f0, fc0 = time.perf_counter(), time.thread_time()
@@ -334,11 +354,14 @@ def worker(a):
     wall, cpu, host = time.time() - t0, time.process_time() - cpu0, host_jiffies()
     busy, total = host[0] - host0[0], host[1] - host0[1]
     tx = tx_bytes() - tx0
+    threads = {k: [(v[i] - threads0.get(k, (0.0, 0.0))[i]) / a.steps for i in (0, 1)]
+               for k, v in thread_cpu().items()}
     out = {"engine": a.engine, "model": a.model, "rank": rank, "world": world, "steps": a.steps,
            "batch": a.batch, "params": params, "wall_s": wall,
            "samples_per_s": a.steps * G / wall, "tx_bytes_per_step": tx / a.steps,
            "curve": curve, "untimed_steps": start, "samples_per_step": G,
            "cpu_s_per_step": cpu / a.steps,
+           "thread_cpu_s_per_step": threads,  # {name: [user, system]}
            "forward_s_per_step": fwd[0] / a.steps, "forward_cpu_s_per_step": fwd[1] / a.steps,
            "faults_per_step": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0) /
            a.steps,
@@ -422,6 +445,13 @@ def run_one(a, model, engine, rnd=0):
     # work under every engine, so what the machine's speed does to both cancels
     fwd = sum(r["forward_cpu_s_per_step"] for r in results)
     row["cpu_per_forward"] = sum(r["cpu_s_per_step"] for r in results) / fwd if fwd > 0 else None
+    # by thread, every worker's, ms a sample: user + system (main: forward, backward,
+    # sfb.torch's passes; sfb-loop: sfb's network thread; other: torch's, gloo's)
+    threads = {}
+    for r in results:
+        for k, v in r.get("thread_cpu_s_per_step", {}).items():
+            threads[k] = threads.get(k, 0.0) + sum(v) * 1e3 / r0["samples_per_step"]
+    row["thread_cpu_ms_per_sample"] = threads
     row["machine_idle"] = r0["machine_idle"]  # (one machine: rank 0's window stands for all)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
     for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
@@ -444,6 +474,9 @@ def run_one(a, model, engine, rnd=0):
               row["formula_bytes_per_step"] / 1e3, pct(row["test_accuracy"]),
               row["peak_rss_mb"], row["cpu_ms_per_sample"], row["faults_per_sample"],
               row["cpu_per_forward"] or float("nan"), time.time() - t), flush=True)
+    if threads:
+        print("    CPU ms a sample by thread: " + ", ".join(
+            "%s %.3g" % kv for kv in sorted(threads.items(), key=lambda kv: -kv[1])), flush=True)
     return row
 
 

@@ -60,6 +60,21 @@ check grep -q "\"tcp_cc\":\"$(sysctl -n net.ipv4.tcp_congestion_control)\"" "$tm
 timeout 10 "$NC" -n 2 --tcp-cc no-such-cc --exec -- true >"$tmp/bad-cc.log" 2>&1
 check [ $? = 2 ]
 check grep -q "tcp-cc no-such-cc is not available here (available: .*reno" "$tmp/bad-cc.log"
+# one the namespaces may not take (available, not allowed) is refused by name
+# at once (the host's allowed list narrowed for the run, then restored)
+allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+for cc in $(sysctl -n net.ipv4.tcp_available_congestion_control); do
+  case " reno $(sysctl -n net.ipv4.tcp_congestion_control) " in *" $cc "*) continue ;; esac
+  trap 'sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed"; rm -rf "$tmp"' EXIT
+  sysctl -qw net.ipv4.tcp_allowed_congestion_control="$(for a in $allowed; do
+    [ "$a" = "$cc" ] || printf '%s ' "$a"; done)"
+  timeout 10 "$NC" -n 2 --tcp-cc "$cc" --exec -- true >"$tmp/restricted-cc.log" 2>&1
+  rc=$?
+  sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed"
+  check [ $rc = 2 ]
+  check grep -q "tcp-cc $cc is not allowed in a network namespace here" "$tmp/restricted-cc.log"
+  break
+done
 timeout 10 "$NC" -n 3 --egress sideways -- x >"$tmp/bad-egress.log" 2>&1
 check [ $? = 2 ]
 check grep -q "egress must be fair or fifo" "$tmp/bad-egress.log"
