@@ -55,13 +55,26 @@
 #include <string.h>
 
 /* A received frame kept for later: a push of a chunk of the own block, or
- * a summed chunk of some owner's block. */
+ * a summed chunk of some owner's block; or a push of the factors of the
+ * whole own block (n > 0), held until every chunk of it is summed. */
 struct held {
     struct sfb__buf *buf; /* reference held */
-    const uint8_t *rows;  /* k × D float32, little-endian, maybe unaligned */
+    const uint8_t *rows;  /* k × D float32, little-endian, maybe unaligned;
+                           * factors: B (n × block rows), then c (n × D) */
     uint32_t origin;      /* pusher (push) or owner (sum) */
-    uint32_t s;           /* the chunk's first row */
+    uint32_t s;           /* the chunk's first row (factors: the block's) */
     int64_t clock;
+    uint32_t n;           /* factors: samples; 0: rows */
+    uint32_t left;        /* factors: chunks of the block not summed yet */
+    float scale;          /* factors: the product's */
+};
+
+/* A rank's part of the chunk being summed: its rows, or the factors of
+ * the block the chunk is in (n > 0). */
+struct part {
+    const uint8_t *p;
+    uint32_t n;
+    float scale;
 };
 
 /* The own ΔA of one clock, kept until every chunk of that clock is summed
@@ -139,7 +152,8 @@ struct fms {
     struct own *own;
     size_t nown, own_cap;
     struct sfb__ssp formed; /* clocks whose own-block sum was formed */
-    const uint8_t **parts;  /* per rank: its push of the clock being summed */
+    struct part *parts;     /* per rank: its push of the chunk being summed */
+    int factor_push;        /* ordered SF updates push factors where they are smaller */
     uint64_t hist[SFB_STALENESS_BINS];
     uint64_t rejected;
     uint64_t data_msgs, data_bytes; /* pushes and sums sent (report) */
@@ -246,6 +260,8 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
     if (!f->parts) return sfb__error(-ENOMEM, "fms: out of memory");
+    const char *fp = getenv("SFB_FMS_FACTORS");
+    f->factor_push = !(fp && strcmp(fp, "0") == 0);
     return sfb_reconstruct_open(&f->recon);
 }
 
@@ -323,7 +339,7 @@ static int hold(struct held **v, size_t *n, size_t *cap, struct sfb__buf *buf,
 {
     if (sfb__reserve((void **)v, cap, (*n + 1) * sizeof **v)) return -ENOMEM;
     sfb__buf_ref(buf);
-    (*v)[(*n)++] = (struct held){buf, payload, h->origin, h->s, h->clock};
+    (*v)[(*n)++] = (struct held){buf, payload, h->origin, h->s, h->clock, 0, 1, 0.0f};
     return 0;
 }
 
@@ -352,6 +368,34 @@ static void reject_rows(struct fms *f, const struct held *h, size_t at)
     sfb__comm_reject_update(f->c, h->origin, h->origin, h->clock, f->id, why);
 }
 
+/* The factors of a part (pt->n > 0) for rows [r0, r0 + k) of the own block:
+ * 1 and why set when the scale, B's columns of those rows or c hold a
+ * number that is not finite. */
+static int factors_nonfinite(const struct fms *f, const struct part *pt, uint32_t r0, uint32_t k,
+                             char *why, size_t cap)
+{
+    uint32_t kb = f->r1 - f->r0;
+    const float *b = (const float *)(const void *)pt->p, *c = b + (size_t)pt->n * kb;
+    if (!isfinite(pt->scale)) {
+        snprintf(why, cap, "its factors' scale is not a finite number");
+        return 1;
+    }
+    for (uint32_t i = 0; i < pt->n; i++) {
+        size_t at = sfb__first_nonfinite(b + (size_t)i * kb + (r0 - f->r0), k);
+        if (at < k) {
+            snprintf(why, cap, "its factors' B: sample %u, row %zu is not a finite number", i,
+                     r0 + at);
+            return 1;
+        }
+        if ((at = sfb__first_nonfinite(c + (size_t)i * f->D, f->D)) < f->D) {
+            snprintf(why, cap, "its factors' c: sample %u, column %zu is not a finite number", i,
+                     at);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* A chunk's sum (rows r0.., n numbers) holds a NaN or an infinity: the
  * first part, in rank order, that holds one is rejected, naming its
  * origin (the own part: the engine's caller published it past the job's
@@ -361,8 +405,14 @@ static int reject_sum(struct fms *f, int64_t t, uint32_t r0, size_t n)
 {
     char why[128];
     for (uint32_t r = 0; r < f->world; r++) {
-        size_t at = r == f->rank ? sfb__first_nonfinite(f->parts[r], n)
-                                 : first_nonfinite(f, f->parts[r], n);
+        const struct part *pt = &f->parts[r];
+        if (pt->n) {
+            if (!factors_nonfinite(f, pt, r0, (uint32_t)(n / f->D), why, sizeof why)) continue;
+            f->rejected++;
+            sfb__comm_reject_update(f->c, r, r, t, f->id, why);
+            return sfb__comm_check(f->c);
+        }
+        size_t at = r == f->rank ? sfb__first_nonfinite(pt->p, n) : first_nonfinite(f, pt->p, n);
         if (at == n) continue;
         snprintf(why, sizeof why, "row %llu, column %llu of its rows is not a finite number",
                  (unsigned long long)(r0 + at / f->D), (unsigned long long)(at % f->D));
@@ -375,13 +425,57 @@ static int reject_sum(struct fms *f, int64_t t, uint32_t r0, size_t n)
     return sfb__comm_check(f->c);
 }
 
+/* A replay: origin's push of clock t of the chunk starting at row s (or,
+ * whole, of every chunk: its factors) meets one held already (rows of that
+ * chunk, or factors) or a chunk summed already. */
+static int pushed_before(struct fms *f, uint32_t origin, int64_t t, uint32_t s, int whole)
+{
+    for (uint32_t j = 0, nj = chunks_of(f, f->rank); j < nj; j++) {
+        uint32_t r0, r1;
+        chunk_rows_of(f, f->rank, j, &r0, &r1);
+        if ((whole || r0 == s) && summed_already(f, t, j)) return 1;
+    }
+    for (size_t i = 0; i < f->npush; i++) {
+        const struct held *p = &f->push[i];
+        if (p->origin == origin && p->clock == t && (whole || p->n || p->s == s)) return 1;
+    }
+    return 0;
+}
+
+/* A push of the factors of the own block (DENSE_ROWS flagged FACTORS, its
+ * length checked by the decoder): held, counting for every chunk. */
+static const char *take_factors(struct fms *f, struct sfb__buf *buf,
+                                const struct sfb__wire_hdr *h, const uint8_t *payload)
+{
+    uint32_t n = sfb__wire_factor_samples(h), said;
+    float scale;
+    memcpy(&scale, payload, 4);
+    memcpy(&said, payload + 4, 4);
+    if (h->s != f->r0 || h->k != f->r1 - f->r0)
+        return "factors of rows that are not this rank's block";
+    if (said != n) return "factors whose sample count disagrees with their length";
+    if (pushed_before(f, h->origin, h->clock, h->s, 1)) return "replays a push already received";
+    if (hold(&f->push, &f->npush, &f->push_cap, buf, h, payload + SFB_WIRE_FACTORS_PREFIX))
+        return "out of memory";
+    struct held *p = &f->push[f->npush - 1];
+    p->n = n;
+    p->scale = scale;
+    p->left = chunks_of(f, f->rank);
+    for (uint32_t j = 0; j < p->left; j++)
+        if (count_push(f, h->clock, j)) return "out of memory";
+    return NULL;
+}
+
 /* One decoded frame: a push for the own block or a summed block. */
 static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb__wire_hdr *h,
                  const uint8_t *payload)
 {
     const char *why = NULL;
     uint32_t j = 0;
-    uint32_t b = h->type == SFB_WIRE_DENSE_ROWS ? block_of(f, h->s, h->k, &j) : f->world;
+    int factors = h->type == SFB_WIRE_DENSE_ROWS && (h->flags & SFB_WIRE_F_FACTORS);
+    uint32_t b = h->type != SFB_WIRE_DENSE_ROWS ? f->world
+                 : factors                      ? f->rank
+                                                : block_of(f, h->s, h->k, &j);
     if (h->type != SFB_WIRE_DENSE_ROWS)
         why = "not a DENSE_ROWS frame (is every worker running the same --sync?)";
     else if (h->matrix != f->id)
@@ -398,10 +492,11 @@ static void take(struct fms *f, struct sfb__buf *buf, int from, const struct sfb
                                          "bf16 (is every worker running the same --dense-dtype?)"
                                        : "rows in bfloat16 where this rank's dense_dtype is "
                                          "f32 (is every worker running the same --dense-dtype?)";
+    else if (factors)
+        why = take_factors(f, buf, h, payload);
     else if (b == f->rank) {
         /* a push of origin's ΔA rows of a chunk of the own block */
-        if (summed_already(f, h->clock, j) ||
-            holds(f->push, f->npush, h->origin, h->clock, h->s))
+        if (pushed_before(f, h->origin, h->clock, h->s, 0))
             why = "replays a push already received";
         else if (hold(&f->push, &f->npush, &f->push_cap, buf, h, payload) ||
                  count_push(f, h->clock, j))
@@ -550,28 +645,41 @@ static size_t scale_checked(float *o, float scale, const float *delta, size_t m)
     return sfb__first_nonfinite(o, m);
 }
 
-/* The sum of the parts of a chunk of the own block (n numbers), in rank
- * order, into out (float32, or acc then rounded into out for bfloat16: the
- * payload of len bytes), its checksum fed to hs; 1 when every number is
- * finite. */
-static int sum_chunk(struct fms *f, size_t n, size_t len, float *acc, uint8_t *out,
+/* The sum of the parts of chunk rows r0.. of the own block (n numbers)
+ * into out (float32, or acc then rounded into out for bfloat16: the payload
+ * of len bytes), its checksum fed to hs; 1 when every number is finite.
+ * The factors' products first, in rank order (one sgemm each, into acc),
+ * then the rows, in rank order, in blocks that stay in the cache for the
+ * check and the checksum: the same order on every owner and clock, and
+ * only the owner sums. */
+static int sum_chunk(struct fms *f, uint32_t r0, size_t n, size_t len, float *acc, uint8_t *out,
                      struct sfb__wire_hash *hs)
 {
-    int bf16 = f->prec == SFB_WIRE_BF16;
-    uint32_t bad = 0;
+    int bf16 = f->prec == SFB_WIRE_BF16, products = 0;
+    uint32_t bad = 0, k = (uint32_t)(n / f->D), kb = f->r1 - f->r0;
+    for (uint32_t r = 0; r < f->world; r++) {
+        const struct part *pt = &f->parts[r];
+        if (!pt->n) continue;
+        const float *b = (const float *)(const void *)pt->p;
+        sfb__factors_product(k, f->D, pt->n, pt->scale, b + (r0 - f->r0), kb,
+                             b + (size_t)pt->n * kb, products++ ? 1.0f : 0.0f, acc);
+    }
     for (size_t i0 = 0; i0 < n; i0 += FUSED_BLOCK) {
         size_t m = SFB_MIN(n - i0, (size_t)FUSED_BLOCK);
         float *a = acc + i0;
+        int first = !products;
         for (uint32_t r = 0; r < f->world; r++) {
-            const uint8_t *p = f->parts[r];
+            if (f->parts[r].n) continue;
+            const uint8_t *p = f->parts[r].p;
             if (bf16 && r != f->rank) { /* (the own rows are float32, rounded) */
                 sfb__bf16_decode(f->wide, p + 2 * i0, m);
                 p = (const uint8_t *)f->wide;
             } else {
                 p += 4 * i0;
             }
-            if (r == 0) memcpy(a, p, 4 * m);
+            if (first) memcpy(a, p, 4 * m);
             else sfb__vec_add(a, p, m);
+            first = 0;
         }
         bad |= sfb__first_nonfinite(a, m) != m;
         if (bf16) { /* the sum as it travels, the own replica's too */
@@ -605,10 +713,12 @@ static int form_sums(struct fms *f)
         uint32_t r0, r1;
         chunk_rows_of(f, f->rank, tl.chunk, &r0, &r1);
         size_t n_el = (size_t)(r1 - r0) * f->D;
-        for (size_t i = 0; i < f->npush; i++)
-            if (f->push[i].clock == t && f->push[i].s == r0)
-                f->parts[f->push[i].origin] = f->push[i].rows;
-        f->parts[f->rank] = o->buf->data + (size_t)r0 * row_bytes;
+        for (size_t i = 0; i < f->npush; i++) {
+            const struct held *p = &f->push[i];
+            if (p->clock == t && (p->n || p->s == r0))
+                f->parts[p->origin] = (struct part){p->rows, p->n, p->scale};
+        }
+        f->parts[f->rank] = (struct part){o->buf->data + (size_t)r0 * row_bytes, 0, 0.0f};
         size_t len = rows_len(f, r1 - r0);
         struct sfb__buf *out;
         int ret = sfb__comm_buf_get(f->c, len, &out);
@@ -618,7 +728,7 @@ static int form_sums(struct fms *f)
         uint8_t hdr[SFB_WIRE_HDR_SIZE];
         float *acc = f->prec == SFB_WIRE_BF16 ? f->acc : (float *)(void *)out->data;
         if (!(ret = sfb__comm_header_begin(f->c, &wh, &hs)) &&
-            !sum_chunk(f, n_el, len, acc, out->data, &hs)) {
+            !sum_chunk(f, r0, n_el, len, acc, out->data, &hs)) {
             sfb__buf_put(out);
             return reject_sum(f, t, r0, n_el);
         }
@@ -634,10 +744,11 @@ static int form_sums(struct fms *f)
         o->formed++;
         size_t k = 0;
         for (size_t i = 0; i < f->npush; i++) {
-            if (f->push[i].clock == t && f->push[i].s == r0)
-                sfb__buf_put(f->push[i].buf);
+            struct held *p = &f->push[i];
+            if (p->clock == t && (p->n ? --p->left == 0 : p->s == r0))
+                sfb__buf_put(p->buf);
             else
-                f->push[k++] = f->push[i];
+                f->push[k++] = *p;
         }
         f->npush = k;
         struct sfb__wire_hdr me = {.origin = f->rank, .clock = t, .s = r0};
@@ -880,6 +991,47 @@ static void sf_rows(const struct fms *f, const struct sfb_sf *sf, float *own, ui
     sfb__reconstruct_rows(sf, r0, r1, own + (size_t)r0 * f->D);
 }
 
+/* Pushing the factors of block b's rows (n samples) is fewer bytes than
+ * its rows: n·(rows + D) < rows·D, give or take the prefix. */
+static int factors_smaller(const struct fms *f, uint32_t b, uint32_t n)
+{
+    uint64_t rows = block_start(f, b + 1) - block_start(f, b);
+    return rows && SFB_WIRE_FACTORS_PREFIX + (uint64_t)n * (rows + f->D) * 4 <
+                       rows * f->D * 4;
+}
+
+/* Block b's rows of an SF (dense c, s ≥ 1) pushed to their owner as
+ * factors (a DENSE_ROWS frame flagged FACTORS, wire.h): the scale, n, B's
+ * columns of those rows and the whole c, hashed as they are copied out;
+ * the owner forms the sum of every rank's part of its block (sum_chunk),
+ * the product's work moved to it: the same flops, fewer bytes. */
+static int push_factors(struct fms *f, int64_t clock, const struct sfb_sf *sf, uint32_t b)
+{
+    uint32_t r0 = block_start(f, b), kb = block_start(f, b + 1) - r0, n = sf->s;
+    size_t len = SFB_WIRE_FACTORS_PREFIX + (size_t)n * (kb + f->D) * sizeof(float);
+    struct sfb__buf *buf;
+    int ret = sfb__comm_buf_get(f->c, len, &buf);
+    if (ret) return ret;
+    struct sfb__wire_hdr h = rows_hdr(f, clock, r0, r0 + kb);
+    h.flags |= SFB_WIRE_F_FACTORS;
+    h.payload_len = len;
+    struct sfb__wire_hash hs;
+    uint8_t hdr[SFB_WIRE_HDR_SIZE];
+    if (!(ret = sfb__comm_header_begin(f->c, &h, &hs))) {
+        uint8_t *p = buf->data;
+        memcpy(p, &sf->scale, 4);
+        memcpy(p + 4, &n, 4);
+        float *bp = (float *)(void *)(p + SFB_WIRE_FACTORS_PREFIX);
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(bp + (size_t)i * kb, sf->b + (size_t)i * sf->rows + r0, kb * sizeof(float));
+        memcpy(bp + (size_t)n * kb, sf->c, (size_t)n * f->D * sizeof(float));
+        sfb__wire_hash_update(&hs, p, len);
+        if (!(ret = sfb__wire_encode_hashed(&h, &hs, hdr))) ret = send_to(f, b, hdr, buf, 0, len);
+    }
+    sfb__buf_put(buf);
+    return ret;
+}
+
 /* The own ΔA of `clock`, from the SF or scale · delta (bad non-NULL: every
  * number of the update checked before anything leaves; the first one not
  * finite → *bad, -ERANGE, nothing sent). One pass over the matrix forms
@@ -916,9 +1068,14 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     if (ret) goto fail;
     struct sfb_matrix own = {f->K, f->D, (float *)(void *)buf->data};
     int stream = sf && !sf->sparse_c && sf->s > 0 && sf->b && sf->c && !bad;
-    if (stream) {
+    /* ordered (no read-my-writes: the own rows of other blocks are never
+     * needed), float32: owners whose rows' factors are the fewer bytes get
+     * those, their sums formed by their owner (push_factors) */
+    int factors = stream && f->env.ordered && f->prec == SFB_WIRE_F32 && f->factor_push &&
+                  sf->s <= sfb__comm_max_s(c);
+    if (stream && !factors) {
         sf_rows(f, sf, own.data, block_start(f, f->rank), block_start(f, f->rank + 1));
-    } else if (sf) {
+    } else if (sf && !stream) {
         memset(buf->data, 0, n_el * sizeof(float));
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto fail;
     }
@@ -938,8 +1095,20 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     for (uint32_t b = 0; b < f->world && !ret; b++)
         if (chunks_of(f, b) == 0) /* an empty block is trivially summed */
             ret = sfb__ssp_mark(f->env.ssp, b, clock);
+    /* the factors leave first (the owners' sgemms run while this rank
+     * forms its own block's rows), each owner's chunks marked pushed
+     * before (its sums may come back during the sends) */
+    for (uint32_t i = 0; i < npush && !ret && factors; i++) {
+        uint32_t b = push[i].b;
+        if (push[i].j != 0 || !factors_smaller(f, b, sf->s)) continue;
+        for (uint32_t j = 0; j < chunks_of(f, b); j++) pushed[f->chunk_base[b] + j] = 1;
+        ret = push_factors(f, clock, sf, b);
+    }
+    if (factors && !ret)
+        sf_rows(f, sf, own.data, block_start(f, f->rank), block_start(f, f->rank + 1));
     for (uint32_t i = 0; i < npush && !ret; i++) {
         uint32_t b = push[i].b, r0, r1;
+        if (pushed[f->chunk_base[b] + push[i].j]) continue; /* (its factors) */
         chunk_rows_of(f, b, push[i].j, &r0, &r1);
         struct sfb__buf *pay;
         size_t off, len = rows_len(f, r1 - r0);

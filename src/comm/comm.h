@@ -272,6 +272,8 @@ int sfb__comm_deliver(struct sfb__comm *c, struct sfb__frame *f);
 
 uint32_t sfb__comm_rank(const struct sfb__comm *c);
 uint32_t sfb__comm_world(const struct sfb__comm *c);
+/* The largest S an SF frame may carry here (sfb__comm_set_shapes). */
+uint32_t sfb__comm_max_s(const struct sfb__comm *c);
 /* Ranks of the job on this rank's host, this one included (1 in a job of
  * one worker). */
 uint32_t sfb__comm_local_ranks(const struct sfb__comm *c);

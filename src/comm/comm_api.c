@@ -20,6 +20,11 @@ uint32_t sfb__comm_world(const struct sfb__comm *c)
     return c->world;
 }
 
+uint32_t sfb__comm_max_s(const struct sfb__comm *c)
+{
+    return c->job.max_s;
+}
+
 size_t sfb__comm_copy_max(const struct sfb__comm *c)
 {
     return c->t ? sfb__transport_copy_max(c->t) : 0;

@@ -21,4 +21,11 @@ float sfb__blas_norm2(int n, const float *x);
  * (src/factor/reconstruct.c). Any thread. */
 void sfb__reconstruct_rows(const struct sfb_sf *sf, uint32_t r0, uint32_t r1, float *out);
 
+/* out ← scale · BᵀC + beta · out (beta 0: out need not be initialized), B
+ * s × rows with rows ≥ 1 numbers and ldb ≥ rows between its rows' starts, C
+ * s × cols, out rows × cols, all row-major; one sgemm. FMS's owner sums the
+ * factors pushed for its rows with it. Any thread. */
+void sfb__factors_product(uint32_t rows, uint32_t cols, uint32_t s, float scale, const float *b,
+                          uint32_t ldb, const float *c, float beta, float *out);
+
 #endif

@@ -265,10 +265,17 @@ int sfb_reconstruct_apply(struct sfb_reconstruct *r, struct sfb_matrix *a,
     return 0;
 }
 
+void sfb__factors_product(uint32_t rows, uint32_t cols, uint32_t s, float scale, const float *b,
+                          uint32_t ldb, const float *c, float beta, float *out)
+{
+    if (rows == 0 || cols == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)cols, (int)s, scale, b,
+                (int)ldb, c, (int)cols, beta, out, (int)cols);
+}
+
 void sfb__reconstruct_rows(const struct sfb_sf *sf, uint32_t r0, uint32_t r1, float *out)
 {
-    if (r1 <= r0 || sf->cols == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(r1 - r0), (int)sf->cols,
-                (int)sf->s, sf->scale, sf->b + r0, (int)sf->rows, sf->c, (int)sf->cols, 0.0f,
-                out, (int)sf->cols);
+    if (r1 <= r0) return;
+    sfb__factors_product(r1 - r0, sf->cols, sf->s, sf->scale, sf->b + r0, sf->rows, sf->c, 0.0f,
+                         out);
 }

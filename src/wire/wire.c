@@ -224,6 +224,14 @@ int sfb__wire_encode_hashed(const struct sfb__wire_hdr *h, struct sfb__wire_hash
     return 0;
 }
 
+uint32_t sfb__wire_factor_samples(const struct sfb__wire_hdr *h)
+{
+    uint64_t per = ((uint64_t)h->k + h->d) * 4;
+    return h->payload_len > SFB_WIRE_FACTORS_PREFIX && per
+               ? (uint32_t)((h->payload_len - SFB_WIRE_FACTORS_PREFIX) / per)
+               : 0;
+}
+
 /* Zero bytes that pad n bytes to a multiple of 4. */
 static uint64_t pad4(uint64_t n)
 {
@@ -239,6 +247,10 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
                     enum sfb__wire_reason *why)
 {
     size_t e = sfb__wire_elem_size(h->flags);
+    if ((h->flags & SFB_WIRE_F_FACTORS) && h->type != SFB_WIRE_DENSE_ROWS) {
+        *why = SFB_WIRE_R_FLAGS;
+        return 0;
+    }
     *why = SFB_WIRE_R_SHAPE;
     switch (h->type) {
     case SFB_WIRE_SF: {
@@ -262,6 +274,14 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         const struct sfb__wire_shape *m = &job->shapes[h->matrix];
         if (h->k == 0 || h->d != m->d || h->s >= m->k || h->k > m->k - h->s) return 0;
         if (h->flags & SFB_WIRE_F_SPARSE) return 0;
+        if (h->flags & SFB_WIRE_F_FACTORS) { /* n samples of float32 factors */
+            if (e != 4) return 0;
+            *why = SFB_WIRE_R_LENGTH;
+            uint64_t per = ((uint64_t)h->k + h->d) * 4, n;
+            if (h->payload_len < SFB_WIRE_FACTORS_PREFIX + per) return 0;
+            n = (h->payload_len - SFB_WIRE_FACTORS_PREFIX) / per;
+            return (h->payload_len - SFB_WIRE_FACTORS_PREFIX) % per == 0 && n <= job->max_s;
+        }
         *why = SFB_WIRE_R_LENGTH;
         return h->payload_len == (uint64_t)h->k * h->d * e + pad4((uint64_t)h->k * h->d * e);
     }

@@ -41,10 +41,13 @@ enum sfb__wire_type {
 /* flags: bit 0 = c is sparse; bit 1 = the origin's last clock (SF and
  * DENSE_ROWS: nothing of a later clock will come from it); bit 2 = SF only:
  * the frame is one part of its (origin, clock, matrix) update, its payload
- * starting with the part prefix (below); bits 4..5 = element precision. */
+ * starting with the part prefix (below); bit 3 = DENSE_ROWS only: the
+ * rows' sufficient factors instead of the rows (below); bits 4..5 =
+ * element precision. */
 #define SFB_WIRE_F_SPARSE 0x01u
 #define SFB_WIRE_F_LAST 0x02u
 #define SFB_WIRE_F_PART 0x04u
+#define SFB_WIRE_F_FACTORS 0x08u
 #define SFB_WIRE_F_PREC_SHIFT 4
 #define SFB_WIRE_F_PREC_MASK 0x30u
 enum sfb__wire_prec {
@@ -53,8 +56,19 @@ enum sfb__wire_prec {
     SFB_WIRE_BF16 = 2,
     SFB_WIRE_F16 = 3,
 };
-#define SFB_WIRE_F_KNOWN \
-    (SFB_WIRE_F_SPARSE | SFB_WIRE_F_LAST | SFB_WIRE_F_PART | SFB_WIRE_F_PREC_MASK)
+#define SFB_WIRE_F_KNOWN                                                            \
+    (SFB_WIRE_F_SPARSE | SFB_WIRE_F_LAST | SFB_WIRE_F_PART | SFB_WIRE_F_FACTORS | \
+     SFB_WIRE_F_PREC_MASK)
+
+/* A DENSE_ROWS frame flagged SFB_WIRE_F_FACTORS (FMS's push of an SF to
+ * the owner of its rows, docs/wire.md) carries rows [S, S + K) as scale ·
+ * BᵀC of n samples, float32 only: a prefix of scale (f32) and n (u32),
+ * then B (n × K) and c (n × D), row-major; payload_len is exactly
+ * SFB_WIRE_FACTORS_PREFIX + n·(K + D)·4 with 1 ≤ n ≤ max_s. */
+#define SFB_WIRE_FACTORS_PREFIX 8u
+/* n of such a frame (its header checked: exact). */
+struct sfb__wire_hdr;
+uint32_t sfb__wire_factor_samples(const struct sfb__wire_hdr *h);
 
 /* An update sent in parts (managed communication, docs/wire.md): each part
  * is an SF frame of some of the update's samples (factor pairs), flagged

@@ -1,18 +1,20 @@
 /* The FMS engine (sfb/fms.c) on an in-process loopback of several ranks:
  * each owner's summed chunk is the sum of every rank's ΔA rows of that
- * chunk (checked on the wire), pushes carry the pusher's ΔA, every block
- * goes as its chunks (one message each way per chunk), and every replica
- * equals the reference computed from the factors after every clock at
- * s = 0, including with an empty block (K < P) and blocks of several
- * chunks. */
+ * chunk (checked on the wire), pushes carry the pusher's ΔA rows, or
+ * (ordered, where fewer bytes) its factors of the owner's block, every
+ * block goes as its chunks (one message each way per chunk; a push of
+ * factors one message), and every replica equals the reference computed
+ * from the factors after every clock at s = 0, including with an empty
+ * block (K < P) and blocks of several chunks. */
 #include "engine_util.h"
 #include "src/wire/wire.h"
 
 struct fms_tap {
     struct eng_run *run;
     uint32_t sums[ENG_MAX_RANKS][ENG_MAX_RANKS][ENG_MAX_CLOCKS];   /* [dst][owner][clock] */
-    uint32_t pushes[ENG_MAX_RANKS][ENG_MAX_RANKS][ENG_MAX_CLOCKS]; /* [owner][pusher][clock] */
-    uint64_t wrong, odd;
+    uint32_t pushes[ENG_MAX_RANKS][ENG_MAX_RANKS][ENG_MAX_CLOCKS]; /* [owner][pusher][clock]:
+                                                                      chunks covered */
+    uint64_t wrong, odd, factor_pushes;
 };
 
 static uint32_t block_start(uint32_t rows, uint32_t world, uint32_t b)
@@ -20,19 +22,52 @@ static uint32_t block_start(uint32_t rows, uint32_t world, uint32_t b)
     return (uint32_t)((uint64_t)rows * b / world);
 }
 
-/* The MLR matrix of the runs here has 4 columns; the chunk grid's rows
+/* Most MLR matrices of the runs here have 4 columns; the chunk grid's rows
  * (test_chunk_rows checks the rule). */
 #define COLS 4
 #define DEFAULT_CHUNK_BYTES ((size_t)4 << 20)
-static uint32_t chunk_rows(uint32_t rows, uint32_t world)
+static uint32_t chunk_rows(uint32_t rows, uint32_t cols, uint32_t world)
 {
-    return sfb__fms_chunk_rows(rows, COLS, world);
+    return sfb__fms_chunk_rows(rows, cols, world);
 }
 
-static uint32_t chunks(uint32_t rows, uint32_t world, uint32_t b)
+static uint32_t chunks(uint32_t rows, uint32_t cols, uint32_t world, uint32_t b)
 {
     uint32_t n = block_start(rows, world, b + 1) - block_start(rows, world, b);
-    return (n + chunk_rows(rows, world) - 1) / chunk_rows(rows, world);
+    return (n + chunk_rows(rows, cols, world) - 1) / chunk_rows(rows, cols, world);
+}
+
+/* Block b's pushes carry factors: ordered float32 SFs (SFB_FMS_FACTORS not
+ * 0) where scale, n, B's columns of the block and c are fewer bytes than
+ * the block's rows. */
+static int factor_block(const struct eng_run *run, uint32_t b)
+{
+    const char *env = getenv("SFB_FMS_FACTORS");
+    uint64_t kb = block_start(run->rows, run->cfg.world, b + 1) -
+                  block_start(run->rows, run->cfg.world, b);
+    return run->cfg.ordered && !run->cfg.dense && !(env && !strcmp(env, "0")) && kb &&
+           8 + (uint64_t)run->cfg.s * (kb + run->cols) * 4 < kb * run->cols * 4;
+}
+
+/* Whether a push of factors holds exactly origin o's factors of clock t
+ * for rows [r0, r0 + k). */
+static int factors_match(const struct eng_run *run, const uint8_t *payload, uint32_t r0,
+                         uint32_t k, uint32_t o, int64_t t)
+{
+    struct sfb_sf sf = {0};
+    uint32_t n;
+    float scale;
+    memcpy(&scale, payload, 4);
+    memcpy(&n, payload + 4, 4);
+    int ok = !eng_make_sf(&sf, run->rows, run->cols, run->cfg.s, o, t) && n == run->cfg.s &&
+             scale == sf.scale;
+    const uint8_t *b = payload + 8, *c = b + (size_t)n * k * 4;
+    for (uint32_t i = 0; ok && i < n; i++)
+        ok = !memcmp(b + (size_t)i * k * 4, sf.b + (size_t)i * run->rows + r0, (size_t)k * 4) &&
+             !memcmp(c + (size_t)i * run->cols * 4, sf.c + (size_t)i * run->cols,
+                     (size_t)run->cols * 4);
+    sfb_sf_free(&sf);
+    return ok;
 }
 
 /* Whether the frame's rows equal rows [r0, r0 + k) of Σ ΔA(o, clock) over
@@ -67,10 +102,26 @@ static void tap(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t l
     }
     sfb__wire_trusted(frame, &h, &payload);
     uint32_t world = run->cfg.world, b = world;
+    if (h.type == SFB_WIRE_DENSE_ROWS && (h.flags & SFB_WIRE_F_FACTORS)) {
+        /* factors of a whole block, to its owner, where they are expected */
+        for (uint32_t i = 0; i < world; i++)
+            if (h.s == block_start(run->rows, world, i) &&
+                h.k == block_start(run->rows, world, i + 1) - h.s)
+                b = i;
+        if (b != dst || b == src || h.origin != src || h.clock < 0 ||
+            h.clock >= ENG_MAX_CLOCKS || !factor_block(run, b)) {
+            t->odd++;
+            return;
+        }
+        t->factor_pushes++;
+        t->pushes[dst][src][h.clock] += chunks(run->rows, run->cols, world, b);
+        if (!factors_match(run, payload, h.s, h.k, src, h.clock)) t->wrong++;
+        return;
+    }
     for (uint32_t i = 0; i < world; i++) {
         uint32_t b0 = block_start(run->rows, world, i), b1 = block_start(run->rows, world, i + 1);
         /* chunk (h.s - b0) / cr of block i, exactly */
-        uint32_t cr = chunk_rows(run->rows, world);
+        uint32_t cr = chunk_rows(run->rows, run->cols, world);
         if (h.s >= b0 && h.s < b1 && (h.s - b0) % cr == 0 &&
             h.k == (b1 - h.s < cr ? b1 - h.s : cr))
             b = i;
@@ -83,7 +134,7 @@ static void tap(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t l
     if (b == src) { /* the owner's sum of block b: every rank's rows */
         t->sums[dst][b][h.clock]++;
         if (!rows_match(run, payload, h.s, h.k, 0, world, h.clock)) t->wrong++;
-    } else if (b == dst) { /* a push to the owner: the pusher's own rows */
+    } else if (b == dst && !factor_block(run, b)) { /* a push to the owner: the pusher's rows */
         t->pushes[dst][src][h.clock]++;
         if (!rows_match(run, payload, h.s, h.k, src, src + 1, h.clock)) t->wrong++;
     } else {
@@ -91,13 +142,15 @@ static void tap(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t l
     }
 }
 
-static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_bytes)
+/* ...; *factor_pushes (NULL: none) counts the pushes of factors. */
+static int run_fms_cols(uint32_t world, uint32_t k, uint32_t d, int ordered, size_t chunk_bytes,
+                        uint64_t *factor_pushes)
 {
     sfb__fms_chunk_bytes = chunk_bytes;
     struct eng_cfg cfg = {.ops = &sfb__fms_ops,
                           .world = world,
                           .k = k,
-                          .d = 3,
+                          .d = d,
                           .s = 2,
                           .clocks = 5,
                           .staleness = 0,
@@ -107,7 +160,7 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_byte
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
-    ASSERT_EQ(run.cols, COLS);
+    ASSERT_EQ(run.cols, d + 1);
     struct fms_tap *t = calloc(1, sizeof *t);
     ASSERT(t);
     t->run = &run;
@@ -119,21 +172,21 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_byte
         ASSERT_EQ(rets[r], 0);
     ASSERT_EQ(t->odd, 0);
     ASSERT_EQ(t->wrong, 0);
-    uint32_t all = 0;
-    for (uint32_t b = 0; b < world; b++) all += chunks(run.rows, world, b);
     for (uint32_t r = 0; r < world; r++) {
-        uint32_t mine = chunks(run.rows, world, r);
+        uint32_t mine = chunks(run.rows, run.cols, world, r);
         for (int64_t c = 0; c < cfg.clocks; c++)
             for (uint32_t o = 0; o < world; o++) {
                 /* per clock the sum of each chunk of every other block, and
-                 * a push of each chunk of the own block from every other
-                 * rank */
-                ASSERT_EQ(t->sums[r][o][c], o != r ? chunks(run.rows, world, o) : 0);
+                 * a push of each chunk of the own block (or its factors)
+                 * from every other rank */
+                ASSERT_EQ(t->sums[r][o][c], o != r ? chunks(run.rows, run.cols, world, o) : 0);
                 ASSERT_EQ(t->pushes[r][o][c], o != r ? mine : 0);
             }
-        /* per clock: each chunk pushed to every other owner, and as an
-         * owner each summed chunk to every peer */
-        uint64_t per_clock = (all - (uint64_t)mine) + (uint64_t)mine * (world - 1);
+        /* per clock: each chunk pushed to every other owner (or one push
+         * of its factors), and as an owner each summed chunk to every peer */
+        uint64_t per_clock = (uint64_t)mine * (world - 1);
+        for (uint32_t b = 0; b < world; b++)
+            if (b != r) per_clock += factor_block(&run, b) ? 1 : chunks(run.rows, run.cols, world, b);
         ASSERT_EQ(run.r[r].rep.data_msgs, per_clock * cfg.clocks);
         struct sfb__loopback_stats st;
         sfb__loopback_stats(lb, r, &st);
@@ -141,11 +194,17 @@ static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_byte
         ASSERT_EQ(st.sent_bytes, run.r[r].rep.data_bytes);
         ASSERT(eng_replica_is(&run, r, cfg.clocks, "after draining"));
     }
+    if (factor_pushes) *factor_pushes = t->factor_pushes;
     free(t);
     eng_fini(&run);
     sfb__loopback_close(&lb);
     sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
+}
+
+static int run_fms_as(uint32_t world, uint32_t k, int ordered, size_t chunk_bytes)
+{
+    return run_fms_cols(world, k, 3, ordered, chunk_bytes, NULL);
 }
 
 static int run_fms(uint32_t world, uint32_t k)
@@ -270,11 +329,13 @@ static int test_bf16_rows(void)
  * others; here they find the deadlock), every rank fails, and no replica
  * takes a non-finite number. In float32 and in bfloat16 rows, in chunks
  * of a row. */
-static int run_poisoned(uint32_t world, int poison, unsigned prec)
+static int run_poisoned_as(uint32_t world, int poison, unsigned prec, uint32_t k, int ordered,
+                           const char *detail)
 {
     struct eng_cfg cfg = {.ops = &sfb__fms_ops,
                           .world = world,
-                          .k = 7,
+                          .ordered = ordered,
+                          .k = k,
                           .d = 3,
                           .s = 2,
                           .clocks = 6,
@@ -294,7 +355,7 @@ static int run_poisoned(uint32_t world, int poison, unsigned prec)
     uint32_t named = 0;
     for (uint32_t r = 0; r < world; r++) {
         ASSERT_NE(rets[r], 0);
-        named += strstr(run.r[r].why, want) && strstr(run.r[r].why, "is not a finite number");
+        named += strstr(run.r[r].why, want) && strstr(run.r[r].why, detail);
         if (r == world - 2) continue; /* (its own update, read-my-writes) */
         ASSERT(eng_replica_finite(&run, r));
     }
@@ -303,6 +364,11 @@ static int run_poisoned(uint32_t world, int poison, unsigned prec)
     sfb__loopback_close(&lb);
     sfb__fms_chunk_bytes = DEFAULT_CHUNK_BYTES;
     return 0;
+}
+
+static int run_poisoned(uint32_t world, int poison, unsigned prec)
+{
+    return run_poisoned_as(world, poison, prec, 7, 0, "is not a finite number");
 }
 
 static int test_nonfinite(void)
@@ -506,6 +572,43 @@ static int test_chunk_rows(void)
     return 0;
 }
 
+/* Ordered SFs whose factors are fewer bytes than an owner's rows: every
+ * push carries factors (one message per owner and clock, the sums the
+ * same bytes and the replicas the reference's), with blocks of one chunk
+ * and of several (the owner's sgemm on its chunk's columns of B), and
+ * where only the larger blocks qualify (7 rows among 3: blocks of 2 and 3
+ * rows of 3001 columns, rows only for the 2-row ones); SFB_FMS_FACTORS=0
+ * pushes rows as before. */
+static int test_factors(void)
+{
+    uint64_t n = 0;
+    ASSERT_OK(run_fms_cols(4, 41, 200, 1, (size_t)1 << 20, &n));
+    ASSERT_EQ(n, 5 * 4 * 3); /* clocks × ranks × other owners */
+    ASSERT_OK(run_fms_cols(4, 41, 200, 1, 201 * 4 * 3, &n)); /* chunks of 3 rows */
+    ASSERT_EQ(n, 5 * 4 * 3);
+    ASSERT_OK(run_fms_cols(3, 7, 3000, 1, (size_t)1 << 20, &n));
+    ASSERT_EQ(n, 5 * 2); /* block 2 (3 rows), pushed by ranks 0 and 1 */
+    ASSERT_OK(run_fms_cols(4, 41, 200, 0, (size_t)1 << 20, &n)); /* read-my-writes: rows */
+    ASSERT_EQ(n, 0);
+    setenv("SFB_FMS_FACTORS", "0", 1);
+    int ret = run_fms_cols(4, 41, 200, 1, (size_t)1 << 20, &n);
+    unsetenv("SFB_FMS_FACTORS");
+    ASSERT_OK(ret);
+    ASSERT_EQ(n, 0);
+    return 0;
+}
+
+/* A NaN in a factor (sample 0, row 1: owner 0's block of 10 rows) or an
+ * infinite scale, pushed as factors: the owner's sum comes out
+ * non-finite and it fails naming the origin and what in its factors. */
+static int test_factors_nonfinite(void)
+{
+    return run_poisoned_as(4, 1, SFB_WIRE_F32, 41, 1,
+                           "its factors' B: sample 0, row 1 is not a finite number") ||
+           run_poisoned_as(4, 2, SFB_WIRE_F32, 41, 1,
+                           "its factors' scale is not a finite number");
+}
+
 static int test_sums_p4(void)
 {
     return run_fms(4, 5); /* blocks of 1, 1, 1 and 2 rows */
@@ -529,6 +632,8 @@ int main(int argc, char **argv)
         {"chunk_rows", test_chunk_rows},
         {"bf16_rows", test_bf16_rows},
         {"nonfinite", test_nonfinite},
+        {"factors", test_factors},
+        {"factors_nonfinite", test_factors_nonfinite},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }

@@ -156,6 +156,39 @@ static int test_control_and_data(void)
     return 0;
 }
 
+/* DENSE_ROWS flagged FACTORS (FMS's push of factors): float32 only, exactly
+ * the prefix and n·(K + D) numbers for some 1 ≤ n ≤ max_s, n read back;
+ * the flag refused on other types. */
+static int factors_decode(uint32_t n, uint64_t extra, uint8_t prec, uint8_t type)
+{
+    static uint8_t buf[SFB_WIRE_HDR_SIZE + 8 + 65 * (3 + 4) * 4 + 8];
+    uint64_t len = type == SFB_WIRE_DENSE_ROWS ? 8 + (uint64_t)n * (3 + 4) * 4 + extra : 8;
+    struct sfb__wire_hdr h = {.type = type, .flags = (uint8_t)(SFB_WIRE_F_FACTORS |
+                                                               prec << SFB_WIRE_F_PREC_SHIFT),
+                              .job_key = job.job_key, .matrix = 1, .k = 3, .d = 4, .s = 0,
+                              .payload_len = len};
+    if (type == SFB_WIRE_SF) h.s = 1;
+    struct sfb__wire_piece p = {buf + SFB_WIRE_HDR_SIZE, (size_t)len};
+    if (sfb__wire_encode(&h, &p, 1, buf)) return -1000;
+    struct sfb__wire_hdr d;
+    const uint8_t *pl;
+    int rc = sfb__wire_decode(&job, buf, SFB_WIRE_HDR_SIZE + (size_t)len, 2, &d, &pl);
+    if (rc == 0 && sfb__wire_factor_samples(&d) != n) return -1001;
+    return rc;
+}
+
+static int test_factors(void)
+{
+    ASSERT_OK(factors_decode(1, 0, SFB_WIRE_F32, SFB_WIRE_DENSE_ROWS));
+    ASSERT_OK(factors_decode(64, 0, SFB_WIRE_F32, SFB_WIRE_DENSE_ROWS));
+    ASSERT_EQ(factors_decode(65, 0, SFB_WIRE_F32, SFB_WIRE_DENSE_ROWS), -EMSGSIZE); /* > max_s */
+    ASSERT_EQ(factors_decode(0, 0, SFB_WIRE_F32, SFB_WIRE_DENSE_ROWS), -EMSGSIZE);
+    ASSERT_EQ(factors_decode(2, 4, SFB_WIRE_F32, SFB_WIRE_DENSE_ROWS), -EMSGSIZE); /* a part */
+    ASSERT_EQ(factors_decode(2, 0, SFB_WIRE_BF16, SFB_WIRE_DENSE_ROWS), -SFB_ESHAPE);
+    ASSERT_EQ(factors_decode(2, 0, SFB_WIRE_F32, SFB_WIRE_SF), -EBADMSG);
+    return 0;
+}
+
 /* Mutates one header field of a valid frame (re-encoding so only that field
  * is wrong) and expects `code` and one more count for `r`. */
 static int expect_reject(const struct sfb__wire_hdr *h, size_t len_delta, int code,
@@ -559,6 +592,7 @@ static const struct test_case tests[] = {
     {"control_and_data", test_control_and_data},
     {"rejects", test_rejects},
     {"parts", test_parts},
+    {"factors", test_factors},
     {"bundle", test_bundle},
     {"precision", test_precision},
     {"random_corruption", test_random_corruption},
