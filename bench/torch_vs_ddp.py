@@ -113,6 +113,7 @@ from cluster_run import (blas_kernels, damon, fms_chunk_rows, host_jiffies,  # n
                          in_rounds, round_ratios, run_workers, steady_heap, tcp_cc)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
+FACTORS_PREFIX = 8  # src/wire/wire.h SFB_WIRE_FACTORS_PREFIX
 ENGINE_NAMES = {"sfb": "sfb.torch", "sfb-serial": "sfb.torch, no overlap",
                 "sfb-bf16": "sfb.torch, bf16 factors",
                 "sfb-bf16all": "sfb.torch, bf16 factors and dense",
@@ -178,7 +179,7 @@ class Formula:
         def publish_one(clock, m, b, c, scale=1.0):
             s, rows, cols = b.shape[0], b.shape[1], job.matrices[m].shape[1]
             if job.engines[m] != "sfb":  # (the sum's bytes: the factors' own do not count)
-                self.bytes += self.fms(rows, cols, m)
+                self.bytes += self.fms(rows, cols, m, s if not isinstance(c, tuple) else 0)
                 return one(clock, m, b, c, scale)
             csr_given = isinstance(c, tuple)  # (row_ptr, col, val): sent as CSR
             nnz = len(c[1]) if csr_given else int(numpy.count_nonzero(c))
@@ -197,19 +198,23 @@ class Formula:
             return dense(clock, m, delta, scale)
         job.publish_one, job.publish_dense = publish_one, publish_dense
 
-    def fms(self, K, D, m):
+    def fms(self, K, D, m, s=0):
         """Pushes of the other owners' row blocks, and the own block's sum to
         every other worker, each block as its chunks of float32 rows
         (fms_chunk_rows; a header each), in float32 or bfloat16 (dense_dtype:
-        each chunk's payload padded to 4 bytes) (sfb/fms.c). Kept per shape and dtype: the
-        count runs inside the timed steps, and its Python is not sfb's."""
+        each chunk's payload padded to 4 bytes); an ordered job's factors of
+        s samples (dense c, float32 rows) pushed instead of a block's rows
+        where they are fewer bytes, one message (sfb/fms.c). Kept per shape,
+        dtype and samples: the count runs inside the timed steps, and its
+        Python is not sfb's."""
         e = 2 if self.job.dense_dtypes[m] == "bf16" else 4
-        got = self.fms_of.get((K, D, e))
+        s = s if self.job.ordered and e == 4 and os.environ.get("SFB_FMS_FACTORS") != "0" else 0
+        got = self.fms_of.get((K, D, e, s))
         if got is None:
-            got = self.fms_of[(K, D, e)] = self.fms_bytes(K, D, e)
+            got = self.fms_of[(K, D, e, s)] = self.fms_bytes(K, D, e, s)
         return got
 
-    def fms_bytes(self, K, D, e):
+    def fms_bytes(self, K, D, e, s):
         P, r = self.job.world, self.job.rank
         step = fms_chunk_rows(K, D, P)
         start = [K * b // P for b in range(P + 1)]
@@ -217,8 +222,12 @@ class Formula:
         def block(b):
             rows = [min(step, start[b + 1] - s) for s in range(start[b], start[b + 1], step)]
             return sum(HDR + words(e * k * D) for k in rows)
-        push = sum(block(b) for b in range(P) if b != r)
-        return push + (P - 1) * block(r)
+
+        def push(b):
+            kb = start[b + 1] - start[b]
+            factors = FACTORS_PREFIX + 4 * s * (kb + D)
+            return HDR + factors if s and kb and factors < 4 * kb * D else block(b)
+        return sum(push(b) for b in range(P) if b != r) + (P - 1) * block(r)
 
 
 def timeline_cost(out, quick):

@@ -101,18 +101,27 @@ int sfb__cost_parts(const struct sfb__cost_env *e, const struct sfb__cost_matrix
     double widen_s = bf16 ? (S * K + (N > 0 ? N : S * D)) / e->add_flops_per_s : 0;
     r.compute_ms[SFB__ENG_SFB] = 1e3 * stretch * (apply_s + widen_s) * P;
 
-    r.compute_ms[SFB__ENG_FMS] =
-        1e3 * stretch * (apply_s + K * D * (3 + (P - 1) / P) / e->add_flops_per_s);
+    /* factors pushed (m->fms_factors, where fewer bytes than a block's
+     * rows): the pushes' pass (form, check, hash) and the owner's adds of
+     * the others' rows go, the product's flops move to the owners */
+    int factors = m->fms_factors && N == 0 && m->dense_prec != SFB_WIRE_BF16 && e->world > 1 &&
+                  sfb__fms_factors_smaller((uint64_t)ceil(K / P), (uint64_t)D, (uint64_t)S);
+    double passes = 3 + (P - 1) / P - (factors ? 2 * (P - 1) / P : 0);
+    r.compute_ms[SFB__ENG_FMS] = 1e3 * stretch * (apply_s + K * D * passes / e->add_flops_per_s);
     double phases = 0;
     if (e->world > 1) {
         /* 2(P−1) row blocks out (P−1 pushes, P−1 sums), each as its chunks
-         * (sfb/fms.c), and the first sum waits for the first chunk's last
-         * push: one more α between the phases */
+         * (sfb/fms.c), or P−1 pushes of factors and the sums' chunks; the
+         * first sum waits for the first chunk's last push: one more α
+         * between the phases */
         double chunks = ceil(ceil(K / P) / sfb__fms_chunk_rows((uint32_t)K, (uint32_t)D,
                                                                 (uint32_t)P));
         double dense_e = m->dense_prec == SFB_WIRE_BF16 ? 2 : 4;
-        r.msgs[SFB__ENG_FMS] = 2 * (P - 1) * chunks;
-        r.bytes[SFB__ENG_FMS] = 2 * (P - 1) * (dense_e * K * D / P + chunks * HDR);
+        double sums = (P - 1) * (dense_e * K * D / P + chunks * HDR);
+        r.msgs[SFB__ENG_FMS] = (P - 1) * (factors ? 1 + chunks : 2 * chunks);
+        r.bytes[SFB__ENG_FMS] =
+            sums + (factors ? (P - 1) * (HDR + SFB_WIRE_FACTORS_PREFIX + 4 * S * (K / P + D))
+                            : sums);
         phases = alpha;
     }
     for (int k = 0; k < 2; k++)
@@ -167,7 +176,7 @@ int sfb_cost_predict(const struct sfb_cost_settings *s, uint64_t rows, uint64_t 
         .link = {.alpha_s = s->latency_us * 1e-6, .beta_s_per_byte = 8 / (s->link_gbps * 1e9)},
         .gemm_flops_per_s = s->gemm_gflops * 1e9, .add_flops_per_s = s->add_gadds * 1e9,
         .host_cores = s->host_cores, .ranks_per_host = s->ranks_per_host};
-    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0, SFB_WIRE_F32, SFB_WIRE_F32};
+    struct sfb__cost_matrix m = {rows, cols, sf_bytes, 0, SFB_WIRE_F32, SFB_WIRE_F32, 0};
     struct sfb__cost_parts r;
     if ((ret = sfb__cost_parts(&e, &m, &r))) return ret;
     struct sfb_cost_result all = {.size = sizeof all, .sf_bytes = r.sf_bytes};

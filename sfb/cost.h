@@ -49,6 +49,10 @@ struct sfb__cost_matrix {
     /* FMS's rows' precision (dense_dtype): SFB_WIRE_BF16 halves its bytes
      * (the rounding and widening are element passes like its adds) */
     unsigned dense_prec;
+    /* FMS pushes the factors of an owner's rows where they are fewer bytes
+     * (an ordered job's SFs with dense c and float32 rows, sfb/fms.c): the
+     * pushes' bytes and the owners' adds shrink, the flops stay */
+    int fms_factors;
 };
 
 struct sfb__cost_env {

@@ -260,8 +260,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
     if (!f->parts) return sfb__error(-ENOMEM, "fms: out of memory");
-    const char *fp = getenv("SFB_FMS_FACTORS");
-    f->factor_push = !(fp && strcmp(fp, "0") == 0);
+    f->factor_push = sfb__fms_factor_push();
     return sfb_reconstruct_open(&f->recon);
 }
 
@@ -991,13 +990,21 @@ static void sf_rows(const struct fms *f, const struct sfb_sf *sf, float *own, ui
     sfb__reconstruct_rows(sf, r0, r1, own + (size_t)r0 * f->D);
 }
 
-/* Pushing the factors of block b's rows (n samples) is fewer bytes than
- * its rows: n·(rows + D) < rows·D, give or take the prefix. */
+int sfb__fms_factor_push(void)
+{
+    const char *fp = getenv("SFB_FMS_FACTORS");
+    return !(fp && strcmp(fp, "0") == 0);
+}
+
+int sfb__fms_factors_smaller(uint64_t rows, uint64_t D, uint64_t n)
+{
+    return rows && SFB_WIRE_FACTORS_PREFIX + n * (rows + D) * 4 < rows * D * 4;
+}
+
+/* Block b's pushes carry factors (n samples): fewer bytes than its rows. */
 static int factors_smaller(const struct fms *f, uint32_t b, uint32_t n)
 {
-    uint64_t rows = block_start(f, b + 1) - block_start(f, b);
-    return rows && SFB_WIRE_FACTORS_PREFIX + (uint64_t)n * (rows + f->D) * 4 <
-                       rows * f->D * 4;
+    return sfb__fms_factors_smaller(block_start(f, b + 1) - block_start(f, b), f->D, n);
 }
 
 /* Block b's rows of an SF (dense c, s ≥ 1) pushed to their owner as

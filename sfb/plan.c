@@ -116,7 +116,8 @@ static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_des
         struct sfb__cost_matrix cm = {pj->mats[m].rows, pj->mats[m].cols,
                                       in[AUTO_HDR + pj->n + m],
                                       in[AUTO_HDR + 2 * (size_t)pj->n + m], pj->prec[m],
-                                      pj->dense_prec ? pj->dense_prec[m] : SFB_WIRE_F32};
+                                      pj->dense_prec ? pj->dense_prec[m] : SFB_WIRE_F32,
+                                      pj->ordered && sfb__fms_factor_push()};
         char line[256];
         ms[m][0] = ms[m][1] = NAN;
         if (engine_of[m]) {

@@ -29,6 +29,7 @@ struct sfb__plan_job {
     const uint32_t *sf_nnz;   /* NULL or n: the CSR c's non-zeros (0: dense) */
     const uint8_t *prec;      /* n: each matrix's factor precision (enum sfb__wire_prec) */
     const uint8_t *dense_prec; /* n: its rows' precision under FMS (NULL: float32) */
+    int ordered;               /* sfb_job_attach.ordered: FMS may push factors */
 };
 
 /* An engine list (NULL: "sfb"; sfb__sync_parse): one engine for every one

@@ -499,6 +499,7 @@ class Job:
         self.factor_dtypes = dtypes * len(mats) if len(dtypes) == 1 else dtypes
         dtypes = dense_dtype.split(",")
         self.dense_dtypes = dtypes * len(mats) if len(dtypes) == 1 else dtypes
+        self.ordered = bool(ordered)
         self.plan = library().sfb_job_plan(self._h).decode()
         self._sfs = (_SF * len(mats))()
         # publish_one / publish_dense per layer and step: bound once

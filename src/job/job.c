@@ -278,7 +278,8 @@ static int choose_auto(struct sfb_job *job, const struct sfb_job_attach *a)
         .comm = job->comm, .mats = a->mats, .n = a->n, .max_s = a->max_s,
         .topology = a->topology, .degree = a->degree, .flush_clock = a->flush_clock,
         .link_gbps = a->link_gbps, .latency_us = a->latency_us, .sf_bytes = a->sf_bytes,
-        .sf_nnz = a->sf_nnz, .prec = job->prec, .dense_prec = job->dense_prec};
+        .sf_nnz = a->sf_nnz, .prec = job->prec, .dense_prec = job->dense_prec,
+        .ordered = a->ordered != 0 || job->cs.elastic};
     int ret = sfb__plan_auto(&pj, job->engine_of, job->plan_ms, &job->plan);
     job->planned = !ret;
     return ret;

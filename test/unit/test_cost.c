@@ -33,7 +33,7 @@ static struct sfb__cost_env env4(void)
 static int test_mlp_full(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m[2] = {{1024, 785, 0, 0, 0, 0}, {10, 1025, 0, 0, 0, 0}};
+    struct sfb__cost_matrix m[2] = {{1024, 785, 0, 0, 0, 0, 0}, {10, 1025, 0, 0, 0, 0, 0}};
     int choice[2];
     double ms[2][2];
     ASSERT_OK(sfb__cost_plan(&e, m, 2, choice, ms));
@@ -65,7 +65,7 @@ static int test_mlp_full(void)
 static int test_mlr_bytes(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {4096, 4096, 0, 0, 0, 0};
+    struct sfb__cost_matrix m = {4096, 4096, 0, 0, 0, 0, 0};
     int choice;
     double ms[1][2];
     ASSERT_OK(sfb__cost_plan(&e, &m, 1, &choice, ms));
@@ -77,6 +77,17 @@ static int test_mlr_bytes(void)
     ASSERT_OK(sfb__cost_predict(&e, &m, t));
     ASSERT_NEAR(t[0], 0.15 + 0.024 + 214.7483648, 1e-6);
     ASSERT_NEAR(t[1], ms[0][1], 1e-9);
+    /* an ordered job's FMS pushes factors where they are fewer bytes: each
+     * block (1024 rows, 4 chunks of 256) gets 64 + 8 + 4·32·(1024 + 4096)
+     * bytes from each other rank in one message, the sums go as before;
+     * 2.25 element passes (3.75 less the pushes' and the others' adds) */
+    struct sfb__cost_parts r;
+    m.sf_bytes = 0;
+    m.fms_factors = 1;
+    ASSERT_OK(sfb__cost_parts(&e, &m, &r));
+    ASSERT_NEAR(r.msgs[SFB__ENG_FMS], 3 * (1 + 4), 1e-9);
+    ASSERT_NEAR(r.bytes[SFB__ENG_FMS], 3 * (4096.0 * 4096 + 4 * 64) + 3 * (72 + 655360.0), 1e-6);
+    ASSERT_NEAR(r.ms[SFB__ENG_FMS], 0.75 + 418.389696 + 53.6870912 + 37.748736 + 0.05, 1e-6);
     return 0;
 }
 
@@ -91,7 +102,7 @@ static int test_mlr_bytes(void)
 static int test_sparse_rows(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {65, 50000, 0, 32, 0, 0};
+    struct sfb__cost_matrix m = {65, 50000, 0, 32, 0, 0, 0};
     struct sfb__cost_parts r;
     ASSERT_OK(sfb__cost_parts(&e, &m, &r));
     ASSERT_NEAR(r.sf_bytes, 8780, 1e-9);
@@ -119,13 +130,13 @@ static int test_sparse_rows(void)
 static int test_bf16(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {1024, 785, 0, 0, SFB_WIRE_BF16, 0};
+    struct sfb__cost_matrix m = {1024, 785, 0, 0, SFB_WIRE_BF16, 0, 0};
     struct sfb__cost_parts r;
     ASSERT_OK(sfb__cost_parts(&e, &m, &r));
     ASSERT_NEAR(r.sf_bytes, 115848, 1e-9);
     ASSERT_NEAR(r.ms[SFB__ENG_SFB], 13.451056, 1e-6);
     ASSERT_NEAR(r.ms[SFB__ENG_FMS], 44.52408, 1e-6);
-    struct sfb__cost_matrix rows = {65, 50000, 0, 32, SFB_WIRE_BF16, 0};
+    struct sfb__cost_matrix rows = {65, 50000, 0, 32, SFB_WIRE_BF16, 0, 0};
     ASSERT_OK(sfb__cost_parts(&e, &rows, &r));
     ASSERT_NEAR(r.sf_bytes, 4556, 1e-9);
     /* a given frame size is taken as it is */
@@ -135,7 +146,7 @@ static int test_bf16(void)
     /* FMS's rows in bf16 (dense_dtype): half its payload bytes, the same
      * headers and messages */
     struct sfb__cost_parts f32, bf16;
-    struct sfb__cost_matrix dense = {1024, 785, 0, 0, SFB_WIRE_F32, SFB_WIRE_F32};
+    struct sfb__cost_matrix dense = {1024, 785, 0, 0, SFB_WIRE_F32, SFB_WIRE_F32, 0};
     ASSERT_OK(sfb__cost_parts(&e, &dense, &f32));
     dense.dense_prec = SFB_WIRE_BF16;
     ASSERT_OK(sfb__cost_parts(&e, &dense, &bf16));
@@ -160,7 +171,7 @@ static int test_halton_changes_answer(void)
     struct sfb__cost_env e = {.world = 16, .batch = 1, .topology = "halton", .flush_clock = 1,
                               .link = {10e-6, 1e-9, 1}, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
-    struct sfb__cost_matrix m = {100, 100, 1000, 0, 0, 0};
+    struct sfb__cost_matrix m = {100, 100, 1000, 0, 0, 0, 0};
     double t[2];
     ASSERT_OK(sfb__cost_predict(&e, &m, t));
     ASSERT_NEAR(t[0], 0.375256, 1e-9);
@@ -190,7 +201,7 @@ static int test_defaults_and_world1(void)
 {
     struct sfb__cost_env e = {.world = 2, .batch = 1, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
-    struct sfb__cost_matrix m = {100, 100, 1000, 0, 0, 0};
+    struct sfb__cost_matrix m = {100, 100, 1000, 0, 0, 0, 0};
     double t[2];
     ASSERT_OK(sfb__cost_predict(&e, &m, t)); /* topology NULL = full */
     /* 10 + 1000·8e-3 + 2·100·100·2/1e9 s = 10 + 8 + 40 µs */
@@ -207,7 +218,7 @@ static int test_defaults_and_world1(void)
 static int test_bad_input(void)
 {
     struct sfb__cost_env e = env4();
-    struct sfb__cost_matrix m = {10, 10, 0, 0, 0, 0};
+    struct sfb__cost_matrix m = {10, 10, 0, 0, 0, 0, 0};
     double t[2];
     ASSERT_EQ(sfb__cost_predict(NULL, &m, t), -EINVAL);
     e.batch = 0;
@@ -223,7 +234,7 @@ static int test_bad_input(void)
     ASSERT_STR_CONTAINS(sfb_last_error(), "beta");
     e = env4();
     e.topology = "ring";
-    struct sfb__cost_matrix two[2] = {{10, 10, 0, 0, 0, 0}, {0, 10, 0, 0, 0, 0}};
+    struct sfb__cost_matrix two[2] = {{10, 10, 0, 0, 0, 0, 0}, {0, 10, 0, 0, 0, 0, 0}};
     int choice[2];
     ASSERT_EQ(sfb__cost_plan(&e, two, 2, choice, NULL), -SFB_EUSAGE);
     ASSERT_STR_CONTAINS(sfb_last_error(), "matrix 0");
