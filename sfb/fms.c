@@ -18,9 +18,18 @@
  *     leaving (and the sums its arrivals complete formed) before the next
  *     is computed; otherwise the product is formed whole into zeros and
  *     checked before the first push leaves.
+ *   An ordered job's SF (no read-my-writes: only the own block's rows are
+ *     ever needed) pushes its factors instead of an owner's rows where they
+ *     are fewer bytes: one DENSE_ROWS frame flagged FACTORS per owner, the
+ *     scale, n, B's columns of the block and the whole c (S·(K/P + D)
+ *     numbers against K·D/P); these leave first, then the own block's rows
+ *     are formed. The owner's sgemm forms that rank's part: the same flops,
+ *     moved, and a 4096 × 4097 layer at S = 128 among 4 pushes 2.6 MB to
+ *     an owner instead of 16.8 MB (SFB_FMS_FACTORS=0: rows always).
  *   owner of block b: once it holds all P pushes of chunk j of clock t (its
- *     own included) it sums them in rank order, so every replica receives
- *     the same bytes, and sends the sum to every worker (DENSE_ROWS with
+ *     own included) it sums them, the factors' products first, then the
+ *     rows, each in rank order (only the owner sums: every replica receives
+ *     the same bytes), and sends the sum to every worker (DENSE_ROWS with
  *     origin = owner): in its waits, at its own publish, and under the
  *     per-matrix engine after each publish of another matrix (waiter.serve),
  *     so that a sum every peer waits for does not wait for this rank's next

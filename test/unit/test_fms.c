@@ -609,6 +609,87 @@ static int test_factors_nonfinite(void)
                            "its factors' scale is not a finite number");
 }
 
+/* A hostile or broken pusher's factors (rank 1's push of clock 1 to owner
+ * 0, re-encoded with a valid checksum): a sample count that disagrees with
+ * the length, or rows that are not the owner's block: owner 0 refuses the
+ * frame naming why, forms no sum of block 0 of that clock, and no replica
+ * takes a wrong number (the ranks then wait for the push that never
+ * comes: the loopback's deadlock). */
+struct hostile_push {
+    int how, done;
+    char seen[160];
+};
+
+static void tap_hostile_push(void *user, uint32_t src, uint32_t dst, uint8_t *frame, size_t len)
+{
+    struct hostile_push *hp = user;
+    struct sfb__wire_hdr h;
+    const uint8_t *payload;
+    if (len < SFB_WIRE_HDR_SIZE || hp->done) return;
+    sfb__wire_trusted(frame, &h, &payload);
+    int factors = h.type == SFB_WIRE_DENSE_ROWS && (h.flags & SFB_WIRE_F_FACTORS);
+    if (src != 1 || dst != 0 || h.clock != 1 || !factors) return;
+    uint8_t *p = frame + SFB_WIRE_HDR_SIZE;
+    if (hp->how == 1) { /* n + 1 */
+        uint32_t n;
+        memcpy(&n, p + 4, 4);
+        n++;
+        memcpy(p + 4, &n, 4);
+    } else { /* a row later: not the block */
+        h.s += 1;
+    }
+    struct sfb__wire_piece piece = {p, (size_t)h.payload_len};
+    sfb__wire_encode(&h, &piece, 1, frame);
+    hp->done = 1;
+}
+
+static struct hostile_push *log_hp;
+
+static void log_rejected(void *user, enum sfb_log_level level, int rank, const char *msg)
+{
+    (void)user;
+    (void)level;
+    (void)rank;
+    if (log_hp && strstr(msg, "fms: rejected a frame from rank 1") && !log_hp->seen[0])
+        snprintf(log_hp->seen, sizeof log_hp->seen, "%s", msg);
+}
+
+static int run_hostile_push(int how, const char *why)
+{
+    struct eng_cfg cfg = {.ops = &sfb__fms_ops, .world = 4, .k = 41, .d = 200, .s = 2,
+                          .clocks = 3, .slow_rank = -1, .ordered = 1};
+    struct eng_run run;
+    struct sfb__loopback *lb = NULL;
+    struct hostile_push hp = {.how = how};
+    ASSERT_OK(eng_init(&run, &cfg, &lb));
+    sfb__loopback_set_tap(lb, tap_hostile_push, &hp);
+    log_hp = &hp;
+    sfb_log_set(log_rejected, NULL, SFB_LOG_WARN);
+    int rets[ENG_MAX_RANKS];
+    int ret = sfb__loopback_run(lb, eng_rank_main, &run, rets);
+    sfb_log_set(sfb_log_stderr, NULL, SFB_LOG_WARN);
+    log_hp = NULL;
+    ASSERT_NE(ret, 0);
+    ASSERT(hp.done);
+    ASSERT_STR_CONTAINS(hp.seen, why);
+    /* block 0 (rows 0..9) holds clock 0's sums alone on every rank */
+    size_t n = (size_t)run.rows * run.cols;
+    for (uint32_t r = 0; r < 4; r++) {
+        const float *a = sfb_model_matrix(run.r[r].model, 0)->data;
+        for (size_t i = 0; i < 10 * (size_t)run.cols; i++) ASSERT_EQ((double)a[i], run.ref[n + i]);
+        ASSERT(eng_replica_finite(&run, r));
+    }
+    eng_fini(&run);
+    sfb__loopback_close(&lb);
+    return 0;
+}
+
+static int test_factors_hostile(void)
+{
+    return run_hostile_push(1, "factors whose sample count disagrees with their length") ||
+           run_hostile_push(2, "factors of rows that are not this rank's block");
+}
+
 static int test_sums_p4(void)
 {
     return run_fms(4, 5); /* blocks of 1, 1, 1 and 2 rows */
@@ -634,6 +715,7 @@ int main(int argc, char **argv)
         {"nonfinite", test_nonfinite},
         {"factors", test_factors},
         {"factors_nonfinite", test_factors_nonfinite},
+        {"factors_hostile", test_factors_hostile},
     };
     return test_main(argc, argv, tests, SFB_ARRAY_LEN(tests));
 }
