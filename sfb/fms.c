@@ -224,6 +224,15 @@ static void push_order(struct fms *f)
         }
 }
 
+/* Whether FMS may push an ordered SF's factors instead of its rows where
+ * they are the fewer bytes: 1 unless SFB_FMS_FACTORS=0 (comparisons; a
+ * receiver takes either). */
+static int factor_push_allowed(void)
+{
+    const char *fp = getenv("SFB_FMS_FACTORS");
+    return !(fp && strcmp(fp, "0") == 0);
+}
+
 static int fms_open(void *priv, const struct sfb__sync_env *env)
 {
     struct fms *f = priv;
@@ -269,7 +278,7 @@ static int fms_open(void *priv, const struct sfb__sync_env *env)
     if (ret) return ret;
     f->parts = calloc(f->world, sizeof *f->parts);
     if (!f->parts) return sfb__error(-ENOMEM, "fms: out of memory");
-    f->factor_push = sfb__fms_factor_push();
+    f->factor_push = factor_push_allowed();
     return sfb_reconstruct_open(&f->recon);
 }
 
@@ -997,12 +1006,6 @@ static void sf_rows(const struct fms *f, const struct sfb_sf *sf, float *own, ui
                     uint32_t r1)
 {
     sfb__reconstruct_rows(sf, r0, r1, own + (size_t)r0 * f->D);
-}
-
-int sfb__fms_factor_push(void)
-{
-    const char *fp = getenv("SFB_FMS_FACTORS");
-    return !(fp && strcmp(fp, "0") == 0);
 }
 
 int sfb__fms_factors_smaller(uint64_t rows, uint64_t D, uint64_t n)

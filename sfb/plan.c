@@ -117,7 +117,8 @@ static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_des
                                       in[AUTO_HDR + pj->n + m],
                                       in[AUTO_HDR + 2 * (size_t)pj->n + m], pj->prec[m],
                                       pj->dense_prec ? pj->dense_prec[m] : SFB_WIRE_F32,
-                                      pj->ordered && sfb__fms_factor_push()};
+                                      pj->ordered}; /* (not the environment: every rank
+                                                      * must choose alike) */
         char line[256];
         ms[m][0] = ms[m][1] = NAN;
         if (engine_of[m]) {

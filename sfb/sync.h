@@ -231,9 +231,6 @@ extern size_t sfb__fms_chunk_bytes;
  * would be fewer than 4 chunks, at least one row; every block is cut into
  * chunks of this many rows (its last one maybe shorter). */
 uint32_t sfb__fms_chunk_rows(uint32_t K, uint32_t D, uint32_t P);
-/* Whether FMS may push an ordered SF's factors instead of its rows where
- * they are the fewer bytes (sfb/fms.c): 1 unless SFB_FMS_FACTORS=0. */
-int sfb__fms_factor_push(void);
 /* Whether factors (n samples) are fewer bytes than `rows` rows of D
  * numbers: the prefix and n·(rows + D) numbers against rows·D. */
 int sfb__fms_factors_smaller(uint64_t rows, uint64_t D, uint64_t n);
