@@ -1021,7 +1021,8 @@ static int factors_smaller(const struct fms *f, uint32_t b, uint32_t n)
 
 /* Block b's rows of an SF (dense c, s ≥ 1) pushed to their owner as
  * factors (a DENSE_ROWS frame flagged FACTORS, wire.h): the scale, n, B's
- * columns of those rows and the whole c, hashed as they are copied out;
+ * columns of those rows and the whole c, each piece hashed right after it
+ * is copied out (still in the cache);
  * the owner forms the sum of every rank's part of its block (sum_chunk),
  * the product's work moved to it: the same flops, fewer bytes. */
 static int push_factors(struct fms *f, int64_t clock, const struct sfb_sf *sf, uint32_t b)
@@ -1040,11 +1041,18 @@ static int push_factors(struct fms *f, int64_t clock, const struct sfb_sf *sf, u
         uint8_t *p = buf->data;
         memcpy(p, &sf->scale, 4);
         memcpy(p + 4, &n, 4);
-        float *bp = (float *)(void *)(p + SFB_WIRE_FACTORS_PREFIX);
-        for (uint32_t i = 0; i < n; i++)
+        sfb__wire_hash_update(&hs, p, SFB_WIRE_FACTORS_PREFIX);
+        float *bp = (float *)(void *)(p + SFB_WIRE_FACTORS_PREFIX), *cp = bp + (size_t)n * kb;
+        for (uint32_t i = 0; i < n; i++) {
             memcpy(bp + (size_t)i * kb, sf->b + (size_t)i * sf->rows + r0, kb * sizeof(float));
-        memcpy(bp + (size_t)n * kb, sf->c, (size_t)n * f->D * sizeof(float));
-        sfb__wire_hash_update(&hs, p, len);
+            sfb__wire_hash_update(&hs, bp + (size_t)i * kb, kb * sizeof(float));
+        }
+        size_t nc = (size_t)n * f->D;
+        for (size_t i0 = 0; i0 < nc; i0 += FUSED_BLOCK) {
+            size_t m = SFB_MIN(nc - i0, (size_t)FUSED_BLOCK);
+            memcpy(cp + i0, sf->c + i0, m * sizeof(float));
+            sfb__wire_hash_update(&hs, cp + i0, m * sizeof(float));
+        }
         if (!(ret = sfb__wire_encode_hashed(&h, &hs, hdr))) ret = send_to(f, b, hdr, buf, 0, len);
     }
     sfb__buf_put(buf);

@@ -277,10 +277,9 @@ static int shape_ok(const struct sfb__wire_job *job, const struct sfb__wire_hdr 
         if (h->flags & SFB_WIRE_F_FACTORS) { /* n samples of float32 factors */
             if (e != 4) return 0;
             *why = SFB_WIRE_R_LENGTH;
-            uint64_t per = ((uint64_t)h->k + h->d) * 4, n;
-            if (h->payload_len < SFB_WIRE_FACTORS_PREFIX + per) return 0;
-            n = (h->payload_len - SFB_WIRE_FACTORS_PREFIX) / per;
-            return (h->payload_len - SFB_WIRE_FACTORS_PREFIX) % per == 0 && n <= job->max_s;
+            uint64_t n = sfb__wire_factor_samples(h);
+            return n >= 1 && n <= job->max_s &&
+                   h->payload_len == SFB_WIRE_FACTORS_PREFIX + n * ((uint64_t)h->k + h->d) * 4;
         }
         *why = SFB_WIRE_R_LENGTH;
         return h->payload_len == (uint64_t)h->k * h->d * e + pad4((uint64_t)h->k * h->d * e);
