@@ -12,10 +12,11 @@ engine it reports
                    engines: the steps before are in the JSON's
                    untimed_steps); a language model's samples are its
                    words (streams x bptt)
-  bytes/step       data bytes one worker sent per step: sfb's own count
-                   (job stats at the job's end, over every step, warm-up
-                   included) and, for both, the namespace's eth0 tx bytes
-                   over the timed steps
+  bytes/step       data bytes one worker sent per step over the timed
+                   steps: sfb's own count (job stats) and, for both, the
+                   namespace's eth0 tx bytes; the count against the
+                   formula is checked over every step (the job's stats at
+                   its end, warm-up and trials included: every update sent)
   formula          what the engines' formulas say a worker sends per step:
                    sfb: per Linear by factors (P-1) x (header + the codec's
                    encoding of s x (rows + cols)), per matrix through the
@@ -346,6 +347,8 @@ def worker(a):
                                            host_jiffies())
             faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             threads0 = thread_cpu()
+            if a.engine == "sfb":  # the timed steps' own bytes (sync="auto"'s trials
+                sent0 = (sft.stats()["data_bytes"], formula.bytes)  # sent more)
         x, y = batch(t)
         opt.zero_grad()
         f0, fc0 = time.perf_counter(), time.thread_time()
@@ -385,8 +388,13 @@ def worker(a):
         # bytes over the whole run, warm-up included: the counters after the
         # job's end hold every update sent (mid-run, some may still queue)
         steps = t
-        out["data_bytes_per_step"] = sft.stats()["data_bytes"] / steps
+        sent = sft.stats()["data_bytes"]
+        out["data_bytes_per_step"] = sent / steps
         out["formula_bytes_per_step"] = formula.bytes / steps
+        # over the timed steps alone (what the table shows beside eth0's): the
+        # updates of the step before the first still leaving count here
+        out["timed_data_bytes_per_step"] = (sent - sent0[0]) / a.steps
+        out["timed_formula_bytes_per_step"] = (formula.bytes - sent0[1]) / a.steps
         out["plan"] = opt.plan
     else:
         out["formula_bytes_per_step"] = 2.0 * (world - 1) / world * params * 4
@@ -463,7 +471,8 @@ def run_one(a, model, engine, rnd=0):
     row["thread_cpu_ms_per_sample"] = threads
     row["machine_idle"] = r0["machine_idle"]  # (one machine: rank 0's window stands for all)
     row["samples_per_s"] = min(r["samples_per_s"] for r in results)
-    for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step"):
+    for k in ("tx_bytes_per_step", "data_bytes_per_step", "formula_bytes_per_step",
+              "timed_data_bytes_per_step", "timed_formula_bytes_per_step"):
         if k in r0:
             row[k] = sum(r[k] for r in results) / len(results)
     row["to_target_s"] = to_target(r0["curve"], target_of(a, model))
@@ -479,8 +488,9 @@ def run_one(a, model, engine, rnd=0):
           "%.0f MB, CPU %.3g ms and %.3g page faults a sample, CPU %.3g x the forward's, %.0f s "
           "in all" % (
               model, engine, row["samples_per_s"],
-              row.get("data_bytes_per_step", row["tx_bytes_per_step"]) / 1e3,
-              row["formula_bytes_per_step"] / 1e3, pct(row["test_accuracy"]),
+              row.get("timed_data_bytes_per_step", row["tx_bytes_per_step"]) / 1e3,
+              row.get("timed_formula_bytes_per_step", row["formula_bytes_per_step"]) / 1e3,
+              pct(row["test_accuracy"]),
               row["peak_rss_mb"], row["cpu_ms_per_sample"], row["faults_per_sample"],
               row["cpu_per_forward"] or float("nan"), time.time() - t), flush=True)
     if threads:
@@ -525,7 +535,7 @@ def pct(x):
 
 def report(a, rows, load=None):
     lines = ["| model | engine | samples/s | x DDP | sent KB/step (count) | eth0 tx KB/step | "
-             "formula KB/step | count/formula | loss, last 10 steps | s to loss %s | "
+             "formula KB/step | count/formula, whole run | loss, last 10 steps | s to loss %s | "
              "test accuracy | CPU ms/sample | idle | peak RSS MB |" % (
                  "%.2f" % a.target_loss if not any(r["model"] in LMS for r in rows) else
                  "%.2f (LM %.2f)" % (a.target_loss, a.target_lm_loss)),
@@ -536,12 +546,14 @@ def report(a, rows, load=None):
         x, lo, hi = ratio_of(r, ddp)
         ratios[(r["model"], r["engine"])] = x
         count = r.get("data_bytes_per_step")
+        timed = r.get("timed_data_bytes_per_step", count)
         last = [l for _, l in r["curve"][-10:]]
         lines.append("| %s |" % " | ".join(str(v) for v in (
             r["model"], ENGINE_NAMES[r["engine"]], "%.1f" % r["samples_per_s"],
             "%.2f" % x + (" (%.2f-%.2f)" % (lo, hi) if hi > lo else ""),
-            "%.0f" % (count / 1e3) if count else "",
-            "%.0f" % (r["tx_bytes_per_step"] / 1e3), "%.0f" % (r["formula_bytes_per_step"] / 1e3),
+            "%.0f" % (timed / 1e3) if count else "",
+            "%.0f" % (r["tx_bytes_per_step"] / 1e3),
+            "%.0f" % (r.get("timed_formula_bytes_per_step", r["formula_bytes_per_step"]) / 1e3),
             "%.4f" % (count / r["formula_bytes_per_step"]) if count else "",
             "%.4f" % (sum(last) / max(len(last), 1)),
             "%.1f" % r["to_target_s"] if r["to_target_s"] is not None else "not reached",
