@@ -43,7 +43,8 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import blas_kernels, in_rounds, round_ratios, run_workers, tcp_cc  # noqa: E402
+from cluster_run import (blas_kernels, cores_per_host, in_rounds, round_ratios,  # noqa: E402
+                         run_workers, tcp_cc)
 
 
 def dense_shape(n):
@@ -195,6 +196,9 @@ def main():
     ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
     ap.add_argument("--tcp-cc", help="TCP congestion control of the emulated hosts (default: "
                     "$SFB_NETNS_TCP_CC, else the host's; scripts/netns-cluster --tcp-cc)")
+    ap.add_argument("--cores-per-host", type=int, metavar="C",
+                    help="bind each emulated host's worker to C CPUs of its own (default: "
+                         "$SFB_NETNS_CORES, else 0: all share every CPU; scripts/netns-cluster)")
     ap.add_argument("--smoke", action="store_true", help="one small size at 1 Gbit/s, 4 operations")
     a = ap.parse_args()
     if a.worker:
@@ -212,7 +216,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    a.blas = "%s; %s" % (blas_kernels(), tcp_cc(a.tcp_cc))
+    a.blas = "%s; %s; %s" % (blas_kernels(), tcp_cc(a.tcp_cc), cores_per_host(a.cores_per_host)[1])
     rows = []
     engines = a.engines.split(",")
     for rate in a.rates.split(","):

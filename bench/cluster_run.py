@@ -41,6 +41,20 @@ def tcp_cc(choice=None):
     return "TCP congestion control: %s in every emulated host (the host's; --tcp-cc sets one)" % cc
 
 
+def cores_per_host(choice=None):
+    """The CPUs of each emulated host: choice (the benches' --cores-per-host)
+    is set in SFB_NETNS_CORES, which has scripts/netns-cluster bind rank r's
+    worker to CPUs r*C .. r*C+C-1 (a host with cores of its own, as on a real
+    cluster); without either every worker runs on every CPU. Returns C (0:
+    shared) and the line for the report."""
+    if choice is not None:
+        os.environ["SFB_NETNS_CORES"] = str(choice)
+    c = int(os.environ.get("SFB_NETNS_CORES") or 0)
+    if c > 0:
+        return c, "each emulated host on %d CPU%s of its own (taskset)" % (c, "s" if c > 1 else "")
+    return 0, "every emulated host on every CPU (--cores-per-host gives each its own)"
+
+
 # glibc keeps the memory a large tensor freed instead of unmapping it or
 # trimming its heap: on a VM where a fresh page's fault costs ~15 us, whether
 # the next step's tensors fault their pages anew moved a CPU-bound run's speed

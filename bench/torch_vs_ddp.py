@@ -110,8 +110,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from cluster_run import (blas_kernels, damon, fms_chunk_rows, host_jiffies,  # noqa: E402
-                         in_rounds, round_ratios, run_workers, steady_heap, tcp_cc)
+from cluster_run import (blas_kernels, cores_per_host, damon, fms_chunk_rows,  # noqa: E402
+                         host_jiffies, in_rounds, round_ratios, run_workers, steady_heap, tcp_cc)
 
 HDR, SF_PREFIX = 64, 8  # src/wire/wire.h SFB_WIRE_HDR_SIZE, sfb/codec.h SFB_SF_PREFIX
 FACTORS_PREFIX = 8  # src/wire/wire.h SFB_WIRE_FACTORS_PREFIX
@@ -808,6 +808,10 @@ def main():
     ap.add_argument("--cluster", default=os.path.join(ROOT, "scripts", "netns-cluster"))
     ap.add_argument("--tcp-cc", help="TCP congestion control of the emulated hosts (default: "
                     "$SFB_NETNS_TCP_CC, else the host's; scripts/netns-cluster --tcp-cc)")
+    ap.add_argument("--cores-per-host", type=int, metavar="C",
+                    help="bind each emulated host's worker to C CPUs of its own, torch's and "
+                         "OpenBLAS's threads C (default: $SFB_NETNS_CORES, else 0: all share "
+                         "every CPU; scripts/netns-cluster)")
     ap.add_argument("--smoke-lm", action="store_true",
                     help="with --smoke: the LSTM language model too (needs fortunes)")
     ap.add_argument("--smoke", action="store_true",
@@ -876,11 +880,12 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     # every worker of this one host its share of the CPUs, in torch and in
     # OpenBLAS alike (both engines: sfb.torch.init does the same by itself)
-    share = str(max(1, len(os.sched_getaffinity(0)) // a.n))
+    cores, cores_line = cores_per_host(a.cores_per_host)
+    share = str(cores or max(1, len(os.sched_getaffinity(0)) // a.n))
     os.environ.setdefault("OMP_NUM_THREADS", share)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", share)
     a.blas = "\n".join((blas_kernels(), steady_heap(a.plain_malloc), damon(a.pause_damon),
-                        tcp_cc(a.tcp_cc)))
+                        tcp_cc(a.tcp_cc), cores_line))
     if a.sweep:
         return sweep(a)
     warm_run(a, a.models.split(",")[0], a.engines.split(",")[0])

@@ -5,7 +5,8 @@
 # moves more bytes than SFB (at these shapes S·P < 2KD/(K+D)), the NICs
 # queue as asked (--egress fair: an HTB class and filter per peer; fifo: a
 # token bucket), --tcp-cc sets every namespace's TCP congestion control,
-# and nothing of the cluster is left behind.
+# --cores-per-host binds each host's worker to CPUs of its own, and nothing
+# of the cluster is left behind.
 # Skips (77) when not root or network namespaces are unavailable.
 # Usage: netns_cluster.sh NETNS_CLUSTER SFB MODEL_DIFF
 set -uo pipefail
@@ -75,6 +76,23 @@ for cc in $(sysctl -n net.ipv4.tcp_available_congestion_control); do
   check grep -q "tcp-cc $cc is not allowed in a network namespace here" "$tmp/restricted-cc.log"
   break
 done
+# --cores-per-host: rank r's worker on the r-th CPU of those given (one
+# each where there are two), cluster.json says so; more than there are
+# refused, naming the count
+ncpu=$(nproc)
+if [ "$ncpu" -ge 2 ]; then
+  timeout 60 "$NC" -n 2 --cores-per-host 1 --exec --out-dir "$tmp/cores" -- \
+    sh -c 'grep Cpus_allowed_list /proc/self/status' >/dev/null 2>&1
+  read -r c0 c1 < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')
+  check grep -qP "^Cpus_allowed_list:\t$c0\$" "$tmp/cores/worker.0.log"
+  check grep -qP "^Cpus_allowed_list:\t$c1\$" "$tmp/cores/worker.1.log"
+  check grep -q '"cores_per_host":1' "$tmp/cores/cluster.json"
+fi
+check grep -q '"cores_per_host":0' "$tmp/nic-fair/cluster.json"
+timeout 10 "$NC" -n 2 --cores-per-host "$ncpu" --exec -- true >"$tmp/bad-cores.log" 2>&1
+check [ $? = 2 ]
+check grep -q "cores-per-host $ncpu needs $((2 * ncpu)) CPUs for 2 hosts; this machine gives $ncpu" \
+  "$tmp/bad-cores.log"
 timeout 10 "$NC" -n 3 --egress sideways -- x >"$tmp/bad-egress.log" 2>&1
 check [ $? = 2 ]
 check grep -q "egress must be fair or fifo" "$tmp/bad-egress.log"
@@ -83,5 +101,6 @@ timeout 60 "$NC" -n 3 --rate 100mbit --sfb "$SFB" --timeout 30 --out-dir "$tmp/b
   --model mlr --data synth:k=8,d=100,n=3000,seed=3 --lr -1 >/dev/null 2>&1
 check [ $? != 0 ]
 for d in sfb fms bad nic-fair nic-fifo cc; do check leftover "$tmp/$d"; done
+[ "$ncpu" -ge 2 ] && check leftover "$tmp/cores"
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]
