@@ -1113,7 +1113,7 @@ static int push_factors(struct fms *f, int64_t clock, const struct sfb_sf *sf, u
  * backward. Otherwise the product is formed whole (one sgemm into zeros)
  * and checked, then the pushes leave. */
 static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, float scale,
-                       const float *delta, size_t *bad)
+                       const float *delta, struct sfb__buf *staged, size_t *bad)
 {
     struct sfb__comm *c = f->c;
     if (sf && (sf->rows != f->K || sf->cols != f->D))
@@ -1127,11 +1127,16 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
     struct sfb__buf *buf = NULL;
     struct push *push = f->outgoing;
     uint32_t *counts = calloc(1, f->world * sizeof(uint32_t) + 2 * (size_t)nchunks + mine);
+    /* a float32 update in sfb_job_dense_buffer's buffer, scale 1: sent from
+     * where the caller wrote it (the fills below check and hash it) */
+    int in_place = staged && !sf && scale == 1.0f && f->prec == SFB_WIRE_F32;
     int ret = !counts ||
                       sfb__reserve((void **)&f->own, &f->own_cap, (f->nown + 1) * sizeof *f->own)
                   ? -ENOMEM
-                  : sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
+              : in_place ? 0
+                         : sfb__comm_buf_get(c, n_el * sizeof(float), &buf);
     if (ret) goto fail;
+    if (in_place) sfb__buf_ref(buf = staged);
     struct sfb_matrix own = {f->K, f->D, (float *)(void *)buf->data};
     int stream = sf && !sf->sparse_c && sf->s > 0 && sf->b && sf->c && !bad;
     /* ordered (no read-my-writes: the own rows of other blocks are never
@@ -1145,7 +1150,7 @@ static int push_update(struct fms *f, int64_t clock, const struct sfb_sf *sf, fl
         memset(buf->data, 0, n_el * sizeof(float));
         if ((ret = sfb_reconstruct_apply(f->recon, &own, &sf, 1))) goto fail;
     }
-    const float *src = sf ? NULL : delta;
+    const float *src = sf || in_place ? NULL : delta;
     for (uint32_t j = 0; j < mine && !ret; j++)
         ret = fill_chunk(f, clock, own.data, scale, src, bad != NULL, f->rank, j, NULL);
     for (uint32_t i = 0; i < npush && !ret && !stream; i++)
@@ -1222,15 +1227,15 @@ static int fms_publish_one(void *priv, int64_t clock, uint32_t m, const struct s
         }
         return publish_alone(f, clock, m, sf, 0, NULL, NULL);
     }
-    return push_update(f, clock, sf, 0, NULL, bad);
+    return push_update(f, clock, sf, 0, NULL, NULL, bad);
 }
 
 static int fms_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
-                             const float *delta, size_t *bad)
+                             const float *delta, struct sfb__buf *staged, size_t *bad)
 {
     struct fms *f = priv;
     if (sfb__comm_world(f->c) == 1) return publish_alone(f, clock, m, NULL, scale, delta, bad);
-    return push_update(f, clock, NULL, scale, delta, bad);
+    return push_update(f, clock, NULL, scale, delta, staged, bad);
 }
 
 static int fms_publish(void *priv, int64_t clock, const struct sfb_sf *sf, uint32_t n)

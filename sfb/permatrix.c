@@ -387,7 +387,7 @@ static int pm_publish_one(void *priv, int64_t clock, uint32_t m, const struct sf
 }
 
 static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
-                            const float *delta, size_t *bad)
+                            const float *delta, struct sfb__buf *staged, size_t *bad)
 {
     struct pm *p = priv;
     struct sub *s = &p->sub[p->sub_of[m]];
@@ -395,7 +395,8 @@ static int pm_publish_dense(void *priv, int64_t clock, uint32_t m, float scale,
         return sfb__error(-SFB_EUSAGE, "matrix %u: engine %s carries factors only", m,
                           s->desc->name);
     return published(p, p->sub_of[m],
-                     s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta, bad));
+                     s->ops->publish_dense(s->priv, clock, p->local_of[m], scale, delta, staged,
+                                           bad));
 }
 
 static int pm_drain(void *priv, int64_t last, struct sfb__sync_clock *acct)

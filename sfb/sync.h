@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+struct sfb__buf;
 struct sfb__comm;
 struct sfb__frame;
 struct sfb__ssp;
@@ -154,10 +155,13 @@ struct sfb__sync_ops {
      * (rows × cols, row-major; scale finite). The engine checks the
      * numbers in the pass it makes over them anyway: bad non-NULL and a
      * number of scale · delta not finite → *bad = its index, -ERANGE,
-     * nothing published (bad NULL: unchecked). NULL: the engine carries
-     * factors only. */
+     * nothing published (bad NULL: unchecked). staged non-NULL: a comm
+     * buffer whose data is delta (sfb_job_dense_buffer's) that the engine
+     * may keep, with a reference of its own, and send from instead of
+     * copying delta (its numbers scaled in place); the caller's reference
+     * stays the caller's. NULL: the engine carries factors only. */
     int (*publish_dense)(void *priv, int64_t clock, uint32_t m, float scale, const float *delta,
-                         size_t *bad);
+                         struct sfb__buf *staged, size_t *bad);
     /* After the last clock: waits for and applies every update ≤ last. Also
      * called mid-run before a checkpoint (with a barrier after it, so no
      * update of a later clock exists yet); the engine then continues. */

@@ -298,6 +298,18 @@ SFB_API int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m,
 SFB_API int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float scale,
                                   const float *delta);
 
+/* A buffer of the job's for matrix m's next dense update (rows × cols
+ * row-major floats; what it holds at first is unspecified): write the update
+ * into it and pass it as sfb_job_publish_dense's delta, which then sends it
+ * from there (float32 rows, scale 1) instead of copying it, as an in-place
+ * all-reduce does. The same buffer until a publish_dense of m succeeds;
+ * then it is the job's (neither read nor write it again: call this for the
+ * next clock's). A replan, a shrink or grow, detach and close take it back
+ * too. Only for a matrix whose engine takes dense updates ("fms"). Returns
+ * 0, -EINVAL, -SFB_EUSAGE (no attach, m out of range, an "sfb" matrix),
+ * -ENOMEM. */
+SFB_API int sfb_job_dense_buffer(struct sfb_job *job, uint32_t m, float **out);
+
 /* Waits for and applies every peer update of clocks <= last, where last is
  * at most the last clock published here (for a consistent view mid-run,
  * e.g. before a checkpoint; pair it with sfb_job_barrier). Updates of

@@ -277,6 +277,7 @@ def library():
         "sfb_job_publish_one": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32, P(_SF)]),
         "sfb_job_publish_dense": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32,
                                                  ctypes.c_float, vp]),
+        "sfb_job_dense_buffer": (ctypes.c_int, [vp, ctypes.c_uint32, P(P(ctypes.c_float))]),
         "sfb_job_broadcast": (ctypes.c_int, [vp, ctypes.c_uint32, vp, ctypes.c_size_t]),
         "sfb_job_drain": (ctypes.c_int, [vp, ctypes.c_int64, P(_Clock)]),
         "sfb_job_barrier": (ctypes.c_int, [vp]),
@@ -607,7 +608,8 @@ class Job:
 
     def publish_dense(self, clock, m, delta, scale=1.0):
         """Matrix m's update of `clock` dense: scale * delta, delta a float32
-        C-contiguous array of the matrix's shape (copied). Only for a matrix
+        C-contiguous array of the matrix's shape (copied, unless it is
+        dense_buffer(m)'s array: then sent from there). Only for a matrix
         whose engine is "fms" (sfb.Error otherwise); counts as its publish of
         the clock, as publish_one."""
         clock = _clock("publish_dense: clock", clock)
@@ -622,6 +624,23 @@ class Job:
                              (self._shapes[m], m, _describe(delta)))
         scale = _scale(scale, clock, m, "publish_dense")
         _check(self._publish_dense(self._handle(), clock, m, scale, delta.ctypes.data))
+
+    def dense_buffer(self, m):
+        """A float32 array of matrix m's shape in the job's own memory (its
+        contents unspecified) for the next dense update: fill it and pass it
+        to publish_dense, which then sends it from there instead of copying
+        it (float32 rows, scale 1), as an in-place all-reduce does. The same
+        array until a publish_dense of m succeeds; after it the memory is the
+        job's again (neither read nor write that array: ask for the next
+        clock's), as after a replan, a world change or close. Only for a
+        matrix whose engine is "fms" (sfb.Error otherwise)."""
+        m = _int("dense_buffer: m", m, 0, _U32)
+        if m >= len(self._sfs if self._sfs is not None else ()):
+            raise UsageError("dense_buffer: m: matrix %d, the job has %d" %
+                             (m, len(self.matrices)))
+        ptr = ctypes.POINTER(ctypes.c_float)()
+        _check(library().sfb_job_dense_buffer(self._handle(), m, ctypes.byref(ptr)))
+        return np.ctypeslib.as_array(ptr, shape=self._shapes[m])
 
     def broadcast(self, root, data):
         """Collective (before attach too): root's bytes of `data` land in

@@ -245,9 +245,14 @@ struct sfb__comm_ops {
 extern const struct sfb__comm_ops sfb__comm_fabric_ops;
 
 /* The engines' calls, through c->ops. Returns as the ops entry; with no
- * peers (world == 1) call and post run fn at once, barrier returns 0 and the others
+ * peers (world == 1) call and post run fn at once, barrier returns 0,
+ * buf_get gives a buffer of its own (sfb__comm_buf_plain) and the others
  * fail with -ENOTCONN. Compute thread (send and buf_get: also the hooks). */
 int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out);
+/* A buffer in one allocation of its own, in no pool (64-byte aligned data,
+ * one reference; freed by its last sfb__buf_put): the in-process
+ * loopback's, and a job of one worker's. 0 or -ENOMEM. */
+int sfb__comm_buf_plain(size_t size, struct sfb__buf **out);
 /* The pool's buffers that no one holds freed (sfb__transport_trim): after a
  * phase whose sizes will not come again. 0 where nothing is pooled. */
 int sfb__comm_trim(struct sfb__comm *c);

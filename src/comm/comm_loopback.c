@@ -92,17 +92,7 @@ static void drop(struct lb_queue *q)
 static int lb_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
 {
     (void)c;
-    enum { HEAD = (sizeof(struct sfb__buf) + 63) / 64 * 64 };
-    void *p = NULL;
-    if (size > SIZE_MAX - HEAD || posix_memalign(&p, 64, HEAD + (size ? size : 1)))
-        return sfb__error(-ENOMEM, "loopback: buffer of %zu bytes", size);
-    struct sfb__buf *b = p;
-    memset(b, 0, sizeof *b);
-    b->data = (uint8_t *)p + HEAD;
-    b->cap = size;
-    atomic_init(&b->refs, 1);
-    *out = b;
-    return 0;
+    return sfb__comm_buf_plain(size, out);
 }
 
 /* Every rank's comm fails with the same reason (as a peer's ABORT would). */

@@ -10,6 +10,9 @@
 #include "src/loop/loop.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int fab_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
 {
@@ -64,7 +67,22 @@ static int no_peers(void)
 
 int sfb__comm_buf_get(struct sfb__comm *c, size_t size, struct sfb__buf **out)
 {
-    return c->ops ? c->ops->buf_get(c, size, out) : no_peers();
+    return c->ops ? c->ops->buf_get(c, size, out) : sfb__comm_buf_plain(size, out);
+}
+
+int sfb__comm_buf_plain(size_t size, struct sfb__buf **out)
+{
+    enum { HEAD = (sizeof(struct sfb__buf) + 63) / 64 * 64 };
+    void *p = NULL;
+    if (size > SIZE_MAX - HEAD || posix_memalign(&p, 64, HEAD + (size ? size : 1)))
+        return sfb__error(-ENOMEM, "comm: buffer of %zu bytes", size);
+    struct sfb__buf *b = p;
+    memset(b, 0, sizeof *b);
+    b->data = (uint8_t *)p + HEAD;
+    b->cap = size;
+    atomic_init(&b->refs, 1);
+    *out = b;
+    return 0;
 }
 
 int sfb__comm_trim(struct sfb__comm *c)

@@ -227,12 +227,14 @@ static int alloc_matrices(struct sfb_job *job, uint32_t n)
     job->engine_of = calloc(n, sizeof *job->engine_of);
     job->prec = calloc(n, sizeof *job->prec);
     job->dense_prec = calloc(n, sizeof *job->dense_prec);
+    job->staged = calloc(n, sizeof *job->staged);
+    job->nstaged = job->staged ? n : 0;
     job->plan_ms = calloc(n, sizeof *job->plan_ms);
     job->mats = calloc(n, sizeof *job->mats);
     job->done = calloc((n + 63) / 64, sizeof *job->done);
     job->engines = calloc((size_t)n * 4 + 1, 1); /* "sfb," per matrix */
-    if (!job->engine_of || !job->prec || !job->dense_prec || !job->plan_ms || !job->mats || !job->done ||
-        !job->engines)
+    if (!job->engine_of || !job->prec || !job->dense_prec || !job->staged || !job->plan_ms ||
+        !job->mats || !job->done || !job->engines)
         return sfb__error(-ENOMEM, "sfb_job_attach: out of memory for %u matrices", n);
     return 0;
 }
@@ -532,6 +534,34 @@ int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m, const st
     return 0;
 }
 
+/* Matrix m's engine can take a dense update (else -SFB_EUSAGE naming fn). */
+static int need_dense(const struct sfb_job *job, const char *fn, uint32_t m)
+{
+    if (job->engine_of[m]->ops->publish_dense) return 0;
+    return sfb__error(-SFB_EUSAGE, "%s: matrix %u is synchronized by %s, which carries factors "
+                      "only (publish them with sfb_job_publish_one)", fn, m,
+                      job->engine_of[m]->name);
+}
+
+int sfb_job_dense_buffer(struct sfb_job *job, uint32_t m, float **out)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    SFB_ARG(out);
+    int ret = need_engine(job, __func__);
+    if (ret) return ret;
+    if (m >= job->nmat)
+        return sfb__error(-SFB_EUSAGE, "%s: matrix %u: the job has %u matrices (0 .. %u)",
+                          __func__, m, job->nmat, job->nmat - 1);
+    if ((ret = need_dense(job, __func__, m))) return ret;
+    if (!job->staged[m]) {
+        size_t n = (size_t)job->mats[m].rows * job->mats[m].cols;
+        if ((ret = sfb__comm_buf_get(job->comm, n * sizeof(float), &job->staged[m]))) return ret;
+    }
+    *out = (float *)(void *)job->staged[m]->data;
+    return 0;
+}
+
 int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float scale,
                           const float *delta)
 {
@@ -540,11 +570,11 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
     SFB_ARG(delta);
     int ret = need_engine(job, __func__);
     if (!ret) ret = check_one(job, __func__, clock, m);
+    if (!ret) ret = need_dense(job, __func__, m);
     if (ret) return ret;
-    if (!job->engine_of[m]->ops->publish_dense)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_publish_dense: matrix %u is synchronized by %s, "
-                          "which carries factors only (publish them with sfb_job_publish_one)",
-                          m, job->engine_of[m]->name);
+    /* sfb_job_dense_buffer's: the engine may send from it instead of a copy */
+    struct sfb__buf *staged = job->staged[m];
+    if (staged && (const float *)(const void *)staged->data != delta) staged = NULL;
     size_t cols = job->mats[m].cols, n = (size_t)job->mats[m].rows * cols, at = n;
     if (!job->debug_unchecked && !isfinite(scale))
         return sfb__error(-ERANGE, "sfb_job_publish_dense: clock %lld, matrix %u: scale is %g "
@@ -552,7 +582,7 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
                           (long long)clock, m, (double)scale);
     double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
     /* the engine checks the numbers in its own pass over them (sync.h) */
-    ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta,
+    ret = job->engine->publish_dense(job->engine_priv, clock, m, scale, delta, staged,
                                      job->debug_unchecked ? NULL : &at);
     if (ret == -ERANGE && at < n) {
         if (!isfinite(delta[at]))
@@ -566,6 +596,10 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
                           (double)delta[at]);
     }
     if (ret) return ret;
+    if (staged) { /* the engine holds it now if it kept it; the next clock gets another */
+        sfb__buf_put(staged);
+        job->staged[m] = NULL;
+    }
     sfb__trace_span(SFB__TRACK_COMPUTE, "publish", t0, clock, (int32_t)m, -1, 0);
     one_done(job, m);
     return 0;

@@ -76,11 +76,24 @@ void sfb__job_close_engine(struct sfb_job *job)
     free(job->engine_priv);
     job->engine_priv = NULL;
     job->engine = NULL;
+    sfb__job_drop_staged(job);
+}
+
+void sfb__job_drop_staged(struct sfb_job *job)
+{
+    for (uint32_t m = 0; job->staged && m < job->nstaged; m++) {
+        sfb__buf_put(job->staged[m]);
+        job->staged[m] = NULL;
+    }
 }
 
 /* The per-matrix state forgotten (attach allocates it again). */
 void sfb__job_free_matrices(struct sfb_job *job)
 {
+    sfb__job_drop_staged(job);
+    free(job->staged);
+    job->staged = NULL;
+    job->nstaged = 0;
     free(job->engine_of);
     free(job->prec);
     free(job->dense_prec);

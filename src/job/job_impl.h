@@ -29,6 +29,8 @@ struct sfb_job {
     const struct sfb__sync_desc **engine_of; /* its engine (NULL: "auto", not chosen yet) */
     uint8_t *prec;          /* its factors' precision (enum sfb__wire_prec: factor_dtype) */
     uint8_t *dense_prec;    /* its rows' under FMS (dense_dtype) */
+    struct sfb__buf **staged; /* sfb_job_dense_buffer's: the next dense update's buffer, or NULL */
+    uint32_t nstaged;         /* (staged's length) */
     double (*plan_ms)[2];   /* auto: the cost model's predictions (NaN: forced) */
     struct sfb_matrix *mats;
     uint64_t *done;         /* bit m: matrix m published in the clock waited for */
@@ -76,6 +78,9 @@ int sfb__job_set_shapes(struct sfb_job *job);
  * matrices); the per-matrix state freed (attach, detach, close). */
 void sfb__job_detach(struct sfb_job *job);
 void sfb__job_free_matrices(struct sfb_job *job);
+/* sfb_job_dense_buffer's buffers given back to the comm's pool (the engine's
+ * close: a replan, a world change that reopens the comm, close). */
+void sfb__job_drop_staged(struct sfb_job *job);
 
 /* Elastic jobs (job_elastic.c): what sfb_job_attach refuses of one (after
  * it parsed the engines into job->engine_of); the

@@ -8,7 +8,10 @@ rank's updates within float32 rounding (so the ordering loses nothing).
 A CASE "A>B" replans from engines A to B halfway (Job.replan), after
 checking that misplaced, "auto" and rank-dependent replans are refused on
 every rank with nothing changed; the replicas must then hold every update
-exactly as without one, and the job's byte counters carry on.
+exactly as without one, and the job's byte counters carry on. FMS matrices
+go on odd clocks through Job.dense_buffer (the update written into the job's
+buffer, sent from there), on even ones copied from the caller's array; an
+SFB matrix's dense_buffer is refused.
 Usage (under sfb launch -n P): job_ordered.py [--clocks T] CASE... where a
 CASE is ENGINE[:TOPOLOGY[:PRIORITY]], e.g. sfb sfb:halton fms auto
 sfb,fms>fms,sfb."""
@@ -92,13 +95,24 @@ def case(text):
             for m in order:
                 b, c, scale = factors(r, t, m)
                 if job.engines[m] == "sfb":
+                    if t == 0:
+                        ok &= refused("dense_buffer of an sfb matrix",
+                                      lambda: job.dense_buffer(m), sfb.UsageError)
                     job.publish_one(t, m, b, c, scale)
+                elif t % 2:  # in the job's buffer: sent from there
+                    buf = job.dense_buffer(m)
+                    if job.dense_buffer(m).ctypes.data != buf.ctypes.data:
+                        print("FAIL: dense_buffer(%d) moved before its publish" % m, flush=True)
+                        ok = False
+                    np.multiply(b.T @ c, scale, out=buf)
+                    job.publish_dense(t, m, buf)
                 else:
                     job.publish_dense(t, m, np.ascontiguousarray(b.T @ c), scale)
                 if g.random() < 0.3:
                     time.sleep(0.002 * g.random())
             if after and t == args.clocks // 2:
-                ok, sent = replan(job, t, after)
+                replanned, sent = replan(job, t, after)
+                ok &= replanned
         job.drain(args.clocks - 1)
         if after and job.stats()["data_bytes"] <= sent:
             print("FAIL %s: data_bytes %d after the replan, %d before" %

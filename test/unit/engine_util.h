@@ -68,6 +68,11 @@ struct eng_cfg {
     /* 1: every rank publishes its update dense (ops->publish_dense: the
      * factors' product, exact in float) instead of its factors */
     int dense;
+    /* with dense: each update written into a comm buffer handed to the
+     * engine as `staged` (sfb_job_dense_buffer's), which FMS keeps and sends
+     * from (float32, more than one rank: the test checks it holds a
+     * reference after the publish, and that a refused one wrote nothing) */
+    int staged;
 };
 
 struct eng_rank {
@@ -116,11 +121,18 @@ static inline int eng_make_sf(struct sfb_sf *sf, uint32_t rows, uint32_t cols, u
 /* cfg.dense: sf's update as a dense matrix (scale · BᵀC, exact: small
  * integers) through ops->publish_dense; cfg.poison 3 first tries the two
  * refused ones (see struct eng_cfg). */
-static inline int eng_publish_dense(const struct eng_cfg *cfg, void *priv, uint32_t r, int64_t t,
-                                    const struct sfb_sf *sf)
+static inline int eng_publish_dense(const struct eng_cfg *cfg, struct sfb__comm *c, void *priv,
+                                    uint32_t r, int64_t t, const struct sfb_sf *sf)
 {
     size_t n = (size_t)sf->rows * sf->cols, bad = 0;
-    float *d = calloc(n, sizeof *d);
+    struct sfb__buf *sb = NULL;
+    float *d = NULL;
+    if (cfg->staged && !sfb__comm_buf_get(c, n * sizeof *d, &sb)) {
+        d = (float *)(void *)sb->data;
+        memset(d, 0, n * sizeof *d);
+    } else if (!cfg->staged) {
+        d = calloc(n, sizeof *d);
+    }
     if (!d) return -ENOMEM;
     for (uint32_t i = 0; i < sf->rows; i++)
         for (uint32_t j = 0; j < sf->cols; j++)
@@ -133,22 +145,40 @@ static inline int eng_publish_dense(const struct eng_cfg *cfg, void *priv, uint3
         cfg->ops->report(priv, &before);
         float last = d[n - 1], first = d[0];
         d[n - 1] = NAN;
-        int r1 = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, &bad);
+        float *keep = malloc(n * sizeof *d);
+        if (!keep) return -ENOMEM;
+        memcpy(keep, d, n * sizeof *d);
+        int r1 = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, sb, &bad);
         size_t bad1 = bad;
+        int kept = memcmp(keep, d, n * sizeof *d) == 0 && (!sb || atomic_load(&sb->refs) == 1);
+        free(keep);
         d[n - 1] = last;
         d[0] = 3e38f; /* × 2: beyond float32 */
-        int r2 = cfg->ops->publish_dense(priv, t, 0, 2.0f, d, &bad);
+        int r2 = cfg->ops->publish_dense(priv, t, 0, 2.0f, d, sb, &bad);
         d[0] = first;
+        if (!kept)
+            ret = sfb__error(-EPROTO, "rank %u: a refused dense update changed the staged buffer "
+                             "or kept a reference to it", r);
         cfg->ops->report(priv, &after);
-        if (r1 != -ERANGE || bad1 != n - 1 || r2 != -ERANGE || bad != 0 ||
-            after.data_msgs != before.data_msgs)
+        if (!ret && (r1 != -ERANGE || bad1 != n - 1 || r2 != -ERANGE || bad != 0 ||
+                     after.data_msgs != before.data_msgs))
             ret = sfb__error(-EPROTO, "rank %u: refused dense updates: %d at %zu (want %d at "
                              "%zu), %d at %zu (want at 0), %llu messages sent", r, r1, bad1,
                              -ERANGE, n - 1, r2, bad,
                              (unsigned long long)(after.data_msgs - before.data_msgs));
     }
-    if (!ret) ret = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, &bad);
-    free(d);
+    if (!ret) ret = cfg->ops->publish_dense(priv, t, 0, 1.0f, d, sb, &bad);
+    if (!sb) {
+        free(d);
+        return ret;
+    }
+    /* float32 among several ranks: FMS sends from it, held until applied */
+    int refs = atomic_load(&sb->refs), want = cfg->dense_prec == SFB_WIRE_F32 && cfg->world > 1;
+    if (!ret && (want ? refs < 2 : refs != 1))
+        ret = sfb__error(-EPROTO, "rank %u, clock %lld: the staged buffer has %d references "
+                         "after the publish (want %s)", r, (long long)t, refs,
+                         want ? "the engine's too" : "the caller's alone");
+    sfb__buf_put(sb);
     return ret;
 }
 
@@ -322,7 +352,7 @@ static inline int eng_rank_main(struct sfb__comm *c, uint32_t r, void *arg)
             else er->sf.scale = INFINITY;
         }
         if (cfg->dense)
-            ret = eng_publish_dense(cfg, priv, r, t, &er->sf);
+            ret = eng_publish_dense(cfg, c, priv, r, t, &er->sf);
         else if (cfg->poison == 4)
             ret = eng_publish_checked(cfg, priv, r, t, &er->sf);
         else

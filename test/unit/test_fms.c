@@ -381,8 +381,9 @@ static int test_nonfinite(void)
  * replicas as the factors give; an update with a NaN in its last chunk, or
  * whose scale · delta overflows in its first number, is refused before
  * anything leaves (the pushes' checksums are fed in the same pass), and
- * the true one then goes as usual. */
-static int run_dense(uint32_t world, unsigned prec)
+ * the true one then goes as usual. staged: each update in a comm buffer
+ * the engine may send from (sfb_job_dense_buffer's), the same replicas. */
+static int run_dense(uint32_t world, unsigned prec, int staged)
 {
     sfb__fms_chunk_bytes = 16; /* a row per chunk: the NaN in the last */
     struct eng_cfg cfg = {.ops = &sfb__fms_ops,
@@ -399,7 +400,8 @@ static int run_dense(uint32_t world, unsigned prec)
                           .poison_rank = 1,
                           .poison_clock = 2,
                           .dense_prec = prec,
-                          .dense = 1};
+                          .dense = 1,
+                          .staged = staged};
     struct eng_run run;
     struct sfb__loopback *lb = NULL;
     ASSERT_OK(eng_init(&run, &cfg, &lb));
@@ -528,7 +530,8 @@ static int test_checked(void)
 
 static int test_dense(void)
 {
-    return run_dense(4, SFB_WIRE_F32) || run_dense(3, SFB_WIRE_BF16);
+    return run_dense(4, SFB_WIRE_F32, 0) || run_dense(3, SFB_WIRE_BF16, 0) ||
+           run_dense(4, SFB_WIRE_F32, 1) || run_dense(3, SFB_WIRE_BF16, 1);
 }
 
 /* Blocks of 10 and 11 rows in chunks of 2 rows (the 11-row block's last

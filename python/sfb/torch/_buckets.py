@@ -27,7 +27,6 @@ class Bucket:
         self.params = params  # [(name, p)], in backward order
         self.n = sum(p.numel() for _, p in params)
         self.buf = np.zeros(matrix_shape(self.n), np.float32)  # the job's matrix
-        self.stage = np.zeros(self.buf.size, np.float32)        # this rank's update
         self.flat = torch.from_numpy(self.buf.reshape(-1))
         self.grads = None  # .grad tensors handed out where a parameter had none
         self.index = None  # the matrix's index in the job
@@ -44,11 +43,12 @@ class Bucket:
     def all_ready(self):
         return all(id(p) in self.ready for _, p in self.params if p.requires_grad)
 
-    def stage_update(self, lr_of, additive, training, world):
-        """This rank's update of the clock in self.stage: each .grad (zeros
-        for a parameter without one, or a rank not training), at staleness >
-        0 times -lr / world."""
-        stage = self.stage
+    def stage_update(self, out, lr_of, additive, training, world):
+        """This rank's update of the clock in out (the job's dense buffer of
+        the bucket's matrix, which it is sent from): each .grad (zeros for a
+        parameter without one, or a rank not training), at staleness > 0
+        times -lr / world."""
+        stage = out.reshape(-1)
         for _, p, o, k in self.views():
             if p.grad is None or not training:
                 stage[o:o + k] = 0
@@ -58,7 +58,7 @@ class Bucket:
             else:
                 stage[o:o + k] = _dense(p.grad).reshape(-1).numpy()
         stage[self.n:] = 0
-        return stage.reshape(self.buf.shape)
+        return out
 
     def adopt_parameters(self):
         """Staleness > 0: the replica holds the parameters, which become views

@@ -608,7 +608,8 @@ class _Sync(_Passes):
         slot.caps = []
 
     def _publish_bucket(self, b):
-        stage = b.stage_update(lambda p: self.group_of[id(p)]["lr"], self.additive,
+        stage = b.stage_update(self.job.dense_buffer(b.index),
+                               lambda p: self.group_of[id(p)]["lr"], self.additive,
                                self.state == _TRAINING, self.job.world)
         scale = 1.0 if self.additive else self.reduction_weight
         self.job.publish_dense(self.clock, b.index, stage, scale)
