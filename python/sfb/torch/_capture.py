@@ -40,7 +40,6 @@ class _Linear:
         self.cols = self.inputs + (1 if bias is not None else 0)
         self.buf = None        # the replica (numpy rows x cols): this clock's sum
         self.cbuf = None       # c, kept across steps
-        self.dbuf = None       # a fused slot's dense gradient (dense_grad)
         self.was_dense = False  # its last gradient was (the plan says so)
         # a leaf whose gradient arrives once per backward pass, after every
         # call of the layer in that pass gave its factors
@@ -103,13 +102,12 @@ class _Linear:
                 o += n
         return b.contiguous().numpy(), c.contiguous().numpy()
 
-    def dense_grad(self):
+    def dense_grad(self, out):
         """This rank's dense gradient of the clock (a fused slot's), the
-        weight's .grad and the bias's in one rows x cols matrix (zeros where
-        .grad is None)."""
-        if self.dbuf is None:
-            self.dbuf = np.empty((self.rows, self.cols), np.float32)
-        d = torch.from_numpy(self.dbuf)
+        weight's .grad and the bias's in one rows x cols matrix, in out (the
+        job's dense buffer of the slot's matrix, which it is sent from;
+        zeros where .grad is None)."""
+        d = torch.from_numpy(out)
         for p, part in ((self.weight, d[:, :self.inputs]), (self.bias, d[:, self.inputs:])):
             if p is None:
                 continue
@@ -117,7 +115,7 @@ class _Linear:
                 part.zero_()
             else:
                 part.copy_(p.grad.reshape(part.shape))
-        return self.dbuf
+        return out
 
     def local_grads(self):
         """[(parameter, this rank's dense gradient of the step's factors)]:

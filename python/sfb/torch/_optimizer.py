@@ -592,7 +592,8 @@ class _Sync(_Passes):
                 param=slot.name)
         self.step_samples = max(self.step_samples, samples)
         if slot.dense:  # (staleness 0: fused)
-            self.job.publish_dense(self.clock, slot.index, slot.dense_grad(),
+            self.job.publish_dense(self.clock, slot.index,
+                                   slot.dense_grad(self.job.dense_buffer(slot.index)),
                                    self.reduction_weight)
             slot.published = slot.was_dense = True
             return
