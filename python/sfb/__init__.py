@@ -404,6 +404,7 @@ class Job:
         self.matrices = []
         self.last_wait = None
         self._sfs = None
+        self._staged = {}  # m: dense_buffer(m)'s array, until a publish takes it
 
     def _handle(self):
         if not self._h:
@@ -624,6 +625,9 @@ class Job:
                              (self._shapes[m], m, _describe(delta)))
         scale = _scale(scale, clock, m, "publish_dense")
         _check(self._publish_dense(self._handle(), clock, m, scale, delta.ctypes.data))
+        staged = self._staged.get(m)
+        if staged is not None and staged.ctypes.data == delta.ctypes.data:
+            self._retire(m)  # (the job's memory now)
 
     def dense_buffer(self, m):
         """A float32 array of matrix m's shape in the job's own memory (its
@@ -631,16 +635,29 @@ class Job:
         to publish_dense, which then sends it from there instead of copying
         it (float32 rows, scale 1), as an in-place all-reduce does. The same
         array until a publish_dense of m succeeds; after it the memory is the
-        job's again (neither read nor write that array: ask for the next
-        clock's), as after a replan, a world change or close. Only for a
-        matrix whose engine is "fms" (sfb.Error otherwise)."""
+        job's again and the array read-only (ask for the next clock's), as
+        after a replan, a world change or close. Only for a matrix whose
+        engine is "fms" (sfb.Error otherwise)."""
         m = _int("dense_buffer: m", m, 0, _U32)
         if m >= len(self._sfs if self._sfs is not None else ()):
             raise UsageError("dense_buffer: m: matrix %d, the job has %d" %
                              (m, len(self.matrices)))
         ptr = ctypes.POINTER(ctypes.c_float)()
         _check(library().sfb_job_dense_buffer(self._handle(), m, ctypes.byref(ptr)))
-        return np.ctypeslib.as_array(ptr, shape=self._shapes[m])
+        got = ctypes.cast(ptr, ctypes.c_void_p).value
+        have = self._staged.get(m)
+        if have is None or have.ctypes.data != got:
+            have = self._staged[m] = np.ctypeslib.as_array(ptr, shape=self._shapes[m])
+        return have
+
+    def _retire(self, m=None):
+        """dense_buffer's arrays the job took back (m: that one; None: all)
+        made read-only: a write into memory the job sends from, or has
+        handed to another use, fails loudly instead of changing an update."""
+        for k in list(self._staged) if m is None else [m]:
+            arr = self._staged.pop(k, None)
+            if arr is not None:
+                arr.flags.writeable = False
 
     def broadcast(self, root, data):
         """Collective (before attach too): root's bytes of `data` land in
@@ -675,6 +692,7 @@ class Job:
         next wait. Afterwards `engines` lists each matrix's engine."""
         if not isinstance(engine, str):
             engine = ",".join(engine)
+        self._retire()  # (a replan takes dense_buffer's back)
         _check(library().sfb_job_replan(self._handle(), _clock("replan: last", last, -1),
                                         _enc(engine)))
         self.engines = [library().sfb_job_engine(self._h, i).decode()
@@ -696,6 +714,7 @@ class Job:
         again. Collective over the survivors (include/sfb/job.h:
         sfb_job_shrink)."""
         nxt, src = ctypes.c_int64(), ctypes.c_uint32()
+        self._retire()
         _check(library().sfb_job_shrink(self._handle(), ctypes.byref(nxt), ctypes.byref(src)))
         self.rank = library().sfb_job_rank(self._h)
         self.world = library().sfb_job_world(self._h)
@@ -724,6 +743,7 @@ class Job:
         reattach=True (or none) a grow detaches them (joiners or not) and
         may come at any point: every rank, the joiners too, attaches again."""
         n = ctypes.c_uint32()
+        self._retire()
         _check(library().sfb_job_grow(self._handle(), _clock("grow: clock", clock), _enc(text),
                                       int(value), ctypes.byref(n)))
         self.world = library().sfb_job_world(self._h)
@@ -787,6 +807,7 @@ class Job:
         return _fields(st)
 
     def close(self):
+        self._retire()
         if self._h:
             library().sfb_job_close(ctypes.byref(self._h))
             self._h = ctypes.c_void_p()

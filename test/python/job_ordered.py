@@ -10,8 +10,8 @@ checking that misplaced, "auto" and rank-dependent replans are refused on
 every rank with nothing changed; the replicas must then hold every update
 exactly as without one, and the job's byte counters carry on. FMS matrices
 go on odd clocks through Job.dense_buffer (the update written into the job's
-buffer, sent from there), on even ones copied from the caller's array; an
-SFB matrix's dense_buffer is refused.
+buffer, sent from there; the array read-only once published), on even ones
+copied from the caller's array; an SFB matrix's dense_buffer is refused.
 Usage (under sfb launch -n P): job_ordered.py [--clocks T] CASE... where a
 CASE is ENGINE[:TOPOLOGY[:PRIORITY]], e.g. sfb sfb:halton fms auto
 sfb,fms>fms,sfb."""
@@ -106,6 +106,9 @@ def case(text):
                         ok = False
                     np.multiply(b.T @ c, scale, out=buf)
                     job.publish_dense(t, m, buf)
+                    # the job's memory now: a write into it fails loudly
+                    ok &= refused("a write into a published dense_buffer",
+                                  lambda: buf.__setitem__((0, 0), 1.0), ValueError)
                 else:
                     job.publish_dense(t, m, np.ascontiguousarray(b.T @ c), scale)
                 if g.random() < 0.3:
