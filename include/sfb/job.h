@@ -286,7 +286,8 @@ SFB_API int sfb_job_publish_one(struct sfb_job *job, int64_t clock, uint32_t m,
                                 const struct sfb_sf *sf);
 
 /* Publishes matrix m's update of `clock` dense: ΔA_m = scale · delta, delta
- * rows × cols row-major floats (the caller's; copied). Only for a matrix
+ * rows × cols row-major floats (the caller's, copied; or
+ * sfb_job_dense_buffer's, sent from there). Only for a matrix
  * whose engine is "fms" (it goes into FMS's own-update buffer, no
  * reconstruction): on an "sfb" matrix -SFB_EUSAGE (that engine carries
  * factors only). Counts as matrix m's publish of the clock, as
