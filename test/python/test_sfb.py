@@ -108,6 +108,28 @@ raises("world 2**32", lambda: sfb.Job(world=2**32), "Job: world: 4294967296 is o
 raises("world 2**31 (C)", lambda: sfb.Job(world=2**31), "world 2147483648: expected 1 .. 2147483647")
 raises("rank -1", lambda: sfb.Job(rank=-1, world=2), "Job: rank: -1 is out of range 0..4294967295")
 
+# dense_buffer (one worker: FMS reads it, the job keeps it for the next
+# clock): an update written there is the replica's; once published the array
+# is read-only; an SFB matrix's is refused
+job = sfb.Job(rank=0, world=1)
+W1, W2 = np.zeros((4, 3), np.float32), np.zeros((2, 5), np.float32)
+job.attach([W1, W2], max_s=2, engine="fms,sfb")
+raises("dense_buffer of an sfb matrix", lambda: job.dense_buffer(1), "carries factors only")
+raises("dense_buffer m 2", lambda: job.dense_buffer(2), "dense_buffer: m: matrix 2, the job has 2")
+for t in range(3):
+    job.wait(t)
+    buf = job.dense_buffer(0)
+    check("dense_buffer shape", buf.shape == (4, 3) and buf.dtype == np.float32 and
+          buf.flags.writeable, "%s %s" % (buf.shape, buf.flags))
+    buf[...] = np.arange(12, dtype=np.float32).reshape(4, 3) + t
+    job.publish_dense(t, 0, buf, 0.5)
+    check("dense_buffer read-only after its publish", not buf.flags.writeable)
+    job.publish_one(t, 1, np.ones((1, 2), np.float32), np.ones((1, 5), np.float32), 1.0)
+job.finish(2)
+want = 0.5 * (3 * np.arange(12, dtype=np.float32).reshape(4, 3) + 3)
+check("dense_buffer updates", np.array_equal(W1, want) and np.all(W2 == 3), "%s %s" % (W1, W2))
+job.close()
+
 # two matrices, one per engine, and auto's choice with a given link
 for engine, want in (("fms,sfb", ["fms", "sfb"]), ("auto", None)):
     job = sfb.Job(rank=0, world=1)
