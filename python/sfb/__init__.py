@@ -599,10 +599,7 @@ class Job:
         publish_dense; the clock is complete with its last matrix (then the
         next wait may come)."""
         clock = _clock("publish_one: clock", clock)
-        m = _int("publish_one: m", m, 0, _U32)
-        if m >= len(self._sfs if self._sfs is not None else ()):
-            raise UsageError("publish_one: m: matrix %d of clock %d, the job has %d" %
-                             (m, clock, len(self.matrices)))
+        m = self._matrix("publish_one", m, " of clock %d" % clock)
         keep = self._fill(self._sfs[m], clock, m, b, c, scale, "publish_one")
         _check(self._publish_one(self._handle(), clock, m, self._sf_refs[m]))
         del keep
@@ -614,10 +611,7 @@ class Job:
         whose engine is "fms" (sfb.Error otherwise); counts as its publish of
         the clock, as publish_one."""
         clock = _clock("publish_dense: clock", clock)
-        m = _int("publish_dense: m", m, 0, _U32)
-        if m >= len(self._sfs if self._sfs is not None else ()):
-            raise UsageError("publish_dense: m: matrix %d of clock %d, the job has %d" %
-                             (m, clock, len(self.matrices)))
+        m = self._matrix("publish_dense", m, " of clock %d" % clock)
         if not (isinstance(delta, np.ndarray) and delta.dtype == np.float32
                 and delta.flags.c_contiguous and delta.shape == self._shapes[m]):
             raise UsageError("publish_dense: delta: expected a C-contiguous float32 array of "
@@ -629,6 +623,14 @@ class Job:
         if staged is not None and staged.ctypes.data == delta.ctypes.data:
             self._retire(m)  # (the job's memory now)
 
+    def _matrix(self, fn, m, when=""):
+        """fn's matrix index m, an attached matrix's (UsageError naming it)."""
+        m = _int(fn + ": m", m, 0, _U32)
+        if m >= len(self._sfs if self._sfs is not None else ()):
+            raise UsageError("%s: m: matrix %d%s, the job has %d" %
+                             (fn, m, when, len(self.matrices)))
+        return m
+
     def dense_buffer(self, m):
         """A float32 array of matrix m's shape in the job's own memory (its
         contents unspecified) for the next dense update: fill it and pass it
@@ -638,10 +640,7 @@ class Job:
         job's again and the array read-only (ask for the next clock's), as
         after a replan, a world change or close. Only for a matrix whose
         engine is "fms" (sfb.Error otherwise)."""
-        m = _int("dense_buffer: m", m, 0, _U32)
-        if m >= len(self._sfs if self._sfs is not None else ()):
-            raise UsageError("dense_buffer: m: matrix %d, the job has %d" %
-                             (m, len(self.matrices)))
+        m = self._matrix("dense_buffer", m)
         ptr = ctypes.POINTER(ctypes.c_float)()
         _check(library().sfb_job_dense_buffer(self._handle(), m, ctypes.byref(ptr)))
         got = ctypes.cast(ptr, ctypes.c_void_p).value

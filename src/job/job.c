@@ -599,7 +599,7 @@ int sfb_job_publish_dense(struct sfb_job *job, int64_t clock, uint32_t m, float 
     /* a buffer the engine keeps (it sends from it) is its own now: the next
      * clock gets another; one it only read (a job of one worker, bfloat16
      * rows, scale ≠ 1) stays the job's, handed out again for the next */
-    if (staged && atomic_load(&staged->refs) > 1) {
+    if (staged && sfb__buf_shared(staged)) {
         sfb__buf_put(staged);
         job->staged[m] = NULL;
     }

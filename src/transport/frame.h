@@ -56,5 +56,7 @@ enum sfb__progress {
  * Any thread. */
 void sfb__buf_ref(struct sfb__buf *b);
 void sfb__buf_put(struct sfb__buf *b);
+/* Whether a reference besides the caller's is held (the caller holds one). */
+int sfb__buf_shared(struct sfb__buf *b);
 
 #endif

@@ -252,6 +252,11 @@ void sfb__buf_ref(struct sfb__buf *b)
     atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
 }
 
+int sfb__buf_shared(struct sfb__buf *b)
+{
+    return atomic_load_explicit(&b->refs, memory_order_acquire) > 1;
+}
+
 void sfb__buf_put(struct sfb__buf *b)
 {
     if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
