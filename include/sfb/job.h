@@ -409,6 +409,16 @@ SFB_API int sfb_job_join_poll(struct sfb_job *job, const char *text, uint32_t *p
 SFB_API int sfb_job_joined(const struct sfb_job *job, int64_t *clock, uint32_t *max_s,
                            uint64_t *value);
 
+/* The job's collective calls (barrier, allgather, broadcast, agree, and
+ * replan's agreement) run over the bootstrap channel; every rank makes them
+ * in the same order. Each carries the call's name: where ranks made
+ * different calls at the same point (one in an allgather, another in a
+ * barrier), every rank fails at once with -SFB_ECONFIG naming the first rank
+ * that differs from rank 0 and both calls, nothing paired (the job goes on).
+ * A rank that does not come at all (it waits for updates a rank in the
+ * collective holds) ends it after bootstrap_timeout_s with -ETIMEDOUT saying
+ * so. */
+
 /* Collective over the bootstrap channel: returns once every rank entered
  * it, or with the reason a peer failed. */
 SFB_API int sfb_job_barrier(struct sfb_job *job);

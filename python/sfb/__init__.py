@@ -775,7 +775,10 @@ class Job:
         _check(library().sfb_job_barrier(self._handle()))
 
     def allgather(self, data):
-        """Every rank's `data` (bytes of one length on every rank), in rank order."""
+        """Every rank's `data` (bytes of one length on every rank), in rank order.
+        Like every collective call of the job (barrier, broadcast, agree,
+        replan), every rank makes it at the same point: a rank in another
+        call there fails every rank with sfb.MismatchError naming both."""
         data = bytes(data)
         out = ctypes.create_string_buffer(len(data) * self.world)
         _check(library().sfb_job_allgather(self._handle(), data, len(data), out))

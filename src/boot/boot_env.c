@@ -489,9 +489,10 @@ static int env_rank0(struct sfb__bootstrap *bs, const void *mine, uint32_t len, 
                            bs->seq, i, h.key, h.rank, h.seq, bs->key, i, bs->seq);
             goto fail;
         }
-        if (h.len > SFB__BOOTSTRAP_MAX_BLOB || used + h.len > SFB__BOOTSTRAP_MAX_TABLE) {
+        if (h.len > SFB__BOOTSTRAP_WIRE_BLOB || used + h.len > SFB__BOOTSTRAP_MAX_TABLE) {
             r = sfb__error(-SFB_EFORMAT, "bootstrap: collective %" PRIu32 ": rank %d: len %" PRIu32
-                           " exceeds the limit of %u bytes per rank", bs->seq, i, h.len, SFB__BOOTSTRAP_MAX_BLOB);
+                           " exceeds the limit of %u bytes per rank", bs->seq, i, h.len,
+                           SFB__BOOTSTRAP_WIRE_BLOB);
             goto fail;
         }
         if ((r = sfb__reserve((void **)&t, &cap, used + h.len))) goto fail;

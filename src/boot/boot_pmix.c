@@ -131,7 +131,7 @@ static int pmix_allgatherv(struct sfb__bootstrap *bs, const void *mine, uint32_t
         rc = PMIx_Get(&p, key, NULL, 0, &v);
         if (rc != PMIX_SUCCESS || !v || v->type != PMIX_BYTE_OBJECT || v->data.bo.size < 4 ||
             v->data.bo.size - 4 != sfb__get_u32((const uint8_t *)v->data.bo.bytes) ||
-            v->data.bo.size - 4 > SFB__BOOTSTRAP_MAX_BLOB) {
+            v->data.bo.size - 4 > SFB__BOOTSTRAP_WIRE_BLOB) {
             r = sfb__error(-SFB_EPEER, "bootstrap: PMIx_Get(%s) of rank %d: %s", key, i,
                            rc != PMIX_SUCCESS ? PMIx_Error_string(rc) : "malformed value");
         } else {

@@ -103,7 +103,7 @@ int sfb__boot_unpack_table(int world, int rank, uint8_t *t, size_t tlen, void **
     }
     for (int i = 0; i < world; i++) {
         lens[i] = sfb__get_u32(t + 4 * (size_t)i);
-        if (lens[i] > SFB__BOOTSTRAP_MAX_BLOB || (sum += lens[i]) > tlen - head) {
+        if (lens[i] > SFB__BOOTSTRAP_WIRE_BLOB || (sum += lens[i]) > tlen - head) {
             free(t);
             return sfb__error(-SFB_EFORMAT, "bootstrap: rank %d: table entry for rank %d has len %zu "
                               "beyond the table's %zu bytes", rank, i, lens[i], tlen);

@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +131,57 @@ const char *sfb__bootstrap_kind_name(enum sfb__bootstrap_kind kind)
 }
 
 
+void sfb__bootstrap_label(struct sfb__bootstrap *bs, const char *label)
+{
+    bs->label = label;
+}
+
+/* A name as a verdict says it. */
+static const char *called(const uint8_t *name, size_t n, char *out, size_t cap)
+{
+    if (n == 0) return "another of the job's calls (attach, finish, close, ...)";
+    snprintf(out, cap, "%.*s", (int)n, (const char *)name);
+    return out;
+}
+
+/* The gathered contributions (name length, name, blob) in place: each
+ * rank's name checked against rank 0's, then the blobs moved back to back
+ * and lens[] made theirs. The same verdict on every rank: every rank
+ * holds the same table. */
+static int strip_labels(struct sfb__bootstrap *bs, uint8_t *t, size_t *lens)
+{
+    size_t off = 0, out = 0, n0 = 0;
+    const uint8_t *name0 = NULL;
+    for (int i = 0; i < bs->size; i++) {
+        size_t n = lens[i] ? t[off] : 0;
+        if (lens[i] == 0 || n > SFB__BOOTSTRAP_LABEL_MAX || 1 + n > lens[i])
+            return sfb__error(-SFB_EFORMAT, "bootstrap: collective %" PRIu32 ": rank %d's "
+                              "contribution of %zu bytes has no whole name", bs->seq, i, lens[i]);
+        const uint8_t *name = t + off + 1;
+        if (i == 0) {
+            name0 = name;
+            n0 = n;
+        } else if (n != n0 || memcmp(name, name0, n) != 0) {
+            char a[SFB__BOOTSTRAP_LABEL_MAX + 1], b[SFB__BOOTSTRAP_LABEL_MAX + 1];
+            return sfb__error(-SFB_ECONFIG, "ranks made different calls: rank %d is in %s where "
+                              "rank 0 is in %s (collective %" PRIu32 "; every rank of a job "
+                              "makes the job's collective calls in the same order)", i,
+                              called(name, n, a, sizeof a), called(name0, n0, b, sizeof b),
+                              bs->seq);
+        }
+        off += lens[i];
+    }
+    off = 0;
+    for (int i = 0; i < bs->size; i++) {
+        size_t skip = 1 + (size_t)t[off];
+        memmove(t + out, t + off + skip, lens[i] - skip);
+        off += lens[i];
+        lens[i] -= skip;
+        out += lens[i];
+    }
+    return 0;
+}
+
 int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_t len, void **all,
                               size_t *lens)
 {
@@ -139,9 +191,24 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
                           len, SFB__BOOTSTRAP_MAX_BLOB);
     if (bs->broken)
         return sfb__error(-SFB_EPEER, "bootstrap: an earlier collective failed; the job cannot continue");
+    size_t n = bs->label ? SFB_MIN(strlen(bs->label), (size_t)SFB__BOOTSTRAP_LABEL_MAX) : 0;
+    uint8_t *wire = malloc(1 + n + len);
+    if (!wire)
+        return sfb__error(-ENOMEM, "bootstrap: out of memory for a %zu-byte contribution", len);
+    wire[0] = (uint8_t)n;
+    if (n) memcpy(wire + 1, bs->label, n);
+    if (len) memcpy(wire + 1 + n, mine, len);
     bs->seq++;
-    int r = bs->ops->allgatherv(bs, mine, (uint32_t)len, all, lens);
-    if (r) bs->broken = 1;
+    int r = bs->ops->allgatherv(bs, wire, (uint32_t)(1 + n + len), all, lens);
+    free(wire);
+    if (r) {
+        bs->broken = 1;
+        return r;
+    }
+    if ((r = strip_labels(bs, *all, lens))) {
+        free(*all);
+        *all = NULL;
+    }
     return r;
 }
 
@@ -213,7 +280,7 @@ int sfb__bootstrap_broadcast(struct sfb__bootstrap *bs, uint32_t root, void *dat
 
 int sfb__bootstrap_barrier(struct sfb__bootstrap *bs)
 {
-    if (!bs->ops->barrier) return sfb__bootstrap_allgather(bs, NULL, 0, NULL);
+    if (!bs->ops->barrier || bs->label) return sfb__bootstrap_allgather(bs, NULL, 0, NULL);
     if (bs->broken) return sfb__error(-SFB_EPEER, "bootstrap: an earlier collective failed");
     int r = bs->ops->barrier(bs);
     if (r) bs->broken = 1;

@@ -44,6 +44,12 @@
 /* Largest contribution of one rank to one collective (endpoint names are
  * tens of bytes; this bounds what a peer can make us allocate). */
 #define SFB__BOOTSTRAP_MAX_BLOB (1u << 20)
+/* The name a collective carries (sfb__bootstrap_label): at most this many
+ * bytes. Every contribution on the wire is one byte (the name's length),
+ * the name, then the caller's blob, so a contribution on the wire is up to
+ * SFB__BOOTSTRAP_WIRE_BLOB bytes. */
+#define SFB__BOOTSTRAP_LABEL_MAX 31u
+#define SFB__BOOTSTRAP_WIRE_BLOB (SFB__BOOTSTRAP_MAX_BLOB + 1u + SFB__BOOTSTRAP_LABEL_MAX)
 /* Largest whole table (all ranks' blobs of one collective). */
 #define SFB__BOOTSTRAP_MAX_TABLE ((size_t)1 << 30)
 
@@ -119,8 +125,19 @@ int sfb__bootstrap_allgatherv(struct sfb__bootstrap *bs, const void *mine, size_
  * -SFB_EUSAGE too for a root outside the world. */
 int sfb__bootstrap_broadcast(struct sfb__bootstrap *bs, uint32_t root, void *data, size_t len);
 
-/* Returns once every rank has entered the barrier. */
+/* Returns once every rank has entered the barrier. Under PMIx an unnamed
+ * barrier is a fence (its name is not compared); a named one an allgather. */
 int sfb__bootstrap_barrier(struct sfb__bootstrap *bs);
+
+/* Names the collectives that follow, until the next call (NULL: none; a
+ * string that outlives them, of up to SFB__BOOTSTRAP_LABEL_MAX bytes): the
+ * job's API call they belong to ("allgather", "replan", ...). Every
+ * contribution carries its name, and a collective whose ranks gave different
+ * names fails on every rank with -SFB_ECONFIG naming the first rank that
+ * differs from rank 0 and both names: the ranks made different calls (one
+ * in an allgather, another in a barrier), which would otherwise pair the
+ * wrong contributions, or fail later on a length. */
+void sfb__bootstrap_label(struct sfb__bootstrap *bs, const char *label);
 
 /* Elastic jobs (env rendezvous only, else -SFB_EUSAGE): reserves a TCP
  * port for a later rendezvous this rank may serve as the survivors' rank 0
@@ -164,12 +181,13 @@ int sfb__bootstrap_parse_key(const char *s, uint64_t *key);
  *   u32 rank (sender; 0 from rank 0), u32 world size, u32 seq, u32 len.
  * HELLO   joiner -> 0, seq 0, len 0 (a joiner without a key sends key 0).
  * WELCOME 0 -> joiner, seq 0, len 0: everyone is here; carries the job key.
- * CONTRIB joiner -> 0, seq n >= 1 (n-th collective), its blob.
+ * CONTRIB joiner -> 0, seq n >= 1 (n-th collective), its blob: u8 name length,
+ *         the collective's name (sfb__bootstrap_label), the caller's bytes.
  * TABLE   0 -> joiner, seq n: world u32 lengths, then the blobs in rank order.
  * An allgather and a barrier are the same exchange (a barrier has empty
  * blobs). */
 #define SFB__BOOT_MAGIC 0x52424653u /* "SFBR" little-endian */
-#define SFB__BOOT_VERSION 1
+#define SFB__BOOT_VERSION 2 /* 2: contributions carry the collective's name */
 #define SFB__BOOT_HDR_SIZE 32
 
 enum sfb__boot_type {
@@ -202,7 +220,7 @@ int sfb__boot_check_hello(const struct sfb__boot_hdr *h, uint64_t key, int key_g
 
 /* Turns a TABLE payload t[0 .. tlen) of `world` ranks (world u32 lengths,
  * then the blobs) into the blobs at the front of t and lens[0 .. world),
- * checking each length (<= SFB__BOOTSTRAP_MAX_BLOB) and that they add up to
+ * checking each length (<= SFB__BOOTSTRAP_WIRE_BLOB) and that they add up to
  * exactly the payload. Takes ownership of the malloc'd t: on success *all
  * = t, on failure t is freed and -SFB_EFORMAT names `rank` (the caller's)
  * and the bad entry. */

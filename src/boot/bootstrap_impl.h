@@ -28,6 +28,7 @@ struct sfb__bootstrap {
     uint32_t seq;
     double timeout_s;
     int broken; /* a collective failed half-way: the sockets are out of step */
+    const char *label; /* the name the next collectives carry (sfb__bootstrap_label) */
     int *fds;   /* env: rank 0 holds fds[1..size-1]; a joiner holds fds[0] */
 #if HAVE_PMIX
     pmix_proc_t me;

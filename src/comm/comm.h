@@ -312,5 +312,10 @@ int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t l
 /* sfb__agree over this job's ranks: 0 when every rank's text is equal,
  * -SFB_ECONFIG on every rank naming the differing keys. */
 int sfb__comm_agree(struct sfb__comm *c, const char *text);
+/* Names the collectives that follow (those above, and the data path's
+ * barrier) until the next call, NULL for none: the job's API call they
+ * belong to (sfb__bootstrap_label: ranks in different calls fail with
+ * -SFB_ECONFIG naming both). */
+void sfb__comm_label(struct sfb__comm *c, const char *label);
 
 #endif

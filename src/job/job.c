@@ -658,6 +658,19 @@ static int check_replan(const struct sfb_job *job, int64_t last, const char *eng
     return 0;
 }
 
+/* A collective call's failure (bootstrap errors come unexplained): a peer's
+ * failure if there is one, else a timeout said for what it mostly is. */
+static int collective_failed(struct sfb_job *job, int ret)
+{
+    ret = sfb__comm_explain(job->comm, ret);
+    if (ret == -ETIMEDOUT)
+        return sfb__error(ret, "%s (no rank has failed: the rank that did not come is elsewhere, "
+                          "in another of the job's calls or waiting for updates that a rank in "
+                          "this collective has not sent; every rank of a job makes the job's "
+                          "collective calls in the same order)", sfb_last_error());
+    return ret;
+}
+
 int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
 {
     SFB_ENTER();
@@ -680,9 +693,11 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
             return sfb__error(-ENOMEM, "sfb_job_replan: out of memory");
         }
         snprintf(text, len, "replan_clock=%lld\nreplan_engine=%s\n", (long long)last, engine);
+        sfb__comm_label(job->comm, "replan");
         ret = sfb__comm_agree(job->comm, text);
+        sfb__comm_label(job->comm, NULL);
         free(text);
-        if (ret && ret != -SFB_ECONFIG) ret = sfb__comm_explain(job->comm, ret);
+        if (ret && ret != -SFB_ECONFIG) ret = collective_failed(job, ret);
     }
     if (!ret) {
         sfb__job_close_engine(job);
@@ -709,9 +724,12 @@ int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len
     if (sfb__comm_world(job->comm) == 1)
         return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
                                           "of this job of 1", root);
+    sfb__comm_label(job->comm, "broadcast");
     int ret = sfb__comm_broadcast(job->comm, root, data, len);
-    if (ret == -SFB_EUSAGE) return ret; /* every rank's verdict: the channel is in step */
-    return ret ? sfb__comm_explain(job->comm, ret) : sfb__comm_check(job->comm);
+    sfb__comm_label(job->comm, NULL);
+    /* every rank's verdict: the channel is in step */
+    if (ret == -SFB_EUSAGE || ret == -SFB_ECONFIG) return ret;
+    return ret ? collective_failed(job, ret) : sfb__comm_check(job->comm);
 }
 
 int sfb_job_barrier(struct sfb_job *job)
@@ -720,8 +738,11 @@ int sfb_job_barrier(struct sfb_job *job)
     SFB_ARG(job);
     if (!job->comm) return ended(__func__);
     if (sfb__comm_world(job->comm) == 1) return 0;
+    sfb__comm_label(job->comm, "barrier");
     int ret = sfb__comm_barrier(job->comm);
-    return ret ? sfb__comm_explain(job->comm, ret) : sfb__comm_check(job->comm);
+    sfb__comm_label(job->comm, NULL);
+    if (ret == -SFB_ECONFIG) return ret;
+    return ret ? collective_failed(job, ret) : sfb__comm_check(job->comm);
 }
 
 int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *all)
@@ -735,8 +756,10 @@ int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *a
         memmove(all, mine, len);
         return 0;
     }
+    sfb__comm_label(job->comm, "allgather");
     int ret = sfb__comm_allgather(job->comm, mine, len, all);
-    return ret ? sfb__comm_explain(job->comm, ret) : 0;
+    sfb__comm_label(job->comm, NULL);
+    return ret && ret != -SFB_ECONFIG ? collective_failed(job, ret) : ret;
 }
 
 int sfb_job_agree(struct sfb_job *job, const char *text)
@@ -746,10 +769,12 @@ int sfb_job_agree(struct sfb_job *job, const char *text)
     if (!job->comm) return ended(__func__);
     SFB_ARG(text);
     if (sfb__comm_world(job->comm) == 1) return 0;
+    sfb__comm_label(job->comm, "agree");
     int ret = sfb__comm_agree(job->comm, text);
+    sfb__comm_label(job->comm, NULL);
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed before it came and aborted */
-    return ret == -SFB_ECONFIG ? ret : sfb__comm_explain(job->comm, ret);
+    return ret == -SFB_ECONFIG || !ret ? ret : collective_failed(job, ret);
 }
 
 int sfb_job_set_last_clock(struct sfb_job *job, int64_t last)

@@ -3,7 +3,7 @@
  *
  * Input: byte 0 = world (0 → 1), then the table payload (world u32 lengths,
  * then the blobs). On success the lengths must add up to exactly the
- * payload, each ≤ SFB__BOOTSTRAP_MAX_BLOB, and the blobs must sit back to
+ * payload, each ≤ SFB__BOOTSTRAP_WIRE_BLOB, and the blobs must sit back to
  * back at the front of the buffer in rank order, byte for byte what
  * followed the length list. */
 #include "fuzz.h"
@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(all == t && size >= head);
     for (int i = 0; i < world; i++) {
         FUZZ_CHECK(lens[i] == sfb__get_u32(data + 4 * (size_t)i));
-        FUZZ_CHECK(lens[i] <= SFB__BOOTSTRAP_MAX_BLOB);
+        FUZZ_CHECK(lens[i] <= SFB__BOOTSTRAP_WIRE_BLOB);
         sum += lens[i];
     }
     FUZZ_CHECK(sum == size - head);

@@ -72,7 +72,7 @@ static int test_header_roundtrip(void)
     uint8_t b[SFB__BOOT_HDR_SIZE];
     sfb__boot_hdr_encode(&h, b);
     ASSERT_EQ(memcmp(b, "SFBR", 4), 0);
-    ASSERT_EQ(b[4], 1);
+    ASSERT_EQ(b[4], SFB__BOOT_VERSION);
     ASSERT_EQ(b[6], SFB__BOOT_CONTRIB);
     ASSERT_EQ(b[8], 0x08);
     ASSERT_EQ(b[15], 0x01);
@@ -122,7 +122,7 @@ static int test_check_hello(void)
     ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EFORMAT);
     ASSERT_STR_CONTAINS(why, "bad magic");
     h = ok;
-    h.version = 2;
+    h.version = SFB__BOOT_VERSION + 1;
     ASSERT_EQ(sfb__boot_check_hello(&h, 42, 1, 4, seen, why, sizeof why), -SFB_EVERSION);
     h = ok;
     h.world = 5;
@@ -360,7 +360,7 @@ static int test_rank0_rejects_bad_hellos(void)
     h = good;
     h.type = SFB__BOOT_CONTRIB;
     h.seq = 1;
-    h.len = SFB__BOOTSTRAP_MAX_BLOB + 1;
+    h.len = SFB__BOOTSTRAP_WIRE_BLOB + 1;
     sfb__boot_hdr_encode(&h, b);
     ASSERT_EQ(send(fd1, b, sizeof b, MSG_NOSIGNAL), (ssize_t)sizeof b);
     pthread_join(th, NULL);
@@ -376,7 +376,9 @@ static int test_rank0_rejects_bad_hellos(void)
     ASSERT_EQ(w2.type, SFB__BOOT_WELCOME);
     if (run.open_r) TEST_FAIL_AT("rank 0 open: %d %s", run.open_r, run.open_msg);
     ASSERT_EQ(run.gather_r, -SFB_EFORMAT);
-    ASSERT_STR_CONTAINS(run.gather_msg, "rank 1: len 1048577 exceeds the limit");
+    char limit[64];
+    snprintf(limit, sizeof limit, "rank 1: len %u exceeds the limit", SFB__BOOTSTRAP_WIRE_BLOB + 1);
+    ASSERT_STR_CONTAINS(run.gather_msg, limit);
     ASSERT_STR_CONTAINS(log_text, "job key 0x0000000000009999, expected 0x0000000000001234");
     ASSERT_STR_CONTAINS(log_text, "duplicate rank 1");
     ASSERT_STR_CONTAINS(log_text, "rank 3 out of range 1..2");
@@ -479,10 +481,12 @@ static int test_joiner_rejects_bad_table(void)
     struct sfb__boot_hdr w = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_WELCOME, 0x77, 0, 2, 0, 0};
     sfb__boot_hdr_encode(&w, b);
     if (ok) ok = send(fd, b, sizeof b, MSG_NOSIGNAL) == (ssize_t)sizeof b;
-    uint8_t c[SFB__BOOT_HDR_SIZE + 4];
-    if (ok) ok = recv(fd, c, sizeof c, MSG_WAITALL) == (ssize_t)sizeof c; /* CONTRIB + "mine" */
+    uint8_t c[SFB__BOOT_HDR_SIZE + 5];
+    /* CONTRIB: no name (its length 0), then "mine" */
+    if (ok) ok = recv(fd, c, sizeof c, MSG_WAITALL) == (ssize_t)sizeof c;
     sfb__boot_hdr_decode(c, &h);
-    int contrib_ok = ok && h.type == SFB__BOOT_CONTRIB && h.seq == 1 && h.len == 4 && !memcmp(c + 32, "mine", 4);
+    int contrib_ok = ok && h.type == SFB__BOOT_CONTRIB && h.seq == 1 && h.len == 5 && c[32] == 0 &&
+                     !memcmp(c + 33, "mine", 4);
     /* A table whose entry for rank 1 claims 1000 bytes in an 8-byte body. */
     uint8_t t[SFB__BOOT_HDR_SIZE + 16] = {0};
     struct sfb__boot_hdr th_ = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_TABLE, 0x77, 0, 2, 1, 16};
@@ -598,6 +602,24 @@ static int gather_rank(int rank, void *p)
     int r = sfb__bootstrap_allgather(bs, blob, rank == 2 ? 5 : 4, big);
     CHILD_CHECK(r == -SFB_ESHAPE);
     CHILD_CHECK(strstr(sfb_last_error(), "rank 2 contributed 5 bytes, rank 0 4"));
+    /* Ranks in different calls of the same shape (the same 4 bytes): named
+     * on every rank, not paired; the channel stays in step. */
+    sfb__bootstrap_label(bs, rank == 3 ? "barrier" : "allgather");
+    CHILD_CHECK(sfb__bootstrap_allgather(bs, blob, 4, big) == -SFB_ECONFIG);
+    CHILD_CHECK(strstr(sfb_last_error(), "rank 3 is in barrier where rank 0 is in allgather"));
+    sfb__bootstrap_label(bs, rank == 1 ? NULL : "agree");
+    CHILD_CHECK(sfb__bootstrap_allgather(bs, blob, 4, big) == -SFB_ECONFIG);
+    CHILD_CHECK(strstr(sfb_last_error(), "rank 1 is in another of the job's calls"));
+    sfb__bootstrap_label(bs, "allgather"); /* the same call: gathered */
+    CHILD_CHECK(sfb__bootstrap_allgatherv(bs, blob, (size_t)rank, &v, lens) == 0);
+    q = v;
+    for (int k = 0; k < w->n; k++) {
+        CHILD_CHECK(lens[k] == (size_t)k);
+        for (size_t i = 0; i < lens[k]; i++) CHILD_CHECK(*q++ == 'a' + k);
+    }
+    free(v);
+    CHILD_CHECK(sfb__bootstrap_barrier(bs) == 0); /* a named barrier */
+    sfb__bootstrap_label(bs, NULL);
     sfb__bootstrap_close(&bs);
 
     /* A fresh job on the same port: open, barrier twice, close. */
