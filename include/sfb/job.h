@@ -415,9 +415,11 @@ SFB_API int sfb_job_joined(const struct sfb_job *job, int64_t *clock, uint32_t *
  * different calls at the same point (one in an allgather, another in a
  * barrier), every rank fails at once with -SFB_ECONFIG naming the first rank
  * that differs from rank 0 and both calls, nothing paired (the job goes on).
- * A rank that does not come at all (it waits for updates a rank in the
- * collective holds) ends it after bootstrap_timeout_s with -ETIMEDOUT saying
- * so. */
+ * Ranks that wait (sfb_job_wait, drain, finish) for a clock that a rank in
+ * a collective call has not published fail their wait at once with
+ * -SFB_EPEER naming it; a rank that does not come for another reason (a
+ * long step) ends the collective after bootstrap_timeout_s with -ETIMEDOUT
+ * saying so. */
 
 /* Collective over the bootstrap channel: returns once every rank entered
  * it, or with the reason a peer failed. */

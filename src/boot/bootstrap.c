@@ -116,6 +116,7 @@ void sfb__bootstrap_close(struct sfb__bootstrap **pbs)
 }
 
 int sfb__bootstrap_rank(const struct sfb__bootstrap *bs) { return bs->rank; }
+uint32_t sfb__bootstrap_seq(const struct sfb__bootstrap *bs) { return bs->seq; }
 int sfb__bootstrap_size(const struct sfb__bootstrap *bs) { return bs->size; }
 uint64_t sfb__bootstrap_job_key(const struct sfb__bootstrap *bs) { return bs->key; }
 enum sfb__bootstrap_kind sfb__bootstrap_kind(const struct sfb__bootstrap *bs) { return bs->kind; }

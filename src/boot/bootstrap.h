@@ -99,6 +99,8 @@ int sfb__bootstrap_open(struct sfb__bootstrap **out, const struct sfb__bootstrap
 void sfb__bootstrap_close(struct sfb__bootstrap **bs);
 
 int sfb__bootstrap_rank(const struct sfb__bootstrap *bs);
+/* The collectives this rank has entered so far (the next is number seq + 1). */
+uint32_t sfb__bootstrap_seq(const struct sfb__bootstrap *bs);
 int sfb__bootstrap_size(const struct sfb__bootstrap *bs);
 uint64_t sfb__bootstrap_job_key(const struct sfb__bootstrap *bs);
 enum sfb__bootstrap_kind sfb__bootstrap_kind(const struct sfb__bootstrap *bs);

@@ -40,6 +40,7 @@ int sfb__comm_check_wait(struct sfb__comm *c, int64_t required, double since,
                               "clocks?)",
                               p, (long long)f, c->rank, (long long)f + 1);
     }
+    if ((ret = sfb__comm_check_calls(c, required))) return ret;
     return ssp ? sfb__comm_check_stall(c, required, since, ssp) : 0;
 }
 
@@ -416,6 +417,9 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->stall.peer_pub);
     free(c->stall.peer_pub_us);
     free(c->stall.arrived);
+    free(c->stall.call_seq);
+    free(c->stall.call_what);
+    free(c->stall.call_pub);
     sfb__comm_close_pidfds(c);
     free(c->live.peer_pid);
     free(c->host_of);

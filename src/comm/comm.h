@@ -312,10 +312,15 @@ int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t l
 /* sfb__agree over this job's ranks: 0 when every rank's text is equal,
  * -SFB_ECONFIG on every rank naming the differing keys. */
 int sfb__comm_agree(struct sfb__comm *c, const char *text);
-/* Names the collectives that follow (those above, and the data path's
- * barrier) until the next call, NULL for none: the job's API call they
- * belong to (sfb__bootstrap_label: ranks in different calls fail with
- * -SFB_ECONFIG naming both). */
-void sfb__comm_label(struct sfb__comm *c, const char *label);
+/* A collective call of the job's API (`what`: "allgather", "barrier",
+ * "broadcast", "agree" or "replan") begins: its collectives carry that name
+ * until sfb__comm_leave_call (sfb__bootstrap_label: ranks in different calls
+ * fail with -SFB_ECONFIG naming both), and every peer is told (a status
+ * heartbeat: comm_stall.c) that this rank is in it, having published
+ * through clock `published`: a peer whose wait needs a later clock of this
+ * rank's fails at once (sfb__comm_check_wait) instead of both waiting for
+ * each other until the bootstrap timeout. Compute thread. */
+void sfb__comm_enter_call(struct sfb__comm *c, const char *what, int64_t published);
+void sfb__comm_leave_call(struct sfb__comm *c);
 
 #endif

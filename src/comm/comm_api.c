@@ -81,10 +81,6 @@ int sfb__comm_agree(struct sfb__comm *c, const char *text)
     return sfb__agree(c->bs, c->world, text);
 }
 
-void sfb__comm_label(struct sfb__comm *c, const char *label)
-{
-    if (c->bs) sfb__bootstrap_label(c->bs, label);
-}
 
 uint64_t sfb__comm_rejected_for(const struct sfb__comm *c, enum sfb__wire_reason reason)
 {

@@ -59,6 +59,16 @@ struct sfb__comm_stall {
     _Atomic int64_t published, published_us;
     _Atomic int64_t *peer_pub, *peer_pub_us;
     _Atomic int64_t *arrived; /* per origin: every update through this clock is here */
+    /* per peer: the job's collective call it said it entered (comm_stall.c,
+     * sfb__comm_enter_call): the collective's number (0: none), the call,
+     * and the clock it had published through */
+    _Atomic uint32_t *call_seq, *call_what;
+    _Atomic int64_t *call_pub;
+    /* this rank's call in progress (compute thread writes, the heartbeat
+     * reads: `since` last, with release; 0 none), told to the peers once */
+    _Atomic int64_t my_since_us, my_pub;
+    _Atomic uint32_t my_seq, my_what;
+    int64_t my_told_since; /* loop thread: the call told (its since) */
     double next_probe; /* compute thread */
     double last_look, hold_until; /* compute thread: checks that ran late (sfb__gap) */
     int debug_drop_sf; /* SFB_DEBUG_DROP_SF_AT names this rank: it drops every SF
@@ -165,6 +175,12 @@ static inline double sfb__comm_clock(const struct sfb__comm *c)
  * and the wait's check (compute thread). This rank's own published clock is
  * noted as its SF frames get their headers (comm_send.c). */
 void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *payload, size_t len);
+/* A peer in a collective call this rank has not entered, short of the
+ * clock this wait needs from it: -SFB_EPEER naming both (comm_stall.c). */
+/* Loop thread (the heartbeat): tells the peers of this rank's call in
+ * progress once it has lasted CALL_TELL_S. */
+void sfb__comm_tell_call(struct sfb__comm *c, double now);
+int sfb__comm_check_calls(struct sfb__comm *c, int64_t required);
 int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                           const struct sfb__ssp *ssp);
 double sfb__comm_silence_timeout(const struct sfb__comm *c, uint32_t here);

@@ -183,8 +183,12 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
     c->stall.peer_pub = calloc(c->world, sizeof *c->stall.peer_pub);
     c->stall.peer_pub_us = calloc(c->world, sizeof *c->stall.peer_pub_us);
     c->stall.arrived = calloc(c->world, sizeof *c->stall.arrived);
+    c->stall.call_seq = calloc(c->world, sizeof *c->stall.call_seq);
+    c->stall.call_what = calloc(c->world, sizeof *c->stall.call_what);
+    c->stall.call_pub = calloc(c->world, sizeof *c->stall.call_pub);
     if (!c->live.last_heard || !c->live.said_bye || !c->final_clock || !c->live.last_sent ||
-        !c->live.talks || !c->stall.peer_pub || !c->stall.peer_pub_us || !c->stall.arrived)
+        !c->live.talks || !c->stall.peer_pub || !c->stall.peer_pub_us || !c->stall.arrived ||
+        !c->stall.call_seq || !c->stall.call_what || !c->stall.call_pub)
         return -ENOMEM;
     atomic_init(&c->stall.published, -1);
     const char *drop = getenv("SFB_DEBUG_DROP_SF_AT");
@@ -198,8 +202,19 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
         atomic_init(&c->final_clock[p], INT64_MAX);
         atomic_init(&c->stall.peer_pub[p], -1);
         atomic_init(&c->stall.arrived[p], INT64_MIN);
+        atomic_init(&c->stall.call_seq[p], 0);
+        atomic_init(&c->stall.call_what[p], 0);
+        atomic_init(&c->stall.call_pub[p], INT64_MAX);
     }
     return 0;
+}
+
+/* The heartbeat's tick (loop thread): liveness, then this rank's
+ * collective call told to the peers once it has lasted (comm_stall.c). */
+static void beat(void *arg)
+{
+    sfb__comm_heartbeat(arg);
+    sfb__comm_tell_call(arg, sfb__now());
 }
 
 /* Bootstrap, this rank's place in the job, and the frame checks' job. */
@@ -334,7 +349,7 @@ static int open_peers(struct sfb__comm *c, const struct sfb__comm_settings *s)
     sfb__phase_mark(SFB__PH_READY);
     sfb__loop_call(c->loop, sfb__comm_reset_heard, c);
     if ((ret = sfb__loop_timer_open(c->loop, &c->live.hb, s->heartbeat_s, s->heartbeat_s,
-                                    sfb__comm_heartbeat, c)))
+                                    beat, c)))
         return ret;
     if ((ret = sfb__comm_watch_deaths(c))) return ret;
     if ((ret = sfb__comm_watch_start(c))) return ret;

@@ -15,28 +15,108 @@
  * engine's exchanges go through servers, whose clocks mean something else).
  *
  * Status payload (little-endian): i64 newest published clock (-1: none),
- * u64 microseconds since it was published, u64 flags (bit 0: answer me). */
+ * u64 microseconds since it was published, u64 flags (bit 0: answer me;
+ * bit 1: in a call, below).
+ *
+ * Calls: a rank entering a collective call of the job's API (allgather,
+ * barrier, broadcast, agree, replan: the bootstrap channel, where it blocks)
+ * tells every peer so in a status with bit 1 and 16 more bytes: i64 the
+ * clock the job had published through, u32 the collective's number (the
+ * bootstrap's count, the same on every rank), u32 the call (1 allgather,
+ * 2 barrier, 3 broadcast, 4 agree, 5 replan). A peer waiting for a later
+ * clock of that rank's, not having entered that collective itself, waits for
+ * a rank that waits for it: its wait fails at once naming both, where both
+ * would otherwise wait until the bootstrap timeout (sfb__comm_check_calls). */
 #include "config.h"
 #include "src/comm/comm_impl.h"
+#include "src/boot/bootstrap.h"
 #include "src/base/bytes.h"
 #include "src/base/util.h"
 #include "src/ssp/ssp.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define STATUS_LEN 24
 #define STATUS_ASK 1u
+#define STATUS_CALL 2u
+#define CALL_LEN (STATUS_LEN + 16)
+/* A call is told to the peers once it has lasted this long (at the next
+ * heartbeat): most end sooner, and send nothing. */
+#define CALL_TELL_S 0.25
 
-static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags)
+/* The calls a status may name, by number (0: none). */
+static const char *const calls[] = {NULL, "allgather", "barrier", "broadcast", "agree", "replan"};
+
+/* A status to dst; `call` (CALL_LEN - STATUS_LEN bytes) with STATUS_CALL. */
+static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags, const uint8_t *call)
 {
-    uint8_t p[STATUS_LEN];
+    uint8_t p[CALL_LEN];
     int64_t pub = atomic_load_explicit(&c->stall.published, memory_order_acquire);
     int64_t at = atomic_load_explicit(&c->stall.published_us, memory_order_relaxed);
     int64_t age = pub >= 0 ? (int64_t)(sfb__comm_clock(c) * 1e6) - at : 0;
     sfb__put_u64(p, (uint64_t)pub);
     sfb__put_u64(p + 8, (uint64_t)(age > 0 ? age : 0));
     sfb__put_u64(p + 16, flags);
-    return sfb__comm_send_control(c, dst, SFB_WIRE_HEARTBEAT, p, sizeof p, 0.0);
+    if (call) memcpy(p + STATUS_LEN, call, CALL_LEN - STATUS_LEN);
+    return sfb__comm_send_control(c, dst, SFB_WIRE_HEARTBEAT, p, call ? CALL_LEN : STATUS_LEN,
+                                  0.0);
+}
+
+void sfb__comm_enter_call(struct sfb__comm *c, const char *what, int64_t published)
+{
+    if (c->bs) sfb__bootstrap_label(c->bs, what);
+    uint32_t code = 0;
+    for (uint32_t i = 1; i < SFB_ARRAY_LEN(calls); i++)
+        if (what && !strcmp(what, calls[i])) code = i;
+    if (!code || !c->t || !c->bs) return;
+    atomic_store_explicit(&c->stall.my_pub, published, memory_order_relaxed);
+    atomic_store_explicit(&c->stall.my_seq, sfb__bootstrap_seq(c->bs) + 1, memory_order_relaxed);
+    atomic_store_explicit(&c->stall.my_what, code, memory_order_relaxed);
+    int64_t now_us = (int64_t)(sfb__now() * 1e6);
+    atomic_store_explicit(&c->stall.my_since_us, now_us ? now_us : 1, memory_order_release);
+}
+
+void sfb__comm_leave_call(struct sfb__comm *c)
+{
+    if (c->bs) sfb__bootstrap_label(c->bs, NULL);
+    atomic_store_explicit(&c->stall.my_since_us, 0, memory_order_release);
+}
+
+void sfb__comm_tell_call(struct sfb__comm *c, double now)
+{
+    int64_t since = atomic_load_explicit(&c->stall.my_since_us, memory_order_acquire);
+    if (!since || since == c->stall.my_told_since || now - (double)since * 1e-6 < CALL_TELL_S)
+        return;
+    uint8_t call[CALL_LEN - STATUS_LEN];
+    sfb__put_u64(call, (uint64_t)atomic_load_explicit(&c->stall.my_pub, memory_order_relaxed));
+    sfb__put_u32(call + 8, atomic_load_explicit(&c->stall.my_seq, memory_order_relaxed));
+    sfb__put_u32(call + 12, atomic_load_explicit(&c->stall.my_what, memory_order_relaxed));
+    /* the same call all along (a new one has another start) */
+    if (atomic_load_explicit(&c->stall.my_since_us, memory_order_acquire) != since) return;
+    c->stall.my_told_since = since;
+    /* advice: a peer that misses it waits until the bootstrap timeout */
+    for (uint32_t p = 0; p < c->world; p++)
+        if (p != c->rank) (void)send_status(c, p, STATUS_CALL, call);
+}
+
+int sfb__comm_check_calls(struct sfb__comm *c, int64_t required)
+{
+    if (!c->stall.call_seq || !c->bs) return 0;
+    uint32_t mine = sfb__bootstrap_seq(c->bs);
+    for (uint32_t p = 0; p < c->world; p++) {
+        uint32_t seq = atomic_load_explicit(&c->stall.call_seq[p], memory_order_acquire);
+        if (p == c->rank || seq <= mine) continue; /* none, or one this rank entered too */
+        int64_t pub = atomic_load_explicit(&c->stall.call_pub[p], memory_order_relaxed);
+        uint32_t what = atomic_load_explicit(&c->stall.call_what[p], memory_order_relaxed);
+        if (pub >= required) continue; /* what this wait needs of it is out */
+        return sfb__error(-SFB_EPEER, "rank %u is in %s (the job's collective %u) having "
+                          "published through clock %lld; rank %u waits for clock %lld, which "
+                          "needs rank %u's: the ranks made different calls (every rank of a job "
+                          "makes the job's collective calls in the same order)", p, calls[what],
+                          seq, (long long)pub, c->rank, (long long)required, p);
+    }
+    return 0;
 }
 
 /* Loop thread: a peer's status. Untrusted: a short payload or absurd values
@@ -52,9 +132,20 @@ void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *paylo
                               memory_order_relaxed);
         atomic_store_explicit(&c->stall.peer_pub[src], pub, memory_order_release);
     }
+    if ((flags & STATUS_CALL) && len >= CALL_LEN && c->stall.call_seq) {
+        int64_t at = (int64_t)sfb__get_u64(payload + STATUS_LEN);
+        uint32_t seq = sfb__get_u32(payload + STATUS_LEN + 8);
+        uint32_t what = sfb__get_u32(payload + STATUS_LEN + 12);
+        if (at >= -1 && what > 0 && what < SFB_ARRAY_LEN(calls) &&
+            seq > atomic_load_explicit(&c->stall.call_seq[src], memory_order_relaxed)) {
+            atomic_store_explicit(&c->stall.call_pub[src], at, memory_order_relaxed);
+            atomic_store_explicit(&c->stall.call_what[src], what, memory_order_relaxed);
+            atomic_store_explicit(&c->stall.call_seq[src], seq, memory_order_release);
+        }
+    }
     if (flags & STATUS_ASK) {
         sfb__comm_awake(c, sfb__now()); /* an age that leaves out a stop of its own */
-        send_status(c, src, 0);
+        send_status(c, src, 0, NULL);
     }
 }
 
@@ -102,7 +193,7 @@ int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                            T);
             return sfb__comm_check(c);
         }
-        if (ask) send_status(c, o, STATUS_ASK);
+        if (ask) send_status(c, o, STATUS_ASK, NULL);
     }
     return 0;
 }

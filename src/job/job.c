@@ -659,16 +659,19 @@ static int check_replan(const struct sfb_job *job, int64_t last, const char *eng
 }
 
 /* A collective call's failure (bootstrap errors come unexplained): a peer's
- * failure if there is one, else a timeout said for what it mostly is. */
+ * failure if there is one, else a timeout said for what it mostly is, at
+ * once (a dead or silent peer would have been found long before; the peers
+ * blocked on this rank see its sockets close now, and learn why from its
+ * abort). */
 static int collective_failed(struct sfb_job *job, int ret)
 {
-    ret = sfb__comm_explain(job->comm, ret);
-    if (ret == -ETIMEDOUT)
-        return sfb__error(ret, "%s (no rank has failed: the rank that did not come is elsewhere, "
-                          "in another of the job's calls or waiting for updates that a rank in "
-                          "this collective has not sent; every rank of a job makes the job's "
-                          "collective calls in the same order)", sfb_last_error());
-    return ret;
+    if (ret != -ETIMEDOUT) return sfb__comm_explain(job->comm, ret);
+    int failed = sfb__comm_check(job->comm);
+    if (failed) return failed;
+    return sfb__error(ret, "%s (no rank has failed: the rank that did not come is elsewhere, "
+                      "in another of the job's calls, in a long step, or waiting for updates "
+                      "that a rank in this collective has not sent; every rank of a job makes "
+                      "the job's collective calls in the same order)", sfb_last_error());
 }
 
 int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
@@ -693,9 +696,9 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
             return sfb__error(-ENOMEM, "sfb_job_replan: out of memory");
         }
         snprintf(text, len, "replan_clock=%lld\nreplan_engine=%s\n", (long long)last, engine);
-        sfb__comm_label(job->comm, "replan");
+        sfb__comm_enter_call(job->comm, "replan", job->next - 1);
         ret = sfb__comm_agree(job->comm, text);
-        sfb__comm_label(job->comm, NULL);
+        sfb__comm_leave_call(job->comm);
         free(text);
         if (ret && ret != -SFB_ECONFIG) ret = collective_failed(job, ret);
     }
@@ -724,9 +727,9 @@ int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len
     if (sfb__comm_world(job->comm) == 1)
         return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
                                           "of this job of 1", root);
-    sfb__comm_label(job->comm, "broadcast");
+    sfb__comm_enter_call(job->comm, "broadcast", job->next - 1);
     int ret = sfb__comm_broadcast(job->comm, root, data, len);
-    sfb__comm_label(job->comm, NULL);
+    sfb__comm_leave_call(job->comm);
     /* every rank's verdict: the channel is in step */
     if (ret == -SFB_EUSAGE || ret == -SFB_ECONFIG) return ret;
     return ret ? collective_failed(job, ret) : sfb__comm_check(job->comm);
@@ -738,9 +741,9 @@ int sfb_job_barrier(struct sfb_job *job)
     SFB_ARG(job);
     if (!job->comm) return ended(__func__);
     if (sfb__comm_world(job->comm) == 1) return 0;
-    sfb__comm_label(job->comm, "barrier");
+    sfb__comm_enter_call(job->comm, "barrier", job->next - 1);
     int ret = sfb__comm_barrier(job->comm);
-    sfb__comm_label(job->comm, NULL);
+    sfb__comm_leave_call(job->comm);
     if (ret == -SFB_ECONFIG) return ret;
     return ret ? collective_failed(job, ret) : sfb__comm_check(job->comm);
 }
@@ -756,9 +759,9 @@ int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *a
         memmove(all, mine, len);
         return 0;
     }
-    sfb__comm_label(job->comm, "allgather");
+    sfb__comm_enter_call(job->comm, "allgather", job->next - 1);
     int ret = sfb__comm_allgather(job->comm, mine, len, all);
-    sfb__comm_label(job->comm, NULL);
+    sfb__comm_leave_call(job->comm);
     return ret && ret != -SFB_ECONFIG ? collective_failed(job, ret) : ret;
 }
 
@@ -769,9 +772,9 @@ int sfb_job_agree(struct sfb_job *job, const char *text)
     if (!job->comm) return ended(__func__);
     SFB_ARG(text);
     if (sfb__comm_world(job->comm) == 1) return 0;
-    sfb__comm_label(job->comm, "agree");
+    sfb__comm_enter_call(job->comm, "agree", job->next - 1);
     int ret = sfb__comm_agree(job->comm, text);
-    sfb__comm_label(job->comm, NULL);
+    sfb__comm_leave_call(job->comm);
     /* a verdict is every rank's; a broken collective may be a rank that
      * failed before it came and aborted */
     return ret == -SFB_ECONFIG || !ret ? ret : collective_failed(job, ret);

@@ -6,12 +6,17 @@
    must fail at once with sfb.MismatchError naming rank 1's call and rank
    0's; the channel stays in step: the next allgather pairs as it should,
    and a barrier against a broadcast is named the same way.
-2. A rank that does not come: rank 0 in Job.allgather after clock 0 while
-   ranks 1 and 2 wait for its clock 1 (Job.wait(2) at staleness 0), which
-   it never publishes. Every rank must fail within the bootstrap timeout (3 s) plus
-   a margin, the message saying that no rank failed and why a rank may not
-   come: rank 0's sfb.Error, which the Job's context manager sends its peers
-   as the job's abort, and theirs an sfb.PeerError carrying it."""
+2. A rank that comes late: rank 1 in a 6 s step while ranks 0 and 2 are
+   in Job.allgather with a bootstrap timeout of 2 s. Ranks 0 and 2 must
+   fail after it, saying that no rank failed and why a rank may not come
+   (sfb.Error, which the Job's context manager sends the peers as the job's
+   abort, or the other's abort first: sfb.PeerError carrying it); rank 1
+   with an sfb.PeerError carrying it.
+3. Ranks waiting for each other: rank 0 in Job.allgather after clock 0
+   while ranks 1 and 2 wait for its clock 1 (Job.wait(2) at staleness 0),
+   which it never publishes. Their waits must fail at once (the bootstrap
+   timeout is 30 s) with sfb.PeerError naming rank 0, its call and the
+   clock, and rank 0's allgather with their abort."""
 import os
 import sys
 import time
@@ -58,30 +63,48 @@ with sfb.Job(peer_timeout_s=10, bootstrap_timeout_s=30) as job:
 print("ok calls: rank %d: different calls named on every rank" % r if ok else
       "rank %d: case 1 failed" % r, flush=True)
 
-hint = "no rank has failed"
-t0 = time.monotonic()
-try:
-    with sfb.Job(peer_timeout_s=10, bootstrap_timeout_s=3) as job:
-        A = np.zeros((4, 6), np.float32)
-        job.attach([A], max_s=1, engine="sfb")
-        b, c = np.ones((1, 4), np.float32), np.ones((1, 6), np.float32)
-        job.wait(0)
-        job.publish(0, [(b, c, 1.0)])
-        t0 = time.monotonic()
-        if r == 0:  # never publishes clock 1
-            job.allgather(b"x")
-        else:  # clock 2 needs every rank's clock 1
-            job.wait(1)
-            job.publish(1, [(b, c, 1.0)])
-            job.wait(2)
-        print("FAIL allgather against wait: rank %d's call returned" % r, flush=True)
-        ok = False
-except sfb.Error as e:  # out of the with: its abort told the peers why (as a program's would)
-    took = time.monotonic() - t0
-    want = sfb.PeerError if r else sfb.Error
-    if type(e) is not want or hint not in str(e) or took > 3 + 10:
-        print("FAIL allgather against wait: after %.1f s %s: %s" % (took, type(e).__name__, e),
-              flush=True)
-        ok = False
-print("ok stuck: rank %d: the timeout says why" % r if ok else "rank %d: failed" % r, flush=True)
+
+def case(name, timeout_s, body, want, text, within_s):
+    """body(job) in a job of its own must raise one of the classes want[rank]
+    (exactly) within within_s, its message holding text, out of the Job's
+    with (whose abort tells the peers, as a program's would)."""
+    t0 = time.monotonic()
+    try:
+        with sfb.Job(peer_timeout_s=10, bootstrap_timeout_s=timeout_s) as job:
+            body(job)
+        print("FAIL %s: rank %d's calls returned" % (name, r), flush=True)
+        return False
+    except sfb.Error as e:
+        took = time.monotonic() - t0
+        if type(e) not in want[r] or text not in str(e) or took > within_s:
+            print("FAIL %s: after %.1f s %s: %s" % (name, took, type(e).__name__, e), flush=True)
+            return False
+    print("ok %s: rank %d" % (name, r), flush=True)
+    return True
+
+
+def late(job):
+    if job.rank == 1:
+        time.sleep(6)
+    job.allgather(b"x")
+
+
+def crossed(job):
+    A = np.zeros((4, 6), np.float32)
+    job.attach([A], max_s=1, engine="sfb")
+    b, c = np.ones((1, 4), np.float32), np.ones((1, 6), np.float32)
+    job.wait(0)
+    job.publish(0, [(b, c, 1.0)])
+    if job.rank == 0:  # never publishes clock 1
+        job.allgather(b"x")
+    else:  # clock 2 needs every rank's clock 1
+        job.wait(1)
+        job.publish(1, [(b, c, 1.0)])
+        job.wait(2)
+
+
+P, E = (sfb.PeerError,), (sfb.Error,)
+# ranks 0 and 2 time out alike: each says it, or hears the other's abort first
+ok &= case("late", 2, late, [E + P, P, E + P], "no rank has failed", 6 + 8)
+ok &= case("crossed", 30, crossed, [P, P, P], "rank 0 is in allgather", 8)
 sys.exit(0 if ok else 1)
