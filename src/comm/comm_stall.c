@@ -18,9 +18,10 @@
  * u64 microseconds since it was published, u64 flags (bit 0: answer me;
  * bit 1: in a call, below).
  *
- * Calls: a rank entering a collective call of the job's API (allgather,
- * barrier, broadcast, agree, replan: the bootstrap channel, where it blocks)
- * tells every peer so in a status with bit 1 and 16 more bytes: i64 the
+ * Calls: a rank in a collective call of the job's API (allgather, barrier,
+ * broadcast, agree, replan: the bootstrap channel, where it blocks) for
+ * CALL_TELL_S tells every peer so, from the heartbeat's tick (most calls end
+ * sooner and send nothing), in a status with bit 1 and 16 more bytes: i64 the
  * clock the job had published through, u32 the collective's number (the
  * bootstrap's count, the same on every rank), u32 the call (1 allgather,
  * 2 barrier, 3 broadcast, 4 agree, 5 replan). A peer waiting for a later
