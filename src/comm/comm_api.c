@@ -81,7 +81,6 @@ int sfb__comm_agree(struct sfb__comm *c, const char *text)
     return sfb__agree(c->bs, c->world, text);
 }
 
-
 uint64_t sfb__comm_rejected_for(const struct sfb__comm *c, enum sfb__wire_reason reason)
 {
     return reason < SFB_WIRE_NREASONS ? atomic_load(&c->wstats.rejected[reason]) : 0;

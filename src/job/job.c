@@ -674,6 +674,15 @@ static int collective_failed(struct sfb_job *job, int ret)
                       "the job's collective calls in the same order)", sfb_last_error());
 }
 
+/* The end of a collective call (sfb__comm_enter_call before it): its name
+ * off; a verdict every rank gave (-SFB_ECONFIG, -SFB_EUSAGE: the channel is
+ * in step) as it is, any other failure explained. */
+static int call_end(struct sfb_job *job, int ret)
+{
+    sfb__comm_leave_call(job->comm);
+    return !ret || ret == -SFB_ECONFIG || ret == -SFB_EUSAGE ? ret : collective_failed(job, ret);
+}
+
 int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
 {
     SFB_ENTER();
@@ -697,10 +706,8 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
         }
         snprintf(text, len, "replan_clock=%lld\nreplan_engine=%s\n", (long long)last, engine);
         sfb__comm_enter_call(job->comm, "replan", job->next - 1);
-        ret = sfb__comm_agree(job->comm, text);
-        sfb__comm_leave_call(job->comm);
+        ret = call_end(job, sfb__comm_agree(job->comm, text));
         free(text);
-        if (ret && ret != -SFB_ECONFIG) ret = collective_failed(job, ret);
     }
     if (!ret) {
         sfb__job_close_engine(job);
@@ -728,11 +735,8 @@ int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len
         return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
                                           "of this job of 1", root);
     sfb__comm_enter_call(job->comm, "broadcast", job->next - 1);
-    int ret = sfb__comm_broadcast(job->comm, root, data, len);
-    sfb__comm_leave_call(job->comm);
-    /* every rank's verdict: the channel is in step */
-    if (ret == -SFB_EUSAGE || ret == -SFB_ECONFIG) return ret;
-    return ret ? collective_failed(job, ret) : sfb__comm_check(job->comm);
+    int ret = call_end(job, sfb__comm_broadcast(job->comm, root, data, len));
+    return ret ? ret : sfb__comm_check(job->comm);
 }
 
 int sfb_job_barrier(struct sfb_job *job)
@@ -742,10 +746,8 @@ int sfb_job_barrier(struct sfb_job *job)
     if (!job->comm) return ended(__func__);
     if (sfb__comm_world(job->comm) == 1) return 0;
     sfb__comm_enter_call(job->comm, "barrier", job->next - 1);
-    int ret = sfb__comm_barrier(job->comm);
-    sfb__comm_leave_call(job->comm);
-    if (ret == -SFB_ECONFIG) return ret;
-    return ret ? collective_failed(job, ret) : sfb__comm_check(job->comm);
+    int ret = call_end(job, sfb__comm_barrier(job->comm));
+    return ret ? ret : sfb__comm_check(job->comm);
 }
 
 int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *all)
@@ -760,9 +762,7 @@ int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *a
         return 0;
     }
     sfb__comm_enter_call(job->comm, "allgather", job->next - 1);
-    int ret = sfb__comm_allgather(job->comm, mine, len, all);
-    sfb__comm_leave_call(job->comm);
-    return ret && ret != -SFB_ECONFIG ? collective_failed(job, ret) : ret;
+    return call_end(job, sfb__comm_allgather(job->comm, mine, len, all));
 }
 
 int sfb_job_agree(struct sfb_job *job, const char *text)
@@ -773,11 +773,8 @@ int sfb_job_agree(struct sfb_job *job, const char *text)
     SFB_ARG(text);
     if (sfb__comm_world(job->comm) == 1) return 0;
     sfb__comm_enter_call(job->comm, "agree", job->next - 1);
-    int ret = sfb__comm_agree(job->comm, text);
-    sfb__comm_leave_call(job->comm);
-    /* a verdict is every rank's; a broken collective may be a rank that
-     * failed before it came and aborted */
-    return ret == -SFB_ECONFIG || !ret ? ret : collective_failed(job, ret);
+    /* a broken collective may be a rank that failed before it came and aborted */
+    return call_end(job, sfb__comm_agree(job->comm, text));
 }
 
 int sfb_job_set_last_clock(struct sfb_job *job, int64_t last)
