@@ -12,7 +12,8 @@
  *   transport_peer.c  the peers (t->peers): their address blobs, AV
  *                     insertion at first use, the doorbell ring, error
  *                     reporting
- *   transport_shm.c   shm region names, removal of dead processes' regions
+ *   transport_shm.c   shm region names, removal of dead processes' regions,
+ *                     a close's wait for first contacts
  *   transport_tx.c    send requests, posting chunks, sfb__transport_send,
  *                     sfb__transport_flush
  *   transport_rx.c    wildcard receives, reassembly, delivery to the inbox
@@ -107,6 +108,11 @@ enum op_kind { OP_SEND = 1, OP_RECV, OP_READ, OP_ACK };
 /* transport_peer.c. Block mode: peer `p` is to be rung at the end of this
  * progress pass if it sleeps (always: whether or not; its queue was full). */
 void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always);
+/* ... and what posting an operation to `p` returned (rc): an operation
+ * accepted makes first contact with p; -FI_EAGAIN before any was accepted
+ * may mean a connection request is out (sfb__tp_shm_settle). */
+enum { CONTACT_NONE, CONTACT_ASKED, CONTACT_MADE };
+void sfb__tp_contact(struct sfb__transport *t, uint32_t p, ssize_t rc);
 
 /* One posted libfabric operation; the context must come first (FI_CONTEXT2). */
 struct op {
@@ -170,6 +176,7 @@ struct tp_peers {
                        * the receiving endpoint's first */
     size_t *name_off;
     double *heard; /* loop thread: when anything last came from each rank */
+    uint8_t *contact; /* loop thread: CONTACT_* per rank (sfb__tp_contact) */
 };
 
 /* The buffer pool (any thread, under pool_mu) and the op and reassembly
@@ -320,6 +327,10 @@ fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
  * (unless skip_shm_sweep) and names this endpoint's region
  * "sfb_<random>_<rank>_<pid>" (t->shm_name). */
 int sfb__tp_shm_name(struct sfb__transport *t);
+/* ... (close, before the endpoint's): waits, up to FIRST_CONTACT_S, until
+ * every peer this endpoint asked for a first contact has taken the request,
+ * is gone, or has closed its own endpoint; shm only. */
+void sfb__tp_shm_settle(struct sfb__transport *t);
 
 /* transport_peer.c: an error, counted and handed to on_error naming the
  * peer (-1: none), which reports it (logged here only at debug level;

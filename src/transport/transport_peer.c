@@ -50,6 +50,13 @@ void sfb__tp_report(struct sfb__transport *t, int peer, int code, const char *wh
     t->s.on_error(t->s.user, peer, code < 0 ? code : -code, msg);
 }
 
+void sfb__tp_contact(struct sfb__transport *t, uint32_t p, ssize_t rc)
+{
+    uint8_t *c = &t->peers.contact[p];
+    if (rc == 0) *c = CONTACT_MADE;
+    else if (rc == -FI_EAGAIN && *c == CONTACT_NONE) *c = CONTACT_ASKED;
+}
+
 void sfb__tp_ring(struct sfb__transport *t, uint32_t p, int always)
 {
     if (t->bell) sfb__bell_mark(t->bell, p, always);
@@ -144,10 +151,12 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
     }
     t->peers.seq = calloc(world, sizeof *t->peers.seq);
     t->peers.heard = calloc(world, sizeof *t->peers.heard);
+    t->peers.contact = calloc(world, 1);
     t->peers.addr = malloc(2 * (size_t)world * sizeof *t->peers.addr);
     t->peers.name_off = malloc((world + 1) * sizeof *t->peers.name_off);
     t->peers.names = malloc(total);
-    if (!t->peers.seq || !t->peers.heard || !t->peers.addr || !t->peers.name_off || !t->peers.names)
+    if (!t->peers.seq || !t->peers.heard || !t->peers.contact || !t->peers.addr ||
+        !t->peers.name_off || !t->peers.names)
         return -ENOMEM;
     t->peers.name_off[0] = 0;
     for (uint32_t i = 0; i < world; i++) {

@@ -97,6 +97,7 @@ static void post_acks(struct sfb__transport *t)
         }
         ssize_t rc = FAB(t, fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL, fa,
                                      0, &o->ctx));
+        sfb__tp_contact(t, o->peer, rc);
         if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, o->peer, rc == -FI_EAGAIN);
         if (rc == -FI_EAGAIN) {
             stat_add(&t->stats.eagain, 1);
@@ -232,6 +233,7 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             o->rbuf = d;
             rc = FAB(t, fi_read(t->rx_ep, d->data + hlen, total - hlen, t->mr_local ? d->desc : NULL,
                                 fa, sfb__get_u64(p), sfb__get_u64(p + 8), &o->ctx));
+            sfb__tp_contact(t, a->src, rc);
             if (rc == 0) sfb__tp_ring(t, a->src, 0);
             if (rc == -FI_EAGAIN) {
                 sfb__tp_op_put(t, o);

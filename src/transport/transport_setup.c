@@ -473,6 +473,7 @@ void sfb__transport_close(struct sfb__transport **tp)
         *tp = NULL;
         return;
     }
+    sfb__tp_shm_settle(t); /* the loop still posts what is queued */
     /* After these the loop never runs transport code again. */
     sfb__loop_poller_close(&t->poller);
     sfb__loop_async_close(&t->async);
@@ -507,6 +508,7 @@ void sfb__transport_close(struct sfb__transport **tp)
     free(t->inbox);
     free(t->peers.seq);
     free(t->peers.heard);
+    free(t->peers.contact);
     free(t->peers.addr);
     free(t->peers.name_off);
     free(t->peers.names);

@@ -1,10 +1,12 @@
-/* libfabric transport: the shm provider's region names in /dev/shm, and
- * the removal of regions and doorbells that dead processes left there. The
- * protocol and the split into files: src/transport/transport_impl.h. */
+/* libfabric transport: the shm provider's region names in /dev/shm, the
+ * removal of regions and doorbells that dead processes left there, and a
+ * close's wait for the first contacts it asked for. The protocol and the
+ * split into files: src/transport/transport_impl.h. */
 #include "config.h"
 #include "src/transport/transport_impl.h"
 
 #include "src/loop/bell.h"
+#include "src/loop/loop.h"
 #include "src/base/util.h"
 
 #include <dirent.h>
@@ -82,4 +84,61 @@ int sfb__tp_shm_name(struct sfb__transport *t)
     int rc = fi_setname(&t->ep->fid, name, strlen(name) + 1);
     if (!rc) snprintf(t->shm_name, sizeof t->shm_name, "%s", name);
     return rc ? sfb__error(rc, "transport: fi_setname(%s): %s", name, fi_strerror(-rc)) : 0;
+}
+
+/* libfabric 1.17's shm: the first operation to a peer puts a connection
+ * request (this endpoint's region name) in the peer's queue and fails with
+ * -FI_EAGAIN until the peer has mapped the region by that name. A peer
+ * that takes the request after this endpoint's close has unlinked the name
+ * dereferences the mapping that failed (SIGSEGV in smr_progress_connreq):
+ * a call notice sent to a peer it had never talked to just before the job
+ * closed killed that peer (3 runs of 20). The close waits for such a peer
+ * while it can still take the request: alive, its endpoint open. */
+#define FIRST_CONTACT_S 1.0
+
+/* Whether rank p's region still has its name (its endpoint is open). */
+static int region_named(struct sfb__transport *t, uint32_t p)
+{
+    const uint8_t *blob = t->peers.names + t->peers.name_off[p];
+    size_t len = (t->peers.name_off[p + 1] - t->peers.name_off[p] - 1) / blob[0];
+    char name[SFB__TP_NAME_MAX + 1];
+    memcpy(name, blob + 1, len);
+    name[len] = '\0';
+    const char *bare = strstr(name, "://");
+    bare = bare ? bare + 3 : name;
+    char path[SFB__TP_NAME_MAX + 16];
+    snprintf(path, sizeof path, "/dev/shm/%s", bare);
+    return *bare && !strchr(bare, '/') && access(path, F_OK) == 0;
+}
+
+struct unanswered {
+    struct sfb__transport *t;
+    int64_t peer;
+};
+static void find_unanswered(void *arg)
+{
+    struct unanswered *u = arg;
+    struct sfb__transport *t = u->t;
+    for (uint32_t p = 0; p < sfb__tp_world(t) && u->peer < 0; p++)
+        if (t->peers.contact[p] == CONTACT_ASKED && !sfb__tp_peer_gone(t, p) && region_named(t, p))
+            u->peer = p;
+}
+
+void sfb__tp_shm_settle(struct sfb__transport *t)
+{
+    if (!t->shm_name[0] || !sfb__tp_world(t)) return;
+    double t0 = sfb__now();
+    for (;;) {
+        struct unanswered u = {t, -1};
+        if (sfb__loop_call(t->loop, find_unanswered, &u) || u.peer < 0) break;
+        if (sfb__now() - t0 >= FIRST_CONTACT_S) {
+            SFB_LOG_D("transport: closing with rank %lld's first contact unanswered after %.1f s",
+                      (long long)u.peer, FIRST_CONTACT_S);
+            return;
+        }
+        sfb__sleep(0.002);
+    }
+    if (sfb__now() - t0 > 0.01)
+        SFB_LOG_D("transport: waited %.0f ms at close for peers to take first contacts",
+                  (sfb__now() - t0) * 1e3);
 }

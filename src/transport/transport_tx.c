@@ -82,6 +82,7 @@ static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o
         rc = FAB(t, fi_tsendv(t->ep, iov, t->mr_local ? desc : NULL, cnt, fa, 0, &o->ctx));
     }
     /* posted, or the peer's queue is full: either way it has work */
+    sfb__tp_contact(t, r->dst, rc);
     if (rc == 0 || rc == -FI_EAGAIN) sfb__tp_ring(t, r->dst, rc == -FI_EAGAIN);
     if (rc == -FI_EAGAIN) {
         sfb__tp_op_put(t, o);

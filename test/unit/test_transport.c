@@ -1011,6 +1011,56 @@ static int send_small(struct world *w, int from, int to, int64_t clock)
     return sfb__transport_send(w->t[from], (uint32_t)to, hdr, sizeof hdr, NULL, 0, 0, 5.0);
 }
 
+/* libfabric 1.17's shm: rank 0's first send to rank 1 puts a connection
+ * request (rank 0's region name) in rank 1's queue and is posted once rank
+ * 1 has taken it, on its next pass. Rank 1 taking it after rank 0's close
+ * had unlinked the name crashed rank 1 (SIGSEGV in smr_progress_connreq).
+ * Here rank 1's loop is held for 0.3 s across rank 0's send and close:
+ * rank 0's close waits until rank 1 has taken the request and the frame
+ * has gone out, and rank 1 gets it intact. */
+struct hold {
+    struct sfb__loop *loop;
+    atomic_int in;
+};
+static void hold_loop(void *arg)
+{
+    atomic_store(&((struct hold *)arg)->in, 1);
+    sfb__sleep(0.3);
+}
+static void *hold_main(void *arg)
+{
+    sfb__loop_call(((struct hold *)arg)->loop, hold_loop, arg);
+    return NULL;
+}
+
+static int test_first_contact_close_shm(void)
+{
+    struct world w;
+    if (world_open(&w, 2, "shm", NULL)) {
+        world_close(&w);
+        return 1;
+    }
+    struct hold h = {w.loop[1], 0};
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, hold_main, &h));
+    while (!atomic_load(&h.in)) usleep(1000);
+    ASSERT_OK(send_small(&w, 0, 1, 5)); /* rank 0 has never sent to rank 1 */
+    sfb__transport_close(&w.t[0]);
+    struct sfb__frame f;
+    ASSERT_OK(sfb__transport_recv(w.t[1], &f, 10.0));
+    struct sfb__wire_job job = {.job_key = JOB_KEY, .world_size = 2, .max_payload = 1 << 20,
+                                .stats = &wstats};
+    struct sfb__wire_hdr hd;
+    const uint8_t *pl;
+    ASSERT_OK(sfb__wire_decode(&job, f.data, f.len, (int)f.src, &hd, &pl));
+    ASSERT_EQ(f.src, 0);
+    ASSERT_EQ(hd.clock, 5);
+    sfb__buf_put(f.buf);
+    pthread_join(th, NULL);
+    world_close(&w);
+    return 0;
+}
+
 /* A peer may send before this rank has set its peers (each rank sets them
  * when its own exchange of names is done): an RMA frame's announce then
  * waits for set_peers (its read and its ACK need the sender's address)
@@ -1423,6 +1473,7 @@ static const struct test_case tests[] = {
     {"idle_shm_block", test_idle_shm_block},
     {"stale_bell", test_stale_bell},
     {"recv_units", test_recv_units},
+    {"first_contact_close_shm", test_first_contact_close_shm},
     {"announce_before_peers_shm", test_announce_before_peers_shm},
     {"announce_before_peers_tcp", test_announce_before_peers_tcp},
     {"bad_usage", test_bad_usage},
