@@ -1264,6 +1264,14 @@ static void fms_report(void *priv, struct sfb__sync_report *rep)
     rep->data_bytes = f->data_bytes;
 }
 
+/* Sums leave once formed, in this rank's calls only (sfb__sync_ops.served):
+ * through the newest clock whose own-block sums were all formed. */
+static int64_t fms_served(void *priv)
+{
+    const struct fms *f = priv;
+    return f->world > 1 && chunks_of(f, f->rank) ? sfb__ssp_applied(&f->formed, 0) : INT64_MAX;
+}
+
 /* Each row block pushed to its owner and the sums of the own block sent
  * back: 2·K·D·(P−1)/P values. */
 static double fms_formula(uint64_t rows, uint64_t cols, uint32_t world, uint32_t batch)
@@ -1284,6 +1292,7 @@ const struct sfb__sync_ops sfb__fms_ops = {
     .staleness_hist = fms_hist,
     .report = fms_report,
     .waiter = fms_waiter,
+    .served = fms_served,
 };
 
 const struct sfb__sync_desc sfb__fms_desc = {

@@ -441,6 +441,15 @@ static void pm_report(void *priv, struct sfb__sync_report *rep)
     rep->publish_wait_s = pw;
 }
 
+static int64_t pm_served(void *priv)
+{
+    struct pm *p = priv;
+    int64_t s = INT64_MAX;
+    for (uint32_t i = 0; i < p->nsub; i++)
+        if (p->sub[i].ops->served) s = SFB_MIN(s, p->sub[i].ops->served(p->sub[i].priv));
+    return s;
+}
+
 const struct sfb__sync_ops sfb__permatrix_ops = {
     .priv_size = sizeof(struct pm),
     .open = pm_open,
@@ -453,4 +462,5 @@ const struct sfb__sync_ops sfb__permatrix_ops = {
     .staleness_hist = pm_hist,
     .report = pm_report,
     .waiter = pm_waiter,
+    .served = pm_served,
 };

@@ -173,6 +173,11 @@ struct sfb__sync_ops {
     /* The open engine's waiter (what its own wait runs sfb__sync_wait
      * with): how the per-matrix engine runs several engines in one wait. */
     void (*waiter)(void *priv, struct sfb__sync_waiter *w);
+    /* The newest clock through which everything this rank owes its peers
+     * has left: an FMS owner's sums, formed only in this rank's own calls
+     * (NULL: all of it leaves at publish). What a rank in a collective call
+     * tells its peers (sfb__comm_enter_call). */
+    int64_t (*served)(void *priv);
 };
 
 /* A registered engine as the registry, --help and the metrics' summary see

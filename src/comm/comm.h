@@ -316,10 +316,11 @@ int sfb__comm_agree(struct sfb__comm *c, const char *text);
  * "broadcast", "agree" or "replan") begins: its collectives carry that name
  * until sfb__comm_leave_call (sfb__bootstrap_label: ranks in different calls
  * fail with -SFB_ECONFIG naming both), and every peer is told (a status
- * heartbeat: comm_stall.c) that this rank is in it, having published
- * through clock `published`: a peer whose wait needs a later clock of this
- * rank's fails at once (sfb__comm_check_wait) instead of both waiting for
- * each other until the bootstrap timeout. Compute thread. */
+ * heartbeat: comm_stall.c) that this rank is in it, having sent what its
+ * peers may wait for of it through clock `published` (its updates; an FMS
+ * owner's sums): a peer whose wait needs a later clock of this rank's fails
+ * at once (sfb__comm_check_wait) instead of both waiting for each other
+ * until the bootstrap timeout. Compute thread. */
 void sfb__comm_enter_call(struct sfb__comm *c, const char *what, int64_t published);
 void sfb__comm_leave_call(struct sfb__comm *c);
 

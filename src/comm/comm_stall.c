@@ -22,7 +22,8 @@
  * broadcast, agree, replan: the bootstrap channel, where it blocks) for
  * CALL_TELL_S tells every peer so, from the heartbeat's tick (most calls end
  * sooner and send nothing), in a status with bit 1 and 16 more bytes: i64 the
- * clock the job had published through, u32 the collective's number (the
+ * clock through which the job had sent what its peers may wait for of it
+ * (its updates; an FMS owner's sums, sfb__sync_ops.served), u32 the collective's number (the
  * bootstrap's count, the same on every rank), u32 the call (1 allgather,
  * 2 barrier, 3 broadcast, 4 agree, 5 replan). A peer waiting for a later
  * clock of that rank's, not having entered that collective itself, waits for
@@ -111,11 +112,14 @@ int sfb__comm_check_calls(struct sfb__comm *c, int64_t required)
         int64_t pub = atomic_load_explicit(&c->stall.call_pub[p], memory_order_relaxed);
         uint32_t what = atomic_load_explicit(&c->stall.call_what[p], memory_order_relaxed);
         if (pub >= required) continue; /* what this wait needs of it is out */
-        return sfb__error(-SFB_EPEER, "rank %u is in %s (the job's collective %u) having "
-                          "published through clock %lld; rank %u waits for clock %lld, which "
-                          "needs rank %u's: the ranks made different calls (every rank of a job "
-                          "makes the job's collective calls in the same order)", p, calls[what],
-                          seq, (long long)pub, c->rank, (long long)required, p);
+        char sent[64] = "having sent its part of no clock yet";
+        if (pub >= 0)
+            snprintf(sent, sizeof sent, "having sent its part through clock %lld", (long long)pub);
+        return sfb__error(-SFB_EPEER, "rank %u is in %s (the job's collective %u) %s; rank %u "
+                          "waits for clock %lld, which needs rank %u's: the ranks made different "
+                          "calls (every rank of a job makes the job's collective calls in the "
+                          "same order)", p, calls[what], seq, sent, c->rank, (long long)required,
+                          p);
     }
     return 0;
 }

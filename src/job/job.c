@@ -674,7 +674,18 @@ static int collective_failed(struct sfb_job *job, int ret)
                       "the job's collective calls in the same order)", sfb_last_error());
 }
 
-/* The end of a collective call (sfb__comm_enter_call before it): its name
+/* A collective call begins (sfb__comm_enter_call): what its peers may
+ * wait for of this rank's has left through the clock published last, or
+ * an earlier one where this rank serves sums it has not formed yet. */
+static void enter_call(struct sfb_job *job, const char *what)
+{
+    int64_t done = job->next - 1;
+    if (job->engine_priv && job->engine->served)
+        done = SFB_MIN(done, job->engine->served(job->engine_priv));
+    sfb__comm_enter_call(job->comm, what, done);
+}
+
+/* The end of a collective call (enter_call before it): its name
  * off; a verdict every rank gave (-SFB_ECONFIG, -SFB_EUSAGE: the channel is
  * in step) as it is, any other failure explained. */
 static int call_end(struct sfb_job *job, int ret)
@@ -705,7 +716,7 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
             return sfb__error(-ENOMEM, "sfb_job_replan: out of memory");
         }
         snprintf(text, len, "replan_clock=%lld\nreplan_engine=%s\n", (long long)last, engine);
-        sfb__comm_enter_call(job->comm, "replan", job->next - 1);
+        enter_call(job, "replan");
         ret = call_end(job, sfb__comm_agree(job->comm, text));
         free(text);
     }
@@ -734,7 +745,7 @@ int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len
     if (sfb__comm_world(job->comm) == 1)
         return root == 0 ? 0 : sfb__error(-SFB_EUSAGE, "sfb_job_broadcast: root %u is not a rank "
                                           "of this job of 1", root);
-    sfb__comm_enter_call(job->comm, "broadcast", job->next - 1);
+    enter_call(job, "broadcast");
     int ret = call_end(job, sfb__comm_broadcast(job->comm, root, data, len));
     return ret ? ret : sfb__comm_check(job->comm);
 }
@@ -745,7 +756,7 @@ int sfb_job_barrier(struct sfb_job *job)
     SFB_ARG(job);
     if (!job->comm) return ended(__func__);
     if (sfb__comm_world(job->comm) == 1) return 0;
-    sfb__comm_enter_call(job->comm, "barrier", job->next - 1);
+    enter_call(job, "barrier");
     int ret = call_end(job, sfb__comm_barrier(job->comm));
     return ret ? ret : sfb__comm_check(job->comm);
 }
@@ -761,7 +772,7 @@ int sfb_job_allgather(struct sfb_job *job, const void *mine, size_t len, void *a
         memmove(all, mine, len);
         return 0;
     }
-    sfb__comm_enter_call(job->comm, "allgather", job->next - 1);
+    enter_call(job, "allgather");
     return call_end(job, sfb__comm_allgather(job->comm, mine, len, all));
 }
 
@@ -772,7 +783,7 @@ int sfb_job_agree(struct sfb_job *job, const char *text)
     if (!job->comm) return ended(__func__);
     SFB_ARG(text);
     if (sfb__comm_world(job->comm) == 1) return 0;
-    sfb__comm_enter_call(job->comm, "agree", job->next - 1);
+    enter_call(job, "agree");
     /* a broken collective may be a rank that failed before it came and aborted */
     return call_end(job, sfb__comm_agree(job->comm, text));
 }

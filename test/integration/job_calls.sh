@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ranks in different collective calls: test/python/job_calls.py on 3 ranks
 # under `sfb launch` — named on every rank at once (sfb.MismatchError);
-# ranks waiting for a clock of the rank in the collective fail at once; a
+# ranks waiting for a clock of the rank in the collective, or for the sums
+# it serves as an FMS owner and has not formed, fail at once; a
 # rank in a long step is said for what it is at the bootstrap timeout;
 # skipped (77) without a python3 that has numpy, or under ASan.
 # Usage: job_calls.sh SFB RUN_SH SCRIPT

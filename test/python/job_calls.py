@@ -16,7 +16,14 @@
    while ranks 1 and 2 wait for its clock 1 (Job.wait(2) at staleness 0),
    which it never publishes. Their waits must fail at once (the bootstrap
    timeout is 30 s) with sfb.PeerError naming rank 0, its call and the
-   clock, and rank 0's allgather with their abort."""
+   clock, and rank 0's allgather with their abort.
+4. An FMS owner's sums: rank 0 publishes each clock of a matrix on the
+   parameter servers before the others' pushes are in, so the sums of its
+   rows are formed only in its next wait. Every rank entering
+   Job.allgather then (none waits) is a program that runs: the replicas
+   hold every rank's update after the next wait. Rank 0 alone entering it
+   while ranks 1 and 2 wait for the clock's sums is not: their waits must
+   fail as in 3, though rank 0 has published the clock."""
 import os
 import sys
 import time
@@ -103,8 +110,32 @@ def crossed(job):
         job.wait(2)
 
 
+def owner(job):
+    A = np.zeros((6, 4), np.float32)
+    job.attach([A], max_s=1, engine="fms")
+    b, c = np.ones((1, 6), np.float32), np.ones((1, 4), np.float32)
+
+    def publish(clock):
+        if job.rank != 0:  # rank 0's publish finds no push of theirs in
+            time.sleep(0.5)
+        job.publish(clock, [(b, c, 1.0)])
+
+    job.wait(0)
+    publish(0)
+    job.allgather(b"x")  # every rank: it pairs
+    job.wait(1)  # rank 0 forms clock 0's sums here
+    if not np.array_equal(A, np.full_like(A, 3.0)):
+        raise AssertionError("rank %d: A after clock 0 is %r" % (job.rank, A))
+    publish(1)
+    if job.rank == 0:
+        job.allgather(b"y")
+    else:  # clock 2 needs clock 1's sums, rank 0's rows among them
+        job.wait(2)
+
+
 P, E = (sfb.PeerError,), (sfb.Error,)
 # ranks 0 and 2 time out alike: each says it, or hears the other's abort first
 ok &= case("late", 2, late, [E + P, P, E + P], "no rank has failed", 6 + 8)
 ok &= case("crossed", 30, crossed, [P, P, P], "rank 0 is in allgather", 8)
+ok &= case("owner", 30, owner, [P, P, P], "rank 0 is in allgather", 10)
 sys.exit(0 if ok else 1)
