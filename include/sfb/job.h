@@ -416,8 +416,9 @@ SFB_API int sfb_job_joined(const struct sfb_job *job, int64_t *clock, uint32_t *
  * barrier), every rank fails at once with -SFB_ECONFIG naming the first rank
  * that differs from rank 0 and both calls, nothing paired (the job goes on).
  * Ranks that wait (sfb_job_wait, drain, finish) for a clock that a rank in
- * a collective call has not published fail their wait within a second with
- * -SFB_EPEER naming it; a rank that does not come for another reason (a
+ * a collective call has not published, or whose sums it serves as an FMS
+ * owner and has not formed (it forms them in its own waits and publishes),
+ * fail their wait within a second with -SFB_EPEER naming it; a rank that does not come for another reason (a
  * long step) ends the collective after bootstrap_timeout_s with -ETIMEDOUT
  * saying so. */
 
