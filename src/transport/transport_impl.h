@@ -254,6 +254,7 @@ struct sfb__transport {
     struct sfb__buf *rd_head, *rd_tail;    /* RMA announces not yet read */
     struct op *reads[MAX_READS];           /* RMA reads in flight (slots) */
     struct op *ack_head, *ack_tail;        /* ACKs to (re)post */
+    int contacts_closed; /* closing: no first contact is started (sfb__tp_shm_settle) */
 
     /* shared state, under mu */
     pthread_mutex_t mu;
@@ -310,6 +311,13 @@ static inline ssize_t sfb__tp_fab_leave(struct sfb__transport *t, ssize_t rc)
 /* Whether a send, read or ACK to `peer` must not be posted: its process is
  * gone (settings.peer_gone), so its region's lock may be held for good. */
 int sfb__tp_peer_gone(struct sfb__transport *t, uint32_t peer);
+/* Whether an operation to `p` must wait (stays queued, as on -FI_EAGAIN):
+ * it would be a first contact after the close's settle, which no peer could
+ * take safely (sfb__tp_contact, transport_shm.c). */
+static inline int sfb__tp_contact_closed(const struct sfb__transport *t, uint32_t p)
+{
+    return t->contacts_closed && t->peers.contact[p] == CONTACT_NONE;
+}
 /* Close of an abandoned transport: kept allocated and reachable. */
 void sfb__tp_keep_abandoned(struct sfb__transport *t);
 

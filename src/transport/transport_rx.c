@@ -95,6 +95,7 @@ static void post_acks(struct sfb__transport *t)
             sfb__tp_op_put(t, o);
             continue;
         }
+        if (sfb__tp_contact_closed(t, o->peer)) return;
         ssize_t rc = FAB(t, fi_tsend(t->ep, o->thdr, THDR_LEN, t->mr_local ? o->desc : NULL, fa,
                                      0, &o->ctx));
         sfb__tp_contact(t, o->peer, rc);
@@ -222,6 +223,10 @@ int sfb__tp_post_reads(struct sfb__transport *t)
             sfb__buf_put(a);
             work = 1;
             continue;
+        }
+        if (sfb__tp_contact_closed(t, a->src)) {
+            sfb__tp_op_put(t, o);
+            break;
         }
         fi_addr_t fa = sfb__tp_read_addr(t, a->src);
         if (fa != FI_ADDR_NOTAVAIL && sfb__transport_buf_get(t, total, &d) == 0) {

@@ -93,7 +93,10 @@ int sfb__tp_shm_name(struct sfb__transport *t)
  * dereferences the mapping that failed (SIGSEGV in smr_progress_connreq):
  * a call notice sent to a peer it had never talked to just before the job
  * closed killed that peer (3 runs of 20). The close waits for such a peer
- * while it can still take the request: alive, its endpoint open. */
+ * while it can still take the request, alive, its endpoint open: for the
+ * requests out, and for the operations queued to a peer never contacted,
+ * which would send one. Then it starts no first contact (the operations
+ * stay queued, and go with the close). */
 #define FIRST_CONTACT_S 1.0
 
 /* Whether rank p's region still has its name (its endpoint is open). */
@@ -111,17 +114,32 @@ static int region_named(struct sfb__transport *t, uint32_t p)
     return *bare && !strchr(bare, '/') && access(path, F_OK) == 0;
 }
 
+/* Whether the close waits for rank p, whose contact is `want` (ASKED: the
+ * request is out; NONE: an operation queued for it will send one). */
+static int waits_for(struct sfb__transport *t, uint32_t p, int want)
+{
+    return t->peers.contact[p] == want && !sfb__tp_peer_gone(t, p) && region_named(t, p);
+}
+
 struct unanswered {
     struct sfb__transport *t;
-    int64_t peer;
+    int64_t peer; /* out: one the close waits for, or -1 */
+    int last;     /* in: the last look (the wait is over either way) */
 };
 static void find_unanswered(void *arg)
 {
     struct unanswered *u = arg;
     struct sfb__transport *t = u->t;
+    sfb__tp_on_async(t); /* the sends submitted before the close */
     for (uint32_t p = 0; p < sfb__tp_world(t) && u->peer < 0; p++)
-        if (t->peers.contact[p] == CONTACT_ASKED && !sfb__tp_peer_gone(t, p) && region_named(t, p))
-            u->peer = p;
+        if (waits_for(t, p, CONTACT_ASKED)) u->peer = p;
+    for (struct sreq *r = t->pend_head; r && u->peer < 0; r = r->next)
+        if (waits_for(t, r->dst, CONTACT_NONE)) u->peer = r->dst;
+    for (struct op *o = t->ack_head; o && u->peer < 0; o = o->qnext)
+        if (waits_for(t, o->peer, CONTACT_NONE)) u->peer = o->peer;
+    for (struct sfb__buf *a = t->rd_head; a && u->peer < 0; a = a->next)
+        if (waits_for(t, a->src, CONTACT_NONE)) u->peer = a->src;
+    if (u->peer < 0 || u->last) t->contacts_closed = 1;
 }
 
 void sfb__tp_shm_settle(struct sfb__transport *t)
@@ -129,9 +147,9 @@ void sfb__tp_shm_settle(struct sfb__transport *t)
     if (!t->shm_name[0] || !sfb__tp_world(t)) return;
     double t0 = sfb__now();
     for (;;) {
-        struct unanswered u = {t, -1};
+        struct unanswered u = {t, -1, sfb__now() - t0 >= FIRST_CONTACT_S};
         if (sfb__loop_call(t->loop, find_unanswered, &u) || u.peer < 0) break;
-        if (sfb__now() - t0 >= FIRST_CONTACT_S) {
+        if (u.last) {
             SFB_LOG_D("transport: closing with rank %lld's first contact unanswered after %.1f s",
                       (long long)u.peer, FIRST_CONTACT_S);
             return;

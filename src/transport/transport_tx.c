@@ -73,6 +73,10 @@ static ssize_t post_sendv(struct sfb__transport *t, struct sreq *r, struct op *o
         r->failed = 1;
         return -FI_ENOTCONN;
     }
+    if (sfb__tp_contact_closed(t, r->dst)) {
+        sfb__tp_op_put(t, o);
+        return -FI_EAGAIN;
+    }
     ssize_t rc;
     if (data) {
         struct fi_msg_tagged m = {.msg_iov = iov, .desc = t->mr_local ? desc : NULL,
