@@ -175,11 +175,11 @@ static inline double sfb__comm_clock(const struct sfb__comm *c)
  * and the wait's check (compute thread). This rank's own published clock is
  * noted as its SF frames get their headers (comm_send.c). */
 void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *payload, size_t len);
-/* A peer in a collective call this rank has not entered, short of the
- * clock this wait needs from it: -SFB_EPEER naming both (comm_stall.c). */
 /* Loop thread (the heartbeat): tells the peers of this rank's call in
  * progress once it has lasted CALL_TELL_S. */
 void sfb__comm_tell_call(struct sfb__comm *c, double now);
+/* A peer in a collective call this rank has not entered, short of the
+ * clock this wait needs from it: -SFB_EPEER naming both (comm_stall.c). */
 int sfb__comm_check_calls(struct sfb__comm *c, int64_t required);
 int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                           const struct sfb__ssp *ssp);

@@ -330,6 +330,11 @@ uint32_t sfb__tp_world(const struct sfb__transport *t);
 fi_addr_t sfb__tp_addr(struct sfb__transport *t, uint32_t p);
 /* ... and the address to read rank p's RMA frames from (its sending endpoint). */
 fi_addr_t sfb__tp_read_addr(struct sfb__transport *t, uint32_t p);
+/* Rank p's endpoint name `which` (0: where it receives, 1: where it answers
+ * reads; the same when it runs one endpoint) in its address blob, *len
+ * bytes (p < world, after set_peers). */
+const uint8_t *sfb__tp_peer_name(const struct sfb__transport *t, uint32_t p, unsigned which,
+                                 size_t *len);
 
 /* transport_shm.c (open): sweeps /dev/shm of our dead processes' regions
  * (unless skip_shm_sweep) and names this endpoint's region

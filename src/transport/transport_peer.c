@@ -102,18 +102,26 @@ uint32_t sfb__tp_world(const struct sfb__transport *t)
  * sfb__transport_set_peers: a peer can send here (an RMA announce, which
  * needs its address to be read and ACKed) before this rank knows the
  * others, and the callers keep such work queued until then. */
+const uint8_t *sfb__tp_peer_name(const struct sfb__transport *t, uint32_t p, unsigned which,
+                                 size_t *len)
+{
+    const uint8_t *blob = t->peers.names + t->peers.name_off[p];
+    *len = (t->peers.name_off[p + 1] - t->peers.name_off[p] - 1) / blob[0];
+    return blob + 1 + (which < blob[0] ? which : 0) * *len;
+}
+
 static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
     if (p >= sfb__tp_world(t)) return FI_ADDR_NOTAVAIL;
     fi_addr_t *slot = &t->peers.addr[2 * (size_t)p + which];
     if (*slot != FI_ADDR_NOTAVAIL) return *slot;
-    const uint8_t *blob = t->peers.names + t->peers.name_off[p];
-    size_t part = (t->peers.name_off[p + 1] - t->peers.name_off[p] - 1) / blob[0];
-    if (blob[0] == 1 && which) return *slot = peer_addr(t, p, 0);
+    if (which && t->peers.names[t->peers.name_off[p]] == 1) return *slot = peer_addr(t, p, 0);
+    size_t part;
+    const uint8_t *name = sfb__tp_peer_name(t, p, which, &part);
     /* Providers read a fixed-size address (shm: a 256-byte name slot), so
      * the name goes through a zero-padded copy. */
     uint8_t pad[SFB__TP_NAME_MAX] = {0};
-    memcpy(pad, blob + 1 + which * part, part);
+    memcpy(pad, name, part);
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
     if (shm_map_room(t, p)) return FI_ADDR_NOTAVAIL;
     int rc = (int)FAB(t, fi_av_insert(t->av, pad, 1, &fa, 0, NULL));

@@ -102,10 +102,10 @@ int sfb__tp_shm_name(struct sfb__transport *t)
 /* Whether rank p's region still has its name (its endpoint is open). */
 static int region_named(struct sfb__transport *t, uint32_t p)
 {
-    const uint8_t *blob = t->peers.names + t->peers.name_off[p];
-    size_t len = (t->peers.name_off[p + 1] - t->peers.name_off[p] - 1) / blob[0];
+    size_t len;
+    const uint8_t *at = sfb__tp_peer_name(t, p, 0, &len);
     char name[SFB__TP_NAME_MAX + 1];
-    memcpy(name, blob + 1, len);
+    memcpy(name, at, len);
     name[len] = '\0';
     const char *bare = strstr(name, "://");
     bare = bare ? bare + 3 : name;
