@@ -10,9 +10,10 @@
 # bytes, its DT_NEEDED name, not by ldd loading its dependencies) loads into
 # a python (not built with ASan) only with the ASan runtime preloaded ahead
 # of everything: run so, without leak checks (the interpreter's own at exit);
-# 77 for torch (`--check torch`, `--needs torch`), whose C++ exceptions
-# then abort in ASan's __cxa_throw interceptor, or where gcc names no
-# libasan.so.
+# 77 where gcc names no libasan.so. libstdc++ is preloaded right behind it:
+# ASan finds the C++ runtime's __cxa_throw when it starts, and python links
+# none, so torch's first C++ exception (any error torch raises) would abort
+# in ASan's interceptor ("real___cxa_throw != 0").
 # Usage: run.sh [--needs MODULE]... SCRIPT ARGS...   (77 unless each MODULE is found)
 #    or  run.sh --check [MODULE...]                   (0: usable, 77: not)
 set -u
@@ -32,14 +33,7 @@ if [ -n "${SFB_LIB:-}" ] && LC_ALL=C grep -qaF libasan.so "$SFB_LIB" 2>/dev/null
     echo "skipped: $SFB_LIB is built with ASan, and gcc names no libasan.so to preload" >&2
     exit 77
   fi
-  [ "${1:-}" = --check ] && needs+=("${@:2}")
-  for m in "${needs[@]}"; do
-    if [ "$m" = torch ]; then
-      echo "skipped: torch under ASan (its C++ exceptions abort in ASan's __cxa_throw interceptor)" >&2
-      exit 77
-    fi
-  done
-  export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
+  export LD_PRELOAD="$asan:libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}"
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
 found='import importlib.util, sys
