@@ -107,7 +107,7 @@ static int plan_lines(const struct sfb__plan_job *pj, const struct sfb__sync_des
     struct sfb__cost_env e = {
         .world = sfb__comm_world(pj->comm), .batch = pj->max_s, .topology = pj->topology,
         .degree = pj->degree, .flush_clock = pj->flush_clock,
-        .link = {in[AUTO_ALPHA], in[AUTO_BETA], measured},
+        .link = {.alpha_s = in[AUTO_ALPHA], .beta_s_per_byte = in[AUTO_BETA], .measured = measured},
         .add_flops_per_s = in[AUTO_ADD],
         .host_cores = (uint32_t)in[AUTO_CORES], .ranks_per_host = (uint32_t)in[AUTO_LOCAL]};
     size_t len = 0, cap = 0;

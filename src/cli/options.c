@@ -343,7 +343,7 @@ static void job_table(struct cli_opt *t, size_t cap, char (*help)[160])
     for (size_t i = 0; i < sizeof job_rows / sizeof *job_rows; i++) t[n++] = job_rows[i];
     n = add_model_rows(t, n, help, cap - sizeof job_rows2 / sizeof *job_rows2 - 1);
     for (size_t i = 0; i < sizeof job_rows2 / sizeof *job_rows2; i++) t[n++] = job_rows2[i];
-    t[n] = (struct cli_opt){CLI_END};
+    t[n] = (struct cli_opt){.kind = CLI_END};
 }
 
 static void job_help(FILE *f, const struct cli_opt *table, int with_n)

@@ -95,7 +95,7 @@ static int shm_map_room(struct sfb__transport *t, uint32_t p)
 
 uint32_t sfb__tp_world(const struct sfb__transport *t)
 {
-    return __atomic_load_n(&t->peers.world, __ATOMIC_ACQUIRE);
+    return atomic_load_explicit(&t->peers.world, memory_order_acquire);
 }
 
 /* FI_ADDR_NOTAVAIL for a rank outside the world, or any before
@@ -173,7 +173,7 @@ int sfb__transport_set_peers(struct sfb__transport *t, const void *const *names,
         t->peers.name_off[i + 1] = t->peers.name_off[i] + lens[i];
     }
     pthread_mutex_lock(&t->mu);
-    __atomic_store_n(&t->peers.world, world, __ATOMIC_RELEASE); /* after the arrays */
+    atomic_store_explicit(&t->peers.world, world, memory_order_release); /* after the arrays */
     pthread_mutex_unlock(&t->mu);
     return 0;
 }

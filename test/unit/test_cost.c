@@ -15,7 +15,7 @@
 static struct sfb__cost_env env4(void)
 {
     return (struct sfb__cost_env){.world = 4, .batch = 32, .topology = "full",
-                                  .link = {50e-6, 8e-9, 1}, .gemm_flops_per_s = 20e9,
+                                  .link = {.alpha_s = 50e-6, .beta_s_per_byte = 8e-9, .measured = 1}, .gemm_flops_per_s = 20e9,
                                   .add_flops_per_s = 1e9};
 }
 
@@ -169,7 +169,7 @@ static int test_bf16(void)
 static int test_halton_changes_answer(void)
 {
     struct sfb__cost_env e = {.world = 16, .batch = 1, .topology = "halton", .flush_clock = 1,
-                              .link = {10e-6, 1e-9, 1}, .gemm_flops_per_s = 1e9,
+                              .link = {.alpha_s = 10e-6, .beta_s_per_byte = 1e-9, .measured = 1}, .gemm_flops_per_s = 1e9,
                               .add_flops_per_s = 1e9};
     struct sfb__cost_matrix m = {100, 100, 1000, 0, 0, 0, 0};
     double t[2];

@@ -276,7 +276,7 @@ static int give(struct sfb__comm *c, void *priv, uint32_t m)
 {
     struct sfb_sf sf = {0};
     int ret = eng_make_sf(&sf, rows_of[m], cols_of[m], 2, 0, 40 * m);
-    int sparse;
+    int sparse = 0;
     uint64_t nnz;
     size_t size = ret ? 0 : sfb__sf_choose(&sf, SFB_WIRE_F32, &sparse, &nnz);
     struct sfb__buf *buf = NULL;
