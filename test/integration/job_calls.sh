@@ -4,7 +4,7 @@
 # ranks waiting for a clock of the rank in the collective, or for the sums
 # it serves as an FMS owner and has not formed, fail at once; a
 # rank in a long step is said for what it is at the bootstrap timeout;
-# skipped (77) without a python3 that has numpy, or under ASan.
+# skipped (77) without a python3 that has numpy.
 # Usage: job_calls.sh SFB RUN_SH SCRIPT
 set -u
 SFB=$1; RUN=$2; SCRIPT=$3
