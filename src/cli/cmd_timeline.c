@@ -42,7 +42,9 @@ static int num(const char *line, const char *key, double *out)
     return end == p + strlen(key) ? -1 : 0;
 }
 
-/* One event line of a file: kept for the account, copied to the merge. */
+/* One event line of a file: kept for the account, copied to the merge.
+ * 1: an event line (every file SFB_TIMELINE writes has one: its rank's
+ * process_name), 0: another line, -1: said on stderr. */
 static int take_line(struct tl *t, const char *line, const char *file, long lineno)
 {
     if (strncmp(line, "{\"name\":", 8) != 0) return 0;
@@ -52,7 +54,7 @@ static int take_line(struct tl *t, const char *line, const char *file, long line
         fprintf(t->merged, "%s%.*s", t->first ? "" : ",\n", (int)len, line);
         t->first = 0;
     }
-    if (!strstr(line, "\"ph\":\"X\"")) return 0;
+    if (!strstr(line, "\"ph\":\"X\"")) return 1;
     double ts, dur, pid, tid, clock, peer;
     if (num(line, "\"ts\":", &ts) || num(line, "\"dur\":", &dur) || num(line, "\"pid\":", &pid) ||
         num(line, "\"tid\":", &tid) || num(line, "\"clock\":", &clock) ||
@@ -79,7 +81,7 @@ static int take_line(struct tl *t, const char *line, const char *file, long line
                 : !strncmp(name, "recv\"", 5)    ? 'r'
                                                  : 'u';
     t->ev[t->n++] = (struct tev){ts, dur, (long long)clock, (int)pid, (int)tid, (int)peer, what};
-    return 0;
+    return 1;
 }
 
 static int by_rank_time(const void *a, const void *b)
@@ -236,12 +238,19 @@ int cli_timeline(int argc, char **argv)
             rc = 1;
             break;
         }
-        long lineno = 0;
+        long lineno = 0, events = 0;
         while (!rc && fgets(line, sizeof line, f)) {
             lineno++;
-            if (take_line(&t, line, files[i], lineno)) rc = 1;
+            int got = take_line(&t, line, files[i], lineno);
+            if (got < 0) rc = 1;
+            else events += got;
         }
         fclose(f);
+        if (!rc && !events) {
+            fprintf(stderr, "sfb timeline: %s: no trace events: not a file SFB_TIMELINE or "
+                            "--timeline wrote\n", files[i]);
+            rc = 1;
+        }
     }
     if (t.merged) {
         fprintf(t.merged, "\n],\"displayTimeUnit\":\"ms\"}\n");
@@ -250,7 +259,7 @@ int cli_timeline(int argc, char **argv)
             rc = 1;
         }
     }
-    if (!rc) {
+    if (!rc && t.n) {
         qsort(t.ev, t.n, sizeof *t.ev, by_rank_time);
         for (size_t lo = 0, hi; lo < t.n; lo = hi) {
             for (hi = lo; hi < t.n && t.ev[hi].pid == t.ev[lo].pid; hi++) {}

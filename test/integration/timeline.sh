@@ -64,6 +64,12 @@ check "timeline -o without a value: exit 2 ($rc), named" \
 printf '{"traceEvents":[\n{"name":"x","ph":"X","pid":0}\n' >bad.json
 "$SFB" timeline bad.json >bad.txt 2>&1; rc=$?
 check "timeline of a foreign file: exit 1 naming bad.json:2 ($rc)" "[ $rc = 1 ] && grep -q 'bad.json:2: not an event' bad.txt"
+: >empty.json; printf 'hello\n{"a":1}\n' >other.json
+for f in empty other; do
+  "$SFB" timeline tl.0.json $f.json >$f.txt 2>&1; rc=$?
+  check "timeline of a file with no events ($f.json): exit 1 naming it ($rc)" \
+    "[ $rc = 1 ] && grep -q '$f.json: no trace events' $f.txt"
+done
 
 if grep -q libasan <<<"$(ldd "$LIB" 2>/dev/null)"; then  # (read whole: pipefail)
   echo "sfb.torch part skipped: $LIB is built with ASan (python cannot load it)"
