@@ -98,10 +98,6 @@ uint32_t sfb__tp_world(const struct sfb__transport *t)
     return atomic_load_explicit(&t->peers.world, memory_order_acquire);
 }
 
-/* FI_ADDR_NOTAVAIL for a rank outside the world, or any before
- * sfb__transport_set_peers: a peer can send here (an RMA announce, which
- * needs its address to be read and ACKed) before this rank knows the
- * others, and the callers keep such work queued until then. */
 const uint8_t *sfb__tp_peer_name(const struct sfb__transport *t, uint32_t p, unsigned which,
                                  size_t *len)
 {
@@ -110,6 +106,10 @@ const uint8_t *sfb__tp_peer_name(const struct sfb__transport *t, uint32_t p, uns
     return blob + 1 + (which < blob[0] ? which : 0) * *len;
 }
 
+/* FI_ADDR_NOTAVAIL for a rank outside the world, or any before
+ * sfb__transport_set_peers: a peer can send here (an RMA announce, which
+ * needs its address to be read and ACKed) before this rank knows the
+ * others, and the callers keep such work queued until then. */
 static fi_addr_t peer_addr(struct sfb__transport *t, uint32_t p, unsigned which)
 {
     if (p >= sfb__tp_world(t)) return FI_ADDR_NOTAVAIL;
