@@ -8,7 +8,8 @@
 # gradients in buckets that leave during backward, the forward under
 # torch.autocast, activation checkpointing, a penalty on the weights, a
 # gradient penalty, a weight used transposed too, BatchNorm in training
-# mode, a GAN's alternating steps under one optimizer, all
+# mode, parametrized weights (spectral norm, orthogonal), a GAN's
+# alternating steps under one optimizer, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, an
@@ -17,7 +18,8 @@
 # torch.autograd.grad with respect to a weight sfb carries by factors, a
 # penalty on the weights first added at step 3; a DistributedOptimizer per
 # model (a DCGAN's, an encoder's and a decoder's), and a model fed by one
-# whose optimizer is not wrapped.
+# whose optimizer is not wrapped; two phases of fine-tuning, the second's
+# new optimizer in a new job (one made while training is refused, saying so).
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY [long]
 # (long, suite long: more optimizers for the patterns above and 300 steps)
 set -uo pipefail
@@ -29,7 +31,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 cases=(
   "exact --freeze --opt momentum" "exact --route"
-  "exact --validate --route" "exact --clip" "exact --uneven"
+  # weights computed from parameters (a spectral norm's power iteration
+  # advances at every read of fc2.weight: wrapping once read it)
+  "exact --validate --route --parametrize" "exact --clip" "exact --uneven"
   "exact --join" "exact --no-zero --freeze --opt momentum"
   # dense gradients besides the factors in the first step: those layers go
   # densely (fc1's weight transposed as a tied decoder's; an L2 penalty on
@@ -54,13 +58,15 @@ cases=(
   # refused with the generator's optimizer left unwrapped); an encoder's and
   # a decoder's stepped after one backward (ranks joining early)
   dcgan foreign seq2seq "seq2seq --join"
+  # fine-tuning in two phases, a new optimizer for the second: a new job
+  phases
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
     "exact --autocast --uneven --opt sgd --tol 5e-2"
     # Adam divides by the root of its second moment: where a gradient is tiny,
     # float32 rounding moves the step by more than 1e-5 in 30 steps (seen 1.2e-5)
-    "exact --freeze --unused --route --validate --clip --uneven --join --opt adamw --tol 1e-4"
+    "exact --freeze --unused --route --validate --clip --uneven --join --opt adamw --tol 1e-4 --parametrize"
     "exact --transposed --penalty --batchnorm --clip --opt adam --tol 1e-4"
     # bit-identical replicas after each of 300 Adam steps (the values drift
     # from one process's by rounding, seen 3.8e-5)

@@ -48,6 +48,11 @@ exact: every rank trains through sfb.torch on its share of each global
     --batchnorm a BatchNorm1d in training mode after fc2's tanh: normalized by the
                 global minibatch's statistics, as one process (its running
                 statistics compared too)
+    --parametrize  weights computed from parameters (torch.nn.utils.
+                parametrizations): fc2's spectral norm, whose every
+                training-mode evaluation of fc2.weight runs a power iteration
+                on its buffers (sfb must not evaluate it: wrapping once did),
+                and an orthogonal extra; their parameters go densely
   After every step every rank's parameters must be bit-identical to rank
   0's; at the end each tensor must agree with one process's within --tol
   (||p - q|| / ||q||).
@@ -87,6 +92,10 @@ seq2seq: an encoder and a decoder, a DistributedOptimizer each (SGD with
   model in between, a learning-rate scheduler on one; must train as one
   process does; a third optimizer over a parameter of the first must be
   refused, and so must one made after the first backward().
+phases: fine-tuning in two phases (the head alone by SGD, the rest frozen;
+  then every layer by Adam): a DistributedOptimizer made after training
+  began must be refused saying shutdown() and init(); a new job for the
+  second phase must train as one process does.
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -114,7 +123,7 @@ import sfb.torch as sft  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
-                                 "seq2seq", "foreign"])
+                                 "seq2seq", "foreign", "phases"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -122,7 +131,7 @@ ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
              "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
-             "transposed", "batchnorm"):
+             "transposed", "batchnorm", "parametrize"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -144,6 +153,9 @@ class Net(nn.Module):
         self.alt_w = nn.Parameter(torch.randn(5, 16) / 4)
         self.alt_b = nn.Parameter(torch.zeros(5))
         self.bn = nn.BatchNorm1d(24)
+        if args.parametrize:
+            nn.utils.parametrizations.spectral_norm(self.fc2)
+            nn.utils.parametrizations.orthogonal(self.extra)
 
     def forward(self, x, step):
         # (torch 1.13's layer_norm refuses a bfloat16 input under CPU autocast)
@@ -1029,6 +1041,56 @@ def seq2seq():
                        ", ranks joining early" if args.join else "", worst[0]), flush=True)
 
 
+def phases():
+    """Fine-tuning in two phases as torchvision's tutorial writes it: the
+    head alone (everything else frozen) with SGD, then every layer with a
+    new optimizer (Adam). A DistributedOptimizer made once training has
+    begun is refused, saying what to do; shutdown() and init() start a new
+    job for the new phase, and the two phases train as one process does."""
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    for m in (model, ref):
+        m.requires_grad_(False)
+        m.head.requires_grad_(True)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.head.parameters(), lr=0.1),
+                                   model=model)
+    ref_opt = torch.optim.SGD(ref.head.parameters(), lr=0.1)
+    job = sft._need()
+    half = args.steps // 2
+    for t in range(half):
+        one_step(model, opt, *shard(x, y, t, r, P), t, True)
+        same(job, model, "after step %d" % t)
+    for m in (model, ref):
+        m.requires_grad_(True)
+    try:
+        sft.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model=model)
+        fail("a DistributedOptimizer made after training began was not refused")
+    except sfb.UsageError as e:
+        if "shutdown()" not in str(e) or "init()" not in str(e):
+            fail("the refusal does not say how to start a new phase: %s" % e)
+    sft.shutdown()
+    sft.init(peer_timeout_s=5)
+    opt = sft.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model=model)
+    job = sft._need()
+    for t in range(half, args.steps):
+        one_step(model, opt, *shard(x, y, t, r, P), t, True)
+        same(job, model, "after step %d" % t)
+    sft.shutdown()
+    for t in range(args.steps):
+        if t == half:
+            ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                 torch.cat([b for _, b in parts]), t, False)
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    print("ok phases: %d steps of the head by SGD, %d of every layer by Adam in a new job, "
+          "within %.3g of one process" % (half, args.steps - half, worst), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -1044,7 +1106,7 @@ def main():
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
-         "seq2seq": seq2seq, "foreign": foreign}[args.mode]()
+         "seq2seq": seq2seq, "foreign": foreign, "phases": phases}[args.mode]()
 
 
 main()

@@ -40,7 +40,8 @@ def layers(model):
         if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) or (
                 isinstance(m, torch.nn.modules.instancenorm._InstanceNorm) and
                 m.track_running_stats):
-            for t in (m.weight, m.running_mean):
+            # (not m.weight: a parametrized one is computed at every read)
+            for t in (m._parameters.get("weight"), m.running_mean):
                 if t is not None:
                     out[id(t)] = (m, "%s %s" % (type(m).__name__, name))
     return out

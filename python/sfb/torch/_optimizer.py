@@ -251,11 +251,15 @@ class _Sync(_Passes):
         self.mixed = set()    # before the first reduction: covered parameters used densely too
         self.model_params = list(model.named_parameters())
         for mname, m in model.named_modules():
-            if not isinstance(m, torch.nn.Linear) or id(m.weight) not in in_opt or \
-                    id(m.weight) in self.covered:  # (a weight shared by two modules: once)
+            # (the parameters themselves, never m.weight: a weight of
+            # torch.nn.utils.parametrize is computed at every read, and a
+            # spectral norm's read advances its power iteration)
+            w = m._parameters.get("weight") if isinstance(m, torch.nn.Linear) else None
+            if w is None or id(w) not in in_opt or \
+                    id(w) in self.covered:  # (a weight shared by two modules: once)
                 continue
-            bias = m.bias if m.bias is not None and id(m.bias) in in_opt else None
-            self._new_slot(m.weight, bias, mname or "linear")
+            b = m._parameters.get("bias")
+            self._new_slot(w, b if b is not None and id(b) in in_opt else None, mname or "linear")
         # a dense parameter's gradient tells the end of a backward pass too;
         # hooks go on when a parameter needs a gradient (frozen ones later)
         self.hooks, self.dense_into = [], []
@@ -1404,7 +1408,11 @@ def _another(old, optimizer, model, args):
     if old.attached or old.grads or old.passes or old.graphs:
         raise U("sfb.torch: a DistributedOptimizer made after the first forward with gradients "
                 "or backward() (the job has one already, whose layers that graph holds): make "
-                "every optimizer's DistributedOptimizer before training")
+                "every optimizer's DistributedOptimizer before training; for a new phase with "
+                "a new optimizer (fine-tuning after a warm-up), end this one's job with "
+                "sfb.torch.shutdown() and start the next with init() (the parameters are "
+                "kept), or train both phases with one optimizer, its parameters frozen "
+                "(requires_grad_(False)) until they train")
     new = _settings(*args)
     diff = sorted(k for k in set(new) | set(old.settings) if new.get(k) != old.settings.get(k))
     if diff:
