@@ -19,7 +19,9 @@
 # penalty on the weights first added at step 3; a DistributedOptimizer per
 # model (a DCGAN's, an encoder's and a decoder's), and a model fed by one
 # whose optimizer is not wrapped; two phases of fine-tuning, the second's
-# new optimizer in a new job (one made while training is refused, saying so).
+# new optimizer in a new job (one made while training is refused, saying so);
+# a buffer updated from each rank's own data (refused, named; exact when
+# updated from every rank's).
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY [long]
 # (long, suite long: more optimizers for the patterns above and 300 steps)
 set -uo pipefail
@@ -60,6 +62,9 @@ cases=(
   dcgan foreign seq2seq "seq2seq --join"
   # fine-tuning in two phases, a new optimizer for the second: a new job
   phases
+  # a buffer updated from each rank's own minibatch: refused; from every
+  # rank's data (sft.allreduce): exact
+  buffers
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

@@ -541,6 +541,44 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(RuntimeError, ["after the first step"], opt.load_state_dict,
                                 again)
 
+    def test_the_optimizer_itself_is_wrapped(self):
+        """A name still bound to the optimizer after wrapping is the same
+        object: a checkpoint loaded into it, a scheduler made before
+        wrapping and its step all act on the job's optimizer."""
+        m = net()
+        optimizer = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        sched = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        sd = copy.deepcopy(optimizer.state_dict())
+        sd["param_groups"][0]["lr"] = 0.4
+        opt = sft.DistributedOptimizer(optimizer, model=m)
+        self.assertIs(opt, optimizer)
+        self.assertIsInstance(opt, torch.optim.SGD)
+        optimizer.load_state_dict(sd)  # (through the name of the unwrapped one)
+        self.assertEqual(opt.param_groups[0]["lr"], 0.4)
+        x, y = data()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (torch warns of a scheduler stepped first)
+            for _ in range(2):
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(m(x), y).backward()
+                optimizer.step()
+                sched.step()
+        self.assertEqual(opt.clock, 2)
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1)
+        sft.shutdown()
+        sft.init(world=1)  # the same optimizer in the next job
+        self.assertIs(sft.DistributedOptimizer(optimizer, model=m), optimizer)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(m(x), y).backward()
+        optimizer.step()
+        self.assertEqual(optimizer.clock, 1)
+        sft.shutdown()
+        sft.init(world=1)
+        other = torch.optim.SGD(m.parameters(), lr=0.1)
+        other.step = lambda closure=None: None
+        self.assertRaisesNaming(ValueError, ["step was replaced"], sft.DistributedOptimizer,
+                                other, model=m)
+
     def test_samples_beyond_the_first_step(self):
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
@@ -551,6 +589,35 @@ class TorchOneWorker(unittest.TestCase):
             opt.step()
         step(8)
         self.assertRaisesNaming(ValueError, ["9 samples", "max_samples"], step, 9)
+
+
+class BufferComparison(unittest.TestCase):
+    """What the replica checks take for a persistent buffer whose bits differ
+    between ranks: rounding passes, a difference anywhere does not."""
+
+    def test_close(self):
+        from sfb.torch._replicas import _close, buffers
+        g = torch.Generator().manual_seed(1)
+        a = torch.randn(200000, generator=g)
+        self.assertTrue(_close(a, a.clone()))
+        self.assertTrue(_close(a * (1 + 1.2e-7), a))  # rounding
+        b = a.clone()
+        b[12345] += 1e-3  # one element of 200,000
+        self.assertFalse(_close(b, a))
+        c = a.clone()
+        c[[5, 6]] = c[[6, 5]]  # two swapped
+        self.assertFalse(_close(c, a))
+        n = torch.tensor([float("nan"), float("inf"), 0.0])
+        self.assertTrue(_close(n, n.clone()))
+        self.assertFalse(_close(torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")])))
+        self.assertFalse(_close(torch.tensor(5), torch.tensor(6)))  # integers: exactly
+        self.assertTrue(_close(torch.ones(3, dtype=torch.bfloat16),
+                               torch.ones(3, dtype=torch.bfloat16)))
+        self.assertTrue(_close(torch.zeros(0), torch.zeros(0)))
+        m = nn.BatchNorm1d(3)
+        m.register_buffer("cache", torch.zeros(2), persistent=False)
+        self.assertEqual([n for n, _ in buffers(nn.Sequential(m, m))],
+                         ["0.running_mean", "0.running_var", "0.num_batches_tracked"])
 
 
 class MeasuredPlan(unittest.TestCase):

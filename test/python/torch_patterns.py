@@ -96,6 +96,12 @@ phases: fine-tuning in two phases (the head alone by SGD, the rest frozen;
   then every layer by Adam): a DistributedOptimizer made after training
   began must be refused saying shutdown() and init(); a new job for the
   second phase must train as one process does.
+buffers: an input normalizer keeping a running mean in a buffer, updated in
+  forward from the rank's own minibatch, must be refused on every rank with
+  sfb.MismatchError naming the buffer after the first step; updated from
+  every rank's data (sft.allreduce), must train as one process does, a
+  non-persistent buffer recording each rank's own last batch beside it and
+  a persistent one whose bits differ by rounding from rank to rank.
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -123,7 +129,7 @@ import sfb.torch as sft  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
-                                 "seq2seq", "foreign", "phases"])
+                                 "seq2seq", "foreign", "phases", "buffers"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -443,11 +449,12 @@ def reference(ref, ref_opt, x, y, P):
 
 def rel_diff(model, ref):
     """The largest ||p - q|| / ||q|| over the tensors (the floating-point
-    buffers too: running statistics), and which."""
+    persistent buffers too: running statistics), and which."""
     worst, where = 0.0, ""
     pairs = list(zip(model.named_parameters(), ref.named_parameters()))
+    kept = model.state_dict()  # (a non-persistent buffer is a record, not compared)
     pairs += [(a, b) for a, b in zip(model.named_buffers(), ref.named_buffers())
-              if a[1].is_floating_point()]
+              if a[1].is_floating_point() and a[0] in kept]
     for (name, p), (_, q) in pairs:
         d = float((p.detach().double() - q.detach().double()).norm() /
                   max(float(q.detach().double().norm()), 1e-30))
@@ -687,6 +694,9 @@ def batchnorm():
     # Rank 0 calls shutdown() after one step while the others train on: every
     # rank must fail at once with sfb.PeerError saying rank 0 left.
     sft.init(peer_timeout_s=5, bootstrap_timeout_s=120)
+    # (rank 0's BatchNorm1d counted one batch fewer above, in eval(): the
+    # replicas' buffers parted, which the first step's check would refuse)
+    sft.broadcast_parameters(small.state_dict(), root_rank=0)
     opt = sft.DistributedOptimizer(torch.optim.SGD(small.parameters(), lr=0.1), model=small,
                                    max_samples=2 * args.batch + 1)
     small.train()
@@ -1091,6 +1101,84 @@ def phases():
           "within %.3g of one process" % (half, args.steps - half, worst), flush=True)
 
 
+class RunningNorm(nn.Module):
+    """Subtracts the running mean of the inputs seen in training (an RL
+    observation normalizer). world_sum: the sum over the ranks of a
+    tensor (sft.allreduce), or None: this rank's data alone."""
+
+    def __init__(self, d, world_sum=None):
+        super().__init__()
+        self.world_sum = world_sum
+        self.register_buffer("mean", torch.zeros(d))
+        self.register_buffer("count", torch.zeros(()))
+        self.register_buffer("last", torch.zeros(d), persistent=False)  # (a record)
+        self.register_buffer("scale", torch.ones(d))
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                stats = torch.cat([x.sum(0), torch.tensor([float(len(x))])])
+                if self.world_sum is not None:
+                    stats = self.world_sum(stats)
+                n = stats[-1]
+                self.mean.mul_(self.count / (self.count + n)).add_(stats[:-1] / (self.count + n))
+                self.count.add_(n)
+                self.last.copy_(x.mean(0))
+        return x - self.mean
+
+
+class NormNet(nn.Module):
+    def __init__(self, world_sum):
+        super().__init__()
+        self.norm = RunningNorm(10, world_sum)
+        self.fc1, self.fc2 = nn.Linear(10, 24), nn.Linear(24, 5)
+
+    def forward(self, x, step):
+        return self.fc2(torch.tanh(self.fc1(self.norm(x))))
+
+
+def buffers():
+    for shared in (False, True):
+        setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        x = x + 1
+        torch.manual_seed(3)
+        model = NormNet((lambda t: sft.allreduce(t, op="sum")) if shared else None)
+        ref = copy.deepcopy(model)
+        ref.norm.world_sum = None
+        with torch.no_grad():  # other bits on each rank, within rounding: not refused
+            model.norm.scale.mul_(1 + r * 1.2e-7)
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        ref_opt = make_opt(ref.parameters())
+        job = sft._need()
+        try:
+            for t in range(args.steps):
+                one_step(model, opt, *shard(x, y, t, r, P), t, True)
+                same(job, model, "after step %d" % t)
+        except sfb.MismatchError as e:
+            if shared:
+                fail("refused with every rank's data: %s" % e)
+            if "buffer norm.mean differs between ranks after step 1" not in str(e) or \
+                    e.param != "norm.mean" or "allreduce" not in str(e):
+                fail("the error does not name the buffer, the step and what to do: %s" % e)
+            closed()
+            continue
+        if not shared:
+            fail("a buffer updated from each rank's own data was not refused")
+        sft.shutdown()
+        for t in range(args.steps):
+            parts = [shard(x, y, t, q, P) for q in range(P)]
+            one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                     torch.cat([b for _, b in parts]), t, False)
+        worst, where = rel_diff(model, ref)
+        if worst > args.tol:
+            fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+        print("ok buffers: refused at step 1 where each rank updates one from its own data; "
+              "updated from every rank's, %d steps within %.3g of one process (%s)" %
+              (args.steps, worst, where), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -1106,7 +1194,7 @@ def main():
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
-         "seq2seq": seq2seq, "foreign": foreign, "phases": phases}[args.mode]()
+         "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers}[args.mode]()
 
 
 main()

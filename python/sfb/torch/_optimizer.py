@@ -4,6 +4,7 @@ DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import ast
 import threading
 import time
+import weakref
 import zlib
 
 import numpy as np
@@ -1165,23 +1166,13 @@ class _Sync(_Passes):
 
 
 class _DistributedOptimizer:
-    """Methods of the optimizer class DistributedOptimizer derives."""
-
-    def __init__(self, opt, sync_state):
-        # the wrapped optimizer's groups, defaults and state (momentum
-        # buffers of a resumed optimizer included)
-        super(self.__class__, self).__init__(opt.param_groups)
-        self.defaults = opt.defaults
-        self.state = opt.state
-        self._sfb = sync_state
+    """Methods of the optimizer class DistributedOptimizer derives (its
+    _sfb_base: the optimizer's own class)."""
 
     def add_param_group(self, param_group):
-        """The wrapped optimizer's groups, at construction; afterwards
-        refused (sfb.UsageError): sfb synchronizes the parameters the
+        """Refused (sfb.UsageError): sfb synchronizes the parameters the
         optimizer held when it was wrapped, and a parameter added later
         would train on this rank's gradient alone, its replicas parting."""
-        if self.__dict__.get("_sfb") is None:  # (Optimizer.__init__ adds the wrapped groups)
-            return super(self.__class__, self).add_param_group(param_group)
         raise _sfb.UsageError(
             "sfb.torch: add_param_group after DistributedOptimizer was made: sfb synchronizes "
             "the parameters the optimizer held when it was wrapped, and one added now would "
@@ -1225,7 +1216,7 @@ class _DistributedOptimizer:
         loss = None
         if not s.additive:
             t0 = time.time()
-            loss = super(self.__class__, self).step()
+            loss = type(self)._sfb_base.step(self)
             s.span("step", t0)
         s.end_step()
         return loss
@@ -1273,7 +1264,7 @@ class _DistributedOptimizer:
 
     def state_dict(self):
         """The wrapped optimizer's state_dict with the job's clock under "sfb"."""
-        d = super(self.__class__, self).state_dict()
+        d = type(self)._sfb_base.state_dict(self)
         d["sfb"] = {"clock": self.clock, "staleness": self._sfb.staleness}
         return d
 
@@ -1287,7 +1278,7 @@ class _DistributedOptimizer:
         if info is not None and self._sfb.attached:
             raise _sfb.UsageError("sfb.torch: load_state_dict after the first step; load the "
                                   "checkpoint before training")
-        super(self.__class__, self).load_state_dict(state_dict)
+        type(self)._sfb_base.load_state_dict(self, state_dict)
         if info is not None:
             self._sfb.clock = int(info["clock"])
             self._sfb.stepped = (self._sfb.clock, self._sfb.extra)
@@ -1314,8 +1305,9 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     """Wraps a torch.optim optimizer so that each step applies the mean of
     every rank's gradients (staleness 0: .grad holds it when backward()
     returns, as under DDP), or every rank's updates within the SSP bound
-    (staleness > 0, plain SGD only). The result is an instance of the
-    optimizer's own class (schedulers work on it).
+    (staleness > 0, plain SGD only). Returns the optimizer itself, its class
+    now one deriving from its own: schedulers work on it, and a name still
+    bound to it is the same object.
 
     model: the module whose parameters the optimizer holds; its nn.Linear
       layers are synchronized by their sufficient factors, the rest densely.
@@ -1381,6 +1373,11 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     if not isinstance(model, torch.nn.Module):
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
+    patched = optimizer.__dict__.get("step")
+    if patched is not None and not getattr(patched, "_with_counter", False):
+        raise _sfb.UsageError("DistributedOptimizer: this optimizer's step was replaced on the "
+                              "object (%r), which would step around sfb: wrap the optimizer "
+                              "before patching its step" % (patched,))
     args = (sync, staleness, backward_passes_per_step, max_samples, overlap, attach_args,
             check_every, factor_dtype, bucket_cap_mb, dense_dtype, trial_steps)
     old = _env._optimizer
@@ -1388,14 +1385,36 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         state = _Sync([optimizer], model, *args)
     else:
         state = _another(old, optimizer, model, args)
+    _env._optimizer = state
+    _in_place(optimizer, state)
+    return optimizer
+
+
+def _in_place(optimizer, state):
+    """The optimizer itself becomes the DistributedOptimizer (its class one
+    deriving from its own): a name still bound to it steps, loads and
+    schedules the same object, where a copy would have parted from it
+    silently (a checkpoint loaded into the original after wrapping)."""
+    base = getattr(type(optimizer), "_sfb_base", type(optimizer))  # (a job's before)
+    counted = optimizer.__dict__.get("step")
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
-    _env._optimizer = state
-    wrapper = cls(optimizer, state)
-    # its param_groups and state from now on (load_state_dict replaces them)
-    state.opts[-1] = wrapper
-    return wrapper
+    methods["_sfb_base"] = base
+    cls = type(base.__name__, (base,), methods)
+    optimizer.__class__ = cls
+    optimizer._sfb = state
+    if counted is not None:
+        # a learning-rate scheduler made before wrapping counts the steps
+        # through the object's own step (torch's with_counter), which calls
+        # the class it was made for: count this class's steps instead
+        ref = weakref.ref(optimizer)
+
+        def step(*args, **kwargs):
+            opt = ref()
+            opt._step_count = getattr(opt, "_step_count", 0) + 1
+            return cls.step(opt, *args, **kwargs)
+        step._with_counter = True
+        optimizer.step = step
 
 
 def _another(old, optimizer, model, args):

@@ -3,7 +3,10 @@ rank holds the same bits of every parameter and optimizer state tensor after
 each step. Every check_every steps the ranks compare a CRC-32 of each such
 tensor; one that differs on a minority of ranks is named and copied there
 from the lowest rank of the majority, and training goes on; without a
-majority every rank fails naming both sides. SFB_DEBUG_FLIP=RANK:STEP
+majority every rank fails naming both sides. The models' persistent buffers
+are compared after steps 1, 4 and 32 and at every check: one that differs
+(updated from each rank's own data) fails every rank, naming it.
+SFB_DEBUG_FLIP=RANK:STEP
 [:TENSOR[:ELEMENT[:BIT]]] flips one bit of one tensor of one rank before the
 check of a step (tests of the repair)."""
 import os
@@ -18,6 +21,100 @@ import sfb as _sfb
 
 def _ranks(rs):
     return "rank%s %s" % ("s" if len(rs) > 1 else "", ", ".join(map(str, rs)))
+
+
+# the steps after which the models' persistent buffers are compared too
+# (and at every check): early, where a buffer each rank updates from its own
+# minibatch parts first
+BUFFER_STEPS = (1, 4, 32)
+# a floating buffer whose bits differ between ranks passes where every
+# element is within this share of its magnitude of rank 0's (rounding: another
+# BLAS kernel or thread count on another host)
+BUFFER_RTOL = 1e-5
+
+
+def buffers(model):
+    """(name, tensor) of the model's persistent buffers (its state_dict's: a
+    non-persistent buffer is a cache), each once."""
+    out, seen = [], set()
+    for mname, m in model.named_modules():
+        for bname, b in m._buffers.items():
+            if b is None or bname in m._non_persistent_buffers_set or id(b) in seen or \
+                    b.layout != torch.strided:
+                continue
+            seen.add(id(b))
+            out.append(((mname + "." if mname else "") + bname, b))
+    return out
+
+
+def _bytes(t):
+    """t's bytes as a uint8 array (any dtype: bfloat16 too)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _close(x, x0):
+    """x within rounding of x0 (same shape and dtype)."""
+    if not (x.is_floating_point() or x.is_complex()):
+        return torch.equal(x, x0)
+    if x.is_complex():
+        x, x0 = torch.view_as_real(x), torch.view_as_real(x0)
+    a, b = x.to(torch.float64), x0.to(torch.float64)
+    fin = b[torch.isfinite(b)].abs()
+    scale = 1e-3 * float(fin.max()) if fin.numel() else 0.0
+    ok = ((a - b).abs() <= BUFFER_RTOL * (a.abs() + b.abs() + scale)) | (a == b) | \
+        (torch.isnan(a) & torch.isnan(b))
+    return bool(ok.all())
+
+
+def check_buffers(sync, step):
+    """Collective (staleness 0): every persistent buffer of the models the
+    same on every rank (the same bits, or within rounding of rank 0's where
+    the bits differ); else sfb.MismatchError on every rank, naming the first
+    that differs. sfb.torch keeps parameters, optimizer state and
+    BatchNorm's statistics alike; a buffer the model updates from each
+    rank's own minibatch would part the replicas' forwards, silently."""
+    items = buffers(sync.model)
+    job = sync.job
+    mine = np.array([[zlib.crc32(repr((tuple(t.shape), str(t.dtype))).encode()),
+                      zlib.crc32(_bytes(t))] for _, t in items], np.uint32).reshape(-1, 2)
+    parts = job.allgather(mine.tobytes())
+    sizes = [len(b) // 8 for b in parts]
+    if len(set(sizes)) > 1:
+        q = next(r for r in range(job.world) if sizes[r] != sizes[0])
+        raise _sfb.MismatchError(
+            -(4096 + 9), "sfb.torch: after step %d rank 0's models have %d persistent "
+            "buffers and rank %d's %d: a buffer registered on some ranks only" %
+            (step, sizes[0], q, sizes[q]), rank=q)
+    rows = np.stack([np.frombuffer(b, np.uint32).reshape(-1, 2) for b in parts])
+    for i, (name, t) in enumerate(items):
+        col = rows[:, i, :]
+        if (col == col[0]).all():
+            continue
+        other = [r for r in range(job.world) if col[r, 0] != col[0, 0]]
+        if other:
+            what = "its shape or dtype (here %s %s)" % (
+                tuple(t.shape), str(t.dtype).replace("torch.", ""))
+        else:  # the same shape: rank 0's values, each rank's within rounding of them?
+            ref = _bytes(t).copy()
+            job.broadcast(0, ref)
+            far = not _close(t.detach(), torch.frombuffer(ref, dtype=t.dtype).reshape(t.shape)
+                             if ref.size else t.detach())
+            flags = job.allgather(bytes([far]))
+            other = [r for r in range(job.world) if flags[r][0]]
+            if not other:
+                continue  # rounding
+            what = "its values"
+        same = [r for r in range(job.world) if r not in other]
+        raise _sfb.MismatchError(
+            -(4096 + 9), "sfb.torch: buffer %s differs between ranks after step %d (%s, on %s "
+            "from %s's): the model updates it from each rank's own data (a running statistic "
+            "kept in forward?), where one process would update it from the whole minibatch, "
+            "or the ranks started from different buffers. sfb.torch keeps the parameters, "
+            "their optimizer state and BatchNorm's statistics the same on every rank, not "
+            "other buffers: compute its update from every rank's data (sfb.torch.allreduce), "
+            "broadcast the model's state_dict() at the start, or register a buffer the model "
+            "only records, never uses, with persistent=False (not compared)" %
+            (name, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
 
 
 class Checks:
@@ -56,6 +153,8 @@ class Checks:
             self._flip(items, step)
         if self.every and step % self.every == 0:
             self.check(sync, step, items or self.tensors(sync))
+        if step in BUFFER_STEPS or (self.every and step % self.every == 0):
+            check_buffers(sync, step)
 
     def _flip(self, items, step):
         _, _, which, elem, bit = self.flip
