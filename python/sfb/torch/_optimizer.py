@@ -1359,14 +1359,15 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     discriminator) share the job's clock: each backward pass reduces every
     parameter that got a gradient, each optimizer's step() steps its own.
 
-    Returns an optimizer of the wrapped one's class (its param_groups and
-    state). Raises sfb.UsageError for another one of the job made after
+    Returns the optimizer itself (its class now deriving from its own).
+    Raises sfb.UsageError for another one of the job made after
     the first forward with gradients, with other settings, over a
     parameter of one, at staleness > 0 or in an elastic job; for arguments
     out of range, a parameter that is not float32 or not on the CPU, one
     that needs a gradient but is not in the optimizer (or is in it and not
-    in the model), or staleness > 0 with an optimizer that is not plain
-    SGD."""
+    in the model), staleness > 0 with an optimizer that is not plain
+    SGD, or a step replaced on the optimizer object (other than by a
+    learning-rate scheduler's counter)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
                               (optimizer,))
