@@ -3,8 +3,9 @@
 # torch_patterns.py under `sfb launch -n 4`), each against one process on the
 # global minibatches, the replicas bit-identical after every step: frozen
 # layers mid-run, a layer no rank uses any more, a head some ranks use,
-# validation passes, clip_grad_norm_ after backward(), per-rank sample counts
-# with zeros, join() with uneven shards, zero_grad(set_to_none=False), dense
+# validation passes, clip_grad_norm_ after backward() (Horovod's way too),
+# per-rank sample counts with zeros, join() with uneven shards,
+# zero_grad(set_to_none=False), dense
 # gradients in buckets that leave during backward, the forward under
 # torch.autocast, activation checkpointing, a penalty on the weights, a
 # gradient penalty, a weight used transposed too, BatchNorm in training
@@ -35,7 +36,9 @@ cases=(
   "exact --freeze --opt momentum" "exact --route"
   # weights computed from parameters (a spectral norm's power iteration
   # advances at every read of fc2.weight: wrapping once read it)
-  "exact --validate --route --parametrize" "exact --clip" "exact --uneven"
+  "exact --validate --route --parametrize" "exact --uneven"
+  # clipping as Horovod's loop writes it (synchronize, clip, skip_synchronize)
+  "exact --clip --hvd"
   "exact --join" "exact --no-zero --freeze --opt momentum"
   # dense gradients besides the factors in the first step: those layers go
   # densely (fc1's weight transposed as a tied decoder's; an L2 penalty on

@@ -19,6 +19,8 @@ exact: every rank trains through sfb.torch on its share of each global
                 gradients that get no backward
     --clip      clip_grad_norm_ right after backward() (the norms must match
                 one process's too)
+    --hvd       with --clip, as Horovod's loop writes it: opt.synchronize(),
+                clip, then step() inside opt.skip_synchronize()
     --uneven    per-rank sample counts that differ every step, zero
                 included, weighted by opt.set_samples(n)
     --join      rank r has 2r batches fewer, inside opt.join()
@@ -137,7 +139,7 @@ ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
              "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
-             "transposed", "batchnorm", "parametrize"):
+             "transposed", "batchnorm", "parametrize", "hvd"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -276,10 +278,14 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         g, = torch.autograd.grad(out.float().sum(), xb, create_graph=True)
         loss = loss + 0.01 * g.pow(2).sum(1).mean()
     loss.backward()
+    hvd = sfb_side and args.hvd
+    if hvd:
+        opt.synchronize()
     norm = None
     if args.clip:
         norm = float(nn.utils.clip_grad_norm_(model.parameters(), 0.05))
-    opt.step()
+    with opt.skip_synchronize() if hvd else contextlib.nullcontext():
+        opt.step()
     return norm
 
 

@@ -1191,6 +1191,14 @@ class _DistributedOptimizer:
         from another thread, sfb.MismatchError / sfb.PeerError as step()."""
         self._sfb.synchronize()
 
+    def skip_synchronize(self):
+        """Horovod's context for the step() after synchronize() and clipping
+        (`with opt.skip_synchronize(): opt.step()`): step() never reduces a
+        step twice here, so it changes nothing, and Horovod's loop runs as
+        written."""
+        import contextlib
+        return contextlib.nullcontext()
+
     @_abort_on_error
     def step(self, closure=None):
         """Steps the wrapped optimizer on every rank's mean gradient (staleness
