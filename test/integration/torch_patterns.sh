@@ -68,6 +68,8 @@ cases=(
   # a buffer updated from each rank's own minibatch: refused; from every
   # rank's data (sft.allreduce): exact
   buffers
+  # sft.allgather_object, objects over an allgather's 1 MiB too
+  gather
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

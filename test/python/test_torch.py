@@ -46,6 +46,8 @@ class TorchOneWorker(unittest.TestCase):
 
     def test_rank_size(self):
         self.assertEqual((sft.rank(), sft.size(), sft.local_size()), (0, 1, 1))
+        obj = {"a": 1}
+        self.assertIs(sft.allgather_object(obj)[0], obj)
 
     def test_float64_model_refused(self):
         m = net(torch.float64)

@@ -103,7 +103,10 @@ buffers: an input normalizer keeping a running mean in a buffer, updated in
   sfb.MismatchError naming the buffer after the first step; updated from
   every rank's data (sft.allreduce), must train as one process does, a
   non-persistent buffer recording each rank's own last batch beside it and
-  a persistent one whose bits differ by rounding from rank to rank.
+  a persistent one whose bits differ by rounding from rank to rank; a
+  buffer registered on rank 1 only must be refused naming the counts.
+gather: sft.allgather_object of objects of every size (one over 1 MiB, an
+  allgather's most) must give every rank each rank's object in rank order.
 autogradw: torch.autograd.grad with respect to the parameters must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
@@ -131,7 +134,7 @@ import sfb.torch as sft  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
-                                 "seq2seq", "foreign", "phases", "buffers"])
+                                 "seq2seq", "foreign", "phases", "buffers", "gather"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1180,9 +1183,37 @@ def buffers():
         worst, where = rel_diff(model, ref)
         if worst > args.tol:
             fail("%s differs from one process's by %.3g (relative)" % (where, worst))
-        print("ok buffers: refused at step 1 where each rank updates one from its own data; "
-              "updated from every rank's, %d steps within %.3g of one process (%s)" %
-              (args.steps, worst, where), flush=True)
+    # a buffer registered on rank 1 only: refused at step 1, naming the counts
+    setup()
+    P, r = sft.size(), sft.rank()
+    model = NormNet(lambda t: sft.allreduce(t, op="sum"))
+    if r == 1:
+        model.fc1.register_buffer("extra", torch.zeros(3))
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    try:
+        one_step(model, opt, *shard(x, y, 0, r, P), 0, True)
+        fail("a buffer registered on one rank only was not refused")
+    except sfb.MismatchError as e:
+        if "rank 0's models have 3 persistent buffers and rank 1's 4" not in str(e):
+            fail("the error does not name the counts: %s" % e)
+    closed()
+    print("ok buffers: refused at step 1 where each rank updates one from its own data, and "
+          "one on rank 1 only; updated from every rank's, %d steps within %.3g of one process "
+          "(%s)" % (args.steps, worst, where), flush=True)
+
+
+def gather():
+    sft.init(peer_timeout_s=5)
+    P, r = sft.size(), sft.rank()
+    mine = {"rank": r, "preds": list(range(r + 1)), "blob": bytes([r]) * (r * 700000)}
+    got = sft.allgather_object(mine)
+    want = [{"rank": q, "preds": list(range(q + 1)), "blob": bytes([q]) * (q * 700000)}
+            for q in range(P)]
+    if got != want or got[r] is not mine:
+        fail("allgather_object gave %r" % [(g["rank"], len(g["blob"])) for g in got])
+    sft.shutdown()
+    print("ok gather: %d objects in rank order, %d bytes at most" %
+          (P, max(len(g["blob"]) for g in got)), flush=True)
 
 
 def closed():
@@ -1200,7 +1231,8 @@ def main():
         {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
-         "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers}[args.mode]()
+         "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
+         "gather": gather}[args.mode]()
 
 
 main()

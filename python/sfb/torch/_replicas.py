@@ -77,15 +77,17 @@ def check_buffers(sync, step):
     job = sync.job
     mine = np.array([[zlib.crc32(repr((tuple(t.shape), str(t.dtype))).encode()),
                       zlib.crc32(_bytes(t))] for _, t in items], np.uint32).reshape(-1, 2)
-    parts = job.allgather(mine.tobytes())
-    sizes = [len(b) // 8 for b in parts]
+    # (an allgather takes one length on every rank: the counts first)
+    sizes = [int(np.frombuffer(b, np.uint64)[0])
+             for b in job.allgather(np.array([len(items)], np.uint64).tobytes())]
     if len(set(sizes)) > 1:
         q = next(r for r in range(job.world) if sizes[r] != sizes[0])
         raise _sfb.MismatchError(
             -(4096 + 9), "sfb.torch: after step %d rank 0's models have %d persistent "
             "buffers and rank %d's %d: a buffer registered on some ranks only" %
             (step, sizes[0], q, sizes[q]), rank=q)
-    rows = np.stack([np.frombuffer(b, np.uint32).reshape(-1, 2) for b in parts])
+    rows = np.stack([np.frombuffer(b, np.uint32).reshape(-1, 2)
+                     for b in job.allgather(mine.tobytes())])
     for i, (name, t) in enumerate(items):
         col = rows[:, i, :]
         if (col == col[0]).all():
