@@ -23,6 +23,14 @@ def net(dtype=torch.float32):
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3, bias=False)).to(dtype)
 
 
+def _saved(obj):
+    import io
+    f = io.BytesIO()
+    torch.save(obj, f)
+    f.seek(0)
+    return f
+
+
 def data():
     g = torch.Generator().manual_seed(5)
     return torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g)
@@ -567,6 +575,10 @@ class TorchOneWorker(unittest.TestCase):
                 sched.step()
         self.assertEqual(opt.clock, 2)
         self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1)
+        for copied in (copy.deepcopy(opt), torch.load(_saved(opt))):  # plain optimizers
+            self.assertIs(type(copied), torch.optim.SGD)
+            self.assertEqual(copied.param_groups[0]["lr"], opt.param_groups[0]["lr"])
+            self.assertEqual(len(copied.state_dict()["state"]), len(opt.state_dict()["state"]))
         sft.shutdown()
         sft.init(world=1)  # the same optimizer in the next job
         self.assertIs(sft.DistributedOptimizer(optimizer, model=m), optimizer)

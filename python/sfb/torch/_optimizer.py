@@ -1191,6 +1191,13 @@ class _DistributedOptimizer:
         from another thread, sfb.MismatchError / sfb.PeerError as step()."""
         self._sfb.synchronize()
 
+    def __reduce_ex__(self, protocol):
+        """Pickled and copied as the optimizer's own class (torch.save of the
+        optimizer, copy.deepcopy): the copy is a plain optimizer with this
+        one's groups and state, outside the job."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_sfb", "step")}
+        return object.__new__, (type(self)._sfb_base,), state
+
     def skip_synchronize(self):
         """Horovod's context for the step() after synchronize() and clipping
         (`with opt.skip_synchronize(): opt.step()`): step() never reduces a
