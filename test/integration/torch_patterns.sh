@@ -9,7 +9,8 @@
 # gradients in buckets that leave during backward, the forward under
 # torch.autocast, activation checkpointing, a penalty on the weights, a
 # gradient penalty, a weight used transposed too, BatchNorm in training
-# mode, parametrized weights (spectral norm, orthogonal), a GAN's
+# mode, parametrized weights (spectral norm, orthogonal), gradient hooks on
+# parameters (Tensor.register_hook: a scale, clamps, a watcher), a GAN's
 # alternating steps under one optimizer, all
 # of them at once; 300 Adam steps bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
@@ -35,8 +36,9 @@ trap 'rm -rf "$tmp"' EXIT
 cases=(
   "exact --freeze --opt momentum" "exact --route"
   # weights computed from parameters (a spectral norm's power iteration
-  # advances at every read of fc2.weight: wrapping once read it)
-  "exact --validate --route --parametrize" "exact --uneven"
+  # advances at every read of fc2.weight: wrapping once read it); gradient
+  # hooks (run on the reduced gradient, as one process runs them)
+  "exact --validate --route --parametrize --hooks" "exact --uneven"
   # clipping as Horovod's loop writes it (synchronize, clip, skip_synchronize)
   "exact --clip --hvd"
   "exact --join" "exact --no-zero --freeze --opt momentum"
@@ -57,7 +59,7 @@ cases=(
   # apart (seen 1e-2)
   "exact --autocast --freeze --route --clip --buckets --opt adam"
   "exact --checkpoint --freeze --validate --opt momentum"
-  "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum"
+  "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum --hooks"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
   # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and
   # refused with the generator's optimizer left unwrapped); an encoder's and

@@ -593,6 +593,34 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(ValueError, ["step was replaced"], sft.DistributedOptimizer,
                                 other, model=m)
 
+    def test_gradient_hooks(self):
+        """A hook on a parameter runs on its reduced gradient, as one process
+        runs it (a Linear's by factors is never a tensor of its own); where
+        the reduction is not one pass's gradient it is refused."""
+        m, ref = net(), net()
+        for q in (m, ref):
+            q[0].weight.register_hook(lambda g: g.clamp(-0.01, 0.01))
+            q[2].weight.register_hook(lambda g: g * 3)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        x, y = data()
+        for o, q in ((opt, m), (ref_opt, ref)):
+            for _ in range(3):
+                o.zero_grad()
+                nn.functional.cross_entropy(q(x), y).backward()
+                o.step()
+        for p, r in zip(m.parameters(), ref.parameters()):
+            self.assertLess(float((p - r).abs().max()), 1e-6)
+        self.assertEqual(len(m[0].weight._backward_hooks), 2)  # (sfb's own and the clamp: back)
+        sft.shutdown()
+        sft.init(world=1)
+        m = net()
+        m[2].weight.register_hook(lambda g: g * 3)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       backward_passes_per_step=2)
+        self.assertRaisesNaming(ValueError, ["2.weight has a gradient hook",
+                                             "backward_passes_per_step=2"], m, x)
+
     def test_samples_beyond_the_first_step(self):
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)

@@ -21,6 +21,11 @@ exact: every rank trains through sfb.torch on its share of each global
                 one process's too)
     --hvd       with --clip, as Horovod's loop writes it: opt.synchronize(),
                 clip, then step() inside opt.skip_synchronize()
+    --hooks     gradient hooks (Tensor.register_hook) on parameters by factors
+                and dense ones: a scale on fc1's weight, clamps on head's bias
+                and on the LayerNorm's weight, a watcher recording head's
+                weight's gradient norm (it must see one process's), a scale
+                on fc3's weight removed by its handle at step 10
     --uneven    per-rank sample counts that differ every step, zero
                 included, weighted by opt.set_samples(n)
     --join      rank r has 2r batches fewer, inside opt.join()
@@ -142,7 +147,7 @@ ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
              "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
-             "transposed", "batchnorm", "parametrize", "hvd"):
+             "transposed", "batchnorm", "parametrize", "hvd", "hooks"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -247,6 +252,24 @@ def apply_schedule(model, step):
         model.fc2.requires_grad_(True)
 
 
+HOOKED = {}  # --hooks: per model, head's gradient norms its watcher saw, fc3's hook's handle
+
+
+def hook_schedule(model, step):
+    if not args.hooks:
+        return
+    rec = HOOKED.get(id(model))
+    if rec is None:
+        rec = HOOKED[id(model)] = {"norms": []}
+        model.fc1.weight.register_hook(lambda g: g * 2)
+        model.head.bias.register_hook(lambda g: g.clamp(-0.01, 0.01))
+        model.norm.weight.register_hook(lambda g: g.clamp(-0.02, 0.02))
+        model.head.weight.register_hook(lambda g: rec["norms"].append(float(g.norm())))
+        rec["handle"] = model.fc3.weight.register_hook(lambda g: g * 0.5)
+    if step == 10:
+        rec["handle"].remove()
+
+
 def validate(model, x, step):
     if not args.validate:
         return
@@ -262,6 +285,7 @@ def validate(model, x, step):
 def one_step(model, opt, xb, yb, step, sfb_side):
     """What a training loop does in one step, the same for sfb and one process."""
     apply_schedule(model, step)
+    hook_schedule(model, step)
     if args.no_zero:
         model.zero_grad(set_to_none=False)
     else:
@@ -366,6 +390,7 @@ def setup():
 
 
 def exact():
+    HOOKED.clear()
     model = setup()
     P, r = sft.size(), sft.rank()
     x, y = data()
@@ -417,6 +442,11 @@ def exact():
                  (bad[0], mine[bad[0]], ref_norms[bad[0]]))
     if clock != args.steps:
         fail("the job's clock is %d after %d steps" % (clock, args.steps))
+    if args.hooks:  # (the steps this rank took: with --join, the first of the reference's)
+        mine, ref_norms = HOOKED[id(model)]["norms"], HOOKED[id(ref)]["norms"]
+        bad = [t for t, (a, b) in enumerate(zip(mine, ref_norms)) if abs(a - b) > 1e-5 * b]
+        if not mine or len(mine) > len(ref_norms) or bad:
+            fail("head's gradient watcher saw %s, one process's %s" % (mine[:3], ref_norms[:3]))
     if args.route and not (args.penalty or args.gradpen) and "alt_w (5x16+bias): " not in opt.plan:
         fail("the routed head is not a matrix of its own:\n%s" % opt.plan)
     layers = ["fc1 (24x10+bias)"] if args.transposed else []

@@ -28,8 +28,9 @@ parallel): exact only for plain SGD, which is checked.
 
 The package: _env (the job, the launchers' environment), _collectives
 (broadcasts, allreduce, allgather_object), _capture (a Linear's factors,
-the ends of backward passes), _optimizer (the reduction,
-DistributedOptimizer), elastic (a job that outlives its ranks and takes new
+the ends of backward passes), _grad_hooks (the user's gradient hooks, run
+on the reduced gradient), _replicas (replica and buffer checks), _optimizer
+(the reduction, DistributedOptimizer), elastic (a job that outlives its ranks and takes new
 ones in: run, State, Batches).
 """
 from sfb import Error, MismatchError, PeerError, UsageError

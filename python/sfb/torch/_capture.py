@@ -297,6 +297,7 @@ class _Passes:
 
     def release(self):
         _intercept(None)
+        self.user_hooks.restore()
         for h in self.fwd_hooks:
             h.remove()
         for h in self.hooks + self.tl_hooks:

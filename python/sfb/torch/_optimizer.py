@@ -12,7 +12,7 @@ import torch
 
 import sfb as _sfb
 
-from . import _env
+from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
@@ -203,6 +203,7 @@ class _Sync(_Passes):
         self.all_training = True  # the last reduction: every rank trained in it
         self.kept = {}          # per parameter the dense .grad tensor kept across steps
         self.handed = {}        # per parameter the .grad this wrapper set last
+        self.user_hooks = _grad_hooks.Hooks()  # the user's gradient hooks, run at the reduction
         self.fused_ids = set()  # parameters of slots whose dense gradient torch formed (fused)
         self._collect(model)
         # an elastic job's BatchNorm running statistics after the last step:
@@ -286,6 +287,7 @@ class _Sync(_Passes):
         self._hook_new()
         if not torch.is_grad_enabled():
             return
+        self.user_hooks.stash(self)
         self.graphs = True
         if self.clock > FOREIGN_CLOCKS[-1]:
             return
@@ -886,6 +888,7 @@ class _Sync(_Passes):
             self.fused_ids.clear()
             for b in self.buckets:
                 b.set_grads(lambda p: present[self.param_index[id(p)]], inv)
+            self.user_hooks.run(lambda p: present[self.param_index[id(p)]])
         for slot in self.linears:
             slot.token.grad = None
         self.passes = 0
@@ -1087,6 +1090,7 @@ class _Sync(_Passes):
         step on the last reduction, a new step (several optimizers)."""
         if self.stepped_clock:
             self.synced = self.grads = self.stepped_clock = False
+        self.user_hooks.pass_begins()
 
     def _drop_grads(self):
         for _, p in self.params:
@@ -1143,6 +1147,7 @@ class _Sync(_Passes):
             with torch.no_grad():
                 for b, kept in zip(self._bn_buffers(), self.bn_kept):
                     b.copy_(kept)
+        self.user_hooks.restore()
         self.attached, self.trials, self.last_end = False, None, None
         self.all_training, self.step_ms, self.step_samples = True, 0.0, 0
         self.clock, self.extra = self.stepped

@@ -1,0 +1,80 @@
+"""The user's gradient hooks on the parameters sfb.torch reduces
+(`Tensor.register_hook`: a mask, a scale, a clamp, a logger such as a
+gradient-histogram watcher). One process runs them on each backward pass's
+gradient of the whole minibatch; under sfb.torch a Linear's gradient is
+never formed as a tensor of its own (factors) and a dense parameter's is
+this rank's only. So they are moved off the parameter at each forward with
+gradients (sfb's own hooks stay), run at the reduction on the pass's reduced
+gradient — what one process's hook sees — and put back (a handle's
+remove() between steps works). Refused where the reduced gradient is not
+one pass's: backward_passes_per_step > 1, staleness > 0."""
+import sfb as _sfb
+
+
+class Hooks:
+    def __init__(self):
+        self.moved = {}  # id(p): (p, [(key, fn)...]) until the reduction
+        self.base = {}   # id(p): p.grad when the pass began (a copy), or None
+
+    def stash(self, sync):
+        """A forward with gradients begins: the user's hooks off the
+        parameters sfb reduces."""
+        own = None
+        for name, p in sync.model_params:
+            d = p._backward_hooks
+            if not d or id(p) not in sync.group_of:
+                continue
+            if own is None:
+                own = {h.id for h in sync.hooks}
+            mine = [(k, fn) for k, fn in d.items() if k not in own]
+            if not mine:
+                continue
+            if sync.additive or sync.passes_per_step > 1:
+                raise _sfb.UsageError(
+                    "sfb.torch: %s has a gradient hook (Tensor.register_hook), which one "
+                    "process runs on each backward pass's gradient: %s, sfb.torch holds no such "
+                    "gradient to run it on. Change .grad after backward() instead%s" %
+                    (name, "at staleness %d each rank's update is applied as it comes" %
+                     sync.staleness if sync.additive else
+                     "with backward_passes_per_step=%d the passes are reduced together" %
+                     sync.passes_per_step,
+                     "" if sync.additive else " (it holds every rank's mean then)"),
+                    param=name)
+            for k, _ in mine:
+                del d[k]
+            self.moved.setdefault(id(p), (p, []))[1].extend(mine)
+
+    def pass_begins(self):
+        """The pass's first gradient: each hooked parameter's .grad before it."""
+        self.base = {i: (p.grad.detach().clone() if p.grad is not None else None)
+                     for i, (p, _) in self.moved.items()}
+
+    def run(self, present):
+        """After the reduction: each hooked parameter that got a gradient
+        has its hooks run, in order, on the pass's reduced gradient (.grad
+        less what it held before the pass), as one process runs them."""
+        for i, (p, hooks) in self.moved.items():
+            if p.grad is None or not present(p):
+                continue
+            before = self.base.get(i)
+            g = p.grad - before if before is not None else p.grad.clone()
+            for _, fn in hooks:
+                out = fn(g)
+                if out is not None:
+                    g = out
+            if before is not None:
+                g = before + g
+            if p.grad.is_sparse or g.is_sparse:
+                p.grad = g
+            else:
+                p.grad.copy_(g)
+        self.restore()
+
+    def restore(self):
+        """The hooks back on their parameters (a step dropped, the end)."""
+        for p, hooks in self.moved.values():
+            if p._backward_hooks is None:
+                continue
+            for k, fn in hooks:
+                p._backward_hooks[k] = fn
+        self.moved, self.base = {}, {}
