@@ -6,11 +6,11 @@
 #    `-n 1` the same test accuracy within 0.5 point (the same samples per
 #    step; only float rounding differs; torch.sh checks the parameters
 #    exactly on shorter runs);
-#  - examples/torch_cnn.py under `sfb launch -n 2`, a few steps (scored on 1000 test
-#    images: the whole set takes a 2-core machine ~15 s): a plan with
-#    the convolutions on the dense engine, a result line;
-#  - examples/torch_gan.py (a DistributedOptimizer each for the generator and
-#    the discriminator) under `-n 2` and `-n 1`, a few steps: the same
+#  - with compare too: examples/torch_cnn.py under `sfb launch -n 2`, a few
+#    steps (scored on 1000 test images: the whole set takes a 2-core machine
+#    ~15 s): a plan with the convolutions on the dense engine, a result line;
+#    examples/torch_gan.py (a DistributedOptimizer each for the generator
+#    and the discriminator) under `-n 2` and `-n 1`, a few steps: the same
 #    losses (float rounding apart), the plan naming both models' layers;
 #  - torch_mlp.py under mpirun (PMIx) and torchrun (RANK, WORLD_SIZE,
 #    MASTER_ADDR, MASTER_PORT): a job of 2, a result line saying so.
@@ -44,30 +44,33 @@ else  # (10 classes: chance is 0.1; 40 steps reach ~0.6)
 fi
 check "mlp: the plan, a line per Linear" "[ \$(sed '/plan, as measured/q' '$tmp/p4' | grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ') = 3 ]"
 
-timeout 300 "$SFB" launch -n 2 -- "$PY" "$EX/torch_cnn.py" --hidden 256 --steps 20 --test-samples 1000 >"$tmp/cnn" 2>&1
-rc=$?
-grep -E '^\[0\] ( |result)' "$tmp/cnn"
-check "cnn: exit 0 and a result line ($rc)" "[ $rc = 0 ] && grep -q '^\[0\] result test_accuracy=' '$tmp/cnn'"
-check "cnn: the convolutions on the dense engine" \
-  "grep -qE '^\[0\]   dense \(6 tensors, [0-9]+ values: 0.weight, 0.bias, 3.weight, 3.bias, ...\): fms' '$tmp/cnn'"
-check "cnn: the head's Linear layers by their plan" \
-  "[ \$(sed '/plan, as measured/q' '$tmp/cnn' | grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ') = 2 ]"
+# (the CNN and the GAN: suite long, with compare; CI's time)
+if [ "$compare" = compare ]; then
+  timeout 300 "$SFB" launch -n 2 -- "$PY" "$EX/torch_cnn.py" --hidden 256 --steps 20 --test-samples 1000 >"$tmp/cnn" 2>&1
+  rc=$?
+  grep -E '^\[0\] ( |result)' "$tmp/cnn"
+  check "cnn: exit 0 and a result line ($rc)" "[ $rc = 0 ] && grep -q '^\[0\] result test_accuracy=' '$tmp/cnn'"
+  check "cnn: the convolutions on the dense engine" \
+    "grep -qE '^\[0\]   dense \(6 tensors, [0-9]+ values: 0.weight, 0.bias, 3.weight, 3.bias, ...\): fms' '$tmp/cnn'"
+  check "cnn: the head's Linear layers by their plan" \
+    "[ \$(sed '/plan, as measured/q' '$tmp/cnn' | grep -cE '^\[0\]   [0-9]+ \([0-9]+x[0-9]+\+bias\): (sfb|fms) ') = 2 ]"
 
-for n in 1 2; do
-  timeout 300 "$SFB" launch -n $n -- "$PY" "$EX/torch_gan.py" --steps 20 --hidden 64 \
-    --log-every 10 >"$tmp/gan$n" 2>&1
-  echo $? >"$tmp/gan$n.rc"
-done
-tail -n 1 "$tmp/gan1" "$tmp/gan2"
-check "gan: -n 1 and -n 2 exit 0, world 2 ($(cat "$tmp/gan1.rc") $(cat "$tmp/gan2.rc"))" \
-  "[ \$(cat '$tmp/gan1.rc') = 0 ] && [ \$(cat '$tmp/gan2.rc') = 0 ] && [ '$(val "$tmp/gan2" world)' = 2 ]"
-for k in d_loss g_loss d_real d_fake; do
-  check "gan: $k at -n 2 ($(val "$tmp/gan2" $k)) as at -n 1 ($(val "$tmp/gan1" $k)) within 1e-3" \
-    "awk 'BEGIN{a = \"$(val "$tmp/gan2" $k)\"; b = \"$(val "$tmp/gan1" $k)\"; d = a - b;
-               exit !(a != \"\" && b != \"\" && d <= 1e-3 && d >= -1e-3)}'"
-done
-check "gan: the plan, a line per Linear of each model" \
-  "[ \$(grep -cE '^\[0\]   (Generator|Discriminator)\.main\.[024] \([0-9]+x[0-9]+\+bias\): (sfb|fms) ' '$tmp/gan2') = 6 ]"
+  for n in 1 2; do
+    timeout 300 "$SFB" launch -n $n -- "$PY" "$EX/torch_gan.py" --steps 20 --hidden 64 \
+      --log-every 10 >"$tmp/gan$n" 2>&1
+    echo $? >"$tmp/gan$n.rc"
+  done
+  tail -n 1 "$tmp/gan1" "$tmp/gan2"
+  check "gan: -n 1 and -n 2 exit 0, world 2 ($(cat "$tmp/gan1.rc") $(cat "$tmp/gan2.rc"))" \
+    "[ \$(cat '$tmp/gan1.rc') = 0 ] && [ \$(cat '$tmp/gan2.rc') = 0 ] && [ '$(val "$tmp/gan2" world)' = 2 ]"
+  for k in d_loss g_loss d_real d_fake; do
+    check "gan: $k at -n 2 ($(val "$tmp/gan2" $k)) as at -n 1 ($(val "$tmp/gan1" $k)) within 1e-3" \
+      "awk 'BEGIN{a = \"$(val "$tmp/gan2" $k)\"; b = \"$(val "$tmp/gan1" $k)\"; d = a - b;
+                 exit !(a != \"\" && b != \"\" && d <= 1e-3 && d >= -1e-3)}'"
+  done
+  check "gan: the plan, a line per Linear of each model" \
+    "[ \$(grep -cE '^\[0\]   (Generator|Discriminator)\.main\.[024] \([0-9]+x[0-9]+\+bias\): (sfb|fms) ' '$tmp/gan2') = 6 ]"
+fi
 
 if command -v mpirun >/dev/null; then
   extra=(--oversubscribe); [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
