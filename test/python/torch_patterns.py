@@ -270,6 +270,21 @@ def hook_schedule(model, step):
         rec["handle"].remove()
 
 
+def one_process(ref, ref_opt, x, y, t, P):
+    """Step t of one process on the global minibatch (every rank's share)."""
+    parts = [shard(x, y, t, q, P) for q in range(P)]
+    return one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                    torch.cat([b for _, b in parts]), t, False)
+
+
+def near_one_process(model, ref):
+    """rel_diff(model, ref) within --tol, else fail."""
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol:
+        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    return worst, where
+
+
 def validate(model, x, step):
     if not args.validate:
         return
@@ -1130,12 +1145,8 @@ def phases():
     for t in range(args.steps):
         if t == half:
             ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
-        parts = [shard(x, y, t, q, P) for q in range(P)]
-        one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
-                 torch.cat([b for _, b in parts]), t, False)
-    worst, where = rel_diff(model, ref)
-    if worst > args.tol:
-        fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+        one_process(ref, ref_opt, x, y, t, P)
+    worst, _ = near_one_process(model, ref)
     print("ok phases: %d steps of the head by SGD, %d of every layer by Adam in a new job, "
           "within %.3g of one process" % (half, args.steps - half, worst), flush=True)
 
@@ -1207,12 +1218,8 @@ def buffers():
             fail("a buffer updated from each rank's own data was not refused")
         sft.shutdown()
         for t in range(args.steps):
-            parts = [shard(x, y, t, q, P) for q in range(P)]
-            one_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
-                     torch.cat([b for _, b in parts]), t, False)
-        worst, where = rel_diff(model, ref)
-        if worst > args.tol:
-            fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+            one_process(ref, ref_opt, x, y, t, P)
+        worst, where = near_one_process(model, ref)
     # a buffer registered on rank 1 only: refused at step 1, naming the counts
     setup()
     P, r = sft.size(), sft.rank()

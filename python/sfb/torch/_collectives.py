@@ -83,32 +83,14 @@ def broadcast_object(obj, root_rank=0):
     return obj if job.rank == root_rank else pickle.loads(buf.tobytes())
 
 
-@_abort_on_error
 def allgather_object(obj):
     """Every rank's picklable object, in rank order (collective; DDP's
     all_gather_object): each rank's predictions or counts of a validation,
     for a metric over all of them. This rank's entry is obj itself, the
-    others' unpickled copies; any size. Raises sfb.PeerError when a rank
+    others' unpickled copies; any size (a broadcast_object from each rank:
+    an allgather takes at most 1 MiB). Raises sfb.PeerError when a rank
     fails."""
-    import pickle
-    job = _need()
-    if job.world == 1:
-        return [obj]
-    data = pickle.dumps(obj)
-    sizes = [int(np.frombuffer(b, np.uint64)[0])
-             for b in job.allgather(np.array([len(data)], np.uint64).tobytes())]
-    out = []
-    for q, n in enumerate(sizes):  # (a broadcast from each: an allgather takes <= 1 MiB)
-        if q == job.rank:
-            if n:
-                job.broadcast(q, np.frombuffer(bytearray(data), np.uint8))
-            out.append(obj)
-            continue
-        buf = np.empty(n, np.uint8)
-        if n:
-            job.broadcast(q, buf)
-        out.append(pickle.loads(buf.tobytes()))
-    return out
+    return [broadcast_object(obj, q) for q in range(_need().world)]
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0):
