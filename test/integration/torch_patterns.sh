@@ -23,7 +23,9 @@
 # whose optimizer is not wrapped; two phases of fine-tuning, the second's
 # new optimizer in a new job (one made while training is refused, saying so);
 # a buffer updated from each rank's own data (refused, named; exact when
-# updated from every rank's).
+# updated from every rank's); learning-rate schedulers stepped on one rank
+# only and a step one rank skipped (refused naming lr and its values, the
+# steps taken), ReduceLROnPlateau on the ranks' mean validation loss (exact).
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY [long]
 # (long, suite long: more optimizers for the patterns above and 300 steps)
 set -uo pipefail
@@ -34,7 +36,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$PY" --check torch || { echo "skipped: no torch (install python3-torch)"; exit 77; }
 
 cases=(
-  "exact --freeze --opt momentum" "exact --route"
+  "exact --route"
   # weights computed from parameters (a spectral norm's power iteration
   # advances at every read of fc2.weight: wrapping once read it); gradient
   # hooks (run on the reduced gradient, as one process runs them)
@@ -72,6 +74,10 @@ cases=(
   buffers
   # sft.allgather_object, objects over an allgather's 1 MiB too
   gather
+  # a StepLR stepped on rank 0 alone, a step skipped on rank 1 (at a replica
+  # check's step): refused naming lr and the steps; ReduceLROnPlateau on the
+  # ranks' mean validation loss: exact
+  "schedules --opt momentum"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

@@ -110,6 +110,12 @@ buffers: an input normalizer keeping a running mean in a buffer, updated in
   non-persistent buffer recording each rank's own last batch beside it and
   a persistent one whose bits differ by rounding from rank to rank; a
   buffer registered on rank 1 only must be refused naming the counts.
+schedules: rank 0 alone steps a StepLR (stepped beside its logging), then
+  rank 1 alone skips step() at the 4th step (a replica check's): every rank
+  must fail with sfb.MismatchError naming lr of param group 0 and both
+  values, then the steps taken (or sfb.PeerError carrying another rank's);
+  ReduceLROnPlateau stepped on sft.allreduce of each rank's validation
+  loss must train as one process (its lr lowered at least once).
 gather: sft.allgather_object of objects of every size (one over 1 MiB, an
   allgather's most) must give every rank each rank's object in rank order.
 autogradw: torch.autograd.grad with respect to the parameters must raise
@@ -139,7 +145,8 @@ import sfb.torch as sft  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
-                                 "seq2seq", "foreign", "phases", "buffers", "gather"])
+                                 "seq2seq", "foreign", "phases", "buffers", "gather",
+                                 "schedules"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1227,8 +1234,9 @@ def buffers():
     if r == 1:
         model.fc1.register_buffer("extra", torch.zeros(3))
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
-    try:
-        one_step(model, opt, *shard(x, y, 0, r, P), 0, True)
+    try:  # (step 1's checks run in the next reduction)
+        for t in range(2):
+            one_step(model, opt, *shard(x, y, t, r, P), t, True)
         fail("a buffer registered on one rank only was not refused")
     except sfb.MismatchError as e:
         if "rank 0's models have 3 persistent buffers and rank 1's 4" not in str(e):
@@ -1237,6 +1245,77 @@ def buffers():
     print("ok buffers: refused at step 1 where each rank updates one from its own data, and "
           "one on rank 1 only; updated from every rank's, %d steps within %.3g of one process "
           "(%s)" % (args.steps, worst, where), flush=True)
+
+
+def schedules():
+    """Learning-rate schedules. Rank 0 alone steps a StepLR (a scheduler
+    stepped beside rank 0's logging), and rank 1 alone skips a step (its
+    own loss spiked): every rank fails at the next step with
+    sfb.MismatchError naming lr and both values, or the steps taken.
+    ReduceLROnPlateau stepped on the mean over the ranks of each rank's
+    validation loss (sft.allreduce) trains as one process does."""
+    for bad in ("steplr", "skip"):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        try:
+            for t in range(8):
+                xb, yb = shard(x, y, t, r, P)
+                if bad == "skip" and t == 3 and r == 1:  # (its loss spiked: no step)
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(model(xb, t), yb).backward()
+                    continue
+                one_step(model, opt, xb, yb, t, True)
+                if bad == "skip" or r == 0:
+                    sched.step()
+            fail("%s: not refused" % bad)
+        except (sfb.MismatchError, sfb.PeerError) as e:
+            # (each rank finds it in the step's bookkeeping; one told first
+            # by another's abort carries that one's MismatchError)
+            if isinstance(e, sfb.PeerError) and "aborted the job: MismatchError: " not in str(e):
+                fail("%s: not the ranks' mismatch: %s" % (bad, e))
+            want = ("the ranks' optimizer steps taken differ" if bad == "skip" else
+                    "the ranks' optimizer settings differ: lr of param group 0: rank 0 has "
+                    "\"%r\", rank 1 has \"%r\"" % (opt.defaults["lr"] / 2, opt.defaults["lr"]))
+            if want not in str(e) or (bad == "steplr" and "allreduce" not in str(e)):
+                fail("%s: the error does not say %s: %s" % (bad, want, e))
+        closed()
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    vx, vy = x[-64 * P:], y[-64 * P:]
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    ref_opt = make_opt(ref.parameters())
+    plateau = [torch.optim.lr_scheduler.ReduceLROnPlateau(o, factor=0.5, patience=0, threshold=0.01)
+               for o in (opt, ref_opt)]
+
+    def val_loss(m, q):  # rank q's validation shard
+        with torch.no_grad():
+            return nn.functional.cross_entropy(m(vx[q::P], 0), vy[q::P])
+    job = sft._need()
+    for t in range(args.steps):
+        one_step(model, opt, *shard(x, y, t, r, P), t, True)
+        plateau[0].step(float(sft.allreduce(val_loss(model, r))))
+        same(job, model, "after step %d" % t)
+    sft.shutdown()
+    lrs = []
+    for t in range(args.steps):
+        one_process(ref, ref_opt, x, y, t, P)
+        # (sft.allreduce's mean: float64 sums in rank order, then float32)
+        mean = sum(float(val_loss(ref, q)) for q in range(P)) / P
+        plateau[1].step(float(torch.tensor(mean, dtype=torch.float32)))
+        lrs.append(ref_opt.param_groups[0]["lr"])
+    worst, _ = near_one_process(model, ref)
+    if opt.param_groups[0]["lr"] != lrs[-1] or lrs[-1] >= opt.defaults["lr"]:
+        fail("lr %g after ReduceLROnPlateau, one process's %g (from %g)" %
+             (opt.param_groups[0]["lr"], lrs[-1], opt.defaults["lr"]))
+    print("ok schedules: a StepLR on rank 0 alone and a step skipped on rank 1 refused, "
+          "naming lr and the steps; ReduceLROnPlateau on the ranks' mean validation loss "
+          "within %.3g of one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]),
+          flush=True)
 
 
 def gather():
@@ -1269,7 +1348,7 @@ def main():
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
-         "gather": gather}[args.mode]()
+         "gather": gather, "schedules": schedules}[args.mode]()
 
 
 main()

@@ -97,6 +97,19 @@ def _hyper_crc(opts):
     return zlib.crc32(text.encode())
 
 
+def _hyper_lines(opts):
+    """The hyperparameters _hyper_crc sums, as job.agree's "key=value" lines
+    ("lr of param group 0=0.1"), to name the one that differs."""
+    lines = []
+    for i, o in enumerate(opts):
+        for j, g in enumerate(o.param_groups):
+            where = "param group %d" % j if len(opts) == 1 else \
+                "optimizer %d's param group %d" % (i, j)
+            lines += ["%s of %s=%s\n" % (k, where, v.replace("\n", " "))
+                      for k, v in sorted((k, repr(v)) for k, v in g.items() if k != "params")]
+    return lines
+
+
 class _Models(torch.nn.Module):
     """The models of a job's DistributedOptimizers, as one module: each
     under its class's name (model<i> where two share one), so that a
@@ -865,6 +878,10 @@ class _Sync(_Passes):
         self._check_meta(meta)
         if self.clock in FOREIGN_CLOCKS and job.world > 1:
             self._check_foreign()
+        # the replica checks of the last step (every rank took it: _check_meta)
+        states = {int(meta[q, self.n_params + 1]) for q in range(job.world)}
+        self.replicas.at_reduction(self, self.attached and (states == {_TRAINING} or
+                                                            states == {_LEAVING}))
         self.most_samples = max(self.most_samples, int(meta[:, self.n_params + 6].sum()))
         waiting = int(meta[0, self.n_params + 7])
         if self.elastic and waiting and self.state == _TRAINING:
@@ -961,13 +978,19 @@ class _Sync(_Passes):
                 (self.clock, "s" if len(leaving) > 1 else "", ", ".join(map(str, leaving)),
                  "s" if len(others) > 1 else "", ", ".join(map(str, others)),
                  "were" if len(others) > 1 else "was", _JOIN_HINT), rank=q)
+        # every rank leaving (shutdown() after the loop): the steps taken too
+        # (a rank that skipped the last step), not settings a scheduler may
+        # have moved after it
+        done = len(leaving) == job.world
         for col, what in ((n + 2, "optimizer steps taken"), (n + 3, "optimizer settings"),
                           (n + 4, "optimizer settings")):
             for q in range(job.world):  # among the ranks training (a joined one lags)
-                if meta[q, col] != meta[job.rank, col] and states[q] == _TRAINING and \
-                        self.state == _TRAINING:
+                if meta[q, col] != meta[job.rank, col] and (
+                        states[q] == _TRAINING and self.state == _TRAINING or
+                        done and col == n + 2):
                     mine, theirs = meta[job.rank, col], meta[q, col]
                     if col != n + 2:
+                        self._name_hyper(states, q)
                         mine = int(meta[job.rank, n + 3]) | int(meta[job.rank, n + 4]) << 16
                         theirs = int(meta[q, n + 3]) | int(meta[q, n + 4]) << 16
                         mine, theirs = "crc32 %08x" % mine, "crc32 %08x" % theirs
@@ -978,6 +1001,26 @@ class _Sync(_Passes):
                         "%s, rank %d has %s (every rank must step the optimizer and its "
                         "schedulers alike)" % (self.clock, what, job.rank, mine, q, theirs),
                         rank=q)
+
+    def _name_hyper(self, states, q):
+        """The hyperparameters' checksums differ (rank q's from this one's):
+        where every rank trains, so that every rank is here, they compare the
+        values themselves and fail naming the first that differs and its
+        values (job.agree's verdict); else returns (the checksums are said)."""
+        if any(s != _TRAINING for s in states):
+            return
+        try:
+            self.job.agree("".join(_hyper_lines(self.opts)[:120]))  # (agree's 128 keys)
+        except _sfb.MismatchError as e:
+            why = str(e)
+            why = why[why.find("between ranks: ") + 15:] if "between ranks: " in why else why
+            why = why.split(" (every worker of a job")[0]
+            raise _sfb.MismatchError(
+                -(4096 + 9), "sfb.torch: at step %d the ranks' optimizer settings differ: %s "
+                "(every rank must step the optimizer and its schedulers alike; a scheduler "
+                "stepped on a metric, as ReduceLROnPlateau on a validation loss, needs the "
+                "metric of every rank: sfb.torch.allreduce(metric) first)" % (self.clock, why),
+                rank=q) from None
 
     def synchronize(self):
         """Staleness 0: reduces now if this step has gradients not reduced

@@ -25,7 +25,10 @@ def _ranks(rs):
 
 # the steps after which the models' persistent buffers are compared too
 # (and at every check): early, where a buffer each rank updates from its own
-# minibatch parts first
+# minibatch parts first. A check after step k runs in the next reduction,
+# once its bookkeeping showed every rank took k steps (a check run right
+# after a step would leave a rank that skipped that step in another
+# collective than the others)
 BUFFER_STEPS = (1, 4, 32)
 # a floating buffer whose bits differ between ranks passes where every
 # element is within this share of its magnitude of rank 0's (rounding: another
@@ -125,6 +128,7 @@ class Checks:
             raise _sfb.UsageError("DistributedOptimizer: check_every %r: expected an integer "
                                   ">= 0 (0: never)" % (every,))
         self.every, self.checks, self.repaired = every, 0, 0
+        self.due = None  # the step whose checks the next reduction runs
         self.flip = None
         v = os.environ.get("SFB_DEBUG_FLIP", "")
         if v:
@@ -147,16 +151,24 @@ class Checks:
         return out
 
     def after_step(self, sync):
-        """After the optimizer's step (staleness 0): the flip, the check."""
+        """After the optimizer's step (staleness 0, every rank training): the
+        flip; the checks of this step are due at the next reduction."""
         step = sync.steps + 1  # steps taken, this one included
-        items = None
         if self.flip and self.flip[0] == sync.job.rank and self.flip[1] == step:
-            items = self.tensors(sync)
-            self._flip(items, step)
-        if self.every and step % self.every == 0:
-            self.check(sync, step, items or self.tensors(sync))
+            self._flip(self.tensors(sync), step)
         if step in BUFFER_STEPS or (self.every and step % self.every == 0):
-            check_buffers(sync, step)
+            self.due = step
+
+    def at_reduction(self, sync, run):
+        """In a reduction, once every rank's bookkeeping showed the same
+        steps taken (collective where run: every rank training, so every
+        rank has the same step due): the checks of the step due."""
+        step, self.due = self.due, None
+        if step is None or not run:
+            return
+        if self.every and step % self.every == 0:
+            self.check(sync, step, self.tensors(sync))
+        check_buffers(sync, step)
 
     def _flip(self, items, step):
         _, _, which, elem, bit = self.flip
