@@ -63,10 +63,27 @@ class TorchOneWorker(unittest.TestCase):
                                 torch.optim.SGD(m.parameters(), lr=0.1), model=m)
 
     def test_parameter_unknown_to_the_optimizer(self):
+        # refused at the first forward with gradients (another optimizer
+        # over the same model, wrapped next, may hold it)
         m = net()
-        self.assertRaisesNaming(ValueError, ["2.weight", "optimizer does not know"],
-                                sft.DistributedOptimizer,
-                                torch.optim.SGD(m[0].parameters(), lr=0.1), model=m)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m[0].parameters(), lr=0.1), model=m)
+        with torch.no_grad():
+            m(torch.ones(2, 6))  # (no gradients: not yet)
+        self.assertRaisesNaming(ValueError, ["2.weight", "no optimizer of the job holds it"],
+                                m, torch.ones(2, 6))
+        sft.shutdown()
+        sft.init(world=1)
+        # held by a second DistributedOptimizer over the same model: trains
+        m = net()
+        opts = [sft.DistributedOptimizer(torch.optim.SGD(part.parameters(), lr=0.1), model=m)
+                for part in (m[0], m[2])]
+        m(torch.ones(2, 6)).sum().backward()
+        self.assertTrue(all(p.grad is not None for p in m.parameters()))
+        for o in opts:
+            o.step()
+        del opt
+        sft.shutdown()
+        sft.init(world=1)
         other = nn.Linear(2, 2)
         self.assertRaisesNaming(ValueError, ["not a parameter of the model"],
                                 sft.DistributedOptimizer,

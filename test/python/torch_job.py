@@ -17,7 +17,9 @@ exact: every rank trains a model through sfb.torch on its share of each
   in_proj_weight into row ranges, each by factors into the one matrix),
   "lm" (an embedding tied to the decoder: sparse rows and factors into one
   .grad; padding_idx, max_norm, EmbeddingBag), "sparse" (sparse=True tables
-  only: SGD and SparseAdam, which updates exactly the rows touched), "lstm"
+  and a head: SGD, or SparseAdam over the tables, which updates exactly
+  the rows touched, beside Adam over the head, two DistributedOptimizers
+  over one model), "lstm"
   (a 2-layer LSTM language model with tied weights), "recur" (bidirectional
   GRU, RNN without bias, GRUCell and LSTMCell), "conv" (1-D and 2-D
   convolutions whose factors pay, and one whose factors do not: dense, the
@@ -188,19 +190,20 @@ class TiedLM(nn.Module):
 
 
 class Sparse(nn.Module):
-    """Tables with sparse=True only (SparseAdam takes nothing else): a
-    padding_idx, a bag of weighted ids; the head is a fixed projection."""
+    """Tables with sparse=True (SparseAdam takes nothing else: --opt
+    sparseadam gives the head an Adam of its own): a padding_idx, a bag of
+    weighted ids."""
 
     def __init__(self, d=8):
         super().__init__()
         self.emb = nn.Embedding(VOCAB, d, padding_idx=3, sparse=True)
         self.bag = nn.EmbeddingBag(VOCAB, d, mode="sum", sparse=True)
-        self.register_buffer("proj", torch.randn(d, CLASSES))
+        self.head = nn.Linear(d, CLASSES)
 
     def forward(self, tok):
         w = (tok.float() + 1) / VOCAB  # per-sample weights from the ids
         h = self.emb(tok).mean(1) + self.bag(tok, per_sample_weights=w)
-        return torch.tanh(h) @ self.proj
+        return self.head(torch.tanh(h))
 
 
 class LSTMLM(nn.Module):
@@ -297,9 +300,21 @@ def model_and_data(seed=7):
     return m, x, y
 
 
+def make_opts(model):
+    """The model's optimizers: one, or with --opt sparseadam SparseAdam over
+    the sparse tables beside Adam over the rest (as a recommender writes it:
+    two DistributedOptimizers over one model)."""
+    if args.opt != "sparseadam":
+        return [make_opt(model.parameters())]
+    tables = {id(p) for m in model.modules()
+              if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse
+              for p in m.parameters()}
+    rest = [p for p in model.parameters() if id(p) not in tables]
+    return [torch.optim.SparseAdam([p for p in model.parameters() if id(p) in tables], lr=0.01)
+            ] + ([torch.optim.Adam(rest, lr=0.01)] if rest else [])
+
+
 def make_opt(params):
-    if args.opt == "sparseadam":
-        return torch.optim.SparseAdam(list(params), lr=0.01)
     if args.opt == "adam":
         return torch.optim.Adam(params, lr=0.01)
     if args.opt == "momentum":
@@ -385,29 +400,34 @@ def train(model, opt, x, y, steps, start=0):
     P, r, k = sft.size(), sft.rank(), args.passes
     first = full_loss(model, x, y)
     for t in range(start, steps):
-        opt.zero_grad()
+        for o in [opt] + EXTRA:
+            o.zero_grad()
         for j in range(k):  # k passes: rank r's share of each k-th of the global batch
             xb, yb = batch(x, y, t, j * P + r, k * P)
             loss = loss_fn(forward(model, xb), yb) + penalty(model)
             loss.backward()
-        opt.step()
+        for o in [opt] + EXTRA:
+            o.step()
     return first, full_loss(model, x, y)
 
 
 def reference(model, x, y, steps):
     loss_fn = ce
-    opt = make_opt(model.parameters())
+    opts = make_opts(model)
     full_loss(model, x, y)  # as train() does (a max_norm table renormalizes in a forward)
     for t in range(steps):
-        opt.zero_grad()
+        for o in opts:
+            o.zero_grad()
         for j in range(args.passes):
             xb, yb = batch(x, y, t, j, args.passes)
             (loss_fn(forward(model, xb), yb) + penalty(model)).backward()
-        opt.step()
+        for o in opts:
+            o.step()
     full_loss(model, x, y)  # as train() ends (a max_norm table's rows renormalized)
 
 
 RANK = [None]
+EXTRA = []  # the model's other DistributedOptimizers (--opt sparseadam: the dense parts')
 
 
 def fail(msg):
@@ -456,13 +476,16 @@ def case():
     if args.mode == "flip":  # (read as the optimizer is built: this case's only)
         os.environ["SFB_DEBUG_FLIP"] = args.debug_flip
     try:
-        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
-                                       sync=args.sync, staleness=args.staleness,
-                                       backward_passes_per_step=args.passes,
-                                       overlap=bool(args.overlap), check_every=args.check_every,
-                                       factor_dtype=args.factor_dtype,
-                                       **({} if args.trial_steps is None else
-                                          {"trial_steps": args.trial_steps}))
+        opts = [sft.DistributedOptimizer(o, model=model, sync=args.sync,
+                                         staleness=args.staleness,
+                                         backward_passes_per_step=args.passes,
+                                         overlap=bool(args.overlap),
+                                         check_every=args.check_every,
+                                         factor_dtype=args.factor_dtype,
+                                         **({} if args.trial_steps is None else
+                                            {"trial_steps": args.trial_steps}))
+                for o in make_opts(model)]
+        opt, EXTRA[:] = opts[0], opts[1:]
     finally:
         os.environ.pop("SFB_DEBUG_FLIP", None)
     if args.trial_steps:

@@ -240,13 +240,12 @@ class _Sync(_Passes):
                                 (len(in_opt), "%s " % _ordinal(oi) if len(self.opts) > 1 else "",
                                  gi, tuple(p.shape)))
                     in_opt[id(p)] = g
+        # a parameter no optimizer of the job holds: refused at the first
+        # forward with gradients if it needs one then (another optimizer over
+        # the same model, wrapped next, may hold it: an embedding's SparseAdam
+        # beside the rest's Adam)
+        self.unheld = [(n, p) for n, p in model.named_parameters() if id(p) not in in_opt]
         for n, p in model.named_parameters():
-            if p.requires_grad and id(p) not in in_opt:
-                raise U("DistributedOptimizer: model parameter %s requires a gradient but the "
-                        "optimizer does not know it (add it to the optimizer, or set "
-                        "requires_grad=False to freeze it; where another optimizer trains "
-                        "it, give each DistributedOptimizer the part of the model its "
-                        "optimizer holds as model=)" % n, param=n)
             if id(p) in in_opt and p.dtype != torch.float32:
                 raise U("DistributedOptimizer: parameter %s is %s: sfb synchronizes float32 "
                         "parameters (model.float())" % (n, p.dtype), param=n)
@@ -300,6 +299,8 @@ class _Sync(_Passes):
         self._hook_new()
         if not torch.is_grad_enabled():
             return
+        if not self.graphs:
+            self._check_unheld()
         self.user_hooks.stash(self)
         self.graphs = True
         if self.clock > FOREIGN_CLOCKS[-1]:
@@ -316,6 +317,20 @@ class _Sync(_Passes):
                     id(v) not in self.group_of:
                 self.foreign.setdefault(id(v), (v, type(model).__name__))
             stack.extend(n for n, _ in node.next_functions)
+
+    def _check_unheld(self):
+        """The first forward with gradients (every DistributedOptimizer of
+        the job made): a model parameter that needs a gradient and that no
+        optimizer holds would train on nothing, or on each rank's own
+        gradient by an optimizer that is not wrapped: refused."""
+        for n, p in self.unheld:
+            if p.requires_grad:
+                raise _sfb.UsageError(
+                    "DistributedOptimizer: model parameter %s requires a gradient but no "
+                    "optimizer of the job holds it (add it to the optimizer, or to another "
+                    "one wrapped in a DistributedOptimizer too, over the same model or the "
+                    "part of it that optimizer holds; or set requires_grad=False to freeze "
+                    "it)" % n, param=n)
 
     def _check_foreign(self):
         """At FOREIGN_CLOCKS (collective: every rank reduces then): the
@@ -688,6 +703,7 @@ class _Sync(_Passes):
         """The first reduction: the shapes and the first step's samples are known."""
         job = self.job
         U = _sfb.UsageError
+        self._check_unheld()  # (a model whose forward sfb did not see: its parts called)
         self._agree_slots()
         self._unslot_mixed()
         self._layout()
@@ -1372,8 +1388,10 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     now one deriving from its own: schedulers work on it, and a name still
     bound to it is the same object.
 
-    model: the module whose parameters the optimizer holds; its nn.Linear
-      layers are synchronized by their sufficient factors, the rest densely.
+    model: the module whose parameters the optimizer holds (or one that
+      several DistributedOptimizers share, each holding a part: SparseAdam
+      over the tables beside Adam over the rest); its nn.Linear layers are
+      synchronized by their sufficient factors, the rest densely.
     sync: "auto" (per Linear the engine the cost model predicts faster,
       measured where the two predictions are close: see trial_steps), "sfb"
       (factors) or "fms" (full matrices through sharded servers).
