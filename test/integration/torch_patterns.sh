@@ -24,8 +24,9 @@
 # new optimizer in a new job (one made while training is refused, saying so);
 # a buffer updated from each rank's own data (refused, named; exact when
 # updated from every rank's); learning-rate schedulers stepped on one rank
-# only and a step one rank skipped (refused naming lr and its values, the
-# steps taken), ReduceLROnPlateau on the ranks' mean validation loss (exact).
+# only, a step one rank skipped and a layer one rank froze (refused naming lr
+# and its values, the steps taken, the layer), ReduceLROnPlateau on the
+# ranks' mean validation loss (exact).
 # Usage: torch_patterns.sh SFB RUN_PY TORCH_PATTERNS_PY [long]
 # (long, suite long: more optimizers for the patterns above and 300 steps)
 set -uo pipefail
@@ -75,8 +76,9 @@ cases=(
   # sft.allgather_object, objects over an allgather's 1 MiB too
   gather
   # a StepLR stepped on rank 0 alone, a step skipped on rank 1 (at a replica
-  # check's step): refused naming lr and the steps; ReduceLROnPlateau on the
-  # ranks' mean validation loss: exact
+  # check's step), a layer frozen on rank 1 alone: refused naming lr, the
+  # steps, the layer; ReduceLROnPlateau on the ranks' mean validation loss:
+  # exact
   "schedules --opt momentum"
 )
 if [ "$PART" = long ]; then

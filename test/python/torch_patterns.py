@@ -111,9 +111,11 @@ buffers: an input normalizer keeping a running mean in a buffer, updated in
   a persistent one whose bits differ by rounding from rank to rank; a
   buffer registered on rank 1 only must be refused naming the counts.
 schedules: rank 0 alone steps a StepLR (stepped beside its logging), then
-  rank 1 alone skips step() at the 4th step (a replica check's): every rank
-  must fail with sfb.MismatchError naming lr of param group 0 and both
-  values, then the steps taken (or sfb.PeerError carrying another rank's);
+  rank 1 alone skips step() at the 4th step (a replica check's), then rank
+  1 alone freezes fc2 at step 2: every rank must fail with
+  sfb.MismatchError naming lr of param group 0 and both values, the steps
+  taken, fc2.weight and the ranks (or sfb.PeerError carrying another
+  rank's);
   ReduceLROnPlateau stepped on sft.allreduce of each rank's validation
   loss must train as one process (its lr lowered at least once).
 gather: sft.allgather_object of objects of every size (one over 1 MiB, an
@@ -1254,7 +1256,7 @@ def schedules():
     sfb.MismatchError naming lr and both values, or the steps taken.
     ReduceLROnPlateau stepped on the mean over the ranks of each rank's
     validation loss (sft.allreduce) trains as one process does."""
-    for bad in ("steplr", "skip"):
+    for bad in ("steplr", "skip", "freeze"):
         model = setup()
         P, r = sft.size(), sft.rank()
         x, y = data()
@@ -1263,12 +1265,14 @@ def schedules():
         try:
             for t in range(8):
                 xb, yb = shard(x, y, t, r, P)
+                if bad == "freeze" and t == 2 and r == 1:  # (its own metric said so)
+                    model.fc2.requires_grad_(False)
                 if bad == "skip" and t == 3 and r == 1:  # (its loss spiked: no step)
                     opt.zero_grad()
                     nn.functional.cross_entropy(model(xb, t), yb).backward()
                     continue
                 one_step(model, opt, xb, yb, t, True)
-                if bad == "skip" or r == 0:
+                if bad != "steplr" or r == 0:
                     sched.step()
             fail("%s: not refused" % bad)
         except (sfb.MismatchError, sfb.PeerError) as e:
@@ -1276,10 +1280,14 @@ def schedules():
             # by another's abort carries that one's MismatchError)
             if isinstance(e, sfb.PeerError) and "aborted the job: MismatchError: " not in str(e):
                 fail("%s: not the ranks' mismatch: %s" % (bad, e))
-            want = ("the ranks' optimizer steps taken differ" if bad == "skip" else
-                    "the ranks' optimizer settings differ: lr of param group 0: rank 0 has "
-                    "\"%r\", rank 1 has \"%r\"" % (opt.defaults["lr"] / 2, opt.defaults["lr"]))
-            if want not in str(e) or (bad == "steplr" and "allreduce" not in str(e)):
+            want = {"skip": "the ranks' optimizer steps taken differ",
+                    "steplr": "the ranks' optimizer settings differ: lr of param group 0: rank 0 "
+                              "has \"%r\", rank 1 has \"%r\"" % (opt.defaults["lr"] / 2,
+                                                                 opt.defaults["lr"]),
+                    "freeze": "at step 2 the ranks' frozen parameters differ: fc2.weight is "
+                              "frozen (requires_grad False) on rank 1 and trains on ranks %s" %
+                              ", ".join(str(q) for q in range(P) if q != 1)}[bad]
+            if want not in str(e) or (bad != "skip" and "allreduce" not in str(e)):
                 fail("%s: the error does not say %s: %s" % (bad, want, e))
         closed()
     model = setup()
@@ -1312,8 +1320,8 @@ def schedules():
     if opt.param_groups[0]["lr"] != lrs[-1] or lrs[-1] >= opt.defaults["lr"]:
         fail("lr %g after ReduceLROnPlateau, one process's %g (from %g)" %
              (opt.param_groups[0]["lr"], lrs[-1], opt.defaults["lr"]))
-    print("ok schedules: a StepLR on rank 0 alone and a step skipped on rank 1 refused, "
-          "naming lr and the steps; ReduceLROnPlateau on the ranks' mean validation loss "
+    print("ok schedules: a StepLR on rank 0 alone, a step skipped and a layer frozen on rank "
+          "1 refused, naming lr, the steps, the layer; ReduceLROnPlateau on the ranks' mean validation loss "
           "within %.3g of one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]),
           flush=True)
 

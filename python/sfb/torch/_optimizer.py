@@ -697,6 +697,8 @@ class _Sync(_Passes):
                                self.step_ms, self.step_samples]
         if self.elastic and self.job.rank == 0:  # processes waiting to join (rank 0 listens)
             row[0, n + 7] = self.job.join_poll(_env._join_text)
+        frozen = zlib.crc32(np.packbits([p.requires_grad for _, p in self.params]).tobytes())
+        row[0, n + 8:n + 10] = [frozen & 0xFFFF, frozen >> 16]
         return row
 
     def _attach(self):
@@ -774,7 +776,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 8
+                self.meta_cols = self.n_params + 10
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -1017,6 +1019,37 @@ class _Sync(_Passes):
                         "%s, rank %d has %s (every rank must step the optimizer and its "
                         "schedulers alike)" % (self.clock, what, job.rank, mine, q, theirs),
                         rank=q)
+        for q in range(job.world):
+            if states[q] == _TRAINING and self.state == _TRAINING and \
+                    (meta[q, n + 8:n + 10] != meta[job.rank, n + 8:n + 10]).any():
+                self._name_frozen(states)
+                raise _sfb.MismatchError(
+                    -(4096 + 9), "sfb.torch: at step %d the ranks' frozen parameters "
+                    "(requires_grad) differ: rank %d's and rank %d's (every rank must freeze "
+                    "and unfreeze the same parameters at the same step)" %
+                    (self.clock, job.rank, q), rank=q)
+
+    def _name_frozen(self, states):
+        """The parameters' requires_grad differ between ranks: where every
+        rank trains (every rank is here) they exchange their frozen ones and
+        fail naming the first that differs and where; else returns."""
+        job = self.job
+        if any(s != _TRAINING for s in states):
+            return
+        texts = _allgather_text(job, "\n".join(n for n, p in self.params if not p.requires_grad))
+        frozen = [set(t.split("\n")) - {""} for t in texts]
+        for n, _ in self.params:
+            on = [q for q in range(job.world) if n in frozen[q]]
+            if 0 < len(on) < job.world:
+                off = [q for q in range(job.world) if q not in on]
+                raise _sfb.MismatchError(
+                    -(4096 + 9), "sfb.torch: at step %d the ranks' frozen parameters differ: "
+                    "%s is frozen (requires_grad False) on %s and trains on %s; one process "
+                    "freezes a parameter for every sample (every rank must freeze and unfreeze "
+                    "the same parameters at the same step: a decision from a metric needs the "
+                    "metric of every rank, sfb.torch.allreduce(metric), first)" %
+                    (self.clock, n, _replicas._ranks(on), _replicas._ranks(off)),
+                    rank=off[0] if job.rank in on else on[0], param=n)
 
     def _name_hyper(self, states, q):
         """The hyperparameters' checksums differ (rank q's from this one's):
