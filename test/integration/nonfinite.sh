@@ -6,8 +6,10 @@
 #  - checked (every rank as shipped): publish raises sfb.Error naming the
 #    clock and the matrix; every rank exits non-zero naming rank 2;
 #  - hostile (rank 2 skips the check, SFB_DEBUG_PUBLISH_UNCHECKED=1): every
-#    peer refuses the update, whether sent straight (full, 3 ranks) or
-#    relayed (halton, 5 ranks); every rank exits non-zero and its message
+#    peer refuses the update, whether sent straight (full, 3 ranks: a NaN
+#    and an infinite scale) or relayed (halton, 5 ranks: a NaN; the scale
+#    is checked where the NaN is, sfb/broadcast.c's view_frame); every rank
+#    exits non-zero and its message
 #    names rank 2 and clock 3; the refusal is also logged on stderr with the
 #    rank prefix (the library's default log sink);
 #  - fms (3 ranks, checked): publish_one on an FMS matrix, whose engine
@@ -51,9 +53,10 @@ run_case() { # NAME N ARGS...: N ranks; rank r's output in $tmp/NAME.r, exit sta
   t0=$(sed -n 's/^poisoned at //p' "$tmp/$name.2")
 }
 
+# (an infinite scale relayed over Halton is refused by the same check as
+# scale-full's, on nan-halton's relayed path: not run, for CI's time)
 for cfg in "nan-full 3" "scale-full 3 --scale" "nan-halton 5 --topology halton" \
-           "scale-halton 5 --scale --topology halton" "nan-fms 3 --engine fms" \
-           "overflow-fms 3 --engine fms --overflow"; do
+           "nan-fms 3 --engine fms" "overflow-fms 3 --engine fms --overflow"; do
   set -- $cfg
   name=$1; n=$2; shift 2
   modes="checked hostile"; [[ $name == *-fms ]] && modes=checked
