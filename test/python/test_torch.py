@@ -549,6 +549,27 @@ class TorchOneWorker(unittest.TestCase):
             for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
                 self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
 
+    def test_shutdown_after_a_step_not_taken(self):
+        """A step reduced and not taken (a loop skipping a step it dislikes)
+        is over: shutdown() then ends the job; one with fewer backward
+        passes than backward_passes_per_step is refused, saying so."""
+        x, y = data()
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.zero_grad()
+        sft.shutdown()
+        sft.init(world=1)
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       backward_passes_per_step=2)
+        for k in range(3):  # a step, then the first pass of the next
+            nn.functional.cross_entropy(m(x), y).backward()
+            if k == 1:
+                opt.step()
+        self.assertRaisesNaming(ValueError, ["inside a step (1 of its 2 backward passes"],
+                                sft.shutdown)
+
     def test_scheduler_and_state_dict(self):
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),

@@ -112,12 +112,13 @@ buffers: an input normalizer keeping a running mean in a buffer, updated in
   buffer registered on rank 1 only must be refused naming the counts.
 schedules: rank 0 alone steps a StepLR (stepped beside its logging), then
   rank 1 alone skips step() at the 4th step (a replica check's), then rank
-  1 alone freezes fc2 at step 2: every rank must fail with
-  sfb.MismatchError naming lr of param group 0 and both values, the steps
-  taken, fc2.weight and the ranks (or sfb.PeerError carrying another
-  rank's);
+  1 alone freezes fc2 at step 2, then rank 1 alone skips the last step:
+  every rank must fail with sfb.MismatchError naming lr of param group 0
+  and both values, the steps taken, fc2.weight and the ranks, the steps
+  taken at shutdown() (or sfb.PeerError carrying another rank's);
   ReduceLROnPlateau stepped on sft.allreduce of each rank's validation
-  loss must train as one process (its lr lowered at least once).
+  loss must train as one process (its lr lowered at least once), the last
+  step skipped on every rank before shutdown().
 gather: sft.allgather_object of objects of every size (one over 1 MiB, an
   allgather's most) must give every rank each rank's object in rank order.
 autogradw: torch.autograd.grad with respect to the parameters must raise
@@ -1256,7 +1257,7 @@ def schedules():
     sfb.MismatchError naming lr and both values, or the steps taken.
     ReduceLROnPlateau stepped on the mean over the ranks of each rank's
     validation loss (sft.allreduce) trains as one process does."""
-    for bad in ("steplr", "skip", "freeze"):
+    for bad in ("steplr", "skip", "freeze", "skiplast"):
         model = setup()
         P, r = sft.size(), sft.rank()
         x, y = data()
@@ -1267,27 +1268,29 @@ def schedules():
                 xb, yb = shard(x, y, t, r, P)
                 if bad == "freeze" and t == 2 and r == 1:  # (its own metric said so)
                     model.fc2.requires_grad_(False)
-                if bad == "skip" and t == 3 and r == 1:  # (its loss spiked: no step)
-                    opt.zero_grad()
+                if r == 1 and (bad == "skip" and t == 3 or bad == "skiplast" and t == 7):
+                    opt.zero_grad()  # (its loss spiked: no step)
                     nn.functional.cross_entropy(model(xb, t), yb).backward()
                     continue
                 one_step(model, opt, xb, yb, t, True)
                 if bad != "steplr" or r == 0:
                     sched.step()
+            sft.shutdown()  # (the last step skipped on rank 1: its steps compared here)
             fail("%s: not refused" % bad)
         except (sfb.MismatchError, sfb.PeerError) as e:
             # (each rank finds it in the step's bookkeeping; one told first
             # by another's abort carries that one's MismatchError)
             if isinstance(e, sfb.PeerError) and "aborted the job: MismatchError: " not in str(e):
                 fail("%s: not the ranks' mismatch: %s" % (bad, e))
-            want = {"skip": "the ranks' optimizer steps taken differ",
+            want = {"skip": "at step 4 the ranks' optimizer steps taken differ",
+                    "skiplast": "at step 8 the ranks' optimizer steps taken differ",
                     "steplr": "the ranks' optimizer settings differ: lr of param group 0: rank 0 "
                               "has \"%r\", rank 1 has \"%r\"" % (opt.defaults["lr"] / 2,
                                                                  opt.defaults["lr"]),
                     "freeze": "at step 2 the ranks' frozen parameters differ: fc2.weight is "
                               "frozen (requires_grad False) on rank 1 and trains on ranks %s" %
                               ", ".join(str(q) for q in range(P) if q != 1)}[bad]
-            if want not in str(e) or (bad != "skip" and "allreduce" not in str(e)):
+            if want not in str(e) or (bad in ("steplr", "freeze") and "allreduce" not in str(e)):
                 fail("%s: the error does not say %s: %s" % (bad, want, e))
         closed()
     model = setup()
@@ -1305,12 +1308,17 @@ def schedules():
             return nn.functional.cross_entropy(m(vx[q::P], 0), vy[q::P])
     job = sft._need()
     for t in range(args.steps):
+        if t == args.steps - 1:  # the last step skipped on every rank, shutdown() after it
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(*shard(x, y, t, r, P)[:1], t),
+                                        shard(x, y, t, r, P)[1]).backward()
+            break
         one_step(model, opt, *shard(x, y, t, r, P), t, True)
         plateau[0].step(float(sft.allreduce(val_loss(model, r))))
         same(job, model, "after step %d" % t)
     sft.shutdown()
     lrs = []
-    for t in range(args.steps):
+    for t in range(args.steps - 1):
         one_process(ref, ref_opt, x, y, t, P)
         # (sft.allreduce's mean: float64 sums in rank order, then float32)
         mean = sum(float(val_loss(ref, q)) for q in range(P)) / P
@@ -1320,10 +1328,10 @@ def schedules():
     if opt.param_groups[0]["lr"] != lrs[-1] or lrs[-1] >= opt.defaults["lr"]:
         fail("lr %g after ReduceLROnPlateau, one process's %g (from %g)" %
              (opt.param_groups[0]["lr"], lrs[-1], opt.defaults["lr"]))
-    print("ok schedules: a StepLR on rank 0 alone, a step skipped and a layer frozen on rank "
-          "1 refused, naming lr, the steps, the layer; ReduceLROnPlateau on the ranks' mean validation loss "
-          "within %.3g of one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]),
-          flush=True)
+    print("ok schedules: a StepLR on rank 0 alone, a step skipped (the 4th, the last) and a "
+          "layer frozen on rank 1 refused, naming lr, the steps, the layer; ReduceLROnPlateau on "
+          "the ranks' mean validation loss, the last step skipped everywhere, within %.3g of "
+          "one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]), flush=True)
 
 
 def gather():

@@ -189,8 +189,11 @@ def shutdown():
     step; without it, peers see this rank leave. A no-op without a job.
 
     Raises sfb.PeerError when another rank was still training (at staleness
-    0: it names the ranks and suggests join()) or failed; sfb.UsageError
-    inside a step (backward() without step())."""
+    0: it names the ranks and suggests join()) or failed; sfb.MismatchError
+    when the ranks took different numbers of optimizer steps; sfb.UsageError
+    inside a step (backward_passes_per_step > 1: fewer passes than that
+    since the last reduction). A step reduced and not taken (a loop that
+    skips a step it dislikes) is over."""
     global _job, _optimizer, _final_stats
     if _job is None:
         return

@@ -1251,9 +1251,11 @@ class _Sync(_Passes):
         if self.additive:
             self.job.finish(self.clock - 1)
             return
-        if self.passes or self.in_step:
-            raise _sfb.UsageError("sfb.torch: shutdown() inside a step (backward() without "
-                                  "step())")
+        # (a step reduced and not taken is over: a loop may skip a step it
+        # dislikes; a rank that skipped alone fails on the steps taken below)
+        if self.passes:
+            raise _sfb.UsageError("sfb.torch: shutdown() inside a step (%d of its %d backward "
+                                  "passes done)" % (self.passes, self.passes_per_step))
         # a last clock in which every rank says it leaves: a rank still
         # training learns of it now, not after a timeout
         self.state = _LEAVING
