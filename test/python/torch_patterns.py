@@ -1307,22 +1307,29 @@ def schedules():
         with torch.no_grad():
             return nn.functional.cross_entropy(m(vx[q::P], 0), vy[q::P])
     job = sft._need()
+    metrics = []
     for t in range(args.steps):
+        xb, yb = shard(x, y, t, r, P)
         if t == args.steps - 1:  # the last step skipped on every rank, shutdown() after it
             opt.zero_grad()
-            nn.functional.cross_entropy(model(*shard(x, y, t, r, P)[:1], t),
-                                        shard(x, y, t, r, P)[1]).backward()
+            nn.functional.cross_entropy(model(xb, t), yb).backward()
             break
-        one_step(model, opt, *shard(x, y, t, r, P), t, True)
-        plateau[0].step(float(sft.allreduce(val_loss(model, r))))
+        one_step(model, opt, xb, yb, t, True)
+        metrics.append(float(sft.allreduce(val_loss(model, r))))
+        plateau[0].step(metrics[-1])
         same(job, model, "after step %d" % t)
     sft.shutdown()
     lrs = []
     for t in range(args.steps - 1):
         one_process(ref, ref_opt, x, y, t, P)
-        # (sft.allreduce's mean: float64 sums in rank order, then float32)
+        # one process's mean validation loss, within rounding of the ranks'; its
+        # scheduler steps on theirs (a rounding difference must not move a
+        # decision at the threshold: the schedule is compared, not re-decided)
         mean = sum(float(val_loss(ref, q)) for q in range(P)) / P
-        plateau[1].step(float(torch.tensor(mean, dtype=torch.float32)))
+        if abs(mean - metrics[t]) > 1e-5 * abs(mean):
+            fail("the ranks' mean validation loss after step %d is %.7g, one process's %.7g" %
+                 (t, metrics[t], mean))
+        plateau[1].step(metrics[t])
         lrs.append(ref_opt.param_groups[0]["lr"])
     worst, _ = near_one_process(model, ref)
     if opt.param_groups[0]["lr"] != lrs[-1] or lrs[-1] >= opt.defaults["lr"]:

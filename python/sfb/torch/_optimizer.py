@@ -897,16 +897,15 @@ class _Sync(_Passes):
         if self.clock in FOREIGN_CLOCKS and job.world > 1:
             self._check_foreign()
         # the replica checks of the last step (every rank took it: _check_meta)
-        states = {int(meta[q, self.n_params + 1]) for q in range(job.world)}
-        self.replicas.at_reduction(self, self.attached and (states == {_TRAINING} or
-                                                            states == {_LEAVING}))
+        states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
+        self.replicas.at_reduction(self, self.attached and len(set(states)) == 1 and
+                                   states[0] in (_TRAINING, _LEAVING))
         self.most_samples = max(self.most_samples, int(meta[:, self.n_params + 6].sum()))
         waiting = int(meta[0, self.n_params + 7])
         if self.elastic and waiting and self.state == _TRAINING:
             # every rank the same step: this one is dropped, elastic.run takes them in
             raise WorldChanged("sfb.torch: step %d: %d process%s waiting to join" % (
                 self.clock, waiting, "es" if waiting > 1 else ""))
-        states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
