@@ -80,6 +80,10 @@ cases=(
   # steps, the layer; ReduceLROnPlateau on the ranks' mean validation loss:
   # exact
   "schedules --opt momentum"
+  # max_norm tables looked up on each rank's own ids (and a validation shard
+  # without gradients): every rank renormalizes the others' rows; a tied
+  # decoder reading the table whole first: refused
+  "maxnorm --uneven --join --opt momentum"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -90,7 +94,7 @@ if [ "$PART" = long ]; then
     "exact --transposed --penalty --batchnorm --clip --opt adam --tol 1e-4"
     # bit-identical replicas after each of 300 Adam steps (the values drift
     # from one process's by rounding, seen 3.8e-5)
-    "exact --steps 300 --route --opt adam --tol 1e-3")
+    "exact --steps 300 --route --opt adam --tol 1e-3" "maxnorm --opt adam")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0

@@ -149,7 +149,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
-                                 "schedules"])
+                                 "schedules", "maxnorm"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -406,10 +406,14 @@ def same(job, model, when):
 
 
 def setup():
+    return setup_model(Net)
+
+
+def setup_model(make):
     sft.init(peer_timeout_s=5)
     RANK[0] = sft.rank()
     torch.manual_seed(7)
-    model = Net()
+    model = make()
     sft.broadcast_parameters(model.state_dict(), root_rank=0)
     return model
 
@@ -1341,6 +1345,100 @@ def schedules():
           "one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]), flush=True)
 
 
+class TextNet(nn.Module):
+    """Token ids -> 5 classes through two max_norm tables (a lookup and a
+    bag of the same ids); tied: the decoder is the first table (F.linear)."""
+    VOCAB = 64
+
+    def __init__(self, tied=False):
+        super().__init__()
+        self.emb = nn.Embedding(self.VOCAB, 12, max_norm=1.0)
+        self.bag = nn.EmbeddingBag(self.VOCAB, 12, mode="sum", max_norm=2.0)
+        self.fc = nn.Linear(12, 12)
+        self.head = nn.Linear(12, 5)
+        self.tied = tied
+
+    def forward(self, ids, step=0):
+        h = torch.tanh(self.fc(self.emb(ids).mean(1) + 0.2 * self.bag(ids)))
+        if self.tied:
+            return nn.functional.linear(h, self.emb.weight)[:, :5]
+        return self.head(h)
+
+
+def maxnorm():
+    """nn.Embedding(max_norm=...): every lookup renormalizes its rows in
+    place, each rank's its own ids', one process's every rank's. Each rank
+    trains on its own ids and validates on its own shard every third step
+    (a forward without gradients: rows changed twice in one step): the
+    replicas bit-identical after every step, one process's within rounding.
+    A tied decoder that reads the table whole before the other ranks' rows
+    are renormalized: refused, naming it."""
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, TextNet.VOCAB, (4096, 6), generator=g)
+    y = (ids[:, 0] + 2 * ids[:, 1]) % 5
+    model = setup_model(TextNet)
+    P, r = sft.size(), sft.rank()
+    vx = ids[-16 * P:]
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+                                   max_samples=2 * args.batch * 6 if args.uneven else None)
+    ref_opt = make_opt(ref.parameters())
+    job = sft._need()
+
+    def step(m, o, xb, yb, t, sfb_side):
+        if t % 3 == 1:  # each rank its own validation shard (one process: all of them)
+            m.eval()
+            with torch.no_grad():
+                m(vx[r::P] if sfb_side else torch.cat([vx[q::P] for q in live(t)]))
+            m.train()
+        o.zero_grad()
+        if sfb_side and args.uneven:
+            o.set_samples(len(xb))
+        nn.functional.cross_entropy(m(xb), yb).backward()
+        o.step()
+
+    def live(t):
+        return [q for q in range(P) if steps_of(q) > t]
+    with opt.join() if args.join else contextlib.nullcontext():
+        for t in range(steps_of(r)):
+            step(model, opt, *shard(ids, y, t, r, P), t, True)
+            if not args.join:
+                same(job, model, "after step %d" % t)
+    same(job, model, "at the end")
+    sft.shutdown()
+    for t in range(args.steps):
+        parts = [shard(ids, y, t, q, P) for q in live(t)]
+        step(ref, ref_opt, torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts]),
+             t, False)
+    worst, where = near_one_process(model, ref)
+    model = setup_model(lambda: TextNet(tied=True))
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    try:
+        for t in range(3):
+            step(model, opt, *shard(ids, y, t, r, P), t, True)
+        fail("a tied max_norm table whose rows the ranks renormalized apart was not refused")
+    except (sfb.UsageError, sfb.PeerError) as e:
+        want = ("emb.weight, looked up with max_norm=1, is also read whole (F.linear on it: a "
+                "tied decoder), and the other ranks' lookups renormalized")
+        if want not in str(e):
+            fail("the error does not say %s: %s" % (want, e))
+    closed()
+    model = setup_model(TextNet)  # staleness > 0: no step where the ranks could meet
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                   staleness=1)
+    try:
+        model(ids[:4])
+        fail("a max_norm lookup at staleness 1 was not refused")
+    except sfb.UsageError as e:
+        if "emb.weight is looked up with max_norm at staleness 1" not in str(e) or \
+                e.param != "emb.weight":
+            fail("the error does not name the table and the staleness: %s" % e)
+    closed()
+    print("ok maxnorm: each rank's rows renormalized on every rank, %d steps bit-identical, "
+          "within %.3g of one process (%s); a tied decoder and staleness 1 refused" %
+          (args.steps, worst, where), flush=True)
+
+
 def gather():
     sft.init(peer_timeout_s=5)
     P, r = sft.size(), sft.rank()
@@ -1371,7 +1469,7 @@ def main():
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
-         "gather": gather, "schedules": schedules}[args.mode]()
+         "gather": gather, "schedules": schedules, "maxnorm": maxnorm}[args.mode]()
 
 
 main()

@@ -209,6 +209,8 @@ def _linear(input, weight, bias=None):
     sfb carries by factors (with its own bias, or a bias that needs no
     gradient) goes through _LinearFactors; anything else to torch's."""
     s = _active
+    if s is not None and s.renorms.tables:
+        s.renorms.read(weight, "F.linear on it: a tied decoder")
     if s is not None and torch.is_grad_enabled():
         found = s.slot_for(weight, bias)
         if found is not None:

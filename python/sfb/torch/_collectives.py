@@ -64,6 +64,22 @@ def broadcast_parameters(params, root_rank=0):
                 o += n
 
 
+_BLOB = 1 << 19  # bytes of one rank in one allgather (the bootstrap's limit is 1 MiB)
+
+
+def allgather_bytes(job, data):
+    """Every rank's bytes (of any length), in rank order (collective)."""
+    lens = [int(np.frombuffer(b, np.int64)[0])
+            for b in job.allgather(np.array([len(data)], np.int64).tobytes())]
+    top = max(lens)
+    data = bytes(data).ljust(top, b"\0")
+    parts = [bytearray() for _ in lens]
+    for o in range(0, top, _BLOB):
+        for part, got in zip(parts, job.allgather(data[o:o + _BLOB])):
+            part += got
+    return [bytes(part[:n]) for part, n in zip(parts, lens)]
+
+
 @_abort_on_error
 def broadcast_object(obj, root_rank=0):
     """root_rank's picklable object on every rank (collective): returns it

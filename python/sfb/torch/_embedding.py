@@ -66,15 +66,16 @@ class _Rows:
     def factors(self):
         """(b, c): b s x (D + 1) float32, c the CSR one-hot (row_ptr, col,
         val) of the s distinct ids the step touched, in increasing order."""
-        if not self.caps:
+        caps = [c for c in self.caps if c[0].numel()]  # (an empty minibatch's lookup: none)
+        if not caps:
             return (np.zeros((1, self.rows), np.float32),
                     (np.array([0, 0], np.uint32), np.zeros(0, np.uint32),
                      np.zeros(0, np.float32)))
-        if len(self.caps) == 1:
-            ids, rows, _ = self.caps[0]
+        if len(caps) == 1:
+            ids, rows, _ = caps[0]
         else:
-            ids, rows = _merge(torch.cat([i for i, _, _ in self.caps]),
-                               torch.cat([r for _, r, _ in self.caps]), self.dim)
+            ids, rows = _merge(torch.cat([i for i, _, _ in caps]),
+                               torch.cat([r for _, r, _ in caps]), self.dim)
         s = ids.shape[0]
         if self.bbuf is None or self.bbuf.shape[0] < s:
             self.bbuf = torch.empty((max(s, 1), self.rows), dtype=torch.float32)
@@ -173,20 +174,34 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     from . import _capture
     s = _capture._active
     slot = s.rows_for(weight) if s is not None and torch.is_grad_enabled() else None
+    if slot is not None and scale_grad_by_freq:
+        _refuse_freq(weight, s)
+    max_norm = _renorm(s, slot, weight, input, max_norm, norm_type)
     if slot is None:
         return _torch_embedding(input, weight, padding_idx, max_norm, norm_type,
                                 scale_grad_by_freq, sparse)
-    if scale_grad_by_freq:
-        _refuse_freq(weight, s)
-    if max_norm is not None:  # torch renormalizes the rows in place first
-        with torch.no_grad():
-            _torch_embedding(input, weight, None, max_norm, norm_type)
     slot.sparse |= bool(sparse)
 
     def lookup(w, psw, sp):
         return _torch_embedding(input, w, padding_idx, None, norm_type, False, sp)
 
     return _RowsFactors.apply(weight, None, slot.token, slot, lookup, input.numel())
+
+
+def _renorm(s, slot, weight, input, max_norm, norm_type):
+    """max_norm's renormalization of the looked-up rows, before the lookup,
+    as torch does it (_renorm.py: noted for the other ranks where a
+    DistributedOptimizer holds the table); returns the max_norm left for
+    torch's lookup (None once done)."""
+    if max_norm is None:
+        return None
+    if s is not None and s.renorms.renorm(weight, input, max_norm, norm_type):
+        return None
+    if slot is None:
+        return max_norm
+    with torch.no_grad():  # (one rank: torch's renormalization, then the lookup)
+        _torch_embedding(input, weight, None, max_norm, norm_type)
+    return None
 
 
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False,
@@ -196,15 +211,13 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     from . import _capture
     s = _capture._active
     slot = s.rows_for(weight) if s is not None and torch.is_grad_enabled() else None
+    if slot is not None and scale_grad_by_freq:
+        _refuse_freq(weight, s)
+    max_norm = _renorm(s, slot, weight, input, max_norm, norm_type)
     if slot is None:
         return _torch_embedding_bag(input, weight, offsets, max_norm, norm_type,
                                     scale_grad_by_freq, mode, sparse, per_sample_weights,
                                     include_last_offset, padding_idx)
-    if scale_grad_by_freq:
-        _refuse_freq(weight, s)
-    if max_norm is not None:
-        with torch.no_grad():
-            _torch_embedding(input, weight, None, max_norm, norm_type)
     slot.sparse |= bool(sparse)
 
     def lookup(w, psw, sp):

@@ -16,8 +16,8 @@ from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _autoplan, _batchnorm, _buckets, _conv, _replicas
-from ._collectives import broadcast_object, broadcast_parameters
+from . import _autoplan, _batchnorm, _buckets, _conv, _renorm, _replicas
+from ._collectives import allgather_bytes, broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
 _TRAINING, _JOINED, _LEAVING = 0, 1, 2
@@ -31,12 +31,7 @@ def _name_pairs(text):
 
 def _allgather_text(job, text):
     """Every rank's text (of any length), in rank order (collective)."""
-    data = text.encode()
-    lens = [int(np.frombuffer(b, np.int64)[0])
-            for b in job.allgather(np.array([len(data)], np.int64).tobytes())]
-    if not max(lens):
-        return [""] * job.world
-    return [b.rstrip(b"\0").decode() for b in job.allgather(data.ljust(max(lens), b"\0"))]
+    return [b.decode() for b in allgather_bytes(job, text.encode())]
 
 
 def _plain_sgd(opt):
@@ -258,6 +253,7 @@ class _Sync(_Passes):
         # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
         # its _Rows, and the parameters the slots cover
         self.linears, self.by_weight, self.rows_of, self.covered = [], {}, {}, set()
+        self.renorms = _renorm.Renorms(self)  # max_norm tables' rows
         # a parameter kept dense: why (the plan's words: a convolution's
         # shape, a weight used other than by factors in the first step)
         self.dense_why = {}
@@ -699,6 +695,7 @@ class _Sync(_Passes):
             row[0, n + 7] = self.job.join_poll(_env._join_text)
         frozen = zlib.crc32(np.packbits([p.requires_grad for _, p in self.params]).tobytes())
         row[0, n + 8:n + 10] = [frozen & 0xFFFF, frozen >> 16]
+        row[0, n + 10] = min(self.renorms.pending(), 1 << 24)
         return row
 
     def _attach(self):
@@ -709,6 +706,8 @@ class _Sync(_Passes):
         self._agree_slots()
         self._unslot_mixed()
         self._layout()
+        if job.world > 1:  # (max_norm: the first forward's rows, before the parameters agree)
+            self.renorms.exchange(self.clock)
         mine = max([slot.samples() for slot in self.linears] + [1])
         if self.max_samples is not None and mine > self.max_samples:
             worst = max(self.linears, key=lambda s: s.samples())
@@ -776,7 +775,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 10
+                self.meta_cols = self.n_params + 11
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -894,6 +893,7 @@ class _Sync(_Passes):
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
+        self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if self.clock in FOREIGN_CLOCKS and job.world > 1:
             self._check_foreign()
         # the replica checks of the last step (every rank took it: _check_meta)
