@@ -676,7 +676,9 @@ class _Sync(_Passes):
         """This rank's row of the clock's meta matrix: per parameter whether
         it has a gradient here, the rank's weight, its state, the wrapped
         optimizer's steps and hyperparameters' checksum (16-bit halves:
-        exact in float32)."""
+        exact in float32), the step's time and samples, the processes
+        waiting to join, the frozen parameters' checksum, the rows its
+        max_norm lookups changed (_renorm)."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
