@@ -84,6 +84,8 @@ cases=(
   # without gradients): every rank renormalizes the others' rows; a tied
   # decoder reading the table whole first: refused
   "maxnorm --uneven --join --opt momentum"
+  # minibatches of unequal sizes without set_samples: rank 0 warns, once
+  unequal
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

@@ -149,7 +149,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
-                                 "schedules", "maxnorm"])
+                                 "schedules", "maxnorm", "unequal"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1439,6 +1439,39 @@ def maxnorm():
           (args.steps, worst, where), flush=True)
 
 
+def unequal():
+    """Minibatches of unequal sizes without opt.set_samples: each rank
+    weighs 1 (DDP's rule), not one process's mean over the union: rank 0
+    warns once, naming the step and the ranks' counts; with set_samples
+    (here 1 on every rank: DDP's rule, chosen) nothing is said."""
+    import warnings
+    for explicit in (False, True):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+                                       max_samples=8)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(4):
+                n = 4 if t < 2 else 4 + (r % 2)  # (from step 2 on, ranks 1 and 3 take 5)
+                opt.zero_grad()
+                if explicit:
+                    opt.set_samples(1)
+                nn.functional.cross_entropy(model(x[:n], t), y[:n]).backward()
+                opt.step()
+        sft.shutdown()
+        said = [str(w.message) for w in got if "minibatches differ" in str(w.message)]
+        want = [] if explicit or r else [
+            "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples one "
+            "of their layers took: %s) and no rank called opt.set_samples(n)" %
+            ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("warned %r, expected %r" % (said, want))
+    print("ok unequal: rank 0 warned once at step 2 naming the counts; not with set_samples",
+          flush=True)
+
+
 def gather():
     sft.init(peer_timeout_s=5)
     P, r = sft.size(), sft.rank()
@@ -1469,7 +1502,8 @@ def main():
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
-         "gather": gather, "schedules": schedules, "maxnorm": maxnorm}[args.mode]()
+         "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
+         "unequal": unequal}[args.mode]()
 
 
 main()

@@ -4,6 +4,7 @@ DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import ast
 import threading
 import time
+import warnings
 import weakref
 import zlib
 
@@ -205,6 +206,7 @@ class _Sync(_Passes):
         self.most_samples = 0   # the most samples of a step over all ranks (an elastic attach)
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
+        self.told_unequal = False  # the unequal minibatches' warning given
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
         self.tl_hooks, self.tl_fwd, self.tl_end_fwd = [], {}, None
@@ -698,6 +700,7 @@ class _Sync(_Passes):
         frozen = zlib.crc32(np.packbits([p.requires_grad for _, p in self.params]).tobytes())
         row[0, n + 8:n + 10] = [frozen & 0xFFFF, frozen >> 16]
         row[0, n + 10] = min(self.renorms.pending(), 1 << 24)
+        row[0, n + 11] = 1.0 if self.weight is not None else 0.0  # (set_samples called)
         return row
 
     def _attach(self):
@@ -777,7 +780,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 11
+                self.meta_cols = self.n_params + 12
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -909,6 +912,8 @@ class _Sync(_Passes):
             raise WorldChanged("sfb.torch: step %d: %d process%s waiting to join" % (
                 self.clock, waiting, "es" if waiting > 1 else ""))
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
+        if self.all_training and not self.told_unequal:
+            self._tell_unequal(meta)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
@@ -935,6 +940,27 @@ class _Sync(_Passes):
         self.clock += 1
         job.wait(self.clock)
         return meta
+
+    def _tell_unequal(self, meta):
+        """A warning (rank 0, once) when every rank trained on a minibatch of
+        another size and no rank called set_samples: each weighs 1 (DDP's
+        rule), where one process's mean loss over the union weighs each by
+        its samples."""
+        n = self.n_params
+        counts = [int(c) for c in meta[:, n + 6]]
+        if min(counts) == max(counts) or meta[:, n + 11].any():
+            return
+        self.told_unequal = True
+        if self.job.rank == 0:
+            shown = ", ".join("rank %d %d" % (q, c) for q, c in enumerate(counts[:8]))
+            warnings.warn(
+                "sfb.torch: at step %d the ranks' minibatches differ in size (the most samples "
+                "one of their layers took: %s%s) and no rank called opt.set_samples(n): each "
+                "rank's gradient weighs 1 (DDP's rule), where one process's mean loss over "
+                "their union weighs each rank by its samples. Call opt.set_samples(n) before "
+                "backward() with the count this rank's loss averages over (samples, or tokens); "
+                "set_samples(1) on every rank keeps DDP's rule" %
+                (self.clock, shown, ", ..." if len(counts) > 8 else ""), stacklevel=2)
 
     def _measure(self, meta, end, was_training):
         """The step's time and samples for the next meta row; sync="auto":
