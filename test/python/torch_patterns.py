@@ -119,9 +119,16 @@ schedules: rank 0 alone steps a StepLR (stepped beside its logging), then
   ReduceLROnPlateau stepped on sft.allreduce of each rank's validation
   loss must train as one process (its lr lowered at least once), the last
   step skipped on every rank before shutdown().
+maxnorm: nn.Embedding / nn.EmbeddingBag with max_norm, each rank looking
+  up its own ids (and validating on its own shard without gradients), must
+  train as one process with the replicas bit-identical (--uneven --join too);
+  a tied decoder reading the table whole, and staleness 1, must be refused.
+unequal: minibatches of unequal sizes without opt.set_samples must warn
+  once on rank 0, naming the step and the counts; not with set_samples.
 gather: sft.allgather_object of objects of every size (one over 1 MiB, an
   allgather's most) must give every rank each rank's object in rank order.
-autogradw: torch.autograd.grad with respect to the parameters must raise
+autogradw: torch.autograd.grad with respect to the parameters (and
+  backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
 import argparse
@@ -809,11 +816,21 @@ def autogradw():
         if "fc1.weight" not in str(e) or "backward()" not in str(e) or e.param != "fc1.weight":
             fail("the error does not name the weight or say what to do: %s" % e)
         why = str(e)
+    try:  # backward restricted to some parameters: refused too
+        nn.functional.cross_entropy(model(xb, 0), yb).backward(inputs=[model.head.weight])
+        fail("backward(inputs=[head.weight]) was not refused")
+    except sfb.UsageError as e:
+        if "backward(inputs=...) with head.weight among the inputs" not in str(e) or \
+                e.param != "head.weight":
+            fail("the error does not name the weight: %s" % e)
     xi = xb.clone().requires_grad_(True)
     gx = torch.autograd.grad(nn.functional.cross_entropy(model(xi, 0), yb), xi)[0]
+    xk = xb.clone().requires_grad_(True)  # (inputs= naming no parameter: torch's)
+    nn.functional.cross_entropy(model(xk, 0), yb).backward(inputs=[xk])
     xj = xb.clone().requires_grad_(True)
     want = torch.autograd.grad(nn.functional.cross_entropy(plain(xj, 0), yb), xj)[0]
-    if not torch.allclose(gx, want, rtol=1e-5, atol=1e-7):
+    if not torch.allclose(gx, want, rtol=1e-5, atol=1e-7) or \
+            not torch.allclose(xk.grad, want, rtol=1e-5, atol=1e-7):
         fail("the input's gradient differs from one process's")
     for t in range(3):  # (the captures of the passes above were dropped)
         xb, yb = shard(x, y, t, sft.rank(), sft.size())

@@ -241,6 +241,31 @@ def _autograd_grad(outputs, inputs, *args, **kwargs):
     return _torch_autograd_grad(outputs, inputs, *args, **kwargs)
 
 
+_torch_autograd_backward = torch.autograd.backward
+
+
+def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+                       grad_variables=None, inputs=None):
+    """torch.autograd.backward (and Tensor.backward) while a DistributedOptimizer
+    lives: inputs= naming a parameter the job synchronizes is refused (a
+    pass restricted to some tensors never ends sfb's step: only a full
+    backward does); inputs= of other tensors (an input's gradient) is fine."""
+    s = _active
+    if s is not None and inputs is not None:
+        for t in ([inputs] if torch.is_tensor(inputs) else list(inputs)):
+            if id(t) in s.group_of:
+                name = s.names.get(id(t), "a parameter")
+                raise _sfb.UsageError(
+                    "sfb.torch: backward(inputs=...) with %s among the inputs: sfb reduces a "
+                    "step's gradients at the end of a full backward pass, and one restricted to "
+                    "some parameters never ends it; use backward() (requires_grad_(False) on "
+                    "what must not get a gradient, or .grad of the rest set to None before "
+                    "step()): inputs= that name no parameter of the optimizer are fine" % name,
+                    param=name)
+    return _torch_autograd_backward(tensors, grad_tensors, retain_graph, create_graph,
+                                    grad_variables, inputs)
+
+
 def _row_range(view, base):
     """The first row of base (a contiguous matrix, or vector) that view (a
     range of its rows) starts at; None when view is no such range."""
@@ -259,8 +284,8 @@ def _row_range(view, base):
 
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
-    F.conv2d's, F.batch_norm's, F.instance_norm's and torch.autograd.grad's
-    calls, and the recurrent layers' operators, go to sync (None: torch's
+    F.conv2d's, F.batch_norm's, F.instance_norm's, torch.autograd.grad's and
+    torch.autograd.backward's calls, and the recurrent layers' operators, go to sync (None: torch's
     own again)."""
     from . import _batchnorm, _conv, _embedding as e, _recurrent
     global _active
@@ -270,6 +295,8 @@ def _intercept(sync):
     F.instance_norm = (_batchnorm.instance_norm if sync is not None else
                        _batchnorm._torch_instance_norm)
     torch.autograd.grad = _autograd_grad if sync is not None else _torch_autograd_grad
+    torch.autograd.backward = (_autograd_backward if sync is not None else
+                               _torch_autograd_backward)
     F.conv1d = _conv.conv1d if sync is not None else _conv._torch_conv1d
     F.conv2d = _conv.conv2d if sync is not None else _conv._torch_conv2d
     F.linear = _linear if sync is not None else _torch_linear
