@@ -96,7 +96,8 @@ if [ "$PART" = long ]; then
     "exact --transposed --penalty --batchnorm --clip --opt adam --tol 1e-4"
     # bit-identical replicas after each of 300 Adam steps (the values drift
     # from one process's by rounding, seen 3.8e-5)
-    "exact --steps 300 --route --opt adam --tol 1e-3" "maxnorm --opt adam")
+    "exact --steps 300 --route --opt adam --tol 1e-3" "maxnorm --opt adam"
+    "maxnorm --sync fms --opt sgd")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0

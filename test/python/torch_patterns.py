@@ -1397,7 +1397,7 @@ def maxnorm():
     P, r = sft.size(), sft.rank()
     vx = ids[-16 * P:]
     ref = copy.deepcopy(model)
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
                                    max_samples=2 * args.batch * 6 if args.uneven else None)
     ref_opt = make_opt(ref.parameters())
     job = sft._need()
