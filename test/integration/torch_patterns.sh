@@ -108,7 +108,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  [ "$mode" = seq2seq ] && n=$(grep -cF "] ok $c:" "$tmp/out")
+  [ "$mode" = seq2seq ] || [ "$mode" = maxnorm ] && n=$(grep -cF "] ok $c:" "$tmp/out")
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

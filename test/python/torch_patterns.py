@@ -1451,9 +1451,9 @@ def maxnorm():
                 e.param != "emb.weight":
             fail("the error does not name the table and the staleness: %s" % e)
     closed()
-    print("ok maxnorm: each rank's rows renormalized on every rank, %d steps bit-identical, "
+    print("ok %s: each rank's rows renormalized on every rank, %d steps bit-identical, "
           "within %.3g of one process (%s); a tied decoder and staleness 1 refused" %
-          (args.steps, worst, where), flush=True)
+          (" ".join(sys.argv_case), args.steps, worst, where), flush=True)
 
 
 def unequal():

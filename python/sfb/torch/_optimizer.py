@@ -711,8 +711,8 @@ class _Sync(_Passes):
         self._agree_slots()
         self._unslot_mixed()
         self._layout()
-        if job.world > 1:  # (max_norm: the first forward's rows, before the parameters agree)
-            self.renorms.exchange(self.clock)
+        # (max_norm: the first forward's rows, before the parameters agree)
+        self.renorms.at_reduction(self.clock, job.world > 1)
         mine = max([slot.samples() for slot in self.linears] + [1])
         if self.max_samples is not None and mine > self.max_samples:
             worst = max(self.linears, key=lambda s: s.samples())

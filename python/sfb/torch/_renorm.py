@@ -92,18 +92,18 @@ class Renorms:
         """Rows this rank changed since the last exchange (its meta row's count)."""
         return sum(t.n_changed for t in self.tables.values())
 
-    def at_reduction(self, step, any_changed):
-        """Every reduction, every rank (the meta rows said whether any rank
-        changed rows: then collective); the window's notes cleared."""
-        if any_changed:
-            self.exchange(step)
+    def at_reduction(self, step, exchange):
+        """Every reduction, every rank; exchange (a collective): the meta rows
+        counted changed rows, or the first reduction. Then the window's
+        notes are cleared."""
+        if exchange:
+            self._exchange(step)
         for t in self.tables.values():
             t.clear()
 
-    def exchange(self, step):
-        """Collective (every rank, at a reduction whose meta rows counted
-        changed rows, and at the first): every rank's changed rows, then
-        this rank's replica of them made the job's."""
+    def _exchange(self, step):
+        """Every rank's changed rows, then this rank's replica of them made
+        the job's."""
         s = self.sync
         parts = [_parse(p) for p in allgather_bytes(s.job, self._encode())]
         names = dict(s.params)
@@ -114,8 +114,6 @@ class Renorms:
                                          "rows of %s (max_norm), which this rank's model does "
                                          "not have" % name)
             self._apply(step, weight, name, [p.get(name) for p in parts])
-        for t in self.tables.values():
-            t.clear()
 
     def _encode(self):
         out = []
