@@ -25,7 +25,9 @@ exact: every rank trains through sfb.torch on its share of each global
                 and dense ones: a scale on fc1's weight, clamps on head's bias
                 and on the LayerNorm's weight, a watcher recording head's
                 weight's gradient norm (it must see one process's), a scale
-                on fc3's weight removed by its handle at step 10
+                on fc3's weight removed by its handle at step 10, one on the
+                LayerNorm's bias removed between step 14's forward and
+                backward()
     --uneven    per-rank sample counts that differ every step, zero
                 included, weighted by opt.set_samples(n)
     --join      rank r has 2r batches fewer, inside opt.join()
@@ -283,6 +285,7 @@ def hook_schedule(model, step):
         model.norm.weight.register_hook(lambda g: g.clamp(-0.02, 0.02))
         model.head.weight.register_hook(lambda g: rec["norms"].append(float(g.norm())))
         rec["handle"] = model.fc3.weight.register_hook(lambda g: g * 0.5)
+        rec["late"] = model.norm.bias.register_hook(lambda g: g * 3)
     if step == 10:
         rec["handle"].remove()
 
@@ -328,6 +331,8 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         xb = xb.clone().requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
         out = model(xb, step)
+    if args.hooks and step == 14:  # a handle removed between the forward and backward()
+        HOOKED[id(model)]["late"].remove()
     loss = nn.functional.cross_entropy(out.float(), yb)
     if args.penalty:
         loss = loss + PENALTY[0] * sum(p.pow(2).sum() for p in model.parameters() if p.dim() == 2)

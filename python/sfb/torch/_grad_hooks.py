@@ -5,10 +5,18 @@ gradient of the whole minibatch; under sfb.torch a Linear's gradient is
 never formed as a tensor of its own (factors) and a dense parameter's is
 this rank's only. So they are moved off the parameter at each forward with
 gradients (sfb's own hooks stay), run at the reduction on the pass's reduced
-gradient — what one process's hook sees — and put back (a handle's
-remove() between steps works). Refused where the reduced gradient is not
-one pass's: backward_passes_per_step > 1, staleness > 0."""
+gradient — what one process's hook sees — and put back. While moved, each
+leaves a placeholder under its key that does nothing (_held): a handle's
+remove() takes that away, so a hook removed between the forward and the
+reduction is neither run nor put back, as one process would not run it.
+Refused where the reduced gradient is not one pass's:
+backward_passes_per_step > 1, staleness > 0."""
 import sfb as _sfb
+
+
+def _held(grad):
+    """A moved hook's place on its parameter (leaves the gradient alone)."""
+    return None
 
 
 class Hooks:
@@ -26,7 +34,7 @@ class Hooks:
                 continue
             if own is None:
                 own = {h.id for h in sync.hooks}
-            mine = [(k, fn) for k, fn in d.items() if k not in own]
+            mine = [(k, fn) for k, fn in d.items() if k not in own and fn is not _held]
             if not mine:
                 continue
             if sync.additive or sync.passes_per_step > 1:
@@ -41,7 +49,7 @@ class Hooks:
                      "" if sync.additive else " (it holds every rank's mean then)"),
                     param=name)
             for k, _ in mine:
-                del d[k]
+                d[k] = _held
             self.moved.setdefault(id(p), (p, []))[1].extend(mine)
 
     def pass_begins(self):
@@ -58,7 +66,9 @@ class Hooks:
                 continue
             before = self.base.get(i)
             g = p.grad - before if before is not None else p.grad.clone()
-            for _, fn in hooks:
+            for k, fn in hooks:
+                if p._backward_hooks is None or p._backward_hooks.get(k) is not _held:
+                    continue  # (its handle removed since the forward)
                 out = fn(g)
                 if out is not None:
                     g = out
@@ -76,5 +86,6 @@ class Hooks:
             if p._backward_hooks is None:
                 continue
             for k, fn in hooks:
-                p._backward_hooks[k] = fn
+                if p._backward_hooks.get(k) is _held:
+                    p._backward_hooks[k] = fn
         self.moved, self.base = {}, {}
