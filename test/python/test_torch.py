@@ -8,6 +8,7 @@ import unittest
 import warnings
 
 try:
+    import numpy as np
     import torch
     import torch.nn as nn
 except ImportError:
@@ -698,6 +699,45 @@ class BufferComparison(unittest.TestCase):
         m.register_buffer("cache", torch.zeros(2), persistent=False)
         self.assertEqual([n for n, _ in buffers(nn.Sequential(m, m))],
                          ["0.running_mean", "0.running_var", "0.num_batches_tracked"])
+
+
+class RenormExchange(unittest.TestCase):
+    """The rows another rank's max_norm lookups changed, as they arrive:
+    parsed back as sent, and bytes that do not hold together, ids outside
+    the table, rows of another width or a setting torch refuses fail
+    naming the rank, never an index error or a crash."""
+
+    @staticmethod
+    def blob(name=b"emb", once=(1, 5), twice=(7,), width=4, setting=(1.0, 2.0)):
+        return b"".join([np.array([len(name), len(once), len(twice), width], np.int64).tobytes(),
+                         np.array(setting, np.float64).tobytes(), name,
+                         np.array(once, np.int64).tobytes(), np.array(twice, np.int64).tobytes(),
+                         np.ones((len(twice), width), np.float32).tobytes()])
+
+    def test_parse_and_check(self):
+        from sfb.torch._renorm import _check, _parse
+        w = torch.zeros(10, 4)
+        got = _parse(self.blob() + self.blob(b"bag", (), (0, 9)), 1)
+        self.assertEqual(sorted(got), ["bag", "emb"])
+        self.assertEqual(got["emb"][0], (1.0, 2.0))
+        self.assertEqual(got["emb"][1].tolist(), [1, 5])
+        self.assertEqual(got["bag"][2].tolist(), [0, 9])
+        self.assertEqual(got["bag"][3].shape, (2, 4))
+        for part in got.values():
+            _check("emb", w, 1, part)
+        for bad in (self.blob()[:-3], self.blob()[:20], self.blob(once=(1,))[:40] + b"x" * 9):
+            with self.assertRaises(sft.MismatchError) as e:
+                _parse(bad, 2)
+            self.assertIn("rank 2's renormalized rows (max_norm) are malformed", str(e.exception))
+            self.assertEqual(e.exception.rank, 2)
+        for kw, words in ((dict(once=(10,)), "ids outside its 10 rows"),
+                          (dict(twice=(-1,)), "ids outside its 10 rows"),
+                          (dict(width=3), "rows 3 wide, not 4"),
+                          (dict(setting=(float("nan"), 2.0)), "max_norm nan")):
+            with self.assertRaises(sft.MismatchError) as e:
+                _check("emb", w, 3, _parse(self.blob(**kw), 3)["emb"])
+            self.assertIn("rank 3 renormalized rows of emb (max_norm) with " + words,
+                          str(e.exception))
 
 
 class MeasuredPlan(unittest.TestCase):

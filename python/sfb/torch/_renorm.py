@@ -105,7 +105,7 @@ class Renorms:
         """Every rank's changed rows, then this rank's replica of them made
         the job's."""
         s = self.sync
-        parts = [_parse(p) for p in allgather_bytes(s.job, self._encode())]
+        parts = [_parse(p, q) for q, p in enumerate(allgather_bytes(s.job, self._encode()))]
         names = dict(s.params)
         for name in sorted(set(n for p in parts for n in p)):
             weight = names.get(name)
@@ -113,7 +113,11 @@ class Renorms:
                 raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: another rank renormalized "
                                          "rows of %s (max_norm), which this rank's model does "
                                          "not have" % name)
-            self._apply(step, weight, name, [p.get(name) for p in parts])
+            theirs = [p.get(name) for p in parts]
+            for q, part in enumerate(theirs):
+                if part is not None:
+                    _check(name, weight, q, part)
+            self._apply(step, weight, name, theirs)
 
     def _encode(self):
         out = []
@@ -167,21 +171,45 @@ class Renorms:
                                                                       sorted(bits)])))
 
 
-def _parse(data):
-    """{name: (setting, once ids, twice ids, twice rows)} of one rank's blob."""
+def _parse(data, q):
+    """{name: (setting, once ids, twice ids, twice rows)} of rank q's blob
+    (each part checked: the bytes come from another process)."""
     out, o = {}, 0
-    while o < len(data):
-        ln, n1, n2, d = np.frombuffer(data, np.int64, 4, o).tolist()
-        o += 32
-        setting = tuple(np.frombuffer(data, np.float64, 2, o).tolist())
-        o += 16
-        name = data[o:o + ln].decode()
-        o += ln
-        once = np.frombuffer(data, np.int64, n1, o)
-        o += 8 * n1
-        twice = np.frombuffer(data, np.int64, n2, o)
-        o += 8 * n2
-        rows = np.frombuffer(data, np.float32, n2 * d, o).reshape(n2, d)
-        o += 4 * n2 * d
-        out[name] = (setting, once, twice, rows)
+    try:
+        while o < len(data):
+            ln, n1, n2, d = np.frombuffer(data, np.int64, 4, o).tolist()
+            o += 32
+            if min(ln, n1, n2, d) < 0 or o + 16 + ln + 8 * (n1 + n2) + 4 * n2 * d > len(data):
+                raise ValueError("lengths %d, %d, %d, %d past its end" % (ln, n1, n2, d))
+            setting = tuple(np.frombuffer(data, np.float64, 2, o).tolist())
+            o += 16
+            name = data[o:o + ln].decode()
+            o += ln
+            once = np.frombuffer(data, np.int64, n1, o)
+            o += 8 * n1
+            twice = np.frombuffer(data, np.int64, n2, o)
+            o += 8 * n2
+            rows = np.frombuffer(data, np.float32, n2 * d, o).reshape(n2, d)
+            o += 4 * n2 * d
+            out[name] = (setting, once, twice, rows)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: rank %d's renormalized rows (max_norm) "
+                                 "are malformed at byte %d of %d: %s" % (q, o, len(data), e),
+                                 rank=q) from None
     return out
+
+
+def _check(name, weight, q, part):
+    """Rank q's rows of weight: ids within the table, a row's width, a
+    setting torch accepts; else sfb.MismatchError naming them."""
+    (max_norm, norm_type), once, twice, rows = part
+    V, D = weight.shape
+    bad = [i for i in (once, twice) if i.size and (i.min() < 0 or i.max() >= V)]
+    why = ("ids outside its %d rows" % V if bad else
+           "rows %d wide, not %d" % (rows.shape[1], D) if twice.size and rows.shape[1] != D else
+           "max_norm %r, norm_type %r" % (max_norm, norm_type)
+           if not (np.isfinite(max_norm) and max_norm >= 0 and np.isfinite(norm_type) and
+                   norm_type > 0) else None)
+    if why:
+        raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: rank %d renormalized rows of %s "
+                                 "(max_norm) with %s" % (q, name, why), rank=q)
