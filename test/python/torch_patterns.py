@@ -27,7 +27,8 @@ exact: every rank trains through sfb.torch on its share of each global
                 weight's gradient norm (it must see one process's), a scale
                 on fc3's weight removed by its handle at step 10, one on the
                 LayerNorm's bias removed between step 14's forward and
-                backward()
+                backward(), and one on it and one on fc3's bias registered
+                there at step 16
     --uneven    per-rank sample counts that differ every step, zero
                 included, weighted by opt.set_samples(n)
     --join      rank r has 2r batches fewer, inside opt.join()
@@ -333,6 +334,10 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         out = model(xb, step)
     if args.hooks and step == 14:  # a handle removed between the forward and backward()
         HOOKED[id(model)]["late"].remove()
+    if args.hooks and step == 16:  # hooks registered there, on a bias by factors and a dense one
+        for p, f in ((model.fc3.bias, 0.5), (model.norm.bias, 2.0)):
+            if p.requires_grad:  # (--freeze: the LayerNorm is frozen then)
+                p.register_hook(lambda g, f=f: g * f)
     loss = nn.functional.cross_entropy(out.float(), yb)
     if args.penalty:
         loss = loss + PENALTY[0] * sum(p.pow(2).sum() for p in model.parameters() if p.dim() == 2)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import sfb as _sfb
 
 from ._env import _raise_hinted, _tell_peers
-from . import _env
+from . import _env, _grad_hooks
 
 
 _torch_linear = F.linear  # torch's own, whatever replaces the module's name
@@ -284,9 +284,9 @@ def _row_range(view, base):
 
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
-    F.conv2d's, F.batch_norm's, F.instance_norm's, torch.autograd.grad's and
-    torch.autograd.backward's calls, and the recurrent layers' operators, go to sync (None: torch's
-    own again)."""
+    F.conv2d's, F.batch_norm's, F.instance_norm's, torch.autograd.grad's,
+    torch.autograd.backward's and Tensor.register_hook's calls, and the
+    recurrent layers' operators, go to sync (None: torch's own again)."""
     from . import _batchnorm, _conv, _embedding as e, _recurrent
     global _active
     _active = sync
@@ -297,6 +297,8 @@ def _intercept(sync):
     torch.autograd.grad = _autograd_grad if sync is not None else _torch_autograd_grad
     torch.autograd.backward = (_autograd_backward if sync is not None else
                                _torch_autograd_backward)
+    torch.Tensor.register_hook = (_grad_hooks.register_hook if sync is not None else
+                                  _grad_hooks._torch_register_hook)
     F.conv1d = _conv.conv1d if sync is not None else _conv._torch_conv1d
     F.conv2d = _conv.conv2d if sync is not None else _conv._torch_conv2d
     F.linear = _linear if sync is not None else _torch_linear
@@ -316,8 +318,8 @@ class _Passes:
             if p.requires_grad:
                 # (torch 2 runs a leaf's hooks with None where a function
                 # gave it no gradient: _LinearFactors' weight and bias)
-                self.hooks.append(p.register_hook(
-                    lambda grad, p=p: None if grad is None else self._dense_grad(p)))
+                self.hooks.append(_grad_hooks._torch_register_hook(
+                    p, lambda grad, p=p: None if grad is None else self._dense_grad(p)))
             else:
                 left.append(p)
         if len(left) < len(self.unhooked) and self.attached:

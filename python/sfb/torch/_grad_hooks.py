@@ -9,9 +9,25 @@ gradient — what one process's hook sees — and put back. While moved, each
 leaves a placeholder under its key that does nothing (_held): a handle's
 remove() takes that away, so a hook removed between the forward and the
 reduction is neither run nor put back, as one process would not run it.
-Refused where the reduced gradient is not one pass's:
-backward_passes_per_step > 1, staleness > 0."""
+Tensor.register_hook on such a parameter while a DistributedOptimizer
+lives moves the new hook at once (one registered between a forward and its
+backward(), or inside the forward). Refused where the reduced gradient is
+not one pass's: backward_passes_per_step > 1, staleness > 0."""
+import torch
+
 import sfb as _sfb
+
+_torch_register_hook = torch.Tensor.register_hook
+
+
+def register_hook(tensor, hook):
+    """Tensor.register_hook while a DistributedOptimizer lives."""
+    handle = _torch_register_hook(tensor, hook)
+    from . import _capture
+    s = _capture._active
+    if s is not None and id(tensor) in s.group_of:
+        s.user_hooks.adopt(s, tensor, handle.id)
+    return handle
 
 
 def _held(grad):
@@ -37,20 +53,17 @@ class Hooks:
             mine = [(k, fn) for k, fn in d.items() if k not in own and fn is not _held]
             if not mine:
                 continue
-            if sync.additive or sync.passes_per_step > 1:
-                raise _sfb.UsageError(
-                    "sfb.torch: %s has a gradient hook (Tensor.register_hook), which one "
-                    "process runs on each backward pass's gradient: %s, sfb.torch holds no such "
-                    "gradient to run it on. Change .grad after backward() instead%s" %
-                    (name, "at staleness %d each rank's update is applied as it comes" %
-                     sync.staleness if sync.additive else
-                     "with backward_passes_per_step=%d the passes are reduced together" %
-                     sync.passes_per_step,
-                     "" if sync.additive else " (it holds every rank's mean then)"),
-                    param=name)
+            _refuse(sync, name)
             for k, _ in mine:
                 d[k] = _held
             self.moved.setdefault(id(p), (p, []))[1].extend(mine)
+
+    def adopt(self, sync, p, key):
+        """A hook just registered on p (a parameter sfb reduces): moved now."""
+        _refuse(sync, sync.names.get(id(p), "a parameter"))
+        d = p._backward_hooks
+        fn, d[key] = d[key], _held
+        self.moved.setdefault(id(p), (p, []))[1].append((key, fn))
 
     def pass_begins(self):
         """The pass's first gradient: each hooked parameter's .grad before it."""
@@ -89,3 +102,18 @@ class Hooks:
                 if p._backward_hooks.get(k) is _held:
                     p._backward_hooks[k] = fn
         self.moved, self.base = {}, {}
+
+
+def _refuse(sync, name):
+    """A gradient hook where the reduced gradient is not one pass's."""
+    if sync.additive or sync.passes_per_step > 1:
+        raise _sfb.UsageError(
+            "sfb.torch: %s has a gradient hook (Tensor.register_hook), which one "
+            "process runs on each backward pass's gradient: %s, sfb.torch holds no such "
+            "gradient to run it on. Change .grad after backward() instead%s" %
+            (name, "at staleness %d each rank's update is applied as it comes" %
+             sync.staleness if sync.additive else
+             "with backward_passes_per_step=%d the passes are reduced together" %
+             sync.passes_per_step,
+             "" if sync.additive else " (it holds every rank's mean then)"),
+            param=name)
