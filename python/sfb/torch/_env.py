@@ -50,6 +50,19 @@ def keep_backward_eager():
         clock = dynamo.disable(_wall)
 
 
+def _user_stacklevel():
+    """warnings.warn's stacklevel for the caller's caller to name the first
+    frame outside sfb and torch: the user's line (a reduction runs inside
+    torch's backward(), called from it)."""
+    import os
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    skip = (here + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    f, level = sys._getframe(2), 2
+    while f is not None and f.f_code.co_filename.startswith(skip):
+        f, level = f.f_back, level + 1
+    return level if f is not None else 2
+
+
 def _log(msg):
     """A line on stderr, as the library's own (sfb launch prefixes the rank)."""
     print(msg, file=sys.stderr, flush=True)

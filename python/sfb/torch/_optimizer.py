@@ -960,7 +960,8 @@ class _Sync(_Passes):
                 "their union weighs each rank by its samples. Call opt.set_samples(n) before "
                 "backward() with the count this rank's loss averages over (samples, or tokens); "
                 "set_samples(1) on every rank keeps DDP's rule" %
-                (self.clock, shown, ", ..." if len(counts) > 8 else ""), stacklevel=2)
+                (self.clock, shown, ", ..." if len(counts) > 8 else ""),
+                stacklevel=_env._user_stacklevel())
 
     def _measure(self, meta, end, was_training):
         """The step's time and samples for the next meta row; sync="auto":
