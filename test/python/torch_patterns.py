@@ -1489,6 +1489,9 @@ def unequal():
                 opt.step()
         sft.shutdown()
         said = [str(w.message) for w in got if "minibatches differ" in str(w.message)]
+        where = [os.path.basename(w.filename) for w in got if "minibatches differ" in str(w.message)]
+        if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
+            fail("the warning points at %s" % where)
         want = [] if explicit or r else [
             "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples one "
             "of their layers took: %s) and no rank called opt.set_samples(n)" %
