@@ -58,7 +58,7 @@ def _user_stacklevel():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     skip = (here + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     f, level = sys._getframe(2), 2
-    while f is not None and f.f_code.co_filename.startswith(skip):
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(skip):
         f, level = f.f_back, level + 1
     return level if f is not None else 2
 
