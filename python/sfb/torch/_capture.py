@@ -244,13 +244,13 @@ def _autograd_grad(outputs, inputs, *args, **kwargs):
 _torch_autograd_backward = torch.autograd.backward
 
 
-def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
-                       grad_variables=None, inputs=None):
+def _autograd_backward(*args, **kwargs):
     """torch.autograd.backward (and Tensor.backward) while a DistributedOptimizer
     lives: inputs= naming a parameter the job synchronizes is refused (a
     pass restricted to some tensors never ends sfb's step: only a full
     backward does); inputs= of other tensors (an input's gradient) is fine."""
     s = _active
+    inputs = kwargs.get("inputs", args[5] if len(args) > 5 else None)
     if s is not None and inputs is not None:
         for t in ([inputs] if torch.is_tensor(inputs) else list(inputs)):
             if id(t) in s.group_of:
@@ -262,8 +262,7 @@ def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_gra
                     "what must not get a gradient, or .grad of the rest set to None before "
                     "step()): inputs= that name no parameter of the optimizer are fine" % name,
                     param=name)
-    return _torch_autograd_backward(tensors, grad_tensors, retain_graph, create_graph,
-                                    grad_variables, inputs)
+    return _torch_autograd_backward(*args, **kwargs)
 
 
 def _row_range(view, base):
