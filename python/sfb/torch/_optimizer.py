@@ -1519,7 +1519,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
     patched = optimizer.__dict__.get("step")
-    if patched is not None and not getattr(patched, "_with_counter", False):
+    if patched is not None and not _scheduler_step(patched):
         raise _sfb.UsageError("DistributedOptimizer: this optimizer's step was replaced on the "
                               "object (%r), which would step around sfb: wrap the optimizer "
                               "before patching its step" % (patched,))
@@ -1550,16 +1550,23 @@ def _in_place(optimizer, state):
     optimizer._sfb = state
     if counted is not None:
         # a learning-rate scheduler made before wrapping counts the steps
-        # through the object's own step (torch's with_counter), which calls
-        # the class it was made for: count this class's steps instead
+        # through the object's own step (torch 1's with_counter, torch 2's
+        # patch_track_step_called), which calls the class it was made for:
+        # count this class's steps instead, as either does
         ref = weakref.ref(optimizer)
 
         def step(*args, **kwargs):
             opt = ref()
             opt._step_count = getattr(opt, "_step_count", 0) + 1
+            opt._opt_called = True
             return cls.step(opt, *args, **kwargs)
-        step._with_counter = True
+        step._with_counter = step._wrapped_by_lr_sched = True
         optimizer.step = step
+
+
+def _scheduler_step(step):
+    """A step a learning-rate scheduler put on the optimizer object."""
+    return getattr(step, "_with_counter", False) or getattr(step, "_wrapped_by_lr_sched", False)
 
 
 def _another(old, optimizer, model, args):
