@@ -153,9 +153,7 @@ class _RowsFactors(torch.autograd.Function):
             got = torch.autograd.grad(out, [w, q] if want_psw else [w], go)
         g = got[0].coalesce()
         if ctx.needs_input_grad[0]:
-            # (copies: torch 2's sparse gradient can be a view of `go`, a
-            # buffer autograd may reuse once this function returns)
-            slot.sync.take_rows(slot, g.indices()[0].clone(), g.values().clone(), ctx.n)
+            slot.sync.take_rows(slot, g.indices()[0], g.values(), ctx.n)
         if slot.sync.timeline:
             slot.sync.span("backward " + slot.name, t0)
         return None, got[1] if want_psw else None, torch.zeros(1), None, None, None
