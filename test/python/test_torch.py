@@ -661,6 +661,21 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(ValueError, ["2.weight has a gradient hook",
                                              "backward_passes_per_step=2"], m, x)
 
+    def test_autograd_grad_takes_a_generator(self):
+        """torch.autograd.grad with respect to model.parameters() of a part
+        that goes densely (a generator, read once): torch's gradients."""
+        torch.manual_seed(4)
+        m = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Linear(8, 3))
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        x, y = data()
+        loss = nn.functional.cross_entropy(m(x), y)
+        got = torch.autograd.grad(loss, m[1].parameters(), retain_graph=True)
+        want = torch.autograd.grad(loss, list(m[1].parameters()))
+        self.assertEqual(len(got), 2)
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
+        del opt
+
     def test_samples_beyond_the_first_step(self):
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)

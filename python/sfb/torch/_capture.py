@@ -222,6 +222,14 @@ def _linear(input, weight, bias=None):
 _torch_autograd_grad = torch.autograd.grad
 
 
+def _tensors_named(s, inputs, among):
+    """inputs as a list (a generator read once, for torch too) and the name
+    of the first that is in `among` (ids of parameters), or None."""
+    inputs = [inputs] if torch.is_tensor(inputs) else list(inputs)
+    hit = next((t for t in inputs if id(t) in among), None)
+    return inputs, None if hit is None else s.names.get(id(hit), "a parameter")
+
+
 def _autograd_grad(outputs, inputs, *args, **kwargs):
     """torch.autograd.grad while a DistributedOptimizer lives: a gradient
     with respect to a weight or bias sfb carries by factors or sparse rows
@@ -229,15 +237,14 @@ def _autograd_grad(outputs, inputs, *args, **kwargs):
     or give None with allow_unused=True)."""
     s = _active
     if s is not None:
-        for t in ([inputs] if torch.is_tensor(inputs) else list(inputs)):
-            if id(t) in s.covered:
-                name = s.names.get(id(t), "a parameter")
-                raise _sfb.UsageError(
-                    "sfb.torch: torch.autograd.grad with respect to %s: sfb carries its "
-                    "gradient by factors (or a table's rows) and never forms it in torch; use "
-                    "backward(), after which .grad holds every rank's mean (gradients with "
-                    "respect to inputs and to the densely synchronized parameters are fine)"
-                    % name, param=name)
+        inputs, name = _tensors_named(s, inputs, s.covered)
+        if name is not None:
+            raise _sfb.UsageError(
+                "sfb.torch: torch.autograd.grad with respect to %s: sfb carries its "
+                "gradient by factors (or a table's rows) and never forms it in torch; use "
+                "backward(), after which .grad holds every rank's mean (gradients with "
+                "respect to inputs and to the densely synchronized parameters are fine)"
+                % name, param=name)
     return _torch_autograd_grad(outputs, inputs, *args, **kwargs)
 
 
@@ -250,18 +257,18 @@ def _autograd_backward(*args, **kwargs):
     pass restricted to some tensors never ends sfb's step: only a full
     backward does); inputs= of other tensors (an input's gradient) is fine."""
     s = _active
-    inputs = kwargs.get("inputs", args[5] if len(args) > 5 else None)
-    if s is not None and inputs is not None:
-        for t in ([inputs] if torch.is_tensor(inputs) else list(inputs)):
-            if id(t) in s.group_of:
-                name = s.names.get(id(t), "a parameter")
-                raise _sfb.UsageError(
-                    "sfb.torch: backward(inputs=...) with %s among the inputs: sfb reduces a "
-                    "step's gradients at the end of a full backward pass, and one restricted to "
-                    "some parameters never ends it; use backward() (requires_grad_(False) on "
-                    "what must not get a gradient, or .grad of the rest set to None before "
-                    "step()): inputs= that name no parameter of the optimizer are fine" % name,
-                    param=name)
+    if len(args) > 5:  # (inputs given by position: as a keyword, torch takes either)
+        args, kwargs = args[:5], dict(kwargs, inputs=args[5])
+    if s is not None and kwargs.get("inputs") is not None:
+        kwargs["inputs"], name = _tensors_named(s, kwargs["inputs"], s.group_of)
+        if name is not None:
+            raise _sfb.UsageError(
+                "sfb.torch: backward(inputs=...) with %s among the inputs: sfb reduces a "
+                "step's gradients at the end of a full backward pass, and one restricted to "
+                "some parameters never ends it; use backward() (requires_grad_(False) on "
+                "what must not get a gradient, or .grad of the rest set to None before "
+                "step()): inputs= that name no parameter of the optimizer are fine" % name,
+                param=name)
     return _torch_autograd_backward(*args, **kwargs)
 
 

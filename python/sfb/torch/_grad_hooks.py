@@ -54,16 +54,18 @@ class Hooks:
             if not mine:
                 continue
             _refuse(sync, name)
-            for k, _ in mine:
-                d[k] = _held
-            self.moved.setdefault(id(p), (p, []))[1].extend(mine)
+            self._move(p, mine)
 
     def adopt(self, sync, p, key):
         """A hook just registered on p (a parameter sfb reduces): moved now."""
         _refuse(sync, sync.names.get(id(p), "a parameter"))
-        d = p._backward_hooks
-        fn, d[key] = d[key], _held
-        self.moved.setdefault(id(p), (p, []))[1].append((key, fn))
+        self._move(p, [(key, p._backward_hooks[key])])
+
+    def _move(self, p, hooks):
+        """hooks ((key, fn) of p's) off p until the reduction, _held in their place."""
+        for k, _ in hooks:
+            p._backward_hooks[k] = _held
+        self.moved.setdefault(id(p), (p, []))[1].extend(hooks)
 
     def pass_begins(self):
         """The pass's first gradient: each hooked parameter's .grad before it."""
