@@ -148,7 +148,8 @@ class Renorms:
             if p is not None:
                 for i, row in zip(p[2].tolist(), p[3]):
                     bits.setdefault(i, row)
-        every = np.union1d(once, np.array(sorted(bits), np.int64))
+        twice = np.array(sorted(bits), np.int64)
+        every = np.union1d(once, twice)
         foreign = np.setdiff1d(every, mine.numpy().astype(np.int64), assume_unique=True)
         whole = t and (t.read_whole or t.trained and id(weight) not in s.rows_of and
                        "carried densely: its gradient is not only its lookups' rows")
@@ -161,14 +162,13 @@ class Renorms:
                 "or drop max_norm)" % (step, name, setting[0], whole, foreign.size),
                 param=name)
         with torch.no_grad():
-            redo = np.setdiff1d(np.intersect1d(once, foreign, assume_unique=True),
-                                np.array(sorted(bits), np.int64), assume_unique=True)
+            redo = np.setdiff1d(np.intersect1d(once, foreign, assume_unique=True), twice,
+                                assume_unique=True)
             if redo.size:
                 torch.embedding_renorm_(weight, torch.from_numpy(redo), setting[0], setting[1])
-            if bits:
-                ids = torch.tensor(sorted(bits), dtype=torch.int64)
-                weight.index_copy_(0, ids, torch.from_numpy(np.stack([bits[i] for i in
-                                                                      sorted(bits)])))
+            if twice.size:
+                weight.index_copy_(0, torch.from_numpy(twice),
+                                   torch.from_numpy(np.stack([bits[i] for i in twice.tolist()])))
 
 
 def _parse(data, q):
