@@ -12,7 +12,8 @@
 # mode, parametrized weights (spectral norm, orthogonal), gradient hooks on
 # parameters (Tensor.register_hook: a scale, clamps, a watcher), a GAN's
 # alternating steps under one optimizer, all
-# of them at once; 300 Adam steps bit-identical; and what must fail fast:
+# of them at once; step(closure) (LBFGS's line search); 300 Adam steps
+# bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, an
 # InstanceNorm keeping running statistics in training mode and a BatchNorm
@@ -62,6 +63,14 @@ cases=(
   # apart (seen 1e-2)
   "exact --autocast --freeze --route --clip --buckets --opt adam"
   "exact --checkpoint --freeze --validate --opt momentum"
+  # step(closure): a reduction per call, the loss it returns the ranks' mean
+  # (LBFGS's line search and stopping tests decide as one process's; LBFGS
+  # amplifies rounding: one process differs from itself by 1.2e-4 after 5
+  # steps when it computes its forward in the ranks' pieces, 4e-2 after 20)
+  "exact --closure --opt lbfgs --steps 5 --tol 1e-3"
+  "exact --closure --opt momentum --uneven --clip --freeze"
+  # (inside join(): refused, naming the rank that joined)
+  "closurejoin --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum --hooks"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
   # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and

@@ -156,18 +156,18 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "loadstate", "staleclip", "addgroup",
+ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal"])
-ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw"])
+ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
 ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
              "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
-             "transposed", "batchnorm", "parametrize", "hvd", "hooks"):
+             "transposed", "batchnorm", "parametrize", "hvd", "hooks", "closure"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -226,6 +226,9 @@ def make_opt(params):
         return torch.optim.AdamW(params, lr=0.01, weight_decay=0.05)
     if args.opt == "momentum":
         return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    if args.opt == "lbfgs":  # (step(closure) only: --closure)
+        return torch.optim.LBFGS(params, lr=0.2, max_iter=3, history_size=4,
+                                 line_search_fn="strong_wolfe")
     return torch.optim.SGD(params, lr=0.1)
 
 
@@ -322,40 +325,54 @@ def one_step(model, opt, xb, yb, step, sfb_side):
     """What a training loop does in one step, the same for sfb and one process."""
     apply_schedule(model, step)
     hook_schedule(model, step)
-    if args.no_zero:
-        model.zero_grad(set_to_none=False)
-    else:
-        opt.zero_grad()
-    if sfb_side and args.uneven:
-        opt.set_samples(len(xb))
-    if args.gradpen:
-        xb = xb.clone().requires_grad_(True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
-        out = model(xb, step)
-    if args.hooks and step == 14:  # a handle removed between the forward and backward()
-        HOOKED[id(model)]["late"].remove()
-    if args.hooks and step == 16:  # hooks registered there, on a bias by factors and a dense one
-        for p, f in ((model.fc3.bias, 0.5), (model.norm.bias, 2.0)):
-            if p.requires_grad:  # (--freeze: the LayerNorm is frozen then)
-                p.register_hook(lambda g, f=f: g * f)
-    loss = nn.functional.cross_entropy(out.float(), yb)
-    if args.penalty:
-        loss = loss + PENALTY[0] * sum(p.pow(2).sum() for p in model.parameters() if p.dim() == 2)
-    if args.transposed and len(xb):
-        loss = loss + 0.1 * nn.functional.mse_loss(model.recon, xb)
-    if args.gradpen and len(xb):
-        g, = torch.autograd.grad(out.float().sum(), xb, create_graph=True)
-        loss = loss + 0.01 * g.pow(2).sum(1).mean()
-    loss.backward()
-    hvd = sfb_side and args.hvd
-    if hvd:
+    norms = []  # clip_grad_norm_'s, per backward (--closure: per call)
+
+    def closure():
+        CALLS[sfb_side] += 1
+        if args.no_zero:
+            model.zero_grad(set_to_none=False)
+        else:
+            opt.zero_grad()
+        if sfb_side and args.uneven:
+            opt.set_samples(len(xb))
+        x = xb.clone().requires_grad_(True) if args.gradpen else xb
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            out = model(x, step)
+        if args.hooks and step == 14:  # a handle removed between the forward and backward()
+            HOOKED[id(model)]["late"].remove()
+        if args.hooks and step == 16:  # hooks registered there, on a bias by factors and a dense one
+            for p, f in ((model.fc3.bias, 0.5), (model.norm.bias, 2.0)):
+                if p.requires_grad:  # (--freeze: the LayerNorm is frozen then)
+                    p.register_hook(lambda g, f=f: g * f)
+        loss = nn.functional.cross_entropy(out.float(), yb)
+        if args.penalty:
+            loss = loss + PENALTY[0] * sum(p.pow(2).sum() for p in model.parameters()
+                                           if p.dim() == 2)
+        if args.transposed and len(x):
+            loss = loss + 0.1 * nn.functional.mse_loss(model.recon, x)
+        if args.gradpen and len(x):
+            g, = torch.autograd.grad(out.float().sum(), x, create_graph=True)
+            loss = loss + 0.01 * g.pow(2).sum(1).mean()
+        loss.backward()
+        if args.clip and not (sfb_side and args.hvd):
+            norms.append(float(nn.utils.clip_grad_norm_(model.parameters(), 0.05)))
+        return loss
+
+    if args.closure:  # (LBFGS's way: the loss it returns is the ranks' mean on every rank)
+        LOSSES[sfb_side].append(float(opt.step(closure)))
+        return norms[0] if norms else None
+    closure()
+    if sfb_side and args.hvd:  # clipping as Horovod's loop writes it
         opt.synchronize()
-    norm = None
-    if args.clip:
-        norm = float(nn.utils.clip_grad_norm_(model.parameters(), 0.05))
-    with opt.skip_synchronize() if hvd else contextlib.nullcontext():
+        if args.clip:
+            norms.append(float(nn.utils.clip_grad_norm_(model.parameters(), 0.05)))
+    with opt.skip_synchronize() if sfb_side and args.hvd else contextlib.nullcontext():
         opt.step()
-    return norm
+    return norms[0] if norms else None
+
+
+LOSSES = {True: [], False: []}  # --closure: what step(closure) returned, sfb's and one process's
+CALLS = {True: 0, False: 0}  # the backward passes (the calls of the closure) on each side
 
 
 # The reference's global batch, as the ranks' rows (reference() sets it per
@@ -437,6 +454,8 @@ def setup_model(make):
 
 def exact():
     HOOKED.clear()
+    for side in (True, False):
+        LOSSES[side], CALLS[side] = [], 0
     model = setup()
     P, r = sft.size(), sft.rank()
     x, y = data()
@@ -486,8 +505,18 @@ def exact():
         if bad:
             fail("clip_grad_norm_ at step %d saw %.7g, one process %.7g" %
                  (bad[0], mine[bad[0]], ref_norms[bad[0]]))
-    if clock != args.steps:
-        fail("the job's clock is %d after %d steps" % (clock, args.steps))
+    if args.closure:  # (this rank's steps: with --join, the first of the reference's)
+        mine, theirs = LOSSES[True], LOSSES[False]
+        bad = [t for t, (a, b) in enumerate(zip(mine, theirs)) if abs(a - b) > args.tol * abs(b)]
+        if len(mine) != steps_of(r) or bad:
+            fail("step(closure) returned at step %d %s, one process %s" % (bad[0], mine[bad[0]:][:3],
+                                                                 theirs[bad[0]:][:3])
+                 if bad else "%d losses from %d steps" % (len(mine), steps_of(r)))
+    # (step(closure): a reduction per call, as many as one process's calls)
+    if clock != (CALLS[False] if args.closure else args.steps) or \
+            (args.closure and CALLS[True] != clock):
+        fail("the job's clock is %d after %d steps (%d calls of the closure, one process %d)" %
+             (clock, args.steps, CALLS[True], CALLS[False]))
     if args.hooks:  # (the steps this rank took: with --join, the first of the reference's)
         mine, ref_norms = HOOKED[id(model)]["norms"], HOOKED[id(ref)]["norms"]
         bad = [t for t, (a, b) in enumerate(zip(mine, ref_norms)) if abs(a - b) > 1e-5 * b]
@@ -567,6 +596,34 @@ def nojoin():
         if took > 4:
             fail("the error took %.1f s" % took)
         print("ok nojoin: %s: %s" % (type(e).__name__, e), flush=True)
+        closed()
+        return
+    fail("no error")
+
+
+def closurejoin():
+    """step(closure) inside join(): the ranks out of data run no closure, and
+    its loss is every rank's: refused at once on every rank, naming the rank
+    that joined."""
+    args.closure = True
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    t0 = time.monotonic()
+    try:
+        with opt.join():
+            for t in range(args.steps - (2 if r == 1 else 0)):
+                xb, yb = shard(x, y, t, r, P)
+                one_step(model, opt, xb, yb, t, True)
+    except sfb.Error as e:
+        took = time.monotonic() - t0
+        if "step(closure) while rank 1 has joined" not in str(e):
+            fail("expected step(closure) refused naming rank 1, got %s: %s" %
+                 (type(e).__name__, e))
+        if took > 4:
+            fail("the error took %.1f s" % took)
+        print("ok closurejoin: %s: %s" % (type(e).__name__, e), flush=True)
         closed()
         return
     fail("no error")
@@ -1528,7 +1585,7 @@ def main():
     for text in sys.argv[1:]:
         args = ap.parse_args(shlex.split(text))
         sys.argv_case = shlex.split(text)
-        {"exact": exact, "nojoin": nojoin, "loadstate": loadstate,
+        {"exact": exact, "nojoin": nojoin, "closurejoin": closurejoin, "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,

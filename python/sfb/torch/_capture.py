@@ -453,8 +453,20 @@ class _Passes:
                         "the first step, so sfb.torch carries it by factors, which cannot add "
                         "that gradient. One used so in the first step goes densely (opt.plan "
                         "says so): use it so from the first step (a penalty with weight 0, "
-                        "say)" %
-                        (slot.name, self.clock), param=slot.name)
+                        "say)%s" %
+                        (slot.name, self.clock, self._pruned_since(p)), param=slot.name)
+
+    def _pruned_since(self, p):
+        """The refusal's words where torch.nn.utils.prune reparametrized p
+        since (p is a module's name_orig now, its weight orig * mask)."""
+        for mname, m in self.model.named_modules():
+            for k, q in m._parameters.items():
+                if q is p and k.endswith("_orig"):
+                    return ("; %s is pruned (torch.nn.utils.prune) since: prune it before "
+                            "wrapping its optimizer (prune.identity(module, %r) keeps every "
+                            "weight and sends it densely; prune it further at any step)" %
+                            (".".join(filter(None, (mname, k[:-5]))), k[:-5]))
+        return ""
 
     def _ours(self, p):
         g = self.handed.get(id(p))

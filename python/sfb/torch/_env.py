@@ -14,6 +14,7 @@ _local_size = 1      # ranks on this host
 _local_rank = 0      # this rank's index among them
 _optimizer = None    # the job's DistributedOptimizers' _Sync (one for all of them)
 _final_stats = None  # the last job's counters at its end (stats())
+_failed = False      # this rank told the job's peers it failed (_tell_peers)
 _join_text = ""      # an elastic job's settings a joiner must share (init())
 _runs = 0            # elastic.run calls entered (collectives may run after the first)
 
@@ -79,8 +80,10 @@ def _resettable(e):
 def _tell_peers(e):
     """A failure the peers learn at once (they stop naming this rank),
     unless it is an elastic job's world change."""
+    global _failed
     if _job is not None and not _resettable(e):
         _job.abort("%s: %s" % (type(e).__name__, e))
+        _failed = True
 
 
 def _launcher_args():
@@ -206,14 +209,16 @@ def shutdown():
     when the ranks took different numbers of optimizer steps; sfb.UsageError
     inside a step (backward_passes_per_step > 1: fewer passes than that
     since the last reduction). A step reduced and not taken (a loop that
-    skips a step it dislikes) is over."""
-    global _job, _optimizer, _final_stats
+    skips a step it dislikes) is over. After sfb.torch raised an error that
+    ended the job on this rank (the peers were told), it only leaves: the
+    error was the answer (a `finally: shutdown()` adds none of its own)."""
+    global _job, _optimizer, _final_stats, _failed
     if _job is None:
         return
     try:
-        if _optimizer is not None:
+        if _optimizer is not None and not _failed:
             _optimizer.finish()
-        else:
+        elif not _failed:
             _job.finish(-1)
         _final_stats = stats()
     except BaseException as e:  # the peers learn why (they may not have seen it yet)
@@ -223,7 +228,7 @@ def shutdown():
         if _optimizer is not None:
             _optimizer.release()  # the model's layers as they were, its parameters kept
         _job.close()
-        _job, _optimizer = None, None
+        _job, _optimizer, _failed = None, None, False
 
 
 def stats():

@@ -262,6 +262,8 @@ class _Sync(_Passes):
         self.dense_label = {}  # its plan line's name (a weight's with its bias: the layer's)
         self.mixed = set()    # before the first reduction: covered parameters used densely too
         self.model_params = list(model.named_parameters())
+        # what each parameter of the job is (a backward pass checks it stayed so)
+        self.held = [(n, p, p.shape) for n, p in self.model_params if id(p) in in_opt]
         for mname, m in model.named_modules():
             # (the parameters themselves, never m.weight: a weight of
             # torch.nn.utils.parametrize is computed at every read, and a
@@ -898,6 +900,7 @@ class _Sync(_Passes):
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
+        self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if self.clock in FOREIGN_CLOCKS and job.world > 1:
             self._check_foreign()
@@ -1118,6 +1121,68 @@ class _Sync(_Passes):
             slot.commit()
         self.reduce()
 
+    def closure(self, closure):
+        """step(closure): the closure wrapped so that each call is one
+        reduction and returns the ranks' weighted mean of its loss (the
+        same bits on every rank: a line search decides alike)."""
+        U = _sfb.UsageError
+        if self.additive or self.elastic or self.passes_per_step != 1 or len(self.opts) > 1:
+            raise U("sfb.torch: step(closure) needs staleness=0, backward_passes_per_step=1, "
+                    "one DistributedOptimizer in the job and no elastic job (%s here)" %
+                    ("staleness %d" % self.staleness if self.additive else
+                     "an elastic job" if self.elastic else
+                     "backward_passes_per_step %d" % self.passes_per_step
+                     if self.passes_per_step != 1 else "%d optimizers" % len(self.opts)))
+        if self.passes:
+            raise U("sfb.torch: step(closure) after a backward() not reduced yet")
+
+        def reduced():
+            clock = self.clock
+            with torch.enable_grad():
+                loss = closure()
+            if self.clock != clock + 1:
+                raise U("sfb.torch: step(closure): the closure %s: each call must compute the "
+                        "loss and call backward() on it once (the ranks' gradients are reduced "
+                        "then) and return it" % ("called backward() %d times" %
+                                                 (self.clock - clock)
+                                                 if self.clock > clock else
+                                                 "did not call backward()"))
+            return self._mean_loss(loss)
+        return reduced
+
+    def _mean_loss(self, loss):
+        """The ranks' mean of the loss each returned from its closure,
+        weighted as the last reduction weighed their gradients (collective:
+        every rank of the reduction is training)."""
+        meta = self.last_meta
+        states = meta[:, self.n_params + 1]
+        if (states != _TRAINING).any():
+            raise _sfb.UsageError(
+                "sfb.torch: step(closure) while rank %d %s: every rank runs each call of the "
+                "closure (join() gives the ranks out of data no closure to run)" %
+                (int(np.argmax(states != _TRAINING)),
+                 "has joined" if _JOINED in states else "leaves"))
+        try:
+            value = None if loss is None else float(loss)
+        except (TypeError, ValueError, RuntimeError):
+            raise _sfb.UsageError("sfb.torch: step(closure): the closure returned %s, not a loss "
+                                  "(a number or a one-element tensor)" % type(loss).__name__)
+        mine = np.array([0.0 if value is None else value, 1.0 if value is None else 0.0])
+        parts = [np.frombuffer(b, np.float64) for b in self.job.allgather(mine.tobytes())]
+        if any((q[1] != 0) != (value is None) for q in parts):
+            raise _sfb.MismatchError("sfb.torch: step(closure): the closure returned a loss on "
+                                     "some ranks and None on others")
+        if value is None:
+            return None
+        total = num = 0.0
+        for q, part in enumerate(parts):  # rank order: the same bits on every rank
+            w = float(meta[q, self.n_params])
+            if w > 0:  # (a rank of no samples: its mean loss is NaN)
+                total += w
+                num += w * part[0]
+        mean = num / total if total > 0 else value
+        return torch.tensor(mean, dtype=loss.dtype) if torch.is_tensor(loss) else mean
+
     def _publish_additive(self):
         if self.synced:
             return
@@ -1210,7 +1275,28 @@ class _Sync(_Passes):
         step on the last reduction, a new step (several optimizers)."""
         if self.stepped_clock:
             self.synced = self.grads = self.stepped_clock = False
+        self._check_held()
         self.user_hooks.pass_begins()
+
+    def _check_held(self):
+        """The parameters of the job are float32 CPU tensors of the shapes
+        they had when it was made: model.double(), .to(), a .data of another
+        dtype or shape since would train on float32 gradients or the old
+        layout (a float64 model on float32 sums, silently), refused."""
+        f32 = torch.float32
+        for n, p, shape in self.held:
+            if p.dtype != f32 or p.shape != shape or p.is_cuda:
+                now = "%s %s%s" % ("x".join(map(str, p.shape)) or "scalar",
+                                   str(p.dtype).replace("torch.", ""),
+                                   " on %s" % p.device if p.is_cuda else "")
+                raise _sfb.UsageError(
+                    "sfb.torch: parameter %s is %s at step %d (%s float32 when its "
+                    "DistributedOptimizer was made): sfb synchronizes float32 CPU parameters of "
+                    "the shapes they had then (model.double(), .to(), .data replaced since). "
+                    "Change a model before wrapping its optimizer, or end the job "
+                    "(sft.shutdown()) and start another (sft.init(), a new "
+                    "DistributedOptimizer) for the changed model" %
+                    (n, now, self.clock, "x".join(map(str, shape)) or "scalar"), param=n)
 
     def _drop_grads(self):
         for _, p in self.params:
@@ -1340,25 +1426,33 @@ class _DistributedOptimizer:
         update and takes the SSP gate (staleness > 0). Returns what the
         wrapped step returns (None). Collective.
 
-        Raises sfb.UsageError for a closure, a step without backward(), a
+        closure (LBFGS's, or any optimizer's): each call runs the
+        closure's forward and backward(), a reduction of its own (.grad the
+        ranks' mean), and returns the ranks' mean of the loss it returned
+        (weighted as the gradient), so a line search or a stopping test
+        decides as one process on the union: the same on every rank.
+
+        Raises sfb.UsageError for a step without backward(), a closure
+        that does not call backward() once or returns no number, a
         Linear weight used outside its layer, a layer with more samples than
         max_samples, or (staleness > 0) a .grad changed since backward();
         sfb.MismatchError when the ranks disagree (first step: shapes,
         parameters, clock, optimizer state; later: the optimizer's steps or
         hyperparameters); sfb.PeerError when a rank died, went silent,
         aborted or left."""
-        if closure is not None:
-            raise _sfb.UsageError("sfb.torch: step(closure) is not supported (the closure "
-                                  "would run a second forward and backward within one step)")
         s = self._sfb
+        if closure is not None:
+            closure = s.closure(closure)
         try:
-            s.synchronize()
+            if closure is None:
+                s.synchronize()
         except _sfb.PeerError as e:
             _raise_hinted(e)
         loss = None
         if not s.additive:
             t0 = time.time()
-            loss = type(self)._sfb_base.step(self)
+            base = type(self)._sfb_base
+            loss = base.step(self) if closure is None else base.step(self, closure)
             s.span("step", t0)
         s.end_step()
         return loss
