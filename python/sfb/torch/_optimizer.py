@@ -1133,8 +1133,6 @@ class _Sync(_Passes):
                      "an elastic job" if self.elastic else
                      "backward_passes_per_step %d" % self.passes_per_step
                      if self.passes_per_step != 1 else "%d optimizers" % len(self.opts)))
-        if self.passes:
-            raise U("sfb.torch: step(closure) after a backward() not reduced yet")
 
         def reduced():
             clock = self.clock
