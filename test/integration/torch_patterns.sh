@@ -12,7 +12,8 @@
 # mode, parametrized weights (spectral norm, orthogonal), gradient hooks on
 # parameters (Tensor.register_hook: a scale, clamps, a watcher), a GAN's
 # alternating steps under one optimizer, all
-# of them at once; step(closure) (LBFGS's line search); 300 Adam steps
+# of them at once; step(closure) (LBFGS's line search); a contrastive loss
+# over the global batch (sft.allgather); 300 Adam steps
 # bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, an
@@ -95,6 +96,9 @@ cases=(
   "maxnorm --uneven --join --opt momentum"
   # minibatches of unequal sizes without set_samples: rank 0 warns, once
   unequal
+  # CLIP's loss over the global batch (sft.allgather, differentiable), ranks
+  # of unequal sample counts and none: one process's
+  "contrastive --uneven --opt adam"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -118,6 +122,7 @@ for c in "${cases[@]}"; do
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
   [ "$mode" = seq2seq ] || [ "$mode" = maxnorm ] && n=$(grep -cF "] ok $c:" "$tmp/out")
+  [ "$mode" = contrastive ] && n=$(grep -cF "] ok contrastive --uneven:" "$tmp/out")
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

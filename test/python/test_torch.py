@@ -155,6 +155,17 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(ValueError, ["step(closure) needs", "backward_passes_per_step 2"],
                                 opt.step, closure)
 
+    def test_allgather_one_rank(self):
+        # one rank: its own rows, their gradient passed through; a tensor
+        # of no dimension refused
+        t = torch.arange(6.0).view(3, 2).requires_grad_(True)
+        out = sft.allgather(t)
+        self.assertTrue(torch.equal(out, t.detach()))
+        (out * torch.tensor([1.0, 2.0])).sum().backward()
+        self.assertTrue(torch.equal(t.grad, torch.tensor([[1.0, 2.0]] * 3)))
+        self.assertRaisesNaming(ValueError, ["allgather", "at least one dimension"],
+                                sft.allgather, torch.tensor(1.0))
+
     def test_parameter_unknown_to_the_optimizer(self):
         # refused at the first forward with gradients (another optimizer
         # over the same model, wrapped next, may hold it)

@@ -159,7 +159,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
-                                 "schedules", "maxnorm", "unequal"])
+                                 "schedules", "maxnorm", "unequal", "contrastive"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1573,6 +1573,76 @@ def gather():
           (P, max(len(g["blob"]) for g in got)), flush=True)
 
 
+class Clip(nn.Module):
+    """Two encoders whose embeddings meet in CLIP's loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.img = nn.Sequential(nn.Linear(10, 24), nn.Tanh(), nn.Linear(24, 8))
+        self.txt = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 8))
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, a, b):
+        return (nn.functional.normalize(self.img(a), dim=1),
+                nn.functional.normalize(self.txt(b), dim=1))
+
+
+def clip_loss(model, zi, zt, Zi, Zt, lo):
+    """CLIP's symmetric loss of these rows (from row lo of the global batch)
+    against every row of Zi, Zt."""
+    labels = torch.arange(lo, lo + len(zi))
+    s = model.scale.exp()
+    return (nn.functional.cross_entropy(s * zi @ Zt.t(), labels) +
+            nn.functional.cross_entropy(s * zt @ Zi.t(), labels)) / 2
+
+
+def contrastive():
+    """A contrastive loss over the global batch: each rank's rows against
+    every rank's embeddings, gathered by sft.allgather (differentiable):
+    one process's on the union; a rank whose embeddings are wider is
+    refused, naming it."""
+    model = setup_model(Clip)
+    P, r = sft.size(), sft.rank()
+    ref = copy.deepcopy(model)
+    x, _ = data()
+    g = torch.Generator().manual_seed(3)
+    pairs = torch.tanh(x[:, :6] + 0.3 * torch.randn(len(x), 6, generator=g))
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
+                                   max_samples=2 * args.batch if args.uneven else None)
+    ref_opt = make_opt(ref.parameters())
+    job = sft._need()
+    for t in range(args.steps):
+        c = counts(t, P)
+        lo = (t * 37) % (len(x) - sum(c) - 1)
+        opt.zero_grad()
+        mine = slice(lo + sum(c[:r]), lo + sum(c[:r + 1]))
+        if args.uneven:
+            opt.set_samples(c[r])
+        zi, zt = model(x[mine], pairs[mine])
+        Zi, Zt = sft.allgather(zi), sft.allgather(zt)
+        if Zi.shape != (sum(c), 8):
+            fail("allgather gave %s rows from counts %s" % (tuple(Zi.shape), c))
+        clip_loss(model, zi, zt, Zi, Zt, sum(c[:r])).backward()
+        opt.step()
+        same(job, model, "after step %d" % t)
+        ref_opt.zero_grad()  # one process: the whole global batch
+        whole = slice(lo, lo + sum(c))
+        zi, zt = ref(x[whole], pairs[whole])
+        clip_loss(ref, zi, zt, zi, zt, 0).backward()
+        ref_opt.step()
+    worst, where = near_one_process(model, ref)
+    try:
+        sft.allgather(torch.zeros(2, 9 if r == 1 else 8))
+        fail("a rank's wider rows gathered")
+    except sfb.MismatchError as e:
+        if "rank 1 float32 9" not in str(e) or e.rank != 1:
+            fail("expected a MismatchError naming rank 1's rows, got %s" % e)
+    closed()
+    print("ok contrastive%s: %d steps bit-identical on %d ranks, within %.3g of one process "
+          "(%s); wider rows on rank 1 refused" % (" --uneven" if args.uneven else "",
+                                                  args.steps, P, worst, where), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -1590,7 +1660,7 @@ def main():
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
-         "unequal": unequal}[args.mode]()
+         "unequal": unequal, "contrastive": contrastive}[args.mode]()
 
 
 main()

@@ -1,5 +1,6 @@
 """Collectives for a training script: broadcasts of parameters, objects
-and optimizer state, and a small allreduce for metrics."""
+and optimizer state, a small allreduce for metrics, and a differentiable
+allgather (contrastive losses over the global batch)."""
 import numpy as np
 import torch
 
@@ -141,3 +142,87 @@ def allreduce(tensor, op="mean"):
         total /= job.world
     return torch.from_numpy(total).view(t.shape).to(t.dtype)
 
+
+
+_HEAD = 96  # bytes of allgather's header: a rank's dtype and trailing shape
+
+
+def _gather_rows(job, t, what, weight=1.0):
+    """Every rank's rows of t (dim 0 may differ, the rest and the dtype
+    must not), in rank order, as tensors of t's dtype, and every rank's
+    weight (collective)."""
+    head = ("%s %s" % (str(t.dtype).replace("torch.", ""),
+                       "x".join(map(str, t.shape[1:])) or "-")).encode()
+    if len(head) > _HEAD:
+        raise _sfb.UsageError("%s: a tensor of %d dimensions" % (what, t.dim()))
+    data = head.ljust(_HEAD, b" ") + np.float64(weight).tobytes() + \
+        t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    parts = allgather_bytes(job, data)
+    for q, b in enumerate(parts):
+        if b[:_HEAD] != parts[0][:_HEAD]:
+            raise _sfb.MismatchError(
+                -(4096 + 2), "%s: rank 0 passes %s rows, rank %d %s (the ranks' tensors may "
+                "differ in their first dimension only)" % (what, parts[0][:_HEAD].decode().strip(),
+                                                            q, b[:_HEAD].decode().strip()), q)
+    at = _HEAD + 8
+    rows = [torch.frombuffer(bytearray(b[at:]), dtype=torch.uint8).view(t.dtype)
+            .view((-1,) + tuple(t.shape[1:])) if len(b) > at else
+            t.new_empty((0,) + tuple(t.shape[1:])) for b in parts]
+    return rows, [float(np.frombuffer(b[_HEAD:at], np.float64)[0]) for b in parts]
+
+
+class _AllGather(torch.autograd.Function):
+    """allgather's operator. Backward gives each rank the sum over the ranks
+    of the gradient of its rows (Horovod's, torch.distributed.nn's), each
+    rank's scaled by its weight over this rank's (opt.set_samples): the
+    reduction weighs the whole gradient of a rank by that rank's weight,
+    and a term that came from rank r's loss must weigh as rank r's."""
+
+    @staticmethod
+    def forward(ctx, t):
+        job = _need()
+        parts, _ = _gather_rows(job, t, "allgather")
+        ctx.rows = [len(p) for p in parts]
+        ctx.rank = job.rank
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad):
+        job = _need()
+        sync = _env._optimizer
+        mine = sync.my_weight if sync is not None else 1.0
+        grads, weights = _gather_rows(job, grad, "allgather's backward", mine)
+        lo, n = sum(ctx.rows[:ctx.rank]), ctx.rows[ctx.rank]
+        if n and not mine > 0:
+            raise _sfb.UsageError(
+                "allgather's backward: this rank's rows (%d) weigh %r in the reduction "
+                "(opt.set_samples): the gradient the other ranks' losses give them would be "
+                "lost" % (n, mine), rank=job.rank)
+        total = grad.new_zeros((n,) + tuple(grad.shape[1:]), dtype=torch.float64)
+        for g, w in zip(grads, weights):  # rank order: the same sum on every rank
+            if w:
+                total += g[lo:lo + n].double() * (w / mine if n else 0.0)
+        return total.to(grad.dtype)
+
+
+@_abort_on_error
+def allgather(tensor):
+    """Every rank's tensor concatenated along the first dimension in rank
+    order (collective; Horovod's hvd.allgather, DDP's
+    torch.distributed.nn.all_gather), differentiable: where the result
+    feeds the loss, backward() gives each rank's tensor the sum over the
+    ranks of its rows' gradients, so a contrastive loss over the global
+    batch (CLIP's, SimCLR's negatives from every rank) trains as one process
+    on the union. Every rank must run the backward through it, in the same
+    order as the others' gathers. The ranks' tensors may differ in their
+    first dimension only; each travels by the bootstrap's allgather (for
+    embeddings and metrics, not for parameters).
+
+    Raises sfb.UsageError for a tensor that is not a CPU tensor of at least
+    one dimension, sfb.MismatchError naming the rank whose dtype or trailing
+    shape differs from rank 0's, sfb.PeerError when a rank fails."""
+    if not torch.is_tensor(tensor) or tensor.dim() == 0 or tensor.is_cuda:
+        raise _sfb.UsageError("allgather: expected a CPU tensor of at least one dimension, "
+                              "got %s" % ("shape %s" % (tuple(tensor.shape),)
+                                          if torch.is_tensor(tensor) else type(tensor).__name__))
+    return _AllGather.apply(tensor)

@@ -1168,8 +1168,8 @@ class _Sync(_Passes):
         mine = np.array([0.0 if value is None else value, 1.0 if value is None else 0.0])
         parts = [np.frombuffer(b, np.float64) for b in self.job.allgather(mine.tobytes())]
         if any((q[1] != 0) != (value is None) for q in parts):
-            raise _sfb.MismatchError("sfb.torch: step(closure): the closure returned a loss on "
-                                     "some ranks and None on others")
+            raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: step(closure): the closure "
+                                     "returned a loss on some ranks and None on others")
         if value is None:
             return None
         total = num = 0.0
