@@ -787,7 +787,7 @@ class TorchOneWorker(unittest.TestCase):
             nn.functional.cross_entropy(m(x[:rows]), y[:rows]).backward()
             opt.step()
         step(8)
-        self.assertRaisesNaming(ValueError, ["9 samples", "max_samples"], step, 9)
+        self.assertRaisesNaming(ValueError, ["9 samples", "max_samples=, at least 9"], step, 9)
 
 
 class BufferComparison(unittest.TestCase):

@@ -620,10 +620,11 @@ class _Sync(_Passes):
         if samples > self.max_s:
             raise _sfb.UsageError(
                 "sfb.torch: %s has %d %s at step %d, more than the %d it was attached with "
-                "(the first step's largest over the ranks; pass max_samples= to "
-                "DistributedOptimizer)" % (slot.name, samples,
-                                           "lookups" if slot.kind == "rows" else "samples",
-                                           self.clock, self.max_s),
+                "(the first step's largest over the ranks): pass DistributedOptimizer "
+                "max_samples=, at least %d: the most a layer takes in one step (a sequence "
+                "model's: minibatch x longest sequence)" % (
+                    slot.name, samples, "lookups" if slot.kind == "rows" else "samples",
+                    self.clock, self.max_s, samples),
                 param=slot.name)
         self.step_samples = max(self.step_samples, samples)
         if slot.dense:  # (staleness 0: fused)
