@@ -140,7 +140,9 @@ import copy
 import hashlib
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 
 try:
@@ -1568,8 +1570,20 @@ def gather():
             for q in range(P)]
     if got != want or got[r] is not mine:
         fail("allgather_object gave %r" % [(g["rank"], len(g["blob"])) for g in got])
+    # sft.barrier: rank 0 writes a file late, then meets the others, who read it
+    path = sft.broadcast_object(tempfile.mkdtemp() if r == 0 else None) + "/ready"
+    if r == 0:
+        time.sleep(0.3)
+        with open(path, "w") as f:
+            f.write("ready")
+    sft.barrier()
+    if not os.path.exists(path):
+        fail("past the barrier before rank 0 wrote %s" % path)
+    sft.barrier()  # (every rank has read it)
+    if r == 0:
+        shutil.rmtree(os.path.dirname(path))
     sft.shutdown()
-    print("ok gather: %d objects in rank order, %d bytes at most" %
+    print("ok gather: %d objects in rank order, %d bytes at most; a barrier held" %
           (P, max(len(g["blob"]) for g in got)), flush=True)
 
 

@@ -27,14 +27,14 @@ parameters themselves and updates are added as they come (stale synchronous
 parallel): exact only for plain SGD, which is checked.
 
 The package: _env (the job, the launchers' environment), _collectives
-(broadcasts, allreduce, allgather, allgather_object), _capture (a Linear's factors,
+(broadcasts, allreduce, allgather, allgather_object, barrier), _capture (a Linear's factors,
 the ends of backward passes), _grad_hooks (the user's gradient hooks, run
 on the reduced gradient), _replicas (replica and buffer checks), _optimizer
 (the reduction, DistributedOptimizer), elastic (a job that outlives its ranks and takes new
 ones in: run, State, Batches).
 """
 from sfb import Error, MismatchError, PeerError, UsageError
-from ._collectives import allgather, allgather_object, allreduce, broadcast_object, \
+from ._collectives import allgather, allgather_object, allreduce, barrier, broadcast_object, \
     broadcast_optimizer_state, broadcast_parameters
 from ._env import _need  # noqa: F401 (the tests' and the bench's way to the job)
 from ._env import init, is_initialized, local_rank, local_size, rank, shutdown, size, stats
@@ -43,5 +43,5 @@ from . import elastic
 
 __all__ = ["init", "rank", "size", "local_rank", "local_size", "shutdown", "is_initialized",
            "stats", "broadcast_parameters", "broadcast_object", "broadcast_optimizer_state",
-           "allreduce", "allgather", "allgather_object", "DistributedOptimizer", "elastic", "Error",
+           "allreduce", "allgather", "allgather_object", "barrier", "DistributedOptimizer", "elastic", "Error",
            "UsageError", "MismatchError", "PeerError"]

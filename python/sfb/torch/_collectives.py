@@ -82,6 +82,16 @@ def allgather_bytes(job, data):
 
 
 @_abort_on_error
+def barrier():
+    """Returns once every rank has called it (collective; DDP's
+    dist.barrier()): rank 0 prepares the data or writes a checkpoint, the
+    others wait to read it. Raises sfb.PeerError when a rank fails or does
+    not come (the bootstrap's timeout), sfb.MismatchError naming both calls
+    when a rank makes another collective call there."""
+    _need().barrier()
+
+
+@_abort_on_error
 def broadcast_object(obj, root_rank=0):
     """root_rank's picklable object on every rank (collective): returns it
     (root_rank gets its own object back, the others an unpickled copy).
