@@ -110,7 +110,10 @@ if [ "$PART" = long ]; then
     # bit-identical replicas after each of 300 Adam steps (the values drift
     # from one process's by rounding, seen 3.8e-5)
     "exact --steps 300 --route --opt adam --tol 1e-3" "maxnorm --opt adam"
-    "maxnorm --sync fms --opt sgd")
+    "maxnorm --sync fms --opt sgd"
+    "exact --closure --opt lbfgs --steps 5 --tol 1e-3 --uneven --freeze --route --validate"
+    "exact --closure --opt adamw --buckets --transposed --hooks"
+    "contrastive --opt sgd --sync fms")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0
@@ -121,8 +124,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  [ "$mode" = seq2seq ] || [ "$mode" = maxnorm ] && n=$(grep -cF "] ok $c:" "$tmp/out")
-  [ "$mode" = contrastive ] && n=$(grep -cF "] ok contrastive --uneven:" "$tmp/out")
+  case $mode in seq2seq|maxnorm|contrastive) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

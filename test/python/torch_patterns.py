@@ -1652,9 +1652,9 @@ def contrastive():
         if "rank 1 float32 9" not in str(e) or e.rank != 1:
             fail("expected a MismatchError naming rank 1's rows, got %s" % e)
     closed()
-    print("ok contrastive%s: %d steps bit-identical on %d ranks, within %.3g of one process "
-          "(%s); wider rows on rank 1 refused" % (" --uneven" if args.uneven else "",
-                                                  args.steps, P, worst, where), flush=True)
+    print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s); wider "
+          "rows on rank 1 refused" % (" ".join(sys.argv_case), args.steps, P, worst, where),
+          flush=True)
 
 
 def closed():
