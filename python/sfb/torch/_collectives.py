@@ -198,6 +198,14 @@ class _AllGather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        try:
+            return _AllGather._backward(ctx, grad)
+        except BaseException as e:  # (inside autograd: the peers learn it here)
+            _env._tell_peers(e)
+            raise
+
+    @staticmethod
+    def _backward(ctx, grad):
         job = _need()
         sync = _env._optimizer
         mine = sync.my_weight if sync is not None else 1.0

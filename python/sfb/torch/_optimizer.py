@@ -1274,7 +1274,10 @@ class _Sync(_Passes):
         step on the last reduction, a new step (several optimizers)."""
         if self.stepped_clock:
             self.synced = self.grads = self.stepped_clock = False
-        self._check_held()
+        try:
+            self._check_held()
+        except _sfb.UsageError as e:
+            self.fail_in_backward(e)
         self.user_hooks.pass_begins()
 
     def _check_held(self):
