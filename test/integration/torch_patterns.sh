@@ -70,6 +70,9 @@ cases=(
   # steps when it computes its forward in the ranks' pieces, 4e-2 after 20)
   "exact --closure --opt lbfgs --steps 5 --tol 1e-3"
   "exact --closure --opt momentum --uneven --clip --freeze"
+  # sharpness-aware minimization (SAM): a backward, then step(closure) with
+  # the second pass at the perturbed weights
+  "exact --closure --opt sam --uneven --clip --route"
   # (inside join(): refused, naming the rank that joined)
   "closurejoin --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum --hooks"

@@ -162,7 +162,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "loadstate", 
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive"])
-ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs"])
+ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
 ap.add_argument("--tol", type=float, default=1e-5)
@@ -221,6 +221,33 @@ class Net(nn.Module):
         return out
 
 
+class SAM(torch.optim.Optimizer):
+    """Sharpness-aware minimization as its authors' code writes it
+    (github.com/davda54/sam): a step ascends to the worst point within rho,
+    takes the gradient there, and steps the base optimizer from the start
+    point; step(closure) after a backward() of its own."""
+
+    def __init__(self, params, rho=0.05, **kwargs):
+        super().__init__(params, dict(rho=rho, **kwargs))
+        self.base_optimizer = torch.optim.SGD(self.param_groups, **kwargs)
+        self.param_groups = self.base_optimizer.param_groups
+
+    @torch.no_grad()
+    def step(self, closure):
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        scale = self.param_groups[0]["rho"] / (torch.norm(torch.stack(
+            [q.norm() for q in grads])) + 1e-12)
+        for p in (p for g in self.param_groups for p in g["params"] if p.grad is not None):
+            self.state[p]["old_p"] = p.detach().clone()
+            p.add_(p.grad * scale)
+        self.zero_grad()
+        with torch.enable_grad():
+            closure()
+        for p in (p for g in self.param_groups for p in g["params"] if "old_p" in self.state[p]):
+            p.copy_(self.state[p].pop("old_p"))
+        self.base_optimizer.step()
+
+
 def make_opt(params):
     if args.opt == "adam":
         return torch.optim.Adam(params, lr=0.01)
@@ -228,6 +255,8 @@ def make_opt(params):
         return torch.optim.AdamW(params, lr=0.01, weight_decay=0.05)
     if args.opt == "momentum":
         return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    if args.opt == "sam":  # (step(closure) only: --closure)
+        return SAM(params, lr=0.05, momentum=0.9)
     if args.opt == "lbfgs":  # (step(closure) only: --closure)
         return torch.optim.LBFGS(params, lr=0.2, max_iter=3, history_size=4,
                                  line_search_fn="strong_wolfe")
@@ -361,7 +390,11 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         return loss
 
     if args.closure:  # (LBFGS's way: the loss it returns is the ranks' mean on every rank)
-        LOSSES[sfb_side].append(float(opt.step(closure)))
+        if args.opt == "sam":  # (SAM: a backward, then step(closure), which returns None)
+            closure()
+            opt.step(closure)
+        else:
+            LOSSES[sfb_side].append(float(opt.step(closure)))
         return norms[0] if norms else None
     closure()
     if sfb_side and args.hvd:  # clipping as Horovod's loop writes it
@@ -510,7 +543,7 @@ def exact():
     if args.closure:  # (this rank's steps: with --join, the first of the reference's)
         mine, theirs = LOSSES[True], LOSSES[False]
         bad = [t for t, (a, b) in enumerate(zip(mine, theirs)) if abs(a - b) > args.tol * abs(b)]
-        if len(mine) != steps_of(r) or bad:
+        if len(mine) != (0 if args.opt == "sam" else steps_of(r)) or bad:
             fail("step(closure) returned at step %d %s, one process %s" % (bad[0], mine[bad[0]:][:3],
                                                                  theirs[bad[0]:][:3])
                  if bad else "%d losses from %d steps" % (len(mine), steps_of(r)))
