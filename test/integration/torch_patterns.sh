@@ -75,6 +75,9 @@ cases=(
   "exact --closure --opt sam --uneven --clip --route"
   # (inside join(): refused, naming the rank that joined)
   "closurejoin --opt momentum"
+  # a parameter changed on one rank only: refused after step 4; repaired
+  # once from the majority at a later check, refused when it differs again
+  "rankedit --opt momentum"
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum --hooks"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
   # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and

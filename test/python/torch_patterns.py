@@ -158,7 +158,7 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "loadstate", "staleclip", "addgroup",
+ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive"])
@@ -662,6 +662,39 @@ def closurejoin():
         closed()
         return
     fail("no error")
+
+
+def rankedit():
+    """A parameter changed on rank 1 only (code under `if rank == 1:`): the
+    ranks' gradients are the same, their parameters part. Refused after
+    step 4 naming it and the ranks; after the first steps a minority's copy
+    is repaired from the majority's once (a flipped bit), refused when it
+    differs again."""
+    P, r = None, None
+    for edits, every, want in (((2,), 100, "fc2.weight differs between ranks after step 4 "
+                                "(ranks 0, 2, 3: one value; rank 1: another)"),
+                               ((36, 42), 5, "fc2.weight differs between ranks after step 45 "
+                                "(ranks 0, 2, 3: one value; rank 1: another)")):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+                                       check_every=every)
+        try:
+            for t in range(50):
+                xb, yb = shard(x, y, t, r, P)
+                one_step(model, opt, xb, yb, t, True)
+                if t + 1 in edits and r == 1:
+                    with torch.no_grad():
+                        model.fc2.weight.mul_(0.5)
+            fail("no error")
+        except sfb.MismatchError as e:
+            if want not in str(e) or e.param != "fc2.weight" or \
+                    (every == 5) != ("repaired at an earlier check" in str(e)):
+                fail("expected %r, got %s" % (want, e))
+        closed()
+    print("ok rankedit: a parameter changed on rank 1 refused after step 4; repaired at step "
+          "40, refused when it differed again", flush=True)
 
 
 def loadstate():
@@ -1702,7 +1735,8 @@ def main():
     for text in sys.argv[1:]:
         args = ap.parse_args(shlex.split(text))
         sys.argv_case = shlex.split(text)
-        {"exact": exact, "nojoin": nojoin, "closurejoin": closurejoin, "loadstate": loadstate,
+        {"exact": exact, "nojoin": nojoin, "closurejoin": closurejoin, "rankedit": rankedit,
+         "loadstate": loadstate,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,

@@ -3,9 +3,11 @@ rank holds the same bits of every parameter and optimizer state tensor after
 each step. Every check_every steps the ranks compare a CRC-32 of each such
 tensor; one that differs on a minority of ranks is named and copied there
 from the lowest rank of the majority, and training goes on; without a
-majority every rank fails naming both sides. The models' persistent buffers
-are compared after steps 1, 4 and 32 and at every check: one that differs
-(updated from each rank's own data) fails every rank, naming it.
+majority every rank fails naming both sides. The parameters and the models'
+persistent buffers are compared after steps 1, 4 and 32 too: a parameter or
+a buffer that differs then (the program changed it on some ranks, or from
+each rank's own data) fails every rank, naming it, as does a tensor that
+differs at a check after it was repaired at an earlier one.
 SFB_DEBUG_FLIP=RANK:STEP
 [:TENSOR[:ELEMENT[:BIT]]] flips one bit of one tensor of one rank before the
 check of a step (tests of the repair)."""
@@ -128,6 +130,7 @@ class Checks:
             raise _sfb.UsageError("DistributedOptimizer: check_every %r: expected an integer "
                                   ">= 0 (0: never)" % (every,))
         self.every, self.checks, self.repaired = every, 0, 0
+        self.fixed = set()  # the tensors repaired: a second difference is refused
         self.due = None  # the step whose checks the next reduction runs
         self.flip = None
         v = os.environ.get("SFB_DEBUG_FLIP", "")
@@ -168,6 +171,8 @@ class Checks:
             return
         if self.every and step % self.every == 0:
             self.check(sync, step, self.tensors(sync))
+        elif self.every:  # (BUFFER_STEPS: the parameters too, where a program parts them first)
+            self.check(sync, step, list(sync.params), repair=False)
         check_buffers(sync, step)
 
     def _flip(self, items, step):
@@ -182,12 +187,16 @@ class Checks:
         print("sfb.torch: SFB_DEBUG_FLIP: step %d, %s element %d: bit %d flipped" %
               (step, name, elem, bit), file=sys.stderr, flush=True)
 
-    def check(self, sync, step, items):
+    def check(self, sync, step, items, repair=True):
+        """Collective: the CRC of each tensor on every rank; a minority's
+        copied from the majority (repair), else refused: after the first
+        steps a difference is the program's (code run on some ranks only,
+        a change from each rank's own data), not a flipped bit."""
         job = sync.job
         mine = np.array([zlib.crc32(t.detach().contiguous().numpy().tobytes())
                          for _, t in items], np.uint32)
         all_ = np.stack([np.frombuffer(b, np.uint32) for b in job.allgather(mine.tobytes())])
-        self.checks += 1
+        self.checks += repair  # (replica_checks: the check_every ones)
         P = job.world
         for i, (name, t) in enumerate(items):
             col = all_[:, i]
@@ -197,6 +206,17 @@ class Checks:
                 continue
             side = [r for r in range(P) if col[r] == col[root]]
             other = [r for r in range(P) if col[r] != col[root]]
+            if not repair or name in self.fixed:  # (at the first steps, or again: the program's)
+                raise _sfb.MismatchError(
+                    -(4096 + 9), "sfb.torch: %s differs between ranks after step %d "
+                    "(%s: one value; %s: another): sfb.torch gives every rank the same "
+                    "gradients, so the program changed it on some ranks only (code under `if "
+                    "rank == 0:`, a change computed from each rank's own data or random "
+                    "numbers), or the ranks started apart%s. Change parameters alike on every "
+                    "rank (from every rank's data: sfb.torch.allreduce)" %
+                    (name, step, _ranks(side), _ranks(other),
+                     "; it was repaired at an earlier check already" if repair else ""),
+                    rank=other[0], param=name)
             if 2 * counts[root] <= P:
                 raise _sfb.PeerError(
                     -(4096 + 5), "sfb.torch: replica check, step %d: %s differs between ranks "
@@ -220,3 +240,4 @@ class Checks:
                                                         root),
                       file=sys.stderr, flush=True)
             self.repaired += len(other)
+            self.fixed.add(name)
