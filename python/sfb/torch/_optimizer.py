@@ -59,6 +59,8 @@ def _crc_tensors(tensors, crc=0):
 # outside it are compared across ranks (_check_foreign): one optimizer step
 # of most loops in, and later
 FOREIGN_CLOCKS = (4, 32)
+# reductions with no step of the wrapped optimizer before rank 0 says so once
+NO_STEP_CLOCKS = 32
 
 
 def _tensors(x):
@@ -942,8 +944,23 @@ class _Sync(_Passes):
         self.span("reduce", t_reduce)
         self._measure(meta, end, was_training)
         self.clock += 1
+        if self.clock == NO_STEP_CLOCKS and not self.steps and job.rank == 0:
+            self._tell_no_step()
         job.wait(self.clock)
         return meta
+
+    def _tell_no_step(self):
+        """A warning (rank 0) when the job's first NO_STEP_CLOCKS reductions
+        saw no step of the wrapped optimizer: the replica checks run after
+        its steps, so none did (SAM's first_step/second_step step a base
+        optimizer of their own)."""
+        warnings.warn(
+            "sfb.torch: %d gradient reductions (backward passes) and no step() of the "
+            "DistributedOptimizer yet: the replica checks follow its steps, so none has run. "
+            "If the wrapped optimizer's step() is never called (SAM's first_step and "
+            "second_step: call opt.step(closure) instead), call it; if you accumulate gradients "
+            "over several backward passes, backward_passes_per_step=k reduces once per k "
+            "passes" % self.clock, stacklevel=_env._user_stacklevel())
 
     def _tell_unequal(self, meta):
         """A warning (rank 0, once) when every rank trained on a minibatch of
