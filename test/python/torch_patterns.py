@@ -612,28 +612,37 @@ def rel_diff(model, ref):
     return worst, where
 
 
-def nojoin():
+def short_rank_fails(name, steps, joined, expect):
+    """Rank 1 two steps short of the others (inside opt.join() where joined):
+    every rank's error, within 4 s, must pass expect (else its words)."""
     model = setup()
     P, r = sft.size(), sft.rank()
     x, y = data()
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
     t0 = time.monotonic()
     try:
-        for t in range(args.steps - (2 if r == 1 else 0)):
-            xb, yb = shard(x, y, t, r, P)
-            one_step(model, opt, xb, yb, t, True)
+        with opt.join() if joined else contextlib.nullcontext():
+            for t in range(steps - (2 if r == 1 else 0)):
+                xb, yb = shard(x, y, t, r, P)
+                one_step(model, opt, xb, yb, t, True)
         sft.shutdown()
     except sfb.Error as e:
         took = time.monotonic() - t0
-        if not isinstance(e, sfb.PeerError) or "join()" not in str(e) or "rank" not in str(e):
-            fail("expected a PeerError naming the rank and join(), got %s: %s" %
-                 (type(e).__name__, e))
+        wrong = expect(e)
+        if wrong:
+            fail("expected %s, got %s: %s" % (wrong, type(e).__name__, e))
         if took > 4:
             fail("the error took %.1f s" % took)
-        print("ok nojoin: %s: %s" % (type(e).__name__, e), flush=True)
+        print("ok %s: %s: %s" % (name, type(e).__name__, e), flush=True)
         closed()
         return
     fail("no error")
+
+
+def nojoin():
+    short_rank_fails("nojoin", args.steps, False, lambda e: None if (
+        isinstance(e, sfb.PeerError) and "join()" in str(e) and "rank" in str(e)) else
+        "a PeerError naming the rank and join()")
 
 
 def closurejoin():
@@ -641,27 +650,9 @@ def closurejoin():
     its loss is every rank's: refused at once on every rank, naming the rank
     that joined."""
     args.closure = True
-    model = setup()
-    P, r = sft.size(), sft.rank()
-    x, y = data()
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
-    t0 = time.monotonic()
-    try:
-        with opt.join():
-            for t in range(args.steps - (2 if r == 1 else 0)):
-                xb, yb = shard(x, y, t, r, P)
-                one_step(model, opt, xb, yb, t, True)
-    except sfb.Error as e:
-        took = time.monotonic() - t0
-        if "step(closure) while rank 1 has joined" not in str(e):
-            fail("expected step(closure) refused naming rank 1, got %s: %s" %
-                 (type(e).__name__, e))
-        if took > 4:
-            fail("the error took %.1f s" % took)
-        print("ok closurejoin: %s: %s" % (type(e).__name__, e), flush=True)
-        closed()
-        return
-    fail("no error")
+    short_rank_fails("closurejoin", args.steps, True, lambda e: None if (
+        "step(closure) while rank 1 has joined" in str(e)) else
+        "step(closure) refused naming rank 1")
 
 
 def rankedit():

@@ -197,15 +197,8 @@ class _AllGather(torch.autograd.Function):
         return torch.cat(parts)
 
     @staticmethod
+    @_abort_on_error  # (inside autograd: the peers learn of an error here)
     def backward(ctx, grad):
-        try:
-            return _AllGather._backward(ctx, grad)
-        except BaseException as e:  # (inside autograd: the peers learn it here)
-            _env._tell_peers(e)
-            raise
-
-    @staticmethod
-    def _backward(ctx, grad):
         job = _need()
         sync = _env._optimizer
         mine = sync.my_weight if sync is not None else 1.0
