@@ -339,6 +339,19 @@ SFB_API int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_cloc
  * engine and ends (abort). */
 SFB_API int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine);
 
+/* Raises the job's max_s (the most samples a published SF may carry, and
+ * the bound every rank's frame checks hold received ones to) to max_s from
+ * clock last + 1 on: a step with more samples than the job was attached
+ * for (a longer sequence). Nothing else changes (no drain, the engines and
+ * their buffers stay). Collective: every rank calls it with the same last
+ * (the last clock published, complete) and max_s, before waiting for the
+ * next; it returns once every rank checks frames against the new bound.
+ * Returns 0, -SFB_EUSAGE (no attach, not between a clock's publish and the
+ * next wait, max_s below the job's) or -SFB_ECONFIG (the ranks passed
+ * different clocks or bounds: named on every rank) with nothing changed; a
+ * peer's failure. */
+SFB_API int sfb_job_set_max_s(struct sfb_job *job, int64_t last, uint32_t max_s);
+
 /* Elastic jobs (sfb_job_settings.elastic): the rank whose death (or
  * silence) failed the job, as this rank found it or a survivor told it;
  * -1 while the job is healthy, when it failed otherwise, or when not

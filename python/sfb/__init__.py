@@ -286,6 +286,7 @@ def library():
         "sfb_job_finish": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_set_last_clock": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_replan": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p]),
+        "sfb_job_set_max_s": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_uint32]),
         "sfb_job_lost": (ctypes.c_int, [vp]),
         "sfb_job_grow": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p, ctypes.c_uint64,
                                         ctypes.POINTER(ctypes.c_uint32)]),
@@ -696,6 +697,15 @@ class Job:
                                         _enc(engine)))
         self.engines = [library().sfb_job_engine(self._h, i).decode()
                         for i in range(len(self.matrices))]
+
+    def set_max_s(self, last, max_s):
+        """From clock last + 1 on, factors of up to max_s samples (at least
+        the job's bound now; a longer sequence than the job was attached
+        for): every rank then checks the frames it receives against it.
+        Collective: every rank the same last (the last clock published)
+        and max_s, before the next wait."""
+        _check(library().sfb_job_set_max_s(self._handle(), _clock("set_max_s: last", last, -1),
+                                           _int("set_max_s: max_s", max_s, 1, _U32)))
 
     def lost(self):
         """An elastic job (Job(elastic=True)): the rank whose death failed the

@@ -736,6 +736,44 @@ int sfb_job_replan(struct sfb_job *job, int64_t last, const char *engine)
     return ret;
 }
 
+int sfb_job_set_max_s(struct sfb_job *job, int64_t last, uint32_t max_s)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    if (!job->comm) return ended(__func__);
+    int ret = need_engine(job, __func__);
+    if (ret) return ret;
+    if (job->finished) return sfb__error(-SFB_EUSAGE, "sfb_job_set_max_s: the job has finished");
+    if (last != job->next - 1 || job->waited)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_set_max_s: clock %lld: a new max_s comes "
+                          "between the last clock's publish and the next wait (the last clock "
+                          "published is %lld%s)", (long long)last, (long long)job->next - 1,
+                          job->waited ? ", and the next is waited for" : "");
+    if (max_s < job->max_s)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_set_max_s: max_s %u: below the job's %u (the "
+                          "bound only grows: frames of earlier clocks may still be on the way)",
+                          max_s, job->max_s);
+    double t0 = sfb__trace_on() ? sfb__trace_us() : 0;
+    /* every rank the same clock and bound, then every rank's frame checks
+     * take the new bound before any rank publishes a clock after `last`
+     * (set_shapes ends in a barrier) */
+    uint32_t old = job->max_s;
+    enter_call(job, "set_max_s");
+    if (sfb__comm_world(job->comm) > 1) {
+        char text[96];
+        snprintf(text, sizeof text, "max_s_clock=%lld\nmax_s=%u\n", (long long)last, max_s);
+        ret = sfb__comm_agree(job->comm, text);
+    }
+    if (!ret) {
+        job->max_s = max_s;
+        ret = sfb__job_set_shapes(job);
+        if (ret) job->max_s = old;
+    }
+    ret = call_end(job, ret);
+    sfb__trace_span(SFB__TRACK_COMPUTE, "set_max_s", t0, last, -1, -1, 0);
+    return ret;
+}
+
 int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, size_t len)
 {
     SFB_ENTER();

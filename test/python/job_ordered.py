@@ -8,13 +8,16 @@ rank's updates within float32 rounding (so the ordering loses nothing).
 A CASE "A>B" replans from engines A to B halfway (Job.replan), after
 checking that misplaced, "auto" and rank-dependent replans are refused on
 every rank with nothing changed; the replicas must then hold every update
-exactly as without one, and the job's byte counters carry on. FMS matrices
+exactly as without one, and the job's byte counters carry on. A CASE
+ending in "+" raises the job's max_s halfway (Job.set_max_s: a publish of
+more samples refused before, ranks that disagree refused on every rank) and
+publishes up to twice the samples after it. FMS matrices
 go on odd clocks through Job.dense_buffer (the update written into the job's
 buffer, sent from there; the array read-only once published), on even ones
 copied from the caller's array; an SFB matrix's dense_buffer is refused.
 Usage (under sfb launch -n P): job_ordered.py [--clocks T] CASE... where a
-CASE is ENGINE[:TOPOLOGY[:PRIORITY]], e.g. sfb sfb:halton fms auto
-sfb,fms>fms,sfb."""
+CASE is ENGINE[:TOPOLOGY[:PRIORITY]][+], e.g. sfb sfb:halton fms auto
+sfb,fms>fms,sfb sfb:halton+."""
 import argparse
 import hashlib
 import os
@@ -33,6 +36,7 @@ args = ap.parse_args()
 
 SHAPES = [(7, 5), (64, 33), (3, 200), (40, 40), (1, 9), (25, 16)]
 S = 6
+grown_at = None  # the clock after which a "+" case's max_s is 2 S
 
 
 def factors(rank, t, m):
@@ -40,7 +44,7 @@ def factors(rank, t, m):
     computes them (the reference), different for every (rank, t, m)."""
     rows, cols = SHAPES[m]
     g = np.random.default_rng(1000003 * rank + 1009 * t + m)
-    s = 1 + (rank + t + m) % S
+    s = 1 + (rank + t + m) % (2 * S if grown_at is not None and t > grown_at else S)
     b = g.standard_normal((s, rows)).astype(np.float32)
     c = g.standard_normal((s, cols)).astype(np.float32)
     if m % 2:  # a sparse c: the codec sends it as CSR
@@ -78,7 +82,20 @@ def replan(job, t, engine):
     return ok, sent
 
 
+def set_max_s(job, t):
+    """Bad bounds refused on every rank, then 2 S."""
+    ok = refused("a lower max_s", lambda: job.set_max_s(t, S - 1), sfb.UsageError)
+    ok &= refused("ranks raising max_s differently",
+                  lambda: job.set_max_s(t, 2 * S + job.rank % 2), sfb.MismatchError)
+    job.set_max_s(t, 2 * S)
+    return ok
+
+
 def case(text):
+    global grown_at
+    grow = text.endswith("+")
+    text = text.rstrip("+")
+    grown_at = None
     engine, topology, priority = (text.split(":") + [None, None])[:3]
     engine, after = (engine.split(">") + [None])[:2]
     ok, sent = True, 0
@@ -90,6 +107,10 @@ def case(text):
         g = np.random.default_rng(77 + r)
         for t in range(args.clocks):
             job.wait(t)
+            if grow and t == args.clocks // 2:  # (nothing published)
+                big = [np.ones((S + 1, n), np.float32) for n in SHAPES[0]]
+                ok &= refused("an SF of more than max_s samples",
+                              lambda: job.publish_one(t, 0, big[0], big[1], 1.0), sfb.Error)
             order = list(range(len(SHAPES)))
             g.shuffle(order)
             for m in order:
@@ -116,6 +137,9 @@ def case(text):
             if after and t == args.clocks // 2:
                 replanned, sent = replan(job, t, after)
                 ok &= replanned
+            if grow and t == args.clocks // 2:
+                ok &= set_max_s(job, t)
+                grown_at = t
         job.drain(args.clocks - 1)
         if after and job.stats()["data_bytes"] <= sent:
             print("FAIL %s: data_bytes %d after the replan, %d before" %

@@ -810,15 +810,35 @@ class TorchOneWorker(unittest.TestCase):
         del opt
 
     def test_samples_beyond_the_first_step(self):
+        """Steps of more samples than the first (longer sequences) train as
+        torch does, the job's bound raised with headroom; at staleness 1
+        refused, naming max_samples."""
         m = net()
+        ref = copy.deepcopy(m)
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
         x, y = data()
-        def step(rows):
-            opt.zero_grad()
-            nn.functional.cross_entropy(m(x[:rows]), y[:rows]).backward()
-            opt.step()
-        step(8)
-        self.assertRaisesNaming(ValueError, ["9 samples", "max_samples=, at least 9"], step, 9)
+
+        def step(model, o, rows):
+            o.zero_grad()
+            nn.functional.cross_entropy(model(x[:rows]), y[:rows]).backward()
+            o.step()
+        bounds = []
+        for rows in (8, 9, 32, 12):
+            step(m, opt, rows)
+            step(ref, ref_opt, rows)
+            bounds.append(sft._env._optimizer.max_s)
+        self.assertEqual(bounds, [8, 12, 32, 32])  # (9 > 8: 8 and half again)
+        for a, b in zip(m.parameters(), ref.parameters()):
+            self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+        sft.shutdown()
+        sft.init(world=1)
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       staleness=1)
+        step(m, opt, 8)
+        self.assertRaisesNaming(ValueError, ["9 samples", "at staleness 1",
+                                             "max_samples=, at least 9"], step, m, opt, 9)
 
 
 class BufferComparison(unittest.TestCase):

@@ -130,6 +130,12 @@ unequal: minibatches of unequal sizes without opt.set_samples must warn
   once on rank 0, naming the step and the counts; not with set_samples.
 gather: sft.allgather_object of objects of every size (one over 1 MiB, an
   allgather's most) must give every rank each rank's object in rank order.
+varlen: sequences padded per minibatch to its longest (dynamic padding), an
+  embedding and a Linear at every position, the longest sequence growing
+  from step to step past the job's first bound (each rank its own, some
+  ranks past it and others not): must train as one process on the global
+  minibatches, the bound raised a few times; at staleness 1 a step past it
+  must be refused naming max_samples.
 autogradw: torch.autograd.grad with respect to the parameters (and
   backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -161,7 +167,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "loadstate", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
-                                 "schedules", "maxnorm", "unequal", "contrastive"])
+                                 "schedules", "maxnorm", "unequal", "contrastive", "varlen"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1609,8 +1615,8 @@ def unequal():
         if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
             fail("the warning points at %s" % where)
         want = [] if explicit or r else [
-            "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples one "
-            "of their layers took: %s) and no rank called opt.set_samples(n)" %
+            "sfb.torch: at step 2 the ranks' minibatches differ in size (the fewest samples a "
+            "layer of theirs took: %s) and no rank called opt.set_samples(n)" %
             ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("warned %r, expected %r" % (said, want))
@@ -1714,6 +1720,95 @@ def contrastive():
           flush=True)
 
 
+class SeqNet(nn.Module):
+    """Token sequences -> 5 classes: a table, a Linear at every position (its
+    samples: minibatch x longest sequence), a masked mean, a head."""
+    VOCAB = 50
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(self.VOCAB, 12)
+        self.tok = nn.Linear(12, 20)
+        self.head = nn.Linear(20, 5)
+
+    def forward(self, ids, mask):
+        h = torch.tanh(self.tok(self.emb(ids)))
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return self.head((h * m).sum(1) / m.sum(1).clamp(min=1))
+
+
+def sequences(t, q, P):
+    """Rank q's sequences of step t (None: the global minibatch, every
+    rank's in rank order), padded to their longest (id 0, masked): lengths
+    up to 2 + t (16 at most), labels from the ids."""
+    c = counts(t, P)
+    lo, n = (sum(c[:q]), c[q]) if q is not None else (0, sum(c))
+    first = 64 * t + lo
+    lens = [1 + ((first + i) * 5 + t) % (2 + min(t, 14)) for i in range(n)]
+    ids = torch.zeros(n, max(lens + [1]), dtype=torch.long)
+    for i, k in enumerate(lens):
+        ids[i, :k] = (torch.arange(k) * 7 + (first + i) * 3) % (SeqNet.VOCAB - 1) + 1
+    return ids, ids != 0, (ids[:, 0] + torch.tensor(lens, dtype=torch.long)) % 5
+
+
+def varlen():
+    """Dynamic padding: each rank's minibatch padded to its own longest, one
+    process's to the global one, the masked mean the same. The samples of a
+    Linear at every position (and the lookups) grow past the job's first
+    bound: the steps past it exact, the bound raised; staleness 1 refused."""
+    model = setup_model(SeqNet)
+    P, r = sft.size(), sft.rank()
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync)
+    ref_opt = make_opt(ref.parameters())
+    job = sft._need()
+    bounds = []
+    import warnings
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for t in range(args.steps):
+            ids, mask, y = sequences(t, r, P)
+            opt.zero_grad()
+            if args.uneven:
+                opt.set_samples(len(ids))
+            nn.functional.cross_entropy(model(ids, mask), y).backward()
+            opt.step()
+            same(job, model, "after step %d" % t)
+            if not bounds or sft._env._optimizer.max_s != bounds[-1]:
+                bounds.append(sft._env._optimizer.max_s)
+            ids, mask, y = sequences(t, None, P)
+            ref_opt.zero_grad()
+            nn.functional.cross_entropy(ref(ids, mask), y).backward()
+            ref_opt.step()
+    # (equal minibatches of sequences, padded apart: the head saw equal counts)
+    if [str(w.message) for w in said if "minibatches differ" in str(w.message)]:
+        fail("warned of unequal minibatches: %s" % [str(w.message) for w in said])
+    worst, where = near_one_process(model, ref)
+    if len(bounds) < 3:
+        fail("the job's bound went %s: the test meant it to grow twice or more" % bounds)
+    closed()
+    model = setup_model(SeqNet)  # staleness 1: the updates are applied as they come
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                   staleness=1)
+    try:
+        for t in range(args.steps):
+            ids, mask, y = sequences(t, r, P)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(ids, mask), y).backward()
+            opt.step()
+        fail("a step past the job's bound at staleness 1 was not refused")
+    except sfb.PeerError:
+        pass  # (a peer's refusal ended the job first)
+    except sfb.UsageError as e:
+        if "at staleness 1" not in str(e) or "max_samples=, at least" not in str(e):
+            fail("the error does not say staleness 1 and max_samples: %s" % e)
+    closed()
+    print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s), the "
+          "bound %s; past it at staleness 1 refused" % (
+              " ".join(sys.argv_case), args.steps, P, worst, where,
+              " -> ".join(map(str, bounds))), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -1732,7 +1827,7 @@ def main():
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
-         "unequal": unequal, "contrastive": contrastive}[args.mode]()
+         "unequal": unequal, "contrastive": contrastive, "varlen": varlen}[args.mode]()
 
 
 main()

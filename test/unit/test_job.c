@@ -474,6 +474,48 @@ static int test_replan(void)
     return 0;
 }
 
+/* sfb_job_set_max_s between a clock's publish and the next wait raises the
+ * bound: an SF of more samples than the attach's is refused before and
+ * applied after; a lower bound and a misplaced call are refused with
+ * nothing changed. */
+static int test_set_max_s(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    float d[6] = {0};
+    struct sfb_matrix mat = {2, 3, d};
+    struct sfb_job_attach a;
+    sfb_job_default_attach(&a);
+    a.n = 1;
+    a.mats = &mat;
+    a.max_s = 1;
+    ASSERT_FAILS(sfb_job_set_max_s(job, -1, 2), -SFB_EUSAGE, "no matrices attached");
+    ASSERT_OK(sfb_job_attach(job, &a));
+    /* two samples: BᵀC = [[1, 3, 5], [2, 4, 8]] */
+    float b[4] = {1, 2, 3, 4}, c[6] = {1, 0, 2, 0, 1, 1};
+    struct sfb_sf one = {.rows = 2, .cols = 3, .s = 1, .scale = 1.0f, .b = b, .c = c};
+    struct sfb_sf two = {.rows = 2, .cols = 3, .s = 2, .scale = 1.0f, .b = b, .c = c};
+    ASSERT_OK(sfb_job_wait(job, 0, NULL));
+    ASSERT_FAILS(sfb_job_set_max_s(job, 0, 2), -SFB_EUSAGE, "between the last clock");
+    ASSERT_FAILS(sfb_job_publish(job, 0, &two, 1), -SFB_ESHAPE, "more than max_s 1");
+    ASSERT_OK(sfb_job_publish(job, 0, &one, 1));
+    ASSERT_FAILS(sfb_job_set_max_s(job, 0, 0), -SFB_EUSAGE, "below the job's 1");
+    ASSERT_FAILS(sfb_job_set_max_s(job, -1, 2), -SFB_EUSAGE, "between the last clock");
+    ASSERT_OK(sfb_job_set_max_s(job, 0, 2));
+    ASSERT_OK(sfb_job_set_max_s(job, 0, 2)); /* (the same bound again: nothing changes) */
+    ASSERT_OK(sfb_job_wait(job, 1, NULL));
+    ASSERT_FAILS(sfb_job_set_max_s(job, 0, 3), -SFB_EUSAGE, "the next is waited for");
+    ASSERT_OK(sfb_job_publish(job, 1, &two, 1));
+    ASSERT_OK(sfb_job_drain(job, 1, NULL));
+    /* clock 0: b₁c₁ᵀ = [[1, 0, 2], [2, 0, 4]]; clock 1: BᵀC */
+    const float want[6] = {2, 3, 7, 4, 4, 12};
+    for (int i = 0; i < 6; i++) ASSERT_EQ(d[i], want[i]);
+    ASSERT_OK(sfb_job_finish(job, 1));
+    ASSERT_FAILS(sfb_job_set_max_s(job, 1, 4), -SFB_EUSAGE, "has finished");
+    sfb_job_close(&job);
+    return 0;
+}
+
 /* The sized results (sfb_job_clock, sfb_job_stats): a size below the first
  * version's is refused before anything happens; a caller of an older
  * (smaller) layout gets the fields that fit and nothing past them; a newer
@@ -595,6 +637,7 @@ static const struct test_case tests[] = {
     {"publish_one", test_publish_one},
     {"auto_mix", test_auto_mix},
     {"replan", test_replan},
+    {"set_max_s", test_set_max_s},
     {"sized_results", test_sized_results},
 };
 

@@ -81,7 +81,7 @@ class _Linear:
         sample: one of zeros (adds nothing)."""
         s = self.samples()
         if s == 0:
-            return (np.zeros((1, self.rows), np.float32), np.zeros((1, self.cols), np.float32))
+            return self.nothing()
         b = self.caps[0][0] if len(self.caps) == 1 else torch.cat([g for g, _, _, _ in self.caps])
         if self.bias is None and len(self.caps) == 1 and self.caps[0][2]:
             c = self.caps[0][1]
@@ -101,6 +101,10 @@ class _Linear:
                     c[o:o + n, self.inputs].fill_(1.0 if bias else 0.0)
                 o += n
         return b.contiguous().numpy(), c.contiguous().numpy()
+
+    def nothing(self):
+        """(b, c) of one sample of zeros: a clock that adds nothing."""
+        return np.zeros((1, self.rows), np.float32), np.zeros((1, self.cols), np.float32)
 
     def dense_grad(self, out):
         """This rank's dense gradient of the clock (a fused slot's), the

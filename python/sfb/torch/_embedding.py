@@ -68,9 +68,7 @@ class _Rows:
         val) of the s distinct ids the step touched, in increasing order."""
         caps = [c for c in self.caps if c[0].numel()]  # (an empty minibatch's lookup: none)
         if not caps:
-            return (np.zeros((1, self.rows), np.float32),
-                    (np.array([0, 0], np.uint32), np.zeros(0, np.uint32),
-                     np.zeros(0, np.float32)))
+            return self.nothing()
         if len(caps) == 1:
             ids, rows, _ = caps[0]
         else:
@@ -84,6 +82,12 @@ class _Rows:
         b[:, self.dim].fill_(1.0)
         col = ids.numpy().astype(np.uint32)
         return b.numpy(), (np.arange(s + 1, dtype=np.uint32), col, np.ones(s, np.float32))
+
+    def nothing(self):
+        """(b, c) of one sample of zeros touching no row: a clock that adds
+        nothing."""
+        return (np.zeros((1, self.rows), np.float32),
+                (np.array([0, 0], np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.float32)))
 
     def local_grads(self):
         """[(the table, this rank's dense gradient of the step's rows)], or []."""

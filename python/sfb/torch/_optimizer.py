@@ -17,7 +17,7 @@ from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _autoplan, _batchnorm, _buckets, _conv, _renorm, _replicas
+from . import _autoplan, _batchnorm, _buckets, _conv, _overflow, _renorm, _replicas
 from ._collectives import allgather_bytes, broadcast_object, broadcast_parameters
 
 # A rank's state in a clock (the meta matrix's state column)
@@ -172,6 +172,7 @@ class _Sync(_Passes):
         self.trial_steps, self.trials = trial_steps, None
         self.trial_all = False  # tests: measure every layer, whatever the predictions
         self.step_ms, self.last_end, self.step_samples = 0.0, None, 0
+        self.step_fewest = 0  # the fewest samples of a layer that had any this step
         self.sync, self.staleness = sync, staleness
         self.passes_per_step = backward_passes_per_step
         self.max_samples, self.overlap, self.attach_args = max_samples, overlap, attach_args
@@ -206,6 +207,8 @@ class _Sync(_Passes):
         self.steps = 0          # the wrapped optimizer's steps through this wrapper
         self.stepped = (0, 0)   # (clock, extra) after the last of them (an elastic job's state)
         self.most_samples = 0   # the most samples of a step over all ranks (an elastic attach)
+        self.overflow = _overflow.Overflow()  # updates of more samples than the job's bound
+        self.grown_at = None    # the clock whose reduction raised the bound last
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
@@ -619,16 +622,9 @@ class _Sync(_Passes):
 
     def _publish_linear(self, slot):
         samples = slot.samples()
-        if samples > self.max_s:
-            raise _sfb.UsageError(
-                "sfb.torch: %s has %d %s at step %d, more than the %d it was attached with "
-                "(the first step's largest over the ranks): pass DistributedOptimizer "
-                "max_samples=, at least %d: the most a layer takes in one step (a sequence "
-                "model's: minibatch x longest sequence)" % (
-                    slot.name, samples, "lookups" if slot.kind == "rows" else "samples",
-                    self.clock, self.max_s, samples),
-                param=slot.name)
         self.step_samples = max(self.step_samples, samples)
+        if samples:
+            self.step_fewest = min(self.step_fewest or samples, samples)
         if slot.dense:  # (staleness 0: fused)
             self.job.publish_dense(self.clock, slot.index,
                                    slot.dense_grad(self.job.dense_buffer(slot.index)),
@@ -637,12 +633,39 @@ class _Sync(_Passes):
             return
         if samples:
             slot.was_dense = False
+        if samples > self.max_s:
+            self._keep_overflow(slot, samples)
+            return
         b, c = slot.factors()
         if self.additive:
             scale = -self.group_of[id(slot.weight)]["lr"] / self.job.world
         else:  # (joined or leaving: zeros)
             scale = self.reduction_weight
         self.job.publish_one(self.clock, slot.index, b, c, scale)
+        slot.published = True
+        slot.caps = []
+
+    def _keep_overflow(self, slot, samples):
+        """More samples than the job's bound (a longer sequence): the update
+        waits for the reduction (_overflow), one sample of zeros goes now."""
+        U = _sfb.UsageError
+        what = "lookups" if slot.kind == "rows" else "samples"
+        if self.additive:
+            raise U("sfb.torch: %s has %d %s at step %d, more than the %d it was attached with "
+                    "(the first step's largest over the ranks): at staleness %d each update is "
+                    "applied as it comes, within that bound; pass DistributedOptimizer "
+                    "max_samples=, at least %d: the most a layer takes in one step (a sequence "
+                    "model's: minibatch x longest sequence)" % (
+                        slot.name, samples, what, self.clock, self.max_s, self.staleness,
+                        samples), param=slot.name)
+        if samples > _overflow.MOST:
+            raise U("sfb.torch: %s has %d %s at step %d, more than the %d one step may carry: "
+                    "use smaller minibatches" % (slot.name, samples, what, self.clock,
+                                                 _overflow.MOST), param=slot.name)
+        b, c = slot.factors()
+        self.overflow.keep(self.linears.index(slot), slot, b, c, self.reduction_weight,
+                           self.clock)
+        self.job.publish_one(self.clock, slot.index, *slot.nothing(), 1.0)
         slot.published = True
         slot.caps = []
 
@@ -685,7 +708,8 @@ class _Sync(_Passes):
         optimizer's steps and hyperparameters' checksum (16-bit halves:
         exact in float32), the step's time and samples, the processes
         waiting to join, the frozen parameters' checksum, the rows its
-        max_norm lookups changed (_renorm)."""
+        max_norm lookups changed (_renorm), whether set_samples was called,
+        the fewest samples of a layer that had any."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -706,6 +730,7 @@ class _Sync(_Passes):
         row[0, n + 8:n + 10] = [frozen & 0xFFFF, frozen >> 16]
         row[0, n + 10] = min(self.renorms.pending(), 1 << 24)
         row[0, n + 11] = 1.0 if self.weight is not None else 0.0  # (set_samples called)
+        row[0, n + 12] = min(self.step_fewest, _overflow.MOST)
         return row
 
     def _attach(self):
@@ -719,10 +744,6 @@ class _Sync(_Passes):
         # (max_norm: the first forward's rows, before the parameters agree)
         self.renorms.at_reduction(self.clock, job.world > 1)
         mine = max([slot.samples() for slot in self.linears] + [1])
-        if self.max_samples is not None and mine > self.max_samples:
-            worst = max(self.linears, key=lambda s: s.samples())
-            raise U("sfb.torch: %s has %d samples, more than max_samples %d" %
-                    (worst.name, mine, self.max_samples), param=worst.name)
         # every rank the same shapes, clock, settings and start (clear
         # errors naming both ranks' values, not rejected frames or a hang)
         lines = ["%s=%dx%d %s\n" % (slot.name, slot.rows, slot.cols, slot.kind)
@@ -758,8 +779,10 @@ class _Sync(_Passes):
         counts = [int(np.frombuffer(b, np.int64)[0])
                   for b in job.allgather(np.array([mine], np.int64).tobytes())]
         # (an elastic job attaching again: its steps' shares of the largest
-        # step so far, whatever this step holds)
-        self.max_s = self.max_samples or max(counts + [-(-self.most_samples // job.world)])
+        # step so far, whatever this step holds; more later: _overflow)
+        self.max_s = min(max(counts + [self.max_samples or 1,
+                                       -(-self.most_samples // job.world)]), _overflow.MOST)
+        self.overflow = _overflow.Overflow()
         mats, engines, nnz, dtypes, dense_dtypes = [], [], [], [], []
         with torch.no_grad():
             for slot in self.linears:
@@ -785,7 +808,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 12
+                self.meta_cols = self.n_params + 13
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -923,6 +946,9 @@ class _Sync(_Passes):
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
+        need = int(meta[:, self.n_params + 6].max())
+        if need > self.max_s:  # a layer's update waited (_overflow): every rank's now
+            self.overflow.exchange(job, self.linears, allgather_bytes)
         present = meta[:, :self.n_params].max(axis=0) > 0
         total = 0.0
         for q in range(job.world):  # rank order: the same sum on every rank
@@ -941,6 +967,10 @@ class _Sync(_Passes):
         self.passes = 0
         self.weight = None
         self.synced = True
+        if need > self.max_s:  # (before any replan: the same order on every rank)
+            self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
+            job.set_max_s(self.clock, self.max_s)
+            self.grown_at = self.clock
         self.span("reduce", t_reduce)
         self._measure(meta, end, was_training)
         self.clock += 1
@@ -966,17 +996,19 @@ class _Sync(_Passes):
         """A warning (rank 0, once) when every rank trained on a minibatch of
         another size and no rank called set_samples: each weighs 1 (DDP's
         rule), where one process's mean loss over the union weighs each by
-        its samples."""
+        its samples. The count compared is each rank's fewest samples of a
+        layer: a classifier's head over padded sequences sees the minibatch
+        (its Linear at every position, the padded tokens)."""
         n = self.n_params
-        counts = [int(c) for c in meta[:, n + 6]]
+        counts = [int(c) for c in meta[:, n + 12]]
         if min(counts) == max(counts) or meta[:, n + 11].any():
             return
         self.told_unequal = True
         if self.job.rank == 0:
             shown = ", ".join("rank %d %d" % (q, c) for q, c in enumerate(counts[:8]))
             warnings.warn(
-                "sfb.torch: at step %d the ranks' minibatches differ in size (the most samples "
-                "one of their layers took: %s%s) and no rank called opt.set_samples(n): each "
+                "sfb.torch: at step %d the ranks' minibatches differ in size (the fewest samples "
+                "a layer of theirs took: %s%s) and no rank called opt.set_samples(n): each "
                 "rank's gradient weighs 1 (DDP's rule), where one process's mean loss over "
                 "their union weighs each rank by its samples. Call opt.set_samples(n) before "
                 "backward() with the count this rank's loss averages over (samples, or tokens); "
@@ -989,12 +1021,14 @@ class _Sync(_Passes):
         the measured choice's next move (the same on every rank)."""
         self.step_ms = (end - self.last_end) * 1e3 if self.last_end is not None else 0.0
         self.last_end = end
-        self.step_samples = 0
+        self.step_samples = self.step_fewest = 0
         if self.trials is None:
             return
         n = self.n_params
+        # (the step after a bound's growth paid for it: not a measure)
         to = self.trials.observe(self.clock, float(meta[:, n + 5].max()),
-                                 float(meta[:, n + 6].max()), was_training and self.all_training)
+                                 float(meta[:, n + 6].max()), was_training and
+                                 self.all_training and self.grown_at != self.clock - 2)
         if to is not None:
             self.job.replan(self.clock, to)
 
@@ -1375,6 +1409,7 @@ class _Sync(_Passes):
         self.user_hooks.restore()
         self.attached, self.trials, self.last_end = False, None, None
         self.all_training, self.step_ms, self.step_samples = True, 0.0, 0
+        self.step_fewest = 0
         self.clock, self.extra = self.stepped
 
     def finish(self):
