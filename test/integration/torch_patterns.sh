@@ -13,7 +13,8 @@
 # parameters (Tensor.register_hook: a scale, clamps, a watcher), a GAN's
 # alternating steps under one optimizer, all
 # of them at once; step(closure) (LBFGS's line search); a contrastive loss
-# over the global batch (sft.allgather); 300 Adam steps
+# over the global batch (sft.allgather); sequences padded per minibatch,
+# longer than the first step's (the job's bound raised); 300 Adam steps
 # bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint, a .grad
 # clipped under staleness, a parameter group added after wrapping, an
@@ -105,6 +106,10 @@ cases=(
   # CLIP's loss over the global batch (sft.allgather, differentiable), ranks
   # of unequal sample counts and none: one process's
   "contrastive --uneven --opt adam"
+  # dynamic padding: sequences padded to each minibatch's longest, longer
+  # from step to step than the first step's (the job's bound raised); past
+  # it at staleness 1: refused naming max_samples
+  "varlen --uneven"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -119,7 +124,7 @@ if [ "$PART" = long ]; then
     "maxnorm --sync fms --opt sgd"
     "exact --closure --opt lbfgs --steps 5 --tol 1e-3 --uneven --freeze --route --validate"
     "exact --closure --opt adamw --buckets --transposed --hooks"
-    "contrastive --opt sgd --sync fms")
+    "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0
@@ -130,7 +135,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  case $mode in seq2seq|maxnorm|contrastive) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
+  case $mode in seq2seq|maxnorm|contrastive|varlen) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

@@ -948,6 +948,7 @@ class _Sync(_Passes):
             self.uneven |= _JOINED in states
         need = int(meta[:, self.n_params + 6].max())
         if need > self.max_s:  # a layer's update waited (_overflow): every rank's now
+            t_over = time.time()
             self.overflow.exchange(job, self.linears, allgather_bytes)
         present = meta[:, :self.n_params].max(axis=0) > 0
         total = 0.0
@@ -971,6 +972,7 @@ class _Sync(_Passes):
             self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
             job.set_max_s(self.clock, self.max_s)
             self.grown_at = self.clock
+            self.span("samples past the bound", t_over)
         self.span("reduce", t_reduce)
         self._measure(meta, end, was_training)
         self.clock += 1
