@@ -736,7 +736,6 @@ class _Sync(_Passes):
     def _attach(self):
         """The first reduction: the shapes and the first step's samples are known."""
         job = self.job
-        U = _sfb.UsageError
         self._check_unheld()  # (a model whose forward sfb did not see: its parts called)
         self._agree_slots()
         self._unslot_mixed()
