@@ -81,6 +81,29 @@ class TorchOneWorker(unittest.TestCase):
             sft.shutdown()
             sft.init(world=1)
 
+    def test_script_module_refused(self):
+        # TorchScript runs no Python forward: refused saying so (torch's own
+        # "register_forward_pre_hook is not supported" before); a scripted
+        # part inside a Python module trains as one process (densely)
+        m = torch.jit.script(net())
+        self.assertRaisesNaming(ValueError, ["model is a TorchScript module", "script it after"],
+                                sft.DistributedOptimizer, torch.optim.SGD(m.parameters(), lr=0.1),
+                                model=m)
+        outer = nn.Sequential(torch.jit.script(net()), nn.Linear(3, 2))
+        ref = nn.Sequential(torch.jit.script(net()), nn.Linear(3, 2))  # (no deepcopy of jit)
+        ref.load_state_dict(outer.state_dict())
+        opt = sft.DistributedOptimizer(torch.optim.SGD(outer.parameters(), lr=0.1), model=outer)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        x, y = data()
+        for model, o in ((outer, opt), (ref, ref_opt)):
+            for _ in range(3):
+                o.zero_grad()
+                nn.functional.cross_entropy(model(x), y % 2).backward()
+                o.step()
+        for a, b in zip(outer.parameters(), ref.parameters()):
+            self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+        self.assertIn("dense", opt.plan)
+
     def test_pruning(self):
         # pruned since the first step: the weight (orig * mask) gets a dense
         # gradient sfb cannot add to its factors, refused saying how;

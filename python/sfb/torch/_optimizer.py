@@ -291,6 +291,13 @@ class _Sync(_Passes):
         # replicas that part (_check_foreign)
         self.foreign = {}
         self.graphs = False  # a forward with gradients reached a model (its slots' functions)
+        for m in _members(model):
+            if isinstance(m, torch.jit.ScriptModule):
+                raise U("DistributedOptimizer: model is a TorchScript module (torch.jit.script "
+                        "or torch.jit.trace): sfb.torch follows a model through its Python "
+                        "forward (a forward hook, its layers' F.linear calls), which TorchScript "
+                        "runs without. Wrap the nn.Module and script it after training; a "
+                        "scripted part inside a Python module trains (its parameters densely)")
         self.fwd_hooks = [m.register_forward_pre_hook(
             lambda mod, inp, m=m: self._forward_begins(m, inp)) for m in _members(model)]
         if self.timeline:
