@@ -16,7 +16,8 @@
 # over the global batch (sft.allgather); sequences padded per minibatch,
 # longer than the first step's (the job's bound raised); 300 Adam steps
 # bit-identical; and what must fail fast:
-# a rank out of data without join(), a rank-0-only checkpoint, a .grad
+# a rank out of data without join(), a rank-0-only checkpoint (and a run
+# going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
 # clipped under staleness, a parameter group added after wrapping, an
 # InstanceNorm keeping running statistics in training mode and a BatchNorm
 # inside join() or at staleness 1 (then BatchNorm in training mode: exact),
@@ -110,6 +111,9 @@ cases=(
   # from step to step than the first step's (the job's bound raised); past
   # it at staleness 1: refused naming max_samples
   "varlen --uneven"
+  # back to step 10's checkpoint at step 16 (model and optimizer), the
+  # learning rate halved: exact; loads on some ranks only: refused
+  "rollback --opt momentum --uneven"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -135,7 +139,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  case $mode in seq2seq|maxnorm|contrastive|varlen) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
+  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

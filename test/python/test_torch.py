@@ -742,9 +742,27 @@ class TorchOneWorker(unittest.TestCase):
         sd = opt.state_dict()
         self.assertEqual(sd["sfb"]["clock"], 3)
         self.assertEqual(len(sd["state"]), 3)  # momentum of every parameter
+        # loaded again mid-run (back to a checkpoint): its state, the job's clock goes on
         again = copy.deepcopy(sd)
-        self.assertRaisesNaming(RuntimeError, ["after the first step"], opt.load_state_dict,
-                                again)
+        again["param_groups"][0]["lr"] = 0.3
+        again["sfb"]["clock"] = 1
+        opt.load_state_dict(again)
+        self.assertEqual(opt.param_groups[0]["lr"], 0.3)
+        self.assertEqual(opt.clock, 3)
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        self.assertEqual(opt.clock, 4)
+        sft.shutdown()
+        sft.init(world=1)  # at staleness 1 (updates on their way): refused after the first step
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       staleness=1)
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        self.assertRaisesNaming(ValueError, ["after the first step at staleness 1"],
+                                opt.load_state_dict, opt.state_dict())
 
     def test_the_optimizer_itself_is_wrapped(self):
         """A name still bound to the optimizer after wrapping is the same

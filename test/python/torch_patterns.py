@@ -70,6 +70,12 @@ nojoin: rank 1 runs out of batches two steps early and calls shutdown():
   every rank must fail at once with sfb.PeerError naming join().
 loadstate: rank 0 alone loads an optimizer checkpoint of clock 8: every rank
   must fail at the first step with sfb.MismatchError naming both clocks.
+rollback: every rank loads the model's and the optimizer's state of step 10
+  at step 16 (a run going back to its best checkpoint) and halves the
+  learning rate: must train as one process doing the same; then rank 0
+  alone loading an optimizer state, and rank 1 alone loading the model's
+  beside everyone's optimizer state, must fail the next step on every rank
+  with sfb.MismatchError naming the ranks (the parameter).
 staleclip: staleness 1, a .grad clipped between backward() and step(): every
   rank's step must raise sfb.UsageError saying why (or sfb.PeerError carrying
   a peer's, where that ended the job before this rank's step).
@@ -164,7 +170,8 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "loadstate", "staleclip", "addgroup",
+ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "loadstate",
+                                 "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen"])
@@ -717,6 +724,59 @@ def loadstate():
         closed()
         return
     fail("no error")
+
+
+def rollback():
+    """Back to step 10's checkpoint at step 16, the learning rate halved, on
+    every rank and in one process; then loads on some ranks only."""
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    ref = copy.deepcopy(model)
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync)
+    ref_opt = make_opt(ref.parameters())
+    job = sft._need()
+    for t in range(args.steps):
+        if t == 10:
+            kept = [copy.deepcopy(o.state_dict()) for o in (model, opt, ref, ref_opt)]
+        if t == 16:
+            for o, sd in zip((model, opt, ref, ref_opt), kept):
+                o.load_state_dict(sd)
+            for o in (opt, ref_opt):
+                for g in o.param_groups:
+                    g["lr"] *= 0.5
+        one_step(model, opt, *shard(x, y, t, r, P), t, True)
+        same(job, model, "after step %d" % t)
+        one_process(ref, ref_opt, x, y, t, P)
+    worst, where = near_one_process(model, ref)
+    said = []
+    for loads, want in (({0: "opt"}, ["rank 0 loaded an optimizer state", "and rank 1 did not "
+                                      "load one", "every rank must load the same checkpoint"]),
+                        ({q: "opt" for q in range(P)} | {1: "both"},
+                         ["fc1.weight differs between ranks after step 2", "on some ranks"])):
+        if said:  # (a new job: the first refusal ended the last)
+            closed()
+            model = setup()
+            opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+                                           sync=args.sync)
+        try:
+            for t in range(4):
+                if t == 0:
+                    kept = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
+                if t == 2 and r in loads:
+                    if loads[r] == "both":
+                        model.load_state_dict(kept[0])
+                    opt.load_state_dict(kept[1])
+                one_step(model, opt, *shard(x, y, t, r, P), t, True)
+            fail("optimizer loads %s went on" % loads)
+        except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
+            if not all(w in str(e) for w in want):
+                fail("expected an error saying %s, got %s" % (want, e))
+            said.append(str(e).split("sfb.torch: ")[1][:50])
+    closed()
+    print("ok %s: back to step 10 at step 16 within %.3g of one process (%s); loads on some "
+          "ranks refused (%s)" % (" ".join(sys.argv_case), worst, where, "; ".join(said)),
+          flush=True)
 
 
 def staleclip():
@@ -1827,7 +1887,7 @@ def main():
         args = ap.parse_args(shlex.split(text))
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "closurejoin": closurejoin, "rankedit": rankedit,
-         "loadstate": loadstate,
+         "loadstate": loadstate, "rollback": rollback,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,

@@ -55,6 +55,16 @@ def _crc_tensors(tensors, crc=0):
     return crc
 
 
+def _state_crc(opts):
+    """A CRC32 of the optimizers' state: its tensors' bytes and its other
+    values (a step count)."""
+    sts = [o.state_dict()["state"] for o in opts]
+    state = [v for st in sts for s in st.values() for v in s.values() if torch.is_tensor(v)]
+    scalars = [repr(v) for st in sts for s in st.values() for v in s.values()
+               if not torch.is_tensor(v)]
+    return _crc_tensors(state, zlib.crc32(repr(scalars).encode()))
+
+
 # the reductions after which the parameters feeding the job's models from
 # outside it are compared across ranks (_check_foreign): one optimizer step
 # of most loops in, and later
@@ -209,6 +219,7 @@ class _Sync(_Passes):
         self.most_samples = 0   # the most samples of a step over all ranks (an elastic attach)
         self.overflow = _overflow.Overflow()  # updates of more samples than the job's bound
         self.grown_at = None    # the clock whose reduction raised the bound last
+        self.loaded = False     # load_state_dict since the last reduction (after the first)
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
@@ -716,7 +727,8 @@ class _Sync(_Passes):
         exact in float32), the step's time and samples, the processes
         waiting to join, the frozen parameters' checksum, the rows its
         max_norm lookups changed (_renorm), whether set_samples was called,
-        the fewest samples of a layer that had any."""
+        the fewest samples of a layer that had any, whether an optimizer
+        state was loaded since the last reduction and its checksum."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -738,6 +750,9 @@ class _Sync(_Passes):
         row[0, n + 10] = min(self.renorms.pending(), 1 << 24)
         row[0, n + 11] = 1.0 if self.weight is not None else 0.0  # (set_samples called)
         row[0, n + 12] = min(self.step_fewest, _overflow.MOST)
+        if self.loaded:  # (an optimizer state loaded since the last reduction: which)
+            crc = _state_crc(self.opts)
+            row[0, n + 13:n + 16] = [1.0, crc & 0xFFFF, crc >> 16]
         return row
 
     def _attach(self):
@@ -769,14 +784,9 @@ class _Sync(_Passes):
             raise _sfb.MismatchError(e.code, "sfb.torch: the ranks start from different "
                                      "parameters (%s): call sfb.torch.broadcast_parameters("
                                      "model.state_dict()) before training" % e, e.rank) from None
-        sts = [o.state_dict()["state"] for o in self.opts]
-        state = [v for st in sts for s in st.values() for v in s.values() if torch.is_tensor(v)]
-        scalars = [repr(v) for st in sts for s in st.values() for v in s.values()
-                   if not torch.is_tensor(v)]
         try:
             job.agree("optimizer_hyperparameters_crc32=%08x\noptimizer_state_crc32=%08x\n" %
-                      (_hyper_crc(self.opts),
-                       _crc_tensors(state, zlib.crc32(repr(scalars).encode()))))
+                      (_hyper_crc(self.opts), _state_crc(self.opts)))
         except _sfb.Error as e:
             raise _sfb.MismatchError(e.code, "sfb.torch: the ranks' optimizers differ (%s): "
                                      "every rank must load the same optimizer state "
@@ -814,7 +824,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 13
+                self.meta_cols = self.n_params + 16
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -928,12 +938,17 @@ class _Sync(_Passes):
         self._publish_all()
         self.meta.fill(0)  # every row comes from its rank this clock
         job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
+        self.loaded = False
         job.drain(self.clock)
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
+        if meta[:, self.n_params + 13].any() and \
+                all(int(q) == _TRAINING for q in meta[:, self.n_params + 1]):
+            # a checkpoint loaded again: the model's parameters too, every rank's
+            self.replicas.check(self, self.steps, list(self.params), repair=False)
         if self.clock in FOREIGN_CLOCKS and job.world > 1:
             self._check_foreign()
         # the replica checks of the last step (every rank took it: _check_meta)
@@ -1087,6 +1102,7 @@ class _Sync(_Passes):
                 (self.clock, "s" if len(leaving) > 1 else "", ", ".join(map(str, leaving)),
                  "s" if len(others) > 1 else "", ", ".join(map(str, others)),
                  "were" if len(others) > 1 else "was", _JOIN_HINT), rank=q)
+        self._check_loads(meta, states)
         # every rank leaving (shutdown() after the loop): the steps taken too
         # (a rank that skipped the last step), not settings a scheduler may
         # have moved after it
@@ -1119,6 +1135,28 @@ class _Sync(_Passes):
                     "(requires_grad) differ: rank %d's and rank %d's (every rank must freeze "
                     "and unfreeze the same parameters at the same step)" %
                     (self.clock, job.rank, q), rank=q)
+
+    def _check_loads(self, meta, states):
+        """An optimizer state loaded after the first step (a run going back
+        to a checkpoint): every rank training loaded one, the same."""
+        n, P = self.n_params, self.job.world
+        training = [q for q in range(P) if states[q] == _TRAINING]
+        loads = [q for q in training if meta[q, n + 13]]
+        if not loads or self.state != _TRAINING:
+            return
+
+        def crc(q):
+            return int(meta[q, n + 14]) | int(meta[q, n + 15]) << 16
+        apart = [q for q in training if not meta[q, n + 13] or crc(q) != crc(loads[0])]
+        if apart:
+            q = apart[0]
+            raise _sfb.MismatchError(
+                -(4096 + 9), "sfb.torch: before step %d rank %d loaded an optimizer state "
+                "(load_state_dict: crc32 %08x) and rank %d %s: every rank must load the same "
+                "checkpoint, the model's and the optimizer's" % (
+                    self.clock, loads[0], crc(loads[0]), q,
+                    "another (crc32 %08x)" % crc(q) if meta[q, n + 13] else "did not load one"),
+                rank=q)
 
     def _name_frozen(self, states):
         """The parameters' requires_grad differ between ranks: where every
@@ -1567,15 +1605,26 @@ class _DistributedOptimizer:
         return d
 
     def load_state_dict(self, state_dict):
-        """The optimizer's state and the job's clock: training resumes at the
-        checkpoint's step. Every rank loads the same checkpoint (a rank that
-        did not fails the first step on every rank, sfb.MismatchError naming
-        both clocks). Raises sfb.UsageError after the first step."""
+        """The optimizer's state and, before the first step, the job's clock:
+        training resumes at the checkpoint's step. Every rank loads the same
+        checkpoint (a rank that did not fails the first step on every rank,
+        sfb.MismatchError naming both clocks). After the first step (a run
+        going back to its best checkpoint) the job's clock goes on, and the
+        next step checks that every rank loaded the same state (and holds
+        the same parameters): sfb.MismatchError naming the ranks otherwise.
+        Raises sfb.UsageError after the first step at staleness > 0."""
         state_dict = dict(state_dict)
         info = state_dict.pop("sfb", None)
-        if info is not None and self._sfb.attached:
-            raise _sfb.UsageError("sfb.torch: load_state_dict after the first step; load the "
-                                  "checkpoint before training")
+        s = self._sfb
+        if s.attached:
+            if s.additive:
+                raise _sfb.UsageError(
+                    "sfb.torch: load_state_dict after the first step at staleness %d (each "
+                    "rank's updates still on their way); load the checkpoint before training, "
+                    "or use staleness=0" % s.staleness)
+            type(self)._sfb_base.load_state_dict(self, state_dict)
+            s.loaded = True
+            return
         type(self)._sfb_base.load_state_dict(self, state_dict)
         if info is not None:
             self._sfb.clock = int(info["clock"])
