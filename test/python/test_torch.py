@@ -950,6 +950,71 @@ class RenormExchange(unittest.TestCase):
                           str(e.exception))
 
 
+class OverflowExchange(unittest.TestCase):
+    """A step's updates past the job's bound as another rank sends them:
+    added as its GEMM would add them (dense, factors, a table's rows), and
+    bytes that do not hold together fail naming the rank, never an index
+    error, a crash or a NaN in a replica."""
+
+    class Slot:
+        def __init__(self, kind, rows, cols):
+            self.kind, self.rows, self.cols, self.name = kind, rows, cols, "s%dx%d" % (rows, cols)
+            self.buf = np.zeros((rows, cols), np.float32)
+
+    def test_forms(self):
+        from sfb.torch._overflow import Overflow, _add
+        g = np.random.default_rng(1)
+        slots = [self.Slot("linear", 3, 4), self.Slot("linear", 30, 40), self.Slot("rows", 5, 9)]
+        b0, c0 = g.standard_normal((9, 3), np.float32), g.standard_normal((9, 4), np.float32)
+        b1, c1 = g.standard_normal((2, 30), np.float32), g.standard_normal((2, 40), np.float32)
+        b2 = g.standard_normal((3, 5), np.float32)
+        col = np.array([7, 0, 3], np.uint32)
+        o = Overflow()
+        o.keep(0, slots[0], b0, c0, 0.5, 7)   # dense (9 samples of a 3 x 4)
+        o.keep(1, slots[1], b1, c1, 2.0, 7)   # factors (2 samples of a 30 x 40)
+        o.keep(2, slots[2], b2, (np.arange(4, dtype=np.uint32), col, np.ones(3, np.float32)),
+               0.25, 7)
+        data = b"".join(o.kept)
+        _add(1, data, slots)
+        want2 = np.zeros((5, 9), np.float32)
+        want2[:, col] = 0.25 * b2.T
+        for slot, want in zip(slots, (0.5 * b0.T @ c0, 2.0 * b1.T @ c1, want2)):
+            self.assertTrue(np.allclose(slot.buf, want, rtol=1e-6, atol=1e-6), slot.name)
+        self.assertEqual(len(data), 3 * 32 + 3 * 4 * 4 + 2 * 70 * 4 + 3 * 6 * 4)
+        with self.assertRaises(sft.Error) as e:  # (nothing kept: not finite)
+            o.keep(0, slots[0], b0 * np.float32("nan"), c0, 1.0, 7)
+        self.assertIn("clock 7: a non-finite gradient", str(e.exception))
+
+    def test_malformed(self):
+        from sfb.torch._overflow import Overflow, _add
+        slots = [self.Slot("linear", 3, 4), self.Slot("rows", 5, 9)]
+        o = Overflow()
+        o.keep(0, slots[0], np.ones((1, 3), np.float32), np.ones((1, 4), np.float32), 1.0, 0)
+        good = o.kept[0]
+        head = np.frombuffer(good[:32], np.int64)[:3].tolist()
+
+        def forged(k=head[0], form=head[1], s=head[2], scale=1.0, body=good[32:]):
+            return np.array([k, form, s], np.int64).tobytes() + \
+                np.array([scale], np.float64).tobytes() + body
+        nan = np.full(7, np.nan, np.float32).tobytes()
+        rows = np.ones((1, 5), np.float32).tobytes() + np.array([9], np.uint32).tobytes()
+        for data, words in ((good[:20], "20 bytes left, a header takes 32"),
+                            (forged(k=2), "layer 2 of 2"), (forged(k=-1), "layer -1 of 2"),
+                            (forged(form=7), "form 7"), (forged(k=1), "form 1"),
+                            (forged(s=0), "0 samples"), (forged(body=good[32:-4]), "24 bytes left"),
+                            (forged(scale=float("inf")), "s3x4"), (forged(body=nan), "non-finite"),
+                            (forged(k=1, form=2, s=1, body=rows), "row id 9 of a table of 9")):
+            for slot in slots:
+                slot.buf.fill(0)
+            with self.assertRaises(sft.MismatchError) as e:
+                _add(2, data, slots)
+            self.assertIn("rank 2's updates of a step with more samples than the job's bound "
+                          "are malformed", str(e.exception))
+            self.assertIn(words, str(e.exception))
+            self.assertEqual(e.exception.rank, 2)
+            self.assertTrue(all(np.isfinite(slot.buf).all() for slot in slots))
+
+
 class MeasuredPlan(unittest.TestCase):
     """sync="auto"'s measured choice (sfb/torch/_autoplan.py), fed step
     times as the meta matrix would: which layers it measures, which engine

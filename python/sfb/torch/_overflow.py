@@ -68,8 +68,9 @@ def _add(q, data, slots):
     """Rank q's kept updates (untrusted bytes: every length and index
     checked, an error naming rank q otherwise)."""
     def bad(why):
-        return _sfb.Error(-4096, "sfb.torch: rank %d's updates of a step with more samples "
-                          "than the job's bound: %s" % (q, why), rank=q)  # -SFB_EFORMAT
+        return _sfb.MismatchError(-(4096 + 9), "sfb.torch: rank %d's updates of a step with "
+                                  "more samples than the job's bound are malformed: %s" %
+                                  (q, why), rank=q)
     at = 0
     while at < len(data):
         if len(data) - at < _HEAD.itemsize:
