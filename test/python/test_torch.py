@@ -95,11 +95,14 @@ class TorchOneWorker(unittest.TestCase):
         opt = sft.DistributedOptimizer(torch.optim.SGD(outer.parameters(), lr=0.1), model=outer)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
         x, y = data()
-        for model, o in ((outer, opt), (ref, ref_opt)):
-            for _ in range(3):
-                o.zero_grad()
-                nn.functional.cross_entropy(model(x), y % 2).backward()
-                o.step()
+        # (unoptimized: Debian 13's torch 2.6 hangs in the backward of a
+        # scripted Linear's optimized graph, from its third run, without sfb)
+        with torch.jit.optimized_execution(False):
+            for model, o in ((outer, opt), (ref, ref_opt)):
+                for _ in range(3):
+                    o.zero_grad()
+                    nn.functional.cross_entropy(model(x), y % 2).backward()
+                    o.step()
         for a, b in zip(outer.parameters(), ref.parameters()):
             self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
         self.assertIn("dense", opt.plan)
