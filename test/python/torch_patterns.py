@@ -1797,7 +1797,8 @@ class SeqNet(nn.Module):
 
     def forward(self, ids, mask):
         h = torch.tanh(self.tok(self.emb(ids)))
-        h = h + self.att(h, h, h, key_padding_mask=~mask, need_weights=False)[0]
+        if len(ids):  # (torch 2.6's attention fails on an empty minibatch with a mask)
+            h = h + self.att(h, h, h, key_padding_mask=~mask, need_weights=False)[0]
         m = mask.unsqueeze(-1).to(h.dtype)
         return self.head((h * m).sum(1) / m.sum(1).clamp(min=1))
 
