@@ -80,6 +80,10 @@ cases=(
   # a parameter changed on one rank only: refused after step 4; repaired
   # once from the majority at a later check, refused when it differs again
   "rankedit --opt momentum"
+  # SAM stepped by first_step/second_step (no step() of the wrapped
+  # optimizer): exact, the replica checks by the reductions (refused at the
+  # 32nd for a parameter changed on rank 1)
+  samhand
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum --hooks"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
   # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and

@@ -70,6 +70,9 @@ nojoin: rank 1 runs out of batches two steps early and calls shutdown():
   every rank must fail at once with sfb.PeerError naming join().
 loadstate: rank 0 alone loads an optimizer checkpoint of clock 8: every rank
   must fail at the first step with sfb.MismatchError naming both clocks.
+samhand: SAM stepped by first_step and second_step (the wrapped optimizer's
+  step() never runs) must train as one process, and a parameter changed on
+  rank 1 alone must be refused after the 32nd reduction, naming it.
 rollback: every rank loads the model's and the optimizer's state of step 10
   at step 16 (a run going back to its best checkpoint) and halves the
   learning rate: must train as one process doing the same; then rank 0
@@ -170,7 +173,7 @@ import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "loadstate",
+ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "samhand", "loadstate",
                                  "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
@@ -259,6 +262,25 @@ class SAM(torch.optim.Optimizer):
         for p in (p for g in self.param_groups for p in g["params"] if "old_p" in self.state[p]):
             p.copy_(self.state[p].pop("old_p"))
         self.base_optimizer.step()
+
+    @torch.no_grad()
+    def first_step(self):
+        """The authors' other way: to the worst point (after a backward)."""
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        scale = self.param_groups[0]["rho"] / (torch.norm(torch.stack(
+            [q.norm() for q in grads])) + 1e-12)
+        for p in (p for g in self.param_groups for p in g["params"] if p.grad is not None):
+            self.state[p]["old_p"] = p.detach().clone()
+            p.add_(p.grad * scale)
+        self.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self):
+        """Back to the start, the base optimizer's step (after a backward)."""
+        for p in (p for g in self.param_groups for p in g["params"] if "old_p" in self.state[p]):
+            p.copy_(self.state[p].pop("old_p"))
+        self.base_optimizer.step()
+        self.zero_grad()
 
 
 def make_opt(params):
@@ -699,6 +721,49 @@ def rankedit():
         closed()
     print("ok rankedit: a parameter changed on rank 1 refused after step 4; repaired at step "
           "40, refused when it differed again", flush=True)
+
+
+def samhand():
+    """SAM stepped by its first_step and second_step (never step()): exact,
+    and the replica checks follow the reductions; a parameter changed on
+    rank 1 alone is refused at the 32nd."""
+    import warnings
+    for edit in (False, True):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        ref = copy.deepcopy(model)
+        x, y = data()
+        opt = sft.DistributedOptimizer(SAM(model.parameters(), lr=0.05, momentum=0.9),
+                                       model=model)
+        ref_opt = SAM(ref.parameters(), lr=0.05, momentum=0.9)
+        job = sft._need()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (rank 0: no step() in 32 reductions)
+                for t in range(20):
+                    for m, o, (xb, yb) in ((model, opt, shard(x, y, t, r, P)),
+                                           (ref, ref_opt, (torch.cat([shard(x, y, t, q, P)[0]
+                                                                      for q in range(P)]),
+                                                           torch.cat([shard(x, y, t, q, P)[1]
+                                                                      for q in range(P)])))):
+                        nn.functional.cross_entropy(m(xb, t), yb).backward()
+                        o.first_step()
+                        nn.functional.cross_entropy(m(xb, t), yb).backward()
+                        o.second_step()
+                    if edit and t == 3 and r == 1:
+                        with torch.no_grad():
+                            model.fc2.weight.mul_(0.5)
+            if edit:
+                fail("a parameter changed on rank 1 alone went on")
+            same(job, model, "after 20 steps")
+            worst, where = near_one_process(model, ref)
+        except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
+            want = "fc2.weight differs between ranks after reduction 32 (ranks 0, 2, 3: one value"
+            if not edit or want not in str(e):
+                fail("expected %r, got %s" % (want, e))
+        closed()
+    print("ok samhand: 20 steps within %.3g of one process (%s); a parameter changed on rank 1 "
+          "refused after reduction 32" % (worst, where), flush=True)
 
 
 def loadstate():
@@ -1888,7 +1953,7 @@ def main():
         args = ap.parse_args(shlex.split(text))
         sys.argv_case = shlex.split(text)
         {"exact": exact, "nojoin": nojoin, "closurejoin": closurejoin, "rankedit": rankedit,
-         "loadstate": loadstate, "rollback": rollback,
+         "loadstate": loadstate, "rollback": rollback, "samhand": samhand,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,

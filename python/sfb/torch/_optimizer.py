@@ -955,6 +955,11 @@ class _Sync(_Passes):
         states = [int(meta[q, self.n_params + 1]) for q in range(job.world)]
         self.replicas.at_reduction(self, self.attached and len(set(states)) == 1 and
                                    states[0] in (_TRAINING, _LEAVING))
+        if self.clock + 1 >= NO_STEP_CLOCKS and states == [_TRAINING] * job.world and \
+                not meta[:, self.n_params + 2].any():
+            # (no step of the wrapped optimizer on any rank in 32 reductions:
+            # the checks by the reductions, from the 32nd on)
+            self.replicas.without_steps(self, self.clock + 1)
         self.most_samples = max(self.most_samples, int(meta[:, self.n_params + 6].sum()))
         waiting = int(meta[0, self.n_params + 7])
         if self.elastic and waiting and self.state == _TRAINING:
@@ -1004,16 +1009,16 @@ class _Sync(_Passes):
 
     def _tell_no_step(self):
         """A warning (rank 0) when the job's first NO_STEP_CLOCKS reductions
-        saw no step of the wrapped optimizer: the replica checks run after
-        its steps, so none did (SAM's first_step/second_step step a base
-        optimizer of their own)."""
+        saw no step of the wrapped optimizer (SAM's first_step/second_step
+        step a base optimizer of their own; gradients accumulated over
+        reductions): the replica checks follow the reductions then."""
         warnings.warn(
             "sfb.torch: %d gradient reductions (backward passes) and no step() of the "
-            "DistributedOptimizer yet: the replica checks follow its steps, so none has run. "
-            "If the wrapped optimizer's step() is never called (SAM's first_step and "
-            "second_step: call opt.step(closure) instead), call it; if you accumulate gradients "
-            "over several backward passes, backward_passes_per_step=k reduces once per k "
-            "passes" % self.clock, stacklevel=_env._user_stacklevel())
+            "DistributedOptimizer yet, so the replica checks follow the reductions. If the "
+            "wrapped optimizer's step() is never called (SAM's first_step and second_step: "
+            "opt.step(closure) is its way), call it; if you accumulate gradients over several "
+            "backward passes, backward_passes_per_step=k reduces once per k passes" %
+            self.clock, stacklevel=_env._user_stacklevel())
 
     def _tell_unequal(self, meta):
         """A warning (rank 0, once) when every rank trained on a minibatch of

@@ -71,7 +71,7 @@ def _close(x, x0):
     return bool(ok.all())
 
 
-def check_buffers(sync, step):
+def check_buffers(sync, step, unit="step"):
     """Collective (staleness 0): every persistent buffer of the models the
     same on every rank (the same bits, or within rounding of rank 0's where
     the bits differ); else sfb.MismatchError on every rank, naming the first
@@ -88,9 +88,9 @@ def check_buffers(sync, step):
     if len(set(sizes)) > 1:
         q = next(r for r in range(job.world) if sizes[r] != sizes[0])
         raise _sfb.MismatchError(
-            -(4096 + 9), "sfb.torch: after step %d rank 0's models have %d persistent "
+            -(4096 + 9), "sfb.torch: after %s %d rank 0's models have %d persistent "
             "buffers and rank %d's %d: a buffer registered on some ranks only" %
-            (step, sizes[0], q, sizes[q]), rank=q)
+            (unit, step, sizes[0], q, sizes[q]), rank=q)
     rows = np.stack([np.frombuffer(b, np.uint32).reshape(-1, 2)
                      for b in job.allgather(mine.tobytes())])
     for i, (name, t) in enumerate(items):
@@ -113,7 +113,7 @@ def check_buffers(sync, step):
             what = "its values"
         same = [r for r in range(job.world) if r not in other]
         raise _sfb.MismatchError(
-            -(4096 + 9), "sfb.torch: buffer %s differs between ranks after step %d (%s, on %s "
+            -(4096 + 9), "sfb.torch: buffer %s differs between ranks after %s %d (%s, on %s "
             "from %s's): the model updates it from each rank's own data (a running statistic "
             "kept in forward?), where one process would update it from the whole minibatch, "
             "or the ranks started from different buffers. sfb.torch keeps the parameters, "
@@ -121,7 +121,7 @@ def check_buffers(sync, step):
             "other buffers: compute its update from every rank's data (sfb.torch.allreduce), "
             "broadcast the model's state_dict() at the start, or register a buffer the model "
             "only records, never uses, with persistent=False (not compared)" %
-            (name, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
+            (name, unit, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
 
 
 class Checks:
@@ -169,11 +169,22 @@ class Checks:
         step, self.due = self.due, None
         if step is None or not run:
             return
-        if self.every and step % self.every == 0:
-            self.check(sync, step, self.tensors(sync))
+        self._run(sync, step, "step")
+
+    def without_steps(self, sync, reductions):
+        """A reduction of a job whose wrapped optimizer has not stepped yet
+        (SAM's first_step/second_step step a base optimizer of their own;
+        LBFGS's first step): the checks keyed on the reductions instead
+        (collective: every rank training, none stepped)."""
+        if reductions in BUFFER_STEPS or (self.every and reductions % self.every == 0):
+            self._run(sync, reductions, "reduction")
+
+    def _run(self, sync, n, unit):
+        if self.every and n % self.every == 0:
+            self.check(sync, n, self.tensors(sync), unit=unit)
         elif self.every:  # (BUFFER_STEPS: the parameters too, where a program parts them first)
-            self.check(sync, step, list(sync.params), repair=False)
-        check_buffers(sync, step)
+            self.check(sync, n, list(sync.params), repair=False, unit=unit)
+        check_buffers(sync, n, unit)
 
     def _flip(self, items, step):
         _, _, which, elem, bit = self.flip
@@ -187,7 +198,7 @@ class Checks:
         print("sfb.torch: SFB_DEBUG_FLIP: step %d, %s element %d: bit %d flipped" %
               (step, name, elem, bit), file=sys.stderr, flush=True)
 
-    def check(self, sync, step, items, repair=True):
+    def check(self, sync, step, items, repair=True, unit="step"):
         """Collective: the CRC of each tensor on every rank; a minority's
         copied from the majority (repair), else refused: after the first
         steps a difference is the program's (code run on some ranks only,
@@ -208,13 +219,13 @@ class Checks:
             other = [r for r in range(P) if col[r] != col[root]]
             if not repair or name in self.fixed:  # (at the first steps, or again: the program's)
                 raise _sfb.MismatchError(
-                    -(4096 + 9), "sfb.torch: %s differs between ranks after step %d "
+                    -(4096 + 9), "sfb.torch: %s differs between ranks after %s %d "
                     "(%s: one value; %s: another): sfb.torch gives every rank the same "
                     "gradients, so the program changed it on some ranks only (code under `if "
                     "rank == 0:`, a change computed from each rank's own data or random "
                     "numbers), or the ranks started apart%s. Change parameters alike on every "
                     "rank (from every rank's data: sfb.torch.allreduce)" %
-                    (name, step, _ranks(side), _ranks(other),
+                    (name, unit, step, _ranks(side), _ranks(other),
                      "; it was repaired at an earlier check already" if repair else ""),
                     rank=other[0], param=name)
             if 2 * counts[root] <= P:
