@@ -14,7 +14,8 @@
 # alternating steps under one optimizer, all
 # of them at once; step(closure) (LBFGS's line search); a contrastive loss
 # over the global batch (sft.allgather); sequences padded per minibatch,
-# longer than the first step's (the job's bound raised); 300 Adam steps
+# longer than the first step's (the job's bound raised); a mixture of
+# experts; 300 Adam steps
 # bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
 # going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
@@ -118,6 +119,9 @@ cases=(
   # back to step 10's checkpoint at step 16 (model and optimizer), the
   # learning rate halved: exact; loads on some ranks only: refused
   "rollback --opt momentum --uneven"
+  # a mixture of experts (top-1 routing: the experts' counts differ from
+  # rank to rank): exact, and no unequal-minibatches warning
+  "moe --opt momentum"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -143,7 +147,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
+  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback|moe) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

@@ -145,6 +145,11 @@ varlen: sequences padded per minibatch to its longest (dynamic padding), an
   ranks past it and others not): must train as one process on the global
   minibatches, the bound raised a few times; at staleness 1 a step past it
   must be refused naming max_samples.
+moe: a mixture of experts, each sample routed to the expert its router
+  rates highest (the experts' sample counts differing from rank to rank and
+  step to step, some experts unused on some ranks): must train as one
+  process, and with equal minibatches without the unequal-minibatches
+  warning (the router and the head see the same counts).
 autogradw: torch.autograd.grad with respect to the parameters (and
   backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -177,7 +182,8 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
-                                 "schedules", "maxnorm", "unequal", "contrastive", "varlen"])
+                                 "schedules", "maxnorm", "unequal", "contrastive", "varlen",
+                                 "moe"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1740,8 +1746,8 @@ def unequal():
         if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
             fail("the warning points at %s" % where)
         want = [] if explicit or r else [
-            "sfb.torch: at step 2 the ranks' minibatches differ in size (the fewest samples a "
-            "layer of theirs took: %s) and no rank called opt.set_samples(n)" %
+            "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples one "
+            "of their layers took: %s) and no rank called opt.set_samples(n)" %
             ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("warned %r, expected %r" % (said, want))
@@ -1940,6 +1946,64 @@ def varlen():
               " -> ".join(map(str, bounds))), flush=True)
 
 
+class MoE(nn.Module):
+    """A router sends each sample to one of four experts (top-1, scaled by
+    its gate), as a sparse mixture-of-experts layer does."""
+    E = 4
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(10, 12)
+        self.router = nn.Linear(12, self.E)
+        self.experts = nn.ModuleList([nn.Sequential(nn.Linear(12, 16), nn.Tanh(),
+                                                    nn.Linear(16, 12)) for _ in range(self.E)])
+        self.head = nn.Linear(12, 5)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        gates = self.router(h).softmax(-1)
+        top = gates.argmax(-1)
+        out = torch.zeros_like(h)
+        for e in range(self.E):
+            idx = (top == e).nonzero().flatten()
+            if len(idx):
+                out = out.index_add(0, idx, self.experts[e](h[idx]) * gates[idx, e:e + 1])
+        return self.head(h + out)
+
+
+def moe():
+    """Routed experts against one process on the global minibatches."""
+    import warnings
+    model = setup_model(MoE)
+    P, r = sft.size(), sft.rank()
+    ref = copy.deepcopy(model)
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync)
+    ref_opt = make_opt(ref.parameters())
+    job = sft._need()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for t in range(args.steps):
+            xb, yb = shard(x, y, t, r, P)
+            opt.zero_grad()
+            if args.uneven:
+                opt.set_samples(len(xb))
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+            same(job, model, "after step %d" % t)
+            parts = [shard(x, y, t, q, P) for q in range(P)]
+            ref_opt.zero_grad()
+            nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
+                                        torch.cat([b for _, b in parts])).backward()
+            ref_opt.step()
+    if [str(w.message) for w in said if "minibatches differ" in str(w.message)]:
+        fail("warned of unequal minibatches: %s" % [str(w.message) for w in said])
+    worst, where = near_one_process(model, ref)
+    closed()
+    print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s), no "
+          "warning" % (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -1958,7 +2022,8 @@ def main():
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
-         "unequal": unequal, "contrastive": contrastive, "varlen": varlen}[args.mode]()
+         "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
+         "moe": moe}[args.mode]()
 
 
 main()

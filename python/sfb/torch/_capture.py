@@ -51,6 +51,7 @@ class _Linear:
         self.pending = []      # (go, x or None, weight?, bias?) of the pass in progress
         self.caps = []         # those of this step's finished passes
         self.used_w = self.used_b = False  # this step gave the weight, the bias a gradient
+        self.counted = 0       # the step's samples, published
         self.published = False
         self.dense = False     # this clock torch's fused operator formed the dense gradient
 

@@ -46,6 +46,7 @@ class _Rows:
         self.pending = []      # (ids, rows, lookups) of the pass in progress
         self.caps = []
         self.used_w = self.used_b = False
+        self.counted = 0       # the step's lookups, published
         self.published = False
 
     @property

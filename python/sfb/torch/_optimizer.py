@@ -182,7 +182,6 @@ class _Sync(_Passes):
         self.trial_steps, self.trials = trial_steps, None
         self.trial_all = False  # tests: measure every layer, whatever the predictions
         self.step_ms, self.last_end, self.step_samples = 0.0, None, 0
-        self.step_fewest = 0  # the fewest samples of a layer that had any this step
         self.sync, self.staleness = sync, staleness
         self.passes_per_step = backward_passes_per_step
         self.max_samples, self.overlap, self.attach_args = max_samples, overlap, attach_args
@@ -641,8 +640,7 @@ class _Sync(_Passes):
     def _publish_linear(self, slot):
         samples = slot.samples()
         self.step_samples = max(self.step_samples, samples)
-        if samples:
-            self.step_fewest = min(self.step_fewest or samples, samples)
+        slot.counted = samples  # (the meta row's, for the unequal minibatches' warning)
         if slot.dense:  # (staleness 0: fused)
             self.job.publish_dense(self.clock, slot.index,
                                    slot.dense_grad(self.job.dense_buffer(slot.index)),
@@ -727,8 +725,8 @@ class _Sync(_Passes):
         exact in float32), the step's time and samples, the processes
         waiting to join, the frozen parameters' checksum, the rows its
         max_norm lookups changed (_renorm), whether set_samples was called,
-        the fewest samples of a layer that had any, whether an optimizer
-        state was loaded since the last reduction and its checksum."""
+        whether an optimizer state was loaded since the last reduction and
+        its checksum, each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -749,10 +747,10 @@ class _Sync(_Passes):
         row[0, n + 8:n + 10] = [frozen & 0xFFFF, frozen >> 16]
         row[0, n + 10] = min(self.renorms.pending(), 1 << 24)
         row[0, n + 11] = 1.0 if self.weight is not None else 0.0  # (set_samples called)
-        row[0, n + 12] = min(self.step_fewest, _overflow.MOST)
         if self.loaded:  # (an optimizer state loaded since the last reduction: which)
             crc = _state_crc(self.opts)
-            row[0, n + 13:n + 16] = [1.0, crc & 0xFFFF, crc >> 16]
+            row[0, n + 12:n + 15] = [1.0, crc & 0xFFFF, crc >> 16]
+        row[0, n + 15:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
     def _attach(self):
@@ -824,7 +822,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 16
+                self.meta_cols = self.n_params + 15 + len(self.linears)
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -945,7 +943,7 @@ class _Sync(_Passes):
         self._check_meta(meta)
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
-        if meta[:, self.n_params + 13].any() and \
+        if meta[:, self.n_params + 12].any() and \
                 all(int(q) == _TRAINING for q in meta[:, self.n_params + 1]):
             # a checkpoint loaded again: the model's parameters too, every rank's
             self.replicas.check(self, self.steps, list(self.params), repair=False)
@@ -1024,19 +1022,22 @@ class _Sync(_Passes):
         """A warning (rank 0, once) when every rank trained on a minibatch of
         another size and no rank called set_samples: each weighs 1 (DDP's
         rule), where one process's mean loss over the union weighs each by
-        its samples. The count compared is each rank's fewest samples of a
-        layer: a classifier's head over padded sequences sees the minibatch
-        (its Linear at every position, the padded tokens)."""
+        its samples. Not where some layer took the same count on every rank
+        (the minibatch, where others took the padded tokens or a router's
+        share)."""
         n = self.n_params
-        counts = [int(c) for c in meta[:, n + 12]]
+        counts = [int(c) for c in meta[:, n + 6]]
         if min(counts) == max(counts) or meta[:, n + 11].any():
+            return
+        each = meta[:, n + 15:]
+        if ((each.min(axis=0) > 0) & (each.min(axis=0) == each.max(axis=0))).any():
             return
         self.told_unequal = True
         if self.job.rank == 0:
             shown = ", ".join("rank %d %d" % (q, c) for q, c in enumerate(counts[:8]))
             warnings.warn(
-                "sfb.torch: at step %d the ranks' minibatches differ in size (the fewest samples "
-                "a layer of theirs took: %s%s) and no rank called opt.set_samples(n): each "
+                "sfb.torch: at step %d the ranks' minibatches differ in size (the most samples "
+                "one of their layers took: %s%s) and no rank called opt.set_samples(n): each "
                 "rank's gradient weighs 1 (DDP's rule), where one process's mean loss over "
                 "their union weighs each rank by its samples. Call opt.set_samples(n) before "
                 "backward() with the count this rank's loss averages over (samples, or tokens); "
@@ -1049,7 +1050,7 @@ class _Sync(_Passes):
         the measured choice's next move (the same on every rank)."""
         self.step_ms = (end - self.last_end) * 1e3 if self.last_end is not None else 0.0
         self.last_end = end
-        self.step_samples = self.step_fewest = 0
+        self.step_samples = 0
         if self.trials is None:
             return
         n = self.n_params
@@ -1146,13 +1147,13 @@ class _Sync(_Passes):
         to a checkpoint): every rank training loaded one, the same."""
         n, P = self.n_params, self.job.world
         training = [q for q in range(P) if states[q] == _TRAINING]
-        loads = [q for q in training if meta[q, n + 13]]
+        loads = [q for q in training if meta[q, n + 12]]
         if not loads or self.state != _TRAINING:
             return
 
         def crc(q):
-            return int(meta[q, n + 14]) | int(meta[q, n + 15]) << 16
-        apart = [q for q in training if not meta[q, n + 13] or crc(q) != crc(loads[0])]
+            return int(meta[q, n + 13]) | int(meta[q, n + 14]) << 16
+        apart = [q for q in training if not meta[q, n + 12] or crc(q) != crc(loads[0])]
         if apart:
             q = apart[0]
             raise _sfb.MismatchError(
@@ -1160,7 +1161,7 @@ class _Sync(_Passes):
                 "(load_state_dict: crc32 %08x) and rank %d %s: every rank must load the same "
                 "checkpoint, the model's and the optimizer's" % (
                     self.clock, loads[0], crc(loads[0]), q,
-                    "another (crc32 %08x)" % crc(q) if meta[q, n + 13] else "did not load one"),
+                    "another (crc32 %08x)" % crc(q) if meta[q, n + 12] else "did not load one"),
                 rank=q)
 
     def _name_frozen(self, states):
@@ -1460,7 +1461,6 @@ class _Sync(_Passes):
         self.user_hooks.restore()
         self.attached, self.trials, self.last_end = False, None, None
         self.all_training, self.step_ms, self.step_samples = True, 0.0, 0
-        self.step_fewest = 0
         self.clock, self.extra = self.stepped
 
     def finish(self):
