@@ -635,18 +635,29 @@ int sfb_job_drain(struct sfb_job *job, int64_t last, struct sfb_job_clock *acct)
 }
 
 
+/* A change of the job's settings (fn: "a replan") at a clock boundary:
+ * an attached, unfinished job, `last` its last clock published, the next
+ * not waited for. */
+static int check_boundary(const struct sfb_job *job, int64_t last, const char *fn,
+                          const char *what)
+{
+    int ret = need_engine(job, fn);
+    if (ret) return ret;
+    if (job->finished) return sfb__error(-SFB_EUSAGE, "%s: the job has finished", fn);
+    if (last != job->next - 1 || job->waited)
+        return sfb__error(-SFB_EUSAGE, "%s: clock %lld: %s comes between the last clock's "
+                          "publish and the next wait (the last clock published is %lld%s)", fn,
+                          (long long)last, what, (long long)job->next - 1,
+                          job->waited ? ", and the next is waited for" : "");
+    return 0;
+}
+
 /* Every rank's checks of a replan (no collective yet). */
 static int check_replan(const struct sfb_job *job, int64_t last, const char *engine,
                         const struct sfb__sync_desc **to)
 {
-    int ret = need_engine(job, "sfb_job_replan");
+    int ret = check_boundary(job, last, "sfb_job_replan", "a replan");
     if (ret) return ret;
-    if (job->finished) return sfb__error(-SFB_EUSAGE, "sfb_job_replan: the job has finished");
-    if (last != job->next - 1 || job->waited)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_replan: clock %lld: a replan comes between "
-                          "the last clock's publish and the next wait (the last clock "
-                          "published is %lld%s)", (long long)last, (long long)job->next - 1,
-                          job->waited ? ", and the next is waited for" : "");
     if (job->env.flush_clock)
         return sfb__error(-SFB_EUSAGE, "sfb_job_replan: the relays forward at clock boundaries "
                           "(flush_clock), a mode a mid-run drain ends");
@@ -741,14 +752,8 @@ int sfb_job_set_max_s(struct sfb_job *job, int64_t last, uint32_t max_s)
     SFB_ENTER();
     SFB_ARG(job);
     if (!job->comm) return ended(__func__);
-    int ret = need_engine(job, __func__);
+    int ret = check_boundary(job, last, __func__, "a new max_s");
     if (ret) return ret;
-    if (job->finished) return sfb__error(-SFB_EUSAGE, "sfb_job_set_max_s: the job has finished");
-    if (last != job->next - 1 || job->waited)
-        return sfb__error(-SFB_EUSAGE, "sfb_job_set_max_s: clock %lld: a new max_s comes "
-                          "between the last clock's publish and the next wait (the last clock "
-                          "published is %lld%s)", (long long)last, (long long)job->next - 1,
-                          job->waited ? ", and the next is waited for" : "");
     if (max_s < job->max_s)
         return sfb__error(-SFB_EUSAGE, "sfb_job_set_max_s: max_s %u: below the job's %u (the "
                           "bound only grows: frames of earlier clocks may still be on the way)",

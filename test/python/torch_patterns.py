@@ -256,22 +256,15 @@ class SAM(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure):
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        scale = self.param_groups[0]["rho"] / (torch.norm(torch.stack(
-            [q.norm() for q in grads])) + 1e-12)
-        for p in (p for g in self.param_groups for p in g["params"] if p.grad is not None):
-            self.state[p]["old_p"] = p.detach().clone()
-            p.add_(p.grad * scale)
-        self.zero_grad()
+        self.first_step()
         with torch.enable_grad():
             closure()
-        for p in (p for g in self.param_groups for p in g["params"] if "old_p" in self.state[p]):
-            p.copy_(self.state[p].pop("old_p"))
-        self.base_optimizer.step()
+        self.second_step()
 
     @torch.no_grad()
     def first_step(self):
-        """The authors' other way: to the worst point (after a backward)."""
+        """To the worst point within rho (after a backward): step()'s first
+        half, or the authors' other way, called by the loop."""
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         scale = self.param_groups[0]["rho"] / (torch.norm(torch.stack(
             [q.norm() for q in grads])) + 1e-12)
@@ -282,11 +275,11 @@ class SAM(torch.optim.Optimizer):
 
     @torch.no_grad()
     def second_step(self):
-        """Back to the start, the base optimizer's step (after a backward)."""
+        """Back to the start, the base optimizer's step (after a backward);
+        the loop zeroes the gradients."""
         for p in (p for g in self.param_groups for p in g["params"] if "old_p" in self.state[p]):
             p.copy_(self.state[p].pop("old_p"))
         self.base_optimizer.step()
-        self.zero_grad()
 
 
 def make_opt(params):
@@ -756,6 +749,7 @@ def samhand():
                         o.first_step()
                         nn.functional.cross_entropy(m(xb, t), yb).backward()
                         o.second_step()
+                        o.zero_grad()
                     if edit and t == 3 and r == 1:
                         with torch.no_grad():
                             model.fc2.weight.mul_(0.5)
