@@ -521,6 +521,29 @@ def setup_model(make):
     return model
 
 
+def beside_one_process(model, **kw):
+    """model's DistributedOptimizer (make_opt's, sync=args.sync, kw) and one
+    process's reference: a copy of model with the plain optimizer. Returns
+    (opt, ref, ref_opt, job)."""
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
+                                   **kw)
+    return opt, ref, make_opt(ref.parameters()), sft._need()
+
+
+@contextlib.contextmanager
+def no_unequal_warning():
+    """The block's warnings recorded; failing if one says the ranks'
+    minibatches differ."""
+    import warnings
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        yield
+    said = [str(w.message) for w in said if "minibatches differ" in str(w.message)]
+    if said:
+        fail("warned of unequal minibatches: %s" % said)
+
+
 def exact():
     HOOKED.clear()
     for side in (True, False):
@@ -796,11 +819,8 @@ def rollback():
     every rank and in one process; then loads on some ranks only."""
     model = setup()
     P, r = sft.size(), sft.rank()
-    ref = copy.deepcopy(model)
     x, y = data()
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync)
-    ref_opt = make_opt(ref.parameters())
-    job = sft._need()
+    opt, ref, ref_opt, job = beside_one_process(model)
     for t in range(args.steps):
         if t == 10:
             kept = [copy.deepcopy(o.state_dict()) for o in (model, opt, ref, ref_opt)]
@@ -1653,11 +1673,8 @@ def maxnorm():
     model = setup_model(TextNet)
     P, r = sft.size(), sft.rank()
     vx = ids[-16 * P:]
-    ref = copy.deepcopy(model)
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
-                                   max_samples=2 * args.batch * 6 if args.uneven else None)
-    ref_opt = make_opt(ref.parameters())
-    job = sft._need()
+    opt, ref, ref_opt, job = beside_one_process(
+        model, max_samples=2 * args.batch * 6 if args.uneven else None)
 
     def step(m, o, xb, yb, t, sfb_side):
         if t % 3 == 1:  # each rank its own validation shard (one process: all of them)
@@ -1805,14 +1822,11 @@ def contrastive():
     refused, naming it."""
     model = setup_model(Clip)
     P, r = sft.size(), sft.rank()
-    ref = copy.deepcopy(model)
     x, _ = data()
     g = torch.Generator().manual_seed(3)
     pairs = torch.tanh(x[:, :6] + 0.3 * torch.randn(len(x), 6, generator=g))
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync,
-                                   max_samples=2 * args.batch if args.uneven else None)
-    ref_opt = make_opt(ref.parameters())
-    job = sft._need()
+    opt, ref, ref_opt, job = beside_one_process(
+        model, max_samples=2 * args.batch if args.uneven else None)
     for t in range(args.steps):
         c = counts(t, P)
         lo = (t * 37) % (len(x) - sum(c) - 1)
@@ -1889,14 +1903,10 @@ def varlen():
     bound: the steps past it exact, the bound raised; staleness 1 refused."""
     model = setup_model(SeqNet)
     P, r = sft.size(), sft.rank()
-    ref = copy.deepcopy(model)
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync)
-    ref_opt = make_opt(ref.parameters())
-    job = sft._need()
+    opt, ref, ref_opt, job = beside_one_process(model)
     bounds = []
-    import warnings
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
+    # (equal minibatches of sequences, padded apart: the head saw equal counts)
+    with no_unequal_warning():
         for t in range(args.steps):
             ids, mask, y = sequences(t, r, P)
             opt.zero_grad()
@@ -1911,9 +1921,6 @@ def varlen():
             ref_opt.zero_grad()
             nn.functional.cross_entropy(ref(ids, mask), y).backward()
             ref_opt.step()
-    # (equal minibatches of sequences, padded apart: the head saw equal counts)
-    if [str(w.message) for w in said if "minibatches differ" in str(w.message)]:
-        fail("warned of unequal minibatches: %s" % [str(w.message) for w in said])
     worst, where = near_one_process(model, ref)
     if len(bounds) < 3:
         fail("the job's bound went %s: the test meant it to grow twice or more" % bounds)
@@ -1967,16 +1974,11 @@ class MoE(nn.Module):
 
 def moe():
     """Routed experts against one process on the global minibatches."""
-    import warnings
     model = setup_model(MoE)
     P, r = sft.size(), sft.rank()
-    ref = copy.deepcopy(model)
     x, y = data()
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync=args.sync)
-    ref_opt = make_opt(ref.parameters())
-    job = sft._need()
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
+    opt, ref, ref_opt, job = beside_one_process(model)
+    with no_unequal_warning():
         for t in range(args.steps):
             xb, yb = shard(x, y, t, r, P)
             opt.zero_grad()
@@ -1990,8 +1992,6 @@ def moe():
             nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
                                         torch.cat([b for _, b in parts])).backward()
             ref_opt.step()
-    if [str(w.message) for w in said if "minibatches differ" in str(w.message)]:
-        fail("warned of unequal minibatches: %s" % [str(w.message) for w in said])
     worst, where = near_one_process(model, ref)
     closed()
     print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s), no "
