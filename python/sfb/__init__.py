@@ -357,6 +357,40 @@ def _f32(a, what):
     return a
 
 
+# The pid of the process that joined a job as the rank the launcher's
+# environment names (SFB_RANK, PMIX_RANK, torchrun's RANK): a process that
+# inherits that environment from it is not that rank.
+_RANK_PID = "SFB_RANK_PID"
+
+
+def _rank_env():
+    return next((os.environ[k] for k in ("SFB_RANK", "PMIX_RANK", "RANK") if k in os.environ),
+                None)
+
+
+def inherited_rank(where):
+    """UsageError where this process inherited a launcher's rank environment
+    from a process that joined the job with it: a child (multiprocessing's
+    spawn or forkserver, a DataLoader worker, a subprocess) running the
+    script's top level again would join as that rank a second time."""
+    pid, rank = os.environ.get(_RANK_PID), _rank_env()
+    if not pid or pid == str(os.getpid()) or rank is None:
+        return
+    raise UsageError(
+        "%s: this process (pid %d) inherited the launcher's environment of rank %s from "
+        "process %s, which joined the job as that rank: a child process (multiprocessing's "
+        "spawn or forkserver, a DataLoader worker, a subprocess) cannot join it again. Put "
+        "the training under `if __name__ == \"__main__\":` (spawned children import the main "
+        "module); a program of its own started from a rank needs an environment without "
+        "SFB_RANK (PMIX_RANK, RANK)" % (where, os.getpid(), rank, pid))
+
+
+def joined_rank():
+    """Marks this process as the one that joined as its environment's rank."""
+    if _rank_env() is not None:
+        os.environ[_RANK_PID] = str(os.getpid())
+
+
 def _describe(a):
     if isinstance(a, np.ndarray):
         return "%s %s%s" % (a.dtype, a.shape, "" if a.flags.c_contiguous else " (not contiguous)")
@@ -375,9 +409,12 @@ class Job:
         lib = library()
         s = _Settings()
         lib.sfb_job_default_settings(ctypes.byref(s))
-        if world is not None and world != 0:  # None or 0: from the launcher
+        launched = world is None or world == 0  # from the launcher's environment
+        if not launched:
             s.world = _int("Job: world", world, 1, _U32)
             s.rank = _int("Job: rank", 0 if rank is None else rank, 0, _U32)
+        else:
+            inherited_rank("sfb.Job")
         self._keep = [_enc(rendezvous), _enc(job_key), _enc(provider), _enc(progress),
                       _enc(cpu_bind), _enc(join_text)]
         s.rendezvous, s.job_key = self._keep[0], self._keep[1]
@@ -399,6 +436,8 @@ class Job:
         s.join_text = self._keep[5]  # a joiner's settings text (SFB_JOINING=1)
         self._h = ctypes.c_void_p()
         _check(lib.sfb_job_open(ctypes.byref(self._h), ctypes.byref(s)))
+        if launched:
+            joined_rank()
         self.rank = lib.sfb_job_rank(self._h)
         self.world = lib.sfb_job_world(self._h)
         self.elastic = bool(elastic)

@@ -67,6 +67,9 @@ void sfb__rank_env_prepare(struct sfb__rank_env *e, int nprocs, int exec)
 
 void sfb__rank_env_apply(const struct sfb__rank_env *e, int exec)
 {
+    /* a launcher started by a rank: its ranks are not that rank's children
+     * (sfb.Job refuses a process whose SFB_RANK_PID is another's) */
+    unsetenv("SFB_RANK_PID");
     if (e->lib) setenv("SFB_LIB", e->lib, 1);
     if (e->spin) setenv("SFB_SPIN_YIELD", e->spin, 1);
     if (exec && e->preload) setenv("LD_PRELOAD", e->preload, 1);

@@ -17,8 +17,12 @@ within() { awk "BEGIN{exit !($1 <= $2)}"; }
 # every process whose command line holds $tmp is gone (none is left behind)
 none_left() { ! pgrep -f "$tmp/" >/dev/null; }
 
-# 1. the environment: every rank sees its own rank, the world and one rendezvous
-timeout 30 "$SFB" launch -n 3 -- sh -c 'echo "r=$SFB_RANK w=$SFB_WORLD_SIZE v=$SFB_RENDEZVOUS k=${SFB_JOB_KEY:+set}"' \
+# 1. the environment: every rank sees its own rank, the world and one rendezvous,
+# and no SFB_RANK_PID
+# (a launcher started by a rank that joined: its ranks are not that rank,
+# whose pid SFB_RANK_PID names, and sfb.Job would refuse them)
+SFB_RANK_PID=1 timeout 30 "$SFB" launch -n 3 -- \
+  sh -c 'echo "r=$SFB_RANK w=$SFB_WORLD_SIZE v=$SFB_RENDEZVOUS k=${SFB_JOB_KEY:+set}${SFB_RANK_PID:+ pid=$SFB_RANK_PID}"' \
   >"$tmp/env.out" 2>&1; rc=$?
 check "env: exit 0 (rc=$rc)" "[ $rc = 0 ]"
 for r in 0 1 2; do

@@ -23,8 +23,14 @@
    Job.allgather then (none waits) is a program that runs: the replicas
    hold every rank's update after the next wait. Rank 0 alone entering it
    while ranks 1 and 2 wait for the clock's sums is not: their waits must
-   fail as in 3, though rank 0 has published the clock."""
+   fail as in 3, though rank 0 has published the clock.
+5. A child process that inherits a rank's environment (multiprocessing's
+   spawn running the script's top level again, a subprocess) and opens a
+   Job: it must fail at once with sfb.UsageError naming the rank and the
+   process that joined as it, and the job go on (it used to join as that
+   rank a second time, and the job broke)."""
 import os
+import subprocess
 import sys
 import time
 
@@ -67,7 +73,20 @@ with sfb.Job(peer_timeout_s=10, bootstrap_timeout_s=30) as job:
     ok &= raises("barrier against broadcast", mine, sfb.MismatchError,
                  "rank 2 is in broadcast where rank 0 is in barrier", 10)
     job.barrier()
-print("ok calls: rank %d: different calls named on every rank" % r if ok else
+    here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python")
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    child = subprocess.run([sys.executable, "-c", "import sfb; sfb.Job()"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    want = "inherited the launcher's environment of rank %d from process %d" % (r, os.getpid())
+    if child.returncode == 0 or want not in child.stderr or "sfb.UsageError" not in child.stderr:
+        print("FAIL: a child of rank %d opening a Job: exit %d, %r" %
+              (r, child.returncode, child.stderr[-400:]), flush=True)
+        ok = False
+    got = job.allgather(bytes([r + 7]) * 3)
+    if got != [bytes([q + 7]) * 3 for q in range(P)]:
+        print("FAIL: the allgather after a child's Job gave %r" % got, flush=True)
+        ok = False
+print("ok calls: rank %d: different calls named on every rank, a child refused" % r if ok else
       "rank %d: case 1 failed" % r, flush=True)
 
 

@@ -81,6 +81,33 @@ class TorchOneWorker(unittest.TestCase):
             sft.shutdown()
             sft.init(world=1)
 
+    def test_lazy_module(self):
+        # a lazy module's parameters have no shape before the first forward:
+        # refused naming them (torch's "Can't access the shape of an
+        # uninitialized parameter" before); after one forward, trains
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch 1.13: "a new feature under development"
+            m = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.Linear(8, 3), nn.LazyBatchNorm1d())
+        for call, where in ((lambda: sft.broadcast_parameters(m.state_dict()), "broadcast_parameters"),
+                            (lambda: sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                                              model=m), "DistributedOptimizer")):
+            self.assertRaisesNaming(ValueError, [where + ": 0.weight is not initialized",
+                                                 "run one forward"], call)
+        x, y = data()
+        m(x)
+        ref = copy.deepcopy(m)
+        sft.broadcast_parameters(m.state_dict())
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for model, o in ((m, opt), (ref, ref_opt)):
+            for _ in range(3):
+                o.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                o.step()
+        for a, b in zip(m.parameters(), ref.parameters()):
+            self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+        self.assertIn("0 (8x6+bias)", opt.plan)
+
     def test_script_module_refused(self):
         # TorchScript runs no Python forward: refused saying so (torch's own
         # "register_forward_pre_hook is not supported" before); a scripted
@@ -1224,6 +1251,31 @@ class Installed(unittest.TestCase):
         missing = [n for n in sorted(os.listdir(pkg))
                    if n.endswith(".py") and "'sfb/torch/%s'" % n not in listed]
         self.assertEqual(missing, [])
+
+
+class InheritedRank(unittest.TestCase):
+    def test_child_of_a_rank_refused(self):
+        """A process that inherits the environment torchrun gave a rank that
+        joined (a spawned DataLoader worker running the script's top level
+        again) is refused by init(), naming both processes; with no rank
+        joined from it, the same environment joins (a job of one)."""
+        import subprocess
+        here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SFB_RANK", "PMIX_"))}
+        env.update(PYTHONPATH=here, RANK="0", WORLD_SIZE="1", SFB_RANK_PID=str(os.getpid()))
+        code = "import sfb.torch as sft; sft.init(); print('rank', sft.rank()); sft.shutdown()"
+        for pid, fails in ((str(os.getpid()), True), (None, False)):
+            if pid is None:
+                del env["SFB_RANK_PID"]
+            child = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, timeout=60)
+            if fails:
+                self.assertNotEqual(child.returncode, 0)
+                self.assertIn("sfb.torch.init: this process (pid ", child.stderr)
+                self.assertIn("inherited the launcher's environment of rank 0 from process %d"
+                              % os.getpid(), child.stderr)
+            else:
+                self.assertEqual((child.returncode, child.stdout), (0, "rank 0\n"), child.stderr)
 
 
 class ElasticBatches(unittest.TestCase):

@@ -33,6 +33,20 @@ def _named_tensors(params):
     return out
 
 
+def refuse_uninitialized(named, where):
+    """sfb.UsageError naming the first tensor of (name, tensor) pairs that a
+    lazy module (nn.LazyLinear, nn.LazyConv2d, nn.LazyBatchNorm1d, ...) has
+    not shaped yet: it has no shape or values to send or synchronize until
+    its first forward (DDP refuses it too)."""
+    for n, t in named:
+        if torch.nn.parameter.is_lazy(t):
+            raise _sfb.UsageError(
+                "%s: %s is not initialized yet (a lazy module's, nn.LazyLinear or the like, "
+                "shaped by its first forward): run one forward on a batch of the data's shape on "
+                "every rank first, then sft.broadcast_parameters and the DistributedOptimizer"
+                % (where, n))
+
+
 @_abort_on_error
 def broadcast_parameters(params, root_rank=0):
     """Makes every rank's tensors equal to root_rank's (collective), in
@@ -45,6 +59,7 @@ def broadcast_parameters(params, root_rank=0):
     when a rank fails."""
     job = _need()
     named = _named_tensors(params)
+    refuse_uninitialized(named, "broadcast_parameters")
     job.agree("".join("%s=%s:%s\n" % (n, tuple(t.shape), t.dtype) for n, t in named))
     if job.world == 1 or not named:
         return

@@ -130,6 +130,9 @@ def init(timeline=None, **job_args):
     if _job is not None:
         return
     args = _launcher_args()
+    launched = "world" not in job_args  # torchrun's environment, or the launcher's
+    if launched:
+        _sfb.inherited_rank("sfb.torch.init")
     args["cpu_bind"] = "none"
     args.update(job_args)
     if timeline is not None:
@@ -140,6 +143,8 @@ def init(timeline=None, **job_args):
     # --respawn starts the same command line)
     args.setdefault("join_text", "sfb.torch\nargv=%r\n" % (sys.argv,))
     job = _sfb.Job(**args)
+    if launched:
+        _sfb.joined_rank()
     _join_text = args["join_text"]
     if job.joined() is None:  # (a joiner learns its host's ranks in elastic.run)
         _place(job)

@@ -18,7 +18,8 @@ from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
 from . import _autoplan, _batchnorm, _buckets, _conv, _overflow, _renorm, _replicas
-from ._collectives import allgather_bytes, broadcast_object, broadcast_parameters
+from ._collectives import (allgather_bytes, broadcast_object, broadcast_parameters,
+                           refuse_uninitialized)
 
 # A rank's state in a clock (the meta matrix's state column)
 _TRAINING, _JOINED, _LEAVING = 0, 1, 2
@@ -256,6 +257,8 @@ class _Sync(_Passes):
         # forward with gradients if it needs one then (another optimizer over
         # the same model, wrapped next, may hold it: an embedding's SparseAdam
         # beside the rest's Adam)
+        refuse_uninitialized(list(model.named_parameters()) + list(model.named_buffers()),
+                             "DistributedOptimizer")
         self.unheld = [(n, p) for n, p in model.named_parameters() if id(p) not in in_opt]
         for n, p in model.named_parameters():
             if id(p) in in_opt and p.dtype != torch.float32:
