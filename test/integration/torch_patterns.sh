@@ -15,14 +15,16 @@
 # of them at once; step(closure) (LBFGS's line search); a contrastive loss
 # over the global batch (sft.allgather); sequences padded per minibatch,
 # longer than the first step's (the job's bound raised); a mixture of
-# experts; 300 Adam steps
+# experts; MAML's meta-gradient (torch.autograd.grad with respect to the
+# parameters, create_graph); 300 Adam steps
 # bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
 # going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
 # clipped under staleness, a parameter group added after wrapping, an
 # InstanceNorm keeping running statistics in training mode and a BatchNorm
 # inside join() or at staleness 1 (then BatchNorm in training mode: exact),
-# torch.autograd.grad with respect to a weight sfb carries by factors, a
+# torch.autograd.grad with respect to a weight sfb carries by factors (after
+# the first step), a
 # penalty on the weights first added at step 3; a DistributedOptimizer per
 # model (a DCGAN's, an encoder's and a decoder's), and a model fed by one
 # whose optimizer is not wrapped; two phases of fine-tuning, the second's
@@ -122,6 +124,10 @@ cases=(
   # a mixture of experts (top-1 routing: the experts' counts differ from
   # rank to rank): exact, and no unequal-minibatches warning
   "moe --opt momentum"
+  # MAML: the inner step's torch.autograd.grad(create_graph=True) with
+  # respect to the parameters, from the first step (a convolution and two
+  # Linears then go densely, torch forming their gradients): exact
+  maml
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -136,7 +142,8 @@ if [ "$PART" = long ]; then
     "maxnorm --sync fms --opt sgd"
     "exact --closure --opt lbfgs --steps 5 --tol 1e-3 --uneven --freeze --route --validate"
     "exact --closure --opt adamw --buckets --transposed --hooks"
-    "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms")
+    "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms"
+    "maml --sync fms --opt momentum --steps 60")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0
@@ -147,7 +154,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback|moe) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
+  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback|moe|maml) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

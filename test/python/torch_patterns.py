@@ -150,8 +150,12 @@ moe: a mixture of experts, each sample routed to the expert its router
   step to step, some experts unused on some ranks): must train as one
   process, and with equal minibatches without the unequal-minibatches
   warning (the router and the head see the same counts).
-autogradw: torch.autograd.grad with respect to the parameters (and
-  backward(inputs=) naming one) must raise
+maml: MAML's outer loop, each rank its own tasks, the inner step through
+  torch.autograd.grad(create_graph=True) with respect to the parameters
+  from the first step: must train as one process on every rank's tasks, the
+  plan saying those layers go densely and why.
+autogradw: after the first step, torch.autograd.grad with respect to the
+  parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
   to the input it must equal one process's; backward() training goes on."""
 import argparse
@@ -183,7 +187,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
-                                 "moe"])
+                                 "moe", "maml"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -1085,31 +1089,36 @@ def autogradw():
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
     job = sft._need()
     xb, yb = shard(x, y, 0, sft.rank(), sft.size())
+    one_step(model, opt, xb, yb, 0, True)  # (in the first step it would go densely: maml)
+    xb, yb = shard(x, y, 1, sft.rank(), sft.size())
     try:
-        loss = nn.functional.cross_entropy(model(xb, 0), yb)
+        loss = nn.functional.cross_entropy(model(xb, 1), yb)
         torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
         fail("torch.autograd.grad with respect to the weights was not refused")
     except sfb.UsageError as e:
-        if "fc1.weight" not in str(e) or "backward()" not in str(e) or e.param != "fc1.weight":
+        if "fc1.weight at step 1" not in str(e) or "backward()" not in str(e) or \
+                "in the first step" not in str(e) or e.param != "fc1.weight":
             fail("the error does not name the weight or say what to do: %s" % e)
         why = str(e)
     try:  # backward restricted to some parameters: refused too
-        nn.functional.cross_entropy(model(xb, 0), yb).backward(inputs=[model.head.weight])
+        nn.functional.cross_entropy(model(xb, 1), yb).backward(inputs=[model.head.weight])
         fail("backward(inputs=[head.weight]) was not refused")
     except sfb.UsageError as e:
         if "backward(inputs=...) with head.weight among the inputs" not in str(e) or \
                 e.param != "head.weight":
             fail("the error does not name the weight: %s" % e)
     xi = xb.clone().requires_grad_(True)
-    gx = torch.autograd.grad(nn.functional.cross_entropy(model(xi, 0), yb), xi)[0]
+    gx = torch.autograd.grad(nn.functional.cross_entropy(model(xi, 1), yb), xi)[0]
     xk = xb.clone().requires_grad_(True)  # (inputs= naming no parameter: torch's)
-    nn.functional.cross_entropy(model(xk, 0), yb).backward(inputs=[xk])
+    nn.functional.cross_entropy(model(xk, 1), yb).backward(inputs=[xk])
     xj = xb.clone().requires_grad_(True)
-    want = torch.autograd.grad(nn.functional.cross_entropy(plain(xj, 0), yb), xj)[0]
+    after = Net()  # (a plain model of the first step's parameters)
+    after.load_state_dict(model.state_dict())
+    want = torch.autograd.grad(nn.functional.cross_entropy(after(xj, 1), yb), xj)[0]
     if not torch.allclose(gx, want, rtol=1e-5, atol=1e-7) or \
             not torch.allclose(xk.grad, want, rtol=1e-5, atol=1e-7):
         fail("the input's gradient differs from one process's")
-    for t in range(3):  # (the captures of the passes above were dropped)
+    for t in range(1, 3):  # (the captures of the passes above were dropped)
         xb, yb = shard(x, y, t, sft.rank(), sft.size())
         one_step(model, opt, xb, yb, t, True)
     same(job, model, "after the steps")
@@ -1998,6 +2007,71 @@ def moe():
           "warning" % (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
 
 
+class Learner(nn.Module):
+    """A regression net for MAML: a 1-D convolution over the input's 40
+    values as 4 channels of 10 (one output position a sample: by factors
+    where no autograd.grad asks for it) and two Linears."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 32, 10)
+        self.fc = nn.Linear(32, 16)
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x):
+        h = torch.tanh(self.conv(x.view(-1, 4, 10))).flatten(1)
+        return self.out(torch.tanh(self.fc(h)))
+
+
+def maml_loss(model, tasks):
+    """MAML's meta-loss over tasks (support x, y, query x, y): one inner
+    step of SGD on each task's support set from the model's parameters,
+    through torch.autograd.grad(create_graph=True) with respect to them,
+    and the query loss at the adapted weights (torch.func's
+    functional_call), averaged over the tasks."""
+    try:
+        from torch.func import functional_call
+    except ImportError:  # torch 1.13
+        from torch.nn.utils.stateless import functional_call
+    params = dict(model.named_parameters())
+    total = 0
+    for xs, ys, xq, yq in tasks:
+        inner = nn.functional.mse_loss(functional_call(model, params, (xs,)), ys)
+        grads = torch.autograd.grad(inner, list(params.values()), create_graph=True)
+        fast = {n: p - 0.1 * g for (n, p), g in zip(params.items(), grads)}
+        total = total + nn.functional.mse_loss(functional_call(model, fast, (xq,)), yq)
+    return total / max(len(tasks), 1)
+
+
+def maml():
+    """MAML's outer step, each rank its own tasks: the meta-gradient one
+    process takes over every rank's tasks."""
+    model = setup_model(Learner)
+    P, r = sft.size(), sft.rank()
+    opt, ref, ref_opt, job = beside_one_process(model)
+    g = torch.Generator().manual_seed(13)
+    for t in range(args.steps):
+        tasks = []
+        for _ in range(2 * P):  # a task: y = a·sin(x₀ + b) on its own a and b
+            a, b = torch.rand(2, generator=g) * 3
+            xs, xq = torch.randn(5, 40, generator=g), torch.randn(5, 40, generator=g)
+            tasks.append((xs, a * torch.sin(xs[:, :1] + b), xq, a * torch.sin(xq[:, :1] + b)))
+        opt.zero_grad()
+        maml_loss(model, tasks[2 * r:2 * r + 2]).backward()
+        opt.step()
+        same(job, model, "after step %d" % t)
+        ref_opt.zero_grad()
+        maml_loss(ref, tasks).backward()
+        ref_opt.step()
+    worst, where = near_one_process(model, ref)
+    plan = opt.plan
+    closed()
+    if plan.count("torch.autograd.grad with respect to it") != 3:
+        fail("the plan does not say the conv and Linear layers go densely and why:\n%s" % plan)
+    print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s)" %
+          (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -2017,7 +2091,7 @@ def main():
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
-         "moe": moe}[args.mode]()
+         "moe": moe, "maml": maml}[args.mode]()
 
 
 main()

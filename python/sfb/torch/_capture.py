@@ -23,6 +23,17 @@ from . import _env, _grad_hooks
 
 _torch_linear = F.linear  # torch's own, whatever replaces the module's name
 _active = None            # the _Sync whose weights F.linear hands to _LinearFactors
+# ids of the weights and biases whose gradient a torch.autograd.grad() call in
+# the first step asks for (MAML's inner step): the factor functions form it
+_forming = set()
+
+
+def forming(slot):
+    """A torch.autograd.grad() call of the first step asks for the gradient
+    of slot's weight or bias: its factor function forms the layer's, as
+    torch's own operator does (differentiable under create_graph)."""
+    return bool(_forming) and (id(slot.weight) in _forming or
+                               (slot.bias is not None and id(slot.bias) in _forming))
 
 
 class _Linear:
@@ -197,6 +208,10 @@ class _LinearFactors(torch.autograd.Function):
         gx = go.matmul(weight) if ctx.needs_input_grad[0] else None
         slot = ctx.slot
         want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if forming(slot):
+            go2 = go.reshape(-1, weight.shape[0])
+            return (gx, go2.t().matmul(x.reshape(-1, weight.shape[1])) if want_w else None,
+                    go2.sum(0) if want_b else None, None, None, None)
         go = go.detach().reshape(-1, weight.shape[0])
         if ctx.r0 is not None:  # rows r0.. of the slot's weight: the others' b are zeros
             full = go.new_zeros((go.shape[0], slot.rows))
@@ -241,16 +256,37 @@ def _autograd_grad(outputs, inputs, *args, **kwargs):
     is refused (sfb never forms it: torch would say the tensor was not used,
     or give None with allow_unused=True)."""
     s = _active
+    asked = ()
     if s is not None:
         inputs, name = _tensors_named(s, inputs, s.covered)
         if name is not None:
-            raise _sfb.UsageError(
-                "sfb.torch: torch.autograd.grad with respect to %s: sfb carries its "
-                "gradient by factors (or a table's rows) and never forms it in torch; use "
-                "backward(), after which .grad holds every rank's mean (gradients with "
-                "respect to inputs and to the densely synchronized parameters are fine)"
-                % name, param=name)
-    return _torch_autograd_grad(outputs, inputs, *args, **kwargs)
+            asked = set(id(t) for t in inputs if id(t) in s.covered)
+            rows = next((t for t in inputs if id(t) in s.rows_of), None)
+            if rows is not None:
+                name = s.names.get(id(rows), "a table")
+                raise _sfb.UsageError(
+                    "sfb.torch: torch.autograd.grad with respect to %s: sfb carries an "
+                    "embedding table's gradient as the rows of the step's ids and never "
+                    "forms it in torch; use backward(), after which .grad holds every rank's "
+                    "mean" % name, param=name)
+            if s.attached:
+                raise _sfb.UsageError(
+                    "sfb.torch: torch.autograd.grad with respect to %s at step %d: sfb "
+                    "carries its gradient by factors and never forms it in torch; use "
+                    "backward(), after which .grad holds every rank's mean. A weight "
+                    "differentiated so in the first step (a MAML inner step) goes densely "
+                    "from then on, its gradients torch's: do it from the first step "
+                    "(gradients with respect to inputs and to the densely synchronized "
+                    "parameters are fine)" % (name, s.clock), param=name)
+            # the first step: these layers go densely (the first reduction),
+            # and their factor functions form the gradients asked for
+            s.mixed |= asked
+            asked = asked - _forming
+            _forming.update(asked)
+    try:
+        return _torch_autograd_grad(outputs, inputs, *args, **kwargs)
+    finally:
+        _forming.difference_update(asked)
 
 
 _torch_autograd_backward = torch.autograd.backward

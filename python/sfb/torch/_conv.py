@@ -42,16 +42,22 @@ class _ConvFactors(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, go):
+        from ._capture import forming
         t0 = _env.clock()
         x, weight = ctx.saved_tensors
         stride, padding, dilation = ctx.geom
         slot = ctx.slot
         gx = None
+        want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if forming(slot):  # a first-step autograd.grad() asks for the weight's: torch's
+            return tuple(torch.ops.aten.convolution_backward(
+                go, x, weight, [weight.shape[0]] if want_b else None, list(stride),
+                list(padding), list(dilation), False, [0] * len(stride), 1,
+                [ctx.needs_input_grad[0], want_w, want_b])) + (None, None, None)
         if ctx.needs_input_grad[0]:
             gx = torch.ops.aten.convolution_backward(
                 go, x, weight, None, list(stride), list(padding), list(dilation), False,
                 [0] * len(stride), 1, [True, False, False])[0]
-        want_w, want_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         go = go.detach()
         if weight.dim() == 3:  # 1-D: one row of positions
             go, x = go.unsqueeze(2), x.unsqueeze(2)

@@ -593,7 +593,8 @@ class _Sync(_Passes):
         if not union:
             return
         why = ("a dense gradient besides its factors in the first step: a penalty on it, a "
-               "transposed use, double backward, another module using it with its own bias")
+               "transposed use, double backward, torch.autograd.grad with respect to it, "
+               "another module using it with its own bias")
         for slot in [s for s in self.linears
                      if any(p is not None and self.names[id(p)] in union
                             for p in (s.weight, s.bias))]:
