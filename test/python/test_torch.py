@@ -793,6 +793,53 @@ class TorchOneWorker(unittest.TestCase):
         opt.step()
         self.assertRaisesNaming(ValueError, ["after the first step at staleness 1"],
                                 opt.load_state_dict, opt.state_dict())
+        # the model's too (a part's alike), before anything is loaded
+        before = copy.deepcopy(m.state_dict())
+        for part in (m, m[0]):
+            zeros = {k: torch.zeros_like(v) for k, v in part.state_dict().items()}
+            self.assertRaisesNaming(ValueError, ["model's load_state_dict after the first step "
+                                                 "at staleness 1"], part.load_state_dict, zeros)
+        for k, v in m.state_dict().items():
+            self.assertTrue(torch.equal(v, before[k]), k)
+
+    def test_ema_copies_of_the_model(self):
+        """An EMA of the model by copy.deepcopy after wrapping (timm's
+        ModelEmaV2) and torch's AveragedModel: copies train as one process's
+        do, and a load into a copy is no load of the model's, at staleness 1
+        too (a copy's hooks are the model's: the deep copy used to fail,
+        pickling the job)."""
+        x, y = data()
+        for staleness in (0, 1):
+            m, ref = net(), net()
+            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                           staleness=staleness)
+            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+            emas = [(copy.deepcopy(m), copy.deepcopy(ref)),
+                    (torch.optim.swa_utils.AveragedModel(m),
+                     torch.optim.swa_utils.AveragedModel(ref))]
+            for _ in range(3):
+                for model, o in ((m, opt), (ref, ref_opt)):
+                    o.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    o.step()
+                for (e, re), (src, rsrc) in zip(emas, ((m, ref), (m, ref))):
+                    if isinstance(e, torch.optim.swa_utils.AveragedModel):
+                        e.update_parameters(src)
+                        re.update_parameters(rsrc)
+                    else:
+                        with torch.no_grad():
+                            for a, b, c, d in zip(e.parameters(), src.parameters(),
+                                                  re.parameters(), rsrc.parameters()):
+                                a.mul_(0.9).add_(b, alpha=0.1)
+                                c.mul_(0.9).add_(d, alpha=0.1)
+                with torch.no_grad():  # (the EMA evaluated)
+                    self.assertTrue(torch.allclose(emas[0][0](x), emas[0][1](x), atol=1e-6))
+            for e, re in emas:
+                for a, b in zip(e.parameters(), re.parameters()):
+                    self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+            emas[0][0].load_state_dict(m.state_dict())  # (no load of the model's)
+            sft.shutdown()
+            sft.init(world=1)
 
     def test_the_optimizer_itself_is_wrapped(self):
         """A name still bound to the optimizer after wrapping is the same

@@ -76,8 +76,9 @@ samhand: SAM stepped by first_step and second_step (the wrapped optimizer's
 rollback: every rank loads the model's and the optimizer's state of step 10
   at step 16 (a run going back to its best checkpoint) and halves the
   learning rate: must train as one process doing the same; then rank 0
-  alone loading an optimizer state, and rank 1 alone loading the model's
-  beside everyone's optimizer state, must fail the next step on every rank
+  alone loading an optimizer state, rank 1 alone loading the model's
+  beside everyone's optimizer state, and rank 1 alone loading the model's
+  (no optimizer state anywhere), must fail the next step on every rank
   with sfb.MismatchError naming the ranks (the parameter).
 staleclip: staleness 1, a .grad clipped between backward() and step(): every
   rank's step must raise sfb.UsageError saying why (or sfb.PeerError carrying
@@ -842,6 +843,8 @@ def rollback():
     for loads, want in (({0: "opt"}, ["rank 0 loaded an optimizer state", "and rank 1 did not "
                                       "load one", "every rank must load the same checkpoint"]),
                         ({q: "opt" for q in range(P)} | {1: "both"},
+                         ["fc1.weight differs between ranks after step 2", "on some ranks"]),
+                        ({1: "model"},  # (a model's load alone, not at a check's step)
                          ["fc1.weight differs between ranks after step 2", "on some ranks"])):
         if said:  # (a new job: the first refusal ended the last)
             closed()
@@ -853,11 +856,12 @@ def rollback():
                 if t == 0:
                     kept = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
                 if t == 2 and r in loads:
-                    if loads[r] == "both":
+                    if loads[r] in ("both", "model"):
                         model.load_state_dict(kept[0])
-                    opt.load_state_dict(kept[1])
+                    if loads[r] in ("both", "opt"):
+                        opt.load_state_dict(kept[1])
                 one_step(model, opt, *shard(x, y, t, r, P), t, True)
-            fail("optimizer loads %s went on" % loads)
+            fail("loads %s went on" % loads)
         except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
             if not all(w in str(e) for w in want):
                 fail("expected an error saying %s, got %s" % (want, e))

@@ -72,6 +72,9 @@ def _state_crc(opts):
 FOREIGN_CLOCKS = (4, 32)
 # reductions with no step of the wrapped optimizer before rank 0 says so once
 NO_STEP_CLOCKS = 32
+# what a rank loaded since the last reduction (after the first step): the
+# meta row's bits (then every rank's parameters are compared)
+LOADED_OPTIMIZER, LOADED_MODEL = 1, 2
 
 
 def _tensors(x):
@@ -219,7 +222,8 @@ class _Sync(_Passes):
         self.most_samples = 0   # the most samples of a step over all ranks (an elastic attach)
         self.overflow = _overflow.Overflow()  # updates of more samples than the job's bound
         self.grown_at = None    # the clock whose reduction raised the bound last
-        self.loaded = False     # load_state_dict since the last reduction (after the first)
+        self.loaded = 0         # load_state_dict since the last reduction (after the
+        #                         first): LOADED_OPTIMIZER | LOADED_MODEL
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
@@ -313,9 +317,38 @@ class _Sync(_Passes):
                         "scripted part inside a Python module trains (its parameters densely)")
         self.fwd_hooks = [m.register_forward_pre_hook(
             lambda mod, inp, m=m: self._forward_begins(m, inp)) for m in _members(model)]
+        # a model's (or a part's) load_state_dict after the first step: the
+        # next reduction compares the parameters (a load on some ranks only)
+        # (a function, not a bound method: a deep copy of the model, an EMA's,
+        # copies its hooks, and a bound method would copy this object too)
+        mods = weakref.WeakSet(model.modules())
+        wself = weakref.ref(self)
+
+        def loads(module, *_):
+            me = wself()
+            if me is not None and module in mods:  # (not a copy's)
+                me._model_loads()
+        self.fwd_hooks += [m._register_load_state_dict_pre_hook(loads, with_module=True)
+                           for m in model.modules()
+                           if not isinstance(m, torch.jit.ScriptModule)]  # (torch refuses)
         if self.timeline:
             self._timeline_hooks(model)
         _intercept(self)
+
+    def _model_loads(self):
+        """A load_state_dict pre-hook of every module of the model: after the
+        first step the next reduction compares the parameters, every rank's
+        (a model loaded on some ranks only fails every rank, naming the
+        parameter); at staleness > 0 refused, before anything is loaded."""
+        if not self.attached:
+            return
+        if self.additive:
+            raise _sfb.UsageError(
+                "sfb.torch: the model's load_state_dict after the first step at staleness %d "
+                "(each rank's updates still on their way, added to whatever the parameters "
+                "hold when they come); load the checkpoint before training, or use "
+                "staleness=0" % self.staleness)
+        self.loaded |= LOADED_MODEL
 
     def _forward_begins(self, model, inputs):
         """A model's forward pre-hook: hooks on parameters that need them;
@@ -729,8 +762,8 @@ class _Sync(_Passes):
         exact in float32), the step's time and samples, the processes
         waiting to join, the frozen parameters' checksum, the rows its
         max_norm lookups changed (_renorm), whether set_samples was called,
-        whether an optimizer state was loaded since the last reduction and
-        its checksum, each layer's samples."""
+        what was loaded since the last reduction (LOADED_*) and the
+        optimizer state's checksum, each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -751,9 +784,10 @@ class _Sync(_Passes):
         row[0, n + 8:n + 10] = [frozen & 0xFFFF, frozen >> 16]
         row[0, n + 10] = min(self.renorms.pending(), 1 << 24)
         row[0, n + 11] = 1.0 if self.weight is not None else 0.0  # (set_samples called)
-        if self.loaded:  # (an optimizer state loaded since the last reduction: which)
+        row[0, n + 12] = self.loaded  # (what was loaded since the last reduction)
+        if self.loaded & LOADED_OPTIMIZER:  # (an optimizer state: which)
             crc = _state_crc(self.opts)
-            row[0, n + 12:n + 15] = [1.0, crc & 0xFFFF, crc >> 16]
+            row[0, n + 13:n + 15] = [crc & 0xFFFF, crc >> 16]
         row[0, n + 15:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -940,7 +974,7 @@ class _Sync(_Passes):
         self._publish_all()
         self.meta.fill(0)  # every row comes from its rank this clock
         job.publish_one(self.clock, self.meta_index, self.meta_b, self._meta_row(), 1.0)
-        self.loaded = False
+        self.loaded = 0
         job.drain(self.clock)
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
@@ -949,7 +983,8 @@ class _Sync(_Passes):
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if meta[:, self.n_params + 12].any() and \
                 all(int(q) == _TRAINING for q in meta[:, self.n_params + 1]):
-            # a checkpoint loaded again: the model's parameters too, every rank's
+            # a checkpoint loaded again (the optimizer's or the model's): the
+            # model's parameters, every rank's
             self.replicas.check(self, self.steps, list(self.params), repair=False)
         if self.clock in FOREIGN_CLOCKS and job.world > 1:
             self._check_foreign()
@@ -1151,13 +1186,14 @@ class _Sync(_Passes):
         to a checkpoint): every rank training loaded one, the same."""
         n, P = self.n_params, self.job.world
         training = [q for q in range(P) if states[q] == _TRAINING]
-        loads = [q for q in training if meta[q, n + 12]]
+        loads = [q for q in training if int(meta[q, n + 12]) & LOADED_OPTIMIZER]
         if not loads or self.state != _TRAINING:
             return
 
         def crc(q):
             return int(meta[q, n + 13]) | int(meta[q, n + 14]) << 16
-        apart = [q for q in training if not meta[q, n + 12] or crc(q) != crc(loads[0])]
+        apart = [q for q in training
+                 if not int(meta[q, n + 12]) & LOADED_OPTIMIZER or crc(q) != crc(loads[0])]
         if apart:
             q = apart[0]
             raise _sfb.MismatchError(
@@ -1165,7 +1201,8 @@ class _Sync(_Passes):
                 "(load_state_dict: crc32 %08x) and rank %d %s: every rank must load the same "
                 "checkpoint, the model's and the optimizer's" % (
                     self.clock, loads[0], crc(loads[0]), q,
-                    "another (crc32 %08x)" % crc(q) if meta[q, n + 12] else "did not load one"),
+                    "another (crc32 %08x)" % crc(q) if int(meta[q, n + 12]) & LOADED_OPTIMIZER
+                    else "did not load one"),
                 rank=q)
 
     def _name_frozen(self, states):
@@ -1632,7 +1669,7 @@ class _DistributedOptimizer:
                     "rank's updates still on their way); load the checkpoint before training, "
                     "or use staleness=0" % s.staleness)
             type(self)._sfb_base.load_state_dict(self, state_dict)
-            s.loaded = True
+            s.loaded |= LOADED_OPTIMIZER
             return
         type(self)._sfb_base.load_state_dict(self, state_dict)
         if info is not None:
