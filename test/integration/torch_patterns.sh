@@ -16,7 +16,8 @@
 # over the global batch (sft.allgather); sequences padded per minibatch,
 # longer than the first step's (the job's bound raised); a mixture of
 # experts; MAML's meta-gradient (torch.autograd.grad with respect to the
-# parameters, create_graph); 300 Adam steps
+# parameters, create_graph); a loss's parameters outside the model; 300
+# Adam steps
 # bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
 # going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
@@ -128,6 +129,9 @@ cases=(
   # respect to the parameters, from the first step (a convolution and two
   # Linears then go densely, torch forming their gradients): exact
   maml
+  # the optimizer holds a loss's parameters (a Linear, a temperature) and a
+  # plain leaf of task weights outside the model: exact
+  "losshead --uneven"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -143,7 +147,7 @@ if [ "$PART" = long ]; then
     "exact --closure --opt lbfgs --steps 5 --tol 1e-3 --uneven --freeze --route --validate"
     "exact --closure --opt adamw --buckets --transposed --hooks"
     "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms"
-    "maml --sync fms --opt momentum --steps 60")
+    "maml --sync fms --opt momentum --steps 60" "losshead --opt momentum --sync fms")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0
@@ -154,7 +158,7 @@ for c in "${cases[@]}"; do
   mode=${c%% *}
   n=$(grep -cF "] ok ${mode}:" "$tmp/out")
   [ "$mode" = exact ] && n=$(grep -cF "] ok exact $c:" "$tmp/out")
-  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback|moe|maml) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
+  case $mode in seq2seq|maxnorm|contrastive|varlen|rollback|moe|maml|losshead) n=$(grep -cF "] ok $c:" "$tmp/out");; esac
   check "$c: ok on 4 ranks ($n)" "[ $n = 4 ]"
 done
 if [ $fails != 0 ]; then tail -n 30 "$tmp/out"; fi

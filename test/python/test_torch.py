@@ -272,11 +272,30 @@ class TorchOneWorker(unittest.TestCase):
         del opt
         sft.shutdown()
         sft.init(world=1)
-        other = nn.Linear(2, 2)
-        self.assertRaisesNaming(ValueError, ["not a parameter of the model"],
-                                sft.DistributedOptimizer,
-                                torch.optim.SGD(list(m.parameters()) + list(other.parameters()),
-                                                lr=0.1), model=m)
+        # tensors the optimizer holds outside the model (a loss's layer, a
+        # plain leaf): synchronized, named by their place in the optimizer
+        # (they were refused: "not a parameter of the model")
+        other, leaf = nn.Linear(2, 2), torch.zeros(3, requires_grad=True)
+        m, ref = net(), net()
+        ref_other, ref_leaf = copy.deepcopy(other), leaf.detach().clone().requires_grad_(True)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(
+            list(m.parameters()) + list(other.parameters()) + [leaf], lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(list(ref.parameters()) + list(ref_other.parameters()) +
+                                  [ref_leaf], lr=0.1)
+        x, y = data()
+        for model, o, lin, lf in ((m, opt, other, leaf), (ref, ref_opt, ref_other, ref_leaf)):
+            for _ in range(3):
+                o.zero_grad()
+                z = model(x)
+                (nn.functional.cross_entropy(lin(z[:, :2]), y % 2) + (lf * z.mean()).sum() ** 2
+                 ).backward()
+                o.step()
+        for a, b in zip(list(m.parameters()) + list(other.parameters()) + [leaf],
+                        list(ref.parameters()) + list(ref_other.parameters()) + [ref_leaf]):
+            self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+        for words in ("Sequential.0 (8x6+bias)", "optimizer.param_groups[0][3] (2x2+bias)",
+                      "optimizer.param_groups[0][5]"):
+            self.assertIn(words, opt.plan)
 
     def test_staleness_needs_plain_sgd(self):
         m = net()

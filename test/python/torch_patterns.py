@@ -155,6 +155,10 @@ maml: MAML's outer loop, each rank its own tasks, the inner step through
   torch.autograd.grad(create_graph=True) with respect to the parameters
   from the first step: must train as one process on every rank's tasks, the
   plan saying those layers go densely and why.
+losshead: the optimizer holds tensors outside the model (a loss module's
+  Linear classifier and temperature, a plain leaf of multi-task weights):
+  must train as one process, the plan naming them by their place in the
+  optimizer.
 autogradw: after the first step, torch.autograd.grad with respect to the
   parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -188,7 +192,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
-                                 "moe", "maml"])
+                                 "moe", "maml", "losshead"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -2076,6 +2080,73 @@ def maml():
           (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
 
 
+class Criterion(nn.Module):
+    """A loss with parameters of its own, outside the model: a classifier
+    (F.linear: by factors), a learnable temperature."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls = nn.Linear(12, 5)
+        self.temp = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, z, y):
+        return nn.functional.cross_entropy(self.cls(z) * self.temp, y)
+
+
+def losshead_loss(model, crit, logv, x, y):
+    """Two tasks weighted by learned uncertainties (Kendall et al.): the
+    classification, and a reconstruction of the input from the features'
+    first 10."""
+    z = model(x)
+    if not len(x):  # (no sample: a weight of 0, set_samples)
+        return (crit(z, y) * 0).nan_to_num() + z.sum() + logv.sum() * 0
+    a, b = crit(z, y), nn.functional.mse_loss(z[:, :10], x)
+    return torch.exp(-logv[0]) * a + logv[0] + torch.exp(-logv[1]) * b + logv[1]
+
+
+def losshead():
+    """The optimizer holds tensors outside the model (a loss's classifier and
+    temperature, a plain leaf of task weights): one process's training."""
+    model = setup_model(lambda: nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 12)))
+    crit, logv = Criterion(), torch.zeros(2, requires_grad=True)
+    sft.broadcast_parameters(list(crit.parameters()))
+    ref, rcrit, rlogv = copy.deepcopy(model), copy.deepcopy(crit), logv.detach().clone()
+    rlogv.requires_grad_(True)
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+
+    def make(m, c, lv):
+        return make_opt([{"params": list(m.parameters())},
+                         {"params": list(c.parameters()) + [lv], "weight_decay": 0.0}])
+    opt = sft.DistributedOptimizer(make(model, crit, logv), model=model, sync=args.sync)
+    ref_opt = make(ref, rcrit, rlogv)
+    job = sft._need()
+    for t in range(args.steps):
+        xb, yb = shard(x, y, t, r, P)
+        opt.zero_grad()
+        if args.uneven:
+            opt.set_samples(len(xb))
+        losshead_loss(model, crit, logv, xb, yb).backward()
+        opt.step()
+        same(job, nn.ModuleList([model, crit]), "after step %d" % t)
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        ref_opt.zero_grad()
+        losshead_loss(ref, rcrit, rlogv, torch.cat([a for a, _ in parts]),
+                      torch.cat([b for _, b in parts])).backward()
+        ref_opt.step()
+    worst, where = near_one_process(nn.ModuleList([model, crit, nn.ParameterList([logv])]),
+                                    nn.ModuleList([ref, rcrit, nn.ParameterList([rlogv])]))
+    plan = opt.plan
+    closed()
+    # (the temperature, the classifier's weight and bias: a layer, the leaf)
+    for name in ("optimizer.param_groups[1][0]", "optimizer.param_groups[1][1] (5x12+bias)",
+                 "optimizer.param_groups[1][3]"):
+        if name not in plan:
+            fail("the plan does not name %s:\n%s" % (name, plan))
+    print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s)" %
+          (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -2095,7 +2166,7 @@ def main():
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
-         "moe": moe, "maml": maml}[args.mode]()
+         "moe": moe, "maml": maml, "losshead": losshead}[args.mode]()
 
 
 main()

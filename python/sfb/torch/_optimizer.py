@@ -129,9 +129,38 @@ class _Models(torch.nn.Module):
 
     def __init__(self, models):
         super().__init__()
-        kinds = [type(m).__name__ for m in models]
+        kinds = [_Loose.NAME if isinstance(m, _Loose) else type(m).__name__ for m in models]
         for i, (kind, m) in enumerate(zip(kinds, models)):
             self.add_module(kind if kinds.count(kind) == 1 else "model%d" % i, m)
+
+
+class _Loose(torch.nn.Module):
+    """The tensors an optimizer holds outside its model — a loss's own
+    parameters (a metric-learning head, a learnable temperature, the
+    weights of multi-task losses), nn.Parameters or plain leaves — as a
+    member of the job's models, each named by its place in the optimizer
+    (param_groups[g][i]): synchronized densely as one process steps them.
+    Never called."""
+    NAME = "optimizer"
+
+    def __init__(self, named):
+        super().__init__()
+        for n, p in named:
+            self._parameters[n] = p  # (not register_parameter: a plain leaf too)
+
+
+def _with_loose(optimizer, model):
+    """model, or a _Models of it and the optimizer's tensors outside it."""
+    inside = set(id(p) for p in model.parameters())
+    loose, seen = [], set()
+    for gi, g in enumerate(optimizer.param_groups):
+        for i, p in enumerate(g["params"]):
+            if id(p) not in inside and id(p) not in seen:
+                seen.add(id(p))
+                loose.append(("param_groups[%d][%d]" % (gi, i), p))
+    if not loose:
+        return model
+    return _Models(_members(model) + [_Loose(loose)])
 
 
 def _members(model):
@@ -1705,7 +1734,9 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     model: the module whose parameters the optimizer holds (or one that
       several DistributedOptimizers share, each holding a part: SparseAdam
       over the tables beside Adam over the rest); its nn.Linear layers are
-      synchronized by their sufficient factors, the rest densely.
+      synchronized by their sufficient factors, the rest densely. Tensors
+      the optimizer holds outside it (a loss's parameters) are
+      synchronized too, named optimizer.param_groups[g][i].
     sync: "auto" (per Linear the engine the cost model predicts faster,
       measured where the two predictions are close: see trial_steps), "sfb"
       (factors) or "fms" (full matrices through sharded servers).
@@ -1759,8 +1790,8 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     the first forward with gradients, with other settings, over a
     parameter of one, at staleness > 0 or in an elastic job; for arguments
     out of range, a parameter that is not float32 or not on the CPU, one
-    that needs a gradient but is not in the optimizer (or is in it and not
-    in the model), staleness > 0 with an optimizer that is not plain
+    that needs a gradient but is not in the optimizer, staleness > 0 with
+    an optimizer that is not plain
     SGD, or a step replaced on the optimizer object (other than by a
     learning-rate scheduler's counter)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -1776,6 +1807,7 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
                               "before patching its step" % (patched,))
     args = (sync, staleness, backward_passes_per_step, max_samples, overlap, attach_args,
             check_every, factor_dtype, bucket_cap_mb, dense_dtype, trial_steps)
+    model = _with_loose(optimizer, model)
     old = _env._optimizer
     if old is None:
         state = _Sync([optimizer], model, *args)
@@ -1858,8 +1890,9 @@ def _another(old, optimizer, model, args):
                 raise U("sfb.torch: %s is in two DistributedOptimizers' optimizers: each "
                         "parameter belongs to one of them" % name, param=name)
     members = _members(old.model)
-    if not any(model is m for m in members):
-        members = members + [model]
+    for m in _members(model):
+        if not any(m is q for q in members):
+            members = members + [m]
     joined = members[0] if len(members) == 1 else _Models(members)
     state = _Sync(old.opts + [optimizer], joined, *args)
     old.release()  # (its hooks; it had nothing else)
