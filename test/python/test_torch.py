@@ -860,6 +860,35 @@ class TorchOneWorker(unittest.TestCase):
             sft.shutdown()
             sft.init(world=1)
 
+    def test_whole_model_saved(self):
+        """torch.save(model) mid-run (the whole module, not its state_dict)
+        pickles as in one process — sfb puts no hook on the user's modules
+        (its forward pre-hooks failed it: "Can't pickle local object") —
+        and the loaded copy is a plain model; at shutdown torch's global
+        hooks and Module.load_state_dict are torch's again."""
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        x, y = data()
+        for _ in range(2):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+        mm = torch.nn.modules.module
+        self.assertEqual(len(mm._global_forward_pre_hooks), 1)
+        for mod in m.modules():
+            self.assertEqual((len(mod._forward_pre_hooks), len(mod._forward_hooks)), (0, 0))
+        copied = torch.load(_saved(m), weights_only=False) if "weights_only" in \
+            torch.load.__code__.co_varnames else torch.load(_saved(m))
+        for a, b in zip(copied.parameters(), m.parameters()):
+            self.assertTrue(torch.equal(a, b))
+        nn.functional.cross_entropy(copied(x), y).backward()  # (torch's alone)
+        self.assertTrue(all(p.grad is not None for p in copied.parameters()))
+        sft.shutdown()
+        self.assertEqual((len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks)),
+                         (0, 0))
+        self.assertIs(nn.Module.load_state_dict, sft._capture._torch_load_state_dict)
+        sft.init(world=1)
+
     def test_the_optimizer_itself_is_wrapped(self):
         """A name still bound to the optimizer after wrapping is the same
         object: a checkpoint loaded into it, a scheduler made before

@@ -329,14 +329,52 @@ def _row_range(view, base):
     return off // width
 
 
+_torch_load_state_dict = torch.nn.Module.load_state_dict
+_module_hooks = []  # the global module hooks while a DistributedOptimizer lives
+
+
+def _load_state_dict(module, *args, **kwargs):
+    """torch.nn.Module.load_state_dict while a DistributedOptimizer lives: a
+    load into the job's model (or a part of it) is the job's to check."""
+    if _active is not None:
+        _active.module_loads(module)
+    return _torch_load_state_dict(module, *args, **kwargs)
+
+
+def _forward_pre(module, inputs):
+    """torch's global forward pre-hook while a DistributedOptimizer lives."""
+    if _active is not None:
+        _active.module_forward(module, inputs)
+
+
+def _forward_post(module, inputs, output):
+    """torch's global forward hook while a timeline is written."""
+    if _active is not None:
+        _active.module_forward_done(module)
+
+
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
     F.conv2d's, F.batch_norm's, F.instance_norm's, torch.autograd.grad's,
-    torch.autograd.backward's and Tensor.register_hook's calls, and the
-    recurrent layers' operators, go to sync (None: torch's own again)."""
+    torch.autograd.backward's, Tensor.register_hook's and
+    Module.load_state_dict's calls, the recurrent layers' operators and
+    every module's forward go to sync (None: torch's own again). The
+    forward hooks are torch's global ones, none on the user's modules: a
+    model with hooks of sfb's could not be pickled (torch.save(model)),
+    and its deep copy (an EMA's) would carry them."""
     from . import _batchnorm, _conv, _embedding as e, _recurrent
     global _active
     _active = sync
+    for h in _module_hooks:
+        h.remove()
+    del _module_hooks[:]
+    if sync is not None:
+        mm = torch.nn.modules.module
+        _module_hooks.append(mm.register_module_forward_pre_hook(_forward_pre))
+        if sync.timeline:
+            _module_hooks.append(mm.register_module_forward_hook(_forward_post))
+    torch.nn.Module.load_state_dict = (_load_state_dict if sync is not None else
+                                       _torch_load_state_dict)
     _recurrent.intercept(sync is not None)
     F.batch_norm = _batchnorm.batch_norm if sync is not None else _batchnorm._torch_batch_norm
     F.instance_norm = (_batchnorm.instance_norm if sync is not None else
@@ -376,9 +414,7 @@ class _Passes:
     def release(self):
         _intercept(None)
         self.user_hooks.restore()
-        for h in self.fwd_hooks:
-            h.remove()
-        for h in self.hooks + self.tl_hooks:
+        for h in self.hooks:
             h.remove()
         for slot in self.linears:
             slot.hook.remove()

@@ -258,7 +258,7 @@ class _Sync(_Passes):
         self.told_unequal = False  # the unequal minibatches' warning given
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
-        self.tl_hooks, self.tl_fwd, self.tl_end_fwd = [], {}, None
+        self.tl_fwd, self.tl_end_fwd = {}, None
         self.all_training = True  # the last reduction: every rank trained in it
         self.kept = {}          # per parameter the dense .grad tensor kept across steps
         self.handed = {}        # per parameter the .grad this wrapper set last
@@ -344,32 +344,44 @@ class _Sync(_Passes):
                         "forward (a forward hook, its layers' F.linear calls), which TorchScript "
                         "runs without. Wrap the nn.Module and script it after training; a "
                         "scripted part inside a Python module trains (its parameters densely)")
-        self.fwd_hooks = [m.register_forward_pre_hook(
-            lambda mod, inp, m=m: self._forward_begins(m, inp)) for m in _members(model)]
-        # a model's (or a part's) load_state_dict after the first step: the
-        # next reduction compares the parameters (a load on some ranks only)
-        # (a function, not a bound method: a deep copy of the model, an EMA's,
-        # copies its hooks, and a bound method would copy this object too)
-        mods = weakref.WeakSet(model.modules())
-        wself = weakref.ref(self)
-
-        def loads(module, *_):
-            me = wself()
-            if me is not None and module in mods:  # (not a copy's)
-                me._model_loads()
-        self.fwd_hooks += [m._register_load_state_dict_pre_hook(loads, with_module=True)
-                           for m in model.modules()
-                           if not isinstance(m, torch.jit.ScriptModule)]  # (torch refuses)
+        # the models whose forward begins a step's work (_forward_begins),
+        # and every module of theirs: a load_state_dict after the first step
+        # makes the next reduction compare the parameters (a load on some
+        # ranks only); seen by torch's global hooks (_capture._intercept)
+        self.members = weakref.WeakSet(_members(model))
+        self.modules = weakref.WeakSet(model.modules())
+        self.tl_labels = weakref.WeakKeyDictionary()  # the timeline's modules: their names
         if self.timeline:
             self._timeline_hooks(model)
         _intercept(self)
 
-    def _model_loads(self):
-        """A load_state_dict pre-hook of every module of the model: after the
-        first step the next reduction compares the parameters, every rank's
-        (a model loaded on some ranks only fails every rank, naming the
-        parameter); at staleness > 0 refused, before anything is loaded."""
-        if not self.attached:
+    def module_forward(self, module, inputs):
+        """Any module's forward begins (torch's global pre-hook)."""
+        if module in self.members:
+            self._forward_begins(module, inputs)
+        if self.tl_labels:
+            label = self.tl_labels.get(module)
+            if label is not None:
+                self.tl_fwd[label] = time.time()
+
+    def module_forward_done(self, module):
+        """Any module's forward ended (a timeline's global hook)."""
+        label = self.tl_labels.get(module)
+        if label is None:
+            return
+        t0 = self.tl_fwd.pop(label, None)
+        if t0 is not None:
+            self.span("forward " + label, t0)
+        if module in self.members and torch.is_grad_enabled():
+            self.tl_end_fwd = time.time()
+
+    def module_loads(self, module):
+        """Any module's load_state_dict: after the first step a load into
+        the model (or a part) makes the next reduction compare the
+        parameters, every rank's (a model loaded on some ranks only fails
+        every rank, naming the parameter); at staleness > 0 refused, before
+        anything is loaded. A copy's (an EMA's) is not the model's."""
+        if not self.attached or module not in self.modules:
             return
         if self.additive:
             raise _sfb.UsageError(
@@ -450,28 +462,15 @@ class _Sync(_Passes):
             self.job.timeline_span(name, t0 * 1e6, time.time() * 1e6, self.clock)
 
     def _timeline_hooks(self, model):
-        """forward NAME per leaf module; a model's forward end starts the
-        backward span."""
+        """forward NAME per leaf module and per model (module_forward,
+        module_forward_done); a model's forward end starts the backward
+        span."""
         tops = _members(model)
-
-        def pre(mod, inp, name):
-            self.tl_fwd[name] = time.time()
-
-        def post(mod, inp, out, name):
-            t0 = self.tl_fwd.pop(name, None)
-            if t0 is not None:
-                self.span("forward " + name, t0)
-            if any(mod is m for m in tops) and torch.is_grad_enabled():
-                self.tl_end_fwd = time.time()
         for name, m in model.named_modules():
             if m is model and isinstance(model, _Models):
                 continue
             if any(m is t for t in tops) or not any(True for _ in m.children()):
-                label = name or "model"
-                self.tl_hooks.append(m.register_forward_pre_hook(
-                    lambda mod, inp, n=label: pre(mod, inp, n)))
-                self.tl_hooks.append(m.register_forward_hook(
-                    lambda mod, inp, out, n=label: post(mod, inp, out, n)))
+                self.tl_labels[m] = name or "model"
 
     def _new_slot(self, weight, bias, name=None):
         """weight (and its bias) from now on by factors."""
