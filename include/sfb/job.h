@@ -140,7 +140,8 @@ struct sfb_job_attach {
     int64_t start_clock;     /* the first clock (a resumed run's; default 0) */
     /* engine "auto" entries (per matrix the engine the cost model predicts
      * faster, docs/design.md §Per-matrix sync): the links, else measured by
-     * a short ping-pong at attach (both 0); and sf_bytes: NULL, or n
+     * a short ping-pong at attach (both 0; at most 1e6 Gbit/s and 1e9 us,
+     * SFB_EUSAGE for more, a negative or a NaN); and sf_bytes: NULL, or n
      * entries (the caller's, read during attach only), each matrix's SF
      * frame as the codec sends it in bytes (0: dense factors of max_s
      * samples). Every rank decides with rank 0's values, so all decide the

@@ -217,6 +217,13 @@ static int check_attach(const struct sfb_job *job, const struct sfb_job_attach *
     if (a->reattach > 1)
         return sfb__error(-SFB_EUSAGE, "sfb_job_attach: reattach %u: expected 0 or 1",
                           a->reattach);
+    /* (the same bounds as the CLI's --link-gbps and --latency-us) */
+    if (!(a->link_gbps >= 0) || a->link_gbps > 1e6)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: link_gbps %g: expected a bandwidth in "
+                          "(0, 1e6] Gbit/s, or 0 (the link probe's)", a->link_gbps);
+    if (!(a->latency_us >= 0) || a->latency_us > 1e9)
+        return sfb__error(-SFB_EUSAGE, "sfb_job_attach: latency_us %g: expected a latency in "
+                          "(0, 1e9] us, or 0 (the link probe's)", a->latency_us);
     return 0;
 }
 

@@ -312,9 +312,24 @@ class TorchOneWorker(unittest.TestCase):
                          ({"max_samples": 0}, "max_samples"),
                          ({"bucket_cap_mb": 0}, "bucket_cap_mb"),
                          ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb"),
-                         ({"factor_dtype": "f16"}, "factor_dtype")):
+                         ({"factor_dtype": "f16"}, "factor_dtype"),
+                         ({"overlap": "no"}, "overlap 'no': expected True or False")):
             self.assertRaisesNaming(ValueError, [word], sft.DistributedOptimizer, opt, model=m,
                                     **kw)
+        # a keyword neither its own nor Job.attach's: at once (it failed at the
+        # first step, in Job.attach); attach's values at the first step
+        self.assertRaisesNaming(TypeError, ["unexpected keyword argument 'nonsense'",
+                                            "link_gbps"],
+                                sft.DistributedOptimizer, opt, model=m, nonsense=3)
+        for call, where in ((sft.broadcast_parameters, "broadcast_parameters"),
+                            (sft.broadcast_object, "broadcast_object")):
+            self.assertRaisesNaming(ValueError, [where + ": root_rank 5: expected a rank, 0 to 0"],
+                                    call, m.state_dict(), root_rank=5)
+        self.assertRaisesNaming(ValueError, ["broadcast_optimizer_state: root_rank -1"],
+                                sft.broadcast_optimizer_state, opt, root_rank=-1)
+        opt = sft.DistributedOptimizer(opt, model=m, link_gbps=-1.0)
+        self.assertRaisesNaming(ValueError, ["link_gbps -1: expected a bandwidth"],
+                                m(torch.ones(2, 6)).sum().backward)
 
     def test_step_without_backward(self):
         m = net()
@@ -974,6 +989,36 @@ class TorchOneWorker(unittest.TestCase):
         for a, b in zip(got, want):
             self.assertTrue(torch.equal(a, b))
         del opt
+
+    def test_autograd_grad_is_no_pass(self):
+        """torch.autograd.grad with respect to parameters that go densely (a
+        LayerNorm's), mid-run, through sfb's wrapper and through torch's own
+        function (imported before the DistributedOptimizer): torch's
+        gradients, and no pass of a step — torch 2 runs a leaf's hooks in
+        autograd.grad too, and sfb took that for a backward pass, reducing
+        in the middle of it (a MAML step went wrong by 40 %)."""
+        torch.manual_seed(4)
+        m = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Linear(8, 3))
+        ref = copy.deepcopy(m)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        x, y = data()
+        for t in range(4):
+            for model, o, grad in ((m, opt, torch.autograd.grad if t % 2 else
+                                    sft._capture._torch_autograd_grad),
+                                   (ref, ref_opt, sft._capture._torch_autograd_grad)):
+                o.zero_grad()
+                loss = nn.functional.cross_entropy(model(x), y)
+                g = grad(loss, list(model[1].parameters()), retain_graph=True)
+                loss.backward()
+                o.step()
+                if model is m:
+                    mine = g
+            for a, b in zip(mine, g):  # (the input gradients of sfb's F.linear round apart)
+                self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+            self.assertEqual(opt.clock, t + 1)
+        for a, b in zip(m.parameters(), ref.parameters()):
+            self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
 
     def test_samples_beyond_the_first_step(self):
         """Steps of more samples than the first (longer sequences) train as

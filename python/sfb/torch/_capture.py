@@ -26,6 +26,26 @@ _active = None            # the _Sync whose weights F.linear hands to _LinearFac
 # ids of the weights and biases whose gradient a torch.autograd.grad() call in
 # the first step asks for (MAML's inner step): the factor functions form it
 _forming = set()
+_in_grad = [0]  # torch.autograd.grad() calls running (sfb's wrapper)
+_will_execute = getattr(torch._C, "_will_engine_execute_node", None)  # (torch 2)
+
+
+def _accumulating(sync, p):
+    """Whether the backward pass running now adds into p.grad (backward())
+    rather than handing p's gradient back (torch.autograd.grad: torch 2 runs
+    a leaf's hooks there too, where torch 1.13 does not)."""
+    if _in_grad[0]:
+        return False
+    if _will_execute is None:
+        return True
+    acc = sync.accumulators.get(id(p))
+    if acc is None:
+        from ._buckets import accumulator
+        acc = sync.accumulators[id(p)] = accumulator(p)
+    try:
+        return _will_execute(acc)
+    except RuntimeError:  # ("... but we are currently running autograd.grad()")
+        return False
 
 
 def forming(slot):
@@ -283,9 +303,11 @@ def _autograd_grad(outputs, inputs, *args, **kwargs):
             s.mixed |= asked
             asked = asked - _forming
             _forming.update(asked)
+    _in_grad[0] += 1
     try:
         return _torch_autograd_grad(outputs, inputs, *args, **kwargs)
     finally:
+        _in_grad[0] -= 1
         _forming.difference_update(asked)
 
 
@@ -461,7 +483,10 @@ class _Passes:
         """A dense gradient flows into p (before it is accumulated). For a
         weight or bias sfb carries by factors that is a use its factors miss
         (a view of it, a tied weight): remembered, refused at the pass's end
-        (.grad would hold it whether it was None or not)."""
+        (.grad would hold it whether it was None or not). A gradient
+        torch.autograd.grad hands back is none of sfb's."""
+        if not _accumulating(self, p):
+            return
         if id(p) in self.covered and id(p) not in self.fused_ids:
             self.dense_into.append(p)
         self.pass_hit = True

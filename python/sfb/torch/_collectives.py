@@ -47,6 +47,16 @@ def refuse_uninitialized(named, where):
                 % (where, n))
 
 
+def _root(job, root_rank, where):
+    """root_rank, a rank of the job (a job of one too: a wrong root shows
+    before the program meets more ranks), else sfb.UsageError."""
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or \
+            not 0 <= root_rank < job.world:
+        raise _sfb.UsageError("%s: root_rank %r: expected a rank, 0 to %d" %
+                              (where, root_rank, job.world - 1))
+    return int(root_rank)
+
+
 @_abort_on_error
 def broadcast_parameters(params, root_rank=0):
     """Makes every rank's tensors equal to root_rank's (collective), in
@@ -58,6 +68,7 @@ def broadcast_parameters(params, root_rank=0):
     the first name, shape or dtype that differs between ranks, sfb.PeerError
     when a rank fails."""
     job = _need()
+    root_rank = _root(job, root_rank, "broadcast_parameters")
     named = _named_tensors(params)
     refuse_uninitialized(named, "broadcast_parameters")
     job.agree("".join("%s=%s:%s\n" % (n, tuple(t.shape), t.dtype) for n, t in named))
@@ -113,6 +124,7 @@ def broadcast_object(obj, root_rank=0):
     Raises sfb.PeerError when a rank fails."""
     import pickle
     job = _need()
+    root_rank = _root(job, root_rank, "broadcast_object")
     if job.world == 1:
         return obj
     data = pickle.dumps(obj) if job.rank == root_rank else b""
@@ -140,6 +152,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     rank (collective), e.g. after rank 0 alone read a checkpoint. optimizer:
     a torch.optim optimizer (a DistributedOptimizer before its first step).
     Raises sfb.PeerError when a rank fails."""
+    _root(_need(), root_rank, "broadcast_optimizer_state")
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if _need().rank != root_rank:
         optimizer.load_state_dict(state)

@@ -72,6 +72,9 @@ def _state_crc(opts):
 FOREIGN_CLOCKS = (4, 32)
 # reductions with no step of the wrapped optimizer before rank 0 says so once
 NO_STEP_CLOCKS = 32
+# sfb.Job.attach's keyword arguments a DistributedOptimizer passes on (the
+# rest it sets itself)
+ATTACH_ARGS = ("topology", "degree", "link_gbps", "latency_us", "priority", "apply_early")
 # what a rank loaded since the last reduction (after the first step): the
 # meta row's bits (then every rank's parameters are compared)
 LOADED_OPTIMIZER, LOADED_MODEL = 1, 2
@@ -185,8 +188,15 @@ class _Sync(_Passes):
                                   attach_args, check_every, factor_dtype, bucket_cap_mb,
                                   dense_dtype, trial_steps)
         U = _sfb.UsageError
+        unknown = sorted(set(attach_args) - set(ATTACH_ARGS))
+        if unknown:
+            raise TypeError("DistributedOptimizer() got an unexpected keyword argument %r (besides "
+                            "its own it takes sfb.Job.attach's %s)" %
+                            (unknown[0], ", ".join(ATTACH_ARGS)))
         if sync not in ("auto", "sfb", "fms"):
             raise U("DistributedOptimizer: sync %r: expected 'auto', 'sfb' or 'fms'" % (sync,))
+        if not isinstance(overlap, bool):
+            raise U("DistributedOptimizer: overlap %r: expected True or False" % (overlap,))
         if factor_dtype not in ("f32", "bf16"):
             raise U("DistributedOptimizer: factor_dtype %r: expected 'f32' or 'bf16'" %
                     (factor_dtype,))
@@ -330,6 +340,7 @@ class _Sync(_Passes):
         self.hooks, self.dense_into = [], []
         self.buckets = []       # the dense parameters' matrices (_buckets), at the first reduction
         self.acc_hooked = {}    # per dense parameter its gradient accumulator, hooked
+        self.accumulators = {}  # per parameter its gradient accumulator (_capture._accumulating)
         self.unhooked = [p for _, p in self.model_params if id(p) in in_opt]
         self._hook_new()
         # parameters outside the job that a model's input reaches through
