@@ -1568,11 +1568,12 @@ def buffers():
 def schedules():
     """Learning-rate schedules. Rank 0 alone steps a StepLR (a scheduler
     stepped beside rank 0's logging), and rank 1 alone skips a step (its
-    own loss spiked): every rank fails at the next step with
-    sfb.MismatchError naming lr and both values, or the steps taken.
+    own loss spiked), or runs a micro-batch more before a step: every rank
+    fails at the next step with sfb.MismatchError naming lr and both
+    values, or the steps taken (and the backward passes).
     ReduceLROnPlateau stepped on the mean over the ranks of each rank's
     validation loss (sft.allreduce) trains as one process does."""
-    for bad in ("steplr", "skip", "freeze", "skiplast"):
+    for bad in ("steplr", "skip", "freeze", "skiplast", "micro"):
         model = setup()
         P, r = sft.size(), sft.rank()
         x, y = data()
@@ -1587,6 +1588,8 @@ def schedules():
                     opt.zero_grad()  # (its loss spiked: no step)
                     nn.functional.cross_entropy(model(xb, t), yb).backward()
                     continue
+                if r == 1 and bad == "micro" and t == 2:  # (a micro-batch more: a token budget)
+                    nn.functional.cross_entropy(model(xb, t), yb).backward()
                 one_step(model, opt, xb, yb, t, True)
                 if bad != "steplr" or r == 0:
                     sched.step()
@@ -1598,6 +1601,7 @@ def schedules():
             if isinstance(e, sfb.PeerError) and "aborted the job: MismatchError: " not in str(e):
                 fail("%s: not the ranks' mismatch: %s" % (bad, e))
             want = {"skip": "at step 4 the ranks' optimizer steps taken differ",
+                    "micro": "at step 3 the ranks' optimizer steps taken differ",
                     "skiplast": "at step 8 the ranks' optimizer steps taken differ",
                     "steplr": "the ranks' optimizer settings differ: lr of param group 0: rank 0 "
                               "has \"%r\", rank 1 has \"%r\"" % (opt.defaults["lr"] / 2,
@@ -1605,7 +1609,8 @@ def schedules():
                     "freeze": "at step 2 the ranks' frozen parameters differ: fc2.weight is "
                               "frozen (requires_grad False) on rank 1 and trains on ranks %s" %
                               ", ".join(str(q) for q in range(P) if q != 1)}[bad]
-            if want not in str(e) or (bad in ("steplr", "freeze") and "allreduce" not in str(e)):
+            if want not in str(e) or (bad in ("steplr", "freeze") and "allreduce" not in str(e)) \
+                    or (bad == "micro" and "after as many backward passes" not in str(e)):
                 fail("%s: the error does not say %s: %s" % (bad, want, e))
         closed()
     model = setup()
@@ -1650,8 +1655,9 @@ def schedules():
     if opt.param_groups[0]["lr"] != lrs[-1] or lrs[-1] >= opt.defaults["lr"]:
         fail("lr %g after ReduceLROnPlateau, one process's %g (from %g)" %
              (opt.param_groups[0]["lr"], lrs[-1], opt.defaults["lr"]))
-    print("ok schedules: a StepLR on rank 0 alone, a step skipped (the 4th, the last) and a "
-          "layer frozen on rank 1 refused, naming lr, the steps, the layer; ReduceLROnPlateau on "
+    print("ok schedules: a StepLR on rank 0 alone, a step skipped (the 4th, the last), a "
+          "layer frozen and a micro-batch more on rank 1 refused, naming lr, the steps, the "
+          "layer, the backward passes; ReduceLROnPlateau on "
           "the ranks' mean validation loss, the last step skipped everywhere, within %.3g of "
           "one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]), flush=True)
 

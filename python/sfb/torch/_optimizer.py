@@ -1208,7 +1208,12 @@ class _Sync(_Passes):
                     raise _sfb.MismatchError(
                         -(4096 + 9), "sfb.torch: at step %d the ranks' %s differ: rank %d has "
                         "%s, rank %d has %s (every rank must step the optimizer and its "
-                        "schedulers alike)" % (self.clock, what, job.rank, mine, q, theirs),
+                        "schedulers alike%s)" % (
+                            self.clock, what, job.rank, mine, q, theirs,
+                            "" if col != n + 2 else
+                            ", after as many backward passes: each backward() is a reduction "
+                            "of every rank's, so micro-batches accumulated between steps "
+                            "must be as many on every rank, backward_passes_per_step=k"),
                         rank=q)
         for q in range(job.world):
             if states[q] == _TRAINING and self.state == _TRAINING and \
