@@ -364,9 +364,11 @@ def _load_state_dict(module, *args, **kwargs):
 
 
 def _forward_pre(module, inputs):
-    """torch's global forward pre-hook while a DistributedOptimizer lives."""
-    if _active is not None:
-        _active.module_forward(module, inputs)
+    """torch's global forward pre-hook while a DistributedOptimizer lives (a
+    set lookup a module call: ~0.5 µs)."""
+    s = _active
+    if s is not None and (id(module) in s.member_ids or s.tl_labels):
+        s.module_forward(module, inputs)
 
 
 def _forward_post(module, inputs, output):

@@ -359,7 +359,7 @@ class _Sync(_Passes):
         # and every module of theirs: a load_state_dict after the first step
         # makes the next reduction compare the parameters (a load on some
         # ranks only); seen by torch's global hooks (_capture._intercept)
-        self.members = weakref.WeakSet(_members(model))
+        self.member_ids = frozenset(id(m) for m in _members(model))  # (held: self.model)
         self.modules = weakref.WeakSet(model.modules())
         self.tl_labels = weakref.WeakKeyDictionary()  # the timeline's modules: their names
         if self.timeline:
@@ -368,7 +368,7 @@ class _Sync(_Passes):
 
     def module_forward(self, module, inputs):
         """Any module's forward begins (torch's global pre-hook)."""
-        if module in self.members:
+        if id(module) in self.member_ids:
             self._forward_begins(module, inputs)
         if self.tl_labels:
             label = self.tl_labels.get(module)
@@ -383,7 +383,7 @@ class _Sync(_Passes):
         t0 = self.tl_fwd.pop(label, None)
         if t0 is not None:
             self.span("forward " + label, t0)
-        if module in self.members and torch.is_grad_enabled():
+        if id(module) in self.member_ids and torch.is_grad_enabled():
             self.tl_end_fwd = time.time()
 
     def module_loads(self, module):
