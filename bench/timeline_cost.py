@@ -72,11 +72,19 @@ def measure(rounds, passes, k):
         torch.manual_seed(0)
         model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(32)])
         opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
-        st = opt._sfb  # sfb.torch's state: its timeline hooks and spans
-        if not st.timeline or not st.tl_hooks:
+        st = opt._sfb  # sfb.torch's state: its timeline's modules and spans
+        if not st.timeline or not st.tl_labels:
             raise SystemExit("timeline_cost: sfb.torch recorded no timeline here")
-        spans = len(st.tl_hooks) // 2  # a pre-hook and a hook per span
+        spans = len(st.tl_labels)  # a span per module (torch's global hooks find them)
         x = torch.randn(4, 8)
+
+        def timeline(on):  # (the global forward hook goes with it)
+            st.timeline = on
+            if on:
+                st._timeline_hooks(model)
+            else:
+                st.tl_labels.clear()
+            sft._capture._intercept(st)
 
         def per_pass():
             with torch.no_grad():
@@ -87,11 +95,9 @@ def measure(rounds, passes, k):
         diffs = []
         for _ in range(rounds):
             on = per_pass()
-            for h in st.tl_hooks:
-                h.remove()
-            st.tl_hooks = []
+            timeline(False)
             off = per_pass()
-            st._timeline_hooks(model)
+            timeline(True)
             diffs.append((on - off) / spans)
         t = time.perf_counter()
         for _ in range(k):
