@@ -17,7 +17,8 @@
 # longer than the first step's (the job's bound raised); a mixture of
 # experts; MAML's meta-gradient (torch.autograd.grad with respect to the
 # parameters, create_graph); a loss's parameters outside the model; Hugging
-# Face's fine-tuning loop on a small BERT; 300 Adam steps
+# Face's fine-tuning loop on a small BERT; a mean cross_entropy over the
+# tokens each rank keeps (ignore_index: warned without set_samples); 300 Adam steps
 # bit-identical; and what must fail fast:
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
 # going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
@@ -137,6 +138,10 @@ cases=(
   # saved whole and its state reloaded on every rank): exact (AdamW magnifies
   # rounding where a gradient is tiny: seen 6e-7)
   "finetune --steps 12 --tol 5e-5"
+  # a mean cross_entropy over the tokens a padded minibatch keeps
+  # (ignore_index): without set_samples rank 0 warns naming each rank's
+  # count; with it (label smoothing, class weights, micro-batches) exact
+  tokens
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -154,7 +159,7 @@ if [ "$PART" = long ]; then
     "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms"
     "maml --sync fms --opt momentum --steps 60" "losshead --opt momentum --sync fms"
     # (buckets and freezing are in the CI's batchnorm case too)
-    "exact --buckets --freeze --opt momentum")
+    "exact --buckets --freeze --opt momentum" "tokens --opt momentum --sync fms")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0

@@ -572,6 +572,55 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(sft.UsageError, ["0.weight", "scale_grad_by_freq"], m, tok)
         del opt
 
+    def test_mean_losses_count_their_kept_targets(self):
+        """F.cross_entropy's and F.nll_loss's means over class indices divide
+        by the targets they keep (ignore_index), weighed by class: a call
+        whose output reaches backward() gives the pass that count and the
+        user's line; sums, probabilities as targets, forwards without a
+        backward and torch.autograd.grad give nothing; shutdown gives torch
+        its functions back."""
+        from sfb.torch import _losses
+        t = torch.tensor([[1, -100, 2], [0, 3, -100]])
+        w = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        self.assertEqual(_losses.count(t, None, -100), (4.0, 6, "ignore_index=-100"))
+        self.assertEqual(_losses.count(t, w, -100), (10.0, 6, "ignore_index=-100, weight="))
+        self.assertEqual(_losses.count(torch.tensor([1, 2]), None, -100), (2.0, 2, ""))
+        torch_ce, torch_nll = nn.functional.cross_entropy, nn.functional.nll_loss
+        torch.manual_seed(3)
+        m = nn.Linear(4, 4)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        seen = []
+        sft._env._optimizer.loss_counted = lambda *a: seen.append(a)
+        x, y = torch.randn(6, 4), torch.tensor([1, -100, 2, 0, 3, -100])
+        F = nn.functional
+        for loss, want in (
+                (lambda: F.cross_entropy(m(x), y), (4.0, 6, "ignore_index=-100")),
+                (lambda: nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)(m(x), y),
+                 (10.0, 6, "ignore_index=-100, weight=")),
+                (lambda: F.nll_loss(F.log_softmax(m(x), 1), y.clamp(min=0), ignore_index=0) / 2,
+                 (3.0, 6, "ignore_index=0")),
+                (lambda: F.cross_entropy(m(x), y, reduction="sum"), None),
+                (lambda: F.nll_loss(F.log_softmax(m(x), 1), y.clamp(min=0), size_average=False),
+                 None),
+                (lambda: F.cross_entropy(m(x), torch.softmax(x, 1)), None)):
+            del seen[:]
+            opt.zero_grad()
+            loss().backward()
+            opt.step()
+            self.assertEqual([a[:3] for a in seen], [want] if want else [], want)
+            if want:
+                self.assertEqual(seen[0][3].split(":")[0], "test_torch.py")
+        del seen[:]
+        F.cross_entropy(m(x), y)  # (a forward with gradients and no backward)
+        with torch.no_grad():
+            F.cross_entropy(m(x), y)
+        xg = x.clone().requires_grad_()
+        torch.autograd.grad(F.cross_entropy(m(xg), y), xg)
+        self.assertEqual(seen, [])
+        sft.shutdown()
+        self.assertIs(nn.functional.cross_entropy, torch_ce)
+        self.assertIs(nn.functional.nll_loss, torch_nll)
+
     def test_packed_sequences_go_densely(self):
         """An LSTM on a PackedSequence runs torch's own operator: its matrices
         go densely (the plan says so) and train as plain PyTorch's; an

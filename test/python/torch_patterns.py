@@ -163,6 +163,12 @@ finetune: Hugging Face's fine-tuning loop on a small BERT-like model (AdamW
   with parameter groups, warmup, two micro-batches a step padded per rank,
   clipping, evaluations, the best state reloaded on every rank): must train
   as one process on the global batches (the keys' bias aside: rounding).
+tokens: a mean cross_entropy over the tokens a padded minibatch keeps
+  (ignore_index, every layer the same count on every rank): without
+  set_samples rank 0 alone must warn once, naming each rank's count; with
+  set_samples(the count) it must train as one process (label smoothing;
+  nn.NLLLoss with class weights, set_samples their sum; two micro-batches,
+  each pass's summed loss divided by the step's count).
 autogradw: after the first step, torch.autograd.grad with respect to the
   parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -196,7 +202,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
-                                 "moe", "maml", "losshead", "finetune"])
+                                 "moe", "maml", "losshead", "finetune", "tokens"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -2282,6 +2288,113 @@ def finetune():
           (" ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
 
 
+class TokNet(nn.Module):
+    """A language model's shape: a table, a Linear at every position, a
+    head over the vocabulary at every position (logits: minibatch x length
+    x vocabulary)."""
+    VOCAB = 30
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(self.VOCAB, 12)
+        self.tok = nn.Linear(12, 16)
+        self.head = nn.Linear(16, self.VOCAB)
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.tok(self.emb(ids))))
+
+
+def token_batch(t, q, P, L=8):
+    """Rank q's sequences of step t (None: every rank's, in rank order),
+    padded to L (id 0; padding="max_length"): the ids and the next-token
+    labels, -100 at the padding (Hugging Face's). Every rank holds
+    args.batch sequences of 1 to L tokens, so every layer takes the same
+    count everywhere, and the ranks keep different numbers of targets."""
+    lo, n = (q * args.batch, args.batch) if q is not None else (0, P * args.batch)
+    ids = torch.zeros(n, L, dtype=torch.long)
+    labels = torch.full((n, L), -100, dtype=torch.long)
+    for i in range(n):
+        k = 1 + ((lo + i) * 5 + t * 3 + (lo + i) // 3) % L
+        seq = (torch.arange(k + 1) * (3 + i % 4) + lo + i + t) % (TokNet.VOCAB - 1) + 1
+        ids[i, :k], labels[i, :k] = seq[:k], seq[1:]
+    return ids, labels
+
+
+def tokens():
+    """A mean cross_entropy over the tokens a padded minibatch keeps
+    (ignore_index), as language models train: each rank divides by its own
+    count, one process by the global one. Without set_samples rank 0 warns
+    once, naming the counts (the layers' counts are equal: the minibatches'
+    warning cannot see it); with set_samples(the count) the run is one
+    process's: cross_entropy with label smoothing, then nn.NLLLoss with
+    class weights (set_samples: their sum over the kept targets), then two
+    micro-batches a step, each pass's summed loss divided by the step's
+    count (Hugging Face's num_items_in_batch)."""
+    import warnings
+    w = torch.linspace(0.5, 2.0, TokNet.VOCAB)
+
+    def loss_of(model, ids, labels, kind):
+        logits = model(ids).flatten(0, 1)
+        if kind == "nll":
+            return nn.NLLLoss(weight=w)(torch.log_softmax(logits, -1), labels.flatten())
+        return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
+                                           label_smoothing=0.1 if kind == "smooth" else 0.0)
+
+    for kind in ("plain", "smooth", "nll", "micro"):
+        model = setup_model(TokNet)
+        P, r = sft.size(), sft.rank()
+        opt, ref, ref_opt, job = beside_one_process(
+            model, backward_passes_per_step=2 if kind == "micro" else 1)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(args.steps if kind != "plain" else 3):
+                ids, labels = token_batch(t, r, P)
+                opt.zero_grad()
+                keep = labels != -100
+                if kind == "smooth":
+                    opt.set_samples(int(keep.sum()))
+                elif kind == "nll":
+                    opt.set_samples(float(w[labels[keep]].sum()))
+                if kind == "micro":
+                    count = int(keep.sum())
+                    opt.set_samples(count)
+                    for half in (slice(0, args.batch // 2), slice(args.batch // 2, None)):
+                        (nn.functional.cross_entropy(model(ids[half]).flatten(0, 1),
+                                                     labels[half].flatten(), reduction="sum")
+                         / count).backward()
+                else:
+                    loss_of(model, ids, labels, kind).backward()
+                opt.step()
+                same(job, model, "%s: after step %d" % (kind, t))
+                ids, labels = token_batch(t, None, P)
+                ref_opt.zero_grad()
+                loss_of(ref, ids, labels, kind).backward()
+                ref_opt.step()
+        said = [str(x.message) for x in got if "divides each rank's loss" in str(x.message)]
+        if kind == "plain":
+            kept = [int((token_batch(0, q, P)[1] != -100).sum()) for q in range(P)]
+            if len(set(kept)) < 2:
+                fail("the ranks keep the same number of targets: %s" % kept)
+            want = "sfb.torch: at step 0 a mean cross_entropy or nll_loss (torch_patterns.py:"
+            each = "(ignore_index=-100): %s of %d;" % (
+                ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)), 8 * P * args.batch)
+            if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]
+                           or "weighs the ranks %s (no rank called set_samples)" %
+                           ", ".join(["1"] * P) not in said[0]):
+                fail("warned %r, expected one warning starting %r, with %r" % (said, want, each))
+            if r != 0 and said:
+                fail("rank %d warned: %r" % (r, said))
+        else:
+            if said:
+                fail("%s: warned with set_samples: %r" % (kind, said))
+            worst, where = near_one_process(model, ref)
+            print("ok tokens %s: %d steps within %.3g of one process (%s)" % (
+                kind, args.steps, worst, where), flush=True)
+        closed()
+    print("ok tokens: rank 0 warned once naming each rank's kept targets; with set_samples "
+          "one process's (label smoothing, class weights, micro-batches)", flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -2301,7 +2414,8 @@ def main():
          "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
-         "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune}[args.mode]()
+         "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
+         "tokens": tokens}[args.mode]()
 
 
 main()

@@ -27,6 +27,7 @@ _active = None            # the _Sync whose weights F.linear hands to _LinearFac
 # the first step asks for (MAML's inner step): the factor functions form it
 _forming = set()
 _in_grad = [0]  # torch.autograd.grad() calls running (sfb's wrapper)
+_NO_LOSSES = (0.0, 0, "", "")  # _Sync.losses: (divisor, targets, how, site), _losses
 _will_execute = getattr(torch._C, "_will_engine_execute_node", None)  # (torch 2)
 
 
@@ -379,14 +380,15 @@ def _forward_post(module, inputs, output):
 
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
-    F.conv2d's, F.batch_norm's, F.instance_norm's, torch.autograd.grad's,
+    F.conv2d's, F.batch_norm's, F.instance_norm's, F.cross_entropy's,
+    F.nll_loss's, torch.autograd.grad's,
     torch.autograd.backward's, Tensor.register_hook's and
     Module.load_state_dict's calls, the recurrent layers' operators and
     every module's forward go to sync (None: torch's own again). The
     forward hooks are torch's global ones, none on the user's modules: a
     model with hooks of sfb's could not be pickled (torch.save(model)),
     and its deep copy (an EMA's) would carry them."""
-    from . import _batchnorm, _conv, _embedding as e, _recurrent
+    from . import _batchnorm, _conv, _embedding as e, _losses, _recurrent
     global _active
     _active = sync
     for h in _module_hooks:
@@ -413,6 +415,8 @@ def _intercept(sync):
     F.linear = _linear if sync is not None else _torch_linear
     F.embedding = e.embedding if sync is not None else e._torch_embedding
     F.embedding_bag = e.embedding_bag if sync is not None else e._torch_embedding_bag
+    F.cross_entropy = _losses.cross_entropy if sync is not None else _losses._torch_cross_entropy
+    F.nll_loss = _losses.nll_loss if sync is not None else _losses._torch_nll_loss
 
 
 class _Passes:
@@ -481,6 +485,23 @@ class _Passes:
             except BaseException as e:  # raised out of backward(): tell the peers
                 self.fail_in_backward(e)
 
+    def loss_counted(self, divisor, targets, how, site):
+        """A mean loss over class indices got its gradient in this backward
+        pass (_losses): divisor what it divided by, of targets; how, what
+        it dropped or weighed; site, the user's file:line. The step's from
+        the pass's end on, if the pass reaches the job's parameters."""
+        self.pass_losses.append((divisor, targets, how, site))
+        if not self.losses_cb:
+            self.losses_cb = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._losses_end)
+
+    def _losses_end(self):
+        """(A pass that queued no _end_pass reached none of the job's
+        parameters: another model's loss, none of the step's.)"""
+        self.losses_cb = False
+        if not self.cb_queued:
+            self.pass_losses = []
+
     def _dense_grad(self, p):
         """A dense gradient flows into p (before it is accumulated). For a
         weight or bias sfb carries by factors that is a use its factors miss
@@ -504,8 +525,12 @@ class _Passes:
         self.cb_queued = False
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
+        losses, self.pass_losses = self.pass_losses, []
         if not self.pass_hit:
             return
+        for divisor, targets, how, site in losses:
+            d, n, was, where = self.losses
+            self.losses = (d + divisor, n + targets, was or how, where or site)
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)
             self.tl_end_fwd = None

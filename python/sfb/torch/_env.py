@@ -51,17 +51,40 @@ def keep_backward_eager():
         clock = dynamo.disable(_wall)
 
 
-def _user_stacklevel():
-    """warnings.warn's stacklevel for the caller's caller to name the first
-    frame outside sfb and torch: the user's line (a reduction runs inside
-    torch's backward(), called from it)."""
-    import os
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    skip = (here + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
-    f, level = sys._getframe(2), 2
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(skip):
+_inside = {}  # co_filename: whether it is sfb's or torch's (_user_frame)
+
+
+def _user_frame(depth=2):
+    """The first frame outside sfb and torch above the caller's caller (the
+    user's line: a reduction runs inside torch's backward(), called from
+    it), and its stack level from the caller (warnings.warn's stacklevel);
+    (None, 2) where there is none."""
+    f, level = sys._getframe(depth), 2
+    while f is not None and _is_inside(f.f_code.co_filename):
         f, level = f.f_back, level + 1
-    return level if f is not None else 2
+    return (f, level) if f is not None else (None, 2)
+
+
+def _is_inside(filename):
+    inside = _inside.get(filename)
+    if inside is None:
+        import os
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        skip = (here + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+        inside = _inside[filename] = os.path.abspath(filename).startswith(skip)
+    return inside
+
+
+def _user_stacklevel():
+    """warnings.warn's stacklevel naming the user's line (_user_frame)."""
+    return _user_frame(3)[1]
+
+
+def _user_line():
+    """The user's file:line that called into sfb or torch ("" if none)."""
+    import os
+    f = _user_frame(3)[0]
+    return "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno) if f else ""
 
 
 def _log(msg):

@@ -15,7 +15,7 @@ import sfb as _sfb
 
 from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
-from ._capture import _Linear, _Passes, _intercept, _row_range
+from ._capture import _NO_LOSSES, _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
 from . import _autoplan, _batchnorm, _buckets, _conv, _overflow, _renorm, _replicas
 from ._collectives import (allgather_bytes, broadcast_object, broadcast_parameters,
@@ -171,6 +171,9 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
+META_FIXED = 17  # the meta row's columns after the parameters' and before the layers'
+
+
 class _Sync(_Passes):
     """What a DistributedOptimizer adds to its optimizer: the matrices, the
     job's clock, the factor capture, the reduction at the end of backward."""
@@ -254,6 +257,9 @@ class _Sync(_Passes):
         self.stepped_clock = False  # several optimizers: one stepped on the reduction's .grad
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
+        self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
+        self.pass_losses = []   # the pass's, counted at its end if it reached the job's
+        self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
         self.steps = 0          # the wrapped optimizer's steps through this wrapper
@@ -266,6 +272,7 @@ class _Sync(_Passes):
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
+        self.told_counts = False  # the losses' counts' warning given
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
         self.tl_fwd, self.tl_end_fwd = {}, None
@@ -802,7 +809,8 @@ class _Sync(_Passes):
         waiting to join, the frozen parameters' checksum, the rows its
         max_norm lookups changed (_renorm), whether set_samples was called,
         what was loaded since the last reduction (LOADED_*) and the
-        optimizer state's checksum, each layer's samples."""
+        optimizer state's checksum, what the mean losses over kept targets
+        divided by and their targets (_losses), each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -827,7 +835,8 @@ class _Sync(_Passes):
         if self.loaded & LOADED_OPTIMIZER:  # (an optimizer state: which)
             crc = _state_crc(self.opts)
             row[0, n + 13:n + 15] = [crc & 0xFFFF, crc >> 16]
-        row[0, n + 15:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
+        row[0, n + 15:n + 17] = self.losses[:2]
+        row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
     def _attach(self):
@@ -899,7 +908,7 @@ class _Sync(_Passes):
             if not self.additive:
                 self.n_params = len(self.params)
                 self.param_index = {id(p): i for i, (_, p) in enumerate(self.params)}
-                self.meta_cols = self.n_params + 15 + len(self.linears)
+                self.meta_cols = self.n_params + META_FIXED + len(self.linears)
                 self.meta = np.zeros((job.world, self.meta_cols), np.float32)
                 self.meta_b = np.zeros((1, job.world), np.float32)
                 self.meta_b[0, job.rank] = 1.0
@@ -1045,6 +1054,8 @@ class _Sync(_Passes):
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if self.all_training and not self.told_unequal:
             self._tell_unequal(meta)
+        if not self.told_counts:
+            self._tell_counts(meta)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
@@ -1069,6 +1080,7 @@ class _Sync(_Passes):
             slot.token.grad = None
         self.passes = 0
         self.weight = None
+        self.losses = _NO_LOSSES
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
             self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
@@ -1107,7 +1119,7 @@ class _Sync(_Passes):
         counts = [int(c) for c in meta[:, n + 6]]
         if min(counts) == max(counts) or meta[:, n + 11].any():
             return
-        each = meta[:, n + 15:]
+        each = meta[:, n + META_FIXED:]
         if ((each.min(axis=0) > 0) & (each.min(axis=0) == each.max(axis=0))).any():
             return
         self.told_unequal = True
@@ -1121,6 +1133,39 @@ class _Sync(_Passes):
                 "backward() with the count this rank's loss averages over (samples, or tokens); "
                 "set_samples(1) on every rank keeps DDP's rule" %
                 (self.clock, shown, ", ..." if len(counts) > 8 else ""),
+                stacklevel=_env._user_stacklevel())
+
+    def _tell_counts(self, meta):
+        """A warning (rank 0, once) when a mean loss over class indices
+        divided by what it kept (ignore_index, class weights) and the ranks'
+        weights in the reduction are not proportional to those counts: one
+        process's mean over the union divides by their sum, so .grad is not
+        its gradient (each rank weighs 1, or its set_samples)."""
+        n = self.n_params
+        d = meta[:, n + 15].astype(np.float64)
+        if (d == meta[:, n + 16]).all():
+            return  # (no target dropped or weighed: the minibatches' sizes, _tell_unequal)
+        w = meta[:, n].astype(np.float64)
+        if np.allclose(w * d.sum(), d * w.sum(), rtol=1e-5, atol=0.0):
+            return
+        self.told_counts = True
+        if self.job.rank == 0:
+            num = lambda v: "%d" % v if v == int(v) else "%.6g" % v
+            shown = lambda v: ", ".join("rank %d %s" % (q, num(x)) for q, x in
+                                        enumerate(v[:8])) + (", ..." if len(v) > 8 else "")
+            _, _, how, site = self.losses
+            warnings.warn(
+                "sfb.torch: at step %d a mean cross_entropy or nll_loss%s divides each rank's "
+                "loss by the targets it keeps%s: %s of %s; the reduction weighs the ranks %s%s, "
+                "so .grad is not one process's mean over all %s of them. Call opt.set_samples(n) "
+                "before backward() with the count this rank's loss divides by: "
+                "int((target != ignore_index).sum()), with class weights their sum over those "
+                "targets" %
+                (self.clock, " (%s)" % site if site else "", " (%s)" % how if how else "",
+                 shown(d), num(float(meta[:, n + 16].sum())),
+                 ", ".join(num(x) for x in w[:8]) + (", ..." if len(w) > 8 else ""),
+                 "" if meta[:, n + 11].any() else " (no rank called set_samples)",
+                 num(d.sum())),
                 stacklevel=_env._user_stacklevel())
 
     def _measure(self, meta, end, was_training):
@@ -1530,6 +1575,7 @@ class _Sync(_Passes):
         go (attached again, for the new world, at the next reduction), the
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
+        self.losses, self.pass_losses = _NO_LOSSES, []
         self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
         self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None
