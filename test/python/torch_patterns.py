@@ -165,7 +165,8 @@ finetune: Hugging Face's fine-tuning loop on a small BERT-like model (AdamW
   as one process on the global batches (the keys' bias aside: rounding).
 tokens: a mean cross_entropy over the tokens a padded minibatch keeps
   (ignore_index, every layer the same count on every rank): without
-  set_samples rank 0 alone must warn once, naming each rank's count; with
+  set_samples rank 0 alone must warn once, naming each rank's count (and
+  where the loss takes the kept positions only, a masked model's); with
   set_samples(the count) it must train as one process (label smoothing;
   nn.NLLLoss with class weights, set_samples their sum; two micro-batches,
   each pass's summed loss divided by the step's count).
@@ -550,6 +551,12 @@ def beside_one_process(model, **kw):
     return opt, ref, make_opt(ref.parameters()), sft._need()
 
 
+def unequal_said(w):
+    """Whether warning w says the ranks' gradients are weighed otherwise
+    than one process's mean over the union."""
+    return any(k in str(w.message) for k in ("minibatches differ", "losses average over different counts"))
+
+
 @contextlib.contextmanager
 def no_unequal_warning():
     """The block's warnings recorded; failing if one says the ranks'
@@ -558,7 +565,7 @@ def no_unequal_warning():
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         yield
-    said = [str(w.message) for w in said if "minibatches differ" in str(w.message)]
+    said = [str(w.message) for w in said if unequal_said(w)]
     if said:
         fail("warned of unequal minibatches: %s" % said)
 
@@ -1768,37 +1775,52 @@ def maxnorm():
 def unequal():
     """Minibatches of unequal sizes without opt.set_samples: each rank
     weighs 1 (DDP's rule), not one process's mean over the union: rank 0
-    warns once, naming the step and the ranks' counts; with set_samples
-    (here 1 on every rank: DDP's rule, chosen) nothing is said."""
+    warns once, naming the step and the ranks' counts, by what the mean
+    cross_entropy divided by, and for a loss sfb.torch cannot read (a mean
+    squared error) by the layers' counts; with set_samples (here 1 on every
+    rank: DDP's rule, chosen) nothing is said."""
     import warnings
-    for explicit in (False, True):
-        model = setup()
-        P, r = sft.size(), sft.rank()
-        x, y = data()
-        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
-                                       max_samples=8)
-        with warnings.catch_warnings(record=True) as got:
-            warnings.simplefilter("always")
-            for t in range(4):
-                n = 4 if t < 2 else 4 + (r % 2)  # (from step 2 on, ranks 1 and 3 take 5)
-                opt.zero_grad()
-                if explicit:
-                    opt.set_samples(1)
-                nn.functional.cross_entropy(model(x[:n], t), y[:n]).backward()
-                opt.step()
-        sft.shutdown()
-        said = [str(w.message) for w in got if "minibatches differ" in str(w.message)]
-        where = [os.path.basename(w.filename) for w in got if "minibatches differ" in str(w.message)]
-        if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
-            fail("the warning points at %s" % where)
-        want = [] if explicit or r else [
-            "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples one "
-            "of their layers took: %s) and no rank called opt.set_samples(n)" %
-            ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))]
-        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
-            fail("warned %r, expected %r" % (said, want))
-    print("ok unequal: rank 0 warned once at step 2 naming the counts; not with set_samples",
-          flush=True)
+    for loss in ("ce", "mse"):
+        for explicit in (False, True):
+            model = setup()
+            P, r = sft.size(), sft.rank()
+            x, y = data()
+            opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
+                                           max_samples=8)
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter("always")
+                for t in range(4):
+                    n = 4 if t < 2 else 4 + (r % 2)  # (from step 2 on, ranks 1 and 3 take 5)
+                    opt.zero_grad()
+                    if explicit:
+                        opt.set_samples(1)
+                    out = model(x[:n], t)
+                    if loss == "ce":
+                        nn.functional.cross_entropy(out, y[:n]).backward()
+                    else:
+                        nn.functional.mse_loss(out, nn.functional.one_hot(y[:n], 5).float()
+                                               ).backward()
+                    opt.step()
+            sft.shutdown()
+            said = [str(w.message) for w in got if unequal_said(w)]
+            where = [os.path.basename(w.filename) for w in got if unequal_said(w)]
+            if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
+                fail("the warning points at %s" % where)
+            counts = ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))
+            want = [] if explicit or r else [
+                "sfb.torch: at step 2 the ranks' losses average over different counts: a mean "
+                "cross_entropy or nll_loss (torch_patterns.py:" if loss == "ce" else
+                "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples "
+                "one of their layers took: %s) and no rank called opt.set_samples(n)" % counts]
+            if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+                fail("%s: warned %r, expected %r" % (loss, said, want))
+            if want and loss == "ce" and (
+                    ") divides by %s of %d targets, while the reduction weighs the ranks %s (no "
+                    "rank called set_samples)" % (counts, sum(4 + q % 2 for q in range(P)),
+                                                  ", ".join(["1"] * P))) not in said[0]:
+                fail("the warning does not name the counts and the weights: %r" % said)
+    print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, the "
+          "layers'); not with set_samples", flush=True)
 
 
 def gather():
@@ -2329,7 +2351,8 @@ def tokens():
     process's: cross_entropy with label smoothing, then nn.NLLLoss with
     class weights (set_samples: their sum over the kept targets), then two
     micro-batches a step, each pass's summed loss divided by the step's
-    count (Hugging Face's num_items_in_batch)."""
+    count (Hugging Face's num_items_in_batch). The same warning where the
+    loss takes the kept positions themselves (a masked language model's)."""
     import warnings
     w = torch.linspace(0.5, 2.0, TokNet.VOCAB)
 
@@ -2337,17 +2360,20 @@ def tokens():
         logits = model(ids).flatten(0, 1)
         if kind == "nll":
             return nn.NLLLoss(weight=w)(torch.log_softmax(logits, -1), labels.flatten())
+        if kind == "select":  # (the positions a masked language model predicts)
+            keep = labels.flatten() != -100
+            return nn.functional.cross_entropy(logits[keep], labels.flatten()[keep])
         return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
-    for kind in ("plain", "smooth", "nll", "micro"):
+    for kind in ("plain", "select", "smooth", "nll", "micro"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(
             model, backward_passes_per_step=2 if kind == "micro" else 1)
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
-            for t in range(args.steps if kind != "plain" else 3):
+            for t in range(args.steps if kind not in ("plain", "select") else 3):
                 ids, labels = token_batch(t, r, P)
                 opt.zero_grad()
                 keep = labels != -100
@@ -2370,17 +2396,20 @@ def tokens():
                 ref_opt.zero_grad()
                 loss_of(ref, ids, labels, kind).backward()
                 ref_opt.step()
-        said = [str(x.message) for x in got if "divides each rank's loss" in str(x.message)]
-        if kind == "plain":
+        said = [str(x.message) for x in got if unequal_said(x)]
+        if kind in ("plain", "select"):
             kept = [int((token_batch(0, q, P)[1] != -100).sum()) for q in range(P)]
             if len(set(kept)) < 2:
                 fail("the ranks keep the same number of targets: %s" % kept)
-            want = "sfb.torch: at step 0 a mean cross_entropy or nll_loss (torch_patterns.py:"
-            each = "(ignore_index=-100): %s of %d;" % (
-                ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)), 8 * P * args.batch)
-            if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]
-                           or "weighs the ranks %s (no rank called set_samples)" %
-                           ", ".join(["1"] * P) not in said[0]):
+            want = ("sfb.torch: at step 0 the ranks' losses average over different counts: a "
+                    "mean cross_entropy or nll_loss (torch_patterns.py:")
+            each = (") divides by%s %s of %d targets, while the reduction weighs the ranks %s "
+                    "(no rank called set_samples)" % (
+                        " (the targets it keeps: ignore_index=-100)" if kind == "plain" else "",
+                        ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)),
+                        8 * P * args.batch if kind == "plain" else sum(kept),
+                        ", ".join(["1"] * P)))
+            if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]):
                 fail("warned %r, expected one warning starting %r, with %r" % (said, want, each))
             if r != 0 and said:
                 fail("rank %d warned: %r" % (r, said))
@@ -2391,8 +2420,9 @@ def tokens():
             print("ok tokens %s: %d steps within %.3g of one process (%s)" % (
                 kind, args.steps, worst, where), flush=True)
         closed()
-    print("ok tokens: rank 0 warned once naming each rank's kept targets; with set_samples "
-          "one process's (label smoothing, class weights, micro-batches)", flush=True)
+    print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected); "
+          "with set_samples one process's (label smoothing, class weights, micro-batches)",
+          flush=True)
 
 
 def closed():

@@ -272,7 +272,6 @@ class _Sync(_Passes):
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
-        self.told_counts = False  # the losses' counts' warning given
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
         self.tl_fwd, self.tl_end_fwd = {}, None
@@ -1052,10 +1051,8 @@ class _Sync(_Passes):
             raise WorldChanged("sfb.torch: step %d: %d process%s waiting to join" % (
                 self.clock, waiting, "es" if waiting > 1 else ""))
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
-        if self.all_training and not self.told_unequal:
+        if not self.told_unequal:
             self._tell_unequal(meta)
-        if not self.told_counts:
-            self._tell_counts(meta)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
@@ -1109,15 +1106,24 @@ class _Sync(_Passes):
             self.clock, stacklevel=_env._user_stacklevel())
 
     def _tell_unequal(self, meta):
-        """A warning (rank 0, once) when every rank trained on a minibatch of
-        another size and no rank called set_samples: each weighs 1 (DDP's
-        rule), where one process's mean loss over the union weighs each by
-        its samples. Not where some layer took the same count on every rank
-        (the minibatch, where others took the padded tokens or a router's
-        share)."""
+        """A warning (rank 0, once) where the reduction does not weigh the
+        ranks' gradients as one process's mean loss over the union of their
+        minibatches would. Where a mean cross_entropy or nll_loss reached
+        backward() (_losses), by what it divided: the weights must be
+        proportional to it (each rank's targets, those it kept: ignore_index,
+        class weights), unless no target was dropped or weighed and some rank
+        called set_samples (the program's choice: set_samples(1) keeps DDP's
+        rule). Otherwise, where every rank trained and no rank called
+        set_samples, by the layers' counts: minibatches of other sizes,
+        except where some layer took the same count on every rank (the
+        minibatch, where others took the padded tokens or a router's share)."""
         n = self.n_params
+        chose = meta[:, n + 11].any()
+        if meta[:, n + 16].any():
+            self._tell_loss_counts(meta, chose)
+            return
         counts = [int(c) for c in meta[:, n + 6]]
-        if min(counts) == max(counts) or meta[:, n + 11].any():
+        if not self.all_training or min(counts) == max(counts) or chose:
             return
         each = meta[:, n + META_FIXED:]
         if ((each.min(axis=0) > 0) & (each.min(axis=0) == each.max(axis=0))).any():
@@ -1135,38 +1141,33 @@ class _Sync(_Passes):
                 (self.clock, shown, ", ..." if len(counts) > 8 else ""),
                 stacklevel=_env._user_stacklevel())
 
-    def _tell_counts(self, meta):
-        """A warning (rank 0, once) when a mean loss over class indices
-        divided by what it kept (ignore_index, class weights) and the ranks'
-        weights in the reduction are not proportional to those counts: one
-        process's mean over the union divides by their sum, so .grad is not
-        its gradient (each rank weighs 1, or its set_samples)."""
+    def _tell_loss_counts(self, meta, chose):
+        """_tell_unequal where the losses' divisors are known."""
         n = self.n_params
-        d = meta[:, n + 15].astype(np.float64)
-        if (d == meta[:, n + 16]).all():
-            return  # (no target dropped or weighed: the minibatches' sizes, _tell_unequal)
-        w = meta[:, n].astype(np.float64)
-        if np.allclose(w * d.sum(), d * w.sum(), rtol=1e-5, atol=0.0):
+        d, w = meta[:, n + 15].astype(np.float64), meta[:, n].astype(np.float64)
+        dropped = (d != meta[:, n + 16]).any()
+        if np.allclose(w * d.sum(), d * w.sum(), rtol=1e-5, atol=0.0) or (chose and not dropped):
             return
-        self.told_counts = True
-        if self.job.rank == 0:
-            num = lambda v: "%d" % v if v == int(v) else "%.6g" % v
-            shown = lambda v: ", ".join("rank %d %s" % (q, num(x)) for q, x in
-                                        enumerate(v[:8])) + (", ..." if len(v) > 8 else "")
-            _, _, how, site = self.losses
-            warnings.warn(
-                "sfb.torch: at step %d a mean cross_entropy or nll_loss%s divides each rank's "
-                "loss by the targets it keeps%s: %s of %s; the reduction weighs the ranks %s%s, "
-                "so .grad is not one process's mean over all %s of them. Call opt.set_samples(n) "
-                "before backward() with the count this rank's loss divides by: "
-                "int((target != ignore_index).sum()), with class weights their sum over those "
-                "targets" %
-                (self.clock, " (%s)" % site if site else "", " (%s)" % how if how else "",
-                 shown(d), num(float(meta[:, n + 16].sum())),
-                 ", ".join(num(x) for x in w[:8]) + (", ..." if len(w) > 8 else ""),
-                 "" if meta[:, n + 11].any() else " (no rank called set_samples)",
-                 num(d.sum())),
-                stacklevel=_env._user_stacklevel())
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return
+        num = lambda v: "%d" % v if v == int(v) else "%.6g" % v
+        few = lambda v, f: ", ".join(f(q, x) for q, x in enumerate(v[:8])) + (
+            ", ..." if len(v) > 8 else "")
+        _, _, how, site = self.losses
+        warnings.warn(
+            "sfb.torch: at step %d the ranks' losses average over different counts: a mean "
+            "cross_entropy or nll_loss%s divides by%s %s of %s targets, while the reduction "
+            "weighs the ranks %s%s, so .grad is not one process's mean over all %s. Call "
+            "opt.set_samples(n) before backward() with the count this rank's loss divides by: "
+            "its targets (those not ignore_index: int((target != ignore_index).sum()); with "
+            "class weights their sum over them)%s" %
+            (self.clock, " (%s)" % site if site else "",
+             " (the targets it keeps: %s)" % how if how else "",
+             few(d, lambda q, x: "rank %d %s" % (q, num(x))), num(float(meta[:, n + 16].sum())),
+             few(w, lambda q, x: num(x)), "" if chose else " (no rank called set_samples)",
+             num(d.sum()), "" if dropped else "; set_samples(1) on every rank keeps DDP's rule"),
+            stacklevel=_env._user_stacklevel())
 
     def _measure(self, meta, end, was_training):
         """The step's time and samples for the next meta row; sync="auto":
