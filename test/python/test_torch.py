@@ -574,9 +574,11 @@ class TorchOneWorker(unittest.TestCase):
 
     def test_mean_losses_count_their_kept_targets(self):
         """F.cross_entropy's and F.nll_loss's means over class indices divide
-        by the targets they keep (ignore_index), weighed by class: a call
-        whose output reaches backward() gives the pass that count and the
-        user's line; sums, probabilities as targets, forwards without a
+        by the targets they keep (ignore_index), weighed by class, over
+        probabilities by the samples, the element-wise losses' by their
+        elements (kl_div's batchmean by the rows): a call whose output
+        reaches backward() gives the pass that count, the loss's name and
+        the user's line; sums, a reduction by hand, forwards without a
         backward and torch.autograd.grad give nothing; shutdown gives torch
         its functions back."""
         from sfb.torch import _losses
@@ -586,6 +588,7 @@ class TorchOneWorker(unittest.TestCase):
         self.assertEqual(_losses.count(t, w, -100), (10.0, 6, "ignore_index=-100, weight="))
         self.assertEqual(_losses.count(torch.tensor([1, 2]), None, -100), (2.0, 2, ""))
         torch_ce, torch_nll = nn.functional.cross_entropy, nn.functional.nll_loss
+        torch_mse = nn.functional.mse_loss
         torch.manual_seed(3)
         m = nn.Linear(4, 4)
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
@@ -602,14 +605,22 @@ class TorchOneWorker(unittest.TestCase):
                 (lambda: F.cross_entropy(m(x), y, reduction="sum"), None),
                 (lambda: F.nll_loss(F.log_softmax(m(x), 1), y.clamp(min=0), size_average=False),
                  None),
-                (lambda: F.cross_entropy(m(x), torch.softmax(x, 1)), None)):
+                (lambda: F.cross_entropy(m(x), torch.softmax(x, 1)), (6.0, 6, "")),
+                (lambda: nn.MSELoss()(m(x), x), (24.0, 24, "")),
+                (lambda: F.mse_loss(m(x), x[:1]), (24.0, 24, "")),  # (broadcast)
+                (lambda: F.l1_loss(m(x), x, reduction="sum"), None),
+                (lambda: nn.KLDivLoss(reduction="batchmean")(F.log_softmax(m(x), 1),
+                                                            torch.softmax(x, 1)), (6.0, 6, "")),
+                (lambda: F.binary_cross_entropy_with_logits(m(x), torch.sigmoid(x)),
+                 (24.0, 24, "")),
+                (lambda: F.smooth_l1_loss(m(x), x, reduction="none").mean(), None)):
             del seen[:]
             opt.zero_grad()
             loss().backward()
             opt.step()
             self.assertEqual([a[:3] for a in seen], [want] if want else [], want)
             if want:
-                self.assertEqual(seen[0][3].split(":")[0], "test_torch.py")
+                self.assertRegex(seen[0][3], r"^[a-z_]+ \(test_torch\.py:[0-9]+\)$")
         del seen[:]
         F.cross_entropy(m(x), y)  # (a forward with gradients and no backward)
         with torch.no_grad():
@@ -620,6 +631,7 @@ class TorchOneWorker(unittest.TestCase):
         sft.shutdown()
         self.assertIs(nn.functional.cross_entropy, torch_ce)
         self.assertIs(nn.functional.nll_loss, torch_nll)
+        self.assertIs(nn.functional.mse_loss, torch_mse)
 
     def test_packed_sequences_go_densely(self):
         """An LSTM on a PackedSequence runs torch's own operator: its matrices

@@ -1776,11 +1776,11 @@ def unequal():
     """Minibatches of unequal sizes without opt.set_samples: each rank
     weighs 1 (DDP's rule), not one process's mean over the union: rank 0
     warns once, naming the step and the ranks' counts, by what the mean
-    cross_entropy divided by, and for a loss sfb.torch cannot read (a mean
-    squared error) by the layers' counts; with set_samples (here 1 on every
-    rank: DDP's rule, chosen) nothing is said."""
+    cross_entropy or mse_loss divided by, and for a mean sfb.torch cannot
+    read (written by hand) by the layers' counts; with set_samples (here 1
+    on every rank: DDP's rule, chosen) nothing is said."""
     import warnings
-    for loss in ("ce", "mse"):
+    for loss in ("ce", "mse", "hand"):
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
@@ -1797,9 +1797,11 @@ def unequal():
                     out = model(x[:n], t)
                     if loss == "ce":
                         nn.functional.cross_entropy(out, y[:n]).backward()
-                    else:
+                    elif loss == "mse":
                         nn.functional.mse_loss(out, nn.functional.one_hot(y[:n], 5).float()
                                                ).backward()
+                    else:  # (a mean written by hand: the layers' counts stand in)
+                        ((out - nn.functional.one_hot(y[:n], 5)) ** 2).mean().backward()
                     opt.step()
             sft.shutdown()
             said = [str(w.message) for w in got if unequal_said(w)]
@@ -1809,15 +1811,19 @@ def unequal():
             counts = ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))
             want = [] if explicit or r else [
                 "sfb.torch: at step 2 the ranks' losses average over different counts: a mean "
-                "cross_entropy or nll_loss (torch_patterns.py:" if loss == "ce" else
+                "%s (torch_patterns.py:" % {"ce": "cross_entropy", "mse": "mse_loss"}[loss]
+                if loss != "hand" else
                 "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples "
                 "one of their layers took: %s) and no rank called opt.set_samples(n)" % counts]
             if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
                 fail("%s: warned %r, expected %r" % (loss, said, want))
-            if want and loss == "ce" and (
+            if want and loss != "hand" and (
                     ") divides by %s of %d targets, while the reduction weighs the ranks %s (no "
-                    "rank called set_samples)" % (counts, sum(4 + q % 2 for q in range(P)),
-                                                  ", ".join(["1"] * P))) not in said[0]:
+                    "rank called set_samples)" % (
+                        ", ".join("rank %d %d" % (q, (4 + q % 2) * (5 if loss == "mse" else 1))
+                                  for q in range(P)),
+                        sum(4 + q % 2 for q in range(P)) * (5 if loss == "mse" else 1),
+                        ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, the "
           "layers'); not with set_samples", flush=True)
@@ -2402,7 +2408,7 @@ def tokens():
             if len(set(kept)) < 2:
                 fail("the ranks keep the same number of targets: %s" % kept)
             want = ("sfb.torch: at step 0 the ranks' losses average over different counts: a "
-                    "mean cross_entropy or nll_loss (torch_patterns.py:")
+                    "mean cross_entropy (torch_patterns.py:")
             each = (") divides by%s %s of %d targets, while the reduction weighs the ranks %s "
                     "(no rank called set_samples)" % (
                         " (the targets it keeps: ignore_index=-100)" if kind == "plain" else "",

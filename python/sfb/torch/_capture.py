@@ -381,7 +381,7 @@ def _forward_post(module, inputs, output):
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
     F.conv2d's, F.batch_norm's, F.instance_norm's, F.cross_entropy's,
-    F.nll_loss's, torch.autograd.grad's,
+    F.nll_loss's and the element-wise losses' (_losses), torch.autograd.grad's,
     torch.autograd.backward's, Tensor.register_hook's and
     Module.load_state_dict's calls, the recurrent layers' operators and
     every module's forward go to sync (None: torch's own again). The
@@ -417,6 +417,9 @@ def _intercept(sync):
     F.embedding_bag = e.embedding_bag if sync is not None else e._torch_embedding_bag
     F.cross_entropy = _losses.cross_entropy if sync is not None else _losses._torch_cross_entropy
     F.nll_loss = _losses.nll_loss if sync is not None else _losses._torch_nll_loss
+    for name in _losses.ELEMENTWISE:
+        setattr(F, name, _losses.REPLACED[name] if sync is not None else
+                _losses._torch_elementwise[name])
 
 
 class _Passes:
@@ -488,7 +491,7 @@ class _Passes:
     def loss_counted(self, divisor, targets, how, site):
         """A mean loss over class indices got its gradient in this backward
         pass (_losses): divisor what it divided by, of targets; how, what
-        it dropped or weighed; site, the user's file:line. The step's from
+        it dropped or weighed; site, the loss and the user's file:line. The step's from
         the pass's end on, if the pass reaches the job's parameters."""
         self.pass_losses.append((divisor, targets, how, site))
         if not self.losses_cb:

@@ -1,14 +1,20 @@
-"""Losses whose mean divides by what the data holds. F.cross_entropy and
-F.nll_loss over class indices with reduction="mean" divide by the targets
-they keep: not ignore_index (a padding token, Hugging Face's -100 labels),
-each weighed by its class's weight= (label smoothing too). One process on
-the global minibatch divides by the whole batch's count; each rank divides
-by its own, so the reduction gives one process's gradient only where it
-weighs each rank by that count (set_samples). While a DistributedOptimizer
-lives these calls come here: a call whose output reaches backward() adds
-its count to the pass's (a hook on the output, so a forward with no
-backward counts nothing) and the meta row carries it; optimizer._Sync
-warns where the ranks' weights are not proportional to their counts."""
+"""What a mean loss divides by. F.cross_entropy and F.nll_loss over class
+indices with reduction="mean" divide by the targets they keep: not
+ignore_index (a padding token, Hugging Face's -100 labels), each weighed by
+its class's weight= (label smoothing too); the element-wise losses by their
+elements (a weighted mse_loss or l1_loss, torch 2.6's, by the weights'
+sum), kl_div's "batchmean" by the rows. One process on the global
+minibatch divides by the whole batch's count; each rank divides by its
+own, so the reduction gives one process's gradient only where it weighs
+each rank by that count (set_samples). While a DistributedOptimizer lives
+these calls come here: a call whose output reaches backward() adds its
+count to the pass's (a hook on the output, so a forward with no backward
+counts nothing) and the meta row carries it; optimizer._Sync warns where
+the ranks' weights are not proportional to their counts."""
+import functools
+import inspect
+
+import torch
 import torch.nn.functional as F
 from torch.nn import _reduction
 
@@ -16,6 +22,10 @@ from . import _capture, _env, _grad_hooks
 
 _torch_cross_entropy = F.cross_entropy
 _torch_nll_loss = F.nll_loss
+# (torch's own, by name: the element-wise losses' replacements, elementwise())
+ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+               "binary_cross_entropy_with_logits", "kl_div")
+_torch_elementwise = {name: getattr(F, name) for name in ELEMENTWISE}
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
@@ -23,7 +33,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """F.cross_entropy while a DistributedOptimizer lives."""
     out = _torch_cross_entropy(input, target, weight, size_average, ignore_index, reduce,
                                reduction, label_smoothing)
-    _watch(out, target, weight, ignore_index, size_average, reduce, reduction)
+    _watch(out, target, weight, ignore_index, size_average, reduce, reduction, "cross_entropy")
     return out
 
 
@@ -31,27 +41,71 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
              reduction="mean"):
     """F.nll_loss while a DistributedOptimizer lives."""
     out = _torch_nll_loss(input, target, weight, size_average, ignore_index, reduce, reduction)
-    _watch(out, target, weight, ignore_index, size_average, reduce, reduction)
+    _watch(out, target, weight, ignore_index, size_average, reduce, reduction, "nll_loss")
     return out
 
 
-def _watch(out, target, weight, ignore_index, size_average, reduce, reduction):
+def _watch(out, target, weight, ignore_index, size_average, reduce, reduction, name):
     """A mean over class indices whose output may reach backward(): its
     count goes to the pass when its gradient is formed there."""
     s = _capture._active
-    if s is None or not out.requires_grad or target.is_floating_point():
-        return  # (probabilities as targets: the mean divides by the samples)
-    if size_average is not None or reduce is not None:
-        reduction = _reduction.legacy_get_string(size_average, reduce, emit_warning=False)
-    if reduction != "mean":
+    if s is None or not out.requires_grad:
         return
+    if _reduced(size_average, reduce, reduction) != "mean":
+        return
+    if target.is_floating_point():  # (probabilities as targets: by the samples)
+        n = target.numel() // target.shape[1] if target.dim() > 1 else 1
+        _hook(s, out, lambda: (float(n), n, ""), name)
+    else:
+        _hook(s, out, lambda: count(target, weight, ignore_index), name)
+
+
+def _reduced(size_average, reduce, reduction):
+    if size_average is not None or reduce is not None:
+        return _reduction.legacy_get_string(size_average, reduce, emit_warning=False)
+    return reduction
+
+
+def _hook(s, out, counts, name):
+    """counts() -> (divisor, targets, how) goes to s's pass when out's
+    gradient is formed in it (not inside torch.autograd.grad)."""
     site = _env._user_line()
 
     def counted(grad):
         if not _capture._in_grad[0]:  # (torch.autograd.grad: no pass of the reduction's)
-            s.loss_counted(*count(target, weight, ignore_index), site)
+            s.loss_counted(*counts(), "%s (%s)" % (name, site) if site else name)
 
     _grad_hooks._torch_register_hook(out, counted)
+
+
+def elementwise(name):
+    """F.<name>'s replacement while a DistributedOptimizer lives: the mean
+    of an element-wise loss divides by its elements (a weighted mse_loss or
+    l1_loss by the weights' sum; kl_div's "batchmean" by the rows)."""
+    torch_fn = _torch_elementwise[name]
+    sig = inspect.signature(torch_fn)
+
+    @functools.wraps(torch_fn)
+    def loss(*args, **kwargs):
+        out = torch_fn(*args, **kwargs)
+        s = _capture._active
+        if s is None or not out.requires_grad or out.dim():
+            return out
+        a = sig.bind(*args, **kwargs).arguments
+        how = _reduced(a.get("size_average"), a.get("reduce"), a.get("reduction", "mean"))
+        x, y, w = a["input"], a["target"], a.get("weight")
+        if how == "batchmean":
+            n = x.shape[0] if x.dim() else 1
+            _hook(s, out, lambda: (float(n), n, ""), name)
+        elif how == "mean":
+            n = torch.broadcast_shapes(x.shape, y.shape).numel()
+            if w is not None and name in ("mse_loss", "l1_loss"):
+                _hook(s, out, lambda: (float(w.sum()), n, "weight="), name)
+            else:
+                _hook(s, out, lambda: (float(n), n, ""), name)
+        return out
+
+    return loss
 
 
 def count(target, weight, ignore_index):
@@ -63,3 +117,6 @@ def count(target, weight, ignore_index):
     if weight is None:
         return float(kept), target.numel(), ", ".join(how)
     return float(weight[target[keep]].sum()), target.numel(), ", ".join(how + ["weight="])
+
+
+REPLACED = {name: elementwise(name) for name in ELEMENTWISE}

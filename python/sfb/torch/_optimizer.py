@@ -1157,12 +1157,12 @@ class _Sync(_Passes):
         _, _, how, site = self.losses
         warnings.warn(
             "sfb.torch: at step %d the ranks' losses average over different counts: a mean "
-            "cross_entropy or nll_loss%s divides by%s %s of %s targets, while the reduction "
+            "%s divides by%s %s of %s targets, while the reduction "
             "weighs the ranks %s%s, so .grad is not one process's mean over all %s. Call "
             "opt.set_samples(n) before backward() with the count this rank's loss divides by: "
             "its targets (those not ignore_index: int((target != ignore_index).sum()); with "
             "class weights their sum over them)%s" %
-            (self.clock, " (%s)" % site if site else "",
+            (self.clock, site or "loss",
              " (the targets it keeps: %s)" % how if how else "",
              few(d, lambda q, x: "rank %d %s" % (q, num(x))), num(float(meta[:, n + 16].sum())),
              few(w, lambda q, x: num(x)), "" if chose else " (no rank called set_samples)",
