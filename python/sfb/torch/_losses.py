@@ -46,8 +46,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 
 def _watch(out, target, weight, ignore_index, size_average, reduce, reduction, name):
-    """A mean over class indices whose output may reach backward(): its
-    count goes to the pass when its gradient is formed there."""
+    """cross_entropy's or nll_loss's mean, whose output may reach
+    backward(): its divisor (the kept targets; over probabilities, the
+    samples) goes to the pass when its gradient is formed there."""
     s = _capture._active
     if s is None or not out.requires_grad:
         return
