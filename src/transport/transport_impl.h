@@ -64,6 +64,7 @@
 
 #include <pthread.h>
 #include <rdma/fabric.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -340,6 +341,18 @@ const uint8_t *sfb__tp_peer_name(const struct sfb__transport *t, uint32_t p, uns
  * (unless skip_shm_sweep) and names this endpoint's region
  * "sfb_<random>_<rank>_<pid>" (t->shm_name). */
 int sfb__tp_shm_name(struct sfb__transport *t);
+/* ... (open): the signal dispositions before libfabric's open
+ * (sfb__tp_shm_signals_opened takes them). */
+struct sfb__tp_sigs {
+    struct sigaction act[16];
+    int have[16];
+};
+void sfb__tp_shm_signals_before(struct sfb__tp_sigs *s);
+/* ... (after the open): libfabric's shm provider installed handlers that
+ * unlink this process's regions; a child forked from now on gets back the
+ * dispositions they replaced (pthread_atfork), so that a signal ending it
+ * (multiprocessing.Pool.terminate's SIGTERM) leaves its parent's regions. */
+void sfb__tp_shm_signals_opened(const struct sfb__tp_sigs *before);
 /* ... (close, before the endpoint's): waits, up to FIRST_CONTACT_S, until
  * every peer this endpoint asked for a first contact has taken the request,
  * is gone, or has closed its own endpoint; shm only. */

@@ -182,7 +182,21 @@ static int get_info(struct sfb__transport *t)
     return 0;
 }
 
+static int open_endpoints(struct sfb__transport *t);
+
+/* The provider's fabric, domain, address vector, queue and endpoints; the
+ * signal handlers libfabric installs meanwhile are not a forked child's
+ * (transport_shm.c). */
 static int open_fabric(struct sfb__transport *t)
+{
+    struct sfb__tp_sigs sigs;
+    sfb__tp_shm_signals_before(&sigs);
+    int rc = open_endpoints(t);
+    sfb__tp_shm_signals_opened(&sigs);
+    return rc;
+}
+
+static int open_endpoints(struct sfb__transport *t)
 {
     int rc = get_info(t);
     if (rc) return rc;

@@ -160,3 +160,63 @@ void sfb__tp_shm_settle(struct sfb__transport *t)
         SFB_LOG_D("transport: waited %.0f ms at close for peers to take first contacts",
                   (sfb__now() - t0) * 1e3);
 }
+
+/* libfabric's shm provider (1.17) installs handlers for SIGINT, SIGTERM,
+ * SIGSEGV, SIGBUS and more when its endpoint opens: they unlink the regions
+ * of the process's endpoints by name and re-raise with the disposition
+ * they found. A child forked after that (a DataLoader's worker, a
+ * multiprocessing.Pool's, which Pool.terminate() — `with Pool() as p:` —
+ * ends by SIGTERM) inherited them: its SIGTERM unlinked its parent's
+ * regions, and the parent's peers, no longer finding them, failed the job
+ * ("rank 1 is dead or silent"). Each disposition the open replaced is kept
+ * with the one it replaced; in a forked child, one still in place is given
+ * back the one it replaced (sigaction is async-signal-safe). */
+static const int shm_sigs[] = SFB_TAKEN_SIGNALS;
+_Static_assert(SFB_ARRAY_LEN(shm_sigs) <= 16, "struct sfb__tp_sigs holds 16");
+static struct sigaction fi_act[16], fi_was[16]; /* libfabric's, and what it replaced */
+static volatile sig_atomic_t fi_took[16];
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static int same_handler(const struct sigaction *a, const struct sigaction *b)
+{
+    if ((a->sa_flags & SA_SIGINFO) != (b->sa_flags & SA_SIGINFO)) return 0;
+    return (a->sa_flags & SA_SIGINFO) ? a->sa_sigaction == b->sa_sigaction
+                                      : a->sa_handler == b->sa_handler;
+}
+
+static void forked_child(void)
+{
+    for (size_t i = 0; i < SFB_ARRAY_LEN(shm_sigs); i++) {
+        struct sigaction now;
+        if (fi_took[i] && sigaction(shm_sigs[i], NULL, &now) == 0 &&
+            same_handler(&now, &fi_act[i]))
+            sigaction(shm_sigs[i], &fi_was[i], NULL);
+    }
+}
+
+static void at_fork(void)
+{
+    pthread_atfork(NULL, NULL, forked_child);
+}
+
+void sfb__tp_shm_signals_before(struct sfb__tp_sigs *s)
+{
+    for (size_t i = 0; i < SFB_ARRAY_LEN(shm_sigs); i++)
+        s->have[i] = sigaction(shm_sigs[i], NULL, &s->act[i]) == 0;
+}
+
+void sfb__tp_shm_signals_opened(const struct sfb__tp_sigs *before)
+{
+    int took = 0;
+    for (size_t i = 0; i < SFB_ARRAY_LEN(shm_sigs); i++) {
+        struct sigaction now;
+        if (fi_took[i] || !before->have[i] || sigaction(shm_sigs[i], NULL, &now) != 0 ||
+            same_handler(&now, &before->act[i]))
+            continue;
+        fi_act[i] = now;
+        fi_was[i] = before->act[i];
+        fi_took[i] = 1;
+        took = 1;
+    }
+    if (took) pthread_once(&fork_once, at_fork);
+}

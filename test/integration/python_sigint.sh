@@ -23,6 +23,10 @@ timeout 60 "$SFB" launch -n 2 -- "$PY" "$JOB" job >"$tmp/job" 2>&1; rc=$?
 cat "$tmp/job"
 check "a job's fabric open: SIGINT is a KeyboardInterrupt on both ranks (rc=$rc)" \
   "[ $rc = 0 ] && [ \$(grep -c '^\[[01]\] ok KeyboardInterrupt with the fabric open (A = 2)' '$tmp/job') = 2 ]"
+timeout 60 "$SFB" launch -n 2 -- "$PY" "$JOB" fork >"$tmp/fork" 2>&1; rc=$?
+cat "$tmp/fork"
+check "a forked worker ended by SIGTERM (terminate()) leaves its parent's shm region and job (rc=$rc)" \
+  "[ $rc = 0 ] && [ \$(grep -c '^\[[01]\] ok forked worker ended by SIGTERM (-15): regions \[.sfb_.*A = 4' '$tmp/fork') = 2 ]"
 LD_DEBUG=files "$SFB" --version >"$tmp/version" 2>&1; rc=$?
 check "sfb --version loads no libfabric (rc=$rc)" \
   "[ $rc = 0 ] && grep -q 'sfb ' '$tmp/version' && ! grep -q 'libfabric' '$tmp/version'"
