@@ -409,6 +409,37 @@ class TorchOneWorker(unittest.TestCase):
         self.assertEqual([str(w.message)[:80] for w in said if "Graph break" in str(w.message)],
                          [])
 
+    @unittest.skipUnless(hasattr(torch, "compile"), "torch 2's torch.compile")
+    def test_compiled_loss_is_counted(self):
+        """A loss computed inside a compiled function (aot_eager: no
+        compiler needed) still gives the pass what its mean divides by,
+        and dynamo says nothing of sfb's bookkeeping."""
+        import torch._dynamo  # noqa: F401 (loaded before wrapping, as a compiling program has)
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        seen = []
+        sft._env._optimizer.loss_counted = lambda *a: seen.append(a[:3])
+        x, y = data()
+        y = y.clone()
+        y[::3] = -100
+
+        @torch.compile(backend="aot_eager")
+        def loss_of(x, y):
+            out = m(x)
+            return nn.functional.cross_entropy(out, y) + nn.functional.mse_loss(out, out * 0.5)
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                opt.zero_grad()
+                loss_of(x, y).backward()
+                opt.step()
+        kept = float((y != -100).sum())
+        self.assertEqual(sorted(seen), sorted(
+            [(kept, len(y), "ignore_index=-100"), (float(y.numel() * 3), y.numel() * 3, "")] * 2))
+        self.assertEqual([str(w.message)[:80] for w in said if "Graph break" in str(w.message)],
+                         [])
+
     def test_weight_used_outside_its_layer(self):
         """Layer 0's weight also used without its bias from the first step:
         that layer goes densely, as one process trains it; first used so in

@@ -49,6 +49,9 @@ def keep_backward_eager():
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None and clock is _wall:
         clock = dynamo.disable(_wall)
+    if dynamo is not None:
+        from . import _losses
+        _losses.keep_eager(dynamo)  # (the losses' bookkeeping likewise)
 
 
 _inside = {}  # co_filename: whether it is sfb's or torch's (_user_frame)

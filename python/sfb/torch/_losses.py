@@ -26,6 +26,7 @@ _torch_nll_loss = F.nll_loss
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
                "binary_cross_entropy_with_logits", "kl_div")
 _torch_elementwise = {name: getattr(F, name) for name in ELEMENTWISE}
+_eager = False  # the bookkeeping left out of torch.compile's graphs (keep_eager)
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
@@ -89,24 +90,41 @@ def elementwise(name):
     @functools.wraps(torch_fn)
     def loss(*args, **kwargs):
         out = torch_fn(*args, **kwargs)
-        s = _capture._active
-        if s is None or not out.requires_grad or out.dim():
-            return out
-        a = sig.bind(*args, **kwargs).arguments
-        how = _reduced(a.get("size_average"), a.get("reduce"), a.get("reduction", "mean"))
-        x, y, w = a["input"], a["target"], a.get("weight")
-        if how == "batchmean":
-            n = x.shape[0] if x.dim() else 1
-            _hook(s, out, lambda: (float(n), n, ""), name)
-        elif how == "mean":
-            n = torch.broadcast_shapes(x.shape, y.shape).numel()
-            if w is not None and name in ("mse_loss", "l1_loss"):
-                _hook(s, out, lambda: (float(w.sum()), n, "weight="), name)
-            else:
-                _hook(s, out, lambda: (float(n), n, ""), name)
+        _watch_elementwise(name, sig, out, args, kwargs)
         return out
 
     return loss
+
+
+def _watch_elementwise(name, sig, out, args, kwargs):
+    """elementwise()'s loss: a mean whose output may reach backward()."""
+    s = _capture._active
+    if s is None or not out.requires_grad or out.dim():
+        return
+    a = sig.bind(*args, **kwargs).arguments
+    how = _reduced(a.get("size_average"), a.get("reduce"), a.get("reduction", "mean"))
+    x, y, w = a["input"], a["target"], a.get("weight")
+    if how == "batchmean":
+        n = x.shape[0] if x.dim() else 1
+        _hook(s, out, lambda: (float(n), n, ""), name)
+    elif how == "mean":
+        n = torch.broadcast_shapes(x.shape, y.shape).numel()
+        if w is not None and name in ("mse_loss", "l1_loss"):
+            _hook(s, out, lambda: (float(w.sum()), n, "weight="), name)
+        else:
+            _hook(s, out, lambda: (float(n), n, ""), name)
+
+
+def keep_eager(dynamo):
+    """torch.compile (torch 2) traces a compiled function's loss into these
+    replacements, and their bookkeeping (the user's frame, a hook) would
+    stop it with a "Graph break" warning: where the program has loaded
+    dynamo, the bookkeeping is a function dynamo leaves out without one
+    (_env.keep_backward_eager)."""
+    global _watch, _watch_elementwise, _eager
+    if not _eager:
+        _watch, _watch_elementwise = dynamo.disable(_watch), dynamo.disable(_watch_elementwise)
+        _eager = True
 
 
 def count(target, weight, ignore_index):
