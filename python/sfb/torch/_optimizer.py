@@ -1108,10 +1108,10 @@ class _Sync(_Passes):
     def _tell_unequal(self, meta):
         """A warning (rank 0, once) where the reduction does not weigh the
         ranks' gradients as one process's mean loss over the union of their
-        minibatches would. Where a mean cross_entropy or nll_loss reached
-        backward() (_losses), by what it divided: the weights must be
-        proportional to it (each rank's targets, those it kept: ignore_index,
-        class weights), unless no target was dropped or weighed and some rank
+        minibatches would. Where a mean loss that _losses reads reached
+        backward(), by what it divided: the weights must be proportional to
+        it (each rank's targets, those it kept: ignore_index, class weights;
+        elements), unless no target was dropped or weighed and some rank
         called set_samples (the program's choice: set_samples(1) keeps DDP's
         rule). Otherwise, where every rank trained and no rank called
         set_samples, by the layers' counts: minibatches of other sizes,
