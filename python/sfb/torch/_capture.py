@@ -489,9 +489,9 @@ class _Passes:
                 self.fail_in_backward(e)
 
     def loss_counted(self, divisor, targets, how, site):
-        """A mean loss over class indices got its gradient in this backward
-        pass (_losses): divisor what it divided by, of targets; how, what
-        it dropped or weighed; site, the loss and the user's file:line. The step's from
+        """A mean loss (_losses) got its gradient in this backward pass:
+        divisor what it divided by, of targets; how, what it dropped or
+        weighed; site, the loss and the user's file:line. The step's from
         the pass's end on, if the pass reaches the job's parameters."""
         self.pass_losses.append((divisor, targets, how, site))
         if not self.losses_cb:

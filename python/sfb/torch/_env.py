@@ -71,7 +71,6 @@ def _user_frame(depth=2):
 def _is_inside(filename):
     inside = _inside.get(filename)
     if inside is None:
-        import os
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         skip = (here + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
         inside = _inside[filename] = os.path.abspath(filename).startswith(skip)
@@ -85,7 +84,6 @@ def _user_stacklevel():
 
 def _user_line():
     """The user's file:line that called into sfb or torch ("" if none)."""
-    import os
     f = _user_frame(3)[0]
     return "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno) if f else ""
 
