@@ -18,8 +18,10 @@
 # experts; MAML's meta-gradient (torch.autograd.grad with respect to the
 # parameters, create_graph); a loss's parameters outside the model; Hugging
 # Face's fine-tuning loop on a small BERT; a mean cross_entropy over the
-# tokens each rank keeps (ignore_index: warned without set_samples); 300 Adam steps
-# bit-identical; and what must fail fast:
+# tokens each rank keeps (ignore_index: warned without set_samples); rank 0's
+# validations in eval(); 300 Adam steps
+# bit-identical; and what must fail fast: a module whose forward differs by
+# mode left in eval() on some ranks,
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
 # going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
 # clipped under staleness, a parameter group added after wrapping, an
@@ -142,6 +144,9 @@ cases=(
   # (ignore_index): without set_samples rank 0 warns naming each rank's
   # count; with it (label smoothing, class weights, micro-batches) exact
   tokens
+  # rank 0's validations in eval() then train(): exact; a module whose
+  # forward differs by mode left in eval() on some ranks: refused, named
+  modes
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"

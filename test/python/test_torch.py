@@ -603,6 +603,41 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(sft.UsageError, ["0.weight", "scale_grad_by_freq"], m, tok)
         del opt
 
+    def test_modules_whose_mode_matters(self):
+        """The modules whose train()/eval() the ranks must share: dropouts
+        with p > 0, RReLU, a recurrent stack's and attention's dropout, and
+        a module of the program's own whose forward reads self.training; not
+        torch's others (a transformer layer's fast path, a Linear), nor a
+        dropout that drops nothing."""
+        from sfb.torch import _modes
+
+        class Noisy(nn.Module):
+            def forward(self, x):
+                return x + 1 if self.training else x
+
+        class Plain(nn.Module):
+            def forward(self, x):
+                return x
+
+        yes = [nn.Dropout(0.1), nn.Dropout2d(0.5), nn.AlphaDropout(0.2), nn.RReLU(),
+               nn.LSTM(4, 4, num_layers=2, dropout=0.1), nn.MultiheadAttention(4, 2, dropout=0.1),
+               Noisy()]
+        no = [nn.Dropout(0.0), nn.LSTM(4, 4, dropout=0.0), nn.LSTM(4, 4, num_layers=2),
+              nn.MultiheadAttention(4, 2), nn.Linear(2, 2), Plain(), nn.BatchNorm1d(3),
+              nn.TransformerEncoderLayer(4, 2, dropout=0.0)]
+        self.assertEqual([type(m).__name__ for m in yes if not _modes.matters(m)], [])
+        self.assertEqual([type(m).__name__ for m in no if _modes.matters(m)], [])
+        layer = nn.TransformerEncoderLayer(4, 2, dropout=0.1)
+        self.assertEqual([n for n, _ in _modes.of(layer)],
+                         ["self_attn", "dropout", "dropout1", "dropout2"])
+        before = _modes.crc(_modes.of(layer))
+        layer.dropout1.eval()
+        self.assertNotEqual(_modes.crc(_modes.of(layer)), before)
+        self.assertIn("dropout1 (Dropout) is in eval() on ranks 0, 2 and in train() on rank 1",
+                      _modes.mismatch(_modes.of(layer), [_modes.eval_text(_modes.of(layer)), "",
+                                                         _modes.eval_text(_modes.of(layer))],
+                                      7)[0])
+
     def test_mean_losses_count_their_kept_targets(self):
         """F.cross_entropy's and F.nll_loss's means over class indices divide
         by the targets they keep (ignore_index), weighed by class, over

@@ -203,7 +203,8 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
-                                 "moe", "maml", "losshead", "finetune", "tokens"])
+                                 "moe", "maml", "losshead", "finetune", "tokens",
+                                 "modes"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -2431,6 +2432,87 @@ def tokens():
           flush=True)
 
 
+class Shrink(nn.Module):
+    """A module of the program's own whose forward differs by mode (halves
+    its input in training): sfb.torch must find it by its forward's code."""
+
+    def forward(self, x):
+        return x * 0.5 if self.training else x
+
+
+class ModeNet(nn.Module):
+    def __init__(self, drop):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(10, 24), nn.Linear(24, 5)
+        self.shrink = Shrink()
+        self.drop0 = nn.Dropout(0.0)  # (its mode changes nothing)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.fc2(self.drop(self.drop0(self.shrink(torch.tanh(self.fc1(x))))))
+
+
+def modes():
+    """Modules whose forward differs by mode (train() or eval()). Rank 0
+    alone validates every 4 steps, in eval() then train() again (once with
+    gradients on), and leaves a Dropout(p=0) in eval() from step 6: exact,
+    not refused. Rank 1 alone leaving the model in eval() after validating
+    (before step 7) runs Shrink as no process does: refused at step 7,
+    naming the module and the ranks; a Dropout(0.3) put in eval() on ranks 0
+    and 2 likewise."""
+    x, y = data()
+    for case in ("exact", "shrink", "drop"):
+        setup()
+        P, r = sft.size(), sft.rank()
+        torch.manual_seed(5)
+        model = ModeNet(0.3 if case == "drop" else 0.0)
+        ref = copy.deepcopy(model)
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        ref_opt = make_opt(ref.parameters())
+        job = sft._need()
+        lossf = nn.functional.cross_entropy
+        want = {"shrink": (7, "shrink (Shrink) is in eval() on rank 1 and in train() on ranks "
+                           "0, 2, 3"),
+                "drop": (3, "drop (Dropout) is in eval() on ranks 0, 2 and in train() on ranks "
+                         "1, 3")}.get(case)
+        try:
+            for t in range(args.steps if case == "exact" else 10):
+                if case == "exact" and r == 0 and t % 4 == 1:
+                    model.eval()
+                    with torch.no_grad() if t % 8 == 1 else contextlib.nullcontext():
+                        model(x[:64])
+                    model.train()
+                if case == "exact" and r == 0 and t == 6:
+                    model.drop0.eval()
+                if want and t == want[0] and r in ((1,) if case == "shrink" else (0, 2)):
+                    # a validation here, model.train() forgotten (the dropout's
+                    # alone: a model.eval() would name Shrink first)
+                    (model if case == "shrink" else model.drop).eval()
+                xb, yb = shard(x, y, t, r, P)
+                opt.zero_grad()
+                lossf(model(xb), yb).backward()
+                opt.step()
+                same(job, model, "after step %d" % t)
+            if want:
+                fail("%s: the ranks' modes differed, not refused" % case)
+        except sfb.MismatchError as e:
+            if not want or "at step %d the ranks' modules run in different modes: %s" % want \
+                    not in str(e) or "model.train()" not in str(e):
+                fail("%s: %s" % (case, e))
+            closed()
+            continue
+        sft.shutdown()
+        for t in range(args.steps):
+            parts = [shard(x, y, t, q, P) for q in range(P)]
+            ref_opt.zero_grad()
+            lossf(ref(torch.cat([a for a, _ in parts])), torch.cat([b for _, b in parts])).backward()
+            ref_opt.step()
+        worst, where = near_one_process(model, ref)
+    print("ok modes: rank 0's validations in eval() and a Dropout(p=0) left in eval(): %d steps "
+          "within %.3g of one process; a module of the program's own and a Dropout left in "
+          "eval() on some ranks refused, naming them" % (args.steps, worst), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -2451,7 +2533,7 @@ def main():
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
-         "tokens": tokens}[args.mode]()
+         "tokens": tokens, "modes": modes}[args.mode]()
 
 
 main()

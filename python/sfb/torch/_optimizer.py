@@ -17,7 +17,7 @@ from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _NO_LOSSES, _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _autoplan, _batchnorm, _buckets, _conv, _overflow, _renorm, _replicas
+from . import _autoplan, _batchnorm, _buckets, _conv, _modes, _overflow, _renorm, _replicas
 from ._collectives import (allgather_bytes, broadcast_object, broadcast_parameters,
                            refuse_uninitialized)
 
@@ -171,7 +171,7 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
-META_FIXED = 17  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 19  # the meta row's columns after the parameters' and before the layers'
 
 
 class _Sync(_Passes):
@@ -258,6 +258,7 @@ class _Sync(_Passes):
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
+        self.mode_modules = None  # the modules whose forward differs by mode (_modes)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
@@ -809,7 +810,9 @@ class _Sync(_Passes):
         max_norm lookups changed (_renorm), whether set_samples was called,
         what was loaded since the last reduction (LOADED_*) and the
         optimizer state's checksum, what the mean losses over kept targets
-        divided by and their targets (_losses), each layer's samples."""
+        divided by and their targets (_losses), the checksum of the modes of
+        the modules whose forward differs by mode (_modes), each layer's
+        samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -835,6 +838,10 @@ class _Sync(_Passes):
             crc = _state_crc(self.opts)
             row[0, n + 13:n + 15] = [crc & 0xFFFF, crc >> 16]
         row[0, n + 15:n + 17] = self.losses[:2]
+        if self.mode_modules is None:
+            self.mode_modules = _modes.of(self.model)
+        crc = _modes.crc(self.mode_modules)
+        row[0, n + 17:n + 19] = [crc & 0xFFFF, crc >> 16]
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1270,6 +1277,16 @@ class _Sync(_Passes):
                     "(requires_grad) differ: rank %d's and rank %d's (every rank must freeze "
                     "and unfreeze the same parameters at the same step)" %
                     (self.clock, job.rank, q), rank=q)
+        for q in range(job.world):
+            if states[q] == _TRAINING and self.state == _TRAINING and \
+                    (meta[q, n + 17:n + 19] != meta[job.rank, n + 17:n + 19]).any():
+                texts = None
+                if all(s == _TRAINING for s in states):  # (every rank is here)
+                    texts = _allgather_text(job, _modes.eval_text(self.mode_modules))
+                why, on, off = _modes.mismatch(self.mode_modules, texts, self.clock)
+                raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: " + why,
+                                         rank=q if on is None else
+                                         off[0] if job.rank in on else on[0])
 
     def _check_loads(self, meta, states):
         """An optimizer state loaded after the first step (a run going back

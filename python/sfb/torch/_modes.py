@@ -1,0 +1,76 @@
+"""The modes (train() or eval()) of the modules whose forward differs by
+mode. One process runs every sample of a step in one mode; ranks whose
+modules are in different modes train as no process does (a validation on
+rank 0 that left model.eval() on: no dropout there, dropout elsewhere),
+silently under DDP. Every reduction's meta row carries a checksum of these
+modules' modes; where the training ranks' differ, they exchange the modules
+in eval() and fail naming the first that differs and the ranks on each side.
+
+Which modules: torch's dropouts with p > 0 (Dropout, Dropout1d/2d/3d,
+AlphaDropout, FeatureAlphaDropout), RReLU, recurrent layers' and attention's
+dropout, and modules of the program's own (or a library's) whose forward
+reads self.training. torch's other modules that read it compute the same
+function either way (a transformer layer's fast path: rounding only);
+BatchNorm and InstanceNorm are checked where they gather (_batchnorm)."""
+import zlib
+
+import numpy as np
+import torch.nn as nn
+
+from . import _replicas
+
+
+def matters(module):
+    """Whether module computes another function in train() than in eval()."""
+    if isinstance(module, nn.modules.dropout._DropoutNd):
+        return module.p > 0
+    if isinstance(module, nn.RReLU):
+        return True
+    if isinstance(module, nn.RNNBase):
+        return module.dropout > 0 and module.num_layers > 1
+    if isinstance(module, nn.MultiheadAttention):
+        return module.dropout > 0
+    cls = type(module)
+    if cls.__module__.split(".")[0] == "torch":
+        return False
+    code = getattr(getattr(cls, "forward", None), "__code__", None)
+    return code is not None and "training" in code.co_names
+
+
+def of(model):
+    """model's modules whose mode matters, (name, module) in its order."""
+    return [(n, m) for n, m in model.named_modules() if matters(m)]
+
+
+def crc(modules):
+    """A CRC32 of the modules' modes."""
+    return zlib.crc32(np.packbits(np.array([m.training for _, m in modules], bool)).tobytes())
+
+
+def eval_text(modules):
+    """The names of the modules in eval(), as text (each after a dot: the
+    model itself is named "")."""
+    return "".join("\n." + n for n, m in modules if not m.training)
+
+
+def mismatch(modules, texts, clock):
+    """(message, ranks in eval(), ranks in train()) where the ranks' modes
+    differ: texts, every rank's eval_text (None: not known, a rank not
+    training; then the ranks are None too)."""
+    in_eval = None if texts is None else [set(t.split("\n")) for t in texts]
+    if in_eval is None:
+        return ("at step %d the ranks' modules run in different modes (train() or eval()): "
+                "one process runs every sample of a step in one mode (a validation on some "
+                "ranks that left model.eval() on? call model.train() after it)" % clock, None,
+                None)
+    for n, m in modules:
+        on = [q for q, names in enumerate(in_eval) if "." + n in names]
+        if 0 < len(on) < len(in_eval):
+            off = [q for q in range(len(in_eval)) if q not in on]
+            return ("at step %d the ranks' modules run in different modes: %s (%s) is in "
+                    "eval() on %s and in train() on %s; one process runs every sample of a "
+                    "step in one mode (a validation on some ranks that left model.eval() on? "
+                    "call model.train() after it, on every rank)" %
+                    (clock, n or "the model", type(m).__name__, _replicas._ranks(on),
+                     _replicas._ranks(off)), on, off)
+    return mismatch(modules, None, clock)
