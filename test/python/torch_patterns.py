@@ -2459,13 +2459,19 @@ def modes():
     not refused. Rank 1 alone leaving the model in eval() after validating
     (before step 7) runs Shrink as no process does: refused at step 7,
     naming the module and the ranks; a Dropout(0.3) put in eval() on ranks 0
-    and 2 likewise."""
+    and 2 likewise. That Dropout, every rank's generator seeded alike: rank
+    0 warns at step 0 that the ranks drew the same masks; seeded apart
+    (seed + rank), no warning."""
+    import warnings
     x, y = data()
-    for case in ("exact", "shrink", "drop"):
+    worst = None
+    for case in ("exact", "shrink", "drop", "seeded"):
         setup()
         P, r = sft.size(), sft.rank()
         torch.manual_seed(5)
-        model = ModeNet(0.3 if case == "drop" else 0.0)
+        model = ModeNet(0.3 if case in ("drop", "seeded") else 0.0)
+        if case == "seeded":
+            torch.manual_seed(100 + r)
         ref = copy.deepcopy(model)
         opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
         ref_opt = make_opt(ref.parameters())
@@ -2475,30 +2481,43 @@ def modes():
                            "0, 2, 3"),
                 "drop": (3, "drop (Dropout) is in eval() on ranks 0, 2 and in train() on ranks "
                          "1, 3")}.get(case)
-        try:
-            for t in range(args.steps if case == "exact" else 10):
-                if case == "exact" and r == 0 and t % 4 == 1:
-                    model.eval()
-                    with torch.no_grad() if t % 8 == 1 else contextlib.nullcontext():
-                        model(x[:64])
-                    model.train()
-                if case == "exact" and r == 0 and t == 6:
-                    model.drop0.eval()
-                if want and t == want[0] and r in ((1,) if case == "shrink" else (0, 2)):
-                    # a validation here, model.train() forgotten (the dropout's
-                    # alone: a model.eval() would name Shrink first)
-                    (model if case == "shrink" else model.drop).eval()
-                xb, yb = shard(x, y, t, r, P)
-                opt.zero_grad()
-                lossf(model(xb), yb).backward()
-                opt.step()
-                same(job, model, "after step %d" % t)
-            if want:
-                fail("%s: the ranks' modes differed, not refused" % case)
-        except sfb.MismatchError as e:
-            if not want or "at step %d the ranks' modules run in different modes: %s" % want \
-                    not in str(e) or "model.train()" not in str(e):
-                fail("%s: %s" % (case, e))
+        steps = {"exact": args.steps, "seeded": 3}.get(case, 10)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            try:
+                for t in range(steps):
+                    if case == "exact" and r == 0 and t % 4 == 1:
+                        model.eval()
+                        with torch.no_grad() if t % 8 == 1 else contextlib.nullcontext():
+                            model(x[:64])
+                        model.train()
+                    if case == "exact" and r == 0 and t == 6:
+                        model.drop0.eval()
+                    if want and t == want[0] and r in ((1,) if case == "shrink" else (0, 2)):
+                        # a validation here, model.train() forgotten (the dropout's
+                        # alone: a model.eval() would name Shrink first)
+                        (model if case == "shrink" else model.drop).eval()
+                    xb, yb = shard(x, y, t, r, P)
+                    opt.zero_grad()
+                    lossf(model(xb), yb).backward()
+                    opt.step()
+                    same(job, model, "after step %d" % t)
+                if want:
+                    fail("%s: the ranks' modes differed, not refused" % case)
+            except sfb.MismatchError as e:
+                if not want or "at step %d the ranks' modules run in different modes: %s" % \
+                        want not in str(e) or "model.train()" not in str(e):
+                    fail("%s: %s" % (case, e))
+                closed()
+        draws = [str(w.message) for w in said if "drew the same masks" in str(w.message)]
+        if draws != (["sfb.torch: at step 0 every rank's torch random generator was in the "
+                      "same state, so drop (Dropout) drew the same masks for each rank's share "
+                      "of the minibatch, where one process draws for every sample apart: seed "
+                      "each rank apart once the model is built and broadcast, "
+                      "torch.manual_seed(seed + sfb.torch.rank())"]
+                     if case == "drop" and r == 0 else []):
+            fail("%s: the warnings of the same draws: %s" % (case, draws))
+        if case != "exact":
             closed()
             continue
         sft.shutdown()
@@ -2510,8 +2529,8 @@ def modes():
         worst, where = near_one_process(model, ref)
     print("ok modes: rank 0's validations in eval() and a Dropout(p=0) left in eval(): %d steps "
           "within %.3g of one process; a module of the program's own and a Dropout left in "
-          "eval() on some ranks refused, naming them" % (args.steps, worst), flush=True)
-
+          "eval() on some ranks refused, naming them; the same dropout masks on every rank "
+          "warned" % (args.steps, worst), flush=True)
 
 def closed():
     try:

@@ -37,6 +37,13 @@ def matters(module):
     return code is not None and "training" in code.co_names
 
 
+def drawing(modules):
+    """Those of modules that draw random numbers in their forward now (torch's
+    dropouts and RReLU in train()), (name, module)."""
+    return [(n, m) for n, m in modules if m.training and isinstance(
+        m, (nn.modules.dropout._DropoutNd, nn.RReLU, nn.RNNBase, nn.MultiheadAttention))]
+
+
 def of(model):
     """model's modules whose mode matters, (name, module) in its order."""
     return [(n, m) for n, m in model.named_modules() if matters(m)]

@@ -17,7 +17,8 @@ from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _NO_LOSSES, _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import _autoplan, _batchnorm, _buckets, _conv, _modes, _overflow, _renorm, _replicas
+from . import (_autoplan, _batchnorm, _buckets, _conv, _modes, _nonfinite, _overflow, _renorm,
+               _replicas)
 from ._collectives import (allgather_bytes, broadcast_object, broadcast_parameters,
                            refuse_uninitialized)
 
@@ -171,7 +172,7 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
-META_FIXED = 19  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 21  # the meta row's columns after the parameters' and before the layers'
 
 
 class _Sync(_Passes):
@@ -259,6 +260,8 @@ class _Sync(_Passes):
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
         self.mode_modules = None  # the modules whose forward differs by mode (_modes)
+        self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
+        self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
@@ -721,6 +724,39 @@ class _Sync(_Passes):
     # -- the job
 
     def _publish_linear(self, slot):
+        """slot's part of the clock; where a number of it is not finite,
+        nothing, its parameters marked (_nonfinite)."""
+        try:
+            self._publish_slot(slot)
+        except _sfb.Error as e:
+            if not _nonfinite.refused(e):
+                raise
+            if slot.dense:
+                bad = _nonfinite.of_grads((slot.weight, slot.bias))
+            else:
+                bad = _nonfinite.of_factors(slot, *slot.factors())
+            self._not_finite(e, slot.name, bad)
+            if slot.dense:
+                zeros = self.job.dense_buffer(slot.index)
+                zeros.fill(0)
+                self.job.publish_dense(self.clock, slot.index, zeros, self.reduction_weight)
+                slot.was_dense = True
+            else:
+                self.job.publish_one(self.clock, slot.index, *slot.nothing(), 1.0)
+                slot.caps = []
+            slot.published = True
+
+    def _not_finite(self, e, name, bad):
+        """The library refused a part that is not finite (e): bad, the
+        parameters it makes so, marked for the meta row; e again where there
+        are none (scale x numbers past float32) or at staleness > 0."""
+        if not bad:
+            raise e
+        if self.additive:
+            raise _nonfinite.staleness_error(name, self.clock, self.staleness) from None
+        self.nonfinite.update(id(p) for p in bad)
+
+    def _publish_slot(self, slot):
         samples = slot.samples()
         self.step_samples = max(self.step_samples, samples)
         slot.counted = samples  # (the meta row's, for the unequal minibatches' warning)
@@ -773,7 +809,14 @@ class _Sync(_Passes):
                                lambda p: self.group_of[id(p)]["lr"], self.additive,
                                self.state == _TRAINING, self.job.world)
         scale = 1.0 if self.additive else self.reduction_weight
-        self.job.publish_dense(self.clock, b.index, stage, scale)
+        try:
+            self.job.publish_dense(self.clock, b.index, stage, scale)
+        except _sfb.Error as e:
+            if not _nonfinite.refused(e):
+                raise
+            self._not_finite(e, b.params[0][0], _nonfinite.of_grads(p for _, p in b.params))
+            stage.fill(0)  # (nothing was published: the same buffer, zeros)
+            self.job.publish_dense(self.clock, b.index, stage, scale)
         b.published = True
 
     def dense_ready(self, p, bucket):
@@ -811,8 +854,8 @@ class _Sync(_Passes):
         what was loaded since the last reduction (LOADED_*) and the
         optimizer state's checksum, what the mean losses over kept targets
         divided by and their targets (_losses), the checksum of the modes of
-        the modules whose forward differs by mode (_modes), each layer's
-        samples."""
+        the modules whose forward differs by mode (_modes), in the first
+        reduction the torch generator's state's, each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -822,6 +865,8 @@ class _Sync(_Passes):
                 row[0, i] = max(row[0, i], 1.0 if slot.used_w else 0.0)
                 if slot.bias is not None:
                     row[0, i + 1] = max(row[0, i + 1], 1.0 if slot.used_b else 0.0)
+            for pid in self.nonfinite:
+                row[0, self.param_index[pid]] = _nonfinite.NONFINITE
             row[0, self.n_params] = self.my_weight
         crc = _hyper_crc(self.opts)
         n = self.n_params
@@ -842,6 +887,9 @@ class _Sync(_Passes):
             self.mode_modules = _modes.of(self.model)
         crc = _modes.crc(self.mode_modules)
         row[0, n + 17:n + 19] = [crc & 0xFFFF, crc >> 16]
+        if not self.told_draws:  # (until a reduction where every rank trains)
+            crc = zlib.crc32(torch.random.get_rng_state().numpy().tobytes())
+            row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1060,6 +1108,8 @@ class _Sync(_Passes):
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if not self.told_unequal:
             self._tell_unequal(meta)
+        if not self.told_draws and self.all_training:
+            self._tell_same_draws(meta)
         if _TRAINING in states:
             self.last_trainer = states.index(_TRAINING)
             self.uneven |= _JOINED in states
@@ -1079,6 +1129,10 @@ class _Sync(_Passes):
             self.fused_ids.clear()
             for b in self.buckets:
                 b.set_grads(lambda p: present[self.param_index[id(p)]], inv)
+            bad = meta[:, :self.n_params].max(axis=0) == _nonfinite.NONFINITE
+            if bad.any():  # (some rank's gradient of them was not finite)
+                _nonfinite.nan_grads(self.params[i][1] for i in np.flatnonzero(bad))
+            self.nonfinite.clear()
             self.user_hooks.run(lambda p: present[self.param_index[id(p)]])
         for slot in self.linears:
             slot.token.grad = None
@@ -1147,6 +1201,27 @@ class _Sync(_Passes):
                 "set_samples(1) on every rank keeps DDP's rule" %
                 (self.clock, shown, ", ..." if len(counts) > 8 else ""),
                 stacklevel=_env._user_stacklevel())
+
+    def _tell_same_draws(self, meta):
+        """The first reduction where every rank trains: where every rank's
+        torch generator was in the same state (one seed everywhere) and the
+        model has modules that draw in training, each rank drew the same
+        dropout masks for its share as the others, where one process draws
+        for every sample apart: rank 0 warns once."""
+        self.told_draws = True
+        n, drawing = self.n_params, _modes.drawing(self.mode_modules)
+        if self.job.world == 1 or not drawing or self.job.rank != 0 or \
+                (meta[:, n + 19:n + 21] != meta[0, n + 19:n + 21]).any():
+            return
+        warnings.warn(
+            "sfb.torch: at step %d every rank's torch random generator was in the same state, so "
+            "%s drew the same masks for each rank's share of the minibatch, where one process "
+            "draws for every sample apart: seed each rank apart once the model is built and "
+            "broadcast, torch.manual_seed(seed + sfb.torch.rank())" % (
+                self.clock, ", ".join("%s (%s)" % (name or "the model", type(m).__name__)
+                                      for name, m in drawing[:3]) +
+                (" and %d more" % (len(drawing) - 3) if len(drawing) > 3 else "")),
+            stacklevel=_env._user_stacklevel())
 
     def _tell_loss_counts(self, meta, chose):
         """_tell_unequal where the losses' divisors are known."""
