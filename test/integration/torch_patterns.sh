@@ -19,7 +19,8 @@
 # parameters, create_graph); a loss's parameters outside the model; Hugging
 # Face's fine-tuning loop on a small BERT; a mean cross_entropy over the
 # tokens each rank keeps (ignore_index: warned without set_samples); rank 0's
-# validations in eval(); 300 Adam steps
+# validations in eval(); an inf input on one rank (the step skipped as one
+# process skips it); 300 Adam steps
 # bit-identical; and what must fail fast: a module whose forward differs by
 # mode left in eval() on some ranks,
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
@@ -147,6 +148,10 @@ cases=(
   # rank 0's validations in eval() then train(): exact; a module whose
   # forward differs by mode left in eval() on some ranks: refused, named
   modes
+  # an inf input on one rank at two steps: every rank's .grad not finite
+  # there, so a loss scale kept as GradScaler keeps it skips those steps as
+  # one process does (exact); at staleness 1 refused on that rank
+  "nonfinite --opt momentum"
 )
 if [ "$PART" = long ]; then
   cases=("exact --freeze" "exact --clip --opt adamw"
@@ -163,6 +168,7 @@ if [ "$PART" = long ]; then
     "exact --closure --opt adamw --buckets --transposed --hooks"
     "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms"
     "maml --sync fms --opt momentum --steps 60" "losshead --opt momentum --sync fms"
+    "nonfinite --opt adam --sync fms"
     # (buckets and freezing are in the CI's batchnorm case too)
     "exact --buckets --freeze --opt momentum" "tokens --opt momentum --sync fms")
 fi

@@ -638,6 +638,47 @@ class TorchOneWorker(unittest.TestCase):
                                                          _modes.eval_text(_modes.of(layer))],
                                       7)[0])
 
+    def test_gradient_not_finite_where_torch_s_is_not(self):
+        """A gradient that is not finite (an inf input) reaches .grad as not
+        finite where plain PyTorch's is, per parameter (the job failed: the
+        library publishes finite numbers only): a layer whose input holds an
+        inf and whose output the loss ignores has a weight gradient of NaN
+        (0 x inf) and a bias gradient of 0; a dense parameter's too."""
+        def make():
+            torch.manual_seed(4)
+            return nn.ModuleDict({"a": nn.Linear(4, 3), "b": nn.Linear(4, 3),
+                                  "n": nn.LayerNorm(3)})
+
+        def loss(m, x, z, keep):
+            out = torch.where(keep, m["a"](x), m["n"](m["b"](z)))
+            return nn.functional.mse_loss(out, torch.zeros_like(out))
+
+        g = torch.Generator().manual_seed(6)
+        x, z = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+        x[2, 1] = float("inf")
+        keep = torch.zeros(5, 3, dtype=torch.bool)
+        finite = []
+        for wrapped in (False, True):
+            m = make()
+            if wrapped:
+                opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+            loss(m, x, z, keep).backward()
+            finite.append({n: bool(torch.isfinite(p.grad).all()) for n, p in m.named_parameters()})
+            if wrapped:
+                self.assertEqual(float(m["a"].bias.grad.abs().sum()), 0.0)
+                del opt
+        self.assertEqual(finite[1], finite[0])
+        self.assertEqual(sorted(n for n, ok in finite[0].items() if not ok), ["a.weight"])
+        # the LayerNorm's (a dense parameter): an inf through it
+        z[0, 0] = float("inf")
+        sft.shutdown()
+        sft.init(world=1)
+        m = make()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        loss(m, x, z, keep).backward()
+        self.assertFalse(bool(torch.isfinite(m["n"].weight.grad).all()))
+        del opt
+
     def test_mean_losses_count_their_kept_targets(self):
         """F.cross_entropy's and F.nll_loss's means over class indices divide
         by the targets they keep (ignore_index), weighed by class, over

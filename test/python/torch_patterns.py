@@ -204,7 +204,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
                                  "moe", "maml", "losshead", "finetune", "tokens",
-                                 "modes"])
+                                 "modes", "nonfinite"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -2532,6 +2532,95 @@ def modes():
           "eval() on some ranks refused, naming them; the same dropout masks on every rank "
           "warned" % (args.steps, worst), flush=True)
 
+class BlowNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(10, 24), nn.LayerNorm(24), nn.Linear(24, 5)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.norm(self.fc1(x))))
+
+
+def scaled_step(model, opt, x, y, scaler):
+    """A step under a loss scale kept as torch.amp.GradScaler keeps it
+    (torch 1.13's is CUDA's alone): the scaled loss's gradient, not finite
+    -> no step, the scale halved; else unscaled, clipped, stepped, the scale
+    doubled after 4 good steps. Returns whether it stepped."""
+    opt.zero_grad()
+    (nn.functional.cross_entropy(model(x), y) * scaler["scale"]).backward()
+    if not all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()):
+        scaler["scale"] /= 2
+        scaler["good"] = 0
+        return False
+    for p in model.parameters():
+        p.grad.div_(scaler["scale"])
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if not torch.isfinite(norm):
+        raise AssertionError("a finite gradient's norm is not")
+    opt.step()
+    scaler["good"] += 1
+    if scaler["good"] == 4:
+        scaler["scale"] *= 2
+        scaler["good"] = 0
+    return True
+
+
+def nonfinite():
+    """A minibatch that makes the gradient not finite (an inf input on rank
+    2 at step 7 and on rank 0 at step 12, as a corrupt sample or a loss
+    past its range would): one process's gradient is not finite there and
+    a loss scale kept as GradScaler keeps it skips the step. sfb.torch must
+    give every rank a .grad that is not finite there (the library refuses
+    to publish an inf: the job failed), so that every rank skips as one
+    process does: exact, the same steps skipped, the same scale."""
+    model = setup_model(BlowNet)
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    x = x.clone()
+    outliers = {7: 2, 12: 0}
+    for t, q in outliers.items():
+        lo = shard(x, y, t, q, P)[0]
+        lo[1, 3] = float("inf")  # (a view of x: one process's batch has it too)
+    opt, ref, ref_opt, job = beside_one_process(model)
+    mine, theirs = {"scale": 2.0 ** 10, "good": 0}, {"scale": 2.0 ** 10, "good": 0}
+    skipped, ref_skipped = [], []
+    for t in range(args.steps):
+        if not scaled_step(model, opt, *shard(x, y, t, r, P), mine):
+            skipped.append(t)
+        same(job, model, "after step %d" % t)
+    sft.shutdown()
+    for t in range(args.steps):
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        if not scaled_step(ref, ref_opt, torch.cat([a for a, _ in parts]),
+                           torch.cat([b for _, b in parts]), theirs):
+            ref_skipped.append(t)
+    if skipped != ref_skipped or skipped != sorted(outliers) or mine != theirs:
+        fail("skipped steps %s, scale %s; one process %s, %s" % (skipped, mine, ref_skipped,
+                                                                 theirs))
+    worst, where = near_one_process(model, ref)
+    # at staleness 1 an update is added to the replicas as it comes: one
+    # that is not finite is refused on its rank, the others told
+    model = setup_model(BlowNet)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                   staleness=1)
+    try:
+        for t in range(10):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(shard(x, y, 7 if t == 2 else t, r, P)[0]),
+                                        shard(x, y, t, r, P)[1][:4]).backward()
+            opt.step()
+        fail("an update that is not finite at staleness 1 was not refused")
+    except sfb.Error as e:
+        want = ("'s update at step 2 holds a number that is not finite on this rank: at "
+                "staleness 1" if r == 2 else "rank 2")
+        if want not in str(e) or (r == 2) != isinstance(e, sfb.UsageError):
+            fail("staleness 1: %s: %s" % (type(e).__name__, e))
+    closed()
+    print("ok nonfinite: steps %s skipped as one process skips them (the scale %g), %d steps "
+          "within %.3g of one process (%s); refused at staleness 1" % (
+              skipped, mine["scale"], args.steps, worst, where), flush=True)
+
+
 def closed():
     try:
         sft.shutdown()
@@ -2552,7 +2641,7 @@ def main():
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
-         "tokens": tokens, "modes": modes}[args.mode]()
+         "tokens": tokens, "modes": modes, "nonfinite": nonfinite}[args.mode]()
 
 
 main()

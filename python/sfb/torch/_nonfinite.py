@@ -56,15 +56,15 @@ def staleness_error(name, clock, staleness):
         "every rank as NaN, as a GradScaler needs" % (name, clock, staleness), param=name)
 
 
-def nan_grads(params):
-    """.grad NaN, whole, for each of params (a sparse .grad: its values)."""
+def nan_grads(params, handed):
+    """.grad NaN, whole, for each of params (a sparse .grad: its values, in
+    place); handed (the wrapper's record of the .grad it set) keeps up."""
     nan = float("nan")
     for p in params:
         if p.grad is None:
             p.grad = torch.full_like(p, nan)
         elif p.grad.is_sparse:
-            g = p.grad.coalesce()
-            p.grad = torch.sparse_coo_tensor(g.indices(), torch.full_like(g.values(), nan),
-                                             g.shape)
+            p.grad._values().fill_(nan)
         else:
             p.grad.fill_(nan)
+        handed[id(p)] = p.grad

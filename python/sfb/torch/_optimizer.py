@@ -1131,7 +1131,7 @@ class _Sync(_Passes):
                 b.set_grads(lambda p: present[self.param_index[id(p)]], inv)
             bad = meta[:, :self.n_params].max(axis=0) == _nonfinite.NONFINITE
             if bad.any():  # (some rank's gradient of them was not finite)
-                _nonfinite.nan_grads(self.params[i][1] for i in np.flatnonzero(bad))
+                _nonfinite.nan_grads((self.params[i][1] for i in np.flatnonzero(bad)), self.handed)
             self.nonfinite.clear()
             self.user_hooks.run(lambda p: present[self.param_index[id(p)]])
         for slot in self.linears:
