@@ -679,6 +679,38 @@ class TorchOneWorker(unittest.TestCase):
         self.assertFalse(bool(torch.isfinite(m["n"].weight.grad).all()))
         del opt
 
+    @unittest.skipUnless(hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"),
+                         "torch.amp.GradScaler on CPU: torch 2.3 on")
+    def test_grad_scaler_skips_as_plain_pytorch(self):
+        """torch.amp.GradScaler("cpu") under float16 autocast, a loss past
+        float16's range at step 3: the scaler skips that step and halves
+        its scale as in plain PyTorch (the job failed there: the library
+        refused to publish the inf)."""
+        x, y = data()
+        runs = []
+        for wrapped in (False, True):
+            m = net()
+            opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+            if wrapped:
+                opt = sft.DistributedOptimizer(opt, model=m)
+            scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=2)
+            scales = []
+            for t in range(6):
+                opt.zero_grad()
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = nn.functional.cross_entropy(m(x), y) * (1e30 if t == 3 else 1.0)
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+                scales.append(scaler.get_scale())
+            runs.append((scales, [p.detach().clone() for p in m.parameters()]))
+        self.assertEqual(runs[1][0], runs[0][0])
+        self.assertLess(runs[0][0][3], runs[0][0][2])  # (the step skipped: the scale halved)
+        for p, q in zip(runs[1][1], runs[0][1]):
+            self.assertTrue(torch.allclose(p, q, rtol=1e-2, atol=1e-3))
+
     def test_mean_losses_count_their_kept_targets(self):
         """F.cross_entropy's and F.nll_loss's means over class indices divide
         by the targets they keep (ignore_index), weighed by class, over
