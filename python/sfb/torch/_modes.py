@@ -64,20 +64,15 @@ def mismatch(modules, texts, clock):
     """(message, ranks in eval(), ranks in train()) where the ranks' modes
     differ: texts, every rank's eval_text (None: not known, a rank not
     training; then the ranks are None too)."""
-    in_eval = None if texts is None else [set(t.split("\n")) for t in texts]
-    if in_eval is None:
-        return ("at step %d the ranks' modules run in different modes (train() or eval()): "
-                "one process runs every sample of a step in one mode (a validation on some "
-                "ranks that left model.eval() on? call model.train() after it)" % clock, None,
-                None)
-    for n, m in modules:
-        on = [q for q, names in enumerate(in_eval) if "." + n in names]
-        if 0 < len(on) < len(in_eval):
-            off = [q for q in range(len(in_eval)) if q not in on]
-            return ("at step %d the ranks' modules run in different modes: %s (%s) is in "
-                    "eval() on %s and in train() on %s; one process runs every sample of a "
-                    "step in one mode (a validation on some ranks that left model.eval() on? "
-                    "call model.train() after it, on every rank)" %
-                    (clock, n or "the model", type(m).__name__, _replicas._ranks(on),
-                     _replicas._ranks(off)), on, off)
-    return mismatch(modules, None, clock)
+    hint = ("one process runs every sample of a step in one mode (a validation on some ranks "
+            "that left model.eval() on? call model.train() after it, on every rank)")
+    apart = None if texts is None else _replicas.first_apart(["." + n for n, _ in modules], texts)
+    if apart is None:
+        return ("at step %d the ranks' modules run in different modes (train() or eval()): %s"
+                % (clock, hint), None, None)
+    n, on, off = apart
+    kind = type(dict(modules)[n[1:]]).__name__
+    return ("at step %d the ranks' modules run in different modes: %s (%s) is in eval() on %s "
+            "and in train() on %s; %s" % (clock, n[1:] or "the model", kind,
+                                          _replicas._ranks(on), _replicas._ranks(off), hint),
+            on, off)

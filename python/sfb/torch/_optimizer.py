@@ -1117,7 +1117,8 @@ class _Sync(_Passes):
         if need > self.max_s:  # a layer's update waited (_overflow): every rank's now
             t_over = time.time()
             self.overflow.exchange(job, self.linears, allgather_bytes)
-        present = meta[:, :self.n_params].max(axis=0) > 0
+        most = meta[:, :self.n_params].max(axis=0)  # (per parameter: 0, 1 or NONFINITE)
+        present = most > 0
         total = 0.0
         for q in range(job.world):  # rank order: the same sum on every rank
             total += meta[q, self.n_params]
@@ -1129,9 +1130,9 @@ class _Sync(_Passes):
             self.fused_ids.clear()
             for b in self.buckets:
                 b.set_grads(lambda p: present[self.param_index[id(p)]], inv)
-            bad = meta[:, :self.n_params].max(axis=0) == _nonfinite.NONFINITE
-            if bad.any():  # (some rank's gradient of them was not finite)
-                _nonfinite.nan_grads((self.params[i][1] for i in np.flatnonzero(bad)), self.handed)
+            # (some rank's gradient of them was not finite)
+            _nonfinite.nan_grads((self.params[i][1] for i in
+                                  np.flatnonzero(most == _nonfinite.NONFINITE)), self.handed)
             self.nonfinite.clear()
             self.user_hooks.run(lambda p: present[self.param_index[id(p)]])
         for slot in self.linears:
@@ -1395,19 +1396,17 @@ class _Sync(_Passes):
         if any(s != _TRAINING for s in states):
             return
         texts = _allgather_text(job, "\n".join(n for n, p in self.params if not p.requires_grad))
-        frozen = [set(t.split("\n")) - {""} for t in texts]
-        for n, _ in self.params:
-            on = [q for q in range(job.world) if n in frozen[q]]
-            if 0 < len(on) < job.world:
-                off = [q for q in range(job.world) if q not in on]
-                raise _sfb.MismatchError(
-                    -(4096 + 9), "sfb.torch: at step %d the ranks' frozen parameters differ: "
-                    "%s is frozen (requires_grad False) on %s and trains on %s; one process "
-                    "freezes a parameter for every sample (every rank must freeze and unfreeze "
-                    "the same parameters at the same step: a decision from a metric needs the "
-                    "metric of every rank, sfb.torch.allreduce(metric), first)" %
-                    (self.clock, n, _replicas._ranks(on), _replicas._ranks(off)),
-                    rank=off[0] if job.rank in on else on[0], param=n)
+        apart = _replicas.first_apart([n for n, _ in self.params], texts)
+        if apart:
+            n, on, off = apart
+            raise _sfb.MismatchError(
+                -(4096 + 9), "sfb.torch: at step %d the ranks' frozen parameters differ: "
+                "%s is frozen (requires_grad False) on %s and trains on %s; one process "
+                "freezes a parameter for every sample (every rank must freeze and unfreeze "
+                "the same parameters at the same step: a decision from a metric needs the "
+                "metric of every rank, sfb.torch.allreduce(metric), first)" %
+                (self.clock, n, _replicas._ranks(on), _replicas._ranks(off)),
+                rank=off[0] if job.rank in on else on[0], param=n)
 
     def _name_hyper(self, states, q):
         """The hyperparameters' checksums differ (rank q's from this one's):

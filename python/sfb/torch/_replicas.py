@@ -25,6 +25,18 @@ def _ranks(rs):
     return "rank%s %s" % ("s" if len(rs) > 1 else "", ", ".join(map(str, rs)))
 
 
+def first_apart(names, texts):
+    """(name, ranks whose text lists it, the others) for the first of names
+    that some ranks' texts (every rank's, lines of names) list and some do
+    not, or None."""
+    have = [set(t.split("\n")) for t in texts]
+    for n in names:
+        on = [q for q, h in enumerate(have) if n in h]
+        if 0 < len(on) < len(have):
+            return n, on, [q for q in range(len(have)) if q not in on]
+    return None
+
+
 # the steps after which the models' persistent buffers are compared too
 # (and at every check): early, where a buffer each rank updates from its own
 # minibatch parts first. A check after step k runs in the next reduction,
