@@ -37,6 +37,14 @@ def data():
     return torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g)
 
 
+def _noise_of(module, x):  # (test_modules_whose_mode_matters: a function given the module)
+    return x + 1 if module.training else x
+
+
+def _plain_of(module, x):
+    return x
+
+
 class TorchOneWorker(unittest.TestCase):
     def setUp(self):
         sft.init(world=1)  # a job per test: one DistributedOptimizer per job
@@ -619,12 +627,59 @@ class TorchOneWorker(unittest.TestCase):
             def forward(self, x):
                 return x
 
+        # .training read where forward only names it: a method, a property, a
+        # base class's forward through super(), a module-level function given
+        # the module, a comprehension, a function written inside forward
+        class ByMethod(nn.Module):
+            def noise(self, x):
+                return x + 1 if self.training else x
+
+            def forward(self, x):
+                return self.noise(x)
+
+        class ByProperty(nn.Module):
+            @property
+            def drops(self):
+                return self.training
+
+            def forward(self, x):
+                return x * 2 if self.drops else x
+
+        class BySuper(Noisy):
+            def forward(self, x):
+                return super().forward(x) * 3
+
+        class ByComprehension(nn.Module):
+            def forward(self, xs):
+                return [x + 1 for x in xs if self.training]
+
+        class Inner(nn.Module):
+            def forward(self, x):
+                def f(t):
+                    return t + 1 if self.training else t
+                return f(x)
+
+        class ByFunction(nn.Module):
+            def forward(self, x):
+                return _noise_of(self, x)
+
+        class PlainHelpers(nn.Module):  # (helpers that never read it)
+            def scale(self, x):
+                return x * 2
+
+            def forward(self, x):
+                return [self.scale(t) for t in x] + [_plain_of(self, x)]
+
+        class OwnLinear(nn.Linear):  # (torch's forward: not read through)
+            pass
+
         yes = [nn.Dropout(0.1), nn.Dropout2d(0.5), nn.AlphaDropout(0.2), nn.RReLU(),
                nn.LSTM(4, 4, num_layers=2, dropout=0.1), nn.MultiheadAttention(4, 2, dropout=0.1),
-               Noisy()]
+               Noisy(), ByMethod(), ByProperty(), BySuper(), ByComprehension(), Inner(),
+               ByFunction()]
         no = [nn.Dropout(0.0), nn.LSTM(4, 4, dropout=0.0), nn.LSTM(4, 4, num_layers=2),
               nn.MultiheadAttention(4, 2), nn.Linear(2, 2), Plain(), nn.BatchNorm1d(3),
-              nn.TransformerEncoderLayer(4, 2, dropout=0.0)]
+              nn.TransformerEncoderLayer(4, 2, dropout=0.0), PlainHelpers(), OwnLinear(2, 2)]
         self.assertEqual([type(m).__name__ for m in yes if not _modes.matters(m)], [])
         self.assertEqual([type(m).__name__ for m in no if _modes.matters(m)], [])
         layer = nn.TransformerEncoderLayer(4, 2, dropout=0.1)

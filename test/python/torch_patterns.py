@@ -2434,10 +2434,14 @@ def tokens():
 
 class Shrink(nn.Module):
     """A module of the program's own whose forward differs by mode (halves
-    its input in training): sfb.torch must find it by its forward's code."""
+    its input in training), reading self.training in a method its forward
+    calls: sfb.torch must find it by the code's names."""
+
+    def factor(self):
+        return 0.5 if self.training else 1.0
 
     def forward(self, x):
-        return x * 0.5 if self.training else x
+        return x * self.factor()
 
 
 class ModeNet(nn.Module):

@@ -9,9 +9,14 @@ in eval() and fail naming the first that differs and the ranks on each side.
 Which modules: torch's dropouts with p > 0 (Dropout, Dropout1d/2d/3d,
 AlphaDropout, FeatureAlphaDropout), RReLU, recurrent layers' and attention's
 dropout, and modules of the program's own (or a library's) whose forward
-reads self.training. torch's other modules that read it compute the same
-function either way (a transformer layer's fast path: rounding only);
-BatchNorm and InstanceNorm are checked where they gather (_batchnorm)."""
+reads self.training, itself or in what it calls by name: its class's methods
+and properties (a base class's forward through super()), functions of its
+module, and the functions and comprehensions written inside them. torch's
+other modules that read it compute the same function either way (a
+transformer layer's fast path: rounding only); BatchNorm and InstanceNorm
+are checked where they gather (_batchnorm)."""
+import functools
+import types
 import zlib
 
 import numpy as np
@@ -30,11 +35,50 @@ def matters(module):
         return module.dropout > 0 and module.num_layers > 1
     if isinstance(module, nn.MultiheadAttention):
         return module.dropout > 0
-    cls = type(module)
-    if cls.__module__.split(".")[0] == "torch":
+    return _reads_training(type(module))
+
+
+def _torch_s(obj):
+    return (getattr(obj, "__module__", None) or "").split(".")[0] == "torch"
+
+
+@functools.lru_cache(maxsize=None)
+def _reads_training(cls):
+    """Whether cls's forward reads .training, in its own code or in the code
+    it names: cls's methods and properties (over its bases, torch's left
+    out), its module's functions, and the code objects inside each (nested
+    functions, lambdas, comprehensions). By name, not by flow: a method named
+    but not called counts too (at worst a module compared needlessly)."""
+    if _torch_s(cls) or not callable(getattr(cls, "forward", None)):
         return False
-    code = getattr(getattr(cls, "forward", None), "__code__", None)
-    return code is not None and "training" in code.co_names
+    mro = [k for k in cls.__mro__ if not _torch_s(k) and k is not object]
+
+    def functions(name, scope):  # (every class's that defines it: super() reaches them)
+        found = [k.__dict__[name] for k in mro if name in k.__dict__] or [scope.get(name)]
+        out = []
+        for a in found:
+            if isinstance(a, (staticmethod, classmethod)):
+                a = a.__func__
+            fs = [a.fget, a.fset] if isinstance(a, property) else [a]
+            out += [f for f in fs if isinstance(f, types.FunctionType) and not _torch_s(f)]
+        return out
+
+    todo = functions("forward", {})
+    seen = set()
+    while todo and len(seen) < 256:  # (a bound: a large library's web of helpers)
+        fn = todo.pop()
+        codes = [fn.__code__]
+        while codes:
+            code = codes.pop()
+            if code in seen:
+                continue
+            seen.add(code)
+            if "training" in code.co_names:
+                return True
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            for name in code.co_names:
+                todo += [f for f in functions(name, fn.__globals__) if f.__code__ not in seen]
+    return False
 
 
 def drawing(modules):
