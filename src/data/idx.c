@@ -1,9 +1,13 @@
 /* IDX reader (MNIST family). zlib's gzread reads gzip and plain files alike.
  *
- * Headers come from untrusted files: sizes are checked for overflow and the
- * pixel array grows as data actually arrives, so a corrupt header announcing
- * billions of images yields "truncated at byte offset X", not a huge
- * allocation. Errors name the file and the byte offset (of the uncompressed
+ * Headers come from untrusted files: sizes are checked for overflow, and the
+ * pixel array is allocated whole up front only where the file's size can
+ * hold what the header announces (gzip inflates at most 1032-fold); else it
+ * grows as data actually arrives, so a corrupt header announcing billions of
+ * images yields "truncated at byte offset X", not a huge allocation. (Up
+ * front, a file's load never copies its pixels to a larger buffer: where
+ * realloc cannot remap, as under ASan, that doubled the load's memory
+ * traffic.) Errors name the file and the byte offset (of the uncompressed
  * stream) or the header field. */
 #include "config.h"
 #include "src/data/idx.h"
@@ -14,6 +18,7 @@
 
 #include <inttypes.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -24,6 +29,7 @@ struct idx_file {
     gzFile gz;
     const char *path;
     uint64_t off; /* bytes consumed so far */
+    uint64_t file_bytes; /* the file's size on disk (compressed or not) */
     uint32_t ndims;
     uint32_t dims[3];
 };
@@ -33,8 +39,10 @@ static int open_idx(struct idx_file *f, const char *path)
     memset(f, 0, sizeof *f);
     f->path = path;
     int fd;
-    int r = sfb__open_regular(path, "a data file", &fd, NULL);
+    struct stat st;
+    int r = sfb__open_regular(path, "a data file", &fd, &st);
     if (r) return r;
+    f->file_bytes = (uint64_t)st.st_size;
     f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
         close(fd);
@@ -210,6 +218,10 @@ int sfb__idx_read_shard(const char *images_path, const char *labels_path, uint32
         r = -ENOMEM;
         goto fail;
     }
+    /* gzip's deflate inflates at most 1032-fold: a header announcing more
+     * pixels than the file can hold gets the growing buffer, not this */
+    if (kept_px && kept_px / 1032 <= im.file_bytes && (x = malloc(kept_px * sizeof(float))))
+        xcap = kept_px * sizeof(float); /* (if malloc fails, the growing path says where) */
     size_t at = 0; /* floats kept so far */
     for (uint64_t i = 0; i < n; i++) {
         int keep = !shard || sfb_shard_owner(shard, i) == shard->rank;

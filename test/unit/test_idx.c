@@ -276,6 +276,28 @@ static int huge_header(void)
     return 0;
 }
 
+/* A header announcing far more pixels than its file can hold (784 M here,
+ * 28 bytes on disk): read as the data arrives, not allocated up front, and
+ * refused where the data ends; as is one announcing a few more than it has
+ * (allocated up front: a 4-byte image more than the file's three). */
+static int lying_count(void)
+{
+    const char *im, *lb;
+    ASSERT_OK(write_pair("lying", 0, &im, &lb));
+    unsigned char buf[64];
+    uint32_t idims[3] = {1000000, 28, 28};
+    im = tu_write("lying-images", buf, build_idx(buf, 8, 3, idims, pixels, 12), 0);
+    uint32_t ldims[1] = {1000000};
+    lb = tu_write("lying-labels", buf, build_idx(buf, 8, 1, ldims, label_bytes, 3), 0);
+    if (expect_fail(im, lb, 0, im, "truncated at byte offset 28", "more bytes of pixel data"))
+        return 1;
+    uint32_t few[3] = {4, 2, 2};
+    im = tu_write("lying-few", buf, build_idx(buf, 8, 3, few, pixels, 12), 0);
+    ldims[0] = 4;
+    lb = tu_write("lying-few-labels", buf, build_idx(buf, 8, 1, ldims, label_bytes, 3), 0);
+    return expect_fail(im, lb, 0, im, "truncated at byte offset 28", "4 more bytes of pixel data");
+}
+
 static int missing_file(void)
 {
     const char *im, *lb;
@@ -301,6 +323,7 @@ static const struct test_case tests[] = {
     {"trailing_data", trailing_data},
     {"zero_dimension", zero_dimension},
     {"huge_header", huge_header},
+    {"lying_count", lying_count},
     {"missing_file", missing_file},
 };
 
