@@ -22,7 +22,7 @@
 # validations in eval(); an inf input on one rank (the step skipped as one
 # process skips it); 300 Adam steps
 # bit-identical; and what must fail fast: a module whose forward differs by
-# mode left in eval() on some ranks,
+# mode left in eval() on some ranks (and a dropout's p changed on one),
 # a rank out of data without join(), a rank-0-only checkpoint (and a run
 # going back to a checkpoint mid-run: exact on every rank, refused on some), a .grad
 # clipped under staleness, a parameter group added after wrapping, an
@@ -146,7 +146,8 @@ cases=(
   # count; with it (label smoothing, class weights, micro-batches) exact
   tokens
   # rank 0's validations in eval() then train(): exact; a module whose
-  # forward differs by mode left in eval() on some ranks: refused, named
+  # forward differs by mode left in eval() on some ranks, a dropout's p
+  # halved on one: refused, named
   modes
   # an inf input on one rank at two steps: every rank's .grad not finite
   # there, so a loss scale kept as GradScaler keeps it skips those steps as

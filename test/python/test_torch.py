@@ -616,7 +616,7 @@ class TorchOneWorker(unittest.TestCase):
         with p > 0, RReLU, a recurrent stack's and attention's dropout, and
         a module of the program's own whose forward reads self.training; not
         torch's others (a transformer layer's fast path, a Linear), nor a
-        dropout that drops nothing."""
+        dropout that drops nothing; and torch's random modules' rates."""
         from sfb.torch import _modes
 
         class Noisy(nn.Module):
@@ -686,12 +686,34 @@ class TorchOneWorker(unittest.TestCase):
         self.assertEqual([n for n, _ in _modes.of(layer)],
                          ["self_attn", "dropout", "dropout1", "dropout2"])
         before = _modes.crc(_modes.of(layer))
+        train_text = _modes.eval_text(_modes.of(layer))
         layer.dropout1.eval()
         self.assertNotEqual(_modes.crc(_modes.of(layer)), before)
         self.assertIn("dropout1 (Dropout) is in eval() on ranks 0, 2 and in train() on rank 1",
-                      _modes.mismatch(_modes.of(layer), [_modes.eval_text(_modes.of(layer)), "",
+                      _modes.mismatch(_modes.of(layer), [_modes.eval_text(_modes.of(layer)),
+                                                         train_text,
                                                          _modes.eval_text(_modes.of(layer))],
                                       7)[0])
+        # a rate changed on some ranks: in the checksum, named with each side's
+        layer.dropout1.train()
+        layer.dropout2.p = 0.25
+        self.assertNotEqual(_modes.crc(_modes.of(layer)), before)
+        self.assertIn("at step 3 the ranks' modules differ: dropout2 (Dropout) has p=0.25 on "
+                      "ranks 0, 2 and p=0.1 on rank 1; one process has one rate",
+                      _modes.mismatch(_modes.of(layer), [_modes.eval_text(_modes.of(layer)),
+                                                         train_text,
+                                                         _modes.eval_text(_modes.of(layer))],
+                                      3)[0])
+        # a dropout that drops nothing: its mode left out, its rate kept (raised later)
+        m = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.0))
+        mods = _modes.of(m)
+        self.assertEqual([n for n, _ in mods], ["1"])
+        before = _modes.crc(mods)
+        m[1].eval()
+        self.assertEqual(_modes.crc(mods), before)
+        self.assertEqual(_modes.drawing(mods), [])
+        m[1].p = 0.5
+        self.assertNotEqual(_modes.crc(mods), before)
 
     def test_gradient_not_finite_where_torch_s_is_not(self):
         """A gradient that is not finite (an inf input) reaches .grad as not

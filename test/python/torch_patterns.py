@@ -2463,18 +2463,19 @@ def modes():
     not refused. Rank 1 alone leaving the model in eval() after validating
     (before step 7) runs Shrink as no process does: refused at step 7,
     naming the module and the ranks; a Dropout(0.3) put in eval() on ranks 0
-    and 2 likewise. That Dropout, every rank's generator seeded alike: rank
+    and 2 likewise, and its p halved on rank 2 alone at step 5 (a schedule
+    stepped there). That Dropout, every rank's generator seeded alike: rank
     0 warns at step 0 that the ranks drew the same masks; seeded apart
     (seed + rank), no warning."""
     import warnings
     x, y = data()
     worst = None
-    for case in ("exact", "shrink", "drop", "seeded"):
+    for case in ("exact", "shrink", "drop", "rate", "seeded"):
         setup()
         P, r = sft.size(), sft.rank()
         torch.manual_seed(5)
-        model = ModeNet(0.3 if case in ("drop", "seeded") else 0.0)
-        if case == "seeded":
+        model = ModeNet(0.3 if case in ("drop", "rate", "seeded") else 0.0)
+        if case in ("seeded", "rate"):
             torch.manual_seed(100 + r)
         ref = copy.deepcopy(model)
         opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
@@ -2484,7 +2485,9 @@ def modes():
         want = {"shrink": (7, "shrink (Shrink) is in eval() on rank 1 and in train() on ranks "
                            "0, 2, 3"),
                 "drop": (3, "drop (Dropout) is in eval() on ranks 0, 2 and in train() on ranks "
-                         "1, 3")}.get(case)
+                         "1, 3"),
+                "rate": (5, "differ: drop (Dropout) has p=0.3 on ranks 0, 1, 3 and p=0.15 on "
+                         "rank 2")}.get(case)
         steps = {"exact": args.steps, "seeded": 3}.get(case, 10)
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
@@ -2497,7 +2500,10 @@ def modes():
                         model.train()
                     if case == "exact" and r == 0 and t == 6:
                         model.drop0.eval()
-                    if want and t == want[0] and r in ((1,) if case == "shrink" else (0, 2)):
+                    if case == "rate" and t == want[0] and r == 2:  # (its schedule alone)
+                        model.drop.p /= 2
+                    elif case in ("shrink", "drop") and t == want[0] and \
+                            r in ((1,) if case == "shrink" else (0, 2)):
                         # a validation here, model.train() forgotten (the dropout's
                         # alone: a model.eval() would name Shrink first)
                         (model if case == "shrink" else model.drop).eval()
@@ -2509,8 +2515,12 @@ def modes():
                 if want:
                     fail("%s: the ranks' modes differed, not refused" % case)
             except sfb.MismatchError as e:
-                if not want or "at step %d the ranks' modules run in different modes: %s" % \
-                        want not in str(e) or "model.train()" not in str(e):
+                told = ("at step %d the ranks' modules %s" % (want[0], want[1]) if case == "rate"
+                        else "at step %d the ranks' modules run in different modes: %s" % want
+                        if want else None)
+                if not want or told not in str(e) or \
+                        ("one process has one rate" if case == "rate" else "model.train()") \
+                        not in str(e):
                     fail("%s: %s" % (case, e))
                 closed()
         draws = [str(w.message) for w in said if "drew the same masks" in str(w.message)]
@@ -2533,8 +2543,8 @@ def modes():
         worst, where = near_one_process(model, ref)
     print("ok modes: rank 0's validations in eval() and a Dropout(p=0) left in eval(): %d steps "
           "within %.3g of one process; a module of the program's own and a Dropout left in "
-          "eval() on some ranks refused, naming them; the same dropout masks on every rank "
-          "warned" % (args.steps, worst), flush=True)
+          "eval() on some ranks, and a Dropout's p halved on one, refused, naming them; the "
+          "same dropout masks on every rank warned" % (args.steps, worst), flush=True)
 
 class BlowNet(nn.Module):
     def __init__(self):

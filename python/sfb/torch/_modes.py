@@ -14,7 +14,11 @@ and properties (a base class's forward through super()), functions of its
 module, and the functions and comprehensions written inside them. torch's
 other modules that read it compute the same function either way (a
 transformer layer's fast path: rounding only); BatchNorm and InstanceNorm
-are checked where they gather (_batchnorm)."""
+are checked where they gather (_batchnorm).
+
+torch's random modules' rates (a dropout's p, RReLU's bounds) travel in the
+same checksum: one process has one rate, and a rate changed on some ranks
+only (a schedule of the dropout stepped on rank 0) trains as none does."""
 import functools
 import types
 import zlib
@@ -25,12 +29,27 @@ import torch.nn as nn
 from . import _replicas
 
 
+def rate(module):
+    """A torch random module's rate as text (a dropout's p, RReLU's bounds;
+    a recurrent stack's dropout only where it has layers to drop between),
+    None for another module."""
+    if isinstance(module, nn.modules.dropout._DropoutNd):
+        return "p=%r" % float(module.p)
+    if isinstance(module, nn.RReLU):
+        return "lower=%r upper=%r" % (float(module.lower), float(module.upper))
+    if isinstance(module, nn.RNNBase):
+        return "dropout=%r" % float(module.dropout if module.num_layers > 1 else 0.0)
+    if isinstance(module, nn.MultiheadAttention):
+        return "dropout=%r" % float(module.dropout)
+    return None
+
+
 def matters(module):
     """Whether module computes another function in train() than in eval()."""
     if isinstance(module, nn.modules.dropout._DropoutNd):
         return module.p > 0
     if isinstance(module, nn.RReLU):
-        return True
+        return module.upper != module.lower
     if isinstance(module, nn.RNNBase):
         return module.dropout > 0 and module.num_layers > 1
     if isinstance(module, nn.MultiheadAttention):
@@ -84,39 +103,63 @@ def _reads_training(cls):
 def drawing(modules):
     """Those of modules that draw random numbers in their forward now (torch's
     dropouts and RReLU in train()), (name, module)."""
-    return [(n, m) for n, m in modules if m.training and isinstance(
+    return [(n, m) for n, m in modules if m.training and matters(m) and isinstance(
         m, (nn.modules.dropout._DropoutNd, nn.RReLU, nn.RNNBase, nn.MultiheadAttention))]
 
 
 def of(model):
-    """model's modules whose mode matters, (name, module) in its order."""
-    return [(n, m) for n, m in model.named_modules() if matters(m)]
+    """model's modules whose mode matters, or may (torch's random modules at
+    any rate: a rate raised from 0 later), (name, module) in its order."""
+    return [(n, m) for n, m in model.named_modules() if rate(m) is not None or matters(m)]
+
+
+def _in_eval(module):
+    """Whether module is in eval() where that changes its function."""
+    return not module.training and matters(module)
 
 
 def crc(modules):
-    """A CRC32 of the modules' modes."""
-    return zlib.crc32(np.packbits(np.array([m.training for _, m in modules], bool)).tobytes())
+    """A CRC32 of the modules' modes (where they matter) and rates."""
+    modes = np.packbits(np.array([_in_eval(m) for _, m in modules], bool)).tobytes()
+    rates = "\n".join(rate(m) or "" for _, m in modules).encode()
+    return zlib.crc32(rates, zlib.crc32(modes))
 
 
 def eval_text(modules):
-    """The names of the modules in eval(), as text (each after a dot: the
-    model itself is named "")."""
-    return "".join("\n." + n for n, m in modules if not m.training)
+    """The modules' states as text, a line each (after a dot: the model
+    itself is named ""): the name of each in eval() where that matters, and
+    the name and rate of each random module of torch's."""
+    return "".join(("\n." + n if _in_eval(m) else "") +
+                   ("\n.%s %s" % (n, rate(m)) if rate(m) is not None else "")
+                   for n, m in modules)
 
 
 def mismatch(modules, texts, clock):
-    """(message, ranks in eval(), ranks in train()) where the ranks' modes
-    differ: texts, every rank's eval_text (None: not known, a rank not
-    training; then the ranks are None too)."""
+    """(message, ranks on one side, the others) where the ranks' modes or
+    rates differ: texts, every rank's eval_text (None: not known, a rank not
+    training; then the ranks are None too). The first module that differs
+    is named, with the ranks on each side."""
     hint = ("one process runs every sample of a step in one mode (a validation on some ranks "
             "that left model.eval() on? call model.train() after it, on every rank)")
-    apart = None if texts is None else _replicas.first_apart(["." + n for n, _ in modules], texts)
-    if apart is None:
-        return ("at step %d the ranks' modules run in different modes (train() or eval()): %s"
-                % (clock, hint), None, None)
-    n, on, off = apart
-    kind = type(dict(modules)[n[1:]]).__name__
-    return ("at step %d the ranks' modules run in different modes: %s (%s) is in eval() on %s "
-            "and in train() on %s; %s" % (clock, n[1:] or "the model", kind,
-                                          _replicas._ranks(on), _replicas._ranks(off), hint),
-            on, off)
+    have = [] if texts is None else [set(t.split("\n")) for t in texts]
+    for n, m in modules if have else ():
+        what = "%s (%s)" % (n or "the model", type(m).__name__)
+        on = [q for q, h in enumerate(have) if "." + n in h]
+        if 0 < len(on) < len(have):
+            off = [q for q in range(len(have)) if q not in on]
+            return ("at step %d the ranks' modules run in different modes: %s is in eval() on "
+                    "%s and in train() on %s; %s" % (clock, what, _replicas._ranks(on),
+                                                     _replicas._ranks(off), hint), on, off)
+        rates = [next((line.split(" ", 1)[1] for line in h if line.startswith("." + n + " ")),
+                      None) for h in have]
+        if len(set(rates)) > 1:
+            sides = {}
+            for q, r in enumerate(rates):
+                sides.setdefault(r, []).append(q)
+            return ("at step %d the ranks' modules differ: %s has %s; one process has one rate "
+                    "(a schedule of it stepped on some ranks only? step it on every rank)" %
+                    (clock, what, " and ".join("%s on %s" % (r, _replicas._ranks(qs))
+                                               for r, qs in sides.items())),
+                    sides[rates[0]], [q for q in range(len(have)) if rates[q] != rates[0]])
+    return ("at step %d the ranks' modules run in different modes (train() or eval()) or at "
+            "different rates: %s" % (clock, hint), None, None)
