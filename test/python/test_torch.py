@@ -616,7 +616,8 @@ class TorchOneWorker(unittest.TestCase):
         with p > 0, RReLU, a recurrent stack's and attention's dropout, and
         a module of the program's own whose forward reads self.training; not
         torch's others (a transformer layer's fast path, a Linear), nor a
-        dropout that drops nothing; and torch's random modules' rates."""
+        dropout that drops nothing; and torch's random modules' rates; not a
+        module that ran on no rank."""
         from sfb.torch import _modes
 
         class Noisy(nn.Module):
@@ -704,6 +705,19 @@ class TorchOneWorker(unittest.TestCase):
                                                          train_text,
                                                          _modes.eval_text(_modes.of(layer))],
                                       3)[0])
+        # a module that ran on no rank since the last reduction: let be; one
+        # that ran on some rank: refused
+        layer.dropout2.p = 0.1
+        mods = _modes.of(layer)
+        ran = {id(m) for _, m in mods if m is not layer.dropout1}
+        layer.dropout1.eval()
+        apart = _modes.eval_text(mods, ran)
+        layer.dropout1.train()
+        together = _modes.eval_text(mods, ran)
+        self.assertEqual(_modes.mismatch(mods, [apart, together], 4), (None, None, None))
+        self.assertIn("dropout1 (Dropout) is in eval() on rank 0 and in train() on rank 1",
+                      _modes.mismatch(mods, [apart, _modes.eval_text(mods, ran | {
+                          id(layer.dropout1)})], 4)[0])
         # a dropout that drops nothing: its mode left out, its rate kept (raised later)
         m = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.0))
         mods = _modes.of(m)

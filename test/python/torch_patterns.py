@@ -2459,7 +2459,8 @@ class ModeNet(nn.Module):
 def modes():
     """Modules whose forward differs by mode (train() or eval()). Rank 0
     alone validates every 4 steps, in eval() then train() again (once with
-    gradients on), and leaves a Dropout(p=0) in eval() from step 6: exact,
+    gradients on), and leaves a Dropout(p=0) in eval() from step 6 and a
+    head used only to validate (its own Dropout(0.2)) from step 9: exact,
     not refused. Rank 1 alone leaving the model in eval() after validating
     (before step 7) runs Shrink as no process does: refused at step 7,
     naming the module and the ranks; a Dropout(0.3) put in eval() on ranks 0
@@ -2475,7 +2476,9 @@ def modes():
         P, r = sft.size(), sft.rank()
         torch.manual_seed(5)
         model = ModeNet(0.3 if case in ("drop", "rate", "seeded") else 0.0)
-        if case in ("seeded", "rate"):
+        if case == "exact":  # a head used only to validate, with a dropout of its own
+            model.aux = nn.Sequential(nn.Dropout(0.2), nn.Linear(24, 5))
+        if case in ("seeded", "rate", "exact"):
             torch.manual_seed(100 + r)
         ref = copy.deepcopy(model)
         opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
@@ -2500,6 +2503,10 @@ def modes():
                         model.train()
                     if case == "exact" and r == 0 and t == 6:
                         model.drop0.eval()
+                    if case == "exact" and r == 0 and t == 9:  # (left in eval(): no rank
+                        model.aux.eval()                      # trains through it)
+                        with torch.no_grad():
+                            model.aux(torch.tanh(model.fc1(x[:64])))
                     if case == "rate" and t == want[0] and r == 2:  # (its schedule alone)
                         model.drop.p /= 2
                     elif case in ("shrink", "drop") and t == want[0] and \
@@ -2541,7 +2548,8 @@ def modes():
             lossf(ref(torch.cat([a for a, _ in parts])), torch.cat([b for _, b in parts])).backward()
             ref_opt.step()
         worst, where = near_one_process(model, ref)
-    print("ok modes: rank 0's validations in eval() and a Dropout(p=0) left in eval(): %d steps "
+    print("ok modes: rank 0's validations in eval(), a Dropout(p=0) and a head used only to "
+          "validate left in eval(): %d steps "
           "within %.3g of one process; a module of the program's own and a Dropout left in "
           "eval() on some ranks, and a Dropout's p halved on one, refused, naming them; the "
           "same dropout masks on every rank warned" % (args.steps, worst), flush=True)

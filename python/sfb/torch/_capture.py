@@ -368,7 +368,8 @@ def _forward_pre(module, inputs):
     """torch's global forward pre-hook while a DistributedOptimizer lives (a
     set lookup a module call: ~0.5 µs)."""
     s = _active
-    if s is not None and (id(module) in s.member_ids or s.tl_labels):
+    if s is not None and (id(module) in s.member_ids or id(module) in s.mode_ids or
+                          s.tl_labels):
         s.module_forward(module, inputs)
 
 

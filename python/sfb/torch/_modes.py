@@ -125,12 +125,15 @@ def crc(modules):
     return zlib.crc32(rates, zlib.crc32(modes))
 
 
-def eval_text(modules):
+def eval_text(modules, ran=None):
     """The modules' states as text, a line each (after a dot: the model
-    itself is named ""): the name of each in eval() where that matters, and
-    the name and rate of each random module of torch's."""
+    itself is named ""): the name of each in eval() where that matters, the
+    name and rate of each random module of torch's, and "ran" and the name
+    of each in ran (ids of those that ran a forward with gradients since the
+    last reduction; None: all)."""
     return "".join(("\n." + n if _in_eval(m) else "") +
-                   ("\n.%s %s" % (n, rate(m)) if rate(m) is not None else "")
+                   ("\n.%s %s" % (n, rate(m)) if rate(m) is not None else "") +
+                   ("\nran ." + n if ran is None or id(m) in ran else "")
                    for n, m in modules)
 
 
@@ -138,11 +141,15 @@ def mismatch(modules, texts, clock):
     """(message, ranks on one side, the others) where the ranks' modes or
     rates differ: texts, every rank's eval_text (None: not known, a rank not
     training; then the ranks are None too). The first module that differs
-    is named, with the ranks on each side."""
+    is named, with the ranks on each side. A module that ran on no rank
+    since the last reduction (a head used only to validate) changed nothing:
+    (None, None, None) where only such differ."""
     hint = ("one process runs every sample of a step in one mode (a validation on some ranks "
             "that left model.eval() on? call model.train() after it, on every rank)")
     have = [] if texts is None else [set(t.split("\n")) for t in texts]
     for n, m in modules if have else ():
+        if not any("ran ." + n in h for h in have):
+            continue
         what = "%s (%s)" % (n or "the model", type(m).__name__)
         on = [q for q, h in enumerate(have) if "." + n in h]
         if 0 < len(on) < len(have):
@@ -161,5 +168,7 @@ def mismatch(modules, texts, clock):
                     (clock, what, " and ".join("%s on %s" % (r, _replicas._ranks(qs))
                                                for r, qs in sides.items())),
                     sides[rates[0]], [q for q in range(len(have)) if rates[q] != rates[0]])
+    if have:
+        return None, None, None
     return ("at step %d the ranks' modules run in different modes (train() or eval()) or at "
             "different rates: %s" % (clock, hint), None, None)

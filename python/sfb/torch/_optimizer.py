@@ -260,6 +260,9 @@ class _Sync(_Passes):
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
         self.mode_modules = None  # the modules whose forward differs by mode (_modes)
+        self.mode_ids = frozenset()  # their ids (the global forward pre-hook looks them up)
+        self.mode_ran = None      # ids of those that ran a forward with gradients since the
+        #                           last reduction (None: not yet watched, all count)
         self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
@@ -380,6 +383,9 @@ class _Sync(_Passes):
         """Any module's forward begins (torch's global pre-hook)."""
         if id(module) in self.member_ids:
             self._forward_begins(module, inputs)
+        if self.mode_ran is not None and id(module) in self.mode_ids and \
+                torch.is_grad_enabled():
+            self.mode_ran.add(id(module))
         if self.tl_labels:
             label = self.tl_labels.get(module)
             if label is not None:
@@ -885,6 +891,7 @@ class _Sync(_Passes):
         row[0, n + 15:n + 17] = self.losses[:2]
         if self.mode_modules is None:
             self.mode_modules = _modes.of(self.model)
+            self.mode_ids = frozenset(id(m) for _, m in self.mode_modules)
         crc = _modes.crc(self.mode_modules)
         row[0, n + 17:n + 19] = [crc & 0xFFFF, crc >> 16]
         if not self.told_draws:  # (until a reduction where every rank trains)
@@ -1081,6 +1088,7 @@ class _Sync(_Passes):
         end = time.perf_counter()
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
+        self.mode_ran = set()  # (the next step's forwards)
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if meta[:, self.n_params + 12].any() and \
@@ -1358,8 +1366,11 @@ class _Sync(_Passes):
                     (meta[q, n + 17:n + 19] != meta[job.rank, n + 17:n + 19]).any():
                 texts = None
                 if all(s == _TRAINING for s in states):  # (every rank is here)
-                    texts = _allgather_text(job, _modes.eval_text(self.mode_modules))
+                    texts = _allgather_text(job, _modes.eval_text(self.mode_modules,
+                                                                  self.mode_ran))
                 why, on, off = _modes.mismatch(self.mode_modules, texts, self.clock)
+                if why is None:  # (they differ in modules no rank ran: an aux head's)
+                    break
                 raise _sfb.MismatchError(-(4096 + 9), "sfb.torch: " + why,
                                          rank=q if on is None else
                                          off[0] if job.rank in on else on[0])
