@@ -18,7 +18,8 @@
 # experts; MAML's meta-gradient (torch.autograd.grad with respect to the
 # parameters, create_graph); a loss's parameters outside the model; Hugging
 # Face's fine-tuning loop on a small BERT; a mean cross_entropy over the
-# tokens each rank keeps (ignore_index: warned without set_samples); rank 0's
+# tokens each rank keeps (ignore_index, or a masked mean by hand: warned
+# without set_samples); rank 0's
 # validations in eval(); an inf input on one rank (the step skipped as one
 # process skips it); 300 Adam steps
 # bit-identical; and what must fail fast: a module whose forward differs by
@@ -142,8 +143,9 @@ cases=(
   # rounding where a gradient is tiny: seen 6e-7)
   "finetune --steps 12 --tol 5e-5"
   # a mean cross_entropy over the tokens a padded minibatch keeps
-  # (ignore_index): without set_samples rank 0 warns naming each rank's
-  # count; with it (label smoothing, class weights, micro-batches) exact
+  # (ignore_index; a masked mean by hand): without set_samples rank 0 warns
+  # naming each rank's count; with it (label smoothing, class weights,
+  # micro-batches, the mean by hand) exact
   tokens
   # rank 0's validations in eval() then train(): exact; a module whose
   # forward differs by mode left in eval() on some ranks, a dropout's p

@@ -863,6 +863,65 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIs(nn.functional.nll_loss, torch_nll)
         self.assertIs(nn.functional.mse_loss, torch_mse)
 
+    def test_means_by_hand_count_what_they_divide_by(self):
+        """A loss written by hand that backward() gets counts what it divides
+        by: a tensor or a number, through further divisions (accumulation
+        steps) and a scale's product (left out), and a .mean()'s elements;
+        a sum, a division by something with a gradient, a sum of terms and
+        several roots count nothing. In a pass the count goes to the step's
+        losses (site: the backward() call) unless a mean loss _losses
+        watches reached the pass; a pass that reaches none of the job's
+        parameters counts nothing."""
+        from sfb.torch import _losses
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(4, 3, generator=g).requires_grad_()
+        mask = torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 1], [0, 1, 0]])
+        kept = int(mask.sum())
+        scale = torch.tensor([1024.0])
+        for loss, want in (
+                ((x * mask).sum() / mask.sum(), kept),
+                ((x * mask).sum() / kept, kept),
+                (x[mask.bool()].mean(), kept),
+                (x.mean(), 12),
+                (x.mean() / 4, 48),
+                (scale * ((x * mask).sum() / mask.sum() / 2), 2 * kept),
+                (0.5 * x.mean(), 12),
+                (x.sum(), None),
+                (x.sum() * 2, None),
+                (x.sum() / x.sum().detach().requires_grad_(), None),
+                (x.mean() + x.sum() / 3, None),
+                (x.sum() * x.mean(), None),
+                (x.mean(dim=(0, 1)), None)):
+            self.assertEqual(_losses.by_hand(loss, None), want, loss.grad_fn)
+        self.assertEqual(_losses.by_hand([x.mean()], [None]), 12)
+        self.assertIsNone(_losses.by_hand([x.mean(), x.mean()], None))
+        self.assertIsNone(_losses.by_hand(x.mean(0), None))
+        self.assertIsNone(_losses.by_hand(x.mean(), torch.tensor(1.0)))
+
+        torch.manual_seed(3)
+        m = nn.Linear(3, 5)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       backward_passes_per_step=2)
+        s = sft._env._optimizer
+        y = torch.tensor([1, -100, 2, 0])
+        for loss, want in (
+                (lambda: (m(x.detach()) * mask[:, :1]).sum() / mask[:, :1].sum(),
+                 (2.0, 2.0, _losses.BY_HAND)),
+                (lambda: nn.functional.cross_entropy(m(x.detach()), y) / 2,
+                 (3.0, 4, "ignore_index=-100")),
+                (lambda: (m(x.detach()) ** 2).sum(), (0.0, 0, ""))):
+            opt.zero_grad()
+            line = sys._getframe().f_lineno + 1
+            loss().backward()
+            self.assertEqual(s.losses[:3], want)
+            if want[2] == _losses.BY_HAND:
+                self.assertEqual(s.losses[3], "given to backward() at test_torch.py:%d" % line)
+            (x.mean() / 7).backward()  # (no parameter of the job's: counts nothing)
+            self.assertEqual(s.losses[:3], want)
+            m(x.detach()).sum().backward()  # (the step's second pass: reduced)
+            opt.step()
+        sft.shutdown()
+
     def test_packed_sequences_go_densely(self):
         """An LSTM on a PackedSequence runs torch's own operator: its matrices
         go densely (the plan says so) and train as plain PyTorch's; an

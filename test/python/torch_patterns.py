@@ -166,10 +166,13 @@ finetune: Hugging Face's fine-tuning loop on a small BERT-like model (AdamW
 tokens: a mean cross_entropy over the tokens a padded minibatch keeps
   (ignore_index, every layer the same count on every rank): without
   set_samples rank 0 alone must warn once, naming each rank's count (and
-  where the loss takes the kept positions only, a masked model's); with
-  set_samples(the count) it must train as one process (label smoothing;
-  nn.NLLLoss with class weights, set_samples their sum; two micro-batches,
-  each pass's summed loss divided by the step's count).
+  where the loss takes the kept positions only, a masked model's, and for
+  a masked mean written by hand, (loss * mask).sum() / mask.sum() and
+  loss[mask].mean()); with set_samples(the count) it must train as one
+  process (label smoothing; nn.NLLLoss with class weights, set_samples
+  their sum; two micro-batches, each pass's summed loss divided by the
+  step's count; the mean by hand, divided by the count as a number under
+  a scale).
 autogradw: after the first step, torch.autograd.grad with respect to the
   parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -1777,11 +1780,12 @@ def unequal():
     """Minibatches of unequal sizes without opt.set_samples: each rank
     weighs 1 (DDP's rule), not one process's mean over the union: rank 0
     warns once, naming the step and the ranks' counts, by what the mean
-    cross_entropy or mse_loss divided by, and for a mean sfb.torch cannot
-    read (written by hand) by the layers' counts; with set_samples (here 1
+    cross_entropy or mse_loss divided by, for a mean written by hand the
+    elements it took, and for a loss divided by nothing sfb.torch can read
+    (a sum scaled by hand) by the layers' counts; with set_samples (here 1
     on every rank: DDP's rule, chosen) nothing is said."""
     import warnings
-    for loss in ("ce", "mse", "hand"):
+    for loss in ("ce", "mse", "hand", "sum"):
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
@@ -1801,8 +1805,11 @@ def unequal():
                     elif loss == "mse":
                         nn.functional.mse_loss(out, nn.functional.one_hot(y[:n], 5).float()
                                                ).backward()
-                    else:  # (a mean written by hand: the layers' counts stand in)
+                    elif loss == "hand":  # (a mean written by hand: its elements)
+                        hand_line = sys._getframe().f_lineno + 1
                         ((out - nn.functional.one_hot(y[:n], 5)) ** 2).mean().backward()
+                    else:  # (a sum scaled by hand: the layers' counts stand in)
+                        (((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum() * 0.05).backward()
                     opt.step()
             sft.shutdown()
             said = [str(w.message) for w in got if unequal_said(w)]
@@ -1813,12 +1820,19 @@ def unequal():
             want = [] if explicit or r else [
                 "sfb.torch: at step 2 the ranks' losses average over different counts: a mean "
                 "%s (torch_patterns.py:" % {"ce": "cross_entropy", "mse": "mse_loss"}[loss]
-                if loss != "hand" else
+                if loss in ("ce", "mse") else
+                "sfb.torch: at step 2 the ranks' losses average over different counts: the loss "
+                "given to backward() at torch_patterns.py:%d divides by %s (a mean by hand), "
+                "while the reduction weighs the ranks %s (no rank called set_samples), so .grad "
+                "is not one process's mean over all %d. Call opt.set_samples(n)" % (
+                    hand_line, ", ".join("rank %d %d" % (q, (4 + q % 2) * 5) for q in range(P)),
+                    ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * 5)
+                if loss == "hand" else
                 "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples "
                 "one of their layers took: %s) and no rank called opt.set_samples(n)" % counts]
             if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
                 fail("%s: warned %r, expected %r" % (loss, said, want))
-            if want and loss != "hand" and (
+            if want and loss in ("ce", "mse") and (
                     ") divides by %s of %d targets, while the reduction weighs the ranks %s (no "
                     "rank called set_samples)" % (
                         ", ".join("rank %d %d" % (q, (4 + q % 2) * (5 if loss == "mse" else 1))
@@ -1826,8 +1840,8 @@ def unequal():
                         sum(4 + q % 2 for q in range(P)) * (5 if loss == "mse" else 1),
                         ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
-    print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, the "
-          "layers'); not with set_samples", flush=True)
+    print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
+          "by hand's, the layers'); not with set_samples", flush=True)
 
 
 def gather():
@@ -2370,21 +2384,31 @@ def tokens():
         if kind == "select":  # (the positions a masked language model predicts)
             keep = labels.flatten() != -100
             return nn.functional.cross_entropy(logits[keep], labels.flatten()[keep])
+        if kind in ("hand", "handmean", "handset"):  # (a masked mean written by hand)
+            each = nn.functional.cross_entropy(logits, labels.flatten().clamp(min=0),
+                                               reduction="none")
+            keep = labels.flatten() != -100
+            if kind == "handmean":
+                return each[keep].mean()
+            if kind == "handset":  # (by the count as a number, under a scaler's scale)
+                return ((each * keep).sum() / int(keep.sum())) * torch.tensor([1.0])
+            return (each * keep).sum() / keep.sum()
         return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
-    for kind in ("plain", "select", "smooth", "nll", "micro"):
+    warned = ("plain", "select", "hand", "handmean")
+    for kind in ("plain", "select", "hand", "handmean", "smooth", "nll", "micro", "handset"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(
             model, backward_passes_per_step=2 if kind == "micro" else 1)
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
-            for t in range(args.steps if kind not in ("plain", "select") else 3):
+            for t in range(args.steps if kind not in warned else 3):
                 ids, labels = token_batch(t, r, P)
                 opt.zero_grad()
                 keep = labels != -100
-                if kind == "smooth":
+                if kind in ("smooth", "handset"):
                     opt.set_samples(int(keep.sum()))
                 elif kind == "nll":
                     opt.set_samples(float(w[labels[keep]].sum()))
@@ -2396,6 +2420,7 @@ def tokens():
                                                      labels[half].flatten(), reduction="sum")
                          / count).backward()
                 else:
+                    back_line = sys._getframe().f_lineno + 1
                     loss_of(model, ids, labels, kind).backward()
                 opt.step()
                 same(job, model, "%s: after step %d" % (kind, t))
@@ -2404,7 +2429,7 @@ def tokens():
                 loss_of(ref, ids, labels, kind).backward()
                 ref_opt.step()
         said = [str(x.message) for x in got if unequal_said(x)]
-        if kind in ("plain", "select"):
+        if kind in warned:
             kept = [int((token_batch(0, q, P)[1] != -100).sum()) for q in range(P)]
             if len(set(kept)) < 2:
                 fail("the ranks keep the same number of targets: %s" % kept)
@@ -2416,6 +2441,14 @@ def tokens():
                         ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)),
                         8 * P * args.batch if kind == "plain" else sum(kept),
                         ", ".join(["1"] * P)))
+            if kind in ("hand", "handmean"):
+                want = ("sfb.torch: at step 0 the ranks' losses average over different counts: "
+                        "the loss given to backward() at torch_patterns.py:%d divides by %s (a "
+                        "mean by hand), while the reduction weighs the ranks %s (no rank called "
+                        "set_samples), so .grad is not one process's mean over all %d" % (
+                            back_line, ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)),
+                            ", ".join(["1"] * P), sum(kept)))
+                each = ""
             if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]):
                 fail("warned %r, expected one warning starting %r, with %r" % (said, want, each))
             if r != 0 and said:
@@ -2427,9 +2460,9 @@ def tokens():
             print("ok tokens %s: %d steps within %.3g of one process (%s)" % (
                 kind, args.steps, worst, where), flush=True)
         closed()
-    print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected); "
-          "with set_samples one process's (label smoothing, class weights, micro-batches)",
-          flush=True)
+    print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected, "
+          "a masked mean by hand); with set_samples one process's (label smoothing, class "
+          "weights, micro-batches, a masked mean by hand)", flush=True)
 
 
 class Shrink(nn.Module):

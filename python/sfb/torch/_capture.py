@@ -333,7 +333,19 @@ def _autograd_backward(*args, **kwargs):
                 "what must not get a gradient, or .grad of the rest set to None before "
                 "step()): inputs= that name no parameter of the optimizer are fine" % name,
                 param=name)
-    return _torch_autograd_backward(*args, **kwargs)
+    if s is None:
+        return _torch_autograd_backward(*args, **kwargs)
+    from . import _losses
+    roots = args[0] if args else kwargs.get("tensors")
+    given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
+    divisor = _losses.by_hand(roots, given)
+    # (the pass's: a mean loss _losses watches takes its place, _end_pass)
+    s.pass_hand = None if divisor is None else (
+        divisor, divisor, _losses.BY_HAND, "given to backward() at %s" % _env._user_line())
+    try:
+        return _torch_autograd_backward(*args, **kwargs)
+    finally:
+        s.pass_hand = None
 
 
 def _row_range(view, base):
@@ -529,7 +541,8 @@ class _Passes:
         self.cb_queued = False
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
-        losses, self.pass_losses = self.pass_losses, []
+        losses, self.pass_losses = self.pass_losses or (
+            [self.pass_hand] if self.pass_hand else []), []
         if not self.pass_hit:
             return
         for divisor, targets, how, site in losses:

@@ -139,3 +139,63 @@ def count(target, weight, ignore_index):
 
 
 REPLACED = {name: elementwise(name) for name in ELEMENTWISE}
+
+
+BY_HAND = "by hand"  # (the how of a mean written by hand: by_hand)
+_SCALED = {"DivBackward0": True, "DivBackward1": True, "MulBackward0": False,
+           "MulBackward1": False}  # (node: divides)
+
+
+def by_hand(tensors, grad_tensors):
+    """What a loss written by hand that backward() got divides by: the
+    value a one-element root is divided by (a tensor, as (loss * mask).sum()
+    / mask.sum(); a number), through divisions by more such values (the
+    accumulation steps) and products with values without gradient (a
+    scaler's scale: left out of the count), and the elements of a .mean()
+    it ends in (loss[mask].mean()). None where it divides by nothing (a
+    sum) or by something with a gradient, for several roots and for given
+    gradients."""
+    if isinstance(tensors, (list, tuple)):
+        if len(tensors) != 1:
+            return None
+        tensors = tensors[0]
+    if isinstance(grad_tensors, (list, tuple)):
+        grad_tensors = grad_tensors[0] if len(grad_tensors) == 1 else grad_tensors
+    if not isinstance(tensors, torch.Tensor) or grad_tensors is not None or \
+            tensors.numel() != 1 or tensors.grad_fn is None:
+        return None
+    node, divisor, divided = tensors.grad_fn, 1.0, False
+    try:
+        for _ in range(16):
+            name = type(node).__name__
+            if name == "MeanBackward0":
+                numel = getattr(node, "_saved_self_numel", None)
+                if numel is None:  # (torch 2)
+                    numel = getattr(node, "_saved_self_sym_numel")
+                return divisor * int(numel)
+            divides = _SCALED.get(name)
+            if divides is None:
+                break
+            (a, _), (b, _) = node.next_functions
+            if divides or name == "MulBackward1":
+                if b is not None:
+                    return None
+                value, node = node._saved_other, a
+            elif (a is None) == (b is None):  # (a product of two with gradients)
+                return None
+            else:
+                value, node = (node._saved_other, a) if b is None else (node._saved_self, b)
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    return None
+                value = value.item()
+            value = float(value)
+            if value == 0.0 or value != value:
+                return None
+            if divides:  # (a product's factor: the same on every rank, as a scale)
+                divisor, divided = divisor * value, True
+            if node is None:
+                return None
+    except (RuntimeError, AttributeError, ValueError):
+        return None
+    return divisor if divided else None

@@ -17,8 +17,8 @@ from . import _env, _grad_hooks
 from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _NO_LOSSES, _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
-from . import (_autoplan, _batchnorm, _buckets, _conv, _modes, _nonfinite, _overflow, _renorm,
-               _replicas)
+from . import (_autoplan, _batchnorm, _buckets, _conv, _losses, _modes, _nonfinite, _overflow,
+               _renorm, _replicas)
 from ._collectives import (allgather_bytes, broadcast_object, broadcast_parameters,
                            refuse_uninitialized)
 
@@ -266,6 +266,8 @@ class _Sync(_Passes):
         self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
+        #                         parameters
+        self.pass_hand = None   # what the pass's root divides by, by hand (_losses.by_hand)
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
@@ -1246,6 +1248,19 @@ class _Sync(_Passes):
         few = lambda v, f: ", ".join(f(q, x) for q, x in enumerate(v[:8])) + (
             ", ..." if len(v) > 8 else "")
         _, _, how, site = self.losses
+        if how == _losses.BY_HAND:
+            warnings.warn(
+                "sfb.torch: at step %d the ranks' losses average over different counts: the "
+                "loss %s divides by %s (a mean by hand), while the reduction weighs the ranks "
+                "%s%s, so .grad is not one process's mean over all %s. Call opt.set_samples(n) "
+                "before backward() with what this rank's loss divides by (its samples for a "
+                "mean over them; int(mask.sum()) for (loss * mask).sum() / mask.sum() or "
+                "loss[mask].mean())" %
+                (self.clock, site, few(d, lambda q, x: "rank %d %s" % (q, num(x))),
+                 few(w, lambda q, x: num(x)), "" if chose else " (no rank called set_samples)",
+                 num(d.sum())),
+                stacklevel=_env._user_stacklevel())
+            return
         warnings.warn(
             "sfb.torch: at step %d the ranks' losses average over different counts: a mean "
             "%s divides by%s %s of %s targets, while the reduction "
