@@ -3,6 +3,7 @@ the optimizer wrapper keeps of the optimizer, that one worker's training
 equals plain PyTorch's."""
 import copy
 import os
+import re
 import sys
 import unittest
 import warnings
@@ -863,59 +864,76 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIs(nn.functional.nll_loss, torch_nll)
         self.assertIs(nn.functional.mse_loss, torch_mse)
 
-    def test_means_by_hand_count_what_they_divide_by(self):
-        """A loss written by hand that backward() gets counts what it divides
-        by: a tensor or a number, through further divisions (accumulation
-        steps) and a scale's product (left out), and a .mean()'s elements;
-        a sum, a division by something with a gradient, a sum of terms and
-        several roots count nothing. In a pass the count goes to the step's
-        losses (site: the backward() call) unless a mean loss _losses
-        watches reached the pass; a pass that reaches none of the job's
+    def test_losses_read_from_what_backward_gets(self):
+        """What backward() gets is read where the calls sfb.torch watches do
+        not see the loss: torch's own mean cross_entropy or nll_loss (imported
+        by name before wrapping) by the weight of the targets it keeps; a
+        mean written by hand by the value it is divided by (a tensor or a
+        number, through further divisions and a scale's product, left out)
+        or a .mean()'s elements. A sum, a division by something with a
+        gradient, a sum of terms, several roots and given gradients count
+        nothing. In a pass the count goes to the step's losses, its site the
+        backward() call, unless a mean loss sfb.torch watches reached the
+        pass (its own site); a pass that reaches none of the job's
         parameters counts nothing."""
         from sfb.torch import _losses
+        hand = lambda n: (n, n, _losses.BY_HAND, None)
         g = torch.Generator().manual_seed(5)
         x = torch.randn(4, 3, generator=g).requires_grad_()
         mask = torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 1], [0, 1, 0]])
         kept = int(mask.sum())
         scale = torch.tensor([1024.0])
+        y = torch.tensor([1, -100, 2, 0])
+        w = torch.tensor([1.0, 2.0, 4.0])
+        ce, nll = _losses._torch_cross_entropy, _losses._torch_nll_loss
+        seq = x.view(2, 2, 3).transpose(1, 2)  # (classes second: a sequence's)
         for loss, want in (
-                ((x * mask).sum() / mask.sum(), kept),
-                ((x * mask).sum() / kept, kept),
-                (x[mask.bool()].mean(), kept),
-                (x.mean(), 12),
-                (x.mean() / 4, 48),
-                (scale * ((x * mask).sum() / mask.sum() / 2), 2 * kept),
-                (0.5 * x.mean(), 12),
+                ((x * mask).sum() / mask.sum(), hand(kept)),
+                ((x * mask).sum() / kept, hand(kept)),
+                (x[mask.bool()].mean(), hand(kept)),
+                (x.mean(), hand(12)),
+                (x.mean() / 4, hand(48)),
+                (scale * ((x * mask).sum() / mask.sum() / 2), hand(2 * kept)),
+                (0.5 * x.mean(), hand(12)),
+                (ce(x, y, reduction="none").mean(), hand(4)),
+                (ce(x, y, reduction="sum") / 3, hand(3)),
+                (ce(x, y), (3.0, 4, "ignore_index=-100", "cross_entropy")),
+                (ce(x, y, weight=w) / 2, (7.0, 4, "ignore_index=-100, weight=", "cross_entropy")),
+                (ce(seq, y.view(2, 2)), (3.0, 4, "ignore_index=-100", "cross_entropy")),
+                (nll(x, y.clamp(min=0), ignore_index=0), (2.0, 4, "ignore_index=0", "nll_loss")),
+                (nll(x, y.clamp(min=0)), (4.0, 4, "", "nll_loss")),
+                (ce(x, y, label_smoothing=0.1), None),  # (two terms: the watched call's)
                 (x.sum(), None),
                 (x.sum() * 2, None),
                 (x.sum() / x.sum().detach().requires_grad_(), None),
                 (x.mean() + x.sum() / 3, None),
                 (x.sum() * x.mean(), None),
                 (x.mean(dim=(0, 1)), None)):
-            self.assertEqual(_losses.by_hand(loss, None), want, loss.grad_fn)
-        self.assertEqual(_losses.by_hand([x.mean()], [None]), 12)
-        self.assertIsNone(_losses.by_hand([x.mean(), x.mean()], None))
-        self.assertIsNone(_losses.by_hand(x.mean(0), None))
-        self.assertIsNone(_losses.by_hand(x.mean(), torch.tensor(1.0)))
+            self.assertEqual(_losses.of_root(loss, None), want, loss.grad_fn)
+        self.assertEqual(_losses.of_root([x.mean()], [None]), hand(12))
+        self.assertIsNone(_losses.of_root([x.mean(), x.mean()], None))
+        self.assertIsNone(_losses.of_root(x.mean(0), None))
+        self.assertIsNone(_losses.of_root(x.mean(), torch.tensor(1.0)))
 
         torch.manual_seed(3)
         m = nn.Linear(3, 5)
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
                                        backward_passes_per_step=2)
         s = sft._env._optimizer
-        y = torch.tensor([1, -100, 2, 0])
-        for loss, want in (
+        for loss, want, site in (
                 (lambda: (m(x.detach()) * mask[:, :1]).sum() / mask[:, :1].sum(),
-                 (2.0, 2.0, _losses.BY_HAND)),
+                 (2.0, 2.0, _losses.BY_HAND), "given to backward() at test_torch.py:%d"),
+                (lambda: ce(m(x.detach()), y), (3.0, 4, "ignore_index=-100"),
+                 "cross_entropy (given to backward() at test_torch.py:%d)"),
                 (lambda: nn.functional.cross_entropy(m(x.detach()), y) / 2,
-                 (3.0, 4, "ignore_index=-100")),
-                (lambda: (m(x.detach()) ** 2).sum(), (0.0, 0, ""))):
+                 (3.0, 4, "ignore_index=-100"), r"cross_entropy \(test_torch\.py:[0-9]+\)"),
+                (lambda: (m(x.detach()) ** 2).sum(), (0.0, 0, ""), "")):
             opt.zero_grad()
             line = sys._getframe().f_lineno + 1
             loss().backward()
             self.assertEqual(s.losses[:3], want)
-            if want[2] == _losses.BY_HAND:
-                self.assertEqual(s.losses[3], "given to backward() at test_torch.py:%d" % line)
+            self.assertRegex(s.losses[3], "^%s$" % (re.escape(site % line) if "%d" in site
+                                                     else site))
             (x.mean() / 7).backward()  # (no parameter of the job's: counts nothing)
             self.assertEqual(s.losses[:3], want)
             m(x.detach()).sum().backward()  # (the step's second pass: reduced)

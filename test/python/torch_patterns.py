@@ -166,9 +166,10 @@ finetune: Hugging Face's fine-tuning loop on a small BERT-like model (AdamW
 tokens: a mean cross_entropy over the tokens a padded minibatch keeps
   (ignore_index, every layer the same count on every rank): without
   set_samples rank 0 alone must warn once, naming each rank's count (and
-  where the loss takes the kept positions only, a masked model's, and for
-  a masked mean written by hand, (loss * mask).sum() / mask.sum() and
-  loss[mask].mean()); with set_samples(the count) it must train as one
+  where the loss takes the kept positions only, a masked model's, where
+  the program calls torch's cross_entropy imported by name before
+  wrapping, and for a masked mean written by hand, (loss * mask).sum() /
+  mask.sum() and loss[mask].mean()); with set_samples(the count) it must train as one
   process (label smoothing; nn.NLLLoss with class weights, set_samples
   their sum; two micro-batches, each pass's summed loss divided by the
   step's count; the mean by hand, divided by the count as a number under
@@ -199,6 +200,7 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python"))
 import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
+from torch.nn.functional import cross_entropy as ce_by_name  # noqa: E402 (torch's, kept by name)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "samhand", "loadstate",
@@ -2384,6 +2386,8 @@ def tokens():
         if kind == "select":  # (the positions a masked language model predicts)
             keep = labels.flatten() != -100
             return nn.functional.cross_entropy(logits[keep], labels.flatten()[keep])
+        if kind == "byname":  # (torch's own, imported by name before wrapping)
+            return ce_by_name(logits, labels.flatten())
         if kind in ("hand", "handmean", "handset"):  # (a masked mean written by hand)
             each = nn.functional.cross_entropy(logits, labels.flatten().clamp(min=0),
                                                reduction="none")
@@ -2396,8 +2400,8 @@ def tokens():
         return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
-    warned = ("plain", "select", "hand", "handmean")
-    for kind in ("plain", "select", "hand", "handmean", "smooth", "nll", "micro", "handset"):
+    warned = ("plain", "select", "byname", "hand", "handmean")
+    for kind in warned + ("smooth", "nll", "micro", "handset"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(
@@ -2437,10 +2441,13 @@ def tokens():
                     "mean cross_entropy (torch_patterns.py:")
             each = (") divides by%s %s of %d targets, while the reduction weighs the ranks %s "
                     "(no rank called set_samples)" % (
-                        " (the targets it keeps: ignore_index=-100)" if kind == "plain" else "",
+                        " (the targets it keeps: ignore_index=-100)" if kind != "select" else "",
                         ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)),
-                        8 * P * args.batch if kind == "plain" else sum(kept),
+                        8 * P * args.batch if kind != "select" else sum(kept),
                         ", ".join(["1"] * P)))
+            if kind == "byname":
+                want = want.replace("(torch_patterns.py:", "(given to backward() at "
+                                    "torch_patterns.py:%d" % back_line)
             if kind in ("hand", "handmean"):
                 want = ("sfb.torch: at step 0 the ranks' losses average over different counts: "
                         "the loss given to backward() at torch_patterns.py:%d divides by %s (a "
@@ -2461,8 +2468,8 @@ def tokens():
                 kind, args.steps, worst, where), flush=True)
         closed()
     print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected, "
-          "a masked mean by hand); with set_samples one process's (label smoothing, class "
-          "weights, micro-batches, a masked mean by hand)", flush=True)
+          "torch's imported by name, a masked mean by hand); with set_samples one process's "
+          "(label smoothing, class weights, micro-batches, a masked mean by hand)", flush=True)
 
 
 class Shrink(nn.Module):

@@ -338,10 +338,12 @@ def _autograd_backward(*args, **kwargs):
     from . import _losses
     roots = args[0] if args else kwargs.get("tensors")
     given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-    divisor = _losses.by_hand(roots, given)
-    # (the pass's: a mean loss _losses watches takes its place, _end_pass)
-    s.pass_hand = None if divisor is None else (
-        divisor, divisor, _losses.BY_HAND, "given to backward() at %s" % _env._user_line())
+    read = _losses.of_root(roots, given)
+    if read is not None:  # (the pass's: a mean loss _losses watches takes its place, _end_pass)
+        divisor, targets, how, name = read
+        at = "given to backward() at %s" % _env._user_line()
+        read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at)
+    s.pass_hand = read
     try:
         return _torch_autograd_backward(*args, **kwargs)
     finally:

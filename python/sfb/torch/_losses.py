@@ -141,13 +141,21 @@ def count(target, weight, ignore_index):
 REPLACED = {name: elementwise(name) for name in ELEMENTWISE}
 
 
-BY_HAND = "by hand"  # (the how of a mean written by hand: by_hand)
+BY_HAND = "by hand"  # (the how of a mean written by hand: of_root)
 _SCALED = {"DivBackward0": True, "DivBackward1": True, "MulBackward0": False,
            "MulBackward1": False}  # (node: divides)
+_NLL = ("NllLossBackward0", "NllLoss2DBackward0")
+_VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "TransposeBackward0",
+          "PermuteBackward0")
 
 
-def by_hand(tensors, grad_tensors):
-    """What a loss written by hand that backward() got divides by: the
+def of_root(tensors, grad_tensors):
+    """What the loss backward() got divides by, read from its graph where
+    the calls _losses watches cannot see it: (divisor, targets, how, name)
+    or None. A mean cross_entropy or nll_loss at the root (torch's own,
+    imported by name before the DistributedOptimizer replaced it) divides
+    by the weight of the targets it kept, as count() (name "cross_entropy"
+    or "nll_loss"). A mean written by hand (how BY_HAND, name None): the
     value a one-element root is divided by (a tensor, as (loss * mask).sum()
     / mask.sum(); a number), through divisions by more such values (the
     accumulation steps) and products with values without gradient (a
@@ -168,11 +176,14 @@ def by_hand(tensors, grad_tensors):
     try:
         for _ in range(16):
             name = type(node).__name__
+            if name in _NLL and node._saved_reduction == 1:  # (a mean)
+                return _nll_read(node)
             if name == "MeanBackward0":
                 numel = getattr(node, "_saved_self_numel", None)
                 if numel is None:  # (torch 2)
                     numel = getattr(node, "_saved_self_sym_numel")
-                return divisor * int(numel)
+                divisor *= int(numel)
+                return divisor, divisor, BY_HAND, None
             divides = _SCALED.get(name)
             if divides is None:
                 break
@@ -198,4 +209,22 @@ def by_hand(tensors, grad_tensors):
                 return None
     except (RuntimeError, AttributeError, ValueError):
         return None
-    return divisor if divided else None
+    return (divisor, divisor, BY_HAND, None) if divided else None
+
+
+def _nll_read(node):
+    """of_root's mean nll_loss node: the weight it kept, its targets and
+    what it dropped or weighed, named cross_entropy where its input is a
+    log_softmax's output."""
+    target, weight = node._saved_target, node._saved_weight
+    ignore = node._saved_ignore_index
+    ignore = ignore - (1 << 64) if ignore >= 1 << 63 else ignore  # (saved unsigned)
+    kept = int((target != ignore).sum())
+    how = ["ignore_index=%d" % ignore] if kept < target.numel() else []
+    if weight is not None:
+        how.append("weight=")
+    source = node.next_functions[0][0]
+    while type(source).__name__ in _VIEWS:  # (cross_entropy over sequences: a view)
+        source = source.next_functions[0][0]
+    name = "cross_entropy" if type(source).__name__ == "LogSoftmaxBackward0" else "nll_loss"
+    return float(node._saved_total_weight), target.numel(), ", ".join(how), name

@@ -267,7 +267,7 @@ class _Sync(_Passes):
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         #                         parameters
-        self.pass_hand = None   # what the pass's root divides by, by hand (_losses.by_hand)
+        self.pass_hand = None   # what the pass's root divides by (_losses.of_root)
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
