@@ -3,7 +3,6 @@ the optimizer wrapper keeps of the optimizer, that one worker's training
 equals plain PyTorch's."""
 import copy
 import os
-import re
 import sys
 import unittest
 import warnings
@@ -876,6 +875,7 @@ class TorchOneWorker(unittest.TestCase):
         backward() call, unless a mean loss sfb.torch watches reached the
         pass (its own site); a pass that reaches none of the job's
         parameters counts nothing."""
+        import re
         from sfb.torch import _losses
         hand = lambda n: (n, n, _losses.BY_HAND, None)
         g = torch.Generator().manual_seed(5)
