@@ -869,9 +869,11 @@ class TorchOneWorker(unittest.TestCase):
         by name before wrapping) by the weight of the targets it keeps; a
         mean written by hand by the value it is divided by (a tensor or a
         number, through further divisions and a scale's product, left out)
-        or a .mean()'s elements. A sum, a division by something with a
-        gradient, a sum of terms, several roots and given gradients count
-        nothing. In a pass the count goes to the step's losses, its site the
+        or a .mean()'s elements. A sum over the samples (reduction="sum",
+        .sum(), their sums) is told apart where the world is larger than one,
+        and where each term is multiplied by the world's size. A division
+        by something with a gradient, a mean plus a sum, several roots and
+        given gradients count nothing. In a pass the count goes to the step's losses, its site the
         backward() call, unless a mean loss sfb.torch watches reached the
         pass (its own site); a pass that reaches none of the job's
         parameters counts nothing."""
@@ -910,6 +912,20 @@ class TorchOneWorker(unittest.TestCase):
                 (x.sum() * x.mean(), None),
                 (x.mean(dim=(0, 1)), None)):
             self.assertEqual(_losses.of_root(loss, None), want, loss.grad_fn)
+        # sums over the samples: one process's is P times the ranks' mean
+        t, P = torch.rand(4, 3, generator=g), 4
+        summed, times = (0.0, 0, _losses.SUMMED, None), (0.0, 0, _losses.SUMMED_TIMES_WORLD, None)
+        vae = nn.functional.binary_cross_entropy(torch.sigmoid(x), t, reduction="sum") + (
+            -0.5 * torch.sum(1 + x[:, 1] - x[:, 0].pow(2) - x[:, 1].exp()))  # (PyTorch's VAE)
+        for loss, want in (
+                (vae, summed), (vae * P, times), (vae * 2, summed), (-x.sum(), summed),
+                (ce(x, y, reduction="sum"), summed), (scale * ce(x, y, reduction="sum"), summed),
+                (nn.functional.mse_loss(x, t, reduction="sum") * P + x.sum() * P, times),
+                (nn.functional.mse_loss(x, t, reduction="sum") * P + x.sum(), summed),
+                (nn.functional.mse_loss(x, t), (12.0, 12, "", "mse_loss")),
+                (x.mean() + x.sum(), None), (x.norm(), None), (x.sum() * x.sum(), None)):
+            self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
+        self.assertIsNone(_losses.of_root(x.sum(), None, 1))
         self.assertEqual(_losses.of_root([x.mean()], [None]), hand(12))
         self.assertIsNone(_losses.of_root([x.mean(), x.mean()], None))
         self.assertIsNone(_losses.of_root(x.mean(0), None))

@@ -560,7 +560,8 @@ def beside_one_process(model, **kw):
 def unequal_said(w):
     """Whether warning w says the ranks' gradients are weighed otherwise
     than one process's mean over the union."""
-    return any(k in str(w.message) for k in ("minibatches differ", "losses average over different counts"))
+    return any(k in str(w.message) for k in (
+        "minibatches differ", "losses average over different counts", "is a sum over the samples"))
 
 
 @contextlib.contextmanager
@@ -1783,17 +1784,23 @@ def unequal():
     weighs 1 (DDP's rule), not one process's mean over the union: rank 0
     warns once, naming the step and the ranks' counts, by what the mean
     cross_entropy or mse_loss divided by, for a mean written by hand the
-    elements it took, and for a loss divided by nothing sfb.torch can read
-    (a sum scaled by hand) by the layers' counts; with set_samples (here 1
-    on every rank: DDP's rule, chosen) nothing is said."""
+    elements it took, and for a loss sfb.torch cannot read (a norm) by the
+    layers' counts; with set_samples (here 1 on every rank: DDP's rule,
+    chosen) nothing is said. A loss summed over the samples is P times
+    what the ranks' mean gives from the first step on: rank 0 says so at
+    step 0; multiplied by sft.size() it trains as one process's sum at any
+    sizes, and nothing is said."""
     import warnings
-    for loss in ("ce", "mse", "hand", "sum"):
+    for loss in ("ce", "mse", "hand", "sum", "norm", "sumP"):
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
             x, y = data()
-            opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
-                                           max_samples=8)
+            make = make_opt if loss != "sumP" else (  # (SGD: a gradient P times off shows)
+                lambda params: torch.optim.SGD(params, lr=0.01))
+            ref = copy.deepcopy(model)
+            ref_opt = make(ref.parameters())
+            opt = sft.DistributedOptimizer(make(model.parameters()), model=model, max_samples=8)
             with warnings.catch_warnings(record=True) as got:
                 warnings.simplefilter("always")
                 for t in range(4):
@@ -1810,16 +1817,31 @@ def unequal():
                     elif loss == "hand":  # (a mean written by hand: its elements)
                         hand_line = sys._getframe().f_lineno + 1
                         ((out - nn.functional.one_hot(y[:n], 5)) ** 2).mean().backward()
-                    else:  # (a sum scaled by hand: the layers' counts stand in)
+                    elif loss == "sum":  # (summed over the samples, scaled by hand)
+                        hand_line = sys._getframe().f_lineno + 1
                         (((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum() * 0.05).backward()
+                    elif loss == "sumP":  # (P times the sum: the ranks' mean is one process's)
+                        (((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum() * 0.05 *
+                         sft.size()).backward()
+                        every = [4 if t < 2 else 4 + (q % 2) for q in range(P)]
+                        xs = torch.cat([x[:k] for k in every])
+                        ys = torch.cat([y[:k] for k in every])
+                        ref_opt.zero_grad()
+                        ((ref(xs, t) - nn.functional.one_hot(ys, 5)) ** 2).sum().mul(
+                            0.05).backward()
+                        ref_opt.step()
+                    else:  # (nothing to read: the layers' counts stand in)
+                        (out - nn.functional.one_hot(y[:n], 5)).norm().backward()
                     opt.step()
+            if loss == "sumP":
+                near_one_process(model, ref)
             sft.shutdown()
             said = [str(w.message) for w in got if unequal_said(w)]
             where = [os.path.basename(w.filename) for w in got if unequal_said(w)]
             if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
                 fail("the warning points at %s" % where)
             counts = ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))
-            want = [] if explicit or r else [
+            want = [] if explicit or r or loss == "sumP" else [
                 "sfb.torch: at step 2 the ranks' losses average over different counts: a mean "
                 "%s (torch_patterns.py:" % {"ce": "cross_entropy", "mse": "mse_loss"}[loss]
                 if loss in ("ce", "mse") else
@@ -1830,6 +1852,12 @@ def unequal():
                     hand_line, ", ".join("rank %d %d" % (q, (4 + q % 2) * 5) for q in range(P)),
                     ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * 5)
                 if loss == "hand" else
+                "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d is a "
+                "sum over the samples (reduction=\"sum\", .sum()): one process's gradient of a "
+                "sum over the union of the ranks' minibatches is the sum of the ranks' "
+                "gradients, %d times the mean that .grad holds (DDP's rule). Multiply the loss "
+                "by sfb.torch.size()" % (hand_line, P)
+                if loss == "sum" else
                 "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples "
                 "one of their layers took: %s) and no rank called opt.set_samples(n)" % counts]
             if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
@@ -1843,7 +1871,8 @@ def unequal():
                         ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
-          "by hand's, the layers'); not with set_samples", flush=True)
+          "by hand's, the layers'), at step 0 of a sum; not with set_samples, nor for P times "
+          "the sum", flush=True)
 
 
 def gather():

@@ -338,7 +338,7 @@ def _autograd_backward(*args, **kwargs):
     from . import _losses
     roots = args[0] if args else kwargs.get("tensors")
     given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-    read = _losses.of_root(roots, given)
+    read = _losses.of_root(roots, given, s.job.world)
     if read is not None:  # (the pass's: a mean loss _losses watches takes its place, _end_pass)
         divisor, targets, how, name = read
         at = "given to backward() at %s" % _env._user_line()

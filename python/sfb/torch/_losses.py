@@ -145,24 +145,32 @@ BY_HAND = "by hand"  # (the how of a mean written by hand: of_root)
 _SCALED = {"DivBackward0": True, "DivBackward1": True, "MulBackward0": False,
            "MulBackward1": False}  # (node: divides)
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
+_ELEMENTS = {"MseLossBackward0": "mse_loss", "SmoothL1LossBackward0": "smooth_l1_loss",
+             "HuberLossBackward0": "huber_loss",
+             "BinaryCrossEntropyBackward0": "binary_cross_entropy",
+             "BinaryCrossEntropyWithLogitsBackward0": "binary_cross_entropy_with_logits"}
+SUMMED = "summed"  # (the how of a loss summed over its samples: of_root)
+SUMMED_TIMES_WORLD = "summed, times the world's size"  # (one process's sum: of_root)
 _VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "TransposeBackward0",
           "PermuteBackward0")
 
 
-def of_root(tensors, grad_tensors):
+def of_root(tensors, grad_tensors, world=1):
     """What the loss backward() got divides by, read from its graph where
     the calls _losses watches cannot see it: (divisor, targets, how, name)
     or None. A mean cross_entropy or nll_loss at the root (torch's own,
     imported by name before the DistributedOptimizer replaced it) divides
     by the weight of the targets it kept, as count() (name "cross_entropy"
-    or "nll_loss"). A mean written by hand (how BY_HAND, name None): the
-    value a one-element root is divided by (a tensor, as (loss * mask).sum()
-    / mask.sum(); a number), through divisions by more such values (the
-    accumulation steps) and products with values without gradient (a
-    scaler's scale: left out of the count), and the elements of a .mean()
-    it ends in (loss[mask].mean()). None where it divides by nothing (a
-    sum) or by something with a gradient, for several roots and for given
-    gradients."""
+    or "nll_loss"); an element-wise loss's mean by its elements. A mean
+    written by hand (how BY_HAND, name None): the value a one-element root
+    is divided by (a tensor, as (loss * mask).sum() / mask.sum(); a
+    number), through divisions by more such values (the accumulation steps)
+    and products with values without gradient (a scaler's scale: left out
+    of the count), and the elements of a .mean() it ends in
+    (loss[mask].mean()). A sum over the samples (reduction="sum", .sum(),
+    sums of them): (0.0, 0, SUMMED, None), SUMMED_TIMES_WORLD where it is
+    multiplied by the world's size (world > 1). None where it divides by something with a gradient or mixes
+    means and sums, for several roots and for given gradients."""
     if isinstance(tensors, (list, tuple)):
         if len(tensors) != 1:
             return None
@@ -178,6 +186,10 @@ def of_root(tensors, grad_tensors):
             name = type(node).__name__
             if name in _NLL and node._saved_reduction == 1:  # (a mean)
                 return _nll_read(node)
+            if name in _ELEMENTS and node._saved_reduction == 1:
+                n = torch.broadcast_shapes(node._saved_self.shape,
+                                           node._saved_target.shape).numel()
+                return float(n), n, "", _ELEMENTS[name]
             if name == "MeanBackward0":
                 numel = getattr(node, "_saved_self_numel", None)
                 if numel is None:  # (torch 2)
@@ -187,29 +199,73 @@ def of_root(tensors, grad_tensors):
             divides = _SCALED.get(name)
             if divides is None:
                 break
-            (a, _), (b, _) = node.next_functions
-            if divides or name == "MulBackward1":
+            if divides:
+                (a, _), (b, _) = node.next_functions
                 if b is not None:
                     return None
-                value, node = node._saved_other, a
-            elif (a is None) == (b is None):  # (a product of two with gradients)
-                return None
+                value, node = _value(node._saved_other), a
             else:
-                value, node = (node._saved_other, a) if b is None else (node._saved_self, b)
-            if isinstance(value, torch.Tensor):
-                if value.numel() != 1:
-                    return None
-                value = value.item()
-            value = float(value)
-            if value == 0.0 or value != value:
+                value, node = _factor(node)
+            if value is None or value == 0.0 or value != value:
                 return None
             if divides:  # (a product's factor: the same on every rank, as a scale)
                 divisor, divided = divisor * value, True
             if node is None:
                 return None
+        if divided:
+            return divisor, divisor, BY_HAND, None
+        summed = _summed(tensors.grad_fn, world, 0) if world > 1 else None
+        if summed is not None:
+            return 0.0, 0, SUMMED if summed == "sum" else SUMMED_TIMES_WORLD, None
     except (RuntimeError, AttributeError, ValueError):
         return None
-    return (divisor, divisor, BY_HAND, None) if divided else None
+    return None
+
+
+def _value(v):
+    """A saved operand as a number (None: not one element)."""
+    if isinstance(v, torch.Tensor):
+        return float(v) if v.numel() == 1 else None
+    return float(v)
+
+
+def _factor(node):
+    """A product node's factor without gradient and the node on its other
+    side: (value, node); value None where it is no one-element value
+    without gradient."""
+    (a, _), (b, _) = node.next_functions
+    if type(node).__name__ == "MulBackward1":
+        return _value(node._saved_other), a
+    if (a is None) == (b is None):  # (both with gradients)
+        return None, None
+    return (_value(node._saved_other), a) if b is None else (_value(node._saved_self), b)
+
+
+def _summed(node, world, depth):
+    """What the loss at node sums: "sum" over its samples (reduction="sum",
+    .sum(), sums and differences of them, products of them with values
+    without gradient), "scaled" where each is multiplied by world (the
+    ranks' mean is then one process's sum), None where it is no sum."""
+    if node is None or depth > 24:
+        return None
+    name = type(node).__name__
+    if name == "SumBackward0" or ((name in _NLL or name in _ELEMENTS) and
+                                  node._saved_reduction == 2):
+        return "sum"
+    if name in ("AddBackward0", "SubBackward0"):
+        parts = {_summed(f, world, depth + 1) for f, _ in node.next_functions if f is not None}
+        if not parts or None in parts:
+            return None
+        return "scaled" if parts == {"scaled"} else "sum"
+    if name == "NegBackward0":
+        return _summed(node.next_functions[0][0], world, depth + 1)
+    if name in ("MulBackward0", "MulBackward1"):
+        value, inner = _factor(node)
+        if value is None:
+            return None
+        inner = _summed(inner, world, depth + 1)
+        return "scaled" if inner is not None and value == world else inner
+    return None
 
 
 def _nll_read(node):

@@ -1188,9 +1188,16 @@ class _Sync(_Passes):
         rule). Otherwise, where every rank trained and no rank called
         set_samples, by the layers' counts: minibatches of other sizes,
         except where some layer took the same count on every rank (the
-        minibatch, where others took the padded tokens or a router's share)."""
+        minibatch, where others took the padded tokens or a router's share).
+        A loss summed over the samples is told apart (_tell_summed), one
+        multiplied by the world's size is one process's sum at any sizes."""
         n = self.n_params
         chose = meta[:, n + 11].any()
+        if self.losses[2] == _losses.SUMMED_TIMES_WORLD:  # (one process's sum, any sizes)
+            return
+        if self.losses[2] == _losses.SUMMED and not chose:
+            self._tell_summed()
+            return
         if meta[:, n + 16].any():
             self._tell_loss_counts(meta, chose)
             return
@@ -1232,6 +1239,24 @@ class _Sync(_Passes):
                 self.clock, ", ".join("%s (%s)" % (name or "the model", type(m).__name__)
                                       for name, m in drawing[:3]) +
                 (" and %d more" % (len(drawing) - 3) if len(drawing) > 3 else "")),
+            stacklevel=_env._user_stacklevel())
+
+    def _tell_summed(self):
+        """_tell_unequal where the loss backward() got sums over the samples
+        (_losses.of_root) and no rank called set_samples: one process's
+        gradient of a sum over the union is the ranks' sum, world times
+        their mean."""
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return
+        P = self.job.world
+        warnings.warn(
+            "sfb.torch: at step %d the loss %s is a sum over the samples (reduction=\"sum\", "
+            ".sum()): one process's gradient of a sum over the union of the ranks' minibatches "
+            "is the sum of the ranks' gradients, %d times the mean that .grad holds (DDP's "
+            "rule). Multiply the loss by sfb.torch.size() (or average it: a mean, with "
+            "opt.set_samples(n)); set_samples(1) on every rank keeps DDP's rule without this "
+            "warning" % (self.clock, self.losses[3], P),
             stacklevel=_env._user_stacklevel())
 
     def _tell_loss_counts(self, meta, chose):
