@@ -926,6 +926,13 @@ class TorchOneWorker(unittest.TestCase):
                 (x.mean() + x.sum(), None), (x.norm(), None), (x.sum() * x.sum(), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         self.assertIsNone(_losses.of_root(x.sum(), None, 1))
+        # a step's terms: the same call's passes sum, another call is a term of its own
+        terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0), "b", 1.0),
+                                 "a", 5.0)
+        self.assertEqual(terms, (("a", 8.0), ("b", 1.0)))
+        self.assertEqual(_losses.shares(terms), (8.0 / 9, (8.0 / 9) ** 2 + (1.0 / 9) ** 2))
+        self.assertEqual(_losses.shares((("a", 16.0), ("b", 2.0))), _losses.shares(terms))
+        self.assertEqual(_losses.shares((("a", 8.0),)), (-1.0, 0.0))
         self.assertEqual(_losses.of_root([x.mean()], [None]), hand(12))
         self.assertIsNone(_losses.of_root([x.mean(), x.mean()], None))
         self.assertIsNone(_losses.of_root(x.mean(0), None))

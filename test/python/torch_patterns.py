@@ -169,11 +169,13 @@ tokens: a mean cross_entropy over the tokens a padded minibatch keeps
   where the loss takes the kept positions only, a masked model's, where
   the program calls torch's cross_entropy imported by name before
   wrapping, and for a masked mean written by hand, (loss * mask).sum() /
-  mask.sum() and loss[mask].mean()); with set_samples(the count) it must train as one
-  process (label smoothing; nn.NLLLoss with class weights, set_samples
-  their sum; two micro-batches, each pass's summed loss divided by the
-  step's count; the mean by hand, divided by the count as a number under
-  a scale).
+  mask.sum() and loss[mask].mean()); where a second term averages over
+  the sequences (BERT's), naming both terms' counts; with set_samples(the
+  count) it must train as one process (label smoothing; nn.NLLLoss with
+  class weights, set_samples their sum; two micro-batches, each pass's
+  summed loss divided by the step's count; the mean by hand, divided by
+  the count as a number under a scale; each term's sum divided by its
+  count over all ranks, times P, set_samples(1)).
 autogradw: after the first step, torch.autograd.grad with respect to the
   parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -561,7 +563,8 @@ def unequal_said(w):
     """Whether warning w says the ranks' gradients are weighed otherwise
     than one process's mean over the union."""
     return any(k in str(w.message) for k in (
-        "minibatches differ", "losses average over different counts", "is a sum over the samples"))
+        "minibatches differ", "losses average over different counts", "is a sum over the samples",
+        "average over counts that are not in proportion"))
 
 
 @contextlib.contextmanager
@@ -2409,7 +2412,20 @@ def tokens():
     w = torch.linspace(0.5, 2.0, TokNet.VOCAB)
 
     def loss_of(model, ids, labels, kind):
-        logits = model(ids).flatten(0, 1)
+        out = model(ids)
+        logits = out.flatten(0, 1)
+        if kind in ("terms", "termsfix"):  # (BERT's: the kept tokens', then the sequences')
+            seq = (ids[:, 0] % 5).clamp(min=0)
+            if kind == "terms":
+                return (nn.functional.cross_entropy(logits, labels.flatten()) +
+                        nn.functional.cross_entropy(out[:, 0], seq))
+            # (each term's sum over its count on every rank: P times the ranks' mean)
+            counts = sft.allreduce(torch.tensor([float((labels != -100).sum()),
+                                                 float(len(ids))]), op="sum")
+            return sft.size() * (
+                nn.functional.cross_entropy(logits, labels.flatten(), reduction="sum") /
+                counts[0] + nn.functional.cross_entropy(out[:, 0], seq, reduction="sum") /
+                counts[1])
         if kind == "nll":
             return nn.NLLLoss(weight=w)(torch.log_softmax(logits, -1), labels.flatten())
         if kind == "select":  # (the positions a masked language model predicts)
@@ -2429,8 +2445,8 @@ def tokens():
         return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
-    warned = ("plain", "select", "byname", "hand", "handmean")
-    for kind in warned + ("smooth", "nll", "micro", "handset"):
+    warned = ("plain", "select", "byname", "hand", "handmean", "terms")
+    for kind in warned + ("smooth", "nll", "micro", "handset", "termsfix"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(
@@ -2443,6 +2459,8 @@ def tokens():
                 keep = labels != -100
                 if kind in ("smooth", "handset"):
                     opt.set_samples(int(keep.sum()))
+                elif kind == "termsfix":
+                    opt.set_samples(1)
                 elif kind == "nll":
                     opt.set_samples(float(w[labels[keep]].sum()))
                 if kind == "micro":
@@ -2459,7 +2477,7 @@ def tokens():
                 same(job, model, "%s: after step %d" % (kind, t))
                 ids, labels = token_batch(t, None, P)
                 ref_opt.zero_grad()
-                loss_of(ref, ids, labels, kind).backward()
+                loss_of(ref, ids, labels, "terms" if kind == "termsfix" else kind).backward()
                 ref_opt.step()
         said = [str(x.message) for x in got if unequal_said(x)]
         if kind in warned:
@@ -2485,6 +2503,17 @@ def tokens():
                             back_line, ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)),
                             ", ".join(["1"] * P), sum(kept)))
                 each = ""
+            if kind == "terms":  # (the terms in either order: the order backward() met them)
+                want = ("sfb.torch: at step 0 the loss's terms average over counts that are not "
+                        "in proportion from rank to rank: cross_entropy (torch_patterns.py:")
+                tok, seqs = (", ".join("rank %d %d" % (q, k) for q, k in enumerate(v))
+                             for v in (kept, [args.batch] * P))
+                each = ""
+                if r == 0 and said and not any(
+                        (") divides by %s, the other term (cross_entropy (torch_patterns.py:" % a
+                         in said[0] and ")) by %s. One weight per rank" % b in said[0])
+                        for a, b in ((tok, seqs), (seqs, tok))):
+                    fail("the warning does not name both terms' counts: %r" % said)
             if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]):
                 fail("warned %r, expected one warning starting %r, with %r" % (said, want, each))
             if r != 0 and said:
@@ -2497,8 +2526,9 @@ def tokens():
                 kind, args.steps, worst, where), flush=True)
         closed()
     print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected, "
-          "torch's imported by name, a masked mean by hand); with set_samples one process's "
-          "(label smoothing, class weights, micro-batches, a masked mean by hand)", flush=True)
+          "torch's imported by name, a masked mean by hand, a second term over the sequences); "
+          "with set_samples one process's (label smoothing, class weights, micro-batches, a "
+          "masked mean by hand, each term over its count on every rank)", flush=True)
 
 
 class Shrink(nn.Module):

@@ -27,7 +27,8 @@ _active = None            # the _Sync whose weights F.linear hands to _LinearFac
 # the first step asks for (MAML's inner step): the factor functions form it
 _forming = set()
 _in_grad = [0]  # torch.autograd.grad() calls running (sfb's wrapper)
-_NO_LOSSES = (0.0, 0, "", "")  # _Sync.losses: (divisor, targets, how, site), _losses
+# _Sync.losses: (divisor, targets, how, site, terms: ((site, divisor), ...)), _losses
+_NO_LOSSES = (0.0, 0, "", "", ())
 _will_execute = getattr(torch._C, "_will_engine_execute_node", None)  # (torch 2)
 
 
@@ -547,9 +548,11 @@ class _Passes:
             [self.pass_hand] if self.pass_hand else []), []
         if not self.pass_hit:
             return
+        from . import _losses
         for divisor, targets, how, site in losses:
-            d, n, was, where = self.losses
-            self.losses = (d + divisor, n + targets, was or how, where or site)
+            d, n, was, where, terms = self.losses
+            self.losses = (d + divisor, n + targets, was or how, where or site,
+                           _losses.add_term(terms, site, divisor))
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)
             self.tl_end_fwd = None

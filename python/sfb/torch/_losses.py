@@ -284,3 +284,24 @@ def _nll_read(node):
         source = source.next_functions[0][0]
     name = "cross_entropy" if type(source).__name__ == "LogSoftmaxBackward0" else "nll_loss"
     return float(node._saved_total_weight), target.numel(), ", ".join(how), name
+
+
+def add_term(terms, site, divisor):
+    """The step's terms ((site, divisor), ...), in the order of their first
+    pass, with divisor added to site's: the same call on every pass (a
+    micro-batch's) sums, another call (a second loss added to the first:
+    BERT's masked tokens and next-sentence pairs) is a term of its own."""
+    for i, (at, d) in enumerate(terms):
+        if at == site:
+            return terms[:i] + ((at, d + divisor),) + terms[i + 1:]
+    return terms + ((site, divisor),)
+
+
+def shares(terms):
+    """(the first term's share of the divisors, the sum of the shares'
+    squares): the same on every rank where the terms' counts are in
+    proportion from rank to rank; (-1, 0) for fewer than two terms."""
+    total = sum(d for _, d in terms)
+    if len(terms) < 2 or total <= 0:
+        return -1.0, 0.0
+    return terms[0][1] / total, sum((d / total) ** 2 for _, d in terms)

@@ -172,7 +172,7 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
-META_FIXED = 21  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 23  # the meta row's columns after the parameters' and before the layers'
 
 
 class _Sync(_Passes):
@@ -863,7 +863,8 @@ class _Sync(_Passes):
         optimizer state's checksum, what the mean losses over kept targets
         divided by and their targets (_losses), the checksum of the modes of
         the modules whose forward differs by mode (_modes), in the first
-        reduction the torch generator's state's, each layer's samples."""
+        reduction the torch generator's state's, the loss's terms' shares of
+        those divisors (_losses.shares), each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -899,6 +900,7 @@ class _Sync(_Passes):
         if not self.told_draws:  # (until a reduction where every rank trains)
             crc = zlib.crc32(torch.random.get_rng_state().numpy().tobytes())
             row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
+        row[0, n + 21:n + 23] = _losses.shares(self.losses[4])
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1198,6 +1200,10 @@ class _Sync(_Passes):
         if self.losses[2] == _losses.SUMMED and not chose:
             self._tell_summed()
             return
+        shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
+        if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
+            self._tell_terms(meta)
+            return
         if meta[:, n + 16].any():
             self._tell_loss_counts(meta, chose)
             return
@@ -1259,6 +1265,32 @@ class _Sync(_Passes):
             "warning" % (self.clock, self.losses[3], P),
             stacklevel=_env._user_stacklevel())
 
+    def _tell_terms(self, meta):
+        """_tell_unequal where the loss's terms (mean losses of other calls
+        added in one step) divide by counts not in proportion from rank to
+        rank: no one weight per rank gives one process's mean of each."""
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return
+        n, terms = self.n_params, self.losses[4]
+        d = meta[:, n + 15].astype(np.float64)
+        first = np.where(meta[:, n + 21] >= 0, meta[:, n + 21] * d, np.nan)
+        num = lambda v: "%d" % round(v) if abs(v - round(v)) < 1e-3 * max(1.0, abs(v)) else \
+            "%.6g" % v
+        few = lambda v: ", ".join("rank %d %s" % (q, num(x) if x == x else "-")
+                                  for q, x in enumerate(v[:8])) + (", ..." if len(v) > 8 else "")
+        warnings.warn(
+            "sfb.torch: at step %d the loss's terms average over counts that are not in "
+            "proportion from rank to rank: %s divides by %s, the other term%s (%s) by %s. One "
+            "weight per rank (opt.set_samples) gives one process's mean of one of them only: "
+            "divide each term's sum by its count over all ranks (sfb.torch.allreduce of the "
+            "counts, op=\"sum\") and multiply the loss by sfb.torch.size(), with "
+            "opt.set_samples(1) on every rank" %
+            (self.clock, terms[0][0] if terms else "the first", few(first),
+             "s" if len(terms) > 2 else "", ", ".join(at for at, _ in terms[1:]) or "?",
+             few(d - first)),
+            stacklevel=_env._user_stacklevel())
+
     def _tell_loss_counts(self, meta, chose):
         """_tell_unequal where the losses' divisors are known."""
         n = self.n_params
@@ -1272,7 +1304,9 @@ class _Sync(_Passes):
         num = lambda v: "%d" % v if v == int(v) else "%.6g" % v
         few = lambda v, f: ", ".join(f(q, x) for q, x in enumerate(v[:8])) + (
             ", ..." if len(v) > 8 else "")
-        _, _, how, site = self.losses
+        _, _, how, site, terms = self.losses
+        if len(terms) > 1:
+            site = "%s and %d more term%s" % (site, len(terms) - 1, "s" if len(terms) > 2 else "")
         if how == _losses.BY_HAND:
             warnings.warn(
                 "sfb.torch: at step %d the ranks' losses average over different counts: the "
