@@ -19,7 +19,8 @@
 # parameters, create_graph); a loss's parameters outside the model; Hugging
 # Face's fine-tuning loop on a small BERT; a mean cross_entropy over the
 # tokens each rank keeps (ignore_index, or a masked mean by hand: warned
-# without set_samples); rank 0's
+# without set_samples); sequences padded apart into a bidirectional GRU
+# or unmasked attention (warned); rank 0's
 # validations in eval(); an inf input on one rank (the step skipped as one
 # process skips it); 300 Adam steps
 # bit-identical; and what must fail fast: a module whose forward differs by
@@ -147,6 +148,10 @@ cases=(
   # naming each rank's count; with it (label smoothing, class weights,
   # micro-batches, the mean by hand) exact
   tokens
+  # sequences padded per rank to other lengths into a bidirectional GRU
+  # and attention without a mask: rank 0 warns naming each rank's length;
+  # packed, exact
+  padding
   # rank 0's validations in eval() then train(): exact; a module whose
   # forward differs by mode left in eval() on some ranks, a dropout's p
   # halved on one: refused, named

@@ -963,6 +963,52 @@ class TorchOneWorker(unittest.TestCase):
             opt.step()
         sft.shutdown()
 
+    def test_layers_that_depend_on_the_padding_are_watched(self):
+        """A bidirectional recurrent layer on unpacked sequences and attention
+        without a mask give the step their sequence length (the longest)
+        and kind when their output's gradient is formed in a backward pass;
+        a forward without backward, packed sequences, a forward RNN,
+        attention with a key_padding_mask or a causal attn_mask give
+        nothing; shutdown gives torch its attention back."""
+        import torch.nn.utils.rnn as R
+        torch_mha = nn.functional.multi_head_attention_forward
+        torch.manual_seed(4)
+        lstm = nn.LSTM(3, 4, bidirectional=True)  # (sequence first)
+        gru = nn.GRU(3, 4, batch_first=True, bidirectional=True)
+        fwd = nn.GRU(3, 4, batch_first=True)
+        packed = nn.GRU(3, 4, batch_first=True, bidirectional=True)  # (densely: torch's operator)
+        att = nn.MultiheadAttention(4, 2, batch_first=True)
+        m = nn.ModuleList([lstm, gru, fwd, packed, att])
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       backward_passes_per_step=2)
+        s = sft._env._optimizer
+        x = torch.randn(2, 7, 3)  # (batch first: 7 steps)
+        pad = torch.zeros(2, 7, dtype=torch.bool)
+        causal = torch.triu(torch.ones(7, 7, dtype=torch.bool), 1)
+        h = torch.randn(2, 7, 4)
+        for run, want in (
+                (lambda: lstm(x.transpose(0, 1))[0], (7, ("a bidirectional LSTM",))),
+                (lambda: gru(x)[0], (7, ("a bidirectional GRU",))),
+                (lambda: gru(x[0])[0], (7, ("a bidirectional GRU",))),  # (unbatched)
+                (lambda: att(h, h, h)[0],
+                 (7, ("attention without a key_padding_mask",))),
+                (lambda: fwd(x)[0], (0, ())),
+                (lambda: att(h, h, h, key_padding_mask=pad)[0], (0, ())),
+                (lambda: att(h, h, h, attn_mask=causal)[0], (0, ()))):
+            opt.zero_grad()
+            (run().sum() + R.pad_packed_sequence(packed(R.pack_padded_sequence(
+                x, torch.tensor([7, 4]), batch_first=True))[0], batch_first=True)[0].sum()
+             ).backward()
+            self.assertEqual(s.padded, want)
+            gru(x[:, :5])  # (a forward without backward: nothing)
+            self.assertEqual(s.padded, want)
+            lstm(x.transpose(0, 1)[:3])[0].sum().backward()  # (the step's second pass)
+            opt.step()
+            self.assertEqual(s.padded, (0, ()))
+        self.assertIsNot(nn.functional.multi_head_attention_forward, torch_mha)
+        sft.shutdown()
+        self.assertIs(nn.functional.multi_head_attention_forward, torch_mha)
+
     def test_packed_sequences_go_densely(self):
         """An LSTM on a PackedSequence runs torch's own operator: its matrices
         go densely (the plan says so) and train as plain PyTorch's; an

@@ -176,6 +176,12 @@ tokens: a mean cross_entropy over the tokens a padded minibatch keeps
   summed loss divided by the step's count; the mean by hand, divided by
   the count as a number under a scale; each term's sum divided by its
   count over all ranks, times P, set_samples(1)).
+padding: sequences padded per rank to their own longest (the lengths
+  differ), one process's to the global one: into a bidirectional GRU and
+  into attention without a key_padding_mask, rank 0 alone must warn once
+  naming each rank's length and the layer (and the run must indeed differ
+  from one process's); into a GRU on packed sequences it must train as one
+  process, unwarned.
 autogradw: after the first step, torch.autograd.grad with respect to the
   parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -211,7 +217,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
                                  "moe", "maml", "losshead", "finetune", "tokens",
-                                 "modes", "nonfinite"])
+                                 "modes", "nonfinite", "padding"])
 ap.add_argument("--opt", default="adam", choices=["sgd", "momentum", "adam", "adamw", "lbfgs", "sam"])
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--batch", type=int, default=4, help="samples per rank and step")
@@ -561,10 +567,11 @@ def beside_one_process(model, **kw):
 
 def unequal_said(w):
     """Whether warning w says the ranks' gradients are weighed otherwise
-    than one process's mean over the union."""
+    than one process's mean over the union (or their minibatches padded
+    apart feed a layer that depends on the padding)."""
     return any(k in str(w.message) for k in (
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
-        "average over counts that are not in proportion"))
+        "average over counts that are not in proportion", "padded to different lengths"))
 
 
 @contextlib.contextmanager
@@ -2059,6 +2066,91 @@ def varlen():
               " -> ".join(map(str, bounds))), flush=True)
 
 
+class PadNet(nn.Module):
+    """Token sequences -> 5 classes through a layer whose outputs depend on
+    the padding unless told where it is: a bidirectional GRU on the padded
+    minibatch ("bigru") or on its packed sequences ("packed"), attention
+    without a key_padding_mask ("nomask"); then a masked mean and a head."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.emb = nn.Embedding(SeqNet.VOCAB, 12)
+        if how == "nomask":
+            self.att = nn.MultiheadAttention(12, 2, bias=False, batch_first=True)
+        else:
+            self.rnn = nn.GRU(12, 6, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(12, 5)
+
+    def forward(self, ids, mask):
+        h = self.emb(ids)
+        if self.how == "nomask":
+            h = h + self.att(h, h, h, need_weights=False)[0]
+        elif self.how == "packed":
+            lens = mask.sum(1).clamp(min=1)
+            h = nn.utils.rnn.pack_padded_sequence(h, lens, batch_first=True,
+                                                  enforce_sorted=False)
+            h = nn.utils.rnn.pad_packed_sequence(self.rnn(h)[0], batch_first=True,
+                                                 total_length=ids.shape[1])[0]
+        else:
+            h = self.rnn(h)[0]
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return self.head((h * m).sum(1) / m.sum(1).clamp(min=1))
+
+
+def padding():
+    """Each rank's minibatch padded to its own longest (the lengths differ
+    from rank to rank), one process's to the global one. A bidirectional
+    GRU on the padded sequences and attention without a key_padding_mask
+    depend on the padding: rank 0 alone warns once, naming each rank's
+    length and the layer; the GRU on packed sequences trains as one process,
+    without the warning (and SeqNet's masked attention: varlen)."""
+    import warnings
+    for how in ("bigru", "nomask", "packed"):
+        model = setup_model(lambda: PadNet(how))
+        P, r = sft.size(), sft.rank()
+        opt, ref, ref_opt, job = beside_one_process(model)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(args.steps if how == "packed" else 3):
+                ids, mask, y = sequences(t + 6, r, P)
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(ids, mask), y).backward()
+                opt.step()
+                same(job, model, "%s: after step %d" % (how, t))
+                ids, mask, y = sequences(t + 6, None, P)
+                ref_opt.zero_grad()
+                nn.functional.cross_entropy(ref(ids, mask), y).backward()
+                ref_opt.step()
+        said = [str(w.message) for w in got if "padded to different lengths" in str(w.message)]
+        if how == "packed":
+            if said:
+                fail("packed: warned %r" % said)
+            worst, where = near_one_process(model, ref)
+            print("ok padding packed: %d steps within %.3g of one process (%s)" % (
+                args.steps, worst, where), flush=True)
+        else:
+            lens = [sequences(6, q, P)[0].shape[1] for q in range(P)]
+            if len(set(lens)) < 2:
+                fail("the ranks' minibatches are padded alike: %s" % lens)
+            want = ("sfb.torch: at step 0 the ranks' sequences are padded to different lengths "
+                    "(%s) and %s ran on them" % (
+                        ", ".join("rank %d %d" % (q, k) for q, k in enumerate(lens)),
+                        "a bidirectional GRU" if how == "bigru" else
+                        "attention without a key_padding_mask"))
+            if r == 0 and (len(said) != 1 or not said[0].startswith(want) or
+                           "one process, padding the union to %d" % max(lens) not in said[0]):
+                fail("%s: warned %r, expected one warning starting %r" % (how, said, want))
+            if r != 0 and said:
+                fail("rank %d warned: %r" % (r, said))
+            worst, where = rel_diff(model, ref)
+            if worst <= args.tol:  # (what the warning says: not one process's)
+                fail("%s: within %.3g of one process (%s), yet warned" % (how, worst, where))
+        closed()
+    print("ok padding: rank 0 warned once naming each rank's length (a bidirectional GRU, "
+          "attention without a mask); packed, one process's", flush=True)
+
+
 class MoE(nn.Module):
     """A router sends each sample to one of four experts (top-1, scaled by
     its gate), as a sparse mixture-of-experts layer does."""
@@ -2762,7 +2854,8 @@ def main():
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
-         "tokens": tokens, "modes": modes, "nonfinite": nonfinite}[args.mode]()
+         "tokens": tokens, "modes": modes, "nonfinite": nonfinite,
+         "padding": padding}[args.mode]()
 
 
 main()

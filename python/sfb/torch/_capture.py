@@ -397,14 +397,15 @@ def _forward_post(module, inputs, output):
 def _intercept(sync):
     """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
     F.conv2d's, F.batch_norm's, F.instance_norm's, F.cross_entropy's,
-    F.nll_loss's and the element-wise losses' (_losses), torch.autograd.grad's,
+    F.nll_loss's and the element-wise losses' (_losses),
+    F.multi_head_attention_forward's (_padding), torch.autograd.grad's,
     torch.autograd.backward's, Tensor.register_hook's and
     Module.load_state_dict's calls, the recurrent layers' operators and
     every module's forward go to sync (None: torch's own again). The
     forward hooks are torch's global ones, none on the user's modules: a
     model with hooks of sfb's could not be pickled (torch.save(model)),
     and its deep copy (an EMA's) would carry them."""
-    from . import _batchnorm, _conv, _embedding as e, _losses, _recurrent
+    from . import _batchnorm, _conv, _embedding as e, _losses, _padding, _recurrent
     global _active
     _active = sync
     for h in _module_hooks:
@@ -431,6 +432,8 @@ def _intercept(sync):
     F.linear = _linear if sync is not None else _torch_linear
     F.embedding = e.embedding if sync is not None else e._torch_embedding
     F.embedding_bag = e.embedding_bag if sync is not None else e._torch_embedding_bag
+    F.multi_head_attention_forward = (_padding.multi_head_attention_forward if sync is not None
+                                      else _padding._torch_mha)
     F.cross_entropy = _losses.cross_entropy if sync is not None else _losses._torch_cross_entropy
     F.nll_loss = _losses.nll_loss if sync is not None else _losses._torch_nll_loss
     for name in _losses.ELEMENTWISE:

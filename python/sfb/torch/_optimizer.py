@@ -18,7 +18,7 @@ from ._env import _JOIN_HINT, WorldChanged, _abort_on_error, _raise_hinted
 from ._capture import _NO_LOSSES, _Linear, _Passes, _intercept, _row_range
 from ._embedding import _Rows
 from . import (_autoplan, _batchnorm, _buckets, _conv, _losses, _modes, _nonfinite, _overflow,
-               _renorm, _replicas)
+               _padding, _renorm, _replicas)
 from ._collectives import (allgather_bytes, broadcast_object, broadcast_parameters,
                            refuse_uninitialized)
 
@@ -172,7 +172,7 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
-META_FIXED = 23  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 24  # the meta row's columns after the parameters' and before the layers'
 
 
 class _Sync(_Passes):
@@ -259,6 +259,8 @@ class _Sync(_Passes):
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
+        self.padded = _padding.NONE  # the step's layers that depend on the padding (_padding)
+        self.told_padding = False  # the padded-apart warning given
         self.mode_modules = None  # the modules whose forward differs by mode (_modes)
         self.mode_ids = frozenset()  # their ids (the global forward pre-hook looks them up)
         self.mode_ran = None      # ids of those that ran a forward with gradients since the
@@ -864,7 +866,8 @@ class _Sync(_Passes):
         divided by and their targets (_losses), the checksum of the modes of
         the modules whose forward differs by mode (_modes), in the first
         reduction the torch generator's state's, the loss's terms' shares of
-        those divisors (_losses.shares), each layer's samples."""
+        those divisors (_losses.shares), the longest sequence a layer that
+        depends on the padding ran on (_padding), each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -901,6 +904,7 @@ class _Sync(_Passes):
             crc = zlib.crc32(torch.random.get_rng_state().numpy().tobytes())
             row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
         row[0, n + 21:n + 23] = _losses.shares(self.losses[4])
+        row[0, n + 23] = min(self.padded[0], _overflow.MOST)
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1120,6 +1124,8 @@ class _Sync(_Passes):
         was_training, self.all_training = self.all_training, all(q == _TRAINING for q in states)
         if not self.told_unequal:
             self._tell_unequal(meta)
+        if not self.told_padding:
+            self._tell_padding(meta)
         if not self.told_draws and self.all_training:
             self._tell_same_draws(meta)
         if _TRAINING in states:
@@ -1151,7 +1157,7 @@ class _Sync(_Passes):
             slot.token.grad = None
         self.passes = 0
         self.weight = None
-        self.losses = _NO_LOSSES
+        self.losses, self.padded = _NO_LOSSES, _padding.NONE
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
             self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
@@ -1225,6 +1231,32 @@ class _Sync(_Passes):
                 "set_samples(1) on every rank keeps DDP's rule" %
                 (self.clock, shown, ", ..." if len(counts) > 8 else ""),
                 stacklevel=_env._user_stacklevel())
+
+    def _tell_padding(self, meta):
+        """A warning (rank 0, once) where layers whose outputs depend on how
+        far a minibatch is padded (_padding) ran on sequences of other
+        lengths on other ranks: one process pads the union to the longest."""
+        steps = meta[:, self.n_params + 23]
+        ran = steps[steps > 0]
+        if not len(ran) or ran.min() == ran.max():
+            return
+        self.told_padding = True
+        if self.job.rank != 0:
+            return
+        kinds = self.padded[1]
+        warnings.warn(
+            "sfb.torch: at step %d the ranks' sequences are padded to different lengths (%s%s) "
+            "and %s ran on them: its outputs depend on how far a minibatch is padded (a "
+            "bidirectional layer's backward direction starts in the padding; attention "
+            "without a mask attends to it), so one process, padding the union to %d, would "
+            "compute others. Pack the sequences (nn.utils.rnn.pack_padded_sequence), give "
+            "attention its key_padding_mask, or pad every rank to one length" % (
+                self.clock, ", ".join("rank %d %s" % (q, int(v) if v else "-")
+                                      for q, v in enumerate(steps[:8])),
+                ", ..." if len(steps) > 8 else "",
+                " and ".join(kinds) if kinds else "a layer that depends on the padding",
+                int(ran.max())),
+            stacklevel=_env._user_stacklevel())
 
     def _tell_same_draws(self, meta):
         """The first reduction where every rank trains: where every rank's
@@ -1752,7 +1784,7 @@ class _Sync(_Passes):
         go (attached again, for the new world, at the next reduction), the
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
-        self.losses, self.pass_losses = _NO_LOSSES, []
+        self.losses, self.pass_losses, self.padded = _NO_LOSSES, [], _padding.NONE
         self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
         self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None

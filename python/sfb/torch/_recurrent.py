@@ -16,8 +16,11 @@ train (frozen, or under no_grad: evaluation runs the fused operator)."""
 import torch
 import torch.nn.functional as F
 
+from . import _padding
+
 _rnn_module = torch.nn.modules.rnn
 _torch_vf = _rnn_module._VF
+_NAMES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
 
 
 def _pairs(weights, has_bias):
@@ -123,12 +126,19 @@ class _VF:
         # weights come after hx (a tuple for the LSTM, a tensor otherwise)
         packed = len(args) != 9 or (torch.is_tensor(args[1]) if mode == "lstm"
                                     else torch.is_tensor(args[2]))
-        if not packed:
-            weights, has_bias, layers, bidir = args[2], args[3], args[4], args[7]
-            if len(weights) == layers * (2 if bidir else 1) * (4 if has_bias else 2) and \
-                    _ours(_pairs(weights, has_bias)):
-                return _run(mode, *args)
-        return torch_op(*args)
+        if packed:
+            return torch_op(*args)
+        weights, has_bias, layers, bidir = args[2], args[3], args[4], args[7]
+        if len(weights) == layers * (2 if bidir else 1) * (4 if has_bias else 2) and \
+                _ours(_pairs(weights, has_bias)):
+            out = _run(mode, *args)
+        else:
+            out = torch_op(*args)
+        if bidir:  # (its backward direction starts in the padding)
+            x = args[0]
+            _padding.watch(out[0], "a bidirectional %s" % _NAMES[mode],
+                           x.shape[1 if args[8] and x.dim() == 3 else 0])
+        return out
 
     def lstm(self, *args):
         return self._layer("lstm", args, _torch_vf.lstm)
