@@ -964,12 +964,13 @@ class TorchOneWorker(unittest.TestCase):
         sft.shutdown()
 
     def test_layers_that_depend_on_the_padding_are_watched(self):
-        """A bidirectional recurrent layer on unpacked sequences and attention
-        without a mask give the step their sequence length (the longest)
-        and kind when their output's gradient is formed in a backward pass;
-        a forward without backward, packed sequences, a forward RNN,
-        attention with a key_padding_mask or a causal attn_mask give
-        nothing; shutdown gives torch its attention back."""
+        """A bidirectional recurrent layer on unpacked sequences, a recurrent
+        layer's final state (h_n, c_n) on them and attention without a mask
+        give the step their sequence length (the longest) and kind when
+        their output's gradient is formed in a backward pass; a forward
+        without backward, one sequence, packed sequences, a forward RNN's
+        outputs, attention with a key_padding_mask or a causal attn_mask
+        give nothing; shutdown gives torch its attention back."""
         import torch.nn.utils.rnn as R
         torch_mha = nn.functional.multi_head_attention_forward
         torch.manual_seed(4)
@@ -989,9 +990,13 @@ class TorchOneWorker(unittest.TestCase):
         for run, want in (
                 (lambda: lstm(x.transpose(0, 1))[0], (7, ("a bidirectional LSTM",))),
                 (lambda: gru(x)[0], (7, ("a bidirectional GRU",))),
-                (lambda: gru(x[0])[0], (7, ("a bidirectional GRU",))),  # (unbatched)
+                (lambda: gru(x[0])[0], (0, ())),  # (unbatched: one sequence, not padded)
+                (lambda: gru(x[:1])[0], (0, ())),
+                (lambda: fwd(x)[1], (7, ("a GRU's final state",))),
+                (lambda: lstm(x.transpose(0, 1))[1][1], (7, ("an LSTM's final state",))),
                 (lambda: att(h, h, h)[0],
                  (7, ("attention without a key_padding_mask",))),
+                (lambda: att(h[:1], h[:1], h[:1])[0], (0, ())),
                 (lambda: fwd(x)[0], (0, ())),
                 (lambda: att(h, h, h, key_padding_mask=pad)[0], (0, ())),
                 (lambda: att(h, h, h, attn_mask=causal)[0], (0, ()))):

@@ -180,8 +180,8 @@ padding: sequences padded per rank to their own longest (the lengths
   differ), one process's to the global one: into a bidirectional GRU and
   into attention without a key_padding_mask, rank 0 alone must warn once
   naming each rank's length and the layer (and the run must indeed differ
-  from one process's); into a GRU on packed sequences it must train as one
-  process, unwarned.
+  from one process's), and a GRU's final state the same; into a GRU on
+  packed sequences it must train as one process, unwarned.
 autogradw: after the first step, torch.autograd.grad with respect to the
   parameters (and backward(inputs=) naming one) must raise
   sfb.UsageError naming the first Linear weight on every rank; with respect
@@ -2070,7 +2070,8 @@ class PadNet(nn.Module):
     """Token sequences -> 5 classes through a layer whose outputs depend on
     the padding unless told where it is: a bidirectional GRU on the padded
     minibatch ("bigru") or on its packed sequences ("packed"), attention
-    without a key_padding_mask ("nomask"); then a masked mean and a head."""
+    without a key_padding_mask ("nomask"), then a masked mean and a head;
+    or a GRU's final state on the padded minibatch and a head ("final")."""
 
     def __init__(self, how):
         super().__init__()
@@ -2078,12 +2079,16 @@ class PadNet(nn.Module):
         self.emb = nn.Embedding(SeqNet.VOCAB, 12)
         if how == "nomask":
             self.att = nn.MultiheadAttention(12, 2, bias=False, batch_first=True)
+        elif how == "final":
+            self.rnn = nn.GRU(12, 12, batch_first=True)
         else:
             self.rnn = nn.GRU(12, 6, batch_first=True, bidirectional=True)
         self.head = nn.Linear(12, 5)
 
     def forward(self, ids, mask):
         h = self.emb(ids)
+        if self.how == "final":  # (the state after the padding)
+            return self.head(self.rnn(h)[1][-1])
         if self.how == "nomask":
             h = h + self.att(h, h, h, need_weights=False)[0]
         elif self.how == "packed":
@@ -2101,12 +2106,13 @@ class PadNet(nn.Module):
 def padding():
     """Each rank's minibatch padded to its own longest (the lengths differ
     from rank to rank), one process's to the global one. A bidirectional
-    GRU on the padded sequences and attention without a key_padding_mask
-    depend on the padding: rank 0 alone warns once, naming each rank's
-    length and the layer; the GRU on packed sequences trains as one process,
-    without the warning (and SeqNet's masked attention: varlen)."""
+    GRU on the padded sequences, attention without a key_padding_mask and a
+    GRU's final state depend on the padding: rank 0 alone warns once,
+    naming each rank's length and the layer; the GRU on packed sequences
+    trains as one process, without the warning (and SeqNet's masked
+    attention: varlen)."""
     import warnings
-    for how in ("bigru", "nomask", "packed"):
+    for how in ("bigru", "nomask", "final", "packed"):
         model = setup_model(lambda: PadNet(how))
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(model)
@@ -2136,8 +2142,8 @@ def padding():
             want = ("sfb.torch: at step 0 the ranks' sequences are padded to different lengths "
                     "(%s) and %s ran on them" % (
                         ", ".join("rank %d %d" % (q, k) for q, k in enumerate(lens)),
-                        "a bidirectional GRU" if how == "bigru" else
-                        "attention without a key_padding_mask"))
+                        {"bigru": "a bidirectional GRU", "final": "a GRU's final state",
+                         "nomask": "attention without a key_padding_mask"}[how]))
             if r == 0 and (len(said) != 1 or not said[0].startswith(want) or
                            "one process, padding the union to %d" % max(lens) not in said[0]):
                 fail("%s: warned %r, expected one warning starting %r" % (how, said, want))
@@ -2148,7 +2154,7 @@ def padding():
                 fail("%s: within %.3g of one process (%s), yet warned" % (how, worst, where))
         closed()
     print("ok padding: rank 0 warned once naming each rank's length (a bidirectional GRU, "
-          "attention without a mask); packed, one process's", flush=True)
+          "attention without a mask, a GRU's final state); packed, one process's", flush=True)
 
 
 class MoE(nn.Module):

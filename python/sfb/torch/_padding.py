@@ -1,7 +1,10 @@
 """Layers whose outputs depend on how far a minibatch is padded: a
 bidirectional recurrent layer on unpacked sequences (its backward direction
-starts in the padding) and attention without a key_padding_mask or an
-attn_mask (every query attends to the padding too). One process pads the
+starts in the padding), a recurrent layer's final state on them (h_n, an
+LSTM's c_n: the state after the padding) and attention without a
+key_padding_mask or an attn_mask (every query attends to the padding too),
+each over a minibatch of two or more sequences (one sequence is not
+padded). One process pads the
 union of the ranks' minibatches to its longest sequence, each rank its own
 to its own longest: where those lengths differ from rank to rank such a
 layer computes on each rank what no one process computes. While a
@@ -21,12 +24,12 @@ _torch_mha = F.multi_head_attention_forward
 _mha_params = inspect.signature(_torch_mha)
 
 
-def watch(out, kind, steps):
-    """out, a layer's output over sequences of `steps` (kind: what it is,
-    for the warning): counted when its gradient is formed in a backward
-    pass (not inside torch.autograd.grad)."""
+def watch(out, kind, steps, batch):
+    """out, a layer's output over `batch` sequences of `steps` (kind: what
+    it is, for the warning): counted when its gradient is formed in a
+    backward pass (not inside torch.autograd.grad)."""
     s = _capture._active
-    if s is None or not isinstance(out, torch.Tensor) or not out.requires_grad:
+    if s is None or batch < 2 or not isinstance(out, torch.Tensor) or not out.requires_grad:
         return
 
     def counted(grad):
@@ -45,5 +48,7 @@ def multi_head_attention_forward(*args, **kwargs):
         a = _mha_params.bind(*args, **kwargs).arguments
         if a.get("key_padding_mask") is None and a.get("attn_mask") is None and \
                 not a.get("is_causal", False):
-            watch(out[0], "attention without a key_padding_mask", a["key"].shape[0])
+            key = a["key"]
+            watch(out[0], "attention without a key_padding_mask", key.shape[0],
+                  key.shape[1] if key.dim() == 3 else 1)
     return out

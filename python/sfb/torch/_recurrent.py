@@ -134,10 +134,14 @@ class _VF:
             out = _run(mode, *args)
         else:
             out = torch_op(*args)
+        x, name = args[0], _NAMES[mode]
+        steps = x.shape[1 if args[8] and x.dim() == 3 else 0]
+        batch = 1 if x.dim() < 3 else x.shape[0 if args[8] else 1]
         if bidir:  # (its backward direction starts in the padding)
-            x = args[0]
-            _padding.watch(out[0], "a bidirectional %s" % _NAMES[mode],
-                           x.shape[1 if args[8] and x.dim() == 3 else 0])
+            _padding.watch(out[0], "a bidirectional %s" % name, steps, batch)
+        for state in out[1:]:  # (the state after the padding: h_n, an LSTM's c_n)
+            _padding.watch(state, "%s %s's final state" % (
+                "an" if name in ("LSTM", "RNN") else "a", name), steps, batch)
         return out
 
     def lstm(self, *args):
