@@ -927,12 +927,22 @@ class TorchOneWorker(unittest.TestCase):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         self.assertIsNone(_losses.of_root(x.sum(), None, 1))
         # a step's terms: the same call's passes sum, another call is a term of its own
-        terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0), "b", 1.0),
-                                 "a", 5.0)
-        self.assertEqual(terms, (("a", 8.0), ("b", 1.0)))
+        terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0, 7), "b", 1.0),
+                                 "a", 5.0, 7)
+        self.assertEqual(terms, (("a", 8.0, 7), ("b", 1.0, 0)))
         self.assertEqual(_losses.shares(terms), (8.0 / 9, (8.0 / 9) ** 2 + (1.0 / 9) ** 2))
-        self.assertEqual(_losses.shares((("a", 16.0), ("b", 2.0))), _losses.shares(terms))
-        self.assertEqual(_losses.shares((("a", 8.0),)), (-1.0, 0.0))
+        self.assertEqual(_losses.shares((("a", 16.0, 7), ("b", 2.0, 0))), _losses.shares(terms))
+        self.assertEqual(_losses.shares((("a", 8.0, 7),)), (-1.0, 0.0))
+        # their settings: the class weights' bytes and dtype, ignore_index, label_smoothing
+        self.assertEqual(_losses.settings_crc(terms)[0], 1)
+        w3 = torch.tensor([1.0, 2.0, 4.0])
+        crcs = {_losses.crc(None, -100, 0.0), _losses.crc(w3, -100, 0.0),
+                _losses.crc(w3.double(), -100, 0.0), _losses.crc(w3 * 2, -100, 0.0),
+                _losses.crc(w3, 0, 0.0), _losses.crc(w3, -100, 0.1),
+                _losses.crc(w3.bfloat16(), -100, 0.0)}
+        self.assertEqual(len(crcs), 7)
+        self.assertEqual(_losses.crc(w3.clone(), -100, 0.0), _losses.crc(w3, -100, 0.0))
+        self.assertNotIn(0, crcs)
         self.assertEqual(_losses.of_root([x.mean()], [None]), hand(12))
         self.assertIsNone(_losses.of_root([x.mean(), x.mean()], None))
         self.assertIsNone(_losses.of_root(x.mean(0), None))

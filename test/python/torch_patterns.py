@@ -175,7 +175,9 @@ tokens: a mean cross_entropy over the tokens a padded minibatch keeps
   class weights, set_samples their sum; two micro-batches, each pass's
   summed loss divided by the step's count; the mean by hand, divided by
   the count as a number under a scale; each term's sum divided by its
-  count over all ranks, times P, set_samples(1)).
+  count over all ranks, times P, set_samples(1)); class weights counted
+  from each rank's own targets must be refused on every rank, naming the
+  loss.
 padding: sequences padded per rank to their own longest (the lengths
   differ), one process's to the global one: into a bidirectional GRU and
   into attention without a key_padding_mask, rank 0 alone must warn once
@@ -2623,10 +2625,37 @@ def tokens():
             print("ok tokens %s: %d steps within %.3g of one process (%s)" % (
                 kind, args.steps, worst, where), flush=True)
         closed()
+    # class weights counted from each rank's own shard: one process has one loss
+    model = setup_model(TokNet)
+    P, r = sft.size(), sft.rank()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    try:
+        for t in range(3):
+            ids, labels = token_batch(t, r, P)
+            keep = labels != -100
+            if t == 0:
+                mine = torch.bincount(labels[keep], minlength=TokNet.VOCAB).float() + 1
+                wr = mine.sum() / mine  # (inverse frequencies, of this rank's targets)
+            opt.zero_grad()
+            opt.set_samples(float(wr[labels[keep]].sum()))
+            line = sys._getframe().f_lineno + 1
+            loss = nn.functional.nll_loss(torch.log_softmax(model(ids).flatten(0, 1), -1),
+                                          labels.flatten(), weight=wr)
+            loss.backward()
+            opt.step()
+        fail("class weights of each rank's own went on")
+    except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
+        want = ("the ranks' losses differ: nll_loss (torch_patterns.py:%d) has other class "
+                "weights, ignore_index or label_smoothing from rank to rank (alike: %s). One "
+                "process has one loss" % (line, "; ".join("rank %d" % q for q in range(P))))
+        if want not in str(e):
+            fail("expected %r, got %s" % (want, e))
+    closed()
     print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected, "
           "torch's imported by name, a masked mean by hand, a second term over the sequences); "
           "with set_samples one process's (label smoothing, class weights, micro-batches, a "
-          "masked mean by hand, each term over its count on every rank)", flush=True)
+          "masked mean by hand, each term over its count on every rank); class weights of "
+          "each rank's own refused", flush=True)
 
 
 class Shrink(nn.Module):

@@ -27,7 +27,7 @@ _active = None            # the _Sync whose weights F.linear hands to _LinearFac
 # the first step asks for (MAML's inner step): the factor functions form it
 _forming = set()
 _in_grad = [0]  # torch.autograd.grad() calls running (sfb's wrapper)
-# _Sync.losses: (divisor, targets, how, site, terms: ((site, divisor), ...)), _losses
+# _Sync.losses: (divisor, targets, how, site, terms: ((site, divisor, settings), ...)), _losses
 _NO_LOSSES = (0.0, 0, "", "", ())
 _will_execute = getattr(torch._C, "_will_engine_execute_node", None)  # (torch 2)
 
@@ -507,12 +507,14 @@ class _Passes:
             except BaseException as e:  # raised out of backward(): tell the peers
                 self.fail_in_backward(e)
 
-    def loss_counted(self, divisor, targets, how, site):
+    def loss_counted(self, divisor, targets, how, site, settings=0):
         """A mean loss (_losses) got its gradient in this backward pass:
         divisor what it divided by, of targets; how, what it dropped or
-        weighed; site, the loss and the user's file:line. The step's from
-        the pass's end on, if the pass reaches the job's parameters."""
-        self.pass_losses.append((divisor, targets, how, site))
+        weighed; site, the loss and the user's file:line; settings, its
+        class weights' and options' checksum (_losses.crc; 0: none read).
+        The step's from the pass's end on, if the pass reaches the job's
+        parameters."""
+        self.pass_losses.append((divisor, targets, how, site, settings))
         if not self.losses_cb:
             self.losses_cb = True
             torch.autograd.Variable._execution_engine.queue_callback(self._losses_end)
@@ -548,14 +550,14 @@ class _Passes:
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
         losses, self.pass_losses = self.pass_losses or (
-            [self.pass_hand] if self.pass_hand else []), []
+            [self.pass_hand + (0,)] if self.pass_hand else []), []
         if not self.pass_hit:
             return
         from . import _losses
-        for divisor, targets, how, site in losses:
+        for divisor, targets, how, site, settings in losses:
             d, n, was, where, terms = self.losses
             self.losses = (d + divisor, n + targets, was or how, where or site,
-                           _losses.add_term(terms, site, divisor))
+                           _losses.add_term(terms, site, divisor, settings))
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)
             self.tl_end_fwd = None

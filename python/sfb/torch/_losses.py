@@ -13,6 +13,7 @@ counts nothing) and the meta row carries it; optimizer._Sync warns where
 the ranks' weights are not proportional to their counts."""
 import functools
 import inspect
+import zlib
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """F.cross_entropy while a DistributedOptimizer lives."""
     out = _torch_cross_entropy(input, target, weight, size_average, ignore_index, reduce,
                                reduction, label_smoothing)
-    _watch(out, target, weight, ignore_index, size_average, reduce, reduction, "cross_entropy")
+    _watch(out, target, weight, ignore_index, size_average, reduce, reduction, "cross_entropy",
+           label_smoothing)
     return out
 
 
@@ -46,20 +48,23 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return out
 
 
-def _watch(out, target, weight, ignore_index, size_average, reduce, reduction, name):
+def _watch(out, target, weight, ignore_index, size_average, reduce, reduction, name,
+           smoothing=0.0):
     """cross_entropy's or nll_loss's mean, whose output may reach
     backward(): its divisor (the kept targets; over probabilities, the
-    samples) goes to the pass when its gradient is formed there."""
+    samples) and its settings (class weights, ignore_index, label
+    smoothing) go to the pass when its gradient is formed there."""
     s = _capture._active
     if s is None or not out.requires_grad:
         return
     if _reduced(size_average, reduce, reduction) != "mean":
         return
+    settings = lambda: crc(weight, ignore_index, smoothing)
     if target.is_floating_point():  # (probabilities as targets: by the samples)
         n = target.numel() // target.shape[1] if target.dim() > 1 else 1
-        _hook(s, out, lambda: (float(n), n, ""), name)
+        _hook(s, out, lambda: (float(n), n, ""), name, settings)
     else:
-        _hook(s, out, lambda: count(target, weight, ignore_index), name)
+        _hook(s, out, lambda: count(target, weight, ignore_index), name, settings)
 
 
 def _reduced(size_average, reduce, reduction):
@@ -68,14 +73,16 @@ def _reduced(size_average, reduce, reduction):
     return reduction
 
 
-def _hook(s, out, counts, name):
-    """counts() -> (divisor, targets, how) goes to s's pass when out's
-    gradient is formed in it (not inside torch.autograd.grad)."""
+def _hook(s, out, counts, name, settings=None):
+    """counts() -> (divisor, targets, how) and settings() (crc()) go to s's
+    pass when out's gradient is formed in it (not inside
+    torch.autograd.grad)."""
     site = _env._user_line()
 
     def counted(grad):
         if not _capture._in_grad[0]:  # (torch.autograd.grad: no pass of the reduction's)
-            s.loss_counted(*counts(), "%s (%s)" % (name, site) if site else name)
+            s.loss_counted(*counts(), "%s (%s)" % (name, site) if site else name,
+                           settings() if settings else 0)
 
     _grad_hooks._torch_register_hook(out, counted)
 
@@ -104,6 +111,8 @@ def _watch_elementwise(name, sig, out, args, kwargs):
     a = sig.bind(*args, **kwargs).arguments
     how = _reduced(a.get("size_average"), a.get("reduce"), a.get("reduction", "mean"))
     x, y, w = a["input"], a["target"], a.get("weight")
+    pos = a.get("pos_weight")  # (per class: binary_cross_entropy_with_logits')
+    settings = (lambda: crc(pos)) if pos is not None else None
     if how == "batchmean":
         n = x.shape[0] if x.dim() else 1
         _hook(s, out, lambda: (float(n), n, ""), name)
@@ -112,7 +121,20 @@ def _watch_elementwise(name, sig, out, args, kwargs):
         if w is not None and name in ("mse_loss", "l1_loss"):
             _hook(s, out, lambda: (float(w.sum()), n, "weight="), name)
         else:
-            _hook(s, out, lambda: (float(n), n, ""), name)
+            _hook(s, out, lambda: (float(n), n, ""), name, settings)
+
+
+def crc(weight, *values):
+    """A loss's settings as a nonzero checksum: its per-class weights'
+    bytes (cross_entropy's and nll_loss's weight=, the binary cross
+    entropy's pos_weight=) and values (ignore_index, label_smoothing). One
+    process has one loss: ranks whose checksums differ (class weights
+    counted from each rank's shard) train on none."""
+    c = zlib.crc32(repr(values).encode())
+    if weight is not None:
+        w = weight.detach().reshape(-1).cpu().contiguous()
+        c = zlib.crc32(str(w.dtype).encode() + w.view(torch.uint8).numpy().tobytes(), c)
+    return c or 1
 
 
 def keep_eager(dynamo):
@@ -286,22 +308,29 @@ def _nll_read(node):
     return float(node._saved_total_weight), target.numel(), ", ".join(how), name
 
 
-def add_term(terms, site, divisor):
-    """The step's terms ((site, divisor), ...), in the order of their first
-    pass, with divisor added to site's: the same call on every pass (a
-    micro-batch's) sums, another call (a second loss added to the first:
-    BERT's masked tokens and next-sentence pairs) is a term of its own."""
-    for i, (at, d) in enumerate(terms):
+def add_term(terms, site, divisor, settings=0):
+    """The step's terms ((site, divisor, settings), ...), in the order of
+    their first pass, with divisor added to site's: the same call on every
+    pass (a micro-batch's) sums, another call (a second loss added to the
+    first: BERT's masked tokens and next-sentence pairs) is a term of its
+    own; settings, its crc() (0: none read)."""
+    for i, (at, d, c) in enumerate(terms):
         if at == site:
-            return terms[:i] + ((at, d + divisor),) + terms[i + 1:]
-    return terms + ((site, divisor),)
+            return terms[:i] + ((at, d + divisor, c or settings),) + terms[i + 1:]
+    return terms + ((site, divisor, settings),)
+
+
+def settings_crc(terms):
+    """(the terms whose settings were read, a checksum of theirs in order)."""
+    read = [c for _, _, c in terms if c]
+    return len(read), zlib.crc32(b"".join(c.to_bytes(4, "little") for c in read))
 
 
 def shares(terms):
     """(the first term's share of the divisors, the sum of the shares'
     squares): the same on every rank where the terms' counts are in
     proportion from rank to rank; (-1, 0) for fewer than two terms."""
-    total = sum(d for _, d in terms)
+    total = sum(d for _, d, _ in terms)
     if len(terms) < 2 or total <= 0:
         return -1.0, 0.0
-    return terms[0][1] / total, sum((d / total) ** 2 for _, d in terms)
+    return terms[0][1] / total, sum((d / total) ** 2 for _, d, _ in terms)

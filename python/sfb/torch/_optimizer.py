@@ -172,7 +172,7 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
-META_FIXED = 24  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 27  # the meta row's columns after the parameters' and before the layers'
 
 
 class _Sync(_Passes):
@@ -867,7 +867,9 @@ class _Sync(_Passes):
         the modules whose forward differs by mode (_modes), in the first
         reduction the torch generator's state's, the loss's terms' shares of
         those divisors (_losses.shares), the longest sequence a layer that
-        depends on the padding ran on (_padding), each layer's samples."""
+        depends on the padding ran on (_padding), the losses' settings
+        (their class weights, ignore_index, label_smoothing: how many were
+        read and their checksum), each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -905,6 +907,8 @@ class _Sync(_Passes):
             row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
         row[0, n + 21:n + 23] = _losses.shares(self.losses[4])
         row[0, n + 23] = min(self.padded[0], _overflow.MOST)
+        read, crc = _losses.settings_crc(self.losses[4])
+        row[0, n + 24:n + 27] = [min(read, _overflow.MOST), crc & 0xFFFF, crc >> 16]
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1319,7 +1323,7 @@ class _Sync(_Passes):
             "counts, op=\"sum\") and multiply the loss by sfb.torch.size(), with "
             "opt.set_samples(1) on every rank" %
             (self.clock, terms[0][0] if terms else "the first", few(first),
-             "s" if len(terms) > 2 else "", ", ".join(at for at, _ in terms[1:]) or "?",
+             "s" if len(terms) > 2 else "", ", ".join(t[0] for t in terms[1:]) or "?",
              few(d - first)),
             stacklevel=_env._user_stacklevel())
 
@@ -1414,6 +1418,35 @@ class _Sync(_Passes):
             p.grad.add_(src, alpha=float(inv))
             self.handed[id(p)] = p.grad
 
+    def _check_loss_settings(self, meta, states):
+        """The training ranks whose step read the settings of as many losses
+        (_losses.crc: class weights, ignore_index, label_smoothing) must
+        have read the same ones: one process has one loss. Else fail on
+        every rank, naming the losses and which ranks have which."""
+        n, me = self.n_params, self.job.rank
+        if self.state != _TRAINING or not meta[me, n + 24]:
+            return
+        alike = [q for q in range(self.job.world) if states[q] == _TRAINING and
+                 meta[q, n + 24] == meta[me, n + 24]]
+        crcs = {q: tuple(meta[q, n + 25:n + 27]) for q in alike}
+        if len(set(crcs.values())) < 2:
+            return
+        groups = {}
+        for q in alike:
+            groups.setdefault(crcs[q], []).append(q)
+        sides = sorted(groups.values())
+        ranks = lambda g: "rank%s %s" % ("s" if len(g) > 1 else "", ", ".join(map(str, g)))
+        sites = [at for at, _, c in self.losses[4] if c]
+        where = ("on %s than on %s" % (ranks(sides[1]), ranks(sides[0])) if len(sides) == 2
+                 else "from rank to rank (alike: %s)" % "; ".join(ranks(g) for g in sides))
+        raise _sfb.MismatchError(
+            -(4096 + 9), "sfb.torch: at step %d the ranks' losses differ: %s %s other class "
+            "weights, ignore_index or label_smoothing %s. One process has one loss: give "
+            "every rank the same (class weights counted over the whole dataset, or rank 0's "
+            "sent to all: sft.broadcast_object)" % (
+                self.clock, " and ".join(sites), "has" if len(sites) == 1 else "have", where),
+            rank=sides[1][0] if sides[0][0] == me else sides[0][0])
+
     def _check_meta(self, meta):
         """Every rank in this clock: the same state (or joined), the same
         optimizer steps and hyperparameters; else fail naming both."""
@@ -1467,6 +1500,7 @@ class _Sync(_Passes):
                     "(requires_grad) differ: rank %d's and rank %d's (every rank must freeze "
                     "and unfreeze the same parameters at the same step)" %
                     (self.clock, job.rank, q), rank=q)
+        self._check_loss_settings(meta, states)
         for q in range(job.world):
             if states[q] == _TRAINING and self.state == _TRAINING and \
                     (meta[q, n + 17:n + 19] != meta[job.rank, n + 17:n + 19]).any():
