@@ -239,8 +239,8 @@ def of_root(tensors, grad_tensors, world=1):
         summed = _summed(tensors.grad_fn, world, 0) if world > 1 else None
         if summed is not None:
             return 0.0, 0, SUMMED if summed == "sum" else SUMMED_TIMES_WORLD, None
-    except (RuntimeError, AttributeError, ValueError):
-        return None
+    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+        return None  # (a graph read otherwise than expected: nothing read)
     return None
 
 

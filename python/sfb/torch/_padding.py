@@ -4,14 +4,14 @@ starts in the padding), a recurrent layer's final state on them (h_n, an
 LSTM's c_n: the state after the padding) and attention without a
 key_padding_mask or an attn_mask (every query attends to the padding too),
 each over a minibatch of two or more sequences (one sequence is not
-padded). One process pads the
-union of the ranks' minibatches to its longest sequence, each rank its own
-to its own longest: where those lengths differ from rank to rank such a
-layer computes on each rank what no one process computes. While a
-DistributedOptimizer lives, such a layer's output whose gradient is formed
-in a backward pass adds its sequence length to the step's (_Sync.padded,
-the meta row; a validation forward without backward adds nothing), and
-optimizer._Sync warns where the ranks' lengths differ."""
+padded). One process pads the union of the ranks' minibatches to its
+longest sequence, each rank its own to its own longest: where those
+lengths differ from rank to rank such a layer computes on each rank what
+no one process computes. While a DistributedOptimizer lives, such a
+layer's output whose gradient is formed in a backward pass adds its
+sequence length to the step's (_Sync.padded, the meta row; a validation
+forward without backward adds nothing), and optimizer._Sync warns where
+the ranks' lengths differ."""
 import inspect
 
 import torch
@@ -45,7 +45,10 @@ def multi_head_attention_forward(*args, **kwargs):
     attention over keys with neither mask is watched (watch)."""
     out = _torch_mha(*args, **kwargs)
     if _capture._active is not None and torch.is_grad_enabled():
-        a = _mha_params.bind(*args, **kwargs).arguments
+        try:
+            a = _mha_params.bind(*args, **kwargs).arguments
+        except TypeError:  # (torch took what its signature does not say: not watched)
+            return out
         if a.get("key_padding_mask") is None and a.get("attn_mask") is None and \
                 not a.get("is_causal", False):
             key = a["key"]
