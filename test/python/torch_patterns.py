@@ -1062,15 +1062,28 @@ def batchnorm():
     # At step 1 rank 0 runs the BatchNorm2d in eval() (the others wait for
     # its statistics while it gathers the BatchNorm1d's), then, with a model
     # whose BatchNorm keeps running statistics, leaves eval() on after
-    # validating (it gathers nothing: the others wait while it reduces).
+    # validating (it gathers nothing: the others wait while it reduces),
+    # then validates in train() (one forward more: its training forward
+    # meets the others' backward).
     # Every rank must fail at once (before: all waited out the bootstrap
     # timeout) with sfb.MismatchError naming where each was.
     small = nn.Sequential(nn.Linear(10, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 5))
+    other = copy.deepcopy(small)  # (small's buffers part below)
+
+    def validate_in_train(net, xb):
+        with torch.no_grad():
+            net(xb[:3])
+
     for net, leave, words in (
             (model, lambda: model[2].eval(), ["rank 0 was at BatchNorm1d 6's forward",
                                               "BatchNorm2d 2's forward statistics at step 1"]),
             (small, lambda: small.eval(), ["step 1's reduction", "rank 0 ran fewer",
-                                           "model.eval() left on"])):
+                                           "model.eval() left on"]),
+            # (a validation on rank 0 without model.eval(): one forward more there)
+            (other, lambda: validate_in_train(other, xb), [
+                "BatchNorm1d 1's forward statistics at step 1",
+                "BatchNorm1d 1's backward statistics at step 1",
+                "a validation on rank 0, runs in model.eval()"])):
         sft.init(peer_timeout_s=5, bootstrap_timeout_s=120)
         opt = sft.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), model=net,
                                        max_samples=2 * args.batch + 1)

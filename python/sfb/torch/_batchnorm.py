@@ -82,7 +82,8 @@ def _refuse_batch(layer, why):
 
 _HINT = ("every rank must run each BatchNorm layer in training mode in the same order in "
          "every forward, as under SyncBatchNorm (one without running statistics gathers in "
-         "eval() too)")
+         "eval() too); a forward on some ranks only, such as a validation on rank 0, runs in "
+         "model.eval()")
 
 
 def _tag(s, what):
