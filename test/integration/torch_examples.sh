@@ -80,7 +80,22 @@ if command -v mpirun >/dev/null; then
   tail -n 1 "$tmp/mpi"
   check "mpirun -n 2: exit 0, world 2 ($rc)" "[ $rc = 0 ] && grep -q '^result .* world=2 ' '$tmp/mpi'"
 fi
-port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# torchrun's store takes MASTER_PORT, sfb's rendezvous MASTER_PORT + 1: a pair
+# both free now, below the kernel's ephemeral ports (ip_local_port_range
+# starts at 32768), where the ports other tests bind to 0 come from (one
+# such test took the port after a bind-to-0 pick: seen once in CI)
+port=$("$PY" -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32000)
+    s = [socket.socket(), socket.socket()]
+    try:
+        s[0].bind(("127.0.0.1", p)); s[1].bind(("127.0.0.1", p + 1))
+    except OSError:
+        continue
+    finally:
+        [x.close() for x in s]
+    print(p); break')
 ( unset SFB_RANK SFB_WORLD_SIZE SFB_RENDEZVOUS SFB_JOB_KEY
   # --redirects/--tee: Debian's torchrun 1.13 fails without them on Python 3.11
   timeout 120 "$PY" -m torch.distributed.run --nproc_per_node 2 --master_port "$port" \
