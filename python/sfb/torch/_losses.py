@@ -191,8 +191,9 @@ def of_root(tensors, grad_tensors, world=1):
     of the count), and the elements of a .mean() it ends in
     (loss[mask].mean()). A sum over the samples (reduction="sum", .sum(),
     sums of them): (0.0, 0, SUMMED, None), SUMMED_TIMES_WORLD where it is
-    multiplied by the world's size (world > 1). None where it divides by something with a gradient or mixes
-    means and sums, for several roots and for given gradients."""
+    multiplied by the world's size (world > 1). None where it divides by
+    something with a gradient or mixes means and sums, for several roots
+    and for given gradients."""
     if isinstance(tensors, (list, tuple)):
         if len(tensors) != 1:
             return None

@@ -172,6 +172,20 @@ def _members(model):
     return list(model.children()) if isinstance(model, _Models) else [model]
 
 
+def _num(v):
+    """A count as the warnings show it: an integer where it is one (to
+    float32's rounding of a share times a count), else six digits."""
+    r = round(v)
+    return "%d" % r if abs(v - r) <= 1e-5 * max(1.0, abs(v)) else "%.6g" % v
+
+
+def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else "-")):
+    """show(rank, value) of the first 8 values, joined (", ..." past them);
+    by default "rank q count" ("-": none)."""
+    return ", ".join(show(q, v) for q, v in enumerate(values[:8])) + (
+        ", ..." if len(values) > 8 else "")
+
+
 META_FIXED = 27  # the meta row's columns after the parameters' and before the layers'
 
 
@@ -1225,15 +1239,14 @@ class _Sync(_Passes):
             return
         self.told_unequal = True
         if self.job.rank == 0:
-            shown = ", ".join("rank %d %d" % (q, c) for q, c in enumerate(counts[:8]))
             warnings.warn(
                 "sfb.torch: at step %d the ranks' minibatches differ in size (the most samples "
-                "one of their layers took: %s%s) and no rank called opt.set_samples(n): each "
+                "one of their layers took: %s) and no rank called opt.set_samples(n): each "
                 "rank's gradient weighs 1 (DDP's rule), where one process's mean loss over "
                 "their union weighs each rank by its samples. Call opt.set_samples(n) before "
                 "backward() with the count this rank's loss averages over (samples, or tokens); "
                 "set_samples(1) on every rank keeps DDP's rule" %
-                (self.clock, shown, ", ..." if len(counts) > 8 else ""),
+                (self.clock, _listed(counts)),
                 stacklevel=_env._user_stacklevel())
 
     def _tell_padding(self, meta):
@@ -1249,15 +1262,14 @@ class _Sync(_Passes):
             return
         kinds = self.padded[1]
         warnings.warn(
-            "sfb.torch: at step %d the ranks' sequences are padded to different lengths (%s%s) "
+            "sfb.torch: at step %d the ranks' sequences are padded to different lengths (%s) "
             "and %s ran on them: its outputs depend on how far a minibatch is padded (a "
             "bidirectional layer's backward direction starts in the padding; attention "
             "without a mask attends to it), so one process, padding the union to %d, would "
             "compute others. Pack the sequences (nn.utils.rnn.pack_padded_sequence), give "
             "attention its key_padding_mask, or pad every rank to one length" % (
-                self.clock, ", ".join("rank %d %s" % (q, int(v) if v else "-")
-                                      for q, v in enumerate(steps[:8])),
-                ", ..." if len(steps) > 8 else "",
+                self.clock,
+                _listed(steps, lambda q, v: "rank %d %s" % (q, int(v) if v else "-")),
                 " and ".join(kinds) if kinds else "a layer that depends on the padding",
                 int(ran.max())),
             stacklevel=_env._user_stacklevel())
@@ -1311,10 +1323,6 @@ class _Sync(_Passes):
         n, terms = self.n_params, self.losses[4]
         d = meta[:, n + 15].astype(np.float64)
         first = np.where(meta[:, n + 21] >= 0, meta[:, n + 21] * d, np.nan)
-        num = lambda v: "%d" % round(v) if abs(v - round(v)) < 1e-3 * max(1.0, abs(v)) else \
-            "%.6g" % v
-        few = lambda v: ", ".join("rank %d %s" % (q, num(x) if x == x else "-")
-                                  for q, x in enumerate(v[:8])) + (", ..." if len(v) > 8 else "")
         warnings.warn(
             "sfb.torch: at step %d the loss's terms average over counts that are not in "
             "proportion from rank to rank: %s divides by %s, the other term%s (%s) by %s. One "
@@ -1322,9 +1330,9 @@ class _Sync(_Passes):
             "divide each term's sum by its count over all ranks (sfb.torch.allreduce of the "
             "counts, op=\"sum\") and multiply the loss by sfb.torch.size(), with "
             "opt.set_samples(1) on every rank" %
-            (self.clock, terms[0][0] if terms else "the first", few(first),
+            (self.clock, terms[0][0] if terms else "the first", _listed(first),
              "s" if len(terms) > 2 else "", ", ".join(t[0] for t in terms[1:]) or "?",
-             few(d - first)),
+             _listed(d - first)),
             stacklevel=_env._user_stacklevel())
 
     def _tell_loss_counts(self, meta, chose):
@@ -1337,9 +1345,7 @@ class _Sync(_Passes):
         self.told_unequal = True
         if self.job.rank != 0:
             return
-        num = lambda v: "%d" % v if v == int(v) else "%.6g" % v
-        few = lambda v, f: ", ".join(f(q, x) for q, x in enumerate(v[:8])) + (
-            ", ..." if len(v) > 8 else "")
+        weights = _listed(w, lambda q, v: _num(v))
         _, _, how, site, terms = self.losses
         if len(terms) > 1:
             site = "%s and %d more term%s" % (site, len(terms) - 1, "s" if len(terms) > 2 else "")
@@ -1351,9 +1357,8 @@ class _Sync(_Passes):
                 "before backward() with what this rank's loss divides by (its samples for a "
                 "mean over them; int(mask.sum()) for (loss * mask).sum() / mask.sum() or "
                 "loss[mask].mean())" %
-                (self.clock, site, few(d, lambda q, x: "rank %d %s" % (q, num(x))),
-                 few(w, lambda q, x: num(x)), "" if chose else " (no rank called set_samples)",
-                 num(d.sum())),
+                (self.clock, site, _listed(d), weights,
+                 "" if chose else " (no rank called set_samples)", _num(d.sum())),
                 stacklevel=_env._user_stacklevel())
             return
         warnings.warn(
@@ -1365,9 +1370,9 @@ class _Sync(_Passes):
             "class weights their sum over them)%s" %
             (self.clock, site or "loss",
              " (the targets it keeps: %s)" % how if how else "",
-             few(d, lambda q, x: "rank %d %s" % (q, num(x))), num(float(meta[:, n + 16].sum())),
-             few(w, lambda q, x: num(x)), "" if chose else " (no rank called set_samples)",
-             num(d.sum()), "" if dropped else "; set_samples(1) on every rank keeps DDP's rule"),
+             _listed(d), _num(float(meta[:, n + 16].sum())), weights,
+             "" if chose else " (no rank called set_samples)", _num(d.sum()),
+             "" if dropped else "; set_samples(1) on every rank keeps DDP's rule"),
             stacklevel=_env._user_stacklevel())
 
     def _measure(self, meta, end, was_training):
