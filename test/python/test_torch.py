@@ -863,6 +863,53 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIs(nn.functional.nll_loss, torch_nll)
         self.assertIs(nn.functional.mse_loss, torch_mse)
 
+    def test_a_term_summed_beside_a_mean_is_found(self):
+        """A term summed over the samples beside others in what backward()
+        gets (a mean plus a KL term's .sum(), a loss with reduction="sum",
+        an activations' L1 penalty, through a frozen layer, a convolution,
+        an embedding, a softmax over the classes) is named where the world
+        is larger than one; not where it is multiplied by the world or by
+        0, divided by a value, a sum over the weights or over a minibatch
+        statistic, the loss's only term, or the world one."""
+        from sfb.torch import _losses
+        g = torch.Generator().manual_seed(6)
+        torch.manual_seed(6)
+        lin, frozen = nn.Linear(3, 4), nn.Linear(4, 4).requires_grad_(False)
+        conv, emb = nn.Conv1d(2, 3, 3), nn.Embedding(10, 4)
+        x, y = torch.randn(5, 3, generator=g), torch.tensor([0, 1, 2, 3, 1])
+        t = torch.rand(5, 4, generator=g)
+        out = lin(x)
+        ce = nn.functional.cross_entropy(out, y)
+        mu, lv = out[:, :2], out[:, 2:]
+        kld = -0.5 * torch.sum(1 + lv - mu.pow(2) - lv.exp())
+        c = out - out.mean(0)
+        p = out.softmax(1)
+        summed = ".sum()"
+        P = 4
+        for loss, want in (
+                (ce + out.pow(2).sum(), summed),
+                (ce + 0.1 * kld, summed),
+                (nn.functional.mse_loss(out, t) - nn.functional.binary_cross_entropy(
+                    torch.sigmoid(out), t, reduction="sum"),
+                 'binary_cross_entropy(reduction="sum")'),
+                (ce + nn.functional.cross_entropy(out, y, reduction="sum"),
+                 'cross_entropy(reduction="sum")'),
+                (ce + frozen(out).abs().sum(), summed),
+                (ce + conv(torch.randn(5, 2, 6, generator=g)).sum(), summed),
+                (ce + emb(torch.tensor([1, 2, 2])).sum(), summed),
+                (ce + (p * p.log()).sum(), summed),
+                (ce + 0.1 * kld * P, None),
+                (ce + kld / 5, None),
+                (ce + 0 * out.sum(), None),
+                (ce + sum(q.pow(2).sum() for q in lin.parameters()), None),
+                (ce + (c.t() @ c).pow(2).sum(), None),
+                (ce + out.softmax(0).sum(), None),
+                (kld, None),
+                (ce, None)):
+            self.assertEqual(_losses.summed_term(loss, None, P), want, loss.grad_fn)
+        self.assertIsNone(_losses.summed_term(ce + kld, None, 1))
+        self.assertIsNone(_losses.summed_term([ce, kld], None, P))
+
     def test_losses_read_from_what_backward_gets(self):
         """What backward() gets is read where the calls sfb.torch watches do
         not see the loss: torch's own mean cross_entropy or nll_loss (imported

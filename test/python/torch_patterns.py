@@ -573,7 +573,8 @@ def unequal_said(w):
     apart feed a layer that depends on the padding)."""
     return any(k in str(w.message) for k in (
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
-        "average over counts that are not in proportion", "padded to different lengths"))
+        "average over counts that are not in proportion", "padded to different lengths",
+        "adds a term summed over the samples"))
 
 
 @contextlib.contextmanager
@@ -1895,9 +1896,77 @@ def unequal():
                         sum(4 + q % 2 for q in range(P)) * (5 if loss == "mse" else 1),
                         ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
+    mixed_sums()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
-          "by hand's, the layers'), at step 0 of a sum; not with set_samples, nor for P times "
-          "the sum", flush=True)
+          "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean; not with "
+          "set_samples, nor for P times the sum", flush=True)
+
+
+def mixed_sums():
+    """A mean loss plus a term summed over the samples (a VAE's KL term's
+    .sum(), an L1 penalty on the activations), every minibatch of one size:
+    the ranks' mean holds 1/P of one process's gradient of the sum. Rank 0
+    warns at step 0 naming the backward() line and the term, and the model
+    is not one process's (so the warning is not false); the term multiplied
+    by P, divided by the samples (a mean), a sum over the weights (a
+    penalty) or over a minibatch statistic, and set_samples(1) (DDP's rule
+    chosen): nothing said, and the first three are one process's."""
+    import warnings
+    P = [None]
+    act = lambda out: out.pow(2).sum()                 # noqa: E731 (over the samples)
+
+    def stat(out):                                     # (over the features of a mean)
+        c = out - out.mean(0)
+        return (c.t() @ c).pow(2).sum()
+
+    # kind: (the term on a rank of n samples, one process's on all P * n)
+    kinds = {"sum": (lambda m, out, n: act(out), None),
+             "sumP": (lambda m, out, n: act(out) * P[0], lambda m, out, n: act(out)),
+             "mean": (lambda m, out, n: act(out) / n, None),
+             "weights": (lambda m, out, n: sum(p.pow(2).sum() for p in m.parameters()), None),
+             "stat": (lambda m, out, n: stat(out), None),
+             "chosen": (lambda m, out, n: act(out), None)}
+    exact = ("sumP", "mean", "weights")
+    for kind, (term, one) in kinds.items():
+        model = setup()
+        P[0] = sft.size()
+        x, y = data()
+        ref = copy.deepcopy(model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.01)  # (a 1/P term shows)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                       model=model, max_samples=8)
+        n = 4
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(4):
+                opt.zero_grad()
+                if kind == "chosen":
+                    opt.set_samples(1)
+                out = model(x[:n], t)
+                line = sys._getframe().f_lineno + 1
+                (nn.functional.cross_entropy(out, y[:n]) + 1e-3 * term(model, out, n)).backward()
+                opt.step()
+                xs, ys = torch.cat([x[:n]] * P[0]), torch.cat([y[:n]] * P[0])  # (every rank's)
+                ref_opt.zero_grad()
+                out = ref(xs, t)
+                (nn.functional.cross_entropy(out, ys) + 1e-3 * (one or term)(ref, out, n * P[0])
+                 ).backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if kind in exact and worst > args.tol:
+            fail("a mean plus %s: %s differs from one process's by %.3g" % (kind, where, worst))
+        if kind == "sum" and worst < 100 * args.tol:
+            fail("a mean plus a sum: %s within %.3g of one process's (no difference to warn "
+                 "of)" % (where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if RANK[0] or kind != "sum" else [
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d adds a "
+            "term summed over the samples (.sum()) to the others: one process's gradient of "
+            "that sum over the union of the ranks' minibatches is the sum of the ranks' "
+            "gradients of it, %d times what .grad holds" % (line, P[0])]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("a mean plus %s: warned %r, expected %r" % (kind, said, want))
 
 
 def gather():

@@ -345,10 +345,13 @@ def _autograd_backward(*args, **kwargs):
         at = "given to backward() at %s" % _env._user_line()
         read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at)
     s.pass_hand = read
+    if s.job.rank == 0 and not s.told_unequal and s.summed_term is None:  # (rank 0 warns)
+        term = _losses.summed_term(roots, given, s.job.world)
+        s.pass_summed = term and (term, _env._user_line())
     try:
         return _torch_autograd_backward(*args, **kwargs)
     finally:
-        s.pass_hand = None
+        s.pass_hand = s.pass_summed = None
 
 
 def _row_range(view, base):
@@ -553,6 +556,7 @@ class _Passes:
             [self.pass_hand + (0,)] if self.pass_hand else []), []
         if not self.pass_hit:
             return
+        self.summed_term = self.summed_term or self.pass_summed
         from . import _losses
         for divisor, targets, how, site, settings in losses:
             d, n, was, where, terms = self.losses

@@ -194,14 +194,8 @@ def of_root(tensors, grad_tensors, world=1):
     multiplied by the world's size (world > 1). None where it divides by
     something with a gradient or mixes means and sums, for several roots
     and for given gradients."""
-    if isinstance(tensors, (list, tuple)):
-        if len(tensors) != 1:
-            return None
-        tensors = tensors[0]
-    if isinstance(grad_tensors, (list, tuple)):
-        grad_tensors = grad_tensors[0] if len(grad_tensors) == 1 else grad_tensors
-    if not isinstance(tensors, torch.Tensor) or grad_tensors is not None or \
-            tensors.numel() != 1 or tensors.grad_fn is None:
+    tensors = _one_root(tensors, grad_tensors)
+    if tensors is None:
         return None
     node, divisor, divided = tensors.grad_fn, 1.0, False
     try:
@@ -243,6 +237,132 @@ def of_root(tensors, grad_tensors, world=1):
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
         return None  # (a graph read otherwise than expected: nothing read)
     return None
+
+
+def _one_root(tensors, grad_tensors):
+    """The one-element tensor backward() got, with a graph and no gradient
+    given; None otherwise (several roots, gradient=)."""
+    if isinstance(tensors, (list, tuple)):
+        if len(tensors) != 1:
+            return None
+        tensors = tensors[0]
+    if isinstance(grad_tensors, (list, tuple)):
+        grad_tensors = grad_tensors[0] if len(grad_tensors) == 1 else grad_tensors
+    if not isinstance(tensors, torch.Tensor) or grad_tensors is not None or \
+            tensors.numel() != 1 or tensors.grad_fn is None:
+        return None
+    return tensors
+
+
+def summed_term(tensors, grad_tensors, world):
+    """A term summed over the samples beside others in the loss backward()
+    got (a VAE's mean reconstruction loss plus its KL divergence's .sum(),
+    a mean plus an L1 penalty on the activations): the ranks' mean holds
+    1/world of one process's gradient of that term over the union of their
+    minibatches, and no weighing of the ranks mends it. Its name (".sum()",
+    'mse_loss(reduction="sum")'), or None: no such term, or it is multiplied
+    by world (one process's sum) or by 0, divided by a value (a mean by
+    hand), or reaches no layer through element-wise operations (a penalty
+    on the weights, a sum over a minibatch statistic). A loss that is all
+    sums is of_root's."""
+    root = _one_root(tensors, grad_tensors)
+    if root is None or world < 2:
+        return None
+    terms = []
+    try:
+        _terms(root.grad_fn, world, None, 0, terms)
+        if len(terms) < 2:
+            return None
+        for node, scaled in terms:
+            if scaled:
+                continue
+            name = type(node).__name__
+            if (name in _NLL or name in _ELEMENTS) and node._saved_reduction == 2:
+                return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _nll_name(node))
+            if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]):
+                return ".sum()"
+    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+        return None  # (a graph read otherwise than expected: nothing read)
+    return None
+
+
+def _terms(node, world, scaled, depth, out):
+    """The terms the loss at node adds into out: (node, whether it is
+    multiplied by world or 0, or divided by a value; None: neither)."""
+    if node is None or depth > 24 or len(out) > 32:
+        return
+    name = type(node).__name__
+    if name in ("AddBackward0", "SubBackward0"):
+        for f, _ in node.next_functions:
+            _terms(f, world, scaled, depth + 1, out)
+        return
+    if name == "NegBackward0":
+        _terms(node.next_functions[0][0], world, scaled, depth + 1, out)
+        return
+    divides = _SCALED.get(name)
+    if divides:
+        (a, _), (b, _) = node.next_functions
+        if b is None:  # (by a value without gradient: a mean by hand)
+            _terms(a, world, "divided", depth + 1, out)
+            return
+    elif divides is not None:
+        value, inner = _factor(node)
+        if value is not None and inner is not None:
+            _terms(inner, world, scaled or ("by 0" if value == 0.0 else
+                                            "by the world" if value == world else None),
+                   depth + 1, out)
+            return
+    out.append((node, scaled))
+
+
+# (nodes whose output keeps their input's samples apart: a sum through them
+# to a layer sums over the samples)
+_ROWWISE = frozenset((
+    "AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward1",
+    "MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0",
+    "PowBackward0", "PowBackward1", "ExpBackward0", "LogBackward0", "Log1pBackward0",
+    "AbsBackward0", "SqrtBackward0", "RsqrtBackward0", "TanhBackward0", "SigmoidBackward0",
+    "ReluBackward0", "GeluBackward0", "EluBackward0", "LeakyReluBackward0",
+    "SoftplusBackward0", "SiluBackward0", "HardtanhBackward0", "ClampBackward1",
+    "ClampMinBackward0", "ClampMaxBackward0", "NativeDropoutBackward0",
+    "NativeLayerNormBackward0", "SumBackward1", "CloneBackward0", "ToCopyBackward0",
+    "SliceBackward0", "SelectBackward0", "IndexBackward0", "CatBackward0", "StackBackward0",
+    "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "SqueezeBackward0",
+    "SqueezeBackward1", "UnsqueezeBackward0") + _VIEWS)
+# (sfb's own layers and torch's: per-sample outputs of a model)
+_LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
+           "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
+
+
+def _reaches_layer(node, limit=256):
+    """Whether node's output comes from a layer of the model (its weight a
+    parameter) through operations that keep the samples apart."""
+    seen, todo = set(), [node]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        name = type(node).__name__
+        if name in ("AddmmBackward0", "MmBackward0"):
+            # torch's F.linear, x @ W.T: W a parameter (a layer), or frozen
+            # (the samples go on into x); x.T @ y sums over them
+            w = node.next_functions[-1][0]
+            if w is None:
+                todo.append(node.next_functions[-2][0])
+            elif type(w).__name__ == "TBackward0" and \
+                    type(w.next_functions[0][0]).__name__ == "AccumulateGrad":
+                return True
+            continue
+        if name == "ConvolutionBackward0" and node.next_functions[1][0] is None:
+            todo.append(node.next_functions[0][0])  # (a frozen convolution)
+            continue
+        if name in _LAYERS:
+            return True
+        if name in _ROWWISE or (name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and
+                                node._saved_dim % node._saved_result.dim() != 0):
+            todo.extend(f for f, _ in node.next_functions)
+    return False
 
 
 def _value(v):
@@ -302,11 +422,16 @@ def _nll_read(node):
     how = ["ignore_index=%d" % ignore] if kept < target.numel() else []
     if weight is not None:
         how.append("weight=")
+    return float(node._saved_total_weight), target.numel(), ", ".join(how), _nll_name(node)
+
+
+def _nll_name(node):
+    """An nll_loss node's loss: cross_entropy where its input is a
+    log_softmax's output."""
     source = node.next_functions[0][0]
     while type(source).__name__ in _VIEWS:  # (cross_entropy over sequences: a view)
         source = source.next_functions[0][0]
-    name = "cross_entropy" if type(source).__name__ == "LogSoftmaxBackward0" else "nll_loss"
-    return float(node._saved_total_weight), target.numel(), ", ".join(how), name
+    return "cross_entropy" if type(source).__name__ == "LogSoftmaxBackward0" else "nll_loss"
 
 
 def add_term(terms, site, divisor, settings=0):

@@ -284,6 +284,10 @@ class _Sync(_Passes):
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         #                         parameters
         self.pass_hand = None   # what the pass's root divides by (_losses.of_root)
+        self.pass_summed = None  # rank 0: a term of its root summed over the samples, the
+        #                          backward() line (_losses.summed_term)
+        self.summed_term = None  # the same, of the step's passes that reached the job's
+        #                          parameters
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
@@ -1175,7 +1179,7 @@ class _Sync(_Passes):
             slot.token.grad = None
         self.passes = 0
         self.weight = None
-        self.losses, self.padded = _NO_LOSSES, _padding.NONE
+        self.losses, self.padded, self.summed_term = _NO_LOSSES, _padding.NONE, None
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
             self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
@@ -1223,6 +1227,9 @@ class _Sync(_Passes):
             return
         if self.losses[2] == _losses.SUMMED and not chose:
             self._tell_summed()
+            return
+        if self.summed_term is not None and not chose:
+            self._tell_summed_term()
             return
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
         if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
@@ -1293,6 +1300,23 @@ class _Sync(_Passes):
                 self.clock, ", ".join("%s (%s)" % (name or "the model", type(m).__name__)
                                       for name, m in drawing[:3]) +
                 (" and %d more" % (len(drawing) - 3) if len(drawing) > 3 else "")),
+            stacklevel=_env._user_stacklevel())
+
+    def _tell_summed_term(self):
+        """_tell_unequal where rank 0's loss adds a term summed over the
+        samples to others (_losses.summed_term) and no rank called
+        set_samples: the ranks' mean holds 1/world of one process's
+        gradient of that term."""
+        self.told_unequal = True
+        term, line = self.summed_term
+        warnings.warn(
+            "sfb.torch: at step %d the loss given to backward() at %s adds a term summed over "
+            "the samples (%s) to the others: one process's gradient of that sum over the union "
+            "of the ranks' minibatches is the sum of the ranks' gradients of it, %d times what "
+            ".grad holds (the ranks' mean, DDP's rule), while the other terms are one "
+            "process's. Multiply that term by sfb.torch.size(), or average it over the samples "
+            "(divide it by their count); set_samples(1) on every rank keeps DDP's rule "
+            "without this warning" % (self.clock, line, term, self.job.world),
             stacklevel=_env._user_stacklevel())
 
     def _tell_summed(self):
@@ -1824,6 +1848,7 @@ class _Sync(_Passes):
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
         self.losses, self.pass_losses, self.padded = _NO_LOSSES, [], _padding.NONE
+        self.summed_term = None
         self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
         self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None
