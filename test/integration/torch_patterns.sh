@@ -13,7 +13,7 @@
 # parameters (Tensor.register_hook: a scale, clamps, a watcher), a GAN's
 # alternating steps under one optimizer, all
 # of them at once; step(closure) (LBFGS's line search); a contrastive loss
-# over the global batch (sft.allgather); sequences padded per minibatch,
+# over the global batch (sft.allgather; each rank's own negatives: warned); sequences padded per minibatch,
 # longer than the first step's (the job's bound raised); a mixture of
 # experts; MAML's meta-gradient (torch.autograd.grad with respect to the
 # parameters, create_graph); a loss's parameters outside the model; Hugging
@@ -116,10 +116,12 @@ cases=(
   # without gradients): every rank renormalizes the others' rows; a tied
   # decoder reading the table whole first: refused
   "maxnorm --uneven --join --opt momentum"
-  # minibatches of unequal sizes without set_samples: rank 0 warns, once
+  # minibatches of unequal sizes without set_samples, a loss summed over the
+  # samples, a sum beside a mean: rank 0 warns, once
   unequal
   # CLIP's loss over the global batch (sft.allgather, differentiable), ranks
-  # of unequal sample counts and none: one process's
+  # of unequal sample counts and none: one process's; over each rank's own
+  # rows: warned
   "contrastive --uneven --opt adam"
   # dynamic padding: sequences padded to each minibatch's longest, longer
   # from step to step than the first step's (the job's bound raised); past

@@ -910,6 +910,51 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIsNone(_losses.summed_term(ce + kld, None, 1))
         self.assertIsNone(_losses.summed_term([ce, kld], None, P))
 
+    def test_a_loss_that_pairs_the_samples_is_found(self):
+        """A product of two tensors computed from the minibatch above the
+        model's layers (an in-batch similarity, a covariance over the
+        samples, torch.cdist, small or large) is named where the world is
+        larger than one; not where a side is gathered from every rank
+        (sfb.torch.allgather), has no gradient (a queue of negatives) or is
+        a weight (a normalized classifier's), nor for attention inside the
+        model, below a layer."""
+        from sfb.torch import _collectives, _losses
+        g = torch.Generator().manual_seed(7)
+        torch.manual_seed(7)
+        lin, head = nn.Linear(3, 4), nn.Linear(4, 2)
+        x = torch.randn(30, 3, generator=g)
+        z = nn.functional.normalize(lin(x), dim=1)
+        y = torch.arange(30)
+        queue = torch.randn(4, 8, generator=g)
+        w = nn.Parameter(torch.randn(6, 4))
+
+        class Gather(torch.autograd.Function):  # (named as sfb.torch.allgather's)
+            @staticmethod
+            def forward(ctx, t):
+                return t.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+        Gather.__name__ = _collectives._AllGather.__name__
+        Z = Gather.apply(z)
+        q, k = lin(x).view(30, 1, 4), lin(x).view(30, 1, 4)
+        att = torch.softmax(q @ k.transpose(1, 2), -1) @ k  # (per sample: bmm)
+        for loss, want in (
+                (nn.functional.cross_entropy(z @ z.t() / 0.1, y), "torch.mm"),
+                (nn.functional.cross_entropy(z @ z.T, y) + z.pow(2).mean(), "torch.mm"),
+                ((z.t() @ z).pow(2).sum(), "torch.mm"),
+                (torch.cdist(z[:5], z[5:10]).mean(), "torch.cdist"),
+                (torch.cdist(z, z).mean(), "torch.cdist"),  # (by a matrix product: 26+ rows)
+                (nn.functional.cross_entropy(z @ Z.t(), y), None),
+                (nn.functional.cross_entropy(z @ queue, y % 8), None),
+                (nn.functional.cross_entropy(z @ nn.functional.normalize(w, dim=1).t(), y % 6),
+                 None),
+                (nn.functional.cross_entropy(head(att.view(30, 4)), y % 2), None),
+                (nn.functional.cross_entropy(head(z), y % 2), None)):
+            self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
+        self.assertIsNone(_losses.mixing((z @ z.t()).sum(), None, 1))
+
     def test_losses_read_from_what_backward_gets(self):
         """What backward() gets is read where the calls sfb.torch watches do
         not see the loss: torch's own mean cross_entropy or nll_loss (imported

@@ -574,7 +574,7 @@ def unequal_said(w):
     return any(k in str(w.message) for k in (
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
         "average over counts that are not in proportion", "padded to different lengths",
-        "adds a term summed over the samples"))
+        "adds a term summed over the samples", "multiplies two tensors computed from"))
 
 
 @contextlib.contextmanager
@@ -1910,7 +1910,9 @@ def mixed_sums():
     is not one process's (so the warning is not false); the term multiplied
     by P, divided by the samples (a mean), a sum over the weights (a
     penalty) or over a minibatch statistic, and set_samples(1) (DDP's rule
-    chosen): nothing said, and the first three are one process's."""
+    chosen): no sum said (the statistic, a covariance over the samples, is
+    warned of as a loss that pairs them), and the first three are one
+    process's."""
     import warnings
     P = [None]
     act = lambda out: out.pow(2).sum()                 # noqa: E731 (over the samples)
@@ -1960,11 +1962,14 @@ def mixed_sums():
             fail("a mean plus a sum: %s within %.3g of one process's (no difference to warn "
                  "of)" % (where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
-        want = [] if RANK[0] or kind != "sum" else [
+        want = [] if RANK[0] or kind not in ("sum", "stat") else [
             "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d adds a "
             "term summed over the samples (.sum()) to the others: one process's gradient of "
             "that sum over the union of the ranks' minibatches is the sum of the ranks' "
-            "gradients of it, %d times what .grad holds" % (line, P[0])]
+            "gradients of it, %d times what .grad holds" % (line, P[0])] if kind == "sum" else [
+            # (no sum over the samples: a covariance over them, which pairs them)
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d "
+            "multiplies two tensors computed from this rank's minibatch (torch.mm: " % line]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a mean plus %s: warned %r, expected %r" % (kind, said, want))
 
@@ -2041,8 +2046,9 @@ def contrastive():
         Zi, Zt = sft.allgather(zi), sft.allgather(zt)
         if Zi.shape != (sum(c), 8):
             fail("allgather gave %s rows from counts %s" % (tuple(Zi.shape), c))
-        clip_loss(model, zi, zt, Zi, Zt, sum(c[:r])).backward()
-        opt.step()
+        with no_unequal_warning():
+            clip_loss(model, zi, zt, Zi, Zt, sum(c[:r])).backward()
+            opt.step()
         same(job, model, "after step %d" % t)
         ref_opt.zero_grad()  # one process: the whole global batch
         whole = slice(lo, lo + sum(c))
@@ -2057,9 +2063,45 @@ def contrastive():
         if "rank 1 float32 9" not in str(e) or e.rank != 1:
             fail("expected a MismatchError naming rank 1's rows, got %s" % e)
     closed()
+    local_negatives(x, pairs)
     print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s); wider "
-          "rows on rank 1 refused" % (" ".join(sys.argv_case), args.steps, P, worst, where),
-          flush=True)
+          "rows on rank 1 refused; each rank's own negatives warned" % (
+              " ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+
+
+def local_negatives(x, pairs):
+    """CLIP's loss over each rank's own rows only (no allgather): each rank
+    pairs its samples with its own, one process with the union's. Rank 0
+    warns at step 0 naming the backward() line and the product; the model
+    is not one process's (the warning is not false)."""
+    import warnings
+    model = setup_model(Clip)
+    P, r = sft.size(), sft.rank()
+    opt, ref, ref_opt, job = beside_one_process(model)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for t in range(6):
+            lo, n = 8 * t * P, args.batch
+            opt.zero_grad()
+            zi, zt = model(x[lo + r * n:lo + (r + 1) * n], pairs[lo + r * n:lo + (r + 1) * n])
+            line = sys._getframe().f_lineno + 1
+            clip_loss(model, zi, zt, zi, zt, 0).backward()
+            opt.step()
+            ref_opt.zero_grad()
+            zi, zt = ref(x[lo:lo + n * P], pairs[lo:lo + n * P])
+            clip_loss(ref, zi, zt, zi, zt, 0).backward()
+            ref_opt.step()
+    closed()
+    worst, where = rel_diff(model, ref)
+    if worst < 100 * args.tol:
+        fail("local negatives: %s within %.3g of one process's (no difference to warn of)" %
+             (where, worst))
+    said = [str(w.message) for w in got if unequal_said(w)]
+    want = [] if r else [
+        "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d multiplies "
+        "two tensors computed from this rank's minibatch (torch.mm: " % line]
+    if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+        fail("local negatives: warned %r, expected %r" % (said, want))
 
 
 class SeqNet(nn.Module):

@@ -345,13 +345,16 @@ def _autograd_backward(*args, **kwargs):
         at = "given to backward() at %s" % _env._user_line()
         read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at)
     s.pass_hand = read
-    if s.job.rank == 0 and not s.told_unequal and s.summed_term is None:  # (rank 0 warns)
-        term = _losses.summed_term(roots, given, s.job.world)
-        s.pass_summed = term and (term, _env._user_line())
+    kinds = s.unread() if s.job.rank == 0 and s.job.world > 1 else ()  # (rank 0 warns)
+    if kinds:
+        read = _losses.read_root(roots, given, s.job.world, kinds)
+        if read:
+            line = _env._user_line()
+            s.pass_read = {kind: (what, line) for kind, what in read.items()}
     try:
         return _torch_autograd_backward(*args, **kwargs)
     finally:
-        s.pass_hand = s.pass_summed = None
+        s.pass_hand, s.pass_read = None, {}
 
 
 def _row_range(view, base):
@@ -556,7 +559,8 @@ class _Passes:
             [self.pass_hand + (0,)] if self.pass_hand else []), []
         if not self.pass_hit:
             return
-        self.summed_term = self.summed_term or self.pass_summed
+        for kind, said in self.pass_read.items():
+            self.step_read.setdefault(kind, said)
         from . import _losses
         for divisor, targets, how, site, settings in losses:
             d, n, was, where, terms = self.losses

@@ -254,6 +254,14 @@ def _one_root(tensors, grad_tensors):
     return tensors
 
 
+def read_root(tensors, grad_tensors, world, kinds):
+    """What the loss backward() got shows of kinds ("summed": summed_term,
+    "mixing": mixing): {kind: its name}, those found."""
+    read = {"summed": summed_term, "mixing": mixing}
+    found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
+    return {kind: what for kind, what in found if what is not None}
+
+
 def summed_term(tensors, grad_tensors, world):
     """A term summed over the samples beside others in the loss backward()
     got (a VAE's mean reconstruction loss plus its KL divergence's .sum(),
@@ -328,41 +336,91 @@ _ROWWISE = frozenset((
     "NativeLayerNormBackward0", "SumBackward1", "CloneBackward0", "ToCopyBackward0",
     "SliceBackward0", "SelectBackward0", "IndexBackward0", "CatBackward0", "StackBackward0",
     "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "SqueezeBackward0",
-    "SqueezeBackward1", "UnsqueezeBackward0") + _VIEWS)
+    "SqueezeBackward1", "UnsqueezeBackward0", "TBackward0") + _VIEWS)
 # (sfb's own layers and torch's: per-sample outputs of a model)
 _LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
            "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
+_GATHER = "_AllGatherBackward"  # (sfb.torch.allgather's)
 
 
-def _reaches_layer(node, limit=256):
+def _reaches_layer(node):
     """Whether node's output comes from a layer of the model (its weight a
     parameter) through operations that keep the samples apart."""
-    seen, todo = set(), [node]
+    return "layer" in _below(node)
+
+
+def _below(node, limit=256):
+    """What node's output comes from through operations that keep the
+    samples apart: {"layer"} a layer of the model's (its weight a
+    parameter), "gathered" sfb.torch.allgather's rows of every rank."""
+    seen, todo, found = set(), [node], set()
     while todo and len(seen) < limit:
         node = todo.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
         name = type(node).__name__
-        if name in ("AddmmBackward0", "MmBackward0"):
-            # torch's F.linear, x @ W.T: W a parameter (a layer), or frozen
-            # (the samples go on into x); x.T @ y sums over them
-            w = node.next_functions[-1][0]
-            if w is None:
-                todo.append(node.next_functions[-2][0])
-            elif type(w).__name__ == "TBackward0" and \
-                    type(w.next_functions[0][0]).__name__ == "AccumulateGrad":
-                return True
+        if name == _GATHER:
+            found.add("gathered")
             continue
-        if name == "ConvolutionBackward0" and node.next_functions[1][0] is None:
-            todo.append(node.next_functions[0][0])  # (a frozen convolution)
+        layer = _layer(node, name)
+        if layer:
+            found.add("layer")
             continue
-        if name in _LAYERS:
-            return True
+        if layer is None:  # (a frozen layer: the samples go on into its input)
+            todo.append(node.next_functions[0 if name == "ConvolutionBackward0" else -2][0])
+            continue
         if name in _ROWWISE or (name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and
                                 node._saved_dim % node._saved_result.dim() != 0):
             todo.extend(f for f, _ in node.next_functions)
-    return False
+    return found
+
+
+def _layer(node, name):
+    """Whether node is a layer of the model: sfb's factor functions, an
+    embedding, a convolution or torch's F.linear (x @ W.T) whose weight is
+    a parameter; None for a convolution or x @ W.T whose weight needs no
+    gradient (frozen), False otherwise (x.T @ y: a product of samples)."""
+    if name in ("AddmmBackward0", "MmBackward0"):
+        w = node.next_functions[-1][0]
+        if w is None:
+            return None
+        return type(w).__name__ == "TBackward0" and \
+            type(w.next_functions[0][0]).__name__ == "AccumulateGrad"
+    if name == "ConvolutionBackward0" and node.next_functions[1][0] is None:
+        return None
+    return name in _LAYERS
+
+
+def mixing(tensors, grad_tensors, world):
+    """A product of two tensors computed from the minibatch in the loss
+    backward() got, above the model's layers (an in-batch similarity
+    z1 @ z2.T, a covariance z.T @ z, torch.cdist): each rank pairs its own
+    samples only, where one process pairs every sample of the union. Its
+    name ("torch.mm", "torch.cdist"), or None: none, one side gathered from
+    every rank (sfb.torch.allgather) or without gradient (a queue of
+    negatives), or the world one."""
+    root = _one_root(tensors, grad_tensors)
+    if root is None or world < 2:
+        return None
+    seen, todo = set(), [root.grad_fn]
+    try:
+        while todo and len(seen) < 512:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            name = type(node).__name__
+            if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
+                continue
+            if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0"):
+                sides = [_below(f) if f is not None else set() for f, _ in node.next_functions]
+                if all(side == {"layer"} for side in sides):
+                    return "torch.mm" if name == "MmBackward0" else "torch.cdist"
+            todo.extend(f for f, _ in node.next_functions)
+    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+        return None  # (a graph read otherwise than expected: nothing read)
+    return None
 
 
 def _value(v):

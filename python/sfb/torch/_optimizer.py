@@ -284,10 +284,11 @@ class _Sync(_Passes):
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         #                         parameters
         self.pass_hand = None   # what the pass's root divides by (_losses.of_root)
-        self.pass_summed = None  # rank 0: a term of its root summed over the samples, the
-        #                          backward() line (_losses.summed_term)
-        self.summed_term = None  # the same, of the step's passes that reached the job's
-        #                          parameters
+        self.pass_read = {}     # rank 0: what the pass's root shows (_losses.read_root),
+        #                         kind: (what, the backward() line)
+        self.step_read = {}     # the same, of the step's passes that reached the job's
+        #                         parameters (the first of each kind)
+        self.told_mixing = False  # the samples-mixing loss's warning given
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
@@ -1148,6 +1149,8 @@ class _Sync(_Passes):
             self._tell_unequal(meta)
         if not self.told_padding:
             self._tell_padding(meta)
+        if "mixing" in self.step_read and not self.told_mixing:
+            self._tell_mixing()
         if not self.told_draws and self.all_training:
             self._tell_same_draws(meta)
         if _TRAINING in states:
@@ -1179,7 +1182,7 @@ class _Sync(_Passes):
             slot.token.grad = None
         self.passes = 0
         self.weight = None
-        self.losses, self.padded, self.summed_term = _NO_LOSSES, _padding.NONE, None
+        self.losses, self.padded, self.step_read = _NO_LOSSES, _padding.NONE, {}
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
             self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
@@ -1228,7 +1231,7 @@ class _Sync(_Passes):
         if self.losses[2] == _losses.SUMMED and not chose:
             self._tell_summed()
             return
-        if self.summed_term is not None and not chose:
+        if "summed" in self.step_read and not chose:
             self._tell_summed_term()
             return
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
@@ -1302,13 +1305,34 @@ class _Sync(_Passes):
                 (" and %d more" % (len(drawing) - 3) if len(drawing) > 3 else "")),
             stacklevel=_env._user_stacklevel())
 
+    def unread(self):
+        """The kinds of _losses.read_root still to look for: not warned of
+        yet, nor found in this step."""
+        return [k for k, told in (("summed", self.told_unequal), ("mixing", self.told_mixing))
+                if not told and k not in self.step_read]
+
+    def _tell_mixing(self):
+        """Rank 0's loss pairs the samples of its own minibatch
+        (_losses.mixing): one process pairs every sample of the union."""
+        self.told_mixing = True
+        what, line = self.step_read["mixing"]
+        warnings.warn(
+            "sfb.torch: at step %d the loss given to backward() at %s multiplies two tensors "
+            "computed from this rank's minibatch (%s: an in-batch similarity, a covariance over "
+            "the samples, distances between them): each rank pairs its own samples only, where "
+            "one process pairs every sample of the union of the ranks' minibatches. Gather "
+            "every rank's rows first (sfb.torch.allgather, differentiable: local rows @ "
+            "gathered rows.T), as torch.distributed.nn.all_gather would under DDP" % (
+                self.clock, line, what),
+            stacklevel=_env._user_stacklevel())
+
     def _tell_summed_term(self):
         """_tell_unequal where rank 0's loss adds a term summed over the
         samples to others (_losses.summed_term) and no rank called
         set_samples: the ranks' mean holds 1/world of one process's
         gradient of that term."""
         self.told_unequal = True
-        term, line = self.summed_term
+        term, line = self.step_read["summed"]
         warnings.warn(
             "sfb.torch: at step %d the loss given to backward() at %s adds a term summed over "
             "the samples (%s) to the others: one process's gradient of that sum over the union "
@@ -1848,7 +1872,7 @@ class _Sync(_Passes):
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
         self.losses, self.pass_losses, self.padded = _NO_LOSSES, [], _padding.NONE
-        self.summed_term = None
+        self.step_read = {}
         self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
         self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None
