@@ -913,11 +913,13 @@ class TorchOneWorker(unittest.TestCase):
     def test_a_loss_that_pairs_the_samples_is_found(self):
         """A product of two tensors computed from the minibatch above the
         model's layers (an in-batch similarity, a covariance over the
-        samples, torch.cdist, small or large) is named where the world is
-        larger than one; not where a side is gathered from every rank
-        (sfb.torch.allgather), has no gradient (a queue of negatives) or is
-        a weight (a normalized classifier's), nor for attention inside the
-        model, below a layer."""
+        samples, torch.cdist, small or large) and a division by a sum over
+        the samples (a batch's Dice) are named where the world is larger
+        than one; not where a side is gathered from every rank
+        (sfb.torch.allgather), has no gradient (a queue of negatives, a
+        mask's count) or is a weight (a normalized classifier's), nor for a
+        per-sample Dice's mean or attention inside the model, below a
+        layer."""
         from sfb.torch import _collectives, _losses
         g = torch.Generator().manual_seed(7)
         torch.manual_seed(7)
@@ -940,12 +942,21 @@ class TorchOneWorker(unittest.TestCase):
         Z = Gather.apply(z)
         q, k = lin(x).view(30, 1, 4), lin(x).view(30, 1, 4)
         att = torch.softmax(q @ k.transpose(1, 2), -1) @ k  # (per sample: bmm)
+        p, t = torch.sigmoid(lin(x)), (torch.rand(30, 4, generator=g) > 0.5).float()
+        mask = (torch.rand(30, 4, generator=g) > 0.3).float()
+        mm = "torch.mm: an in-batch similarity or a covariance over the samples"
+        cdist = "torch.cdist: distances between the samples"
+        ratio = "a division by a sum over the samples: a batch's Dice or F1"
         for loss, want in (
-                (nn.functional.cross_entropy(z @ z.t() / 0.1, y), "torch.mm"),
-                (nn.functional.cross_entropy(z @ z.T, y) + z.pow(2).mean(), "torch.mm"),
-                ((z.t() @ z).pow(2).sum(), "torch.mm"),
-                (torch.cdist(z[:5], z[5:10]).mean(), "torch.cdist"),
-                (torch.cdist(z, z).mean(), "torch.cdist"),  # (by a matrix product: 26+ rows)
+                (nn.functional.cross_entropy(z @ z.t() / 0.1, y), mm),
+                (nn.functional.cross_entropy(z @ z.T, y) + z.pow(2).mean(), mm),
+                ((z.t() @ z).pow(2).sum(), mm),
+                (torch.cdist(z[:5], z[5:10]).mean(), cdist),
+                (torch.cdist(z, z).mean(), cdist),  # (by a matrix product: 26+ rows)
+                (1 - (2 * (p * t).sum() + 1) / (p.sum() + t.sum() + 1), ratio),  # (a batch's Dice)
+                (1 - ((2 * (p * t).sum(1) + 1) / (p.sum(1) + t.sum(1) + 1)).mean(), None),
+                ((p * mask).sum() / mask.sum(), None),
+                (p.sum() / Gather.apply(p).sum(), None),
                 (nn.functional.cross_entropy(z @ Z.t(), y), None),
                 (nn.functional.cross_entropy(z @ queue, y % 8), None),
                 (nn.functional.cross_entropy(z @ nn.functional.normalize(w, dim=1).t(), y % 6),

@@ -574,7 +574,7 @@ def unequal_said(w):
     return any(k in str(w.message) for k in (
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
         "average over counts that are not in proportion", "padded to different lengths",
-        "adds a term summed over the samples", "multiplies two tensors computed from"))
+        "adds a term summed over the samples", "combines the samples of this rank's"))
 
 
 @contextlib.contextmanager
@@ -1969,7 +1969,7 @@ def mixed_sums():
             "gradients of it, %d times what .grad holds" % (line, P[0])] if kind == "sum" else [
             # (no sum over the samples: a covariance over them, which pairs them)
             "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d "
-            "multiplies two tensors computed from this rank's minibatch (torch.mm: " % line]
+            "combines the samples of this rank's minibatch (torch.mm: " % line]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a mean plus %s: warned %r, expected %r" % (kind, said, want))
 
@@ -2098,8 +2098,8 @@ def local_negatives(x, pairs):
              (where, worst))
     said = [str(w.message) for w in got if unequal_said(w)]
     want = [] if r else [
-        "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d multiplies "
-        "two tensors computed from this rank's minibatch (torch.mm: " % line]
+        "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d combines "
+        "the samples of this rank's minibatch (torch.mm: an in-batch similarity" % line]
     if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
         fail("local negatives: warned %r, expected %r" % (said, want))
 

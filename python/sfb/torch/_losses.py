@@ -393,13 +393,14 @@ def _layer(node, name):
 
 
 def mixing(tensors, grad_tensors, world):
-    """A product of two tensors computed from the minibatch in the loss
-    backward() got, above the model's layers (an in-batch similarity
-    z1 @ z2.T, a covariance z.T @ z, torch.cdist): each rank pairs its own
-    samples only, where one process pairs every sample of the union. Its
-    name ("torch.mm", "torch.cdist"), or None: none, one side gathered from
-    every rank (sfb.torch.allgather) or without gradient (a queue of
-    negatives), or the world one."""
+    """What combines the samples of the minibatch in the loss backward()
+    got, above the model's layers: a product of two tensors computed from
+    them (an in-batch similarity z1 @ z2.T, a covariance z.T @ z,
+    torch.cdist), or a division by a sum over them (a batch's Dice or F1):
+    no mean of per-sample terms, so each rank computes it over its own
+    samples where one process does over the union. Its name, or None:
+    none, a side gathered from every rank (sfb.torch.allgather) or without
+    gradient (a queue of negatives, a count), or the world one."""
     root = _one_root(tensors, grad_tensors)
     if root is None or world < 2:
         return None
@@ -416,11 +417,34 @@ def mixing(tensors, grad_tensors, world):
             if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0"):
                 sides = [_below(f) if f is not None else set() for f, _ in node.next_functions]
                 if all(side == {"layer"} for side in sides):
-                    return "torch.mm" if name == "MmBackward0" else "torch.cdist"
+                    return ("torch.mm: an in-batch similarity or a covariance over the samples"
+                            if name == "MmBackward0" else
+                            "torch.cdist: distances between the samples")
+            if name == "DivBackward0" and node.next_functions[0][0] is not None and \
+                    _sums_samples(node.next_functions[1][0]):
+                return "a division by a sum over the samples: a batch's Dice or F1"
             todo.extend(f for f, _ in node.next_functions)
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
         return None  # (a graph read otherwise than expected: nothing read)
     return None
+
+
+def _sums_samples(node, limit=64):
+    """Whether node (a denominator) holds a sum or mean over all of a
+    tensor computed from the minibatch (not gathered)."""
+    seen, todo = set(), [node]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        name = type(node).__name__
+        if name in ("SumBackward0", "MeanBackward0"):
+            if _below(node.next_functions[0][0]) == {"layer"}:
+                return True
+        elif name in _ROWWISE:
+            todo.extend(f for f, _ in node.next_functions)
+    return False
 
 
 def _value(v):

@@ -1312,18 +1312,17 @@ class _Sync(_Passes):
                 if not told and k not in self.step_read]
 
     def _tell_mixing(self):
-        """Rank 0's loss pairs the samples of its own minibatch
-        (_losses.mixing): one process pairs every sample of the union."""
+        """Rank 0's loss combines the samples of its own minibatch
+        (_losses.mixing): one process combines every sample of the union."""
         self.told_mixing = True
         what, line = self.step_read["mixing"]
         warnings.warn(
-            "sfb.torch: at step %d the loss given to backward() at %s multiplies two tensors "
-            "computed from this rank's minibatch (%s: an in-batch similarity, a covariance over "
-            "the samples, distances between them): each rank pairs its own samples only, where "
-            "one process pairs every sample of the union of the ranks' minibatches. Gather "
-            "every rank's rows first (sfb.torch.allgather, differentiable: local rows @ "
-            "gathered rows.T), as torch.distributed.nn.all_gather would under DDP" % (
-                self.clock, line, what),
+            "sfb.torch: at step %d the loss given to backward() at %s combines the samples of "
+            "this rank's minibatch (%s), so it is no mean of per-sample terms: one process "
+            "computes it over the union of the ranks' minibatches, each rank here over its own. "
+            "Gather every rank's rows first (sfb.torch.allgather, differentiable: this rank's "
+            "rows against the gathered ones), as torch.distributed.nn.all_gather would under "
+            "DDP, or make the loss a mean over the samples" % (self.clock, line, what),
             stacklevel=_env._user_stacklevel())
 
     def _tell_summed_term(self):
