@@ -420,8 +420,7 @@ def mixing(tensors, grad_tensors, world):
                     return ("torch.mm: an in-batch similarity or a covariance over the samples"
                             if name == "MmBackward0" else
                             "torch.cdist: distances between the samples")
-            if name == "DivBackward0" and node.next_functions[0][0] is not None and \
-                    _sums_samples(node.next_functions[1][0]):
+            if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
                 return "a division by a sum over the samples: a batch's Dice or F1"
             todo.extend(f for f, _ in node.next_functions)
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
