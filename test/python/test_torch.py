@@ -1018,17 +1018,25 @@ class TorchOneWorker(unittest.TestCase):
         # sums over the samples: one process's is P times the ranks' mean
         t, P = torch.rand(4, 3, generator=g), 4
         summed, times = (0.0, 0, _losses.SUMMED, None), (0.0, 0, _losses.SUMMED_TIMES_WORLD, None)
-        vae = nn.functional.binary_cross_entropy(torch.sigmoid(x), t, reduction="sum") + (
-            -0.5 * torch.sum(1 + x[:, 1] - x[:, 0].pow(2) - x[:, 1].exp()))  # (PyTorch's VAE)
+        h = nn.Linear(3, 3)(x.detach())  # (a layer's output: what a .sum() over samples sums)
+        routed = h.clone()  # (a head some samples take: index_put, masked_fill, where)
+        routed[x[:, 0] > 0] = nn.Linear(3, 3)(x.detach()[x[:, 0] > 0])
+        routed = torch.where(x.detach() > 1, routed, routed.masked_fill(x.detach() < -1, 0))
+        vae = nn.functional.binary_cross_entropy(torch.sigmoid(h), t, reduction="sum") + (
+            -0.5 * torch.sum(1 + h[:, 1] - h[:, 0].pow(2) - h[:, 1].exp()))  # (PyTorch's VAE)
         for loss, want in (
-                (vae, summed), (vae * P, times), (vae * 2, summed), (-x.sum(), summed),
+                (vae, summed), (vae * P, times), (vae * 2, summed), (-h.sum(), summed),
                 (ce(x, y, reduction="sum"), summed), (scale * ce(x, y, reduction="sum"), summed),
-                (nn.functional.mse_loss(x, t, reduction="sum") * P + x.sum() * P, times),
-                (nn.functional.mse_loss(x, t, reduction="sum") * P + x.sum(), summed),
+                (nn.functional.mse_loss(x, t, reduction="sum") * P + h.sum() * P, times),
+                (nn.functional.mse_loss(x, t, reduction="sum") * P + h.sum(), summed),
                 (nn.functional.mse_loss(x, t), (12.0, 12, "", "mse_loss")),
-                (x.mean() + x.sum(), None), (x.norm(), None), (x.sum() * x.sum(), None)):
+                (h.mean() + h.sum(), None), (h.norm(), None), (h.sum() * h.sum(), None),
+                # (sums of a mean over the samples, and over the weights: none)
+                (routed.pow(2).sum(), summed),
+                (h.mean(0).sum(), None), ((h - t).pow(2).mean(0).sum() * 2, None),
+                (sum(p.pow(2).sum() for p in (x, t)), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
-        self.assertIsNone(_losses.of_root(x.sum(), None, 1))
+        self.assertIsNone(_losses.of_root(h.sum(), None, 1))
         # a step's terms: the same call's passes sum, another call is a term of its own
         terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0, 7), "b", 1.0),
                                  "a", 5.0, 7)

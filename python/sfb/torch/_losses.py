@@ -336,7 +336,8 @@ _ROWWISE = frozenset((
     "NativeLayerNormBackward0", "SumBackward1", "CloneBackward0", "ToCopyBackward0",
     "SliceBackward0", "SelectBackward0", "IndexBackward0", "CatBackward0", "StackBackward0",
     "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "SqueezeBackward0",
-    "SqueezeBackward1", "UnsqueezeBackward0", "TBackward0") + _VIEWS)
+    "SqueezeBackward1", "UnsqueezeBackward0", "TBackward0", "CopySlices",
+    "IndexPutBackward0", "MaskedFillBackward0", "WhereBackward0") + _VIEWS)
 # (sfb's own layers and torch's: per-sample outputs of a model)
 _LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
            "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
@@ -467,14 +468,17 @@ def _factor(node):
 
 def _summed(node, world, depth):
     """What the loss at node sums: "sum" over its samples (reduction="sum",
-    .sum(), sums and differences of them, products of them with values
-    without gradient), "scaled" where each is multiplied by world (the
-    ranks' mean is then one process's sum), None where it is no sum."""
+    .sum() of what a layer computed from them, sums and differences of
+    them, products of them with values without gradient), "scaled" where
+    each is multiplied by world (the ranks' mean is then one process's
+    sum), None where it is no sum (a .sum() of a mean over the samples,
+    x.mean(0).sum(), is one)."""
     if node is None or depth > 24:
         return None
     name = type(node).__name__
-    if name == "SumBackward0" or ((name in _NLL or name in _ELEMENTS) and
-                                  node._saved_reduction == 2):
+    if name == "SumBackward0":
+        return "sum" if _reaches_layer(node.next_functions[0][0]) else None
+    if (name in _NLL or name in _ELEMENTS) and node._saved_reduction == 2:
         return "sum"
     if name in ("AddBackward0", "SubBackward0"):
         parts = {_summed(f, world, depth + 1) for f, _ in node.next_functions if f is not None}
