@@ -350,30 +350,49 @@ def _reaches_layer(node):
     return "layer" in _below(node)
 
 
-def _below(node, limit=256):
-    """What node's output comes from through operations that keep the
-    samples apart: {"layer"} a layer of the model's (its weight a
-    parameter), "gathered" sfb.torch.allgather's rows of every rank."""
-    seen, todo, found = set(), [node], set()
+def _walk(start, visit, limit):
+    """visit(node, name) on each node reached from start once, depth first,
+    at most limit nodes: it returns the nodes to go on to (a list), or
+    what the walk found, which ends it and is returned (None: nothing)."""
+    seen, todo = set(), [start]
     while todo and len(seen) < limit:
         node = todo.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
-        name = type(node).__name__
+        more = visit(node, type(node).__name__)
+        if not isinstance(more, list):
+            return more
+        todo.extend(more)
+    return None
+
+
+def _inputs(node):
+    """The nodes node's inputs come from (None: without gradient)."""
+    return [f for f, _ in node.next_functions]
+
+
+def _below(node, limit=256):
+    """What node's output comes from through operations that keep the
+    samples apart: {"layer"} a layer of the model's (its weight a
+    parameter), "gathered" sfb.torch.allgather's rows of every rank."""
+    found = set()
+
+    def visit(node, name):
         if name == _GATHER:
             found.add("gathered")
-            continue
+            return []
         layer = _layer(node, name)
         if layer:
             found.add("layer")
-            continue
+            return []
         if layer is None:  # (a frozen layer: the samples go on into its input)
-            todo.append(node.next_functions[0 if name == "ConvolutionBackward0" else -2][0])
-            continue
+            return [node.next_functions[0 if name == "ConvolutionBackward0" else -2][0]]
         if name in _ROWWISE or (name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and
                                 node._saved_dim % node._saved_result.dim() != 0):
-            todo.extend(f for f, _ in node.next_functions)
+            return _inputs(node)
+        return []
+    _walk(node, visit, limit)
     return found
 
 
@@ -405,46 +424,32 @@ def mixing(tensors, grad_tensors, world):
     root = _one_root(tensors, grad_tensors)
     if root is None or world < 2:
         return None
-    seen, todo = set(), [root.grad_fn]
+
+    def visit(node, name):
+        if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
+            return []
+        if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0"):
+            sides = [_below(f) if f is not None else set() for f in _inputs(node)]
+            if all(side == {"layer"} for side in sides):
+                return ("torch.mm: an in-batch similarity or a covariance over the samples"
+                        if name == "MmBackward0" else "torch.cdist: distances between the samples")
+        if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
+            return "a division by a sum over the samples: a batch's Dice or F1"
+        return _inputs(node)
     try:
-        while todo and len(seen) < 512:
-            node = todo.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
-            name = type(node).__name__
-            if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
-                continue
-            if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0"):
-                sides = [_below(f) if f is not None else set() for f, _ in node.next_functions]
-                if all(side == {"layer"} for side in sides):
-                    return ("torch.mm: an in-batch similarity or a covariance over the samples"
-                            if name == "MmBackward0" else
-                            "torch.cdist: distances between the samples")
-            if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
-                return "a division by a sum over the samples: a batch's Dice or F1"
-            todo.extend(f for f, _ in node.next_functions)
+        return _walk(root.grad_fn, visit, 512)
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
         return None  # (a graph read otherwise than expected: nothing read)
-    return None
 
 
 def _sums_samples(node, limit=64):
     """Whether node (a denominator) holds a sum or mean over all of a
     tensor computed from the minibatch (not gathered)."""
-    seen, todo = set(), [node]
-    while todo and len(seen) < limit:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        name = type(node).__name__
+    def visit(node, name):
         if name in ("SumBackward0", "MeanBackward0"):
-            if _below(node.next_functions[0][0]) == {"layer"}:
-                return True
-        elif name in _ROWWISE:
-            todo.extend(f for f, _ in node.next_functions)
-    return False
+            return True if _below(node.next_functions[0][0]) == {"layer"} else []
+        return _inputs(node) if name in _ROWWISE else []
+    return bool(_walk(node, visit, limit))
 
 
 def _value(v):
