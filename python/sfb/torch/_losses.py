@@ -231,7 +231,7 @@ def of_root(tensors, grad_tensors, world=1):
                 return None
         if divided:
             return divisor, divisor, BY_HAND, None
-        summed = _summed(tensors.grad_fn, world, 0) if world > 1 else None
+        summed = _summed(tensors.grad_fn, world) if world > 1 else None
         if summed is not None:
             return 0.0, 0, SUMMED if summed == "sum" else SUMMED_TIMES_WORLD, None
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
@@ -281,14 +281,10 @@ def summed_term(tensors, grad_tensors, world):
         _terms(root.grad_fn, world, None, 0, terms)
         if len(terms) < 2:
             return None
-        for node, scaled in terms:
-            if scaled:
-                continue
-            name = type(node).__name__
-            if (name in _NLL or name in _ELEMENTS) and node._saved_reduction == 2:
-                return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _nll_name(node))
-            if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]):
-                return ".sum()"
+        for term, scaled in terms:
+            what = None if scaled else _sum_name(term)
+            if what:
+                return what
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
         return None  # (a graph read otherwise than expected: nothing read)
     return None
@@ -296,8 +292,12 @@ def summed_term(tensors, grad_tensors, world):
 
 def _terms(node, world, scaled, depth, out):
     """The terms the loss at node adds into out: (node, whether it is
-    multiplied by world or 0, or divided by a value; None: neither)."""
-    if node is None or depth > 24 or len(out) > 32:
+    multiplied by world or 0, or divided by a value; None: neither; a
+    graph too deep or wide to read: (None, "unread"))."""
+    if node is None:  # (a value without gradient added)
+        return
+    if depth > 24 or len(out) > 32:
+        out.append((None, "unread"))
         return
     name = type(node).__name__
     if name in ("AddBackward0", "SubBackward0"):
@@ -471,33 +471,29 @@ def _factor(node):
     return (_value(node._saved_other), a) if b is None else (_value(node._saved_self), b)
 
 
-def _summed(node, world, depth):
-    """What the loss at node sums: "sum" over its samples (reduction="sum",
-    .sum() of what a layer computed from them, sums and differences of
-    them, products of them with values without gradient), "scaled" where
-    each is multiplied by world (the ranks' mean is then one process's
-    sum), None where it is no sum (a .sum() of a mean over the samples,
-    x.mean(0).sum(), is one)."""
-    if node is None or depth > 24:
+def _summed(node, world):
+    """What the loss at node sums: "sum" where each of its terms (_terms)
+    is a sum over the samples (_sum_name), "scaled" where each is also
+    multiplied by world (the ranks' mean is then one process's sum), None
+    where some term is no such sum (a mean, x.mean(0).sum(), a product of
+    two terms)."""
+    terms = []
+    _terms(node, world, None, 0, terms)
+    if not terms or any(scaled in ("divided", "unread") or _sum_name(term) is None
+                        for term, scaled in terms):
         return None
+    return "scaled" if all(scaled == "by the world" for _, scaled in terms) else "sum"
+
+
+def _sum_name(node):
+    """A term's name where it is a sum over the samples: a loss with
+    reduction="sum", a .sum() of what a layer computed from them; None
+    otherwise."""
     name = type(node).__name__
-    if name == "SumBackward0":
-        return "sum" if _reaches_layer(node.next_functions[0][0]) else None
     if (name in _NLL or name in _ELEMENTS) and node._saved_reduction == 2:
-        return "sum"
-    if name in ("AddBackward0", "SubBackward0"):
-        parts = {_summed(f, world, depth + 1) for f, _ in node.next_functions if f is not None}
-        if not parts or None in parts:
-            return None
-        return "scaled" if parts == {"scaled"} else "sum"
-    if name == "NegBackward0":
-        return _summed(node.next_functions[0][0], world, depth + 1)
-    if name in ("MulBackward0", "MulBackward1"):
-        value, inner = _factor(node)
-        if value is None:
-            return None
-        inner = _summed(inner, world, depth + 1)
-        return "scaled" if inner is not None and value == world else inner
+        return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _nll_name(node))
+    if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]):
+        return ".sum()"
     return None
 
 
