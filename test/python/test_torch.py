@@ -930,15 +930,10 @@ class TorchOneWorker(unittest.TestCase):
         queue = torch.randn(4, 8, generator=g)
         w = nn.Parameter(torch.randn(6, 4))
 
-        class Gather(torch.autograd.Function):  # (named as sfb.torch.allgather's)
-            @staticmethod
-            def forward(ctx, t):
-                return t.clone()
-
-            @staticmethod
-            def backward(ctx, grad):
-                return grad
-        Gather.__name__ = _collectives._AllGather.__name__
+        Gather = type(_collectives._AllGather.__name__, (torch.autograd.Function,), {
+            "forward": staticmethod(lambda ctx, t: t.clone()),  # (named as allgather's)
+            "backward": staticmethod(lambda ctx, grad: grad)})
+        self.assertEqual(type(Gather.apply(z).grad_fn).__name__, _losses._GATHER)
         Z = Gather.apply(z)
         q, k = lin(x).view(30, 1, 4), lin(x).view(30, 1, 4)
         att = torch.softmax(q @ k.transpose(1, 2), -1) @ k  # (per sample: bmm)
@@ -965,6 +960,68 @@ class TorchOneWorker(unittest.TestCase):
                 (nn.functional.cross_entropy(head(z), y % 2), None)):
             self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
         self.assertIsNone(_losses.mixing((z @ z.t()).sum(), None, 1))
+
+    def test_a_statistic_over_the_samples_in_the_loss_is_found(self):
+        """A statistic over the samples that is no mean of per-sample terms
+        (a variance, a maximum, topk, a norm, a softmax across them) and a
+        function that is not linear of a sum or mean over them (the root
+        of a mean loss, a batch entropy, a product of two means, a clamp
+        of the mean loss, centring by the batch mean) are named above the
+        model's layers; a mean loss scaled, added to others, divided by a
+        weight's function (learned loss weights) or clamped per sample, a
+        focal loss's per-sample terms, per-sample norms and softmaxes, a
+        statistic under a layer (pooling before a head) or of gathered
+        rows are not."""
+        from sfb.torch import _collectives, _losses
+        F = nn.functional
+        torch.manual_seed(7)
+        lin, head = nn.Linear(3, 4), nn.Linear(4, 2)
+        x, y = torch.randn(30, 3), torch.randint(0, 4, (30,))
+        out, zero = lin(x), torch.zeros(30, 4)
+        sig = nn.Parameter(torch.ones(()))
+        p = out.softmax(1)
+        pm = p.mean(0)
+        each = F.cross_entropy(out, y, reduction="none")
+        Gather = type(_collectives._AllGather.__name__, (torch.autograd.Function,), {
+            "forward": staticmethod(lambda ctx, t: t.clone()),
+            "backward": staticmethod(lambda ctx, grad: grad)})
+        pg = Gather.apply(p).mean(0)
+        fn = ": a function of a batch statistic"
+        for loss, want in (
+                (torch.sqrt(F.mse_loss(out, zero)), "torch.sqrt of mse_loss's mean" + fn),
+                (F.cross_entropy(out, y) + (pm * pm.log()).sum(),
+                 "a product of a mean over the samples" + fn),
+                (-out.var(0).mean(), "a variance over the samples"),
+                (F.relu(1 - torch.sqrt(out.var(dim=0) + 1e-4)).mean(),
+                 "a variance over the samples"),
+                (each.topk(5)[0].mean(), "topk (hard-example mining) over the samples"),
+                (each.max(), "a maximum over the samples"),
+                ((1 - torch.exp(-F.cross_entropy(out, y))) ** 2 * F.cross_entropy(out, y),
+                 "a product of cross_entropy's mean" + fn),
+                (out.mean(0).pow(2).sum(), "a power of a mean over the samples" + fn),
+                ((F.normalize(out, dim=0) ** 2).mean(), "a norm over the samples"),
+                (((out - out.mean(0)) ** 2).mean(), "a power of a mean over the samples" + fn),
+                (F.cross_entropy(out, y).clamp(max=5.0), "torch.clamp of cross_entropy's mean" + fn),
+                (out.softmax(0)[:, 0].mean(), "a softmax over the samples"),
+                ((out - y[:, None]).norm(), "a norm over the samples"),
+                (F.mse_loss(out, zero), None),
+                (((1 - torch.exp(-each)) ** 2 * each).mean(), None),
+                (F.cross_entropy(out, y) / (2 * sig ** 2) + torch.log(sig), None),
+                (out.mean(0).sum(), None),
+                (F.cross_entropy(F.normalize(out, dim=1) * 10, y), None),
+                (F.cross_entropy(out, y, label_smoothing=0.1), None),
+                (F.cross_entropy(out, y) * torch.tensor(1024.0) / 4, None),
+                (F.cross_entropy(out, y) + 0.1 * (out ** 2).mean(), None),
+                (F.kl_div(out.log_softmax(1), p.detach(), reduction="batchmean") * 4, None),
+                (F.l1_loss(out, zero), None),
+                (out.logsumexp(1).mean() + out.max(1)[0].mean() + each.clamp(max=2).mean(),
+                 None),
+                (-F.log_softmax(lin(x[0]), dim=0)[1], None),  # (one sample's classes)
+                (F.cross_entropy(head(out.mean(0, keepdim=True).expand(30, 4)), y % 2), None),
+                (torch.nan_to_num(F.cross_entropy(out, y)), None),
+                (F.cross_entropy(out, y) + (pg * pg.log()).sum(), None)):
+            self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
+        self.assertIsNone(_losses.mixing(torch.sqrt(F.mse_loss(out, zero)), None, 1))
 
     def test_losses_read_from_what_backward_gets(self):
         """What backward() gets is read where the calls sfb.torch watches do
@@ -1033,6 +1090,7 @@ class TorchOneWorker(unittest.TestCase):
                 (h.mean() + h.sum(), None), (h.norm(), None), (h.sum() * h.sum(), None),
                 # (sums of a mean over the samples, and over the weights: none)
                 (routed.pow(2).sum(), summed),
+                (ce(h, y % 3, reduction="none").sum(), summed),  # (per-sample terms, summed)
                 (h.mean(0).sum(), None), ((h - t).pow(2).mean(0).sum() * 2, None),
                 (sum(p.pow(2).sum() for p in (x, t)), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)

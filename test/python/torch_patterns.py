@@ -1817,7 +1817,7 @@ def unequal():
     step 0; multiplied by sft.size() it trains as one process's sum at any
     sizes, and nothing is said."""
     import warnings
-    for loss in ("ce", "mse", "hand", "sum", "norm", "sumP"):
+    for loss in ("ce", "mse", "hand", "sum", "two", "sumP"):
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
@@ -1856,8 +1856,9 @@ def unequal():
                         ((ref(xs, t) - nn.functional.one_hot(ys, 5)) ** 2).sum().mul(
                             0.05).backward()
                         ref_opt.step()
-                    else:  # (nothing to read: the layers' counts stand in)
-                        (out - nn.functional.one_hot(y[:n], 5)).norm().backward()
+                    else:  # (two means by hand added: the layers' counts stand in)
+                        d = out - nn.functional.one_hot(y[:n], 5)
+                        ((d ** 2).mean() + d.abs().mean()).backward()
                     opt.step()
             if loss == "sumP":
                 near_one_process(model, ref)
@@ -1897,9 +1898,12 @@ def unequal():
                         ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
     mixed_sums()
+    gathered = batch_statistics()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
-          "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean; not with "
-          "set_samples, nor for P times the sum", flush=True)
+          "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean, of a "
+          "statistic over the samples; not with set_samples, nor for P times the sum, nor "
+          "for a statistic over the gathered samples (within %.3g of one process)" % gathered,
+          flush=True)
 
 
 def mixed_sums():
@@ -1972,6 +1976,73 @@ def mixed_sums():
             "combines the samples of this rank's minibatch (torch.mm: " % line]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a mean plus %s: warned %r, expected %r" % (kind, said, want))
+
+
+def batch_statistics():
+    """A loss that is a function of a statistic over each rank's own
+    samples, every minibatch of one size: the square root of a mean squared
+    error, a batch entropy (the log of the mean prediction), the hardest
+    samples' losses (topk), a norm over the whole minibatch. Rank 0 warns
+    at step 0 naming the backward() line and the statistic, and the model
+    is not one process's on the union (the warning is not false); the
+    entropy of the mean over every rank's predictions (sft.allgather) is
+    one process's, and nothing is said. Returns how near the gathered
+    entropy's model is to one process's."""
+    import warnings
+    ce = nn.functional.cross_entropy
+
+    def entropy(p):                                    # (of the mean prediction)
+        m = p.mean(0)
+        return (m * m.log()).sum()
+
+    # kind: (the loss of out, y, gathered by g, what rank 0 names)
+    kinds = {"rmse": (lambda out, y, g: nn.functional.mse_loss(
+                 out, nn.functional.one_hot(y, 5).float()).sqrt(),
+                 "torch.sqrt of mse_loss's mean: a function of a batch statistic"),
+             "entropy": (lambda out, y, g: ce(out, y) + 0.5 * entropy(out.softmax(1)),
+                         "a product of a mean over the samples: a function of a batch "
+                         "statistic"),
+             "gathered": (lambda out, y, g: ce(out, y) + 0.5 * entropy(g(out.softmax(1))),
+                          None),
+             "topk": (lambda out, y, g: ce(out, y, reduction="none").topk(2)[0].mean(),
+                      "topk (hard-example mining) over the samples"),
+             "norm": (lambda out, y, g: (out - nn.functional.one_hot(y, 5)).norm(),
+                      "a norm over the samples")}
+    for kind, (loss, what) in kinds.items():
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        opt, ref, ref_opt, job = beside_one_process(model)
+        n = 4
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(4):
+                lo = 4 * n * P * t
+                opt.zero_grad()
+                mine = slice(lo + r * n, lo + (r + 1) * n)
+                line = sys._getframe().f_lineno + 1
+                loss(model(x[mine], t), y[mine], sft.allgather).backward()
+                opt.step()
+                ref_opt.zero_grad()
+                loss(ref(x[lo:lo + n * P], t), y[lo:lo + n * P], lambda t: t).backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if what is None and worst > args.tol:
+            fail("%s: %s differs from one process's by %.3g" % (kind, where, worst))
+        if what is None:
+            gathered = worst
+        if what is not None and worst < 100 * args.tol:
+            fail("%s: %s within %.3g of one process's (no difference to warn of)" %
+                 (kind, where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if r or what is None else [
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d "
+            "combines the samples of this rank's minibatch (%s), so it is no mean of "
+            "per-sample terms" % (line, what)]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("a statistic (%s): warned %r, expected %r" % (kind, said, want))
+    return gathered
 
 
 def gather():

@@ -13,6 +13,7 @@ counts nothing) and the meta row carries it; optimizer._Sync warns where
 the ranks' weights are not proportional to their counts."""
 import functools
 import inspect
+import re
 import zlib
 
 import torch
@@ -350,11 +351,14 @@ def _reaches_layer(node):
     return "layer" in _below(node)
 
 
-def _walk(start, visit, limit):
-    """visit(node, name) on each node reached from start once, depth first,
-    at most limit nodes: it returns the nodes to go on to (a list), or
-    what the walk found, which ends it and is returned (None: nothing)."""
-    seen, todo = set(), [start]
+def _walk(start, visit, limit, seen=None):
+    """visit(node, name) on each node reached from start (a node or a list
+    of them) once, depth first,
+    at most limit nodes (seen: the nodes not to visit, those visited added):
+    it returns the nodes to go on to (a list), or what the walk found,
+    which ends it and is returned (None: nothing)."""
+    seen = set() if seen is None else seen
+    todo, limit = list(start) if isinstance(start, list) else [start], limit + len(seen)
     while todo and len(seen) < limit:
         node = todo.pop()
         if node is None or node in seen:
@@ -389,8 +393,9 @@ def _below(node, limit=256):
         if layer is None:  # (a frozen layer: the samples go on into its input)
             return [node.next_functions[0 if name == "ConvolutionBackward0" else -2][0]]
         if name in _ROWWISE or (name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and
-                                node._saved_dim % node._saved_result.dim() != 0):
-            return _inputs(node)
+                                node._saved_dim % node._saved_result.dim() != 0) or \
+                ((name in _NLL or name in _ELEMENTS) and node._saved_reduction == 0):
+            return _inputs(node)  # (a loss with reduction="none": one term a sample)
         return []
     _walk(node, visit, limit)
     return found
@@ -416,14 +421,20 @@ def mixing(tensors, grad_tensors, world):
     """What combines the samples of the minibatch in the loss backward()
     got, above the model's layers: a product of two tensors computed from
     them (an in-batch similarity z1 @ z2.T, a covariance z.T @ z,
-    torch.cdist), or a division by a sum over them (a batch's Dice or F1):
-    no mean of per-sample terms, so each rank computes it over its own
-    samples where one process does over the union. Its name, or None:
+    torch.cdist), a division by a sum over them (a batch's Dice or F1), a
+    statistic over them that no mean of per-sample terms is (a variance, a
+    maximum, topk's hardest samples, a norm, a softmax across them) or a
+    function that is not linear of a sum or mean over them (the square
+    root of a mean squared error, a batch entropy's log of the mean
+    prediction, a product of two means): each rank computes it over its
+    own samples where one process does over the union. Its name, or None:
     none, a side gathered from every rank (sfb.torch.allgather) or without
     gradient (a queue of negatives, a count), or the world one."""
     root = _one_root(tensors, grad_tensors)
     if root is None or world < 2:
         return None
+    below = set()  # (the nodes the statistics' walks saw: each walked once)
+    function = []  # (a function of a sum or mean over the samples: named if nothing else is)
 
     def visit(node, name):
         if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
@@ -435,11 +446,138 @@ def mixing(tensors, grad_tensors, world):
                         if name == "MmBackward0" else "torch.cdist: distances between the samples")
         if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
             return "a division by a sum over the samples: a batch's Dice or F1"
+        stat = _statistic(node, name)
+        if stat is not None and stat[1]:
+            return stat[0]
+        if not function and _nonlinear(node, name):
+            stat = _walk(_inputs(node), statistic, 256, below)
+            if stat:
+                function.append(stat[0] if stat[1] else "%s of %s: a function of a batch "
+                                "statistic" % (_op_name(name), stat[0]))
         return _inputs(node)
+
+    def statistic(node, name):
+        if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
+            return []
+        return _statistic(node, name) or _inputs(node)
     try:
-        return _walk(root.grad_fn, visit, 512)
+        return _walk(root.grad_fn, visit, 512) or (function[0] if function else None)
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
         return None  # (a graph read otherwise than expected: nothing read)
+
+
+# (reductions that combine the samples whatever is done with them: what)
+_MIXES = {"VarBackward0": "a variance", "StdBackward0": "a standard deviation",
+          "VarMeanBackward0": "a variance", "StdMeanBackward0": "a standard deviation",
+          "AmaxBackward0": "a maximum", "AminBackward0": "a minimum",
+          "MaxBackward0": "a maximum", "MaxBackward1": "a maximum",
+          "MinBackward0": "a minimum", "MinBackward1": "a minimum",
+          "MedianBackward0": "a median", "MedianBackward1": "a median",
+          "KthvalueBackward0": "a k-th smallest", "SortBackward0": "a sort",
+          "TopkBackward0": "topk (hard-example mining)", "LogsumexpBackward0": "a logsumexp",
+          "NormBackward1": "a norm", "LinalgVectorNormBackward0": "a norm",
+          "ProdBackward0": "a product", "ProdBackward1": "a product",
+          "CumsumBackward0": "a cumulative sum", "CumprodBackward0": "a cumulative product",
+          "SoftmaxBackward0": "a softmax", "LogSoftmaxBackward0": "a log_softmax"}
+# (reductions that are linear: a mean of per-sample terms until something
+# that is not linear is done with them)
+_SUMS = {"SumBackward0": "a sum", "SumBackward1": "a sum", "NansumBackward0": "a sum",
+         "MeanBackward0": "a mean", "MeanBackward1": "a mean"}
+# (operations linear in each input: a function of a sum over the samples
+# through them is still one)
+_LINEAR = frozenset(_VIEWS + tuple(_SUMS) + (
+    "AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward1",
+    "RsubBackward0", "NegBackward0", "MulBackward1", "DivBackward1", "CloneBackward0",
+    "ToCopyBackward0", "SliceBackward0", "SelectBackward0", "IndexBackward0", "CatBackward0",
+    "StackBackward0", "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0",
+    "SqueezeBackward0", "SqueezeBackward1", "UnsqueezeBackward0", "TBackward0",
+    "ExpandBackward0", "RepeatBackward0", "FlipBackward0", "RollBackward0", "AliasBackward0",
+    "AsStridedBackward0", "NanToNumBackward0", "CopySlices", "IndexPutBackward0",
+    "MaskedFillBackward0", "WhereBackward0", "NativeDropoutBackward0", "GatherBackward0",
+    "DiagonalBackward0", "TraceBackward0"))
+# (products: linear where at most one side comes from the samples; the
+# inputs that are multiplied, by their positions)
+_PRODUCTS = {"MulBackward0": (0, 1), "DivBackward0": (0, 1), "MmBackward0": (0, 1),
+             "BmmBackward0": (0, 1), "MvBackward0": (0, 1), "DotBackward0": (0, 1),
+             "AddmmBackward0": (1, 2), "BaddbmmBackward0": (1, 2)}
+
+
+def _statistic(node, name):
+    """(what, whether it combines the samples whatever follows) where node
+    reduces over the first dimension, the samples, of what a layer of the
+    model computed from them, keeping them apart until there: a variance,
+    a maximum (True); a sum, a mean, a mean loss (False: it is a sum of
+    per-sample terms). None otherwise."""
+    if name in _NLL or name in _ELEMENTS:
+        if node._saved_reduction == 0:
+            return None
+        what = "%s's %s" % (_ELEMENTS.get(name) or _nll_name(node),
+                            "mean" if node._saved_reduction == 1 else "sum")
+        return (what, False) if _below(node.next_functions[0][0]) == {"layer"} else None
+    what = _SUMS.get(name) or _MIXES.get(name)
+    if what is None or not _over_first(node, name):
+        return None
+    if _below(node.next_functions[0][0]) != {"layer"}:
+        return None
+    return what + " over the samples", name in _MIXES
+
+
+def _over_first(node, name):
+    """Whether reduction node reduces over its input's first dimension (a
+    softmax across it: of a tensor with two or more)."""
+    dims = getattr(node, "_saved_dim", None)
+    if dims is None or dims == ():  # (over every dimension)
+        return name not in ("CumsumBackward0", "CumprodBackward0")
+    dims = dims if isinstance(dims, tuple) else (dims,)
+    ndim = _ndim(node)
+    if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and (ndim or 0) < 2:
+        return False  # (a softmax over one sample's classes)
+    return any(d == 0 or (ndim is not None and d >= 1 << 63 and d - (1 << 64) + ndim == 0)
+               for d in dims)  # (a negative dimension saved unsigned)
+
+
+def _ndim(node):
+    """The dimensions of reduction node's input (None: not saved)."""
+    for attr in ("_saved_self_sym_sizes", "_saved_self_sizes"):
+        sizes = getattr(node, attr, None)
+        if sizes is not None:
+            return len(sizes)
+    for attr in ("_saved_self", "_saved_result"):
+        t = getattr(node, attr, None)
+        if isinstance(t, torch.Tensor):
+            return t.dim()
+    return None
+
+
+def _nonlinear(node, name):
+    """Whether node's output is no linear function of an input computed
+    from the samples: an operation outside _LINEAR, a product of two
+    tensors that both come from them (not of one by a weight or a
+    value)."""
+    if name in _LINEAR:
+        return False
+    sides = _PRODUCTS.get(name)
+    if sides is None:
+        return True
+    inputs = _inputs(node)
+    return all(inputs[i] is not None and _from_samples(inputs[i]) for i in sides)
+
+
+def _from_samples(node, limit=64):
+    """Whether node's output comes from a layer of the model's outputs by
+    any operations (not from parameters alone, nor gathered)."""
+    def visit(node, name):
+        if name in ("AccumulateGrad", _GATHER):
+            return []
+        return True if _layer(node, name) is not False else _inputs(node)
+    return bool(_walk(node, visit, limit))
+
+
+def _op_name(name):
+    """A backward node's operation, named for a warning ("torch.sqrt")."""
+    op = re.sub(r"Backward\d*$", "", name)
+    return {"Mul": "a product", "Div": "a division", "Pow": "a power"}.get(
+        op, "torch." + re.sub(r"(?<!^)([A-Z])", r"_\1", op).lower())
 
 
 def _sums_samples(node, limit=64):
