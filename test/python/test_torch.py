@@ -1023,6 +1023,40 @@ class TorchOneWorker(unittest.TestCase):
             self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
         self.assertIsNone(_losses.mixing(torch.sqrt(F.mse_loss(out, zero)), None, 1))
 
+    def test_a_statistic_times_a_tensor_without_gradient_is_read(self):
+        """A sum or mean over the samples multiplied (or divided), above the
+        model's layers, by a tensor of several elements without gradient
+        (an MoE's fraction of the tokens each expert took) is read with
+        that tensor's CRC-32, which the ranks compare; not a scalar (a
+        loss scale, a rank's weight), nor a product below the mean (per
+        sample), nor a statistic of gathered rows, of the weights or one
+        that mixes the samples anyway (mixing's)."""
+        import zlib
+        from sfb.torch import _collectives, _losses
+        torch.manual_seed(7)
+        router = nn.Linear(3, 4)
+        probs = router(torch.randn(30, 3)).softmax(1)
+        f = nn.functional.one_hot(probs.argmax(1), 4).float().mean(0)  # (no gradient)
+        crc = zlib.crc32(f.numpy().tobytes())
+        Gather = type(_collectives._AllGather.__name__, (torch.autograd.Function,), {
+            "forward": staticmethod(lambda ctx, t: t.clone()),
+            "backward": staticmethod(lambda ctx, grad: grad)})
+        ce = nn.functional.cross_entropy(probs, torch.arange(30) % 4)
+        mean = "a mean over the samples"
+        for loss, want in (
+                (ce + 0.01 * 4 * (f * probs.mean(0).unsqueeze(0)).sum(), (mean, crc)),
+                ((probs.mean(0) / f.clamp(min=0.1)).sum(),
+                 (mean, zlib.crc32(f.clamp(min=0.1).numpy().tobytes()))),
+                ((f * probs.sum(0)).sum(), ("a sum over the samples", crc)),
+                ((probs.mean(0) * f.sum()).sum(), None),
+                ((probs * f).mean(), None),
+                ((f * Gather.apply(probs).mean(0)).sum(), None),
+                ((f * router.weight.mean(1)).sum(), None),
+                ((f * probs.var(0)).sum(), None),
+                (ce, None)):
+            self.assertEqual(_losses.detached(loss, None, 4), want, loss.grad_fn)
+        self.assertIsNone(_losses.detached((f * probs.mean(0)).sum(), None, 1))
+
     def test_losses_read_from_what_backward_gets(self):
         """What backward() gets is read where the calls sfb.torch watches do
         not see the loss: torch's own mean cross_entropy or nll_loss (imported

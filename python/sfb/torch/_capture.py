@@ -345,7 +345,7 @@ def _autograd_backward(*args, **kwargs):
         at = "given to backward() at %s" % _env._user_line()
         read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at)
     s.pass_hand = read
-    kinds = s.unread() if s.job.rank == 0 and s.job.world > 1 else ()  # (rank 0 warns)
+    kinds = s.unread() if s.job.world > 1 else ()
     if kinds:
         read = _losses.read_root(roots, given, s.job.world, kinds)
         if read:

@@ -257,8 +257,9 @@ def _one_root(tensors, grad_tensors):
 
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
-    "mixing": mixing): {kind: its name}, those found."""
-    read = {"summed": summed_term, "mixing": mixing}
+    "mixing": mixing, "detached": detached): {kind: what it found}, those
+    found."""
+    read = {"summed": summed_term, "mixing": mixing, "detached": detached}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
     return {kind: what for kind, what in found if what is not None}
 
@@ -466,6 +467,45 @@ def mixing(tensors, grad_tensors, world):
         return None  # (a graph read otherwise than expected: nothing read)
 
 
+def detached(tensors, grad_tensors, world):
+    """A product, above the model's layers, of a sum or mean over the
+    samples (through linear operations) by a tensor of several elements
+    without gradient: an MoE's load-balancing loss, the mean router
+    probability per expert times the fraction of the tokens each expert
+    took. Linear in the samples, so one process's where that tensor is the
+    same on every rank; computed from each rank's own samples it is not,
+    which only the ranks' tensors tell: (the statistic's name, the tensor's
+    CRC-32), or None."""
+    root = _one_root(tensors, grad_tensors)
+    if root is None or world < 2:
+        return None
+
+    def visit(node, name):
+        if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
+            return []
+        if name in ("MulBackward0", "DivBackward0"):
+            a, b = _inputs(node)
+            if b is None and a is not None or (a is None and b is not None and
+                                                name == "MulBackward0"):
+                t = node._saved_other if b is None else node._saved_self
+                if isinstance(t, torch.Tensor) and t.numel() > 1:
+                    stat = _walk(a if b is None else b, linear, 64)
+                    if stat:
+                        return stat, zlib.crc32(
+                            t.detach().contiguous().view(-1).view(torch.uint8).numpy())
+        return _inputs(node)
+
+    def linear(node, name):
+        stat = _statistic(node, name)
+        if stat is not None:
+            return [] if stat[1] else stat[0]  # (one that mixes whatever follows: mixing's)
+        return _inputs(node) if name in _LINEAR else []
+    try:
+        return _walk(root.grad_fn, visit, 512)
+    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+        return None  # (a graph read otherwise than expected: nothing read)
+
+
 # (reductions that combine the samples whatever is done with them: what)
 _MIXES = {"VarBackward0": "a variance", "StdBackward0": "a standard deviation",
           "VarMeanBackward0": "a variance", "StdMeanBackward0": "a standard deviation",
@@ -529,6 +569,8 @@ def _over_first(node, name):
     if dims is None or dims == ():  # (over every dimension)
         return name not in ("CumsumBackward0", "CumprodBackward0")
     dims = dims if isinstance(dims, tuple) else (dims,)
+    if all(0 < d < 1 << 63 for d in dims):  # (other dimensions, counted from the first)
+        return False
     ndim = _ndim(node)
     if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and (ndim or 0) < 2:
         return False  # (a softmax over one sample's classes)

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 27  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 30  # the meta row's columns after the parameters' and before the layers'
 
 
 class _Sync(_Passes):
@@ -284,11 +284,12 @@ class _Sync(_Passes):
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         #                         parameters
         self.pass_hand = None   # what the pass's root divides by (_losses.of_root)
-        self.pass_read = {}     # rank 0: what the pass's root shows (_losses.read_root),
-        #                         kind: (what, the backward() line)
+        self.pass_read = {}     # what the pass's root shows (_losses.read_root: rank 0's
+        #                         kinds, every rank's "detached"), kind: (what, the line)
         self.step_read = {}     # the same, of the step's passes that reached the job's
         #                         parameters (the first of each kind)
         self.told_mixing = False  # the samples-mixing loss's warning given
+        self.told_detached = False  # the ranks' factors without gradient compared apart
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
@@ -888,7 +889,9 @@ class _Sync(_Passes):
         those divisors (_losses.shares), the longest sequence a layer that
         depends on the padding ran on (_padding), the losses' settings
         (their class weights, ignore_index, label_smoothing: how many were
-        read and their checksum), each layer's samples."""
+        read and their checksum), whether the loss multiplies a statistic
+        over the samples by a tensor without gradient and that tensor's
+        checksum (_losses.detached), each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -928,6 +931,9 @@ class _Sync(_Passes):
         row[0, n + 23] = min(self.padded[0], _overflow.MOST)
         read, crc = _losses.settings_crc(self.losses[4])
         row[0, n + 24:n + 27] = [min(read, _overflow.MOST), crc & 0xFFFF, crc >> 16]
+        if "detached" in self.step_read:  # (a statistic's factor without gradient)
+            crc = self.step_read["detached"][0][1]
+            row[0, n + 27:n + 30] = [1.0, crc & 0xFFFF, crc >> 16]
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1151,6 +1157,8 @@ class _Sync(_Passes):
             self._tell_padding(meta)
         if "mixing" in self.step_read and not self.told_mixing:
             self._tell_mixing()
+        if not self.told_detached:
+            self._tell_detached(meta, states)
         if not self.told_draws and self.all_training:
             self._tell_same_draws(meta)
         if _TRAINING in states:
@@ -1307,9 +1315,37 @@ class _Sync(_Passes):
 
     def unread(self):
         """The kinds of _losses.read_root still to look for: not warned of
-        yet, nor found in this step."""
-        return [k for k, told in (("summed", self.told_unequal), ("mixing", self.told_mixing))
-                if not told and k not in self.step_read]
+        yet, nor found in this step; rank 0's, and every rank's factors
+        without gradient (compared across the ranks: _tell_detached)."""
+        kinds = (("summed", self.told_unequal), ("mixing", self.told_mixing),
+                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 2:]
+        return [k for k, told in kinds if not told and k not in self.step_read]
+
+    def _tell_detached(self, meta, states):
+        """Where rank 0's loss multiplies a statistic over the samples by a
+        tensor without gradient (_losses.detached) and a training rank's
+        differs from it: computed from each rank's own samples (an MoE's
+        fraction of the tokens each expert took), where one process
+        computes it once over the union. Every rank decides alike from the
+        meta rows; rank 0 warns once."""
+        n = self.n_params
+        found = [q for q in range(self.job.world) if states[q] == _TRAINING and meta[q, n + 27]]
+        if 0 not in found or all((meta[q, n + 28:n + 30] == meta[0, n + 28:n + 30]).all()
+                                 for q in found):
+            return
+        self.told_detached = True
+        if self.job.rank != 0:
+            return
+        (what, _), line = self.step_read["detached"]
+        warnings.warn(
+            "sfb.torch: at step %d the loss given to backward() at %s multiplies %s by a tensor "
+            "without gradient that differs from rank to rank (computed from each rank's own "
+            "samples, as an MoE's fraction of the tokens each expert took), where one process "
+            "computes it once over the union of the ranks' minibatches. Average it over the "
+            "ranks before the product (sfb.torch.allreduce(t): the same bits on every rank), "
+            "or compute it from the gathered rows (sfb.torch.allgather)" % (
+                self.clock, line, what),
+            stacklevel=_env._user_stacklevel())
 
     def _tell_mixing(self):
         """Rank 0's loss combines the samples of its own minibatch
