@@ -941,6 +941,8 @@ class TorchOneWorker(unittest.TestCase):
         mask = (torch.rand(30, 4, generator=g) > 0.3).float()
         mm = "torch.mm: an in-batch similarity or a covariance over the samples"
         cdist = "torch.cdist: distances between the samples"
+        bmm = ("torch.einsum or torch.bmm of one matrix product: an in-batch similarity or a "
+               "covariance over the samples")
         ratio = "a division by a sum over the samples: a batch's Dice or F1"
         for loss, want in (
                 (nn.functional.cross_entropy(z @ z.t() / 0.1, y), mm),
@@ -948,6 +950,9 @@ class TorchOneWorker(unittest.TestCase):
                 ((z.t() @ z).pow(2).sum(), mm),
                 (torch.cdist(z[:5], z[5:10]).mean(), cdist),
                 (torch.cdist(z, z).mean(), cdist),  # (by a matrix product: 26+ rows)
+                (nn.functional.cross_entropy(torch.einsum("nc,mc->nm", z, z) / 0.1, y), bmm),
+                (torch.einsum("nc,nd->cd", z, z).pow(2).sum(), bmm),  # (a covariance)
+                ((torch.einsum("nc,nc->n", z, z) - 1).pow(2).mean(), None),  # (per sample)
                 (1 - (2 * (p * t).sum() + 1) / (p.sum() + t.sum() + 1), ratio),  # (a batch's Dice)
                 (1 - ((2 * (p * t).sum(1) + 1) / (p.sum(1) + t.sum(1) + 1)).mean(), None),
                 ((p * mask).sum() / mask.sum(), None),

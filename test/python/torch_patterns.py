@@ -2374,7 +2374,12 @@ def padding():
 
 class MoE(nn.Module):
     """A router sends each sample to one of four experts (top-1, scaled by
-    its gate), as a sparse mixture-of-experts layer does."""
+    its gate), as a sparse mixture-of-experts layer does. Its
+    load-balancing loss over the minibatch (Switch's, Mixtral's: E times
+    the sum over the experts of the fraction of the samples each took,
+    without gradient, times its mean gate) is kept in self.aux; counts
+    turns this minibatch's samples per expert into the union's (summed
+    over the ranks)."""
     E = 4
 
     def __init__(self):
@@ -2385,10 +2390,12 @@ class MoE(nn.Module):
                                                     nn.Linear(16, 12)) for _ in range(self.E)])
         self.head = nn.Linear(12, 5)
 
-    def forward(self, x):
+    def forward(self, x, counts=lambda c: c):
         h = torch.tanh(self.inp(x))
         gates = self.router(h).softmax(-1)
         top = gates.argmax(-1)
+        c = counts(nn.functional.one_hot(top, self.E).float().sum(0))
+        self.aux = self.E * (c / c.sum() * gates.mean(0)).sum()
         out = torch.zeros_like(h)
         for e in range(self.E):
             idx = (top == e).nonzero().flatten()
@@ -2398,24 +2405,29 @@ class MoE(nn.Module):
 
 
 def moe():
-    """Routed experts against one process on the global minibatches."""
+    """Routed experts against one process on the global minibatches, with
+    their load-balancing loss over the union's fractions (the ranks' counts
+    summed by sft.allreduce): no warning."""
     model = setup_model(MoE)
     P, r = sft.size(), sft.rank()
     x, y = data()
     opt, ref, ref_opt, job = beside_one_process(model)
+    union = lambda c: sft.allreduce(c, op="sum")      # noqa: E731 (every rank's samples)
     with no_unequal_warning():
         for t in range(args.steps):
             xb, yb = shard(x, y, t, r, P)
             opt.zero_grad()
             if args.uneven:
                 opt.set_samples(len(xb))
-            nn.functional.cross_entropy(model(xb), yb).backward()
+            out = model(xb, union)
+            (nn.functional.cross_entropy(out, yb) + 0.1 * model.aux).backward()
             opt.step()
             same(job, model, "after step %d" % t)
             parts = [shard(x, y, t, q, P) for q in range(P)]
             ref_opt.zero_grad()
-            nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
-                                        torch.cat([b for _, b in parts])).backward()
+            out = ref(torch.cat([a for a, _ in parts]))
+            (nn.functional.cross_entropy(out, torch.cat([b for _, b in parts])) +
+             0.1 * ref.aux).backward()
             ref_opt.step()
     worst, where = near_one_process(model, ref)
     closed()

@@ -422,7 +422,8 @@ def mixing(tensors, grad_tensors, world):
     """What combines the samples of the minibatch in the loss backward()
     got, above the model's layers: a product of two tensors computed from
     them (an in-batch similarity z1 @ z2.T, a covariance z.T @ z,
-    torch.cdist), a division by a sum over them (a batch's Dice or F1), a
+    torch.cdist, torch.einsum("nc,mc->nm", ...): a batch matrix product of
+    one matrix), a division by a sum over them (a batch's Dice or F1), a
     statistic over them that no mean of per-sample terms is (a variance, a
     maximum, topk's hardest samples, a norm, a softmax across them) or a
     function that is not linear of a sum or mean over them (the square
@@ -440,11 +441,15 @@ def mixing(tensors, grad_tensors, world):
     def visit(node, name):
         if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
             return []
-        if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0"):
+        if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0", "BmmBackward0"):
             sides = [_below(f) if f is not None else set() for f in _inputs(node)]
-            if all(side == {"layer"} for side in sides):
-                return ("torch.mm: an in-batch similarity or a covariance over the samples"
-                        if name == "MmBackward0" else "torch.cdist: distances between the samples")
+            if all(side == {"layer"} for side in sides) and (
+                    name != "BmmBackward0" or len(node._saved_self) == 1):
+                return {"MmBackward0": "torch.mm: an in-batch similarity or a covariance over "
+                                       "the samples",
+                        "BmmBackward0": "torch.einsum or torch.bmm of one matrix product: an "
+                                        "in-batch similarity or a covariance over the samples"
+                        }.get(name, "torch.cdist: distances between the samples")
         if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
             return "a division by a sum over the samples: a batch's Dice or F1"
         stat = _statistic(node, name)
