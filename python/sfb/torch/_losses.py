@@ -354,10 +354,10 @@ def _reaches_layer(node):
 
 def _walk(start, visit, limit, seen=None):
     """visit(node, name) on each node reached from start (a node or a list
-    of them) once, depth first,
-    at most limit nodes (seen: the nodes not to visit, those visited added):
-    it returns the nodes to go on to (a list), or what the walk found,
-    which ends it and is returned (None: nothing)."""
+    of them) once, depth first, at most limit nodes (seen: the nodes not to
+    visit, those visited added): it returns the nodes to go on to (a list),
+    or what the walk found, which ends it and is returned (None:
+    nothing)."""
     seen = set() if seen is None else seen
     todo, limit = list(start) if isinstance(start, list) else [start], limit + len(seen)
     while todo and len(seen) < limit:
@@ -490,11 +490,11 @@ def detached(tensors, grad_tensors, world):
             return []
         if name in ("MulBackward0", "DivBackward0"):
             a, b = _inputs(node)
-            if b is None and a is not None or (a is None and b is not None and
-                                                name == "MulBackward0"):
+            side = a if b is None else b if name == "MulBackward0" and a is None else None
+            if side is not None:  # (x * t, t * x, x / t: t without gradient)
                 t = node._saved_other if b is None else node._saved_self
                 if isinstance(t, torch.Tensor) and t.numel() > 1:
-                    stat = _walk(a if b is None else b, linear, 64)
+                    stat = _walk(side, linear, 64)
                     if stat:
                         return stat, zlib.crc32(
                             t.detach().contiguous().view(-1).view(torch.uint8).numpy())
