@@ -1004,6 +1004,9 @@ class TorchOneWorker(unittest.TestCase):
                 ((1 - torch.exp(-F.cross_entropy(out, y))) ** 2 * F.cross_entropy(out, y),
                  "a product of cross_entropy's mean" + fn),
                 (out.mean(0).pow(2).sum(), "a power of a mean over the samples" + fn),
+                (F.softmax(out.view(3, 10, 4), -1).mean(0).pow(2).sum(),  # (-1 of 3 dimensions)
+                 "a power of a mean over the samples" + fn),
+                (F.softmax(out.view(3, 10, 4), -3).pow(2).mean(), "a softmax over the samples"),
                 ((F.normalize(out, dim=0) ** 2).mean(), "a norm over the samples"),
                 (((out - out.mean(0)) ** 2).mean(), "a power of a mean over the samples" + fn),
                 (F.cross_entropy(out, y).clamp(max=5.0), "torch.clamp of cross_entropy's mean" + fn),
@@ -1130,6 +1133,7 @@ class TorchOneWorker(unittest.TestCase):
                 # (sums of a mean over the samples, and over the weights: none)
                 (routed.pow(2).sum(), summed),
                 (ce(h, y % 3, reduction="none").sum(), summed),  # (per-sample terms, summed)
+                (-nn.functional.log_softmax(h.view(2, 2, 3), -1)[..., 0].sum(), summed),
                 (h.mean(0).sum(), None), ((h - t).pow(2).mean(0).sum() * 2, None),
                 (sum(p.pow(2).sum() for p in (x, t)), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)

@@ -394,7 +394,7 @@ def _below(node, limit=256):
         if layer is None:  # (a frozen layer: the samples go on into its input)
             return [node.next_functions[0 if name == "ConvolutionBackward0" else -2][0]]
         if name in _ROWWISE or (name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and
-                                node._saved_dim % node._saved_result.dim() != 0) or \
+                                _signed(node._saved_dim) % node._saved_result.dim() != 0) or \
                 ((name in _NLL or name in _ELEMENTS) and node._saved_reduction == 0):
             return _inputs(node)  # (a loss with reduction="none": one term a sample)
         return []
@@ -573,14 +573,19 @@ def _over_first(node, name):
     dims = getattr(node, "_saved_dim", None)
     if dims is None or dims == ():  # (over every dimension)
         return name not in ("CumsumBackward0", "CumprodBackward0")
-    dims = dims if isinstance(dims, tuple) else (dims,)
-    if all(0 < d < 1 << 63 for d in dims):  # (other dimensions, counted from the first)
+    dims = [_signed(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
+    if all(d > 0 for d in dims):  # (other dimensions, counted from the first)
         return False
     ndim = _ndim(node)
     if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and (ndim or 0) < 2:
         return False  # (a softmax over one sample's classes)
-    return any(d == 0 or (ndim is not None and d >= 1 << 63 and d - (1 << 64) + ndim == 0)
-               for d in dims)  # (a negative dimension saved unsigned)
+    return any(d == 0 or (ndim is not None and d + ndim == 0) for d in dims)
+
+
+def _signed(dim):
+    """A dimension as saved in a backward node (a negative one as unsigned
+    64 bits: -1 as 2**64 - 1) as given."""
+    return dim - (1 << 64) if dim >= 1 << 63 else dim
 
 
 def _ndim(node):
