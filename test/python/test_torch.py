@@ -913,14 +913,15 @@ class TorchOneWorker(unittest.TestCase):
     def test_a_loss_that_pairs_the_samples_is_found(self):
         """A product of two tensors computed from the minibatch above the
         model's layers (an in-batch similarity, a covariance over the
-        samples, torch.cdist, small or large) and a division by a sum over
+        samples, through a BatchNorm too as Barlow Twins' cross-correlation,
+        torch.cdist, small or large, torch.einsum) and a division by a sum over
         the samples (a batch's Dice) are named where the world is larger
         than one; not where a side is gathered from every rank
         (sfb.torch.allgather), has no gradient (a queue of negatives, a
         mask's count) or is a weight (a normalized classifier's), nor for a
         per-sample Dice's mean or attention inside the model, below a
         layer."""
-        from sfb.torch import _collectives, _losses
+        from sfb.torch import _batchnorm, _collectives, _losses
         g = torch.Generator().manual_seed(7)
         torch.manual_seed(7)
         lin, head = nn.Linear(3, 4), nn.Linear(4, 2)
@@ -929,7 +930,6 @@ class TorchOneWorker(unittest.TestCase):
         y = torch.arange(30)
         queue = torch.randn(4, 8, generator=g)
         w = nn.Parameter(torch.randn(6, 4))
-
         Gather = type(_collectives._AllGather.__name__, (torch.autograd.Function,), {
             "forward": staticmethod(lambda ctx, t: t.clone()),  # (named as allgather's)
             "backward": staticmethod(lambda ctx, grad: grad)})
@@ -939,6 +939,14 @@ class TorchOneWorker(unittest.TestCase):
         att = torch.softmax(q @ k.transpose(1, 2), -1) @ k  # (per sample: bmm)
         p, t = torch.sigmoid(lin(x)), (torch.rand(30, 4, generator=g) > 0.5).float()
         mask = (torch.rand(30, 4, generator=g) > 0.3).float()
+        bn = nn.BatchNorm1d(4, affine=False)
+        SyncBN = type(_batchnorm._SyncBatchNorm.__name__, (torch.autograd.Function,), {
+            "forward": staticmethod(lambda ctx, t: t.clone()),  # (named as sfb.torch's)
+            "backward": staticmethod(lambda ctx, grad: grad)})
+        z1, z2 = bn(lin(x)), SyncBN.apply(bn(lin(x + 1)))
+        self.assertIn(type(z2.grad_fn).__name__, _losses._ROWWISE)
+        c = z1.t() @ z2 / 30
+        twins = (torch.diagonal(c) - 1).pow(2).sum() + 0.005 * c.pow(2).sum()  # (Barlow Twins)
         mm = "torch.mm: an in-batch similarity or a covariance over the samples"
         cdist = "torch.cdist: distances between the samples"
         bmm = ("torch.einsum or torch.bmm of one matrix product: an in-batch similarity or a "
@@ -948,6 +956,7 @@ class TorchOneWorker(unittest.TestCase):
                 (nn.functional.cross_entropy(z @ z.t() / 0.1, y), mm),
                 (nn.functional.cross_entropy(z @ z.T, y) + z.pow(2).mean(), mm),
                 ((z.t() @ z).pow(2).sum(), mm),
+                (twins, mm),  # (through BatchNorm: the union's statistics under sfb.torch)
                 (torch.cdist(z[:5], z[5:10]).mean(), cdist),
                 (torch.cdist(z, z).mean(), cdist),  # (by a matrix product: 26+ rows)
                 (nn.functional.cross_entropy(torch.einsum("nc,mc->nm", z, z) / 0.1, y), bmm),

@@ -326,7 +326,9 @@ def _terms(node, world, scaled, depth, out):
 
 
 # (nodes whose output keeps their input's samples apart: a sum through them
-# to a layer sums over the samples)
+# to a layer sums over the samples; a BatchNorm's too, as sfb.torch makes its
+# statistics the union's in training, _SyncBatchNorm's, and its running
+# ones are every rank's in eval)
 _ROWWISE = frozenset((
     "AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward1",
     "MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0",
@@ -339,7 +341,8 @@ _ROWWISE = frozenset((
     "SliceBackward0", "SelectBackward0", "IndexBackward0", "CatBackward0", "StackBackward0",
     "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "SqueezeBackward0",
     "SqueezeBackward1", "UnsqueezeBackward0", "TBackward0", "CopySlices",
-    "IndexPutBackward0", "MaskedFillBackward0", "WhereBackward0") + _VIEWS)
+    "IndexPutBackward0", "MaskedFillBackward0", "WhereBackward0", "NativeGroupNormBackward0",
+    "NativeBatchNormBackward0", "_SyncBatchNormBackward") + _VIEWS)
 # (sfb's own layers and torch's: per-sample outputs of a model)
 _LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
            "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
