@@ -137,7 +137,14 @@ maxnorm: nn.Embedding / nn.EmbeddingBag with max_norm, each rank looking
   train as one process with the replicas bit-identical (--uneven --join too);
   a tied decoder reading the table whole, and staleness 1, must be refused.
 unequal: minibatches of unequal sizes without opt.set_samples must warn
-  once on rank 0, naming the step and the counts; not with set_samples.
+  once on rank 0, naming the step and the counts; not with set_samples. A
+  loss that sums over the samples beside a mean, or is a statistic over
+  each rank's own samples (the root of a mean loss, a batch entropy, topk,
+  a norm, an MoE's balance on each rank's fractions), must warn and differ
+  from one process; over gathered rows or averaged fractions, be exact.
+contrastive: CLIP's loss over sft.allgather's rows must train as one
+  process; over each rank's own rows, warn and differ; Barlow Twins'
+  cross-correlation of batch-normalized embeddings likewise.
 gather: sft.allgather_object of objects of every size (one over 1 MiB, an
   allgather's most) must give every rank each rank's object in rank order.
 varlen: sequences padded per minibatch to its longest (dynamic padding), an
@@ -2116,7 +2123,8 @@ def contrastive():
     """A contrastive loss over the global batch: each rank's rows against
     every rank's embeddings, gathered by sft.allgather (differentiable):
     one process's on the union; a rank whose embeddings are wider is
-    refused, naming it."""
+    refused, naming it. Then CLIP's loss over each rank's own rows
+    (local_negatives) and Barlow Twins' (barlow_twins)."""
     model = setup_model(Clip)
     P, r = sft.size(), sft.rank()
     x, _ = data()
@@ -2153,9 +2161,82 @@ def contrastive():
             fail("expected a MismatchError naming rank 1's rows, got %s" % e)
     closed()
     local_negatives(x, pairs)
+    twins = barlow_twins(x)
     print("ok %s: %d steps bit-identical on %d ranks, within %.3g of one process (%s); wider "
-          "rows on rank 1 refused; each rank's own negatives warned" % (
-              " ".join(sys.argv_case), args.steps, P, worst, where), flush=True)
+          "rows on rank 1 refused; each rank's own negatives warned; Barlow Twins over the "
+          "gathered rows within %.3g, over each rank's own warned" % (
+              " ".join(sys.argv_case), args.steps, P, worst, where, twins), flush=True)
+
+
+class Twins(nn.Module):
+    """Barlow Twins' encoder: a projector whose embeddings a BatchNorm
+    (without affine) standardizes over the minibatch (its last Linear
+    without bias, as the paper's: the BatchNorm would take it out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(10, 24), nn.Tanh(), nn.Linear(24, 8, bias=False))
+        self.bn = nn.BatchNorm1d(8, affine=False)
+
+    def forward(self, a):
+        return self.bn(self.enc(a))
+
+
+def barlow_twins(x):
+    """Barlow Twins: the cross-correlation of two views' batch-normalized
+    embeddings over the minibatch, its diagonal pulled to 1 and the rest
+    to 0. Over the rows gathered from every rank (sft.allgather) it is one
+    process's on the union, and nothing is said; over each rank's own rows
+    rank 0 warns at step 0 naming the backward() line and the product, and
+    the model is not one process's. Returns how near the gathered run is
+    to one process's."""
+    import warnings
+    g = torch.Generator().manual_seed(5)
+    views = [x + 0.2 * torch.randn(x.shape, generator=g) for _ in range(2)]
+
+    def loss(z1, z2):
+        c = z1.t() @ z2 / len(z1)
+        on = (torch.diagonal(c) - 1).pow(2).sum()
+        return on + 0.05 * (c - torch.diag(torch.diagonal(c))).pow(2).sum()
+    near = None
+    for gathered in (True, False):
+        model = setup_model(Twins)
+        P, r = sft.size(), sft.rank()
+        opt, ref, ref_opt, job = beside_one_process(model)
+        n = args.batch
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(6):
+                lo = 4 * n * P * t
+                opt.zero_grad()
+                z1, z2 = (model(v[lo + r * n:lo + (r + 1) * n]) for v in views)
+                if gathered:
+                    z1, z2 = sft.allgather(z1), sft.allgather(z2)
+                line = sys._getframe().f_lineno + 1
+                loss(z1, z2).backward()
+                opt.step()
+        closed()  # (then one process: its F.batch_norm torch's own again)
+        for t in range(6):
+            lo = 4 * n * P * t
+            ref_opt.zero_grad()
+            loss(*(ref(v[lo:lo + n * P]) for v in views)).backward()
+            ref_opt.step()
+        worst, where = rel_diff(model, ref)
+        if gathered and worst > args.tol:
+            fail("Barlow Twins gathered: %s differs from one process's by %.3g" % (where, worst))
+        if not gathered and worst < 100 * args.tol:
+            fail("Barlow Twins over each rank's rows: %s within %.3g of one process's (no "
+                 "difference to warn of)" % (where, worst))
+        near = worst if gathered else near
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if r or gathered else [
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d combines "
+            "the samples of this rank's minibatch (torch.mm: an in-batch similarity or a "
+            "covariance over the samples)" % line]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("Barlow Twins (%s): warned %r, expected %r" % (
+                "gathered" if gathered else "own rows", said, want))
+    return near
 
 
 def local_negatives(x, pairs):
