@@ -478,7 +478,7 @@ def mixing(tensors, grad_tensors, world):
 def detached(tensors, grad_tensors, world):
     """A product, above the model's layers, of a sum or mean over the
     samples (through linear operations) by a tensor of several elements
-    without gradient: an MoE's load-balancing loss, the mean router
+    (up to 65536, dense) without gradient: an MoE's load-balancing loss, the mean router
     probability per expert times the fraction of the tokens each expert
     took. Linear in the samples, so one process's where that tensor is the
     same on every rank; computed from each rank's own samples it is not,
@@ -496,7 +496,8 @@ def detached(tensors, grad_tensors, world):
             side = a if b is None else b if name == "MulBackward0" and a is None else None
             if side is not None:  # (x * t, t * x, x / t: t without gradient)
                 t = node._saved_other if b is None else node._saved_self
-                if isinstance(t, torch.Tensor) and t.numel() > 1:
+                if isinstance(t, torch.Tensor) and 1 < t.numel() <= 1 << 16 and \
+                        t.layout == torch.strided:  # (a few experts' fractions: read each pass)
                     stat = _walk(side, linear, 64)
                     if stat:
                         return stat, zlib.crc32(
