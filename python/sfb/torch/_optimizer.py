@@ -1341,9 +1341,10 @@ class _Sync(_Passes):
             "sfb.torch: at step %d the loss given to backward() at %s multiplies %s by a tensor "
             "without gradient that differs from rank to rank (computed from each rank's own "
             "samples, as an MoE's fraction of the tokens each expert took), where one process "
-            "computes it once over the union of the ranks' minibatches. Average it over the "
-            "ranks before the product (sfb.torch.allreduce(t): the same bits on every rank), "
-            "or compute it from the gathered rows (sfb.torch.allgather)" % (
+            "computes it once over the union of the ranks' minibatches. Compute it over the "
+            "union before the product: sfb.torch.allreduce(counts, op=\"sum\") of the counts it "
+            "comes from (the same bits on every rank; its mean over equal minibatches), or "
+            "from the rows gathered by sfb.torch.allgather" % (
                 self.clock, line, what),
             stacklevel=_env._user_stacklevel())
 
