@@ -117,11 +117,14 @@ cases=(
   # decoder reading the table whole first: refused
   "maxnorm --uneven --join --opt momentum"
   # minibatches of unequal sizes without set_samples, a loss summed over the
-  # samples, a sum beside a mean: rank 0 warns, once
+  # samples, a sum beside a mean, a statistic over each rank's own samples
+  # (the root of a mean loss, a batch entropy, topk, a norm, an MoE's
+  # balance on each rank's fractions): rank 0 warns, once; over gathered
+  # rows or the ranks' fractions: exact
   unequal
   # CLIP's loss over the global batch (sft.allgather, differentiable), ranks
   # of unequal sample counts and none: one process's; over each rank's own
-  # rows: warned
+  # rows: warned; Barlow Twins (through its BatchNorm) likewise
   "contrastive --uneven --opt adam"
   # dynamic padding: sequences padded to each minibatch's longest, longer
   # from step to step than the first step's (the job's bound raised); past
@@ -131,7 +134,8 @@ cases=(
   # learning rate halved: exact; loads on some ranks only: refused
   "rollback --opt momentum --uneven"
   # a mixture of experts (top-1 routing: the experts' counts differ from
-  # rank to rank): exact, and no unequal-minibatches warning
+  # rank to rank), its load-balancing loss over the ranks' summed counts:
+  # exact, and no unequal-minibatches warning
   "moe --opt momentum"
   # MAML: the inner step's torch.autograd.grad(create_graph=True) with
   # respect to the parameters, from the first step (a convolution and two
