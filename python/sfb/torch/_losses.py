@@ -255,6 +255,23 @@ def _one_root(tensors, grad_tensors):
     return tensors
 
 
+def _reading(read):
+    """read(root's node, world) as a reading of what backward() got: called
+    with (tensors, grad_tensors, world), None for several roots, given
+    gradients or a world of one, and for a graph read otherwise than
+    expected."""
+    @functools.wraps(read)
+    def reading(tensors, grad_tensors, world):
+        root = _one_root(tensors, grad_tensors)
+        if root is None or world < 2:
+            return None
+        try:
+            return read(root.grad_fn, world)
+        except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+            return None  # (nothing read)
+    return reading
+
+
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
     "mixing": mixing, "detached": detached): {kind: what it found}, those
@@ -264,7 +281,8 @@ def read_root(tensors, grad_tensors, world, kinds):
     return {kind: what for kind, what in found if what is not None}
 
 
-def summed_term(tensors, grad_tensors, world):
+@_reading
+def summed_term(root, world):
     """A term summed over the samples beside others in the loss backward()
     got (a VAE's mean reconstruction loss plus its KL divergence's .sum(),
     a mean plus an L1 penalty on the activations): the ranks' mean holds
@@ -275,20 +293,14 @@ def summed_term(tensors, grad_tensors, world):
     hand), or reaches no layer through element-wise operations (a penalty
     on the weights, a sum over a minibatch statistic). A loss that is all
     sums is of_root's."""
-    root = _one_root(tensors, grad_tensors)
-    if root is None or world < 2:
-        return None
     terms = []
-    try:
-        _terms(root.grad_fn, world, None, 0, terms)
-        if len(terms) < 2:
-            return None
-        for term, scaled in terms:
-            what = None if scaled else _sum_name(term)
-            if what:
-                return what
-    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
-        return None  # (a graph read otherwise than expected: nothing read)
+    _terms(root, world, None, 0, terms)
+    if len(terms) < 2:
+        return None
+    for term, scaled in terms:
+        what = None if scaled else _sum_name(term)
+        if what:
+            return what
     return None
 
 
@@ -421,7 +433,8 @@ def _layer(node, name):
     return name in _LAYERS
 
 
-def mixing(tensors, grad_tensors, world):
+@_reading
+def mixing(root, world):
     """What combines the samples of the minibatch in the loss backward()
     got, above the model's layers: a product of two tensors computed from
     them (an in-batch similarity z1 @ z2.T, a covariance z.T @ z,
@@ -435,14 +448,11 @@ def mixing(tensors, grad_tensors, world):
     own samples where one process does over the union. Its name, or None:
     none, a side gathered from every rank (sfb.torch.allgather) or without
     gradient (a queue of negatives, a count), or the world one."""
-    root = _one_root(tensors, grad_tensors)
-    if root is None or world < 2:
-        return None
     below = set()  # (the nodes the statistics' walks saw: each walked once)
     function = []  # (a function of a sum or mean over the samples: named if nothing else is)
 
     def visit(node, name):
-        if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
+        if _stops(node, name):
             return []
         if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0", "BmmBackward0"):
             sides = [_below(f) if f is not None else set() for f in _inputs(node)]
@@ -466,30 +476,22 @@ def mixing(tensors, grad_tensors, world):
         return _inputs(node)
 
     def statistic(node, name):
-        if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
-            return []
-        return _statistic(node, name) or _inputs(node)
-    try:
-        return _walk(root.grad_fn, visit, 512) or (function[0] if function else None)
-    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
-        return None  # (a graph read otherwise than expected: nothing read)
+        return [] if _stops(node, name) else _statistic(node, name) or _inputs(node)
+    return _walk(root, visit, 512) or (function[0] if function else None)
 
 
-def detached(tensors, grad_tensors, world):
+@_reading
+def detached(root, world):
     """A product, above the model's layers, of a sum or mean over the
     samples (through linear operations) by a tensor of several elements
-    (up to 65536, dense) without gradient: an MoE's load-balancing loss, the mean router
-    probability per expert times the fraction of the tokens each expert
-    took. Linear in the samples, so one process's where that tensor is the
+    (up to 65536, dense) without gradient: an MoE's load-balancing loss,
+    the mean router probability per expert times the fraction of the
+    tokens each expert took. Linear in the samples, so one process's where that tensor is the
     same on every rank; computed from each rank's own samples it is not,
     which only the ranks' tensors tell: (the statistic's name, the tensor's
     CRC-32), or None."""
-    root = _one_root(tensors, grad_tensors)
-    if root is None or world < 2:
-        return None
-
     def visit(node, name):
-        if name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False:
+        if _stops(node, name):
             return []
         if name in ("MulBackward0", "DivBackward0"):
             a, b = _inputs(node)
@@ -509,10 +511,13 @@ def detached(tensors, grad_tensors, world):
         if stat is not None:
             return [] if stat[1] else stat[0]  # (one that mixes whatever follows: mixing's)
         return _inputs(node) if name in _LINEAR else []
-    try:
-        return _walk(root.grad_fn, visit, 512)
-    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
-        return None  # (a graph read otherwise than expected: nothing read)
+    return _walk(root, visit, 512)
+
+
+def _stops(node, name):
+    """Whether a walk above the model's layers ends at node: a parameter,
+    rows gathered from every rank, a layer (frozen too)."""
+    return name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False
 
 
 # (reductions that combine the samples whatever is done with them: what)
