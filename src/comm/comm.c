@@ -375,6 +375,9 @@ int sfb__comm_finish(struct sfb__comm *c, int64_t last)
     sfb__phase_mark(SFB__PH_FLUSHED);
     uint8_t final[8];
     sfb__put_u64(final, (uint64_t)last);
+    /* the peers that said BYE heard heartbeats until now (they watch this
+     * rank from the barrier); the BYE below releases them */
+    atomic_store_explicit(&c->live.bye_sent, 1, memory_order_release);
     /* The flagged frames of the last clock told every peer already (relays
      * forward them): the BYE only releases the peers that watch this rank
      * (ring neighbours) or heartbeat it (those it talked with). */

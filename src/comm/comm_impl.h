@@ -40,6 +40,8 @@ struct sfb__comm_live {
     double *last_sent;     /* when a send to each peer last completed */
     uint8_t *talks;        /* a peer has sent this rank something other than a heartbeat */
     _Atomic uint8_t *said_bye; /* written by the loop thread, read by the watchdog too */
+    _Atomic int bye_sent;      /* this rank is sending its BYEs (compute thread sets it,
+                                * sfb__comm_finish): heartbeats to peers that said BYE stop */
     int *peer_pid;         /* every rank on this host: their pids, else NULL */
     int *pidfd;            /* with peer_pid: a pidfd per peer (-1: none; pid checks instead) */
     int deaths_fd;         /* an epoll set of the pidfds, watched by the loop */

@@ -214,9 +214,13 @@ void sfb__comm_heartbeat(void *arg)
     unsigned n = sfb__comm_watched(c, w);
     /* Peers that talk to this rank hear from it too (a sender waiting for
      * an RMA frame's ACK counts anything heard from its receiver), unless
-     * something went to them within the period already. */
+     * something went to them within the period already. A peer that said
+     * BYE still watches this rank, from the final barrier, until this
+     * rank's BYE: it hears from it until then (it cannot leave the barrier
+     * before this rank enters it, after its BYEs). */
+    int bye_sent = atomic_load_explicit(&c->live.bye_sent, memory_order_acquire);
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank && !c->live.said_bye[p] &&
+        if (p != c->rank && (!c->live.said_bye[p] || !bye_sent) &&
             (c->live.talks[p] || p == w[0] || (n > 1 && p == w[1])) &&
             now - c->live.last_sent[p] >= c->s.heartbeat_s)
             sfb__comm_send_control(c, p, SFB_WIRE_HEARTBEAT, NULL, 0, 0.0);

@@ -3,9 +3,12 @@
  * sender, receiver and index); receivers verify content and count: nothing
  * lost, nothing duplicated. With --bad, rank 1 first sends rank 0 corrupted
  * frames (flipped payload byte, wrong job key, wrong version, lying length),
- * which must be rejected, counted, and never delivered.
+ * which must be rejected, counted, and never delivered. With --linger, rank
+ * 0 waits past the silence timeout before its finish while the others wait
+ * in theirs, having said BYE: they must go on hearing it (heartbeats) until
+ * its own BYE, and none may call it silent.
  *
- *   exchange [--provider shm|tcp] [--bad] [--launch P]
+ *   exchange [--provider shm|tcp] [--bad] [--linger] [--launch P]
  *
  * --launch P starts P copies of itself through the local launcher (the env
  * rendezvous path); without it the process joins whatever job started it
@@ -16,6 +19,7 @@
 #include "src/base/util.h"
 #include "src/launch/launch_internal.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +94,18 @@ static int send_bad(struct sfb__comm *c)
     return ret;
 }
 
-static int run(const char *provider, int bad)
+/* Longer than the silence timeout of a watched peer (comm_live.c,
+ * sfb__comm_silence_timeout: the peer timeout times the ranks per CPU when
+ * above 1; every rank of a --launch or mpirun job is on this host). */
+static double linger_s(const struct sfb__comm_settings *cs, uint32_t P)
+{
+    cpu_set_t allowed;
+    int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+    double per_cpu = (double)P / (cpus > 0 ? cpus : 1);
+    return cs->peer_timeout_s * (per_cpu > 1 ? per_cpu : 1) + 3.0;
+}
+
+static int run(const char *provider, int bad, int linger)
 {
     struct sfb__comm_settings cs;
     sfb__comm_default_settings(&cs);
@@ -182,6 +197,7 @@ static int run(const char *provider, int bad)
         }
     }
     free(seen);
+    if (linger && me == 0) sfb__sleep(linger_s(&cs, P));
     if ((ret = sfb__comm_finish(c, -1))) {
         fprintf(stderr, "FAIL rank %u: finish: %s\n", me, sfb_last_error());
         fails++;
@@ -195,13 +211,14 @@ static int run(const char *provider, int bad)
 int main(int argc, char **argv)
 {
     const char *provider = NULL;
-    int bad = 0, launch = 0;
+    int bad = 0, linger = 0, launch = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--provider") && i + 1 < argc) provider = argv[++i];
         else if (!strcmp(argv[i], "--bad")) bad = 1;
+        else if (!strcmp(argv[i], "--linger")) linger = 1;
         else if (!strcmp(argv[i], "--launch") && i + 1 < argc) launch = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: exchange [--provider NAME] [--bad] [--launch P]\n");
+            fprintf(stderr, "usage: exchange [--provider NAME] [--bad] [--linger] [--launch P]\n");
             return 2;
         }
     }
@@ -216,6 +233,7 @@ int main(int argc, char **argv)
             args[n++] = (char *)provider;
         }
         if (bad) args[n++] = "--bad";
+        if (linger) args[n++] = "--linger";
         args[n] = NULL;
         struct sfb__launch_settings ls;
         sfb__launch_default_settings(&ls);
@@ -225,5 +243,5 @@ int main(int argc, char **argv)
         printf("%d passed, %d failed\n", r ? 0 : 1, r ? 1 : 0);
         return r ? 1 : 0;
     }
-    return run(provider, bad);
+    return run(provider, bad, linger);
 }
