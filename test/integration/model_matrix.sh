@@ -22,9 +22,11 @@
 # fms with halton is refused by the CLI (exit 2, "--topology halton applies
 # to --sync sfb": FMS sends row blocks to their owners directly); that is
 # checked for each model instead of a run. About 60 s on the 2-core VM.
-# Usage: model_matrix.sh SFB MODEL_DIFF SSP_CHECK
+# Usage: model_matrix.sh SFB MODEL_DIFF SSP_CHECK [all]
+# (CI: each synchronization once, every model under both engines; all,
+# suite long: the whole matrix)
 set -uo pipefail
-SFB=$1; DIFF=$2; CHECK=$3
+SFB=$1; DIFF=$2; CHECK=$3; PART=${4:-}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0; passes=0
 check() { if "$@"; then passes=$((passes+1)); else echo "FAIL: $*"; fails=$((fails+1)); fi; }
@@ -72,11 +74,16 @@ sys.exit(0 if ok and b <= (1 - m) * a else 1)
 PY
 }
 
+# CI runs each synchronization once and every model under both engines (7
+# runs and one refusal); `all` (suite long) the whole matrix (18 and 3).
+in_ci=(mlr-sfb-halton-s2 mlr-fms-full-s0 mlr-fms-halton-s0 dml-sfb-full-s0 dml-fms-full-s2
+       sc-sfb-halton-s0 sc-sfb-full-s2 sc-fms-full-s2)
 for model in mlr dml sc; do
   for sync in sfb fms; do
     for topo in full halton; do
       for s in 0 2; do
         name="$model-$sync-$topo-s$s"; out="$tmp/$name"
+        [ "$PART" = all ] || [[ " ${in_ci[*]} " == *" $name "* ]] || continue
         args=(run -n 4 --model $model ${extra[$model]} --data "${data[$model]}" --batch 8 --clocks 60
               --sync $sync --topology $topo --staleness $s --debug-delay-ms 4 --seed 3
               --eval-every 0 -q --out-dir "$out" --model-out "$out/m.%r.sfb")
