@@ -15,7 +15,7 @@ labels y_i the gradient step is  A += scale * B^T C  with  b_i = p_i - e_{y_i}
 At the end every worker drains, the replicas are gathered and compared, and
 rank 0 prints one result line:
 
-    result test_accuracy=0.8412 max_abs_diff=0 world=4 clocks=5625 ...
+    result test_accuracy=0.8443 max_abs_diff=1.12e-05 max_abs_param=2.972 world=4 clocks=7496 ...
 
 max_abs_diff is the largest difference between any worker's final replica and
 rank 0's (float sums in another order are the only source of difference: every

@@ -347,7 +347,36 @@ static int joiner_connect(struct sfb__bootstrap *bs, const char *spec, double co
 
 /* ---- open ------------------------------------------------------------------ */
 
-/* Rank and world from the settings (an explicit rendezvous) or SFB_*. */
+/* torchrun's environment names this process's rank: RANK and WORLD_SIZE set,
+ * neither SFB_RANK (sfb launch, the SFB_* variables) nor PMIX_RANK (mpirun,
+ * srun) is. */
+static int torchrun_env(void)
+{
+    return !getenv("SFB_RANK") && !getenv("PMIX_RANK") && getenv("RANK") && getenv("WORLD_SIZE");
+}
+
+/* The rendezvous of a job from the environment: SFB_RENDEZVOUS, else under
+ * torchrun rank 0 at MASTER_ADDR on MASTER_PORT + 1 (torchrun's agent may
+ * hold MASTER_PORT itself: its store under the static rendezvous; and the
+ * program may open torch.distributed there), written into buf. */
+static int env_rendezvous(char *buf, size_t n, const char **spec)
+{
+    const char *e = getenv("SFB_RENDEZVOUS");
+    *spec = e;
+    if ((e && *e) || !torchrun_env()) return 0;
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    if (!addr || !*addr || !port || !*port)
+        return sfb__error(-SFB_EUSAGE, "bootstrap: RANK and WORLD_SIZE are set (torchrun's) but "
+                          "not MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS");
+    int p, r = sfb__boot_parse_int_env("MASTER_PORT", port, 1, 65534, &p);
+    if (r) return r;
+    snprintf(buf, n, "%s:%d", addr, p + 1);
+    *spec = buf;
+    return 0;
+}
+
+/* Rank and world from the settings (an explicit rendezvous), SFB_* or
+ * torchrun's RANK and WORLD_SIZE. */
 static int rank_and_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s)
 {
     int r = 0;
@@ -358,9 +387,10 @@ static int rank_and_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
         bs->size = s->world;
         bs->rank = s->rank;
     } else {
-        r = sfb__boot_parse_int_env("SFB_WORLD_SIZE", getenv("SFB_WORLD_SIZE"), 1,
-                                    SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
-        if (!r) r = sfb__boot_parse_int_env("SFB_RANK", getenv("SFB_RANK"), 0, bs->size - 1, &bs->rank);
+        int tr = torchrun_env();
+        const char *wn = tr ? "WORLD_SIZE" : "SFB_WORLD_SIZE", *rn = tr ? "RANK" : "SFB_RANK";
+        r = sfb__boot_parse_int_env(wn, getenv(wn), 1, SFB__BOOTSTRAP_MAX_WORLD, &bs->size);
+        if (!r) r = sfb__boot_parse_int_env(rn, getenv(rn), 0, bs->size - 1, &bs->rank);
     }
     return r;
 }
@@ -401,7 +431,9 @@ static int env_open_world(struct sfb__bootstrap *bs, const struct sfb__bootstrap
     /* Before the rendezvous: rank 0 holds a connection per rank until the
      * welcome (and the comm context wants 4 descriptors a peer later). */
     sfb__fd_limit_raise((uint32_t)bs->size, bs->rank == 0);
-    const char *spec = s->world > 0 ? s->rendezvous : getenv("SFB_RENDEZVOUS");
+    char from_master[300];
+    const char *spec = s->rendezvous;
+    if (s->world == 0 && (r = env_rendezvous(from_master, sizeof from_master, &spec))) return r;
     if (!spec || !*spec)
         return sfb__error(-SFB_EUSAGE, "%s is not set (need host:port)",
                           s->world > 0 ? "the rendezvous" : "SFB_RENDEZVOUS");
@@ -571,7 +603,7 @@ static void env_close(struct sfb__bootstrap *bs)
 
 static int env_open(struct sfb__bootstrap *bs, const struct sfb__bootstrap_settings *s, int *taken)
 {
-    *taken = s->world > 0 || getenv("SFB_RANK") != NULL;
+    *taken = s->world > 0 || getenv("SFB_RANK") != NULL || torchrun_env();
     if (!*taken) return 0;
     int r = env_open_world(bs, s);
     if (r) env_close(bs);

@@ -15,6 +15,9 @@
  *                      carry one.
  *      SFB_RENDEZVOUS_HELLO_TIMEOUT, SFB_RENDEZVOUS_MAX_PENDING  optional,
  *                      override hello_timeout_s and max_pending (below)
+ *    or, with neither SFB_RANK nor PMIX_RANK set, torchrun's RANK and
+ *    WORLD_SIZE: rank 0 listens at MASTER_ADDR on MASTER_PORT + 1 (torchrun's
+ *    agent holds MASTER_PORT) unless SFB_RENDEZVOUS says otherwise.
  *    Rank 0 serves the collectives over TCP; every joiner keeps one socket to
  *    rank 0 until close. Joiners retry connecting (rank 0 may start later)
  *    until connect_timeout_s. Every wait has an absolute deadline:

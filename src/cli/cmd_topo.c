@@ -26,10 +26,11 @@ static const char usage_head[] =
 
 static const char usage_tail[] =
     "\n"
-    "Model: each node has one egress NIC of G Gbit/s shared by all its out-links;\n"
-    "it sends whole messages one at a time (oldest pending link first); a message\n"
-    "of n bytes takes 8n/G + O on the NIC and arrives L later; ingress is not a\n"
-    "bottleneck. A lone frame is sent bare, >= 2 frames as one BUNDLE.\n"
+    "Model: each node has one egress NIC of G Gbit/s shared by all its out-links\n"
+    "(--nic: fair, the links with a message in flight sharing the rate, or fifo,\n"
+    "one whole message at a time); a message of n bytes takes 8n/G + O on the NIC\n"
+    "alone and arrives L later; ingress is not a bottleneck. A lone frame is sent\n"
+    "bare, >= 2 frames as one BUNDLE.\n"
     "Columns: msgs and bytes per clock are over all nodes; max link = frames and\n"
     "bytes per clock on the busiest directed link.\n";
 

@@ -2,6 +2,7 @@
 #include "src/base/util.h"
 #include "src/cli/cli.h"
 #include "src/cli/cmd_topo.h"
+#include "src/cli/optparse.h"
 
 #include <sfb/sf.h>
 
@@ -34,6 +35,13 @@ static const struct command {
      "each step: compute, apply, network, wait"},
 };
 
+static const struct command *find(const char *name)
+{
+    for (size_t i = 0; i < SFB_ARRAY_LEN(commands); i++)
+        if (!strcmp(name, commands[i].name)) return &commands[i];
+    return NULL;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sfb <command> [options]\n"
@@ -51,7 +59,7 @@ static void usage(FILE *f)
         fputc('\n', f);
     }
     fprintf(f, "\n"
-               "  sfb <command> --help   options of a command\n"
+               "  sfb <command> --help   options of a command (or sfb help <command>)\n"
                "  sfb --help, -h, help   this help\n"
                "  sfb --version, -V      version\n"
                "\n"
@@ -109,6 +117,13 @@ static int dispatch(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") && argc >= 3) {
+        /* `sfb help run`: as `sfb run --help` */
+        const struct command *c = find(argv[2]);
+        char *help[] = {argv[2], "--help", NULL};
+        if (c) return c->run(2, help);
+        cmd = argv[2];
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
@@ -117,9 +132,15 @@ static int dispatch(int argc, char **argv)
         printf("sfb %s\n", sfb_version());
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "sfb: unknown command \"%s\"\n\n", cmd);
+    const struct command *c = cmd == argv[1] ? find(cmd) : NULL;
+    if (c) return c->run(argc - 1, argv + 1);
+    const char *words[SFB_ARRAY_LEN(commands) + 3] = {"help", "--help", "--version"};
+    for (size_t i = 0; i < SFB_ARRAY_LEN(commands); i++) words[3 + i] = commands[i].name;
+    const char *near = cli_closest_word(words, SFB_ARRAY_LEN(words), cmd);
+    if (near)
+        fprintf(stderr, "sfb: unknown command \"%s\"; did you mean %s?\n\n", cmd, near);
+    else
+        fprintf(stderr, "sfb: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;
 }

@@ -42,6 +42,24 @@ static size_t distance(const char *a, const char *b)
     return row[lb];
 }
 
+/* How far `name` (len bytes) is from `cand`: the edit distance, at most 1
+ * where name abbreviates cand (an abbreviation is the likeliest meaning,
+ * however short). */
+static size_t how_far(const char *cand, const char *name, size_t len)
+{
+    size_t d = distance(name, cand);
+    if (len >= 2 && !strncmp(cand, name, len)) d = d < 1 ? d : 1;
+    return d;
+}
+
+/* Whether a word best_d edits away is a likely typo of a name of len bytes:
+ * a third of the letters wrong (at least 2). */
+static int likely(size_t best_d, size_t len)
+{
+    size_t limit = len / 3 > 2 ? len / 3 : 2;
+    return best_d <= limit;
+}
+
 const struct cli_opt *cli_opt_closest(const struct cli_opt *table, const char *name)
 {
     size_t len = strlen(name);
@@ -50,17 +68,30 @@ const struct cli_opt *cli_opt_closest(const struct cli_opt *table, const char *n
     size_t best_d = (size_t)-1;
     for (const struct cli_opt *o = table; o->kind != CLI_END; o++) {
         if (!o->name || strlen(o->name) > MAX_NAME) continue;
-        size_t d = distance(name, o->name);
-        /* an abbreviation is the likeliest meaning, however short */
-        if (len >= 2 && !strncmp(o->name, name, len)) d = d < 1 ? d : 1;
+        size_t d = how_far(o->name, name, len);
         if (d < best_d) {
             best_d = d;
             best = o;
         }
     }
-    /* a third of the letters wrong (at least 2) is still a likely typo */
-    size_t limit = len / 3 > 2 ? len / 3 : 2;
-    return best_d <= limit ? best : NULL;
+    return likely(best_d, len) ? best : NULL;
+}
+
+const char *cli_closest_word(const char *const *words, size_t n, const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len > MAX_NAME) return NULL;
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(words[i]) > MAX_NAME) continue;
+        size_t d = how_far(words[i], name, len);
+        if (d < best_d) {
+            best_d = d;
+            best = words[i];
+        }
+    }
+    return likely(best_d, len) ? best : NULL;
 }
 
 static int unknown(struct cli_optparse *p, const struct cli_opt *table, const char *shown,

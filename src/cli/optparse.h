@@ -127,6 +127,9 @@ int cli_opt_bad(const char *cmd, const char *spelled, const char *v, const char 
  * when none is close enough to be a likely misspelling. */
 const struct cli_opt *cli_opt_closest(const struct cli_opt *table, const char *name);
 
+/* The same over n words (a command's names): the closest to `name`, or NULL. */
+const char *cli_closest_word(const char *const *words, size_t n, const char *name);
+
 /* Strict number parsing for CLI_CALL rows and files: the whole string,
  * no sign for the unsigned one, finite doubles only. 0 or -1. */
 int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);

@@ -250,7 +250,8 @@ int sfb__replicas_final(struct worker *w, struct sfb__replicas *rc, int64_t cloc
         if (rc->drift_matrix >= 0)
             SFB_LOG_I("replicas: the same updates, added in another order on each rank (%s): "
                       "drift %.3g at most (matrix %d, rank %u against rank 0; %" PRIu64
-                      " check%s)", w->s->staleness ? "stale synchronous" : "--ordered: the same bits",
+                      " check%s)",
+                      w->s->staleness ? "stale synchronous" : "--ordered would make them the same bits",
                       rc->drift, rc->drift_matrix, rc->drift_rank, rc->checks,
                       rc->checks == 1 ? "" : "s");
         else if (rc->repaired)

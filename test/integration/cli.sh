@@ -29,7 +29,16 @@ for c in $listed; do
   check "$c-help" '[ $rc = 0 ] && [[ "$out" == *usage* ]]'
 done
 run "$SFB" frobnicate
-check unknown-command '[ $rc = 2 ] && [[ "$out" == *"unknown command"* ]]'
+check unknown-command '[ $rc = 2 ] && [[ "$out" == *"unknown command \"frobnicate\""* ]] && [[ "$out" != *"did you mean"* ]]'
+run "$SFB" lanch -n 2
+check typo-command '[ $rc = 2 ] && [[ "$out" == *"unknown command \"lanch\"; did you mean launch?"* ]]'
+run "$SFB" --versio
+check typo-version '[ $rc = 2 ] && [[ "$out" == *"did you mean --version?"* ]]'
+# `sfb help CMD` is `sfb CMD --help`
+run "$SFB" help eval
+check help-command '[ $rc = 0 ] && [[ "$out" == "usage: sfb eval"* ]]'
+run "$SFB" help frobnicate
+check help-unknown '[ $rc = 2 ] && [[ "$out" == *"unknown command \"frobnicate\""* ]]'
 run "$SFB" run --bogus
 check unknown-option '[ $rc = 2 ] && [[ "$out" == *"--bogus"* ]]'
 run "$SFB" run --epochs 2 --clocks 5

@@ -59,7 +59,7 @@ cases=(
   "exact --validate --route --parametrize --hooks"
   # clipping as Horovod's loop writes it (synchronize, clip, skip_synchronize)
   "exact --clip --hvd"
-  "exact --no-zero --freeze --opt momentum"
+  "exact --no-zero --freeze --surgery --opt momentum"
   # dense gradients besides the factors in the first step: those layers go
   # densely (fc1's weight transposed as a tied decoder's; an L2 penalty on
   # every weight and a gradient penalty through double backward: all)

@@ -1905,7 +1905,15 @@ class MeasuredPlan(unittest.TestCase):
         # fms for the 64x33 pair is 20 % faster; sfb for matrix 3 is slower
         def ms(e):
             return 100.0 - (20 if e[0] == "fms" else 0) + (15 if e[3] == "sfb" else 0)
-        clock, moves = self.run_steps(t, 0, ms, 80)
+        # mid-trial, the plan says which engine runs while measuring
+        clock, moves = self.run_steps(t, 0, ms, 3)
+        self.assertEqual(t.describe(3), "; measuring both engines, 4 steps each")
+        clock, more = self.run_steps(t, clock, ms, 3)
+        self.assertEqual(t.engines[3], "sfb")
+        self.assertEqual(t.describe(3), "; measuring both engines, 4 steps each "
+                                        "(trying sfb now, fms before)")
+        clock, rest = self.run_steps(t, clock, ms, 74)
+        moves += more + rest
         self.assertEqual(t.stage, "done")
         self.assertEqual(t.engines, ["fms", "fms", "sfb", "fms", "sfb"])
         self.assertEqual(t.measured[3], {"fms": 100.0, "sfb": 115.0})

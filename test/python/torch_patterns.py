@@ -34,6 +34,10 @@ exact: every rank trains through sfb.torch on its share of each global
     --join      rank r has 2r batches fewer, inside opt.join()
     --no-zero   model.zero_grad(set_to_none=False) instead of opt.zero_grad(),
                 the zeroed .grads there from a backward before wrapping
+    --surgery   gradient surgery as PCGrad's code writes it: after backward()
+                (and the clipping), every .grad replaced by a new tensor
+                (p.grad = p.grad * 0.5), the one the step then takes and
+                the next zero_grad(set_to_none=False) zeroes in place
     --buckets   every dense tensor a bucket of its own (bucket_cap_mb tiny):
                 each leaves during backward once its gradient is in (or at
                 the pass's end: frozen, unused, joined)
@@ -234,7 +238,7 @@ ap.add_argument("--tol", type=float, default=1e-5)
 ap.add_argument("--sync", default="auto")
 for flag in ("freeze", "unused", "route", "validate", "clip", "uneven", "join", "no-zero",
              "buckets", "dense-bf16", "autocast", "checkpoint", "penalty", "gradpen",
-             "transposed", "batchnorm", "parametrize", "hvd", "hooks", "closure"):
+             "transposed", "batchnorm", "parametrize", "hvd", "hooks", "closure", "surgery"):
     ap.add_argument("--" + flag, action="store_true")
 args = None
 RANK = [None]
@@ -464,6 +468,10 @@ def one_step(model, opt, xb, yb, step, sfb_side):
         loss.backward()
         if args.clip and not (sfb_side and args.hvd):
             norms.append(float(nn.utils.clip_grad_norm_(model.parameters(), 0.05)))
+        if args.surgery:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad = p.grad * 0.5
         return loss
 
     if args.closure:  # (LBFGS's way: the loss it returns is the ranks' mean on every rank)

@@ -21,6 +21,10 @@
 
 static void clear_env(void)
 {
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
     unsetenv("SFB_RANK");
     unsetenv("SFB_WORLD_SIZE");
     unsetenv("SFB_RENDEZVOUS");
@@ -680,6 +684,89 @@ static int test_late_rank0(void)
     return 0;
 }
 
+/* torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), no
+ * SFB_*: rank 0 listens on MASTER_PORT + 1 (torchrun's agent holds
+ * MASTER_PORT: here a socket of the test's own), the ranks gather. */
+static int torchrun_rank(int rank, void *p)
+{
+    struct world_arg *w = p;
+    char v[32];
+    clear_env();
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", w->n);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", w->port - 1);
+    setenv("MASTER_PORT", v, 1);
+    struct sfb__bootstrap_settings s = quick(15);
+    struct sfb__bootstrap *bs;
+    CHILD_CHECK(sfb__bootstrap_open(&bs, &s) == 0);
+    CHILD_CHECK(sfb__bootstrap_kind(bs) == SFB__BOOTSTRAP_ENV);
+    CHILD_CHECK(sfb__bootstrap_rank(bs) == rank && sfb__bootstrap_size(bs) == w->n);
+    int all[16];
+    CHILD_CHECK(sfb__bootstrap_allgather(bs, &rank, sizeof rank, all) == 0);
+    for (int r = 0; r < w->n; r++) CHILD_CHECK(all[r] == r);
+    sfb__bootstrap_close(&bs);
+    return 0;
+}
+
+static int test_torchrun_env(void)
+{
+    /* a pair of ports: MASTER_PORT (held, as torchrun's store holds it) and
+     * the rendezvous one above it, free */
+    int held = -1, port = 0;
+    for (int tries = 0; tries < 50 && held < 0; tries++) {
+        int p = sfb__launch_free_port("127.0.0.1");
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(p - 1)),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (p > 1024 && fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            listen(fd, 4) == 0) {
+            held = fd;
+            port = p;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
+    ASSERT(held >= 0);
+    struct world_arg w = {port, 3, {-1, -1}};
+    ASSERT_EQ(run_ranks(3, torchrun_rank, &w, 20), 0);
+    close(held);
+
+    /* SFB_RANK wins over RANK; RANK without MASTER_ADDR is an error naming
+     * both; a bad MASTER_PORT is named; WORLD_SIZE 1 needs no address */
+    struct sfb__bootstrap_settings s = quick(0.5);
+    struct sfb__bootstrap *bs = NULL;
+    set_env(0, 1, 0, NULL);
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    ASSERT_OK(sfb__bootstrap_open(&bs, &s));
+    ASSERT_EQ(sfb__bootstrap_size(bs), 1);
+    sfb__bootstrap_close(&bs);
+    unsetenv("SFB_RANK");
+    unsetenv("SFB_WORLD_SIZE");
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "RANK and WORLD_SIZE are set (torchrun's) but not "
+                                          "MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS");
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "65535", 1);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "MASTER_PORT='65535': expected an integer in 1..65534");
+    setenv("RANK", "2", 1);
+    ASSERT_EQ(sfb__bootstrap_open(&bs, &s), -SFB_EUSAGE);
+    ASSERT_STR_CONTAINS(sfb_last_error(), "RANK='2': expected an integer in 0..1");
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    ASSERT_OK(sfb__bootstrap_open(&bs, &s));
+    ASSERT_EQ(sfb__bootstrap_kind(bs), SFB__BOOTSTRAP_ENV);
+    ASSERT_EQ(sfb__bootstrap_size(bs), 1);
+    sfb__bootstrap_close(&bs);
+    clear_env();
+    ASSERT(bs == NULL);
+    return 0;
+}
+
 static int wrong_key_rank(int rank, void *p)
 {
     struct world_arg *w = p;
@@ -1243,6 +1330,7 @@ static const struct test_case tests[] = {
     {"joiner_rejects_bad_table", test_joiner_rejects_bad_table},
     {"four_processes", test_four_processes},
     {"late_rank0", test_late_rank0},
+    {"torchrun_env", test_torchrun_env},
     {"wrong_key_processes", test_wrong_key_processes},
     {"dead_peer", test_dead_peer},
     {"rank0_stalled_by_log", test_rank0_stalled_by_log},

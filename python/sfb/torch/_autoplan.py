@@ -245,7 +245,10 @@ class Trials:
             return ""
         got = self.measured.get(index, {})
         if len(got) < 2:
-            return "; measuring both engines, %d steps each" % self.steps
+            trying = self.base is not None and self.engines[index] != self.base[index]
+            return "; measuring both engines, %d steps each%s" % (
+                self.steps, " (trying %s now, %s before)" % (self.engines[index], self.base[index])
+                if trying else "")
         return "; measured a step: %s%s" % (", ".join(
             "%.4g ms by %s" % (got[e], e) for e in sorted(got, key=got.get)),
             "; within the noise, kept" if index in self.untold else "")

@@ -633,5 +633,12 @@ class _Passes:
         return ""
 
     def _ours(self, p):
+        """Whether p.grad is the tensor this wrapper set, or the one the
+        optimizer stepped on last (one the program put there after
+        backward(), kept across the step: zero_grad(set_to_none=False)
+        zeroes it in place, and the next reduction adds into it)."""
         g = self.handed.get(id(p))
-        return g is not None and p.grad is g
+        if g is not None and p.grad is g:
+            return True
+        w = self.stepped_grads.get(id(p))
+        return w is not None and p.grad is not None and w() is p.grad

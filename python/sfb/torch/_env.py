@@ -110,26 +110,6 @@ def _tell_peers(e):
         _failed = True
 
 
-def _launcher_args():
-    """Job() arguments from torchrun's environment when no sfb launcher
-    (sfb launch / SFB_RANK, PMIx) set one up: RANK, WORLD_SIZE, and rank 0
-    listening at MASTER_ADDR on MASTER_PORT + 1 (torchrun's agent may hold
-    MASTER_PORT itself: its store under the static rendezvous; and a script
-    may open torch.distributed there). SFB_RENDEZVOUS overrides it."""
-    if "SFB_RANK" in os.environ or "PMIX_RANK" in os.environ:
-        return {}
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        world = int(os.environ["WORLD_SIZE"])
-        rdv = os.environ.get("SFB_RENDEZVOUS")
-        if not rdv and world > 1:
-            if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
-                raise _sfb.UsageError("sfb.torch.init: RANK and WORLD_SIZE are set (torchrun) "
-                                      "but not MASTER_ADDR and MASTER_PORT, nor SFB_RENDEZVOUS")
-            rdv = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
-        return {"rank": int(os.environ["RANK"]), "world": world, "rendezvous": rdv}
-    return {}
-
-
 def init(timeline=None, **job_args):
     """Joins the job (collective): under `sfb launch`, mpirun/srun (PMIx),
     the SFB_* environment, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
@@ -153,11 +133,10 @@ def init(timeline=None, **job_args):
     global _job, _join_text
     if _job is not None:
         return
-    args = _launcher_args()
-    launched = "world" not in job_args  # torchrun's environment, or the launcher's
+    launched = "world" not in job_args  # the launcher's environment (torchrun's too)
     if launched:
         _sfb.inherited_rank("sfb.torch.init")
-    args["cpu_bind"] = "none"
+    args = {"cpu_bind": "none"}
     args.update(job_args)
     if timeline is not None:
         if not isinstance(timeline, str) or not timeline:

@@ -313,6 +313,7 @@ class _Sync(_Passes):
         self.all_training = True  # the last reduction: every rank trained in it
         self.kept = {}          # per parameter the dense .grad tensor kept across steps
         self.handed = {}        # per parameter the .grad this wrapper set last
+        self.stepped_grads = {}  # per factor-carried parameter the .grad stepped on last (weak)
         self.user_hooks = _grad_hooks.Hooks()  # the user's gradient hooks, run at the reduction
         self.fused_ids = set()  # parameters of slots whose dense gradient torch formed (fused)
         self._collect(model)
@@ -1793,6 +1794,13 @@ class _Sync(_Passes):
         elif self.all_training and self.attached:
             # every rank stepped alike: the replicas are the same bits
             self.replicas.after_step(self)
+        if not self.additive:
+            # a .grad the program put in place of ours after backward()
+            # (gradient surgery: p.grad = p.grad * c) is the one the next
+            # reduction adds into, as one process's backward would
+            self.stepped_grads = {id(p): weakref.ref(p.grad) for slot in self.linears
+                                  for p in (slot.weight, slot.bias)
+                                  if p is not None and p.grad is not None}
         if len(self.opts) > 1 and not self.additive:
             # the other optimizers may step on the same reduction (.grad):
             # the step ends when the next backward pass begins (new_pass)
