@@ -59,6 +59,7 @@ cases=(
   "exact --validate --route --parametrize --hooks"
   # clipping as Horovod's loop writes it (synchronize, clip, skip_synchronize)
   "exact --clip --hvd"
+  # .grad replaced after backward() (gradient surgery), zeroed in place next
   "exact --no-zero --freeze --surgery --opt momentum"
   # dense gradients besides the factors in the first step: those layers go
   # densely (fc1's weight transposed as a tied decoder's; an L2 penalty on
@@ -119,8 +120,10 @@ cases=(
   # minibatches of unequal sizes without set_samples, a loss summed over the
   # samples, a sum beside a mean, a statistic over each rank's own samples
   # (the root of a mean loss, a batch entropy, topk, a norm, an MoE's
-  # balance on each rank's fractions): rank 0 warns, once; over gathered
-  # rows or the ranks' fractions: exact
+  # balance on each rank's fractions), a mean times a number each rank
+  # computed from its own minibatch (its loss, its accuracy, task weights):
+  # rank 0 warns, once; over gathered rows, the ranks' fractions or numbers,
+  # a weight per rank in proportion to its samples: exact
   unequal
   # CLIP's loss over the global batch (sft.allgather, differentiable), ranks
   # of unequal sample counts and none: one process's; over each rank's own

@@ -590,7 +590,7 @@ def unequal_said(w):
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
         "average over counts that are not in proportion", "padded to different lengths",
         "adds a term summed over the samples", "combines the samples of this rank's",
-        "by a tensor without gradient that differs"))
+        "without gradient that differ"))
 
 
 @contextlib.contextmanager
@@ -1915,12 +1915,93 @@ def unequal():
                 fail("the warning does not name the counts and the weights: %r" % said)
     mixed_sums()
     statistics = batch_statistics()
+    factors()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean, of a "
-          "statistic over the samples, of an MoE's fractions; not with set_samples, nor for "
-          "P times the sum, nor for a statistic over the gathered samples or of the averaged "
-          "fractions (within %.3g of one process)" % statistics,
+          "statistic over the samples, of an MoE's fractions, of a mean times a number each "
+          "rank computed from its own minibatch; not with set_samples, nor for P times the "
+          "sum, nor for a statistic over the gathered samples or of the averaged fractions, "
+          "nor for such a number averaged over the ranks or a weight per rank in proportion "
+          "to its samples (within %.3g of one process)" % statistics,
           flush=True)
+
+
+def factors():
+    """A mean loss multiplied by a number without gradient that each rank
+    computes from its own minibatch: its loss (ce * ce.detach()), its
+    accuracy (a Python float), two task losses weighted from this rank's
+    own previous losses (dynamic weight average): each weighs the ranks
+    otherwise than one process's mean over the union. Rank 0 warns once
+    (naming the numbers where there is one term), and the model is not one
+    process's (the warning is not false). The number averaged over the
+    ranks first (sfb.torch.allreduce), and a weight per rank in proportion
+    to its samples on minibatches of unequal sizes (n_r / mean n, no
+    set_samples): one process's, no warning."""
+    import warnings
+
+    def ce(*a):  # (looked up at the call, as F.cross_entropy(...) is: sfb.torch's)
+        return nn.functional.cross_entropy(*a)
+
+    def mse(*a):
+        return nn.functional.mse_loss(*a)
+
+    def acc(out, y):
+        return float((out.argmax(1) == y).float().mean())
+
+    # kind: the loss from (out, y, samples, previous task losses, sfb side)
+    kinds = {
+        "detached": lambda out, y, n, prev, mine: ce(out, y) * ce(out, y).detach(),
+        "accuracy": lambda out, y, n, prev, mine: ce(out, y) * (1.5 - acc(out, y)),
+        "tasks": lambda out, y, n, prev, mine: (
+            ce(out, y) * prev[0] + mse(out, nn.functional.one_hot(y, 5).float()) * prev[1]),
+        "averaged": lambda out, y, n, prev, mine: ce(out, y) * (
+            sft.allreduce(ce(out, y).detach()) if mine else ce(out, y).detach()),
+        "weighted": lambda out, y, n, prev, mine: ce(out, y) * (n[0] / n[1] if mine else 1.0)}
+    for kind, loss_of in kinds.items():
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        ref = copy.deepcopy(model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       model=model)
+        prev = {True: [1.0, 1.0], False: [1.0, 1.0]}
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(4):
+                # (equal minibatches but for "weighted": 3 to 6 samples a rank)
+                counts = [3 + (t + q) % 4 if kind == "weighted" else 4 for q in range(P)]
+                lo = 40 * t
+                for mine, m, o in ((True, model, opt), (False, ref, ref_opt)):
+                    a = lo + (sum(counts[:r]) if mine else 0)
+                    b = a + (counts[r] if mine else sum(counts))
+                    o.zero_grad()
+                    out = m(x[a:b], t)
+                    loss = loss_of(out, y[a:b], (counts[r], sum(counts) / P), prev[mine], mine)
+                    loss.backward()
+                    o.step()
+                    with torch.no_grad():  # (the next step's task weights: these losses')
+                        ls = [float(ce(out, y[a:b])), float(mse(out, nn.functional.one_hot(
+                            y[a:b], 5).float()))]
+                        prev[mine] = [2 * v / sum(ls) for v in ls]
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        warned = kind in ("detached", "accuracy", "tasks")
+        if not warned and worst > args.tol:
+            fail("a mean times %s: %s differs from one process's by %.3g" % (kind, where, worst))
+        if warned and worst < 100 * args.tol:
+            fail("a mean times %s: %s within %.3g of one process's (no difference to warn of)" %
+                 (kind, where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        # (its mean cross_entropy, or its means ... each; the numbers where one)
+        want = [] if RANK[0] or not warned else [(
+            "sfb.torch: at step %d the loss given to backward() multiplies its mean" % (
+                1 if kind == "tasks" else 0),
+            "each by numbers without gradient that differ from rank to rank" if kind == "tasks"
+            else "by a number without gradient that differs from rank to rank (rank 0 ")]
+        if len(said) != len(want) or any(not a.startswith(b) or c not in a
+                                         for a, (b, c) in zip(said, want)):
+            fail("a mean times %s: warned %r, expected %r" % (kind, said, want))
 
 
 def mixed_sums():
@@ -2041,7 +2122,9 @@ def batch_statistics():
                      "differs from rank to rank"),
              "moe_mean": (lambda out, y, dist: ce(out, y) + 0.5 * balance(
                  out, sft.allreduce(fractions(out)) if dist else fractions(out)), None),
-             # (from step 10 on: the loss is read at the first 8 steps, then every 16th)
+             # (from step 10 on: the loss is read at the first 8 steps, then every 16th,
+             # and at the step after one whose mean losses' gradients differed from
+             # rank to rank: step 11)
              "late": (lambda out, y, dist: nn.functional.mse_loss(
                  out, nn.functional.one_hot(y, 5).float()).sqrt(),
                  mixes % "torch.sqrt of mse_loss's mean: a function of a batch statistic")}
@@ -2077,7 +2160,7 @@ def batch_statistics():
                  (kind, where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
         want = "the loss given to backward() at torch_patterns.py:%d %s" % (line, what)
-        at = "sfb.torch: at step %d " % (16 if kind == "late" else 0)
+        at = "sfb.torch: at step %d " % (11 if kind == "late" else 0)
         if len(said) != (0 if r or what is None else 1) or said and (
                 not said[0].startswith("sfb.torch: at step ") or want not in said[0] or
                 kind != "moe" and not said[0].startswith(at)):

@@ -28,7 +28,7 @@ _active = None            # the _Sync whose weights F.linear hands to _LinearFac
 _forming = set()
 _in_grad = [0]  # torch.autograd.grad() calls running (sfb's wrapper)
 # _Sync.losses: (divisor, targets, how, site, terms: ((site, divisor, settings), ...)), _losses
-_NO_LOSSES = (0.0, 0, "", "", ())
+_NO_LOSSES = (0.0, 0, "", "", (), 0.0)
 _will_execute = getattr(torch._C, "_will_engine_execute_node", None)  # (torch 2)
 
 
@@ -343,10 +343,12 @@ def _autograd_backward(*args, **kwargs):
     if read is not None:  # (the pass's: a mean loss _losses watches takes its place, _end_pass)
         divisor, targets, how, name = read
         at = "given to backward() at %s" % _env._user_line()
-        read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at)
+        read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at, 0,
+                _losses.root_factor(roots, given))
     s.pass_hand = read
     kinds = s.unread() if s.job.world > 1 else ()
     if kinds:
+        s.pass_reading = True
         read = _losses.read_root(roots, given, s.job.world, kinds)
         if read:
             line = _env._user_line()
@@ -354,7 +356,7 @@ def _autograd_backward(*args, **kwargs):
     try:
         return _torch_autograd_backward(*args, **kwargs)
     finally:
-        s.pass_hand, s.pass_read = None, {}
+        s.pass_hand, s.pass_read, s.pass_reading = None, {}, False
 
 
 def _row_range(view, base):
@@ -513,14 +515,15 @@ class _Passes:
             except BaseException as e:  # raised out of backward(): tell the peers
                 self.fail_in_backward(e)
 
-    def loss_counted(self, divisor, targets, how, site, settings=0):
+    def loss_counted(self, divisor, targets, how, site, settings=0, factor=1.0):
         """A mean loss (_losses) got its gradient in this backward pass:
         divisor what it divided by, of targets; how, what it dropped or
         weighed; site, the loss and the user's file:line; settings, its
-        class weights' and options' checksum (_losses.crc; 0: none read).
-        The step's from the pass's end on, if the pass reaches the job's
-        parameters."""
-        self.pass_losses.append((divisor, targets, how, site, settings))
+        class weights' and options' checksum (_losses.crc; 0: none read);
+        factor, the number the loss backward() got multiplies it by (its
+        gradient). The step's from the pass's end on, if the pass reaches
+        the job's parameters."""
+        self.pass_losses.append((divisor, targets, how, site, settings, factor))
         if not self.losses_cb:
             self.losses_cb = True
             torch.autograd.Variable._execution_engine.queue_callback(self._losses_end)
@@ -556,16 +559,19 @@ class _Passes:
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
         losses, self.pass_losses = self.pass_losses or (
-            [self.pass_hand + (0,)] if self.pass_hand else []), []
+            [self.pass_hand] if self.pass_hand else []), []
         if not self.pass_hit:
             return
         for kind, said in self.pass_read.items():
             self.step_read.setdefault(kind, said)
+        if self.pass_reading:  # (the step's loss was read: unread)
+            self.read_step, self.read_next = True, False
         from . import _losses
-        for divisor, targets, how, site, settings in losses:
-            d, n, was, where, terms = self.losses
+        for divisor, targets, how, site, settings, factor in losses:
+            d, n, was, where, terms, folded = self.losses
             self.losses = (d + divisor, n + targets, was or how, where or site,
-                           _losses.add_term(terms, site, divisor, settings))
+                           _losses.add_term(terms, site, divisor, settings),
+                           folded + divisor / factor)
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)
             self.tl_end_fwd = None

@@ -83,9 +83,60 @@ def _hook(s, out, counts, name, settings=None):
     def counted(grad):
         if not _capture._in_grad[0]:  # (torch.autograd.grad: no pass of the reduction's)
             s.loss_counted(*counts(), "%s (%s)" % (name, site) if site else name,
-                           settings() if settings else 0)
+                           settings() if settings else 0, _number(grad))
 
     _grad_hooks._torch_register_hook(out, counted)
+
+
+def _number(grad):
+    """The gradient a mean loss got: the number the loss backward() got
+    multiplies it by (1.0 for the loss itself; a scaler's scale, 1/K of an
+    accumulation, a weight of the program's), or 1.0 where it is no finite
+    nonzero number."""
+    if not isinstance(grad, torch.Tensor) or grad.numel() != 1:
+        return 1.0
+    v = float(grad)
+    return v if v != 0.0 and abs(v) < float("inf") else 1.0
+
+
+def root_factor(tensors, grad_tensors):
+    """The product of the numbers without gradient the loss backward() got
+    multiplies what of_root reads by, on the way down from the root (a
+    scaler's scale, a weight the program computed: loss * loss.detach()),
+    and below a mean or sum of all its elements, the number each term is
+    multiplied by ((loss_i * loss.detach()).mean()); divisions left out
+    (of_root's): 1.0 where there is none or the graph reads otherwise."""
+    root = _one_root(tensors, grad_tensors)
+    if root is None:
+        return 1.0
+    node, f, below = root.grad_fn, 1.0, False
+    try:
+        for _ in range(16):
+            name = type(node).__name__
+            if name in ("MeanBackward0", "SumBackward0") and not below:
+                # (a mean or sum of terms each multiplied by one number: by it)
+                node, below = node.next_functions[0][0], True
+                continue
+            divides = _SCALED.get(name)
+            if divides is None or (below and divides):
+                break
+            if below and _factor(node)[0] is None:
+                break  # (terms weighed each its own: no one number)
+            if divides:
+                (a, _), (b, _) = node.next_functions
+                if b is not None:
+                    break
+                node = a
+            else:
+                value, node = _factor(node)
+                if value is None or value != value or value == 0.0:
+                    return 1.0
+                f *= value
+            if node is None:
+                break
+    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+        return 1.0
+    return f if abs(f) < float("inf") else 1.0
 
 
 def elementwise(name):

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 30  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 31  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -290,6 +290,9 @@ class _Sync(_Passes):
         self.pass_hand = None   # what the pass's root divides by (_losses.of_root)
         self.pass_read = {}     # what the pass's root shows (_losses.read_root: rank 0's
         #                         kinds, every rank's "detached"), kind: (what, the line)
+        self.read_step = False  # the loss's root was read in this step (unread's kinds)
+        self.pass_reading = False  # this backward pass's root is read
+        self.read_next = False  # read it in the next step whatever the clock (_tell_factors)
         self.step_read = {}     # the same, of the step's passes that reached the job's
         #                         parameters (the first of each kind)
         self.told_mixing = False  # the samples-mixing loss's warning given
@@ -896,7 +899,10 @@ class _Sync(_Passes):
         (their class weights, ignore_index, label_smoothing: how many were
         read and their checksum), whether the loss multiplies a statistic
         over the samples by a tensor without gradient and that tensor's
-        checksum (_losses.detached), each layer's samples."""
+        checksum (_losses.detached), the number the mean losses are
+        multiplied by in the loss backward() got (their divisor over their
+        divisor each divided by its gradient: 1 for the losses themselves),
+        each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -939,6 +945,8 @@ class _Sync(_Passes):
         if "detached" in self.step_read:  # (a statistic's factor without gradient)
             crc = self.step_read["detached"][0][1]
             row[0, n + 27:n + 30] = [1.0, crc & 0xFFFF, crc >> 16]
+        d, folded = self.losses[0], self.losses[5]
+        row[0, n + 30] = d / folded if d and folded else 1.0  # (the number the losses are scaled by)
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1196,6 +1204,7 @@ class _Sync(_Passes):
         self.passes = 0
         self.weight = None
         self.losses, self.padded, self.step_read = _NO_LOSSES, _padding.NONE, {}
+        self.read_step = False
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
             self.max_s = min(max(need, int(self.max_s * _overflow.HEADROOM)), _overflow.MOST)
@@ -1250,6 +1259,8 @@ class _Sync(_Passes):
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
         if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
             self._tell_terms(meta)
+            return
+        if self._tell_factors(meta, chose) is not False:
             return
         if meta[:, n + 16].any():
             self._tell_loss_counts(meta, chose)
@@ -1323,7 +1334,7 @@ class _Sync(_Passes):
         yet, nor found in this step; rank 0's, and every rank's factors
         without gradient (compared across the ranks: _tell_detached). None
         but at the first READ_ALL steps and every READ_EVERY-th."""
-        if self.clock >= READ_ALL and self.clock % READ_EVERY:
+        if self.clock >= READ_ALL and self.clock % READ_EVERY and not self.read_next:
             return []  # (every rank reads at the same steps: _tell_detached compares them)
         kinds = (("summed", self.told_unequal), ("mixing", self.told_mixing),
                  ("detached", self.told_detached))[0 if self.job.rank == 0 else 2:]
@@ -1427,18 +1438,71 @@ class _Sync(_Passes):
              _listed(d - first)),
             stacklevel=_env._user_stacklevel())
 
+    def _tell_factors(self, meta, chose):
+        """_tell_unequal where the ranks' mean losses enter the loss
+        multiplied by numbers that differ from rank to rank (ce *
+        ce.detach(), a batch accuracy, task weights from each rank's own
+        losses) and so weigh the ranks otherwise than one process's mean
+        over the union: their divisors over those numbers not in proportion
+        to the reduction's weights. A weight per rank in proportion to its
+        samples is the program's (one process's mean): no warning. True
+        where it warned (rank 0) or would have; None where rank 0 reads the
+        loss's root in the next step first (its _tell_mixing: none this
+        step); False where the numbers are alike or in proportion."""
+        n = self.n_params
+        has = meta[:, n + 16] > 0
+        e = meta[has, n + 30].astype(np.float64)
+        if len(e) < 2 or np.allclose(e, e[0], rtol=1e-5, atol=0.0):
+            return False
+        d, w = meta[has, n + 15].astype(np.float64) / e, meta[has, n].astype(np.float64)
+        if np.allclose(w * d.sum(), d * w.sum(), rtol=1e-5, atol=0.0):
+            return False
+        # (a function of the mean, not linear, sqrt(mse): its gradient is such
+        # a number, and _tell_mixing says why, from rank 0's reading of the
+        # loss's root: where this step's was not read, the next step's is)
+        if self.job.rank == 0 and not self.told_mixing and not self.read_step:
+            self.read_next = True
+            return None
+        self.told_unequal = True
+        if self.job.rank == 0 and "mixing" not in self.step_read:
+            site, terms = self.losses[3] or "given to backward()", self.losses[4]
+            if len(terms) > 1:  # (the terms' numbers apart are not known here)
+                site = "given to backward() multiplies its means %s each" % ", ".join(
+                    t[0] for t in terms)
+                said = "numbers without gradient that differ from rank to rank"
+            else:
+                site = ("%s multiplies its mean" % site if site.startswith("given to") else
+                        "given to backward() multiplies its mean %s" % site)
+                said = "a number without gradient that differs from rank to rank (%s)" % _listed(
+                    np.where(has, meta[:, n + 30], np.nan))
+            warnings.warn(
+                "sfb.torch: at step %d the loss %s by "
+                "%s, computed from "
+                "each rank's own minibatch (its loss, its accuracy, task weights from its own "
+                "losses), where one process computes it once over the union of the ranks' "
+                "minibatches: .grad is not one process's. Compute it from every rank's values "
+                "(sfb.torch.allreduce of what it comes from: the same number on every rank)%s" %
+                (self.clock, site, said,
+                 "" if chose else "; a weight per rank on purpose in proportion to its "
+                 "samples (n_r / mean n) is one process's mean, and is not warned of"),
+                stacklevel=_env._user_stacklevel())
+        return True
+
     def _tell_loss_counts(self, meta, chose):
-        """_tell_unequal where the losses' divisors are known."""
+        """_tell_unequal where the losses' divisors are known (each over the
+        number it is multiplied by: _tell_factors)."""
         n = self.n_params
         d, w = meta[:, n + 15].astype(np.float64), meta[:, n].astype(np.float64)
         dropped = (d != meta[:, n + 16]).any()
-        if np.allclose(w * d.sum(), d * w.sum(), rtol=1e-5, atol=0.0) or (chose and not dropped):
+        folded = d / np.where(meta[:, n + 30] != 0, meta[:, n + 30], 1.0)
+        if np.allclose(w * folded.sum(), folded * w.sum(), rtol=1e-5, atol=0.0) or (
+                chose and not dropped):
             return
         self.told_unequal = True
         if self.job.rank != 0:
             return
         weights = _listed(w, lambda q, v: _num(v))
-        _, _, how, site, terms = self.losses
+        _, _, how, site, terms, _ = self.losses
         if len(terms) > 1:
             site = "%s and %d more term%s" % (site, len(terms) - 1, "s" if len(terms) > 2 else "")
         if how == _losses.BY_HAND:
@@ -1923,7 +1987,7 @@ class _Sync(_Passes):
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
         self.losses, self.pass_losses, self.padded = _NO_LOSSES, [], _padding.NONE
-        self.step_read = {}
+        self.step_read, self.read_step = {}, False
         self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
         self.state, self.dense_into, self.tl_end_fwd = _TRAINING, [], None
