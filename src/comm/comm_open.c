@@ -369,7 +369,11 @@ int sfb__comm_open(struct sfb__comm **out, const struct sfb__comm_settings *s)
     c->elastic.fd = -1;
     c->s = *s;
     int ret = open_job(c, s);
-    if (!ret && c->world > 1) ret = open_peers(c, s);
+    if (!ret && c->world > 1)
+        ret = open_peers(c, s);
+    else if (!ret && *provider_request(c))
+        SFB_LOG_I("one worker: no transport is opened, so provider %s is not used (nor "
+                  "checked)", provider_request(c));
     if (ret) {
         sfb__comm_close(&c);
         return ret;

@@ -76,6 +76,9 @@ check accuracy '[ -n "$acc" ] && awk "BEGIN{exit !($acc >= 80)}"'
 clocks=$(grep -c '"clock":' "$tmp/out/metrics.0.jsonl" | tr -d ' ')
 check metrics-lines '[ "$(grep -c "\"compute_s\"" "$tmp/out/metrics.0.jsonl")" = 750 ]'
 check metrics-evals '[ "$(grep -c "\"event\":\"eval\"" "$tmp/out/metrics.0.jsonl")" = 3 ]'
+# one worker opens no transport: a provider asked for is said to go unused
+run "$SFB" run -n 1 --data "$data" --clocks 3 --provider verbs --out-dir "$tmp/o2" -q
+check one-worker-provider '[ $rc = 0 ] && [[ "$out" == *"one worker: no transport is opened, so provider verbs is not used"* ]]'
 
 run "$SFB" eval --model-file "$tmp/out/model.sfb" --data "$data"
 check eval '[ $rc = 0 ] && [[ "$out" == *"accuracy $acc%"* ]]'
