@@ -72,6 +72,13 @@ exact: every rank trains through sfb.torch on its share of each global
   (||p - q|| / ||q||).
 nojoin: rank 1 runs out of batches two steps early and calls shutdown():
   every rank must fail at once with sfb.PeerError naming join().
+acthooks: a clamp on an activation's gradient (Tensor.register_hook) and a
+  module's backward hook clamping: rank 0 warns once naming each (not one
+  process's); clamped at P times the bound: one process's.
+raised: rank 1 raises its own exception mid-step inside `try: ... finally:
+  sft.shutdown()`: the others must fail within 4 s with sfb.PeerError naming
+  rank 1 and that exception (not join()); shutdown() in `except
+  StopIteration:` on every rank ends the job without error.
 loadstate: rank 0 alone loads an optimizer checkpoint of clock 8: every rank
   must fail at the first step with sfb.MismatchError naming both clocks.
 samhand: SAM stepped by first_step and second_step (the wrapped optimizer's
@@ -224,7 +231,7 @@ import sfb.torch as sft  # noqa: E402
 from torch.nn.functional import cross_entropy as ce_by_name  # noqa: E402 (torch's, kept by name)
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "closurejoin", "rankedit", "samhand", "loadstate",
+ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "closurejoin", "rankedit", "samhand", "loadstate",
                                  "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
@@ -764,6 +771,124 @@ def nojoin():
     short_rank_fails("nojoin", args.steps, False, lambda e: None if (
         isinstance(e, sfb.PeerError) and "join()" in str(e) and "rank" in str(e)) else
         "a PeerError naming the rank and join()")
+
+
+def raised():
+    """Rank 1's own exception between backward() and step() at step 3,
+    with shutdown() in a `finally:` around the loop (PyTorch's examples'
+    habit): every other rank fails within 4 s with sfb.PeerError naming
+    rank 1 and its exception (not a shutdown() to put in join()), rank 1's
+    exception goes on. Then every rank's data ending in StopIteration,
+    shutdown() in the `except StopIteration:` block: the job ends as it
+    should, with no error."""
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    t0 = time.monotonic()
+    try:
+        try:
+            for t in range(args.steps):
+                xb, yb = shard(x, y, t, r, P)
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(xb, t), yb).backward()
+                if r == 1 and t == 3:
+                    raise ValueError("boom at step 3 of rank 1")
+                opt.step()
+        finally:
+            sft.shutdown()
+        fail("no error")
+    except (sfb.Error, ValueError) as e:
+        took = time.monotonic() - t0
+        want = (ValueError, "boom at step 3 of rank 1") if r == 1 else (
+            sfb.PeerError, "rank 1 aborted the job: ValueError: boom at step 3 of rank 1")
+        if not isinstance(e, want[0]) or want[1] not in str(e) or "join()" in str(e):
+            fail("expected %s naming %r, got %s: %s" % (want[0].__name__, want[1],
+                                                      type(e).__name__, e))
+        if took > 4:
+            fail("the error took %.1f s" % took)
+        said = "%s: %s" % (type(e).__name__, e)
+    model = setup()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    batches = iter([shard(x, y, t, r, P) for t in range(4)])
+    t = 0
+    while True:
+        try:
+            xb, yb = next(batches)
+        except StopIteration:
+            sft.shutdown()  # (every rank's data ends here: no error)
+            break
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb, t), yb).backward()
+        opt.step()
+        t += 1
+    print("ok raised: %s; shutdown() in `except StopIteration:` on every rank ended the job" %
+          said, flush=True)
+
+
+def acthooks():
+    """Hooks on the gradients of what the model computed: Graves' clipping
+    of a hidden layer's gradient by Tensor.register_hook(clamp), and a
+    module's full backward hook clamping its input's gradient. Each rank's
+    mean loss is over its own rows, so those gradients are P times one
+    process's: rank 0 warns once, naming the hook, and the model is not
+    one process's (the warning is not false); clamped at P times the bound
+    (what the warning says one process's clamp does), one process's."""
+    import warnings
+
+    class Clipped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2, self.fc3 = nn.Linear(10, 24), nn.Linear(24, 24), nn.Linear(24, 5)
+
+        def forward(self, x, bound=None):
+            h = torch.tanh(self.fc1(x))
+            if bound is not None:  # (Graves' clipping of a hidden layer's gradient)
+                h.register_hook(lambda g: g.clamp(-bound, bound))
+            return self.fc3(torch.tanh(self.fc2(h)))
+
+    for kind in ("tensor", "module", "tensor_scaled"):
+        model = setup_model(Clipped)
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        ref = copy.deepcopy(model)
+        c = 0.002
+        handles = []
+        for m, scale in ((model, P if kind.endswith("scaled") else 1), (ref, 1)):
+            if kind == "module":
+                handles.append(m.fc2.register_full_backward_hook(
+                    lambda mod, gin, gout, b=c * scale: (gin[0].clamp(-b, b),)))
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5), model=model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(4):
+                for mine, m, o in ((True, model, opt), (False, ref, ref_opt)):
+                    xb, yb = shard(x, y, t, r, P) if mine else (
+                        torch.cat([shard(x, y, t, q, P)[0] for q in range(P)]),
+                        torch.cat([shard(x, y, t, q, P)[1] for q in range(P)]))
+                    b = c * (P if mine and kind.endswith("scaled") else 1)
+                    o.zero_grad()
+                    out = m(xb, None if kind == "module" else b)
+                    nn.functional.cross_entropy(out, yb).backward()
+                    o.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if kind.endswith("scaled") and worst > args.tol:
+            fail("a clamp at P times the bound: %s differs from one process's by %.3g" %
+                 (where, worst))
+        if not kind.endswith("scaled") and worst < 100 * args.tol:
+            fail("a %s hook's clamp: %s within %.3g of one process's (no difference to warn "
+                 "of)" % (kind, where, worst))
+        said = [str(w.message) for w in got if "runs on this rank's gradient" in str(w.message)]
+        want = "the backward hook of module fc2" if kind == "module" else \
+            "a gradient hook on a tensor computed at torch_patterns.py:"
+        if len(said) != (0 if r else 1) or said and (
+                want not in said[0] or "%d times one process's" % P not in said[0]):
+            fail("a %s hook: warned %r, expected one naming %r" % (kind, said, want))
+    print("ok acthooks: rank 0 warned once of a clamp on an activation's gradient and of a "
+          "module's backward hook (each not one process's); clamped at P times the bound, "
+          "within %.3g of one process" % worst, flush=True)
 
 
 def closurejoin():
@@ -3294,7 +3419,7 @@ def main():
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
          "tokens": tokens, "modes": modes, "nonfinite": nonfinite,
-         "padding": padding}[args.mode]()
+         "padding": padding, "raised": raised, "acthooks": acthooks}[args.mode]()
 
 
 main()

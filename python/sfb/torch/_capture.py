@@ -27,7 +27,8 @@ _active = None            # the _Sync whose weights F.linear hands to _LinearFac
 # the first step asks for (MAML's inner step): the factor functions form it
 _forming = set()
 _in_grad = [0]  # torch.autograd.grad() calls running (sfb's wrapper)
-# _Sync.losses: (divisor, targets, how, site, terms: ((site, divisor, settings), ...)), _losses
+# _Sync.losses: (divisor, targets, how, site, terms: ((site, divisor, settings), ...), the
+# divisors each over the number the loss multiplies that mean by), _losses
 _NO_LOSSES = (0.0, 0, "", "", (), 0.0)
 _will_execute = getattr(torch._C, "_will_engine_execute_node", None)  # (torch 2)
 

@@ -219,10 +219,17 @@ def shutdown():
     since the last reduction). A step reduced and not taken (a loop that
     skips a step it dislikes) is over. After sfb.torch raised an error that
     ended the job on this rank (the peers were told), it only leaves: the
-    error was the answer (a `finally: shutdown()` adds none of its own)."""
+    error was the answer (a `finally: shutdown()` adds none of its own).
+    Called while an exception of the program's own is raised or handled
+    (a `finally:` or `except:` block; not sfb's, an iterator's end or
+    sys.exit(0)), it ends the job as sfb's errors do: the peers fail at
+    once naming this rank and that exception, and it goes on being raised."""
     global _job, _optimizer, _final_stats, _failed
     if _job is None:
         return
+    own = _unwinding()
+    if own is not None and not _failed:
+        _tell_peers(own)
     try:
         if _optimizer is not None and not _failed:
             _optimizer.finish()
@@ -237,6 +244,20 @@ def shutdown():
             _optimizer.release()  # the model's layers as they were, its parameters kept
         _job.close()
         _job, _optimizer, _failed = None, None, False
+
+
+def _unwinding():
+    """The exception this process is raising or handling (shutdown() in a
+    `finally:` or an `except:` block) where it is the program's own failure:
+    None for none, sfb's (the peers were told), the end of an iterator, a
+    generator closed, sys.exit(0)."""
+    e = sys.exc_info()[1]
+    if e is None or isinstance(e, (_sfb.Error, StopIteration, StopAsyncIteration,
+                                   GeneratorExit)):
+        return None
+    if isinstance(e, SystemExit) and e.code in (None, 0):
+        return None
+    return e
 
 
 def stats():

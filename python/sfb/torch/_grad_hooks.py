@@ -23,11 +23,35 @@ _torch_register_hook = torch.Tensor.register_hook
 def register_hook(tensor, hook):
     """Tensor.register_hook while a DistributedOptimizer lives."""
     handle = _torch_register_hook(tensor, hook)
-    from . import _capture
+    from . import _capture, _env
     s = _capture._active
     if s is not None and id(tensor) in s.group_of:
         s.user_hooks.adopt(s, tensor, handle.id)
+    elif s is not None and tensor.grad_fn is not None:
+        on_activations(s, "a gradient hook on a tensor computed at %s" % _env._user_line())
     return handle
+
+
+def on_activations(sync, what):
+    """Warns once (rank 0) that `what`, a hook on the gradient of what the
+    model computed (an activation: Tensor.register_hook on it, a module's
+    backward hook), runs on this rank's gradient, P times one process's."""
+    if sync.told_activations or sync.job.world < 2:
+        return
+    sync.told_activations = True
+    if sync.job.rank != 0:
+        return
+    import warnings
+    from . import _env
+    P = sync.job.world
+    warnings.warn(
+        "sfb.torch: %s runs on this rank's gradient: each rank's mean loss averages over its own "
+        "samples, so the gradient it sees is %d times one process's over the union (minibatches "
+        "of one size). One that scales it or masks it trains as one process; one that clamps "
+        "it, normalizes it or takes its sign trains otherwise (clamp at %d times the bound: "
+        "what one process's clamp does), and one that records it sees %d times one process's "
+        "values. (Hooks on parameters run at the reduction, on one process's gradient.)" %
+        (what, P, P, P), stacklevel=_env._user_stacklevel())
 
 
 def _held(grad):

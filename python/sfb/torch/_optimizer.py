@@ -393,6 +393,7 @@ class _Sync(_Passes):
         # replicas that part (_check_foreign)
         self.foreign = {}
         self.graphs = False  # a forward with gradients reached a model (its slots' functions)
+        self.told_activations = False  # warned of a hook on an activation's gradient
         for m in _members(model):
             if isinstance(m, torch.jit.ScriptModule):
                 raise U("DistributedOptimizer: model is a TorchScript module (torch.jit.script "
@@ -450,6 +451,18 @@ class _Sync(_Passes):
                 "staleness=0" % self.staleness)
         self.loaded |= LOADED_MODEL
 
+    def _check_module_hooks(self):
+        """The first forward with gradients: a module's backward hook
+        (register_full_backward_hook, register_backward_hook) sees this
+        rank's gradients of its inputs and outputs (_grad_hooks.on_activations)."""
+        for name, m in self.model.named_modules():
+            if m._backward_hooks:
+                _grad_hooks.on_activations(self, "the backward hook of module %s" % (
+                    name or type(m).__name__))
+                return
+        if getattr(torch.nn.modules.module, "_global_backward_hooks", None):
+            _grad_hooks.on_activations(self, "a global module backward hook")
+
     def _forward_begins(self, model, inputs):
         """A model's forward pre-hook: hooks on parameters that need them;
         in the first steps, the parameters outside the job that the inputs'
@@ -459,6 +472,7 @@ class _Sync(_Passes):
             return
         if not self.graphs:
             self._check_unheld()
+            self._check_module_hooks()
         self.user_hooks.stash(self)
         self.graphs = True
         if self.clock > FOREIGN_CLOCKS[-1]:
