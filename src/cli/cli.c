@@ -22,6 +22,17 @@ void cli_error(int code, const char *what)
     fprintf(stderr, "sfb: error: %s: %s\n", what, sfb_error_message(code));
 }
 
+int cli_launch_failed(int code, const char *what)
+{
+    cli_error(code, what);
+    /* interrupted: the shell's convention for a death by that signal */
+    int sig = sfb_launch_stop_signal();
+    if (sig) return 128 + sig;
+    /* 2: a copy exited 2, or the launch refused its settings before any
+     * started (a bad SFB_JOB_KEY) */
+    return sfb_launch_failed_exit() == 2 || code == -SFB_EUSAGE ? 2 : 1;
+}
+
 void cli_blas_kernels(void)
 {
     if (!cli_blas_generic) return;

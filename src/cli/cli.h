@@ -81,6 +81,10 @@ int cli_launch(int argc, char **argv);
 void cli_log_init(enum sfb_log_level level);
 /* Prints "sfb: error: WHAT: ..." with the detail of `code` (sfb_error_message). */
 void cli_error(int code, const char *what);
+/* A local launch (sfb run, sfb launch) that failed with `code`: its error
+ * line, and the exit status: 128 + N when signal N stopped it, 2 for a usage
+ * error (a copy's exit 2, settings refused before any started), else 1. */
+int cli_launch_failed(int code, const char *what);
 /* OpenBLAS's generic kernels ran in this process when main() set
  * OPENBLAS_CORETYPE to better ones (their name), else NULL; main's argv. */
 extern const char *cli_blas_generic;

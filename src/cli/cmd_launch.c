@@ -120,11 +120,5 @@ int cli_launch(int argc, char **argv)
     /* fork waits for OpenBLAS's threads, which may be stuck allocating */
     cli_blas_reserve("launch");
     r = sfb_launch_local(nprocs, argv + cmd);
-    if (r) {
-        cli_error(r, "launch failed");
-        /* interrupted: the shell's convention for a death by that signal */
-        int sig = sfb_launch_stop_signal();
-        return sig ? 128 + sig : sfb_launch_failed_exit() == 2 ? 2 : 1;
-    }
-    return 0;
+    return r ? cli_launch_failed(r, "launch failed") : 0;
 }

@@ -136,11 +136,5 @@ int cli_run(int argc, char **argv)
     if (!wargv) return 1;
     r = sfb_launch_local_fork(job.nprocs, cli_forked_worker, wargv);
     cli_free_argv(wargv);
-    if (r) {
-        cli_error(r, "job failed");
-        /* interrupted: the shell's convention for a death by that signal */
-        int sig = sfb_launch_stop_signal();
-        return sig ? 128 + sig : sfb_launch_failed_exit() == 2 ? 2 : 1;
-    }
-    return 0;
+    return r ? cli_launch_failed(r, "job failed") : 0;
 }

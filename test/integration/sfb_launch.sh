@@ -72,6 +72,8 @@ timeout 10 "$SFB" launch -n 0 true >/dev/null 2>"$tmp/u.err"; rc=$?
 check "usage: -n 0 (rc=$rc)" "[ $rc = 2 ] && grep -q 'is not an integer in 1..1024' '$tmp/u.err'"
 timeout 10 "$SFB" launch -n 2 >/dev/null 2>"$tmp/u.err"; rc=$?
 check "usage: no command (rc=$rc)" "[ $rc = 2 ] && grep -q 'no command given' '$tmp/u.err'"
+SFB_JOB_KEY=mykey timeout 10 "$SFB" launch -n 2 -- true >/dev/null 2>"$tmp/u.err"; rc=$?
+check "usage: a bad SFB_JOB_KEY (rc=$rc)" "[ $rc = 2 ] && grep -q \"SFB_JOB_KEY 'mykey': bad character 'm'\" '$tmp/u.err'"
 
 if ! "$PY" --check; then
   echo "$passes passed, $fails failed (the Python cases skipped)"
