@@ -98,8 +98,9 @@ cases=(
   "exact --freeze --unused --route --validate --clip --uneven --join --opt momentum --hooks"
   nojoin loadstate staleclip addgroup batchnorm autogradw "latedense --opt momentum" gan
   # rank 1's own exception inside `finally: shutdown()`: the others name it;
-  # hooks clamping activations' gradients (P times one process's): warned
-  raised acthooks
+  # hooks clamping activations' gradients (P times one process's): warned;
+  # max_samples otherwise on one rank: refused naming it
+  raised acthooks settings
   # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and
   # refused with the generator's optimizer left unwrapped); an encoder's and
   # a decoder's stepped after one backward (ranks joining early)

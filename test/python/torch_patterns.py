@@ -72,6 +72,8 @@ exact: every rank trains through sfb.torch on its share of each global
   (||p - q|| / ||q||).
 nojoin: rank 1 runs out of batches two steps early and calls shutdown():
   every rank must fail at once with sfb.PeerError naming join().
+settings: max_samples, then check_every, otherwise on rank 1: every rank
+  fails at the first step with sfb.MismatchError naming it and both values.
 acthooks: a clamp on an activation's gradient (Tensor.register_hook) and a
   module's backward hook clamping: rank 0 warns once naming each (not one
   process's); clamped at P times the bound: one process's.
@@ -231,7 +233,8 @@ import sfb.torch as sft  # noqa: E402
 from torch.nn.functional import cross_entropy as ce_by_name  # noqa: E402 (torch's, kept by name)
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "closurejoin", "rankedit", "samhand", "loadstate",
+ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "settings",
+                                 "closurejoin", "rankedit", "samhand", "loadstate",
                                  "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
                                  "seq2seq", "foreign", "phases", "buffers", "gather",
@@ -824,6 +827,35 @@ def raised():
         t += 1
     print("ok raised: %s; shutdown() in `except StopIteration:` on every rank ended the job" %
           said, flush=True)
+
+
+def settings():
+    """max_samples given otherwise on rank 1 (the layers' factor rows, from
+    which sync="auto" picks the engines), then check_every (the replica
+    checks' collectives): every rank fails at the first step with
+    sfb.MismatchError naming the setting and both values, within 4 s (not
+    frames refused until the stall timeout, nor calls said to differ)."""
+    for name, mine, theirs in (("max_samples", 100, 4), ("check_every", 100, 5)):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model, sync="auto",
+                                       **{name: theirs if r == 1 else mine})
+        t0 = time.monotonic()
+        try:
+            for t in range(3):
+                one_step(model, opt, *shard(x, y, t, r, P), t, True)
+            fail("%s: no error" % name)
+        except sfb.Error as e:
+            if not isinstance(e, sfb.MismatchError) or name not in str(e) or \
+                    "rank 1 has \"%d\"" % theirs not in str(e):
+                fail("expected a MismatchError naming %s, got %s: %s" %
+                     (name, type(e).__name__, e))
+            if time.monotonic() - t0 > 4:
+                fail("the error took %.1f s" % (time.monotonic() - t0))
+            said = str(e)
+        closed()
+    print("ok settings: %s" % said, flush=True)
 
 
 def acthooks():
@@ -2041,6 +2073,7 @@ def unequal():
     mixed_sums()
     statistics = batch_statistics()
     factors()
+    micro_means()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
@@ -2049,6 +2082,48 @@ def unequal():
           "nor for such a number averaged over the ranks or a weight per rank in proportion "
           "to its samples (within %.3g of one process)" % statistics,
           flush=True)
+
+
+def micro_means():
+    """backward_passes_per_step=2, each pass a mean over this rank's part of
+    a micro-batch, the parts of unequal sizes that differ by rank (3 then
+    5 rows on even ranks, 5 then 3 on odd): the step's counts are equal,
+    but each pass's are not in proportion from rank to rank, so no weight
+    per rank gives one process's mean of each micro-batch. Rank 0 warns
+    once, naming the passes' counts, and the model is not one process's."""
+    import warnings
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                   backward_passes_per_step=2)
+    parts = [(3, 5) if q % 2 == 0 else (5, 3) for q in range(P)]
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for t in range(4):
+            lo = 64 * t
+            for mine, m, o in ((True, model, opt), (False, ref, ref_opt)):
+                o.zero_grad()
+                for k in range(2):  # (micro-batch k: every rank's part, in rank order)
+                    first = lo + 8 * P * k
+                    a = first + sum(parts[q][k] for q in range(r)) if mine else first
+                    b = a + (parts[r][k] if mine else 8 * P)
+                    (nn.functional.cross_entropy(m(x[a:b], t), y[a:b]) / 2).backward()
+                o.step()
+    sft.shutdown()
+    worst, where = rel_diff(model, ref)
+    if worst < 100 * args.tol:
+        fail("micro-batch means: %s within %.3g of one process's (no difference to warn of)" %
+             (where, worst))
+    said = [str(w.message) for w in got if unequal_said(w)]
+    want = "sfb.torch: at step 0 the loss's terms average over counts that are not in " \
+        "proportion from rank to rank: cross_entropy ("
+    if len(said) != (0 if r else 1) or said and (not said[0].startswith(want) or
+                                                 "pass 1 divides by rank 0 3, rank 1 5" not in
+                                                 said[0]):
+        fail("micro-batch means: warned %r, expected %r" % (said, want))
 
 
 def factors():
@@ -3419,7 +3494,8 @@ def main():
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
          "tokens": tokens, "modes": modes, "nonfinite": nonfinite,
-         "padding": padding, "raised": raised, "acthooks": acthooks}[args.mode]()
+         "padding": padding, "raised": raised, "acthooks": acthooks,
+         "settings": settings}[args.mode]()
 
 
 main()

@@ -570,8 +570,11 @@ class _Passes:
         from . import _losses
         for divisor, targets, how, site, settings, factor in losses:
             d, n, was, where, terms, folded = self.losses
+            # (each pass of a step's micro-batches a term of its own: means over
+            # micro-batches whose counts part from rank to rank weigh them apart)
+            term = site if self.passes_per_step == 1 else "%s, pass %d" % (site, self.passes + 1)
             self.losses = (d + divisor, n + targets, was or how, where or site,
-                           _losses.add_term(terms, site, divisor, settings),
+                           _losses.add_term(terms, term, divisor, settings),
                            folded + divisor / factor)
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)

@@ -263,8 +263,9 @@ class _Sync(_Passes):
             if why:
                 raise U("DistributedOptimizer: staleness %d adds every rank's update to the "
                         "parameters as it comes, exact only for plain torch.optim.SGD (no "
-                        "momentum, weight decay, nesterov or maximize); %s would differ between "
-                        "ranks. Use staleness=0 (any optimizer) or plain SGD" % (staleness, why))
+                        "momentum, weight decay, nesterov or maximize): %s, which would differ "
+                        "between ranks. Use staleness=0 (any optimizer) or plain SGD" %
+                        (staleness, why))
         self.thread = threading.get_ident()
         self.clock = 0          # the job's clock: reductions done (a resumed run's count)
         self.extra = 0          # of them, those no rank trained in (join()'s last, shutdown's)
@@ -984,6 +985,8 @@ class _Sync(_Passes):
                   "sync=%s\n" % self.sync, "factor_dtype=%s\n" % self.factor_dtype,
                   "dense_dtype=%s\n" % self.dense_dtype,
                   "bucket_cap_bytes=%d\n" % self.bucket_bytes, "trial_steps=%d\n" % self.trial_steps,
+                  "max_samples=%s\n" % self.max_samples,  # (the engines sync="auto" picks)
+                  "check_every=%s\n" % self.replicas.every,  # (the replica checks' collectives)
                   "optimizer=%s\n" % "+".join(type(o).__name__ for o in self.opts)]
         job.agree("".join(lines))
         try:
