@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* beyond this many events a rank drops the rest (and says so): 56 B each */
@@ -86,6 +87,15 @@ int sfb__trace_open(const char *pattern, uint32_t rank)
                : snprintf(path, sizeof path, "%s.%s", pattern, rs);
     if (w < 0 || (size_t)w >= sizeof path)
         return sfb__error(-ENAMETOOLONG, "SFB_TIMELINE=%s: the path is too long", pattern);
+    /* the file is written at close: a directory it cannot be created in is
+     * said now, not after the run */
+    char dir[sizeof path];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
+    if (access(slash ? dir : ".", W_OK | X_OK) != 0)
+        return sfb__error(-errno, "SFB_TIMELINE=%s: cannot create %s: %s", pattern, path,
+                          strerror(errno));
     pthread_mutex_lock(&lock);
     free_events();
     trace_rank = rank;

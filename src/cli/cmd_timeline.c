@@ -231,6 +231,8 @@ int cli_timeline(int argc, char **argv)
     }
     if (t.merged) fprintf(t.merged, "{\"traceEvents\":[\n");
     char line[4096];
+    int *rank_of = calloc((size_t)p.npos + 1, sizeof *rank_of); /* each file's rank */
+    if (!rank_of) rc = 1;
     for (int i = 0; i < p.npos && !rc; i++) {
         FILE *f = fopen(files[i], "r");
         if (!f) {
@@ -239,8 +241,13 @@ int cli_timeline(int argc, char **argv)
             break;
         }
         long lineno = 0, events = 0;
+        int whole = 0; /* its closing line: the file was written to its end */
+        double pid = -1;
         while (!rc && fgets(line, sizeof line, f)) {
             lineno++;
+            double v;
+            if (pid < 0 && !strncmp(line, "{\"name\":", 8) && !num(line, "\"pid\":", &v)) pid = v;
+            whole = !strncmp(line, "],\"displayTimeUnit\"", 19);
             int got = take_line(&t, line, files[i], lineno);
             if (got < 0) rc = 1;
             else events += got;
@@ -250,8 +257,21 @@ int cli_timeline(int argc, char **argv)
             fprintf(stderr, "sfb timeline: %s: no trace events: not a file SFB_TIMELINE or "
                             "--timeline wrote\n", files[i]);
             rc = 1;
+        } else if (!rc && !whole) {
+            fprintf(stderr, "sfb timeline: %s: truncated after line %ld (no closing line): "
+                            "not a whole file SFB_TIMELINE or --timeline wrote\n", files[i],
+                    lineno);
+            rc = 1;
         }
+        rank_of[i] = (int)pid;
+        for (int j = 0; j < i && !rc; j++)
+            if (rank_of[j] == rank_of[i]) {
+                fprintf(stderr, "sfb timeline: %s and %s both hold rank %d's timeline (give "
+                                "one file per rank)\n", files[j], files[i], rank_of[i]);
+                rc = 1;
+            }
     }
+    free(rank_of);
     if (t.merged) {
         fprintf(t.merged, "\n],\"displayTimeUnit\":\"ms\"}\n");
         if (fclose(t.merged) != 0 && !rc) {

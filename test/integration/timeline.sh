@@ -71,6 +71,19 @@ for f in empty other; do
   check "timeline of a file with no events ($f.json): exit 1 naming it ($rc)" \
     "[ $rc = 1 ] && grep -q '$f.json: no trace events' $f.txt"
 done
+# one rank's file twice; a file cut short (its closing line missing)
+"$SFB" timeline tl.0.json tl.1.json tl.0.json >twice.txt 2>&1; rc=$?
+check "timeline of rank 0's file twice: exit 1 naming both ($rc)" \
+  "[ $rc = 1 ] && grep -q \"tl.0.json and tl.0.json both hold rank 0's timeline\" twice.txt"
+head -n $(( $(wc -l <tl.1.json) / 2 )) tl.1.json >half.json
+"$SFB" timeline tl.0.json half.json >half.txt 2>&1; rc=$?
+check "timeline of a truncated file: exit 1 naming it ($rc)" \
+  "[ $rc = 1 ] && grep -q 'half.json: truncated after line' half.txt"
+# a timeline that cannot be written is said at the start, not after the run
+SFB_TIMELINE=$PWD/nodir/tl.%r.json timeout 60 "$SFB" run -n 2 --clocks 3 \
+  --out-dir nodir-out >nodir.txt 2>&1; rc=$?
+check "SFB_TIMELINE in a missing directory: exit 1 at the start, naming it ($rc)" \
+  "[ $rc = 1 ] && grep -q 'cannot create $PWD/nodir/tl.0.json' nodir.txt && ! grep -q 'test accuracy' nodir.txt"
 
 if SFB_LIB=$LIB "$PY" --check torch 2>/dev/null; then
   cat >tl_torch.py <<'PYEOF'
