@@ -110,7 +110,8 @@ cases=(
   # a buffer updated from each rank's own minibatch: refused; from every
   # rank's data (sft.allreduce): exact
   buffers
-  # sft.allgather_object, objects over an allgather's 1 MiB too; sft.barrier
+  # sft.allgather_object, objects over an allgather's 1 MiB too; sft.barrier;
+  # sft.allreduce of other shapes on some rank: refused naming both
   gather
   # a StepLR stepped on rank 0 alone, a step skipped on rank 1 (at a replica
   # check's step), a layer frozen on rank 1 alone: refused naming lr, the

@@ -2389,9 +2389,19 @@ def gather():
     sft.barrier()  # (every rank has read it)
     if r == 0:
         shutil.rmtree(os.path.dirname(path))
-    sft.shutdown()
-    print("ok gather: %d objects in rank order, %d bytes at most; a barrier held" %
-          (P, max(len(g["blob"]) for g in got)), flush=True)
+    # sft.allreduce sums element by element: every rank passes one shape
+    s = sft.allreduce(torch.arange(6.0).view(2, 3) * (r + 1), op="sum")
+    if not torch.equal(s, torch.arange(6.0).view(2, 3) * (P * (P + 1) // 2)):
+        fail("allreduce gave %s" % s)
+    try:
+        sft.allreduce(torch.zeros(3, 2) if r == 1 else torch.zeros(2, 3))
+        fail("allreduce of a (3, 2) on rank 1 and (2, 3) elsewhere was not refused")
+    except sfb.MismatchError as e:
+        if "shape (2, 3), rank 1 (3, 2)" not in str(e):
+            fail("the refusal does not name both shapes: %s" % e)
+    closed()
+    print("ok gather: %d objects in rank order, %d bytes at most; a barrier held; allreduce of "
+          "other shapes refused" % (P, max(len(g["blob"]) for g in got)), flush=True)
 
 
 class Clip(nn.Module):

@@ -158,13 +158,17 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
         optimizer.load_state_dict(state)
 
 
+_HEAD = 96  # bytes of a header: a rank's shape (allreduce), dtype and trailing shape (allgather)
+
+
 @_abort_on_error
 def allreduce(tensor, op="mean"):
     """The sum or mean over ranks of a small tensor (at most 1 MiB; for
     metrics such as a test accuracy, not gradients), as a new tensor of its
     shape and dtype, the same bits on every rank (summed in rank order, in
     float64). op: "mean" or "sum". Raises sfb.UsageError for another op or
-    a larger tensor, sfb.PeerError when a rank fails."""
+    a larger tensor, sfb.MismatchError where the ranks' shapes differ,
+    sfb.PeerError when a rank fails."""
     job = _need()
     if op not in ("sum", "mean"):
         raise _sfb.UsageError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))
@@ -172,17 +176,26 @@ def allreduce(tensor, op="mean"):
     a = t.detach().to(torch.float64).contiguous().view(-1).numpy()
     if a.nbytes * 1 > (1 << 20):
         raise _sfb.UsageError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
-    parts = job.allgather(a.tobytes())
+    # (its shape first: tensors of other shapes would be summed by position)
+    head = str(tuple(t.shape)).encode()
+    if len(head) > _HEAD:
+        raise _sfb.UsageError("allreduce: a tensor of %d dimensions" % t.dim())
+    parts = allgather_bytes(job, head.ljust(_HEAD, b" ") + a.tobytes())
+    for q, b in enumerate(parts):
+        if b[:_HEAD] != parts[0][:_HEAD]:
+            raise _sfb.MismatchError(
+                -(4096 + 2), "allreduce: rank 0 passes a tensor of shape %s, rank %d %s (every "
+                "rank passes one shape: the sum is taken element by element)" %
+                (parts[0][:_HEAD].decode().strip(), q, b[:_HEAD].decode().strip()), q)
     total = np.zeros_like(a)
     for p in parts:  # rank order: the same sum on every rank
-        total += np.frombuffer(p, np.float64)
+        total += np.frombuffer(p[_HEAD:], np.float64)
     if op == "mean":
         total /= job.world
     return torch.from_numpy(total).view(t.shape).to(t.dtype)
 
 
 
-_HEAD = 96  # bytes of allgather's header: a rank's dtype and trailing shape
 
 
 def _gather_rows(job, t, what, weight=1.0):
