@@ -232,7 +232,10 @@ int cli_timeline(int argc, char **argv)
     if (t.merged) fprintf(t.merged, "{\"traceEvents\":[\n");
     char line[4096];
     int *rank_of = calloc((size_t)p.npos + 1, sizeof *rank_of); /* each file's rank */
-    if (!rank_of) rc = 1;
+    if (!rank_of) {
+        fprintf(stderr, "sfb timeline: out of memory\n");
+        rc = 1;
+    }
     for (int i = 0; i < p.npos && !rc; i++) {
         FILE *f = fopen(files[i], "r");
         if (!f) {
