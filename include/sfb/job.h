@@ -187,8 +187,7 @@ struct sfb_job_attach {
      * bf16 GEMM here); or one per matrix, comma separated ("bf16,bf16,f32").
      * A matrix FMS carries ignores it (dense_dtype is its); the
      * cost model of engine "auto" charges a bf16 matrix's factors their
-     * bf16 bytes. Every rank must attach the same (a frame of another
-     * precision fails the job). */
+     * bf16 bytes. Every rank must attach the same (checked at attach). */
     const char *factor_dtype;
     /* The precision FMS's rows travel in (pushes and owners' sums; Horovod's
      * Compression.fp16): "f32" (NULL, default) or "bf16": each worker's
@@ -197,7 +196,8 @@ struct sfb_job_attach {
      * owner's included) applies that rounded sum, so replicas stay
      * identical under `ordered`; or one per matrix, comma separated. A
      * matrix SFB carries ignores it; the cost model charges a bf16 matrix's
-     * FMS its bf16 bytes. Every rank must attach the same. */
+     * FMS its bf16 bytes. Every rank must attach the same (checked at
+     * attach). */
     const char *dense_dtype;
     /* (The tail from link_gbps on is 128 bytes; 0.1.0 grew it from 64
      * before its release, when dense_dtype took the last of the 64.) */
@@ -208,12 +208,18 @@ struct sfb_job_attach {
 /* Fills defaults (version included). NULL is a no-op. */
 SFB_API void sfb_job_default_attach(struct sfb_job_attach *a);
 
-/* Attaches the replicas and starts the engine. Collective (a barrier: no
- * rank sends before every rank checks frames of these shapes); once per
- * job. Every rank must attach the same shapes (frames of others are
- * rejected). Returns 0, -EINVAL, -SFB_EVERSION, -SFB_EUSAGE (a second
- * attach, n or a shape out of range, unknown engine or topology),
- * -SFB_ENOTIMPL, -ENOMEM, or a peer's failure. */
+/* Attaches the replicas and starts the engine. Collective (an agreement,
+ * then a barrier: no rank sends before every rank checks frames of these
+ * shapes); once per job. Every rank must attach the same shapes and the
+ * same max_s, engine, staleness, topology, degree, start_clock, ordered,
+ * reattach, factor_dtype and dense_dtype: where they differ, every rank
+ * fails with -SFB_ECONFIG naming the first shape or each setting that
+ * differs, nothing attached (the job goes on; attach again). The others
+ * are each rank's own (apply_early, flush_clock, priority) or rank 0's for
+ * all (link_gbps, latency_us, sf_bytes, sf_nnz). Returns 0, -EINVAL,
+ * -SFB_EVERSION, -SFB_EUSAGE (a second attach, n or a shape out of range,
+ * unknown engine or topology), -SFB_ECONFIG, -SFB_ENOTIMPL, -ENOMEM, or a
+ * peer's failure. */
 SFB_API int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a);
 
 /* The engine of matrix m after attach ("sfb" or "fms"), or NULL (not
@@ -459,6 +465,18 @@ SFB_API int sfb_job_broadcast(struct sfb_job *job, uint32_t root, void *data, si
  * passed the same, else -SFB_ECONFIG on every rank with a message naming
  * each differing key and two ranks' values. */
 SFB_API int sfb_job_agree(struct sfb_job *job, const char *text);
+
+/* The name the job's collective calls (barrier, allgather, broadcast,
+ * agree) carry from now on in place of their own, where ranks made
+ * different calls ("rank 1 is in allreduce() where rank 0 is in
+ * barrier()") and to the ranks whose waits need a clock of this rank's
+ * ("rank 0 is in allreduce() ... rank 1 waits for clock 1"): a library
+ * above the job API names its own collectives so,
+ * whatever calls of the job's they make (sfb.torch's allreduce() makes
+ * allgather calls). NULL: their own names again. name is copied (1 to 31
+ * bytes). Not collective. Returns 0, -EINVAL (no job), -SFB_EUSAGE (a name
+ * empty or longer). */
+SFB_API int sfb_job_name_calls(struct sfb_job *job, const char *name);
 
 /* Optional, before publishing clock `last`: this rank publishes no clock
  * after it. Its frames of that clock then tell every peer (relayed with the

@@ -21,6 +21,7 @@ libsfb.so.0 on the loader's path. Errors raise sfb.Error with the
 library's message ("rank 2: ...").
 """
 
+import contextlib
 import ctypes
 import ctypes.util
 import math
@@ -283,6 +284,7 @@ def library():
         "sfb_job_barrier": (ctypes.c_int, [vp]),
         "sfb_job_allgather": (ctypes.c_int, [vp, vp, ctypes.c_size_t, vp]),
         "sfb_job_agree": (ctypes.c_int, [vp, ctypes.c_char_p]),
+        "sfb_job_name_calls": (ctypes.c_int, [vp, ctypes.c_char_p]),
         "sfb_job_finish": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_set_last_clock": (ctypes.c_int, [vp, ctypes.c_int64]),
         "sfb_job_replan": (ctypes.c_int, [vp, ctypes.c_int64, ctypes.c_char_p]),
@@ -445,6 +447,7 @@ class Job:
         self.last_wait = None
         self._sfs = None
         self._staged = {}  # m: dense_buffer(m)'s array, until a publish takes it
+        self._call_name = None  # calls_named's, inside its with
 
     def _handle(self):
         if not self._h:
@@ -837,6 +840,25 @@ class Job:
         """Raises sfb.Error on every rank unless all passed the same
         "key=value\\n" text (the message names the differing keys)."""
         _check(library().sfb_job_agree(self._handle(), _enc(text)))
+
+    @contextlib.contextmanager
+    def calls_named(self, name):
+        """Inside the with, the job's collective calls carry `name` (1 to 31
+        bytes) in place of their own, where ranks made different calls: a
+        library above the job names its own collectives so ("rank 1 is in
+        allreduce() where rank 0 is in barrier()"). Nested, the outer name
+        stays."""
+        if self._call_name is not None:
+            yield
+            return
+        _check(library().sfb_job_name_calls(self._handle(), _enc(name)))
+        self._call_name = name
+        try:
+            yield
+        finally:
+            self._call_name = None
+            if self._h:
+                library().sfb_job_name_calls(self._h, None)
 
     def set_last_clock(self, last):
         """Optional, before publishing clock `last`: no clock follows it. Peers

@@ -423,6 +423,7 @@ void sfb__comm_close(struct sfb__comm **pc)
     free(c->stall.call_seq);
     free(c->stall.call_what);
     free(c->stall.call_pub);
+    free(c->stall.call_label);
     sfb__comm_close_pidfds(c);
     free(c->live.peer_pid);
     free(c->host_of);

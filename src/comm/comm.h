@@ -307,6 +307,10 @@ void sfb__comm_traffic(const struct sfb__comm *c, struct sfb__comm_traffic *out)
  * Compute thread. */
 /* Equal-length blobs: all (world * len bytes) receives rank r's at r * len. */
 int sfb__comm_allgather(struct sfb__comm *c, const void *mine, size_t len, void *all);
+/* Blobs of any lengths (each <= 1 MiB): *all (malloc'd, the caller frees)
+ * holds them back to back, lens[world] their lengths. */
+int sfb__comm_allgatherv(struct sfb__comm *c, const void *mine, size_t len, void **all,
+                         size_t *lens);
 /* Root's len bytes (any len) at data on every rank (sfb__bootstrap_broadcast). */
 int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t len);
 /* sfb__agree over this job's ranks: 0 when every rank's text is equal,
@@ -314,14 +318,16 @@ int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t l
 int sfb__comm_agree(struct sfb__comm *c, const char *text);
 /* A collective call of the job's API (`what`: "allgather", "barrier",
  * "broadcast", "agree" or "replan") begins: its collectives carry that name
- * until sfb__comm_leave_call (sfb__bootstrap_label: ranks in different calls
- * fail with -SFB_ECONFIG naming both), and every peer is told (a status
+ * (or `label`, where not NULL: a caller's own name for its call, which
+ * outlives it) until sfb__comm_leave_call (sfb__bootstrap_label: ranks in
+ * different calls fail with -SFB_ECONFIG naming both), and every peer is told (a status
  * heartbeat: comm_stall.c) that this rank is in it, having sent what its
  * peers may wait for of it through clock `published` (its updates; an FMS
  * owner's sums): a peer whose wait needs a later clock of this rank's fails
  * at once (sfb__comm_check_wait) instead of both waiting for each other
  * until the bootstrap timeout. Compute thread. */
-void sfb__comm_enter_call(struct sfb__comm *c, const char *what, int64_t published);
+void sfb__comm_enter_call(struct sfb__comm *c, const char *what, const char *label,
+                          int64_t published);
 void sfb__comm_leave_call(struct sfb__comm *c);
 
 #endif

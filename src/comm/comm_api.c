@@ -71,6 +71,12 @@ int sfb__comm_allgather(struct sfb__comm *c, const void *mine, size_t len, void 
     return sfb__bootstrap_allgather(c->bs, mine, len, all);
 }
 
+int sfb__comm_allgatherv(struct sfb__comm *c, const void *mine, size_t len, void **all,
+                         size_t *lens)
+{
+    return sfb__bootstrap_allgatherv(c->bs, mine, len, all, lens);
+}
+
 int sfb__comm_broadcast(struct sfb__comm *c, uint32_t root, void *data, size_t len)
 {
     return sfb__bootstrap_broadcast(c->bs, root, data, len);

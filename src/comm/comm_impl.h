@@ -66,10 +66,15 @@ struct sfb__comm_stall {
      * and the clock it had published through */
     _Atomic uint32_t *call_seq, *call_what;
     _Atomic int64_t *call_pub;
+    /* per peer: the name its caller gave the call (sfb_job_name_calls), as
+     * CALL_LABEL_WORDS words: its length in byte 0, then the bytes; words
+     * apart, so a reader may see halves of two names (a message's text) */
+    _Atomic uint64_t *call_label;
     /* this rank's call in progress (compute thread writes, the heartbeat
      * reads: `since` last, with release; 0 none), told to the peers once */
     _Atomic int64_t my_since_us, my_pub;
     _Atomic uint32_t my_seq, my_what;
+    _Atomic uint64_t my_label[4];
     int64_t my_told_since; /* loop thread: the call told (its since) */
     double next_probe; /* compute thread */
     double last_look, hold_until; /* compute thread: checks that ran late (sfb__gap) */

@@ -186,9 +186,10 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
     c->stall.call_seq = calloc(c->world, sizeof *c->stall.call_seq);
     c->stall.call_what = calloc(c->world, sizeof *c->stall.call_what);
     c->stall.call_pub = calloc(c->world, sizeof *c->stall.call_pub);
+    c->stall.call_label = calloc((size_t)c->world * 4, sizeof *c->stall.call_label);
     if (!c->live.last_heard || !c->live.said_bye || !c->final_clock || !c->live.last_sent ||
         !c->live.talks || !c->stall.peer_pub || !c->stall.peer_pub_us || !c->stall.arrived ||
-        !c->stall.call_seq || !c->stall.call_what || !c->stall.call_pub)
+        !c->stall.call_seq || !c->stall.call_what || !c->stall.call_pub || !c->stall.call_label)
         return -ENOMEM;
     atomic_init(&c->stall.published, -1);
     const char *drop = getenv("SFB_DEBUG_DROP_SF_AT");
@@ -205,6 +206,7 @@ int sfb__comm_peers_alloc(struct sfb__comm *c)
         atomic_init(&c->stall.call_seq[p], 0);
         atomic_init(&c->stall.call_what[p], 0);
         atomic_init(&c->stall.call_pub[p], INT64_MAX);
+        for (int w = 0; w < 4; w++) atomic_init(&c->stall.call_label[4 * p + w], 0);
     }
     return 0;
 }

@@ -43,6 +43,9 @@
 #define STATUS_ASK 1u
 #define STATUS_CALL 2u
 #define CALL_LEN (STATUS_LEN + 16)
+/* then, where the caller named its call (sfb_job_name_calls): the name's
+ * length and bytes (at most 31) */
+#define LABEL_LEN 32
 /* A call is told to the peers once it has lasted this long (at the next
  * heartbeat): most end sooner, and send nothing. */
 #define CALL_TELL_S 0.25
@@ -50,24 +53,27 @@
 /* The calls a status may name, by number (0: none). */
 static const char *const calls[] = {NULL, "allgather", "barrier", "broadcast", "agree", "replan"};
 
-/* A status to dst; `call` (CALL_LEN - STATUS_LEN bytes) with STATUS_CALL. */
-static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags, const uint8_t *call)
+/* A status to dst; `call` (call_len bytes: CALL_LEN - STATUS_LEN, and
+ * a name) with STATUS_CALL. */
+static int send_status(struct sfb__comm *c, uint32_t dst, uint64_t flags, const uint8_t *call,
+                       size_t call_len)
 {
-    uint8_t p[CALL_LEN];
+    uint8_t p[CALL_LEN + LABEL_LEN];
     int64_t pub = atomic_load_explicit(&c->stall.published, memory_order_acquire);
     int64_t at = atomic_load_explicit(&c->stall.published_us, memory_order_relaxed);
     int64_t age = pub >= 0 ? (int64_t)(sfb__comm_clock(c) * 1e6) - at : 0;
     sfb__put_u64(p, (uint64_t)pub);
     sfb__put_u64(p + 8, (uint64_t)(age > 0 ? age : 0));
     sfb__put_u64(p + 16, flags);
-    if (call) memcpy(p + STATUS_LEN, call, CALL_LEN - STATUS_LEN);
-    return sfb__comm_send_control(c, dst, SFB_WIRE_HEARTBEAT, p, call ? CALL_LEN : STATUS_LEN,
-                                  0.0);
+    if (call) memcpy(p + STATUS_LEN, call, call_len);
+    return sfb__comm_send_control(c, dst, SFB_WIRE_HEARTBEAT, p,
+                                  STATUS_LEN + (call ? call_len : 0), 0.0);
 }
 
-void sfb__comm_enter_call(struct sfb__comm *c, const char *what, int64_t published)
+void sfb__comm_enter_call(struct sfb__comm *c, const char *what, const char *label,
+                          int64_t published)
 {
-    if (c->bs) sfb__bootstrap_label(c->bs, what);
+    if (c->bs) sfb__bootstrap_label(c->bs, label ? label : what);
     uint32_t code = 0;
     for (uint32_t i = 1; i < SFB_ARRAY_LEN(calls); i++)
         if (what && !strcmp(what, calls[i])) code = i;
@@ -75,6 +81,13 @@ void sfb__comm_enter_call(struct sfb__comm *c, const char *what, int64_t publish
     atomic_store_explicit(&c->stall.my_pub, published, memory_order_relaxed);
     atomic_store_explicit(&c->stall.my_seq, sfb__bootstrap_seq(c->bs) + 1, memory_order_relaxed);
     atomic_store_explicit(&c->stall.my_what, code, memory_order_relaxed);
+    uint8_t name[LABEL_LEN] = {0};
+    size_t n = label ? SFB_MIN(strlen(label), (size_t)LABEL_LEN - 1) : 0;
+    name[0] = (uint8_t)n;
+    memcpy(name + 1, label ? label : "", n);
+    for (int w = 0; w < LABEL_LEN / 8; w++)
+        atomic_store_explicit(&c->stall.my_label[w], sfb__get_u64(name + 8 * w),
+                              memory_order_relaxed);
     int64_t now_us = (int64_t)(sfb__now() * 1e6);
     atomic_store_explicit(&c->stall.my_since_us, now_us ? now_us : 1, memory_order_release);
 }
@@ -90,16 +103,34 @@ void sfb__comm_tell_call(struct sfb__comm *c, double now)
     int64_t since = atomic_load_explicit(&c->stall.my_since_us, memory_order_acquire);
     if (!since || since == c->stall.my_told_since || now - (double)since * 1e-6 < CALL_TELL_S)
         return;
-    uint8_t call[CALL_LEN - STATUS_LEN];
+    uint8_t call[CALL_LEN - STATUS_LEN + LABEL_LEN];
     sfb__put_u64(call, (uint64_t)atomic_load_explicit(&c->stall.my_pub, memory_order_relaxed));
     sfb__put_u32(call + 8, atomic_load_explicit(&c->stall.my_seq, memory_order_relaxed));
     sfb__put_u32(call + 12, atomic_load_explicit(&c->stall.my_what, memory_order_relaxed));
+    uint8_t *name = call + CALL_LEN - STATUS_LEN;
+    for (int w = 0; w < LABEL_LEN / 8; w++)
+        sfb__put_u64(name + 8 * w,
+                     atomic_load_explicit(&c->stall.my_label[w], memory_order_relaxed));
+    size_t len = CALL_LEN - STATUS_LEN + (name[0] ? 1u + name[0] : 0u);
     /* the same call all along (a new one has another start) */
     if (atomic_load_explicit(&c->stall.my_since_us, memory_order_acquire) != since) return;
     c->stall.my_told_since = since;
     /* advice: a peer that misses it waits until the bootstrap timeout */
     for (uint32_t p = 0; p < c->world; p++)
-        if (p != c->rank) (void)send_status(c, p, STATUS_CALL, call);
+        if (p != c->rank) (void)send_status(c, p, STATUS_CALL, call, len);
+}
+
+/* Peer p's name of its call (out[LABEL_LEN]; "" none), its bytes that are
+ * not printable ASCII as '?': a peer's bytes go into a message. */
+static void peer_label(const struct sfb__comm *c, uint32_t p, char *out)
+{
+    uint8_t w[LABEL_LEN];
+    for (int i = 0; i < LABEL_LEN / 8; i++)
+        sfb__put_u64(w + 8 * i, atomic_load_explicit(&c->stall.call_label[4 * p + (uint32_t)i],
+                                                     memory_order_relaxed));
+    size_t n = SFB_MIN((size_t)w[0], (size_t)LABEL_LEN - 1);
+    for (size_t i = 0; i < n; i++) out[i] = w[1 + i] >= 0x20 && w[1 + i] < 0x7f ? (char)w[1 + i] : '?';
+    out[n] = '\0';
 }
 
 int sfb__comm_check_calls(struct sfb__comm *c, int64_t required)
@@ -112,14 +143,15 @@ int sfb__comm_check_calls(struct sfb__comm *c, int64_t required)
         int64_t pub = atomic_load_explicit(&c->stall.call_pub[p], memory_order_relaxed);
         uint32_t what = atomic_load_explicit(&c->stall.call_what[p], memory_order_relaxed);
         if (pub >= required) continue; /* what this wait needs of it is out */
-        char sent[64] = "having sent its part of no clock yet";
+        char sent[64] = "having sent its part of no clock yet", name[LABEL_LEN];
+        peer_label(c, p, name);
         if (pub >= 0)
             snprintf(sent, sizeof sent, "having sent its part through clock %lld", (long long)pub);
         return sfb__error(-SFB_EPEER, "rank %u is in %s (the job's collective %u) %s; rank %u "
                           "waits for clock %lld, which needs rank %u's: the ranks made different "
                           "calls (every rank of a job makes the job's collective calls in the "
-                          "same order)", p, calls[what], seq, sent, c->rank, (long long)required,
-                          p);
+                          "same order)", p, name[0] ? name : calls[what], seq, sent, c->rank,
+                          (long long)required, p);
     }
     return 0;
 }
@@ -145,12 +177,19 @@ void sfb__comm_on_status(struct sfb__comm *c, uint32_t src, const uint8_t *paylo
             seq > atomic_load_explicit(&c->stall.call_seq[src], memory_order_relaxed)) {
             atomic_store_explicit(&c->stall.call_pub[src], at, memory_order_relaxed);
             atomic_store_explicit(&c->stall.call_what[src], what, memory_order_relaxed);
+            /* its name, where whole (else none) */
+            uint8_t name[LABEL_LEN] = {0};
+            size_t n = len > CALL_LEN ? payload[CALL_LEN] : 0;
+            if (n < LABEL_LEN && len >= CALL_LEN + 1 + n) memcpy(name, payload + CALL_LEN, 1 + n);
+            for (int w = 0; w < LABEL_LEN / 8; w++)
+                atomic_store_explicit(&c->stall.call_label[4 * src + (uint32_t)w],
+                                      sfb__get_u64(name + 8 * w), memory_order_relaxed);
             atomic_store_explicit(&c->stall.call_seq[src], seq, memory_order_release);
         }
     }
     if (flags & STATUS_ASK) {
         sfb__comm_awake(c, sfb__now()); /* an age that leaves out a stop of its own */
-        send_status(c, src, 0, NULL);
+        send_status(c, src, 0, NULL, 0);
     }
 }
 
@@ -198,7 +237,7 @@ int sfb__comm_check_stall(struct sfb__comm *c, int64_t required, double since,
                            T);
             return sfb__comm_check(c);
         }
-        if (ask) send_status(c, o, STATUS_ASK, NULL);
+        if (ask) send_status(c, o, STATUS_ASK, NULL, 0);
     }
     return 0;
 }

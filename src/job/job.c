@@ -26,6 +26,10 @@
 #define CLOCK_V1 SFB_END_OF(struct sfb_job_clock, budget_wait_s)
 #define STATS_V1 SFB_END_OF(struct sfb_job_stats, publish_wait_s)
 
+/* A collective call of the job's begins and ends (below) */
+static void enter_call(struct sfb_job *job, const char *what);
+static int call_end(struct sfb_job *job, int ret);
+
 void sfb_job_default_settings(struct sfb_job_settings *s)
 {
     if (!s) return;
@@ -339,6 +343,12 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     job->max_s = a->max_s;
     job->next = a->start_clock;
     job->reattach = (int)a->reattach;
+    /* every rank the same shapes and settings (a joiner's attach meets the
+     * grow's barrier instead: sfb__job_joined_attach) */
+    if (!job->join_attach_due) {
+        enter_call(job, "attach");
+        if ((ret = call_end(job, sfb__job_agree_attach(job, a)))) return ret;
+    }
     if ((ret = sfb__job_set_shapes(job))) return ret;
     sfb__phase_mark(SFB__PH_SHAPES); /* the run's timeline (src/base/timeline.h) */
     if (job->join_attach_due && (ret = sfb__job_joined_attach(job, a))) return ret;
@@ -700,7 +710,7 @@ static void enter_call(struct sfb_job *job, const char *what)
     int64_t done = job->next - 1;
     if (job->engine_priv && job->engine->served)
         done = SFB_MIN(done, job->engine->served(job->engine_priv));
-    sfb__comm_enter_call(job->comm, what, done);
+    sfb__comm_enter_call(job->comm, what, job->call_name[0] ? job->call_name : NULL, done);
 }
 
 /* The end of a collective call (enter_call before it): its name
@@ -836,6 +846,18 @@ int sfb_job_agree(struct sfb_job *job, const char *text)
     enter_call(job, "agree");
     /* a broken collective may be a rank that failed before it came and aborted */
     return call_end(job, sfb__comm_agree(job->comm, text));
+}
+
+int sfb_job_name_calls(struct sfb_job *job, const char *name)
+{
+    SFB_ENTER();
+    SFB_ARG(job);
+    size_t n = name ? strlen(name) : 0;
+    if (name && (n == 0 || n >= sizeof job->call_name))
+        return sfb__error(-SFB_EUSAGE, "sfb_job_name_calls: a name of %zu bytes (1 to %zu)", n,
+                          sizeof job->call_name - 1);
+    memcpy(job->call_name, name ? name : "", n + 1);
+    return 0;
 }
 
 int sfb_job_set_last_clock(struct sfb_job *job, int64_t last)

@@ -12,6 +12,7 @@
 
 struct sfb_job {
     struct sfb__comm *comm;
+    char call_name[32]; /* sfb_job_name_calls's ("": the calls' own names) */
     struct sfb__ssp ssp;
     int ssp_open;
     const struct sfb__sync_ops *engine; /* one for all, or sfb__permatrix_ops */
@@ -73,6 +74,9 @@ void sfb__job_close_engine(struct sfb_job *job);
 /* The attached matrices' shapes (and max_s) given to the comm, which
  * validates frames against them: a barrier (sfb__comm_set_shapes). */
 int sfb__job_set_shapes(struct sfb_job *job);
+/* Collective (job_agree.c): every rank attaches the same shapes and shared
+ * settings, else -SFB_ECONFIG on every rank naming the first difference. */
+int sfb__job_agree_attach(struct sfb_job *job, const struct sfb_job_attach *a);
 /* The engine closed (its counters kept), the SSP table and the matrices
  * forgotten: attach may run again (a shrink or grow of `reattach`
  * matrices); the per-matrix state freed (attach, detach, close). */

@@ -111,8 +111,10 @@ cases=(
   # rank's data (sft.allreduce): exact
   buffers
   # sft.allgather_object, objects over an allgather's 1 MiB too; sft.barrier;
-  # sft.allreduce of other shapes on some rank: refused naming both
-  gather
+  # sft.allreduce of other shapes on some rank: refused naming both; ranks in
+  # different collectives (barrier() against allgather_object(), an
+  # allreduce() on rank 0 alone): named as the program called them
+  gather calls
   # a StepLR stepped on rank 0 alone, a step skipped on rank 1 (at a replica
   # check's step), a layer frozen on rank 1 alone: refused naming lr, the
   # steps, the layer; ReduceLROnPlateau on the ranks' mean validation loss:

@@ -28,7 +28,16 @@
    spawn running the script's top level again, a subprocess) and opens a
    Job: it must fail at once with sfb.UsageError naming the rank and the
    process that joined as it, and the job go on (it used to join as that
-   rank a second time, and the job broke)."""
+   rank a second time, and the job broke).
+6. Attaches that differ (a matrix's shape, the engine, `ordered` on one
+   rank): every rank fails at once with sfb.MismatchError naming what and
+   which rank (the frames used to be refused until the 300 s stall timeout,
+   or the replicas drift apart in silence); an attach that agrees follows,
+   and one clock gives every rank the sum of all ranks' updates.
+7. Calls a library names (Job.calls_named: sfb.torch's allreduce() is
+   allgathers): a rank in one where the others are in a barrier is named
+   by that name, in the verdict and to the ranks waiting for its clock
+   (case 3's rank 0 is in eval()); after the with, the call's own name."""
 import os
 import subprocess
 import sys
@@ -73,6 +82,19 @@ with sfb.Job(peer_timeout_s=10, bootstrap_timeout_s=30) as job:
     ok &= raises("barrier against broadcast", mine, sfb.MismatchError,
                  "rank 2 is in broadcast where rank 0 is in barrier", 10)
     job.barrier()
+    # a library's own name for its calls (Job.calls_named), inside its with only
+
+    def metrics():
+        with job.calls_named("metrics()"):
+            job.allgather(b"%4d" % r)
+
+    mine = metrics if r == 1 else job.barrier
+    ok &= raises("barrier against a named call", mine, sfb.MismatchError,
+                 "rank 1 is in metrics() where rank 0 is in barrier", 10)
+    mine = (lambda: job.agree("x=1\n")) if r == 2 else job.barrier
+    ok &= raises("barrier against agree after the with", mine, sfb.MismatchError,
+                 "rank 2 is in agree where rank 0 is in barrier", 10)
+    job.barrier()
     here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python")
     env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
     child = subprocess.run([sys.executable, "-c", "import sfb; sfb.Job()"], env=env,
@@ -86,7 +108,28 @@ with sfb.Job(peer_timeout_s=10, bootstrap_timeout_s=30) as job:
     if got != [bytes([q + 7]) * 3 for q in range(P)]:
         print("FAIL: the allgather after a child's Job gave %r" % got, flush=True)
         ok = False
-print("ok calls: rank %d: different calls named on every rank, a child refused" % r if ok else
+    # attaches that differ: every rank refused at once, nothing attached
+    A = np.zeros((4, 6), np.float32)
+    own = (lambda: job.attach([A, np.zeros((3, 2) if r == 1 else (2, 3), np.float32)], max_s=2))
+    ok &= raises("attach of other shapes", own, sfb.MismatchError,
+                 "rank 1 attaches matrix 1 as 3 x 2 where rank 0 has 2 x 3", 10)
+    own = (lambda: job.attach([A], max_s=1, engine="fms" if r == 2 else "sfb"))
+    ok &= raises("attach of another engine", own, sfb.MismatchError,
+                 'engine: rank 0 has "sfb", rank 2 has "fms"', 10)
+    own = (lambda: job.attach([A], max_s=1, ordered=r == 1))
+    ok &= raises("attach ordered on one rank", own, sfb.MismatchError,
+                 'ordered: rank 0 has "0", rank 1 has "1"', 10)
+    job.attach([A], max_s=1, ordered=True)
+    b, c = np.ones((1, 4), np.float32), np.ones((1, 6), np.float32)
+    job.wait(0)
+    job.publish(0, [(b, c, float(r + 1))])
+    job.wait(1)
+    if not np.array_equal(A, np.full_like(A, 6.0)):
+        print("FAIL: rank %d's replica after the attach that agreed: %r" % (r, A), flush=True)
+        ok = False
+    job.finish(0)
+print("ok calls: rank %d: different calls and attaches named on every rank, a child refused" %
+      r if ok else
       "rank %d: case 1 failed" % r, flush=True)
 
 
@@ -125,7 +168,8 @@ def crossed(job):
     job.wait(0)
     job.publish(0, [(b, c, 1.0)])
     if job.rank == 0:  # never publishes clock 1
-        job.allgather(b"x")
+        with job.calls_named("eval()"):  # (the waiting ranks name it so)
+            job.allgather(b"x")
     else:  # clock 2 needs every rank's clock 1
         job.wait(1)
         job.publish(1, [(b, c, 1.0)])
@@ -160,6 +204,6 @@ P, E = (sfb.PeerError,), (sfb.Error,)
 ok &= case("late", 2, late, [E + P, P, E + P], "no rank has failed", 6 + 8)
 # (crossed, owner: at once, where the old library waited out the 30 s
 # bootstrap timeout)
-ok &= case("crossed", 30, crossed, [P, P, P], "rank 0 is in allgather", 12)
+ok &= case("crossed", 30, crossed, [P, P, P], "rank 0 is in eval()", 12)
 ok &= case("owner", 30, owner, [P, P, P], "rank 0 is in allgather", 14)
 sys.exit(0 if ok else 1)

@@ -233,7 +233,7 @@ import sfb.torch as sft  # noqa: E402
 from torch.nn.functional import cross_entropy as ce_by_name  # noqa: E402 (torch's, kept by name)
 
 ap = argparse.ArgumentParser()
-ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "settings",
+ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "settings", "calls",
                                  "closurejoin", "rankedit", "samhand", "loadstate",
                                  "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
@@ -2404,6 +2404,52 @@ def gather():
           "other shapes refused" % (P, max(len(g["blob"]) for g in got)), flush=True)
 
 
+def calls():
+    """sfb.torch's collectives made at different points: each named as the
+    program called it, not as the job's calls it makes (an allgather_object
+    is broadcasts, an allreduce allgathers). Rank 0 in barrier() where the
+    others are in allgather_object(): every rank's MismatchError names both.
+    Then, in a new job, rank 0 in allreduce() (under `if rank == 0:`) while
+    the others step: their step fails at once naming rank 0's allreduce(),
+    with no advice about join() (nobody ran out of data)."""
+    model = setup_model(lambda: nn.Linear(10, 5))
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+
+    def step(t):
+        opt.zero_grad()
+        mine = slice(t * P * 4 + r * 4, t * P * 4 + r * 4 + 4)
+        nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
+        opt.step()
+
+    step(0)
+    want = "rank 1 is in allgather_object() where rank 0 is in barrier()"
+    try:
+        sft.barrier() if r == 0 else sft.allgather_object(r)
+        fail("barrier() against allgather_object() returned")
+    except sfb.MismatchError as e:
+        if want not in str(e):
+            fail("expected %r, got %s" % (want, e))
+    closed()
+    model = setup_model(lambda: nn.Linear(10, 5))
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    step(0)
+    try:
+        if r == 0:
+            sft.allreduce(torch.ones(2))
+        step(1)
+        step(2)
+        fail("allreduce() on rank 0 alone returned")
+    except sfb.PeerError as e:
+        said = "rank 0 is in allreduce()" in str(e) and "join()" not in str(e)
+        if not (said if r else "aborted the job" in str(e)):
+            fail("rank %d: %s" % (r, e))
+    closed()
+    print("ok calls: barrier() against allgather_object() named; rank 0's allreduce() named "
+          "to the ranks waiting for its step", flush=True)
+
+
 class Clip(nn.Module):
     """Two encoders whose embeddings meet in CLIP's loss."""
 
@@ -3505,7 +3551,7 @@ def main():
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,
          "tokens": tokens, "modes": modes, "nonfinite": nonfinite,
          "padding": padding, "raised": raised, "acthooks": acthooks,
-         "settings": settings}[args.mode]()
+         "settings": settings, "calls": calls}[args.mode]()
 
 
 main()

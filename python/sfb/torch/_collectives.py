@@ -23,6 +23,24 @@ def _need():
     return job
 
 
+def _named(name):
+    """fn's collectives carry `name` where ranks made different calls
+    ("rank 1 is in allgather_object() where rank 0 is in barrier()"), not
+    the job's calls it makes (broadcasts, allgathers); an error tells the
+    peers (_abort_on_error)."""
+    def wrap(fn):
+        @_abort_on_error
+        def named(*a, **k):
+            job = _env._job
+            if job is None:
+                return fn(*a, **k)
+            with job.calls_named(name):
+                return fn(*a, **k)
+        named.__name__, named.__doc__ = fn.__name__, fn.__doc__
+        return named
+    return wrap
+
+
 def _named_tensors(params):
     """(name, tensor) pairs of a state_dict, named_parameters() or a list."""
     if isinstance(params, dict):
@@ -57,7 +75,7 @@ def _root(job, root_rank, where):
     return int(root_rank)
 
 
-@_abort_on_error
+@_named("broadcast_parameters()")
 def broadcast_parameters(params, root_rank=0):
     """Makes every rank's tensors equal to root_rank's (collective), in
     place: a state_dict, model.named_parameters() or a list of tensors. Every
@@ -107,7 +125,7 @@ def allgather_bytes(job, data):
     return [bytes(part[:n]) for part, n in zip(parts, lens)]
 
 
-@_abort_on_error
+@_named("barrier()")
 def barrier():
     """Returns once every rank has called it (collective; DDP's
     dist.barrier()): rank 0 prepares the data or writes a checkpoint, the
@@ -117,7 +135,7 @@ def barrier():
     _need().barrier()
 
 
-@_abort_on_error
+@_named("broadcast_object()")
 def broadcast_object(obj, root_rank=0):
     """root_rank's picklable object on every rank (collective): returns it
     (root_rank gets its own object back, the others an unpickled copy).
@@ -137,6 +155,7 @@ def broadcast_object(obj, root_rank=0):
     return obj if job.rank == root_rank else pickle.loads(buf.tobytes())
 
 
+@_named("allgather_object()")
 def allgather_object(obj):
     """Every rank's picklable object, in rank order (collective; DDP's
     all_gather_object): each rank's predictions or counts of a validation,
@@ -147,6 +166,7 @@ def allgather_object(obj):
     return [broadcast_object(obj, q) for q in range(_need().world)]
 
 
+@_named("broadcast_optimizer_state()")
 def broadcast_optimizer_state(optimizer, root_rank=0):
     """Loads root_rank's optimizer state (momentum buffers, steps) on every
     rank (collective), e.g. after rank 0 alone read a checkpoint. optimizer:
@@ -161,7 +181,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 _HEAD = 96  # bytes of a header: a rank's shape (allreduce), dtype and trailing shape (allgather)
 
 
-@_abort_on_error
+@_named("allreduce()")
 def allreduce(tensor, op="mean"):
     """The sum or mean over ranks of a small tensor (at most 1 MiB; for
     metrics such as a test accuracy, not gradients), as a new tensor of its
@@ -243,7 +263,8 @@ class _AllGather(torch.autograd.Function):
         job = _need()
         sync = _env._optimizer
         mine = sync.my_weight if sync is not None else 1.0
-        grads, weights = _gather_rows(job, grad, "allgather's backward", mine)
+        with job.calls_named("allgather()'s backward"):
+            grads, weights = _gather_rows(job, grad, "allgather's backward", mine)
         lo, n = sum(ctx.rows[:ctx.rank]), ctx.rows[ctx.rank]
         if n and not mine > 0:
             raise _sfb.UsageError(
@@ -257,7 +278,7 @@ class _AllGather(torch.autograd.Function):
         return total.to(grad.dtype)
 
 
-@_abort_on_error
+@_named("allgather()")
 def allgather(tensor):
     """Every rank's tensor concatenated along the first dimension in rank
     order (collective; Horovod's hvd.allgather, DDP's

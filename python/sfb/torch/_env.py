@@ -297,8 +297,10 @@ _JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's tr
 
 def _raise_hinted(e):
     """Raises e, or, when a rank died or went silent during training (it may
-    have run out of data), a PeerError that says so (not for an abort)."""
+    have run out of data), a PeerError that says so (not for an abort, nor
+    for a rank in a collective call the others did not make)."""
     msg = str(e)
-    if not isinstance(e, _sfb.PeerError) or "join()" in msg or "aborted the job" in msg:
+    if not isinstance(e, _sfb.PeerError) or "join()" in msg or "aborted the job" in msg or \
+            "made different calls" in msg:
         raise e
     raise _sfb.PeerError(e.code, "%s (%s)" % (msg, _JOIN_HINT), e.rank, e.param) from None
