@@ -227,6 +227,16 @@ int cli_prepare_outputs(struct cli_job *job, const char *cmd, unsigned rank_lo, 
                                             : "--checkpoint-every (default directory sfb-ckpt)";
         r = check_dir(cmd, opt, dir, 1);
     }
+    /* the timeline's files are written at the end: a directory they cannot
+     * go in is a bad command line now, not a failed job later (a pattern
+     * without %r: PATTERN.RANK, as the job names them) */
+    char timeline[PATH_MAX];
+    if (job->timeline && snprintf(timeline, sizeof timeline, strstr(job->timeline, "%r") ?
+                                  "%s" : "%s.%%r", job->timeline) >= (int)sizeof timeline)
+        return too_long(cmd, "--timeline", "output", strlen(job->timeline));
+    for (uint64_t rank = rank_lo; job->timeline && rank <= rank_hi && !r; rank++)
+        r = check_file(cmd, "--timeline", timeline, (unsigned)rank,
+                       job->out_dir_used ? job->out_dir : NULL);
     int model_default = t->model_out == job->model_out_buf;
     int metrics_default = t->metrics_out == job->metrics_out_buf;
     int per_rank_model = strstr(t->model_out, "%r") != NULL;

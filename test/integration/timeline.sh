@@ -84,6 +84,11 @@ SFB_TIMELINE=$PWD/nodir/tl.%r.json timeout 60 "$SFB" run -n 2 --clocks 3 \
   --out-dir nodir-out >nodir.txt 2>&1; rc=$?
 check "SFB_TIMELINE in a missing directory: exit 1 at the start, naming it ($rc)" \
   "[ $rc = 1 ] && grep -q 'cannot create $PWD/nodir/tl.0.json' nodir.txt && ! grep -q 'test accuracy' nodir.txt"
+# ... and given as --timeline, a bad command line (exit 2, nothing run)
+timeout 60 "$SFB" run -n 2 --clocks 3 --timeline nodir/tl.json --out-dir nodir-out2 \
+  >nodir2.txt 2>&1; rc=$?
+check "--timeline in a missing directory: exit 2, naming it ($rc)" \
+  "[ $rc = 2 ] && grep -q -- '--timeline: the directory nodir does not exist' nodir2.txt && [ ! -e nodir-out2 ]"
 
 if SFB_LIB=$LIB "$PY" --check torch 2>/dev/null; then
   cat >tl_torch.py <<'PYEOF'
