@@ -165,6 +165,9 @@ int sfb_job_open(struct sfb_job **job_out, const struct sfb_job_settings *s)
     const char *unchecked = getenv("SFB_DEBUG_PUBLISH_UNCHECKED");
     if ((job->debug_unchecked = unchecked && !strcmp(unchecked, "1")))
         SFB_LOG_W("SFB_DEBUG_PUBLISH_UNCHECKED=1: this rank publishes factors unchecked");
+    /* (tests of the frame checks below the agreements: test/integration/ranks_disagree.sh) */
+    const char *skip = getenv("SFB_DEBUG_SKIP_AGREE");
+    job->debug_skip_agree = skip && !strcmp(skip, "1");
     const char *timeline = getenv("SFB_TIMELINE");
     if (timeline && *timeline &&
         (ret = sfb__trace_open(timeline, sfb__comm_rank(job->comm)))) {
@@ -345,7 +348,7 @@ int sfb_job_attach(struct sfb_job *job, const struct sfb_job_attach *a)
     job->reattach = (int)a->reattach;
     /* every rank the same shapes and settings (a joiner's attach meets the
      * grow's barrier instead: sfb__job_joined_attach) */
-    if (!job->join_attach_due) {
+    if (!job->join_attach_due && !job->debug_skip_agree) {
         enter_call(job, "attach");
         if ((ret = call_end(job, sfb__job_agree_attach(job, a)))) return ret;
     }

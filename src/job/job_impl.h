@@ -64,6 +64,7 @@ struct sfb_job {
     /* SFB_DEBUG_PUBLISH_UNCHECKED=1: publish skips the finiteness check,
      * as a hostile or broken peer would (tests of the receivers' check) */
     int debug_unchecked;
+    int debug_skip_agree; /* SFB_DEBUG_SKIP_AGREE=1: attach agrees nothing */
 };
 
 /* job_engine.c: opens the engine job->engine_of names on job->env

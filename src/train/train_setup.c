@@ -150,7 +150,8 @@ static int setup_model(struct worker *w)
  * another shape, a peer that stops early) or train a model nobody asked
  * for. The provider is compared earlier, in sfb_job_open. Called once the
  * data is loaded, so the shapes and the clock count are known.
- * SFB_DEBUG_SKIP_AGREE=1 skips it (tests of the runtime's own bounds). */
+ * SFB_DEBUG_SKIP_AGREE=1 skips it and the job's attach agreement (tests of
+ * the runtime's own bounds). */
 static int agree_settings(struct worker *w)
 {
     const struct sfb_train_settings *s = w->s;
