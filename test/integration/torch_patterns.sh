@@ -128,8 +128,8 @@ cases=(
   # samples, a sum beside a mean, a statistic over each rank's own samples
   # (the root of a mean loss, a batch entropy, topk, a norm, an MoE's
   # balance on each rank's fractions), a mean times a number each rank
-  # computed from its own minibatch (its loss, its accuracy, task weights):
-  # rank 0 warns, once; over gathered rows, the ranks' fractions or numbers,
+  # computed from its own minibatch (its loss, its accuracy, task weights)
+  # or drew (mixup's lambda): rank 0 warns, once; over gathered rows, the ranks' fractions or numbers,
   # a weight per rank in proportion to its samples: exact
   unequal
   # CLIP's loss over the global batch (sft.allgather, differentiable), ranks

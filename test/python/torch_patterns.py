@@ -2130,8 +2130,9 @@ def factors():
     """A mean loss multiplied by a number without gradient that each rank
     computes from its own minibatch: its loss (ce * ce.detach()), its
     accuracy (a Python float), two task losses weighted from this rank's
-    own previous losses (dynamic weight average): each weighs the ranks
-    otherwise than one process's mean over the union. Rank 0 warns once
+    own previous losses (dynamic weight average), and mixup's lambda drawn
+    by each rank: each weighs the ranks otherwise than one process's mean
+    over the union. Rank 0 warns once
     (naming the numbers where there is one term), and the model is not one
     process's (the warning is not false). The number averaged over the
     ranks first (sfb.torch.allreduce), and a weight per rank in proportion
@@ -2148,12 +2149,18 @@ def factors():
     def acc(out, y):
         return float((out.argmax(1) == y).float().mean())
 
+    def lam_of(mine):
+        return 0.2 + 0.6 * sft.rank() / max(1, sft.size() - 1) if mine else 0.5
+
     # kind: the loss from (out, y, samples, previous task losses, sfb side)
     kinds = {
         "detached": lambda out, y, n, prev, mine: ce(out, y) * ce(out, y).detach(),
         "accuracy": lambda out, y, n, prev, mine: ce(out, y) * (1.5 - acc(out, y)),
         "tasks": lambda out, y, n, prev, mine: (
             ce(out, y) * prev[0] + mse(out, nn.functional.one_hot(y, 5).float()) * prev[1]),
+        # (mixup's lambda drawn on each rank; one process draws one)
+        "mixup": lambda out, y, n, prev, mine: (
+            lam_of(mine) * ce(out, y) + (1 - lam_of(mine)) * ce(out, y.flip(0))),
         "averaged": lambda out, y, n, prev, mine: ce(out, y) * (
             sft.allreduce(ce(out, y).detach()) if mine else ce(out, y).detach()),
         "weighted": lambda out, y, n, prev, mine: ce(out, y) * (n[0] / n[1] if mine else 1.0)}
@@ -2186,7 +2193,7 @@ def factors():
                         prev[mine] = [2 * v / sum(ls) for v in ls]
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        warned = kind in ("detached", "accuracy", "tasks")
+        warned = kind in ("detached", "accuracy", "tasks", "mixup")
         if not warned and worst > args.tol:
             fail("a mean times %s: %s differs from one process's by %.3g" % (kind, where, worst))
         if warned and worst < 100 * args.tol:
@@ -2202,6 +2209,10 @@ def factors():
         if len(said) != len(want) or any(not a.startswith(b) or c not in a
                                          for a, (b, c) in zip(said, want)):
             fail("a mean times %s: warned %r, expected %r" % (kind, said, want))
+        # (the warning says how to draw alike: mixup's lambda is no statistic)
+        if kind == "mixup" and said and not ("drawn by each rank (mixup's lambda)" in said[0] and
+                                             "broadcast_object" in said[0]):
+            fail("mixup: the warning does not say how to draw lambda alike: %r" % said[0])
 
 
 def mixed_sums():

@@ -1496,9 +1496,11 @@ class _Sync(_Passes):
                 "sfb.torch: at step %d the loss %s by "
                 "%s, computed from "
                 "each rank's own minibatch (its loss, its accuracy, task weights from its own "
-                "losses), where one process computes it once over the union of the ranks' "
-                "minibatches: .grad is not one process's. Compute it from every rank's values "
-                "(sfb.torch.allreduce of what it comes from: the same number on every rank)%s" %
+                "losses) or drawn by each rank (mixup's lambda), where one process computes or "
+                "draws it once for the union of the ranks' minibatches: .grad is not one "
+                "process's. Compute it from every rank's values (sfb.torch.allreduce of what it "
+                "comes from), or draw it alike on every rank (a generator seeded alike, "
+                "sfb.torch.broadcast_object): the same number on every rank%s" %
                 (self.clock, site, said,
                  "" if chose else "; a weight per rank on purpose in proportion to its "
                  "samples (n_r / mean n) is one process's mean, and is not warned of"),
