@@ -1147,6 +1147,22 @@ class TorchOneWorker(unittest.TestCase):
                 (sum(p.pow(2).sum() for p in (x, t)), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         self.assertIsNone(_losses.of_root(h.sum(), None, 1))
+        # several terms of torch's own losses, each times a number: the numbers
+        # on each term's way from the root (terms_of_root)
+        mse = _losses._torch_elementwise["mse_loss"]
+        read_ce, read_mse = (3.0, 4, "ignore_index=-100", "cross_entropy"), (12.0, 12, "", "mse_loss")
+        for loss, want in (
+                (0.25 * ce(x, y) + mse(x, t) * 0.75, [read_ce + (0.25,), read_mse + (0.75,)]),
+                (ce(x, y) / 4 - 2 * mse(x, t), [read_ce + (0.25,), read_mse + (-2.0,)]),
+                (scale * (ce(x, y) + mse(x, t)), [read_ce + (1024.0,), read_mse + (1024.0,)]),
+                (-(ce(x, y) + ce(x, y) * 3) + 1.0, [read_ce + (-1.0,), read_ce + (-3.0,)]),
+                (ce(x, y) + 1.0, None),  # (one term: of_root's)
+                (ce(x, y) + x.mean(), None),  # (a mean by hand beside it: not read)
+                (ce(x, y) + mse(x, t) * mse(x, t).detach().requires_grad_(), None),
+                (ce(x, y) + ce(x, y, label_smoothing=0.1), None),
+                (ce(x, y, reduction="sum") + mse(x, t), None)):
+            self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
+        self.assertIsNone(_losses.terms_of_root([ce(x, y) + mse(x, t)] * 2, None))
         # a step's terms: the same call's passes sum, another call is a term of its own
         terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0, 7), "b", 1.0),
                                  "a", 5.0, 7)

@@ -231,6 +231,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..
 import sfb  # noqa: E402
 import sfb.torch as sft  # noqa: E402
 from torch.nn.functional import cross_entropy as ce_by_name  # noqa: E402 (torch's, kept by name)
+from torch.nn.functional import mse_loss as mse_by_name  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "settings", "calls",
@@ -2130,7 +2131,8 @@ def factors():
     """A mean loss multiplied by a number without gradient that each rank
     computes from its own minibatch: its loss (ce * ce.detach()), its
     accuracy (a Python float), two task losses weighted from this rank's
-    own previous losses (dynamic weight average), and mixup's lambda drawn
+    own previous losses (dynamic weight average; also with torch's losses
+    imported by name before the wrapping), and mixup's lambda drawn
     by each rank: each weighs the ranks otherwise than one process's mean
     over the union. Rank 0 warns once
     (naming the numbers where there is one term), and the model is not one
@@ -2158,6 +2160,11 @@ def factors():
         "accuracy": lambda out, y, n, prev, mine: ce(out, y) * (1.5 - acc(out, y)),
         "tasks": lambda out, y, n, prev, mine: (
             ce(out, y) * prev[0] + mse(out, nn.functional.one_hot(y, 5).float()) * prev[1]),
+        # (the same with torch's losses imported by name before the wrapping:
+        # read from what backward() gets)
+        "tasks_by_name": lambda out, y, n, prev, mine: (
+            ce_by_name(out, y) * prev[0] +
+            mse_by_name(out, nn.functional.one_hot(y, 5).float()) * prev[1]),
         # (mixup's lambda drawn on each rank; one process draws one)
         "mixup": lambda out, y, n, prev, mine: (
             lam_of(mine) * ce(out, y) + (1 - lam_of(mine)) * ce(out, y.flip(0))),
@@ -2193,7 +2200,7 @@ def factors():
                         prev[mine] = [2 * v / sum(ls) for v in ls]
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        warned = kind in ("detached", "accuracy", "tasks", "mixup")
+        warned = kind in ("detached", "accuracy", "tasks", "tasks_by_name", "mixup")
         if not warned and worst > args.tol:
             fail("a mean times %s: %s differs from one process's by %.3g" % (kind, where, worst))
         if warned and worst < 100 * args.tol:
@@ -2203,9 +2210,10 @@ def factors():
         # (its mean cross_entropy, or its means ... each; the numbers where one)
         want = [] if RANK[0] or not warned else [(
             "sfb.torch: at step %d the loss given to backward() multiplies its mean" % (
-                1 if kind == "tasks" else 0),
-            "each by numbers without gradient that differ from rank to rank" if kind == "tasks"
-            else "by a number without gradient that differs from rank to rank (rank 0 ")]
+                1 if kind.startswith("tasks") else 0),
+            "each by numbers without gradient that differ from rank to rank"
+            if kind.startswith("tasks") else
+            "by a number without gradient that differs from rank to rank (rank 0 ")]
         if len(said) != len(want) or any(not a.startswith(b) or c not in a
                                          for a, (b, c) in zip(said, want)):
             fail("a mean times %s: warned %r, expected %r" % (kind, said, want))

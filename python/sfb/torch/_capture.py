@@ -340,12 +340,19 @@ def _autograd_backward(*args, **kwargs):
     from . import _losses
     roots = args[0] if args else kwargs.get("tensors")
     given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-    read = _losses.of_root(roots, given, s.job.world)
-    if read is not None:  # (the pass's: a mean loss _losses watches takes its place, _end_pass)
+    # (the pass's: the mean losses _losses watches take their place, _end_pass)
+    read, at = _losses.of_root(roots, given, s.job.world), None
+    if read is not None:
         divisor, targets, how, name = read
         at = "given to backward() at %s" % _env._user_line()
-        read = (divisor, targets, how, "%s (%s)" % (name, at) if name else at, 0,
-                _losses.root_factor(roots, given))
+        read = [(divisor, targets, how, "%s (%s)" % (name, at) if name else at, 0,
+                 _losses.root_factor(roots, given))]
+    else:  # (several terms of torch's own losses, each multiplied by a number)
+        read = _losses.terms_of_root(roots, given)
+        if read:
+            at = "given to backward() at %s" % _env._user_line()
+            read = [(divisor, targets, how, "%s (%s)" % (name, at), 0, factor)
+                    for divisor, targets, how, name, factor in read]
     s.pass_hand = read
     kinds = s.unread() if s.job.world > 1 else ()
     if kinds:
@@ -559,8 +566,7 @@ class _Passes:
         self.cb_queued = False
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
-        losses, self.pass_losses = self.pass_losses or (
-            [self.pass_hand] if self.pass_hand else []), []
+        losses, self.pass_losses = self.pass_losses or self.pass_hand or [], []
         if not self.pass_hit:
             return
         for kind, said in self.pass_read.items():

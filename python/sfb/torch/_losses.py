@@ -291,6 +291,67 @@ def of_root(tensors, grad_tensors, world=1):
     return None
 
 
+def terms_of_root(tensors, grad_tensors):
+    """A loss of several mean terms, each multiplied by a number without
+    gradient, where of_root reads none: torch's losses imported by name
+    before the DistributedOptimizer replaced them (`from
+    torch.nn.functional import cross_entropy`), as in `w * cross_entropy(a,
+    y) + (1 - w) * mse_loss(b, z)`. Per term (divisor, targets, how, name,
+    factor) as the watched calls count them, factor the product of the
+    numbers on the term's way from the root (divisions by a number and
+    signs included: the gradient a watched loss gets). None unless the root
+    adds two or more mean cross_entropy, nll_loss or element-wise losses
+    and nothing else (a term read otherwise, a penalty's .mean(), a product
+    of two terms: nothing read, as before)."""
+    root = _one_root(tensors, grad_tensors)
+    if root is None:
+        return None
+    out = []
+    try:
+        if not _mean_terms(root.grad_fn, 1.0, 0, out) or len(out) < 2:
+            return None
+    except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
+        return None  # (a graph read otherwise than expected: nothing read)
+    return out
+
+
+def _mean_terms(node, factor, depth, out):
+    """terms_of_root's walk from node, what reaches it multiplied by factor:
+    False where a term is no mean loss (or the graph too deep or wide)."""
+    if depth > 24 or len(out) > 32:
+        return False
+    name = type(node).__name__
+    if name in ("AddBackward0", "SubBackward0"):
+        (a, _), (b, _) = node.next_functions
+        alpha = _value(getattr(node, "_saved_alpha", 1))
+        sign = -alpha if name == "SubBackward0" else alpha
+        # (a value without gradient added is no term)
+        return ((a is None or _mean_terms(a, factor, depth + 1, out)) and
+                (b is None or (sign is not None and sign != 0 and
+                               _mean_terms(b, factor * sign, depth + 1, out))))
+    if name == "NegBackward0":
+        return _mean_terms(node.next_functions[0][0], -factor, depth + 1, out)
+    divides = _SCALED.get(name)
+    if divides is not None:
+        if divides:
+            (a, _), (b, _) = node.next_functions
+            value, inner = (None, None) if b is not None else (_value(node._saved_other), a)
+        else:
+            value, inner = _factor(node)
+        if value is None or inner is None or value == 0.0 or value != value:
+            return False
+        return _mean_terms(inner, factor / value if divides else factor * value, depth + 1, out)
+    if name in _NLL and node._saved_reduction == 1:
+        divisor, targets, how, loss = _nll_read(node)
+        out.append((divisor, targets, how, loss, factor))
+        return True
+    if name in _ELEMENTS and node._saved_reduction == 1:
+        n = torch.broadcast_shapes(node._saved_self.shape, node._saved_target.shape).numel()
+        out.append((float(n), n, "", _ELEMENTS[name], factor))
+        return True
+    return False
+
+
 def _one_root(tensors, grad_tensors):
     """The one-element tensor backward() got, with a graph and no gradient
     given; None otherwise (several roots, gradient=)."""
