@@ -2430,7 +2430,9 @@ def calls():
     others are in allgather_object(): every rank's MismatchError names both.
     Then, in a new job, rank 0 in allreduce() (under `if rank == 0:`) while
     the others step: their step fails at once naming rank 0's allreduce(),
-    with no advice about join() (nobody ran out of data)."""
+    with no advice about join() (nobody ran out of data). Then rank 0 in
+    allreduce() where the others' forward gathers a BatchNorm's statistics:
+    named so on every rank."""
     model = setup_model(lambda: nn.Linear(10, 5))
     P, r = sft.size(), sft.rank()
     x, y = data()
@@ -2465,8 +2467,24 @@ def calls():
         if not (said if r else "aborted the job" in str(e)):
             fail("rank %d: %s" % (r, e))
     closed()
+    # sfb.torch's own collectives are named too: a BatchNorm's statistics in a
+    # forward where rank 0 computes a metric by allreduce() (early stopping
+    # decided on rank 0 alone)
+    model = setup_model(lambda: nn.Sequential(nn.Linear(10, 8), nn.BatchNorm1d(8),
+                                              nn.Linear(8, 5)))
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    step(0)
+    want = "rank 1 is in BatchNorm forward statistics where rank 0 is in allreduce()"
+    try:
+        sft.allreduce(torch.ones(1)) if r == 0 else step(1)
+        fail("allreduce() against a BatchNorm's forward returned")
+    except sfb.Error as e:
+        if want not in str(e):
+            fail("rank %d: expected %r, got %s" % (r, want, e))
+    closed()
     print("ok calls: barrier() against allgather_object() named; rank 0's allreduce() named "
-          "to the ranks waiting for its step", flush=True)
+          "to the ranks waiting for its step, and against a BatchNorm's statistics",
+          flush=True)
 
 
 class Clip(nn.Module):

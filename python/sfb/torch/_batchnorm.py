@@ -156,7 +156,8 @@ def _gather(s, name, phase, values):
     mine = tag + np.ascontiguousarray(values, np.float64).tobytes()
     job = s.job
     try:
-        parts = job.allgather(mine) if job.world > 1 else [mine]
+        with job.calls_named("BatchNorm %s statistics" % phase):
+            parts = job.allgather(mine) if job.world > 1 else [mine]
     except _sfb.MismatchError as e:
         raise _mismatch(s, tag, e) from None
     except _sfb.Error as e:

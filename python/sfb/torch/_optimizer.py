@@ -1138,7 +1138,13 @@ class _Sync(_Passes):
         step()/synchronize() for a step without one): publishes what is left,
         applies every rank's contributions in rank order, and sets each
         parameter's .grad to their weighted mean (None where no rank gave it
-        one). Returns the meta matrix's rows."""
+        one). Returns the meta matrix's rows. Its collectives are named so
+        where a rank is in another (sft.allreduce() on some ranks only)."""
+        with self.job.calls_named("shutdown()" if self.state == _LEAVING else
+                                  "the step's reduction"):
+            return self._reduce()
+
+    def _reduce(self):
         job = self.job
         t_reduce = time.time()
         if self.elastic and not self.in_run and self.state == _TRAINING:
