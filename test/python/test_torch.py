@@ -1102,6 +1102,7 @@ class TorchOneWorker(unittest.TestCase):
         seq = x.view(2, 2, 3).transpose(1, 2)  # (classes second: a sequence's)
         for loss, want in (
                 ((x * mask).sum() / mask.sum(), hand(kept)),
+                (-x[mask.bool()].mean(), hand(kept)),  # (a sign at the root)
                 ((x * mask).sum() / kept, hand(kept)),
                 (x[mask.bool()].mean(), hand(kept)),
                 (x.mean(), hand(12)),
@@ -1144,7 +1145,17 @@ class TorchOneWorker(unittest.TestCase):
                 (ce(h, y % 3, reduction="none").sum(), summed),  # (per-sample terms, summed)
                 (-nn.functional.log_softmax(h.view(2, 2, 3), -1)[..., 0].sum(), summed),
                 (h.mean(0).sum(), None), ((h - t).pow(2).mean(0).sum() * 2, None),
-                (sum(p.pow(2).sum() for p in (x, t)), None)):
+                (sum(p.pow(2).sum() for p in (x, t)), None),
+                # (operations along the classes keep the samples apart: word2vec's
+                # logsigmoid, Categorical.log_prob's gather, a logsumexp per row;
+                # along the samples they do not)
+                (-nn.functional.logsigmoid(h).sum(), summed), (torch.log1p(h.exp()).sum(), summed),
+                (-h.log_softmax(1).gather(1, (y % 3)[:, None]).sum(), summed),
+                (h.logsumexp(1).sum(), summed), (h.max(dim=1)[0].sum(), summed),
+                (h.norm(dim=1).sum(), summed), (h.cos().sum() + h.sin().sum(), summed),
+                (torch.bmm(h[:, None, :], h[:, :, None]).sum(), summed),
+                (h.logsumexp(0).sum(), None), (h.max(dim=0)[0].sum(), None),
+                (h.gather(0, torch.zeros(1, 3, dtype=torch.long)).sum(), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         self.assertIsNone(_losses.of_root(h.sum(), None, 1))
         # several terms of torch's own losses, each times a number: the numbers

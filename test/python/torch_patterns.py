@@ -2474,7 +2474,7 @@ def calls():
                                               nn.Linear(8, 5)))
     opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
     step(0)
-    want = "rank 1 is in BatchNorm forward statistics where rank 0 is in allreduce()"
+    want = "rank 1 is in a training step where rank 0 is in allreduce()"
     try:
         sft.allreduce(torch.ones(1)) if r == 0 else step(1)
         fail("allreduce() against a BatchNorm's forward returned")
@@ -3389,8 +3389,9 @@ def modes():
     naming the module and the ranks; a Dropout(0.3) put in eval() on ranks 0
     and 2 likewise, and its p halved on rank 2 alone at step 5 (a schedule
     stepped there). That Dropout, every rank's generator seeded alike: rank
-    0 warns at step 0 that the ranks drew the same masks; seeded apart
-    (seed + rank), no warning."""
+    0 warns at step 0 that the ranks drew the same masks, naming it and not
+    a Dropout the model holds and never calls; seeded apart (seed + rank),
+    no warning."""
     import warnings
     x, y = data()
     worst = None
@@ -3401,6 +3402,8 @@ def modes():
         model = ModeNet(0.3 if case in ("drop", "rate", "seeded") else 0.0)
         if case == "exact":  # a head used only to validate, with a dropout of its own
             model.aux = nn.Sequential(nn.Dropout(0.2), nn.Linear(24, 5))
+        if case == "drop":  # (a dropout the model holds and never calls: it draws nothing)
+            model.spare = nn.Dropout(0.5)
         if case in ("seeded", "rate", "exact"):
             torch.manual_seed(100 + r)
         ref = copy.deepcopy(model)

@@ -86,6 +86,12 @@ _HINT = ("every rank must run each BatchNorm layer in training mode in the same 
          "model.eval()")
 
 
+# The name of the collectives of training, where a rank is in another call
+# (an sft.allreduce() on some ranks only): one for the statistics' gathers
+# and the step's reduction, whose tags tell where each rank is (_mismatch).
+TRAINING_CALLS = "a training step"
+
+
 def _tag(s, what):
     """128 bytes saying where this rank is: "<step> <phase> <layer>"."""
     return ("%d %s" % (s.clock, what)).encode()[:128].ljust(128, b"\0")
@@ -114,7 +120,8 @@ def _mismatch(s, tag, e):
     lengths differed (every rank failed at that same collective, which left
     the channel usable: a second gather of the 128-byte tags tells)."""
     try:
-        parts = s.job.allgather(tag)
+        with s.job.calls_named(TRAINING_CALLS):
+            parts = s.job.allgather(tag)
     except _sfb.Error:
         return type(e)(e.code, "sfb.torch: at %s: %s: %s" % (_at(tag), e, _HINT), e.rank)
     me = s.job.rank
@@ -156,7 +163,7 @@ def _gather(s, name, phase, values):
     mine = tag + np.ascontiguousarray(values, np.float64).tobytes()
     job = s.job
     try:
-        with job.calls_named("BatchNorm %s statistics" % phase):
+        with job.calls_named(TRAINING_CALLS):
             parts = job.allgather(mine) if job.world > 1 else [mine]
     except _sfb.MismatchError as e:
         raise _mismatch(s, tag, e) from None

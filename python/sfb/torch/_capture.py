@@ -400,7 +400,7 @@ def _forward_pre(module, inputs):
     set lookup a module call: ~0.5 µs)."""
     s = _active
     if s is not None and (id(module) in s.member_ids or id(module) in s.mode_ids or
-                          s.tl_labels):
+                          id(module) in s.draw_ids or s.tl_labels):
         s.module_forward(module, inputs)
 
 

@@ -117,6 +117,9 @@ def root_factor(tensors, grad_tensors):
                 # (a mean or sum of terms each multiplied by one number: by it)
                 node, below = node.next_functions[0][0], True
                 continue
+            if name == "NegBackward0":
+                node, f = node.next_functions[0][0], -f
+                continue
             divides = _SCALED.get(name)
             if divides is None or (below and divides):
                 break
@@ -259,6 +262,9 @@ def of_root(tensors, grad_tensors, world=1):
                 n = torch.broadcast_shapes(node._saved_self.shape,
                                            node._saved_target.shape).numel()
                 return float(n), n, "", _ELEMENTS[name]
+            if name == "NegBackward0":  # (a sign: -logp.gather(...)[mask].mean())
+                node = node.next_functions[0][0]
+                continue
             if name == "MeanBackward0":
                 numel = getattr(node, "_saved_self_numel", None)
                 if numel is None:  # (torch 2)
@@ -456,7 +462,8 @@ def _terms(node, world, scaled, depth, out):
 _ROWWISE = frozenset((
     "AddBackward0", "AddBackward1", "SubBackward0", "SubBackward1", "RsubBackward1",
     "MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0",
-    "PowBackward0", "PowBackward1", "ExpBackward0", "LogBackward0", "Log1pBackward0",
+    "PowBackward0", "PowBackward1", "ExpBackward0", "LogBackward0", "Log1PBackward0",
+    "LogSigmoidBackward0", "CosBackward0", "SinBackward0", "ExpandBackward0", "BmmBackward0",
     "AbsBackward0", "SqrtBackward0", "RsqrtBackward0", "TanhBackward0", "SigmoidBackward0",
     "ReluBackward0", "GeluBackward0", "EluBackward0", "LeakyReluBackward0",
     "SoftplusBackward0", "SiluBackward0", "HardtanhBackward0", "ClampBackward1",
@@ -520,8 +527,7 @@ def _below(node, limit=256):
             return []
         if layer is None:  # (a frozen layer: the samples go on into its input)
             return [node.next_functions[0 if name == "ConvolutionBackward0" else -2][0]]
-        if name in _ROWWISE or (name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and
-                                _signed(node._saved_dim) % node._saved_result.dim() != 0) or \
+        if _rowwise(node, name) or \
                 ((name in _NLL or name in _ELEMENTS) and node._saved_reduction == 0):
             return _inputs(node)  # (a loss with reduction="none": one term a sample)
         return []
@@ -759,8 +765,33 @@ def _sums_samples(node, limit=64):
     def visit(node, name):
         if name in ("SumBackward0", "MeanBackward0"):
             return True if _below(node.next_functions[0][0]) == {"layer"} else []
-        return _inputs(node) if name in _ROWWISE else []
+        return _inputs(node) if _rowwise(node, name) else []
     return bool(_walk(node, visit, limit))
+
+
+# (operations along dimensions: they keep the samples apart where none of
+# their dimensions is the first; node: its input's dimensions)
+_ALONG = {"SoftmaxBackward0": lambda n: n._saved_result.dim(),
+          "LogSoftmaxBackward0": lambda n: n._saved_result.dim(),
+          "GatherBackward0": lambda n: n._saved_self.dim(),  # (Categorical.log_prob's)
+          "MaxBackward0": lambda n: len(n._saved_self_sizes),  # (x.max(dim))
+          "LogsumexpBackward0": lambda n: n._saved_self.dim(),
+          "NormBackward1": lambda n: n._saved_self.dim()}
+
+
+def _rowwise(node, name):
+    """Whether node's output keeps its input's samples apart: an operation
+    of _ROWWISE, or one along dimensions other than the first (a softmax
+    over the classes, a gather of each row's target, a norm per row)."""
+    if name in _ROWWISE:
+        return True
+    ndim = _ALONG.get(name)
+    if ndim is None:
+        return False
+    dims = node._saved_dim
+    dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
+    n = ndim(node)
+    return bool(dims) and n > 0 and all(_signed(d) % n != 0 for d in dims)
 
 
 def _value(v):

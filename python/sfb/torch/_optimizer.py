@@ -284,6 +284,10 @@ class _Sync(_Passes):
         self.mode_ids = frozenset()  # their ids (the global forward pre-hook looks them up)
         self.mode_ran = None      # ids of those that ran a forward with gradients since the
         #                           last reduction (None: not yet watched, all count)
+        self.draw_ran = set()     # ids of those that ran a forward with gradients since the
+        #                           last reduction, watched from the start (_tell_same_draws)
+        self.draw_ids = frozenset(id(m) for _, m in _modes.of(model))  # (their ids now)
+        self.step_ran = set()     # draw_ran of the step reduced last
         self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
@@ -418,9 +422,11 @@ class _Sync(_Passes):
         """Any module's forward begins (torch's global pre-hook)."""
         if id(module) in self.member_ids:
             self._forward_begins(module, inputs)
-        if self.mode_ran is not None and id(module) in self.mode_ids and \
+        if (id(module) in self.mode_ids or id(module) in self.draw_ids) and \
                 torch.is_grad_enabled():
-            self.mode_ran.add(id(module))
+            self.draw_ran.add(id(module))
+            if self.mode_ran is not None and id(module) in self.mode_ids:
+                self.mode_ran.add(id(module))
         if self.tl_labels:
             label = self.tl_labels.get(module)
             if label is not None:
@@ -1140,8 +1146,7 @@ class _Sync(_Passes):
         parameter's .grad to their weighted mean (None where no rank gave it
         one). Returns the meta matrix's rows. Its collectives are named so
         where a rank is in another (sft.allreduce() on some ranks only)."""
-        with self.job.calls_named("shutdown()" if self.state == _LEAVING else
-                                  "the step's reduction"):
+        with self.job.calls_named(_batchnorm.TRAINING_CALLS):
             return self._reduce()
 
     def _reduce(self):
@@ -1163,6 +1168,7 @@ class _Sync(_Passes):
         meta = self.meta.astype(np.float64)
         self._check_meta(meta)
         self.mode_ran = set()  # (the next step's forwards)
+        self.step_ran, self.draw_ran = self.draw_ran, set()
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if meta[:, self.n_params + 12].any() and \
@@ -1337,9 +1343,15 @@ class _Sync(_Passes):
         torch generator was in the same state (one seed everywhere) and the
         model has modules that draw in training, each rank drew the same
         dropout masks for its share as the others, where one process draws
-        for every sample apart: rank 0 warns once."""
+        for every sample apart: rank 0 warns once, naming those that ran (a
+        dropout the model holds and does not call draws nothing: the next
+        step's reduction looks again)."""
+        n = self.n_params
+        drawing = [(name, m) for name, m in _modes.drawing(self.mode_modules)
+                   if id(m) in self.step_ran]
+        if not drawing:
+            return
         self.told_draws = True
-        n, drawing = self.n_params, _modes.drawing(self.mode_modules)
         if self.job.world == 1 or not drawing or self.job.rank != 0 or \
                 (meta[:, n + 19:n + 21] != meta[0, n + 19:n + 21]).any():
             return
