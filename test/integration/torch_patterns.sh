@@ -129,8 +129,10 @@ cases=(
   # (the root of a mean loss, a batch entropy, topk, a norm, an MoE's
   # balance on each rank's fractions), a mean times a number each rank
   # computed from its own minibatch (its loss, its accuracy, task weights)
-  # or drew (mixup's lambda): rank 0 warns, once; over gathered rows, the ranks' fractions or numbers,
-  # a weight per rank in proportion to its samples: exact
+  # or drew (mixup's lambda), FixMatch's mean over each rank's confident
+  # samples beside the supervised mean: rank 0 warns, once; over gathered
+  # rows, the ranks' fractions or numbers, a weight per rank in proportion
+  # to its samples: exact
   unequal
   # CLIP's loss over the global batch (sft.allgather, differentiable), ranks
   # of unequal sample counts and none: one process's; over each rank's own

@@ -1161,17 +1161,36 @@ class TorchOneWorker(unittest.TestCase):
         # several terms of torch's own losses, each times a number: the numbers
         # on each term's way from the root (terms_of_root)
         mse = _losses._torch_elementwise["mse_loss"]
-        read_ce, read_mse = (3.0, 4, "ignore_index=-100", "cross_entropy"), (12.0, 12, "", "mse_loss")
+        read_ce = (3.0, 4, "ignore_index=-100", "cross_entropy")
+        read_mse = (12.0, 12, "", "mse_loss")
         for loss, want in (
                 (0.25 * ce(x, y) + mse(x, t) * 0.75, [read_ce + (0.25,), read_mse + (0.75,)]),
                 (ce(x, y) / 4 - 2 * mse(x, t), [read_ce + (0.25,), read_mse + (-2.0,)]),
                 (scale * (ce(x, y) + mse(x, t)), [read_ce + (1024.0,), read_mse + (1024.0,)]),
                 (-(ce(x, y) + ce(x, y) * 3) + 1.0, [read_ce + (-1.0,), read_ce + (-3.0,)]),
                 (ce(x, y) + 1.0, None),  # (one term: of_root's)
-                (ce(x, y) + x.mean(), None),  # (a mean by hand beside it: not read)
+                (ce(x, y) + x.mean(), [read_ce + (1.0,)]),  # (x no layer's: a penalty)
                 (ce(x, y) + mse(x, t) * mse(x, t).detach().requires_grad_(), None),
-                (ce(x, y) + ce(x, y, label_smoothing=0.1), None),
-                (ce(x, y, reduction="sum") + mse(x, t), None)):
+                (ce(x, y) + ce(x, y, label_smoothing=0.1), None)):
+            self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
+        # means by hand beside them (FixMatch's), penalties on the weights, the
+        # calls _losses watches (marked: their hooks count them)
+        lin = nn.Linear(3, 3)
+        z, m = lin(x.detach()), torch.tensor([1.0, 0.0, 1.0, 0.0])
+        penalty = 1e-3 * sum(p.pow(2).sum() for p in lin.parameters())
+        watched = ce(z, y % 3)
+        watched.grad_fn.metadata[_losses.WATCHED] = True
+        read_z = (4.0, 4, "", "cross_entropy")
+        hand2, hand12 = (2.0, 2.0, _losses.BY_HAND, None, 1.0), (12.0, 12.0, _losses.BY_HAND,
+                                                                 None, 1.0)
+        for loss, want in (
+                (ce(z, y % 3) + (ce(z, y % 3, reduction="none") * m).sum() / m.sum(),
+                 [read_z + (1.0,), hand2]),
+                (z.pow(2).mean() + penalty, [hand12]),
+                (watched + z.pow(2).mean(), [hand12]),
+                (watched + penalty, None),  # (nothing to read here: the hook's)
+                (ce(z, y % 3) + z.sum(), None),  # (a sum beside: summed_term's)
+                (z.pow(2).mean(), None)):  # (one term: of_root's)
             self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
         self.assertIsNone(_losses.terms_of_root([ce(x, y) + mse(x, t)] * 2, None))
         # a step's terms: the same call's passes sum, another call is a term of its own

@@ -1983,15 +1983,16 @@ def unequal():
     """Minibatches of unequal sizes without opt.set_samples: each rank
     weighs 1 (DDP's rule), not one process's mean over the union: rank 0
     warns once, naming the step and the ranks' counts, by what the mean
-    cross_entropy or mse_loss divided by, for a mean written by hand the
-    elements it took, and for a loss sfb.torch cannot read (a norm) by the
-    layers' counts; with set_samples (here 1 on every rank: DDP's rule,
-    chosen) nothing is said. A loss summed over the samples is P times
-    what the ranks' mean gives from the first step on: rank 0 says so at
-    step 0; multiplied by sft.size() it trains as one process's sum at any
-    sizes, and nothing is said."""
+    cross_entropy or mse_loss divided by, for a mean written by hand (and
+    two added) the elements it took, and for a loss sfb.torch cannot read
+    (a mean over dimensions named) by the layers' counts; with set_samples
+    (here 1 on every rank: DDP's rule, chosen) nothing is said. A loss
+    summed over the samples is P times what the ranks' mean gives from the
+    first step on: rank 0 says so at step 0; multiplied by sft.size() it
+    trains as one process's sum at any sizes, and nothing is said."""
     import warnings
-    for loss in ("ce", "mse", "hand", "sum", "two", "sumP"):
+    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "sumP"):
+        per = 10 if loss == "two" else 5  # (elements a sample in what the loss divides by)
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
@@ -2030,9 +2031,13 @@ def unequal():
                         ((ref(xs, t) - nn.functional.one_hot(ys, 5)) ** 2).sum().mul(
                             0.05).backward()
                         ref_opt.step()
-                    else:  # (two means by hand added: the layers' counts stand in)
+                    elif loss == "two":  # (two means by hand added: each its elements)
                         d = out - nn.functional.one_hot(y[:n], 5)
+                        hand_line = sys._getframe().f_lineno + 1
                         ((d ** 2).mean() + d.abs().mean()).backward()
+                    else:  # (a mean over dimensions named: unread, the layers' counts
+                        d = out - nn.functional.one_hot(y[:n], 5)  # stand in)
+                        torch.mean(d ** 2, dim=(0, 1)).backward()
                     opt.step()
             if loss == "sumP":
                 near_one_process(model, ref)
@@ -2040,7 +2045,7 @@ def unequal():
             said = [str(w.message) for w in got if unequal_said(w)]
             where = [os.path.basename(w.filename) for w in got if unequal_said(w)]
             if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
-                fail("the warning points at %s" % where)
+                fail("the warning points at %s (%s: %r)" % (where, loss, said))
             counts = ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))
             want = [] if explicit or r or loss == "sumP" else [
                 "sfb.torch: at step 2 the ranks' losses average over different counts: a mean "
@@ -2050,9 +2055,9 @@ def unequal():
                 "given to backward() at torch_patterns.py:%d divides by %s (a mean by hand), "
                 "while the reduction weighs the ranks %s (no rank called set_samples), so .grad "
                 "is not one process's mean over all %d. Call opt.set_samples(n)" % (
-                    hand_line, ", ".join("rank %d %d" % (q, (4 + q % 2) * 5) for q in range(P)),
-                    ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * 5)
-                if loss == "hand" else
+                    hand_line, ", ".join("rank %d %d" % (q, (4 + q % 2) * per) for q in range(P)),
+                    ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * per)
+                if loss in ("hand", "two") else
                 "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d is a "
                 "sum over the samples (reduction=\"sum\", .sum()): one process's gradient of a "
                 "sum over the union of the ranks' minibatches is the sum of the ranks' "
@@ -2133,8 +2138,9 @@ def factors():
     accuracy (a Python float), two task losses weighted from this rank's
     own previous losses (dynamic weight average; also with torch's losses
     imported by name before the wrapping), and mixup's lambda drawn
-    by each rank: each weighs the ranks otherwise than one process's mean
-    over the union. Rank 0 warns once
+    by each rank, and FixMatch's mean by hand over each rank's confident
+    samples beside the supervised mean: each weighs the ranks otherwise than
+    one process's mean over the union. Rank 0 warns once
     (naming the numbers where there is one term), and the model is not one
     process's (the warning is not false). The number averaged over the
     ranks first (sfb.torch.allreduce), and a weight per rank in proportion
@@ -2151,6 +2157,9 @@ def factors():
     def acc(out, y):
         return float((out.argmax(1) == y).float().mean())
 
+    def confident(y, mine):  # (rank r's first r + 1 samples; half of one process's)
+        return (torch.arange(len(y)) < (1 + sft.rank() if mine else len(y) // 2)).float()
+
     def lam_of(mine):
         return 0.2 + 0.6 * sft.rank() / max(1, sft.size() - 1) if mine else 0.5
 
@@ -2165,6 +2174,11 @@ def factors():
         "tasks_by_name": lambda out, y, n, prev, mine: (
             ce_by_name(out, y) * prev[0] +
             mse_by_name(out, nn.functional.one_hot(y, 5).float()) * prev[1]),
+        # (FixMatch's: a mean by hand over each rank's confident samples beside
+        # the supervised mean: terms whose counts are not in proportion)
+        "fixmatch": lambda out, y, n, prev, mine: ce(out, y) + (
+            nn.functional.cross_entropy(out, y.flip(0), reduction="none") * confident(y, mine)
+        ).sum() / confident(y, mine).sum(),
         # (mixup's lambda drawn on each rank; one process draws one)
         "mixup": lambda out, y, n, prev, mine: (
             lam_of(mine) * ce(out, y) + (1 - lam_of(mine)) * ce(out, y.flip(0))),
@@ -2200,7 +2214,7 @@ def factors():
                         prev[mine] = [2 * v / sum(ls) for v in ls]
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        warned = kind in ("detached", "accuracy", "tasks", "tasks_by_name", "mixup")
+        warned = kind in ("detached", "accuracy", "tasks", "tasks_by_name", "mixup", "fixmatch")
         if not warned and worst > args.tol:
             fail("a mean times %s: %s differs from one process's by %.3g" % (kind, where, worst))
         if warned and worst < 100 * args.tol:
@@ -2209,6 +2223,9 @@ def factors():
         said = [str(w.message) for w in got if unequal_said(w)]
         # (its mean cross_entropy, or its means ... each; the numbers where one)
         want = [] if RANK[0] or not warned else [(
+            "sfb.torch: at step 0 the loss's terms average over counts that are not in "
+            "proportion from rank to rank: cross_entropy (", "the other term (given to "
+            "backward() at torch_patterns.py:")] if kind == "fixmatch" else [(
             "sfb.torch: at step %d the loss given to backward() multiplies its mean" % (
                 1 if kind.startswith("tasks") else 0),
             "each by numbers without gradient that differ from rank to rank"

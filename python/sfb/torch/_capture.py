@@ -340,20 +340,21 @@ def _autograd_backward(*args, **kwargs):
     from . import _losses
     roots = args[0] if args else kwargs.get("tensors")
     given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-    # (the pass's: the mean losses _losses watches take their place, _end_pass)
-    read, at = _losses.of_root(roots, given, s.job.world), None
+    # (the pass's: the mean losses _losses watches take its place, _end_pass)
+    read, terms = _losses.of_root(roots, given, s.job.world), None
     if read is not None:
         divisor, targets, how, name = read
         at = "given to backward() at %s" % _env._user_line()
         read = [(divisor, targets, how, "%s (%s)" % (name, at) if name else at, 0,
                  _losses.root_factor(roots, given))]
-    else:  # (several terms of torch's own losses, each multiplied by a number)
-        read = _losses.terms_of_root(roots, given)
-        if read:
+    else:  # (several terms, each multiplied by a number: those _losses does not watch,
+        #     counted beside the watched ones)
+        terms = _losses.terms_of_root(roots, given)
+        if terms:
             at = "given to backward() at %s" % _env._user_line()
-            read = [(divisor, targets, how, "%s (%s)" % (name, at), 0, factor)
-                    for divisor, targets, how, name, factor in read]
-    s.pass_hand = read
+            terms = [(divisor, targets, how, "%s (%s)" % (name, at) if name else at, 0, factor)
+                     for divisor, targets, how, name, factor in terms]
+    s.pass_hand, s.pass_terms = read, terms or []
     kinds = s.unread() if s.job.world > 1 else ()
     if kinds:
         s.pass_reading = True
@@ -364,7 +365,7 @@ def _autograd_backward(*args, **kwargs):
     try:
         return _torch_autograd_backward(*args, **kwargs)
     finally:
-        s.pass_hand, s.pass_read, s.pass_reading = None, {}, False
+        s.pass_hand, s.pass_terms, s.pass_read, s.pass_reading = None, [], {}, False
 
 
 def _row_range(view, base):
@@ -566,7 +567,11 @@ class _Passes:
         self.cb_queued = False
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
-        losses, self.pass_losses = self.pass_losses or self.pass_hand or [], []
+        # (the watched calls' counts; beside them the root's terms they are not
+        # (terms_of_root); without them, what the root reads)
+        losses = self.pass_losses + self.pass_terms if self.pass_losses else \
+            self.pass_hand or self.pass_terms
+        self.pass_losses = []
         if not self.pass_hit:
             return
         for kind, said in self.pass_read.items():

@@ -86,6 +86,10 @@ def _hook(s, out, counts, name, settings=None):
                            settings() if settings else 0, _number(grad))
 
     _grad_hooks._torch_register_hook(out, counted)
+    try:  # (terms_of_root leaves it to the hook: a mark on the node itself)
+        out.grad_fn.metadata[WATCHED] = True
+    except (AttributeError, TypeError):
+        pass
 
 
 def _number(grad):
@@ -297,46 +301,61 @@ def of_root(tensors, grad_tensors, world=1):
     return None
 
 
+WATCHED = "sfb.torch watched"  # (the metadata key that marks a watched call's node)
+
+
 def terms_of_root(tensors, grad_tensors):
-    """A loss of several mean terms, each multiplied by a number without
-    gradient, where of_root reads none: torch's losses imported by name
-    before the DistributedOptimizer replaced them (`from
+    """The terms of a loss of several terms that of_root does not read, each
+    multiplied by a number without gradient: torch's losses imported by
+    name before the DistributedOptimizer replaced them (`from
     torch.nn.functional import cross_entropy`), as in `w * cross_entropy(a,
-    y) + (1 - w) * mse_loss(b, z)`. Per term (divisor, targets, how, name,
-    factor) as the watched calls count them, factor the product of the
-    numbers on the term's way from the root (divisions by a number and
-    signs included: the gradient a watched loss gets). None unless the root
-    adds two or more mean cross_entropy, nll_loss or element-wise losses
-    and nothing else (a term read otherwise, a penalty's .mean(), a product
-    of two terms: nothing read, as before)."""
+    y) + (1 - w) * mse_loss(b, z)`, and means by hand beside the others
+    (FixMatch's `ce(x, y) + (ce_u * mask).sum() / mask.sum()`). Per term
+    (divisor, targets, how, name, factor) as the watched calls count them:
+    a mean cross_entropy, nll_loss or element-wise loss by its targets,
+    factor the product of the numbers on its way from the root (signs and
+    divisions included: the gradient a watched loss gets); a .mean() by its
+    elements, a .sum() of what a layer computed divided by a number by that
+    number (how BY_HAND, name None, factor the products). The calls _losses
+    watches (their nodes marked WATCHED: their hooks count them) and
+    penalties (terms that reach no layer: an L2 on the weights) are not
+    read. None unless two or more terms are met so, one of them read here
+    (a term read otherwise, a product of two terms: nothing read, as
+    before)."""
     root = _one_root(tensors, grad_tensors)
     if root is None:
         return None
-    out = []
+    out, skipped = [], [0, 0]
     try:
-        if not _mean_terms(root.grad_fn, 1.0, 0, out) or len(out) < 2:
+        if not _mean_terms(root.grad_fn, 1.0, None, 0, out, skipped) or \
+                not out or len(out) + sum(skipped) < 2:
             return None
     except (RuntimeError, AttributeError, ValueError, TypeError, IndexError):
         return None  # (a graph read otherwise than expected: nothing read)
     return out
 
 
-def _mean_terms(node, factor, depth, out):
-    """terms_of_root's walk from node, what reaches it multiplied by factor:
-    False where a term is no mean loss (or the graph too deep or wide)."""
+def _mean_terms(node, mul, div, depth, out, skipped):
+    """terms_of_root's walk from node, what reaches it multiplied by mul and
+    divided by div (None: by nothing): False where a term is none of those
+    it reads (or the graph too deep or wide); skipped counts the watched
+    terms and the penalties met."""
     if depth > 24 or len(out) > 32:
         return False
+    if node.metadata.get(WATCHED):
+        skipped[0] += 1
+        return True
     name = type(node).__name__
     if name in ("AddBackward0", "SubBackward0"):
         (a, _), (b, _) = node.next_functions
         alpha = _value(getattr(node, "_saved_alpha", 1))
         sign = -alpha if name == "SubBackward0" else alpha
         # (a value without gradient added is no term)
-        return ((a is None or _mean_terms(a, factor, depth + 1, out)) and
+        return ((a is None or _mean_terms(a, mul, div, depth + 1, out, skipped)) and
                 (b is None or (sign is not None and sign != 0 and
-                               _mean_terms(b, factor * sign, depth + 1, out))))
+                               _mean_terms(b, mul * sign, div, depth + 1, out, skipped))))
     if name == "NegBackward0":
-        return _mean_terms(node.next_functions[0][0], -factor, depth + 1, out)
+        return _mean_terms(node.next_functions[0][0], -mul, div, depth + 1, out, skipped)
     divides = _SCALED.get(name)
     if divides is not None:
         if divides:
@@ -346,14 +365,29 @@ def _mean_terms(node, factor, depth, out):
             value, inner = _factor(node)
         if value is None or inner is None or value == 0.0 or value != value:
             return False
-        return _mean_terms(inner, factor / value if divides else factor * value, depth + 1, out)
+        return _mean_terms(inner, mul if divides else mul * value,
+                           (div or 1.0) * value if divides else div, depth + 1, out, skipped)
     if name in _NLL and node._saved_reduction == 1:
         divisor, targets, how, loss = _nll_read(node)
-        out.append((divisor, targets, how, loss, factor))
+        out.append((divisor, targets, how, loss, mul / (div or 1.0)))
         return True
     if name in _ELEMENTS and node._saved_reduction == 1:
         n = torch.broadcast_shapes(node._saved_self.shape, node._saved_target.shape).numel()
-        out.append((float(n), n, "", _ELEMENTS[name], factor))
+        out.append((float(n), n, "", _ELEMENTS[name], mul / (div or 1.0)))
+        return True
+    inner = node.next_functions[0][0] if name in ("SumBackward0", "MeanBackward0") else node
+    if inner is None or not _reaches_layer(inner):  # (a penalty on the weights: every rank's)
+        skipped[1] += 1
+        return True
+    if name == "MeanBackward0":
+        numel = getattr(node, "_saved_self_numel", None)
+        if numel is None:  # (torch 2)
+            numel = getattr(node, "_saved_self_sym_numel")
+        d = (div or 1.0) * int(numel)
+        out.append((d, d, BY_HAND, None, mul))
+        return True
+    if name == "SumBackward0" and div is not None:
+        out.append((div, div, BY_HAND, None, mul))
         return True
     return False
 

@@ -292,8 +292,8 @@ class _Sync(_Passes):
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         #                         parameters
-        self.pass_hand = None   # what the pass's root divides by: [(divisor, ...)] (of_root,
-        #                         terms_of_root)
+        self.pass_hand = None   # what the pass's root divides by: [(divisor, ...)] (of_root)
+        self.pass_terms = []    # the root's terms the watched calls are not (terms_of_root)
         self.pass_read = {}     # what the pass's root shows (_losses.read_root: rank 0's
         #                         kinds, every rank's "detached"), kind: (what, the line)
         self.read_step = False  # the loss's root was read in this step (unread's kinds)
