@@ -130,7 +130,8 @@ def check_buffers(sync, step, unit="step"):
             "kept in forward?), where one process would update it from the whole minibatch, "
             "or the ranks started from different buffers. sfb.torch keeps the parameters, "
             "their optimizer state and BatchNorm's statistics the same on every rank, not "
-            "other buffers: compute its update from every rank's data (sfb.torch.allreduce), "
+            "other buffers: compute its update from every rank's data (sfb.torch.allreduce; "
+            "rows from every rank, a queue of keys or negatives: sfb.torch.allgather), "
             "broadcast the model's state_dict() at the start, or register a buffer the model "
             "only records, never uses, with persistent=False (not compared)" %
             (name, unit, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
