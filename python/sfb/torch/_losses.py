@@ -808,9 +808,11 @@ def _sums_samples(node, limit=64):
 _ALONG = {"SoftmaxBackward0": lambda n: n._saved_result.dim(),
           "LogSoftmaxBackward0": lambda n: n._saved_result.dim(),
           "GatherBackward0": lambda n: n._saved_self.dim(),  # (Categorical.log_prob's)
-          "MaxBackward0": lambda n: len(n._saved_self_sizes),  # (x.max(dim))
+          "MaxBackward0": lambda n: len(  # (x.max(dim); torch 2's sizes are sym_)
+              getattr(n, "_saved_self_sizes", None) or n._saved_self_sym_sizes),
           "LogsumexpBackward0": lambda n: n._saved_self.dim(),
-          "NormBackward1": lambda n: n._saved_self.dim()}
+          "NormBackward1": lambda n: n._saved_self.dim(),
+          "LinalgVectorNormBackward0": lambda n: n._saved_self.dim()}  # (torch 2's norm)
 
 
 def _rowwise(node, name):
@@ -823,6 +825,8 @@ def _rowwise(node, name):
     if ndim is None:
         return False
     dims = node._saved_dim
+    if dims is None:  # (over every dimension)
+        return False
     dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
     n = ndim(node)
     return bool(dims) and n > 0 and all(_signed(d) % n != 0 for d in dims)
