@@ -129,7 +129,8 @@ static void peer_label(const struct sfb__comm *c, uint32_t p, char *out)
         sfb__put_u64(w + 8 * i, atomic_load_explicit(&c->stall.call_label[4 * p + (uint32_t)i],
                                                      memory_order_relaxed));
     size_t n = SFB_MIN((size_t)w[0], (size_t)LABEL_LEN - 1);
-    for (size_t i = 0; i < n; i++) out[i] = w[1 + i] >= 0x20 && w[1 + i] < 0x7f ? (char)w[1 + i] : '?';
+    for (size_t i = 0; i < n; i++)
+        out[i] = w[1 + i] >= 0x20 && w[1 + i] < 0x7f ? (char)w[1 + i] : '?';
     out[n] = '\0';
 }
 

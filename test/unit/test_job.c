@@ -67,6 +67,7 @@ static int test_null_arguments(void)
     ASSERT_FAILS(sfb_job_agree(NULL, ""), -EINVAL, "sfb_job_agree: argument 'job'");
     ASSERT_FAILS(sfb_job_finish(NULL, 0), -EINVAL, "sfb_job_finish: argument 'job'");
     ASSERT_FAILS(sfb_job_stats(NULL, &st), -EINVAL, "sfb_job_stats: argument 'job'");
+    ASSERT_FAILS(sfb_job_name_calls(NULL, "x"), -EINVAL, "sfb_job_name_calls: argument 'job'");
     sfb__clear_error();
     ASSERT_EQ(sfb_job_rank(NULL), UINT32_MAX);
     ASSERT_STR_CONTAINS(sfb_error_message(-EINVAL), "sfb_job_rank: argument 'job'");
@@ -105,6 +106,21 @@ static int test_bad_settings(void)
     s.world = 2;
     ASSERT_FAILS(sfb_job_open(&job, &s), -SFB_EUSAGE, "the rendezvous is not set");
     ASSERT(job == NULL);
+    return 0;
+}
+
+/* sfb_job_name_calls: 1 to 31 bytes, NULL for the calls' own names */
+static int test_name_calls(void)
+{
+    struct sfb_job *job = NULL;
+    ASSERT_OK(open_single(&job));
+    ASSERT_FAILS(sfb_job_name_calls(job, ""), -SFB_EUSAGE, "a name of 0 bytes (1 to 31)");
+    ASSERT_FAILS(sfb_job_name_calls(job, "0123456789012345678901234567890123"), -SFB_EUSAGE,
+                 "a name of 34 bytes (1 to 31)");
+    ASSERT_OK(sfb_job_name_calls(job, "0123456789012345678901234567890"));
+    ASSERT_OK(sfb_job_barrier(job)); /* (a job of one: no collective to name) */
+    ASSERT_OK(sfb_job_name_calls(job, NULL));
+    sfb_job_close(&job);
     return 0;
 }
 
@@ -628,6 +644,7 @@ static const struct test_case tests[] = {
     {"elastic_calls", test_elastic_calls},
     {"defaults", test_defaults},
     {"null_arguments", test_null_arguments},
+    {"name_calls", test_name_calls},
     {"bad_settings", test_bad_settings},
     {"order_and_shapes", test_order_and_shapes},
     {"publish_sfb", test_publish_sfb},
