@@ -82,18 +82,14 @@ static int agree_shapes(struct sfb__comm *c, const struct sfb_job_attach *a)
  * rank 0's for all (link_gbps, latency_us, sf_bytes, sf_nnz). */
 static char *settings_text(const struct sfb_job_attach *a, int ordered)
 {
-    const char *fmt = "max_s=%u\nengine=%s\nstaleness=%lld\ntopology=%s\ndegree=%u\n"
-                      "start_clock=%lld\nordered=%d\nreattach=%u\nfactor_dtype=%s\n"
-                      "dense_dtype=%s\n";
-    const char *engine = a->engine ? a->engine : "sfb", *topo = a->topology ? a->topology : "full";
-    const char *fd = a->factor_dtype ? a->factor_dtype : "f32";
-    const char *dd = a->dense_dtype ? a->dense_dtype : "f32";
-    int n = snprintf(NULL, 0, fmt, a->max_s, engine, (long long)a->staleness, topo, a->degree,
-                     (long long)a->start_clock, ordered, a->reattach, fd, dd);
-    char *text = n < 0 ? NULL : malloc((size_t)n + 1);
-    if (text)
-        snprintf(text, (size_t)n + 1, fmt, a->max_s, engine, (long long)a->staleness, topo,
-                 a->degree, (long long)a->start_clock, ordered, a->reattach, fd, dd);
+    char *text = NULL;
+    if (asprintf(&text, "max_s=%u\nengine=%s\nstaleness=%lld\ntopology=%s\ndegree=%u\n"
+                 "start_clock=%lld\nordered=%d\nreattach=%u\nfactor_dtype=%s\ndense_dtype=%s\n",
+                 a->max_s, a->engine ? a->engine : "sfb", (long long)a->staleness,
+                 a->topology ? a->topology : "full", a->degree, (long long)a->start_clock,
+                 ordered, a->reattach, a->factor_dtype ? a->factor_dtype : "f32",
+                 a->dense_dtype ? a->dense_dtype : "f32") < 0)
+        return NULL;
     return text;
 }
 
