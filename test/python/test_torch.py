@@ -910,6 +910,88 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIsNone(_losses.summed_term(ce + kld, None, 1))
         self.assertIsNone(_losses.summed_term([ce, kld], None, P))
 
+    def test_masks_drawn_by_functions_are_noted(self):
+        """While a DistributedOptimizer lives, F.dropout and its kin in
+        training and bernoulli of more than one number from torch's
+        generator note the user's line (the same-seed warning names them)
+        and draw what torch draws; a weight's dropout, evaluation, one
+        number, a generator of the program's: nothing; shutdown gives torch
+        its functions back."""
+        from sfb.torch import _capture, _modes
+        F = nn.functional
+        torch_fns = (F.dropout, F.alpha_dropout, torch.bernoulli, torch.Tensor.bernoulli_)
+        m = nn.Linear(4, 4)
+        sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        drew = _capture._active.drew
+        x = torch.rand(3, 4)
+        for fn, noted in ((lambda: F.dropout(x, 0.5, False), None),
+                          (lambda: F.dropout(m.weight, 0.5), None),
+                          (lambda: F.alpha_dropout(x, 0.5), None),  # (training=False)
+                          (lambda: torch.empty(1).bernoulli_(0.5), None),
+                          (lambda: x.clone().bernoulli_(0.5, generator=torch.Generator()), None),
+                          (lambda: F.dropout(x, p=0.0), None),
+                          (lambda: F.dropout(x, 0.5), "F.dropout"),
+                          (lambda: F.dropout2d(x[None, None], training=True), "F.dropout2d"),
+                          (lambda: F.alpha_dropout(x, 0.5, True), "F.alpha_dropout"),
+                          (lambda: torch.bernoulli(x), "torch.bernoulli"),
+                          (lambda: x.bernoulli(), "bernoulli"),
+                          (lambda: torch.empty(3, 1).bernoulli_(0.8), "bernoulli_")):
+            drew.clear()
+            line = "test_torch.py:%d" % fn.__code__.co_firstlineno
+            torch.manual_seed(5)
+            got = fn()
+            self.assertEqual(drew, {line: noted} if noted else {}, line)
+            torch.manual_seed(5)
+            _modes.intercept(None)  # (torch's own: the same draw)
+            try:
+                self.assertTrue(torch.equal(fn(), got), line)
+            finally:
+                _modes.intercept(_capture._active)
+        sft.shutdown()
+        self.assertEqual((F.dropout, F.alpha_dropout, torch.bernoulli, torch.Tensor.bernoulli_),
+                         torch_fns)
+
+    def test_a_count_summed_over_the_ranks_is_found(self):
+        """A loss divided by a count sfb.torch.allreduce(op="sum") returned
+        (fairseq's sum over the tokens over every rank's tokens) is read
+        with the count and the allreduce's line; times a multiple of the
+        world, by another count, a penalty on the weights: nothing."""
+        from sfb.torch import _losses
+        g = torch.Generator().manual_seed(7)
+        lin = nn.Linear(3, 4)
+        x, y = torch.randn(5, 3, generator=g), torch.tensor([0, 1, 2, 3, 1])
+        out = lin(x)
+        lp = out.log_softmax(1)
+        P = 2
+        saved = dict(_losses.SHARED_SUMS)
+        try:
+            _losses.SHARED_SUMS.clear()
+            nll = nn.functional.nll_loss(lp, y, reduction="sum")
+            self.assertIsNone(_losses.shared_divisor(nll / 9.0, None, P))
+            _losses.note_shared_sums([9.0, 0.0, float("nan")], "train.py:12")
+            self.assertEqual(dict(_losses.SHARED_SUMS), {9.0: "train.py:12"})
+            count = torch.tensor(9.0)
+            penalty = sum(q.pow(2).sum() for q in lin.parameters())
+            for loss, want in (
+                    (nll / count, (9.0, "train.py:12")),
+                    (-(lp.gather(1, y[:, None])).sum() / 9.0 / 2, (9.0, "train.py:12")),
+                    (0.5 * nll / count + penalty, (9.0, "train.py:12")),
+                    (nll / count * P, None),
+                    (nll * 2 * P / count, None),
+                    (nll / 8.0, None),
+                    (penalty / count, None),
+                    (nll / count * 0.5 + nll / 8.0, (9.0, "train.py:12"))):
+                self.assertEqual(_losses.shared_divisor(loss, None, P), want, loss.grad_fn)
+            self.assertIsNone(_losses.shared_divisor(nll / count, None, 1))
+            for v in range(40):  # (the newest 32 kept)
+                _losses.note_shared_sums([float(v + 100)], "x.py:1")
+            self.assertEqual(len(_losses.SHARED_SUMS), 32)
+            self.assertNotIn(9.0, _losses.SHARED_SUMS)
+            self.assertIsNone(_losses.shared_divisor(nll / count, None, P))
+        finally:
+            _losses.SHARED_SUMS.clear()
+            _losses.SHARED_SUMS.update(saved)
+
     def test_a_loss_that_pairs_the_samples_is_found(self):
         """A product of two tensors computed from the minibatch above the
         model's layers (an in-batch similarity, a covariance over the

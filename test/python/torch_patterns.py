@@ -601,7 +601,7 @@ def unequal_said(w):
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
         "average over counts that are not in proportion", "padded to different lengths",
         "adds a term summed over the samples", "combines the samples of this rank's",
-        "without gradient that differ"))
+        "without gradient that differ", "a count summed over the ranks"))
 
 
 @contextlib.contextmanager
@@ -2077,6 +2077,7 @@ def unequal():
                         ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
     mixed_sums()
+    shared_counts()
     statistics = batch_statistics()
     factors()
     micro_means()
@@ -2310,6 +2311,61 @@ def mixed_sums():
             "combines the samples of this rank's minibatch (torch.mm: " % line]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a mean plus %s: warned %r, expected %r" % (kind, said, want))
+
+
+def shared_counts():
+    """fairseq's loss: a sum over this rank's kept tokens divided by the
+    tokens kept on every rank (sfb.torch.allreduce(op="sum")), the ranks'
+    counts unequal: each rank's loss is its share of one process's mean,
+    whose gradient is the ranks' sum, P times their mean. Rank 0 warns at
+    step 0 naming the backward() line, the count and the allreduce's line,
+    and the model is not one process's (the warning is not false); the loss
+    multiplied by sfb.torch.size(), or divided by the ranks' mean count
+    (op="mean"): one process's, nothing said."""
+    import warnings
+    for kind in ("sum", "sumP", "mean"):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        ref = copy.deepcopy(model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)  # (a 1/P gradient shows)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       model=model)
+
+        def kept(q):  # (rank q's targets, those past its first 2 + q % 2 ignored)
+            return torch.where(torch.arange(4) < 2 + q % 2, y[:4], torch.tensor(-100))
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(4):
+                opt.zero_grad()
+                out = model(x[:4], t)
+                ntok = (kept(r) != -100).sum().float()
+                at = sys._getframe().f_lineno + 1
+                total = sft.allreduce(ntok, op="mean" if kind == "mean" else "sum")
+                line = sys._getframe().f_lineno + 1
+                loss = nn.functional.nll_loss(out.log_softmax(1), kept(r), reduction="sum") / total
+                (loss * P if kind == "sumP" else loss).backward()
+                opt.step()
+                ys = torch.cat([kept(q) for q in range(P)])
+                ref_opt.zero_grad()
+                nn.functional.nll_loss(ref(torch.cat([x[:4]] * P), t).log_softmax(1), ys).backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if kind != "sum" and worst > args.tol:
+            fail("a shared count (%s): %s differs from one process's by %.3g" % (kind, where, worst))
+        if kind == "sum" and worst < 100 * args.tol:
+            fail("a shared count: %s within %.3g of one process's (no difference to warn of)" %
+                 (where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if r or kind != "sum" else [
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d divides by "
+            "%d, a count summed over the ranks (sfb.torch.allreduce(op=\"sum\") at "
+            "torch_patterns.py:%d): each rank's loss is its share of one process's mean over the "
+            "union of the ranks' minibatches, whose gradient is the sum of the ranks' gradients, "
+            "%d times the mean" % (line + 1, sum(2 + q % 2 for q in range(P)), at, P)]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("a shared count (%s): warned %r, expected %r" % (kind, said, want))
 
 
 def batch_statistics():
@@ -3396,6 +3452,68 @@ class ModeNet(nn.Module):
         return self.fc2(self.drop(self.drop0(self.shrink(torch.tanh(self.fc1(x))))))
 
 
+class HandDrawNet(nn.Module):
+    """Masks drawn by functions in forward (kind): "locked", one per sample
+    by bernoulli_ (timm's drop_path, AWD-LSTM's locked dropout);
+    "functional", F.dropout; "batch", draws for the whole minibatch
+    (LayerDrop's one number, a weight's dropout): one process's alike."""
+    def __init__(self, kind):
+        super().__init__()
+        self.fc1, self.fc2, self.kind = nn.Linear(10, 24), nn.Linear(24, 5), kind
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        if self.kind == "locked" and self.training:
+            HAND_LINE[0] = sys._getframe().f_lineno + 1
+            h = h * h.new_empty(h.shape[0], 1).bernoulli_(0.8) / 0.8
+        if self.kind == "functional":
+            HAND_LINE[0] = sys._getframe().f_lineno + 1
+            h = nn.functional.dropout(h, 0.3, self.training)
+        if self.kind == "batch":
+            if self.training and torch.rand(()) < 0.25:  # (the layer dropped)
+                h = torch.zeros_like(h)
+            w = nn.functional.dropout(self.fc2.weight, 0.2, self.training)
+            return nn.functional.linear(h, w, self.fc2.bias)
+        return self.fc2(h)
+
+
+HAND_LINE = [0]
+
+
+def hand_draws():
+    """Masks drawn by functions, every rank's generator seeded alike: rank
+    0 warns at step 0 that the ranks drew the same masks, naming the
+    function and the line (bernoulli_ a sample, F.dropout); not for draws
+    for the whole minibatch (one process's alike), nor seeded apart."""
+    import warnings
+    x, y = data()
+    for kind, seeded in (("locked", False), ("functional", False), ("batch", False),
+                         ("locked", True)):
+        setup()
+        P, r = sft.size(), sft.rank()
+        model = HandDrawNet(kind)
+        sft.broadcast_parameters(model.state_dict())
+        torch.manual_seed(100 + (r if seeded else 0))
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            for t in range(3):
+                xb, yb = shard(x, y, t, r, P)
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(xb), yb).backward()
+                opt.step()
+        sft.shutdown()
+        draws = [str(w.message) for w in said if "drew the same masks" in str(w.message)]
+        name = {"locked": "bernoulli_", "functional": "F.dropout"}.get(kind)
+        want = ["sfb.torch: at step 0 every rank's torch random generator was in the same "
+                "state, so %s at torch_patterns.py:%d drew the same masks for each rank's "
+                "share of the minibatch, where one process draws for every sample apart: seed "
+                "each rank apart" % (name, HAND_LINE[0])] if name and not seeded and r == 0 else []
+        if len(draws) != len(want) or any(not a.startswith(b) for a, b in zip(draws, want)):
+            fail("masks drawn by functions (%s%s): warned %r, expected %r" % (
+                kind, ", seeded apart" if seeded else "", draws, want))
+
+
 def modes():
     """Modules whose forward differs by mode (train() or eval()). Rank 0
     alone validates every 4 steps, in eval() then train() again (once with
@@ -3491,11 +3609,13 @@ def modes():
             lossf(ref(torch.cat([a for a, _ in parts])), torch.cat([b for _, b in parts])).backward()
             ref_opt.step()
         worst, where = near_one_process(model, ref)
+    hand_draws()
     print("ok modes: rank 0's validations in eval(), a Dropout(p=0) and a head used only to "
           "validate left in eval(): %d steps "
           "within %.3g of one process; a module of the program's own and a Dropout left in "
           "eval() on some ranks, and a Dropout's p halved on one, refused, naming them; the "
-          "same dropout masks on every rank warned" % (args.steps, worst), flush=True)
+          "same dropout masks on every rank warned, drawn by modules or by functions" %
+          (args.steps, worst), flush=True)
 
 class BlowNet(nn.Module):
     def __init__(self):

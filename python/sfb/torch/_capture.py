@@ -412,7 +412,8 @@ def _forward_post(module, inputs, output):
 
 
 def _intercept(sync):
-    """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's,
+    """F.linear's, F.embedding's, F.embedding_bag's, F.conv1d's, the
+    dropouts' and bernoulli's (_modes),
     F.conv2d's, F.batch_norm's, F.instance_norm's, F.cross_entropy's,
     F.nll_loss's and the element-wise losses' (_losses),
     F.multi_head_attention_forward's (_padding), torch.autograd.grad's,
@@ -422,7 +423,7 @@ def _intercept(sync):
     forward hooks are torch's global ones, none on the user's modules: a
     model with hooks of sfb's could not be pickled (torch.save(model)),
     and its deep copy (an EMA's) would carry them."""
-    from . import _batchnorm, _conv, _embedding as e, _losses, _padding, _recurrent
+    from . import _batchnorm, _conv, _embedding as e, _losses, _modes, _padding, _recurrent
     global _active
     _active = sync
     for h in _module_hooks:
@@ -436,6 +437,7 @@ def _intercept(sync):
     torch.nn.Module.load_state_dict = (_load_state_dict if sync is not None else
                                        _torch_load_state_dict)
     _recurrent.intercept(sync is not None)
+    _modes.intercept(sync)
     F.batch_norm = _batchnorm.batch_norm if sync is not None else _batchnorm._torch_batch_norm
     F.instance_norm = (_batchnorm.instance_norm if sync is not None else
                        _batchnorm._torch_instance_norm)

@@ -426,11 +426,78 @@ def _reading(read):
 
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
-    "mixing": mixing, "detached": detached): {kind: what it found}, those
+    "shared": shared_divisor, "mixing": mixing, "detached": detached): {kind: what it found}, those
     found."""
-    read = {"summed": summed_term, "mixing": mixing, "detached": detached}
+    read = {"summed": summed_term, "shared": shared_divisor, "mixing": mixing,
+            "detached": detached}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
     return {kind: what for kind, what in found if what is not None}
+
+
+# the elements of the last small sfb.torch.allreduce(op="sum") results, each
+# with the user's line that called it (shared_divisor): {value: line}, the
+# newest last
+SHARED_SUMS = {}
+
+
+def note_shared_sums(values, line):
+    """sfb.torch.allreduce(op="sum") returned values (a small tensor's, as
+    floats): a loss divided by one of them divides by a count every rank
+    shares (shared_divisor)."""
+    for v in values[:8]:
+        if v == v and v != 0.0:
+            SHARED_SUMS.pop(v, None)
+            SHARED_SUMS[v] = line
+    while len(SHARED_SUMS) > 32:
+        del SHARED_SUMS[next(iter(SHARED_SUMS))]
+
+
+@_reading
+def shared_divisor(root, world):
+    """A term of the loss backward() got that divides what a layer computed
+    from this rank's samples by a count summed over the ranks (a value
+    sfb.torch.allreduce(op="sum") returned: fairseq's `nll_loss(...,
+    reduction="sum") / ntokens` over every rank's tokens), multiplied by no
+    multiple of world: each rank's loss is its share of one process's mean
+    over the union, whose gradient is the ranks' sum, world times their
+    mean. (count, the allreduce's line) or None. A count averaged over the
+    ranks (op="mean") is one process's mean already; a penalty on the
+    weights (no layer reached) is every rank's alike."""
+    if not SHARED_SUMS:
+        return None
+    out = []
+    _shared(root, world, None, False, 0, out)
+    return out[0] if out else None
+
+
+def _shared(node, world, by, scaled, depth, out):
+    """shared_divisor's walk from node: by, the shared count it is divided
+    by (None: none met); scaled, multiplied by a multiple of world."""
+    if node is None or out or depth > 24:
+        return
+    name = type(node).__name__
+    if name in ("AddBackward0", "SubBackward0", "NegBackward0"):
+        for f, _ in node.next_functions:
+            _shared(f, world, by, scaled, depth + 1, out)
+        return
+    divides = _SCALED.get(name)
+    if divides:
+        (a, _), (b, _) = node.next_functions
+        if b is None:
+            v = _value(node._saved_other)
+            _shared(a, world, by if by is not None or v not in SHARED_SUMS else v, scaled,
+                    depth + 1, out)
+        return
+    if divides is not None:
+        value, inner = _factor(node)
+        if value is not None and inner is not None:
+            _shared(inner, world, by, scaled or (value >= world and value % world == 0),
+                    depth + 1, out)
+        return
+    if by is not None and not scaled and (  # (a sum: what it sums)
+            _reaches_layer(node) or any(f is not None and _reaches_layer(f)
+                                        for f in _inputs(node))):
+        out.append((by, SHARED_SUMS[by]))
 
 
 @_reading

@@ -20,13 +20,16 @@ torch's random modules' rates (a dropout's p, RReLU's bounds) travel in the
 same checksum: one process has one rate, and a rate changed on some ranks
 only (a schedule of the dropout stepped on rank 0) trains as none does."""
 import functools
+import inspect
 import types
 import zlib
 
 import numpy as np
+import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from . import _replicas
+from . import _env, _replicas
 
 
 def rate(module):
@@ -172,3 +175,74 @@ def mismatch(modules, texts, clock):
         return None, None, None
     return ("at step %d the ranks' modules run in different modes (train() or eval()) or at "
             "different rates: %s" % (clock, hint), None, None)
+
+
+# (the functions that draw a mask an element or a sample: torch's own)
+_DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+             "feature_alpha_dropout")
+_torch_dropouts = {name: getattr(F, name) for name in _DROPOUTS if hasattr(F, name)}
+_torch_bernoulli = torch.bernoulli
+_torch_tensor_bernoulli = {name: getattr(torch.Tensor, name) for name in ("bernoulli",
+                                                                          "bernoulli_")}
+_sink = None  # the DistributedOptimizer noting draws (intercept), or None
+
+
+def _note(name):
+    """A mask drawn by name from torch's generator: the user's line noted
+    in the sink's drew (the first 4 sites a step) until it has warned."""
+    s = _sink
+    if s is not None and not s.told_draws and len(s.drew) < 4:
+        s.drew.setdefault(_env._user_line(), name)
+
+
+def _dropout(name):
+    torch_fn = _torch_dropouts[name]
+
+    given = inspect.signature(torch_fn).parameters
+    p0, training0 = given["p"].default, given["training"].default
+
+    @functools.wraps(torch_fn)
+    def dropout(input, *args, **kwargs):
+        p = args[0] if args else kwargs.get("p", p0)
+        training = args[1] if len(args) > 1 else kwargs.get("training", training0)
+        # (a weight's dropout, DropConnect's, draws one mask for the whole
+        # minibatch: one process's alike on every rank)
+        if training and p > 0 and not isinstance(input, nn.Parameter):
+            _note("F." + name)
+        return torch_fn(input, *args, **kwargs)
+    return dropout
+
+
+def _bernoulli(input, *args, generator=None, **kwargs):
+    if generator is None and input.numel() > 1:
+        _note("torch.bernoulli")
+    return _torch_bernoulli(input, *args, generator=generator, **kwargs)
+
+
+def _tensor_bernoulli(name):
+    torch_fn = _torch_tensor_bernoulli[name]
+
+    @functools.wraps(torch_fn)
+    def bernoulli(self, *args, generator=None, **kwargs):
+        if generator is None and self.numel() > 1:  # (one number: a draw per minibatch)
+            _note(name)
+        return torch_fn(self, *args, generator=generator, **kwargs)
+    return bernoulli
+
+
+_dropouts = {name: _dropout(name) for name in _torch_dropouts}
+_tensor_bernoullis = {name: _tensor_bernoulli(name) for name in _torch_tensor_bernoulli}
+
+
+def intercept(sync):
+    """torch's functions that draw masks come here while sync (a
+    DistributedOptimizer with a dict drew and a flag told_draws) lives;
+    None: torch's own again."""
+    global _sink
+    _sink = sync
+    on = sync is not None
+    for name, fn in _dropouts.items():
+        setattr(F, name, fn if on else _torch_dropouts[name])
+    torch.bernoulli = _bernoulli if on else _torch_bernoulli
+    for name, fn in _tensor_bernoullis.items():
+        setattr(torch.Tensor, name, fn if on else _torch_tensor_bernoulli[name])

@@ -288,6 +288,9 @@ class _Sync(_Passes):
         #                           last reduction, watched from the start (_tell_same_draws)
         self.draw_ids = frozenset(id(m) for _, m in _modes.of(model))  # (their ids now)
         self.step_ran = set()     # draw_ran of the step reduced last
+        self.drew = {}            # masks drawn by functions since the last reduction
+        #                           (_modes.intercept): {the user's file:line: function}
+        self.step_drew = {}       # drew of the step reduced last
         self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
@@ -1169,6 +1172,7 @@ class _Sync(_Passes):
         self._check_meta(meta)
         self.mode_ran = set()  # (the next step's forwards)
         self.step_ran, self.draw_ran = self.draw_ran, set()
+        self.step_drew, self.drew = self.drew, {}
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if meta[:, self.n_params + 12].any() and \
@@ -1286,6 +1290,9 @@ class _Sync(_Passes):
         if "summed" in self.step_read and not chose:
             self._tell_summed_term()
             return
+        if "shared" in self.step_read and not chose:
+            self._tell_shared()
+            return
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
         if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
             self._tell_terms(meta)
@@ -1345,24 +1352,27 @@ class _Sync(_Passes):
         dropout masks for its share as the others, where one process draws
         for every sample apart: rank 0 warns once, naming those that ran (a
         dropout the model holds and does not call draws nothing: the next
-        step's reduction looks again)."""
+        step's reduction looks again). Masks drawn by functions (F.dropout,
+        bernoulli_: _modes.intercept) are named where no module drew."""
         n = self.n_params
         drawing = [(name, m) for name, m in _modes.drawing(self.mode_modules)
                    if id(m) in self.step_ran]
-        if not drawing:
+        # (every rank decides alike: its own model's modules, its own draws)
+        if not drawing and not self.step_drew:
             return
         self.told_draws = True
-        if self.job.world == 1 or not drawing or self.job.rank != 0 or \
+        if self.job.world == 1 or self.job.rank != 0 or \
                 (meta[:, n + 19:n + 21] != meta[0, n + 19:n + 21]).any():
             return
+        names = (["%s (%s)" % (name or "the model", type(m).__name__) for name, m in drawing] or
+                 ["%s at %s" % (fn, line) if line else fn for line, fn in self.step_drew.items()])
         warnings.warn(
             "sfb.torch: at step %d every rank's torch random generator was in the same state, so "
             "%s drew the same masks for each rank's share of the minibatch, where one process "
             "draws for every sample apart: seed each rank apart once the model is built and "
             "broadcast, torch.manual_seed(seed + sfb.torch.rank())" % (
-                self.clock, ", ".join("%s (%s)" % (name or "the model", type(m).__name__)
-                                      for name, m in drawing[:3]) +
-                (" and %d more" % (len(drawing) - 3) if len(drawing) > 3 else "")),
+                self.clock, ", ".join(names[:3]) +
+                (" and %d more" % (len(names) - 3) if len(names) > 3 else "")),
             stacklevel=_env._user_stacklevel())
 
     def unread(self):
@@ -1372,8 +1382,9 @@ class _Sync(_Passes):
         but at the first READ_ALL steps and every READ_EVERY-th."""
         if self.clock >= READ_ALL and self.clock % READ_EVERY and not self.read_next:
             return []  # (every rank reads at the same steps: _tell_detached compares them)
-        kinds = (("summed", self.told_unequal), ("mixing", self.told_mixing),
-                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 2:]
+        kinds = (("summed", self.told_unequal), ("shared", self.told_unequal),
+                 ("mixing", self.told_mixing),
+                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 3:]
         return [k for k, told in kinds if not told and k not in self.step_read]
 
     def _tell_detached(self, meta, states):
@@ -1450,6 +1461,26 @@ class _Sync(_Passes):
             "rule). Multiply the loss by sfb.torch.size() (or average it: a mean, with "
             "opt.set_samples(n)); set_samples(1) on every rank keeps DDP's rule without this "
             "warning" % (self.clock, self.losses[3], P),
+            stacklevel=_env._user_stacklevel())
+
+    def _tell_shared(self):
+        """_tell_unequal where rank 0's loss divides by a count summed over
+        the ranks (_losses.shared_divisor) and no rank called set_samples:
+        one process's gradient of that mean is the ranks' sum, world times
+        their mean."""
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return
+        (count, at), line = self.step_read["shared"]
+        warnings.warn(
+            "sfb.torch: at step %d the loss given to backward() at %s divides by %s, a count "
+            "summed over the ranks (sfb.torch.allreduce(op=\"sum\")%s): each rank's loss is "
+            "its share of one process's mean over the union of the ranks' minibatches, whose "
+            "gradient is the sum of the ranks' gradients, %d times the mean that .grad holds "
+            "(DDP's rule). Multiply the loss by sfb.torch.size() (as with DDP), or divide by "
+            "this rank's own count (with opt.set_samples(n) where the ranks' counts differ); "
+            "set_samples(1) on every rank keeps DDP's rule without this warning" %
+            (self.clock, line, _num(count), " at %s" % at if at else "", self.job.world),
             stacklevel=_env._user_stacklevel())
 
     def _tell_terms(self, meta):
