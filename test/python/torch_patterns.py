@@ -2084,8 +2084,8 @@ def unequal():
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
-          "rank computed from its own minibatch; not with set_samples, nor for P times the "
-          "sum, nor for a statistic over the gathered samples or of the averaged fractions, "
+          "rank computed from its own minibatch, of a sum over a count summed over the ranks; "
+          "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "
           "nor for such a number averaged over the ranks or a weight per rank in proportion "
           "to its samples (within %.3g of one process)" % statistics,
           flush=True)
