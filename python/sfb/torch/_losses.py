@@ -465,39 +465,16 @@ def shared_divisor(root, world):
     weights (no layer reached) is every rank's alike."""
     if not SHARED_SUMS:
         return None
-    out = []
-    _shared(root, world, None, False, 0, out)
-    return out[0] if out else None
-
-
-def _shared(node, world, by, scaled, depth, out):
-    """shared_divisor's walk from node: by, the shared count it is divided
-    by (None: none met); scaled, multiplied by a multiple of world."""
-    if node is None or out or depth > 24:
-        return
-    name = type(node).__name__
-    if name in ("AddBackward0", "SubBackward0", "NegBackward0"):
-        for f, _ in node.next_functions:
-            _shared(f, world, by, scaled, depth + 1, out)
-        return
-    divides = _SCALED.get(name)
-    if divides:
-        (a, _), (b, _) = node.next_functions
-        if b is None:
-            v = _value(node._saved_other)
-            _shared(a, world, by if by is not None or v not in SHARED_SUMS else v, scaled,
-                    depth + 1, out)
-        return
-    if divides is not None:
-        value, inner = _factor(node)
-        if value is not None and inner is not None:
-            _shared(inner, world, by, scaled or (value >= world and value % world == 0),
-                    depth + 1, out)
-        return
-    if by is not None and not scaled and (  # (a sum: what it sums)
-            _reaches_layer(node) or any(f is not None and _reaches_layer(f)
-                                        for f in _inputs(node))):
-        out.append((by, SHARED_SUMS[by]))
+    terms = []
+    _terms(root, (), 0, terms)
+    for term, path in terms:
+        by = next((v for op, v in path or () if op == "/" and v in SHARED_SUMS), None)
+        if by is None or any(op == "*" and v >= world and v % world == 0 for op, v in path):
+            continue
+        if _reaches_layer(term) or any(f is not None and _reaches_layer(f)  # (a sum: what
+                                       for f in _inputs(term)):          # it sums)
+            return by, SHARED_SUMS[by]
+    return None
 
 
 @_reading
@@ -513,47 +490,55 @@ def summed_term(root, world):
     on the weights, a sum over a minibatch statistic). A loss that is all
     sums is of_root's."""
     terms = []
-    _terms(root, world, None, 0, terms)
+    _terms(root, (), 0, terms)
     if len(terms) < 2:
         return None
-    for term, scaled in terms:
-        what = None if scaled else _sum_name(term)
+    for term, path in terms:
+        what = None if _scaled(path, world) else _sum_name(term)
         if what:
             return what
     return None
 
 
-def _terms(node, world, scaled, depth, out):
-    """The terms the loss at node adds into out: (node, whether it is
-    multiplied by world or 0, or divided by a value; None: neither; a
-    graph too deep or wide to read: (None, "unread"))."""
+def _terms(node, path, depth, out):
+    """The terms the loss at node adds into out: (node, path), path the
+    numbers without gradient on its way from the root, ("*", v) a product's
+    factor, ("/", v) a divisor (v None: not one element); a graph too deep
+    or wide to read: (None, None)."""
     if node is None:  # (a value without gradient added)
         return
     if depth > 24 or len(out) > 32:
-        out.append((None, "unread"))
+        out.append((None, None))
         return
     name = type(node).__name__
-    if name in ("AddBackward0", "SubBackward0"):
+    if name in ("AddBackward0", "SubBackward0", "NegBackward0"):
         for f, _ in node.next_functions:
-            _terms(f, world, scaled, depth + 1, out)
-        return
-    if name == "NegBackward0":
-        _terms(node.next_functions[0][0], world, scaled, depth + 1, out)
+            _terms(f, path, depth + 1, out)
         return
     divides = _SCALED.get(name)
     if divides:
         (a, _), (b, _) = node.next_functions
         if b is None:  # (by a value without gradient: a mean by hand)
-            _terms(a, world, "divided", depth + 1, out)
+            _terms(a, path + (("/", _value(node._saved_other)),), depth + 1, out)
             return
     elif divides is not None:
         value, inner = _factor(node)
         if value is not None and inner is not None:
-            _terms(inner, world, scaled or ("by 0" if value == 0.0 else
-                                            "by the world" if value == world else None),
-                   depth + 1, out)
+            _terms(inner, path + (("*", value),), depth + 1, out)
             return
-    out.append((node, scaled))
+    out.append((node, path))
+
+
+def _scaled(path, world):
+    """How a term's path (_terms) scales it: "divided" by a value (a mean
+    by hand), else its outermost product "by 0" or "by the world"; "unread"
+    for a graph not read; None: none of those."""
+    if path is None:
+        return "unread"
+    if any(op == "/" for op, _ in path):
+        return "divided"
+    return next(("by 0" if v == 0.0 else "by the world" for _, v in path
+                 if v == 0.0 or v == world), None)
 
 
 # (nodes whose output keeps their input's samples apart: a sum through them
@@ -925,11 +910,12 @@ def _summed(node, world):
     where some term is no such sum (a mean, x.mean(0).sum(), a product of
     two terms)."""
     terms = []
-    _terms(node, world, None, 0, terms)
-    if not terms or any(scaled in ("divided", "unread") or _sum_name(term) is None
-                        for term, scaled in terms):
+    _terms(node, (), 0, terms)
+    scaled = [_scaled(path, world) for _, path in terms]
+    if not terms or any(how in ("divided", "unread") or _sum_name(term) is None
+                        for (term, _), how in zip(terms, scaled)):
         return None
-    return "scaled" if all(scaled == "by the world" for _, scaled in terms) else "sum"
+    return "scaled" if all(how == "by the world" for how in scaled) else "sum"
 
 
 def _sum_name(node):
