@@ -1308,8 +1308,56 @@ def batchnorm():
     else:
         fail("a rank that left was not caught")
     closed()
+    swa = swa_batchnorm()
     print("ok batchnorm: refused (%s); the rest in training mode %d uneven steps within %.3g "
-          "of one process" % ("; ".join(whys), args.steps, worst), flush=True)
+          "of one process; SWA's update_bn on every rank within %.3g of one process's, on "
+          "rank 0 alone refused with what to do" % ("; ".join(whys), args.steps, worst, swa),
+          flush=True)
+
+
+def swa_batchnorm():
+    """SWA's update_bn (an AveragedModel's BatchNorm, outside the job's
+    models) on every rank, each on its share of the data: the running
+    statistics of their union, one process's update_bn on the whole
+    loader. On rank 0 alone: it waits for the others' statistics, and
+    every rank fails at once saying to run it everywhere or after
+    shutdown(). Returns the worst relative difference."""
+    from torch.optim.swa_utils import AveragedModel, update_bn
+    x, y = data()
+    worst = 0.0
+    for everywhere in (True, False):
+        small = setup_model(lambda: nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16),
+                                                  nn.Tanh(), nn.Linear(16, 5)))
+        P, r = sft.size(), sft.rank()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(small.parameters(), lr=0.1), model=small)
+        swa = AveragedModel(small)
+        for t in range(3):
+            xb, yb = shard(x, y, t, r, P)
+            opt.zero_grad()
+            nn.functional.cross_entropy(small(xb), yb).backward()
+            opt.step()
+            swa.update_parameters(small)
+        one = copy.deepcopy(swa)
+        loader = [shard(x, y, t, r, P)[0] for t in range(3, 6)]
+        try:
+            if everywhere or r == 0:
+                update_bn(loader, swa)
+            sft.shutdown()
+        except sfb.PeerError as e:
+            if everywhere or "update_bn" not in str(e) or "after sft.shutdown()" not in str(e) \
+                    or "outside the job's models" not in str(e):
+                fail("SWA's update_bn on %s: %s" % ("every rank" if everywhere else "rank 0", e))
+            closed()
+            continue
+        if not everywhere:
+            fail("SWA's update_bn on rank 0 alone: not refused")
+        # (one process: torch's own F.batch_norm again, every rank's rows a batch)
+        update_bn([torch.cat([shard(x, y, t, q, P)[0] for q in range(P)]) for t in range(3, 6)],
+                  one)
+        worst, where = rel_diff(swa, one)
+        if worst > args.tol:
+            fail("SWA's update_bn: %s differs from one process's by %.3g" % (where, worst))
+    return worst
 
 
 def autogradw():

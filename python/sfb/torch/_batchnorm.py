@@ -71,7 +71,7 @@ def _refuse_instance(name):
 
 def _refuse_batch(layer, why):
     _undo_count(layer)
-    name = layer[1] if layer else "F.batch_norm"
+    name = layer[1] if layer else OUTSIDE
     raise _sfb.UsageError(
         "sfb.torch: %s normalizes by the mean and variance of its minibatch (training mode), "
         "which sfb.torch gathers from every rank in each forward and backward; %s. Use "
@@ -80,6 +80,14 @@ def _refuse_batch(layer, why):
         param=name.split(" ", 1)[1] if layer else None)
 
 
+# (a BatchNorm that is none of the job's models' layers: F.batch_norm's, an
+# AveragedModel's, gathered as theirs)
+OUTSIDE = "F.batch_norm outside the job's models"
+_OUTSIDE_HINT = (
+    "a BatchNorm in training mode gathers every rank's statistics while a "
+    "DistributedOptimizer lives, one outside the job's models too (an AveragedModel's, SWA's "
+    "update_bn): run it on every rank (each on its share of the data: the statistics of "
+    "their union, as one process's over all of it), or on one rank after sft.shutdown()")
 _HINT = ("every rank must run each BatchNorm layer in training mode in the same order in "
          "every forward, as under SyncBatchNorm (one without running statistics gathers in "
          "eval() too); a forward on some ranks only, such as a validation on rank 0, runs in "
@@ -112,6 +120,8 @@ def _at(tag):
     if what == "shutdown":
         return "shutdown() after step %s" % step
     phase, _, name = what.partition(" ")
+    if name == OUTSIDE:
+        return "the %s statistics of %s at step %s" % (phase, name, step)
     return "%s's %s statistics at step %s" % (name, phase, step)
 
 
@@ -130,9 +140,10 @@ def _mismatch(s, tag, e):
     left = next((r for r, t in tags.items() if _where(t)[1] == "shutdown"), None)
     if left is not None:  # (as the reduction's own check says it)
         other = q if left == me else me
+        outside = _where(tags[other])[1].endswith(OUTSIDE)
         return _sfb.PeerError(
             -(4096 + 5), "sfb.torch: rank %d called shutdown() while rank %d was at %s (%s)" % (
-                left, other, _at(tags[other]), _JOIN_HINT), left)
+                left, other, _at(tags[other]), _OUTSIDE_HINT if outside else _JOIN_HINT), left)
     fewer = next((r for r, t in tags.items() if _where(t)[1] == "reduction"), None)
     return _sfb.MismatchError(
         -(4096 + 9), "sfb.torch: rank %d was at %s while rank %d was at %s: %s%s" % (
@@ -289,7 +300,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if input.dim() < 2:
         raise ValueError("batch_norm: expected an input of at least 2 dimensions, got %s" %
                          list(input.shape))
-    name = layer[1] if layer else "F.batch_norm"
+    name = layer[1] if layer else OUTSIDE
     return _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var,
                                 0.0 if momentum is None else momentum, eps, s, name)
 
