@@ -2553,7 +2553,9 @@ def calls():
     the others step: their step fails at once naming rank 0's allreduce(),
     with no advice about join() (nobody ran out of data). Then rank 0 in
     allreduce() where the others' forward gathers a BatchNorm's statistics:
-    named so on every rank."""
+    named so on every rank. Then an allreduce() of a metric in every step
+    inside opt.join(), the last rank out of data first: every rank's error
+    says it joined, and to call such collectives after the block."""
     model = setup_model(lambda: nn.Linear(10, 5))
     P, r = sft.size(), sft.rank()
     x, y = data()
@@ -2603,9 +2605,25 @@ def calls():
         if want not in str(e):
             fail("rank %d: expected %r, got %s" % (r, want, e))
     closed()
+    # an allreduce() of a metric inside opt.join(), each step: the last rank
+    # (out of data first) joined, the others' allreduce() waits for it
+    model = setup_model(lambda: nn.Linear(10, 5))
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    last = P - 1
+    try:
+        with opt.join():
+            for t in range(2 if r == last else 4):
+                step(t)
+                sft.allreduce(torch.ones(1))
+        fail("allreduce() inside join() after rank %d joined returned" % last)
+    except sfb.PeerError as e:
+        want = "rank %d ran out of data before step 2 and joined" % last
+        if want not in str(e) or "after the join block" not in str(e):
+            fail("rank %d: expected %r, got %s" % (r, want, e))
+    closed()
     print("ok calls: barrier() against allgather_object() named; rank 0's allreduce() named "
-          "to the ranks waiting for its step, and against a BatchNorm's statistics",
-          flush=True)
+          "to the ranks waiting for its step, and against a BatchNorm's statistics; an "
+          "allreduce() inside join() after a rank joined said so", flush=True)
 
 
 class Clip(nn.Module):

@@ -1460,7 +1460,8 @@ class _Sync(_Passes):
             "is the sum of the ranks' gradients, %d times the mean that .grad holds (DDP's "
             "rule). Multiply the loss by sfb.torch.size() (or average it: a mean, with "
             "opt.set_samples(n)); set_samples(1) on every rank keeps DDP's rule without this "
-            "warning" % (self.clock, self.losses[3], P),
+            "warning (.grad rescaled before step(), as fairseq's multiply_grads(size() / "
+            "all ranks' tokens), is right with it)" % (self.clock, self.losses[3], P),
             stacklevel=_env._user_stacklevel())
 
     def _tell_shared(self):
@@ -1963,9 +1964,21 @@ class _Sync(_Passes):
             raise _sfb.UsageError("sfb.torch: join(): this rank took no step; every rank must "
                                   "take at least one step before it joins")
         self.state = _JOINED
+        joined_at = self.clock
         try:
             while True:
-                meta = self.reduce()
+                try:
+                    meta = self.reduce()
+                except (_sfb.PeerError, _sfb.MismatchError) as e:
+                    if "made different calls" not in str(e):
+                        raise
+                    raise type(e)(e.code, "%s; rank %d ran out of data before step %d and "
+                                  "joined: inside opt.join() a rank that joined takes part "
+                                  "in the training steps' reductions only, so a collective of "
+                                  "the program's there (sft.allreduce() of a metric, "
+                                  "barrier()) waits for it: call such collectives after the "
+                                  "join block" % (e, self.job.rank, joined_at),
+                                  e.rank) from None
                 self.synced = False
                 self._drop_grads()
                 if all(int(meta[q, self.n_params + 1]) == _JOINED for q in range(self.job.world)):
