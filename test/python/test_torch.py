@@ -343,6 +343,17 @@ class TorchOneWorker(unittest.TestCase):
         m = net()
         opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
         self.assertRaisesNaming(RuntimeError, ["step() without backward()"], opt.step)
+        try:
+            opt.step()
+        except RuntimeError as e:
+            self.assertNotIn(".grad was set otherwise", str(e))
+        # (gradients made by hand, DP-SGD's per-sample ones from torch.func: named)
+        first = next(m.parameters())
+        first.grad = torch.ones_like(first)
+        self.assertRaisesNaming(RuntimeError, ["step() without backward(): no gradient yet (",
+                                               "'s .grad was set otherwise",
+                                               "each sample's loss times its clip factor"],
+                                opt.step)
 
     def test_one_worker_is_plain_pytorch(self):
         """Linear layers through their factors, with momentum and weight decay

@@ -1821,13 +1821,27 @@ class _Sync(_Passes):
         if self.synced:
             return
         if not self.grads:
-            raise _sfb.UsageError("sfb.torch: step() without backward(): no gradient since "
-                                  "step %d" % (self.steps - 1) if self.steps else
-                                  "sfb.torch: step() without backward(): no gradient yet")
+            raise _sfb.UsageError(("sfb.torch: step() without backward(): no gradient since "
+                                   "step %d" % (self.steps - 1) if self.steps else
+                                   "sfb.torch: step() without backward(): no gradient yet") +
+                                  self._by_hand())
         self._check_dense_grads()
         for slot in self.linears:
             slot.commit()
         self.reduce()
+
+    def _by_hand(self):
+        """What step() without backward() adds where a parameter's .grad was
+        set by the program (torch.func's per-sample gradients, DP-SGD by
+        hand): "" where none was."""
+        name = next((self.names.get(id(p), "a parameter") for o in self.opts
+                     for g in o.param_groups for p in g["params"]
+                     if p.grad is not None and self.handed.get(id(p)) is not p.grad), None)
+        if name is None:
+            return ""
+        return (" (%s's .grad was set otherwise: sfb.torch reduces the gradients backward() "
+                "forms. Give backward() a loss that forms them: DP-SGD's per-sample clipping "
+                "is each sample's loss times its clip factor, detached)" % name)
 
     def closure(self, closure):
         """step(closure): the closure wrapped so that each call is one
