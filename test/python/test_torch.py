@@ -355,6 +355,27 @@ class TorchOneWorker(unittest.TestCase):
                                                "each sample's loss times its clip factor"],
                                 opt.step)
 
+    def test_backward_creating_a_graph_is_refused(self):
+        """backward(create_graph=True) over the model's parameters is refused
+        (.grad gets the reduced gradient, without a graph: a penalty on
+        p.grad would differentiate nothing, silently or with torch's "does
+        not require grad"); with inputs= naming an input only (R1's
+        penalty) it is torch's: the input's gradient has its graph."""
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        x = torch.ones(2, 6, requires_grad=True)
+        for call in (lambda: m(x).sum().backward(create_graph=True),
+                     lambda: m(x).sum().backward(None, False, True),
+                     lambda: torch.autograd.backward([m(x).sum()], create_graph=True)):
+            self.assertRaisesNaming(RuntimeError, ["backward(create_graph=True)",
+                                                   "a penalty on p.grad",
+                                                   "inputs=[x]) for an input's gradient"],
+                                    call)
+        m(x).pow(2).sum().backward(create_graph=True, inputs=[x])
+        self.assertIsNotNone(x.grad.grad_fn)
+        self.assertTrue(all(p.grad is None for p in m.parameters()))
+        opt.zero_grad()
+
     def test_one_worker_is_plain_pytorch(self):
         """Linear layers through their factors, with momentum and weight decay
         and two backward passes a step: the parameters of plain PyTorch."""

@@ -321,7 +321,9 @@ def _autograd_backward(*args, **kwargs):
     """torch.autograd.backward (and Tensor.backward) while a DistributedOptimizer
     lives: inputs= naming a parameter the job synchronizes is refused (a
     pass restricted to some tensors never ends sfb's step: only a full
-    backward does); inputs= of other tensors (an input's gradient) is fine."""
+    backward does); inputs= of other tensors (an input's gradient) is fine;
+    create_graph=True without inputs= is refused (.grad gets the reduced
+    gradient, without a graph)."""
     s = _active
     if len(args) > 5:  # (inputs given by position: as a keyword, torch takes either)
         args, kwargs = args[:5], dict(kwargs, inputs=args[5])
@@ -337,6 +339,16 @@ def _autograd_backward(*args, **kwargs):
                 param=name)
     if s is None:
         return _torch_autograd_backward(*args, **kwargs)
+    if kwargs.get("inputs") is None and (args[3] if len(args) > 3 else
+                                         kwargs.get("create_graph")):
+        raise _sfb.UsageError(
+            "sfb.torch: backward(create_graph=True): sfb.torch sets each parameter's .grad to "
+            "the ranks' reduced gradient, which carries no graph, so a penalty on p.grad (or a "
+            "Hessian-vector product through it) would differentiate nothing. A penalty on the "
+            "weights' gradient is each rank's own under data parallelism (DDP's too), not one "
+            "process's: torch.autograd.grad(loss, params, create_graph=True) from the first "
+            "step gives each rank's; backward(create_graph=True, inputs=[x]) for an input's "
+            "gradient is fine")
     from . import _losses
     roots = args[0] if args else kwargs.get("tensors")
     given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
