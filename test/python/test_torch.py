@@ -633,6 +633,29 @@ class TorchOneWorker(unittest.TestCase):
         sft.shutdown()  # (the error ended the job: it only leaves, adding no error of its own)
         self.assertIs(nn.functional.linear, torch_linear)  # given back
 
+    def test_embedding_bag_of_every_mode(self):
+        """nn.EmbeddingBag's modes through sfb's rows (max mode, which torch
+        looks up densely only, too), with offsets and an empty bag: three
+        SGD steps are plain PyTorch's."""
+        for mode in ("sum", "mean", "max"):
+            torch.manual_seed(4)
+            m = nn.ModuleDict({"bag": nn.EmbeddingBag(12, 4, mode=mode), "fc": nn.Linear(4, 3)})
+            ref = copy.deepcopy(m)
+            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.5), model=m)
+            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+            ids, offsets = torch.tensor([1, 5, 5, 7, 2, 11, 1]), torch.tensor([0, 3, 3, 5])
+            y = torch.tensor([0, 2, 1, 1])
+            for _ in range(3):
+                for model, o in ((m, opt), (ref, ref_opt)):
+                    o.zero_grad()
+                    out = model["fc"](model["bag"](ids, offsets))
+                    nn.functional.cross_entropy(out, y).backward()
+                    o.step()
+            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+                self.assertLess(float((p - q).abs().max()), 1e-6, "%s %s" % (mode, n))
+            sft.shutdown()
+            sft.init(world=1)
+
     def test_embedding_frequency_scaling_refused(self):
         """scale_grad_by_freq divides by counts over the minibatch, which no
         rank sees whole: refused naming the table and the reason."""

@@ -137,11 +137,12 @@ class _RowsFactors(torch.autograd.Function):
     their ids; the weight gets no dense gradient here. `lookup(weight)`
     recomputes the lookup on a leaf sharing the weight's storage, as a
     sparse one, so torch's own backward says which rows (padding_idx
-    left out, EmbeddingBag's modes and per-sample weights honoured)."""
+    left out, EmbeddingBag's modes and per-sample weights honoured; its max
+    mode's dense gradient is taken at the rows of ids)."""
 
     @staticmethod
-    def forward(ctx, weight, psw, token, slot, lookup, n):
-        ctx.slot, ctx.lookup, ctx.n = slot, lookup, n
+    def forward(ctx, weight, psw, token, slot, lookup, n, ids=None):
+        ctx.slot, ctx.lookup, ctx.n, ctx.ids = slot, lookup, n, ids
         ctx.save_for_backward(weight, psw)
         return lookup(weight, psw, False)
 
@@ -156,12 +157,16 @@ class _RowsFactors(torch.autograd.Function):
             q = psw.detach().requires_grad_(want_psw) if psw is not None else None
             out = ctx.lookup(w, q, True)
             got = torch.autograd.grad(out, [w, q] if want_psw else [w], go)
-        g = got[0].coalesce()
+        g = got[0]
+        if not g.is_sparse:  # (EmbeddingBag's max mode, which torch looks up densely only:
+            rows = torch.unique(ctx.ids)  # the rows of the ids looked up)
+            g = torch.sparse_coo_tensor(rows[None], g[rows], g.shape)
+        g = g.coalesce()
         if ctx.needs_input_grad[0]:
             slot.sync.take_rows(slot, g.indices()[0], g.values(), ctx.n)
         if slot.sync.timeline:
             slot.sync.span("backward " + slot.name, t0)
-        return None, got[1] if want_psw else None, torch.zeros(1), None, None, None
+        return None, got[1] if want_psw else None, torch.zeros(1), None, None, None, None
 
 
 def _refuse_freq(weight, sync):
@@ -225,9 +230,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                                     include_last_offset, padding_idx)
     slot.sparse |= bool(sparse)
 
-    def lookup(w, psw, sp):
-        return _torch_embedding_bag(input, w, offsets, None, norm_type, False, mode, sp, psw,
-                                    include_last_offset, padding_idx)
+    def lookup(w, psw, sp):  # (max mode has no sparse gradient: _RowsFactors takes its rows)
+        return _torch_embedding_bag(input, w, offsets, None, norm_type, False, mode,
+                                    sp and mode != "max", psw, include_last_offset, padding_idx)
 
     return _RowsFactors.apply(weight, per_sample_weights, slot.token, slot, lookup,
-                              input.numel())
+                              input.numel(), input if mode == "max" else None)
