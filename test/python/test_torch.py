@@ -656,6 +656,39 @@ class TorchOneWorker(unittest.TestCase):
             sft.shutdown()
             sft.init(world=1)
 
+    def test_functorch_over_the_model(self):
+        """functorch's transforms over the model (a Jacobian penalty by
+        vmap(jacrev(model)), vmap(model) in the forward) from the first step:
+        inside them the layers are torch's (no autograd.Function there) and
+        go densely; three SGD steps are plain PyTorch's."""
+        try:
+            from functorch import jacrev, vmap
+        except ImportError:
+            from torch.func import jacrev, vmap
+        conv = nn.Conv1d(1, 2, 3)
+        for kind in ("jacrev", "vmap"):
+            torch.manual_seed(4)
+            m = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Unflatten(1, (1, 8)), conv,
+                              nn.Flatten(), nn.Linear(12, 3))
+            ref = copy.deepcopy(m)
+            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+            x, y = torch.randn(5, 6), torch.tensor([0, 2, 1, 1, 0])
+            for _ in range(3):
+                for model, o in ((m, opt), (ref, ref_opt)):
+                    o.zero_grad()
+                    out = model(x)
+                    if kind == "jacrev":
+                        J = vmap(jacrev(lambda xi: model(xi[None])[0]))(x)
+                    else:
+                        J = vmap(lambda xi: model(xi[None]))(x)
+                    (nn.functional.cross_entropy(out, y) + 0.1 * J.pow(2).mean()).backward()
+                    o.step()
+            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+                self.assertLess(float((p - q).abs().max()), 1e-6, "%s %s" % (kind, n))
+            sft.shutdown()
+            sft.init(world=1)
+
     def test_embedding_frequency_scaling_refused(self):
         """scale_grad_by_freq divides by counts over the minibatch, which no
         rank sees whole: refused naming the table and the reason."""

@@ -247,6 +247,12 @@ class _LinearFactors(torch.autograd.Function):
         return gx, None, None, torch.zeros(1), None, None
 
 
+# (functorch's transforms, vmap and jacrev over the model, take no
+# autograd.Function: inside them the layers are torch's, and their weights'
+# gradients dense ones, as double backward's)
+transformed = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
 def _linear(input, weight, bias=None):
     """torch.nn.functional.linear while a DistributedOptimizer lives: a weight
     sfb carries by factors (with its own bias, or a bias that needs no
@@ -254,7 +260,7 @@ def _linear(input, weight, bias=None):
     s = _active
     if s is not None and s.renorms.tables:
         s.renorms.read(weight, "F.linear on it: a tied decoder")
-    if s is not None and torch.is_grad_enabled():
+    if s is not None and torch.is_grad_enabled() and not transformed():
         found = s.slot_for(weight, bias)
         if found is not None:
             slot, r0 = found

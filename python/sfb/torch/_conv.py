@@ -80,7 +80,8 @@ def _conv(dims, input, weight, bias, stride, padding, dilation, groups):
     from . import _capture
     torch_op = _torch_conv1d if dims == 1 else _torch_conv2d
     s = _capture._active
-    if s is None or not torch.is_grad_enabled() or weight.dim() != dims + 2:
+    if s is None or not torch.is_grad_enabled() or weight.dim() != dims + 2 or \
+            _capture.transformed():
         return torch_op(input, weight, bias, stride, padding, dilation, groups)
     if groups != 1 or isinstance(padding, str):
         s.note_conv_dense(weight, "factors are for groups=1 and numeric padding; this has %s" %

@@ -183,7 +183,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     """torch.nn.functional.embedding while a DistributedOptimizer lives."""
     from . import _capture
     s = _capture._active
-    slot = s.rows_for(weight) if s is not None and torch.is_grad_enabled() else None
+    slot = s.rows_for(weight) if s is not None and torch.is_grad_enabled() and \
+        not _capture.transformed() else None
     if slot is not None and scale_grad_by_freq:
         _refuse_freq(weight, s)
     max_norm = _renorm(s, slot, weight, input, max_norm, norm_type)
@@ -220,7 +221,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     """torch.nn.functional.embedding_bag while a DistributedOptimizer lives."""
     from . import _capture
     s = _capture._active
-    slot = s.rows_for(weight) if s is not None and torch.is_grad_enabled() else None
+    slot = s.rows_for(weight) if s is not None and torch.is_grad_enabled() and \
+        not _capture.transformed() else None
     if slot is not None and scale_grad_by_freq:
         _refuse_freq(weight, s)
     max_norm = _renorm(s, slot, weight, input, max_norm, norm_type)
