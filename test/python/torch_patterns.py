@@ -939,24 +939,29 @@ def rankedit():
     ranks' gradients are the same, their parameters part. Refused after
     step 4 naming it and the ranks; after the first steps a minority's copy
     is repaired from the majority's once (a flipped bit), refused when it
-    differs again."""
+    differs again. Changed after step 6 of 8 (after the checks of the first
+    steps): refused by shutdown()."""
     P, r = None, None
-    for edits, every, want in (((2,), 100, "fc2.weight differs between ranks after step 4 "
-                                "(ranks 0, 2, 3: one value; rank 1: another)"),
-                               ((36, 42), 5, "fc2.weight differs between ranks after step 45 "
-                                "(ranks 0, 2, 3: one value; rank 1: another)")):
+    for edits, every, steps, want in (
+            ((2,), 100, 50, "fc2.weight differs between ranks after step 4 "
+             "(ranks 0, 2, 3: one value; rank 1: another)"),
+            ((36, 42), 5, 50, "fc2.weight differs between ranks after step 45 "
+             "(ranks 0, 2, 3: one value; rank 1: another)"),
+            ((6,), 100, 8, "fc2.weight differs between ranks after step 8 "
+             "(ranks 0, 2, 3: one value; rank 1: another)")):
         model = setup()
         P, r = sft.size(), sft.rank()
         x, y = data()
         opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model,
                                        check_every=every)
         try:
-            for t in range(50):
+            for t in range(steps):
                 xb, yb = shard(x, y, t, r, P)
                 one_step(model, opt, xb, yb, t, True)
                 if t + 1 in edits and r == 1:
                     with torch.no_grad():
                         model.fc2.weight.mul_(0.5)
+            sft.shutdown()
             fail("no error")
         except sfb.MismatchError as e:
             if want not in str(e) or e.param != "fc2.weight" or \
@@ -964,7 +969,8 @@ def rankedit():
                 fail("expected %r, got %s" % (want, e))
         closed()
     print("ok rankedit: a parameter changed on rank 1 refused after step 4; repaired at step "
-          "40, refused when it differed again", flush=True)
+          "40, refused when it differed again; changed after step 6 of 8, refused by "
+          "shutdown()", flush=True)
 
 
 def samhand():

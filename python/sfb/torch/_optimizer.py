@@ -2119,6 +2119,7 @@ class _Sync(_Passes):
         self.state = _LEAVING
         self.reduce()
         self.extra += 1
+        self.replicas.at_finish(self)
         self.job.finish(self.clock - 1)
 
 

@@ -7,7 +7,8 @@ majority every rank fails naming both sides. The parameters and the models'
 persistent buffers are compared after steps 1, 4 and 32 too: a parameter or
 a buffer that differs then (the program changed it on some ranks, or from
 each rank's own data) fails every rank, naming it, as does a tensor that
-differs at a check after it was repaired at an earlier one.
+differs at a check after it was repaired at an earlier one, and in
+shutdown() once more (after the last step).
 SFB_DEBUG_FLIP=RANK:STEP
 [:TENSOR[:ELEMENT[:BIT]]] flips one bit of one tensor of one rank before the
 check of a step (tests of the repair)."""
@@ -183,6 +184,17 @@ class Checks:
         if step is None or not run:
             return
         self._run(sync, step, "step")
+
+    def at_finish(self, sync):
+        """shutdown()'s last reduction, every rank leaving with it
+        (collective): the parameters and buffers compared once more, so a
+        change on some ranks after the last check (a reset from each rank's
+        own data at step 6 of 20) does not end the job parted in silence."""
+        if sync.job.world < 2 or not sync.steps:
+            return
+        if self.every:
+            self.check(sync, sync.steps, list(sync.params), repair=False)
+        check_buffers(sync, sync.steps)
 
     def without_steps(self, sync, reductions):
         """A reduction of a job whose wrapped optimizer has not stepped yet
