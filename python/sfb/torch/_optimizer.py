@@ -1672,7 +1672,8 @@ class _Sync(_Passes):
                  else "from rank to rank (alike: %s)" % "; ".join(ranks(g) for g in sides))
         raise _sfb.MismatchError(
             -(4096 + 9), "sfb.torch: at step %d the ranks' losses differ: %s %s other class "
-            "weights, ignore_index or label_smoothing %s. One process has one loss: give "
+            "weights (weight=, pos_weight=), ignore_index or label_smoothing %s. One process "
+            "has one loss: give "
             "every rank the same (class weights counted over the whole dataset, or rank 0's "
             "sent to all: sft.broadcast_object)" % (
                 self.clock, " and ".join(sites), "has" if len(sites) == 1 else "have", where),
