@@ -3488,8 +3488,9 @@ def tokens():
         fail("class weights of each rank's own went on")
     except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
         want = ("the ranks' losses differ: nll_loss (torch_patterns.py:%d) has other class "
-                "weights, ignore_index or label_smoothing from rank to rank (alike: %s). One "
-                "process has one loss" % (line, "; ".join("rank %d" % q for q in range(P))))
+                "weights (weight=, pos_weight=), ignore_index or label_smoothing from rank to "
+                "rank (alike: %s). One process has one loss" %
+                (line, "; ".join("rank %d" % q for q in range(P))))
         if want not in str(e):
             fail("expected %r, got %s" % (want, e))
     closed()
