@@ -968,9 +968,59 @@ def rankedit():
                     (every == 5) != ("repaired at an earlier check" in str(e)):
                 fail("expected %r, got %s" % (want, e))
         closed()
+    apart_at_start()
     print("ok rankedit: a parameter changed on rank 1 refused after step 4; repaired at step "
           "40, refused when it differed again; changed after step 6 of 8, refused by "
-          "shutdown()", flush=True)
+          "shutdown(); parted before the first step, refused naming it", flush=True)
+
+
+class Codebook(nn.Module):
+    """A VQ codebook kept as a Parameter without gradient, moved in the
+    forward toward this rank's own inputs (an EMA of its data)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 5)
+        self.cb = nn.Parameter(torch.zeros(3, 10), requires_grad=False)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.cb.mul_(0.9).add_(0.1 * x[:3])
+        return self.fc(x + self.cb.mean(0))
+
+
+def apart_at_start():
+    """Parameters that differ at the first step: a model made without
+    broadcast_parameters (each rank's seed), and a Parameter without
+    gradient changed in the first forward from each rank's own data. Every
+    rank fails naming the first that differs, broadcast_parameters and the
+    first forward."""
+    x, y = data()
+    for kind, first in (("unbroadcast", "alt_w"), ("codebook", "cb")):
+        sft.init(peer_timeout_s=5)
+        P, r = sft.size(), sft.rank()
+        torch.manual_seed(100 + r)
+        if kind == "codebook":
+            torch.manual_seed(7)
+            model = Codebook()
+            sft.broadcast_parameters(model.state_dict())
+        else:
+            model = Net()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        xb, yb = shard(x, y, 0, r, P)
+        try:
+            opt.zero_grad()
+            out = model(xb) if kind == "codebook" else model(xb, 0)
+            nn.functional.cross_entropy(out, yb).backward()
+            opt.step()
+            fail("%s: parameters apart at the first step went on" % kind)
+        except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
+            want = "the first that differs: %s (rank 0 and rank 1 differ): call " \
+                "sfb.torch.broadcast_parameters(model.state_dict()) before training; where it " \
+                "was called, the first forward changed %s on some ranks" % (first, first)
+            if "the ranks start from different parameters" not in str(e) or want not in str(e):
+                fail("%s: expected %r, got %s" % (kind, want, e))
+        closed()
 
 
 def samhand():

@@ -1004,8 +1004,8 @@ class _Sync(_Passes):
                 [p for _, p in self.model.named_parameters()]))
         except _sfb.Error as e:
             raise _sfb.MismatchError(e.code, "sfb.torch: the ranks start from different "
-                                     "parameters (%s): call sfb.torch.broadcast_parameters("
-                                     "model.state_dict()) before training" % e, e.rank) from None
+                                     "parameters (%s)%s" % (e, self._apart_at_start()),
+                                     e.rank) from None
         try:
             job.agree("optimizer_hyperparameters_crc32=%08x\noptimizer_state_crc32=%08x\n" %
                       (_hyper_crc(self.opts), _state_crc(self.opts)))
@@ -1721,7 +1721,10 @@ class _Sync(_Passes):
                             "" if col != n + 2 else
                             ", after as many backward passes: each backward() is a reduction "
                             "of every rank's, so micro-batches accumulated between steps "
-                            "must be as many on every rank, backward_passes_per_step=k"),
+                            "must be as many on every rank, backward_passes_per_step=k; a "
+                            "backward() on some ranks only (an evaluation's input gradient "
+                            "on rank 0) pairs with the others' training pass: "
+                            "torch.autograd.grad(loss, x) there reduces nothing"),
                         rank=q)
         for q in range(job.world):
             if states[q] == _TRAINING and self.state == _TRAINING and \
@@ -1830,6 +1833,27 @@ class _Sync(_Passes):
         for slot in self.linears:
             slot.commit()
         self.reduce()
+
+    def _apart_at_start(self):
+        """The end of the first step's refusal where the ranks' parameters
+        differ (collective: every rank failed that agreement): the first
+        that differs, and what to do (a rank that failed first aborts the
+        job with its text, which this one's allgather raises)."""
+        advice = ": call sfb.torch.broadcast_parameters(model.state_dict()) before training"
+        named = list(self.model.named_parameters())
+        mine = np.array([zlib.crc32(p.detach().contiguous().numpy().tobytes())
+                         for _, p in named], np.uint32)
+        rows = [np.frombuffer(b, np.uint32) for b in self.job.allgather(mine.tobytes())]
+        i = next((i for i in range(len(mine)) if len(rows[0]) == len(mine) and
+                  any(len(r) != len(mine) or r[i] != rows[0][i] for r in rows)), None)
+        if i is None:
+            return advice
+        name = named[i][0]
+        apart = [q for q, r in enumerate(rows) if len(r) != len(mine) or r[i] != rows[0][i]]
+        return ("; the first that differs: %s (rank 0 and rank %d differ)%s; where it was "
+                "called, the first forward changed %s on some ranks (a parameter updated from "
+                "each rank's own data, an EMA codebook: update it from every rank's data, by "
+                "sfb.torch.allreduce, alike on every rank)" % (name, apart[0], advice, name))
 
     def _by_hand(self):
         """What step() without backward() adds where a parameter's .grad was
