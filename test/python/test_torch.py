@@ -633,28 +633,36 @@ class TorchOneWorker(unittest.TestCase):
         sft.shutdown()  # (the error ended the job: it only leaves, adding no error of its own)
         self.assertIs(nn.functional.linear, torch_linear)  # given back
 
+    def assertPlainSteps(self, make, loss, what, lr=0.1):
+        """Three SGD steps of make()'s model through a DistributedOptimizer,
+        loss(model) each, are plain PyTorch's (a new job after)."""
+        torch.manual_seed(4)
+        m = make()
+        ref = copy.deepcopy(m)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=lr), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+        for _ in range(3):
+            for model, o in ((m, opt), (ref, ref_opt)):
+                o.zero_grad()
+                loss(model).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-6, "%s %s" % (what, n))
+        sft.shutdown()
+        sft.init(world=1)
+
     def test_embedding_bag_of_every_mode(self):
         """nn.EmbeddingBag's modes through sfb's rows (max mode, which torch
         looks up densely only, too), with offsets and an empty bag: three
         SGD steps are plain PyTorch's."""
+        ids, offsets = torch.tensor([1, 5, 5, 7, 2, 11, 1]), torch.tensor([0, 3, 3, 5])
+        y = torch.tensor([0, 2, 1, 1])
         for mode in ("sum", "mean", "max"):
-            torch.manual_seed(4)
-            m = nn.ModuleDict({"bag": nn.EmbeddingBag(12, 4, mode=mode), "fc": nn.Linear(4, 3)})
-            ref = copy.deepcopy(m)
-            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.5), model=m)
-            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
-            ids, offsets = torch.tensor([1, 5, 5, 7, 2, 11, 1]), torch.tensor([0, 3, 3, 5])
-            y = torch.tensor([0, 2, 1, 1])
-            for _ in range(3):
-                for model, o in ((m, opt), (ref, ref_opt)):
-                    o.zero_grad()
-                    out = model["fc"](model["bag"](ids, offsets))
-                    nn.functional.cross_entropy(out, y).backward()
-                    o.step()
-            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-                self.assertLess(float((p - q).abs().max()), 1e-6, "%s %s" % (mode, n))
-            sft.shutdown()
-            sft.init(world=1)
+            self.assertPlainSteps(
+                lambda: nn.ModuleDict({"bag": nn.EmbeddingBag(12, 4, mode=mode),
+                                       "fc": nn.Linear(4, 3)}),
+                lambda m: nn.functional.cross_entropy(m["fc"](m["bag"](ids, offsets)), y),
+                mode, lr=0.5)
 
     def test_functorch_over_the_model(self):
         """functorch's transforms over the model (a Jacobian penalty by
@@ -665,29 +673,15 @@ class TorchOneWorker(unittest.TestCase):
             from functorch import jacrev, vmap
         except ImportError:
             from torch.func import jacrev, vmap
-        conv = nn.Conv1d(1, 2, 3)
-        for kind in ("jacrev", "vmap"):
-            torch.manual_seed(4)
-            m = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Unflatten(1, (1, 8)), conv,
-                              nn.Flatten(), nn.Linear(12, 3))
-            ref = copy.deepcopy(m)
-            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
-            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-            x, y = torch.randn(5, 6), torch.tensor([0, 2, 1, 1, 0])
-            for _ in range(3):
-                for model, o in ((m, opt), (ref, ref_opt)):
-                    o.zero_grad()
-                    out = model(x)
-                    if kind == "jacrev":
-                        J = vmap(jacrev(lambda xi: model(xi[None])[0]))(x)
-                    else:
-                        J = vmap(lambda xi: model(xi[None]))(x)
-                    (nn.functional.cross_entropy(out, y) + 0.1 * J.pow(2).mean()).backward()
-                    o.step()
-            for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
-                self.assertLess(float((p - q).abs().max()), 1e-6, "%s %s" % (kind, n))
-            sft.shutdown()
-            sft.init(world=1)
+        x, y = torch.randn(5, 6), torch.tensor([0, 2, 1, 1, 0])
+        penalty = {"jacrev": lambda m: vmap(jacrev(lambda xi: m(xi[None])[0]))(x),
+                   "vmap": lambda m: vmap(lambda xi: m(xi[None]))(x)}
+        for kind, J in penalty.items():
+            self.assertPlainSteps(
+                lambda: nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Unflatten(1, (1, 8)),
+                                      nn.Conv1d(1, 2, 3), nn.Flatten(), nn.Linear(12, 3)),
+                lambda m: nn.functional.cross_entropy(m(x), y) + 0.1 * J(m).pow(2).mean(),
+                kind)
 
     def test_embedding_frequency_scaling_refused(self):
         """scale_grad_by_freq divides by counts over the minibatch, which no

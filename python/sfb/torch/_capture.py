@@ -444,6 +444,8 @@ def _intercept(sync):
     from . import _batchnorm, _conv, _embedding as e, _losses, _modes, _padding, _recurrent
     global _active
     _active = sync
+    if sync is None:  # (the job's counts: none of the next job's)
+        _losses.SHARED_SUMS.clear()
     for h in _module_hooks:
         h.remove()
     del _module_hooks[:]

@@ -218,6 +218,7 @@ def allreduce(tensor, op="mean"):
         _losses.note_shared_sums(out.double().view(-1).tolist(), _env._user_line())
     return out
 
+
 def _gather_rows(job, t, what, weight=1.0):
     """Every rank's rows of t (dim 0 may differ, the rest and the dtype
     must not), in rank order, as tensors of t's dtype, and every rank's

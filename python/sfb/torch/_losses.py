@@ -426,8 +426,8 @@ def _reading(read):
 
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
-    "shared": shared_divisor, "mixing": mixing, "detached": detached): {kind: what it found}, those
-    found."""
+    "shared": shared_divisor, "mixing": mixing, "detached": detached):
+    {kind: what it found}, those found."""
     read = {"summed": summed_term, "shared": shared_divisor, "mixing": mixing,
             "detached": detached}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)

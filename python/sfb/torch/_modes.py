@@ -197,7 +197,6 @@ def _note(name):
 
 def _dropout(name):
     torch_fn = _torch_dropouts[name]
-
     given = inspect.signature(torch_fn).parameters
     p0, training0 = given["p"].default, given["training"].default
 
