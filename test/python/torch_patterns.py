@@ -104,7 +104,9 @@ batchnorm: an InstanceNorm1d's training-mode forward that keeps running
   opt.join() and at staleness 1; in eval() the InstanceNorm1d, and a BatchNorm2d after a
   convolution in training mode, a BatchNorm1d without running statistics
   and an InstanceNorm1d without them, must train as one process does on
-  uneven shares (opt.set_samples), running statistics included.
+  uneven shares (opt.set_samples), running statistics included; SWA's
+  update_bn on every rank must give one process's statistics, on rank 0
+  alone fail every rank saying what to do.
 latedense: a penalty on the weights added at step 3 must raise sfb.UsageError
   naming the layer and the step on every rank (or sfb.PeerError carrying a
   peer's, where that ended the job first); the same penalty from the
@@ -153,8 +155,9 @@ unequal: minibatches of unequal sizes without opt.set_samples must warn
   once on rank 0, naming the step and the counts; not with set_samples. A
   loss that sums over the samples beside a mean, or is a statistic over
   each rank's own samples (the root of a mean loss, a batch entropy, topk,
-  a norm, an MoE's balance on each rank's fractions), must warn and differ
-  from one process; over gathered rows or averaged fractions, be exact.
+  a norm, an MoE's balance on each rank's fractions), or divides a sum by a
+  count summed over the ranks, must warn and differ from one process; over
+  gathered rows or averaged fractions, or times sft.size(), be exact.
 contrastive: CLIP's loss over sft.allgather's rows must train as one
   process; over each rank's own rows, warn and differ; Barlow Twins'
   cross-correlation of batch-normalized embeddings likewise.
