@@ -62,13 +62,11 @@ cases=(
   # .grad replaced after backward() (gradient surgery), zeroed in place next
   "exact --no-zero --freeze --surgery --opt momentum"
   # dense gradients besides the factors in the first step: those layers go
-  # densely (fc1's weight transposed as a tied decoder's; an L2 penalty on
-  # every weight and a gradient penalty through double backward: all)
-  "exact --unused --transposed --buckets --opt momentum"
+  # densely (an L2 penalty on every weight and a gradient penalty through
+  # double backward: all; fc1's weight transposed as a tied decoder's: long)
   "exact --uneven --penalty --gradpen --opt sgd"
   # a BatchNorm in training mode: every rank's statistics (SyncBatchNorm's)
   "exact --batchnorm --uneven --clip --freeze --route --buckets --opt momentum"
-  "exact --buckets --uneven --join --clip"
   # bfloat16 on the wire: one process's values within its rounding (seen 2e-3)
   "exact --dense-bf16 --sync fms --buckets --freeze --opt momentum --tol 2e-2"
   # torch.autocast (bfloat16): the float32 sums of the bf16 products one
@@ -197,8 +195,11 @@ if [ "$PART" = long ]; then
     "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms"
     "maml --sync fms --opt momentum --steps 60" "losshead --opt momentum --sync fms"
     "nonfinite --opt adam --sync fms"
-    # (buckets and freezing are in the CI's batchnorm case too)
-    "exact --buckets --freeze --opt momentum" "tokens --opt momentum --sync fms")
+    # (buckets and freezing are in the CI's batchnorm case too; joins with
+    # uneven shards and clipping in its --hooks case)
+    "exact --buckets --freeze --opt momentum" "tokens --opt momentum --sync fms"
+    "exact --unused --transposed --buckets --opt momentum"
+    "exact --buckets --uneven --join --clip")
 fi
 timeout 300 "$SFB" launch -n 4 -- "$PY" "$JOB" "${cases[@]}" >"$tmp/out" 2>&1; rc=$?
 fails=0; passes=0
