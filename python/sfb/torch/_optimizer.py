@@ -1841,19 +1841,19 @@ class _Sync(_Passes):
         job with its text, which this one's allgather raises)."""
         advice = ": call sfb.torch.broadcast_parameters(model.state_dict()) before training"
         named = list(self.model.named_parameters())
-        mine = np.array([zlib.crc32(p.detach().contiguous().numpy().tobytes())
-                         for _, p in named], np.uint32)
+        mine = _replicas.crcs(named)
         rows = [np.frombuffer(b, np.uint32) for b in self.job.allgather(mine.tobytes())]
-        i = next((i for i in range(len(mine)) if len(rows[0]) == len(mine) and
-                  any(len(r) != len(mine) or r[i] != rows[0][i] for r in rows)), None)
-        if i is None:
+        if any(len(r) != len(mine) for r in rows):
             return advice
-        name = named[i][0]
-        apart = [q for q, r in enumerate(rows) if len(r) != len(mine) or r[i] != rows[0][i]]
+        apart = np.stack(rows) != rows[0]  # (rank, parameter)
+        which = np.flatnonzero(apart.any(axis=0))
+        if not len(which):
+            return advice
+        name, q = named[which[0]][0], int(np.flatnonzero(apart[:, which[0]])[0])
         return ("; the first that differs: %s (rank 0 and rank %d differ)%s; where it was "
                 "called, the first forward changed %s on some ranks (a parameter updated from "
                 "each rank's own data, an EMA codebook: update it from every rank's data, by "
-                "sfb.torch.allreduce, alike on every rank)" % (name, apart[0], advice, name))
+                "sfb.torch.allreduce, alike on every rank)" % (name, q, advice, name))
 
     def _by_hand(self):
         """What step() without backward() adds where a parameter's .grad was

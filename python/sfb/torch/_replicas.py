@@ -51,6 +51,13 @@ BUFFER_STEPS = (1, 4, 32)
 BUFFER_RTOL = 1e-5
 
 
+def crcs(items):
+    """A CRC-32 of each (name, tensor)'s bytes, as uint32s (what the
+    replicas compare)."""
+    return np.array([zlib.crc32(t.detach().contiguous().numpy().tobytes()) for _, t in items],
+                    np.uint32)
+
+
 def buffers(model):
     """(name, tensor) of the model's persistent buffers (its state_dict's: a
     non-persistent buffer is a cache), each once."""
@@ -229,8 +236,7 @@ class Checks:
         steps a difference is the program's (code run on some ranks only,
         a change from each rank's own data), not a flipped bit."""
         job = sync.job
-        mine = np.array([zlib.crc32(t.detach().contiguous().numpy().tobytes())
-                         for _, t in items], np.uint32)
+        mine = crcs(items)
         all_ = np.stack([np.frombuffer(b, np.uint32) for b in job.allgather(mine.tobytes())])
         self.checks += repair  # (replica_checks: the check_every ones)
         P = job.world
