@@ -1404,6 +1404,45 @@ class TorchOneWorker(unittest.TestCase):
             opt.step()
         sft.shutdown()
 
+    def test_a_gradient_given_by_hand_is_read_as_its_loss(self):
+        """backward(t, g) with g one number in every element is read as the
+        loss with that backward: ones a sum (times the number), 1/len a
+        mean; a g that weighs the elements apart, one with a gradient, of
+        another size, several roots: as given (nothing read). The gradient
+        the reading's backward gives is the given one's."""
+        from sfb.torch import _losses
+        lin = nn.Linear(3, 4)
+        x = torch.randn(5, 3, generator=torch.Generator().manual_seed(8))
+        each = lin(x).pow(2).sum(1)
+        P = 2
+        read = {}
+        for g, want_node, want_read in (
+                (torch.ones(5), "SumBackward0", (0.0, 0, _losses.SUMMED, None)),
+                ([torch.full((5,), 0.5)], "MulBackward0", (0.0, 0, _losses.SUMMED, None)),
+                (torch.full((5,), 1 / 5), "MeanBackward0", (5.0, 5, _losses.BY_HAND, None)),
+                (torch.full((5,), float(P)), "MulBackward0",
+                 (0.0, 0, _losses.SUMMED_TIMES_WORLD, None))):
+            loss, given = _losses.given_as_loss([each], g)
+            self.assertIsNone(given)
+            self.assertEqual(type(loss.grad_fn).__name__, want_node)
+            self.assertEqual(_losses.of_root(loss, None, P), want_read)
+            read[want_node] = loss
+            grads = torch.autograd.grad(loss, lin.weight, retain_graph=True)[0]
+            g = g[0] if isinstance(g, list) else g
+            self.assertTrue(torch.equal(
+                grads, torch.autograd.grad(each, lin.weight, g, retain_graph=True)[0]))
+        scalar = each.mean()
+        self.assertIs(_losses.given_as_loss(scalar, torch.tensor(1.0))[0], scalar)
+        loss, given = _losses.given_as_loss(scalar, torch.tensor(3.0))
+        self.assertEqual((type(loss.grad_fn).__name__, given), ("MulBackward0", None))
+        for t, g in ((each, torch.arange(5.0)), (each, torch.ones(5, requires_grad=True)),
+                     (each, torch.ones(4)), ([each, each], [torch.ones(5)] * 2),
+                     (each, None), (each.detach(), torch.ones(5)),
+                     (each, torch.ones(5, dtype=torch.long)),
+                     (each, torch.full((5,), float("inf")))):
+            got = _losses.given_as_loss(t, g)
+            self.assertTrue(got[0] is t and got[1] is g, (t, g))
+
     def test_layers_that_depend_on_the_padding_are_watched(self):
         """A bidirectional recurrent layer on unpacked sequences, a recurrent
         layer's final state (h_n, c_n) on them and attention without a mask

@@ -2096,10 +2096,13 @@ def unequal():
     (here 1 on every rank: DDP's rule, chosen) nothing is said. A loss
     summed over the samples is P times what the ranks' mean gives from the
     first step on: rank 0 says so at step 0; multiplied by sft.size() it
-    trains as one process's sum at any sizes, and nothing is said."""
+    trains as one process's sum at any sizes, and nothing is said. A
+    gradient given to backward() by hand, one number in every element, is
+    read as that loss: a sum's (times a number) warned of as a sum, a
+    mean's (1/len) as a mean by hand."""
     import warnings
-    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "sumP"):
-        per = 10 if loss == "two" else 5  # (elements a sample in what the loss divides by)
+    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "sumP", "given", "givenmean"):
+        per = {"two": 10, "givenmean": 1}.get(loss, 5)  # (elements a sample in what the loss divides by)
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
@@ -2128,6 +2131,10 @@ def unequal():
                     elif loss == "sum":  # (summed over the samples, scaled by hand)
                         hand_line = sys._getframe().f_lineno + 1
                         (((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum() * 0.05).backward()
+                    elif loss in ("given", "givenmean"):  # (per-sample losses, a gradient given)
+                        each = ((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum(1)
+                        hand_line = sys._getframe().f_lineno + 1
+                        each.backward(torch.full_like(each, 0.05 if loss == "given" else 1 / n))
                     elif loss == "sumP":  # (P times the sum: the ranks' mean is one process's)
                         (((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum() * 0.05 *
                          sft.size()).backward()
@@ -2164,13 +2171,13 @@ def unequal():
                 "is not one process's mean over all %d. Call opt.set_samples(n)" % (
                     hand_line, ", ".join("rank %d %d" % (q, (4 + q % 2) * per) for q in range(P)),
                     ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * per)
-                if loss in ("hand", "two") else
+                if loss in ("hand", "two", "givenmean") else
                 "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d is a "
                 "sum over the samples (reduction=\"sum\", .sum()): one process's gradient of a "
                 "sum over the union of the ranks' minibatches is the sum of the ranks' "
                 "gradients, %d times the mean that .grad holds (DDP's rule). Multiply the loss "
                 "by sfb.torch.size()" % (hand_line, P)
-                if loss == "sum" else
+                if loss in ("sum", "given") else
                 "sfb.torch: at step 2 the ranks' minibatches differ in size (the most samples "
                 "one of their layers took: %s) and no rank called opt.set_samples(n)" % counts]
             if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
@@ -2189,7 +2196,8 @@ def unequal():
     factors()
     micro_means()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
-          "by hand's, the layers'), at step 0 of a sum, of a sum beside a mean, of a "
+          "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
+          "sum's gradient given to backward()), of a sum beside a mean, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
           "rank computed from its own minibatch, of a sum over a count summed over the ranks; "
           "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "

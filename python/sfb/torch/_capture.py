@@ -356,8 +356,10 @@ def _autograd_backward(*args, **kwargs):
             "step gives each rank's; backward(create_graph=True, inputs=[x]) for an input's "
             "gradient is fine")
     from . import _losses
-    roots = args[0] if args else kwargs.get("tensors")
-    given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
+    # (a gradient given by hand that is one number, a sum's or a mean's, read
+    #  as that loss: _losses.given_as_loss)
+    roots, given = _losses.given_as_loss(args[0] if args else kwargs.get("tensors"),
+                                         args[1] if len(args) > 1 else kwargs.get("grad_tensors"))
     # (the pass's: the mean losses _losses watches take its place, _end_pass)
     read, terms = _losses.of_root(roots, given, s.job.world), None
     if read is not None:
