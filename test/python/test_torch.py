@@ -1358,22 +1358,29 @@ class TorchOneWorker(unittest.TestCase):
             self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
         self.assertIsNone(_losses.terms_of_root([ce(x, y) + mse(x, t)] * 2, None))
         # a step's terms: the same call's passes sum, another call is a term of its own
-        terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0, 7), "b", 1.0),
-                                 "a", 5.0, 7)
-        self.assertEqual(terms, (("a", 8.0, 7), ("b", 1.0, 0)))
+        S7 = (7, 8, 9)
+        terms = _losses.add_term(_losses.add_term(_losses.add_term((), "a", 3.0, S7), "b", 1.0),
+                                 "a", 5.0, S7)
+        self.assertEqual(terms, (("a", 8.0, S7), ("b", 1.0, 0)))
         self.assertEqual(_losses.shares(terms), (8.0 / 9, (8.0 / 9) ** 2 + (1.0 / 9) ** 2))
-        self.assertEqual(_losses.shares((("a", 16.0, 7), ("b", 2.0, 0))), _losses.shares(terms))
-        self.assertEqual(_losses.shares((("a", 8.0, 7),)), (-1.0, 0.0))
-        # their settings: the class weights' bytes and dtype, ignore_index, label_smoothing
+        self.assertEqual(_losses.shares((("a", 16.0, S7), ("b", 2.0, 0))), _losses.shares(terms))
+        self.assertEqual(_losses.shares((("a", 8.0, S7),)), (-1.0, 0.0))
+        # their settings, field by field: the class weights' bytes and dtype,
+        # ignore_index, label_smoothing
         self.assertEqual(_losses.settings_crc(terms)[0], 1)
+        self.assertEqual(len(_losses.settings_crc(terms)[1]), len(_losses.SETTINGS))
         w3 = torch.tensor([1.0, 2.0, 4.0])
-        crcs = {_losses.crc(None, -100, 0.0), _losses.crc(w3, -100, 0.0),
-                _losses.crc(w3.double(), -100, 0.0), _losses.crc(w3 * 2, -100, 0.0),
-                _losses.crc(w3, 0, 0.0), _losses.crc(w3, -100, 0.1),
-                _losses.crc(w3.bfloat16(), -100, 0.0)}
-        self.assertEqual(len(crcs), 7)
-        self.assertEqual(_losses.crc(w3.clone(), -100, 0.0), _losses.crc(w3, -100, 0.0))
-        self.assertNotIn(0, crcs)
+        base = _losses.crc(w3, -100, 0.0)
+        apart = lambda a, b: [k for k in range(3) if a[k] != b[k]]
+        for weight, ignore_index, smoothing, field in (
+                (None, -100, 0.0, 0), (w3.double(), -100, 0.0, 0), (w3 * 2, -100, 0.0, 0),
+                (w3.bfloat16(), -100, 0.0, 0), (w3, 0, 0.0, 1), (w3, -100, 0.1, 2)):
+            other = _losses.crc(weight, ignore_index, smoothing)
+            self.assertEqual(apart(other, base), [field], other)
+            self.assertEqual(apart(_losses.settings_crc((("a", 1.0, other),))[1],
+                                   _losses.settings_crc((("a", 1.0, base),))[1]), [field])
+        self.assertEqual(_losses.crc(w3.clone(), -100, 0.0), base)
+        self.assertNotIn(0, base + _losses.crc(None))
         self.assertEqual(_losses.of_root([x.mean()], [None]), hand(12))
         self.assertIsNone(_losses.of_root([x.mean(), x.mean()], None))
         self.assertIsNone(_losses.of_root(x.mean(0), None))

@@ -3528,38 +3528,47 @@ def tokens():
             print("ok tokens %s: %d steps within %.3g of one process (%s)" % (
                 kind, args.steps, worst, where), flush=True)
         closed()
-    # class weights counted from each rank's own shard: one process has one loss
-    model = setup_model(TokNet)
-    P, r = sft.size(), sft.rank()
-    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
-    try:
-        for t in range(3):
-            ids, labels = token_batch(t, r, P)
-            keep = labels != -100
-            if t == 0:
-                mine = torch.bincount(labels[keep], minlength=TokNet.VOCAB).float() + 1
-                wr = mine.sum() / mine  # (inverse frequencies, of this rank's targets)
-            opt.zero_grad()
-            opt.set_samples(float(wr[labels[keep]].sum()))
-            line = sys._getframe().f_lineno + 1
-            loss = nn.functional.nll_loss(torch.log_softmax(model(ids).flatten(0, 1), -1),
-                                          labels.flatten(), weight=wr)
-            loss.backward()
-            opt.step()
-        fail("class weights of each rank's own went on")
-    except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
-        want = ("the ranks' losses differ: nll_loss (torch_patterns.py:%d) has other class "
-                "weights (weight=, pos_weight=), ignore_index or label_smoothing from rank to "
-                "rank (alike: %s). One process has one loss" %
-                (line, "; ".join("rank %d" % q for q in range(P))))
-        if want not in str(e):
-            fail("expected %r, got %s" % (want, e))
-    closed()
+    # class weights counted from each rank's own shard, an ignore_index of
+    # rank 1's own: one process has one loss, and the refusal names the setting
+    for setting in ("class weights (weight=, pos_weight=)", "ignore_index"):
+        model = setup_model(TokNet)
+        P, r = sft.size(), sft.rank()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        try:
+            for t in range(3):
+                ids, labels = token_batch(t, r, P)
+                keep = labels != -100
+                if t == 0:
+                    mine = torch.bincount(labels[keep], minlength=TokNet.VOCAB).float() + 1
+                    wr = mine.sum() / mine  # (inverse frequencies, of this rank's targets)
+                if setting == "ignore_index":
+                    wr, ignored = None, 0 if r == 1 else -100
+                    labels = labels.clamp(min=0)  # (no -100 left: rank 1 ignores token 0)
+                    opt.set_samples(int((labels != ignored).sum()))
+                else:
+                    ignored = -100
+                    opt.set_samples(float(wr[labels[keep]].sum()))
+                opt.zero_grad()
+                line = sys._getframe().f_lineno + 1
+                loss = nn.functional.nll_loss(torch.log_softmax(model(ids).flatten(0, 1), -1),
+                                              labels.flatten(), weight=wr, ignore_index=ignored)
+                loss.backward()
+                opt.step()
+            fail("losses of each rank's own settings went on (%s)" % setting)
+        except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
+            alike = ("from rank to rank (alike: %s)" % "; ".join("rank %d" % q for q in range(P))
+                     if setting != "ignore_index" else "on rank 1 than on ranks %s" %
+                     ", ".join(str(q) for q in range(P) if q != 1))
+            want = ("the ranks' losses differ: nll_loss (torch_patterns.py:%d) has other %s "
+                    "%s. One process has one loss" % (line, setting, alike))
+            if want not in str(e):
+                fail("expected %r, got %s" % (want, e))
+        closed()
     print("ok tokens: rank 0 warned once naming each rank's kept targets (ignored, selected, "
           "torch's imported by name, a masked mean by hand, a second term over the sequences); "
           "with set_samples one process's (label smoothing, class weights, micro-batches, a "
-          "masked mean by hand, each term over its count on every rank); class weights of "
-          "each rank's own refused", flush=True)
+          "masked mean by hand, each term over its count on every rank); class weights and an "
+          "ignore_index of each rank's own refused, naming the setting", flush=True)
 
 
 class Shrink(nn.Module):

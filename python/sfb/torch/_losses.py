@@ -183,17 +183,22 @@ def _watch_elementwise(name, sig, out, args, kwargs):
             _hook(s, out, lambda: (float(n), n, ""), name, settings)
 
 
-def crc(weight, *values):
-    """A loss's settings as a nonzero checksum: its per-class weights'
-    bytes (cross_entropy's and nll_loss's weight=, the binary cross
-    entropy's pos_weight=) and values (ignore_index, label_smoothing). One
-    process has one loss: ranks whose checksums differ (class weights
+# what a loss's settings (crc()) hold, field by field, as the refusal names them
+SETTINGS = ("class weights (weight=, pos_weight=)", "ignore_index", "label_smoothing")
+
+
+def crc(weight, ignore_index=None, smoothing=None):
+    """A loss's settings (SETTINGS) as nonzero checksums, one per field: its
+    per-class weights' bytes (cross_entropy's and nll_loss's weight=, the
+    binary cross entropy's pos_weight=), ignore_index and label_smoothing.
+    One process has one loss: ranks whose checksums differ (class weights
     counted from each rank's shard) train on none."""
-    c = zlib.crc32(repr(values).encode())
+    w = 1
     if weight is not None:
-        w = weight.detach().reshape(-1).cpu().contiguous()
-        c = zlib.crc32(str(w.dtype).encode() + w.view(torch.uint8).numpy().tobytes(), c)
-    return c or 1
+        t = weight.detach().reshape(-1).cpu().contiguous()
+        w = zlib.crc32(str(t.dtype).encode() + t.view(torch.uint8).numpy().tobytes()) or 1
+    return (w, zlib.crc32(repr(ignore_index).encode()) or 1,
+            zlib.crc32(repr(smoothing).encode()) or 1)
 
 
 def keep_eager(dynamo):
@@ -998,9 +1003,11 @@ def add_term(terms, site, divisor, settings=0):
 
 
 def settings_crc(terms):
-    """(the terms whose settings were read, a checksum of theirs in order)."""
+    """(the terms whose settings were read, a checksum of theirs in order
+    per field of SETTINGS)."""
     read = [c for _, _, c in terms if c]
-    return len(read), zlib.crc32(b"".join(c.to_bytes(4, "little") for c in read))
+    return len(read), tuple(zlib.crc32(b"".join(c[k].to_bytes(4, "little") for c in read))
+                            for k in range(len(SETTINGS)))
 
 
 def shares(terms):

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 31  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 35  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -922,7 +922,7 @@ class _Sync(_Passes):
         those divisors (_losses.shares), the longest sequence a layer that
         depends on the padding ran on (_padding), the losses' settings
         (their class weights, ignore_index, label_smoothing: how many were
-        read and their checksum), whether the loss multiplies a statistic
+        read and their checksums, field by field), whether the loss multiplies a statistic
         over the samples by a tensor without gradient and that tensor's
         checksum (_losses.detached), the number the mean losses are
         multiplied by in the loss backward() got (their divisor over their
@@ -965,8 +965,11 @@ class _Sync(_Passes):
             row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
         row[0, n + 21:n + 23] = _losses.shares(self.losses[4])
         row[0, n + 23] = min(self.padded[0], _overflow.MOST)
-        read, crc = _losses.settings_crc(self.losses[4])
-        row[0, n + 24:n + 27] = [min(read, _overflow.MOST), crc & 0xFFFF, crc >> 16]
+        read, crcs = _losses.settings_crc(self.losses[4])
+        row[0, n + 24] = min(read, _overflow.MOST)
+        for k, crc in enumerate(crcs):  # (the class weights' at n + 25, the others' past n + 30)
+            at = n + 25 if k == 0 else n + 29 + 2 * k
+            row[0, at:at + 2] = [crc & 0xFFFF, crc >> 16]
         if "detached" in self.step_read:  # (a statistic's factor without gradient)
             crc = self.step_read["detached"][0][1]
             row[0, n + 27:n + 30] = [1.0, crc & 0xFFFF, crc >> 16]
@@ -1659,7 +1662,8 @@ class _Sync(_Passes):
             return
         alike = [q for q in range(self.job.world) if states[q] == _TRAINING and
                  meta[q, n + 24] == meta[me, n + 24]]
-        crcs = {q: tuple(meta[q, n + 25:n + 27]) for q in alike}
+        cols = [n + 25, n + 26, n + 31, n + 32, n + 33, n + 34]  # (settings_crc's fields)
+        crcs = {q: tuple(meta[q, cols]) for q in alike}
         if len(set(crcs.values())) < 2:
             return
         groups = {}
@@ -1670,13 +1674,15 @@ class _Sync(_Passes):
         sites = [at for at, _, c in self.losses[4] if c]
         where = ("on %s than on %s" % (ranks(sides[1]), ranks(sides[0])) if len(sides) == 2
                  else "from rank to rank (alike: %s)" % "; ".join(ranks(g) for g in sides))
+        fields = [what for k, what in enumerate(_losses.SETTINGS)
+                  if len({crcs[q][2 * k:2 * k + 2] for q in alike}) > 1]
         raise _sfb.MismatchError(
-            -(4096 + 9), "sfb.torch: at step %d the ranks' losses differ: %s %s other class "
-            "weights (weight=, pos_weight=), ignore_index or label_smoothing %s. One process "
-            "has one loss: give "
-            "every rank the same (class weights counted over the whole dataset, or rank 0's "
-            "sent to all: sft.broadcast_object)" % (
-                self.clock, " and ".join(sites), "has" if len(sites) == 1 else "have", where),
+            -(4096 + 9), "sfb.torch: at step %d the ranks' losses differ: %s %s other %s %s. "
+            "One process has one loss: give every rank the same%s" % (
+                self.clock, " and ".join(sites), "has" if len(sites) == 1 else "have",
+                " and ".join(fields), where,
+                " (class weights counted over the whole dataset, or rank 0's sent to all: "
+                "sft.broadcast_object)" if fields[:1] == [_losses.SETTINGS[0]] else ""),
             rank=sides[1][0] if sides[0][0] == me else sides[0][0])
 
     def _check_meta(self, meta):
