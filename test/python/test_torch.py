@@ -1307,6 +1307,9 @@ class TorchOneWorker(unittest.TestCase):
                 # (sums of a mean over the samples, and over the weights: none)
                 (routed.pow(2).sum(), summed),
                 (ce(h, y % 3, reduction="none").sum(), summed),  # (per-sample terms, summed)
+                # (label smoothing's two terms, each times a number: torch's MulBackward1)
+                (ce(h, y % 3, label_smoothing=0.1, reduction="sum"), summed),
+                (ce(h, y % 3, label_smoothing=0.1, reduction="sum") * P, times),
                 (-nn.functional.log_softmax(h.view(2, 2, 3), -1)[..., 0].sum(), summed),
                 (h.mean(0).sum(), None), ((h - t).pow(2).mean(0).sum() * 2, None),
                 (sum(p.pow(2).sum() for p in (x, t)), None),
@@ -1335,7 +1338,9 @@ class TorchOneWorker(unittest.TestCase):
                 (ce(x, y) + 1.0, None),  # (one term: of_root's)
                 (ce(x, y) + x.mean(), [read_ce + (1.0,)]),  # (x no layer's: a penalty)
                 (ce(x, y) + mse(x, t) * mse(x, t).detach().requires_grad_(), None),
-                (ce(x, y) + ce(x, y, label_smoothing=0.1), None)):
+                # (label smoothing's: its NLL term times 1 - 0.1, its smoothing term's mean
+                # of x, no layer's output, a penalty)
+                (ce(x, y) + ce(x, y, label_smoothing=0.1), [read_ce + (1.0,), read_ce + (0.9,)])):
             self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
         # means by hand beside them (FixMatch's), penalties on the weights, the
         # calls _losses watches (marked: their hooks count them)

@@ -183,16 +183,34 @@ _HEAD = 96  # bytes of a header: a rank's shape (allreduce), dtype and trailing 
 
 @_named("allreduce()")
 def allreduce(tensor, op="mean"):
-    """The sum or mean over ranks of a small tensor (at most 1 MiB; for
-    metrics such as a test accuracy, not gradients), as a new tensor of its
-    shape and dtype, the same bits on every rank (summed in rank order, in
-    float64). op: "mean" or "sum". Raises sfb.UsageError for another op or
-    a larger tensor, sfb.MismatchError where the ranks' shapes differ,
-    sfb.PeerError when a rank fails."""
-    job = _need()
+    """The sum or mean over ranks of a small tensor (at most 1 MiB: metrics
+    such as a test accuracy, a statistic of the global batch; not
+    gradients), as a new tensor of its shape and dtype, the same bits on
+    every rank (summed in rank order, in float64). op: "mean" or "sum".
+    Differentiable (torch.distributed.nn.all_reduce's rule): where tensor
+    requires a gradient and the result feeds the loss (a mean prediction
+    over the global batch, Barlow Twins' cross-correlation summed over the
+    ranks), backward() gives each rank's tensor the sum over the ranks of
+    the result's gradient (times 1/P for the mean), so the loss trains as
+    one process's on the union; every rank must then run the backward
+    through it, in the same order as the others'. Raises sfb.UsageError
+    for another op or a larger tensor, sfb.MismatchError where the ranks'
+    shapes differ, sfb.PeerError when a rank fails."""
     if op not in ("sum", "mean"):
         raise _sfb.UsageError("allreduce: op %r: expected 'sum' or 'mean'" % (op,))
     t = torch.as_tensor(tensor)
+    if torch.is_grad_enabled() and t.requires_grad:
+        out = _AllReduce.apply(t, op)
+    else:
+        out = _reduce(_need(), t, op)
+    if op == "sum" and _env._job.world > 1 and out.numel() <= 8:  # (a count a loss may divide by)
+        from . import _losses
+        _losses.note_shared_sums(out.detach().double().view(-1).tolist(), _env._user_line())
+    return out
+
+
+def _reduce(job, t, op):
+    """allreduce's sum or mean of t over the ranks (collective)."""
     a = t.detach().to(torch.float64).contiguous().view(-1).numpy()
     if a.nbytes * 1 > (1 << 20):
         raise _sfb.UsageError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
@@ -212,11 +230,7 @@ def allreduce(tensor, op="mean"):
         total += np.frombuffer(p[_HEAD:], np.float64)
     if op == "mean":
         total /= job.world
-    out = torch.from_numpy(total).view(t.shape).to(t.dtype)
-    if op == "sum" and job.world > 1 and out.numel() <= 8:  # (a count a loss may divide by)
-        from . import _losses
-        _losses.note_shared_sums(out.double().view(-1).tolist(), _env._user_line())
-    return out
+    return torch.from_numpy(total).view(t.shape).to(t.dtype)
 
 
 def _gather_rows(job, t, what, weight=1.0):
@@ -261,22 +275,51 @@ class _AllGather(torch.autograd.Function):
     @staticmethod
     @_abort_on_error  # (inside autograd: the peers learn of an error here)
     def backward(ctx, grad):
-        job = _need()
-        sync = _env._optimizer
-        mine = sync.my_weight if sync is not None else 1.0
-        with job.calls_named("allgather()'s backward"):
-            grads, weights = _gather_rows(job, grad, "allgather's backward", mine)
         lo, n = sum(ctx.rows[:ctx.rank]), ctx.rows[ctx.rank]
-        if n and not mine > 0:
-            raise _sfb.UsageError(
-                "allgather's backward: this rank's rows (%d) weigh %r in the reduction "
-                "(opt.set_samples): the gradient the other ranks' losses give them would be "
-                "lost" % (n, mine), rank=job.rank)
-        total = grad.new_zeros((n,) + tuple(grad.shape[1:]), dtype=torch.float64)
-        for g, w in zip(grads, weights):  # rank order: the same sum on every rank
-            if w:
-                total += g[lo:lo + n].double() * (w / mine if n else 0.0)
-        return total.to(grad.dtype)
+        return _weighed_sum(_need(), grad, "allgather", lo, n).to(grad.dtype)
+
+
+def _weighed_sum(job, grad, name, lo, n):
+    """The backward of name's result (collective): the sum over the ranks
+    of rows lo:lo + n of each rank's gradient grad (the ranks' may differ
+    in their first dimension only), in float64, each rank's scaled by its
+    weight over this rank's (opt.set_samples): the reduction weighs the
+    whole gradient of a rank by that rank's weight, and a term that came
+    from rank r's loss must weigh as rank r's."""
+    sync = _env._optimizer
+    mine = sync.my_weight if sync is not None else 1.0
+    with job.calls_named("%s()'s backward" % name):
+        grads, weights = _gather_rows(job, grad, "%s's backward" % name, mine)
+    if n and not mine > 0:
+        raise _sfb.UsageError(
+            "%s's backward: this rank's rows (%d) weigh %r in the reduction "
+            "(opt.set_samples): the gradient the other ranks' losses give them would be "
+            "lost" % (name, n, mine), rank=job.rank)
+    total = grad.new_zeros((n,) + tuple(grad.shape[1:]), dtype=torch.float64)
+    for g, w in zip(grads, weights):  # rank order: the same sum on every rank
+        if w:
+            total += g[lo:lo + n].double() * (w / mine if n else 0.0)
+    return total
+
+
+class _AllReduce(torch.autograd.Function):
+    """allreduce's operator for a tensor with gradient. Backward gives each
+    rank the sum over the ranks of the result's gradient (_weighed_sum),
+    times 1/P for the mean."""
+
+    @staticmethod
+    def forward(ctx, t, op):
+        ctx.op = op
+        return _reduce(_need(), t, op)
+
+    @staticmethod
+    @_abort_on_error  # (inside autograd: the peers learn of an error here)
+    def backward(ctx, grad):
+        job = _need()
+        total = _weighed_sum(job, grad.reshape(1, -1), "allreduce", 0, 1)
+        if ctx.op == "mean":
+            total /= job.world
+        return total.view(grad.shape).to(grad.dtype), None
 
 
 @_named("allgather()")

@@ -130,7 +130,7 @@ def root_factor(tensors, grad_tensors):
             if below and _factor(node)[0] is None:
                 break  # (terms weighed each its own: no one number)
             if divides:
-                (a, _), (b, _) = node.next_functions
+                a, b = _sides(node)
                 if b is not None:
                     break
                 node = a
@@ -284,7 +284,7 @@ def of_root(tensors, grad_tensors, world=1):
             if divides is None:
                 break
             if divides:
-                (a, _), (b, _) = node.next_functions
+                a, b = _sides(node)
                 if b is not None:
                     return None
                 value, node = _value(node._saved_other), a
@@ -364,7 +364,7 @@ def _mean_terms(node, mul, div, depth, out, skipped):
     divides = _SCALED.get(name)
     if divides is not None:
         if divides:
-            (a, _), (b, _) = node.next_functions
+            a, b = _sides(node)
             value, inner = (None, None) if b is not None else (_value(node._saved_other), a)
         else:
             value, inner = _factor(node)
@@ -554,7 +554,7 @@ def _terms(node, path, depth, out):
         return
     divides = _SCALED.get(name)
     if divides:
-        (a, _), (b, _) = node.next_functions
+        a, b = _sides(node)
         if b is None:  # (by a value without gradient: a mean by hand)
             _terms(a, path + (("/", _value(node._saved_other)),), depth + 1, out)
             return
@@ -601,6 +601,9 @@ _ROWWISE = frozenset((
 _LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
            "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
 _GATHER = "_AllGatherBackward"  # (sfb.torch.allgather's)
+# (sfb.torch.allgather's rows and sfb.torch.allreduce's result: every rank's,
+# the union's as one process computes it)
+_UNION = (_GATHER, "_AllReduceBackward")
 
 
 def _reaches_layer(node):
@@ -757,8 +760,9 @@ def detached(root, world):
 
 def _stops(node, name):
     """Whether a walk above the model's layers ends at node: a parameter,
-    rows gathered from every rank, a layer (frozen too)."""
-    return name in ("AccumulateGrad", _GATHER) or _layer(node, name) is not False
+    rows gathered from every rank or a sum over them (_UNION), a layer
+    (frozen too)."""
+    return name == "AccumulateGrad" or name in _UNION or _layer(node, name) is not False
 
 
 # (reductions that combine the samples whatever is done with them: what)
@@ -869,7 +873,7 @@ def _from_samples(node, limit=64):
     """Whether node's output comes from a layer of the model's outputs by
     any operations (not from parameters alone, nor gathered)."""
     def visit(node, name):
-        if name in ("AccumulateGrad", _GATHER):
+        if name == "AccumulateGrad" or name in _UNION:
             return []
         return True if _layer(node, name) is not False else _inputs(node)
     return bool(_walk(node, visit, limit))
@@ -928,12 +932,20 @@ def _value(v):
     return float(v)
 
 
+def _sides(node):
+    """A product's or a division's inputs' nodes (a, b): b None where the
+    second operand has no gradient or is a number (MulBackward1 and
+    DivBackward1, torch's own by a number, have one input)."""
+    f = node.next_functions
+    return f[0][0], f[1][0] if len(f) > 1 else None
+
+
 def _factor(node):
     """A product node's factor without gradient and the node on its other
     side: (value, node); value None where it is no one-element value
     without gradient."""
-    (a, _), (b, _) = node.next_functions
-    if type(node).__name__ == "MulBackward1":
+    a, b = _sides(node)
+    if type(node).__name__ == "MulBackward1":  # (by a number)
         return _value(node._saved_other), a
     if (a is None) == (b is None):  # (both with gradients)
         return None, None
