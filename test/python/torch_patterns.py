@@ -1437,8 +1437,8 @@ def autogradw():
         torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
         fail("torch.autograd.grad with respect to the weights was not refused")
     except sfb.UsageError as e:
-        if "fc1.weight at step 1" not in str(e) or "backward()" not in str(e) or \
-                "in the first step" not in str(e) or e.param != "fc1.weight":
+        if "fc1.weight after the job's first backward() (1 reduction done)" not in str(e) or \
+                "before the job's first backward()" not in str(e) or e.param != "fc1.weight":
             fail("the error does not name the weight or say what to do: %s" % e)
         why = str(e)
     try:  # backward restricted to some parameters: refused too

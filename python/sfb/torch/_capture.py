@@ -300,13 +300,15 @@ def _autograd_grad(outputs, inputs, *args, **kwargs):
                     "mean" % name, param=name)
             if s.attached:
                 raise _sfb.UsageError(
-                    "sfb.torch: torch.autograd.grad with respect to %s at step %d: sfb "
-                    "carries its gradient by factors and never forms it in torch; use "
-                    "backward(), after which .grad holds every rank's mean. A weight "
-                    "differentiated so in the first step (a MAML inner step) goes densely "
-                    "from then on, its gradients torch's: do it from the first step "
-                    "(gradients with respect to inputs and to the densely synchronized "
-                    "parameters are fine)" % (name, s.clock), param=name)
+                    "sfb.torch: torch.autograd.grad with respect to %s after the job's first "
+                    "backward() (%d reduction%s done): sfb carries its gradient by factors "
+                    "and never forms it in torch; use backward(), after which .grad holds "
+                    "every rank's mean. A weight differentiated so before the job's first "
+                    "backward() (a MAML inner step; GradNorm's gradient norms, taken before "
+                    "backward() in every step) goes densely from then on, its gradients "
+                    "torch's (gradients with respect to inputs and to the densely "
+                    "synchronized parameters are fine)" % (
+                        name, s.clock, "" if s.clock == 1 else "s"), param=name)
             # the first step: these layers go densely (the first reduction),
             # and their factor functions form the gradients asked for
             s.mixed |= asked
