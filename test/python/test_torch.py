@@ -1325,6 +1325,21 @@ class TorchOneWorker(unittest.TestCase):
                 (h.gather(0, torch.zeros(1, 3, dtype=torch.long)).sum(), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         self.assertIsNone(_losses.of_root(h.sum(), None, 1))
+        # torch's losses of one node each (their reduction saved), ctc_loss's per-sample
+        # node: sums over the samples too; its mean a mean by hand over the samples
+        F = nn.functional
+        lp = h.log_softmax(1)[:, None]  # ((T, N, C) = (4, 1, 3))
+        ctc = lambda red: F.ctc_loss(lp.expand(4, 2, 3), torch.tensor([[1], [2]]), [4, 4],
+                                     [1, 1], reduction=red)
+        for loss, want in (
+                (F.multi_margin_loss(h, y % 3, reduction="sum"), summed),
+                (F.multi_margin_loss(h, y % 3, reduction="none").sum() * P, times),
+                (F.soft_margin_loss(h, t.sign(), reduction="sum"), summed),
+                (F.soft_margin_loss(h, t.sign(), reduction="none").sum(), summed),
+                (F.multilabel_margin_loss(h, torch.tensor([[0, -1, 0]] * 4), reduction="sum"),
+                 summed),
+                (ctc("sum"), summed), (ctc("none").sum(), summed), (ctc("mean"), hand(2))):
+            self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         # several terms of torch's own losses, each times a number: the numbers
         # on each term's way from the root (terms_of_root)
         mse = _losses._torch_elementwise["mse_loss"]
@@ -1340,7 +1355,10 @@ class TorchOneWorker(unittest.TestCase):
                 (ce(x, y) + mse(x, t) * mse(x, t).detach().requires_grad_(), None),
                 # (label smoothing's: its NLL term times 1 - 0.1, its smoothing term's mean
                 # of x, no layer's output, a penalty)
-                (ce(x, y) + ce(x, y, label_smoothing=0.1), [read_ce + (1.0,), read_ce + (0.9,)])):
+                (ce(x, y) + ce(x, y, label_smoothing=0.1), [read_ce + (1.0,), read_ce + (0.9,)]),
+                # (a hybrid CTC/attention loss: ctc_loss's mean over the utterances a term)
+                (0.3 * ctc("mean") + 0.7 * ce(x, y), [(2.0, 2.0, _losses.BY_HAND, None, 0.3),
+                                                      read_ce + (0.7,)])):
             self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
         # means by hand beside them (FixMatch's), penalties on the weights, the
         # calls _losses watches (marked: their hooks count them)
@@ -1370,6 +1388,16 @@ class TorchOneWorker(unittest.TestCase):
         self.assertEqual(_losses.shares(terms), (8.0 / 9, (8.0 / 9) ** 2 + (1.0 / 9) ** 2))
         self.assertEqual(_losses.shares((("a", 16.0, S7), ("b", 2.0, 0))), _losses.shares(terms))
         self.assertEqual(_losses.shares((("a", 8.0, S7),)), (-1.0, 0.0))
+        # one line's calls in a pass (a decoder's loss += ce(...) per step): a term each
+        site, given = "cross_entropy (f.py:21)", "given to backward() at f.py:9"
+        calls = [site] + [_losses.call_term(site, k) for k in (2, 3)]
+        self.assertEqual(calls[1:], ["cross_entropy (f.py:21, call 2)",
+                                     "cross_entropy (f.py:21, call 3)"])
+        self.assertEqual(_losses.call_term(given, 2), given + " (call 2)")
+        self.assertEqual(_losses.term_sites([(c,) for c in calls + [given, given + " (call 2)"]]),
+                         [site + " (3 calls a pass)", given + " (2 calls a pass)"])
+        self.assertEqual(_losses.term_sites([(site,), ("mse_loss (f.py:30)",)]),
+                         [site, "mse_loss (f.py:30)"])
         # their settings, field by field: the class weights' bytes and dtype,
         # ignore_index, label_smoothing
         self.assertEqual(_losses.settings_crc(terms)[0], 1)

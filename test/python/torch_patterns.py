@@ -216,6 +216,7 @@ import contextlib
 import copy
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -3426,6 +3427,15 @@ def tokens():
     def loss_of(model, ids, labels, kind):
         out = model(ids)
         logits = out.flatten(0, 1)
+        if kind == "steps":  # (a decoder's loss += ce(...) per position: a mean each)
+            loss = 0
+            for i in range(3):
+                loss = loss + nn.functional.cross_entropy(out[:, i], labels[:, i])
+            return loss
+        if kind == "stepsfix":  # (each position's sum over its count on every rank)
+            counts = sft.allreduce((labels[:, :3] != -100).sum(0).float(), op="sum")
+            return sft.size() * sum(nn.functional.cross_entropy(
+                out[:, i], labels[:, i], reduction="sum") / counts[i] for i in range(3))
         if kind in ("terms", "termsfix"):  # (BERT's: the kept tokens', then the sequences')
             seq = (ids[:, 0] % 5).clamp(min=0)
             if kind == "terms":
@@ -3457,8 +3467,8 @@ def tokens():
         return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
-    warned = ("plain", "select", "byname", "hand", "handmean", "terms")
-    for kind in warned + ("smooth", "nll", "micro", "handset", "termsfix"):
+    warned = ("plain", "select", "byname", "hand", "handmean", "terms", "steps")
+    for kind in warned + ("smooth", "nll", "micro", "handset", "termsfix", "stepsfix"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(
@@ -3471,7 +3481,7 @@ def tokens():
                 keep = labels != -100
                 if kind in ("smooth", "handset"):
                     opt.set_samples(int(keep.sum()))
-                elif kind == "termsfix":
+                elif kind in ("termsfix", "stepsfix"):
                     opt.set_samples(1)
                 elif kind == "nll":
                     opt.set_samples(float(w[labels[keep]].sum()))
@@ -3489,7 +3499,8 @@ def tokens():
                 same(job, model, "%s: after step %d" % (kind, t))
                 ids, labels = token_batch(t, None, P)
                 ref_opt.zero_grad()
-                loss_of(ref, ids, labels, "terms" if kind == "termsfix" else kind).backward()
+                loss_of(ref, ids, labels, {"termsfix": "terms", "stepsfix": "steps"}.get(
+                    kind, kind)).backward()
                 ref_opt.step()
         said = [str(x.message) for x in got if unequal_said(x)]
         if kind in warned:
@@ -3526,6 +3537,15 @@ def tokens():
                          in said[0] and ")) by %s. One weight per rank" % b in said[0])
                         for a, b in ((tok, seqs), (seqs, tok))):
                     fail("the warning does not name both terms' counts: %r" % said)
+            if kind == "steps":  # (one line called per position: each call a term)
+                want = ("sfb.torch: at step 0 the loss's terms average over counts that are not "
+                        "in proportion from rank to rank: cross_entropy (torch_patterns.py:")
+                each = ""
+                if r == 0 and said and not re.search(
+                        r"\(torch_patterns\.py:\d+\) \(3 calls a pass\), each call a mean of its "
+                        r"own: one call divides by rank 0 \d+, .*, the other 2 by rank 0 \d+",
+                        said[0]):
+                    fail("the warning does not name the calls of one line: %r" % said)
             if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]):
                 fail("warned %r, expected one warning starting %r, with %r" % (said, want, each))
             if r != 0 and said:

@@ -605,11 +605,17 @@ class _Passes:
         if self.pass_reading:  # (the step's loss was read: unread)
             self.read_step, self.read_next = True, False
         from . import _losses
+        calls = {}  # (site: its calls in this pass)
         for divisor, targets, how, site, settings, factor in losses:
             d, n, was, where, terms, folded = self.losses
             # (each pass of a step's micro-batches a term of its own: means over
-            # micro-batches whose counts part from rank to rank weigh them apart)
-            term = site if self.passes_per_step == 1 else "%s, pass %d" % (site, self.passes + 1)
+            # micro-batches whose counts part from rank to rank weigh them apart;
+            # so is each call of one line in a pass: a decoder's loss += ce(...)
+            # per time step, each step's mean over its own targets)
+            calls[site] = k = calls.get(site, 0) + 1
+            term = site if k == 1 else _losses.call_term(site, k)
+            if self.passes_per_step != 1:
+                term = "%s, pass %d" % (term, self.passes + 1)
             self.losses = (d + divisor, n + targets, was or how, where or site,
                            _losses.add_term(terms, term, divisor, settings),
                            folded + divisor / factor)

@@ -235,6 +235,12 @@ _ELEMENTS = {"MseLossBackward0": "mse_loss", "SmoothL1LossBackward0": "smooth_l1
              "HuberLossBackward0": "huber_loss",
              "BinaryCrossEntropyBackward0": "binary_cross_entropy",
              "BinaryCrossEntropyWithLogitsBackward0": "binary_cross_entropy_with_logits"}
+# (torch's losses whose one node computes them whole, reduction saved: a sum
+# over the samples with "sum", a term a sample (or element) with "none")
+_FUSED = {"MultiMarginLossBackward0": "multi_margin_loss",
+          "MultilabelMarginLossBackward0": "multilabel_margin_loss",
+          "SoftMarginLossBackward0": "soft_margin_loss"}
+_CTC = "CtcLossBackward0"  # (ctc_loss's per-sample losses: its reductions are nodes of their own)
 SUMMED = "summed"  # (the how of a loss summed over its samples: of_root)
 SUMMED_TIMES_WORLD = "summed, times the world's size"  # (one process's sum: of_root)
 _VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "TransposeBackward0",
@@ -653,8 +659,9 @@ def _below(node, limit=256):
             return []
         if layer is None:  # (a frozen layer: the samples go on into its input)
             return [node.next_functions[0 if name == "ConvolutionBackward0" else -2][0]]
-        if _rowwise(node, name) or \
-                ((name in _NLL or name in _ELEMENTS) and node._saved_reduction == 0):
+        if _rowwise(node, name) or name == _CTC or \
+                ((name in _NLL or name in _ELEMENTS or name in _FUSED) and
+                 node._saved_reduction == 0):
             return _inputs(node)  # (a loss with reduction="none": one term a sample)
         return []
     _walk(node, visit, limit)
@@ -972,8 +979,9 @@ def _sum_name(node):
     reduction="sum", a .sum() of what a layer computed from them; None
     otherwise."""
     name = type(node).__name__
-    if (name in _NLL or name in _ELEMENTS) and node._saved_reduction == 2:
-        return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _nll_name(node))
+    if (name in _NLL or name in _ELEMENTS or name in _FUSED) and node._saved_reduction == 2:
+        return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _FUSED.get(name) or
+                                        _nll_name(node))
     if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]):
         return ".sum()"
     return None
@@ -1012,6 +1020,23 @@ def add_term(terms, site, divisor, settings=0):
         if at == site:
             return terms[:i] + ((at, d + divisor, c or settings),) + terms[i + 1:]
     return terms + ((site, divisor, settings),)
+
+
+def call_term(site, k):
+    """The term of the k-th call (k > 1) of site in one backward pass:
+    "cross_entropy (f.py:21, call k)", "given to backward() (call k)"."""
+    m = re.match(r"^(.*) \(([^()]*)\)$", site)
+    return "%s (%s, call %d)" % (m.group(1), m.group(2), k) if m else "%s (call %d)" % (site, k)
+
+
+def term_sites(terms):
+    """The terms' sites, each once, in order, with the calls each made in a
+    pass (call_term's): "cross_entropy (f.py:21) (5 calls a pass)"."""
+    counts = {}
+    for t in terms:
+        site = re.sub(r" \(call \d+\)$", "", re.sub(r", call \d+\)$", ")", t[0]))
+        counts[site] = counts.get(site, 0) + 1
+    return ["%s (%d calls a pass)" % (site, k) if k > 1 else site for site, k in counts.items()]
 
 
 def settings_crc(terms):

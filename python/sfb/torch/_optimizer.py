@@ -1497,16 +1497,21 @@ class _Sync(_Passes):
         n, terms = self.n_params, self.losses[4]
         d = meta[:, n + 15].astype(np.float64)
         first = np.where(meta[:, n + 21] >= 0, meta[:, n + 21] * d, np.nan)
+        sites = _losses.term_sites(terms)
+        if len(sites) == 1 and len(terms) > 1:  # (one line called in a loop: a decoder's steps)
+            what = "%s, each call a mean of its own: one call divides by %s, the other %d by %s" % (
+                sites[0], _listed(first), len(terms) - 1, _listed(d - first))
+        else:
+            others = _losses.term_sites(terms[1:])
+            what = "%s divides by %s, the other term%s (%s) by %s" % (
+                terms[0][0] if terms else "the first", _listed(first),
+                "s" if len(terms) > 2 else "", ", ".join(others) or "?", _listed(d - first))
         warnings.warn(
             "sfb.torch: at step %d the loss's terms average over counts that are not in "
-            "proportion from rank to rank: %s divides by %s, the other term%s (%s) by %s. One "
-            "weight per rank (opt.set_samples) gives one process's mean of one of them only: "
-            "divide each term's sum by its count over all ranks (sfb.torch.allreduce of the "
-            "counts, op=\"sum\") and multiply the loss by sfb.torch.size(), with "
-            "opt.set_samples(1) on every rank" %
-            (self.clock, terms[0][0] if terms else "the first", _listed(first),
-             "s" if len(terms) > 2 else "", ", ".join(t[0] for t in terms[1:]) or "?",
-             _listed(d - first)),
+            "proportion from rank to rank: %s. One weight per rank (opt.set_samples) gives one "
+            "process's mean of one of them only: divide each term's sum by its count over all "
+            "ranks (sfb.torch.allreduce of the counts, op=\"sum\") and multiply the loss by "
+            "sfb.torch.size(), with opt.set_samples(1) on every rank" % (self.clock, what),
             stacklevel=_env._user_stacklevel())
 
     def _tell_factors(self, meta, chose):
