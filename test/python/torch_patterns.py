@@ -2346,7 +2346,7 @@ def factors():
             "sfb.torch: at step %d the loss given to backward() multiplies its mean" % (
                 1 if kind.startswith("tasks") else 0),
             "each by numbers without gradient that differ from rank to rank"
-            if kind.startswith("tasks") else
+            if kind.startswith("tasks") or kind == "mixup" else  # (mixup: one line's two calls)
             "by a number without gradient that differs from rank to rank (rank 0 ")]
         if len(said) != len(want) or any(not a.startswith(b) or c not in a
                                          for a, (b, c) in zip(said, want)):

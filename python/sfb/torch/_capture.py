@@ -597,7 +597,7 @@ class _Passes:
         # (terms_of_root); without them, what the root reads)
         losses = self.pass_losses + self.pass_terms if self.pass_losses else \
             self.pass_hand or self.pass_terms
-        self.pass_losses = []
+        watched, self.pass_losses = len(self.pass_losses), []
         if not self.pass_hit:
             return
         for kind, said in self.pass_read.items():
@@ -605,14 +605,14 @@ class _Passes:
         if self.pass_reading:  # (the step's loss was read: unread)
             self.read_step, self.read_next = True, False
         from . import _losses
-        calls = {}  # (site: its calls in this pass)
-        for divisor, targets, how, site, settings, factor in losses:
+        calls = {}  # (a watched call's site: its calls in this pass)
+        for i, (divisor, targets, how, site, settings, factor) in enumerate(losses):
             d, n, was, where, terms, folded = self.losses
             # (each pass of a step's micro-batches a term of its own: means over
             # micro-batches whose counts part from rank to rank weigh them apart;
             # so is each call of one line in a pass: a decoder's loss += ce(...)
             # per time step, each step's mean over its own targets)
-            calls[site] = k = calls.get(site, 0) + 1
+            k = calls[site] = calls.get(site, 0) + 1 if i < watched else 1
             term = site if k == 1 else _losses.call_term(site, k)
             if self.passes_per_step != 1:
                 term = "%s, pass %d" % (term, self.passes + 1)
