@@ -612,7 +612,9 @@ class _Passes:
             # micro-batches whose counts part from rank to rank weigh them apart;
             # so is each call of one line in a pass: a decoder's loss += ce(...)
             # per time step, each step's mean over its own targets)
-            k = calls[site] = calls.get(site, 0) + 1 if i < watched else 1
+            k = 1
+            if i < watched:
+                k = calls[site] = calls.get(site, 0) + 1
             term = site if k == 1 else _losses.call_term(site, k)
             if self.passes_per_step != 1:
                 term = "%s, pass %d" % (term, self.passes + 1)
