@@ -924,8 +924,7 @@ class _Sync(_Passes):
         (their class weights, ignore_index, label_smoothing: how many were
         read and their checksums, field by field), whether the loss
         multiplies a statistic over the samples by a tensor without gradient
-        and that tensor's
-        checksum (_losses.detached), the number the mean losses are
+        and that tensor's checksum (_losses.detached), the number the mean losses are
         multiplied by in the loss backward() got (their divisor over their
         divisor each divided by its gradient: 1 for the losses themselves),
         each layer's samples."""
