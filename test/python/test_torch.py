@@ -502,8 +502,9 @@ class TorchOneWorker(unittest.TestCase):
         self.assertNotIn("2 (3x8): dense", opt.plan)
         opt.zero_grad()
         out = m(x) + nn.functional.linear(torch.ones(1, 3), m[2].weight.t()).sum()  # from now on
-        self.assertRaisesNaming(sft.UsageError, ["2 received a dense gradient at step 3",
-                                                 "from the first step"],
+        self.assertRaisesNaming(sft.UsageError, ["2 received a dense gradient after the job's "
+                                                 "first backward() (3 reductions done",
+                                                 "use it so there, with weight 0"],
                                 nn.functional.cross_entropy(out, y).backward)
 
     def test_two_optimizers_are_plain_pytorch(self):
@@ -1338,7 +1339,13 @@ class TorchOneWorker(unittest.TestCase):
                 (F.soft_margin_loss(h, t.sign(), reduction="none").sum(), summed),
                 (F.multilabel_margin_loss(h, torch.tensor([[0, -1, 0]] * 4), reduction="sum"),
                  summed),
-                (ctc("sum"), summed), (ctc("none").sum(), summed), (ctc("mean"), hand(2))):
+                (ctc("sum"), summed), (ctc("none").sum(), summed), (ctc("mean"), hand(2)),
+                # (element-wise functions: a pinball loss's maximum, xlogy, erf, log cosh)
+                (torch.maximum(0.3 * (h - t), -0.7 * (h - t)).sum(), summed),
+                (torch.xlogy(t, h.sigmoid()).sum(), summed), ((h - t).erf().pow(2).sum(), summed),
+                ((h - t).cosh().log().sum(), summed),
+                (F.glu(torch.cat([h, h], 1), 1).sum(), summed),
+                (F.glu(torch.cat([h, h], 0), 0).sum(), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         # several terms of torch's own losses, each times a number: the numbers
         # on each term's way from the root (terms_of_root)
@@ -1358,7 +1365,10 @@ class TorchOneWorker(unittest.TestCase):
                 (ce(x, y) + ce(x, y, label_smoothing=0.1), [read_ce + (1.0,), read_ce + (0.9,)]),
                 # (a hybrid CTC/attention loss: ctc_loss's mean over the utterances a term)
                 (0.3 * ctc("mean") + 0.7 * ce(x, y), [(2.0, 2.0, _losses.BY_HAND, None, 0.3),
-                                                      read_ce + (0.7,)])):
+                                                      read_ce + (0.7,)]),
+                # (a Dice per sample, a mean over its pixels, then over the samples)
+                (ce(x, y) + h.sigmoid().mean(-1).mean(), [read_ce + (1.0,),
+                                                          (4.0, 4.0, _losses.BY_HAND, None, 1.0)])):
             self.assertEqual(_losses.terms_of_root(loss, None), want, loss.grad_fn)
         # means by hand beside them (FixMatch's), penalties on the weights, the
         # calls _losses watches (marked: their hooks count them)

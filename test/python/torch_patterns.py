@@ -1495,8 +1495,9 @@ def latedense():
         # still draining step 2 when another refused step 3: its ABORT
         # carries the reason's first 800 characters)
         own = isinstance(e, sfb.UsageError)
-        if "fc1 received a dense gradient at step 3" not in str(e) or \
-                (own and (e.param != "fc1" or "from the first step" not in str(e))):
+        if "fc1 received a dense gradient after the job's first backward() (3 reductions " \
+                "done" not in str(e) or (own and (e.param != "fc1" or "use it so there, with "
+                                                  "weight 0 if need be" not in str(e))):
             fail("the error does not name the layer and step or say what to do: %s" % e)
         why = str(e) if own else str(e).split("UsageError: ", 1)[-1]
     closed()
@@ -2167,10 +2168,11 @@ def unequal():
                 "%s (torch_patterns.py:" % {"ce": "cross_entropy", "mse": "mse_loss"}[loss]
                 if loss in ("ce", "mse") else
                 "sfb.torch: at step 2 the ranks' losses average over different counts: the loss "
-                "given to backward() at torch_patterns.py:%d divides by %s (a mean by hand), "
+                "given to backward() at torch_patterns.py:%d%s divides by %s (a mean by hand), "
                 "while the reduction weighs the ranks %s (no rank called set_samples), so .grad "
                 "is not one process's mean over all %d. Call opt.set_samples(n)" % (
-                    hand_line, ", ".join("rank %d %d" % (q, (4 + q % 2) * per) for q in range(P)),
+                    hand_line, " and 1 more term" if loss == "two" else "",
+                    ", ".join("rank %d %d" % (q, (4 + q % 2) * per) for q in range(P)),
                     ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * per)
                 if loss in ("hand", "two", "givenmean") else
                 "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d is a "
@@ -3455,10 +3457,12 @@ def tokens():
             return nn.functional.cross_entropy(logits[keep], labels.flatten()[keep])
         if kind == "byname":  # (torch's own, imported by name before wrapping)
             return ce_by_name(logits, labels.flatten())
-        if kind in ("hand", "handmean", "handset"):  # (a masked mean written by hand)
+        if kind in ("hand", "handmean", "handset", "handterms"):  # (a masked mean by hand)
             each = nn.functional.cross_entropy(logits, labels.flatten().clamp(min=0),
                                                reduction="none")
             keep = labels.flatten() != -100
+            if kind == "handterms":  # (two means by hand, over every position and the kept)
+                return 0.1 * each.mean() + (each * keep).sum() / keep.sum()
             if kind == "handmean":
                 return each[keep].mean()
             if kind == "handset":  # (by the count as a number, under a scaler's scale)
@@ -3467,7 +3471,7 @@ def tokens():
         return nn.functional.cross_entropy(logits, labels.flatten(), ignore_index=-100,
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
-    warned = ("plain", "select", "byname", "hand", "handmean", "terms", "steps")
+    warned = ("plain", "select", "byname", "hand", "handmean", "terms", "steps", "handterms")
     for kind in warned + ("smooth", "nll", "micro", "handset", "termsfix", "stepsfix"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
@@ -3537,13 +3541,19 @@ def tokens():
                          in said[0] and ")) by %s. One weight per rank" % b in said[0])
                         for a, b in ((tok, seqs), (seqs, tok))):
                     fail("the warning does not name both terms' counts: %r" % said)
+            if kind == "handterms":  # (the root's terms, each a mean by hand)
+                want = ("sfb.torch: at step 0 the loss's terms average over counts that are not "
+                        "in proportion from rank to rank: given to backward() at "
+                        "torch_patterns.py:%d (2 terms a pass), each a mean of its own: one "
+                        "divides by " % back_line)
+                each = ""
             if kind == "steps":  # (one line called per position: each call a term)
                 want = ("sfb.torch: at step 0 the loss's terms average over counts that are not "
                         "in proportion from rank to rank: cross_entropy (torch_patterns.py:")
                 each = ""
                 if r == 0 and said and not re.search(
-                        r"\(torch_patterns\.py:\d+\) \(3 calls a pass\), each call a mean of its "
-                        r"own: one call divides by rank 0 \d+, .*, the other 2 by rank 0 \d+",
+                        r"\(torch_patterns\.py:\d+\) \(3 calls a pass\), each a mean of its "
+                        r"own: one divides by rank 0 \d+, .*, the other 2 by rank 0 \d+",
                         said[0]):
                     fail("the warning does not name the calls of one line: %r" % said)
             if r == 0 and (len(said) != 1 or not said[0].startswith(want) or each not in said[0]):

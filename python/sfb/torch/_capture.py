@@ -597,7 +597,7 @@ class _Passes:
         # (terms_of_root); without them, what the root reads)
         losses = self.pass_losses + self.pass_terms if self.pass_losses else \
             self.pass_hand or self.pass_terms
-        watched, self.pass_losses = len(self.pass_losses), []
+        watched, self.pass_losses = len(self.pass_losses), []  # (the calls', then the root's)
         if not self.pass_hit:
             return
         for kind, said in self.pass_read.items():
@@ -605,17 +605,16 @@ class _Passes:
         if self.pass_reading:  # (the step's loss was read: unread)
             self.read_step, self.read_next = True, False
         from . import _losses
-        calls = {}  # (a watched call's site: its calls in this pass)
+        calls = {}  # (a site: its calls, or the root's terms, in this pass)
         for i, (divisor, targets, how, site, settings, factor) in enumerate(losses):
             d, n, was, where, terms, folded = self.losses
             # (each pass of a step's micro-batches a term of its own: means over
             # micro-batches whose counts part from rank to rank weigh them apart;
-            # so is each call of one line in a pass: a decoder's loss += ce(...)
-            # per time step, each step's mean over its own targets)
-            k = 1
-            if i < watched:
-                k = calls[site] = calls.get(site, 0) + 1
-            term = site if k == 1 else _losses.call_term(site, k)
+            # so is each call of one line in a pass, a decoder's loss += ce(...)
+            # per time step, each step's mean over its own targets, and each term
+            # read from the root, t1.mean() + t2.sum() / mask.sum())
+            k = calls[site] = calls.get(site, 0) + 1
+            term = site if k == 1 else _losses.call_term(site, k, i < watched)
             if self.passes_per_step != 1:
                 term = "%s, pass %d" % (term, self.passes + 1)
             self.losses = (d + divisor, n + targets, was or how, where or site,
@@ -665,15 +664,18 @@ class _Passes:
                         self.mixed.add(id(p))
                 elif hit or (p.grad is not None and not self._ours(p)):
                     raise _sfb.UsageError(
-                        "sfb.torch: %s received a dense gradient at step %d (its weight or "
-                        "bias used other than as F.linear's weight with its own bias or as an "
-                        "embedding's table: a penalty on it, a transposed or sliced use, "
-                        "double backward, a function sfb.torch does not capture) but not in "
-                        "the first step, so sfb.torch carries it by factors, which cannot add "
-                        "that gradient. One used so in the first step goes densely (opt.plan "
-                        "says so): use it so from the first step (a penalty with weight 0, "
-                        "say)%s" %
-                        (slot.name, self.clock, self._pruned_since(p)), param=slot.name)
+                        "sfb.torch: %s received a dense gradient after the job's first "
+                        "backward() (%d reduction%s done; its weight or bias used other than "
+                        "as F.linear's weight with its own bias or as an embedding's table: a "
+                        "penalty on it, a transposed or sliced use, double backward, a "
+                        "function sfb.torch does not capture) but not in that first "
+                        "backward(), so sfb.torch carries it by factors, which cannot add "
+                        "that gradient. One used so in the job's first backward() goes "
+                        "densely (opt.plan says so): use it so there, with weight 0 if need "
+                        "be (a penalty, StyleGAN's lazy R1: 0 * penalty added to the first "
+                        "loss; a GAN whose discriminator steps first: in that loss)%s" %
+                        (slot.name, self.clock, "" if self.clock == 1 else "s",
+                         self._pruned_since(p)), param=slot.name)
 
     def _pruned_since(self, p):
         """The refusal's words where torch.nn.utils.prune reparametrized p

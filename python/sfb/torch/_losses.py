@@ -602,7 +602,19 @@ _ROWWISE = frozenset((
     "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "SqueezeBackward0",
     "SqueezeBackward1", "UnsqueezeBackward0", "TBackward0", "CopySlices",
     "IndexPutBackward0", "MaskedFillBackward0", "WhereBackward0", "NativeGroupNormBackward0",
-    "NativeBatchNormBackward0", "_SyncBatchNormBackward") + _VIEWS)
+    "NativeBatchNormBackward0", "_SyncBatchNormBackward",
+    # (more element-wise functions: a pinball loss's torch.maximum, xlogy, erf, ...)
+    "MaximumBackward0", "MinimumBackward0", "XlogyBackward0", "Expm1Backward0",
+    "ReciprocalBackward0", "AtanBackward0", "Atan2Backward0", "AsinBackward0", "AcosBackward0",
+    "TanBackward0", "ErfBackward0", "ErfcBackward0", "ErfinvBackward0", "CoshBackward0",
+    "SinhBackward0", "LgammaBackward0", "DigammaBackward0", "PolygammaBackward0",
+    "SgnBackward0", "SignBackward0", "Log2Backward0", "Log10Backward0", "Exp2Backward0",
+    "LogitBackward0", "HypotBackward0", "ClampBackward0", "LogaddexpBackward0",
+    "Logaddexp2Backward0", "SincBackward0", "FmodBackward0", "RemainderBackward0",
+    "TruncBackward0", "RoundBackward0", "FloorBackward0", "CeilBackward0", "FracBackward0",
+    "HardswishBackward0", "HardsigmoidBackward0", "MishBackward0", "CeluBackward0",
+    "RreluWithNoiseBackward0", "ThresholdBackward0", "SoftshrinkBackward0",
+    "HardshrinkBackward0", "PreluBackward0", "PreluKernelBackward0") + _VIEWS)
 # (sfb's own layers and torch's: per-sample outputs of a model)
 _LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
            "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
@@ -912,7 +924,10 @@ _ALONG = {"SoftmaxBackward0": lambda n: n._saved_result.dim(),
               getattr(n, "_saved_self_sizes", None) or n._saved_self_sym_sizes),
           "LogsumexpBackward0": lambda n: n._saved_self.dim(),
           "NormBackward1": lambda n: n._saved_self.dim(),
-          "LinalgVectorNormBackward0": lambda n: n._saved_self.dim()}  # (torch 2's norm)
+          "LinalgVectorNormBackward0": lambda n: n._saved_self.dim(),  # (torch 2's norm)
+          "GluBackward0": lambda n: n._saved_self.dim(),
+          "MeanBackward1": lambda n: len(  # (a mean per sample: a Dice over each image's pixels)
+              getattr(n, "_saved_self_sizes", None) or n._saved_self_sym_sizes)}
 
 
 def _rowwise(node, name):
@@ -1022,21 +1037,31 @@ def add_term(terms, site, divisor, settings=0):
     return terms + ((site, divisor, settings),)
 
 
-def call_term(site, k):
-    """The term of the k-th call (k > 1) of site in one backward pass:
-    "cross_entropy (f.py:21, call k)", "given to backward() (call k)"."""
+def call_term(site, k, call=True):
+    """The term of the k-th call (k > 1) of site in one backward pass, or the
+    k-th term read from the root there: "cross_entropy (f.py:21, call k)",
+    "given to backward() at f.py:9 (term k)"."""
+    what = "call" if call else "term"
     m = re.match(r"^(.*) \(([^()]*)\)$", site)
-    return "%s (%s, call %d)" % (m.group(1), m.group(2), k) if m else "%s (call %d)" % (site, k)
+    return "%s (%s, %s %d)" % (m.group(1), m.group(2), what, k) if m else \
+        "%s (%s %d)" % (site, what, k)
 
 
 def term_sites(terms):
-    """The terms' sites, each once, in order, with the calls each made in a
-    pass (call_term's): "cross_entropy (f.py:21) (5 calls a pass)"."""
+    """The terms' sites, each once, in order, with the calls (or the root's
+    terms) each made in a pass (call_term's): "cross_entropy (f.py:21) (5
+    calls a pass)"."""
     counts = {}
     for t in terms:
-        site = re.sub(r" \(call \d+\)$", "", re.sub(r", call \d+\)$", ")", t[0]))
-        counts[site] = counts.get(site, 0) + 1
-    return ["%s (%d calls a pass)" % (site, k) if k > 1 else site for site, k in counts.items()]
+        site = t[0]
+        m = re.search(r"(, | \()(call|term) \d+\)$", site)
+        if m:
+            site = site[:m.start()] + (")" if m.group(1) == ", " else "")
+        counts.setdefault(site, [0, "call"])[0] += 1
+        if m:
+            counts[site][1] = m.group(2)
+    return ["%s (%d %ss a pass)" % (site, k, what) if k > 1 else site
+            for site, (k, what) in counts.items()]
 
 
 def settings_crc(terms):

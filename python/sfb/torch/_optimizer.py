@@ -1499,8 +1499,9 @@ class _Sync(_Passes):
         first = np.where(meta[:, n + 21] >= 0, meta[:, n + 21] * d, np.nan)
         sites = _losses.term_sites(terms)
         if len(sites) == 1 and len(terms) > 1:  # (one line called in a loop: a decoder's steps)
-            what = "%s, each call a mean of its own: one call divides by %s, the other %d by %s" % (
-                sites[0], _listed(first), len(terms) - 1, _listed(d - first))
+            what = "%s, each a mean of its own: one divides by %s, the other%s by %s" % (
+                sites[0], _listed(first), " %d" % (len(terms) - 1) if len(terms) > 2 else "",
+                _listed(d - first))
         else:
             others = _losses.term_sites(terms[1:])
             what = "%s divides by %s, the other term%s (%s) by %s" % (
