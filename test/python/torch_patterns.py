@@ -1369,10 +1369,57 @@ def batchnorm():
         fail("a rank that left was not caught")
     closed()
     swa = swa_batchnorm()
+    ghost_batchnorm()
     print("ok batchnorm: refused (%s); the rest in training mode %d uneven steps within %.3g "
           "of one process; SWA's update_bn on every rank within %.3g of one process's, on "
-          "rank 0 alone refused with what to do" % ("; ".join(whys), args.steps, worst, swa),
-          flush=True)
+          "rank 0 alone refused with what to do; ghost batch normalization warned" % (
+              "; ".join(whys), args.steps, worst, swa), flush=True)
+
+
+class GhostNorm(nn.Module):
+    """TabNet's ghost batch normalization: a BatchNorm1d over virtual
+    batches, chunks of the minibatch's rows (ghost), or over the whole."""
+
+    def __init__(self, ghost):
+        super().__init__()
+        self.fc, self.bn, self.head, self.ghost = nn.Linear(10, 8), nn.BatchNorm1d(8), \
+            nn.Linear(8, 5), ghost
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = torch.cat([self.bn(c) for c in h.chunk(2)]) if self.ghost else self.bn(h)
+        return self.head(torch.tanh(h))
+
+
+def ghost_batchnorm():
+    """A BatchNorm over chunks of each rank's rows in turn: rank 0 warns
+    once, naming it (sfb.torch gathers chunk i of every rank, one process
+    normalizes chunks of the global minibatch); over the whole minibatch:
+    nothing said."""
+    import warnings
+    x, y = data()
+    uneven, args.uneven = args.uneven, False  # (every rank its 2 chunks)
+    for ghost in (True, False):
+        torch.manual_seed(3)
+        net = GhostNorm(ghost)
+        sft.init(peer_timeout_s=5)
+        r = sft.rank()
+        sft.broadcast_parameters(net.state_dict(), root_rank=0)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), model=net)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                xb, yb = shard(x, y, t, sft.rank(), sft.size())
+                opt.zero_grad()
+                nn.functional.cross_entropy(net(xb), yb).backward()
+                opt.step()
+        closed()
+        said = [str(w.message) for w in got if "ghost batch normalization" in str(w.message)]
+        want = 1 if ghost and r == 0 else 0
+        if len(said) != want or said and not said[0].startswith(
+                "sfb.torch: BatchNorm1d bn normalizes chunks of one tensor's rows in turn"):
+            fail("ghost batch normalization (%s): warned %r" % (ghost, said))
+    args.uneven = uneven
 
 
 def swa_batchnorm():

@@ -20,12 +20,16 @@ calling the layer while the others wait for its statistics); an
 InstanceNorm with track_running_stats=True in training mode (running
 statistics averaged over its minibatch). An InstanceNorm without running
 statistics (each sample's own: the default) is exact and runs as it is."""
+import warnings
+import weakref
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import sfb as _sfb
 
+from . import _env
 from ._env import _JOIN_HINT
 
 _torch_batch_norm = F.batch_norm
@@ -301,8 +305,34 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise ValueError("batch_norm: expected an input of at least 2 dimensions, got %s" %
                          list(input.shape))
     name = layer[1] if layer else OUTSIDE
+    if _ghost(s, layer, input) and not s.told_ghost:
+        s.told_ghost = True
+        if s.job.rank == 0 and s.job.world > 1:
+            warnings.warn(
+                "sfb.torch: %s normalizes chunks of one tensor's rows in turn (ghost batch "
+                "normalization, virtual batches: x.chunk(k) as TabNet's): sfb.torch gathers "
+                "each call's statistics from every rank, so a virtual batch here is chunk i of "
+                "every rank's rows, where one process's virtual batches are chunks of the "
+                "global minibatch: not one process's. One BatchNorm call over the whole "
+                "minibatch is (or nn.GroupNorm, nn.LayerNorm: each sample's own statistics); "
+                "chunks that are whole sets of their own (two augmented views concatenated, "
+                "then normalized apart) are one process's: then filter this warning"
+                % name, stacklevel=_env._user_stacklevel())
     return _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var,
                                 0.0 if momentum is None else momentum, eps, s, name)
+
+
+def _ghost(s, layer, input):
+    """Whether input is a chunk of a tensor's rows whose other chunk the
+    layer normalized last (x.chunk(k) along the samples: ghost batch
+    normalization), noting its base for the next call."""
+    base = input._base
+    if layer is None or base is None or base.dim() != input.dim() or \
+            base.shape[1:] != input.shape[1:] or base.shape[0] <= input.shape[0]:
+        return False
+    last = s.bn_chunks.get(id(layer[0]))
+    s.bn_chunks[id(layer[0])] = weakref.ref(base)
+    return last is not None and last() is base
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
