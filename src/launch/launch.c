@@ -80,8 +80,9 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s)
     s->worker = NULL;
 }
 
-int sfb__launch_free_port(const char *host)
+int sfb__launch_reserve_port(const char *host, int *fd_out)
 {
+    if (fd_out) *fd_out = -1;
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
@@ -89,11 +90,20 @@ int sfb__launch_free_port(const char *host)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return sfb__error(-errno, "launch: socket: %s", strerror(errno));
     socklen_t l = sizeof a;
-    int r = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+    int r = 0, one = 1;
+    if ((fd_out && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) ||
+        bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
         r = sfb__error(-errno, "launch: cannot find a free port on %s: %s", host, strerror(errno));
-    close(fd);
+    if (r || !fd_out)
+        close(fd);
+    else
+        *fd_out = fd;
     return r ? r : ntohs(a.sin_port);
+}
+
+int sfb__launch_free_port(const char *host)
+{
+    return sfb__launch_reserve_port(host, NULL);
 }
 
 int sfb__launch_self_path(char *buf, size_t len)
@@ -591,12 +601,17 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         return sfb__error(-SFB_EUSAGE, "launch: -n %d: expected 1..%d processes", nprocs, SFB__LAUNCH_MAX_PROCS);
     if (!argv || !argv[0]) return sfb__error(-SFB_EUSAGE, "launch: no worker command");
     struct spawn sp = {.s = s, .oldmask = NULL, .argv = argv, .self = getpid()};
-    sp.port = sfb__launch_free_port(s->host);
+    /* rank 0's rendezvous port, held bound (never listening) for the job:
+     * rank 0 binds it beside, and no other socket can take it first */
+    int rdv_fd;
+    sp.port = sfb__launch_reserve_port(s->host, &rdv_fd);
     if (sp.port < 0) return sp.port;
     /* the caller's key, if it set one (a process joining later needs it) */
     const char *ks = getenv("SFB_JOB_KEY");
-    if (ks && *ks && sfb__bootstrap_parse_key(ks, &sp.key))
+    if (ks && *ks && sfb__bootstrap_parse_key(ks, &sp.key)) {
+        close(rdv_fd);
         return sfb__error(-SFB_EUSAGE, "launch: SFB_JOB_KEY=\"%s\": %s", ks, sfb_last_error());
+    }
     while (sp.key == 0)
         if (getrandom(&sp.key, sizeof sp.key, 0) != (ssize_t)sizeof sp.key)
             sp.key = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
@@ -608,7 +623,10 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
         snprintf(sp.join, sizeof sp.join, "%s", join);
     } else if (s->elastic) {
         int r = sfb__join_reserve(s->host, &join_fd, sp.join, sizeof sp.join);
-        if (r) return r;
+        if (r) {
+            close(rdv_fd);
+            return r;
+        }
     }
 
     sfb__rank_env_prepare(&sp.env, nprocs, !s->worker);
@@ -624,6 +642,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     if (!L.c) {
         sfb__rank_env_free(&sp.env);
         if (join_fd >= 0) close(join_fd);
+        close(rdv_fd);
         return -ENOMEM;
     }
     for (int i = 0; i < L.cap; i++) {
@@ -661,6 +680,7 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
     restore_mask(&oldmask);
     sfb__rank_env_free(&sp.env);
     if (join_fd >= 0) close(join_fd);
+    close(rdv_fd);
     for (int i = 0; i < L.cap; i++)
         for (int k = 0; k < 2; k++) sfb__line_stream_free(&L.c[i].s[k]);
     free(L.c);

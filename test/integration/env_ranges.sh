@@ -15,7 +15,7 @@ check() { if eval "$2"; then passes=$((passes+1)); else echo "FAIL: $1"; fails=$
 data=synth:k=4,d=20,n=400,seed=1
 # a port nothing listens on: a worker that got as far as the rendezvous
 # would wait there, not exit 2
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 29611)
+port=$(python3 "$(dirname "$0")/free_port.py" 2>/dev/null || echo 29611)
 
 worker() { # RANK WORLD: runs `sfb worker` with that environment, 10 s at most
   env SFB_RANK="$1" SFB_WORLD_SIZE="$2" SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=0x1234 \

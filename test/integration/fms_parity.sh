@@ -82,7 +82,7 @@ done
 mixed() {
   # a port the kernel just found free (a random one could be taken)
   local port args
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/free_port.py")
   args=(--data synth:k=8,d=60,n=1000,seed=4 --clocks 20
         --eval-every 0 -q --out-dir "$tmp/mixed")
   SFB_RANK=0 SFB_WORLD_SIZE=2 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=77 \

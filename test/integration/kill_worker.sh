@@ -42,7 +42,7 @@ survivors_name_rank2() { # $1: label; the rest: environment for the workers
   [ "$label" = busy ] && wjob=("${busy_job[@]}")
   rm -rf "$tmp/o"; mkdir -p "$tmp/o"
   local port key w=()
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/free_port.py")
   key=$(printf '%08x%08x' $RANDOM$RANDOM $RANDOM$RANDOM)
   for r in 0 1 2 3; do
     env "$@" SFB_RANK=$r SFB_WORLD_SIZE=4 SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=$key \

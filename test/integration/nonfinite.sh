@@ -40,7 +40,7 @@ within() { awk "BEGIN{exit !($1 <= $2)}"; }
 run_case() { # NAME N ARGS...: N ranks; rank r's output in $tmp/NAME.r, exit status in rcs[r]
   local name=$1 n=$2; shift 2
   local port key=0x$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
-  port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$("$PY" "$(dirname "$0")/free_port.py")
   local rp=()
   for r in $(seq 0 $((n - 1))); do
     SFB_RANK=$r SFB_WORLD_SIZE=$n SFB_RENDEZVOUS=127.0.0.1:$port SFB_JOB_KEY=$key \
@@ -127,7 +127,7 @@ fi
 # tells them LOST before its ABORT), not rank 0, which only told them; their
 # own checks, late on waking, blame nobody (sfb__gap), or find rank 2 gone
 # themselves: either way rank 2 (without the LOST, 2 of 6 runs named rank 0).
-port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$("$PY" "$(dirname "$0")/free_port.py")
 key=0x$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 dp=()
 for r in 0 1 2 3; do

@@ -34,7 +34,7 @@ base="--data synth:k=4,d=20,n=400,seed=1 --clocks 20"
 # logs in $tmp/NAME.0 and $tmp/NAME.1.
 pair() {
   local name=$1 port key t0 r p=()
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/free_port.py")
   key=$(printf '%08x%08x' $RANDOM$RANDOM $RANDOM$RANDOM)
   t0=$(date +%s.%N)
   for r in 0 1; do
@@ -103,7 +103,7 @@ check "finished peer: rank 1 exits non-zero by itself (rc $rc1)" "[ $rc1 != 0 ] 
 # relayed like the factors (8 ranks, halton: most pairs never talk)
 group_early() {
   local port key t0 r a p=()
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/free_port.py")
   key=$(printf '%08x%08x' $RANDOM$RANDOM $RANDOM$RANDOM)
   t0=$(date +%s.%N)
   for r in 0 1 2 3 4 5 6 7; do

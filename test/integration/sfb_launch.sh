@@ -109,7 +109,7 @@ cat "$tmp/k.err"; grep -h "sfb error" "$tmp/k.out" | head -3
 [ -n "$failed" ] || { echo "--- k.out:"; tail -40 "$tmp/k.out"; }
 
 # 7. explicit rendezvous: two ranks started by hand, no SFB_* environment
-port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$("$PY" "$(dirname "$0")/free_port.py")
 for r in 0 1; do
   env -u SFB_RANK -u SFB_WORLD_SIZE -u SFB_RENDEZVOUS -u SFB_JOB_KEY timeout 60 "$PY" "$JOB" \
     --clocks 10 --rank $r --world 2 --rendezvous 127.0.0.1:$port >"$tmp/x.$r" 2>&1 &

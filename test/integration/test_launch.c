@@ -7,7 +7,11 @@
 #include "src/base/timeline.h"
 #include "test.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -177,6 +181,40 @@ static int test_bad_args(void)
     ASSERT_STR_CONTAINS(self, "/test_launch");
     ASSERT_EQ(self[0], '/');
     ASSERT_EQ(sfb__launch_self_path(tiny, sizeof tiny), -ENAMETOOLONG);
+    return 0;
+}
+
+/* The rendezvous port the launcher holds for rank 0: no other socket binds
+ * it meanwhile (a port taken between the launcher's pick and rank 0's bind
+ * failed a job with "Address already in use"), while rank 0's bootstrap,
+ * binding with SO_REUSEADDR, listens on it and takes connections. */
+static int test_reserved_port(void)
+{
+    int held = -1;
+    int port = sfb__launch_reserve_port("127.0.0.1", &held);
+    ASSERT_GT(port, 0);
+    ASSERT_GE(held, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int other = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(other, 0);
+    ASSERT_EQ(bind(other, (struct sockaddr *)&a, sizeof a), -1);
+    ASSERT_EQ(errno, EADDRINUSE);
+    close(other);
+    int rank0 = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    ASSERT_OK(setsockopt(rank0, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one));
+    ASSERT_OK(bind(rank0, (struct sockaddr *)&a, sizeof a));
+    ASSERT_OK(listen(rank0, 4));
+    int peer = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_OK(connect(peer, (struct sockaddr *)&a, sizeof a));
+    int in = accept(rank0, NULL, NULL);
+    ASSERT_GE(in, 0);
+    close(in);
+    close(peer);
+    close(rank0);
+    close(held);
+    ASSERT_EQ(sfb__launch_reserve_port("not-an-ip", &held), -SFB_EUSAGE);
+    ASSERT_EQ(held, -1);
     return 0;
 }
 
@@ -409,6 +447,7 @@ static const struct test_case tests[] = {
     {"killed_rank_named_over_earlier_exit", test_killed_rank_named_over_earlier_exit},
     {"exec_failure", test_exec_failure},
     {"bad_args", test_bad_args},
+    {"reserved_port", test_reserved_port},
     {"signal_forwarding", test_signal_forwarding},
     {"caller_children_kept", test_caller_children_kept},
     {"rendezvous_through_launcher", test_rendezvous_through_launcher},

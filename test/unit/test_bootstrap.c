@@ -69,6 +69,15 @@ static void log_sink(void *u, enum sfb_log_level l, int rank, const char *msg)
     pthread_mutex_unlock(&log_mu);
 }
 
+/* A port for a test's rank 0, held as the launcher holds it (the last
+ * test's is let go): no other test's socket takes it first. */
+static int reserved_port(void)
+{
+    static int held = -1;
+    if (held >= 0) close(held);
+    return sfb__launch_reserve_port("127.0.0.1", &held);
+}
+
 static int test_header_roundtrip(void)
 {
     struct sfb__boot_hdr h = {SFB__BOOT_MAGIC, SFB__BOOT_VERSION, SFB__BOOT_CONTRIB, 0x0102030405060708ull,
@@ -233,7 +242,7 @@ static int test_env_errors(void)
     ASSERT(bs == NULL);
 
     /* A joiner whose rank 0 never shows up gives up after connect_timeout. */
-    int port = sfb__launch_free_port("127.0.0.1");
+    int port = reserved_port();
     ASSERT_GT(port, 0);
     set_env(1, 2, port, NULL);
     double t0 = sfb__now();
@@ -305,7 +314,7 @@ static int closed_within(int fd, double t)
 
 static int test_rank0_rejects_bad_hellos(void)
 {
-    int port = sfb__launch_free_port("127.0.0.1");
+    int port = reserved_port();
     ASSERT_GT(port, 0);
     set_env(0, 3, port, "0x1234");
     log_text[0] = 0;
@@ -399,7 +408,7 @@ static int test_rank0_rejects_bad_hellos(void)
  * wait; the real rank still joins. */
 static int test_rank0_hello_bound_and_table(void)
 {
-    int port = sfb__launch_free_port("127.0.0.1");
+    int port = reserved_port();
     ASSERT_GT(port, 0);
     set_env(0, 2, port, "0x4321");
     setenv("SFB_RENDEZVOUS_HELLO_TIMEOUT", "1", 1);
@@ -640,7 +649,7 @@ static int gather_rank(int rank, void *p)
 
 static int test_four_processes(void)
 {
-    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 4, {-1, -1}};
+    struct world_arg w = {reserved_port(), 4, {-1, -1}};
     ASSERT_GT(w.port, 0);
     ASSERT_EQ(pipe(w.key_pipe), 0);
     ASSERT_EQ(run_ranks(4, gather_rank, &w, 25), 0);
@@ -678,7 +687,7 @@ static int late_rank0_rank(int rank, void *p)
 
 static int test_late_rank0(void)
 {
-    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 3, {-1, -1}};
+    struct world_arg w = {reserved_port(), 3, {-1, -1}};
     ASSERT_GT(w.port, 0);
     ASSERT_EQ(run_ranks(3, late_rank0_rank, &w, 20), 0);
     return 0;
@@ -717,7 +726,7 @@ static int test_torchrun_env(void)
      * the rendezvous one above it, free */
     int held = -1, port = 0;
     for (int tries = 0; tries < 50 && held < 0; tries++) {
-        int p = sfb__launch_free_port("127.0.0.1");
+        int p = reserved_port();
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(p - 1)),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -787,7 +796,7 @@ static int wrong_key_rank(int rank, void *p)
 
 static int test_wrong_key_processes(void)
 {
-    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 2, {-1, -1}};
+    struct world_arg w = {reserved_port(), 2, {-1, -1}};
     ASSERT_GT(w.port, 0);
     double t0 = sfb__now();
     ASSERT_EQ(run_ranks(2, wrong_key_rank, &w, 10), 0);
@@ -814,7 +823,7 @@ static int dead_peer_rank(int rank, void *p)
 
 static int test_dead_peer(void)
 {
-    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 3, {-1, -1}};
+    struct world_arg w = {reserved_port(), 3, {-1, -1}};
     ASSERT_GT(w.port, 0);
     ASSERT_EQ(run_ranks(3, dead_peer_rank, &w, 15), 0);
     return 0;
@@ -871,7 +880,7 @@ static int stopped_rank(int rank, void *p)
 
 static int test_stopped_in_allgather(void)
 {
-    struct world_arg w = {sfb__launch_free_port("127.0.0.1"), 2, {-1, -1}};
+    struct world_arg w = {reserved_port(), 2, {-1, -1}};
     ASSERT_GT(w.port, 0);
     ASSERT_EQ(pipe(w.key_pipe), 0);
     pthread_t t;
@@ -990,7 +999,7 @@ static int test_rank0_stalled_by_log(void)
     ssize_t n;
     while ((n = write(ep[1], fill, sizeof fill)) > 0) filled += (size_t)n;
     ASSERT(n < 0 && errno == EAGAIN);
-    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), ep[1], {-1, -1}, 2.0, 0.3,
+    struct stall_arg a = {reserved_port(), ep[1], {-1, -1}, 2.0, 0.3,
                           "rank 0 waited 2 s: 1 of 2 ranks joined; missing 1"};
     ASSERT_GT(a.port, 0);
     ASSERT_EQ(pipe(a.done), 0);
@@ -1032,7 +1041,7 @@ static int test_rank0_stalled_by_log(void)
  * hello bound runs out meanwhile) and SIGCONTed: it gives up at once. */
 static int test_rank0_stopped_past_deadline(void)
 {
-    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), -1, {-1, -1}, 1.0, 1.0,
+    struct stall_arg a = {reserved_port(), -1, {-1, -1}, 1.0, 1.0,
                           "rank 0 waited 1 s: 1 of 2 ranks joined; missing 1"};
     ASSERT_GT(a.port, 0);
     ASSERT_EQ(pipe(a.done), 0);
@@ -1095,7 +1104,7 @@ static int test_rank0_out_of_fds(void)
         fprintf(stderr, "  setrlimit(RLIMIT_NOFILE) refused (valgrind?): not run\n");
         return 0;
     }
-    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), -1, {-1, -1}, 10, 10, ""};
+    struct stall_arg a = {reserved_port(), -1, {-1, -1}, 10, 10, ""};
     ASSERT_GT(a.port, 0);
     pid_t pid = spawn(fd_starved_rank0, &a, 20);
     ASSERT_GT(pid, 0);
@@ -1159,7 +1168,7 @@ static int test_rank0_low_soft_fd_limit(void)
         fprintf(stderr, "  hard limit on open files too low, or setrlimit refused (valgrind?): not run\n");
         return 0;
     }
-    struct stall_arg a = {sfb__launch_free_port("127.0.0.1"), -1, {-1, -1}, 10, 10, ""};
+    struct stall_arg a = {reserved_port(), -1, {-1, -1}, 10, 10, ""};
     ASSERT_GT(a.port, 0);
     pid_t pid = spawn(low_soft_rank0, &a, 20);
     ASSERT_GT(pid, 0);
@@ -1296,7 +1305,7 @@ static int flood_role(int role, void *p)
  * behind the rest, waited for minutes.) */
 static int test_flood(void)
 {
-    struct flood_arg f = {sfb__launch_free_port("127.0.0.1"), {-1, -1}, {-1, -1}};
+    struct flood_arg f = {reserved_port(), {-1, -1}, {-1, -1}};
     ASSERT_GT(f.port, 0);
     ASSERT_EQ(pipe(f.go), 0);
     ASSERT_EQ(pipe(f.times), 0);
