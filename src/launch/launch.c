@@ -80,9 +80,8 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s)
     s->worker = NULL;
 }
 
-int sfb__launch_reserve_port(const char *host, int *fd_out)
+int sfb__launch_free_port(const char *host)
 {
-    if (fd_out) *fd_out = -1;
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
@@ -90,20 +89,22 @@ int sfb__launch_reserve_port(const char *host, int *fd_out)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return sfb__error(-errno, "launch: socket: %s", strerror(errno));
     socklen_t l = sizeof a;
-    int r = 0, one = 1;
-    if ((fd_out && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) ||
-        bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+    int r = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
         r = sfb__error(-errno, "launch: cannot find a free port on %s: %s", host, strerror(errno));
-    if (r || !fd_out)
-        close(fd);
-    else
-        *fd_out = fd;
+    close(fd);
     return r ? r : ntohs(a.sin_port);
 }
 
-int sfb__launch_free_port(const char *host)
+int sfb__launch_reserve_port(const char *host, int *fd)
 {
-    return sfb__launch_reserve_port(host, NULL);
+    *fd = -1;
+    struct in_addr ip;
+    if (inet_pton(AF_INET, host, &ip) != 1)
+        return sfb__error(-SFB_EUSAGE, "launch: host '%s' is not an IPv4 address", host);
+    char addr[64]; /* "host:port", as the elastic join port is reserved */
+    int r = sfb__join_reserve(host, fd, addr, sizeof addr);
+    return r ? r : atoi(strrchr(addr, ':') + 1);
 }
 
 int sfb__launch_self_path(char *buf, size_t len)

@@ -71,10 +71,11 @@ int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_s
  * or a negative errno. Another process may take it before it is used. */
 int sfb__launch_free_port(const char *host);
 
-/* The same, held: *fd stays bound to the port (SO_REUSEADDR, never
- * listening) until the caller closes it, so a process that binds it with
- * SO_REUSEADDR (rank 0's bootstrap) can listen on it, and no other socket
- * binds it or takes it for an outgoing connection meanwhile. */
+/* The same, held (sfb__join_reserve's way, as an elastic job's join port):
+ * *fd stays bound to the port (SO_REUSEADDR, never listening) until the
+ * caller closes it, so a process that binds it with SO_REUSEADDR (rank 0's
+ * bootstrap) can listen on it, and no other socket binds it or takes it for
+ * an outgoing connection meanwhile. */
 int sfb__launch_reserve_port(const char *host, int *fd);
 
 /* Writes the absolute path of the running executable (from /proc/self/exe)
