@@ -236,6 +236,7 @@ static int progress_pass(struct sfb__transport *t)
 int sfb__tp_progress(void *arg)
 {
     struct sfb__transport *t = arg;
+    atomic_fetch_add_explicit(&t->stats.passes, 1, memory_order_relaxed);
     /* A caller drives progress in its wait (sfb__tp_drive): the loop
      * thread stays out of its way, looking in every poll_interval_s
      * without watching the CQ's fd or the doorbell meanwhile. */

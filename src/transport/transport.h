@@ -96,6 +96,9 @@ struct sfb__transport_settings {
 struct sfb__transport_stats {
     _Atomic uint64_t frames_sent, bytes_sent, frames_recv, bytes_recv;
     _Atomic uint64_t eagain, errors, dropped;
+    /* Progress passes the loop made (sfb__tp_progress): an idle transport
+     * makes few, a spinning one tens of thousands a second. */
+    _Atomic uint64_t passes;
 };
 
 /* Fills defaults (see field comments). Any thread. */
