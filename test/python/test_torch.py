@@ -1186,6 +1186,11 @@ class TorchOneWorker(unittest.TestCase):
                 (F.cross_entropy(out, y).clamp(max=5.0), "torch.clamp of cross_entropy's mean" + fn),
                 (out.softmax(0)[:, 0].mean(), "a softmax over the samples"),
                 ((out - y[:, None]).norm(), "a norm over the samples"),
+                ((out.norm(2).pow(2) / 30).sqrt(),
+                 "torch.sqrt of a squared norm over the samples" + fn),
+                (out.norm(p=2, dim=0).norm(), "a norm over the samples"),
+                (F.cross_entropy(out, y) + 1e-2 * (out.norm(2).pow(2) + lin(x[:7]).norm() ** 2 +
+                                                   torch.linalg.vector_norm(out) ** 2) / 30, None),
                 (F.mse_loss(out, zero), None),
                 (((1 - torch.exp(-each)) ** 2 * each).mean(), None),
                 (F.cross_entropy(out, y) / (2 * sig ** 2) + torch.log(sig), None),

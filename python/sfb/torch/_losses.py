@@ -651,8 +651,26 @@ def _walk(start, visit, limit, seen=None):
 
 
 def _inputs(node):
-    """The nodes node's inputs come from (None: without gradient)."""
-    return [f for f, _ in node.next_functions]
+    """The nodes node's inputs come from (None: without gradient); a
+    squared 2-norm's, its norm's (the squares it sums: _squared_norm)."""
+    norm = _squared_norm(node)
+    return [f for f, _ in (norm or node).next_functions]
+
+
+# (2-norms: the norm's p as saved, by torch version)
+_NORMS = {"NormBackward1": "_saved_p", "LinalgVectorNormBackward0": "_saved_ord"}
+
+
+def _squared_norm(node):
+    """The norm node where node squares a 2-norm (x.norm(2).pow(2),
+    torch.linalg.vector_norm(x) ** 2): a sum of squares, which a norm alone
+    is not (LightGCN's regularizer ||E_batch||² / B is a mean of per-sample
+    terms). None otherwise."""
+    if type(node).__name__ != "PowBackward0" or getattr(node, "_saved_exponent", None) != 2:
+        return None
+    norm = node.next_functions[0][0]
+    attr = _NORMS.get(type(norm).__name__)
+    return norm if attr and getattr(norm, attr, None) == 2 else None
 
 
 def _below(node, limit=256):
@@ -832,12 +850,19 @@ def _statistic(node, name):
         what = "%s's %s" % (_ELEMENTS.get(name) or _nll_name(node),
                             "mean" if node._saved_reduction == 1 else "sum")
         return (what, False) if _below(node.next_functions[0][0]) == {"layer"} else None
-    what = _SUMS.get(name) or _MIXES.get(name)
+    norm = _squared_norm(node)
+    if norm is not None:  # (a sum of squares)
+        node, name = norm, type(norm).__name__
+        what = "a squared norm"
+        mixes = False
+    else:
+        what = _SUMS.get(name) or _MIXES.get(name)
+        mixes = name in _MIXES
     if what is None or not _over_first(node, name):
         return None
     if _below(node.next_functions[0][0]) != {"layer"}:
         return None
-    return what + " over the samples", name in _MIXES
+    return what + " over the samples", mixes
 
 
 def _over_first(node, name):
