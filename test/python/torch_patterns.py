@@ -2148,19 +2148,23 @@ def unequal():
     trains as one process's sum at any sizes, and nothing is said. A
     gradient given to backward() by hand, one number in every element, is
     read as that loss: a sum's (times a number) warned of as a sum, a
-    mean's (1/len) as a mean by hand."""
+    mean's (1/len) as a mean by hand. A sum divided by a running average
+    of the union's counts (detectron2's EMA loss normalizer over
+    sft.allreduce's sum, the warning's advice), times sft.size(), is one
+    process's, and nothing is said."""
     import warnings
-    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "sumP", "given", "givenmean"):
+    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "sumP", "given", "givenmean", "ema"):
         per = {"two": 10, "givenmean": 1}.get(loss, 5)  # (elements a sample in what the loss divides by)
         for explicit in (False, True):
             model = setup()
             P, r = sft.size(), sft.rank()
             x, y = data()
-            make = make_opt if loss != "sumP" else (  # (SGD: a gradient P times off shows)
+            make = make_opt if loss not in ("sumP", "ema") else (  # (SGD: a gradient P times off shows)
                 lambda params: torch.optim.SGD(params, lr=0.01))
             ref = copy.deepcopy(model)
             ref_opt = make(ref.parameters())
             opt = sft.DistributedOptimizer(make(model.parameters()), model=model, max_samples=8)
+            norm = ref_norm = 20.0  # (ema: the running normalizers, sfb's and one process's)
             with warnings.catch_warnings(record=True) as got:
                 warnings.simplefilter("always")
                 for t in range(4):
@@ -2194,6 +2198,22 @@ def unequal():
                         ((ref(xs, t) - nn.functional.one_hot(ys, 5)) ** 2).sum().mul(
                             0.05).backward()
                         ref_opt.step()
+                    elif loss == "ema":  # (a sum over a running average of the union's counts)
+                        every = [4 if t < 2 else 4 + (q % 2) for q in range(P)]
+                        count = float(sft.allreduce(torch.tensor(float(n)), op="sum"))
+                        if count != sum(every):
+                            fail("ema: allreduce's sum of the counts %g, not %d" % (count,
+                                                                                    sum(every)))
+                        norm = 0.9 * norm + 0.1 * count
+                        (((out - nn.functional.one_hot(y[:n], 5)) ** 2).sum() / norm *
+                         sft.size()).backward()
+                        xs = torch.cat([x[:k] for k in every])
+                        ys = torch.cat([y[:k] for k in every])
+                        ref_norm = 0.9 * ref_norm + 0.1 * len(xs)
+                        ref_opt.zero_grad()
+                        ((ref(xs, t) - nn.functional.one_hot(ys, 5)) ** 2).sum().div(
+                            ref_norm).backward()
+                        ref_opt.step()
                     elif loss == "two":  # (two means by hand added: each its elements)
                         d = out - nn.functional.one_hot(y[:n], 5)
                         hand_line = sys._getframe().f_lineno + 1
@@ -2202,7 +2222,7 @@ def unequal():
                         d = out - nn.functional.one_hot(y[:n], 5)  # stand in)
                         torch.mean(d ** 2, dim=(0, 1)).backward()
                     opt.step()
-            if loss == "sumP":
+            if loss in ("sumP", "ema"):
                 near_one_process(model, ref)
             sft.shutdown()
             said = [str(w.message) for w in got if unequal_said(w)]
@@ -2210,7 +2230,7 @@ def unequal():
             if where and where != ["torch_patterns.py"]:  # (the user's line, not sfb's or torch's)
                 fail("the warning points at %s (%s: %r)" % (where, loss, said))
             counts = ", ".join("rank %d %d" % (q, 4 + q % 2) for q in range(P))
-            want = [] if explicit or r or loss == "sumP" else [
+            want = [] if explicit or r or loss in ("sumP", "ema") else [
                 "sfb.torch: at step 2 the ranks' losses average over different counts: a mean "
                 "%s (torch_patterns.py:" % {"ce": "cross_entropy", "mse": "mse_loss"}[loss]
                 if loss in ("ce", "mse") else
@@ -2232,6 +2252,9 @@ def unequal():
                 "one of their layers took: %s) and no rank called opt.set_samples(n)" % counts]
             if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
                 fail("%s: warned %r, expected %r" % (loss, said, want))
+            if want and loss == "hand" and \
+                    'keep it over sfb.torch.allreduce(count, op="sum")' not in said[0]:
+                fail("hand: the warning does not say what a running normalizer needs: %r" % said)
             if want and loss in ("ce", "mse") and (
                     ") divides by %s of %d targets, while the reduction weighs the ranks %s (no "
                     "rank called set_samples)" % (

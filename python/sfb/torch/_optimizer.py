@@ -1595,7 +1595,11 @@ class _Sync(_Passes):
                 "%s%s, so .grad is not one process's mean over all %s. Call opt.set_samples(n) "
                 "before backward() with what this rank's loss divides by (its samples for a "
                 "mean over them; int(mask.sum()) for (loss * mask).sum() / mask.sum() or "
-                "loss[mask].mean())" %
+                "loss[mask].mean()). A divisor that only follows such a count (a running "
+                "average of each rank's counts: detectron2's EMA loss normalizer) has none to "
+                "give: one process's follows the union's counts, so keep it over "
+                "sfb.torch.allreduce(count, op=\"sum\") and multiply the loss by "
+                "sfb.torch.size()" %
                 (self.clock, site, _listed(d), weights,
                  "" if chose else " (no rank called set_samples)", _num(d.sum())),
                 stacklevel=_env._user_stacklevel())
