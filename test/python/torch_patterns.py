@@ -3491,7 +3491,9 @@ def tokens():
     process's: cross_entropy with label smoothing, then nn.NLLLoss with
     class weights (set_samples: their sum over the kept targets), then two
     micro-batches a step, each pass's summed loss divided by the step's
-    count (Hugging Face's num_items_in_batch). The same warning where the
+    count (Hugging Face's num_items_in_batch); so too with one micro-batch
+    on odd ranks (synchronize() after it) and the sums over the union's
+    count times sft.size(), without set_samples: nothing is said. The same warning where the
     loss takes the kept positions themselves (a masked language model's)."""
     import warnings
     w = torch.linspace(0.5, 2.0, TokNet.VOCAB)
@@ -3542,11 +3544,12 @@ def tokens():
                                            label_smoothing=0.1 if kind == "smooth" else 0.0)
 
     warned = ("plain", "select", "byname", "hand", "handmean", "terms", "steps", "handterms")
-    for kind in warned + ("smooth", "nll", "micro", "handset", "termsfix", "stepsfix"):
+    for kind in warned + ("smooth", "nll", "micro", "microuneven", "handset", "termsfix",
+                          "stepsfix"):
         model = setup_model(TokNet)
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(
-            model, backward_passes_per_step=2 if kind == "micro" else 1)
+            model, backward_passes_per_step=2 if kind.startswith("micro") else 1)
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
             for t in range(args.steps if kind not in warned else 3):
@@ -3566,6 +3569,16 @@ def tokens():
                         (nn.functional.cross_entropy(model(ids[half]).flatten(0, 1),
                                                      labels[half].flatten(), reduction="sum")
                          / count).backward()
+                elif kind == "microuneven":  # (HF's: micro-batches as many as a rank's data)
+                    parts = [slice(0, None)] if r % 2 else [
+                        slice(0, args.batch // 2), slice(args.batch // 2, None)]
+                    count = float(sft.allreduce(keep.sum().float(), op="sum"))
+                    for part in parts:
+                        (nn.functional.cross_entropy(model(ids[part]).flatten(0, 1),
+                                                     labels[part].flatten(), reduction="sum")
+                         / count * P).backward()
+                    if len(parts) < 2:
+                        opt.synchronize()
                 else:
                     back_line = sys._getframe().f_lineno + 1
                     loss_of(model, ids, labels, kind).backward()

@@ -1097,6 +1097,17 @@ def settings_crc(terms):
                             for k in range(len(SETTINGS)))
 
 
+def common_divisor(terms):
+    """The divisor every term of the step shares (one term: its own), 0.0
+    where they differ or there is none: micro-batches each a sum over one
+    count of the whole step (HF's sum / num_items_in_batch) are one mean
+    however many a rank has."""
+    ds = [d for _, d, _ in terms]
+    if not ds or ds[0] <= 0 or any(abs(d - ds[0]) > 1e-6 * ds[0] for d in ds):
+        return 0.0
+    return ds[0]
+
+
 def shares(terms):
     """(the first term's share of the divisors, the sum of the shares'
     squares): the same on every rank where the terms' counts are in

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 35  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 36  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -977,6 +977,7 @@ class _Sync(_Passes):
             row[0, n + 27:n + 30] = [1.0, crc & 0xFFFF, crc >> 16]
         d, folded = self.losses[0], self.losses[5]
         row[0, n + 30] = d / folded if d and folded else 1.0  # (the number the losses are scaled by)
+        row[0, n + 35] = _losses.common_divisor(self.losses[4])
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1298,6 +1299,8 @@ class _Sync(_Passes):
         if "shared" in self.step_read and not chose:
             self._tell_shared()
             return
+        if self._one_divisor(meta):
+            return
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
         if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
             self._tell_terms(meta)
@@ -1490,6 +1493,23 @@ class _Sync(_Passes):
             "set_samples(1) on every rank keeps DDP's rule without this warning" %
             (self.clock, line, _num(count), " at %s" % at if at else "", self.job.world),
             stacklevel=_env._user_stacklevel())
+
+    def _one_divisor(self, meta):
+        """Whether every term of every rank's losses divides by one number
+        and is multiplied by the world's size, and the reduction weighs the
+        ranks alike: HF's sum / num_items_in_batch * world over micro-batches
+        as many as each rank's data gives. The ranks' mean is then one sum
+        over their union divided by one count, one process's, however many
+        terms each rank's loss has. (Means over each micro-batch's own count,
+        not so scaled, stay terms: the terms' warning.)"""
+        n = self.n_params
+        has = meta[:, n + 15] > 0
+        if has.sum() < 2:
+            return False
+        common, scale, w = meta[has, n + 35], meta[has, n + 30], meta[has, n]
+        return bool(common[0] > 0 and np.allclose(common, common[0], rtol=1e-5, atol=0.0) and
+                    np.allclose(scale, self.job.world, rtol=1e-5, atol=0.0) and
+                    np.allclose(w, w[0], rtol=1e-5, atol=0.0))
 
     def _tell_terms(self, meta):
         """_tell_unequal where the loss's terms (mean losses of other calls
