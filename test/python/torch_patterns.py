@@ -45,7 +45,8 @@ exact: every rank trains through sfb.torch on its share of each global
                 with --sync fms every Linear too): the replicas stay
                 bit-identical, the values near one process's (--tol)
     --checkpoint  fc2 under torch.utils.checkpoint (its forward run again
-                inside backward), reentrant and not in turn
+                inside backward), reentrant and not in turn; the norm and
+                fc2 used outside the segment too
     --autocast  the forward under torch.autocast("cpu", bfloat16), the
                 linear layers computing in bfloat16: one process's weight
                 gradient is the bf16 GEMM's result, sfb's the float32 sum of
@@ -285,9 +286,12 @@ class Net(nn.Module):
         if args.transposed:  # fc1's weight transposed: a dense use, as a tied decoder's
             self.recon = nn.functional.linear(h, self.fc1.weight.t())
         h = self.norm(h)
-        if args.checkpoint:  # recomputed in backward: fc2's factors come from the recompute
-            h = torch.utils.checkpoint.checkpoint(lambda t: torch.tanh(self.fc2(t)), h,
-                                                  use_reentrant=step % 2 == 0)
+        if args.checkpoint:  # recomputed in backward: fc2's factors come from the recompute;
+            # the norm and fc2 used outside the segment too (a reentrant one's inner pass
+            # gives them a gradient of its own, after the outer pass gave theirs)
+            h = torch.utils.checkpoint.checkpoint(
+                lambda t: torch.tanh(self.fc2(self.norm(t))), h, use_reentrant=step % 2 == 0)
+            h = h + 0.5 * torch.tanh(self.fc2(h))
         elif args.batchnorm:  # (after the tanh: a bias right before it has no gradient)
             h = self.bn(torch.tanh(self.fc2(h)))
         else:
@@ -1525,7 +1529,9 @@ def latedense():
     """A penalty on the weights from step 3 on (lazy regularization): their
     factors of step 3 leave without it, so it is refused on every rank at
     that step, naming the first Linear and saying what to do; the same run
-    with the penalty's weight 0 until then trains as one process does."""
+    with the penalty's weight 0 until then trains as one process does. A
+    reentrant checkpoint first used after the first step, over layers used
+    outside its segment too, is refused at its first step, saying why."""
     model = setup()
     x, y = data()
     ref = copy.deepcopy(model)
@@ -1569,8 +1575,29 @@ def latedense():
     worst, where = rel_diff(model, ref)
     if worst > args.tol:
         fail("%s differs from one process's by %.3g (relative)" % (where, worst))
+    # a reentrant checkpoint first used at step 4 (its inner backward pass gives
+    # the norm and fc2, used inside its segment and outside, a second gradient
+    # after the outer pass's had left): refused at that step on every rank
+    args.penalty = False
+    model = setup()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    try:
+        for t in range(6):
+            args.checkpoint = t >= 3  # (reentrant at even steps: from step 4)
+            xb, yb = shard(x, y, t, r, P)
+            one_step(model, opt, xb, yb, t, True)
+        fail("a reentrant checkpoint first used at step 4 was not refused")
+    except (sfb.UsageError, sfb.PeerError) as e:
+        if "received a gradient in the backward pass of step 4 after its gradient of that " \
+                "step had left: a parameter used inside a reentrant checkpoint's segment" \
+                not in str(e):
+            fail("the error does not say the reentrant checkpoint's cause: %s" % e)
+    finally:
+        args.checkpoint = False
+    closed()
     print("ok latedense: %s; from the first step with weight 0: %d steps within %.3g of one "
-          "process" % (why, steps, worst), flush=True)
+          "process; a reentrant checkpoint from step 4 refused" % (why, steps, worst),
+          flush=True)
 
 
 def gan():

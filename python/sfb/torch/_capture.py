@@ -347,6 +347,9 @@ def _autograd_backward(*args, **kwargs):
                 param=name)
     if s is None:
         return _torch_autograd_backward(*args, **kwargs)
+    if s.in_backward and threading.get_ident() == s.thread:  # (a reentrant checkpoint's)
+        s.nested_backward()
+        return _torch_autograd_backward(*args, **kwargs)
     if kwargs.get("inputs") is None and (args[3] if len(args) > 3 else
                                          kwargs.get("create_graph")):
         raise _sfb.UsageError(
@@ -384,9 +387,11 @@ def _autograd_backward(*args, **kwargs):
         if read:
             line = _env._user_line()
             s.pass_read = {kind: (what, line) for kind, what in read.items()}
+    s.in_backward = True
     try:
         return _torch_autograd_backward(*args, **kwargs)
     finally:
+        s.in_backward = False
         s.pass_hand, s.pass_terms, s.pass_read, s.pass_reading = None, [], {}, False
 
 
@@ -520,6 +525,35 @@ class _Passes:
             self.cb_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
 
+    def nested_backward(self):
+        """A backward pass run from within the one in progress, on its
+        thread: torch.utils.checkpoint's reentrant form recomputes its
+        segment and runs backward() on it there. It is part of the outer
+        pass: the pass ends with the outer one (its callback queued there,
+        not in the inner pass, which ends first), and from now on nothing
+        leaves before a step's last pass ends (overlap off), for a parameter
+        used inside the segment and outside it gets a gradient in each
+        (a layer shared across checkpointed blocks: ALBERT's, a LayerNorm
+        inside and after). One whose gradient left already in this pass (the
+        checkpoint first used after the job's first step) is refused when
+        the second comes (_reentrant_late)."""
+        self._queue_end()
+        self.overlap = False
+        self.nested_pass = True
+
+    def _reentrant_late(self, name):
+        """The refusal where name got a gradient after its part of the step
+        left, in a pass with a reentrant checkpoint's inner pass."""
+        self.fail_in_backward(_sfb.UsageError(
+            "sfb.torch: %s received a gradient in the backward pass of step %d after its "
+            "gradient of that step had left: a parameter used inside a reentrant "
+            "checkpoint's segment (torch.utils.checkpoint with use_reentrant=True) and "
+            "outside it gets a gradient in each of the two backward passes, and this step "
+            "sent it after the first. sfb.torch waits for the pass's end from the first "
+            "checkpoint it sees on; use the checkpoint from the job's first step, "
+            "use_reentrant=False, or DistributedOptimizer(overlap=False)" % (name, self.clock),
+            param=name))
+
     def take_rows(self, slot, ids, rows, lookups):
         slot.pending.append((ids, rows, lookups))
         self._queue_end()
@@ -536,6 +570,9 @@ class _Passes:
         """The layer's token: this backward pass is done with it."""
         self.pass_hit = True
         self._queue_end()
+        if slot.published and self.nested_pass:
+            self._reentrant_late(slot.name)
+            return
         if slot.published:
             self.fail_in_backward(_sfb.UsageError(
                 "sfb.torch: %s received a gradient after its factors of step %d left (a "
@@ -590,7 +627,7 @@ class _Passes:
     def _end_pass(self):
         """The end of a backward pass (torch's callback): the pass counts if
         it reached a parameter; the step's last one reduces (staleness 0)."""
-        self.cb_queued = False
+        self.cb_queued = self.nested_pass = False
         for slot in self.linears:
             slot.pending = []  # from a pass that reached no token: autograd.grad()
         # (the watched calls' counts; beside them the root's terms they are not

@@ -273,6 +273,8 @@ class _Sync(_Passes):
         self.passes = 0         # backward passes of the step in progress
         self.pass_hit = False   # the pass in progress reached a parameter
         self.cb_queued = False  # its end-of-pass callback is queued
+        self.in_backward = False  # torch.autograd.backward runs (a nested one: _capture)
+        self.nested_pass = False  # the pass in progress ran a backward inside it
         self.synced = False     # this step's gradients reduced (.grad holds the mean)
         self.stepped_clock = False  # several optimizers: one stepped on the reduction's .grad
         self.grads = False      # a backward pass since the last step()
@@ -887,6 +889,9 @@ class _Sync(_Passes):
     def dense_ready(self, p, bucket):
         """p's gradient of this pass is in p.grad (its accumulator's hook):
         in the step's last pass, p's bucket leaves once all of it is."""
+        if bucket.published and self.nested_pass:  # (a second gradient, after it left)
+            self._reentrant_late(self.names[id(p)])
+            return
         if not (self.overlap and self.attached and not self.additive and
                 self.state == _TRAINING and self.passes == self.passes_per_step - 1 and
                 threading.get_ident() == self.thread) or bucket.published:
