@@ -981,6 +981,12 @@ class TorchOneWorker(unittest.TestCase):
                 (ce + conv(torch.randn(5, 2, 6, generator=g)).sum(), summed),
                 (ce + emb(torch.tensor([1, 2, 2])).sum(), summed),
                 (ce + (p * p.log()).sum(), summed),
+                (ce + 1e-2 * (out.norm() ** 2 + emb(torch.tensor([1, 2])).norm(2).pow(2)),
+                 "a squared norm (.norm() ** 2)"),
+                (-out.sum() * P + out.norm() ** 2, "a squared norm (.norm() ** 2)"),
+                (ce + out.norm(dim=0).pow(2).sum(), summed),
+                (ce + out.norm(dim=1).pow(2).mean(), None),
+                (ce + 1e-2 * out.norm() ** 2 / 5, None),
                 (ce + 0.1 * kld * P, None),
                 (ce + kld / 5, None),
                 (ce + 0 * out.sum(), None),
@@ -1186,6 +1192,13 @@ class TorchOneWorker(unittest.TestCase):
                 (F.cross_entropy(out, y).clamp(max=5.0), "torch.clamp of cross_entropy's mean" + fn),
                 (out.softmax(0)[:, 0].mean(), "a softmax over the samples"),
                 ((out - y[:, None]).norm(), "a norm over the samples"),
+                (-F.cosine_similarity(out, out.roll(1, 0)).mean(),
+                 "torch.roll along the samples: each sample paired with another of the "
+                 "minibatch, as a negative from the next row or manifold mixup do"),
+                (F.cross_entropy(0.7 * out + 0.3 * out.flip(0), y),
+                 "torch.flip along the samples: each sample paired with another of the "
+                 "minibatch, as a negative from the next row or manifold mixup do"),
+                (F.cross_entropy(out.roll(1, 1) + out.flip(1), y), None),
                 ((out.norm(2).pow(2) / 30).sqrt(),
                  "torch.sqrt of a squared norm over the samples" + fn),
                 (out.norm(p=2, dim=0).norm(), "a norm over the samples"),
@@ -1307,7 +1320,8 @@ class TorchOneWorker(unittest.TestCase):
                 (vae, summed), (vae * P, times), (vae * 2, summed), (-h.sum(), summed),
                 (ce(x, y, reduction="sum"), summed), (scale * ce(x, y, reduction="sum"), summed),
                 (nn.functional.mse_loss(x, t, reduction="sum") * P + h.sum() * P, times),
-                (nn.functional.mse_loss(x, t, reduction="sum") * P + h.sum(), summed),
+                # (one sum times P, another not: summed_term names the other)
+                (nn.functional.mse_loss(x, t, reduction="sum") * P + h.sum(), None),
                 (nn.functional.mse_loss(x, t), (12.0, 12, "", "mse_loss")),
                 (h.mean() + h.sum(), None), (h.norm(), None), (h.sum() * h.sum(), None),
                 # (sums of a mean over the samples, and over the weights: none)

@@ -3072,8 +3072,10 @@ class PadNet(nn.Module):
     """Token sequences -> 5 classes through a layer whose outputs depend on
     the padding unless told where it is: a bidirectional GRU on the padded
     minibatch ("bigru") or on its packed sequences ("packed"), attention
-    without a key_padding_mask ("nomask"), then a masked mean and a head;
-    or a GRU's final state on the padded minibatch and a head ("final")."""
+    without a key_padding_mask ("nomask"), a BatchNorm over the positions
+    ("bn": its statistics count the padded ones), then a masked mean and a
+    head; or a GRU's final state on the padded minibatch and a head
+    ("final")."""
 
     def __init__(self, how):
         super().__init__()
@@ -3083,6 +3085,8 @@ class PadNet(nn.Module):
             self.att = nn.MultiheadAttention(12, 2, bias=False, batch_first=True)
         elif how == "final":
             self.rnn = nn.GRU(12, 12, batch_first=True)
+        elif how == "bn":
+            self.bn = nn.BatchNorm1d(12)
         else:
             self.rnn = nn.GRU(12, 6, batch_first=True, bidirectional=True)
         self.head = nn.Linear(12, 5)
@@ -3093,6 +3097,8 @@ class PadNet(nn.Module):
             return self.head(self.rnn(h)[1][-1])
         if self.how == "nomask":
             h = h + self.att(h, h, h, need_weights=False)[0]
+        elif self.how == "bn":  # (over (N, C, T): every position, the padded ones too)
+            h = self.bn(h.transpose(1, 2)).transpose(1, 2)
         elif self.how == "packed":
             lens = mask.sum(1).clamp(min=1)
             h = nn.utils.rnn.pack_padded_sequence(h, lens, batch_first=True,
@@ -3109,12 +3115,15 @@ def padding():
     """Each rank's minibatch padded to its own longest (the lengths differ
     from rank to rank), one process's to the global one. A bidirectional
     GRU on the padded sequences, attention without a key_padding_mask and a
-    GRU's final state depend on the padding: rank 0 alone warns once,
-    naming each rank's length and the layer; the GRU on packed sequences
+    GRU's final state depend on the padding, as do a BatchNorm's statistics
+    over the positions: rank 0 alone warns once, naming each rank's length
+    and the layer; the GRU on packed sequences
     trains as one process, without the warning (and SeqNet's masked
-    attention: varlen)."""
+    attention: varlen). A convolution that rank 0's short first batch
+    makes cheaper by factors and the others' densely goes densely on every
+    rank, one process's, its plan line saying the ranks judged it apart."""
     import warnings
-    for how in ("bigru", "nomask", "final", "packed"):
+    for how in ("bigru", "nomask", "final", "bn", "packed"):
         model = setup_model(lambda: PadNet(how))
         P, r = sft.size(), sft.rank()
         opt, ref, ref_opt, job = beside_one_process(model)
@@ -3145,7 +3154,8 @@ def padding():
                     "(%s) and %s ran on them" % (
                         ", ".join("rank %d %d" % (q, k) for q, k in enumerate(lens)),
                         {"bigru": "a bidirectional GRU", "final": "a GRU's final state",
-                         "nomask": "attention without a key_padding_mask"}[how]))
+                         "nomask": "attention without a key_padding_mask",
+                         "bn": "a BatchNorm over positions"}[how]))
             if r == 0 and (len(said) != 1 or not said[0].startswith(want) or
                            "one process, padding the union to %d" % max(lens) not in said[0]):
                 fail("%s: warned %r, expected one warning starting %r" % (how, said, want))
@@ -3155,8 +3165,45 @@ def padding():
             if worst <= args.tol:  # (what the warning says: not one process's)
                 fail("%s: within %.3g of one process (%s), yet warned" % (how, worst, where))
         closed()
+    # a convolution judged apart by the ranks' first batches (rank 0's one short
+    # sequence makes its factors cheaper than the dense bytes, the others' not):
+    # densely on every rank from the first step, one process's, the plan says why
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(16, 32, 3, padding=1)
+            self.head = nn.Linear(32, 5)
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.conv(x)).mean(2))
+
+    def batch(t, q):
+        g = torch.Generator().manual_seed(100 * t + q)
+        n, T = (1, 5) if q == 0 else (8, 40)
+        return torch.randn(n, 16, T, generator=g), torch.randint(0, 5, (n,), generator=g)
+    model = setup_model(ConvNet)
+    P, r = sft.size(), sft.rank()
+    opt, ref, ref_opt, job = beside_one_process(model)
+    for t in range(4):
+        x, y = batch(t, r)
+        opt.zero_grad()
+        opt.set_samples(len(x))
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        parts = [batch(t, q) for q in range(P)]
+        n = sum(len(a) for a, _ in parts)
+        ref_opt.zero_grad()
+        sum(nn.functional.cross_entropy(ref(a), b) * len(a) / n for a, b in parts).backward()
+        ref_opt.step()
+    worst, where = near_one_process(model, ref)
+    line = [x for x in opt.plan.splitlines() if x.startswith("conv.weight")]
+    if not line or "dense (judged apart by the ranks' first batches" not in line[0]:
+        fail("the plan does not say the ranks judged the convolution apart:\n%s" % opt.plan)
+    closed()
     print("ok padding: rank 0 warned once naming each rank's length (a bidirectional GRU, "
-          "attention without a mask, a GRU's final state); packed, one process's", flush=True)
+          "attention without a mask, a GRU's final state, a BatchNorm over positions); "
+          "packed, one process's; a convolution judged apart by the first batches, one "
+          "process's (within %.3g, %s), the plan saying so" % (worst, where), flush=True)
 
 
 class MoE(nn.Module):
@@ -3776,7 +3823,9 @@ def hand_draws():
     """Masks drawn by functions, every rank's generator seeded alike: rank
     0 warns at step 0 that the ranks drew the same masks, naming the
     function and the line (bernoulli_ a sample, F.dropout); not for draws
-    for the whole minibatch (one process's alike), nor seeded apart."""
+    for the whole minibatch (one process's alike), nor seeded apart. A
+    model every rank runs whole on the same rows: one seed everywhere is
+    one process's (nothing said), seeded apart is warned of."""
     import warnings
     x, y = data()
     for kind, seeded in (("locked", False), ("functional", False), ("batch", False),
@@ -3804,6 +3853,48 @@ def hand_draws():
         if len(draws) != len(want) or any(not a.startswith(b) for a, b in zip(draws, want)):
             fail("masks drawn by functions (%s%s): warned %r, expected %r" % (
                 kind, ", seeded apart" if seeded else "", draws, want))
+    # a model every rank runs whole (a full-graph network: the same rows through
+    # its dropout on every rank, each rank's loss over its share of them): one
+    # seed everywhere draws one process's masks, exact, nothing said; seeded
+    # apart, each rank drops other elements: warned
+    for seeded in (False, True):
+        setup()
+        P, r = sft.size(), sft.rank()
+        torch.manual_seed(3)
+        model = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 5))
+        sft.broadcast_parameters(model.state_dict())
+        ref, ref_opt = copy.deepcopy(model), None
+        torch.manual_seed(200 + (r if seeded else 0))
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            for t in range(3):
+                parts = [shard(x, y, t, q, P) for q in range(P)]
+                xa, ya = torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])
+                lo = sum(len(a) for a, _ in parts[:r])
+                opt.zero_grad()
+                opt.set_samples(len(parts[r][0]))
+                out = model(xa)[lo:lo + len(parts[r][0])]
+                nn.functional.cross_entropy(out, ya[lo:lo + len(out)]).backward()
+                opt.step()
+        sft.shutdown()
+        told = [str(w.message) for w in said if "drew masks for the same tensors" in str(w.message)
+                or "drew the same masks" in str(w.message)]
+        want = ["sfb.torch: at step 0 2 (Dropout) drew masks for the same tensors on every rank "
+                "(a model every rank runs whole"] if seeded and r == 0 else []
+        if len(told) != len(want) or any(not a.startswith(b) for a, b in zip(told, want)):
+            fail("a model run whole on every rank (%s): warned %r, expected %r" % (
+                "seeded apart" if seeded else "one seed", told, want))
+        if not seeded:
+            torch.manual_seed(200)
+            ref_opt = make_opt(ref.parameters())
+            for t in range(3):
+                parts = [shard(x, y, t, q, P) for q in range(P)]
+                ref_opt.zero_grad()
+                nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
+                                            torch.cat([b for _, b in parts])).backward()
+                ref_opt.step()
+            near_one_process(model, ref)
 
 
 def modes():

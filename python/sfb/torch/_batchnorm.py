@@ -20,6 +20,7 @@ calling the layer while the others wait for its statistics); an
 InstanceNorm with track_running_stats=True in training mode (running
 statistics averaged over its minibatch). An InstanceNorm without running
 statistics (each sample's own: the default) is exact and runs as it is."""
+import math
 import warnings
 import weakref
 
@@ -318,8 +319,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 "chunks that are whole sets of their own (two augmented views concatenated, "
                 "then normalized apart) are one process's: then filter this warning"
                 % name, stacklevel=_env._user_stacklevel())
-    return _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var,
-                                0.0 if momentum is None else momentum, eps, s, name)
+    out = _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var,
+                               0.0 if momentum is None else momentum, eps, s, name)
+    if input.dim() > 2:  # (its statistics count every position: a sequence's padded ones)
+        from . import _padding
+        _padding.watch(out, "a BatchNorm over positions", math.prod(input.shape[2:]),
+                       input.shape[0])
+    return out
 
 
 def _ghost(s, layer, input):

@@ -746,6 +746,11 @@ def mixing(root, world):
                         }.get(name, "torch.cdist: distances between the samples")
         if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
             return "a division by a sum over the samples: a batch's Dice or F1"
+        if name in _REORDERS and _reorders_first(node) and \
+                _below(node.next_functions[0][0]) == {"layer"}:
+            return ("%s along the samples: each sample paired with another of the "
+                    "minibatch, as a negative from the next row or manifold mixup do"
+                    % _REORDERS[name])
         stat = _statistic(node, name)
         if stat is not None and stat[1]:
             return stat[0]
@@ -863,6 +868,18 @@ def _statistic(node, name):
     if _below(node.next_functions[0][0]) != {"layer"}:
         return None
     return what + " over the samples", mixes
+
+
+# (reorderings of a tensor's rows: along the samples they pair each sample
+# with another, which one process takes from the union)
+_REORDERS = {"RollBackward0": "torch.roll", "FlipBackward0": "torch.flip"}
+
+
+def _reorders_first(node):
+    """Whether a roll or flip node moves its input along the first
+    dimension (a roll without dims: over the flattened tensor)."""
+    dims = tuple(_signed(d) for d in node._saved_dims)
+    return 0 in dims or (not dims and type(node).__name__ == "RollBackward0")
 
 
 def _over_first(node, name):
@@ -1004,26 +1021,32 @@ def _summed(node, world):
     is a sum over the samples (_sum_name), "scaled" where each is also
     multiplied by world (the ranks' mean is then one process's sum), None
     where some term is no such sum (a mean, x.mean(0).sum(), a product of
-    two terms)."""
+    two terms) or some are so multiplied and others not (summed_term names
+    one that is not: multiplying the whole loss would not mend it)."""
     terms = []
     _terms(node, (), 0, terms)
     scaled = [_scaled(path, world) for _, path in terms]
     if not terms or any(how in ("divided", "unread") or _sum_name(term) is None
                         for (term, _), how in zip(terms, scaled)):
         return None
-    return "scaled" if all(how == "by the world" for how in scaled) else "sum"
+    by_world = [how == "by the world" for how in scaled]
+    return "scaled" if all(by_world) else None if any(by_world) else "sum"
 
 
 def _sum_name(node):
     """A term's name where it is a sum over the samples: a loss with
-    reduction="sum", a .sum() of what a layer computed from them; None
-    otherwise."""
+    reduction="sum", a .sum() of what a layer computed from them or a
+    squared norm over them; None otherwise."""
     name = type(node).__name__
     if (name in _NLL or name in _ELEMENTS or name in _FUSED) and node._saved_reduction == 2:
         return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _FUSED.get(name) or
                                         _nll_name(node))
     if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]):
         return ".sum()"
+    norm = _squared_norm(node)  # (a sum of squares: an embedding penalty, BPR's)
+    if norm is not None and _over_first(norm, type(norm).__name__) and \
+            _reaches_layer(norm.next_functions[0][0]):
+        return "a squared norm (.norm() ** 2)"
     return None
 
 

@@ -187,12 +187,26 @@ _torch_tensor_bernoulli = {name: getattr(torch.Tensor, name) for name in ("berno
 _sink = None  # the DistributedOptimizer noting draws (intercept), or None
 
 
-def _note(name):
-    """A mask drawn by name from torch's generator: the user's line noted
-    in the sink's drew (the first 4 sites a step) until it has warned."""
+def _note(name, input):
+    """A mask drawn by name from torch's generator for the tensor input (a
+    dropout's; None: a bernoulli's probabilities, which say nothing of the
+    samples they are for): the user's line noted in the sink's drew (the
+    first 4 sites a step), and input in its drew_inputs' CRC-32s, until it
+    has warned (the ranks' inputs alike: one process's masks where drawn
+    alike, _Sync._tell_same_draws)."""
     s = _sink
-    if s is not None and not s.told_draws and len(s.drew) < 4:
+    if s is None or s.told_draws:
+        return
+    if len(s.drew) < 4:
         s.drew.setdefault(_env._user_line(), name)
+    if s.drew_inputs is None or s.drew_inputs[0] >= 0:
+        try:
+            crc = zlib.crc32(input.detach().contiguous().view(-1).view(torch.uint8).numpy())
+        except (AttributeError, RuntimeError, TypeError):  # (None; a dtype numpy cannot hold)
+            s.drew_inputs = (-1, -1)
+            return
+        s.drew_inputs = (crc, crc) if s.drew_inputs is None else (
+            zlib.crc32(crc.to_bytes(4, "little"), s.drew_inputs[0]), s.drew_inputs[1])
 
 
 def _dropout(name):
@@ -207,14 +221,14 @@ def _dropout(name):
         # (a weight's dropout, DropConnect's, draws one mask for the whole
         # minibatch: one process's alike on every rank)
         if training and p > 0 and not isinstance(input, nn.Parameter):
-            _note("F." + name)
+            _note("F." + name, input)
         return torch_fn(input, *args, **kwargs)
     return dropout
 
 
 def _bernoulli(input, *args, generator=None, **kwargs):
     if generator is None and input.numel() > 1:
-        _note("torch.bernoulli")
+        _note("torch.bernoulli", None)
     return _torch_bernoulli(input, *args, generator=generator, **kwargs)
 
 
@@ -224,7 +238,7 @@ def _tensor_bernoulli(name):
     @functools.wraps(torch_fn)
     def bernoulli(self, *args, generator=None, **kwargs):
         if generator is None and self.numel() > 1:  # (one number: a draw per minibatch)
-            _note(name)
+            _note(name, None)
         return torch_fn(self, *args, generator=generator, **kwargs)
     return bernoulli
 

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 36  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 41  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -293,6 +293,9 @@ class _Sync(_Passes):
         self.drew = {}            # masks drawn by functions since the last reduction
         #                           (_modes.intercept): {the user's file:line: function}
         self.step_drew = {}       # drew of the step reduced last
+        self.drew_inputs = None   # CRC-32s of the tensors masks were drawn for since the last
+        #                           reduction, (all of them, the first), None: none, (-1, -1):
+        #                           one not hashed (_modes._note)
         self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
@@ -732,18 +735,24 @@ class _Sync(_Passes):
             g = p.grad
             return g is not None and not self._ours(p) and \
                 bool((g._values() if g.is_sparse else g).any())
-        mine = sorted(self.names[id(p)] for slot in self.linears
-                      for p in (slot.weight, slot.bias)
+        # (a convolution judged dense by its positions on this rank's first batch,
+        #  by factors on another's: marked, for the plan's reason)
+        mine = sorted(self.names[id(p)] + ("\tpositions" if id(p) in self.dense_why else "")
+                      for slot in self.linears for p in (slot.weight, slot.bias)
                       if p is not None and (id(p) in self.mixed or left(p)))
-        union = set(mine)
+        lines = set(mine)
         for text in _allgather_text(self.job, "\n".join(mine)):
-            union |= set(n for n in text.split("\n") if n)
+            lines |= set(n for n in text.split("\n") if n)
+        union = set(n.split("\t")[0] for n in lines)
+        apart = set(n.split("\t")[0] for n in lines if n.endswith("\tpositions"))
         self.mixed = set()
         if not union:
             return
         why = ("a dense gradient besides its factors in the first step: a penalty on it, a "
                "transposed use, double backward, torch.autograd.grad with respect to it, "
                "another module using it with its own bias")
+        why_apart = ("judged apart by the ranks' first batches: densely where that batch's "
+                     "positions made factors cost more, by factors elsewhere")
         for slot in [s for s in self.linears
                      if any(p is not None and self.names[id(p)] in union
                             for p in (s.weight, s.bias))]:
@@ -763,7 +772,8 @@ class _Sync(_Passes):
                 del self.rows_of[id(slot.weight)]
             for p in (slot.weight, slot.bias):
                 if p is not None:
-                    self.dense_why[id(p)] = why
+                    self.dense_why[id(p)] = why_apart if self.names[id(slot.weight)] in apart \
+                        else why
             self.dense_label[id(slot.weight)] = slot.label
             if slot.bias is not None:
                 self.dense_label[id(slot.bias)] = None  # (the weight's line says it)
@@ -970,6 +980,10 @@ class _Sync(_Passes):
         if not self.told_draws:  # (until a reduction where every rank trains)
             crc = zlib.crc32(torch.random.get_rng_state().numpy().tobytes())
             row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
+            if self.drew_inputs is not None and self.drew_inputs[0] >= 0:  # (drawn for what)
+                every, first = self.drew_inputs
+                row[0, n + 36:n + 41] = [1.0, every & 0xFFFF, every >> 16, first & 0xFFFF,
+                                         first >> 16]
         row[0, n + 21:n + 23] = _losses.shares(self.losses[4])
         row[0, n + 23] = min(self.padded[0], _overflow.MOST)
         read, crcs = _losses.settings_crc(self.losses[4])
@@ -1183,7 +1197,7 @@ class _Sync(_Passes):
         self._check_meta(meta)
         self.mode_ran = set()  # (the next step's forwards)
         self.step_ran, self.draw_ran = self.draw_ran, set()
-        self.step_drew, self.drew = self.drew, {}
+        self.step_drew, self.drew, self.drew_inputs = self.drew, {}, None
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if meta[:, self.n_params + 12].any() and \
@@ -1349,9 +1363,10 @@ class _Sync(_Passes):
             "sfb.torch: at step %d the ranks' sequences are padded to different lengths (%s) "
             "and %s ran on them: its outputs depend on how far a minibatch is padded (a "
             "bidirectional layer's backward direction starts in the padding; attention "
-            "without a mask attends to it), so one process, padding the union to %d, would "
-            "compute others. Pack the sequences (nn.utils.rnn.pack_padded_sequence), give "
-            "attention its key_padding_mask, or pad every rank to one length" % (
+            "without a mask attends to it; a BatchNorm's statistics count the padded "
+            "positions), so one process, padding the union to %d, would compute others. Pack "
+            "the sequences (nn.utils.rnn.pack_padded_sequence), give attention its "
+            "key_padding_mask, or pad every rank to one length" % (
                 self.clock,
                 _listed(steps, lambda q, v: "rank %d %s" % (q, int(v) if v else "-")),
                 " and ".join(kinds) if kinds else "a layer that depends on the padding",
@@ -1374,18 +1389,39 @@ class _Sync(_Passes):
         if not drawing and not self.step_drew:
             return
         self.told_draws = True
-        if self.job.world == 1 or self.job.rank != 0 or \
-                (meta[:, n + 19:n + 21] != meta[0, n + 19:n + 21]).any():
+        if self.job.world == 1 or self.job.rank != 0:
+            return
+        same_state = (meta[:, n + 19:n + 21] == meta[0, n + 19:n + 21]).all()
+        # (the tensors the masks were drawn for, the same on every rank: a model
+        # every rank runs whole, a full-graph GCN taking each rank's share of the
+        # nodes' losses; known where every mask went through F.dropout's and its
+        # tensor was hashed: _modes._note). The same masks over all of them are
+        # one process's; each rank's own over the first already are not.
+        hashed = all(isinstance(m, (torch.nn.modules.dropout._DropoutNd,
+                                    torch.nn.MultiheadAttention))
+                     for _, m in drawing) and meta[:, n + 36].all()
+        alike = lambda a, b: hashed and (meta[:, a:b] == meta[0, a:b]).all()
+        same_inputs = alike(n + 37, n + 39) if same_state else alike(n + 39, n + 41)
+        if same_state == same_inputs:
             return
         names = (["%s (%s)" % (name or "the model", type(m).__name__) for name, m in drawing] or
                  ["%s at %s" % (fn, line) if line else fn for line, fn in self.step_drew.items()])
+        shown = ", ".join(names[:3]) + (" and %d more" % (len(names) - 3) if len(names) > 3
+                                        else "")
+        if same_inputs:
+            warnings.warn(
+                "sfb.torch: at step %d %s drew masks for the same tensors on every rank (a "
+                "model every rank runs whole, a full-graph network taking each rank's share of "
+                "the nodes' losses) from generators in different states, so each rank dropped "
+                "other elements, where one process draws one mask: seed every rank alike "
+                "(torch.manual_seed(seed), the same on every rank) and keep their draws in "
+                "step" % (self.clock, shown), stacklevel=_env._user_stacklevel())
+            return
         warnings.warn(
             "sfb.torch: at step %d every rank's torch random generator was in the same state, so "
             "%s drew the same masks for each rank's share of the minibatch, where one process "
             "draws for every sample apart: seed each rank apart once the model is built and "
-            "broadcast, torch.manual_seed(seed + sfb.torch.rank())" % (
-                self.clock, ", ".join(names[:3]) +
-                (" and %d more" % (len(names) - 3) if len(names) > 3 else "")),
+            "broadcast, torch.manual_seed(seed + sfb.torch.rank())" % (self.clock, shown),
             stacklevel=_env._user_stacklevel())
 
     def unread(self):

@@ -1,9 +1,10 @@
 """Layers whose outputs depend on how far a minibatch is padded: a
 bidirectional recurrent layer on unpacked sequences (its backward direction
 starts in the padding), a recurrent layer's final state on them (h_n, an
-LSTM's c_n: the state after the padding) and attention without a
-key_padding_mask or an attn_mask (every query attends to the padding too),
-each over a minibatch of two or more sequences (one sequence is not
+LSTM's c_n: the state after the padding), attention without a
+key_padding_mask or an attn_mask (every query attends to the padding too)
+and a BatchNorm over positions in training (its statistics count the padded
+ones, masked or not: _batchnorm), each over a minibatch of two or more sequences (one sequence is not
 padded). One process pads the union of the ranks' minibatches to its
 longest sequence, each rank its own to its own longest: where those
 lengths differ from rank to rank such a layer computes on each rank what
