@@ -1178,7 +1178,9 @@ def staleclip():
 
 def addgroup():
     """add_param_group on the DistributedOptimizer after two steps: refused
-    on every rank, saying why, nothing changed (the replicas as they were)."""
+    on every rank, saying why, nothing changed (the replicas as they were).
+    A head then replaced, stepped by a plain optimizer of its own (each
+    rank's copy on its own gradients): refused by shutdown()'s checks."""
     model = setup()
     x, y = data()
     head = nn.Linear(5, 5)
@@ -1199,8 +1201,25 @@ def addgroup():
         xb, yb = shard(x, y, 2, sft.rank(), sft.size())
         one_step(model, opt, xb, yb, 2, True)  # training goes on
         same(job, model, "after the refusal and a step")
-        sft.shutdown()
-        print("ok addgroup: %s" % e, flush=True)
+        # a head replaced after wrapping, stepped by a plain optimizer: each
+        # rank trains its own copy; shutdown()'s checks refuse it, naming it
+        torch.manual_seed(5)
+        model.head = nn.Linear(16, 5)
+        plain = torch.optim.SGD(model.head.parameters(), lr=0.1)
+        for t in range(3, 5):
+            xb, yb = shard(x, y, t, sft.rank(), sft.size())
+            plain.zero_grad()
+            one_step(model, opt, xb, yb, t, True)
+            plain.step()
+        try:
+            sft.shutdown()
+            fail("a head replaced after wrapping and trained apart passed shutdown()")
+        except (sfb.MismatchError, sfb.PeerError) as e2:
+            if "does not hold (head.weight, head.bias on rank" not in str(e2):
+                fail("the error does not name the replaced head: %s" % e2)
+        closed()
+        print("ok addgroup: %s; a head replaced after wrapping refused at shutdown()" % e,
+              flush=True)
         return
     fail("no error")
 

@@ -145,6 +145,31 @@ def check_buffers(sync, step, unit="step"):
             (name, unit, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
 
 
+def check_unheld(sync, step, unit="step"):
+    """Collective: the model's parameters that the job does not hold (a
+    module replaced or added after wrapping, stepped by an optimizer of the
+    program's own), the same names and bits on every rank, or refused,
+    naming them: each rank would train its own copy of them."""
+    held = set(id(p) for _, p in sync.params)
+    items = [(n, p) for n, p in sync.model.named_parameters() if id(p) not in held]
+    names = "\n".join(n for n, _ in items)
+    mine = np.array([zlib.crc32(names.encode()), zlib.crc32(crcs(items).tobytes())], np.uint32)
+    every = np.stack([np.frombuffer(b, np.uint32) for b in sync.job.allgather(mine.tobytes())])
+    apart = [q for q in range(len(every)) if (every[q] != every[0]).any()]
+    if not apart:
+        return
+    shown = ", ".join(n for n, _ in items[:4]) + (", ..." if len(items) > 4 else "")
+    raise _sfb.MismatchError(
+        -(4096 + 9), "sfb.torch: the model's parameters that the DistributedOptimizer does not "
+        "hold (%s on rank %d) differ between ranks after %s %d (%s from rank 0): a module "
+        "replaced or added after wrapping, stepped by an optimizer of the program's own, "
+        "trains on each rank's own gradients, where one process trains one copy. Build the "
+        "model whole before wrapping its optimizer (a head to come, there from the start), "
+        "or call sfb.torch.shutdown() and wrap the new model's optimizer in a new job" % (
+            shown or "none", sync.job.rank, unit, step, _ranks(apart)),
+        rank=apart[0], param=items[0][0] if items else None)
+
+
 class Checks:
     def __init__(self, every):
         if not isinstance(every, int) or isinstance(every, bool) or every < 0:
@@ -201,6 +226,7 @@ class Checks:
             return
         if self.every:
             self.check(sync, sync.steps, list(sync.params), repair=False)
+            check_unheld(sync, sync.steps)
         check_buffers(sync, sync.steps)
 
     def without_steps(self, sync, reductions):
@@ -214,6 +240,7 @@ class Checks:
     def _run(self, sync, n, unit):
         if self.every and n % self.every == 0:
             self.check(sync, n, self.tensors(sync), unit=unit)
+            check_unheld(sync, n, unit)
         elif self.every:  # (BUFFER_STEPS: the parameters too, where a program parts them first)
             self.check(sync, n, list(sync.params), repair=False, unit=unit)
         check_buffers(sync, n, unit)
