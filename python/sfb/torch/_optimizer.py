@@ -934,8 +934,10 @@ class _Sync(_Passes):
         what was loaded since the last reduction (LOADED_*) and the
         optimizer state's checksum, what the mean losses over kept targets
         divided by and their targets (_losses), the checksum of the modes of
-        the modules whose forward differs by mode (_modes), in the first
-        reduction the torch generator's state's, the loss's terms' shares of
+        the modules whose forward differs by mode (_modes), until the first
+        reduction where every rank trains the torch generator's state's and
+        the tensors the step's dropouts drew for (all of them, the first),
+        the loss's terms' shares of
         those divisors (_losses.shares), the longest sequence a layer that
         depends on the padding ran on (_padding), the losses' settings
         (their class weights, ignore_index, label_smoothing: how many were
@@ -944,7 +946,8 @@ class _Sync(_Passes):
         and that tensor's checksum (_losses.detached), the number the mean losses are
         multiplied by in the loss backward() got (their divisor over their
         divisor each divided by its gradient: 1 for the losses themselves),
-        each layer's samples."""
+        the divisor all the terms share (_losses.common_divisor), each
+        layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -1381,7 +1384,10 @@ class _Sync(_Passes):
         for every sample apart: rank 0 warns once, naming those that ran (a
         dropout the model holds and does not call draws nothing: the next
         step's reduction looks again). Masks drawn by functions (F.dropout,
-        bernoulli_: _modes.intercept) are named where no module drew."""
+        bernoulli_: _modes.intercept) are named where no module drew. Where
+        every dropout drew for the same tensors on every rank (a model every
+        rank runs whole), one seed is one process's masks and nothing is
+        said, while generators apart are warned of."""
         n = self.n_params
         drawing = [(name, m) for name, m in _modes.drawing(self.mode_modules)
                    if id(m) in self.step_ran]

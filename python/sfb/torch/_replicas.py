@@ -146,12 +146,14 @@ def check_buffers(sync, step, unit="step"):
 
 
 def check_unheld(sync, step, unit="step"):
-    """Collective: the model's parameters that the job does not hold (a
-    module replaced or added after wrapping, stepped by an optimizer of the
-    program's own), the same names and bits on every rank, or refused,
-    naming them: each rank would train its own copy of them."""
+    """Collective: the model's parameters that need a gradient and the job
+    does not hold (a module replaced or added after wrapping, stepped by an
+    optimizer of the program's own), the same names and bits on every rank,
+    or refused, naming them: each rank would train its own copy of them.
+    (Frozen ones outside, a LoRA's base model, train nowhere: not read.)"""
     held = set(id(p) for _, p in sync.params)
-    items = [(n, p) for n, p in sync.model.named_parameters() if id(p) not in held]
+    items = [(n, p) for n, p in sync.model.named_parameters()
+             if p.requires_grad and id(p) not in held]
     names = "\n".join(n for n, _ in items)
     mine = np.array([zlib.crc32(names.encode()), zlib.crc32(crcs(items).tobytes())], np.uint32)
     every = np.stack([np.frombuffer(b, np.uint32) for b in sync.job.allgather(mine.tobytes())])
