@@ -80,22 +80,6 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s)
     s->worker = NULL;
 }
 
-int sfb__launch_free_port(const char *host)
-{
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
-        return sfb__error(-SFB_EUSAGE, "launch: host '%s' is not an IPv4 address", host);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return sfb__error(-errno, "launch: socket: %s", strerror(errno));
-    socklen_t l = sizeof a;
-    int r = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &l) < 0)
-        r = sfb__error(-errno, "launch: cannot find a free port on %s: %s", host, strerror(errno));
-    close(fd);
-    return r ? r : ntohs(a.sin_port);
-}
-
 int sfb__launch_reserve_port(const char *host, int *fd)
 {
     *fd = -1;

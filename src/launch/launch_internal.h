@@ -67,11 +67,9 @@ void sfb__launch_default_settings(struct sfb__launch_settings *s);
  * reaps its own children by pid). */
 int sfb__launch_local(int nprocs, char *const argv[], const struct sfb__launch_settings *s);
 
-/* Finds a free TCP port on `host` by binding port 0. Returns the port (> 0)
- * or a negative errno. Another process may take it before it is used. */
-int sfb__launch_free_port(const char *host);
-
-/* The same, held (sfb__join_reserve's way, as an elastic job's join port):
+/* A free TCP port on `host` (an IPv4 address), found by binding port 0 and
+ * held (sfb__join_reserve's way, as an elastic job's join port): returns
+ * the port (> 0) or a negative errno (-SFB_EUSAGE: not an IPv4 address);
  * *fd stays bound to the port (SO_REUSEADDR, never listening) until the
  * caller closes it, so a process that binds it with SO_REUSEADDR (rank 0's
  * bootstrap) can listen on it, and no other socket binds it or takes it for
