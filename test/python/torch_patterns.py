@@ -609,7 +609,8 @@ def unequal_said(w):
         "minibatches differ", "losses average over different counts", "is a sum over the samples",
         "average over counts that are not in proportion", "padded to different lengths",
         "adds a term summed over the samples", "combines the samples of this rank's",
-        "without gradient that differ", "a count summed over the ranks"))
+        "without gradient that differ", "a count summed over the ranks",
+        "the world's size: .grad already holds"))
 
 
 @contextlib.contextmanager
@@ -2318,7 +2319,7 @@ def unequal():
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
-          "rank computed from its own minibatch, of a sum over a count summed over the ranks; "
+          "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size; "
           "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "
           "nor for such a number averaged over the ranks or a weight per rank in proportion "
           "to its samples (within %.3g of one process)" % statistics,
@@ -2555,9 +2556,12 @@ def shared_counts():
     step 0 naming the backward() line, the count and the allreduce's line,
     and the model is not one process's (the warning is not false); the loss
     multiplied by sfb.torch.size(), or divided by the ranks' mean count
-    (op="mean"): one process's, nothing said."""
+    (op="mean"): one process's, nothing said. A mean over this rank's own
+    targets multiplied by sfb.torch.size() ("meanP", the ranks' counts
+    alike) is P times one process's (whose size() is 1): warned at step 0
+    on rank 0."""
     import warnings
-    for kind in ("sum", "sumP", "mean"):
+    for kind in ("sum", "sumP", "mean", "meanP"):
         model = setup()
         P, r = sft.size(), sft.rank()
         x, y = data()
@@ -2578,17 +2582,21 @@ def shared_counts():
                 total = sft.allreduce(ntok, op="mean" if kind == "mean" else "sum")
                 line = sys._getframe().f_lineno + 1
                 loss = nn.functional.nll_loss(out.log_softmax(1), kept(r), reduction="sum") / total
-                (loss * P if kind == "sumP" else loss).backward()
+                if kind == "meanP":
+                    loss = nn.functional.nll_loss(out.log_softmax(1), y[:4])
+                mean_at = line + 2
+                bw = sys._getframe().f_lineno + 1
+                (loss * P if kind in ("sumP", "meanP") else loss).backward()
                 opt.step()
-                ys = torch.cat([kept(q) for q in range(P)])
+                ys = torch.cat([y[:4] if kind == "meanP" else kept(q) for q in range(P)])
                 ref_opt.zero_grad()
                 nn.functional.nll_loss(ref(torch.cat([x[:4]] * P), t).log_softmax(1), ys).backward()
                 ref_opt.step()
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        if kind != "sum" and worst > args.tol:
+        if kind in ("sumP", "mean") and worst > args.tol:
             fail("a shared count (%s): %s differs from one process's by %.3g" % (kind, where, worst))
-        if kind == "sum" and worst < 100 * args.tol:
+        if kind in ("sum", "meanP") and worst < 100 * args.tol:
             fail("a shared count: %s within %.3g of one process's (no difference to warn of)" %
                  (where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
@@ -2597,7 +2605,12 @@ def shared_counts():
             "%d, a count summed over the ranks (sfb.torch.allreduce(op=\"sum\") at "
             "torch_patterns.py:%d): each rank's loss is its share of one process's mean over the "
             "union of the ranks' minibatches, whose gradient is the sum of the ranks' gradients, "
-            "%d times the mean" % (line + 1, sum(2 + q % 2 for q in range(P)), at, P)]
+            "%d times the mean" % (bw, sum(2 + q % 2 for q in range(P)), at, P)]
+        if kind == "meanP":
+            want = [] if r else [
+                "sfb.torch: at step 0 the loss given to backward() is a mean (nll_loss "
+                "(torch_patterns.py:%d), over this rank's own targets) multiplied by %d, "
+                "the world's size" % (mean_at, P)]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a shared count (%s): warned %r, expected %r" % (kind, said, want))
 

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 41  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 42  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -280,6 +280,7 @@ class _Sync(_Passes):
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
+        self.loss_factors = []  # their (how, the number backward()'s loss multiplies it by)
         self.padded = _padding.NONE  # the step's layers that depend on the padding (_padding)
         self.told_padding = False  # the padded-apart warning given
         self.mode_modules = None  # the modules whose forward differs by mode (_modes)
@@ -946,7 +947,8 @@ class _Sync(_Passes):
         and that tensor's checksum (_losses.detached), the number the mean losses are
         multiplied by in the loss backward() got (their divisor over their
         divisor each divided by its gradient: 1 for the losses themselves),
-        the divisor all the terms share (_losses.common_divisor), each
+        the divisor all the terms share (_losses.common_divisor), the number
+        torch's mean losses alone are multiplied by (_own_mean_scale), each
         layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
@@ -1000,6 +1002,7 @@ class _Sync(_Passes):
         d, folded = self.losses[0], self.losses[5]
         row[0, n + 30] = d / folded if d and folded else 1.0  # (the number the losses are scaled by)
         row[0, n + 35] = _losses.common_divisor(self.losses[4])
+        row[0, n + 41] = self._own_mean_scale()
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1266,6 +1269,7 @@ class _Sync(_Passes):
         self.passes = 0
         self.weight = None
         self.losses, self.padded, self.step_read = _NO_LOSSES, _padding.NONE, {}
+        self.loss_factors = []
         self.read_step = False
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
@@ -1314,6 +1318,8 @@ class _Sync(_Passes):
             return
         if self.losses[2] == _losses.SUMMED and not chose:
             self._tell_summed()
+            return
+        if self._tell_mean_times_world(meta):
             return
         if "summed" in self.step_read and not chose:
             self._tell_summed_term()
@@ -1520,6 +1526,42 @@ class _Sync(_Passes):
             "warning (.grad rescaled before step(), as fairseq's multiply_grads(size() / "
             "all ranks' tokens), is right with it)" % (self.clock, self.losses[3], P),
             stacklevel=_env._user_stacklevel())
+
+    def _own_mean_scale(self):
+        """The number the step's losses are multiplied by (times the passes
+        per step: a micro-batch's loss divided by them) where every one is
+        one of torch's means, each over this rank's own targets, all by the
+        same number; else 0.0."""
+        fs = [f * self.passes_per_step for how, f in self.loss_factors if how != _losses.BY_HAND]
+        if not fs or len(fs) != len(self.loss_factors) or any(
+                abs(f - fs[0]) > 1e-6 * abs(fs[0]) for f in fs):
+            return 0.0
+        return fs[0]
+
+    def _tell_mean_times_world(self, meta):
+        """_tell_unequal where every rank's losses are torch's means over its
+        own targets multiplied by the world's size (_own_mean_scale): one
+        process's size() is 1, and the reduction already averages the ranks'
+        means, so .grad is world times one process's. A sum divided by a
+        count over all ranks and multiplied by the size (HF's, fairseq's) is
+        a mean by hand: not this. True where it warned (rank 0) or would
+        have (the same on every rank: the meta row's)."""
+        n, P = self.n_params, self.job.world
+        has = meta[:, n + 15] > 0
+        if P < 2 or not has.any() or not np.allclose(meta[has, n + 41], P, rtol=1e-5, atol=0.0):
+            return False
+        self.told_unequal = True
+        if self.job.rank == 0:
+            warnings.warn(
+                "sfb.torch: at step %d the loss given to backward() is a mean (%s, over this "
+                "rank's own targets) multiplied by %d, the world's size: .grad already holds "
+                "the mean over every rank's samples (DDP's rule), so it is %d times one "
+                "process's, whose size() is 1. A mean needs no scaling; multiplying by "
+                "sfb.torch.size() is for a sum divided by a count over all ranks (HF's "
+                "sum / num_items_in_batch); a loss weight that only happens to equal the world's "
+                "size is one process's too" % (self.clock, self.losses[3] or "torch's", P, P),
+                stacklevel=_env._user_stacklevel())
+        return True
 
     def _tell_shared(self):
         """_tell_unequal where rank 0's loss divides by a count summed over
