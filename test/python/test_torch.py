@@ -1146,6 +1146,39 @@ class TorchOneWorker(unittest.TestCase):
             self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
         self.assertIsNone(_losses.mixing((z @ z.t()).sum(), None, 1))
 
+    def test_a_head_whose_weight_is_computed_from_parameters_is_a_layer(self):
+        """A product whose weight is computed from parameters alone is a layer
+        of the model, as F.linear over a parameter is: a cosine head's
+        F.normalize(W) (ArcFace, proxies), weight_norm, spectral_norm, x @ W
+        with W in x out, LoRA's W + B @ A, nn.Bilinear. A sum over the
+        samples above it is read (before, the walk stopped at the product:
+        sums and batch statistics above such heads went unwarned), and a
+        product with a side computed from the samples (prototypes from a
+        layer's outputs) stays one of samples."""
+        from sfb.torch import _losses
+        F = nn.functional
+        g = torch.Generator().manual_seed(3)
+        x, y = torch.randn(6, 4, generator=g), torch.randint(0, 3, (6,), generator=g)
+        body = nn.Linear(4, 4)
+        W, A, B = (nn.Parameter(torch.randn(*s, generator=g)) for s in ((3, 4), (2, 4), (3, 2)))
+        wn = nn.utils.weight_norm(nn.Linear(4, 3))
+        sn = nn.utils.parametrizations.spectral_norm(nn.Linear(4, 3))
+        bil = nn.Bilinear(4, 4, 3)
+        summed = (0.0, 0, _losses.SUMMED, None)
+        for head in (lambda z: F.linear(F.normalize(z), F.normalize(W)),
+                     lambda z: F.normalize(z) @ F.normalize(W).t(),
+                     lambda z: z @ W.t().contiguous() + 1.0,
+                     lambda z: F.linear(z, W + B @ A), wn, sn, lambda z: bil(z, z)):
+            out = head(torch.tanh(body(x)))
+            loss = -F.log_softmax(out, 1).gather(1, y[:, None]).sum()
+            self.assertEqual(_losses.of_root(loss, None, 4), summed, out.grad_fn)
+            pm = out.softmax(1).mean(0)
+            self.assertIsNotNone(_losses.mixing(F.cross_entropy(out, y) + (pm * pm.log()).sum(),
+                                                None, 4), out.grad_fn)
+        z = body(x)
+        proto = torch.stack([z[y == c].mean(0) for c in range(3)])  # (from the samples)
+        self.assertIsNotNone(_losses.mixing(F.cross_entropy(z @ proto.t(), y), None, 4))
+
     def test_a_statistic_over_the_samples_in_the_loss_is_found(self):
         """A statistic over the samples that is no mean of per-sample terms
         (a variance, a maximum, topk, a norm, a softmax across them) and a

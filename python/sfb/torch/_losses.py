@@ -700,18 +700,45 @@ def _below(node, limit=256):
 
 def _layer(node, name):
     """Whether node is a layer of the model: sfb's factor functions, an
-    embedding, a convolution or torch's F.linear (x @ W.T) whose weight is
-    a parameter; None for a convolution or x @ W.T whose weight needs no
-    gradient (frozen), False otherwise (x.T @ y: a product of samples)."""
+    embedding, a convolution, or a product x @ W.T, x @ W (F.linear) or an
+    nn.Bilinear whose weight is computed from parameters alone (a
+    parameter; a cosine head's F.normalize(W), weight_norm's,
+    spectral_norm's); None for a convolution or product whose weight needs
+    no gradient (frozen), False otherwise (x.T @ y: a product of samples)."""
     if name in ("AddmmBackward0", "MmBackward0"):
         w = node.next_functions[-1][0]
         if w is None:
             return None
-        return type(w).__name__ == "TBackward0" and \
-            type(w.next_functions[0][0]).__name__ == "AccumulateGrad"
+        return _of_parameters(w)
+    if name == "TrilinearBackward0":  # (nn.Bilinear's (x1, weight, x2))
+        w = node.next_functions[1][0]
+        return w is not None and _of_parameters(w)
     if name == "ConvolutionBackward0" and node.next_functions[1][0] is None:
         return None
     return name in _LAYERS
+
+
+def _of_parameters(node, limit=64):
+    """Whether node's output is computed from parameters alone: its graph
+    (at most limit nodes) reaches a parameter and no layer, product with a
+    tensor without gradient (the samples) or gathered rows (the samples'
+    side of a product). A product of parameters (LoRA's W + B @ A) is one."""
+    found = []
+
+    def visit(node, name):
+        if name == "AccumulateGrad":
+            found.append(True)
+            return []
+        more = [f for f, _ in node.next_functions]
+        if name in ("AddmmBackward0", "MmBackward0"):
+            return more if None not in more[-2:] else False
+        if name in _LAYERS or name in _UNION:
+            return False
+        return more
+    seen = set()
+    if _walk(node, visit, limit, seen) is False or len(seen) >= limit:
+        return False
+    return bool(found)
 
 
 @_reading
