@@ -610,7 +610,7 @@ def unequal_said(w):
         "average over counts that are not in proportion", "padded to different lengths",
         "adds a term summed over the samples", "combines the samples of this rank's",
         "without gradient that differ", "a count summed over the ranks",
-        "the world's size: .grad already holds"))
+        "the world's size: .grad already holds", "called set_samples(0) while"))
 
 
 @contextlib.contextmanager
@@ -2312,6 +2312,7 @@ def unequal():
                 fail("the warning does not name the counts and the weights: %r" % said)
     mixed_sums()
     shared_counts()
+    dropped_rank()
     statistics = batch_statistics()
     factors()
     micro_means()
@@ -2319,7 +2320,7 @@ def unequal():
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
-          "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size; "
+          "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count; "
           "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "
           "nor for such a number averaged over the ranks or a weight per rank in proportion "
           "to its samples (within %.3g of one process)" % statistics,
@@ -2613,6 +2614,67 @@ def shared_counts():
                 "the world's size" % (mean_at, P)]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a shared count (%s): warned %r, expected %r" % (kind, said, want))
+
+
+def dropped_rank():
+    """RetinaNet's normalization: a loss summed over every sample (the
+    negatives' too) divided by this rank's positives, num_pos.clamp(min=1),
+    odd ranks without positives. With set_samples(num_pos) (the mean-by-hand
+    warning's advice where the counts differ) those ranks' gradients are
+    left out, where one process keeps their terms: rank 0 warns at step 0
+    naming them, and the model is not one process's. The count summed over
+    the ranks and the loss multiplied by sfb.torch.size(): one process's,
+    nothing said."""
+    import warnings
+    for kind in ("set_samples", "shared"):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        ref = copy.deepcopy(model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       model=model)
+
+        def positives(q):  # (rank q's samples counted positive: none on odd ranks)
+            return torch.arange(4) < (0 if q % 2 else 2 + q % 3)
+
+        def loss_of(out, ys, pos, npos):
+            nll = nn.functional.nll_loss(out.log_softmax(1), ys, reduction="none")
+            return (nll * torch.where(pos, 1.0, 0.25)).sum() / npos
+
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                opt.zero_grad()
+                npos = positives(r).sum().float()
+                if kind == "shared":
+                    loss = loss_of(model(x[:4], t), y[:4], positives(r),
+                                   sft.allreduce(npos, op="sum").clamp(min=1)) * P
+                else:
+                    opt.set_samples(int(npos))
+                    loss = loss_of(model(x[:4], t), y[:4], positives(r), npos.clamp(min=1))
+                loss.backward()
+                opt.step()
+                ref_opt.zero_grad()
+                pos = torch.cat([positives(q) for q in range(P)])
+                loss_of(ref(torch.cat([x[:4]] * P), t), torch.cat([y[:4]] * P), pos,
+                        pos.sum().float().clamp(min=1)).backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if kind == "shared" and worst > args.tol:
+            fail("a count over the ranks: %s differs from one process's by %.3g" % (where, worst))
+        if kind == "set_samples" and worst < 100 * args.tol:
+            fail("set_samples(0): %s within %.3g of one process's (no difference to warn of)" %
+                 (where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        odd = [q for q in range(P) if q % 2]
+        want = [] if r or kind == "shared" else [
+            "sfb.torch: at step 0 rank%s %s called set_samples(0) while %s loss divides by %s: " % (
+                "s" if len(odd) > 1 else "", ", ".join(map(str, odd)),
+                "their" if len(odd) > 1 else "its", ", ".join("1 (rank %d)" % q for q in odd))]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("set_samples(0) (%s): warned %r, expected %r" % (kind, said, want))
 
 
 def batch_statistics():

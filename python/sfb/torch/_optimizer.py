@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 42  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 43  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -948,7 +948,8 @@ class _Sync(_Passes):
         multiplied by in the loss backward() got (their divisor over their
         divisor each divided by its gradient: 1 for the losses themselves),
         the divisor all the terms share (_losses.common_divisor), the number
-        torch's mean losses alone are multiplied by (_own_mean_scale), each
+        torch's mean losses alone are multiplied by (_own_mean_scale),
+        whether set_samples(0) drops a loss that divides by a count, each
         layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
@@ -1003,6 +1004,8 @@ class _Sync(_Passes):
         row[0, n + 30] = d / folded if d and folded else 1.0  # (the number the losses are scaled by)
         row[0, n + 35] = _losses.common_divisor(self.losses[4])
         row[0, n + 41] = self._own_mean_scale()
+        # (set_samples(0) while the loss divides by a count: its gradient dropped)
+        row[0, n + 42] = 1.0 if self.weight == 0 and self.losses[0] > 0 else 0.0
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1321,6 +1324,9 @@ class _Sync(_Passes):
             return
         if self._tell_mean_times_world(meta):
             return
+        if meta[:, n + 42].any():
+            self._tell_dropped(meta)
+            return
         if "summed" in self.step_read and not chose:
             self._tell_summed_term()
             return
@@ -1525,6 +1531,32 @@ class _Sync(_Passes):
             "opt.set_samples(n)); set_samples(1) on every rank keeps DDP's rule without this "
             "warning (.grad rescaled before step(), as fairseq's multiply_grads(size() / "
             "all ranks' tokens), is right with it)" % (self.clock, self.losses[3], P),
+            stacklevel=_env._user_stacklevel())
+
+    def _tell_dropped(self, meta):
+        """_tell_unequal where a rank called set_samples(0) while its loss
+        divides by a count (a sum over all anchors divided by
+        num_pos.clamp(min=1), a rank without positives): its gradient is
+        left out of the reduction, where one process's loss over the union
+        counts its terms."""
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return
+        n = self.n_params
+        ranks = [q for q in range(self.job.world) if meta[q, n + 42]]
+        warnings.warn(
+            "sfb.torch: at step %d rank%s %s called set_samples(0) while %s loss divides by "
+            "%s: %s gradient is left out of the reduction, where one process's loss over the "
+            "union of the ranks' minibatches keeps its terms (RetinaNet's focal loss of the "
+            "negatives over num_pos.clamp(min=1) on a rank without positives). Where a rank's "
+            "count can be 0 while its loss is not, no weight per rank is one process's: divide "
+            "the loss's sum by sfb.torch.allreduce(count, op=\"sum\") and multiply it by "
+            "sfb.torch.size(), with set_samples(1) on every rank (or none)" % (
+                self.clock, "s" if len(ranks) > 1 else "", ", ".join(map(str, ranks)),
+                "their" if len(ranks) > 1 else "its",
+                _listed([float(meta[q, n + 15]) for q in ranks],
+                        lambda i, v: "%s (rank %d)" % (_num(v), ranks[i])),
+                "their" if len(ranks) > 1 else "its"),
             stacklevel=_env._user_stacklevel())
 
     def _own_mean_scale(self):
