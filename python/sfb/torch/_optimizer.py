@@ -1836,8 +1836,10 @@ class _Sync(_Passes):
             "One process has one loss: give every rank the same%s" % (
                 self.clock, " and ".join(sites), "has" if len(sites) == 1 else "have",
                 " and ".join(fields), where,
-                " (class weights counted over the whole dataset, or rank 0's sent to all: "
-                "sft.broadcast_object)" if fields[:1] == [_losses.SETTINGS[0]] else ""),
+                " (class weights counted over the whole dataset; weights from each "
+                "minibatch's label counts: count over every rank's, "
+                "sft.allreduce(counts, op=\"sum\"), as one process counts the union's)"
+                if fields[:1] == [_losses.SETTINGS[0]] else ""),
             rank=sides[1][0] if sides[0][0] == me else sides[0][0])
 
     def _check_meta(self, meta):
