@@ -1725,24 +1725,36 @@ def dcgan_iteration(G, D, oD, oG, real, noise):
 
 
 def foreign():
-    """The DCGAN loop with only the discriminator's optimizer wrapped."""
-    G, D, x, z = gan_setup()
-    P, r = sft.size(), sft.rank()
-    oD = sft.DistributedOptimizer(torch.optim.Adam(D.parameters(), lr=1e-3), model=D)
-    oG = torch.optim.Adam(G.parameters(), lr=2e-3)  # (not wrapped: the mistake)
-    try:
-        for t in range(args.steps):
-            dcgan_iteration(G, D, oD, oG, shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0])
-        fail("the generator's unwrapped optimizer was not refused")
-    except (sfb.UsageError, sfb.PeerError) as e:
-        # this rank's refusal, or a peer's that ended the job first
-        own = isinstance(e, sfb.UsageError)
-        if "parameters outside the job (4: 10x16, 16x4, 16, 10) feed Discriminator's " \
-                "forward" not in str(e) or "at step 4" not in str(e) or \
-                (own and "Wrap that optimizer too" not in str(e)):
-            fail("the refusal does not name what and when, or say what to do: %s" % e)
-    closed()
-    print("ok foreign: refused at step 4", flush=True)
+    """The DCGAN loop with only the discriminator's optimizer wrapped (the
+    generator's parameters feed the wrapped model), then with only the
+    generator's (the discriminator's are in the generator's loss, past
+    the wrapped model: before, its replicas parted in silence)."""
+    for unwrapped in ("generator", "discriminator"):
+        G, D, x, z = gan_setup()
+        P, r = sft.size(), sft.rank()
+        if unwrapped == "generator":
+            oD = sft.DistributedOptimizer(torch.optim.Adam(D.parameters(), lr=1e-3), model=D)
+            oG = torch.optim.Adam(G.parameters(), lr=2e-3)  # (not wrapped: the mistake)
+            want = "parameters outside the job (4: 10x16, 16x4, 16, 10) feed Discriminator's " \
+                "forward"
+        else:
+            oD = torch.optim.Adam(D.parameters(), lr=1e-3)
+            oG = sft.DistributedOptimizer(torch.optim.Adam(G.parameters(), lr=2e-3), model=G)
+            want = "parameters outside the job (4: 16x10, 1x16, 16, 1) are in the loss " \
+                "given to backward() past the job's models"
+        try:
+            for t in range(args.steps):
+                dcgan_iteration(G, D, oD, oG, shard(x, x, t, r, P)[0], shard(z, z, t, r, P)[0])
+            fail("the %s's unwrapped optimizer was not refused" % unwrapped)
+        except (sfb.UsageError, sfb.PeerError) as e:
+            # this rank's refusal, or a peer's that ended the job first
+            own = isinstance(e, sfb.UsageError)
+            if want not in str(e) or "at step 4" not in str(e) or \
+                    (own and "Wrap that optimizer too" not in str(e)):
+                fail("the refusal does not name what and when, or say what to do: %s" % e)
+        closed()
+    print("ok foreign: refused at step 4 (an unwrapped generator, an unwrapped discriminator)",
+          flush=True)
 
 
 def dcgan():

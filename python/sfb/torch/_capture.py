@@ -360,6 +360,8 @@ def _autograd_backward(*args, **kwargs):
             "process's: torch.autograd.grad(loss, params, create_graph=True) from the first "
             "step gives each rank's; backward(create_graph=True, inputs=[x]) for an input's "
             "gradient is fine")
+    roots = args[0] if args else kwargs.get("tensors")
+    s.loss_foreign([roots] if isinstance(roots, torch.Tensor) else list(roots or ()))
     from . import _losses
     # (a gradient given by hand that is one number, a sum's or a mean's, read
     #  as that loss: _losses.given_as_loss)

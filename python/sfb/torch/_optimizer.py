@@ -494,9 +494,26 @@ class _Sync(_Passes):
             self._check_module_hooks()
         self.user_hooks.stash(self)
         self.graphs = True
-        if self.clock > FOREIGN_CLOCKS[-1]:
-            return
-        stack = [t.grad_fn for t in _tensors(inputs) if t.grad_fn is not None]
+        if self.clock <= FOREIGN_CLOCKS[-1]:
+            self.note_foreign(_tensors(inputs), "feed %s's forward and get gradients through "
+                              "it" % type(model).__name__)
+
+    def loss_foreign(self, tensors):
+        """backward()'s roots, in the first steps: note_foreign."""
+        if self.clock <= FOREIGN_CLOCKS[-1]:  # (the models' own: the replica checks')
+            self.note_foreign(tensors, "are in the loss given to backward() past the job's "
+                              "models (a discriminator's, a loss's own parameter) and get "
+                              "gradients from it",
+                              frozenset(id(p) for p in self.model.parameters()))
+
+    def note_foreign(self, tensors, where, skip=frozenset()):
+        """In the first steps: the parameters outside the job that tensors'
+        autograd graphs lead to (where: how they meet the job), compared
+        across the ranks at FOREIGN_CLOCKS (_check_foreign): a model's
+        inputs (a generator's parameters, feeding a discriminator), the
+        loss backward() gets (a discriminator's past the generator, a
+        loss's own parameter)."""
+        stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
         seen = set()
         while stack and len(seen) < 20000:
             node = stack.pop()
@@ -505,8 +522,8 @@ class _Sync(_Passes):
             seen.add(node)
             v = getattr(node, "variable", None)  # an AccumulateGrad: its leaf
             if isinstance(v, torch.nn.Parameter) and v.requires_grad and \
-                    id(v) not in self.group_of:
-                self.foreign.setdefault(id(v), (v, type(model).__name__))
+                    id(v) not in self.group_of and id(v) not in skip:
+                self.foreign.setdefault(id(v), (v, where))
             stack.extend(n for n, _ in node.next_functions)
 
     def _check_unheld(self):
@@ -525,8 +542,8 @@ class _Sync(_Passes):
 
     def _check_foreign(self):
         """At FOREIGN_CLOCKS (collective: every rank reduces then): the
-        parameters outside the job that feed its models must be the same on
-        every rank; an optimizer that is not a DistributedOptimizer stepping
+        parameters outside the job that feed its models, or that the loss
+        reaches past them, must be the same on every rank; an optimizer that is not a DistributedOptimizer stepping
         them on each rank's own gradients parts them, silently: refused."""
         found = sorted(self.foreign.values(),  # (the largest first: the same order on every rank)
                        key=lambda vm: (-vm[0].numel(), tuple(vm[0].shape), vm[1]))
@@ -536,14 +553,16 @@ class _Sync(_Passes):
                 all(r == mine for r in records):
             return
         differ = [q for q, r in enumerate(records) if r != records[0]]
-        shapes = ", ".join("x".join(map(str, v.shape)) for v, _ in found[:4]) + \
+        shapes = ", ".join("x".join(map(str, v.shape)) or "one number"
+                           for v, _ in found[:4]) + \
             (", ..." if len(found) > 4 else "")
         raise _sfb.UsageError(
-            "sfb.torch: parameters outside the job (%d: %s) feed %s's forward and get "
-            "gradients through it, and they differ between rank 0 and rank %d at step %d: an "
+            "sfb.torch: parameters outside the job (%d: %s) %s, and they differ between "
+            "rank 0 and rank %d at step %d: an "
             "optimizer that is not a DistributedOptimizer steps them on each rank's own "
             "gradients. Wrap that optimizer too (sfb.torch.DistributedOptimizer(opt, "
-            "model=its_model): one per model and optimizer), or freeze those parameters" %
+            "model=its_model): one per model and optimizer), add them to a wrapped optimizer, "
+            "or freeze them" %
             (len(found), shapes, found[0][1], differ[0], self.clock))
 
     # -- the training timeline's spans (SFB_TIMELINE; docs/performance.md)
