@@ -1122,6 +1122,8 @@ class TorchOneWorker(unittest.TestCase):
         cdist = "torch.cdist: distances between the samples"
         bmm = ("torch.einsum or torch.bmm of one matrix product: an in-batch similarity or a "
                "covariance over the samples")
+        pairs = ("a %s of every pair of samples, broadcast (z[:, None] against z[None]): a "
+                 "kernel or distance over the minibatch").__mod__
         ratio = "a division by a sum over the samples: a batch's Dice or F1"
         for loss, want in (
                 (nn.functional.cross_entropy(z @ z.t() / 0.1, y), mm),
@@ -1142,7 +1144,15 @@ class TorchOneWorker(unittest.TestCase):
                 (nn.functional.cross_entropy(z @ nn.functional.normalize(w, dim=1).t(), y % 6),
                  None),
                 (nn.functional.cross_entropy(head(att.view(30, 4)), y % 2), None),
-                (nn.functional.cross_entropy(head(z), y % 2), None)):
+                (nn.functional.cross_entropy(head(z), y % 2), None),
+                # (every pair by broadcasting: an MMD kernel, a pairwise distance; a
+                # side without gradient, or the samples kept on the first dimension
+                # of both: per sample)
+                (((z.unsqueeze(1) - z.unsqueeze(0)) ** 2).sum(2).mean(), pairs("difference")),
+                (torch.exp(-((z[:, None] - z[None]) ** 2).sum(-1)).mean(), pairs("difference")),
+                ((z.unsqueeze(0) * z.unsqueeze(1)).sum(-1).mean(), pairs("product")),
+                (((z.unsqueeze(1) - queue.t().unsqueeze(0)) ** 2).mean(), None),
+                (((z.unsqueeze(1) - z.unsqueeze(1)) ** 2).mean(), None)):
             self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
         self.assertIsNone(_losses.mixing((z @ z.t()).sum(), None, 1))
 

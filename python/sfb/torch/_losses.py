@@ -773,6 +773,9 @@ def mixing(root, world):
                         }.get(name, "torch.cdist: distances between the samples")
         if name == "DivBackward0" and _sums_samples(node.next_functions[1][0]):
             return "a division by a sum over the samples: a batch's Dice or F1"
+        if name in _PAIRWISE and _pairs(node):
+            return ("%s of every pair of samples, broadcast (z[:, None] against z[None]): a "
+                    "kernel or distance over the minibatch" % _PAIRWISE[name])
         if name in _REORDERS and _reorders_first(node) and \
                 _below(node.next_functions[0][0]) == {"layer"}:
             return ("%s along the samples: each sample paired with another of the "
@@ -900,6 +903,36 @@ def _statistic(node, name):
 # (reorderings of a tensor's rows: along the samples they pair each sample
 # with another, which one process takes from the union)
 _REORDERS = {"RollBackward0": "torch.roll", "FlipBackward0": "torch.flip"}
+
+
+_PAIRWISE = {"SubBackward0": "a difference", "AddBackward0": "a sum",
+             "MulBackward0": "a product", "DivBackward0": "a ratio"}
+
+
+def _lifted(node, depth=4):
+    """The dimension (0 or 1) the samples of a tensor a layer computed were
+    moved past by an unsqueeze on the way to node (z[None], z.unsqueeze(0):
+    0; z[:, None], z.unsqueeze(1): 1), through slices; None otherwise."""
+    for _ in range(depth):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name == "UnsqueezeBackward0" and _signed(node._saved_dim) in (0, 1):
+            below = node.next_functions[0][0]
+            return _signed(node._saved_dim) if below is not None and \
+                _below(below) == {"layer"} else None
+        if name not in ("SliceBackward0", "ExpandBackward0") + _VIEWS[:3]:
+            return None
+        node = node.next_functions[0][0]
+    return None
+
+
+def _pairs(node):
+    """Whether an element-wise node combines a tensor of samples lifted to
+    the second dimension with one lifted to the first: every pair of them
+    (an MMD kernel, a pairwise distance by broadcasting)."""
+    sides = [_lifted(f) for f in _inputs(node)]
+    return len(sides) == 2 and sorted(d for d in sides if d is not None) == [0, 1]
 
 
 def _reorders_first(node):
