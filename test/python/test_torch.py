@@ -66,6 +66,22 @@ class TorchOneWorker(unittest.TestCase):
         obj = {"a": 1}
         self.assertIs(sft.allgather_object(obj)[0], obj)
 
+    def test_second_derivative_through_batchnorm_refused(self):
+        """A gradient with a graph through a BatchNorm in training mode (an
+        input-gradient penalty, MAML's inner loop) is refused naming the
+        layer and the cause (it failed with torch's "differentiate twice a
+        function marked with @once_differentiable", naming neither); a
+        first derivative through it (create_graph=False) runs."""
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 1))
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        x = torch.randn(8, 4, requires_grad=True)
+        gx, = torch.autograd.grad(m(x).sum(), x)  # (first order: fine)
+        self.assertEqual(gx.shape, x.shape)
+        self.assertRaisesNaming(sft.UsageError, ["BatchNorm1d 1", "create_graph=True", "eval()"],
+                                torch.autograd.grad, m(x).sum(), x, create_graph=True)
+        del opt
+
     def test_float64_model_refused(self):
         m = net(torch.float64)
         self.assertRaisesNaming(ValueError, ["0.weight", "float64"], sft.DistributedOptimizer,

@@ -85,6 +85,19 @@ def _refuse_batch(layer, why):
         param=name.split(" ", 1)[1] if layer else None)
 
 
+def _refuse_twice(name):
+    """A gradient with a graph (create_graph=True) through a BatchNorm whose
+    statistics are gathered: its second derivative is not carried."""
+    raise _sfb.UsageError(
+        "sfb.torch: %s normalizes by the mean and variance of every rank's minibatch "
+        "(training mode), and a gradient taken through it with create_graph=True (a gradient "
+        "penalty's torch.autograd.grad, MAML's inner loop) would be differentiated again: "
+        "the second derivative of statistics gathered from every rank is not carried, where "
+        "one process's is exact. Call eval() on the layer for that pass (its running "
+        "statistics), or use nn.GroupNorm or nn.LayerNorm (each sample's own statistics)" %
+        name, param=None if name == OUTSIDE else name.split(" ", 1)[1])
+
+
 # (a BatchNorm that is none of the job's models' layers: F.batch_norm's, an
 # AveragedModel's, gathered as theirs)
 OUTSIDE = "F.batch_norm outside the job's models"
@@ -244,8 +257,9 @@ class _SyncBatchNorm(torch.autograd.Function):
         return y.to(x.dtype)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
+        if torch.is_grad_enabled():  # (create_graph=True: a second derivative to come)
+            _refuse_twice(ctx.name)
         xf, weight, mean32, invstd = ctx.saved_tensors
         s, shape, dims = ctx.s, ctx.shape, ctx.dims
         C = xf.shape[1]
