@@ -100,9 +100,10 @@ cases=(
   # max_samples otherwise on one rank: refused naming it
   raised acthooks settings
   # a DistributedOptimizer per model: PyTorch's DCGAN loop as written (and
-  # refused with the generator's optimizer left unwrapped); an encoder's and
-  # a decoder's stepped after one backward (ranks joining early)
-  dcgan foreign "seq2seq --join"
+  # refused with the generator's optimizer left unwrapped, or the
+  # discriminator's); an encoder's and a decoder's stepped after one
+  # backward (ranks joining early); ranks stepping other optimizers: refused
+  dcgan foreign "seq2seq --join" earlystop
   # fine-tuning in two phases, a new optimizer for the second: a new job
   phases
   # a buffer updated from each rank's own minibatch: refused; from every

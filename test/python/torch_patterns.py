@@ -243,7 +243,7 @@ ap.add_argument("mode", choices=["exact", "nojoin", "raised", "acthooks", "setti
                                  "closurejoin", "rankedit", "samhand", "loadstate",
                                  "rollback", "staleclip", "addgroup",
                                  "batchnorm", "autogradw", "latedense", "gan", "dcgan",
-                                 "seq2seq", "foreign", "phases", "buffers", "gather",
+                                 "seq2seq", "foreign", "earlystop", "phases", "buffers", "gather",
                                  "schedules", "maxnorm", "unequal", "contrastive", "varlen",
                                  "moe", "maml", "losshead", "finetune", "tokens",
                                  "modes", "nonfinite", "padding"])
@@ -1755,6 +1755,50 @@ def foreign():
         closed()
     print("ok foreign: refused at step 4 (an unwrapped generator, an unwrapped discriminator)",
           flush=True)
+
+
+def earlystop():
+    """Spinning Up's PPO: a policy and a value function, a DistributedOptimizer
+    each, the policy's phase ended early by each rank's own KL (rank 0
+    stops after one step at iteration 1, the others take three), then two
+    value steps. As many steps in all, so rank 0's value backward() pairs
+    with the others' policy one: refused at the next reduction on every rank,
+    naming the optimizers each stepped last (it was found only by the
+    replica checks, later, blaming code under `if rank == 0:`)."""
+    sft.init(peer_timeout_s=5)
+    RANK[0] = sft.rank()
+    torch.manual_seed(5)
+    pi, v = nn.Linear(10, 5), nn.Linear(10, 1)
+    for m in (pi, v):
+        sft.broadcast_parameters(m.state_dict(), root_rank=0)
+    popt = sft.DistributedOptimizer(torch.optim.Adam(pi.parameters(), lr=1e-3), model=pi)
+    vopt = sft.DistributedOptimizer(torch.optim.SGD(v.parameters(), lr=1e-2), model=v)
+    x, y = data()
+    P, r = sft.size(), sft.rank()
+    at = None
+    try:
+        for it in range(3):
+            xb, yb = shard(x, y, it, r, P)
+            for k in range(1 if it == 1 and r == 0 else 3):  # (the KL's early stop)
+                popt.zero_grad()
+                nn.functional.cross_entropy(pi(xb), yb).backward()
+                popt.step()
+            for k in range(2):
+                vopt.zero_grad()
+                at = (it, k)
+                (v(xb).squeeze(1) - yb.float()).pow(2).mean().backward()
+                vopt.step()
+        fail("ranks stepping other optimizers were not refused")
+    except (sfb.MismatchError, sfb.PeerError) as e:
+        own = isinstance(e, sfb.MismatchError)
+        if own and ("stepped other optimizers" not in str(e) or "at step 7" not in str(e) or
+                    "optimizer 0 of the job (Adam)" not in str(e) or
+                    "optimizer 1 of the job (SGD)" not in str(e)):
+            fail("the refusal does not name the optimizers and the step: %s" % e)
+        if r == 0 and at != (1, 1):  # (the reduction after rank 0's first value step)
+            fail("refused at %s, not rank 0's second value backward() of iteration 1" % (at,))
+    closed()
+    print("ok earlystop: ranks stepping other optimizers refused at the reduction", flush=True)
 
 
 def dcgan():
@@ -4211,7 +4255,7 @@ def main():
          "loadstate": loadstate, "rollback": rollback, "samhand": samhand,
          "staleclip": staleclip, "addgroup": addgroup, "batchnorm": batchnorm,
          "autogradw": autogradw, "latedense": latedense, "gan": gan, "dcgan": dcgan,
-         "seq2seq": seq2seq, "foreign": foreign, "phases": phases, "buffers": buffers,
+         "seq2seq": seq2seq, "foreign": foreign, "earlystop": earlystop, "phases": phases, "buffers": buffers,
          "gather": gather, "schedules": schedules, "maxnorm": maxnorm,
          "unequal": unequal, "contrastive": contrastive, "varlen": varlen,
          "moe": moe, "maml": maml, "losshead": losshead, "finetune": finetune,

@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 43  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 45  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -316,6 +316,8 @@ class _Sync(_Passes):
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
         self.steps = 0          # the wrapped optimizer's steps through this wrapper
+        self.stepped_opts = (0.0, 0.0)  # (a checksum of which of self.opts stepped, in
+        #                                  order, below 2**24; the last one's index + 1)
         self.stepped = (0, 0)   # (clock, extra) after the last of them (an elastic job's state)
         self.most_samples = 0   # the most samples of a step over all ranks (an elastic attach)
         self.overflow = _overflow.Overflow()  # updates of more samples than the job's bound
@@ -968,8 +970,9 @@ class _Sync(_Passes):
         divisor each divided by its gradient: 1 for the losses themselves),
         the divisor all the terms share (_losses.common_divisor), the number
         torch's mean losses alone are multiplied by (_own_mean_scale),
-        whether set_samples(0) drops a loss that divides by a count, each
-        layer's samples."""
+        whether set_samples(0) drops a loss that divides by a count, which
+        of several optimizers stepped (a checksum of their order, the last),
+        each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
             for i, (_, p) in enumerate(self.params):
@@ -1025,6 +1028,7 @@ class _Sync(_Passes):
         row[0, n + 41] = self._own_mean_scale()
         # (set_samples(0) while the loss divides by a count: its gradient dropped)
         row[0, n + 42] = 1.0 if self.weight == 0 and self.losses[0] > 0 else 0.0
+        row[0, n + 43:n + 45] = self.stepped_opts  # (which optimizers stepped: _check_meta)
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1861,6 +1865,28 @@ class _Sync(_Passes):
                 if fields[:1] == [_losses.SETTINGS[0]] else ""),
             rank=sides[1][0] if sides[0][0] == me else sides[0][0])
 
+    def _check_stepped(self, meta, states):
+        """Several optimizers: every training rank stepped the same ones in
+        the same order (as many steps in all is not enough: one rank's
+        value-function steps would pair with another's policy steps)."""
+        job, n = self.job, self.n_params
+        for q in range(job.world):
+            if states[q] == _TRAINING and self.state == _TRAINING and \
+                    meta[q, n + 43] != meta[job.rank, n + 43]:
+                def named(k):
+                    k = int(k) - 1
+                    return "optimizer %d of the job (%s)" % (k, type(self.opts[k]).__name__) \
+                        if 0 <= k < len(self.opts) else "none yet"
+                raise _sfb.MismatchError(
+                    -(4096 + 9), "sfb.torch: at step %d the ranks stepped other optimizers: "
+                    "rank %d last stepped %s, rank %d %s, after as many steps in all "
+                    "(every rank must step the job's optimizers alike, in the same order: a "
+                    "phase one rank ends early on its own numbers, PPO's early stop on its own "
+                    "KL, pairs its next backward() with the others'; decide it on every "
+                    "rank's values: sfb.torch.allreduce)" % (
+                        self.clock, job.rank, named(meta[job.rank, n + 44]), q,
+                        named(meta[q, n + 44])), rank=q)
+
     def _check_meta(self, meta):
         """Every rank in this clock: the same state (or joined), the same
         optimizer steps and hyperparameters; else fail naming both."""
@@ -1908,6 +1934,7 @@ class _Sync(_Passes):
                             "on rank 0) pairs with the others' training pass: "
                             "torch.autograd.grad(loss, x) there reduces nothing"),
                         rank=q)
+        self._check_stepped(meta, states)
         for q in range(job.world):
             if states[q] == _TRAINING and self.state == _TRAINING and \
                     (meta[q, n + 8:n + 10] != meta[job.rank, n + 8:n + 10]).any():
@@ -2130,8 +2157,11 @@ class _Sync(_Passes):
         self._publish_all()
         self.synced = True
 
-    def end_step(self):
-        """After the optimizer's step: the next step."""
+    def end_step(self, opt=None):
+        """After the optimizer's step (opt's): the next step."""
+        if len(self.opts) > 1 and opt is not None:
+            k = next((i for i, o in enumerate(self.opts) if o is opt), -1) + 1
+            self.stepped_opts = ((self.stepped_opts[0] * 31 + k) % 16777213, float(k))
         if self.additive:
             for slot in self.linears:
                 slot.weight.grad = None
@@ -2269,11 +2299,12 @@ class _Sync(_Passes):
         self._keep_bn()
         bases = [super(type(o), o) for o in self.opts]  # the wrapped classes', without the clock
         state = broadcast_object(([b.state_dict() for b in bases], self.steps, self.stepped,
-                                  self.most_samples, extra), root_rank=root)
+                                  self.most_samples, extra, self.stepped_opts), root_rank=root)
         if self.job.rank != root:
             for b, st in zip(bases, state[0]):
                 b.load_state_dict(st)
             self.steps, self.stepped, self.most_samples = state[1], state[2], state[3]
+            self.stepped_opts = state[5]
         return state[4]
 
     def state_of(self, p):
@@ -2406,7 +2437,7 @@ class _DistributedOptimizer:
             base = type(self)._sfb_base
             loss = base.step(self) if closure is None else base.step(self, closure)
             s.span("step", t0)
-        s.end_step()
+        s.end_step(self)
         return loss
 
     def set_samples(self, n):
