@@ -63,6 +63,7 @@ class Hooks:
     def __init__(self):
         self.moved = {}  # id(p): (p, [(key, fn)...]) until the reduction
         self.base = {}   # id(p): p.grad when the pass began (a copy), or None
+        self.told_draws = False  # the hooks' random draws warned of (run)
 
     def stash(self, sync):
         """A forward with gradients begins: the user's hooks off the
@@ -96,21 +97,28 @@ class Hooks:
         self.base = {i: (p.grad.detach().clone() if p.grad is not None else None)
                      for i, (p, _) in self.moved.items()}
 
-    def run(self, present):
+    def run(self, present, rank=0):
         """After the reduction: each hooked parameter that got a gradient
         has its hooks run, in order, on the pass's reduced gradient (.grad
-        less what it held before the pass), as one process runs them."""
+        less what it held before the pass), as one process runs them. The
+        order is the forward's, not backward's: where the hooks of two
+        parameters or more draw from torch's generator (gradient noise),
+        each gets other numbers than one process's: rank 0 warns once."""
+        drew = []
         for i, (p, hooks) in self.moved.items():
             if p.grad is None or not present(p):
                 continue
             before = self.base.get(i)
             g = p.grad - before if before is not None else p.grad.clone()
+            state = None if self.told_draws else torch.random.get_rng_state()
             for k, fn in hooks:
                 if p._backward_hooks is None or p._backward_hooks.get(k) is not _held:
                     continue  # (its handle removed since the forward)
                 out = fn(g)
                 if out is not None:
                     g = out
+            if state is not None and not torch.equal(state, torch.random.get_rng_state()):
+                drew.append(p)
             if before is not None:
                 g = before + g
             if p.grad.is_sparse or g.is_sparse:
@@ -118,6 +126,19 @@ class Hooks:
             else:
                 p.grad.copy_(g)
         self.restore()
+        if len(drew) > 1:
+            self.told_draws = True
+            if rank == 0:
+                import warnings
+                from . import _env
+                warnings.warn(
+                    "sfb.torch: the gradient hooks of %d parameters drew random numbers from "
+                    "torch's generator (gradient noise): sfb.torch runs them at the reduction in "
+                    "the order the forward met the parameters, where one process runs them in "
+                    "backward's order, so each parameter gets other draws than one process's. "
+                    "Draw from a torch.Generator of each parameter's own (seeded alike on every "
+                    "rank), or add the noise to .grad before step() in a fixed order" % len(drew),
+                    stacklevel=_env._user_stacklevel())
 
     def restore(self):
         """The hooks back on their parameters (a step dropped, the end)."""

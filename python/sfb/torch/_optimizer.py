@@ -1289,7 +1289,7 @@ class _Sync(_Passes):
             _nonfinite.nan_grads((self.params[i][1] for i in
                                   np.flatnonzero(most == _nonfinite.NONFINITE)), self.handed)
             self.nonfinite.clear()
-            self.user_hooks.run(lambda p: present[self.param_index[id(p)]])
+            self.user_hooks.run(lambda p: present[self.param_index[id(p)]], job.rank)
         for slot in self.linears:
             slot.token.grad = None
         self.passes = 0
