@@ -1430,6 +1430,14 @@ class TorchOneWorker(unittest.TestCase):
                 (h.gather(0, torch.zeros(1, 3, dtype=torch.long)).sum(), None)):
             self.assertEqual(_losses.of_root(loss, None, P), want, loss.grad_fn)
         self.assertIsNone(_losses.of_root(h.sum(), None, 1))
+        # a loss of one element (divided by a count kept as torch.as_tensor([n]))
+        # summed or averaged at the root: the same number, read as the scalar's
+        per = ce(h, y % 3, reduction="none")
+        for root in (lambda l: l.sum(), lambda l: l.mean()):
+            self.assertEqual(_losses.of_root(root(per.sum() / torch.as_tensor([5.0])), None, P),
+                             (5.0, 5.0, _losses.BY_HAND, None))
+        self.assertEqual(_losses.of_root((per.sum() / torch.as_tensor([5.0])).sum() * P, None, P),
+                         _losses.of_root(per.sum() / 5.0 * P, None, P))
         # torch's losses of one node each (their reduction saved), ctc_loss's per-sample
         # node: sums over the samples too; its mean a mean by hand over the samples
         F = nn.functional

@@ -271,6 +271,9 @@ def of_root(tensors, grad_tensors, world=1):
     try:
         for _ in range(16):
             name = type(node).__name__
+            if _of_one(node, name):  # (a one-element loss summed: the loss)
+                node = node.next_functions[0][0]
+                continue
             if name in _NLL and node._saved_reduction == 1:  # (a mean)
                 return _nll_read(node)
             if name in _ELEMENTS and node._saved_reduction == 1:
@@ -401,6 +404,17 @@ def _mean_terms(node, mul, div, depth, out, skipped):
         out.append((div, div, BY_HAND, None, mul))
         return True
     return False
+
+
+def _of_one(node, name):
+    """Whether node sums or averages a tensor of one element (a loss of
+    shape [1], divided by a count kept as torch.as_tensor([n])): the same
+    number, no reduction."""
+    if name not in ("SumBackward0", "MeanBackward0"):
+        return False
+    sizes = getattr(node, "_saved_self_sym_sizes", None) or \
+        getattr(node, "_saved_self_sizes", None)
+    return sizes is not None and all(int(d) == 1 for d in sizes)
 
 
 def _one_root(tensors, grad_tensors):
@@ -554,7 +568,7 @@ def _terms(node, path, depth, out):
         out.append((None, None))
         return
     name = type(node).__name__
-    if name in ("AddBackward0", "SubBackward0", "NegBackward0"):
+    if name in ("AddBackward0", "SubBackward0", "NegBackward0") or _of_one(node, name):
         for f, _ in node.next_functions:
             _terms(f, path, depth + 1, out)
         return
