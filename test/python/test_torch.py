@@ -1164,6 +1164,7 @@ class TorchOneWorker(unittest.TestCase):
         cdist = "torch.cdist: distances between the samples"
         bmm = ("torch.einsum or torch.bmm of one matrix product: an in-batch similarity or a "
                "covariance over the samples")
+        ep = z.view(6, 5, 4)  # (episodes of 5: the samples are the episodes)
         pairs = ("a %s of every pair of samples, broadcast (z[:, None] against z[None]): a "
                  "kernel or distance over the minibatch").__mod__
         ratio = "a division by a sum over the samples: a batch's Dice or F1"
@@ -1194,7 +1195,15 @@ class TorchOneWorker(unittest.TestCase):
                 (torch.exp(-((z[:, None] - z[None]) ** 2).sum(-1)).mean(), pairs("difference")),
                 ((z.unsqueeze(0) * z.unsqueeze(1)).sum(-1).mean(), pairs("product")),
                 (((z.unsqueeze(1) - queue.t().unsqueeze(0)) ** 2).mean(), None),
-                (((z.unsqueeze(1) - z.unsqueeze(1)) ** 2).mean(), None)):
+                (((z.unsqueeze(1) - z.unsqueeze(1)) ** 2).mean(), None),
+                # (within one sample, chosen by z[i] or z[i:i + 1]: its own elements,
+                # a per-image Lovasz's sort, an episode's distances; several: not)
+                (sum(z[i:i + 1].flatten().sort(descending=True)[0].cumsum(0).mean()
+                     for i in range(3)), None),
+                (sum(torch.cdist(ep[i], ep[i]).mean() for i in range(3)), None),
+                (z[:2].flatten().sort()[0].cumsum(0).mean(),
+                 "a sort over the samples"),
+                (torch.cdist(z[:5], z[:5]).mean(), cdist)):
             self.assertEqual(_losses.mixing(loss, None, 4), want, loss.grad_fn)
         self.assertIsNone(_losses.mixing((z @ z.t()).sum(), None, 1))
 

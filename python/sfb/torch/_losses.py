@@ -687,15 +687,19 @@ def _squared_norm(node):
     return norm if attr and getattr(norm, attr, None) == 2 else None
 
 
-def _below(node, limit=256):
+def _below(node, limit=256, whole=False):
     """What node's output comes from through operations that keep the
     samples apart: {"layer"} a layer of the model's (its weight a
-    parameter), "gathered" sfb.torch.allgather's rows of every rank."""
+    parameter), "gathered" sfb.torch.allgather's rows of every rank.
+    whole: not through a choice of one sample (z[i], z[i:i + 1]), below
+    which the first dimension is no longer the samples."""
     found = set()
 
     def visit(node, name):
         if name == _GATHER:
             found.add("gathered")
+            return []
+        if whole and _picks_one(node, name):
             return []
         layer = _layer(node, name)
         if layer:
@@ -777,7 +781,7 @@ def mixing(root, world):
         if _stops(node, name):
             return []
         if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0", "BmmBackward0"):
-            sides = [_below(f) if f is not None else set() for f in _inputs(node)]
+            sides = [_below(f, whole=True) if f is not None else set() for f in _inputs(node)]
             if all(side == {"layer"} for side in sides) and (
                     name != "BmmBackward0" or len(node._saved_self) == 1):
                 return {"MmBackward0": "torch.mm: an in-batch similarity or a covariance over "
@@ -909,9 +913,20 @@ def _statistic(node, name):
         mixes = name in _MIXES
     if what is None or not _over_first(node, name):
         return None
-    if _below(node.next_functions[0][0]) != {"layer"}:
-        return None
+    if _below(node.next_functions[0][0], whole=True) != {"layer"}:
+        return None  # (over one sample's elements: a per-image Lovasz, an episode's classes)
     return what + " over the samples", mixes
+
+
+def _picks_one(node, name):
+    """Whether node takes one sample of its input: z[i] (a select along the
+    first dimension) or z[i:i + 1]."""
+    if name == "SelectBackward0":
+        return _signed(node._saved_dim) == 0
+    if name == "SliceBackward0" and _signed(node._saved_dim) == 0:
+        start, end = _signed(node._saved_start), _signed(node._saved_end)
+        return getattr(node, "_saved_step", 1) == 1 and 0 <= start and end - start == 1
+    return False
 
 
 # (reorderings of a tensor's rows: along the samples they pair each sample
@@ -934,7 +949,7 @@ def _lifted(node, depth=4):
         if name == "UnsqueezeBackward0" and _signed(node._saved_dim) in (0, 1):
             below = node.next_functions[0][0]
             return _signed(node._saved_dim) if below is not None and \
-                _below(below) == {"layer"} else None
+                _below(below, whole=True) == {"layer"} else None
         if name not in ("SliceBackward0", "ExpandBackward0") + _VIEWS[:3]:
             return None
         node = node.next_functions[0][0]
