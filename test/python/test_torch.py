@@ -1285,6 +1285,13 @@ class TorchOneWorker(unittest.TestCase):
                 (((out - out.mean(0)) ** 2).mean(), "a power of a mean over the samples" + fn),
                 (F.cross_entropy(out, y).clamp(max=5.0), "torch.clamp of cross_entropy's mean" + fn),
                 (out.softmax(0)[:, 0].mean(), "a softmax over the samples"),
+                # (scores (N, 1) squeezed: a ListNet over the minibatch; one
+                # sample's classes: none)
+                (-F.log_softmax(head(out)[:, :1].squeeze(1), 0)[0],
+                 "a log_softmax over the samples"),
+                (-F.log_softmax(head(out)[:, 1:].view(-1), 0).mean(),
+                 "a log_softmax over the samples"),
+                (-F.log_softmax(head(out[0]), 0)[1], None),
                 ((out - y[:, None]).norm(), "a norm over the samples"),
                 (-F.cosine_similarity(out, out.roll(1, 0)).mean(),
                  "torch.roll along the samples: each sample paired with another of the "

@@ -982,8 +982,24 @@ def _over_first(node, name):
         return False
     ndim = _ndim(node)
     if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and (ndim or 0) < 2:
-        return False  # (a softmax over one sample's classes)
+        # (a softmax over one sample's classes, or over the samples of scores
+        # of shape (N, 1) squeezed: a ListNet over the whole minibatch)
+        return _squeezed_scores(node.next_functions[0][0])
     return any(d == 0 or (ndim is not None and d + ndim == 0) for d in dims)
+
+
+def _squeezed_scores(node):
+    """Whether node makes one dimension of a tensor (N, 1) (a score per
+    sample: squeeze, view(-1), [:, 0]), whose first dimension is the
+    samples."""
+    name = type(node).__name__ if node is not None else ""
+    if name not in ("SqueezeBackward0", "SqueezeBackward1", "SelectBackward0") + _VIEWS[:3]:
+        return False
+    sizes = getattr(node, "_saved_self_sym_sizes", None) or \
+        getattr(node, "_saved_self_sizes", None)
+    if sizes is None or len(sizes) != 2 or int(sizes[1]) != 1 or int(sizes[0]) < 2:
+        return False
+    return name != "SelectBackward0" or _signed(node._saved_dim) == 1
 
 
 def _signed(dim):
