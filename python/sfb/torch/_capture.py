@@ -659,7 +659,7 @@ class _Passes:
             self.losses = (d + divisor, n + targets, was or how, where or site,
                            _losses.add_term(terms, term, divisor, settings),
                            folded + divisor / factor)
-            self.loss_factors.append((how, factor))
+            self.loss_factors.append((how, factor, divisor))
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)
             self.tl_end_fwd = None

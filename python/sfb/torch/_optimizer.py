@@ -186,7 +186,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 45  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 47  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -280,7 +280,8 @@ class _Sync(_Passes):
         self.grads = False      # a backward pass since the last step()
         self.weight = None      # this rank's weight in the next reduction (set_samples)
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
-        self.loss_factors = []  # their (how, the number backward()'s loss multiplies it by)
+        self.loss_factors = []  # their (how, the number backward()'s loss multiplies it by,
+        #                          divisor)
         self.padded = _padding.NONE  # the step's layers that depend on the padding (_padding)
         self.told_padding = False  # the padded-apart warning given
         self.mode_modules = None  # the modules whose forward differs by mode (_modes)
@@ -972,6 +973,7 @@ class _Sync(_Passes):
         torch's mean losses alone are multiplied by (_own_mean_scale),
         whether set_samples(0) drops a loss that divides by a count, which
         of several optimizers stepped (a checksum of their order, the last),
+        the least and most weight a target of the losses gets (_per_target),
         each layer's samples."""
         row = np.zeros((1, self.meta_cols), np.float32)
         if self.state == _TRAINING:
@@ -1029,6 +1031,7 @@ class _Sync(_Passes):
         # (set_samples(0) while the loss divides by a count: its gradient dropped)
         row[0, n + 42] = 1.0 if self.weight == 0 and self.losses[0] > 0 else 0.0
         row[0, n + 43:n + 45] = self.stepped_opts  # (which optimizers stepped: _check_meta)
+        row[0, n + 45:n + 47] = self._per_target(row[0, n])
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1356,7 +1359,7 @@ class _Sync(_Passes):
         if "shared" in self.step_read and not chose:
             self._tell_shared()
             return
-        if self._one_divisor(meta):
+        if self._one_divisor(meta) or self._alike_targets(meta):
             return
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
         if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
@@ -1582,12 +1585,34 @@ class _Sync(_Passes):
                 "their" if len(ranks) > 1 else "its"),
             stacklevel=_env._user_stacklevel())
 
+    def _per_target(self, weight):
+        """(least, most) of what a target of the step's mean losses weighs in
+        the reduction, this rank's weight times each term's factor over its
+        divisor ((0, 0): none): where every rank's are one number, the
+        reduction is a mean over every target of the union, weighed alike
+        (tasks of a meta-batch as many as each rank's data gives, each a
+        mean over its own targets, their mean weighed by set_samples)."""
+        each = [f / d for _, f, d in self.loss_factors if d > 0]
+        if not each or weight <= 0:
+            return 0.0, 0.0
+        return weight * min(each), weight * max(each)
+
+    def _alike_targets(self, meta):
+        """Whether every target of every rank's losses weighs alike in the
+        reduction (_per_target): one mean over the union's targets."""
+        n = self.n_params
+        has = (meta[:, n + 15] > 0) & (meta[:, n] > 0)
+        each = meta[has, n + 45:n + 47]
+        return bool(has.sum() > 1 and (each > 0).all() and
+                    np.allclose(each, each[0, 0], rtol=1e-5, atol=0.0))
+
     def _own_mean_scale(self):
         """The number the step's losses are multiplied by (times the passes
         per step: a micro-batch's loss divided by them) where every one is
         one of torch's means, each over this rank's own targets, all by the
         same number; else 0.0."""
-        fs = [f * self.passes_per_step for how, f in self.loss_factors if how != _losses.BY_HAND]
+        fs = [f * self.passes_per_step for how, f, _ in self.loss_factors
+              if how != _losses.BY_HAND]
         if not fs or len(fs) != len(self.loss_factors) or any(
                 abs(f - fs[0]) > 1e-6 * abs(fs[0]) for f in fs):
             return 0.0
@@ -1680,7 +1705,10 @@ class _Sync(_Passes):
             "proportion from rank to rank: %s. One weight per rank (opt.set_samples) gives one "
             "process's mean of one of them only: divide each term's sum by its count over all "
             "ranks (sfb.torch.allreduce of the counts, op=\"sum\") and multiply the loss by "
-            "sfb.torch.size(), with opt.set_samples(1) on every rank" % (self.clock, what),
+            "sfb.torch.size(), with opt.set_samples(1) on every rank. Terms alike, as many as "
+            "each rank's data gives and averaged (a meta-batch's tasks, each a mean over its own "
+            "targets): opt.set_samples(their number) weighs them as one process" %
+            (self.clock, what),
             stacklevel=_env._user_stacklevel())
 
     def _tell_factors(self, meta, chose):
