@@ -50,8 +50,9 @@ def on_activations(sync, what):
         "of one size). One that scales it or masks it trains as one process; one that clamps "
         "it, normalizes it or takes its sign trains otherwise (clamp at %d times the bound: "
         "what one process's clamp does), and one that records it sees %d times one process's "
-        "values. (Hooks on parameters run at the reduction, on one process's gradient.)" %
-        (what, P, P, P), stacklevel=_env._user_stacklevel())
+        "values (times this rank's own batch size, as K-FAC scales them, they are one "
+        "process's per-sample gradients). (Hooks on parameters run at the reduction, on one "
+        "process's gradient.)" % (what, P, P, P), stacklevel=_env._user_stacklevel())
 
 
 def _held(grad):
