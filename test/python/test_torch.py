@@ -1454,6 +1454,8 @@ class TorchOneWorker(unittest.TestCase):
                              (5.0, 5.0, _losses.BY_HAND, None))
         self.assertEqual(_losses.of_root((per.sum() / torch.as_tensor([5.0])).sum() * P, None, P),
                          _losses.of_root(per.sum() / 5.0 * P, None, P))
+        self.assertEqual(_losses.of_root((per.sum() / 5.0).mean(), None, P),  # (0-dim's mean)
+                         (5.0, 5.0, _losses.BY_HAND, None))
         # torch's losses of one node each (their reduction saved), ctc_loss's per-sample
         # node: sums over the samples too; its mean a mean by hand over the samples
         F = nn.functional

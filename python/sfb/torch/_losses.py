@@ -412,9 +412,10 @@ def _of_one(node, name):
     number, no reduction."""
     if name not in ("SumBackward0", "MeanBackward0"):
         return False
-    sizes = getattr(node, "_saved_self_sym_sizes", None) or \
-        getattr(node, "_saved_self_sizes", None)
-    return sizes is not None and all(int(d) == 1 for d in sizes)
+    sizes = getattr(node, "_saved_self_sym_sizes", None)
+    if sizes is None:
+        sizes = getattr(node, "_saved_self_sizes", None)
+    return sizes is not None and all(int(d) == 1 for d in sizes)  # (() too: a 0-dim's)
 
 
 def _one_root(tensors, grad_tensors):

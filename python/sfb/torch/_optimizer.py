@@ -546,8 +546,9 @@ class _Sync(_Passes):
     def _check_foreign(self):
         """At FOREIGN_CLOCKS (collective: every rank reduces then): the
         parameters outside the job that feed its models, or that the loss
-        reaches past them, must be the same on every rank; an optimizer that is not a DistributedOptimizer stepping
-        them on each rank's own gradients parts them, silently: refused."""
+        reaches past them, must be the same on every rank; an optimizer
+        that is not a DistributedOptimizer stepping them on each rank's own
+        gradients parts them, silently: refused."""
         found = sorted(self.foreign.values(),  # (the largest first: the same order on every rank)
                        key=lambda vm: (-vm[0].numel(), tuple(vm[0].shape), vm[1]))
         mine = np.array([len(found), _crc_tensors([v for v, _ in found])], np.int64).tobytes()
