@@ -601,6 +601,16 @@ def beside_one_process(model, **kw):
     return opt, ref, make_opt(ref.parameters()), sft._need()
 
 
+def sgd_beside_one_process():
+    """setup()'s model and plain SGD (lr 0.05: a gradient 1/P or P times
+    one process's shows) wrapped, beside one process's copy and its own:
+    (model, opt, ref, ref_opt)."""
+    model = setup()
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model=model)
+    return model, opt, ref, torch.optim.SGD(ref.parameters(), lr=0.05)
+
+
 def unequal_said(w):
     """Whether warning w says the ranks' gradients are weighed otherwise
     than one process's mean over the union (or their minibatches padded
@@ -2479,13 +2489,9 @@ def factors():
             sft.allreduce(ce(out, y).detach()) if mine else ce(out, y).detach()),
         "weighted": lambda out, y, n, prev, mine: ce(out, y) * (n[0] / n[1] if mine else 1.0)}
     for kind, loss_of in kinds.items():
-        model = setup()
+        model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
-        ref = copy.deepcopy(model)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
-        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                       model=model)
         prev = {True: [1.0, 1.0], False: [1.0, 1.0]}
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
@@ -2619,13 +2625,9 @@ def shared_counts():
     on rank 0."""
     import warnings
     for kind in ("sum", "sumP", "mean", "meanP"):
-        model = setup()
+        model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
-        ref = copy.deepcopy(model)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)  # (a 1/P gradient shows)
-        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                       model=model)
 
         def kept(q):  # (rank q's targets, those past its first 2 + q % 2 ignored)
             return torch.where(torch.arange(4) < 2 + q % 2, y[:4], torch.tensor(-100))
@@ -2683,13 +2685,9 @@ def dropped_rank():
     nothing said."""
     import warnings
     for kind in ("set_samples", "shared"):
-        model = setup()
+        model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
-        ref = copy.deepcopy(model)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
-        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                       model=model)
 
         def positives(q):  # (rank q's samples counted positive: none on odd ranks)
             return torch.arange(4) < (0 if q % 2 else 2 + q % 3)
