@@ -1763,8 +1763,27 @@ def foreign():
                     (own and "Wrap that optimizer too" not in str(e)):
                 fail("the refusal does not name what and when, or say what to do: %s" % e)
         closed()
-    print("ok foreign: refused at step 4 (an unwrapped generator, an unwrapped discriminator)",
-          flush=True)
+    # Reptile: each rank's inner loop on a copy of the wrapped model, stepped
+    # by a plain optimizer, the meta-gradient given to backward() by a
+    # surrogate: the copies are each rank's own, and their passes reach none
+    # of the job's parameters: not refused (it was, at step 4)
+    G, D, x, z = gan_setup()
+    P, r = sft.size(), sft.rank()
+    opt = sft.DistributedOptimizer(torch.optim.SGD(D.parameters(), lr=0.1), model=D)
+    for t in range(6):
+        fast = copy.deepcopy(D)
+        inner = torch.optim.SGD(fast.parameters(), lr=0.1)
+        for _ in range(2):
+            inner.zero_grad()
+            fast(shard(x, x, t, r, P)[0]).pow(2).mean().backward()
+            inner.step()
+        opt.zero_grad()
+        sum((p * (p - q).detach()).sum() for p, q in zip(D.parameters(), fast.parameters())
+            ).backward()
+        opt.step()
+    closed()
+    print("ok foreign: refused at step 4 (an unwrapped generator, an unwrapped discriminator); "
+          "Reptile's copies of the model not", flush=True)
 
 
 def earlystop():

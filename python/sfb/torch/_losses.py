@@ -631,8 +631,9 @@ _ROWWISE = frozenset((
     "RreluWithNoiseBackward0", "ThresholdBackward0", "SoftshrinkBackward0",
     "HardshrinkBackward0", "PreluBackward0", "PreluKernelBackward0") + _VIEWS)
 # (sfb's own layers and torch's: per-sample outputs of a model)
-_LAYERS = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward",
-           "EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0", "MmBackward0")
+FACTOR_NODES = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward")
+_LAYERS = FACTOR_NODES + ("EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0",
+                          "MmBackward0")
 _GATHER = "_AllGatherBackward"  # (sfb.torch.allgather's)
 # (sfb.torch.allgather's rows and sfb.torch.allreduce's result: every rank's,
 # the union's as one process computes it)

@@ -502,32 +502,42 @@ class _Sync(_Passes):
                               "it" % type(model).__name__)
 
     def loss_foreign(self, tensors):
-        """backward()'s roots, in the first steps: note_foreign."""
+        """backward()'s roots, in the first steps: note_foreign, where the
+        pass reaches the job's parameters (not an inner loop's on copies of
+        a model, Reptile's, each rank's own)."""
         if self.clock <= FOREIGN_CLOCKS[-1]:  # (the models' own: the replica checks')
-            self.note_foreign(tensors, "are in the loss given to backward() past the job's "
-                              "models (a discriminator's, a loss's own parameter) and get "
-                              "gradients from it",
-                              frozenset(id(p) for p in self.model.parameters()))
+            found = {}
+            if self.note_foreign(tensors, "are in the loss given to backward() past the job's "
+                                 "models (a discriminator's, a loss's own parameter) and get "
+                                 "gradients from it",
+                                 frozenset(id(p) for p in self.model.parameters()), found):
+                for k, v in found.items():
+                    self.foreign.setdefault(k, v)
 
-    def note_foreign(self, tensors, where, skip=frozenset()):
+    def note_foreign(self, tensors, where, skip=frozenset(), into=None):
         """In the first steps: the parameters outside the job that tensors'
         autograd graphs lead to (where: how they meet the job), compared
         across the ranks at FOREIGN_CLOCKS (_check_foreign): a model's
         inputs (a generator's parameters, feeding a discriminator), the
         loss backward() gets (a discriminator's past the generator, a
-        loss's own parameter)."""
+        loss's own parameter). into: where to note them (self.foreign).
+        Returns whether the graphs reach a parameter of the job's."""
+        into = self.foreign if into is None else into
         stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
-        seen = set()
+        seen, reached = set(), False
         while stack and len(seen) < 20000:
             node = stack.pop()
             if node is None or node in seen:
                 continue
             seen.add(node)
             v = getattr(node, "variable", None)  # an AccumulateGrad: its leaf
-            if isinstance(v, torch.nn.Parameter) and v.requires_grad and \
-                    id(v) not in self.group_of and id(v) not in skip:
-                self.foreign.setdefault(id(v), (v, where))
+            if v is not None and id(v) in self.group_of or \
+                    type(node).__name__ in _losses.FACTOR_NODES:
+                reached = True
+            elif isinstance(v, torch.nn.Parameter) and v.requires_grad and id(v) not in skip:
+                into.setdefault(id(v), (v, where))
             stack.extend(n for n, _ in node.next_functions)
+        return reached
 
     def _check_unheld(self):
         """The first forward with gradients (every DistributedOptimizer of
