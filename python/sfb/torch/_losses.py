@@ -243,8 +243,8 @@ _FUSED = {"MultiMarginLossBackward0": "multi_margin_loss",
 _CTC = "CtcLossBackward0"  # (ctc_loss's per-sample losses: its reductions are nodes of their own)
 SUMMED = "summed"  # (the how of a loss summed over its samples: of_root)
 SUMMED_TIMES_WORLD = "summed, times the world's size"  # (one process's sum: of_root)
-_VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "TransposeBackward0",
-          "PermuteBackward0")
+_RESHAPES = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0")
+_VIEWS = _RESHAPES + ("TransposeBackward0", "PermuteBackward0")
 
 
 def of_root(tensors, grad_tensors, world=1):
@@ -952,7 +952,7 @@ def _lifted(node, depth=4):
             below = node.next_functions[0][0]
             return _signed(node._saved_dim) if below is not None and \
                 _below(below, whole=True) == {"layer"} else None
-        if name not in ("SliceBackward0", "ExpandBackward0") + _VIEWS[:3]:
+        if name not in ("SliceBackward0", "ExpandBackward0") + _RESHAPES:
             return None
         node = node.next_functions[0][0]
     return None
@@ -995,7 +995,7 @@ def _squeezed_scores(node):
     sample: squeeze, view(-1), [:, 0]), whose first dimension is the
     samples."""
     name = type(node).__name__ if node is not None else ""
-    if name not in ("SqueezeBackward0", "SqueezeBackward1", "SelectBackward0") + _VIEWS[:3]:
+    if name not in ("SqueezeBackward0", "SqueezeBackward1", "SelectBackward0") + _RESHAPES:
         return False
     sizes = getattr(node, "_saved_self_sym_sizes", None) or \
         getattr(node, "_saved_self_sizes", None)
