@@ -1041,6 +1041,53 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIsNone(_losses.summed_term(ce + kld, None, 1))
         self.assertIsNone(_losses.summed_term([ce, kld], None, P))
 
+    def test_a_python_sum_over_the_samples_is_found(self):
+        """A Python sum of mean losses, each over one row of the same
+        targets and each from a forward of its own (a per-sample loop, MAML's
+        tasks), is a sum over the samples: its number of terms, and whether
+        it is multiplied by the world (one process's sum); not where the
+        terms are averaged or divided by a count, share a forward (a decoder's steps through its hidden state,
+        one forward's outputs picked), take targets that are tensors of
+        their own or columns, or the world is one."""
+        from sfb.torch import _losses
+        g = torch.Generator().manual_seed(7)
+        torch.manual_seed(7)
+        lin, cell = nn.Linear(3, 4), nn.GRUCell(3, 4)
+        x, y = torch.randn(6, 3, generator=g), torch.tensor([0, 1, 2, 3, 1, 0])
+        t = torch.randn(6, 4, generator=g)
+        ce, mse = nn.functional.cross_entropy, nn.functional.mse_loss
+        xq, yq = torch.randn(3, 5, 3, generator=g), torch.randint(0, 4, (3, 5), generator=g)
+        P, n = 4, len(y)
+        per = [ce(lin(x[i:i + 1]), y[i:i + 1]) for i in range(n)]
+        one = [ce(lin(x[i]), y[i]) for i in range(n)]
+        out = lin(x)
+        h, steps = torch.zeros(1, 4), []
+        for i in range(n):  # (a decoder's steps: each through the one before)
+            h = cell(x[i:i + 1], h)
+            steps.append(ce(h, y[i:i + 1]))
+        for loss, want in (
+                (sum(per), n),
+                (sum(one), n),
+                (torch.stack(per).sum(), n),
+                (0.5 * sum(per), n),
+                (sum(mse(lin(x[i]), t[i]) for i in range(n)), n),
+                (sum(ce(lin(xq[i]), yq[i]) for i in range(3)), 3),  # (MAML's tasks)
+                (sum(2.0 * q for q in per), n),
+                (sum(per) / n, None),
+                (torch.stack(per).mean(), None),
+                (sum(q / n for q in per), None),
+                (sum(steps), None),
+                (sum(ce(out[i:i + 1], y[i:i + 1]) for i in range(n)), None),
+                (sum(ce(lin(x[i:i + 1]), y[i:i + 1].clone()) for i in range(n)), None),
+                (sum(ce(lin(x[:3]), yq[:, i]) for i in range(2)), None),  # (columns)
+                (ce(lin(x[:1]), y[:1]) + ce(lin(x[:1]), y[:1]), None),
+                (per[0], None)):
+            self.assertEqual(_losses.picked_sum(loss, None, P), want and (want, False),
+                             loss.grad_fn)
+        self.assertEqual(_losses.picked_sum(sum(per) * P, None, P), (n, True))
+        self.assertEqual(_losses.picked_sum(P * torch.stack(one).sum(), None, P), (n, True))
+        self.assertIsNone(_losses.picked_sum(sum(per), None, 1))
+
     def test_masks_drawn_by_functions_are_noted(self):
         """While a DistributedOptimizer lives, F.dropout and its kin in
         training and bernoulli of more than one number from torch's

@@ -620,7 +620,8 @@ def unequal_said(w):
         "average over counts that are not in proportion", "padded to different lengths",
         "adds a term summed over the samples", "combines the samples of this rank's",
         "without gradient that differ", "a count summed over the ranks",
-        "the world's size: .grad already holds", "called set_samples(0) while"))
+        "the world's size: .grad already holds", "called set_samples(0) while",
+        "mean losses, each over one row of the same targets"))
 
 
 @contextlib.contextmanager
@@ -2396,6 +2397,7 @@ def unequal():
                         ", ".join(["1"] * P))) not in said[0]:
                 fail("the warning does not name the counts and the weights: %r" % said)
     mixed_sums()
+    python_sums()
     shared_counts()
     dropped_rank()
     statistics = batch_statistics()
@@ -2403,7 +2405,8 @@ def unequal():
     micro_means()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
-          "sum's gradient given to backward()), of a sum beside a mean, of a "
+          "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
+          "the samples, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
           "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count; "
           "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "
@@ -2556,6 +2559,55 @@ def factors():
         if kind == "mixup" and said and not ("drawn by each rank (mixup's lambda)" in said[0] and
                                              "broadcast_object" in said[0]):
             fail("mixup: the warning does not say how to draw lambda alike: %r" % said[0])
+
+
+def python_sums():
+    """A loss summed in Python over the samples, one forward each
+    (sum(ce(model(x[i:i + 1]), y[i:i + 1]) for i in ...)), rank r taking
+    3 + r % 2 samples: the ranks' mean holds 1/P of one process's gradient
+    of that sum over the union. Rank 0 warns at step 0 naming the line and
+    the number of terms, and the model is not one process's; the sum
+    multiplied by sft.size() is one process's at these unequal sizes, and
+    nothing is said; set_samples(1) on every rank (DDP's rule chosen):
+    nothing said."""
+    import warnings
+    for kind in ("sum", "sumP", "chosen"):
+        model, opt, ref, ref_opt = sgd_beside_one_process()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        every = [3 + q % 2 for q in range(P)]
+        n = every[r]
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                opt.zero_grad()
+                if kind == "chosen":
+                    opt.set_samples(1)
+                loss = sum(nn.functional.cross_entropy(model(x[i:i + 1], t), y[i:i + 1])
+                           for i in range(n))
+                line = sys._getframe().f_lineno + 1
+                (loss * P if kind == "sumP" else loss).backward()
+                opt.step()
+                xs = torch.cat([x[:k] for k in every])
+                ys = torch.cat([y[:k] for k in every])
+                ref_opt.zero_grad()
+                sum(nn.functional.cross_entropy(ref(xs[i:i + 1], t), ys[i:i + 1])
+                    for i in range(len(xs))).backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if kind == "sumP" and worst > args.tol:
+            fail("a Python sum times size(): %s differs from one process's by %.3g" %
+                 (where, worst))
+        if kind == "sum" and worst < 100 * args.tol:
+            fail("a Python sum: %s within %.3g of one process's (no difference to warn of)" %
+                 (where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if r or kind != "sum" else [
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d sums %d "
+            "mean losses, each over one row of the same targets" % (line, n)]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("a Python sum (%s): warned %r, expected %r" % (kind, said, want))
 
 
 def mixed_sums():

@@ -484,10 +484,10 @@ def _reading(read):
 
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
-    "shared": shared_divisor, "mixing": mixing, "detached": detached):
-    {kind: what it found}, those found."""
-    read = {"summed": summed_term, "shared": shared_divisor, "mixing": mixing,
-            "detached": detached}
+    "picked": picked_sum, "shared": shared_divisor, "mixing": mixing,
+    "detached": detached): {kind: what it found}, those found."""
+    read = {"summed": summed_term, "picked": picked_sum, "shared": shared_divisor,
+            "mixing": mixing, "detached": detached}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
     return {kind: what for kind, what in found if what is not None}
 
@@ -555,6 +555,110 @@ def summed_term(root, world):
         what = None if _scaled(path, world) else _sum_name(term)
         if what:
             return what
+    return None
+
+
+@_reading
+def picked_sum(root, world):
+    """A loss summed in Python over one sample (or one task) at a time:
+    sum(ce(model(x[i:i + 1]), y[i:i + 1]) for i in ...), MAML's
+    sum(ce(f(x_qry[i]), y_qry[i]) for i in ...). Its terms (added, or
+    torch.stack(terms).sum(), each multiplied by numbers or not, the whole
+    too) are each a mean loss whose targets are one row of one tensor (a
+    pick along its first dimension, each term its own row) computed by a
+    forward of its own (the terms' graphs share no node but the
+    parameters'): a sum over the samples, the ranks' mean 1/world of one
+    process's over the union. (the number of terms, whether the sum is
+    multiplied by the world's size: one process's sum), or None. A
+    decoder's per-step terms share the hidden state (or one forward),
+    targets in columns pick no row, terms divided by a count are a mean by
+    hand."""
+    node, seen, by_world = root, 0, False
+    while type(node).__name__ in ("MulBackward0", "MulBackward1", "DivBackward0",
+                                  "DivBackward1") and seen < 8:
+        if _SCALED[type(node).__name__]:
+            return None  # (divided by a value: a mean by hand)
+        value, node = _factor(node)
+        if value is None or node is None or value == 0.0:
+            return None
+        by_world, seen = by_world or value == world, seen + 1
+    terms = _addends(node)
+    if terms is None or len(terms) < 2:
+        return None
+    rows, base = set(), None
+    for term in terms:
+        name = type(term).__name__
+        if not ((name in _NLL or name in _ELEMENTS) and term._saved_reduction == 1):
+            return None
+        row = _row_of(term._saved_target)
+        if row is None or (base is not None and row[0] is not base) or row[1] in rows:
+            return None
+        base = row[0]
+        rows.add(row[1])
+    mine = set()  # (the nodes of the terms walked so far: a shared one is no term's own)
+
+    def visit(node, name):
+        if name == "AccumulateGrad":
+            return []
+        if node in mine:
+            return True
+        own.add(node)
+        return [f for f, _ in node.next_functions]
+    for term in terms:
+        own = set()
+        if _walk(term, visit, 1024) is not None:
+            return None
+        mine |= own
+    return len(terms), by_world
+
+
+def _addends(node, limit=4096):
+    """The terms a loss at node adds (a Python sum over a list, +=,
+    torch.stack(terms).sum()), each through products by numbers without
+    gradient and signs; None where one is divided by a value or there are
+    more than limit."""
+    out, todo = [], [node]
+    while todo:
+        node = todo.pop()
+        if node is None:  # (a value without gradient added)
+            continue
+        name = type(node).__name__
+        if name in ("AddBackward0", "SubBackward0", "NegBackward0"):
+            todo.extend(f for f, _ in node.next_functions)
+        elif name == "SumBackward0" and \
+                type(node.next_functions[0][0]).__name__ in ("StackBackward0", "CatBackward0"):
+            todo.extend(f for f, _ in node.next_functions[0][0].next_functions)
+        elif name in ("MulBackward0", "MulBackward1"):
+            value, inner = _factor(node)
+            if value is None or inner is None:
+                return None
+            todo.append(inner)
+        elif name in _SCALED:
+            return None
+        else:
+            out.append(node)
+        if len(out) + len(todo) > limit:
+            return None
+    return out
+
+
+def _row_of(t):
+    """(the tensor t is a view of, the row it is) where t is one row of
+    another tensor along its first dimension (y[i], y[i:i + 1], a view of
+    one of them), else None."""
+    base = t._base if isinstance(t, torch.Tensor) else None
+    if base is None or base.dim() == 0 or base.stride(0) <= 0:
+        return None
+    offset = t.storage_offset() - base.storage_offset()
+    row, within = divmod(offset, base.stride(0))
+    if within or not 0 <= row < base.shape[0]:
+        return None
+    one = base[row]
+    if tuple(t.shape) in (tuple(one.shape), (1,) + tuple(one.shape)) and \
+            tuple(t.stride()[-one.dim():] if one.dim() else ()) == tuple(one.stride()):
+        return base, row
+    if t.numel() == one.numel() and t.is_contiguous() and one.is_contiguous():
+        return base, row
     return None
 
 

@@ -1359,6 +1359,10 @@ class _Sync(_Passes):
         if self.losses[2] == _losses.SUMMED and not chose:
             self._tell_summed()
             return
+        picked = self.step_read.get("picked")
+        if picked and picked[0][1]:  # (a Python sum over the samples times the world: one
+            self.told_unequal = True  # process's sum at any sizes, every rank read it)
+            return
         if self._tell_mean_times_world(meta):
             return
         if meta[:, n + 42].any():
@@ -1366,6 +1370,9 @@ class _Sync(_Passes):
             return
         if "summed" in self.step_read and not chose:
             self._tell_summed_term()
+            return
+        if "picked" in self.step_read and not chose:
+            self._tell_picked()
             return
         if "shared" in self.step_read and not chose:
             self._tell_shared()
@@ -1481,13 +1488,15 @@ class _Sync(_Passes):
 
     def unread(self):
         """The kinds of _losses.read_root still to look for: not warned of
-        yet, nor found in this step; rank 0's, and every rank's factors
-        without gradient (compared across the ranks: _tell_detached). None
+        yet, nor found in this step; rank 0's, and every rank's Python sums
+        over the samples (times the world: no warning of a mean times it,
+        the same on every rank) and factors without gradient (compared
+        across the ranks: _tell_detached). None
         but at the first READ_ALL steps and every READ_EVERY-th."""
         if self.clock >= READ_ALL and self.clock % READ_EVERY and not self.read_next:
             return []  # (every rank reads at the same steps: _tell_detached compares them)
         kinds = (("summed", self.told_unequal), ("shared", self.told_unequal),
-                 ("mixing", self.told_mixing),
+                 ("mixing", self.told_mixing), ("picked", self.told_unequal),
                  ("detached", self.told_detached))[0 if self.job.rank == 0 else 3:]
         return [k for k, told in kinds if not told and k not in self.step_read]
 
@@ -1549,6 +1558,27 @@ class _Sync(_Passes):
             "process's. Multiply that term by sfb.torch.size(), or average it over the samples "
             "(divide it by their count); set_samples(1) on every rank keeps DDP's rule "
             "without this warning" % (self.clock, line, term, self.job.world),
+            stacklevel=_env._user_stacklevel())
+
+    def _tell_picked(self):
+        """_tell_unequal where rank 0's loss sums mean losses of one sample
+        (or task) each, each its own forward (_losses.picked_sum), and no
+        rank called set_samples: a sum over the samples, whose gradient over
+        the union is the ranks' sum."""
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return
+        (k, _), line = self.step_read["picked"]
+        warnings.warn(
+            "sfb.torch: at step %d the loss given to backward() at %s sums %d mean losses, each "
+            "over one row of the same targets (y[i], y[i:i + 1]: one sample, or one task) and "
+            "each from a forward of its own, as a Python sum over the minibatch does: a sum "
+            "over the samples, so one process's gradient over the union of the ranks' "
+            "minibatches is the sum of the ranks' gradients, %d times the mean that .grad "
+            "holds (DDP's rule). Average the terms (torch.stack(terms).mean(), with "
+            "opt.set_samples(len(terms)) where their number differs by rank) or multiply the "
+            "sum by sfb.torch.size(); set_samples(1) on every rank keeps DDP's rule without "
+            "this warning" % (self.clock, line, k, self.job.world),
             stacklevel=_env._user_stacklevel())
 
     def _tell_summed(self):
