@@ -108,6 +108,36 @@ class TorchOneWorker(unittest.TestCase):
             sft.shutdown()
             sft.init(world=1)
 
+    def test_hooks_watched_for_draws_in_the_first_reductions_only(self):
+        """The generator's state (5 KB) is read around the hooks in the
+        first DRAWS_WATCHED reductions only (before and after them): a hook
+        is the same code every step, and the copies would cost every
+        step."""
+        from sfb.torch import _grad_hooks
+        reads, get, counts = [0], torch.random.get_rng_state, {}
+
+        def counted():
+            reads[0] += 1
+            return get()
+        torch.random.get_rng_state = counted
+        try:
+            for hooked in (False, True):
+                m = net()
+                opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+                if hooked:
+                    m[0].weight.register_hook(lambda g: g * 0.5)
+                before = reads[0]
+                for _ in range(_grad_hooks.DRAWS_WATCHED + 8):
+                    opt.zero_grad()
+                    m(torch.randn(5, 6)).pow(2).mean().backward()
+                    opt.step()
+                counts[hooked] = reads[0] - before
+                sft.shutdown()
+                sft.init(world=1)
+        finally:
+            torch.random.get_rng_state = get
+        self.assertEqual(counts[True] - counts[False], 2 * _grad_hooks.DRAWS_WATCHED, counts)
+
     def test_float64_model_refused(self):
         m = net(torch.float64)
         self.assertRaisesNaming(ValueError, ["0.weight", "float64"], sft.DistributedOptimizer,

@@ -60,11 +60,15 @@ def _held(grad):
     return None
 
 
+DRAWS_WATCHED = 32  # (the reductions whose hooks are watched for random draws: Hooks.run)
+
+
 class Hooks:
     def __init__(self):
         self.moved = {}  # id(p): (p, [(key, fn)...]) until the reduction
         self.base = {}   # id(p): p.grad when the pass began (a copy), or None
         self.told_draws = False  # the hooks' random draws warned of (run)
+        self.runs = 0  # the reductions whose hooks run watched for draws (at most DRAWS_WATCHED)
 
     def stash(self, sync):
         """A forward with gradients begins: the user's hooks off the
@@ -104,14 +108,17 @@ class Hooks:
         less what it held before the pass), as one process runs them. The
         order is the forward's, not backward's: where the hooks of two
         parameters or more draw from torch's generator (gradient noise),
-        each gets other numbers than one process's: rank 0 warns once."""
-        drew = []
+        each gets other numbers than one process's: rank 0 warns once (the
+        generator's state compared around each parameter's hooks in the
+        first DRAWS_WATCHED reductions that run hooks: a copy of 5 KB each)."""
+        drew, watch = [], not self.told_draws and self.runs < DRAWS_WATCHED
+        self.runs += watch
         for i, (p, hooks) in self.moved.items():
             if p.grad is None or not present(p):
                 continue
             before = self.base.get(i)
             g = p.grad - before if before is not None else p.grad.clone()
-            state = None if self.told_draws else torch.random.get_rng_state()
+            state = torch.random.get_rng_state() if watch else None
             for k, fn in hooks:
                 if p._backward_hooks is None or p._backward_hooks.get(k) is not _held:
                     continue  # (its handle removed since the forward)
