@@ -1369,6 +1369,19 @@ class TorchOneWorker(unittest.TestCase):
                 (-F.log_softmax(head(out)[:, 1:].view(-1), 0).mean(),
                  "a log_softmax over the samples"),
                 (-F.log_softmax(head(out[0]), 0)[1], None),
+                # (scores (N, 1) made one row: view(1, -1), unsqueeze(0) of
+                # them squeezed; one sample's row of classes, .t(): none)
+                (-F.log_softmax(head(out)[:, :1].view(1, -1), 1)[0, 0],
+                 "a log_softmax over the samples"),
+                (-F.log_softmax(head(out)[:, :1].t(), -1).mean(), None),  # (a (T, 1) made (1, T))
+                (F.softmax(head(out)[:, :1].squeeze(1).unsqueeze(0), 1).pow(2).sum(),
+                 "a softmax over the samples"),
+                (-F.log_softmax(head(out)[:, :1].squeeze(1).reshape(1, -1), dim=-1)[0, 1],
+                 "a log_softmax over the samples"),
+                (-F.log_softmax(head(out[:1]), 1)[0, 1], None),
+                (-F.log_softmax(head(out[0]).view(1, -1), 1)[0, 1], None),
+                (-F.log_softmax(head(out[0]).unsqueeze(0), 1)[0, 1], None),
+                (-F.log_softmax(head(out)[:2].view(1, -1), 1).mean(), None),  # (2 x 2)
                 ((out - y[:, None]).norm(), "a norm over the samples"),
                 (-F.cosine_similarity(out, out.roll(1, 0)).mean(),
                  "torch.roll along the samples: each sample paired with another of the "

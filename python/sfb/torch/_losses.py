@@ -1085,8 +1085,12 @@ def _over_first(node, name):
         return name not in ("CumsumBackward0", "CumprodBackward0")
     dims = [_signed(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
     if all(d > 0 for d in dims):  # (other dimensions, counted from the first)
-        return False
+        return name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and dims == [1] and \
+            _one_row(node)
     ndim = _ndim(node)
+    if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and dims == [-1] and ndim == 2 and \
+            _one_row(node):
+        return True
     if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and (ndim or 0) < 2:
         # (a softmax over one sample's classes, or over the samples of scores
         # of shape (N, 1) squeezed: a ListNet over the whole minibatch)
@@ -1106,6 +1110,27 @@ def _squeezed_scores(node):
     if sizes is None or len(sizes) != 2 or int(sizes[1]) != 1 or int(sizes[0]) < 2:
         return False
     return name != "SelectBackward0" or _signed(node._saved_dim) == 1
+
+
+def _one_row(node):
+    """Whether softmax node's input (1, N) is scores (N, 1), a score per
+    sample, made one row (view(1, -1), reshape, unsqueeze(0) of them
+    squeezed): across the samples."""
+    out = node._saved_result
+    if out.dim() != 2 or out.shape[0] != 1 or out.shape[1] < 2:
+        return False
+    inner = node.next_functions[0][0]
+    name = type(inner).__name__ if inner is not None else ""
+    if name in _RESHAPES:
+        sizes = getattr(inner, "_saved_self_sym_sizes", None) or \
+            getattr(inner, "_saved_self_sizes", None)
+        sizes = None if sizes is None else tuple(int(d) for d in sizes)
+        return sizes == (out.shape[1], 1) or \
+            (sizes == (out.shape[1],) and _squeezed_scores(inner.next_functions[0][0]))
+    # (not .t(): a sequence-first (T, 1) made batch-first, a pointer network's
+    # scores of one sequence, reads the same)
+    return name == "UnsqueezeBackward0" and _signed(inner._saved_dim) == 0 and \
+        _squeezed_scores(inner.next_functions[0][0])  # (of (N,): scores (N, 1) squeezed)
 
 
 def _signed(dim):
