@@ -1118,6 +1118,43 @@ class TorchOneWorker(unittest.TestCase):
         self.assertEqual(_losses.picked_sum(P * torch.stack(one).sum(), None, P), (n, True))
         self.assertIsNone(_losses.picked_sum(sum(per), None, 1))
 
+    def test_a_tensor_normalized_over_the_samples_is_found(self):
+        """A tensor without gradient in the loss with mean 0 and standard
+        deviation 1 over the rank's samples (PPO's advantages normalized
+        per minibatch, a product's or a quotient's side; an element-wise
+        loss's target standardized per batch, each column) is named; not a
+        raw one, one normalized over a union this is a share of, one of
+        three samples, one under a layer (the model's input), or where the
+        world is one."""
+        from sfb.torch import _losses
+        F = nn.functional
+        g = torch.Generator().manual_seed(8)
+        torch.manual_seed(8)
+        lin = nn.Linear(3, 4)
+        x, y = torch.randn(8, 3, generator=g), torch.tensor([0, 1, 2, 3, 1, 0, 2, 2])
+        norm = lambda a: (a - a.mean(0)) / (a.std(0) + 1e-8)  # noqa: E731
+        raw = torch.randn(8, generator=g) * 3 + 1
+        union = norm(torch.randn(32, generator=g))[8:16]
+        t = torch.randn(8, 2, generator=g) * 5
+        out = lin(x)
+        logp = F.log_softmax(out, 1).gather(1, y[:, None]).squeeze(1)
+        ratio = (logp - logp.detach()).exp()
+        fac, tgt = "a factor", "a target"
+        for loss, want in (
+                (-(logp * norm(raw)).mean(), fac),
+                (-torch.min(ratio * norm(raw), ratio.clamp(0.8, 1.2) * norm(raw)).mean(), fac),
+                (-(norm(raw) * logp).mean(), fac),
+                ((logp / norm(raw).exp()).mean(), None),
+                (F.mse_loss(out[:, :2], norm(t)), tgt),
+                (F.smooth_l1_loss(out[:, 0], norm(raw)), tgt),
+                (-(logp * raw).mean(), None),
+                (-(logp * union).mean(), None),
+                (-(logp[:3] * norm(raw[:3])).mean(), None),
+                (F.cross_entropy(lin(norm(x)), y), None),
+                (F.mse_loss(out[:, :2], t), None)):
+            self.assertEqual(_losses.standardized(loss, None, 4), want, loss.grad_fn)
+        self.assertIsNone(_losses.standardized(-(logp * norm(raw)).mean(), None, 1))
+
     def test_masks_drawn_by_functions_are_noted(self):
         """While a DistributedOptimizer lives, F.dropout and its kin in
         training and bernoulli of more than one number from torch's

@@ -621,7 +621,8 @@ def unequal_said(w):
         "adds a term summed over the samples", "combines the samples of this rank's",
         "without gradient that differ", "a count summed over the ranks",
         "the world's size: .grad already holds", "called set_samples(0) while",
-        "mean losses, each over one row of the same targets"))
+        "mean losses, each over one row of the same targets",
+        "whose mean over this rank's samples is 0 and standard deviation 1"))
 
 
 @contextlib.contextmanager
@@ -2408,7 +2409,8 @@ def unequal():
           "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
           "the samples, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
-          "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count; "
+          "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count, "
+          "of advantages and targets normalized over the rank's minibatch; "
           "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "
           "nor for such a number averaged over the ranks or a weight per rank in proportion "
           "to its samples (within %.3g of one process)" % statistics,
@@ -2808,7 +2810,10 @@ def batch_statistics():
     error, a batch entropy (the log of the mean prediction), the hardest
     samples' losses (topk), a norm over the whole minibatch, an MoE's
     load-balancing loss (the mean router probability per expert times the
-    fraction of the samples each expert took, without gradient). Rank 0
+    fraction of the samples each expert took, without gradient), PPO's
+    advantages or regression targets normalized over the rank's minibatch
+    (without gradient; over the union by sft.allreduce's moments: one
+    process's, nothing said). Rank 0
     warns naming the backward() line and the statistic (at step 0, the
     MoE's at the first step whose fractions differ from rank to rank), and
     the model is not one process's on the union (the warning is not
@@ -2830,7 +2835,19 @@ def batch_statistics():
     def fractions(out):                                # (each expert's, without gradient)
         return nn.functional.one_hot(out.argmax(1), 5).float().mean(0)
 
+    def normalized(a, dist, union):                    # (to mean 0, std 1: PPO's advantages)
+        if dist and union:                             # (the union's moments, as one process's)
+            k = sft.allreduce(torch.tensor(float(len(a))), op="sum")
+            m = sft.allreduce(a.sum(), op="sum") / k
+            return (a - m) / (sft.allreduce(((a - m) ** 2).sum(), op="sum") / (k - 1)).sqrt()
+        return (a - a.mean()) / a.std()
+
+    def policy(out, y, dist, union):                   # (a baseline from the model's values)
+        adv = normalized(out.detach()[:, 0] + y, dist, union)
+        return -(out.log_softmax(1).gather(1, y[:, None]).squeeze(1) * adv).mean()
+
     # kind: (the loss of out, y, over ranks (dist) or one process, what rank 0 says)
+    normal = "has a %s without gradient whose mean over this rank's samples is 0"
     mixes = "combines the samples of this rank's minibatch (%s), so it is no mean of per-sample"
     kinds = {"rmse": (lambda out, y, dist: nn.functional.mse_loss(
                  out, nn.functional.one_hot(y, 5).float()).sqrt(),
@@ -2851,6 +2868,10 @@ def batch_statistics():
              "moe": (lambda out, y, dist: ce(out, y) + 0.5 * balance(out, fractions(out)),
                      "multiplies a mean over the samples by a tensor without gradient that "
                      "differs from rank to rank"),
+             "advantages": (lambda out, y, dist: policy(out, y, dist, False), normal % "factor"),
+             "advantages_union": (lambda out, y, dist: policy(out, y, dist, True), None),
+             "targets": (lambda out, y, dist: nn.functional.mse_loss(
+                 out[:, 0], normalized(y + out.detach()[:, 1], dist, False)), normal % "target"),
              "moe_mean": (lambda out, y, dist: ce(out, y) + 0.5 * balance(
                  out, sft.allreduce(fractions(out)) if dist else fractions(out)), None),
              # (from step 10 on: the loss is read at the first 8 steps, then every 16th,

@@ -485,9 +485,10 @@ def _reading(read):
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
     "picked": picked_sum, "shared": shared_divisor, "mixing": mixing,
-    "detached": detached): {kind: what it found}, those found."""
+    "standardized": standardized, "detached": detached): {kind: what it
+    found}, those found."""
     read = {"summed": summed_term, "picked": picked_sum, "shared": shared_divisor,
-            "mixing": mixing, "detached": detached}
+            "mixing": mixing, "standardized": standardized, "detached": detached}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
     return {kind: what for kind, what in found if what is not None}
 
@@ -952,6 +953,48 @@ def detached(root, world):
             return [] if stat[1] else stat[0]  # (one that mixes whatever follows: mixing's)
         return _inputs(node) if name in _LINEAR else []
     return _walk(root, visit, 512)
+
+
+@_reading
+def standardized(root, world):
+    """A tensor without gradient in the loss, above the model's layers,
+    standardized over this rank's samples (_standardized): a product's or
+    a quotient's other side (PPO's advantages normalized per minibatch,
+    (adv - adv.mean()) / adv.std()) or an element-wise loss's target
+    (regression targets normalized per batch). One process normalizes over
+    the union of the ranks' minibatches; where the set normalized lies
+    within one rank (an episode's returns, one prompt's completions) it is
+    one process's too, which the tensor does not tell. "advantages" (a
+    factor) or "targets", or None."""
+    def visit(node, name):
+        if _stops(node, name):
+            return []
+        t, what = None, None
+        if name in ("MulBackward0", "DivBackward0"):
+            a, b = _sides(node)
+            if b is None and a is not None:
+                t, what = node._saved_other, "a factor"
+            elif name == "MulBackward0" and a is None and b is not None:
+                t, what = node._saved_self, "a factor"
+        elif name in _ELEMENTS and node._saved_reduction != 0:
+            t, what = node._saved_target, "a target"
+        if isinstance(t, torch.Tensor) and not t.requires_grad and _standardized(t):
+            return what
+        return _inputs(node)
+    return _walk(root, visit, 512)
+
+
+def _standardized(t):
+    """Whether t (N rows of up to 64 columns, N >= 4) has mean 0 and
+    standard deviation 1 over its rows, each column (torch's .std(), with
+    N - 1): normalized over them. By chance, or normalized over a union
+    they are a share of, that is not so."""
+    if not t.is_floating_point() or t.layout != torch.strided or t.dim() not in (1, 2) or \
+            t.shape[0] < 4 or t.numel() > 1 << 16 or (t.dim() == 2 and t.shape[1] > 64):
+        return False
+    v = t.detach().double()
+    mean, std = v.mean(0), v.std(0)
+    return bool((mean.abs() <= 1e-4).all() and ((std - 1).abs() <= 1e-4).all())
 
 
 def _stops(node, name):

@@ -313,6 +313,7 @@ class _Sync(_Passes):
         #                         parameters (the first of each kind)
         self.told_mixing = False  # the samples-mixing loss's warning given
         self.told_detached = False  # the ranks' factors without gradient compared apart
+        self.told_standardized = False  # a tensor normalized over the rank's samples told
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
@@ -1275,6 +1276,8 @@ class _Sync(_Passes):
             self._tell_padding(meta)
         if "mixing" in self.step_read and not self.told_mixing:
             self._tell_mixing()
+        if "standardized" in self.step_read and not self.told_standardized:
+            self._tell_standardized()
         if not self.told_detached:
             self._tell_detached(meta, states)
         if not self.told_draws and self.all_training:
@@ -1496,8 +1499,9 @@ class _Sync(_Passes):
         if self.clock >= READ_ALL and self.clock % READ_EVERY and not self.read_next:
             return []  # (every rank reads at the same steps: _tell_detached compares them)
         kinds = (("summed", self.told_unequal), ("shared", self.told_unequal),
-                 ("mixing", self.told_mixing), ("picked", self.told_unequal),
-                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 3:]
+                 ("mixing", self.told_mixing), ("standardized", self.told_standardized),
+                 ("picked", self.told_unequal),
+                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 4:]
         return [k for k, told in kinds if not told and k not in self.step_read]
 
     def _tell_detached(self, meta, states):
@@ -1541,6 +1545,25 @@ class _Sync(_Passes):
             "DDP, or make the loss a mean over the samples (rows that are the same on every "
             "rank, negatives drawn alike for the whole batch, are no samples: gather none of "
             "them, and filter this warning)" % (self.clock, line, what),
+            stacklevel=_env._user_stacklevel())
+
+    def _tell_standardized(self):
+        """Rank 0's loss holds a tensor without gradient normalized over its
+        own samples (_losses.standardized): one process normalizes over the
+        union of the ranks' minibatches."""
+        self.told_standardized = True
+        what, line = self.step_read["standardized"]
+        warnings.warn(
+            "sfb.torch: at step %d the loss given to backward() at %s has %s without gradient "
+            "whose mean over this rank's samples is 0 and standard deviation 1: normalized "
+            "over this rank's minibatch (PPO's advantages, (adv - adv.mean()) / adv.std(); "
+            "targets standardized per batch), where one process normalizes over the union of "
+            "the ranks' minibatches. Take the moments over the ranks: n = "
+            "sfb.torch.allreduce(torch.tensor(float(len(a))), op=\"sum\"), mean = "
+            "sfb.torch.allreduce(a.sum(), op=\"sum\") / n, var = "
+            "sfb.torch.allreduce(((a - mean) ** 2).sum(), op=\"sum\") / (n - 1). Where the "
+            "set normalized lies within one rank (one episode's returns, one prompt's "
+            "completions), it is one process's: filter this warning" % (self.clock, line, what),
             stacklevel=_env._user_stacklevel())
 
     def _tell_summed_term(self):
