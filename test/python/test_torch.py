@@ -1072,9 +1072,11 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIsNone(_losses.summed_term([ce, kld], None, P))
 
     def test_a_python_sum_over_the_samples_is_found(self):
-        """A Python sum of mean losses, each over one row of the same
-        targets and each from a forward of its own (a per-sample loop, MAML's
-        tasks), is a sum over the samples: its number of terms, and whether
+        """A Python sum of losses from forwards of their own, each of one
+        sample (a per-sample loop, actor-critic's per-step policy and value
+        losses of 1-D states) or each a mean over one row of the same
+        targets (MAML's tasks), is a sum over the samples: the number of
+        forwards, and whether
         it is multiplied by the world (one process's sum); not where the
         terms are averaged or divided by a count, share a forward (a decoder's steps through its hidden state,
         one forward's outputs picked), take targets that are tensors of
@@ -1095,7 +1097,21 @@ class TorchOneWorker(unittest.TestCase):
         for i in range(n):  # (a decoder's steps: each through the one before)
             h = cell(x[i:i + 1], h)
             steps.append(ce(h, y[i:i + 1]))
+        # (actor-critic's: a policy and a value from one forward of a state
+        # each step, 1-D, the returns numbers without gradient)
+        trunk, pol, val = nn.Linear(3, 4), nn.Linear(4, 2), nn.Linear(4, 1)
+        R = torch.randn(n, generator=g)
+        policy, value = [], []
+        for i in range(n):
+            h1 = torch.tanh(trunk(x[i]))
+            probs = torch.softmax(pol(h1), -1)
+            policy.append(-torch.distributions.Categorical(probs).log_prob(y[i] % 2) * R[i])
+            value.append(nn.functional.smooth_l1_loss(val(h1), torch.tensor([float(R[i])])))
         for loss, want in (
+                (torch.stack(policy).sum() + torch.stack(value).sum(), n),
+                (torch.stack(policy).sum(), n),
+                (sum(value), n),
+                (torch.stack(policy).mean(), None),
                 (sum(per), n),
                 (sum(one), n),
                 (torch.stack(per).sum(), n),
@@ -1108,13 +1124,20 @@ class TorchOneWorker(unittest.TestCase):
                 (sum(q / n for q in per), None),
                 (sum(steps), None),
                 (sum(ce(out[i:i + 1], y[i:i + 1]) for i in range(n)), None),
-                (sum(ce(lin(x[i:i + 1]), y[i:i + 1].clone()) for i in range(n)), None),
                 (sum(ce(lin(x[:3]), yq[:, i]) for i in range(2)), None),  # (columns)
                 (ce(lin(x[:1]), y[:1]) + ce(lin(x[:1]), y[:1]), None),
+                # (a batch of one: a discriminator on a real and a fake sample,
+                # WGAN-GP's three unlike terms)
+                (nn.functional.binary_cross_entropy_with_logits(lin(x[0]), t[0]) +
+                 nn.functional.binary_cross_entropy_with_logits(lin(x[1]), t[1] * 0), None),
+                (lin(x[0]).mean() - lin(x[1]).mean() + (lin(x[2]).norm() - 1) ** 2, None),
+                (sum(ce(lin(x[i:i + 1]), y[i:i + 1].clone()) for i in range(n)), n),
                 (per[0], None)):
             self.assertEqual(_losses.picked_sum(loss, None, P), want and (want, False),
                              loss.grad_fn)
         self.assertEqual(_losses.picked_sum(sum(per) * P, None, P), (n, True))
+        self.assertEqual(_losses.picked_sum(P * (torch.stack(policy).sum() + sum(value)), None, P),
+                         (n, True))
         self.assertEqual(_losses.picked_sum(P * torch.stack(one).sum(), None, P), (n, True))
         self.assertIsNone(_losses.picked_sum(sum(per), None, 1))
 

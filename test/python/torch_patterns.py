@@ -621,7 +621,7 @@ def unequal_said(w):
         "adds a term summed over the samples", "combines the samples of this rank's",
         "without gradient that differ", "a count summed over the ranks",
         "the world's size: .grad already holds", "called set_samples(0) while",
-        "mean losses, each over one row of the same targets",
+        "forwards, one sample each",
         "whose mean over this rank's samples is 0 and standard deviation 1"))
 
 
@@ -2571,9 +2571,22 @@ def python_sums():
     the number of terms, and the model is not one process's; the sum
     multiplied by sft.size() is one process's at these unequal sizes, and
     nothing is said; set_samples(1) on every rank (DDP's rule chosen):
-    nothing said."""
+    nothing said. The same for actor-critic's losses (ac, acP): one forward
+    of a 1-D state (a tensor of its own) each step, its policy term and its
+    value loss stacked and summed."""
     import warnings
-    for kind in ("sum", "sumP", "chosen"):
+
+    def loss_of(m, x, y, t, kind):
+        if kind in ("ac", "acP"):  # (1-D states, returns as numbers without gradient)
+            terms = []
+            for i in range(len(x)):
+                out, r = m(x[i].clone(), t), 0.5 + (int(y[i]) % 3) * 0.25
+                terms.append(-nn.functional.log_softmax(out, -1)[y[i]] * r +
+                             nn.functional.smooth_l1_loss(out[:1], torch.tensor([r])))
+            return torch.stack(terms).sum()
+        return sum(nn.functional.cross_entropy(m(x[i:i + 1], t), y[i:i + 1])
+                   for i in range(len(x)))
+    for kind in ("sum", "sumP", "chosen", "ac", "acP"):
         model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
@@ -2585,29 +2598,27 @@ def python_sums():
                 opt.zero_grad()
                 if kind == "chosen":
                     opt.set_samples(1)
-                loss = sum(nn.functional.cross_entropy(model(x[i:i + 1], t), y[i:i + 1])
-                           for i in range(n))
+                loss = loss_of(model, x[:n], y[:n], t, kind)
                 line = sys._getframe().f_lineno + 1
-                (loss * P if kind == "sumP" else loss).backward()
+                (loss * P if kind in ("sumP", "acP") else loss).backward()
                 opt.step()
                 xs = torch.cat([x[:k] for k in every])
                 ys = torch.cat([y[:k] for k in every])
                 ref_opt.zero_grad()
-                sum(nn.functional.cross_entropy(ref(xs[i:i + 1], t), ys[i:i + 1])
-                    for i in range(len(xs))).backward()
+                loss_of(ref, xs, ys, t, kind).backward()
                 ref_opt.step()
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        if kind == "sumP" and worst > args.tol:
-            fail("a Python sum times size(): %s differs from one process's by %.3g" %
-                 (where, worst))
-        if kind == "sum" and worst < 100 * args.tol:
+        if kind in ("sumP", "acP") and worst > args.tol:
+            fail("a Python sum times size() (%s): %s differs from one process's by %.3g" %
+                 (kind, where, worst))
+        if kind in ("sum", "ac") and worst < 100 * args.tol:
             fail("a Python sum: %s within %.3g of one process's (no difference to warn of)" %
                  (where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
-        want = [] if r or kind != "sum" else [
-            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d sums %d "
-            "mean losses, each over one row of the same targets" % (line, n)]
+        want = [] if r or kind not in ("sum", "ac") else [
+            "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d sums the "
+            "losses of %d forwards, one sample each" % (line, n)]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a Python sum (%s): warned %r, expected %r" % (kind, said, want))
 
@@ -2732,7 +2743,7 @@ def shared_counts():
             fail("a shared count: %s within %.3g of one process's (no difference to warn of)" %
                  (where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
-        want = [] if r or kind != "sum" else [
+        want = [] if r or kind not in ("sum", "ac") else [
             "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d divides by "
             "%d, a count summed over the ranks (sfb.torch.allreduce(op=\"sum\") at "
             "torch_patterns.py:%d): each rank's loss is its share of one process's mean over the "

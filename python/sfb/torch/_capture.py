@@ -222,6 +222,7 @@ class _LinearFactors(torch.autograd.Function):
         x, weight, bias = autocast_inputs(x, weight, bias)
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.r0 = slot, r0
+        ctx.one = x.dim() == 1 or x.shape[0] == 1  # (one sample: _losses.picked_sum)
         return _torch_linear(x, weight, bias)
 
     @staticmethod

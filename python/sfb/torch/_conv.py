@@ -37,6 +37,7 @@ class _ConvFactors(torch.autograd.Function):
         x, weight, bias = autocast_inputs(x, weight, bias)
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.geom = slot, geom
+        ctx.one = x.dim() == weight.dim() and x.shape[0] == 1  # (one sample: _losses.picked_sum)
         op = _torch_conv1d if weight.dim() == 3 else _torch_conv2d
         return op(x, weight, bias, *geom)
 

@@ -562,18 +562,21 @@ def summed_term(root, world):
 @_reading
 def picked_sum(root, world):
     """A loss summed in Python over one sample (or one task) at a time:
-    sum(ce(model(x[i:i + 1]), y[i:i + 1]) for i in ...), MAML's
-    sum(ce(f(x_qry[i]), y_qry[i]) for i in ...). Its terms (added, or
+    sum(ce(model(x[i:i + 1]), y[i:i + 1]) for i in ...), actor-critic's
+    torch.stack(policy_losses).sum() over steps each a forward of one state,
+    MAML's sum(ce(f(x_qry[i]), y_qry[i]) ...). Its terms (added, or
     torch.stack(terms).sum(), each multiplied by numbers or not, the whole
-    too) are each a mean loss whose targets are one row of one tensor (a
-    pick along its first dimension, each term its own row) computed by a
-    forward of its own (the terms' graphs share no node but the
-    parameters'): a sum over the samples, the ranks' mean 1/world of one
-    process's over the union. (the number of terms, whether the sum is
-    multiplied by the world's size: one process's sum), or None. A
-    decoder's per-step terms share the hidden state (or one forward),
-    targets in columns pick no row, terms divided by a count are a mean by
-    hand."""
+    too) come from forwards of their own, two or more (_forwards: terms that
+    share a node but the parameters' are one forward's), each of one sample
+    (its layers took one row, or one unbatched sample; three or more, their
+    terms alike) or each a mean loss over one row of the same targets (a
+    pick along their first dimension, each forward its own row: a task): a
+    sum over the samples, the ranks''
+    mean 1/world of one process's over the union. (the number of forwards,
+    whether the sum is multiplied by the world's size: one process's sum),
+    or None. A decoder's per-step terms share the hidden state (or one
+    forward), targets in columns pick no row, terms divided by a count are
+    a mean by hand."""
     node, seen, by_world = root, 0, False
     while type(node).__name__ in ("MulBackward0", "MulBackward1", "DivBackward0",
                                   "DivBackward1") and seen < 8:
@@ -586,31 +589,85 @@ def picked_sum(root, world):
     terms = _addends(node)
     if terms is None or len(terms) < 2:
         return None
+    forwards = _forwards(terms)
+    if forwards is None or len(forwards) < 2:
+        return None
+    # (forwards of one sample each: three or more, their terms alike, as a loop
+    # over the samples makes them; two (pix2pix's discriminator on a real and
+    # a fake pair, a batch of one) or unlike ones (WGAN-GP's) are no such loop)
+    kinds = set(tuple(sorted(type(t).__name__ for t in group)) for group, _ in forwards)
+    ones = len(forwards) >= 3 and len(kinds) == 1
     rows, base = set(), None
-    for term in terms:
-        name = type(term).__name__
-        if not ((name in _NLL or name in _ELEMENTS) and term._saved_reduction == 1):
+    for group, one in forwards:
+        if one and ones:
+            continue
+        picked = set()
+        for term in group:
+            name = type(term).__name__
+            if not ((name in _NLL or name in _ELEMENTS) and term._saved_reduction == 1):
+                return None
+            row = _row_of(term._saved_target)
+            if row is None or (base is not None and row[0] is not base):
+                return None
+            base = row[0]
+            picked.add(row[1])
+        if len(picked) != 1 or picked & rows:
             return None
-        row = _row_of(term._saved_target)
-        if row is None or (base is not None and row[0] is not base) or row[1] in rows:
-            return None
-        base = row[0]
-        rows.add(row[1])
-    mine = set()  # (the nodes of the terms walked so far: a shared one is no term's own)
+        rows |= picked
+    return len(forwards), by_world
 
-    def visit(node, name):
-        if name == "AccumulateGrad":
-            return []
-        if node in mine:
-            return True
-        own.add(node)
-        return [f for f, _ in node.next_functions]
-    for term in terms:
-        own = set()
-        if _walk(term, visit, 1024) is not None:
+
+def _forwards(terms, limit=8192):
+    """The terms grouped by the forwards they come from: terms whose graphs
+    share a node (the parameters' aside) are one forward's. [(its terms,
+    whether each of its layers took one sample: one row, or one unbatched
+    sample)], or None where the graphs hold more than limit nodes."""
+    owner, parent = {}, list(range(len(terms)))
+    one = [None] * len(terms)  # (None: no layer met; True: each one sample's)
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    walked = [0]
+    for i, term in enumerate(terms):
+        def visit(node, name):
+            if name == "AccumulateGrad":
+                return []
+            j = owner.get(node)
+            if j is not None:  # (met by an earlier term: one forward, walked)
+                parent[find(j)] = find(i)
+                return []
+            owner[node] = i
+            walked[0] += 1
+            took = _one_sample(node, name)
+            if took is not None:
+                one[i] = took and one[i] is not False
+            return [f for f, _ in node.next_functions]
+        _walk(term, visit, limit)
+        if walked[0] >= limit:
             return None
-        mine |= own
-    return len(terms), by_world
+    groups = {}
+    for i, term in enumerate(terms):
+        group = groups.setdefault(find(i), [[], True, False])
+        group[0].append(term)
+        group[1] = group[1] and one[i] is not False
+        group[2] = group[2] or one[i] is not None
+    return [(g, took and met) for g, took, met in groups.values()]
+
+
+def _one_sample(node, name):
+    """Whether layer node took one sample (one row, or one unbatched
+    sample: F.linear of a 1-D input multiplies it as one row); None for no
+    layer, or a table's rows."""
+    if name in FACTOR_NODES:
+        return getattr(node, "one", None)
+    if name in ("AddmmBackward0", "MmBackward0", "ConvolutionBackward0") and _layer(node, name):
+        x = getattr(node, "_saved_mat1" if name == "AddmmBackward0" else
+                    "_saved_self" if name == "MmBackward0" else "_saved_input", None)
+        return x.shape[0] == 1 if isinstance(x, torch.Tensor) and x.dim() > 1 else None
+    return None
 
 
 def _addends(node, limit=4096):

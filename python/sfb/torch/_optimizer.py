@@ -1584,8 +1584,8 @@ class _Sync(_Passes):
             stacklevel=_env._user_stacklevel())
 
     def _tell_picked(self):
-        """_tell_unequal where rank 0's loss sums mean losses of one sample
-        (or task) each, each its own forward (_losses.picked_sum), and no
+        """_tell_unequal where rank 0's loss sums the losses of forwards of
+        one sample (or task) each (_losses.picked_sum), and no
         rank called set_samples: a sum over the samples, whose gradient over
         the union is the ranks' sum."""
         self.told_unequal = True
@@ -1593,15 +1593,16 @@ class _Sync(_Passes):
             return
         (k, _), line = self.step_read["picked"]
         warnings.warn(
-            "sfb.torch: at step %d the loss given to backward() at %s sums %d mean losses, each "
-            "over one row of the same targets (y[i], y[i:i + 1]: one sample, or one task) and "
-            "each from a forward of its own, as a Python sum over the minibatch does: a sum "
-            "over the samples, so one process's gradient over the union of the ranks' "
+            "sfb.torch: at step %d the loss given to backward() at %s sums the losses of %d "
+            "forwards, one sample each (model(x[i:i + 1]), a 1-D state) or one row of the "
+            "same targets each (a task's y_qry[i]), as a Python loop over the minibatch does: "
+            "a sum over the samples, so one process's gradient over the union of the ranks' "
             "minibatches is the sum of the ranks' gradients, %d times the mean that .grad "
             "holds (DDP's rule). Average the terms (torch.stack(terms).mean(), with "
             "opt.set_samples(len(terms)) where their number differs by rank) or multiply the "
             "sum by sfb.torch.size(); set_samples(1) on every rank keeps DDP's rule without "
-            "this warning" % (self.clock, line, k, self.job.world),
+            "this warning (forwards of one sample's views, not of samples, are one process's: "
+            "filter it)" % (self.clock, line, k, self.job.world),
             stacklevel=_env._user_stacklevel())
 
     def _tell_summed(self):
