@@ -1047,9 +1047,10 @@ def apart_at_start():
 def samhand():
     """SAM stepped by its first_step and second_step (never step()): exact,
     and the replica checks follow the reductions; a parameter changed on
-    rank 1 alone is refused at the 32nd."""
+    rank 1 alone is refused at the 32nd, and one changed after it in
+    shutdown()."""
     import warnings
-    for edit in (False, True):
+    for edit in (None, 3, 17):
         model = setup()
         P, r = sft.size(), sft.rank()
         ref = copy.deepcopy(model)
@@ -1072,20 +1073,26 @@ def samhand():
                         nn.functional.cross_entropy(m(xb, t), yb).backward()
                         o.second_step()
                         o.zero_grad()
-                    if edit and t == 3 and r == 1:
+                    if t == edit and r == 1:
                         with torch.no_grad():
                             model.fc2.weight.mul_(0.5)
-            if edit:
+            if edit == 3:
                 fail("a parameter changed on rank 1 alone went on")
-            same(job, model, "after 20 steps")
-            worst, where = near_one_process(model, ref)
+            if edit is None:
+                same(job, model, "after 20 steps")
+                worst, where = near_one_process(model, ref)
+            sft.shutdown()  # (the parameters compared once more: after reduction 41)
+            if edit:
+                fail("a parameter changed on rank 1 alone after reduction 32 ended the job")
         except (sfb.MismatchError, sfb.PeerError) as e:  # (a peer's refusal, first)
-            want = "fc2.weight differs between ranks after reduction 32 (ranks 0, 2, 3: one value"
+            want = "fc2.weight differs between ranks after reduction %d (ranks 0, 2, 3: one " \
+                "value" % (32 if edit == 3 else 41)
             if not edit or want not in str(e):
                 fail("expected %r, got %s" % (want, e))
         closed()
     print("ok samhand: 20 steps within %.3g of one process (%s); a parameter changed on rank 1 "
-          "refused after reduction 32" % (worst, where), flush=True)
+          "refused after reduction 32, one changed after it in shutdown()" % (worst, where),
+          flush=True)
 
 
 def loadstate():

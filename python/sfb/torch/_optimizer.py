@@ -1335,9 +1335,11 @@ class _Sync(_Passes):
         reductions): the replica checks follow the reductions then."""
         warnings.warn(
             "sfb.torch: %d gradient reductions (backward passes) and no step() of the "
-            "DistributedOptimizer yet, so the replica checks follow the reductions. If the "
-            "wrapped optimizer's step() is never called (SAM's first_step and second_step: "
-            "opt.step(closure) is its way), call it; if you accumulate gradients over several "
+            "DistributedOptimizer yet, so the replica checks follow the reductions (and "
+            "shutdown() compares the parameters once more). An update of the program's own "
+            "(SAM's first_step and second_step, p.data.add_(p.grad, alpha=-lr) as pytorch/"
+            "examples' word_language_model writes it) trains on the reduced gradients as one "
+            "process would: filter this warning; if you accumulate gradients over several "
             "backward passes, backward_passes_per_step=k reduces once per k passes" %
             self.clock, stacklevel=_env._user_stacklevel())
 

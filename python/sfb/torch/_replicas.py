@@ -223,13 +223,16 @@ class Checks:
         """shutdown()'s last reduction, every rank leaving with it
         (collective): the parameters and buffers compared once more, so a
         change on some ranks after the last check (a reset from each rank's
-        own data at step 6 of 20) does not end the job parted in silence."""
-        if sync.job.world < 2 or not sync.steps:
+        own data at step 6 of 20) does not end the job parted in silence;
+        keyed on the reductions where the wrapped optimizer never stepped (an
+        update written by hand, SAM's own steps)."""
+        n, unit = (sync.steps, "step") if sync.steps else (sync.clock, "reduction")
+        if sync.job.world < 2 or not n:
             return
         if self.every:
-            self.check(sync, sync.steps, list(sync.params), repair=False)
-            check_unheld(sync, sync.steps)
-        check_buffers(sync, sync.steps)
+            self.check(sync, n, list(sync.params), repair=False, unit=unit)
+            check_unheld(sync, n, unit)
+        check_buffers(sync, n, unit)
 
     def without_steps(self, sync, reductions):
         """A reduction of a job whose wrapped optimizer has not stepped yet
