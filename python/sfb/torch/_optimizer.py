@@ -1545,8 +1545,9 @@ class _Sync(_Passes):
             "Gather every rank's rows first (sfb.torch.allgather, differentiable: this rank's "
             "rows against the gathered ones), as torch.distributed.nn.all_gather would under "
             "DDP, or make the loss a mean over the samples (rows that are the same on every "
-            "rank, negatives drawn alike for the whole batch, are no samples: gather none of "
-            "them, and filter this warning)" % (self.clock, line, what),
+            "rank, negatives drawn alike for the whole batch, a full graph every rank runs "
+            "whole, are no samples: gather none of them, and filter this warning)" %
+            (self.clock, line, what),
             stacklevel=_env._user_stacklevel())
 
     def _tell_standardized(self):
