@@ -1991,6 +1991,33 @@ class TorchOneWorker(unittest.TestCase):
                       "numeric padding; this has groups=2)", opt.plan)
         self.assertIn("dense (6 tensors", opt.plan)
 
+    def test_convolution_by_factors_on_unbatched_samples(self):
+        """A convolution by factors called on unbatched samples, one at a
+        time (torch >= 1.11's (C, L) and (C, H, W): images of different
+        sizes), trains as plain PyTorch does (it crashed in backward)."""
+        torch.manual_seed(3)
+        m = nn.ModuleDict({"c1": nn.Conv1d(16, 16, 3), "c2": nn.Conv2d(16, 16, 2),
+                           "head": nn.Linear(32, 3)})
+        ref = copy.deepcopy(m)
+        g = torch.Generator().manual_seed(5)
+        xs = [torch.randn(16, 3 + i % 2, generator=g) for i in range(4)]
+        ims = [torch.randn(16, 2, 2 + i % 2, generator=g) for i in range(4)]
+        y = torch.tensor([0, 1, 2, 1])
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m,
+                                       sync="sfb")
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for _ in range(3):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                h = torch.stack([torch.cat([model["c1"](a).mean(1), model["c2"](b).mean((1, 2))])
+                                 for a, b in zip(xs, ims)])
+                nn.functional.cross_entropy(model["head"](h), y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-5 * float(q.abs().max()), n)
+        self.assertIn("c1.weight (16x48+bias, conv 3): sfb", opt.plan)
+        self.assertIn("c2.weight (16x64+bias, conv 2x2): sfb", opt.plan)
+
     def test_errors_are_typed(self):
         """Every error is an sfb.Error subclass naming the parameter."""
         m = net(torch.float64)

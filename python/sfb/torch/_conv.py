@@ -92,6 +92,9 @@ def _conv(dims, input, weight, bias, stride, padding, dilation, groups):
     slot = s.conv_slot_for(weight, bias, lambda: _positions(input, weight, geom))
     if slot is None:
         return torch_op(input, weight, bias, stride, padding, dilation, groups)
+    if input.dim() == dims + 1:  # (one unbatched sample: a batch of one, as torch runs it)
+        return _ConvFactors.apply(input.unsqueeze(0), weight, bias, slot.token, slot,
+                                  geom).squeeze(0)
     return _ConvFactors.apply(input, weight, bias, slot.token, slot, geom)
 
 
