@@ -2018,6 +2018,42 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIn("c1.weight (16x48+bias, conv 3): sfb", opt.plan)
         self.assertIn("c2.weight (16x64+bias, conv 2x2): sfb", opt.plan)
 
+    def test_optimizer_with_a_state_dict_of_its_own(self):
+        """An optimizer class whose state_dict() has no "state" (Lookahead as
+        lonePatient's and Ranger's write it: "fast_state", "slow_state")
+        trains as plain PyTorch (the state's checksum crashed on it)."""
+        class Lookahead(torch.optim.Optimizer):
+            def __init__(self, base, k=2, alpha=0.5):
+                self.base, self.k, self.alpha = base, k, alpha
+                self.param_groups, self.state, self.defaults = base.param_groups, {}, {}
+                self.steps = 0
+
+            def step(self, closure=None):
+                self.base.step()
+                self.steps += 1
+                for g in self.param_groups:
+                    for p in g["params"]:
+                        slow = self.state.setdefault(p, {"slow": p.detach().clone()})["slow"]
+                        if self.steps % self.k == 0:
+                            slow.add_(p.detach() - slow, alpha=self.alpha)
+                            p.data.copy_(slow)
+
+            def state_dict(self):
+                return {"fast_state": self.base.state_dict(), "param_groups": self.param_groups,
+                        "slow_state": {id(p): s for p, s in self.state.items()}}
+        x, y = data()
+        m, ref = net(), net()
+        opt = sft.DistributedOptimizer(Lookahead(torch.optim.Adam(m.parameters(), lr=0.01)),
+                                       model=m)
+        ref_opt = Lookahead(torch.optim.Adam(ref.parameters(), lr=0.01))
+        for _ in range(5):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertLess(float((p - q).abs().max()), 1e-6 * float(q.abs().max()), n)
+
     def test_errors_are_typed(self):
         """Every error is an sfb.Error subclass naming the parameter."""
         m = net(torch.float64)

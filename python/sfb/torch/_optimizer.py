@@ -59,11 +59,12 @@ def _crc_tensors(tensors, crc=0):
 
 def _state_crc(opts):
     """A CRC32 of the optimizers' state: its tensors' bytes and its other
-    values (a step count)."""
-    sts = [o.state_dict()["state"] for o in opts]
-    state = [v for st in sts for s in st.values() for v in s.values() if torch.is_tensor(v)]
-    scalars = [repr(v) for st in sts for s in st.values() for v in s.values()
-               if not torch.is_tensor(v)]
+    values (a step count), per parameter in the groups' order (o.state, as
+    every torch.optim.Optimizer keeps it: a class whose state_dict() is its
+    own, Lookahead's "fast_state"/"slow_state", has it too)."""
+    sts = [o.state.get(p) or {} for o in opts for g in o.param_groups for p in g["params"]]
+    state = [v for s in sts for v in s.values() if torch.is_tensor(v)]
+    scalars = [repr(v) for s in sts for v in s.values() if not torch.is_tensor(v)]
     return _crc_tensors(state, zlib.crc32(repr(scalars).encode()))
 
 
