@@ -1145,10 +1145,11 @@ class TorchOneWorker(unittest.TestCase):
         """A tensor without gradient in the loss with mean 0 and standard
         deviation 1 over the rank's samples (PPO's advantages normalized
         per minibatch, a product's or a quotient's side; an element-wise
-        loss's target standardized per batch, each column) is named; not a
-        raw one, one normalized over a union this is a share of, one of
-        three samples, one under a layer (the model's input), or where the
-        world is one."""
+        loss's target standardized per batch, each column), or weights
+        summing to 1 over them (w / w.sum(), a softmax: a weighted mean, not
+        read as a sum), is named; not a raw one, one normalized over a
+        union this is a share of, one of three samples, one under a layer
+        (the model's input), a one-hot choice, or where the world is one."""
         from sfb.torch import _losses
         F = nn.functional
         g = torch.Generator().manual_seed(8)
@@ -1162,7 +1163,10 @@ class TorchOneWorker(unittest.TestCase):
         out = lin(x)
         logp = F.log_softmax(out, 1).gather(1, y[:, None]).squeeze(1)
         ratio = (logp - logp.detach()).exp()
-        fac, tgt = "a factor", "a target"
+        fac, tgt = ("a factor", _losses._STANDARDIZED), ("a target", _losses._STANDARDIZED)
+        wts = ("a factor", _losses._WEIGHTS)
+        w = raw.abs() / raw.abs().sum()
+        each = F.cross_entropy(out, y, reduction="none")
         for loss, want in (
                 (-(logp * norm(raw)).mean(), fac),
                 (-torch.min(ratio * norm(raw), ratio.clamp(0.8, 1.2) * norm(raw)).mean(), fac),
@@ -1174,8 +1178,19 @@ class TorchOneWorker(unittest.TestCase):
                 (-(logp * union).mean(), None),
                 (-(logp[:3] * norm(raw[:3])).mean(), None),
                 (F.cross_entropy(lin(norm(x)), y), None),
-                (F.mse_loss(out[:, :2], t), None)):
+                (F.mse_loss(out[:, :2], t), None),
+                ((each * w).sum(), wts),
+                ((each * (raw.softmax(0))).sum(), wts),
+                ((each * F.one_hot(torch.tensor(2), 8)).sum(), None),  # (one sample chosen)
+                ((each * raw.abs() / raw.abs().sum()).sum(), None),  # (divided by a value)
+                ((each * w * 8).sum(), wts),
+                # (an MoE's fractions beside a mean over the samples: no sample weights)
+                (8 * (F.one_hot(out.argmax(1), 4).float().mean(0) * out.softmax(1).mean(0)).sum(),
+                 None)):
             self.assertEqual(_losses.standardized(loss, None, 4), want, loss.grad_fn)
+        # (a weighted mean: no sum over the samples)
+        self.assertIsNone(_losses.of_root((each * w).sum(), None, 4))
+        self.assertEqual(_losses.of_root(each.sum(), None, 4)[2], _losses.SUMMED)
         self.assertIsNone(_losses.standardized(-(logp * norm(raw)).mean(), None, 1))
 
     def test_masks_drawn_by_functions_are_noted(self):

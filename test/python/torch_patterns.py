@@ -622,7 +622,7 @@ def unequal_said(w):
         "without gradient that differ", "a count summed over the ranks",
         "the world's size: .grad already holds", "called set_samples(0) while",
         "forwards, one sample each",
-        "whose mean over this rank's samples is 0 and standard deviation 1"))
+        "without gradient normalized over this rank's minibatch"))
 
 
 @contextlib.contextmanager
@@ -2417,7 +2417,7 @@ def unequal():
           "the samples, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
           "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count, "
-          "of advantages and targets normalized over the rank's minibatch; "
+          "of advantages, targets and weights normalized over the rank's minibatch; "
           "not with set_samples, nor for P times the sum (or that count), nor for a statistic over the gathered samples or of the averaged fractions, "
           "nor for such a number averaged over the ranks or a weight per rank in proportion "
           "to its samples (within %.3g of one process)" % statistics,
@@ -2829,9 +2829,9 @@ def batch_statistics():
     samples' losses (topk), a norm over the whole minibatch, an MoE's
     load-balancing loss (the mean router probability per expert times the
     fraction of the samples each expert took, without gradient), PPO's
-    advantages or regression targets normalized over the rank's minibatch
-    (without gradient; over the union by sft.allreduce's moments: one
-    process's, nothing said). Rank 0
+    advantages, regression targets or per-sample weights normalized over
+    the rank's minibatch (without gradient; over the union by
+    sft.allreduce's moments or sum: one process's, nothing said). Rank 0
     warns naming the backward() line and the statistic (at step 0, the
     MoE's at the first step whose fractions differ from rank to rank), and
     the model is not one process's on the union (the warning is not
@@ -2864,8 +2864,16 @@ def batch_statistics():
         adv = normalized(out.detach()[:, 0] + y, dist, union)
         return -(out.log_softmax(1).gather(1, y[:, None]).squeeze(1) * adv).mean()
 
+    def weighted(out, y, dist, union):                 # (weights from the model's confidence)
+        w = out.detach().softmax(1).max(1)[0]
+        if dist and union:                             # (over the union's sum: times size())
+            return (ce(out, y, reduction="none") * w / sft.allreduce(w.sum(), op="sum")
+                    ).sum() * sft.size()
+        return (ce(out, y, reduction="none") * (w / w.sum())).sum()
+
     # kind: (the loss of out, y, over ranks (dist) or one process, what rank 0 says)
-    normal = "has a %s without gradient whose mean over this rank's samples is 0"
+    normal = "has a %s without gradient normalized over this rank's minibatch (%s over its " \
+        "samples"
     mixes = "combines the samples of this rank's minibatch (%s), so it is no mean of per-sample"
     kinds = {"rmse": (lambda out, y, dist: nn.functional.mse_loss(
                  out, nn.functional.one_hot(y, 5).float()).sqrt(),
@@ -2886,10 +2894,16 @@ def batch_statistics():
              "moe": (lambda out, y, dist: ce(out, y) + 0.5 * balance(out, fractions(out)),
                      "multiplies a mean over the samples by a tensor without gradient that "
                      "differs from rank to rank"),
-             "advantages": (lambda out, y, dist: policy(out, y, dist, False), normal % "factor"),
+             "advantages": (lambda out, y, dist: policy(out, y, dist, False),
+                            normal % ("factor", "mean 0 and standard deviation 1")),
              "advantages_union": (lambda out, y, dist: policy(out, y, dist, True), None),
              "targets": (lambda out, y, dist: nn.functional.mse_loss(
-                 out[:, 0], normalized(y + out.detach()[:, 1], dist, False)), normal % "target"),
+                 out[:, 0], normalized(y + out.detach()[:, 1], dist, False)),
+                 normal % ("target", "mean 0 and standard deviation 1")),
+             # (L2RW's per-sample weights, w / w.sum(): a weighted mean, no sum)
+             "weights": (lambda out, y, dist: weighted(out, y, dist, False),
+                         normal % ("factor", "weights summing to 1")),
+             "weights_union": (lambda out, y, dist: weighted(out, y, dist, True), None),
              "moe_mean": (lambda out, y, dist: ce(out, y) + 0.5 * balance(
                  out, sft.allreduce(fractions(out)) if dist else fractions(out)), None),
              # (from step 10 on: the loss is read at the first 8 steps, then every 16th,

@@ -1015,43 +1015,57 @@ def detached(root, world):
 @_reading
 def standardized(root, world):
     """A tensor without gradient in the loss, above the model's layers,
-    standardized over this rank's samples (_standardized): a product's or
-    a quotient's other side (PPO's advantages normalized per minibatch,
-    (adv - adv.mean()) / adv.std()) or an element-wise loss's target
-    (regression targets normalized per batch). One process normalizes over
-    the union of the ranks' minibatches; where the set normalized lies
-    within one rank (an episode's returns, one prompt's completions) it is
-    one process's too, which the tensor does not tell. "advantages" (a
-    factor) or "targets", or None."""
+    normalized over this rank's samples (_normalized): a product's or a
+    quotient's other side (PPO's advantages normalized per minibatch,
+    (adv - adv.mean()) / adv.std(); per-sample weights w / w.sum(), L2RW's)
+    or an element-wise loss's target (regression targets normalized per
+    batch). One process normalizes over the union of the ranks'
+    minibatches; where the set normalized lies within one rank (an
+    episode's returns, one prompt's completions) it is one process's too,
+    which the tensor does not tell. (what: "a factor" or "a target", how:
+    _normalized's), or None."""
     def visit(node, name):
         if _stops(node, name):
             return []
-        t, what = None, None
+        t, what, side = None, None, None
         if name in ("MulBackward0", "DivBackward0"):
             a, b = _sides(node)
             if b is None and a is not None:
-                t, what = node._saved_other, "a factor"
+                t, what, side = node._saved_other, "a factor", a
             elif name == "MulBackward0" and a is None and b is not None:
-                t, what = node._saved_self, "a factor"
+                t, what, side = node._saved_self, "a factor", b
         elif name in _ELEMENTS and node._saved_reduction != 0:
-            t, what = node._saved_target, "a target"
-        if isinstance(t, torch.Tensor) and not t.requires_grad and _standardized(t):
-            return what
+            t, what, side = node._saved_target, "a target", node.next_functions[0][0]
+        how = _normalized(t) if isinstance(t, torch.Tensor) and not t.requires_grad else None
+        if how and side is not None and _reaches_layer(side):  # (beside per-sample values:
+            return what, how  # not an MoE's fractions beside a mean over the samples)
         return _inputs(node)
     return _walk(root, visit, 512)
 
 
-def _standardized(t):
-    """Whether t (N rows of up to 64 columns, N >= 4) has mean 0 and
-    standard deviation 1 over its rows, each column (torch's .std(), with
-    N - 1): normalized over them. By chance, or normalized over a union
-    they are a share of, that is not so."""
+_STANDARDIZED = "mean 0 and standard deviation 1"
+_WEIGHTS = "weights summing to 1"
+
+
+def _normalized(t):
+    """How t (N rows of up to 64 columns, N >= 2) is normalized over its
+    rows: _STANDARDIZED (N >= 4; mean 0 and torch's .std(), with N - 1, 1
+    in each column) or _WEIGHTS (one column of non-negative weights, two or
+    more of them nonzero, summing to 1); None. By chance, or normalized
+    over a union they are a share of, that is not so."""
     if not t.is_floating_point() or t.layout != torch.strided or t.dim() not in (1, 2) or \
-            t.shape[0] < 4 or t.numel() > 1 << 16 or (t.dim() == 2 and t.shape[1] > 64):
-        return False
+            t.shape[0] < 2 or t.numel() > 1 << 16 or (t.dim() == 2 and t.shape[1] > 64):
+        return None
     v = t.detach().double()
-    mean, std = v.mean(0), v.std(0)
-    return bool((mean.abs() <= 1e-4).all() and ((std - 1).abs() <= 1e-4).all())
+    if t.shape[0] >= 4:
+        mean, std = v.mean(0), v.std(0)
+        if bool((mean.abs() <= 1e-4).all() and ((std - 1).abs() <= 1e-4).all()):
+            return _STANDARDIZED
+    v = v.reshape(-1) if v.dim() == 1 or v.shape[1] == 1 else None
+    if v is not None and bool((v >= 0).all()) and int((v > 0).sum()) >= 2 and \
+            abs(float(v.sum()) - 1.0) <= 1e-5:
+        return _WEIGHTS
+    return None
 
 
 def _stops(node, name):
@@ -1377,13 +1391,26 @@ def _sum_name(node):
     if (name in _NLL or name in _ELEMENTS or name in _FUSED) and node._saved_reduction == 2:
         return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _FUSED.get(name) or
                                         _nll_name(node))
-    if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]):
+    if name == "SumBackward0" and _reaches_layer(node.next_functions[0][0]) and \
+            not _weighed(node.next_functions[0][0]):
         return ".sum()"
     norm = _squared_norm(node)  # (a sum of squares: an embedding penalty, BPR's)
     if norm is not None and _over_first(norm, type(norm).__name__) and \
             _reaches_layer(norm.next_functions[0][0]):
         return "a squared norm (.norm() ** 2)"
     return None
+
+
+def _weighed(node):
+    """Whether node multiplies by weights without gradient that sum to 1
+    over its rows ((cost * w).sum() with w = w / w.sum(): a weighted mean,
+    no sum over the samples; standardized warns of them)."""
+    if type(node).__name__ != "MulBackward0":
+        return False
+    a, b = _sides(node)
+    t = node._saved_other if b is None else node._saved_self if a is None else None
+    return isinstance(t, torch.Tensor) and not t.requires_grad and _normalized(t) == _WEIGHTS \
+        and _reaches_layer(a if b is None else b)
 
 
 def _nll_read(node):

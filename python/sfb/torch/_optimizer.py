@@ -1556,19 +1556,21 @@ class _Sync(_Passes):
         own samples (_losses.standardized): one process normalizes over the
         union of the ranks' minibatches."""
         self.told_standardized = True
-        what, line = self.step_read["standardized"]
+        (what, how), line = self.step_read["standardized"]
+        fix = ("take the weights' sum over the ranks, w / sfb.torch.allreduce(w.sum(), "
+               "op=\"sum\"), and multiply the loss by sfb.torch.size()"
+               if how == _losses._WEIGHTS else
+               "take the moments over the ranks: n = sfb.torch.allreduce(torch.tensor("
+               "float(len(a))), op=\"sum\"), mean = sfb.torch.allreduce(a.sum(), op=\"sum\") "
+               "/ n, var = sfb.torch.allreduce(((a - mean) ** 2).sum(), op=\"sum\") / (n - 1)")
         warnings.warn(
             "sfb.torch: at step %d the loss given to backward() at %s has %s without gradient "
-            "whose mean over this rank's samples is 0 and standard deviation 1: normalized "
-            "over this rank's minibatch (PPO's advantages, (adv - adv.mean()) / adv.std(); "
-            "targets standardized per batch), where one process normalizes over the union of "
-            "the ranks' minibatches. Take the moments over the ranks: n = "
-            "sfb.torch.allreduce(torch.tensor(float(len(a))), op=\"sum\"), mean = "
-            "sfb.torch.allreduce(a.sum(), op=\"sum\") / n, var = "
-            "sfb.torch.allreduce(((a - mean) ** 2).sum(), op=\"sum\") / (n - 1). Where the "
-            "set normalized lies within one rank (one episode's returns, one prompt's "
-            "completions), it is one process's: filter this warning" % (self.clock, line, what),
-            stacklevel=_env._user_stacklevel())
+            "normalized over this rank's minibatch (%s over its samples: PPO's advantages, "
+            "(adv - adv.mean()) / adv.std(); targets standardized per batch; per-sample "
+            "weights w / w.sum()), where one process normalizes over the union of the ranks' "
+            "minibatches: %s. Where the set normalized lies within one rank (one episode's "
+            "returns, one prompt's completions), it is one process's: filter this warning" %
+            (self.clock, line, what, how, fix), stacklevel=_env._user_stacklevel())
 
     def _tell_summed_term(self):
         """_tell_unequal where rank 0's loss adds a term summed over the
