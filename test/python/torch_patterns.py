@@ -622,7 +622,8 @@ def unequal_said(w):
         "without gradient that differ", "a count summed over the ranks",
         "the world's size: .grad already holds", "called set_samples(0) while",
         "forwards, one sample each",
-        "without gradient normalized over this rank's minibatch"))
+        "without gradient normalized over this rank's minibatch",
+        "the ranks' losses are made of different terms"))
 
 
 @contextlib.contextmanager
@@ -2406,6 +2407,8 @@ def unequal():
                 fail("the warning does not name the counts and the weights: %r" % said)
     mixed_sums()
     python_sums()
+    task_terms()
+    accum_edit()
     shared_counts()
     dropped_rank()
     statistics = batch_statistics()
@@ -2414,7 +2417,7 @@ def unequal():
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
-          "the samples, of a "
+          "the samples, of tasks' terms apart, of .grad clipped between a step's passes, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
           "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count, "
           "of advantages, targets and weights normalized over the rank's minibatch; "
@@ -2628,6 +2631,110 @@ def python_sums():
             "losses of %d forwards, one sample each" % (line, n)]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a Python sum (%s): warned %r, expected %r" % (kind, said, want))
+
+
+def accum_edit():
+    """backward_passes_per_step=2, .grad clipped after each micro-batch's
+    backward() (clip_grad_value_: a common misplacement): before the
+    step's last pass .grad holds this rank's own sum (the layers by factors
+    nothing yet), so rank 0 warns once naming a parameter, and the model is
+    not one process's; clipped after the last pass only: one process's,
+    and nothing is said."""
+    import warnings
+    for every in (True, False):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        ref = copy.deepcopy(model)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       model=model, backward_passes_per_step=2)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                for m, o, mine in ((model, opt, True), (ref, ref_opt, False)):
+                    o.zero_grad()
+                    for k in range(2):
+                        lo = 16 * P * t + 8 * P * k
+                        rows = slice(lo + 8 * r, lo + 8 * r + 8) if mine else slice(lo, lo + 8 * P)
+                        # (one process's micro-batch is the union's: its mean over them)
+                        nn.functional.cross_entropy(m(x[rows], t), y[rows]).backward()
+                        if every or k == 1:
+                            nn.utils.clip_grad_value_(m.parameters(), 0.01)
+                    o.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if not every and worst > args.tol:
+            fail("accumulation, clipped after the last pass: %s differs from one process's by "
+                 "%.3g" % (where, worst))
+        if every and worst < 100 * args.tol:
+            fail("accumulation, clipped after each pass: %s within %.3g of one process's (no "
+                 "difference to warn of)" % (where, worst))
+        said = [str(w.message) for w in got if "changed between two backward() passes" in
+                str(w.message)]
+        if len(said) != (1 if every and not r else 0) or said and \
+                "backward_passes_per_step=2" not in said[0]:
+            fail("accumulation (clipped after each pass: %s): warned %r" % (every, said))
+
+
+def task_terms():
+    """A multi-task loss, each task's mean where the rank's share holds
+    that task (even ranks: task a only; odd ranks: a and b): one process
+    adds each task's mean over the union, the ranks' mean weighs b at half.
+    Rank 0 warns at step 0 that the ranks' losses are made of different
+    terms, naming its own and the ranks apart, and the model is not one
+    process's; each term's sum over its count summed over the ranks, times
+    sft.size(), with set_samples(1) (the warning's advice): one process's,
+    and nothing is said."""
+    import warnings
+    for fixed in (False, True):
+        model, opt, ref, ref_opt = sgd_beside_one_process()
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+        ce, mse = nn.functional.cross_entropy, nn.functional.mse_loss
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                lo = 8 * P * t
+                opt.zero_grad()
+                xa, ya = x[lo + 4 * r:lo + 4 * r + 4], y[lo + 4 * r:lo + 4 * r + 4]
+                xb = x[lo + 4 * P + 4 * r:lo + 4 * P + 4 * r + 4][:4 * (r % 2)]
+                if fixed:
+                    na = sft.allreduce(torch.tensor(float(len(xa))), op="sum")
+                    nb = sft.allreduce(torch.tensor(float(len(xb))), op="sum")
+                    loss = ce(model(xa, t), ya, reduction="sum") / na
+                    if len(xb):
+                        loss = loss + mse(model(xb, t)[:, 0], xb[:, 1], reduction="sum") / nb
+                    loss = loss * P
+                    opt.set_samples(1)
+                else:
+                    line = sys._getframe().f_lineno + 1
+                    loss = ce(model(xa, t), ya)
+                    if len(xb):
+                        loss = loss + mse(model(xb, t)[:, 0], xb[:, 1])
+                loss.backward()
+                opt.step()
+                ua = torch.cat([x[lo + 4 * q:lo + 4 * q + 4] for q in range(P)])
+                va = torch.cat([y[lo + 4 * q:lo + 4 * q + 4] for q in range(P)])
+                ub = torch.cat([x[lo + 4 * P + 4 * q:lo + 4 * P + 4 * q + 4][:4 * (q % 2)]
+                                for q in range(P)])
+                ref_opt.zero_grad()
+                (ce(ref(ua, t), va) + mse(ref(ub, t)[:, 0], ub[:, 1])).backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if fixed and worst > args.tol:
+            fail("task terms, fixed: %s differs from one process's by %.3g" % (where, worst))
+        if not fixed and worst < 100 * args.tol:
+            fail("task terms: %s within %.3g of one process's (no difference to warn of)" %
+                 (where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if r or fixed else [
+            "sfb.torch: at step 0 the ranks' losses are made of different terms: rank 0's of "
+            "cross_entropy (torch_patterns.py:%d), ranks %s of others" % (
+                line, ", ".join(str(q) for q in range(1, P, 2)))]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("task terms (%s): warned %r, expected %r" % (fixed, said, want))
 
 
 def mixed_sums():

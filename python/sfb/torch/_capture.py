@@ -10,6 +10,7 @@ nn.Linear.forward calls it as F.linear, multi_head_attention_forward as the
 module's global `linear`, so both come here; a call on a weight sfb does not
 carry goes to torch's own."""
 import threading
+import warnings
 
 import numpy as np
 import torch
@@ -362,6 +363,8 @@ def _autograd_backward(*args, **kwargs):
             "step gives each rank's; backward(create_graph=True, inputs=[x]) for an input's "
             "gradient is fine")
     roots = args[0] if args else kwargs.get("tensors")
+    if s.between is not None:
+        s.check_between()
     s.loss_foreign([roots] if isinstance(roots, torch.Tensor) else list(roots or ()))
     from . import _losses
     # (a gradient given by hand that is one number, a sum's or a mean's, read
@@ -492,6 +495,12 @@ def _intercept(sync):
                 _losses._torch_elementwise[name])
 
 
+# the reductions in whose steps a .grad changed between the passes of
+# backward_passes_per_step is looked for (Passes.check_between: a copy of the
+# dense gradients a pass)
+BETWEEN_CLOCKS = 4
+
+
 class _Passes:
     """What runs inside backward: the hooks, the captures, the end of a pass
     (mixed into optimizer._Sync, whose reduction it calls)."""
@@ -603,6 +612,30 @@ class _Passes:
             self.losses_cb = True
             torch.autograd.Variable._execution_engine.queue_callback(self._losses_end)
 
+    def check_between(self):
+        """At a backward() after a pass of a step before its last: a .grad
+        the program changed since that pass (clipping or scaling after each
+        micro-batch) held this rank's own sum of its micro-batches (nothing
+        yet of the layers by factors), where one process's holds the
+        union's: rank 0 warns once (in the first BETWEEN_CLOCKS steps)."""
+        was, self.between = self.between, None
+        for name, p in self.model_params:
+            v = was.get(id(p))
+            if v is None and p.grad is None or v is not None and p.grad is not None and \
+                    v[0] == id(p.grad) and torch.equal(v[1], p.grad):
+                continue
+            self.told_between = True
+            if self.job.rank == 0:
+                warnings.warn(
+                    "sfb.torch: %s's .grad was changed between two backward() passes of one "
+                    "step (backward_passes_per_step=%d: clipping or scaling after each "
+                    "micro-batch?). Until the step's last pass .grad holds this rank's own sum "
+                    "of its micro-batches (and nothing yet of the layers sfb carries by "
+                    "factors), where one process's holds the union's: change .grad after the "
+                    "step's last backward(), where it holds every rank's mean" %
+                    (name, self.passes_per_step), stacklevel=_env._user_stacklevel())
+            return
+
     def _losses_end(self):
         """(A pass that queued no _end_pass reached none of the job's
         parameters: another model's loss, none of the step's.)"""
@@ -673,6 +706,11 @@ class _Passes:
         try:
             self._check_dense_grads()
             if self.passes < self.passes_per_step:
+                # (checked at the next pass, in the first steps: a copy, as an edit
+                # through .data, clip_grad_value_'s, leaves the version as it was)
+                if not self.told_between and self.job.world > 1 and self.clock < BETWEEN_CLOCKS:
+                    self.between = {id(p): (id(p.grad), p.grad.clone())
+                                    for _, p in self.model_params if p.grad is not None}
                 return
             if self.additive:
                 self.versions = {id(p): (id(p.grad), p.grad._version)

@@ -1475,6 +1475,21 @@ def term_sites(terms):
             for site, (k, what) in counts.items()]
 
 
+def sites_crc(terms):
+    """A CRC-32 of the terms' sites as a set, each call's and each pass's
+    number left out (a loop's calls of one line, a rank's micro-batches, are
+    one site); 0 for no term. Ranks whose losses are made of other terms
+    (a task's loss only where a rank's share holds that task) differ."""
+    sites = set()
+    for t in terms:
+        site = re.sub(r", pass \d+$", "", t[0])
+        m = re.search(r"(, | \()(call|term) \d+\)$", site)
+        if m:
+            site = site[:m.start()] + (")" if m.group(1) == ", " else "")
+        sites.add(site)
+    return zlib.crc32("\n".join(sorted(sites)).encode()) if sites else 0
+
+
 def settings_crc(terms):
     """(the terms whose settings were read, a checksum of theirs in order
     per field of SETTINGS)."""

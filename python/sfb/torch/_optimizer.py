@@ -187,7 +187,7 @@ def _listed(values, show=lambda q, v: "rank %d %s" % (q, _num(v) if v == v else 
         ", ..." if len(values) > 8 else "")
 
 
-META_FIXED = 47  # the meta row's columns after the parameters' and before the layers'
+META_FIXED = 49  # the meta row's columns after the parameters' and before the layers'
 # the loss's root is read (_losses.read_root) at every step up to this clock,
 # then at every READ_EVERY-th: a reading's cost grows with the loss's graph
 # (on rank 0 ~14 µs an MLP's cross entropy, 0.7–2.6 ms a loss of 12–90 terms)
@@ -315,6 +315,8 @@ class _Sync(_Passes):
         self.told_mixing = False  # the samples-mixing loss's warning given
         self.told_detached = False  # the ranks' factors without gradient compared apart
         self.told_standardized = False  # a tensor normalized over the rank's samples told
+        self.between = None     # .grad versions at a step's pass end before its last (Passes)
+        self.told_between = False  # a .grad changed between a step's passes told
         self.losses_cb = False  # _losses_end queued
         self.versions = {}      # staleness > 0: dense .grad versions at the end of backward
         self.state = _TRAINING
@@ -1045,6 +1047,8 @@ class _Sync(_Passes):
         row[0, n + 42] = 1.0 if self.weight == 0 and self.losses[0] > 0 else 0.0
         row[0, n + 43:n + 45] = self.stepped_opts  # (which optimizers stepped: _check_meta)
         row[0, n + 45:n + 47] = self._per_target(row[0, n])
+        crc = _losses.sites_crc(self.losses[4])  # (which terms: _tell_term_sets)
+        row[0, n + 47:n + 49] = [crc & 0xFFFF, crc >> 16]
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
 
@@ -1382,6 +1386,8 @@ class _Sync(_Passes):
             return
         if "shared" in self.step_read and not chose:
             self._tell_shared()
+            return
+        if not chose and self._tell_term_sets(meta):
             return
         if self._one_divisor(meta) or self._alike_targets(meta):
             return
@@ -1750,6 +1756,38 @@ class _Sync(_Passes):
         return bool(common[0] > 0 and np.allclose(common, common[0], rtol=1e-5, atol=0.0) and
                     np.allclose(scale, self.job.world, rtol=1e-5, atol=0.0) and
                     np.allclose(w, w[0], rtol=1e-5, atol=0.0))
+
+    def _tell_term_sets(self, meta):
+        """_tell_unequal where the ranks' losses are made of other terms (a
+        task's mean only where a rank's share holds that task, an exit's
+        only where samples reached it): one process adds each term's mean
+        over the union, the reduction averages each rank's own sum, so a
+        term some ranks lack weighs less. True where it warned (rank 0) or
+        would have: the ranks whose losses have terms compare the sets of
+        their sites (the meta row's)."""
+        n = self.n_params
+        has = meta[:, n + 15] > 0
+        crcs = meta[has, n + 47:n + 49]
+        if len(crcs) < 2 or (crcs == crcs[0]).all():
+            return False
+        self.told_unequal = True
+        if self.job.rank != 0:
+            return True
+        apart = [q for q in range(self.job.world)
+                 if has[q] and (meta[q, n + 47:n + 49] != meta[0, n + 47:n + 49]).any()]
+        warnings.warn(
+            "sfb.torch: at step %d the ranks' losses are made of different terms: rank 0's of "
+            "%s, rank%s %s of others (a term only where a rank's minibatch holds its task, its "
+            "class or its exit). One process adds each term's mean over the union of the ranks' "
+            "minibatches, while the reduction averages each rank's own sum of terms, so a term "
+            "some ranks lack weighs less than one process's. Divide each term's sum by its "
+            "count over all ranks (sfb.torch.allreduce of the counts, op=\"sum\"; a term a rank "
+            "lacks adds 0), multiply the loss by sfb.torch.size() and call opt.set_samples(1) "
+            "on every rank" % (self.clock, ", ".join(_losses.term_sites(self.losses[4])) or
+                               "none", "s" if len(apart) > 1 else "",
+                               ", ".join(map(str, apart))),
+            stacklevel=_env._user_stacklevel())
+        return True
 
     def _tell_terms(self, meta):
         """_tell_unequal where the loss's terms (mean losses of other calls
