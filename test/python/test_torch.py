@@ -1680,6 +1680,12 @@ class TorchOneWorker(unittest.TestCase):
                  [read_z + (1.0,), hand2]),
                 (z.pow(2).mean() + penalty, [hand12]),
                 (watched + z.pow(2).mean(), [hand12]),
+                # (a torch loss summed and divided by a number: a mean by hand, Mean
+                # Teacher's consistency term)
+                (watched + F.mse_loss(z, z.detach() * 0.5, reduction="sum") / 12, [hand12]),
+                (watched + 0.5 * F.cross_entropy(z, y % 3, reduction="sum") / 4,
+                 [(4.0, 4.0, _losses.BY_HAND, None, 0.5)]),
+                (watched + F.mse_loss(z, z.detach() * 0.5, reduction="sum"), None),  # (summed)
                 (watched + penalty, None),  # (nothing to read here: the hook's)
                 (ce(z, y % 3) + z.sum(), None),  # (a sum beside: summed_term's)
                 (z.pow(2).mean(), None)):  # (one term: of_root's)

@@ -389,6 +389,10 @@ def _mean_terms(node, mul, div, depth, out, skipped):
         n = torch.broadcast_shapes(node._saved_self.shape, node._saved_target.shape).numel()
         out.append((float(n), n, "", _ELEMENTS[name], mul / (div or 1.0)))
         return True
+    if (name in _NLL or name in _ELEMENTS or name in _FUSED) and node._saved_reduction == 2 \
+            and div is not None and _reaches_layer(node.next_functions[0][0]):
+        out.append((div, div, BY_HAND, None, mul))  # (F.mse_loss(..., reduction="sum") / n)
+        return True
     inner = node.next_functions[0][0] if name in ("SumBackward0", "MeanBackward0") else node
     if inner is None or not _reaches_layer(inner):  # (a penalty on the weights: every rank's)
         skipped[1] += 1
