@@ -1031,6 +1031,7 @@ class TorchOneWorker(unittest.TestCase):
         torch.manual_seed(6)
         lin, frozen = nn.Linear(3, 4), nn.Linear(4, 4).requires_grad_(False)
         conv, emb = nn.Conv1d(2, 3, 3), nn.Embedding(10, 4)
+        hyper0, hyper, code = nn.Linear(3, 4), nn.Linear(4, 12), nn.Parameter(torch.randn(2, 3))
         x, y = torch.randn(5, 3, generator=g), torch.tensor([0, 1, 2, 3, 1])
         t = torch.rand(5, 4, generator=g)
         out = lin(x)
@@ -1063,6 +1064,9 @@ class TorchOneWorker(unittest.TestCase):
                 (ce + kld / 5, None),
                 (ce + 0 * out.sum(), None),
                 (ce + sum(q.pow(2).sum() for q in lin.parameters()), None),
+                # (a penalty on a hypernetwork's generated weights: no sample in it)
+                (ce + hyper(torch.tanh(hyper0(code))).pow(2).sum(), None),
+                (ce + hyper(torch.tanh(hyper0(x))).pow(2).sum(), summed),
                 (ce + (c.t() @ c).pow(2).sum(), None),
                 (ce + out.softmax(0).sum(), None),
                 (kld, None),

@@ -871,7 +871,8 @@ def _below(node, limit=256, whole=False):
             return []
         layer = _layer(node, name)
         if layer:
-            found.add("layer")
+            if not _on_parameters(node, name):  # (a hypernetwork's over a parameter: none)
+                found.add("layer")
             return []
         if layer is None:  # (a frozen layer: the samples go on into its input)
             return [node.next_functions[0 if name == "ConvolutionBackward0" else -2][0]]
@@ -904,11 +905,28 @@ def _layer(node, name):
     return name in _LAYERS
 
 
+# (a layer node's input side: its index in next_functions)
+_INPUT = {"_LinearFactorsBackward": 0, "_ConvFactorsBackward": 0, "AddmmBackward0": 1,
+          "MmBackward0": 0, "ConvolutionBackward0": 0}
+
+
+def _on_parameters(node, name):
+    """Whether layer node's input is computed from parameters alone (a
+    hypernetwork's Linear over a learned embedding, a policy over a
+    parameter): its output holds no sample."""
+    i = _INPUT.get(name)
+    if i is None:
+        return False
+    side = node.next_functions[i][0]
+    return side is not None and bool(_of_parameters(side))
+
+
 def _of_parameters(node, limit=64):
     """Whether node's output is computed from parameters alone: its graph
-    (at most limit nodes) reaches a parameter and no layer, product with a
-    tensor without gradient (the samples) or gathered rows (the samples'
-    side of a product). A product of parameters (LoRA's W + B @ A) is one."""
+    (at most limit nodes) reaches a parameter and no layer over a tensor
+    without gradient, product with one (the samples), embedding or gathered
+    rows (the samples' side of a product). A product of parameters (LoRA's
+    W + B @ A) is one, so is a hypernetwork's output."""
     found = []
 
     def visit(node, name):
@@ -918,6 +936,8 @@ def _of_parameters(node, limit=64):
         more = [f for f, _ in node.next_functions]
         if name in ("AddmmBackward0", "MmBackward0"):
             return more if None not in more[-2:] else False
+        if name in _INPUT:  # (a layer over parameters: a hypernetwork's, two layers deep)
+            return more if more[_INPUT[name]] is not None else False
         if name in _LAYERS or name in _UNION:
             return False
         return more
