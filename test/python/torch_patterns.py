@@ -1197,11 +1197,46 @@ def staleclip():
     fail("no error")
 
 
+def frozen_refresh():
+    """Prototypes kept as a parameter without gradient, in no optimizer,
+    refreshed by hand after steps 2 and 3: from every rank's rows (their
+    mean over sft.allreduce) nothing is said; from each rank's own, the
+    check after step 4 refuses it on every rank, naming it."""
+    for union in (True, False):
+        model = setup()
+        model.protos = nn.Parameter(torch.zeros(5, 5), requires_grad=False)
+        x, y = data()
+        opt = sft.DistributedOptimizer(make_opt(
+            [p for p in model.parameters() if p.requires_grad]), model=model)
+        P, r = sft.size(), sft.rank()
+        try:
+            for t in range(6):
+                xb, yb = shard(x, y, t, r, P)
+                opt.zero_grad()
+                out = model(xb, t)
+                nn.functional.cross_entropy(out - 0.1 * out.detach() @ model.protos, yb).backward()
+                opt.step()
+                if t in (2, 3):
+                    with torch.no_grad():
+                        mean = out.detach().mean(0)
+                        model.protos.add_(sft.allreduce(mean) if union else mean)
+            sft.shutdown()
+            if not union:
+                fail("prototypes refreshed from each rank's own rows went on")
+        except (sfb.MismatchError, sfb.PeerError) as e:
+            if union or "does not hold (protos on rank" not in str(e) or "step 4" not in str(e):
+                fail("prototypes refreshed (over the union: %s): %s" % (union, e))
+        closed()
+
+
 def addgroup():
     """add_param_group on the DistributedOptimizer after two steps: refused
     on every rank, saying why, nothing changed (the replicas as they were).
     A head then replaced, stepped by a plain optimizer of its own (each
-    rank's copy on its own gradients): refused by shutdown()'s checks."""
+    rank's copy on its own gradients): refused by the checks; so
+    are prototypes kept as a frozen parameter, refreshed from each rank's
+    own rows, after step 4 (frozen_refresh)."""
+    frozen_refresh()
     model = setup()
     x, y = data()
     head = nn.Linear(5, 5)
@@ -1227,20 +1262,20 @@ def addgroup():
         torch.manual_seed(5)
         model.head = nn.Linear(16, 5)
         plain = torch.optim.SGD(model.head.parameters(), lr=0.1)
-        for t in range(3, 5):
-            xb, yb = shard(x, y, t, sft.rank(), sft.size())
-            plain.zero_grad()
-            one_step(model, opt, xb, yb, t, True)
-            plain.step()
-        try:
+        try:  # (the check after step 4, or shutdown()'s)
+            for t in range(3, 5):
+                xb, yb = shard(x, y, t, sft.rank(), sft.size())
+                plain.zero_grad()
+                one_step(model, opt, xb, yb, t, True)
+                plain.step()
             sft.shutdown()
             fail("a head replaced after wrapping and trained apart passed shutdown()")
         except (sfb.MismatchError, sfb.PeerError) as e2:
             if "does not hold (head.weight, head.bias on rank" not in str(e2):
                 fail("the error does not name the replaced head: %s" % e2)
         closed()
-        print("ok addgroup: %s; a head replaced after wrapping refused at shutdown()" % e,
-              flush=True)
+        print("ok addgroup: %s; a head replaced after wrapping refused, frozen "
+              "prototypes refreshed from each rank's rows after step 4" % e, flush=True)
         return
     fail("no error")
 

@@ -145,15 +145,18 @@ def check_buffers(sync, step, unit="step"):
             (name, unit, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
 
 
-def check_unheld(sync, step, unit="step"):
+def check_unheld(sync, step, unit="step", frozen=False):
     """Collective: the model's parameters that need a gradient and the job
     does not hold (a module replaced or added after wrapping, stepped by an
     optimizer of the program's own), the same names and bits on every rank,
     or refused, naming them: each rank would train its own copy of them.
-    (Frozen ones outside, a LoRA's base model, train nowhere: not read.)"""
+    frozen: the frozen ones too (prototypes or a codebook kept as a
+    parameter without gradient, refreshed by hand from each rank's own
+    data), where the buffers are first compared and at the end only (a
+    LoRA's base model: its bytes read three times and once)."""
     held = set(id(p) for _, p in sync.params)
     items = [(n, p) for n, p in sync.model.named_parameters()
-             if p.requires_grad and id(p) not in held]
+             if (p.requires_grad or frozen) and id(p) not in held]
     names = "\n".join(n for n, _ in items)
     mine = np.array([zlib.crc32(names.encode()), zlib.crc32(crcs(items).tobytes())], np.uint32)
     every = np.stack([np.frombuffer(b, np.uint32) for b in sync.job.allgather(mine.tobytes())])
@@ -167,7 +170,9 @@ def check_unheld(sync, step, unit="step"):
         "replaced or added after wrapping, stepped by an optimizer of the program's own, "
         "trains on each rank's own gradients, where one process trains one copy. Build the "
         "model whole before wrapping its optimizer (a head to come, there from the start), "
-        "or call sfb.torch.shutdown() and wrap the new model's optimizer in a new job" % (
+        "or call sfb.torch.shutdown() and wrap the new model's optimizer in a new job; a "
+        "frozen parameter the program updates from each rank's own data (prototypes, a "
+        "codebook) must be updated from every rank's (sfb.torch.allreduce)" % (
             shown or "none", sync.job.rank, unit, step, _ranks(apart)),
         rank=apart[0], param=items[0][0] if items else None)
 
@@ -231,7 +236,7 @@ class Checks:
             return
         if self.every:
             self.check(sync, n, list(sync.params), repair=False, unit=unit)
-            check_unheld(sync, n, unit)
+            check_unheld(sync, n, unit, frozen=True)
         check_buffers(sync, n, unit)
 
     def without_steps(self, sync, reductions):
@@ -245,9 +250,10 @@ class Checks:
     def _run(self, sync, n, unit):
         if self.every and n % self.every == 0:
             self.check(sync, n, self.tensors(sync), unit=unit)
-            check_unheld(sync, n, unit)
+            check_unheld(sync, n, unit, frozen=n in BUFFER_STEPS)
         elif self.every:  # (BUFFER_STEPS: the parameters too, where a program parts them first)
             self.check(sync, n, list(sync.params), repair=False, unit=unit)
+            check_unheld(sync, n, unit, frozen=True)
         check_buffers(sync, n, unit)
 
     def _flip(self, items, step):
