@@ -2043,6 +2043,31 @@ class TorchOneWorker(unittest.TestCase):
         self.assertIn("c1.weight (16x48+bias, conv 3): sfb", opt.plan)
         self.assertIn("c2.weight (16x64+bias, conv 2x2): sfb", opt.plan)
 
+    def test_batchnorm_on_an_empty_minibatch(self):
+        """A training-mode BatchNorm called on no rows at all (a deep block
+        no sample reached: a dynamic-depth network) gives an empty output
+        and leaves its statistics as they were, as torch's own does (it was
+        refused as fewer than 2 values); on one value it is refused, as
+        torch refuses it."""
+        torch.manual_seed(4)
+        m = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
+        ref = copy.deepcopy(m)
+        x, y = data()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for _ in range(3):
+            for o, model in ((opt, m), (ref_opt, ref)):
+                o.zero_grad()
+                deep = model[1](model[0](x[:0]))
+                self.assertEqual(tuple(deep.shape), (0, 8))
+                (nn.functional.cross_entropy(model(x), y) + deep.sum()).backward()
+                o.step()
+        for (n, p), (_, q) in zip(m.state_dict().items(), ref.state_dict().items()):
+            self.assertLess(float((p.float() - q.float()).abs().max()),
+                            1e-5 * max(1.0, float(q.float().abs().max())), n)
+        with self.assertRaises(ValueError):
+            m[1](m[0](x[:1]))
+
     def test_optimizer_with_a_state_dict_of_its_own(self):
         """An optimizer class whose state_dict() has no "state" (Lookahead as
         lonePatient's and Ranger's write it: "fast_state", "slow_state")

@@ -234,19 +234,19 @@ class _SyncBatchNorm(torch.autograd.Function):
             mean += delta * (nq / t)
             m2 += p[1 + C:] + delta * delta * (total * nq / t)
             total = t
-        if total <= 1:
+        if total == 1:
             raise ValueError("Expected more than 1 value per channel when training, got %d "
                              "over the ranks (input size %s on this one)" %
                              (int(total), list(x.shape)))
-        var = m2 / total
-        mean32 = torch.from_numpy(mean).float()
-        invstd = torch.from_numpy(1.0 / np.sqrt(var + eps)).float()
+        mean32 = torch.from_numpy(mean).float()  # (no value on any rank: an empty output and
+        invstd = torch.from_numpy(1.0 / np.sqrt(m2 / max(total, 1.0) + eps)).float()  # the
+        # statistics as they were, as torch's own on an empty minibatch)
         y = (xf - mean32.view(shape)) * invstd.view(shape)
         if weight is not None:
             y = y * weight.view(shape)
         if bias is not None:
             y = y + bias.view(shape)
-        if running_mean is not None:
+        if running_mean is not None and total:
             with torch.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean32, alpha=momentum)
                 running_var.mul_(1 - momentum).add_(
