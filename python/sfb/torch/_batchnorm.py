@@ -331,8 +331,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 "global minibatch: not one process's. One BatchNorm call over the whole "
                 "minibatch is (or nn.GroupNorm, nn.LayerNorm: each sample's own statistics); "
                 "chunks that are whole sets of their own (two augmented views concatenated, "
-                "then normalized apart) are one process's: then filter this warning"
-                % name, stacklevel=_env._user_stacklevel())
+                "then normalized apart) are one process's: then filter this warning. One chunk "
+                "of the whole (x.chunk(1): this rank's share no larger than a virtual batch) is "
+                "normalized with every rank's as one batch, where one process's minibatch, P "
+                "times larger, is several virtual batches" % name,
+                stacklevel=_env._user_stacklevel())
     out = _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var,
                                0.0 if momentum is None else momentum, eps, s, name)
     if input.dim() > 2:  # (its statistics count every position: a sequence's padded ones)
@@ -345,11 +348,16 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 def _ghost(s, layer, input):
     """Whether input is a chunk of a tensor's rows whose other chunk the
     layer normalized last (x.chunk(k) along the samples: ghost batch
-    normalization), noting its base for the next call."""
+    normalization), noting its base for the next call; or the one chunk
+    of them all (x.chunk(1): a rank's share no larger than a virtual
+    batch, where one process's minibatch is several)."""
     base = input._base
     if layer is None or base is None or base.dim() != input.dim() or \
-            base.shape[1:] != input.shape[1:] or base.shape[0] <= input.shape[0]:
+            base.shape[1:] != input.shape[1:] or base.shape[0] < input.shape[0]:
         return False
+    if base.shape[0] == input.shape[0]:
+        return input.grad_fn is not None and \
+            type(input.grad_fn).__name__ in ("SplitBackward0", "SplitWithSizesBackward0")
     last = s.bn_chunks.get(id(layer[0]))
     s.bn_chunks[id(layer[0])] = weakref.ref(base)
     return last is not None and last() is base
