@@ -2212,7 +2212,10 @@ class _Sync(_Passes):
             return ""
         return (" (%s's .grad was set otherwise: sfb.torch reduces the gradients backward() "
                 "forms. Give backward() a loss that forms them: DP-SGD's per-sample clipping "
-                "is each sample's loss times its clip factor, detached)" % name)
+                "is each sample's loss times its clip factor, detached; a gradient the program "
+                "computed by torch.autograd.grad from this rank's data (DARTS's unrolled "
+                "step) is this rank's own: sfb.torch.allreduce it first, then (p * g.detach())"
+                ".sum() given to backward() forms it)" % name)
 
     def closure(self, closure):
         """step(closure): the closure wrapped so that each call is one

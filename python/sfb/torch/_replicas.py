@@ -287,14 +287,17 @@ class Checks:
             side = [r for r in range(P) if col[r] == col[root]]
             other = [r for r in range(P) if col[r] != col[root]]
             if not repair or name in self.fixed:  # (at the first steps, or again: the program's)
+                kinds = len(set(int(c) for c in col))
                 raise _sfb.MismatchError(
                     -(4096 + 9), "sfb.torch: %s differs between ranks after %s %d "
-                    "(%s: one value; %s: another): sfb.torch gives every rank the same "
+                    "(%s: one value; %s: %s): sfb.torch gives every rank the same "
                     "gradients, so the program changed it on some ranks only (code under `if "
                     "rank == 0:`, a change computed from each rank's own data or random "
                     "numbers), or the ranks started apart%s. Change parameters alike on every "
                     "rank (from every rank's data: sfb.torch.allreduce)" %
                     (name, unit, step, _ranks(side), _ranks(other),
+                     "another" if kinds == 2 else "%d others, each its own" % (kinds - 1)
+                     if kinds == len(other) + 1 else "%d others" % (kinds - 1),
                      "; it was repaired at an earlier check already" if repair else ""),
                     rank=other[0], param=name)
             if 2 * counts[root] <= P:
