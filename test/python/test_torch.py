@@ -1602,6 +1602,12 @@ class TorchOneWorker(unittest.TestCase):
                 (ce(h, y % 3, label_smoothing=0.1, reduction="sum") * P, times),
                 (-nn.functional.log_softmax(h.view(2, 2, 3), -1)[..., 0].sum(), summed),
                 (h.mean(0).sum(), None), ((h - t).pow(2).mean(0).sum() * 2, None),
+                # (summed losses stacked, then summed or averaged: a sum; means
+                # stacked and averaged: a mean by hand over them, as before)
+                (torch.stack([ce(h, y % 3, reduction="sum"), h.pow(2).sum()]).sum(), summed),
+                (torch.stack([ce(h, y % 3, reduction="sum"), h.pow(2).sum()]).mean(), summed),
+                (torch.stack([ce(h, y % 3, reduction="sum"), h.pow(2).sum()]).sum() * P, times),
+                (torch.stack([ce(h, y % 3), ce(h, y % 3)]).mean(), hand(2)),
                 (sum(p.pow(2).sum() for p in (x, t)), None),
                 # (operations along the classes keep the samples apart: word2vec's
                 # logsigmoid, Categorical.log_prob's gather, a logsumexp per row;

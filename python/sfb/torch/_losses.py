@@ -283,7 +283,8 @@ def of_root(tensors, grad_tensors, world=1):
             if name == "NegBackward0":  # (a sign: -logp.gather(...)[mask].mean())
                 node = node.next_functions[0][0]
                 continue
-            if name == "MeanBackward0":
+            if name == "MeanBackward0" and not (  # (a mean of stacked sums: a sum's)
+                    world > 1 and _stacked(node, name) and _summed(node, world) is not None):
                 numel = getattr(node, "_saved_self_numel", None)
                 if numel is None:  # (torch 2)
                     numel = getattr(node, "_saved_self_sym_numel")
@@ -739,6 +740,12 @@ def _terms(node, path, depth, out):
         for f, _ in node.next_functions:
             _terms(f, path, depth + 1, out)
         return
+    stacked = _stacked(node, name)
+    if stacked:  # (torch.stack(losses).sum(), .mean(): each a term, the mean's 1/K a factor)
+        sub = path if name == "SumBackward0" else path + (("*", 1.0 / len(stacked)),)
+        for f in stacked:
+            _terms(f, sub, depth + 1, out)
+        return
     divides = _SCALED.get(name)
     if divides:
         a, b = _sides(node)
@@ -751,6 +758,22 @@ def _terms(node, path, depth, out):
             _terms(inner, path + (("*", value),), depth + 1, out)
             return
     out.append((node, path))
+
+
+def _stacked(node, name):
+    """The nodes of the one-element terms a .sum() or .mean() of a
+    torch.stack of them reduces (torch.stack(losses).sum()), else None."""
+    if name not in ("SumBackward0", "MeanBackward0"):
+        return None
+    inner = node.next_functions[0][0]
+    if inner is None or type(inner).__name__ != "StackBackward0":
+        return None
+    sizes = getattr(node, "_saved_self_sym_sizes", None) or getattr(node, "_saved_self_sizes",
+                                                                     None)
+    k = len(inner.next_functions)
+    if sizes is None or tuple(int(d) for d in sizes) != (k,):
+        return None  # (a stack of tensors of more than one element)
+    return [f for f, _ in inner.next_functions]
 
 
 def _scaled(path, world):
