@@ -2064,6 +2064,10 @@ class _Sync(_Passes):
                         "schedulers alike%s)" % (
                             self.clock, what, job.rank, mine, q, theirs,
                             "" if col != n + 2 else
+                            ("; with %d DistributedOptimizers, every one of them on every rank: "
+                             "one whose parameters got no gradient (a task's head, its task "
+                             "not in this rank's share) changes nothing when stepped" %
+                             len(self.opts) if len(self.opts) > 1 else "") +
                             ", after as many backward passes: each backward() is a reduction "
                             "of every rank's, so micro-batches accumulated between steps "
                             "must be as many on every rank, backward_passes_per_step=k; a "
