@@ -994,7 +994,8 @@ def mixing(root, world):
         if name in ("MmBackward0", "CdistBackward0", "EuclideanDistBackward0", "BmmBackward0"):
             sides = [_below(f, whole=True) if f is not None else set() for f in _inputs(node)]
             if all(side == {"layer"} for side in sides) and (
-                    name != "BmmBackward0" or len(node._saved_self) == 1):
+                    name != "BmmBackward0" or len(node._saved_self) == 1 and
+                    not any(_one_sample_batch(f) for f in _inputs(node))):
                 return {"MmBackward0": "torch.mm: an in-batch similarity or a covariance over "
                                        "the samples",
                         "BmmBackward0": "torch.einsum or torch.bmm of one matrix product: an "
@@ -1257,6 +1258,25 @@ def _over_first(node, name):
         # of shape (N, 1) squeezed: a ListNet over the whole minibatch)
         return _squeezed_scores(node.next_functions[0][0])
     return any(d == 0 or (ndim is not None and d + ndim == 0) for d in dims)
+
+
+def _one_sample_batch(node):
+    """Whether a batch-of-one product's operand node is one sample's (its
+    batch dimension the samples' of a tensor of three or more dimensions,
+    a minibatch of one: features.view(1, C, H * W) for a per-sample Gram
+    matrix, through transposes), not samples made one batch (einsum's
+    unsqueeze of an (N, C) tensor)."""
+    for _ in range(4):
+        name = type(node).__name__ if node is not None else ""
+        if name in ("TransposeBackward0", "PermuteBackward0", "TBackward0"):
+            node = node.next_functions[0][0]
+            continue
+        if name not in _RESHAPES:
+            return False
+        sizes = getattr(node, "_saved_self_sym_sizes", None) or \
+            getattr(node, "_saved_self_sizes", None)
+        return sizes is not None and len(sizes) >= 3 and int(sizes[0]) == 1
+    return False
 
 
 def _squeezed_scores(node):
