@@ -1337,9 +1337,11 @@ class TorchOneWorker(unittest.TestCase):
                 # (a Gram matrix of one sample's features, a minibatch of one: per
                 # sample, as fast_neural_style's at a batch of 1 a rank)
                 ((lambda f: (f.bmm(f.transpose(1, 2)) - 1).pow(2).mean())(
-                    z[:1].view(1, 2, 2, 1).flatten(2)), None),
+                    lin(x[:1]).view(1, 2, 2, 1).flatten(2)), None),
                 ((lambda f: (f.bmm(f.transpose(1, 2)) - 1).pow(2).mean())(
-                    z[:2].view(2, 2, 2, 1).flatten(2)), None),
+                    lin(x[:2]).view(2, 2, 2, 1).flatten(2)), None),
+                ((lambda f: f.bmm(f.transpose(1, 2)).pow(2).mean())(lin(x[:6]).unsqueeze(0)),
+                 bmm),
                 (1 - (2 * (p * t).sum() + 1) / (p.sum() + t.sum() + 1), ratio),  # (a batch's Dice)
                 (1 - ((2 * (p * t).sum(1) + 1) / (p.sum(1) + t.sum(1) + 1)).mean(), None),
                 ((p * mask).sum() / mask.sum(), None),
