@@ -142,6 +142,11 @@ class TorchOneWorker(unittest.TestCase):
         m = net(torch.float64)
         self.assertRaisesNaming(ValueError, ["0.weight", "float64"], sft.DistributedOptimizer,
                                 torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        m = net()  # (a complex weight: model.float() would not make it real)
+        m[0].weight = nn.Parameter(torch.randn(8, 6, dtype=torch.complex64))
+        self.assertRaisesNaming(ValueError, ["0.weight", "complex64", "view_as_complex"],
+                                sft.DistributedOptimizer,
+                                torch.optim.SGD(m.parameters(), lr=0.1), model=m)
 
     def test_model_changed_after_wrapping_refused(self):
         # a float64 model would train on float32 sums, a parameter of

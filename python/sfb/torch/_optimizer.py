@@ -375,7 +375,10 @@ class _Sync(_Passes):
         for n, p in model.named_parameters():
             if id(p) in in_opt and p.dtype != torch.float32:
                 raise U("DistributedOptimizer: parameter %s is %s: sfb synchronizes float32 "
-                        "parameters (model.float())" % (n, p.dtype), param=n)
+                        "parameters (%s)" % (n, p.dtype, "keep a complex weight as a float32 "
+                                             "one of its real and imaginary parts, torch."
+                                             "view_as_complex(w) in forward"
+                                             if p.is_complex() else "model.float()"), param=n)
             if id(p) in in_opt and p.device.type != "cpu":
                 raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
                         "CPU" % (n, p.device), param=n)
