@@ -1205,6 +1205,8 @@ def frozen_refresh():
     for union in (True, False):
         model = setup()
         model.protos = nn.Parameter(torch.zeros(5, 5), requires_grad=False)
+        # (a frozen base in bfloat16, compared too: its bytes read as they are)
+        model.base = nn.Parameter(torch.ones(3, dtype=torch.bfloat16), requires_grad=False)
         x, y = data()
         opt = sft.DistributedOptimizer(make_opt(
             [p for p in model.parameters() if p.requires_grad]), model=model)
@@ -1224,7 +1226,8 @@ def frozen_refresh():
             if not union:
                 fail("prototypes refreshed from each rank's own rows went on")
         except (sfb.MismatchError, sfb.PeerError) as e:
-            if union or "does not hold (protos on rank" not in str(e) or "step 4" not in str(e):
+            if union or "does not hold (protos, base on rank" not in str(e) or \
+                    "step 4" not in str(e):
                 fail("prototypes refreshed (over the union: %s): %s" % (union, e))
         closed()
 

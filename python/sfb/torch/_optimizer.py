@@ -52,8 +52,10 @@ def _plain_sgd(opt):
 
 
 def _crc_tensors(tensors, crc=0):
+    """A CRC-32 of the tensors' bytes, read in place (any dtype: a frozen
+    bfloat16 base model's too)."""
     for t in tensors:
-        crc = zlib.crc32(t.detach().contiguous().numpy().tobytes(), crc)
+        crc = zlib.crc32(_replicas._bytes(t), crc)
     return crc
 
 

@@ -53,9 +53,9 @@ BUFFER_RTOL = 1e-5
 
 def crcs(items):
     """A CRC-32 of each (name, tensor)'s bytes, as uint32s (what the
-    replicas compare)."""
-    return np.array([zlib.crc32(t.detach().contiguous().numpy().tobytes()) for _, t in items],
-                    np.uint32)
+    replicas compare): read in place, any dtype (a frozen bfloat16 base
+    model's too)."""
+    return np.array([zlib.crc32(_bytes(t)) for _, t in items], np.uint32)
 
 
 def buffers(model):
