@@ -292,7 +292,9 @@ def _abort_on_error(fn):
 
 
 _JOIN_HINT = ("if a rank's data ran out before the others', wrap every rank's training loop "
-              "in `with opt.join():`")
+              "in `with opt.join():`; if a rank stopped on a rule of its own (early stopping "
+              "on its own loss or reward), decide on every rank's: "
+              "`sfb.torch.allreduce(loss)`, as one process stops on the union's")
 
 
 def _raise_hinted(e):
