@@ -1,6 +1,7 @@
 """sfb.torch in one process (a job of one worker): what bad use gets, what
 the optimizer wrapper keeps of the optimizer, that one worker's training
 equals plain PyTorch's."""
+import collections
 import copy
 import os
 import sys
@@ -2100,10 +2101,13 @@ class TorchOneWorker(unittest.TestCase):
         lonePatient's and Ranger's write it: "fast_state", "slow_state")
         trains as plain PyTorch (the state's checksum crashed on it)."""
         class Lookahead(torch.optim.Optimizer):
-            def __init__(self, base, k=2, alpha=0.5):
+            def __init__(self, base, k=2, alpha=0.5):  # (no Optimizer.__init__: its own)
                 self.base, self.k, self.alpha = base, k, alpha
                 self.param_groups, self.state, self.defaults = base.param_groups, {}, {}
                 self.steps = 0
+                # (torch 2's step wrapper reads its hooks)
+                self._optimizer_step_pre_hooks = collections.OrderedDict()
+                self._optimizer_step_post_hooks = collections.OrderedDict()
 
             def step(self, closure=None):
                 self.base.step()
