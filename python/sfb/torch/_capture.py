@@ -712,6 +712,7 @@ class _Passes:
                     self.between = {id(p): (id(p.grad), p.grad.clone())
                                     for _, p in self.model_params if p.grad is not None}
                 return
+            self.between = None  # (the step's last pass: .grad the program's to change)
             if self.additive:
                 self.versions = {id(p): (id(p.grad), p.grad._version)
                                  for _, p in self._dense_now() if p.grad is not None}
