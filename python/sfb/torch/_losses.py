@@ -411,16 +411,23 @@ def _mean_terms(node, mul, div, depth, out, skipped):
     return False
 
 
+def _sizes(node):
+    """The sizes of node's input as saved (torch 2's sym_ or 1.13's), as
+    a tuple of ints; None where not saved."""
+    sizes = getattr(node, "_saved_self_sym_sizes", None)
+    if sizes is None:
+        sizes = getattr(node, "_saved_self_sizes", None)
+    return None if sizes is None else tuple(int(d) for d in sizes)
+
+
 def _of_one(node, name):
     """Whether node sums or averages a tensor of one element (a loss of
     shape [1], divided by a count kept as torch.as_tensor([n])): the same
     number, no reduction."""
     if name not in ("SumBackward0", "MeanBackward0"):
         return False
-    sizes = getattr(node, "_saved_self_sym_sizes", None)
-    if sizes is None:
-        sizes = getattr(node, "_saved_self_sizes", None)
-    return sizes is not None and all(int(d) == 1 for d in sizes)  # (() too: a 0-dim's)
+    sizes = _sizes(node)
+    return sizes is not None and all(d == 1 for d in sizes)  # (() too: a 0-dim's)
 
 
 def _one_root(tensors, grad_tensors):
@@ -768,10 +775,7 @@ def _stacked(node, name):
     inner = node.next_functions[0][0]
     if inner is None or type(inner).__name__ != "StackBackward0":
         return None
-    sizes = getattr(node, "_saved_self_sym_sizes", None) or getattr(node, "_saved_self_sizes",
-                                                                     None)
-    k = len(inner.next_functions)
-    if sizes is None or tuple(int(d) for d in sizes) != (k,):
+    if _sizes(node) != (len(inner.next_functions),):
         return None  # (a stack of tensors of more than one element)
     return [f for f, _ in inner.next_functions]
 
@@ -1273,9 +1277,8 @@ def _one_sample_batch(node):
             continue
         if name not in _RESHAPES:
             return False
-        sizes = getattr(node, "_saved_self_sym_sizes", None) or \
-            getattr(node, "_saved_self_sizes", None)
-        return sizes is not None and len(sizes) >= 3 and int(sizes[0]) == 1
+        sizes = _sizes(node)
+        return sizes is not None and len(sizes) >= 3 and sizes[0] == 1
     return False
 
 
@@ -1286,9 +1289,8 @@ def _squeezed_scores(node):
     name = type(node).__name__ if node is not None else ""
     if name not in ("SqueezeBackward0", "SqueezeBackward1", "SelectBackward0") + _RESHAPES:
         return False
-    sizes = getattr(node, "_saved_self_sym_sizes", None) or \
-        getattr(node, "_saved_self_sizes", None)
-    if sizes is None or len(sizes) != 2 or int(sizes[1]) != 1 or int(sizes[0]) < 2:
+    sizes = _sizes(node)
+    if sizes is None or len(sizes) != 2 or sizes[1] != 1 or sizes[0] < 2:
         return False
     return name != "SelectBackward0" or _signed(node._saved_dim) == 1
 
@@ -1303,9 +1305,7 @@ def _one_row(node):
     inner = node.next_functions[0][0]
     name = type(inner).__name__ if inner is not None else ""
     if name in _RESHAPES:
-        sizes = getattr(inner, "_saved_self_sym_sizes", None) or \
-            getattr(inner, "_saved_self_sizes", None)
-        sizes = None if sizes is None else tuple(int(d) for d in sizes)
+        sizes = _sizes(inner)
         return sizes == (out.shape[1], 1) or \
             (sizes == (out.shape[1],) and _squeezed_scores(inner.next_functions[0][0]))
     # (not .t(): a sequence-first (T, 1) made batch-first, a pointer network's
@@ -1322,10 +1322,9 @@ def _signed(dim):
 
 def _ndim(node):
     """The dimensions of reduction node's input (None: not saved)."""
-    for attr in ("_saved_self_sym_sizes", "_saved_self_sizes"):
-        sizes = getattr(node, attr, None)
-        if sizes is not None:
-            return len(sizes)
+    sizes = _sizes(node)
+    if sizes is not None:
+        return len(sizes)
     for attr in ("_saved_self", "_saved_result"):
         t = getattr(node, attr, None)
         if isinstance(t, torch.Tensor):
@@ -1525,19 +1524,25 @@ def call_term(site, k, call=True):
         "%s (%s %d)" % (site, what, k)
 
 
+def _call_site(term):
+    """(a term's site without call_term's number, "call" or "term" where it
+    had one, else None)."""
+    m = re.search(r"(, | \()(call|term) \d+\)$", term)
+    if not m:
+        return term, None
+    return term[:m.start()] + (")" if m.group(1) == ", " else ""), m.group(2)
+
+
 def term_sites(terms):
     """The terms' sites, each once, in order, with the calls (or the root's
     terms) each made in a pass (call_term's): "cross_entropy (f.py:21) (5
     calls a pass)"."""
     counts = {}
     for t in terms:
-        site = t[0]
-        m = re.search(r"(, | \()(call|term) \d+\)$", site)
-        if m:
-            site = site[:m.start()] + (")" if m.group(1) == ", " else "")
+        site, what = _call_site(t[0])
         counts.setdefault(site, [0, "call"])[0] += 1
-        if m:
-            counts[site][1] = m.group(2)
+        if what:
+            counts[site][1] = what
     return ["%s (%d %ss a pass)" % (site, k, what) if k > 1 else site
             for site, (k, what) in counts.items()]
 
@@ -1547,13 +1552,7 @@ def sites_crc(terms):
     number left out (a loop's calls of one line, a rank's micro-batches, are
     one site); 0 for no term. Ranks whose losses are made of other terms
     (a task's loss only where a rank's share holds that task) differ."""
-    sites = set()
-    for t in terms:
-        site = re.sub(r", pass \d+$", "", t[0])
-        m = re.search(r"(, | \()(call|term) \d+\)$", site)
-        if m:
-            site = site[:m.start()] + (")" if m.group(1) == ", " else "")
-        sites.add(site)
+    sites = set(_call_site(re.sub(r", pass \d+$", "", t[0]))[0] for t in terms)
     return zlib.crc32("\n".join(sorted(sites)).encode()) if sites else 0
 
 
