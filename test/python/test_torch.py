@@ -1794,6 +1794,50 @@ class TorchOneWorker(unittest.TestCase):
             opt.step()
         sft.shutdown()
 
+    def test_the_head_a_loss_reads_tells_a_loop_over_tasks_apart(self):
+        """_losses.head(): the layer whose output a loss reads, through
+        log-probabilities, views, selections and a temperature; none past
+        two branches or a concatenation. heads_of_root() reads the heads of
+        torch's losses added at the root (from 0.0 too, which of_root now
+        reads as the loss); sites_crc() and term_sites() hold them."""
+        from sfb.torch import _losses
+        torch.manual_seed(3)
+        net = nn.ModuleDict({"trunk": nn.Linear(6, 8), "heads": nn.ModuleList(
+            nn.Linear(8, 5) for _ in range(2)), "emb": nn.Embedding(5, 8)})
+        names = {id(p): n for n, p in net.named_parameters()}
+        x, y, t = torch.randn(4, 6), torch.tensor([0, 1, 4, 2]), torch.randn(4)
+        f = torch.tanh(net["trunk"](x))
+        h0, h1 = net["heads"][0], net["heads"][1]
+        ce, mse = torch.nn.functional.cross_entropy, torch.nn.functional.mse_loss
+        mask = y > 0
+        for loss, want in (
+                (ce(h1(f), y), "heads.1"),
+                (ce(h0(f).view(-1, 5)[mask], y[mask]), "heads.0"),
+                (ce(h0(f) / 2.0, y), "heads.0"),
+                (mse(h1(f)[:, 0], t), "heads.1"),
+                (ce(torch.nn.functional.linear(f, net["emb"].weight), y), "emb"),  # (tied)
+                (ce(h0(f) + h1(f), y), None),  # (two branches)
+                (ce(torch.cat([h0(f)]), y), None),
+                (ce(f[:, :5], y), None)):  # (the trunk's, through tanh: no head's rows)
+            self.assertEqual(_losses.head(names, loss.grad_fn), want, loss.grad_fn)
+        loss = 0.0 + ce(h0(f), y)
+        self.assertEqual(_losses.of_root(loss, None, 2), (4.0, 4, "", "cross_entropy"))
+        self.assertEqual(_losses.of_root(1.0 - ce(h0(f), y), None, 2),
+                         (4.0, 4, "", "cross_entropy"))
+        self.assertIsNone(_losses.of_root(loss + ce(h1(f), y), None, 2))
+        self.assertEqual(_losses.heads_of_root(names, loss + ce(h1(f), y) * 0.5, None),
+                         {("cross_entropy", "heads.0"), ("cross_entropy", "heads.1")})
+        terms = (("cross_entropy (f.py:21)", 4.0, 0),)
+        at = lambda *hs: {("cross_entropy (f.py:21)", h) for h in hs}
+        self.assertEqual(_losses.sites_crc(terms, at("heads.0")),
+                         _losses.sites_crc(terms, at("heads.0")))
+        self.assertNotEqual(_losses.sites_crc(terms, at("heads.0")),
+                            _losses.sites_crc(terms, at("heads.1")))
+        self.assertNotEqual(_losses.sites_crc(terms, at("heads.0")), _losses.sites_crc(terms))
+        self.assertEqual(_losses.term_sites(terms + (("cross_entropy (f.py:21, call 2)",),),
+                                            at("heads.1", "heads.0")),
+                         ["cross_entropy (f.py:21) (2 calls a pass) through heads.0, heads.1"])
+
     def test_a_gradient_given_by_hand_is_read_as_its_loss(self):
         """backward(t, g) with g one number in every element is read as the
         loss with that backward: ones a sum (times the number), 1/len a

@@ -2447,6 +2447,7 @@ def unequal():
     mixed_sums()
     python_sums()
     task_terms()
+    task_loop()
     accum_edit()
     shared_counts()
     dropped_rank()
@@ -2456,7 +2457,7 @@ def unequal():
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
-          "the samples, of tasks' terms apart, of .grad clipped between a step's passes, of a "
+          "the samples, of tasks' terms apart (by line or by head), of .grad clipped between a step's passes, of a "
           "statistic over the samples, of an MoE's fractions, of a mean times a number each "
           "rank computed from its own minibatch, of a sum over a count summed over the ranks, of a mean times the world's size, of set_samples(0) beside a count, "
           "of advantages, targets and weights normalized over the rank's minibatch; "
@@ -2770,10 +2771,100 @@ def task_terms():
         said = [str(w.message) for w in got if unequal_said(w)]
         want = [] if r or fixed else [
             "sfb.torch: at step 0 the ranks' losses are made of different terms: rank 0's of "
-            "cross_entropy (torch_patterns.py:%d), ranks %s of others" % (
+            "cross_entropy (torch_patterns.py:%d) through head, ranks %s of others" % (
                 line, ", ".join(str(q) for q in range(1, P, 2)))]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("task terms (%s): warned %r, expected %r" % (fixed, said, want))
+
+
+class TaskNet(nn.Module):
+    """A trunk and a head per task."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(10, 24)
+        self.heads = nn.ModuleList(nn.Linear(24, 5) for _ in range(2))
+
+    def forward(self, x, k):
+        return self.heads[k](torch.tanh(self.trunk(x)))
+
+
+def task_loop():
+    """task_terms with the tasks' terms made by one line in a loop over the
+    tasks the rank's share holds, each through its task's head: even ranks
+    hold task 0, odd ranks task 1 ("apart": the loss summed from 0.0, with
+    torch's cross_entropy imported by name, read from the loss backward()
+    got; "watched": F.cross_entropy, which sfb.torch watches), every rank
+    both ("both"). The line is one site, so only the head each call went
+    through tells the ranks' terms apart: apart, rank 0 warns at step 0
+    naming the head and the model is not one process's; each term's sum
+    over its count summed over the ranks, times sft.size(), with
+    set_samples(1) ("fixed"), and both tasks on every rank with equal
+    counts ("both"): one process's, and nothing is said."""
+    import warnings
+    for variant in ("apart", "watched", "fixed", "both"):
+        model = setup_model(TaskNet)
+        ref = copy.deepcopy(model)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model=model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        ce = nn.functional.cross_entropy if variant == "watched" else ce_by_name
+        apart = variant in ("apart", "watched")
+        P, r = sft.size(), sft.rank()
+        x, y = data()
+
+        def share(lo, q, k):  # (rank q's samples of task k at offset lo, or None)
+            if apart and q % 2 != k:
+                return None
+            at = lo + 4 * P * k + 4 * q
+            return x[at:at + 4], y[at:at + 4]
+
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                lo = 8 * P * t
+                opt.zero_grad()
+                loss = 0.0
+                if variant == "fixed":  # (each task's count over the ranks)
+                    n = sft.allreduce(torch.tensor([float(len(share(lo, r, k)[0])) if share(
+                        lo, r, k) else 0.0 for k in range(2)]), op="sum")
+                    opt.set_samples(1)
+                for k in range(2):
+                    mine = share(lo, r, k)
+                    if mine is None:
+                        continue
+                    if variant == "fixed":
+                        line = sys._getframe().f_lineno + 1
+                        loss = loss + ce(model(mine[0], k), mine[1], reduction="sum") / n[k] * P
+                    else:
+                        line = sys._getframe().f_lineno + 1
+                        loss = loss + ce(model(mine[0], k), mine[1])
+                loss.backward()
+                opt.step()
+                ref_opt.zero_grad()
+                total = 0.0
+                for k in range(2):
+                    parts = [share(lo, q, k) for q in range(P)]
+                    parts = [s for s in parts if s is not None]
+                    total = total + ce(ref(torch.cat([s[0] for s in parts]), k),
+                                       torch.cat([s[1] for s in parts]))
+                total.backward()
+                ref_opt.step()
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if not apart and worst > args.tol:
+            fail("task loop (%s): %s differs from one process's by %.3g" % (variant, where, worst))
+        if apart and worst < 100 * args.tol:
+            fail("task loop (%s): %s within %.3g of one process's (no difference to warn of)" %
+                 (variant, where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        site = "torch_patterns.py:%d" % line if variant == "watched" else \
+            "given to backward() at torch_patterns.py:%d" % (line + 1)
+        want = [] if r or not apart else [
+            "sfb.torch: at step 0 the ranks' losses are made of different terms: rank 0's of "
+            "cross_entropy (%s) through heads.0, rank%s %s of others" % (
+                site, "s" if P > 3 else "", ", ".join(str(q) for q in range(1, P, 2)))]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("task loop (%s): warned %r, expected %r" % (variant, said, want))
 
 
 def mixed_sums():

@@ -386,6 +386,10 @@ def _autograd_backward(*args, **kwargs):
             terms = [(divisor, targets, how, "%s (%s)" % (name, at) if name else at, 0, factor)
                      for divisor, targets, how, name, factor in terms]
     s.pass_hand, s.pass_terms = read, terms or []
+    if read or terms:  # (the heads its terms read: a loop over a rank's tasks, sites_crc)
+        at = "given to backward() at %s" % _env._user_line()
+        s.pass_heads = frozenset(("%s (%s)" % (loss, at), h)
+                                 for loss, h in _losses.heads_of_root(s.names, roots, given))
     kinds = s.unread() if s.job.world > 1 else ()
     if kinds:
         s.pass_reading = True
@@ -399,6 +403,7 @@ def _autograd_backward(*args, **kwargs):
     finally:
         s.in_backward = False
         s.pass_hand, s.pass_terms, s.pass_read, s.pass_reading = None, [], {}, False
+        s.pass_heads = frozenset()
 
 
 def _row_range(view, base):
@@ -599,15 +604,15 @@ class _Passes:
             except BaseException as e:  # raised out of backward(): tell the peers
                 self.fail_in_backward(e)
 
-    def loss_counted(self, divisor, targets, how, site, settings=0, factor=1.0):
+    def loss_counted(self, divisor, targets, how, site, settings=0, factor=1.0, head=None):
         """A mean loss (_losses) got its gradient in this backward pass:
         divisor what it divided by, of targets; how, what it dropped or
         weighed; site, the loss and the user's file:line; settings, its
         class weights' and options' checksum (_losses.crc; 0: none read);
         factor, the number the loss backward() got multiplies it by (its
-        gradient). The step's from the pass's end on, if the pass reaches
-        the job's parameters."""
-        self.pass_losses.append((divisor, targets, how, site, settings, factor))
+        gradient); head, the layer it reads (_losses.head()). The step's from
+        the pass's end on, if the pass reaches the job's parameters."""
+        self.pass_losses.append((divisor, targets, how, site, settings, factor, head))
         if not self.losses_cb:
             self.losses_cb = True
             torch.autograd.Variable._execution_engine.queue_callback(self._losses_end)
@@ -675,11 +680,12 @@ class _Passes:
             return
         for kind, said in self.pass_read.items():
             self.step_read.setdefault(kind, said)
+        self.loss_heads = self.loss_heads | self.pass_heads
         if self.pass_reading:  # (the step's loss was read: unread)
             self.read_step, self.read_next = True, False
         from . import _losses
         calls = {}  # (a site: its calls, or the root's terms, in this pass)
-        for i, (divisor, targets, how, site, settings, factor) in enumerate(losses):
+        for i, (divisor, targets, how, site, settings, factor, *head) in enumerate(losses):
             d, n, was, where, terms, folded = self.losses
             # (each pass of a step's micro-batches a term of its own: means over
             # micro-batches whose counts part from rank to rank weigh them apart;
@@ -694,6 +700,8 @@ class _Passes:
                            _losses.add_term(terms, term, divisor, settings),
                            folded + divisor / factor)
             self.loss_factors.append((how, factor, divisor))
+            if head and head[0] is not None:
+                self.loss_heads = self.loss_heads | {(site, head[0])}
         if self.tl_end_fwd is not None:
             self.span("backward", self.tl_end_fwd)
             self.tl_end_fwd = None

@@ -77,19 +77,84 @@ def _reduced(size_average, reduce, reduction):
 def _hook(s, out, counts, name, settings=None):
     """counts() -> (divisor, targets, how) and settings() (crc()) go to s's
     pass when out's gradient is formed in it (not inside
-    torch.autograd.grad)."""
+    torch.autograd.grad), with the head the loss reads (head())."""
     site = _env._user_line()
+    through = head(s.names, out.grad_fn)
 
     def counted(grad):
         if not _capture._in_grad[0]:  # (torch.autograd.grad: no pass of the reduction's)
             s.loss_counted(*counts(), "%s (%s)" % (name, site) if site else name,
-                           settings() if settings else 0, _number(grad))
+                           settings() if settings else 0, _number(grad), through)
 
     _grad_hooks._torch_register_hook(out, counted)
     try:  # (terms_of_root leaves it to the hook: a mark on the node itself)
         out.grad_fn.metadata[WATCHED] = True
     except (AttributeError, TypeError):
         pass
+
+
+def head(names, loss):
+    """The layer whose output the loss node loss reads (its parameters'
+    module, named by names, {id(parameter): name}: "heads.2"), found through
+    nodes that keep that output's rows; None where another node (branches
+    added, a concatenation) comes first. Tells apart the calls of one line
+    through other heads, a loop over the tasks a rank's share holds
+    (sites_crc)."""
+    try:
+        node = loss.next_functions[0][0]
+        for _ in range(12):
+            if node is None:
+                return None
+            slot = getattr(node, "slot", None)  # (sfb's factor functions)
+            if slot is not None:
+                return _module(slot.name)
+            inputs = []
+            for n, _ in node.next_functions:
+                p = n.next_functions[0][0] if type(n).__name__ in _TRANSPOSED else n
+                if type(p).__name__ == "AccumulateGrad":
+                    name = names.get(id(p.variable))
+                    if name is not None:
+                        return _module(name)
+                elif n is not None:
+                    inputs.append(n)
+            if type(node).__name__ not in _THROUGH or len(inputs) != 1:
+                return None
+            node = inputs[0]
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        pass
+    return None
+
+
+def heads_of_root(names, tensors, grad_tensors):
+    """The heads (head()) of the mean or summed losses of torch's the loss
+    backward() got adds, multiplied or divided by numbers, as ((name,
+    head), ...): torch's losses imported by name before the
+    DistributedOptimizer replaced them, which its watch does not see."""
+    root, found = _one_root(tensors, grad_tensors), set()
+    todo = [root.grad_fn] if root is not None and root.grad_fn is not None else []
+    try:
+        for _ in range(64):
+            if not todo:
+                break
+            node = todo.pop()
+            name = type(node).__name__
+            loss = _nll_name(node) if name in _NLL else _ELEMENTS.get(name)
+            if node.metadata.get(WATCHED):  # (its hook names its head)
+                continue
+            if loss is not None:
+                h = head(names, node)
+                if h is not None:
+                    found.add((loss, h))
+            elif name in _PLUS or name == "NegBackward0" or name in _SCALED:
+                todo += [n for n, _ in node.next_functions if n is not None]
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        pass
+    return found
+
+
+def _module(name):
+    """A parameter's module: "heads.2" of "heads.2.weight"."""
+    return name.rsplit(".", 1)[0] if name.endswith((".weight", ".bias")) else name
 
 
 def _number(grad):
@@ -245,6 +310,13 @@ SUMMED = "summed"  # (the how of a loss summed over its samples: of_root)
 SUMMED_TIMES_WORLD = "summed, times the world's size"  # (one process's sum: of_root)
 _RESHAPES = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0")
 _VIEWS = _RESHAPES + ("TransposeBackward0", "PermuteBackward0")
+# (nodes between a loss and the layer it reads that keep the layer's output
+# rows: log-probabilities, views, selections, a temperature)
+_THROUGH = frozenset(("LogSoftmaxBackward0", "SoftmaxBackward0", "SigmoidBackward0",
+                      "CloneBackward0", "ToCopyBackward0", "IndexBackward0", "SliceBackward0",
+                      "SelectBackward0", "SqueezeBackward0", "SqueezeBackward1",
+                      "UnsqueezeBackward0") + _VIEWS) | set(_SCALED)
+_TRANSPOSED = ("TBackward0", "TransposeBackward0", "PermuteBackward0")
 
 
 def of_root(tensors, grad_tensors, world=1):
@@ -283,6 +355,12 @@ def of_root(tensors, grad_tensors, world=1):
             if name == "NegBackward0":  # (a sign: -logp.gather(...)[mask].mean())
                 node = node.next_functions[0][0]
                 continue
+            if name in _PLUS:  # (a number without gradient added: loss = 0.0; loss += ...)
+                sides = [n for n, _ in node.next_functions if n is not None]
+                if len(sides) != 1:
+                    break
+                node = sides[0]
+                continue
             if name == "MeanBackward0" and not (  # (a mean of stacked sums: a sum's)
                     world > 1 and _stacked(node, name) and _summed(node, world) is not None):
                 numel = getattr(node, "_saved_self_numel", None)
@@ -316,6 +394,7 @@ def of_root(tensors, grad_tensors, world=1):
     return None
 
 
+_PLUS = ("AddBackward0", "SubBackward0", "AddBackward1", "SubBackward1", "RsubBackward1")
 WATCHED = "sfb.torch watched"  # (the metadata key that marks a watched call's node)
 
 
@@ -1533,26 +1612,34 @@ def _call_site(term):
     return term[:m.start()] + (")" if m.group(1) == ", " else ""), m.group(2)
 
 
-def term_sites(terms):
+def term_sites(terms, heads=()):
     """The terms' sites, each once, in order, with the calls (or the root's
-    terms) each made in a pass (call_term's): "cross_entropy (f.py:21) (5
-    calls a pass)"."""
+    terms) each made in a pass (call_term's) and the heads they read
+    (heads: (site, head()), ...): "cross_entropy (f.py:21) (5 calls a
+    pass) through heads.0, heads.1"."""
     counts = {}
     for t in terms:
         site, what = _call_site(t[0])
         counts.setdefault(site, [0, "call"])[0] += 1
         if what:
             counts[site][1] = what
-    return ["%s (%d %ss a pass)" % (site, k, what) if k > 1 else site
+    through = {}
+    for site, h in sorted(heads):
+        through.setdefault(site, []).append(h)
+    return ["%s%s%s" % (site, " (%d %ss a pass)" % (k, what) if k > 1 else "",
+                        " through " + ", ".join(through[site]) if site in through else "")
             for site, (k, what) in counts.items()]
 
 
-def sites_crc(terms):
+def sites_crc(terms, heads=()):
     """A CRC-32 of the terms' sites as a set, each call's and each pass's
     number left out (a loop's calls of one line, a rank's micro-batches, are
-    one site); 0 for no term. Ranks whose losses are made of other terms
-    (a task's loss only where a rank's share holds that task) differ."""
+    one site), with the heads they read (heads: (site, head()), ...: a
+    loop's calls through each task's head); 0 for no term. Ranks whose
+    losses are made of other terms (a task's loss only where a rank's share
+    holds that task) differ."""
     sites = set(_call_site(re.sub(r", pass \d+$", "", t[0]))[0] for t in terms)
+    sites |= set("%s\t%s" % h for h in heads)
     return zlib.crc32("\n".join(sorted(sites)).encode()) if sites else 0
 
 

@@ -285,6 +285,7 @@ class _Sync(_Passes):
         self.losses = _NO_LOSSES  # the step's mean losses over kept targets (_losses)
         self.loss_factors = []  # their (how, the number backward()'s loss multiplies it by,
         #                          divisor)
+        self.loss_heads = frozenset()  # their (site, head) (_losses.head(): sites_crc)
         self.padded = _padding.NONE  # the step's layers that depend on the padding (_padding)
         self.told_padding = False  # the padded-apart warning given
         self.mode_modules = None  # the modules whose forward differs by mode (_modes)
@@ -306,6 +307,7 @@ class _Sync(_Passes):
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
         #                         parameters
         self.pass_hand = None   # what the pass's root divides by: [(divisor, ...)] (of_root)
+        self.pass_heads = frozenset()  # the heads its losses read ((site, head): heads_of_root)
         self.pass_terms = []    # the root's terms the watched calls are not (terms_of_root)
         self.pass_read = {}     # what the pass's root shows (_losses.read_root: rank 0's
         #                         kinds, every rank's "detached"), kind: (what, the line)
@@ -1052,7 +1054,7 @@ class _Sync(_Passes):
         row[0, n + 42] = 1.0 if self.weight == 0 and self.losses[0] > 0 else 0.0
         row[0, n + 43:n + 45] = self.stepped_opts  # (which optimizers stepped: _check_meta)
         row[0, n + 45:n + 47] = self._per_target(row[0, n])
-        crc = _losses.sites_crc(self.losses[4])  # (which terms: _tell_term_sets)
+        crc = _losses.sites_crc(self.losses[4], self.loss_heads)  # (_tell_term_sets)
         row[0, n + 47:n + 49] = [crc & 0xFFFF, crc >> 16]
         row[0, n + META_FIXED:] = [min(slot.counted, _overflow.MOST) for slot in self.linears]
         return row
@@ -1322,7 +1324,7 @@ class _Sync(_Passes):
         self.passes = 0
         self.weight = None
         self.losses, self.padded, self.step_read = _NO_LOSSES, _padding.NONE, {}
-        self.loss_factors = []
+        self.loss_factors, self.loss_heads = [], frozenset()
         self.read_step = False
         self.synced = True
         if need > self.max_s:  # (before any replan: the same order on every rank)
@@ -1788,7 +1790,8 @@ class _Sync(_Passes):
             "some ranks lack weighs less than one process's. Divide each term's sum by its "
             "count over all ranks (sfb.torch.allreduce of the counts, op=\"sum\"; a term a rank "
             "lacks adds 0), multiply the loss by sfb.torch.size() and call opt.set_samples(1) "
-            "on every rank" % (self.clock, ", ".join(_losses.term_sites(self.losses[4])) or
+            "on every rank" % (self.clock, ", ".join(_losses.term_sites(self.losses[4],
+                                                               self.loss_heads)) or
                                "none", "s" if len(apart) > 1 else "",
                                ", ".join(map(str, apart))),
             stacklevel=_env._user_stacklevel())
@@ -2470,6 +2473,7 @@ class _Sync(_Passes):
         clock is the last step's."""
         self.passes, self.synced, self.grads, self.weight = 0, False, False, None
         self.losses, self.pass_losses, self.padded = _NO_LOSSES, [], _padding.NONE
+        self.loss_heads = frozenset()
         self.step_read, self.read_step = {}, False
         self.stepped_clock = False
         self.pass_hit = self.cb_queued = False
