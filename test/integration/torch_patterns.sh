@@ -77,10 +77,11 @@ cases=(
   "exact --autocast --freeze --route --clip --buckets --opt adam"
   "exact --checkpoint --freeze --validate --opt momentum"
   # step(closure): a reduction per call, the loss it returns the ranks' mean
-  # (LBFGS's line search and stopping tests decide as one process's; LBFGS
-  # amplifies rounding: one process differs from itself by 1.2e-4 after 5
-  # steps when it computes its forward in the ranks' pieces, 4e-2 after 20)
-  "exact --closure --opt lbfgs --steps 5 --tol 1e-3"
+  # (LBFGS's line search and stopping tests decide as one process's. At lr
+  # 1.0 (torch's default) the line search's branches are no near ties here:
+  # within 3e-6 of one process with every OpenBLAS kernel, torch 1.13 and
+  # 2.6; at lr 0.2 its cubic step flips on rounding alone, 0.1 apart)
+  "exact --closure --opt lbfgs --steps 5 --tol 1e-4"
   # sharpness-aware minimization (SAM): a backward, then step(closure) with
   # the second pass at the perturbed weights
   "exact --closure --opt sam --uneven --clip --route"
@@ -193,7 +194,7 @@ if [ "$PART" = long ]; then
     # from one process's by rounding, seen 3.8e-5)
     "exact --steps 300 --route --opt adam --tol 1e-3" "maxnorm --opt adam"
     "maxnorm --sync fms --opt sgd"
-    "exact --closure --opt lbfgs --steps 5 --tol 1e-3 --uneven --freeze --route --validate"
+    "exact --closure --opt lbfgs --steps 5 --tol 1e-4 --uneven --freeze --route --validate"
     "exact --closure --opt adamw --buckets --transposed --hooks"
     "contrastive --opt sgd --sync fms" "varlen --opt momentum --sync fms"
     "maml --sync fms --opt momentum --steps 60" "losshead --opt momentum --sync fms"

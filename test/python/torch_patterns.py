@@ -357,8 +357,9 @@ def make_opt(params):
         return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
     if args.opt == "sam":  # (step(closure) only: --closure)
         return SAM(params, lr=0.05, momentum=0.9)
-    if args.opt == "lbfgs":  # (step(closure) only: --closure)
-        return torch.optim.LBFGS(params, lr=0.2, max_iter=3, history_size=4,
+    if args.opt == "lbfgs":  # (step(closure) only: --closure; lr 0.2's line search
+        # flips a branch on rounding alone: torch_patterns.sh)
+        return torch.optim.LBFGS(params, lr=1.0, max_iter=3, history_size=4,
                                  line_search_fn="strong_wolfe")
     return torch.optim.SGD(params, lr=0.1)
 
