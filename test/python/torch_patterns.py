@@ -4188,11 +4188,12 @@ def tokens():
                 fail("the ranks keep the same number of targets: %s" % kept)
             want = ("sfb.torch: at step 0 the ranks' losses average over different counts: a "
                     "mean cross_entropy (torch_patterns.py:")
-            each = (") divides by%s %s of %d targets, while the reduction weighs the ranks %s "
-                    "(no rank called set_samples)" % (
+            each = (") divides by%s %s of %d targets%s, while the reduction weighs the ranks "
+                    "%s (no rank called set_samples)" % (
                         " (the targets it keeps: ignore_index=-100)" if kind != "select" else "",
                         ", ".join("rank %d %d" % (q, k) for q, k in enumerate(kept)),
                         8 * P * args.batch if kind != "select" else sum(kept),
+                        " (those it drops too)" if kind != "select" else "",
                         ", ".join(["1"] * P)))
             if kind == "byname":
                 want = want.replace("(torch_patterns.py:", "(given to backward() at "

@@ -1915,14 +1915,15 @@ class _Sync(_Passes):
             return
         warnings.warn(
             "sfb.torch: at step %d the ranks' losses average over different counts: a mean "
-            "%s divides by%s %s of %s targets, while the reduction "
+            "%s divides by%s %s of %s targets%s, while the reduction "
             "weighs the ranks %s%s, so .grad is not one process's mean over all %s. Call "
             "opt.set_samples(n) before backward() with the count this rank's loss divides by: "
             "its targets (those not ignore_index: int((target != ignore_index).sum()); with "
             "class weights their sum over them)%s" %
             (self.clock, site or "loss",
              " (the targets it keeps: %s)" % how if how else "",
-             _listed(d), _num(float(meta[:, n + 16].sum())), weights,
+             _listed(d), _num(float(meta[:, n + 16].sum())),
+             " (those it drops too)" if how else "", weights,
              "" if chose else " (no rank called set_samples)", _num(d.sum()),
              "" if dropped else "; set_samples(1) on every rank keeps DDP's rule"),
             stacklevel=_env._user_stacklevel())
