@@ -2624,10 +2624,16 @@ def python_sums():
     nothing is said; set_samples(1) on every rank (DDP's rule chosen):
     nothing said. The same for actor-critic's losses (ac, acP): one forward
     of a 1-D state (a tensor of its own) each step, its policy term and its
-    value loss stacked and summed."""
+    value loss stacked and summed. Not for a rollout's loss summed over its
+    steps, each step's forward a batch of the rank's envs (one env a rank:
+    a batch of one) and its term a mean over them ("rollout"): one
+    process's, nothing said."""
     import warnings
 
     def loss_of(m, x, y, t, kind):
+        if kind == "rollout":  # (each step's states a tensor of their own, as an env's)
+            return sum(-(nn.functional.log_softmax(m(x * (1 + 0.1 * s), t), -1).gather(
+                1, (y[:, None] + s) % 5).squeeze(1) * (0.5 + 0.25 * s)).mean() for s in range(4))
         if kind in ("ac", "acP"):  # (1-D states, returns as numbers without gradient)
             terms = []
             for i in range(len(x)):
@@ -2637,30 +2643,33 @@ def python_sums():
             return torch.stack(terms).sum()
         return sum(nn.functional.cross_entropy(m(x[i:i + 1], t), y[i:i + 1])
                    for i in range(len(x)))
-    for kind in ("sum", "sumP", "chosen", "ac", "acP"):
+    for kind in ("sum", "sumP", "chosen", "ac", "acP", "rollout"):
         model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
-        every = [3 + q % 2 for q in range(P)]
+        every = [3 + q % 2 for q in range(P)] if kind != "rollout" else [1] * P
         n = every[r]
+        lo = r if kind == "rollout" else 0  # (one env a rank, the union's r-th)
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
             for t in range(3):
                 opt.zero_grad()
                 if kind == "chosen":
                     opt.set_samples(1)
-                loss = loss_of(model, x[:n], y[:n], t, kind)
+                loss = loss_of(model, x[lo:lo + n], y[lo:lo + n], t, kind)
                 line = sys._getframe().f_lineno + 1
                 (loss * P if kind in ("sumP", "acP") else loss).backward()
                 opt.step()
                 xs = torch.cat([x[:k] for k in every])
                 ys = torch.cat([y[:k] for k in every])
+                if kind == "rollout":
+                    xs, ys = x[:P], y[:P]
                 ref_opt.zero_grad()
                 loss_of(ref, xs, ys, t, kind).backward()
                 ref_opt.step()
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        if kind in ("sumP", "acP") and worst > args.tol:
+        if kind in ("sumP", "acP", "rollout") and worst > args.tol:
             fail("a Python sum times size() (%s): %s differs from one process's by %.3g" %
                  (kind, where, worst))
         if kind in ("sum", "ac") and worst < 100 * args.tol:

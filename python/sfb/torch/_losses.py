@@ -715,6 +715,7 @@ def _forwards(terms, limit=8192):
     sample)], or None where the graphs hold more than limit nodes."""
     owner, parent = {}, list(range(len(terms)))
     one = [None] * len(terms)  # (None: no layer met; True: each one sample's)
+    picks = [False] * len(terms)  # (a layer took a sample picked out: _picked)
 
     def find(i):
         while parent[i] != i:
@@ -735,17 +736,19 @@ def _forwards(terms, limit=8192):
             took = _one_sample(node, name)
             if took is not None:
                 one[i] = took and one[i] is not False
+                picks[i] = picks[i] or (took and _picked(node, name))
             return [f for f, _ in node.next_functions]
         _walk(term, visit, limit)
         if walked[0] >= limit:
             return None
     groups = {}
     for i, term in enumerate(terms):
-        group = groups.setdefault(find(i), [[], True, False])
+        group = groups.setdefault(find(i), [[], True, False, False])
         group[0].append(term)
         group[1] = group[1] and one[i] is not False
         group[2] = group[2] or one[i] is not None
-    return [(g, took and met) for g, took, met in groups.values()]
+        group[3] = group[3] or picks[i]
+    return [(g, took and met and picked) for g, took, met, picked in groups.values()]
 
 
 def _one_sample(node, name):
@@ -759,6 +762,27 @@ def _one_sample(node, name):
                     "_saved_self" if name == "MmBackward0" else "_saved_input", None)
         return x.shape[0] == 1 if isinstance(x, torch.Tensor) and x.dim() > 1 else None
     return None
+
+
+def _picked(node, name):
+    """Whether layer node's input is one sample picked out: unbatched (a
+    1-D state), an unbatched sample made a batch of one (unsqueeze(0)), or
+    one row of a batch (x[i:i + 1], x[i][None]). A batch that holds one
+    sample of its own (a rank's one env of a vectorized rollout, each step
+    a mean over the envs) is none: one process's holds more."""
+    try:
+        x = node.saved_tensors[0] if name in FACTOR_NODES else getattr(
+            node, "_saved_mat1" if name == "AddmmBackward0" else
+            "_saved_self" if name == "MmBackward0" else "_saved_input", None)
+    except (RuntimeError, IndexError, AttributeError):
+        return False
+    if not isinstance(x, torch.Tensor):
+        return False
+    if x.dim() == 1:
+        return True
+    base = x._base
+    return base is not None and (base.shape == x.shape[1:] or (
+        base.dim() == x.dim() and base.shape[1:] == x.shape[1:] and base.shape[0] > 1))
 
 
 def _addends(node, limit=4096):
