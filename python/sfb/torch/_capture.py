@@ -406,6 +406,16 @@ def _autograd_backward(*args, **kwargs):
         s.pass_heads = frozenset()
 
 
+def _equal(a, b):
+    """torch.equal, for sparse tensors too (a sparse Embedding's .grad)."""
+    if a.is_sparse or b.is_sparse:
+        if not (a.is_sparse and b.is_sparse) or a.shape != b.shape:
+            return False
+        a, b = a.coalesce(), b.coalesce()
+        return torch.equal(a.indices(), b.indices()) and torch.equal(a.values(), b.values())
+    return torch.equal(a, b)
+
+
 def _row_range(view, base):
     """The first row of base (a contiguous matrix, or vector) that view (a
     range of its rows) starts at; None when view is no such range."""
@@ -627,7 +637,7 @@ class _Passes:
         for name, p in self.model_params:
             v = was.get(id(p))
             if v is None and p.grad is None or v is not None and p.grad is not None and \
-                    v[0] == id(p.grad) and torch.equal(v[1], p.grad):
+                    v[0] == id(p.grad) and _equal(v[1], p.grad):
                 continue
             self.told_between = True
             if self.job.rank == 0:
