@@ -2312,9 +2312,46 @@ def maxnorm():
                 e.param != "emb.weight":
             fail("the error does not name the table and the staleness: %s" % e)
     closed()
+    early_save(ids, y)
     print("ok %s: each rank's rows renormalized on every rank, %d steps bit-identical, "
-          "within %.3g of one process (%s); a tied decoder and staleness 1 refused" %
+          "within %.3g of one process (%s); a tied decoder and staleness 1 refused; a "
+          "state_dict() after a validation forward warned of" %
           (" ".join(sys.argv_case), args.steps, worst, where), flush=True)
+
+
+def early_save(ids, y):
+    """A checkpoint (model.state_dict()) taken after a validation forward
+    that followed the last step: each rank has renormalized its own ids'
+    rows (rank q's: row 32 + q, which training never looked up), the
+    others' come at shutdown(), so the state is not the job's: every rank
+    warns once, naming the tables, and its state differs from the one after
+    shutdown(); one taken right after a step: nothing said."""
+    import warnings
+    model = setup_model(TextNet)
+    P, r = sft.size(), sft.rank()
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for t in range(2):
+            rows = slice(8 * P * t + 8 * r, 8 * P * t + 8 * r + 8)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(ids[rows] % 32), y[rows]).backward()
+            opt.step()
+        model.state_dict()
+        said_after_step = [str(w.message) for w in got]
+        with torch.no_grad():  # (validation: each rank its own shard)
+            model(torch.full((2, 6), 32 + r))
+        early = {k: v.clone() for k, v in model.state_dict().items()}
+        model.state_dict()  # (said once)
+    sft.shutdown()
+    said = [str(w.message) for w in got if "state_dict() was taken" in str(w.message)]
+    if said_after_step or len(said) != 1 or \
+            "taken after emb.weight and bag.weight were looked up" not in said[0]:
+        fail("a state_dict() after a validation forward: warned %r (after the step: %r)" %
+             (said, said_after_step))
+    if all(torch.equal(early[k], v) for k, v in model.state_dict().items()):
+        fail("a state_dict() after a validation forward is the one after shutdown() (no "
+             "difference to warn of)")
 
 
 def unequal():

@@ -2448,7 +2448,8 @@ class _Sync(_Passes):
     def _adopt(self, root, extra=None):
         """Every rank takes root's parameters, buffers, optimizer state and
         step count (collective); returns root's `extra` (picklable)."""
-        broadcast_parameters(self.model.state_dict(), root_rank=root)
+        with self.renorms.silenced():
+            broadcast_parameters(self.model.state_dict(), root_rank=root)
         self._keep_bn()
         bases = [super(type(o), o) for o in self.opts]  # the wrapped classes', without the clock
         state = broadcast_object(([b.state_dict() for b in bases], self.steps, self.stepped,

@@ -17,11 +17,16 @@ A table also read whole in the window (a tied decoder's F.linear, a dense
 use that carries it densely) read the other ranks' rows before they were
 renormalized, where one process reads them after: refused, naming it.
 (docs/torch.md, "What is exact": embeddings)"""
+import contextlib
+import warnings
+import weakref
+
 import numpy as np
 import torch
 
 import sfb as _sfb
 
+from . import _env
 from ._collectives import allgather_bytes
 
 
@@ -45,6 +50,9 @@ class Renorms:
     def __init__(self, sync):
         self.sync = sync
         self.tables = {}    # id(weight) -> _Table
+        self.hooked = False  # the model's state_dict() watched (saved_early)
+        self.told = False
+        self.quiet = False   # (sfb's own state_dict(): an elastic rejoin's)
 
     def renorm(self, weight, input, max_norm, norm_type):
         """A lookup's renormalization, torch's, done and noted here: False
@@ -64,6 +72,7 @@ class Renorms:
         t = self.tables.get(id(weight))
         if t is None:
             t = self.tables[id(weight)] = _Table(weight, name, max_norm, norm_type)
+            self._watch_saves()
         elif t.setting != (float(max_norm), float(norm_type)):
             raise _sfb.UsageError(
                 "sfb.torch: %s is looked up with max_norm=%g, norm_type=%g and with max_norm=%g, "
@@ -81,6 +90,49 @@ class Renorms:
             t.n_changed += changed.numel()
         t.trained |= torch.is_grad_enabled() and weight.requires_grad
         return True
+
+    def _watch_saves(self):
+        """The model's state_dict() (a checkpoint) warns while rows renormalized
+        in the window are only this rank's (saved_early)."""
+        from ._optimizer import _members
+        if self.hooked or self.sync.model is None:
+            return
+        self.hooked = True
+        me = weakref.ref(self)
+        for model in _members(self.sync.model):
+            model._register_state_dict_hook(
+                lambda module, state, prefix, meta: me() and me().saved_early())
+
+    def saved_early(self):
+        """The model's state_dict() was taken: where this rank looked rows up
+        since the last reduction (a validation forward after the step), each
+        rank has renormalized its own ids' rows and the others' come at the
+        next step or shutdown(), so the state is not one process's. Warns
+        once (every rank that saves)."""
+        from . import _capture
+        if self.told or self.quiet or _capture._active is not self.sync:
+            return None
+        looked = [t.name for t in self.tables.values() if t.mine]
+        if looked:
+            self.told = True
+            warnings.warn(
+                "sfb.torch: the model's state_dict() was taken after %s %s looked up with "
+                "max_norm since the last step (a validation forward?): each rank has "
+                "renormalized the rows of its own ids, and the others' rows come at the next "
+                "step() or at shutdown(), so this state is not one process's; take it after "
+                "the next step() or after sfb.torch.shutdown()" % (
+                    " and ".join(looked), "were" if len(looked) > 1 else "was"),
+                stacklevel=_env._user_stacklevel())
+        return None
+
+    @contextlib.contextmanager
+    def silenced(self):
+        """sfb's own state_dict() (not a checkpoint of the program's)."""
+        self.quiet = True
+        try:
+            yield
+        finally:
+            self.quiet = False
 
     def read(self, weight, how):
         """weight is read whole (F.linear) in this window."""
