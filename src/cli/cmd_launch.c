@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 struct launch_opts {
     uint32_t nprocs;
@@ -44,6 +46,9 @@ static void launch_help(FILE *f)
             "  SFB_RANK, SFB_WORLD_SIZE   this copy's rank and the job's size\n"
             "  SFB_RENDEZVOUS             127.0.0.1:PORT (a free port) where rank 0 listens\n"
             "  SFB_JOB_KEY                a random key shared by the job's ranks\n"
+            "  PYTHONHASHSEED             where unset, a random seed shared by the copies:\n"
+            "                             Python's str hash() (a set's order, hashed\n"
+            "                             features) the same on every rank\n"
             "Every line a copy prints is written as \"[RANK] line\"; stdin is /dev/null.\n"
             "SIGINT, SIGTERM and SIGHUP are forwarded to every copy (a second one kills).\n"
             "When one copy fails (non-zero exit or a signal) the others get SIGTERM and,\n"
@@ -83,6 +88,24 @@ static int command_start(int argc, char **argv, int *opts_end)
     return argc;
 }
 
+/* Python salts str's hash() per process: one seed for the job's copies, so
+ * that a vocabulary built from a set, or features hashed from strings, are
+ * the same on every rank as in one process (the user's own value kept). */
+static int share_hash_seed(void)
+{
+    const char *set = getenv("PYTHONHASHSEED");
+    if (set && *set) return 0;
+    uint32_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) seed = (uint32_t)getpid();
+    char v[16];
+    snprintf(v, sizeof v, "%u", (unsigned)seed);
+    if (setenv("PYTHONHASHSEED", v, 1)) {
+        fprintf(stderr, "sfb launch: PYTHONHASHSEED: %s\n", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 int cli_launch(int argc, char **argv)
 {
     int opts_end, cmd = command_start(argc, argv, &opts_end), r;
@@ -116,6 +139,7 @@ int cli_launch(int argc, char **argv)
         fprintf(stderr, "sfb launch: --respawn: %s\n", strerror(errno));
         return 1;
     }
+    if (share_hash_seed()) return 1;
     cli_log_init(SFB_LOG_WARN);
     /* fork waits for OpenBLAS's threads, which may be stuck allocating */
     cli_blas_reserve("launch");

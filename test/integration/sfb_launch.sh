@@ -29,6 +29,16 @@ for r in 0 1 2; do
   check "env: rank $r line" "grep -Eq '^\[$r\] r=$r w=3 v=127\.0\.0\.1:[0-9]+ k=set$' '$tmp/env.out'"
 done
 check "env: one rendezvous for all" "[ \$(sed 's/.* v=//; s/ k=.*//' '$tmp/env.out' | sort -u | wc -l) = 1 ]"
+# one PYTHONHASHSEED for the copies where the caller set none (Python's str
+# hash alike on every rank); the caller's own kept
+for seed in "" 7; do
+  env -u PYTHONHASHSEED ${seed:+PYTHONHASHSEED=$seed} timeout 30 "$SFB" launch -n 3 -- \
+    sh -c 'echo "seed=$PYTHONHASHSEED"' >"$tmp/seed.out" 2>&1
+  check "env: one PYTHONHASHSEED (${seed:-unset})" \
+    "[ \$(grep -c '^\[[0-2]\] seed=[0-9][0-9]*$' '$tmp/seed.out') = 3 ] &&
+     [ \$(sed 's/.*seed=//' '$tmp/seed.out' | sort -u | wc -l) = 1 ]"
+  [ -n "$seed" ] && check "env: the caller's PYTHONHASHSEED kept" "grep -q 'seed=7$' '$tmp/seed.out'"
+done
 
 # 2. a failed copy: named with rank and pid; the others (sleeping) stopped
 cat >"$tmp/fail.sh" <<'SH'
