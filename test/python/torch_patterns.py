@@ -1116,10 +1116,57 @@ def loadstate():
                  (type(e).__name__, e))
         if time.monotonic() - t0 > 4:
             fail("the error took %.1f s" % (time.monotonic() - t0))
-        print("ok loadstate: %s" % e, flush=True)
         closed()
+        worst = opaque_state()
+        print("ok loadstate: %s; objects in param groups and state within %.3g of one "
+              "process" % (e, worst), flush=True)
         return
     fail("no error")
+
+
+class Projected(torch.optim.SGD):
+    """SGD whose param group holds a function (VICReg's LARS filters) and
+    whose state holds an object per parameter (GaLore's projector), both
+    with the default repr: an address, another on every rank."""
+
+    class Projector:
+        def __init__(self, p):
+            self.rank = min(p.shape)
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        for g in self.param_groups:
+            g["exclude"] = lambda p: p.dim() == 1
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None and "projector" not in self.state[p]:
+                    self.state[p]["projector"] = Projected.Projector(p)
+        return super().step(closure)
+
+
+def opaque_state():
+    """Projected trains as one process's, and is not refused (its hyper-
+    parameters and state were compared by repr, addresses and all: "the
+    ranks' optimizers differ" at the first step); returns the worst
+    difference."""
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(Projected(model.parameters(), 0.05), model=model)
+    ref_opt = Projected(ref.parameters(), 0.05)
+    for t in range(5):
+        one_step(model, opt, *shard(x, y, t, r, P), t, True)
+        one_process(ref, ref_opt, x, y, t, P)
+    sft.shutdown()
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol:
+        fail("objects in param groups and state: %s differs from one process's by %.3g" %
+             (where, worst))
+    return worst
 
 
 def rollback():
@@ -2124,9 +2171,54 @@ def buffers():
         if "rank 0's models have 3 persistent buffers and rank 1's 4" not in str(e):
             fail("the error does not name the counts: %s" % e)
     closed()
+    grown = growing_buffers()
     print("ok buffers: refused at step 1 where each rank updates one from its own data, and "
           "one on rank 1 only; updated from every rank's, %d steps within %.3g of one process "
-          "(%s)" % (args.steps, worst, where), flush=True)
+          "(%s); buffers that start empty and grow in forward: %s" %
+          (args.steps, worst, where, grown), flush=True)
+
+
+class Observed(nn.Module):
+    """A per-channel quantization observer watching a layer's weight (QAT's
+    weight observer): its min_val and max_val start empty and are resized
+    at its first forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(10, 24), nn.Linear(24, 5)
+        self.wobs = torch.ao.quantization.PerChannelMinMaxObserver(ch_axis=0)
+
+    def forward(self, x, step=0):
+        self.wobs(self.fc1.weight.detach())
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def growing_buffers():
+    """Observed's empty buffers through broadcast_parameters and the buffer
+    checks (after steps 1 and 4, at shutdown()): they grow at the first
+    forward as in one process, alike on every rank (torch 1.13's .numpy()
+    had marked their storage never to be resized: the observer failed in
+    forward, "Trying to resize storage that is not resizable"). Returns
+    their values' worst difference from one process's."""
+    model = setup_model(Observed)
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for t in range(6):
+        lo = 8 * P * t
+        for m, o, rows in ((model, opt, slice(lo + 8 * r, lo + 8 * r + 8)),
+                           (ref, ref_opt, slice(lo, lo + 8 * P))):
+            o.zero_grad()
+            nn.functional.cross_entropy(m(x[rows]), y[rows]).backward()
+            o.step()
+    sft.shutdown()
+    worst, where = rel_diff(model, ref)
+    if worst > args.tol or model.wobs.min_val.shape != (24,):
+        fail("buffers grown in forward: %s differs from one process's by %.3g (min_val %s)" %
+             (where, worst, tuple(model.wobs.min_val.shape)))
+    return "within %.3g" % worst
 
 
 def schedules():
@@ -2135,8 +2227,9 @@ def schedules():
     own loss spiked), or runs a micro-batch more before a step: every rank
     fails at the next step with sfb.MismatchError naming lr and both
     values, or the steps taken (and the backward passes).
-    ReduceLROnPlateau stepped on the mean over the ranks of each rank's
-    validation loss (sft.allreduce) trains as one process does."""
+    ReduceLROnPlateau stepped on the union's mean of the ranks' validation
+    losses (each rank's sum and count, summed over the ranks: its shard's size
+    differs from rank to rank) trains as one process does."""
     for bad in ("steplr", "skip", "freeze", "skiplast", "micro"):
         model = setup()
         P, r = sft.size(), sft.rank()
@@ -2187,9 +2280,11 @@ def schedules():
     plateau = [torch.optim.lr_scheduler.ReduceLROnPlateau(o, factor=0.5, patience=0, threshold=0.01)
                for o in (opt, ref_opt)]
 
-    def val_loss(m, q):  # rank q's validation shard
+    def val_loss(m, q):  # rank q's validation shard (48 or 64 rows): its sum and count
+        n = 48 + 16 * (q % 2)
         with torch.no_grad():
-            return nn.functional.cross_entropy(m(vx[q::P], 0), vy[q::P])
+            return torch.tensor([float(nn.functional.cross_entropy(
+                m(vx[q::P][:n], 0), vy[q::P][:n], reduction="sum")), float(n)])
     job = sft._need()
     metrics = []
     for t in range(args.steps):
@@ -2199,7 +2294,8 @@ def schedules():
             nn.functional.cross_entropy(model(xb, t), yb).backward()
             break
         one_step(model, opt, xb, yb, t, True)
-        metrics.append(float(sft.allreduce(val_loss(model, r))))
+        total = sft.allreduce(val_loss(model, r), op="sum")  # (the union's mean)
+        metrics.append(float(total[0] / total[1]))
         plateau[0].step(metrics[-1])
         same(job, model, "after step %d" % t)
     sft.shutdown()
@@ -2209,7 +2305,8 @@ def schedules():
         # one process's mean validation loss, within rounding of the ranks'; its
         # scheduler steps on theirs (a rounding difference must not move a
         # decision at the threshold: the schedule is compared, not re-decided)
-        mean = sum(float(val_loss(ref, q)) for q in range(P)) / P
+        total = sum(val_loss(ref, q) for q in range(P))
+        mean = float(total[0] / total[1])
         if abs(mean - metrics[t]) > 1e-5 * abs(mean):
             fail("the ranks' mean validation loss after step %d is %.7g, one process's %.7g" %
                  (t, metrics[t], mean))
@@ -2222,7 +2319,8 @@ def schedules():
     print("ok schedules: a StepLR on rank 0 alone, a step skipped (the 4th, the last), a "
           "layer frozen and a micro-batch more on rank 1 refused, naming lr, the steps, the "
           "layer, the backward passes; ReduceLROnPlateau on "
-          "the ranks' mean validation loss, the last step skipped everywhere, within %.3g of "
+          "the union's mean validation loss (uneven shards: sums and counts), the last step "
+          "skipped everywhere, within %.3g of "
           "one process (lr %g -> %g)" % (worst, opt.defaults["lr"], lrs[-1]), flush=True)
 
 

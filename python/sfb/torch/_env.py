@@ -1,10 +1,12 @@
 """The job of this process and the launchers' environment: init, rank,
 size, shutdown, stats."""
+import ctypes
 import os
 import socket
 import sys
 import time
 
+import numpy as np
 import torch
 
 import sfb as _sfb
@@ -80,6 +82,20 @@ def _is_inside(filename):
 def _user_stacklevel():
     """warnings.warn's stacklevel naming the user's line (_user_frame)."""
     return _user_frame(3)[1]
+
+
+def memory(t):
+    """The bytes of t (contiguous) as a uint8 array over its memory, which
+    keeps t alive. Not t.numpy(): torch 1.13 marks a storage .numpy() has
+    seen as never to be resized, and a buffer that starts empty and grows
+    on first use (a per-channel quantization observer's min_val) would fail
+    in the program's next forward."""
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return np.empty(0, np.uint8)
+    buf = (ctypes.c_ubyte * n).from_address(t.data_ptr())
+    buf.tensor = t
+    return np.frombuffer(buf, np.uint8)
 
 
 def _user_line():

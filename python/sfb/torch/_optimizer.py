@@ -2,6 +2,7 @@
 (staleness 0) or the additive updates (staleness > 0), join and leave, and
 DistributedOptimizer, the wrapper of a torch.optim optimizer."""
 import ast
+import re
 import threading
 import time
 import warnings
@@ -66,7 +67,7 @@ def _state_crc(opts):
     own, Lookahead's "fast_state"/"slow_state", has it too)."""
     sts = [o.state.get(p) or {} for o in opts for g in o.param_groups for p in g["params"]]
     state = [v for s in sts for v in s.values() if torch.is_tensor(v)]
-    scalars = [repr(v) for s in sts for v in s.values() if not torch.is_tensor(v)]
+    scalars = [_repr(v) for s in sts for v in s.values() if not torch.is_tensor(v)]
     return _crc_tensors(state, zlib.crc32(repr(scalars).encode()))
 
 
@@ -108,10 +109,17 @@ def _ordinal(i):
     return ("first", "second", "third")[i] if i < 3 else "%dth" % (i + 1)
 
 
+def _repr(v):
+    """repr(v) without the addresses of objects (a function kept in a param
+    group, VICReg's LARS filters; a projector kept in an optimizer's state,
+    GaLore's): the same on every rank for the same program."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(v))
+
+
 def _hyper_crc(opts):
     """A checksum of the optimizers' hyperparameters (every group's, the
     parameters left out): ranks must step with the same."""
-    text = repr([sorted((k, repr(v)) for k, v in g.items() if k != "params")
+    text = repr([sorted((k, _repr(v)) for k, v in g.items() if k != "params")
                  for o in opts for g in o.param_groups])
     return zlib.crc32(text.encode())
 
@@ -125,7 +133,7 @@ def _hyper_lines(opts):
             where = "param group %d" % j if len(opts) == 1 else \
                 "optimizer %d's param group %d" % (i, j)
             lines += ["%s of %s=%s\n" % (k, where, v.replace("\n", " "))
-                      for k, v in sorted((k, repr(v)) for k, v in g.items() if k != "params")]
+                      for k, v in sorted((k, _repr(v)) for k, v in g.items() if k != "params")]
     return lines
 
 
@@ -2170,7 +2178,9 @@ class _Sync(_Passes):
                 -(4096 + 9), "sfb.torch: at step %d the ranks' optimizer settings differ: %s "
                 "(every rank must step the optimizer and its schedulers alike; a scheduler "
                 "stepped on a metric, as ReduceLROnPlateau on a validation loss, needs the "
-                "metric of every rank: sfb.torch.allreduce(metric) first)" % (self.clock, why),
+                "metric over every rank's data: its sum and count summed over the ranks, "
+                "sfb.torch.allreduce(torch.tensor([total, n]), op=\"sum\"), then total / n)" %
+                (self.clock, why),
                 rank=q) from None
 
     def synchronize(self):

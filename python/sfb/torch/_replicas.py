@@ -21,6 +21,8 @@ import torch
 
 import sfb as _sfb
 
+from . import _env
+
 
 def _ranks(rs):
     return "rank%s %s" % ("s" if len(rs) > 1 else "", ", ".join(map(str, rs)))
@@ -74,7 +76,7 @@ def buffers(model):
 
 def _bytes(t):
     """t's bytes as a uint8 array (any dtype: bfloat16 too)."""
-    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    return _env.memory(t.detach().contiguous())
 
 
 def _close(x, x0):
@@ -263,7 +265,7 @@ class Checks:
                                   (which, elem))
         name, t = items[which]
         with torch.no_grad():
-            a = t.detach().view(-1).numpy().view(np.uint32)
+            a = _env.memory(t.detach()).view(np.uint32)
             a[elem] ^= np.uint32(1 << bit)
         print("sfb.torch: SFB_DEBUG_FLIP: step %d, %s element %d: bit %d flipped" %
               (step, name, elem, bit), file=sys.stderr, flush=True)
@@ -305,14 +307,14 @@ class Checks:
                     -(4096 + 5), "sfb.torch: replica check, step %d: %s differs between ranks "
                     "with no majority to repair it from (%s: one replica; %s: another)" %
                     (step, name, _ranks(side), _ranks(other)), rank=other[0])
-            got = np.ascontiguousarray(t.detach().numpy()).copy()
+            got = _env.memory(t.detach().contiguous()).copy()
             job.broadcast(root, got)
             if job.rank in other:
-                a = t.detach().numpy()
-                diff = np.flatnonzero(a.reshape(-1).view(np.uint32) !=
-                                      got.reshape(-1).view(np.uint32))
+                k = t.element_size()
+                diff = np.flatnonzero((_env.memory(t.detach().contiguous()) != got)
+                                      .reshape(-1, k).any(1))
                 with torch.no_grad():
-                    t.copy_(torch.from_numpy(got))
+                    t.copy_(torch.from_numpy(got).view(t.dtype).view(t.shape))
                 print("sfb.torch: replica check, step %d: %s of this rank (rank %d) differed "
                       "from the majority's in %d element%s from element %d: repaired from rank %d"
                       % (step, name, job.rank, diff.size, "" if diff.size == 1 else "s",
