@@ -261,7 +261,7 @@ def crc(weight, ignore_index=None, smoothing=None):
     w = 1
     if weight is not None:
         t = weight.detach().reshape(-1).cpu().contiguous()
-        w = zlib.crc32(str(t.dtype).encode() + t.view(torch.uint8).numpy().tobytes()) or 1
+        w = zlib.crc32(str(t.dtype).encode() + _env.memory(t).tobytes()) or 1
     return (w, zlib.crc32(repr(ignore_index).encode()) or 1,
             zlib.crc32(repr(smoothing).encode()) or 1)
 
@@ -1155,8 +1155,7 @@ def detached(root, world):
                         t.layout == torch.strided:  # (a few experts' fractions: read each pass)
                     stat = _walk(side, linear, 64)
                     if stat:
-                        return stat, zlib.crc32(
-                            t.detach().contiguous().view(-1).view(torch.uint8).numpy())
+                        return stat, zlib.crc32(_env.memory(t.detach().contiguous()))
         return _inputs(node)
 
     def linear(node, name):
