@@ -252,6 +252,19 @@ class TorchOneWorker(unittest.TestCase):
         self.assertRaisesNaming(ValueError, ["0.weight is pruned", "prune.identity(module, 'weight')"],
                                 loss.backward)
         sft.shutdown()
+        # its bias pruned since: the layer's call (a bias not a leaf) no F.linear
+        # of its weight and bias, refused saying how too
+        sft.init(world=1)
+        m = net()
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        prune.l1_unstructured(m[0], "bias", amount=0.5)
+        loss = nn.functional.cross_entropy(m(x), y)
+        self.assertRaisesNaming(ValueError, ["0.bias is pruned", "prune.identity(module, 'bias')"],
+                                loss.backward)
+        sft.shutdown()
         sft.init(world=1)
         m, ref = net(), net()
         for q in (m, ref):

@@ -779,11 +779,13 @@ class _Passes:
         """The refusal's words where torch.nn.utils.prune reparametrized p
         since (p is a module's name_orig now, its weight orig * mask)."""
         for mname, m in self.model.named_modules():
-            for k, q in m._parameters.items():
-                if q is p and k.endswith("_orig"):
+            if not any(q is p for q in m._parameters.values()):
+                continue
+            for k in m._parameters:  # (p's, or its layer's bias: p no F.linear weight now)
+                if k.endswith("_orig"):
                     return ("; %s is pruned (torch.nn.utils.prune) since: prune it before "
                             "wrapping its optimizer (prune.identity(module, %r) keeps every "
-                            "weight and sends it densely; prune it further at any step)" %
+                            "value and sends it densely; prune it further at any step)" %
                             (".".join(filter(None, (mname, k[:-5]))), k[:-5]))
         return ""
 
