@@ -126,10 +126,10 @@ def head(names, loss):
 
 
 def heads_of_root(names, tensors, grad_tensors):
-    """The heads (head()) of the mean or summed losses of torch's the loss
-    backward() got adds, multiplied or divided by numbers, as ((name,
-    head), ...): torch's losses imported by name before the
-    DistributedOptimizer replaced them, which its watch does not see."""
+    """The heads (head()) of torch's losses that the loss backward() got
+    adds up (each multiplied or divided by numbers or not), as {(loss's
+    name, head)}: losses imported by name before the DistributedOptimizer
+    replaced them, which its watch does not see."""
     root, found = _one_root(tensors, grad_tensors), set()
     todo = [root.grad_fn] if root is not None and root.grad_fn is not None else []
     try:
