@@ -1851,6 +1851,33 @@ class TorchOneWorker(unittest.TestCase):
                                             at("heads.1", "heads.0")),
                          ["cross_entropy (f.py:21) (2 calls a pass) through heads.0, heads.1"])
 
+    def test_autograd_grad_inside_a_hook_adds_nothing(self):
+        """torch.autograd.grad called inside the backward pass (a gradient
+        hook: a deep-equilibrium layer's implicit backward, which runs the
+        layer again on a detached fixed point) hands its gradients back
+        and adds nothing to the layer's weight (its factors were committed
+        with the outer pass's: the weight's gradient was off)."""
+        torch.manual_seed(1)
+        m = nn.ModuleDict({"inp": nn.Linear(5, 16), "W": nn.Linear(16, 16),
+                           "head": nn.Linear(16, 3)})
+        ref = copy.deepcopy(m)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        g = torch.Generator().manual_seed(5)
+        x, y = torch.randn(32, 5, generator=g), torch.randint(0, 3, (32,), generator=g)
+
+        def loss(model):
+            h = model["inp"](x)
+            with torch.no_grad():
+                z = torch.tanh(model["W"](h))
+            z = torch.tanh(model["W"](z) + h)
+            z0 = z.detach().requires_grad_()
+            f0 = model["W"](z0)
+            z.register_hook(lambda grad: torch.autograd.grad(f0, z0, grad, retain_graph=True)[0]
+                            * 0.5 + grad)
+            return nn.functional.cross_entropy(model["head"](z), y)
+        self.assertTrainsAsOne(m, opt, ref, torch.optim.SGD(ref.parameters(), lr=0.1), loss, 3,
+                               1e-5)
+
     def test_a_gradient_given_by_hand_is_read_as_its_loss(self):
         """backward(t, g) with g one number in every element is read as the
         loss with that backward: ones a sum (times the number), 1/len a

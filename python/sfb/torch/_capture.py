@@ -582,15 +582,21 @@ class _Passes:
             param=name))
 
     def take_rows(self, slot, ids, rows, lookups):
+        if _in_grad[0]:  # (torch.autograd.grad's: take())
+            return
         slot.pending.append((ids, rows, lookups))
         self._queue_end()
 
     def take(self, slot, go, x, want_w, want_b):
+        """A layer's factors from a backward pass, committed when the pass
+        reaches the layer's token. A torch.autograd.grad() call's are none
+        of sfb's (its pass reaches no token), nor of the pass it may run in
+        (a hook's call: a deep-equilibrium layer's implicit backward)."""
+        if _in_grad[0]:
+            return
         # (float32 factors: an autocast layer's are its dtype's numbers)
         go, x = go.float(), x.float() if x is not None else None
         slot.pending.append((go, x, want_w, want_b))
-        # an autograd.grad() pass reaches no token: its captures are dropped
-        # at the end of the pass
         self._queue_end()
 
     def layer_done(self, slot):
