@@ -2762,11 +2762,14 @@ def python_sums():
     of a 1-D state (a tensor of its own) each step, its policy term and its
     value loss stacked and summed. Not for a rollout's loss summed over its
     steps, each step's forward a batch of the rank's envs (one env a rank:
-    a batch of one) and its term a mean over them ("rollout"): one
-    process's, nothing said."""
+    a batch of one) and its term a mean over them ("rollout"), nor for a
+    deep ensemble's members' means over the same rows, one a rank
+    ("ensemble"): one process's, nothing said."""
     import warnings
 
     def loss_of(m, x, y, t, kind):
+        if kind == "ensemble":  # (each member's mean over the same rows)
+            return sum(nn.functional.cross_entropy(member(x), y) for member in m)
         if kind == "rollout":  # (each step's states a tensor of their own, as an env's)
             return sum(-(nn.functional.log_softmax(m(x * (1 + 0.1 * s), t), -1).gather(
                 1, (y[:, None] + s) % 5).squeeze(1) * (0.5 + 0.25 * s)).mean() for s in range(4))
@@ -2779,13 +2782,21 @@ def python_sums():
             return torch.stack(terms).sum()
         return sum(nn.functional.cross_entropy(m(x[i:i + 1], t), y[i:i + 1])
                    for i in range(len(x)))
-    for kind in ("sum", "sumP", "chosen", "ac", "acP", "rollout"):
-        model, opt, ref, ref_opt = sgd_beside_one_process()
+    for kind in ("sum", "sumP", "chosen", "ac", "acP", "rollout", "ensemble"):
+        if kind == "ensemble":  # (a deep ensemble's members, each on the rank's one sample)
+            model = setup_model(lambda: nn.ModuleList(nn.Sequential(
+                nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 5)) for _ in range(3)))
+            ref = copy.deepcopy(model)
+            opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                           model=model)
+            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        else:
+            model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
-        every = [3 + q % 2 for q in range(P)] if kind != "rollout" else [1] * P
+        every = [3 + q % 2 for q in range(P)] if kind not in ("rollout", "ensemble") else [1] * P
         n = every[r]
-        lo = r if kind == "rollout" else 0  # (one env a rank, the union's r-th)
+        lo = r if kind in ("rollout", "ensemble") else 0  # (one env a rank, the union's r-th)
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
             for t in range(3):
@@ -2798,14 +2809,14 @@ def python_sums():
                 opt.step()
                 xs = torch.cat([x[:k] for k in every])
                 ys = torch.cat([y[:k] for k in every])
-                if kind == "rollout":
+                if kind in ("rollout", "ensemble"):
                     xs, ys = x[:P], y[:P]
                 ref_opt.zero_grad()
                 loss_of(ref, xs, ys, t, kind).backward()
                 ref_opt.step()
         sft.shutdown()
         worst, where = rel_diff(model, ref)
-        if kind in ("sumP", "acP", "rollout") and worst > args.tol:
+        if kind in ("sumP", "acP", "rollout", "ensemble") and worst > args.tol:
             fail("a Python sum times size() (%s): %s differs from one process's by %.3g" %
                  (kind, where, worst))
         if kind in ("sum", "ac") and worst < 100 * args.tol:

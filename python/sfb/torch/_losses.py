@@ -686,10 +686,13 @@ def picked_sum(root, world):
     # (forwards of one sample each: three or more, their terms alike, as a loop
     # over the samples makes them; two (pix2pix's discriminator on a real and
     # a fake pair, a batch of one) or unlike ones (WGAN-GP's) are no such loop)
-    kinds = set(tuple(sorted(type(t).__name__ for t in group)) for group, _ in forwards)
-    ones = len(forwards) >= 3 and len(kinds) == 1
+    # (each forward its own sample: an ensemble's members on one sample each are
+    # no loop over the samples)
+    kinds = set(tuple(sorted(type(t).__name__ for t in group)) for group, _, _ in forwards)
+    ones = len(forwards) >= 3 and len(kinds) == 1 and \
+        len(set(at for _, _, at in forwards)) == len(forwards)
     rows, base = set(), None
-    for group, one in forwards:
+    for group, one, _ in forwards:
         if one and ones:
             continue
         picked = set()
@@ -712,10 +715,11 @@ def _forwards(terms, limit=8192):
     """The terms grouped by the forwards they come from: terms whose graphs
     share a node (the parameters' aside) are one forward's. [(its terms,
     whether each of its layers took one sample: one row, or one unbatched
-    sample)], or None where the graphs hold more than limit nodes."""
+    sample, picked out, where (_picked's address))], or None where the
+    graphs hold more than limit nodes."""
     owner, parent = {}, list(range(len(terms)))
     one = [None] * len(terms)  # (None: no layer met; True: each one sample's)
-    picks = [False] * len(terms)  # (a layer took a sample picked out: _picked)
+    picks = [None] * len(terms)  # (where a layer took a sample picked out: _picked)
 
     def find(i):
         while parent[i] != i:
@@ -736,19 +740,20 @@ def _forwards(terms, limit=8192):
             took = _one_sample(node, name)
             if took is not None:
                 one[i] = took and one[i] is not False
-                picks[i] = picks[i] or (took and _picked(node, name))
+                if took and picks[i] is None:
+                    picks[i] = _picked(node, name)
             return [f for f, _ in node.next_functions]
         _walk(term, visit, limit)
         if walked[0] >= limit:
             return None
     groups = {}
     for i, term in enumerate(terms):
-        group = groups.setdefault(find(i), [[], True, False, False])
+        group = groups.setdefault(find(i), [[], True, False, None])
         group[0].append(term)
         group[1] = group[1] and one[i] is not False
         group[2] = group[2] or one[i] is not None
-        group[3] = group[3] or picks[i]
-    return [(g, took and met and picked) for g, took, met, picked in groups.values()]
+        group[3] = group[3] if group[3] is not None else picks[i]
+    return [(g, took and met and at is not None, at) for g, took, met, at in groups.values()]
 
 
 def _one_sample(node, name):
@@ -765,24 +770,25 @@ def _one_sample(node, name):
 
 
 def _picked(node, name):
-    """Whether layer node's input is one sample picked out: unbatched (a
-    1-D state), an unbatched sample made a batch of one (unsqueeze(0)), or
-    one row of a batch (x[i:i + 1], x[i][None]). A batch that holds one
-    sample of its own (a rank's one env of a vectorized rollout, each step
-    a mean over the envs) is none: one process's holds more."""
+    """Where layer node's input is one sample picked out (its address):
+    unbatched (a 1-D state), an unbatched sample made a batch of one
+    (unsqueeze(0)), or one row of a batch (x[i:i + 1], x[i][None]); None
+    otherwise. A batch that holds one sample of its own (a rank's one env of
+    a vectorized rollout, each step a mean over the envs) is none: one
+    process's holds more."""
     try:
         x = node.saved_tensors[0] if name in FACTOR_NODES else getattr(
             node, "_saved_mat1" if name == "AddmmBackward0" else
             "_saved_self" if name == "MmBackward0" else "_saved_input", None)
     except (RuntimeError, IndexError, AttributeError):
-        return False
+        return None
     if not isinstance(x, torch.Tensor):
-        return False
-    if x.dim() == 1:
-        return True
+        return None
     base = x._base
-    return base is not None and (base.shape == x.shape[1:] or (
-        base.dim() == x.dim() and base.shape[1:] == x.shape[1:] and base.shape[0] > 1))
+    if x.dim() == 1 or base is not None and (base.shape == x.shape[1:] or (
+            base.dim() == x.dim() and base.shape[1:] == x.shape[1:] and base.shape[0] > 1)):
+        return x.data_ptr()
+    return None
 
 
 def _addends(node, limit=4096):
