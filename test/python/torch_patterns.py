@@ -3323,6 +3323,15 @@ def batch_statistics():
                       mixes % "topk (hard-example mining) over the samples"),
              "norm": (lambda out, y, dist: (out - nn.functional.one_hot(y, 5)).norm(),
                       mixes % "a norm over the samples"),
+             # (the same through resampling each sample's own positions: logits
+             # upsampled to the labels' size, pooled)
+             "topk_up": (lambda out, y, dist: ce(nn.functional.interpolate(
+                 out[:, None], scale_factor=2, mode="linear", align_corners=False)[:, 0, ::2],
+                 y, reduction="none").topk(2)[0].mean(),
+                 mixes % "topk (hard-example mining) over the samples"),
+             "norm_pool": (lambda out, y, dist: (nn.functional.max_pool1d(
+                 out[:, None], 1)[:, 0] - nn.functional.one_hot(y, 5)).norm(),
+                 mixes % "a norm over the samples"),
              "moe": (lambda out, y, dist: ce(out, y) + 0.5 * balance(out, fractions(out)),
                      "multiplies a mean over the samples by a tensor without gradient that "
                      "differs from rank to rank"),

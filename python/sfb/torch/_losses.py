@@ -931,7 +931,19 @@ _ROWWISE = frozenset((
     "TruncBackward0", "RoundBackward0", "FloorBackward0", "CeilBackward0", "FracBackward0",
     "HardswishBackward0", "HardsigmoidBackward0", "MishBackward0", "CeluBackward0",
     "RreluWithNoiseBackward0", "ThresholdBackward0", "SoftshrinkBackward0",
-    "HardshrinkBackward0", "PreluBackward0", "PreluKernelBackward0") + _VIEWS)
+    "HardshrinkBackward0", "PreluBackward0", "PreluKernelBackward0",
+    # (resampling each sample's own positions: logits upsampled to the labels'
+    # size, pooled, padded, shuffled into pixels)
+    "PixelShuffleBackward0", "PixelUnshuffleBackward0", "ConstantPadNdBackward0") + _VIEWS +
+    tuple("Upsample%s%dDBackward%d" % (kind, d, v) for kind in (
+        "Nearest", "NearestExact", "Linear", "Bilinear", "Bicubic", "Trilinear")
+        for d in (1, 2, 3) for v in (0, 1)) +
+    tuple("%sPad%dDBackward0" % (kind, d) for kind in ("Reflection", "Replication")
+          for d in (1, 2, 3)) +
+    tuple("%s%dDBackward0" % (kind, d) for kind in (
+        "MaxPool", "MaxPoolWithIndices", "AvgPool", "AdaptiveAvgPool", "AdaptiveMaxPool")
+        for d in (1, 2, 3)) +
+    ("MaxPool2DWithIndicesBackward0", "MaxPool3DWithIndicesBackward0"))
 # (sfb's own layers and torch's: per-sample outputs of a model)
 FACTOR_NODES = ("_LinearFactorsBackward", "_ConvFactorsBackward", "_RowsFactorsBackward")
 _LAYERS = FACTOR_NODES + ("EmbeddingBackward0", "ConvolutionBackward0", "AddmmBackward0",
