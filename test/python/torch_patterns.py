@@ -3329,6 +3329,16 @@ def batch_statistics():
                  out[:, None], scale_factor=2, mode="linear", align_corners=False)[:, 0, ::2],
                  y, reduction="none").topk(2)[0].mean(),
                  mixes % "topk (hard-example mining) over the samples"),
+             # (SimCSE's in-batch similarity, cosine_similarity by broadcasting: its
+             # division by the norms between the pairs and the lifted samples)
+             "cosine": (lambda out, y, dist: ce(nn.functional.cosine_similarity(
+                 out[:, None], out[None], -1) / 0.5, torch.arange(len(out))),
+                 mixes % "a product of every pair of samples, broadcast (z[:, None] against "
+                 "z[None]): a kernel or distance over the minibatch"),
+             # (a Cox model's partial likelihood: each sample's risk set, those after
+             # it in time, summed by a cumulative logsumexp over the samples)
+             "cox": (lambda out, y, dist: -(out[:, 0] - torch.logcumsumexp(out[:, 0], 0))
+                     .mean(), mixes % "a cumulative logsumexp over the samples"),
              "norm_pool": (lambda out, y, dist: (nn.functional.max_pool1d(
                  out[:, None], 1)[:, 0] - nn.functional.one_hot(y, 5)).norm(),
                  mixes % "a norm over the samples"),

@@ -1259,7 +1259,11 @@ _MIXES = {"VarBackward0": "a variance", "StdBackward0": "a standard deviation",
           "NormBackward1": "a norm", "LinalgVectorNormBackward0": "a norm",
           "ProdBackward0": "a product", "ProdBackward1": "a product",
           "CumsumBackward0": "a cumulative sum", "CumprodBackward0": "a cumulative product",
+          "LogcumsumexpBackward0": "a cumulative logsumexp",  # (a Cox model's risk sets)
+          "CummaxBackward0": "a cumulative maximum", "CumminBackward0": "a cumulative minimum",
           "SoftmaxBackward0": "a softmax", "LogSoftmaxBackward0": "a log_softmax"}
+_CUMULATIVE = ("CumsumBackward0", "CumprodBackward0", "LogcumsumexpBackward0",
+               "CummaxBackward0", "CumminBackward0")
 # (reductions that are linear: a mean of per-sample terms until something
 # that is not linear is done with them)
 _SUMS = {"SumBackward0": "a sum", "SumBackward1": "a sum", "NansumBackward0": "a sum",
@@ -1330,10 +1334,12 @@ _PAIRWISE = {"SubBackward0": "a difference", "AddBackward0": "a sum",
              "MulBackward0": "a product", "DivBackward0": "a ratio"}
 
 
-def _lifted(node, depth=4):
+def _lifted(node, depth=6):
     """The dimension (0 or 1) the samples of a tensor a layer computed were
     moved past by an unsqueeze on the way to node (z[None], z.unsqueeze(0):
-    0; z[:, None], z.unsqueeze(1): 1), through slices; None otherwise."""
+    0; z[:, None], z.unsqueeze(1): 1), through slices and scaling (its
+    first input: F.cosine_similarity's division by the norms); None
+    otherwise."""
     for _ in range(depth):
         if node is None:
             return None
@@ -1342,7 +1348,7 @@ def _lifted(node, depth=4):
             below = node.next_functions[0][0]
             return _signed(node._saved_dim) if below is not None and \
                 _below(below, whole=True) == {"layer"} else None
-        if name not in ("SliceBackward0", "ExpandBackward0") + _RESHAPES:
+        if name not in ("SliceBackward0", "ExpandBackward0") + _RESHAPES + tuple(_SCALED):
             return None
         node = node.next_functions[0][0]
     return None
@@ -1368,7 +1374,7 @@ def _over_first(node, name):
     softmax across it: of a tensor with two or more)."""
     dims = getattr(node, "_saved_dim", None)
     if dims is None or dims == ():  # (over every dimension)
-        return name not in ("CumsumBackward0", "CumprodBackward0")
+        return name not in _CUMULATIVE
     dims = [_signed(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
     if all(d > 0 for d in dims):  # (other dimensions, counted from the first)
         return name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and dims == [1] and \
