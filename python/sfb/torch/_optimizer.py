@@ -2016,7 +2016,11 @@ class _Sync(_Passes):
                 " (class weights counted over the whole dataset; weights from each "
                 "minibatch's label counts: count over every rank's, "
                 "sft.allreduce(counts, op=\"sum\"), as one process counts the union's)"
-                if fields[:1] == [_losses.SETTINGS[0]] else ""),
+                if fields[:1] == [_losses.SETTINGS[0]] else
+                " (an ignore_index from each rank's own sequence length, a span's "
+                "positions: one number, and the padded positions' logits masked, "
+                "masked_fill(pad, -1e4), as the rank's padding enters its softmax)"
+                if _losses.SETTINGS[1] in fields else ""),
             rank=sides[1][0] if sides[0][0] == me else sides[0][0])
 
     def _check_stepped(self, meta, states):
