@@ -3349,6 +3349,12 @@ def batch_statistics():
              # it in time, summed by a cumulative logsumexp over the samples)
              "cox": (lambda out, y, dist: -(out[:, 0] - torch.logcumsumexp(out[:, 0], 0))
                      .mean(), mixes % "a cumulative logsumexp over the samples"),
+             # (the same by a logsumexp over a masked (N, N) matrix of the scores
+             # lifted to its second dimension)
+             "risk": (lambda out, y, dist: (lambda s: -(s - torch.logsumexp(
+                 s[None].expand(len(s), -1).masked_fill(
+                     torch.ones(len(s), len(s)).tril(-1) > 0, float("-inf")), 1)).mean())(
+                 out[:, 0]), mixes % "a logsumexp over the samples"),
              "norm_pool": (lambda out, y, dist: (nn.functional.max_pool1d(
                  out[:, None], 1)[:, 0] - nn.functional.one_hot(y, 5)).norm(),
                  mixes % "a norm over the samples"),

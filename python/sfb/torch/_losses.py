@@ -1337,8 +1337,8 @@ _PAIRWISE = {"SubBackward0": "a difference", "AddBackward0": "a sum",
 def _lifted(node, depth=6):
     """The dimension (0 or 1) the samples of a tensor a layer computed were
     moved past by an unsqueeze on the way to node (z[None], z.unsqueeze(0):
-    0; z[:, None], z.unsqueeze(1): 1), through slices and scaling (its
-    first input: F.cosine_similarity's division by the norms); None
+    0; z[:, None], z.unsqueeze(1): 1), through slices, masks and scaling
+    (its first input: F.cosine_similarity's division by the norms); None
     otherwise."""
     for _ in range(depth):
         if node is None:
@@ -1348,7 +1348,8 @@ def _lifted(node, depth=6):
             below = node.next_functions[0][0]
             return _signed(node._saved_dim) if below is not None and \
                 _below(below, whole=True) == {"layer"} else None
-        if name not in ("SliceBackward0", "ExpandBackward0") + _RESHAPES + tuple(_SCALED):
+        if name not in ("SliceBackward0", "ExpandBackward0", "MaskedFillBackward0",
+                        "WhereBackward0") + _RESHAPES + tuple(_SCALED):
             return None
         node = node.next_functions[0][0]
     return None
@@ -1376,10 +1377,12 @@ def _over_first(node, name):
     if dims is None or dims == ():  # (over every dimension)
         return name not in _CUMULATIVE
     dims = [_signed(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
+    ndim = _ndim(node)
+    if ndim == 2 and dims in ([1], [-1]) and _lifted(node.next_functions[0][0]) == 0:
+        return True  # (along samples lifted to the second dimension: z[None] over a risk set)
     if all(d > 0 for d in dims):  # (other dimensions, counted from the first)
         return name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and dims == [1] and \
             _one_row(node)
-    ndim = _ndim(node)
     if name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and dims == [-1] and ndim == 2 and \
             _one_row(node):
         return True
