@@ -240,32 +240,23 @@ class TorchOneWorker(unittest.TestCase):
         # gradient sfb cannot add to its factors, refused saying how;
         # pruned (identity) before it: dense from the start, pruned further
         # at any step as one process does
+        # (its bias pruned since: the layer's call, a bias not a leaf, no F.linear
+        # of its weight and bias: refused saying how too)
         import torch.nn.utils.prune as prune
         x, y = data()
-        m = net()
-        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
-        nn.functional.cross_entropy(m(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-        prune.l1_unstructured(m[0], "weight", amount=0.5)
-        loss = nn.functional.cross_entropy(m(x), y)
-        self.assertRaisesNaming(ValueError, ["0.weight is pruned", "prune.identity(module, 'weight')"],
-                                loss.backward)
-        sft.shutdown()
-        # its bias pruned since: the layer's call (a bias not a leaf) no F.linear
-        # of its weight and bias, refused saying how too
-        sft.init(world=1)
-        m = net()
-        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
-        nn.functional.cross_entropy(m(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-        prune.l1_unstructured(m[0], "bias", amount=0.5)
-        loss = nn.functional.cross_entropy(m(x), y)
-        self.assertRaisesNaming(ValueError, ["0.bias is pruned", "prune.identity(module, 'bias')"],
-                                loss.backward)
-        sft.shutdown()
-        sft.init(world=1)
+        for what in ("weight", "bias"):
+            m = net()
+            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            prune.l1_unstructured(m[0], what, amount=0.5)
+            loss = nn.functional.cross_entropy(m(x), y)
+            self.assertRaisesNaming(ValueError, ["0.%s is pruned" % what,
+                                                 "prune.identity(module, '%s')" % what],
+                                    loss.backward)
+            sft.shutdown()
+            sft.init(world=1)
         m, ref = net(), net()
         for q in (m, ref):
             prune.identity(q[0], "weight")
