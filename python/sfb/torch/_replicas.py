@@ -150,8 +150,10 @@ def check_buffers(sync, step, unit="step"):
 def check_unheld(sync, step, unit="step", frozen=False):
     """Collective: the model's parameters that need a gradient and the job
     does not hold (a module replaced or added after wrapping, stepped by an
-    optimizer of the program's own), the same names and bits on every rank,
-    or refused, naming them: each rank would train its own copy of them.
+    optimizer of the program's own), the same names on every rank and the
+    same values (within rounding of rank 0's: a LoRA merged into its frozen
+    base for rank 0's validation and out again), or refused, naming them:
+    each rank would train its own copy of them.
     frozen: the frozen ones too (prototypes or a codebook kept as a
     parameter without gradient, refreshed by hand from each rank's own
     data), where the buffers are first compared and at the end only (a
@@ -161,14 +163,18 @@ def check_unheld(sync, step, unit="step", frozen=False):
              if (p.requires_grad or frozen) and id(p) not in held]
     names = "\n".join("%s %s" % (n, tuple(p.shape)) for n, p in items)
     job = sync.job
-    every = [np.frombuffer(b, np.uint32) for b in job.allgather(
-        np.concatenate([[zlib.crc32(names.encode())], crcs(items)]).astype(np.uint32).tobytes())]
+    mine = crcs(items)
+    every = np.stack([np.frombuffer(b, np.uint32) for b in job.allgather(np.array(
+        [zlib.crc32(names.encode()), zlib.crc32(mine.tobytes())], np.uint32).tobytes())])
     apart = [q for q in range(len(every)) if every[q][0] != every[0][0]]
+    if not apart and (every[:, 1] == every[0, 1]).all():
+        return
     shown = ", ".join(n for n, _ in items[:4]) + (", ..." if len(items) > 4 else "")
-    if not apart:  # (the same parameters: their values, within rounding of rank 0's)
+    if not apart:  # (the same parameters: which differ, within rounding of rank 0's?)
+        each = np.stack([np.frombuffer(b, np.uint32) for b in job.allgather(mine.tobytes())])
         named = []
         for i, (name, t) in enumerate(items):
-            if len(named) > 4 or all(e[i + 1] == every[0][i + 1] for e in every):
+            if len(named) > 4 or (each[:, i] == each[0, i]).all():
                 continue
             ref = _bytes(t).copy()
             job.broadcast(0, ref)
