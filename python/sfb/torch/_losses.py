@@ -1378,8 +1378,11 @@ def _over_first(node, name):
         return name not in _CUMULATIVE
     dims = [_signed(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
     ndim = _ndim(node)
-    if ndim == 2 and dims in ([1], [-1]) and _lifted(node.next_functions[0][0]) == 0:
-        return True  # (along samples lifted to the second dimension: z[None] over a risk set)
+    if ndim == 2 and dims in ([1], [-1]) and (_first_size(node) or 0) > 1 and \
+            _lifted(node.next_functions[0][0]) == 0:
+        # (along samples lifted to the second dimension, in rows of them:
+        # z[None].expand(n, n) over a risk set; one row is one sample's classes)
+        return True
     if all(d > 0 for d in dims):  # (other dimensions, counted from the first)
         return name in ("SoftmaxBackward0", "LogSoftmaxBackward0") and dims == [1] and \
             _one_row(node)
@@ -1447,6 +1450,19 @@ def _signed(dim):
     """A dimension as saved in a backward node (a negative one as unsigned
     64 bits: -1 as 2**64 - 1) as given."""
     return dim - (1 << 64) if dim >= 1 << 63 else dim
+
+
+def _first_size(node):
+    """The first dimension's size of reduction node's input (None: not
+    saved)."""
+    sizes = _sizes(node)
+    if sizes is not None:
+        return int(sizes[0]) if len(sizes) else None
+    for attr in ("_saved_self", "_saved_result"):
+        t = getattr(node, attr, None)
+        if isinstance(t, torch.Tensor) and t.dim():
+            return t.shape[0]
+    return None
 
 
 def _ndim(node):
