@@ -97,7 +97,7 @@ def broadcast_parameters(params, root_rank=0):
     if job.rank == root_rank:
         o = 0
         for (_, t), n in zip(named, sizes):
-            buf[o:o + n] = _env.memory(t.detach().contiguous())
+            buf[o:o + n] = _env.memory(t)
             o += n
     job.broadcast(root_rank, buf)
     if job.rank != root_rank:
@@ -242,7 +242,7 @@ def _gather_rows(job, t, what, weight=1.0):
     if len(head) > _HEAD:
         raise _sfb.UsageError("%s: a tensor of %d dimensions" % (what, t.dim()))
     data = head.ljust(_HEAD, b" ") + np.float64(weight).tobytes() + \
-        _env.memory(t.detach().contiguous()).tobytes()
+        _env.memory(t).tobytes()
     parts = allgather_bytes(job, data)
     for q, b in enumerate(parts):
         if b[:_HEAD] != parts[0][:_HEAD]:

@@ -85,11 +85,13 @@ def _user_stacklevel():
 
 
 def memory(t):
-    """The bytes of t (contiguous) as a uint8 array over its memory, which
-    keeps t alive. Not t.numpy(): torch 1.13 marks a storage .numpy() has
-    seen as never to be resized, and a buffer that starts empty and grows
-    on first use (a per-channel quantization observer's min_val) would fail
-    in the program's next forward."""
+    """The bytes of t (any dtype: bfloat16 too) as a uint8 array over its
+    memory (a contiguous copy's where t is not contiguous), which keeps it
+    alive. Not t.numpy(): torch 1.13 marks a storage .numpy() has seen as
+    never to be resized, and a buffer that starts empty and grows on first
+    use (a per-channel quantization observer's min_val) would fail in the
+    program's next forward."""
+    t = t.detach().contiguous()
     n = t.numel() * t.element_size()
     if n == 0:
         return np.empty(0, np.uint8)

@@ -1173,7 +1173,7 @@ def detached(root, world):
                         t.layout == torch.strided:  # (a few experts' fractions: read each pass)
                     stat = _walk(side, linear, 64)
                     if stat:
-                        return stat, zlib.crc32(_env.memory(t.detach().contiguous()))
+                        return stat, zlib.crc32(_env.memory(t))
         return _inputs(node)
 
     def linear(node, name):
@@ -1377,8 +1377,9 @@ def _over_first(node, name):
     if dims is None or dims == ():  # (over every dimension)
         return name not in _CUMULATIVE
     dims = [_signed(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
-    ndim = _ndim(node)
-    if ndim == 2 and dims in ([1], [-1]) and (_first_size(node) or 0) > 1 and \
+    shape = _input_shape(node)
+    ndim = None if shape is None else len(shape)
+    if ndim == 2 and dims in ([1], [-1]) and shape[0] > 1 and \
             _lifted(node.next_functions[0][0]) == 0:
         # (along samples lifted to the second dimension, in rows of them:
         # z[None].expand(n, n) over a risk set; one row is one sample's classes)
@@ -1452,29 +1453,17 @@ def _signed(dim):
     return dim - (1 << 64) if dim >= 1 << 63 else dim
 
 
-def _first_size(node):
-    """The first dimension's size of reduction node's input (None: not
-    saved)."""
+def _input_shape(node):
+    """The sizes of reduction node's input (None: not saved)."""
     sizes = _sizes(node)
     if sizes is not None:
-        return int(sizes[0]) if len(sizes) else None
-    for attr in ("_saved_self", "_saved_result"):
-        t = getattr(node, attr, None)
-        if isinstance(t, torch.Tensor) and t.dim():
-            return t.shape[0]
-    return None
-
-
-def _ndim(node):
-    """The dimensions of reduction node's input (None: not saved)."""
-    sizes = _sizes(node)
-    if sizes is not None:
-        return len(sizes)
+        return tuple(int(d) for d in sizes)
     for attr in ("_saved_self", "_saved_result"):
         t = getattr(node, attr, None)
         if isinstance(t, torch.Tensor):
-            return t.dim()
+            return tuple(t.shape)
     return None
+
 
 
 def _nonlinear(node, name):

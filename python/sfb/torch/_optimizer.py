@@ -56,7 +56,7 @@ def _crc_tensors(tensors, crc=0):
     """A CRC-32 of the tensors' bytes, read in place (any dtype: a frozen
     bfloat16 base model's too)."""
     for t in tensors:
-        crc = zlib.crc32(_replicas._bytes(t), crc)
+        crc = zlib.crc32(_env.memory(t), crc)
     return crc
 
 

@@ -57,7 +57,7 @@ def crcs(items):
     """A CRC-32 of each (name, tensor)'s bytes, as uint32s (what the
     replicas compare): read in place, any dtype (a frozen bfloat16 base
     model's too)."""
-    return np.array([zlib.crc32(_bytes(t)) for _, t in items], np.uint32)
+    return np.array([zlib.crc32(_env.memory(t)) for _, t in items], np.uint32)
 
 
 def buffers(model):
@@ -74,9 +74,14 @@ def buffers(model):
     return out
 
 
-def _bytes(t):
-    """t's bytes as a uint8 array (any dtype: bfloat16 too)."""
-    return _env.memory(t.detach().contiguous())
+def _far(job, t):
+    """Collective: the ranks whose t (of one shape and dtype on every rank)
+    is not within rounding of rank 0's."""
+    ref = _env.memory(t).copy()
+    job.broadcast(0, ref)
+    far = not _close(t.detach(), torch.frombuffer(ref, dtype=t.dtype).reshape(t.shape)
+                     if ref.size else t.detach())
+    return [q for q, f in enumerate(job.allgather(bytes([far]))) if f[0]]
 
 
 def _close(x, x0):
@@ -103,7 +108,7 @@ def check_buffers(sync, step, unit="step"):
     items = buffers(sync.model)
     job = sync.job
     mine = np.array([[zlib.crc32(repr((tuple(t.shape), str(t.dtype))).encode()),
-                      zlib.crc32(_bytes(t))] for _, t in items], np.uint32).reshape(-1, 2)
+                      zlib.crc32(_env.memory(t))] for _, t in items], np.uint32).reshape(-1, 2)
     # (an allgather takes one length on every rank: the counts first)
     sizes = [int(np.frombuffer(b, np.uint64)[0])
              for b in job.allgather(np.array([len(items)], np.uint64).tobytes())]
@@ -124,12 +129,7 @@ def check_buffers(sync, step, unit="step"):
             what = "its shape or dtype (here %s %s)" % (
                 tuple(t.shape), str(t.dtype).replace("torch.", ""))
         else:  # the same shape: rank 0's values, each rank's within rounding of them?
-            ref = _bytes(t).copy()
-            job.broadcast(0, ref)
-            far = not _close(t.detach(), torch.frombuffer(ref, dtype=t.dtype).reshape(t.shape)
-                             if ref.size else t.detach())
-            flags = job.allgather(bytes([far]))
-            other = [r for r in range(job.world) if flags[r][0]]
+            other = _far(job, t)
             if not other:
                 continue  # rounding
             what = "its values"
@@ -176,10 +176,7 @@ def check_unheld(sync, step, unit="step", frozen=False):
         for i, (name, t) in enumerate(items):
             if len(named) > 4 or (each[:, i] == each[0, i]).all():
                 continue
-            ref = _bytes(t).copy()
-            job.broadcast(0, ref)
-            far = not _close(t.detach(), torch.frombuffer(ref, dtype=t.dtype).reshape(t.shape))
-            ranks = [q for q, f in enumerate(job.allgather(bytes([far]))) if f[0]]
+            ranks = _far(job, t)
             if ranks:  # (a LoRA merged into its frozen base and out again on one rank: rounding)
                 named.append(name)
                 apart = sorted(set(apart) | set(ranks))
@@ -285,7 +282,7 @@ class Checks:
                                   (which, elem))
         name, t = items[which]
         with torch.no_grad():
-            a = _env.memory(t.detach()).view(np.uint32)
+            a = _env.memory(t).view(np.uint32)
             a[elem] ^= np.uint32(1 << bit)
         print("sfb.torch: SFB_DEBUG_FLIP: step %d, %s element %d: bit %d flipped" %
               (step, name, elem, bit), file=sys.stderr, flush=True)
@@ -327,11 +324,11 @@ class Checks:
                     -(4096 + 5), "sfb.torch: replica check, step %d: %s differs between ranks "
                     "with no majority to repair it from (%s: one replica; %s: another)" %
                     (step, name, _ranks(side), _ranks(other)), rank=other[0])
-            got = _env.memory(t.detach().contiguous()).copy()
+            got = _env.memory(t).copy()
             job.broadcast(root, got)
             if job.rank in other:
                 k = t.element_size()
-                diff = np.flatnonzero((_env.memory(t.detach().contiguous()) != got)
+                diff = np.flatnonzero((_env.memory(t) != got)
                                       .reshape(-1, k).any(1))
                 with torch.no_grad():
                     t.copy_(torch.from_numpy(got).view(t.dtype).view(t.shape))
