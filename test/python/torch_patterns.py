@@ -1518,15 +1518,18 @@ def batchnorm():
 
 class GhostNorm(nn.Module):
     """TabNet's ghost batch normalization: a BatchNorm1d over virtual
-    batches, chunks of the minibatch's rows (ghost), or over the whole."""
+    batches, chunks of the minibatch's rows (ghost), or over the whole;
+    ghost None: over the whole input first as well (TabNet's initial_bn, its
+    minibatches slices of one tensor)."""
 
     def __init__(self, ghost):
         super().__init__()
         self.fc, self.bn, self.head, self.ghost = nn.Linear(10, 8), nn.BatchNorm1d(8), \
             nn.Linear(8, 5), ghost
+        self.first = nn.BatchNorm1d(10) if ghost is None else None
 
     def forward(self, x):
-        h = self.fc(x)
+        h = self.fc(self.first(x) if self.first is not None else x)
         h = torch.cat([self.bn(c) for c in h.chunk(self.ghost)]) if self.ghost else self.bn(h)
         return self.head(torch.tanh(h))
 
@@ -1536,11 +1539,13 @@ def ghost_batchnorm():
     once, naming it (sfb.torch gathers chunk i of every rank, one process
     normalizes chunks of the global minibatch); so over one chunk of them
     all (x.chunk(1): TabNet's when a rank's share is no larger than a
-    virtual batch); over the whole minibatch: nothing said."""
+    virtual batch); over the whole minibatch: nothing said, also where the
+    minibatches are slices of one tensor (whose other slices the layer took
+    in earlier steps)."""
     import warnings
     x, y = data()
     uneven, args.uneven = args.uneven, False  # (every rank its 2 chunks)
-    for ghost in (2, 1, 0):
+    for ghost in (2, 1, 0, None):
         torch.manual_seed(3)
         net = GhostNorm(ghost)
         sft.init(peer_timeout_s=5)

@@ -346,11 +346,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 
 def _ghost(s, layer, input):
-    """Whether input is a chunk of a tensor's rows whose other chunk the
-    layer normalized last (x.chunk(k) along the samples: ghost batch
-    normalization), noting its base for the next call; or the one chunk
-    of them all (x.chunk(1): a rank's share no larger than a virtual
-    batch, where one process's minibatch is several)."""
+    """Whether input is the chunk of a tensor's rows next to the one the
+    layer normalized last in this step (x.chunk(k) along the samples:
+    ghost batch normalization, or micro-batches in turn; minibatches
+    sliced from one tensor step after step are none), noting where it
+    ends for the next call; or the one chunk of them all (x.chunk(1): a
+    rank's share no larger than a virtual batch, where one process's
+    minibatch is several)."""
     base = input._base
     if layer is None or base is None or base.dim() != input.dim() or \
             base.shape[1:] != input.shape[1:] or base.shape[0] < input.shape[0]:
@@ -359,8 +361,9 @@ def _ghost(s, layer, input):
         return input.grad_fn is not None and \
             type(input.grad_fn).__name__ in ("SplitBackward0", "SplitWithSizesBackward0")
     last = s.bn_chunks.get(id(layer[0]))
-    s.bn_chunks[id(layer[0])] = weakref.ref(base)
-    return last is not None and last() is base
+    at = input.storage_offset()
+    s.bn_chunks[id(layer[0])] = (weakref.ref(base), s.steps, at + input.shape[0] * input.stride(0))
+    return last is not None and last[0]() is base and last[1:] == (s.steps, at)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,

@@ -344,7 +344,8 @@ class _Sync(_Passes):
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
-        self.bn_chunks = {}     # a BatchNorm's id: a weakref to its last input's base (_batchnorm)
+        self.bn_chunks = {}     # a BatchNorm's id: (a weakref to its last input's base,
+        #                         the step it came in, where its rows end: _batchnorm)
         self.told_ghost = False  # the ghost batch normalization's warning given
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
