@@ -4548,13 +4548,20 @@ class HandDrawNet(nn.Module):
     """Masks drawn by functions in forward (kind): "locked", one per sample
     by bernoulli_ (timm's drop_path, AWD-LSTM's locked dropout);
     "functional", F.dropout; "batch", draws for the whole minibatch
-    (LayerDrop's one number, a weight's dropout): one process's alike."""
+    (LayerDrop's one number, a weight's dropout); "rows", a mask over fc1's
+    rows by bernoulli_ (AWD-LSTM's embedded_dropout): one process's alike."""
     def __init__(self, kind):
         super().__init__()
         self.fc1, self.fc2, self.kind = nn.Linear(10, 24), nn.Linear(24, 5), kind
 
     def forward(self, x):
-        h = torch.tanh(self.fc1(x))
+        if self.kind == "rows" and self.training:
+            w = self.fc1.weight
+            HAND_LINE[0] = sys._getframe().f_lineno + 1
+            m = w.new_empty(w.shape[0], 1).bernoulli_(0.8).expand_as(w) / 0.8
+            h = torch.tanh(nn.functional.linear(x, m * w, self.fc1.bias))
+        else:
+            h = torch.tanh(self.fc1(x))
         if self.kind == "locked" and self.training:
             HAND_LINE[0] = sys._getframe().f_lineno + 1
             h = h * h.new_empty(h.shape[0], 1).bernoulli_(0.8) / 0.8
@@ -4576,17 +4583,20 @@ def hand_draws():
     """Masks drawn by functions, every rank's generator seeded alike: rank
     0 warns at step 0 that the ranks drew the same masks, naming the
     function and the line (bernoulli_ a sample, F.dropout); not for draws
-    for the whole minibatch (one process's alike), nor seeded apart. A
-    model every rank runs whole on the same rows: one seed everywhere is
-    one process's (nothing said), seeded apart is warned of."""
+    for the whole minibatch (one process's alike), nor seeded apart. A mask
+    over a layer's rows by bernoulli_ (not the samples'): one seed is one
+    process's (nothing said), seeded apart warned of. A model every rank
+    runs whole on the same rows: one seed everywhere is one process's
+    (nothing said), seeded apart is warned of."""
     import warnings
     x, y = data()
     for kind, seeded in (("locked", False), ("functional", False), ("batch", False),
-                         ("locked", True)):
+                         ("locked", True), ("rows", False), ("rows", True)):
         setup()
         P, r = sft.size(), sft.rank()
         model = HandDrawNet(kind)
         sft.broadcast_parameters(model.state_dict())
+        ref = copy.deepcopy(model)
         torch.manual_seed(100 + (r if seeded else 0))
         opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
         with warnings.catch_warnings(record=True) as said:
@@ -4597,15 +4607,29 @@ def hand_draws():
                 nn.functional.cross_entropy(model(xb), yb).backward()
                 opt.step()
         sft.shutdown()
-        draws = [str(w.message) for w in said if "drew the same masks" in str(w.message)]
+        draws = [str(w.message) for w in said if "drew the same masks" in str(w.message) or
+                 "drew masks for the same tensors" in str(w.message)]
         name = {"locked": "bernoulli_", "functional": "F.dropout"}.get(kind)
         want = ["sfb.torch: at step 0 every rank's torch random generator was in the same "
                 "state, so %s at torch_patterns.py:%d drew the same masks for each rank's "
                 "share of the minibatch, where one process draws for every sample apart: seed "
                 "each rank apart" % (name, HAND_LINE[0])] if name and not seeded and r == 0 else []
+        if kind == "rows" and seeded and r == 0:
+            want = ["sfb.torch: at step 0 bernoulli_ at torch_patterns.py:%d drew masks for the "
+                    "same tensors on every rank" % HAND_LINE[0]]
         if len(draws) != len(want) or any(not a.startswith(b) for a, b in zip(draws, want)):
             fail("masks drawn by functions (%s%s): warned %r, expected %r" % (
                 kind, ", seeded apart" if seeded else "", draws, want))
+        if kind == "rows" and not seeded:  # (one seed: one process's masks, one a step)
+            torch.manual_seed(100)
+            ref_opt = make_opt(ref.parameters())
+            for t in range(3):
+                parts = [shard(x, y, t, q, P) for q in range(P)]
+                ref_opt.zero_grad()
+                nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
+                                            torch.cat([b for _, b in parts])).backward()
+                ref_opt.step()
+            near_one_process(model, ref)
     # a model every rank runs whole (a full-graph network: the same rows through
     # its dropout on every rank, each rank's loss over its share of them): one
     # seed everywhere draws one process's masks, exact, nothing said; seeded

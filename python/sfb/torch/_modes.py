@@ -187,18 +187,22 @@ _torch_tensor_bernoulli = {name: getattr(torch.Tensor, name) for name in ("berno
 _sink = None  # the DistributedOptimizer noting draws (intercept), or None
 
 
-def _note(name, input):
+def _note(name, input, shape=None):
     """A mask drawn by name from torch's generator for the tensor input (a
-    dropout's; None: a bernoulli's probabilities, which say nothing of the
-    samples they are for): the user's line noted in the sink's drew (the
-    first 4 sites a step), and input in its drew_inputs' CRC-32s, until it
-    has warned (the ranks' inputs alike: one process's masks where drawn
-    alike, _Sync._tell_same_draws)."""
+    dropout's; a bernoulli's probabilities, or its shape and probability:
+    _mask_key): the user's line noted in the sink's drew (the first 4 sites
+    a step), and input in its drew_inputs' CRC-32s, until it has warned
+    (the ranks' inputs alike: one process's masks where drawn alike,
+    _Sync._tell_same_draws). shape: a bernoulli's mask's, in the sink's
+    drew_shapes (the first 8: one that holds the step's samples is drawn
+    per sample, whatever the inputs: holds_samples)."""
     s = _sink
     if s is None or s.told_draws:
         return
     if len(s.drew) < 4:
         s.drew.setdefault(_env._user_line(), name)
+    if shape is not None and len(s.drew_shapes) < 8:
+        s.drew_shapes.append(shape)
     if s.drew_inputs is None or s.drew_inputs[0] >= 0:
         try:
             crc = zlib.crc32(_env.memory(input))
@@ -226,9 +230,35 @@ def _dropout(name):
     return dropout
 
 
+def _mask_key(shape, p):
+    """What a bernoulli's mask of shape is drawn from: its probabilities p
+    (a tensor: its values), or the shape and the one probability (a
+    number), as a tensor to hash: alike on every rank, the same mask."""
+    if isinstance(p, torch.Tensor):
+        return p
+    return torch.tensor(list(shape) + [float(p)], dtype=torch.float64)
+
+
+def holds_samples(shapes, samples):
+    """Whether a mask of one of shapes is drawn per sample of a step of
+    samples (a dimension of that size, or leading ones that multiply to it:
+    (B, 1), (1, B, H), (B, T) flattened); every one where the samples are
+    unknown (0)."""
+    for shape in shapes:
+        if not samples:
+            return True
+        run = 1
+        for d in shape:
+            run *= d
+            if d == samples or run == samples:
+                return True
+    return False
+
+
 def _bernoulli(input, *args, generator=None, **kwargs):
     if generator is None and input.numel() > 1:
-        _note("torch.bernoulli", None)
+        p = args[0] if args else kwargs.get("p", input)
+        _note("torch.bernoulli", _mask_key(input.shape, p), tuple(input.shape))
     return _torch_bernoulli(input, *args, generator=generator, **kwargs)
 
 
@@ -238,7 +268,10 @@ def _tensor_bernoulli(name):
     @functools.wraps(torch_fn)
     def bernoulli(self, *args, generator=None, **kwargs):
         if generator is None and self.numel() > 1:  # (one number: a draw per minibatch)
-            _note(name, None)
+            # (bernoulli_ draws with p, 0.5 by default, whatever self holds;
+            # bernoulli() with self's values as probabilities, unless given p)
+            p = args[0] if args else kwargs.get("p", 0.5 if name == "bernoulli_" else self)
+            _note(name, _mask_key(self.shape, p), tuple(self.shape))
         return torch_fn(self, *args, generator=generator, **kwargs)
     return bernoulli
 

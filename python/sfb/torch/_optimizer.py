@@ -310,6 +310,7 @@ class _Sync(_Passes):
         self.drew_inputs = None   # CRC-32s of the tensors masks were drawn for since the last
         #                           reduction, (all of them, the first), None: none, (-1, -1):
         #                           one not hashed (_modes._note)
+        self.drew_shapes = []     # the shapes of the bernoulli masks among them (the first 8)
         self.nonfinite = set()    # ids of the parameters whose gradient here was not finite
         self.told_draws = False   # the generators' states compared (_tell_same_draws)
         self.pass_losses = []   # the pass's, counted at its end if it reached the job's
@@ -1041,7 +1042,8 @@ class _Sync(_Passes):
         if not self.told_draws:  # (until a reduction where every rank trains)
             crc = zlib.crc32(torch.random.get_rng_state().numpy().tobytes())
             row[0, n + 19:n + 21] = [crc & 0xFFFF, crc >> 16]
-            if self.drew_inputs is not None and self.drew_inputs[0] >= 0:  # (drawn for what)
+            if self.drew_inputs is not None and self.drew_inputs[0] >= 0 and not \
+                    _modes.holds_samples(self.drew_shapes, self.step_samples):  # (drawn for what)
                 every, first = self.drew_inputs
                 row[0, n + 36:n + 41] = [1.0, every & 0xFFFF, every >> 16, first & 0xFFFF,
                                          first >> 16]
@@ -1266,6 +1268,7 @@ class _Sync(_Passes):
         self.mode_ran = set()  # (the next step's forwards)
         self.step_ran, self.draw_ran = self.draw_ran, set()
         self.step_drew, self.drew, self.drew_inputs = self.drew, {}, None
+        self.drew_shapes = []
         self.last_meta = meta
         self.renorms.at_reduction(self.clock, meta[:, self.n_params + 10].any())
         if meta[:, self.n_params + 12].any() and \
@@ -1484,9 +1487,11 @@ class _Sync(_Passes):
         same_state = (meta[:, n + 19:n + 21] == meta[0, n + 19:n + 21]).all()
         # (the tensors the masks were drawn for, the same on every rank: a model
         # every rank runs whole, a full-graph GCN taking each rank's share of the
-        # nodes' losses; known where every mask went through F.dropout's and its
-        # tensor was hashed: _modes._note). The same masks over all of them are
-        # one process's; each rank's own over the first already are not.
+        # nodes' losses, a mask over an embedding's rows as AWD-LSTM's; known
+        # where every mask went through F.dropout's and its tensor was hashed, or
+        # through a bernoulli's of a shape that holds no step's samples:
+        # _modes._note). The same masks over all of them are one process's; each
+        # rank's own over the first already are not.
         hashed = all(isinstance(m, (torch.nn.modules.dropout._DropoutNd,
                                     torch.nn.MultiheadAttention))
                      for _, m in drawing) and meta[:, n + 36].all()
@@ -1502,8 +1507,9 @@ class _Sync(_Passes):
             warnings.warn(
                 "sfb.torch: at step %d %s drew masks for the same tensors on every rank (a "
                 "model every rank runs whole, a full-graph network taking each rank's share of "
-                "the nodes' losses) from generators in different states, so each rank dropped "
-                "other elements, where one process draws one mask: seed every rank alike "
+                "the nodes' losses, a mask over a layer's rows) from generators in different "
+                "states, so each rank dropped other elements, where one process draws one "
+                "mask: seed every rank alike "
                 "(torch.manual_seed(seed), the same on every rank) and keep their draws in "
                 "step" % (self.clock, shown), stacklevel=_env._user_stacklevel())
             return
