@@ -1894,8 +1894,42 @@ def foreign():
             ).backward()
         opt.step()
     closed()
+    clipped_outside()
     print("ok foreign: refused at step 4 (an unwrapped generator, an unwrapped discriminator); "
-          "Reptile's copies of the model not", flush=True)
+          "Reptile's copies of the model not; a loss's own parameter no optimizer holds, "
+          "clipped with the model's, named when the replicas part", flush=True)
+
+
+def clipped_outside():
+    """AWD-LSTM's split softmax after its switch to ASGD(model.parameters()):
+    the loss's own parameter, which no optimizer holds, gets each rank's own
+    gradient, and clip_grad_norm_ over the model's and its parameters scales
+    each rank's step apart. The replica check refuses, naming the parameter
+    outside the job (it blamed code under `if rank == 0:`)."""
+    x, y = data()
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 5))
+    tail = nn.Parameter(torch.randn(2, 5) * 0.1)  # (the criterion's tail vectors)
+    sft.init(peer_timeout_s=5)
+    P, r = sft.size(), sft.rank()
+    sft.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5), model=model)
+    try:
+        for t in range(args.steps):
+            xb, yb = shard(x, y, t, r, P)
+            out = model(xb)
+            opt.zero_grad()
+            nn.functional.cross_entropy(torch.cat([out, out @ tail.t()], 1), yb).backward()
+            nn.utils.clip_grad_norm_(list(model.parameters()) + [tail], 0.05)
+            opt.step()
+        fail("a clip over a parameter outside the job was not refused")
+    except (sfb.MismatchError, sfb.PeerError) as e:
+        if isinstance(e, sfb.MismatchError) and (
+                "parameters outside the job that are in the loss given to backward() past the "
+                "job's models" not in str(e) or "(2x5) have gradients of each rank's own" not
+                in str(e)):
+            fail("the refusal does not name the parameter outside the job: %s" % e)
+    closed()
 
 
 def earlystop():

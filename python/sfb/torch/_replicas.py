@@ -147,6 +147,20 @@ def check_buffers(sync, step, unit="step"):
             (name, unit, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
 
 
+def _outside_grads(sync):
+    """The parameters outside the job with a gradient (a loss's own
+    parameter no optimizer holds, whose .grad a clip over every parameter
+    reads), as the first steps found them (note_foreign): "that are in the
+    loss ... (2x8, 4)", or None."""
+    by = {}
+    for v, where in getattr(sync, "foreign", {}).values():
+        if v.grad is not None:
+            by.setdefault(where, []).append("x".join(map(str, v.shape)) or "one number")
+    return "; ".join("that %s (%s%s)" % (where, ", ".join(shapes[:3]),
+                                         ", ..." if len(shapes) > 3 else "")
+                     for where, shapes in by.items()) or None
+
+
 def check_unheld(sync, step, unit="step", frozen=False):
     """Collective: the model's parameters that need a gradient and the job
     does not hold (a module replaced or added after wrapping, stepped by an
@@ -307,17 +321,24 @@ class Checks:
             other = [r for r in range(P) if col[r] != col[root]]
             if not repair or name in self.fixed:  # (at the first steps, or again: the program's)
                 kinds = len(set(int(c) for c in col))
+                outside = _outside_grads(sync)
+                why = ("parameters outside the job %s have gradients of each rank's own, "
+                       "never reduced, and clip_grad_norm_ over them (or an optimizer that is "
+                       "not wrapped) scales or steps each rank apart: add them to a wrapped "
+                       "optimizer, or freeze them (requires_grad_(False)). Otherwise: " % outside
+                       if outside else "") + (
+                       "sfb.torch gives every rank the same "
+                       "gradients, so the program changed it on some ranks only (code under `if "
+                       "rank == 0:`, a change computed from each rank's own data or random "
+                       "numbers), or the ranks started apart%s. Change parameters alike on every "
+                       "rank (from every rank's data: sfb.torch.allreduce)" % (
+                           "; it was repaired at an earlier check already" if repair else ""))
                 raise _sfb.MismatchError(
                     -(4096 + 9), "sfb.torch: %s differs between ranks after %s %d "
-                    "(%s: one value; %s: %s): sfb.torch gives every rank the same "
-                    "gradients, so the program changed it on some ranks only (code under `if "
-                    "rank == 0:`, a change computed from each rank's own data or random "
-                    "numbers), or the ranks started apart%s. Change parameters alike on every "
-                    "rank (from every rank's data: sfb.torch.allreduce)" %
+                    "(%s: one value; %s: %s): %s" %
                     (name, unit, step, _ranks(side), _ranks(other),
                      "another" if kinds == 2 else "%d others, each its own" % (kinds - 1)
-                     if kinds == len(other) + 1 else "%d others" % (kinds - 1),
-                     "; it was repaired at an earlier check already" if repair else ""),
+                     if kinds == len(other) + 1 else "%d others" % (kinds - 1), why),
                     rank=other[0], param=name)
             if 2 * counts[root] <= P:
                 raise _sfb.PeerError(
