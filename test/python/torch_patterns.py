@@ -1510,10 +1510,70 @@ def batchnorm():
     closed()
     swa = swa_batchnorm()
     ghost_batchnorm()
+    folded = folded_batchnorm()
     print("ok batchnorm: refused (%s); the rest in training mode %d uneven steps within %.3g "
           "of one process; SWA's update_bn on every rank within %.3g of one process's, on "
-          "rank 0 alone refused with what to do; ghost batch normalization warned" % (
-              "; ".join(whys), args.steps, worst, swa), flush=True)
+          "rank 0 alone refused with what to do; ghost batch normalization warned; batch_norm "
+          "over a weight and over samples folded into channels within %.3g" % (
+              "; ".join(whys), args.steps, worst, swa, folded), flush=True)
+
+
+class FoldedNorm(nn.Module):
+    """F.batch_norm in training mode over one row: timm's StdConv2d (its
+    weight standardized) and MUNIT's AdaIN (an instance normalization of
+    x.view(1, b * c, h, w), its affine from a style code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.style, self.head = nn.Conv2d(2, 3, 3, padding=1, bias=False), \
+            nn.Linear(4, 6), nn.Linear(3 * 4 * 4, 5)
+
+    def forward(self, x):
+        b = x.shape[0]
+        w = nn.functional.batch_norm(self.conv.weight.reshape(1, 3, -1), None, None,
+                                     training=True, momentum=0.0, eps=1e-6)
+        w = w.reshape_as(self.conv.weight)
+        f = nn.functional.conv2d(x.view(b, 2, 4, 4), w, None, padding=1)
+        gamma, beta = self.style(x[:, :4]).view(b, 2, 3).unbind(1)
+        f = nn.functional.batch_norm(f.reshape(1, b * 3, 4, 4), torch.zeros(b * 3),
+                                     torch.ones(b * 3), gamma.reshape(-1), beta.reshape(-1),
+                                     True, 0.1, 1e-5).view(b, 3, 4, 4)
+        return self.head(torch.relu(f).flatten(1))
+
+
+def folded_batchnorm():
+    """F.batch_norm in training mode over a weight (StdConv2d) or over a
+    batch viewed as one row of b * c channels (AdaIN): no samples to
+    gather, each rank's own is one process's (they were gathered: chunk i
+    of every rank normalized together, 0.02 off, silent; a validation on
+    rank 0 alone was refused). Uneven shards, rank 0 validating alone in
+    eval(): within --tol of one process. Returns the difference."""
+    x, y = data()
+    x = x.repeat(1, 4)[:, :32]  # (32 features: 2 x 4 x 4)
+    model = setup_model(FoldedNorm)
+    ref = copy.deepcopy(model)
+    P, r = sft.size(), sft.rank()
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    for t in range(args.steps):
+        xb, yb = shard(x, y, t, r, P)
+        opt.zero_grad()
+        opt.set_samples(len(xb))
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+        if r == 0 and t % 3 == 0:  # (rank 0 validates alone)
+            model.eval()
+            with torch.no_grad():
+                model(x[:8])
+            model.train()
+    closed()
+    ref_opt = make_opt(ref.parameters())
+    for t in range(args.steps):
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        ref_opt.zero_grad()
+        nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
+                        torch.cat([b for _, b in parts])).backward()
+        ref_opt.step()
+    return near_one_process(model, ref)[0]
 
 
 class GhostNorm(nn.Module):

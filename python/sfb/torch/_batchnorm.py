@@ -309,6 +309,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
                                  momentum, eps)
     layer = _layer(s, weight, running_mean)
+    if layer is None and _within_one(input):  # (no samples to gather: each rank's own is exact)
+        return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
+                                 momentum, eps)
     if s.additive:
         _refuse_batch(layer, "at staleness %d the ranks would wait for each other in every "
                       "forward: use staleness=0" % s.staleness)
@@ -343,6 +346,22 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         _padding.watch(out, "a BatchNorm over positions", math.prod(input.shape[2:]),
                        input.shape[0])
     return out
+
+
+def _within_one(input):
+    """Whether a batch_norm's input of one row holds no samples in its
+    first dimension to gather over: a parameter's view (timm's StdConv2d
+    standardizes its weight by F.batch_norm(w.reshape(1, out, -1), ...,
+    training=True)), or a batch x (b, c, ...) viewed (1, b * c, ...) (an
+    instance normalization by batch_norm, MUNIT's AdaIN: each channel one
+    sample's); the same on every rank whatever its b."""
+    base = input._base
+    if base is None or input.dim() < 2 or input.shape[0] != 1:
+        return False
+    if isinstance(base, torch.nn.Parameter):
+        return True
+    return base.dim() == input.dim() and base.shape[0] * base.shape[1] == input.shape[1] and \
+        base.shape[2:] == input.shape[2:]
 
 
 def _ghost(s, layer, input):
