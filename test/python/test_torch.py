@@ -780,6 +780,15 @@ class TorchOneWorker(unittest.TestCase):
                                       nn.Conv1d(1, 2, 3), nn.Flatten(), nn.Linear(12, 3)),
                 lambda m: nn.functional.cross_entropy(m(x), y) + 0.1 * J(m).pow(2).mean(),
                 kind)
+        # a BatchNorm in training mode under vmap over tasks (functorch's MAML
+        # example): each task normalized by its own statistics, torch's (it
+        # failed: sfb.torch's gathering autograd.Function inside vmap)
+        tasks, labels = torch.randn(3, 5, 6), torch.randint(0, 3, (3, 5))
+        self.assertPlainSteps(
+            lambda: nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8, track_running_stats=False),
+                                  nn.Tanh(), nn.Linear(8, 3)),
+            lambda m: nn.functional.cross_entropy(vmap(m)(tasks).reshape(-1, 3),
+                                                  labels.reshape(-1)), "batchnorm in vmap")
 
     def test_embedding_frequency_scaling_refused(self):
         """scale_grad_by_freq divides by counts over the minibatch, which no

@@ -309,6 +309,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
                                  momentum, eps)
     layer = _layer(s, weight, running_mean)
+    if _capture.transformed():  # (functorch's vmap or grad: no autograd.Function there)
+        _tell_transformed(s, layer)
+        return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
+                                 momentum, eps)
     if layer is None and _within_one(input):  # (no samples to gather: each rank's own is exact)
         return _torch_batch_norm(input, running_mean, running_var, weight, bias, training,
                                  momentum, eps)
@@ -346,6 +350,23 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         _padding.watch(out, "a BatchNorm over positions", math.prod(input.shape[2:]),
                        input.shape[0])
     return out
+
+
+def _tell_transformed(s, layer):
+    """A BatchNorm in training mode inside functorch's transforms runs as
+    torch's own, on what each rank gives it: rank 0 warns once."""
+    if s.told_ghost or s.job.rank != 0 or s.job.world < 2:
+        return
+    s.told_ghost = True
+    warnings.warn(
+        "sfb.torch: %s runs in training mode inside functorch's transforms (vmap, grad), "
+        "where sfb.torch cannot gather its statistics: each vmapped slice is normalized by "
+        "its own, on each rank. That is one process's where every slice is a whole set of "
+        "its own (a MAML task's support set vmapped over the tasks), not where a slice is "
+        "this rank's share of the minibatch (an ensemble vmapped over its members' "
+        "parameters): there use nn.GroupNorm or nn.LayerNorm, or run the members as modules; "
+        "filter this warning where the slices are whole sets" % (
+            layer[1] if layer else OUTSIDE), stacklevel=_env._user_stacklevel())
 
 
 def _within_one(input):
