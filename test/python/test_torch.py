@@ -749,6 +749,45 @@ class TorchOneWorker(unittest.TestCase):
         sft.shutdown()
         sft.init(world=1)
 
+    def test_allreduce_sizes_and_in_place(self):
+        """allreduce takes tensors up to 1 MiB of their own bytes (a 400 x 400
+        float32 cross-correlation: it counted them in float64 and refused),
+        refuses more naming the shape and allgather; its float64 result
+        with gradient may be changed in place (no view)."""
+        c = torch.full((400, 400), 0.5)
+        self.assertTrue(torch.equal(sft.allreduce(c, op="sum"), c))
+        with self.assertRaises(sft.UsageError) as got:
+            sft.allreduce(torch.zeros(600, 600), op="sum")
+        self.assertIn("600x600 tensor of 1440000 bytes", str(got.exception))
+        self.assertIn("sfb.torch.allgather", str(got.exception))
+        t = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        out = sft.allreduce(t * 3, op="sum")
+        out.mul_(2)
+        out.sum().backward()
+        self.assertEqual(t.grad.tolist(), [6.0, 6.0])
+
+    def test_linear_output_changed_in_place(self):
+        """A Linear's output over (B, T, D) tokens changed in place (torch
+        gives a contiguous 3-D input with a bias addmm's result viewed):
+        nn.ReLU(inplace=True), a residual added by +=, a class masked by
+        assignment; three SGD steps are plain PyTorch's (it failed: a view
+        returned by a custom Function changed in place)."""
+        x, y = torch.randn(3, 4, 6), torch.randint(0, 5, (12,))
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc, self.act, self.fc2, self.out = nn.Linear(6, 6), \
+                    nn.ReLU(inplace=True), nn.Linear(6, 6), nn.Linear(6, 5)
+
+            def forward(self, x):
+                h = self.fc2(self.act(self.fc(x)))
+                h += x
+                logits = self.out(h)
+                logits[..., 0] = -1e4
+                return logits.reshape(-1, 5)
+        self.assertPlainSteps(Block, lambda m: nn.functional.cross_entropy(m(x), y), "in place")
+
     def test_embedding_bag_of_every_mode(self):
         """nn.EmbeddingBag's modes through sfb's rows (max mode, which torch
         looks up densely only, too), with offsets and an empty bag: three

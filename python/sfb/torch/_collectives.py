@@ -211,9 +211,14 @@ def allreduce(tensor, op="mean"):
 
 def _reduce(job, t, op):
     """allreduce's sum or mean of t over the ranks (collective)."""
+    size = t.numel() * t.element_size()  # (its own bytes: summed in float64, twice a float32's)
+    if size > (1 << 20):
+        raise _sfb.UsageError(
+            "allreduce: a %s tensor of %d bytes, more than 1 MiB (it travels over the "
+            "bootstrap's sockets, for statistics and counts): for a matrix over the samples, "
+            "gather their rows instead (sfb.torch.allgather, its gradient one process's too)" %
+            ("x".join(map(str, t.shape)), size))
     a = t.detach().to(torch.float64).contiguous().view(-1).numpy()
-    if a.nbytes * 1 > (1 << 20):
-        raise _sfb.UsageError("allreduce: %d bytes, more than 1 MiB" % a.nbytes)
     # (its shape first: tensors of other shapes would be summed by position)
     head = str(tuple(t.shape)).encode()
     if len(head) > _HEAD:
@@ -310,7 +315,8 @@ class _AllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, op):
         ctx.op = op
-        return _reduce(_need(), t, op)
+        out = _reduce(_need(), t, op)
+        return out.detach() if out._base is not None else out  # (no view: changed in place)
 
     @staticmethod
     @_abort_on_error  # (inside autograd: the peers learn of an error here)
