@@ -3394,6 +3394,11 @@ def batch_statistics():
     def fractions(out):                                # (each expert's, without gradient)
         return nn.functional.one_hot(out.argmax(1), 5).float().mean(0)
 
+    def whitened(out):                                 # (W-MSE's: by a 1x1 convolution)
+        z = out[:, :2] - out[:, :2].mean(0)
+        w = torch.linalg.cholesky(z.t() @ z / (len(z) - 1) + 0.1 * torch.eye(2)).inverse()
+        return nn.functional.conv2d(z[:, :, None, None], w[:, :, None, None])[:, :, 0, 0]
+
     def normalized(a, dist, union):                    # (to mean 0, std 1: PPO's advantages)
         if dist and union:                             # (the union's moments, as one process's)
             k = sft.allreduce(torch.tensor(float(len(a))), op="sum")
@@ -3457,6 +3462,11 @@ def batch_statistics():
              "norm_pool": (lambda out, y, dist: (nn.functional.max_pool1d(
                  out[:, None], 1)[:, 0] - nn.functional.one_hot(y, 5)).norm(),
                  mixes % "a norm over the samples"),
+             # (the rank's embeddings whitened by its own covariance, the whitening
+             # matrix a convolution's weight: no layer of the model)
+             "whiten": (lambda out, y, dist: nn.functional.mse_loss(
+                 whitened(out), nn.functional.one_hot(y, 5)[:, :2].float()),
+                 mixes % "torch.mm: an in-batch similarity or a covariance over the samples"),
              "moe": (lambda out, y, dist: ce(out, y) + 0.5 * balance(out, fractions(out)),
                      "multiplies a mean over the samples by a tensor without gradient that "
                      "differs from rank to rank"),

@@ -1038,8 +1038,9 @@ def _layer(node, name):
     embedding, a convolution, or a product x @ W.T, x @ W (F.linear) or an
     nn.Bilinear whose weight is computed from parameters alone (a
     parameter; a cosine head's F.normalize(W), weight_norm's,
-    spectral_norm's); None for a convolution or product whose weight needs
-    no gradient (frozen), False otherwise (x.T @ y: a product of samples)."""
+    spectral_norm's; a convolution's too); None for a convolution or
+    product whose weight needs no gradient (frozen), False otherwise (x.T @
+    y: a product of samples; a convolution by a whitening matrix of them)."""
     if name in ("AddmmBackward0", "MmBackward0"):
         w = node.next_functions[-1][0]
         if w is None:
@@ -1048,8 +1049,9 @@ def _layer(node, name):
     if name == "TrilinearBackward0":  # (nn.Bilinear's (x1, weight, x2))
         w = node.next_functions[1][0]
         return w is not None and _of_parameters(w)
-    if name == "ConvolutionBackward0" and node.next_functions[1][0] is None:
-        return None
+    if name == "ConvolutionBackward0":  # (a weight from the samples is none: W-MSE's whitening)
+        w = node.next_functions[1][0]
+        return None if w is None else _of_parameters(w)
     return name in _LAYERS
 
 
