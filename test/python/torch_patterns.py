@@ -2700,6 +2700,7 @@ def unequal():
     statistics = batch_statistics()
     factors()
     micro_means()
+    item_means()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
@@ -2753,6 +2754,44 @@ def micro_means():
                                                  "pass 1 divides by rank 0 3, rank 1 5" not in
                                                  said[0]):
         fail("micro-batch means: warned %r, expected %r" % (said, want))
+
+
+def item_means():
+    """torchvision's RetinaNet loss: one forward over the rank's images,
+    each image's mean loss over its own rows (a Python loop, one line),
+    averaged over the rank's images (two each), and set_samples(its
+    images): one process's mean over every image, and silent (the terms'
+    counts, each image's rows, are in proportion on no two ranks: it was
+    warned of though set_samples said what to weigh)."""
+    import warnings
+    model, opt, ref, ref_opt = sgd_beside_one_process()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    g = torch.Generator().manual_seed(9)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for t in range(4):
+            rows = torch.randint(2, 7, (2 * P,), generator=g).tolist()  # (each image's)
+            first = [sum(rows[:i]) + 15 * P * t for i in range(2 * P)]
+            for mine, m, o in ((True, model, opt), (False, ref, ref_opt)):
+                own = range(2 * r, 2 * r + 2) if mine else range(2 * P)
+                o.zero_grad()
+                at = [first[i] for i in own]
+                out = m(torch.cat([x[a:a + rows[i]] for a, i in zip(at, own)]), t)
+                terms, o_ = [], 0
+                for i in own:
+                    terms.append(nn.functional.cross_entropy(
+                        out[o_:o_ + rows[i]], y[first[i]:first[i] + rows[i]]))
+                    o_ += rows[i]
+                if mine:
+                    o.set_samples(len(terms))
+                (sum(terms) / len(terms)).backward()
+                o.step()
+    sft.shutdown()
+    near_one_process(model, ref)
+    said = [str(w.message) for w in got if unequal_said(w)]
+    if said:
+        fail("per-image means averaged, set_samples(images): warned %r" % said)
 
 
 def factors():

@@ -1412,7 +1412,10 @@ class _Sync(_Passes):
         if self._one_divisor(meta) or self._alike_targets(meta):
             return
         shares = meta[meta[:, n + 21] >= 0, n + 21:n + 23]
-        if len(shares) and not np.allclose(shares, shares[0], rtol=1e-5, atol=1e-7):
+        if len(shares) and not chose and not np.allclose(shares, shares[0], rtol=1e-5,
+                                                         atol=1e-7):
+            # (set_samples: the program's weights, its terms per-image means averaged
+            # over each rank's images, or each term's sum over its count over the ranks)
             self._tell_terms(meta)
             return
         if self._tell_factors(meta, chose) is not False:
