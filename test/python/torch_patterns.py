@@ -1298,6 +1298,7 @@ def addgroup():
     are prototypes kept as a frozen parameter, refreshed from each rank's
     own rows, after step 4 (frozen_refresh)."""
     frozen_refresh()
+    appended()
     model = setup()
     x, y = data()
     head = nn.Linear(5, 5)
@@ -1339,6 +1340,42 @@ def addgroup():
               "prototypes refreshed from each rank's rows after step 4" % e, flush=True)
         return
     fail("no error")
+
+
+def appended():
+    """Kendall's uncertainty weights joining the optimizer after a warm-up
+    by hand, opt.param_groups[0]["params"].append(log_vars), or as a group
+    dict appended (add_param_group's refusal passed by): refused at the next
+    step() on every rank, naming the parameter and what to do, the model
+    as it was (they trained on each rank's own gradient, 2.5 off, silent)."""
+    x, y = data()
+    for how in ("append", "group"):
+        model = setup()
+        opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+        log_vars = nn.Parameter(torch.zeros(5))
+        try:
+            for t in range(4):
+                if t == 2 and how == "append":
+                    opt.param_groups[0]["params"].append(log_vars)
+                elif t == 2:
+                    opt.param_groups.append(dict(opt.param_groups[0], params=[log_vars]))
+                xb, yb = shard(x, y, t, sft.rank(), sft.size())
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(xb, t), yb, reduction="none")
+                (loss.mean() * torch.exp(-log_vars).mean() + log_vars.mean()).backward()
+                before = [p.detach().clone() for p in model.parameters()]
+                opt.step()
+            fail("a parameter appended to param_groups by hand (%s) was not refused" % how)
+        except (sfb.UsageError, sfb.PeerError) as e:
+            # (this rank's refusal, or a peer's that ended the job first)
+            if t != 2 or "1 parameter added after it was wrapped (one of shape (5,)" not in \
+                    str(e) or "requires_grad_(False)" not in str(e):
+                fail("the refusal (%s, step %d) does not name it or say what to do: %s" % (
+                    how, t, e))
+            if isinstance(e, sfb.UsageError) and any(
+                    not torch.equal(a, b) for a, b in zip(before, model.parameters())):
+                fail("the refused step changed the model (%s)" % how)
+        closed()
 
 
 def batchnorm():

@@ -398,6 +398,8 @@ class _Sync(_Passes):
                 raise U("DistributedOptimizer: parameter %s is on %s: sfb.torch trains on the "
                         "CPU" % (n, p.device), param=n)
         self.group_of = in_opt
+        self.held_ids = frozenset(in_opt)  # (the parameters the optimizers held: check_held)
+        self.held_counts = {}  # per optimizer's id: (its groups, its parameters) last checked
         # the model's layers normalizing by minibatch statistics (_batchnorm)
         self.batchnorms = _batchnorm.layers(model)
         # the slots (one matrix each: _Linear, _Rows), a weight's _Linear,
@@ -2335,6 +2337,30 @@ class _Sync(_Passes):
         self._publish_all()
         self.synced = True
 
+    def check_held(self, opt):
+        """step(): parameters put in opt's param_groups by hand after the
+        wrapping (params.append(p), a group dict appended: add_param_group's
+        refusal passed by) would train on each rank's own gradient, their
+        replicas parting: refused, naming them."""
+        n = (len(opt.param_groups), sum(len(g["params"]) for g in opt.param_groups))
+        if self.held_counts.get(id(opt)) == n:
+            return
+        new = [p for g in opt.param_groups for p in g["params"] if id(p) not in self.held_ids]
+        if not new:
+            self.held_counts[id(opt)] = n
+            return
+        shown = ", ".join(self.names.get(id(p)) or "one of shape %s" % (tuple(p.shape),)
+                          for p in new[:3])
+        raise _sfb.UsageError(
+            "sfb.torch: %s's param_groups hold %d parameter%s added after it was wrapped (%s%s: "
+            "param_groups[i][\"params\"].append, a group appended by hand): sfb synchronizes "
+            "the parameters the optimizer held when it was wrapped, and these would train on "
+            "each rank's own gradient; give every parameter to the optimizer before wrapping "
+            "it (one that must not train yet frozen with requires_grad_(False), or in a group "
+            "whose lr is 0 until it does), or end the job (sft.shutdown()) and wrap a new "
+            "optimizer in the next" % (type(opt).__name__, len(new), "" if len(new) == 1 else "s",
+                                       shown, ", ..." if len(new) > 3 else ""))
+
     def end_step(self, opt=None):
         """After the optimizer's step (opt's): the next step."""
         if len(self.opts) > 1 and opt is not None:
@@ -2604,6 +2630,7 @@ class _DistributedOptimizer:
         hyperparameters); sfb.PeerError when a rank died, went silent,
         aborted or left."""
         s = self._sfb
+        s.check_held(self)
         if closure is not None:
             closure = s.closure(closure)
         try:
