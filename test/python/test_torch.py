@@ -829,6 +829,26 @@ class TorchOneWorker(unittest.TestCase):
             lambda m: nn.functional.cross_entropy(vmap(m)(tasks).reshape(-1, 3),
                                                   labels.reshape(-1)), "batchnorm in vmap")
 
+    def test_scripted_batchnorm_refused(self):
+        """A BatchNorm in training mode inside a scripted or traced part of
+        an eager model (it normalized by each rank's own statistics there, in
+        silence): refused at the first forward, naming it; in eval() the
+        part trains."""
+        for script in (torch.jit.script, lambda b: torch.jit.trace(b, torch.randn(3, 4))):
+            block = script(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+            m = nn.Sequential(nn.Linear(3, 4), block, nn.Linear(4, 2))
+            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+            self.assertRaisesNaming(sft.UsageError, ["BatchNorm1d 1.1", "TorchScript"], m,
+                                    torch.randn(5, 3))
+            sft.shutdown()
+            sft.init(world=1)
+            m[1].eval()
+            opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+            m(torch.randn(5, 3)).sum().backward()
+            opt.step()
+            sft.shutdown()
+            sft.init(world=1)
+
     def test_embedding_frequency_scaling_refused(self):
         """scale_grad_by_freq divides by counts over the minibatch, which no
         rank sees whole: refused naming the table and the reason."""

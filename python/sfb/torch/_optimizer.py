@@ -519,6 +519,7 @@ class _Sync(_Passes):
         if not self.graphs:
             self._check_unheld()
             self._check_module_hooks()
+            self._check_scripted_norms()
         self.user_hooks.stash(self)
         self.graphs = True
         if self.clock <= FOREIGN_CLOCKS[-1]:
@@ -562,6 +563,24 @@ class _Sync(_Passes):
                 into.setdefault(id(v), (v, where))
             stack.extend(n for n, _ in node.next_functions)
         return reached
+
+    def _check_scripted_norms(self):
+        """The first forward with gradients: a BatchNorm in training mode
+        inside a TorchScript part of the model normalizes by each rank's own
+        statistics there (sfb.torch gathers them in Python's F.batch_norm,
+        which TorchScript runs without): refused, naming it."""
+        for name, m in self.model.named_modules():
+            kind = getattr(m, "original_name", "")
+            if isinstance(m, torch.jit.ScriptModule) and m.training and \
+                    kind in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"):
+                raise _sfb.UsageError(
+                    "DistributedOptimizer: %s %s is inside a TorchScript part of the model "
+                    "(torch.jit.script or torch.jit.trace) and in training mode: there it "
+                    "normalizes by each rank's own statistics, where one process's are the "
+                    "whole minibatch's (sfb.torch gathers every rank's only in Python "
+                    "modules). Leave that part a Python module and script the model after "
+                    "training, put the BatchNorm in eval(), or use nn.GroupNorm or "
+                    "nn.LayerNorm" % (kind, name), param=name)
 
     def _check_unheld(self):
         """The first forward with gradients (every DistributedOptimizer of
