@@ -3268,6 +3268,8 @@ def mixed_sums():
 
     # kind: (the term on a rank of n samples, one process's on all P * n)
     kinds = {"sum": (lambda m, out, n: act(out), None),
+             # (per-sample penalties summed along the samples' dimension: torch.sum(.., 0))
+             "sum0": (lambda m, out, n: torch.sum(out.pow(2).sum(1), 0), None),
              "sumP": (lambda m, out, n: act(out) * P[0], lambda m, out, n: act(out)),
              "mean": (lambda m, out, n: act(out) / n, None),
              "weights": (lambda m, out, n: sum(p.pow(2).sum() for p in m.parameters()), None),
@@ -3303,15 +3305,15 @@ def mixed_sums():
         worst, where = rel_diff(model, ref)
         if kind in exact and worst > args.tol:
             fail("a mean plus %s: %s differs from one process's by %.3g" % (kind, where, worst))
-        if kind == "sum" and worst < 100 * args.tol:
+        if kind in ("sum", "sum0") and worst < 100 * args.tol:
             fail("a mean plus a sum: %s within %.3g of one process's (no difference to warn "
                  "of)" % (where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
-        want = [] if RANK[0] or kind not in ("sum", "stat") else [
+        want = [] if RANK[0] or kind not in ("sum", "sum0", "stat") else [
             "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d adds a "
             "term summed over the samples (.sum()) to the others: one process's gradient of "
             "that sum over the union of the ranks' minibatches is the sum of the ranks' "
-            "gradients of it, %d times what .grad holds" % (line, P[0])] if kind == "sum" else [
+            "gradients of it, %d times what .grad holds" % (line, P[0])] if kind != "stat" else [
             # (no sum over the samples: a covariance over them, which pairs them)
             "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d "
             "combines the samples of this rank's minibatch (torch.mm: " % line]

@@ -13,6 +13,7 @@ counts nothing) and the meta row carries it; optimizer._Sync warns where
 the ranks' weights are not proportional to their counts."""
 import functools
 import inspect
+import math
 import re
 import zlib
 
@@ -110,14 +111,14 @@ def head(names, loss):
                 return _module(slot.name)
             inputs = []
             for n, _ in node.next_functions:
-                p = n.next_functions[0][0] if type(n).__name__ in _TRANSPOSED else n
-                if type(p).__name__ == "AccumulateGrad":
+                p = n.next_functions[0][0] if _name(n) in _TRANSPOSED else n
+                if _name(p) == "AccumulateGrad":
                     name = names.get(id(p.variable))
                     if name is not None:
                         return _module(name)
                 elif n is not None:
                     inputs.append(n)
-            if type(node).__name__ not in _THROUGH or len(inputs) != 1:
+            if _name(node) not in _THROUGH or len(inputs) != 1:
                 return None
             node = inputs[0]
     except (AttributeError, IndexError, RuntimeError, TypeError):
@@ -137,7 +138,7 @@ def heads_of_root(names, tensors, grad_tensors):
             if not todo:
                 break
             node = todo.pop()
-            name = type(node).__name__
+            name = _name(node)
             loss = _nll_name(node) if name in _NLL else _ELEMENTS.get(name)
             if node.metadata.get(WATCHED):  # (its hook names its head)
                 continue
@@ -181,7 +182,7 @@ def root_factor(tensors, grad_tensors):
     node, f, below = root.grad_fn, 1.0, False
     try:
         for _ in range(16):
-            name = type(node).__name__
+            name = _name(node)
             if name in ("MeanBackward0", "SumBackward0") and not below:
                 # (a mean or sum of terms each multiplied by one number: by it)
                 node, below = node.next_functions[0][0], True
@@ -342,7 +343,7 @@ def of_root(tensors, grad_tensors, world=1):
     node, divisor, divided = tensors.grad_fn, 1.0, False
     try:
         for _ in range(16):
-            name = type(node).__name__
+            name = _name(node)
             if _of_one(node, name):  # (a one-element loss summed: the loss)
                 node = node.next_functions[0][0]
                 continue
@@ -363,10 +364,7 @@ def of_root(tensors, grad_tensors, world=1):
                 continue
             if name == "MeanBackward0" and not (  # (a mean of stacked sums: a sum's)
                     world > 1 and _stacked(node, name) and _summed(node, world) is not None):
-                numel = getattr(node, "_saved_self_numel", None)
-                if numel is None:  # (torch 2)
-                    numel = getattr(node, "_saved_self_sym_numel")
-                divisor *= int(numel)
+                divisor *= _numel(node)
                 return divisor, divisor, BY_HAND, None
             divides = _SCALED.get(name)
             if divides is None:
@@ -439,7 +437,7 @@ def _mean_terms(node, mul, div, depth, out, skipped):
     if node.metadata.get(WATCHED):
         skipped[0] += 1
         return True
-    name = type(node).__name__
+    name = _name(node)
     if name in ("AddBackward0", "SubBackward0"):
         (a, _), (b, _) = node.next_functions
         alpha = _value(getattr(node, "_saved_alpha", 1))
@@ -478,16 +476,38 @@ def _mean_terms(node, mul, div, depth, out, skipped):
         skipped[1] += 1
         return True
     if name == "MeanBackward0":
-        numel = getattr(node, "_saved_self_numel", None)
-        if numel is None:  # (torch 2)
-            numel = getattr(node, "_saved_self_sym_numel")
-        d = (div or 1.0) * int(numel)
+        d = (div or 1.0) * _numel(node)
         out.append((d, d, BY_HAND, None, mul))
         return True
     if name == "SumBackward0" and div is not None:
         out.append((div, div, BY_HAND, None, mul))
         return True
     return False
+
+
+def _name(node):
+    """node's operation by its class name, a sum or mean along every
+    dimension of its input but those of size 1 (l.sum(0) of per-sample
+    losses, torch.sum(l, dim=0), a (N, 1) column's .sum(0), a mean over
+    dims (0, 1) of a matrix) named as the sum or mean of all its elements,
+    SumBackward0 and MeanBackward0."""
+    name = type(node).__name__
+    if name in ("SumBackward1", "MeanBackward1"):
+        sizes, dims = _sizes(node), getattr(node, "_saved_dim", None)
+        if sizes is not None and dims is not None:
+            dims = set(d % max(len(sizes), 1) for d in dims)
+            if all(n == 1 for d, n in enumerate(sizes) if d not in dims):
+                return name[:-1] + "0"
+    return name
+
+
+def _numel(node):
+    """The elements a mean node averages (torch 1.13's or 2's saved count;
+    a mean along every dimension saves its input's sizes)."""
+    numel = getattr(node, "_saved_self_numel", None)
+    if numel is None:
+        numel = getattr(node, "_saved_self_sym_numel", None)
+    return int(numel) if numel is not None else math.prod(_sizes(node))
 
 
 def _sizes(node):
@@ -669,9 +689,9 @@ def picked_sum(root, world):
     forward), targets in columns pick no row, terms divided by a count are
     a mean by hand."""
     node, seen, by_world = root, 0, False
-    while type(node).__name__ in ("MulBackward0", "MulBackward1", "DivBackward0",
+    while _name(node) in ("MulBackward0", "MulBackward1", "DivBackward0",
                                   "DivBackward1") and seen < 8:
-        if _SCALED[type(node).__name__]:
+        if _SCALED[_name(node)]:
             return None  # (divided by a value: a mean by hand)
         value, node = _factor(node)
         if value is None or node is None or value == 0.0:
@@ -688,7 +708,7 @@ def picked_sum(root, world):
     # a fake pair, a batch of one) or unlike ones (WGAN-GP's) are no such loop)
     # (each forward its own sample: an ensemble's members on one sample each are
     # no loop over the samples)
-    kinds = set(tuple(sorted(type(t).__name__ for t in group)) for group, _, _ in forwards)
+    kinds = set(tuple(sorted(_name(t) for t in group)) for group, _, _ in forwards)
     ones = len(forwards) >= 3 and len(kinds) == 1 and \
         len(set(at for _, _, at in forwards)) == len(forwards)
     rows, base = set(), None
@@ -697,7 +717,7 @@ def picked_sum(root, world):
             continue
         picked = set()
         for term in group:
-            name = type(term).__name__
+            name = _name(term)
             if not ((name in _NLL or name in _ELEMENTS) and term._saved_reduction == 1):
                 return None
             row = _row_of(term._saved_target)
@@ -801,11 +821,11 @@ def _addends(node, limit=4096):
         node = todo.pop()
         if node is None:  # (a value without gradient added)
             continue
-        name = type(node).__name__
+        name = _name(node)
         if name in ("AddBackward0", "SubBackward0", "NegBackward0"):
             todo.extend(f for f, _ in node.next_functions)
         elif name == "SumBackward0" and \
-                type(node.next_functions[0][0]).__name__ in ("StackBackward0", "CatBackward0"):
+                _name(node.next_functions[0][0]) in ("StackBackward0", "CatBackward0"):
             todo.extend(f for f, _ in node.next_functions[0][0].next_functions)
         elif name in ("MulBackward0", "MulBackward1"):
             value, inner = _factor(node)
@@ -851,7 +871,7 @@ def _terms(node, path, depth, out):
     if depth > 24 or len(out) > 32:
         out.append((None, None))
         return
-    name = type(node).__name__
+    name = _name(node)
     if name in ("AddBackward0", "SubBackward0", "NegBackward0") or _of_one(node, name):
         for f, _ in node.next_functions:
             _terms(f, path, depth + 1, out)
@@ -882,7 +902,7 @@ def _stacked(node, name):
     if name not in ("SumBackward0", "MeanBackward0"):
         return None
     inner = node.next_functions[0][0]
-    if inner is None or type(inner).__name__ != "StackBackward0":
+    if inner is None or _name(inner) != "StackBackward0":
         return None
     if _sizes(node) != (len(inner.next_functions),):
         return None  # (a stack of tensors of more than one element)
@@ -973,7 +993,7 @@ def _walk(start, visit, limit, seen=None):
         if node is None or node in seen:
             continue
         seen.add(node)
-        more = visit(node, type(node).__name__)
+        more = visit(node, _name(node))
         if not isinstance(more, list):
             return more
         todo.extend(more)
@@ -996,10 +1016,10 @@ def _squared_norm(node):
     torch.linalg.vector_norm(x) ** 2): a sum of squares, which a norm alone
     is not (LightGCN's regularizer ||E_batch||² / B is a mean of per-sample
     terms). None otherwise."""
-    if type(node).__name__ != "PowBackward0" or getattr(node, "_saved_exponent", None) != 2:
+    if _name(node) != "PowBackward0" or getattr(node, "_saved_exponent", None) != 2:
         return None
     norm = node.next_functions[0][0]
-    attr = _NORMS.get(type(norm).__name__)
+    attr = _NORMS.get(_name(norm))
     return norm if attr and getattr(norm, attr, None) == 2 else None
 
 
@@ -1303,7 +1323,7 @@ def _statistic(node, name):
         return (what, False) if _below(node.next_functions[0][0]) == {"layer"} else None
     norm = _squared_norm(node)
     if norm is not None:  # (a sum of squares)
-        node, name = norm, type(norm).__name__
+        node, name = norm, _name(norm)
         what = "a squared norm"
         mixes = False
     else:
@@ -1345,7 +1365,7 @@ def _lifted(node, depth=6):
     for _ in range(depth):
         if node is None:
             return None
-        name = type(node).__name__
+        name = _name(node)
         if name == "UnsqueezeBackward0" and _signed(node._saved_dim) in (0, 1):
             below = node.next_functions[0][0]
             return _signed(node._saved_dim) if below is not None and \
@@ -1369,7 +1389,7 @@ def _reorders_first(node):
     """Whether a roll or flip node moves its input along the first
     dimension (a roll without dims: over the flattened tensor)."""
     dims = tuple(_signed(d) for d in node._saved_dims)
-    return 0 in dims or (not dims and type(node).__name__ == "RollBackward0")
+    return 0 in dims or (not dims and _name(node) == "RollBackward0")
 
 
 def _over_first(node, name):
@@ -1406,7 +1426,7 @@ def _one_sample_batch(node):
     matrix, through transposes), not samples made one batch (einsum's
     unsqueeze of an (N, C) tensor)."""
     for _ in range(4):
-        name = type(node).__name__ if node is not None else ""
+        name = _name(node) if node is not None else ""
         if name in ("TransposeBackward0", "PermuteBackward0", "TBackward0"):
             node = node.next_functions[0][0]
             continue
@@ -1421,7 +1441,7 @@ def _squeezed_scores(node):
     """Whether node makes one dimension of a tensor (N, 1) (a score per
     sample: squeeze, view(-1), [:, 0]), whose first dimension is the
     samples."""
-    name = type(node).__name__ if node is not None else ""
+    name = _name(node) if node is not None else ""
     if name not in ("SqueezeBackward0", "SqueezeBackward1", "SelectBackward0") + _RESHAPES:
         return False
     sizes = _sizes(node)
@@ -1438,7 +1458,7 @@ def _one_row(node):
     if out.dim() != 2 or out.shape[0] != 1 or out.shape[1] < 2:
         return False
     inner = node.next_functions[0][0]
-    name = type(inner).__name__ if inner is not None else ""
+    name = _name(inner) if inner is not None else ""
     if name in _RESHAPES:
         sizes = _sizes(inner)
         return sizes == (out.shape[1], 1) or \
@@ -1561,7 +1581,7 @@ def _factor(node):
     side: (value, node); value None where it is no one-element value
     without gradient."""
     a, b = _sides(node)
-    if type(node).__name__ == "MulBackward1":  # (by a number)
+    if _name(node) == "MulBackward1":  # (by a number)
         return _value(node._saved_other), a
     if (a is None) == (b is None):  # (both with gradients)
         return None, None
@@ -1589,7 +1609,7 @@ def _sum_name(node):
     """A term's name where it is a sum over the samples: a loss with
     reduction="sum", a .sum() of what a layer computed from them or a
     squared norm over them; None otherwise."""
-    name = type(node).__name__
+    name = _name(node)
     if (name in _NLL or name in _ELEMENTS or name in _FUSED) and node._saved_reduction == 2:
         return '%s(reduction="sum")' % (_ELEMENTS.get(name) or _FUSED.get(name) or
                                         _nll_name(node))
@@ -1597,7 +1617,7 @@ def _sum_name(node):
             not _weighed(node.next_functions[0][0]):
         return ".sum()"
     norm = _squared_norm(node)  # (a sum of squares: an embedding penalty, BPR's)
-    if norm is not None and _over_first(norm, type(norm).__name__) and \
+    if norm is not None and _over_first(norm, _name(norm)) and \
             _reaches_layer(norm.next_functions[0][0]):
         return "a squared norm (.norm() ** 2)"
     return None
@@ -1607,7 +1627,7 @@ def _weighed(node):
     """Whether node multiplies by weights without gradient that sum to 1
     over its rows ((cost * w).sum() with w = w / w.sum(): a weighted mean,
     no sum over the samples; standardized warns of them)."""
-    if type(node).__name__ != "MulBackward0":
+    if _name(node) != "MulBackward0":
         return False
     a, b = _sides(node)
     t = node._saved_other if b is None else node._saved_self if a is None else None
@@ -1633,9 +1653,9 @@ def _nll_name(node):
     """An nll_loss node's loss: cross_entropy where its input is a
     log_softmax's output."""
     source = node.next_functions[0][0]
-    while type(source).__name__ in _VIEWS:  # (cross_entropy over sequences: a view)
+    while _name(source) in _VIEWS:  # (cross_entropy over sequences: a view)
         source = source.next_functions[0][0]
-    return "cross_entropy" if type(source).__name__ == "LogSoftmaxBackward0" else "nll_loss"
+    return "cross_entropy" if _name(source) == "LogSoftmaxBackward0" else "nll_loss"
 
 
 def add_term(terms, site, divisor, settings=0):
