@@ -1676,7 +1676,8 @@ class TorchOneWorker(unittest.TestCase):
                 (x.sum() / x.sum().detach().requires_grad_(), None),
                 (x.mean() + x.sum() / 3, None),
                 (x.sum() * x.mean(), None),
-                (x.mean(dim=(0, 1)), None)):
+                (x.mean(dim=(0, 1)), hand(12)),  # (every dimension named: the whole's)
+                (x.mean(dim=0).sum(), None)):
             self.assertEqual(_losses.of_root(loss, None), want, loss.grad_fn)
         # sums over the samples: one process's is P times the ranks' mean
         t, P = torch.rand(4, 3, generator=g), 4

@@ -216,6 +216,7 @@ import argparse
 import contextlib
 import copy
 import hashlib
+import math
 import os
 import re
 import shlex
@@ -2598,13 +2599,27 @@ def early_save(ids, y):
              "difference to warn of)")
 
 
+class OwnMean(torch.autograd.Function):
+    """A mean of the program's own: what backward() gets is not read."""
+
+    @staticmethod
+    def forward(ctx, t):
+        ctx.shape = t.shape
+        return t.mean()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.expand(ctx.shape) / math.prod(ctx.shape)
+
+
 def unequal():
     """Minibatches of unequal sizes without opt.set_samples: each rank
     weighs 1 (DDP's rule), not one process's mean over the union: rank 0
     warns once, naming the step and the ranks' counts, by what the mean
     cross_entropy or mse_loss divided by, for a mean written by hand (and
-    two added) the elements it took, and for a loss sfb.torch cannot read
-    (a mean over dimensions named) by the layers' counts; with set_samples
+    two added, or over every dimension named) the elements it took, and for
+    a loss sfb.torch cannot read (a mean by an autograd.Function of the
+    program's own) by the layers' counts; with set_samples
     (here 1 on every rank: DDP's rule, chosen) nothing is said. A loss
     summed over the samples is P times what the ranks' mean gives from the
     first step on: rank 0 says so at step 0; multiplied by sft.size() it
@@ -2616,7 +2631,8 @@ def unequal():
     sft.allreduce's sum, the warning's advice), times sft.size(), is one
     process's, and nothing is said."""
     import warnings
-    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "sumP", "given", "givenmean", "ema"):
+    for loss in ("ce", "mse", "hand", "sum", "two", "dims", "own", "sumP", "given", "givenmean",
+                 "ema"):
         per = {"two": 10, "givenmean": 1}.get(loss, 5)  # (elements a sample in what the loss divides by)
         for explicit in (False, True):
             model = setup()
@@ -2681,9 +2697,13 @@ def unequal():
                         d = out - nn.functional.one_hot(y[:n], 5)
                         hand_line = sys._getframe().f_lineno + 1
                         ((d ** 2).mean() + d.abs().mean()).backward()
-                    else:  # (a mean over dimensions named: unread, the layers' counts
-                        d = out - nn.functional.one_hot(y[:n], 5)  # stand in)
+                    elif loss == "dims":  # (a mean over every dimension named: its elements)
+                        d = out - nn.functional.one_hot(y[:n], 5)
+                        hand_line = sys._getframe().f_lineno + 1
                         torch.mean(d ** 2, dim=(0, 1)).backward()
+                    else:  # (a mean by a Function of the program's own: unread, the
+                        d = out - nn.functional.one_hot(y[:n], 5)  # layers' counts stand in)
+                        OwnMean.apply(d ** 2).backward()
                     opt.step()
             if loss in ("sumP", "ema"):
                 near_one_process(model, ref)
@@ -2704,7 +2724,7 @@ def unequal():
                     hand_line, " and 1 more term" if loss == "two" else "",
                     ", ".join("rank %d %d" % (q, (4 + q % 2) * per) for q in range(P)),
                     ", ".join(["1"] * P), sum(4 + q % 2 for q in range(P)) * per)
-                if loss in ("hand", "two", "givenmean") else
+                if loss in ("hand", "two", "givenmean", "dims") else
                 "sfb.torch: at step 0 the loss given to backward() at torch_patterns.py:%d is a "
                 "sum over the samples (reduction=\"sum\", .sum()): one process's gradient of a "
                 "sum over the union of the ranks' minibatches is the sum of the ranks' "
