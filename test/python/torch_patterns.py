@@ -2319,10 +2319,60 @@ def buffers():
             fail("the error does not name the counts: %s" % e)
     closed()
     grown = growing_buffers()
+    sparse = sparse_tensors()
     print("ok buffers: refused at step 1 where each rank updates one from its own data, and "
           "one on rank 1 only; updated from every rank's, %d steps within %.3g of one process "
-          "(%s); buffers that start empty and grow in forward: %s" %
-          (args.steps, worst, where, grown), flush=True)
+          "(%s); buffers that start empty and grow in forward: %s; a sparse adjacency buffer "
+          "broadcast and sparse minibatches through a Linear within %.3g" %
+          (args.steps, worst, where, grown, sparse), flush=True)
+
+
+class SparseGraph(nn.Module):
+    """A GCN's normalized adjacency as a sparse buffer, over a Linear fed
+    sparse rows (TF-IDF features)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.lin, self.head = nn.Linear(10, 8), nn.Linear(8, 5)
+        self.register_buffer("adj", ((torch.eye(n) + torch.eye(n).roll(1, 0)) / 2).to_sparse())
+
+    def forward(self, x):
+        return self.head(torch.tanh(torch.sparse.mm(self.adj, self.lin(x))))
+
+
+def sparse_tensors():
+    """A model with a sparse buffer that differs on each rank before
+    sft.broadcast_parameters(model.state_dict()) (it failed reading the
+    sparse tensor's bytes): root's on every rank after; a Linear fed each
+    rank's sparse rows (it failed in backward): within --tol of one
+    process. Returns the difference."""
+    x, y = data()
+    x = x * (x > 0.5)  # (sparse rows)
+    sft.init(peer_timeout_s=5)
+    P, r = sft.size(), sft.rank()
+    n = 6 * P
+    torch.manual_seed(3)
+    model = SparseGraph(n)
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        model.adj.copy_((model.adj * (1 + r)).coalesce())  # (each rank's own before)
+    sft.broadcast_parameters(model.state_dict(), root_rank=0)
+    if not torch.equal(model.adj.to_dense(), ref.adj.to_dense()):
+        fail("the sparse buffer is not rank 0's after broadcast_parameters")
+    opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
+    ref_opt = make_opt(ref.parameters())
+    for t in range(args.steps):
+        rows = x[n * t:n * (t + 1)]  # (every rank the graph's nodes, its share of the losses)
+        mine = slice(6 * r, 6 * (r + 1))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(rows.to_sparse())[mine],
+                                    y[n * t:n * (t + 1)][mine]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        nn.functional.cross_entropy(ref(rows), y[n * t:n * (t + 1)]).backward()
+        ref_opt.step()
+    closed()
+    return near_one_process(model, ref)[0]
 
 
 class Observed(nn.Module):

@@ -266,7 +266,8 @@ def _linear(input, weight, bias=None):
     s = _active
     if s is not None and s.renorms.tables:
         s.renorms.read(weight, "F.linear on it: a tied decoder")
-    if s is not None and torch.is_grad_enabled() and not transformed():
+    if s is not None and torch.is_grad_enabled() and not transformed() and \
+            input.layout == torch.strided:  # (a sparse minibatch, TF-IDF rows: torch's, dense)
         found = s.slot_for(weight, bias)
         if found is not None:
             slot, r0 = found

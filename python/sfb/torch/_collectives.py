@@ -89,9 +89,15 @@ def broadcast_parameters(params, root_rank=0):
     root_rank = _root(job, root_rank, "broadcast_parameters")
     named = _named_tensors(params)
     refuse_uninitialized(named, "broadcast_parameters")
-    job.agree("".join("%s=%s:%s\n" % (n, tuple(t.shape), t.dtype) for n, t in named))
+    job.agree("".join("%s=%s:%s:%s\n" % (n, tuple(t.shape), t.dtype, "sparse, %d stored" %
+                                            t._nnz() if t.layout == torch.sparse_coo else
+                                            t.layout) for n, t in named))
     if job.world == 1 or not named:
         return
+    sparse = [t for _, t in named if t.layout != torch.strided]  # (a graph's adjacency buffer)
+    if sparse:
+        _broadcast_sparse(job, root_rank, sparse)
+        named = [(n, t) for n, t in named if t.layout == torch.strided]
     sizes = [t.numel() * t.element_size() for _, t in named]
     buf = np.empty(sum(sizes), np.uint8)
     if job.rank == root_rank:
@@ -107,6 +113,36 @@ def broadcast_parameters(params, root_rank=0):
                 src = torch.from_numpy(buf[o:o + n]).view(t.dtype).view(t.shape)
                 t.copy_(src)
                 o += n
+
+
+def _broadcast_sparse(job, root, tensors):
+    """root's sparse COO tensors' indices and values copied into every
+    rank's, in place (a state_dict's detached alias shares them; copy_
+    would give the alias its own), as many stored on every rank (agreed:
+    broadcast_parameters). Other sparse layouts: refused (collective)."""
+    for t in tensors:
+        if t.layout != torch.sparse_coo:
+            raise _sfb.UsageError("broadcast_parameters: a tensor of layout %s: expected dense "
+                                  "or sparse COO ones" % t.layout)
+    parts = [p for t in tensors for p in (t._indices(), t._values())]
+    sizes = [p.numel() * p.element_size() for p in parts]
+    buf = np.empty(sum(sizes), np.uint8)
+    if job.rank == root:
+        o = 0
+        for p, n in zip(parts, sizes):
+            buf[o:o + n] = _env.memory(p)
+            o += n
+    coalesced = np.array([t.is_coalesced() for t in tensors], np.uint8)
+    job.broadcast(root, coalesced)
+    job.broadcast(root, buf)
+    if job.rank != root:
+        o = 0
+        with torch.no_grad():
+            for p, n in zip(parts, sizes):
+                p.copy_(torch.from_numpy(buf[o:o + n]).view(p.dtype).view(p.shape))
+                o += n
+            for t, c in zip(tensors, coalesced):
+                t._coalesced_(bool(c))
 
 
 _BLOB = 1 << 19  # bytes of one rank in one allgather (the bootstrap's limit is 1 MiB)
