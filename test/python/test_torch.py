@@ -421,6 +421,17 @@ class TorchOneWorker(unittest.TestCase):
                          ({"overlap": "no"}, "overlap 'no': expected True or False")):
             self.assertRaisesNaming(ValueError, [word], sft.DistributedOptimizer, opt, model=m,
                                     **kw)
+        # an optimizer wrapper that is no Optimizer (apex's LARC, whose repr is
+        # its inner SGD's): named, and told to go around the DistributedOptimizer
+        class LARC:
+            def __init__(self, inner):
+                self.optim = inner
+
+            def __repr__(self):
+                return repr(self.optim)
+        self.assertRaisesNaming(sft.UsageError, ["a LARC is not a torch.optim.Optimizer",
+                                                 "it wraps a SGD", "LARC(sfb.torch."],
+                                sft.DistributedOptimizer, LARC(opt), model=m)
         # a keyword neither its own nor Job.attach's: at once (it failed at the
         # first step, in Job.attach); attach's values at the first step
         self.assertRaisesNaming(TypeError, ["unexpected keyword argument 'nonsense'",

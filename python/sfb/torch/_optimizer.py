@@ -2829,8 +2829,16 @@ def DistributedOptimizer(optimizer, model, sync="auto", staleness=0, backward_pa
     SGD, or a step replaced on the optimizer object (other than by a
     learning-rate scheduler's counter)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise _sfb.UsageError("DistributedOptimizer: %r is not a torch.optim.Optimizer" %
-                              (optimizer,))
+        inner = next((v for v in vars(optimizer).values()
+                      if isinstance(v, torch.optim.Optimizer)), None) \
+            if hasattr(optimizer, "__dict__") else None
+        raise _sfb.UsageError(
+            "DistributedOptimizer: a %s is not a torch.optim.Optimizer%s" % (
+                type(optimizer).__name__,
+                " (it wraps a %s: wrap that one and this around it, %s(sfb.torch."
+                "DistributedOptimizer(opt, model=...)), as for apex's LARC)" % (
+                    type(inner).__name__, type(optimizer).__name__) if inner is not None else
+                ""))
     if not isinstance(model, torch.nn.Module):
         raise _sfb.UsageError("DistributedOptimizer: model=%r is not a torch.nn.Module" %
                               (model,))
