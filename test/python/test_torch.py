@@ -840,6 +840,28 @@ class TorchOneWorker(unittest.TestCase):
             lambda m: nn.functional.cross_entropy(vmap(m)(tasks).reshape(-1, 3),
                                                   labels.reshape(-1)), "batchnorm in vmap")
 
+    def test_param_group_added_between_jobs(self):
+        """add_param_group on a DistributedOptimizer: refused while its job
+        lives, the optimizer's own once shutdown() ended it (PGGAN's
+        growing: a block and its group added, then wrapped in the next
+        job), and that job trains the new group (it stayed refused)."""
+        m, block = net(), nn.Linear(3, 3)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
+        self.assertRaisesNaming(sft.UsageError, ["add_param_group"], opt.add_param_group,
+                                {"params": list(block.parameters())})
+        sft.shutdown()
+        sft.init(world=1)
+        opt.add_param_group({"params": list(block.parameters()), "lr": 0.5})
+        self.assertEqual(len(opt.param_groups), 2)
+        grown = nn.Sequential(m, block)
+        opt = sft.DistributedOptimizer(opt, model=grown)
+        before = block.weight.detach().clone()
+        grown(torch.randn(4, 6)).sum().backward()
+        opt.step()
+        self.assertFalse(torch.equal(before, block.weight))
+        sft.shutdown()
+        sft.init(world=1)
+
     def test_scripted_batchnorm_refused(self):
         """A BatchNorm in training mode inside a scripted or traced part of
         an eager model (it normalized by each rank's own statistics there, in

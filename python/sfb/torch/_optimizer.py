@@ -2591,9 +2591,14 @@ class _DistributedOptimizer:
     _sfb_base: the optimizer's own class)."""
 
     def add_param_group(self, param_group):
-        """Refused (sfb.UsageError): sfb synchronizes the parameters the
-        optimizer held when it was wrapped, and a parameter added later
-        would train on this rank's gradient alone, its replicas parting."""
+        """Refused (sfb.UsageError) while its job lives: sfb synchronizes
+        the parameters the optimizer held when it was wrapped, and a
+        parameter added later would train on this rank's gradient alone,
+        its replicas parting. Once that job ended (shutdown()), the
+        optimizer's own, to be wrapped again in the next (PGGAN's growing
+        between phases)."""
+        if _env._optimizer is not self._sfb:
+            return type(self)._sfb_base.add_param_group(self, param_group)
         raise _sfb.UsageError(
             "sfb.torch: add_param_group after DistributedOptimizer was made: sfb synchronizes "
             "the parameters the optimizer held when it was wrapped, and one added now would "
