@@ -455,6 +455,8 @@ class TorchOneWorker(unittest.TestCase):
             opt.step()
         except RuntimeError as e:
             self.assertNotIn(".grad was set otherwise", str(e))
+            # (GSAM's step() runs its own passes: wrap its base optimizer)
+            self.assertIn("wrap the base optimizer it steps", str(e))
         # (gradients made by hand, DP-SGD's per-sample ones from torch.func: named)
         first = next(m.parameters())
         first.grad = torch.ones_like(first)

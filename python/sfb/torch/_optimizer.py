@@ -2233,7 +2233,11 @@ class _Sync(_Passes):
             raise _sfb.UsageError(("sfb.torch: step() without backward(): no gradient since "
                                    "step %d" % (self.steps - 1) if self.steps else
                                    "sfb.torch: step() without backward(): no gradient yet") +
-                                  self._by_hand())
+                                  (self._by_hand() or (
+                                      "" if self.steps else
+                                      " (an optimizer whose step() runs forward and backward "
+                                      "itself, GSAM's: wrap the base optimizer it steps, whose "
+                                      "step() comes after those passes)")))
         self._check_dense_grads()
         for slot in self.linears:
             slot.commit()
