@@ -2808,6 +2808,7 @@ def unequal():
     factors()
     micro_means()
     item_means()
+    grad_scaled_passes()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
@@ -2861,6 +2862,43 @@ def micro_means():
                                                  "pass 1 divides by rank 0 3, rank 1 5" not in
                                                  said[0]):
         fail("micro-batch means: warned %r, expected %r" % (said, want))
+
+
+def grad_scaled_passes():
+    """backward_passes_per_step = P, the world's size, each micro-batch's
+    mean loss given to backward() undivided and .grad scaled by 1/P after
+    the step's passes (learn2learn's meta-batch, p.grad *= 1 / tasks): one
+    process's mean over the union, and silent (it was warned of as a mean
+    times the world's size)."""
+    import warnings
+    model = setup()
+    P, r = sft.size(), sft.rank()
+    x, y = data()
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                                   backward_passes_per_step=P)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for t in range(3):
+            lo = 4 * P * P * t
+            opt.zero_grad()
+            for j in range(P):
+                a = lo + (r * P + j) * 4
+                nn.functional.cross_entropy(model(x[a:a + 4], t), y[a:a + 4]).backward()
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(1.0 / P)
+            opt.step()
+            ref_opt.zero_grad()
+            nn.functional.cross_entropy(ref(x[lo:lo + 4 * P * P], t),
+                                        y[lo:lo + 4 * P * P]).backward()
+            ref_opt.step()
+    sft.shutdown()
+    near_one_process(model, ref)
+    said = [str(w.message) for w in got if unequal_said(w)]
+    if said:
+        fail("micro-batch means undivided, .grad scaled after the passes: warned %r" % said)
 
 
 def item_means():

@@ -1734,11 +1734,15 @@ class _Sync(_Passes):
         """The number the step's losses are multiplied by (times the passes
         per step: a micro-batch's loss divided by them) where every one is
         one of torch's means, each over this rank's own targets, all by the
-        same number; else 0.0."""
-        fs = [f * self.passes_per_step for how, f, _ in self.loss_factors
-              if how != _losses.BY_HAND]
+        same number; else 0.0. Micro-batches' losses not divided by the
+        passes are unknown (0.0): the program may scale .grad after them
+        (learn2learn's meta-batch: p.grad *= 1 / tasks), which the loss
+        does not show."""
+        raw = [f for how, f, _ in self.loss_factors if how != _losses.BY_HAND]
+        fs = [f * self.passes_per_step for f in raw]
         if not fs or len(fs) != len(self.loss_factors) or any(
-                abs(f - fs[0]) > 1e-6 * abs(fs[0]) for f in fs):
+                abs(f - fs[0]) > 1e-6 * abs(fs[0]) for f in fs) or (
+                self.passes_per_step > 1 and all(abs(f - 1.0) < 1e-6 for f in raw)):
             return 0.0
         return fs[0]
 
