@@ -141,9 +141,12 @@ def check_buffers(sync, step, unit="step"):
             "or the ranks started from different buffers. sfb.torch keeps the parameters, "
             "their optimizer state and BatchNorm's statistics the same on every rank, not "
             "other buffers: compute its update from every rank's data (sfb.torch.allreduce; "
-            "rows from every rank, a queue of keys or negatives: sfb.torch.allgather), "
-            "broadcast the model's state_dict() at the start, or register a buffer the model "
-            "only records, never uses, with persistent=False (not compared)" %
+            "rows from every rank, a queue of keys or negatives one process fills with the "
+            "whole minibatch's, MoCo's: sfb.torch.allgather), broadcast the model's "
+            "state_dict() at the start, or register with persistent=False (not compared) a "
+            "buffer the model only records, never uses, or one that is each rank's own by "
+            "design and read through the ranks' collectives (SwAV's queue of this rank's "
+            "embeddings, fed to a Sinkhorn all-reduced over the ranks)" %
             (name, unit, step, what, _ranks(other), _ranks(same)), rank=other[0], param=name)
 
 
