@@ -4838,20 +4838,19 @@ class HandDrawNet(nn.Module):
     """Masks drawn by functions in forward (kind): "locked", one per sample
     by bernoulli_ (timm's drop_path, AWD-LSTM's locked dropout);
     "functional", F.dropout; "batch", draws for the whole minibatch
-    (LayerDrop's one number, a weight's dropout); "rows", a mask over fc1's
+    (LayerDrop's one number, a weight's dropout); "rows", a mask over fc2's
     rows by bernoulli_ (AWD-LSTM's embedded_dropout): one process's alike."""
     def __init__(self, kind):
         super().__init__()
         self.fc1, self.fc2, self.kind = nn.Linear(10, 24), nn.Linear(24, 5), kind
 
     def forward(self, x):
-        if self.kind == "rows" and self.training:
-            w = self.fc1.weight
+        h = torch.tanh(self.fc1(x))
+        if self.kind == "rows" and self.training:  # (5 rows: no multiple of a minibatch of 4)
+            w = self.fc2.weight
             HAND_LINE[0] = sys._getframe().f_lineno + 1
             m = w.new_empty(w.shape[0], 1).bernoulli_(0.8).expand_as(w) / 0.8
-            h = torch.tanh(nn.functional.linear(x, m * w, self.fc1.bias))
-        else:
-            h = torch.tanh(self.fc1(x))
+            return nn.functional.linear(h, m * w, self.fc2.bias)
         if self.kind == "locked" and self.training:
             HAND_LINE[0] = sys._getframe().f_lineno + 1
             h = h * h.new_empty(h.shape[0], 1).bernoulli_(0.8) / 0.8

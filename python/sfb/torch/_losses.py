@@ -690,7 +690,7 @@ def picked_sum(root, world):
     a mean by hand."""
     node, seen, by_world = root, 0, False
     while _name(node) in ("MulBackward0", "MulBackward1", "DivBackward0",
-                                  "DivBackward1") and seen < 8:
+                          "DivBackward1") and seen < 8:
         if _SCALED[_name(node)]:
             return None  # (divided by a value: a mean by hand)
         value, node = _factor(node)

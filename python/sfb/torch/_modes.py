@@ -240,17 +240,19 @@ def _mask_key(shape, p):
 
 
 def holds_samples(shapes, samples):
-    """Whether a mask of one of shapes is drawn per sample of a step of
-    samples (a dimension of that size, or leading ones that multiply to it:
-    (B, 1), (1, B, H), (B, T) flattened); every one where the samples are
-    unknown (0)."""
+    """Whether a mask of one of shapes may be drawn per sample of a step
+    whose layers took samples rows (a dimension of more than one that
+    divides them: (B, 1) where a layer took B rows or B * T tokens,
+    LockedDropout's (1, B, H); leading ones that multiply to them: (B, T)
+    flattened); every one where the samples are unknown (0). A mask over a
+    vocabulary's rows, larger than the minibatch, holds none."""
     for shape in shapes:
         if not samples:
             return True
         run = 1
         for d in shape:
             run *= d
-            if d == samples or run == samples:
+            if (d > 1 and samples % d == 0) or run == samples:
                 return True
     return False
 
