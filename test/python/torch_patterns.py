@@ -2894,11 +2894,18 @@ def grad_scaled_passes():
             nn.functional.cross_entropy(ref(x[lo:lo + 4 * P * P], t),
                                         y[lo:lo + 4 * P * P]).backward()
             ref_opt.step()
+    exact_and_silent(model, ref, got, "micro-batch means undivided, .grad scaled after the "
+                     "passes")
+
+
+def exact_and_silent(model, ref, got, what):
+    """The job's end: model within --tol of one process's ref, and no
+    warning of the ranks' weights among those got."""
     sft.shutdown()
     near_one_process(model, ref)
     said = [str(w.message) for w in got if unequal_said(w)]
     if said:
-        fail("micro-batch means undivided, .grad scaled after the passes: warned %r" % said)
+        fail("%s: warned %r" % (what, said))
 
 
 def item_means():
@@ -2932,11 +2939,7 @@ def item_means():
                     o.set_samples(len(terms))
                 (sum(terms) / len(terms)).backward()
                 o.step()
-    sft.shutdown()
-    near_one_process(model, ref)
-    said = [str(w.message) for w in got if unequal_said(w)]
-    if said:
-        fail("per-image means averaged, set_samples(images): warned %r" % said)
+    exact_and_silent(model, ref, got, "per-image means averaged, set_samples(images)")
 
 
 def factors():
@@ -4910,15 +4913,7 @@ def hand_draws():
             fail("masks drawn by functions (%s%s): warned %r, expected %r" % (
                 kind, ", seeded apart" if seeded else "", draws, want))
         if kind == "rows" and not seeded:  # (one seed: one process's masks, one a step)
-            torch.manual_seed(100)
-            ref_opt = make_opt(ref.parameters())
-            for t in range(3):
-                parts = [shard(x, y, t, q, P) for q in range(P)]
-                ref_opt.zero_grad()
-                nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
-                                            torch.cat([b for _, b in parts])).backward()
-                ref_opt.step()
-            near_one_process(model, ref)
+            seeded_one_process(model, ref, 100, x, y, P)
     # a model every rank runs whole (a full-graph network: the same rows through
     # its dropout on every rank, each rank's loss over its share of them): one
     # seed everywhere draws one process's masks, exact, nothing said; seeded
@@ -4929,7 +4924,7 @@ def hand_draws():
         torch.manual_seed(3)
         model = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 5))
         sft.broadcast_parameters(model.state_dict())
-        ref, ref_opt = copy.deepcopy(model), None
+        ref = copy.deepcopy(model)
         torch.manual_seed(200 + (r if seeded else 0))
         opt = sft.DistributedOptimizer(make_opt(model.parameters()), model=model)
         with warnings.catch_warnings(record=True) as said:
@@ -4952,15 +4947,21 @@ def hand_draws():
             fail("a model run whole on every rank (%s): warned %r, expected %r" % (
                 "seeded apart" if seeded else "one seed", told, want))
         if not seeded:
-            torch.manual_seed(200)
-            ref_opt = make_opt(ref.parameters())
-            for t in range(3):
-                parts = [shard(x, y, t, q, P) for q in range(P)]
-                ref_opt.zero_grad()
-                nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
-                                            torch.cat([b for _, b in parts])).backward()
-                ref_opt.step()
-            near_one_process(model, ref)
+            seeded_one_process(model, ref, 200, x, y, P)
+
+
+def seeded_one_process(model, ref, seed, x, y, P):
+    """ref trained as one process on the first 3 global minibatches, its
+    generator seeded with seed, then model within --tol of it."""
+    torch.manual_seed(seed)
+    ref_opt = make_opt(ref.parameters())
+    for t in range(3):
+        parts = [shard(x, y, t, q, P) for q in range(P)]
+        ref_opt.zero_grad()
+        nn.functional.cross_entropy(ref(torch.cat([a for a, _ in parts])),
+                                    torch.cat([b for _, b in parts])).backward()
+        ref_opt.step()
+    near_one_process(model, ref)
 
 
 def modes():
