@@ -622,6 +622,7 @@ def unequal_said(w):
         "average over counts that are not in proportion", "padded to different lengths",
         "adds a term summed over the samples", "combines the samples of this rank's",
         "without gradient that differ", "a count summed over the ranks",
+        "each give one task's mean loss",
         "the world's size: .grad already holds", "called set_samples(0) while",
         "forwards, one sample each",
         "without gradient normalized over this rank's minibatch",
@@ -2809,6 +2810,7 @@ def unequal():
     micro_means()
     item_means()
     grad_scaled_passes()
+    task_passes()
     print("ok unequal: rank 0 warned once at step 2 naming the counts (the loss's, a mean "
           "by hand's, a mean given to backward()'s, the layers'), at step 0 of a sum (and a "
           "sum's gradient given to backward()), of a sum beside a mean, of a Python sum over "
@@ -2896,6 +2898,55 @@ def grad_scaled_passes():
             ref_opt.step()
     exact_and_silent(model, ref, got, "micro-batch means undivided, .grad scaled after the "
                      "passes")
+
+
+def task_passes():
+    """higher's MAML loop: a backward() per task of a meta-batch, each the
+    task's mean query loss (y_qry[i], a row of the tasks' targets), summed
+    into .grad; each rank its two tasks, the default backward_passes_per_step
+    (a reduction a pass) and backward_passes_per_step=2. One process's sum
+    over every task is P times what the ranks' mean gives: rank 0 warns
+    naming the line, and the model is not one process's (it was silent,
+    1.1 off); each task's loss divided by the tasks (a mean): one
+    process's, silent."""
+    import warnings
+    x, y = data()
+    for passes, mean in ((1, False), (2, False), (1, True)):
+        model = setup()
+        P, r = sft.size(), sft.rank()
+        ref = copy.deepcopy(model)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        opt = sft.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       model=model, backward_passes_per_step=passes)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            for t in range(3):
+                # (tasks, queries): a meta-batch's tensors, as a loader gives them
+                xq = x[40 * P * t:40 * P * (t + 1)].view(2 * P, 20, 10).clone()
+                yq = y[40 * P * t:40 * P * (t + 1)].view(2 * P, 20).clone()
+                for mine, m, o in ((True, model, opt), (False, ref, ref_opt)):
+                    o.zero_grad()
+                    own = range(2 * r, 2 * r + 2) if mine else range(2 * P)
+                    for i in own:
+                        line = sys._getframe().f_lineno + 2
+                        loss = nn.functional.cross_entropy(m(xq[i], t), yq[i])
+                        (loss / len(own) if mean else loss).backward()
+                    o.step()
+        if mean:
+            exact_and_silent(model, ref, got, "a task's mean per backward(), divided")
+            continue
+        sft.shutdown()
+        worst, where = rel_diff(model, ref)
+        if worst < 100 * args.tol:
+            fail("tasks summed over backward() passes: %s within %.3g of one process's (no "
+                 "difference to warn of)" % (where, worst))
+        said = [str(w.message) for w in got if unequal_said(w)]
+        want = [] if r else ["sfb.torch: at step %d the backward() passes of one optimizer "
+                             "step (at torch_patterns.py:%d) each give one task's mean loss"
+                             % (1 if passes == 1 else 0, line)]
+        if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
+            fail("tasks summed over backward() passes (%d a step): warned %r, expected %r" % (
+                passes, said, want))
 
 
 def exact_and_silent(model, ref, got, what):

@@ -701,6 +701,8 @@ class _Passes:
             return
         for kind, said in self.pass_read.items():
             self.step_read.setdefault(kind, said)
+        if "task" in self.pass_read and len(self.step_tasks) < 64:  # (each pass's: _tell_tasks)
+            self.step_tasks.append(self.pass_read["task"])
         self.loss_heads = self.loss_heads | self.pass_heads
         if self.pass_reading:  # (the step's loss was read: unread)
             self.read_step, self.read_next = True, False

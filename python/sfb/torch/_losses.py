@@ -596,10 +596,11 @@ def _reading(read):
 def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
     "picked": picked_sum, "shared": shared_divisor, "mixing": mixing,
-    "standardized": standardized, "detached": detached): {kind: what it
-    found}, those found."""
+    "standardized": standardized, "detached": detached, "task":
+    task_mean): {kind: what it found}, those found."""
     read = {"summed": summed_term, "picked": picked_sum, "shared": shared_divisor,
-            "mixing": mixing, "standardized": standardized, "detached": detached}
+            "mixing": mixing, "standardized": standardized, "detached": detached,
+            "task": task_mean}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
     return {kind: what for kind, what in found if what is not None}
 
@@ -729,6 +730,30 @@ def picked_sum(root, world):
             return None
         rows |= picked
     return len(forwards), by_world
+
+
+@_reading
+def task_mean(root, world):
+    """The whole loss backward() got is one task's mean: torch's mean loss
+    (nll or element-wise) whose targets are one row of a tensor of them (a
+    meta-batch's y_qry[i]; a sample's y[i:i + 1]), multiplied or divided by
+    numbers or not: (the targets' tensor's id, the row, the numbers'
+    product), else None. A step's passes of such rows, undivided, sum over
+    the tasks across backward() calls (higher's MAML loop)."""
+    node, f = root, 1.0
+    for _ in range(8):
+        name = _name(node)
+        if name not in _SCALED:
+            break
+        value, inner = _factor(node)
+        if value is None or inner is None or value == 0.0:
+            return None
+        f, node = (f / value if _SCALED[name] else f * value), inner
+    name = _name(node)
+    if not ((name in _NLL or name in _ELEMENTS) and node._saved_reduction == 1):
+        return None
+    row = _row_of(node._saved_target)
+    return None if row is None else (id(row[0]), row[1], f)
 
 
 def _forwards(terms, limit=8192):

@@ -345,6 +345,8 @@ class _Sync(_Passes):
         self.last_trainer = 0   # join(): the lowest rank training in the last clock any did
         self.uneven = False     # join(): ranks trained while others had joined
         self.told_unequal = False  # the unequal minibatches' warning given
+        self.step_tasks = []    # the optimizer step's passes read as one task's mean each
+        #                         (_losses.task_mean): ((targets' id, row, factor), line)
         self.bn_chunks = {}     # a BatchNorm's id: (a weakref to its last input's base,
         #                         the step it came in, where its rows end: _batchnorm)
         self.told_ghost = False  # the ghost batch normalization's warning given (or the
@@ -1405,6 +1407,8 @@ class _Sync(_Passes):
         multiplied by the world's size is one process's sum at any sizes."""
         n = self.n_params
         chose = meta[:, n + 11].any()
+        if self.step_tasks and not chose and self._tell_tasks():
+            return
         if self.losses[2] == _losses.SUMMED_TIMES_WORLD:  # (one process's sum, any sizes)
             return
         if self.losses[2] == _losses.SUMMED and not chose:
@@ -1547,18 +1551,19 @@ class _Sync(_Passes):
 
     def unread(self):
         """The kinds of _losses.read_root still to look for: not warned of
-        yet, nor found in this step; rank 0's, and every rank's Python sums
+        yet, nor found in this step (but a task's mean: every pass's);
+        rank 0's, and every rank's Python sums
         over the samples (times the world: no warning of a mean times it,
         the same on every rank) and factors without gradient (compared
         across the ranks: _tell_detached). None
         but at the first READ_ALL steps and every READ_EVERY-th."""
         if self.clock >= READ_ALL and self.clock % READ_EVERY and not self.read_next:
             return []  # (every rank reads at the same steps: _tell_detached compares them)
-        kinds = (("summed", self.told_unequal), ("shared", self.told_unequal),
-                 ("mixing", self.told_mixing), ("standardized", self.told_standardized),
-                 ("picked", self.told_unequal),
-                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 4:]
-        return [k for k, told in kinds if not told and k not in self.step_read]
+        kinds = (("task", self.told_unequal), ("summed", self.told_unequal),
+                 ("shared", self.told_unequal), ("mixing", self.told_mixing),
+                 ("standardized", self.told_standardized), ("picked", self.told_unequal),
+                 ("detached", self.told_detached))[0 if self.job.rank == 0 else 5:]
+        return [k for k, told in kinds if not told and (k == "task" or k not in self.step_read)]
 
     def _tell_detached(self, meta, states):
         """Where rank 0's loss multiplies a statistic over the samples by a
@@ -1641,6 +1646,31 @@ class _Sync(_Passes):
             "(divide it by their count); set_samples(1) on every rank keeps DDP's rule "
             "without this warning" % (self.clock, line, term, self.job.world),
             stacklevel=_env._user_stacklevel())
+
+    def _tell_tasks(self):
+        """_tell_unequal where the backward() passes of one optimizer step
+        each gave rank 0's one task's mean loss (_losses.task_mean), rows
+        apart of the same targets, undivided: a sum over the tasks across
+        the passes, whose gradient over the union is the ranks' sum. True
+        where it warned."""
+        tasks = [t for t, _ in self.step_tasks]
+        if len(tasks) < 2 or len(set(t[0] for t in tasks)) != 1 or \
+                len(set(t[1] for t in tasks)) != len(tasks) or \
+                any(abs(t[2] - 1.0) > 1e-6 for t in tasks):
+            return False
+        self.told_unequal = True
+        warnings.warn(
+            "sfb.torch: at step %d the backward() passes of one optimizer step (at %s) each "
+            "give one task's mean loss, one row of the same targets each (a meta-batch's "
+            "y_qry[i], as higher's MAML loop calls backward() per task), summed into .grad: a "
+            "sum over the tasks, so one process's gradient over the union of the ranks' tasks "
+            "is the sum of the ranks' gradients, %d times the mean that .grad holds (DDP's "
+            "rule). Divide each task's loss by the number of tasks (a mean, with "
+            "opt.set_samples(tasks) where their number differs by rank) or multiply it by "
+            "sfb.torch.size(); set_samples(1) on every rank keeps DDP's rule without this "
+            "warning" % (self.clock, self.step_tasks[-1][1], self.job.world),
+            stacklevel=_env._user_stacklevel())
+        return True
 
     def _tell_picked(self):
         """_tell_unequal where rank 0's loss sums the losses of forwards of
@@ -2390,6 +2420,7 @@ class _Sync(_Passes):
 
     def end_step(self, opt=None):
         """After the optimizer's step (opt's): the next step."""
+        self.step_tasks = []
         if len(self.opts) > 1 and opt is not None:
             k = next((i for i, o in enumerate(self.opts) if o is opt), -1) + 1
             self.stepped_opts = ((self.stepped_opts[0] * 31 + k) % 16777213, float(k))
