@@ -3496,7 +3496,7 @@ def shared_counts():
     alike) is P times one process's (whose size() is 1): warned at step 0
     on rank 0."""
     import warnings
-    for kind in ("sum", "sumP", "mean", "meanP"):
+    for kind in ("sum", "sumP", "mean", "meanP", "meansP"):
         model, opt, ref, ref_opt = sgd_beside_one_process()
         P, r = sft.size(), sft.rank()
         x, y = data()
@@ -3513,21 +3513,27 @@ def shared_counts():
                 total = sft.allreduce(ntok, op="mean" if kind == "mean" else "sum")
                 line = sys._getframe().f_lineno + 1
                 loss = nn.functional.nll_loss(out.log_softmax(1), kept(r), reduction="sum") / total
-                if kind == "meanP":
-                    loss = nn.functional.nll_loss(out.log_softmax(1), y[:4])
+                if kind in ("meanP", "meansP"):  # (meansP: a mean of two means, DINO's)
+                    loss = nn.functional.nll_loss(out.log_softmax(1), y[:4]) if kind == "meanP" \
+                        else (nn.functional.nll_loss(out.log_softmax(1), y[:4]) +
+                              nn.functional.mse_loss(out, torch.zeros_like(out))) / 2
                 mean_at = line + 2
                 bw = sys._getframe().f_lineno + 1
-                (loss * P if kind in ("sumP", "meanP") else loss).backward()
+                (loss * P if kind in ("sumP", "meanP", "meansP") else loss).backward()
                 opt.step()
-                ys = torch.cat([y[:4] if kind == "meanP" else kept(q) for q in range(P)])
+                ys = torch.cat([y[:4] if kind in ("meanP", "meansP") else kept(q)
+                                for q in range(P)])
                 ref_opt.zero_grad()
-                nn.functional.nll_loss(ref(torch.cat([x[:4]] * P), t).log_softmax(1), ys).backward()
+                out = ref(torch.cat([x[:4]] * P), t)
+                one = nn.functional.nll_loss(out.log_softmax(1), ys)
+                (one if kind != "meansP" else (one + nn.functional.mse_loss(
+                    out, torch.zeros_like(out))) / 2).backward()
                 ref_opt.step()
         sft.shutdown()
         worst, where = rel_diff(model, ref)
         if kind in ("sumP", "mean") and worst > args.tol:
             fail("a shared count (%s): %s differs from one process's by %.3g" % (kind, where, worst))
-        if kind in ("sum", "meanP") and worst < 100 * args.tol:
+        if kind in ("sum", "meanP", "meansP") and worst < 100 * args.tol:
             fail("a shared count: %s within %.3g of one process's (no difference to warn of)" %
                  (where, worst))
         said = [str(w.message) for w in got if unequal_said(w)]
@@ -3537,11 +3543,15 @@ def shared_counts():
             "torch_patterns.py:%d): each rank's loss is its share of one process's mean over the "
             "union of the ranks' minibatches, whose gradient is the sum of the ranks' gradients, "
             "%d times the mean" % (bw, sum(2 + q % 2 for q in range(P)), at, P)]
-        if kind == "meanP":
+        if kind in ("meanP", "meansP"):
             want = [] if r else [
                 "sfb.torch: at step 0 the loss given to backward() is a mean (nll_loss "
                 "(torch_patterns.py:%d), over this rank's own targets) multiplied by %d, "
-                "the world's size" % (mean_at, P)]
+                "the world's size" % (mean_at, P)] if kind == "meanP" else [] if r else [
+                # (a mean of two means: the warning names one of them)
+                "sfb.torch: at step 0 the loss given to backward() is a mean (mse_loss "
+                "(torch_patterns.py:%d), over this rank's own targets) multiplied by %d, "
+                "the world's size" % (mean_at + 2, P)]
         if len(said) != len(want) or any(not a.startswith(b) for a, b in zip(said, want)):
             fail("a shared count (%s): warned %r, expected %r" % (kind, said, want))
 

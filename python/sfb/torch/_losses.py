@@ -597,10 +597,10 @@ def read_root(tensors, grad_tensors, world, kinds):
     """What the loss backward() got shows of kinds ("summed": summed_term,
     "picked": picked_sum, "shared": shared_divisor, "mixing": mixing,
     "standardized": standardized, "detached": detached, "task":
-    task_mean): {kind: what it found}, those found."""
+    task_mean, "world": times_world): {kind: what it found}, those found."""
     read = {"summed": summed_term, "picked": picked_sum, "shared": shared_divisor,
             "mixing": mixing, "standardized": standardized, "detached": detached,
-            "task": task_mean}
+            "task": task_mean, "world": times_world}
     found = ((kind, read[kind](tensors, grad_tensors, world)) for kind in kinds)
     return {kind: what for kind, what in found if what is not None}
 
@@ -730,6 +730,28 @@ def picked_sum(root, world):
             return None
         rows |= picked
     return len(forwards), by_world
+
+
+@_reading
+def times_world(root, world):
+    """The loss backward() got multiplied by the world's size at its top,
+    through other numbers and divisions by them ((ce1 + ce2) / 2 *
+    sfb.torch.size(): DINO's, SwAV's means of terms): True, else None."""
+    node = root
+    for _ in range(8):
+        name = _name(node)
+        if name == "NegBackward0":
+            node = node.next_functions[0][0]
+            continue
+        if name not in _SCALED:
+            return None
+        value, inner = _factor(node)
+        if value is None or inner is None:
+            return None
+        if not _SCALED[name] and value == world:
+            return True
+        node = inner
+    return None
 
 
 @_reading

@@ -1562,6 +1562,7 @@ class _Sync(_Passes):
         kinds = (("task", self.told_unequal), ("summed", self.told_unequal),
                  ("shared", self.told_unequal), ("mixing", self.told_mixing),
                  ("standardized", self.told_standardized), ("picked", self.told_unequal),
+                 ("world", self.told_unequal),
                  ("detached", self.told_detached))[0 if self.job.rank == 0 else 5:]
         return [k for k, told in kinds if not told and (k == "task" or k not in self.step_read)]
 
@@ -1770,9 +1771,13 @@ class _Sync(_Passes):
         does not show."""
         raw = [f for how, f, _ in self.loss_factors if how != _losses.BY_HAND]
         fs = [f * self.passes_per_step for f in raw]
-        if not fs or len(fs) != len(self.loss_factors) or any(
-                abs(f - fs[0]) > 1e-6 * abs(fs[0]) for f in fs) or (
+        if not fs or len(fs) != len(self.loss_factors) or (
                 self.passes_per_step > 1 and all(abs(f - 1.0) < 1e-6 for f in raw)):
+            return 0.0
+        if "world" in self.step_read:  # (multiplied by the world's size at the top: a
+            # mean of terms times it, (ce1 + ce2) / 2 * sfb.torch.size())
+            return float(self.job.world)
+        if any(abs(f - fs[0]) > 1e-6 * abs(fs[0]) for f in fs):
             return 0.0
         return fs[0]
 
