@@ -355,9 +355,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 def _tell_transformed(s, layer):
     """A BatchNorm in training mode inside functorch's transforms runs as
     torch's own, on what each rank gives it: rank 0 warns once."""
-    if s.told_ghost or s.job.rank != 0 or s.job.world < 2:
+    if s.told_transformed or s.job.rank != 0 or s.job.world < 2:
         return
-    s.told_ghost = True
+    s.told_transformed = True
     warnings.warn(
         "sfb.torch: %s runs in training mode inside functorch's transforms (vmap, grad), "
         "where sfb.torch cannot gather its statistics: each vmapped slice is normalized by "

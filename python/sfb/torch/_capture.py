@@ -224,11 +224,7 @@ class _LinearFactors(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.r0 = slot, r0
         ctx.one = x.dim() == 1 or x.shape[0] == 1  # (one sample: _losses.picked_sum)
-        out = _torch_linear(x, weight, bias)
-        # (a contiguous 3-D input with a bias: torch's addmm's result viewed, and a
-        # custom Function's output that is a view may not be changed in place:
-        # ReLU(inplace=True), out += x. Detached, the same memory is no view)
-        return out.detach() if out._base is not None else out
+        return _env.unviewed(_torch_linear(x, weight, bias))
 
     @staticmethod
     def backward(ctx, go):

@@ -126,14 +126,13 @@ def _broadcast_sparse(job, root, tensors):
                                   "or sparse COO ones" % t.layout)
     parts = [p for t in tensors for p in (t._indices(), t._values())]
     sizes = [p.numel() * p.element_size() for p in parts]
-    buf = np.empty(sum(sizes), np.uint8)
+    buf = np.empty(sum(sizes) + len(tensors), np.uint8)  # (then each one's coalesced flag)
     if job.rank == root:
         o = 0
         for p, n in zip(parts, sizes):
             buf[o:o + n] = _env.memory(p)
             o += n
-    coalesced = np.array([t.is_coalesced() for t in tensors], np.uint8)
-    job.broadcast(root, coalesced)
+        buf[o:] = [t.is_coalesced() for t in tensors]
     job.broadcast(root, buf)
     if job.rank != root:
         o = 0
@@ -141,7 +140,7 @@ def _broadcast_sparse(job, root, tensors):
             for p, n in zip(parts, sizes):
                 p.copy_(torch.from_numpy(buf[o:o + n]).view(p.dtype).view(p.shape))
                 o += n
-            for t, c in zip(tensors, coalesced):
+            for t, c in zip(tensors, buf[o:]):
                 t._coalesced_(bool(c))
 
 
@@ -351,8 +350,7 @@ class _AllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, op):
         ctx.op = op
-        out = _reduce(_need(), t, op)
-        return out.detach() if out._base is not None else out  # (no view: changed in place)
+        return _env.unviewed(_reduce(_need(), t, op))
 
     @staticmethod
     @_abort_on_error  # (inside autograd: the peers learn of an error here)

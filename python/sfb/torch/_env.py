@@ -84,6 +84,14 @@ def _user_stacklevel():
     return _user_frame(3)[1]
 
 
+def unviewed(t):
+    """t, or where it is a view a detached alias of the same memory: what a
+    custom autograd.Function returns, which the program may change in place
+    (torch refuses that for a view: torch's 3-D linear with a bias is
+    addmm's result viewed; ReLU(inplace=True), out += x)."""
+    return t.detach() if t._base is not None else t
+
+
 def memory(t):
     """The bytes of t (any dtype: bfloat16 too) as a uint8 array over its
     memory (a contiguous copy's where t is not contiguous), which keeps it

@@ -689,15 +689,10 @@ def picked_sum(root, world):
     or None. A decoder's per-step terms share the hidden state (or one
     forward), targets in columns pick no row, terms divided by a count are
     a mean by hand."""
-    node, seen, by_world = root, 0, False
-    while _name(node) in ("MulBackward0", "MulBackward1", "DivBackward0",
-                          "DivBackward1") and seen < 8:
-        if _SCALED[_name(node)]:
-            return None  # (divided by a value: a mean by hand)
-        value, node = _factor(node)
-        if value is None or node is None or value == 0.0:
-            return None
-        by_world, seen = by_world or value == world, seen + 1
+    numbers = _numbers(root)
+    if numbers is None or any(divides or value == 0.0 for divides, value in numbers[0]):
+        return None  # (divided by a value: a mean by hand)
+    by_world, node = any(value == world for _, value in numbers[0]), numbers[1]
     terms = _addends(node)
     if terms is None or len(terms) < 2:
         return None
@@ -732,26 +727,37 @@ def picked_sum(root, world):
     return len(forwards), by_world
 
 
+def _numbers(node, limit=8):
+    """The numbers without gradient at the top of a loss, down from node
+    through products, divisions and negations (a sign: -1) by them, at
+    most limit: ([(whether it divides, the number)], the node below them),
+    or None where a product or division is by a tensor with gradient or
+    of more than one element."""
+    out = []
+    for _ in range(limit):
+        name = _name(node)
+        if name == "NegBackward0":
+            out.append((False, -1.0))
+            node = node.next_functions[0][0]
+            continue
+        if name not in _SCALED:
+            break
+        value, inner = _factor(node)
+        if value is None or inner is None:
+            return None
+        out.append((_SCALED[name], value))
+        node = inner
+    return out, node
+
+
 @_reading
 def times_world(root, world):
     """The loss backward() got multiplied by the world's size at its top,
     through other numbers and divisions by them ((ce1 + ce2) / 2 *
     sfb.torch.size(): DINO's, SwAV's means of terms): True, else None."""
-    node = root
-    for _ in range(8):
-        name = _name(node)
-        if name == "NegBackward0":
-            node = node.next_functions[0][0]
-            continue
-        if name not in _SCALED:
-            return None
-        value, inner = _factor(node)
-        if value is None or inner is None:
-            return None
-        if not _SCALED[name] and value == world:
-            return True
-        node = inner
-    return None
+    numbers = _numbers(root)
+    return True if numbers and any(not divides and value == world
+                                   for divides, value in numbers[0]) else None
 
 
 @_reading
@@ -762,15 +768,12 @@ def task_mean(root, world):
     numbers or not: (the targets' tensor's id, the row, the numbers'
     product), else None. A step's passes of such rows, undivided, sum over
     the tasks across backward() calls (higher's MAML loop)."""
-    node, f = root, 1.0
-    for _ in range(8):
-        name = _name(node)
-        if name not in _SCALED:
-            break
-        value, inner = _factor(node)
-        if value is None or inner is None or value == 0.0:
-            return None
-        f, node = (f / value if _SCALED[name] else f * value), inner
+    numbers = _numbers(root)
+    if numbers is None or any(value == 0.0 for _, value in numbers[0]):
+        return None
+    f, node = 1.0, numbers[1]
+    for divides, value in numbers[0]:
+        f = f / value if divides else f * value
     name = _name(node)
     if not ((name in _NLL or name in _ELEMENTS) and node._saved_reduction == 1):
         return None

@@ -349,8 +349,8 @@ class _Sync(_Passes):
         #                         (_losses.task_mean): ((targets' id, row, factor), line)
         self.bn_chunks = {}     # a BatchNorm's id: (a weakref to its last input's base,
         #                         the step it came in, where its rows end: _batchnorm)
-        self.told_ghost = False  # the ghost batch normalization's warning given (or the
-        #                          one of a BatchNorm inside functorch's transforms)
+        self.told_ghost = False  # the ghost batch normalization's warning given
+        self.told_transformed = False  # a BatchNorm inside functorch's transforms told
         self.replicas = _replicas.Checks(check_every)
         self.timeline = job.timeline_on()  # spans of the training timeline (SFB_TIMELINE)
         self.tl_fwd, self.tl_end_fwd = {}, None
